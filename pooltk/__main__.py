@@ -1,0 +1,5 @@
+import sys
+
+from pooltk.cli import main
+
+sys.exit(main())

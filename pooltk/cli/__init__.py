@@ -1,0 +1,57 @@
+"""The ``pooltk`` command line: one subcommand per job, each in its own module.
+
+Each module named in ``_COMMANDS`` defines ``register(parser)`` (adds its arguments to
+an argparse subparser) and ``run(args) -> int`` (the exit status). Heavy imports
+(pandas, seaborn, torch.distributed) happen inside ``run`` so ``pooltk --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["main"]
+
+# name -> (module, one-line help). Keep in the order a new user meets them.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "probe": ("pooltk.cli.probe", "which torch layout is here and whether the pool would install"),
+    "parity": ("pooltk.cli.parity", "stock vs pooled on real gloo ranks: bitwise parity, bytes, step times"),
+    "memory": ("pooltk.cli.memory", "receive-buffer memory per stage: stock, automodel policy, tight, live set"),
+    "schedules": ("pooltk.cli.schedules", "live receive buffers derived from any torch schedule's action order"),
+    "logs": ("pooltk.cli.logs", "read Automodel / torchtitan run logs into a per-run summary"),
+    "report": ("pooltk.cli.report", "run every notebook headless and write HTML + PNG reports"),
+}
+
+
+def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Build the parser; with ``only``, import just that subcommand's module (fast path)."""
+    parser = argparse.ArgumentParser(
+        prog="pooltk",
+        description="Receive-buffer memory of torch.distributed.pipelining: ring pool, memory model, parity, logs.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in _COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name, help=help_text)
+            continue
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module.register(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    only = argv[0] if argv and argv[0] in _COMMANDS else None
+    parser = _build_parser(only)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return int(args._module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

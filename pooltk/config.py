@@ -1,0 +1,93 @@
+"""PoolConfig: what the ring pool is asked to do, validated at construction.
+
+Every error names the field, the value found, what is required, and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+__all__ = ["POLICIES", "Policy", "PoolConfig"]
+
+Policy = Literal["tight", "automodel"]
+POLICIES: tuple[str, ...] = ("tight", "automodel")
+
+
+def _check_count(field: str, value: Any, fix: str) -> None:
+    # bool is an int subclass; True as a slack is almost certainly a mistake.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(
+            f"PoolConfig.{field}: found {value!r} ({type(value).__name__}); "
+            f"required a non-negative integer. Fix: {fix}"
+        )
+    if value < 0:
+        raise ValueError(
+            f"PoolConfig.{field}: found {value}; required >= 0. Fix: {fix}"
+        )
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class PoolConfig:
+    """How many receive-buffer sets each pooled stage keeps, and how misuse is caught.
+
+    The ring sizes themselves are computed in :mod:`pooltk.ring` from this config and
+    the stage's place in the pipeline; see [Note: ring sizes] there.
+    """
+
+    slack: int = 2
+    """Forward (activation) ring slack: extra buffer sets beyond the 1F1B in-flight depth
+    W = min(M, N - i). The meaning of Automodel's ``pp_recv_buffer_pool_slack``. 0 is the
+    live-set limit: exactly as many sets as can be live at once."""
+
+    grad_slack: int = 1
+    """Gradient ring slack beyond the one grad buffer 1F1B keeps live. Only the ``tight``
+    policy reads it; ``automodel`` uses one ring size for both directions."""
+
+    policy: Policy = "tight"
+    """``"tight"``: forward K_f = min(M, W + slack), grad K_g = min(M, 1 + grad_slack).
+    ``"automodel"``: the original single K = max(2, min(M, max(1, N - i) + slack)) for
+    both directions, kept for A/B comparison."""
+
+    guard: bool = True
+    """Turn early buffer reuse into a loud error: slot ownership is checked at every
+    receive post (:class:`pooltk.guard.PoolOverrunError`) and the slot's version counter
+    is bumped, so autograd refuses to read an overwritten activation. Turn off only to
+    demonstrate the silent corruption the guard prevents."""
+
+    forward_shortfall: int = 0
+    """Experiments only: shrink every forward ring by this many sets below what the policy
+    gives (never below 1). Used by the negative controls that show an undersized ring
+    corrupts gradients (guard off) or is caught (guard on). Needs ``force=True`` at install."""
+
+    def __post_init__(self) -> None:
+        _check_count("slack", self.slack, "pass slack=0 for the live-set limit, or a small positive integer such as 2.")
+        _check_count("grad_slack", self.grad_slack, "pass grad_slack=0 for the live-set limit, or 1 (the default).")
+        _check_count(
+            "forward_shortfall",
+            self.forward_shortfall,
+            "leave it at 0; it exists only to build undersized rings for negative controls.",
+        )
+        if self.policy not in POLICIES:
+            raise ValueError(
+                f"PoolConfig.policy: found {self.policy!r}; required one of {', '.join(map(repr, POLICIES))}. "
+                "Fix: use 'tight' (per-direction rings, the default) or 'automodel' (the original single ring)."
+            )
+        if not isinstance(self.guard, bool):
+            raise ValueError(
+                f"PoolConfig.guard: found {self.guard!r}; required True or False. Fix: pass guard=True (default)."
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of the fields, for reports and JSON."""
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line such as ``tight slack=2 grad_slack=1 guard=on``."""
+        text = f"{self.policy} slack={self.slack}"
+        if self.policy == "tight":
+            text += f" grad_slack={self.grad_slack}"
+        text += f" guard={'on' if self.guard else 'off'}"
+        if self.forward_shortfall:
+            text += f" forward_shortfall={self.forward_shortfall}"
+        return text
