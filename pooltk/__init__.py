@@ -1,0 +1,43 @@
+"""pooltk: ring-pooled receive buffers for torch.distributed.pipelining.
+
+The public surface imports with torch alone (no pandas, seaborn or Jupyter)::
+
+    import pooltk
+    report = pooltk.install(slack=2)          # before stages are set up
+    ...
+    pooltk.uninstall()
+
+See README.md for the whole toolkit (memory model, parity harness, log analysis).
+"""
+
+from pooltk.config import PoolConfig
+from pooltk.guard import PoolOverrunError
+from pooltk.install import (
+    InstallReport,
+    PoolWarning,
+    install,
+    installed,
+    pool_stage,
+    pooled,
+    probe,
+    stage_rings,
+    uninstall,
+    unpool_stage,
+)
+
+__all__ = [
+    "InstallReport",
+    "PoolConfig",
+    "PoolOverrunError",
+    "PoolWarning",
+    "install",
+    "installed",
+    "pool_stage",
+    "pooled",
+    "probe",
+    "stage_rings",
+    "uninstall",
+    "unpool_stage",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,89 @@
+"""Find where this torch makes pipeline receive buffers, by feature, never by version string.
+
+Three layout families are known (see docs/torch-compat.md for the measured facts):
+
+- ``prepare-infra`` (torch <= 2.11): buffers made inside ``_prepare_forward_infra`` of both
+  frontends and ``_PipelineStageBase._prepare_backward_infra``;
+- ``setup-recv-info`` (torch 2.12-2.14): ``PipelineStage._setup_forward_recv_info``, the
+  tracing frontend's ``_PipelineStage._prepare_forward_infra`` and
+  ``_PipelineStageBase._setup_backward_recv_info``;
+- ``lazy`` (torch 2.15): buffers are allocated per receive and dropped when consumed, so
+  upstream already keeps only live buffers: pooltk stands down and says so.
+
+Anything else: ``detect()`` returns no layout and a reason; install stays stock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["HOT_METHODS", "Detection", "Layout", "SetupTarget", "detect"]
+
+Direction = Literal["forward", "grad"]
+
+# Methods of _PipelineStageBase that the pool wraps at runtime, in every family:
+# receive posts (claim a slot), compute steps (release it), and the per-step reset.
+HOT_METHODS: tuple[str, ...] = (
+    "get_fwd_recv_ops",
+    "get_bwd_recv_ops",
+    "forward_one_chunk",
+    "backward_one_chunk",
+    "clear_runtime_states",
+)
+OPTIONAL_HOT_METHODS: tuple[str, ...] = ("backward_weight_one_chunk",)
+
+
+@dataclass(frozen=True, slots=True)
+class SetupTarget:
+    """One setup method that fills a recv-info map with freshly made buffers."""
+
+    owner: type
+    """Class whose ``__dict__`` defines the method (wrapped and restored there)."""
+    name: str
+    direction: Direction
+    infos_attr: str
+    """Stage attribute holding ``{chunk: tuple[_RecvInfo, ...]}`` after the call."""
+    alloc_free: bool
+    """True when the buffers can be made lazily during the call (only K sets ever exist);
+    False when all M are made by torch and the ring keeps K of them (a transient)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    name: str
+    setup_targets: tuple[SetupTarget, ...]
+    stands_down: bool = False
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    layout: Layout | None
+    reason: str
+    tried: tuple[str, ...] = field(default=())
+
+
+def detect() -> Detection:
+    """Pick the layout adapter for the installed torch, or say why none fits. Never raises."""
+    from pooltk.adapters import lazy, prepare_infra, setup_recv_info
+
+    reasons = []
+    for module in (lazy, setup_recv_info, prepare_infra):
+        try:
+            found = module.detect()
+        except Exception as exc:  # an unknown torch must never make install raise
+            found = f"{module.FAMILY}: probe failed ({type(exc).__name__}: {exc})"
+        if isinstance(found, Layout):
+            return Detection(layout=found, reason=found.note or f"layout {found.name!r} detected", tried=tuple(reasons))
+        reasons.append(found)
+    return Detection(
+        layout=None,
+        reason="no known receive-buffer layout in this torch.distributed.pipelining: " + "; ".join(reasons),
+        tried=tuple(reasons),
+    )
+
+
+def missing_hot_methods(base: type) -> list[str]:
+    """Names from HOT_METHODS not defined on ``base`` (the stage base class)."""
+    return [m for m in HOT_METHODS if not callable(getattr(base, m, None))]

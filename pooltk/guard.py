@@ -1,0 +1,102 @@
+"""The guard: slot ownership between receive post and release, and PoolOverrunError.
+
+[Note: slot ownership]
+A slot of a ring is *owned* by one microbatch from the moment its receive is posted
+until the stage is done reading it:
+
+- forward (activation) slot: until that microbatch's backward has finished (the input
+  is the autograd leaf and is read again by the weight gradient; with a split backward,
+  until the weight step), or until its forward finished in a forward-only step;
+- grad slot: until that microbatch's backward returned.
+
+Posting a receive into a slot owned by another microbatch means the ring is smaller than
+the schedule's live set: the incoming data would overwrite an activation that autograd
+still needs. gloo (and NCCL) receives do not bump the tensor's version counter, so
+without this check the corruption is silent. The guard raises instead, before the
+receive is posted.
+
+[Note: version bump]
+Ownership catches overruns that the schedule makes visible through the stage API. As a
+second line, every re-post of a slot bumps the slot's version counter
+(``torch.autograd.graph.increment_version``): any autograd graph that still saved the old
+contents (a hook, a retained graph, code outside the schedule) then fails in backward
+with "modified by an inplace operation" rather than reading new data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["PoolOverrunError", "SlotOwnership", "bump_version"]
+
+
+class PoolOverrunError(RuntimeError):
+    """A receive was about to be posted into a ring slot another microbatch still owns."""
+
+    def __init__(self, *, stage: int, direction: str, slot: int, ring: int, owner: int, incoming: int) -> None:
+        self.stage, self.direction, self.slot, self.ring = stage, direction, slot, ring
+        self.owner, self.incoming = owner, incoming
+        super().__init__(
+            f"pooltk: stage {stage} {direction} ring overrun: slot {slot} of {ring} is still owned by "
+            f"microbatch {owner} when microbatch {incoming} posts its receive into it. The schedule keeps more "
+            f"{direction} buffers live than the ring holds, so this receive would silently overwrite data "
+            f"autograd still needs. Fix: raise the slack (PoolConfig(slack=...) / grad_slack=...), or do not pool "
+            f"this schedule (only schedules whose in-flight depth is proven are allowlisted; force=True bypasses "
+            f"that check)."
+        )
+
+    def __reduce__(self):  # picklable across spawned ranks
+        return (
+            _rebuild_overrun,
+            (self.stage, self.direction, self.slot, self.ring, self.owner, self.incoming),
+        )
+
+
+def _rebuild_overrun(stage: int, direction: str, slot: int, ring: int, owner: int, incoming: int) -> PoolOverrunError:
+    return PoolOverrunError(stage=stage, direction=direction, slot=slot, ring=ring, owner=owner, incoming=incoming)
+
+
+def bump_version(tensors: list[torch.Tensor]) -> None:
+    """Bump the version counter of each tensor (see [Note: version bump])."""
+    for t in tensors:
+        torch.autograd.graph.increment_version(t)
+
+
+@dataclass(slots=True)
+class SlotOwnership:
+    """Which microbatch owns each slot of one ring. See [Note: slot ownership]."""
+
+    stage: int
+    direction: str
+    ring: int
+    owners: list[int | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.owners = [None] * self.ring
+
+    def acquire(self, chunk: int) -> int:
+        """Claim the slot of ``chunk``; raise PoolOverrunError if another microbatch owns it."""
+        slot = chunk % self.ring
+        owner = self.owners[slot]
+        if owner is not None and owner != chunk:
+            raise PoolOverrunError(
+                stage=self.stage, direction=self.direction, slot=slot, ring=self.ring, owner=owner, incoming=chunk
+            )
+        self.owners[slot] = chunk
+        return slot
+
+    def release(self, chunk: int) -> None:
+        """Give the slot of ``chunk`` back, if ``chunk`` still owns it."""
+        slot = chunk % self.ring
+        if self.owners[slot] == chunk:
+            self.owners[slot] = None
+
+    def reset(self) -> None:
+        """Forget all owners (a new step starts; nothing from the last one is read again)."""
+        self.owners = [None] * self.ring
+
+    @property
+    def owned(self) -> int:
+        return sum(o is not None for o in self.owners)
