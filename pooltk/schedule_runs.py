@@ -1,0 +1,544 @@
+"""A torch schedule's own action order, per rank, with every receive post in place.
+
+This is the one module that touches ``torch.distributed.pipelining`` internals for the
+schedule analysis (:mod:`pooltk.schedules`). It builds a schedule object WITHOUT a
+process group, on stand-in stage objects that carry only the attributes the schedule
+constructors read, and turns the schedule into a :class:`Program`: for each rank, the
+ordered events (receive posts, compute actions, sends) that rank runs in one step.
+
+Two sources, chosen by the kind of schedule:
+
+- multi-stage runtime schedules (``Interleaved1F1B``, ``LoopedBFS``,
+  ``InterleavedZeroBubble``, ``ZBVZeroBubble``, ``DualPipeV``): torch lowers the
+  compute-only order into ``pipeline_order_with_comms`` with explicit ``RECV_F`` /
+  ``RECV_B`` actions (optionally moved late by ``_defer_recv_ops`` when the schedule is
+  built with ``defer_pp_recv=True``), and the runtime posts each receive exactly when it
+  meets that action. The program is that list, read as is.
+- single-stage schedules (``1F1B``, ``GPipe``): there are no comm actions in any IR; the
+  receives are posted from inside ``_step_microbatches``. See [Note: recording a
+  single-stage step].
+
+[Note: recording a single-stage step]
+For ``Schedule1F1B`` and ``ScheduleGPipe`` the receive posts live in the code of
+``_step_microbatches``, so the program is taken by running torch's own
+``_step_microbatches`` against a recording stand-in stage: ``get_fwd_recv_ops(k)`` /
+``get_bwd_recv_ops(k)`` return marker ops, ``forward_one_chunk`` /
+``backward_one_chunk`` record the compute, and the module-level ``_batch_p2p`` /
+``_sorted_batch_p2p`` / ``_wait_batch_p2p`` are swapped (for the duration of the call
+only) for recorders, so an op is "posted" at the moment torch hands it to a batch. Read
+from torch 2.13's ``Schedule1F1B._step_microbatches``, the result for stage ``i`` of
+``N`` with ``W = min(M, N - i)`` is:
+
+- warmup: ``RECV_F k`` (waited at once), ``F k`` for ``k < W``;
+- steady state: the batch ``[SEND_F pending, RECV_B j]`` posts the grad receive for ``j``
+  right before ``B j``; then the batch ``[SEND_B j, RECV_F j+W]`` posts the forward
+  receive for ``j + W`` *after* ``B j`` has finished, right before ``F j+W``;
+- cooldown: ``RECV_B j`` right before ``B j``.
+
+So on stage ``i`` activation ``k`` lives from its post to ``B k``, and the next post
+(``k + W``) comes after ``B k``: at most ``W`` forward buffers are live, and one grad
+buffer (``RECV_B j+1`` is posted after ``B j``). GPipe posts ``RECV_F k`` right before
+``F k`` for all ``k`` before any backward, so all ``M`` activations are live. The
+recording is cross-checked against the compute order of torch's own
+``_get_pipeline_order()`` where torch provides one; a disagreement refuses the analysis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "COMPUTE_KINDS",
+    "EVENT_KINDS",
+    "Event",
+    "Program",
+    "ScheduleAnalysisError",
+    "analysable_schedules",
+    "program",
+    "resolve_schedule",
+]
+
+Style = Literal["loop", "v"]
+
+# Event kinds a Program may contain. Anything else in a schedule refuses the analysis.
+COMPUTE_KINDS: tuple[str, ...] = ("F", "B", "I", "W")
+EVENT_KINDS: tuple[str, ...] = COMPUTE_KINDS + ("RECV_F", "RECV_B", "SEND_F", "SEND_B")
+# Actions torch's lowering adds that neither post, read nor release a receive buffer.
+_INERT_KINDS: frozenset[str] = frozenset({"UNSHARD", "RESHARD", "REDUCE_GRAD"})
+
+# The schedule names torch's get_schedule_class knows that are NOT analysable, with why.
+_REFUSED_BASES: dict[str, str] = {
+    "PipelineScheduleSingle": "it is the abstract base of single-stage schedules, not a schedule",
+    "PipelineScheduleMulti": "it is the base of multi-stage schedules; its receive order is not a lowered action list",
+    "_PipelineScheduleRuntime": (
+        "it runs a custom action list (e.g. loaded from CSV) whose receive order pooltk cannot vouch for"
+    ),
+}
+
+
+class ScheduleAnalysisError(ValueError):
+    """A schedule whose receive-buffer lifetimes cannot be derived; the message says why.
+
+    Callers that pool buffers catch it to refuse pooling (keep stock buffers) and report
+    the reason.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One thing a rank does, at one position of its action order."""
+
+    step: int
+    """Position in the rank's action order (sub-actions of OVERLAP_F_B share one step)."""
+    kind: str
+    """One of :data:`EVENT_KINDS`."""
+    stage: int
+    """Pipeline stage the event belongs to (for RECV_*: the receiving stage)."""
+    microbatch: int
+    """Microbatch index."""
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """Every rank's ordered events for one step of a schedule."""
+
+    schedule: str
+    """Canonical torch name (``"1F1B"``, ``"Interleaved1F1B"``, ...)."""
+    pp: int
+    """Pipeline-parallel ranks."""
+    stages_per_rank: int
+    """Stages each rank runs (virtual pipeline size)."""
+    n_microbatches: int
+    """Microbatches per step."""
+    forward_only: bool
+    """True for an eval-style step (no backward, no grad receives)."""
+    defer_pp_recv: bool
+    """True when torch's ``_defer_recv_ops`` moved each receive late."""
+    stage_to_rank: dict[int, int]
+    """Which rank runs each stage."""
+    events: dict[int, tuple[Event, ...]]
+    """Per rank, the events in execution order."""
+    source: str
+    """Where the order came from (recorded ``_step_microbatches`` or ``pipeline_order_with_comms``)."""
+    stock_layout: str = field(default="setup-recv-info")
+    """Stock torch preallocates M buffer sets per stage and direction (torch 2.11-2.14)."""
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.stage_to_rank)
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+def _pipelining() -> Any:
+    try:
+        from torch.distributed.pipelining import schedules
+    except ImportError as exc:  # pragma: no cover - torch without distributed
+        raise ScheduleAnalysisError(
+            f"torch.distributed.pipelining could not be imported ({exc}); "
+            "required: a torch build with distributed support (2.11-2.15)."
+        ) from exc
+    return schedules
+
+
+def _schedule_map() -> dict[str, type]:
+    """torch's name -> class table, read through ``get_schedule_class`` (names as torch spells them)."""
+    s = _pipelining()
+    names = ["1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"]
+    out: dict[str, type] = {}
+    for name in names:
+        try:
+            out[name] = s.get_schedule_class(name)
+        except ValueError:
+            continue  # not shipped by this torch
+    return out
+
+
+def analysable_schedules() -> tuple[str, ...]:
+    """torch's names of the schedules this torch ships that pooltk can analyse."""
+    return tuple(_schedule_map())
+
+
+def _is_single(cls: type) -> bool:
+    s = _pipelining()
+    return issubclass(cls, s.PipelineScheduleSingle)
+
+
+def resolve_schedule(schedule: str | type) -> tuple[str, type]:
+    """Map a torch schedule name (case-insensitive) or class to (canonical name, class).
+
+    Raises:
+        ScheduleAnalysisError: unknown names, base classes, custom runtime (CSV) schedules,
+            and subclasses that replace the step logic the analysis relies on.
+    """
+    s = _pipelining()
+    known = _schedule_map()
+    if isinstance(schedule, str):
+        lowered = {k.lower(): k for k in known}
+        if schedule.lower() in lowered:
+            name = lowered[schedule.lower()]
+            return name, known[name]
+        for base, why in _REFUSED_BASES.items():
+            if schedule.lower() == base.lower():
+                raise ScheduleAnalysisError(f"schedule {schedule!r} cannot be analysed: {why}.")
+        raise ScheduleAnalysisError(
+            f"schedule: found {schedule!r}; required one of {', '.join(known)} (case-insensitive). "
+            "Fix: pass a schedule name torch's get_schedule_class knows."
+        )
+    if not isinstance(schedule, type):
+        raise ScheduleAnalysisError(
+            f"schedule: found {schedule!r} ({type(schedule).__name__}); required a torch schedule name or class."
+        )
+    for name, cls in known.items():
+        if schedule is cls:
+            return name, cls
+    label = schedule.__qualname__
+    for base, why in _REFUSED_BASES.items():
+        base_cls = getattr(s, base, None)
+        if base_cls is not None and schedule is base_cls:
+            raise ScheduleAnalysisError(f"schedule {label} cannot be analysed: {why}.")
+    runtime = getattr(s, "_PipelineScheduleRuntime", None)
+    if runtime is not None and issubclass(schedule, runtime):
+        if schedule._step_microbatches is not runtime._step_microbatches:
+            raise ScheduleAnalysisError(
+                f"schedule {label} overrides _step_microbatches, so its receives need not follow "
+                "pipeline_order_with_comms; pooltk refuses to pool it."
+            )
+        return label, schedule
+    for name, cls in known.items():
+        if issubclass(schedule, cls) and _is_single(cls):
+            if schedule._step_microbatches is not cls._step_microbatches:
+                raise ScheduleAnalysisError(
+                    f"schedule {label} subclasses {name} but overrides _step_microbatches; "
+                    "its receive order is unknown, so pooltk refuses to pool it."
+                )
+            return label, schedule
+    raise ScheduleAnalysisError(
+        f"schedule {label} is not one pooltk can analyse: required one of {', '.join(known)}, "
+        "or a _PipelineScheduleRuntime subclass that builds its order in __init__ (not loaded from CSV)."
+    )
+
+
+# --------------------------------------------------------------------------- stand-in stages
+
+
+class _StandInStage:
+    """The attributes schedule constructors read, and nothing that allocates or communicates."""
+
+    def __init__(self, stage_index: int, num_stages: int, group_rank: int, group_size: int) -> None:
+        self.stage_index = stage_index
+        self.num_stages = num_stages
+        self.group_rank = group_rank
+        self.group_size = group_size
+        self.is_first = stage_index == 0
+        self.is_last = stage_index == num_stages - 1
+        self.submod = None
+        self.stage_index_to_group_rank: dict[int, int] = {}
+        self.has_backward = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    kind: str
+    stage: int
+    microbatch: int
+
+
+class _RecordingStage(_StandInStage):
+    """A single stage that records what torch's ``_step_microbatches`` asks of it."""
+
+    def __init__(self, stage_index: int, num_stages: int, has_backward: bool, log: list[tuple[str, int, int]]) -> None:
+        super().__init__(stage_index, num_stages, stage_index, num_stages)
+        self.has_backward = has_backward
+        self._log = log
+        self.output_chunks: list[Any] = []
+
+    # ops are markers; they are "posted" when torch hands them to a batch (see _recorders)
+    def get_fwd_recv_ops(self, k: int) -> list[_Op]:
+        return [] if self.is_first else [_Op("RECV_F", self.stage_index, k)]
+
+    def get_bwd_recv_ops(self, k: int) -> list[_Op]:
+        return [] if (self.is_last or not self.has_backward) else [_Op("RECV_B", self.stage_index, k)]
+
+    def get_fwd_send_ops(self, k: int) -> list[_Op]:
+        return [] if self.is_last else [_Op("SEND_F", self.stage_index, k)]
+
+    def get_bwd_send_ops(self, k: int) -> list[_Op]:
+        return [] if (self.is_first or not self.has_backward) else [_Op("SEND_B", self.stage_index, k)]
+
+    def forward_one_chunk(self, k: int, *args: Any, **kwargs: Any) -> None:
+        self._log.append(("F", self.stage_index, k))
+
+    def backward_one_chunk(self, k: int, *args: Any, full_backward: bool = True, **kwargs: Any) -> None:
+        if self.has_backward:
+            self._log.append(("B" if full_backward else "I", self.stage_index, k))
+
+    def backward_weight_one_chunk(self, k: int, *args: Any, **kwargs: Any) -> None:
+        if self.has_backward:
+            self._log.append(("W", self.stage_index, k))
+
+    def perform_reduce_grad(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def clear_runtime_states(self) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def _recorders(s: Any, log: list[tuple[str, int, int]]) -> Iterator[None]:
+    """Swap torch's batch helpers for recorders while one ``_step_microbatches`` runs."""
+    names = ("_batch_p2p", "_sorted_batch_p2p", "_wait_batch_p2p")
+    missing = [n for n in names if not hasattr(s, n)]
+    if missing:
+        raise ScheduleAnalysisError(
+            f"this torch's pipelining/schedules.py lacks {', '.join(missing)}; pooltk cannot record where "
+            "single-stage schedules post receives. Required: torch 2.11-2.15."
+        )
+
+    def post(ops: list[Any]) -> None:
+        for op in ops:
+            if not isinstance(op, _Op):
+                raise ScheduleAnalysisError(f"unexpected P2P op {op!r} while recording a single-stage step.")
+            log.append((op.kind, op.stage, op.microbatch))
+
+    def batch_p2p(ops: list[Any], desc: str | None = None) -> list[Any]:
+        post(ops)
+        return []
+
+    def sorted_batch_p2p(ops: list[Any], desc: str | None = None) -> dict[int, list[Any]]:
+        post(ops)
+        return {}
+
+    def wait(work: Any) -> None:
+        return None
+
+    saved = {n: getattr(s, n) for n in names}
+    try:
+        s._batch_p2p, s._sorted_batch_p2p, s._wait_batch_p2p = batch_p2p, sorted_batch_p2p, wait
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(s, n, fn)
+
+
+def _dummy_loss(*args: Any, **kwargs: Any) -> None:  # never called: loss hooks are stubbed
+    return None
+
+
+def _construct(cls: type, stage_arg: Any, n_microbatches: int, forward_only: bool, kwargs: dict[str, Any]) -> Any:
+    try:
+        return cls(stage_arg, n_microbatches, loss_fn=None if forward_only else _dummy_loss, **kwargs)
+    except (ValueError, TypeError, AssertionError, RuntimeError) as exc:
+        raise ScheduleAnalysisError(
+            f"torch refused to build {cls.__name__} for this shape: {exc}"
+        ) from exc
+
+
+def _single_stage_program(
+    name: str, cls: type, pp: int, n_microbatches: int, forward_only: bool, kwargs: dict[str, Any]
+) -> Program:
+    """Record torch's ``_step_microbatches`` once per stage. See [Note: recording a single-stage step]."""
+    s = _pipelining()
+    events: dict[int, tuple[Event, ...]] = {}
+    for stage_index in range(pp):
+        log: list[tuple[str, int, int]] = []
+        stage = _RecordingStage(stage_index, pp, not forward_only, log)
+        sched = _construct(cls, stage, n_microbatches, forward_only, kwargs)
+        sched._has_backward = not forward_only
+        # Loss plumbing and stage initialisation need real tensors; none of it posts receives.
+        sched._initialize_stage = lambda *a, **k: None
+        sched._maybe_compute_loss = lambda *a, **k: None
+        sched._maybe_get_loss = lambda *a, **k: None
+        sched._update_losses = lambda *a, **k: None
+        params = inspect.signature(sched._step_microbatches).parameters
+        call_kwargs: dict[str, Any] = {"return_outputs": False}
+        if "loss_kwargs" in params:
+            call_kwargs["loss_kwargs"] = None
+        try:
+            with _recorders(s, log):
+                sched._step_microbatches(
+                    [()] * n_microbatches, [{}] * n_microbatches, None, None, **call_kwargs
+                )
+        except ScheduleAnalysisError:
+            raise
+        except Exception as exc:  # an attribute or call the stand-in does not provide
+            raise ScheduleAnalysisError(
+                f"recording {name}._step_microbatches on a stand-in stage failed ({type(exc).__name__}: {exc}); "
+                "this torch's single-stage step uses something pooltk does not model, so it refuses to analyse it."
+            ) from exc
+        events[stage_index] = tuple(Event(t, kind, st, mb) for t, (kind, st, mb) in enumerate(log))
+        _check_against_torch_order(name, sched, stage_index, events[stage_index], forward_only)
+    return Program(
+        schedule=name,
+        pp=pp,
+        stages_per_rank=1,
+        n_microbatches=n_microbatches,
+        forward_only=forward_only,
+        defer_pp_recv=False,
+        stage_to_rank={i: i for i in range(pp)},
+        events=events,
+        source=f"recorded {cls.__name__}._step_microbatches",
+    )
+
+
+def _check_against_torch_order(
+    name: str, sched: Any, rank: int, events: tuple[Event, ...], forward_only: bool
+) -> None:
+    """The recorded F/B sequence must follow torch's own IR for the rank, where torch has one.
+
+    Only the sequence of compute kinds is compared, not microbatch labels: torch 2.13's
+    ``Schedule1F1B._get_pipeline_order`` (a visualisation aid) labels the last rank's
+    forwards 1..M instead of 0..M-1, while ``_step_microbatches`` (what runs) does 0..M-1.
+    """
+    order = getattr(sched, "pipeline_order", None)
+    if forward_only or not isinstance(order, dict) or rank not in order:
+        return
+    theirs = [a.computation_type.value for a in order[rank] if a is not None and a.computation_type.value in COMPUTE_KINDS]
+    ours = [e.kind for e in events if e.kind in COMPUTE_KINDS]
+    if theirs != ours:
+        raise ScheduleAnalysisError(
+            f"{name}: the compute order recorded from _step_microbatches on rank {rank} ({''.join(ours)}) differs "
+            f"from torch's _get_pipeline_order ({''.join(theirs)}); the derivation is not verified on this torch, "
+            "so pooltk refuses to analyse it."
+        )
+
+
+def _runtime_program(
+    name: str,
+    cls: type,
+    pp: int,
+    stages_per_rank: int,
+    n_microbatches: int,
+    style: Style,
+    forward_only: bool,
+    defer_pp_recv: bool,
+    kwargs: dict[str, Any],
+) -> Program:
+    """Read ``pipeline_order_with_comms`` of a runtime schedule built on stand-in stages."""
+    from torch.distributed.pipelining._utils import generate_stage_to_rank_mapping
+
+    num_stages = pp * stages_per_rank
+    try:
+        mapping = generate_stage_to_rank_mapping(pp, num_stages, style=style)
+    except ValueError as exc:
+        raise ScheduleAnalysisError(f"{name}: {exc}") from exc
+    stages = [_StandInStage(i, num_stages, 0, pp) for i in range(num_stages) if mapping[i] == 0]
+    if defer_pp_recv:
+        params = inspect.signature(cls.__init__).parameters
+        if "defer_pp_recv" not in params:
+            raise ScheduleAnalysisError(
+                f"defer_pp_recv=True: {cls.__name__} on this torch does not accept it (torch 2.13+ runtime "
+                "schedules do). Fix: drop defer_pp_recv, or use torch >= 2.13."
+            )
+        kwargs = {**kwargs, "defer_pp_recv": True}
+    sched = _construct(cls, stages, n_microbatches, forward_only, kwargs)
+    order = getattr(sched, "pipeline_order_with_comms", None)
+    if not isinstance(order, dict) or not order:
+        raise ScheduleAnalysisError(
+            f"{name}: no pipeline_order_with_comms after construction; a runtime schedule without a lowered "
+            "action list (e.g. one meant to load a CSV) cannot be analysed."
+        )
+    stage_to_rank = dict(getattr(sched, "stage_index_to_group_rank", mapping))
+    events: dict[int, tuple[Event, ...]] = {}
+    for rank, actions in order.items():
+        out: list[Event] = []
+        for t, action in enumerate(actions):
+            if action is None:
+                continue
+            subs = action.sub_actions if getattr(action, "sub_actions", None) else (action,)
+            for a in subs:
+                kind = a.computation_type.value
+                if kind in _INERT_KINDS:
+                    continue
+                if kind not in EVENT_KINDS:
+                    raise ScheduleAnalysisError(
+                        f"{name}: rank {rank} step {t} has action {a!r} of kind {kind!r}, which pooltk does not "
+                        f"model (known: {', '.join(EVENT_KINDS + tuple(sorted(_INERT_KINDS)))})."
+                    )
+                if a.microbatch_index is None:
+                    raise ScheduleAnalysisError(f"{name}: rank {rank} step {t}: action {a!r} has no microbatch.")
+                if forward_only and kind in ("RECV_B", "SEND_B", "B", "I", "W"):
+                    continue  # eval(): get_bwd_*_ops return [] and backward_one_chunk returns at once
+                out.append(Event(t, kind, a.stage_index, a.microbatch_index))
+        events[rank] = tuple(out)
+    return Program(
+        schedule=name,
+        pp=pp,
+        stages_per_rank=stages_per_rank,
+        n_microbatches=n_microbatches,
+        forward_only=forward_only,
+        defer_pp_recv=defer_pp_recv,
+        stage_to_rank=stage_to_rank,
+        events=events,
+        source="pipeline_order_with_comms" + (" after _defer_recv_ops" if defer_pp_recv else ""),
+    )
+
+
+_V_SCHEDULES = frozenset({"ZBVZeroBubble", "DualPipeV"})
+
+
+def _check_count(label: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ScheduleAnalysisError(f"{label}: found {value!r}; required an integer >= {low}.")
+
+
+def program(
+    schedule: str | type,
+    *,
+    pp: int,
+    n_microbatches: int,
+    stages_per_rank: int = 1,
+    style: Style | None = None,
+    forward_only: bool = False,
+    defer_pp_recv: bool = False,
+    **schedule_kwargs: Any,
+) -> Program:
+    """Build ``schedule`` on stand-in stages and return every rank's ordered events.
+
+    Args:
+        schedule: torch's name (case-insensitive) or the schedule class.
+        pp: pipeline-parallel ranks.
+        n_microbatches: microbatches per step.
+        stages_per_rank: stages per rank (1 for 1F1B / GPipe; 2 for the V schedules).
+        style: stage-to-rank layout, ``"loop"`` or ``"v"``; ``None`` picks the schedule's own
+            (``"v"`` for ZBVZeroBubble and DualPipeV).
+        forward_only: an eval-style step (no backward).
+        defer_pp_recv: build a runtime schedule with torch's ``defer_pp_recv=True``.
+        **schedule_kwargs: passed to the schedule constructor.
+
+    Raises:
+        ScheduleAnalysisError: the schedule or shape cannot be analysed (the message says why).
+    """
+    name, cls = resolve_schedule(schedule)
+    _check_count("pp", pp, 1)
+    _check_count("n_microbatches", n_microbatches, 1)
+    _check_count("stages_per_rank", stages_per_rank, 1)
+    own_style: Style = "v" if name in _V_SCHEDULES else "loop"
+    if style is None:
+        style = own_style
+    if style not in ("loop", "v"):
+        raise ScheduleAnalysisError(f"style: found {style!r}; required 'loop' or 'v' (or None for the schedule's own).")
+    if style != own_style and name in _V_SCHEDULES | {"Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble"}:
+        raise ScheduleAnalysisError(
+            f"style: found {style!r}; {name} places stages {own_style!r}-style. Fix: pass style={own_style!r} or None."
+        )
+    if _is_single(cls):
+        if stages_per_rank != 1:
+            raise ScheduleAnalysisError(
+                f"stages_per_rank: found {stages_per_rank}; {name} runs one stage per rank. Fix: pass 1, "
+                "or pick a multi-stage schedule such as Interleaved1F1B."
+            )
+        if defer_pp_recv:
+            raise ScheduleAnalysisError(
+                f"defer_pp_recv=True: {name} is a single-stage schedule with no lowered receive actions to defer "
+                "(it already posts each receive right before the compute that needs it). Fix: drop defer_pp_recv."
+            )
+        return _single_stage_program(name, cls, pp, n_microbatches, forward_only, schedule_kwargs)
+    return _runtime_program(
+        name, cls, pp, stages_per_rank, n_microbatches, style, forward_only, defer_pp_recv, schedule_kwargs
+    )
