@@ -1,0 +1,306 @@
+"""Launch a parity run on real gloo ranks (127.0.0.1), bounded in time, and read the results.
+
+[Note: launching]
+The launcher owns a ``TCPStore`` on 127.0.0.1 with port 0, so the OS picks a free port
+and no other process can race for it; ranks are fresh Python processes (``python -m pooltk.parity._rank``, so
+no caller's ``__main__`` is re-imported, from scripts and notebooks alike) that join through it
+and run gloo over loopback (``GLOO_SOCKET_IFNAME=lo``). Each rank writes its records, or
+its own error, as JSON into a temporary folder. The launcher polls: when a rank fails it
+gives the others a short grace period, then kills whatever still runs; at the deadline it
+kills everything. A rank that raises makes its peers fail with gloo connection errors, so
+the *root cause* reported is the failing rank's own error (an overrun first, then the
+earliest error that is not a peer-connection error), never the peers' echoes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pooltk.parity.spec import ParitySpec
+
+__all__ = ["ParityRankError", "ParityReport", "ParityTimeoutError", "VariantResult", "run_parity"]
+
+
+class ParityRankError(RuntimeError):
+    """A rank of a parity launch failed; ``rank``, ``error_type`` and ``message`` describe the root cause."""
+
+    def __init__(self, *, rank: int, error_type: str, message: str, traceback_text: str, overrun: bool) -> None:
+        self.rank, self.error_type, self.message = rank, error_type, message
+        self.traceback_text, self.overrun = traceback_text, overrun
+        super().__init__(f"parity rank {rank} failed with {error_type}: {message}")
+
+
+class ParityTimeoutError(TimeoutError):
+    """The launch did not finish within ``ParitySpec.timeout_s``; every rank was killed."""
+
+
+@dataclass(slots=True)
+class VariantResult:
+    """One variant, gathered over all ranks."""
+
+    name: str
+    frontend: str
+    schedule: str
+    pooled: bool
+    config: dict[str, Any] | None
+    reference: str | None
+    """Stock variant it is compared with (None for a stock variant)."""
+    losses: list[list[float]]
+    """Per step, the last stage's per-microbatch losses."""
+    param_sums: dict[int, list[float]]
+    """Per stage, the sum of parameters after each optimizer step."""
+    grad_norm: list[float]
+    """Per step, global L2 norm of the gradients over all stages."""
+    step_times_s: dict[int, list[float]]
+    recv: dict[int, dict[str, dict[str, int]]]
+    """Per stage and direction: measured ``bytes``, ``sets``, ``storages``."""
+    rings: dict[int, dict[str, int]]
+    setup_alloc_bytes: dict[int, int | None]
+    params_bitwise_equal: bool | None
+    params_max_abs_diff: float | None
+    losses_bitwise_equal: bool | None
+    losses_max_abs_diff: float | None
+    gate: dict[int, str | None]
+    peak_rss_bytes: dict[int, int]
+
+    @property
+    def bitwise_equal(self) -> bool | None:
+        if self.reference is None:
+            return None
+        return bool(self.params_bitwise_equal and self.losses_bitwise_equal)
+
+    @property
+    def median_step_time_s(self) -> float:
+        """Median over steps after the first (which includes setup) of the slowest rank's time."""
+        steps = len(next(iter(self.step_times_s.values())))
+        per_step = [max(t[s] for t in self.step_times_s.values()) for s in range(steps)]
+        return statistics.median(per_step[1:] if len(per_step) > 1 else per_step)
+
+
+@dataclass(slots=True)
+class ParityReport:
+    spec: ParitySpec
+    variants: list[VariantResult]
+    wall_s: float
+    boundary_bytes: int
+    """Bytes of the one tensor crossing each stage boundary (per microbatch, per direction)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def bitwise_equal(self) -> bool:
+        """True when every pooled variant is bitwise equal to its stock reference."""
+        pooled = [v for v in self.variants if v.reference is not None]
+        return bool(pooled) and all(v.bitwise_equal for v in pooled)
+
+    def variant(self, name: str) -> VariantResult:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(f"no variant {name!r}; have {[v.name for v in self.variants]}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "bitwise_equal": self.bitwise_equal,
+            "wall_s": self.wall_s,
+            "boundary_bytes": self.boundary_bytes,
+            "spec": self.spec.to_dict(),
+            "variants": [],
+        }
+        for v in self.variants:
+            out["variants"].append({
+                "name": v.name, "frontend": v.frontend, "schedule": v.schedule, "pooled": v.pooled,
+                "config": v.config, "reference": v.reference, "bitwise_equal": v.bitwise_equal,
+                "params_bitwise_equal": v.params_bitwise_equal, "params_max_abs_diff": v.params_max_abs_diff,
+                "losses_bitwise_equal": v.losses_bitwise_equal, "losses_max_abs_diff": v.losses_max_abs_diff,
+                "median_step_time_s": v.median_step_time_s,
+                "losses": v.losses, "grad_norm": v.grad_norm,
+                "stages": {
+                    str(s): {"recv": v.recv[s], "rings": v.rings.get(s, {}), "setup_alloc_bytes": v.setup_alloc_bytes[s],
+                             "param_sums": v.param_sums[s], "gate": v.gate[s]}
+                    for s in sorted(v.recv)
+                },
+            })
+        return out
+
+    def to_frame(self):  # -> pandas.DataFrame
+        """Tidy receive-buffer table: one row per variant, stage and direction."""
+        import pandas as pd
+
+        rows = []
+        for v in self.variants:
+            for s in sorted(v.recv):
+                for d in ("forward", "grad"):
+                    m = v.recv[s][d]
+                    rows.append({"variant": v.name, "frontend": v.frontend, "schedule": v.schedule,
+                                 "pooled": v.pooled, "stage": s, "direction": d, "sets": m["sets"],
+                                 "bytes": m["bytes"], "ring": v.rings.get(s, {}).get(d)})
+        return pd.DataFrame(rows)
+
+    def losses_frame(self):  # -> pandas.DataFrame
+        """One row per variant and step: mean microbatch loss and its bitwise status."""
+        import pandas as pd
+
+        rows = []
+        for v in self.variants:
+            for step, mb in enumerate(v.losses):
+                rows.append({"variant": v.name, "pooled": v.pooled, "step": step,
+                             "loss": sum(mb) / len(mb) if mb else float("nan"),
+                             "grad_norm": v.grad_norm[step] if step < len(v.grad_norm) else float("nan")})
+        return pd.DataFrame(rows)
+
+
+def _read_errors(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.error.json"))]
+
+
+def _root_cause(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    overruns = [e for e in errors if e["overrun"]]
+    if overruns:
+        return min(overruns, key=lambda e: e["time"])
+    own = [e for e in errors if not e["peer_connection"]]
+    return min(own or errors, key=lambda e: e["time"])
+
+
+def _overrun_from(err: dict[str, Any]) -> BaseException:
+    """Rebuild the PoolOverrunError a rank raised from its message (same text, same type)."""
+    from pooltk.guard import PoolOverrunError
+
+    exc = PoolOverrunError.__new__(PoolOverrunError)
+    RuntimeError.__init__(exc, f"[rank {err['rank']}] {err['message']}")
+    return exc
+
+
+def _kill(procs: list[subprocess.Popen]) -> None:
+    """Kill every rank's whole process session (start_new_session=True) and reap it."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - kernel did not reap in time
+            p.kill()
+
+
+def run_parity(spec: ParitySpec, *, grace_s: float = 3.0) -> ParityReport:
+    """Run ``spec`` on ``spec.pp`` spawned gloo ranks and gather a :class:`ParityReport`.
+
+    Raises:
+        PoolOverrunError: a rank's guard caught a ring overrun (the rank's own message).
+        ParityRankError: a rank failed for another reason (root cause, not peer echoes).
+        ParityTimeoutError: the launch ran past ``spec.timeout_s``; all ranks were killed.
+    """
+    import torch.distributed as dist
+
+    world = spec.pp
+    t0 = time.perf_counter()
+    store = dist.TCPStore("127.0.0.1", 0, world + 1, is_master=True, wait_for_workers=False)
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    with tempfile.TemporaryDirectory(prefix="pooltk-parity-") as tmp:
+        out = Path(tmp)
+        (out / "spec.json").write_text(json.dumps(spec.to_dict()))
+        procs: list[subprocess.Popen] = []
+        logs = []
+        for rank in range(world):
+            log = open(out / f"rank{rank}.log", "wb")
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "pooltk.parity._rank", str(rank), str(world), str(out), str(store.port)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+            ))
+        deadline = time.monotonic() + spec.timeout_s
+        failed_at = None
+        try:
+            while True:
+                codes = [p.poll() for p in procs]
+                if all(c is not None for c in codes):
+                    break
+                if failed_at is None and any(c not in (None, 0) for c in codes):
+                    failed_at = time.monotonic()
+                if failed_at is not None and time.monotonic() - failed_at > grace_s:
+                    break
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
+        finally:
+            timed_out = time.monotonic() > deadline and any(p.poll() is None for p in procs)
+            _kill(procs)
+            for log in logs:
+                log.close()
+            del store
+        errors = _read_errors(out)
+        if errors:
+            cause = _root_cause(errors)
+            if cause["overrun"]:
+                raise _overrun_from(cause)
+            raise ParityRankError(rank=cause["rank"], error_type=cause["type"], message=cause["message"],
+                                  traceback_text=cause["traceback"], overrun=False)
+        if timed_out:
+            stuck = [r for r in range(world) if not (out / f"rank{r}.json").exists()]
+            raise ParityTimeoutError(
+                f"parity launch exceeded timeout_s={spec.timeout_s:g}s; ranks {stuck} had not finished and all ranks "
+                "were killed. Fix: raise ParitySpec.timeout_s (--timeout) or use fewer microbatches/steps."
+            )
+        missing = [r for r in range(world) if not (out / f"rank{r}.json").exists()]
+        if missing:
+            codes = {r: procs[r].returncode for r in missing}
+            tail = (out / f"rank{missing[0]}.log").read_text(errors="replace")[-3000:]
+            raise ParityRankError(rank=missing[0], error_type="ProcessDied",
+                                  message=f"ranks {missing} exited without results (exit codes {codes}); "
+                                          f"rank {missing[0]} printed:\n{tail}",
+                                  traceback_text=tail, overrun=False)
+        per_rank = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+    return _gather(spec, per_rank, time.perf_counter() - t0)
+
+
+def _gather(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s: float) -> ParityReport:
+    world = len(per_rank)
+    variants: list[VariantResult] = []
+    stock_losses: dict[tuple[str, str], list[list[float]]] = {}
+    for vi, v in enumerate(spec.variants):
+        recs = [per_rank[r][vi] for r in range(world)]
+        last = recs[-1]
+        if not v.pooled:
+            stock_losses[(v.frontend, v.schedule.lower())] = last["losses"]
+        ref_name = recs[0]["reference"]
+        params_eq = None if ref_name is None else all(r["params_bitwise_equal"] for r in recs)
+        params_diff = None if ref_name is None else max(r["params_max_abs_diff"] for r in recs)
+        n_steps = len(recs[0]["grad_sq"])
+        variants.append(VariantResult(
+            name=v.name, frontend=v.frontend, schedule=v.schedule, pooled=v.pooled,
+            config=v.config.to_dict() if v.config else None, reference=ref_name,
+            losses=last["losses"],
+            param_sums={r["stage"]: r["param_sums"] for r in recs},
+            grad_norm=[sum(r["grad_sq"][s] for r in recs) ** 0.5 for s in range(n_steps)],
+            step_times_s={r["stage"]: r["step_times_s"] for r in recs},
+            recv={r["stage"]: r["recv"] for r in recs},
+            rings={r["stage"]: r["rings"] for r in recs},
+            setup_alloc_bytes={r["stage"]: r["setup_alloc_bytes"] for r in recs},
+            params_bitwise_equal=params_eq, params_max_abs_diff=params_diff,
+            losses_bitwise_equal=None, losses_max_abs_diff=None,
+            gate={r["stage"]: r["gate"] for r in recs},
+            peak_rss_bytes={r["stage"]: r["peak_rss_bytes"] for r in recs},
+        ))
+    for res, v in zip(variants, spec.variants):
+        if res.reference is None:
+            continue
+        ref = stock_losses.get((v.frontend, v.schedule.lower()))
+        flat_a = [x for step in res.losses for x in step]
+        flat_b = [x for step in (ref or []) for x in step]
+        res.losses_bitwise_equal = ref is not None and flat_a == flat_b
+        res.losses_max_abs_diff = max((abs(a - b) for a, b in zip(flat_a, flat_b)), default=0.0)
+    boundary = spec.rows_per_microbatch * spec.seq_len * spec.hidden * 4
+    return ParityReport(spec=spec, variants=variants, wall_s=wall_s, boundary_bytes=boundary)

@@ -1,0 +1,130 @@
+"""What a parity run does: the shape, the variants, and how long it may take."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pooltk.config import PoolConfig
+
+__all__ = ["FRONTENDS", "ParitySpec", "Variant", "default_variants"]
+
+Frontend = Literal["manual", "tracing"]
+FRONTENDS: tuple[str, ...] = ("manual", "tracing")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Variant:
+    """One training run inside a parity launch (stock, or pooled with a config)."""
+
+    name: str
+    """Label in reports, e.g. ``stock/manual`` or ``tight-s2/manual``."""
+    frontend: Frontend = "manual"
+    """``manual`` (``PipelineStage`` over a stage module) or ``tracing`` (``pipeline()`` + ``build_stage``)."""
+    schedule: str = "1f1b"
+    """torch schedule name as ``get_schedule_class`` takes it (``1F1B``, ``GPipe``)."""
+    pooled: bool = False
+    """False: stock torch (the reference). True: pooltk installed with ``config``."""
+    config: PoolConfig | None = None
+    force: bool = False
+    """Pool even if the schedule is not allowlisted (negative controls)."""
+    eval_between_steps: bool = False
+    """Run ``schedule.eval`` after every train step (reruns stage setup twice per step)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["config"] = self.config.to_dict() if self.config else None
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "Variant":
+        d = dict(d)
+        d["config"] = PoolConfig(**d["config"]) if d.get("config") else None
+        return Variant(**d)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ParitySpec:
+    """A parity launch: one process group, several variants run one after another."""
+
+    pp: int = 4
+    """Pipeline stages = ranks (one stage per rank)."""
+    microbatches: int = 16
+    steps: int = 3
+    """Optimizer steps per variant."""
+    hidden: int = 64
+    seq_len: int = 8
+    """Tokens per row; the boundary tensor is (rows_per_microbatch, seq_len, hidden) float32."""
+    rows_per_microbatch: int = 2
+    layers_per_stage: int = 2
+    lr: float = 0.05
+    seed: int = 0
+    timeout_s: float = 120.0
+    """Wall-clock bound for the whole launch; ranks still running then are killed."""
+    variants: tuple[Variant, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        for name in ("pp", "microbatches", "steps", "hidden", "seq_len", "rows_per_microbatch", "layers_per_stage"):
+            value = getattr(self, name)
+            low = 2 if name == "pp" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"ParitySpec.{name}: found {value!r}; required an integer >= {low}.")
+        if not self.variants:
+            raise ValueError("ParitySpec.variants: found none; required at least one. Fix: use default_variants(...).")
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"ParitySpec.variants: names must be unique, found {names}.")
+        for v in self.variants:
+            if v.frontend not in FRONTENDS:
+                raise ValueError(f"Variant {v.name}: frontend found {v.frontend!r}; required one of {FRONTENDS}.")
+            if v.pooled and v.config is None:
+                raise ValueError(f"Variant {v.name}: pooled=True needs a PoolConfig.")
+        if self.timeout_s <= 0:
+            raise ValueError(f"ParitySpec.timeout_s: found {self.timeout_s}; required > 0.")
+
+    @property
+    def rows(self) -> int:
+        return self.rows_per_microbatch * self.microbatches
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["variants"] = [v.to_dict() for v in self.variants]
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "ParitySpec":
+        d = dict(d)
+        d["variants"] = tuple(Variant.from_dict(v) for v in d["variants"])
+        return ParitySpec(**d)
+
+
+def _config_label(config: PoolConfig) -> str:
+    label = config.policy
+    label += f"-s{config.slack}"
+    if config.policy == "tight":
+        label += f"g{config.grad_slack}"
+    if not config.guard:
+        label += "-noguard"
+    if config.forward_shortfall:
+        label += f"-short{config.forward_shortfall}"
+    return label
+
+
+def default_variants(
+    configs: list[PoolConfig] | tuple[PoolConfig, ...] = (PoolConfig(),),
+    *,
+    frontends: tuple[str, ...] = ("manual",),
+    schedule: str = "1f1b",
+    force: bool = False,
+    eval_between_steps: bool = False,
+) -> tuple[Variant, ...]:
+    """A stock reference plus one pooled variant per config, for each frontend."""
+    out: list[Variant] = []
+    sched = schedule.lower()
+    for fe in frontends:
+        out.append(Variant(name=f"stock/{sched}/{fe}", frontend=fe, schedule=schedule,
+                           eval_between_steps=eval_between_steps))
+        for cfg in configs:
+            out.append(Variant(name=f"{_config_label(cfg)}/{sched}/{fe}", frontend=fe, schedule=schedule, pooled=True,
+                               config=cfg, force=force, eval_between_steps=eval_between_steps))
+    return tuple(out)

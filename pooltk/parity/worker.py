@@ -1,0 +1,252 @@
+"""What each rank runs in a parity launch. Importable, so spawned ranks can load it.
+
+One process group; the variants of a spec run one after another on fresh stages built
+from the same seeds. Each rank compares its own final parameters of every variant with
+the stock variant of the same frontend and schedule (bitwise), and records losses (last
+stage), per-step parameter sums, step times, and the receive-buffer bytes its stage holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pooltk.parity.models import ToyModel, make_batch, make_stage_module
+from pooltk.parity.spec import ParitySpec, Variant
+
+__all__ = ["measure_recv_storage", "run_in_group", "spawn_entry"]
+
+
+def measure_recv_storage(stage: Any) -> dict[str, dict[str, int]]:
+    """Distinct storages behind a stage's receive buffers, per direction: sets and bytes.
+
+    Counts every non-root recv-info buffer over all microbatches, deduplicated by
+    storage, so a ring of K sets counts K and stock torch counts M.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for direction, attr in (("forward", "args_recv_info"), ("grad", "grad_recv_info")):
+        seen: dict[int, int] = {}
+        per_chunk = 0
+        for chunk, infos in sorted(getattr(stage, attr, {}).items()):
+            n = 0
+            for info in infos:
+                if getattr(info, "is_root_arg", False):
+                    continue
+                buf = getattr(info, "buffer", None)
+                if isinstance(buf, torch.Tensor) and not buf.is_meta:
+                    storage = buf.untyped_storage()
+                    seen[storage.data_ptr()] = storage.nbytes()
+                    n += 1
+            per_chunk = max(per_chunk, n)
+        out[direction] = {"bytes": sum(seen.values()), "storages": len(seen),
+                          "sets": len(seen) // per_chunk if per_chunk else 0}
+    return out
+
+
+class _AllocationCounter:
+    """Counts real (non-meta) tensors torch's stage module makes from metadata."""
+
+    def __init__(self) -> None:
+        from torch.distributed.pipelining import stage as stage_mod
+
+        self.mod, self.orig = stage_mod, getattr(stage_mod, "_make_tensor_from_meta", None)
+        self.bytes = 0
+        self.count = 0
+
+    def __enter__(self) -> "_AllocationCounter":
+        if self.orig is None:
+            return self
+        orig = self.orig
+
+        def counting(meta: Any, device: Any) -> torch.Tensor:
+            t = orig(meta, device)
+            if not t.is_meta:
+                self.bytes += t.untyped_storage().nbytes()
+                self.count += 1
+            return t
+
+        self.mod._make_tensor_from_meta = counting
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.orig is not None:
+            self.mod._make_tensor_from_meta = self.orig
+
+
+def _build_stage(spec: ParitySpec, variant: Variant, rank: int, world: int, device: torch.device) -> Any:
+    from torch.distributed.pipelining import PipelineStage
+
+    if variant.frontend == "manual":
+        module = make_stage_module(hidden=spec.hidden, layers_per_stage=spec.layers_per_stage, stage_index=rank,
+                                   seed=spec.seed).to(device)
+        return PipelineStage(module, rank, world, device)
+    from torch.distributed.pipelining import SplitPoint, pipeline
+
+    model = ToyModel(spec.hidden, spec.layers_per_stage * world, seed=spec.seed).to(device)
+    example = torch.zeros(spec.rows_per_microbatch, spec.seq_len, spec.hidden, device=device)
+    split = {f"layers.{k * spec.layers_per_stage}": SplitPoint.BEGINNING for k in range(1, world)}
+    pipe = pipeline(model, mb_args=(example,), split_spec=split)
+    return pipe.build_stage(rank, device)
+
+
+def _loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.mse_loss(output, target)
+
+
+def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, device: torch.device) -> dict[str, Any]:
+    import pooltk
+    from torch.distributed.pipelining.schedules import get_schedule_class
+
+    report = None
+    if variant.pooled:
+        report = pooltk.install(variant.config, schedule=variant.schedule, force=variant.force)
+    try:
+        counter = _AllocationCounter()
+        stage = _build_stage(spec, variant, rank, world, device)
+        params = [p for p in stage.submod.parameters()]
+        opt = torch.optim.SGD(params, lr=spec.lr)
+        schedule = get_schedule_class(variant.schedule)(stage, n_microbatches=spec.microbatches, loss_fn=_loss_fn)
+        is_first, is_last = rank == 0, rank == world - 1
+        losses_by_step: list[list[float]] = []
+        eval_by_step: list[float] = []
+        param_sums: list[float] = []
+        grad_sq: list[float] = []
+        step_times: list[float] = []
+        setup_alloc_bytes = None
+        for step in range(spec.steps):
+            x, y = make_batch(rows=spec.rows, seq_len=spec.seq_len, hidden=spec.hidden, step=step, seed=spec.seed)
+            x, y = x.to(device), y.to(device)
+            opt.zero_grad(set_to_none=True)
+            losses: list[torch.Tensor] = []
+            t0 = time.perf_counter()
+            with counter if step == 0 else _nullctx():
+                if is_first:
+                    schedule.step(x)
+                elif is_last:
+                    schedule.step(target=y, losses=losses)
+                else:
+                    schedule.step()
+            step_times.append(time.perf_counter() - t0)
+            if step == 0:
+                setup_alloc_bytes = counter.bytes
+            grad_sq.append(float(sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None)))
+            opt.step()
+            param_sums.append(float(sum(p.detach().double().sum() for p in params)))
+            if is_last:
+                losses_by_step.append([float(v) for v in losses])
+            if variant.eval_between_steps:
+                out = schedule.eval(x) if is_first else schedule.eval()
+                if is_last:
+                    eval_by_step.append(float(out.double().sum()))
+        final = [p.detach().clone() for p in params]
+        rings = {d: r.size for d, r in pooltk.stage_rings(stage).items()}
+        gate = stage.__dict__.get("_pooltk_gate")
+        return {
+            "variant": variant.name,
+            "rank": rank,
+            "stage": rank,
+            "losses": losses_by_step,
+            "eval_sums": eval_by_step,
+            "param_sums": param_sums,
+            "grad_sq": grad_sq,
+            "step_times_s": step_times,
+            "recv": measure_recv_storage(stage),
+            "setup_alloc_bytes": setup_alloc_bytes,
+            "rings": rings,
+            "gate": gate.reason if gate is not None else None,
+            "install": report.to_dict() if report is not None else None,
+            "_final": final,
+        }
+    finally:
+        if variant.pooled:
+            pooltk.uninstall()
+
+
+class _nullctx:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _compare(records: list[dict[str, Any]], variants: tuple[Variant, ...]) -> None:
+    """Attach bitwise / max-abs-diff of final params vs the stock variant of the same frontend+schedule."""
+    by_name = {r["variant"]: r for r in records}
+    for v in variants:
+        rec = by_name[v.name]
+        ref = next((by_name[s.name] for s in variants
+                    if not s.pooled and s.frontend == v.frontend and s.schedule.lower() == v.schedule.lower()), None)
+        if ref is None or ref is rec:
+            rec["reference"] = None
+            rec["params_bitwise_equal"] = None
+            rec["params_max_abs_diff"] = None
+            continue
+        diffs = [float((a - b).abs().max()) if a.numel() else 0.0 for a, b in zip(rec["_final"], ref["_final"])]
+        rec["reference"] = ref["variant"]
+        rec["params_bitwise_equal"] = all(torch.equal(a, b) for a, b in zip(rec["_final"], ref["_final"]))
+        rec["params_max_abs_diff"] = max(diffs) if diffs else 0.0
+    for rec in records:
+        rec.pop("_final", None)
+        rec["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def run_in_group(spec: ParitySpec, rank: int, world: int, device: torch.device | None = None) -> list[dict[str, Any]]:
+    """Run every variant of ``spec`` on this rank (process group already initialised)."""
+    if world != spec.pp:
+        raise ValueError(f"parity: world size {world} but spec.pp={spec.pp}; required one rank per stage. "
+                         f"Fix: launch {spec.pp} ranks (torchrun --nproc-per-node {spec.pp}) or pass --pp {world}.")
+    device = device or torch.device("cpu")
+    torch.manual_seed(spec.seed)
+    records = []
+    for variant in spec.variants:
+        records.append(_run_variant(spec, variant, rank, world, device))
+        dist.barrier()
+    _compare(records, spec.variants)
+    return records
+
+
+def _is_peer_connection_error(text: str) -> bool:
+    return any(s in text for s in ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
+                                   "Socket Timeout", "Connection refused", "connectFullMesh"))
+
+
+def spawn_entry(rank: int, world: int, spec_json: str, out_dir: str, store_port: int) -> None:
+    """Entry point of a spawned rank: join the group through the launcher's TCPStore, run, write JSON."""
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    out = Path(out_dir)
+    try:
+        torch.set_num_threads(1)
+        spec = ParitySpec.from_dict(json.loads(spec_json))
+        store = dist.TCPStore("127.0.0.1", store_port, world + 1, is_master=False,
+                              timeout=__import__("datetime").timedelta(seconds=spec.timeout_s))
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                                timeout=__import__("datetime").timedelta(seconds=spec.timeout_s))
+        records = run_in_group(spec, rank, world)
+        (out / f"rank{rank}.json").write_text(json.dumps(records))
+        dist.destroy_process_group()
+    except BaseException as exc:  # report the rank's own error, then exit non-zero
+        text = "".join(traceback.format_exception(exc))
+        from pooltk.guard import PoolOverrunError
+
+        (out / f"rank{rank}.error.json").write_text(json.dumps({
+            "rank": rank,
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "traceback": text,
+            "time": time.time(),
+            "overrun": isinstance(exc, PoolOverrunError) or "PoolOverrunError" in text,
+            "peer_connection": _is_peer_connection_error(text),
+        }))
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        os._exit(1)
