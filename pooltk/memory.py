@@ -34,7 +34,7 @@ from math import prod
 from typing import TYPE_CHECKING, Any, Literal
 
 from pooltk.config import PoolConfig
-from pooltk.ring import RingSizes, live_set_1f1b, ring_sizes, stock_sets
+from pooltk.ring import live_set_1f1b, ring_sizes, stock_sets
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -45,6 +45,7 @@ __all__ = [
     "DTYPE_BYTES",
     "VARIANTS",
     "Boundary",
+    "LIVE_SOURCES",
     "DirectionMemory",
     "ExpectedBytes",
     "MemoryModel",
@@ -54,7 +55,9 @@ __all__ = [
     "UnpoolableScheduleError",
     "canonical_schedule",
     "expected_bytes",
+    "compare_configs",
     "harness_boundary",
+    "live_sets_for",
     "microbatches_from_batch",
     "middle_stage",
     "model_memory",
@@ -419,7 +422,7 @@ class DirectionMemory:
 
     def sets(self, variant: str) -> int:
         """Sets held by ``variant`` (one of :data:`VARIANTS`)."""
-        return getattr(self, f"{_variant(variant)}_sets" if variant != "live_set" else "live_sets")
+        return getattr(self, _SETS_FIELD[_variant(variant)])
 
     def bytes(self, variant: str) -> int:
         """Bytes held by ``variant``."""
@@ -437,6 +440,9 @@ class DirectionMemory:
     def saved_bytes(self) -> int:
         """Stock minus pooled."""
         return self.stock_bytes - self.pooled_bytes
+
+
+_SETS_FIELD = {v: ("live_sets" if v == "live_set" else f"{v}_sets") for v in VARIANTS}
 
 
 def _variant(variant: str) -> str:
@@ -475,6 +481,8 @@ class MemoryModel:
     """One row per (stage, direction), stage-major, forward before grad."""
     pool_active: bool
     """False when the schedule cannot be pooled and the model shows the pool standing down."""
+    live_source: str = "schedule"
+    """Where ``live_sets`` came from: ``"schedule"`` (walked) or ``"formula"``."""
 
     def row(self, stage: int, direction: str) -> DirectionMemory:
         """The row of ``stage`` in ``direction``."""
@@ -554,7 +562,8 @@ class MemoryModel:
         (``<variant>_<unit>``), and ``saved_<unit>`` (stock - pooled)."""
         import pandas as pd
 
-        scale = BYTES_PER_UNIT[unit] if unit in BYTES_PER_UNIT else to_unit(1, unit)
+        to_unit(1, unit)  # validates the unit name
+        scale = BYTES_PER_UNIT[unit]
         records = []
         for i in range(self.shape.pp):
             f, g = self.row(i, "forward"), self.row(i, "grad")
@@ -573,6 +582,7 @@ class MemoryModel:
             "shape": dataclasses.asdict(self.shape),
             "config": self.config.to_dict(),
             "pool_active": self.pool_active,
+            "live_source": self.live_source,
             "boundaries": [
                 {
                     "activations": [dataclasses.asdict(t) for t in b.activations],
@@ -611,15 +621,46 @@ class MemoryModel:
 # --------------------------------------------------------------------------- the model
 
 
-@functools.lru_cache(maxsize=512)
-def _live_sets(schedule: str, pp: int, n_microbatches: int) -> tuple[tuple[int, int], ...]:
+LiveSource = Literal["schedule", "formula"]
+LIVE_SOURCES: tuple[str, ...] = ("schedule", "formula")
+"""Where the live-set column comes from. See [Note: live-set sources]."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _walked_live_sets(schedule: str, pp: int, n_microbatches: int) -> tuple[tuple[int, int], ...]:
     """Per stage (forward, grad) live sets, walked once per (schedule, N, M) and cached."""
     from pooltk import schedules
 
     table = schedules.live_sets(schedule, pp=pp, n_microbatches=n_microbatches)
-    return tuple(
-        (int(table.get((i, "forward"), 0)), int(table.get((i, "grad"), 0))) for i in range(pp)
-    )
+    return tuple((int(table.get((i, "forward"), 0)), int(table.get((i, "grad"), 0))) for i in range(pp))
+
+
+def _formula_live_sets(schedule: str, pp: int, n_microbatches: int) -> tuple[tuple[int, int], ...]:
+    """The closed forms of [Note: live-set sources]."""
+    if schedule == "1f1b":
+        sets = (live_set_1f1b(pp, i, n_microbatches) for i in range(pp))
+        return tuple((s.forward, s.grad) for s in sets)
+    return tuple((0 if i == 0 else n_microbatches, 0 if i == pp - 1 else 1) for i in range(pp))
+
+
+def live_sets_for(shape: PipelineShape, source: LiveSource = "schedule") -> tuple[tuple[int, int], ...]:
+    """Per stage ``(forward, grad)`` live sets of ``shape`` from ``source``.
+
+    [Note: live-set sources]
+    ``"schedule"`` (the default) walks the schedule's own action order with
+    :func:`pooltk.schedules.live_sets`: nothing is assumed about the schedule; the walk is
+    cached per (schedule, N, M) but costs ~1 s cold at N=16, M=256 on a laptop-class CPU.
+    ``"formula"`` uses the closed forms the walk reproduces -- 1F1B: forward
+    ``W = min(M, N - i)`` (0 on stage 0), grad 1 (0 on the last stage)
+    (:func:`pooltk.ring.live_set_1f1b`); GPipe: forward ``M``, grad 1 -- for sweeps over
+    thousands of shapes. ``tests/memory`` checks that both sources agree on a grid of shapes.
+    """
+    if source not in LIVE_SOURCES:
+        raise MemoryModelError(
+            "live_source", found=repr(source), required=f"one of {', '.join(LIVE_SOURCES)}", fix="use 'schedule' (default)."
+        )
+    fn = _walked_live_sets if source == "schedule" else _formula_live_sets
+    return fn(shape.schedule, shape.pp, shape.n_microbatches)
 
 
 def _boundaries(boundaries: Boundary | Sequence[Boundary], pp: int) -> tuple[Boundary, ...]:
@@ -643,6 +684,7 @@ def model_memory(
     config: PoolConfig | None = None,
     *,
     unpoolable: Literal["error", "stock"] = "error",
+    live_source: LiveSource = "schedule",
 ) -> MemoryModel:
     """Model every stage and direction of ``shape``. See [Note: where the numbers come from].
 
@@ -653,6 +695,8 @@ def model_memory(
         unpoolable: for a schedule the pool must not touch (GPipe): ``"error"`` raises
             :class:`UnpoolableScheduleError`; ``"stock"`` models the pool standing down
             (every ring column equals stock), as Automodel does when it warns and skips.
+        live_source: ``"schedule"`` (walk the action order) or ``"formula"``; see
+            [Note: live-set sources].
     """
     if not isinstance(shape, PipelineShape):
         raise MemoryModelError(
@@ -670,7 +714,7 @@ def model_memory(
             fix="use 1f1b, or pass unpoolable='stock' (CLI: --allow-unpoolable) to see stock and live-set bytes with the pool standing down.",
         )
     bounds = _boundaries(boundaries, n)
-    live = _live_sets(shape.schedule, n, m)
+    live = live_sets_for(shape, live_source)
     am_cfg = dataclasses.replace(config, policy="automodel")
     tight_cfg = dataclasses.replace(config, policy="tight")
     rows: list[DirectionMemory] = []
@@ -696,7 +740,9 @@ def model_memory(
                     pooled_sets=getattr(pooled, d),
                 )
             )
-    return MemoryModel(shape=shape, config=config, boundaries=bounds, rows=tuple(rows), pool_active=shape.poolable)
+    return MemoryModel(
+        shape=shape, config=config, boundaries=bounds, rows=tuple(rows), pool_active=shape.poolable, live_source=live_source
+    )
 
 
 def expected_bytes(
@@ -728,6 +774,7 @@ def slack_sweep(
     config: PoolConfig | None = None,
     *,
     vary: Literal["slack", "grad_slack", "both"] = "slack",
+    live_source: LiveSource = "schedule",
 ) -> pd.DataFrame:
     """Pooled bytes per stage for each slack: columns ``stage``, ``slack``, ``pooled_bytes``,
     ``pooled_gib``, ``stock_gib``, ``saved_gib``. ``vary`` picks which slack moves."""
@@ -737,7 +784,7 @@ def slack_sweep(
     records = []
     for s in slacks:
         changes: Mapping[str, int] = {"slack": {"slack": s}, "grad_slack": {"grad_slack": s}, "both": {"slack": s, "grad_slack": s}}[vary]
-        result = model_memory(shape, boundaries, dataclasses.replace(config, **changes))
+        result = model_memory(shape, boundaries, dataclasses.replace(config, **changes), live_source=live_source)
         for i in range(shape.pp):
             pooled = result.stage_bytes(i, "pooled")
             stock = result.stage_bytes(i, "stock")
@@ -754,6 +801,41 @@ def slack_sweep(
     return pd.DataFrame.from_records(records)
 
 
-def _check_live_against_ring(n: int, m: int) -> RingSizes:  # pragma: no cover - debugging aid
-    """The closed form the schedule walk must reproduce (tests compare the two)."""
-    return live_set_1f1b(n, n - 1, m)
+def compare_configs(
+    shape: PipelineShape,
+    boundaries: Boundary | Sequence[Boundary],
+    configs: Mapping[str, PoolConfig],
+    *,
+    stage: int,
+    baseline: str | None = None,
+) -> pd.DataFrame:
+    """One row per named config on ``stage``: ``label``, ``policy``, ``slack``, ``grad_slack``,
+    ``forward_sets``, ``grad_sets``, ``stock_gib``, ``pooled_gib``, ``saved_gib`` and
+    ``saved_beyond_baseline_gib`` (extra saving over the config named ``baseline``, default the first)."""
+    import pandas as pd
+
+    if not configs:
+        raise MemoryModelError("configs", found="none", required="at least one named PoolConfig", fix="pass {'label': PoolConfig(...)}.")
+    baseline = next(iter(configs)) if baseline is None else baseline
+    if baseline not in configs:
+        raise MemoryModelError("baseline", found=repr(baseline), required=f"one of {list(configs)}", fix="name one of the configs.")
+    models = {label: model_memory(shape, boundaries, cfg) for label, cfg in configs.items()}
+    base_saved = models[baseline].saved_bytes(stage)
+    records = []
+    for label, m in models.items():
+        cfg = m.config
+        records.append(
+            {
+                "label": label,
+                "policy": cfg.policy,
+                "slack": cfg.slack,
+                "grad_slack": cfg.grad_slack if cfg.policy == "tight" else None,
+                "forward_sets": m.row(stage, "forward").pooled_sets,
+                "grad_sets": m.row(stage, "grad").pooled_sets,
+                "stock_gib": m.stage_gib(stage, "stock"),
+                "pooled_gib": m.stage_gib(stage, "pooled"),
+                "saved_gib": m.saved_gib(stage),
+                "saved_beyond_baseline_gib": (m.saved_bytes(stage) - base_saved) / 2**30,
+            }
+        )
+    return pd.DataFrame.from_records(records)

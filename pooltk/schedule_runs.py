@@ -58,6 +58,7 @@ __all__ = [
     "Program",
     "ScheduleAnalysisError",
     "analysable_schedules",
+    "is_single_stage",
     "program",
     "resolve_schedule",
 ]
@@ -164,7 +165,8 @@ def analysable_schedules() -> tuple[str, ...]:
     return tuple(_schedule_map())
 
 
-def _is_single(cls: type) -> bool:
+def is_single_stage(cls: type) -> bool:
+    """True for single-stage schedules (one stage per rank, receives posted from code)."""
     s = _pipelining()
     return issubclass(cls, s.PipelineScheduleSingle)
 
@@ -211,7 +213,7 @@ def resolve_schedule(schedule: str | type) -> tuple[str, type]:
             )
         return label, schedule
     for name, cls in known.items():
-        if issubclass(schedule, cls) and _is_single(cls):
+        if issubclass(schedule, cls) and is_single_stage(cls):
             if schedule._step_microbatches is not cls._step_microbatches:
                 raise ScheduleAnalysisError(
                     f"schedule {label} subclasses {name} but overrides _step_microbatches; "
@@ -345,10 +347,13 @@ def _single_stage_program(
     """Record torch's ``_step_microbatches`` once per stage. See [Note: recording a single-stage step]."""
     s = _pipelining()
     events: dict[int, tuple[Event, ...]] = {}
+    sched: Any = None
     for stage_index in range(pp):
         log: list[tuple[str, int, int]] = []
         stage = _RecordingStage(stage_index, pp, not forward_only, log)
-        sched = _construct(cls, stage, n_microbatches, forward_only, kwargs)
+        if sched is None:  # torch builds every rank's IR in __init__: build once, swap the stage
+            sched = _construct(cls, stage, n_microbatches, forward_only, kwargs)
+        sched._stage = stage
         sched._has_backward = not forward_only
         # Loss plumbing and stage initialisation need real tensors; none of it posts receives.
         sched._initialize_stage = lambda *a, **k: None
@@ -527,7 +532,7 @@ def program(
         raise ScheduleAnalysisError(
             f"style: found {style!r}; {name} places stages {own_style!r}-style. Fix: pass style={own_style!r} or None."
         )
-    if _is_single(cls):
+    if is_single_stage(cls):
         if stages_per_rank != 1:
             raise ScheduleAnalysisError(
                 f"stages_per_rank: found {stages_per_rank}; {name} runs one stage per rank. Fix: pass 1, "

@@ -81,6 +81,7 @@ __all__ = [
     "resolve_schedule",
     "shared_slots",
     "sweep_table",
+    "tight_rings",
 ]
 
 Direction = Literal["forward", "grad"]
@@ -484,6 +485,37 @@ def live_table(
     return pd.DataFrame(rows)
 
 
+def _shapes_of(
+    name: str, cls: type, vpps: Sequence[int], defers: Sequence[bool]
+) -> tuple[list[int], list[bool]]:
+    """The (vpp, defer) values of a grid that are shapes of this schedule at all.
+
+    Single-stage schedules run one stage per rank and have no receive actions to defer;
+    the V schedules run exactly two stages per rank. Other values are skipped, not refused.
+    """
+    from pooltk.schedule_runs import is_single_stage
+
+    if is_single_stage(cls):
+        return [1], [False]
+    if name in ("ZBVZeroBubble", "DualPipeV"):
+        return [2], sorted(set(defers))
+    return sorted(set(vpps)), sorted(set(defers))
+
+
+def tight_rings(table: pd.DataFrame, *, slack: int, grad_slack: int) -> pd.DataFrame:
+    """Add ``tight``: the ring a pool would keep, ``min(M, ring_min + slack)`` (grad: ``grad_slack``).
+
+    Rows with no receives (ring_min 0) keep 0. ``slack`` / ``grad_slack`` mean what they
+    mean in :class:`pooltk.config.PoolConfig`.
+    """
+    for label, v in (("slack", slack), ("grad_slack", grad_slack)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{label}: found {v!r}; required an integer >= 0.")
+    extra = table["direction"].map({"forward": slack, "grad": grad_slack})
+    tight = (table["ring_min"] + extra).clip(upper=table["n_microbatches"]).where(table["ring_min"] > 0, 0)
+    return table.assign(tight=tight.astype(int))
+
+
 def sweep_table(
     schedules: Sequence[str | type],
     *,
@@ -503,15 +535,13 @@ def sweep_table(
 
     frames: list[pd.DataFrame] = []
     refused: list[dict[str, Any]] = []
-    for sched in schedules:
-        name, cls = resolve_schedule(sched)  # unknown names fail loudly, before the sweep
-        single = name in ("1F1B", "GPipe")
+    resolved = [resolve_schedule(s) for s in schedules]  # unknown names fail loudly, before the sweep
+    for name, cls in resolved:
+        own_vpps, defers = _shapes_of(name, cls, vpps, defer_pp_recv)
         for pp in pps:
-            for vpp in vpps:
+            for vpp in own_vpps:
                 for m in microbatches:
-                    for defer in defer_pp_recv:
-                        if single and (vpp != 1 or defer):
-                            continue  # not a shape of a single-stage schedule
+                    for defer in defers:
                         try:
                             frames.append(
                                 live_table(

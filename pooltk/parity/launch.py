@@ -195,13 +195,15 @@ def _kill(procs: list[subprocess.Popen]) -> None:
             p.kill()
 
 
-def run_parity(spec: ParitySpec, *, grace_s: float = 3.0) -> ParityReport:
+def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = None) -> ParityReport:
     """Run ``spec`` on ``spec.pp`` spawned gloo ranks and gather a :class:`ParityReport`.
 
     Raises:
         PoolOverrunError: a rank's guard caught a ring overrun (the rank's own message).
         ParityRankError: a rank failed for another reason (root cause, not peer echoes).
         ParityTimeoutError: the launch ran past ``spec.timeout_s``; all ranks were killed.
+
+    ``prelude`` names a module every rank imports before it starts (see ``spawn_entry``).
     """
     import torch.distributed as dist
 
@@ -218,7 +220,8 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0) -> ParityReport:
             log = open(out / f"rank{rank}.log", "wb")
             logs.append(log)
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "pooltk.parity._rank", str(rank), str(world), str(out), str(store.port)],
+                [sys.executable, "-m", "pooltk.parity._rank", str(rank), str(world), str(out), str(store.port)]
+                + ([prelude] if prelude else []),
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
             ))
         deadline = time.monotonic() + spec.timeout_s

@@ -142,7 +142,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             opt.step()
             param_sums.append(float(sum(p.detach().double().sum() for p in params)))
             if is_last:
-                losses_by_step.append([float(v) for v in losses])
+                losses_by_step.append([float(v.detach()) for v in losses])
             if variant.eval_between_steps:
                 out = schedule.eval(x) if is_first else schedule.eval()
                 if is_last:
@@ -220,11 +220,18 @@ def _is_peer_connection_error(text: str) -> bool:
                                    "Socket Timeout", "Connection refused", "connectFullMesh"))
 
 
-def spawn_entry(rank: int, world: int, spec_json: str, out_dir: str, store_port: int) -> None:
-    """Entry point of a spawned rank: join the group through the launcher's TCPStore, run, write JSON."""
+def spawn_entry(rank: int, world: int, spec_json: str, out_dir: str, store_port: int,
+                prelude: str | None = None) -> None:
+    """Entry point of a launched rank: join the group through the launcher's TCPStore, run, write JSON.
+
+    ``prelude`` names a module imported first in the rank (e.g. to register models, or to
+    simulate a torch whose layout pooltk does not know); its errors are the rank's errors.
+    """
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     out = Path(out_dir)
     try:
+        if prelude:
+            __import__("importlib").import_module(prelude)
         torch.set_num_threads(1)
         spec = ParitySpec.from_dict(json.loads(spec_json))
         store = dist.TCPStore("127.0.0.1", store_port, world + 1, is_master=False,

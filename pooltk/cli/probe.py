@@ -1,0 +1,31 @@
+"""``pooltk probe``: which torch layout is here and whether install would work."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pooltk.adapters import detect
+    from pooltk.install import probe
+
+    report = probe()
+    detection = detect()
+    if args.json:
+        print(json.dumps({**report.to_dict(), "tried": list(detection.tried)}, indent=2))
+        return 0
+    print(f"torch            {report.torch_version}")
+    print(f"layout           {report.layout or 'none recognised'}")
+    would = "yes" if report.installed else "no (stock behaviour would be kept)"
+    print(f"install would    {would}")
+    if report.installed:
+        print(f"buffers made     {'only K sets (lazy during setup)' if report.alloc_free else 'all M, then K kept'}")
+    print(f"why              {report.reason}")
+    for line in detection.tried:
+        print(f"  not            {line}")
+    return 0

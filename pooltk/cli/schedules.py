@@ -1,0 +1,151 @@
+"""``pooltk schedules``: live receive buffers per stage, derived from torch's schedule order.
+
+For each schedule x (pp, vpp, M[, defer_pp_recv]) prints one block: per stage and
+direction the buffer sets stock torch allocates, the live peak (the smallest safe ring)
+and the tight ring with slack; under each block the slot totals when a rank's stages
+share pools (the granularities of the upstream proposal). ``--json`` prints everything
+as JSON, ``--csv FILE`` writes the tidy table.
+
+Single-stage schedules (1F1B, GPipe) always run vpp 1 and the V schedules (ZBVZeroBubble,
+DualPipeV) vpp 2, whatever ``--vpp`` says; ``--defer-pp-recv`` applies to the multi-stage
+runtime schedules only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+__all__ = ["register", "run"]
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--schedule",
+        nargs="+",
+        metavar="NAME",
+        default=None,
+        help="torch schedule names, case-insensitive (default: every schedule this torch ships)",
+    )
+    parser.add_argument("--pp", nargs="+", type=int, default=[4], metavar="N", help="pipeline ranks (default 4)")
+    parser.add_argument(
+        "--vpp", nargs="+", type=int, default=[2], metavar="V", help="stages per rank for multi-stage schedules (default 2)"
+    )
+    parser.add_argument(
+        "--microbatches", nargs="+", type=int, default=[8], metavar="M", help="microbatches per step (default 8)"
+    )
+    parser.add_argument(
+        "--defer-pp-recv",
+        choices=("off", "on", "both"),
+        default="off",
+        help="torch 2.13+'s late receive posting for runtime schedules (default off)",
+    )
+    parser.add_argument("--forward-only", action="store_true", help="an eval step: no backward, no grad receives")
+    parser.add_argument("--slack", type=int, default=None, help="forward ring slack for the tight column (default 2)")
+    parser.add_argument("--grad-slack", type=int, default=None, help="grad ring slack for the tight column (default 1)")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print tables, slot totals and refusals as JSON")
+    out.add_argument("--csv", metavar="FILE", help="also write the tidy per-stage table to FILE")
+
+
+def _fail(message: str) -> int:
+    print(f"pooltk schedules: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _totals(table: Any, name: str, pp: int, vpp: int, m: int, defer: bool, forward_only: bool) -> dict[str, Any]:
+    from pooltk.schedules import lifetimes, shared_slots
+
+    spans = lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=vpp, defer_pp_recv=defer, forward_only=forward_only)
+    slots = shared_slots(spans)
+    return {
+        "schedule": name,
+        "pp": pp,
+        "vpp": vpp,
+        "n_microbatches": m,
+        "defer_pp_recv": defer,
+        "stock": int(table["stock_buffers"].sum()),
+        "per_stage_direction": slots.per_stage_direction,
+        "per_rank_direction": slots.per_rank_direction,
+        "per_rank": slots.per_rank,
+        "tight": int(table["tight"].sum()),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from pooltk.config import PoolConfig
+    from pooltk.schedules import ScheduleAnalysisError, analysable_schedules, resolve_schedule, sweep_table, tight_rings
+
+    defaults = PoolConfig()
+    slack = defaults.slack if args.slack is None else args.slack
+    grad_slack = defaults.grad_slack if args.grad_slack is None else args.grad_slack
+    for flag, values, low in (
+        ("--pp", args.pp, 1),
+        ("--vpp", args.vpp, 1),
+        ("--microbatches", args.microbatches, 1),
+        ("--slack", [slack], 0),
+        ("--grad-slack", [grad_slack], 0),
+    ):
+        bad = [v for v in values if v < low]
+        if bad:
+            return _fail(f"{flag}: found {bad[0]}; required an integer >= {low}.")
+    names = args.schedule or list(analysable_schedules())
+    try:
+        resolved = [resolve_schedule(n)[0] for n in names]
+    except ScheduleAnalysisError as exc:
+        return _fail(str(exc))
+    defers = {"off": [False], "on": [True], "both": [False, True]}[args.defer_pp_recv]
+    table, refused = sweep_table(
+        resolved,
+        pps=args.pp,
+        vpps=args.vpp,
+        microbatches=args.microbatches,
+        defer_pp_recv=defers,
+        forward_only=args.forward_only,
+    )
+    if table.empty:
+        for r in refused:
+            print(f"refused {r['schedule']} pp{r['pp']} vpp{r['vpp']} M{r['n_microbatches']}: {r['reason']}", file=sys.stderr)
+        return _fail("no schedule shape could be analysed (reasons above).")
+    table = tight_rings(table, slack=slack, grad_slack=grad_slack)
+    keys = ["schedule", "pp", "vpp", "n_microbatches", "defer_pp_recv"]
+    totals = [
+        _totals(group, *key, args.forward_only)  # type: ignore[misc]
+        for key, group in table.groupby(keys, sort=False)
+    ]
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+    if args.json:
+        print(
+            json.dumps(
+                {"slack": slack, "grad_slack": grad_slack, "rows": table.to_dict(orient="records"),
+                 "totals": totals, "refused": refused},
+                indent=2,
+                default=lambda o: o.item() if hasattr(o, "item") else str(o),
+            )
+        )
+        return 0
+    shown = ["stage", "rank", "direction", "stock_buffers", "live_peak", "tight", "handoff"]
+    for total, (key, group) in zip(totals, table.groupby(keys, sort=False)):
+        name, pp, vpp, m, defer = key  # type: ignore[misc]
+        print(
+            f"== {name}  pp={pp} vpp={vpp} M={m}"
+            + ("  defer_pp_recv" if defer else "")
+            + ("  forward-only" if args.forward_only else "")
+            + f"  (tight = live + slack {slack} / grad slack {grad_slack}, at most M)"
+        )
+        view = group[shown].rename(columns={"stock_buffers": "stock", "live_peak": "live"})
+        view = view.assign(handoff=view["handoff"].map({True: "local", False: ""}))
+        print(view.to_string(index=False))
+        print(
+            f"   sets: stock {total['stock']}, tight {total['tight']}; slots at the live peak: "
+            f"per stage+direction {total['per_stage_direction']}, shared per rank+direction "
+            f"{total['per_rank_direction']}, shared per rank {total['per_rank']}\n"
+        )
+    for r in refused:
+        print(f"refused {r['schedule']} pp{r['pp']} vpp{r['vpp']} M{r['n_microbatches']}: {r['reason']}")
+    if args.csv:
+        print(f"wrote {args.csv}")
+    return 0

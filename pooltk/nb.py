@@ -1,0 +1,118 @@
+"""What every pooltk notebook shares: setup, figure saving, small display helpers.
+
+Stable names (other notebooks call them; keep their signatures):
+
+- :func:`setup` -- figure style and pandas display options; returns :class:`NotebookEnv`
+  (``IN_CI``, ``REPORT_DIR``).
+- :func:`save_figure` -- writes ``<REPORT_DIR>/<name>.png`` when ``POOLTK_REPORT_DIR`` is set
+  (``pooltk report`` sets it); does nothing otherwise. Returns the path written or ``None``.
+- :func:`show_frame` -- display a DataFrame with a caption and fixed float format.
+- :func:`show_inputs` -- display the inputs a result was computed from, as a two-column table.
+
+Imports matplotlib, seaborn and pandas: notebooks only, never the core package.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+__all__ = ["REPORT_DIR_ENV", "NotebookEnv", "report_dir", "save_figure", "setup", "show_frame", "show_inputs"]
+
+REPORT_DIR_ENV = "POOLTK_REPORT_DIR"
+"""Environment variable naming the folder figures are saved to (set by ``pooltk report``)."""
+
+_CI_ENVS = ("CI", "GITHUB_ACTIONS", "POOLTK_CI")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class NotebookEnv:
+    """Where a notebook is running, as :func:`setup` found it."""
+
+    IN_CI: bool
+    """True under CI (``CI``, ``GITHUB_ACTIONS`` or ``POOLTK_CI`` set to a true value) or when
+    writing a report: notebooks may pick smaller sweeps, never different claims."""
+    REPORT_DIR: Path | None
+    """Folder :func:`save_figure` writes PNGs to, from ``POOLTK_REPORT_DIR``; ``None`` when unset."""
+
+
+def _truthy(value: str | None) -> bool:
+    return value is not None and value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def report_dir() -> Path | None:
+    """The report folder from ``POOLTK_REPORT_DIR``, or ``None`` when it is unset or empty."""
+    value = os.environ.get(REPORT_DIR_ENV, "").strip()
+    return Path(value) if value else None
+
+
+def setup(*, context: str = "notebook", font_scale: float = 1.0) -> NotebookEnv:
+    """Set the shared figure style (seaborn whitegrid, readable sizes) and pandas display options.
+
+    Returns a :class:`NotebookEnv` with ``IN_CI`` and ``REPORT_DIR``.
+    """
+    import matplotlib as mpl
+    import pandas as pd
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context=context, font_scale=font_scale)
+    mpl.rcParams.update({"figure.figsize": (9.0, 4.0), "figure.dpi": 100, "savefig.dpi": 120, "savefig.bbox": "tight"})
+    pd.set_option("display.width", 160)
+    pd.set_option("display.max_columns", 30)
+    pd.set_option("display.max_rows", 80)
+    pd.set_option("display.precision", 3)
+    out = report_dir()
+    in_ci = any(_truthy(os.environ.get(k)) for k in _CI_ENVS) or out is not None
+    return NotebookEnv(IN_CI=in_ci, REPORT_DIR=out)
+
+
+def save_figure(fig: Figure, name: str) -> Path | None:
+    """Write ``fig`` as ``<POOLTK_REPORT_DIR>/<name>.png`` when the variable is set.
+
+    ``name`` should start with the notebook's number (``01_stage_bars``) so reports from
+    several notebooks do not collide; characters other than letters, digits, ``-``, ``_``
+    and ``.`` become ``_``. Returns the path written, or ``None`` when no report is being made.
+    """
+    out = report_dir()
+    if out is None:
+        return None
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._")
+    if not safe:
+        raise ValueError(f"save_figure name: found {name!r}; required letters or digits. Fix: name it like '01_stage_bars'.")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{safe.removesuffix('.png')}.png"
+    fig.savefig(path)
+    return path
+
+
+def _display(obj: Any) -> None:
+    try:
+        from IPython.display import display
+    except ImportError:  # pragma: no cover - outside IPython
+        print(obj)
+        return
+    display(obj)
+
+
+def show_frame(frame: pd.DataFrame, caption: str | None = None, *, float_format: str = "{:,.2f}") -> None:
+    """Display ``frame`` without its index, floats formatted, with an optional caption."""
+    styler = frame.style.hide(axis="index").format(float_format, subset=frame.select_dtypes("float").columns)
+    if caption:
+        styler = styler.set_caption(caption)
+    _display(styler)
+
+
+def show_inputs(inputs: Mapping[str, Any], caption: str = "inputs") -> None:
+    """Display the inputs a result was computed from as a two-column table (``input``, ``value``)."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"input": list(inputs), "value": [str(v) for v in inputs.values()]})
+    show_frame(frame, caption)
