@@ -27,7 +27,16 @@ from typing import Any
 from pooltk.config import PoolConfig
 from pooltk.memory import Boundary, MemoryModel, MemoryModelError, PipelineShape, TensorSpec, model_memory
 
-__all__ = ["PRESETS", "ConfigKeyError", "Figure", "Preset", "get_preset", "load_automodel_config", "preset_names"]
+__all__ = [
+    "PRESETS",
+    "ConfigKeyError",
+    "Figure",
+    "Preset",
+    "get_preset",
+    "load_automodel_config",
+    "preset_names",
+    "published_vs_model",
+]
 
 _PR = (
     "NVIDIA-NeMo/Automodel PR #3780 'perf(distributed): ring-pooled PP recv buffers and Kimi-K3 2k benchmark "
@@ -410,3 +419,47 @@ def load_automodel_config(source: str | Path | dict) -> Preset:
         figures=(),
         sources=(where,),
     )
+
+
+def published_vs_model(preset: Preset) -> Any:
+    """The preset's published memory figures next to what the model gives, as a DataFrame.
+
+    Columns: ``figure``, ``published``, ``model_middle_stage`` (stage ``(pp - 1) // 2``),
+    ``model_inner_stages_range`` (min-max over stages 1 .. pp - 2), ``unit``,
+    ``relative_difference`` (model middle stage / published - 1), ``kind``, ``source``.
+    Uses the preset's own config (the published run's policy and slack).
+    """
+    import pandas as pd
+
+    from pooltk.memory import middle_stage
+
+    model = preset.model()
+    mid = middle_stage(preset.shape.pp)
+    inner = range(1, preset.shape.pp - 1) or range(preset.shape.pp)
+    measures = {
+        "sets_per_direction": ("stock buffer sets per direction", lambda i: model.row(i, "forward").stock_sets),
+        "stock_middle_stage_gib": ("stock receive buffers per stage (GiB)", lambda i: model.stage_gib(i, "stock")),
+        "saved_middle_stage_gib": (
+            f"saved by the ring ({preset.config.policy}, slack {preset.config.slack}) per stage (GiB)",
+            lambda i: model.saved_gib(i, "pooled"),
+        ),
+    }
+    records = []
+    for f in preset.figures:
+        if f.name not in measures or f.kind != "published":
+            continue
+        label, fn = measures[f.name]
+        values = [fn(i) for i in inner]
+        records.append(
+            {
+                "figure": label,
+                "published": f.value,
+                "model_middle_stage": fn(mid),
+                "model_inner_stages_range": f"{min(values):.2f} .. {max(values):.2f}",
+                "unit": f.unit,
+                "relative_difference": fn(mid) / f.value - 1,
+                "kind": f.kind,
+                "source": f.source,
+            }
+        )
+    return pd.DataFrame.from_records(records)
