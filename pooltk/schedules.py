@@ -44,6 +44,7 @@ The first stage has no activation receives and the last none for gradients.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -197,6 +198,63 @@ def lifetimes_of(prog: Program) -> list[BufferLifetime]:
     return out
 
 
+@functools.lru_cache(maxsize=512)
+def _analysis_cached(
+    schedule: str | type,
+    pp: int,
+    n_microbatches: int,
+    stages_per_rank: int,
+    style: Style | None,
+    forward_only: bool,
+    defer_pp_recv: bool,
+    kw_items: tuple[tuple[str, Any], ...],
+) -> tuple[Program, tuple[BufferLifetime, ...]]:
+    prog = program(
+        schedule,
+        pp=pp,
+        n_microbatches=n_microbatches,
+        stages_per_rank=stages_per_rank,
+        style=style,
+        forward_only=forward_only,
+        defer_pp_recv=defer_pp_recv,
+        **dict(kw_items),
+    )
+    return prog, tuple(lifetimes_of(prog))
+
+
+def _analysis(
+    schedule: str | type,
+    pp: int,
+    n_microbatches: int,
+    stages_per_rank: int,
+    style: Style | None,
+    forward_only: bool,
+    defer_pp_recv: bool,
+    schedule_kwargs: dict[str, Any],
+) -> tuple[Program, tuple[BufferLifetime, ...]]:
+    """Program and lifetimes, memoised per shape (a widget asks for the same shape often).
+
+    The cached Program is shared: callers treat it as read-only. Refusals are not cached.
+    """
+    args = (schedule, pp, n_microbatches, stages_per_rank, style, forward_only, defer_pp_recv)
+    kw_items = tuple(sorted(schedule_kwargs.items()))
+    try:
+        hash(args + kw_items)
+    except TypeError:  # unhashable schedule kwargs: analyse without the cache
+        prog = program(
+            schedule,
+            pp=pp,
+            n_microbatches=n_microbatches,
+            stages_per_rank=stages_per_rank,
+            style=style,
+            forward_only=forward_only,
+            defer_pp_recv=defer_pp_recv,
+            **schedule_kwargs,
+        )
+        return prog, tuple(lifetimes_of(prog))
+    return _analysis_cached(*args, kw_items)
+
+
 def lifetimes(
     schedule: str | type,
     *,
@@ -228,17 +286,10 @@ def lifetimes(
     Raises:
         ScheduleAnalysisError: the schedule or shape cannot be analysed; the message says why.
     """
-    prog = program(
-        schedule,
-        pp=pp,
-        n_microbatches=n_microbatches,
-        stages_per_rank=stages_per_rank,
-        style=style,
-        forward_only=forward_only,
-        defer_pp_recv=defer_pp_recv,
-        **schedule_kwargs,
+    _, spans = _analysis(
+        schedule, pp, n_microbatches, stages_per_rank, style, forward_only, defer_pp_recv, schedule_kwargs
     )
-    return lifetimes_of(prog)
+    return list(spans)
 
 
 # --------------------------------------------------------------------------- live sets
@@ -297,17 +348,10 @@ def live_sets(
     receives (first stage forward, last stage grad, a V-schedule local handoff, grads in a
     forward-only step). Arguments as for :func:`lifetimes`.
     """
-    prog = program(
-        schedule,
-        pp=pp,
-        n_microbatches=n_microbatches,
-        stages_per_rank=stages_per_rank,
-        style=style,
-        forward_only=forward_only,
-        defer_pp_recv=defer_pp_recv,
-        **schedule_kwargs,
+    prog, spans = _analysis(
+        schedule, pp, n_microbatches, stages_per_rank, style, forward_only, defer_pp_recv, schedule_kwargs
     )
-    return live_sets_of(prog)
+    return live_sets_of(prog, spans)
 
 
 # --------------------------------------------------------------------------- rings
@@ -450,17 +494,9 @@ def live_table(
     """
     import pandas as pd
 
-    prog = program(
-        schedule,
-        pp=pp,
-        n_microbatches=n_microbatches,
-        stages_per_rank=stages_per_rank,
-        style=style,
-        forward_only=forward_only,
-        defer_pp_recv=defer_pp_recv,
-        **schedule_kwargs,
+    prog, spans = _analysis(
+        schedule, pp, n_microbatches, stages_per_rank, style, forward_only, defer_pp_recv, schedule_kwargs
     )
-    spans = lifetimes_of(prog)
     peaks = live_sets_of(prog, spans)
     rows = []
     for stage in range(prog.num_stages):
