@@ -55,6 +55,11 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _label(r: dict[str, Any]) -> str:
+    defer = " defer_pp_recv" if r["defer_pp_recv"] else ""
+    return f"{r['schedule']} pp{r['pp']} vpp{r['vpp']} M{r['n_microbatches']}{defer}"
+
+
 def _totals(table: Any, name: str, pp: int, vpp: int, m: int, defer: bool, forward_only: bool) -> dict[str, Any]:
     from pooltk.schedules import lifetimes, shared_slots
 
@@ -107,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if table.empty:
         for r in refused:
-            print(f"refused {r['schedule']} pp{r['pp']} vpp{r['vpp']} M{r['n_microbatches']}: {r['reason']}", file=sys.stderr)
+            print(f"refused {_label(r)}: {r['reason']}", file=sys.stderr)
         return _fail("no schedule shape could be analysed (reasons above).")
     table = tight_rings(table, slack=slack, grad_slack=grad_slack)
     keys = ["schedule", "pp", "vpp", "n_microbatches", "defer_pp_recv"]
@@ -145,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
             f"{total['per_rank_direction']}, shared per rank {total['per_rank']}\n"
         )
     for r in refused:
-        print(f"refused {r['schedule']} pp{r['pp']} vpp{r['vpp']} M{r['n_microbatches']}: {r['reason']}")
+        print(f"refused {_label(r)}: {r['reason']}")
     if args.csv:
         print(f"wrote {args.csv}")
     return 0
