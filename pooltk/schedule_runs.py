@@ -23,9 +23,10 @@ For ``Schedule1F1B`` and ``ScheduleGPipe`` the receive posts live in the code of
 ``_step_microbatches``, so the program is taken by running torch's own
 ``_step_microbatches`` against a recording stand-in stage: ``get_fwd_recv_ops(k)`` /
 ``get_bwd_recv_ops(k)`` return marker ops, ``forward_one_chunk`` /
-``backward_one_chunk`` record the compute, and the module-level ``_batch_p2p`` /
-``_sorted_batch_p2p`` / ``_wait_batch_p2p`` are swapped (for the duration of the call
-only) for recorders, so an op is "posted" at the moment torch hands it to a batch. Read
+``backward_one_chunk`` record the compute, and the step function is re-made from its own
+code with recorders in place of the module-level ``_batch_p2p`` / ``_sorted_batch_p2p`` /
+``_wait_batch_p2p`` (torch's module is not modified), so an op is "posted" at the moment
+torch hands it to a batch. Read
 from torch 2.13's ``Schedule1F1B._step_microbatches``, the result for stage ``i`` of
 ``N`` with ``W = min(M, N - i)`` is:
 
@@ -45,9 +46,8 @@ recording is cross-checked against the compute order of torch's own
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-from collections.abc import Iterator
+import types
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -260,7 +260,7 @@ class _RecordingStage(_StandInStage):
         self._log = log
         self.output_chunks: list[Any] = []
 
-    # ops are markers; they are "posted" when torch hands them to a batch (see _recorders)
+    # ops are markers; they are "posted" when torch hands them to a batch (see _recording_step)
     def get_fwd_recv_ops(self, k: int) -> list[_Op]:
         return [] if self.is_first else [_Op("RECV_F", self.stage_index, k)]
 
@@ -291,14 +291,20 @@ class _RecordingStage(_StandInStage):
         return None
 
 
-@contextlib.contextmanager
-def _recorders(s: Any, log: list[tuple[str, int, int]]) -> Iterator[None]:
-    """Swap torch's batch helpers for recorders while one ``_step_microbatches`` runs."""
+def _recording_step(sched: Any, log: list[tuple[str, int, int]]) -> Any:
+    """torch's ``_step_microbatches`` for ``sched``, bound, reading recorders for its batch helpers.
+
+    The function is re-made from its own code with a copy of its module globals in which
+    ``_batch_p2p`` / ``_sorted_batch_p2p`` / ``_wait_batch_p2p`` record instead of
+    communicating; torch's module itself is never modified, so a pipeline running in
+    another thread is unaffected.
+    """
+    fn = type(sched)._step_microbatches
     names = ("_batch_p2p", "_sorted_batch_p2p", "_wait_batch_p2p")
-    missing = [n for n in names if not hasattr(s, n)]
+    missing = [n for n in names if n not in fn.__globals__]
     if missing:
         raise ScheduleAnalysisError(
-            f"this torch's pipelining/schedules.py lacks {', '.join(missing)}; pooltk cannot record where "
+            f"this torch's {fn.__module__} lacks {', '.join(missing)}; pooltk cannot record where "
             "single-stage schedules post receives. Required: torch 2.11-2.15."
         )
 
@@ -319,13 +325,10 @@ def _recorders(s: Any, log: list[tuple[str, int, int]]) -> Iterator[None]:
     def wait(work: Any) -> None:
         return None
 
-    saved = {n: getattr(s, n) for n in names}
-    try:
-        s._batch_p2p, s._sorted_batch_p2p, s._wait_batch_p2p = batch_p2p, sorted_batch_p2p, wait
-        yield
-    finally:
-        for n, fn in saved.items():
-            setattr(s, n, fn)
+    scope = {**fn.__globals__, "_batch_p2p": batch_p2p, "_sorted_batch_p2p": sorted_batch_p2p, "_wait_batch_p2p": wait}
+    copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return types.MethodType(copy, sched)
 
 
 def _dummy_loss(*args: Any, **kwargs: Any) -> None:  # never called: loss hooks are stubbed
@@ -345,7 +348,6 @@ def _single_stage_program(
     name: str, cls: type, pp: int, n_microbatches: int, forward_only: bool, kwargs: dict[str, Any]
 ) -> Program:
     """Record torch's ``_step_microbatches`` once per stage. See [Note: recording a single-stage step]."""
-    s = _pipelining()
     events: dict[int, tuple[Event, ...]] = {}
     sched: Any = None
     for stage_index in range(pp):
@@ -365,10 +367,7 @@ def _single_stage_program(
         if "loss_kwargs" in params:
             call_kwargs["loss_kwargs"] = None
         try:
-            with _recorders(s, log):
-                sched._step_microbatches(
-                    [()] * n_microbatches, [{}] * n_microbatches, None, None, **call_kwargs
-                )
+            _recording_step(sched, log)([()] * n_microbatches, [{}] * n_microbatches, None, None, **call_kwargs)
         except ScheduleAnalysisError:
             raise
         except Exception as exc:  # an attribute or call the stand-in does not provide
@@ -403,7 +402,11 @@ def _check_against_torch_order(
     order = getattr(sched, "pipeline_order", None)
     if forward_only or not isinstance(order, dict) or rank not in order:
         return
-    theirs = [a.computation_type.value for a in order[rank] if a is not None and a.computation_type.value in COMPUTE_KINDS]
+    theirs = [
+        a.computation_type.value
+        for a in order[rank]
+        if a is not None and a.computation_type.value in COMPUTE_KINDS
+    ]
     ours = [e.kind for e in events if e.kind in COMPUTE_KINDS]
     if theirs != ours:
         raise ScheduleAnalysisError(

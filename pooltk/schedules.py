@@ -360,7 +360,9 @@ def live_sets(
 def _ring_of(ring_size: int | Mapping[tuple[int, Direction], int], stage: int, direction: Direction) -> int:
     k = ring_size if isinstance(ring_size, int) else ring_size.get((stage, direction))
     if k is None:
-        raise ValueError(f"ring_size: no entry for (stage {stage}, {direction!r}); required one per (stage, direction).")
+        raise ValueError(
+            f"ring_size: no entry for (stage {stage}, {direction!r}); required one per (stage, direction)."
+        )
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"ring_size for (stage {stage}, {direction!r}): found {k!r}; required an integer >= 1.")
     return k

@@ -31,7 +31,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--pp", nargs="+", type=int, default=[4], metavar="N", help="pipeline ranks (default 4)")
     parser.add_argument(
-        "--vpp", nargs="+", type=int, default=[2], metavar="V", help="stages per rank for multi-stage schedules (default 2)"
+        "--vpp",
+        nargs="+",
+        type=int,
+        default=[2],
+        metavar="V",
+        help="stages per rank for multi-stage schedules (default 2)",
     )
     parser.add_argument(
         "--microbatches", nargs="+", type=int, default=[8], metavar="M", help="microbatches per step (default 8)"
@@ -63,7 +68,9 @@ def _label(r: dict[str, Any]) -> str:
 def _totals(table: Any, name: str, pp: int, vpp: int, m: int, defer: bool, forward_only: bool) -> dict[str, Any]:
     from pooltk.schedules import lifetimes, shared_slots
 
-    spans = lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=vpp, defer_pp_recv=defer, forward_only=forward_only)
+    spans = lifetimes(
+        name, pp=pp, n_microbatches=m, stages_per_rank=vpp, defer_pp_recv=defer, forward_only=forward_only
+    )
     slots = shared_slots(spans)
     return {
         "schedule": name,

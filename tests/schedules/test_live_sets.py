@@ -67,7 +67,8 @@ def test_1f1b_forward_receive_for_k_plus_w_is_posted_after_backward_k() -> None:
 
 
 def test_every_lifetime_is_posted_before_it_is_consumed_and_released_after() -> None:
-    for name, vpp in (("1F1B", 1), ("GPipe", 1), ("Interleaved1F1B", 2), ("InterleavedZeroBubble", 2), ("DualPipeV", 2)):
+    cases = (("1F1B", 1), ("GPipe", 1), ("Interleaved1F1B", 2), ("InterleavedZeroBubble", 2), ("DualPipeV", 2))
+    for name, vpp in cases:
         spans = lifetimes(name, pp=4, n_microbatches=8, stages_per_rank=vpp)
         assert spans, name
         for b in spans:

@@ -141,3 +141,11 @@ def test_ring_size_mapping_missing_a_stage_is_an_error() -> None:
         overwrites(spans, {(1, "forward"): 1})
     with pytest.raises(ValueError, match="required an integer >= 1"):
         overwrites(spans, 0)
+
+
+def test_recording_a_single_stage_step_leaves_torchs_module_untouched() -> None:
+    before = (torch_schedules._batch_p2p, torch_schedules._sorted_batch_p2p, torch_schedules._wait_batch_p2p)
+    lifetimes("1F1B", pp=3, n_microbatches=5)
+    lifetimes("GPipe", pp=3, n_microbatches=5)
+    after = (torch_schedules._batch_p2p, torch_schedules._sorted_batch_p2p, torch_schedules._wait_batch_p2p)
+    assert after == before
