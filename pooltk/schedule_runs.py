@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import inspect
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
@@ -125,8 +125,6 @@ class Program:
     """Per rank, the events in execution order."""
     source: str
     """Where the order came from (recorded ``_step_microbatches`` or ``pipeline_order_with_comms``)."""
-    stock_layout: str = field(default="setup-recv-info")
-    """Stock torch preallocates M buffer sets per stage and direction (torch 2.11-2.14)."""
 
     @property
     def num_stages(self) -> int:

@@ -48,7 +48,7 @@ import functools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pooltk.schedule_runs import (
     Program,
@@ -109,9 +109,11 @@ class BufferLifetime:
     """Position after which the buffer is no longer held or read (B or W; F when forward-only)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Overwrite:
-    """A ring slot reused while its previous microbatch's buffer was still live."""
+class Overwrite(NamedTuple):
+    """A ring slot reused while its previous microbatch's buffer was still live.
+
+    A named tuple, so ``for stage, direction, microbatch, by in overwrites(...)`` works.
+    """
 
     stage: int
     """Pipeline stage index."""

@@ -189,3 +189,8 @@ def test_lifetime_frame_has_one_row_per_buffer() -> None:
     frame = lifetime_frame(spans)
     assert len(frame) == len(spans) == 2 * 4 + 2 * 4  # stages 1,2 forward; stages 0,1 grad
     assert list(frame.columns) == ["stage", "rank", "direction", "microbatch", "post", "consume", "release"]
+
+
+def test_overwrites_unpack_as_stage_direction_microbatch_overwritten_by() -> None:
+    found = overwrites(lifetimes("GPipe", pp=2, n_microbatches=3), 2)
+    assert [tuple(o) for o in found] == [(1, "forward", 0, 2)]
