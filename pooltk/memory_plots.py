@@ -72,7 +72,7 @@ def stage_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None) 
     ax.set_ylabel("receive buffers per stage (GiB, 2**30 B)")
     ax.set_xlabel(f"stage (pp={model.shape.pp}, M={model.shape.n_microbatches}, {model.shape.schedule})")
     ax.set_title(title or f"stock vs pooled: slack={cfg.slack}, grad_slack={cfg.grad_slack} (tight); automodel slack={cfg.slack}")
-    ax.legend(loc="upper right", fontsize="small")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
     return fig
 
 

@@ -37,7 +37,14 @@ class ParityRankError(RuntimeError):
     def __init__(self, *, rank: int, error_type: str, message: str, traceback_text: str, overrun: bool) -> None:
         self.rank, self.error_type, self.message = rank, error_type, message
         self.traceback_text, self.overrun = traceback_text, overrun
-        super().__init__(f"parity rank {rank} failed with {error_type}: {message}")
+        where = _last_frame(traceback_text)
+        super().__init__(f"parity rank {rank} failed with {error_type}: {message}" + (f" (at {where})" if where else ""))
+
+
+def _last_frame(traceback_text: str) -> str:
+    """``file:line in func`` of the innermost frame of a formatted traceback, or ''."""
+    frames = [ln.strip() for ln in traceback_text.splitlines() if ln.strip().startswith("File ")]
+    return frames[-1].replace("File ", "", 1) if frames else ""
 
 
 class ParityTimeoutError(TimeoutError):
@@ -272,12 +279,14 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = 
 def _gather(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s: float) -> ParityReport:
     world = len(per_rank)
     variants: list[VariantResult] = []
-    stock_losses: dict[tuple[str, str], list[list[float]]] = {}
+    stock_losses: dict[tuple[str, str, bool], list[list[float]]] = {}
+    stock_evals: dict[tuple[str, str, bool], list[float]] = {}
     for vi, v in enumerate(spec.variants):
         recs = [per_rank[r][vi] for r in range(world)]
         last = recs[-1]
         if not v.pooled:
-            stock_losses[(v.frontend, v.schedule.lower())] = last["losses"]
+            stock_losses[(v.frontend, v.schedule.lower(), v.eval_between_steps)] = last["losses"]
+            stock_evals[(v.frontend, v.schedule.lower(), v.eval_between_steps)] = last["eval_sums"]
         ref_name = recs[0]["reference"]
         params_eq = None if ref_name is None else all(r["params_bitwise_equal"] for r in recs)
         params_diff = None if ref_name is None else max(r["params_max_abs_diff"] for r in recs)
@@ -297,12 +306,15 @@ def _gather(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s: floa
             gate={r["stage"]: r["gate"] for r in recs},
             peak_rss_bytes={r["stage"]: r["peak_rss_bytes"] for r in recs},
         ))
+    per_rank_eval = {v.name: per_rank[-1][vi]["eval_sums"] for vi, v in enumerate(spec.variants)}
     for res, v in zip(variants, spec.variants):
         if res.reference is None:
             continue
-        ref = stock_losses.get((v.frontend, v.schedule.lower()))
-        flat_a = [x for step in res.losses for x in step]
-        flat_b = [x for step in (ref or []) for x in step]
+        key = (v.frontend, v.schedule.lower(), v.eval_between_steps)
+        ref = stock_losses.get(key)
+        # Eval outputs (sum of the last stage's eval output per step) are compared like losses.
+        flat_a = [x for step in res.losses for x in step] + per_rank_eval[v.name]
+        flat_b = [x for step in (ref or []) for x in step] + stock_evals.get(key, [])
         res.losses_bitwise_equal = ref is not None and flat_a == flat_b
         res.losses_max_abs_diff = max((abs(a - b) for a, b in zip(flat_a, flat_b)), default=0.0)
     boundary = spec.rows_per_microbatch * spec.seq_len * spec.hidden * 4

@@ -121,10 +121,12 @@ def default_variants(
     """A stock reference plus one pooled variant per config, for each frontend."""
     out: list[Variant] = []
     sched = schedule.lower()
+    suffix = "+eval" if eval_between_steps else ""
     for fe in frontends:
-        out.append(Variant(name=f"stock/{sched}/{fe}", frontend=fe, schedule=schedule,
+        out.append(Variant(name=f"stock/{sched}/{fe}{suffix}", frontend=fe, schedule=schedule,
                            eval_between_steps=eval_between_steps))
         for cfg in configs:
-            out.append(Variant(name=f"{_config_label(cfg)}/{sched}/{fe}", frontend=fe, schedule=schedule, pooled=True,
+            out.append(Variant(name=f"{_config_label(cfg)}/{sched}/{fe}{suffix}", frontend=fe, schedule=schedule,
+                               pooled=True,
                                config=cfg, force=force, eval_between_steps=eval_between_steps))
     return tuple(out)

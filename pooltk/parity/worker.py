@@ -144,7 +144,12 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             if is_last:
                 losses_by_step.append([float(v.detach()) for v in losses])
             if variant.eval_between_steps:
-                out = schedule.eval(x) if is_first else schedule.eval()
+                if is_first:
+                    out = schedule.eval(x)
+                elif is_last:
+                    out = schedule.eval(target=y, losses=[])
+                else:
+                    out = schedule.eval()
                 if is_last:
                     eval_by_step.append(float(out.double().sum()))
         final = [p.detach().clone() for p in params]
@@ -179,13 +184,18 @@ class _nullctx:
         return None
 
 
+def _same_run(a: Variant, b: Variant) -> bool:
+    """Variants that must produce identical numbers when the pool is correct."""
+    return (a.frontend, a.schedule.lower(), a.eval_between_steps) == (b.frontend, b.schedule.lower(), b.eval_between_steps)
+
+
 def _compare(records: list[dict[str, Any]], variants: tuple[Variant, ...]) -> None:
     """Attach bitwise / max-abs-diff of final params vs the stock variant of the same frontend+schedule."""
     by_name = {r["variant"]: r for r in records}
     for v in variants:
         rec = by_name[v.name]
         ref = next((by_name[s.name] for s in variants
-                    if not s.pooled and s.frontend == v.frontend and s.schedule.lower() == v.schedule.lower()), None)
+                    if not s.pooled and _same_run(s, v)), None)
         if ref is None or ref is rec:
             rec["reference"] = None
             rec["params_bitwise_equal"] = None

@@ -1,0 +1,143 @@
+"""The tidy step table every reader produces: one row per logged step (and rank) of a run.
+
+Columns carry their unit in the name (``mem_gib``, ``step_time_s``, ``tok_per_s_logged``).
+Figures copied from a log keep the log's own basis and say so with a ``_logged`` suffix;
+figures on a stated physical basis (``tok_per_s_per_gpu``, ``mfu_pct``) are added by
+:mod:`pooltk.logs.metrics`, never guessed by a reader.
+
+[Note: memory units]
+Every memory figure in the frame is GiB (2**30 bytes). Automodel prints ``mem {:.2f} GiB``
+(``max_memory_allocated() / 1024**3``); its benchmark recipe prints the same quantity labelled
+"GB" (also ``/ 1024**3``: GiB despite the label); torchtitan prints ``max_reserved`` in GiB.
+Which allocator statistic it is goes in ``mem_basis``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["COLUMNS", "ColumnSpec", "RowBuilder", "empty_frame", "to_frame"]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ColumnSpec:
+    """One column of the step table."""
+
+    name: str
+    """Column name; the unit is part of it where there is one."""
+    dtype: str
+    """pandas dtype the column is cast to."""
+    doc: str
+    """What the value is and where it comes from."""
+
+
+COLUMNS: tuple[ColumnSpec, ...] = (
+    ColumnSpec(name="run", dtype="str", doc="run name: the file stem, or its folder for generic names (training.jsonl)"),
+    ColumnSpec(name="source_file", dtype="str", doc="path of the file the row was read from"),
+    ColumnSpec(name="format", dtype="str", doc="detected log family (see pooltk.logs.FORMATS)"),
+    ColumnSpec(name="kind", dtype="str", doc="'train' or 'val'"),
+    ColumnSpec(name="line", dtype="int64", doc="1-based line number of the row in source_file"),
+    ColumnSpec(name="rank", dtype="Int64", doc="rank that printed the line when the log says so ([rankN]:, 'Rank N |')"),
+    ColumnSpec(name="step", dtype="int64", doc="optimizer step (benchmark: iteration index, from 0)"),
+    ColumnSpec(name="epoch", dtype="Int64", doc="epoch, where logged"),
+    ColumnSpec(name="timestamp", dtype="datetime64[ns]", doc="when the line was logged (JSONL: UTC; text: host clock)"),
+    ColumnSpec(name="loss", dtype="float64", doc="loss as logged; NaN where a non-last PP stage printed -1"),
+    ColumnSpec(name="grad_norm", dtype="float64", doc="gradient norm as logged"),
+    ColumnSpec(name="lr", dtype="float64", doc="learning rate as logged"),
+    ColumnSpec(name="mem_gib", dtype="float64", doc="peak device memory, GiB (2**30 B); see mem_basis"),
+    ColumnSpec(name="mem_basis", dtype="str", doc="which peak: 'max_allocated' (Automodel) or 'max_reserved' (torchtitan)"),
+    ColumnSpec(name="mem_pct", dtype="float64", doc="peak memory as % of device capacity, where logged (torchtitan)"),
+    ColumnSpec(name="tok_per_s_logged", dtype="float64", doc="the log's own token rate (Automodel: whole job; torchtitan: per device)"),
+    ColumnSpec(name="tok_per_s_per_gpu_logged", dtype="float64", doc="the log's own per-GPU rate (Automodel: tps/cp/dp, ignores PP and TP)"),
+    ColumnSpec(name="tflops_per_gpu_logged", dtype="float64", doc="achieved TFLOP/s per device, where logged (torchtitan)"),
+    ColumnSpec(name="mfu_pct_logged", dtype="float64", doc="MFU in %, as logged on the framework's own basis"),
+    ColumnSpec(name="num_tokens", dtype="Int64", doc="tokens in the step's global batch, where logged"),
+    ColumnSpec(name="num_label_tokens", dtype="Int64", doc="label (loss) tokens in the step, where logged"),
+    ColumnSpec(name="step_time_s", dtype="float64", doc="seconds per step from the log; basis in step_time_basis"),
+    ColumnSpec(name="step_time_basis", dtype="str", doc="how step_time_s was obtained"),
+    ColumnSpec(name="val_name", dtype="str", doc="validation set name for kind == 'val'"),
+)
+
+_NAMES = tuple(c.name for c in COLUMNS)
+
+
+class RowBuilder:
+    """Column-wise accumulator: readers append values, :func:`to_frame` builds the table once.
+
+    Only the columns a reader fills are stored; the rest come out missing.
+    """
+
+    __slots__ = ("_cols", "_n")
+
+    def __init__(self) -> None:
+        self._cols: dict[str, list[Any]] = {}
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def add(self, **values: Any) -> None:
+        """Append one row; unknown column names are a programming error."""
+        n = self._n
+        for key, value in values.items():
+            col = self._cols.get(key)
+            if col is None:
+                if key not in _NAMES:
+                    raise KeyError(f"RowBuilder.add: unknown column {key!r}; known: {', '.join(_NAMES)}")
+                col = self._cols[key] = [None] * n
+            col.append(value)
+        self._n = n + 1
+        for key, col in self._cols.items():
+            if len(col) < n + 1:
+                col.append(None)
+
+    def columns(self) -> dict[str, list[Any]]:
+        """The filled columns, each as long as the number of rows."""
+        return self._cols
+
+
+def empty_frame() -> Any:
+    """A zero-row step table with every column and dtype."""
+    return to_frame({}, 0)
+
+
+def to_frame(cols: dict[str, Any], n: int, *, timestamp_format: str | None = None, **constants: Any) -> Any:
+    """Build the step table from column lists (missing columns become all-missing).
+
+    ``constants`` are columns with one value for every row (``run``, ``source_file``, ``format``).
+    ``timestamp_format`` is the strftime pattern of the raw ``timestamp`` strings (parsed in one
+    vectorised call; unparseable stamps become NaT).
+    """
+    import numpy as np
+    import pandas as pd
+
+    data: dict[str, Any] = {}
+    for spec in COLUMNS:
+        if spec.name in constants:
+            values: Any = [constants[spec.name]] * n
+        else:
+            values = cols.get(spec.name)
+        if values is None:
+            if spec.dtype in ("float64",):
+                data[spec.name] = np.full(n, np.nan)
+            elif spec.dtype == "datetime64[ns]":
+                data[spec.name] = pd.Series(pd.NaT, index=range(n), dtype="datetime64[ns]")
+            else:
+                data[spec.name] = pd.Series([pd.NA] * n, dtype=spec.dtype if spec.dtype != "int64" else "Int64")
+            continue
+        if spec.dtype == "float64":
+            data[spec.name] = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
+        elif spec.dtype == "datetime64[ns]":
+            raw = pd.Series(values, dtype="object")
+            if timestamp_format is None:
+                parsed = pd.to_datetime(raw, errors="coerce")
+            else:
+                parsed = pd.to_datetime(raw, format=timestamp_format, errors="coerce")
+            if getattr(parsed.dt, "tz", None) is not None:
+                parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
+            data[spec.name] = parsed.astype("datetime64[ns]")
+        else:
+            data[spec.name] = pd.Series(values, dtype=spec.dtype)
+    frame = pd.DataFrame(data, index=pd.RangeIndex(n))
+    return frame
