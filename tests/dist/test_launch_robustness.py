@@ -1,0 +1,89 @@
+"""A parity launch ends in bounded time with the root cause, leaves no processes, and fails open."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from pooltk import PoolConfig
+from pooltk.parity import ParityRankError, ParitySpec, ParityTimeoutError, default_variants, run_parity
+
+pytestmark = [pytest.mark.dist, pytest.mark.timeout(300)]
+
+
+def _prelude(tmp_path, monkeypatch, name, body):
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(body))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    return name
+
+
+def test_unknown_layout_in_the_ranks_fails_open_and_the_run_is_stock_and_correct(tmp_path, monkeypatch,
+                                                                                 no_leftover_ranks):
+    prelude = _prelude(tmp_path, monkeypatch, "move_layout", """
+        from torch.distributed.pipelining import stage as m
+        fn = m.PipelineStage.__dict__["_setup_forward_recv_info"]
+        delattr(m.PipelineStage, "_setup_forward_recv_info")
+        m._PipelineStageBase._setup_forward_recv_info = fn
+    """)
+    spec = ParitySpec(pp=2, microbatches=4, steps=2, timeout_s=200, variants=default_variants([PoolConfig()]))
+    report = run_parity(spec, prelude=prelude)
+    pooled = report.variants[1]
+    assert pooled.bitwise_equal
+    assert all(r == {} for r in pooled.rings.values())
+    assert pooled.recv[1]["forward"]["sets"] == 4 and pooled.recv[0]["grad"]["sets"] == 4
+
+
+def test_a_rank_that_raises_is_reported_as_the_root_cause(tmp_path, monkeypatch, no_leftover_ranks):
+    prelude = _prelude(tmp_path, monkeypatch, "rank1_raises", """
+        import sys
+        if sys.argv[1] == "1":
+            raise RuntimeError("rank one exploded on purpose")
+    """)
+    spec = ParitySpec(pp=2, microbatches=4, steps=1, timeout_s=120, variants=default_variants([PoolConfig()]))
+    with pytest.raises(ParityRankError) as info:
+        run_parity(spec, prelude=prelude)
+    assert info.value.rank == 1 and "exploded on purpose" in info.value.message
+
+
+def test_a_hung_rank_ends_the_launch_at_the_timeout_with_every_rank_killed(tmp_path, monkeypatch,
+                                                                          no_leftover_ranks):
+    prelude = _prelude(tmp_path, monkeypatch, "rank1_hangs", """
+        import sys, time
+        if sys.argv[1] == "1":
+            time.sleep(3600)
+    """)
+    spec = ParitySpec(pp=2, microbatches=4, steps=1, timeout_s=10, variants=default_variants([PoolConfig()]))
+    t0 = time.monotonic()
+    with pytest.raises(ParityTimeoutError, match="timeout_s=10"):
+        run_parity(spec, prelude=prelude)
+    assert time.monotonic() - t0 < 40
+
+
+def test_cli_parity_json_reports_bitwise_equal_and_exit_status():
+    ok = subprocess.run([sys.executable, "-m", "pooltk", "parity", "--pp", "2", "--microbatches", "4", "--steps", "2",
+                         "--json"], capture_output=True, text=True, timeout=200)
+    assert ok.returncode == 0, ok.stderr
+    data = json.loads(ok.stdout)
+    assert data["bitwise_equal"] is True
+    stages = data["variants"][1]["stages"]
+    assert stages["1"]["recv"]["forward"]["sets"] == 3 and stages["0"]["recv"]["grad"]["sets"] == 2
+    bad = subprocess.run([sys.executable, "-m", "pooltk", "parity", "--pp", "2", "--microbatches", "4", "--steps", "2",
+                          "--schedule", "GPipe", "--force", "--no-guard", "--slack", "0", "--json"],
+                         capture_output=True, text=True, timeout=200)
+    assert bad.returncode == 1
+    assert json.loads(bad.stdout)["bitwise_equal"] is False
+
+
+def test_parity_runs_under_torchrun_with_gloo(no_leftover_ranks):
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "pooltk.parity",
+         "--microbatches", "4", "--steps", "2", "--json"],
+        capture_output=True, text=True, timeout=200, env=dict(os.environ, GLOO_SOCKET_IFNAME="lo"),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(out.stdout[out.stdout.index("{"):])
+    assert data["bitwise_equal"] is True and data["spec"]["pp"] == 2

@@ -1,0 +1,92 @@
+"""Stock vs pooled 1F1B on real gloo stages: bitwise parity, exact bytes, and the negative controls.
+
+Each test is one launch (startup of 4 ranks dominates: 5-8 s here), bounded by timeout_s.
+"""
+
+import pytest
+
+from pooltk import PoolConfig, PoolOverrunError
+from pooltk.parity import ParitySpec, default_variants, run_parity
+from pooltk.ring import ring_sizes, stock_sets
+
+pytestmark = [pytest.mark.dist, pytest.mark.timeout(400)]
+
+CONFIGS = [PoolConfig(slack=2), PoolConfig(slack=0, grad_slack=0), PoolConfig(policy="automodel")]
+
+
+def test_pooled_1f1b_is_bitwise_equal_to_stock_for_each_policy_and_both_frontends(no_leftover_ranks):
+    spec = ParitySpec(pp=4, microbatches=16, steps=3, timeout_s=300,
+                      variants=default_variants(CONFIGS, frontends=("manual", "tracing")))
+    report = run_parity(spec)
+    assert report.bitwise_equal
+    pooled = [v for v in report.variants if v.pooled]
+    assert len(pooled) == 6
+    for v in pooled:
+        assert v.params_bitwise_equal and v.losses_bitwise_equal, v.name
+        assert v.params_max_abs_diff == 0.0 and v.losses_max_abs_diff == 0.0
+        assert len(v.losses) == 3 and all(len(step) == 16 for step in v.losses)
+
+
+def test_pooled_bytes_per_stage_are_exactly_ring_sets_times_set_bytes_and_only_those_are_allocated(
+    no_leftover_ranks,
+):
+    spec = ParitySpec(pp=4, microbatches=16, steps=1, timeout_s=300,
+                      variants=default_variants(CONFIGS, frontends=("manual",)))
+    report = run_parity(spec)
+    set_bytes = report.boundary_bytes
+    for v in report.variants:
+        cfg = PoolConfig(**v.config) if v.config else None
+        for s in range(4):
+            k = ring_sizes(4, s, 16, cfg) if cfg else stock_sets(4, s, 16)
+            assert v.recv[s]["forward"]["bytes"] == k.forward * set_bytes, (v.name, s)
+            assert v.recv[s]["grad"]["bytes"] == k.grad * set_bytes, (v.name, s)
+            assert v.recv[s]["forward"]["sets"] == k.forward and v.recv[s]["grad"]["sets"] == k.grad
+            # No transient: setup made exactly the K sets (stock makes all M).
+            assert v.setup_alloc_bytes[s] == (k.forward + k.grad) * set_bytes, (v.name, s)
+
+
+def test_negative_controls_diverge_silently_without_the_guard(no_leftover_ranks):
+    short = PoolConfig(slack=0, guard=False, forward_shortfall=1)
+    gpipe = PoolConfig(slack=0, guard=False)
+    variants = default_variants([short], force=True) + default_variants([gpipe], schedule="GPipe", force=True)
+    report = run_parity(ParitySpec(pp=4, microbatches=8, steps=2, timeout_s=300, variants=variants))
+    assert not report.bitwise_equal
+    for v in report.variants:
+        if v.pooled:
+            assert v.bitwise_equal is False, v.name
+            assert v.params_max_abs_diff > 1e-6, v.name
+
+
+def test_ring_one_short_is_caught_by_the_guard(no_leftover_ranks):
+    cfg = PoolConfig(slack=0, forward_shortfall=1)
+    spec = ParitySpec(pp=4, microbatches=8, steps=1, timeout_s=300, variants=default_variants([cfg], force=True))
+    with pytest.raises(PoolOverrunError, match=r"forward ring overrun: slot \d of \d"):
+        run_parity(spec)
+
+
+def test_gpipe_with_the_pool_forced_is_caught_by_the_guard(no_leftover_ranks):
+    spec = ParitySpec(pp=4, microbatches=8, steps=1, timeout_s=300,
+                      variants=default_variants([PoolConfig(slack=0)], schedule="GPipe", force=True))
+    with pytest.raises(PoolOverrunError, match="still owned by microbatch"):
+        run_parity(spec)
+
+
+def test_gpipe_without_force_is_not_pooled_and_stays_stock(no_leftover_ranks):
+    spec = ParitySpec(pp=2, microbatches=4, steps=1, timeout_s=200,
+                      variants=default_variants([PoolConfig()], schedule="GPipe"))
+    report = run_parity(spec)
+    pooled = report.variants[1]
+    assert pooled.bitwise_equal
+    assert all(r == {} for r in pooled.rings.values())
+    assert "stock receive buffers kept" in (pooled.gate[1] or "")
+    assert pooled.recv[1]["forward"]["sets"] == 4
+
+
+def test_eval_train_switch_and_repeated_steps_keep_the_pool_and_parity(no_leftover_ranks):
+    variants = default_variants([PoolConfig(slack=1), PoolConfig(policy="automodel")], eval_between_steps=True)
+    report = run_parity(ParitySpec(pp=4, microbatches=8, steps=3, timeout_s=300, variants=variants))
+    assert report.bitwise_equal
+    for v in report.variants:
+        if v.pooled:
+            assert v.rings[1]["forward"] == ring_sizes(4, 1, 8, PoolConfig(**v.config)).forward
+            assert v.recv[1]["forward"]["sets"] < 8
