@@ -7,7 +7,9 @@ until the stage is done reading it:
 - forward (activation) slot: until that microbatch's backward has finished (the input
   is the autograd leaf and is read again by the weight gradient; with a split backward,
   until the weight step), or until its forward finished in a forward-only step;
-- grad slot: until that microbatch's backward returned.
+- grad slot: until that microbatch's backward returned; with a split backward (zero-bubble
+  schedules: input gradient ``I`` now, weight gradient ``W`` later) until ``W``, because
+  autograd may pass the received gradient through unchanged to the weight step.
 
 Posting a receive into a slot owned by another microbatch means the ring is smaller than
 the schedule's live set: the incoming data would overwrite an activation that autograd

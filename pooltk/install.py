@@ -327,12 +327,12 @@ def _hot_wrappers(originals: dict[str, Callable]) -> dict[str, Callable]:
         d = self.__dict__
         ring_f, ring_g = d.get("_pooltk_forward"), d.get("_pooltk_grad")
         if (ring_f is not None or ring_g is not None) and self.has_backward:
-            chunk = _chunk_arg(args, kwargs)
-            if ring_g is not None:
-                ring_g.release(chunk)
             full = kwargs.get("full_backward", args[2] if len(args) > 2 else True)
-            if ring_f is not None and full:
-                ring_f.release(chunk)
+            if full:  # a split backward (I now, W later) keeps both until W: see [Note: slot ownership]
+                chunk = _chunk_arg(args, kwargs)
+                for ring in (ring_f, ring_g):
+                    if ring is not None:
+                        ring.release(chunk)
         return result
 
     out["backward_one_chunk"] = backward_one_chunk
@@ -343,9 +343,11 @@ def _hot_wrappers(originals: dict[str, Callable]) -> dict[str, Callable]:
         @functools.wraps(bwd_w)
         def backward_weight_one_chunk(self: Any, *args: Any, **kwargs: Any) -> Any:
             result = bwd_w(self, *args, **kwargs)
-            ring = self.__dict__.get("_pooltk_forward")
-            if ring is not None:
-                ring.release(_chunk_arg(args, kwargs))
+            d = self.__dict__
+            for attr in ("_pooltk_forward", "_pooltk_grad"):
+                ring = d.get(attr)
+                if ring is not None:
+                    ring.release(_chunk_arg(args, kwargs))
             return result
 
         out["backward_weight_one_chunk"] = backward_weight_one_chunk
