@@ -1,0 +1,152 @@
+"""``pooltk logs PATH...``: read Automodel / torchtitan logs and print one summary row per run.
+
+Each row: format detected, logged steps, the steady window, steady tok/s per physical GPU (with
+its basis), MFU with its basis (when a FLOPs basis is given), peak memory and headroom (when a
+device capacity is given), and how many lines were skipped. ``--csv FILE`` writes the table,
+``--json`` prints summaries and per-file reports as JSON. Unreadable input exits with status 2
+and a message naming the file and line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import warnings
+from typing import Any
+
+__all__ = ["register", "run"]
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="log files, folders (searched recursively) or .gz files")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--csv", metavar="FILE", help="write the summary table as CSV to FILE")
+    out.add_argument("--json", action="store_true", help="print summaries and per-file reports as JSON")
+    parser.add_argument("--format", default="auto", help="force a format instead of detecting it (see --list-formats)")
+    parser.add_argument("--list-formats", action="store_true", help="list the formats read and exit")
+    parser.add_argument("--strict", action="store_true", help="fail on the first step line that does not parse")
+    shape = parser.add_argument_group("run facts (override what the logs say; apply to every run)")
+    shape.add_argument("--world-size", type=int, help="physical GPUs in the job")
+    shape.add_argument("--pp", type=int, help="pipeline-parallel size")
+    shape.add_argument("--tp", type=int, help="tensor-parallel size")
+    shape.add_argument("--global-batch", type=int, help="global batch size in rows (benchmark logs)")
+    shape.add_argument("--seq-len", type=int, help="tokens per row (benchmark logs)")
+    shape.add_argument("--warmup-steps", type=int, help="logged steps to exclude from the steady window (default: the run's own, else 10%%)")
+    basis = parser.add_argument_group("bases")
+    basis.add_argument("--active-params", type=float, help="active parameters N for MFU on the 6 x N basis (e.g. 104e9)")
+    basis.add_argument("--flops-per-token", type=float, help="FLOPs per token for MFU (instead of --active-params)")
+    basis.add_argument("--peak-tflops", type=float, nargs="+", default=[2250.0, 2500.0], metavar="TFLOPS",
+                       help="peak TFLOP/s per GPU; the first is used in the table, all in --json (default: 2250 2500, GB200)")
+    cap = basis.add_mutually_exclusive_group()
+    cap.add_argument("--device-capacity-gib", type=float, help="device memory in GiB (2**30 B) for headroom")
+    cap.add_argument("--device-capacity-gb", type=float, help="device memory in GB (1e9 B) for headroom")
+
+
+def _fail(message: str) -> int:
+    print(f"pooltk logs: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _fmt(value: Any, spec: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, spec)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pooltk.logs import FORMATS, LogFormatError, RunInfo, read_logs
+    from pooltk.logs.metrics import DeviceCapacity, FlopsBasis, PeakBasis, mfu_table, summarize
+
+    if args.list_formats:
+        print("\n".join(FORMATS))
+        return 0
+    if args.format != "auto" and args.format not in FORMATS:
+        return _fail(f"--format: found {args.format!r}; required 'auto' or one of {', '.join(FORMATS)}.")
+    try:
+        flops = None
+        if args.flops_per_token is not None:
+            flops = FlopsBasis(name=f"{args.flops_per_token:g} FLOPs/token", flops_per_token=args.flops_per_token, source="--flops-per-token")
+        elif args.active_params is not None:
+            flops = FlopsBasis.six_n(args.active_params, source="--active-params")
+        peaks = [PeakBasis.tflops(p, name=f"{p:g} TFLOP/s", source="--peak-tflops") for p in args.peak_tflops]
+        capacity = None
+        if args.device_capacity_gib is not None:
+            capacity = DeviceCapacity.from_gib(args.device_capacity_gib, source="--device-capacity-gib")
+        elif args.device_capacity_gb is not None:
+            capacity = DeviceCapacity.from_gb(args.device_capacity_gb, source="--device-capacity-gb")
+        facts = {k: v for k, v in (("world_size", args.world_size), ("pp", args.pp), ("tp", args.tp),
+                                   ("global_batch_size", args.global_batch), ("seq_len", args.seq_len)) if v is not None}
+        info = RunInfo.from_facts(facts, source="command line") if facts else None
+    except ValueError as err:
+        return _fail(str(err))
+    try:
+        table = read_logs(args.paths, format=args.format, strict=args.strict)
+    except LogFormatError as err:
+        return _fail(str(err))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # basis warnings are shown in the table's notes instead
+        summary = summarize(table, run_info=info, flops=flops, peaks=peaks, capacity=capacity,
+                            warmup_steps=args.warmup_steps, warn=False)
+    frame = summary.to_frame()
+    skipped = {f.run: 0 for f in table.files}
+    for f in table.files:
+        skipped[f.run] += f.n_skipped
+    frame["skipped_lines"] = frame["run"].map(skipped).fillna(0).astype(int)
+    if args.json:
+        payload = {
+            "runs": [],
+            "files": [f.to_dict() for f in table.files],
+            "unrecognised": table.unrecognised,
+        }
+        for r, row in zip(summary.runs, frame.to_dict(orient="records"), strict=True):
+            row = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+            if flops is not None and math.isfinite(r.tok_per_s_per_gpu):
+                row["mfu_by_peak"] = mfu_table(r.tok_per_s_per_gpu, flops, peaks).to_frame().to_dict(orient="records")
+            row["run_facts"] = {k: v for k, v in table.runs.get(r.run, RunInfo()).to_dict().items()}
+            payload["runs"].append(row)
+        print(json.dumps(payload, indent=2, default=str))
+        return 0
+    if args.csv:
+        frame.to_csv(args.csv, index=False)
+        print(f"wrote {len(frame)} run(s) to {args.csv}")
+        return 0
+    _print_table(summary, frame, table, peaks)
+    return 0
+
+
+def _print_table(summary: Any, frame: Any, table: Any, peaks: list[Any]) -> None:
+    headers = ("run", "format", "steps", "window", "tok/s/GPU", "MFU %", "peak GiB", "headroom GiB", "skipped")
+    rows = []
+    for r, skipped in zip(summary.runs, frame["skipped_lines"], strict=True):
+        rows.append((
+            r.run, r.format, f"{r.n_steps} ({r.first_step}..{r.last_step})",
+            f"{r.window.first_step}..{r.window.last_step}", _fmt(r.tok_per_s_per_gpu, ",.1f"),
+            _fmt(r.mfu.mfu_pct if r.mfu else (r.mfu_logged_pct if not math.isnan(r.mfu_logged_pct) else None), ".2f")
+            + ("" if r.mfu else (" (log)" if not math.isnan(r.mfu_logged_pct) else "")),
+            _fmt(r.peak_mem_gib, ".2f"), _fmt(r.headroom.headroom_gib if r.headroom else None, ".1f"), str(skipped),
+        ))
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    print()
+    for r in summary.runs:
+        notes = [f"tok/s/GPU: {r.tok_per_s_per_gpu_basis}", f"window: {r.window.rule}"]
+        if r.mfu:
+            notes.append(f"MFU basis: {r.mfu.basis}")
+        elif not math.isnan(r.mfu_logged_pct):
+            notes.append("MFU: as logged, on the framework's own basis (give --active-params for a stated basis)")
+        if r.mem_basis:
+            notes.append(f"memory: peak {r.mem_basis}")
+        if r.headroom:
+            notes.append(f"headroom against {r.headroom.capacity_gib:.2f} GiB = {r.headroom.capacity_gb:.2f} GB")
+        notes.extend(r.warnings)
+        print(f"{r.run}: " + "; ".join(notes))
+    for f in table.files:
+        if f.n_skipped:
+            reasons = ", ".join(f"{k} x{v}" for k, v in f.skipped_by_reason.items())
+            print(f"{f.path}: skipped {f.n_skipped} line(s): {reasons}")
+    for u in table.unrecognised:
+        print(f"not read: {u}")

@@ -1,0 +1,35 @@
+"""Run-log analysis: Automodel and torchtitan logs into one tidy table, and metrics on a stated basis.
+
+Reading::
+
+    from pooltk.logs import read_logs
+    table = read_logs(["runs/k3_2k/", "torchtitan.log.gz"])
+    table.steps        # one row per step (and rank) of every run; units in column names
+    table.files_frame()  # per file: format detected, rows, skipped lines by reason
+
+Metrics (tok/s per physical GPU, steady-state windows, MFU with its basis, headroom, the 1F1B
+bubble) live in :mod:`pooltk.logs.metrics`; the published Kimi-K3 figures and their claims in
+:mod:`pooltk.logs.claims`; Automodel's JSONL writer in :mod:`pooltk.logs.jsonl_writer`.
+
+Needs pandas and numpy (the ``notebooks`` extra); the core ``pooltk`` package never imports this.
+"""
+
+from __future__ import annotations
+
+from pooltk.logs.errors import LogFormatError
+from pooltk.logs.reader import FORMATS, FileReport, LogTable, detect_format, read_log_file, read_logs, run_name
+from pooltk.logs.runinfo import RunInfo
+from pooltk.logs.schema import COLUMNS
+
+__all__ = [
+    "COLUMNS",
+    "FORMATS",
+    "FileReport",
+    "LogFormatError",
+    "LogTable",
+    "RunInfo",
+    "detect_format",
+    "read_log_file",
+    "read_logs",
+    "run_name",
+]

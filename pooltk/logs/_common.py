@@ -1,0 +1,172 @@
+"""What every reader shares: line cleaning, number parsing, and the per-file parse result.
+
+[Note: what happens to a line]
+Each line of a file ends up in exactly one bucket, and the buckets are counted:
+
+- a *row*: a step (or validation) line parsed completely;
+- *skipped*: a line that looks like a step line of the file's format (its marker is there)
+  but cannot be parsed completely -- truncated by a crash, garbled by two ranks writing at
+  once, a number that is not a number. Counted by reason; the first few kept with line number;
+- *meta*: a line the reader takes run facts from (batch sizes, device capacity, peak FLOP/s);
+- *other*: anything else (warnings, config dumps, tracebacks). Not an error: logs are noisy.
+
+A file that yields no row at all is an error (:class:`LogFormatError`), never an empty table.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import MutableSequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pooltk.logs.schema import RowBuilder
+
+__all__ = [
+    "ANSI_RE",
+    "MAX_KEPT_SKIPS",
+    "ParseResult",
+    "Pending",
+    "SkippedLine",
+    "clean_line",
+    "drop_truncated",
+    "parse_float",
+    "parse_int",
+]
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+"""CSI escape sequences (colours such as ESC[31m, ESC[38;2;R;G;Bm, ESC[39m)."""
+
+_RANK_PREFIX_RE = re.compile(r"^(?:\[(?:rank|default)?(\d+)\]:)+")
+"""torchrun ``--tee`` prefixes, possibly repeated (``[rank0]:[rank0]:``)."""
+
+MAX_KEPT_SKIPS = 20
+"""How many skipped lines a parse result keeps verbatim (all are counted)."""
+
+
+def clean_line(raw: str) -> tuple[str, int | None]:
+    """Strip colour escapes, carriage returns and torchrun rank prefixes.
+
+    Returns the cleaned text and the rank from the prefix (``None`` without one).
+    """
+    line = raw.rstrip("\r\n")
+    if "\x1b" in line:
+        line = ANSI_RE.sub("", line)
+    if "\r" in line:  # progress bars redraw with CR: the last redraw is what was shown
+        line = line.rsplit("\r", 1)[-1]
+    rank: int | None = None
+    if line.startswith("["):
+        m = _RANK_PREFIX_RE.match(line)
+        if m is not None:
+            rank = int(m.group(1))
+            line = line[m.end():]
+    return line, rank
+
+
+def parse_float(text: str) -> float:
+    """A float from a log token: thousands commas allowed, ``N/A`` is NaN; raises ValueError.
+
+    ``nan``/``inf`` parse (a diverged run logs them and they are data, counted as non-finite).
+    """
+    t = text.strip()
+    if "," in t:
+        t = t.replace(",", "")
+    if t in ("N/A", "None", "null", ""):
+        if t == "":
+            raise ValueError("empty number")
+        return math.nan
+    return float(t)
+
+
+def parse_int(text: str) -> int:
+    """An int from a log token (thousands commas allowed); raises ValueError."""
+    t = text.strip().replace(",", "")
+    return int(t)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class SkippedLine:
+    """A line that looked like a step line but could not be parsed."""
+
+    line: int
+    """1-based line number in the file."""
+    reason: str
+    """Why it was skipped (short, stable wording; counted by this key)."""
+    text: str
+    """The line (shortened for display)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class ParseResult:
+    """What one reader made of one file, before it becomes a table."""
+
+    rows: RowBuilder = field(default_factory=RowBuilder)
+    """The parsed rows, column-wise."""
+    timestamp_format: str | None = None
+    """strftime pattern of the raw timestamp strings in ``rows``."""
+    mem_basis: str | None = None
+    """Which allocator peak ``mem_gib`` is ('max_allocated', 'max_reserved')."""
+    n_lines: int = 0
+    """Lines in the file."""
+    n_meta: int = 0
+    """Lines a run fact was taken from."""
+    n_other: int = 0
+    """Lines that are none of row, skipped or meta."""
+    skipped: Counter[str] = field(default_factory=Counter)
+    """Skipped lines counted by reason."""
+    skipped_examples: list[SkippedLine] = field(default_factory=list)
+    """The first :data:`MAX_KEPT_SKIPS` skipped lines."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Run facts found in the file (``global_batch_size``, ``peak_flops`` ...)."""
+    meta_lines: dict[str, int] = field(default_factory=dict)
+    """Line each run fact came from (0: the file as a whole)."""
+    n_placeholder_loss: int = 0
+    """Rows whose logged loss was a placeholder stored as NaN (torchtitan's -1 on non-last PP stages)."""
+    notes: list[str] = field(default_factory=list)
+    """Things a reader of the table must know (e.g. 'loss -1 on a non-last PP stage stored as NaN')."""
+
+    def skip(self, line: int, reason: str, text: str) -> None:
+        """Count a skipped line (and keep it if fewer than MAX_KEPT_SKIPS are kept)."""
+        self.skipped[reason] += 1
+        if len(self.skipped_examples) < MAX_KEPT_SKIPS:
+            shown = text if len(text) <= 200 else text[:200] + "..."
+            self.skipped_examples.append(SkippedLine(line=line, reason=reason, text=shown))
+
+    def set_meta(self, key: str, value: Any, line: int) -> None:
+        """Record a run fact; the first occurrence wins (later lines repeat per rank)."""
+        if key not in self.meta:
+            self.meta[key] = value
+            self.meta_lines[key] = line
+
+    @property
+    def n_skipped(self) -> int:
+        """Total skipped lines."""
+        return sum(self.skipped.values())
+
+
+Pending = tuple[int, dict[str, Any], tuple[str, ...], str]
+"""A parsed candidate row: (line number, values by column, field names in order, raw line)."""
+
+
+def drop_truncated(pending: MutableSequence[Pending], result: ParseResult) -> None:
+    """Skip rows whose field names are a strict prefix of the file's usual order (a cut line).
+
+    The usual order is the most common one per kind ('train', 'val'). A crash that cuts the
+    last line after ``| lr 6.3`` leaves a line that parses but lacks the fields that follow;
+    keeping it would put a half-written row in the table.
+    """
+    by_kind: dict[str, Counter[tuple[str, ...]]] = {}
+    for _, values, keys, _ in pending:
+        by_kind.setdefault(str(values["kind"]), Counter())[keys] += 1
+    usual = {kind: counts.most_common(1)[0][0] for kind, counts in by_kind.items()}
+    keep = []
+    for item in pending:
+        n, values, keys, raw = item
+        full = usual[str(values["kind"])]
+        if len(keys) < len(full) and full[: len(keys)] == keys:
+            result.skip(n, f"truncated: ends after '{keys[-1]}' (the file's lines go on to '{full[-1]}')", raw)
+            continue
+        keep.append(item)
+    pending[:] = keep

@@ -1,0 +1,223 @@
+"""NeMo Automodel's benchmark recipe (``nemo_automodel/recipes/llm/benchmark.py``): its log and JSON summary.
+
+No public sample of this output exists; this reader is built from the recipe's format strings
+(Automodel @05de44f, read in the ``search`` corpus; see docs/logs.md):
+
+- setup: ``Running {steps} iterations with {warmup} warmup steps``; ``GA steps: {ga}, DP size:
+  {dp}, Local batch size: {lbs}, Global batch size: {gbs}``; ``TFLOPs/GPU: {:.6f}`` -- despite the
+  label this is the FLOPs of one *global step* (``flops_formula(config, gbs=GBS, seq_len)``) / 1e12;
+- per iteration: ``Rank 0 | Iteration {i}``, then ``Rank 0 | Iteration {i} | num_label_tokens={n} |
+  Max Memory Allocated: {:.2f} GB | loss={:.4f}`` -- "GB" is ``max_memory_allocated() / 1024**3``,
+  i.e. GiB; then ``Max iter time: {:.6f} seconds`` (slowest rank) and ``MFU: {:.6f}%``;
+- a timer block ``(min, max) time across ranks (ms):`` with rows ``    {name} {dots}: ({min:.2f},
+  {max:.2f})`` (or ``max time across ranks (ms):`` and one value): the values are SECONDS despite
+  "(ms)", because the recipe passes ``normalizer=1000`` to timers that already count ms;
+- the summary between rows of 60 ``=``: ``Benchmarking Summary``, ``Total setup time: {:.2f}
+  seconds``, ``Total warmup time ({w} steps): ...``, ``Total iteration time ({n} steps): ...``,
+  ``Average iteration time: {:.3f} seconds (...)``, ``Average MFU: {:.6f}% (...)``;
+- the optional JSON summary file (``benchmark.json_output_path``).
+
+The recipe prints no token rate. Per physical GPU it is GBS x seq_len / (iteration time x world
+size); :mod:`pooltk.logs.metrics` computes it when the run's facts give those numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from pooltk.logs._common import ParseResult, clean_line, parse_float
+
+__all__ = ["FORMAT", "SUMMARY_FORMAT", "SUMMARY_KEYS", "looks_like", "looks_like_summary", "parse", "parse_summary"]
+
+FORMAT = "automodel_bench"
+SUMMARY_FORMAT = "automodel_bench_summary"
+
+_TS_FORMAT = "%Y-%m-%d %H:%M:%S"
+_PREFIX_RE = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:,\d{3})? \| [^|]*? \| [^|]*? \| (?P<msg>.*)$")
+_ROW_RE = re.compile(
+    r"^Rank (?P<rank>\d+) \| Iteration (?P<it>\d+) \| num_label_tokens=(?P<nlt>\d+) \| "
+    r"Max Memory Allocated: (?P<mem>\S+) GB \| loss=(?P<loss>\S+)\s*$"
+)
+_CANDIDATE_RE = re.compile(r"Iteration \d+ \| num_label_tokens=")
+_ITER_START_RE = re.compile(r"^Rank \d+ \| Iteration \d+\s*$")
+_SIGNATURE_RE = re.compile(
+    r"Rank \d+ \| Iteration \d+ \| num_label_tokens=|Benchmarking Summary|"
+    r"^(?:.*\| )?GA steps: \d+, DP size: \d+|Running \d+ iterations with \d+ warmup steps"
+)
+_TIMER_HEAD_RE = re.compile(r"^(?:\(min, max\) |max )time across ranks \(ms\):\s*$")
+_TIMER_ROW_RE = re.compile(r"^\s+(?P<name>\S+) \.*: (?:\((?P<min>[0-9.]+), (?P<max>[0-9.]+)\)|(?P<only>[0-9.]+))\s*$")
+
+_META_RES: tuple[tuple[re.Pattern[str], tuple[tuple[str, type], ...]], ...] = (
+    (re.compile(r"^Running (\d+) iterations with (\d+) warmup steps"), (("total_steps", int), ("warmup_steps", int))),
+    (
+        re.compile(r"^GA steps: (\d+), DP size: (\d+), Local batch size: (\d+), Global batch size: (\d+)"),
+        (("grad_acc_steps", int), ("dp", int), ("local_batch_size", int), ("global_batch_size", int)),
+    ),
+    (re.compile(r"^TFLOPs/GPU: ([0-9.eE+-]+)\s*$"), (("tflops_per_global_step", float),)),
+    (re.compile(r"^Total setup time: ([0-9.]+) seconds"), (("setup_time_s", float),)),
+    (re.compile(r"^Total warmup time \((\d+) steps\): ([0-9.]+) seconds"), (("warmup_steps", int), ("warmup_time_s", float))),
+    (re.compile(r"^Total iteration time \((\d+) steps\): ([0-9.]+) seconds"), (("training_steps", int), ("training_time_s", float))),
+    (re.compile(r"^Average iteration time: ([0-9.]+) seconds"), (("avg_iter_time_s", float),)),
+    (re.compile(r"^Average MFU: ([0-9.eE+-]+)%"), (("avg_mfu_pct", float),)),
+)
+
+SUMMARY_KEYS: dict[str, str] = {
+    "total_steps": "total_steps",
+    "warmup_steps": "warmup_steps",
+    "training_steps": "training_steps",
+    "setup_time_seconds": "setup_time_s",
+    "warmup_time_seconds": "warmup_time_s",
+    "training_time_seconds": "training_time_s",
+    "avg_iter_time_seconds": "avg_iter_time_s",
+    "avg_mfu_percent": "avg_mfu_pct",
+    "tflops_per_gpu": "tflops_per_global_step",
+    "peak_tflops": "peak_tflops",
+    "world_size": "world_size",
+    "global_batch_size": "global_batch_size",
+    "local_batch_size": "local_batch_size",
+    "seq_len": "seq_len",
+}
+"""JSON summary key -> run-fact name (``tflops_per_gpu`` is per global step, as in the log)."""
+
+
+def looks_like(line: str) -> bool:
+    """True when ``line`` is a benchmark-recipe iteration, setup or summary line (format detection)."""
+    return _SIGNATURE_RE.search(line) is not None
+
+
+def looks_like_summary(text: str) -> bool:
+    """True when ``text`` is the recipe's JSON summary (one object with its keys)."""
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return False
+    try:
+        obj = json.loads(stripped)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and "avg_iter_time_seconds" in obj and "world_size" in obj
+
+
+def _message(line: str) -> tuple[str | None, str]:
+    m = _PREFIX_RE.match(line) if " | " in line else None
+    if m is None:
+        return None, line
+    return m.group("ts"), m.group("msg")
+
+
+def parse(lines: Iterable[str], result: ParseResult) -> ParseResult:
+    """Read benchmark-recipe output into ``result`` (one row per logged iteration)."""
+    result.timestamp_format = _TS_FORMAT
+    result.mem_basis = "max_allocated"
+    current: dict[str, Any] | None = None
+    rows: list[dict[str, Any]] = []
+    in_timers = False
+    n = 0
+    for n, raw in enumerate(lines, start=1):
+        line, _ = clean_line(raw)
+        ts, msg = _message(line)
+        if in_timers:
+            m = _TIMER_ROW_RE.match(msg)
+            if m is not None:
+                _timer_row(m, current, n, result)
+                result.n_meta += 1
+                continue
+            in_timers = False
+        if _TIMER_HEAD_RE.match(msg.strip()):
+            in_timers = True
+            result.n_meta += 1
+            continue
+        m = _ROW_RE.match(msg)
+        if m is not None:
+            try:
+                values = {
+                    "kind": "train",
+                    "line": n,
+                    "rank": int(m.group("rank")),
+                    "step": int(m.group("it")),
+                    "num_label_tokens": int(m.group("nlt")),
+                    "mem_gib": parse_float(m.group("mem")),
+                    "loss": parse_float(m.group("loss")),
+                    "timestamp": ts,
+                }
+            except ValueError:
+                result.skip(n, "iteration line with a field that is not a number", raw)
+                continue
+            current = values
+            rows.append(values)
+            continue
+        if _CANDIDATE_RE.search(msg):
+            result.skip(n, "iteration line that does not match the recipe's format", raw)
+            continue
+        if msg.startswith("Max iter time: "):
+            if _attach(current, "step_time_s", msg[len("Max iter time: ") :].removesuffix(" seconds"), n, raw, result):
+                current["step_time_basis"] = "benchmark 'Max iter time' (slowest rank)"  # type: ignore[index]
+            continue
+        if msg.startswith("MFU: "):
+            _attach(current, "mfu_pct_logged", msg[len("MFU: ") :].rstrip().removesuffix("%"), n, raw, result)
+            continue
+        if _meta(msg, n, result) or _ITER_START_RE.match(msg):
+            result.n_meta += 1
+            continue
+        result.n_other += 1
+    result.n_lines = n
+    for values in rows:
+        result.rows.add(**values)
+    if rows:
+        result.notes.append(
+            "Automodel's benchmark prints no token rate; tok/s per GPU = GBS x seq_len / (iteration time x world size)"
+        )
+    return result
+
+
+def _attach(current: dict[str, Any] | None, column: str, text: str, n: int, raw: str, result: ParseResult) -> bool:
+    """Put a per-iteration figure on the latest iteration row; count it as skipped when impossible."""
+    if current is None:
+        result.skip(n, f"{column} line before any iteration line", raw)
+        return False
+    try:
+        value = parse_float(text)
+    except ValueError:
+        result.skip(n, f"{column} is not a number", raw)
+        return False
+    if current.get(column) is not None:
+        result.skip(n, f"second {column} line for iteration {current['step']}", raw)
+        return False
+    current[column] = value
+    result.n_meta += 1
+    return True
+
+
+def _timer_row(m: re.Match[str], current: dict[str, Any] | None, n: int, result: ParseResult) -> None:
+    """A timer row: values are seconds despite the block's '(ms)' label."""
+    name = m.group("name")
+    seconds = float(m.group("max") or m.group("only"))
+    if name == "setup":
+        result.set_meta("setup_time_s", seconds, n)
+    elif name in ("iteration", "iteration_warmup") and current is not None and current.get("step_time_s") is None:
+        current["step_time_s"] = seconds
+        current["step_time_basis"] = "benchmark timer block, max across ranks (seconds despite '(ms)')"
+
+
+def _meta(msg: str, n: int, result: ParseResult) -> bool:
+    for pattern, fields in _META_RES:
+        m = pattern.match(msg)
+        if m is None:
+            continue
+        for (key, cast), text in zip(fields, m.groups(), strict=True):
+            result.set_meta(key, cast(text), n)
+        return True
+    return False
+
+
+def parse_summary(text: str, result: ParseResult) -> ParseResult:
+    """Read the recipe's JSON summary into run facts (no rows)."""
+    obj = json.loads(text)
+    for key, fact in SUMMARY_KEYS.items():
+        if key in obj and obj[key] is not None:
+            result.set_meta(fact, obj[key], 0)
+    result.n_lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+    result.n_meta = result.n_lines
+    return result

@@ -1,0 +1,159 @@
+"""NeMo Automodel training logs as text: the recipe's per-step and validation lines.
+
+Forms read (message part, after the logging prefix):
+
+- current: ``step {} | epoch {} | loss {:.4f} | grad_norm {:.4f} | lr {:.2e} | mem {:.2f} GiB |
+  tps {:.2f}({:.2f}/gpu) | num_label_tokens {}``
+- 2025-08: the same without ``({}/gpu)`` after ``tps``;
+- 2025-07: ``step {} | epoch {} | loss {} | grad_norm {} | mem: {} GiB | tps {}`` (no lr);
+- validation: ``[val] name "{}" | step {} | epoch {} | loss {:.4f} | lr {:.2e} | num_label_tokens {}``
+  and the 2025-07 ``[val] step {} | epoch {} | loss {}``.
+
+Prefixes: ``%(asctime)s | %(levelname)s | %(name)s | `` (datefmt ``%Y-%m-%d %H:%M:%S``; the level
+may carry ANSI colour), Python's default ``INFO:root:``, or none; any of them after torchrun's
+``[rankN]:``. Fields are read by name, so a field added later is ignored rather than misread.
+Only rank 0 logs in Automodel, so rows carry the rank only when a torchrun prefix says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from pooltk.logs._common import Pending, ParseResult, clean_line, drop_truncated, parse_float, parse_int
+
+__all__ = ["FORMAT", "looks_like", "parse"]
+
+FORMAT = "automodel_text"
+
+_TS_FORMAT = "%Y-%m-%d %H:%M:%S"
+_PREFIX_TS_RE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d{3})?$")
+_PLAIN_PREFIX_RE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[^:]*:")
+_CANDIDATE_RE = re.compile(r"step \d+ \| epoch ")
+_VAL_NAME_RE = re.compile(r'^\[val\](?: name "(?P<name>[^"]*)" \|)? ?(?P<rest>.*)$')
+_WORLD_RE = re.compile(r"\bWorld size: (\d+)\b")
+_SIGNATURE_RE = re.compile(r"(?:^|\| |:)(?:\[val\][^|]*\| )?step \d+ \| epoch \d+ \| loss ")
+
+# Field name -> (column, parser). "mem"/"mem:" and "tps" are handled separately.
+_SIMPLE_FIELDS = {
+    "epoch": ("epoch", parse_int),
+    "loss": ("loss", parse_float),
+    "grad_norm": ("grad_norm", parse_float),
+    "lr": ("lr", parse_float),
+    "num_label_tokens": ("num_label_tokens", parse_int),
+}
+
+
+def looks_like(line: str) -> bool:
+    """True when ``line`` is an Automodel step or validation line (format detection)."""
+    return _SIGNATURE_RE.search(line) is not None
+
+
+def _split_prefix(line: str) -> tuple[str | None, str]:
+    """(timestamp or None, message) for the three prefix forms."""
+    if line[:2] == "20" and " | " in line:
+        parts = line.split(" | ", 3)
+        if len(parts) == 4 and _PREFIX_TS_RE.match(parts[0]):
+            return parts[0][:19], parts[3]
+    elif _PLAIN_PREFIX_RE.match(line):
+        return None, line.split(":", 2)[2]
+    return None, line
+
+
+class _Bad(ValueError):
+    """A candidate line that does not parse; the message is the skip reason."""
+
+
+def _fields(message: str) -> tuple[int, dict[str, object], tuple[str, ...]]:
+    """Parse ``step N | key value | ...``; returns (step, values by column, field order)."""
+    parts = message.split(" | ")
+    head = parts[0]
+    if not head.startswith("step "):
+        raise _Bad("no 'step N' field")
+    try:
+        step = parse_int(head[5:])
+    except ValueError:
+        raise _Bad("step is not an integer") from None
+    values: dict[str, object] = {}
+    keys: list[str] = ["step"]
+    for part in parts[1:]:
+        key, sep, value = part.partition(" ")
+        if not sep:
+            raise _Bad(f"field {part[:30]!r} has no value")
+        key = key.rstrip(":")
+        keys.append(key)
+        try:
+            if key in _SIMPLE_FIELDS:
+                column, parser = _SIMPLE_FIELDS[key]
+                values[column] = parser(value)
+            elif key == "mem":
+                number, _, unit = value.partition(" ")
+                if unit != "GiB":
+                    raise _Bad(f"mem unit {unit!r}, expected GiB")
+                values["mem_gib"] = parse_float(number)
+            elif key == "tps":
+                if value.endswith("/gpu)"):
+                    total, _, per = value[:-5].partition("(")
+                    values["tok_per_s_logged"] = parse_float(total)
+                    values["tok_per_s_per_gpu_logged"] = parse_float(per)
+                else:
+                    values["tok_per_s_logged"] = parse_float(value)
+            # other fields (added by later versions) are ignored by name
+        except (ValueError, IndexError):
+            raise _Bad(f"field {key!r}: {value[:30]!r} is not a number") from None
+    return step, values, tuple(keys)
+
+
+def parse(lines: Iterable[str], result: ParseResult) -> ParseResult:
+    """Read Automodel text lines into ``result`` (rows, skips, meta, counts)."""
+    result.timestamp_format = _TS_FORMAT
+    result.mem_basis = "max_allocated"
+    rows = result.rows
+    pending: list[Pending] = []
+    n = 0
+    for n, raw in enumerate(lines, start=1):
+        line, rank = clean_line(raw)
+        if "step " not in line:
+            if "World size: " in line:
+                m = _WORLD_RE.search(line)
+                if m:
+                    result.set_meta("world_size", int(m.group(1)), n)
+                    result.n_meta += 1
+                    continue
+            result.n_other += 1
+            continue
+        ts, message = _split_prefix(line)
+        kind = "train"
+        val_name = None
+        if message.startswith("[val]"):
+            kind = "val"
+            m = _VAL_NAME_RE.match(message)
+            val_name = m.group("name") if m and m.group("name") is not None else "default"
+            message = m.group("rest") if m else ""
+        elif not message.startswith("step "):
+            if _CANDIDATE_RE.search(line):
+                result.skip(n, "step line inside other text (interleaved or garbled)", raw)
+            else:
+                result.n_other += 1
+            continue
+        try:
+            step, values, keys = _fields(message)
+        except _Bad as bad:
+            result.skip(n, str(bad), raw)
+            continue
+        if "loss" not in values:
+            result.skip(n, "no loss field", raw)
+            continue
+        values.update(kind=kind, line=n, step=step, timestamp=ts, rank=rank, val_name=val_name)
+        pending.append((n, values, keys, raw))
+    result.n_lines = n
+    drop_truncated(pending, result)
+    for _, values, _, _ in pending:
+        rows.add(**values)
+    if result.rows and "tok_per_s_per_gpu_logged" in rows.columns():
+        result.notes.append(
+            "tok_per_s_per_gpu_logged is Automodel's tps/cp/dp: it ignores PP and TP "
+            "(with pp8 it is 8x the rate per physical GPU); use pooltk.logs.metrics for a physical basis"
+        )
+    return result
+

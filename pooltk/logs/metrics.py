@@ -1,0 +1,661 @@
+"""Figures from a step table on a stated basis: tok/s per physical GPU, steady windows, MFU, headroom, bubble.
+
+Every result carries the inputs and the basis it was computed on, and turns into a tidy
+DataFrame with ``to_frame()``.
+
+[Note: per-GPU bases]
+"Tokens per second per GPU" means three different things in these logs:
+
+- Automodel's ``tps_per_gpu`` (and the ``(X/gpu)`` of its text lines) is ``tps / cp / dp``: it
+  ignores pipeline and tensor parallelism. With pp8 it is 8x the rate per physical GPU.
+- torchtitan's ``tps`` is tokens / (time x non-data-parallel size): already per device.
+- Automodel's benchmark recipe prints no rate; per physical GPU it is GBS x seq_len / (iteration
+  time x world size).
+
+pooltk's ``tok_per_s_per_gpu`` is always per *physical* GPU (whole-job tokens per second
+divided by the number of ranks). :func:`per_gpu_rates` warns (:class:`PerGpuBasisWarning`) when a
+log's own per-GPU figure differs from it.
+
+[Note: MFU]
+MFU = tok/s per physical GPU x FLOPs per token / peak FLOP/s per GPU. The FLOPs per token and
+the peak are inputs, never assumed: the Kimi-K3 report used 6 x 104e9 (active parameters) and a
+GB200 peak of 2250 TFLOP/s (the K3 configs' ``peak_tflops``); other GB200 configs and Automodel's
+device table use 2500. :func:`mfu_table` shows every peak side by side.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pooltk.logs.runinfo import RunInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from pooltk.logs.reader import LogTable
+
+__all__ = [
+    "GB200_NOMINAL",
+    "GB200_TORCH_REPORTED",
+    "K3_ACTIVE_6N",
+    "PEAK_GB200_2250",
+    "PEAK_GB200_2500",
+    "Bubble",
+    "DeviceCapacity",
+    "FlopsBasis",
+    "Headroom",
+    "MfuFigure",
+    "MfuTable",
+    "PeakBasis",
+    "PerGpuBasisWarning",
+    "PerGpuRates",
+    "RunSummary",
+    "StepTimeStats",
+    "SteadyWindow",
+    "Summary",
+    "bubble_1f1b",
+    "collapse_ranks",
+    "headroom",
+    "mfu",
+    "mfu_table",
+    "per_gpu_rates",
+    "steady_window",
+    "step_time_stats",
+    "summarize",
+]
+
+GIB = 2**30
+"""Bytes per GiB."""
+GB = 10**9
+"""Bytes per GB."""
+
+
+class PerGpuBasisWarning(UserWarning):
+    """A log's own per-GPU figure is not per physical GPU (it ignores PP and/or TP)."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class FlopsBasis:
+    """Model FLOPs per token used for MFU, with where the number comes from."""
+
+    name: str
+    """Short label shown next to every MFU figure (e.g. '6 x 104e9 active params')."""
+    flops_per_token: float
+    """Training FLOPs per token (forward + backward)."""
+    source: str = ""
+    """Where the basis comes from."""
+
+    @classmethod
+    def six_n(cls, active_params: float, *, source: str = "") -> FlopsBasis:
+        """The 6 x N rule for N active parameters."""
+        if not (active_params > 0 and math.isfinite(active_params)):
+            raise ValueError(f"FlopsBasis.six_n: found active_params={active_params!r}; required a positive number of parameters.")
+        label = f"{active_params / 1e9:g}e9" if active_params >= 1e9 else f"{active_params:g}"
+        return cls(name=f"6 x {label} active params", flops_per_token=6.0 * active_params, source=source)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class PeakBasis:
+    """Peak FLOP/s per GPU used for MFU, with its source."""
+
+    name: str
+    """Short label (e.g. 'GB200 2250 TFLOP/s (K3 configs)')."""
+    flops_per_s: float
+    """Peak FLOP/s of one GPU."""
+    source: str = ""
+    """Where the number comes from."""
+
+    @classmethod
+    def tflops(cls, value: float, *, name: str | None = None, source: str = "") -> PeakBasis:
+        """From TFLOP/s."""
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"PeakBasis.tflops: found {value!r}; required a positive TFLOP/s figure such as 2250.")
+        return cls(name=name or f"{value:g} TFLOP/s", flops_per_s=value * 1e12, source=source)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class DeviceCapacity:
+    """Device memory, with its unit made explicit (GiB = 2**30 B, GB = 1e9 B)."""
+
+    gib: float
+    """Capacity in GiB."""
+    source: str = ""
+    """Where the figure comes from."""
+
+    @classmethod
+    def from_gib(cls, gib: float, *, source: str = "") -> DeviceCapacity:
+        """From GiB (2**30 bytes), e.g. what torch reports."""
+        if not (gib > 0 and math.isfinite(gib)):
+            raise ValueError(f"DeviceCapacity: found {gib!r} GiB; required a positive capacity.")
+        return cls(gib=float(gib), source=source)
+
+    @classmethod
+    def from_gb(cls, gb: float, *, source: str = "") -> DeviceCapacity:
+        """From GB (1e9 bytes), e.g. a datasheet's HBM figure."""
+        if not (gb > 0 and math.isfinite(gb)):
+            raise ValueError(f"DeviceCapacity: found {gb!r} GB; required a positive capacity.")
+        return cls(gib=gb * GB / GIB, source=source)
+
+    @property
+    def gb(self) -> float:
+        """Capacity in GB (1e9 bytes)."""
+        return self.gib * GIB / GB
+
+
+K3_ACTIVE_6N = FlopsBasis.six_n(104e9, source="Automodel PR #3780: 'MFU basis tok/s/GPU x 6 x 104e9 / 2.25e15'")
+"""The Kimi-K3 report's FLOPs basis: 6 x 104e9 active parameters per token."""
+PEAK_GB200_2250 = PeakBasis(name="GB200 2250 TFLOP/s (K3 configs)", flops_per_s=2.25e15,
+                            source="kimi_k3_gb200*.yaml benchmark.peak_tflops: 2250; PR #3780 MFU basis")
+"""GB200 peak as the K3 configs state it."""
+PEAK_GB200_2500 = PeakBasis(name="GB200 2500 TFLOP/s (other GB200 configs, Automodel table)", flops_per_s=2.5e15,
+                            source="other GB200 configs' peak_tflops: 2500; Automodel's device table GB200 2.5e15")
+"""GB200 peak as other GB200 configs and Automodel's device table state it."""
+GB200_NOMINAL = DeviceCapacity.from_gb(186, source="NVIDIA GB200 NVL72 datasheet: 13.4 TB HBM3e over 72 GPUs = 186 GB per GPU")
+"""GB200 nominal HBM per GPU (datasheet, GB)."""
+GB200_TORCH_REPORTED = DeviceCapacity.from_gib(
+    187.28, source="torchtitan log on GB200: 'CUDA capacity: NVIDIA GB200 with 187.28GiB memory' (torch total_memory)"
+)
+"""GB200 memory as torch reports it (a public torchtitan log line)."""
+
+
+# --------------------------------------------------------------------------- per-GPU rates
+
+
+@dataclass(kw_only=True, slots=True)
+class PerGpuRates:
+    """The step table with ``tok_per_s_per_gpu`` (per physical GPU) and its basis per run."""
+
+    steps: pd.DataFrame
+    """Input rows plus ``tok_per_s_per_gpu`` and ``tok_per_s_per_gpu_basis``."""
+    bases: dict[str, str]
+    """Run -> how its per-GPU rate was computed (or why it could not be)."""
+    warnings: list[str] = field(default_factory=list)
+    """Basis warnings (also issued as :class:`PerGpuBasisWarning`)."""
+
+    def to_frame(self) -> pd.DataFrame:
+        """The step table with the per-physical-GPU column."""
+        return self.steps
+
+
+def per_gpu_rates(steps: pd.DataFrame, runs: Mapping[str, RunInfo] | None = None, *, warn: bool = True) -> PerGpuRates:
+    """Add ``tok_per_s_per_gpu`` (tokens/s per physical GPU) to every row; see [Note: per-GPU bases]."""
+    import numpy as np
+
+    runs = dict(runs or {})
+    out = steps.copy()
+    out["tok_per_s_per_gpu"] = np.nan
+    out["tok_per_s_per_gpu_basis"] = ""
+    bases: dict[str, str] = {}
+    notes: list[str] = []
+    for run, idx in out.groupby("run", sort=False).groups.items():
+        rows = out.loc[idx]
+        info = runs.get(str(run), RunInfo())
+        fmt = str(rows["format"].iloc[0])
+        rate, basis = _rate_for(fmt, rows, info)
+        bases[str(run)] = basis
+        out.loc[idx, "tok_per_s_per_gpu_basis"] = basis
+        if rate is not None:
+            out.loc[idx, "tok_per_s_per_gpu"] = rate
+            logged = rows["tok_per_s_per_gpu_logged"].to_numpy(dtype=float)
+            ok = np.isfinite(logged) & np.isfinite(rate) & (rate > 0)
+            if fmt != "torchtitan" and ok.any():
+                ratio = float(np.median(logged[ok] / rate[ok]))
+                if abs(ratio - 1.0) > 0.01:
+                    why = f"pp x tp = {(info.pp or 1) * (info.tp or 1)}" if info.pp or info.tp else "PP/TP not stated"
+                    msg = (f"run {run}: the log's own per-GPU figure is {ratio:.3g}x the rate per physical GPU "
+                           f"(Automodel's tps_per_gpu = tps/cp/dp ignores PP and TP; {why}); "
+                           "tok_per_s_per_gpu is per physical GPU")
+                    notes.append(msg)
+                    if warn:
+                        warnings.warn(msg, PerGpuBasisWarning, stacklevel=2)
+    return PerGpuRates(steps=out, bases=bases, warnings=notes)
+
+
+def _rate_for(fmt: str, rows: pd.DataFrame, info: RunInfo) -> tuple[Any, str]:
+    """(per-physical-GPU rate per row or None, basis sentence)."""
+    world, world_basis = info.derived_world_size()
+    if fmt == "torchtitan":
+        return rows["tok_per_s_logged"].to_numpy(dtype=float), "torchtitan tps: tokens / (time x non-DP size), per device as logged"
+    if fmt == "automodel_bench":
+        gbs, seq = info.global_batch_size, info.seq_len
+        missing = [n for n, v in (("global_batch_size", gbs), ("seq_len", seq), ("world_size", world)) if v is None]
+        if missing:
+            return None, f"unknown: needs {', '.join(missing)} (GBS x seq_len / (iteration time x world size))"
+        t = rows["step_time_s"].to_numpy(dtype=float)
+        return gbs * seq / (t * world), f"GBS x seq_len / (iteration time x world) = {gbs} x {seq} / (t x {world}); world from {world_basis}"
+    tps = rows["tok_per_s_logged"].to_numpy(dtype=float)
+    if world is not None:
+        return tps / world, f"tps / world size ({world}; {world_basis})"
+    logged = rows["tok_per_s_per_gpu_logged"].to_numpy(dtype=float)
+    if info.pp is not None and info.tp is not None and not all(math.isnan(x) for x in logged):
+        return logged / (info.pp * info.tp), f"log's tps_per_gpu / (pp x tp) = / ({info.pp} x {info.tp})"
+    return None, "unknown: world size not known (give RunInfo(world_size=...) or a sidecar)"
+
+
+def collapse_ranks(steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, kind, step) when several ranks logged the same step.
+
+    Loss: the first finite value (the last PP stage is the one with a loss); memory: the
+    maximum over ranks; rates, MFU: the mean over ranks (each is per device); step time: max.
+    """
+    import pandas as pd
+
+    if steps.empty or steps["rank"].nunique(dropna=True) <= 1:
+        return steps
+    agg: dict[str, Any] = {c: "first" for c in steps.columns if c not in ("run", "kind", "step")}
+    agg.update({
+        "mem_gib": "max", "mem_pct": "max", "step_time_s": "max",
+        "tok_per_s_logged": "mean", "tok_per_s_per_gpu_logged": "mean", "tflops_per_gpu_logged": "mean",
+        "mfu_pct_logged": "mean", "line": "min",
+    })
+    if "tok_per_s_per_gpu" in steps.columns:
+        agg["tok_per_s_per_gpu"] = "mean"
+    out = steps.groupby(["run", "kind", "step"], sort=False, as_index=False).agg(agg)
+    out["rank"] = pd.array([pd.NA] * len(out), dtype="Int64")  # several ranks combined
+    return out[list(steps.columns)]
+
+
+# --------------------------------------------------------------------------- windows and step times
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class SteadyWindow:
+    """The steps a steady-state figure is averaged over."""
+
+    run: str
+    """Run."""
+    first_step: int | None
+    """First step in the window (None when the run has no train step)."""
+    last_step: int | None
+    """Last step in the window."""
+    n_steps: int
+    """Logged train steps in the window."""
+    n_excluded: int
+    """Logged train steps before the window (warmup)."""
+    rule: str
+    """How the window was chosen."""
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row."""
+        import pandas as pd
+
+        return pd.DataFrame([asdict(self)])
+
+
+def steady_window(run_steps: pd.DataFrame, *, warmup_steps: int | None = None, declared: int | None = None) -> SteadyWindow:
+    """The steady-state window of one run's train rows.
+
+    ``warmup_steps`` (given by the user) excludes that many logged steps. Otherwise the run's own
+    ``declared`` throughput warmup (the benchmark recipe's warmup iterations) is used. Otherwise
+    the first max(1, ceil(10%)) logged steps are excluded (compilation, allocator growth) when
+    at least 2 steps are logged; a single logged step is used as it is, and the rule says so.
+    """
+    train = run_steps[run_steps["kind"] == "train"]
+    run = str(run_steps["run"].iloc[0]) if len(run_steps) else ""
+    steps = sorted(set(int(s) for s in train["step"]))
+    n = len(steps)
+    if n == 0:
+        return SteadyWindow(run=run, first_step=None, last_step=None, n_steps=0, n_excluded=0, rule="no train step logged")
+    if warmup_steps is not None:
+        k, rule = min(warmup_steps, n - 1), f"excluded the first {warmup_steps} logged step(s) (given)"
+    elif declared is not None:
+        kept = [s for s in steps if s >= declared]
+        k = n - len(kept) if kept else n - 1
+        rule = f"excluded steps < {declared} (the run's declared warmup)"
+    elif n >= 2:
+        k = max(1, math.ceil(0.1 * n))
+        rule = f"excluded the first {k} logged step(s): max(1, ceil(10% of {n})) (default rule)"
+    else:
+        k, rule = 0, "the only logged step: no warmup cut possible"
+    window = steps[k:]
+    return SteadyWindow(run=run, first_step=window[0], last_step=window[-1], n_steps=len(window), n_excluded=k, rule=rule)
+
+
+def _in_window(run_steps: pd.DataFrame, window: SteadyWindow) -> pd.DataFrame:
+    train = run_steps[run_steps["kind"] == "train"]
+    if window.first_step is None:
+        return train.iloc[0:0]
+    return train[(train["step"] >= window.first_step) & (train["step"] <= window.last_step)]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class StepTimeStats:
+    """Seconds per step over a window, with how they were measured."""
+
+    run: str
+    """Run."""
+    n: int
+    """Step times used."""
+    mean_s: float
+    """Mean seconds per step."""
+    median_s: float
+    """Median seconds per step."""
+    p90_s: float
+    """90th percentile."""
+    std_s: float
+    """Standard deviation (0 for one value)."""
+    min_s: float
+    """Fastest step."""
+    max_s: float
+    """Slowest step."""
+    basis: str
+    """Where the step times come from."""
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row."""
+        import pandas as pd
+
+        return pd.DataFrame([asdict(self)])
+
+
+def step_times(run_steps: pd.DataFrame) -> tuple[pd.Series, str]:
+    """Seconds per step for each train row: the log's own figure, else timestamp differences.
+
+    Timestamp differences are divided by the step difference (logs every N steps) and take the
+    timestamp's resolution (whole seconds for Automodel text logs); the basis says which.
+    """
+    import numpy as np
+    import pandas as pd
+
+    train = run_steps[run_steps["kind"] == "train"].sort_values("step")
+    own = train["step_time_s"]
+    if own.notna().any():
+        basis = str(train.loc[own.notna(), "step_time_basis"].iloc[0])
+        return own, basis
+    ts = train["timestamp"]
+    if ts.notna().sum() >= 2:
+        dt = ts.diff().dt.total_seconds()
+        ds = train["step"].diff()
+        per = (dt / ds).where(ds > 0)
+        frac = (ts.dropna().dt.microsecond != 0).any()
+        resolution = "ms" if frac else "1 s"
+        return per, f"timestamp differences / steps between logged lines ({resolution} resolution; includes logging)"
+    return pd.Series(np.nan, index=train.index), "unknown: no step time in the log and fewer than 2 timestamped steps"
+
+
+def step_time_stats(run_steps: pd.DataFrame, window: SteadyWindow) -> StepTimeStats:
+    """Step-time statistics over ``window``."""
+    import numpy as np
+
+    times, basis = step_times(run_steps)
+    in_window = _in_window(run_steps, window)
+    values = times.reindex(in_window.index).to_numpy(dtype=float)
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        nan = math.nan
+        return StepTimeStats(run=window.run, n=0, mean_s=nan, median_s=nan, p90_s=nan, std_s=nan, min_s=nan, max_s=nan, basis=basis)
+    return StepTimeStats(
+        run=window.run, n=int(values.size), mean_s=float(values.mean()), median_s=float(np.median(values)),
+        p90_s=float(np.percentile(values, 90)), std_s=float(values.std(ddof=1)) if values.size > 1 else 0.0,
+        min_s=float(values.min()), max_s=float(values.max()), basis=basis,
+    )
+
+
+# --------------------------------------------------------------------------- MFU, headroom, bubble
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class MfuFigure:
+    """One MFU figure and the three numbers it is made of."""
+
+    mfu_pct: float
+    """MFU in %."""
+    tok_per_s_per_gpu: float
+    """Tokens/s per physical GPU."""
+    flops_per_token: float
+    """FLOPs per token used."""
+    peak_flops_per_s: float
+    """Peak FLOP/s per GPU used."""
+    flops_basis: str
+    """Label of the FLOPs basis."""
+    peak_basis: str
+    """Label of the peak."""
+
+    @property
+    def basis(self) -> str:
+        """'tok/s/GPU x FLOPs/token / peak' with the labels."""
+        return f"{self.tok_per_s_per_gpu:,.1f} tok/s/GPU x {self.flops_basis} / {self.peak_basis}"
+
+
+def mfu(tok_per_s_per_gpu: float, flops: FlopsBasis, peak: PeakBasis) -> MfuFigure:
+    """MFU = tok/s per physical GPU x FLOPs per token / peak FLOP/s, in %."""
+    value = 100.0 * tok_per_s_per_gpu * flops.flops_per_token / peak.flops_per_s
+    return MfuFigure(mfu_pct=value, tok_per_s_per_gpu=tok_per_s_per_gpu, flops_per_token=flops.flops_per_token,
+                     peak_flops_per_s=peak.flops_per_s, flops_basis=flops.name, peak_basis=peak.name)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class MfuTable:
+    """MFU of one rate on one FLOPs basis against several peaks."""
+
+    figures: tuple[MfuFigure, ...]
+    """One figure per peak."""
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per peak."""
+        import pandas as pd
+
+        return pd.DataFrame([{
+            "mfu_pct": f.mfu_pct, "tok_per_s_per_gpu": f.tok_per_s_per_gpu, "flops_per_token": f.flops_per_token,
+            "peak_tflops": f.peak_flops_per_s / 1e12, "flops_basis": f.flops_basis, "peak_basis": f.peak_basis,
+        } for f in self.figures])
+
+
+def mfu_table(tok_per_s_per_gpu: float, flops: FlopsBasis, peaks: Sequence[PeakBasis] = (PEAK_GB200_2250, PEAK_GB200_2500)) -> MfuTable:
+    """MFU against each peak (default: both GB200 peaks in use)."""
+    return MfuTable(figures=tuple(mfu(tok_per_s_per_gpu, flops, p) for p in peaks))
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Headroom:
+    """Peak memory against a device capacity, in GiB and GB."""
+
+    peak_gib: float
+    """Peak memory, GiB (2**30 B)."""
+    capacity_gib: float
+    """Device capacity, GiB."""
+    capacity_source: str
+    """Where the capacity comes from."""
+
+    @property
+    def headroom_gib(self) -> float:
+        """Capacity minus peak, GiB."""
+        return self.capacity_gib - self.peak_gib
+
+    @property
+    def headroom_gb(self) -> float:
+        """Capacity minus peak, GB (1e9 B)."""
+        return self.headroom_gib * GIB / GB
+
+    @property
+    def capacity_gb(self) -> float:
+        """Capacity, GB."""
+        return self.capacity_gib * GIB / GB
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row with both units."""
+        import pandas as pd
+
+        return pd.DataFrame([{
+            "peak_gib": self.peak_gib, "capacity_gib": self.capacity_gib, "capacity_gb": self.capacity_gb,
+            "headroom_gib": self.headroom_gib, "headroom_gb": self.headroom_gb, "capacity_source": self.capacity_source,
+        }])
+
+
+def headroom(peak_gib: float, capacity: DeviceCapacity) -> Headroom:
+    """Headroom of a peak (GiB) against a capacity (give it with DeviceCapacity.from_gib / from_gb)."""
+    return Headroom(peak_gib=float(peak_gib), capacity_gib=capacity.gib, capacity_source=capacity.source)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Bubble:
+    """The 1F1B pipeline bubble: idle fraction of a step, (N - 1) / (M + N - 1)."""
+
+    pp: int
+    """Pipeline stages N."""
+    microbatches: int
+    """Microbatches per step M."""
+
+    @property
+    def fraction(self) -> float:
+        """(N - 1) / (M + N - 1)."""
+        return (self.pp - 1) / (self.microbatches + self.pp - 1)
+
+    @property
+    def formula(self) -> str:
+        """The arithmetic, spelled out."""
+        return f"({self.pp} - 1) / ({self.microbatches} + {self.pp} - 1) = {self.pp - 1}/{self.microbatches + self.pp - 1}"
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row."""
+        import pandas as pd
+
+        return pd.DataFrame([{"pp": self.pp, "microbatches": self.microbatches, "bubble_pct": 100 * self.fraction, "formula": self.formula}])
+
+
+def bubble_1f1b(pp: int, microbatches: int) -> Bubble:
+    """The 1F1B bubble for N = ``pp`` stages and M = ``microbatches``."""
+    for name, value in (("pp", pp), ("microbatches", microbatches)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"bubble_1f1b: {name} found {value!r}; required an integer >= 1.")
+    return Bubble(pp=pp, microbatches=microbatches)
+
+
+# --------------------------------------------------------------------------- per-run summary
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class RunSummary:
+    """The usual figures of one run, each with its basis."""
+
+    run: str
+    """Run."""
+    format: str
+    """Detected format."""
+    n_steps: int
+    """Logged train steps."""
+    first_step: int | None
+    """First logged train step."""
+    last_step: int | None
+    """Last logged train step."""
+    window: SteadyWindow
+    """Steady-state window."""
+    step_time: StepTimeStats
+    """Step-time statistics over the window."""
+    tok_per_s_per_gpu: float
+    """Steady tokens/s per physical GPU (mean over the window); NaN when not computable."""
+    tok_per_s_per_gpu_basis: str
+    """How it was computed."""
+    tok_per_s_per_gpu_logged: float
+    """The log's own per-GPU figure over the window (its basis may ignore PP/TP)."""
+    mfu: MfuFigure | None
+    """MFU on the given FLOPs basis and first peak (None without a FLOPs basis or rate)."""
+    mfu_logged_pct: float
+    """The log's own MFU over the window (its own basis), NaN when not logged."""
+    peak_mem_gib: float
+    """Peak memory over all train steps, GiB."""
+    mem_basis: str
+    """Which allocator peak."""
+    headroom: Headroom | None
+    """Against the given device capacity (None without one)."""
+    final_loss: float
+    """Last finite train loss."""
+    warnings: tuple[str, ...]
+    """Basis warnings for this run."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A flat dict (one row of :meth:`Summary.to_frame`)."""
+        return {
+            "run": self.run, "format": self.format, "n_steps": self.n_steps, "first_step": self.first_step,
+            "last_step": self.last_step, "window": f"{self.window.first_step}..{self.window.last_step} ({self.window.n_steps})",
+            "window_rule": self.window.rule, "step_time_median_s": self.step_time.median_s,
+            "step_time_basis": self.step_time.basis, "tok_per_s_per_gpu": self.tok_per_s_per_gpu,
+            "tok_per_s_per_gpu_basis": self.tok_per_s_per_gpu_basis, "tok_per_s_per_gpu_logged": self.tok_per_s_per_gpu_logged,
+            "mfu_pct": self.mfu.mfu_pct if self.mfu else math.nan,
+            "mfu_basis": self.mfu.basis if self.mfu else "", "mfu_logged_pct": self.mfu_logged_pct,
+            "peak_mem_gib": self.peak_mem_gib, "mem_basis": self.mem_basis,
+            "headroom_gib": self.headroom.headroom_gib if self.headroom else math.nan,
+            "capacity_gib": self.headroom.capacity_gib if self.headroom else math.nan,
+            "final_loss": self.final_loss, "warnings": " | ".join(self.warnings),
+        }
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Summary:
+    """One :class:`RunSummary` per run."""
+
+    runs: tuple[RunSummary, ...]
+    """Per run, in the order the runs were read."""
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per run."""
+        import pandas as pd
+
+        return pd.DataFrame([r.to_dict() for r in self.runs])
+
+    def __getitem__(self, run: str) -> RunSummary:
+        for r in self.runs:
+            if r.run == run:
+                return r
+        raise KeyError(f"Summary: no run {run!r}; runs: {', '.join(r.run for r in self.runs)}")
+
+
+def summarize(
+    table: LogTable,
+    *,
+    run_info: Mapping[str, RunInfo] | RunInfo | None = None,
+    flops: FlopsBasis | None = None,
+    peaks: Sequence[PeakBasis] = (PEAK_GB200_2250, PEAK_GB200_2500),
+    capacity: DeviceCapacity | None = None,
+    warmup_steps: int | None = None,
+    warn: bool = True,
+) -> Summary:
+    """Per-run figures: steps, steady window, step time, tok/s per physical GPU, MFU, peak memory, headroom.
+
+    ``run_info`` adds or overrides facts (one RunInfo for every run, or a mapping by run);
+    ``flops`` is the FLOPs-per-token basis for MFU (none: only the log's own MFU is shown);
+    ``peaks[0]`` is the peak the summary's MFU uses (:func:`mfu_table` shows all).
+    """
+    import numpy as np
+
+    infos: dict[str, RunInfo] = dict(table.runs)
+    if isinstance(run_info, RunInfo):
+        infos = {r: i.merged(run_info) for r, i in infos.items()}
+    elif run_info is not None:
+        for r, extra in run_info.items():
+            infos[r] = infos.get(r, RunInfo()).merged(extra)
+    rates = per_gpu_rates(table.steps, infos, warn=warn)
+    steps = collapse_ranks(rates.steps)
+    out: list[RunSummary] = []
+    for run, rows in steps.groupby("run", sort=False):
+        run = str(run)
+        info = infos.get(run, RunInfo())
+        train = rows[rows["kind"] == "train"]
+        window = steady_window(rows, warmup_steps=warmup_steps, declared=info.warmup_steps)
+        in_window = _in_window(rows, window)
+        stats = step_time_stats(rows, window)
+        rate = float(np.nanmean(in_window["tok_per_s_per_gpu"])) if in_window["tok_per_s_per_gpu"].notna().any() else math.nan
+        logged = in_window["tok_per_s_per_gpu_logged"]
+        mfu_logged = in_window["mfu_pct_logged"]
+        fig = mfu(rate, flops, peaks[0]) if flops is not None and math.isfinite(rate) and peaks else None
+        mem = train["mem_gib"]
+        peak = float(mem.max()) if mem.notna().any() else math.nan
+        losses = train["loss"].to_numpy(dtype=float)
+        finite = losses[np.isfinite(losses)]
+        basis_mem = train["mem_basis"].dropna()
+        out.append(RunSummary(
+            run=run, format=str(rows["format"].iloc[0]), n_steps=int(train["step"].nunique()),
+            first_step=int(train["step"].min()) if len(train) else None, last_step=int(train["step"].max()) if len(train) else None,
+            window=window, step_time=stats, tok_per_s_per_gpu=rate, tok_per_s_per_gpu_basis=rates.bases.get(run, ""),
+            tok_per_s_per_gpu_logged=float(logged.mean()) if logged.notna().any() else math.nan, mfu=fig,
+            mfu_logged_pct=float(mfu_logged.mean()) if mfu_logged.notna().any() else math.nan,
+            peak_mem_gib=peak, mem_basis=str(basis_mem.iloc[0]) if len(basis_mem) else "",
+            headroom=headroom(peak, capacity) if capacity is not None and math.isfinite(peak) else None,
+            final_loss=float(finite[-1]) if finite.size else math.nan,
+            warnings=tuple(w for w in rates.warnings if w.startswith(f"run {run}:")),
+        ))
+    return Summary(runs=tuple(out))

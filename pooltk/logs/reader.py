@@ -1,0 +1,348 @@
+"""Read log files, folders and ``.gz`` into one tidy table: :func:`read_logs`.
+
+Each file's format is detected from its lines (:func:`detect_format`), read by that family's
+reader, and tagged with ``run``, ``source_file`` and ``format``. See [Note: what happens to a
+line] in :mod:`pooltk.logs._common` for how every line is accounted for.
+
+Errors: a file named explicitly that is empty, unreadable, or has no line of any supported
+format raises :class:`LogFormatError` naming it. Inside a folder such files are listed in
+:attr:`LogTable.unrecognised` instead (folders hold READMEs and configs too), but a folder
+that yields no row at all raises.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pooltk.logs import automodel_bench, automodel_jsonl, automodel_text, torchtitan
+from pooltk.logs._common import ParseResult, SkippedLine
+from pooltk.logs.errors import LogFormatError
+from pooltk.logs.runinfo import RunInfo, read_sidecar, sidecar_paths
+from pooltk.logs.schema import to_frame
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = [
+    "FORMATS",
+    "FileReport",
+    "LogTable",
+    "detect_format",
+    "read_log_file",
+    "read_logs",
+    "run_name",
+]
+
+FORMATS: tuple[str, ...] = (
+    automodel_text.FORMAT,
+    automodel_jsonl.FORMAT,
+    automodel_bench.FORMAT,
+    automodel_bench.SUMMARY_FORMAT,
+    torchtitan.FORMAT,
+)
+"""Log families pooltk reads."""
+
+_LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".json", ".stdout", ".stderr"}
+_GENERIC_STEMS = {"training", "validation", "train", "run", "log", "logs", "stdout", "stderr", "output", "out", "console"}
+_DETECT_LINES = 200_000
+
+
+@dataclass(kw_only=True, slots=True)
+class FileReport:
+    """How one file was read: its format and what became of each of its lines."""
+
+    path: str
+    """The file."""
+    run: str
+    """Run the rows were tagged with."""
+    format: str
+    """Detected (or given) format."""
+    n_lines: int
+    """Lines in the file."""
+    n_rows: int
+    """Rows it produced (train and val)."""
+    n_skipped: int
+    """Step-like lines that could not be parsed (see skipped_by_reason)."""
+    skipped_by_reason: dict[str, int]
+    """Skipped lines counted by reason."""
+    skipped_examples: list[SkippedLine]
+    """The first skipped lines, with line numbers."""
+    n_meta: int
+    """Lines run facts were taken from."""
+    n_other: int
+    """Lines that are neither rows, skipped nor meta (warnings, dumps, tracebacks)."""
+    n_nonfinite: int
+    """Rows with a NaN or infinite loss (kept: a diverged run logs them)."""
+    notes: list[str]
+    """Things to know about the figures (bases, conventions)."""
+    meta: dict[str, Any]
+    """Run facts found in the file."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A flat dict (skipped examples as 'line: reason' strings)."""
+        return {
+            "path": self.path,
+            "run": self.run,
+            "format": self.format,
+            "n_lines": self.n_lines,
+            "n_rows": self.n_rows,
+            "n_skipped": self.n_skipped,
+            "skipped_by_reason": dict(self.skipped_by_reason),
+            "skipped_examples": [f"{s.line}: {s.reason}" for s in self.skipped_examples],
+            "n_meta": self.n_meta,
+            "n_other": self.n_other,
+            "n_nonfinite": self.n_nonfinite,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(kw_only=True, slots=True)
+class LogTable:
+    """Everything read from a set of logs: the step table, per-file reports, per-run facts."""
+
+    steps: pd.DataFrame
+    """One row per logged step (and rank, and validation) of every run; see pooltk.logs.schema."""
+    files: list[FileReport]
+    """One report per file read."""
+    runs: dict[str, RunInfo]
+    """Facts per run (from the logs and sidecars)."""
+    unrecognised: list[str] = field(default_factory=list)
+    """Files inside folders that are no supported format, each with the reason."""
+
+    def to_frame(self) -> pd.DataFrame:
+        """The step table."""
+        return self.steps
+
+    def files_frame(self) -> pd.DataFrame:
+        """One row per file: format, counts of rows, skipped, meta and other lines."""
+        import pandas as pd
+
+        rows = []
+        for f in self.files:
+            d = f.to_dict()
+            d["skipped_by_reason"] = "; ".join(f"{k} x{v}" for k, v in f.skipped_by_reason.items())
+            d["skipped_examples"] = "; ".join(d["skipped_examples"][:3])
+            d["notes"] = " | ".join(f.notes)
+            rows.append(d)
+        return pd.DataFrame(rows)
+
+    @property
+    def n_skipped(self) -> int:
+        """Skipped lines over all files."""
+        return sum(f.n_skipped for f in self.files)
+
+
+def run_name(path: Path) -> str:
+    """The run a file belongs to: its stem without ``_training``/``_validation*``, or its folder's name.
+
+    ``cpu_seq512_stock_training.jsonl`` -> ``cpu_seq512_stock``; ``out/run7/training.jsonl`` ->
+    ``run7``; ``torchtitan-1.log`` -> ``torchtitan-1``.
+    """
+    name = path.name
+    if name.endswith(".gz"):
+        name = name[:-3]
+    stem = name.rsplit(".", 1)[0] if "." in name else name
+    lowered = stem.lower()
+    for marker in ("_training", "-training", ".training", "_validation", "-validation", ".validation"):
+        i = lowered.find(marker)
+        if i > 0:
+            stem = stem[:i]
+            break
+    if stem.lower() in _GENERIC_STEMS or stem.lower().startswith("validation"):
+        parent = path.resolve().parent.name
+        return parent or stem
+    return stem
+
+
+def _read_text(path: Path) -> str:
+    """The file's text: .gz decompressed, bytes decoded as UTF-8 (undecodable bytes replaced)."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise LogFormatError(str(path), 0, found=f"an unreadable file ({err.strerror or err})",
+                             required="a readable log file", fix="check the path and its permissions") from None
+    if path.suffix == ".gz" or data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as err:
+            raise LogFormatError(str(path), 0, found=f"a damaged gzip file ({err})", required="a complete .gz file",
+                                 fix="re-copy the file, or gunzip what is left and read the plain text") from None
+    return data.decode("utf-8", errors="replace")
+
+
+def _split_lines(text: str) -> list[str]:
+    """Lines split on newline only (so line numbers match editors); no trailing empty line."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def detect_format(lines: Sequence[str], *, path: str = "<lines>", text: str | None = None) -> str:
+    """The format of a log from its lines; raises :class:`LogFormatError` when none fits.
+
+    JSONL: the first non-blank line is a JSON object with ``step``. Otherwise the first line
+    (of the first 200,000) that carries a family's signature decides: benchmark-recipe lines,
+    Automodel step lines, torchtitan metric lines.
+    """
+    if text is not None and automodel_bench.looks_like_summary(text):
+        return automodel_bench.SUMMARY_FORMAT
+    first = next((ln for ln in lines if ln.strip()), None)
+    if first is None:
+        raise LogFormatError(path, 0, found="an empty file (no non-blank line)", required="log lines",
+                             fix="point at the run's log (it may not have been flushed yet)")
+    if automodel_jsonl.looks_like(first):
+        return automodel_jsonl.FORMAT
+    for line in lines[:_DETECT_LINES]:
+        if automodel_bench.looks_like(line):
+            return automodel_bench.FORMAT
+        if automodel_text.looks_like(line):
+            return automodel_text.FORMAT
+        if torchtitan.looks_like(line):
+            return torchtitan.FORMAT
+    shown = min(len(lines), _DETECT_LINES)
+    raise LogFormatError(
+        path, 0,
+        found=f"no line of a supported format in the first {shown} line(s) (first line: {first[:80]!r})",
+        required=f"one of {', '.join(FORMATS)}",
+        fix="check this is a training log; give format= explicitly if detection is wrong, or report the format",
+    )
+
+
+def _parse(fmt: str, lines: list[str], text: str, path: Path) -> ParseResult:
+    result = ParseResult()
+    if fmt == automodel_text.FORMAT:
+        return automodel_text.parse(lines, result)
+    if fmt == automodel_jsonl.FORMAT:
+        stem = path.name.removesuffix(".gz").rsplit(".", 1)[0]
+        return automodel_jsonl.parse(lines, result, val_name=automodel_jsonl.val_name_from_path(stem))
+    if fmt == automodel_bench.FORMAT:
+        return automodel_bench.parse(lines, result)
+    if fmt == automodel_bench.SUMMARY_FORMAT:
+        return automodel_bench.parse_summary(text, result)
+    if fmt == torchtitan.FORMAT:
+        return torchtitan.parse(lines, result)
+    raise ValueError(f"format: found {fmt!r}; required one of {', '.join(FORMATS)} or 'auto'. Fix: pass one of those.")
+
+
+def read_log_file(path: str | Path, *, format: str = "auto", run: str | None = None, strict: bool = False) -> LogTable:  # noqa: A002
+    """Read one log file (plain or .gz) into a :class:`LogTable`.
+
+    ``strict=True`` turns the first skipped line into a :class:`LogFormatError`; by default
+    skipped lines are counted in the file's report.
+    """
+    p = Path(path)
+    table, problem = _read_one(p, format=format, run=run, strict=strict)
+    if problem is not None:
+        raise problem
+    assert table is not None
+    return table
+
+
+def _read_one(p: Path, *, format: str, run: str | None, strict: bool) -> tuple[LogTable | None, LogFormatError | None]:  # noqa: A002
+    import numpy as np
+    import pandas as pd
+
+    if format != "auto" and format not in FORMATS:
+        raise ValueError(f"format: found {format!r}; required 'auto' or one of {', '.join(FORMATS)}. Fix: pass one of those.")
+    try:
+        text = _read_text(p)
+        lines = _split_lines(text)
+        fmt = format if format != "auto" else detect_format(lines, path=str(p), text=text)
+    except LogFormatError as err:
+        return None, err
+    try:
+        result = _parse(fmt, lines, text, p)
+    except ValueError as err:  # the JSON summary path: invalid JSON after detection cannot happen, but stay clear
+        return None, LogFormatError(str(p), 0, found=str(err), required=f"a {fmt} file", fix="check the file")
+    run_id = run or run_name(p)
+    n_rows = len(result.rows)
+    if strict and result.skipped_examples:
+        first = result.skipped_examples[0]
+        return None, LogFormatError(str(p), first.line, found=f"a step line that does not parse ({first.reason})",
+                                    required=f"every step line in {fmt} form", fix="pass strict=False to skip and count such lines",
+                                    text=first.text)
+    if n_rows == 0 and fmt != automodel_bench.SUMMARY_FORMAT:
+        found = f"no complete step line in {result.n_lines} line(s) of {fmt} (skipped {result.n_skipped}"
+        found += f": {result.skipped_examples[0].reason} at line {result.skipped_examples[0].line})" if result.skipped_examples else ")"
+        return None, LogFormatError(str(p), result.skipped_examples[0].line if result.skipped_examples else 0, found=found,
+                                    required="at least one step line", fix="check the run got past its first step")
+    frame = to_frame(result.rows.columns(), n_rows, timestamp_format=result.timestamp_format,
+                     run=run_id, source_file=str(p), format=fmt, mem_basis=result.mem_basis)
+    frame["mem_basis"] = frame["mem_basis"].where(frame["mem_gib"].notna(), pd.NA)
+    n_nonfinite = int((~np.isfinite(frame["loss"].to_numpy(dtype=float))).sum()) - result.n_placeholder_loss
+    report = FileReport(
+        path=str(p), run=run_id, format=fmt, n_lines=result.n_lines, n_rows=n_rows, n_skipped=result.n_skipped,
+        skipped_by_reason=dict(result.skipped), skipped_examples=list(result.skipped_examples), n_meta=result.n_meta,
+        n_other=result.n_other, n_nonfinite=n_nonfinite, notes=list(result.notes), meta=dict(result.meta),
+    )
+    info = RunInfo.from_facts(result.meta, source=str(p), lines=result.meta_lines)
+    for sidecar in sidecar_paths(p, run_id):
+        if sidecar.is_file():
+            info = info.merged(read_sidecar(sidecar))
+            report.notes.append(f"run facts from sidecar {sidecar.name}")
+            break
+    return LogTable(steps=frame, files=[report], runs={run_id: info}), None
+
+
+def _expand(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
+    """Files to read: (path, named explicitly). Folders are walked recursively, sidecars left out."""
+    out: list[tuple[Path, bool]] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(
+                f for f in p.rglob("*")
+                if f.is_file() and not f.name.endswith(".meta.json") and not f.name.startswith(".")
+                and (f.suffix in _LOG_SUFFIXES or (f.suffix == ".gz" and Path(f.stem).suffix in _LOG_SUFFIXES))
+            )
+            if not found:
+                raise LogFormatError(str(p), 0, found="a folder with no log files (.log .txt .out .jsonl .json, or .gz of them)",
+                                     required="log files", fix="point at the folder the run wrote its logs to")
+            out.extend((f, False) for f in found)
+        elif p.exists():
+            out.append((p, True))
+        else:
+            raise LogFormatError(str(p), 0, found="no such file or folder", required="an existing path",
+                                 fix="check the path (relative paths start from the current folder)")
+    return out
+
+
+def read_logs(paths: str | Path | Iterable[str | Path], *, format: str = "auto", strict: bool = False) -> LogTable:  # noqa: A002
+    """Read files, folders (recursively) and .gz logs into one :class:`LogTable`.
+
+    Files of one run (``training.jsonl`` and ``validation.jsonl`` in the same folder) share a
+    ``run``; facts from a ``*.meta.json`` sidecar next to a log are attached to its run.
+    """
+    import pandas as pd
+
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    tables: list[LogTable] = []
+    unrecognised: list[str] = []
+    for path, explicit in _expand(paths):
+        table, problem = _read_one(path, format=format, run=None, strict=strict)
+        if problem is not None:
+            if explicit or strict:
+                raise problem
+            unrecognised.append(str(problem))
+            continue
+        assert table is not None
+        tables.append(table)
+    if not tables:
+        shown = "; ".join(unrecognised[:3])
+        raise LogFormatError(", ".join(str(p) for p in paths), 0, found=f"no readable log among the files ({shown})",
+                             required="at least one log of a supported format", fix="point at the run's log files")
+    frames = [t.steps for t in tables if len(t.steps)]
+    steps = pd.concat(frames, ignore_index=True) if frames else tables[0].steps
+    runs: dict[str, RunInfo] = {}
+    for t in tables:
+        for name, info in t.runs.items():
+            runs[name] = runs[name].merged(info) if name in runs else info
+    files = [f for t in tables for f in t.files]
+    return LogTable(steps=steps, files=files, runs=runs, unrecognised=unrecognised)
