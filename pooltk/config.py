@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 __all__ = ["POLICIES", "Policy", "PoolConfig"]
 
-Policy = Literal["tight", "automodel"]
-POLICIES: tuple[str, ...] = ("tight", "automodel")
+Policy = Literal["tight", "automodel", "measure"]
+POLICIES: tuple[str, ...] = ("tight", "automodel", "measure")
 
 
 def _check_count(field: str, value: Any, fix: str) -> None:
@@ -47,7 +47,11 @@ class PoolConfig:
     policy: Policy = "tight"
     """``"tight"``: forward K_f = min(M, W + slack), grad K_g = min(M, 1 + grad_slack).
     ``"automodel"``: the original single K = max(2, min(M, max(1, N - i) + slack)) for
-    both directions, kept for A/B comparison."""
+    both directions, kept for A/B comparison (1F1B only).
+    ``"measure"``: K = M (no memory saved); the guard's ownership records the peak number
+    of buffers really live in a run (``DirectionRing.peak_owned``), to check an analysis.
+    For schedules pooled with ``schedule="auto"``, ``tight`` means the analysed minimum
+    safe ring plus slack (see :mod:`pooltk.gating`)."""
 
     guard: bool = True
     """Turn early buffer reuse into a loud error: slot ownership is checked at every
@@ -72,6 +76,11 @@ class PoolConfig:
             raise ValueError(
                 f"PoolConfig.policy: found {self.policy!r}; required one of {', '.join(map(repr, POLICIES))}. "
                 "Fix: use 'tight' (per-direction rings, the default) or 'automodel' (the original single ring)."
+            )
+        if self.policy == "measure" and self.guard is False:
+            raise ValueError(
+                "PoolConfig.policy='measure' with guard=False: the measurement is the guard's slot ownership. "
+                "Fix: leave guard=True."
             )
         if not isinstance(self.guard, bool):
             raise ValueError(

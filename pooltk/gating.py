@@ -20,8 +20,25 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["ALLOWLIST", "GateDecision", "decide", "normalize_schedule_name", "observe_schedule", "schedule_allowed"]
+if TYPE_CHECKING:
+    from pooltk.config import PoolConfig
+
+__all__ = [
+    "ALLOWLIST",
+    "AUTO",
+    "GateDecision",
+    "RingPlan",
+    "decide",
+    "normalize_schedule_name",
+    "observe_schedule",
+    "plan_rings",
+    "schedule_allowed",
+]
+
+AUTO = "auto"
+"""``install(schedule="auto")``: pool any schedule pooltk can analyse (see [Note: auto rings])."""
 
 ALLOWLIST: frozenset[str] = frozenset({"1f1b"})
 
@@ -85,11 +102,23 @@ class GateDecision:
     observed: bool
     """True when the driving schedule was seen on the call stack."""
     reason: str
+    plan: "RingPlan | None" = None
+    """Per-stage ring sizes from the schedule's analysis (``schedule="auto"``); None: 1F1B closed form."""
 
 
-def decide(*, install_schedule: str | None, force: bool) -> GateDecision:
-    """Decide for the stage being set up right now. See [Note: gating]."""
+def _plan_cached(observed: object, config: "PoolConfig") -> RingPlan:
+    key = (bool(getattr(observed, "_has_backward", True)), config)
+    cache = observed.__dict__.setdefault("_pooltk_plans", {})
+    if key not in cache:
+        cache[key] = plan_rings(observed, config)
+    return cache[key]
+
+
+def decide(*, install_schedule: str | None, force: bool, config: "PoolConfig | None" = None) -> GateDecision:
+    """Decide for the stage being set up right now. See [Note: gating] and [Note: auto rings]."""
     observed = observe_schedule()
+    if normalize_schedule_name(install_schedule) == AUTO:
+        return _decide_auto(observed, config, force)
     if observed is not None:
         name, allowed, how = normalize_schedule_name(observed), schedule_allowed(observed), "observed"
     else:
@@ -105,6 +134,120 @@ def decide(*, install_schedule: str | None, force: bool) -> GateDecision:
         pool=False, schedule=name, observed=observed is not None,
         reason=(
             f"schedule {name!r} ({how}) has no proven in-flight bound (allowlist: {sorted(ALLOWLIST)}); "
-            "stock receive buffers kept. Pass force=True only for experiments."
+            "stock receive buffers kept. Use schedule='auto' to pool schedules pooltk can analyse; "
+            "pass force=True only for experiments."
         ),
     )
+
+
+def _decide_auto(observed: object | None, config: "PoolConfig | None", force: bool) -> GateDecision:
+    from pooltk.config import PoolConfig
+    from pooltk.schedule_runs import ScheduleAnalysisError
+
+    if observed is None:
+        return GateDecision(pool=False, schedule=None, observed=False, reason=(
+            "schedule='auto' needs the driving schedule, but none was on the call stack at setup; stock receive "
+            "buffers kept. Fix: let the schedule set the stage up (its first step), or install with schedule='1f1b'."
+        ))
+    name = normalize_schedule_name(observed)
+    if schedule_allowed(observed):
+        return GateDecision(pool=True, schedule=name, observed=True,
+                            reason=f"schedule {name!r} (observed) is allowlisted")
+    try:
+        plan = _plan_cached(observed, config or PoolConfig())
+    except ScheduleAnalysisError as exc:
+        return GateDecision(pool=False, schedule=name, observed=True,
+                            reason=f"schedule {name!r} (observed) cannot be analysed: {exc} Stock receive buffers kept.")
+    except Exception as exc:  # an unexpected schedule shape must never break the run
+        return GateDecision(pool=False, schedule=name, observed=True, reason=(
+            f"schedule {name!r} (observed): analysis failed ({type(exc).__name__}: {exc}); stock receive buffers kept."
+        ))
+    return GateDecision(pool=True, schedule=name, observed=True, plan=plan,
+                        reason=f"schedule {name!r} (observed) analysed from its action order: rings sized per stage")
+
+
+# ---------------------------------------------------------------------------------------
+# schedule="auto": ring sizes derived from the driving schedule's own action order
+#
+# [Note: auto rings]
+# With ``install(schedule="auto")`` a schedule outside the allowlist is pooled when
+# pooltk can analyse it: the buffer lifetimes of its lowered action order
+# (``pooltk.schedules``) give, per (stage, direction), the smallest ring K for which the
+# ``c mod K`` slot map never overwrites a live buffer; the ring is that plus slack (capped
+# at M). The analysis is run for the schedule's class and shape and then checked against
+# the schedule object's own ``pipeline_order_with_comms`` where it has one, so an object
+# whose order was replaced (a CSV, a hand-edited list) is refused. A (stage, direction)
+# that receives nothing (a V-schedule same-rank handoff, first-stage inputs, last-stage
+# grads) keeps stock behaviour. Any refusal leaves the stage stock and says why.
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RingPlan:
+    """Ring sizes for every stage of one schedule shape, derived from its action order."""
+
+    schedule: str
+    n_microbatches: int
+    sizes: dict
+    """K per (stage, direction); 0 means that direction stays stock."""
+    min_safe: dict
+    """Smallest safe ``c mod K`` ring per (stage, direction) from the analysis (0: no receives)."""
+
+
+def _order_events(order: dict, rank: int) -> list[tuple[str, int, int]]:
+    out = []
+    for action in order.get(rank, []):
+        if action is None:
+            continue
+        subs = action.sub_actions if getattr(action, "sub_actions", None) else (action,)
+        for a in subs:
+            kind = a.computation_type.value
+            if kind in ("UNSHARD", "RESHARD", "REDUCE_GRAD"):
+                continue
+            out.append((kind, a.stage_index, a.microbatch_index))
+    return out
+
+
+def plan_rings(schedule: object, config: "PoolConfig") -> RingPlan:
+    """Analyse the schedule object driving a setup; see [Note: auto rings].
+
+    Raises:
+        ScheduleAnalysisError: the schedule cannot be analysed (the message says why).
+    """
+    from pooltk.schedule_runs import ScheduleAnalysisError
+    from pooltk.schedules import _analysis, min_safe_ring
+
+    cls = type(schedule)
+    n_mb = int(schedule._n_microbatches)
+    num_stages = int(schedule._num_stages)
+    pp = int(getattr(schedule, "pp_group_size", num_stages))
+    defer = bool(getattr(schedule, "_defer_pp_recv", False))
+    forward_only = not bool(getattr(schedule, "_has_backward", True))
+    prog, spans = _analysis(cls, pp, n_mb, num_stages // pp, None, forward_only, defer, {})
+    order = getattr(schedule, "pipeline_order_with_comms", None)
+    if isinstance(order, dict) and order:
+        rank = int(getattr(schedule, "rank", 0))
+        mine = _order_events(order, rank)
+        if forward_only:
+            mine = [e for e in mine if e[0] not in ("RECV_B", "SEND_B", "B", "I", "W")]
+        analysed = [(e.kind, e.stage, e.microbatch) for e in prog.events.get(rank, ())]
+        if mine != analysed:
+            raise ScheduleAnalysisError(
+                f"{cls.__name__}: this schedule object's pipeline_order_with_comms on rank {rank} differs from the "
+                "order torch builds for its class and shape (a custom or loaded action list?); pooltk cannot vouch "
+                "for its receive lifetimes and leaves it stock."
+            )
+    sizes, safe = {}, {}
+    for stage in range(prog.num_stages):
+        for direction in ("forward", "grad"):
+            k0 = min_safe_ring(spans, stage, direction, n_mb)
+            safe[(stage, direction)] = k0
+            if k0 == 0:
+                sizes[(stage, direction)] = 0
+            elif config.policy == "measure":
+                sizes[(stage, direction)] = n_mb
+            else:
+                extra = config.slack if direction == "forward" else config.grad_slack
+                k = max(1, k0 + extra - (config.forward_shortfall if direction == "forward" else 0))
+                sizes[(stage, direction)] = min(n_mb, k)
+    return RingPlan(schedule=cls.__name__, n_microbatches=n_mb, sizes=sizes, min_safe=safe)

@@ -184,7 +184,8 @@ def _num_microbatches(args: tuple, kwargs: dict) -> int:
 
 
 def _build_ring(
-    stage: Any, target: SetupTarget, n_mb: int, config: PoolConfig, factory: _PlaceholderFactory | None
+    stage: Any, target: SetupTarget, n_mb: int, config: PoolConfig, factory: _PlaceholderFactory | None,
+    plan: Any = None,
 ) -> DirectionRing | None:
     infos_by_chunk: dict[int, tuple] = getattr(stage, target.infos_attr)
     n_mb = len(infos_by_chunk) or n_mb
@@ -195,8 +196,11 @@ def _build_ring(
         return None  # first stage (root args) forward, or last stage grads
     if any(len(infos_by_chunk[c]) != len(infos_by_chunk[0]) for c in range(n_mb)):
         raise RuntimeError("recv infos differ in structure between microbatches")
-    sizes = ring_sizes(stage.num_stages, stage.stage_index, n_mb, config)
-    k = sizes.forward if target.direction == "forward" else sizes.grad
+    if plan is not None:  # schedule="auto": sizes from the schedule's analysis
+        k = plan.sizes.get((stage.stage_index, target.direction), 0)
+    else:
+        sizes = ring_sizes(stage.num_stages, stage.stage_index, n_mb, config)
+        k = sizes.forward if target.direction == "forward" else sizes.grad
     if k <= 0:
         return None
     slots: list[list[torch.Tensor]] = []
@@ -243,7 +247,8 @@ def _setup_wrapper(original: Callable, target: SetupTarget, settings_of: Setting
         settings = settings_of(self)
         if settings is None:
             return original(self, *args, **kwargs)
-        decision: GateDecision = decide(install_schedule=settings.schedule, force=settings.force)
+        decision: GateDecision = decide(install_schedule=settings.schedule, force=settings.force,
+                                        config=settings.config)
         self.__dict__["_pooltk_gate"] = decision
         if not decision.pool:
             _warn_once(f"pooltk: {decision.reason}")
@@ -257,7 +262,7 @@ def _setup_wrapper(original: Callable, target: SetupTarget, settings_of: Setting
         else:
             result = original(self, *args, **kwargs)
         try:
-            ring = _build_ring(self, target, n_mb, settings.config, factory)
+            ring = _build_ring(self, target, n_mb, settings.config, factory, decision.plan)
         except Exception as exc:  # fail open: stock buffers, one warning
             _materialize_all(getattr(self, target.infos_attr, {}), factory)
             _warn_once(f"pooltk: could not pool {target.direction} buffers of stage {self.stage_index} "
@@ -439,6 +444,8 @@ def install(
         config: a :class:`PoolConfig`; or pass its fields as keywords (``slack=2``).
         schedule: schedule name assumed when a stage is set up without an observable
             schedule (the observed schedule decides otherwise); see [Note: gating].
+            ``"auto"``: pool every schedule pooltk can analyse, with per-stage ring
+            sizes from its action order; see [Note: auto rings] in pooltk/gating.py.
         force: pool even schedules outside the allowlist (experiments, negative controls).
 
     Returns:

@@ -93,6 +93,8 @@ def ring_sizes(num_stages: int, stage_index: int, n_microbatches: int, config: P
     if config.policy == "automodel":
         k = automodel_ring_size(num_stages, stage_index, m, config.slack)
         k_f, k_g = k, k
+    elif config.policy == "measure":
+        k_f, k_g = m, m
     else:
         k_f, k_g = min(m, w + config.slack), min(m, 1 + config.grad_slack)
     if config.forward_shortfall:
@@ -150,7 +152,8 @@ def _alias(slot: torch.Tensor, requires_grad: bool) -> torch.Tensor:
 class DirectionRing:
     """K buffer sets for one direction of one stage, reused round-robin by M microbatches."""
 
-    __slots__ = ("stage", "direction", "size", "n_microbatches", "positions", "slots", "ownership", "_posted")
+    __slots__ = ("stage", "direction", "size", "n_microbatches", "positions", "slots", "ownership", "_posted",
+                 "peak_owned")
 
     def __init__(
         self,
@@ -171,6 +174,8 @@ class DirectionRing:
         self.slots = slots
         self.ownership = SlotOwnership(stage=stage, direction=direction, ring=size) if guard else None
         self._posted = [False] * size
+        self.peak_owned = 0
+        """Most slots owned at once since setup (guard on): the live set this run really had."""
 
     # -- setup -----------------------------------------------------------------------
     def bind(self, infos_by_chunk: dict[int, tuple]) -> None:
@@ -191,6 +196,7 @@ class DirectionRing:
         slot = chunk % self.size
         if self.ownership is not None:
             self.ownership.acquire(chunk)
+            self.peak_owned = max(self.peak_owned, self.ownership.owned)
             if self._posted[slot]:
                 bump_version(self.slots[slot])
         self._posted[slot] = True

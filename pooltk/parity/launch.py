@@ -65,20 +65,26 @@ class VariantResult:
     losses: list[list[float]]
     """Per step, the last stage's per-microbatch losses."""
     param_sums: dict[int, list[float]]
-    """Per stage, the sum of parameters after each optimizer step."""
+    """Per rank, the sum of its stages' parameters after each optimizer step."""
     grad_norm: list[float]
     """Per step, global L2 norm of the gradients over all stages."""
     step_times_s: dict[int, list[float]]
+    """Per rank, wall time of each step."""
     recv: dict[int, dict[str, dict[str, int]]]
     """Per stage and direction: measured ``bytes``, ``sets``, ``storages``."""
     rings: dict[int, dict[str, int]]
     setup_alloc_bytes: dict[int, int | None]
+    """Per rank, bytes torch's stage module allocated from metadata during the first step (setup)."""
     params_bitwise_equal: bool | None
     params_max_abs_diff: float | None
     losses_bitwise_equal: bool | None
     losses_max_abs_diff: float | None
     gate: dict[int, str | None]
     peak_rss_bytes: dict[int, int]
+    peak_live: dict[int, dict[str, int]] = field(default_factory=dict)
+    """Per stage and direction, the most buffers the guard saw owned at once (pooled, guard on):
+    the live set measured in this run."""
+    stages_per_rank: int = 1
 
     @property
     def bitwise_equal(self) -> bool | None:
@@ -132,9 +138,14 @@ class ParityReport:
                 "median_step_time_s": v.median_step_time_s,
                 "losses": v.losses, "grad_norm": v.grad_norm,
                 "stages": {
-                    str(s): {"recv": v.recv[s], "rings": v.rings.get(s, {}), "setup_alloc_bytes": v.setup_alloc_bytes[s],
-                             "param_sums": v.param_sums[s], "gate": v.gate[s]}
+                    str(s): {"recv": v.recv[s], "rings": v.rings.get(s, {}), "peak_live": v.peak_live.get(s, {}),
+                             "gate": v.gate[s]}
                     for s in sorted(v.recv)
+                },
+                "ranks": {
+                    str(r): {"param_sums": v.param_sums[r], "setup_alloc_bytes": v.setup_alloc_bytes[r],
+                             "step_times_s": v.step_times_s[r]}
+                    for r in sorted(v.param_sums)
                 },
             })
         return out
@@ -276,46 +287,53 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = 
     return _gather(spec, per_rank, time.perf_counter() - t0)
 
 
+def _run_key(v: Any) -> tuple:
+    return (v.frontend, v.schedule.lower(), v.eval_between_steps, v.stages_per_rank)
+
+
 def _gather(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s: float) -> ParityReport:
     world = len(per_rank)
     variants: list[VariantResult] = []
-    stock_losses: dict[tuple[str, str, bool], list[list[float]]] = {}
-    stock_evals: dict[tuple[str, str, bool], list[float]] = {}
+    stock_losses: dict[tuple, list[float]] = {}
     for vi, v in enumerate(spec.variants):
         recs = [per_rank[r][vi] for r in range(world)]
-        last = recs[-1]
+        last = next(r for r in recs if r["has_last"])
         if not v.pooled:
-            stock_losses[(v.frontend, v.schedule.lower(), v.eval_between_steps)] = last["losses"]
-            stock_evals[(v.frontend, v.schedule.lower(), v.eval_between_steps)] = last["eval_sums"]
+            stock_losses[_run_key(v)] = [x for step in last["losses"] for x in step] + last["eval_sums"]
         ref_name = recs[0]["reference"]
-        params_eq = None if ref_name is None else all(r["params_bitwise_equal"] for r in recs)
-        params_diff = None if ref_name is None else max(r["params_max_abs_diff"] for r in recs)
         n_steps = len(recs[0]["grad_sq"])
+        stages = {int(s): d for r in recs for s, d in r["stages"].items()}
         variants.append(VariantResult(
             name=v.name, frontend=v.frontend, schedule=v.schedule, pooled=v.pooled,
             config=v.config.to_dict() if v.config else None, reference=ref_name,
             losses=last["losses"],
-            param_sums={r["stage"]: r["param_sums"] for r in recs},
+            param_sums={r["rank"]: r["param_sums"] for r in recs},
             grad_norm=[sum(r["grad_sq"][s] for r in recs) ** 0.5 for s in range(n_steps)],
-            step_times_s={r["stage"]: r["step_times_s"] for r in recs},
-            recv={r["stage"]: r["recv"] for r in recs},
-            rings={r["stage"]: r["rings"] for r in recs},
-            setup_alloc_bytes={r["stage"]: r["setup_alloc_bytes"] for r in recs},
-            params_bitwise_equal=params_eq, params_max_abs_diff=params_diff,
+            step_times_s={r["rank"]: r["step_times_s"] for r in recs},
+            recv={s: d["recv"] for s, d in sorted(stages.items())},
+            rings={s: d["rings"] for s, d in sorted(stages.items())},
+            peak_live={s: d["peak_live"] for s, d in sorted(stages.items())},
+            setup_alloc_bytes={r["rank"]: r["setup_alloc_bytes"] for r in recs},
+            params_bitwise_equal=None if ref_name is None else all(r["params_bitwise_equal"] for r in recs),
+            params_max_abs_diff=None if ref_name is None else max(r["params_max_abs_diff"] for r in recs),
             losses_bitwise_equal=None, losses_max_abs_diff=None,
-            gate={r["stage"]: r["gate"] for r in recs},
-            peak_rss_bytes={r["stage"]: r["peak_rss_bytes"] for r in recs},
+            gate={s: d["gate"] for s, d in sorted(stages.items())},
+            peak_rss_bytes={r["rank"]: r["peak_rss_bytes"] for r in recs},
+            stages_per_rank=v.stages_per_rank,
         ))
-    per_rank_eval = {v.name: per_rank[-1][vi]["eval_sums"] for vi, v in enumerate(spec.variants)}
     for res, v in zip(variants, spec.variants):
         if res.reference is None:
             continue
-        key = (v.frontend, v.schedule.lower(), v.eval_between_steps)
-        ref = stock_losses.get(key)
-        # Eval outputs (sum of the last stage's eval output per step) are compared like losses.
-        flat_a = [x for step in res.losses for x in step] + per_rank_eval[v.name]
-        flat_b = [x for step in (ref or []) for x in step] + stock_evals.get(key, [])
-        res.losses_bitwise_equal = ref is not None and flat_a == flat_b
-        res.losses_max_abs_diff = max((abs(a - b) for a, b in zip(flat_a, flat_b)), default=0.0)
+        ref = stock_losses.get(_run_key(v))
+        mine = _flat(res, spec, v, per_rank)
+        res.losses_bitwise_equal = ref is not None and mine == ref
+        res.losses_max_abs_diff = max((abs(a - b) for a, b in zip(mine, ref or [])), default=0.0)
     boundary = spec.rows_per_microbatch * spec.seq_len * spec.hidden * 4
     return ParityReport(spec=spec, variants=variants, wall_s=wall_s, boundary_bytes=boundary)
+
+
+def _flat(res: VariantResult, spec: ParitySpec, v: Any, per_rank: list[list[dict[str, Any]]]) -> list[float]:
+    """Per-microbatch losses of every step, then per-step eval sums, of the rank holding the last stage."""
+    vi = spec.variants.index(v)
+    last = next(per_rank[r][vi] for r in range(len(per_rank)) if per_rank[r][vi]["has_last"])
+    return [x for step in last["losses"] for x in step] + last["eval_sums"]

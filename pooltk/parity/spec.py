@@ -30,6 +30,12 @@ class Variant:
     """Pool even if the schedule is not allowlisted (negative controls)."""
     eval_between_steps: bool = False
     """Run ``schedule.eval`` after every train step (reruns stage setup twice per step)."""
+    stages_per_rank: int = 1
+    """Stages per rank for multi-stage schedules (Interleaved1F1B, ZBVZeroBubble, ...); the
+    stage-to-rank placement is the schedule's own (``loop``, or ``v`` for V schedules)."""
+    install_schedule: str | None = None
+    """Schedule name given to ``pooltk.install`` (default: ``schedule``); ``"auto"`` pools
+    any schedule pooltk can analyse."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -71,6 +77,13 @@ class ParitySpec:
                 raise ValueError(f"ParitySpec.{name}: found {value!r}; required an integer >= {low}.")
         if not self.variants:
             raise ValueError("ParitySpec.variants: found none; required at least one. Fix: use default_variants(...).")
+        for v in self.variants:
+            if v.stages_per_rank < 1:
+                raise ValueError(f"Variant {v.name}: stages_per_rank found {v.stages_per_rank}; required >= 1.")
+            if self.microbatches < self.pp * (v.stages_per_rank if v.stages_per_rank > 1 else 1) and \
+                    v.schedule.lower() == "1f1b":
+                raise ValueError(f"Variant {v.name}: 1F1B needs microbatches >= pp; found {self.microbatches} < "
+                                 f"{self.pp}. Fix: --microbatches {self.pp} or more.")
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"ParitySpec.variants: names must be unique, found {names}.")
@@ -100,6 +113,8 @@ class ParitySpec:
 
 def _config_label(config: PoolConfig) -> str:
     label = config.policy
+    if config.policy == "measure":
+        return label
     label += f"-s{config.slack}"
     if config.policy == "tight":
         label += f"g{config.grad_slack}"
@@ -117,16 +132,18 @@ def default_variants(
     schedule: str = "1f1b",
     force: bool = False,
     eval_between_steps: bool = False,
+    stages_per_rank: int = 1,
+    install_schedule: str | None = None,
 ) -> tuple[Variant, ...]:
     """A stock reference plus one pooled variant per config, for each frontend."""
     out: list[Variant] = []
-    sched = schedule.lower()
+    sched = schedule.lower() + (f"x{stages_per_rank}" if stages_per_rank > 1 else "")
     suffix = "+eval" if eval_between_steps else ""
     for fe in frontends:
         out.append(Variant(name=f"stock/{sched}/{fe}{suffix}", frontend=fe, schedule=schedule,
-                           eval_between_steps=eval_between_steps))
+                           eval_between_steps=eval_between_steps, stages_per_rank=stages_per_rank))
         for cfg in configs:
             out.append(Variant(name=f"{_config_label(cfg)}/{sched}/{fe}{suffix}", frontend=fe, schedule=schedule,
-                               pooled=True,
-                               config=cfg, force=force, eval_between_steps=eval_between_steps))
+                               pooled=True, config=cfg, force=force, eval_between_steps=eval_between_steps,
+                               stages_per_rank=stages_per_rank, install_schedule=install_schedule))
     return tuple(out)

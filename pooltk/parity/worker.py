@@ -82,20 +82,38 @@ class _AllocationCounter:
             self.mod._make_tensor_from_meta = self.orig
 
 
-def _build_stage(spec: ParitySpec, variant: Variant, rank: int, world: int, device: torch.device) -> Any:
+def stage_indices(pp: int, stages_per_rank: int, schedule: str, rank: int) -> list[int]:
+    """Stages rank ``rank`` runs, placed the way the schedule places them (loop, or v for V schedules)."""
+    if stages_per_rank == 1:
+        return [rank]
+    from torch.distributed.pipelining._utils import generate_stage_to_rank_mapping
+
+    style = "v" if schedule.lower() in ("zbvzerobubble", "dualpipev") else "loop"
+    mapping = generate_stage_to_rank_mapping(pp, pp * stages_per_rank, style=style)
+    return sorted(s for s, r in mapping.items() if r == rank)
+
+
+def _build_stages(spec: ParitySpec, variant: Variant, rank: int, world: int, device: torch.device) -> list[Any]:
     from torch.distributed.pipelining import PipelineStage
 
     if variant.frontend == "manual":
-        module = make_stage_module(hidden=spec.hidden, layers_per_stage=spec.layers_per_stage, stage_index=rank,
-                                   seed=spec.seed).to(device)
-        return PipelineStage(module, rank, world, device)
+        n_stages = world * variant.stages_per_rank
+        out = []
+        for s in stage_indices(world, variant.stages_per_rank, variant.schedule, rank):
+            module = make_stage_module(hidden=spec.hidden, layers_per_stage=spec.layers_per_stage, stage_index=s,
+                                       seed=spec.seed).to(device)
+            out.append(PipelineStage(module, s, n_stages, device))
+        return out
+    if variant.stages_per_rank != 1:
+        raise ValueError(f"Variant {variant.name}: the tracing frontend here builds one stage per rank; "
+                         "use frontend='manual' for multi-stage schedules.")
     from torch.distributed.pipelining import SplitPoint, pipeline
 
     model = ToyModel(spec.hidden, spec.layers_per_stage * world, seed=spec.seed).to(device)
     example = torch.zeros(spec.rows_per_microbatch, spec.seq_len, spec.hidden, device=device)
     split = {f"layers.{k * spec.layers_per_stage}": SplitPoint.BEGINNING for k in range(1, world)}
     pipe = pipeline(model, mb_args=(example,), split_spec=split)
-    return pipe.build_stage(rank, device)
+    return [pipe.build_stage(rank, device)]
 
 
 def _loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -108,72 +126,86 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
 
     report = None
     if variant.pooled:
-        report = pooltk.install(variant.config, schedule=variant.schedule, force=variant.force)
+        report = pooltk.install(variant.config, schedule=variant.install_schedule or variant.schedule,
+                                force=variant.force)
     try:
         counter = _AllocationCounter()
-        stage = _build_stage(spec, variant, rank, world, device)
-        params = [p for p in stage.submod.parameters()]
+        stages = _build_stages(spec, variant, rank, world, device)
+        params = [p for st in stages for p in st.submod.parameters()]
         opt = torch.optim.SGD(params, lr=spec.lr)
-        schedule = get_schedule_class(variant.schedule)(stage, n_microbatches=spec.microbatches, loss_fn=_loss_fn)
-        is_first, is_last = rank == 0, rank == world - 1
+        cls = get_schedule_class(variant.schedule)
+        schedule = cls(stages if variant.stages_per_rank > 1 else stages[0], n_microbatches=spec.microbatches,
+                       loss_fn=_loss_fn)
+        has_first = any(st.is_first for st in stages)
+        has_last = any(st.is_last for st in stages)
         losses_by_step: list[list[float]] = []
         eval_by_step: list[float] = []
         param_sums: list[float] = []
         grad_sq: list[float] = []
         step_times: list[float] = []
+        peak_owned: dict[int, dict[str, int]] = {st.stage_index: {} for st in stages}
         setup_alloc_bytes = None
         for step in range(spec.steps):
             x, y = make_batch(rows=spec.rows, seq_len=spec.seq_len, hidden=spec.hidden, step=step, seed=spec.seed)
             x, y = x.to(device), y.to(device)
             opt.zero_grad(set_to_none=True)
             losses: list[torch.Tensor] = []
+            args = (x,) if has_first else ()
+            kwargs: dict[str, Any] = {"target": y, "losses": losses} if has_last else {}
             t0 = time.perf_counter()
             with counter if step == 0 else _nullctx():
-                if is_first:
-                    schedule.step(x)
-                elif is_last:
-                    schedule.step(target=y, losses=losses)
-                else:
-                    schedule.step()
+                schedule.step(*args, **kwargs)
             step_times.append(time.perf_counter() - t0)
             if step == 0:
                 setup_alloc_bytes = counter.bytes
+            _record_peaks(stages, peak_owned)
             grad_sq.append(float(sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None)))
             opt.step()
             param_sums.append(float(sum(p.detach().double().sum() for p in params)))
-            if is_last:
+            if has_last:
                 losses_by_step.append([float(v.detach()) for v in losses])
             if variant.eval_between_steps:
-                if is_first:
-                    out = schedule.eval(x)
-                elif is_last:
-                    out = schedule.eval(target=y, losses=[])
-                else:
-                    out = schedule.eval()
-                if is_last:
+                ekw: dict[str, Any] = {"target": y, "losses": []} if has_last else {}
+                out = schedule.eval(*args, **ekw)
+                _record_peaks(stages, peak_owned)
+                if has_last:
                     eval_by_step.append(float(out.double().sum()))
         final = [p.detach().clone() for p in params]
-        rings = {d: r.size for d, r in pooltk.stage_rings(stage).items()}
-        gate = stage.__dict__.get("_pooltk_gate")
+        per_stage = {}
+        for st in stages:
+            gate = st.__dict__.get("_pooltk_gate")
+            per_stage[st.stage_index] = {
+                "recv": measure_recv_storage(st),
+                "rings": {d: r.size for d, r in pooltk.stage_rings(st).items()},
+                "peak_live": peak_owned[st.stage_index],
+                "gate": gate.reason if gate is not None else None,
+            }
         return {
             "variant": variant.name,
             "rank": rank,
-            "stage": rank,
+            "has_last": has_last,
+            "stages": per_stage,
             "losses": losses_by_step,
             "eval_sums": eval_by_step,
             "param_sums": param_sums,
             "grad_sq": grad_sq,
             "step_times_s": step_times,
-            "recv": measure_recv_storage(stage),
             "setup_alloc_bytes": setup_alloc_bytes,
-            "rings": rings,
-            "gate": gate.reason if gate is not None else None,
             "install": report.to_dict() if report is not None else None,
             "_final": final,
         }
     finally:
         if variant.pooled:
             pooltk.uninstall()
+
+
+def _record_peaks(stages: list[Any], peaks: dict[int, dict[str, int]]) -> None:
+    """Keep the largest ``peak_owned`` each ring reached (rings are rebuilt on an eval/train switch)."""
+    import pooltk
+
+    for st in stages:
+        for d, ring in pooltk.stage_rings(st).items():
+            peaks[st.stage_index][d] = max(peaks[st.stage_index].get(d, 0), ring.peak_owned)
 
 
 class _nullctx:
@@ -186,7 +218,8 @@ class _nullctx:
 
 def _same_run(a: Variant, b: Variant) -> bool:
     """Variants that must produce identical numbers when the pool is correct."""
-    return (a.frontend, a.schedule.lower(), a.eval_between_steps) == (b.frontend, b.schedule.lower(), b.eval_between_steps)
+    return (a.frontend, a.schedule.lower(), a.eval_between_steps, a.stages_per_rank) == (
+        b.frontend, b.schedule.lower(), b.eval_between_steps, b.stages_per_rank)
 
 
 def _compare(records: list[dict[str, Any]], variants: tuple[Variant, ...]) -> None:
