@@ -138,7 +138,7 @@ class LogTable:
 
 
 def run_name(path: Path) -> str:
-    """The run a file belongs to: its stem without ``_training``/``_validation*``, or its folder's name.
+    """The run a file belongs to: its stem without ``_training``/``_validation*``/``_summary``, or its folder's name.
 
     ``cpu_seq512_stock_training.jsonl`` -> ``cpu_seq512_stock``; ``out/run7/training.jsonl`` ->
     ``run7``; ``torchtitan-1.log`` -> ``torchtitan-1``.
@@ -148,7 +148,7 @@ def run_name(path: Path) -> str:
         name = name[:-3]
     stem = name.rsplit(".", 1)[0] if "." in name else name
     lowered = stem.lower()
-    for marker in ("_training", "-training", ".training", "_validation", "-validation", ".validation"):
+    for marker in ("_training", "-training", ".training", "_validation", "-validation", ".validation", "_summary", "-summary"):
         i = lowered.find(marker)
         if i > 0:
             stem = stem[:i]
