@@ -186,7 +186,8 @@ def _split_lines(text: str) -> list[str]:
 def detect_format(lines: Sequence[str], *, path: str = "<lines>", text: str | None = None) -> str:
     """The format of a log from its lines; raises :class:`LogFormatError` when none fits.
 
-    JSONL: the first non-blank line is a JSON object with ``step``. Otherwise the first line
+    JSONL: the first non-blank line is a JSON object with ``step`` (for a ``.jsonl`` file, any of
+    the first 20 non-blank lines, so a damaged first record does not hide the rest). Otherwise the first line
     (of the first 200,000) that carries a family's signature decides: benchmark-recipe lines,
     Automodel step lines, torchtitan metric lines.
     """
@@ -198,6 +199,11 @@ def detect_format(lines: Sequence[str], *, path: str = "<lines>", text: str | No
                              fix="point at the run's log (it may not have been flushed yet)")
     if automodel_jsonl.looks_like(first):
         return automodel_jsonl.FORMAT
+    if path.removesuffix(".gz").endswith(".jsonl"):
+        # a .jsonl whose first record is damaged: the next records decide
+        head = [ln for ln in lines[:200] if ln.strip()][:20]
+        if any(automodel_jsonl.looks_like(ln) for ln in head):
+            return automodel_jsonl.FORMAT
     for line in lines[:_DETECT_LINES]:
         if automodel_bench.looks_like(line):
             return automodel_bench.FORMAT

@@ -1,0 +1,59 @@
+"""``pooltk logs``: a summary row per run, CSV and JSON output, and a clear non-zero exit on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from pooltk.cli import main
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+
+
+def test_table_has_one_row_per_run_with_format_and_bases(capsys):
+    assert main(["logs", str(FIX / "bench_run"), str(FIX / "torchtitan_wps_2024.log"), "--active-params", "104e9",
+                 "--device-capacity-gb", "186"]) == 0
+    out = capsys.readouterr().out
+    header, first, second = out.splitlines()[:3]
+    assert header.split()[:3] == ["run", "format", "steps"]
+    assert first.startswith("k3_like") and "automodel_bench" in first and "655.4" in first and "139.90" in first
+    assert second.startswith("torchtitan_wps_2024") and "torchtitan" in second
+    assert "MFU basis: 655.4 tok/s/GPU x 6 x 104e9 active params / 2250 TFLOP/s" in out
+    assert "headroom against 173.23 GiB = 186.00 GB" in out
+
+
+def test_csv_output(tmp_path, capsys):
+    out = tmp_path / "s.csv"
+    assert main(["logs", str(FIX / "automodel_text_current.log"), "--csv", str(out), "--world-size", "4"]) == 0
+    f = pd.read_csv(out)
+    assert list(f["run"]) == ["automodel_text_current"] and f["tok_per_s_per_gpu"].iloc[0] == (8000 + 8100 + 8200 + 8000 + 8000) / 5 / 4  # steps 2..6 over 4 GPUs
+    assert f["skipped_lines"].iloc[0] == 1
+
+
+def test_json_output_has_mfu_for_every_peak_and_file_reports(capsys):
+    assert main(["logs", str(FIX / "bench_run"), "--json", "--active-params", "104e9", "--peak-tflops", "2250", "2500"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    (run,) = payload["runs"]
+    assert [m["peak_tflops"] for m in run["mfu_by_peak"]] == [2250.0, 2500.0]
+    assert run["run_facts"]["world_size"] == 256
+    assert {f["format"] for f in payload["files"]} == {"automodel_bench", "automodel_bench_summary"}
+
+
+def test_unreadable_input_exits_2_with_file_and_reason(tmp_path, capsys):
+    bad = tmp_path / "x.log"
+    bad.write_bytes(b"\x00\x01garbage\n")
+    assert main(["logs", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pooltk logs: error: ") and str(bad) in err and "no line of a supported format" in err
+    assert main(["logs", str(tmp_path / "missing.log")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    assert main(["logs", str(FIX / "automodel_text_current.log"), "--strict"]) == 2
+    assert "automodel_text_current.log:12" in capsys.readouterr().err
+
+
+def test_bad_flags_exit_2(capsys):
+    assert main(["logs", str(FIX / "torchtitan_wps_2024.log"), "--format", "megatron"]) == 2
+    assert "--format: found 'megatron'" in capsys.readouterr().err
+    assert main(["logs", str(FIX / "torchtitan_wps_2024.log"), "--peak-tflops", "0"]) == 2
