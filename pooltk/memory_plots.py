@@ -281,8 +281,11 @@ def explorer_controls(preset: str | None = None) -> dict[str, Any]:
     layout = w.Layout(width="520px")
     controls: dict[str, Any] = {
         "preset": w.Dropdown(options=list(PRESETS), value=p.name, description="preset", style=style, layout=layout),
-        "pp": w.IntSlider(value=p.shape.pp, min=2, max=16, description="pp (stages)", style=style, layout=layout),
-        "microbatches": w.IntSlider(value=p.shape.n_microbatches, min=1, max=256, description="microbatches M", style=style, layout=layout),
+        # pp and M re-walk the schedule for an unseen shape (up to ~1 s at N=16, M=256): update on release.
+        "pp": w.IntSlider(value=p.shape.pp, min=2, max=16, description="pp (stages)", continuous_update=False, style=style, layout=layout),
+        "microbatches": w.IntSlider(
+            value=p.shape.n_microbatches, min=1, max=256, description="microbatches M", continuous_update=False, style=style, layout=layout
+        ),
         "slack": w.IntSlider(value=p.config.slack, min=0, max=8, description="slack", style=style, layout=layout),
         "grad_slack": w.IntSlider(value=p.config.grad_slack, min=0, max=4, description="grad slack (tight)", style=style, layout=layout),
         "policy": w.Dropdown(options=["automodel", "tight"], value=p.config.policy, description="policy", style=style, layout=layout),

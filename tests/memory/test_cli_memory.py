@@ -1,0 +1,120 @@
+"""`pooltk memory`: presets, explicit flags, YAML configs, JSON, and errors that name the problem."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pooltk.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "data" / "configs" / "kimi_k3_gb200_2k_example.yaml"
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(["memory", *argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_preset_table_shows_every_column_with_units(capsys):
+    rc, out, _ = _run(capsys, "--preset", "kimi-k3-gb200-2k-calibrated")
+    assert rc == 0
+    assert "stock" in out and "automodel" in out and "tight" in out and "live set" in out and "saved (automodel)" in out
+    assert "GIB (2**30 bytes)" in out
+    stage3 = next(line for line in out.splitlines() if line.split()[:1] == ["3"])
+    assert "64+64 = 52.00" in stage3 and "7+7 = 5.69" in stage3 and "7+2 = 3.66" in stage3 and "5+1 = 2.44" in stage3
+    assert stage3.split()[-1] == "46.31"
+
+
+def test_json_carries_exact_bytes_per_stage_and_direction(capsys):
+    rc, out, _ = _run(capsys, "--preset", "kimi-k3-gb200-2k-calibrated", "--json")
+    assert rc == 0
+    data = json.loads(out)
+    assert data["stages"][3]["stock_bytes"] == 52 * 2**30
+    row = next(r for r in data["rows"] if r["stage"] == 3 and r["direction"] == "forward")
+    assert (row["stock_sets"], row["automodel_sets"], row["tight_sets"], row["live_set_sets"]) == (64, 7, 7, 5)
+    assert data["config"]["policy"] == "automodel" and data["shape"]["n_microbatches"] == 64
+    assert "calibrated" in data["source"]["assumption"].lower()
+
+
+def test_overrides_change_the_policy_and_slack(capsys):
+    rc, out, _ = _run(capsys, "--preset", "kimi-k3-gb200-2k-calibrated", "--policy", "tight", "--slack", "0", "--grad-slack", "0", "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["stages"][3]["pooled_bytes"] == 6 * 416 * 2**20 == data["stages"][3]["live_set_bytes"]
+
+
+def test_explicit_flags_from_batch_sizes(capsys):
+    rc, out, _ = _run(
+        capsys, "--pp", "8", "--global-batch", "4096", "--micro-batch", "2", "--dp", "32",
+        "--seq-len", "2048", "--hidden", "7168", "--dtype", "bf16", "--json",
+    )
+    data = json.loads(out)
+    assert rc == 0 and data["shape"]["n_microbatches"] == 64 and data["stages"][3]["stock_bytes"] == 7 * 2**30
+
+
+def test_boundary_override_in_mib(capsys):
+    rc, out, _ = _run(capsys, "--pp", "4", "--microbatches", "8", "--seq-len", "16", "--hidden", "32", "--boundary-mib", "1", "--json")
+    assert rc == 0 and json.loads(out)["stages"][1]["stock_bytes"] == 16 * 2**20
+
+
+def test_config_file(capsys):
+    rc, out, _ = _run(capsys, "--config", str(EXAMPLE), "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["shape"]["pp"] == 8 and data["shape"]["n_microbatches"] == 64
+    assert data["stages"][3]["stock_bytes"] == 7 * 2**30
+
+
+def test_config_with_a_missing_key_names_it(capsys, tmp_path):
+    bad = tmp_path / "k3.yaml"
+    bad.write_text(EXAMPLE.read_text().replace("  seq_len: 2048\n", ""))
+    rc, out, err = _run(capsys, "--config", str(bad))
+    assert rc == 2 and out == ""
+    assert "config key 'dataset.seq_len': found nothing (missing)" in err and "Fix: add `dataset.seq_len:" in err
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--pp", "8", "--microbatches", "4", "--seq-len", "8", "--hidden", "8"], "required M >= pp"),
+        (["--pp", "8", "--microbatches", "8", "--seq-len", "0", "--hidden", "8"], "shape: found (1, 0, 8)"),
+        (["--pp", "8", "--microbatches", "8", "--seq-len", "8", "--hidden", "8", "--dtype", "bf17"], "dtype: found 'bf17'"),
+        (["--pp", "8", "--global-batch", "4000", "--micro-batch", "3", "--dp", "32", "--seq-len", "8", "--hidden", "8"], "required a whole number of microbatches"),
+        (["--pp", "8", "--microbatches", "8", "--seq-len", "8", "--hidden", "8", "--schedule", "gpipe"], "--allow-unpoolable"),
+        (["--pp", "8", "--microbatches", "8", "--seq-len", "8", "--hidden", "8", "--schedule", "interleaved_1f1b"], "found 'interleaved_1f1b'"),
+        (["--preset", "kimi-k3-gb200-2k-hidden", "--pp", "4"], "exactly one of --preset, --config, or explicit shape flags"),
+        ([], "exactly one of --preset"),
+        (["--pp", "8", "--microbatches", "8"], "no --seq-len, --hidden"),
+        (["--preset", "kimi-k3-gb200-2k-hidden", "--slack", "-1"], "PoolConfig.slack: found -1"),
+    ],
+)
+def test_bad_input_exits_2_with_found_required_fix(capsys, argv, needle):
+    rc, out, err = _run(capsys, *argv)
+    assert rc == 2 and out == ""
+    assert needle in err and "Fix:" in err and "Traceback" not in err
+
+
+def test_gpipe_with_the_pool_standing_down(capsys):
+    rc, out, _ = _run(capsys, "--pp", "4", "--microbatches", "8", "--seq-len", "2", "--hidden", "2", "--schedule", "gpipe", "--allow-unpoolable")
+    assert rc == 0 and "cannot be pooled" in out
+
+
+def test_list_presets_shows_provenance(capsys):
+    rc, out, _ = _run(capsys, "--list-presets")
+    assert rc == 0
+    for name in ("kimi-k3-gb200-2k-calibrated", "kimi-k3-gb200-2k-hidden", "kimi-k3-gb200-1k-calibrated", "kimi-k3-gb200-1k-hidden"):
+        assert name in out
+    assert "[published] stock_middle_stage_gib = 52 gib" in out and "[derived] set_mib = 416 mib" in out
+
+
+def test_installed_entry_point_runs_the_command():
+    proc = subprocess.run(
+        [sys.executable, "-m", "pooltk", "memory", "--preset", "kimi-k3-gb200-2k-calibrated", "--json"],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["stages"][3]["saved_bytes"] == (128 - 14) * 416 * 2**20

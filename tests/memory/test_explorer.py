@@ -1,0 +1,68 @@
+"""Notebook 01's widget callback path (pooltk.memory_plots.explore) computes what the notebook shows."""
+
+from __future__ import annotations
+
+import pytest
+
+from pooltk import memory_plots as mp
+
+CAL = "kimi-k3-gb200-2k-calibrated"
+BASE = dict(preset=CAL, pp=8, microbatches=64, slack=2, grad_slack=1, policy="automodel", boundary_mib=416.0)
+
+
+def test_the_opening_update_shows_the_published_shape():
+    state = mp.ExplorerState()
+    model = mp.explore(state, **BASE)
+    assert model is state.last_result and state.last_error is None
+    fom = state.figure_of_merit
+    assert (fom.stage, fom.stock_gib, fom.pooled_gib, fom.saved_gib) == (3, 52.0, 7 * 2 * 416 / 1024, 52.0 - 7 * 2 * 416 / 1024)
+    assert fom.line() == "stage 3 pooled: 5.69 GiB, saved 46.31 GiB of 52.00 GiB stock (automodel, slack 2)"
+    assert model.boundaries[0].activations[0].name == "hidden_states"  # the preset's tensors are kept
+
+
+def test_moving_the_slack_changes_the_figure_of_merit_line():
+    state = mp.ExplorerState()
+    lines = []
+    for slack in (0, 1, 2, 3):
+        mp.explore(state, **{**BASE, "slack": slack})
+        lines.append(state.figure_of_merit.line())
+    assert len(set(lines)) == 4
+    assert [f.pooled_gib for f in state.history] == [k * 2 * 416 / 1024 for k in (5, 6, 7, 8)]
+
+
+def test_the_tight_policy_and_the_boundary_slider_feed_the_model():
+    state = mp.ExplorerState()
+    mp.explore(state, **{**BASE, "policy": "tight", "slack": 0, "grad_slack": 0})
+    assert state.figure_of_merit.pooled_gib == 6 * 416 / 1024
+    mp.explore(state, **{**BASE, "boundary_mib": 56.0})
+    assert state.figure_of_merit.stock_gib == 7.0
+    assert state.last_result.boundaries[0].forward_bytes == 56 * 2**20
+
+
+def test_rejected_inputs_are_recorded_not_raised():
+    state = mp.ExplorerState()
+    assert mp.explore(state, **{**BASE, "microbatches": 4}) is None
+    assert state.last_result is None and "required M >= pp" in state.last_error
+    mp.explore(state, **{**BASE, "boundary_mib": 0.0})
+    assert "boundary MiB" in state.last_error
+
+
+def test_render_prints_the_line_and_saves_the_figure(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("POOLTK_REPORT_DIR", str(tmp_path))
+    state = mp.ExplorerState()
+    mp.explore(state, **BASE)
+    fig = mp.render_explorer(state)
+    assert fig is not None and (tmp_path / "01_explorer_stage_bars.png").stat().st_size > 10_000
+    assert "stage 3 pooled: 5.69 GiB" in capsys.readouterr().out
+    mp.explore(state, **{**BASE, "pp": 16, "microbatches": 8})
+    assert mp.render_explorer(state) is None and "rejected:" in capsys.readouterr().out
+
+
+def test_choosing_a_preset_resets_the_other_controls():
+    pytest.importorskip("ipywidgets")
+    controls = mp.explorer_controls(CAL)
+    assert controls["boundary_mib"].value == 416.0 and controls["microbatches"].value == 64
+    controls["slack"].value = 5
+    controls["preset"].value = "kimi-k3-gb200-1k-hidden"
+    assert controls["boundary_mib"].value == 28.0 and controls["slack"].value == 2
+    assert set(controls) == {"preset", "pp", "microbatches", "slack", "grad_slack", "policy", "boundary_mib"}
