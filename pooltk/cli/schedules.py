@@ -50,6 +50,15 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--forward-only", action="store_true", help="an eval step: no backward, no grad receives")
     parser.add_argument("--slack", type=int, default=None, help="forward ring slack for the tight column (default 2)")
     parser.add_argument("--grad-slack", type=int, default=None, help="grad ring slack for the tight column (default 1)")
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help="run every selected schedule on real gloo ranks with schedule='auto' (stock / measure / slack-0 "
+        "ring per --pp and M = factor x pp) and a ring one short that the guard must stop; prints the table",
+    )
+    parser.add_argument("--factors", nargs="+", type=int, default=[1, 2, 4], metavar="F",
+                        help="with --validate: M = F x pp (default 1 2 4)")
+    parser.add_argument("--no-guard-checks", action="store_true", help="with --validate: skip the guard launches")
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print tables, slot totals and refusals as JSON")
     out.add_argument("--csv", metavar="FILE", help="also write the tidy per-stage table to FILE")
@@ -86,7 +95,32 @@ def _totals(table: Any, name: str, pp: int, vpp: int, m: int, defer: bool, forwa
     }
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from pooltk.parity.schedule_check import check_schedules
+    from pooltk.schedule_runs import ScheduleAnalysisError, resolve_schedule
+
+    try:
+        names = tuple(resolve_schedule(n)[0] for n in args.schedule) if args.schedule else None
+    except ScheduleAnalysisError as exc:
+        return _fail(str(exc))
+    result = check_schedules(pps=tuple(args.pp), factors=tuple(args.factors), schedules=names,
+                             guard_checks=not args.no_guard_checks,
+                             progress=lambda msg: print(f"[validate] {msg}", file=sys.stderr, flush=True))
+    summary = result.summary()
+    if args.csv:
+        result.to_frame().to_csv(args.csv, index=False)
+    if args.json:
+        print(json.dumps({"ok": result.ok, "summary": summary.to_dict(orient="records"),
+                          "rows": result.rows, "guard": result.guard}, indent=2, default=str))
+    else:
+        print(summary.to_string(index=False))
+        print(f"\nall pooled runs bitwise equal, measured peaks = analysed, guard catches: {result.ok}")
+    return 0 if result.ok else 1
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "validate", False):
+        return _validate(args)
     from pooltk.config import PoolConfig
     from pooltk.schedules import ScheduleAnalysisError, analysable_schedules, resolve_schedule, sweep_table, tight_rings
 

@@ -1,0 +1,149 @@
+"""Every schedule torch ships, pooled with ``schedule="auto"`` on real gloo ranks.
+
+For each (pp, M) one launch runs, per schedule, a stock reference, a ``measure`` variant
+(rings of M: the guard's ownership records how many buffers are really live) and the
+tightest safe ring (slack 0). Then, per schedule, one launch with the forward ring one
+short of the analysed minimum must be stopped by the guard. The result is one tidy table:
+stock buffers, pooltk buffers, analysed minimum, measured peak, parity, guard catch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pooltk.config import PoolConfig
+from pooltk.guard import PoolOverrunError
+from pooltk.parity.launch import ParityRankError, ParityTimeoutError, run_parity
+from pooltk.parity.spec import ParitySpec, Variant
+
+__all__ = ["STAGES_PER_RANK", "ScheduleCheck", "check_schedules", "guard_catch"]
+
+# Stages per rank used for each schedule: single-stage schedules run 1, the others 2
+# (V schedules require 2; the looped ones are run interleaved).
+STAGES_PER_RANK: dict[str, int] = {
+    "1F1B": 1, "GPipe": 1, "Interleaved1F1B": 2, "LoopedBFS": 2,
+    "InterleavedZeroBubble": 2, "ZBVZeroBubble": 2, "DualPipeV": 2,
+}
+
+_MEASURE = PoolConfig(policy="measure")
+_TIGHT0 = PoolConfig(slack=0, grad_slack=0)
+
+
+def _variants(schedule: str) -> list[Variant]:
+    vpp = STAGES_PER_RANK[schedule]
+    base = dict(schedule=schedule, stages_per_rank=vpp)
+    return [
+        Variant(name=f"{schedule}/stock", **base),
+        Variant(name=f"{schedule}/measure", pooled=True, config=_MEASURE, install_schedule="auto", **base),
+        Variant(name=f"{schedule}/tight0", pooled=True, config=_TIGHT0, install_schedule="auto", **base),
+    ]
+
+
+@dataclass(slots=True)
+class ScheduleCheck:
+    """Rows per (schedule, pp, M, stage, direction) and one guard result per schedule.
+
+    Columns: ``stock`` sets torch allocates; ``pooltk`` sets with the slack-0 ring;
+    ``analysed_peak`` most buffers live at once by the analysis; ``analysed_min`` smallest
+    safe ``c mod K`` ring; ``measured_peak`` most buffers the guard saw owned in the run;
+    ``parity`` both pooled variants bitwise equal to stock.
+    """
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    guard: dict[str, str] = field(default_factory=dict)
+    """schedule -> ``caught`` | ``NOT caught`` | ``n/a: ...``."""
+
+    def to_frame(self):  # -> pandas.DataFrame
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+    def summary(self):  # -> pandas.DataFrame
+        """One row per (schedule, pp, M): totals, parity, whether measured peaks equal the analysis, guard."""
+        df = self.to_frame()
+        g = df.groupby(["schedule", "pp", "vpp", "n_microbatches"], sort=False)
+        out = g.agg(stock_buffers=("stock", "sum"), pooltk_buffers=("pooltk", "sum"),
+                    analysed_peak=("analysed_peak", "sum"), live_min_ring=("analysed_min", "sum"),
+                    measured_peak=("measured_peak", "sum"),
+                    parity=("parity", "all"), peaks_match=("peak_matches", "all")).reset_index()
+        out["guard"] = out["schedule"].map(self.guard).fillna("not run")
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.rows) and all(r["parity"] and r["peak_matches"] for r in self.rows) and all(
+            not v.startswith("NOT") for v in self.guard.values())
+
+
+def check_schedules(
+    *, pps: tuple[int, ...] = (2, 4), factors: tuple[int, ...] = (1, 2, 4), schedules: tuple[str, ...] | None = None,
+    steps: int = 1, guard_checks: bool = True, timeout_s: float = 600.0, progress: Any = None,
+) -> ScheduleCheck:
+    """Run the validation grid; see the module docstring. ``progress(msg)`` is called per launch."""
+    from pooltk.schedule_runs import analysable_schedules
+    from pooltk.schedules import lifetimes, live_sets, min_safe_ring
+
+    names = tuple(schedules or analysable_schedules())
+    result = ScheduleCheck()
+    for pp in pps:
+        for factor in factors:
+            m = factor * pp
+            variants = [v for name in names for v in _variants(name)]
+            if progress:
+                progress(f"pp{pp} M{m}: {len(variants)} variants ({', '.join(names)})")
+            report = run_parity(ParitySpec(pp=pp, microbatches=m, steps=steps, timeout_s=timeout_s,
+                                           variants=tuple(variants)))
+            for name in names:
+                stock, meas, tight = (report.variant(f"{name}/{k}") for k in ("stock", "measure", "tight0"))
+                vpp = STAGES_PER_RANK[name]
+                spans = lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=vpp)
+                live = live_sets(name, pp=pp, n_microbatches=m, stages_per_rank=vpp)
+                for stage in sorted(stock.recv):
+                    for d in ("forward", "grad"):
+                        analysed = min_safe_ring(spans, stage, d, m)
+                        peak = meas.peak_live.get(stage, {}).get(d, 0)
+                        result.rows.append({
+                            "schedule": name, "pp": pp, "vpp": STAGES_PER_RANK[name], "n_microbatches": m,
+                            "stage": stage, "direction": d,
+                            "stock": stock.recv[stage][d]["sets"],
+                            "pooltk": tight.recv[stage][d]["sets"],
+                            "analysed_peak": live[(stage, d)],
+                            "analysed_min": analysed,
+                            "measured_peak": peak,
+                            "peak_matches": peak == live[(stage, d)],
+                            "parity": bool(tight.bitwise_equal and meas.bitwise_equal),
+                        })
+    if guard_checks:
+        for name in names:
+            if progress:
+                progress(f"guard check: {name} with the forward ring one short")
+            result.guard[name] = guard_catch(name, timeout_s=timeout_s)
+    return result
+
+
+def guard_catch(schedule: str, *, timeout_s: float = 300.0) -> str:
+    """Run ``schedule`` with every forward ring one below the analysed minimum; the guard must stop it."""
+    from pooltk.schedules import lifetimes, min_safe_ring
+
+    vpp = STAGES_PER_RANK[schedule]
+    for pp in (2, 4):
+        m = 2 * pp
+        spans = lifetimes(schedule, pp=pp, n_microbatches=m, stages_per_rank=vpp)
+        if any(min_safe_ring(spans, s, "forward", m) >= 2 for s in range(pp * vpp)):
+            break
+    else:
+        return "n/a: every forward live set is 1 at pp2/pp4, no smaller ring exists"
+    cfg = PoolConfig(slack=0, grad_slack=0, forward_shortfall=1)
+    spec = ParitySpec(pp=pp, microbatches=m, steps=1, timeout_s=timeout_s, variants=(
+        Variant(name="stock", schedule=schedule, stages_per_rank=vpp),
+        Variant(name="short", schedule=schedule, stages_per_rank=vpp, pooled=True, config=cfg, force=True,
+                install_schedule="auto"),
+    ))
+    try:
+        run_parity(spec)
+    except PoolOverrunError as exc:
+        return f"caught (pp{pp} M{m}): {str(exc).split(':', 2)[1].strip().split('.')[0]}"
+    except (ParityRankError, ParityTimeoutError) as exc:
+        return f"NOT caught: failed otherwise ({exc})"
+    return f"NOT caught (pp{pp} M{m}): the run finished"

@@ -1,0 +1,35 @@
+"""Beyond 1F1B: every schedule torch ships, pooled with schedule='auto' on real gloo ranks.
+
+One launch runs all schedules at pp2, M=4 (stock / measure / slack-0 ring); the guard
+checks launch a ring one short for two multi-stage schedules. The full grid (pp 2 and 4,
+M = pp, 2pp, 4pp, a guard check per schedule) is `pooltk schedules --validate`; its
+output is recorded in docs/schedules.md.
+"""
+
+import pytest
+
+from pooltk.parity.schedule_check import check_schedules, guard_catch
+
+pytestmark = [pytest.mark.dist, pytest.mark.timeout(900)]
+
+
+def test_every_schedule_pooled_auto_is_bitwise_equal_and_measured_peaks_equal_the_analysis(no_leftover_ranks):
+    result = check_schedules(pps=(2,), factors=(2,), guard_checks=False)
+    df = result.to_frame()
+    assert set(df.schedule) >= {"1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
+                                "ZBVZeroBubble", "DualPipeV"}
+    assert df.parity.all(), df[~df.parity]
+    bad = df[df.measured_peak != df.analysed_peak]
+    assert bad.empty, bad
+    # the slack-0 ring is the analysed minimum wherever a direction is pooled, and never above stock
+    pooled = df[df.analysed_min > 0]
+    assert (pooled.pooltk == pooled.analysed_min).all()
+    assert (df.pooltk <= df.stock).all()
+    # and it saves memory on the schedules whose live set is below M
+    summary = result.summary().set_index("schedule")
+    assert summary.loc["Interleaved1F1B", "pooltk_buffers"] < summary.loc["Interleaved1F1B", "stock_buffers"]
+
+
+@pytest.mark.parametrize("schedule", ["Interleaved1F1B", "ZBVZeroBubble"])
+def test_a_ring_one_short_of_the_analysed_minimum_is_caught_by_the_guard(schedule, no_leftover_ranks):
+    assert guard_catch(schedule).startswith("caught")
