@@ -781,9 +781,11 @@ def slack_sweep(
     import pandas as pd
 
     config = PoolConfig() if config is None else config
+    if vary not in ("slack", "grad_slack", "both"):
+        raise MemoryModelError("vary", found=repr(vary), required="'slack', 'grad_slack' or 'both'", fix="use 'slack' (default).")
     records = []
     for s in slacks:
-        changes: Mapping[str, int] = {"slack": {"slack": s}, "grad_slack": {"grad_slack": s}, "both": {"slack": s, "grad_slack": s}}[vary]
+        changes: dict[str, int] = {"slack": {"slack": s}, "grad_slack": {"grad_slack": s}, "both": {"slack": s, "grad_slack": s}}[vary]
         result = model_memory(shape, boundaries, dataclasses.replace(config, **changes), live_source=live_source)
         for i in range(shape.pp):
             pooled = result.stage_bytes(i, "pooled")
