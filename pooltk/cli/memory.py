@@ -65,7 +65,7 @@ def _source(args: argparse.Namespace) -> Any:
     if len(chosen) != 1:
         raise MemoryModelError(
             "shape source",
-            found=", ".join(chosen + ([f"({' '.join(explicit)})"] if explicit and len(chosen) > 1 else [])) or "none",
+            found=(" and ".join(chosen) + (f" ({' '.join(explicit)})" if explicit else "")) if chosen else "none",
             required="exactly one of --preset, --config, or explicit shape flags",
             fix="e.g. `pooltk memory --preset kimi-k3-gb200-2k-calibrated`, or --pp 8 --microbatches 64 --seq-len 2048 --hidden 7168.",
         )
