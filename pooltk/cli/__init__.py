@@ -21,6 +21,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "schedules": ("pooltk.cli.schedules", "live receive buffers derived from any torch schedule's action order"),
     "logs": ("pooltk.cli.logs", "read Automodel / torchtitan run logs into a per-run summary"),
     "report": ("pooltk.cli.report", "run every notebook headless and write HTML + PNG reports"),
+    "cpu-runs": ("pooltk.cli.cpu_runs", "write real training.jsonl logs of pooltk's own CPU parity runs"),
 }
 
 

@@ -81,6 +81,10 @@ class VariantResult:
     losses_max_abs_diff: float | None
     gate: dict[int, str | None]
     peak_rss_bytes: dict[int, int]
+    step_end_unix: list[float] = field(default_factory=list)
+    """Per step, wall-clock time (Unix seconds) when the rank holding the last stage finished it."""
+    peak_rss_by_step: dict[int, list[int]] = field(default_factory=dict)
+    """Per rank, peak resident set size (bytes) of the rank's process after each step."""
     peak_live: dict[int, dict[str, int]] = field(default_factory=dict)
     """Per stage and direction, the most buffers the guard saw owned at once (pooled, guard on):
     the live set measured in this run."""
@@ -320,6 +324,8 @@ def _gather(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s: floa
             gate={s: d["gate"] for s, d in sorted(stages.items())},
             peak_rss_bytes={r["rank"]: r["peak_rss_bytes"] for r in recs},
             stages_per_rank=v.stages_per_rank,
+            step_end_unix=last["step_end_unix"],
+            peak_rss_by_step={r["rank"]: r["peak_rss_by_step"] for r in recs},
         ))
     for res, v in zip(variants, spec.variants):
         if res.reference is None:

@@ -143,6 +143,8 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
         param_sums: list[float] = []
         grad_sq: list[float] = []
         step_times: list[float] = []
+        step_end_unix: list[float] = []
+        rss_by_step: list[int] = []
         peak_owned: dict[int, dict[str, int]] = {st.stage_index: {} for st in stages}
         setup_alloc_bytes = None
         for step in range(spec.steps):
@@ -156,6 +158,8 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             with counter if step == 0 else _nullctx():
                 schedule.step(*args, **kwargs)
             step_times.append(time.perf_counter() - t0)
+            step_end_unix.append(time.time())
+            rss_by_step.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
             if step == 0:
                 setup_alloc_bytes = counter.bytes
             _record_peaks(stages, peak_owned)
@@ -190,6 +194,8 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             "param_sums": param_sums,
             "grad_sq": grad_sq,
             "step_times_s": step_times,
+            "step_end_unix": step_end_unix,
+            "peak_rss_by_step": rss_by_step,
             "setup_alloc_bytes": setup_alloc_bytes,
             "install": report.to_dict() if report is not None else None,
             "_final": final,
