@@ -1,0 +1,516 @@
+"""The gloo parity notebook (02): run stock vs pooled from widgets, draw and tabulate the result.
+
+The notebook stays thin: one :class:`ParityPanel` (widgets, a run button, the last result
+in a :class:`ParityState`), one :func:`run_negative_controls` call, and one function per
+figure or table. Tests call :meth:`ParityPanel.run` / :func:`run_check` and read the state.
+
+- :func:`run_check` -- one parity launch (stock + pooled) for the widget values, recorded
+  in a :class:`ParityState` (a rejected input or a failed launch is recorded, not raised);
+- :func:`loss_figure`, :func:`param_sum_frame`, :func:`bytes_frame`, :func:`bytes_figure`;
+- :func:`run_negative_controls` -- ring one short and GPipe forced, guard off (one launch:
+  both diverge) and guard on (one launch each: both stopped by ``PoolOverrunError``),
+  the three launches run side by side; :func:`divergence_frame`,
+  :func:`divergence_figure` and :func:`outcome_frame` show them.
+
+Imports pandas / matplotlib / ipywidgets inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pooltk.config import PoolConfig
+from pooltk.guard import PoolOverrunError
+from pooltk.parity import ParityRankError, ParityReport, ParitySpec, ParityTimeoutError, default_variants, run_parity
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "CONTROLS",
+    "ControlOutcome",
+    "NegativeControls",
+    "ParityPanel",
+    "ParityState",
+    "ParitySummary",
+    "bytes_figure",
+    "bytes_frame",
+    "divergence_figure",
+    "divergence_frame",
+    "loss_figure",
+    "outcome_frame",
+    "param_sum_frame",
+    "render_check",
+    "run_check",
+    "run_negative_controls",
+]
+
+DEFAULTS: dict[str, Any] = dict(pp=4, microbatches=8, steps=2, slack=2, grad_slack=1, policy="tight", frontend="manual")
+"""The widget defaults: a pp4 launch that finishes in seconds (startup dominates)."""
+
+
+# --------------------------------------------------------------------------- one check
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ParitySummary:
+    """The headline of one parity check."""
+
+    pp: int
+    """Stages (= ranks)."""
+    microbatches: int
+    """Microbatches per step."""
+    steps: int
+    """Optimizer steps per variant."""
+    config: str
+    """The pool config, as :meth:`PoolConfig.describe` prints it."""
+    bitwise_equal: bool
+    """Every pooled variant's losses and per-stage parameter sums equal stock bit for bit."""
+    params_max_abs_diff: float
+    """Largest |pooled - stock| parameter difference over stages and pooled variants."""
+    stock_bytes: int
+    """Receive-buffer bytes stock torch held, summed over stages and directions (first frontend)."""
+    pooled_bytes: int
+    """Receive-buffer bytes the pool held, same sum."""
+    matches_model: bool
+    """Measured pooled bytes equal :func:`pooltk.memory.expected_bytes` for every stage and direction."""
+    wall_s: float
+    """Wall time of the launch (spawn, init, all variants)."""
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.stock_bytes - self.pooled_bytes
+
+    def line(self) -> str:
+        verdict = "BITWISE EQUAL" if self.bitwise_equal else f"NOT EQUAL (max |dparam| {self.params_max_abs_diff:.3g})"
+        return (f"pp{self.pp} x {self.microbatches} microbatches x {self.steps} steps, {self.config}: {verdict}; "
+                f"receive buffers {self.stock_bytes / 2**10:,.0f} KiB stock -> {self.pooled_bytes / 2**10:,.0f} KiB "
+                f"pooled (saved {self.saved_bytes / 2**10:,.0f} KiB, model {'matches' if self.matches_model else 'DIFFERS'}); "
+                f"wall {self.wall_s:.1f} s")
+
+
+@dataclass(kw_only=True, slots=True)
+class ParityState:
+    """What the parity panel computed last; the widgets only display it."""
+
+    last_inputs: dict[str, Any] | None = None
+    """The inputs of the last run."""
+    last_report: ParityReport | None = None
+    """The report of the last run (``None`` when it was rejected or failed)."""
+    last_error: str | None = None
+    """Why the last run was rejected or failed, else ``None``."""
+    summary: ParitySummary | None = None
+    """Headline of the last successful run."""
+    history: list[ParitySummary] = field(default_factory=list)
+    """Every successful run's headline, in order."""
+
+
+def parity_spec(*, pp: int, microbatches: int, steps: int, slack: int, grad_slack: int = 1, policy: str = "tight",
+                frontend: str = "manual", timeout_s: float = 180.0) -> ParitySpec:
+    """Stock vs pooled (one config) under 1F1B for ``frontend`` (``manual``, ``tracing`` or ``both``).
+
+    Raises:
+        ValueError: a bad field (named, with what is required), including M < pp.
+    """
+    from pooltk.memory import PipelineShape
+
+    PipelineShape(pp=pp, n_microbatches=microbatches, schedule="1f1b")  # M >= pp, positive sizes: clear errors
+    config = PoolConfig(slack=slack, grad_slack=grad_slack, policy=policy)  # type: ignore[arg-type]
+    if frontend not in ("manual", "tracing", "both"):
+        raise ValueError(f"frontend: found {frontend!r}; required 'manual', 'tracing' or 'both'.")
+    frontends = ("manual", "tracing") if frontend == "both" else (frontend,)
+    return ParitySpec(pp=pp, microbatches=microbatches, steps=steps, timeout_s=timeout_s,
+                      variants=default_variants([config], frontends=frontends))
+
+
+def _summarise(report: ParityReport, config: PoolConfig) -> ParitySummary:
+    frame = bytes_frame(report)
+    pooled = [v for v in report.variants if v.pooled]
+    return ParitySummary(
+        pp=report.spec.pp, microbatches=report.spec.microbatches, steps=report.spec.steps, config=config.describe(),
+        bitwise_equal=report.bitwise_equal,
+        params_max_abs_diff=max((v.params_max_abs_diff or 0.0) for v in pooled) if pooled else 0.0,
+        stock_bytes=int(frame.stock_bytes.sum()), pooled_bytes=int(frame.pooled_bytes.sum()),
+        matches_model=bool(frame.matches_model.all()), wall_s=report.wall_s,
+    )
+
+
+def run_check(state: ParityState, **inputs: Any) -> ParityReport | None:
+    """One parity launch for the widget values (see :func:`parity_spec`); recorded in ``state``.
+
+    Rejected inputs and failed launches (a rank error, the time bound, an overrun) are
+    recorded in ``state.last_error`` with their message and return ``None``.
+    """
+    values = {**DEFAULTS, **inputs}
+    state.last_inputs = values
+    state.last_report, state.summary = None, None
+    try:
+        spec = parity_spec(**values)
+        report = run_parity(spec)
+    except (ValueError, ParityRankError, ParityTimeoutError, PoolOverrunError) as exc:
+        state.last_error = f"{type(exc).__name__}: {exc}"
+        return None
+    config = PoolConfig(slack=values["slack"], grad_slack=values["grad_slack"], policy=values["policy"])
+    state.last_report, state.last_error = report, None
+    state.summary = _summarise(report, config)
+    state.history.append(state.summary)
+    return report
+
+
+def render_check(state: ParityState, *, save: bool = True) -> None:
+    """Print the headline (or the error), show the tables and draw the figures of the last run."""
+    import matplotlib.pyplot as plt
+
+    from pooltk import nb
+
+    if state.last_report is None:
+        print(f"parity run rejected or failed:\n{state.last_error}")
+        return
+    report = state.last_report
+    print(state.summary.line())  # type: ignore[union-attr]
+    fig = loss_figure(report)
+    if save:
+        nb.save_figure(fig, "02_parity_losses")
+    plt.show()
+    nb.show_frame(param_sum_frame(report), "parameter sum per stage after each step: stock vs pooled",
+                  float_format="{:.9g}")
+    nb.show_frame(bytes_frame(report), "receive-buffer bytes per stage and direction, measured (model = "
+                  "pooltk.memory.expected_bytes)", float_format="{:,.0f}")
+    fig = bytes_figure(report)
+    if save:
+        nb.save_figure(fig, "02_parity_bytes")
+    plt.show()
+
+
+class ParityPanel:
+    """Widgets for :func:`run_check` plus a run button and an output area.
+
+    ``panel.widget`` is what the notebook displays; ``panel.run()`` runs with the current
+    widget values and renders into the calling cell (the button renders into the panel's
+    own output area); ``panel.state`` keeps what was computed.
+    """
+
+    def __init__(self, **defaults: Any) -> None:
+        import ipywidgets as w
+
+        d = {**DEFAULTS, **defaults}
+        style, layout = {"description_width": "130px"}, w.Layout(width="440px")
+        self.state = ParityState()
+        self.controls: dict[str, Any] = {
+            "pp": w.IntSlider(value=d["pp"], min=2, max=6, description="pp (ranks)", style=style, layout=layout),
+            "microbatches": w.IntSlider(value=d["microbatches"], min=2, max=32, description="microbatches M",
+                                        style=style, layout=layout),
+            "steps": w.IntSlider(value=d["steps"], min=1, max=5, description="optimizer steps", style=style,
+                                 layout=layout),
+            "slack": w.IntSlider(value=d["slack"], min=0, max=4, description="slack", style=style, layout=layout),
+            "grad_slack": w.IntSlider(value=d["grad_slack"], min=0, max=2, description="grad slack (tight)",
+                                      style=style, layout=layout),
+            "policy": w.Dropdown(options=["tight", "automodel"], value=d["policy"], description="policy",
+                                 style=style, layout=layout),
+            "frontend": w.Dropdown(options=["manual", "tracing", "both"], value=d["frontend"],
+                                   description="frontend", style=style, layout=layout),
+        }
+        self.button = w.Button(description="run parity", button_style="primary", icon="play")
+        self.out = w.Output()
+        self.button.on_click(self._clicked)
+        self.widget = w.VBox([*self.controls.values(), self.button, self.out])
+
+    def values(self) -> dict[str, Any]:
+        return {k: c.value for k, c in self.controls.items()}
+
+    def run(self, *, render: bool = True) -> ParityReport | None:
+        """Run with the current widget values; print and draw the result unless ``render=False``."""
+        t0 = time.perf_counter()
+        print(f"launching {self.values()['pp']} gloo ranks ...", flush=True)
+        report = run_check(self.state, **self.values())
+        if render:
+            render_check(self.state)
+        print(f"(cell time {time.perf_counter() - t0:.1f} s)")
+        return report
+
+    def _clicked(self, _button: Any) -> None:
+        self.button.disabled, self.button.description = True, "running ..."
+        try:
+            with self.out:
+                self.out.clear_output()
+                self.run()
+        finally:
+            self.button.disabled, self.button.description = False, "run parity"
+
+
+# --------------------------------------------------------------------------- tables and figures
+
+
+def _stock_of(report: ParityReport, name: str):
+    v = report.variant(name)
+    return report.variant(v.reference) if v.reference else v
+
+
+def param_sum_frame(report: ParityReport) -> pd.DataFrame:
+    """Per pooled variant, stage and step: stock and pooled parameter sums, bitwise equal, difference."""
+    import pandas as pd
+
+    rows = []
+    for v in report.variants:
+        if not v.pooled:
+            continue
+        ref = _stock_of(report, v.name)
+        for stage in sorted(v.param_sums):
+            for step, (p, s) in enumerate(zip(v.param_sums[stage], ref.param_sums[stage])):
+                rows.append({"variant": v.name, "stage": stage, "step": step, "stock_sum": s, "pooled_sum": p,
+                             "bitwise_equal": p == s, "abs_diff": abs(p - s)})
+    return pd.DataFrame(rows)
+
+
+def bytes_frame(report: ParityReport) -> pd.DataFrame:
+    """Per stage and direction: measured stock and pooled sets/bytes, the model's pooled bytes, saved.
+
+    Uses the first pooled variant and its stock reference. ``model_pooled_bytes`` is
+    :func:`pooltk.memory.expected_bytes` for the harness's boundary tensor;
+    ``matches_model`` compares it with the measurement (distinct storages in the recv infos).
+    """
+    import pandas as pd
+
+    from pooltk.memory import expected_bytes, harness_boundary
+
+    pooled = next(v for v in report.variants if v.pooled)
+    stock = _stock_of(report, pooled.name)
+    spec = report.spec
+    config = PoolConfig(**pooled.config) if pooled.config else PoolConfig()
+    model = expected_bytes(pp=spec.pp, n_microbatches=spec.microbatches, config=config, schedule=pooled.schedule,
+                           boundaries=harness_boundary(rows=spec.rows_per_microbatch, seq_len=spec.seq_len,
+                                                       hidden=spec.hidden))
+    rows = []
+    for stage in sorted(pooled.recv):
+        for d in ("forward", "grad"):
+            s, p, m = stock.recv[stage][d], pooled.recv[stage][d], model[(stage, d)]
+            rows.append({"stage": stage, "direction": d, "stock_sets": s["sets"], "stock_bytes": s["bytes"],
+                         "pooled_sets": p["sets"], "pooled_bytes": p["bytes"], "model_pooled_bytes": m.pooled_bytes,
+                         "matches_model": p["bytes"] == m.pooled_bytes and s["bytes"] == m.stock_bytes,
+                         "saved_bytes": s["bytes"] - p["bytes"]})
+    return pd.DataFrame(rows)
+
+
+def _mb_losses(v) -> list[float]:
+    return [x for step in v.losses for x in step]
+
+
+def loss_figure(report: ParityReport) -> Figure:
+    """Per-microbatch loss over the run (steps in order): stock as a line, each pooled variant as markers."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 3.8))
+    m = report.spec.microbatches
+    markers = iter("osD^v<>")
+    for v in report.variants:
+        ys = _mb_losses(v)
+        xs = range(len(ys))
+        if v.pooled:
+            ref = _mb_losses(_stock_of(report, v.name))
+            diff = max((abs(a - b) for a, b in zip(ys, ref)), default=0.0)
+            tag = "bitwise equal" if v.bitwise_equal else f"max |dloss| {diff:.2g}"
+            ax.plot(xs, ys, linestyle="none", marker=next(markers), ms=6, mfc="none", label=f"{v.name} ({tag})")
+        else:
+            ax.plot(xs, ys, lw=2, alpha=0.6, label=v.name)
+    for s in range(1, report.spec.steps):
+        ax.axvline(s * m - 0.5, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel(f"microbatch, steps in order ({m} per step; dotted: optimizer step)")
+    ax.set_ylabel("loss (last stage)")
+    ax.set_title(f"stock vs pooled loss trajectory, pp{report.spec.pp}, 1F1B")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def bytes_figure(report: ParityReport) -> Figure:
+    """Measured receive-buffer KiB per stage (both directions): stock vs pooled."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    frame = bytes_frame(report).groupby("stage", as_index=False)[["stock_bytes", "pooled_bytes"]].sum()
+    long = frame.melt(id_vars="stage", var_name="variant", value_name="bytes")
+    long["KiB"] = long["bytes"] / 2**10
+    long["variant"] = long["variant"].map({"stock_bytes": "stock torch", "pooled_bytes": "pooled"})
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    sns.barplot(data=long, x="stage", y="KiB", hue="variant", ax=ax)
+    saved = (frame.stock_bytes - frame.pooled_bytes).sum() / 2**10
+    ax.set_title(f"measured receive buffers per stage (KiB, 2**10 B); saved {saved:,.0f} KiB in total")
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------- negative controls
+
+
+CONTROLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "ring one short": ("1F1B", dict(slack=0, forward_shortfall=1)),
+    "GPipe forced": ("GPipe", dict(slack=0)),
+}
+"""The two negative controls: schedule and pool config (guard set per run), both with ``force=True``.
+
+Ring one short: 1F1B with every forward ring one set below the live set (``W - 1``).
+GPipe forced: GPipe keeps all M activations live; the 1F1B-sized ring cannot hold them."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ControlOutcome:
+    """A negative control run with the guard on."""
+
+    control: str
+    """Key of :data:`CONTROLS`."""
+    caught: bool
+    """True when the run stopped with ``PoolOverrunError`` (the guard did its job)."""
+    error_type: str | None
+    """Type of the error the run ended with, ``None`` when it completed."""
+    message: str
+    """The error message (or what the completed run found)."""
+    rank: int | None = None
+    stage: int | None = None
+    direction: str | None = None
+    slot: int | None = None
+    ring: int | None = None
+    owner: int | None = None
+    """Microbatch that still owned the slot."""
+    incoming: int | None = None
+    """Microbatch whose receive was about to overwrite it."""
+    wall_s: float = 0.0
+
+
+_OVERRUN = re.compile(
+    r"(?:\[rank (?P<rank>\d+)\] )?pooltk: stage (?P<stage>\d+) (?P<direction>forward|grad) ring overrun: "
+    r"slot (?P<slot>\d+) of (?P<ring>\d+) is still owned by microbatch (?P<owner>\d+) "
+    r"when microbatch (?P<incoming>\d+)"
+)
+
+
+@dataclass(kw_only=True, slots=True)
+class NegativeControls:
+    """Both negative controls, guard off and guard on."""
+
+    unguarded: ParityReport | None
+    """One launch: stock and each control with the guard off (``None`` if that launch failed)."""
+    unguarded_error: str | None
+    """Why the guard-off launch failed, else ``None``."""
+    guarded: list[ControlOutcome]
+    """One launch per control with the guard on."""
+    wall_s: float
+    """Wall time of the three launches (run side by side)."""
+
+
+def control_variants(*, guard: bool, controls: tuple[str, ...] = tuple(CONTROLS)) -> tuple:
+    out: tuple = ()
+    for name in controls:
+        schedule, fields = CONTROLS[name]
+        out += default_variants([PoolConfig(guard=guard, **fields)], schedule=schedule, force=True)
+    return out
+
+
+def _guarded(name: str, *, pp: int, microbatches: int, steps: int, timeout_s: float) -> ControlOutcome:
+    spec = ParitySpec(pp=pp, microbatches=microbatches, steps=steps, timeout_s=timeout_s,
+                      variants=control_variants(guard=True, controls=(name,)))
+    t0 = time.perf_counter()
+    try:
+        report = run_parity(spec)
+    except PoolOverrunError as exc:
+        m = _OVERRUN.search(str(exc))
+        fields = {k: (v if k == "direction" else int(v)) for k, v in m.groupdict().items() if v is not None} if m else {}
+        return ControlOutcome(control=name, caught=True, error_type=type(exc).__name__, message=str(exc),
+                              wall_s=time.perf_counter() - t0, **fields)
+    except (ParityRankError, ParityTimeoutError) as exc:
+        return ControlOutcome(control=name, caught=False, error_type=type(exc).__name__, message=str(exc),
+                              wall_s=time.perf_counter() - t0)
+    return ControlOutcome(control=name, caught=False, error_type=None, wall_s=time.perf_counter() - t0,
+                          message=f"the run completed with the guard on; bitwise_equal={report.bitwise_equal}")
+
+
+def run_negative_controls(*, pp: int = 3, microbatches: int = 6, steps: int = 3, timeout_s: float = 240.0) -> NegativeControls:
+    """Run both controls with the guard off (one launch) and on (one launch each), side by side.
+
+    ``pp`` must be at least 3: with 2 stages the 1F1B live set of the receiving stage is 1
+    and a ring cannot be one short of it.
+    """
+    if pp < 3:
+        raise ValueError(f"negative controls pp: found {pp}; required >= 3 (with pp=2 the forward live set is 1, "
+                         "so no ring is one short of it). Fix: pp=3 or more.")
+    from pooltk.memory import PipelineShape
+
+    PipelineShape(pp=pp, n_microbatches=microbatches, schedule="1f1b")
+    off = ParitySpec(pp=pp, microbatches=microbatches, steps=steps, timeout_s=timeout_s,
+                     variants=control_variants(guard=False))
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=1 + len(CONTROLS)) as pool:
+        fut_off = pool.submit(run_parity, off)
+        futs_on = [pool.submit(_guarded, name, pp=pp, microbatches=microbatches, steps=steps, timeout_s=timeout_s)
+                   for name in CONTROLS]
+        guarded = [f.result() for f in futs_on]
+        try:
+            unguarded, error = fut_off.result(), None
+        except (ParityRankError, ParityTimeoutError, PoolOverrunError) as exc:
+            unguarded, error = None, f"{type(exc).__name__}: {exc}"
+    return NegativeControls(unguarded=unguarded, unguarded_error=error, guarded=guarded,
+                            wall_s=time.perf_counter() - t0)
+
+
+def _control_of(variant_name: str) -> str:
+    return "GPipe forced" if "/gpipe/" in variant_name else "ring one short"
+
+
+def divergence_frame(report: ParityReport) -> pd.DataFrame:
+    """Per control, step and stage: |pooled - stock| parameter sum, and the step's max |loss difference|."""
+    import pandas as pd
+
+    rows = []
+    for v in report.variants:
+        if not v.pooled:
+            continue
+        ref = _stock_of(report, v.name)
+        for step in range(report.spec.steps):
+            dloss = max(abs(a - b) for a, b in zip(v.losses[step], ref.losses[step]))
+            for stage in sorted(v.param_sums):
+                rows.append({"control": _control_of(v.name), "variant": v.name, "step": step, "stage": stage,
+                             "param_sum_abs_diff": abs(v.param_sums[stage][step] - ref.param_sums[stage][step]),
+                             "loss_max_abs_diff": dloss})
+    return pd.DataFrame(rows)
+
+
+def divergence_figure(report: ParityReport) -> Figure:
+    """Guard off: how far each control's parameters and losses drift from stock, step by step."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    frame = divergence_frame(report)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    sns.lineplot(data=frame, x="step", y="param_sum_abs_diff", hue="control", style="stage", markers=True,
+                 dashes=False, ax=axes[0])
+    axes[0].set_yscale("symlog", linthresh=1e-9)
+    axes[0].set_ylim(bottom=0)
+    axes[0].set_ylabel("|pooled - stock| parameter sum")
+    axes[0].set_title("parameters after each step (0 = bitwise equal)")
+    losses = frame.drop_duplicates(["control", "step"])
+    sns.lineplot(data=losses, x="step", y="loss_max_abs_diff", hue="control", marker="o", ax=axes[1])
+    axes[1].set_yscale("symlog", linthresh=1e-9)
+    axes[1].set_ylim(bottom=0)
+    axes[1].set_ylabel("max |pooled - stock| loss")
+    axes[1].set_title("losses of each step (step 0 runs on identical weights)")
+    for ax in axes:
+        ax.set_xticks(range(report.spec.steps))
+        ax.legend(fontsize="x-small", frameon=False)
+    fig.suptitle(f"negative controls, guard off: pp{report.spec.pp}, M={report.spec.microbatches}: "
+                 "silent divergence", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def outcome_frame(outcomes: list[ControlOutcome]) -> pd.DataFrame:
+    """Guard on: one readable row per control (caught?, where, which microbatches)."""
+    import pandas as pd
+
+    cols = ["control", "caught", "error_type", "rank", "stage", "direction", "slot", "ring", "owner", "incoming",
+            "wall_s"]
+    return pd.DataFrame([{c: getattr(o, c) for c in cols} for o in outcomes], columns=cols)

@@ -1,0 +1,129 @@
+"""Every notebook works in a real JupyterLab in headless Chromium, and the sliders drive the figures.
+
+For each ``notebooks/*.ipynb`` (one glob): open it, wait for the kernel to be idle, Run All
+from the menu, wait for every cell, assert no error outputs (read from the notebook model),
+at least one figure rendered and no widget failed to render, and save a screenshot under
+``reports/screenshots/``. Where a notebook has an explorer (``SLIDER_CHECKS``), move its
+``slack`` slider one step with the keyboard and assert that the figure (its ``img src``)
+and the printed line changed, the slack in it went up by one, and nothing errored. The
+committed notebook file must be byte-identical afterwards (autosave is off; nothing saves).
+
+The browser is Debian's Chromium (``scripts/install_browser``). When it cannot be had the
+tests skip, except under ``CI`` or ``POOLTK_REQUIRE_BROWSER=1``, where they fail.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_harness import (
+    BrowserUnavailable,
+    JupyterLabServer,
+    LabNotebook,
+    browser_required,
+    chromium_page,
+    find_chromium,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+SCREENSHOTS = ROOT / "reports" / "screenshots"
+
+# notebook stem -> (slider label, regex whose group 1 is the slider's value in the printed line,
+#                   regex whose group 1 is a figure of merit that must change)
+SLIDER_CHECKS: dict[str, tuple[str, str, str]] = {
+    "00_how_the_ring_works": ("slack", r"slack=(\d+)", r"keeps (\d+) of"),
+    "01_memory_vs_slack": ("slack", r"\(\w+, slack (\d+)", r"pooled: ([\d.,]+) GiB"),
+}
+
+
+def _unavailable(exc: Exception) -> None:
+    if browser_required():
+        pytest.fail(f"the browser is required here (CI or POOLTK_REQUIRE_BROWSER=1) but cannot be had: {exc}",
+                    pytrace=False)
+    pytest.skip(f"browser unavailable (set POOLTK_REQUIRE_BROWSER=1 to make this fail): {exc}")
+
+
+@pytest.fixture(scope="module")
+def lab() -> Any:
+    try:
+        find_chromium()
+        import playwright.sync_api  # noqa: F401
+    except (BrowserUnavailable, ImportError) as exc:
+        _unavailable(exc)
+    server = JupyterLabServer(ROOT / "notebooks")
+    try:
+        server.start()
+    except BrowserUnavailable as exc:
+        _unavailable(exc)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def page(lab: JupyterLabServer) -> Any:
+    try:
+        with chromium_page() as p:
+            yield p
+    except BrowserUnavailable as exc:
+        _unavailable(exc)
+
+
+def test_the_glob_finds_notebooks_and_every_slider_check_names_one() -> None:
+    assert NOTEBOOKS, "no notebooks under notebooks/"
+    stale = sorted(set(SLIDER_CHECKS) - {p.stem for p in NOTEBOOKS})
+    assert not stale, f"SLIDER_CHECKS name notebooks that do not exist: {stale}"
+
+
+def _wait_for_change(nbk: LabNotebook, text0: str, src0: str | None, timeout_s: float) -> tuple[str, str | None]:
+    deadline = time.monotonic() + timeout_s
+    text, src = text0, src0
+    while time.monotonic() < deadline:
+        text, src = nbk.widget_text_and_image()
+        if text != text0 and src and src != src0 and nbk.state().get("kernel") == "idle":
+            return text, src
+        time.sleep(0.3)
+    return text, src
+
+
+def _slider_check(nbk: LabNotebook, stem: str) -> None:
+    label, value_re, merit_re = SLIDER_CHECKS[stem]
+    text0, src0 = nbk.widget_text_and_image()
+    m0 = re.search(value_re, text0)
+    assert m0 and src0, f"{stem}: before the move the explorer shows no line matching {value_re!r} or no figure:\n{text0}"
+    nbk.nudge_slider(label)
+    text1, src1 = _wait_for_change(nbk, text0, src0, timeout_s=90)
+    m1 = re.search(value_re, text1)
+    assert m1, f"{stem}: after the move no line matching {value_re!r}:\n{text1}"
+    assert int(m1.group(1)) == int(m0.group(1)) + 1, f"{stem}: {label} went {m0.group(1)} -> {m1.group(1)}, not +1"
+    assert src1 and src1 != src0, f"{stem}: the figure did not change after moving {label!r}"
+    merit0, merit1 = re.search(merit_re, text0), re.search(merit_re, text1)
+    assert merit0 and merit1 and merit0.group(0) != merit1.group(0), (
+        f"{stem}: the printed figure of merit did not change:\nbefore: {text0}\nafter: {text1}")
+    assert not nbk.error_outputs(), nbk.error_outputs()
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_all_in_jupyterlab_without_errors(lab: JupyterLabServer, page: Any, path: Path) -> None:
+    before = path.read_bytes()
+    nbk = LabNotebook(page, lab, path.name)
+    nbk.open(timeout_s=180)
+    nbk.run_all(timeout_s=720)
+    errors = nbk.error_outputs()
+    assert not errors, f"{path.name}: error outputs after Run All:\n" + "\n".join(errors)
+    images = page.locator(".jp-OutputArea-output img")
+    assert images.count() > 0, f"{path.name}: no figure rendered"
+    assert page.get_by_text("Error displaying widget").count() == 0, f"{path.name}: a widget failed to render"
+    if "ipywidgets" in before.decode():
+        assert page.locator(".jupyter-widgets").count() > 0, f"{path.name}: uses ipywidgets but none rendered"
+    nbk.screenshot(SCREENSHOTS / f"{path.stem}.png", at=images.first)
+    if path.stem in SLIDER_CHECKS:
+        _slider_check(nbk, path.stem)
+        nbk.screenshot(SCREENSHOTS / f"{path.stem}_after_slider.png", at=nbk.widget_output())
+    assert path.read_bytes() == before, f"{path.name} was modified on disk by the browser session"
