@@ -1,14 +1,15 @@
 """Multi-process gloo tests: every launch is bounded (ParitySpec.timeout_s) and kills its ranks."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 
-def leftover_rank_processes() -> list[str]:
-    """Command lines of pooltk parity ranks still alive on this machine."""
-    found = []
+def leftover_rank_processes() -> dict[int, str]:
+    """pid -> command line of pooltk parity ranks of *this* interpreter still alive."""
+    found = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -16,12 +17,15 @@ def leftover_rank_processes() -> list[str]:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "pooltk.parity._rank" in cmd and int(proc.name) != os.getpid():
-            found.append(cmd)
+        if "pooltk.parity._rank" in cmd and cmd.startswith(sys.executable) and int(proc.name) != os.getpid():
+            found[int(proc.name)] = cmd
     return found
 
 
 @pytest.fixture
 def no_leftover_ranks():
+    """After the test, no rank process it started is still running."""
+    before = set(leftover_rank_processes())
     yield
-    assert leftover_rank_processes() == []
+    after = {pid: cmd for pid, cmd in leftover_rank_processes().items() if pid not in before}
+    assert after == {}

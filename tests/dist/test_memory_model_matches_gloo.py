@@ -1,0 +1,41 @@
+"""The memory model's bytes per stage and direction equal what real gloo stages hold, exactly.
+
+Measured: distinct storages behind every stage's receive infos after real steps (stock and
+pooled). Modelled: pooltk.memory.expected_bytes for the same shape, boundary and config.
+"""
+
+import pytest
+
+from pooltk import PoolConfig
+from pooltk.memory import expected_bytes, harness_boundary
+from pooltk.parity import ParitySpec, default_variants, run_parity
+
+pytestmark = [pytest.mark.dist, pytest.mark.timeout(600)]
+
+CASES = [
+    (4, 8, [PoolConfig(slack=2), PoolConfig(slack=0, grad_slack=0), PoolConfig(policy="automodel", slack=0),
+            PoolConfig(policy="automodel", slack=2)]),
+    (2, 6, [PoolConfig(slack=1, grad_slack=0), PoolConfig(policy="automodel", slack=1)]),
+    (3, 3, [PoolConfig(slack=0), PoolConfig(slack=5, grad_slack=3)]),
+]
+
+
+@pytest.mark.parametrize("pp, m, configs", CASES, ids=[f"pp{c[0]}-M{c[1]}" for c in CASES])
+def test_modelled_bytes_equal_measured_bytes_on_real_stages(pp, m, configs, no_leftover_ranks):
+    spec = ParitySpec(pp=pp, microbatches=m, steps=1, hidden=24, seq_len=3, rows_per_microbatch=2, timeout_s=300,
+                      variants=default_variants(configs))
+    report = run_parity(spec)
+    assert report.bitwise_equal
+    boundary = harness_boundary(rows=2, seq_len=3, hidden=24)
+    stock = report.variants[0]
+    checked = 0
+    for v in report.variants[1:]:
+        model = expected_bytes(pp=pp, n_microbatches=m, boundaries=boundary, config=PoolConfig(**v.config))
+        for stage in range(pp):
+            for d in ("forward", "grad"):
+                exp = model[(stage, d)]
+                assert v.recv[stage][d]["bytes"] == exp.pooled_bytes, (v.name, stage, d)
+                assert v.recv[stage][d]["sets"] == exp.pooled_sets, (v.name, stage, d)
+                assert stock.recv[stage][d]["bytes"] == exp.stock_bytes, (stage, d)
+                checked += 1
+    assert checked == 2 * pp * len(configs)
