@@ -57,7 +57,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "ring per --pp and M = factor x pp) and a ring one short that the guard must stop; prints the table",
     )
     parser.add_argument("--factors", nargs="+", type=int, default=[1, 2, 4], metavar="F",
-                        help="with --validate: M = F x pp (default 1 2 4)")
+                        help="with --validate: M = F x 2pp (default 1 2 4)")
     parser.add_argument("--no-guard-checks", action="store_true", help="with --validate: skip the guard launches")
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print tables, slot totals and refusals as JSON")
@@ -111,9 +111,12 @@ def _validate(args: argparse.Namespace) -> int:
         result.to_frame().to_csv(args.csv, index=False)
     if args.json:
         print(json.dumps({"ok": result.ok, "summary": summary.to_dict(orient="records"),
-                          "rows": result.rows, "guard": result.guard}, indent=2, default=str))
+                          "rows": result.rows, "guard": result.guard,
+                          "skipped": result.skipped}, indent=2, default=str))
     else:
         print(summary.to_string(index=False))
+        for sk in result.skipped:
+            print(f"not run: {sk['schedule']} pp{sk['pp']} M{sk['n_microbatches']}: {sk['reason']}")
         print(f"\nall pooled runs bitwise equal, measured peaks = analysed, guard catches: {result.ok}")
     return 0 if result.ok else 1
 

@@ -52,6 +52,8 @@ class ScheduleCheck:
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     guard: dict[str, str] = field(default_factory=dict)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    """Shapes torch itself rejects for a schedule (schedule, pp, M, reason)."""
     """schedule -> ``caught`` | ``NOT caught`` | ``n/a: ...``."""
 
     def to_frame(self):  # -> pandas.DataFrame
@@ -80,15 +82,27 @@ def check_schedules(
     *, pps: tuple[int, ...] = (2, 4), factors: tuple[int, ...] = (1, 2, 4), schedules: tuple[str, ...] | None = None,
     steps: int = 1, guard_checks: bool = True, timeout_s: float = 600.0, progress: Any = None,
 ) -> ScheduleCheck:
-    """Run the validation grid; see the module docstring. ``progress(msg)`` is called per launch."""
-    from pooltk.schedule_runs import analysable_schedules
+    """Run the validation grid; see the module docstring. ``progress(msg)`` is called per launch.
+
+    ``M = factor x (pp x 2)``: a multiple of the stage count of the two-stages-per-rank
+    schedules (DualPipeV needs M >= stages), so M is N, 2N, 4N for those and 2N, 4N, 8N
+    for 1F1B and GPipe. A shape torch rejects for a schedule is recorded in ``skipped``.
+    """
+    from pooltk.schedule_runs import ScheduleAnalysisError, analysable_schedules
     from pooltk.schedules import lifetimes, live_sets, min_safe_ring
 
-    names = tuple(schedules or analysable_schedules())
+    all_names = tuple(schedules or analysable_schedules())
     result = ScheduleCheck()
     for pp in pps:
         for factor in factors:
-            m = factor * pp
+            m = factor * pp * 2
+            names = []
+            for name in all_names:
+                try:
+                    lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=STAGES_PER_RANK[name])
+                    names.append(name)
+                except ScheduleAnalysisError as exc:
+                    result.skipped.append({"schedule": name, "pp": pp, "n_microbatches": m, "reason": str(exc)})
             variants = [v for name in names for v in _variants(name)]
             if progress:
                 progress(f"pp{pp} M{m}: {len(variants)} variants ({', '.join(names)})")

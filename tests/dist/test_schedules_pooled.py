@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.dist, pytest.mark.timeout(900)]
 
 
 def test_every_schedule_pooled_auto_is_bitwise_equal_and_measured_peaks_equal_the_analysis(no_leftover_ranks):
-    result = check_schedules(pps=(2,), factors=(2,), guard_checks=False)
+    result = check_schedules(pps=(2,), factors=(1,), guard_checks=False)
     df = result.to_frame()
     assert set(df.schedule) >= {"1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
                                 "ZBVZeroBubble", "DualPipeV"}
