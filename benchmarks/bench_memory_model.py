@@ -54,8 +54,12 @@ def main() -> None:
     slacks = iter(range(10**9))
 
     rows = []
-    rows.append(("widget update, N=16 M=256, walk cached", args.reps,
+    rows.append(("widget update, N=16 M=256 (slack moves)", args.reps,
                  _median_ms(lambda: mp.explore(state, slack=next(slacks) % 9, **kwargs), args.reps)))
+    sizes = iter(range(10**9))
+    rows.append(("widget update, N=16, new M each time", args.reps,
+                 _median_ms(lambda: mp.explore(state, slack=2, **{**kwargs, "microbatches": 256 - next(sizes)}),
+                            args.reps)))
     rows.append(("model, N=16 M=256, live sets by formula", args.reps,
                  _median_ms(lambda: model_memory(shape, boundary, PoolConfig(), live_source="formula"), args.reps)))
 
