@@ -36,6 +36,9 @@ class Variant:
     install_schedule: str | None = None
     """Schedule name given to ``pooltk.install`` (default: ``schedule``); ``"auto"`` pools
     any schedule pooltk can analyse."""
+    scope: str = "process"
+    """``process``: ``pooltk.install`` before the stages are built; ``stage``:
+    ``pooltk.pool_stage`` on each stage object after it is built (the per-stage form)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -90,6 +93,8 @@ class ParitySpec:
         for v in self.variants:
             if v.frontend not in FRONTENDS:
                 raise ValueError(f"Variant {v.name}: frontend found {v.frontend!r}; required one of {FRONTENDS}.")
+            if v.scope not in ("process", "stage"):
+                raise ValueError(f"Variant {v.name}: scope found {v.scope!r}; required 'process' or 'stage'.")
             if v.pooled and v.config is None:
                 raise ValueError(f"Variant {v.name}: pooled=True needs a PoolConfig.")
         if self.timeout_s <= 0:

@@ -125,12 +125,15 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
     from torch.distributed.pipelining.schedules import get_schedule_class
 
     report = None
-    if variant.pooled:
-        report = pooltk.install(variant.config, schedule=variant.install_schedule or variant.schedule,
-                                force=variant.force)
+    sched_name = variant.install_schedule or variant.schedule
+    if variant.pooled and variant.scope == "process":
+        report = pooltk.install(variant.config, schedule=sched_name, force=variant.force)
     try:
         counter = _AllocationCounter()
         stages = _build_stages(spec, variant, rank, world, device)
+        if variant.pooled and variant.scope == "stage":
+            for st in stages:
+                report = pooltk.pool_stage(st, variant.config, schedule=sched_name, force=variant.force)
         params = [p for st in stages for p in st.submod.parameters()]
         opt = torch.optim.SGD(params, lr=spec.lr)
         cls = get_schedule_class(variant.schedule)
@@ -201,7 +204,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             "_final": final,
         }
     finally:
-        if variant.pooled:
+        if variant.pooled and variant.scope == "process":
             pooltk.uninstall()
 
 

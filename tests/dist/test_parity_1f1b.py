@@ -90,3 +90,15 @@ def test_eval_train_switch_and_repeated_steps_keep_the_pool_and_parity(no_leftov
         if v.pooled:
             assert v.rings[1]["forward"] == ring_sizes(4, 1, 8, PoolConfig(**v.config)).forward
             assert v.recv[1]["forward"]["sets"] < 8
+
+
+def test_per_stage_form_pools_only_the_stages_given_and_is_bitwise_equal(no_leftover_ranks):
+    from pooltk.parity import Variant
+
+    variants = (Variant(name="stock"), Variant(name="per-stage", pooled=True, config=PoolConfig(slack=1), scope="stage"))
+    report = run_parity(ParitySpec(pp=4, microbatches=8, steps=2, timeout_s=300, variants=variants))
+    v = report.variant("per-stage")
+    assert v.bitwise_equal
+    for s in range(4):
+        k = ring_sizes(4, s, 8, PoolConfig(slack=1))
+        assert v.recv[s]["forward"]["sets"] == k.forward and v.recv[s]["grad"]["sets"] == k.grad
