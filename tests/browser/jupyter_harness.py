@@ -155,7 +155,10 @@ class JupyterLabServer:
             f"--LabApp.workspaces_dir={dirs['workspaces']}",
             "--LabApp.expose_app_in_browser=True",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly",  # no PyPI lookups from the extension manager
         ]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root
+            cmd.append("--allow-root")
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=env, cwd=self.root_dir, start_new_session=True)

@@ -1,0 +1,39 @@
+"""``pooltk report``: probe, pp4 parity, buffer tables, then every notebook to HTML + PNG."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("reports"), help="output folder (default: reports)")
+    parser.add_argument("--notebooks", default="notebooks/*.ipynb",
+                        help="glob of notebooks to execute (default: notebooks/*.ipynb, from the repository root)")
+    parser.add_argument("--no-summary", action="store_true",
+                        help="skip the probe, the pp4 parity check and the buffer tables; notebooks only")
+    parser.add_argument("--jobs", type=int, default=4, help="notebooks executed at once (default 4)")
+    parser.add_argument("--parity-microbatches", type=int, default=16, help="microbatches of the pp4 check (default 16)")
+    parser.add_argument("--parity-steps", type=int, default=3, help="optimizer steps of the pp4 check (default 3)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="per-cell time bound in seconds (default 600)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    from pooltk.report import ReportConfig, describe, run_report
+
+    t0 = time.perf_counter()
+    try:
+        config = ReportConfig(out=args.out, notebooks=args.notebooks, summary=not args.no_summary, jobs=args.jobs,
+                              parity_microbatches=args.parity_microbatches, parity_steps=args.parity_steps,
+                              notebook_timeout_s=args.timeout)
+        result = run_report(config)
+    except ValueError as exc:
+        print(f"pooltk report: {exc}", file=sys.stderr)
+        return 2
+    print()
+    print(describe(result))
+    print(f"pooltk report finished in {time.perf_counter() - t0:.1f} s (wall)")
+    return 0 if result.ok else 1

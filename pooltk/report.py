@@ -1,0 +1,399 @@
+"""``pooltk report``: the main job. Probe, a pp4 parity check, per-stage buffer tables, then every notebook.
+
+Writes under the output folder (default ``reports/``):
+
+- ``summary.md`` -- what this torch is (probe), the pp4 parity verdict, the measured
+  per-stage receive-buffer table of that run next to the model, the Kimi-K3 2k per-stage
+  table, and one line per notebook (time, status, HTML, figures);
+- ``parity_pp4.json`` (the full parity report), ``buffers_pp4.csv``, ``memory_kimi_k3_2k.csv``;
+- ``<notebook>.html`` -- every notebook executed headless on its shipped defaults (nbclient,
+  working directory ``notebooks/``), converted with nbconvert; a notebook that fails is
+  still written, with its error, and the job exits non-zero;
+- ``figures/*.png`` -- the key figures, saved by the notebooks themselves through
+  :func:`pooltk.nb.save_figure` (``POOLTK_REPORT_DIR`` points there while they run).
+
+Progress goes to ``progress`` (one line per step; on a terminal, a live cell counter).
+Imports nbclient / nbconvert / pandas inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "NotebookRun",
+    "ReportConfig",
+    "ReportResult",
+    "describe",
+    "find_notebooks",
+    "run_notebook",
+    "run_notebook_async",
+    "run_report",
+]
+
+Progress = Callable[[str], None]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ReportConfig:
+    """What ``pooltk report`` does."""
+
+    out: Path = Path("reports")
+    """Folder everything is written to (created)."""
+    notebooks: str = "notebooks/*.ipynb"
+    """Glob of the notebooks to execute, relative to the working directory."""
+    summary: bool = True
+    """Run the probe, the pp4 parity check and the buffer tables first."""
+    parity_pp: int = 4
+    """Stages of the parity check."""
+    parity_microbatches: int = 16
+    """Microbatches of the parity check."""
+    parity_steps: int = 3
+    """Optimizer steps per variant of the parity check."""
+    jobs: int = 4
+    """Notebooks executed at once (each in its own kernel, all in one event loop)."""
+    notebook_timeout_s: float = 600.0
+    """Per-cell time bound for a notebook."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
+            raise ValueError(f"jobs: found {self.jobs!r}; required an integer >= 1. Fix: --jobs 1 or 2.")
+        if not self.notebook_timeout_s > 0:
+            raise ValueError(f"notebook timeout: found {self.notebook_timeout_s!r}; required > 0 seconds.")
+
+
+@dataclass(kw_only=True, slots=True)
+class NotebookRun:
+    """One notebook, executed and converted."""
+
+    path: Path
+    """The notebook executed."""
+    html: Path | None
+    """The HTML written (also for a failed run), ``None`` if even that failed."""
+    seconds: float
+    """Wall time of execution and conversion."""
+    error: str | None
+    """The first error (cell and message), ``None`` when it ran clean."""
+    figures: list[Path] = field(default_factory=list)
+    """PNGs this notebook saved under ``figures/`` (names start with its number)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(kw_only=True, slots=True)
+class ReportResult:
+    """Everything ``pooltk report`` produced."""
+
+    out: Path
+    """The output folder."""
+    summary_md: Path
+    """``summary.md``."""
+    notebooks: list[NotebookRun]
+    """One per notebook, in glob order."""
+    parity_equal: bool | None
+    """The pp4 parity verdict; ``None`` when the summary was skipped or the run failed."""
+    parity_error: str | None
+    """Why the parity check failed to run, else ``None``."""
+    timings: dict[str, float]
+    """Seconds per phase (``probe``, ``parity``, ``tables``, ``notebooks``) and ``total``."""
+
+    @property
+    def ok(self) -> bool:
+        return all(n.ok for n in self.notebooks) and self.parity_error is None and self.parity_equal is not False
+
+    def to_frame(self) -> Any:  # -> pandas.DataFrame
+        import pandas as pd
+
+        return pd.DataFrame([{"notebook": n.path.name, "ok": n.ok, "seconds": round(n.seconds, 1),
+                              "html": str(n.html) if n.html else None, "figures": len(n.figures),
+                              "error": n.error} for n in self.notebooks])
+
+
+# --------------------------------------------------------------------------- notebooks
+
+
+def find_notebooks(pattern: str) -> list[Path]:
+    """Notebooks matching ``pattern`` (sorted), or ValueError naming the glob and the working directory."""
+    found = sorted(Path(p) for p in glob.glob(pattern) if p.endswith(".ipynb"))
+    if not found:
+        raise ValueError(f"--notebooks: found no notebook matching {pattern!r} from {Path.cwd()}; required at least "
+                         "one .ipynb. Fix: run from the repository root, or pass --notebooks 'path/to/*.ipynb'.")
+    return found
+
+
+def _first_error(nb: Any) -> str | None:
+    import re
+
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                tb = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(out.get("traceback", [])))
+                return f"cell {i}: {out.get('ename')}: {out.get('evalue')}\n{tb[-1500:]}"
+    return None
+
+
+async def run_notebook_async(path: Path, out: Path, *, timeout_s: float = 600.0,
+                             progress: Progress | None = None) -> NotebookRun:
+    """Execute ``path`` headless (working directory: its folder) and write ``<out>/<stem>.html``.
+
+    ``POOLTK_REPORT_DIR`` must already point at the figures folder (see :func:`run_report`).
+    Never raises for a failing notebook: the error is recorded and the partial HTML written.
+    Several may run concurrently in one event loop (each has its own kernel); nbclient's
+    clients are not safe to drive from several threads.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+    from nbconvert import HTMLExporter
+
+    t0 = time.perf_counter()
+    nb = nbformat.read(path, as_version=4)
+    n_code = sum(c.cell_type == "code" for c in nb.cells)
+    done = [0]
+
+    def _cell_done(**_: Any) -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(f"  {path.name}: cell {done[0]}/{n_code}")
+
+    client = NotebookClient(nb, timeout=int(timeout_s), kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent.resolve())}},
+                            on_cell_executed=_cell_done)
+    error: str | None = None
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(logs / f"{path.stem}.kernel.log", "wb") as kernel_log:  # kernel stderr (warnings, crashes)
+            await client.async_execute(stderr=kernel_log)
+    except CellExecutionError:
+        pass  # the error output is in the notebook; read below
+    except Exception as exc:  # kernel died, timeout, ...: still write what ran
+        error = f"{type(exc).__name__}: {exc}"
+    error = _first_error(nb) or error
+    html: Path | None = out / f"{path.stem}.html"
+    try:
+        body, _ = HTMLExporter().from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
+        html.write_text(body, encoding="utf-8")  # type: ignore[union-attr]
+    except Exception as exc:  # conversion failed: keep the execution verdict, say why there is no HTML
+        html = None
+        error = error or f"HTML conversion failed: {type(exc).__name__}: {exc}"
+    return NotebookRun(path=path, html=html, seconds=time.perf_counter() - t0, error=error)
+
+
+def run_notebook(path: Path, out: Path, *, timeout_s: float = 600.0, progress: Progress | None = None) -> NotebookRun:
+    """:func:`run_notebook_async` for one notebook, from synchronous code."""
+    import asyncio
+
+    return asyncio.run(run_notebook_async(path, out, timeout_s=timeout_s, progress=progress))
+
+
+async def _run_all(paths: list[Path], out: Path, figures: Path, config: ReportConfig,
+                   emit: Progress) -> list[NotebookRun]:
+    import asyncio
+
+    gate = asyncio.Semaphore(config.jobs)
+    finished = [0]
+
+    async def one(path: Path) -> NotebookRun:
+        async with gate:
+            run = await run_notebook_async(path, out, timeout_s=config.notebook_timeout_s, progress=emit)
+        number = path.stem.split("_", 1)[0]
+        run.figures = sorted(figures.glob(f"{number}_*.png"))
+        finished[0] += 1
+        status = "ok" if run.ok else "FAILED: " + (run.error or "").splitlines()[0]
+        emit(f"[{finished[0]}/{len(paths)}] {path} {run.seconds:.1f} s, {len(run.figures)} figure(s): {status}")
+        return run
+
+    return list(await asyncio.gather(*(one(p) for p in paths)))
+
+
+# --------------------------------------------------------------------------- summary tables
+
+
+def _md_table(frame: Any, floatfmt: str = "{:,.2f}") -> str:
+    """A pandas frame as a GitHub markdown table (no tabulate dependency)."""
+    cols = [str(c) for c in frame.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in frame.itertuples(index=False):
+        cells = [floatfmt.format(v) if isinstance(v, float) else str(v) for v in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _parity_section(config: ReportConfig, out: Path) -> tuple[list[str], Any, str | None]:
+    """Run the pp4 parity check; return its markdown lines, the report (or ``None``) and the error."""
+    from pooltk.config import PoolConfig
+    from pooltk.guard import PoolOverrunError
+    from pooltk.parity import ParityRankError, ParitySpec, ParityTimeoutError, default_variants, run_parity
+    from pooltk.parity_plots import bytes_frame
+
+    configs = [PoolConfig(slack=2), PoolConfig(slack=0, grad_slack=0), PoolConfig(slack=2, policy="automodel")]
+    spec = ParitySpec(pp=config.parity_pp, microbatches=config.parity_microbatches, steps=config.parity_steps,
+                      timeout_s=240, variants=default_variants(configs, frontends=("manual", "tracing")))
+    try:
+        report = run_parity(spec)
+    except (ParityRankError, ParityTimeoutError, PoolOverrunError) as exc:
+        msg = f"{type(exc).__name__}: {exc}"
+        return [f"## pp{spec.pp} parity\n\n**FAILED to run:** {msg}\n"], None, msg
+    (out / "parity_pp4.json").write_text(json.dumps(report.to_dict(), indent=2))
+    lines = [f"## pp{spec.pp} parity (gloo, CPU)\n",
+             f"pp{spec.pp} x {spec.microbatches} microbatches x {spec.steps} steps, wall {report.wall_s:.1f} s: "
+             f"**bitwise_equal = {report.bitwise_equal}**\n"]
+    rows = []
+    for v in report.variants:
+        rows.append({"variant": v.name, "bitwise": "ref" if v.reference is None else ("yes" if v.bitwise_equal else "NO"),
+                     "max_abs_dparam": "" if v.params_max_abs_diff is None else f"{v.params_max_abs_diff:.3g}",
+                     "median_step_ms": round(v.median_step_time_s * 1e3, 1)})
+    import pandas as pd
+
+    lines += [_md_table(pd.DataFrame(rows), "{:,.1f}"), ""]
+    buffers = bytes_frame(report)
+    buffers.to_csv(out / "buffers_pp4.csv", index=False)
+    lines += ["### Receive buffers per stage, measured (first pooled variant: tight slack 2, grad slack 1)\n",
+              _md_table(buffers), ""]
+    return lines, report, None
+
+
+def _memory_section(out: Path) -> list[str]:
+    from pooltk.presets import get_preset
+
+    preset = get_preset("kimi-k3-gb200-2k-calibrated")
+    frame = preset.model().per_stage_frame("gib")
+    cols = ["stage", "stock_forward_sets", "stock_grad_sets", "stock_gib", "automodel_gib", "tight_gib",
+            "live_set_gib", "saved_gib"]
+    frame[cols].to_csv(out / "memory_kimi_k3_2k.csv", index=False)
+    return [f"## Per-stage receive buffers, {preset.name} (modelled)\n",
+            f"{preset.shape.describe()}; pool {preset.config.describe()}; boundary {preset.boundary.describe()}. "
+            f"GiB = 2**30 B; saved = stock - {preset.config.policy}.\n",
+            _md_table(frame[cols]), ""]
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def _printer(stream: Any = None) -> Progress:
+    """Progress lines; on a terminal, cell counters overwrite one line."""
+    stream = stream or sys.stdout
+    tty = hasattr(stream, "isatty") and stream.isatty()
+    lock = threading.Lock()
+
+    def emit(line: str) -> None:
+        with lock:
+            if line.startswith("  "):  # a cell counter
+                if tty:
+                    stream.write("\r\033[K" + line.strip())
+                    stream.flush()
+                return
+            stream.write(("\r\033[K" if tty else "") + line + "\n")
+            stream.flush()
+
+    return emit
+
+
+def run_report(config: ReportConfig = ReportConfig(), *, progress: Progress | None = None) -> ReportResult:
+    """Run the main job (see the module docstring) and return what it produced.
+
+    The pp4 parity check (its ranks are subprocesses) runs in a background thread while the
+    notebooks execute, ``config.jobs`` at a time, in one event loop.
+    """
+    import asyncio
+
+    from pooltk.cli.parity import print_report
+    from pooltk.install import probe
+
+    emit = progress or _printer()
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    paths = find_notebooks(config.notebooks)
+    out = config.out
+    figures = out / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    md = ["# pooltk report\n"]
+    parity_lines: list[str] = []
+    parity_report: Any = None
+    parity_error: str | None = None
+    with ThreadPoolExecutor(max_workers=1) as background:
+        parity_future = None
+        if config.summary:
+            t0 = time.perf_counter()
+            p = probe()
+            emit(f"[probe] torch {p.torch_version}: layout {p.layout or 'none'}; install would "
+                 f"{'work' if p.installed else 'not work'} ({p.reason})")
+            md += ["## Probe\n", f"- torch: {p.torch_version}", f"- layout: {p.layout or 'none recognised'}",
+                   f"- install would work: {p.installed}", f"- why: {p.reason}", ""]
+            timings["probe"] = time.perf_counter() - t0
+            emit(f"[parity] pp{config.parity_pp} x {config.parity_microbatches} microbatches x "
+                 f"{config.parity_steps} steps: stock vs tight s2 / tight s0 / automodel s2, manual and tracing "
+                 "frontends (in the background)")
+            t_parity = time.perf_counter()
+            parity_future = background.submit(_parity_section, config, out)
+        t0 = time.perf_counter()
+        emit(f"[notebooks] {len(paths)} notebook(s), {config.jobs} at a time; figures -> {figures}")
+        old = os.environ.get("POOLTK_REPORT_DIR")
+        os.environ["POOLTK_REPORT_DIR"] = str(figures.resolve())
+        try:
+            runs = asyncio.run(_run_all(paths, out, figures, config, emit))
+        finally:
+            if old is None:
+                os.environ.pop("POOLTK_REPORT_DIR", None)
+            else:
+                os.environ["POOLTK_REPORT_DIR"] = old
+        timings["notebooks"] = time.perf_counter() - t0
+        if parity_future is not None:
+            parity_lines, parity_report, parity_error = parity_future.result()
+            timings["parity"] = parity_report.wall_s if parity_report is not None else time.perf_counter() - t_parity
+            if parity_report is not None:
+                print_report(parity_report)
+            else:
+                emit(f"[parity] FAILED: {parity_error}")
+    if config.summary:
+        t0 = time.perf_counter()
+        md += parity_lines
+        md += _memory_section(out)
+        timings["tables"] = time.perf_counter() - t0
+        emit(f"[tables] buffers_pp4.csv, memory_kimi_k3_2k.csv ({timings['tables']:.1f} s)")
+    timings["total"] = time.perf_counter() - t_start
+    md += ["## Notebooks\n", "| notebook | status | seconds | HTML | figures |", "|---|---|---|---|---|"]
+    for r in runs:
+        html = f"[{r.html.name}]({r.html.name})" if r.html else "-"
+        figs = ", ".join(f"[{f.name}](figures/{f.name})" for f in r.figures) or "-"
+        status = "ok" if r.ok else "FAILED: " + (r.error or "").splitlines()[0].replace("|", "/")
+        md.append(f"| {r.path.name} | {status} | {r.seconds:.1f} | {html} | {figs} |")
+    shots = sorted((out / "screenshots").glob("*.png"))
+    if shots:
+        md += ["", "## Browser screenshots (from the JupyterLab test)\n"] + [f"- [{s.name}](screenshots/{s.name})"
+                                                                             for s in shots]
+    md += ["", "## Wall time\n", ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
+           + " (parity runs alongside the notebooks)", ""]
+    summary = out / "summary.md"
+    summary.write_text("\n".join(md), encoding="utf-8")
+    parity_equal = parity_report.bitwise_equal if parity_report is not None else None
+    return ReportResult(out=out, summary_md=summary, notebooks=runs, parity_equal=parity_equal,
+                        parity_error=parity_error, timings=timings)
+
+
+def describe(result: ReportResult) -> str:
+    """The closing lines: where everything went and the wall time."""
+    out = result.out
+    lines = [f"summary   {result.summary_md}"]
+    for r in result.notebooks:
+        lines.append(f"html      {r.html or '(not written)'}{'' if r.ok else '  <- FAILED'}")
+    figs = sorted((out / "figures").glob("*.png"))
+    lines.append(f"figures   {out / 'figures'}/ ({len(figs)} PNG)")
+    if result.parity_equal is not None:
+        lines.append(f"parity    {out / 'parity_pp4.json'} (bitwise_equal={result.parity_equal})")
+    lines.append("wall time " + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items()))
+    lines.append("result    " + ("OK" if result.ok else "FAILED (see above)"))
+    return "\n".join(lines)
