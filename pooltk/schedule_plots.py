@@ -1,0 +1,108 @@
+"""Figures and tables for pooling beyond 1F1B: per-schedule buffer lifetimes and ring sizes.
+
+Everything is computed from :mod:`pooltk.schedules` (the schedules' own action orders) and
+:mod:`pooltk.ring` / :func:`pooltk.gating.plan_rings`'s rule, so the notebook only calls.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pooltk.config import PoolConfig
+from pooltk.ring import automodel_ring_size
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+__all__ = ["VALIDATION_CSV", "allowlist_table", "lifetime_chart", "validation_summary"]
+
+VALIDATION_CSV = Path(__file__).resolve().parents[1] / "data" / "validation" / "schedules_gloo_2026-11-30.csv"
+
+
+def _stages_per_rank(schedule: str) -> int:
+    from pooltk.parity.schedule_check import STAGES_PER_RANK
+
+    return STAGES_PER_RANK[schedule]
+
+
+def lifetime_chart(schedule: str, *, pp: int, n_microbatches: int, stages_per_rank: int | None = None,
+                   direction: str = "forward") -> "Figure":
+    """One row per stage: each microbatch's receive buffer from post to release, in its rank's action steps."""
+    import matplotlib.pyplot as plt
+
+    from pooltk.schedules import lifetime_frame, lifetimes
+
+    vpp = stages_per_rank or _stages_per_rank(schedule)
+    df = lifetime_frame(lifetimes(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp))
+    df = df[df.direction == direction]
+    stages = sorted(df.stage.unique())
+    fig, ax = plt.subplots(figsize=(9, 0.45 * max(len(stages), 2) + 1.2))
+    cmap = plt.get_cmap("tab20")
+    for row, stage in enumerate(stages):
+        part = df[df.stage == stage].sort_values("microbatch")
+        n = len(part)
+        for j, b in enumerate(part.itertuples()):
+            y = row + (j / max(n, 1)) * 0.8 - 0.4
+            ax.plot([b.post, b.release], [y, y], color=cmap(b.microbatch % 20), lw=2)
+    ax.set_yticks(range(len(stages)))
+    rank_of = df.groupby("stage")["rank"].first().to_dict()
+    ax.set_yticklabels([f"stage {s} (rank {int(rank_of[s])})" for s in stages])
+    ax.invert_yaxis()
+    ax.set_xlabel("position in the rank's action order (receive post -> release)")
+    ax.set_title(f"{schedule}, pp{pp} x {vpp} stage(s)/rank, M={n_microbatches}: {direction} receive buffers")
+    fig.tight_layout()
+    return fig
+
+
+def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microbatches: int,
+                    slack: int = 2, grad_slack: int = 1) -> "pd.DataFrame":
+    """Per schedule and stage: sets stock torch keeps, the original allowlisted pool, pooltk ``auto``, the live set.
+
+    ``seed_allowlist``: the original implementation pools only 1F1B (one ring
+    ``max(2, min(M, N - i + slack))`` for both directions) and leaves every other schedule stock.
+    ``pooltk_auto``: smallest safe ``c mod K`` ring plus slack, capped at M (0 where the stage
+    receives nothing; same-rank V handoffs keep stock). ``live_peak``: most buffers live at once.
+    """
+    import pandas as pd
+
+    from pooltk.schedules import live_table
+
+    rows = []
+    for name in schedules:
+        vpp = _stages_per_rank(name)
+        table = live_table(name, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp)
+        n_stages = pp * vpp
+        for stage in range(n_stages):
+            part = table[table.stage == stage].set_index("direction")
+            stock = int(part.stock_buffers.sum())
+            live = int(part.live_peak.sum())
+            auto = 0
+            for d, extra in (("forward", slack), ("grad", grad_slack)):
+                k0 = int(part.loc[d, "ring_min"])
+                auto += min(n_microbatches, k0 + extra) if k0 else int(part.loc[d, "stock_buffers"])
+            if name == "1F1B":
+                k = automodel_ring_size(n_stages, stage, n_microbatches, slack)
+                seed = sum(k for d in ("forward", "grad") if int(part.loc[d, "stock_buffers"]))
+            else:
+                seed = stock
+            rows.append({"schedule": name, "pp": pp, "vpp": vpp, "n_microbatches": n_microbatches, "stage": stage,
+                         "stock": stock, "seed_allowlist": seed, "pooltk_auto": auto, "live_peak": live})
+    return pd.DataFrame(rows)
+
+
+def validation_summary(path: Path = VALIDATION_CSV) -> "pd.DataFrame":
+    """The recorded real-gloo validation (``pooltk schedules --validate``), one row per schedule and shape."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found; required the recorded validation table. Fix: regenerate it with "
+            f"`pooltk schedules --validate --pp 2 4 --factors 1 2 4 --csv {path}`."
+        )
+    df = pd.read_csv(path)
+    g = df.groupby(["schedule", "pp", "vpp", "n_microbatches"], sort=False)
+    return g.agg(stock=("stock", "sum"), pooltk_slack0=("pooltk", "sum"), analysed_peak=("analysed_peak", "sum"),
+                 measured_peak=("measured_peak", "sum"), parity=("parity", "all"),
+                 peaks_match=("peak_matches", "all")).reset_index()

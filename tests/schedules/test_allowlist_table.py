@@ -1,0 +1,36 @@
+"""The beyond-1F1B table: original allowlist vs pooltk auto vs live set, per schedule and stage."""
+
+import pytest
+
+pytest.importorskip("pandas")
+
+from pooltk import PoolConfig  # noqa: E402
+from pooltk.ring import automodel_ring_size, stock_sets  # noqa: E402
+from pooltk.schedule_plots import allowlist_table, validation_summary  # noqa: E402
+
+
+def test_seed_allowlist_pools_1f1b_only_and_pooltk_auto_sits_between_live_set_and_stock():
+    t = allowlist_table(["1F1B", "GPipe", "Interleaved1F1B", "ZBVZeroBubble"], pp=4, n_microbatches=8, slack=2)
+    one = t[t.schedule == "1F1B"].set_index("stage")
+    for s in range(4):
+        k = automodel_ring_size(4, s, 8, 2)
+        st = stock_sets(4, s, 8)
+        assert one.loc[s, "seed_allowlist"] == k * ((st.forward > 0) + (st.grad > 0))
+    others = t[t.schedule != "1F1B"]
+    assert (others.seed_allowlist == others.stock).all()
+    assert (t.live_peak <= t.pooltk_auto).all() and (t.pooltk_auto <= t.stock).all()
+    inter = t[t.schedule == "Interleaved1F1B"]
+    assert inter.pooltk_auto.sum() < inter.stock.sum()
+
+
+def test_tight_1f1b_column_matches_the_pools_own_ring_sizes():
+    from pooltk.ring import ring_sizes
+
+    t = allowlist_table(["1F1B"], pp=4, n_microbatches=8, slack=2, grad_slack=1).set_index("stage")
+    for s in range(4):
+        assert t.loc[s, "pooltk_auto"] == ring_sizes(4, s, 8, PoolConfig(slack=2, grad_slack=1)).total
+
+
+def test_recorded_validation_is_all_bitwise_and_peaks_match():
+    v = validation_summary()
+    assert len(v) >= 7 and v.parity.all() and v.peaks_match.all()
