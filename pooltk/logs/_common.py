@@ -80,10 +80,15 @@ def parse_float(text: str) -> float:
     return float(t)
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+
+
 def parse_int(text: str) -> int:
-    """An int from a log token (thousands commas allowed); raises ValueError."""
-    t = text.strip().replace(",", "")
-    return int(t)
+    """An int64 from a log token (thousands commas allowed); raises ValueError."""
+    value = int(text.strip().replace(",", ""))
+    if not _INT64[0] <= value <= _INT64[1]:
+        raise ValueError(f"{value} is outside int64")
+    return value
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -150,14 +155,17 @@ Pending = tuple[int, dict[str, Any], tuple[str, ...], str]
 """A parsed candidate row: (line number, values by column, field names in order, raw line)."""
 
 
-def drop_truncated(pending: MutableSequence[Pending], result: ParseResult) -> None:
+def drop_truncated(pending: MutableSequence[Pending], result: ParseResult, *, fast: Any = None) -> None:
     """Skip rows whose field names are a strict prefix of the file's usual order (a cut line).
 
-    The usual order is the most common one per kind ('train', 'val'). A crash that cuts the
+    The usual order is the most common one per kind ('train', 'val'), counting the rows the
+    vectorised path read (``fast``) too. A crash that cuts the
     last line after ``| lr 6.3`` leaves a line that parses but lacks the fields that follow;
     keeping it would put a half-written row in the table.
     """
     by_kind: dict[str, Counter[tuple[str, ...]]] = {}
+    if fast is not None and len(fast):
+        by_kind.setdefault(fast.kind, Counter())[fast.keys] += len(fast)
     for _, values, keys, _ in pending:
         by_kind.setdefault(str(values["kind"]), Counter())[keys] += 1
     usual = {kind: counts.most_common(1)[0][0] for kind, counts in by_kind.items()}

@@ -107,15 +107,14 @@ def _message(line: str) -> tuple[str | None, str]:
     return m.group("ts"), m.group("msg")
 
 
-def parse(lines: Iterable[str], result: ParseResult) -> ParseResult:
+def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
     """Read benchmark-recipe output into ``result`` (one row per logged iteration)."""
     result.timestamp_format = _TS_FORMAT
     result.mem_basis = "max_allocated"
     current: dict[str, Any] | None = None
     rows: list[dict[str, Any]] = []
     in_timers = False
-    n = 0
-    for n, raw in enumerate(lines, start=1):
+    for n, raw in lines:
         line, _ = clean_line(raw)
         ts, msg = _message(line)
         if in_timers:
@@ -162,7 +161,6 @@ def parse(lines: Iterable[str], result: ParseResult) -> ParseResult:
             result.n_meta += 1
             continue
         result.n_other += 1
-    result.n_lines = n
     for values in rows:
         result.rows.add(**values)
     if rows:

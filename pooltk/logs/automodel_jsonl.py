@@ -19,8 +19,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from pooltk.logs._common import ParseResult
+from pooltk.logs._fast import FLOAT_JSON, INT_JSON, FastRows, Lines, delimiters, match_bytes, parse_timestamps, read_spans
 
-__all__ = ["FORMAT", "looks_like", "parse", "val_name_from_path"]
+__all__ = ["FORMAT", "fast_rows", "looks_like", "parse", "val_name_from_path"]
 
 FORMAT = "automodel_jsonl"
 
@@ -70,19 +71,29 @@ def _number(record: dict[str, Any], key: str, *, integer: bool) -> Any:
         if isinstance(value, float):
             if not value.is_integer():
                 raise ValueError(f"{key!r} is {value!r}, not an integer")
-            return int(value)
+            value = int(value)
+        if not -(2**63) <= value < 2**63:
+            raise ValueError(f"{key!r} is {value}, outside int64")
         return value
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{key!r} is an integer too large for a float") from None
 
 
-def parse(lines: Iterable[str], result: ParseResult, *, val_name: str | None = None) -> ParseResult:
-    """Read JSONL records into ``result``; ``val_name`` marks a validation file."""
+def parse(
+    lines: Iterable[tuple[int, str]], result: ParseResult, *, val_name: str | None = None, fast: FastRows | None = None
+) -> ParseResult:
+    """Read numbered JSONL records into ``result``; ``val_name`` marks a validation file.
+
+    ``fast``: rows the vectorised path already read from other lines (see :func:`fast_rows`).
+    """
     result.timestamp_format = _TS_FORMAT
     result.mem_basis = "max_allocated"
     rows = result.rows
     kind = "train" if val_name is None else "val"
-    n = 0
-    for n, raw in enumerate(lines, start=1):
+    n_fast = len(fast) if fast is not None else 0
+    for n, raw in lines:
         text = raw.strip()
         if not text:
             result.n_other += 1
@@ -97,8 +108,8 @@ def parse(lines: Iterable[str], result: ParseResult, *, val_name: str | None = N
             result.skip(n, f"JSON {type(record).__name__}, not an object", raw)
             continue
         step = record.get("step")
-        if isinstance(step, bool) or not isinstance(step, int):
-            result.skip(n, "no integer 'step'", raw)
+        if isinstance(step, bool) or not isinstance(step, int) or not -(2**63) <= step < 2**63:
+            result.skip(n, "no int64 'step'", raw)
             continue
         values: dict[str, Any] = {"kind": kind, "line": n, "step": step, "val_name": val_name}
         try:
@@ -128,10 +139,117 @@ def parse(lines: Iterable[str], result: ParseResult, *, val_name: str | None = N
             values["step_time_s"] = tokens / tps
             values["step_time_basis"] = "num_tokens_per_step / tps (the log's own timing)"
         rows.add(**values)
-    result.n_lines = n
-    if rows and kind == "train":
+    if (len(rows) or n_fast) and kind == "train":
         result.notes.append(
             "tok_per_s_per_gpu_logged is Automodel's tps_per_gpu = tps/cp/dp: it ignores PP and TP; "
             "use pooltk.logs.metrics for a per-physical-GPU basis"
         )
     return result
+
+
+_FAST_FIELDS: dict[str, tuple[str | None, str]] = {
+    "step": ("step", "int"),
+    "epoch": ("epoch", "int"),
+    "timestamp": ("timestamp", "ts"),
+    "loss": ("loss", "float"),
+    "val_loss": (None, "float"),
+    "grad_norm": ("grad_norm", "float"),
+    "lr": ("lr", "float"),
+    "mem": ("mem_gib", "float"),
+    "tps": ("tok_per_s_logged", "float"),
+    "tps_per_gpu": ("tok_per_s_per_gpu_logged", "float"),
+    "mfu": ("mfu_pct_logged", "float"),
+    "num_tokens_per_step": ("num_tokens", "int"),
+    "num_label_tokens": ("num_label_tokens", "int"),
+}
+_TS_PATTERN = '"YYYY-MM-DDThh:mm:ss.fffZ"'
+
+
+def _sample_keys(head: Iterable[str]) -> tuple[str, ...] | None:
+    """Keys of the first record written the way ``json.dumps`` writes Automodel's records."""
+    for raw in head:
+        text = raw.rstrip("\n")
+        if not text.startswith('{"step": '):
+            continue
+        try:
+            record = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        keys = tuple(record)
+        if any(k not in _FAST_FIELDS for k in keys) or text.count(",") != len(keys) - 1:
+            return None
+        if "loss" not in keys and "val_loss" not in keys:
+            return None
+        if json.dumps(record) != text:  # not json.dumps' spacing: leave the file to the per-line reader
+            return None
+        return keys
+    return None
+
+
+def fast_rows(lines: Lines, head: Iterable[str], *, val_name: str | None = None) -> FastRows | None:
+    """Read, vectorised, every record laid out exactly like the file's first record (same keys, same order).
+
+    See [Note: fast path equals slow path] in :mod:`pooltk.logs._fast`. The loss comes from
+    ``loss`` (else ``val_loss``) and may not be null (the per-line reader skips such records).
+    """
+    import numpy as np
+
+    keys = _sample_keys(head)
+    if keys is None:
+        return None
+    buf = lines.buf
+    pos, count, first = delimiters(lines, ord(","))
+    cand = np.flatnonzero(count == len(keys) - 1)
+    starts, ends = lines.starts[cand], lines.ends[cand]
+    commas = pos[first[cand][:, None] + np.arange(len(keys) - 1)] if len(keys) > 1 else np.zeros((cand.size, 0), np.int64)
+    ok = buf[np.maximum(ends - 1, 0)] == ord("}")
+    loss_key = "loss" if "loss" in keys else "val_loss"
+    span_starts: list[np.ndarray] = []
+    span_ends: list[np.ndarray] = []
+    classes: list[int] = []
+    names: list[str] = []
+    nullable: list[str] = []
+    stamps = None
+    for j, key in enumerate(keys):
+        if j == 0:
+            label, at = b'{"' + key.encode() + b'": ', starts
+        else:
+            label, at = b' "' + key.encode() + b'": ', commas[:, j - 1] + 1
+        ok &= match_bytes(lines, at, label)
+        v0 = at + len(label)
+        v1 = commas[:, j] if j + 1 < len(keys) else ends - 1
+        column, kind = _FAST_FIELDS[key]
+        if key == "val_loss":
+            column = "loss" if loss_key == "val_loss" else "_val_loss"
+        if kind == "ts":
+            ok &= (v1 - v0) == len(_TS_PATTERN)
+            stamps, good = parse_timestamps(lines, v0, _TS_PATTERN)
+            ok &= good
+            continue
+        span_starts.append(v0)
+        span_ends.append(v1)
+        classes.append(INT_JSON if kind == "int" else FLOAT_JSON)
+        names.append(column)
+        if kind == "float" and key != loss_key:
+            nullable.append(column)
+    keep = np.flatnonzero(ok)
+    read = read_spans(lines, np.stack(span_starts, axis=1)[keep], np.stack(span_ends, axis=1)[keep], classes, names,
+                      nullable=tuple(nullable))
+    if read is None:
+        return None
+    got, accepted = read
+    rows = keep[accepted]
+    columns: dict[str, object] = {k: v for k, v in got.items() if not k.startswith("_")}
+    if stamps is not None:
+        columns["timestamp"] = stamps[rows]
+    tokens, tps = columns.get("num_tokens"), columns.get("tok_per_s_logged")
+    if tokens is not None and tps is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            valid = (tokens != 0) & np.isfinite(tps) & (tps > 0)
+            columns["step_time_s"] = np.where(valid, tokens / np.where(valid, tps, 1.0), np.nan)
+        columns["step_time_basis"] = np.where(valid, "num_tokens_per_step / tps (the log's own timing)", None).astype(object)
+    if val_name is not None:
+        columns["val_name"] = np.full(rows.size, val_name, dtype=object)
+    return FastRows(line_index=cand[rows], columns=columns, keys=keys, kind="train" if val_name is None else "val")

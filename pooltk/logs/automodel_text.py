@@ -21,8 +21,9 @@ import re
 from collections.abc import Iterable
 
 from pooltk.logs._common import Pending, ParseResult, clean_line, drop_truncated, parse_float, parse_int
+from pooltk.logs._fast import FLOAT, INT, FastRows, Lines, delimiters, first_byte, match_bytes, parse_timestamps, read_spans
 
-__all__ = ["FORMAT", "looks_like", "parse"]
+__all__ = ["FORMAT", "fast_rows", "looks_like", "parse"]
 
 FORMAT = "automodel_text"
 
@@ -104,14 +105,17 @@ def _fields(message: str) -> tuple[int, dict[str, object], tuple[str, ...]]:
     return step, values, tuple(keys)
 
 
-def parse(lines: Iterable[str], result: ParseResult) -> ParseResult:
-    """Read Automodel text lines into ``result`` (rows, skips, meta, counts)."""
+def parse(lines: Iterable[tuple[int, str]], result: ParseResult, *, fast: FastRows | None = None) -> ParseResult:
+    """Read numbered Automodel text lines into ``result`` (rows, skips, meta, counts).
+
+    ``fast``: rows the vectorised path already read from other lines of the file (they count
+    towards the file's usual field order when cut lines are recognised).
+    """
     result.timestamp_format = _TS_FORMAT
     result.mem_basis = "max_allocated"
     rows = result.rows
     pending: list[Pending] = []
-    n = 0
-    for n, raw in enumerate(lines, start=1):
+    for n, raw in lines:
         line, rank = clean_line(raw)
         if "step " not in line:
             if "World size: " in line:
@@ -146,14 +150,113 @@ def parse(lines: Iterable[str], result: ParseResult) -> ParseResult:
             continue
         values.update(kind=kind, line=n, step=step, timestamp=ts, rank=rank, val_name=val_name)
         pending.append((n, values, keys, raw))
-    result.n_lines = n
-    drop_truncated(pending, result)
+    drop_truncated(pending, result, fast=fast)
     for _, values, _, _ in pending:
         rows.add(**values)
-    if result.rows and "tok_per_s_per_gpu_logged" in rows.columns():
+    per_gpu = "tok_per_s_per_gpu_logged" in rows.columns() or (fast is not None and "tok_per_s_per_gpu_logged" in fast.columns)
+    if (len(rows) or (fast is not None and len(fast))) and per_gpu:
         result.notes.append(
             "tok_per_s_per_gpu_logged is Automodel's tps/cp/dp: it ignores PP and TP "
             "(with pp8 it is 8x the rate per physical GPU); use pooltk.logs.metrics for a physical basis"
         )
     return result
 
+
+
+_FAST_FIELDS = {
+    "step": ("step", "int"),
+    "epoch": ("epoch", "int"),
+    "loss": ("loss", "float"),
+    "grad_norm": ("grad_norm", "float"),
+    "lr": ("lr", "float"),
+    "mem": ("mem_gib", "mem"),
+    "tps": ("tok_per_s_logged", "tps"),
+    "num_label_tokens": ("num_label_tokens", "int"),
+}
+
+
+def _sample_keys(head: Iterable[str]) -> tuple[tuple[str, ...], bool] | None:
+    """Field names of the first canonical step line (timestamp prefix, known fields), and whether tps has '/gpu'."""
+    for raw in head:
+        if "\r" in raw or "step " not in raw:
+            continue
+        line, rank = clean_line(raw)
+        if rank is not None or len(line) < 23 or line[19:22] != " | " or not _PREFIX_TS_RE.match(line[:19]):
+            continue
+        parts = line.split(" | ", 3)
+        if len(parts) != 4 or not parts[3].startswith("step "):
+            continue
+        fields = parts[3].split(" | ")
+        keys = tuple(f.partition(" ")[0] for f in fields)
+        if any(k not in _FAST_FIELDS for k in keys) or len(set(keys)) != len(keys) or "loss" not in keys:
+            return None
+        tps = next((f for f in fields if f.startswith("tps ")), "")
+        return keys, tps.endswith("/gpu)")
+    return None
+
+
+def fast_rows(lines: Lines, head: Iterable[str]) -> FastRows | None:
+    """Read, vectorised, every line laid out exactly like the file's first canonical step line.
+
+    See [Note: fast path equals slow path] in :mod:`pooltk.logs._fast`; other lines are left to
+    :func:`parse`.
+    """
+    import numpy as np
+
+    found = _sample_keys(head)
+    if found is None:
+        return None
+    keys, pair = found
+    buf = lines.buf
+    n_bars = len(keys) + 2
+    pos, count, first = delimiters(lines, ord("|"))
+    _, n_cr, _ = delimiters(lines, 13)
+    cand = np.flatnonzero((count == n_bars) & (n_cr == 0) & (lines.ends - lines.starts >= 23))
+    starts, ends = lines.starts[cand], lines.ends[cand]
+    bars = pos[first[cand][:, None] + np.arange(n_bars)]
+    ok = bars[:, 0] == starts + 20
+    stamps, ok_ts = parse_timestamps(lines, starts, "YYYY-MM-DD hh:mm:ss")
+    ok &= ok_ts & (buf[starts + 19] == 32)
+    for k in range(3):
+        ok &= (buf[bars[:, k] - 1] == 32) & (buf[np.minimum(bars[:, k] + 1, buf.size - 1)] == 32)
+    span_starts: list[np.ndarray] = []
+    span_ends: list[np.ndarray] = []
+    classes: list[int] = []
+    names: list[str] = []
+    for j, key in enumerate(keys):
+        bar = bars[:, 2 + j]
+        label = b" " + key.encode() + b" "
+        ok &= match_bytes(lines, bar + 1, label)
+        v0 = bar + 1 + len(label)
+        if j + 1 < len(keys):
+            v1 = bars[:, 3 + j] - 1
+            ok &= buf[v1] == 32
+        else:
+            v1 = ends
+        column, kind = _FAST_FIELDS[key]
+        if kind == "mem":
+            ok &= match_bytes(lines, v1 - 4, b" GiB")
+            v1 = v1 - 4
+        if kind == "tps" and pair:
+            ok &= match_bytes(lines, v1 - 5, b"/gpu)")
+            paren = first_byte(lines, v0, v1 - 5, ord("("))
+            ok &= paren >= 0
+            paren = np.where(paren >= 0, paren, v0)
+            span_starts += [v0, paren + 1]
+            span_ends += [paren, v1 - 5]
+            classes += [FLOAT, FLOAT]
+            names += ["tok_per_s_logged", "tok_per_s_per_gpu_logged"]
+            continue
+        span_starts.append(v0)
+        span_ends.append(v1)
+        classes.append(INT if kind == "int" else FLOAT)
+        names.append(column)
+    keep = np.flatnonzero(ok)
+    read = read_spans(lines, np.stack(span_starts, axis=1)[keep], np.stack(span_ends, axis=1)[keep], classes, names)
+    if read is None:
+        return None
+    columns, accepted = read
+    rows = keep[accepted]
+    columns = dict(columns)
+    columns["timestamp"] = stamps[rows]
+    return FastRows(line_index=cand[rows], columns=columns, keys=keys, kind="train")

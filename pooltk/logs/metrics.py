@@ -191,7 +191,7 @@ def per_gpu_rates(steps: pd.DataFrame, runs: Mapping[str, RunInfo] | None = None
     out["tok_per_s_per_gpu_basis"] = ""
     bases: dict[str, str] = {}
     notes: list[str] = []
-    for run, idx in out.groupby("run", sort=False).groups.items():
+    for run, idx in out.groupby("run", sort=False, observed=True).groups.items():
         rows = out.loc[idx]
         info = runs.get(str(run), RunInfo())
         fmt = str(rows["format"].iloc[0])
@@ -254,7 +254,7 @@ def collapse_ranks(steps: pd.DataFrame) -> pd.DataFrame:
     })
     if "tok_per_s_per_gpu" in steps.columns:
         agg["tok_per_s_per_gpu"] = "mean"
-    out = steps.groupby(["run", "kind", "step"], sort=False, as_index=False).agg(agg)
+    out = steps.groupby(["run", "kind", "step"], sort=False, as_index=False, observed=True).agg(agg)
     out["rank"] = pd.array([pd.NA] * len(out), dtype="Int64")  # several ranks combined
     return out[list(steps.columns)]
 
@@ -631,7 +631,7 @@ def summarize(
     rates = per_gpu_rates(table.steps, infos, warn=warn)
     steps = collapse_ranks(rates.steps)
     out: list[RunSummary] = []
-    for run, rows in steps.groupby("run", sort=False):
+    for run, rows in steps.groupby("run", sort=False, observed=True):
         run = str(run)
         info = infos.get(run, RunInfo())
         train = rows[rows["kind"] == "train"]

@@ -23,7 +23,7 @@ from pooltk.logs import automodel_bench, automodel_jsonl, automodel_text, torcht
 from pooltk.logs._common import ParseResult, SkippedLine
 from pooltk.logs.errors import LogFormatError
 from pooltk.logs.runinfo import RunInfo, read_sidecar, sidecar_paths
-from pooltk.logs.schema import to_frame
+from pooltk.logs.schema import concat_frames, to_frame
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -159,8 +159,8 @@ def run_name(path: Path) -> str:
     return stem
 
 
-def _read_text(path: Path) -> str:
-    """The file's text: .gz decompressed, bytes decoded as UTF-8 (undecodable bytes replaced)."""
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, .gz decompressed."""
     try:
         data = path.read_bytes()
     except OSError as err:
@@ -172,7 +172,7 @@ def _read_text(path: Path) -> str:
         except (OSError, EOFError, zlib.error) as err:
             raise LogFormatError(str(path), 0, found=f"a damaged gzip file ({err})", required="a complete .gz file",
                                  fix="re-copy the file, or gunzip what is left and read the plain text") from None
-    return data.decode("utf-8", errors="replace")
+    return data
 
 
 def _split_lines(text: str) -> list[str]:
@@ -220,54 +220,132 @@ def detect_format(lines: Sequence[str], *, path: str = "<lines>", text: str | No
     )
 
 
-def _parse(fmt: str, lines: list[str], text: str, path: Path) -> ParseResult:
+_HEAD_BYTES = 1 << 22
+_ANSI_BYTES_RE = None
+
+
+def _strip_ansi(data: bytes) -> bytes:
+    """Colour escapes removed from the raw bytes (they never span lines, so numbering is kept)."""
+    global _ANSI_BYTES_RE  # noqa: PLW0603 - compiled once, on first use
+    if b"\x1b" not in data:
+        return data
+    if _ANSI_BYTES_RE is None:
+        import re
+
+        from pooltk.logs._common import ANSI_RE
+
+        _ANSI_BYTES_RE = re.compile(ANSI_RE.pattern.encode())
+    return _ANSI_BYTES_RE.sub(b"", data)
+
+
+def _detect(data: bytes, path: Path) -> tuple[str, list[str], str | None]:
+    """(format, the first lines decoded, the whole text when it was decoded)."""
+    if len(data) <= _HEAD_BYTES:
+        text = data.decode("utf-8", errors="replace")
+        lines = _split_lines(text)
+        return detect_format(lines, path=str(path), text=text), lines, text
+    head = _split_lines(data[:_HEAD_BYTES].decode("utf-8", errors="replace"))[:-1]  # last one may be cut
+    try:
+        return detect_format(head, path=str(path)), head, None
+    except LogFormatError:
+        text = data.decode("utf-8", errors="replace")
+        lines = _split_lines(text)
+        return detect_format(lines, path=str(path), text=text), lines, text
+
+
+def _parse(fmt: str, data: bytes, head: list[str], text: str | None, path: Path, engine: str) -> tuple[ParseResult, Any]:
+    """Run the format's reader over the file; returns (per-line result, vectorised rows or None)."""
+    from pooltk.logs._fast import split_lines
+
     result = ParseResult()
-    if fmt == automodel_text.FORMAT:
-        return automodel_text.parse(lines, result)
-    if fmt == automodel_jsonl.FORMAT:
-        stem = path.name.removesuffix(".gz").rsplit(".", 1)[0]
-        return automodel_jsonl.parse(lines, result, val_name=automodel_jsonl.val_name_from_path(stem))
-    if fmt == automodel_bench.FORMAT:
-        return automodel_bench.parse(lines, result)
     if fmt == automodel_bench.SUMMARY_FORMAT:
-        return automodel_bench.parse_summary(text, result)
-    if fmt == torchtitan.FORMAT:
-        return torchtitan.parse(lines, result)
-    raise ValueError(f"format: found {fmt!r}; required one of {', '.join(FORMATS)} or 'auto'. Fix: pass one of those.")
+        return automodel_bench.parse_summary(text if text is not None else data.decode("utf-8", "replace"), result), None
+    bounds = split_lines(data)
+    stem = path.name.removesuffix(".gz").rsplit(".", 1)[0]
+    val_name = automodel_jsonl.val_name_from_path(stem) if fmt == automodel_jsonl.FORMAT else None
+    fast = None
+    if engine == "auto" and len(bounds) >= _FAST_MIN_LINES:
+        if fmt == automodel_text.FORMAT:
+            fast = automodel_text.fast_rows(bounds, head)
+        elif fmt == automodel_jsonl.FORMAT:
+            fast = automodel_jsonl.fast_rows(bounds, head, val_name=val_name)
+    numbered = _numbered(data, bounds, text, None if fast is None else fast.line_index)
+    if fmt == automodel_text.FORMAT:
+        automodel_text.parse(numbered, result, fast=fast)
+    elif fmt == automodel_jsonl.FORMAT:
+        automodel_jsonl.parse(numbered, result, val_name=val_name, fast=fast)
+    elif fmt == automodel_bench.FORMAT:
+        automodel_bench.parse(numbered, result)
+    elif fmt == torchtitan.FORMAT:
+        torchtitan.parse(numbered, result)
+    else:
+        raise ValueError(f"format: found {fmt!r}; required one of {', '.join(FORMATS)} or 'auto'. Fix: pass one of those.")
+    result.n_lines = len(bounds)
+    return result, fast
 
 
-def read_log_file(path: str | Path, *, format: str = "auto", run: str | None = None, strict: bool = False) -> LogTable:  # noqa: A002
+_FAST_MIN_LINES = 0
+"""Below this many lines the per-line reader is as quick as setting up the vectorised one."""
+
+
+def _numbered(data: bytes, bounds: Any, text: str | None, done: Any) -> Iterable[tuple[int, str]]:
+    """(1-based line number, text) of every line the vectorised path did not read."""
+    import numpy as np
+
+    n = len(bounds)
+    if done is None or done.size == 0:
+        lines = _split_lines(text) if text is not None else _split_lines(data.decode("utf-8", errors="replace"))
+        return enumerate(lines, start=1)
+    mask = np.ones(n, dtype=bool)
+    mask[done] = False
+    rest = np.flatnonzero(mask)
+    starts, ends = bounds.starts[rest], bounds.ends[rest]
+    return ((int(i) + 1, data[s:e].decode("utf-8", errors="replace")) for i, s, e in zip(rest, starts, ends, strict=True))
+
+
+def read_log_file(
+    path: str | Path, *, format: str = "auto", run: str | None = None, strict: bool = False, engine: str = "auto"  # noqa: A002
+) -> LogTable:
     """Read one log file (plain or .gz) into a :class:`LogTable`.
 
     ``strict=True`` turns the first skipped line into a :class:`LogFormatError`; by default
-    skipped lines are counted in the file's report.
+    skipped lines are counted in the file's report. ``engine="python"`` reads every line with
+    the per-line reader (the definition of each format); ``"auto"`` first reads canonical step
+    lines vectorised (same values, see [Note: fast path equals slow path]).
     """
     p = Path(path)
-    table, problem = _read_one(p, format=format, run=run, strict=strict)
+    table, problem = _read_one(p, format=format, run=run, strict=strict, engine=engine)
     if problem is not None:
         raise problem
     assert table is not None
     return table
 
 
-def _read_one(p: Path, *, format: str, run: str | None, strict: bool) -> tuple[LogTable | None, LogFormatError | None]:  # noqa: A002
+def _read_one(p: Path, *, format: str, run: str | None, strict: bool, engine: str = "auto") -> tuple[LogTable | None, LogFormatError | None]:  # noqa: A002
     import numpy as np
     import pandas as pd
 
     if format != "auto" and format not in FORMATS:
         raise ValueError(f"format: found {format!r}; required 'auto' or one of {', '.join(FORMATS)}. Fix: pass one of those.")
+    if engine not in ("auto", "python"):
+        raise ValueError(f"engine: found {engine!r}; required 'auto' or 'python'.")
     try:
-        text = _read_text(p)
-        lines = _split_lines(text)
-        fmt = format if format != "auto" else detect_format(lines, path=str(p), text=text)
+        data = _strip_ansi(_read_bytes(p))
+        if format == "auto":
+            fmt, head, text = _detect(data, p)
+        else:
+            text = data.decode("utf-8", errors="replace") if len(data) <= _HEAD_BYTES else None
+            head = _split_lines(text if text is not None else data[:_HEAD_BYTES].decode("utf-8", errors="replace"))
+            fmt = format
     except LogFormatError as err:
         return None, err
     try:
-        result = _parse(fmt, lines, text, p)
+        result, fast = _parse(fmt, data, head, text, p, engine)
     except ValueError as err:  # the JSON summary path: invalid JSON after detection cannot happen, but stay clear
         return None, LogFormatError(str(p), 0, found=str(err), required=f"a {fmt} file", fix="check the file")
     run_id = run or run_name(p)
-    n_rows = len(result.rows)
+    n_fast = len(fast) if fast is not None else 0
+    n_rows = len(result.rows) + n_fast
     if strict and result.skipped_examples:
         first = result.skipped_examples[0]
         return None, LogFormatError(str(p), first.line, found=f"a step line that does not parse ({first.reason})",
@@ -278,8 +356,17 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool) -> tuple[L
         found += f": {result.skipped_examples[0].reason} at line {result.skipped_examples[0].line})" if result.skipped_examples else ")"
         return None, LogFormatError(str(p), result.skipped_examples[0].line if result.skipped_examples else 0, found=found,
                                     required="at least one step line", fix="check the run got past its first step")
-    frame = to_frame(result.rows.columns(), n_rows, timestamp_format=result.timestamp_format,
-                     run=run_id, source_file=str(p), format=fmt, mem_basis=result.mem_basis)
+    constants = {"run": run_id, "source_file": str(p), "format": fmt, "mem_basis": result.mem_basis}
+    frame = to_frame(result.rows.columns(), len(result.rows), timestamp_format=result.timestamp_format, **constants)
+    if n_fast:
+        cols = dict(fast.columns)
+        cols["line"] = fast.line_index + 1
+        kinds = {"kind": fast.kind}
+        quick = to_frame(cols, n_fast, timestamp_format=None, **constants, **kinds)
+        if len(result.rows):
+            frame = concat_frames([frame, quick]).sort_values("line", kind="stable", ignore_index=True)
+        else:
+            frame = quick
     frame["mem_basis"] = frame["mem_basis"].where(frame["mem_gib"].notna(), pd.NA)
     n_nonfinite = int((~np.isfinite(frame["loss"].to_numpy(dtype=float))).sum()) - result.n_placeholder_loss
     report = FileReport(
@@ -319,11 +406,14 @@ def _expand(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
     return out
 
 
-def read_logs(paths: str | Path | Iterable[str | Path], *, format: str = "auto", strict: bool = False) -> LogTable:  # noqa: A002
+def read_logs(
+    paths: str | Path | Iterable[str | Path], *, format: str = "auto", strict: bool = False, engine: str = "auto"  # noqa: A002
+) -> LogTable:
     """Read files, folders (recursively) and .gz logs into one :class:`LogTable`.
 
     Files of one run (``training.jsonl`` and ``validation.jsonl`` in the same folder) share a
     ``run``; facts from a ``*.meta.json`` sidecar next to a log are attached to its run.
+    ``engine`` as in :func:`read_log_file`.
     """
     import pandas as pd
 
@@ -332,7 +422,7 @@ def read_logs(paths: str | Path | Iterable[str | Path], *, format: str = "auto",
     tables: list[LogTable] = []
     unrecognised: list[str] = []
     for path, explicit in _expand(paths):
-        table, problem = _read_one(path, format=format, run=None, strict=strict)
+        table, problem = _read_one(path, format=format, run=None, strict=strict, engine=engine)
         if problem is not None:
             if explicit or strict:
                 raise problem
@@ -344,8 +434,7 @@ def read_logs(paths: str | Path | Iterable[str | Path], *, format: str = "auto",
         shown = "; ".join(unrecognised[:3])
         raise LogFormatError(", ".join(str(p) for p in paths), 0, found=f"no readable log among the files ({shown})",
                              required="at least one log of a supported format", fix="point at the run's log files")
-    frames = [t.steps for t in tables if len(t.steps)]
-    steps = pd.concat(frames, ignore_index=True) if frames else tables[0].steps
+    steps = concat_frames([t.steps for t in tables])
     runs: dict[str, RunInfo] = {}
     for t in tables:
         for name, info in t.runs.items():

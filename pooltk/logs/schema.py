@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COLUMNS", "ColumnSpec", "RowBuilder", "empty_frame", "to_frame"]
+__all__ = ["COLUMNS", "ColumnSpec", "RowBuilder", "concat_frames", "empty_frame", "to_frame"]
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -33,10 +33,10 @@ class ColumnSpec:
 
 
 COLUMNS: tuple[ColumnSpec, ...] = (
-    ColumnSpec(name="run", dtype="str", doc="run name: the file stem, or its folder for generic names (training.jsonl)"),
-    ColumnSpec(name="source_file", dtype="str", doc="path of the file the row was read from"),
-    ColumnSpec(name="format", dtype="str", doc="detected log family (see pooltk.logs.FORMATS)"),
-    ColumnSpec(name="kind", dtype="str", doc="'train' or 'val'"),
+    ColumnSpec(name="run", dtype="category", doc="run name: the file stem, or its folder for generic names (training.jsonl)"),
+    ColumnSpec(name="source_file", dtype="category", doc="path of the file the row was read from"),
+    ColumnSpec(name="format", dtype="category", doc="detected log family (see pooltk.logs.FORMATS)"),
+    ColumnSpec(name="kind", dtype="category", doc="'train' or 'val'"),
     ColumnSpec(name="line", dtype="int64", doc="1-based line number of the row in source_file"),
     ColumnSpec(name="rank", dtype="Int64", doc="rank that printed the line when the log says so ([rankN]:, 'Rank N |')"),
     ColumnSpec(name="step", dtype="int64", doc="optimizer step (benchmark: iteration index, from 0)"),
@@ -46,7 +46,7 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec(name="grad_norm", dtype="float64", doc="gradient norm as logged"),
     ColumnSpec(name="lr", dtype="float64", doc="learning rate as logged"),
     ColumnSpec(name="mem_gib", dtype="float64", doc="peak device memory, GiB (2**30 B); see mem_basis"),
-    ColumnSpec(name="mem_basis", dtype="str", doc="which peak: 'max_allocated' (Automodel) or 'max_reserved' (torchtitan)"),
+    ColumnSpec(name="mem_basis", dtype="category", doc="which peak: 'max_allocated' (Automodel) or 'max_reserved' (torchtitan)"),
     ColumnSpec(name="mem_pct", dtype="float64", doc="peak memory as % of device capacity, where logged (torchtitan)"),
     ColumnSpec(name="tok_per_s_logged", dtype="float64", doc="the log's own token rate (Automodel: whole job; torchtitan: per device)"),
     ColumnSpec(name="tok_per_s_per_gpu_logged", dtype="float64", doc="the log's own per-GPU rate (Automodel: tps/cp/dp, ignores PP and TP)"),
@@ -55,8 +55,8 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec(name="num_tokens", dtype="Int64", doc="tokens in the step's global batch, where logged"),
     ColumnSpec(name="num_label_tokens", dtype="Int64", doc="label (loss) tokens in the step, where logged"),
     ColumnSpec(name="step_time_s", dtype="float64", doc="seconds per step from the log; basis in step_time_basis"),
-    ColumnSpec(name="step_time_basis", dtype="str", doc="how step_time_s was obtained"),
-    ColumnSpec(name="val_name", dtype="str", doc="validation set name for kind == 'val'"),
+    ColumnSpec(name="step_time_basis", dtype="category", doc="how step_time_s was obtained"),
+    ColumnSpec(name="val_name", dtype="category", doc="validation set name for kind == 'val'"),
 )
 
 _NAMES = tuple(c.name for c in COLUMNS)
@@ -103,32 +103,41 @@ def empty_frame() -> Any:
 
 
 def to_frame(cols: dict[str, Any], n: int, *, timestamp_format: str | None = None, **constants: Any) -> Any:
-    """Build the step table from column lists (missing columns become all-missing).
+    """Build the step table from column lists or arrays (missing columns become all-missing).
 
     ``constants`` are columns with one value for every row (``run``, ``source_file``, ``format``).
     ``timestamp_format`` is the strftime pattern of the raw ``timestamp`` strings (parsed in one
-    vectorised call; unparseable stamps become NaT).
+    vectorised call; unparseable stamps become NaT). Text columns are categorical: one run's
+    million rows share a handful of distinct strings.
     """
     import numpy as np
     import pandas as pd
 
     data: dict[str, Any] = {}
     for spec in COLUMNS:
+        values = cols.get(spec.name)
         if spec.name in constants:
-            values: Any = [constants[spec.name]] * n
-        else:
-            values = cols.get(spec.name)
+            value = constants[spec.name]
+            if spec.dtype == "category":
+                data[spec.name] = pd.Categorical.from_codes(
+                    np.full(n, -1 if value is None else 0, dtype=np.int8),
+                    categories=pd.Index([] if value is None else [value], dtype="str"),
+                )
+                continue
+            values = [value] * n
         if values is None:
-            if spec.dtype in ("float64",):
-                data[spec.name] = np.full(n, np.nan)
-            elif spec.dtype == "datetime64[ns]":
-                data[spec.name] = pd.Series(pd.NaT, index=range(n), dtype="datetime64[ns]")
+            data[spec.name] = _missing(spec.dtype, n)
+        elif spec.dtype == "category":
+            data[spec.name] = _str_categorical(pd.Categorical(np.asarray(values, dtype=object)))
+        elif spec.dtype == "Int64":
+            if isinstance(values, np.ndarray) and values.dtype.kind == "i":
+                data[spec.name] = pd.arrays.IntegerArray(values.astype(np.int64, copy=False), np.zeros(n, dtype=bool))
             else:
-                data[spec.name] = pd.Series([pd.NA] * n, dtype=spec.dtype if spec.dtype != "int64" else "Int64")
-            continue
-        if spec.dtype == "float64":
-            data[spec.name] = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
+                data[spec.name] = pd.array(list(values), dtype="Int64")
         elif spec.dtype == "datetime64[ns]":
+            if isinstance(values, np.ndarray) and values.dtype.kind == "M":
+                data[spec.name] = values.astype("datetime64[ns]", copy=False)
+                continue
             raw = pd.Series(values, dtype="object")
             if timestamp_format is None:
                 parsed = pd.to_datetime(raw, errors="coerce")
@@ -137,7 +146,51 @@ def to_frame(cols: dict[str, Any], n: int, *, timestamp_format: str | None = Non
             if getattr(parsed.dt, "tz", None) is not None:
                 parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
             data[spec.name] = parsed.astype("datetime64[ns]")
+        elif isinstance(values, np.ndarray):
+            data[spec.name] = values.astype(spec.dtype, copy=False)
+        elif spec.dtype == "float64":
+            data[spec.name] = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
         else:
-            data[spec.name] = pd.Series(values, dtype=spec.dtype)
-    frame = pd.DataFrame(data, index=pd.RangeIndex(n))
-    return frame
+            data[spec.name] = np.asarray(values, dtype=spec.dtype)
+    return pd.DataFrame(data, index=pd.RangeIndex(n))
+
+
+def _missing(dtype: str, n: int) -> Any:
+    """An all-missing column of ``dtype``, built without a Python loop."""
+    import numpy as np
+    import pandas as pd
+
+    if dtype == "float64":
+        return np.full(n, np.nan)
+    if dtype == "datetime64[ns]":
+        return np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]")
+    if dtype in ("Int64", "int64"):
+        return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
+    if dtype == "category":
+        return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype="str"))
+    raise ValueError(f"no missing value for dtype {dtype!r}")
+
+
+def _str_categorical(cat: Any) -> Any:
+    """``cat`` with categories of pandas' ``str`` dtype (so categoricals of different files unite)."""
+    import pandas as pd
+
+    if cat.categories.dtype == "str":
+        return cat
+    return pd.Categorical.from_codes(cat.codes, categories=pd.Index([str(c) for c in cat.categories], dtype="str"))
+
+
+def concat_frames(frames: list[Any]) -> Any:
+    """Concatenate step tables, keeping the categorical columns categorical (categories united)."""
+    import pandas as pd
+    from pandas.api.types import union_categoricals
+
+    frames = [f for f in frames if len(f)] or frames[:1]
+    if len(frames) == 1:
+        return frames[0].reset_index(drop=True)
+    cats = [c.name for c in COLUMNS if c.dtype == "category"]
+    united = {c: union_categoricals([_str_categorical(f[c].array) for f in frames], sort_categories=True) for c in cats}
+    out = pd.concat([f.drop(columns=cats) for f in frames], ignore_index=True)
+    for c in cats:
+        out[c] = united[c]
+    return out[[c.name for c in COLUMNS]]

@@ -136,14 +136,13 @@ def _fields(message: str) -> tuple[str, int, dict[str, object], tuple[str, ...]]
     return kind, step, values, tuple(keys)
 
 
-def parse(lines: Iterable[str], result: ParseResult) -> ParseResult:
+def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
     """Read torchtitan log lines into ``result`` (rows, skips, meta, counts)."""
     result.timestamp_format = _TS_FORMAT
     result.mem_basis = "max_reserved"
     pending: list[Pending] = []
     n_minus_one = 0
-    n = 0
-    for n, raw in enumerate(lines, start=1):
+    for n, raw in lines:
         line, rank = clean_line(raw)
         m = _PREFIX_RE.match(line) if " - " in line else None
         if m is None:
@@ -181,7 +180,6 @@ def parse(lines: Iterable[str], result: ParseResult) -> ParseResult:
             values["tok_per_s_per_gpu_logged"] = tps
         values.update(kind=kind, line=n, step=step, timestamp=m.group("ts"), rank=rank)
         pending.append((n, values, keys, raw))
-    result.n_lines = n
     drop_truncated(pending, result)
     for _, values, _, _ in pending:
         result.rows.add(**values)

@@ -176,4 +176,7 @@ def test_summary_of_torchtitan_run_uses_timestamps_for_step_time(table):
 
 def test_single_file_read_matches_the_folder_read(logs, table):
     alone = read_log_file(logs / "torchtitan-3.log").steps
-    pd.testing.assert_frame_equal(alone, _run(table, "torchtitan-3"))
+    in_folder = _run(table, "torchtitan-3")
+    cats = [c for c in alone.columns if isinstance(alone[c].dtype, pd.CategoricalDtype)]
+    # a folder's categories are the union over its files; the values are the same
+    pd.testing.assert_frame_equal(alone.astype(dict.fromkeys(cats, "str")), in_folder.astype(dict.fromkeys(cats, "str")))

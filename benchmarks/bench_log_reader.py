@@ -1,0 +1,125 @@
+"""Log reader throughput vs ``pandas.read_csv`` of the same records as CSV, side by side in one run.
+
+For each format, a log of ``--lines`` step lines (default 1,000,000) is generated from the
+format strings with varying values, and the same records are written as CSV (one column per
+value the reader extracts, timestamps as text). Each repeat times ``pooltk.logs.read_log_file``
+on the log and ``pandas.read_csv`` on the CSV, alternating, on the same machine and moment; the
+table shows the best (and median) seconds of each and the throughput ratio
+read_csv_time / reader_time (1.0 = as fast as read_csv; the goal is >= 0.5).
+
+Usage: ``.venv/bin/python benchmarks/bench_log_reader.py [--lines N] [--repeats R] [--formats ...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pooltk.logs import read_log_file
+
+FORMATS = ("automodel_text", "automodel_jsonl", "torchtitan")
+
+
+def _records(n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    secs = np.arange(n) * 4
+    ts = pd.Timestamp("2026-10-01 00:00:00") + pd.to_timedelta(secs, unit="s")
+    return pd.DataFrame({
+        "timestamp": ts,
+        "step": np.arange(1, n + 1),
+        "epoch": np.arange(n) // 100_000,
+        "loss": np.round(rng.uniform(1.0, 11.0, n), 4),
+        "grad_norm": np.round(rng.uniform(0.5, 50.0, n), 4),
+        "lr": np.round(rng.uniform(1e-6, 1e-4, n), 7),
+        "mem": np.round(rng.uniform(20.0, 180.0, n), 2),
+        "tps": np.round(rng.uniform(1e4, 5e5, n), 2),
+        "nlt": rng.integers(100_000, 1_000_000, n),
+    })
+
+
+def _write(fmt: str, rec: pd.DataFrame, folder: Path) -> tuple[Path, Path]:
+    """Write the log and the CSV of the same records; returns (log, csv)."""
+    ts_text = rec["timestamp"].dt.strftime("%Y-%m-%d %H:%M:%S")
+    per = np.round(rec["tps"].to_numpy() / 8, 2)
+    cols = [rec[c].to_numpy() for c in ("step", "epoch", "loss", "grad_norm", "lr", "mem", "tps", "nlt")]
+    step, epoch, loss, gn, lr, mem, tps, nlt = cols
+    log = folder / f"{fmt}.{'jsonl' if fmt == 'automodel_jsonl' else 'log'}"
+    with log.open("w") as f:
+        if fmt == "automodel_text":
+            for i in range(len(rec)):
+                f.write(f"{ts_text.iat[i]} | INFO | root | step {step[i]} | epoch {epoch[i]} | loss {loss[i]:.4f} | "
+                        f"grad_norm {gn[i]:.4f} | lr {lr[i]:.2e} | mem {mem[i]:.2f} GiB | tps {tps[i]:.2f}({per[i]:.2f}/gpu) | "
+                        f"num_label_tokens {nlt[i]}\n")
+        elif fmt == "automodel_jsonl":
+            iso = rec["timestamp"].dt.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+            for i in range(len(rec)):
+                f.write(json.dumps({"step": int(step[i]), "epoch": int(epoch[i]), "timestamp": iso.iat[i], "loss": float(loss[i]),
+                                    "grad_norm": float(gn[i]), "lr": float(lr[i]), "mem": float(mem[i]), "tps": float(tps[i]),
+                                    "tps_per_gpu": float(per[i]), "mfu": None, "num_tokens_per_step": 1048576,
+                                    "num_label_tokens": int(nlt[i])}) + "\n")
+        else:
+            for i in range(len(rec)):
+                f.write(f"[rank0]:[titan] {ts_text.iat[i]},000 - root - INFO - step: {step[i]:2}  loss: {loss[i]:8.5f}  "
+                        f"grad_norm: {gn[i]:7.4f}  memory: {mem[i]:5.2f}GiB({mem[i] / 1.8728:.2f}%)  tps: {round(tps[i]):,}  "
+                        f"tflops: {per[i]:,.2f}  mfu: {per[i] / 100:.2f}%\n")
+    csv = folder / f"{fmt}.csv"
+    out = rec.copy()
+    out["timestamp"] = ts_text
+    out["per_gpu"] = per
+    out.to_csv(csv, index=False)
+    return log, csv
+
+
+def _time(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
+    args = ap.parse_args(argv)
+    rec = _records(args.lines)
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for fmt in args.formats:
+            log, csv = _write(fmt, rec, Path(d))
+            t_reader, t_csv = [], []
+            for _ in range(args.repeats):
+                table = None
+
+                def read() -> None:
+                    nonlocal table
+                    table = read_log_file(log)
+
+                t_reader.append(_time(read))
+                t_csv.append(_time(lambda: pd.read_csv(csv)))
+                assert table is not None and len(table.steps) == args.lines, "reader lost rows"
+            rows.append({
+                "format": fmt, "lines": args.lines, "log_MB": log.stat().st_size / 1e6, "csv_MB": csv.stat().st_size / 1e6,
+                "reader_best_s": min(t_reader), "read_csv_best_s": min(t_csv),
+                "reader_median_s": statistics.median(t_reader), "read_csv_median_s": statistics.median(t_csv),
+                "reader_Mlines_per_s": args.lines / min(t_reader) / 1e6,
+                "ratio_best": min(t_csv) / min(t_reader), "ratio_median": statistics.median(t_csv) / statistics.median(t_reader),
+            })
+            print(f"{fmt}: done", file=sys.stderr)
+    table = pd.DataFrame(rows)
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:,.3f}".format):
+        print(table.to_string(index=False))
+    print("\nratio = read_csv seconds / reader seconds on the same records (throughput relative to read_csv; goal >= 0.5)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The vectorised reader gives exactly what the per-line reader gives (engine='auto' vs 'python').
+
+The per-line readers define each format; the vectorised path only reads canonical lines faster
+([Note: fast path equals slow path] in pooltk/logs/_fast.py). These tests read the same bytes
+both ways, on generated logs with damaged lines and on hand-picked awkward numbers, and require
+identical tables and identical per-file reports.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pooltk.logs import LogFormatError, read_log_file
+
+SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FIX = Path(__file__).resolve().parent / "fixtures"
+
+
+def _both(text: str, name: str):
+    """Read ``text`` with both engines; returns ((table or error), (table or error))."""
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / name
+        p.write_text(text, encoding="utf-8", errors="surrogateescape")
+        for engine in ("python", "auto"):
+            try:
+                out.append(read_log_file(p, engine=engine))
+            except LogFormatError as err:
+                out.append(str(err))
+    return out
+
+
+def _assert_same(slow, fast):
+    if isinstance(slow, str) or isinstance(fast, str):
+        assert slow == fast
+        return
+    pd.testing.assert_frame_equal(slow.steps, fast.steps)
+    assert [f.to_dict() for f in slow.files] == [f.to_dict() for f in fast.files]
+
+
+def _text_line(step, loss="9.5000", lr="6.39e-05", tps="8000.00(2000.00/gpu)", nlt="65536", epoch="0", stamp=None):
+    stamp = stamp or f"2026-10-01 10:{step // 60 % 60:02d}:{step % 60:02d}"
+    return (f"{stamp} | INFO | root | step {step} | epoch {epoch} | loss {loss} | grad_norm 2.2188 | lr {lr} | "
+            f"mem 40.25 GiB | tps {tps} | num_label_tokens {nlt}")
+
+
+def _json_line(n, **over):
+    rec = {"step": n, "epoch": 0, "timestamp": "2026-10-01T10:00:00.000Z", "loss": 2.5, "grad_norm": 1.25, "lr": 1e-05,
+           "mem": 22.5, "tps": 1000.0, "tps_per_gpu": 250.0, "mfu": None, "num_tokens_per_step": 2000, "num_label_tokens": 500}
+    text = json.dumps(rec)
+    for key, raw in over.items():  # splice a raw token in place of the value
+        old = json.dumps({key: rec[key]})[1:-1]
+        text = text.replace(old, f'"{key}": {raw}')
+    return text
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"loss": "nan"}, {"loss": "N/A"}, {"loss": "1_000"}, {"loss": "TRUE"}, {"loss": "1.2.3"}, {"loss": "-0"},
+        {"loss": ".5"}, {"loss": "5."}, {"loss": "1e400"}, {"loss": "0.1000000000000000055511151231257827"},
+        {"lr": "6.39E-05"}, {"lr": "6.39e+05"}, {"nlt": "5.0"}, {"nlt": "5e2"}, {"nlt": "+5"}, {"nlt": "05"},
+        {"nlt": "9223372036854775808"}, {"epoch": "-1"}, {"tps": "8000.00(2000.00/gpu"}, {"tps": "8000.00((2000.00/gpu)"},
+        {"tps": "1,000.00(250.00/gpu)"}, {"stamp": "2026-02-30 10:00:00"}, {"stamp": "2026-10-01 24:00:00"},
+    ],
+)
+def test_awkward_text_values_read_the_same_both_ways(field):
+    lines = [_text_line(i) for i in range(1, 6)]
+    lines[2] = _text_line(3, **field)
+    slow, fast = _both("\n".join(lines) + "\n", "a.log")
+    _assert_same(slow, fast)
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"loss": "NaN"}, {"loss": "Infinity"}, {"loss": "-0"}, {"loss": "-0.0"}, {"loss": "05"}, {"loss": "+1"},
+        {"loss": "1."}, {"loss": ".5"}, {"loss": "1.e5"}, {"loss": "1E5"}, {"loss": "1e+05"}, {"loss": "1e-05"},
+        {"loss": "null"}, {"loss": "true"}, {"loss": '"2.5"'}, {"loss": "1" * 400}, {"grad_norm": "null"},
+        {"mfu": "1.5"}, {"mfu": "nul"}, {"epoch": "1.0"}, {"epoch": "1e0"}, {"epoch": "-0"}, {"epoch": "007"},
+        {"num_label_tokens": "99999999999999999999"}, {"step": "3.0"}, {"timestamp": '"2026-10-01T10:00:00Z"'},
+        {"timestamp": "null"}, {"lr": "1.4000000000000001e-05"}, {"tps": "12345678901234567890"},
+    ],
+)
+def test_awkward_json_values_read_the_same_both_ways(field):
+    lines = [_json_line(i) for i in range(5)]
+    lines[2] = _json_line(2, **field)
+    slow, fast = _both("\n".join(lines) + "\n", "x_training.jsonl")
+    _assert_same(slow, fast)
+
+
+def test_the_fixtures_read_the_same_both_ways():
+    for path in sorted(FIX.rglob("*")):
+        if path.suffix in (".log", ".jsonl", ".json"):
+            _assert_same(read_log_file(path, engine="python"), read_log_file(path))
+
+
+def test_the_fast_path_really_reads_canonical_lines():
+    """Guard against a fast path that silently declines everything (the equality tests would still pass)."""
+    from pooltk.logs import automodel_jsonl, automodel_text
+    from pooltk.logs._fast import split_lines
+
+    text = "\n".join(_text_line(i) for i in range(1, 101)) + "\n"
+    got = automodel_text.fast_rows(split_lines(text.encode()), text.split("\n"))
+    assert got is not None and len(got) == 100 and list(got.columns["loss"][:2]) == [9.5, 9.5]
+    js = "\n".join(_json_line(i) for i in range(100)) + "\n"
+    got = automodel_jsonl.fast_rows(split_lines(js.encode()), js.split("\n"))
+    assert got is not None and len(got) == 100 and math.isnan(got.columns["mfu_pct_logged"][0])
+
+
+finite = st.floats(min_value=-1e12, max_value=1e12, allow_nan=False, allow_infinity=False)
+token = st.one_of(
+    finite.map(repr), finite.map(lambda x: f"{x:.4f}"), finite.map(lambda x: f"{x:.2e}"),
+    st.integers(-(10**20), 10**20).map(str), st.sampled_from(["nan", "inf", "-inf", "N/A", "", "1.", ".5", "05", "+3", "1e5"]),
+    st.text(alphabet="0123456789.eE+-", min_size=1, max_size=12),
+)
+
+
+@SETTINGS
+@given(tokens=st.lists(st.tuples(token, token, token), min_size=1, max_size=8), data=st.data())
+def test_random_numbers_in_text_lines_read_the_same_both_ways(tokens, data):
+    lines = [_text_line(i + 1, loss=a, lr=b, nlt=c if data.draw(st.booleans()) else "1") for i, (a, b, c) in enumerate(tokens)]
+    lines += [_text_line(len(lines) + 1)]
+    if data.draw(st.booleans()):
+        i = data.draw(st.integers(0, len(lines) - 1))
+        lines[i] = lines[i][: data.draw(st.integers(0, len(lines[i])))]
+    slow, fast = _both("\n".join(lines) + "\n", "r.log")
+    _assert_same(slow, fast)
+
+
+@SETTINGS
+@given(tokens=st.lists(st.tuples(token, token, token), min_size=1, max_size=8), data=st.data())
+def test_random_numbers_in_json_records_read_the_same_both_ways(tokens, data):
+    lines = [_json_line(i, loss=a, mfu=b or "null", num_label_tokens=c or "1") for i, (a, b, c) in enumerate(tokens)]
+    lines += [_json_line(len(lines))]
+    if data.draw(st.booleans()):
+        i = data.draw(st.integers(0, len(lines) - 1))
+        lines[i] = lines[i][: data.draw(st.integers(0, len(lines[i])))]
+    slow, fast = _both("\n".join(lines) + "\n", "r_training.jsonl")
+    _assert_same(slow, fast)
