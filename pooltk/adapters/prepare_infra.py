@@ -1,15 +1,44 @@
 """torch <= 2.11: buffers made inside ``_prepare_forward_infra`` / ``_prepare_backward_infra``.
 
-The setup calls here also run shape inference, so buffers cannot be made lazily during
-the call without risking placeholder tensors in real compute: torch makes all M sets,
-the ring keeps K and the rest are freed at once (a transient at setup, reported).
+[Note: prepare-infra layout]
+Read from the real torch 2.11.0 ``torch/distributed/pipelining/stage.py``:
+
+- ``_RecvInfo(input_name, source, buffer)``: the buffer is made eagerly and passed in;
+  stage-0 inputs are ``_RootArgPlaceholder`` objects (no ``buffer``), not ``_RecvInfo``;
+- manual frontend: ``PipelineStage._prepare_forward_infra(num_microbatches, args, kwargs)``
+  runs shape inference (``torch.zeros_like`` on the inputs, a no-grad forward), then
+  makes one buffer per microbatch with ``_make_tensor_from_meta`` and sets
+  ``requires_grad`` when the stage has a backward;
+- tracing frontend: ``_PipelineStage._prepare_forward_infra`` calls
+  ``_create_act_recv_info()`` once per microbatch, which makes each buffer with
+  ``_make_tensor_from_meta``;
+- gradients: ``_PipelineStageBase._prepare_backward_infra(num_microbatches)`` sets
+  ``self.chunks`` and calls ``_create_grad_recv_info`` per microbatch (both frontends
+  make the buffer with ``_make_tensor_from_meta``).
+
+``_make_tensor_from_meta`` is a module-level function of ``stage.py`` and, inside these
+setup calls, is used for receive buffers only (shape inference uses ``zeros_like``), so
+the same shape-only placeholder swap as in the setup-recv-info layout applies: only the
+K ring sets are ever allocated. Where the function is missing, torch makes all M sets
+and the ring keeps K (a transient at setup, reported by ``alloc_free=False``).
 """
 
 from __future__ import annotations
 
+import inspect
+
 from pooltk.adapters import Layout, SetupTarget, missing_hot_methods
 
 FAMILY = "prepare-infra"
+
+
+def _takes_buffer(recv_info: type) -> bool:
+    """True when ``_RecvInfo`` is built around an eagerly made ``buffer`` (the <= 2.11 form)."""
+    try:
+        params = inspect.signature(recv_info.__init__).parameters
+    except (TypeError, ValueError):
+        return False
+    return "buffer" in params and "tensor_meta" not in params
 
 
 def detect() -> Layout | str:
@@ -18,12 +47,15 @@ def detect() -> Layout | str:
     base = getattr(stage_mod, "_PipelineStageBase", None)
     manual = getattr(stage_mod, "PipelineStage", None)
     traced = getattr(stage_mod, "_PipelineStage", None)
-    if None in (base, manual, traced):
+    recv_info = getattr(stage_mod, "_RecvInfo", None)
+    if None in (base, manual, traced, recv_info):
         return f"{FAMILY}: stage classes not found"
     if "_setup_backward_recv_info" in base.__dict__:
         return f"{FAMILY}: _setup_backward_recv_info present (newer layout)"
     if not hasattr(stage_mod, "_RootArgPlaceholder"):
         return f"{FAMILY}: no _RootArgPlaceholder (root args are not the <= 2.11 form)"
+    if not _takes_buffer(recv_info):
+        return f"{FAMILY}: _RecvInfo is not built around an eager buffer argument"
     needed = [(manual, "_prepare_forward_infra"), (traced, "_prepare_forward_infra"), (base, "_prepare_backward_infra")]
     missing = [f"{cls.__name__}.{name}" for cls, name in needed if name not in cls.__dict__]
     if missing:
@@ -31,15 +63,17 @@ def detect() -> Layout | str:
     hot = missing_hot_methods(base)
     if hot:
         return f"{FAMILY}: stage base lacks {', '.join(hot)}"
+    lazy_ok = callable(getattr(stage_mod, "_make_tensor_from_meta", None))
     return Layout(
         name=FAMILY,
         setup_targets=(
             SetupTarget(owner=manual, name="_prepare_forward_infra", direction="forward",
-                        infos_attr="args_recv_info", alloc_free=False),
+                        infos_attr="args_recv_info", alloc_free=lazy_ok),
             SetupTarget(owner=traced, name="_prepare_forward_infra", direction="forward",
-                        infos_attr="args_recv_info", alloc_free=False),
+                        infos_attr="args_recv_info", alloc_free=lazy_ok),
             SetupTarget(owner=base, name="_prepare_backward_infra", direction="grad",
-                        infos_attr="grad_recv_info", alloc_free=False),
+                        infos_attr="grad_recv_info", alloc_free=lazy_ok),
         ),
-        note=f"layout {FAMILY!r}: _prepare_forward_infra (both frontends), _PipelineStageBase._prepare_backward_infra",
+        note=f"layout {FAMILY!r}: _prepare_forward_infra (both frontends), _PipelineStageBase._prepare_backward_infra"
+        + ("" if lazy_ok else " (no _make_tensor_from_meta: all M sets are made, then K kept)"),
     )
