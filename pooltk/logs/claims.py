@@ -33,7 +33,19 @@ from pooltk.logs.metrics import (
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["PUBLISHED_CSV", "Claim", "Ledger", "Published", "claims_ledger", "load_published", "published_table"]
+__all__ = [
+    "PUBLISHED_CSV",
+    "Claim",
+    "Ledger",
+    "Published",
+    "alignment_expectation",
+    "claims_ledger",
+    "headroom_by_capacity",
+    "k3_bubble",
+    "load_published",
+    "mfu_by_shape",
+    "published_table",
+]
 
 PUBLISHED_CSV = Path(__file__).resolve().parents[2] / "data" / "published" / "kimi_k3_gb200.csv"
 """The published figures shipped with pooltk's repository."""
@@ -269,3 +281,63 @@ def published_table(published: Published | None = None) -> pd.DataFrame:
     wide = wide.rename(columns={"tok_per_s_per_gpu": "tok_per_s_per_gpu", "mfu": "mfu_pct", "peak_mem": "peak_mem_gib",
                                 "iteration_time": "iteration_time_s", "headroom": "headroom_gib"})
     return wide.reset_index()
+
+
+_SHAPES = (("1k_seed", "1k x GBS4096 (seed)"), ("2k_seed", "2k x GBS4096 + pool (seed)"),
+           ("2k_aligned", "2k aligned 104B (later)"), ("1k_later", "1k (later tree)"))
+
+
+def mfu_by_shape(published: Published | None = None, *, flops: FlopsBasis | None = None,
+                 peaks: tuple[PeakBasis, ...] = (PEAK_GB200_2250, PEAK_GB200_2500)) -> pd.DataFrame:
+    """MFU of every published shape on one FLOPs basis against each peak, next to the published MFU."""
+    import pandas as pd
+
+    pub = published or load_published()
+    flops = flops or FlopsBasis.six_n(pub.value("k3_active_aligned"))
+    rows = []
+    for key, label in _SHAPES:
+        rate = pub.value(f"k3_{key}_tok")
+        for peak in peaks:
+            fig = mfu(rate, flops, peak)
+            rows.append({"shape": label, "tok_per_s_per_gpu": rate, "flops_per_token": flops.flops_per_token,
+                         "peak_tflops": peak.flops_per_s / 1e12, "mfu_pct": fig.mfu_pct,
+                         "published_mfu_pct": pub.value(f"k3_{key}_mfu"), "basis": fig.basis})
+    return pd.DataFrame(rows)
+
+
+def headroom_by_capacity(published: Published | None = None, *, capacities: tuple[DeviceCapacity, ...] | None = None) -> pd.DataFrame:
+    """Headroom of the 2k shape's 139.6 GiB peak against each capacity; the 44 GiB claim's implied capacity first."""
+    import pandas as pd
+
+    from pooltk.logs.metrics import GB200_NOMINAL, GB200_TORCH_REPORTED
+
+    pub = published or load_published()
+    peak, room = pub.value("k3_2k_seed_mem"), pub.value("k3_2k_seed_headroom")
+    implied = DeviceCapacity.from_gib(peak + room, source=f"implied by the claim: {peak:g} GiB peak + {room:g} GiB headroom")
+    caps = (implied, *(capacities or (GB200_NOMINAL, GB200_TORCH_REPORTED)))
+    return pd.concat([headroom(peak, c).to_frame() for c in caps], ignore_index=True)
+
+
+def alignment_expectation(published: Published | None = None) -> pd.DataFrame:
+    """The '~2% fewer tok/s' expectation (active parameters 101.5B -> 104B) against the later measurement."""
+    import pandas as pd
+
+    pub = published or load_published()
+    r2, a_old, a_new = pub.value("k3_2k_seed_tok"), pub.value("k3_active_pre3792"), pub.value("k3_active_aligned")
+    expected = r2 * a_old / a_new
+    measured = pub.value("k3_2k_aligned_tok")
+    return pd.DataFrame([
+        {"figure": "seed measurement (101.5B active)", "tok_per_s_per_gpu": r2, "change_pct": 0.0},
+        {"figure": f"expected on 104B: {r2:g} x {a_old / 1e9:g}/{a_new / 1e9:g}", "tok_per_s_per_gpu": expected,
+         "change_pct": 100 * (expected / r2 - 1)},
+        {"figure": "PR's stated expectation", "tok_per_s_per_gpu": r2 * (1 + pub.value("k3_2k_expect_tok") / 100),
+         "change_pct": pub.value("k3_2k_expect_tok")},
+        {"figure": "later measurement (aligned 104B)", "tok_per_s_per_gpu": measured, "change_pct": 100 * (measured / r2 - 1)},
+    ])
+
+
+def k3_bubble(published: Published | None = None):  # noqa: ANN201 - returns metrics.Bubble
+    """The 1F1B bubble of the 2k shape from its config (pp, GBS / (mbs x dp) microbatches)."""
+    pub = published or load_published()
+    pp, gbs, mbs, dp = (int(pub.value(k)) for k in ("k3_cfg_pp", "k3_cfg_gbs", "k3_cfg_mbs", "k3_cfg_dp"))
+    return bubble_1f1b(pp, gbs // (mbs * dp))

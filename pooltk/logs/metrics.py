@@ -58,6 +58,7 @@ __all__ = [
     "SteadyWindow",
     "Summary",
     "bubble_1f1b",
+    "bubble_table",
     "collapse_ranks",
     "headroom",
     "mfu",
@@ -65,6 +66,7 @@ __all__ = [
     "per_gpu_rates",
     "steady_window",
     "step_time_stats",
+    "step_times",
     "summarize",
 ]
 
@@ -517,6 +519,16 @@ class Bubble:
         return pd.DataFrame([{"pp": self.pp, "microbatches": self.microbatches, "bubble_pct": 100 * self.fraction, "formula": self.formula}])
 
 
+def bubble_table(runs: Mapping[str, RunInfo]) -> pd.DataFrame:
+    """The 1F1B bubble of every run whose facts state pp and microbatches (one row each)."""
+    import pandas as pd
+
+    rows = [bubble_1f1b(i.pp, i.microbatches).to_frame().assign(run=r) for r, i in runs.items() if i.pp and i.microbatches]
+    if not rows:
+        return pd.DataFrame(columns=["run", "pp", "microbatches", "bubble_pct", "formula"])
+    return pd.concat(rows, ignore_index=True)[["run", "pp", "microbatches", "bubble_pct", "formula"]]
+
+
 def bubble_1f1b(pp: int, microbatches: int) -> Bubble:
     """The 1F1B bubble for N = ``pp`` stages and M = ``microbatches``."""
     for name, value in (("pp", pp), ("microbatches", microbatches)):
@@ -586,10 +598,12 @@ class RunSummary:
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Summary:
-    """One :class:`RunSummary` per run."""
+    """One :class:`RunSummary` per run, and the rows they were computed from."""
 
     runs: tuple[RunSummary, ...]
     """Per run, in the order the runs were read."""
+    steps: pd.DataFrame
+    """The step rows (ranks combined) with ``tok_per_s_per_gpu`` and ``step_time_s`` on each run's stated basis."""
 
     def to_frame(self) -> pd.DataFrame:
         """One row per run."""
@@ -630,9 +644,13 @@ def summarize(
             infos[r] = infos.get(r, RunInfo()).merged(extra)
     rates = per_gpu_rates(table.steps, infos, warn=warn)
     steps = collapse_ranks(rates.steps)
+    steps = steps.astype({"step_time_basis": "object"})
     out: list[RunSummary] = []
     for run, rows in steps.groupby("run", sort=False, observed=True):
         run = str(run)
+        times, time_basis = step_times(rows)
+        steps.loc[times.index, "step_time_s"] = times
+        steps.loc[times.index, "step_time_basis"] = time_basis
         info = infos.get(run, RunInfo())
         train = rows[rows["kind"] == "train"]
         window = steady_window(rows, warmup_steps=warmup_steps, declared=info.warmup_steps)
@@ -658,4 +676,4 @@ def summarize(
             final_loss=float(finite[-1]) if finite.size else math.nan,
             warnings=tuple(w for w in rates.warnings if w.startswith(f"run {run}:")),
         ))
-    return Summary(runs=tuple(out))
+    return Summary(runs=tuple(out), steps=steps)

@@ -377,10 +377,24 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, engine: st
     info = RunInfo.from_facts(result.meta, source=str(p), lines=result.meta_lines)
     for sidecar in sidecar_paths(p, run_id):
         if sidecar.is_file():
-            info = info.merged(read_sidecar(sidecar))
+            facts = read_sidecar(sidecar)
+            info = info.merged(facts)
             report.notes.append(f"run facts from sidecar {sidecar.name}")
+            basis = facts.extra.get("mem_basis")
+            if isinstance(basis, str) and basis:  # the sidecar knows what its 'mem' measures
+                frame["mem_basis"] = _constant_where(frame["mem_gib"].notna(), basis)
+                report.notes.append(f"mem_gib basis from the sidecar: {basis}")
             break
     return LogTable(steps=frame, files=[report], runs={run_id: info}), None
+
+
+def _constant_where(mask: Any, value: str) -> Any:
+    """A categorical column holding ``value`` where ``mask`` and missing elsewhere."""
+    import numpy as np
+    import pandas as pd
+
+    codes = np.where(np.asarray(mask), 0, -1).astype(np.int8)
+    return pd.Categorical.from_codes(codes, categories=pd.Index([value], dtype="str"))
 
 
 def _expand(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
