@@ -230,11 +230,14 @@ def chromium_page(*, width: int = 1440, height: int = 1800) -> Iterator[Any]:
 
 # JavaScript run in the page against the exposed JupyterLab app (see [Note: what the assertions read]).
 _JS_STATE = """
-() => {
+(path) => {
   const app = window.jupyterapp;
   if (!app) return {ready: false, why: 'window.jupyterapp missing'};
-  const w = app.shell.currentWidget;
-  if (!w || !w.content || !w.content.model || !w.sessionContext) return {ready: false, why: 'no notebook panel'};
+  let w = null;
+  for (const x of app.shell.widgets('main')) {
+    if (x.context && x.context.path === path && x.content && x.content.model) { w = x; break; }
+  }
+  if (!w || !w.sessionContext) return {ready: false, why: 'no notebook panel for ' + path};
   const kernel = w.sessionContext.session && w.sessionContext.session.kernel;
   const cells = [];
   const model = w.content.model;
@@ -259,7 +262,7 @@ class LabNotebook:
 
     def state(self) -> dict[str, Any]:
         """Kernel status and, per cell, type, execution count and outputs, from the notebook model."""
-        return self.page.evaluate(_JS_STATE)
+        return self.page.evaluate(_JS_STATE, self.name)
 
     def _wait(self, what: str, predicate: Any, timeout_s: float, poll_s: float = 0.5) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
@@ -276,7 +279,8 @@ class LabNotebook:
 
     def open(self, *, timeout_s: float = 120.0) -> None:
         """Open the notebook and wait until its kernel is idle (status bar and model agree)."""
-        self.page.goto(f"{self.server.url}/lab/tree/{self.name}", wait_until="domcontentloaded")
+        # ?reset: start from an empty workspace, so no notebook of an earlier test is restored next to it
+        self.page.goto(f"{self.server.url}/lab/tree/{self.name}?reset", wait_until="domcontentloaded")
         self.page.locator(".jp-NotebookPanel").first.wait_for(state="visible", timeout=timeout_s * 1000)
         self._wait("the kernel to be idle", lambda s: s["kernel"] == "idle", timeout_s)
         self.page.locator("#jp-main-statusbar").get_by_text(re.compile(r"\|\s*Idle")).first.wait_for(
@@ -292,6 +296,12 @@ class LabNotebook:
             return s["kernel"] == "idle" and bool(codes) and all(isinstance(c["count"], int) for c in codes)
 
         return self._wait("Run All to finish", finished, timeout_s)
+
+    def close(self) -> None:
+        """Shut this notebook's kernel down (REST: delete its session); the page is left as it is."""
+        for session in self.server._api("GET", "/api/sessions") or []:
+            if session.get("path") == self.name:
+                self.server._api("DELETE", f"/api/sessions/{session['id']}")
 
     def error_outputs(self) -> list[str]:
         """``ename: evalue`` of every error output in the notebook model."""

@@ -7,6 +7,8 @@ at least one figure rendered and no widget failed to render, and save a screensh
 ``slack`` slider one step with the keyboard and assert that the figure (its ``img src``)
 and the printed line changed, the slack in it went up by one, and nothing errored. The
 committed notebook file must be byte-identical afterwards (autosave is off; nothing saves).
+Screenshots: ``<notebook>.png`` (at the first figure), ``<notebook>_last_figure.png`` and,
+after a slider check, ``<notebook>_after_slider.png``.
 
 The browser is Debian's Chromium (``scripts/install_browser``). When it cannot be had the
 tests skip, except under ``CI`` or ``POOLTK_REQUIRE_BROWSER=1``, where they fail.
@@ -14,6 +16,7 @@ tests skip, except under ``CI`` or ``POOLTK_REQUIRE_BROWSER=1``, where they fail
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from pathlib import Path
@@ -108,13 +111,22 @@ def _slider_check(nbk: LabNotebook, stem: str) -> None:
 
 
 @pytest.mark.browser
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_all_in_jupyterlab_without_errors(lab: JupyterLabServer, page: Any, path: Path) -> None:
     before = path.read_bytes()
     nbk = LabNotebook(page, lab, path.name)
+    try:
+        _run_all_and_check(nbk, page, path, before)
+    finally:
+        with contextlib.suppress(OSError, ValueError):  # the server's own stop() ends every kernel anyway
+            nbk.close()
+    assert path.read_bytes() == before, f"{path.name} was modified on disk by the browser session"
+
+
+def _run_all_and_check(nbk: LabNotebook, page: Any, path: Path, before: bytes) -> None:
     nbk.open(timeout_s=180)
-    nbk.run_all(timeout_s=720)
+    nbk.run_all(timeout_s=420)
     errors = nbk.error_outputs()
     assert not errors, f"{path.name}: error outputs after Run All:\n" + "\n".join(errors)
     images = page.locator(".jp-OutputArea-output img")
@@ -123,7 +135,28 @@ def test_notebook_runs_all_in_jupyterlab_without_errors(lab: JupyterLabServer, p
     if "ipywidgets" in before.decode():
         assert page.locator(".jupyter-widgets").count() > 0, f"{path.name}: uses ipywidgets but none rendered"
     nbk.screenshot(SCREENSHOTS / f"{path.stem}.png", at=images.first)
+    nbk.screenshot(SCREENSHOTS / f"{path.stem}_last_figure.png", at=images.last)
     if path.stem in SLIDER_CHECKS:
         _slider_check(nbk, path.stem)
         nbk.screenshot(SCREENSHOTS / f"{path.stem}_after_slider.png", at=nbk.widget_output())
-    assert path.read_bytes() == before, f"{path.name} was modified on disk by the browser session"
+
+
+def test_a_missing_browser_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("POOLTK_CHROMIUM", str(tmp_path / "no-such-chromium"))
+    with pytest.raises(BrowserUnavailable, match="scripts/install_browser"):
+        find_chromium()
+
+
+@pytest.mark.parametrize(("env", "required"), [({}, False), ({"CI": "1"}, True), ({"CI": "false"}, False),
+                                               ({"POOLTK_REQUIRE_BROWSER": "1"}, True)])
+def test_a_missing_browser_fails_under_ci_or_the_flag_and_skips_otherwise(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], required: bool
+) -> None:
+    for name in ("CI", "POOLTK_REQUIRE_BROWSER"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert browser_required() is required
+    outcome = pytest.fail.Exception if required else pytest.skip.Exception
+    with pytest.raises(outcome, match="install"):
+        _unavailable(BrowserUnavailable("Chromium not found. Fix: scripts/install_browser"))
