@@ -47,6 +47,7 @@ __all__ = [
     "read_spans",
     "split_lines",
     "window",
+    "words",
 ]
 
 FLOAT, INT, FLOAT_JSON, INT_JSON = 0, 1, 2, 3
@@ -54,16 +55,7 @@ FLOAT, INT, FLOAT_JSON, INT_JSON = 0, 1, 2, 3
 
 
 
-def _class_table() -> np.ndarray:
-    table = np.zeros((4, 256), dtype=bool)
-    digits = [ord(c) for c in "0123456789"]
-    for cls, extra in ((FLOAT, ".eE+-"), (INT, "+-"), (FLOAT_JSON, ".eE+-"), (INT_JSON, "-")):
-        table[cls, digits] = True
-        table[cls, [ord(c) for c in extra]] = True
-    return table
 
-
-_ALLOWED = _class_table()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -78,6 +70,8 @@ class Lines:
     """Offset one past each line's last byte (the newline excluded)."""
     words: np.ndarray
     """Overlapping little-endian uint64 view: ``words[i]`` holds bytes i..i+7 (zero past the end)."""
+    has_cr: bool
+    """Whether any carriage return occurs in the data (lines with one are left to the per-line reader)."""
 
     def __len__(self) -> int:
         return int(self.starts.size)
@@ -98,7 +92,7 @@ def split_lines(data: bytes) -> Lines:
     ends[-1] = buf.size
     if buf.size and buf[-1] == 10:  # text ending in a newline has no extra empty last line
         starts, ends = starts[:-1], ends[:-1]
-    return Lines(buf=buf, starts=starts, ends=ends, words=words)
+    return Lines(buf=buf, starts=starts, ends=ends, words=words, has_cr=b"\r" in data)
 
 
 def delimiters(lines: Lines, byte: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -112,14 +106,28 @@ def delimiters(lines: Lines, byte: int) -> tuple[np.ndarray, np.ndarray, np.ndar
 _PAD = 64
 """Zero bytes after the data, so a window of up to 48 bytes at any offset stays in the buffer."""
 
+_H = np.uint64(0x8080808080808080)
+_L = np.uint64(0x0101010101010101)
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_SPACES = np.uint64(0x2020202020202020)
+_KEEP = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+"""_KEEP[c]: the low c bytes of a word."""
+
+
+def words(lines: Lines, at: np.ndarray, k: int) -> np.ndarray:
+    """(n, k) little-endian uint64 words covering the 8k bytes from each offset (zero past the end)."""
+    if 8 * k > _PAD - 16:
+        raise ValueError(f"words: {8 * k} bytes > {_PAD - 16}")
+    at = np.clip(at, 0, lines.buf.size)
+    out = np.empty((at.size, k), dtype=np.uint64)
+    for j in range(k):
+        out[:, j] = lines.words[at + 8 * j]
+    return out
+
 
 def window(lines: Lines, at: np.ndarray, width: int) -> np.ndarray:
     """(n, width) bytes starting at each offset (``width`` a multiple of 8, at most 48; zero past the end)."""
-    if width > _PAD - 16:
-        raise ValueError(f"window: width {width} > {_PAD - 16}")
-    at = np.clip(at, 0, lines.buf.size)
-    cols = [lines.words[at + 8 * k] for k in range(width // 8)]
-    return np.ascontiguousarray(np.stack(cols, axis=1)).view(np.uint8).reshape(at.size, width)
+    return words(lines, at, width // 8).view(np.uint8).reshape(at.size, width)
 
 
 def match_bytes(lines: Lines, at: np.ndarray, expected: bytes) -> np.ndarray:
@@ -128,18 +136,49 @@ def match_bytes(lines: Lines, at: np.ndarray, expected: bytes) -> np.ndarray:
     at = np.clip(at, 0, lines.buf.size)
     for k in range(0, len(expected), 8):
         chunk = expected[k : k + 8]
-        mask = np.uint64((1 << (8 * len(chunk))) - 1)
-        ok &= (lines.words[at + k] & mask) == np.uint64(int.from_bytes(chunk, "little"))
+        ok &= (lines.words[at + k] & _KEEP[len(chunk)]) == np.uint64(int.from_bytes(chunk, "little"))
     return ok
+
+
+# [Note: SWAR byte classes]
+# A uint64 holds 8 bytes; these return a word whose byte i has its high bit set when byte i is
+# in the class. Exact for every byte value: the 7-bit parts never carry across bytes, and bytes
+# with the high bit set (non-ASCII) are in no class.
+
+
+def _nonzero(t: np.ndarray) -> np.ndarray:
+    return (((t & _LOW7) + _LOW7) | t) & _H
+
+
+def _eq(w: np.ndarray, byte: int) -> np.ndarray:
+    return ~_nonzero(w ^ (_L * np.uint64(byte))) & _H
+
+
+def _digit(w: np.ndarray) -> np.ndarray:
+    x = w & _LOW7
+    ge = ((x | _H) - _L * np.uint64(0x30)) & _H
+    le = ((_L * np.uint64(0x39) | _H) - x) & _H
+    return ge & le & ~(w & _H)
+
+
+def _lowest_byte(flags: np.ndarray) -> np.ndarray:
+    """Index (0-7) of the lowest byte whose flag is set, per word; 8 where none is."""
+    low = flags & (~flags + np.uint64(1))  # the lowest set bit alone
+    bit = np.log2(np.where(low == 0, np.uint64(1), low).astype(np.float64)).astype(np.int64)  # exact for powers of 2
+    return np.where(flags == 0, 8, bit // 8)
 
 
 def first_byte(lines: Lines, starts: np.ndarray, ends: np.ndarray, byte: int, width: int = 32) -> np.ndarray:
     """Offset of the first ``byte`` in each span (within ``width`` bytes), or -1."""
-    if starts.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    b = window(lines, starts, width)
-    hit = (b == byte) & (np.arange(width)[None, :] < (ends - starts)[:, None])
-    return np.where(hit.any(axis=1), starts + hit.argmax(axis=1), -1)
+    k = width // 8
+    w = words(lines, starts, k)
+    lens = ends - starts
+    pos = np.full(starts.size, -1, dtype=np.int64)
+    for j in range(k - 1, -1, -1):  # the lowest word with a hit wins
+        inside = _KEEP[np.clip(lens - 8 * j, 0, 8)]
+        idx = _lowest_byte(_eq(w[:, j], byte) & inside)
+        pos = np.where(idx < 8, starts + 8 * j + idx, pos)
+    return pos
 
 
 _DAYS_IN_MONTH = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
@@ -180,28 +219,54 @@ def parse_timestamps(lines: Lines, starts: np.ndarray, pattern: str) -> tuple[np
     return ns.astype(np.int64).view("datetime64[ns]"), ok
 
 
-def _json_ok(b: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Rows whose field bytes (n, width) follow JSON number syntax where pandas would be laxer."""
-    n, width = b.shape
-    col = np.arange(width)[None, :]
-    inside = col < lens[:, None]
-    digit = (b >= 48) & (b <= 57) & inside
-    prev = np.zeros_like(b)
-    prev[:, 1:] = b[:, :-1]
-    nxt = np.zeros_like(b)
-    nxt[:, :-1] = b[:, 1:]
-    ndig = np.zeros_like(digit)
-    ndig[:, :-1] = digit[:, 1:]
-    pdig = np.zeros_like(digit)
-    pdig[:, 1:] = digit[:, :-1]
-    bad = (b == ord("+")) & inside & ~((prev == ord("e")) | (prev == ord("E")))
-    bad |= (b == ord(".")) & inside & ~(pdig & ndig)
-    lead = (b[:, 0] == ord("-")).astype(np.int64)
-    first = b[np.arange(n), lead]
-    second = b[np.arange(n), np.minimum(lead + 1, width - 1)]
-    leading_zero = (first == ord("0")) & (lead + 1 < lens) & (second >= 48) & (second <= 57)
-    not_digit_first = ~((first >= 48) & (first <= 57))
-    return ~bad.any(axis=1) & ~leading_zero & ~not_digit_first
+def _shift_up(flags: np.ndarray) -> np.ndarray:
+    """Each byte's flag moved to the next byte (the byte after it), across the words of a field."""
+    out = flags << np.uint64(8)
+    out[:, 1:] |= flags[:, :-1] >> np.uint64(56)
+    return out
+
+
+def _shift_down(flags: np.ndarray) -> np.ndarray:
+    """Each byte's flag moved to the previous byte."""
+    out = flags >> np.uint64(8)
+    out[:, :-1] |= flags[:, 1:] << np.uint64(56)
+    return out
+
+
+def _byte_at(w0: np.ndarray, i: np.ndarray) -> np.ndarray:
+    return (w0 >> (np.uint64(8) * i.astype(np.uint64))) & np.uint64(0xFF)
+
+
+def _check_field(w: np.ndarray, lens: np.ndarray, cls: int, nullable: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(valid rows, words padded with spaces) for one field's (n, k) words. See [Note: SWAR byte classes]."""
+    n, k = w.shape
+    counts = np.clip(lens[:, None] - 8 * np.arange(k)[None, :], 0, 8)
+    keep = _KEEP[counts]
+    digit = _digit(w)
+    allowed = digit | _eq(w, ord("-"))
+    if cls != INT_JSON:
+        allowed |= _eq(w, ord("+"))
+    if cls in (FLOAT, FLOAT_JSON):
+        allowed |= _eq(w, ord(".")) | _eq(w, ord("e")) | _eq(w, ord("E"))
+    valid = (((allowed | ~keep) & _H) == _H).all(axis=1) & (lens >= 1)
+    if cls in (FLOAT_JSON, INT_JSON):
+        inside = keep & _H
+        e_flags = (_eq(w, ord("e")) | _eq(w, ord("E"))) & inside
+        digits = digit & inside
+        bad = _eq(w, ord("+")) & inside & ~_shift_up(e_flags)
+        bad |= _eq(w, ord(".")) & inside & ~(_shift_up(digits) & _shift_down(digits))
+        w0 = w[:, 0]
+        lead = (_byte_at(w0, np.zeros(n, np.int64)) == ord("-")).astype(np.int64)
+        first = _byte_at(w0, lead)
+        second = _byte_at(w0, lead + 1)
+        first_digit = (first >= 48) & (first <= 57)
+        leading_zero = (first == ord("0")) & (lead + 1 < lens) & (second >= 48) & (second <= 57)
+        valid &= ~bad.any(axis=1) & first_digit & ~leading_zero
+    if nullable:
+        is_null = (lens == 4) & ((w[:, 0] & _KEEP[4]) == np.uint64(int.from_bytes(b"null", "little")))
+        valid |= is_null
+        keep[is_null] = 0  # a null becomes an empty field, read as NaN
+    return valid, (w & keep) | (_SPACES & ~keep)
 
 
 def read_spans(
@@ -223,32 +288,26 @@ def read_spans(
 
     n, f = starts.shape
     lens = ends - starts
-    ok = ((lens >= 1) & (lens <= 32)).all(axis=1)
-    pieces: list[np.ndarray] = []
-    null_cols: list[str] = []
+    ok = ((lens >= 0) & (lens <= 32)).all(axis=1)
+    padded: list[np.ndarray] = []
     for j in range(f):
-        width = 8 * max(1, -(-int(lens[:, j][ok].max(initial=1)) // 8))
-        b = window(lines, starts[:, j], width)
-        inside = np.arange(width)[None, :] < lens[:, j][:, None]
-        valid = (_ALLOWED[classes[j]][b] | ~inside).all(axis=1)
-        if names[j] in nullable:
-            is_null = (lens[:, j] == 4) & (b[:, :4] == np.frombuffer(b"null", dtype=np.uint8)).all(axis=1)
-            inside &= ~is_null[:, None]
-            valid |= is_null
-            null_cols.append(names[j])
-        if classes[j] in (FLOAT_JSON, INT_JSON):
-            valid &= _json_ok(b, lens[:, j]) | (valid & ~inside.any(axis=1))
+        k = max(1, -(-int(lens[:, j][ok].max(initial=1)) // 8))
+        valid, w = _check_field(words(lines, starts[:, j], k), lens[:, j], classes[j], names[j] in nullable)
         ok &= valid
-        b[~inside] = 32  # pad with spaces (pandas reads ' 9.5  ' as 9.5; a null becomes an empty field)
-        pieces.append(b)
-        sep = np.full((n, 1), ord(","), dtype=np.uint8)
-        if j == f - 1:
-            sep[:] = 10
-        pieces.append(sep)
+        padded.append(w)
     rows = np.flatnonzero(ok)
     if rows.size == 0:
         return {name: np.zeros(0) for name in names}, rows
-    dense = np.concatenate(pieces, axis=1)[rows]
+    width = sum(8 * w.shape[1] + 1 for w in padded)
+    dense = np.empty((rows.size, width), dtype=np.uint8)
+    col = 0
+    for j, w in enumerate(padded):
+        b = w[rows].view(np.uint8).reshape(rows.size, -1)
+        dense[:, col : col + b.shape[1]] = b
+        col += b.shape[1]
+        dense[:, col] = ord(",") if j + 1 < f else ord("\n")
+        col += 1
+    null_cols = [name for name in names if name in nullable]
     dtypes = {name: ("int64" if c in (INT, INT_JSON) else "float64") for name, c in zip(names, classes, strict=True)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # pandas warns on the way to refusing an int64 overflow

@@ -210,8 +210,8 @@ def fast_rows(lines: Lines, head: Iterable[str]) -> FastRows | None:
     buf = lines.buf
     n_bars = len(keys) + 2
     pos, count, first = delimiters(lines, ord("|"))
-    _, n_cr, _ = delimiters(lines, 13)
-    cand = np.flatnonzero((count == n_bars) & (n_cr == 0) & (lines.ends - lines.starts >= 23))
+    no_cr = delimiters(lines, 13)[1] == 0 if lines.has_cr else True
+    cand = np.flatnonzero((count == n_bars) & no_cr & (lines.ends - lines.starts >= 23))
     starts, ends = lines.starts[cand], lines.ends[cand]
     bars = pos[first[cand][:, None] + np.arange(n_bars)]
     ok = bars[:, 0] == starts + 20

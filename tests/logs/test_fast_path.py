@@ -146,3 +146,17 @@ def test_random_numbers_in_json_records_read_the_same_both_ways(tokens, data):
         lines[i] = lines[i][: data.draw(st.integers(0, len(lines[i])))]
     slow, fast = _both("\n".join(lines) + "\n", "r_training.jsonl")
     _assert_same(slow, fast)
+
+
+@pytest.mark.parametrize("where", ["crlf", "cr_in_level", "cr_in_value"])
+def test_carriage_returns_read_the_same_both_ways(where):
+    lines = [_text_line(i) for i in range(1, 6)]
+    if where == "crlf":
+        text = "\r\n".join(lines) + "\r\n"
+    else:
+        lines[2] = lines[2].replace("INFO", "IN\rFO") if where == "cr_in_level" else lines[2].replace("loss 9.5000", "loss 9.5\r000")
+        text = "\n".join(lines) + "\n"
+    slow, fast = _both(text, "cr.log")
+    _assert_same(slow, fast)
+    js = "\r\n".join(_json_line(i) for i in range(5)) + "\r\n"
+    _assert_same(*_both(js, "cr_training.jsonl"))
