@@ -99,7 +99,7 @@ def test_notebook_opens_with_markdown_saying_question_and_time(path: Path) -> No
     text = first.source
     assert re.match(r"\s*# \S", text), f"{path.name}: the opening cell must start with a '# ' title"
     assert re.search(r"question", text, re.I), f"{path.name}: the opening must say what question it answers"
-    assert re.search(r"\btime\b|\btakes?\b|\b\d+\s*(s|min)\b", text, re.I), (
+    assert re.search(r"\btime\b|\btakes?\b|\bhow long\b|\b\d+\s*(s|secs?|seconds?|min|minutes?)\b", text, re.I), (
         f"{path.name}: the opening must say how long the notebook takes"
     )
 
