@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "CONTROLS",
+    "DEFAULTS",
     "ControlOutcome",
     "NegativeControls",
     "ParityPanel",
@@ -40,11 +41,13 @@ __all__ = [
     "ParitySummary",
     "bytes_figure",
     "bytes_frame",
+    "control_variants",
     "divergence_figure",
     "divergence_frame",
     "loss_figure",
     "outcome_frame",
     "param_sum_frame",
+    "parity_spec",
     "render_check",
     "run_check",
     "run_negative_controls",
@@ -404,6 +407,7 @@ class NegativeControls:
 
 
 def control_variants(*, guard: bool, controls: tuple[str, ...] = tuple(CONTROLS)) -> tuple:
+    """Stock plus the pooled control, ``force=True``, for each named control (keys of :data:`CONTROLS`)."""
     out: tuple = ()
     for name in controls:
         schedule, fields = CONTROLS[name]
