@@ -101,7 +101,8 @@ class Replay:
             for e in events:
                 if e.kind in ("F", "B", "I", "W"):
                     rows.append({"rank": rank, "stage": e.stage, "kind": e.kind, "microbatch": e.microbatch,
-                                 "position": e.step, "start": self.start[(rank, e.step)], "end": self.end[(rank, e.step)]})
+                                 "position": e.step, "start": self.start[(rank, e.step)],
+                                 "end": self.end[(rank, e.step)]})
         return pd.DataFrame(rows)
 
     def time_of_post(self, b: BufferLifetime) -> float:
@@ -194,7 +195,8 @@ def phases(rp: Replay) -> dict[int, dict[str, tuple[int, int]]]:
     for stage, kinds in sorted(by_stage.items()):
         first_b = next((i for i, k in enumerate(kinds) if k != "F"), len(kinds))
         last_f = max((i for i, k in enumerate(kinds) if k == "F"), default=-1)
-        spans = {"warmup": (0, first_b - 1), "steady": (first_b, last_f), "cooldown": (max(last_f + 1, first_b), len(kinds) - 1)}
+        spans = {"warmup": (0, first_b - 1), "steady": (first_b, last_f),
+                 "cooldown": (max(last_f + 1, first_b), len(kinds) - 1)}
         out[stage] = {name: (a, b) for name, (a, b) in spans.items() if b >= a}
     return out
 
@@ -578,7 +580,9 @@ class MechanismState:
                 f"{kept} of {stock} stock buffer sets; {len(self.overwrites)} overwrite(s); {self.guard.line()}")
 
 
-def explore(state: MechanismState, *, schedule: str, pp: int, microbatches: int, slack: int, grad_slack: int) -> Replay | None:
+def explore(
+    state: MechanismState, *, schedule: str, pp: int, microbatches: int, slack: int, grad_slack: int
+) -> Replay | None:
     """One explorer update: replay ``schedule`` with the tight ring for ``slack``; record it in ``state``."""
     state.last_inputs = dict(schedule=schedule, pp=pp, microbatches=microbatches, slack=slack, grad_slack=grad_slack)
     try:
@@ -613,7 +617,8 @@ def explorer_controls() -> dict[str, Any]:
     style = {"description_width": "110px"}
     layout = w.Layout(width="420px")
     return {
-        "schedule": w.Dropdown(options=["1F1B", "GPipe"], value="1F1B", description="schedule", style=style, layout=layout),
+        "schedule": w.Dropdown(options=["1F1B", "GPipe"], value="1F1B", description="schedule", style=style,
+                               layout=layout),
         "pp": w.IntSlider(value=4, min=2, max=8, description="pp (stages)", style=style, layout=layout),
         "microbatches": w.IntSlider(value=8, min=2, max=24, description="microbatches M", style=style, layout=layout),
         "slack": w.IntSlider(value=0, min=0, max=4, description="slack", style=style, layout=layout),

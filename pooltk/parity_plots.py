@@ -93,7 +93,8 @@ class ParitySummary:
         verdict = "BITWISE EQUAL" if self.bitwise_equal else f"NOT EQUAL (max |dparam| {self.params_max_abs_diff:.3g})"
         return (f"pp{self.pp} x {self.microbatches} microbatches x {self.steps} steps, {self.config}: {verdict}; "
                 f"receive buffers {self.stock_bytes / 2**10:,.0f} KiB stock -> {self.pooled_bytes / 2**10:,.0f} KiB "
-                f"pooled (saved {self.saved_bytes / 2**10:,.0f} KiB, model {'matches' if self.matches_model else 'DIFFERS'}); "
+                f"pooled (saved {self.saved_bytes / 2**10:,.0f} KiB, "
+                f"model {'matches' if self.matches_model else 'DIFFERS'}); "
                 f"wall {self.wall_s:.1f} s")
 
 
@@ -423,7 +424,8 @@ def _guarded(name: str, *, pp: int, microbatches: int, steps: int, timeout_s: fl
         report = run_parity(spec)
     except PoolOverrunError as exc:
         m = _OVERRUN.search(str(exc))
-        fields = {k: (v if k == "direction" else int(v)) for k, v in m.groupdict().items() if v is not None} if m else {}
+        found = m.groupdict() if m else {}
+        fields = {k: (v if k == "direction" else int(v)) for k, v in found.items() if v is not None}
         return ControlOutcome(control=name, caught=True, error_type=type(exc).__name__, message=str(exc),
                               wall_s=time.perf_counter() - t0, **fields)
     except (ParityRankError, ParityTimeoutError) as exc:
@@ -433,7 +435,9 @@ def _guarded(name: str, *, pp: int, microbatches: int, steps: int, timeout_s: fl
                           message=f"the run completed with the guard on; bitwise_equal={report.bitwise_equal}")
 
 
-def run_negative_controls(*, pp: int = 3, microbatches: int = 6, steps: int = 3, timeout_s: float = 240.0) -> NegativeControls:
+def run_negative_controls(
+    *, pp: int = 3, microbatches: int = 6, steps: int = 3, timeout_s: float = 240.0
+) -> NegativeControls:
     """Run both controls with the guard off (one launch) and on (one launch each), side by side.
 
     ``pp`` must be at least 3: with 2 stages the 1F1B live set of the receiving stage is 1

@@ -253,7 +253,8 @@ def _parity_section(config: ReportConfig, out: Path) -> tuple[list[str], Any, st
              f"**bitwise_equal = {report.bitwise_equal}**\n"]
     rows = []
     for v in report.variants:
-        rows.append({"variant": v.name, "bitwise": "ref" if v.reference is None else ("yes" if v.bitwise_equal else "NO"),
+        verdict = "ref" if v.reference is None else ("yes" if v.bitwise_equal else "NO")
+        rows.append({"variant": v.name, "bitwise": verdict,
                      "max_abs_dparam": "" if v.params_max_abs_diff is None else f"{v.params_max_abs_diff:.3g}",
                      "median_step_ms": round(v.median_step_time_s * 1e3, 1)})
     import pandas as pd

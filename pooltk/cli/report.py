@@ -14,7 +14,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-summary", action="store_true",
                         help="skip the probe, the pp4 parity check and the buffer tables; notebooks only")
     parser.add_argument("--jobs", type=int, default=4, help="notebooks executed at once (default 4)")
-    parser.add_argument("--parity-microbatches", type=int, default=16, help="microbatches of the pp4 check (default 16)")
+    parser.add_argument("--parity-microbatches", type=int, default=16,
+                        help="microbatches of the pp4 check (default 16)")
     parser.add_argument("--parity-steps", type=int, default=3, help="optimizer steps of the pp4 check (default 3)")
     parser.add_argument("--timeout", type=float, default=600.0, help="per-cell time bound in seconds (default 600)")
 

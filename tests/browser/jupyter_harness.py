@@ -165,7 +165,8 @@ class JupyterLabServer:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise BrowserUnavailable(f"JupyterLab exited with {self.proc.returncode} while starting:\n{self.log_tail()}")
+                raise BrowserUnavailable(
+                    f"JupyterLab exited with {self.proc.returncode} while starting:\n{self.log_tail()}")
             with contextlib.suppress(OSError, urllib.error.URLError):
                 with urllib.request.urlopen(f"{self.url}/api/status", timeout=2) as r:
                     if r.status == 200:
@@ -244,10 +245,10 @@ _JS_STATE = """
   for (let i = 0; i < model.cells.length; i++) {
     const c = model.cells.get(i);
     const j = c.toJSON();
-    cells.push({type: c.type, count: j.execution_count === undefined ? null : j.execution_count,
-                outputs: (j.outputs || []).map(o => ({type: o.output_type, ename: o.ename || null,
-                                                      evalue: o.evalue || null,
-                                                      text: o.output_type === 'stream' ? String(o.text).slice(0, 2000) : null}))});
+    const outputs = (j.outputs || []).map(o => ({
+      type: o.output_type, ename: o.ename || null, evalue: o.evalue || null,
+      text: o.output_type === 'stream' ? String(o.text).slice(0, 2000) : null}));
+    cells.push({type: c.type, count: j.execution_count === undefined ? null : j.execution_count, outputs: outputs});
   }
   return {ready: true, kernel: kernel ? kernel.status : null, cells: cells};
 }

@@ -97,7 +97,8 @@ def _slider_check(nbk: LabNotebook, stem: str) -> None:
     label, value_re, merit_re = SLIDER_CHECKS[stem]
     text0, src0 = nbk.widget_text_and_image()
     m0 = re.search(value_re, text0)
-    assert m0 and src0, f"{stem}: before the move the explorer shows no line matching {value_re!r} or no figure:\n{text0}"
+    assert m0 and src0, (
+        f"{stem}: before the move the explorer shows no line matching {value_re!r} or no figure:\n{text0}")
     nbk.nudge_slider(label)
     text1, src1 = _wait_for_change(nbk, text0, src0, timeout_s=90)
     m1 = re.search(value_re, text1)

@@ -83,7 +83,8 @@ def test_the_glob_finds_the_notebooks_and_every_probe_names_one() -> None:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
 def test_committed_notebook_has_no_outputs(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
-    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count"))]
+    dirty = [i for i, c in enumerate(nb.cells)
+             if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count"))]
     assert not dirty, (
         f"{path.name}: code cells {dirty} carry outputs or execution counts; required none (the no-outputs policy). "
         "Fix: jupyter nbconvert --clear-output --inplace " + str(path.relative_to(ROOT))
