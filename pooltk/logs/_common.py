@@ -127,6 +127,9 @@ class ParseResult:
     """Run facts found in the file (``global_batch_size``, ``peak_flops`` ...)."""
     meta_lines: dict[str, int] = field(default_factory=dict)
     """Line each run fact came from (0: the file as a whole)."""
+    fast_truncated: str | None = None
+    """Set when the vectorised rows' layout is a cut-short form of the file's usual one: the skip
+    reason under which the reader must count them instead (see :func:`drop_truncated`)."""
     n_placeholder_loss: int = 0
     """Rows whose logged loss was a placeholder stored as NaN (torchtitan's -1 on non-last PP stages)."""
     notes: list[str] = field(default_factory=list)
@@ -169,6 +172,10 @@ def drop_truncated(pending: MutableSequence[Pending], result: ParseResult, *, fa
     for _, values, keys, _ in pending:
         by_kind.setdefault(str(values["kind"]), Counter())[keys] += 1
     usual = {kind: counts.most_common(1)[0][0] for kind, counts in by_kind.items()}
+    if fast is not None and len(fast):
+        full = usual[fast.kind]
+        if len(fast.keys) < len(full) and full[: len(fast.keys)] == fast.keys:
+            result.fast_truncated = f"truncated: ends after '{fast.keys[-1]}' (the file's lines go on to '{full[-1]}')"
     keep = []
     for item in pending:
         n, values, keys, raw = item

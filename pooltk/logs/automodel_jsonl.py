@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -165,8 +166,16 @@ _FAST_FIELDS: dict[str, tuple[str | None, str]] = {
 _TS_PATTERN = '"YYYY-MM-DDThh:mm:ss.fffZ"'
 
 
+_SAMPLE_LINES = 200
+"""Records of the file's head whose key orders are counted to choose the canonical one."""
+
+
 def _sample_keys(head: Iterable[str]) -> tuple[str, ...] | None:
-    """Keys of the first record written the way ``json.dumps`` writes Automodel's records."""
+    """The most common key order among the head's records written the way ``json.dumps`` writes them.
+
+    None when that layout has a key the vectorised path does not know, or no loss.
+    """
+    seen: Counter[tuple[str, ...]] = Counter()
     for raw in head:
         text = raw.rstrip("\n")
         if not text.startswith('{"step": '):
@@ -175,21 +184,21 @@ def _sample_keys(head: Iterable[str]) -> tuple[str, ...] | None:
             record = json.loads(text)
         except ValueError:
             continue
-        if not isinstance(record, dict):
+        if not isinstance(record, dict) or json.dumps(record) != text:  # not json.dumps' spacing: per-line reader
             continue
-        keys = tuple(record)
-        if any(k not in _FAST_FIELDS for k in keys) or text.count(",") != len(keys) - 1:
-            return None
-        if "loss" not in keys and "val_loss" not in keys:
-            return None
-        if json.dumps(record) != text:  # not json.dumps' spacing: leave the file to the per-line reader
-            return None
-        return keys
-    return None
+        seen[tuple(record)] += 1
+        if sum(seen.values()) >= _SAMPLE_LINES:
+            break
+    if not seen:
+        return None
+    keys = seen.most_common(1)[0][0]
+    if any(k not in _FAST_FIELDS for k in keys) or ("loss" not in keys and "val_loss" not in keys):
+        return None
+    return keys
 
 
 def fast_rows(lines: Lines, head: Iterable[str], *, val_name: str | None = None) -> FastRows | None:
-    """Read, vectorised, every record laid out exactly like the file's first record (same keys, same order).
+    """Read, vectorised, every record laid out exactly like the file's usual record (same keys, same order).
 
     See [Note: fast path equals slow path] in :mod:`pooltk.logs._fast`. The loss comes from
     ``loss`` (else ``val_loss``) and may not be null (the per-line reader skips such records).

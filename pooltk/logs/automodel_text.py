@@ -18,6 +18,7 @@ Only rank 0 logs in Automodel, so rows carry the rank only when a torchrun prefi
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 
 from pooltk.logs._common import Pending, ParseResult, clean_line, drop_truncated, parse_float, parse_int
@@ -153,7 +154,8 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult, *, fast: FastRo
     drop_truncated(pending, result, fast=fast)
     for _, values, _, _ in pending:
         rows.add(**values)
-    per_gpu = "tok_per_s_per_gpu_logged" in rows.columns() or (fast is not None and "tok_per_s_per_gpu_logged" in fast.columns)
+    fast_per_gpu = fast is not None and len(fast) > 0 and "tok_per_s_per_gpu_logged" in fast.columns
+    per_gpu = "tok_per_s_per_gpu_logged" in rows.columns() or fast_per_gpu
     if (len(rows) or (fast is not None and len(fast))) and per_gpu:
         result.notes.append(
             "tok_per_s_per_gpu_logged is Automodel's tps/cp/dp: it ignores PP and TP "
@@ -175,8 +177,17 @@ _FAST_FIELDS = {
 }
 
 
+_SAMPLE_LINES = 1000
+"""Step lines of the file's head whose layouts are counted to choose the canonical one."""
+
+
 def _sample_keys(head: Iterable[str]) -> tuple[tuple[str, ...], bool] | None:
-    """Field names of the first canonical step line (timestamp prefix, known fields), and whether tps has '/gpu'."""
+    """The most common layout among the head's step lines: (field names, whether tps has '/gpu').
+
+    None when that layout has a field the vectorised path does not know (the per-line reader
+    then reads the whole file).
+    """
+    seen: Counter[tuple[tuple[str, ...], bool]] = Counter()
     for raw in head:
         if "\r" in raw or "step " not in raw:
             continue
@@ -187,16 +198,20 @@ def _sample_keys(head: Iterable[str]) -> tuple[tuple[str, ...], bool] | None:
         if len(parts) != 4 or not parts[3].startswith("step "):
             continue
         fields = parts[3].split(" | ")
-        keys = tuple(f.partition(" ")[0] for f in fields)
-        if any(k not in _FAST_FIELDS for k in keys) or len(set(keys)) != len(keys) or "loss" not in keys:
-            return None
         tps = next((f for f in fields if f.startswith("tps ")), "")
-        return keys, tps.endswith("/gpu)")
-    return None
+        seen[(tuple(f.partition(" ")[0] for f in fields), tps.endswith("/gpu)"))] += 1
+        if sum(seen.values()) >= _SAMPLE_LINES:
+            break
+    if not seen:
+        return None
+    keys, pair = seen.most_common(1)[0][0]
+    if any(k not in _FAST_FIELDS for k in keys) or len(set(keys)) != len(keys) or "loss" not in keys:
+        return None
+    return keys, pair
 
 
 def fast_rows(lines: Lines, head: Iterable[str]) -> FastRows | None:
-    """Read, vectorised, every line laid out exactly like the file's first canonical step line.
+    """Read, vectorised, every line laid out exactly like the file's usual step line (see :func:`_sample_keys`).
 
     See [Note: fast path equals slow path] in :mod:`pooltk.logs._fast`; other lines are left to
     :func:`parse`.

@@ -264,7 +264,7 @@ def _parse(fmt: str, data: bytes, head: list[str], text: str | None, path: Path,
     stem = path.name.removesuffix(".gz").rsplit(".", 1)[0]
     val_name = automodel_jsonl.val_name_from_path(stem) if fmt == automodel_jsonl.FORMAT else None
     fast = None
-    if engine == "auto" and len(bounds) >= _FAST_MIN_LINES:
+    if engine == "auto":
         if fmt == automodel_text.FORMAT:
             fast = automodel_text.fast_rows(bounds, head)
         elif fmt == automodel_jsonl.FORMAT:
@@ -281,6 +281,11 @@ def _parse(fmt: str, data: bytes, head: list[str], text: str | None, path: Path,
     else:
         raise ValueError(f"format: found {fmt!r}; required one of {', '.join(FORMATS)} or 'auto'. Fix: pass one of those.")
     result.n_lines = len(bounds)
+    if fast is not None and result.fast_truncated:  # the vectorised layout was the cut-short one
+        for i in fast.line_index:
+            s, e = int(bounds.starts[i]), int(bounds.ends[i])
+            result.skip(int(i) + 1, result.fast_truncated, data[s:e].decode("utf-8", errors="replace"))
+        fast = None
     return result, fast
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COLUMNS", "ColumnSpec", "RowBuilder", "concat_frames", "empty_frame", "to_frame"]
+__all__ = ["COLUMNS", "ColumnSpec", "RowBuilder", "concat_frames", "to_frame"]
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -95,11 +95,6 @@ class RowBuilder:
     def columns(self) -> dict[str, list[Any]]:
         """The filled columns, each as long as the number of rows."""
         return self._cols
-
-
-def empty_frame() -> Any:
-    """A zero-row step table with every column and dtype."""
-    return to_frame({}, 0)
 
 
 def to_frame(cols: dict[str, Any], n: int, *, timestamp_format: str | None = None, **constants: Any) -> Any:

@@ -160,3 +160,12 @@ def test_carriage_returns_read_the_same_both_ways(where):
     _assert_same(slow, fast)
     js = "\r\n".join(_json_line(i) for i in range(5)) + "\r\n"
     _assert_same(*_both(js, "cr_training.jsonl"))
+
+
+def test_a_cut_short_layout_in_the_head_is_skipped_when_the_file_goes_on_in_full():
+    """The first 1000 step lines lack num_label_tokens, the next 1500 have it: the short ones are truncated."""
+    short = [_text_line(i).rsplit(" | ", 1)[0] for i in range(1, 1001)]
+    full = [_text_line(i) for i in range(1001, 2501)]
+    slow, fast = _both("\n".join(short + full) + "\n", "cut.log")
+    _assert_same(slow, fast)
+    assert fast.files[0].n_skipped == 1000 and fast.files[0].n_rows == 1500
