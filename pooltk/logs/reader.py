@@ -289,10 +289,6 @@ def _parse(fmt: str, data: bytes, head: list[str], text: str | None, path: Path,
     return result, fast
 
 
-_FAST_MIN_LINES = 0
-"""Below this many lines the per-line reader is as quick as setting up the vectorised one."""
-
-
 def _numbered(data: bytes, bounds: Any, text: str | None, done: Any) -> Iterable[tuple[int, str]]:
     """(1-based line number, text) of every line the vectorised path did not read."""
     import numpy as np
