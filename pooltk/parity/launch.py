@@ -2,8 +2,9 @@
 
 [Note: launching]
 The launcher owns a ``TCPStore`` on 127.0.0.1 with port 0, so the OS picks a free port
-and no other process can race for it; ranks are fresh Python processes (``python -m pooltk.parity._rank``, so
-no caller's ``__main__`` is re-imported, from scripts and notebooks alike) that join through it
+and no other process can race for it; ranks are forked from one fresh Python process
+(``python -m pooltk.parity._zygote``, see [Note: one import, many ranks]; no caller's
+``__main__`` is re-imported, from scripts and notebooks alike) and join through it
 and run gloo over loopback (``GLOO_SOCKET_IFNAME=lo``). Each rank writes its records, or
 its own error, as JSON into a temporary folder. The launcher polls: when a rank fails it
 gives the others a short grace period, then kills whatever still runs; at the deadline it
@@ -202,19 +203,16 @@ def _overrun_from(err: dict[str, Any]) -> BaseException:
     return exc
 
 
-def _kill(procs: list[subprocess.Popen]) -> None:
-    """Kill every rank's whole process session (start_new_session=True) and reap it."""
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - kernel did not reap in time
-            p.kill()
+def _kill(zygote: subprocess.Popen) -> None:
+    """Kill the launch's whole process group (the zygote and every rank it forked) and reap the zygote."""
+    try:
+        os.killpg(zygote.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        zygote.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - kernel did not reap in time
+        zygote.kill()
 
 
 def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = None) -> ParityReport:
@@ -236,24 +234,17 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = 
     with tempfile.TemporaryDirectory(prefix="pooltk-parity-") as tmp:
         out = Path(tmp)
         (out / "spec.json").write_text(json.dumps(spec.to_dict()))
-        procs: list[subprocess.Popen] = []
-        logs = []
-        for rank in range(world):
-            log = open(out / f"rank{rank}.log", "wb")
-            logs.append(log)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "pooltk.parity._rank", str(rank), str(world), str(out), str(store.port)]
+        with open(out / "zygote.log", "wb") as log:
+            zygote = subprocess.Popen(
+                [sys.executable, "-m", "pooltk.parity._zygote", str(world), str(out), str(store.port)]
                 + ([prelude] if prelude else []),
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-            ))
+            )
         deadline = time.monotonic() + spec.timeout_s
         failed_at = None
         try:
-            while True:
-                codes = [p.poll() for p in procs]
-                if all(c is not None for c in codes):
-                    break
-                if failed_at is None and any(c not in (None, 0) for c in codes):
+            while zygote.poll() is None:
+                if failed_at is None and any(out.glob("rank*.error.json")):
                     failed_at = time.monotonic()
                 if failed_at is not None and time.monotonic() - failed_at > grace_s:
                     break
@@ -261,10 +252,8 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = 
                     break
                 time.sleep(0.02)
         finally:
-            timed_out = time.monotonic() > deadline and any(p.poll() is None for p in procs)
-            _kill(procs)
-            for log in logs:
-                log.close()
+            timed_out = time.monotonic() > deadline and zygote.poll() is None
+            _kill(zygote)
             del store
         errors = _read_errors(out)
         if errors:
@@ -281,10 +270,11 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = 
             )
         missing = [r for r in range(world) if not (out / f"rank{r}.json").exists()]
         if missing:
-            codes = {r: procs[r].returncode for r in missing}
-            tail = (out / f"rank{missing[0]}.log").read_text(errors="replace")[-3000:]
+            rank_log = out / f"rank{missing[0]}.log"
+            tail = (rank_log if rank_log.exists() else out / "zygote.log").read_text(errors="replace")[-3000:]
             raise ParityRankError(rank=missing[0], error_type="ProcessDied",
-                                  message=f"ranks {missing} exited without results (exit codes {codes}); "
+                                  message=f"ranks {missing} exited without results (launcher exit code "
+                                          f"{zygote.returncode}); "
                                           f"rank {missing[0]} printed:\n{tail}",
                                   traceback_text=tail, overrun=False)
         per_rank = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]

@@ -17,7 +17,7 @@ def leftover_rank_processes() -> dict[int, str]:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "pooltk.parity._rank" in cmd and cmd.startswith(sys.executable) and int(proc.name) != os.getpid():
+        if "pooltk.parity._zygote" in cmd and cmd.startswith(sys.executable) and int(proc.name) != os.getpid():
             found[int(proc.name)] = cmd
     return found
 
