@@ -28,8 +28,11 @@ def detect() -> Layout | str:
     missing = [f"{cls.__name__}.{name}" for cls, name in needed if name not in cls.__dict__]
     if missing:
         return f"{FAMILY}: missing {', '.join(missing)}"
-    if "tensor_meta" not in inspect.signature(recv_info.__init__).parameters:
+    params = inspect.signature(recv_info.__init__).parameters
+    if "tensor_meta" not in params:
         return f"{FAMILY}: _RecvInfo has no tensor_meta (older layout)"
+    if "buffer" not in params:
+        return f"{FAMILY}: _RecvInfo takes no buffer (buffers are not made at setup)"
     hot = missing_hot_methods(base)
     if hot:
         return f"{FAMILY}: stage base lacks {', '.join(hot)}"

@@ -64,6 +64,10 @@ def print_report(report) -> None:
             f, g = v.recv[s]["forward"], v.recv[s]["grad"]
             cells.append(f"s{s} {f['sets']}+{g['sets']} {_fmt_bytes(f['bytes'] + g['bytes'])}")
         print(f"  {v.name:32} " + " | ".join(cells))
+    for v in report.variants:
+        if v.pooled and all(not r for r in v.rings.values()):
+            why = next((g for g in v.gate.values() if g), None) or "install() did not pool on this torch (run `pooltk probe` for why)"
+            print(f"note: {v.name} held no ring on any stage (ran stock): {why}")
     print(f"\nbitwise_equal: {report.bitwise_equal}")
 
 

@@ -11,6 +11,12 @@ import pooltk
 from pooltk import PoolConfig
 from pooltk.adapters import HOT_METHODS, detect
 
+_LAYOUT = detect().layout
+needs_pooling_layout = pytest.mark.skipif(
+    _LAYOUT is None or _LAYOUT.stands_down,
+    reason=f"this torch's layout ({_LAYOUT.name if _LAYOUT else 'unknown'}) is not pooled: install() stands down",
+)
+
 
 def _stage_classes():
     from torch.distributed.pipelining import stage as m
@@ -32,6 +38,7 @@ def test_this_torch_is_detected_by_feature(clean_install):
     assert d.layout is not None and d.layout.name in {"setup-recv-info", "prepare-infra", "lazy"}
 
 
+@needs_pooling_layout
 def test_install_wraps_and_uninstall_restores_the_exact_function_objects(clean_install):
     before = _snapshot()
     report = pooltk.install(slack=1)
@@ -46,12 +53,14 @@ def test_install_wraps_and_uninstall_restores_the_exact_function_objects(clean_i
     assert pooltk.uninstall() is False
 
 
+@needs_pooling_layout
 def test_install_twice_with_same_settings_is_a_no_op(clean_install):
     r1 = pooltk.install(PoolConfig(slack=3))
     r2 = pooltk.install(PoolConfig(slack=3))
     assert r1 is r2
 
 
+@needs_pooling_layout
 def test_install_with_different_config_raises_and_names_both(clean_install):
     pooltk.install(slack=2)
     with pytest.raises(ValueError) as info:
@@ -70,6 +79,7 @@ def test_shortfall_needs_force(clean_install):
         pooltk.install(PoolConfig(forward_shortfall=1))
 
 
+@needs_pooling_layout
 def test_pooled_context_manager_uninstalls_on_exit_even_after_an_error(clean_install):
     before = _snapshot()
     with pytest.raises(KeyError):
@@ -81,19 +91,23 @@ def test_pooled_context_manager_uninstalls_on_exit_even_after_an_error(clean_ins
     assert all(after[k] is before[k] for k in before)
 
 
+@needs_pooling_layout
 def test_pool_stage_binds_on_the_instance_only_and_unpool_removes_it(clean_install):
     base, manual, _ = _stage_classes()
     before = _snapshot()
     stage = object.__new__(manual)  # no process group needed to bind methods
     report = pooltk.pool_stage(stage, slack=1)
     assert report.installed and report.scope == "stage"
-    assert "_setup_forward_recv_info" in stage.__dict__ and "get_fwd_recv_ops" in stage.__dict__
+    own_targets = [t.name for t in _LAYOUT.setup_targets if isinstance(stage, t.owner)]
+    assert own_targets and all(name in stage.__dict__ for name in own_targets)
+    assert "get_fwd_recv_ops" in stage.__dict__
     assert _snapshot() == before
     assert all(_snapshot()[k] is before[k] for k in before)
     assert pooltk.unpool_stage(stage) is True
     assert "get_fwd_recv_ops" not in stage.__dict__
 
 
+@needs_pooling_layout
 def test_pool_stage_refuses_when_installed_process_wide(clean_install):
     _, manual, _ = _stage_classes()
     pooltk.install()
@@ -105,18 +119,20 @@ FAIL_OPEN = textwrap.dedent(
     """
     import warnings
     from torch.distributed.pipelining import stage as m
-    # Simulate a torch whose private layout moved: the forward setup hook is no longer
-    # defined on PipelineStage (it still resolves through the base, so torch works).
-    fn = m.PipelineStage.__dict__["_setup_forward_recv_info"]
-    delattr(m.PipelineStage, "_setup_forward_recv_info")
-    m._PipelineStageBase._setup_forward_recv_info = fn
+    from pooltk.adapters import detect
+    # Simulate a torch whose private layout moved: the manual frontend's forward setup hook
+    # is no longer defined on PipelineStage (it still resolves through the base, so torch works).
+    name = next(t.name for t in detect().layout.setup_targets if t.owner is m.PipelineStage)
+    fn = m.PipelineStage.__dict__[name]
+    delattr(m.PipelineStage, name)
+    setattr(m._PipelineStageBase, name, fn)
     before = {k: v for k, v in vars(m._PipelineStageBase).items()}
     import pooltk
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         report = pooltk.install()
     assert report.installed is False, report
-    assert "PipelineStage._setup_forward_recv_info" in report.reason, report.reason
+    assert "PipelineStage." + name in report.reason or "no known receive-buffer layout" in report.reason, report.reason
     assert any(issubclass(x.category, pooltk.PoolWarning) for x in w), [str(x.message) for x in w]
     assert all(vars(m._PipelineStageBase)[k] is v for k, v in before.items())
     print("FAIL-OPEN-OK")
@@ -124,6 +140,7 @@ FAIL_OPEN = textwrap.dedent(
 )
 
 
+@needs_pooling_layout
 def test_unknown_layout_fails_open_with_a_warning_and_touches_nothing(tmp_path):
     script = tmp_path / "failopen.py"
     script.write_text(FAIL_OPEN)
