@@ -214,10 +214,11 @@ def plan_rings(schedule: object, config: "PoolConfig") -> RingPlan:
     Raises:
         ScheduleAnalysisError: the schedule cannot be analysed (the message says why).
     """
-    from pooltk.schedule_runs import ScheduleAnalysisError
+    from pooltk.schedule_runs import ScheduleAnalysisError, resolve_schedule
     from pooltk.schedules import _analysis, min_safe_ring
 
     cls = type(schedule)
+    resolve_schedule(cls)  # refuses custom runtime (CSV) schedules, base classes, step overrides
     n_mb = int(schedule._n_microbatches)
     num_stages = int(schedule._num_stages)
     pp = int(getattr(schedule, "pp_group_size", num_stages))

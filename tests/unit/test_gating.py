@@ -53,3 +53,22 @@ def test_unobserved_setup_falls_back_to_install_name_and_force_overrides():
     assert not d.pool and not d.observed and "force=True" in d.reason
     assert decide(install_schedule="gpipe", force=True).pool
     assert not decide(install_schedule=None, force=False).pool
+
+
+def test_auto_refuses_a_custom_runtime_schedule_and_says_why():
+    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
+    csv_like = object.__new__(_PipelineScheduleRuntime)  # what a CSV-loaded schedule is
+    d = _setup_as(csv_like, install_schedule="auto", force=False)
+    assert not d.pool and d.observed
+    assert "cannot be analysed" in d.reason and "Stock receive buffers kept" in d.reason
+
+
+def test_auto_without_an_observable_schedule_stays_stock():
+    d = decide(install_schedule="auto", force=False)
+    assert not d.pool and "needs the driving schedule" in d.reason
+
+
+def test_auto_keeps_the_closed_form_for_1f1b():
+    d = _setup_as(object.__new__(Schedule1F1B), install_schedule="auto", force=False)
+    assert d.pool and d.plan is None
