@@ -200,8 +200,7 @@ def lifetimes_of(prog: Program) -> list[BufferLifetime]:
     return out
 
 
-@functools.lru_cache(maxsize=512)
-def _analysis_cached(
+def _analyse(
     schedule: str | type,
     pp: int,
     n_microbatches: int,
@@ -224,6 +223,9 @@ def _analysis_cached(
     return prog, tuple(lifetimes_of(prog))
 
 
+_analysis_cached = functools.lru_cache(maxsize=512)(_analyse)
+
+
 def _analysis(
     schedule: str | type,
     pp: int,
@@ -243,17 +245,7 @@ def _analysis(
     try:
         hash(args + kw_items)
     except TypeError:  # unhashable schedule kwargs: analyse without the cache
-        prog = program(
-            schedule,
-            pp=pp,
-            n_microbatches=n_microbatches,
-            stages_per_rank=stages_per_rank,
-            style=style,
-            forward_only=forward_only,
-            defer_pp_recv=defer_pp_recv,
-            **schedule_kwargs,
-        )
-        return prog, tuple(lifetimes_of(prog))
+        return _analyse(*args, kw_items)
     return _analysis_cached(*args, kw_items)
 
 
