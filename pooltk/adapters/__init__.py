@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["HOT_METHODS", "Detection", "Layout", "SetupTarget", "detect"]
+__all__ = ["HOT_METHODS", "Detection", "Layout", "SetupTarget", "detect", "eager_layout"]
 
 Direction = Literal["forward", "grad"]
 
@@ -81,6 +81,40 @@ def detect() -> Detection:
         layout=None,
         reason="no known receive-buffer layout in this torch.distributed.pipelining: " + "; ".join(reasons),
         tried=tuple(reasons),
+    )
+
+
+def eager_layout(family: str, stage_mod: object, *, manual_forward: str, traced_forward: str, grad: str) -> Layout | str:
+    """The layout of a family whose setup methods make every receive buffer eagerly.
+
+    Checks that the three setup methods are defined on their classes (manual frontend
+    forward, tracing frontend forward, stage base grad) and that the runtime methods exist;
+    returns the :class:`Layout` or the reason it does not fit. Buffers can be made lazily
+    (only K sets) when torch makes them through the module-level ``_make_tensor_from_meta``.
+    """
+    base, manual, traced = (getattr(stage_mod, n) for n in ("_PipelineStageBase", "PipelineStage", "_PipelineStage"))
+    needed = [(manual, manual_forward), (traced, traced_forward), (base, grad)]
+    missing = [f"{cls.__name__}.{name}" for cls, name in needed if name not in cls.__dict__]
+    if missing:
+        return f"{family}: missing {', '.join(missing)}"
+    hot = missing_hot_methods(base)
+    if hot:
+        return f"{family}: stage base lacks {', '.join(hot)}"
+    lazy_ok = callable(getattr(stage_mod, "_make_tensor_from_meta", None))
+    targets = tuple(
+        SetupTarget(owner=owner, name=name, direction=direction, infos_attr=attr, alloc_free=lazy_ok)
+        for owner, name, direction, attr in (
+            (manual, manual_forward, "forward", "args_recv_info"),
+            (traced, traced_forward, "forward", "args_recv_info"),
+            (base, grad, "grad", "grad_recv_info"),
+        )
+    )
+    return Layout(
+        name=family,
+        setup_targets=targets,
+        note=f"layout {family!r}: PipelineStage.{manual_forward}, _PipelineStage.{traced_forward}, "
+        f"_PipelineStageBase.{grad}"
+        + ("" if lazy_ok else " (no _make_tensor_from_meta: all M sets are made, then K kept)"),
     )
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import inspect
 
-from pooltk.adapters import Layout, SetupTarget, missing_hot_methods
+from pooltk.adapters import Layout, eager_layout
 
 FAMILY = "prepare-infra"
 
@@ -56,24 +56,5 @@ def detect() -> Layout | str:
         return f"{FAMILY}: no _RootArgPlaceholder (root args are not the <= 2.11 form)"
     if not _takes_buffer(recv_info):
         return f"{FAMILY}: _RecvInfo is not built around an eager buffer argument"
-    needed = [(manual, "_prepare_forward_infra"), (traced, "_prepare_forward_infra"), (base, "_prepare_backward_infra")]
-    missing = [f"{cls.__name__}.{name}" for cls, name in needed if name not in cls.__dict__]
-    if missing:
-        return f"{FAMILY}: missing {', '.join(missing)}"
-    hot = missing_hot_methods(base)
-    if hot:
-        return f"{FAMILY}: stage base lacks {', '.join(hot)}"
-    lazy_ok = callable(getattr(stage_mod, "_make_tensor_from_meta", None))
-    return Layout(
-        name=FAMILY,
-        setup_targets=(
-            SetupTarget(owner=manual, name="_prepare_forward_infra", direction="forward",
-                        infos_attr="args_recv_info", alloc_free=lazy_ok),
-            SetupTarget(owner=traced, name="_prepare_forward_infra", direction="forward",
-                        infos_attr="args_recv_info", alloc_free=lazy_ok),
-            SetupTarget(owner=base, name="_prepare_backward_infra", direction="grad",
-                        infos_attr="grad_recv_info", alloc_free=lazy_ok),
-        ),
-        note=f"layout {FAMILY!r}: _prepare_forward_infra (both frontends), _PipelineStageBase._prepare_backward_infra"
-        + ("" if lazy_ok else " (no _make_tensor_from_meta: all M sets are made, then K kept)"),
-    )
+    return eager_layout(FAMILY, stage_mod, manual_forward="_prepare_forward_infra",
+                        traced_forward="_prepare_forward_infra", grad="_prepare_backward_infra")

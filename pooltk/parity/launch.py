@@ -281,19 +281,15 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = 
     return _gather(spec, per_rank, time.perf_counter() - t0)
 
 
-def _run_key(v: Any) -> tuple:
-    return (v.frontend, v.schedule.lower(), v.eval_between_steps, v.stages_per_rank)
-
-
 def _gather(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s: float) -> ParityReport:
     world = len(per_rank)
     variants: list[VariantResult] = []
-    stock_losses: dict[tuple, list[float]] = {}
+    # Per variant: per-microbatch losses of every step, then per-step eval sums, of the last stage.
+    flat_losses: list[list[float]] = []
     for vi, v in enumerate(spec.variants):
         recs = [per_rank[r][vi] for r in range(world)]
         last = next(r for r in recs if r["has_last"])
-        if not v.pooled:
-            stock_losses[_run_key(v)] = [x for step in last["losses"] for x in step] + last["eval_sums"]
+        flat_losses.append([x for step in last["losses"] for x in step] + last["eval_sums"])
         ref_name = recs[0]["reference"]
         n_steps = len(recs[0]["grad_sq"])
         stages = {int(s): d for r in recs for s, d in r["stages"].items()}
@@ -317,19 +313,13 @@ def _gather(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s: floa
             step_end_unix=last["step_end_unix"],
             peak_rss_by_step={r["rank"]: r["peak_rss_by_step"] for r in recs},
         ))
-    for res, v in zip(variants, spec.variants):
+    stock_losses = {v.run_key: flat for v, flat in zip(spec.variants, flat_losses) if not v.pooled}
+    for res, v, mine in zip(variants, spec.variants, flat_losses):
         if res.reference is None:
             continue
-        ref = stock_losses.get(_run_key(v))
-        mine = _flat(res, spec, v, per_rank)
+        ref = stock_losses.get(v.run_key)
         res.losses_bitwise_equal = ref is not None and mine == ref
         res.losses_max_abs_diff = max((abs(a - b) for a, b in zip(mine, ref or [])), default=0.0)
     boundary = spec.rows_per_microbatch * spec.seq_len * spec.hidden * 4
     return ParityReport(spec=spec, variants=variants, wall_s=wall_s, boundary_bytes=boundary)
 
-
-def _flat(res: VariantResult, spec: ParitySpec, v: Any, per_rank: list[list[dict[str, Any]]]) -> list[float]:
-    """Per-microbatch losses of every step, then per-step eval sums, of the rank holding the last stage."""
-    vi = spec.variants.index(v)
-    last = next(per_rank[r][vi] for r in range(len(per_rank)) if per_rank[r][vi]["has_last"])
-    return [x for step in last["losses"] for x in step] + last["eval_sums"]

@@ -40,6 +40,11 @@ class Variant:
     """``process``: ``pooltk.install`` before the stages are built; ``stage``:
     ``pooltk.pool_stage`` on each stage object after it is built (the per-stage form)."""
 
+    @property
+    def run_key(self) -> tuple:
+        """Variants with equal keys must produce identical numbers when the pool is correct."""
+        return (self.frontend, self.schedule.lower(), self.eval_between_steps, self.stages_per_rank)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["config"] = self.config.to_dict() if self.config else None

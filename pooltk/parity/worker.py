@@ -225,19 +225,13 @@ class _nullctx:
         return None
 
 
-def _same_run(a: Variant, b: Variant) -> bool:
-    """Variants that must produce identical numbers when the pool is correct."""
-    return (a.frontend, a.schedule.lower(), a.eval_between_steps, a.stages_per_rank) == (
-        b.frontend, b.schedule.lower(), b.eval_between_steps, b.stages_per_rank)
-
-
 def _compare(records: list[dict[str, Any]], variants: tuple[Variant, ...]) -> None:
     """Attach bitwise / max-abs-diff of final params vs the stock variant of the same frontend+schedule."""
     by_name = {r["variant"]: r for r in records}
     for v in variants:
         rec = by_name[v.name]
         ref = next((by_name[s.name] for s in variants
-                    if not s.pooled and _same_run(s, v)), None)
+                    if not s.pooled and s.run_key == v.run_key), None)
         if ref is None or ref is rec:
             rec["reference"] = None
             rec["params_bitwise_equal"] = None
