@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/bench_memory_model.py [--reps 20] [--sweep-live-source formula|schedule]``
 
 Rows:
-- one widget update at N=16, M=256 (``pooltk.memory_plots.explore``: the full per-stage model
+- one widget update at N=16, M=256 (``pooltk.nb.memory.explore``: the full per-stage model
   plus the figure of merit), with the schedule walk already cached (what moving slack,
   policy or boundary costs) -- goal <= 50 ms;
 - the same model with the live sets from the closed form (``live_source="formula"``);
@@ -21,10 +21,10 @@ import argparse
 import statistics
 import time
 
-from pooltk import memory_plots as mp
-from pooltk import schedules
+from pooltk.nb import memory as mp
+from pooltk.analysis import lifetimes as schedules
 from pooltk.config import PoolConfig
-from pooltk.memory import Boundary, PipelineShape, _walked_live_sets, model_memory
+from pooltk.memory.model import Boundary, PipelineShape, _walked_live_sets, model_memory
 
 GOAL_MS = 50.0
 PRESET = "kimi-k3-gb200-2k-calibrated"

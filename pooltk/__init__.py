@@ -11,8 +11,8 @@ See README.md for the whole toolkit (memory model, parity harness, log analysis)
 """
 
 from pooltk.config import PoolConfig
-from pooltk.guard import PoolOverrunError
-from pooltk.install import (
+from pooltk.pool.guard import PoolOverrunError
+from pooltk.pool.install import (
     InstallReport,
     PoolWarning,
     install,

@@ -31,7 +31,7 @@ def _check_count(field: str, value: Any, fix: str) -> None:
 class PoolConfig:
     """How many receive-buffer sets each pooled stage keeps, and how misuse is caught.
 
-    The ring sizes themselves are computed in :mod:`pooltk.ring` from this config and
+    The ring sizes themselves are computed in :mod:`pooltk.pool.ring` from this config and
     the stage's place in the pipeline; see [Note: ring sizes] there.
     """
 
@@ -51,11 +51,11 @@ class PoolConfig:
     ``"measure"``: K = M (no memory saved); the guard's ownership records the peak number
     of buffers really live in a run (``DirectionRing.peak_owned``), to check an analysis.
     For schedules pooled with ``schedule="auto"``, ``tight`` means the analysed minimum
-    safe ring plus slack (see :mod:`pooltk.gating`)."""
+    safe ring plus slack (see :mod:`pooltk.pool.gating`)."""
 
     guard: bool = True
     """Turn early buffer reuse into a loud error: slot ownership is checked at every
-    receive post (:class:`pooltk.guard.PoolOverrunError`) and the slot's version counter
+    receive post (:class:`pooltk.pool.guard.PoolOverrunError`) and the slot's version counter
     is bumped, so autograd refuses to read an overwritten activation. Turn off only to
     demonstrate the silent corruption the guard prevents."""
 

@@ -56,8 +56,8 @@ def _fail(message: str) -> int:
 
 def _source(args: argparse.Namespace) -> Any:
     """The Preset the arguments describe (preset, config file, or explicit flags)."""
-    from pooltk.memory import Boundary, MemoryModelError, PipelineShape
-    from pooltk.presets import Preset, get_preset, load_automodel_config
+    from pooltk.memory.model import Boundary, MemoryModelError, PipelineShape
+    from pooltk.studies.kimi_k3.presets import Preset, get_preset, load_automodel_config
     from pooltk.config import PoolConfig
 
     explicit = [f"--{f.replace('_', '-')}" for f in _SHAPE_FLAGS if getattr(args, f) is not None]
@@ -124,7 +124,7 @@ def _model(args: argparse.Namespace) -> tuple[Any, Any]:
     import dataclasses
 
     from pooltk.config import PoolConfig
-    from pooltk.memory import Boundary, model_memory
+    from pooltk.memory.model import Boundary, model_memory
 
     preset = _source(args)
     base = preset.config
@@ -139,7 +139,7 @@ def _model(args: argparse.Namespace) -> tuple[Any, Any]:
     boundary = preset.boundary
     if args.boundary_mib is not None:
         if not args.boundary_mib > 0:
-            from pooltk.memory import MemoryModelError
+            from pooltk.memory.model import MemoryModelError
 
             raise MemoryModelError("--boundary-mib", found=repr(args.boundary_mib), required="> 0", fix="give MiB per buffer set, e.g. 416.")
         boundary = Boundary.opaque(round(args.boundary_mib * 2**20), name="boundary_override")
@@ -148,7 +148,7 @@ def _model(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _table(preset: Any, model: Any, unit: str) -> str:
-    from pooltk.memory import to_unit
+    from pooltk.memory.model import to_unit
 
     cfg = model.config
     lines = [
@@ -185,7 +185,7 @@ def _row(cells: list[str], widths: list[int]) -> str:
 
 
 def _list_presets() -> str:
-    from pooltk.presets import PRESETS
+    from pooltk.studies.kimi_k3.presets import PRESETS
 
     out = []
     for p in PRESETS.values():
@@ -198,7 +198,7 @@ def _list_presets() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pooltk.memory import MemoryModelError
+    from pooltk.memory.model import MemoryModelError
 
     if args.list_presets:
         print(_list_presets())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -44,36 +45,9 @@ def spec_from_args(args: argparse.Namespace):
                       seq_len=args.seq_len, rows_per_microbatch=args.rows, timeout_s=args.timeout, variants=variants)
 
 
-def _fmt_bytes(n: int) -> str:
-    return f"{n / 2**10:.1f} KiB" if n < 2**20 else f"{n / 2**20:.2f} MiB"
-
-
-def print_report(report) -> None:
-    print(f"parity pp{report.spec.pp} x {report.spec.microbatches} microbatches x {report.spec.steps} steps "
-          f"(boundary tensor {_fmt_bytes(report.boundary_bytes)} per microbatch), wall {report.wall_s:.1f} s")
-    print(f"{'variant':34} {'bitwise':>8} {'max|dparam|':>12} {'max|dloss|':>11} {'step ms':>8}")
-    for v in report.variants:
-        bw = "ref" if v.reference is None else ("yes" if v.bitwise_equal else "NO")
-        dp = "" if v.params_max_abs_diff is None else f"{v.params_max_abs_diff:.3g}"
-        dl = "" if v.losses_max_abs_diff is None else f"{v.losses_max_abs_diff:.3g}"
-        print(f"{v.name:34} {bw:>8} {dp:>12} {dl:>11} {v.median_step_time_s * 1e3:8.1f}")
-    print("\nreceive buffers per stage (sets fwd+grad, bytes):")
-    for v in report.variants:
-        cells = []
-        for s in sorted(v.recv):
-            f, g = v.recv[s]["forward"], v.recv[s]["grad"]
-            cells.append(f"s{s} {f['sets']}+{g['sets']} {_fmt_bytes(f['bytes'] + g['bytes'])}")
-        print(f"  {v.name:32} " + " | ".join(cells))
-    for v in report.variants:
-        if v.pooled and all(not r for r in v.rings.values()):
-            why = next((g for g in v.gate.values() if g), None) or "install() did not pool on this torch (run `pooltk probe` for why)"
-            print(f"note: {v.name} held no ring on any stage (ran stock): {why}")
-    print(f"\nbitwise_equal: {report.bitwise_equal}")
-
-
 def run(args: argparse.Namespace) -> int:
-    from pooltk.guard import PoolOverrunError
-    from pooltk.parity import ParityRankError, ParityTimeoutError, run_parity
+    from pooltk.pool.guard import PoolOverrunError
+    from pooltk.parity import ParityRankError, ParityTimeoutError, format_report, run_parity
 
     try:
         spec = spec_from_args(args)
@@ -95,5 +69,47 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
-        print_report(report)
+        print(format_report(report))
     return 0 if report.bitwise_equal else 1
+
+
+def torchrun_main(argv: list[str] | None = None) -> int:
+    import torch
+    import torch.distributed as dist
+
+    from pooltk.parity import format_report, gather_report
+    from pooltk.parity.worker import run_in_group
+
+    if "RANK" not in os.environ:
+        print("pooltk.parity: RANK is not set; run under torchrun (torchrun --nproc-per-node N -m pooltk.parity), "
+              "or use `pooltk parity`, which spawns its own gloo ranks.", file=sys.stderr)
+        return 2
+    parser = argparse.ArgumentParser(prog="python -m pooltk.parity")
+    register(parser)
+    args = parser.parse_args(argv)
+    if "--pp" not in (argv if argv is not None else sys.argv[1:]):
+        args.pp = int(os.environ["WORLD_SIZE"])
+    spec = spec_from_args(args)
+    import time
+
+    t0 = time.perf_counter()
+    use_cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}") if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    records = run_in_group(spec, rank, world, device)
+    gathered: list = [None] * world if rank == 0 else None  # type: ignore[assignment]
+    dist.gather_object(records, gathered, dst=0)
+    ok = torch.tensor([1], device=device)
+    if rank == 0:
+        report = gather_report(spec, gathered, wall_s=time.perf_counter() - t0)
+        if args.json:
+            print(json.dumps(report.to_dict(), indent=2))
+        else:
+            print(format_report(report))
+        ok[0] = int(report.bitwise_equal)
+    dist.broadcast(ok, src=0)
+    dist.destroy_process_group()
+    return 0 if int(ok[0]) else 1

@@ -11,8 +11,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pooltk.adapters import detect
-    from pooltk.install import probe
+    from pooltk.pool.adapters import detect
+    from pooltk.pool.install import probe
 
     report = probe()
     detection = detect()

@@ -37,7 +37,7 @@ def _since_process_start() -> float | None:
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from pooltk.report import ReportConfig, describe, run_report
+    from pooltk.nb.report import ReportConfig, describe, run_report
 
     t0 = time.perf_counter()
     try:

@@ -75,7 +75,7 @@ def _label(r: dict[str, Any]) -> str:
 
 
 def _totals(table: Any, name: str, pp: int, vpp: int, m: int, defer: bool, forward_only: bool) -> dict[str, Any]:
-    from pooltk.schedules import lifetimes, shared_slots
+    from pooltk.analysis.lifetimes import lifetimes, shared_slots
 
     spans = lifetimes(
         name, pp=pp, n_microbatches=m, stages_per_rank=vpp, defer_pp_recv=defer, forward_only=forward_only
@@ -97,7 +97,7 @@ def _totals(table: Any, name: str, pp: int, vpp: int, m: int, defer: bool, forwa
 
 def _validate(args: argparse.Namespace) -> int:
     from pooltk.parity.schedule_check import check_schedules
-    from pooltk.schedule_runs import ScheduleAnalysisError, resolve_schedule
+    from pooltk.analysis.programs import ScheduleAnalysisError, resolve_schedule
 
     try:
         names = tuple(resolve_schedule(n)[0] for n in args.schedule) if args.schedule else None
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "validate", False):
         return _validate(args)
     from pooltk.config import PoolConfig
-    from pooltk.schedules import ScheduleAnalysisError, analysable_schedules, resolve_schedule, sweep_table, tight_rings
+    from pooltk.analysis.lifetimes import ScheduleAnalysisError, analysable_schedules, resolve_schedule, sweep_table, tight_rings
 
     defaults = PoolConfig()
     slack = defaults.slack if args.slack is None else args.slack

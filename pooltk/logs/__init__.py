@@ -9,7 +9,7 @@ Reading::
 
 Metrics (tok/s per physical GPU, steady-state windows, MFU with its basis, headroom, the 1F1B
 bubble) live in :mod:`pooltk.logs.metrics`; the published Kimi-K3 figures and their claims in
-:mod:`pooltk.logs.claims`; Automodel's JSONL writer in :mod:`pooltk.logs.jsonl_writer`.
+:mod:`pooltk.studies.kimi_k3.claims`; Automodel's JSONL writer in :mod:`pooltk.logs.jsonl_writer`.
 
 Needs pandas and numpy (the ``notebooks`` extra); the core ``pooltk`` package never imports this.
 """

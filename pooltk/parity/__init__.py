@@ -4,7 +4,15 @@
 a :class:`ParityReport`; ``python -m pooltk.parity`` runs the same under ``torchrun``.
 """
 
-from pooltk.parity.launch import ParityRankError, ParityReport, ParityTimeoutError, VariantResult, run_parity
+from pooltk.parity.launch import (
+    ParityRankError,
+    ParityReport,
+    ParityTimeoutError,
+    VariantResult,
+    gather_report,
+    run_parity,
+)
+from pooltk.parity.summary import format_report
 from pooltk.parity.spec import ParitySpec, Variant, default_variants
 from pooltk.parity.worker import measure_recv_storage
 
@@ -16,6 +24,8 @@ __all__ = [
     "Variant",
     "VariantResult",
     "default_variants",
+    "format_report",
+    "gather_report",
     "measure_recv_storage",
     "run_parity",
 ]

@@ -29,7 +29,7 @@ from typing import Any
 
 from pooltk.parity.spec import ParitySpec
 
-__all__ = ["ParityRankError", "ParityReport", "ParityTimeoutError", "VariantResult", "run_parity"]
+__all__ = ["ParityRankError", "ParityReport", "ParityTimeoutError", "VariantResult", "gather_report", "run_parity"]
 
 
 class ParityRankError(RuntimeError):
@@ -196,7 +196,7 @@ def _root_cause(errors: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _overrun_from(err: dict[str, Any]) -> BaseException:
     """Rebuild the PoolOverrunError a rank raised from its message (same text, same type)."""
-    from pooltk.guard import PoolOverrunError
+    from pooltk.pool.guard import PoolOverrunError
 
     exc = PoolOverrunError.__new__(PoolOverrunError)
     RuntimeError.__init__(exc, f"[rank {err['rank']}] {err['message']}")
@@ -278,10 +278,11 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = 
                                           f"rank {missing[0]} printed:\n{tail}",
                                   traceback_text=tail, overrun=False)
         per_rank = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
-    return _gather(spec, per_rank, time.perf_counter() - t0)
+    return gather_report(spec, per_rank, time.perf_counter() - t0)
 
 
-def _gather(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s: float) -> ParityReport:
+def gather_report(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s: float) -> ParityReport:
+    """Build the report from every rank's records (as the launcher or a torchrun rank 0 gathered them)."""
     world = len(per_rank)
     variants: list[VariantResult] = []
     # Per variant: per-microbatch losses of every step, then per-step eval sums, of the last stage.

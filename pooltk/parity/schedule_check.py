@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pooltk.config import PoolConfig
-from pooltk.guard import PoolOverrunError
+from pooltk.pool.guard import PoolOverrunError
 from pooltk.parity.launch import ParityRankError, ParityTimeoutError, run_parity
 from pooltk.parity.spec import ParitySpec, Variant
 
@@ -88,8 +88,8 @@ def check_schedules(
     schedules (DualPipeV needs M >= stages), so M is N, 2N, 4N for those and 2N, 4N, 8N
     for 1F1B and GPipe. A shape torch rejects for a schedule is recorded in ``skipped``.
     """
-    from pooltk.schedule_runs import ScheduleAnalysisError, analysable_schedules
-    from pooltk.schedules import lifetimes, live_sets, min_safe_ring
+    from pooltk.analysis.programs import ScheduleAnalysisError, analysable_schedules
+    from pooltk.analysis.lifetimes import lifetimes, live_sets, min_safe_ring
 
     all_names = tuple(schedules or analysable_schedules())
     result = ScheduleCheck()
@@ -138,7 +138,7 @@ def check_schedules(
 
 def guard_catch(schedule: str, *, timeout_s: float = 300.0) -> str:
     """Run ``schedule`` with every forward ring one below the analysed minimum; the guard must stop it."""
-    from pooltk.schedules import lifetimes, min_safe_ring
+    from pooltk.analysis.lifetimes import lifetimes, min_safe_ring
 
     vpp = STAGES_PER_RANK[schedule]
     for pp in (2, 4):

@@ -289,7 +289,7 @@ def spawn_entry(rank: int, world: int, spec_json: str, out_dir: str, store_port:
         dist.destroy_process_group()
     except BaseException as exc:  # report the rank's own error, then exit non-zero
         text = "".join(traceback.format_exception(exc))
-        from pooltk.guard import PoolOverrunError
+        from pooltk.pool.guard import PoolOverrunError
 
         (out / f"rank{rank}.error.json").write_text(json.dumps({
             "rank": rank,

@@ -24,7 +24,7 @@ def fake_torch(monkeypatch) -> Callable[[dict[str, Any]], dict[str, Any]]:
     import torch.distributed.pipelining as pkg
 
     import pooltk
-    install_mod = importlib.import_module("pooltk.install")  # pooltk.install is also a function name
+    install_mod = importlib.import_module("pooltk.pool.install")
 
     pooltk.uninstall()
     monkeypatch.setattr(install_mod, "_WARNED", set())  # each test sees its own once-per-process warnings
@@ -48,6 +48,6 @@ def fake_torch(monkeypatch) -> Callable[[dict[str, Any]], dict[str, Any]]:
 @pytest.fixture
 def fresh_warnings(monkeypatch) -> None:
     """Forget which PoolWarnings this process already gave (they are given once per process)."""
-    install_mod = importlib.import_module("pooltk.install")  # pooltk.install is also a function name
+    install_mod = importlib.import_module("pooltk.pool.install")
 
     monkeypatch.setattr(install_mod, "_WARNED", set())

@@ -15,8 +15,8 @@ import warnings
 import pytest
 
 import pooltk
-from pooltk.adapters import HOT_METHODS, detect
-from pooltk.install import PoolWarning
+from pooltk.pool.adapters import HOT_METHODS, detect
+from pooltk.pool.install import PoolWarning
 
 from _shapes import FAMILY_BY_MINOR, LAYOUTS, expected_family, load_shape
 

@@ -1,13 +1,13 @@
 """The memory model's bytes per stage and direction equal what real gloo stages hold, exactly.
 
 Measured: distinct storages behind every stage's receive infos after real steps (stock and
-pooled). Modelled: pooltk.memory.expected_bytes for the same shape, boundary and config.
+pooled). Modelled: pooltk.memory.model.expected_bytes for the same shape, boundary and config.
 """
 
 import pytest
 
 from pooltk import PoolConfig
-from pooltk.memory import expected_bytes, harness_boundary
+from pooltk.memory.model import expected_bytes, harness_boundary
 from pooltk.parity import ParitySpec, default_variants, run_parity
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(600)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from pooltk.logs.claims import PUBLISHED_CSV, claims_ledger, load_published, published_table
+from pooltk.studies.kimi_k3.claims import PUBLISHED_CSV, claims_ledger, load_published, published_table
 from pooltk.logs.metrics import DeviceCapacity
 
 

@@ -1,10 +1,10 @@
-"""Notebook 01's widget callback path (pooltk.memory_plots.explore) computes what the notebook shows."""
+"""Notebook 01's widget callback path (pooltk.nb.memory.explore) computes what the notebook shows."""
 
 from __future__ import annotations
 
 import pytest
 
-from pooltk import memory_plots as mp
+from pooltk.nb import memory as mp
 
 CAL = "kimi-k3-gb200-2k-calibrated"
 BASE = dict(preset=CAL, pp=8, microbatches=64, slack=2, grad_slack=1, policy="automodel", boundary_mib=416.0)

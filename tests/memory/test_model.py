@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pooltk.config import PoolConfig
-from pooltk.memory import (
+from pooltk.memory.model import (
     Boundary,
     MemoryModelError,
     PipelineShape,

@@ -1,11 +1,11 @@
-"""pooltk.nb: figures are saved only when a report folder is set; setup reports where it runs."""
+"""pooltk.nb.common: figures are saved only when a report folder is set; setup reports where it runs."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import pytest
 
-from pooltk import nb
+from pooltk.nb import common as nb
 
 
 def test_save_figure_writes_a_png_only_under_a_report_dir(tmp_path, monkeypatch):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pooltk.config import PoolConfig
-from pooltk.memory import MemoryModelError, compare_configs, middle_stage
-from pooltk.presets import PRESETS, get_preset, published_vs_model
+from pooltk.memory.model import MemoryModelError, compare_configs, middle_stage
+from pooltk.studies.kimi_k3.presets import PRESETS, get_preset, published_vs_model
 
 CAL = "kimi-k3-gb200-2k-calibrated"
 HIDDEN = "kimi-k3-gb200-2k-hidden"

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from pooltk import PoolConfig
-from pooltk.guard import PoolOverrunError
-from pooltk.ring import inflight_1f1b
+from pooltk.pool.guard import PoolOverrunError
+from pooltk.pool.ring import inflight_1f1b
 
-mp = pytest.importorskip("pooltk.mechanism_plots")
+mp = pytest.importorskip("pooltk.nb.mechanism")
 pytest.importorskip("pandas")
 
 
@@ -58,14 +58,14 @@ def test_the_guard_replay_raises_exactly_when_the_lifetimes_show_an_overwrite(
 
 
 def test_the_guard_note_is_the_guard_modules_own_text() -> None:
-    import pooltk.guard
+    import pooltk.pool.guard
 
     note = mp.guard_note()
-    assert "owned" in note and note in (pooltk.guard.__doc__ or "")
+    assert "owned" in note and note in (pooltk.pool.guard.__doc__ or "")
 
 
 def test_layout_families_mark_exactly_the_detected_family() -> None:
-    from pooltk.adapters import detect
+    from pooltk.pool.adapters import detect
 
     frame = mp.layout_families()
     assert set(frame.family) == {"prepare-infra", "setup-recv-info", "lazy"}
@@ -87,7 +87,7 @@ def test_the_explorer_records_rejected_shapes_instead_of_raising() -> None:
 # --------------------------------------------------------------------------- notebook 02
 
 
-pq = pytest.importorskip("pooltk.parity_plots")
+pq = pytest.importorskip("pooltk.nb.parity")
 
 
 def test_the_overrun_parser_reads_the_guards_own_message() -> None:

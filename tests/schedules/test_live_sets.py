@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from pooltk.ring import live_set_1f1b
-from pooltk.schedules import (
+from pooltk.pool.ring import live_set_1f1b
+from pooltk.analysis.lifetimes import (
     DIRECTIONS,
     BufferLifetime,
     lifetime_frame,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from torch.distributed.pipelining import schedules as torch_schedules
 
-from pooltk.schedule_runs import Event, Program, program
-from pooltk.schedules import ScheduleAnalysisError, lifetimes, lifetimes_of, live_sets, overwrites
+from pooltk.analysis.programs import Event, Program, program
+from pooltk.analysis.lifetimes import ScheduleAnalysisError, lifetimes, lifetimes_of, live_sets, overwrites
 
 
 def test_unknown_schedule_name_is_refused_listing_the_known_names() -> None:

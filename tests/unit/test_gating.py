@@ -2,7 +2,7 @@
 
 from torch.distributed.pipelining.schedules import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
-from pooltk.gating import ALLOWLIST, decide, normalize_schedule_name, schedule_allowed
+from pooltk.pool.gating import ALLOWLIST, decide, normalize_schedule_name, schedule_allowed
 
 
 def test_allowlist_is_1f1b_only_and_case_insensitive():

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from pooltk.guard import PoolOverrunError, SlotOwnership, bump_version
-from pooltk.ring import DirectionRing
+from pooltk.pool.guard import PoolOverrunError, SlotOwnership, bump_version
+from pooltk.pool.ring import DirectionRing
 
 
 def test_posting_into_an_owned_slot_raises_overrun_naming_everything():

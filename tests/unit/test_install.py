@@ -9,7 +9,7 @@ import pytest
 
 import pooltk
 from pooltk import PoolConfig
-from pooltk.adapters import HOT_METHODS, detect
+from pooltk.pool.adapters import HOT_METHODS, detect
 
 _LAYOUT = detect().layout
 needs_pooling_layout = pytest.mark.skipif(
@@ -119,7 +119,7 @@ FAIL_OPEN = textwrap.dedent(
     """
     import warnings
     from torch.distributed.pipelining import stage as m
-    from pooltk.adapters import detect
+    from pooltk.pool.adapters import detect
     # Simulate a torch whose private layout moved: the manual frontend's forward setup hook
     # is no longer defined on PipelineStage (it still resolves through the base, so torch works).
     name = next(t.name for t in detect().layout.setup_targets if t.owner is m.PipelineStage)

@@ -66,7 +66,7 @@ class Detection:
 
 def detect() -> Detection:
     """Pick the layout adapter for the installed torch, or say why none fits. Never raises."""
-    from pooltk.adapters import lazy, prepare_infra, setup_recv_info
+    from pooltk.pool.adapters import lazy, prepare_infra, setup_recv_info
 
     reasons = []
     for module in (lazy, setup_recv_info, prepare_infra):

@@ -1,7 +1,7 @@
 """A torch schedule's own action order, per rank, with every receive post in place.
 
 This is the one module that touches ``torch.distributed.pipelining`` internals for the
-schedule analysis (:mod:`pooltk.schedules`). It builds a schedule object WITHOUT a
+schedule analysis (:mod:`pooltk.analysis.lifetimes`). It builds a schedule object WITHOUT a
 process group, on stand-in stage objects that carry only the attributes the schedule
 constructors read, and turns the schedule into a :class:`Program`: for each rank, the
 ordered events (receive posts, compute actions, sends) that rank runs in one step.

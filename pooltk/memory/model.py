@@ -8,13 +8,13 @@ stage and direction how many receive-buffer sets, and how many bytes, are held b
 - ``automodel`` the original single-ring policy (one ``K`` for both directions),
 - ``tight``     pooltk's per-direction rings,
 - ``live_set``  the most sets ever live at once, walked from the schedule's action order
-                (:func:`pooltk.schedules.live_sets`): no pool can hold fewer,
+                (:func:`pooltk.analysis.lifetimes.live_sets`): no pool can hold fewer,
 - ``pooled``    whichever of ``automodel`` / ``tight`` the config's policy selects.
 
 [Note: where the numbers come from]
-Ring sizes come from :mod:`pooltk.ring` -- the very functions the pool calls when it
+Ring sizes come from :mod:`pooltk.pool.ring` -- the very functions the pool calls when it
 allocates -- so the model cannot drift from the pool. Live sets come from
-:mod:`pooltk.schedules`, which walks the schedule; nothing here hard-codes an in-flight
+:mod:`pooltk.analysis.lifetimes`, which walks the schedule; nothing here hard-codes an in-flight
 depth. Bytes are ``sets x set_bytes`` where a set is every tensor crossing one boundary for
 one microbatch. Stage ``i`` receives activations over boundary ``i - 1`` (stage ``i - 1``
 -> ``i``) and gradients over boundary ``i`` (stage ``i + 1`` -> ``i``): stage 0 has no
@@ -34,7 +34,7 @@ from math import prod
 from typing import TYPE_CHECKING, Any, Literal
 
 from pooltk.config import PoolConfig
-from pooltk.ring import live_set_1f1b, ring_sizes, stock_sets
+from pooltk.pool.ring import live_set_1f1b, ring_sizes, stock_sets
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -416,7 +416,7 @@ class DirectionMemory:
     tight_sets: int
     """Sets of pooltk's tight ring (forward ``min(M, W + slack)``, grad ``min(M, 1 + grad_slack)``)."""
     live_sets: int
-    """Most sets live at once, walked from the schedule (:func:`pooltk.schedules.live_sets`)."""
+    """Most sets live at once, walked from the schedule (:func:`pooltk.analysis.lifetimes.live_sets`)."""
     pooled_sets: int
     """Sets held under the config's policy (stock, when the schedule cannot be pooled)."""
 
@@ -629,7 +629,7 @@ LIVE_SOURCES: tuple[str, ...] = ("schedule", "formula")
 @functools.lru_cache(maxsize=1024)
 def _walked_live_sets(schedule: str, pp: int, n_microbatches: int) -> tuple[tuple[int, int], ...]:
     """Per stage (forward, grad) live sets, walked once per (schedule, N, M) and cached."""
-    from pooltk import schedules
+    from pooltk.analysis import lifetimes as schedules
 
     table = schedules.live_sets(schedule, pp=pp, n_microbatches=n_microbatches)
     return tuple((int(table.get((i, "forward"), 0)), int(table.get((i, "grad"), 0))) for i in range(pp))
@@ -648,11 +648,11 @@ def live_sets_for(shape: PipelineShape, source: LiveSource = "schedule") -> tupl
 
     [Note: live-set sources]
     ``"schedule"`` (the default) walks the schedule's own action order with
-    :func:`pooltk.schedules.live_sets`: nothing is assumed about the schedule; the walk is
+    :func:`pooltk.analysis.lifetimes.live_sets`: nothing is assumed about the schedule; the walk is
     cached per (schedule, N, M) but costs ~1 s cold at N=16, M=256 on a laptop-class CPU.
     ``"formula"`` uses the closed forms the walk reproduces -- 1F1B: forward
     ``W = min(M, N - i)`` (0 on stage 0), grad 1 (0 on the last stage)
-    (:func:`pooltk.ring.live_set_1f1b`); GPipe: forward ``M``, grad 1 -- for sweeps over
+    (:func:`pooltk.pool.ring.live_set_1f1b`); GPipe: forward ``M``, grad 1 -- for sweeps over
     thousands of shapes. ``tests/memory`` checks that both sources agree on a grid of shapes.
     """
     if source not in LIVE_SOURCES:

@@ -12,7 +12,7 @@ of microbatch ``k`` has finished. So at most ``W`` activation buffers are live o
 - ``automodel`` one ``K = max(2, min(M, max(1, N - i) + slack))`` for both directions
 - stock torch   ``M`` sets per direction
 
-The memory model (:mod:`pooltk.memory`) calls these same functions, so the model and
+The memory model (:mod:`pooltk.memory.model`) calls these same functions, so the model and
 the pool cannot disagree about how many sets a stage holds.
 """
 
@@ -124,7 +124,7 @@ def slot_of(chunk: int, ring: int) -> int:
 
 import torch  # noqa: E402  (kept below the pure-arithmetic half, which needs no torch)
 
-from pooltk.guard import SlotOwnership, bump_version  # noqa: E402
+from pooltk.pool.guard import SlotOwnership, bump_version  # noqa: E402
 
 
 def recv_positions(infos: tuple) -> list[int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from pooltk.adapters import Layout, eager_layout
+from pooltk.pool.adapters import Layout, eager_layout
 
 FAMILY = "setup-recv-info"
 

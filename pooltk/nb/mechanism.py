@@ -1,7 +1,7 @@
 """How the ring works, drawn from torch's own schedule order (notebook 00).
 
-Everything here is derived from :mod:`pooltk.schedules` / :mod:`pooltk.schedule_runs`
-(the recorded action order of a torch schedule) and :mod:`pooltk.ring` (the ring sizes the
+Everything here is derived from :mod:`pooltk.analysis.lifetimes` / :mod:`pooltk.analysis.programs`
+(the recorded action order of a torch schedule) and :mod:`pooltk.pool.ring` (the ring sizes the
 pool itself uses); nothing is hand-drawn:
 
 - :func:`replay` puts one step of a schedule on a common clock (:class:`Replay`);
@@ -9,8 +9,8 @@ pool itself uses); nothing is hand-drawn:
 - :func:`slot_chart` draws which ring slot each microbatch's activation and gradient
   occupy, from receive post to release, and marks the overwrites a too-small ring causes;
 - :func:`slot_table` lists the same as a tidy table, with the actions that post and free;
-- :func:`guard_replay` runs the real :class:`pooltk.guard.SlotOwnership` over the order
-  and returns the :class:`~pooltk.guard.PoolOverrunError` the guard would raise;
+- :func:`guard_replay` runs the real :class:`pooltk.pool.guard.SlotOwnership` over the order
+  and returns the :class:`~pooltk.pool.guard.PoolOverrunError` the guard would raise;
 - :func:`guard_note` returns the guard's own [Note: slot ownership] text;
 - :func:`layout_families` tells how torch's three receive-buffer layouts differ and which
   this torch has, by feature detection;
@@ -24,7 +24,7 @@ soon as its rank is free and its input exists: ``F`` of stage ``s`` after ``F`` 
 ``s - 1`` (same microbatch), ``B`` / ``I`` of stage ``s`` after ``B`` / ``I`` of stage
 ``s + 1``. A receive is posted when its rank reaches it in its order (the rank's clock
 then); sends take no time. The clock only draws the order on a shared axis; which buffers
-overlap comes from :func:`pooltk.schedules.lifetimes` and :func:`~pooltk.schedules.overwrites`.
+overlap comes from :func:`pooltk.analysis.lifetimes.lifetimes` and :func:`~pooltk.analysis.lifetimes.overwrites`.
 
 Imports matplotlib / seaborn / pandas / ipywidgets inside the functions that need them.
 """
@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pooltk.config import PoolConfig
-from pooltk.guard import PoolOverrunError, SlotOwnership
-from pooltk.ring import ring_sizes
-from pooltk.schedule_runs import Program, ScheduleAnalysisError, program
-from pooltk.schedules import DIRECTIONS, BufferLifetime, Direction, Overwrite, lifetimes_of, overwrites
+from pooltk.pool.guard import PoolOverrunError, SlotOwnership
+from pooltk.pool.ring import ring_sizes
+from pooltk.analysis.programs import Program, ScheduleAnalysisError, program
+from pooltk.analysis.lifetimes import DIRECTIONS, BufferLifetime, Direction, Overwrite, lifetimes_of, overwrites
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -75,7 +75,7 @@ class Replay:
     """One step of a schedule on a shared clock. See [Note: unit-time replay]."""
 
     program: Program
-    """The analysed action order (from :func:`pooltk.schedule_runs.program`)."""
+    """The analysed action order (from :func:`pooltk.analysis.programs.program`)."""
     spans: tuple[BufferLifetime, ...]
     """Every receive buffer's lifetime (positions in its rank's order)."""
     start: dict[tuple[int, int], float]
@@ -207,7 +207,7 @@ def phases(rp: Replay) -> dict[int, dict[str, tuple[int, int]]]:
 def rings_for(pp: int, n_microbatches: int, config: PoolConfig) -> dict[tuple[int, Direction], int]:
     """The ring the pool keeps per (stage, direction) under ``config`` (0: no receives).
 
-    The same :func:`pooltk.ring.ring_sizes` the pool uses: sized for 1F1B whatever schedule
+    The same :func:`pooltk.pool.ring.ring_sizes` the pool uses: sized for 1F1B whatever schedule
     it is then run under (that is what ``force=True`` does).
     """
     out: dict[tuple[int, Direction], int] = {}
@@ -293,7 +293,7 @@ class GuardReplay:
 
 
 def guard_replay(rp: Replay, rings: Rings | int) -> GuardReplay:
-    """Run :class:`pooltk.guard.SlotOwnership` (the guard's own class) over every rank's order.
+    """Run :class:`pooltk.pool.guard.SlotOwnership` (the guard's own class) over every rank's order.
 
     A receive post acquires ``microbatch mod K``; a full backward (or a weight step) of the
     microbatch releases its forward and grad slots; in a forward-only step the forward
@@ -320,20 +320,20 @@ def guard_replay(rp: Replay, rings: Rings | int) -> GuardReplay:
 
 
 def guard_note() -> str:
-    """The text of ``[Note: slot ownership]`` in :mod:`pooltk.guard`: the invariant the guard checks."""
-    import pooltk.guard as guard
+    """The text of ``[Note: slot ownership]`` in :mod:`pooltk.pool.guard`: the invariant the guard checks."""
+    import pooltk.pool.guard as guard
 
     doc = guard.__doc__ or ""
     m = re.search(r"\[Note: slot ownership\]\n(.*?)(?:\n\[Note:|\Z)", doc, flags=re.S)
     if m is None:
-        raise LookupError("pooltk.guard's docstring has no [Note: slot ownership] block; the guard's docs moved.")
+        raise LookupError("pooltk.pool.guard's docstring has no [Note: slot ownership] block; the guard's docs moved.")
     return m.group(1).strip()
 
 
 # --------------------------------------------------------------------------- layouts
 
 
-# The three families pooltk's adapters know (see pooltk.adapters): where each torch makes
+# The three families pooltk's adapters know (see pooltk.pool.adapters): where each torch makes
 # its receive buffers, as (owner path, attribute) pairs that feature detection looks for.
 _FAMILIES: tuple[tuple[str, str, str, tuple[tuple[str, str, str], ...]], ...] = (
     ("prepare-infra", "<= 2.11",
@@ -371,11 +371,11 @@ def layout_families() -> pd.DataFrame:
     """One row per method a layout family makes buffers in, and whether this torch defines it.
 
     Columns: family, torch, what_pooltk_does, where (``Class.method`` or module attribute),
-    defined_here, detected_here (the family :func:`pooltk.adapters.detect` picked).
+    defined_here, detected_here (the family :func:`pooltk.pool.adapters.detect` picked).
     """
     import pandas as pd
 
-    from pooltk.adapters import detect
+    from pooltk.pool.adapters import detect
 
     found = detect().layout
     rows = []
@@ -477,7 +477,7 @@ def slot_chart(
     its backward). In a safe ring a slot's buffers follow one another on one row. A buffer
     posted while the slot's previous one is still held gets a row of its own, a red cross
     at its post and a red hatched span until the older buffer is freed: that receive
-    overwrites live data (:func:`pooltk.schedules.overwrites`), silently on gloo.
+    overwrites live data (:func:`pooltk.analysis.lifetimes.overwrites`), silently on gloo.
     """
     import matplotlib.pyplot as plt
     import seaborn as sns

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import importlib
 
-from pooltk.adapters import Layout
+from pooltk.pool.adapters import Layout
 
 FAMILY = "lazy"
 

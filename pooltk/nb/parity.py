@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pooltk.config import PoolConfig
-from pooltk.guard import PoolOverrunError
+from pooltk.pool.guard import PoolOverrunError
 from pooltk.parity import ParityRankError, ParityReport, ParitySpec, ParityTimeoutError, default_variants, run_parity
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,7 +81,7 @@ class ParitySummary:
     pooled_bytes: int
     """Receive-buffer bytes the pool held, same sum."""
     matches_model: bool
-    """Measured pooled bytes equal :func:`pooltk.memory.expected_bytes` for every stage and direction."""
+    """Measured pooled bytes equal :func:`pooltk.memory.model.expected_bytes` for every stage and direction."""
     wall_s: float
     """Wall time of the launch (spawn, init, all variants)."""
 
@@ -121,7 +121,7 @@ def parity_spec(*, pp: int, microbatches: int, steps: int, slack: int, grad_slac
     Raises:
         ValueError: a bad field (named, with what is required), including M < pp.
     """
-    from pooltk.memory import PipelineShape
+    from pooltk.memory.model import PipelineShape
 
     PipelineShape(pp=pp, n_microbatches=microbatches, schedule="1f1b")  # M >= pp, positive sizes: clear errors
     config = PoolConfig(slack=slack, grad_slack=grad_slack, policy=policy)  # type: ignore[arg-type]
@@ -170,7 +170,7 @@ def render_check(state: ParityState, *, save: bool = True) -> None:
     """Print the headline (or the error), show the tables and draw the figures of the last run."""
     import matplotlib.pyplot as plt
 
-    from pooltk import nb
+    from pooltk.nb import common as nb
 
     if state.last_report is None:
         print(f"parity run rejected or failed:\n{state.last_error}")
@@ -184,7 +184,7 @@ def render_check(state: ParityState, *, save: bool = True) -> None:
     nb.show_frame(param_sum_frame(report), "parameter sum per stage after each step: stock vs pooled",
                   float_format="{:.9g}")
     nb.show_frame(bytes_frame(report), "receive-buffer bytes per stage and direction, measured (model = "
-                  "pooltk.memory.expected_bytes)", float_format="{:,.0f}")
+                  "pooltk.memory.model.expected_bytes)", float_format="{:,.0f}")
     fig = bytes_figure(report)
     if save:
         nb.save_figure(fig, "02_parity_bytes")
@@ -275,12 +275,12 @@ def bytes_frame(report: ParityReport) -> pd.DataFrame:
     """Per stage and direction: measured stock and pooled sets/bytes, the model's pooled bytes, saved.
 
     Uses the first pooled variant and its stock reference. ``model_pooled_bytes`` is
-    :func:`pooltk.memory.expected_bytes` for the harness's boundary tensor;
+    :func:`pooltk.memory.model.expected_bytes` for the harness's boundary tensor;
     ``matches_model`` compares it with the measurement (distinct storages in the recv infos).
     """
     import pandas as pd
 
-    from pooltk.memory import expected_bytes, harness_boundary
+    from pooltk.memory.model import expected_bytes, harness_boundary
 
     pooled = next(v for v in report.variants if v.pooled)
     stock = _stock_of(report, pooled.name)
@@ -446,7 +446,7 @@ def run_negative_controls(
     if pp < 3:
         raise ValueError(f"negative controls pp: found {pp}; required >= 3 (with pp=2 the forward live set is 1, "
                          "so no ring is one short of it). Fix: pp=3 or more.")
-    from pooltk.memory import PipelineShape
+    from pooltk.memory.model import PipelineShape
 
     PipelineShape(pp=pp, n_microbatches=microbatches, schedule="1f1b")
     off = ParitySpec(pp=pp, microbatches=microbatches, steps=steps, timeout_s=timeout_s,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,8 +49,8 @@ __all__ = [
     "published_table",
 ]
 
-PUBLISHED_CSV = Path(__file__).resolve().parents[2] / "data" / "published" / "kimi_k3_gb200.csv"
-"""The published figures shipped with pooltk's repository."""
+PUBLISHED_CSV = files("pooltk.studies.kimi_k3").joinpath("data", "kimi_k3_gb200.csv")
+"""The published figures, shipped as package data (the repository's ``data/published/kimi_k3_gb200.csv``)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -83,10 +84,11 @@ def load_published(path: str | Path | None = None) -> Published:
     p = Path(path) if path is not None else PUBLISHED_CSV
     if not p.is_file():
         raise FileNotFoundError(
-            f"published figures: found no file at {p}; required data/published/kimi_k3_gb200.csv from pooltk's repository. "
-            "Fix: run from a clone of the repository (editable install) or pass path=."
+            f"published figures: found no file at {p}; required a CSV with the columns of {PUBLISHED_CSV.name} "
+            "(shipped inside pooltk). Fix: pass path= to an existing file, or reinstall pooltk."
         )
-    frame = pd.read_csv(p)
+    with p.open("rb") as fh:
+        frame = pd.read_csv(fh)
     required = {"id", "shape", "quantity", "value", "unit", "kind", "source"}
     missing = required - set(frame.columns)
     if missing:

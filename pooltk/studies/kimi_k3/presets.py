@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pooltk.config import PoolConfig
-from pooltk.memory import Boundary, MemoryModel, MemoryModelError, PipelineShape, TensorSpec, model_memory
+from pooltk.memory.model import Boundary, MemoryModel, MemoryModelError, PipelineShape, TensorSpec, model_memory
 
 __all__ = [
     "PRESETS",
@@ -431,7 +431,7 @@ def published_vs_model(preset: Preset) -> Any:
     """
     import pandas as pd
 
-    from pooltk.memory import middle_stage
+    from pooltk.memory.model import middle_stage
 
     model = preset.model()
     mid = middle_stage(preset.shape.pp)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pooltk.config import PoolConfig
-from pooltk.memory import (
+from pooltk.memory.model import (
     Boundary,
     MemoryModel,
     MemoryModelError,
@@ -25,7 +25,7 @@ from pooltk.memory import (
     model_memory,
     slack_sweep,
 )
-from pooltk.presets import PRESETS, get_preset
+from pooltk.studies.kimi_k3.presets import PRESETS, get_preset
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -115,13 +115,13 @@ def lifetime_timeline(
     Each bar is one microbatch's buffer from receive post to release (thin: posted, not yet
     read; thick: held for the backward). Slots are ``microbatch mod K`` with ``K`` = the 1F1B
     live set of the stage; a red cross marks a receive that would overwrite a buffer still
-    live in the same slot (:func:`pooltk.schedules.overwrites`). The step line counts live
+    live in the same slot (:func:`pooltk.analysis.lifetimes.overwrites`). The step line counts live
     buffers: under 1F1B it never exceeds ``K``; under GPipe it climbs to ``M``.
     """
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    from pooltk import schedules as sch
+    from pooltk.analysis import lifetimes as sch
 
     base = sch.live_sets(schedules[0], pp=pp, n_microbatches=n_microbatches)[(stage, "forward")]
     k = max(1, base)
@@ -258,7 +258,7 @@ def render_explorer(state: ExplorerState, *, save: bool = True) -> Figure | None
     """Print the figure-of-merit line (or the error) and draw the per-stage bars of the last update."""
     import matplotlib.pyplot as plt
 
-    from pooltk import nb
+    from pooltk.nb import common as nb
 
     if state.last_result is None:
         print(f"rejected: {state.last_error}")

@@ -2,7 +2,7 @@
 
 [Note: gating]
 A ring is safe only when its size covers the schedule's live set. pooltk proves that
-bound for torch's ``Schedule1F1B`` alone (see [Note: ring sizes] in :mod:`pooltk.ring`),
+bound for torch's ``Schedule1F1B`` alone (see [Note: ring sizes] in :mod:`pooltk.pool.ring`),
 so the allowlist is ``{"1f1b"}``, matched the way torch's ``get_schedule_class`` matches
 names (case-insensitive), or the class ``Schedule1F1B`` itself (not subclasses, which may
 reorder actions). GPipe posts all M forward receives before any backward, so any ring
@@ -142,7 +142,7 @@ def decide(*, install_schedule: str | None, force: bool, config: "PoolConfig | N
 
 def _decide_auto(observed: object | None, config: "PoolConfig | None", force: bool) -> GateDecision:
     from pooltk.config import PoolConfig
-    from pooltk.schedule_runs import ScheduleAnalysisError
+    from pooltk.analysis.programs import ScheduleAnalysisError
 
     if observed is None:
         return GateDecision(pool=False, schedule=None, observed=False, reason=(
@@ -172,7 +172,7 @@ def _decide_auto(observed: object | None, config: "PoolConfig | None", force: bo
 # [Note: auto rings]
 # With ``install(schedule="auto")`` a schedule outside the allowlist is pooled when
 # pooltk can analyse it: the buffer lifetimes of its lowered action order
-# (``pooltk.schedules``) give, per (stage, direction), the smallest ring K for which the
+# (``pooltk.analysis.lifetimes``) give, per (stage, direction), the smallest ring K for which the
 # ``c mod K`` slot map never overwrites a live buffer; the ring is that plus slack (capped
 # at M). The analysis is run for the schedule's class and shape and then checked against
 # the schedule object's own ``pipeline_order_with_comms`` where it has one, so an object
@@ -214,8 +214,8 @@ def plan_rings(schedule: object, config: "PoolConfig") -> RingPlan:
     Raises:
         ScheduleAnalysisError: the schedule cannot be analysed (the message says why).
     """
-    from pooltk.schedule_runs import ScheduleAnalysisError, resolve_schedule
-    from pooltk.schedules import _analysis, min_safe_ring
+    from pooltk.analysis.programs import ScheduleAnalysisError, resolve_schedule
+    from pooltk.analysis.lifetimes import _analysis, min_safe_ring
 
     cls = type(schedule)
     resolve_schedule(cls)  # refuses custom runtime (CSV) schedules, base classes, step overrides

@@ -235,9 +235,9 @@ def _md_table(frame: Any, floatfmt: str = "{:,.2f}") -> str:
 def _parity_section(config: ReportConfig, out: Path) -> tuple[list[str], Any, str | None]:
     """Run the pp4 parity check; return its markdown lines, the report (or ``None``) and the error."""
     from pooltk.config import PoolConfig
-    from pooltk.guard import PoolOverrunError
+    from pooltk.pool.guard import PoolOverrunError
     from pooltk.parity import ParityRankError, ParitySpec, ParityTimeoutError, default_variants, run_parity
-    from pooltk.parity_plots import bytes_frame
+    from pooltk.nb.parity import bytes_frame
 
     configs = [PoolConfig(slack=2), PoolConfig(slack=0, grad_slack=0), PoolConfig(slack=2, policy="automodel")]
     spec = ParitySpec(pp=config.parity_pp, microbatches=config.parity_microbatches, steps=config.parity_steps,
@@ -268,7 +268,7 @@ def _parity_section(config: ReportConfig, out: Path) -> tuple[list[str], Any, st
 
 
 def _memory_section(out: Path) -> list[str]:
-    from pooltk.presets import get_preset
+    from pooltk.studies.kimi_k3.presets import get_preset
 
     preset = get_preset("kimi-k3-gb200-2k-calibrated")
     frame = preset.model().per_stage_frame("gib")
@@ -311,8 +311,8 @@ def run_report(config: ReportConfig = ReportConfig(), *, progress: Progress | No
     """
     import asyncio
 
-    from pooltk.cli.parity import print_report
-    from pooltk.install import probe
+    from pooltk.parity import format_report
+    from pooltk.pool.install import probe
 
     emit = progress or _printer()
     t_start = time.perf_counter()
@@ -356,7 +356,7 @@ def run_report(config: ReportConfig = ReportConfig(), *, progress: Progress | No
             parity_lines, parity_report, parity_error = parity_future.result()
             timings["parity"] = parity_report.wall_s if parity_report is not None else time.perf_counter() - t_parity
             if parity_report is not None:
-                print_report(parity_report)
+                print(format_report(parity_report))
             else:
                 emit(f"[parity] FAILED: {parity_error}")
     if config.summary:

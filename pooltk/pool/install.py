@@ -1,11 +1,11 @@
 """Class-level patching of torch's pipeline stages, its exact undo, and the per-stage form.
 
 [Note: what install does]
-``install()`` detects the layout (:mod:`pooltk.adapters`), then wraps, on the classes that
+``install()`` detects the layout (:mod:`pooltk.pool.adapters`), then wraps, on the classes that
 define them:
 
 - the setup methods that make receive buffers (per layout): after the original runs,
-  the stage's recv-info map is rebound onto a ring of K sets (:class:`pooltk.ring.DirectionRing`);
+  the stage's recv-info map is rebound onto a ring of K sets (:class:`pooltk.pool.ring.DirectionRing`);
   where the layout allows, torch's buffer factory is swapped during the call for one that
   makes shape-only placeholders, so only the K real sets are ever allocated;
 - the runtime methods (``get_fwd_recv_ops`` / ``get_bwd_recv_ops`` claim a slot and hand
@@ -35,10 +35,10 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from pooltk.adapters import OPTIONAL_HOT_METHODS, HOT_METHODS, Layout, SetupTarget, detect
+from pooltk.pool.adapters import OPTIONAL_HOT_METHODS, HOT_METHODS, Layout, SetupTarget, detect
 from pooltk.config import PoolConfig
-from pooltk.gating import GateDecision, decide, normalize_schedule_name
-from pooltk.ring import DirectionRing, recv_positions, ring_sizes
+from pooltk.pool.gating import GateDecision, decide, normalize_schedule_name
+from pooltk.pool.ring import DirectionRing, recv_positions, ring_sizes
 
 __all__ = [
     "InstallReport",
@@ -445,7 +445,7 @@ def install(
         schedule: schedule name assumed when a stage is set up without an observable
             schedule (the observed schedule decides otherwise); see [Note: gating].
             ``"auto"``: pool every schedule pooltk can analyse, with per-stage ring
-            sizes from its action order; see [Note: auto rings] in pooltk/gating.py.
+            sizes from its action order; see [Note: auto rings] in pooltk/pool/gating.py.
         force: pool even schedules outside the allowlist (experiments, negative controls).
 
     Returns:
@@ -468,7 +468,7 @@ def install(
             f"pooltk is already installed with {current.config.describe() if current.config else None}, "
             f"schedule={current.schedule!r}, force={current.force}; found a second install with {cfg.describe()}, "
             f"schedule={sched!r}, force={bool(force)}. Fix: call pooltk.uninstall() first, or use the "
-            "pooltk.pooled(...) context manager. See [Note: installing twice] in pooltk/install.py."
+            "pooltk.pooled(...) context manager. See [Note: installing twice] in pooltk/pool/install.py."
         )
     detection = detect()
     layout = detection.layout

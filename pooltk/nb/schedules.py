@@ -1,24 +1,28 @@
 """Figures and tables for pooling beyond 1F1B: per-schedule buffer lifetimes and ring sizes.
 
-Everything is computed from :mod:`pooltk.schedules` (the schedules' own action orders) and
-:mod:`pooltk.ring` / :func:`pooltk.gating.plan_rings`'s rule, so the notebook only calls.
+Everything is computed from :mod:`pooltk.analysis.lifetimes` (the schedules' own action orders) and
+:mod:`pooltk.pool.ring` / :func:`pooltk.pool.gating.plan_rings`'s rule, so the notebook only calls.
 """
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pooltk.config import PoolConfig
-from pooltk.ring import automodel_ring_size
+from pooltk.pool.ring import automodel_ring_size
 
 if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
     import pandas as pd
     from matplotlib.figure import Figure
 
 __all__ = ["VALIDATION_CSV", "allowlist_table", "lifetime_chart", "validation_summary"]
 
-VALIDATION_CSV = Path(__file__).resolve().parents[1] / "data" / "validation" / "schedules_gloo_2026-11-30.csv"
+VALIDATION_CSV = files("pooltk.analysis").joinpath("data", "schedules_gloo_2026-11-30.csv")
+"""The recorded every-schedule gloo validation, shipped as package data (``data/validation/`` in the repository)."""
 
 
 def _stages_per_rank(schedule: str) -> int:
@@ -32,7 +36,7 @@ def lifetime_chart(schedule: str, *, pp: int, n_microbatches: int, stages_per_ra
     """One row per stage: each microbatch's receive buffer from post to release, in its rank's action steps."""
     import matplotlib.pyplot as plt
 
-    from pooltk.schedules import lifetime_frame, lifetimes
+    from pooltk.analysis.lifetimes import lifetime_frame, lifetimes
 
     vpp = stages_per_rank or _stages_per_rank(schedule)
     df = lifetime_frame(lifetimes(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp))
@@ -67,7 +71,7 @@ def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microb
     """
     import pandas as pd
 
-    from pooltk.schedules import live_table
+    from pooltk.analysis.lifetimes import live_table
 
     rows = []
     for name in schedules:
@@ -92,7 +96,7 @@ def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microb
     return pd.DataFrame(rows)
 
 
-def validation_summary(path: Path = VALIDATION_CSV) -> "pd.DataFrame":
+def validation_summary(path: "Path | Traversable" = VALIDATION_CSV) -> "pd.DataFrame":
     """The recorded real-gloo validation (``pooltk schedules --validate``), one row per schedule and shape."""
     import pandas as pd
 
@@ -101,7 +105,8 @@ def validation_summary(path: Path = VALIDATION_CSV) -> "pd.DataFrame":
             f"{path} not found; required the recorded validation table. Fix: regenerate it with "
             f"`pooltk schedules --validate --pp 2 4 --factors 1 2 4 --csv {path}`."
         )
-    df = pd.read_csv(path)
+    with path.open("rb") as fh:
+        df = pd.read_csv(fh)
     g = df.groupby(["schedule", "pp", "vpp", "n_microbatches"], sort=False)
     return g.agg(stock=("stock", "sum"), pooltk_slack0=("pooltk", "sum"), analysed_peak=("analysed_peak", "sum"),
                  measured_peak=("measured_peak", "sum"), parity=("parity", "all"),

@@ -9,7 +9,7 @@ overwrites a buffer still in use. :func:`live_table` is the tidy per-stage table
 :func:`overwrites` what a ring of a given size would clobber, and :func:`shared_slots`
 the slot counts when a rank's stages (or directions) share one pool.
 
-The action order comes from :mod:`pooltk.schedule_runs` (the only module that touches
+The action order comes from :mod:`pooltk.analysis.programs` (the only module that touches
 torch internals): ``pipeline_order_with_comms`` for multi-stage runtime schedules, a
 recording of ``_step_microbatches`` for 1F1B and GPipe.
 
@@ -50,7 +50,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from pooltk.schedule_runs import (
+from pooltk.analysis.programs import (
     Program,
     ScheduleAnalysisError,
     Style,
@@ -133,7 +133,7 @@ def _direction_of_recv(kind: str) -> Direction:
 
 
 def lifetimes_of(prog: Program) -> list[BufferLifetime]:
-    """Lifetimes from an already-built :class:`~pooltk.schedule_runs.Program`.
+    """Lifetimes from an already-built :class:`~pooltk.analysis.programs.Program`.
 
     Raises:
         ScheduleAnalysisError: a receive posted twice, a compute action that reads a buffer
@@ -525,7 +525,7 @@ def _shapes_of(
     Single-stage schedules run one stage per rank and have no receive actions to defer;
     the V schedules run exactly two stages per rank. Other values are skipped, not refused.
     """
-    from pooltk.schedule_runs import is_single_stage
+    from pooltk.analysis.programs import is_single_stage
 
     if is_single_stage(cls):
         return [1], [False]
