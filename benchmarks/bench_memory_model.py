@@ -65,9 +65,7 @@ def main() -> None:
 
     def cold() -> None:
         _walked_live_sets.cache_clear()
-        walk_cache = getattr(schedules, "_analysis_cached", None)  # the walker's own memo, if it has one
-        if walk_cache is not None:
-            walk_cache.cache_clear()
+        schedules.analyse.cache_clear()  # the walker's own memo
         model_memory(shape, boundary, PoolConfig())
 
     rows.append(("model, N=16 M=256, cold schedule walk", args.cold_reps, _median_ms(cold, args.cold_reps)))

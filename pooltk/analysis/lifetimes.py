@@ -53,9 +53,11 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from pooltk.analysis.programs import (
     Program,
     ScheduleAnalysisError,
+    ScheduleShape,
     Style,
     analysable_schedules,
     program,
+    program_of,
     resolve_schedule,
 )
 
@@ -64,6 +66,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BufferLifetime",
+    "ScheduleShape",
+    "analyse",
     "Direction",
     "DIRECTIONS",
     "Overwrite",
@@ -200,53 +204,27 @@ def lifetimes_of(prog: Program) -> list[BufferLifetime]:
     return out
 
 
-def _analyse(
-    schedule: str | type,
-    pp: int,
-    n_microbatches: int,
-    stages_per_rank: int,
-    style: Style | None,
-    forward_only: bool,
-    defer_pp_recv: bool,
-    kw_items: tuple[tuple[str, Any], ...],
-) -> tuple[Program, tuple[BufferLifetime, ...]]:
-    prog = program(
-        schedule,
-        pp=pp,
-        n_microbatches=n_microbatches,
-        stages_per_rank=stages_per_rank,
-        style=style,
-        forward_only=forward_only,
-        defer_pp_recv=defer_pp_recv,
-        **dict(kw_items),
-    )
+def _analyse(shape: ScheduleShape) -> tuple[Program, tuple[BufferLifetime, ...]]:
+    prog = program_of(shape)
     return prog, tuple(lifetimes_of(prog))
 
 
-_analysis_cached = functools.lru_cache(maxsize=512)(_analyse)
+_analyse_cached = functools.lru_cache(maxsize=512)(_analyse)
 
 
-def _analysis(
-    schedule: str | type,
-    pp: int,
-    n_microbatches: int,
-    stages_per_rank: int,
-    style: Style | None,
-    forward_only: bool,
-    defer_pp_recv: bool,
-    schedule_kwargs: dict[str, Any],
-) -> tuple[Program, tuple[BufferLifetime, ...]]:
-    """Program and lifetimes, memoised per shape (a widget asks for the same shape often).
+def analyse(shape: ScheduleShape) -> tuple[Program, tuple[BufferLifetime, ...]]:
+    """Program and lifetimes of one shape, memoised per shape (a widget asks for the same shape often).
 
     The cached Program is shared: callers treat it as read-only. Refusals are not cached.
     """
-    args = (schedule, pp, n_microbatches, stages_per_rank, style, forward_only, defer_pp_recv)
-    kw_items = tuple(sorted(schedule_kwargs.items()))
     try:
-        hash(args + kw_items)
+        hash(shape)
     except TypeError:  # unhashable schedule kwargs: analyse without the cache
-        return _analyse(*args, kw_items)
-    return _analysis_cached(*args, kw_items)
+        return _analyse(shape)
+    return _analyse_cached(shape)
+
+
+analyse.cache_clear = _analyse_cached.cache_clear  # type: ignore[attr-defined]
 
 
 def lifetimes(
@@ -280,9 +258,10 @@ def lifetimes(
     Raises:
         ScheduleAnalysisError: the schedule or shape cannot be analysed; the message says why.
     """
-    _, spans = _analysis(
-        schedule, pp, n_microbatches, stages_per_rank, style, forward_only, defer_pp_recv, schedule_kwargs
-    )
+    _, spans = analyse(ScheduleShape.of(
+        schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=stages_per_rank, style=style,
+        forward_only=forward_only, defer_pp_recv=defer_pp_recv, schedule_kwargs=schedule_kwargs,
+    ))
     return list(spans)
 
 
@@ -342,9 +321,10 @@ def live_sets(
     receives (first stage forward, last stage grad, a V-schedule local handoff, grads in a
     forward-only step). Arguments as for :func:`lifetimes`.
     """
-    prog, spans = _analysis(
-        schedule, pp, n_microbatches, stages_per_rank, style, forward_only, defer_pp_recv, schedule_kwargs
-    )
+    prog, spans = analyse(ScheduleShape.of(
+        schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=stages_per_rank, style=style,
+        forward_only=forward_only, defer_pp_recv=defer_pp_recv, schedule_kwargs=schedule_kwargs,
+    ))
     return live_sets_of(prog, spans)
 
 
@@ -490,9 +470,10 @@ def live_table(
     """
     import pandas as pd
 
-    prog, spans = _analysis(
-        schedule, pp, n_microbatches, stages_per_rank, style, forward_only, defer_pp_recv, schedule_kwargs
-    )
+    prog, spans = analyse(ScheduleShape.of(
+        schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=stages_per_rank, style=style,
+        forward_only=forward_only, defer_pp_recv=defer_pp_recv, schedule_kwargs=schedule_kwargs,
+    ))
     peaks = live_sets_of(prog, spans)
     rows = []
     for stage in range(prog.num_stages):
@@ -525,11 +506,11 @@ def _shapes_of(
     Single-stage schedules run one stage per rank and have no receive actions to defer;
     the V schedules run exactly two stages per rank. Other values are skipped, not refused.
     """
-    from pooltk.analysis.programs import is_single_stage
+    from pooltk.analysis.programs import is_single_stage, v_schedules
 
     if is_single_stage(cls):
         return [1], [False]
-    if name in ("ZBVZeroBubble", "DualPipeV"):
+    if name in v_schedules():
         return [2], sorted(set(defers))
     return sorted(set(vpps)), sorted(set(defers))
 
@@ -540,12 +521,15 @@ def tight_rings(table: pd.DataFrame, *, slack: int, grad_slack: int) -> pd.DataF
     Rows with no receives (ring_min 0) keep 0. ``slack`` / ``grad_slack`` mean what they
     mean in :class:`pooltk.config.PoolConfig`.
     """
-    for label, v in (("slack", slack), ("grad_slack", grad_slack)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"{label}: found {v!r}; required an integer >= 0.")
-    extra = table["direction"].map({"forward": slack, "grad": grad_slack})
-    tight = (table["ring_min"] + extra).clip(upper=table["n_microbatches"]).where(table["ring_min"] > 0, 0)
-    return table.assign(tight=tight.astype(int))
+    import pandas as pd
+
+    from pooltk.config import PoolConfig
+    from pooltk.pool.sizing import ring_from_live
+
+    config = PoolConfig(slack=slack, grad_slack=grad_slack)  # validates both: found / required / fix
+    tight = [ring_from_live(int(k0), int(m), d, config)
+             for k0, m, d in zip(table["ring_min"], table["n_microbatches"], table["direction"])]
+    return table.assign(tight=pd.Series(tight, index=table.index, dtype=int))
 
 
 def sweep_table(

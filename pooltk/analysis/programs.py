@@ -52,15 +52,20 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
+    "CATALOG",
     "COMPUTE_KINDS",
+    "CatalogEntry",
     "EVENT_KINDS",
     "Event",
     "Program",
     "ScheduleAnalysisError",
+    "ScheduleShape",
     "analysable_schedules",
     "is_single_stage",
     "program",
+    "program_of",
     "resolve_schedule",
+    "v_schedules",
 ]
 
 Style = Literal["loop", "v"]
@@ -87,6 +92,37 @@ class ScheduleAnalysisError(ValueError):
     Callers that pool buffers catch it to refuse pooling (keep stock buffers) and report
     the reason.
     """
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleShape:
+    """One schedule at one shape: everything the analysis needs to build its action order.
+
+    Hashable (so analyses are memoised per shape) unless ``schedule_kwargs`` holds an
+    unhashable value; then the analysis simply runs uncached.
+    """
+
+    schedule: str | type
+    """torch's name as ``get_schedule_class`` matches it (case-insensitive), or the class."""
+    pp: int
+    """Pipeline-parallel ranks."""
+    n_microbatches: int
+    """Microbatches per step."""
+    stages_per_rank: int = 1
+    """Stages each rank runs (virtual pipeline size; 2 for the V schedules)."""
+    style: Style | None = None
+    """Stage placement, ``"loop"`` or ``"v"``; ``None`` for the schedule's own."""
+    forward_only: bool = False
+    """An eval-style step: no backward, no grad receives, activations released at F."""
+    defer_pp_recv: bool = False
+    """torch 2.13+'s late receive posting for runtime schedules."""
+    schedule_kwargs: tuple[tuple[str, Any], ...] = ()
+    """Extra schedule-constructor keywords, as sorted ``(name, value)`` pairs."""
+
+    @classmethod
+    def of(cls, schedule: str | type, *, schedule_kwargs: dict[str, Any] | None = None, **fields: Any) -> ScheduleShape:
+        """Build a shape from keyword arguments as :func:`program` takes them."""
+        return cls(schedule=schedule, schedule_kwargs=tuple(sorted((schedule_kwargs or {}).items())), **fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,12 +181,39 @@ def _pipelining() -> Any:
     return schedules
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CatalogEntry:
+    """What pooltk knows of one torch schedule before building it."""
+
+    stages_per_rank: int
+    """Stages per rank pooltk runs it with by default (1 for single-stage schedules)."""
+    style: Style
+    """Its own stage placement: ``"v"`` for the V schedules, else ``"loop"``."""
+
+
+CATALOG: dict[str, CatalogEntry] = {
+    "1F1B": CatalogEntry(stages_per_rank=1, style="loop"),
+    "GPipe": CatalogEntry(stages_per_rank=1, style="loop"),
+    "Interleaved1F1B": CatalogEntry(stages_per_rank=2, style="loop"),
+    "LoopedBFS": CatalogEntry(stages_per_rank=2, style="loop"),
+    "InterleavedZeroBubble": CatalogEntry(stages_per_rank=2, style="loop"),
+    "ZBVZeroBubble": CatalogEntry(stages_per_rank=2, style="v"),
+    "DualPipeV": CatalogEntry(stages_per_rank=2, style="v"),
+}
+"""The one schedule catalog: every torch schedule pooltk analyses, by torch's name. A V schedule
+runs exactly two stages per rank; the interleaved ones any number (2 by default)."""
+
+
+def v_schedules() -> frozenset[str]:
+    """Names of the schedules that place stages V-style (exactly two stages per rank)."""
+    return frozenset(name for name, entry in CATALOG.items() if entry.style == "v")
+
+
 def _schedule_map() -> dict[str, type]:
     """torch's name -> class table, read through ``get_schedule_class`` (names as torch spells them)."""
     s = _pipelining()
-    names = ["1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"]
     out: dict[str, type] = {}
-    for name in names:
+    for name in CATALOG:
         try:
             out[name] = s.get_schedule_class(name)
         except ValueError:
@@ -485,9 +548,6 @@ def _runtime_program(
     )
 
 
-_V_SCHEDULES = frozenset({"ZBVZeroBubble", "DualPipeV"})
-
-
 def _check_count(label: str, value: Any, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ScheduleAnalysisError(f"{label}: found {value!r}; required an integer >= {low}.")
@@ -520,16 +580,27 @@ def program(
     Raises:
         ScheduleAnalysisError: the schedule or shape cannot be analysed (the message says why).
     """
+    return program_of(ScheduleShape.of(
+        schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=stages_per_rank, style=style,
+        forward_only=forward_only, defer_pp_recv=defer_pp_recv, schedule_kwargs=schedule_kwargs,
+    ))
+
+
+def program_of(shape: ScheduleShape) -> Program:
+    """:func:`program` for a :class:`ScheduleShape`."""
+    schedule, pp, n_microbatches = shape.schedule, shape.pp, shape.n_microbatches
+    stages_per_rank, style, forward_only = shape.stages_per_rank, shape.style, shape.forward_only
+    defer_pp_recv, schedule_kwargs = shape.defer_pp_recv, dict(shape.schedule_kwargs)
     name, cls = resolve_schedule(schedule)
     _check_count("pp", pp, 1)
     _check_count("n_microbatches", n_microbatches, 1)
     _check_count("stages_per_rank", stages_per_rank, 1)
-    own_style: Style = "v" if name in _V_SCHEDULES else "loop"
+    own_style: Style = CATALOG[name].style if name in CATALOG else "loop"
     if style is None:
         style = own_style
     if style not in ("loop", "v"):
         raise ScheduleAnalysisError(f"style: found {style!r}; required 'loop' or 'v' (or None for the schedule's own).")
-    if style != own_style and name in _V_SCHEDULES | {"Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble"}:
+    if style != own_style and name in CATALOG and CATALOG[name].stages_per_rank > 1:
         raise ScheduleAnalysisError(
             f"style: found {style!r}; {name} places stages {own_style!r}-style. Fix: pass style={own_style!r} or None."
         )

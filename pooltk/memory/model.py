@@ -34,7 +34,7 @@ from math import prod
 from typing import TYPE_CHECKING, Any, Literal
 
 from pooltk.config import PoolConfig
-from pooltk.pool.ring import live_set_1f1b, ring_sizes, stock_sets
+from pooltk.pool.sizing import live_set_1f1b, ring_sizes, stock_sets
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -652,7 +652,7 @@ def live_sets_for(shape: PipelineShape, source: LiveSource = "schedule") -> tupl
     cached per (schedule, N, M) but costs ~1 s cold at N=16, M=256 on a laptop-class CPU.
     ``"formula"`` uses the closed forms the walk reproduces -- 1F1B: forward
     ``W = min(M, N - i)`` (0 on stage 0), grad 1 (0 on the last stage)
-    (:func:`pooltk.pool.ring.live_set_1f1b`); GPipe: forward ``M``, grad 1 -- for sweeps over
+    (:func:`pooltk.pool.sizing.live_set_1f1b`); GPipe: forward ``M``, grad 1 -- for sweeps over
     thousands of shapes. ``tests/memory`` checks that both sources agree on a grid of shapes.
     """
     if source not in LIVE_SOURCES:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from pooltk.config import PoolConfig
 from pooltk.pool.guard import PoolOverrunError, SlotOwnership
-from pooltk.pool.ring import ring_sizes
+from pooltk.pool.sizing import ring_sizes
 from pooltk.analysis.programs import Program, ScheduleAnalysisError, program
 from pooltk.analysis.lifetimes import DIRECTIONS, BufferLifetime, Direction, Overwrite, lifetimes_of, overwrites
 
@@ -207,7 +207,7 @@ def phases(rp: Replay) -> dict[int, dict[str, tuple[int, int]]]:
 def rings_for(pp: int, n_microbatches: int, config: PoolConfig) -> dict[tuple[int, Direction], int]:
     """The ring the pool keeps per (stage, direction) under ``config`` (0: no receives).
 
-    The same :func:`pooltk.pool.ring.ring_sizes` the pool uses: sized for 1F1B whatever schedule
+    The same :func:`pooltk.pool.sizing.ring_sizes` the pool uses: sized for 1F1B whatever schedule
     it is then run under (that is what ``force=True`` does).
     """
     out: dict[tuple[int, Direction], int] = {}

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pooltk.config import PoolConfig
-from pooltk.pool.ring import automodel_ring_size
+from pooltk.pool.sizing import automodel_ring_size, ring_from_live
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -26,9 +26,9 @@ VALIDATION_CSV = files("pooltk.analysis").joinpath("data", "schedules_gloo_2026-
 
 
 def _stages_per_rank(schedule: str) -> int:
-    from pooltk.parity.schedule_check import STAGES_PER_RANK
+    from pooltk.analysis.programs import CATALOG
 
-    return STAGES_PER_RANK[schedule]
+    return CATALOG[schedule].stages_per_rank
 
 
 def lifetime_chart(schedule: str, *, pp: int, n_microbatches: int, stages_per_rank: int | None = None,
@@ -83,9 +83,10 @@ def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microb
             stock = int(part.stock_buffers.sum())
             live = int(part.live_peak.sum())
             auto = 0
-            for d, extra in (("forward", slack), ("grad", grad_slack)):
+            config = PoolConfig(slack=slack, grad_slack=grad_slack)
+            for d in ("forward", "grad"):
                 k0 = int(part.loc[d, "ring_min"])
-                auto += min(n_microbatches, k0 + extra) if k0 else int(part.loc[d, "stock_buffers"])
+                auto += ring_from_live(k0, n_microbatches, d, config) if k0 else int(part.loc[d, "stock_buffers"])
             if name == "1F1B":
                 k = automodel_ring_size(n_stages, stage, n_microbatches, slack)
                 seed = sum(k for d in ("forward", "grad") if int(part.loc[d, "stock_buffers"]))

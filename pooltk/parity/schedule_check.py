@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pooltk.analysis.programs import CATALOG
 from pooltk.config import PoolConfig
 from pooltk.pool.guard import PoolOverrunError
 from pooltk.parity.launch import ParityRankError, ParityTimeoutError, run_parity
@@ -21,10 +22,8 @@ __all__ = ["STAGES_PER_RANK", "ScheduleCheck", "check_schedules", "guard_catch"]
 
 # Stages per rank used for each schedule: single-stage schedules run 1, the others 2
 # (V schedules require 2; the looped ones are run interleaved).
-STAGES_PER_RANK: dict[str, int] = {
-    "1F1B": 1, "GPipe": 1, "Interleaved1F1B": 2, "LoopedBFS": 2,
-    "InterleavedZeroBubble": 2, "ZBVZeroBubble": 2, "DualPipeV": 2,
-}
+STAGES_PER_RANK: dict[str, int] = {name: entry.stages_per_rank for name, entry in CATALOG.items()}
+"""Stages per rank each schedule is validated with (from the one catalog, :data:`pooltk.analysis.programs.CATALOG`)."""
 
 _MEASURE = PoolConfig(policy="measure")
 _TIGHT0 = PoolConfig(slack=0, grad_slack=0)

@@ -22,6 +22,8 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pooltk.pool.sizing import ring_from_live
+
 if TYPE_CHECKING:
     from pooltk.config import PoolConfig
 
@@ -215,7 +217,7 @@ def plan_rings(schedule: object, config: "PoolConfig") -> RingPlan:
         ScheduleAnalysisError: the schedule cannot be analysed (the message says why).
     """
     from pooltk.analysis.programs import ScheduleAnalysisError, resolve_schedule
-    from pooltk.analysis.lifetimes import _analysis, min_safe_ring
+    from pooltk.analysis.lifetimes import ScheduleShape, analyse, min_safe_ring
 
     cls = type(schedule)
     resolve_schedule(cls)  # refuses custom runtime (CSV) schedules, base classes, step overrides
@@ -224,7 +226,8 @@ def plan_rings(schedule: object, config: "PoolConfig") -> RingPlan:
     pp = int(getattr(schedule, "pp_group_size", num_stages))
     defer = bool(getattr(schedule, "_defer_pp_recv", False))
     forward_only = not bool(getattr(schedule, "_has_backward", True))
-    prog, spans = _analysis(cls, pp, n_mb, num_stages // pp, None, forward_only, defer, {})
+    prog, spans = analyse(ScheduleShape(schedule=cls, pp=pp, n_microbatches=n_mb, stages_per_rank=num_stages // pp,
+                                        forward_only=forward_only, defer_pp_recv=defer))
     order = getattr(schedule, "pipeline_order_with_comms", None)
     if isinstance(order, dict) and order:
         rank = int(getattr(schedule, "rank", 0))
@@ -243,12 +246,5 @@ def plan_rings(schedule: object, config: "PoolConfig") -> RingPlan:
         for direction in ("forward", "grad"):
             k0 = min_safe_ring(spans, stage, direction, n_mb)
             safe[(stage, direction)] = k0
-            if k0 == 0:
-                sizes[(stage, direction)] = 0
-            elif config.policy == "measure":
-                sizes[(stage, direction)] = n_mb
-            else:
-                extra = config.slack if direction == "forward" else config.grad_slack
-                k = max(1, k0 + extra - (config.forward_shortfall if direction == "forward" else 0))
-                sizes[(stage, direction)] = min(n_mb, k)
+            sizes[(stage, direction)] = ring_from_live(k0, n_mb, direction, config)
     return RingPlan(schedule=cls.__name__, n_microbatches=n_mb, sizes=sizes, min_safe=safe)

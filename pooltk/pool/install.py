@@ -38,7 +38,8 @@ import torch
 from pooltk.pool.adapters import OPTIONAL_HOT_METHODS, HOT_METHODS, Layout, SetupTarget, detect
 from pooltk.config import PoolConfig
 from pooltk.pool.gating import GateDecision, decide, normalize_schedule_name
-from pooltk.pool.ring import DirectionRing, recv_positions, ring_sizes
+from pooltk.pool.ring import DirectionRing, recv_positions
+from pooltk.pool.sizing import ring_sizes
 
 __all__ = [
     "InstallReport",

@@ -1,113 +1,16 @@
-"""Ring sizes per stage and direction, and the chunk -> slot map.
+"""The K buffer sets of one direction of one stage, and the fresh aliases handed out per receive.
 
-[Note: ring sizes]
-Under torch's ``Schedule1F1B`` stage ``i`` of ``N`` runs ``W = min(M, N - i)`` warmup
-forwards; the forward receive for microbatch ``k + W`` is posted only after the backward
-of microbatch ``k`` has finished. So at most ``W`` activation buffers are live on stage
-``i`` (none on stage 0, whose inputs are the root arguments), and one gradient buffer
-(none on the last stage, which computes its gradient from the loss). Chunk ``c`` uses slot
-``c mod K``; the ring is safe exactly when ``K`` is at least the live set:
-
-- ``tight``     forward ``K_f = min(M, W + slack)``, grad ``K_g = min(M, 1 + grad_slack)``
-- ``automodel`` one ``K = max(2, min(M, max(1, N - i) + slack))`` for both directions
-- stock torch   ``M`` sets per direction
-
-The memory model (:mod:`pooltk.memory.model`) calls these same functions, so the model and
-the pool cannot disagree about how many sets a stage holds.
+How many sets (K) is :mod:`pooltk.pool.sizing`'s question; this module holds them. Chunk ``c``
+uses slot ``c mod K`` (:func:`pooltk.pool.sizing.slot_of`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import torch
 
-from pooltk.config import PoolConfig
+from pooltk.pool.guard import SlotOwnership, bump_version
 
-__all__ = [
-    "RingSizes",
-    "automodel_ring_size",
-    "check_shape",
-    "inflight_1f1b",
-    "live_set_1f1b",
-    "ring_sizes",
-    "slot_of",
-    "stock_sets",
-]
-
-
-def check_shape(num_stages: int, stage_index: int, n_microbatches: int) -> None:
-    """Raise ValueError unless (N, i, M) describe a real pipeline stage."""
-    for name, value, low in (("num_stages", num_stages, 1), ("n_microbatches", n_microbatches, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}: found {value!r}; required an integer >= {low}.")
-    if isinstance(stage_index, bool) or not isinstance(stage_index, int) or not 0 <= stage_index < num_stages:
-        raise ValueError(
-            f"stage_index: found {stage_index!r}; required an integer in [0, {num_stages - 1}] for {num_stages} stages."
-        )
-
-
-def inflight_1f1b(num_stages: int, stage_index: int, n_microbatches: int) -> int:
-    """1F1B warmup depth ``W = min(M, N - i)``: forwards in flight before the first backward."""
-    check_shape(num_stages, stage_index, n_microbatches)
-    return min(n_microbatches, num_stages - stage_index)
-
-
-@dataclass(frozen=True, slots=True)
-class RingSizes:
-    """Buffer sets a stage holds per direction. 0 means the direction has no receives."""
-
-    forward: int
-    """Activation (forward receive) buffer sets."""
-    grad: int
-    """Gradient (backward receive) buffer sets."""
-
-    @property
-    def total(self) -> int:
-        return self.forward + self.grad
-
-
-def stock_sets(num_stages: int, stage_index: int, n_microbatches: int) -> RingSizes:
-    """What stock torch allocates: one set per microbatch and direction."""
-    check_shape(num_stages, stage_index, n_microbatches)
-    first, last = stage_index == 0, stage_index == num_stages - 1
-    return RingSizes(forward=0 if first else n_microbatches, grad=0 if last else n_microbatches)
-
-
-def live_set_1f1b(num_stages: int, stage_index: int, n_microbatches: int) -> RingSizes:
-    """The most buffer sets ever live at once under 1F1B (the slack-0 tight ring)."""
-    w = inflight_1f1b(num_stages, stage_index, n_microbatches)
-    first, last = stage_index == 0, stage_index == num_stages - 1
-    return RingSizes(forward=0 if first else w, grad=0 if last else 1)
-
-
-def automodel_ring_size(num_stages: int, stage_index: int, n_microbatches: int, slack: int) -> int:
-    """The original single ring size ``max(2, min(M, max(1, N - i) + slack))``."""
-    check_shape(num_stages, stage_index, n_microbatches)
-    return max(2, min(n_microbatches, max(1, num_stages - stage_index) + slack))
-
-
-def ring_sizes(num_stages: int, stage_index: int, n_microbatches: int, config: PoolConfig) -> RingSizes:
-    """Sets per direction that a pooled stage holds under ``config``. See [Note: ring sizes]."""
-    m = n_microbatches
-    w = inflight_1f1b(num_stages, stage_index, m)
-    first, last = stage_index == 0, stage_index == num_stages - 1
-    if config.policy == "automodel":
-        k = automodel_ring_size(num_stages, stage_index, m, config.slack)
-        k_f, k_g = k, k
-    elif config.policy == "measure":
-        k_f, k_g = m, m
-    else:
-        k_f, k_g = min(m, w + config.slack), min(m, 1 + config.grad_slack)
-    if config.forward_shortfall:
-        k_f = max(1, k_f - config.forward_shortfall)
-    return RingSizes(forward=0 if first else k_f, grad=0 if last else k_g)
-
-
-def slot_of(chunk: int, ring: int) -> int:
-    """Slot that microbatch ``chunk`` uses in a ring of ``ring`` sets."""
-    if ring < 1:
-        raise ValueError(f"ring size: found {ring}; required >= 1.")
-    return chunk % ring
-
+__all__ = ["DirectionRing", "recv_positions"]
 
 # ----------------------------------------------------------------------------------------
 # The buffers themselves.
@@ -121,10 +24,6 @@ def slot_of(chunk: int, ring: int) -> int:
 # fires for microbatch k + K, and a same-rank V-schedule handoff that replaces
 # ``info.buffer`` (or zeroes it) touches only that chunk's alias.
 # ----------------------------------------------------------------------------------------
-
-import torch  # noqa: E402  (kept below the pure-arithmetic half, which needs no torch)
-
-from pooltk.pool.guard import SlotOwnership, bump_version  # noqa: E402
 
 
 def recv_positions(infos: tuple) -> list[int]:

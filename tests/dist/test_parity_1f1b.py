@@ -7,7 +7,7 @@ import pytest
 
 from pooltk import PoolConfig, PoolOverrunError
 from pooltk.parity import ParitySpec, default_variants, run_parity
-from pooltk.pool.ring import ring_sizes, stock_sets
+from pooltk.pool.sizing import ring_sizes, stock_sets
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(400)]
 

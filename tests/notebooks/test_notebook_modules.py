@@ -11,7 +11,7 @@ import pytest
 
 from pooltk import PoolConfig
 from pooltk.pool.guard import PoolOverrunError
-from pooltk.pool.ring import inflight_1f1b
+from pooltk.pool.sizing import inflight_1f1b
 
 mp = pytest.importorskip("pooltk.nb.mechanism")
 pytest.importorskip("pandas")

@@ -3,7 +3,7 @@
 import pytest
 
 from pooltk import PoolConfig
-from pooltk.pool.ring import (
+from pooltk.pool.sizing import (
     RingSizes,
     automodel_ring_size,
     inflight_1f1b,
