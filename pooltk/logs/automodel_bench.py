@@ -48,7 +48,7 @@ _SIGNATURE_RE = re.compile(
     r"^(?:.*\| )?GA steps: \d+, DP size: \d+|Running \d+ iterations with \d+ warmup steps"
 )
 _TIMER_HEAD_RE = re.compile(r"^(?:\(min, max\) |max )time across ranks \(ms\):\s*$")
-_TIMER_ROW_RE = re.compile(r"^\s+(?P<name>\S+) \.*: (?:\((?P<min>[0-9.]+), (?P<max>[0-9.]+)\)|(?P<only>[0-9.]+))\s*$")
+_TIMER_ROW_RE = re.compile(r"^\s*(?P<name>\S+) \.*: (?:\((?P<min>[0-9.]+), (?P<max>[0-9.]+)\)|(?P<only>[0-9.]+))\s*$")
 
 _META_RES: tuple[tuple[re.Pattern[str], tuple[tuple[str, type], ...]], ...] = (
     (re.compile(r"^Running (\d+) iterations with (\d+) warmup steps"), (("total_steps", int), ("warmup_steps", int))),

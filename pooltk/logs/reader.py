@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pooltk.logs import automodel_bench, automodel_jsonl, automodel_text, torchtitan
+from pooltk.logs import automodel_bench, automodel_jsonl, automodel_text, decoration, runs, torchtitan
 from pooltk.logs._common import ParseResult, SkippedLine
 from pooltk.logs.errors import LogFormatError
 from pooltk.logs.runinfo import RunInfo, read_sidecar, sidecar_paths
@@ -82,6 +82,16 @@ class FileReport:
     """Things to know about the figures (bases, conventions)."""
     meta: dict[str, Any]
     """Run facts found in the file."""
+    n_folded: int = 0
+    """Rows folded into an identical row of the same run (one line printed by several ranks; counted in n_rows)."""
+    runs: list[str] = field(default_factory=list)
+    """The runs the file's rows belong to (more than one when it holds a restart; see pooltk.logs.runs)."""
+    run_boundaries: list[str] = field(default_factory=list)
+    """Where and why each run after the first began."""
+    decorations: tuple[str, ...] = ()
+    """Line decorations found and removed (srun, kubectl, compose, torchrun, ...)."""
+    n_decorated: int = 0
+    """Lines that carried a decoration."""
 
     def to_dict(self) -> dict[str, Any]:
         """A flat dict (skipped examples as 'line: reason' strings)."""
@@ -97,6 +107,10 @@ class FileReport:
             "n_meta": self.n_meta,
             "n_other": self.n_other,
             "n_nonfinite": self.n_nonfinite,
+            "n_folded": self.n_folded,
+            "runs": list(self.runs),
+            "run_boundaries": list(self.run_boundaries),
+            "decorations": list(self.decorations),
             "notes": list(self.notes),
         }
 
@@ -331,7 +345,7 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, engine: st
     if engine not in ("auto", "python"):
         raise ValueError(f"engine: found {engine!r}; required 'auto' or 'python'.")
     try:
-        data = _strip_ansi(_read_bytes(p))
+        data, deco = decoration.strip(_read_bytes(p))
         if format == "auto":
             fmt, head, text = _detect(data, p)
         else:
@@ -374,6 +388,7 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, engine: st
         path=str(p), run=run_id, format=fmt, n_lines=result.n_lines, n_rows=n_rows, n_skipped=result.n_skipped,
         skipped_by_reason=dict(result.skipped), skipped_examples=list(result.skipped_examples), n_meta=result.n_meta,
         n_other=result.n_other, n_nonfinite=n_nonfinite, notes=list(result.notes), meta=dict(result.meta),
+        decorations=deco.kinds, n_decorated=deco.n_decorated,
     )
     info = RunInfo.from_facts(result.meta, source=str(p), lines=result.meta_lines)
     for sidecar in sidecar_paths(p, run_id):
@@ -386,7 +401,79 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, engine: st
                 frame["mem_basis"] = _constant_where(frame["mem_gib"].notna(), basis)
                 report.notes.append(f"mem_gib basis from the sidecar: {basis}")
             break
-    return LogTable(steps=frame, files=[report], runs={run_id: info}), None
+    frame, run_infos = _split_runs(frame, data, deco, report, info, run_id)
+    return LogTable(steps=frame, files=[report], runs=run_infos), None
+
+
+def _split_runs(frame: Any, data: bytes, deco: Any, report: FileReport, info: RunInfo, run_id: str) -> tuple[Any, dict[str, RunInfo]]:
+    """Decoration ranks and tasks as columns, runs split at restarts, rank copies folded, pool columns.
+
+    See [Note: run boundaries] and [Note: pooled runs] in :mod:`pooltk.logs.runs`.
+    """
+    import numpy as np
+    import pandas as pd
+
+    idx = frame["line"].to_numpy(dtype=np.int64) - 1
+    for name, values in (("rank", deco.rank), ("task", deco.task)):
+        if values is not None and len(frame):
+            named = values[np.clip(idx, 0, values.size - 1)]
+            have = frame[name].notna().to_numpy()
+            merged = np.where(have, frame[name].to_numpy(dtype=np.float64, na_value=np.nan), named.astype(np.float64))
+            frame[name] = pd.array(np.where(merged < 0, np.nan, merged), dtype="Float64").astype("Int64")
+    banners = runs.find_banners(data)
+    b_rank = None
+    if deco.rank is not None and banners:
+        b_rank = deco.rank[np.asarray(banners, dtype=np.int64) - 1]
+    seg = runs.segment(frame, banners=banners, banner_ranks=b_rank)
+    pool = runs.find_pool_lines(data)
+    if pool:  # readers counted these lines as 'other'; they are run facts
+        moved = min(len(pool), report.n_other)
+        report.n_other -= moved
+        report.n_meta += moved
+    names = [run_id] if seg.n_runs == 1 else [f"{run_id}#{k + 1}" for k in range(seg.n_runs)]
+    report.runs = names
+    report.run_boundaries = list(seg.reasons)
+    if seg.n_runs > 1:
+        report.notes.append(f"{seg.n_runs} runs in this file (a restart or concatenated logs): " + "; ".join(seg.reasons))
+        frame["run"] = pd.Categorical.from_codes(seg.index.astype(np.int32), categories=pd.Index(names, dtype="str"))
+    # each run's span of lines, for the pool lines that belong to it
+    lines = frame["line"].to_numpy(dtype=np.int64)
+    last_line = [int(lines[seg.index == k].max()) if (seg.index == k).any() else 0 for k in range(seg.n_runs)]
+    run_infos: dict[str, RunInfo] = {}
+    pooled = np.full(len(frame), -1, dtype=np.int8)
+    impl: list[str | None] = [None] * seg.n_runs
+    slack = np.full(seg.n_runs, -1, dtype=np.int64)
+    layout: list[str | None] = [None] * seg.n_runs
+    for k, name in enumerate(names):
+        lo = last_line[k - 1] if k else 0
+        hi = last_line[k] if k + 1 < seg.n_runs else 1 << 62
+        mine = [pl for pl in pool if lo < pl.line <= hi and pl.kind != "stage"]
+        facts: dict[str, Any] = {}
+        if mine:
+            chosen = mine[-1]
+            facts = {"pooled": chosen.kind == "installed", "pool_impl": chosen.impl, **{f"pool_{k2}": v for k2, v in chosen.facts.items()}}
+            pooled[seg.index == k] = 1 if chosen.kind == "installed" else 0
+            impl[k] = chosen.impl
+            if "slack" in chosen.facts:
+                slack[k] = chosen.facts["slack"]
+            layout[k] = chosen.facts.get("layout")
+            stages = [pl.facts for pl in pool if lo < pl.line <= hi and pl.kind == "stage"]
+            if stages:
+                facts["pool_stages"] = stages
+        run_infos[name] = info.merged(RunInfo.from_facts(facts, source=report.path)) if facts else info
+    if pool:
+        frame["pooled"] = pd.array(np.where(pooled < 0, None, pooled == 1).tolist(), dtype="boolean")
+        frame["pool_impl"] = pd.Categorical([impl[k] for k in seg.index.tolist()]).astype(pd.CategoricalDtype(pd.Index(sorted({i for i in impl if i}), dtype="str")))
+        frame["slack"] = pd.array(np.where(slack[seg.index] < 0, np.nan, slack[seg.index]), dtype="Float64").astype("Int64")
+        frame["layout"] = pd.Categorical([layout[k] for k in seg.index.tolist()]).astype(pd.CategoricalDtype(pd.Index(sorted({x for x in layout if x}), dtype="str")))
+    unranked = frame["rank"].isna().to_numpy()
+    if unranked.sum() > 1:
+        folded, n = runs.fold_copies(frame[unranked])
+        if n:
+            frame = concat_frames([frame[~unranked], folded]).sort_values("line", kind="stable", ignore_index=True)
+            report.n_folded = n
+            report.notes.append(f"{n} row(s) were identical copies of another row of the same run (several ranks printing one line) and were folded")
+    return frame, run_infos
 
 
 def _constant_where(mask: Any, value: str) -> Any:

@@ -38,7 +38,8 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec(name="format", dtype="category", doc="detected log family (see pooltk.logs.FORMATS)"),
     ColumnSpec(name="kind", dtype="category", doc="'train' or 'val'"),
     ColumnSpec(name="line", dtype="int64", doc="1-based line number of the row in source_file"),
-    ColumnSpec(name="rank", dtype="Int64", doc="rank that printed the line when the log says so ([rankN]:, 'Rank N |')"),
+    ColumnSpec(name="rank", dtype="Int64", doc="rank that printed the line when the log says so ([rankN]:, 'Rank N |', a JSONL rank)"),
+    ColumnSpec(name="task", dtype="Int64", doc="launcher task of the line: srun --label task id or docker compose replica"),
     ColumnSpec(name="step", dtype="int64", doc="optimizer step (benchmark: iteration index, from 0)"),
     ColumnSpec(name="epoch", dtype="Int64", doc="epoch, where logged"),
     ColumnSpec(name="timestamp", dtype="datetime64[ns]", doc="when the line was logged (JSONL: UTC; text: host clock)"),
@@ -57,6 +58,10 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec(name="step_time_s", dtype="float64", doc="seconds per step from the log; basis in step_time_basis"),
     ColumnSpec(name="step_time_basis", dtype="category", doc="how step_time_s was obtained"),
     ColumnSpec(name="val_name", dtype="category", doc="validation set name for kind == 'val'"),
+    ColumnSpec(name="pooled", dtype="boolean", doc="whether the run logged a receive-buffer pool install; missing when it logged neither"),
+    ColumnSpec(name="pool_impl", dtype="category", doc="whose pool: 'automodel' (recv_buffer_pool) or 'pooltk'"),
+    ColumnSpec(name="slack", dtype="Int64", doc="the pool's slack as its install line states it"),
+    ColumnSpec(name="layout", dtype="category", doc="the torch layout the pool installed against, as logged"),
 )
 
 _NAMES = tuple(c.name for c in COLUMNS)
@@ -161,6 +166,8 @@ def _missing(dtype: str, n: int) -> Any:
         return np.full(n, np.datetime64("NaT"), dtype="datetime64[ns]")
     if dtype in ("Int64", "int64"):
         return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
+    if dtype == "boolean":
+        return pd.arrays.BooleanArray(np.zeros(n, dtype=bool), np.ones(n, dtype=bool))
     if dtype == "category":
         return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype="str"))
     raise ValueError(f"no missing value for dtype {dtype!r}")
