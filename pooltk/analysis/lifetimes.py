@@ -56,7 +56,6 @@ from pooltk.analysis.programs import (
     ScheduleShape,
     Style,
     analysable_schedules,
-    program,
     program_of,
     resolve_schedule,
 )

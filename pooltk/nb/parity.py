@@ -17,15 +17,16 @@ Imports pandas / matplotlib / ipywidgets inside the functions that need them.
 
 from __future__ import annotations
 
-import re
 import time
-from concurrent.futures import ThreadPoolExecutor
+
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pooltk.config import PoolConfig
 from pooltk.pool.guard import PoolOverrunError
 from pooltk.parity import ParityRankError, ParityReport, ParitySpec, ParityTimeoutError, default_variants, run_parity
+from pooltk.parity.controls import CONTROLS, ControlOutcome, NegativeControls, control_variants, run_negative_controls
+from pooltk.parity.tables import bytes_frame, stock_of
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -250,11 +251,6 @@ class ParityPanel:
 # --------------------------------------------------------------------------- tables and figures
 
 
-def _stock_of(report: ParityReport, name: str):
-    v = report.variant(name)
-    return report.variant(v.reference) if v.reference else v
-
-
 def param_sum_frame(report: ParityReport) -> pd.DataFrame:
     """Per pooled variant, stage and step: stock and pooled parameter sums, bitwise equal, difference."""
     import pandas as pd
@@ -263,40 +259,11 @@ def param_sum_frame(report: ParityReport) -> pd.DataFrame:
     for v in report.variants:
         if not v.pooled:
             continue
-        ref = _stock_of(report, v.name)
+        ref = stock_of(report, v.name)
         for stage in sorted(v.param_sums):
             for step, (p, s) in enumerate(zip(v.param_sums[stage], ref.param_sums[stage])):
                 rows.append({"variant": v.name, "stage": stage, "step": step, "stock_sum": s, "pooled_sum": p,
                              "bitwise_equal": p == s, "abs_diff": abs(p - s)})
-    return pd.DataFrame(rows)
-
-
-def bytes_frame(report: ParityReport) -> pd.DataFrame:
-    """Per stage and direction: measured stock and pooled sets/bytes, the model's pooled bytes, saved.
-
-    Uses the first pooled variant and its stock reference. ``model_pooled_bytes`` is
-    :func:`pooltk.memory.model.expected_bytes` for the harness's boundary tensor;
-    ``matches_model`` compares it with the measurement (distinct storages in the recv infos).
-    """
-    import pandas as pd
-
-    from pooltk.memory.model import expected_bytes, harness_boundary
-
-    pooled = next(v for v in report.variants if v.pooled)
-    stock = _stock_of(report, pooled.name)
-    spec = report.spec
-    config = PoolConfig(**pooled.config) if pooled.config else PoolConfig()
-    model = expected_bytes(pp=spec.pp, n_microbatches=spec.microbatches, config=config, schedule=pooled.schedule,
-                           boundaries=harness_boundary(rows=spec.rows_per_microbatch, seq_len=spec.seq_len,
-                                                       hidden=spec.hidden))
-    rows = []
-    for stage in sorted(pooled.recv):
-        for d in ("forward", "grad"):
-            s, p, m = stock.recv[stage][d], pooled.recv[stage][d], model[(stage, d)]
-            rows.append({"stage": stage, "direction": d, "stock_sets": s["sets"], "stock_bytes": s["bytes"],
-                         "pooled_sets": p["sets"], "pooled_bytes": p["bytes"], "model_pooled_bytes": m.pooled_bytes,
-                         "matches_model": p["bytes"] == m.pooled_bytes and s["bytes"] == m.stock_bytes,
-                         "saved_bytes": s["bytes"] - p["bytes"]})
     return pd.DataFrame(rows)
 
 
@@ -315,7 +282,7 @@ def loss_figure(report: ParityReport) -> Figure:
         ys = _mb_losses(v)
         xs = range(len(ys))
         if v.pooled:
-            ref = _mb_losses(_stock_of(report, v.name))
+            ref = _mb_losses(stock_of(report, v.name))
             diff = max((abs(a - b) for a, b in zip(ys, ref)), default=0.0)
             tag = "bitwise equal" if v.bitwise_equal else f"max |dloss| {diff:.2g}"
             ax.plot(xs, ys, linestyle="none", marker=next(markers), ms=6, mfc="none", label=f"{v.name} ({tag})")
@@ -352,119 +319,6 @@ def bytes_figure(report: ParityReport) -> Figure:
 # --------------------------------------------------------------------------- negative controls
 
 
-CONTROLS: dict[str, tuple[str, dict[str, Any]]] = {
-    "ring one short": ("1F1B", dict(slack=0, forward_shortfall=1)),
-    "GPipe forced": ("GPipe", dict(slack=0)),
-}
-"""The two negative controls: schedule and pool config (guard set per run), both with ``force=True``.
-
-Ring one short: 1F1B with every forward ring one set below the live set (``W - 1``).
-GPipe forced: GPipe keeps all M activations live; the 1F1B-sized ring cannot hold them."""
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class ControlOutcome:
-    """A negative control run with the guard on."""
-
-    control: str
-    """Key of :data:`CONTROLS`."""
-    caught: bool
-    """True when the run stopped with ``PoolOverrunError`` (the guard did its job)."""
-    error_type: str | None
-    """Type of the error the run ended with, ``None`` when it completed."""
-    message: str
-    """The error message (or what the completed run found)."""
-    rank: int | None = None
-    stage: int | None = None
-    direction: str | None = None
-    slot: int | None = None
-    ring: int | None = None
-    owner: int | None = None
-    """Microbatch that still owned the slot."""
-    incoming: int | None = None
-    """Microbatch whose receive was about to overwrite it."""
-    wall_s: float = 0.0
-
-
-_OVERRUN = re.compile(
-    r"(?:\[rank (?P<rank>\d+)\] )?pooltk: stage (?P<stage>\d+) (?P<direction>forward|grad) ring overrun: "
-    r"slot (?P<slot>\d+) of (?P<ring>\d+) is still owned by microbatch (?P<owner>\d+) "
-    r"when microbatch (?P<incoming>\d+)"
-)
-
-
-@dataclass(kw_only=True, slots=True)
-class NegativeControls:
-    """Both negative controls, guard off and guard on."""
-
-    unguarded: ParityReport | None
-    """One launch: stock and each control with the guard off (``None`` if that launch failed)."""
-    unguarded_error: str | None
-    """Why the guard-off launch failed, else ``None``."""
-    guarded: list[ControlOutcome]
-    """One launch per control with the guard on."""
-    wall_s: float
-    """Wall time of the three launches (run side by side)."""
-
-
-def control_variants(*, guard: bool, controls: tuple[str, ...] = tuple(CONTROLS)) -> tuple:
-    """Stock plus the pooled control, ``force=True``, for each named control (keys of :data:`CONTROLS`)."""
-    out: tuple = ()
-    for name in controls:
-        schedule, fields = CONTROLS[name]
-        out += default_variants([PoolConfig(guard=guard, **fields)], schedule=schedule, force=True)
-    return out
-
-
-def _guarded(name: str, *, pp: int, microbatches: int, steps: int, timeout_s: float) -> ControlOutcome:
-    spec = ParitySpec(pp=pp, microbatches=microbatches, steps=steps, timeout_s=timeout_s,
-                      variants=control_variants(guard=True, controls=(name,)))
-    t0 = time.perf_counter()
-    try:
-        report = run_parity(spec)
-    except PoolOverrunError as exc:
-        m = _OVERRUN.search(str(exc))
-        found = m.groupdict() if m else {}
-        fields = {k: (v if k == "direction" else int(v)) for k, v in found.items() if v is not None}
-        return ControlOutcome(control=name, caught=True, error_type=type(exc).__name__, message=str(exc),
-                              wall_s=time.perf_counter() - t0, **fields)
-    except (ParityRankError, ParityTimeoutError) as exc:
-        return ControlOutcome(control=name, caught=False, error_type=type(exc).__name__, message=str(exc),
-                              wall_s=time.perf_counter() - t0)
-    return ControlOutcome(control=name, caught=False, error_type=None, wall_s=time.perf_counter() - t0,
-                          message=f"the run completed with the guard on; bitwise_equal={report.bitwise_equal}")
-
-
-def run_negative_controls(
-    *, pp: int = 3, microbatches: int = 6, steps: int = 3, timeout_s: float = 240.0
-) -> NegativeControls:
-    """Run both controls with the guard off (one launch) and on (one launch each), side by side.
-
-    ``pp`` must be at least 3: with 2 stages the 1F1B live set of the receiving stage is 1
-    and a ring cannot be one short of it.
-    """
-    if pp < 3:
-        raise ValueError(f"negative controls pp: found {pp}; required >= 3 (with pp=2 the forward live set is 1, "
-                         "so no ring is one short of it). Fix: pp=3 or more.")
-    from pooltk.memory.model import PipelineShape
-
-    PipelineShape(pp=pp, n_microbatches=microbatches, schedule="1f1b")
-    off = ParitySpec(pp=pp, microbatches=microbatches, steps=steps, timeout_s=timeout_s,
-                     variants=control_variants(guard=False))
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=1 + len(CONTROLS)) as pool:
-        fut_off = pool.submit(run_parity, off)
-        futs_on = [pool.submit(_guarded, name, pp=pp, microbatches=microbatches, steps=steps, timeout_s=timeout_s)
-                   for name in CONTROLS]
-        guarded = [f.result() for f in futs_on]
-        try:
-            unguarded, error = fut_off.result(), None
-        except (ParityRankError, ParityTimeoutError, PoolOverrunError) as exc:
-            unguarded, error = None, f"{type(exc).__name__}: {exc}"
-    return NegativeControls(unguarded=unguarded, unguarded_error=error, guarded=guarded,
-                            wall_s=time.perf_counter() - t0)
-
-
 def _control_of(variant_name: str) -> str:
     return "GPipe forced" if "/gpipe/" in variant_name else "ring one short"
 
@@ -477,7 +331,7 @@ def divergence_frame(report: ParityReport) -> pd.DataFrame:
     for v in report.variants:
         if not v.pooled:
             continue
-        ref = _stock_of(report, v.name)
+        ref = stock_of(report, v.name)
         for step in range(report.spec.steps):
             dloss = max(abs(a - b) for a, b in zip(v.losses[step], ref.losses[step]))
             for stage in sorted(v.param_sums):

@@ -237,7 +237,7 @@ def _parity_section(config: ReportConfig, out: Path) -> tuple[list[str], Any, st
     from pooltk.config import PoolConfig
     from pooltk.pool.guard import PoolOverrunError
     from pooltk.parity import ParityRankError, ParitySpec, ParityTimeoutError, default_variants, run_parity
-    from pooltk.nb.parity import bytes_frame
+    from pooltk.parity.tables import bytes_frame
 
     configs = [PoolConfig(slack=2), PoolConfig(slack=0, grad_slack=0), PoolConfig(slack=2, policy="automodel")]
     spec = ParitySpec(pp=config.parity_pp, microbatches=config.parity_microbatches, steps=config.parity_steps,

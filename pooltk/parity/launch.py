@@ -195,12 +195,10 @@ def _root_cause(errors: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _overrun_from(err: dict[str, Any]) -> BaseException:
-    """Rebuild the PoolOverrunError a rank raised from its message (same text, same type)."""
+    """The PoolOverrunError a rank raised, rebuilt from its fields with the rank filled in."""
     from pooltk.pool.guard import PoolOverrunError
 
-    exc = PoolOverrunError.__new__(PoolOverrunError)
-    RuntimeError.__init__(exc, f"[rank {err['rank']}] {err['message']}")
-    return exc
+    return PoolOverrunError.from_dict({**err["overrun"], "rank": err["rank"]})
 
 
 def _kill(zygote: subprocess.Popen) -> None:

@@ -289,15 +289,16 @@ def spawn_entry(rank: int, world: int, spec_json: str, out_dir: str, store_port:
         dist.destroy_process_group()
     except BaseException as exc:  # report the rank's own error, then exit non-zero
         text = "".join(traceback.format_exception(exc))
-        from pooltk.pool.guard import PoolOverrunError
+        from pooltk.pool.guard import find_overrun
 
+        overrun = find_overrun(exc)
         (out / f"rank{rank}.error.json").write_text(json.dumps({
             "rank": rank,
             "type": type(exc).__name__,
             "message": str(exc),
             "traceback": text,
             "time": time.time(),
-            "overrun": isinstance(exc, PoolOverrunError) or "PoolOverrunError" in text,
+            "overrun": overrun.to_dict() if overrun is not None else None,
             "peer_connection": _is_peer_connection_error(text),
         }))
         sys.stderr.write(text)

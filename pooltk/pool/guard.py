@@ -31,17 +31,27 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["PoolOverrunError", "SlotOwnership", "bump_version"]
+__all__ = ["PoolOverrunError", "SlotOwnership", "bump_version", "find_overrun"]
 
 
 class PoolOverrunError(RuntimeError):
-    """A receive was about to be posted into a ring slot another microbatch still owns."""
+    """A receive was about to be posted into a ring slot another microbatch still owns.
 
-    def __init__(self, *, stage: int, direction: str, slot: int, ring: int, owner: int, incoming: int) -> None:
+    Its fields (``stage``, ``direction``, ``slot``, ``ring``, ``owner``, ``incoming`` and, once a
+    launcher knows it, ``rank``) survive pickling and :meth:`to_dict` / :meth:`from_dict`, so a
+    rank's overrun reaches the launcher intact: nothing parses the message.
+    """
+
+    FIELDS = ("stage", "direction", "slot", "ring", "owner", "incoming", "rank")
+    """The structured fields, in :meth:`to_dict` order."""
+
+    def __init__(self, *, stage: int, direction: str, slot: int, ring: int, owner: int, incoming: int,
+                 rank: int | None = None) -> None:
         self.stage, self.direction, self.slot, self.ring = stage, direction, slot, ring
-        self.owner, self.incoming = owner, incoming
+        self.owner, self.incoming, self.rank = owner, incoming, rank
+        where = "" if rank is None else f"[rank {rank}] "
         super().__init__(
-            f"pooltk: stage {stage} {direction} ring overrun: slot {slot} of {ring} is still owned by "
+            f"{where}pooltk: stage {stage} {direction} ring overrun: slot {slot} of {ring} is still owned by "
             f"microbatch {owner} when microbatch {incoming} posts its receive into it. The schedule keeps more "
             f"{direction} buffers live than the ring holds, so this receive would silently overwrite data "
             f"autograd still needs. Fix: raise the slack (PoolConfig(slack=...) / grad_slack=...), or do not pool "
@@ -49,15 +59,32 @@ class PoolOverrunError(RuntimeError):
             f"that check)."
         )
 
-    def __reduce__(self):  # picklable across spawned ranks
-        return (
-            _rebuild_overrun,
-            (self.stage, self.direction, self.slot, self.ring, self.owner, self.incoming),
-        )
+    def to_dict(self) -> dict[str, int | str | None]:
+        """The fields as plain JSON-able values."""
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    @classmethod
+    def from_dict(cls, fields: dict[str, int | str | None]) -> PoolOverrunError:
+        """Rebuild the error from :meth:`to_dict` (e.g. in a launcher, with ``rank`` filled in)."""
+        return cls(**{name: fields.get(name) for name in cls.FIELDS})  # type: ignore[arg-type]
+
+    def __reduce__(self):  # noqa: ANN204 - picklable across spawned ranks
+        return _rebuild_overrun, (self.to_dict(),)
 
 
-def _rebuild_overrun(stage: int, direction: str, slot: int, ring: int, owner: int, incoming: int) -> PoolOverrunError:
-    return PoolOverrunError(stage=stage, direction=direction, slot=slot, ring=ring, owner=owner, incoming=incoming)
+def _rebuild_overrun(fields: dict[str, int | str | None]) -> PoolOverrunError:
+    return PoolOverrunError.from_dict(fields)
+
+
+def find_overrun(exc: BaseException | None) -> PoolOverrunError | None:
+    """The :class:`PoolOverrunError` ``exc`` is or was raised from (its cause/context chain), else None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, PoolOverrunError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def bump_version(tensors: list[torch.Tensor]) -> None:

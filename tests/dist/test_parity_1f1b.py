@@ -57,11 +57,20 @@ def test_negative_controls_diverge_silently_without_the_guard(no_leftover_ranks)
             assert v.params_max_abs_diff > 1e-6, v.name
 
 
-def test_ring_one_short_is_caught_by_the_guard(no_leftover_ranks):
+def test_ring_one_short_is_caught_by_the_guard_and_its_fields_reach_the_launcher(no_leftover_ranks):
     cfg = PoolConfig(slack=0, forward_shortfall=1)
     spec = ParitySpec(pp=4, microbatches=8, steps=1, timeout_s=300, variants=default_variants([cfg], force=True))
-    with pytest.raises(PoolOverrunError, match=r"forward ring overrun: slot \d of \d"):
+    with pytest.raises(PoolOverrunError, match=r"forward ring overrun: slot \d of \d") as caught:
         run_parity(spec)
+    exc = caught.value
+    # Structured, not parsed: every field arrives from the rank that raised it.
+    assert exc.direction == "forward"
+    assert exc.rank == exc.stage  # one stage per rank
+    assert 1 <= exc.stage <= 2  # stage 0 receives nothing; the last stage's live set is 1 (no ring is one short)
+    assert exc.ring == 4 - exc.stage - 1  # W - 1 with W = N - i
+    assert exc.slot == exc.incoming % exc.ring == exc.owner % exc.ring
+    assert exc.incoming - exc.owner == exc.ring
+    assert str(exc).startswith(f"[rank {exc.rank}] pooltk: stage {exc.stage} forward ring overrun")
 
 
 def test_gpipe_with_the_pool_forced_is_caught_by_the_guard(no_leftover_ranks):

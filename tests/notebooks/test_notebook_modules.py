@@ -90,12 +90,21 @@ def test_the_explorer_records_rejected_shapes_instead_of_raising() -> None:
 pq = pytest.importorskip("pooltk.nb.parity")
 
 
-def test_the_overrun_parser_reads_the_guards_own_message() -> None:
-    exc = PoolOverrunError(stage=2, direction="forward", slot=1, ring=3, owner=4, incoming=7)
-    m = pq._OVERRUN.search(f"[rank 2] {exc}")
-    assert m is not None
-    assert m.groupdict() == {"rank": "2", "stage": "2", "direction": "forward", "slot": "1", "ring": "3",
-                             "owner": "4", "incoming": "7"}
+def test_a_guarded_control_outcome_carries_the_overruns_own_fields(monkeypatch) -> None:
+    import pooltk.parity.controls as controls
+
+    exc = PoolOverrunError(stage=2, direction="forward", slot=1, ring=3, owner=4, incoming=7, rank=2)
+
+    def raise_overrun(spec):
+        raise exc
+
+    monkeypatch.setattr(controls, "run_parity", raise_overrun)
+    out = controls.run_negative_controls(pp=3, microbatches=6, steps=1)
+    assert out.unguarded is None and "PoolOverrunError" in (out.unguarded_error or "")
+    for outcome in out.guarded:
+        assert outcome.caught and outcome.error_type == "PoolOverrunError"
+        assert (outcome.rank, outcome.stage, outcome.direction, outcome.slot, outcome.ring, outcome.owner,
+                outcome.incoming) == (2, 2, "forward", 1, 3, 4, 7)
 
 
 def test_the_parity_panel_rejects_bad_inputs_before_launching() -> None:

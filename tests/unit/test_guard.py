@@ -102,3 +102,23 @@ def test_repost_bumps_the_slot_version():
     ring.release(0)
     ring.post(1, infos[1])
     assert slots[0][0]._version == v0 + 1
+
+
+def test_overrun_error_keeps_every_field_through_pickle_and_dict():
+    import pickle
+
+    from pooltk.pool.guard import find_overrun
+
+    exc = PoolOverrunError(stage=2, direction="grad", slot=1, ring=3, owner=4, incoming=7)
+    back = pickle.loads(pickle.dumps(exc))
+    assert back.to_dict() == exc.to_dict() and str(back) == str(exc)
+    ranked = PoolOverrunError.from_dict({**exc.to_dict(), "rank": 5})
+    assert ranked.rank == 5 and str(ranked).startswith("[rank 5] pooltk: stage 2 grad ring overrun")
+    try:
+        try:
+            raise exc
+        except PoolOverrunError as inner:
+            raise RuntimeError("wrapped by a schedule") from inner
+    except RuntimeError as outer:
+        assert find_overrun(outer) is exc
+    assert find_overrun(RuntimeError("PoolOverrunError mentioned in text only")) is None

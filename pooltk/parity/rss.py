@@ -1,0 +1,356 @@
+"""Peak resident memory of stock and pooled pipeline ranks, measured in real processes.
+
+One *launch* runs one variant (stock, or pooled with a :class:`~pooltk.config.PoolConfig`) of
+a 1F1B pipeline on ``pp`` fresh gloo ranks on 127.0.0.1; each rank reports its own memory as
+the kernel sees it. :func:`measure_rss` runs launches stock, pooled, stock, pooled, ... (ABAB)
+so that whatever else loads the machine loads both.
+
+[Note: what a rank measures]
+- ``baseline_rss``: ``VmRSS`` (``/proc/self/status``) after torch is imported and the process
+  group is up, before any stage exists. Then the high-water mark is reset (``5`` written to
+  ``/proc/self/clear_refs``; ``hwm_reset`` says whether the kernel allowed it), so import-time
+  transients do not count.
+- ``hwm_after_setup``: ``VmHWM`` after step 0 (torch sets a stage up, and allocates its receive
+  buffers, inside the first step); ``hwm_by_step``: ``VmHWM`` after every step;
+  ``maxrss_by_step``: ``getrusage(RUSAGE_SELF).ru_maxrss`` (bytes) after every step, which is not
+  reset and so includes the import.
+- ``peak_delta`` = final ``VmHWM`` - ``baseline_rss``: what the stage, its buffers, its batch
+  and its activations added to the process at their peak.
+- ``recv``: the distinct storages behind the stage's receive buffers
+  (:func:`pooltk.parity.measure_recv_storage`), per direction: the allocator-side count. torch
+  2.13 has no CPU allocator statistics (``torch.cpu`` offers no ``memory_allocated``), so this
+  count is the only allocator figure there is on CPU.
+- glibc's ``M_MMAP_THRESHOLD`` is fixed (``RssSpec.mmap_threshold``, 1 MiB) in every rank:
+  by default glibc raises the threshold after each large free (up to 32 MiB), after which
+  freed activations stay in the heap and the high-water mark measures the allocator's
+  retention rather than what is live. Fixed, every tensor of 1 MiB or more is its own mapping
+  and goes back to the kernel when freed.
+- Only the first rank makes the input batch and only the last rank the target, each from its
+  own seeded generator, so the batch costs the same in both variants and nowhere else.
+
+Pages of ``torch.empty`` are not resident until written: a receive buffer counts from the
+first message received into it. Every buffer of stock torch is written during each step, so
+from step 1 on all ``M`` sets are resident; the peak of a two-step run sees them all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pooltk._validate import InputError, check_int
+from pooltk.config import PoolConfig
+
+__all__ = ["RankMemory", "RssLaunch", "RssLaunchError", "RssSpec", "launch_rss", "measure_rss", "proc_status"]
+
+_M_MMAP_THRESHOLD = -3  # glibc mallopt parameter number
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class RssSpec:
+    """The pipeline one launch trains: a 1F1B stack of residual blocks, float32, one stage per rank."""
+
+    pp: int = 4
+    """Stages = ranks."""
+    microbatches: int = 16
+    """Microbatches per step ``M`` (>= pp under 1F1B)."""
+    rows_per_microbatch: int = 2
+    """Rows in one microbatch."""
+    seq_len: int = 65536
+    """Tokens per row; the boundary tensor is ``(rows_per_microbatch, seq_len, hidden)`` float32."""
+    hidden: int = 64
+    """Hidden size (kept small: the point is many large receive buffers, not compute)."""
+    layers_per_stage: int = 1
+    """Residual blocks per stage."""
+    steps: int = 2
+    """Optimizer steps; from step 1 on every stock buffer is resident (see [Note: what a rank measures])."""
+    seed: int = 0
+    """Seed of weights, inputs and targets (the same in every variant)."""
+    lr: float = 0.05
+    """SGD learning rate."""
+    timeout_s: float = 600.0
+    """Wall-clock bound of one launch; ranks still running then are killed."""
+    mmap_threshold: int = 2**20
+    """glibc ``M_MMAP_THRESHOLD`` set in every rank, bytes."""
+
+    def __post_init__(self) -> None:
+        fix = "use RssSpec's defaults as a starting point."
+        check_int("RssSpec.pp", self.pp, low=2, fix=fix, error=InputError)
+        check_int("RssSpec.microbatches", self.microbatches, low=self.pp,
+                  fix=f"1F1B needs at least pp = {self.pp} microbatches.")
+        for name in ("rows_per_microbatch", "seq_len", "hidden", "layers_per_stage", "steps"):
+            check_int(f"RssSpec.{name}", getattr(self, name), low=1, fix=fix)
+        check_int("RssSpec.mmap_threshold", self.mmap_threshold, low=0, fix="1 MiB (2**20) is what the notes assume.")
+        if not self.timeout_s > 0:
+            raise InputError("RssSpec.timeout_s", found=repr(self.timeout_s), required="> 0 seconds", fix="e.g. 600.")
+
+    @property
+    def boundary_bytes(self) -> int:
+        """Bytes of one receive buffer set (one float32 boundary tensor)."""
+        return self.rows_per_microbatch * self.seq_len * self.hidden * 4
+
+    @property
+    def rows(self) -> int:
+        """Rows per step (the batch)."""
+        return self.rows_per_microbatch * self.microbatches
+
+    def label(self) -> str:
+        """e.g. ``pp4 M16 2x65536x64 fp32 (32 MiB/set)``."""
+        return (f"pp{self.pp} M{self.microbatches} {self.rows_per_microbatch}x{self.seq_len}x{self.hidden} fp32 "
+                f"({self.boundary_bytes / 2**20:g} MiB/set)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(kw_only=True, slots=True)
+class RankMemory:
+    """One rank of one launch. See [Note: what a rank measures]."""
+
+    rank: int
+    """Rank = stage index."""
+    baseline_rss: int
+    """VmRSS before the stage is built, bytes."""
+    hwm_reset: bool
+    """Whether the high-water mark could be reset after the baseline."""
+    hwm_after_setup: int
+    """VmHWM after step 0, bytes."""
+    hwm_by_step: list[int]
+    """VmHWM after each step, bytes."""
+    rss_by_step: list[int]
+    """VmRSS after each step, bytes."""
+    maxrss_by_step: list[int]
+    """ru_maxrss after each step, bytes (not reset: includes the import)."""
+    recv: dict[str, dict[str, int]]
+    """Receive-buffer storages per direction: ``bytes``, ``sets``, ``storages``."""
+    losses: list[list[float]]
+    """Last rank only: per step, the per-microbatch losses."""
+    grad_sq: list[float]
+    """Per step, the sum of squared gradients of this rank's parameters."""
+    step_times_s: list[float]
+    """Wall time of each step."""
+    step_end_unix: list[float]
+    """Wall-clock end of each step (Unix seconds)."""
+    installed: bool | None
+    """Pooled launches: whether ``pooltk.install`` pooled; ``None`` for stock."""
+
+    @property
+    def peak_delta(self) -> int:
+        """Final VmHWM minus the baseline VmRSS, bytes."""
+        return self.hwm_by_step[-1] - self.baseline_rss
+
+
+@dataclass(kw_only=True, slots=True)
+class RssLaunch:
+    """One launch: a variant on every rank."""
+
+    spec: RssSpec
+    """The pipeline."""
+    variant: str
+    """``stock`` or ``pooled``."""
+    config: PoolConfig | None
+    """The pool config of a pooled launch."""
+    ranks: list[RankMemory]
+    """One record per rank, by rank."""
+    wall_s: float
+    """Seconds from launch to the last rank's result."""
+    started_unix: float = field(default=0.0)
+    """When the launch started (Unix seconds)."""
+
+
+class RssLaunchError(RuntimeError):
+    """A measurement launch failed or ran out of time; the message carries the failing rank's output."""
+
+
+def proc_status() -> dict[str, int]:
+    """``VmRSS`` and ``VmHWM`` of this process in bytes (empty where ``/proc`` is absent)."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    key, value = line.split(":", 1)
+                    out[key] = int(value.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def _reset_hwm() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _fix_mmap_threshold(n_bytes: int) -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, n_bytes)
+    except (OSError, AttributeError):  # not glibc: leave the allocator as it is
+        pass
+
+
+def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
+    """A rank: join the group, build a stage, train, write ``rank{r}.json``."""
+    out = Path(out_dir)
+    job = json.loads((out / "job.json").read_text())
+    spec = RssSpec(**job["spec"])
+    config = PoolConfig(**job["config"]) if job["config"] else None
+    _fix_mmap_threshold(spec.mmap_threshold)
+    import datetime
+    import resource
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    import pooltk
+    from pooltk.parity import measure_recv_storage
+    from pooltk.parity.models import make_stage_module
+
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", port, world + 1, is_master=False,
+                          timeout=datetime.timedelta(seconds=spec.timeout_s))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=spec.timeout_s))
+    dist.barrier()
+    baseline = proc_status().get("VmRSS", 0)
+    reset = _reset_hwm()
+    installed = None
+    if config is not None:
+        installed = pooltk.install(config).installed
+    module = make_stage_module(hidden=spec.hidden, layers_per_stage=spec.layers_per_stage, stage_index=rank, seed=spec.seed)
+    stage = PipelineStage(module, rank, world, torch.device("cpu"))
+    losses_fn = torch.nn.functional.mse_loss
+    schedule = Schedule1F1B(stage, n_microbatches=spec.microbatches, loss_fn=losses_fn)
+    opt = torch.optim.SGD(list(module.parameters()), lr=spec.lr)
+    shape = (spec.rows, spec.seq_len, spec.hidden)
+    rec: dict[str, Any] = {k: [] for k in ("hwm_by_step", "rss_by_step", "maxrss_by_step", "losses", "grad_sq",
+                                           "step_times_s", "step_end_unix")}
+    for step in range(spec.steps):
+        opt.zero_grad(set_to_none=True)
+        args: tuple = ()
+        kwargs: dict[str, Any] = {}
+        if stage.is_first:
+            args = (torch.randn(shape, generator=torch.Generator().manual_seed(spec.seed * 7919 + 2 * step)),)
+        losses: list[torch.Tensor] = []
+        if stage.is_last:
+            target = torch.randn(shape, generator=torch.Generator().manual_seed(spec.seed * 7919 + 2 * step + 1))
+            kwargs = {"target": target, "losses": losses}
+        t0 = time.perf_counter()
+        schedule.step(*args, **kwargs)
+        rec["step_times_s"].append(time.perf_counter() - t0)
+        rec["step_end_unix"].append(time.time())
+        status = proc_status()
+        rec["hwm_by_step"].append(status.get("VmHWM", 0))
+        rec["rss_by_step"].append(status.get("VmRSS", 0))
+        rec["maxrss_by_step"].append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        rec["grad_sq"].append(float(sum((p.grad.double() ** 2).sum() for p in module.parameters() if p.grad is not None)))
+        opt.step()
+        if stage.is_last:
+            rec["losses"].append([float(v.detach()) for v in losses])
+        del args, kwargs, losses
+    rec.update(rank=rank, baseline_rss=baseline, hwm_reset=reset, hwm_after_setup=rec["hwm_by_step"][0],
+               recv=measure_recv_storage(stage), installed=installed)
+    dist.barrier()
+    (out / f"rank{rank}.json").write_text(json.dumps(rec))
+    dist.destroy_process_group()
+    if config is not None:
+        pooltk.uninstall()
+
+
+def _kill_all(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - the kernel did not reap in time
+            p.kill()
+
+
+def launch_rss(spec: RssSpec, config: PoolConfig | None = None, *, grace_s: float = 3.0) -> RssLaunch:
+    """One launch of ``spec`` on ``spec.pp`` fresh processes: stock when ``config`` is None, else pooled.
+
+    Ranks are separate interpreters (each imports torch itself, so no rank inherits another
+    variant's memory), joined through a ``TCPStore`` on 127.0.0.1 with an OS-chosen port, each
+    in its own process group; on failure or past ``spec.timeout_s`` every rank is killed.
+    """
+    import torch.distributed as dist
+
+    world = spec.pp
+    t0, started = time.perf_counter(), time.time()
+    store = dist.TCPStore("127.0.0.1", 0, world + 1, is_master=True, wait_for_workers=False)
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    with tempfile.TemporaryDirectory(prefix="pooltk-rss-") as tmp:
+        out = Path(tmp)
+        (out / "job.json").write_text(json.dumps({"spec": spec.to_dict(), "config": config.to_dict() if config else None}))
+        procs = []
+        try:
+            for rank in range(world):
+                with open(out / f"rank{rank}.log", "wb") as log:
+                    procs.append(subprocess.Popen(
+                        [sys.executable, "-m", "pooltk.parity.rss", str(rank), str(world), str(store.port), str(out)],
+                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True))
+            deadline = time.monotonic() + spec.timeout_s
+            failed_at = None
+            while any(p.poll() is None for p in procs):
+                if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
+                    failed_at = time.monotonic()
+                if (failed_at is not None and time.monotonic() - failed_at > grace_s) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            timed_out = time.monotonic() > deadline and any(p.poll() is None for p in procs)
+        finally:
+            _kill_all(procs)
+            del store
+        missing = [r for r in range(world) if not (out / f"rank{r}.json").exists()]
+        if missing:
+            bad = next((r for r, p in enumerate(procs) if p.returncode not in (0, -signal.SIGKILL)), missing[0])
+            tail = (out / f"rank{bad}.log").read_text(errors="replace")[-3000:]
+            why = f"ran past timeout_s={spec.timeout_s:g}s" if timed_out else "failed"
+            raise RssLaunchError(f"memory launch {spec.label()} ({'pooled' if config else 'stock'}) {why}; "
+                                 f"ranks {missing} wrote no result; rank {bad} printed:\n{tail}")
+        recs = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+    ranks = [RankMemory(**{k: r[k] for k in RankMemory.__slots__}) for r in recs]
+    return RssLaunch(spec=spec, variant="pooled" if config else "stock", config=config, ranks=ranks,
+                     wall_s=time.perf_counter() - t0, started_unix=started)
+
+
+def measure_rss(
+    specs: list[RssSpec] | tuple[RssSpec, ...],
+    config: PoolConfig | None = None,
+    *,
+    reps: int = 2,
+    progress: Any = None,
+) -> list[RssLaunch]:
+    """For each spec, ``reps`` x (stock launch, pooled launch), interleaved ABAB. Returns every launch in order."""
+    check_int("reps", reps, low=1, fix="give the number of stock/pooled pairs per shape, e.g. 2.")
+    config = config or PoolConfig()
+    launches = []
+    for spec in specs:
+        for rep in range(reps):
+            for cfg in (None, config):
+                if progress:
+                    progress(f"{spec.label()}: rep {rep + 1}/{reps}, {'pooled' if cfg else 'stock'}")
+                launches.append(launch_rss(spec, cfg))
+    return launches
+
+
+if __name__ == "__main__":  # a rank: python -m pooltk.parity.rss RANK WORLD PORT OUT_DIR
+    _rank_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
