@@ -13,6 +13,7 @@ that yields no row at all raises.
 from __future__ import annotations
 
 import gzip
+import re
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -151,16 +152,31 @@ class LogTable:
         return sum(f.n_skipped for f in self.files)
 
 
+_RANK_IN_NAME_RE = re.compile(r"[._-]?(?:global_|local_)?rank[_-]?(\d+)(?=$|[._-])", re.IGNORECASE)
+_STAMP_IN_NAME_RE = re.compile(r"\.\d{8}-\d{6}(?:-[A-Z0-9]{6})?$")
+_RANK_DIR_RE = re.compile(r"^(?:\d+|rank[_-]?\d+)$", re.IGNORECASE)
+
+
+def rank_in_name(path: Path) -> int | None:
+    """The rank a per-rank file's name states (``rank3.log``, ``training.global_rank_3.<stamp>.jsonl``), or None."""
+    m = _RANK_IN_NAME_RE.search(path.name)
+    return int(m.group(1)) if m else None
+
+
 def run_name(path: Path) -> str:
     """The run a file belongs to: its stem without ``_training``/``_validation*``/``_summary``, or its folder's name.
 
     ``cpu_seq512_stock_training.jsonl`` -> ``cpu_seq512_stock``; ``out/run7/training.jsonl`` ->
-    ``run7``; ``torchtitan-1.log`` -> ``torchtitan-1``.
+    ``run7``; ``torchtitan-1.log`` -> ``torchtitan-1``. Per-rank files of one run share it: a
+    rank in the name (``job_rank3.log``, torchtitan's ``training.global_rank_3.<stamp>.jsonl``)
+    and its timestamp are dropped, and rank folders (``logs/job/3/stdout.log``, torchrun's
+    ``--log-dir`` layout) and ``structured_logs`` are climbed over.
     """
     name = path.name
     if name.endswith(".gz"):
         name = name[:-3]
     stem = name.rsplit(".", 1)[0] if "." in name else name
+    stem = _STAMP_IN_NAME_RE.sub("", _RANK_IN_NAME_RE.sub("", stem)) or stem
     lowered = stem.lower()
     for marker in ("_training", "-training", ".training", "_validation", "-validation", ".validation", "_summary", "-summary"):
         i = lowered.find(marker)
@@ -168,8 +184,10 @@ def run_name(path: Path) -> str:
             stem = stem[:i]
             break
     if stem.lower() in _GENERIC_STEMS or stem.lower().startswith("validation"):
-        parent = path.resolve().parent.name
-        return parent or stem
+        parent = path.resolve().parent
+        while parent.name and (_RANK_DIR_RE.match(parent.name) or parent.name in ("structured_logs", "logs")) and parent.parent != parent:
+            parent = parent.parent
+        return parent.name or stem
     return stem
 
 
@@ -401,6 +419,8 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, engine: st
                 frame["mem_basis"] = _constant_where(frame["mem_gib"].notna(), basis)
                 report.notes.append(f"mem_gib basis from the sidecar: {basis}")
             break
+    if frame["rank"].isna().all() and len(frame) and (named := rank_in_name(p)) is not None:
+        frame["rank"] = pd.array([named] * len(frame), dtype="Int64")
     frame, run_infos = _split_runs(frame, data, deco, report, info, run_id)
     return LogTable(steps=frame, files=[report], runs=run_infos), None
 

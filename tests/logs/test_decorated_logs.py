@@ -1,0 +1,142 @@
+"""Logs as launchers and collectors write them: every decoration reads to the same steps, ranks kept.
+
+Sources: the real logs under ../shared/reference/logs when present, else the format fixtures in
+tests/logs/fixtures. Decorated copies are generated here (never committed).
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pooltk.logs import LogFormatError, read_log_file, read_logs
+from pooltk.logs.decoration import strip
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+_VALUES = ["step", "kind", "loss", "grad_norm", "lr", "mem_gib", "tok_per_s_logged", "mfu_pct_logged", "num_label_tokens",
+           "timestamp", "epoch"]
+
+
+def _sources(shared_dir: Path) -> list[Path]:
+    real = shared_dir / "reference" / "logs"
+    if real.is_dir():
+        return sorted(p for p in real.iterdir() if p.suffix in (".log", ".jsonl"))
+    return sorted(p for p in FIX.iterdir() if p.suffix == ".log")
+
+
+def _decorate(raw: bytes, how: str, *, task: int = 3) -> bytes:
+    lines = raw.split(b"\n")
+    tail = lines.pop() if lines and lines[-1] == b"" else None
+    out = []
+    for i, ln in enumerate(lines):
+        if how == "srun":
+            out.append(b"%3d: " % task + ln)
+        elif how == "kubectl":
+            out.append(b"2026-09-14T10:%02d:%02d.%09dZ " % (i // 60 % 60, i % 60, i * 7919 % 10**9) + ln)
+        elif how == "compose":
+            out.append(b"trainer-%d  | " % task + ln)
+        elif how == "torchrun":
+            out.append(b"[default%d]:" % task + ln)
+        elif how == "indent":
+            out.append(b"    " + ln)
+        elif how == "crlf":
+            out.append(ln + b"\r")
+        elif how == "ansi":
+            out.append(b"\x1b[32m" + ln + b"\x1b[0m")
+        elif how == "stacked":
+            out.append(b"2026-09-14T10:00:00.5+00:00 %d: [rank%d]:" % (task, task) + ln)
+    if tail is not None:
+        out.append(tail)
+    return b"\n".join(out)
+
+
+DECORATIONS = ("srun", "kubectl", "compose", "torchrun", "indent", "crlf", "ansi", "stacked")
+
+
+@pytest.mark.parametrize("how", DECORATIONS)
+def test_every_decoration_reads_to_the_same_steps_as_the_undecorated_file(shared_dir, tmp_path, how):
+    for src in _sources(shared_dir):
+        plain = read_log_file(src).steps
+        dst = tmp_path / f"{how}_{src.name}"
+        dst.write_bytes(_decorate(src.read_bytes(), how))
+        got = read_log_file(dst)
+        deco = got.steps
+        assert len(deco) == len(plain), (src.name, how)
+        pd.testing.assert_frame_equal(deco[_VALUES].reset_index(drop=True), plain[_VALUES].reset_index(drop=True),
+                                      check_categorical=False, obj=f"{src.name} {how}")
+        assert list(deco["line"]) == list(plain["line"])  # line numbers stay the file's
+        assert got.n_skipped == read_log_file(src).n_skipped
+        if how in ("srun", "compose"):
+            assert set(deco["task"].dropna()) == {3}
+        if how in ("torchrun", "stacked"):  # the innermost rank prefix wins (a file's own [rank0]: stays rank 0)
+            assert set(deco["rank"].dropna()) == ({3} if plain["rank"].isna().all() else set(plain["rank"].dropna()))
+
+
+def test_one_file_from_many_ranks_becomes_one_table_with_a_rank_column(tmp_path):
+    src = (FIX / "automodel_text_current.log").read_bytes()
+    parts = [_decorate(src, "srun", task=t).split(b"\n") for t in range(8)]
+    mixed = b"\n".join(ln for group in zip(*parts, strict=True) for ln in group)  # interleaved line by line
+    path = tmp_path / "all_ranks.log"
+    path.write_bytes(mixed)
+    table = read_log_file(path)
+    single = read_log_file(FIX / "automodel_text_current.log").steps
+    s = table.steps
+    assert sorted(set(s["task"])) == list(range(8))
+    for t in range(8):
+        mine = s[s["task"] == t]
+        assert list(mine["step"]) == list(single["step"]) and list(mine["loss"]) == list(single["loss"])
+    assert table.files[0].runs == ["all_ranks"]
+
+
+def test_decorations_are_found_anywhere_and_named(tmp_path):
+    data = b"hello\n  3: [rank3]:x\n2026-01-02T03:04:05.123456789Z trainer-2  | [default1]:y\n"
+    clean, deco = strip(data)
+    assert clean == b"hello\nx\ny\n"
+    assert list(deco.rank) == [-1, 3, 1] and list(deco.task) == [-1, 3, 2]
+    assert {"srun", "torchrun", "kubectl", "compose"} <= set(deco.kinds)
+
+
+def test_a_record_never_loses_its_own_timestamp_or_prefix():
+    for line in (b"2025-08-22 02:40:26 | INFO | root | step 1 | epoch 0", b"[titan] 2026-05-20 02:22:30,411 - root - INFO - x",
+                 b"INFO:root:step 4 | epoch 0", b'{"step": 1}', b"Rank 0 | Iteration 3 | num_label_tokens=1"):
+        assert strip(line + b"\n")[0] == line + b"\n"
+
+
+def test_binary_input_is_a_clear_error_not_a_crash(tmp_path):
+    path = tmp_path / "model.log"
+    path.write_bytes(bytes(np.random.default_rng(0).integers(0, 256, 200_000, dtype=np.uint8)))
+    with pytest.raises(LogFormatError) as err:
+        read_log_file(path)
+    assert "found" in str(err.value) and "Fix:" in str(err.value)
+
+
+def test_a_truncated_gzip_is_a_clear_error(tmp_path):
+    packed = gzip.compress((FIX / "automodel_text_current.log").read_bytes())
+    path = tmp_path / "cut.log.gz"
+    path.write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(LogFormatError, match="gzip"):
+        read_log_file(path)
+
+
+def test_a_ten_megabyte_line_is_counted_not_fatal(tmp_path):
+    src = (FIX / "automodel_text_current.log").read_bytes()
+    path = tmp_path / "long_line.log"
+    path.write_bytes(b"x" * (10 << 20) + b"\n" + src)
+    table = read_log_file(path)
+    plain = read_log_file(FIX / "automodel_text_current.log")
+    assert len(table.steps) == len(plain.steps)
+    f = table.files[0]
+    assert f.n_lines == plain.files[0].n_lines + 1
+    assert f.n_rows + f.n_skipped + f.n_meta + f.n_other == f.n_lines
+
+
+def test_every_line_is_accounted_for_in_decorated_real_logs(shared_dir, tmp_path):
+    for src in _sources(shared_dir):
+        dst = tmp_path / src.name
+        dst.write_bytes(_decorate(src.read_bytes(), "stacked"))
+        f = read_logs([dst]).files[0]
+        assert f.n_rows + f.n_skipped + f.n_meta + f.n_other == f.n_lines, src.name
