@@ -27,6 +27,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pooltk._validate import check_int
+
 __all__ = ["TRAINING_KEYS", "format_timestamp", "validate_record", "write_training_jsonl"]
 
 TRAINING_KEYS: tuple[str, ...] = (
@@ -86,9 +88,7 @@ def validate_record(record: Mapping[str, Any], index: int = 0) -> dict[str, Any]
     out: dict[str, Any] = {}
     for key in _INT_KEYS:
         value = record[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise _bad(index, key, value, "a non-negative int", "pass an int (not a float or a tensor: use int(x))")
-        out[key] = int(value)
+        out[key] = check_int(f"record {index}: {key}", value, low=0, fix="pass an int (not a float or a tensor: use int(x))")
     stamp = record["timestamp"]
     if isinstance(stamp, datetime):
         out["timestamp"] = format_timestamp(stamp)

@@ -20,7 +20,8 @@ log's own per-GPU figure differs from it.
 MFU = tok/s per physical GPU x FLOPs per token / peak FLOP/s per GPU. The FLOPs per token and
 the peak are inputs, never assumed: the Kimi-K3 report used 6 x 104e9 (active parameters) and a
 GB200 peak of 2250 TFLOP/s (the K3 configs' ``peak_tflops``); other GB200 configs and Automodel's
-device table use 2500. :func:`mfu_table` shows every peak side by side.
+device table use 2500. :func:`mfu_table` shows every peak side by side. A study's constants
+(FLOPs bases, peaks, capacities) live with the study (``pooltk.studies.kimi_k3.constants``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pooltk._validate import check_int
 from pooltk.logs.runinfo import RunInfo
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,11 +41,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from pooltk.logs.reader import LogTable
 
 __all__ = [
-    "GB200_NOMINAL",
-    "GB200_TORCH_REPORTED",
-    "K3_ACTIVE_6N",
-    "PEAK_GB200_2250",
-    "PEAK_GB200_2500",
     "Bubble",
     "DeviceCapacity",
     "FlopsBasis",
@@ -148,20 +145,6 @@ class DeviceCapacity:
         return self.gib * GIB / GB
 
 
-K3_ACTIVE_6N = FlopsBasis.six_n(104e9, source="Automodel PR #3780: 'MFU basis tok/s/GPU x 6 x 104e9 / 2.25e15'")
-"""The Kimi-K3 report's FLOPs basis: 6 x 104e9 active parameters per token."""
-PEAK_GB200_2250 = PeakBasis(name="GB200 2250 TFLOP/s (K3 configs)", flops_per_s=2.25e15,
-                            source="kimi_k3_gb200*.yaml benchmark.peak_tflops: 2250; PR #3780 MFU basis")
-"""GB200 peak as the K3 configs state it."""
-PEAK_GB200_2500 = PeakBasis(name="GB200 2500 TFLOP/s (other GB200 configs, Automodel table)", flops_per_s=2.5e15,
-                            source="other GB200 configs' peak_tflops: 2500; Automodel's device table GB200 2.5e15")
-"""GB200 peak as other GB200 configs and Automodel's device table state it."""
-GB200_NOMINAL = DeviceCapacity.from_gb(186, source="NVIDIA GB200 NVL72 datasheet: 13.4 TB HBM3e over 72 GPUs = 186 GB per GPU")
-"""GB200 nominal HBM per GPU (datasheet, GB)."""
-GB200_TORCH_REPORTED = DeviceCapacity.from_gib(
-    187.28, source="torchtitan log on GB200: 'CUDA capacity: NVIDIA GB200 with 187.28GiB memory' (torch total_memory)"
-)
-"""GB200 memory as torch reports it (a public torchtitan log line)."""
 
 
 # --------------------------------------------------------------------------- per-GPU rates
@@ -447,8 +430,8 @@ class MfuTable:
         } for f in self.figures])
 
 
-def mfu_table(tok_per_s_per_gpu: float, flops: FlopsBasis, peaks: Sequence[PeakBasis] = (PEAK_GB200_2250, PEAK_GB200_2500)) -> MfuTable:
-    """MFU against each peak (default: both GB200 peaks in use)."""
+def mfu_table(tok_per_s_per_gpu: float, flops: FlopsBasis, peaks: Sequence[PeakBasis]) -> MfuTable:
+    """MFU against each peak (a study's peaks, e.g. pooltk.studies.kimi_k3.constants' two GB200 figures)."""
     return MfuTable(figures=tuple(mfu(tok_per_s_per_gpu, flops, p) for p in peaks))
 
 
@@ -531,9 +514,8 @@ def bubble_table(runs: Mapping[str, RunInfo]) -> pd.DataFrame:
 
 def bubble_1f1b(pp: int, microbatches: int) -> Bubble:
     """The 1F1B bubble for N = ``pp`` stages and M = ``microbatches``."""
-    for name, value in (("pp", pp), ("microbatches", microbatches)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"bubble_1f1b: {name} found {value!r}; required an integer >= 1.")
+    check_int("bubble_1f1b: pp", pp, low=1, fix="pass the number of pipeline stages (e.g. 8)")
+    check_int("bubble_1f1b: microbatches", microbatches, low=1, fix="pass the microbatches per step (e.g. 64)")
     return Bubble(pp=pp, microbatches=microbatches)
 
 
@@ -623,7 +605,7 @@ def summarize(
     *,
     run_info: Mapping[str, RunInfo] | RunInfo | None = None,
     flops: FlopsBasis | None = None,
-    peaks: Sequence[PeakBasis] = (PEAK_GB200_2250, PEAK_GB200_2500),
+    peaks: Sequence[PeakBasis] = (),
     capacity: DeviceCapacity | None = None,
     warmup_steps: int | None = None,
     warn: bool = True,
@@ -632,7 +614,8 @@ def summarize(
 
     ``run_info`` adds or overrides facts (one RunInfo for every run, or a mapping by run);
     ``flops`` is the FLOPs-per-token basis for MFU (none: only the log's own MFU is shown);
-    ``peaks[0]`` is the peak the summary's MFU uses (:func:`mfu_table` shows all).
+    ``peaks[0]`` is the peak the summary's MFU uses (:func:`mfu_table` shows all); without
+    ``peaks``, a run's own logged peak FLOP/s (torchtitan's setup line) where it has one.
     """
     import numpy as np
 
@@ -659,7 +642,10 @@ def summarize(
         rate = float(np.nanmean(in_window["tok_per_s_per_gpu"])) if in_window["tok_per_s_per_gpu"].notna().any() else math.nan
         logged = in_window["tok_per_s_per_gpu_logged"]
         mfu_logged = in_window["mfu_pct_logged"]
-        fig = mfu(rate, flops, peaks[0]) if flops is not None and math.isfinite(rate) and peaks else None
+        peak_basis = peaks[0] if peaks else (
+            PeakBasis(name=f"{info.peak_flops / 1e12:g} TFLOP/s (the log's own peak)", flops_per_s=info.peak_flops,
+                      source=info.sources.get("peak_flops", "the log")) if info.peak_flops else None)
+        fig = mfu(rate, flops, peak_basis) if flops is not None and math.isfinite(rate) and peak_basis is not None else None
         mem = train["mem_gib"]
         peak = float(mem.max()) if mem.notna().any() else math.nan
         losses = train["loss"].to_numpy(dtype=float)

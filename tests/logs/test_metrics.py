@@ -14,10 +14,6 @@ import pytest
 
 from pooltk.logs import RunInfo, read_log_file, read_logs
 from pooltk.logs.metrics import (
-    GB200_NOMINAL,
-    K3_ACTIVE_6N,
-    PEAK_GB200_2250,
-    PEAK_GB200_2500,
     DeviceCapacity,
     FlopsBasis,
     PeakBasis,
@@ -31,6 +27,7 @@ from pooltk.logs.metrics import (
     steady_window,
     summarize,
 )
+from pooltk.studies.kimi_k3.constants import GB200_NOMINAL, K3_ACTIVE_6N, PEAK_GB200_2250, PEAK_GB200_2500
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 
@@ -43,7 +40,7 @@ def test_mfu_is_rate_times_flops_per_token_over_peak_as_in_the_k3_report():
 
 
 def test_mfu_table_shows_both_gb200_peaks():
-    t = mfu_table(627.3, K3_ACTIVE_6N).to_frame()
+    t = mfu_table(627.3, K3_ACTIVE_6N, (PEAK_GB200_2250, PEAK_GB200_2500)).to_frame()
     assert list(t["peak_tflops"]) == [2250.0, 2500.0]
     assert [round(x, 1) for x in t["mfu_pct"]] == [17.4, 15.7]
     assert PEAK_GB200_2500.flops_per_s / PEAK_GB200_2250.flops_per_s == pytest.approx(2500 / 2250)
@@ -54,8 +51,14 @@ def test_bubble_is_n_minus_1_over_m_plus_n_minus_1():
     assert b.fraction == 7 / 71 and round(100 * b.fraction, 1) == 9.9
     assert b.formula == "(8 - 1) / (64 + 8 - 1) = 7/71"
     assert bubble_1f1b(1, 16).fraction == 0.0
-    with pytest.raises(ValueError, match="microbatches found 0"):
+    with pytest.raises(ValueError, match="microbatches: found 0"):
         bubble_1f1b(8, 0)
+
+
+def test_logs_hold_no_study_constants():
+    import pooltk.logs.metrics as metrics
+
+    assert not [n for n in dir(metrics) if n.startswith(("GB200", "PEAK_GB200", "K3_"))]
 
 
 def test_headroom_states_gib_and_gb_explicitly():
@@ -122,7 +125,7 @@ def test_steady_window_rules():
 
 def test_summary_of_benchmark_run_uses_declared_warmup_and_reports_bases():
     t = read_logs(FIX / "bench_run")
-    s = summarize(t, flops=K3_ACTIVE_6N, capacity=GB200_NOMINAL)["k3_like"]
+    s = summarize(t, flops=K3_ACTIVE_6N, peaks=(PEAK_GB200_2250, PEAK_GB200_2500), capacity=GB200_NOMINAL)["k3_like"]
     assert (s.window.first_step, s.window.last_step) == (2, 5) and "declared warmup" in s.window.rule
     assert s.tok_per_s_per_gpu == pytest.approx(4096 * 2048 / (50 * 256))
     assert s.step_time.median_s == 50.0 and s.step_time.n == 4
