@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pooltk.logs import automodel_bench, automodel_jsonl, automodel_text, decoration, runs, torchtitan
+from pooltk.logs import automodel_bench, automodel_jsonl, automodel_text, decoration, runs, torchtitan, torchtitan_jsonl
 from pooltk.logs._common import ParseResult, SkippedLine
 from pooltk.logs.errors import LogFormatError
 from pooltk.logs.runinfo import RunInfo, read_sidecar, sidecar_paths
@@ -45,6 +45,7 @@ FORMATS: tuple[str, ...] = (
     automodel_bench.FORMAT,
     automodel_bench.SUMMARY_FORMAT,
     torchtitan.FORMAT,
+    torchtitan_jsonl.FORMAT,
 )
 """Log families pooltk reads."""
 
@@ -229,11 +230,15 @@ def detect_format(lines: Sequence[str], *, path: str = "<lines>", text: str | No
     if first is None:
         raise LogFormatError(path, 0, found="an empty file (no non-blank line)", required="log lines",
                              fix="point at the run's log (it may not have been flushed yet)")
+    if torchtitan_jsonl.looks_like(first):
+        return torchtitan_jsonl.FORMAT
     if automodel_jsonl.looks_like(first):
         return automodel_jsonl.FORMAT
     if path.removesuffix(".gz").endswith(".jsonl"):
         # a .jsonl whose first record is damaged: the next records decide
         head = [ln for ln in lines[:200] if ln.strip()][:20]
+        if any(torchtitan_jsonl.looks_like(ln) for ln in head):
+            return torchtitan_jsonl.FORMAT
         if any(automodel_jsonl.looks_like(ln) for ln in head):
             return automodel_jsonl.FORMAT
     for line in lines[:_DETECT_LINES]:
@@ -310,6 +315,8 @@ def _parse(fmt: str, data: bytes, head: list[str], text: str | None, path: Path,
         automodel_bench.parse(numbered, result)
     elif fmt == torchtitan.FORMAT:
         torchtitan.parse(numbered, result)
+    elif fmt == torchtitan_jsonl.FORMAT:
+        torchtitan_jsonl.parse(numbered, result)
     else:
         raise ValueError(f"format: found {fmt!r}; required one of {', '.join(FORMATS)} or 'auto'. Fix: pass one of those.")
     result.n_lines = len(bounds)

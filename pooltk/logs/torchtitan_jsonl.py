@@ -1,0 +1,126 @@
+"""torchtitan's structured per-rank JSONL (``structured_logs/<source>.global_rank_<N>.<stamp>.jsonl``).
+
+Written by ``TraceJsonlFormatter`` (torchtitan/observability/structured_logger/jsonl_handler.py,
+read in the search corpus): one JSON object per event with ``rank``/``global_rank``,
+``local_rank``, ``source``, ``step`` (from ``set_step``), ``time_us``, ``log_type_name`` and,
+by kind of event:
+
+- spans: ``<name>_start`` and ``<name>_end``, the ``_end`` record's ``value`` being the elapsed
+  wall time in **milliseconds**; the trainer wraps each step in a ``step`` span, so ``step_end``
+  gives the step time;
+- scalars (``log_trace_scalar``): ``log_type_name`` ``metric_value``, the name in ``event_name``
+  and the number in ``value``;
+- instants (``training_start`` ...).
+
+One row per ``step_end`` record (rank from the record, timestamp from ``time_us``, UTC);
+scalars of the same rank and step fill the columns they name (:data:`SCALARS`), other events
+are counted as other lines. The file has no loss unless a scalar carries one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from pooltk.logs._common import ParseResult
+
+__all__ = ["FORMAT", "SCALARS", "looks_like", "parse"]
+
+FORMAT = "torchtitan_jsonl"
+
+SCALARS: dict[str, str] = {
+    "loss": "loss",
+    "train.loss": "loss",
+    "loss_metrics/global_avg_loss": "loss",
+    "grad_norm": "grad_norm",
+    "train.grad_norm": "grad_norm",
+    "lr": "lr",
+    "tps": "tok_per_s_logged",
+    "train.tps": "tok_per_s_logged",
+    "mfu": "mfu_pct_logged",
+    "mfu(%)": "mfu_pct_logged",
+    "tflops": "tflops_per_gpu_logged",
+    "memory/max_reserved(GiB)": "mem_gib",
+    "global_valid_tokens": "num_label_tokens",
+}
+"""``metric_value`` event names read into columns; others are ignored (counted as other)."""
+
+
+def looks_like(line: str) -> bool:
+    """True when ``line`` is one record of torchtitan's structured logger (format detection)."""
+    text = line.strip()
+    if not (text.startswith("{") and '"log_type_name"' in text and '"time_us"' in text):
+        return False
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and "log_type_name" in record and "rank" in record
+
+
+def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
+    """Read numbered records into ``result``: rows from ``step_end``, scalars joined by (rank, step)."""
+    result.mem_basis = "max_reserved"
+    rows: dict[tuple[int, int], dict[str, Any]] = {}
+    scalars: dict[tuple[int, int], dict[str, float]] = {}
+    n_scalar = 0
+    for n, raw in lines:
+        text = raw.strip()
+        if not text:
+            result.n_other += 1
+            continue
+        try:
+            record = json.loads(text)
+        except ValueError:
+            if '"log_type_name"' in text:
+                result.skip(n, "not a complete JSON record (cut or garbled)", raw)
+            else:
+                result.n_other += 1
+            continue
+        if not isinstance(record, dict) or "log_type_name" not in record:
+            result.n_other += 1
+            continue
+        kind, step, rank = record.get("log_type_name"), record.get("step"), record.get("global_rank", record.get("rank"))
+        if kind == "step_end":
+            value, stamp = record.get("value"), record.get("time_us")
+            if not isinstance(step, int) or isinstance(step, bool) or not isinstance(rank, int):
+                result.skip(n, "step_end without an integer step and rank", raw)
+                continue
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                result.skip(n, "step_end without a duration", raw)
+                continue
+            rows[(rank, step)] = {"line": n, "step": step, "rank": rank, "kind": "train",
+                                  "timestamp": _utc(stamp), "step_time_s": float(value) / 1000.0,
+                                  "step_time_basis": "torchtitan structured log: step span (ms)"}
+            continue
+        if kind == "metric_value" and record.get("event_name") in SCALARS and isinstance(step, int) and isinstance(rank, int):
+            value = record.get("value")
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                scalars.setdefault((rank, step), {})[SCALARS[record["event_name"]]] = float(value)
+                n_scalar += 1
+        result.n_other += 1
+    for key in sorted(rows, key=lambda k: rows[k]["line"]):
+        values = rows[key]
+        for column, value in scalars.get(key, {}).items():
+            values[column] = int(value) if column == "num_label_tokens" else value
+        if "loss" not in values:
+            values["loss"] = math.nan
+            result.n_placeholder_loss += 1
+        result.rows.add(**values)
+    if rows:
+        result.notes.append(f"torchtitan structured log: step time from each rank's 'step' span; {n_scalar} scalar record(s) "
+                            "joined to their step (counted as other lines)")
+        if not any("loss" in s for s in scalars.values()):
+            result.notes.append("no loss scalar in this structured log: loss is missing (read the text log for it)")
+    return result
+
+
+def _utc(time_us: Any) -> Any:
+    """``time_us`` (microseconds since the epoch) as a naive UTC datetime64, or None."""
+    import numpy as np
+
+    if not isinstance(time_us, int) or isinstance(time_us, bool):
+        return None
+    return np.datetime64(time_us, "us").astype("datetime64[ns]")
