@@ -1,0 +1,182 @@
+"""The package's shape, checked over the source: arrows point down, the pool needs torch alone.
+
+These read every module under ``pooltk/`` with :mod:`ast` (imports inside functions count too),
+so a rule broken anywhere fails here with the module and line that broke it.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "pooltk"
+STDLIB = set(sys.stdlib_module_names)
+
+# What the pool may reach: the standard library, torch, the two shared root modules, itself, and
+# the schedule analysis (torch-only at import; needed by schedule="auto" ring plans).
+POOL_MAY_IMPORT = ("pooltk.config", "pooltk._validate", "pooltk.pool", "pooltk.analysis")
+HEAVY = ("pandas", "numpy", "matplotlib", "seaborn", "ipywidgets", "IPython", "jupyterlab", "nbformat", "nbclient",
+         "nbconvert", "yaml", "pyarrow", "polars")
+
+
+@dataclass(frozen=True, slots=True)
+class Import:
+    importer: str
+    """Dotted name of the importing module."""
+    line: int
+    module: str
+    """Dotted name of the imported module (``from a.b import c`` -> ``a.b``)."""
+    names: tuple[str, ...]
+    """Names taken from it (``from`` imports); empty for ``import a.b``."""
+    type_checking: bool
+    """Inside ``if TYPE_CHECKING:`` (never executed)."""
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[Import]:
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    guarded: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for sub in node.body:
+                guarded.update(id(n) for n in ast.walk(sub))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                out.append(Import(name, node.lineno, alias.name, (), id(node) in guarded))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            out.append(Import(name, node.lineno, module, tuple(a.name for a in node.names), id(node) in guarded))
+    return out
+
+
+ALL = {_module_name(p): _imports(p) for p in sorted(PKG.rglob("*.py"))}
+
+
+def _top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def _within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_the_pool_imports_only_the_standard_library_torch_and_pooltks_torch_only_core() -> None:
+    bad = []
+    for name, imports in ALL.items():
+        if not _within(name, ("pooltk.pool",)):
+            continue
+        for imp in imports:
+            if imp.type_checking or _top(imp.module) in STDLIB | {"torch", "__future__"}:
+                continue
+            if not _within(imp.module, POOL_MAY_IMPORT):
+                bad.append(f"{name}:{imp.line} imports {imp.module}")
+    assert not bad, "pooltk.pool must need torch alone:\n" + "\n".join(bad)
+
+
+def test_the_analysis_the_pool_calls_imports_nothing_heavy_at_module_level() -> None:
+    # pandas only inside the functions that return DataFrames (never on the pool's path).
+    bad = []
+    for path in sorted((PKG / "analysis").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:  # module level only
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                mod = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                if mod and _top(mod) in HEAVY:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {mod} at module level")
+    assert not bad, "\n".join(bad)
+
+
+def test_nothing_outside_the_cli_imports_the_cli_except_main_shims() -> None:
+    bad = [f"{name}:{imp.line} imports {imp.module}"
+           for name, imports in ALL.items() for imp in imports
+           if _within(imp.module, ("pooltk.cli",)) and not _within(name, ("pooltk.cli",))
+           and not name.endswith("__main__")]
+    assert not bad, "arrows point down: the CLI calls the library, never the reverse:\n" + "\n".join(bad)
+
+
+def _package_of(module: str) -> str:
+    """``pooltk.logs.reader`` -> ``pooltk.logs``; root modules (``pooltk._validate``) -> ``pooltk``."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 or (PKG / parts[-1]).is_dir() else parts[0]
+
+
+def test_no_module_imports_a_private_name_of_another_package() -> None:
+    bad = []
+    for name, imports in ALL.items():
+        mine = _package_of(name)
+        for imp in imports:
+            if not _within(imp.module, ("pooltk",)) or imp.type_checking:
+                continue
+            theirs = _package_of(imp.module)
+            if theirs == "pooltk" or theirs == mine:
+                continue  # root helpers (pooltk._validate) are every package's; a package's own privates are its own
+            private_module = any(p.startswith("_") and not p.startswith("__") for p in imp.module.split("."))
+            private_names = [n for n in imp.names if n.startswith("_") and not n.startswith("__")]
+            if private_module or private_names:
+                bad.append(f"{name}:{imp.line} takes {imp.module} {private_names or ''}")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_library_module_builds_a_path_from_its_own_location() -> None:
+    bad = []
+    for path in PKG.rglob("*.py"):
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if "__file__" in code or "parents[" in code:
+                bad.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}")
+    assert not bad, "shipped data is package data read with importlib.resources:\n" + "\n".join(bad)
+
+
+# torch and what torch itself needs: the whole environment a pool-only user has.
+TORCH_ENV = ("torch", "torchgen", "functorch", "typing_extensions", "sympy", "mpmath", "networkx", "jinja2",
+             "markupsafe", "fsspec", "filelock")
+
+
+def test_import_pooltk_and_plan_auto_rings_in_an_environment_with_torch_alone(tmp_path: Path) -> None:
+    import importlib.util
+
+    site = tmp_path / "site"
+    site.mkdir()
+    for name in TORCH_ENV:
+        spec = importlib.util.find_spec(name)
+        if spec is None:
+            continue
+        origin = Path(spec.origin)
+        src = origin.parent if origin.name == "__init__.py" else origin
+        (site / src.name).symlink_to(src)
+    (site / "pooltk").symlink_to(PKG)
+    program = textwrap.dedent("""
+        import sys
+        import pooltk
+        from pooltk.analysis.lifetimes import ScheduleShape, analyse, min_safe_ring
+        _, spans = analyse(ScheduleShape(schedule="Interleaved1F1B", pp=2, n_microbatches=4, stages_per_rank=2))
+        assert min_safe_ring(spans, 1, "forward", 4) >= 1
+        report = pooltk.probe()
+        heavy = sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1:]))
+        print("ok", report.layout, heavy)
+    """)
+    # -I: isolated (no user site, no PYTHONPATH from outside); -S: no site-packages at all.
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {str(site)!r}); "
+                          + program, *HEAVY],
+                         capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("ok ") and out.stdout.rstrip().endswith("[]"), out.stdout
