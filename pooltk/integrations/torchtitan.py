@@ -1,0 +1,131 @@
+"""pooltk in torchtitan's trainer, with no change to torchtitan's source.
+
+Replace ``-m torchtitan.train`` by ``-m pooltk.integrations.torchtitan`` in the launch line;
+every other argument is torchtitan's own::
+
+    torchrun --nproc-per-node 2 -m pooltk.integrations.torchtitan \\
+        --pooltk.policy tight --pooltk.slack 2 \\
+        --module llama3 --config llama3_debugmodel --parallelism.pipeline_parallel_degree 2 ...
+
+Each rank installs pooltk before torchtitan builds its stages, then runs ``torchtitan.train``
+as ``__main__`` (``runpy``), exactly as ``python -m torchtitan.train`` would. pooltk's options
+are ``--pooltk.<field> VALUE`` (removed from the arguments torchtitan sees) or environment
+variables ``POOLTK_<FIELD>`` (``POOLTK_POLICY=tight``); fields: ``policy``, ``slack``,
+``grad_slack``, ``guard`` (true/false), ``schedule`` (``1f1b`` or ``auto``), ``enable``
+(false: run torchtitan stock through the same entry). Flags win over the environment.
+
+[Note: torchtitan gating]
+torchtitan builds its schedule from ``--parallelism.pipeline_parallel_schedule`` with torch's
+``get_schedule_class``; pooltk observes the schedule that sets each stage up, so with
+``schedule=1f1b`` (default) only ``Schedule1F1B`` stages are pooled and other schedules keep
+stock buffers with pooltk's warning; ``schedule=auto`` pools every schedule pooltk analyses.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pooltk._validate import InputError, check_choice, check_int
+from pooltk.config import POLICIES, PoolConfig
+from pooltk.integrations.common import import_trainer
+
+__all__ = ["PIP", "PROVEN", "TitanPoolOptions", "install", "main", "options_from"]
+
+PROVEN: dict[str, str] = {"torchtitan": "0.3.0", "torch": "2.14.1"}
+"""The versions this entry was proven on (bitwise parity, scripts/integration)."""
+
+PIP = 'pip install "torch==2.14.1" && pip install "torch==2.14.1" "torchtitan==0.3.0" triton'
+"""How to get the trainer (torchtitan 0.3.0 calls torch 2.14 APIs and imports triton)."""
+
+FIELDS: tuple[str, ...] = ("enable", "policy", "slack", "grad_slack", "guard", "schedule")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TitanPoolOptions:
+    """pooltk's settings for one torchtitan launch."""
+
+    enable: bool = True
+    """False runs torchtitan stock through the same entry (the A/B baseline)."""
+
+    config: PoolConfig = PoolConfig()
+    """The pool's config (``--pooltk.policy/slack/grad_slack/guard``)."""
+
+    schedule: str = "1f1b"
+    """``1f1b`` (pool Schedule1F1B only) or ``auto``; see [Note: torchtitan gating]."""
+
+
+def _bool(what: str, text: str) -> bool:
+    low = text.strip().lower()
+    if low in _TRUE or low in _FALSE:
+        return low in _TRUE
+    raise InputError(what, found=repr(text), required="true or false", fix=f"pass {what} true (or false).")
+
+
+def options_from(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[TitanPoolOptions, list[str]]:
+    """Split pooltk's options from torchtitan's arguments.
+
+    Returns the options and the arguments left for torchtitan, in their order.
+
+    Raises:
+        InputError: an unknown ``--pooltk.`` field, a flag without a value, or a bad value.
+    """
+    env = os.environ if env is None else env
+    raw = {f: env[f"POOLTK_{f.upper()}"] for f in FIELDS if f"POOLTK_{f.upper()}" in env}
+    rest: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--pooltk."):
+            key, eq, value = arg[len("--pooltk."):].partition("=")
+            key = key.replace("-", "_")
+            check_choice("--pooltk.<field>", key, FIELDS, fix="use one of the fields listed, e.g. --pooltk.slack 2.")
+            if not eq:
+                if i + 1 >= len(args):
+                    raise InputError(f"--pooltk.{key}", found="no value", required="a value after the flag",
+                                     fix=f"write --pooltk.{key} VALUE.")
+                value, i = args[i + 1], i + 1
+            raw[key] = value
+        else:
+            rest.append(arg)
+        i += 1
+    enable = _bool("--pooltk.enable", raw.get("enable", "true"))
+    policy = check_choice("--pooltk.policy", raw.get("policy", "tight"), POLICIES,
+                          fix="use tight (per-direction rings) or automodel (the original single ring).")
+    ints = {}
+    for key, default in (("slack", 2), ("grad_slack", 1)):
+        text = str(raw.get(key, default))
+        ints[key] = check_int(f"--pooltk.{key}", int(text) if text.lstrip("-").isdigit() else text, low=0,
+                              fix="use 0 for the live-set limit or a small positive integer.")
+    guard = _bool("--pooltk.guard", raw.get("guard", "true"))
+    schedule = check_choice("--pooltk.schedule", raw.get("schedule", "1f1b"), ("1f1b", "auto"),
+                            fix="use 1f1b (pool 1F1B only) or auto (every schedule pooltk analyses).")
+    config = PoolConfig(policy=policy, slack=ints["slack"], grad_slack=ints["grad_slack"], guard=guard)
+    return TitanPoolOptions(enable=enable, config=config, schedule=schedule), rest
+
+
+def install(options: TitanPoolOptions):
+    """Install pooltk in this rank as ``options`` say; returns the InstallReport (None if disabled)."""
+    if not options.enable:
+        return None
+    import pooltk
+
+    return pooltk.install(options.config, schedule=options.schedule)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The launcher: install pooltk in this rank, then run ``torchtitan.train`` as ``__main__``."""
+    options, rest = options_from(sys.argv[1:] if argv is None else argv)
+    import_trainer("torchtitan", trainer="torchtitan", pip=PIP)
+    install(options)
+    sys.argv = ["torchtitan.train", *rest]
+    runpy.run_module("torchtitan.train", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised under torchrun
+    main()

@@ -1,0 +1,175 @@
+"""One gloo rank of NeMo Automodel's AutoPipeline, training variants in order (run by run_suite.py).
+
+Runs in the Automodel venv (.venvs/automodel). Per variant: a fresh tiny LlamaForCausalLM from a
+LlamaConfig (no weights, fixed seed), AutoPipeline.build with the variant's pool, ``--steps`` SGD
+steps on fixed random tokens, then one JSON line to ``--out``: losses (float.hex, bitwise), a
+sha256 of this rank's parameters, receive bytes per stage (pooltk.parity.measure_recv_storage),
+step times, or the error that stopped it. A variant that raises ends the launch (its peers see
+the broken group); that is why such variants run last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+VOCAB, HIDDEN, SEQ = 128, 64, 16
+
+
+def variant_spec(name: str) -> dict:
+    """name -> schedule and pool; the one table of variants (see run_suite.VARIANTS)."""
+    specs = {
+        "stock": dict(schedule="1f1b", pool="stock"),
+        "automodel_pool_s2": dict(schedule="1f1b", pool="automodel", slack=2),
+        "automodel_pool_s0": dict(schedule="1f1b", pool="automodel", slack=0),
+        "pooltk_tight": dict(schedule="1f1b", pool="pooltk", policy="tight", slack=2, grad_slack=1),
+        "pooltk_live": dict(schedule="1f1b", pool="pooltk", policy="tight", slack=0, grad_slack=0),
+        "pooltk_automodel_policy": dict(schedule="1f1b", pool="pooltk", policy="automodel", slack=2),
+        "stock_interleaved": dict(schedule="interleaved_1f1b", pool="stock"),
+        "pooltk_auto_interleaved": dict(schedule="interleaved_1f1b", pool="pooltk", policy="tight", slack=0,
+                                        grad_slack=0, gate="auto"),
+        "stock_gpipe": dict(schedule="gpipe", pool="stock"),
+        "automodel_pool_gpipe_forced": dict(schedule="gpipe", pool="automodel", slack=0, forced=True),
+        "pooltk_gpipe_forced": dict(schedule="gpipe", pool="pooltk", policy="tight", slack=0, grad_slack=0,
+                                    gate="gpipe", forced=True),
+    }
+    return specs[name]
+
+
+def params_hash(parts: list[torch.nn.Module]) -> str:
+    h = hashlib.sha256()
+    for i, part in enumerate(parts):
+        for name, p in sorted(part.named_parameters()):
+            h.update(f"{i}.{name}".encode())
+            h.update(p.detach().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import pooltk
+    from nemo_automodel.components.distributed.pipelining import AutoPipeline
+    from pooltk.integrations import automodel as am_integration
+    from pooltk.parity import measure_recv_storage
+
+    spec = variant_spec(name)
+    rank = dist.get_rank()
+    record: dict = {"variant": name, "rank": rank, "pp": args.pp, **spec}
+    interleaved = spec["schedule"].startswith("interleaved")
+    layers = args.pp * (2 if interleaved else 1)  # one decoder layer per stage
+    pipeline = {"pp_schedule": spec["schedule"], "pp_microbatch_size": 1, "pp_batch_size": args.microbatches,
+                "pp_recv_buffer_pool": spec["pool"] != "stock", "pp_recv_buffer_pool_slack": spec.get("slack", 2)}
+    if interleaved:
+        pipeline["layers_per_stage"] = layers // (2 * args.pp)
+    if spec["pool"] == "pooltk":
+        pipeline["pooltk"] = {"policy": spec["policy"], "grad_slack": spec.get("grad_slack", 1),
+                              "schedule": "auto" if spec.get("gate") == "auto" else "1f1b"}
+    if spec.get("forced"):
+        # Negative control: each pool forced under GPipe, outside its own gate.
+        pipeline["pp_recv_buffer_pool"] = False
+        pipeline.pop("pooltk", None)
+        if spec["pool"] == "automodel":
+            from nemo_automodel.components.distributed.pipelining.recv_buffer_pool import install_recv_buffer_pool
+
+            install_recv_buffer_pool(slack=spec["slack"])
+        else:
+            pooltk.install(pooltk.PoolConfig(policy="tight", slack=spec["slack"], grad_slack=spec["grad_slack"]),
+                           schedule="gpipe", force=True)
+        choice = am_integration.plan(pipeline)
+    else:
+        choice, report = am_integration.apply({"distributed": {"pipeline": pipeline}})
+        pipeline = choice.pipeline
+        record["plan"] = choice.describe()
+        if report is not None:
+            record["install"] = f"installed={report.installed} layout={report.layout}"
+    torch.manual_seed(args.seed)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
+                         max_position_embeddings=SEQ, tie_word_embeddings=False)
+    config._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(config)
+
+    def loss_fn(logits, target):
+        logits = logits if isinstance(logits, torch.Tensor) else logits[0]
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+    keys = ("pp_schedule", "pp_microbatch_size", "pp_batch_size", "layers_per_stage",
+            "pp_recv_buffer_pool", "pp_recv_buffer_pool_slack")
+    ap = AutoPipeline(world_mesh=mesh, pp_axis_name="pp", dp_axis_names=("dp",), device=torch.device("cpu"),
+                      **{k: pipeline[k] for k in keys if k in pipeline})
+    ap.build(model, loss_fn=loss_fn)
+    info = ap.info
+    parts = info.model_parts
+    opt = torch.optim.SGD([p for part in parts for p in part.parameters()], lr=0.05)
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    losses_all, times = [], []
+    for step in range(args.steps):
+        tokens = torch.randint(0, VOCAB, (args.microbatches, SEQ + 1), generator=gen)
+        inputs, target = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+        losses: list = [] if info.has_last_stage else None
+        opt.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        if info.has_first_stage:
+            info.schedule.step(inputs, target=target, losses=losses)
+        else:
+            info.schedule.step(target=target, losses=losses)
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        if losses is not None:
+            losses_all.append(torch.stack([torch.as_tensor(x).float() for x in losses]).sum().item().hex())
+    record.update(losses=losses_all, params_sha256=params_hash(parts), step_s=times,
+                  recv={str(s.stage_index): measure_recv_storage(s) for s in info.stages},
+                  rings={str(s.stage_index): {d: getattr(r, "size", None) for d, r in pooltk.stage_rings(s).items()}
+                         for s in info.stages},
+                  torch=torch.__version__, ok=True)
+    return record
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--pp", type=int, required=True)
+    p.add_argument("--variants", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--microbatches", type=int, default=8)
+    p.add_argument("--seed", type=int, default=1234)
+    args = p.parse_args()
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=90))
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (args.pp, 1), mesh_dim_names=("pp", "dp"))
+    out = open(args.out, "a")
+    for name in args.variants.split(","):
+        try:
+            record = run_variant(name, args, mesh)
+            import pooltk
+
+            pooltk.uninstall()
+        except Exception as exc:  # noqa: BLE001 - the error is the variant's outcome
+            record = {"variant": name, "rank": dist.get_rank(), "pp": args.pp, "ok": False,
+                      "error_type": type(exc).__name__, "error": str(exc)[:600],
+                      "traceback": traceback.format_exc()[-1500:]}
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+            os._exit(3)
+        out.write(json.dumps(record) + "\n")
+        out.flush()
+        dist.barrier()
+    out.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
