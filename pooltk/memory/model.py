@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import TYPE_CHECKING, Any, Literal
 
+from pooltk._validate import InputError, check_int
 from pooltk.config import PoolConfig
 from pooltk.pool.sizing import live_set_1f1b, ring_sizes, stock_sets
 
@@ -117,15 +118,15 @@ _MODELLED = {"1f1b", "gpipe"}
 _SCHEDULE_ALIASES = {"1f1b": "1f1b", "schedule1f1b": "1f1b", "gpipe": "gpipe", "schedulegpipe": "gpipe"}
 
 
-class MemoryModelError(ValueError):
-    """Bad input to the memory model. The message says what was found, what is required, and the fix."""
+class MemoryModelError(InputError):
+    """Bad input to the memory model. The message says what was found, what is required, and the fix.
+
+    An :class:`pooltk._validate.InputError` (so a ``ValueError``) with the fields ``what``,
+    ``found``, ``required`` and ``fix``; here the fix is never left out.
+    """
 
     def __init__(self, what: str, *, found: str, required: str, fix: str) -> None:
-        self.what = what
-        self.found = found
-        self.required = required
-        self.fix = fix
-        super().__init__(f"{what}: found {found}; required {required}. Fix: {fix}")
+        super().__init__(what, found=found, required=required, fix=fix)
 
 
 class UnpoolableScheduleError(MemoryModelError):
@@ -146,9 +147,15 @@ def to_unit(n_bytes: float, unit: str) -> float:
 
 
 def _positive_int(what: str, value: Any, fix: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise MemoryModelError(what, found=repr(value), required="an integer >= 1", fix=fix)
-    return value
+    return check_int(what, value, low=1, fix=fix, error=MemoryModelError)
+
+
+def _is_positive_int(value: Any) -> bool:
+    try:
+        check_int("size", value, low=1)
+    except InputError:
+        return False
+    return True
 
 
 def canonical_schedule(name: str) -> str:
@@ -189,7 +196,7 @@ class TensorSpec:
     def __post_init__(self) -> None:
         label = f"TensorSpec{f' {self.name!r}' if self.name else ''}"
         shape = tuple(self.shape) if isinstance(self.shape, (tuple, list)) else None
-        if not shape or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
+        if not shape or not all(_is_positive_int(d) for d in shape):
             raise MemoryModelError(
                 f"{label}.shape",
                 found=repr(self.shape),

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from pooltk.memory.model import MemoryModelError
-from pooltk.studies.kimi_k3.presets import ConfigKeyError, load_automodel_config
+from pooltk.memory.configs import ConfigKeyError, load_automodel_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "data" / "configs" / "kimi_k3_gb200_2k_example.yaml"
 

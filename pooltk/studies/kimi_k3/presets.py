@@ -20,20 +20,17 @@ alone would cost.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pooltk.config import PoolConfig
-from pooltk.memory.model import Boundary, MemoryModel, MemoryModelError, PipelineShape, TensorSpec, model_memory
+from pooltk.memory.model import Boundary, MemoryModelError, PipelineShape, TensorSpec
+from pooltk.memory.source import Figure, Preset
 
 __all__ = [
     "PRESETS",
-    "ConfigKeyError",
     "Figure",
     "Preset",
     "get_preset",
-    "load_automodel_config",
     "preset_names",
     "published_vs_model",
 ]
@@ -50,60 +47,6 @@ _HIDDEN = 7168
 _ROWS = 2
 _CAL_SET_BYTES_2K = 52 * 2**30 // 128  # 416 MiB: see [Note: the Kimi-K3 boundary calibration]
 _CAL_WIDTH = _CAL_SET_BYTES_2K // (_ROWS * 2048 * 2)  # bf16 elements per token: 53248 = 7168 + 46080
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class Figure:
-    """One number attached to a preset, with what kind of number it is and where it comes from."""
-
-    name: str
-    """Short key, e.g. ``stock_middle_stage_gib``."""
-    value: float
-    """The number."""
-    unit: str
-    """Its unit (``gib``, ``mib``, ``sets``, ...)."""
-    kind: str
-    """``published`` (stated in the source), ``derived`` (arithmetic on published facts) or
-    ``assumed`` (a choice this project made to fill a gap)."""
-    source: str
-    """Where it comes from, or how it was derived."""
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class Preset:
-    """A named shape: pipeline, boundary tensors, the pool config of the published run, provenance."""
-
-    name: str
-    """CLI / widget name."""
-    title: str
-    """One line for tables."""
-    shape: PipelineShape
-    """pp, microbatches (derived from the batch sizes), schedule."""
-    boundary: Boundary
-    """What one microbatch sends across every stage boundary."""
-    config: PoolConfig
-    """The pool config the published figures refer to."""
-    seq_len: int
-    """Tokens per row."""
-    hidden: int
-    """Model hidden size."""
-    assumption: str
-    """The assumption that produces this preset's bytes, in one paragraph."""
-    figures: tuple[Figure, ...]
-    """Published, derived and assumed numbers, each with its source."""
-    sources: tuple[str, ...]
-    """Everything the preset is built from."""
-
-    def model(self, config: PoolConfig | None = None) -> MemoryModel:
-        """The memory model of this preset (its own config unless another is given)."""
-        return model_memory(self.shape, self.boundary, self.config if config is None else config)
-
-    def figure(self, name: str) -> Figure:
-        """The figure called ``name``."""
-        for f in self.figures:
-            if f.name == name:
-                return f
-        raise KeyError(f"preset {self.name!r} has no figure {name!r}; it has {[f.name for f in self.figures]}")
 
 
 def _shape() -> PipelineShape:
@@ -221,204 +164,6 @@ def get_preset(name: str) -> Preset:
             required=f"one of {', '.join(PRESETS)}",
             fix="run `pooltk memory --list-presets` to see them with their provenance.",
         ) from None
-
-
-# --------------------------------------------------------------------------- Automodel-style YAML
-
-
-class ConfigKeyError(MemoryModelError):
-    """A key of an Automodel-style YAML config is missing or has the wrong type."""
-
-    def __init__(self, key: str, *, found: str, required: str, fix: str) -> None:
-        self.key = key
-        super().__init__(f"config key {key!r}", found=found, required=required, fix=fix)
-
-
-_MISSING = object()
-
-
-def _lookup(cfg: dict, dotted: str) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
-def _first(cfg: dict, keys: tuple[str, ...]) -> tuple[str, Any]:
-    """(key, value) of the first of ``keys`` present; (keys[0], _MISSING) if none is."""
-    for key in keys:
-        value = _lookup(cfg, key)
-        if value is not _MISSING:
-            return key, value
-    return keys[0], _MISSING
-
-
-def _int_key(cfg: dict, keys: tuple[str, ...], meaning: str, example: int, *, default: Any = _MISSING) -> Any:
-    key, value = _first(cfg, keys)
-    if value is _MISSING or value is None:
-        if default is not _MISSING:
-            return default
-        alt = f" (or {', '.join(repr(k) for k in keys[1:])})" if len(keys) > 1 else ""
-        raise ConfigKeyError(
-            key,
-            found="nothing (missing)" if value is _MISSING else "null",
-            required=f"{meaning}, an integer >= 1{alt}",
-            fix=f"add `{key}: {example}` to the YAML.",
-        )
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigKeyError(
-            key,
-            found=f"{value!r} ({type(value).__name__})",
-            required=f"{meaning}, an integer >= 1",
-            fix=f"write it as a plain integer, e.g. `{key}: {example}`.",
-        )
-    return value
-
-
-def _read_yaml(source: str | Path | dict) -> tuple[dict, str]:
-    if isinstance(source, dict):
-        return source, "<dict>"
-    import yaml
-
-    path = Path(source)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise MemoryModelError(
-            "config file", found=f"{str(path)!r} ({exc.strerror or exc})", required="a readable YAML file", fix="check the path."
-        ) from None
-    try:
-        cfg = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
-        raise MemoryModelError(
-            "config file",
-            found=f"{str(path)!r}: not valid YAML{at} ({getattr(exc, 'problem', None) or exc})",
-            required="YAML that yaml.safe_load reads",
-            fix="fix the syntax at the position given.",
-        ) from None
-    if not isinstance(cfg, dict):
-        raise MemoryModelError(
-            "config file",
-            found=f"{str(path)!r} holds a {type(cfg).__name__}, not a mapping",
-            required="a YAML mapping with distributed / step_scheduler / dataset / model sections",
-            fix="see data/configs/kimi_k3_gb200_2k_example.yaml.",
-        )
-    return cfg, str(path)
-
-
-def load_automodel_config(source: str | Path | dict) -> Preset:
-    """A :class:`Preset` from an Automodel-style YAML config (a path, or the parsed dict).
-
-    Keys read (dotted paths; Automodel's own layout):
-
-    - ``distributed.pp_size`` (also accepted: ``distributed.pipeline.pp_size``) -- stages.
-    - ``distributed.pipeline.pp_schedule`` -- default ``1f1b`` (Automodel's default).
-      ``distributed.pipeline.pp_schedule_csv`` is refused: a CSV schedule cannot be pooled.
-    - ``distributed.pipeline.pp_microbatch_size`` -- rows per microbatch.
-    - ``distributed.pipeline.pp_recv_buffer_pool_slack`` -- default 2 (Automodel's default).
-    - ``step_scheduler.global_batch_size``; ``step_scheduler.local_batch_size`` (the batch
-      one data-parallel rank runs through the pipeline per step: ``M = local / micro``);
-      without it ``distributed.dp_size`` is needed (``M = global / (dp * micro)``).
-    - ``distributed.dp_size`` -- optional; checked against the batch sizes when given.
-    - ``dataset.seq_len`` -- tokens per row.
-    - ``model.config.hidden_size`` (also accepted: ``model.hidden_size``).
-    - ``model.torch_dtype`` / ``model.config.dtype`` -- default ``bfloat16``.
-
-    The boundary is modelled as one ``(micro, seq_len, hidden)`` hidden state each way.
-    Bad or missing keys raise :class:`ConfigKeyError` naming the key and what is expected.
-    """
-    cfg, where = _read_yaml(source)
-    pp_keys = ("distributed.pp_size", "distributed.pipeline.pp_size")
-    found_pp = {k: _lookup(cfg, k) for k in pp_keys if _lookup(cfg, k) is not _MISSING}
-    if len(set(map(repr, found_pp.values()))) > 1:
-        raise ConfigKeyError(
-            pp_keys[1],
-            found=", ".join(f"{k}={v!r}" for k, v in found_pp.items()),
-            required="one pipeline size",
-            fix="keep distributed.pp_size (Automodel's key) and drop the other.",
-        )
-    pp = _int_key(cfg, pp_keys, "the pipeline-parallel size", 8)
-    if _lookup(cfg, "distributed.pipeline.pp_schedule_csv") not in (_MISSING, None):
-        raise ConfigKeyError(
-            "distributed.pipeline.pp_schedule_csv",
-            found=repr(_lookup(cfg, "distributed.pipeline.pp_schedule_csv")),
-            required="no CSV schedule (a custom action list has no bounded in-flight depth proof)",
-            fix="use distributed.pipeline.pp_schedule: 1f1b to model a pooled pipeline.",
-        )
-    schedule = _lookup(cfg, "distributed.pipeline.pp_schedule")
-    if schedule is _MISSING or schedule is None:
-        schedule = "1f1b"
-    elif not isinstance(schedule, str):
-        raise ConfigKeyError(
-            "distributed.pipeline.pp_schedule",
-            found=f"{schedule!r} ({type(schedule).__name__})",
-            required="a schedule name such as 1f1b",
-            fix="write `pp_schedule: 1f1b` under distributed.pipeline.",
-        )
-    micro = _int_key(cfg, ("distributed.pipeline.pp_microbatch_size",), "rows per pipeline microbatch", 2)
-    slack_key = "distributed.pipeline.pp_recv_buffer_pool_slack"
-    slack = _lookup(cfg, slack_key)
-    if slack is _MISSING or slack is None:
-        slack = 2
-    elif isinstance(slack, bool) or not isinstance(slack, int) or slack < 0:
-        raise ConfigKeyError(
-            slack_key,
-            found=f"{slack!r} ({type(slack).__name__})",
-            required="an integer >= 0 (extra buffer sets beyond the in-flight depth)",
-            fix=f"write e.g. `pp_recv_buffer_pool_slack: 2` under distributed.pipeline.",
-        )
-    gbs = _int_key(cfg, ("step_scheduler.global_batch_size",), "the global batch size in rows", 4096)
-    lbs = _int_key(cfg, ("step_scheduler.local_batch_size",), "the per-data-parallel-rank batch", 128, default=None)
-    dp = _int_key(cfg, ("distributed.dp_size",), "the data-parallel size", 32, default=None)
-    if lbs is None and dp is None:
-        raise ConfigKeyError(
-            "step_scheduler.local_batch_size",
-            found="nothing (missing), and no distributed.dp_size either",
-            required="step_scheduler.local_batch_size (M = local / micro) or distributed.dp_size (M = global / (dp * micro))",
-            fix="add `local_batch_size: 128` under step_scheduler.",
-        )
-    if dp is None:
-        if gbs % lbs:
-            raise ConfigKeyError(
-                "step_scheduler.local_batch_size",
-                found=f"{lbs} which does not divide global_batch_size {gbs}",
-                required="global_batch_size = local_batch_size x dp x gradient-accumulation steps",
-                fix="pick a local batch that divides the global batch.",
-            )
-        dp = gbs // lbs  # display only: dp x grad-accumulation steps when dp_size is not given
-    seq = _int_key(cfg, ("dataset.seq_len",), "tokens per row", 2048)
-    hidden = _int_key(cfg, ("model.config.hidden_size", "model.hidden_size"), "the model hidden size", 7168)
-    dtype_key, dtype = _first(cfg, ("model.torch_dtype", "model.config.dtype", "model.config.torch_dtype"))
-    if dtype is _MISSING or dtype is None:
-        dtype = "bfloat16"
-    try:
-        boundary = Boundary.hidden_state(rows=micro, seq_len=seq, hidden=hidden, dtype=str(dtype))
-    except MemoryModelError as exc:
-        raise ConfigKeyError(dtype_key, found=repr(dtype), required=exc.required, fix=exc.fix) from None
-    shape = PipelineShape.from_batch(
-        pp=pp, global_batch=gbs, micro_batch=micro, dp=dp, local_batch=lbs, schedule=schedule
-    )
-    pool_on = _lookup(cfg, "distributed.pipeline.pp_recv_buffer_pool")
-    note = "" if pool_on is True else " The config does not enable distributed.pipeline.pp_recv_buffer_pool: its run allocates stock."
-    return Preset(
-        name=Path(where).stem if where != "<dict>" else "config",
-        title=f"{where}: pp {pp}, {shape.n_microbatches} microbatches, {micro} x {seq} x {hidden} {boundary.activations[0].dtype}",
-        shape=shape,
-        boundary=boundary,
-        config=PoolConfig(slack=slack, policy="automodel"),
-        seq_len=seq,
-        hidden=hidden,
-        assumption=(
-            f"Each boundary carries one hidden state ({micro}, {seq}, {hidden}) {boundary.activations[0].dtype} per "
-            "microbatch and direction (a lower bound when the model sends more across a stage boundary)." + note
-        ),
-        figures=(),
-        sources=(where,),
-    )
 
 
 def published_vs_model(preset: Preset) -> Any:

@@ -1,0 +1,427 @@
+"""Real configs into a :class:`~pooltk.memory.source.Preset`: Automodel YAML and Hugging Face ``config.json``.
+
+[Note: where the hidden size comes from]
+In this order, the first that answers wins:
+
+1. an explicit override (``--hidden``, the explorer's field): flags always beat the file;
+2. the file: ``model.config.hidden_size`` or ``model.hidden_size`` (YAML), ``hidden_size``
+   (also ``text_config.hidden_size``, ``n_embd``, ``d_model``) in a ``config.json``;
+3. the config class the YAML names in ``model.config._target_``: imported, built with the
+   YAML's other ``model.config`` keys, and asked for ``hidden_size``;
+4. the class's defaults in pooltk's table (:mod:`pooltk.memory.known_models`), when it is not
+   importable;
+5. otherwise an error naming ``model.config._target_`` (or the missing key) and the fix
+   (``--hidden``).
+
+``Preset.sources`` records which step answered, so a table can say where its hidden size came from.
+Everything else a pipeline needs (pp, microbatches, rows, tokens per row) comes from the YAML's
+own keys or from overrides; a ``config.json`` describes only the model, so those must be given.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pooltk.config import PoolConfig
+from pooltk.memory.known_models import KNOWN_MODEL_CONFIGS, known_model_config
+from pooltk.memory.model import Boundary, MemoryModelError, PipelineShape
+from pooltk.memory.source import Preset
+
+__all__ = ["ConfigKeyError", "Overrides", "load_automodel_config", "load_config", "load_hf_config"]
+
+
+class ConfigKeyError(MemoryModelError):
+    """A key of a config file is missing or has the wrong type; ``key`` is its dotted path."""
+
+    def __init__(self, key: str, *, found: str, required: str, fix: str) -> None:
+        self.key = key
+        super().__init__(f"config key {key!r}", found=found, required=required, fix=fix)
+
+    def __reduce__(self):  # noqa: ANN204 - rebuild from the key, not the composed ``what``
+        return _rebuild_key_error, (self.key, self.found, self.required, self.fix)
+
+
+def _rebuild_key_error(key: str, found: str, required: str, fix: str) -> ConfigKeyError:
+    return ConfigKeyError(key, found=found, required=required, fix=fix)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Overrides:
+    """Values given outside the file (flags, widgets). ``None`` keeps the file's value."""
+
+    pp: int | None = None
+    """Pipeline-parallel size."""
+    microbatches: int | None = None
+    """Microbatches per step ``M`` (replaces what the batch sizes give)."""
+    micro_batch: int | None = None
+    """Rows per microbatch."""
+    seq_len: int | None = None
+    """Tokens per row."""
+    hidden: int | None = None
+    """Hidden size."""
+    dtype: str | None = None
+    """Boundary dtype."""
+    global_batch: int | None = None
+    """Global batch in rows (with ``micro_batch`` and ``dp`` gives ``M``)."""
+    dp: int | None = None
+    """Data-parallel size."""
+    schedule: str | None = None
+    """Schedule name."""
+
+    def __post_init__(self) -> None:
+        from pooltk._validate import check_int
+
+        for name in ("pp", "microbatches", "micro_batch", "seq_len", "hidden", "global_batch", "dp"):
+            value = getattr(self, name)
+            if value is not None:
+                check_int(name.replace("_", "-"), value, low=1, error=MemoryModelError,
+                          fix=f"give --{name.replace('_', '-')} as a whole number >= 1; a zero or negative size is never a shape.")
+
+    def given(self) -> list[str]:
+        """Names of the overrides that are set."""
+        return [n for n in self.__slots__ if getattr(self, n) is not None]
+
+
+_MISSING = object()
+
+
+def _lookup(cfg: dict, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _first(cfg: dict, keys: tuple[str, ...]) -> tuple[str, Any]:
+    """(key, value) of the first of ``keys`` present; (keys[0], _MISSING) if none is."""
+    for key in keys:
+        value = _lookup(cfg, key)
+        if value is not _MISSING:
+            return key, value
+    return keys[0], _MISSING
+
+
+def _int_key(cfg: dict, keys: tuple[str, ...], meaning: str, example: int, *, default: Any = _MISSING,
+             flag: str | None = None) -> Any:
+    key, value = _first(cfg, keys)
+    if value is _MISSING or value is None:
+        if default is not _MISSING:
+            return default
+        alt = f" (or {', '.join(repr(k) for k in keys[1:])})" if len(keys) > 1 else ""
+        raise ConfigKeyError(
+            key,
+            found="nothing (missing)" if value is _MISSING else "null",
+            required=f"{meaning}, an integer >= 1{alt}",
+            fix=f"add `{key}: {example}` to the file" + (f", or pass {flag} {example}." if flag else "."),
+        )
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigKeyError(
+            key,
+            found=f"{value!r} ({type(value).__name__})",
+            required=f"{meaning}, an integer >= 1",
+            fix=f"write it as a plain integer, e.g. `{key}: {example}`" + (f", or override it with {flag}." if flag else "."),
+        )
+    return value
+
+
+def _read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
+    if isinstance(source, dict):
+        return source, "<dict>"
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise MemoryModelError(
+            "config file", found=f"{str(path)!r} ({exc.strerror or exc})", required=f"a readable {kind} file",
+            fix="check the path.",
+        ) from None
+    if kind == "JSON":
+        try:
+            cfg = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise MemoryModelError(
+                "config file", found=f"{str(path)!r}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})",
+                required="a JSON object (a Hugging Face config.json)", fix="fix the syntax at the position given.",
+            ) from None
+    else:
+        import yaml
+
+        try:
+            cfg = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            where = getattr(exc, "problem_mark", None)
+            at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+            raise MemoryModelError(
+                "config file",
+                found=f"{str(path)!r}: not valid YAML{at} ({getattr(exc, 'problem', None) or exc})",
+                required="YAML that yaml.safe_load reads",
+                fix="fix the syntax at the position given.",
+            ) from None
+    if not isinstance(cfg, dict):
+        raise MemoryModelError(
+            "config file",
+            found=f"{str(path)!r} holds a {type(cfg).__name__}, not a mapping",
+            required="a mapping (Automodel YAML: distributed / step_scheduler / dataset / model sections; "
+            "config.json: an object with hidden_size)",
+            fix="see data/configs/ for examples of both.",
+        )
+    return cfg, str(path)
+
+
+def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
+    """``(hidden, dtype or None, provenance)`` from ``model.config._target_``; None when there is no target.
+
+    See [Note: where the hidden size comes from], steps 3-5.
+    """
+    target = _lookup(cfg, "model.config._target_")
+    if target is _MISSING or target is None:
+        return None
+    if not isinstance(target, str) or "." not in target:
+        raise ConfigKeyError(
+            "model.config._target_", found=f"{target!r} ({type(target).__name__})",
+            required="a dotted import path of a config class, e.g. "
+            "nemo_automodel.components.models.kimi_k3.config.KimiK3TextConfig",
+            fix="write the class's full import path, or give --hidden.",
+        )
+    args = {k: v for k, v in (_lookup(cfg, "model.config") or {}).items() if k != "_target_"}
+    module_name, _, cls_name = target.rpartition(".")
+    why = ""
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except AttributeError:
+        cls, why = None, f"module {module_name} has no {cls_name}"
+    except Exception as exc:  # noqa: BLE001 - any import failure means: not importable here
+        cls, why = None, f"{type(exc).__name__}: {exc}"
+    if cls is not None:
+        try:
+            obj = cls(**args)
+        except Exception as exc:  # noqa: BLE001 - the class rejects the YAML's arguments
+            raise ConfigKeyError(
+                "model.config", found=f"{target}({', '.join(f'{k}={v!r}' for k, v in args.items())}) raised "
+                f"{type(exc).__name__}: {exc}", required="arguments the config class accepts",
+                fix="fix the arguments under model.config, or give --hidden.",
+            ) from None
+        hidden = getattr(obj, "hidden_size", None)
+        if isinstance(hidden, int) and not isinstance(hidden, bool) and hidden >= 1:
+            version = getattr(importlib.import_module(target.split(".")[0]), "__version__", "unknown version")
+            return hidden, getattr(obj, "torch_dtype", None), f"{target} imported ({target.split('.')[0]} {version}): hidden_size {hidden}"
+        why = f"{cls_name}() has no integer hidden_size (found {hidden!r})"
+    known = known_model_config(target)
+    if known is not None:
+        values = known.with_args(args)
+        hidden = values["hidden_size"]
+        return hidden, values.get("torch_dtype"), (
+            f"{target} not importable here ({why}); hidden_size {hidden} from pooltk's table of known model configs: "
+            f"{known.source} (read {known.read_on})"
+        )
+    raise ConfigKeyError(
+        "model.config._target_",
+        found=f"{target!r}: not importable here ({why}) and not in pooltk's table of known model configs",
+        required="an importable config class, one of the known classes "
+        f"({', '.join(c.class_name for c in KNOWN_MODEL_CONFIGS.values())}), or model.config.hidden_size",
+        fix="pass --hidden N (e.g. --hidden 7168), add hidden_size under model.config, or install the package that "
+        "provides the class.",
+    )
+
+
+def _resolve_hidden(cfg: dict, override: int | None) -> tuple[int, Any, str]:
+    if override is not None:
+        return override, None, f"--hidden {override} (overrides the file)"
+    key, value = _first(cfg, ("model.config.hidden_size", "model.hidden_size"))
+    if value is not _MISSING and value is not None:
+        return _int_key(cfg, (key,), "the model hidden size", 7168, flag="--hidden"), None, f"{key} in the file"
+    from_class = _class_hidden(cfg)
+    if from_class is not None:
+        return from_class
+    return _int_key(cfg, ("model.config.hidden_size", "model.hidden_size"), "the model hidden size", 7168,
+                    flag="--hidden"), None, ""
+
+
+def _dtype_of(value: Any) -> str | None:
+    if value is None or value is _MISSING:
+        return None
+    return str(value).removeprefix("torch.")
+
+
+def load_automodel_config(source: str | Path | dict, overrides: Overrides | None = None) -> Preset:
+    """A :class:`Preset` from an Automodel-style YAML config (a path, or the parsed dict).
+
+    Keys read (dotted paths; Automodel's own layout): ``distributed.pp_size`` (also
+    ``distributed.pipeline.pp_size``); ``distributed.pipeline.pp_schedule`` (default ``1f1b``;
+    a ``pp_schedule_csv`` is refused); ``distributed.pipeline.pp_microbatch_size``;
+    ``distributed.pipeline.pp_recv_buffer_pool_slack`` (default 2);
+    ``step_scheduler.global_batch_size`` and ``step_scheduler.local_batch_size`` (``M = local /
+    micro``) or ``distributed.dp_size`` (``M = global / (dp * micro)``); ``dataset.seq_len``;
+    the hidden size per [Note: where the hidden size comes from]; ``model.torch_dtype`` /
+    ``model.config.torch_dtype`` (default ``bfloat16``). ``overrides`` replace any of them.
+
+    The boundary is one ``(micro, seq_len, hidden)`` hidden state each way. Bad or missing keys
+    raise :class:`ConfigKeyError` naming the key and the fix.
+    """
+    o = overrides or Overrides()
+    cfg, where = _read_file(source, "YAML")
+    pp_keys = ("distributed.pp_size", "distributed.pipeline.pp_size")
+    found_pp = {k: _lookup(cfg, k) for k in pp_keys if _lookup(cfg, k) is not _MISSING}
+    if o.pp is None and len(set(map(repr, found_pp.values()))) > 1:
+        raise ConfigKeyError(
+            pp_keys[1],
+            found=", ".join(f"{k}={v!r}" for k, v in found_pp.items()),
+            required="one pipeline size",
+            fix="keep distributed.pp_size (Automodel's key) and drop the other.",
+        )
+    pp = o.pp or _int_key(cfg, pp_keys, "the pipeline-parallel size", 8, flag="--pp")
+    if _lookup(cfg, "distributed.pipeline.pp_schedule_csv") not in (_MISSING, None):
+        raise ConfigKeyError(
+            "distributed.pipeline.pp_schedule_csv",
+            found=repr(_lookup(cfg, "distributed.pipeline.pp_schedule_csv")),
+            required="no CSV schedule (a custom action list has no bounded in-flight depth proof)",
+            fix="use distributed.pipeline.pp_schedule: 1f1b to model a pooled pipeline.",
+        )
+    schedule = o.schedule or _lookup(cfg, "distributed.pipeline.pp_schedule")
+    if schedule is _MISSING or schedule is None:
+        schedule = "1f1b"
+    elif not isinstance(schedule, str):
+        raise ConfigKeyError(
+            "distributed.pipeline.pp_schedule",
+            found=f"{schedule!r} ({type(schedule).__name__})",
+            required="a schedule name such as 1f1b",
+            fix="write `pp_schedule: 1f1b` under distributed.pipeline.",
+        )
+    micro = o.micro_batch or _int_key(cfg, ("distributed.pipeline.pp_microbatch_size",), "rows per pipeline microbatch", 2,
+                                      flag="--micro-batch")
+    slack_key = "distributed.pipeline.pp_recv_buffer_pool_slack"
+    slack = _lookup(cfg, slack_key)
+    if slack is _MISSING or slack is None:
+        slack = 2
+    elif isinstance(slack, bool) or not isinstance(slack, int) or slack < 0:
+        raise ConfigKeyError(
+            slack_key,
+            found=f"{slack!r} ({type(slack).__name__})",
+            required="an integer >= 0 (extra buffer sets beyond the in-flight depth)",
+            fix="write e.g. `pp_recv_buffer_pool_slack: 2` under distributed.pipeline.",
+        )
+    if o.microbatches is not None:
+        shape = PipelineShape(pp=pp, n_microbatches=o.microbatches, schedule=schedule)
+    else:
+        gbs = o.global_batch or _int_key(cfg, ("step_scheduler.global_batch_size",), "the global batch size in rows", 4096,
+                                         flag="--microbatches")
+        lbs = _int_key(cfg, ("step_scheduler.local_batch_size",), "the per-data-parallel-rank batch", 128, default=None)
+        dp = o.dp or _int_key(cfg, ("distributed.dp_size",), "the data-parallel size", 32, default=None)
+        if lbs is None and dp is None:
+            raise ConfigKeyError(
+                "step_scheduler.local_batch_size",
+                found="nothing (missing), and no distributed.dp_size either",
+                required="step_scheduler.local_batch_size (M = local / micro) or distributed.dp_size (M = global / (dp * micro))",
+                fix="add `local_batch_size: 128` under step_scheduler, or pass --microbatches.",
+            )
+        if dp is None:
+            if gbs % lbs:
+                raise ConfigKeyError(
+                    "step_scheduler.local_batch_size",
+                    found=f"{lbs} which does not divide global_batch_size {gbs}",
+                    required="global_batch_size = local_batch_size x dp x gradient-accumulation steps",
+                    fix="pick a local batch that divides the global batch.",
+                )
+            dp = gbs // lbs  # display only: dp x grad-accumulation steps when dp_size is not given
+        shape = PipelineShape.from_batch(pp=pp, global_batch=gbs, micro_batch=micro, dp=dp, local_batch=lbs,
+                                         schedule=schedule)
+    seq = o.seq_len or _int_key(cfg, ("dataset.seq_len",), "tokens per row", 2048, flag="--seq-len")
+    hidden, class_dtype, hidden_source = _resolve_hidden(cfg, o.hidden)
+    dtype_key, dtype = _first(cfg, ("model.torch_dtype", "model.config.dtype", "model.config.torch_dtype"))
+    dtype = o.dtype or _dtype_of(dtype) or _dtype_of(class_dtype) or "bfloat16"
+    try:
+        boundary = Boundary.hidden_state(rows=micro, seq_len=seq, hidden=hidden, dtype=str(dtype))
+    except MemoryModelError as exc:
+        raise ConfigKeyError("--dtype" if o.dtype else dtype_key, found=repr(dtype), required=exc.required, fix=exc.fix) from None
+    pool_on = _lookup(cfg, "distributed.pipeline.pp_recv_buffer_pool")
+    note = "" if pool_on is True else " The config does not enable distributed.pipeline.pp_recv_buffer_pool: its run allocates stock."
+    given = o.given()
+    return Preset(
+        name=Path(where).stem if where != "<dict>" else "config",
+        title=f"{where}: pp {pp}, {shape.n_microbatches} microbatches, {micro} x {seq} x {hidden} {boundary.activations[0].dtype}",
+        shape=shape,
+        boundary=boundary,
+        config=PoolConfig(slack=slack, policy="automodel"),
+        seq_len=seq,
+        hidden=hidden,
+        assumption=(
+            f"Each boundary carries one hidden state ({micro}, {seq}, {hidden}) {boundary.activations[0].dtype} per "
+            "microbatch and direction (a lower bound when the model sends more across a stage boundary)." + note
+        ),
+        figures=(),
+        sources=(where,) + ((f"hidden size: {hidden_source}",) if hidden_source else ())
+        + ((f"overridden: {', '.join(given)}",) if given else ()),
+    )
+
+
+_HIDDEN_KEYS = ("hidden_size", "text_config.hidden_size", "n_embd", "d_model")
+_DTYPE_KEYS = ("torch_dtype", "dtype", "text_config.torch_dtype", "text_config.dtype")
+
+
+def load_hf_config(source: str | Path | dict, overrides: Overrides | None = None) -> Preset:
+    """A :class:`Preset` from a Hugging Face ``config.json`` plus the pipeline given in ``overrides``.
+
+    The file gives the hidden size (``hidden_size``, ``text_config.hidden_size``, ``n_embd`` or
+    ``d_model``) and the dtype (``torch_dtype`` / ``dtype``, default bfloat16); a config.json says
+    nothing about the pipeline, so ``overrides`` must give ``pp``, ``seq_len`` and either
+    ``microbatches`` or ``global_batch`` + ``micro_batch`` + ``dp`` (rows per microbatch default 1).
+    """
+    o = overrides or Overrides()
+    cfg, where = _read_file(source, "JSON")
+    if o.hidden is not None:
+        hidden, hidden_source = o.hidden, f"--hidden {o.hidden} (overrides the file)"
+    else:
+        key, _ = _first(cfg, _HIDDEN_KEYS)
+        hidden = _int_key(cfg, _HIDDEN_KEYS, "the model hidden size", 7168, flag="--hidden")
+        hidden_source = f"{key} in the file"
+    missing = [f for f, v in (("--pp", o.pp), ("--seq-len", o.seq_len)) if v is None]
+    if o.microbatches is None and None in (o.global_batch, o.micro_batch, o.dp):
+        missing.append("--microbatches (or --global-batch, --micro-batch and --dp)")
+    if missing:
+        raise MemoryModelError(
+            "pipeline shape for a config.json",
+            found=f"no {', '.join(missing)}",
+            required="--pp, --seq-len and --microbatches (a config.json describes the model, not the pipeline)",
+            fix="e.g. --pp 8 --microbatches 64 --micro-batch 2 --seq-len 2048.",
+        )
+    schedule = o.schedule or "1f1b"
+    micro = o.micro_batch or 1
+    if o.microbatches is not None:
+        shape = PipelineShape(pp=o.pp, n_microbatches=o.microbatches, schedule=schedule)
+    else:
+        shape = PipelineShape.from_batch(pp=o.pp, global_batch=o.global_batch, micro_batch=micro, dp=o.dp, schedule=schedule)
+    dtype_key, dtype = _first(cfg, _DTYPE_KEYS)
+    dtype = o.dtype or _dtype_of(dtype) or "bfloat16"
+    try:
+        boundary = Boundary.hidden_state(rows=micro, seq_len=o.seq_len, hidden=hidden, dtype=str(dtype))
+    except MemoryModelError as exc:
+        raise ConfigKeyError("--dtype" if o.dtype else dtype_key, found=repr(dtype), required=exc.required, fix=exc.fix) from None
+    return Preset(
+        name=Path(where).parent.name or Path(where).stem if where != "<dict>" else "config.json",
+        title=f"{where}: pp {o.pp}, {shape.n_microbatches} microbatches, {micro} x {o.seq_len} x {hidden} "
+        f"{boundary.activations[0].dtype}",
+        shape=shape,
+        boundary=boundary,
+        config=PoolConfig(),
+        seq_len=o.seq_len,
+        hidden=hidden,
+        assumption=f"Each boundary carries one hidden state ({micro}, {o.seq_len}, {hidden}) per microbatch and direction.",
+        figures=(),
+        sources=(where, f"hidden size: {hidden_source}", f"pipeline from flags: {', '.join(o.given())}"),
+    )
+
+
+def load_config(source: str | Path | dict, overrides: Overrides | None = None) -> Preset:
+    """Either reader, chosen by the file: ``.json`` (or a dict with ``hidden_size`` at the top and no
+    ``distributed`` section) is a Hugging Face config.json, anything else an Automodel YAML."""
+    if isinstance(source, dict):
+        hf = "distributed" not in source and "step_scheduler" not in source and any(k in source for k in ("hidden_size", "text_config", "n_embd", "d_model"))
+    else:
+        hf = Path(source).suffix.lower() == ".json"
+    return (load_hf_config if hf else load_automodel_config)(source, overrides)

@@ -1,0 +1,266 @@
+"""Does it fit, and by how much: per stage peaks on a device, stock vs the ring policies.
+
+[Note: the fits model]
+The memory model knows only receive buffers. Everything else a stage holds at its peak
+(weights, optimizer state, activations, workspace) comes from one *reference*: a measured or
+published peak of one configuration (e.g. the pooled Kimi-K3 2k run, 139.6 GiB, automodel
+policy, slack 2). Assumed: that non-buffer memory is the same on every stage and does not
+change with the pool, so
+
+    base         = reference peak - reference variant's receive buffers on the reference stage
+    peak(i, v)   = base + receive buffers of variant v on stage i
+    margin(i, v) = capacity - peak(i, v)        (>= 0: fits; < 0: OOM by -margin)
+
+The reference stage is the fullest stage of the reference variant unless given (a log that
+only rank 0 writes describes stage 0). Every number is exact bytes; GiB = 2**30 bytes.
+Where the assumption is wrong (first and last stages hold embeddings and the head; the
+allocator's reserved memory, the CUDA context and communication buffers are not in
+``max_memory_allocated``), the margins are off by exactly that difference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from pooltk.config import PoolConfig
+from pooltk.memory.model import VARIANTS, Boundary, MemoryModelError, PipelineShape, model_memory
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = ["DEVICES", "FIT_VARIANTS", "Device", "FitReport", "FitRow", "ReferencePeak", "fit_report", "get_device"]
+
+GIB = 2**30
+
+FIT_VARIANTS: tuple[str, ...] = ("stock", "automodel", "tight", "live_set")
+"""What the fits view compares: stock torch, the original policy, pooltk's tight policy, the live-set floor."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Device:
+    """One accelerator's memory as torch reports it (``total_memory``)."""
+
+    name: str
+    """Key used on the command line and in the explorer (``gb200``, ``h100``)."""
+    capacity_bytes: int
+    """Usable capacity in bytes."""
+    source: str
+    """Where the figure comes from."""
+
+    @property
+    def gib(self) -> float:
+        """Capacity in GiB (2**30 bytes)."""
+        return self.capacity_bytes / GIB
+
+    @classmethod
+    def from_gib(cls, name: str, gib: float, source: str) -> Device:
+        """From a GiB figure (what torch and torchtitan print)."""
+        if not (isinstance(gib, (int, float)) and not isinstance(gib, bool) and gib > 0):
+            raise MemoryModelError("device capacity", found=repr(gib), required="a capacity > 0 GiB",
+                                   fix="give --capacity as a device name (gb200, h100) or a number of GiB, e.g. 79.18.")
+        return cls(name=name, capacity_bytes=round(gib * GIB), source=source)
+
+
+DEVICES: MappingProxyType = MappingProxyType({
+    d.name: d
+    for d in (
+        Device.from_gib("gb200", 187.28, "torch total_memory in a public torchtitan log on GB200: 'CUDA capacity: "
+                        "NVIDIA GB200 with 187.28GiB memory' (2026-05-04); data/published/kimi_k3_gb200.csv row "
+                        "gb200_capacity_torch"),
+        Device.from_gib("gb200-184.31", 184.31, "the GB200 capacity stated in pooltk issue #14 (no log line seen); "
+                        "equals the published 139.6 GiB pooled peak + 44.71 GiB, matching the published '44 GiB headroom'"),
+        Device.from_gib("b200", 178.35, "torch total_memory in public torchtitan logs on B200: 'CUDA capacity: NVIDIA "
+                        "B200 with 178.35GiB memory' (2026-05-19)"),
+        Device.from_gib("h100", 79.18, "torch total_memory in public torchtitan logs on H100: 'CUDA capacity: NVIDIA "
+                        "H100 80GB HBM3 with 79.18GiB memory' (2026-01)"),
+    )
+})
+"""Known devices by name; see each one's ``source``."""
+
+
+def get_device(spec: str | float | int | Device | None = None) -> Device:
+    """A :class:`Device` from a name in :data:`DEVICES`, a number of GiB, ``"auto"`` or ``None``.
+
+    ``"auto"`` / ``None``: the capacity torch reports for ``cuda:0`` on this machine; an error
+    naming ``--capacity`` when there is no GPU.
+    """
+    if isinstance(spec, Device):
+        return spec
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() == "auto"):
+        import torch
+
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            return Device(name=props.name, capacity_bytes=int(props.total_memory),
+                          source="torch.cuda.get_device_properties(0).total_memory on this machine")
+        raise MemoryModelError("device capacity", found="no GPU on this machine (torch.cuda.is_available() is False)",
+                               required="a device to compare against", fix=f"pass --capacity with one of {', '.join(DEVICES)} or a GiB figure.")
+    if isinstance(spec, str):
+        key = spec.strip().lower()
+        if key in DEVICES:
+            return DEVICES[key]
+        try:
+            value = float(key.removesuffix("gib"))
+        except ValueError:
+            raise MemoryModelError("device capacity", found=repr(spec), required=f"one of {', '.join(DEVICES)}, 'auto', or a number of GiB",
+                                   fix="e.g. --capacity gb200 or --capacity 79.18.") from None
+        return Device.from_gib(f"{value:g} GiB", value, "given on the command line")
+    return Device.from_gib(f"{spec:g} GiB", spec, "given as a number")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ReferencePeak:
+    """A measured or published peak of one configuration: what anchors everything that is not a receive buffer."""
+
+    peak_bytes: int
+    """The peak, bytes (e.g. 139.6 GiB)."""
+    variant: str = "pooled"
+    """Which variant the peak was measured under: ``stock``, ``automodel``, ``tight`` or ``pooled`` (``config``'s policy)."""
+    config: PoolConfig = dataclasses.field(default_factory=lambda: PoolConfig(slack=2, policy="automodel"))
+    """The pool config of the reference run."""
+    stage: int | None = None
+    """The stage the peak describes; ``None``: the fullest stage of the reference variant."""
+    weights_bytes: int | None = None
+    """Per-GPU memory that no configuration can shed (weights), when known: a capacity below it is an error."""
+    source: str = ""
+    """Where the peak comes from."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.peak_bytes, int) and self.peak_bytes > 0):
+            raise MemoryModelError("reference peak", found=repr(self.peak_bytes), required="a peak > 0 bytes",
+                                   fix="give the measured or published peak, e.g. --reference-peak-gib 139.6.")
+        if self.variant not in VARIANTS:
+            raise MemoryModelError("reference variant", found=repr(self.variant), required=f"one of {', '.join(VARIANTS)}",
+                                   fix="say which variant the reference peak was measured under.")
+        if self.weights_bytes is not None and not (isinstance(self.weights_bytes, int) and 0 < self.weights_bytes <= self.peak_bytes):
+            raise MemoryModelError("weights", found=repr(self.weights_bytes), required="> 0 and not above the reference peak",
+                                   fix="give the per-GPU weight bytes, or leave them out.")
+
+    @classmethod
+    def from_gib(cls, gib: float, **kwargs: Any) -> ReferencePeak:
+        """From GiB (2**30 bytes)."""
+        if not (isinstance(gib, (int, float)) and not isinstance(gib, bool) and gib > 0):
+            raise MemoryModelError("reference peak", found=repr(gib), required="a peak > 0 GiB",
+                                   fix="e.g. --reference-peak-gib 139.6.")
+        return cls(peak_bytes=round(gib * GIB), **kwargs)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class FitRow:
+    """One stage under one variant on one device."""
+
+    stage: int
+    """Stage index."""
+    variant: str
+    """One of :data:`FIT_VARIANTS`."""
+    recv_bytes: int
+    """Receive buffers of this variant on this stage (both directions)."""
+    peak_bytes: int
+    """``base + recv_bytes``: the modelled peak."""
+    capacity_bytes: int
+    """The device's capacity."""
+
+    @property
+    def margin_bytes(self) -> int:
+        """``capacity - peak``: headroom when >= 0, the OOM shortfall when < 0."""
+        return self.capacity_bytes - self.peak_bytes
+
+    @property
+    def fits(self) -> bool:
+        """Whether the peak is within the capacity."""
+        return self.margin_bytes >= 0
+
+
+@dataclass(kw_only=True, slots=True)
+class FitReport:
+    """Every stage and variant on one device, anchored to one reference. See [Note: the fits model]."""
+
+    device: Device
+    """The device compared against."""
+    reference: ReferencePeak
+    """The anchoring peak."""
+    reference_stage: int
+    """The stage the reference describes (resolved)."""
+    base_bytes: int
+    """Non-buffer memory per stage implied by the reference."""
+    rows: tuple[FitRow, ...]
+    """One row per (stage, variant)."""
+    config: PoolConfig
+    """The pool config of the variants shown."""
+
+    def to_frame(self) -> pd.DataFrame:
+        """Tidy: ``stage``, ``variant``, ``recv_gib``, ``peak_gib``, ``capacity_gib``, ``margin_gib``,
+        ``margin_mib``, ``fits``, ``verdict`` (e.g. ``fits, 44.7 GiB free`` / ``OOM by 56 MiB``)."""
+        import pandas as pd
+
+        return pd.DataFrame.from_records([
+            {"stage": r.stage, "variant": r.variant, "recv_gib": r.recv_bytes / GIB, "peak_gib": r.peak_bytes / GIB,
+             "capacity_gib": r.capacity_bytes / GIB, "margin_gib": r.margin_bytes / GIB, "margin_mib": r.margin_bytes / 2**20,
+             "fits": r.fits, "verdict": verdict(r.margin_bytes)}
+            for r in self.rows
+        ])
+
+    def worst(self, variant: str) -> FitRow:
+        """The stage with the least margin under ``variant``."""
+        return min((r for r in self.rows if r.variant == variant), key=lambda r: r.margin_bytes)
+
+    def summary(self) -> dict[str, str]:
+        """Per variant, the verdict on its fullest stage."""
+        return {v: f"stage {self.worst(v).stage}: {verdict(self.worst(v).margin_bytes)}" for v in FIT_VARIANTS}
+
+
+def verdict(margin_bytes: int) -> str:
+    """``fits, 44.71 GiB free`` or ``OOM by 56 MiB`` (MiB below 1 GiB, else GiB)."""
+    size = abs(margin_bytes)
+    text = f"{size / 2**20:.0f} MiB" if size < GIB else f"{size / GIB:.2f} GiB"
+    return f"fits, {text} free" if margin_bytes >= 0 else f"OOM by {text}"
+
+
+def fit_report(
+    shape: PipelineShape,
+    boundary: Boundary | list[Boundary],
+    config: PoolConfig,
+    device: Device | str | float | None,
+    reference: ReferencePeak,
+    *,
+    reference_shape: PipelineShape | None = None,
+    reference_boundary: Boundary | list[Boundary] | None = None,
+) -> FitReport:
+    """Per stage and variant, the modelled peak on ``device`` and its margin. See [Note: the fits model].
+
+    ``reference_shape`` / ``reference_boundary`` describe the run the reference peak was taken
+    from when it differs from the shape being asked about (default: the same shape).
+    """
+    dev = get_device(device)
+    ref_model = model_memory(reference_shape or shape, reference_boundary or boundary, reference.config)
+    n_ref = ref_model.shape.pp
+    if reference.stage is None:
+        ref_stage = max(range(n_ref), key=lambda i: ref_model.stage_bytes(i, reference.variant))
+    else:
+        if not (isinstance(reference.stage, int) and 0 <= reference.stage < n_ref):
+            raise MemoryModelError("reference stage", found=repr(reference.stage), required=f"a stage in 0..{n_ref - 1}",
+                                   fix="give the stage the reference peak was logged on (rank 0 logs stage 0).")
+        ref_stage = reference.stage
+    ref_recv = ref_model.stage_bytes(ref_stage, reference.variant)
+    base = reference.peak_bytes - ref_recv
+    if base < 0:
+        raise MemoryModelError(
+            "reference peak", found=f"{reference.peak_bytes / GIB:.2f} GiB, below its own receive buffers "
+            f"({ref_recv / GIB:.2f} GiB on stage {ref_stage}, {reference.variant})",
+            required="a peak that includes the receive buffers", fix="check the peak's unit (GiB) and the reference config.")
+    floor = reference.weights_bytes
+    if floor is not None and dev.capacity_bytes <= floor:
+        raise MemoryModelError(
+            "device capacity", found=f"{dev.name}: {dev.gib:.2f} GiB", required=f"more than the model's weights per GPU "
+            f"({floor / GIB:.2f} GiB): no receive-buffer policy can make up for that",
+            fix="choose a larger device, or shard the weights further (more pipeline or expert parallelism).")
+    model = model_memory(shape, boundary, config)
+    rows = tuple(
+        FitRow(stage=i, variant=v, recv_bytes=model.stage_bytes(i, v), peak_bytes=base + model.stage_bytes(i, v),
+               capacity_bytes=dev.capacity_bytes)
+        for i in range(shape.pp) for v in FIT_VARIANTS
+    )
+    return FitReport(device=dev, reference=reference, reference_stage=ref_stage, base_bytes=base, rows=rows, config=config)
