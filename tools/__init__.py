@@ -1,0 +1,1 @@
+"""Developer tools of the pooltk repository (not part of the installed ``pooltk`` package)."""

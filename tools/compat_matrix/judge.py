@@ -1,0 +1,90 @@
+"""A release's verdict from its row: pooled-bitwise, stands-down, or FAIL with every problem found."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+OUTCOMES = ("pooled-bitwise", "stands-down", "FAIL")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """The outcome of one release and why."""
+
+    outcome: str
+    """One of OUTCOMES."""
+    problems: list[str]
+    """Every problem found; empty unless the outcome is FAIL."""
+    layout: str | None = None
+    """The layout family ``pooltk probe`` detected (None when the checks never produced a row)."""
+    installed: bool | None = None
+    """Whether ``install()`` pooled (None when the checks never produced a row)."""
+
+    def row_fields(self) -> dict[str, Any]:
+        """The keys a published row carries (layout and installed only when the checks ran)."""
+        out: dict[str, Any] = {"outcome": self.outcome, "problems": list(self.problems)}
+        if self.layout is not None or self.installed is not None:
+            out["layout"], out["installed"] = self.layout, self.installed
+        return out
+
+
+def pooled_variants(parity: dict) -> list[dict]:
+    return [v for v in parity.get("variants", []) if v["pooled"]]
+
+
+def any_ring(variant: dict) -> bool:
+    return any(r for r in variant["rings"].values())
+
+
+def judge(row: dict[str, Any]) -> Verdict:
+    """Judge one release's row (what its checks wrote, plus ``expected_layout``, or ``error``)."""
+    if "error" in row:
+        return Verdict(outcome="FAIL", problems=[row["error"]])
+    problems: list[str] = []
+    probe = row["probe"]
+    layout, installed = probe.get("layout"), bool(probe.get("installed"))
+
+    def verdict(outcome: str) -> Verdict:
+        return Verdict(outcome=outcome if not problems else "FAIL", problems=problems, layout=layout,
+                       installed=installed)
+
+    if layout != row["expected_layout"]:
+        problems.append(f"layout {layout!r} detected, {row['expected_layout']!r} expected for this release")
+    compat = row["tests"]["compat"]
+    if compat.get("failed") or compat.get("errors") or not compat.get("passed"):
+        problems.append(f"tests/compat: {compat}")
+    pos, neg = row["parity"], row["negative"]
+    for name, res in [("parity", pos), *neg.items()]:
+        if "error" in res and not (name.startswith("guard_on") and res.get("error") == "PoolOverrunError"):
+            problems.append(f"{name}: {res['error']}: {res.get('message', '')[:300]}")
+    if problems:
+        return verdict("FAIL")
+    if installed:
+        if not pos["bitwise_equal"]:
+            problems.append("pooled runs are not bitwise equal to stock")
+        for v in pooled_variants(pos):
+            if not any_ring(v):
+                problems.append(f"{v['name']}: installed but no stage holds a ring")
+            if not v["bytes_exact"]:
+                problems.append(f"{v['name']}: receive bytes differ from K sets x set bytes")
+            if row.get("alloc_free") and not v["alloc_exact"]:
+                problems.append(f"{v['name']}: setup allocated more than the K sets")
+        for key in ("guard_off_short", "guard_off_gpipe"):
+            r = neg[key]
+            if r.get("bitwise_equal") is not False or not (r.get("max_abs_diff") or 0) > 0:
+                problems.append(f"{key}: expected silent divergence without the guard, got {r}")
+        for key in ("guard_on_short", "guard_on_gpipe"):
+            if neg[key].get("error") != "PoolOverrunError":
+                problems.append(f"{key}: expected PoolOverrunError, got {neg[key]}")
+        return verdict("pooled-bitwise")
+    if not layout or not probe.get("reason"):
+        problems.append("not installed without a known layout and a reason")
+    for res in [pos, neg["guard_off_short"], neg["guard_off_gpipe"], neg["guard_on_short"], neg["guard_on_gpipe"]]:
+        if res.get("error"):
+            problems.append(f"stood down but a run raised {res['error']}")
+        elif res.get("bitwise_equal") is not True:
+            problems.append("stood down but a run was not bitwise equal to stock")
+    if any(any_ring(v) for v in pooled_variants(pos)):
+        problems.append("stood down but some stage holds a ring")
+    return verdict("stands-down")
