@@ -34,8 +34,8 @@ def variant_spec(name: str) -> dict:
         "pooltk_tight": dict(schedule="1f1b", pool="pooltk", policy="tight", slack=2, grad_slack=1),
         "pooltk_live": dict(schedule="1f1b", pool="pooltk", policy="tight", slack=0, grad_slack=0),
         "pooltk_automodel_policy": dict(schedule="1f1b", pool="pooltk", policy="automodel", slack=2),
-        "stock_interleaved": dict(schedule="interleaved_1f1b", pool="stock"),
-        "pooltk_auto_interleaved": dict(schedule="interleaved_1f1b", pool="pooltk", policy="tight", slack=0,
+        "stock_interleaved": dict(schedule="Interleaved1F1B", pool="stock"),
+        "pooltk_auto_interleaved": dict(schedule="Interleaved1F1B", pool="pooltk", policy="tight", slack=0,
                                         grad_slack=0, gate="auto"),
         "stock_gpipe": dict(schedule="gpipe", pool="stock"),
         "automodel_pool_gpipe_forced": dict(schedule="gpipe", pool="automodel", slack=0, forced=True),
@@ -65,7 +65,7 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
     spec = variant_spec(name)
     rank = dist.get_rank()
     record: dict = {"variant": name, "rank": rank, "pp": args.pp, **spec}
-    interleaved = spec["schedule"].startswith("interleaved")
+    interleaved = spec["schedule"].lower().startswith("interleaved")
     layers = args.pp * (2 if interleaved else 1)  # one decoder layer per stage
     pipeline = {"pp_schedule": spec["schedule"], "pp_microbatch_size": 1, "pp_batch_size": args.microbatches,
                 "pp_recv_buffer_pool": spec["pool"] != "stock", "pp_recv_buffer_pool_slack": spec.get("slack", 2)}

@@ -34,7 +34,7 @@ LAUNCHES: dict[str, list[list[str]]] = {
         ["pooltk_gpipe_forced"],
     ],
 }
-BASELINE = {"1f1b": "stock", "interleaved_1f1b": "stock_interleaved", "gpipe": "stock_gpipe"}
+BASELINE = {"1f1b": "stock", "Interleaved1F1B": "stock_interleaved", "gpipe": "stock_gpipe"}
 EXPECT = {
     # variant -> what a correct run shows (the claims the suite checks)
     "automodel_pool_gpipe_forced": "diverges",     # the original, forced outside its gate: silent

@@ -1,0 +1,83 @@
+"""pooltk.integrations.torchtitan on a fake torchtitan: options, install-before-train, argv untouched."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pooltk._validate import InputError
+from pooltk.integrations import torchtitan as tt
+
+FAKE_TRAIN = textwrap.dedent("""
+    import json, sys
+    import pooltk
+    report = pooltk.installed()
+    print("FAKE-TITAN " + json.dumps({
+        "argv": sys.argv[1:],
+        "name": __name__,
+        "installed": report is not None and report.installed,
+        "config": report.config.to_dict() if report is not None else None,
+        "schedule": report.schedule if report is not None else None,
+    }))
+""")
+
+
+def test_pooltk_flags_are_split_from_torchtitan_arguments_in_order():
+    options, rest = tt.options_from(
+        ["--module", "llama3", "--pooltk.slack", "0", "--config", "x", "--pooltk.policy=automodel",
+         "--pooltk.grad-slack", "0", "--training.steps", "5"], env={})
+    assert rest == ["--module", "llama3", "--config", "x", "--training.steps", "5"]
+    assert (options.config.slack, options.config.policy, options.config.grad_slack) == (0, "automodel", 0)
+    assert options.enable and options.schedule == "1f1b"
+
+
+def test_environment_sets_options_and_flags_win():
+    options, _ = tt.options_from(["--pooltk.slack", "1"], env={"POOLTK_SLACK": "3", "POOLTK_SCHEDULE": "auto",
+                                                               "POOLTK_GUARD": "false"})
+    assert options.config.slack == 1 and options.schedule == "auto" and options.config.guard is False
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["--pooltk.slak", "1"], "--pooltk.<field>"),
+    (["--pooltk.slack", "-1"], "--pooltk.slack"),
+    (["--pooltk.slack", "two"], "--pooltk.slack"),
+    (["--pooltk.schedule", "gpipe"], "--pooltk.schedule"),
+    (["--pooltk.guard", "maybe"], "--pooltk.guard"),
+    (["--pooltk.policy"], "--pooltk.policy"),
+])
+def test_bad_options_name_flag_found_required_fix(argv, what):
+    with pytest.raises(InputError) as err:
+        tt.options_from(argv, env={})
+    assert err.value.what == what and err.value.fix
+
+
+def _run_entry(tmp_path, *args, env=None):
+    pkg = tmp_path / "torchtitan"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(FAKE_TRAIN)
+    run_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+                   **(env or {}))
+    proc = subprocess.run([sys.executable, "-m", "pooltk.integrations.torchtitan", *args],
+                          env=run_env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("FAKE-TITAN "))
+    return json.loads(line[len("FAKE-TITAN "):])
+
+
+def test_entry_installs_pooltk_before_torchtitan_train_runs_as_main(tmp_path):
+    seen = _run_entry(tmp_path, "--module", "llama3", "--pooltk.slack", "0", "--pooltk.schedule", "auto",
+                      "--training.steps", "5")
+    assert seen["name"] == "__main__"
+    assert seen["argv"] == ["--module", "llama3", "--training.steps", "5"]
+    assert seen["installed"] is True and seen["config"]["slack"] == 0 and seen["schedule"] == "auto"
+
+
+def test_entry_with_enable_false_runs_torchtitan_stock(tmp_path):
+    seen = _run_entry(tmp_path, "--module", "llama3", env={"POOLTK_ENABLE": "false"})
+    assert seen["installed"] is False and seen["argv"] == ["--module", "llama3"]
