@@ -1,4 +1,8 @@
-"""``pooltk report``: probe, pp4 parity, buffer tables, then every notebook to HTML + PNG."""
+"""``pooltk report``: probe, pp4 parity, buffer tables, then every notebook to HTML + PNG.
+
+``pooltk report --logs DIR [--run-info FILE]`` instead executes the log-analysis notebook on the
+user's logs (its ``parameters`` cell gets the paths) and writes its HTML.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,11 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="microbatches of the pp4 check (default 16)")
     parser.add_argument("--parity-steps", type=int, default=3, help="optimizer steps of the pp4 check (default 3)")
     parser.add_argument("--timeout", type=float, default=600.0, help="per-cell time bound in seconds (default 600)")
+    parser.add_argument("--logs", type=Path, nargs="+", metavar="PATH",
+                        help="your run logs (files, folders, .gz): execute the log-analysis notebook (03) on them "
+                             "and write its HTML (no probe, no parity check)")
+    parser.add_argument("--run-info", type=Path, metavar="FILE",
+                        help='JSON run facts for --logs: {"world_size": 256, "pp": 8, ...} or one such object per run name')
 
 
 def _since_process_start() -> float | None:
@@ -43,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = ReportConfig(out=args.out, notebooks=args.notebooks, summary=not args.no_summary, jobs=args.jobs,
                               parity_microbatches=args.parity_microbatches, parity_steps=args.parity_steps,
-                              notebook_timeout_s=args.timeout)
+                              notebook_timeout_s=args.timeout, logs=tuple(args.logs or ()), run_info=args.run_info)
         result = run_report(config)
     except ValueError as exc:
         print(f"pooltk report: {exc}", file=sys.stderr)

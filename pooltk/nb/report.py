@@ -31,17 +31,22 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "LOGS_NOTEBOOK",
     "NotebookRun",
     "ReportConfig",
     "ReportResult",
     "describe",
     "find_notebooks",
+    "inject_parameters",
     "run_notebook",
     "run_notebook_async",
     "run_report",
 ]
 
 Progress = Callable[[str], None]
+
+LOGS_NOTEBOOK = "notebooks/03_kimi_k3_gb200_1k_vs_2k.ipynb"
+"""The analysis notebook ``pooltk report --logs`` executes on the user's logs."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -64,10 +69,22 @@ class ReportConfig:
     """Notebooks executed at once (each in its own kernel, all in one event loop)."""
     notebook_timeout_s: float = 600.0
     """Per-cell time bound for a notebook."""
+    logs: tuple[Path, ...] = ()
+    """The user's log files or folders: when given, only the analysis notebook runs, on them (no probe, no parity)."""
+    run_info: Path | None = None
+    """A JSON file of run facts for ``logs`` (see pooltk.nb.logs.load_run_info)."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1:
-            raise ValueError(f"jobs: found {self.jobs!r}; required an integer >= 1. Fix: --jobs 1 or 2.")
+        from pooltk._validate import check_int
+
+        check_int("jobs", self.jobs, low=1, fix="--jobs 1 or 2", error=ValueError)
+        for p in self.logs:
+            if not Path(p).exists():
+                raise ValueError(f"--logs: found {str(p)!r}, which does not exist; required a log file or folder. "
+                                 "Fix: check the path (relative paths start from the current folder).")
+        if self.run_info is not None and not Path(self.run_info).is_file():
+            raise ValueError(f"--run-info: found {str(self.run_info)!r}, which is not a file; required a JSON file of run facts. "
+                             "Fix: check the path.")
         if not self.notebook_timeout_s > 0:
             raise ValueError(f"notebook timeout: found {self.notebook_timeout_s!r}; required > 0 seconds.")
 
@@ -144,8 +161,25 @@ def _first_error(nb: Any) -> str | None:
     return None
 
 
+def inject_parameters(nb: Any, parameters: dict[str, Any]) -> None:
+    """Put ``parameters`` in a cell right after the one tagged ``parameters`` (papermill's convention).
+
+    The injected cell is tagged ``injected-parameters`` and assigns each name its ``repr``; a
+    notebook without a ``parameters`` cell is refused (the values would have nowhere to go).
+    """
+    import nbformat
+
+    where = next((i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    if where is None:
+        raise ValueError("notebook: found no cell tagged 'parameters'; required one (papermill's convention). "
+                         "Fix: tag the notebook's parameter cell 'parameters'.")
+    source = "# Parameters injected by pooltk report\n" + "\n".join(f"{k} = {v!r}" for k, v in parameters.items())
+    cell = nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
+    nb.cells.insert(where + 1, cell)
+
+
 async def run_notebook_async(path: Path, out: Path, *, timeout_s: float = 600.0,
-                             progress: Progress | None = None) -> NotebookRun:
+                             progress: Progress | None = None, parameters: dict[str, Any] | None = None) -> NotebookRun:
     """Execute ``path`` headless (working directory: its folder) and write ``<out>/<stem>.html``.
 
     ``POOLTK_REPORT_DIR`` must already point at the figures folder (see :func:`run_report`).
@@ -160,6 +194,8 @@ async def run_notebook_async(path: Path, out: Path, *, timeout_s: float = 600.0,
 
     t0 = time.perf_counter()
     nb = nbformat.read(path, as_version=4)
+    if parameters:
+        inject_parameters(nb, parameters)
     n_code = sum(c.cell_type == "code" for c in nb.cells)
     done = [0]
 
@@ -192,11 +228,20 @@ async def run_notebook_async(path: Path, out: Path, *, timeout_s: float = 600.0,
     return NotebookRun(path=path, html=html, seconds=time.perf_counter() - t0, error=error)
 
 
-def run_notebook(path: Path, out: Path, *, timeout_s: float = 600.0, progress: Progress | None = None) -> NotebookRun:
+def run_notebook(path: Path, out: Path, *, timeout_s: float = 600.0, progress: Progress | None = None,
+                 parameters: dict[str, Any] | None = None) -> NotebookRun:
     """:func:`run_notebook_async` for one notebook, from synchronous code."""
     import asyncio
 
-    return asyncio.run(run_notebook_async(path, out, timeout_s=timeout_s, progress=progress))
+    return asyncio.run(run_notebook_async(path, out, timeout_s=timeout_s, progress=progress, parameters=parameters))
+
+
+def logs_parameters(config: ReportConfig) -> dict[str, Any]:
+    """The analysis notebook's parameters for ``--logs`` / ``--run-info`` (absolute paths: it runs in its own folder)."""
+    params: dict[str, Any] = {"LOG_PATHS": [str(Path(p).resolve()) for p in config.logs]}
+    if config.run_info is not None:
+        params["RUN_INFO_FILE"] = str(Path(config.run_info).resolve())
+    return params
 
 
 async def _run_all(paths: list[Path], out: Path, figures: Path, config: ReportConfig,
@@ -208,7 +253,8 @@ async def _run_all(paths: list[Path], out: Path, figures: Path, config: ReportCo
 
     async def one(path: Path) -> NotebookRun:
         async with gate:
-            run = await run_notebook_async(path, out, timeout_s=config.notebook_timeout_s, progress=emit)
+            params = logs_parameters(config) if config.logs and path.name == Path(LOGS_NOTEBOOK).name else None
+            run = await run_notebook_async(path, out, timeout_s=config.notebook_timeout_s, progress=emit, parameters=params)
         number = path.stem.split("_", 1)[0]
         run.figures = sorted(figures.glob(f"{number}_*.png"))
         finished[0] += 1
@@ -317,6 +363,14 @@ def run_report(config: ReportConfig = ReportConfig(), *, progress: Progress | No
     emit = progress or _printer()
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
+    if config.logs:  # the user's logs: the analysis notebook alone, on them
+        from dataclasses import replace
+
+        if not Path(LOGS_NOTEBOOK).is_file():
+            raise ValueError(f"--logs: found no {LOGS_NOTEBOOK} under {Path.cwd()}; required the analysis notebook. "
+                             "Fix: run pooltk report from the repository root.")
+        config = replace(config, notebooks=LOGS_NOTEBOOK, summary=False)
+        emit(f"[logs] {', '.join(str(p) for p in config.logs)}" + (f"; run facts from {config.run_info}" if config.run_info else ""))
     paths = find_notebooks(config.notebooks)
     out = config.out
     figures = out / "figures"
