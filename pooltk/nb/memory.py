@@ -25,6 +25,10 @@ from pooltk.memory.model import (
     model_memory,
     slack_sweep,
 )
+from pooltk.memory.configs import Overrides, load_config
+from pooltk.memory.fits import DEVICES, FitReport, ReferencePeak, fit_report
+from pooltk.memory.model import TensorSpec
+from pooltk.memory.source import Preset
 from pooltk.studies.kimi_k3.presets import PRESETS, get_preset
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,6 +40,9 @@ __all__ = [
     "FigureOfMerit",
     "explore",
     "explorer_controls",
+    "fits_bars",
+    "measured_vs_modelled_figure",
+    "resize_boundary",
     "lifetime_timeline",
     "render_explorer",
     "slack_heatmap",
@@ -201,6 +208,56 @@ class ExplorerState:
     """The middle-stage figure of the last successful update."""
     history: list[FigureOfMerit] = field(default_factory=list)
     """Every successful update's figure of merit, in order."""
+    source: Preset | None = None
+    """The preset or config file the last update started from."""
+    fits: FitReport | None = None
+    """The fits view of the last update, when a device was chosen and a reference peak is known."""
+    fits_note: str | None = None
+    """Why there is no fits view (no device chosen, no reference peak), else ``None``."""
+
+
+def resize_boundary(boundary: Boundary, *, rows: int | None = None, seq_len: int | None = None,
+                    hidden: int | None = None, dtype: str | None = None) -> Boundary:
+    """``boundary`` with its ``(rows, seq_len, width)`` tensors resized.
+
+    ``rows`` and ``seq_len`` apply to every 3-d tensor; ``hidden`` replaces the width of the
+    tensor named ``hidden_states`` only (a calibrated remainder keeps its bytes per token);
+    ``dtype`` applies to every tensor. ``None`` keeps a value.
+    """
+    def one(t: TensorSpec) -> TensorSpec:
+        shape = list(t.shape)
+        if len(shape) == 3:
+            shape[0] = rows or shape[0]
+            shape[1] = seq_len or shape[1]
+            if t.name == "hidden_states" and hidden:
+                shape[2] = hidden
+        return TensorSpec(shape=tuple(shape), dtype=dtype or t.dtype, name=t.name)
+
+    grads = None if boundary.grads is None else tuple(one(t) for t in boundary.grads)
+    return Boundary(activations=tuple(one(t) for t in boundary.activations), grads=grads)
+
+
+def _source(preset: str, config_path: str | None, overrides: Overrides) -> Preset:
+    if config_path:
+        return load_config(config_path, overrides)
+    return get_preset(preset)
+
+
+def _fits(state: ExplorerState, source: Preset, model: MemoryModel, device: str | None,
+          reference_peak_gib: float | None) -> None:
+    state.fits, state.fits_note = None, None
+    if not device or device == "none":
+        state.fits_note = "no device chosen"
+        return
+    if reference_peak_gib:
+        reference = ReferencePeak.from_gib(reference_peak_gib, config=model.config, source="explorer field")
+    else:
+        figure = next((f for f in source.figures if f.name == "peak_memory_pooled_gib"), None)
+        if figure is None:
+            state.fits_note = f"no reference peak for {source.name!r}: enter a measured or published peak (GiB)"
+            return
+        reference = ReferencePeak.from_gib(figure.value, config=source.config, source=figure.source)
+    state.fits = fit_report(model.shape, list(model.boundaries), model.config, device, reference)
 
 
 def explore(
@@ -213,20 +270,35 @@ def explore(
     grad_slack: int,
     policy: str,
     boundary_mib: float | None = None,
+    config_path: str | None = None,
+    rows: int | None = None,
+    seq_len: int | None = None,
+    hidden: int | None = None,
+    dtype: str | None = None,
+    device: str | None = None,
+    reference_peak_gib: float | None = None,
 ) -> MemoryModel | None:
     """One widget update: model the shape and record it in ``state``.
 
-    ``boundary_mib`` (MiB per buffer set) replaces the preset's boundary tensors when it
-    differs from the preset's own set size; ``None`` keeps them. Rejected inputs (e.g.
-    M < pp under 1F1B) are recorded in ``state.last_error`` and return ``None``.
+    The shape starts from ``config_path`` (an Automodel YAML or config.json; the widgets'
+    pp / M / rows / seq / hidden / dtype override it) or else from ``preset``, whose boundary
+    tensors are resized by ``rows`` / ``seq_len`` / ``hidden`` / ``dtype``
+    (:func:`resize_boundary`). ``boundary_mib`` (MiB per buffer set) replaces the tensors when
+    it differs from the preset's own set size; ``None`` keeps them. ``device`` (a name in
+    :data:`pooltk.memory.fits.DEVICES`, or a GiB figure) adds the fits view, anchored to
+    ``reference_peak_gib`` or the preset's published peak. Rejected inputs (e.g. M < pp under
+    1F1B, an unknown config class) are recorded in ``state.last_error`` and return ``None``.
     """
     state.last_inputs = dict(
-        preset=preset, pp=pp, microbatches=microbatches, slack=slack, grad_slack=grad_slack, policy=policy, boundary_mib=boundary_mib
+        preset=preset, pp=pp, microbatches=microbatches, slack=slack, grad_slack=grad_slack, policy=policy,
+        boundary_mib=boundary_mib, config_path=config_path, rows=rows, seq_len=seq_len, hidden=hidden, dtype=dtype,
+        device=device, reference_peak_gib=reference_peak_gib,
     )
     try:
-        p = get_preset(preset)
-        boundary = p.boundary
-        if boundary_mib is not None and round(boundary_mib * 2**20) != boundary.forward_bytes:
+        overrides = Overrides(pp=pp, microbatches=microbatches, micro_batch=rows, seq_len=seq_len, hidden=hidden, dtype=dtype)
+        p = _source(preset, config_path, overrides)
+        boundary = p.boundary if config_path else resize_boundary(p.boundary, rows=rows, seq_len=seq_len, hidden=hidden, dtype=dtype)
+        if boundary_mib is not None and round(boundary_mib * 2**20) != p.boundary.forward_bytes:
             if not boundary_mib > 0:
                 raise MemoryModelError("boundary MiB", found=repr(boundary_mib), required="> 0", fix="pick a positive size.")
             boundary = Boundary.opaque(round(boundary_mib * 2**20), name="boundary_from_widget")
@@ -236,8 +308,10 @@ def explore(
         # over a grid of shapes); using them keeps a pp/M slider move under 50 ms at N=16, M=256,
         # where a cold walk of the schedule takes about a second.
         model = model_memory(shape, boundary, config, live_source="formula")
+        state.source = p
+        _fits(state, p, model, device, reference_peak_gib)
     except ValueError as exc:  # MemoryModelError and PoolConfig's ValueError
-        state.last_result, state.last_error = None, str(exc)
+        state.last_result, state.last_error, state.fits = None, str(exc), None
         return None
     stage = middle_stage(pp)
     fom = FigureOfMerit(
@@ -254,6 +328,54 @@ def explore(
     return model
 
 
+def fits_bars(report: FitReport, *, ax: Any = None) -> Figure:
+    """Per-stage modelled peak of each variant against the device's capacity (a dashed line)."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    frame = report.to_frame()
+    frame["variant"] = frame["variant"].map(VARIANT_LABELS)
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 4))
+    else:
+        fig = ax.figure
+    sns.barplot(data=frame, x="stage", y="peak_gib", hue="variant", hue_order=list(VARIANT_LABELS.values()), ax=ax)
+    ax.axhline(report.device.gib, color="black", ls="--", lw=1)
+    ax.text(0, report.device.gib, f" {report.device.name}: {report.device.gib:.2f} GiB", va="bottom", fontsize="small")
+    low = max(0.0, min(frame.peak_gib.min(), report.device.gib) - 10)
+    ax.set_ylim(low, max(frame.peak_gib.max(), report.device.gib) * 1.02)
+    ax.set_ylabel("modelled peak per stage (GiB)")
+    ref = report.reference
+    ax.set_title(f"fits on {report.device.name}? anchored to {ref.peak_bytes / 2**30:.1f} GiB ({ref.variant}) on stage "
+                 f"{report.reference_stage}; same non-buffer memory on every stage (assumed)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    return fig
+
+
+def measured_vs_modelled_figure(table: Any) -> Figure:
+    """Modelled vs measured saving per stage, one panel per shape (the measured bar spans min..max over pairs)."""
+    import matplotlib.pyplot as plt
+
+    shapes = list(dict.fromkeys(table["shape"]))
+    fig, axes = plt.subplots(1, len(shapes), figsize=(4.2 * len(shapes), 3.8), sharey=True, squeeze=False)
+    for ax, shape in zip(axes[0], shapes):
+        part = table[table["shape"] == shape]
+        x = part["stage"].to_numpy()
+        ax.bar(x - 0.2, part["modelled_saving_mib"], width=0.4, label="modelled (receive buffers)")
+        err = [part["measured_saving_mib"] - part["saving_min_mib"], part["saving_max_mib"] - part["measured_saving_mib"]]
+        ax.bar(x + 0.2, part["measured_saving_mib"], width=0.4, yerr=err, capsize=3, label="measured (peak RSS)")
+        for xi, rel in zip(x, part["relative_difference"]):
+            ax.text(xi, 0, f"{rel:+.1%}", ha="center", va="bottom", fontsize="x-small", color="white")
+        ax.set_title(shape, fontsize="small")
+        ax.set_xlabel("stage")
+        ax.set_xticks(x)
+    axes[0][0].set_ylabel("saved by the pool per stage (MiB)")
+    axes[0][-1].legend(fontsize="small", loc="upper right")
+    fig.suptitle("pool saving: modelled vs measured in each rank's resident memory (pp4, gloo, tight slack 2)")
+    fig.tight_layout()
+    return fig
+
+
 def render_explorer(state: ExplorerState, *, save: bool = True) -> Figure | None:
     """Print the figure-of-merit line (or the error) and draw the per-stage bars of the last update."""
     import matplotlib.pyplot as plt
@@ -264,47 +386,86 @@ def render_explorer(state: ExplorerState, *, save: bool = True) -> Figure | None
         print(f"rejected: {state.last_error}")
         return None
     print(state.figure_of_merit.line())  # type: ignore[union-attr]
+    if state.fits is not None:
+        for variant, text in state.fits.summary().items():
+            print(f"  on {state.fits.device.name} ({state.fits.device.gib:.2f} GiB), {VARIANT_LABELS[variant]}: fullest {text}")
+    elif state.fits_note:
+        print(f"  fits: {state.fits_note}")
     fig = stage_bars(state.last_result)
     if save:
         nb.save_figure(fig, "01_explorer_stage_bars")
     plt.show()
+    if state.fits is not None:
+        fits_fig = fits_bars(state.fits)
+        if save:
+            nb.save_figure(fits_fig, "01_explorer_fits")
+        plt.show()
     return fig
 
 
 def explorer_controls(preset: str | None = None) -> dict[str, Any]:
     """ipywidgets for :func:`explore`'s keyword arguments, set to ``preset``'s values.
 
-    Choosing another preset resets pp, microbatches, slack, policy and boundary MiB to
-    that preset's values. Pass the dict to ``ipywidgets.interactive_output``.
+    Choosing another preset, or entering a config path (Automodel YAML or config.json), resets
+    pp, microbatches, rows, seq, hidden, dtype, slack, policy and boundary MiB to that source's
+    values. Pass the dict to ``ipywidgets.interactive_output``.
     """
     import ipywidgets as w
+
+    from pooltk.memory.model import DTYPE_BYTES
 
     p = get_preset(preset or next(iter(PRESETS)))
     style = {"description_width": "150px"}
     layout = w.Layout(width="520px")
+    hidden_t = next((t for t in p.boundary.activations if t.name == "hidden_states"), p.boundary.activations[0])
     controls: dict[str, Any] = {
         "preset": w.Dropdown(options=list(PRESETS), value=p.name, description="preset", style=style, layout=layout),
+        "config_path": w.Text(value="", placeholder="path to an Automodel YAML or config.json (Enter)",
+                              description="config file", continuous_update=False, style=style, layout=layout),
         # pp and M re-walk the schedule for an unseen shape (up to ~1 s at N=16, M=256): update on release.
         "pp": w.IntSlider(value=p.shape.pp, min=2, max=16, description="pp (stages)", continuous_update=False, style=style, layout=layout),
         "microbatches": w.IntSlider(
             value=p.shape.n_microbatches, min=1, max=256, description="microbatches M", continuous_update=False, style=style, layout=layout
         ),
+        "rows": w.BoundedIntText(value=hidden_t.shape[0], min=1, max=1024, description="rows / microbatch", style=style, layout=layout),
+        "seq_len": w.BoundedIntText(value=p.seq_len, min=1, max=2**22, description="seq (tokens / row)", style=style, layout=layout),
+        "hidden": w.BoundedIntText(value=p.hidden, min=1, max=2**20, description="hidden", style=style, layout=layout),
+        "dtype": w.Dropdown(options=list(DTYPE_BYTES), value=hidden_t.dtype, description="dtype", style=style, layout=layout),
         "slack": w.IntSlider(value=p.config.slack, min=0, max=8, description="slack", style=style, layout=layout),
         "grad_slack": w.IntSlider(value=p.config.grad_slack, min=0, max=4, description="grad slack (tight)", style=style, layout=layout),
         "policy": w.Dropdown(options=["automodel", "tight"], value=p.config.policy, description="policy", style=style, layout=layout),
         "boundary_mib": w.FloatSlider(
             value=p.boundary.forward_bytes / 2**20, min=1, max=1024, step=1, description="boundary MiB / set", style=style, layout=layout
         ),
+        "device": w.Dropdown(options=["none", *DEVICES], value="gb200", description="device", style=style, layout=layout),
+        "reference_peak_gib": w.BoundedFloatText(value=0.0, min=0.0, max=1e4, step=0.1,
+                                                 description="reference peak GiB (0: preset's)", style=style, layout=layout),
     }
 
-    def _reset(change: dict[str, Any]) -> None:
-        q = get_preset(change["new"])
+    def _set_from(q: Preset) -> None:
+        t = next((x for x in q.boundary.activations if x.name == "hidden_states"), q.boundary.activations[0])
         controls["pp"].value = q.shape.pp
         controls["microbatches"].value = q.shape.n_microbatches
+        controls["rows"].value = t.shape[0] if len(t.shape) == 3 else 1
+        controls["seq_len"].value = q.seq_len
+        controls["hidden"].value = q.hidden
+        controls["dtype"].value = t.dtype
         controls["slack"].value = q.config.slack
         controls["grad_slack"].value = q.config.grad_slack
         controls["policy"].value = q.config.policy
-        controls["boundary_mib"].value = q.boundary.forward_bytes / 2**20
+        controls["boundary_mib"].value = min(1024.0, q.boundary.forward_bytes / 2**20)
+
+    def _reset(change: dict[str, Any]) -> None:
+        controls["config_path"].value = ""
+        _set_from(get_preset(change["new"]))
+
+    def _load(change: dict[str, Any]) -> None:
+        if change["new"]:
+            try:
+                _set_from(load_config(change["new"]))
+            except ValueError:
+                pass  # explore() records the error for the cell to print
 
     controls["preset"].observe(_reset, names="value")
+    controls["config_path"].observe(_load, names="value")
     return controls

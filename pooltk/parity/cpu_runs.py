@@ -1,16 +1,19 @@
 """Real training logs of pooltk's own CPU runs, in NeMo Automodel's ``training.jsonl`` schema.
 
-The parity harness trains its small model on gloo ranks at two row lengths, stock and
-pooled, and every optimizer step becomes one Automodel training record. These are real
-measurements of this machine, regenerable with ``pooltk cpu-runs``, so the log readers
-and the 1k-vs-2k notebook can be exercised on logs whose provenance is known end to end.
+A 1F1B pipeline of residual blocks trains on 4 gloo ranks at two row lengths, stock and
+pooled, each variant in its own fresh processes (:func:`pooltk.parity.rss.launch_rss`), the
+launches interleaved stock, pooled, stock, pooled. Rows are long (16k and 32k tokens of a
+64-wide hidden state) so that the receive buffers are a large part of each rank's memory and
+the ``mem`` column shows what the pool changes. Every optimizer step becomes one Automodel
+training record; regenerate with ``pooltk cpu-runs``.
 
 [Note: CPU log fields]
 - ``loss``: mean of the last stage's per-microbatch MSE losses of the step.
 - ``grad_norm``: global L2 norm of all stages' gradients before the optimizer step.
 - ``lr``: the SGD learning rate (constant).
-- ``mem``: peak resident set size of the largest rank process so far, GiB (2**30). It is
-  NOT a GPU allocator figure (there is no GPU): the sidecar says so.
+- ``mem``: the largest rank's peak resident set size so far (``VmHWM`` after the step, reset
+  once after torch was imported and the process group was up), GiB (2**30). It is NOT a GPU
+  allocator figure (there is no GPU): the sidecar says so, and gives each rank's figure.
 - ``tps``: tokens of the step (rows x seq_len) / the slowest rank's step time.
 - ``tps_per_gpu``: ``tps / cp / dp`` as Automodel computes it (cp = dp = 1 here), which
   ignores PP: with pp ranks it is pp times the rate per process.
@@ -29,28 +32,28 @@ from pathlib import Path
 from typing import Any
 
 from pooltk.config import PoolConfig
-from pooltk.parity.launch import run_parity
-from pooltk.parity.spec import ParitySpec, Variant
+from pooltk.parity.rss import RssLaunch, RssSpec, launch_rss
 
 __all__ = ["write_cpu_runs"]
 
 
-def _records(report: Any, variant_name: str, spec: ParitySpec) -> list[dict[str, Any]]:
-    v = report.variant(variant_name)
+def _records(launch: RssLaunch) -> list[dict[str, Any]]:
+    spec = launch.spec
     tokens = spec.rows * spec.seq_len
+    last = launch.ranks[-1]
     recs = []
-    for step, mb_losses in enumerate(v.losses):
-        step_time = max(times[step] for times in v.step_times_s.values())
-        rss = max(r[step] for r in v.peak_rss_by_step.values())
+    for step, mb_losses in enumerate(last.losses):
+        step_time = max(r.step_times_s[step] for r in launch.ranks)
+        hwm = max(r.hwm_by_step[step] for r in launch.ranks)
         tps = tokens / step_time
         recs.append({
             "step": step,
             "epoch": 0,
-            "timestamp": datetime.fromtimestamp(v.step_end_unix[step], tz=timezone.utc),
+            "timestamp": datetime.fromtimestamp(last.step_end_unix[step], tz=timezone.utc),
             "loss": sum(mb_losses) / len(mb_losses),
-            "grad_norm": v.grad_norm[step],
+            "grad_norm": sum(r.grad_sq[step] for r in launch.ranks) ** 0.5,
             "lr": spec.lr,
-            "mem": rss / 2**30,
+            "mem": hwm / 2**30,
             "tps": tps,
             "tps_per_gpu": tps,  # tps / cp / dp with cp = dp = 1: Automodel's convention, ignores PP
             "mfu": None,
@@ -63,19 +66,20 @@ def _records(report: Any, variant_name: str, spec: ParitySpec) -> list[dict[str,
 def write_cpu_runs(
     out_dir: str | os.PathLike[str],
     *,
-    seq_lens: tuple[int, ...] = (32, 64),
+    seq_lens: tuple[int, ...] = (16384, 32768),
     pp: int = 4,
     microbatches: int = 16,
-    steps: int = 20,
-    hidden: int = 128,
+    steps: int = 6,
+    hidden: int = 64,
     rows_per_microbatch: int = 2,
     config: PoolConfig | None = None,
     progress: Any = None,
 ) -> list[Path]:
-    """Run stock and pooled training at each row length and write ``cpu_seq{L}_{stock|pooled}_training.jsonl``.
+    """Run stock then pooled (fresh processes each) at each row length; write ``cpu_seq{L}_{stock|pooled}_training.jsonl``.
 
     Each log gets a ``*.meta.json`` sidecar with the run's shape, the pool config, the
-    torch version, this host, the command and [Note: CPU log fields]. Returns the paths written.
+    receive-buffer bytes and peak memory per stage, the torch version, this host, the command
+    and [Note: CPU log fields]. Refuses to write a pair whose losses differ. Returns the paths written.
     """
     import torch
 
@@ -86,30 +90,35 @@ def write_cpu_runs(
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for seq_len in seq_lens:
-        spec = ParitySpec(pp=pp, microbatches=microbatches, steps=steps, hidden=hidden, seq_len=seq_len,
-                          rows_per_microbatch=rows_per_microbatch, timeout_s=900, variants=(
-                              Variant(name="stock"), Variant(name="pooled", pooled=True, config=config)))
-        if progress:
-            progress(f"seq_len {seq_len}: pp{pp} x {microbatches} microbatches x {steps} steps, stock and pooled")
-        report = run_parity(spec)
-        if not report.bitwise_equal:
-            raise RuntimeError(f"seq_len {seq_len}: pooled run diverged from stock; refusing to write its logs")
-        for name in ("stock", "pooled"):
+        spec = RssSpec(pp=pp, microbatches=microbatches, steps=steps, hidden=hidden, seq_len=seq_len,
+                       rows_per_microbatch=rows_per_microbatch, layers_per_stage=2, timeout_s=900)
+        launches = {}
+        for name, cfg in (("stock", None), ("pooled", config)):
+            if progress:
+                progress(f"seq_len {seq_len}: pp{pp} x {microbatches} microbatches x {steps} steps, {name}")
+            launches[name] = launch_rss(spec, cfg)
+        equal = launches["stock"].ranks[-1].losses == launches["pooled"].ranks[-1].losses
+        if not equal:
+            raise RuntimeError(f"seq_len {seq_len}: pooled losses differ from stock; refusing to write its logs")
+        for name, launch in launches.items():
             stem = f"cpu_seq{seq_len}_{name}_training"
-            path = write_training_jsonl(out / f"{stem}.jsonl", _records(report, name, spec))
-            v = report.variant(name)
+            path = write_training_jsonl(out / f"{stem}.jsonl", _records(launch))
             meta = {
-                "what": "pooltk parity harness on CPU (gloo ranks on one machine): a real run, not a GPU measurement",
+                "what": "pooltk's CPU pipeline on gloo ranks of one machine, each variant in fresh processes: "
+                        "a real run, not a GPU measurement",
                 "run": f"cpu_seq{seq_len}_{name}",
                 "pp": pp, "tp": 1, "cp": 1, "dp": 1, "world_size": pp,
                 "microbatches": microbatches, "micro_batch_size": rows_per_microbatch,
                 "global_batch_size": spec.rows, "seq_len": seq_len, "hidden": hidden,
                 "layers_per_stage": spec.layers_per_stage, "steps": steps,
                 "pooled": name == "pooled", "pool_config": config.to_dict() if name == "pooled" else None,
-                "recv_buffer_bytes_per_stage": {str(s): v.recv[s]["forward"]["bytes"] + v.recv[s]["grad"]["bytes"]
-                                                for s in sorted(v.recv)},
-                "bitwise_equal_to_stock": report.bitwise_equal,
-                "mem_basis": "peak resident set size of the largest rank process, GiB (not a GPU allocator figure)",
+                "recv_buffer_bytes_per_stage": {str(r.rank): r.recv["forward"]["bytes"] + r.recv["grad"]["bytes"]
+                                                for r in launch.ranks},
+                "peak_rss_bytes_per_stage": {str(r.rank): r.hwm_by_step[-1] for r in launch.ranks},
+                "peak_rss_growth_bytes_per_stage": {str(r.rank): r.peak_delta for r in launch.ranks},
+                "bitwise_equal_to_stock": equal,
+                "mem_basis": "peak resident set size (VmHWM, reset after import) of the largest rank process, GiB "
+                             "(not a GPU allocator figure)",
                 "tps_per_gpu_basis": "tps / cp / dp as Automodel computes it; ignores PP (pp x the per-process rate)",
                 "torch": torch.__version__,
                 "python": platform.python_version(),

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pooltk.nb import memory as mp
 
+REPO = Path(__file__).resolve().parents[2]
 CAL = "kimi-k3-gb200-2k-calibrated"
 BASE = dict(preset=CAL, pp=8, microbatches=64, slack=2, grad_slack=1, policy="automodel", boundary_mib=416.0)
 
@@ -65,4 +68,33 @@ def test_choosing_a_preset_resets_the_other_controls():
     controls["slack"].value = 5
     controls["preset"].value = "kimi-k3-gb200-1k-hidden"
     assert controls["boundary_mib"].value == 28.0 and controls["slack"].value == 2
-    assert set(controls) == {"preset", "pp", "microbatches", "slack", "grad_slack", "policy", "boundary_mib"}
+    import inspect
+
+    assert set(controls) == set(inspect.signature(mp.explore).parameters) - {"state"}  # every control feeds explore()
+
+
+def test_a_config_path_with_a_target_class_loads_and_the_widgets_override_it():
+    path = str(REPO / "data" / "configs" / "kimi_k3_gb200_2k_automodel.yaml")
+    state = mp.ExplorerState()
+    model = mp.explore(state, **{**BASE, "config_path": path, "boundary_mib": None, "rows": 2, "seq_len": 2048})
+    assert model is not None and model.boundaries[0].forward_bytes == 2 * 2048 * 7168 * 2  # hidden from KimiK3TextConfig
+    mp.explore(state, **{**BASE, "config_path": path, "boundary_mib": None, "rows": 2, "seq_len": 4096, "hidden": 1024, "dtype": "float32"})
+    assert state.last_result.boundaries[0].forward_bytes == 2 * 4096 * 1024 * 4
+
+
+def test_the_fits_view_answers_for_gb200_and_h100():
+    state = mp.ExplorerState()
+    mp.explore(state, **{**BASE, "device": "gb200"})
+    assert state.fits is not None and state.fits.worst("automodel").fits
+    mp.explore(state, **{**BASE, "device": "h100"})
+    assert not state.fits.worst("tight").fits and not state.fits.worst("stock").fits
+    mp.explore(state, **{**BASE, "preset": "kimi-k3-gb200-1k-hidden", "boundary_mib": None, "device": "h100"})
+    assert state.fits is None and "no reference peak" in state.fits_note
+
+
+def test_an_unknown_config_class_is_an_error_in_the_explorer_not_a_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((REPO / "data" / "configs" / "kimi_k3_gb200_2k_automodel.yaml").read_text().replace("KimiK3TextConfig", "NoSuchConfig"))
+    state = mp.ExplorerState()
+    assert mp.explore(state, **{**BASE, "config_path": str(bad)}) is None
+    assert "model.config._target_" in state.last_error and "--hidden" in state.last_error
