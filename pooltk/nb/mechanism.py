@@ -333,40 +333,6 @@ def guard_note() -> str:
 # --------------------------------------------------------------------------- layouts
 
 
-# The three families pooltk's adapters know (see pooltk.pool.adapters): where each torch makes
-# its receive buffers, as (owner path, attribute) pairs that feature detection looks for.
-_FAMILIES: tuple[tuple[str, str, str, tuple[tuple[str, str, str], ...]], ...] = (
-    ("prepare-infra", "<= 2.11",
-     "all M sets made while the stage infers shapes; pooltk keeps K and frees the rest (transient at setup)",
-     (("torch.distributed.pipelining.stage", "PipelineStage", "_prepare_forward_infra"),
-      ("torch.distributed.pipelining.stage", "_PipelineStage", "_prepare_forward_infra"),
-      ("torch.distributed.pipelining.stage", "_PipelineStageBase", "_prepare_backward_infra"),
-      ("torch.distributed.pipelining.stage", "", "_RootArgPlaceholder"))),
-    ("setup-recv-info", "2.12 - 2.14",
-     "per-direction setup methods; pooltk makes only K sets during setup and shares them across chunks",
-     (("torch.distributed.pipelining.stage", "PipelineStage", "_setup_forward_recv_info"),
-      ("torch.distributed.pipelining.stage", "_PipelineStage", "_prepare_forward_infra"),
-      ("torch.distributed.pipelining.stage", "_PipelineStageBase", "_setup_backward_recv_info"))),
-    ("lazy", "2.15",
-     "buffers allocated per receive and dropped when consumed: only live buffers exist, pooltk stands down",
-     (("torch.distributed.pipelining._recv_buffers", "_RecvInfo", "allocate_buffer"),
-      ("torch.distributed.pipelining._recv_buffers", "_RecvInfo", "take_buffer"))),
-)
-
-
-def _defined(module: str, owner: str, attr: str) -> bool:
-    import importlib
-
-    try:
-        mod = importlib.import_module(module)
-    except ImportError:
-        return False
-    if not owner:
-        return hasattr(mod, attr)
-    cls = getattr(mod, owner, None)
-    return cls is not None and attr in getattr(cls, "__dict__", {})
-
-
 def layout_families() -> pd.DataFrame:
     """One row per method a layout family makes buffers in, and whether this torch defines it.
 
@@ -376,16 +342,16 @@ def layout_families() -> pd.DataFrame:
     import pandas as pd
 
     from pooltk.pool.adapters import detect
+    from pooltk.pool.adapters.families import FAMILIES
 
     found = detect().layout
     rows = []
-    for family, versions, action, needed in _FAMILIES:
-        for module, owner, attr in needed:
+    for family in FAMILIES:
+        for marker in family.markers:
             rows.append({
-                "family": family, "torch": versions, "what_pooltk_does": action,
-                "where": f"{owner}.{attr}" if owner else f"{module.rsplit('.', 1)[-1]}.{attr}",
-                "defined_here": _defined(module, owner, attr),
-                "detected_here": found is not None and found.name == family,
+                "family": family.name, "torch": family.torch, "what_pooltk_does": family.what_pooltk_does,
+                "where": marker.where, "defined_here": marker.defined(),
+                "detected_here": found is not None and found.name == family.name,
             })
     return pd.DataFrame(rows)
 
