@@ -8,23 +8,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from pooltk._validate import check_choice, check_int
+
 __all__ = ["POLICIES", "Policy", "PoolConfig"]
 
 Policy = Literal["tight", "automodel", "measure"]
 POLICIES: tuple[str, ...] = ("tight", "automodel", "measure")
-
-
-def _check_count(field: str, value: Any, fix: str) -> None:
-    # bool is an int subclass; True as a slack is almost certainly a mistake.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(
-            f"PoolConfig.{field}: found {value!r} ({type(value).__name__}); "
-            f"required a non-negative integer. Fix: {fix}"
-        )
-    if value < 0:
-        raise ValueError(
-            f"PoolConfig.{field}: found {value}; required >= 0. Fix: {fix}"
-        )
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -65,18 +54,14 @@ class PoolConfig:
     corrupts gradients (guard off) or is caught (guard on). Needs ``force=True`` at install."""
 
     def __post_init__(self) -> None:
-        _check_count("slack", self.slack, "pass slack=0 for the live-set limit, or a small positive integer such as 2.")
-        _check_count("grad_slack", self.grad_slack, "pass grad_slack=0 for the live-set limit, or 1 (the default).")
-        _check_count(
-            "forward_shortfall",
-            self.forward_shortfall,
-            "leave it at 0; it exists only to build undersized rings for negative controls.",
-        )
-        if self.policy not in POLICIES:
-            raise ValueError(
-                f"PoolConfig.policy: found {self.policy!r}; required one of {', '.join(map(repr, POLICIES))}. "
-                "Fix: use 'tight' (per-direction rings, the default) or 'automodel' (the original single ring)."
-            )
+        check_int("PoolConfig.slack", self.slack, low=0,
+                  fix="pass slack=0 for the live-set limit, or a small positive integer such as 2.")
+        check_int("PoolConfig.grad_slack", self.grad_slack, low=0,
+                  fix="pass grad_slack=0 for the live-set limit, or 1 (the default).")
+        check_int("PoolConfig.forward_shortfall", self.forward_shortfall, low=0,
+                  fix="leave it at 0; it exists only to build undersized rings for negative controls.")
+        check_choice("PoolConfig.policy", self.policy, POLICIES,
+                     fix="use 'tight' (per-direction rings, the default) or 'automodel' (the original single ring).")
         if self.policy == "measure" and self.guard is False:
             raise ValueError(
                 "PoolConfig.policy='measure' with guard=False: the measurement is the guard's slot ownership. "

@@ -50,6 +50,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from pooltk._validate import check_int
 from pooltk.analysis.programs import (
     Program,
     ScheduleAnalysisError,
@@ -336,9 +337,7 @@ def _ring_of(ring_size: int | Mapping[tuple[int, Direction], int], stage: int, d
         raise ValueError(
             f"ring_size: no entry for (stage {stage}, {direction!r}); required one per (stage, direction)."
         )
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"ring_size for (stage {stage}, {direction!r}): found {k!r}; required an integer >= 1.")
-    return k
+    return check_int(f"ring_size for (stage {stage}, {direction!r})", k, low=1)
 
 
 def overwrites(

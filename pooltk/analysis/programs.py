@@ -51,6 +51,8 @@ import types
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pooltk._validate import check_int
+
 __all__ = [
     "CATALOG",
     "COMPUTE_KINDS",
@@ -548,11 +550,6 @@ def _runtime_program(
     )
 
 
-def _check_count(label: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ScheduleAnalysisError(f"{label}: found {value!r}; required an integer >= {low}.")
-
-
 def program(
     schedule: str | type,
     *,
@@ -592,9 +589,8 @@ def program_of(shape: ScheduleShape) -> Program:
     stages_per_rank, style, forward_only = shape.stages_per_rank, shape.style, shape.forward_only
     defer_pp_recv, schedule_kwargs = shape.defer_pp_recv, dict(shape.schedule_kwargs)
     name, cls = resolve_schedule(schedule)
-    _check_count("pp", pp, 1)
-    _check_count("n_microbatches", n_microbatches, 1)
-    _check_count("stages_per_rank", stages_per_rank, 1)
+    for label, value in (("pp", pp), ("n_microbatches", n_microbatches), ("stages_per_rank", stages_per_rank)):
+        check_int(label, value, low=1, error=ScheduleAnalysisError)
     own_style: Style = CATALOG[name].style if name in CATALOG else "loop"
     if style is None:
         style = own_style
