@@ -158,7 +158,7 @@ def main() -> None:
 
             pooltk.uninstall()
         except Exception as exc:  # noqa: BLE001 - the error is the variant's outcome
-            record = {"variant": name, "rank": dist.get_rank(), "pp": args.pp, "ok": False,
+            record = {"variant": name, "rank": dist.get_rank(), "pp": args.pp, **variant_spec(name), "ok": False,
                       "error_type": type(exc).__name__, "error": str(exc)[:600],
                       "traceback": traceback.format_exc()[-1500:]}
             out.write(json.dumps(record) + "\n")
