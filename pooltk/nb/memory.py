@@ -469,3 +469,42 @@ def explorer_controls(preset: str | None = None) -> dict[str, Any]:
     controls["preset"].observe(_reset, names="value")
     controls["config_path"].observe(_load, names="value")
     return controls
+
+
+def seed_story(devices: Sequence[str] = ("gb200-184.31", "gb200")) -> Any:
+    """The seed's memory story reconstructed on stated assumptions, one row per (device, anchor, claim).
+
+    Published (Automodel PR #3780): stock 2k OOMs in step 1 "by only 56 MiB"; the pooled 2k run
+    peaks at 139.6 GiB with "44 GiB headroom". Reconstructed from the calibrated preset with
+    :func:`pooltk.memory.fits.fit_report`, anchored either on the fullest pooled stage or on
+    stage 0 (only rank 0 logs). ``agrees`` is judged within the published figure's rounding:
+    the headroom to 1 GiB ("44"), the OOM margin to 0.05 GiB (139.6 has one decimal).
+    Columns: ``device``, ``capacity_gib``, ``anchor``, ``claim``, ``published``, ``reconstructed``, ``agrees``.
+    """
+    import pandas as pd
+
+    cal = get_preset("kimi-k3-gb200-2k-calibrated")
+    peak_gib = cal.figure("peak_memory_pooled_gib").value
+    oom_mib = cal.figure("oom_margin_mib").value
+    records = []
+    for name in devices:
+        for anchor, stage in (("fullest pooled stage", None), ("stage 0 (rank 0 logs)", 0)):
+            ref = ReferencePeak.from_gib(peak_gib, config=cal.config, stage=stage, source="PR #3780")
+            report = fit_report(cal.shape, cal.boundary, cal.config, name, ref)
+            pooled = next(r for r in report.rows if r.stage == report.reference_stage and r.variant == "automodel")
+            stock = report.worst("stock")
+            common = {"device": name, "capacity_gib": report.device.gib, "anchor": anchor}
+            records.append({**common, "claim": "pooled 2k headroom", "published": "44 GiB",
+                            "reconstructed": f"{pooled.margin_bytes / 2**30:.2f} GiB",
+                            "agrees": abs(pooled.margin_bytes / 2**30 - 44) < 1})
+            records.append({**common, "claim": "stock 2k in step 1", "published": f"OOM by {oom_mib:g} MiB",
+                            "reconstructed": f"stage {stock.stage}: {verdict_text(stock.margin_bytes)}",
+                            "agrees": abs(stock.margin_bytes / 2**20 + oom_mib) <= 0.05 * 1024})
+    return pd.DataFrame.from_records(records)
+
+
+def verdict_text(margin_bytes: int) -> str:
+    """``fits, N MiB free`` / ``OOM by N MiB`` (see :func:`pooltk.memory.fits.verdict`)."""
+    from pooltk.memory.fits import verdict
+
+    return verdict(margin_bytes)

@@ -11,9 +11,11 @@ training record; regenerate with ``pooltk cpu-runs``.
 - ``loss``: mean of the last stage's per-microbatch MSE losses of the step.
 - ``grad_norm``: global L2 norm of all stages' gradients before the optimizer step.
 - ``lr``: the SGD learning rate (constant).
-- ``mem``: the largest rank's peak resident set size so far (``VmHWM`` after the step, reset
-  once after torch was imported and the process group was up), GiB (2**30). It is NOT a GPU
-  allocator figure (there is no GPU): the sidecar says so, and gives each rank's figure.
+- ``mem``: the peak resident set size so far of the middle stage's rank (stage ``(pp - 1) // 2``,
+  where stock holds ``2 M`` receive-buffer sets): ``VmHWM`` after the step, reset once after
+  torch was imported and the process group was up, GiB (2**30). Not the largest rank: the last
+  stage's peak is set by its target and merged outputs, which the pool does not change. It is
+  NOT a GPU allocator figure (there is no GPU): the sidecar says so, and gives each rank's figure.
 - ``tps``: tokens of the step (rows x seq_len) / the slowest rank's step time.
 - ``tps_per_gpu``: ``tps / cp / dp`` as Automodel computes it (cp = dp = 1 here), which
   ignores PP: with pp ranks it is pp times the rate per process.
@@ -44,7 +46,7 @@ def _records(launch: RssLaunch) -> list[dict[str, Any]]:
     recs = []
     for step, mb_losses in enumerate(last.losses):
         step_time = max(r.step_times_s[step] for r in launch.ranks)
-        hwm = max(r.hwm_by_step[step] for r in launch.ranks)
+        hwm = launch.ranks[(spec.pp - 1) // 2].hwm_by_step[step]  # a middle stage: see [Note: CPU log fields]
         tps = tokens / step_time
         recs.append({
             "step": step,
@@ -117,8 +119,8 @@ def write_cpu_runs(
                 "peak_rss_bytes_per_stage": {str(r.rank): r.hwm_by_step[-1] for r in launch.ranks},
                 "peak_rss_growth_bytes_per_stage": {str(r.rank): r.peak_delta for r in launch.ranks},
                 "bitwise_equal_to_stock": equal,
-                "mem_basis": "peak resident set size (VmHWM, reset after import) of the largest rank process, GiB "
-                             "(not a GPU allocator figure)",
+                "mem_basis": "peak resident set size (VmHWM, reset after import) of the middle stage's rank process, "
+                             "GiB (not a GPU allocator figure)",
                 "tps_per_gpu_basis": "tps / cp / dp as Automodel computes it; ignores PP (pp x the per-process rate)",
                 "torch": torch.__version__,
                 "python": platform.python_version(),
