@@ -11,7 +11,10 @@ collectors put prefixes on every line. Read from the tools' documented output:
 - torchrun ``--tee``/``--role``: ``[default3]:`` or ``[rank3]:``, sometimes doubled;
 - indentation (a log pasted into a document), ANSI colour, CRLF.
 
-They stack (``12: [rank3]:``) and never change the record after them. :func:`strip` removes
+They stack (``12: [rank3]:``) and never change the record after them. A file up to 4 MiB is
+searched whole for a decoration; a larger one is taken as decorated when 1 MiB at its head,
+middle or tail is (a launcher decorates every line it writes); lines of an undecorated file are
+never touched. :func:`strip` removes
 them from every line *in place of the bytes* (line numbers stay the file's) and returns, per
 line, the rank and task they named: ``rank`` from torchrun's prefix, ``task`` from srun's label
 or compose's replica number. A prefix the record itself starts with (a date with a space, not a
@@ -87,7 +90,7 @@ def strip(data: bytes) -> tuple[bytes, Decoration]:
     if b"\r\n" in data:
         data = data.replace(b"\r\n", b"\n")
     n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
-    if _ANY_RE.search(data) is None:
+    if not _decorated(data):
         return data, Decoration(n_lines=n_lines, n_decorated=0)
     # one match per line (empty where undecorated); groups in pattern order: task, replica, rank
     groups = _PER_LINE_RE.findall(data)[:n_lines]
@@ -98,6 +101,24 @@ def strip(data: bytes) -> tuple[bytes, Decoration]:
     kinds = tuple(label for label, probe in _KINDS if probe.search(data[: 1 << 20]) is not None)
     return stripped, Decoration(n_lines=n_lines, n_decorated=n_decorated, rank=_or_none(rank), task=_or_none(task),
                                 kinds=kinds)
+
+
+_SAMPLE = 2000
+"""Lines checked at the head, middle and tail of a large file before it is taken as undecorated."""
+
+
+def _decorated(data: bytes) -> bool:
+    """Whether lines carry a decoration: a whole-file search up to 4 MiB, else head, middle and tail samples."""
+    if len(data) <= 1 << 22:
+        return _ANY_RE.search(data) is not None
+    chunk = 1 << 20
+    for at in (0, len(data) // 2, max(0, len(data) - chunk)):
+        piece = data[at : at + chunk]
+        if at:  # start at a line boundary
+            piece = piece[piece.find(b"\n") + 1 :]
+        if _ANY_RE.search(piece) is not None:
+            return True
+    return False
 
 
 def _ints(col: Any, n: int) -> Any:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pooltk._validate import check_int
 from pooltk.logs import automodel_bench, automodel_jsonl, automodel_text, decoration, runs, torchtitan, torchtitan_jsonl
 from pooltk.logs._common import ParseResult, SkippedLine
 from pooltk.logs.errors import LogFormatError
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "FORMATS",
+    "MAX_BYTES",
     "FileReport",
     "LogTable",
     "detect_format",
@@ -192,8 +194,27 @@ def run_name(path: Path) -> str:
     return stem
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The file's bytes, .gz decompressed."""
+MAX_BYTES = 1 << 30
+"""Largest file (after decompression) read in one piece: 1 GiB. The reader holds a file's bytes, its
+line index and its rows at once (several times the file's size), so a larger file is refused with
+a fix rather than risking the machine's memory."""
+
+
+def _too_big(path: Path, size: int, limit: int, what: str) -> LogFormatError:
+    return LogFormatError(str(path), 0, found=f"{what} of {size / 2**30:.2f} GiB", required=f"at most {limit / 2**30:.2f} GiB per file",
+                          fix="split it at line boundaries (split -C 512M FILE part_) and read the parts as one folder, "
+                              "or pass max_bytes= if the machine has the memory")
+
+
+def _read_bytes(path: Path, max_bytes: int = MAX_BYTES) -> bytes:
+    """The file's bytes, .gz decompressed; refused past ``max_bytes`` (before reading, or while decompressing)."""
+    try:
+        size = path.stat().st_size
+    except OSError as err:
+        raise LogFormatError(str(path), 0, found=f"an unreadable file ({err.strerror or err})",
+                             required="a readable log file", fix="check the path and its permissions") from None
+    if size > max_bytes:
+        raise _too_big(path, size, max_bytes, "a file")
     try:
         data = path.read_bytes()
     except OSError as err:
@@ -201,7 +222,17 @@ def _read_bytes(path: Path) -> bytes:
                              required="a readable log file", fix="check the path and its permissions") from None
     if path.suffix == ".gz" or data[:2] == b"\x1f\x8b":
         try:
-            data = gzip.decompress(data)
+            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            out = inflate.decompress(data, max_bytes + 1)
+            if len(out) > max_bytes:
+                raise _too_big(path, len(out), max_bytes, "decompressed content of more than")
+            if not inflate.eof:
+                raise EOFError("the compressed stream ends before its end marker")
+            if inflate.unused_data:  # concatenated gzip members (cat a.gz b.gz)
+                out += gzip.decompress(inflate.unused_data)
+                if len(out) > max_bytes:
+                    raise _too_big(path, len(out), max_bytes, "decompressed content of more than")
+            data = out
         except (OSError, EOFError, zlib.error) as err:
             raise LogFormatError(str(path), 0, found=f"a damaged gzip file ({err})", required="a complete .gz file",
                                  fix="re-copy the file, or gunzip what is left and read the plain text") from None
@@ -344,7 +375,8 @@ def _numbered(data: bytes, bounds: Any, text: str | None, done: Any) -> Iterable
 
 
 def read_log_file(
-    path: str | Path, *, format: str = "auto", run: str | None = None, strict: bool = False, engine: str = "auto"  # noqa: A002
+    path: str | Path, *, format: str = "auto", run: str | None = None, strict: bool = False, engine: str = "auto",  # noqa: A002
+    max_bytes: int = MAX_BYTES,
 ) -> LogTable:
     """Read one log file (plain or .gz) into a :class:`LogTable`.
 
@@ -354,14 +386,15 @@ def read_log_file(
     lines vectorised (same values, see [Note: fast path equals slow path]).
     """
     p = Path(path)
-    table, problem = _read_one(p, format=format, run=run, strict=strict, engine=engine)
+    table, problem = _read_one(p, format=format, run=run, strict=strict, engine=engine, max_bytes=max_bytes)
     if problem is not None:
         raise problem
     assert table is not None
     return table
 
 
-def _read_one(p: Path, *, format: str, run: str | None, strict: bool, engine: str = "auto") -> tuple[LogTable | None, LogFormatError | None]:  # noqa: A002
+def _read_one(p: Path, *, format: str, run: str | None, strict: bool, engine: str = "auto",  # noqa: A002
+              max_bytes: int = MAX_BYTES) -> tuple[LogTable | None, LogFormatError | None]:
     import numpy as np
     import pandas as pd
 
@@ -370,7 +403,7 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, engine: st
     if engine not in ("auto", "python"):
         raise ValueError(f"engine: found {engine!r}; required 'auto' or 'python'.")
     try:
-        data, deco = decoration.strip(_read_bytes(p))
+        data, deco = decoration.strip(_read_bytes(p, check_int("max_bytes", max_bytes, low=1, error=ValueError)))
         if format == "auto":
             fmt, head, text = _detect(data, p)
         else:
@@ -536,7 +569,8 @@ def _expand(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
 
 
 def read_logs(
-    paths: str | Path | Iterable[str | Path], *, format: str = "auto", strict: bool = False, engine: str = "auto"  # noqa: A002
+    paths: str | Path | Iterable[str | Path], *, format: str = "auto", strict: bool = False, engine: str = "auto",  # noqa: A002
+    max_bytes: int = MAX_BYTES,
 ) -> LogTable:
     """Read files, folders (recursively) and .gz logs into one :class:`LogTable`.
 
@@ -551,7 +585,7 @@ def read_logs(
     tables: list[LogTable] = []
     unrecognised: list[str] = []
     for path, explicit in _expand(paths):
-        table, problem = _read_one(path, format=format, run=None, strict=strict, engine=engine)
+        table, problem = _read_one(path, format=format, run=None, strict=strict, engine=engine, max_bytes=max_bytes)
         if problem is not None:
             if explicit or strict:
                 raise problem

@@ -9,7 +9,7 @@ one for rows without a rank) and a stream starts a new run where:
   where several ranks may print into one stream a step late, more than one logging interval
   below it);
 - its timestamp goes back by more than :data:`CLOCK_SLACK_S` seconds;
-- a start-up banner (:data:`BANNER_RE`) appears after the stream already logged a step (a banner
+- a start-up banner (:data:`BANNERS`) appears after the stream already logged a step (a banner
   without a rank applies to every stream).
 
 A row belongs to the run its stream is in at that line; runs are numbered in file order and
@@ -32,17 +32,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BANNER_RE", "CLOCK_SLACK_S", "POOL_RE", "PoolLine", "Segments", "find_banners", "find_pool_lines",
+__all__ = ["BANNERS", "CLOCK_SLACK_S", "POOL_RE", "PoolLine", "Segments", "find_banners", "find_pool_lines",
            "fold_copies", "segment"]
 
 CLOCK_SLACK_S = 5.0
 """A stream's timestamps may go back this much (clock steps, coarse stamps) without starting a run."""
 
-BANNER_RE = re.compile(
-    rb"(?m)^[^\n]*?(?:torchtitan version: |Starting job: |cfg-path: |Library versions:|Benchmarking setup|"
-    rb"Running with args:|Starting training|Training starts at step )"
-)
-"""Lines a framework prints once per process start (torchtitan, Automodel, the benchmark recipe)."""
+BANNERS: tuple[bytes, ...] = (b"torchtitan version: ", b"Starting job: ", b"cfg-path: ", b"Library versions:",
+                              b"Benchmarking setup", b"Running with args:", b"Training starts at step ")
+"""Text a framework prints once per process start (torchtitan, Automodel, the benchmark recipe)."""
 
 POOL_RE = re.compile(
     rb"(?m)^[^\n]*?(?:(?P<am>recv_buffer_pool: installed \(slack=(?P<am_slack>-?\d+), layout=(?P<am_layout>[^)\n]*)\))"
@@ -105,8 +103,14 @@ def find_pool_lines(data: bytes) -> list[PoolLine]:
 
 
 def find_banners(data: bytes) -> list[int]:
-    """1-based line numbers of start-up banners (see :data:`BANNER_RE`)."""
-    return _line_of(data, [m.start() for m in BANNER_RE.finditer(data)])
+    """1-based line numbers of start-up banners (lines holding one of :data:`BANNERS`), in file order."""
+    offsets: list[int] = []
+    for text in BANNERS:
+        at = data.find(text)
+        while at >= 0:
+            offsets.append(at)
+            at = data.find(text, at + 1)
+    return sorted(set(_line_of(data, sorted(offsets))))
 
 
 @dataclass(kw_only=True, slots=True)

@@ -140,3 +140,29 @@ def test_every_line_is_accounted_for_in_decorated_real_logs(shared_dir, tmp_path
         dst.write_bytes(_decorate(src.read_bytes(), "stacked"))
         f = read_logs([dst]).files[0]
         assert f.n_rows + f.n_skipped + f.n_meta + f.n_other == f.n_lines, src.name
+
+
+def test_a_two_gigabyte_file_is_refused_before_reading_with_a_fix(tmp_path):
+    big = tmp_path / "huge.log"
+    with big.open("wb") as f:  # sparse: 2 GB of size, nothing written
+        f.truncate(2 * 10**9)
+    with pytest.raises(LogFormatError, match=r"a file of 1\.86 GiB; required at most 1\.00 GiB") as err:
+        read_log_file(big)
+    assert "split -C" in err.value.fix
+    (tmp_path / "ok.log").write_bytes((FIX / "automodel_text_current.log").read_bytes())
+    table = read_logs(tmp_path)  # inside a folder: listed as not read, the rest is read
+    assert len(table.unrecognised) == 1 and "huge.log" in table.unrecognised[0] and len(table.steps) > 0
+
+
+def test_a_gzip_that_inflates_past_the_limit_is_refused_while_decompressing(tmp_path):
+    path = tmp_path / "bomb.log.gz"
+    path.write_bytes(gzip.compress(b"x" * (3 << 20)))
+    with pytest.raises(LogFormatError, match="decompressed content"):
+        read_log_file(path, max_bytes=1 << 20)
+
+
+def test_concatenated_gzip_members_read_as_one_file(tmp_path):
+    raw = (FIX / "automodel_text_current.log").read_bytes()
+    path = tmp_path / "two.log.gz"
+    path.write_bytes(gzip.compress(raw) + gzip.compress(raw))
+    assert len(read_log_file(path).files[0].runs) == 2

@@ -231,4 +231,4 @@ def test_run_names_group_a_runs_files(path, run):
 
 
 def test_formats_constant_lists_every_family_once():
-    assert len(FORMATS) == len(set(FORMATS)) == 5
+    assert len(FORMATS) == len(set(FORMATS)) == 6 and "torchtitan_jsonl" in FORMATS
