@@ -11,6 +11,7 @@ See README.md for the whole toolkit (memory model, parity harness, log analysis)
 """
 
 from pooltk.config import PoolConfig
+from pooltk.pool.gating import PoolSetupError
 from pooltk.pool.guard import PoolOverrunError
 from pooltk.pool.install import (
     InstallReport,
@@ -29,6 +30,7 @@ __all__ = [
     "InstallReport",
     "PoolConfig",
     "PoolOverrunError",
+    "PoolSetupError",
     "PoolWarning",
     "install",
     "installed",

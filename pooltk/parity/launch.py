@@ -90,12 +90,15 @@ class VariantResult:
     """Per stage and direction, the most buffers the guard saw owned at once (pooled, guard on):
     the live set measured in this run."""
     stages_per_rank: int = 1
+    outputs_bitwise_equal: bool | None = None
+    """Every step's merged output and every tensor a stage's hook kept, bitwise equal to the
+    reference on every rank (None for a stock variant; records without digests count as equal)."""
 
     @property
     def bitwise_equal(self) -> bool | None:
         if self.reference is None:
             return None
-        return bool(self.params_bitwise_equal and self.losses_bitwise_equal)
+        return bool(self.params_bitwise_equal and self.losses_bitwise_equal and self.outputs_bitwise_equal is not False)
 
     @property
     def median_step_time_s(self) -> float:
@@ -304,6 +307,7 @@ def gather_report(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s
             peak_live={s: d["peak_live"] for s, d in sorted(stages.items())},
             setup_alloc_bytes={r["rank"]: r["setup_alloc_bytes"] for r in recs},
             params_bitwise_equal=None if ref_name is None else all(r["params_bitwise_equal"] for r in recs),
+            outputs_bitwise_equal=None if ref_name is None else all(r.get("outputs_bitwise_equal", True) for r in recs),
             params_max_abs_diff=None if ref_name is None else max(r["params_max_abs_diff"] for r in recs),
             losses_bitwise_equal=None, losses_max_abs_diff=None,
             gate={s: d["gate"] for s, d in sorted(stages.items())},

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["Block", "ToyModel", "make_batch", "make_stage_module"]
+__all__ = ["AUX_MODES", "BODIES", "Block", "FuzzStage", "ToyModel", "fuzz_loss", "make_batch", "make_stage_module"]
 
 
 class Block(nn.Module):
@@ -55,3 +55,92 @@ def make_batch(
     x = torch.randn(rows, seq_len, hidden, generator=gen)
     y = torch.randn(rows, seq_len, hidden, generator=gen)
     return x, y
+
+
+# ---------------------------------------------------------------------------------------
+# Fuzz stage bodies (pooltk.parity.fuzz): what a stage does with what it received.
+#
+# Each body maps the received main activation ``h`` (float32, (rows, seq, hidden)) to the
+# next one; several deliberately hand back tensors that share storage with ``h``, which in
+# a pooled stage is a receive slot (views, slices, passthroughs, transposes), or keep such
+# a tensor after the forward (a hook). With ``aux`` every boundary also carries a second
+# tensor of another dtype (float64, (rows, seq, 1)).
+# ---------------------------------------------------------------------------------------
+
+BODIES: tuple[str, ...] = ("block", "view", "slice", "passthrough", "residual_detach", "inplace", "checkpoint",
+                           "hook", "transpose")
+"""Stage body kinds the fuzzer draws from (see :class:`FuzzStage`)."""
+
+AUX_MODES: tuple[str, ...] = ("pass", "mix")
+"""``pass``: the aux tensor is handed on unchanged (an alias of its slot); ``mix``: recomputed."""
+
+
+class FuzzStage(nn.Module):
+    """One fuzz stage: a body (one of :data:`BODIES`) over ``h``, optionally an aux tensor of another dtype.
+
+    ``kept`` collects what the ``hook`` body's forward hook stored (a view of the received input);
+    the harness digests and clears it after every step.
+    """
+
+    def __init__(self, body: str, *, hidden: int, seed: int, first: bool, aux: str | None) -> None:
+        super().__init__()
+        if body not in BODIES:
+            raise ValueError(f"FuzzStage: body found {body!r}; required one of {BODIES}.")
+        if aux is not None and aux not in AUX_MODES:
+            raise ValueError(f"FuzzStage: aux found {aux!r}; required None or one of {AUX_MODES}.")
+        self.body, self.first, self.aux_mode = body, first, aux
+        self.block = Block(hidden, seed)
+        gen = torch.Generator().manual_seed(seed + 17)
+        self.aux_w = nn.Parameter(torch.randn(hidden, generator=gen, dtype=torch.float64) / hidden)
+        self.kept: list[torch.Tensor] = []
+        if body == "hook":
+            self.block.register_forward_hook(lambda _m, inp, _out: self.kept.append(inp[0][..., :2]))
+
+    def _body(self, h: torch.Tensor) -> torch.Tensor:
+        b = self.body
+        if b == "block" or b == "hook":
+            return self.block(h)
+        if b == "view":
+            return h.view(-1, h.shape[-1]).view(h.shape)
+        if b == "slice":
+            return h.narrow(1, 0, max(1, h.shape[1] - 1))
+        if b == "passthrough":
+            return h
+        if b == "residual_detach":
+            return torch.tanh(self.block.lin(h)) + h.detach()
+        if b == "inplace":
+            y = self.block.lin(h)
+            y.mul_(0.5).add_(h)
+            return y
+        if b == "checkpoint":
+            from torch.utils.checkpoint import checkpoint
+
+            return checkpoint(self.block, h, use_reentrant=False)
+        if b == "transpose":
+            return h.transpose(1, 2).transpose(1, 2)
+        raise AssertionError(b)
+
+    def _aux_of(self, h: torch.Tensor) -> torch.Tensor:
+        """(rows, 1, 1) float64 summary of ``h`` (shape-independent of slicing)."""
+        return (h.double() * self.aux_w).sum(-1, keepdim=True).mean(1, keepdim=True)
+
+    def forward(self, *inputs: torch.Tensor):  # -> Tensor | tuple[Tensor, Tensor]
+        h = inputs[0]
+        if self.first:
+            h = self.block(h)  # stage 0 always computes (its input is the root argument)
+            aux = None if self.aux_mode is None else self._aux_of(h)
+        else:
+            aux = inputs[1] if len(inputs) > 1 else None
+        out = self._body(h) if not self.first or self.body not in ("block", "hook") else h
+        if self.aux_mode is None:
+            return out
+        if self.aux_mode == "mix" and not self.first:
+            aux = aux * 0.5 + self._aux_of(h)
+        return out, aux
+
+
+def fuzz_loss(output, target) -> torch.Tensor:  # noqa: ANN001 - any output structure
+    """Loss over any last-stage output (one tensor or a tuple), independent of its shape."""
+    del target
+    outs = output if isinstance(output, (tuple, list)) else (output,)
+    return sum((t.float() ** 2).mean() for t in outs)

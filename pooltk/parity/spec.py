@@ -39,11 +39,20 @@ class Variant:
     scope: str = "process"
     """``process``: ``pooltk.install`` before the stages are built; ``stage``:
     ``pooltk.pool_stage`` on each stage object after it is built (the per-stage form)."""
+    bodies: tuple[str, ...] = ()
+    """Fuzz stage bodies, one per global stage (:data:`pooltk.parity.models.BODIES`); empty: the toy model."""
+    aux: str | None = None
+    """Fuzz models only: a float64 second boundary tensor, ``pass`` (aliased on) or ``mix``; None: none."""
+    microbatches: int | None = None
+    """Microbatches for this variant (default: the spec's)."""
+    eval_only: bool = False
+    """Run forward-only steps (``schedule.eval``) instead of training steps."""
 
     @property
     def run_key(self) -> tuple:
         """Variants with equal keys must produce identical numbers when the pool is correct."""
-        return (self.frontend, self.schedule.lower(), self.eval_between_steps, self.stages_per_rank)
+        return (self.frontend, self.schedule.lower(), self.eval_between_steps, self.stages_per_rank,
+                self.bodies, self.aux, self.microbatches, self.eval_only)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -88,14 +97,20 @@ class ParitySpec:
         for v in self.variants:
             if v.stages_per_rank < 1:
                 raise ValueError(f"Variant {v.name}: stages_per_rank found {v.stages_per_rank}; required >= 1.")
-            if self.microbatches < self.pp * (v.stages_per_rank if v.stages_per_rank > 1 else 1) and \
+            m = v.microbatches or self.microbatches
+            if m < self.pp * (v.stages_per_rank if v.stages_per_rank > 1 else 1) and \
                     v.schedule.lower() == "1f1b":
-                raise ValueError(f"Variant {v.name}: 1F1B needs microbatches >= pp; found {self.microbatches} < "
+                raise ValueError(f"Variant {v.name}: 1F1B needs microbatches >= pp; found {m} < "
                                  f"{self.pp}. Fix: --microbatches {self.pp} or more.")
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"ParitySpec.variants: names must be unique, found {names}.")
         for v in self.variants:
+            if v.bodies and (v.frontend != "manual" or len(v.bodies) != self.pp * v.stages_per_rank):
+                raise ValueError(f"Variant {v.name}: bodies found {len(v.bodies)} for frontend {v.frontend!r}; "
+                                 f"required one per stage ({self.pp * v.stages_per_rank}) with frontend='manual'.")
+            if v.microbatches is not None and (isinstance(v.microbatches, bool) or v.microbatches < 1):
+                raise ValueError(f"Variant {v.name}: microbatches found {v.microbatches!r}; required >= 1 or None.")
             if v.frontend not in FRONTENDS:
                 raise ValueError(f"Variant {v.name}: frontend found {v.frontend!r}; required one of {FRONTENDS}.")
             if v.scope not in ("process", "stage"):

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pooltk.parity.models import ToyModel, make_batch, make_stage_module
+from pooltk.parity.models import FuzzStage, ToyModel, fuzz_loss, make_batch, make_stage_module
 from pooltk.parity.spec import ParitySpec, Variant
 
 __all__ = ["measure_recv_storage", "run_in_group", "spawn_entry"]
@@ -100,8 +100,12 @@ def _build_stages(spec: ParitySpec, variant: Variant, rank: int, world: int, dev
         n_stages = world * variant.stages_per_rank
         out = []
         for s in stage_indices(world, variant.stages_per_rank, variant.schedule, rank):
-            module = make_stage_module(hidden=spec.hidden, layers_per_stage=spec.layers_per_stage, stage_index=s,
-                                       seed=spec.seed).to(device)
+            if variant.bodies:
+                module = FuzzStage(variant.bodies[s], hidden=spec.hidden, seed=spec.seed * 1009 + s, first=s == 0,
+                                   aux=variant.aux).to(device)
+            else:
+                module = make_stage_module(hidden=spec.hidden, layers_per_stage=spec.layers_per_stage,
+                                           stage_index=s, seed=spec.seed).to(device)
             out.append(PipelineStage(module, s, n_stages, device))
         return out
     if variant.stages_per_rank != 1:
@@ -120,6 +124,34 @@ def _loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.mse_loss(output, target)
 
 
+def _digest(obj: Any) -> str:
+    """sha1 over the bytes (and dtype, shape) of every tensor in ``obj`` (a tensor, tuple or list)."""
+    import hashlib
+
+    h = hashlib.sha1()
+    items = obj if isinstance(obj, (tuple, list)) else (obj,)
+    for t in items:
+        if isinstance(t, torch.Tensor):
+            t = t.detach().cpu().contiguous()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.numpy().tobytes())
+        else:
+            h.update(repr(t).encode())
+    return h.hexdigest()
+
+
+def _rehomes_by_stage(report: Any) -> dict[int, dict[str, dict[str, int]]]:
+    """Per stage and direction: copy-on-conflict re-homes recorded in an install report, and their bytes."""
+    out: dict[int, dict[str, dict[str, int]]] = {}
+    for e in getattr(report, "events", ()) or ():
+        if e.kind != "re-homed" or e.stage is None:
+            continue
+        d = out.setdefault(e.stage, {}).setdefault(e.fields["direction"], {"rehomes": 0, "rehomed_bytes": 0})
+        d["rehomes"] += 1
+        d["rehomed_bytes"] += int(e.fields["bytes"])
+    return out
+
+
 def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, device: torch.device) -> dict[str, Any]:
     import pooltk
     from torch.distributed.pipelining.schedules import get_schedule_class
@@ -135,10 +167,12 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             for st in stages:
                 report = pooltk.pool_stage(st, variant.config, schedule=sched_name, force=variant.force)
         params = [p for st in stages for p in st.submod.parameters()]
-        opt = torch.optim.SGD(params, lr=spec.lr)
+        opt = torch.optim.SGD(params, lr=spec.lr) if params else None
         cls = get_schedule_class(variant.schedule)
-        schedule = cls(stages if variant.stages_per_rank > 1 else stages[0], n_microbatches=spec.microbatches,
-                       loss_fn=_loss_fn)
+        n_mb = variant.microbatches or spec.microbatches
+        schedule = cls(stages if variant.stages_per_rank > 1 else stages[0], n_microbatches=n_mb,
+                       loss_fn=fuzz_loss if variant.bodies else _loss_fn)
+        digests: list[str] = []
         has_first = any(st.is_first for st in stages)
         has_last = any(st.is_last for st in stages)
         losses_by_step: list[list[float]] = []
@@ -151,15 +185,24 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
         peak_owned: dict[int, dict[str, int]] = {st.stage_index: {} for st in stages}
         setup_alloc_bytes = None
         for step in range(spec.steps):
-            x, y = make_batch(rows=spec.rows, seq_len=spec.seq_len, hidden=spec.hidden, step=step, seed=spec.seed)
+            x, y = make_batch(rows=spec.rows_per_microbatch * n_mb, seq_len=spec.seq_len, hidden=spec.hidden,
+                              step=step, seed=spec.seed)
             x, y = x.to(device), y.to(device)
-            opt.zero_grad(set_to_none=True)
+            if opt is not None:
+                opt.zero_grad(set_to_none=True)
             losses: list[torch.Tensor] = []
             args = (x,) if has_first else ()
             kwargs: dict[str, Any] = {"target": y, "losses": losses} if has_last else {}
             t0 = time.perf_counter()
             with counter if step == 0 else _nullctx():
-                schedule.step(*args, **kwargs)
+                out = (schedule.eval if variant.eval_only else schedule.step)(*args, **kwargs)
+            if has_last:
+                digests.append(_digest(out))
+            for st in stages:
+                kept = getattr(st.submod, "kept", None)
+                if kept:
+                    digests.append(_digest(kept))
+                    kept.clear()
             step_times.append(time.perf_counter() - t0)
             step_end_unix.append(time.time())
             rss_by_step.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
@@ -167,7 +210,8 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
                 setup_alloc_bytes = counter.bytes
             _record_peaks(stages, peak_owned)
             grad_sq.append(float(sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None)))
-            opt.step()
+            if opt is not None:
+                opt.step()
             param_sums.append(float(sum(p.detach().double().sum() for p in params)))
             if has_last:
                 losses_by_step.append([float(v.detach()) for v in losses])
@@ -176,13 +220,18 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
                 out = schedule.eval(*args, **ekw)
                 _record_peaks(stages, peak_owned)
                 if has_last:
-                    eval_by_step.append(float(out.double().sum()))
+                    eval_by_step.append(float(sum(t.double().sum() for t in (out if isinstance(out, tuple) else (out,)))))
+                    digests.append(_digest(out))
         final = [p.detach().clone() for p in params]
         per_stage = {}
+        rehomed = _rehomes_by_stage(report)
         for st in stages:
             gate = st.__dict__.get("_pooltk_gate")
+            recv = measure_recv_storage(st)
+            for d, counts in rehomed.get(st.stage_index, {}).items():
+                recv[d].update(counts)  # rehomes, rehomed_bytes (copy on conflict)
             per_stage[st.stage_index] = {
-                "recv": measure_recv_storage(st),
+                "recv": recv,
                 "rings": {d: r.size for d, r in pooltk.stage_rings(st).items()},
                 "peak_live": peak_owned[st.stage_index],
                 "gate": gate.reason if gate is not None else None,
@@ -202,6 +251,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             "setup_alloc_bytes": setup_alloc_bytes,
             "install": report.to_dict() if report is not None else None,
             "_final": final,
+            "_digests": digests,
         }
     finally:
         if variant.pooled and variant.scope == "process":
@@ -236,13 +286,16 @@ def _compare(records: list[dict[str, Any]], variants: tuple[Variant, ...]) -> No
             rec["reference"] = None
             rec["params_bitwise_equal"] = None
             rec["params_max_abs_diff"] = None
+            rec["outputs_bitwise_equal"] = None
             continue
+        rec["outputs_bitwise_equal"] = rec["_digests"] == ref["_digests"]
         diffs = [float((a - b).abs().max()) if a.numel() else 0.0 for a, b in zip(rec["_final"], ref["_final"])]
         rec["reference"] = ref["variant"]
         rec["params_bitwise_equal"] = all(torch.equal(a, b) for a, b in zip(rec["_final"], ref["_final"]))
         rec["params_max_abs_diff"] = max(diffs) if diffs else 0.0
     for rec in records:
         rec.pop("_final", None)
+        rec.pop("_digests", None)
         rec["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 

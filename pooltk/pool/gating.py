@@ -32,12 +32,32 @@ __all__ = [
     "AUTO",
     "GateDecision",
     "RingPlan",
+    "PoolSetupError",
     "decide",
     "normalize_schedule_name",
+    "refusal",
     "observe_schedule",
     "plan_rings",
     "schedule_allowed",
 ]
+
+class PoolSetupError(RuntimeError):
+    """pooltk failed inside a torch layout it recognises: a bug or an unforeseen stage, never fail-open.
+
+    Fields: ``stage``, ``direction`` (or None), ``cause`` (the original exception, also chained).
+    See [Note: fail-open only for unknown layouts] in pooltk/pool/install.py.
+    """
+
+    def __init__(self, *, stage: int | None, direction: str | None, cause: BaseException, what: str) -> None:
+        self.stage, self.direction, self.cause = stage, direction, cause
+        where = f"stage {stage}" + (f" {direction}" if direction else "")
+        super().__init__(
+            f"pooltk: {what} failed for {where}: found {type(cause).__name__}: {cause}; required: pooltk either "
+            "pools a stage it recognises or refuses it with a reason, never falls back silently. Fix: report this "
+            "with the traceback; to train now without the pool, do not call pooltk.install() "
+            "(or call pooltk.uninstall() before the stages are set up)."
+        )
+
 
 AUTO = "auto"
 """``install(schedule="auto")``: pool any schedule pooltk can analyse (see [Note: auto rings])."""
@@ -108,6 +128,53 @@ class GateDecision:
     """Per-stage ring sizes from the schedule's analysis (``schedule="auto"``); None: 1F1B closed form."""
 
 
+# [Note: refusals]
+# The pool sees a microbatch's buffer only through the stage methods it wraps (receive posts
+# claim a slot, compute steps release it). Two things bypass them, so a stage is kept stock,
+# with the reason, whatever the schedule:
+#
+# - a schedule with a custom function registered (``register_custom_function``) for a compute
+#   action (F, B, I, W, OVERLAP_F_B): the function may compute without the stage methods,
+#   so a slot is never released (a false PoolOverrunError) or released while still read;
+# - a stage whose class, outside torch, overrides a wrapped method (``get_fwd_recv_ops``,
+#   ``forward_one_chunk``, ``backward_one_chunk`` ...) or the methods that read received
+#   buffers: the override runs instead of the wrapper, which turns the guard off silently.
+#
+# Both are checked at every setup (the first step, and each eval/train switch). A custom
+# function registered after the first step is not seen until the next setup.
+
+_COMPUTE_ACTIONS = frozenset({"F", "B", "I", "W", "OVERLAP_F_B"})
+"""``_ComputationType`` values whose custom functions would compute without the stage methods."""
+
+GUARDED_STAGE_METHODS: tuple[str, ...] = (
+    "get_fwd_recv_ops", "get_bwd_recv_ops", "forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk",
+    "clear_runtime_states", "_retrieve_recv_activations", "_retrieve_recv_grads",
+)
+"""Methods a stage subclass may not override under pooling (see [Note: refusals])."""
+
+
+def refusal(stage: object | None, schedule: object | None) -> str | None:
+    """Why ``stage`` (driven by ``schedule``) must stay stock, or None. See [Note: refusals]."""
+    custom = getattr(schedule, "_comp_type_to_function_map", None) if schedule is not None else None
+    if custom:
+        kinds = sorted(str(getattr(k, "value", k)) for k in custom if str(getattr(k, "value", k)) in _COMPUTE_ACTIONS)
+        if kinds:
+            return (f"schedule {type(schedule).__name__} has custom functions registered for {', '.join(kinds)} "
+                    "(register_custom_function); they can compute without the stage methods the pool's guard "
+                    "watches, so its receive buffers stay stock. Fix: register custom functions only for "
+                    "UNSHARD/RESHARD/REDUCE_GRAD, or run this schedule unpooled.")
+    if stage is not None:
+        for klass in type(stage).__mro__:
+            if klass.__module__.startswith("torch."):
+                break
+            overridden = [m for m in GUARDED_STAGE_METHODS if m in klass.__dict__]
+            if overridden:
+                return (f"stage class {klass.__qualname__} overrides {', '.join(overridden)}; the override runs "
+                        "instead of the pool's guarded wrapper, so its receive buffers stay stock. Fix: do not "
+                        "override these methods in a pooled stage (wrap the module instead), or run it unpooled.")
+    return None
+
+
 def _plan_cached(observed: object, config: "PoolConfig") -> RingPlan:
     key = (bool(getattr(observed, "_has_backward", True)), config)
     cache = observed.__dict__.setdefault("_pooltk_plans", {})
@@ -116,9 +183,14 @@ def _plan_cached(observed: object, config: "PoolConfig") -> RingPlan:
     return cache[key]
 
 
-def decide(*, install_schedule: str | None, force: bool, config: "PoolConfig | None" = None) -> GateDecision:
-    """Decide for the stage being set up right now. See [Note: gating] and [Note: auto rings]."""
+def decide(*, install_schedule: str | None, force: bool, config: "PoolConfig | None" = None,
+           stage: object | None = None) -> GateDecision:
+    """Decide for the stage being set up right now. See [Note: gating], [Note: auto rings], [Note: refusals]."""
     observed = observe_schedule()
+    refused = refusal(stage, observed)
+    if refused is not None:
+        return GateDecision(pool=False, schedule=normalize_schedule_name(observed or install_schedule),
+                            observed=observed is not None, reason=refused)
     if normalize_schedule_name(install_schedule) == AUTO:
         return _decide_auto(observed, config, force)
     if observed is not None:
@@ -160,10 +232,9 @@ def _decide_auto(observed: object | None, config: "PoolConfig | None", force: bo
     except ScheduleAnalysisError as exc:
         return GateDecision(pool=False, schedule=name, observed=True,
                             reason=f"schedule {name!r} (observed) cannot be analysed: {exc} Stock receive buffers kept.")
-    except Exception as exc:  # an unexpected schedule shape must never break the run
-        return GateDecision(pool=False, schedule=name, observed=True, reason=(
-            f"schedule {name!r} (observed): analysis failed ({type(exc).__name__}: {exc}); stock receive buffers kept."
-        ))
+    except Exception as exc:  # a bug inside a recognised layout: loud, never a silent stock fallback
+        raise PoolSetupError(stage=None, direction=None, cause=exc,
+                             what=f"ring planning for schedule {name!r}") from exc
     return GateDecision(pool=True, schedule=name, observed=True, plan=plan,
                         reason=f"schedule {name!r} (observed) analysed from its action order: rings sized per stage")
 

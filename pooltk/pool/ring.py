@@ -6,11 +6,14 @@ uses slot ``c mod K`` (:func:`pooltk.pool.sizing.slot_of`).
 
 from __future__ import annotations
 
+import sys
+from typing import Callable
+
 import torch
 
 from pooltk.pool.guard import SlotOwnership, bump_version
 
-__all__ = ["DirectionRing", "recv_positions"]
+__all__ = ["DirectionRing", "Rehome", "recv_positions", "storage_holders"]
 
 # ----------------------------------------------------------------------------------------
 # The buffers themselves.
@@ -23,7 +26,63 @@ __all__ = ["DirectionRing", "recv_positions"]
 # and hook list. A hook registered on the stage input of microbatch k therefore never
 # fires for microbatch k + K, and a same-rank V-schedule handoff that replaces
 # ``info.buffer`` (or zeroes it) touches only that chunk's alias.
+#
+# Between uses a chunk's ``_RecvInfo`` holds the slot's one *resting* alias (never read:
+# the chunk's next post replaces it before torch reads the buffer). So, with the guard on,
+# the tensors the pool itself keeps on a slot's storage are exactly two: the slot tensor
+# and its resting alias. See [Note: copy on conflict].
+#
+# [Note: copy on conflict]
+# Invariant: a receive is never posted into storage that anything outside the pool may still
+# read. Ownership ([Note: slot ownership] in pooltk/pool/guard.py) covers what the schedule
+# tells the pool; it cannot see a stage output that is (a view of) its input, kept in
+# ``output_chunks`` until the step ends or sent downstream; an input gradient that is a view
+# of the received gradient, sent upstream; or a tensor a hook stored. So, with the guard on,
+# before re-posting slot ``s`` the ring checks three things about the previous microbatch
+# ``p`` that used it, and if any holds it *re-homes* the slot:
+#
+# 1. *lent*: one of ``p``'s stage outputs (forward ring) or input gradients (grad ring)
+#    shared the slot's storage (recorded by data pointer right after the forward / backward;
+#    see install.py). Such a tensor may be in ``output_chunks`` or in a send that only the
+#    communication library holds, so it counts whatever happened since;
+# 2. *views*: torch counts the tensors sharing a storage (``torch._C._storage_Use_Count``).
+#    The pool keeps exactly three there: the slot, its resting alias, and ``p``'s alias
+#    (``p``'s ``_RecvInfo`` entries go back to the resting alias first). Any more is a view
+#    or another tensor on the storage that someone outside the pool holds;
+# 3. *the alias itself*: a holder of ``p``'s alias object (a hook that kept its input, a
+#    list) shares no new tensor, so its Python references are counted instead. The ring
+#    parks the alias as the ``.grad`` of a private anchor tensor, so a C++ holder always
+#    exists and references from torch's C++ side (the autograd graph of the loss that
+#    torch keeps until the step ends; saved tensors, which the version bump covers) never
+#    change the count; only references from Python code do. The count of an unheld alias
+#    is calibrated once per ring, with the same code path.
+#
+# Re-homing leaves the old storage to its holders (it lives exactly as long as they do) and
+# gives the slot a fresh storage of the same shape, dtype and device, which the receive
+# fills completely: nothing is copied and no holder ever sees a later microbatch's data.
+# The cost is one allocation per conflict, only where a model keeps aliases, counted in
+# ``rehomes`` / ``rehomed_bytes`` and reported per event. In a forward-only step torch keeps
+# each input in ``fwd_cache`` but never reads it again; those entries are swapped for the
+# resting alias right after the forward (install.py), so they are not holders. With
+# ``guard=False`` none of this runs (the negative controls show what an unchecked ring does).
+#
+# What the checks cannot see: a Python ``UntypedStorage`` object for the slot kept by user
+# code, and a C++-only holder of the alias object that later reads it without autograd
+# (a custom extension keeping the tensor); neither occurs in torch's schedules.
 # ----------------------------------------------------------------------------------------
+
+_OWN_HOLDERS = 3
+"""Tensors the pool itself keeps on a slot's storage at a re-post: slot, resting alias, previous alias."""
+
+
+def storage_holders(t: torch.Tensor) -> int:
+    """Tensors sharing ``t``'s storage, ``t`` included (the temporary storage object is not counted)."""
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata) - 1
+
+
+def _anchor(t: torch.Tensor) -> torch.Tensor:
+    """A storage-less stand-in whose ``.grad`` parks an alias (see [Note: copy on conflict], 3)."""
+    return torch.empty((), dtype=t.dtype, device=t.device).expand(t.shape)
 
 
 def recv_positions(infos: tuple) -> list[int]:
@@ -48,11 +107,27 @@ def _alias(slot: torch.Tensor, requires_grad: bool) -> torch.Tensor:
     return alias
 
 
+class Rehome:
+    """One copy-on-conflict event (see [Note: copy on conflict])."""
+
+    __slots__ = ("stage", "direction", "slot", "position", "incoming", "nbytes", "holders", "lent")
+
+    def __init__(self, *, stage: int, direction: str, slot: int, position: int, incoming: int, nbytes: int,
+                 holders: int, lent: bool) -> None:
+        self.stage, self.direction, self.slot, self.position = stage, direction, slot, position
+        self.incoming, self.nbytes = incoming, nbytes
+        self.holders = holders
+        """References from outside the pool found on the old storage (views, or to the alias itself)."""
+        self.lent = lent
+        """True when the previous microbatch's output / input gradient shared the slot's storage."""
+
+
 class DirectionRing:
     """K buffer sets for one direction of one stage, reused round-robin by M microbatches."""
 
     __slots__ = ("stage", "direction", "size", "n_microbatches", "positions", "slots", "ownership", "_posted",
-                 "peak_owned")
+                 "peak_owned", "_infos", "_resting", "_current", "_anchors", "_lent", "_py_base", "_requires_grad",
+                 "rehomes", "rehomed_bytes", "on_rehome")
 
     def __init__(
         self,
@@ -64,6 +139,7 @@ class DirectionRing:
         positions: list[int],
         slots: list[list[torch.Tensor]],
         guard: bool,
+        on_rehome: Callable[[Rehome], None] | None = None,
     ) -> None:
         if len(slots) != size:
             raise AssertionError(f"ring of {size} sets built with {len(slots)} slots")
@@ -75,39 +151,145 @@ class DirectionRing:
         self._posted = [False] * size
         self.peak_owned = 0
         """Most slots owned at once since setup (guard on): the live set this run really had."""
+        self._infos: dict[int, tuple] = {}
+        self._resting: list[list[torch.Tensor]] = []
+        self._current: list[tuple[int, list[torch.Tensor]] | None] = [None] * size
+        self._anchors: list[list[torch.Tensor]] = []
+        self._lent: set[int] = set()
+        self._py_base = 0
+        self._requires_grad: list[bool] = []
+        self.rehomes = 0
+        """Slots given fresh storage because a holder outside the pool still referenced the old one."""
+        self.rehomed_bytes = 0
+        """Bytes allocated by those re-homes (the old storages live on with their holders)."""
+        self.on_rehome = on_rehome
 
     # -- setup -----------------------------------------------------------------------
     def bind(self, infos_by_chunk: dict[int, tuple]) -> None:
-        """Point every chunk's recv infos at an alias of its slot (chunk c -> slot c mod K)."""
+        """Point every chunk's recv infos at its slot's resting alias (chunk c -> slot c mod K)."""
+        self._infos = infos_by_chunk
+        first = infos_by_chunk[0]
+        self._requires_grad = [bool(getattr(first[j].buffer, "requires_grad", False)) for j in self.positions]
+        self._resting = [[_alias(t, rg) for t, rg in zip(tensors, self._requires_grad)] for tensors in self.slots]
         for chunk in range(self.n_microbatches):
-            self._rebind(chunk, infos_by_chunk[chunk])
+            resting = self._resting[chunk % self.size]
+            infos = infos_by_chunk[chunk]
+            for r, j in zip(resting, self.positions):
+                infos[j].buffer = r
+        if self.ownership is not None:
+            self._anchors = [[_anchor(t) for t in tensors] for tensors in self.slots]
+            probe = [_alias(t, rg) for t, rg in zip(self.slots[0], self._requires_grad)]
+            self._anchors[0][0].grad = probe[0]
+            self._py_base = self._py_refs(probe, 0)
+            self._anchors[0][0].grad = None
 
-    def _rebind(self, chunk: int, infos: tuple) -> None:
-        tensors = self.slots[chunk % self.size]
-        for t, j in zip(tensors, self.positions):
-            info = infos[j]
-            old = info.buffer
-            info.buffer = _alias(t, bool(getattr(old, "requires_grad", False)))
+    @staticmethod
+    def _py_refs(aliases: list[torch.Tensor], k: int) -> int:
+        return sys.getrefcount(aliases[k])
 
     # -- runtime ---------------------------------------------------------------------
     def post(self, chunk: int, infos: tuple) -> None:
         """A receive for ``chunk`` is about to be posted: claim its slot, hand out fresh aliases."""
         slot = chunk % self.size
-        if self.ownership is not None:
+        if self.ownership is None:
+            fresh = [_alias(t, rg) for t, rg in zip(self.slots[slot], self._requires_grad)]
+        else:
             self.ownership.acquire(chunk)
-            self.peak_owned = max(self.peak_owned, self.ownership.owned)
-            if self._posted[slot]:
-                bump_version(self.slots[slot])
+            owned = self.ownership.owned
+            if owned > self.peak_owned:
+                self.peak_owned = owned
+            prev = self._current[slot]
+            if prev is not None:
+                self._retire(prev)
+                self._check(slot, prev, chunk)
+            tensors = self.slots[slot]
+            fresh = [_alias(t, rg) for t, rg in zip(tensors, self._requires_grad)]
+            self._current[slot] = (chunk, fresh)
+            for anchor, a in zip(self._anchors[slot], fresh):
+                anchor.grad = a
         self._posted[slot] = True
-        self._rebind(chunk, infos)
+        for a, j in zip(fresh, self.positions):
+            infos[j].buffer = a
 
     def release(self, chunk: int) -> None:
         if self.ownership is not None:
             self.ownership.release(chunk)
 
+    def note_lent(self, chunk: int, tensors: tuple | list) -> None:
+        """Record that ``chunk`` handed out tensors sharing its slot's storage (outputs or input grads)."""
+        if self.ownership is None or not tensors:
+            return
+        slot = chunk % self.size
+        ptrs = {t.untyped_storage().data_ptr() for t in self.slots[slot]}
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and not t.is_meta and t.untyped_storage().data_ptr() in ptrs:
+                self._lent.add(slot)
+                return
+
+    def retire_inputs(self, chunk: int, values: list) -> None:
+        """Swap the aliases handed to ``chunk`` in ``values`` (a list torch keeps) for the resting alias."""
+        cur = self._current[chunk % self.size]
+        if cur is None or cur[0] != chunk:
+            return
+        resting = self._resting[chunk % self.size]
+        for i, v in enumerate(values):
+            for a, r in zip(cur[1], resting):
+                if v is a:
+                    values[i] = r
+                    break
+
     def reset(self) -> None:
+        """A new step: nobody owns a slot, and every alias handed out so far is retired."""
         if self.ownership is not None:
             self.ownership.reset()
+            for cur in self._current:
+                if cur is not None:
+                    self._retire(cur)
+
+    # -- internals ---------------------------------------------------------------------
+    def _retire(self, cur: tuple[int, list[torch.Tensor]]) -> None:
+        chunk, aliases = cur
+        infos = self._infos.get(chunk)
+        if infos is None:
+            return
+        resting = self._resting[chunk % self.size]
+        for a, r, j in zip(aliases, resting, self.positions):
+            if infos[j].buffer is a:
+                infos[j].buffer = r
+
+    def _check(self, slot: int, prev: tuple[int, list[torch.Tensor]], incoming: int) -> None:
+        """See [Note: copy on conflict]: re-home each tensor of the slot that someone outside still holds."""
+        lent = slot in self._lent
+        self._lent.discard(slot)
+        aliases = prev[1]
+        stale = []
+        for k, t in enumerate(self.slots[slot]):
+            views = storage_holders(t) - _OWN_HOLDERS
+            held = self._py_refs(aliases, k) - self._py_base
+            if lent or views > 0 or held > 0:
+                self._rehome(slot, k, incoming, max(views, 0) + max(held, 0), lent)
+            else:
+                stale.append(t)
+        bump_version(stale)
+
+    def _rehome(self, slot: int, k: int, incoming: int, holders: int, lent: bool) -> None:
+        old = self.slots[slot][k]
+        new = torch.empty_like(old, memory_format=torch.preserve_format)
+        self.slots[slot][k] = new
+        old_resting = self._resting[slot][k]
+        new_resting = _alias(new, self._requires_grad[k])
+        self._resting[slot][k] = new_resting
+        j = self.positions[k]
+        for chunk in range(slot, self.n_microbatches, self.size):
+            infos = self._infos.get(chunk)
+            if infos is not None and infos[j].buffer is old_resting:
+                infos[j].buffer = new_resting
+        nbytes = new.untyped_storage().nbytes()
+        self.rehomes += 1
+        self.rehomed_bytes += nbytes
+        if self.on_rehome is not None:
+            self.on_rehome(Rehome(stage=self.stage, direction=self.direction, slot=slot, position=j,
+                                  incoming=incoming, nbytes=nbytes, holders=holders, lent=lent))
 
     # -- accounting ------------------------------------------------------------------
     @property

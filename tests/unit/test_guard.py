@@ -62,6 +62,9 @@ def _ring(k=2, m=4, guard=True):
 
 def test_chunks_share_slot_storage_but_not_tensor_objects():
     ring, infos, slots = _ring()
+    ring.post(0, infos[0])
+    ring.release(0)
+    ring.post(2, infos[2])
     assert infos[0][0].buffer is not infos[2][0].buffer
     assert infos[0][0].buffer.untyped_storage().data_ptr() == infos[2][0].buffer.untyped_storage().data_ptr()
     assert infos[0][0].buffer.untyped_storage().data_ptr() != infos[1][0].buffer.untyped_storage().data_ptr()
