@@ -93,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
     skipped = {f.run: 0 for f in table.files}
     for f in table.files:
         skipped[f.run] += f.n_skipped
+    for f in table.files:  # a file split into runs: its skipped lines are shown against each of its runs
+        for name in f.runs:
+            skipped[name] = skipped.get(name, 0) + (f.n_skipped if name != f.run else 0)
     frame["skipped_lines"] = frame["run"].map(skipped).fillna(0).astype(int)
     if args.json:
         payload = {
@@ -116,8 +119,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pool_label(table: Any) -> dict[str, str]:
+    """Per run: 'stock' (logged not installed), '<impl> slack N <layout>' (installed), '-' (the log does not say)."""
+    first = table.steps.groupby("run", observed=True, sort=False)[["pooled", "pool_impl", "slack", "layout"]].first()
+    out: dict[str, str] = {}
+    for run, row in first.iterrows():
+        if row["pooled"] is True or str(row["pooled"]) == "True":
+            out[str(run)] = f"{row['pool_impl']} slack {row['slack']} {row['layout']}"
+        elif str(row["pooled"]) == "False":
+            out[str(run)] = f"not pooled ({row['pool_impl']})"
+        else:
+            out[str(run)] = "-"
+    return out
+
+
 def _print_table(summary: Any, frame: Any, table: Any, peaks: list[Any]) -> None:
-    headers = ("run", "format", "steps", "window", "tok/s/GPU", "MFU %", "peak GiB", "headroom GiB", "skipped")
+    headers = ("run", "format", "steps", "window", "tok/s/GPU", "MFU %", "peak GiB", "headroom GiB", "pool", "skipped")
+    pools = _pool_label(table)
     rows = []
     for r, skipped in zip(summary.runs, frame["skipped_lines"], strict=True):
         rows.append((
@@ -125,7 +143,8 @@ def _print_table(summary: Any, frame: Any, table: Any, peaks: list[Any]) -> None
             f"{r.window.first_step}..{r.window.last_step}", _fmt(r.tok_per_s_per_gpu, ",.1f"),
             _fmt(r.mfu.mfu_pct if r.mfu else (r.mfu_logged_pct if not math.isnan(r.mfu_logged_pct) else None), ".2f")
             + ("" if r.mfu else (" (log)" if not math.isnan(r.mfu_logged_pct) else "")),
-            _fmt(r.peak_mem_gib, ".2f"), _fmt(r.headroom.headroom_gib if r.headroom else None, ".1f"), str(skipped),
+            _fmt(r.peak_mem_gib, ".2f"), _fmt(r.headroom.headroom_gib if r.headroom else None, ".1f"), pools.get(r.run, "-"),
+            str(skipped),
         ))
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
@@ -145,6 +164,12 @@ def _print_table(summary: Any, frame: Any, table: Any, peaks: list[Any]) -> None
         notes.extend(r.warnings)
         print(f"{r.run}: " + "; ".join(notes))
     for f in table.files:
+        if f.decorations:
+            print(f"{f.path}: line decorations removed: {', '.join(f.decorations)} ({f.n_decorated} line(s))")
+        if len(f.runs) > 1:
+            print(f"{f.path}: {len(f.runs)} runs ({', '.join(f.runs)}): " + "; ".join(f.run_boundaries))
+        if f.n_folded:
+            print(f"{f.path}: {f.n_folded} identical row(s) from several ranks folded")
         if f.n_skipped:
             reasons = ", ".join(f"{k} x{v}" for k, v in f.skipped_by_reason.items())
             print(f"{f.path}: skipped {f.n_skipped} line(s): {reasons}")
