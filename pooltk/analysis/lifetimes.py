@@ -55,8 +55,8 @@ from pooltk.analysis.programs import (
     Program,
     ScheduleAnalysisError,
     ScheduleShape,
-    Style,
     analysable_schedules,
+    as_shape,
     program_of,
     resolve_schedule,
 )
@@ -227,30 +227,15 @@ def analyse(shape: ScheduleShape) -> tuple[Program, tuple[BufferLifetime, ...]]:
 analyse.cache_clear = _analyse_cached.cache_clear  # type: ignore[attr-defined]
 
 
-def lifetimes(
-    schedule: str | type,
-    *,
-    pp: int,
-    n_microbatches: int,
-    stages_per_rank: int = 1,
-    style: Style | None = None,
-    forward_only: bool = False,
-    defer_pp_recv: bool = False,
-    **schedule_kwargs: Any,
-) -> list[BufferLifetime]:
+def lifetimes(schedule: str | type | ScheduleShape, /, **shape: Any) -> list[BufferLifetime]:
     """Every receive buffer's (post, consume, release) for one step of ``schedule``.
 
     Args:
-        schedule: torch's name as ``get_schedule_class`` matches it (case-insensitive:
-            "1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
-            "ZBVZeroBubble", "DualPipeV") or the schedule class.
-        pp: pipeline-parallel ranks.
-        n_microbatches: microbatches per step.
-        stages_per_rank: stages per rank (virtual pipeline size).
-        style: ``"loop"`` or ``"v"`` stage placement; ``None`` uses the schedule's own.
-        forward_only: an eval step: activations released at F, no gradient receives.
-        defer_pp_recv: torch 2.13+'s late receive posting for runtime schedules.
-        **schedule_kwargs: passed to the schedule constructor.
+        schedule: a :class:`ScheduleShape`, or torch's name as ``get_schedule_class`` matches
+            it (case-insensitive; the names of :data:`~pooltk.analysis.programs.CATALOG`) or
+            the schedule class, with the shape's fields as keywords (``pp=``,
+            ``n_microbatches=``, optional ``stages_per_rank=``, ``style=``, ``forward_only=``,
+            ``defer_pp_recv=``); other keywords go to the schedule constructor.
 
     Returns:
         Lifetimes sorted by (stage, direction, microbatch). See [Note: buffer lifetime].
@@ -258,10 +243,7 @@ def lifetimes(
     Raises:
         ScheduleAnalysisError: the schedule or shape cannot be analysed; the message says why.
     """
-    _, spans = analyse(ScheduleShape.of(
-        schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=stages_per_rank, style=style,
-        forward_only=forward_only, defer_pp_recv=defer_pp_recv, schedule_kwargs=schedule_kwargs,
-    ))
+    _, spans = analyse(as_shape(schedule, **shape))
     return list(spans)
 
 
@@ -304,27 +286,14 @@ def live_sets_of(prog: Program, spans: Sequence[BufferLifetime] | None = None) -
     }
 
 
-def live_sets(
-    schedule: str | type,
-    *,
-    pp: int,
-    n_microbatches: int,
-    stages_per_rank: int = 1,
-    style: Style | None = None,
-    forward_only: bool = False,
-    defer_pp_recv: bool = False,
-    **schedule_kwargs: Any,
-) -> dict[tuple[int, Direction], int]:
+def live_sets(schedule: str | type | ScheduleShape, /, **shape: Any) -> dict[tuple[int, Direction], int]:
     """Peak number of live receive buffers per (stage, direction).
 
     Every stage appears with both directions; 0 means that (stage, direction) posts no
     receives (first stage forward, last stage grad, a V-schedule local handoff, grads in a
     forward-only step). Arguments as for :func:`lifetimes`.
     """
-    prog, spans = analyse(ScheduleShape.of(
-        schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=stages_per_rank, style=style,
-        forward_only=forward_only, defer_pp_recv=defer_pp_recv, schedule_kwargs=schedule_kwargs,
-    ))
+    prog, spans = analyse(as_shape(schedule, **shape))
     return live_sets_of(prog, spans)
 
 
@@ -447,17 +416,7 @@ def _handoff(prog: Program, stage: int, direction: Direction) -> bool:
     return neighbour in prog.stage_to_rank and prog.stage_to_rank[neighbour] == prog.stage_to_rank[stage]
 
 
-def live_table(
-    schedule: str | type,
-    *,
-    pp: int,
-    n_microbatches: int,
-    stages_per_rank: int = 1,
-    style: Style | None = None,
-    forward_only: bool = False,
-    defer_pp_recv: bool = False,
-    **schedule_kwargs: Any,
-) -> pd.DataFrame:
+def live_table(schedule: str | type | ScheduleShape, /, **shape: Any) -> pd.DataFrame:
     """Tidy per-stage table for one schedule shape, one row per (stage, direction).
 
     Columns: schedule, pp, vpp, n_microbatches, defer_pp_recv, forward_only, stage, rank,
@@ -468,10 +427,7 @@ def live_table(
     """
     import pandas as pd
 
-    prog, spans = analyse(ScheduleShape.of(
-        schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=stages_per_rank, style=style,
-        forward_only=forward_only, defer_pp_recv=defer_pp_recv, schedule_kwargs=schedule_kwargs,
-    ))
+    prog, spans = analyse(as_shape(schedule, **shape))
     peaks = live_sets_of(prog, spans)
     rows = []
     for stage in range(prog.num_stages):

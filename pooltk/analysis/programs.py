@@ -63,6 +63,7 @@ __all__ = [
     "ScheduleAnalysisError",
     "ScheduleShape",
     "analysable_schedules",
+    "as_shape",
     "is_single_stage",
     "program",
     "program_of",
@@ -121,10 +122,29 @@ class ScheduleShape:
     schedule_kwargs: tuple[tuple[str, Any], ...] = ()
     """Extra schedule-constructor keywords, as sorted ``(name, value)`` pairs."""
 
-    @classmethod
-    def of(cls, schedule: str | type, *, schedule_kwargs: dict[str, Any] | None = None, **fields: Any) -> ScheduleShape:
-        """Build a shape from keyword arguments as :func:`program` takes them."""
-        return cls(schedule=schedule, schedule_kwargs=tuple(sorted((schedule_kwargs or {}).items())), **fields)
+
+
+_SHAPE_FIELDS = frozenset(("pp", "n_microbatches", "stages_per_rank", "style", "forward_only", "defer_pp_recv"))
+
+
+def as_shape(schedule: str | type | ScheduleShape, /, **keywords: Any) -> ScheduleShape:
+    """A :class:`ScheduleShape` from a shape, or from a schedule plus its fields as keywords.
+
+    Keywords that name a field (``pp``, ``n_microbatches``, ``stages_per_rank``, ``style``,
+    ``forward_only``, ``defer_pp_recv``) set it; any other keyword goes to the schedule's
+    constructor. A shape passed as is takes no keywords.
+    """
+    if isinstance(schedule, ScheduleShape):
+        if keywords:
+            raise TypeError(f"as_shape: a ScheduleShape takes no further keywords; found {sorted(keywords)}.")
+        return schedule
+    fields = {k: v for k, v in keywords.items() if k in _SHAPE_FIELDS}
+    extra = tuple(sorted((k, v) for k, v in keywords.items() if k not in _SHAPE_FIELDS))
+    missing = sorted({"pp", "n_microbatches"} - set(fields))
+    if missing:
+        raise TypeError(f"{getattr(schedule, '__name__', schedule)}: missing shape keyword(s) {missing}; "
+                        "required pp= and n_microbatches=.")
+    return ScheduleShape(schedule=schedule, schedule_kwargs=extra, **fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,10 +427,10 @@ def _construct(cls: type, stage_arg: Any, n_microbatches: int, forward_only: boo
         ) from exc
 
 
-def _single_stage_program(
-    name: str, cls: type, pp: int, n_microbatches: int, forward_only: bool, kwargs: dict[str, Any]
-) -> Program:
+def _single_stage_program(name: str, cls: type, shape: ScheduleShape) -> Program:
     """Record torch's ``_step_microbatches`` once per stage. See [Note: recording a single-stage step]."""
+    pp, n_microbatches, forward_only = shape.pp, shape.n_microbatches, shape.forward_only
+    kwargs = dict(shape.schedule_kwargs)
     events: dict[int, tuple[Event, ...]] = {}
     sched: Any = None
     for stage_index in range(pp):
@@ -479,18 +499,10 @@ def _check_against_torch_order(
         )
 
 
-def _runtime_program(
-    name: str,
-    cls: type,
-    pp: int,
-    stages_per_rank: int,
-    n_microbatches: int,
-    style: Style,
-    forward_only: bool,
-    defer_pp_recv: bool,
-    kwargs: dict[str, Any],
-) -> Program:
-    """Read ``pipeline_order_with_comms`` of a runtime schedule built on stand-in stages."""
+def _runtime_program(name: str, cls: type, shape: ScheduleShape, style: Style) -> Program:
+    """Read ``pipeline_order_with_comms`` of a runtime schedule built on stand-in stages (``style`` resolved)."""
+    pp, stages_per_rank, n_microbatches = shape.pp, shape.stages_per_rank, shape.n_microbatches
+    forward_only, defer_pp_recv, kwargs = shape.forward_only, shape.defer_pp_recv, dict(shape.schedule_kwargs)
     from torch.distributed.pipelining._utils import generate_stage_to_rank_mapping
 
     num_stages = pp * stages_per_rank
@@ -550,45 +562,26 @@ def _runtime_program(
     )
 
 
-def program(
-    schedule: str | type,
-    *,
-    pp: int,
-    n_microbatches: int,
-    stages_per_rank: int = 1,
-    style: Style | None = None,
-    forward_only: bool = False,
-    defer_pp_recv: bool = False,
-    **schedule_kwargs: Any,
-) -> Program:
+def program(schedule: str | type | ScheduleShape, /, **shape: Any) -> Program:
     """Build ``schedule`` on stand-in stages and return every rank's ordered events.
 
     Args:
-        schedule: torch's name (case-insensitive) or the schedule class.
-        pp: pipeline-parallel ranks.
-        n_microbatches: microbatches per step.
-        stages_per_rank: stages per rank (1 for 1F1B / GPipe; 2 for the V schedules).
-        style: stage-to-rank layout, ``"loop"`` or ``"v"``; ``None`` picks the schedule's own
-            (``"v"`` for ZBVZeroBubble and DualPipeV).
-        forward_only: an eval-style step (no backward).
-        defer_pp_recv: build a runtime schedule with torch's ``defer_pp_recv=True``.
-        **schedule_kwargs: passed to the schedule constructor.
+        schedule: a :class:`ScheduleShape`, or torch's name (case-insensitive) or class with
+            the shape's fields as keywords (``pp=``, ``n_microbatches=``, optional
+            ``stages_per_rank=``, ``style=``, ``forward_only=``, ``defer_pp_recv=``); any other
+            keyword is passed to the schedule constructor. See :func:`as_shape`.
 
     Raises:
         ScheduleAnalysisError: the schedule or shape cannot be analysed (the message says why).
     """
-    return program_of(ScheduleShape.of(
-        schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=stages_per_rank, style=style,
-        forward_only=forward_only, defer_pp_recv=defer_pp_recv, schedule_kwargs=schedule_kwargs,
-    ))
+    return program_of(as_shape(schedule, **shape))
 
 
 def program_of(shape: ScheduleShape) -> Program:
     """:func:`program` for a :class:`ScheduleShape`."""
-    schedule, pp, n_microbatches = shape.schedule, shape.pp, shape.n_microbatches
-    stages_per_rank, style, forward_only = shape.stages_per_rank, shape.style, shape.forward_only
-    defer_pp_recv, schedule_kwargs = shape.defer_pp_recv, dict(shape.schedule_kwargs)
-    name, cls = resolve_schedule(schedule)
+    name, cls = resolve_schedule(shape.schedule)
+    pp, n_microbatches, stages_per_rank = shape.pp, shape.n_microbatches, shape.stages_per_rank
+    style, defer_pp_recv = shape.style, shape.defer_pp_recv
     for label, value in (("pp", pp), ("n_microbatches", n_microbatches), ("stages_per_rank", stages_per_rank)):
         check_int(label, value, low=1, error=ScheduleAnalysisError)
     own_style: Style = CATALOG[name].style if name in CATALOG else "loop"
@@ -611,7 +604,5 @@ def program_of(shape: ScheduleShape) -> Program:
                 f"defer_pp_recv=True: {name} is a single-stage schedule with no lowered receive actions to defer "
                 "(it already posts each receive right before the compute that needs it). Fix: drop defer_pp_recv."
             )
-        return _single_stage_program(name, cls, pp, n_microbatches, forward_only, schedule_kwargs)
-    return _runtime_program(
-        name, cls, pp, stages_per_rank, n_microbatches, style, forward_only, defer_pp_recv, schedule_kwargs
-    )
+        return _single_stage_program(name, cls, shape)
+    return _runtime_program(name, cls, shape, style)
