@@ -86,7 +86,7 @@ def _pytest(paths: list[str], tmp: Path, name: str, extra: list[str]) -> dict[st
 
 def _variant_facts(v: Any, boundary: int, installed: bool) -> dict[str, Any]:
     from pooltk import PoolConfig
-    from pooltk.pool.ring import ring_sizes, stock_sets
+    from pooltk.pool.sizing import ring_sizes, stock_sets
 
     sets = {str(s): [v.recv[s]["forward"]["sets"], v.recv[s]["grad"]["sets"]] for s in sorted(v.recv)}
     nbytes = {str(s): [v.recv[s]["forward"]["bytes"], v.recv[s]["grad"]["bytes"]] for s in sorted(v.recv)}
