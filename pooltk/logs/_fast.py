@@ -336,6 +336,8 @@ class FastRows:
     """The field names of the canonical layout, in order (for the truncated-line check)."""
     kind: str = "train"
     """'train' or 'val' for every fast row."""
+    n_placeholder: int = 0
+    """Rows whose logged loss was a placeholder stored as NaN (torchtitan's -1 on non-last PP stages)."""
 
     def __len__(self) -> int:
         return int(self.line_index.size)

@@ -289,21 +289,6 @@ def detect_format(lines: Sequence[str], *, path: str = "<lines>", text: str | No
 
 
 _HEAD_BYTES = 1 << 22
-_ANSI_BYTES_RE = None
-
-
-def _strip_ansi(data: bytes) -> bytes:
-    """Colour escapes removed from the raw bytes (they never span lines, so numbering is kept)."""
-    global _ANSI_BYTES_RE  # noqa: PLW0603 - compiled once, on first use
-    if b"\x1b" not in data:
-        return data
-    if _ANSI_BYTES_RE is None:
-        import re
-
-        from pooltk.logs._common import ANSI_RE
-
-        _ANSI_BYTES_RE = re.compile(ANSI_RE.pattern.encode())
-    return _ANSI_BYTES_RE.sub(b"", data)
 
 
 def _detect(data: bytes, path: Path) -> tuple[str, list[str], str | None]:
@@ -337,6 +322,8 @@ def _parse(fmt: str, data: bytes, head: list[str], text: str | None, path: Path,
             fast = automodel_text.fast_rows(bounds, head)
         elif fmt == automodel_jsonl.FORMAT:
             fast = automodel_jsonl.fast_rows(bounds, head, val_name=val_name)
+        elif fmt == torchtitan.FORMAT:
+            fast = torchtitan.fast_rows(data, bounds, head)
     numbered = _numbered(data, bounds, text, None if fast is None else fast.line_index)
     if fmt == automodel_text.FORMAT:
         automodel_text.parse(numbered, result, fast=fast)
@@ -345,7 +332,7 @@ def _parse(fmt: str, data: bytes, head: list[str], text: str | None, path: Path,
     elif fmt == automodel_bench.FORMAT:
         automodel_bench.parse(numbered, result)
     elif fmt == torchtitan.FORMAT:
-        torchtitan.parse(numbered, result)
+        torchtitan.parse(numbered, result, fast=fast)
     elif fmt == torchtitan_jsonl.FORMAT:
         torchtitan_jsonl.parse(numbered, result)
     else:

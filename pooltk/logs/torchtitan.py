@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 from pooltk.logs._common import Pending, ParseResult, clean_line, drop_truncated, parse_float, parse_int
 
-__all__ = ["FORMAT", "looks_like", "parse"]
+__all__ = ["FORMAT", "fast_rows", "looks_like", "parse"]
 
 FORMAT = "torchtitan"
 
@@ -136,8 +138,12 @@ def _fields(message: str) -> tuple[str, int, dict[str, object], tuple[str, ...]]
     return kind, step, values, tuple(keys)
 
 
-def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
-    """Read torchtitan log lines into ``result`` (rows, skips, meta, counts)."""
+def parse(lines: Iterable[tuple[int, str]], result: ParseResult, *, fast: Any = None) -> ParseResult:
+    """Read torchtitan log lines into ``result`` (rows, skips, meta, counts).
+
+    ``fast``: rows :func:`fast_rows` already read from other lines of the file (they count
+    towards the file's usual field order, and their -1 placeholder losses towards the note).
+    """
     result.timestamp_format = _TS_FORMAT
     result.mem_basis = "max_reserved"
     pending: list[Pending] = []
@@ -180,9 +186,11 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
             values["tok_per_s_per_gpu_logged"] = tps
         values.update(kind=kind, line=n, step=step, timestamp=m.group("ts"), rank=rank)
         pending.append((n, values, keys, raw))
-    drop_truncated(pending, result)
+    drop_truncated(pending, result, fast=fast)
     for _, values, _, _ in pending:
         result.rows.add(**values)
+    if fast is not None and len(fast):
+        n_minus_one += fast.n_placeholder
     result.n_placeholder_loss = n_minus_one
     if n_minus_one:
         result.notes.append(
@@ -190,3 +198,99 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
         )
     return result
 
+
+
+# --------------------------------------------------------------------------- vectorised canonical lines
+
+_FAST_SAMPLE = 1000
+"""Metric lines of the file's head whose layouts are counted to choose the canonical one."""
+
+_NUM = rb"(-?\d+\.\d+)"
+_FAST_PARTS = {
+    "loss": rb"  loss: *" + _NUM,
+    "grad_norm": rb"  grad_norm: *" + _NUM,
+    "memory": rb"  memory: *(\d+\.\d+)GiB\((\d+\.\d+)%\)",
+    "tps": rb"  tps: *(\d{1,3}(?:,\d{3})*)",
+    "wps": rb"  wps: *(\d{1,3}(?:,\d{3})*)",
+    "tflops": rb"  tflops: *(\d{1,3}(?:,\d{3})*\.\d+)",
+    "mfu": rb"  mfu: *(\d+\.\d+)%",
+}
+
+
+def _canonical_keys(head: Iterable[str]) -> tuple[str, ...] | None:
+    """The most common field order of the head's train metric lines, if every field is one the fast path reads."""
+    seen: Counter[tuple[str, ...]] = Counter()
+    for raw in head:
+        if "step:" not in raw:
+            continue
+        m = _PREFIX_RE.match(raw)
+        if m is None or not m.group("msg").startswith("step:"):
+            continue
+        try:
+            _, _, _, keys = _fields(m.group("msg"))
+        except _Bad:
+            continue
+        seen[keys] += 1
+        if sum(seen.values()) >= _FAST_SAMPLE:
+            break
+    if not seen:
+        return None
+    keys = seen.most_common(1)[0][0]
+    if keys[:2] != ("step", "loss") or any(k not in _FAST_PARTS for k in keys[1:]) or len(set(keys)) != len(keys):
+        return None
+    return keys
+
+
+def fast_rows(data: bytes, lines: Any, head: Iterable[str]) -> Any:
+    """Read, with one compiled pattern over the whole file, every train line in the file's canonical layout.
+
+    The pattern accepts only the canonical field order with strict number forms (decimals with
+    digits on both sides, thousands groups of exactly three digits), so each value equals what
+    :func:`parse` gives (tests/logs/test_fast_path.py); every other line is left to :func:`parse`.
+    Returns a :class:`pooltk.logs._fast.FastRows` or None when the head has no canonical layout.
+    """
+    import numpy as np
+    import pandas as pd
+
+    from pooltk.logs._fast import FastRows
+
+    keys = _canonical_keys(head)
+    if keys is None:
+        return None
+    pattern = re.compile(
+        rb"(?m)^(?:\[titan\] )?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - [^ \n\r]+ - [A-Z]+ - step: *(\d{1,18})"
+        + b"".join(_FAST_PARTS[k] for k in keys[1:]) + rb"$"
+    )
+    matches = list(pattern.finditer(data))
+    if not matches:
+        return None
+    offsets = [m.start() for m in matches]
+    cols = list(zip(*(m.groups() for m in matches), strict=True))
+    del matches
+    line_index = np.searchsorted(lines.starts, np.asarray(offsets, dtype=np.int64), side="right") - 1
+    out: dict[str, Any] = {}
+    stamps = pd.to_datetime(pd.Series([c.decode() for c in cols[0]], dtype="object"), format=_TS_FORMAT, errors="coerce")
+    out["timestamp"] = stamps.to_numpy(dtype="datetime64[ns]")
+    out["step"] = np.array(cols[1], dtype="S18").astype(np.int64)
+    j = 2
+    for key in keys[1:]:
+        if key == "memory":
+            out["mem_gib"] = np.array(cols[j], dtype="S32").astype(np.float64)
+            out["mem_pct"] = np.array(cols[j + 1], dtype="S32").astype(np.float64)
+            j += 2
+            continue
+        raw = cols[j]
+        j += 1
+        if key in ("tps", "wps", "tflops"):
+            values = np.array([float(v.replace(b",", b"")) for v in raw], dtype=np.float64)
+        else:
+            values = np.array(raw, dtype="S32").astype(np.float64)
+        column = {"loss": "loss", "grad_norm": "grad_norm", "tps": "tok_per_s_logged", "wps": "tok_per_s_logged",
+                  "tflops": "tflops_per_gpu_logged", "mfu": "mfu_pct_logged"}[key]
+        out[column] = values
+    if "tok_per_s_logged" in out:
+        out["tok_per_s_per_gpu_logged"] = out["tok_per_s_logged"]
+    placeholder = out["loss"] == -1.0
+    out["loss"] = np.where(placeholder, np.nan, out["loss"])
+    return FastRows(line_index=line_index.astype(np.int64), columns=out, keys=keys, kind="train",
+                    n_placeholder=int(placeholder.sum()))

@@ -166,3 +166,34 @@ def test_concatenated_gzip_members_read_as_one_file(tmp_path):
     path = tmp_path / "two.log.gz"
     path.write_bytes(gzip.compress(raw) + gzip.compress(raw))
     assert len(read_log_file(path).files[0].runs) == 2
+
+
+# --------------------------------------------------------------------------- the vectorised scan equals the grammar
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from pooltk.logs.decoration import strip_reference  # noqa: E402
+
+_LAYERS = st.one_of(
+    st.sampled_from([" ", "\t", "   ", "[rank0]:", "[default12]:", "[rank]:", "[rank12345678]:", "7: ", "  12: ", "1234567: ",
+                     "12345678: ", "12:", "trainer-1  | ", "svc_a-1-22 | ", "a-123456 | ", "x-1         | ", "-1 | ", "a b-1 | ",
+                     "2026-01-02T03:04:05Z ", "2026-01-02T03:04:05.123456789Z ", "2026-01-02T03:04:05,5+01:00 ",
+                     "2026-01-02T03:04:05.1234567890Z ", "2026-01-02T03:04:05+0100 stdout F ", "2026-01-02T03:04:05 stderr P ",
+                     "2026-01-02T03:04:05 ", "2026-01-02 03:04:05 ", "[titan] ", "INFO:root:", "{", "Rank 0 | "]),
+    st.text(alphabet="0123456789-_:|[]. TZabcdefgrnkt\t", max_size=12),
+)
+_RECORDS = st.sampled_from(["2025-08-22 02:40:26 | INFO | root | step 1 | epoch 0", "[titan] 2026-05-20 02:22:30,411 - root - INFO - x",
+                            '{"step": 1}', "", "step 4 | loss 1.0", "Rank 0 | Iteration 3"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.lists(_LAYERS, max_size=4), _RECORDS), min_size=1, max_size=12), st.booleans())
+def test_the_vectorised_scan_equals_the_decoration_grammar(lines, final_newline):
+    data = "\n".join("".join(layers) + record for layers, record in lines).encode() + (b"\n" if final_newline else b"")
+    fast, ref = strip(data), strip_reference(data)
+    assert fast[0] == ref[0]
+    assert fast[1].n_lines == ref[1].n_lines and fast[1].n_decorated == ref[1].n_decorated
+    for name in ("rank", "task"):
+        a, b = getattr(fast[1], name), getattr(ref[1], name)
+        assert (a is None and b is None) or (a is not None and b is not None and list(a) == list(b)), name

@@ -169,3 +169,57 @@ def test_a_cut_short_layout_in_the_head_is_skipped_when_the_file_goes_on_in_full
     slow, fast = _both("\n".join(short + full) + "\n", "cut.log")
     _assert_same(slow, fast)
     assert fast.files[0].n_skipped == 1000 and fast.files[0].n_rows == 1500
+
+
+# --------------------------------------------------------------------------- torchtitan
+
+
+def _titan_line(step, loss="10.60813", gn="49.2500", mem="169.10GiB(94.81%)", tps="9,891", tflops="833.38", mfu="37.04%",
+                name="root", stamp=None):
+    stamp = stamp or f"2026-05-20 02:{step // 60 % 60:02d}:{step % 60:02d},212"
+    return (f"[titan] {stamp} - {name} - INFO - step: {step:2}  loss: {loss}  grad_norm: {gn}  memory: {mem}  "
+            f"tps: {tps}  tflops: {tflops}  mfu: {mfu}")
+
+
+_TITAN_AWKWARD = [
+    {"loss": "-1.0000"}, {"loss": "nan"}, {"loss": "1.e5"}, {"loss": "+1.5"}, {"loss": "05.50"}, {"gn": "inf"},
+    {"tps": "1,234,567"}, {"tps": "12,34"}, {"tps": "1234"}, {"tps": "1,2,3"}, {"tflops": "1,234.56"}, {"tflops": "N/A"},
+    {"mfu": "N/A"}, {"mfu": "37%"}, {"mem": "5.2GiB"}, {"mem": "5.20GiB(5%)"}, {"name": "torchtitan.trainer"},
+    {"stamp": "2026-02-30 01:02:03,004"}, {"stamp": "2026-05-20 02:22:58,21"}, {"loss": "99999999999999999999.5"},
+]
+
+
+@pytest.mark.parametrize("over", _TITAN_AWKWARD, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_torchtitan_awkward_values_read_the_same_both_ways(over):
+    lines = [_titan_line(s) for s in range(1, 30)]
+    lines[7] = _titan_line(8, **over)
+    _assert_same(*_both("\n".join(lines) + "\n", "titan.log"))
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.floats(-2, 1e6, allow_nan=False).map(lambda x: f"{x:.5f}"),
+                          st.integers(0, 10**9).map(lambda v: f"{v:,}"), st.sampled_from(["", "cut", "garble", "val", "noise"])),
+                min_size=1, max_size=40))
+def test_random_torchtitan_logs_read_the_same_both_ways(rows):
+    out = ["[titan] 2026-05-20 02:22:30,411 - root - INFO - Starting job: test"]
+    for i, (step, loss, tps, damage) in enumerate(rows):
+        line = _titan_line(step, loss=loss, tps=tps)
+        if damage == "cut":
+            line = line[: len(line) // 2]
+        elif damage == "garble":
+            line = line.replace("  grad_norm", " grad_norm", 1)
+        elif damage == "val":
+            line = line.replace(" - step:", " - validate step:", 1)
+        elif damage == "noise":
+            out.append(f"[titan] 2026-05-20 02:22:30,411 - root - WARNING - step {i} had a hiccup")
+        out.append(line)
+    _assert_same(*_both("\n".join(out) + "\n", "titan.log"))
+
+
+def test_torchtitan_fixtures_and_real_logs_read_the_same_both_ways(shared_dir):
+    paths = [FIX / "torchtitan_pp_allranks.log", FIX / "torchtitan_wps_2024.log"]
+    real = shared_dir / "reference" / "logs"
+    if real.is_dir():
+        paths += sorted(real.glob("torchtitan-*.log"))
+    for p in paths:
+        _assert_same(read_log_file(p, engine="python"), read_log_file(p, engine="auto"))
