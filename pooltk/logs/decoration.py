@@ -281,12 +281,10 @@ def _strip_vectorised(data: bytes, n_lines: int) -> tuple[bytes, Decoration]:  #
         active = active[moved]
     decorated = pos > starts
     n_decorated = int(decorated.sum())
-    if n_decorated:
-        cut = np.zeros(buf.size + 1, dtype=np.int32)
-        np.add.at(cut, starts[decorated], 1)
-        np.add.at(cut, pos[decorated], -1)
-        keep = np.cumsum(cut[:-1]) == 0
-        data = buf[keep].tobytes()
+    if n_decorated:  # keep [pos, next line's start) of every line
+        view = memoryview(data)
+        nxt = np.concatenate((starts[1:], [buf.size])).tolist()
+        data = b"".join([view[p:e] for p, e in zip(pos.tolist(), nxt, strict=True)])
     task = np.where(task >= 0, task, replica)
     return data, Decoration(n_lines=n_lines, n_decorated=n_decorated, rank=_or_none(rank), task=_or_none(task),
                             kinds=_kinds(bytes(padded[: min(buf.size, 1 << 20)])) if n_decorated else ())

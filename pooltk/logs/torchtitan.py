@@ -250,9 +250,8 @@ def fast_rows(data: bytes, lines: Any, head: Iterable[str]) -> Any:
     Returns a :class:`pooltk.logs._fast.FastRows` or None when the head has no canonical layout.
     """
     import numpy as np
-    import pandas as pd
 
-    from pooltk.logs._fast import FastRows
+    from pooltk.logs._fast import FastRows, parse_timestamps
 
     keys = _canonical_keys(head)
     if keys is None:
@@ -269,8 +268,10 @@ def fast_rows(data: bytes, lines: Any, head: Iterable[str]) -> Any:
     del matches
     line_index = np.searchsorted(lines.starts, np.asarray(offsets, dtype=np.int64), side="right") - 1
     out: dict[str, Any] = {}
-    stamps = pd.to_datetime(pd.Series([c.decode() for c in cols[0]], dtype="object"), format=_TS_FORMAT, errors="coerce")
-    out["timestamp"] = stamps.to_numpy(dtype="datetime64[ns]")
+    starts = np.asarray(offsets, dtype=np.int64)
+    titan = lines.buf[np.minimum(starts, lines.buf.size - 1)] == ord("[")  # '[titan] ' before the stamp
+    stamps, _ = parse_timestamps(lines, starts + np.where(titan, 8, 0), "YYYY-MM-DD hh:mm:ss,fff")
+    out["timestamp"] = stamps
     out["step"] = np.array(cols[1], dtype="S18").astype(np.int64)
     j = 2
     for key in keys[1:]:
