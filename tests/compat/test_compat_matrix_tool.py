@@ -306,3 +306,30 @@ def test_live_buffers_count_the_peak_of_receive_buffers_alive_per_variant_and_di
     second = _PipelineStageBase()
     second.get_fwd_recv_ops(1)
     assert json.loads(out.read_text()) == {"peak": {"0/forward": 3, "0/grad": 1, "1/forward": 1}, "bytes": 64}
+
+
+def _variant_from_recorded(fact: dict) -> object:
+    """A parity VariantResult stand-in carrying a recorded variant's receive facts."""
+    import types
+
+    recv = {int(s): {"forward": {"sets": fs, "bytes": fb}, "grad": {"sets": gs, "bytes": gb}}
+            for s, ((fs, gs), (fb, gb)) in ((s, (fact["sets"][s], fact["bytes"][s])) for s in fact["sets"])}
+    return types.SimpleNamespace(
+        name=fact["name"], pooled=fact["pooled"], frontend=fact["frontend"], schedule=fact["schedule"], config=None,
+        bitwise_equal=fact["bitwise_equal"], params_max_abs_diff=fact["params_max_abs_diff"],
+        losses_max_abs_diff=fact["losses_max_abs_diff"], recv=recv,
+        setup_alloc_bytes={int(s): b for s, b in fact["setup_alloc_bytes"].items()},
+        rings={int(s): r for s, r in fact["rings"].items()}, median_step_time_s=fact["median_step_ms"] / 1e3)
+
+
+def test_the_checks_find_recorded_stock_receive_bytes_exactly_m_sets_and_a_missing_set_inexact(recorded):
+    row = _row(recorded, "2.13.0")
+    boundary = row["parity"]["boundary_bytes"]
+    fact = next(v for v in row["parity"]["variants"] if v["name"] == "stock/1f1b/manual")
+    again = checks._variant_facts(_variant_from_recorded(fact), boundary, installed=True)
+    assert (again["bytes_exact"], again["alloc_exact"]) == (True, True)
+    assert {k: again[k] for k in ("sets", "bytes", "setup_alloc_bytes")} == {
+        k: fact[k] for k in ("sets", "bytes", "setup_alloc_bytes")}
+    short = copy.deepcopy(fact)
+    short["bytes"]["1"][0] -= boundary  # stage 1 held one forward set fewer than stock's M
+    assert checks._variant_facts(_variant_from_recorded(short), boundary, installed=True)["bytes_exact"] is False
