@@ -7,6 +7,11 @@ Reading::
     table.steps        # one row per step (and rank) of every run; units in column names
     table.files_frame()  # per file: format detected, rows, skipped lines by reason
 
+Before a file is read, launcher decorations (srun, kubectl, docker compose, torchrun, indentation)
+are removed and kept as ``rank``/``task`` columns (:mod:`pooltk.logs.decoration`); restarts inside
+a file become separate runs, identical rank copies fold within a run, and pool install lines
+become ``pooled``/``pool_impl``/``slack``/``layout`` (:mod:`pooltk.logs.runs`).
+
 Metrics (tok/s per physical GPU, steady-state windows, MFU with its basis, headroom, the 1F1B
 bubble) live in :mod:`pooltk.logs.metrics`; the published Kimi-K3 figures and their claims in
 :mod:`pooltk.studies.kimi_k3.claims`; Automodel's JSONL writer in :mod:`pooltk.logs.jsonl_writer`.
@@ -17,7 +22,7 @@ Needs pandas and numpy (the ``notebooks`` extra); the core ``pooltk`` package ne
 from __future__ import annotations
 
 from pooltk.logs.errors import LogFormatError
-from pooltk.logs.reader import FORMATS, FileReport, LogTable, detect_format, read_log_file, read_logs, run_name
+from pooltk.logs.reader import FORMATS, MAX_BYTES, FileReport, LogTable, detect_format, read_log_file, read_logs, run_name
 from pooltk.logs.runinfo import RunInfo
 from pooltk.logs.schema import COLUMNS
 
@@ -27,6 +32,7 @@ __all__ = [
     "FileReport",
     "LogFormatError",
     "LogTable",
+    "MAX_BYTES",
     "RunInfo",
     "detect_format",
     "read_log_file",

@@ -510,9 +510,9 @@ def _split_runs(frame: Any, data: bytes, deco: Any, report: FileReport, info: Ru
         run_infos[name] = info.merged(RunInfo.from_facts(facts, source=report.path)) if facts else info
     if pool:
         frame["pooled"] = pd.array(np.where(pooled < 0, None, pooled == 1).tolist(), dtype="boolean")
-        frame["pool_impl"] = pd.Categorical([impl[k] for k in seg.index.tolist()]).astype(pd.CategoricalDtype(pd.Index(sorted({i for i in impl if i}), dtype="str")))
+        frame["pool_impl"] = _per_run_categorical(impl, seg.index)
         frame["slack"] = pd.array(np.where(slack[seg.index] < 0, np.nan, slack[seg.index]), dtype="Float64").astype("Int64")
-        frame["layout"] = pd.Categorical([layout[k] for k in seg.index.tolist()]).astype(pd.CategoricalDtype(pd.Index(sorted({x for x in layout if x}), dtype="str")))
+        frame["layout"] = _per_run_categorical(layout, seg.index)
     unranked = frame["rank"].isna().to_numpy()
     if unranked.sum() > 1:
         folded, n = runs.fold_copies(frame[unranked])
@@ -521,6 +521,16 @@ def _split_runs(frame: Any, data: bytes, deco: Any, report: FileReport, info: Ru
             report.n_folded = n
             report.notes.append(f"{n} row(s) were identical copies of another row of the same run (several ranks printing one line) and were folded")
     return frame, run_infos
+
+
+def _per_run_categorical(values: list[str | None], run_index: Any) -> Any:
+    """A categorical column: ``values[k]`` for every row of run k (missing where None)."""
+    import numpy as np
+    import pandas as pd
+
+    cats = sorted({v for v in values if v})
+    codes = np.array([cats.index(v) if v else -1 for v in values], dtype=np.int32)
+    return pd.Categorical.from_codes(codes[run_index], categories=pd.Index(cats, dtype="str"))
 
 
 def _constant_where(mask: Any, value: str) -> Any:
