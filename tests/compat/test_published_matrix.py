@@ -21,7 +21,7 @@ DOC = REPO / "docs" / "torch-compat.md"
 
 def _latest() -> tuple[Path, dict]:
     files = sorted(OUT.glob("matrix-*.json"))
-    assert files, f"no published matrix in {OUT}; run scripts/compat_matrix"
+    assert files, f"no published matrix in {OUT}; run python -m tools.compat_matrix"
     return files[-1], json.loads(files[-1].read_text())
 
 

@@ -1,7 +1,7 @@
 """The torch imported here: its shape matches its release's fixture, its family is detected, install is exact.
 
 These run on whatever torch the environment has (2.13.0 in the project's .venv; each
-release in turn under ``scripts/compat_matrix``), and are written per family so the same
+release in turn under ``python -m tools.compat_matrix``), and are written per family so the same
 file is meaningful on every release.
 """
 
@@ -37,7 +37,7 @@ def _snapshot():
 def test_this_torch_matches_the_shape_recorded_for_its_release():
     if not (LAYOUTS / f"torch-{RELEASE}.json").exists():
         pytest.skip(f"no recorded shape for torch {RELEASE} (tests/compat/layouts/); record one with "
-                    "scripts/compat_matrix --record-shape WHEEL")
+                    "python -m tools.compat_matrix --record-shape WHEEL")
     assert relevant(shape_from_live()) == relevant(load_shape(RELEASE))
 
 
