@@ -10,6 +10,7 @@ working directory.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -24,9 +25,18 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("wheel")
+    # Build from a copy of what the wheel is made of, so nothing (build/, *.egg-info) is written
+    # into the checkout and no stale build/lib from an earlier build can end up in the wheel.
+    src = tmp / "src"
+    src.mkdir()
+    for name in ("pooltk", "data"):
+        shutil.copytree(ROOT / name, src / name, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
     wheels = tmp / "wheels"
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(src)],
         capture_output=True, text=True, timeout=300,
     )
     assert build.returncode == 0, build.stderr[-3000:]
