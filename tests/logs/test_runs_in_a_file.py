@@ -127,3 +127,40 @@ def test_a_stock_run_and_a_pooled_run_in_one_file_keep_their_own_pool(tmp_path):
     s = read_log_file(path).steps
     by_run = s.groupby("run", observed=True)["pooled"].first().to_dict()
     assert by_run == {"both#1": False, "both#2": True}
+
+
+def _titan(step, minute, loss=5.0):
+    return (f"2026-09-14 10:{minute:02d}:{step % 60:02d},000 - root - INFO - step: {step:2}  loss: {loss:7.4f}  "
+            "memory: 10.00GiB(5.00%)  tps: 1,000  mfu: 1.00%\n")
+
+
+def test_a_clock_that_goes_back_starts_a_new_run_even_when_steps_go_on(tmp_path):
+    path = tmp_path / "clock.log"
+    path.write_text("".join(_titan(s, 30) for s in range(1, 8)) + "".join(_titan(s, 10) for s in range(8, 15)))
+    table = read_log_file(path)
+    assert table.files[0].runs == ["clock#1", "clock#2"] and "timestamps went back" in table.files[0].run_boundaries[0]
+    assert list(table.steps.loc[table.steps["run"] == "clock#2", "step"]) == list(range(8, 15))
+
+
+def test_ranks_printing_a_step_late_into_one_stream_are_not_a_restart(tmp_path):
+    lines = []
+    for s in range(1, 20):  # two ranks without a prefix; the second prints each step after the first's next one
+        lines.append(_titan(s, 30, loss=5.0))
+        if s > 1:
+            lines.append(_titan(s - 1, 30, loss=6.0))
+    path = tmp_path / "lag.log"
+    path.write_text("".join(lines))
+    table = read_log_file(path)
+    assert table.files[0].runs == ["lag"] and len(table.steps) == 19 + 18
+
+
+def test_a_rank_whose_own_stream_restarts_splits_only_its_rows(tmp_path):
+    body = "".join(f"[rank0]:{_titan(s, 30)}[rank1]:{_titan(s, 30)}" for s in range(1, 6))
+    again = "".join(f"[rank0]:{_titan(s, 31)}[rank1]:{_titan(s, 31)}" for s in range(1, 6))
+    path = tmp_path / "ranks.log"
+    path.write_text(body + again)
+    s = read_log_file(path).steps
+    assert sorted(set(s["run"])) == ["ranks#1", "ranks#2"]
+    for run in ("ranks#1", "ranks#2"):
+        mine = s[s["run"] == run]
+        assert sorted(set(mine["rank"])) == [0, 1] and len(mine) == 10
