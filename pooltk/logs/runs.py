@@ -21,7 +21,9 @@ counted (``FileReport.n_folded``); rows that differ in any value are all kept.
 [Note: pooled runs]
 Pool install lines (:data:`POOL_RE`): NeMo Automodel's ``recv_buffer_pool: installed (slack=N,
 layout=L)`` and pooltk's ``pooltk: installed (policy=P, slack=N, grad_slack=G, schedule=S,
-layout=L)`` / ``pooltk: not installed (reason=...)``, both on rank 0, inside any logging prefix.
+layout=L)`` / ``pooltk: not installed (reason=...)``, both on rank 0, inside any logging prefix
+(the lines :mod:`pooltk.pool.events` writes; per stage ``pooltk: stage I pooled (fwd ring K/M,
+grad ring K/M)`` or ``pooltk: stage I kept stock (reason=...)`` go to the run's facts).
 The last one in a run's span of lines sets its ``pooled``, ``pool_impl``, ``slack``, ``layout``
 columns; a run with none has them missing (unknown: the log does not say), never False.
 """
@@ -48,7 +50,8 @@ POOL_RE = re.compile(
     rb"schedule=(?P<pk_schedule>[^,\n]*), layout=(?P<pk_layout>[^)\n]*)\))"
     rb"|(?P<no>pooltk: not installed \(reason=(?P<no_reason>[^\n]*)\))"
     rb"|(?P<am_no>recv_buffer_pool: (?:torch internals mismatch, not installing|no known recv-infra entry points)[^\n]*)"
-    rb"|(?P<stage>pooltk: stage (?P<st_i>\d+) pooled \(fwd ring (?P<st_fk>\d+)/(?P<st_fm>\d+), grad ring (?P<st_gk>\d+)/(?P<st_gm>\d+)\)))"
+    rb"|(?P<stage>pooltk: stage (?P<st_i>\d+) pooled \(fwd ring (?P<st_fk>\d+)/(?P<st_fm>\d+), grad ring (?P<st_gk>\d+)/(?P<st_gm>\d+)\))"
+    rb"|(?P<kept>pooltk: stage (?P<kp_i>\d+) kept stock \(reason=(?P<kp_reason>[^\n]*)\)))"
 )
 """Pool install lines of NeMo Automodel and pooltk (see [Note: pooled runs])."""
 
@@ -96,9 +99,13 @@ def find_pool_lines(data: bytes) -> list[PoolLine]:
             out.append(PoolLine(line=n, kind="not_installed", impl="pooltk", facts={"reason": g["no_reason"]}))
         elif g["am_no"]:
             out.append(PoolLine(line=n, kind="not_installed", impl="automodel", facts={"reason": g["am_no"]}))
+        elif g["kept"]:
+            out.append(PoolLine(line=n, kind="stage", impl="pooltk", facts={
+                "stage": int(g["kp_i"]), "pooled": False, "reason": g["kp_reason"]}))
         else:
             out.append(PoolLine(line=n, kind="stage", impl="pooltk", facts={
-                "stage": int(g["st_i"]), "fwd_ring": f"{g['st_fk']}/{g['st_fm']}", "grad_ring": f"{g['st_gk']}/{g['st_gm']}"}))
+                "stage": int(g["st_i"]), "pooled": True, "fwd_ring": f"{g['st_fk']}/{g['st_fm']}",
+                "grad_ring": f"{g['st_gk']}/{g['st_gm']}"}))
     return out
 
 

@@ -164,3 +164,34 @@ def test_a_rank_whose_own_stream_restarts_splits_only_its_rows(tmp_path):
     for run in ("ranks#1", "ranks#2"):
         mine = s[s["run"] == run]
         assert sorted(set(mine["rank"])) == [0, 1] and len(mine) == 10
+
+
+def test_pooltks_own_install_line_as_the_pool_logs_it_is_read_back(tmp_path):
+    """The contract with pooltk.pool.events: a real install's line, through a user's logging format, tags the run."""
+    import logging
+
+    import pooltk
+
+    path = tmp_path / "trainer.log"
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("[titan] %(asctime)s - %(name)s - %(levelname)s - %(message)s"))
+    logger = logging.getLogger("pooltk")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        report = pooltk.install()
+    finally:
+        pooltk.uninstall()
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        handler.close()
+    logged = path.read_text()
+    assert "pooltk: installed (" in logged or "pooltk: not installed (" in logged, logged
+    with path.open("a") as f:
+        f.write((FIX / "torchtitan_wps_2024.log").read_text())
+    s = read_log_file(path).steps
+    assert s["pooled"].notna().all() and bool(s["pooled"].iloc[0]) is bool(report.installed)
+    assert set(s["pool_impl"]) == {"pooltk"}
+    if report.installed:
+        assert int(s["slack"].iloc[0]) == report.config.slack and s["layout"].iloc[0] == report.layout
