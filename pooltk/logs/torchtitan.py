@@ -205,16 +205,8 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult, *, fast: Any = 
 _FAST_SAMPLE = 1000
 """Metric lines of the file's head whose layouts are counted to choose the canonical one."""
 
-_NUM = rb"(-?\d+\.\d+)"
-_FAST_PARTS = {
-    "loss": rb"  loss: *" + _NUM,
-    "grad_norm": rb"  grad_norm: *" + _NUM,
-    "memory": rb"  memory: *(\d+\.\d+)GiB\((\d+\.\d+)%\)",
-    "tps": rb"  tps: *(\d{1,3}(?:,\d{3})*)",
-    "wps": rb"  wps: *(\d{1,3}(?:,\d{3})*)",
-    "tflops": rb"  tflops: *(\d{1,3}(?:,\d{3})*\.\d+)",
-    "mfu": rb"  mfu: *(\d+\.\d+)%",
-}
+_FAST_KEYS = ("loss", "grad_norm", "memory", "tps", "wps", "tflops", "mfu")
+"""Fields the vectorised path reads (after ``step``); a layout with any other is left to :func:`parse`."""
 
 
 def _canonical_keys(head: Iterable[str]) -> tuple[str, ...] | None:
@@ -236,62 +228,140 @@ def _canonical_keys(head: Iterable[str]) -> tuple[str, ...] | None:
     if not seen:
         return None
     keys = seen.most_common(1)[0][0]
-    if keys[:2] != ("step", "loss") or any(k not in _FAST_PARTS for k in keys[1:]) or len(set(keys)) != len(keys):
+    if keys[:2] != ("step", "loss") or any(k not in _FAST_KEYS for k in keys[1:]) or len(set(keys)) != len(keys):
         return None
     return keys
 
 
-def fast_rows(data: bytes, lines: Any, head: Iterable[str]) -> Any:
-    """Read, with one compiled pattern over the whole file, every train line in the file's canonical layout.
+def _comma_number(w: Any, lens: Any) -> tuple[Any, Any]:
+    """``{:,}``/``{:,.2f}`` numbers from (n, W) byte windows: (values, valid), as float() gives them with commas dropped.
 
-    The pattern accepts only the canonical field order with strict number forms (decimals with
-    digits on both sides, thousands groups of exactly three digits), so each value equals what
-    :func:`parse` gives (tests/logs/test_fast_path.py); every other line is left to :func:`parse`.
-    Returns a :class:`pooltk.logs._fast.FastRows` or None when the head has no canonical layout.
+    Valid: digits and commas with at most one '.', 1 to 15 digits. The digits form an exact
+    integer N (< 2**53) and the value is N / 10**(digits after the point), one correctly rounded
+    IEEE division: the double nearest the decimal, which is what float() returns.
     """
     import numpy as np
 
-    from pooltk.logs._fast import FastRows, parse_timestamps
+    n, width = w.shape
+    value = np.zeros(n, dtype=np.float64)
+    n_digits = np.zeros(n, dtype=np.int64)
+    n_dots = np.zeros(n, dtype=np.int64)
+    past_dot = np.zeros(n, dtype=np.int64)
+    valid = lens <= width
+    for k in range(width):
+        col = w[:, k]
+        inside = k < lens
+        digit = inside & (col >= 48) & (col <= 57)
+        dot = inside & (col == 46)
+        valid &= ~inside | digit | dot | (col == 44)
+        value = np.where(digit, value * 10.0 + (col.astype(np.float64) - 48.0), value)
+        n_digits += digit
+        past_dot += digit & (n_dots > 0)
+        n_dots += dot
+    valid &= (n_dots <= 1) & (n_digits >= 1) & (n_digits <= 15)
+    return value / (10.0 ** past_dot), valid
+
+
+def fast_rows(data: bytes, lines: Any, head: Iterable[str]) -> Any:  # noqa: ARG001 - same signature as the other formats
+    """Read, vectorised, every train line laid out exactly in the file's canonical layout (see :func:`_canonical_keys`).
+
+    numpy locates the colons, checks the prefix (``[titan] `` optional, the timestamp, `` - NAME
+    - INFO - step:``), every label and the two spaces before it, and gathers the value spans;
+    pandas' C parser converts them (the classes of [Note: fast path equals slow path] in
+    :mod:`pooltk.logs._fast`); ``tps``'s thousands commas are summed digit by digit (at most 15
+    digits, so exact). A line differing in any byte class, label or delimiter is left to
+    :func:`parse`; tests/logs/test_fast_path.py checks the two agree.
+    """
+    import numpy as np
+
+    from pooltk.logs._fast import FLOAT, INT, FastRows, delimiters, first_byte, match_bytes, parse_timestamps, read_spans, window
 
     keys = _canonical_keys(head)
     if keys is None:
         return None
-    pattern = re.compile(
-        rb"(?m)^(?:\[titan\] )?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - [^ \n\r]+ - [A-Z]+ - step: *(\d{1,18})"
-        + b"".join(_FAST_PARTS[k] for k in keys[1:]) + rb"$"
-    )
-    matches = list(pattern.finditer(data))
-    if not matches:
+    buf = lines.buf
+    last = buf.size - 1
+
+    def at(p: np.ndarray) -> np.ndarray:
+        return buf[np.clip(p, 0, last)]
+
+    n_colon = 2 + len(keys)
+    pos, count, first = delimiters(lines, ord(":"))
+    no_cr = delimiters(lines, 13)[1] == 0 if lines.has_cr else True
+    cand = np.flatnonzero((count == n_colon) & no_cr & (lines.ends - lines.starts >= 40))
+    if cand.size == 0:
         return None
-    offsets = [m.start() for m in matches]
-    cols = list(zip(*(m.groups() for m in matches), strict=True))
-    del matches
-    line_index = np.searchsorted(lines.starts, np.asarray(offsets, dtype=np.int64), side="right") - 1
-    out: dict[str, Any] = {}
-    starts = np.asarray(offsets, dtype=np.int64)
-    titan = lines.buf[np.minimum(starts, lines.buf.size - 1)] == ord("[")  # '[titan] ' before the stamp
-    stamps, _ = parse_timestamps(lines, starts + np.where(titan, 8, 0), "YYYY-MM-DD hh:mm:ss,fff")
-    out["timestamp"] = stamps
-    out["step"] = np.array(cols[1], dtype="S18").astype(np.int64)
-    j = 2
-    for key in keys[1:]:
+    starts, ends = lines.starts[cand], lines.ends[cand]
+    colons = pos[first[cand][:, None] + np.arange(n_colon)]
+    titan = match_bytes(lines, starts, b"[titan] ")
+    ts0 = starts + np.where(titan, 8, 0)
+    stamps, ok = parse_timestamps(lines, ts0, "YYYY-MM-DD hh:mm:ss,fff")
+    ok &= (colons[:, 0] == ts0 + 13) & (colons[:, 1] == ts0 + 16) & match_bytes(lines, ts0 + 23, b" - ")
+    c = colons[:, 2:]
+    ok &= match_bytes(lines, c[:, 0] - 14, b" - INFO - step")
+    name_end = c[:, 0] - 14
+    ok &= (name_end > ts0 + 26) & (name_end - (ts0 + 26) <= 40)
+    ok &= first_byte(lines, ts0 + 26, name_end, 32, width=48) < 0  # the logger name has no space
+    # value spans: after each colon at least one space, then the value up to two spaces before the next label
+    v0 = c + 1
+    ok &= (at(v0) == 32).all(axis=1)
+    for _ in range(16):
+        sp = at(v0) == 32
+        if not sp.any():
+            break
+        v0 = v0 + sp
+    v1 = np.empty_like(v0)
+    for j in range(1, len(keys)):
+        label = keys[j].encode()
+        ok &= match_bytes(lines, c[:, j] - len(label) - 2, b"  " + label)
+        v1[:, j - 1] = c[:, j] - len(label) - 2
+    v1[:, -1] = ends
+    ok &= (v1 > v0).all(axis=1) & (v1 - v0 <= 32).all(axis=1)
+    spans0: list[np.ndarray] = [v0[:, 0]]
+    spans1: list[np.ndarray] = [v1[:, 0]]
+    classes, names = [INT], ["step"]
+    columns_extra: dict[str, np.ndarray] = {}
+    for j, key in enumerate(keys[1:], start=1):
+        a, b = v0[:, j], v1[:, j]
         if key == "memory":
-            out["mem_gib"] = np.array(cols[j], dtype="S32").astype(np.float64)
-            out["mem_pct"] = np.array(cols[j + 1], dtype="S32").astype(np.float64)
-            j += 2
-            continue
-        raw = cols[j]
-        j += 1
-        if key in ("tps", "wps", "tflops"):
-            values = np.array([float(v.replace(b",", b"")) for v in raw], dtype=np.float64)
-        else:
-            values = np.array(raw, dtype="S32").astype(np.float64)
-        column = {"loss": "loss", "grad_norm": "grad_norm", "tps": "tok_per_s_logged", "wps": "tok_per_s_logged",
-                  "tflops": "tflops_per_gpu_logged", "mfu": "mfu_pct_logged"}[key]
-        out[column] = values
+            g = first_byte(lines, a, b, ord("G"), width=32)
+            ok &= (g > a) & match_bytes(lines, np.maximum(g, 0), b"GiB(") & match_bytes(lines, b - 2, b"%)") & (b - 2 > g + 4)
+            g = np.where(g > a, g, a + 1)
+            for s0, s1 in ((a, g), (g + 4, b - 2)):  # the per-line reader's memory number excludes e/E
+                w = window(lines, s0, 32)
+                inside = np.arange(32)[None, :] < (s1 - s0)[:, None]
+                ok &= ~(((w == ord("e")) | (w == ord("E"))) & inside).any(axis=1)
+            spans0 += [a, g + 4]
+            spans1 += [g, b - 2]
+            classes += [FLOAT, FLOAT]
+            names += ["mem_gib", "mem_pct"]
+        elif key in ("tps", "wps", "tflops"):
+            value, good = _comma_number(window(lines, a, 24), b - a)
+            ok &= good
+            columns_extra["tflops_per_gpu_logged" if key == "tflops" else "tok_per_s_logged"] = value
+        elif key == "mfu":
+            ok &= (at(b - 1) == ord("%")) & (at(b - 2) != ord("%"))
+            spans0.append(a)
+            spans1.append(b - 1)
+            classes.append(FLOAT)
+            names.append("mfu_pct_logged")
+        else:  # loss, grad_norm
+            spans0.append(a)
+            spans1.append(b)
+            classes.append(FLOAT)
+            names.append(key)
+    keep = np.flatnonzero(ok)
+    read = read_spans(lines, np.stack(spans0, axis=1)[keep], np.stack(spans1, axis=1)[keep], classes, names)
+    if read is None:
+        return None
+    columns, accepted = read
+    rows = keep[accepted]
+    out = dict(columns)
+    out["timestamp"] = stamps[rows]
+    for name, values in columns_extra.items():
+        out[name] = values[rows]
     if "tok_per_s_logged" in out:
         out["tok_per_s_per_gpu_logged"] = out["tok_per_s_logged"]
     placeholder = out["loss"] == -1.0
     out["loss"] = np.where(placeholder, np.nan, out["loss"])
-    return FastRows(line_index=line_index.astype(np.int64), columns=out, keys=keys, kind="train",
-                    n_placeholder=int(placeholder.sum()))
+    return FastRows(line_index=cand[rows], columns=out, keys=keys, kind="train", n_placeholder=int(placeholder.sum()))

@@ -223,3 +223,15 @@ def test_torchtitan_fixtures_and_real_logs_read_the_same_both_ways(shared_dir):
         paths += sorted(real.glob("torchtitan-*.log"))
     for p in paths:
         _assert_same(read_log_file(p, engine="python"), read_log_file(p, engine="auto"))
+
+
+def test_the_torchtitan_fast_path_reads_every_canonical_line():
+    from pooltk.logs import torchtitan
+    from pooltk.logs._fast import split_lines
+
+    text = "\n".join(_titan_line(s, tps=f"{s * 1001:,}", tflops=f"{s * 37.5:,.2f}") for s in range(1, 500)) + "\n"
+    data = text.encode()
+    rows = torchtitan.fast_rows(data, split_lines(data), text.splitlines())
+    assert rows is not None and len(rows) == 499
+    assert list(rows.columns["tok_per_s_logged"][:3]) == [1001.0, 2002.0, 3003.0]
+    assert rows.columns["tflops_per_gpu_logged"][99] == float(f"{100 * 37.5:,.2f}".replace(",", ""))
