@@ -103,7 +103,7 @@ class FuzzStage(nn.Module):
         if b == "view":
             return h.view(-1, h.shape[-1]).view(h.shape)
         if b == "slice":
-            return h.narrow(1, 0, max(1, h.shape[1] - 1))
+            return h.narrow(0, 0, max(1, h.shape[0] - 1))  # fewer rows: a contiguous view
         if b == "passthrough":
             return h
         if b == "residual_detach":

@@ -201,7 +201,10 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             for st in stages:
                 kept = getattr(st.submod, "kept", None)
                 if kept:
-                    digests.append(_digest(kept))
+                    # Step 0 also runs torch's shape inference, whose forward reads uninitialised example
+                    # inputs: what a hook kept then differs run to run, stock included. Digest later steps.
+                    if step > 0:
+                        digests.append(_digest(kept))
                     kept.clear()
             step_times.append(time.perf_counter() - t0)
             step_end_unix.append(time.time())
