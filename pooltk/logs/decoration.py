@@ -281,10 +281,12 @@ def _strip_vectorised(data: bytes, n_lines: int) -> tuple[bytes, Decoration]:  #
         active = active[moved]
     decorated = pos > starts
     n_decorated = int(decorated.sum())
-    if n_decorated:  # keep [pos, next line's start) of every line
-        view = memoryview(data)
-        nxt = np.concatenate((starts[1:], [buf.size])).tolist()
-        data = b"".join([view[p:e] for p, e in zip(pos.tolist(), nxt, strict=True)])
+    if n_decorated:  # drop [start, pos) of every decorated line: the dropped offsets, built without a Python loop
+        lo, cut = starts[decorated], (pos - starts)[decorated]
+        first = np.repeat(lo - np.concatenate(([0], np.cumsum(cut)[:-1])), cut)
+        keep = np.ones(buf.size, dtype=bool)
+        keep[first + np.arange(int(cut.sum()))] = False
+        data = buf[keep].tobytes()
     task = np.where(task >= 0, task, replica)
     return data, Decoration(n_lines=n_lines, n_decorated=n_decorated, rank=_or_none(rank), task=_or_none(task),
                             kinds=_kinds(bytes(padded[: min(buf.size, 1 << 20)])) if n_decorated else ())
