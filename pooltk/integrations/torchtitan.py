@@ -12,17 +12,37 @@ as ``__main__`` (``runpy``), exactly as ``python -m torchtitan.train`` would. po
 are ``--pooltk.<field> VALUE`` (removed from the arguments torchtitan sees) or environment
 variables ``POOLTK_<FIELD>`` (``POOLTK_POLICY=tight``); fields: ``policy``, ``slack``,
 ``grad_slack``, ``guard`` (true/false), ``schedule`` (``1f1b`` or ``auto``), ``enable``
-(false: run torchtitan stock through the same entry). Flags win over the environment.
+(false: run torchtitan stock through the same entry), ``device`` (``auto``: torchtitan's own
+choice; ``cpu``: see [Note: torchtitan device]). Flags win over the environment.
+
+[Note: torchtitan device]
+torchtitan 0.3.0 picks its device once, at import of ``torchtitan.tools.utils``, as
+``_get_available_device_type() or "cuda"``, and has no config field for it, so on a machine
+without an accelerator it asks for CUDA. ``--pooltk.device cpu`` imports that module with
+torch's ``_get_available_device_type`` answering ``cpu`` and ``_get_device_module("cpu")``
+answering :func:`pooltk.integrations.cpu_device.cpu_device_module` (``torch.cpu`` plus the five
+memory functions torchtitan's metrics call; both restored right after), before any other
+torchtitan module binds ``device_type``; nothing else changes. It applies with
+``--pooltk.enable false`` too, so stock and pooled runs go through the same entry.
 
 [Note: torchtitan gating]
 torchtitan builds its schedule from ``--parallelism.pipeline_parallel_schedule`` with torch's
 ``get_schedule_class``; pooltk observes the schedule that sets each stage up, so with
 ``schedule=1f1b`` (default) only ``Schedule1F1B`` stages are pooled and other schedules keep
 stock buffers with pooltk's warning; ``schedule=auto`` pools every schedule pooltk analyses.
+[Note: install line in the trainer log]
+pooltk installs before torchtitan configures logging, so the ``pooltk`` logger's install line
+(``pooltk: installed (...)``, the line ``pooltk logs`` tags a run as pooled by) would go to no
+handler. When that is so, the entry logs the install report's lines again on rank 0 (``RANK``)
+right after torchtitan's ``init_logger`` has run, so they land in the trainer's own log next to
+its banner. With ``--pooltk.enable false`` it logs ``pooltk: not installed (reason=...)`` there,
+so a stock run through the entry is tagged stock rather than unknown.
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
 import os
 import runpy
 import sys
@@ -33,7 +53,7 @@ from pooltk._validate import InputError, check_choice, check_int
 from pooltk.config import POLICIES, PoolConfig
 from pooltk.integrations.common import import_trainer
 
-__all__ = ["PIP", "PROVEN", "TitanPoolOptions", "install", "main", "options_from"]
+__all__ = ["PIP", "PROVEN", "TitanPoolOptions", "force_device", "install", "main", "options_from"]
 
 PROVEN: dict[str, str] = {"torchtitan": "0.3.0", "torch": "2.14.1"}
 """The versions this entry was proven on (bitwise parity, scripts/integration)."""
@@ -41,7 +61,8 @@ PROVEN: dict[str, str] = {"torchtitan": "0.3.0", "torch": "2.14.1"}
 PIP = 'pip install "torch==2.14.1" && pip install "torch==2.14.1" "torchtitan==0.3.0" triton'
 """How to get the trainer (torchtitan 0.3.0 calls torch 2.14 APIs and imports triton)."""
 
-FIELDS: tuple[str, ...] = ("enable", "policy", "slack", "grad_slack", "guard", "schedule")
+FIELDS: tuple[str, ...] = ("enable", "policy", "slack", "grad_slack", "guard", "schedule", "device")
+DEVICES: tuple[str, ...] = ("auto", "cpu")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -57,6 +78,9 @@ class TitanPoolOptions:
 
     schedule: str = "1f1b"
     """``1f1b`` (pool Schedule1F1B only) or ``auto``; see [Note: torchtitan gating]."""
+
+    device: str = "auto"
+    """``auto`` (torchtitan's choice) or ``cpu``; see [Note: torchtitan device]."""
 
 
 def _bool(what: str, text: str) -> bool:
@@ -105,8 +129,39 @@ def options_from(argv: Sequence[str], env: Mapping[str, str] | None = None) -> t
     guard = _bool("--pooltk.guard", raw.get("guard", "true"))
     schedule = check_choice("--pooltk.schedule", raw.get("schedule", "1f1b"), ("1f1b", "auto"),
                             fix="use 1f1b (pool 1F1B only) or auto (every schedule pooltk analyses).")
+    device = check_choice("--pooltk.device", raw.get("device", "auto"), DEVICES,
+                          fix="use auto (torchtitan picks) or cpu (CPU/gloo runs).")
     config = PoolConfig(policy=policy, slack=ints["slack"], grad_slack=ints["grad_slack"], guard=guard)
-    return TitanPoolOptions(enable=enable, config=config, schedule=schedule), rest
+    return TitanPoolOptions(enable=enable, config=config, schedule=schedule, device=device), rest
+
+
+def force_device(device: str) -> None:
+    """Make torchtitan run on ``device`` (``cpu``); ``auto`` leaves its choice. [Note: torchtitan device]
+
+    Raises:
+        InputError: torchtitan's device module was already imported with another device.
+    """
+    if device == "auto":
+        return
+    name = "torchtitan.tools.utils"
+    if name not in sys.modules:
+        import torch._utils as torch_utils
+
+        from pooltk.integrations.cpu_device import cpu_device_module
+
+        found_type, found_module = torch_utils._get_available_device_type, torch_utils._get_device_module
+        module = cpu_device_module()
+        torch_utils._get_available_device_type = lambda: device
+        torch_utils._get_device_module = lambda kind=None: module if kind in (None, device) else found_module(kind)
+        try:
+            importlib.import_module(name)
+        finally:
+            torch_utils._get_available_device_type, torch_utils._get_device_module = found_type, found_module
+    found = sys.modules[name].device_type
+    if found != device:
+        raise InputError("--pooltk.device", found=f"torchtitan already imported with device {found!r}",
+                         required=f"{device!r} chosen before torchtitan.tools.utils is imported",
+                         fix="launch through python -m pooltk.integrations.torchtitan, not after importing torchtitan.")
 
 
 def install(options: TitanPoolOptions):
@@ -118,11 +173,35 @@ def install(options: TitanPoolOptions):
     return pooltk.install(options.config, schedule=options.schedule)
 
 
+def log_after_trainer_logger(lines: Sequence[tuple[int, str]]) -> None:
+    """Log ``(level, message)`` lines on rank 0 once torchtitan's ``init_logger`` has run.
+
+    See [Note: install line in the trainer log].
+    """
+    module = importlib.import_module("torchtitan.tools.logging")
+    original = module.init_logger
+
+    def init_logger(*args, **kwargs):
+        result = original(*args, **kwargs)
+        if os.environ.get("RANK", "0") == "0":
+            for level, message in lines:
+                logging.getLogger("pooltk").log(level, message)
+        return result
+
+    module.init_logger = init_logger
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """The launcher: install pooltk in this rank, then run ``torchtitan.train`` as ``__main__``."""
     options, rest = options_from(sys.argv[1:] if argv is None else argv)
     import_trainer("torchtitan", trainer="torchtitan", pip=PIP)
-    install(options)
+    force_device(options.device)
+    unheard = not logging.getLogger("pooltk").hasHandlers()
+    report = install(options)
+    if unheard:
+        lines = ([(e.level, e.message) for e in report.events] if report is not None else
+                 [(logging.WARNING, "pooltk: not installed (reason=--pooltk.enable false: torchtitan runs stock)")])
+        log_after_trainer_logger(lines)
     sys.argv = ["torchtitan.train", *rest]
     runpy.run_module("torchtitan.train", run_name="__main__", alter_sys=True)
 

@@ -13,9 +13,17 @@ import pytest
 from pooltk._validate import InputError
 from pooltk.integrations import torchtitan as tt
 
+FAKE_LOGGING = textwrap.dedent("""
+    import logging, sys
+    def init_logger():
+        logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="[titan] %(name)s - %(message)s")
+""")
+
 FAKE_TRAIN = textwrap.dedent("""
     import json, sys
     import pooltk
+    from torchtitan.tools.logging import init_logger
+    init_logger()
     report = pooltk.installed()
     print("FAKE-TITAN " + json.dumps({
         "argv": sys.argv[1:],
@@ -61,13 +69,18 @@ def _run_entry(tmp_path, *args, env=None):
     pkg.mkdir(exist_ok=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "train.py").write_text(FAKE_TRAIN)
+    (pkg / "tools").mkdir(exist_ok=True)
+    (pkg / "tools" / "__init__.py").write_text("")
+    (pkg / "tools" / "logging.py").write_text(FAKE_LOGGING)
     run_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
                    **(env or {}))
     proc = subprocess.run([sys.executable, "-m", "pooltk.integrations.torchtitan", *args],
                           env=run_env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("FAKE-TITAN "))
-    return json.loads(line[len("FAKE-TITAN "):])
+    seen = json.loads(line[len("FAKE-TITAN "):])
+    seen["log"] = proc.stdout
+    return seen
 
 
 def test_entry_installs_pooltk_before_torchtitan_train_runs_as_main(tmp_path):
@@ -76,6 +89,32 @@ def test_entry_installs_pooltk_before_torchtitan_train_runs_as_main(tmp_path):
     assert seen["name"] == "__main__"
     assert seen["argv"] == ["--module", "llama3", "--training.steps", "5"]
     assert seen["installed"] is True and seen["config"]["slack"] == 0 and seen["schedule"] == "auto"
+
+
+def test_install_line_reaches_the_trainer_log_after_its_logger_is_set_up(tmp_path):
+    log = _run_entry(tmp_path, "--pooltk.slack", "0", "--pooltk.schedule", "auto")["log"]
+    assert "[titan] pooltk - pooltk: installed (policy=tight, slack=0, grad_slack=1, schedule=auto" in log
+
+
+def test_stock_run_through_the_entry_is_logged_as_not_installed(tmp_path):
+    log = _run_entry(tmp_path, env={"POOLTK_ENABLE": "false"})["log"]
+    assert "[titan] pooltk - pooltk: not installed (reason=--pooltk.enable false" in log
+    assert "pooltk: installed" not in log
+
+
+def test_device_cpu_is_refused_when_torchtitan_already_chose_another(monkeypatch):
+    import types
+    monkeypatch.setitem(sys.modules, "torchtitan.tools.utils", types.SimpleNamespace(device_type="cuda"))
+    with pytest.raises(InputError) as err:
+        tt.force_device("cpu")
+    assert err.value.what == "--pooltk.device" and "cuda" in str(err.value)
+
+
+def test_cpu_device_module_answers_index_zero_and_no_allocator_statistics():
+    from pooltk.integrations.cpu_device import cpu_device_module
+    module = cpu_device_module()
+    assert module.current_device() == 0 and module.memory_stats() == {}
+    assert module.get_device_properties().total_memory > 0 and module.device_count() == 1
 
 
 def test_entry_with_enable_false_runs_torchtitan_stock(tmp_path):
