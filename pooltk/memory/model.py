@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import TYPE_CHECKING, Any, Literal
 
-from pooltk._validate import InputError, check_int
+from pooltk._validate import InputError, check_choice, check_int
 from pooltk.config import PoolConfig
 from pooltk.pool.sizing import live_set_1f1b, ring_sizes, stock_sets
 
@@ -135,15 +135,8 @@ class UnpoolableScheduleError(MemoryModelError):
 
 def to_unit(n_bytes: float, unit: str) -> float:
     """``n_bytes`` expressed in ``unit`` (one of :data:`BYTES_PER_UNIT`)."""
-    try:
-        return n_bytes / BYTES_PER_UNIT[unit]
-    except KeyError:
-        raise MemoryModelError(
-            "unit",
-            found=repr(unit),
-            required=f"one of {', '.join(BYTES_PER_UNIT)}",
-            fix="use 'gib' (2**30 bytes) or 'gb' (1e9 bytes).",
-        ) from None
+    check_choice("unit", unit, BYTES_PER_UNIT, fix="use 'gib' (2**30 bytes) or 'gb' (1e9 bytes).", error=MemoryModelError)
+    return n_bytes / BYTES_PER_UNIT[unit]
 
 
 def _positive_int(what: str, value: Any, fix: str) -> int:
@@ -453,11 +446,7 @@ _SETS_FIELD = {v: ("live_sets" if v == "live_set" else f"{v}_sets") for v in VAR
 
 
 def _variant(variant: str) -> str:
-    if variant not in VARIANTS:
-        raise MemoryModelError(
-            "variant", found=repr(variant), required=f"one of {', '.join(VARIANTS)}", fix="pick a listed variant."
-        )
-    return variant
+    return check_choice("variant", variant, VARIANTS, fix="pick a listed variant.", error=MemoryModelError)
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -90,5 +90,5 @@ def test_every_preset_states_its_assumption_and_labels_each_figure():
 
 
 def test_unknown_preset_lists_the_known_names():
-    with pytest.raises(MemoryModelError, match=r"preset: found 'k3'; required one of kimi-k3-gb200-2k-calibrated.*--list-presets"):
+    with pytest.raises(MemoryModelError, match=r"preset: found 'k3'; required one of 'kimi-k3-gb200-2k-calibrated'.*--list-presets"):
         get_preset("k3")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pooltk._validate import check_choice
 from pooltk.config import PoolConfig
 from pooltk.memory.model import Boundary, MemoryModelError, PipelineShape, TensorSpec
 from pooltk.memory.source import Figure, Preset
@@ -155,15 +156,9 @@ def preset_names() -> list[str]:
 
 def get_preset(name: str) -> Preset:
     """The preset called ``name``; a clear error listing the names otherwise."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise MemoryModelError(
-            "preset",
-            found=repr(name),
-            required=f"one of {', '.join(PRESETS)}",
-            fix="run `pooltk memory --list-presets` to see them with their provenance.",
-        ) from None
+    check_choice("preset", name, PRESETS, fix="run `pooltk memory --list-presets` to see them with their provenance.",
+                 error=MemoryModelError)
+    return PRESETS[name]
 
 
 def published_vs_model(preset: Preset) -> Any:
