@@ -41,6 +41,11 @@ def variant_spec(name: str) -> dict:
         "automodel_pool_gpipe_forced": dict(schedule="gpipe", pool="automodel", slack=0, forced=True),
         "pooltk_gpipe_forced": dict(schedule="gpipe", pool="pooltk", policy="tight", slack=0, grad_slack=0,
                                     gate="gpipe", forced=True),
+        # a forward-only step whose last stage returns a view of its received input (alias_eval)
+        "stock_alias_eval": dict(schedule="1f1b", pool="stock", alias_eval=True),
+        "automodel_pool_alias_eval": dict(schedule="1f1b", pool="automodel", slack=2, alias_eval=True),
+        "pooltk_alias_eval": dict(schedule="1f1b", pool="pooltk", policy="tight", slack=0, grad_slack=0,
+                                  alias_eval=True),
     }
     return specs[name]
 
@@ -52,6 +57,37 @@ def params_hash(parts: list[torch.nn.Module]) -> str:
             h.update(f"{i}.{name}".encode())
             h.update(p.detach().contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+def alias_eval(info, inputs: torch.Tensor, target: torch.Tensor) -> str | None:
+    """One forward-only step whose last stage returns a view of what it received.
+
+    A forward hook on the last stage's module replaces its output by ``x.view(x.shape)`` of its
+    first floating-point input (the hidden states it received), so every microbatch's output
+    in ``output_chunks`` shares storage with that microbatch's receive buffer until the
+    schedule merges them at the end of the step. The schedule's loss runs on each output right
+    after its forward (``target`` indexes the hidden size, as the output is the hidden state).
+    Returns a sha256 of the merged output's bytes on the last stage (None elsewhere).
+    """
+
+    def passthrough(_module, args, kwargs, _output):
+        x = next(t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.is_floating_point())
+        return x.view(x.shape)
+
+    handles = [s.submod.register_forward_hook(passthrough, with_kwargs=True) for s in info.stages if s.is_last]
+    try:
+        with torch.no_grad():
+            if info.has_first_stage:
+                out = info.schedule.eval(inputs, target=target)
+            else:
+                out = info.schedule.eval(target=target)
+    finally:
+        for h in handles:
+            h.remove()
+    if not info.has_last_stage:
+        return None
+    out = out if isinstance(out, torch.Tensor) else out[0]
+    return hashlib.sha256(out.detach().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
 def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
@@ -127,10 +163,14 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
         times.append(time.perf_counter() - t0)
         if losses is not None:
             losses_all.append(torch.stack([torch.as_tensor(x).float() for x in losses]).sum().item().hex())
+    if spec.get("alias_eval"):
+        tokens = torch.randint(0, VOCAB, (args.microbatches, SEQ), generator=gen)
+        target = torch.randint(0, HIDDEN, (args.microbatches, SEQ), generator=gen)
+        record["eval_sha256"] = alias_eval(info, tokens, target)
     record.update(losses=losses_all, params_sha256=params_hash(parts), step_s=times,
                   recv={str(s.stage_index): measure_recv_storage(s) for s in info.stages},
-                  rings={str(s.stage_index): {d: getattr(r, "size", None) for d, r in pooltk.stage_rings(s).items()}
-                         for s in info.stages},
+                  rings={str(s.stage_index): {d: {"size": getattr(r, "size", None), "rehomes": getattr(r, "rehomes", None)}
+                                              for d, r in pooltk.stage_rings(s).items()} for s in info.stages},
                   torch=torch.__version__, ok=True)
     return record
 

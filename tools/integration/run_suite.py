@@ -29,20 +29,25 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCHES: dict[str, list[list[str]]] = {
     "automodel": [
         ["stock", "pooltk_tight", "pooltk_live", "pooltk_automodel_policy", "stock_interleaved",
-         "pooltk_auto_interleaved", "stock_gpipe", "automodel_pool_s2"],
+         "pooltk_auto_interleaved", "stock_gpipe", "stock_alias_eval", "pooltk_alias_eval", "automodel_pool_s2"],
         ["automodel_pool_s0", "automodel_pool_gpipe_forced"],
+        ["automodel_pool_alias_eval"],
         ["pooltk_gpipe_forced"],
     ],
 }
 BASELINE = {"1f1b": "stock", "Interleaved1F1B": "stock_interleaved", "gpipe": "stock_gpipe"}
+EVAL_BASELINE = "stock_alias_eval"
+"""The stock run of the forward-only step whose last stage returns a view of its input."""
 EXPECT = {
     # variant -> what a correct run shows (the claims the suite checks)
     "automodel_pool_gpipe_forced": "diverges",     # the original, forced outside its gate: silent
     "pooltk_gpipe_forced": "PoolOverrunError",     # pooltk's guard stops it
+    "automodel_pool_alias_eval": "eval_diverges",  # the original hands out outputs it then overwrites
 }
 COLUMNS = ["trainer", "trainer_version", "torch", "pp", "microbatches", "steps", "variant", "schedule",
            "pool_impl", "stage", "recv_forward_bytes", "recv_grad_bytes", "recv_bytes", "stock_recv_bytes",
-           "losses_equal_stock", "params_equal_stock", "step_time_ratio", "outcome", "claim_ok"]
+           "losses_equal_stock", "params_equal_stock", "step_time_ratio", "outcome", "claim_ok", "eval_equal_stock",
+           "ring_sets", "rehomes"]
 
 
 def _records(out: Path) -> list[dict]:
@@ -78,12 +83,20 @@ def compare(records: list[dict], *, trainer: str, version: str, steps: int, micr
                            params_equal_stock=r["params_sha256"] == base["params_sha256"],
                            step_time_ratio=round(_steady(r["step_s"]) / _steady(base["step_s"]), 3),
                            outcome="ok")
+                rings = r.get("rings", {}).get(stage, {})
+                if rings:  # pooled: sets per ring and copy-on-conflict re-homes over the run (all directions)
+                    row["ring_sets"] = " ".join(f"{d}:{v['size']}" for d, v in sorted(rings.items()))
+                    row["rehomes"] = sum(v.get("rehomes") or 0 for v in rings.values())
+                eval_base = by.get((pp, EVAL_BASELINE, rank))
+                if r.get("eval_sha256") and eval_base and eval_base.get("eval_sha256"):
+                    row["eval_equal_stock"] = r["eval_sha256"] == eval_base["eval_sha256"]
             else:
                 row.update(outcome=r.get("error_type", "no baseline"), losses_equal_stock="", params_equal_stock="")
             expected = EXPECT.get(variant, "bitwise")
             if expected == "bitwise":
-                row["claim_ok"] = row["outcome"] == "ok" and row["losses_equal_stock"] and row["params_equal_stock"]
-            elif expected == "diverges":
+                row["claim_ok"] = (row["outcome"] == "ok" and row["losses_equal_stock"] and row["params_equal_stock"]
+                                   and row.get("eval_equal_stock") is not False)
+            elif expected in ("diverges", "eval_diverges"):
                 row["claim_ok"] = row["outcome"] == "ok"  # judged per variant below (any rank differs)
             else:
                 row["claim_ok"] = None  # judged per variant below (some rank raised it)
@@ -95,6 +108,9 @@ def compare(records: list[dict], *, trainer: str, version: str, steps: int, micr
             if expected == "diverges":
                 ok = bool(mine) and all(r["outcome"] == "ok" for r in mine) and \
                     any(r["params_equal_stock"] is False or r["losses_equal_stock"] is False for r in mine)
+            elif expected == "eval_diverges":
+                ok = bool(mine) and all(r["outcome"] == "ok" for r in mine) and \
+                    any(r.get("eval_equal_stock") is False for r in mine)
             else:
                 ok = any(r["outcome"] == expected for r in mine)
             for r in mine:

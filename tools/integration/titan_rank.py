@@ -7,7 +7,8 @@ torchtitan's own), exactly the code path of ``-m pooltk.integrations.torchtitan`
 three things without changing what runs: every ``PipelineStage`` built (a reference kept at
 construction), every ``MetricsProcessor.log`` call's step and losses (the float values torchtitan
 prints with 5 decimals, kept as ``float.hex``), and after training this rank's receive bytes per
-stage (``pooltk.parity.measure_recv_storage``) and a sha256 of its stages' parameter bytes. One JSON
+stage (``pooltk.parity.measure_recv_storage``), each pooled ring's size and re-home count
+(copy on conflict), and a sha256 of its stages' parameter bytes. One JSON
 line per rank goes to ``FILE``; a rank that raises writes the error and exits 3.
 """
 
@@ -85,6 +86,8 @@ def main() -> None:
     record.update(ok=True, torch=torch.__version__, logged=logged,
                   installed=bool(report is not None and report.installed),
                   recv={str(s.stage_index): measure_recv_storage(s) for s in stages},
+                  rings={str(s.stage_index): {d: {"size": getattr(r, "size", None), "rehomes": getattr(r, "rehomes", None)}
+                                              for d, r in pooltk.stage_rings(s).items()} for s in stages},
                   params_sha256=_params_sha256(stages))
     with open(record_path, "a") as f:
         f.write(json.dumps(record) + "\n")
