@@ -10,7 +10,10 @@ runs headless without the trainer venvs.
 parameter byte with the stock run of the same schedule (same seeds), so True means bitwise
 equality, not closeness. ``claim_ok`` is the suite's verdict for the variant: bitwise equality
 for pooled variants, silent divergence for Automodel's pool forced under GPipe, and
-``PoolOverrunError`` on some rank for pooltk forced under GPipe.
+``PoolOverrunError`` on some rank for pooltk forced under GPipe. ``eval_equal_stock`` (the
+``*_alias_eval`` variants only) compares a sha256 of the merged output of one forward-only step
+whose last stage returns a view of its received input with the stock run of that step; the
+suite's verdict for Automodel's pool there is a silent difference, for pooltk bitwise equality.
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ from pooltk._validate import InputError
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["COLUMNS_SIDE_BY_SIDE", "claims", "load_table", "recorded_tables", "side_by_side"]
+__all__ = ["COLUMNS_SIDE_BY_SIDE", "EXPECTED_TO_DIFFER", "claims", "load_logs", "load_table", "recorded_tables",
+           "side_by_side"]
+
+EXPECTED_TO_DIFFER = ("automodel_pool_gpipe_forced", "pooltk_gpipe_forced", "automodel_pool_alias_eval")
+"""Negative controls: variants whose claim is a divergence or an error, not bitwise equality."""
 
 SIDE_BY_SIDE: dict[str, str] = {
     "stock": "stock",
@@ -39,10 +46,35 @@ REQUIRED = ("trainer", "pp", "variant", "stage", "recv_bytes", "losses_equal_sto
             "step_time_ratio", "outcome", "claim_ok")
 
 
-def recorded_tables() -> list[str]:
-    """Names of the recorded tables shipped with pooltk, oldest first."""
+LOG_REQUIRED = ("pp", "variant", "n_steps", "first_step", "last_step", "pool_read", "pool_expected", "claim_ok")
+
+
+def recorded_tables(kind: str = "rows") -> list[str]:
+    """Names of the recorded tables shipped with pooltk, oldest first.
+
+    ``kind="rows"``: the suite's rows (``trainers_<date>.csv``); ``"logs"``: what ``pooltk logs``
+    read from each torchtitan launch's own log (``trainers_<date>_logs.csv``).
+    """
     folder = resources.files("pooltk.integrations") / "data"
-    return sorted(p.name for p in folder.iterdir() if p.name.startswith("trainers_") and p.name.endswith(".csv"))
+    names = [p.name for p in folder.iterdir() if p.name.startswith("trainers_") and p.name.endswith(".csv")]
+    return sorted(n for n in names if n.endswith("_logs.csv") == (kind == "logs"))
+
+
+def load_logs() -> "pd.DataFrame":
+    """The newest recorded logs table: per torchtitan launch, the steps and pool tag ``pooltk logs`` read."""
+    import pandas as pd
+
+    names = recorded_tables("logs")
+    if not names:
+        raise InputError("recorded logs table", found="none shipped", required="a trainers_*_logs.csv",
+                         fix="run TRAINERS=torchtitan bash scripts/integration; read reports/integration/torchtitan/logs.csv.")
+    with (resources.files("pooltk.integrations") / "data" / names[-1]).open() as f:
+        table = pd.read_csv(f)
+    missing = [c for c in LOG_REQUIRED if c not in table.columns]
+    if missing:
+        raise InputError("logs table columns", found=f"missing {missing}", required=", ".join(LOG_REQUIRED),
+                         fix="record logs.csv written by tools/integration/titan_suite.py.")
+    return table
 
 
 def load_table(path: str | Path | None = None) -> "pd.DataFrame":
@@ -88,6 +120,7 @@ def claims(table: "pd.DataFrame") -> "pd.DataFrame":
     out = grouped.agg(schedule=("schedule", "first"), pool_impl=("pool_impl", "first"),
                       losses_equal_stock=("losses_equal_stock", _all),
                       params_equal_stock=("params_equal_stock", _all),
+                      **({"eval_equal_stock": ("eval_equal_stock", _all)} if "eval_equal_stock" in table.columns else {}),
                       step_time_ratio_max=("step_time_ratio", "max"),
                       outcome=("outcome", lambda s: ", ".join(sorted(set(map(str, s))))),
                       claim_ok=("claim_ok", lambda s: all(str(v) == "True" for v in s)))
