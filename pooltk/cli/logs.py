@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         for name in f.runs:
             skipped[name] = skipped.get(name, 0) + (f.n_skipped if name != f.run else 0)
     frame["skipped_lines"] = frame["run"].map(skipped).fillna(0).astype(int)
+    frame = _with_pool_columns(frame, table)
     if args.json:
         payload = {
             "runs": [],
@@ -117,6 +118,23 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_table(summary, frame, table, peaks)
     return 0
+
+
+_POOL_COLUMNS = ("pooled", "pool_impl", "slack", "layout")
+
+
+def _with_pool_columns(frame: Any, table: Any) -> Any:
+    """The per-run frame with each run's pool columns (missing where the log says nothing), for --json / --csv."""
+    steps = table.steps
+    if any(c not in steps.columns for c in _POOL_COLUMNS):
+        return frame.assign(**{c: None for c in _POOL_COLUMNS})
+    first = steps.groupby("run", observed=True, sort=False)[list(_POOL_COLUMNS)].first()
+    first.index = first.index.astype(str)
+    out = frame.copy()
+    for c in _POOL_COLUMNS:
+        out[c] = [None if str(v) == "<NA>" else (bool(v) if c == "pooled" else (int(v) if c == "slack" else v))
+                  for v in out["run"].astype(str).map(first[c].astype(object))]
+    return out
 
 
 def _pool_label(table: Any) -> dict[str, str]:

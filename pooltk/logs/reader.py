@@ -498,13 +498,15 @@ def _split_runs(frame: Any, data: bytes, deco: Any, report: FileReport, info: Ru
         facts: dict[str, Any] = {}
         if mine:
             chosen = mine[-1]
-            facts = {"pooled": chosen.kind == "installed", "pool_impl": chosen.impl, **{f"pool_{k2}": v for k2, v in chosen.facts.items()}}
-            pooled[seg.index == k] = 1 if chosen.kind == "installed" else 0
+            stages = [pl.facts for pl in pool if lo < pl.line <= hi and pl.kind == "stage"]
+            # Installed, but every stage that reported kept stock (a schedule the gate refused): not pooled.
+            is_pooled = chosen.kind == "installed" and not (stages and not any(s.get("pooled") for s in stages))
+            facts = {"pooled": is_pooled, "pool_impl": chosen.impl, **{f"pool_{k2}": v for k2, v in chosen.facts.items()}}
+            pooled[seg.index == k] = 1 if is_pooled else 0
             impl[k] = chosen.impl
             if "slack" in chosen.facts:
                 slack[k] = chosen.facts["slack"]
             layout[k] = chosen.facts.get("layout")
-            stages = [pl.facts for pl in pool if lo < pl.line <= hi and pl.kind == "stage"]
             if stages:
                 facts["pool_stages"] = stages
         run_infos[name] = info.merged(RunInfo.from_facts(facts, source=report.path)) if facts else info

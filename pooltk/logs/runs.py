@@ -25,7 +25,8 @@ layout=L)`` / ``pooltk: not installed (reason=...)``, both on rank 0, inside any
 (the lines :mod:`pooltk.pool.events` writes; per stage ``pooltk: stage I pooled (fwd ring K/M,
 grad ring K/M)`` or ``pooltk: stage I kept stock (reason=...)`` go to the run's facts).
 The last one in a run's span of lines sets its ``pooled``, ``pool_impl``, ``slack``, ``layout``
-columns; a run with none has them missing (unknown: the log does not say), never False.
+columns; a run with none has them missing (unknown: the log does not say), never False. A run whose
+install line is followed only by ``kept stock`` stage lines (the gate refused its schedule) is not pooled.
 """
 
 from __future__ import annotations

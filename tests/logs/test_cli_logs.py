@@ -57,3 +57,20 @@ def test_bad_flags_exit_2(capsys):
     assert main(["logs", str(FIX / "torchtitan_wps_2024.log"), "--format", "megatron"]) == 2
     assert "--format: found 'megatron'" in capsys.readouterr().err
     assert main(["logs", str(FIX / "torchtitan_wps_2024.log"), "--peak-tflops", "0"]) == 2
+
+
+def test_json_and_csv_carry_each_runs_pool_columns(tmp_path, capsys):
+    body = (FIX / "torchtitan_wps_2024.log").read_text()
+    prefix = "2026-09-14 10:00:00,000 - pooltk - INFO - "
+    (tmp_path / "pooled.log").write_text(
+        prefix + "pooltk: installed (policy=tight, slack=2, grad_slack=1, schedule=1f1b, layout=setup-recv-info)\n" + body)
+    (tmp_path / "unsaid.log").write_text(body)
+    assert main(["logs", str(tmp_path), "--json"]) == 0
+    runs = {r["run"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert {k: runs["pooled"][k] for k in ("pooled", "pool_impl", "slack", "layout")} == {
+        "pooled": True, "pool_impl": "pooltk", "slack": 2, "layout": "setup-recv-info"}
+    assert runs["unsaid"]["pooled"] is None  # the log does not say: missing, never False
+    out = tmp_path / "runs.csv"
+    assert main(["logs", str(tmp_path), "--csv", str(out)]) == 0
+    frame = pd.read_csv(out).set_index("run")
+    assert bool(frame.loc["pooled", "pooled"]) and frame.loc["pooled", "pool_impl"] == "pooltk"

@@ -92,12 +92,15 @@ AUTOMODEL_POOL = "2026-09-14 10:00:00 | INFO | nemo_automodel.components.distrib
 POOLTK_POOL = "2026-09-14 10:00:00 | INFO | pooltk | pooltk: installed (policy=tight, slack=1, grad_slack=1, schedule=Schedule1F1B, layout=setup-recv-info)\n"
 POOLTK_STAGE = "2026-09-14 10:00:00 | INFO | pooltk | pooltk: stage 0 pooled (fwd ring 2/8, grad ring 2/8)\n"
 NOT_POOLED = "2026-09-14 10:00:00 | WARNING | pooltk | pooltk: not installed (reason=schedule ZBV has no bounded in-flight depth)\n"
+KEPT_STOCK = ("2026-09-14 10:00:00 | WARNING | pooltk | pooltk: stage 0 kept stock (reason=schedule 'gpipe' is not allowlisted)\n"
+              "2026-09-14 10:00:00 | WARNING | pooltk | pooltk: stage 1 kept stock (reason=schedule 'gpipe' is not allowlisted)\n")
 
 
 @pytest.mark.parametrize(("install", "pooled", "impl", "slack", "layout"), [
     (AUTOMODEL_POOL, True, "automodel", 2, "per-direction-setup"),
     (POOLTK_POOL + POOLTK_STAGE, True, "pooltk", 1, "setup-recv-info"),
     (NOT_POOLED, False, "pooltk", None, None),
+    (POOLTK_POOL + KEPT_STOCK, False, "pooltk", 1, "setup-recv-info"),  # installed, but the gate kept every stage stock
     ("", None, None, None, None),
 ])
 def test_pool_install_lines_say_which_runs_were_pooled(tmp_path, install, pooled, impl, slack, layout):
