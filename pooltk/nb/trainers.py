@@ -26,9 +26,10 @@ from pooltk._validate import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
+    from matplotlib.figure import Figure
 
-__all__ = ["COLUMNS_SIDE_BY_SIDE", "EXPECTED_TO_DIFFER", "claims", "load_logs", "load_table", "recorded_tables",
-           "side_by_side"]
+__all__ = ["COLUMNS_SIDE_BY_SIDE", "EXPECTED_TO_DIFFER", "bytes_figure", "claims", "load_logs", "load_table",
+           "recorded_tables", "side_by_side"]
 
 EXPECTED_TO_DIFFER = ("automodel_pool_gpipe_forced", "pooltk_gpipe_forced", "automodel_pool_alias_eval")
 """Negative controls: variants whose claim is a divergence or an error, not bitwise equality."""
@@ -125,3 +126,23 @@ def claims(table: "pd.DataFrame") -> "pd.DataFrame":
                       outcome=("outcome", lambda s: ", ".join(sorted(set(map(str, s))))),
                       claim_ok=("claim_ok", lambda s: all(str(v) == "True" for v in s)))
     return out.reset_index()
+
+
+def bytes_figure(table: "pd.DataFrame") -> "Figure":
+    """Receive KiB per stage, one panel per (trainer, pp): stock, Automodel's pool, pooltk, the live set."""
+    import matplotlib.pyplot as plt
+
+    wide = side_by_side(table)
+    groups = list(wide.groupby(["trainer", "pp"], sort=False))
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.4), squeeze=False)
+    for ax, ((trainer, pp), part) in zip(axes[0], groups):
+        cols = [c for c in COLUMNS_SIDE_BY_SIDE if c in part.columns and part[c].notna().any()]
+        (part.set_index("stage")[cols] / 2**10).plot.bar(ax=ax, width=0.85, legend=False)
+        ax.set_title(f"{trainer}, pp{pp}", fontsize=10)
+        ax.set_xlabel("stage")
+        ax.set_ylabel("receive KiB (measured on the ranks)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3), fontsize="small", frameon=False)
+    fig.suptitle("receive buffers per stage inside the real trainers (M=8)", fontsize=11)
+    fig.tight_layout(rect=(0, 0.12, 1, 0.95))
+    return fig
