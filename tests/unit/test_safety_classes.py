@@ -1,6 +1,6 @@
 """Issue #11, classes 3-7, single process: each test failed on the pool before the fix (checked in a worktree).
 
-Classes 1-2 (outputs and input gradients aliasing a slot) need real ranks: tests/dist/test_fuzz.py and
+Classes 1-2 (outputs and input gradients aliasing a slot) need real ranks: tests/dist/test_model_fuzz.py and
 tests/dist/test_aliasing_outputs.py.
 """
 
