@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["HOT_METHODS", "Detection", "Layout", "SetupTarget", "detect", "eager_layout"]
+__all__ = ["HOT_METHODS", "STAGE_CLASSES", "Detection", "Layout", "SetupTarget", "detect", "eager_layout",
+           "stage_classes"]
 
 Direction = Literal["forward", "grad"]
 
@@ -82,6 +83,20 @@ def detect() -> Detection:
         reason="no known receive-buffer layout in this torch.distributed.pipelining: " + "; ".join(reasons),
         tried=tuple(reasons),
     )
+
+
+STAGE_CLASSES = ("_PipelineStageBase", "PipelineStage", "_PipelineStage", "_RecvInfo")
+"""The classes of ``torch.distributed.pipelining.stage`` every eager family builds on."""
+
+
+def stage_classes(family: str) -> tuple[object, tuple[type, ...]] | str:
+    """``(stage module, (base, manual, traced, _RecvInfo))``, or why this torch lacks them."""
+    from torch.distributed.pipelining import stage as stage_mod
+
+    found = tuple(getattr(stage_mod, name, None) for name in STAGE_CLASSES)
+    if None in found:
+        return f"{family}: stage classes not found"
+    return stage_mod, found  # type: ignore[return-value]
 
 
 def eager_layout(family: str, stage_mod: object, *, manual_forward: str, traced_forward: str, grad: str) -> Layout | str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import inspect
 
-from pooltk.pool.adapters import Layout, eager_layout
+from pooltk.pool.adapters import Layout, eager_layout, stage_classes
 
 FAMILY = "prepare-infra"
 
@@ -42,14 +42,10 @@ def _takes_buffer(recv_info: type) -> bool:
 
 
 def detect() -> Layout | str:
-    from torch.distributed.pipelining import stage as stage_mod
-
-    base = getattr(stage_mod, "_PipelineStageBase", None)
-    manual = getattr(stage_mod, "PipelineStage", None)
-    traced = getattr(stage_mod, "_PipelineStage", None)
-    recv_info = getattr(stage_mod, "_RecvInfo", None)
-    if None in (base, manual, traced, recv_info):
-        return f"{FAMILY}: stage classes not found"
+    found = stage_classes(FAMILY)
+    if isinstance(found, str):
+        return found
+    stage_mod, (base, _manual, _traced, recv_info) = found
     if "_setup_backward_recv_info" in base.__dict__:
         return f"{FAMILY}: _setup_backward_recv_info present (newer layout)"
     if not hasattr(stage_mod, "_RootArgPlaceholder"):

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import inspect
 
-from pooltk.pool.adapters import Layout, eager_layout
+from pooltk.pool.adapters import Layout, eager_layout, stage_classes
 
 FAMILY = "setup-recv-info"
 
 
 def detect() -> Layout | str:
-    from torch.distributed.pipelining import stage as stage_mod
-
-    base = getattr(stage_mod, "_PipelineStageBase", None)
-    manual = getattr(stage_mod, "PipelineStage", None)
-    traced = getattr(stage_mod, "_PipelineStage", None)
-    recv_info = getattr(stage_mod, "_RecvInfo", None)
-    if None in (base, manual, traced, recv_info):
-        return f"{FAMILY}: stage classes not found"
+    found = stage_classes(FAMILY)
+    if isinstance(found, str):
+        return found
+    stage_mod, (_base, _manual, _traced, recv_info) = found
     if hasattr(recv_info, "allocate_buffer"):
         return f"{FAMILY}: _RecvInfo allocates lazily (that is the lazy layout)"
     params = inspect.signature(recv_info.__init__).parameters
