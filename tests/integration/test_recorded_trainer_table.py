@@ -70,6 +70,8 @@ def test_every_recorded_torchtitan_log_was_read_with_all_steps_and_the_right_poo
     logs = trainers.load_logs()
     assert len(logs) == 16 and logs["claim_ok"].all()
     assert (logs["n_steps"] == 5).all() and (logs["first_step"] == 1).all() and (logs["last_step"] == 5).all()
-    pooled = logs["variant"].str.startswith("pooltk")
+    gated = logs["variant"] == "pooltk_gated_gpipe"  # installed, every stage kept stock by the gate: not pooled
+    pooled = logs["variant"].str.startswith("pooltk") & ~gated
     assert logs[pooled]["pool_read"].str.startswith("pooled=True pool_impl=pooltk").all()
+    assert logs[gated]["pool_read"].str.startswith("pooled=False pool_impl=pooltk").all() and gated.sum() == 2
     assert logs[~pooled]["pool_read"].str.startswith("pooled=False").all()

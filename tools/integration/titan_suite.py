@@ -140,9 +140,14 @@ def pool_read(run: dict) -> str:
 def log_row(pp: int, name: str, log: Path, run: dict, steps: int, last_loss: str | None) -> dict:
     """One logs.csv row; ``last_loss``: the last stage's final loss as torchtitan logged it (float.hex)."""
     spec = VARIANTS[name]
-    pooled_expected = spec["pool"] == "pooltk"  # gated GPipe: installed, its stages kept stock
-    expected = f"pooled=True pool_impl=pooltk slack={spec['flags'].get('slack', '2')}" if pooled_expected else \
-        "pooled=False"
+    # Gated GPipe: installed, but every stage that reported kept stock, so the run reads as not pooled.
+    pooled_expected = spec["pool"] == "pooltk" and name != "pooltk_gated_gpipe"
+    if pooled_expected:
+        expected = f"pooled=True pool_impl=pooltk slack={spec['flags'].get('slack', '2')}"
+    elif spec["pool"] == "pooltk":
+        expected = "pooled=False pool_impl=pooltk"
+    else:
+        expected = "pooled=False"
     read = pool_read(run) if "error" not in run else f"error: {run['error']}"
     loss_ok = last_loss is not None and run.get("final_loss") == round(float.fromhex(last_loss), 5)
     ok = ("error" not in run and run.get("n_steps") == steps and run.get("first_step") == 1
