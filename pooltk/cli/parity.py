@@ -4,45 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
+from pooltk.parity.command import register, spec_from_args
 
-def register(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("shape")
-    g.add_argument("--pp", type=int, default=4, help="pipeline stages = ranks (default 4)")
-    g.add_argument("--microbatches", type=int, default=16, help="microbatches per step (default 16)")
-    g.add_argument("--steps", type=int, default=3, help="optimizer steps per variant (default 3)")
-    g.add_argument("--hidden", type=int, default=64, help="hidden size of the toy model (default 64)")
-    g.add_argument("--seq-len", type=int, default=8, help="tokens per row (default 8)")
-    g.add_argument("--rows", type=int, default=2, help="rows per microbatch (default 2)")
-    p = parser.add_argument_group("pool")
-    p.add_argument("--slack", type=int, default=2)
-    p.add_argument("--grad-slack", type=int, default=1)
-    p.add_argument("--policy", default="tight", choices=["tight", "automodel"])
-    p.add_argument("--schedule", default="1F1B", help="torch schedule name (1F1B, GPipe)")
-    p.add_argument("--frontend", default="manual", choices=["manual", "tracing", "both"])
-    p.add_argument("--force", action="store_true", help="pool even if the schedule is not allowlisted")
-    p.add_argument("--no-guard", action="store_true", help="turn the overrun guard off (shows silent corruption)")
-    p.add_argument("--shortfall", type=int, default=0,
-                   help="experiments: forward ring this many sets below the policy (needs --force)")
-    p.add_argument("--eval-between-steps", action="store_true", help="run schedule.eval after each step")
-    o = parser.add_argument_group("output")
-    o.add_argument("--json", action="store_true", help="machine-readable report (top-level bitwise_equal)")
-    o.add_argument("--timeout", type=float, default=120.0, help="wall-clock bound in seconds (default 120)")
-
-
-def spec_from_args(args: argparse.Namespace):
-    from pooltk.config import PoolConfig
-    from pooltk.parity import ParitySpec, default_variants
-
-    config = PoolConfig(slack=args.slack, grad_slack=args.grad_slack, policy=args.policy, guard=not args.no_guard,
-                        forward_shortfall=args.shortfall)
-    frontends = ("manual", "tracing") if args.frontend == "both" else (args.frontend,)
-    variants = default_variants([config], frontends=frontends, schedule=args.schedule, force=args.force,
-                                eval_between_steps=args.eval_between_steps)
-    return ParitySpec(pp=args.pp, microbatches=args.microbatches, steps=args.steps, hidden=args.hidden,
-                      seq_len=args.seq_len, rows_per_microbatch=args.rows, timeout_s=args.timeout, variants=variants)
+__all__ = ["register", "run", "spec_from_args"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,45 +37,3 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_report(report))
     return 0 if report.bitwise_equal else 1
-
-
-def torchrun_main(argv: list[str] | None = None) -> int:
-    import torch
-    import torch.distributed as dist
-
-    from pooltk.parity import format_report, gather_report
-    from pooltk.parity.worker import run_in_group
-
-    if "RANK" not in os.environ:
-        print("pooltk.parity: RANK is not set; run under torchrun (torchrun --nproc-per-node N -m pooltk.parity), "
-              "or use `pooltk parity`, which spawns its own gloo ranks.", file=sys.stderr)
-        return 2
-    parser = argparse.ArgumentParser(prog="python -m pooltk.parity")
-    register(parser)
-    args = parser.parse_args(argv)
-    if "--pp" not in (argv if argv is not None else sys.argv[1:]):
-        args.pp = int(os.environ["WORLD_SIZE"])
-    spec = spec_from_args(args)
-    import time
-
-    t0 = time.perf_counter()
-    use_cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if use_cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}") if use_cuda else torch.device("cpu")
-    if use_cuda:
-        torch.cuda.set_device(device)
-    records = run_in_group(spec, rank, world, device)
-    gathered: list = [None] * world if rank == 0 else None  # type: ignore[assignment]
-    dist.gather_object(records, gathered, dst=0)
-    ok = torch.tensor([1], device=device)
-    if rank == 0:
-        report = gather_report(spec, gathered, wall_s=time.perf_counter() - t0)
-        if args.json:
-            print(json.dumps(report.to_dict(), indent=2))
-        else:
-            print(format_report(report))
-        ok[0] = int(report.bitwise_equal)
-    dist.broadcast(ok, src=0)
-    dist.destroy_process_group()
-    return 0 if int(ok[0]) else 1

@@ -8,7 +8,7 @@ the report (``--json`` for machine-readable). Exit status 1 on every rank unless
 
 import sys
 
-from pooltk.cli.parity import torchrun_main
+from pooltk.parity.command import torchrun_main
 
 if __name__ == "__main__":
     sys.exit(torchrun_main())
