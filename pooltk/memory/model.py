@@ -225,6 +225,14 @@ class TensorSpec:
         return f"{head}{self.dtype} ({dims}) = {to_unit(self.nbytes, 'mib'):.1f} MiB"
 
 
+def _tensor_specs(field: str, value: Any, required: str, fix: str) -> tuple[TensorSpec, ...]:
+    """``value`` as a non-empty tuple of :class:`TensorSpec`, or a :class:`MemoryModelError` on ``Boundary.<field>``."""
+    specs = tuple(value) if isinstance(value, (tuple, list)) else ()
+    if not specs or not all(isinstance(t, TensorSpec) for t in specs):
+        raise MemoryModelError(f"Boundary.{field}", found=repr(value), required=required, fix=fix)
+    return specs
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Boundary:
     """Every tensor that crosses one stage boundary for one microbatch: one receive-buffer set."""
@@ -236,25 +244,13 @@ class Boundary:
     the activations' shapes and dtypes (the usual case)."""
 
     def __post_init__(self) -> None:
-        acts = tuple(self.activations) if isinstance(self.activations, (tuple, list)) else ()
-        if not acts or not all(isinstance(t, TensorSpec) for t in acts):
-            raise MemoryModelError(
-                "Boundary.activations",
-                found=repr(self.activations),
-                required="a non-empty tuple of TensorSpec",
-                fix="list the tensors one microbatch sends across the boundary, e.g. (TensorSpec(shape=(2, 2048, 7168)),).",
-            )
-        object.__setattr__(self, "activations", acts)
+        object.__setattr__(self, "activations", _tensor_specs(
+            "activations", self.activations, "a non-empty tuple of TensorSpec",
+            "list the tensors one microbatch sends across the boundary, e.g. (TensorSpec(shape=(2, 2048, 7168)),)."))
         if self.grads is not None:
-            grads = tuple(self.grads) if isinstance(self.grads, (tuple, list)) else ()
-            if not grads or not all(isinstance(t, TensorSpec) for t in grads):
-                raise MemoryModelError(
-                    "Boundary.grads",
-                    found=repr(self.grads),
-                    required="None (same as the activations) or a non-empty tuple of TensorSpec",
-                    fix="leave grads=None unless the gradients differ from the activations.",
-                )
-            object.__setattr__(self, "grads", grads)
+            object.__setattr__(self, "grads", _tensor_specs(
+                "grads", self.grads, "None (same as the activations) or a non-empty tuple of TensorSpec",
+                "leave grads=None unless the gradients differ from the activations."))
 
     @property
     def grad_tensors(self) -> tuple[TensorSpec, ...]:

@@ -143,6 +143,24 @@ def run_trainer(trainer: str, pps: list[int], out: Path, python: str, steps: int
     return records, problems
 
 
+def write_rows(out: Path, rows: list[dict], trainer: str) -> list[str]:
+    """Write ``out/rows.csv`` (the suite's table); return one problem per (pp, variant) whose claim failed."""
+    with open(out / "rows.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: row.get(k, "") for k in COLUMNS})
+    failed = sorted({(r["pp"], r["variant"]) for r in rows if r["claim_ok"] is not True})
+    return [f"{trainer} pp{pp} {variant}: claim failed (see {out / 'rows.csv'})" for pp, variant in failed]
+
+
+def finish(problems: list[str]) -> int:
+    """Print every problem and return the suite's exit status (1 when there is any)."""
+    for line in problems:
+        print(f"[integration] FAIL {line}", file=sys.stderr)
+    return 1 if problems else 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trainer", choices=sorted(LAUNCHES), required=True)
@@ -159,18 +177,9 @@ def main() -> int:
                                     args.timeout)
     rows = compare(records, trainer=args.trainer, version=args.version, steps=args.steps,
                    microbatches=args.microbatches)
-    with open(out / "rows.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: row.get(k, "") for k in COLUMNS})
-    failed = sorted({(r["pp"], r["variant"]) for r in rows if r["claim_ok"] is not True})
-    for pp, variant in failed:
-        problems.append(f"{args.trainer} pp{pp} {variant}: claim failed (see {out / 'rows.csv'})")
+    problems += write_rows(out, rows, args.trainer)
     print(f"[integration] {args.trainer}: {len(rows)} rows -> {out / 'rows.csv'}")
-    for line in problems:
-        print(f"[integration] FAIL {line}", file=sys.stderr)
-    return 1 if problems else 0
+    return finish(problems)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ranks import free_port  # noqa: E402
-from run_suite import COLUMNS, compare  # noqa: E402
+from run_suite import compare, finish, write_rows  # noqa: E402
 from titan_assets import write_assets  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -190,25 +190,17 @@ def main() -> int:
             logs.append(log_row(pp, name, log, read_log(sys.executable, log), args.steps, last[0] if last else None))
     rows = compare(records, trainer="torchtitan", version=args.version, steps=args.steps,
                    microbatches=args.microbatches)
-    with open(out / "rows.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: row.get(k, "") for k in COLUMNS})
+    problems += write_rows(out, rows, "torchtitan")
     with open(out / "logs.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=LOG_COLUMNS)
         w.writeheader()
         w.writerows(logs)
-    for pp, variant in sorted({(r["pp"], r["variant"]) for r in rows if r["claim_ok"] is not True}):
-        problems.append(f"torchtitan pp{pp} {variant}: not bitwise equal to stock (see {out / 'rows.csv'})")
     for row in logs:
         if not row["claim_ok"]:
             problems.append(f"torchtitan pp{row['pp']} {row['variant']}: pooltk logs read {row['n_steps']} steps, "
                             f"pool {row['pool_read']!r}; expected {args.steps} steps, {row['pool_expected']!r}")
     print(f"[integration] torchtitan: {len(rows)} rows -> {out / 'rows.csv'}, {len(logs)} logs -> {out / 'logs.csv'}")
-    for line in problems:
-        print(f"[integration] FAIL {line}", file=sys.stderr)
-    return 1 if problems else 0
+    return finish(problems)
 
 
 if __name__ == "__main__":
