@@ -477,8 +477,8 @@ def tight_rings(table: pd.DataFrame, *, slack: int, grad_slack: int) -> pd.DataF
     """
     import pandas as pd
 
+    from pooltk.analysis.rings import ring_from_live
     from pooltk.config import PoolConfig
-    from pooltk.pool.sizing import ring_from_live
 
     config = PoolConfig(slack=slack, grad_slack=grad_slack)  # validates both: found / required / fix
     tight = [ring_from_live(int(k0), int(m), d, config)

@@ -10,8 +10,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pooltk.analysis.rings import ring_from_live
 from pooltk.config import PoolConfig
-from pooltk.pool.sizing import automodel_ring_size, ring_from_live
+from pooltk.pool.sizing import automodel_ring_size
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable

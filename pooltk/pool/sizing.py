@@ -13,8 +13,8 @@ of microbatch ``k`` has finished. So at most ``W`` activation buffers are live o
 - stock torch   ``M`` sets per direction
 
 Schedules other than 1F1B get their smallest safe ring ``k0`` per (stage, direction) from their
-own action order (:mod:`pooltk.analysis.lifetimes`); :func:`ring_from_live` turns any ``k0`` into a
-ring with the same slack rule, ``min(M, k0 + slack)``. The pool (1F1B and ``schedule="auto"``
+own action order (:mod:`pooltk.analysis.lifetimes`); :func:`~pooltk.analysis.rings.ring_from_live`
+(re-exported here) turns any ``k0`` into a ring with the same slack rule, ``min(M, k0 + slack)``. The pool (1F1B and ``schedule="auto"``
 plans), the memory model (:mod:`pooltk.memory.model`), the analysis tables and the notebooks call
 these functions, so none of them can disagree about how many sets a stage holds.
 """
@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pooltk._validate import check_int
+from pooltk.analysis.rings import ring_from_live  # the one slack rule lives below the pool
 from pooltk.config import PoolConfig
 
 __all__ = [
@@ -97,25 +98,6 @@ def ring_sizes(num_stages: int, stage_index: int, n_microbatches: int, config: P
         return RingSizes(forward=0 if first else k_f, grad=0 if last else k)
     return RingSizes(forward=0 if first else ring_from_live(w, m, "forward", config),
                      grad=0 if last else ring_from_live(1, m, "grad", config))
-
-
-def ring_from_live(live: int, n_microbatches: int, direction: str, config: PoolConfig) -> int:
-    """The ring kept for a (stage, direction) whose smallest safe ``c mod K`` ring is ``live``.
-
-    The one slack rule: ``min(M, live + slack)`` forward, ``min(M, live + grad_slack)`` grad;
-    ``M`` under the ``measure`` policy; 0 (stock) where the direction receives nothing
-    (``live == 0``). ``forward_shortfall`` (negative controls only) then takes sets away, never
-    below 1.
-    """
-    if live == 0:
-        return 0
-    if config.policy == "measure":
-        return n_microbatches
-    extra = config.slack if direction == "forward" else config.grad_slack
-    k = min(n_microbatches, live + extra)
-    if direction == "forward" and config.forward_shortfall:
-        k = max(1, k - config.forward_shortfall)
-    return k
 
 
 def slot_of(chunk: int, ring: int) -> int:

@@ -113,6 +113,79 @@ def test_nothing_outside_the_cli_imports_the_cli_but_the_package_entry_point() -
     assert not bad, "arrows point down: the CLI calls the library, never the reverse:\n" + "\n".join(bad)
 
 
+# The layer order of docs/architecture.md, lowest first. A module may import its own package and any
+# package on a LOWER layer, never a peer on its own layer nor anything above. ``pooltk`` itself (the
+# root ``__init__``: ``install`` / ``probe`` re-exported from the pool) sits just above the pool;
+# ``python -m pooltk`` (``pooltk.__main__``) just above the CLI it starts.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("pooltk._validate",),
+    ("pooltk.config",),
+    ("pooltk.analysis", "pooltk.logs"),  # logs is independent of the pool: numpy and pandas, nothing of pooltk's
+    ("pooltk.pool",),
+    ("pooltk",),
+    ("pooltk.memory",),
+    ("pooltk.parity",),
+    ("pooltk.studies", "pooltk.integrations"),
+    ("pooltk.nb",),
+    ("pooltk.cli",),
+    ("pooltk.__main__",),
+)
+# Arrows that still run up, each named with what removes it. Empty is the goal.
+KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset({
+    # memory/measured.py (resident memory, measured) is moving beside the harness into pooltk.parity
+    # (issue 22); until that move lands it imports the harness's launcher.
+    ("pooltk.memory.measured", "pooltk.parity.rss"),
+})
+
+
+def _layer_of(module: str) -> tuple[int, str]:
+    """(layer index, the LAYERS entry that owns ``module``): the longest matching prefix wins."""
+    best: tuple[int, str] | None = None
+    for index, layer in enumerate(LAYERS):
+        for prefix in layer:
+            exact_root = prefix == "pooltk" and module == "pooltk"
+            if (exact_root or (prefix != "pooltk" and _within(module, (prefix,)))) and (
+                    best is None or len(prefix) > len(best[1])):
+                best = (index, prefix)
+    assert best is not None, f"{module} is on no layer: add its package to LAYERS (and to docs/architecture.md)"
+    return best
+
+
+def test_every_package_of_pooltk_is_on_a_declared_layer() -> None:
+    packages = {_package_of(name) for name in ALL} | {name for name in ALL if name.count(".") == 1}
+    missing = sorted(p for p in packages if p != "pooltk" and not any(p in layer for layer in LAYERS)
+                     and not any(_within(p, layer) for layer in LAYERS))
+    assert not missing, f"packages on no layer: {missing}"
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    # Every import of a pooltk module, inside functions and under TYPE_CHECKING included: an arrow
+    # drawn only for a type checker still ties the lower package to the upper one.
+    bad, used = [], set()
+    for name, imports in ALL.items():
+        mine, my_home = _layer_of(name)
+        for imp in imports:
+            if not _within(imp.module, ("pooltk",)):
+                continue
+            theirs, their_home = _layer_of(imp.module)
+            if their_home == my_home or theirs < mine:
+                continue
+            key = (name, imp.module)
+            if key in KNOWN_UPWARD:
+                used.add(key)
+                continue
+            bad.append(f"{name}:{imp.line} ({my_home}, layer {mine}) imports {imp.module} ({their_home}, layer {theirs})")
+    assert not bad, "arrows point down only (docs/architecture.md, the house):\n" + "\n".join(bad)
+    assert used == KNOWN_UPWARD, f"these known upward arrows are gone: drop them from KNOWN_UPWARD: {sorted(KNOWN_UPWARD - used)}"
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    # The check itself can fail: analysis (layer 1) importing the pool (layer 2) is refused.
+    assert _layer_of("pooltk.analysis.lifetimes")[0] < _layer_of("pooltk.pool.sizing")[0]
+    assert _layer_of("pooltk.memory.model")[0] > _layer_of("pooltk.pool.sizing")[0]
+    assert _layer_of("pooltk")[1] == "pooltk" and _layer_of("pooltk.__main__")[1] == "pooltk.__main__"
+
+
 def _package_of(module: str) -> str:
     """``pooltk.logs.reader`` -> ``pooltk.logs``; root modules (``pooltk._validate``) -> ``pooltk``."""
     parts = module.split(".")
