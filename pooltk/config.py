@@ -6,21 +6,22 @@ Every error names the field, the value found, what is required, and the fix.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pooltk._validate import check_choice, check_int
 
 __all__ = ["POLICIES", "Policy", "PoolConfig"]
 
 Policy = Literal["tight", "automodel", "measure"]
-POLICIES: tuple[str, ...] = ("tight", "automodel", "measure")
+POLICIES: tuple[str, ...] = get_args(Policy)
+"""The policy names, read from :data:`Policy` (one list)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class PoolConfig:
     """How many receive-buffer sets each pooled stage keeps, and how misuse is caught.
 
-    The ring sizes themselves are computed in :mod:`pooltk.pool.ring` from this config and
+    The ring sizes themselves are computed in :mod:`pooltk.pool.sizing` from this config and
     the stage's place in the pipeline; see [Note: ring sizes] there.
     """
 
@@ -53,6 +54,13 @@ class PoolConfig:
     gives (never below 1). Used by the negative controls that show an undersized ring
     corrupts gradients (guard off) or is caught (guard on). Needs ``force=True`` at install."""
 
+    release: bool = True
+    """After each last-stage microbatch's backward, keep the schedule's loss and the stage's output
+    for that microbatch as values without their autograd graph, so the received input is not held
+    until the step ends (see [Note: releasing what the schedule keeps] in pooltk/pool/release.py).
+    Same bits for the user; the returned losses and merged output carry no graph. On the lazy
+    layout (torch 2.15) this is all pooltk does. ``False`` keeps torch's retention."""
+
     def __post_init__(self) -> None:
         check_int("PoolConfig.slack", self.slack, low=0,
                   fix="pass slack=0 for the live-set limit, or a small positive integer such as 2.")
@@ -61,11 +69,17 @@ class PoolConfig:
         check_int("PoolConfig.forward_shortfall", self.forward_shortfall, low=0,
                   fix="leave it at 0; it exists only to build undersized rings for negative controls.")
         check_choice("PoolConfig.policy", self.policy, POLICIES,
-                     fix="use 'tight' (per-direction rings, the default) or 'automodel' (the original single ring).")
+                     fix="use 'tight' (per-direction rings, the default), 'automodel' (the original single ring) "
+                     "or 'measure' (K = M, the guard records the peak live buffers).")
         if self.policy == "measure" and self.guard is False:
             raise ValueError(
                 "PoolConfig.policy='measure' with guard=False: the measurement is the guard's slot ownership. "
                 "Fix: leave guard=True."
+            )
+        if not isinstance(self.release, bool):
+            raise ValueError(
+                f"PoolConfig.release: found {self.release!r}; required True or False. Fix: pass release=True "
+                "(default) or release=False to keep the schedule's graphs until the step ends."
             )
         if not isinstance(self.guard, bool):
             raise ValueError(

@@ -49,9 +49,20 @@ from __future__ import annotations
 import inspect
 import types
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pooltk._validate import check_int
+from pooltk.analysis.catalog import (  # re-exported: programs were the catalog's home before
+    CATALOG,
+    CatalogEntry,
+    ScheduleAnalysisError,
+    Style,
+    _pipelining,
+    analysable_schedules,
+    is_single_stage,
+    resolve_schedule,
+    v_schedules,
+)
 
 __all__ = [
     "CATALOG",
@@ -71,31 +82,11 @@ __all__ = [
     "v_schedules",
 ]
 
-Style = Literal["loop", "v"]
-
 # Event kinds a Program may contain. Anything else in a schedule refuses the analysis.
 COMPUTE_KINDS: tuple[str, ...] = ("F", "B", "I", "W")
 EVENT_KINDS: tuple[str, ...] = COMPUTE_KINDS + ("RECV_F", "RECV_B", "SEND_F", "SEND_B")
 # Actions torch's lowering adds that neither post, read nor release a receive buffer.
 _INERT_KINDS: frozenset[str] = frozenset({"UNSHARD", "RESHARD", "REDUCE_GRAD"})
-
-# The schedule names torch's get_schedule_class knows that are NOT analysable, with why.
-_REFUSED_BASES: dict[str, str] = {
-    "PipelineScheduleSingle": "it is the abstract base of single-stage schedules, not a schedule",
-    "PipelineScheduleMulti": "it is the base of multi-stage schedules; its receive order is not a lowered action list",
-    "_PipelineScheduleRuntime": (
-        "it runs a custom action list (e.g. loaded from CSV) whose receive order pooltk cannot vouch for"
-    ),
-}
-
-
-class ScheduleAnalysisError(ValueError):
-    """A schedule whose receive-buffer lifetimes cannot be derived; the message says why.
-
-    Callers that pool buffers catch it to refuse pooling (keep stock buffers) and report
-    the reason.
-    """
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleShape:
@@ -187,126 +178,6 @@ class Program:
     @property
     def num_stages(self) -> int:
         return len(self.stage_to_rank)
-
-
-# --------------------------------------------------------------------------- resolution
-
-
-def _pipelining() -> Any:
-    try:
-        from torch.distributed.pipelining import schedules
-    except ImportError as exc:  # pragma: no cover - torch without distributed
-        raise ScheduleAnalysisError(
-            f"torch.distributed.pipelining could not be imported ({exc}); "
-            "required: a torch build with distributed support (2.11-2.15)."
-        ) from exc
-    return schedules
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CatalogEntry:
-    """What pooltk knows of one torch schedule before building it."""
-
-    stages_per_rank: int
-    """Stages per rank pooltk runs it with by default (1 for single-stage schedules)."""
-    style: Style
-    """Its own stage placement: ``"v"`` for the V schedules, else ``"loop"``."""
-
-
-CATALOG: dict[str, CatalogEntry] = {
-    "1F1B": CatalogEntry(stages_per_rank=1, style="loop"),
-    "GPipe": CatalogEntry(stages_per_rank=1, style="loop"),
-    "Interleaved1F1B": CatalogEntry(stages_per_rank=2, style="loop"),
-    "LoopedBFS": CatalogEntry(stages_per_rank=2, style="loop"),
-    "InterleavedZeroBubble": CatalogEntry(stages_per_rank=2, style="loop"),
-    "ZBVZeroBubble": CatalogEntry(stages_per_rank=2, style="v"),
-    "DualPipeV": CatalogEntry(stages_per_rank=2, style="v"),
-}
-"""The one schedule catalog: every torch schedule pooltk analyses, by torch's name. A V schedule
-runs exactly two stages per rank; the interleaved ones any number (2 by default)."""
-
-
-def v_schedules() -> frozenset[str]:
-    """Names of the schedules that place stages V-style (exactly two stages per rank)."""
-    return frozenset(name for name, entry in CATALOG.items() if entry.style == "v")
-
-
-def _schedule_map() -> dict[str, type]:
-    """torch's name -> class table, read through ``get_schedule_class`` (names as torch spells them)."""
-    s = _pipelining()
-    out: dict[str, type] = {}
-    for name in CATALOG:
-        try:
-            out[name] = s.get_schedule_class(name)
-        except ValueError:
-            continue  # not shipped by this torch
-    return out
-
-
-def analysable_schedules() -> tuple[str, ...]:
-    """torch's names of the schedules this torch ships that pooltk can analyse."""
-    return tuple(_schedule_map())
-
-
-def is_single_stage(cls: type) -> bool:
-    """True for single-stage schedules (one stage per rank, receives posted from code)."""
-    s = _pipelining()
-    return issubclass(cls, s.PipelineScheduleSingle)
-
-
-def resolve_schedule(schedule: str | type) -> tuple[str, type]:
-    """Map a torch schedule name (case-insensitive) or class to (canonical name, class).
-
-    Raises:
-        ScheduleAnalysisError: unknown names, base classes, custom runtime (CSV) schedules,
-            and subclasses that replace the step logic the analysis relies on.
-    """
-    s = _pipelining()
-    known = _schedule_map()
-    if isinstance(schedule, str):
-        lowered = {k.lower(): k for k in known}
-        if schedule.lower() in lowered:
-            name = lowered[schedule.lower()]
-            return name, known[name]
-        for base, why in _REFUSED_BASES.items():
-            if schedule.lower() == base.lower():
-                raise ScheduleAnalysisError(f"schedule {schedule!r} cannot be analysed: {why}.")
-        raise ScheduleAnalysisError(
-            f"schedule: found {schedule!r}; required one of {', '.join(known)} (case-insensitive). "
-            "Fix: pass a schedule name torch's get_schedule_class knows."
-        )
-    if not isinstance(schedule, type):
-        raise ScheduleAnalysisError(
-            f"schedule: found {schedule!r} ({type(schedule).__name__}); required a torch schedule name or class."
-        )
-    for name, cls in known.items():
-        if schedule is cls:
-            return name, cls
-    label = schedule.__qualname__
-    for base, why in _REFUSED_BASES.items():
-        base_cls = getattr(s, base, None)
-        if base_cls is not None and schedule is base_cls:
-            raise ScheduleAnalysisError(f"schedule {label} cannot be analysed: {why}.")
-    runtime = getattr(s, "_PipelineScheduleRuntime", None)
-    if runtime is not None and issubclass(schedule, runtime):
-        if schedule._step_microbatches is not runtime._step_microbatches:
-            raise ScheduleAnalysisError(
-                f"schedule {label} overrides _step_microbatches, so its receives need not follow "
-                "pipeline_order_with_comms; pooltk refuses to pool it."
-            )
-        return label, schedule
-    for name, cls in known.items():
-        if issubclass(schedule, cls) and is_single_stage(cls):
-            if schedule._step_microbatches is not cls._step_microbatches:
-                raise ScheduleAnalysisError(
-                    f"schedule {label} subclasses {name} but overrides _step_microbatches; "
-                    "its receive order is unknown, so pooltk refuses to pool it."
-                )
-            return label, schedule
-    raise ScheduleAnalysisError(
-        f"schedule {label} is not one pooltk can analyse: required one of {', '.join(known)}, "
-        "or a _PipelineScheduleRuntime subclass that builds its order in __init__ (not loaded from CSV)."
-    )
 
 
 # --------------------------------------------------------------------------- stand-in stages

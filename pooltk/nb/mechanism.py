@@ -1,7 +1,7 @@
 """How the ring works, drawn from torch's own schedule order (notebook 00).
 
 Everything here is derived from :mod:`pooltk.analysis.lifetimes` / :mod:`pooltk.analysis.programs`
-(the recorded action order of a torch schedule) and :mod:`pooltk.pool.ring` (the ring sizes the
+(the recorded action order of a torch schedule) and :mod:`pooltk.pool.sizing` (the ring sizes the
 pool itself uses); nothing is hand-drawn:
 
 - :func:`replay` puts one step of a schedule on a common clock (:class:`Replay`);

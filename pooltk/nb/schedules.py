@@ -1,7 +1,7 @@
 """Figures and tables for pooling beyond 1F1B: per-schedule buffer lifetimes and ring sizes.
 
 Everything is computed from :mod:`pooltk.analysis.lifetimes` (the schedules' own action orders) and
-:mod:`pooltk.pool.ring` / :func:`pooltk.pool.gating.plan_rings`'s rule, so the notebook only calls.
+:func:`pooltk.analysis.rings.ring_from_live` (the rule :func:`pooltk.pool.gating.plan_rings` uses), so the notebook only calls.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.analysis.rings import ring_from_live
 from pooltk.config import PoolConfig
 from pooltk.pool.sizing import automodel_ring_size
@@ -85,12 +86,12 @@ def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microb
             live = int(part.live_peak.sum())
             auto = 0
             config = PoolConfig(slack=slack, grad_slack=grad_slack)
-            for d in ("forward", "grad"):
+            for d in DIRECTIONS:
                 k0 = int(part.loc[d, "ring_min"])
                 auto += ring_from_live(k0, n_microbatches, d, config) if k0 else int(part.loc[d, "stock_buffers"])
             if name == "1F1B":
                 k = automodel_ring_size(n_stages, stage, n_microbatches, slack)
-                seed = sum(k for d in ("forward", "grad") if int(part.loc[d, "stock_buffers"]))
+                seed = sum(k for d in DIRECTIONS if int(part.loc[d, "stock_buffers"]))
             else:
                 seed = stock
             rows.append({"schedule": name, "pp": pp, "vpp": vpp, "n_microbatches": n_microbatches, "stage": stage,

@@ -115,7 +115,7 @@ def test_expected_bytes_covers_every_stage_and_direction_for_the_harness_boundar
 def test_tidy_frame_has_one_row_per_stage_direction_variant_and_explicit_units():
     m = _small(PoolConfig())
     frame = m.to_frame()
-    assert len(frame) == 4 * 2 * 5
+    assert len(frame) == 4 * 2 * 7  # stock, stock_lazy, lazy_released, automodel, tight, live_set, pooled
     assert {"bytes", "gib", "gb", "mib", "sets", "set_bytes"} <= set(frame.columns)
     row = frame[(frame.stage == 1) & (frame.direction == "forward") & (frame.variant == "stock")].iloc[0]
     assert row.bytes == 8 * SET and row.gib == 8 * SET / 2**30 and row.gb == 8 * SET / 1e9

@@ -34,3 +34,15 @@ def test_config_is_keyword_only_and_slotted():
     with pytest.raises(TypeError):
         PoolConfig(2)  # type: ignore[misc]
     assert not hasattr(PoolConfig(), "__dict__")
+
+
+def test_the_policy_names_are_read_from_the_policy_type_and_the_error_names_each_of_them():
+    from typing import get_args
+
+    from pooltk.config import POLICIES, Policy
+
+    assert POLICIES == get_args(Policy) == ("tight", "automodel", "measure")
+    with pytest.raises(ValueError) as info:
+        PoolConfig(policy="loose")
+    fix = str(info.value).split("Fix:", 1)[1]
+    assert all(repr(p) in fix for p in POLICIES), fix

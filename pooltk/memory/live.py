@@ -1,0 +1,69 @@
+"""Live sets for the memory model: walked from the schedule or from the closed forms, and what torch's
+lazy receive buffers hold on top of them."""
+
+from __future__ import annotations
+
+import functools
+from typing import Literal
+
+from pooltk.analysis.lazy import lazy_holds
+from pooltk.memory.errors import MemoryModelError
+from pooltk.memory.shape import PipelineShape
+from pooltk.pool.sizing import live_set_1f1b
+
+__all__ = ["LIVE_SOURCES", "LiveSource", "lazy_sets_for", "live_sets_for"]
+
+
+LiveSource = Literal["schedule", "formula"]
+LIVE_SOURCES: tuple[str, ...] = ("schedule", "formula")
+"""Where the live-set column comes from. See [Note: live-set sources]."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _walked_live_sets(schedule: str, pp: int, n_microbatches: int) -> tuple[tuple[int, int], ...]:
+    """Per stage (forward, grad) live sets, walked once per (schedule, N, M) and cached."""
+    from pooltk.analysis import lifetimes as schedules
+
+    table = schedules.live_sets(schedule, pp=pp, n_microbatches=n_microbatches)
+    return tuple((int(table.get((i, "forward"), 0)), int(table.get((i, "grad"), 0))) for i in range(pp))
+
+
+def _formula_live_sets(schedule: str, pp: int, n_microbatches: int) -> tuple[tuple[int, int], ...]:
+    """The closed forms of [Note: live-set sources]."""
+    if schedule == "1f1b":
+        sets = (live_set_1f1b(pp, i, n_microbatches) for i in range(pp))
+        return tuple((s.forward, s.grad) for s in sets)
+    return tuple((0 if i == 0 else n_microbatches, 0 if i == pp - 1 else 1) for i in range(pp))
+
+
+def live_sets_for(shape: PipelineShape, source: LiveSource = "schedule") -> tuple[tuple[int, int], ...]:
+    """Per stage ``(forward, grad)`` live sets of ``shape`` from ``source``.
+
+    [Note: live-set sources]
+    ``"schedule"`` (the default) walks the schedule's own action order with
+    :func:`pooltk.analysis.lifetimes.live_sets`: nothing is assumed about the schedule; the walk is
+    cached per (schedule, N, M) but costs ~1 s cold at N=16, M=256 on a laptop-class CPU.
+    ``"formula"`` uses the closed forms the walk reproduces -- 1F1B: forward
+    ``W = min(M, N - i)`` (0 on stage 0), grad 1 (0 on the last stage)
+    (:func:`pooltk.pool.sizing.live_set_1f1b`); GPipe: forward ``M``, grad 1 -- for sweeps over
+    thousands of shapes. ``tests/memory`` checks that both sources agree on a grid of shapes.
+    """
+    if source not in LIVE_SOURCES:
+        raise MemoryModelError(
+            "live_source", found=repr(source), required=f"one of {', '.join(LIVE_SOURCES)}", fix="use 'schedule' (default)."
+        )
+    fn = _walked_live_sets if source == "schedule" else _formula_live_sets
+    return fn(shape.schedule, shape.pp, shape.n_microbatches)
+
+
+def lazy_sets_for(
+    shape: PipelineShape, live: tuple[tuple[int, int], ...], *, released: bool
+) -> tuple[tuple[int, int], ...]:
+    """Per stage ``(forward, grad)`` sets torch >= 2.15 holds given the live sets ``live``.
+
+    ``released=False``: stock (the last stage keeps all ``M`` forward); ``True``: with pooltk's
+    last-stage release (the live set). See [Note: lazy receive buffers] in :mod:`pooltk.analysis.lazy`.
+    """
+    by_key = {(i, d): live[i][j] for i in range(shape.pp) for j, d in enumerate(("forward", "grad"))}
+    held = lazy_holds(by_key, shape.pp, shape.n_microbatches, released=released)
+    return tuple((held[(i, "forward")], held[(i, "grad")]) for i in range(shape.pp))

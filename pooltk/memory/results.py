@@ -1,0 +1,268 @@
+"""The memory model's results: sets and bytes per (stage, direction) and variant, as tables and JSON.
+
+Variants (:data:`VARIANTS`) say what holds the buffers:
+
+- ``stock``          stock ``torch.distributed.pipelining`` <= 2.14: one set per microbatch, allocated up front,
+- ``stock_lazy``     stock torch >= 2.15 (lazy receive buffers): the live set, but all ``M`` forward on
+                     the last stage ([Note: lazy receive buffers] in :mod:`pooltk.analysis.lazy`),
+- ``lazy_released``  torch >= 2.15 with pooltk's last-stage release: the live set everywhere,
+- ``automodel``      the original single-ring policy (one ``K`` for both directions),
+- ``tight``          pooltk's per-direction rings,
+- ``live_set``       the most sets ever live at once, walked from the schedule's action order: no pool
+                     can hold fewer,
+- ``pooled``         whichever of ``automodel`` / ``tight`` the config's policy selects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pooltk._validate import check_choice
+from pooltk.analysis.lifetimes import DIRECTIONS
+from pooltk.config import PoolConfig
+from pooltk.memory.errors import MemoryModelError
+from pooltk.memory.shape import PipelineShape
+from pooltk.memory.tensors import Boundary
+from pooltk.memory.units import BYTES_PER_UNIT, to_unit
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = ["VARIANTS", "VARIANT_LABELS", "DirectionMemory", "ExpectedBytes", "MemoryModel"]
+
+VARIANTS: tuple[str, ...] = ("stock", "stock_lazy", "lazy_released", "automodel", "tight", "live_set", "pooled")
+"""What holds the buffers: stock torch (<= 2.14 and >= 2.15), 2.15 with the last-stage release, the two
+ring policies, the live-set minimum, and the config's policy."""
+
+VARIANT_LABELS: dict[str, str] = {
+    "stock": "stock",
+    "stock_lazy": "stock-lazy",
+    "lazy_released": "lazy-released",
+    "automodel": "automodel",
+    "tight": "tight",
+    "live_set": "live set",
+    "pooled": "pooled",
+}
+"""Column headers for tables (``stock-lazy``: torch >= 2.15 as shipped; ``lazy-released``: with pooltk's release)."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class DirectionMemory:
+    """Receive-buffer sets and bytes of one stage in one direction."""
+
+    stage: int
+    """Stage index ``i`` in ``[0, N)``."""
+    direction: str
+    """``"forward"`` (activations received) or ``"grad"`` (gradients received)."""
+    set_bytes: int
+    """Bytes of one buffer set in this direction (0 where the stage has no receives)."""
+    stock_sets: int
+    """Sets stock torch allocates: ``M`` (0 where there are no receives)."""
+    automodel_sets: int
+    """Sets of the original single ring ``max(2, min(M, max(1, N - i) + slack))``."""
+    tight_sets: int
+    """Sets of pooltk's tight ring (forward ``min(M, W + slack)``, grad ``min(M, 1 + grad_slack)``)."""
+    live_sets: int
+    """Most sets live at once, walked from the schedule (:func:`pooltk.analysis.lifetimes.live_sets`)."""
+    stock_lazy_sets: int
+    """Sets stock torch >= 2.15 holds at its peak (lazy receive buffers): the live set, except all ``M``
+    forward on the last stage. See [Note: lazy receive buffers] in :mod:`pooltk.analysis.lazy`."""
+    lazy_released_sets: int
+    """Sets torch >= 2.15 holds once pooltk's last-stage release drops what the schedule keeps: the live set."""
+    pooled_sets: int
+    """Sets held under the config's policy (stock, when the schedule cannot be pooled)."""
+
+    def sets(self, variant: str) -> int:
+        """Sets held by ``variant`` (one of :data:`VARIANTS`)."""
+        return getattr(self, _SETS_FIELD[_variant(variant)])
+
+    def bytes(self, variant: str) -> int:
+        """Bytes held by ``variant``."""
+        return self.sets(variant) * self.set_bytes
+
+    @property
+    def stock_bytes(self) -> int:
+        return self.stock_sets * self.set_bytes
+
+    @property
+    def pooled_bytes(self) -> int:
+        return self.pooled_sets * self.set_bytes
+
+    @property
+    def saved_bytes(self) -> int:
+        """Stock minus pooled."""
+        return self.stock_bytes - self.pooled_bytes
+
+
+_SETS_FIELD = {v: ("live_sets" if v == "live_set" else f"{v}_sets") for v in VARIANTS}
+
+
+def _variant(variant: str) -> str:
+    return check_choice("variant", variant, VARIANTS, fix="pick a listed variant.", error=MemoryModelError)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ExpectedBytes:
+    """What a measurement of one stage and direction should find (for the gloo parity check)."""
+
+    stock_sets: int
+    """Buffer sets stock torch allocates."""
+    pooled_sets: int
+    """Buffer sets the pool holds under the config."""
+    stock_bytes: int
+    """Bytes stock torch allocates."""
+    pooled_bytes: int
+    """Bytes the pool holds under the config."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class MemoryModel:
+    """Receive-buffer memory of every stage and direction for one shape and config."""
+
+    shape: PipelineShape
+    """The pipeline modelled."""
+    config: PoolConfig
+    """Slack, grad slack and policy; ``pooled`` follows ``config.policy``."""
+    boundaries: tuple[Boundary, ...]
+    """Boundary ``b`` (``N - 1`` of them) carries stage ``b`` -> ``b + 1``."""
+    rows: tuple[DirectionMemory, ...]
+    """One row per (stage, direction), stage-major, forward before grad."""
+    pool_active: bool
+    """False when the schedule cannot be pooled and the model shows the pool standing down."""
+    live_source: str = "schedule"
+    """Where ``live_sets`` came from: ``"schedule"`` (walked) or ``"formula"``."""
+
+    def row(self, stage: int, direction: str) -> DirectionMemory:
+        """The row of ``stage`` in ``direction``."""
+        if direction not in DIRECTIONS or not 0 <= stage < self.shape.pp:
+            raise MemoryModelError(
+                "row",
+                found=f"stage={stage!r} direction={direction!r}",
+                required=f"stage in [0, {self.shape.pp - 1}] and direction in {DIRECTIONS}",
+                fix="index an existing stage.",
+            )
+        return self.rows[2 * stage + DIRECTIONS.index(direction)]
+
+    def stage_bytes(self, stage: int, variant: str = "pooled") -> int:
+        """Both directions of ``stage`` under ``variant``, in bytes."""
+        return self.row(stage, "forward").bytes(variant) + self.row(stage, "grad").bytes(variant)
+
+    def stage_gib(self, stage: int, variant: str = "pooled") -> float:
+        """:meth:`stage_bytes` in GiB (2**30)."""
+        return to_unit(self.stage_bytes(stage, variant), "gib")
+
+    def saved_bytes(self, stage: int, variant: str = "pooled") -> int:
+        """Stock minus ``variant`` on ``stage``, both directions."""
+        return self.stage_bytes(stage, "stock") - self.stage_bytes(stage, variant)
+
+    def saved_gib(self, stage: int, variant: str = "pooled") -> float:
+        """:meth:`saved_bytes` in GiB (2**30)."""
+        return to_unit(self.saved_bytes(stage, variant), "gib")
+
+    def total_bytes(self, variant: str = "pooled") -> int:
+        """Sum over all stages and directions (bytes across the whole pipeline, not one GPU)."""
+        _variant(variant)
+        return sum(r.bytes(variant) for r in self.rows)
+
+    def peak_stage_bytes(self, variant: str = "pooled") -> int:
+        """The largest per-stage total: what decides whether the fullest GPU fits."""
+        return max(self.stage_bytes(i, variant) for i in range(self.shape.pp))
+
+    def expected_bytes(self) -> dict[tuple[int, str], ExpectedBytes]:
+        """``{(stage, direction): ExpectedBytes}`` for every stage and direction."""
+        return {
+            (r.stage, r.direction): ExpectedBytes(
+                stock_sets=r.stock_sets,
+                pooled_sets=r.pooled_sets,
+                stock_bytes=r.stock_bytes,
+                pooled_bytes=r.pooled_bytes,
+            )
+            for r in self.rows
+        }
+
+    def to_frame(self) -> pd.DataFrame:
+        """Tidy: one row per (stage, direction, variant) with ``sets``, ``set_bytes``,
+        ``bytes``, ``mib``, ``gib`` and ``gb``."""
+        import pandas as pd
+
+        records = []
+        for r in self.rows:
+            for v in VARIANTS:
+                b = r.bytes(v)
+                records.append(
+                    {
+                        "stage": r.stage,
+                        "direction": r.direction,
+                        "variant": v,
+                        "sets": r.sets(v),
+                        "set_bytes": r.set_bytes,
+                        "bytes": b,
+                        "mib": b / 2**20,
+                        "gib": b / 2**30,
+                        "gb": b / 1e9,
+                    }
+                )
+        return pd.DataFrame.from_records(records)
+
+    def per_stage_frame(self, unit: str = "gib") -> pd.DataFrame:
+        """Wide: one row per stage with sets per direction (``<variant>_forward_sets``,
+        ``<variant>_grad_sets``), both directions' memory per variant in ``unit``
+        (``<variant>_<unit>``), and ``saved_<unit>`` (stock - pooled)."""
+        import pandas as pd
+
+        to_unit(1, unit)  # validates the unit name
+        scale = BYTES_PER_UNIT[unit]
+        records = []
+        for i in range(self.shape.pp):
+            f, g = self.row(i, "forward"), self.row(i, "grad")
+            rec: dict[str, Any] = {"stage": i, "forward_set_mib": f.set_bytes / 2**20, "grad_set_mib": g.set_bytes / 2**20}
+            for v in VARIANTS:
+                rec[f"{v}_forward_sets"] = f.sets(v)
+                rec[f"{v}_grad_sets"] = g.sets(v)
+                rec[f"{v}_{unit}"] = (f.bytes(v) + g.bytes(v)) / scale
+            rec[f"saved_{unit}"] = (f.saved_bytes + g.saved_bytes) / scale
+            records.append(rec)
+        return pd.DataFrame.from_records(records)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict: inputs, one entry per stage and direction, totals."""
+        return {
+            "shape": dataclasses.asdict(self.shape),
+            "config": self.config.to_dict(),
+            "pool_active": self.pool_active,
+            "live_source": self.live_source,
+            "boundaries": [
+                {
+                    "activations": [dataclasses.asdict(t) for t in b.activations],
+                    "grads": None if b.grads is None else [dataclasses.asdict(t) for t in b.grads],
+                    "forward_set_bytes": b.forward_bytes,
+                    "grad_set_bytes": b.grad_bytes,
+                }
+                for b in self.boundaries
+            ],
+            "rows": [
+                {
+                    "stage": r.stage,
+                    "direction": r.direction,
+                    "set_bytes": r.set_bytes,
+                    **{f"{v}_sets": r.sets(v) for v in VARIANTS},
+                    **{f"{v}_bytes": r.bytes(v) for v in VARIANTS},
+                    "saved_bytes": r.saved_bytes,
+                }
+                for r in self.rows
+            ],
+            "stages": [
+                {
+                    "stage": i,
+                    **{f"{v}_bytes": self.stage_bytes(i, v) for v in VARIANTS},
+                    "saved_bytes": self.saved_bytes(i),
+                }
+                for i in range(self.shape.pp)
+            ],
+            "totals": {
+                **{f"{v}_bytes": self.total_bytes(v) for v in VARIANTS},
+                **{f"peak_stage_{v}_bytes": self.peak_stage_bytes(v) for v in VARIANTS},
+            },
+        }

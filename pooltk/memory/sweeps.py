@@ -1,0 +1,95 @@
+"""Sweeps over one shape: pooled bytes per slack, and named configs side by side on one stage."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from pooltk.config import PoolConfig
+from pooltk.memory.errors import MemoryModelError
+from pooltk.memory.live import LiveSource
+from pooltk.memory.model import model_memory
+from pooltk.memory.shape import PipelineShape
+from pooltk.memory.tensors import Boundary
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = ["compare_configs", "slack_sweep"]
+
+
+def slack_sweep(
+    shape: PipelineShape,
+    boundaries: Boundary | Sequence[Boundary],
+    slacks: Iterable[int],
+    config: PoolConfig | None = None,
+    *,
+    vary: Literal["slack", "grad_slack", "both"] = "slack",
+    live_source: LiveSource = "schedule",
+) -> pd.DataFrame:
+    """Pooled bytes per stage for each slack: columns ``stage``, ``slack``, ``pooled_bytes``,
+    ``pooled_gib``, ``stock_gib``, ``saved_gib``. ``vary`` picks which slack moves."""
+    import pandas as pd
+
+    config = PoolConfig() if config is None else config
+    if vary not in ("slack", "grad_slack", "both"):
+        raise MemoryModelError("vary", found=repr(vary), required="'slack', 'grad_slack' or 'both'", fix="use 'slack' (default).")
+    records = []
+    for s in slacks:
+        changes: dict[str, int] = {"slack": {"slack": s}, "grad_slack": {"grad_slack": s}, "both": {"slack": s, "grad_slack": s}}[vary]
+        result = model_memory(shape, boundaries, dataclasses.replace(config, **changes), live_source=live_source)
+        for i in range(shape.pp):
+            pooled = result.stage_bytes(i, "pooled")
+            stock = result.stage_bytes(i, "stock")
+            records.append(
+                {
+                    "stage": i,
+                    "slack": s,
+                    "pooled_bytes": pooled,
+                    "pooled_gib": pooled / 2**30,
+                    "stock_gib": stock / 2**30,
+                    "saved_gib": (stock - pooled) / 2**30,
+                }
+            )
+    return pd.DataFrame.from_records(records)
+
+
+def compare_configs(
+    shape: PipelineShape,
+    boundaries: Boundary | Sequence[Boundary],
+    configs: Mapping[str, PoolConfig],
+    *,
+    stage: int,
+    baseline: str | None = None,
+) -> pd.DataFrame:
+    """One row per named config on ``stage``: ``label``, ``policy``, ``slack``, ``grad_slack``,
+    ``forward_sets``, ``grad_sets``, ``stock_gib``, ``pooled_gib``, ``saved_gib`` and
+    ``saved_beyond_baseline_gib`` (extra saving over the config named ``baseline``, default the first)."""
+    import pandas as pd
+
+    if not configs:
+        raise MemoryModelError("configs", found="none", required="at least one named PoolConfig", fix="pass {'label': PoolConfig(...)}.")
+    baseline = next(iter(configs)) if baseline is None else baseline
+    if baseline not in configs:
+        raise MemoryModelError("baseline", found=repr(baseline), required=f"one of {list(configs)}", fix="name one of the configs.")
+    models = {label: model_memory(shape, boundaries, cfg) for label, cfg in configs.items()}
+    base_saved = models[baseline].saved_bytes(stage)
+    records = []
+    for label, m in models.items():
+        cfg = m.config
+        records.append(
+            {
+                "label": label,
+                "policy": cfg.policy,
+                "slack": cfg.slack,
+                "grad_slack": cfg.grad_slack if cfg.policy == "tight" else None,
+                "forward_sets": m.row(stage, "forward").pooled_sets,
+                "grad_sets": m.row(stage, "grad").pooled_sets,
+                "stock_gib": m.stage_gib(stage, "stock"),
+                "pooled_gib": m.stage_gib(stage, "pooled"),
+                "saved_gib": m.saved_gib(stage),
+                "saved_beyond_baseline_gib": (m.saved_bytes(stage) - base_saved) / 2**30,
+            }
+        )
+    return pd.DataFrame.from_records(records)
