@@ -25,6 +25,7 @@ from pooltk.pool.install import (
     uninstall,
     unpool_stage,
 )
+from pooltk.pool.state import StageState, stage_state
 
 __all__ = [
     "InstallReport",
@@ -38,6 +39,8 @@ __all__ = [
     "pooled",
     "probe",
     "stage_rings",
+    "stage_state",
+    "StageState",
     "uninstall",
     "unpool_stage",
 ]

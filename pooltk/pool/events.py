@@ -13,6 +13,15 @@ initialised, else the process counts as rank 0), so it lands in the training log
 - WARNING ``pooltk: stage I kept stock (reason=TEXT)``
 - WARNING ``pooltk: stage I DIRECTION slot S re-homed ...`` (copy on conflict, first per ring;
   later ones at DEBUG, all counted on the ring)
+- INFO    ``pooltk: stage I releases kept graphs (...)`` (the last stage: the schedule's kept losses
+  and outputs let go of their graphs after each backward; once per stage)
+- WARNING ``pooltk: stage I kept graph (reason=TEXT)`` (the release had to keep one; once per reason)
+- INFO    ``pooltk: stage I unpooled (reason=TEXT)`` (uninstall or unpool_stage gave a stage that was
+  pooled stock buffers back: the run WAS pooled until then, so this is not ``kept stock``)
+
+The installed line ends with ``mode=rings+release`` (eager layouts), ``mode=release`` (the lazy
+layout, where torch already allocates per receive) or ``mode=rings`` (release turned off).
+Every line is built by a function of this module; nothing else formats them.
 """
 
 from __future__ import annotations
@@ -23,7 +32,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["LOGGER", "PoolEvent", "emit", "is_rank0"]
+__all__ = ["LOGGER", "PoolEvent", "emit", "installed_event", "is_rank0", "kept_graph_event", "kept_stock_event",
+           "not_installed_event", "pooled_event", "rehome_event", "released_event", "unpooled_event"]
 
 LOGGER = logging.getLogger("pooltk")
 
@@ -44,7 +54,8 @@ class PoolEvent:
     """One decision or outcome, exactly as logged."""
 
     kind: str
-    """``installed``, ``not-installed``, ``pooled``, ``kept-stock``, ``re-homed`` or ``uninstalled``."""
+    """``installed``, ``not-installed``, ``pooled``, ``kept-stock``, ``re-homed``, ``released``, ``kept-graph``
+    or ``unpooled``."""
     message: str
     """The log line (see [Note: pool log lines])."""
     level: int = logging.INFO
@@ -66,3 +77,64 @@ def emit(sink: list | None, event: PoolEvent) -> PoolEvent:
     if is_rank0():
         LOGGER.log(event.level, "%s", event.message)
     return event
+
+
+# ---------------------------------------------------------------------------------------
+# The lines themselves (see [Note: pool log lines]): one builder per kind.
+# ---------------------------------------------------------------------------------------
+
+
+def installed_event(*, policy: str, slack: int, grad_slack: int, schedule: str | None, layout: str,
+                    mode: str) -> PoolEvent:
+    return PoolEvent(kind="installed", message=(
+        f"pooltk: installed (policy={policy}, slack={slack}, grad_slack={grad_slack}, schedule={schedule}, "
+        f"layout={layout}, mode={mode})"),
+        fields={"policy": policy, "slack": slack, "grad_slack": grad_slack, "schedule": schedule, "layout": layout,
+                "mode": mode})
+
+
+def not_installed_event(reason: str) -> PoolEvent:
+    return PoolEvent(kind="not-installed", level=logging.WARNING, message=f"pooltk: not installed (reason={reason})",
+                     fields={"reason": reason})
+
+
+def kept_stock_event(stage: object, reason: str) -> PoolEvent:
+    return PoolEvent(kind="kept-stock", stage=stage if isinstance(stage, int) else None, level=logging.WARNING,
+                     message=f"pooltk: stage {stage} kept stock (reason={reason})", fields={"reason": reason})
+
+
+def unpooled_event(stage: object, reason: str) -> PoolEvent:
+    return PoolEvent(kind="unpooled", stage=stage if isinstance(stage, int) else None,
+                     message=f"pooltk: stage {stage} unpooled (reason={reason})", fields={"reason": reason})
+
+
+def pooled_event(stage: int, forward: int, grad: int, n_microbatches: int) -> PoolEvent:
+    return PoolEvent(kind="pooled", stage=stage,
+                     message=f"pooltk: stage {stage} pooled (fwd ring {forward}/{n_microbatches}, "
+                             f"grad ring {grad}/{n_microbatches})",
+                     fields={"forward": forward, "grad": grad, "n_microbatches": n_microbatches})
+
+
+def released_event(stage: int, layout: str | None) -> PoolEvent:
+    return PoolEvent(kind="released", stage=stage, message=(
+        f"pooltk: stage {stage} releases kept graphs (layout={layout}: after each microbatch's backward the loss "
+        "the schedule keeps and the stage's kept output are kept as values without their autograd graph, so the "
+        "received input is not held until the step ends)"), fields={"layout": layout})
+
+
+def kept_graph_event(stage: int, reason: str) -> PoolEvent:
+    return PoolEvent(kind="kept-graph", stage=stage, level=logging.WARNING,
+                     message=f"pooltk: stage {stage} kept graph (reason={reason})", fields={"reason": reason})
+
+
+def rehome_event(*, stage: int, direction: str, slot: int, position: int, incoming: int, nbytes: int, holders: int,
+                 lent: bool, first: bool) -> PoolEvent:
+    why = ("the previous microbatch's " + ("output" if direction == "forward" else "input gradient") + " shares it"
+           if lent else f"{holders} reference(s) outside the pool still hold it")
+    msg = (f"pooltk: stage {stage} {direction} slot {slot} re-homed ({nbytes} bytes): {why} when "
+           f"microbatch {incoming} posts its receive (a stage output or input gradient that is a view of a "
+           "received buffer, or a tensor kept by a hook); the holders keep the old storage and the slot gets "
+           "a fresh one (copy on conflict). Later re-homes of this ring are logged at DEBUG and counted.")
+    return PoolEvent(kind="re-homed", stage=stage, level=logging.WARNING if first else logging.DEBUG, message=msg,
+                     fields={"direction": direction, "slot": slot, "position": position, "bytes": nbytes,
+                             "incoming": incoming, "holders": holders, "lent": lent})

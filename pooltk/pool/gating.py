@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pooltk.pool.adapters.stage_api import GUARDED_STAGE_METHODS
 from pooltk.pool.sizing import ring_from_live
 
 if TYPE_CHECKING:
@@ -145,13 +146,6 @@ class GateDecision:
 
 _COMPUTE_ACTIONS = frozenset({"F", "B", "I", "W", "OVERLAP_F_B"})
 """``_ComputationType`` values whose custom functions would compute without the stage methods."""
-
-GUARDED_STAGE_METHODS: tuple[str, ...] = (
-    "get_fwd_recv_ops", "get_bwd_recv_ops", "forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk",
-    "clear_runtime_states", "_retrieve_recv_activations", "_retrieve_recv_grads",
-)
-"""Methods a stage subclass may not override under pooling (see [Note: refusals])."""
-
 
 def refusal(stage: object | None, schedule: object | None) -> str | None:
     """Why ``stage`` (driven by ``schedule``) must stay stock, or None. See [Note: refusals]."""

@@ -72,7 +72,7 @@ def test_layout_families_mark_exactly_the_detected_family() -> None:
     found = detect().layout
     detected = set(frame[frame.detected_here].family)
     assert detected == ({found.name} if found is not None else set())
-    if found is not None and not found.stands_down:  # the detected family's methods all exist here
+    if found is not None and not found.per_receive:  # the detected family's methods all exist here
         assert frame[frame.family == found.name].defined_here.all()
 
 

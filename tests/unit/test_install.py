@@ -13,7 +13,7 @@ from pooltk.pool.adapters import HOT_METHODS, detect
 
 _LAYOUT = detect().layout
 needs_pooling_layout = pytest.mark.skipif(
-    _LAYOUT is None or _LAYOUT.stands_down,
+    _LAYOUT is None or _LAYOUT.per_receive,
     reason=f"this torch's layout ({_LAYOUT.name if _LAYOUT else 'unknown'}) is not pooled: install() stands down",
 )
 

@@ -13,12 +13,14 @@ import pytest
 import torch
 
 import pooltk
+import pooltk.pool._patch as patch_mod
 import pooltk.pool.install as install_mod
+from pooltk.pool.state import ProcessState, Settings
 from pooltk import PoolConfig
 from pooltk.pool.adapters import SetupTarget, detect
 
 _LAYOUT = detect().layout
-pytestmark = pytest.mark.skipif(_LAYOUT is None or _LAYOUT.stands_down, reason="this torch is not pooled")
+pytestmark = pytest.mark.skipif(_LAYOUT is None or _LAYOUT.per_receive, reason="this torch is not pooled")
 
 
 class _Info:
@@ -60,7 +62,7 @@ def _fake_setup(self, n_mb):
 
 def _ctx(config=PoolConfig(), report=None):
     """A context both the old (settings) and new (settings + report) wrapper signatures accept."""
-    settings = install_mod._Settings(config=config, schedule="1f1b", force=False)
+    settings = Settings(config=config, schedule="1f1b", force=False)
     ns = types.SimpleNamespace(settings=settings, report=report, config=config, schedule="1f1b", force=False)
     return lambda _stage: ns
 
@@ -72,7 +74,7 @@ def _target():
 def _decision(monkeypatch, pool=True, plan=None, reason="test"):
     from pooltk.pool.gating import GateDecision
 
-    monkeypatch.setattr(install_mod, "decide", lambda **_: GateDecision(pool=pool, schedule="x", observed=True,
+    monkeypatch.setattr(patch_mod, "decide", lambda **_: GateDecision(pool=pool, schedule="x", observed=True,
                                                                         reason=reason, plan=plan))
 
 
@@ -83,7 +85,7 @@ def test_class3_a_direction_planned_without_a_ring_gets_real_stock_buffers_not_m
     plan = RingPlan(schedule="ZBVZeroBubble", n_microbatches=4, sizes={(1, "grad"): 0}, min_safe={(1, "grad"): 0})
     _decision(monkeypatch, plan=plan)
     stage = _FakeStage()
-    install_mod._setup_wrapper(_fake_setup, _target(), _ctx())(stage, 4)
+    patch_mod.setup_wrapper(_fake_setup, _target(), _ctx())(stage, 4)
     bufs = [infos[0].buffer for infos in stage.grad_recv_info.values()]
     assert not any(b.is_meta for b in bufs)
     assert len({b.untyped_storage().data_ptr() for b in bufs}) == 4  # stock: one set per microbatch
@@ -100,6 +102,7 @@ def test_class4_a_second_copy_of_the_module_refuses_to_nest_and_its_uninstall_re
         spec.loader.exec_module(copy)
     finally:
         del sys.modules[spec.name]
+    copy.STATE = ProcessState()  # a second copy of the package has its own process state
     assert pooltk.install(slack=1).installed
     with pytest.raises(ValueError, match="another copy"):
         copy.install(slack=1)
@@ -124,17 +127,19 @@ def test_class5_a_stage_set_up_before_install_is_reported_kept_stock(clean_insta
 
 
 @needs_meta_factory
-def test_class5_uninstall_gives_a_live_pooled_stage_stock_buffers_and_says_so(monkeypatch, clean_install):
+def test_class5_uninstall_gives_a_live_pooled_stage_stock_buffers_and_says_unpooled_not_kept_stock(monkeypatch, clean_install):
     report = pooltk.install(slack=0, grad_slack=0)
     _decision(monkeypatch)
     stage = _FakeStage(stage_index=0)  # stage 0 of 2 receives gradients
-    install_mod._setup_wrapper(_fake_setup, _target(), _ctx(PoolConfig(slack=0, grad_slack=0), report))(stage, 4)
+    patch_mod.setup_wrapper(_fake_setup, _target(), _ctx(PoolConfig(slack=0, grad_slack=0), report))(stage, 4)
     assert pooltk.stage_rings(stage)["grad"].size == 1
     pooltk.uninstall()
     assert pooltk.stage_rings(stage) == {}
     ptrs = {infos[0].buffer.untyped_storage().data_ptr() for infos in stage.grad_recv_info.values()}
     assert len(ptrs) == 4
-    assert any("uninstall() while the stage was set up" in e.message for e in report.stage_events("kept-stock"))
+    # It was pooled until then: the line says "unpooled", never "kept stock" (which reads as "never pooled").
+    assert any("pooltk.uninstall(): the stage was pooled until now" in e.message for e in report.stage_events("unpooled"))
+    assert report.stage_events("kept-stock") == []
 
 
 @needs_meta_factory
@@ -146,9 +151,9 @@ def test_class6_an_error_inside_a_recognised_layout_raises_naming_stage_and_caus
     def broken(*_a, **_k):
         raise KeyError("boom")
 
-    monkeypatch.setattr(install_mod, "_build_ring", broken)
+    monkeypatch.setattr(patch_mod, "build_ring", broken)
     with pytest.raises(PoolSetupError, match=r"stage 1 grad.*KeyError") as info:
-        install_mod._setup_wrapper(_fake_setup, _target(), _ctx())(_FakeStage(), 4)
+        patch_mod.setup_wrapper(_fake_setup, _target(), _ctx())(_FakeStage(), 4)
     assert info.value.stage == 1 and info.value.direction == "grad" and isinstance(info.value.cause, KeyError)
 
 
@@ -176,9 +181,9 @@ def test_class7_overriding_subclass_and_custom_compute_callbacks_are_refused_wit
 
 
 def test_class7_install_and_uninstall_hold_one_lock(clean_install):
-    assert isinstance(install_mod._LOCK, type(__import__("threading").RLock()))
+    assert isinstance(install_mod.LOCK, type(__import__("threading").RLock()))
     acquired = []
-    real = install_mod._LOCK
+    real = install_mod.LOCK
 
     class Spy:
         def __enter__(self):
@@ -188,10 +193,10 @@ def test_class7_install_and_uninstall_hold_one_lock(clean_install):
         def __exit__(self, *exc):
             return real.__exit__(*exc)
 
-    install_mod._LOCK = Spy()
+    install_mod.LOCK = Spy()
     try:
         pooltk.install(slack=1)
         pooltk.uninstall()
     finally:
-        install_mod._LOCK = real
+        install_mod.LOCK = real
     assert len(acquired) >= 2

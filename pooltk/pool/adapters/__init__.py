@@ -7,8 +7,8 @@ Three layout families are known (see docs/torch-compat.md for the measured facts
 - ``setup-recv-info`` (torch 2.12-2.14): ``PipelineStage._setup_forward_recv_info``, the
   tracing frontend's ``_PipelineStage._prepare_forward_infra`` and
   ``_PipelineStageBase._setup_backward_recv_info``;
-- ``lazy`` (torch 2.15): buffers are allocated per receive and dropped when consumed, so
-  upstream already keeps only live buffers: pooltk stands down and says so.
+- ``lazy`` (torch 2.15): buffers are allocated per receive and dropped when consumed, so there
+  is nothing pre-allocated for a ring to replace; pooltk installs only the last-stage release.
 
 Anything else: ``detect()`` returns no layout and a reason; install stays stock.
 """
@@ -16,24 +16,12 @@ Anything else: ``detect()`` returns no layout and a reason; install stays stock.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
-__all__ = ["HOT_METHODS", "STAGE_CLASSES", "Detection", "Layout", "SetupTarget", "detect", "eager_layout",
-           "stage_classes"]
+__all__ = ["HOT_METHODS", "OPTIONAL_HOT_METHODS", "STAGE_CLASSES", "Detection", "Layout", "SetupTarget", "detect",
+           "eager_layout", "stage_classes"]
 
-Direction = Literal["forward", "grad"]
-
-# Methods of _PipelineStageBase that the pool wraps at runtime, in every family:
-# receive posts (claim a slot), compute steps (release it), and the per-step reset.
-HOT_METHODS: tuple[str, ...] = (
-    "get_fwd_recv_ops",
-    "get_bwd_recv_ops",
-    "forward_one_chunk",
-    "backward_one_chunk",
-    "clear_runtime_states",
-)
-OPTIONAL_HOT_METHODS: tuple[str, ...] = ("backward_weight_one_chunk",)
-
+from pooltk.analysis.lifetimes import Direction
+from pooltk.pool.adapters.stage_api import HOT_METHODS, OPTIONAL_HOT_METHODS
 
 @dataclass(frozen=True, slots=True)
 class SetupTarget:
@@ -54,7 +42,9 @@ class SetupTarget:
 class Layout:
     name: str
     setup_targets: tuple[SetupTarget, ...]
-    stands_down: bool = False
+    per_receive: bool = False
+    """True where torch allocates each receive buffer just before its receive and drops it when consumed
+    (the lazy family): nothing is pre-allocated, so there are no rings; pooltk installs only the release."""
     note: str = ""
 
 

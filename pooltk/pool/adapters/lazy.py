@@ -12,9 +12,9 @@ Measured on 2.15.0 (gloo, pp4, M=8, Schedule1F1B, stock; ``scripts/compat_matrix
 peak live receive buffers per stage are forward 0/3/2/8 and grad 2/2/1/0. The middle
 stages hold the 1F1B in-flight depth. The last stage keeps all M inputs alive until the
 step ends: the schedule keeps every microbatch's loss (``_internal_losses``) and each
-loss's autograd graph still references its input leaf (detaching each loss after its
-backward drops that peak to 2 in the same measurement). A ring of receive buffers cannot
-change that retention, so it is no reason to pool here.
+loss's autograd graph still references its input leaf. A ring cannot change that retention;
+the release can ([Note: releasing what the schedule keeps] in pooltk/pool/release.py), so on
+this layout pooltk installs the release alone (no rings).
 
 Detection is by feature: the ``_RecvInfo`` class the stage module uses has
 ``allocate_buffer`` and ``take_buffer`` (looked up on ``stage`` first, then on the
@@ -54,9 +54,8 @@ def detect() -> Layout | str:
     return Layout(
         name=FAMILY,
         setup_targets=(),
-        stands_down=True,
+        per_receive=True,
         note=f"layout {FAMILY!r}: this torch allocates each receive buffer right before its receive "
         f"({info.__module__}._RecvInfo.allocate_buffer) and hands it to the computation when consumed "
-        "(take_buffer), so no per-microbatch buffers are pre-allocated and a ring has nothing to replace; "
-        "pooltk stands down and stock behaviour is kept",
+        "(take_buffer), so no per-microbatch buffers are pre-allocated and a ring has nothing to replace",
     )

@@ -1,0 +1,388 @@
+"""The wrappers torch's stage methods get: setup (build rings), post, compute (release), reset.
+
+Wrappers do nothing for a stage the pool does not manage, so stock stages pay one dict lookup.
+Setup is wrapped (not patched once) because a schedule reruns it on an eval/train switch. Every
+torch name they touch comes from :mod:`pooltk.pool.adapters`; all state lives in one
+:class:`~pooltk.pool.state.StageState` per stage ([Note: per-stage state]).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from pooltk.config import PoolConfig
+from pooltk.pool import release as rel
+from pooltk.pool.adapters import SetupTarget
+from pooltk.pool.adapters.placeholders import PlaceholderFactory, materialize_all
+from pooltk.pool.adapters.stage_api import cached_forward, call_arg, input_grads
+from pooltk.pool.events import emit, kept_stock_event, pooled_event, rehome_event, unpooled_event
+from pooltk.pool.gating import GateDecision, PoolSetupError, decide, observe_schedule, refusal
+from pooltk.pool.marks import mark
+from pooltk.pool.report import InstallReport
+from pooltk.pool.ring import DirectionRing, Rehome, recv_positions
+from pooltk.pool.sizing import ring_sizes
+from pooltk.pool.state import LOCK, STATE, Context, StageState, stage_state, state_for
+
+__all__ = ["give_back_stock_buffers", "kept_stock", "runtime_wrappers", "setup_wrapper"]
+
+ContextFn = Callable[[Any], "Context | None"]
+
+_RECV_INFOS = {"forward": "args_recv_info", "grad": "grad_recv_info"}
+
+
+# ---------------------------------------------------------------------------------------
+# Rings
+# ---------------------------------------------------------------------------------------
+
+
+def _ring_size(stage: Any, direction: str, n_mb: int, config: PoolConfig, plan: Any) -> int:
+    if plan is not None:  # schedule="auto": sizes from the schedule's analysis
+        return plan.sizes.get((stage.stage_index, direction), 0)
+    sizes = ring_sizes(stage.num_stages, stage.stage_index, n_mb, config)
+    return sizes.forward if direction == "forward" else sizes.grad
+
+
+def build_ring(
+    stage: Any, target: SetupTarget, n_mb: int, config: PoolConfig, factory: PlaceholderFactory | None,
+    plan: Any = None, on_rehome: Callable[[Rehome], None] | None = None,
+) -> DirectionRing | None:
+    """The ring for one direction of a stage just set up, bound onto its recv infos (None: stays stock)."""
+    infos_by_chunk: dict[int, tuple] = getattr(stage, target.infos_attr)
+    n_mb = len(infos_by_chunk) or n_mb
+    if not infos_by_chunk:
+        return None
+    positions = recv_positions(infos_by_chunk[0])
+    if not positions:
+        return None  # first stage (root args) forward, or last stage grads
+    if any(len(infos_by_chunk[c]) != len(infos_by_chunk[0]) for c in range(n_mb)):
+        raise RuntimeError("recv infos differ in structure between microbatches")
+    k = _ring_size(stage, target.direction, n_mb, config, plan)
+    if k <= 0:
+        return None
+    slots: list[list[torch.Tensor]] = []
+    for s in range(k):
+        tensors = []
+        for j in positions:
+            buf = infos_by_chunk[s][j].buffer
+            tensors.append(factory.real(buf) if factory is not None and factory.is_placeholder(buf) else buf.detach())
+        slots.append(tensors)
+    ring = DirectionRing(stage=stage.stage_index, direction=target.direction, size=k, n_microbatches=n_mb,
+                         positions=positions, slots=slots, guard=config.guard, on_rehome=on_rehome)
+    ring.bind(infos_by_chunk)
+    return ring
+
+
+# ---------------------------------------------------------------------------------------
+# Per-stage outcomes, as log lines (the wording is events.py's)
+# ---------------------------------------------------------------------------------------
+
+
+def _sink(report: InstallReport | None) -> list | None:
+    return report.events if report is not None else None
+
+
+def kept_stock(stage: Any, report: InstallReport | None, reason: str) -> None:
+    """Record (once per stage and reason) that ``stage`` keeps torch's buffers, and why."""
+    st = state_for(stage)
+    if ("stock", reason) in st.said:
+        return
+    st.said.add(("stock", reason))
+    emit(_sink(report), kept_stock_event(getattr(stage, "stage_index", "?"), reason))
+
+
+def _pooled_line(stage: Any, st: StageState) -> None:
+    """Log ``stage I pooled (fwd ring K/M, grad ring K/M)`` once per distinct ring shape."""
+    n_mb = st.n_microbatches
+    if n_mb is None or not st.rings():
+        return
+    sizes = []
+    for direction, attr in _RECV_INFOS.items():
+        ring = st.ring(direction)
+        if ring is not None:
+            sizes.append(ring.size)
+            continue
+        infos = getattr(stage, attr, None) or {}
+        first = infos.get(0) if isinstance(infos, dict) else None
+        sizes.append(n_mb if first and recv_positions(first) else 0)
+    key = ("pooled", n_mb, tuple(sizes))
+    if key in st.said:
+        return
+    st.said.add(key)
+    emit(_sink(st.report), pooled_event(stage.stage_index, sizes[0], sizes[1], n_mb))
+
+
+def _rehome_reporter(stage: Any, st: StageState) -> Callable[[Rehome], None]:
+    def on_rehome(ev: Rehome) -> None:
+        first = ev.direction not in st.rehomed
+        st.rehomed.add(ev.direction)
+        emit(_sink(st.report), rehome_event(stage=ev.stage, direction=ev.direction, slot=ev.slot,
+                                            position=ev.position, incoming=ev.incoming, nbytes=ev.nbytes,
+                                            holders=ev.holders, lent=ev.lent, first=first))
+
+    return on_rehome
+
+
+# ---------------------------------------------------------------------------------------
+# Setup
+# ---------------------------------------------------------------------------------------
+
+
+def setup_wrapper(original: Callable, target: SetupTarget, context_of: ContextFn) -> Callable:
+    """Wrap one setup method: decide, let torch set up (with placeholders), then build the ring."""
+
+    @functools.wraps(original)
+    def pooltk_setup(self: Any, *args: Any, **kwargs: Any) -> Any:
+        ctx = context_of(self)
+        if ctx is None:
+            return original(self, *args, **kwargs)
+        settings, report = ctx.settings, ctx.report
+        try:
+            decision: GateDecision = decide(install_schedule=settings.schedule, force=settings.force,
+                                            config=settings.config, stage=self)
+        except PoolSetupError as exc:
+            exc.stage, exc.direction = getattr(self, "stage_index", None), target.direction
+            raise
+        st = state_for(self)
+        st.gate, st.report = decision, report
+        observed = observe_schedule()
+        st.schedule = weakref.ref(observed) if observed is not None else None
+        if not decision.pool:
+            st.set_ring(target.direction, None)
+            kept_stock(self, report, decision.reason)
+            return original(self, *args, **kwargs)
+        n_mb = int(call_arg_setup(args, kwargs))
+        st.n_microbatches = n_mb
+        with LOCK:
+            factory = PlaceholderFactory() if target.alloc_free else None
+            if factory is not None:
+                with factory:
+                    result = original(self, *args, **kwargs)
+            else:
+                result = original(self, *args, **kwargs)
+        infos = getattr(self, target.infos_attr, {})
+        try:
+            ring = build_ring(self, target, n_mb, settings.config, factory, decision.plan,
+                              on_rehome=_rehome_reporter(self, st))
+            materialize_all(infos, factory)  # directions and positions without a ring are stock
+        except Exception as exc:  # inside a recognised layout: loud, see [Note: fail-open only for unknown layouts]
+            raise PoolSetupError(stage=getattr(self, "stage_index", None), direction=target.direction, cause=exc,
+                                 what=f"building the {target.direction} ring") from exc
+        st.set_ring(target.direction, ring)
+        if ring is not None:
+            with LOCK:
+                STATE.stages.add(self)
+        st.pending = True
+        return result
+
+    return mark(pooltk_setup, original)
+
+
+def call_arg_setup(args: tuple, kwargs: dict) -> int:
+    """The microbatch count every setup method takes first (``num_microbatches``)."""
+    return args[0] if args else kwargs["num_microbatches"]
+
+
+# ---------------------------------------------------------------------------------------
+# Runtime
+# ---------------------------------------------------------------------------------------
+
+
+def _first_use(stage: Any, ctx: Context | None) -> StageState | None:
+    """Once per setup: log the stage's rings and turn the release on; a stage never set up under pooltk says so.
+
+    On a layout that allocates per receive (lazy: no setup is wrapped) this is where a stage's state is
+    made and the release decided.
+    """
+    st = stage_state(stage)
+    if st is not None and st.pending:
+        st.pending = False
+        _pooled_line(stage, st)
+    if ctx is None:
+        return st
+    wants_release = bool(ctx.settings.config.release and getattr(stage, "is_last", False)
+                         and getattr(stage, "has_backward", False))
+    if not ctx.rings:  # lazy layout: the release is the whole pool
+        st = state_for(stage)
+        st.report = ctx.report
+        if st.schedule is None or st.schedule() is None:
+            observed = observe_schedule()
+            refused = refusal(stage, observed)
+            if refused is not None:
+                kept_stock(stage, ctx.report, refused)
+                st.late = st.seen = True  # never managed: the wrappers pass through
+                return None
+            st.schedule = weakref.ref(observed) if observed is not None else None
+        if wants_release and not st.release:
+            rel.start(stage, st, ctx.report.layout)
+    elif st is None or (st.gate is None and not st.late):
+        st = state_for(stage)
+        st.late = True
+        if ctx.report.installed and getattr(stage, "args_recv_info", None):
+            kept_stock(stage, ctx.report, (
+                "set up before pooltk.install(): its receive buffers are torch's (M sets) until its next setup "
+                "(an eval/train switch). Fix: call pooltk.install() before the schedule's first step"))
+    elif st.gate is not None and st.gate.pool and wants_release and not st.release:
+        rel.start(stage, st, ctx.report.layout)
+    st.seen = True
+    return st
+
+
+def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> dict[str, Callable]:
+    """Runtime wrappers; each is a pass-through for stages the pool does not manage."""
+    out: dict[str, Callable] = {}
+
+    if "get_fwd_recv_ops" in originals:
+        get_fwd = originals["get_fwd_recv_ops"]
+
+        @functools.wraps(get_fwd)
+        def get_fwd_recv_ops(self: Any, *args: Any, **kwargs: Any) -> Any:
+            st = stage_state(self)
+            ring = st.forward if st is not None else None
+            if ring is not None:
+                chunk = call_arg("get_fwd_recv_ops", "fwd_chunk_id", args, kwargs)
+                ring.post(chunk, self.args_recv_info[chunk])
+            return get_fwd(self, *args, **kwargs)
+
+        out["get_fwd_recv_ops"] = get_fwd_recv_ops
+
+    if "get_bwd_recv_ops" in originals:
+        get_bwd = originals["get_bwd_recv_ops"]
+
+        @functools.wraps(get_bwd)
+        def get_bwd_recv_ops(self: Any, *args: Any, **kwargs: Any) -> Any:
+            st = stage_state(self)
+            ring = st.grad if st is not None else None
+            if ring is not None and self.has_backward:
+                chunk = call_arg("get_bwd_recv_ops", "bwd_chunk_id", args, kwargs)
+                ring.post(chunk, self.grad_recv_info[chunk])
+            return get_bwd(self, *args, **kwargs)
+
+        out["get_bwd_recv_ops"] = get_bwd_recv_ops
+
+    fwd_one = originals["forward_one_chunk"]
+
+    @functools.wraps(fwd_one)
+    def forward_one_chunk(self: Any, *args: Any, **kwargs: Any) -> Any:
+        st = stage_state(self)
+        if st is None or not st.seen or st.pending or (not st.release and not st.late and getattr(self, "is_last", False)):
+            st = _first_use(self, context_of(self))
+        result = fwd_one(self, *args, **kwargs)
+        if st is None:
+            return result
+        chunk = call_arg("forward_one_chunk", "fwd_chunk_id", args, kwargs)
+        if st.release and self.has_backward:
+            rel.note_forward(st, chunk, result)
+        ring = st.forward
+        if ring is not None:
+            cached = cached_forward(self, chunk)
+            if cached is not None:
+                ring.note_lent(chunk, cached[0])  # outputs sharing the slot: see [Note: copy on conflict]
+            if not self.has_backward:
+                if cached is not None:  # never read again in a forward-only step
+                    ring.retire_inputs(chunk, cached[1])
+                ring.release(chunk)
+        return result
+
+    out["forward_one_chunk"] = forward_one_chunk
+
+    bwd_one = originals["backward_one_chunk"]
+
+    @functools.wraps(bwd_one)
+    def backward_one_chunk(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = bwd_one(self, *args, **kwargs)
+        st = stage_state(self)
+        if st is None or not self.has_backward:
+            return result
+        chunk = call_arg("backward_one_chunk", "bwd_chunk_id", args, kwargs)
+        full = call_arg("backward_one_chunk", "full_backward", args, kwargs)
+        if st.grad is not None:  # input gradients sharing the grad slot: see [Note: copy on conflict]
+            st.grad.note_lent(chunk, input_grads(self, chunk))
+        if full:  # a split backward (I now, W later) keeps both until W: see [Note: slot ownership]
+            for ring in (st.forward, st.grad):
+                if ring is not None:
+                    ring.release(chunk)
+        if st.release:
+            loss = call_arg("backward_one_chunk", "loss", args, kwargs)
+            if full:
+                rel.release_chunk(self, st, chunk, loss)
+            else:  # the weight pass still walks this graph: release after it
+                st.losses[chunk] = loss
+        return result
+
+    out["backward_one_chunk"] = backward_one_chunk
+
+    if "backward_weight_one_chunk" in originals:
+        bwd_w = originals["backward_weight_one_chunk"]
+
+        @functools.wraps(bwd_w)
+        def backward_weight_one_chunk(self: Any, *args: Any, **kwargs: Any) -> Any:
+            result = bwd_w(self, *args, **kwargs)
+            st = stage_state(self)
+            if st is None:
+                return result
+            chunk = call_arg("backward_weight_one_chunk", "bwd_chunk_id", args, kwargs)
+            for ring in (st.forward, st.grad):
+                if ring is not None:
+                    ring.release(chunk)
+            if st.release and chunk in st.losses:
+                rel.release_chunk(self, st, chunk, st.losses.pop(chunk))
+            return result
+
+        out["backward_weight_one_chunk"] = backward_weight_one_chunk
+
+    clear = originals["clear_runtime_states"]
+
+    @functools.wraps(clear)
+    def clear_runtime_states(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = clear(self, *args, **kwargs)
+        st = stage_state(self)
+        if st is not None:
+            for ring in (st.forward, st.grad):
+                if ring is not None:
+                    ring.reset()
+            st.outputs.clear()
+            st.losses.clear()
+        return result
+
+    out["clear_runtime_states"] = clear_runtime_states
+    for fn in out.values():
+        mark(fn, originals[fn.__name__])
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Undo
+# ---------------------------------------------------------------------------------------
+
+
+def give_back_stock_buffers(stage: Any, report: InstallReport | None, why: str) -> bool:
+    """Replace a live stage's rings by stock buffers (one fresh set per microbatch); True if it had any."""
+    st = stage_state(stage)
+    if st is None:
+        return False
+    had = False
+    for direction, attr in _RECV_INFOS.items():
+        ring = st.ring(direction)
+        if ring is None:
+            continue
+        st.set_ring(direction, None)
+        had = True
+        for chunk, infos in getattr(stage, attr, {}).items():
+            for k, j in enumerate(ring.positions):
+                old = infos[j].buffer
+                if not isinstance(old, torch.Tensor):
+                    continue
+                fresh = torch.empty_like(ring.slots[chunk % ring.size][k])
+                if getattr(old, "requires_grad", False):
+                    fresh.requires_grad_(True)
+                infos[j].buffer = fresh
+    st.gate, st.pending, st.n_microbatches, st.release = None, False, None, False
+    st.outputs.clear()
+    st.losses.clear()
+    if had:
+        emit(_sink(report), unpooled_event(getattr(stage, "stage_index", "?"), why))
+    return had

@@ -1,0 +1,153 @@
+"""torch's stage and schedule runtime, as the pool's wrappers use it: every name in one place.
+
+The wrappers in :mod:`pooltk.pool._patch` never spell a torch attribute or argument name; they
+call these functions. What they rely on, in every layout family:
+
+- the runtime methods of ``_PipelineStageBase`` and their argument names (checked against the
+  real signatures by :func:`signature_problems` at install, so a torch that renamed one is an
+  unknown layout, never a wrapper reading the wrong argument);
+- ``stage.fwd_cache[chunk] = (outputs, inputs)`` until that chunk's backward,
+  ``stage.bwd_cache[chunk]`` (input gradients), ``stage.output_chunks`` (the last stage's
+  outputs, merged at step end), ``stage.is_last`` / ``has_backward`` / ``stage_index``;
+- the schedule's ``_internal_losses`` (one loss per microbatch, kept until step end).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch
+
+__all__ = [
+    "HOT_METHODS",
+    "OPTIONAL_HOT_METHODS",
+    "READ_METHODS",
+    "GUARDED_STAGE_METHODS",
+    "RUNTIME_ARGS",
+    "cached_forward",
+    "call_arg",
+    "input_grads",
+    "output_chunks",
+    "schedule_losses",
+    "signature_problems",
+    "stage_base",
+    "stage_module",
+]
+
+HOT_METHODS: tuple[str, ...] = (
+    "get_fwd_recv_ops",
+    "get_bwd_recv_ops",
+    "forward_one_chunk",
+    "backward_one_chunk",
+    "clear_runtime_states",
+)
+"""Methods of ``_PipelineStageBase`` the pool wraps at runtime, in every family: receive posts (claim
+a slot), compute steps (release it, and let the schedule's kept graphs go), the per-step reset."""
+
+OPTIONAL_HOT_METHODS: tuple[str, ...] = ("backward_weight_one_chunk",)
+"""Wrapped where torch has them (split backward)."""
+
+READ_METHODS: tuple[str, ...] = ("_retrieve_recv_activations", "_retrieve_recv_grads")
+"""Methods that read received buffers (not wrapped; a subclass overriding them is refused)."""
+
+GUARDED_STAGE_METHODS: tuple[str, ...] = HOT_METHODS + OPTIONAL_HOT_METHODS + READ_METHODS
+"""Methods a pooled stage's class may not override (see [Note: refusals] in gating.py)."""
+
+RUNTIME_ARGS: dict[str, tuple[str, ...]] = {
+    "get_fwd_recv_ops": ("fwd_chunk_id",),
+    "get_bwd_recv_ops": ("bwd_chunk_id",),
+    "forward_one_chunk": ("fwd_chunk_id", "args", "kwargs"),
+    "backward_one_chunk": ("bwd_chunk_id", "loss", "full_backward"),
+    "backward_weight_one_chunk": ("bwd_chunk_id",),
+}
+"""The leading parameters (after ``self``) of each wrapped method, in torch's order."""
+
+_DEFAULTS: dict[str, Any] = {"loss": None, "full_backward": True, "kwargs": None, "args": ()}
+
+
+def call_arg(method: str, name: str, args: tuple, kwargs: dict) -> Any:
+    """The value of parameter ``name`` in a call of ``method`` (positional or keyword, else torch's default)."""
+    if name in kwargs:
+        return kwargs[name]
+    pos = RUNTIME_ARGS[method].index(name)
+    if pos < len(args):
+        return args[pos]
+    if name in _DEFAULTS:
+        return _DEFAULTS[name]
+    raise TypeError(f"pooltk: {method}() was called without its {name!r} argument")
+
+
+def signature_problems(base: type) -> list[str]:
+    """Wrapped methods of ``base`` whose leading parameters are not the ones :data:`RUNTIME_ARGS` names."""
+    problems = []
+    for method, names in RUNTIME_ARGS.items():
+        fn = getattr(base, method, None)
+        if fn is None:
+            if method in HOT_METHODS:
+                problems.append(f"{method} missing")
+            continue
+        try:
+            params = [p for p in inspect.signature(fn).parameters if p != "self"]
+        except (TypeError, ValueError):
+            problems.append(f"{method} has no readable signature")
+            continue
+        if tuple(params[: len(names)]) != names:
+            problems.append(f"{method}({', '.join(params[:len(names)])}) where pooltk expects ({', '.join(names)})")
+    return problems
+
+
+def stage_module() -> Any:
+    """``torch.distributed.pipelining.stage``."""
+    from torch.distributed.pipelining import stage as stage_mod
+
+    return stage_mod
+
+
+def stage_base() -> type:
+    """``_PipelineStageBase``, the class that defines the runtime methods."""
+    return stage_module()._PipelineStageBase
+
+
+def cached_forward(stage: Any, chunk: int) -> tuple[tuple, list] | None:
+    """``(outputs, inputs)`` torch keeps for ``chunk`` between its forward and backward, or None."""
+    cached = getattr(stage, "fwd_cache", {}).get(chunk)
+    return cached if cached is not None else None
+
+
+def input_grads(stage: Any, chunk: int) -> tuple:
+    """The input gradients ``chunk``'s backward produced (sent upstream), or ``()``."""
+    return getattr(stage, "bwd_cache", {}).get(chunk, ())
+
+
+def output_chunks(stage: Any) -> list | None:
+    """The last stage's kept outputs (merged at step end), or None where torch keeps none."""
+    kept = getattr(stage, "output_chunks", None)
+    return kept if isinstance(kept, list) else None
+
+
+def schedule_losses(schedule: Any) -> list | None:
+    """The schedule's per-microbatch losses, kept until step end, or None where it keeps none."""
+    kept = getattr(schedule, "_internal_losses", None)
+    return kept if isinstance(kept, list) else None
+
+
+def originals_of(base: type, names: tuple[str, ...]) -> dict[str, Callable]:
+    """``{name: function}`` for each method of ``names`` that ``base`` has, from its defining class."""
+    out = {}
+    for name in names:
+        if callable(getattr(base, name, None)):
+            out[name] = defining_class(base, name).__dict__[name]
+    return out
+
+
+def defining_class(base: type, name: str) -> type:
+    """The class in ``base``'s MRO whose ``__dict__`` defines ``name``."""
+    for klass in base.__mro__:
+        if name in klass.__dict__:
+            return klass
+    raise AttributeError(name)
+
+
+def is_tensor(x: Any) -> bool:
+    return isinstance(x, torch.Tensor)
