@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
@@ -68,19 +69,17 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _fail(message: str) -> int:
-    print(f"pooltk memory: error: {message}", file=sys.stderr)
+    print(f"pooltk memory: error: {_flags_in(message)}", file=sys.stderr)
     return 2
 
 
 def _source(args: argparse.Namespace) -> Any:
     """The Preset the arguments describe (preset, config file with flag overrides, or explicit flags)."""
-    from pooltk.config import PoolConfig
-    from pooltk.memory.configs import Overrides, load_config
-    from pooltk.memory.model import Boundary, MemoryModelError, PipelineShape
-    from pooltk.memory.source import Preset
+    from pooltk.memory.configs import Overrides, load_config, load_overrides
+    from pooltk.memory.model import MemoryModelError
     from pooltk.studies.kimi_k3.presets import get_preset
 
-    explicit = [f"--{f.replace('_', '-')}" for f in _SHAPE_FLAGS if getattr(args, f) is not None]
+    explicit = [_flag(f) for f in _SHAPE_FLAGS if getattr(args, f) is not None]
     chosen = [name for name, on in (("--preset", args.preset), ("--config", args.config)) if on]
     if len(chosen) > 1 or (args.preset and explicit) or not (chosen or explicit):
         found = " and ".join(chosen + ([f"shape flags ({' '.join(explicit)})"] if explicit else [])) or "none"
@@ -94,53 +93,17 @@ def _source(args: argparse.Namespace) -> Any:
     if args.preset:
         return get_preset(args.preset)
     overrides = Overrides(**{f: getattr(args, f) for f in _SHAPE_FLAGS}, schedule=args.schedule)
-    if args.config:
-        return load_config(args.config, overrides)
-    missing = [flag for flag, v in (("--pp", args.pp), ("--seq-len", args.seq_len), ("--hidden", args.hidden)) if v is None]
-    if missing:
-        raise MemoryModelError(
-            "explicit shape",
-            found=f"no {', '.join(missing)}",
-            required="--pp, --seq-len and --hidden, plus --microbatches or --global-batch/--micro-batch/--dp",
-            fix="add the missing flags, or use --preset / --config.",
-        )
-    schedule = args.schedule or "1f1b"
-    if args.microbatches is not None:
-        if args.global_batch is not None or args.dp is not None:
-            raise MemoryModelError(
-                "microbatches",
-                found="--microbatches together with --global-batch/--dp",
-                required="M given directly, or derived from the batch sizes, not both",
-                fix="drop --microbatches, or drop --global-batch and --dp.",
-            )
-        shape = PipelineShape(pp=args.pp, n_microbatches=args.microbatches, schedule=schedule)
-        rows = 1 if args.micro_batch is None else args.micro_batch
-    else:
-        need = [f for f, v in (("--global-batch", args.global_batch), ("--micro-batch", args.micro_batch), ("--dp", args.dp)) if v is None]
-        if need:
-            raise MemoryModelError(
-                "microbatches",
-                found=f"neither --microbatches nor {', '.join(need)}",
-                required="--microbatches M, or all of --global-batch, --micro-batch, --dp",
-                fix="e.g. --global-batch 4096 --micro-batch 2 --dp 32 (M = 64).",
-            )
-        shape = PipelineShape.from_batch(
-            pp=args.pp, global_batch=args.global_batch, micro_batch=args.micro_batch, dp=args.dp, schedule=schedule
-        )
-        rows = args.micro_batch
-    boundary = Boundary.hidden_state(rows=rows, seq_len=args.seq_len, hidden=args.hidden, dtype=args.dtype or "bfloat16")
-    return Preset(
-        name="flags",
-        title=f"explicit flags: {shape.describe()}",
-        shape=shape,
-        boundary=boundary,
-        config=PoolConfig(),
-        seq_len=args.seq_len,
-        hidden=args.hidden,
-        assumption=f"one hidden state ({rows}, {args.seq_len}, {args.hidden}) per microbatch and direction",
-        figures=(),
-        sources=("command-line flags",),
-    )
+    return load_config(args.config, overrides) if args.config else load_overrides(overrides)
+
+
+def _flag(field: str) -> str:
+    """The flag of an :class:`~pooltk.memory.configs.Overrides` field: ``micro_batch`` -> ``--micro-batch``."""
+    return "--" + field.replace("_", "-")
+
+
+def _flags_in(message: str) -> str:
+    """The library names overrides as fields (``Overrides.seq_len``); the command line names its flags."""
+    return re.sub(r"Overrides\.([a-z_]+)", lambda m: _flag(m.group(1)), message)
 
 
 def _model(args: argparse.Namespace) -> tuple[Any, Any]:

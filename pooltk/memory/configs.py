@@ -3,7 +3,7 @@
 [Note: where the hidden size comes from]
 In this order, the first that answers wins:
 
-1. an explicit override (``--hidden``, the explorer's field): flags always beat the file;
+1. an explicit override (``Overrides.hidden``: the CLI's ``--hidden``, the explorer's field): they always beat the file;
 2. the file: ``model.config.hidden_size`` or ``model.hidden_size`` (YAML), ``hidden_size``
    (also ``text_config.hidden_size``, ``n_embd``, ``d_model``) in a ``config.json``;
 3. the config class the YAML names in ``model.config._target_``: imported, built with the
@@ -11,7 +11,7 @@ In this order, the first that answers wins:
 4. the class's defaults in pooltk's table (:mod:`pooltk.memory.known_models`), when it is not
    importable;
 5. otherwise an error naming ``model.config._target_`` (or the missing key) and the fix
-   (``--hidden``).
+   (``Overrides.hidden``).
 
 ``Preset.sources`` records which step answered, so a table can say where its hidden size came from.
 Everything else a pipeline needs (pp, microbatches, rows, tokens per row) comes from the YAML's
@@ -31,7 +31,8 @@ from pooltk.memory.known_models import KNOWN_MODEL_CONFIGS, known_model_config
 from pooltk.memory.model import Boundary, MemoryModelError, PipelineShape
 from pooltk.memory.source import Preset
 
-__all__ = ["ConfigKeyError", "Overrides", "load_automodel_config", "load_config", "load_hf_config"]
+__all__ = ["ConfigKeyError", "Overrides", "field", "load_automodel_config", "load_config", "load_hf_config", "load_overrides",
+           "pipeline_from_overrides"]
 
 
 class ConfigKeyError(MemoryModelError):
@@ -78,12 +79,17 @@ class Overrides:
         for name in ("pp", "microbatches", "micro_batch", "seq_len", "hidden", "global_batch", "dp"):
             value = getattr(self, name)
             if value is not None:
-                check_int(name.replace("_", "-"), value, low=1, error=MemoryModelError,
-                          fix=f"give --{name.replace('_', '-')} as a whole number >= 1; a zero or negative size is never a shape.")
+                check_int(field(name), value, low=1, error=MemoryModelError,
+                          fix=f"give {field(name)} as a whole number >= 1; a zero or negative size is never a shape.")
 
     def given(self) -> list[str]:
         """Names of the overrides that are set."""
         return [n for n in self.__slots__ if getattr(self, n) is not None]
+
+
+def field(name: str) -> str:
+    """How an error names an override: ``Overrides.hidden``. The CLI shows its flag instead (``--hidden``)."""
+    return f"Overrides.{name}"
 
 
 _MISSING = object()
@@ -108,7 +114,8 @@ def _first(cfg: dict, keys: tuple[str, ...]) -> tuple[str, Any]:
 
 
 def _int_key(cfg: dict, keys: tuple[str, ...], meaning: str, example: int, *, default: Any = _MISSING,
-             flag: str | None = None) -> Any:
+             override: str | None = None) -> Any:
+    flag = None if override is None else field(override)
     key, value = _first(cfg, keys)
     if value is _MISSING or value is None:
         if default is not _MISSING:
@@ -187,7 +194,7 @@ def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
             "model.config._target_", found=f"{target!r} ({type(target).__name__})",
             required="a dotted import path of a config class, e.g. "
             "nemo_automodel.components.models.kimi_k3.config.KimiK3TextConfig",
-            fix="write the class's full import path, or give --hidden.",
+            fix=f"write the class's full import path, or give {field('hidden')}.",
         )
     args = {k: v for k, v in (_lookup(cfg, "model.config") or {}).items() if k != "_target_"}
     module_name, _, cls_name = target.rpartition(".")
@@ -205,7 +212,7 @@ def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
             raise ConfigKeyError(
                 "model.config", found=f"{target}({', '.join(f'{k}={v!r}' for k, v in args.items())}) raised "
                 f"{type(exc).__name__}: {exc}", required="arguments the config class accepts",
-                fix="fix the arguments under model.config, or give --hidden.",
+                fix=f"fix the arguments under model.config, or give {field('hidden')}.",
             ) from None
         hidden = getattr(obj, "hidden_size", None)
         if isinstance(hidden, int) and not isinstance(hidden, bool) and hidden >= 1:
@@ -225,22 +232,22 @@ def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
         found=f"{target!r}: not importable here ({why}) and not in pooltk's table of known model configs",
         required="an importable config class, one of the known classes "
         f"({', '.join(c.class_name for c in KNOWN_MODEL_CONFIGS.values())}), or model.config.hidden_size",
-        fix="pass --hidden N (e.g. --hidden 7168), add hidden_size under model.config, or install the package that "
+        fix=f"give {field('hidden')} (e.g. 7168), add hidden_size under model.config, or install the package that "
         "provides the class.",
     )
 
 
 def _resolve_hidden(cfg: dict, override: int | None) -> tuple[int, Any, str]:
     if override is not None:
-        return override, None, f"--hidden {override} (overrides the file)"
+        return override, None, f"{field('hidden')} = {override} (overrides the file)"
     key, value = _first(cfg, ("model.config.hidden_size", "model.hidden_size"))
     if value is not _MISSING and value is not None:
-        return _int_key(cfg, (key,), "the model hidden size", 7168, flag="--hidden"), None, f"{key} in the file"
+        return _int_key(cfg, (key,), "the model hidden size", 7168, override="hidden"), None, f"{key} in the file"
     from_class = _class_hidden(cfg)
     if from_class is not None:
         return from_class
     return _int_key(cfg, ("model.config.hidden_size", "model.hidden_size"), "the model hidden size", 7168,
-                    flag="--hidden"), None, ""
+                    override="hidden"), None, ""
 
 
 def _dtype_of(value: Any) -> str | None:
@@ -275,7 +282,7 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
             required="one pipeline size",
             fix="keep distributed.pp_size (Automodel's key) and drop the other.",
         )
-    pp = o.pp or _int_key(cfg, pp_keys, "the pipeline-parallel size", 8, flag="--pp")
+    pp = o.pp or _int_key(cfg, pp_keys, "the pipeline-parallel size", 8, override="pp")
     if _lookup(cfg, "distributed.pipeline.pp_schedule_csv") not in (_MISSING, None):
         raise ConfigKeyError(
             "distributed.pipeline.pp_schedule_csv",
@@ -294,7 +301,7 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
             fix="write `pp_schedule: 1f1b` under distributed.pipeline.",
         )
     micro = o.micro_batch or _int_key(cfg, ("distributed.pipeline.pp_microbatch_size",), "rows per pipeline microbatch", 2,
-                                      flag="--micro-batch")
+                                      override="micro_batch")
     slack_key = "distributed.pipeline.pp_recv_buffer_pool_slack"
     slack = _lookup(cfg, slack_key)
     if slack is _MISSING or slack is None:
@@ -310,7 +317,7 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
         shape = PipelineShape(pp=pp, n_microbatches=o.microbatches, schedule=schedule)
     else:
         gbs = o.global_batch or _int_key(cfg, ("step_scheduler.global_batch_size",), "the global batch size in rows", 4096,
-                                         flag="--microbatches")
+                                         override="microbatches")
         lbs = _int_key(cfg, ("step_scheduler.local_batch_size",), "the per-data-parallel-rank batch", 128, default=None)
         dp = o.dp or _int_key(cfg, ("distributed.dp_size",), "the data-parallel size", 32, default=None)
         if lbs is None and dp is None:
@@ -318,7 +325,7 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
                 "step_scheduler.local_batch_size",
                 found="nothing (missing), and no distributed.dp_size either",
                 required="step_scheduler.local_batch_size (M = local / micro) or distributed.dp_size (M = global / (dp * micro))",
-                fix="add `local_batch_size: 128` under step_scheduler, or pass --microbatches.",
+                fix=f"add `local_batch_size: 128` under step_scheduler, or give {field('microbatches')}.",
             )
         if dp is None:
             if gbs % lbs:
@@ -331,14 +338,14 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
             dp = gbs // lbs  # display only: dp x grad-accumulation steps when dp_size is not given
         shape = PipelineShape.from_batch(pp=pp, global_batch=gbs, micro_batch=micro, dp=dp, local_batch=lbs,
                                          schedule=schedule)
-    seq = o.seq_len or _int_key(cfg, ("dataset.seq_len",), "tokens per row", 2048, flag="--seq-len")
+    seq = o.seq_len or _int_key(cfg, ("dataset.seq_len",), "tokens per row", 2048, override="seq_len")
     hidden, class_dtype, hidden_source = _resolve_hidden(cfg, o.hidden)
     dtype_key, dtype = _first(cfg, ("model.torch_dtype", "model.config.dtype", "model.config.torch_dtype"))
     dtype = o.dtype or _dtype_of(dtype) or _dtype_of(class_dtype) or "bfloat16"
     try:
         boundary = Boundary.hidden_state(rows=micro, seq_len=seq, hidden=hidden, dtype=str(dtype))
     except MemoryModelError as exc:
-        raise ConfigKeyError("--dtype" if o.dtype else dtype_key, found=repr(dtype), required=exc.required, fix=exc.fix) from None
+        raise ConfigKeyError(field("dtype") if o.dtype else dtype_key, found=repr(dtype), required=exc.required, fix=exc.fix) from None
     pool_on = _lookup(cfg, "distributed.pipeline.pp_recv_buffer_pool")
     note = "" if pool_on is True else " The config does not enable distributed.pipeline.pp_recv_buffer_pool: its run allocates stock."
     given = o.given()
@@ -375,33 +382,19 @@ def load_hf_config(source: str | Path | dict, overrides: Overrides | None = None
     o = overrides or Overrides()
     cfg, where = _read_file(source, "JSON")
     if o.hidden is not None:
-        hidden, hidden_source = o.hidden, f"--hidden {o.hidden} (overrides the file)"
+        hidden, hidden_source = o.hidden, f"{field('hidden')} = {o.hidden} (overrides the file)"
     else:
         key, _ = _first(cfg, _HIDDEN_KEYS)
-        hidden = _int_key(cfg, _HIDDEN_KEYS, "the model hidden size", 7168, flag="--hidden")
+        hidden = _int_key(cfg, _HIDDEN_KEYS, "the model hidden size", 7168, override="hidden")
         hidden_source = f"{key} in the file"
-    missing = [f for f, v in (("--pp", o.pp), ("--seq-len", o.seq_len)) if v is None]
-    if o.microbatches is None and None in (o.global_batch, o.micro_batch, o.dp):
-        missing.append("--microbatches (or --global-batch, --micro-batch and --dp)")
-    if missing:
-        raise MemoryModelError(
-            "pipeline shape for a config.json",
-            found=f"no {', '.join(missing)}",
-            required="--pp, --seq-len and --microbatches (a config.json describes the model, not the pipeline)",
-            fix="e.g. --pp 8 --microbatches 64 --micro-batch 2 --seq-len 2048.",
-        )
-    schedule = o.schedule or "1f1b"
-    micro = o.micro_batch or 1
-    if o.microbatches is not None:
-        shape = PipelineShape(pp=o.pp, n_microbatches=o.microbatches, schedule=schedule)
-    else:
-        shape = PipelineShape.from_batch(pp=o.pp, global_batch=o.global_batch, micro_batch=micro, dp=o.dp, schedule=schedule)
+    shape, micro = pipeline_from_overrides(o, what="pipeline shape for a config.json",
+                                           why="a config.json describes the model, not the pipeline")
     dtype_key, dtype = _first(cfg, _DTYPE_KEYS)
     dtype = o.dtype or _dtype_of(dtype) or "bfloat16"
     try:
         boundary = Boundary.hidden_state(rows=micro, seq_len=o.seq_len, hidden=hidden, dtype=str(dtype))
     except MemoryModelError as exc:
-        raise ConfigKeyError("--dtype" if o.dtype else dtype_key, found=repr(dtype), required=exc.required, fix=exc.fix) from None
+        raise ConfigKeyError(field("dtype") if o.dtype else dtype_key, found=repr(dtype), required=exc.required, fix=exc.fix) from None
     return Preset(
         name=Path(where).parent.name or Path(where).stem if where != "<dict>" else "config.json",
         title=f"{where}: pp {o.pp}, {shape.n_microbatches} microbatches, {micro} x {o.seq_len} x {hidden} "
@@ -414,6 +407,64 @@ def load_hf_config(source: str | Path | dict, overrides: Overrides | None = None
         assumption=f"Each boundary carries one hidden state ({micro}, {o.seq_len}, {hidden}) per microbatch and direction.",
         figures=(),
         sources=(where, f"hidden size: {hidden_source}", f"pipeline from flags: {', '.join(o.given())}"),
+    )
+
+
+def pipeline_from_overrides(o: Overrides, *, what: str = "pipeline shape", why: str = "",
+                            needs: tuple[str, ...] = ()) -> tuple[PipelineShape, int]:
+    """``(shape, rows per microbatch)`` from overrides alone: the one place a shape is built from fields.
+
+    Needs ``pp`` and ``seq_len``, and either ``microbatches`` (rows default 1) or all of
+    ``global_batch``, ``micro_batch`` and ``dp`` (``M = global / (dp * micro)``), not both. Errors name
+    the fields (``Overrides.pp``); the CLI shows them as its flags. ``needs``: further fields the caller
+    requires, reported in the same error.
+    """
+    missing = [field(f) for f in ("pp", "seq_len", *needs) if getattr(o, f) is None]
+    batch = {"global_batch": o.global_batch, "micro_batch": o.micro_batch, "dp": o.dp}
+    if o.microbatches is None and None in batch.values():
+        need = ", ".join(field(f) for f, v in batch.items() if v is None)
+        missing.append(f"{field('microbatches')} (or {need})")
+    if missing:
+        raise MemoryModelError(
+            what,
+            found=f"no {', '.join(missing)}",
+            required=f"{', '.join(field(f) for f in ('pp', 'seq_len', *needs))} and {field('microbatches')}, or {field('global_batch')} + "
+            f"{field('micro_batch')} + {field('dp')}" + (f" ({why})" if why else ""),
+            fix=f"e.g. pp=8, microbatches=64, micro_batch=2, seq_len=2048 ({field('pp')} ...).",
+        )
+    if o.microbatches is not None and (o.global_batch is not None or o.dp is not None):
+        raise MemoryModelError(
+            field("microbatches"),
+            found=f"{field('microbatches')} together with {field('global_batch')} / {field('dp')}",
+            required="M given directly, or derived from the batch sizes, not both",
+            fix=f"drop {field('microbatches')}, or drop {field('global_batch')} and {field('dp')}.",
+        )
+    schedule = o.schedule or "1f1b"
+    if o.microbatches is not None:
+        return PipelineShape(pp=o.pp, n_microbatches=o.microbatches, schedule=schedule), o.micro_batch or 1
+    shape = PipelineShape.from_batch(pp=o.pp, global_batch=o.global_batch, micro_batch=o.micro_batch, dp=o.dp,
+                                     schedule=schedule)
+    return shape, o.micro_batch
+
+
+def load_overrides(o: Overrides) -> Preset:
+    """A :class:`Preset` from overrides alone (the CLI's explicit shape flags): one hidden state each way.
+
+    Needs ``hidden`` besides what :func:`pipeline_from_overrides` needs; ``dtype`` defaults to bfloat16.
+    """
+    shape, rows = pipeline_from_overrides(o, what="explicit shape", needs=("hidden",))
+    boundary = Boundary.hidden_state(rows=rows, seq_len=o.seq_len, hidden=o.hidden, dtype=o.dtype or "bfloat16")
+    return Preset(
+        name="flags",
+        title=f"explicit flags: {shape.describe()}",
+        shape=shape,
+        boundary=boundary,
+        config=PoolConfig(),
+        seq_len=o.seq_len,
+        hidden=o.hidden,
+        assumption=f"one hidden state ({rows}, {o.seq_len}, {o.hidden}) per microbatch and direction",
+        figures=(),
+        sources=("command-line flags",),
     )
 
 

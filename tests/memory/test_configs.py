@@ -58,7 +58,7 @@ def test_an_unknown_config_class_names_the_field_and_the_fix():
     cfg["model"]["config"]["_target_"] = "nowhere.models.UnknownConfig"
     with pytest.raises(ConfigKeyError) as err:
         load_automodel_config(cfg)
-    assert err.value.key == "model.config._target_" and "--hidden" in err.value.fix
+    assert err.value.key == "model.config._target_" and "Overrides.hidden" in err.value.fix
     assert "not importable" in err.value.found and "KimiK3TextConfig" in err.value.required
 
 
@@ -72,14 +72,14 @@ def test_flags_always_override_the_file():
 def test_a_yaml_with_neither_hidden_size_nor_class_asks_for_hidden():
     cfg = yaml.safe_load(AUTOMODEL.read_text())
     cfg["model"] = {"torch_dtype": "bfloat16"}
-    with pytest.raises(ConfigKeyError, match=r"'model.config.hidden_size'.*Fix: add .*--hidden"):
+    with pytest.raises(ConfigKeyError, match=r"'model.config.hidden_size'.*Fix: add .*Overrides\.hidden"):
         load_automodel_config(cfg)
     assert load_automodel_config(cfg, Overrides(hidden=7168)).hidden == 7168
 
 
 @pytest.mark.parametrize("field,value", [("hidden", 0), ("seq_len", -2), ("pp", 0), ("microbatches", True)])
-def test_zero_negative_or_bool_sizes_are_refused_naming_the_flag(field, value):
-    with pytest.raises(MemoryModelError, match=rf"{field.replace('_', '-')}: found .*required an integer >= 1.*Fix: give --"):
+def test_zero_negative_or_bool_sizes_are_refused_naming_the_field(field, value):
+    with pytest.raises(MemoryModelError, match=rf"Overrides\.{field}: found .*required an integer >= 1.*Fix: give Overrides\.{field}"):
         Overrides(**{field: value})
 
 
@@ -87,7 +87,7 @@ def test_hf_config_json_gives_the_model_and_flags_give_the_pipeline(tmp_path):
     p = load_hf_config(HF, Overrides(pp=8, microbatches=64, micro_batch=2, seq_len=2048))
     assert p.hidden == json.loads(HF.read_text())["hidden_size"] == known_model_config(K3).defaults["hidden_size"]
     assert p.boundary.forward_bytes == 56 * 2**20 and load_config(HF, Overrides(pp=8, microbatches=64, micro_batch=2, seq_len=2048)).hidden == 7168
-    with pytest.raises(MemoryModelError, match=r"found no --seq-len.*Fix: e.g. --pp 8"):
+    with pytest.raises(MemoryModelError, match=r"found no Overrides\.seq_len.*Fix: e\.g\. pp=8"):
         load_hf_config(HF, Overrides(pp=8, microbatches=64))
     nested = tmp_path / "config.json"
     nested.write_text(json.dumps({"text_config": {"hidden_size": 2048, "torch_dtype": "float16"}}))
@@ -95,7 +95,7 @@ def test_hf_config_json_gives_the_model_and_flags_give_the_pipeline(tmp_path):
     assert q.hidden == 2048 and q.boundary.activations[0].dtype == "float16"
     empty = tmp_path / "empty.json"
     empty.write_text("{}")
-    with pytest.raises(ConfigKeyError, match=r"'hidden_size': found nothing .*Fix: .*--hidden"):
+    with pytest.raises(ConfigKeyError, match=r"'hidden_size': found nothing .*Fix: .*Overrides\.hidden"):
         load_config(empty, Overrides(pp=2, microbatches=4, seq_len=16))
     broken = tmp_path / "broken.json"
     broken.write_text("{hidden")
@@ -108,3 +108,27 @@ def test_the_k3_table_matches_the_class_when_it_is_importable():
     obj = mod.KimiK3TextConfig()
     for key, value in known_model_config(K3).defaults.items():
         assert getattr(obj, key) == value, key
+
+
+def test_the_library_names_override_fields_and_never_a_command_line_flag():
+    # Flags belong to the CLI (pooltk.cli.memory maps Overrides.<field> to --<field>); a notebook or a
+    # script calling the library is told the field it passed.
+    from pooltk.memory.configs import load_overrides, pipeline_from_overrides
+
+    for call in (lambda: load_overrides(Overrides(pp=8, microbatches=8)),
+                 lambda: pipeline_from_overrides(Overrides(pp=8, microbatches=8, dp=2, seq_len=4)),
+                 lambda: load_hf_config(HF, Overrides(pp=8, microbatches=64)),
+                 lambda: Overrides(seq_len=0)):
+        with pytest.raises(MemoryModelError) as err:
+            call()
+        assert "Overrides." in str(err.value) and " --" not in str(err.value), str(err.value)
+
+
+def test_one_builder_gives_the_shape_from_fields_for_flags_and_config_json_alike():
+    from pooltk.memory.configs import load_overrides, pipeline_from_overrides
+
+    o = Overrides(pp=8, global_batch=4096, micro_batch=2, dp=32, seq_len=2048, hidden=7168)
+    shape, rows = pipeline_from_overrides(o)
+    assert (shape.n_microbatches, rows) == (64, 2)
+    assert load_overrides(o).shape == shape == load_hf_config(HF, o).shape
+    assert pipeline_from_overrides(Overrides(pp=2, microbatches=4, seq_len=8))[1] == 1  # rows default 1

@@ -97,4 +97,4 @@ def test_an_unknown_config_class_is_an_error_in_the_explorer_not_a_traceback(tmp
     bad.write_text((REPO / "data" / "configs" / "kimi_k3_gb200_2k_automodel.yaml").read_text().replace("KimiK3TextConfig", "NoSuchConfig"))
     state = mp.ExplorerState()
     assert mp.explore(state, **{**BASE, "config_path": str(bad)}) is None
-    assert "model.config._target_" in state.last_error and "--hidden" in state.last_error
+    assert "model.config._target_" in state.last_error and "Overrides.hidden" in state.last_error
