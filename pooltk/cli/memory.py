@@ -133,8 +133,13 @@ def _model(args: argparse.Namespace) -> tuple[Any, Any]:
     return preset, model
 
 
+# The columns `pooltk memory` prints, in order: what torch holds (<= 2.14, >= 2.15, >= 2.15 with pooltk's
+# release), the two ring policies, and the live set no pool can go below.
+_SHOWN = ("stock", "stock_lazy", "lazy_released", "automodel", "tight", "live_set")
+
+
 def _table(preset: Any, model: Any, unit: str) -> str:
-    from pooltk.memory.model import to_unit
+    from pooltk.memory.model import VARIANT_LABELS, to_unit
 
     cfg = model.config
     lines = [
@@ -145,29 +150,35 @@ def _table(preset: Any, model: Any, unit: str) -> str:
         + ("" if model.pool_active else "  (schedule cannot be pooled: every ring column is stock)"),
         f"  assumption: {preset.assumption}",
         f"  sets are forward+grad per stage; memory in {unit.upper()} ({'2**30' if unit == 'gib' else '2**20' if unit == 'mib' else '1e9'} bytes)",
+        "  stock: torch <= 2.14 (M sets up front); stock-lazy: torch >= 2.15 (the live set, all M forward on the last "
+        "stage); lazy-released: 2.15 with pooltk's last-stage release",
         "",
     ]
-    header = ["stage", "stock", "automodel", "tight", "live set", f"saved ({cfg.policy})"]
+    size = lambda n: f"{to_unit(n, unit):,.2f}"  # noqa: E731 - one format for every cell
     rows = []
     for i in range(model.shape.pp):
         f, g = model.row(i, "forward"), model.row(i, "grad")
-        cells = [str(i)]
-        for v in ("stock", "automodel", "tight", "live_set"):
-            cells.append(f"{f.sets(v)}+{g.sets(v)} = {to_unit(model.stage_bytes(i, v), unit):,.2f}")
-        cells.append(f"{to_unit(model.saved_bytes(i), unit):,.2f}")
-        rows.append(cells)
-    totals = ["total"] + [f"{to_unit(model.total_bytes(v), unit):,.2f}" for v in ("stock", "automodel", "tight", "live_set")]
-    totals.append(f"{to_unit(model.total_bytes('stock') - model.total_bytes('pooled'), unit):,.2f}")
-    peak = ["peak stage"] + [f"{to_unit(model.peak_stage_bytes(v), unit):,.2f}" for v in ("stock", "automodel", "tight", "live_set")]
-    peak.append("")
-    widths = [max(len(r[c]) for r in [header, *rows, totals, peak]) for c in range(len(header))]
-    rule = ["-" * w for w in widths]
-    lines += [_row(r, widths) for r in (header, rule, *rows, rule, totals, peak)]
-    return "\n".join(lines)
+        rows.append([str(i)] + [f"{f.sets(v)}+{g.sets(v)} = {size(model.stage_bytes(i, v))}" for v in _SHOWN]
+                    + [size(model.saved_bytes(i))])
+    rows.append(None)
+    rows.append(["total"] + [size(model.total_bytes(v)) for v in _SHOWN]
+                + [size(model.total_bytes("stock") - model.total_bytes("pooled"))])
+    rows.append(["peak stage"] + [size(model.peak_stage_bytes(v)) for v in _SHOWN] + [""])
+    header = ["stage"] + [VARIANT_LABELS[v] for v in _SHOWN] + [f"saved ({cfg.policy})"]
+    return "\n".join(lines + _render(header, rows))
 
 
-def _row(cells: list[str], widths: list[int]) -> str:
-    return "  ".join(cell.rjust(w) for cell, w in zip(cells, widths))
+def _render(header: list[str], rows: list[list[str] | None]) -> list[str]:
+    """Right-aligned text columns; ``None`` draws a rule. The one table layout of this command.
+
+    Plain text, not pandas: ``pooltk memory`` is part of the torch-only install (``pip install pooltk``).
+    """
+    body = [r for r in rows if r is not None]
+    widths = [max(len(r[c]) for r in [header, *body]) for c in range(len(header))]
+    rule = "  ".join("-" * w for w in widths)
+    out = ["  ".join(cell.rjust(w) for cell, w in zip(header, widths)), rule]
+    out += [rule if r is None else "  ".join(cell.rjust(w) for cell, w in zip(r, widths)) for r in rows]
+    return out
 
 
 def _list_presets() -> str:
@@ -212,7 +223,9 @@ def _fits(args: argparse.Namespace, preset: Any, model: Any) -> Any:
 
 
 def _fits_table(report: Any) -> str:
-    frame = report.to_frame()
+    from pooltk.memory.fits import FIT_VARIANTS
+    from pooltk.memory.model import VARIANT_LABELS
+
     ref = report.reference
     lines = [
         "",
@@ -223,19 +236,15 @@ def _fits_table(report: Any) -> str:
         "(see pooltk.memory.fits, [Note: the fits model])",
         "",
     ]
-    header = ["stage", "stock", "automodel", "tight", "live set"]
-    rows = []
-    for stage, part in frame.groupby("stage"):
-        cells = [str(stage)]
-        for v in ("stock", "automodel", "tight", "live_set"):
-            r = part[part.variant == v].iloc[0]
-            cells.append(f"{r.peak_gib:,.2f} {'ok' if r.fits else 'OOM'} {r.margin_gib:+,.2f}")
-        rows.append(cells)
-    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
-    lines += [_row(r, widths) for r in (header, ["-" * w for w in widths], *rows)]
+    cell = {(r.stage, r.variant): f"{r.peak_bytes / 2**30:,.2f} {'ok' if r.fits else 'OOM'} {r.margin_bytes / 2**30:+,.2f}"
+            for r in report.rows}
+    stages = sorted({r.stage for r in report.rows})
+    rows = [[str(i)] + [cell[(i, v)] for v in FIT_VARIANTS] for i in stages]
+    lines += _render(["stage"] + [VARIANT_LABELS[v] for v in FIT_VARIANTS], rows)
     lines.append("  peak GiB, fits (ok) or not (OOM), margin GiB = capacity - peak")
+    width = max(len(VARIANT_LABELS[v]) for v in FIT_VARIANTS)
     for v, text in report.summary().items():
-        lines.append(f"  {v:9} fullest {text}")
+        lines.append(f"  {VARIANT_LABELS[v]:{width}} fullest {text}")
     return "\n".join(lines)
 
 
@@ -298,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
             payload["fits"] = {"device": {"name": fits.device.name, "capacity_bytes": fits.device.capacity_bytes,
                                           "source": fits.device.source},
                                "reference_stage": fits.reference_stage, "base_bytes": fits.base_bytes,
-                               "rows": fits.to_frame().to_dict(orient="records")}
+                               "rows": fits.to_records()}
         print(json.dumps(payload, indent=2))
     else:
         print(_table(preset, model, args.unit))

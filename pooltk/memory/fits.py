@@ -35,7 +35,7 @@ __all__ = ["DEVICES", "FIT_VARIANTS", "Device", "FitReport", "FitRow", "Referenc
 
 GIB = 2**30
 
-FIT_VARIANTS: tuple[str, ...] = ("stock", "automodel", "tight", "live_set")
+FIT_VARIANTS: tuple[str, ...] = ("stock", "stock_lazy", "lazy_released", "automodel", "tight", "live_set")
 """What the fits view compares: stock torch, the original policy, pooltk's tight policy, the live-set floor."""
 
 
@@ -191,17 +191,21 @@ class FitReport:
     config: PoolConfig
     """The pool config of the variants shown."""
 
+    def to_records(self) -> list[dict[str, Any]]:
+        """One plain dict per (stage, variant): the columns of :meth:`to_frame` (no pandas needed)."""
+        return [
+            {"stage": r.stage, "variant": r.variant, "recv_gib": r.recv_bytes / GIB, "peak_gib": r.peak_bytes / GIB,
+             "capacity_gib": r.capacity_bytes / GIB, "margin_gib": r.margin_bytes / GIB, "margin_mib": r.margin_bytes / 2**20,
+             "fits": r.fits, "verdict": verdict(r.margin_bytes)}
+            for r in self.rows
+        ]
+
     def to_frame(self) -> pd.DataFrame:
         """Tidy: ``stage``, ``variant``, ``recv_gib``, ``peak_gib``, ``capacity_gib``, ``margin_gib``,
         ``margin_mib``, ``fits``, ``verdict`` (e.g. ``fits, 44.7 GiB free`` / ``OOM by 56 MiB``)."""
         import pandas as pd
 
-        return pd.DataFrame.from_records([
-            {"stage": r.stage, "variant": r.variant, "recv_gib": r.recv_bytes / GIB, "peak_gib": r.peak_bytes / GIB,
-             "capacity_gib": r.capacity_bytes / GIB, "margin_gib": r.margin_bytes / GIB, "margin_mib": r.margin_bytes / 2**20,
-             "fits": r.fits, "verdict": verdict(r.margin_bytes)}
-            for r in self.rows
-        ])
+        return pd.DataFrame.from_records(self.to_records())
 
     def worst(self, variant: str) -> FitRow:
         """The stage with the least margin under ``variant``."""

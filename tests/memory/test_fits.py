@@ -68,8 +68,8 @@ def test_every_device_has_a_source_and_a_torch_style_capacity():
     assert all(d.source and 50 < d.gib < 200 for d in DEVICES.values())
 
 
-@pytest.mark.parametrize("device,needle", [("gb200", "automodel fullest stage 1: fits, 47.68 GiB free"),
-                                           ("h100", "tight     fullest stage 1: OOM by 57.58 GiB")])
+@pytest.mark.parametrize("device,needle", [("gb200", "automodel     fullest stage 1: fits, 47.68 GiB free"),
+                                           ("h100", "tight         fullest stage 1: OOM by 57.58 GiB")])
 def test_cli_capacity_answers_for_gb200_and_h100(capsys, device, needle):
     rc = main(["memory", "--preset", "kimi-k3-gb200-2k-calibrated", "--capacity", device])
     out = capsys.readouterr().out
@@ -88,3 +88,16 @@ def test_cli_loads_the_k3_automodel_yaml_and_answers_fits(capsys):
                "--capacity", "gb200", "--reference-peak-gib", "139.6"])
     out = capsys.readouterr().out
     assert rc == 0 and "pp=8 M=64" in out and "fits on gb200: 187.28 GiB" in out
+
+
+def test_the_fits_answer_shows_torch_2_15s_own_last_stage_as_the_fullest(capsys):
+    # Stock torch >= 2.15 keeps all M forward buffers on the last stage: on the calibrated Kimi-K3 shape
+    # (64 x 416 MiB = 26 GiB there) that stage, not a middle one, decides whether stock-lazy fits.
+    rc = main(["memory", "--preset", "kimi-k3-gb200-2k-calibrated", "--capacity", "h100"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    lines = {line.split(" fullest")[0].strip(): line for line in out.splitlines() if " fullest stage" in line}
+    assert "stage 7:" in lines["stock-lazy"] and "stage 1:" in lines["lazy-released"]
+    by = {k: float(v.split("OOM by ")[1].split()[0]) for k, v in lines.items() if k in ("stock-lazy", "lazy-released")}
+    # stage 7 stock-lazy holds 64 sets (26.00 GiB); the released fullest stage 1 holds 7 + 1 (3.25 GiB)
+    assert by["stock-lazy"] - by["lazy-released"] == pytest.approx(26.00 - 3.25, abs=0.011)
