@@ -96,8 +96,8 @@ def _totals(table: Any, name: str, pp: int, vpp: int, m: int, defer: bool, forwa
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from pooltk.parity.schedule_check import check_schedules
     from pooltk.analysis.programs import ScheduleAnalysisError, resolve_schedule
+    from pooltk.parity.schedule_check import check_schedules
 
     try:
         names = tuple(resolve_schedule(n)[0] for n in args.schedule) if args.schedule else None
@@ -121,11 +121,24 @@ def _validate(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def _without_pandas() -> int | None:
+    """The exit status when pandas is missing (the torch-only install), else None."""
+    import importlib.util
+
+    if importlib.util.find_spec("pandas") is not None:
+        return None
+    return _fail("pandas: found not installed; required: pandas for the schedule tables (the lab extra; the analysis "
+                 "itself, pooltk.analysis.lifetimes.live_sets, needs torch alone). Fix: pip install 'pooltk[lab]'.")
+
+
 def run(args: argparse.Namespace) -> int:
+    missing = _without_pandas()
+    if missing is not None:
+        return missing
     if getattr(args, "validate", False):
         return _validate(args)
-    from pooltk.config import PoolConfig
     from pooltk.analysis.lifetimes import ScheduleAnalysisError, analysable_schedules, resolve_schedule, sweep_table, tight_rings
+    from pooltk.config import PoolConfig
 
     defaults = PoolConfig()
     slack = defaults.slack if args.slack is None else args.slack
