@@ -208,14 +208,14 @@ def _first_use(stage: Any, ctx: Context | None) -> StageState | None:
     if not ctx.rings:  # lazy layout: the release is the whole pool
         st = state_for(stage)
         st.report = ctx.report
-        if st.schedule is None or st.schedule() is None:
-            observed = observe_schedule()
-            refused = refusal(stage, observed)
-            if refused is not None:
-                kept_stock(stage, ctx.report, refused)
-                st.late = st.seen = True  # never managed: the wrappers pass through
-                return None
-            st.schedule = weakref.ref(observed) if observed is not None else None
+        # No look at the call stack here: reading a running frame's locals (observe_schedule) pins
+        # them until that frame returns, which on this layout kept one more receive buffer alive on
+        # every stage (measured). The release finds the loss without the schedule (release.py).
+        refused = refusal(stage, None)
+        if refused is not None:
+            kept_stock(stage, ctx.report, refused)
+            st.late = st.seen = True  # never managed: the wrappers pass through
+            return None
         if wants_release and not st.release:
             rel.start(stage, st, ctx.report.layout)
     elif st is None or (st.gate is None and not st.late):

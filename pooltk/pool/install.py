@@ -124,18 +124,20 @@ def _usable_layout() -> tuple[Layout | None, str]:
     layout = detection.layout
     if layout is None:
         return None, detection.reason
-    problems = signature_problems(stage_base())
+    problems = signature_problems(stage_base(), tuple(_runtime_names(layout)))
     if problems:
         return None, (f"layout {layout.name!r} detected, but the stage's runtime methods are not the ones pooltk "
                       f"wraps: {'; '.join(problems)}")
     return layout, detection.reason
 
 
+def _runtime_names(layout: Layout) -> tuple[str, ...]:
+    """The runtime methods install wraps on ``layout`` (no receive posts where there are no rings)."""
+    return (_RELEASE_METHODS if layout.per_receive else HOT_METHODS) + OPTIONAL_HOT_METHODS
+
+
 def _runtime_originals(layout: Layout) -> dict[str, Callable]:
-    names = HOT_METHODS + OPTIONAL_HOT_METHODS
-    if layout.per_receive:
-        names = _RELEASE_METHODS + OPTIONAL_HOT_METHODS
-    return originals_of(stage_base(), names)
+    return originals_of(stage_base(), _runtime_names(layout))
 
 
 def _patch_sites(layout: Layout) -> list[tuple[type, str]]:

@@ -20,14 +20,16 @@ entry for that output, by the same tensors without their graph (``detach()``: sa
 bits, no ``grad_fn``). The graph and the received input go as soon as nothing else holds them.
 What the user gets is bit for bit the same values; the losses from ``step(losses=...)`` and the
 merged output carry no graph (``requires_grad`` False), which nothing could use anyway: the graph's
-saved tensors were already freed by the backward. Entries are replaced, never detached in place,
-so a tensor the user's own code kept (a loss appended to a list inside ``loss_fn``, an output
-stored by the model) keeps its graph: that is a real holder, and copy on conflict re-homes the slot
-it holds, as before.
+saved tensors were already freed by the backward. Outputs are replaced in
+``output_chunks``, never detached in place, so an output the user's own code kept (stored by the
+model) keeps its graph: that is a real holder, and copy on conflict re-homes the slot it holds, as
+before. The loss is replaced in the schedule's list where the schedule was seen at setup (eager
+layouts); otherwise (the lazy layout, where the pool never reads the call stack: reading a running
+frame's locals pins them until it returns, measured as one more live buffer per stage) the loss
+object itself is detached in place, as torch detaches the last stage's outputs.
 
-The graph is kept (and the reason logged once) where the pool cannot find the schedule's entry:
-a schedule whose losses are not a list it can see, or a loss passed to the stage that the
-schedule does not keep. Turning it off: ``PoolConfig(release=False)``.
+The graph is kept (and the reason logged once) only for a loss that is a view with no schedule to
+find it in. Turning the release off: ``PoolConfig(release=False)``.
 """
 
 from __future__ import annotations
@@ -99,12 +101,13 @@ def release_chunk(stage: Any, state: StageState, chunk: int, loss: Any) -> None:
         return
     schedule = state.schedule() if state.schedule is not None else None
     losses = schedule_losses(schedule) if schedule is not None else None
-    if losses is None:
-        _keep(stage, state, "the schedule driving this stage was not seen at setup, so the loss it keeps cannot be "
-                            "found; its graph holds the received input until the step ends (copy on conflict "
-                            "re-homes the slot). Fix: let the schedule set the stage up (its first step)")
+    if losses is not None and _replace_by_identity(losses, loss, loss.detach()):
+        state.released += 1
         return
-    if not _replace_by_identity(losses, loss, loss.detach()):
-        _keep(stage, state, "the loss passed to backward is not one the schedule keeps; its holder keeps the graph")
+    if not loss._is_view():  # the schedule's own object, detached in place (as torch does its outputs)
+        loss.detach_()
+        state.released += 1
         return
-    state.released += 1
+    _keep(stage, state, "the loss is a view (it cannot be detached in place) and the schedule that keeps it was not "
+                        "seen, so its graph holds the received input until the step ends (copy on conflict re-homes "
+                        "the slot). Fix: return a loss that is not a view from loss_fn (e.g. .sum() or .mean())")

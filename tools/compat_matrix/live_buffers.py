@@ -16,6 +16,7 @@ allocated. Whenever a peak rises, ``rank<r>.json`` in the live dir is rewritten 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import weakref
@@ -42,7 +43,10 @@ def install(out: Path) -> bool:
 
     sm._PipelineStageBase.__init__ = __init__
     for name, direction in (("get_fwd_recv_ops", "forward"), ("get_bwd_recv_ops", "grad")):
-        def wrapped(self, *a, _orig=getattr(sm._PipelineStageBase, name), _dir=direction, **k):
+        orig = getattr(sm._PipelineStageBase, name)
+
+        @functools.wraps(orig)  # keeps torch's signature visible (pooltk checks the arguments it reads)
+        def wrapped(self, *a, _orig=orig, _dir=direction, **k):
             state["dir"] = _dir
             try:
                 return _orig(self, *a, **k)

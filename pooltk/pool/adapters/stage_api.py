@@ -78,10 +78,13 @@ def call_arg(method: str, name: str, args: tuple, kwargs: dict) -> Any:
     raise TypeError(f"pooltk: {method}() was called without its {name!r} argument")
 
 
-def signature_problems(base: type) -> list[str]:
-    """Wrapped methods of ``base`` whose leading parameters are not the ones :data:`RUNTIME_ARGS` names."""
+def signature_problems(base: type, methods: tuple[str, ...] | None = None) -> list[str]:
+    """Methods of ``base`` (default: every wrapped one) whose leading parameters are not the ones
+    :data:`RUNTIME_ARGS` names."""
     problems = []
     for method, names in RUNTIME_ARGS.items():
+        if methods is not None and method not in methods:
+            continue
         fn = getattr(base, method, None)
         if fn is None:
             if method in HOT_METHODS:
