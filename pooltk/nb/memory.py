@@ -51,6 +51,8 @@ __all__ = [
 
 VARIANT_LABELS: dict[str, str] = {
     "stock": "stock torch",
+    "stock_lazy": "stock torch >= 2.15 (lazy)",
+    "lazy_released": "torch >= 2.15 + pooltk release",
     "automodel": "automodel policy",
     "tight": "pooltk tight",
     "live_set": "live-set minimum",
