@@ -1,12 +1,12 @@
-"""What every reader shares: line cleaning, number parsing, and the per-file parse result.
+"""What every reader shares: number parsing and the per-file parse result.
 
 [Note: what happens to a line]
 Each line of a file ends up in exactly one bucket, and the buckets are counted:
 
-- a *row*: a step (or validation) line parsed completely;
-- *skipped*: a line that looks like a step line of the file's format (its marker is there)
-  but cannot be parsed completely -- truncated by a crash, garbled by two ranks writing at
-  once, a number that is not a number. Counted by reason; the first few kept with line number;
+- a *row* line: it holds one or more step (or validation) records read completely;
+- *skipped*: a record of the file's format (its signature is there) that cannot be read
+  completely -- truncated by a crash, garbled by two ranks writing at once, a number that is
+  not a number. Counted by reason; the first few kept with line number;
 - *meta*: a line the reader takes run facts from (batch sizes, device capacity, peak FLOP/s);
 - *other*: anything else (warnings, config dumps, tracebacks). Not an error: logs are noisy.
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,10 +27,8 @@ __all__ = [
     "ANSI_RE",
     "MAX_KEPT_SKIPS",
     "ParseResult",
-    "Pending",
     "SkippedLine",
     "clean_line",
-    "drop_truncated",
     "parse_float",
     "parse_int",
 ]
@@ -127,17 +124,20 @@ class ParseResult:
     """Run facts found in the file (``global_batch_size``, ``peak_flops`` ...)."""
     meta_lines: dict[str, int] = field(default_factory=dict)
     """Line each run fact came from (0: the file as a whole)."""
-    fast_truncated: str | None = None
-    """Set when the vectorised rows' layout is a cut-short form of the file's usual one: the skip
-    reason under which the reader must count them instead (see :func:`drop_truncated`)."""
     n_placeholder_loss: int = 0
     """Rows whose logged loss was a placeholder stored as NaN (torchtitan's -1 on non-last PP stages)."""
     notes: list[str] = field(default_factory=list)
     """Things a reader of the table must know (e.g. 'loss -1 on a non-last PP stage stored as NaN')."""
 
+    skip_lines: set[int] = field(default_factory=set)
+    """Lines holding a skipped record."""
+    n_row_lines: int | None = None
+    """Lines holding at least one row (None: one per row, for readers with one record per line)."""
+
     def skip(self, line: int, reason: str, text: str) -> None:
-        """Count a skipped line (and keep it if fewer than MAX_KEPT_SKIPS are kept)."""
+        """Count a skipped record (and keep it if fewer than MAX_KEPT_SKIPS are kept)."""
         self.skipped[reason] += 1
+        self.skip_lines.add(line)
         if len(self.skipped_examples) < MAX_KEPT_SKIPS:
             shown = text if len(text) <= 200 else text[:200] + "..."
             self.skipped_examples.append(SkippedLine(line=line, reason=reason, text=shown))
@@ -152,36 +152,3 @@ class ParseResult:
     def n_skipped(self) -> int:
         """Total skipped lines."""
         return sum(self.skipped.values())
-
-
-Pending = tuple[int, dict[str, Any], tuple[str, ...], str]
-"""A parsed candidate row: (line number, values by column, field names in order, raw line)."""
-
-
-def drop_truncated(pending: MutableSequence[Pending], result: ParseResult, *, fast: Any = None) -> None:
-    """Skip rows whose field names are a strict prefix of the file's usual order (a cut line).
-
-    The usual order is the most common one per kind ('train', 'val'), counting the rows the
-    vectorised path read (``fast``) too. A crash that cuts the
-    last line after ``| lr 6.3`` leaves a line that parses but lacks the fields that follow;
-    keeping it would put a half-written row in the table.
-    """
-    by_kind: dict[str, Counter[tuple[str, ...]]] = {}
-    if fast is not None and len(fast):
-        by_kind.setdefault(fast.kind, Counter())[fast.keys] += len(fast)
-    for _, values, keys, _ in pending:
-        by_kind.setdefault(str(values["kind"]), Counter())[keys] += 1
-    usual = {kind: counts.most_common(1)[0][0] for kind, counts in by_kind.items()}
-    if fast is not None and len(fast):
-        full = usual[fast.kind]
-        if len(fast.keys) < len(full) and full[: len(fast.keys)] == fast.keys:
-            result.fast_truncated = f"truncated: ends after '{fast.keys[-1]}' (the file's lines go on to '{full[-1]}')"
-    keep = []
-    for item in pending:
-        n, values, keys, raw = item
-        full = usual[str(values["kind"])]
-        if len(keys) < len(full) and full[: len(keys)] == keys:
-            result.skip(n, f"truncated: ends after '{keys[-1]}' (the file's lines go on to '{full[-1]}')", raw)
-            continue
-        keep.append(item)
-    pending[:] = keep

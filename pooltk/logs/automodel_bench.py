@@ -30,12 +30,13 @@ from typing import Any
 
 from pooltk.logs._common import ParseResult, clean_line, parse_float
 
-__all__ = ["FORMAT", "SUMMARY_FORMAT", "SUMMARY_KEYS", "looks_like", "looks_like_summary", "parse", "parse_summary"]
+__all__ = ["DETECT", "FORMAT", "SUMMARY_FORMAT", "SUMMARY_KEYS", "looks_like", "looks_like_summary", "parse", "parse_summary", "read_all"]
 
 FORMAT = "automodel_bench"
 SUMMARY_FORMAT = "automodel_bench_summary"
 
 _TS_FORMAT = "%Y-%m-%d %H:%M:%S"
+TS_FORMAT = _TS_FORMAT
 _PREFIX_RE = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:,\d{3})? \| [^|]*? \| [^|]*? \| (?P<msg>.*)$")
 _ROW_RE = re.compile(
     r"^Rank (?P<rank>\d+) \| Iteration (?P<it>\d+) \| num_label_tokens=(?P<nlt>\d+) \| "
@@ -47,6 +48,10 @@ _SIGNATURE_RE = re.compile(
     r"Rank \d+ \| Iteration \d+ \| num_label_tokens=|Benchmarking Summary|"
     r"^(?:.*\| )?GA steps: \d+, DP size: \d+|Running \d+ iterations with \d+ warmup steps"
 )
+DETECT = (r"Rank \d+ \| Iteration \d+ \| num_label_tokens=|Benchmarking Summary|GA steps: \d+, DP size: \d+"
+          r"|Running \d+ iterations with \d+ warmup steps")
+"""The recipe's signature, wherever it stands in a line (format detection)."""
+_START_RE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d{3})? \| |Rank \d+ \| Iteration |Max iter time: |MFU: ")
 _TIMER_HEAD_RE = re.compile(r"^(?:\(min, max\) |max )time across ranks \(ms\):\s*$")
 _TIMER_ROW_RE = re.compile(r"^\s*(?P<name>\S+) \.*: (?:\((?P<min>[0-9.]+), (?P<max>[0-9.]+)\)|(?P<only>[0-9.]+))\s*$")
 
@@ -208,6 +213,22 @@ def _meta(msg: str, n: int, result: ParseResult) -> bool:
             result.set_meta(key, cast(text), n)
         return True
     return False
+
+
+def read_all(lines: Any, result: ParseResult) -> Any:
+    """The recipe's output read block by block (its figures span lines); each line cut where its record starts."""
+    from pooltk.logs.frames import from_result
+
+    texts = lines.to_list()
+    result.n_lines = len(texts)
+
+    def located() -> Iterable[tuple[int, str]]:
+        for n, raw in enumerate(texts, start=1):
+            m = _START_RE.search(raw)
+            yield n, raw[m.start():] if m is not None else raw
+
+    parse(located(), result)
+    return from_result(result)
 
 
 def parse_summary(text: str, result: ParseResult) -> ParseResult:

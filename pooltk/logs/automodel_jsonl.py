@@ -4,7 +4,8 @@ One JSON object per line: ``step, epoch, timestamp`` (ISO 8601, UTC, millisecond
 the metrics ``loss, grad_norm, lr, mem`` (GiB, ``max_memory_allocated``), ``tps`` (tokens/s of
 the whole job), ``tps_per_gpu`` (``tps / cp / dp``: ignores PP and TP), ``mfu`` (%, may be
 ``null`` or absent in older files), ``num_tokens_per_step``, ``num_label_tokens``. Validation
-files may name the loss ``val_loss``. Keys are read by name; extra keys are ignored.
+files may name the loss ``val_loss``. Keys are read by name; extra keys are ignored. A record is found wherever it stands (``{"step":``
+after a prefix, several on a line); one cut before its closing brace is counted as truncated.
 
 The step time is the log's own: ``num_tokens_per_step / tps`` (Automodel computes ``tps`` from
 exactly that token count and the step's wall time).
@@ -13,20 +14,23 @@ exactly that token count and the step's wall time).
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import Counter
-from collections.abc import Iterable
 from typing import Any
 
 from pooltk.logs._common import ParseResult
-from pooltk.logs._fast import FLOAT_JSON, INT_JSON, FastRows, Lines, delimiters, match_bytes, parse_timestamps, read_spans
+from pooltk.logs.records import Rec, Skip
 
-__all__ = ["FORMAT", "fast_rows", "looks_like", "parse", "val_name_from_path"]
+__all__ = ["CANDIDATE", "DETECT", "FORMAT", "fast", "finish", "looks_like", "parse_line", "val_name_from_path"]
 
 FORMAT = "automodel_jsonl"
-
-_TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+TS_FORMAT = "%Y-%m-%dT%H:%M:%S%.fZ"
+MEM_BASIS = "max_allocated"
+CANDIDATE = r'\{\s*"step"\s*:'
+"""Where a record starts."""
+DETECT = CANDIDATE
+_CAND_RE = re.compile(CANDIDATE)
+_DECODER = json.JSONDecoder()
 _VAL_FILE_RE = re.compile(r"(?:^|[_-])validation(?:[_-](?P<name>[^.]+))?$")
 
 _FLOATS = (
@@ -42,15 +46,8 @@ _INTS = (("epoch", "epoch"), ("num_tokens_per_step", "num_tokens"), ("num_label_
 
 
 def looks_like(line: str) -> bool:
-    """True when ``line`` is one JSON object with a ``step`` key (format detection)."""
-    text = line.strip()
-    if not (text.startswith("{") and text.endswith("}") and '"step"' in text):
-        return False
-    try:
-        record = json.loads(text)
-    except ValueError:
-        return False
-    return isinstance(record, dict) and "step" in record
+    """True when ``line`` holds a JSON object starting with a ``step`` key (format detection)."""
+    return any(isinstance(r, Rec) for r in parse_line(line))
 
 
 def val_name_from_path(stem: str) -> str | None:
@@ -82,183 +79,138 @@ def _number(record: dict[str, Any], key: str, *, integer: bool) -> Any:
         raise ValueError(f"{key!r} is an integer too large for a float") from None
 
 
-def parse(
-    lines: Iterable[tuple[int, str]], result: ParseResult, *, val_name: str | None = None, fast: FastRows | None = None
-) -> ParseResult:
-    """Read numbered JSONL records into ``result``; ``val_name`` marks a validation file.
+def _values(record: dict[str, Any]) -> dict[str, Any]:
+    step = record.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or not -(2**63) <= step < 2**63:
+        raise ValueError("no int64 'step'")
+    values: dict[str, Any] = {"kind": "train", "step": step}
+    for key, column in _FLOATS:
+        number = _number(record, key, integer=False)
+        if number is not None:
+            values[column] = number
+    if "loss" not in values:
+        alt = _number(record, "val_loss", integer=False)
+        if alt is not None:
+            values["loss"] = alt
+    for key, column in _INTS:
+        number = _number(record, key, integer=True)
+        if number is not None:
+            values[column] = number
+    stamp = record.get("timestamp")
+    values["timestamp"] = stamp if isinstance(stamp, str) else None
+    if "loss" not in values:
+        raise ValueError("no 'loss' (or 'val_loss')")
+    return values
 
-    ``fast``: rows the vectorised path already read from other lines (see :func:`fast_rows`).
-    """
-    result.timestamp_format = _TS_FORMAT
-    result.mem_basis = "max_allocated"
-    rows = result.rows
-    kind = "train" if val_name is None else "val"
-    n_fast = len(fast) if fast is not None else 0
-    for n, raw in lines:
-        text = raw.strip()
-        if not text:
-            result.n_other += 1
+
+def parse_line(line: str) -> list[Rec | Skip]:
+    """Every record on ``line`` (the definition of the format)."""
+    out: list[Rec | Skip] = []
+    end = 0
+    for cand in _CAND_RE.finditer(line):
+        if cand.start() < end:
             continue
         try:
-            record = json.loads(text)
+            record, end = _DECODER.raw_decode(line, cand.start())
         except ValueError as err:
-            reason = "truncated JSON record" if text.startswith("{") and not text.endswith("}") else "not JSON"
-            result.skip(n, f"{reason} ({err.msg})", raw)
+            cut = getattr(err, "pos", 0) >= len(line.rstrip()) or "}" not in line[cand.start():]
+            out.append(Skip(start=cand.start(), reason=f"truncated JSON record ({err.msg})" if cut else f"not JSON ({err.msg})"))
+            end = len(line)
             continue
         if not isinstance(record, dict):
-            result.skip(n, f"JSON {type(record).__name__}, not an object", raw)
             continue
-        step = record.get("step")
-        if isinstance(step, bool) or not isinstance(step, int) or not -(2**63) <= step < 2**63:
-            result.skip(n, "no int64 'step'", raw)
-            continue
-        values: dict[str, Any] = {"kind": kind, "line": n, "step": step, "val_name": val_name}
         try:
-            for key, column in _FLOATS:
-                number = _number(record, key, integer=False)
-                if number is not None:
-                    values[column] = number
-            if "loss" not in values:
-                alt = _number(record, "val_loss", integer=False)
-                if alt is not None:
-                    values["loss"] = alt
-            for key, column in _INTS:
-                number = _number(record, key, integer=True)
-                if number is not None:
-                    values[column] = number
+            out.append(Rec(start=cand.start(), end=end, values=_values(record)))
         except ValueError as err:
-            result.skip(n, str(err), raw)
-            continue
-        stamp = record.get("timestamp")
-        values["timestamp"] = stamp if isinstance(stamp, str) else None
-        if "loss" not in values:
-            result.skip(n, "no 'loss' (or 'val_loss')", raw)
-            continue
-        tokens = values.get("num_tokens")
-        tps = values.get("tok_per_s_logged")
-        if tokens and tps and math.isfinite(tps) and tps > 0:
-            values["step_time_s"] = tokens / tps
-            values["step_time_basis"] = "num_tokens_per_step / tps (the log's own timing)"
-        rows.add(**values)
-    if (len(rows) or n_fast) and kind == "train":
+            out.append(Skip(start=cand.start(), reason=str(err), end=end))
+    return out
+
+
+def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:
+    """File-level columns: train or validation (from the file name), the step time, notes."""
+    import polars as pl
+
+    result.timestamp_format = TS_FORMAT
+    result.mem_basis = MEM_BASIS
+    frame = found.frame
+    val_name = val_name_from_path(stem)
+    if not frame.height:
+        return
+    if val_name is not None:
+        frame = frame.with_columns(pl.lit("val").alias("kind"), pl.lit(val_name).alias("val_name"))
+    if "num_tokens" in frame.columns and "tok_per_s_logged" in frame.columns:
+        tps, tokens = pl.col("tok_per_s_logged").cast(pl.Float64), pl.col("num_tokens").cast(pl.Float64)
+        valid = tokens.is_not_null() & (tokens != 0) & tps.is_finite() & (tps > 0)
+        frame = frame.with_columns(pl.when(valid).then(tokens / tps).otherwise(None).alias("step_time_s"),
+                                   pl.when(valid).then(pl.lit("num_tokens_per_step / tps (the log's own timing)"))
+                                   .otherwise(None).alias("step_time_basis"))
+    found.frame = frame
+    if val_name is None:
         result.notes.append(
             "tok_per_s_per_gpu_logged is Automodel's tps_per_gpu = tps/cp/dp: it ignores PP and TP; "
             "use pooltk.logs.metrics for a per-physical-GPU basis"
         )
-    return result
 
 
-_FAST_FIELDS: dict[str, tuple[str | None, str]] = {
-    "step": ("step", "int"),
-    "epoch": ("epoch", "int"),
-    "timestamp": ("timestamp", "ts"),
-    "loss": ("loss", "float"),
-    "val_loss": (None, "float"),
-    "grad_norm": ("grad_norm", "float"),
-    "lr": ("lr", "float"),
-    "mem": ("mem_gib", "float"),
-    "tps": ("tok_per_s_logged", "float"),
-    "tps_per_gpu": ("tok_per_s_per_gpu_logged", "float"),
-    "mfu": ("mfu_pct_logged", "float"),
-    "num_tokens_per_step": ("num_tokens", "int"),
-    "num_label_tokens": ("num_label_tokens", "int"),
+# --------------------------------------------------------------------------- the engine's path
+
+_JNUM = r"-?(?:0|[1-9]\d{0,250})(?:\.\d+)?(?:[eE][-+]?\d+)?"
+"""A JSON number both engines read alike (an integer too long for a float is left to the definition, which skips it)."""
+_COLUMNS: dict[str, tuple[str | None, str]] = {
+    "step": ("step", "int"), "epoch": ("epoch", "int"), "timestamp": ("timestamp", "str"), "loss": ("loss", "float"),
+    "val_loss": (None, "float"), "grad_norm": ("grad_norm", "float"), "lr": ("lr", "float"), "mem": ("mem_gib", "float"),
+    "tps": ("tok_per_s_logged", "float"), "tps_per_gpu": ("tok_per_s_per_gpu_logged", "float"),
+    "mfu": ("mfu_pct_logged", "float"), "num_tokens_per_step": ("num_tokens", "int"), "num_label_tokens": ("num_label_tokens", "int"),
 }
-_TS_PATTERN = '"YYYY-MM-DDThh:mm:ss.fffZ"'
 
 
-_SAMPLE_LINES = 200
-"""Records of the file's head whose key orders are counted to choose the canonical one."""
-
-
-def _sample_keys(head: Iterable[str]) -> tuple[str, ...] | None:
-    """The most common key order among the head's records written the way ``json.dumps`` writes them.
-
-    None when that layout has a key the vectorised path does not know, or no loss.
-    """
+def _layout(sample: list[str]) -> tuple[str, ...] | None:
     seen: Counter[tuple[str, ...]] = Counter()
-    for raw in head:
-        text = raw.rstrip("\n")
-        if not text.startswith('{"step": '):
-            continue
+    for text in sample:
         try:
             record = json.loads(text)
         except ValueError:
             continue
-        if not isinstance(record, dict) or json.dumps(record) != text:  # not json.dumps' spacing: per-line reader
-            continue
-        seen[tuple(record)] += 1
-        if sum(seen.values()) >= _SAMPLE_LINES:
-            break
+        if isinstance(record, dict) and json.dumps(record) == text:
+            seen[tuple(record)] += 1
     if not seen:
         return None
     keys = seen.most_common(1)[0][0]
-    if any(k not in _FAST_FIELDS for k in keys) or ("loss" not in keys and "val_loss" not in keys):
+    if keys[0] != "step" or any(k not in _COLUMNS for k in keys) or ("loss" not in keys and "val_loss" not in keys):
         return None
     return keys
 
 
-def fast_rows(lines: Lines, head: Iterable[str], *, val_name: str | None = None) -> FastRows | None:
-    """Read, vectorised, every record laid out exactly like the file's usual record (same keys, same order).
+def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
+    """The file's usual layout (``json.dumps`` spacing, the same keys in the same order) read by polars."""
+    import polars as pl
 
-    See [Note: fast path equals slow path] in :mod:`pooltk.logs._fast`. The loss comes from
-    ``loss`` (else ``val_loss``) and may not be null (the per-line reader skips such records).
-    """
-    import numpy as np
-
-    keys = _sample_keys(head)
+    keys = _layout(body.head(200).to_list())
     if keys is None:
         return None
-    buf = lines.buf
-    pos, count, first = delimiters(lines, ord(","))
-    cand = np.flatnonzero(count == len(keys) - 1)
-    starts, ends = lines.starts[cand], lines.ends[cand]
-    commas = pos[first[cand][:, None] + np.arange(len(keys) - 1)] if len(keys) > 1 else np.zeros((cand.size, 0), np.int64)
-    ok = buf[np.maximum(ends - 1, 0)] == ord("}")
     loss_key = "loss" if "loss" in keys else "val_loss"
-    span_starts: list[np.ndarray] = []
-    span_ends: list[np.ndarray] = []
-    classes: list[int] = []
-    names: list[str] = []
-    nullable: list[str] = []
-    stamps = None
-    for j, key in enumerate(keys):
-        if j == 0:
-            label, at = b'{"' + key.encode() + b'": ', starts
-        else:
-            label, at = b' "' + key.encode() + b'": ', commas[:, j - 1] + 1
-        ok &= match_bytes(lines, at, label)
-        v0 = at + len(label)
-        v1 = commas[:, j] if j + 1 < len(keys) else ends - 1
-        column, kind = _FAST_FIELDS[key]
-        if key == "val_loss":
-            column = "loss" if loss_key == "val_loss" else "_val_loss"
-        if kind == "ts":
-            ok &= (v1 - v0) == len(_TS_PATTERN)
-            stamps, good = parse_timestamps(lines, v0, _TS_PATTERN)
-            ok &= good
-            continue
-        span_starts.append(v0)
-        span_ends.append(v1)
-        classes.append(INT_JSON if kind == "int" else FLOAT_JSON)
-        names.append(column)
+    pattern = []
+    for key in keys:
+        kind = _COLUMNS[key][1]
+        value = {"int": r"-?(?:0|[1-9]\d*)", "str": r'"[^"\\,]*"', "float": _JNUM}[kind]
         if kind == "float" and key != loss_key:
-            nullable.append(column)
-    keep = np.flatnonzero(ok)
-    read = read_spans(lines, np.stack(span_starts, axis=1)[keep], np.stack(span_ends, axis=1)[keep], classes, names,
-                      nullable=tuple(nullable))
-    if read is None:
-        return None
-    got, accepted = read
-    rows = keep[accepted]
-    columns: dict[str, object] = {k: v for k, v in got.items() if not k.startswith("_")}
-    if stamps is not None:
-        columns["timestamp"] = stamps[rows]
-    tokens, tps = columns.get("num_tokens"), columns.get("tok_per_s_logged")
-    if tokens is not None and tps is not None:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            valid = (tokens != 0) & np.isfinite(tps) & (tps > 0)
-            columns["step_time_s"] = np.where(valid, tokens / np.where(valid, tps, 1.0), np.nan)
-        columns["step_time_basis"] = np.where(valid, "num_tokens_per_step / tps (the log's own timing)", None).astype(object)
-    if val_name is not None:
-        columns["val_name"] = np.full(rows.size, val_name, dtype=object)
-    return FastRows(line_index=cand[rows], columns=columns, keys=keys, kind="train" if val_name is None else "val")
+            value = f"(?:{value}|null)"
+        pattern.append(f'"{key}": {value}')
+    ok = body.str.contains("^\\{" + ", ".join(pattern) + "\\}$")
+    parts = body.str.strip_prefix("{").str.strip_suffix("}").str.split_exact(", ", len(keys) - 1).struct.unnest()
+    cols: dict[str, Any] = {}
+    for j, key in enumerate(keys):
+        text = parts[f"field_{j}"].str.strip_prefix(f'"{key}": ')
+        column, kind = _COLUMNS[key]
+        if key == "val_loss":
+            column = "loss" if loss_key == "val_loss" else None
+        if column is None:
+            continue
+        if kind == "str":
+            cols[column] = text.str.strip_chars('"')
+        else:
+            cols[column] = text.cast(pl.Int64 if kind == "int" else pl.Float64, strict=False)
+            if column in ("step", "loss") or kind == "int":
+                ok = ok & cols[column].is_not_null()
+    cols["kind"] = pl.Series(["train"] * body.len(), dtype=pl.String)
+    return cols, ok.fill_null(False), ()

@@ -1,6 +1,6 @@
-"""NeMo Automodel training logs as text: the recipe's per-step and validation lines.
+"""NeMo Automodel training logs as text: the recipe's per-step and validation records.
 
-Forms read (message part, after the logging prefix):
+Forms read (the record, after any logging prefix):
 
 - current: ``step {} | epoch {} | loss {:.4f} | grad_norm {:.4f} | lr {:.2e} | mem {:.2f} GiB |
   tps {:.2f}({:.2f}/gpu) | num_label_tokens {}``
@@ -9,35 +9,47 @@ Forms read (message part, after the logging prefix):
 - validation: ``[val] name "{}" | step {} | epoch {} | loss {:.4f} | lr {:.2e} | num_label_tokens {}``
   and the 2025-07 ``[val] step {} | epoch {} | loss {}``.
 
-Prefixes: ``%(asctime)s | %(levelname)s | %(name)s | `` (datefmt ``%Y-%m-%d %H:%M:%S``; the level
-may carry ANSI colour), Python's default ``INFO:root:``, or none; any of them after torchrun's
-``[rankN]:``. Fields are read by name, so a field added later is ignored rather than misread.
-Only rank 0 logs in Automodel, so rows carry the rank only when a torchrun prefix says so.
+The record's own logging prefix is part of it: ``%(asctime)s | %(levelname)s | %(name)s | ``
+(datefmt ``%Y-%m-%d %H:%M:%S``), Python's default ``INFO:root:``, or none. The signature
+``step N | epoch N | loss`` is found wherever it stands; what stands before the logging prefix
+is decoration. Fields are read by name (a field added later is ignored rather than misread);
+a record ends after its last ``| key value`` field, so a second record on the same line (two
+ranks writing at once) is read as its own row.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from typing import Any
 
-from pooltk.logs._common import Pending, ParseResult, clean_line, drop_truncated, parse_float, parse_int
-from pooltk.logs._fast import FLOAT, INT, FastRows, Lines, delimiters, first_byte, match_bytes, parse_timestamps, read_spans
+from pooltk.logs._common import parse_float, parse_int
+from pooltk.logs.records import Rec, Skip
 
-__all__ = ["FORMAT", "fast_rows", "looks_like", "parse"]
+__all__ = ["CANDIDATE", "DETECT", "FORMAT", "META_HINTS", "TS_FORMAT", "fast", "finish", "looks_like", "meta", "parse_line"]
 
 FORMAT = "automodel_text"
+TS_FORMAT = "%Y-%m-%d %H:%M:%S"
+MEM_BASIS = "max_allocated"
 
-_TS_FORMAT = "%Y-%m-%d %H:%M:%S"
-_PREFIX_TS_RE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d{3})?$")
-_PLAIN_PREFIX_RE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[^:]*:")
-_CANDIDATE_RE = re.compile(r"step \d+ \| epoch ")
-_VAL_NAME_RE = re.compile(r'^\[val\](?: name "(?P<name>[^"]*)" \|)? ?(?P<rest>.*)$')
+_TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+_PREFIX = (r"(?:(?P<ts>" + _TS + r")(?:,\d{3})? \| [A-Z]+ \| [^|\n]*? \| "
+           r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[^:\s]*:)?")
+_VAL = r'(?:\[val\](?: name "[^"\n]*" \|)? ?)?'
+CANDIDATE = (r"(?:" + _TS + r"(?:,\d{3})? \| [A-Z]+ \| [^|\n]*? \| |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[^:\s]*:)?"
+             + _VAL + r"step \d+ \| epoch ")
+"""Where a record starts (also an interleaved one that cannot be read: it is then counted as skipped)."""
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)|N/A|None"
+_FIELD = r" \| (?!step \d)[a-z_]+:? (?:" + _NUM + r")(?:\((?:" + _NUM + r")/gpu\)| GiB)?"
+_RECORD_RE = re.compile(r"(?P<pre>" + _PREFIX + r")(?P<val>\[val\](?: name \"(?P<name>[^\"\n]*)\" \|)? ?)?"
+                        r"(?P<body>step (?:\d+)(?:" + _FIELD + r")*)")
+DETECT = r"step \d+ \| epoch \d+ \| loss "
+"""The record's signature (format detection)."""
+_CAND_RE = re.compile(CANDIDATE)
 _WORLD_RE = re.compile(r"\bWorld size: (\d+)\b")
-_SIGNATURE_RE = re.compile(r"(?:^|\| |:)(?:\[val\][^|]*\| )?step \d+ \| epoch \d+ \| loss ")
+META_HINTS = ("World size: ",)
 
-# Field name -> (column, parser). "mem"/"mem:" and "tps" are handled separately.
-_SIMPLE_FIELDS = {
+_SIMPLE = {
     "epoch": ("epoch", parse_int),
     "loss": ("loss", parse_float),
     "grad_norm": ("grad_norm", parse_float),
@@ -47,51 +59,30 @@ _SIMPLE_FIELDS = {
 
 
 def looks_like(line: str) -> bool:
-    """True when ``line`` is an Automodel step or validation line (format detection)."""
-    return _SIGNATURE_RE.search(line) is not None
-
-
-def _split_prefix(line: str) -> tuple[str | None, str]:
-    """(timestamp or None, message) for the three prefix forms."""
-    if line[:2] == "20" and " | " in line:
-        parts = line.split(" | ", 3)
-        if len(parts) == 4 and _PREFIX_TS_RE.match(parts[0]):
-            return parts[0][:19], parts[3]
-    elif _PLAIN_PREFIX_RE.match(line):
-        return None, line.split(":", 2)[2]
-    return None, line
+    """True when ``line`` holds an Automodel step or validation record (format detection)."""
+    return _RECORD_RE.search(line) is not None and _CAND_RE.search(line) is not None
 
 
 class _Bad(ValueError):
-    """A candidate line that does not parse; the message is the skip reason."""
+    """A record that does not parse; the message is the skip reason."""
 
 
-def _fields(message: str) -> tuple[int, dict[str, object], tuple[str, ...]]:
-    """Parse ``step N | key value | ...``; returns (step, values by column, field order)."""
-    parts = message.split(" | ")
-    head = parts[0]
-    if not head.startswith("step "):
-        raise _Bad("no 'step N' field")
-    try:
-        step = parse_int(head[5:])
-    except ValueError:
-        raise _Bad("step is not an integer") from None
-    values: dict[str, object] = {}
-    keys: list[str] = ["step"]
+def _fields(body: str) -> tuple[dict[str, Any], tuple[str, ...]]:
+    parts = body.split(" | ")
+    values: dict[str, Any] = {"step": parse_int(parts[0][5:])}
+    keys = ["step"]
     for part in parts[1:]:
-        key, sep, value = part.partition(" ")
-        if not sep:
-            raise _Bad(f"field {part[:30]!r} has no value")
+        key, _, value = part.partition(" ")
         key = key.rstrip(":")
         keys.append(key)
         try:
-            if key in _SIMPLE_FIELDS:
-                column, parser = _SIMPLE_FIELDS[key]
+            if key in _SIMPLE:
+                column, parser = _SIMPLE[key]
                 values[column] = parser(value)
             elif key == "mem":
                 number, _, unit = value.partition(" ")
                 if unit != "GiB":
-                    raise _Bad(f"mem unit {unit!r}, expected GiB")
+                    raise _Bad("truncated or garbled: mem without its unit GiB" if not unit else f"mem unit {unit!r}, expected GiB")
                 values["mem_gib"] = parse_float(number)
             elif key == "tps":
                 if value.endswith("/gpu)"):
@@ -100,178 +91,133 @@ def _fields(message: str) -> tuple[int, dict[str, object], tuple[str, ...]]:
                     values["tok_per_s_per_gpu_logged"] = parse_float(per)
                 else:
                     values["tok_per_s_logged"] = parse_float(value)
-            # other fields (added by later versions) are ignored by name
-        except (ValueError, IndexError):
+        except ValueError as err:
+            if isinstance(err, _Bad):
+                raise
             raise _Bad(f"field {key!r}: {value[:30]!r} is not a number") from None
-    return step, values, tuple(keys)
+    return values, tuple(keys)
 
 
-def parse(lines: Iterable[tuple[int, str]], result: ParseResult, *, fast: FastRows | None = None) -> ParseResult:
-    """Read numbered Automodel text lines into ``result`` (rows, skips, meta, counts).
-
-    ``fast``: rows the vectorised path already read from other lines of the file (they count
-    towards the file's usual field order when cut lines are recognised).
-    """
-    result.timestamp_format = _TS_FORMAT
-    result.mem_basis = "max_allocated"
-    rows = result.rows
-    pending: list[Pending] = []
-    for n, raw in lines:
-        line, rank = clean_line(raw)
-        if "step " not in line:
-            if "World size: " in line:
-                m = _WORLD_RE.search(line)
-                if m:
-                    result.set_meta("world_size", int(m.group(1)), n)
-                    result.n_meta += 1
-                    continue
-            result.n_other += 1
+def parse_line(line: str) -> list[Rec | Skip]:
+    """Every record on ``line`` (the definition of the format); candidates that do not read are Skips."""
+    out: list[Rec | Skip] = []
+    for cand in _CAND_RE.finditer(line):
+        if out and cand.start() < (out[-1].end if out[-1].end >= 0 else len(line)):
             continue
-        ts, message = _split_prefix(line)
-        kind = "train"
-        val_name = None
-        if message.startswith("[val]"):
-            kind = "val"
-            m = _VAL_NAME_RE.match(message)
-            val_name = m.group("name") if m and m.group("name") is not None else "default"
-            message = m.group("rest") if m else ""
-        elif not message.startswith("step "):
-            if _CANDIDATE_RE.search(line):
-                result.skip(n, "step line inside other text (interleaved or garbled)", raw)
-            else:
-                result.n_other += 1
+        m = _RECORD_RE.match(line, cand.start())
+        if m is None or " | loss " not in m.group("body"):
+            out.append(Skip(start=cand.start(), reason="step record garbled (interleaved or cut)", end=cand.end()))
             continue
         try:
-            step, values, keys = _fields(message)
+            values, keys = _fields(m.group("body"))
         except _Bad as bad:
-            result.skip(n, str(bad), raw)
+            out.append(Skip(start=cand.start(), reason=str(bad), end=m.end()))
             continue
         if "loss" not in values:
-            result.skip(n, "no loss field", raw)
+            out.append(Skip(start=cand.start(), reason="no loss field", end=m.end()))
             continue
-        values.update(kind=kind, line=n, step=step, timestamp=ts, rank=rank, val_name=val_name)
-        pending.append((n, values, keys, raw))
-    drop_truncated(pending, result, fast=fast)
-    for _, values, _, _ in pending:
-        rows.add(**values)
-    fast_per_gpu = fast is not None and len(fast) > 0 and "tok_per_s_per_gpu_logged" in fast.columns
-    per_gpu = "tok_per_s_per_gpu_logged" in rows.columns() or fast_per_gpu
-    if (len(rows) or (fast is not None and len(fast))) and per_gpu:
+        kind = "val" if m.group("val") is not None else "train"
+        values.update(kind=kind, timestamp=m.group("ts"),
+                      val_name=(m.group("name") or "default") if kind == "val" else None)
+        out.append(Rec(start=cand.start(), end=m.end(), values=values, keys=keys))
+    return out
+
+
+def meta(line: str, n: int, result: Any) -> bool:
+    """Take run facts from a non-record line; True when one was found."""
+    m = _WORLD_RE.search(line)
+    if m is None:
+        return False
+    result.set_meta("world_size", int(m.group(1)), n)
+    return True
+
+
+def finish(found: Any, result: Any, *, stem: str = "") -> None:  # noqa: ARG001
+    """File-level facts: the timestamp format, the memory basis, the per-GPU figure's basis."""
+    result.timestamp_format = TS_FORMAT
+    result.mem_basis = MEM_BASIS
+    frame = found.frame
+    if "tok_per_s_per_gpu_logged" in frame.columns and frame["tok_per_s_per_gpu_logged"].null_count() < frame.height:
         result.notes.append(
             "tok_per_s_per_gpu_logged is Automodel's tps/cp/dp: it ignores PP and TP "
             "(with pp8 it is 8x the rate per physical GPU); use pooltk.logs.metrics for a physical basis"
         )
-    return result
 
 
+# --------------------------------------------------------------------------- the engine's path
 
-_FAST_FIELDS = {
-    "step": ("step", "int"),
-    "epoch": ("epoch", "int"),
-    "loss": ("loss", "float"),
-    "grad_norm": ("grad_norm", "float"),
-    "lr": ("lr", "float"),
-    "mem": ("mem_gib", "mem"),
-    "tps": ("tok_per_s_logged", "tps"),
-    "num_label_tokens": ("num_label_tokens", "int"),
-}
+_FNUM = r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+_COLUMNS = {"epoch": ("epoch", "int"), "loss": ("loss", "float"), "grad_norm": ("grad_norm", "float"),
+            "lr": ("lr", "float"), "num_label_tokens": ("num_label_tokens", "int"), "mem": ("mem_gib", "mem"),
+            "tps": ("tok_per_s_logged", "tps")}
 
 
-_SAMPLE_LINES = 1000
-"""Step lines of the file's head whose layouts are counted to choose the canonical one."""
-
-
-def _sample_keys(head: Iterable[str]) -> tuple[tuple[str, ...], bool] | None:
-    """The most common layout among the head's step lines: (field names, whether tps has '/gpu').
-
-    None when that layout has a field the vectorised path does not know (the per-line reader
-    then reads the whole file).
-    """
-    seen: Counter[tuple[tuple[str, ...], bool]] = Counter()
-    for raw in head:
-        if "\r" in raw or "step " not in raw:
+def _layout(sample: list[str]) -> tuple[str, tuple[str, ...], tuple[str, ...]] | None:
+    """(prefix kind, field names, labels as written) of the most common single-record train line."""
+    seen: Counter[tuple[str, tuple[str, ...], tuple[str, ...]]] = Counter()
+    for text in sample:
+        recs = parse_line(text)
+        if len(recs) != 1 or not isinstance(recs[0], Rec) or recs[0].end != len(text) or recs[0].values["kind"] != "train":
             continue
-        line, rank = clean_line(raw)
-        if rank is not None or len(line) < 23 or line[19:22] != " | " or not _PREFIX_TS_RE.match(line[:19]):
-            continue
-        parts = line.split(" | ", 3)
-        if len(parts) != 4 or not parts[3].startswith("step "):
-            continue
-        fields = parts[3].split(" | ")
-        tps = next((f for f in fields if f.startswith("tps ")), "")
-        seen[(tuple(f.partition(" ")[0] for f in fields), tps.endswith("/gpu)"))] += 1
-        if sum(seen.values()) >= _SAMPLE_LINES:
-            break
+        kind = "ts" if recs[0].values["timestamp"] else ("plain" if not text.startswith("step ") else "none")
+        labels = tuple(p.partition(" ")[0] for p in text.split(" | ")[(3 if kind == "ts" else 0):])
+        tps = next((p for p in text.split(" | ") if p.startswith("tps ")), "")
+        seen[(kind + ("/gpu" if tps.endswith("/gpu)") else ""), recs[0].keys, labels)] += 1
     if not seen:
         return None
-    keys, pair = seen.most_common(1)[0][0]
-    if any(k not in _FAST_FIELDS for k in keys) or len(set(keys)) != len(keys) or "loss" not in keys:
+    kind, keys, labels = seen.most_common(1)[0][0]
+    if len(set(keys)) != len(keys) or any(k not in _COLUMNS for k in keys[1:]) or "loss" not in keys:
         return None
-    return keys, pair
+    return kind, keys, labels
 
 
-def fast_rows(lines: Lines, head: Iterable[str]) -> FastRows | None:
-    """Read, vectorised, every line laid out exactly like the file's usual step line (see :func:`_sample_keys`).
+def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
+    """The file's usual layout read by polars: (columns, which bodies were read, field names)."""
+    import polars as pl
 
-    See [Note: fast path equals slow path] in :mod:`pooltk.logs._fast`; other lines are left to
-    :func:`parse`.
-    """
-    import numpy as np
-
-    found = _sample_keys(head)
+    found = _layout(body.head(1000).to_list())
     if found is None:
         return None
-    keys, pair = found
-    buf = lines.buf
-    n_bars = len(keys) + 2
-    pos, count, first = delimiters(lines, ord("|"))
-    no_cr = delimiters(lines, 13)[1] == 0 if lines.has_cr else True
-    cand = np.flatnonzero((count == n_bars) & no_cr & (lines.ends - lines.starts >= 23))
-    starts, ends = lines.starts[cand], lines.ends[cand]
-    bars = pos[first[cand][:, None] + np.arange(n_bars)]
-    ok = bars[:, 0] == starts + 20
-    stamps, ok_ts = parse_timestamps(lines, starts, "YYYY-MM-DD hh:mm:ss")
-    ok &= ok_ts & (buf[starts + 19] == 32)
-    for k in range(3):
-        ok &= (buf[bars[:, k] - 1] == 32) & (buf[np.minimum(bars[:, k] + 1, buf.size - 1)] == 32)
-    span_starts: list[np.ndarray] = []
-    span_ends: list[np.ndarray] = []
-    classes: list[int] = []
-    names: list[str] = []
-    for j, key in enumerate(keys):
-        bar = bars[:, 2 + j]
-        label = b" " + key.encode() + b" "
-        ok &= match_bytes(lines, bar + 1, label)
-        v0 = bar + 1 + len(label)
-        if j + 1 < len(keys):
-            v1 = bars[:, 3 + j] - 1
-            ok &= buf[v1] == 32
+    kind, keys, labels = found
+    pair = kind.endswith("/gpu")
+    kind = kind.removesuffix("/gpu")
+    labels = ("step", *labels[1:])
+    pattern = {"ts": r"^" + _TS + r" \| [A-Z]+ \| [^|]*? \| ", "plain": r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[^:\s]*:",
+               "none": "^"}[kind]
+    pattern += r"step \d+"
+    for key, label in zip(keys[1:], labels[1:], strict=True):
+        value = {"int": r"\d+", "float": _FNUM, "mem": _FNUM + " GiB",
+                 "tps": _FNUM + (r"\(" + _FNUM + r"/gpu\)" if pair else "")}[_COLUMNS[key][1]]
+        pattern += r" \| " + re.escape(label) + " " + value
+    ok = body.str.contains(pattern + "$")
+    if kind == "ts":
+        head = body.str.splitn(" | ", 4).struct.unnest()
+        stamps, rest = head["field_0"].str.slice(0, 19), head["field_3"]
+    elif kind == "plain":
+        rest = body.str.splitn(":", 3).struct.unnest()["field_2"]
+        stamps = None
+    else:
+        rest, stamps = body, None
+    parts = rest.str.splitn(" | ", len(keys)).struct.unnest()
+    cols: dict[str, Any] = {"step": parts["field_0"].str.slice(5).cast(pl.Int64, strict=False)}
+    for j, (key, label) in enumerate(zip(keys[1:], labels[1:], strict=True), start=1):
+        value = parts[f"field_{j}"].str.slice(len(label) + 1)
+        column, how = _COLUMNS[key]
+        if how == "int":
+            cols[column] = value.cast(pl.Int64, strict=False)
+        elif how == "float":
+            cols[column] = value.cast(pl.Float64, strict=False)
+        elif how == "mem":
+            cols[column] = value.str.strip_suffix(" GiB").cast(pl.Float64, strict=False)
+        elif pair:
+            two = value.str.strip_suffix("/gpu)").str.split_exact("(", 1).struct.unnest()
+            cols["tok_per_s_logged"] = two["field_0"].cast(pl.Float64, strict=False)
+            cols["tok_per_s_per_gpu_logged"] = two["field_1"].cast(pl.Float64, strict=False)
         else:
-            v1 = ends
-        column, kind = _FAST_FIELDS[key]
-        if kind == "mem":
-            ok &= match_bytes(lines, v1 - 4, b" GiB")
-            v1 = v1 - 4
-        if kind == "tps" and pair:
-            ok &= match_bytes(lines, v1 - 5, b"/gpu)")
-            paren = first_byte(lines, v0, v1 - 5, ord("("))
-            ok &= paren >= 0
-            paren = np.where(paren >= 0, paren, v0)
-            span_starts += [v0, paren + 1]
-            span_ends += [paren, v1 - 5]
-            classes += [FLOAT, FLOAT]
-            names += ["tok_per_s_logged", "tok_per_s_per_gpu_logged"]
-            continue
-        span_starts.append(v0)
-        span_ends.append(v1)
-        classes.append(INT if kind == "int" else FLOAT)
-        names.append(column)
-    keep = np.flatnonzero(ok)
-    read = read_spans(lines, np.stack(span_starts, axis=1)[keep], np.stack(span_ends, axis=1)[keep], classes, names)
-    if read is None:
-        return None
-    columns, accepted = read
-    rows = keep[accepted]
-    columns = dict(columns)
-    columns["timestamp"] = stamps[rows]
-    return FastRows(line_index=cand[rows], columns=columns, keys=keys, kind="train")
+            cols["tok_per_s_logged"] = value.cast(pl.Float64, strict=False)
+    for values in cols.values():  # an integer beyond int64 is left to the definition
+        ok = ok & values.is_not_null()
+    ok = ok.fill_null(False)
+    cols["kind"] = pl.Series(["train"] * body.len(), dtype=pl.String)
+    cols["timestamp"] = stamps if stamps is not None else pl.Series([None] * body.len(), dtype=pl.String)
+    return cols, ok, keys

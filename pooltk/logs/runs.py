@@ -8,7 +8,8 @@ one for rows without a rank) and a stream starts a new run where:
 - its train step goes back (with a rank: any step below the stream's highest; without a rank,
   where several ranks may print into one stream a step late, more than one logging interval
   below it);
-- its timestamp goes back by more than :data:`CLOCK_SLACK_S` seconds;
+- (not a clock: a timestamp going back -- a DST fall-back, nodes whose clocks differ by seconds --
+  while the steps go on is one run, and a note says where the clock went back);
 - a start-up banner (:data:`BANNERS`) appears after the stream already logged a step (a banner
   without a rank applies to every stream).
 
@@ -35,24 +36,24 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BANNERS", "CLOCK_SLACK_S", "POOL_RE", "PoolLine", "Segments", "find_banners", "find_pool_lines",
+__all__ = ["BANNERS", "CLOCK_SLACK_S", "POOL_RE", "PoolLine", "Segments", "find_pool_lines",
            "fold_copies", "segment"]
 
 CLOCK_SLACK_S = 5.0
-"""A stream's timestamps may go back this much (clock steps, coarse stamps) without starting a run."""
+"""A stream's timestamps going back more than this is noted (never a boundary while its steps go on)."""
 
 BANNERS: tuple[bytes, ...] = (b"torchtitan version: ", b"Starting job: ", b"cfg-path: ", b"Library versions:",
                               b"Benchmarking setup", b"Running with args:", b"Training starts at step ")
 """Text a framework prints once per process start (torchtitan, Automodel, the benchmark recipe)."""
 
 POOL_RE = re.compile(
-    rb"(?m)^[^\n]*?(?:(?P<am>recv_buffer_pool: installed \(slack=(?P<am_slack>-?\d+), layout=(?P<am_layout>[^)\n]*)\))"
-    rb"|(?P<pk>pooltk: installed \(policy=(?P<pk_policy>[^,\n]*), slack=(?P<pk_slack>-?\d+), grad_slack=(?P<pk_grad>-?\d+), "
-    rb"schedule=(?P<pk_schedule>[^,\n]*), layout=(?P<pk_layout>[^)\n]*)\))"
-    rb"|(?P<no>pooltk: not installed \(reason=(?P<no_reason>[^\n]*)\))"
-    rb"|(?P<am_no>recv_buffer_pool: (?:torch internals mismatch, not installing|no known recv-infra entry points)[^\n]*)"
-    rb"|(?P<stage>pooltk: stage (?P<st_i>\d+) pooled \(fwd ring (?P<st_fk>\d+)/(?P<st_fm>\d+), grad ring (?P<st_gk>\d+)/(?P<st_gm>\d+)\))"
-    rb"|(?P<kept>pooltk: stage (?P<kp_i>\d+) kept stock \(reason=(?P<kp_reason>[^\n]*)\)))"
+    r"(?m)^[^\n]*?(?:(?P<am>recv_buffer_pool: installed \(slack=(?P<am_slack>-?\d+), layout=(?P<am_layout>[^)\n]*)\))"
+    r"|(?P<pk>pooltk: installed \(policy=(?P<pk_policy>[^,\n]*), slack=(?P<pk_slack>-?\d+), grad_slack=(?P<pk_grad>-?\d+), "
+    r"schedule=(?P<pk_schedule>[^,\n]*), layout=(?P<pk_layout>[^,)\n]*)(?:, [a-z_]+=[^,)\n]*)*\))"
+    r"|(?P<no>pooltk: not installed \(reason=(?P<no_reason>[^\n]*)\))"
+    r"|(?P<am_no>recv_buffer_pool: (?:torch internals mismatch, not installing|no known recv-infra entry points)[^\n]*)"
+    r"|(?P<stage>pooltk: stage (?P<st_i>\d+) pooled \(fwd ring (?P<st_fk>\d+)/(?P<st_fm>\d+), grad ring (?P<st_gk>\d+)/(?P<st_gm>\d+)\))"
+    r"|(?P<kept>pooltk: stage (?P<kp_i>\d+) kept stock \(reason=(?P<kp_reason>[^\n]*)\)))"
 )
 """Pool install lines of NeMo Automodel and pooltk (see [Note: pooled runs])."""
 
@@ -71,24 +72,24 @@ class PoolLine:
     """slack, layout, policy, grad_slack, schedule, reason, or the stage's rings."""
 
 
-def _line_of(data: bytes, offsets: list[int]) -> list[int]:
+def _line_of(data: str, offsets: list[int]) -> list[int]:
     import numpy as np
 
     if not offsets:
         return []
-    nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    nl = np.asarray([m.start() for m in re.finditer("\n", data)], dtype=np.int64)
     return (np.searchsorted(nl, np.asarray(offsets), side="left") + 1).tolist()
 
 
-def find_pool_lines(data: bytes) -> list[PoolLine]:
-    """Every pool line in ``data`` (decorations already stripped), in file order."""
-    if b"recv_buffer_pool: " not in data and b"pooltk: " not in data:
+def find_pool_lines(data: str) -> list[PoolLine]:
+    """Every pool line in the text, wherever it stands in its line, in file order."""
+    if "recv_buffer_pool: " not in data and "pooltk: " not in data:
         return []
     matches = list(POOL_RE.finditer(data))
     lines = _line_of(data, [m.start() for m in matches])
     out: list[PoolLine] = []
     for m, n in zip(matches, lines, strict=True):
-        g = {k: (v.decode("utf-8", "replace") if v is not None else None) for k, v in m.groupdict().items()}
+        g = m.groupdict()
         if g["am"]:
             out.append(PoolLine(line=n, kind="installed", impl="automodel",
                                 facts={"slack": int(g["am_slack"]), "layout": g["am_layout"]}))
@@ -110,17 +111,6 @@ def find_pool_lines(data: bytes) -> list[PoolLine]:
     return out
 
 
-def find_banners(data: bytes) -> list[int]:
-    """1-based line numbers of start-up banners (lines holding one of :data:`BANNERS`), in file order."""
-    offsets: list[int] = []
-    for text in BANNERS:
-        at = data.find(text)
-        while at >= 0:
-            offsets.append(at)
-            at = data.find(text, at + 1)
-    return sorted(set(_line_of(data, sorted(offsets))))
-
-
 @dataclass(kw_only=True, slots=True)
 class Segments:
     """The run (0-based, file order) of each row, and why each new run began."""
@@ -129,6 +119,8 @@ class Segments:
     """int64 array, one per row of the frame given to :func:`segment`."""
     reasons: list[str]
     """One line per boundary: 'line N: <why>'."""
+    notes: list[str] = field(default_factory=list)
+    """Clock anomalies that were not made boundaries (the steps went on)."""
 
     @property
     def n_runs(self) -> int:
@@ -162,14 +154,21 @@ def segment(frame: Any, *, banners: list[int] = (), banner_ranks: Any = None) ->
     same = np.r_[False, s_stream[1:] == s_stream[:-1]]
     back = same & s_train & np.r_[False, s_train[:-1]] & (np.r_[0, np.diff(s_step)] < 0)
     clock = same & s_has & np.r_[False, s_has[:-1]] & (np.r_[0, np.diff(s_ts)] < -int(CLOCK_SLACK_S * 1e9))
+    notes = []
+    if clock.any():
+        where = np.flatnonzero(clock)
+        worst = float(-np.diff(s_ts)[where - 1].min() / 1e9)
+        notes.append(f"timestamps went back {where.size} time(s) (by up to {worst:,.0f} s; first at line {int(lines[order][where[0]])}) "
+                     "while the steps went on: a clock change or skew between nodes, not a restart, so no run boundary")
     late_banner = banner_lines.size > 0 and bool(train.any()) and banner_lines.max() > lines[train].min()
-    if not back.any() and not clock.any() and not late_banner:
-        return Segments(index=np.zeros(n, dtype=np.int64), reasons=[])
-    return _segment_slow(lines, stream, step, train, ts, has_ts, banner_lines, b_rank)
+    if not back.any() and not late_banner:
+        return Segments(index=np.zeros(n, dtype=np.int64), reasons=[], notes=notes)
+    seg = _segment_slow(lines, stream, step, train, banner_lines, b_rank)
+    seg.notes = notes
+    return seg
 
 
-def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, ts: Any, has_ts: Any, banner_lines: Any,
-                  b_rank: Any) -> Segments:
+def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: Any, b_rank: Any) -> Segments:
     """Walk the rows in line order (only for files where a boundary is possible)."""
     import numpy as np
 
@@ -215,20 +214,15 @@ def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, ts: Any, has_t
             if top is not None and step[i] < top - tol:
                 start_new(s, f"step went back from {top} to {int(step[i])}" + (f" (rank {s})" if s >= 0 else ""), ln)
                 st = state[s]
-            elif has_ts[i] and st.get("ts") is not None and ts[i] < st["ts"] - int(CLOCK_SLACK_S * 1e9):
-                start_new(s, "timestamps went back" + (f" (rank {s})" if s >= 0 else ""), ln)
-                st = state[s]
             st["max_step"] = int(step[i]) if st.get("max_step") is None else max(st["max_step"], int(step[i]))
             st["stepped"] = True
-        if has_ts[i]:
-            st["ts"] = int(ts[i]) if st.get("ts") is None else max(st["ts"], int(ts[i]))
         index[i] = seg_of_stream.get(s, 0)
     return Segments(index=index, reasons=reasons)
 
 
 def fold_copies(frame: Any) -> tuple[Any, int]:
     """Rows identical in every column but ``line`` folded into the first (within one run); (frame, folded)."""
-    cols = [c for c in frame.columns if c != "line"]
+    cols = [c for c in frame.columns if c not in ("line", "collector_time")]
     dup = frame.duplicated(subset=cols, keep="first")
     n = int(dup.sum())
     if n == 0:

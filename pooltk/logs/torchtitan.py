@@ -1,8 +1,8 @@
 """torchtitan per-step metric lines.
 
-Line layout: optional torchrun ``[rankN]:`` prefix (sometimes doubled, or absent when every rank
-logs to one stream), optional ``[titan] ``, ``{date time,ms} - {logger} - {LEVEL} - `` and then the
-message. Messages read (field order confirmed in torchtitan's source, see docs/logs.md):
+The record: optional ``[titan] ``, ``{date time,ms} - {logger} - {LEVEL} - `` and the metric
+message, wherever it stands in a line (torchrun's ``[rankN]:`` and any other prefix before it are
+decoration; a second record on the same line is its own row). Messages read (field order confirmed in torchtitan's source, see docs/logs.md):
 
 - 2024 ``train.py``: ``step: {:2}  loss: {:7.4f}  memory: {:5.2f}GiB({:.2f}%)  wps: {:,}  mfu: {:.2f}%``
 - ``components/metrics.py``: ``... tps: {:,}  tflops: {:,.2f}  mfu: {:.2f}%`` (tps replaces wps);
@@ -21,23 +21,30 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable
 from typing import Any
 
-from pooltk.logs._common import Pending, ParseResult, clean_line, drop_truncated, parse_float, parse_int
+from pooltk.logs._common import ParseResult, parse_float, parse_int
+from pooltk.logs.records import Rec, Skip
 
-__all__ = ["FORMAT", "fast_rows", "looks_like", "parse"]
+__all__ = ["CANDIDATE", "DETECT", "FORMAT", "META_HINTS", "fast", "finish", "looks_like", "meta", "parse_line"]
 
 FORMAT = "torchtitan"
+TS_FORMAT = "%Y-%m-%d %H:%M:%S,%3f"
+MEM_BASIS = "max_reserved"
 
-_TS_FORMAT = "%Y-%m-%d %H:%M:%S,%f"
-_PREFIX_RE = re.compile(
-    r"^(?:\[titan\] )?(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - (?P<name>[^ ]+) - (?P<level>[A-Z]+) - (?P<msg>.*)$"
-)
+_TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
+_PREFIX = r"(?:\[titan\] )?" + _TS + r" - [^ \n]+ - [A-Z]+ - "
+CANDIDATE = r"(?:" + _PREFIX + r"(?:validate )?step:|(?:validate )?step:\s*\d+\S*\s+loss:)"
+"""Where a record starts; a bare ``step: N  loss:`` without the logging prefix is counted as skipped."""
+DETECT = r"(?:^|\s|- )(?:validate )?step:\s*\d+(?:/\d+)?\s.*?\bloss:\s"
+_CAND_RE = re.compile(CANDIDATE)
+_RECORD_RE = re.compile(r"(?:\[titan\] )?(?P<ts>" + _TS + r") - [^ \n]+ - [A-Z]+ - "
+                        r"(?P<msg>(?:validate )?step:\s*\d+(?:/\d+)?(?: = [\d.]+%)?(?:\s+[A-Za-z_]+:\s+[^\s\[]+)*)")
 _KV_RE = re.compile(r"([A-Za-z_]+):\s+(\S+)")
-_SIGNATURE_RE = re.compile(r"(?:^|\s|- )(?:validate )?step:\s*\d+(?:/\d+)?\s.*?\bloss:\s")
-_CANDIDATE_RE = re.compile(r"step:\s*\d")
 _MEM_RE = re.compile(r"^(?P<gib>[-+0-9.naif]+)GiB(?:\((?P<pct>[-+0-9.naif]+)%\))?$")
+_SIGNATURE_RE = re.compile(DETECT)
+META_HINTS = ("Peak FLOPS used", " capacity: ", "device mesh", "local batch size", "sequence length",
+              "gradient accumulation steps", "torchtitan version: ")
 
 _META_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("peak_flops", re.compile(r"Peak FLOPS used for computing MFU: ([0-9.e+]+)")),
@@ -51,15 +58,11 @@ _META_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 
 def looks_like(line: str) -> bool:
-    """True when ``line`` is a torchtitan step or validation metric line (format detection)."""
-    if "step:" not in line:
-        return False
-    if "\x1b" in line:
-        line = clean_line(line)[0]
-    return _SIGNATURE_RE.search(line) is not None
+    """True when ``line`` holds a torchtitan step or validation metric record (format detection)."""
+    return "step:" in line and _SIGNATURE_RE.search(line) is not None
 
 
-def _meta(message: str, n: int, result: ParseResult) -> bool:
+def meta(message: str, n: int, result: ParseResult) -> bool:
     """Take run facts from a setup line; True when one was found."""
     found = False
     for key, pattern in _META_PATTERNS:
@@ -138,230 +141,110 @@ def _fields(message: str) -> tuple[str, int, dict[str, object], tuple[str, ...]]
     return kind, step, values, tuple(keys)
 
 
-def parse(lines: Iterable[tuple[int, str]], result: ParseResult, *, fast: Any = None) -> ParseResult:
-    """Read torchtitan log lines into ``result`` (rows, skips, meta, counts).
-
-    ``fast``: rows :func:`fast_rows` already read from other lines of the file (they count
-    towards the file's usual field order, and their -1 placeholder losses towards the note).
-    """
-    result.timestamp_format = _TS_FORMAT
-    result.mem_basis = "max_reserved"
-    pending: list[Pending] = []
-    n_minus_one = 0
-    for n, raw in lines:
-        line, rank = clean_line(raw)
-        m = _PREFIX_RE.match(line) if " - " in line else None
+def parse_line(line: str) -> list[Rec | Skip]:
+    """Every record on ``line`` (the definition of the format); bare or damaged ones are Skips."""
+    out: list[Rec | Skip] = []
+    end = 0
+    for cand in _CAND_RE.finditer(line):
+        if cand.start() < end:
+            continue
+        m = _RECORD_RE.match(line, cand.start())
         if m is None:
-            if "step:" in line and _CANDIDATE_RE.search(line) and "loss:" in line:
-                result.skip(n, "step line without the logging prefix (interleaved or garbled)", raw)
-            else:
-                result.n_other += 1
+            out.append(Skip(start=cand.start(), reason="step fields without torchtitan's logging prefix (interleaved or garbled)",
+                            end=cand.end()))
+            end = cand.end()
             continue
-        message = m.group("msg")
-        if "step:" not in message:
-            if _meta(message, n, result):
-                result.n_meta += 1
-            else:
-                result.n_other += 1
-            continue
-        if not (message.startswith("step:") or message.startswith("validate step:")):
-            if _CANDIDATE_RE.search(message) and "loss:" in message:
-                result.skip(n, "step fields inside other text (interleaved or garbled)", raw)
-            else:
-                result.n_other += 1
-            continue
+        end = m.end()
         try:
-            kind, step, values, keys = _fields(message)
+            kind, step, values, keys = _fields(m.group("msg"))
         except _Bad as bad:
-            result.skip(n, str(bad), raw)
+            out.append(Skip(start=cand.start(), reason=str(bad), end=m.end()))
             continue
         if "loss" not in values:
-            result.skip(n, "no loss field", raw)
+            out.append(Skip(start=cand.start(), reason="no loss field", end=m.end()))
             continue
-        if values["loss"] == -1.0:
-            values["loss"] = math.nan
-            n_minus_one += 1
-        tps = values.get("tok_per_s_logged")
-        if tps is not None:
-            values["tok_per_s_per_gpu_logged"] = tps
-        values.update(kind=kind, line=n, step=step, timestamp=m.group("ts"), rank=rank)
-        pending.append((n, values, keys, raw))
-    drop_truncated(pending, result, fast=fast)
-    for _, values, _, _ in pending:
-        result.rows.add(**values)
-    if fast is not None and len(fast):
-        n_minus_one += fast.n_placeholder
-    result.n_placeholder_loss = n_minus_one
-    if n_minus_one:
-        result.notes.append(
-            f"{n_minus_one} row(s) printed loss -1 (a non-last pipeline stage has no loss): stored as NaN"
-        )
-    return result
+        values.update(kind=kind, step=step, timestamp=m.group("ts"))
+        out.append(Rec(start=cand.start(), end=m.end(), values=values, keys=keys))
+    return out
 
 
+def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:  # noqa: ARG001
+    """The file-level columns and notes: loss -1 (a non-last PP stage) as NaN, tps per device."""
+    import polars as pl
 
-# --------------------------------------------------------------------------- vectorised canonical lines
+    result.timestamp_format = TS_FORMAT
+    result.mem_basis = MEM_BASIS
+    frame = found.frame
+    if frame.height and "loss" in frame.columns:
+        minus = int((frame["loss"] == -1.0).sum())
+        frame = frame.with_columns(pl.when(pl.col("loss") == -1.0).then(float("nan")).otherwise(pl.col("loss")).alias("loss"))
+        if "tok_per_s_logged" in frame.columns:
+            frame = frame.with_columns(pl.col("tok_per_s_logged").alias("tok_per_s_per_gpu_logged"))
+        result.n_placeholder_loss = minus
+        if minus:
+            result.notes.append(f"{minus} row(s) printed loss -1 (a non-last pipeline stage has no loss): stored as NaN")
+    found.frame = frame
 
-_FAST_SAMPLE = 1000
-"""Metric lines of the file's head whose layouts are counted to choose the canonical one."""
 
-_FAST_KEYS = ("loss", "grad_norm", "memory", "tps", "wps", "tflops", "mfu")
-"""Fields the vectorised path reads (after ``step``); a layout with any other is left to :func:`parse`."""
+# --------------------------------------------------------------------------- the engine's path
+
+_FNUM = r"-?\d+(?:\.\d+)?"
+_VALUE = {"loss": _FNUM, "grad_norm": _FNUM, "memory": _FNUM + r"GiB\(" + _FNUM + r"%\)", "tps": r"\d{1,3}(?:,\d{3})*",
+          "wps": r"\d{1,3}(?:,\d{3})*", "tflops": r"\d{1,3}(?:,\d{3})*(?:\.\d+)?", "mfu": _FNUM + "%|N/A"}
 
 
-def _canonical_keys(head: Iterable[str]) -> tuple[str, ...] | None:
-    """The most common field order of the head's train metric lines, if every field is one the fast path reads."""
+def _layout(sample: list[str]) -> tuple[str, ...] | None:
     seen: Counter[tuple[str, ...]] = Counter()
-    for raw in head:
-        if "step:" not in raw:
-            continue
-        m = _PREFIX_RE.match(raw)
-        if m is None or not m.group("msg").startswith("step:"):
-            continue
-        try:
-            _, _, _, keys = _fields(m.group("msg"))
-        except _Bad:
-            continue
-        seen[keys] += 1
-        if sum(seen.values()) >= _FAST_SAMPLE:
-            break
+    for text in sample:
+        recs = parse_line(text)
+        if len(recs) == 1 and isinstance(recs[0], Rec) and recs[0].end == len(text) and recs[0].values["kind"] == "train":
+            seen[recs[0].keys] += 1
     if not seen:
         return None
     keys = seen.most_common(1)[0][0]
-    if keys[:2] != ("step", "loss") or any(k not in _FAST_KEYS for k in keys[1:]) or len(set(keys)) != len(keys):
+    if keys[:2] != ("step", "loss") or any(k not in _VALUE for k in keys[1:]) or len(set(keys)) != len(keys):
         return None
     return keys
 
 
-def _comma_number(w: Any, lens: Any) -> tuple[Any, Any]:
-    """``{:,}``/``{:,.2f}`` numbers from (n, W) byte windows: (values, valid), as float() gives them with commas dropped.
+def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
+    """The file's usual layout read by polars: (columns, which bodies were read, field names)."""
+    import polars as pl
 
-    Valid: digits and commas with at most one '.', 1 to 15 digits. The digits form an exact
-    integer N (< 2**53) and the value is N / 10**(digits after the point), one correctly rounded
-    IEEE division: the double nearest the decimal, which is what float() returns.
-    """
-    import numpy as np
-
-    n, width = w.shape
-    value = np.zeros(n, dtype=np.float64)
-    n_digits = np.zeros(n, dtype=np.int64)
-    n_dots = np.zeros(n, dtype=np.int64)
-    past_dot = np.zeros(n, dtype=np.int64)
-    valid = lens <= width
-    for k in range(width):
-        col = w[:, k]
-        inside = k < lens
-        digit = inside & (col >= 48) & (col <= 57)
-        dot = inside & (col == 46)
-        valid &= ~inside | digit | dot | (col == 44)
-        value = np.where(digit, value * 10.0 + (col.astype(np.float64) - 48.0), value)
-        n_digits += digit
-        past_dot += digit & (n_dots > 0)
-        n_dots += dot
-    valid &= (n_dots <= 1) & (n_digits >= 1) & (n_digits <= 15)
-    return value / (10.0 ** past_dot), valid
-
-
-def fast_rows(data: bytes, lines: Any, head: Iterable[str]) -> Any:  # noqa: ARG001 - same signature as the other formats
-    """Read, vectorised, every train line laid out exactly in the file's canonical layout (see :func:`_canonical_keys`).
-
-    numpy locates the colons, checks the prefix (``[titan] `` optional, the timestamp, `` - NAME
-    - INFO - step:``), every label and the two spaces before it, and gathers the value spans;
-    pandas' C parser converts them (the classes of [Note: fast path equals slow path] in
-    :mod:`pooltk.logs._fast`); ``tps``'s thousands commas are summed digit by digit (at most 15
-    digits, so exact). A line differing in any byte class, label or delimiter is left to
-    :func:`parse`; tests/logs/test_fast_path.py checks the two agree.
-    """
-    import numpy as np
-
-    from pooltk.logs._fast import FLOAT, INT, FastRows, delimiters, first_byte, match_bytes, parse_timestamps, read_spans, window
-
-    keys = _canonical_keys(head)
+    keys = _layout(body.head(1000).to_list())
     if keys is None:
         return None
-    buf = lines.buf
-    last = buf.size - 1
+    pattern = r"^" + _PREFIX + r"step: *\d+"
+    for key in keys[1:]:
+        pattern += r"  +" + key + r": +(?:" + _VALUE[key] + ")"
+    ok = body.str.contains(pattern + "$")
+    head = body.str.splitn(" - ", 4).struct.unnest()
+    stamps = head["field_0"].str.slice(-23)
+    parts = head["field_3"].str.split_exact(":", len(keys)).struct.unnest()
 
-    def at(p: np.ndarray) -> np.ndarray:
-        return buf[np.clip(p, 0, last)]
+    def value(j: int) -> Any:
+        text = parts[f"field_{j}"]
+        if j < len(keys):
+            text = text.str.strip_suffix(keys[j])
+        return text.str.strip_chars(" ")
 
-    n_colon = 2 + len(keys)
-    pos, count, first = delimiters(lines, ord(":"))
-    no_cr = delimiters(lines, 13)[1] == 0 if lines.has_cr else True
-    cand = np.flatnonzero((count == n_colon) & no_cr & (lines.ends - lines.starts >= 40))
-    if cand.size == 0:
-        return None
-    starts, ends = lines.starts[cand], lines.ends[cand]
-    colons = pos[first[cand][:, None] + np.arange(n_colon)]
-    titan = match_bytes(lines, starts, b"[titan] ")
-    ts0 = starts + np.where(titan, 8, 0)
-    stamps, ok = parse_timestamps(lines, ts0, "YYYY-MM-DD hh:mm:ss,fff")
-    ok &= (colons[:, 0] == ts0 + 13) & (colons[:, 1] == ts0 + 16) & match_bytes(lines, ts0 + 23, b" - ")
-    c = colons[:, 2:]
-    ok &= match_bytes(lines, c[:, 0] - 14, b" - INFO - step")
-    name_end = c[:, 0] - 14
-    ok &= (name_end > ts0 + 26) & (name_end - (ts0 + 26) <= 40)
-    ok &= first_byte(lines, ts0 + 26, name_end, 32, width=48) < 0  # the logger name has no space
-    # value spans: after each colon at least one space, then the value up to two spaces before the next label
-    v0 = c + 1
-    ok &= (at(v0) == 32).all(axis=1)
-    for _ in range(16):
-        sp = at(v0) == 32
-        if not sp.any():
-            break
-        v0 = v0 + sp
-    v1 = np.empty_like(v0)
-    for j in range(1, len(keys)):
-        label = keys[j].encode()
-        ok &= match_bytes(lines, c[:, j] - len(label) - 2, b"  " + label)
-        v1[:, j - 1] = c[:, j] - len(label) - 2
-    v1[:, -1] = ends
-    ok &= (v1 > v0).all(axis=1) & (v1 - v0 <= 32).all(axis=1)
-    spans0: list[np.ndarray] = [v0[:, 0]]
-    spans1: list[np.ndarray] = [v1[:, 0]]
-    classes, names = [INT], ["step"]
-    columns_extra: dict[str, np.ndarray] = {}
-    for j, key in enumerate(keys[1:], start=1):
-        a, b = v0[:, j], v1[:, j]
+    cols: dict[str, Any] = {"step": value(1).cast(pl.Int64, strict=False)}
+    for j, key in enumerate(keys[1:], start=2):
+        text = value(j)
         if key == "memory":
-            g = first_byte(lines, a, b, ord("G"), width=32)
-            ok &= (g > a) & match_bytes(lines, np.maximum(g, 0), b"GiB(") & match_bytes(lines, b - 2, b"%)") & (b - 2 > g + 4)
-            g = np.where(g > a, g, a + 1)
-            for s0, s1 in ((a, g), (g + 4, b - 2)):  # the per-line reader's memory number excludes e/E
-                w = window(lines, s0, 32)
-                inside = np.arange(32)[None, :] < (s1 - s0)[:, None]
-                ok &= ~(((w == ord("e")) | (w == ord("E"))) & inside).any(axis=1)
-            spans0 += [a, g + 4]
-            spans1 += [g, b - 2]
-            classes += [FLOAT, FLOAT]
-            names += ["mem_gib", "mem_pct"]
+            two = text.str.strip_suffix("%)").str.split_exact("GiB(", 1).struct.unnest()
+            cols["mem_gib"] = two["field_0"].cast(pl.Float64, strict=False)
+            cols["mem_pct"] = two["field_1"].cast(pl.Float64, strict=False)
         elif key in ("tps", "wps", "tflops"):
-            value, good = _comma_number(window(lines, a, 24), b - a)
-            ok &= good
-            columns_extra["tflops_per_gpu_logged" if key == "tflops" else "tok_per_s_logged"] = value
+            cols["tflops_per_gpu_logged" if key == "tflops" else "tok_per_s_logged"] = (
+                text.str.replace_all(",", "", literal=True).cast(pl.Float64, strict=False))
         elif key == "mfu":
-            ok &= (at(b - 1) == ord("%")) & (at(b - 2) != ord("%"))
-            spans0.append(a)
-            spans1.append(b - 1)
-            classes.append(FLOAT)
-            names.append("mfu_pct_logged")
-        else:  # loss, grad_norm
-            spans0.append(a)
-            spans1.append(b)
-            classes.append(FLOAT)
-            names.append(key)
-    keep = np.flatnonzero(ok)
-    read = read_spans(lines, np.stack(spans0, axis=1)[keep], np.stack(spans1, axis=1)[keep], classes, names)
-    if read is None:
-        return None
-    columns, accepted = read
-    rows = keep[accepted]
-    out = dict(columns)
-    out["timestamp"] = stamps[rows]
-    for name, values in columns_extra.items():
-        out[name] = values[rows]
-    if "tok_per_s_logged" in out:
-        out["tok_per_s_per_gpu_logged"] = out["tok_per_s_logged"]
-    placeholder = out["loss"] == -1.0
-    out["loss"] = np.where(placeholder, np.nan, out["loss"])
-    return FastRows(line_index=cand[rows], columns=out, keys=keys, kind="train", n_placeholder=int(placeholder.sum()))
+            cols["mfu_pct_logged"] = pl.select(pl.when(text == "N/A").then(float("nan"))
+                                               .otherwise(text.str.strip_suffix("%").cast(pl.Float64, strict=False))).to_series()
+        else:
+            cols[key] = text.cast(pl.Float64, strict=False)
+    for values in cols.values():
+        ok = ok & values.is_not_null()
+    cols["kind"] = pl.Series(["train"] * body.len(), dtype=pl.String)
+    cols["timestamp"] = stamps
+    return cols, ok.fill_null(False), keys

@@ -26,9 +26,11 @@ from typing import Any
 
 from pooltk.logs._common import ParseResult
 
-__all__ = ["FORMAT", "SCALARS", "looks_like", "parse"]
+__all__ = ["DETECT", "FORMAT", "SCALARS", "looks_like", "parse", "read_all"]
 
 FORMAT = "torchtitan_jsonl"
+DETECT = r'\{.*"log_type_name".*"time_us"|\{.*"time_us".*"log_type_name"'
+"""The structured logger's record signature, wherever it stands in a line (format detection)."""
 
 SCALARS: dict[str, str] = {
     "loss": "loss",
@@ -51,6 +53,7 @@ SCALARS: dict[str, str] = {
 def looks_like(line: str) -> bool:
     """True when ``line`` is one record of torchtitan's structured logger (format detection)."""
     text = line.strip()
+    text = text[text.find("{"):] if "{" in text else text
     if not (text.startswith("{") and '"log_type_name"' in text and '"time_us"' in text):
         return False
     try:
@@ -68,6 +71,8 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
     n_scalar = 0
     for n, raw in lines:
         text = raw.strip()
+        if "{" in text:  # what stands before the record is decoration
+            text = text[text.find("{"):]
         if not text:
             result.n_other += 1
             continue
@@ -118,9 +123,19 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
 
 
 def _utc(time_us: Any) -> Any:
-    """``time_us`` (microseconds since the epoch) as a naive UTC datetime64, or None."""
-    import numpy as np
+    """``time_us`` (microseconds since the epoch) as a naive UTC datetime, or None."""
+    import datetime as dt
 
     if not isinstance(time_us, int) or isinstance(time_us, bool):
         return None
-    return np.datetime64(time_us, "us").astype("datetime64[ns]")
+    return dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=time_us)
+
+
+def read_all(lines: Any, result: ParseResult) -> Any:
+    """Every event of the file, joined into one row per step span (see the module's docstring)."""
+    from pooltk.logs.frames import from_result
+
+    texts = lines.to_list()
+    result.n_lines = len(texts)
+    parse(enumerate(texts, start=1), result)
+    return from_result(result)

@@ -1,7 +1,7 @@
-"""The vectorised reader gives exactly what the per-line reader gives (engine='auto' vs 'python').
+"""The engine's reading gives exactly what the Python definition gives (engine='auto' vs 'python').
 
-The per-line readers define each format; the vectorised path only reads canonical lines faster
-([Note: fast path equals slow path] in pooltk/logs/_fast.py). These tests read the same bytes
+Each format's ``parse_line`` defines it; polars only reads the file's usual layout faster
+([Note: a record, not a line] in pooltk/logs/records.py). These tests read the same bytes
 both ways, on generated logs with damaged lines and on hand-picked awkward numbers, and require
 identical tables and identical per-file reports.
 """
@@ -105,15 +105,16 @@ def test_the_fixtures_read_the_same_both_ways():
 
 def test_the_fast_path_really_reads_canonical_lines():
     """Guard against a fast path that silently declines everything (the equality tests would still pass)."""
-    from pooltk.logs import automodel_jsonl, automodel_text
-    from pooltk.logs._fast import split_lines
+    import polars as pl
 
-    text = "\n".join(_text_line(i) for i in range(1, 101)) + "\n"
-    got = automodel_text.fast_rows(split_lines(text.encode()), text.split("\n"))
-    assert got is not None and len(got) == 100 and list(got.columns["loss"][:2]) == [9.5, 9.5]
-    js = "\n".join(_json_line(i) for i in range(100)) + "\n"
-    got = automodel_jsonl.fast_rows(split_lines(js.encode()), js.split("\n"))
-    assert got is not None and len(got) == 100 and math.isnan(got.columns["mfu_pct_logged"][0])
+    from pooltk.logs import automodel_jsonl, automodel_text
+
+    text = pl.Series([_text_line(i) for i in range(1, 101)])
+    cols, ok, _ = automodel_text.fast(text)
+    assert ok.all() and cols["loss"].head(2).to_list() == [9.5, 9.5]
+    js = pl.Series([_json_line(i) for i in range(100)])
+    cols, ok, _ = automodel_jsonl.fast(js)
+    assert ok.all() and cols["mfu_pct_logged"][0] is None
 
 
 finite = st.floats(min_value=-1e12, max_value=1e12, allow_nan=False, allow_infinity=False)
@@ -226,12 +227,12 @@ def test_torchtitan_fixtures_and_real_logs_read_the_same_both_ways(shared_dir):
 
 
 def test_the_torchtitan_fast_path_reads_every_canonical_line():
-    from pooltk.logs import torchtitan
-    from pooltk.logs._fast import split_lines
+    import polars as pl
 
-    text = "\n".join(_titan_line(s, tps=f"{s * 1001:,}", tflops=f"{s * 37.5:,.2f}") for s in range(1, 500)) + "\n"
-    data = text.encode()
-    rows = torchtitan.fast_rows(data, split_lines(data), text.splitlines())
-    assert rows is not None and len(rows) == 499
-    assert list(rows.columns["tok_per_s_logged"][:3]) == [1001.0, 2002.0, 3003.0]
-    assert rows.columns["tflops_per_gpu_logged"][99] == float(f"{100 * 37.5:,.2f}".replace(",", ""))
+    from pooltk.logs import torchtitan
+
+    body = pl.Series([_titan_line(s, tps=f"{s * 1001:,}", tflops=f"{s * 37.5:,.2f}") for s in range(1, 500)])
+    cols, ok, _ = torchtitan.fast(body)
+    assert ok.all()
+    assert cols["tok_per_s_logged"].head(3).to_list() == [1001.0, 2002.0, 3003.0]
+    assert cols["tflops_per_gpu_logged"][99] == float(f"{100 * 37.5:,.2f}".replace(",", ""))

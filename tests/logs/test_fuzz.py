@@ -101,7 +101,7 @@ def _check_contract(table, err, path):
         return
     assert len(table.steps) >= 1, "a table without error must have rows"
     for rep in table.files:
-        assert rep.n_rows + rep.n_skipped + rep.n_meta + rep.n_other == rep.n_lines, rep.to_dict()
+        assert rep.n_row_lines + rep.n_skipped_lines + rep.n_meta + rep.n_other == rep.n_lines, rep.to_dict()
 
 
 def _same(a: float, b: float) -> bool:

@@ -69,7 +69,7 @@ def test_structured_jsonl_per_rank_files_join_into_one_run_with_step_times(tmp_p
     assert list(r1["num_label_tokens"]) == [4096] * 5
     assert r1["timestamp"].iloc[0] == pd.Timestamp(1_790_000_002_000_000, unit="us")
     for f in t.files:
-        assert f.n_rows + f.n_skipped + f.n_meta + f.n_other == f.n_lines
+        assert f.n_row_lines + f.n_skipped_lines + f.n_meta + f.n_other == f.n_lines
 
 
 def test_structured_jsonl_is_detected_before_automodel_jsonl():

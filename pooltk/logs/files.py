@@ -1,0 +1,175 @@
+"""Which files are read, and which run each belongs to: runs as a user means them.
+
+[Note: files into runs]
+- A file's run is its stem without ``_training`` / ``_validation*`` / ``_summary``, a rank in the
+  name and a rotation number, or, for generic names (``training.jsonl``, ``stdout.log``), its
+  folder's name, climbing over rank folders, ``attempt_N`` and ``logs``-like folders (torchrun's
+  ``--log-dir`` tree ``<run_id>/attempt_0/<local_rank>/stdout.log``).
+- *Per-rank files*: files of one folder whose names differ only in one number (``rank_0.log`` ..
+  ``rank_7.log``, ``rankN.log``, ``srun -o out-%j-%t.txt``, Azure ML's ``std_log_process_N.txt``)
+  are one run; the number is the rank of rows that name none.
+- *Different folders are different runs*: when two folders would give the same run name, each
+  run is named by its path from their common folder (``jobA/train`` and ``jobB/train``).
+- *Rotated files* (``train.log.1``, ``train.log.2.gz``) are read with their run, oldest first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+
+from pooltk.logs.errors import LogFormatError
+
+__all__ = ["expand", "rank_in_name", "run_name", "unique_runs"]
+
+_LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".json", ".stdout", ".stderr"}
+_COMPRESSED = {".gz", ".bz2", ".xz", ".zst", ".zstd"}
+_GENERIC_STEMS = {"training", "validation", "train", "run", "log", "logs", "stdout", "stderr", "output", "out", "console",
+                  "rank", "std_log_process", "std_log", "process", "worker", "node", "task"}
+_CLIMB_DIRS = re.compile(r"^(?:\d+|rank[_-]?\d+|attempt_\d+|structured_logs|logs|user_logs|azureml-logs)$", re.IGNORECASE)
+_RANK_IN_NAME_RE = re.compile(r"[._-]?(?:global_|local_)?rank[_-]?(\d+)(?=$|[._-])", re.IGNORECASE)
+_STAMP_IN_NAME_RE = re.compile(r"\.\d{8}-\d{6}(?:-[A-Z0-9]{6})?$")
+_ROTATED_RE = re.compile(r"^(?P<base>.+?\.(?:log|txt|out|err|jsonl|stdout|stderr))\.(?P<n>\d{1,4})$")
+_LAST_NUMBER_RE = re.compile(r"^(?P<head>.*?)(?P<n>\d+)(?P<tail>\D*)$")
+
+
+def _plain_name(path: Path) -> tuple[str, int]:
+    """(the name without compression and rotation suffixes, the rotation number: 0 for the live file)."""
+    name = path.name
+    for ext in _COMPRESSED:
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+            break
+    m = _ROTATED_RE.match(name)
+    return (m.group("base"), int(m.group("n"))) if m else (name, 0)
+
+
+def rank_in_name(path: str | Path) -> int | None:
+    """The rank a per-rank file's name states (``rank3.log``, ``training.global_rank_3.<stamp>.jsonl``), or None."""
+    m = _RANK_IN_NAME_RE.search(_plain_name(Path(path))[0])
+    return int(m.group(1)) if m else None
+
+
+def _folder_name(path: Path) -> str:
+    parent = path.resolve().parent
+    while parent.name and _CLIMB_DIRS.match(parent.name) and parent.parent != parent:
+        parent = parent.parent
+    return parent.name
+
+
+def run_name(path: Path) -> str:
+    """The run one file belongs to on its own; see [Note: files into runs].
+
+    ``cpu_seq512_stock_training.jsonl`` -> ``cpu_seq512_stock``; ``out/run7/training.jsonl`` ->
+    ``run7``; ``torchtitan-1.log`` -> ``torchtitan-1``; ``job/train.log.1`` -> ``job``.
+    """
+    name = _plain_name(Path(path))[0]
+    stem = name.rsplit(".", 1)[0] if "." in name else name
+    stem = _STAMP_IN_NAME_RE.sub("", _RANK_IN_NAME_RE.sub("", stem)) or stem
+    lowered = stem.lower()
+    for marker in ("_training", "-training", ".training", "_validation", "-validation", ".validation", "_summary", "-summary"):
+        i = lowered.find(marker)
+        if i > 0:
+            stem = stem[:i]
+            break
+    low = stem.lower().rstrip("_-.")
+    if low in _GENERIC_STEMS or low.startswith("validation"):
+        return _folder_name(Path(path)) or stem
+    return stem
+
+
+def unique_runs(files: list[Path]) -> dict[Path, tuple[str, int | None, str]]:
+    """Per file: (run name, rank its name gives or None, why it joined its run ('' when alone))."""
+    per_folder: dict[Path, list[Path]] = defaultdict(list)
+    for f in files:
+        per_folder[f.resolve().parent].append(f)
+    plan: dict[Path, tuple[str, int | None, str]] = {}
+    key_of: dict[Path, Path] = {}
+    for folder, group in per_folder.items():
+        shapes: dict[tuple[str, str], list[tuple[Path, int]]] = defaultdict(list)
+        for f in group:
+            m = _LAST_NUMBER_RE.match(_plain_name(f)[0])
+            if m and _plain_name(f)[1] == 0:
+                shapes[(m.group("head"), m.group("tail"))].append((f, int(m.group("n"))))
+        ranked = {f: (n, head) for (head, _), members in shapes.items() if _per_rank(head, [n for _, n in members])
+                  for f, n in members}
+        for f in group:
+            if f in ranked:
+                n, head = ranked[f]
+                stem = head.rstrip("_-.")
+                stem = re.sub(r"[._-]?(?:global_|local_)?(?:" + "|".join(_RANK_WORDS) + r")$", "", stem, flags=re.IGNORECASE)
+                generic = not stem or stem.lower() in _GENERIC_STEMS or stem.lower().endswith(("rank", "process"))
+                name = (_folder_name(f) or stem) if generic else stem
+                plan[f] = (name, n, f"per-rank files of one folder ({head}N{f.suffix}): rank from the file name")
+            else:
+                base, rot = _plain_name(f)
+                plan[f] = (run_name(f), None, f"rotated files of {base} joined in order" if rot else "")
+            key_of[f] = folder
+    # the same run name from two folders: two runs, each named by its path
+    folders_of: dict[str, set[Path]] = defaultdict(set)
+    for f, (name, _, _) in plan.items():
+        folders_of[name].add(_run_root(f))
+    for name, roots in folders_of.items():
+        if len(roots) < 2:
+            continue
+        common = Path(os.path.commonpath([str(r) for r in roots]))
+        for f, (n, rank, why) in list(plan.items()):
+            if n == name:
+                rel = _run_root(f).relative_to(common).as_posix()
+                plan[f] = (f"{rel}/{name}" if rel not in (".", name) and not rel.endswith("/" + name) else rel or name,
+                           rank, (why + "; " if why else "") + "the same name in another folder is another run")
+    for f, (name, rank, why) in plan.items():
+        if rank is None and (r := rank_in_name(f)) is not None:
+            plan[f] = (name, r, why)
+    return plan
+
+
+_RANK_WORDS = ("rank", "process", "proc", "worker", "task", "node", "gpu", "device")
+
+
+def _per_rank(head: str, numbers: list[int]) -> bool:
+    """Whether files differing only in these numbers are one job's ranks (0..N-1, or a rank word before them)."""
+    if len(numbers) < 2 or len(set(numbers)) != len(numbers):
+        return False
+    return sorted(numbers) == list(range(len(numbers))) or head.lower().rstrip("_-.").endswith(_RANK_WORDS)
+
+
+def _run_root(f: Path) -> Path:
+    parent = f.resolve().parent
+    while parent.name and _CLIMB_DIRS.match(parent.name) and parent.parent != parent:
+        parent = parent.parent
+    return parent
+
+
+def _is_log(f: Path) -> bool:
+    base, _ = _plain_name(f)
+    return Path(base).suffix in _LOG_SUFFIXES
+
+
+def _order(f: Path) -> tuple[str, int, str]:
+    base, rot = _plain_name(f)
+    return (str(f.parent / base), -rot, f.name)  # rotated files oldest first, the live file last
+
+
+def expand(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
+    """Files to read: (path, named explicitly). Folders are walked recursively, sidecars left out."""
+    out: list[tuple[Path, bool]] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted((f for f in p.rglob("*") if f.is_file() and not f.name.endswith(".meta.json")
+                            and not f.name.startswith(".") and _is_log(f)), key=_order)
+            if not found:
+                raise LogFormatError(str(p), 0, found="a folder with no log files (.log .txt .out .jsonl .json, rotated .log.N, "
+                                     "or compressed .gz .bz2 .xz .zst of them)", required="log files",
+                                     fix="point at the folder the run wrote its logs to")
+            out.extend((f, False) for f in found)
+        elif p.exists():
+            out.append((p, True))
+        else:
+            raise LogFormatError(str(p), 0, found="no such file or folder", required="an existing path",
+                                 fix="check the path (relative paths start from the current folder)")
+    return out

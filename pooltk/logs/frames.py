@@ -1,0 +1,217 @@
+"""From found records to the step table: decoration columns, pandas dtypes, runs, folded copies, pool columns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pooltk.logs import decoration, runs
+from pooltk.logs._common import ParseResult
+from pooltk.logs.files import rank_in_name
+from pooltk.logs.records import Found
+from pooltk.logs.schema import COLUMNS, concat_frames
+
+__all__ = ["constant_where", "from_result", "split_runs", "to_pandas"]
+
+
+def from_result(result: ParseResult) -> Found:
+    """Rows a per-file reader (the benchmark summary) collected in ``result.rows``, as found records."""
+    import polars as pl
+
+    cols = result.rows.columns()
+    frame = pl.DataFrame({k: v for k, v in cols.items()}, strict=False) if cols else pl.DataFrame()
+    if "line" not in frame.columns:
+        frame = frame.with_columns(pl.lit(0, dtype=pl.Int64).alias("line"))
+    return Found(frame=frame.with_columns(pl.lit("", dtype=pl.String).alias("prefix")))
+
+
+def _times(values: Any, fmt: str | None) -> Any:
+    """Strings (or datetimes) as naive UTC/host-clock datetime64[ns] numpy values (NaT where unreadable)."""
+    import polars as pl
+
+    if values.dtype == pl.String:
+        parsed = values.str.to_datetime(fmt, strict=False, time_unit="ns") if fmt else None
+        if parsed is None or parsed.null_count() > values.null_count():
+            try:
+                guess = values.str.to_datetime(strict=False, time_unit="ns", time_zone="UTC")
+            except Exception:  # noqa: BLE001 - polars cannot infer a format from these strings
+                guess = pl.Series([None] * values.len(), dtype=pl.Datetime("ns", "UTC"))
+            guess = guess.dt.replace_time_zone(None)
+            parsed = guess if parsed is None else pl.select(pl.coalesce(parsed, guess)).to_series()
+        values = parsed
+    if values.dtype == pl.Null:
+        values = values.cast(pl.Datetime("ns"))
+    if getattr(values.dtype, "time_zone", None):
+        values = values.dt.convert_time_zone("UTC").dt.replace_time_zone(None)
+    return values.cast(pl.Datetime("ns")).to_numpy()
+
+
+def _column(values: Any, dtype: str) -> Any:
+    import numpy as np
+    import pandas as pd
+    import polars as pl
+
+    if dtype == "float64":
+        return values.cast(pl.Float64, strict=False).fill_null(np.nan).to_numpy()
+    if dtype in ("Int64", "int64"):
+        v = values.cast(pl.Int64, strict=False)
+        data = v.fill_null(0).to_numpy()
+        if dtype == "int64":
+            return data
+        return pd.arrays.IntegerArray(data, v.is_null().to_numpy())
+    if dtype == "category":
+        v = values.cast(pl.String, strict=False)
+        cats = v.drop_nulls().unique().sort().to_list()
+        codes = v.replace_strict(cats, list(range(len(cats))), default=-1, return_dtype=pl.Int32).fill_null(-1).to_numpy()
+        return pd.Categorical.from_codes(codes.astype(np.int32), categories=pd.Index(cats, dtype="str"))
+    raise ValueError(dtype)
+
+
+def to_pandas(found: Any, result: ParseResult, src: Any, *, run: str, path: str, fmt: str,
+              file_rank: int | None) -> tuple[Any, tuple[str, ...], int]:
+    """(step table, decoration kinds seen, rows with a prefix) for one file's found records."""
+    import numpy as np
+    import pandas as pd
+    import polars as pl
+
+    from pooltk.logs.schema import _missing
+
+    n = found.height
+    deco, kinds = decoration.columns(found["prefix"]) if n else ({}, ())
+    n_decorated = int((found["prefix"].str.len_bytes() > 0).sum()) if n else 0
+    if src.columns and n:
+        at = (found["line"] - 1).clip(0, max(len(next(iter(src.columns.values()))) - 1, 0))
+        for key, col in (("collector_time", "time"), ("host", "host"), ("pod", "pod")):
+            if col in src.columns and any(v is not None for v in src.columns[col]):
+                values = pl.Series(src.columns[col], dtype=pl.String).gather(at)
+                deco[key] = values if key not in deco else pl.select(pl.coalesce(deco[key], values)).to_series()
+        kinds = (src.envelope, *kinds)
+    cols = {c: found[c] for c in found.columns}
+    for key in ("rank", "task"):
+        if key in deco:
+            cols[key] = deco[key] if key not in cols else pl.select(pl.coalesce(cols[key].cast(pl.Int64), deco[key])).to_series()
+    for key in ("host", "pod"):
+        if key in deco:
+            cols[key] = deco[key]
+    if "collector_time" in deco:
+        cols["collector_time"] = deco["collector_time"]
+    named = file_rank if file_rank is not None else rank_in_name(path)
+    if named is not None and n and ("rank" not in cols or cols["rank"].null_count() == n):
+        cols["rank"] = pl.Series([named] * n, dtype=pl.Int64)
+    constants = {"run": run, "source_file": path, "format": fmt, "mem_basis": result.mem_basis}
+    data: dict[str, Any] = {}
+    for spec in COLUMNS:
+        if spec.name in constants:
+            value = constants[spec.name]
+            data[spec.name] = pd.Categorical.from_codes(np.full(n, -1 if value is None else 0, dtype=np.int8),
+                                                        categories=pd.Index([] if value is None else [value], dtype="str"))
+        elif spec.name not in cols:
+            data[spec.name] = _missing(spec.dtype, n)
+        elif spec.dtype == "datetime64[ns]":
+            data[spec.name] = _times(cols[spec.name], result.timestamp_format if spec.name == "timestamp" else None)
+        elif spec.dtype == "boolean":
+            data[spec.name] = pd.array(cols[spec.name].to_list(), dtype="boolean")
+        else:
+            data[spec.name] = _column(cols[spec.name], spec.dtype)
+    frame = pd.DataFrame(data, index=pd.RangeIndex(n))
+    frame["mem_basis"] = frame["mem_basis"].where(frame["mem_gib"].notna(), pd.NA)
+    return frame, tuple(dict.fromkeys(k for k in kinds if k)), n_decorated
+
+
+def constant_where(mask: Any, value: str) -> Any:
+    """A categorical column holding ``value`` where ``mask`` and missing elsewhere."""
+    import numpy as np
+    import pandas as pd
+
+    codes = np.where(np.asarray(mask), 0, -1).astype(np.int8)
+    return pd.Categorical.from_codes(codes, categories=pd.Index([value], dtype="str"))
+
+
+def _per_run_categorical(values: list[str | None], run_index: Any) -> Any:
+    import numpy as np
+    import pandas as pd
+
+    cats = sorted({v for v in values if v})
+    codes = np.array([cats.index(v) if v else -1 for v in values], dtype=np.int32)
+    return pd.Categorical.from_codes(codes[run_index], categories=pd.Index(cats, dtype="str"))
+
+
+def _banners(lines: Any) -> tuple[list[int], Any]:
+    """(1-based banner lines, the rank each one's prefix names or -1)."""
+    import numpy as np
+    import polars as pl
+
+    hit = lines.str.contains_any([b.decode() for b in runs.BANNERS]).arg_true()
+    if hit.len() == 0:
+        return [], None
+    texts = lines.gather(hit).to_list()
+    prefixes = []
+    for t in texts:
+        cut = min((t.find(b.decode()) for b in runs.BANNERS if b.decode() in t), default=0)
+        prefixes.append(t[:cut])
+    deco, _ = decoration.columns(pl.Series(prefixes, dtype=pl.String))
+    ranks = deco["rank"].fill_null(-1).to_numpy() if "rank" in deco else np.full(len(texts), -1)
+    return (hit + 1).to_list(), ranks
+
+
+def split_runs(frame: Any, text: str, lines: Any, report: Any, info: Any, run_id: str,
+               n_placeholder: int) -> tuple[Any, dict[str, Any]]:
+    """Runs split at restarts, rank copies folded, pool columns; see [Note: run boundaries] in pooltk.logs.runs."""
+    import numpy as np
+    import pandas as pd
+
+    from pooltk.logs.runinfo import RunInfo
+
+    report.n_nonfinite = int((~np.isfinite(frame["loss"].to_numpy(dtype=float))).sum()) - n_placeholder
+    banners, b_rank = _banners(lines)
+    seg = runs.segment(frame, banners=banners, banner_ranks=b_rank)
+    report.notes.extend(seg.notes)
+    pool = runs.find_pool_lines(text)
+    if pool:  # readers counted these lines as 'other'; they are run facts
+        moved = min(len(pool), report.n_other)
+        report.n_other -= moved
+        report.n_meta += moved
+    names = [run_id] if seg.n_runs == 1 else [f"{run_id}#{k + 1}" for k in range(seg.n_runs)]
+    report.runs = names
+    report.run_boundaries = list(seg.reasons)
+    if seg.n_runs > 1:
+        report.notes.append(f"{seg.n_runs} runs in this file (a restart or concatenated logs): " + "; ".join(seg.reasons))
+        frame["run"] = pd.Categorical.from_codes(seg.index.astype(np.int32), categories=pd.Index(names, dtype="str"))
+    lines_col = frame["line"].to_numpy(dtype=np.int64)
+    last_line = [int(lines_col[seg.index == k].max()) if (seg.index == k).any() else 0 for k in range(seg.n_runs)]
+    run_infos: dict[str, Any] = {}
+    pooled = np.full(len(frame), -1, dtype=np.int8)
+    impl: list[str | None] = [None] * seg.n_runs
+    slack = np.full(seg.n_runs, -1, dtype=np.int64)
+    layout: list[str | None] = [None] * seg.n_runs
+    for k, name in enumerate(names):
+        lo = last_line[k - 1] if k else 0
+        hi = last_line[k] if k + 1 < seg.n_runs else 1 << 62
+        mine = [pl for pl in pool if lo < pl.line <= hi and pl.kind != "stage"]
+        facts: dict[str, Any] = {}
+        if mine:
+            chosen = mine[-1]
+            stages = [pl.facts for pl in pool if lo < pl.line <= hi and pl.kind == "stage"]
+            # Installed, but every stage that reported kept stock (a schedule the gate refused): not pooled.
+            is_pooled = chosen.kind == "installed" and not (stages and not any(s.get("pooled") for s in stages))
+            facts = {"pooled": is_pooled, "pool_impl": chosen.impl, **{f"pool_{k2}": v for k2, v in chosen.facts.items()}}
+            pooled[seg.index == k] = 1 if is_pooled else 0
+            impl[k] = chosen.impl
+            if "slack" in chosen.facts:
+                slack[k] = chosen.facts["slack"]
+            layout[k] = chosen.facts.get("layout")
+            if stages:
+                facts["pool_stages"] = stages
+        run_infos[name] = info.merged(RunInfo.from_facts(facts, source=report.path)) if facts else info
+    if pool:
+        frame["pooled"] = pd.array(np.where(pooled < 0, None, pooled == 1).tolist(), dtype="boolean")
+        frame["pool_impl"] = _per_run_categorical(impl, seg.index)
+        frame["slack"] = pd.array(np.where(slack[seg.index] < 0, np.nan, slack[seg.index]), dtype="Float64").astype("Int64")
+        frame["layout"] = _per_run_categorical(layout, seg.index)
+    unranked = frame["rank"].isna().to_numpy()
+    if unranked.sum() > 1:
+        folded, n = runs.fold_copies(frame[unranked])
+        if n:
+            frame = concat_frames([frame[~unranked], folded]).sort_values("line", kind="stable", ignore_index=True)
+            report.n_folded = n
+            report.notes.append(f"{n} row(s) were identical copies of another row of the same run (several ranks printing one line) and were folded")
+    return frame, run_infos
