@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["AUX_MODES", "BODIES", "Block", "FuzzStage", "ToyModel", "fuzz_loss", "make_batch", "make_stage_module"]
+__all__ = ["AUX_MODES", "BODIES", "SPLIT_BACKWARD_BODIES", "STATEFUL_BODIES", "VIEW_OUTPUT_BODIES", "Block", "FuzzStage", "ToyModel", "fuzz_loss", "make_batch", "make_stage_module"]
 
 
 class Block(nn.Module):
@@ -68,18 +68,58 @@ def make_batch(
 # ---------------------------------------------------------------------------------------
 
 BODIES: tuple[str, ...] = ("block", "view", "slice", "passthrough", "residual_detach", "inplace", "checkpoint",
-                           "hook", "transpose")
+                           "hook", "transpose", "grad_hook", "keep_prev", "keep_prev_graph", "keep_window",
+                           "ptr_cache", "dlpack", "dlpack_numpy")
 """Stage body kinds the fuzzer draws from (see :class:`FuzzStage`)."""
+
+VIEW_OUTPUT_BODIES: tuple[str, ...] = ("view", "slice", "inplace", "transpose")
+"""Bodies whose stage output is a view (``inplace`` too: a 3-D linear's output is a view). torch's
+split backward (``stage_backward_input``) detaches stage outputs in place, which a view refuses,
+so the zero-bubble and V schedules reject these in training; the fuzzer does not draw them there."""
+
+SPLIT_BACKWARD_BODIES: tuple[str, ...] = tuple(b for b in BODIES if b not in VIEW_OUTPUT_BODIES)
+"""Bodies torch's split backward accepts (checked against torch in ``tests/unit/test_fuzz_bodies.py``)."""
+
+STATEFUL_BODIES: dict[str, str] = {
+    "grad_hook": "a gradient hook registered on the received input every forward",
+    "keep_prev": "the previous microbatch's input kept without its graph (h.detach())",
+    "keep_prev_graph": "the previous microbatch's input kept with its graph (self.prev = h)",
+    "keep_window": "the previous step's inputs kept in a list (a gradient-accumulation window)",
+    "ptr_cache": "a cache keyed by the received input's x.data_ptr(), cleared every step",
+    "dlpack": "a DLPack export of the previous microbatch's input kept (torch.from_dlpack)",
+    "dlpack_numpy": "a DLPack export of the previous microbatch's input kept (numpy.from_dlpack)",
+}
+"""Bodies that keep something of their received input beyond its forward, and what."""
 
 AUX_MODES: tuple[str, ...] = ("pass", "mix")
 """``pass``: the aux tensor is handed on unchanged (an alias of its slot); ``mix``: recomputed."""
+
+_INFERENCE_FRAMES = frozenset({"_forward_metadata_inference", "_shape_inference"})
+
+
+def _in_shape_inference() -> bool:
+    """True inside torch's shape/metadata inference forward (run on uninitialised example inputs).
+
+    Stateful bodies must not keep anything from it: its input is ``torch.empty`` garbage that
+    differs run to run, stock included.
+    """
+    import sys
+
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name in _INFERENCE_FRAMES:
+            return True
+        f = f.f_back
+    return False
 
 
 class FuzzStage(nn.Module):
     """One fuzz stage: a body (one of :data:`BODIES`) over ``h``, optionally an aux tensor of another dtype.
 
     ``kept`` collects what the ``hook`` body's forward hook stored (a view of the received input);
-    the harness digests and clears it after every step.
+    the harness digests and clears it after every step, then calls :meth:`step_end`.
+    Stateful bodies (:data:`STATEFUL_BODIES`) act on non-first stages only (the first stage's
+    input is the root argument, not a receive buffer).
     """
 
     def __init__(self, body: str, *, hidden: int, seed: int, first: bool, aux: str | None) -> None:
@@ -93,11 +133,64 @@ class FuzzStage(nn.Module):
         gen = torch.Generator().manual_seed(seed + 17)
         self.aux_w = nn.Parameter(torch.randn(hidden, generator=gen, dtype=torch.float64) / hidden)
         self.kept: list[torch.Tensor] = []
+        self.prev = None  # keep_prev, keep_prev_graph, dlpack, dlpack_numpy
+        self.window: list[torch.Tensor] = []  # keep_window: the previous step's inputs
+        self.current: list[torch.Tensor] = []
+        self.cache: dict[int, torch.Tensor] = {}  # ptr_cache
         if body == "hook":
             self.block.register_forward_hook(lambda _m, inp, _out: self.kept.append(inp[0][..., :2]))
 
+    def step_end(self) -> None:
+        """Called by the harness after every step: the window moves on, the address cache is cleared."""
+        self.window, self.current = self.current, []
+        self.cache.clear()
+
+    def _stateful(self, h: torch.Tensor) -> torch.Tensor:
+        b, out = self.body, self.block(h)
+        live = not _in_shape_inference()
+        if b == "grad_hook":
+            if live and h.requires_grad:
+                h.register_hook(lambda g: g * 0.5)
+            return out
+        if b in ("keep_prev", "keep_prev_graph"):
+            if self.prev is not None and self.prev.shape == h.shape:
+                out = out + 0.1 * (h * self.prev).mean()
+            if live:
+                self.prev = h if b == "keep_prev_graph" else h.detach()
+            return out
+        if b == "keep_window":
+            if live:
+                i = len(self.current)
+                if i < len(self.window) and self.window[i].shape == h.shape:
+                    out = out + 0.1 * (h * self.window[i]).mean()
+                self.current.append(h.detach())
+            return out
+        if b == "ptr_cache":
+            if live:
+                key = h.data_ptr()
+                if key not in self.cache:
+                    self.cache[key] = (h.detach() ** 2).mean(-1, keepdim=True).clone()
+                out = out + 0.1 * self.cache[key]
+            return out
+        if b in ("dlpack", "dlpack_numpy"):
+            if self.prev is not None:
+                prev = self.prev if b == "dlpack" else torch.from_numpy(self.prev.copy())
+                out = out + 0.1 * prev.mean()
+            if live:
+                src = h.detach() if h.requires_grad else h  # DLPack refuses tensors that require grad
+                if b == "dlpack":
+                    self.prev = torch.from_dlpack(src)
+                else:
+                    import numpy as np
+
+                    self.prev = np.from_dlpack(src)
+            return out
+        raise AssertionError(b)
+
     def _body(self, h: torch.Tensor) -> torch.Tensor:
         b = self.body
+        if b in STATEFUL_BODIES:
+            return self._stateful(h)
         if b == "block" or b == "hook":
             return self.block(h)
         if b == "view":
@@ -131,7 +224,8 @@ class FuzzStage(nn.Module):
             aux = None if self.aux_mode is None else self._aux_of(h)
         else:
             aux = inputs[1] if len(inputs) > 1 else None
-        out = self._body(h) if not self.first or self.body not in ("block", "hook") else h
+        plain_first = self.first and (self.body in ("block", "hook") or self.body in STATEFUL_BODIES)
+        out = h if plain_first else self._body(h)
         if self.aux_mode is None:
             return out
         if self.aux_mode == "mix" and not self.first:

@@ -7,10 +7,11 @@ from typing import Any, Literal
 
 from pooltk.config import PoolConfig
 
-__all__ = ["FRONTENDS", "ParitySpec", "Variant", "default_variants"]
+__all__ = ["BUFFERS", "FRONTENDS", "ParitySpec", "Variant", "default_variants", "with_fresh"]
 
 Frontend = Literal["manual", "tracing"]
 FRONTENDS: tuple[str, ...] = ("manual", "tracing")
+BUFFERS: tuple[str, ...] = ("stock", "fresh")
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -47,6 +48,14 @@ class Variant:
     """Microbatches for this variant (default: the spec's)."""
     eval_only: bool = False
     """Run forward-only steps (``schedule.eval``) instead of training steps."""
+    buffers: str = "stock"
+    """Unpooled variants only: ``stock`` (torch's own buffers, reused every step) or ``fresh``
+    (every receive lands in a newly allocated buffer, torch 2.15's semantics:
+    :func:`pooltk.pool.fresh.fresh_stage`). A fresh variant is compared with the stock one."""
+    compare_to: str = "stock"
+    """Pooled variants only: the unpooled variant (same run key) they are compared with,
+    ``stock`` or ``fresh``. In a launch with ``fresh``, put the reference last among the
+    unpooled variants of its run key (the launcher compares losses with the last one)."""
 
     @property
     def run_key(self) -> tuple:
@@ -117,6 +126,12 @@ class ParitySpec:
                 raise ValueError(f"Variant {v.name}: scope found {v.scope!r}; required 'process' or 'stage'.")
             if v.pooled and v.config is None:
                 raise ValueError(f"Variant {v.name}: pooled=True needs a PoolConfig.")
+            for attr in ("buffers", "compare_to"):
+                if getattr(v, attr) not in BUFFERS:
+                    raise ValueError(f"Variant {v.name}: {attr} found {getattr(v, attr)!r}; required one of {BUFFERS}.")
+            if v.pooled and v.buffers != "stock":
+                raise ValueError(f"Variant {v.name}: buffers found {v.buffers!r} on a pooled variant; required "
+                                 "'stock' (fresh is an unpooled reference). Fix: a separate Variant(buffers='fresh').")
         if self.timeout_s <= 0:
             raise ValueError(f"ParitySpec.timeout_s: found {self.timeout_s}; required > 0.")
 
@@ -171,4 +186,21 @@ def default_variants(
             out.append(Variant(name=f"{_config_label(cfg)}/{sched}/{fe}{suffix}", frontend=fe, schedule=schedule,
                                pooled=True, config=cfg, force=force, eval_between_steps=eval_between_steps,
                                stages_per_rank=stages_per_rank, install_schedule=install_schedule))
+    return tuple(out)
+
+
+def with_fresh(variants: tuple[Variant, ...]) -> tuple[Variant, ...]:
+    """``variants`` with a ``fresh`` reference added before each stock one (named ``fresh/...``).
+
+    Placed before its stock variant so the launcher's loss comparison (last unpooled variant of
+    a run key) stays with stock; pooled variants keep ``compare_to="stock"``.
+    """
+    from dataclasses import replace
+
+    out: list[Variant] = []
+    for v in variants:
+        if not v.pooled and v.buffers == "stock":
+            rest = v.name.split("/", 1)[1] if v.name.startswith("stock/") else v.name
+            out.append(replace(v, name=f"fresh/{rest}", buffers="fresh"))
+        out.append(v)
     return tuple(out)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pooltk.parity.launch import ParityReport
 
-__all__ = ["format_report"]
+__all__ = ["PASSING", "VERDICTS", "Judgement", "ThreeWay", "exit_code", "format_report", "judge", "run_three_way",
+           "verdict_line"]
 
 
 def _fmt_bytes(n: int) -> str:
@@ -38,3 +40,229 @@ def format_report(report: ParityReport) -> str:
             lines.append(f"note: {v.name} held no ring on any stage (ran stock): {why}")
     lines.append(f"\nbitwise_equal: {report.bitwise_equal}")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# Three-way judging: pooled vs stock vs fresh.
+#
+# [Note: three-way verdicts]
+# Stock torch <= 2.14 hands microbatch c the same receive buffer every step, so stock's own
+# numbers can depend on that reuse (hooks registered on a received input pile up across
+# steps, pytorch issue #185331; a tensor a model keeps across a step is overwritten by the
+# next step's receive). ``fresh`` (stock with a newly allocated buffer per receive, torch
+# 2.15's semantics; pooltk.pool.fresh) is what a correct pool must give. Each pooled variant
+# gets one verdict:
+#
+# - ``equal``: pooled == stock bitwise (params, every loss, merged outputs, what hooks kept);
+# - ``explained``: pooled == fresh bitwise while stock != fresh: stock's numbers depend on
+#   buffer reuse, and the reason where pooltk can name it;
+# - ``loud``: the pooled run raised an error naming pooltk (a pooltk error class, or a
+#   message that names pooltk);
+# - ``unnamed``: the pooled run raised an error that does not name pooltk while stock and
+#   fresh ran (a defect: every error pooltk causes must name it);
+# - ``silent``: pooled differs from fresh with no error (a defect; must never happen);
+# - ``invalid``: stock or fresh itself failed (the model, not the pool), never a pass.
+#
+# One launch runs fresh, stock and pooled (fresh first: the launcher compares losses with
+# the last unpooled variant of a run key, which must be stock). It answers pooled vs stock and
+# fresh vs stock. Only where both differ from stock is pooled vs fresh unknown; a second
+# launch (fresh, then pooled with ``compare_to="fresh"``) answers it.
+# ---------------------------------------------------------------------------------------
+
+VERDICTS: tuple[str, ...] = ("equal", "explained", "loud", "unnamed", "silent", "invalid")
+"""Every verdict of [Note: three-way verdicts], best first."""
+PASSING: tuple[str, ...] = ("equal", "explained", "loud")
+"""Verdicts that keep the pool's promise (bitwise like fresh, or a loud error naming pooltk)."""
+_POOLTK_ERRORS = ("PoolOverrunError", "PoolSetupError", "FreshError")
+HOOKS_REASON = "hooks registered on a received input pile up across steps (pytorch issue #185331)"
+KEPT_REASON = "a tensor the model kept of a received input was overwritten by a later receive into the same buffer"
+
+
+@dataclass(kw_only=True, slots=True)
+class Judgement:
+    """The verdict of one pooled variant (see [Note: three-way verdicts])."""
+
+    variant: str
+    """The pooled variant's name."""
+    verdict: str
+    """One of :data:`VERDICTS`."""
+    reason: str = ""
+    """For ``explained``: why stock's numbers depend on buffer reuse; for failures, what differed or raised."""
+    stock: str | None = None
+    """The stock variant compared with."""
+    fresh: str | None = None
+    """The fresh variant compared with."""
+    equal_stock: bool | None = None
+    """pooled == stock bitwise."""
+    equal_fresh: bool | None = None
+    """pooled == fresh bitwise (None: not needed, or not measured)."""
+    stock_equal_fresh: bool | None = None
+    """stock == fresh bitwise: False means stock's own numbers depend on buffer reuse."""
+    max_abs_diff_stock: float | None = None
+    """Largest parameter difference pooled vs stock."""
+
+    def row(self) -> dict:
+        return {"variant": self.variant, "verdict": self.verdict, "reason": self.reason,
+                "equal_stock": self.equal_stock, "equal_fresh": self.equal_fresh,
+                "stock_equal_fresh": self.stock_equal_fresh, "max_abs_diff_stock": self.max_abs_diff_stock}
+
+
+def same(v) -> bool:  # noqa: ANN001 - a VariantResult with a reference
+    """Bitwise equal to its reference: parameters, and every digest (outputs, losses, kept tensors)."""
+    return bool(v.params_bitwise_equal and v.outputs_bitwise_equal is not False)
+
+
+def names_pooltk(error_type: str, message: str) -> bool:
+    """True when an error names pooltk (one of its error classes, or its name in the message)."""
+    return error_type in _POOLTK_ERRORS or "pooltk" in message.lower()
+
+
+def fresh_of(report: ParityReport, stock_name: str):  # noqa: ANN201 - a VariantResult or None
+    """The fresh variant whose reference is ``stock_name`` (None when the launch ran none)."""
+    return next((v for v in report.variants if v.reference == stock_name and not v.pooled), None)
+
+
+def reuse_reason(report: ParityReport, stock_name: str, bodies: tuple[str, ...] = ()) -> str:
+    """Why stock's numbers depend on buffer reuse, as far as pooltk can name it.
+
+    Hooks piling up are measured (the most gradient hooks on one stock receive buffer vs on a
+    fresh one); a kept tensor is named from the stage bodies when they are known.
+    """
+    from pooltk.parity.models import STATEFUL_BODIES
+
+    stock, fresh = report.variant(stock_name), fresh_of(report, stock_name)
+    reasons = []
+    hooks = max((m.get("max_hooks", 0) for s in stock.recv.values() for m in s.values()), default=0)
+    fresh_hooks = max((m.get("max_hooks", 0) for s in (fresh.recv if fresh else {}).values() for m in s.values()),
+                      default=0)
+    if hooks > max(1, fresh_hooks):
+        reasons.append(f"{HOOKS_REASON}: {hooks} hooks on one stock buffer after {report.spec.steps} steps, "
+                       f"{fresh_hooks} on a fresh one")
+    kept = [STATEFUL_BODIES[b] for b in dict.fromkeys(bodies) if b in STATEFUL_BODIES and b != "grad_hook"]
+    if kept:
+        reasons.append(f"{KEPT_REASON} ({'; '.join(kept)})")
+    return "; ".join(reasons) or KEPT_REASON + " (what it was, pooltk cannot name from the run)"
+
+
+def needs_fresh_comparison(report: ParityReport) -> list[str]:
+    """Pooled variants whose comparison with fresh is still open: both pooled and fresh differ from stock."""
+    out = []
+    for v in report.variants:
+        if not v.pooled or v.reference is None or same(v):
+            continue
+        f = fresh_of(report, v.reference)
+        if f is not None and not same(f):
+            out.append(v.name)
+    return out
+
+
+def fresh_followup(report: ParityReport, names: list[str]) -> tuple:
+    """Variants of the second launch for ``names``: each fresh reference, then its pooled variant vs fresh."""
+    out: list = []
+    spec_by_name = {v.name: v for v in report.spec.variants}
+    for name in names:
+        pooled = spec_by_name[name]
+        fresh = spec_by_name[fresh_of(report, report.variant(name).reference).name]
+        if fresh not in out:
+            out.append(fresh)
+        out.append(replace(pooled, name=f"{name}|vs-fresh", compare_to="fresh"))
+    return tuple(out)
+
+
+def judge(report: ParityReport, followup: ParityReport | None = None,
+          bodies: dict[str, tuple[str, ...]] | None = None) -> list[Judgement]:
+    """One :class:`Judgement` per pooled variant of ``report`` (``followup``: the second launch, if run)."""
+    out = []
+    for v in report.variants:
+        if not v.pooled or v.reference is None:
+            continue
+        f = fresh_of(report, v.reference)
+        j = Judgement(variant=v.name, verdict="equal", stock=v.reference, fresh=f.name if f else None,
+                      equal_stock=same(v), stock_equal_fresh=same(f) if f else None,
+                      max_abs_diff_stock=v.params_max_abs_diff)
+        if j.equal_stock:
+            j.equal_fresh = j.stock_equal_fresh
+        elif f is None:
+            j.verdict, j.reason = "silent", "differs from stock; no fresh reference was run to tell why"
+        elif j.stock_equal_fresh:
+            j.equal_fresh, j.verdict = False, "silent"
+            j.reason = _difference(v, "stock and fresh agree")
+        else:
+            vf = None
+            if followup is not None:
+                vf = next((x for x in followup.variants if x.name == f"{v.name}|vs-fresh"), None)
+            if vf is None:
+                j.verdict, j.reason = "silent", "differs from stock and fresh differs too; pooled vs fresh not measured"
+            else:
+                j.equal_fresh = same(vf)
+                if j.equal_fresh:
+                    j.verdict = "explained"
+                    j.reason = reuse_reason(report, v.reference, (bodies or {}).get(v.name, ()))
+                else:
+                    j.verdict, j.reason = "silent", _difference(vf, "differs from fresh too")
+        out.append(j)
+    return out
+
+
+def _difference(v, context: str) -> str:  # noqa: ANN001
+    return (f"{context}; pooled params_equal={v.params_bitwise_equal} (max diff {v.params_max_abs_diff}), "
+            f"outputs_equal={v.outputs_bitwise_equal}")
+
+
+def verdict_line(judgements: list[Judgement]) -> str:
+    """The one line ``pooltk parity`` prints under its table: the verdicts and, for ``explained``, why."""
+    if not judgements:
+        return "verdict: no pooled variant was judged"
+    counts = {k: sum(j.verdict == k for j in judgements) for k in VERDICTS}
+    head = "verdict: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    explained = [j for j in judgements if j.verdict == "explained"]
+    if explained:
+        reasons = "; ".join(dict.fromkeys(j.reason for j in explained))
+        head += (f". explained: pooled equals fresh (a new buffer per receive, torch 2.15's semantics) bitwise; "
+                 f"stock's numbers depend on buffer reuse: {reasons}")
+    bad = [j for j in judgements if j.verdict not in PASSING]
+    if bad:
+        head += ". " + "; ".join(f"{j.verdict.upper()} {j.variant}: {j.reason}" for j in bad)
+    return head
+
+
+def exit_code(judgements: list[Judgement]) -> int:
+    """0 when every pooled variant is ``equal`` or ``explained``, else 1 (what ``pooltk parity`` returns)."""
+    return 0 if judgements and all(j.verdict in ("equal", "explained") for j in judgements) else 1
+
+
+@dataclass(kw_only=True, slots=True)
+class ThreeWay:
+    """A parity run judged three ways: the main launch, the follow-up (if any), the verdicts."""
+
+    report: ParityReport
+    followup: ParityReport | None
+    judgements: list[Judgement]
+
+    @property
+    def ok(self) -> bool:
+        return exit_code(self.judgements) == 0
+
+    @property
+    def line(self) -> str:
+        return verdict_line(self.judgements)
+
+
+def run_three_way(spec) -> ThreeWay:  # noqa: ANN001 - a ParitySpec
+    """Run ``spec`` with a fresh reference beside each stock variant, then pooled vs fresh where needed.
+
+    Errors of the launch (``PoolOverrunError``, ``ParityRankError``, ``ParityTimeoutError``)
+    propagate, as from :func:`pooltk.parity.run_parity`.
+    """
+    from pooltk.parity.launch import run_parity
+    from pooltk.parity.spec import with_fresh
+
+    if not any(v.buffers == "fresh" for v in spec.variants):
+        spec = replace(spec, variants=with_fresh(spec.variants))
+    report = run_parity(spec)
+    open_names = needs_fresh_comparison(report)
+    followup = None
+    if open_names:
+        followup = run_parity(replace(spec, variants=fresh_followup(report, open_names)))
+    bodies = {v.name: v.bodies for v in spec.variants}
+    return ThreeWay(report=report, followup=followup, judgements=judge(report, followup, bodies))

@@ -166,6 +166,13 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
         if variant.pooled and variant.scope == "stage":
             for st in stages:
                 report = pooltk.pool_stage(st, variant.config, schedule=sched_name, force=variant.force)
+        posted: dict[int, list] = {st.stage_index: [] for st in stages}
+        fresh_layout = None
+        if variant.buffers == "fresh":
+            from pooltk.pool.fresh import fresh_stage
+
+            for st in stages:
+                fresh_layout = fresh_stage(st, posted=posted[st.stage_index]).layout
         params = [p for st in stages for p in st.submod.parameters()]
         opt = torch.optim.SGD(params, lr=spec.lr) if params else None
         cls = get_schedule_class(variant.schedule)
@@ -198,6 +205,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
                 out = (schedule.eval if variant.eval_only else schedule.step)(*args, **kwargs)
             if has_last:
                 digests.append(_digest(out))
+                digests.append(_digest([v.detach() for v in losses]))  # losses, bitwise, in the record's comparison
             for st in stages:
                 kept = getattr(st.submod, "kept", None)
                 if kept:
@@ -206,6 +214,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
                     if step > 0:
                         digests.append(_digest(kept))
                     kept.clear()
+            _step_end(stages)
             step_times.append(time.perf_counter() - t0)
             step_end_unix.append(time.time())
             rss_by_step.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
@@ -221,6 +230,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             if variant.eval_between_steps:
                 ekw: dict[str, Any] = {"target": y, "losses": []} if has_last else {}
                 out = schedule.eval(*args, **ekw)
+                _step_end(stages)
                 _record_peaks(stages, peak_owned)
                 if has_last:
                     eval_by_step.append(float(sum(t.double().sum() for t in (out if isinstance(out, tuple) else (out,)))))
@@ -229,10 +239,19 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
         per_stage = {}
         rehomed = _rehomes_by_stage(report)
         for st in stages:
-            gate = st.__dict__.get("_pooltk_gate")
+            pool_state = pooltk.stage_state(st)
+            gate = pool_state.gate if pool_state is not None else None
             recv = measure_recv_storage(st)
             for d, counts in rehomed.get(st.stage_index, {}).items():
                 recv[d].update(counts)  # rehomes, rehomed_bytes (copy on conflict)
+            for d, n in _max_hooks(st).items():
+                recv[d]["max_hooks"] = n
+            if variant.buffers == "fresh":
+                for d in ("forward", "grad"):
+                    bufs = [b for direction, b in posted[st.stage_index] if direction == d]
+                    recv[d]["posts"] = len(bufs)  # every buffer handed to a receive, all kept alive here:
+                    recv[d]["post_storages"] = len({b.untyped_storage().data_ptr() for b in bufs})  # distinct
+            posted[st.stage_index] = []
             per_stage[st.stage_index] = {
                 "recv": recv,
                 "rings": {d: r.size for d, r in pooltk.stage_rings(st).items()},
@@ -253,12 +272,39 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             "peak_rss_by_step": rss_by_step,
             "setup_alloc_bytes": setup_alloc_bytes,
             "install": report.to_dict() if report is not None else None,
+            "fresh_layout": fresh_layout,
             "_final": final,
             "_digests": digests,
         }
     finally:
         if variant.pooled and variant.scope == "process":
             pooltk.uninstall()
+
+
+def _step_end(stages: list[Any]) -> None:
+    """Tell each fuzz stage module a step ended (its window moves on, its address cache clears)."""
+    for st in stages:
+        end = getattr(st.submod, "step_end", None)
+        if callable(end):
+            end()
+
+
+def _max_hooks(stage: Any) -> dict[str, int]:
+    """Per direction: the most gradient hooks registered on any one receive buffer the stage holds now.
+
+    Stock torch hands microbatch c the same buffer every step, so hooks a model registers on its
+    received input pile up there (pytorch issue #185331); a fresh buffer or a pooled alias starts at 0.
+    """
+    out = {}
+    for direction, attr in (("forward", "args_recv_info"), ("grad", "grad_recv_info")):
+        n = 0
+        for infos in getattr(stage, attr, {}).values():
+            for info in infos:
+                buf = getattr(info, "buffer", None)
+                if isinstance(buf, torch.Tensor):
+                    n = max(n, len(buf._backward_hooks or {}))
+        out[direction] = n
+    return out
 
 
 def _record_peaks(stages: list[Any], peaks: dict[int, dict[str, int]]) -> None:
@@ -283,8 +329,9 @@ def _compare(records: list[dict[str, Any]], variants: tuple[Variant, ...]) -> No
     by_name = {r["variant"]: r for r in records}
     for v in variants:
         rec = by_name[v.name]
+        want = v.compare_to if v.pooled else "stock"  # a fresh variant is compared with stock
         ref = next((by_name[s.name] for s in variants
-                    if not s.pooled and s.run_key == v.run_key), None)
+                    if not s.pooled and s.buffers == want and s.run_key == v.run_key), None)
         if ref is None or ref is rec:
             rec["reference"] = None
             rec["params_bitwise_equal"] = None
@@ -302,6 +349,21 @@ def _compare(records: list[dict[str, Any]], variants: tuple[Variant, ...]) -> No
         rec["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+_RUNNING: list[str | None] = [None]
+"""The variant this rank is running (named in its error record, so a launch's failure has an owner)."""
+
+VARIANT_LINE = "pooltk parity: the rank was running variant "
+"""Prefix of the last line of a failed rank's traceback text: the variant it was running."""
+
+
+def failed_variant(traceback_text: str) -> str | None:
+    """The variant a failed rank was running, from its traceback text (None when it failed outside one)."""
+    for line in reversed(traceback_text.splitlines()):
+        if line.startswith(VARIANT_LINE):
+            return line[len(VARIANT_LINE):].strip()
+    return None
+
+
 def run_in_group(spec: ParitySpec, rank: int, world: int, device: torch.device | None = None) -> list[dict[str, Any]]:
     """Run every variant of ``spec`` on this rank (process group already initialised)."""
     if world != spec.pp:
@@ -311,8 +373,10 @@ def run_in_group(spec: ParitySpec, rank: int, world: int, device: torch.device |
     torch.manual_seed(spec.seed)
     records = []
     for variant in spec.variants:
+        _RUNNING[0] = variant.name
         records.append(_run_variant(spec, variant, rank, world, device))
         dist.barrier()
+    _RUNNING[0] = None
     _compare(records, spec.variants)
     return records
 
@@ -345,6 +409,8 @@ def spawn_entry(rank: int, world: int, spec_json: str, out_dir: str, store_port:
         dist.destroy_process_group()
     except BaseException as exc:  # report the rank's own error, then exit non-zero
         text = "".join(traceback.format_exception(exc))
+        if _RUNNING[0] is not None:
+            text += f"{VARIANT_LINE}{_RUNNING[0]}\n"
         from pooltk.pool.guard import find_overrun
 
         overrun = find_overrun(exc)
