@@ -7,6 +7,7 @@ import functools
 from typing import Literal
 
 from pooltk.analysis.lazy import lazy_holds
+from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.shape import PipelineShape
 from pooltk.pool.sizing import live_set_1f1b
@@ -64,6 +65,6 @@ def lazy_sets_for(
     ``released=False``: stock (the last stage keeps all ``M`` forward); ``True``: with pooltk's
     last-stage release (the live set). See [Note: lazy receive buffers] in :mod:`pooltk.analysis.lazy`.
     """
-    by_key = {(i, d): live[i][j] for i in range(shape.pp) for j, d in enumerate(("forward", "grad"))}
+    by_key = {(i, d): live[i][j] for i in range(shape.pp) for j, d in enumerate(DIRECTIONS)}
     held = lazy_holds(by_key, shape.pp, shape.n_microbatches, released=released)
     return tuple((held[(i, "forward")], held[(i, "grad")]) for i in range(shape.pp))

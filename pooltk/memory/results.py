@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pooltk._validate import check_choice
-from pooltk.analysis.lifetimes import DIRECTIONS
+from pooltk.analysis.lifetimes import DIRECTIONS, Direction
 from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.shape import PipelineShape
@@ -54,7 +54,7 @@ class DirectionMemory:
 
     stage: int
     """Stage index ``i`` in ``[0, N)``."""
-    direction: str
+    direction: Direction
     """``"forward"`` (activations received) or ``"grad"`` (gradients received)."""
     set_bytes: int
     """Bytes of one buffer set in this direction (0 where the stage has no receives)."""
