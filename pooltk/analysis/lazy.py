@@ -17,7 +17,12 @@ pp4 vpp2 M8 forward 8 8 6 4 4 4 8 on stages 1..7 (live sets 8 8 6 4 4 4 2). The 
 direction measured 2, 2, 1 on stages 0..2 of 1F1B pp4 M8 where the receive lifetimes give 1, 1, 1:
 on stages 0 and 1 torch keeps one more gradient buffer alive than the receive lifetime (post to
 the backward that reads it) accounts for; this rule does not model that extra buffer (see
-``tests/memory/test_stock_lazy.py``).
+``tests/memory/test_stock_lazy.py``). A candidate holder, read from torch 2.13's
+``Schedule1F1B._step_microbatches`` (2.15's source was not at hand): its local ``bwd_recvs`` still
+holds the previous microbatch's receive op, so its buffer, while ``get_bwd_recv_ops(k + 1)``
+allocates the next. Run on that code with a buffer made per receive, the recording stand-in stage
+gives 2 gradient buffers on stages 0, 1 and 2; that explains stages 0 and 1 but not stage 2's
+measured 1, so 2.15's step differs there and the cause stays open.
 """
 
 from __future__ import annotations
