@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pooltk.analysis.catalog import ALLOWLIST, schedule_key
 from pooltk.pool.adapters.stage_api import GUARDED_STAGE_METHODS
 from pooltk.pool.sizing import ring_from_live
 
@@ -35,7 +36,6 @@ __all__ = [
     "RingPlan",
     "PoolSetupError",
     "decide",
-    "normalize_schedule_name",
     "refusal",
     "observe_schedule",
     "plan_rings",
@@ -63,23 +63,6 @@ class PoolSetupError(RuntimeError):
 AUTO = "auto"
 """``install(schedule="auto")``: pool any schedule pooltk can analyse (see [Note: auto rings])."""
 
-ALLOWLIST: frozenset[str] = frozenset({"1f1b"})
-
-
-def normalize_schedule_name(schedule: str | type | object | None) -> str | None:
-    """Lower-case schedule name as torch's ``get_schedule_class`` keys it ("1f1b", "gpipe", ...).
-
-    Accepts a name, a schedule class or instance; None stays None.
-    """
-    if schedule is None:
-        return None
-    if isinstance(schedule, str):
-        return schedule.strip().lower()
-    cls = schedule if isinstance(schedule, type) else type(schedule)
-    name = cls.__name__
-    return (name[len("Schedule"):] if name.startswith("Schedule") else name).lower()
-
-
 def _schedule_1f1b_class() -> type | None:
     try:
         from torch.distributed.pipelining.schedules import Schedule1F1B
@@ -93,7 +76,7 @@ def schedule_allowed(schedule: str | type | object | None) -> bool:
     if schedule is None:
         return False
     if isinstance(schedule, str):
-        return normalize_schedule_name(schedule) in ALLOWLIST
+        return schedule_key(schedule) in ALLOWLIST
     cls = schedule if isinstance(schedule, type) else type(schedule)
     return cls is _schedule_1f1b_class()
 
@@ -183,14 +166,14 @@ def decide(*, install_schedule: str | None, force: bool, config: "PoolConfig | N
     observed = observe_schedule()
     refused = refusal(stage, observed)
     if refused is not None:
-        return GateDecision(pool=False, schedule=normalize_schedule_name(observed or install_schedule),
+        return GateDecision(pool=False, schedule=schedule_key(observed or install_schedule),
                             observed=observed is not None, reason=refused)
-    if normalize_schedule_name(install_schedule) == AUTO:
+    if schedule_key(install_schedule) == AUTO:
         return _decide_auto(observed, config, force)
     if observed is not None:
-        name, allowed, how = normalize_schedule_name(observed), schedule_allowed(observed), "observed"
+        name, allowed, how = schedule_key(observed), schedule_allowed(observed), "observed"
     else:
-        name, allowed, how = normalize_schedule_name(install_schedule), schedule_allowed(install_schedule), "given at install"
+        name, allowed, how = schedule_key(install_schedule), schedule_allowed(install_schedule), "given at install"
     if allowed:
         return GateDecision(pool=True, schedule=name, observed=observed is not None, reason=f"schedule {name!r} ({how}) is allowlisted")
     if force:
@@ -217,7 +200,7 @@ def _decide_auto(observed: object | None, config: "PoolConfig | None", force: bo
             "schedule='auto' needs the driving schedule, but none was on the call stack at setup; stock receive "
             "buffers kept. Fix: let the schedule set the stage up (its first step), or install with schedule='1f1b'."
         ))
-    name = normalize_schedule_name(observed)
+    name = schedule_key(observed)
     if schedule_allowed(observed):
         return GateDecision(pool=True, schedule=name, observed=True,
                             reason=f"schedule {name!r} (observed) is allowlisted")

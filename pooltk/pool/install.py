@@ -85,7 +85,8 @@ from pooltk.pool.adapters.stage_api import (
     stage_base,
 )
 from pooltk.pool.events import emit, installed_event, not_installed_event
-from pooltk.pool.gating import PoolSetupError, normalize_schedule_name, refusal
+from pooltk.analysis.catalog import schedule_key
+from pooltk.pool.gating import PoolSetupError, refusal
 from pooltk.pool.marks import innermost, is_wrapper
 from pooltk.pool.report import InstallReport, PoolWarning, make_report
 from pooltk.pool.ring import DirectionRing
@@ -234,7 +235,7 @@ def install(
     """
     cfg = _resolve_config(config, fields)
     _check_force(cfg, force)
-    sched = normalize_schedule_name(schedule)
+    sched = schedule_key(schedule)
     wanted = Settings(config=cfg, schedule=sched, force=bool(force))
     with LOCK:
         if STATE.report is not None and STATE.report.installed:
@@ -357,7 +358,7 @@ def pool_stage(
                 "Fix: use one form: pooltk.uninstall() then pool_stage(...), or rely on the process-wide install."
             )
         layout, reason = _usable_layout()
-        sched = normalize_schedule_name(schedule)
+        sched = schedule_key(schedule)
         if layout is None or (layout.per_receive and not cfg.release):
             return _not_installed(make_report(installed=False, layout=layout, reason=_describe(layout, reason, cfg)
                                               if layout else reason, config=cfg, schedule=sched, force=force,

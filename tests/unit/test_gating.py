@@ -2,7 +2,8 @@
 
 from torch.distributed.pipelining.schedules import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
-from pooltk.pool.gating import ALLOWLIST, decide, normalize_schedule_name, schedule_allowed
+from pooltk.analysis.catalog import ALLOWLIST, schedule_key
+from pooltk.pool.gating import decide, schedule_allowed
 
 
 def test_allowlist_is_1f1b_only_and_case_insensitive():
@@ -25,9 +26,9 @@ def test_classes_are_matched_exactly_not_by_subclass():
 
 
 def test_normalized_names_follow_torch():
-    assert normalize_schedule_name(Schedule1F1B) == "1f1b"
-    assert normalize_schedule_name(ScheduleGPipe) == "gpipe"
-    assert normalize_schedule_name("GPipe") == "gpipe"
+    assert schedule_key(Schedule1F1B) == "1f1b"
+    assert schedule_key(ScheduleGPipe) == "gpipe"
+    assert schedule_key("GPipe") == "gpipe"
 
 
 def _setup_as(schedule_obj, **kw):

@@ -169,11 +169,18 @@ def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
     pooled = next(f for f in facts if f["name"].startswith("tight-s2g1/1f1b/manual"))
     if live:
         # Per receive allocation: what stock holds is the peak of live buffers, not what is left after.
-        sets = {str(s): [live.get(str(s), {}).get("peak", {}).get(f"0/{d}", 0) for d in ("forward", "grad")]
-                for s in range(PP)}
+        # Variants run one after another, one stage per rank each: the n-th stage built is variant n.
+        def peaks(gen: int) -> dict[str, list[int]]:
+            return {str(s): [live.get(str(s), {}).get("peak", {}).get(f"{gen}/{d}", 0) for d in ("forward", "grad")]
+                    for s in range(PP)}
+
+        sets = peaks(0)
+        released = {f["name"]: peaks(i) for i, f in enumerate(facts) if f["pooled"]}
         res["bytes"] = {"stock_method": "peak live (allocate_buffer to release, measured in the ranks)",
                         "stock": {"sets": sets, "total": sum(f + g for f, g in sets.values()) * boundary},
-                        "pooled": None}
+                        "pooled": None,
+                        "released": {name: {"sets": p, "total": sum(f + g for f, g in p.values()) * boundary}
+                                     for name, p in released.items()}}
     else:
         res["bytes"] = {
             "stock_method": "distinct receive storages held after the step",

@@ -1,11 +1,21 @@
-"""A release's verdict from its row: pooled-bitwise, stands-down, or FAIL with every problem found."""
+"""A release's verdict from its row: pooled-bitwise, released-bitwise, stands-down, or FAIL with every problem found.
+
+``released-bitwise`` is the lazy layout (torch 2.15): no rings (torch allocates per receive), the
+last-stage release installed, every run bitwise equal to stock, and the last stage's peak of live
+receive buffers down from M (stock) to at most :data:`RELEASED_LAST_STAGE_PEAK`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-OUTCOMES = ("pooled-bitwise", "stands-down", "FAIL")
+OUTCOMES = ("pooled-bitwise", "released-bitwise", "stands-down", "FAIL")
+
+RELEASED_LAST_STAGE_PEAK = 2
+"""The last stage's live forward receive buffers with the release on torch 2.15: the one being
+computed and the next microbatch's, whose receive 2.15 posts before this one's backward (measured
+on 2.15.0, gloo pp4 M8 and M16; stock holds M)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +70,8 @@ def judge(row: dict[str, Any]) -> Verdict:
             problems.append(f"{name}: {res['error']}: {res.get('message', '')[:300]}")
     if problems:
         return verdict("FAIL")
+    if installed and probe.get("mode") == "release":
+        return _judge_release(row, pos, neg, problems, verdict)
     if installed:
         if not pos["bitwise_equal"]:
             problems.append("pooled runs are not bitwise equal to stock")
@@ -88,3 +100,27 @@ def judge(row: dict[str, Any]) -> Verdict:
     if any(any_ring(v) for v in pooled_variants(pos)):
         problems.append("stood down but some stage holds a ring")
     return verdict("stands-down")
+
+
+def _judge_release(row: dict[str, Any], pos: dict, neg: dict, problems: list[str], verdict: Any) -> Verdict:
+    """The lazy layout with the release installed (see the module docstring)."""
+    if not pos["bitwise_equal"]:
+        problems.append("released runs are not bitwise equal to stock")
+    if any(any_ring(v) for v in pooled_variants(pos)):
+        problems.append("mode=release but some stage holds a ring")
+    for key in ("guard_off_short", "guard_off_gpipe", "guard_on_short", "guard_on_gpipe"):
+        r = neg[key]
+        if r.get("error") or r.get("bitwise_equal") is not True:
+            problems.append(f"{key}: without rings every run must equal stock, got {r}")
+    released = (row.get("bytes") or {}).get("released") or {}
+    stock = ((row.get("bytes") or {}).get("stock") or {}).get("sets") or {}
+    if not released or not stock:
+        problems.append("no live receive buffers were counted for the released variants")
+    else:
+        last = str(max(int(s) for s in stock))
+        for name, counted in released.items():
+            peak, was = counted["sets"][last][0], stock[last][0]
+            if not peak or peak > RELEASED_LAST_STAGE_PEAK or peak >= was:
+                problems.append(f"{name}: last stage peak {peak} live forward buffers with the release "
+                                f"(stock {was}); required <= {RELEASED_LAST_STAGE_PEAK} and below stock")
+    return verdict("released-bitwise")

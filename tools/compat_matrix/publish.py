@@ -71,6 +71,16 @@ def publish(doc: dict[str, Any], *, out_dir: Path = OUT_DIR, page: Path = DOC) -
 
 
 def earlier_rows(date: str, out_dir: Path = OUT_DIR) -> list[dict[str, Any]]:
-    """Rows already published on ``date`` (none when no matrix of that day exists)."""
+    """Rows already published: those of ``date``, else those of the newest earlier matrix.
+
+    Each row keeps the day it was measured (``measured``), so a release not run again is carried
+    over as what it was, never presented as measured on ``date``.
+    """
     previous = out_dir / f"matrix-{date}.json"
-    return json.loads(previous.read_text())["releases"] if previous.exists() else []
+    if not previous.exists():
+        older = sorted(p for p in out_dir.glob("matrix-*.json") if p.stem.removeprefix("matrix-") < date)
+        if not older:
+            return []
+        previous = older[-1]
+    doc = json.loads(previous.read_text())
+    return [dict(r, measured=r.get("measured", doc["date"])) for r in doc["releases"]]

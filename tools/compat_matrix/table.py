@@ -22,7 +22,11 @@ def bytes_cell(row: dict[str, Any]) -> str:
     b = row.get("bytes") or {}
     if not b:
         return "-"
-    stock, pooled = b.get("stock"), b.get("pooled")
+    stock, pooled, released = b.get("stock"), b.get("pooled"), b.get("released")
+    if released:
+        name, first = next(iter(released.items()))
+        return (f"stock {b['stock_method']}: {_sets_cell(stock['sets'])} = {_kib(stock['total'])} KiB; "
+                f"released ({name}): {_sets_cell(first['sets'])} = {_kib(first['total'])} KiB")
     if pooled is None:
         return f"stock {b['stock_method']}: {_sets_cell(stock['sets'])} = {_kib(stock['total'])} KiB; pooled: none (stood down)"
     return (f"stock {_sets_cell(stock['sets'])} = {_kib(stock['total'])} KiB; "
@@ -33,8 +37,8 @@ def guard_cell(row: dict[str, Any]) -> str:
     neg = row.get("negative")
     if not neg:
         return "-"
-    if not row.get("installed"):
-        return "n/a (nothing pooled; both controls ran stock and bitwise equal)"
+    if not row.get("installed") or row.get("probe", {}).get("mode") == "release":
+        return "n/a (no rings; both controls ran bitwise equal to stock)"
 
     def one(key_off: str, key_on: str) -> str:
         off, on = neg[key_off], neg[key_on]
@@ -87,7 +91,9 @@ def layout_cell(row: dict[str, Any]) -> str:
     layout = row.get("layout") or "-"
     if row.get("expected_layout") and row.get("layout") != row.get("expected_layout"):
         layout += f" (expected {row['expected_layout']})"
-    if row.get("installed"):
+    if row.get("installed") and row.get("probe", {}).get("mode") == "release":
+        layout += ", installed (release only: no rings)"
+    elif row.get("installed"):
         layout += ", installed" + (" (K sets only)" if row.get("alloc_free") else " (all M made, K kept)")
     elif row.get("layout"):
         layout += ", stood down"
@@ -99,6 +105,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [HEADER, "|" + "---|" * 9]
     for r in rows:
         outcome = r["outcome"] + (": " + cell("; ".join(r["problems"]), 400) if r["outcome"] == "FAIL" else "")
-        lines.append(f"| {r['release']} | {r.get('torch_version', '-')} | {layout_cell(r)} | {outcome} | "
+        release = r["release"] + (f" (measured {r['measured']})" if r.get("measured") else "")
+        lines.append(f"| {release} | {r.get('torch_version', '-')} | {layout_cell(r)} | {outcome} | "
                      f"{parity_cell(r)} | {bytes_cell(r)} | {guard_cell(r)} | {tests_cell(r)} | {timing_cell(r)} |")
     return "\n".join(lines)
