@@ -25,6 +25,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--csv", metavar="FILE", help="write the summary table as CSV to FILE")
     out.add_argument("--json", action="store_true", help="print summaries and per-file reports as JSON")
     parser.add_argument("--format", default="auto", help="force a format instead of detecting it (see --list-formats)")
+    parser.add_argument("--engine", default="auto", choices=("auto", "python"),
+                        help="'python' reads every record with the format's Python definition (slower; for checking)")
     parser.add_argument("--list-formats", action="store_true", help="list the formats read and exit")
     parser.add_argument("--strict", action="store_true", help="fail on the first step line that does not parse")
     shape = parser.add_argument_group("run facts (override what the logs say; apply to every run)")
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         return _fail(str(err))
     try:
-        table = read_logs(args.paths, format=args.format, strict=args.strict)
+        table = read_logs(args.paths, format=args.format, strict=args.strict, engine=args.engine)
     except LogFormatError as err:
         return _fail(str(err))
     with warnings.catch_warnings():
@@ -103,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
             "runs": [],
             "files": [f.to_dict() for f in table.files],
             "unrecognised": table.unrecognised,
+            "run_sources": table.run_sources,
         }
         for r, row in zip(summary.runs, frame.to_dict(orient="records"), strict=True):
             row = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
@@ -188,8 +191,11 @@ def _print_table(summary: Any, frame: Any, table: Any, peaks: list[Any]) -> None
             print(f"{f.path}: {len(f.runs)} runs ({', '.join(f.runs)}): " + "; ".join(f.run_boundaries))
         if f.n_folded:
             print(f"{f.path}: {f.n_folded} identical row(s) from several ranks folded")
+        if f.n_truncated:
+            print(f"{f.path}: {f.n_truncated} record(s) cut short (truncated: the job was killed mid-write, or the copy "
+                  "is incomplete): counted, never read as values")
         if f.n_skipped:
             reasons = ", ".join(f"{k} x{v}" for k, v in f.skipped_by_reason.items())
-            print(f"{f.path}: skipped {f.n_skipped} line(s): {reasons}")
+            print(f"{f.path}: skipped {f.n_skipped} record(s): {reasons}")
     for u in table.unrecognised:
         print(f"not read: {u}")

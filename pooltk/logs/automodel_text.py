@@ -49,6 +49,14 @@ _CAND_RE = re.compile(CANDIDATE)
 _WORLD_RE = re.compile(r"\bWorld size: (\d+)\b")
 META_HINTS = ("World size: ",)
 
+
+def _RUNS_ON(ch: str) -> bool:  # noqa: N802 - reads as a predicate on the character after a record
+    """Whether a record's last value directly followed by ``ch`` may have been cut: ``ch`` could continue a number.
+
+    (``9328.79Saving checkpoint`` is a whole value and a print; ``6553`` + ``6...`` is not knowable.)
+    """
+    return ch.isdigit() or ch in ".-+_,"
+
 _SIMPLE = {
     "epoch": ("epoch", parse_int),
     "loss": ("loss", parse_float),
@@ -101,12 +109,15 @@ def _fields(body: str) -> tuple[dict[str, Any], tuple[str, ...]]:
 def parse_line(line: str) -> list[Rec | Skip]:
     """Every record on ``line`` (the definition of the format); candidates that do not read are Skips."""
     out: list[Rec | Skip] = []
-    for cand in _CAND_RE.finditer(line):
-        if out and cand.start() < (out[-1].end if out[-1].end >= 0 else len(line)):
-            continue
-        m = _RECORD_RE.match(line, cand.start())
+    cands = list(_CAND_RE.finditer(line))
+    for k, cand in enumerate(cands):
+        stop = cands[k + 1].start() if k + 1 < len(cands) else len(line)
+        m = _RECORD_RE.match(line, cand.start(), stop)  # a record ends where the next one starts
         if m is None or " | loss " not in m.group("body"):
             out.append(Skip(start=cand.start(), reason="step record garbled (interleaved or cut)", end=cand.end()))
+            continue
+        if m.end() < stop and _RUNS_ON(line[m.end()]):
+            out.append(Skip(start=cand.start(), reason="step record runs into other text (two writes garbled)", end=m.end()))
             continue
         try:
             values, keys = _fields(m.group("body"))

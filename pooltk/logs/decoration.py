@@ -51,7 +51,7 @@ PATTERNS: tuple[tuple[str, str, str, tuple[str | None, ...]], ...] = (
     ("syslog", ":", r"^(?:<\d{1,3}>)?[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (\S+) " + _IDENT, ("host",)),
     ("rfc3339", "T", r"^(" + _TIME + r") ", ("collector_time",)),
     ("pdsh", ": ", r"^([A-Za-z][\w.-]*): ", ("host",)),
-    ("stern", " ", r"^([a-z0-9][-a-z0-9.]*[a-z0-9]) [a-z0-9][-a-z0-9]*[a-z0-9] $", ("pod",)),
+    ("stern", "-", r"^([a-z0-9]+(?:-[a-z0-9]+)+) [a-z0-9]+(?:-[a-z0-9]+)* ", ("pod",)),
 )
 """Known prefixes; for each column the first pattern (in this order) that fills it wins."""
 

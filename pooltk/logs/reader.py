@@ -278,7 +278,7 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, max_bytes:
         decorations=kinds, n_decorated=n_decorated, compression=src.compression, encoding=src.encoding,
     )
     info = RunInfo.from_facts(result.meta, source=str(p), lines=result.meta_lines)
-    for sidecar in sidecar_paths(p, run_id):
+    for sidecar in sidecar_paths(p, run_id.rsplit("/", 1)[-1]):
         if sidecar.is_file():
             facts = read_sidecar(sidecar)
             info = info.merged(facts)

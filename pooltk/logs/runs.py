@@ -222,6 +222,11 @@ def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: 
 
 def fold_copies(frame: Any) -> tuple[Any, int]:
     """Rows identical in every column but ``line`` folded into the first (within one run); (frame, folded)."""
+    import numpy as np
+
+    keys = np.stack([frame["step"].to_numpy(dtype=np.int64), (frame["kind"] == "train").to_numpy(dtype=np.int64)])
+    if np.unique(keys, axis=1).shape[1] == len(frame):  # no step logged twice: no copies to fold
+        return frame, 0
     cols = [c for c in frame.columns if c not in ("line", "collector_time")]
     dup = frame.duplicated(subset=cols, keep="first")
     n = int(dup.sum())

@@ -153,11 +153,11 @@ def load(path: Path, max_bytes: int = MAX_BYTES) -> Source:
                     "check the path and its permissions") from None
     data, compression = _decompress(path, data, max_bytes)
     text, encoding = _decode(path, data)
-    if "\r" in text:
-        text = text.replace("\r\n", "\n")
-    if "\x1b" in text:
-        text = _ANSI_RE.sub("", text)
     src = unwrap(text)
+    if "\r" in src.text:
+        src.text = src.text.replace("\r\n", "\n")
+    if "\x1b" in src.text:
+        src.text = _ANSI_RE.sub("", src.text)
     src.compression, src.encoding = compression, encoding
     return src
 

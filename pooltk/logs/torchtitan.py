@@ -145,10 +145,12 @@ def parse_line(line: str) -> list[Rec | Skip]:
     """Every record on ``line`` (the definition of the format); bare or damaged ones are Skips."""
     out: list[Rec | Skip] = []
     end = 0
-    for cand in _CAND_RE.finditer(line):
+    cands = list(_CAND_RE.finditer(line))
+    for k, cand in enumerate(cands):
         if cand.start() < end:
             continue
-        m = _RECORD_RE.match(line, cand.start())
+        stop = cands[k + 1].start() if k + 1 < len(cands) else len(line)
+        m = _RECORD_RE.match(line, cand.start(), stop)  # a record ends where the next one starts
         if m is None:
             out.append(Skip(start=cand.start(), reason="step fields without torchtitan's logging prefix (interleaved or garbled)",
                             end=cand.end()))
