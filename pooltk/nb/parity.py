@@ -10,7 +10,10 @@ figure or table. Tests call :meth:`ParityPanel.run` / :func:`run_check` and read
 - :func:`run_negative_controls` -- ring one short and GPipe forced, guard off (one launch:
   both diverge) and guard on (one launch each: both stopped by ``PoolOverrunError``),
   the three launches run side by side; :func:`divergence_frame`,
-  :func:`divergence_figure` and :func:`outcome_frame` show them.
+  :func:`divergence_figure` and :func:`outcome_frame` show them;
+- :func:`run_three_way_models` -- stock, fresh (a new buffer per receive) and pooled for models
+  that keep something of their received input, judged three ways; :func:`three_way_frame`
+  and :func:`three_way_figure` show them.
 
 Imports pandas / matplotlib / ipywidgets inside the functions that need them.
 """
@@ -52,6 +55,9 @@ __all__ = [
     "render_check",
     "run_check",
     "run_negative_controls",
+    "run_three_way_models",
+    "three_way_figure",
+    "three_way_frame",
 ]
 
 DEFAULTS: dict[str, Any] = dict(pp=4, microbatches=8, steps=2, slack=2, grad_slack=1, policy="tight", frontend="manual")
@@ -376,3 +382,73 @@ def outcome_frame(outcomes: list[ControlOutcome]) -> pd.DataFrame:
     cols = ["control", "caught", "error_type", "rank", "stage", "direction", "slot", "ring", "owner", "incoming",
             "wall_s"]
     return pd.DataFrame([{c: getattr(o, c) for c in cols} for o in outcomes], columns=cols)
+
+
+# --------------------------------------------------------------------------- three ways: stock, fresh, pooled
+
+THREE_WAY_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "plain": ("residual blocks, nothing kept", ("block", "block", "block")),
+    "hooks": ("a gradient hook on the received input, every forward", ("block", "grad_hook", "block")),
+    "window": ("the previous step's inputs kept in a list", ("block", "keep_window", "block")),
+    "prev": ("the previous microbatch's input kept, detached", ("block", "keep_prev", "block")),
+}
+"""Models of the three-way comparison: key -> (what the middle stage does, stage bodies)."""
+
+
+def run_three_way_models(*, microbatches: int = 6, steps: int = 3, slack: int = 0,
+                         models: tuple[str, ...] = tuple(THREE_WAY_MODELS), timeout_s: float = 300.0):
+    """Stock, fresh (a new buffer per receive) and pooled for each model of :data:`THREE_WAY_MODELS`, judged.
+
+    One launch (pp3, 1F1B) for all models, and a second one, pooled vs fresh, for the models
+    whose stock numbers differ from fresh. Returns a :class:`pooltk.parity.summary.ThreeWay`.
+    """
+    from pooltk.parity import Variant
+    from pooltk.parity.summary import run_three_way
+
+    variants: tuple = ()
+    for key in models:
+        bodies = THREE_WAY_MODELS[key][1]
+        variants += (Variant(name=f"stock/{key}", bodies=bodies),
+                     Variant(name=f"pooled/{key}", bodies=bodies, pooled=True,
+                             config=PoolConfig(slack=slack, grad_slack=0)))
+    return run_three_way(ParitySpec(pp=3, microbatches=microbatches, steps=steps, hidden=8, seq_len=3,
+                                    timeout_s=timeout_s, variants=variants))
+
+
+def three_way_frame(three_way) -> pd.DataFrame:  # noqa: ANN001 - a ThreeWay
+    """One row per model: stock == fresh, pooled == stock, pooled == fresh, the verdict and why."""
+    import pandas as pd
+
+    rows = []
+    for j in three_way.judgements:
+        key = j.variant.split("/", 1)[1]
+        rows.append({"model": key, "middle stage": THREE_WAY_MODELS.get(key, ("", ()))[0],
+                     "stock == fresh": j.stock_equal_fresh, "pooled == stock": j.equal_stock,
+                     "pooled == fresh": j.equal_fresh, "verdict": j.verdict, "reason": j.reason})
+    return pd.DataFrame(rows)
+
+
+def three_way_figure(three_way) -> Figure:  # noqa: ANN001 - a ThreeWay
+    """Per model and step: how far stock and pooled are from fresh (largest |parameter-sum difference| over ranks)."""
+    import matplotlib.pyplot as plt
+
+    report = three_way.report
+    keys = [j.variant.split("/", 1)[1] for j in three_way.judgements]
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.2), squeeze=False, sharey=True)
+    for ax, key, j in zip(axes[0], keys, three_way.judgements):
+        fresh = report.variant(f"fresh/{key}")
+        for prefix, style in (("stock", dict(lw=3, alpha=0.5)), ("pooled", dict(lw=1.5, marker="o"))):
+            v = report.variant(f"{prefix}/{key}")
+            dist = [max(abs(v.param_sums[r][s] - fresh.param_sums[r][s]) for r in v.param_sums)
+                    for s in range(report.spec.steps)]
+            ax.plot(range(report.spec.steps), dist, label=f"|{prefix} - fresh|", **style)
+        ax.set_yscale("symlog", linthresh=1e-9)
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{key}: {j.verdict}", fontsize=9)
+        ax.set_xlabel("step")
+        ax.set_xticks(range(report.spec.steps))
+    axes[0][0].set_ylabel("parameter sum, distance from fresh")
+    axes[0][0].legend(fontsize="x-small", frameon=False)
+    fig.suptitle("stock and pooled vs fresh (a new buffer per receive), pp3 1F1B: 0 = bitwise equal", fontsize=11)
+    fig.tight_layout()
+    return fig

@@ -2,7 +2,10 @@
 
 Guard off, both diverge silently from stock (one launch); guard on, each is stopped by
 :class:`~pooltk.PoolOverrunError` (one launch each), whose fields arrive here intact from the
-rank that raised it. The three launches run side by side.
+rank that raised it. The three launches run side by side. Each control is judged three ways
+([Note: three-way verdicts] in pooltk/parity/summary.py): the guard-off launch also runs the
+fresh reference (a new buffer per receive), so a control's divergence is shown to be the
+pool's (``silent``: stock and fresh agree, pooled does not), and a guarded run is ``loud``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from typing import Any
 
 from pooltk.config import PoolConfig
 from pooltk.parity.launch import ParityRankError, ParityReport, ParityTimeoutError, run_parity
-from pooltk.parity.spec import ParitySpec, default_variants
+from pooltk.parity.spec import ParitySpec, default_variants, with_fresh
+from pooltk.parity.summary import Judgement, judge, names_pooltk
 from pooltk.pool.guard import PoolOverrunError
 
 __all__ = ["CONTROLS", "ControlOutcome", "NegativeControls", "control_variants", "run_negative_controls"]
@@ -53,6 +57,14 @@ class ControlOutcome:
     """Microbatch whose receive was about to overwrite it."""
     wall_s: float = 0.0
 
+    @property
+    def verdict(self) -> str:
+        """``loud`` when the run stopped with an error naming pooltk, ``unnamed`` for another error,
+        ``silent`` when the guarded run completed (the guard missed the overrun)."""
+        if self.error_type is None:
+            return "silent"
+        return "loud" if names_pooltk(self.error_type, self.message) else "unnamed"
+
 
 @dataclass(kw_only=True, slots=True)
 class NegativeControls:
@@ -66,6 +78,18 @@ class NegativeControls:
     """One launch per control with the guard on."""
     wall_s: float
     """Wall time of the three launches (run side by side)."""
+    judgements: list[Judgement]
+    """Three-way verdict of each guard-off control (expected ``silent``: the negative result)."""
+
+    def verdicts(self) -> dict[tuple[str, str], str]:
+        """``(control, "guard off" | "guard on") -> verdict`` for every run."""
+        out = {}
+        for j in self.judgements:
+            control = "GPipe forced" if "/gpipe/" in j.variant else "ring one short"
+            out[(control, "guard off")] = j.verdict
+        for o in self.guarded:
+            out[(o.control, "guard on")] = o.verdict
+        return out
 
 
 def control_variants(*, guard: bool, controls: tuple[str, ...] = tuple(CONTROLS)) -> tuple:
@@ -108,7 +132,7 @@ def run_negative_controls(
 
     PipelineShape(pp=pp, n_microbatches=microbatches, schedule="1f1b")
     off = ParitySpec(pp=pp, microbatches=microbatches, steps=steps, timeout_s=timeout_s,
-                     variants=control_variants(guard=False))
+                     variants=with_fresh(control_variants(guard=False)))
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=1 + len(CONTROLS)) as pool:
         fut_off = pool.submit(run_parity, off)
@@ -120,4 +144,4 @@ def run_negative_controls(
         except (ParityRankError, ParityTimeoutError, PoolOverrunError) as exc:
             unguarded, error = None, f"{type(exc).__name__}: {exc}"
     return NegativeControls(unguarded=unguarded, unguarded_error=error, guarded=guarded,
-                            wall_s=time.perf_counter() - t0)
+                            wall_s=time.perf_counter() - t0, judgements=judge(unguarded) if unguarded else [])
