@@ -13,16 +13,16 @@ schedule keeps (pooltk's last-stage release, issue 17) leaves the live set every
 Measured on stock 2.15.0 (CPU gloo, weakrefs on every ``allocate_buffer`` result;
 ``../shared/reference/torch-layouts.md``, "torch 2.15.0 and the last stage"): 1F1B pp4 M8
 forward 3, 2, 8 on stages 1..3 (live sets 3, 2, 1), the last stage 16 at M16; Interleaved1F1B
-pp4 vpp2 M8 forward 8 8 6 4 4 4 8 on stages 1..7 (live sets 8 8 6 4 4 4 2). The gradient
-direction measured 2, 2, 1 on stages 0..2 of 1F1B pp4 M8 where the receive lifetimes give 1, 1, 1:
-on stages 0 and 1 torch keeps one more gradient buffer alive than the receive lifetime (post to
-the backward that reads it) accounts for; this rule does not model that extra buffer (see
-``tests/memory/test_stock_lazy.py``). A candidate holder, read from torch 2.13's
-``Schedule1F1B._step_microbatches`` (2.15's source was not at hand): its local ``bwd_recvs`` still
-holds the previous microbatch's receive op, so its buffer, while ``get_bwd_recv_ops(k + 1)``
-allocates the next. Run on that code with a buffer made per receive, the recording stand-in stage
-gives 2 gradient buffers on stages 0, 1 and 2; that explains stages 0 and 1 but not stage 2's
-measured 1, so 2.15's step differs there and the cause stays open.
+pp4 vpp2 M8 forward 8 8 6 4 4 4 8 on stages 1..7 (live sets 8 8 6 4 4 4 2).
+
+The rule is the receive live set, a lower bound by at most one buffer: where the live set is 1,
+torch 2.15 measured up to 2 -- gradient 2, 2, 1 on stages 0..2 of 1F1B pp4 M8 (lifetimes 1, 1, 1), and the
+released last stage 2 forward (commit 361f55f). The holder: torch's ``Schedule1F1B._step_microbatches``
+binds each ``get_*_recv_ops`` result to a local (``bwd_recvs`` / ``fwd_recvs``) that still references
+the previous microbatch's op, so its buffer, while the next one is allocated inside that call.
+``tests/schedules/test_lazy_step_holder.py`` runs the installed torch's step with a buffer per receive
+and reproduces every measured figure but stage 2's gradient (2 there; 2.15 measured 1, so its step
+releases earlier on that stage, cause not read: 2.15's source was not at hand).
 """
 
 from __future__ import annotations
