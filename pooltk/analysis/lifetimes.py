@@ -403,12 +403,10 @@ def lifetime_frame(spans: Iterable[BufferLifetime]) -> pd.DataFrame:
 
 
 def _stock(prog: Program, stage: int, direction: Direction) -> int:
-    """Sets stock torch 2.11-2.14 preallocates: M per non-first (forward) / non-last (grad) stage."""
-    if direction == "forward":
-        return 0 if stage == 0 else prog.n_microbatches
-    if prog.forward_only:
-        return 0
-    return 0 if stage == prog.num_stages - 1 else prog.n_microbatches
+    """Sets stock torch 2.11-2.14 preallocates (:func:`pooltk.analysis.rings.stock_count`)."""
+    from pooltk.analysis.rings import stock_count
+
+    return stock_count(prog.num_stages, stage, direction, prog.n_microbatches, forward_only=prog.forward_only)
 
 
 def _handoff(prog: Program, stage: int, direction: Direction) -> bool:

@@ -1,4 +1,5 @@
-"""The one slack rule: the ring a pool keeps for a (stage, direction) whose live set is known.
+"""The one slack rule (the ring a pool keeps for a (stage, direction) whose live set is known) and
+the one stock rule (what torch <= 2.14 pre-allocates).
 
 The pool (:mod:`pooltk.pool.sizing`, 1F1B and ``schedule="auto"`` plans), the analysis tables
 (:func:`pooltk.analysis.lifetimes.tight_rings`), the memory model and the notebooks all call
@@ -16,7 +17,7 @@ if TYPE_CHECKING:  # both for annotations only: this module imports nothing at r
     from pooltk.analysis.lifetimes import Direction
     from pooltk.config import PoolConfig
 
-__all__ = ["ring_from_live"]
+__all__ = ["ring_from_live", "stock_count"]
 
 
 def ring_from_live(live: int, n_microbatches: int, direction: Direction | str, config: PoolConfig) -> int:
@@ -36,3 +37,15 @@ def ring_from_live(live: int, n_microbatches: int, direction: Direction | str, c
     if direction == "forward" and config.forward_shortfall:
         k = max(1, k - config.forward_shortfall)
     return k
+
+
+def stock_count(num_stages: int, stage_index: int, direction: Direction | str, n_microbatches: int, *,
+                forward_only: bool = False) -> int:
+    """Sets stock torch 2.11-2.14 pre-allocates for a (stage, direction): ``M``, or 0 where nothing is received.
+
+    Stage 0 receives no activations (its inputs are the root arguments), the last stage no
+    gradients (it computes them from the loss), and a forward-only step no gradients at all.
+    """
+    if direction == "forward":
+        return 0 if stage_index == 0 else n_microbatches
+    return 0 if (forward_only or stage_index == num_stages - 1) else n_microbatches

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pooltk._validate import check_int
-from pooltk.analysis.rings import ring_from_live  # the one slack rule lives below the pool
+from pooltk.analysis.rings import ring_from_live, stock_count  # the slack and stock rules live below the pool
 from pooltk.config import PoolConfig
 
 __all__ = [
@@ -70,8 +70,8 @@ class RingSizes:
 def stock_sets(num_stages: int, stage_index: int, n_microbatches: int) -> RingSizes:
     """What stock torch allocates: one set per microbatch and direction."""
     check_shape(num_stages, stage_index, n_microbatches)
-    first, last = stage_index == 0, stage_index == num_stages - 1
-    return RingSizes(forward=0 if first else n_microbatches, grad=0 if last else n_microbatches)
+    return RingSizes(forward=stock_count(num_stages, stage_index, "forward", n_microbatches),
+                     grad=stock_count(num_stages, stage_index, "grad", n_microbatches))
 
 
 def live_set_1f1b(num_stages: int, stage_index: int, n_microbatches: int) -> RingSizes:
