@@ -153,7 +153,7 @@ def _banners(lines: Any) -> tuple[list[int], Any]:
     return (hit + 1).to_list(), ranks
 
 
-def split_runs(frame: Any, text: str, lines: Any, report: Any, info: Any, run_id: str,
+def split_runs(frame: Any, lines: Any, report: Any, info: Any, run_id: str,
                n_placeholder: int) -> tuple[Any, dict[str, Any]]:
     """Runs split at restarts, rank copies folded, pool columns; see [Note: run boundaries] in pooltk.logs.runs."""
     import numpy as np
@@ -165,7 +165,7 @@ def split_runs(frame: Any, text: str, lines: Any, report: Any, info: Any, run_id
     banners, b_rank = _banners(lines)
     seg = runs.segment(frame, banners=banners, banner_ranks=b_rank)
     report.notes.extend(seg.notes)
-    pool = runs.find_pool_lines(text)
+    pool = runs.find_pool_lines(lines)
     if pool:  # readers counted these lines as 'other'; they are run facts
         moved = min(len(pool), report.n_other)
         report.n_other -= moved

@@ -221,12 +221,12 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, max_bytes:
         src = load(p, check_int("max_bytes", max_bytes, low=1, error=ValueError))
     except LogFormatError as err:
         return None, err
-    lines = to_lines(src.text)
+    lines = to_lines(src.data)
     fmt = format
     if fmt == "auto":
-        if automodel_bench.looks_like_summary(src.text):
+        if src.data[:4096].lstrip()[:1] == b"{" and automodel_bench.looks_like_summary(src.text):
             fmt = automodel_bench.SUMMARY_FORMAT
-        elif not src.text.strip():
+        elif src.data.isspace() or not src.data:
             return None, LogFormatError(str(p), 0, found="an empty file (no non-blank line)", required="log lines",
                                         fix="point at the run's log (it may not have been flushed yet)")
         else:
@@ -247,7 +247,7 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, max_bytes:
             found = mod.read_all(lines, result)
         else:
             found = read_records(mod if engine == "auto" else _PythonOnly(mod), lines, result,
-                                 cut_last=bool(src.text) and not src.text.endswith("\n"))
+                                 cut_last=bool(src.data) and not src.data.endswith(b"\n"))
             mod.finish(found, result, stem=p.name.split(".")[0] if "." in p.name else p.name)
     run_id = run or run_name(p)
     if strict and result.skipped_examples:
@@ -288,7 +288,7 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, max_bytes:
                 frame["mem_basis"] = frames.constant_where(frame["mem_gib"].notna(), basis)
                 report.notes.append(f"mem_gib basis from the sidecar: {basis}")
             break
-    frame, run_infos = frames.split_runs(frame, src.text, lines, report, info, run_id, result.n_placeholder_loss)
+    frame, run_infos = frames.split_runs(frame, lines, report, info, run_id, result.n_placeholder_loss)
     return LogTable(steps=frame, files=[report], runs=run_infos), None
 
 

@@ -81,22 +81,22 @@ def _slice(strings: Any, start: Any, length: Any = None) -> Any:
     return strings.cast(pl.Binary).bin.slice(start, length).cast(pl.String)
 
 
-def to_lines(text: str) -> Any:
-    """The text's lines as a polars String Series (newline-split; no trailing empty line)."""
+def to_lines(data: bytes) -> Any:
+    """The lines of UTF-8 ``data`` as a polars String Series (newline-split, no trailing empty line;
+    undecodable bytes replaced). polars' CSV reader splits them, with a separator byte the data lacks."""
     import polars as pl
 
-    if not text:
+    if not data:
         return pl.Series("l", [], dtype=pl.String)
-    sep = next((c for c in "\x1f\x1e\x1d\x1c\x01\x02\x03" if c not in text), None)
-    if sep is None:
-        return pl.Series("l", text.split("\n")[: text.count("\n") + (0 if text.endswith("\n") else 1)], dtype=pl.String)
-    frame = pl.read_csv(text.encode("utf-8", "surrogatepass"), has_header=False, separator=sep, quote_char=None,
-                        new_columns=["l"], schema={"l": pl.String}, raise_if_empty=False)
-    lines = frame.to_series().fill_null("")
-    n = text.count("\n") + (0 if text.endswith("\n") else 1)
-    if lines.len() != n:  # the CSV reader never drops a line here; if it ever does, split in Python instead
-        lines = pl.Series("l", text.split("\n")[:n], dtype=pl.String)
-    return lines
+    n = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    sep = next((c for c in b"\x1f\x1e\x1d\x1c\x01\x02\x03" if bytes([c]) not in data), None)
+    if sep is not None and b"\r" not in data and b"\x00" not in data:
+        frame = pl.read_csv(data, has_header=False, separator=chr(sep), quote_char=None, new_columns=["l"],
+                            schema={"l": pl.String}, raise_if_empty=False, encoding="utf8-lossy")
+        lines = frame.to_series().fill_null("")
+        if lines.len() == n:
+            return lines
+    return pl.Series("l", data.decode("utf-8", errors="replace").split("\n")[:n], dtype=pl.String)
 
 
 def read_records(fmt: Any, lines: Any, result: ParseResult, *, cut_last: bool,

@@ -72,23 +72,16 @@ class PoolLine:
     """slack, layout, policy, grad_slack, schedule, reason, or the stage's rings."""
 
 
-def _line_of(data: str, offsets: list[int]) -> list[int]:
-    import numpy as np
-
-    if not offsets:
+def find_pool_lines(lines: Any) -> list[PoolLine]:
+    """Every pool line among ``lines`` (a polars String Series), wherever it stands in its line, in file order."""
+    hit = lines.str.contains_any(["recv_buffer_pool: ", "pooltk: "]).arg_true()
+    if hit.len() == 0:
         return []
-    nl = np.asarray([m.start() for m in re.finditer("\n", data)], dtype=np.int64)
-    return (np.searchsorted(nl, np.asarray(offsets), side="left") + 1).tolist()
-
-
-def find_pool_lines(data: str) -> list[PoolLine]:
-    """Every pool line in the text, wherever it stands in its line, in file order."""
-    if "recv_buffer_pool: " not in data and "pooltk: " not in data:
-        return []
-    matches = list(POOL_RE.finditer(data))
-    lines = _line_of(data, [m.start() for m in matches])
     out: list[PoolLine] = []
-    for m, n in zip(matches, lines, strict=True):
+    for n, text in zip((hit + 1).to_list(), lines.gather(hit).to_list(), strict=True):
+        m = POOL_RE.search(text)
+        if m is None:
+            continue
         g = m.groupdict()
         if g["am"]:
             out.append(PoolLine(line=n, kind="installed", impl="automodel",
@@ -224,8 +217,11 @@ def fold_copies(frame: Any) -> tuple[Any, int]:
     """Rows identical in every column but ``line`` folded into the first (within one run); (frame, folded)."""
     import numpy as np
 
-    keys = np.stack([frame["step"].to_numpy(dtype=np.int64), (frame["kind"] == "train").to_numpy(dtype=np.int64)])
-    if np.unique(keys, axis=1).shape[1] == len(frame):  # no step logged twice: no copies to fold
+    for kind in ("train", "val"):  # no step logged twice: no copies to fold (the usual case, checked cheaply)
+        steps = frame["step"].to_numpy(dtype=np.int64)[(frame["kind"] == kind).to_numpy()]
+        if steps.size > 1 and not (np.diff(steps) > 0).all() and np.unique(steps).size < steps.size:
+            break
+    else:
         return frame, 0
     cols = [c for c in frame.columns if c not in ("line", "collector_time")]
     dup = frame.duplicated(subset=cols, keep="first")

@@ -41,7 +41,7 @@ MAX_BYTES = 1 << 30
 """Largest file (after decompression) read in one piece: 1 GiB. The reader holds a file's text, its
 lines and its rows at once (several times the file's size), so a larger file is refused with a fix."""
 
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_ANSI_RE = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 _REFUSED_MAGIC = (
     (b"PK\x03\x04", "a zip archive", "unzip it and read the log inside"),
@@ -55,8 +55,8 @@ _REFUSED_MAGIC = (
 class Source:
     """A file's text and what its container said about each line."""
 
-    text: str
-    """The log text (LF line ends, no BOM, no colour)."""
+    data: bytes
+    """The log text as UTF-8 (LF line ends, no BOM, no colour); undecodable bytes are replaced when read."""
     compression: str | None = None
     """'gzip', 'bz2', 'xz', 'zstd' or None."""
     encoding: str = "utf-8"
@@ -64,7 +64,12 @@ class Source:
     envelope: str | None = None
     """'docker', 'cloudwatch', 'gcp' or None."""
     columns: dict[str, list[Any]] = field(default_factory=dict)
-    """Per line of ``text``, decoration columns the envelope gave ('time', 'host', 'pod', 'stream')."""
+    """Per line of the text, decoration columns the envelope gave ('time', 'host', 'pod', 'stream')."""
+
+    @property
+    def text(self) -> str:
+        """The text decoded (undecodable bytes replaced)."""
+        return self.data.decode("utf-8", errors="replace")
 
 
 def _fail(path: Path, found: str, required: str, fix: str) -> LogFormatError:
@@ -126,19 +131,20 @@ def _decompress(path: Path, data: bytes, max_bytes: int) -> tuple[bytes, str | N
                     f"re-copy the file, or decompress what is left ({kind} -dc) and read the plain text") from None
 
 
-def _decode(path: Path, data: bytes) -> tuple[str, str]:
+def _decode(path: Path, data: bytes) -> tuple[bytes, str]:
+    """(UTF-8 bytes, the encoding found); UTF-8 is checked byte-wise later (undecodable bytes replaced)."""
     if data[:3] == b"\xef\xbb\xbf":
-        return data[3:].decode("utf-8", errors="replace"), "utf-8-sig"
+        return data[3:], "utf-8-sig"
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         enc = "utf-16-le" if data[:2] == b"\xff\xfe" else "utf-16-be"
-        return data[2:].decode(enc, errors="replace"), enc
+        return data[2:].decode(enc, errors="replace").encode("utf-8", "surrogatepass"), enc
     head = data[:4096]
     controls = sum(head.count(bytes([c])) for c in (*range(0, 9), 11, 12, *range(14, 27), *range(28, 32)))
     if head.count(b"\x00") > len(head) // 8 or controls > len(head) // 10:
         what = "UTF-16 text without a byte-order mark" if head[1::2].count(b"\x00") > len(head) // 3 else "binary data"
         raise _fail(path, what, "a text log (UTF-8, or UTF-16 with its BOM)",
                     "convert it (iconv -f UTF-16LE -t UTF-8 FILE) or point at the text log")
-    return data.decode("utf-8", errors="replace"), "utf-8"
+    return data, "utf-8"
 
 
 def load(path: Path, max_bytes: int = MAX_BYTES) -> Source:
@@ -152,12 +158,12 @@ def load(path: Path, max_bytes: int = MAX_BYTES) -> Source:
         raise _fail(path, f"an unreadable file ({err.strerror or err})", "a readable log file",
                     "check the path and its permissions") from None
     data, compression = _decompress(path, data, max_bytes)
-    text, encoding = _decode(path, data)
-    src = unwrap(text)
-    if "\r" in src.text:
-        src.text = src.text.replace("\r\n", "\n")
-    if "\x1b" in src.text:
-        src.text = _ANSI_RE.sub("", src.text)
+    data, encoding = _decode(path, data)
+    src = unwrap(data)
+    if b"\r" in src.data:
+        src.data = src.data.replace(b"\r\n", b"\n")
+    if b"\x1b" in src.data:
+        src.data = _ANSI_RE.sub(b"", src.data)
     src.compression, src.encoding = compression, encoding
     return src
 
@@ -207,8 +213,11 @@ def _records(text: str, first: Any) -> list[Any]:
     return out
 
 
-def unwrap(text: str) -> Source:
-    """``text`` with its envelope removed (or unchanged when it has none); see the Note above."""
+def unwrap(data: bytes) -> Source:
+    """``data`` with its envelope removed (or unchanged when it has none); see the Note above."""
+    if data[:4096].lstrip()[:1] not in (b"{", b"["):
+        return Source(data=data)
+    text = data.decode("utf-8", errors="replace")
     first = _first_json(text)
     if isinstance(first, list):
         sample = first[0] if first else None
@@ -218,11 +227,11 @@ def unwrap(text: str) -> Source:
         sample = first
     kind = _kind(sample)
     if kind is None:
-        return Source(text=text)
+        return Source(data=data)
     try:
         records = _records(text, first)
     except ValueError:
-        return Source(text=text)
+        return Source(data=data)
     if kind == "docker":
         return _docker(records)
     return _cloud(records, kind)
@@ -248,7 +257,7 @@ def _docker(records: list[Any]) -> Source:
         parts.append(pending)
         cols["time"].append(None)
         cols["stream"].append(None)
-    return Source(text="".join(parts), envelope="docker", columns=cols)
+    return Source(data="".join(parts).encode("utf-8", "surrogatepass"), envelope="docker", columns=cols)
 
 
 def _cloud(records: list[Any], kind: str) -> Source:
@@ -282,4 +291,4 @@ def _cloud(records: list[Any], kind: str) -> Source:
         cols["host"] += [host] * n
         cols["pod"] += [pod] * n
         parts.append(msg)
-    return Source(text="\n".join(parts) + "\n", envelope=kind, columns=cols)
+    return Source(data=("\n".join(parts) + "\n").encode("utf-8", "surrogatepass"), envelope=kind, columns=cols)
