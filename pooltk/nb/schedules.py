@@ -66,13 +66,16 @@ def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microb
                     slack: int = 2, grad_slack: int = 1) -> "pd.DataFrame":
     """Per schedule and stage: sets stock torch keeps, the original allowlisted pool, pooltk ``auto``, the live set.
 
-    ``seed_allowlist``: the original implementation pools only 1F1B (one ring
+    ``stock``: torch <= 2.14 (``M`` per direction up front). ``stock_lazy``: torch >= 2.15, which
+    allocates per receive: the live set, except all ``M`` forward on the last stage
+    (:func:`pooltk.analysis.lazy.lazy_holds`). ``seed_allowlist``: the original implementation pools only 1F1B (one ring
     ``max(2, min(M, N - i + slack))`` for both directions) and leaves every other schedule stock.
     ``pooltk_auto``: smallest safe ``c mod K`` ring plus slack, capped at M (0 where the stage
     receives nothing; same-rank V handoffs keep stock). ``live_peak``: most buffers live at once.
     """
     import pandas as pd
 
+    from pooltk.analysis.lazy import lazy_holds
     from pooltk.analysis.lifetimes import live_table
 
     rows = []
@@ -80,6 +83,8 @@ def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microb
         vpp = _stages_per_rank(name)
         table = live_table(name, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp)
         n_stages = pp * vpp
+        held = lazy_holds({(int(r.stage), r.direction): int(r.live_peak) for r in table.itertuples()},
+                          n_stages, n_microbatches)
         for stage in range(n_stages):
             part = table[table.stage == stage].set_index("direction")
             stock = int(part.stock_buffers.sum())
@@ -95,7 +100,7 @@ def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microb
             else:
                 seed = stock
             rows.append({"schedule": name, "pp": pp, "vpp": vpp, "n_microbatches": n_microbatches, "stage": stage,
-                         "stock": stock, "seed_allowlist": seed, "pooltk_auto": auto, "live_peak": live})
+                         "stock": stock, "stock_lazy": sum(held[(stage, d)] for d in DIRECTIONS), "seed_allowlist": seed, "pooltk_auto": auto, "live_peak": live})
     return pd.DataFrame(rows)
 
 

@@ -34,3 +34,18 @@ def test_tight_1f1b_column_matches_the_pools_own_ring_sizes():
 def test_recorded_validation_is_all_bitwise_and_peaks_match():
     v = validation_summary()
     assert len(v) >= 7 and v.parity.all() and v.peaks_match.all()
+
+
+def test_stock_lazy_is_the_live_set_but_all_m_forward_on_every_schedules_last_stage():
+    # torch >= 2.15 allocates per receive: stock holds the live set, except the last stage keeps all M forward
+    # (measured on 1F1B and Interleaved1F1B, see tests/memory/test_stock_lazy.py); pooltk auto beats it there.
+    from pooltk.analysis.lifetimes import live_sets
+
+    t = allowlist_table(["1F1B", "Interleaved1F1B", "ZBVZeroBubble"], pp=4, n_microbatches=8, slack=2)
+    for name, part in t.groupby("schedule"):
+        part = part.set_index("stage")
+        last = int(part.index.max())
+        live = live_sets(name, pp=4, n_microbatches=8, stages_per_rank=int(part.vpp.iloc[0]))
+        assert (part.drop(index=last).stock_lazy == part.drop(index=last).live_peak).all(), name
+        assert part.loc[last, "stock_lazy"] == part.loc[last, "live_peak"] - live[(last, "forward")] + 8, name
+        assert part.loc[last, "pooltk_auto"] < part.loc[last, "stock_lazy"], name
