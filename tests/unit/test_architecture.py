@@ -1,4 +1,4 @@
-"""The package's shape, checked over the source: arrows point down, the pool needs torch alone.
+"""The package's shape, checked over the source: arrows point down the declared layers, the pool needs torch alone.
 
 These read every module under ``pooltk/`` with :mod:`ast` (imports inside functions count too),
 so a rule broken anywhere fails here with the module and line that broke it.
@@ -13,12 +13,15 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "pooltk"
 STDLIB = set(sys.stdlib_module_names)
 
 # What the pool may reach: the standard library, torch, the two shared root modules, itself, and
-# the schedule analysis (torch-only at import; needed by schedule="auto" ring plans).
+# the schedule analysis below it (torch-only at import: the slack and stock rules, schedule names,
+# and schedule="auto" ring plans).
 POOL_MAY_IMPORT = ("pooltk.config", "pooltk._validate", "pooltk.pool", "pooltk.analysis")
 HEAVY = ("pandas", "numpy", "matplotlib", "seaborn", "ipywidgets", "IPython", "jupyterlab", "nbformat", "nbclient",
          "nbconvert", "yaml", "pyarrow", "polars")
@@ -151,18 +154,18 @@ def _layer_of(module: str) -> tuple[int, str]:
     return best
 
 
-def test_every_package_of_pooltk_is_on_a_declared_layer() -> None:
-    packages = {_package_of(name) for name in ALL} | {name for name in ALL if name.count(".") == 1}
-    missing = sorted(p for p in packages if p != "pooltk" and not any(p in layer for layer in LAYERS)
-                     and not any(_within(p, layer) for layer in LAYERS))
-    assert not missing, f"packages on no layer: {missing}"
+def test_every_module_of_pooltk_is_on_a_declared_layer() -> None:
+    # A new package (pooltk/foo/) is on no layer until LAYERS names it: _layer_of refuses it.
+    homes = {name: _layer_of(name)[1] for name in ALL}
+    assert all(home != "pooltk" for name, home in homes.items() if name != "pooltk"), homes
+    with pytest.raises(AssertionError, match="on no layer"):
+        _layer_of("pooltk.not_a_package.module")
 
 
-def test_no_import_runs_up_the_layers() -> None:
-    # Every import of a pooltk module, inside functions and under TYPE_CHECKING included: an arrow
-    # drawn only for a type checker still ties the lower package to the upper one.
+def _upward_arrows(modules: dict[str, list[Import]]) -> tuple[list[str], set[tuple[str, str]]]:
+    """(imports that run up or sideways across the layers, the KNOWN_UPWARD entries met)."""
     bad, used = [], set()
-    for name, imports in ALL.items():
+    for name, imports in modules.items():
         mine, my_home = _layer_of(name)
         for imp in imports:
             if not _within(imp.module, ("pooltk",)):
@@ -170,19 +173,29 @@ def test_no_import_runs_up_the_layers() -> None:
             theirs, their_home = _layer_of(imp.module)
             if their_home == my_home or theirs < mine:
                 continue
-            key = (name, imp.module)
-            if key in KNOWN_UPWARD:
-                used.add(key)
+            if (name, imp.module) in KNOWN_UPWARD:
+                used.add((name, imp.module))
                 continue
             bad.append(f"{name}:{imp.line} ({my_home}, layer {mine}) imports {imp.module} ({their_home}, layer {theirs})")
+    return bad, used
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    # Every import of a pooltk module, inside functions and under TYPE_CHECKING included: an arrow
+    # drawn only for a type checker still ties the lower package to the upper one.
+    bad, used = _upward_arrows(ALL)
     assert not bad, "arrows point down only (docs/architecture.md, the house):\n" + "\n".join(bad)
     assert used == KNOWN_UPWARD, f"these known upward arrows are gone: drop them from KNOWN_UPWARD: {sorted(KNOWN_UPWARD - used)}"
 
 
-def test_the_layer_check_sees_an_upward_import() -> None:
-    # The check itself can fail: analysis (layer 1) importing the pool (layer 2) is refused.
-    assert _layer_of("pooltk.analysis.lifetimes")[0] < _layer_of("pooltk.pool.sizing")[0]
-    assert _layer_of("pooltk.memory.model")[0] > _layer_of("pooltk.pool.sizing")[0]
+def test_the_layer_check_refuses_an_upward_and_a_sideways_import() -> None:
+    # The check itself can fail: the analysis importing the pool (the arrow issue 22 removed) runs up;
+    # logs and analysis are peers on one layer, so neither may import the other.
+    fake = {"pooltk.analysis.lifetimes": [Import("pooltk.analysis.lifetimes", 1, "pooltk.pool.sizing", ("ring_from_live",), False)],
+            "pooltk.logs.reader": [Import("pooltk.logs.reader", 2, "pooltk.analysis.lifetimes", (), True)],
+            "pooltk.memory.model": [Import("pooltk.memory.model", 3, "pooltk.pool.sizing", (), False)]}
+    bad, _ = _upward_arrows(fake)
+    assert [b.split(" ")[0] for b in bad] == ["pooltk.analysis.lifetimes:1", "pooltk.logs.reader:2"], bad
     assert _layer_of("pooltk")[1] == "pooltk" and _layer_of("pooltk.__main__")[1] == "pooltk.__main__"
 
 
