@@ -5,6 +5,23 @@ launcher: torchrun sets RANK / WORLD_SIZE / MASTER_*; this joins with ``env://``
 is available, else gloo), runs the same variants as ``pooltk parity`` on this rank's stage,
 gathers on rank 0, and rank 0 prints the report (``--json`` for machine-readable). Exit status 1
 on every rank unless bitwise equal.
+
+[Note: a rank's clean exit]
+Under ``torchrun`` a rank ends by running Python's finalization, so every gloo worker thread
+must be gone before it starts. torch's ``ProcessGroupGloo`` joins its threads only when the
+C++ group object dies; ``destroy_process_group`` merely drops torch's own references to it. If
+anything else still holds the group, its ``pt_gloo_runloop`` threads live on into finalization,
+where a thread releasing a finished work's tensors takes the GIL, Python ends that thread with
+``pthread_exit``, the forced unwind meets a ``noexcept`` destructor and the rank aborts:
+``terminate called without an active exception`` (SIGABRT; torchrun then SIGTERMs the other
+ranks). Measured cause in this entry: ``torch.distributed.nn.functional`` writes
+``group=group.WORLD`` as a default argument, so importing it *after* ``init_process_group``
+(``torch.distributed.pipelining`` imports it through ``fsdp`` and ``_shard``) keeps the live
+default group in a function default for the life of the process. Hence: every torch module the
+ranks use is imported before the group exists (:func:`_import_before_group`), the group is
+destroyed with nothing of ours holding it, and :func:`group_threads_left` checks that no gloo thread
+survived (a rank says so on stderr, naming the cause; tests/dist holds every rank to a clean
+exit).
 """
 
 from __future__ import annotations
@@ -14,7 +31,10 @@ import json
 import os
 import sys
 
-__all__ = ["register", "spec_from_args", "torchrun_main"]
+__all__ = ["group_threads_left", "register", "spec_from_args", "torchrun_main"]
+
+_GLOO_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop")
+"""Thread names (``/proc/self/task/*/comm``) of a live gloo process group."""
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -54,10 +74,38 @@ def spec_from_args(args: argparse.Namespace):
                       seq_len=args.seq_len, rows_per_microbatch=args.rows, timeout_s=args.timeout, variants=variants)
 
 
+def _import_before_group() -> None:
+    """Import every torch module the ranks use while no process group exists (see [Note: a rank's clean exit])."""
+    import torch.distributed.nn.functional  # noqa: F401  (binds group.WORLD as a default argument at import)
+    import torch.distributed.pipelining  # noqa: F401
+    import torch.distributed.pipelining.schedules  # noqa: F401
+
+
+def group_threads_left() -> list[str]:
+    """Names of gloo process-group threads still running in this process (``[]`` where ``/proc`` is absent)."""
+    import gc
+
+    gc.collect()  # a work object in a reference cycle may still hold the group
+    task = "/proc/self/task"
+    if not os.path.isdir(task):
+        return []
+    names = []
+    for tid in os.listdir(task):
+        try:
+            with open(os.path.join(task, tid, "comm"), encoding="utf-8") as fh:
+                name = fh.read().strip()
+        except OSError:  # the thread ended while we looked
+            continue
+        if name.startswith(_GLOO_THREADS):
+            names.append(name)
+    return sorted(names)
+
+
 def torchrun_main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
+    _import_before_group()
     from pooltk.parity import format_report, gather_report
     from pooltk.parity.worker import run_in_group
 
@@ -92,5 +140,13 @@ def torchrun_main(argv: list[str] | None = None) -> int:
             print(format_report(report))
         ok[0] = int(report.bitwise_equal)
     dist.broadcast(ok, src=0)
+    status = 0 if int(ok[0]) else 1
+    del records, gathered, ok
     dist.destroy_process_group()
-    return 0 if int(ok[0]) else 1
+    left = group_threads_left()
+    if left:
+        print(f"pooltk.parity: rank {rank}: gloo threads {left} outlived destroy_process_group(): something still "
+              "holds the process group (a torch module imported after init_process_group, or a kept work "
+              "object), and the rank may abort at exit. Fix: see [Note: a rank's clean exit] in "
+              "pooltk/parity/command.py.", file=sys.stderr)
+    return status

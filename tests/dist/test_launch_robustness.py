@@ -87,3 +87,60 @@ def test_parity_runs_under_torchrun_with_gloo(no_leftover_ranks):
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(out.stdout[out.stdout.index("{"):])
     assert data["bitwise_equal"] is True and data["spec"]["pp"] == 2
+
+
+def _torchrun(*args: str, timeout: float = 200) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args],
+                          capture_output=True, text=True, timeout=timeout, env=dict(os.environ, GLOO_SOCKET_IFNAME="lo"))
+
+
+def test_every_torchrun_rank_exits_cleanly_with_no_gloo_thread_left(tmp_path, no_leftover_ranks):
+    """[Note: a rank's clean exit]: exit status 0 on every rank, no abort, no gloo thread past destroy."""
+    out = _torchrun("--log-dir", str(tmp_path), "--redirects", "3", "-m", "pooltk.parity",
+                    "--microbatches", "4", "--steps", "1", "--json")
+    assert out.returncode == 0, out.stderr[-3000:]  # torchrun exits 0 only when every rank did
+    stderrs = sorted(tmp_path.glob("**/stderr.log"))
+    assert len(stderrs) == 2, sorted(tmp_path.rglob("*"))
+    for log in stderrs:
+        text = log.read_text(errors="replace")
+        assert "terminate called" not in text and "Fatal Python error" not in text, text[-3000:]
+        assert "outlived destroy_process_group" not in text, text[-3000:]
+    report = json.loads(next(p for p in tmp_path.glob("**/stdout.log") if "{" in p.read_text()).read_text())
+    assert report["bitwise_equal"] is True
+
+
+def test_the_clean_exit_check_sees_a_process_group_something_still_holds(tmp_path):
+    """group_threads_left() names the gloo threads when a kept reference outlives destroy_process_group."""
+    script = tmp_path / "held_group.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        import torch.distributed as dist
+        from pooltk.parity.command import group_threads_left
+
+        dist.init_process_group("gloo")
+        held = dist.group.WORLD  # a reference of our own keeps the C++ group (and its threads) alive
+        dist.destroy_process_group()
+        print("HELD", group_threads_left(), flush=True)
+        del held
+        print("FREED", group_threads_left(), flush=True)
+    """))
+    out = _torchrun(str(script), timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    held = [ln for ln in out.stdout.splitlines() if ln.startswith("HELD")]
+    freed = [ln for ln in out.stdout.splitlines() if ln.startswith("FREED")]
+    assert len(held) == 2 and all("pt_gloo_runloop" in ln for ln in held), out.stdout
+    assert freed == ["FREED []", "FREED []"], out.stdout
+
+
+def test_no_leftover_ranks_finds_a_marked_process_and_only_while_it_runs(owner_token, processes_marked):
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "pooltk.parity-marker"])
+    try:
+        deadline = time.monotonic() + 10
+        while proc.pid not in processes_marked(owner_token) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.pid in processes_marked(owner_token)
+        assert proc.pid not in processes_marked("another-test")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.pid not in processes_marked(owner_token)
