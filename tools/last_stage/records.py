@@ -31,7 +31,7 @@ from typing import Any
 from pooltk.config import PoolConfig
 from pooltk.parity.spec import ParitySpec, Variant
 
-__all__ = ["FIELDS", "MODELS", "Record", "measure", "read_csv", "variants", "write_csv"]
+__all__ = ["FIELDS", "MODELS", "Record", "code_version", "measure", "read_csv", "variants", "write_csv"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -92,9 +92,29 @@ class Record:
     """Bytes of one boundary tensor (one receive-buffer set)."""
     torch: str
     """torch version of the run."""
+    code: str
+    """pooltk code the run used: the git commit (``+dirty`` when ``pooltk/`` or ``tools/last_stage/`` differ from
+    it), or ``POOLTK_CODE_VERSION`` where set (a run from an exported tree)."""
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Record))
+
+
+def code_version() -> str:
+    """``POOLTK_CODE_VERSION`` if set, else the repository's short commit (``+dirty`` if the measured code differs)."""
+    import subprocess
+
+    given = os.environ.get("POOLTK_CODE_VERSION")
+    if given:
+        return given
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=30, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "pooltk", "tools/last_stage"],
+                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
 
 
 def variants(slacks: Sequence[int], *, schedule: str = "1F1B") -> tuple[Variant, ...]:
@@ -139,10 +159,10 @@ def measure(model: str, microbatches: int, *, slacks: Sequence[int] = (0, 2), st
         report = run_parity(spec, prelude=MODELS[model])
     finally:
         _restore(env)
-    return list(records_of(report, model=model, torch_version=torch.__version__))
+    return list(records_of(report, model=model, torch_version=torch.__version__, code=code_version()))
 
 
-def records_of(report: Any, *, model: str, torch_version: str) -> Iterable[Record]:
+def records_of(report: Any, *, model: str, torch_version: str, code: str) -> Iterable[Record]:
     """The records of a :class:`~pooltk.parity.launch.ParityReport` (see [Note: what a record counts])."""
     spec = report.spec
     by_name = {v.name: v for v in spec.variants}
@@ -166,7 +186,7 @@ def records_of(report: Any, *, model: str, torch_version: str) -> Iterable[Recor
                     peak_live=res.peak_live.get(stage, {}).get(direction) if v.pooled else None,
                     bitwise_equal=res.bitwise_equal,
                     hidden=spec.hidden, seq_len=spec.seq_len, rows_per_microbatch=spec.rows_per_microbatch,
-                    set_bytes=report.boundary_bytes, torch=torch_version,
+                    set_bytes=report.boundary_bytes, torch=torch_version, code=code,
                 )
 
 
