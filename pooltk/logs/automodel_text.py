@@ -201,15 +201,14 @@ def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
                  "tps": _FNUM + (r"\(" + _FNUM + r"/gpu\)" if pair else "")}[_COLUMNS[key][1]]
         pattern += r" \| " + re.escape(label) + " " + value
     ok = body.str.contains(pattern + "$")
-    if kind == "ts":
-        head = body.str.splitn(" | ", 4).struct.unnest()
-        stamps, rest = head["field_0"].str.slice(0, 19), head["field_3"]
-    elif kind == "plain":
-        rest = body.str.splitn(":", 3).struct.unnest()["field_2"]
-        stamps = None
+    stamps = None
+    if kind == "ts":  # the logging prefix's three fields, then the record's
+        split = body.str.splitn(" | ", 3 + len(keys)).struct.unnest()
+        stamps = split["field_0"].str.slice(0, 19)
+        parts = split.select(split.columns[3:]).rename(lambda c: f"field_{int(c.split('_')[1]) - 3}")
     else:
-        rest, stamps = body, None
-    parts = rest.str.splitn(" | ", len(keys)).struct.unnest()
+        rest = body.str.splitn(":", 3).struct.unnest()["field_2"] if kind == "plain" else body
+        parts = rest.str.splitn(" | ", len(keys)).struct.unnest()
     cols: dict[str, Any] = {"step": parts["field_0"].str.slice(5).cast(pl.Int64, strict=False)}
     for j, (key, label) in enumerate(zip(keys[1:], labels[1:], strict=True), start=1):
         value = parts[f"field_{j}"].str.slice(len(label) + 1)

@@ -69,7 +69,7 @@ def columns(prefixes: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
     if nonempty.len() == 0:
         return out, ()
     for name, hint, pattern, cols in PATTERNS:
-        if not nonempty.str.contains(hint, literal=True).any():
+        if not nonempty.str.contains(hint, literal=True).any() or not nonempty.str.contains(pattern).any():
             continue
         if len(cols) == 1:
             got = {cols[0]: prefixes.str.extract(pattern, 1)}

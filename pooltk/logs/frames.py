@@ -107,7 +107,7 @@ def to_pandas(found: Any, result: ParseResult, src: Any, *, run: str, path: str,
         elif spec.name not in cols:
             data[spec.name] = _missing(spec.dtype, n)
         elif spec.dtype == "datetime64[ns]":
-            data[spec.name] = _times(cols[spec.name], result.timestamp_format if spec.name == "timestamp" else None)
+            data[spec.name] = _times(cols[spec.name], result.timestamp_format if spec.name == "timestamp" else "%Y-%m-%dT%H:%M:%S%.fZ")
         elif spec.dtype == "boolean":
             data[spec.name] = pd.array(cols[spec.name].to_list(), dtype="boolean")
         else:

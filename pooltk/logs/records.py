@@ -112,8 +112,10 @@ def read_records(fmt: Any, lines: Any, result: ParseResult, *, cut_last: bool,
     fast_frame = None
     fast_ok = pl.Series([False] * cand_idx.len(), dtype=pl.Boolean)
     fast_keys: tuple[str, ...] = ()
+    at_start = cand_idx.len() > 0 and off.max() == 0  # every record starts its line (an undecorated file)
     if cand_idx.len():
-        body = _slice(lines.gather(cand_idx), off.gather(cand_idx))
+        whole = cand_idx.len() == n
+        body = (lines if whole else lines.gather(cand_idx)) if at_start else _slice(lines.gather(cand_idx), off.gather(cand_idx))
         got = fmt.fast(body)
         if got is not None:
             fast_cols, fast_ok, fast_keys = got
@@ -122,7 +124,8 @@ def read_records(fmt: Any, lines: Any, result: ParseResult, *, cut_last: bool,
             fast_frame = pl.DataFrame({
                 "line": (fidx + 1).cast(pl.Int64),
                 "rec": pl.Series([0] * sel.len(), dtype=pl.Int64),
-                "prefix": _slice(lines.gather(fidx), 0, off.gather(fidx)),
+                "prefix": (pl.repeat("", sel.len(), dtype=pl.String, eager=True) if at_start
+                           else _slice(lines.gather(fidx), 0, off.gather(fidx))),
                 **{k: v.gather(sel) for k, v in fast_cols.items()},
             })
     rest = cand_idx.filter(~fast_ok).to_list()
