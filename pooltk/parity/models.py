@@ -68,7 +68,7 @@ def make_batch(
 # ---------------------------------------------------------------------------------------
 
 BODIES: tuple[str, ...] = ("block", "view", "slice", "passthrough", "residual_detach", "inplace", "checkpoint",
-                           "hook", "transpose", "grad_hook", "keep_prev", "keep_prev_graph", "keep_window",
+                           "hook", "transpose", "grad_hook", "keep_prev", "keep_prev_graph", "keep_graph", "keep_window",
                            "ptr_cache", "dlpack", "dlpack_numpy")
 """Stage body kinds the fuzzer draws from (see :class:`FuzzStage`)."""
 
@@ -84,6 +84,7 @@ STATEFUL_BODIES: dict[str, str] = {
     "grad_hook": "a gradient hook registered on the received input every forward",
     "keep_prev": "the previous microbatch's input kept without its graph (h.detach())",
     "keep_prev_graph": "the previous microbatch's input kept with its graph (self.prev = h)",
+    "keep_graph": "the previous microbatch's graph kept (a term over its input; only autograd holds the input)",
     "keep_window": "the previous step's inputs kept in a list (a gradient-accumulation window)",
     "ptr_cache": "a cache keyed by the received input's x.data_ptr(), cleared every step",
     "dlpack": "a DLPack export of the previous microbatch's input kept (torch.from_dlpack)",
@@ -157,6 +158,12 @@ class FuzzStage(nn.Module):
                 out = out + 0.1 * (h * self.prev).mean()
             if live:
                 self.prev = h if b == "keep_prev_graph" else h.detach()
+            return out
+        if b == "keep_graph":
+            if self.prev is not None:
+                out = out + 0.1 * self.prev
+            if live:
+                self.prev = (h * h).mean()  # saves h in the graph; Python holds only the result
             return out
         if b == "keep_window":
             if live:

@@ -111,3 +111,33 @@ def test_per_stage_form_pools_only_the_stages_given_and_is_bitwise_equal(no_left
     for s in range(4):
         k = ring_sizes(4, s, 8, PoolConfig(slack=1))
         assert v.recv[s]["forward"]["sets"] == k.forward and v.recv[s]["grad"]["sets"] == k.grad
+
+
+def test_fresh_lands_every_receive_in_a_new_storage_and_a_model_keeping_nothing_is_equal_three_ways(
+    no_leftover_ranks,
+):
+    from pooltk.parity.summary import exit_code, run_three_way, same
+
+    spec = ParitySpec(pp=3, microbatches=6, steps=2, timeout_s=300,
+                      variants=default_variants([PoolConfig(slack=0, grad_slack=0)], frontends=("manual", "tracing")))
+    three = run_three_way(spec)
+    fresh = [v for v in three.report.variants if v.name.startswith("fresh/")]
+    assert len(fresh) == 2 and three.followup is None
+    for v in fresh:
+        assert same(v), v.name  # the toy model keeps nothing: stock's reuse changes no number
+        for s in (1, 2):  # receives activations: one new storage per post, 6 microbatches x 2 steps
+            assert v.recv[s]["forward"]["posts"] == v.recv[s]["forward"]["post_storages"] == 12, (v.name, s)
+        for s in (0, 1):  # receives gradients
+            assert v.recv[s]["grad"]["posts"] == v.recv[s]["grad"]["post_storages"] == 12, (v.name, s)
+    assert [j.verdict for j in three.judgements] == ["equal", "equal"]
+    assert exit_code(three.judgements) == 0 and three.line == "verdict: 2 equal"
+
+
+def test_negative_controls_are_silent_against_fresh_with_the_guard_off_and_loud_with_it_on(no_leftover_ranks):
+    from pooltk.parity.controls import run_negative_controls
+
+    out = run_negative_controls(pp=3, microbatches=6, steps=2)
+    assert out.verdicts() == {("ring one short", "guard off"): "silent", ("GPipe forced", "guard off"): "silent",
+                              ("ring one short", "guard on"): "loud", ("GPipe forced", "guard on"): "loud"}
+    for j in out.judgements:  # the divergence is the pool's: stock and fresh agree
+        assert j.stock_equal_fresh is True and j.equal_fresh is False
