@@ -195,7 +195,7 @@ def _list_presets() -> str:
 
 
 def _fits(args: argparse.Namespace, preset: Any, model: Any) -> Any:
-    from pooltk.memory.fits import ReferencePeak, fit_report
+    from pooltk.memory.fits import ReferencePeak, fit_report, published_peak
     from pooltk.memory.model import MemoryModelError
 
     kwargs: dict[str, Any] = {}
@@ -203,7 +203,7 @@ def _fits(args: argparse.Namespace, preset: Any, model: Any) -> Any:
         gib, source = args.reference_peak_gib, "--reference-peak-gib"
         kwargs["config"] = model.config
     else:
-        figure = next((f for f in preset.figures if f.name == "peak_memory_pooled_gib"), None)
+        figure = published_peak(preset)
         if figure is None:
             raise MemoryModelError(
                 "reference peak", found=f"none for {preset.name!r} (no published peak)",

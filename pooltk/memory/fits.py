@@ -31,7 +31,8 @@ from pooltk.memory.model import VARIANTS, Boundary, MemoryModelError, PipelineSh
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["DEVICES", "FIT_VARIANTS", "Device", "FitReport", "FitRow", "ReferencePeak", "fit_report", "get_device"]
+__all__ = ["DEVICES", "FIT_VARIANTS", "PUBLISHED_PEAK", "Device", "FitReport", "FitRow", "ReferencePeak", "fit_report", "get_device",
+           "published_peak"]
 
 GIB = 2**30
 
@@ -268,3 +269,16 @@ def fit_report(
         for i in range(shape.pp) for v in FIT_VARIANTS
     )
     return FitReport(device=dev, reference=reference, reference_stage=ref_stage, base_bytes=base, rows=rows, config=config)
+
+
+PUBLISHED_PEAK = "peak_memory_pooled_gib"
+"""The name of the figure a preset's published pooled peak goes by (the fits view's default anchor)."""
+
+
+def published_peak(preset: Any) -> Any:
+    """The :class:`~pooltk.memory.source.Figure` of ``preset``'s published pooled peak, or ``None`` if it has none.
+
+    Its value is in GiB and describes ``preset.config`` (the published run's policy and slack).
+    """
+    return next((f for f in preset.figures if f.name == PUBLISHED_PEAK), None)
+

@@ -26,7 +26,7 @@ from pooltk.memory.model import (
     slack_sweep,
 )
 from pooltk.memory.configs import Overrides, load_config
-from pooltk.memory.fits import DEVICES, FitReport, ReferencePeak, fit_report
+from pooltk.memory.fits import DEVICES, FitReport, ReferencePeak, fit_report, published_peak
 from pooltk.memory.model import TensorSpec
 from pooltk.memory.source import Preset
 from pooltk.studies.kimi_k3.presets import PRESETS, get_preset
@@ -254,7 +254,7 @@ def _fits(state: ExplorerState, source: Preset, model: MemoryModel, device: str 
     if reference_peak_gib:
         reference = ReferencePeak.from_gib(reference_peak_gib, config=model.config, source="explorer field")
     else:
-        figure = next((f for f in source.figures if f.name == "peak_memory_pooled_gib"), None)
+        figure = published_peak(source)
         if figure is None:
             state.fits_note = f"no reference peak for {source.name!r}: enter a measured or published peak (GiB)"
             return
@@ -486,7 +486,7 @@ def seed_story(devices: Sequence[str] = ("gb200-184.31", "gb200")) -> Any:
     import pandas as pd
 
     cal = get_preset("kimi-k3-gb200-2k-calibrated")
-    peak_gib = cal.figure("peak_memory_pooled_gib").value
+    peak_gib = published_peak(cal).value
     oom_mib = cal.figure("oom_margin_mib").value
     records = []
     for name in devices:
