@@ -430,7 +430,8 @@ def pipeline_from_overrides(o: Overrides, *, what: str = "pipeline shape", why: 
             found=f"no {', '.join(missing)}",
             required=f"{', '.join(field(f) for f in ('pp', 'seq_len', *needs))} and {field('microbatches')}, or {field('global_batch')} + "
             f"{field('micro_batch')} + {field('dp')}" + (f" ({why})" if why else ""),
-            fix=f"e.g. pp=8, microbatches=64, micro_batch=2, seq_len=2048 ({field('pp')} ...).",
+            fix="e.g. " + " ".join(f"{field(f)}={v}" for f, v in (("pp", 8), ("microbatches", 64), ("micro_batch", 2),
+                                                                   ("seq_len", 2048), *(("hidden", 7168),) * ("hidden" in needs))) + ".",
         )
     if o.microbatches is not None and (o.global_batch is not None or o.dp is not None):
         raise MemoryModelError(

@@ -89,6 +89,8 @@ def test_config_with_a_missing_key_names_it(capsys, tmp_path):
         (["--preset", "kimi-k3-gb200-2k-hidden", "--pp", "4"], "exactly one of --preset, --config"),
         ([], "exactly one of --preset"),
         (["--pp", "8", "--microbatches", "8"], "no --seq-len, --hidden"),
+        (["--pp", "8", "--microbatches", "8", "--dp", "2", "--seq-len", "8", "--hidden", "8"], "drop --microbatches, or drop --global-batch and --dp"),
+        (["--config", str(REPO / "data" / "configs" / "kimi_k3_text_config.json"), "--pp", "8"], "Fix: e.g. --pp=8 --microbatches=64"),
         (["--preset", "kimi-k3-gb200-2k-hidden", "--slack", "-1"], "PoolConfig.slack: found -1"),
     ],
 )
@@ -96,6 +98,7 @@ def test_bad_input_exits_2_with_found_required_fix(capsys, argv, needle):
     rc, out, err = _run(capsys, *argv)
     assert rc == 2 and out == ""
     assert needle in err and "Fix:" in err and "Traceback" not in err
+    assert "Overrides." not in err  # the library names its fields; the command line shows its flags
 
 
 def test_gpipe_with_the_pool_standing_down(capsys):

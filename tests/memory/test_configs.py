@@ -87,7 +87,7 @@ def test_hf_config_json_gives_the_model_and_flags_give_the_pipeline(tmp_path):
     p = load_hf_config(HF, Overrides(pp=8, microbatches=64, micro_batch=2, seq_len=2048))
     assert p.hidden == json.loads(HF.read_text())["hidden_size"] == known_model_config(K3).defaults["hidden_size"]
     assert p.boundary.forward_bytes == 56 * 2**20 and load_config(HF, Overrides(pp=8, microbatches=64, micro_batch=2, seq_len=2048)).hidden == 7168
-    with pytest.raises(MemoryModelError, match=r"found no Overrides\.seq_len.*Fix: e\.g\. pp=8"):
+    with pytest.raises(MemoryModelError, match=r"found no Overrides\.seq_len.*Fix: e\.g\. Overrides\.pp=8 "):
         load_hf_config(HF, Overrides(pp=8, microbatches=64))
     nested = tmp_path / "config.json"
     nested.write_text(json.dumps({"text_config": {"hidden_size": 2048, "torch_dtype": "float16"}}))
