@@ -18,7 +18,6 @@ torchtitan's ``tps`` is per device already: tokens / (time x non-data-parallel s
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from typing import Any
