@@ -12,7 +12,7 @@ See README.md for the whole toolkit (memory model, parity harness, log analysis)
 
 from pooltk.config import PoolConfig
 from pooltk.pool.gating import PoolSetupError
-from pooltk.pool.guard import PoolOverrunError
+from pooltk.pool.guard import PoolOverrunError, PoolReuseError
 from pooltk.pool.install import (
     InstallReport,
     PoolWarning,
@@ -31,6 +31,7 @@ __all__ = [
     "InstallReport",
     "PoolConfig",
     "PoolOverrunError",
+    "PoolReuseError",
     "PoolSetupError",
     "PoolWarning",
     "install",

@@ -21,6 +21,7 @@ from pooltk.pool.adapters.placeholders import PlaceholderFactory, materialize_al
 from pooltk.pool.adapters.stage_api import cached_forward, call_arg, input_grads
 from pooltk.pool.events import emit, kept_stock_event, pooled_event, rehome_event, unpooled_event
 from pooltk.pool.gating import GateDecision, PoolSetupError, decide, observe_schedule, refusal
+from pooltk.pool.guard import is_version_error, name_reuse
 from pooltk.pool.marks import mark
 from pooltk.pool.report import InstallReport
 from pooltk.pool.ring import DirectionRing, Rehome, recv_positions
@@ -121,7 +122,8 @@ def _rehome_reporter(stage: Any, st: StageState) -> Callable[[Rehome], None]:
         st.rehomed.add(ev.direction)
         emit(_sink(st.report), rehome_event(stage=ev.stage, direction=ev.direction, slot=ev.slot,
                                             position=ev.position, incoming=ev.incoming, nbytes=ev.nbytes,
-                                            holders=ev.holders, lent=ev.lent, first=first))
+                                            holders=ev.holders, lent=ev.lent, first=first,
+                                            check=ev.why))
 
     return on_rehome
 
@@ -231,6 +233,16 @@ def _first_use(stage: Any, ctx: Context | None) -> StageState | None:
     return st
 
 
+def _name_reuse(stage: Any, exc: RuntimeError, chunk: int | None) -> None:
+    """Re-raise autograd's version error as PoolReuseError where a slot of ``stage`` was bumped ([Note: naming the reuse])."""
+    st = stage_state(stage)
+    if st is None or not is_version_error(exc):
+        return
+    named = name_reuse(exc, stage=stage.stage_index, rings=st.rings(), microbatch=chunk)
+    if named is not None:
+        raise named from exc
+
+
 def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> dict[str, Callable]:
     """Runtime wrappers; each is a pass-through for stages the pool does not manage."""
     out: dict[str, Callable] = {}
@@ -293,7 +305,11 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
 
     @functools.wraps(bwd_one)
     def backward_one_chunk(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = bwd_one(self, *args, **kwargs)
+        try:
+            result = bwd_one(self, *args, **kwargs)
+        except RuntimeError as exc:
+            _name_reuse(self, exc, call_arg("backward_one_chunk", "bwd_chunk_id", args, kwargs))
+            raise
         st = stage_state(self)
         if st is None or not self.has_backward:
             return result
@@ -320,7 +336,11 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
 
         @functools.wraps(bwd_w)
         def backward_weight_one_chunk(self: Any, *args: Any, **kwargs: Any) -> Any:
-            result = bwd_w(self, *args, **kwargs)
+            try:
+                result = bwd_w(self, *args, **kwargs)
+            except RuntimeError as exc:
+                _name_reuse(self, exc, call_arg("backward_weight_one_chunk", "bwd_chunk_id", args, kwargs))
+                raise
             st = stage_state(self)
             if st is None:
                 return result

@@ -127,14 +127,18 @@ def kept_graph_event(stage: int, reason: str) -> PoolEvent:
                      message=f"pooltk: stage {stage} kept graph (reason={reason})", fields={"reason": reason})
 
 
+_HOLDER = {"views": "view(s) of it", "python": "Python reference(s) to the received tensor",
+           "c++": "C++ reference(s) to the received tensor (a DLPack export, or a saved tensor of a graph still alive)"}
+
+
 def rehome_event(*, stage: int, direction: str, slot: int, position: int, incoming: int, nbytes: int, holders: int,
-                 lent: bool, first: bool) -> PoolEvent:
+                 lent: bool, first: bool, check: str = "") -> PoolEvent:
     why = ("the previous microbatch's " + ("output" if direction == "forward" else "input gradient") + " shares it"
-           if lent else f"{holders} reference(s) outside the pool still hold it")
+           if lent else f"{holders} {_HOLDER.get(check, 'reference(s)')} outside the pool still hold it")
     msg = (f"pooltk: stage {stage} {direction} slot {slot} re-homed ({nbytes} bytes): {why} when "
            f"microbatch {incoming} posts its receive (a stage output or input gradient that is a view of a "
            "received buffer, or a tensor kept by a hook); the holders keep the old storage and the slot gets "
            "a fresh one (copy on conflict). Later re-homes of this ring are logged at DEBUG and counted.")
     return PoolEvent(kind="re-homed", stage=stage, level=logging.WARNING if first else logging.DEBUG, message=msg,
                      fields={"direction": direction, "slot": slot, "position": position, "bytes": nbytes,
-                             "incoming": incoming, "holders": holders, "lent": lent})
+                             "incoming": incoming, "holders": holders, "lent": lent, "check": check})

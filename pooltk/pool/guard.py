@@ -27,11 +27,13 @@ with "modified by an inplace operation" rather than reading new data.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["PoolOverrunError", "SlotOwnership", "bump_version", "find_overrun"]
+__all__ = ["PoolOverrunError", "PoolReuseError", "SlotOwnership", "bump_version", "find_overrun", "is_version_error",
+           "name_reuse"]
 
 
 class PoolOverrunError(RuntimeError):
@@ -84,6 +86,83 @@ def find_overrun(exc: BaseException | None) -> PoolOverrunError | None:
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
+    return None
+
+
+# [Note: naming the reuse]
+# The version bump turns a read of overwritten data into autograd's own error ("one of the
+# variables needed for gradient computation has been modified by an inplace operation"), which
+# names neither pooltk nor the slot. Copy on conflict re-homes every slot it sees held, so a bump
+# reaches saved data only through a holder it cannot see. When a backward on a pooled stage raises
+# that error and a slot of that stage was bumped in this step, the wrapper re-raises it as
+# :class:`PoolReuseError` with the stage, direction, slot, the microbatch that re-used it and the
+# one that had received there, and the fix; autograd's error is chained. Which slot: the one whose
+# version autograd quotes ("is at version N") where that is readable, else every slot bumped in
+# the step is listed.
+
+_VERSION = re.compile(r"is at version (\d+); expected version (\d+)")
+
+
+class PoolReuseError(RuntimeError):
+    """A backward read a tensor that a pooled slot's re-use had bumped: autograd's error, named.
+
+    Fields: ``stage``, ``direction``, ``slots`` (``[(slot, reused_by, previous)]``), ``microbatch``
+    (the backward that failed), ``rank``; ``cause`` is autograd's message. Picklable.
+    """
+
+    FIELDS = ("stage", "direction", "slots", "microbatch", "cause", "rank")
+
+    def __init__(self, *, stage: int, direction: str, slots: list, microbatch: int | None, cause: str,
+                 rank: int | None = None) -> None:
+        self.stage, self.direction, self.slots, self.microbatch = stage, direction, [tuple(x) for x in slots], microbatch
+        self.cause, self.rank = cause, rank
+        where = "" if rank is None else f"[rank {rank}] "
+        which = "; ".join(f"slot {s} re-used by microbatch {r} (microbatch {p} had received there)"
+                          for s, r, p in self.slots)
+        super().__init__(
+            f"{where}pooltk: stage {stage} {direction} ring: the backward of microbatch {microbatch} read a "
+            f"received tensor after pooltk re-used its buffer ({which}); the version bump made autograd refuse "
+            "instead of reading the next microbatch's data. Something the pool cannot see still held that tensor "
+            "with its graph (a tensor the model keeps across microbatches or steps, e.g. self.prev = x). "
+            "Fix: keep it without its graph (x.detach(), or x.detach().clone() to keep the values), or raise "
+            f"the slack (PoolConfig(slack=...)) so the slot is re-used later. Autograd said: {cause}"
+        )
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    @classmethod
+    def from_dict(cls, fields: dict) -> "PoolReuseError":
+        return cls(**{name: fields.get(name) for name in cls.FIELDS})
+
+    def __reduce__(self):  # noqa: ANN204 - picklable across spawned ranks
+        return _rebuild_reuse, (self.to_dict(),)
+
+
+def _rebuild_reuse(fields: dict) -> PoolReuseError:
+    return PoolReuseError.from_dict(fields)
+
+
+def is_version_error(exc: BaseException) -> bool:
+    """True for autograd's "modified by an inplace operation" error."""
+    return isinstance(exc, RuntimeError) and "modified by an inplace operation" in str(exc)
+
+
+def name_reuse(exc: RuntimeError, *, stage: int, rings: dict, microbatch: int | None) -> PoolReuseError | None:
+    """The :class:`PoolReuseError` for autograd's ``exc`` on a stage with ``rings``, or None if no slot was bumped.
+
+    ``rings`` maps direction -> ring (with ``bumps``: slot -> (reused_by, previous) this step, and ``slots``).
+    """
+    quoted = _VERSION.search(str(exc))
+    version = int(quoted.group(1)) if quoted else None
+    for direction, ring in rings.items():
+        bumped = [(slot, r, p) for slot, (r, p) in sorted(ring.bumps.items())]
+        if version is not None:
+            exact = [b for b in bumped if any(t._version == version for t in ring.slots[b[0]])]
+            bumped = exact or bumped
+        if bumped:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return PoolReuseError(stage=stage, direction=direction, slots=bumped, microbatch=microbatch, cause=first)
     return None
 
 

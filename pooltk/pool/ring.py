@@ -38,7 +38,7 @@ __all__ = ["DirectionRing", "Rehome", "recv_positions", "storage_holders"]
 # tells the pool; it cannot see a stage output that is (a view of) its input, kept in
 # ``output_chunks`` until the step ends or sent downstream; an input gradient that is a view
 # of the received gradient, sent upstream; or a tensor a hook stored. So, with the guard on,
-# before re-posting slot ``s`` the ring checks three things about the previous microbatch
+# before re-posting slot ``s`` the ring checks these things about the previous microbatch
 # ``p`` that used it, and if any holds it *re-homes* the slot:
 #
 # 1. *lent*: one of ``p``'s stage outputs (forward ring) or input gradients (grad ring)
@@ -50,12 +50,21 @@ __all__ = ["DirectionRing", "Rehome", "recv_positions", "storage_holders"]
 #    (``p``'s ``_RecvInfo`` entries go back to the resting alias first). Any more is a view
 #    or another tensor on the storage that someone outside the pool holds;
 # 3. *the alias itself*: a holder of ``p``'s alias object (a hook that kept its input, a
-#    list) shares no new tensor, so its Python references are counted instead. The ring
-#    parks the alias as the ``.grad`` of a private anchor tensor, so a C++ holder always
-#    exists and references from torch's C++ side (the autograd graph of the loss that
-#    torch keeps until the step ends; saved tensors, which the version bump covers) never
-#    change the count; only references from Python code do. The count of an unheld alias
-#    is calibrated once per ring, with the same code path.
+#    list) shares no new tensor, so its Python references are counted instead; and a holder
+#    from C++ (a DLPack export: ``torch.from_dlpack(x)``, ``np.from_dlpack(x)``, which raise
+#    neither the storage's use count nor the alias's Python references; a saved tensor of a
+#    graph that is still alive, such as the next microbatch's forward saving ``self.prev``)
+#    raises the alias's own use count (``Tensor._use_count``). The ring parks the alias as the
+#    ``.grad`` of a private anchor tensor so both counts have a fixed base, calibrated once per
+#    ring with the same code path. These C++ holders could be counted only once the schedule's
+#    own kept graphs stopped holding every input until step end ([Note: releasing what the
+#    schedule keeps] in release.py): before that, every last-stage alias looked held.
+#
+# A cache keyed by ``x.data_ptr()`` is not a holder any check can see: an address outlives every
+# reference, and pooled slots repeat their addresses every K receives (stock's repeat every step,
+# fresh buffers whenever the allocator hands freed memory back). Intercepting ``data_ptr`` would
+# also flag every kernel launcher and CUDA-graph address check, whose point is stable addresses;
+# pooltk does not, and documents the limit (docs/safety.md; a test shows it).
 #
 # Re-homing leaves the old storage to its holders (it lives exactly as long as they do) and
 # gives the slot a fresh storage of the same shape, dtype and device, which the receive
@@ -67,8 +76,10 @@ __all__ = ["DirectionRing", "Rehome", "recv_positions", "storage_holders"]
 # ``guard=False`` none of this runs (the negative controls show what an unchecked ring does).
 #
 # What the checks cannot see: a Python ``UntypedStorage`` object for the slot kept by user
-# code, and a C++-only holder of the alias object that later reads it without autograd
-# (a custom extension keeping the tensor); neither occurs in torch's schedules.
+# code; an address kept as a number (above); a raw pointer taken in C++ without a reference.
+# Where a re-post still bumps the version of something autograd saved, the backward's error is
+# re-raised as :class:`pooltk.pool.guard.PoolReuseError` naming the stage, slot and microbatch
+# ([Note: naming the reuse] in guard.py).
 # ----------------------------------------------------------------------------------------
 
 _OWN_HOLDERS = 3
@@ -110,24 +121,26 @@ def _alias(slot: torch.Tensor, requires_grad: bool) -> torch.Tensor:
 class Rehome:
     """One copy-on-conflict event (see [Note: copy on conflict])."""
 
-    __slots__ = ("stage", "direction", "slot", "position", "incoming", "nbytes", "holders", "lent")
+    __slots__ = ("stage", "direction", "slot", "position", "incoming", "nbytes", "holders", "lent", "why")
 
     def __init__(self, *, stage: int, direction: str, slot: int, position: int, incoming: int, nbytes: int,
-                 holders: int, lent: bool) -> None:
+                 holders: int, lent: bool, why: str = "") -> None:
         self.stage, self.direction, self.slot, self.position = stage, direction, slot, position
         self.incoming, self.nbytes = incoming, nbytes
         self.holders = holders
         """References from outside the pool found on the old storage (views, or to the alias itself)."""
         self.lent = lent
         """True when the previous microbatch's output / input gradient shared the slot's storage."""
+        self.why = why
+        """Which check saw the holder: ``lent``, ``views``, ``python`` or ``c++``."""
 
 
 class DirectionRing:
     """K buffer sets for one direction of one stage, reused round-robin by M microbatches."""
 
     __slots__ = ("stage", "direction", "size", "n_microbatches", "positions", "slots", "ownership", "_posted",
-                 "peak_owned", "_infos", "_resting", "_current", "_anchors", "_lent", "_py_base", "_requires_grad",
-                 "rehomes", "rehomed_bytes", "on_rehome")
+                 "peak_owned", "_infos", "_resting", "_current", "_anchors", "_lent", "_py_base", "_cpp_base",
+                 "_requires_grad", "bumps", "rehomes", "rehomed_bytes", "on_rehome")
 
     def __init__(
         self,
@@ -157,7 +170,10 @@ class DirectionRing:
         self._anchors: list[list[torch.Tensor]] = []
         self._lent: set[int] = set()
         self._py_base = 0
+        self._cpp_base = 0
         self._requires_grad: list[bool] = []
+        self.bumps: dict[int, tuple[int, int]] = {}
+        """slot -> (microbatch that re-used it, previous owner) at its last version bump this step."""
         self.rehomes = 0
         """Slots given fresh storage because a holder outside the pool still referenced the old one."""
         self.rehomed_bytes = 0
@@ -178,14 +194,19 @@ class DirectionRing:
                 infos[j].buffer = r
         if self.ownership is not None:
             self._anchors = [[_anchor(t) for t in tensors] for tensors in self.slots]
-            probe = [_alias(t, rg) for t, rg in zip(self.slots[0], self._requires_grad)]
+            probe = self._hand_out(0)
             self._anchors[0][0].grad = probe[0]
             self._py_base = self._py_refs(probe, 0)
+            self._cpp_base = probe[0]._use_count()
             self._anchors[0][0].grad = None
 
     @staticmethod
     def _py_refs(aliases: list[torch.Tensor], k: int) -> int:
         return sys.getrefcount(aliases[k])
+
+    def _hand_out(self, slot: int) -> list[torch.Tensor]:
+        """Fresh aliases of ``slot``'s tensors (see [Note: fresh aliases])."""
+        return [_alias(t, rg) for t, rg in zip(self.slots[slot], self._requires_grad)]
 
     # -- runtime ---------------------------------------------------------------------
     def post(self, chunk: int, infos: tuple) -> None:
@@ -202,8 +223,7 @@ class DirectionRing:
             if prev is not None:
                 self._retire(prev)
                 self._check(slot, prev, chunk)
-            tensors = self.slots[slot]
-            fresh = [_alias(t, rg) for t, rg in zip(tensors, self._requires_grad)]
+            fresh = self._hand_out(slot)
             self._current[slot] = (chunk, fresh)
             for anchor, a in zip(self._anchors[slot], fresh):
                 anchor.grad = a
@@ -245,6 +265,7 @@ class DirectionRing:
             for cur in self._current:
                 if cur is not None:
                     self._retire(cur)
+            self.bumps.clear()
 
     # -- internals ---------------------------------------------------------------------
     def _retire(self, cur: tuple[int, list[torch.Tensor]]) -> None:
@@ -266,13 +287,17 @@ class DirectionRing:
         for k, t in enumerate(self.slots[slot]):
             views = storage_holders(t) - _OWN_HOLDERS
             held = self._py_refs(aliases, k) - self._py_base
-            if lent or views > 0 or held > 0:
-                self._rehome(slot, k, incoming, max(views, 0) + max(held, 0), lent)
+            cpp = aliases[k]._use_count() - self._cpp_base
+            why = "lent" if lent else "views" if views > 0 else "python" if held > 0 else "c++" if cpp > 0 else ""
+            if why:
+                self._rehome(slot, k, incoming, max(views, 0) + max(held, 0) + max(cpp, 0), lent, why)
             else:
                 stale.append(t)
+        if stale:
+            self.bumps[slot] = (incoming, prev[0])
         bump_version(stale)
 
-    def _rehome(self, slot: int, k: int, incoming: int, holders: int, lent: bool) -> None:
+    def _rehome(self, slot: int, k: int, incoming: int, holders: int, lent: bool, why: str) -> None:
         old = self.slots[slot][k]
         new = torch.empty_like(old, memory_format=torch.preserve_format)
         self.slots[slot][k] = new
@@ -289,7 +314,7 @@ class DirectionRing:
         self.rehomed_bytes += nbytes
         if self.on_rehome is not None:
             self.on_rehome(Rehome(stage=self.stage, direction=self.direction, slot=slot, position=j,
-                                  incoming=incoming, nbytes=nbytes, holders=holders, lent=lent))
+                                  incoming=incoming, nbytes=nbytes, holders=holders, lent=lent, why=why))
 
     # -- accounting ------------------------------------------------------------------
     @property
