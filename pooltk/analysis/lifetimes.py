@@ -418,15 +418,19 @@ def live_table(schedule: str | type | ScheduleShape, /, **shape: Any) -> pd.Data
     """Tidy per-stage table for one schedule shape, one row per (stage, direction).
 
     Columns: schedule, pp, vpp, n_microbatches, defer_pp_recv, forward_only, stage, rank,
-    direction, stock_buffers (what stock torch allocates), live_peak (peak live buffers),
+    direction, stock_buffers (what stock torch 2.11-2.14 allocates), lazy_buffers (what stock torch
+    >= 2.15 holds: :func:`pooltk.analysis.lazy.lazy_holds`, measured for training steps), live_peak (peak live buffers),
     ring_min (smallest safe ``c mod K`` ring; equals live_peak when receives are posted
     and released in microbatch order), handoff (True where the input arrives by a
     same-rank V-schedule handoff, not a receive). Arguments as for :func:`lifetimes`.
     """
     import pandas as pd
 
+    from pooltk.analysis.lazy import lazy_holds
+
     prog, spans = analyse(as_shape(schedule, **shape))
     peaks = live_sets_of(prog, spans)
+    lazy = lazy_holds(peaks, prog.num_stages, prog.n_microbatches)
     rows = []
     for stage in range(prog.num_stages):
         for d in DIRECTIONS:
@@ -442,6 +446,7 @@ def live_table(schedule: str | type | ScheduleShape, /, **shape: Any) -> pd.Data
                     "rank": prog.stage_to_rank[stage],
                     "direction": d,
                     "stock_buffers": _stock(prog, stage, d),
+                    "lazy_buffers": lazy[(stage, d)],
                     "live_peak": peaks[(stage, d)],
                     "ring_min": min_safe_ring(spans, stage, d, prog.n_microbatches),
                     "handoff": _handoff(prog, stage, d),

@@ -88,6 +88,7 @@ def _totals(table: Any, name: str, pp: int, vpp: int, m: int, defer: bool, forwa
         "n_microbatches": m,
         "defer_pp_recv": defer,
         "stock": int(table["stock_buffers"].sum()),
+        "stock_lazy": int(table["lazy_buffers"].sum()),
         "per_stage_direction": slots.per_stage_direction,
         "per_rank_direction": slots.per_rank_direction,
         "per_rank": slots.per_rank,
@@ -189,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    shown = ["stage", "rank", "direction", "stock_buffers", "live_peak", "tight", "handoff"]
+    shown = ["stage", "rank", "direction", "stock_buffers", "lazy_buffers", "live_peak", "tight", "handoff"]
     for total, (key, group) in zip(totals, table.groupby(keys, sort=False)):
         name, pp, vpp, m, defer = key  # type: ignore[misc]
         print(
@@ -198,11 +199,12 @@ def run(args: argparse.Namespace) -> int:
             + ("  forward-only" if args.forward_only else "")
             + f"  (tight = live + slack {slack} / grad slack {grad_slack}, at most M)"
         )
-        view = group[shown].rename(columns={"stock_buffers": "stock", "live_peak": "live"})
+        view = group[shown].rename(columns={"stock_buffers": "stock", "lazy_buffers": "stock-lazy", "live_peak": "live"})
         view = view.assign(handoff=view["handoff"].map({True: "local", False: ""}))
         print(view.to_string(index=False))
         print(
-            f"   sets: stock {total['stock']}, tight {total['tight']}; slots at the live peak: "
+            f"   sets: stock {total['stock']}, stock-lazy (torch >= 2.15) {total['stock_lazy']}, tight {total['tight']}; "
+            "slots at the live peak: "
             f"per stage+direction {total['per_stage_direction']}, shared per rank+direction "
             f"{total['per_rank_direction']}, shared per rank {total['per_rank']}\n"
         )

@@ -75,7 +75,6 @@ def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microb
     """
     import pandas as pd
 
-    from pooltk.analysis.lazy import lazy_holds
     from pooltk.analysis.lifetimes import live_table
 
     rows = []
@@ -83,8 +82,6 @@ def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microb
         vpp = _stages_per_rank(name)
         table = live_table(name, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp)
         n_stages = pp * vpp
-        held = lazy_holds({(int(r.stage), r.direction): int(r.live_peak) for r in table.itertuples()},
-                          n_stages, n_microbatches)
         for stage in range(n_stages):
             part = table[table.stage == stage].set_index("direction")
             stock = int(part.stock_buffers.sum())
@@ -100,7 +97,7 @@ def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microb
             else:
                 seed = stock
             rows.append({"schedule": name, "pp": pp, "vpp": vpp, "n_microbatches": n_microbatches, "stage": stage,
-                         "stock": stock, "stock_lazy": sum(held[(stage, d)] for d in DIRECTIONS), "seed_allowlist": seed, "pooltk_auto": auto, "live_peak": live})
+                         "stock": stock, "stock_lazy": int(part.lazy_buffers.sum()), "seed_allowlist": seed, "pooltk_auto": auto, "live_peak": live})
     return pd.DataFrame(rows)
 
 
