@@ -266,3 +266,20 @@ def test_import_pooltk_and_plan_auto_rings_in_an_environment_with_torch_alone(tm
                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("ok ") and out.stdout.rstrip().endswith("[]"), out.stdout
+
+
+# Modules that still spell the two directions themselves (issue 22: "Direction defined 3 times and
+# ("forward", "grad") written 12 times"); each is to import DIRECTIONS from pooltk.analysis.lifetimes.
+DIRECTIONS_STILL_SPELLED = frozenset({"pooltk/parity/worker.py", "pooltk/parity/schedule_check.py",
+                                      "pooltk/parity/launch.py", "pooltk/parity/tables.py", "pooltk/pool/gating.py"})
+
+
+def test_the_two_directions_are_spelled_once_in_analysis_lifetimes() -> None:
+    import re
+
+    spelled = re.compile(r"""[\(\[]\s*["']forward["']\s*,\s*["']grad["']\s*[\)\]]""")
+    home = "pooltk/analysis/lifetimes.py"
+    found = {str(p.relative_to(ROOT)) for p in PKG.rglob("*.py") if spelled.search(p.read_text())}
+    assert home in found, "Direction / DIRECTIONS live in pooltk.analysis.lifetimes"
+    new = sorted(found - {home} - DIRECTIONS_STILL_SPELLED)
+    assert not new, f"import DIRECTIONS (and Direction) from pooltk.analysis.lifetimes instead of spelling them: {new}"
