@@ -28,7 +28,7 @@ from tools.compat_matrix.spec import BEGIN, END  # noqa: E402
 from tools.compat_matrix.table import table  # noqa: E402
 
 DOC = REPO / "docs" / "torch-compat.md"
-RECORDED = REPO / "docs" / "compat" / "matrix-2026-11-30.json"
+RECORDED = sorted((REPO / "docs" / "compat").glob("matrix-*.json"))[-1]  # the newest published matrix
 VERDICT_KEYS = ("outcome", "problems", "layout", "installed")
 
 
@@ -57,9 +57,25 @@ def test_a_pooled_release_with_bitwise_parity_and_both_controls_caught_is_pooled
     assert (v.outcome, v.problems, v.layout, v.installed) == ("pooled-bitwise", [], "prepare-infra", True)
 
 
-def test_the_lazy_release_that_stood_down_with_stock_runs_is_stands_down(recorded):
+def test_the_lazy_release_with_the_release_installed_and_its_last_stage_down_from_m_is_released_bitwise(recorded):
     v = judge(_row(recorded, "2.15.0"))
-    assert (v.outcome, v.problems, v.layout, v.installed) == ("stands-down", [], "lazy", False)
+    assert (v.outcome, v.problems, v.layout, v.installed) == ("released-bitwise", [], "lazy", True)
+
+
+def test_a_released_row_whose_last_stage_still_holds_m_buffers_fails(recorded):
+    row = _row(recorded, "2.15.0")
+    last = str(max(int(s) for s in row["bytes"]["stock"]["sets"]))
+    for counted in row["bytes"]["released"].values():
+        counted["sets"][last][0] = row["bytes"]["stock"]["sets"][last][0]
+    v = judge(row)
+    assert v.outcome == "FAIL" and any("last stage peak" in p for p in v.problems)
+
+
+def test_a_row_whose_unit_tests_failed_in_its_env_fails(recorded):
+    row = _row(recorded, "2.13.0")
+    row["tests"]["unit"].update(failed=1, failures=["tests.unit.test_x::test_y: AssertionError"])
+    v = judge(row)
+    assert v.outcome == "FAIL" and any(p.startswith("tests/unit") for p in v.problems)
 
 
 def test_a_pooled_release_whose_guard_let_an_overrun_through_fails(recorded):

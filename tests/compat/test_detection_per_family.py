@@ -73,7 +73,7 @@ def test_detection_ignores_the_version_string(fake_torch, monkeypatch):
 def test_eager_families_make_only_k_sets_and_name_their_setup_methods(fake_torch, release):
     mods = fake_torch(load_shape(release))
     layout = detect().layout
-    assert not layout.stands_down and len(layout.setup_targets) == 3
+    assert not layout.per_receive and len(layout.setup_targets) == 3
     assert all(t.alloc_free for t in layout.setup_targets)  # _make_tensor_from_meta exists in every eager release
     stage = mods["stage"]
     for t in layout.setup_targets:
@@ -99,12 +99,25 @@ def test_prepare_infra_without_the_meta_factory_keeps_torch_allocating_all_m(fak
     assert "all M sets are made" in layout.note
 
 
-def test_lazy_family_stands_down_with_the_reason(fake_torch):
+def test_lazy_family_installs_the_release_alone_and_says_so(fake_torch):
+    mods = fake_torch(load_shape("2.15.0"))
+    report = pooltk.install()
+    assert report.installed is True and report.layout == "lazy"
+    assert (report.mode, report.rings, report.release, report.alloc_free) == ("release", False, True, False)
+    assert "allocate_buffer" in report.reason and "only the last-stage release" in report.reason
+    assert "mode=release" in report.events[0].message
+    base = mods["stage"]._PipelineStageBase
+    wrapped = {m for m in vars(base) if hasattr(vars(base)[m], "__pooltk_original__")}
+    assert {"forward_one_chunk", "backward_one_chunk", "clear_runtime_states"} <= wrapped
+    assert not wrapped & {"get_fwd_recv_ops", "get_bwd_recv_ops"}  # no rings: receive posts stay torch's own
+    pooltk.uninstall()
+
+
+def test_lazy_family_with_the_release_turned_off_stands_down_with_the_reason(fake_torch):
     fake_torch(load_shape("2.15.0"))
-    with pytest.warns(PoolWarning, match="stands down"):
-        report = pooltk.install()
-    assert report.installed is False and report.layout == "lazy"
-    assert "allocate_buffer" in report.reason and "stands down" in report.reason
+    with pytest.warns(PoolWarning, match="release=False"):
+        report = pooltk.install(release=False)
+    assert report.installed is False and report.layout == "lazy" and report.mode == "stock"
 
 
 def test_lazy_family_is_still_recognised_if_the_recv_buffers_module_moves(fake_torch):
@@ -125,14 +138,11 @@ def test_install_then_uninstall_restores_every_class_attribute_exactly_on_each_r
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         report = pooltk.install(slack=1)
-    stands_down = expected_family(release) == "lazy"
-    assert report.installed is (not stands_down)
-    if stands_down:
-        assert _snapshot(mods) == before
-        assert pooltk.uninstall() is False
-        return
+    assert report.installed
     base = mods["stage"]._PipelineStageBase
-    assert all(hasattr(vars(base)[m], "__pooltk_original__") for m in HOT_METHODS)
+    lazy = expected_family(release) == "lazy"
+    wrapped = ("forward_one_chunk", "backward_one_chunk", "clear_runtime_states") if lazy else HOT_METHODS
+    assert all(hasattr(vars(base)[m], "__pooltk_original__") for m in wrapped)
     assert _snapshot(mods) != before
     assert pooltk.uninstall() is True
     after = _snapshot(mods)

@@ -50,21 +50,23 @@ def test_this_torch_is_detected_as_the_family_of_its_release_line():
     assert d.layout.name == expected, d.reason
 
 
-def test_install_pools_or_stands_down_and_uninstall_restores_exactly(clean_install, fresh_warnings):
+def test_install_pools_or_releases_and_uninstall_restores_exactly(clean_install, fresh_warnings):
     layout = detect().layout
     before = _snapshot()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         report = pooltk.install(slack=1)
-    if layout is None or layout.stands_down:
+    if layout is None:
         assert report.installed is False and report.reason
         assert any(issubclass(w.category, PoolWarning) for w in caught)
         assert _snapshot() == before
         assert pooltk.uninstall() is False
         return
     assert report.installed and report.layout == layout.name
+    assert report.mode == ("release" if layout.per_receive else "rings+release")
     base = _classes()[0]
-    assert all(hasattr(vars(base)[m], "__pooltk_original__") for m in HOT_METHODS)
+    wrapped = ("forward_one_chunk", "backward_one_chunk", "clear_runtime_states") if layout.per_receive else HOT_METHODS
+    assert all(hasattr(vars(base)[m], "__pooltk_original__") for m in wrapped)
     for t in layout.setup_targets:
         assert hasattr(vars(t.owner)[t.name], "__pooltk_original__")
     assert pooltk.uninstall() is True
@@ -100,7 +102,7 @@ MOVE_AND_INSTALL = textwrap.dedent(
 
 def test_a_moved_setup_method_fails_open_with_a_warning_and_touches_nothing(tmp_path):
     layout = detect().layout
-    if layout is None or layout.stands_down:
+    if layout is None or layout.per_receive:
         pytest.skip(f"this torch's layout ({layout.name if layout else None}) has no setup method to move")
     script = tmp_path / "move.py"
     script.write_text(MOVE_AND_INSTALL)

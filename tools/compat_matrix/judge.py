@@ -61,9 +61,10 @@ def judge(row: dict[str, Any]) -> Verdict:
 
     if layout != row["expected_layout"]:
         problems.append(f"layout {layout!r} detected, {row['expected_layout']!r} expected for this release")
-    compat = row["tests"]["compat"]
-    if compat.get("failed") or compat.get("errors") or not compat.get("passed"):
-        problems.append(f"tests/compat: {compat}")
+    for name in ("compat", "unit"):  # the release's own venv runs both; a failure there is a failure
+        res = row["tests"][name]
+        if res.get("failed") or res.get("errors") or not res.get("passed"):
+            problems.append(f"tests/{name}: {res}")
     pos, neg = row["parity"], row["negative"]
     for name, res in [("parity", pos), *neg.items()]:
         if "error" in res and not (name.startswith("guard_on") and res.get("error") == "PoolOverrunError"):
