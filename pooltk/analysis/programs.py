@@ -86,7 +86,11 @@ __all__ = [
 COMPUTE_KINDS: tuple[str, ...] = ("F", "B", "I", "W")
 EVENT_KINDS: tuple[str, ...] = COMPUTE_KINDS + ("RECV_F", "RECV_B", "SEND_F", "SEND_B")
 # Actions torch's lowering adds that neither post, read nor release a receive buffer.
-_INERT_KINDS: frozenset[str] = frozenset({"UNSHARD", "RESHARD", "REDUCE_GRAD"})
+INERT_KINDS: frozenset[str] = frozenset({"UNSHARD", "RESHARD", "REDUCE_GRAD", "WAIT_SEND_F", "WAIT_SEND_B",
+                                        "WAIT_REDUCE_GRAD"})
+"""Action kinds that neither post, consume nor release a receive buffer: FSDP unshard / reshard / gradient
+reduction, and torch 2.15's waits on sends and reductions."""
+_INERT_KINDS = INERT_KINDS
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleShape:
@@ -239,6 +243,9 @@ class _RecordingStage(_StandInStage):
             self._log.append(("W", self.stage_index, k))
 
     def perform_reduce_grad(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def release_fwd_send_outputs(self, k: int) -> None:  # torch 2.15: a sent activation let go early
         return None
 
     def clear_runtime_states(self) -> None:

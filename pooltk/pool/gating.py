@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pooltk.analysis.catalog import ALLOWLIST, schedule_key
+from pooltk.analysis.programs import INERT_KINDS
 from pooltk.pool.adapters.stage_api import GUARDED_STAGE_METHODS
 from pooltk.pool.sizing import ring_from_live
 
@@ -252,7 +253,7 @@ def _order_events(order: dict, rank: int) -> list[tuple[str, int, int]]:
         subs = action.sub_actions if getattr(action, "sub_actions", None) else (action,)
         for a in subs:
             kind = a.computation_type.value
-            if kind in ("UNSHARD", "RESHARD", "REDUCE_GRAD"):
+            if kind in INERT_KINDS:
                 continue
             out.append((kind, a.stage_index, a.microbatch_index))
     return out
