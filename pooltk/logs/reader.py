@@ -145,14 +145,16 @@ class LogTable:
 
 
 def _first_hits(lines: Any, head: int = 200_000) -> dict[str, int]:
-    """For each format, the first line (0-based) of ``lines``' head holding its signature."""
-    part = lines.head(head)
-    hits: dict[str, int] = {}
-    for mod in _DETECT_ORDER:
-        found = part.str.contains(mod.DETECT).arg_true()
-        if found.len():
-            hits[mod.FORMAT] = int(found[0])
-    return hits
+    """For each format, the first line (0-based) holding its signature: in the head, else anywhere."""
+    for part in (lines.head(head), lines) if lines.len() > head else (lines,):
+        hits: dict[str, int] = {}
+        for mod in _DETECT_ORDER:
+            found = part.str.contains(mod.DETECT).arg_true()
+            if found.len():
+                hits[mod.FORMAT] = int(found[0])
+        if hits:
+            return hits
+    return {}
 
 
 def _no_format(path: str, lines: Any, src: Source | None, n: int) -> LogFormatError:

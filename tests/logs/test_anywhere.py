@@ -200,6 +200,13 @@ def test_an_unknown_envelope_gets_an_error_that_names_it_and_the_format_flag(tmp
     assert "first step" not in err
 
 
+def test_an_sbatch_output_whose_srun_section_starts_late_is_read(tmp_path):
+    setup = [f"+ module load cuda/12.{i % 9}  # sbatch preamble line {i}, long enough to fill space quickly" for i in range(260_000)]
+    records = [f"{s % 4:3d}: " + _titan(s, f"01:00:{s % 60:02d}") for s in range(1, 41)]
+    table = read_log_file(_write(tmp_path / "slurm-4242.out", setup + records))  # ~21 MiB before the first record
+    assert list(table.steps["step"]) == list(range(1, 41)) and set(table.steps["task"]) == {0, 1, 2, 3}
+
+
 # --------------------------------------------------------------------------- runs as a user means them
 
 def _titan(step: int, clock: str, rank: int | None = None) -> str:
