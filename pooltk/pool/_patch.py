@@ -257,6 +257,9 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
             if ring is not None:
                 chunk = call_arg("get_fwd_recv_ops", "fwd_chunk_id", args, kwargs)
                 ring.post(chunk, self.args_recv_info[chunk])
+                ops = get_fwd(self, *args, **kwargs)
+                ring.note_ops(chunk, ops)
+                return ops
             return get_fwd(self, *args, **kwargs)
 
         out["get_fwd_recv_ops"] = get_fwd_recv_ops
@@ -271,6 +274,9 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
             if ring is not None and self.has_backward:
                 chunk = call_arg("get_bwd_recv_ops", "bwd_chunk_id", args, kwargs)
                 ring.post(chunk, self.grad_recv_info[chunk])
+                ops = get_bwd(self, *args, **kwargs)
+                ring.note_ops(chunk, ops)
+                return ops
             return get_bwd(self, *args, **kwargs)
 
         out["get_bwd_recv_ops"] = get_bwd_recv_ops

@@ -23,10 +23,13 @@ merged output carry no graph (``requires_grad`` False), which nothing could use 
 saved tensors were already freed by the backward. Outputs are replaced in
 ``output_chunks``, never detached in place, so an output the user's own code kept (stored by the
 model) keeps its graph: that is a real holder, and copy on conflict re-homes the slot it holds, as
-before. The loss is replaced in the schedule's list where the schedule was seen at setup (eager
-layouts); otherwise (the lazy layout, where the pool never reads the call stack: reading a running
-frame's locals pins them until it returns, measured as one more live buffer per stage) the loss
-object itself is detached in place, as torch detaches the last stage's outputs.
+before. The loss object itself is detached in place (``detach_()``, as torch detaches the last
+stage's outputs): besides the schedule's list, the step's own local variable holds it until the
+next backward, which with a one-slot ring is after the next receive is posted (measured: every
+re-post re-homed at slack 0 while only the list entry was replaced). A loss that is a view cannot
+be detached in place; it is replaced in the schedule's list where the schedule was seen at setup
+(eager layouts; the lazy layout never reads the call stack, since reading a running frame's locals
+pins them until it returns, measured as one more live buffer per stage).
 
 The graph is kept (and the reason logged once) only for a loss that is a view with no schedule to
 find it in. Turning the release off: ``PoolConfig(release=False)``.
@@ -99,13 +102,13 @@ def release_chunk(stage: Any, state: StageState, chunk: int, loss: Any) -> None:
     if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
         state.released += 1
         return
+    if not loss._is_view():  # the object itself: the schedule's list and its step's local both hold it
+        loss.detach_()
+        state.released += 1
+        return
     schedule = state.schedule() if state.schedule is not None else None
     losses = schedule_losses(schedule) if schedule is not None else None
     if losses is not None and _replace_by_identity(losses, loss, loss.detach()):
-        state.released += 1
-        return
-    if not loss._is_view():  # the schedule's own object, detached in place (as torch does its outputs)
-        loss.detach_()
         state.released += 1
         return
     _keep(stage, state, "the loss is a view (it cannot be detached in place) and the schedule that keeps it was not "

@@ -60,6 +60,12 @@ __all__ = ["DirectionRing", "Rehome", "recv_positions", "storage_holders"]
 #    own kept graphs stopped holding every input until step end ([Note: releasing what the
 #    schedule keeps] in release.py): before that, every last-stage alias looked held.
 #
+# Two references torch's own step keeps are not holders: the receive ops it built for ``p``
+# (``P2POp.tensor`` is ``p``'s alias; the step keeps the list in a local until its next receive,
+# which with a one-slot ring is this very re-post) are done before ``p``'s forward ran, so the
+# ring points them at the resting alias before counting; and the loss the step keeps in a local
+# lost its graph in the release ([Note: releasing what the schedule keeps]).
+#
 # A cache keyed by ``x.data_ptr()`` is not a holder any check can see: an address outlives every
 # reference, and pooled slots repeat their addresses every K receives (stock's repeat every step,
 # fresh buffers whenever the allocator hands freed memory back). Intercepting ``data_ptr`` would
@@ -140,7 +146,7 @@ class DirectionRing:
 
     __slots__ = ("stage", "direction", "size", "n_microbatches", "positions", "slots", "ownership", "_posted",
                  "peak_owned", "_infos", "_resting", "_current", "_anchors", "_lent", "_py_base", "_cpp_base",
-                 "_requires_grad", "bumps", "rehomes", "rehomed_bytes", "on_rehome")
+                 "_requires_grad", "_ops", "bumps", "rehomes", "rehomed_bytes", "on_rehome")
 
     def __init__(
         self,
@@ -172,6 +178,7 @@ class DirectionRing:
         self._py_base = 0
         self._cpp_base = 0
         self._requires_grad: list[bool] = []
+        self._ops: dict[int, list] = {}
         self.bumps: dict[int, tuple[int, int]] = {}
         """slot -> (microbatch that re-used it, previous owner) at its last version bump this step."""
         self.rehomes = 0
@@ -231,6 +238,11 @@ class DirectionRing:
         for a, j in zip(fresh, self.positions):
             infos[j].buffer = a
 
+    def note_ops(self, chunk: int, ops: object) -> None:
+        """Remember the receive ops torch built for ``chunk`` (they reference its alias; see [Note: copy on conflict])."""
+        if self.ownership is not None and isinstance(ops, (list, tuple)):
+            self._ops[chunk % self.size] = list(ops)
+
     def release(self, chunk: int) -> None:
         if self.ownership is not None:
             self.ownership.release(chunk)
@@ -283,6 +295,10 @@ class DirectionRing:
         lent = slot in self._lent
         self._lent.discard(slot)
         aliases = prev[1]
+        for op in self._ops.pop(slot, ()):  # done receives torch's step still references: not readers
+            for k in range(len(aliases)):  # (an index loop: a loop variable bound to an alias would count)
+                if getattr(op, "tensor", None) is aliases[k]:
+                    op.tensor = self._resting[slot][k]
         stale = []
         for k, t in enumerate(self.slots[slot]):
             views = storage_holders(t) - _OWN_HOLDERS
