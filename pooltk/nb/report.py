@@ -12,8 +12,22 @@ Writes under the output folder (default ``reports/``):
 - ``figures/*.png`` -- the key figures, saved by the notebooks themselves through
   :func:`pooltk.nb.save_figure` (``POOLTK_REPORT_DIR`` points there while they run).
 
-Progress goes to ``progress`` (one line per step; on a terminal, a live cell counter).
-Imports nbclient / nbconvert / pandas inside the functions that need them.
+Progress goes to ``progress`` (one line per step; on a terminal, a live cell counter), and
+each notebook's line carries its wall time. Imports nbclient / nbconvert / papermill / pandas
+inside the functions that need them.
+
+[Note: no silent stall]
+nbclient waits for a cell's ``execute_reply`` with one ``poll`` of the shell socket lasting the
+whole cell timeout (600 s). pyzmq's asyncio ``poll`` ends at its timeout with a last
+non-blocking ``poll(0)``; so when the event loop misses the wakeup of a reply that did arrive
+(zmq's notifications are edge-triggered, and four kernels share the loop here), the wait lasts
+the full timeout and then *succeeds*: the kernel and the report both sit idle for ~600 s and the
+run still ends OK (what issue #20 saw: 625 s for a 30-40 s notebook, twice in six runs).
+Hence every wait on a kernel channel is cut into polls of at most :data:`POLL_SLICE_S`
+(:func:`_sliced_polls`): a missed wakeup costs one slice, never the timeout. A wait that truly
+gets nothing still ends at the cell timeout, and then loudly: :class:`_Phase` knows the
+notebook, the cell (index and first line) and what was awaited (kernel start, the
+``kernel_info`` reply, the cell's ``execute_reply``, kernel shutdown), and the error says so.
 """
 
 from __future__ import annotations
@@ -48,6 +62,9 @@ Progress = Callable[[str], None]
 LOGS_NOTEBOOK = "notebooks/03_kimi_k3_gb200_1k_vs_2k.ipynb"
 """The analysis notebook ``pooltk report --logs`` executes on the user's logs."""
 
+POLL_SLICE_S = 1.0
+"""Longest single poll of a kernel channel, seconds (see [Note: no silent stall])."""
+
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class ReportConfig:
@@ -56,7 +73,8 @@ class ReportConfig:
     out: Path = Path("reports")
     """Folder everything is written to (created)."""
     notebooks: str = "notebooks/*.ipynb"
-    """Glob of the notebooks to execute, relative to the working directory."""
+    """Glob of the notebooks to execute; a relative glob starts from the working directory (the
+    default is meant to be run from the repository root, as ``bash scripts/main`` does)."""
     summary: bool = True
     """Run the probe, the pp4 parity check and the buffer tables first."""
     parity_pp: int = 4
@@ -68,7 +86,7 @@ class ReportConfig:
     jobs: int = 4
     """Notebooks executed at once (each in its own kernel, all in one event loop)."""
     notebook_timeout_s: float = 600.0
-    """Per-cell time bound for a notebook."""
+    """Per-cell time bound for a notebook; past it the notebook fails naming the cell and what it awaited."""
     logs: tuple[Path, ...] = ()
     """The user's log files or folders: when given, only the analysis notebook runs, on them (no probe, no parity)."""
     run_info: Path | None = None
@@ -162,20 +180,71 @@ def _first_error(nb: Any) -> str | None:
 
 
 def inject_parameters(nb: Any, parameters: dict[str, Any]) -> None:
-    """Put ``parameters`` in a cell right after the one tagged ``parameters`` (papermill's convention).
+    """Put ``parameters`` in a cell right after the one tagged ``parameters``, with papermill.
 
-    The injected cell is tagged ``injected-parameters`` and assigns each name its ``repr``; a
-    notebook without a ``parameters`` cell is refused (the values would have nowhere to go).
+    papermill's ``parameterize_notebook`` writes the cell (tagged ``injected-parameters``, one
+    assignment per name in papermill's Python translation) and records the values in the
+    notebook's metadata; ``nb`` is changed in place. A notebook without a ``parameters`` cell is
+    refused (papermill would put the values at the top, before the defaults they override).
     """
-    import nbformat
+    from papermill.parameterize import parameterize_notebook
 
-    where = next((i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", [])), None)
-    if where is None:
+    if not any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
         raise ValueError("notebook: found no cell tagged 'parameters'; required one (papermill's convention). "
                          "Fix: tag the notebook's parameter cell 'parameters'.")
-    source = "# Parameters injected by pooltk report\n" + "\n".join(f"{k} = {v!r}" for k, v in parameters.items())
-    cell = nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
-    nb.cells.insert(where + 1, cell)
+    nb.metadata.setdefault("papermill", {"parameters": {}})  # what papermill's own loader adds
+    for cell in nb.cells:
+        cell.metadata.setdefault("tags", [])
+    done = parameterize_notebook(nb, parameters, comment="Parameters injected by pooltk report",
+                                 kernel_name="python3", language="python")
+    nb.cells, nb.metadata = done.cells, done.metadata
+
+
+def _sliced_polls(channel: Any, slice_s: float = POLL_SLICE_S) -> None:
+    """Make ``channel.get_msg(timeout)`` poll at most ``slice_s`` at a time until ``timeout`` (None: for ever).
+
+    Each slice ends in pyzmq's final non-blocking check, so a reply whose wakeup the event loop
+    missed is read within one slice. ``queue.Empty`` still comes at the caller's timeout.
+    """
+    from queue import Empty
+
+    get_msg = channel.get_msg
+
+    async def sliced_get_msg(timeout: float | None = None) -> dict[str, Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = slice_s if deadline is None else min(slice_s, max(0.0, deadline - time.monotonic()))
+            try:
+                return await get_msg(timeout=wait)
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+    channel.get_msg = sliced_get_msg
+
+
+class _Phase:
+    """What a notebook run is waiting for, and since when (see [Note: no silent stall])."""
+
+    def __init__(self, path: Path, cells: list[Any]) -> None:
+        self.path, self.cells = path, cells
+        self.what, self.cell, self.since = "the kernel to start", None, time.monotonic()
+
+    def set(self, what: str, cell: int | None = None) -> None:
+        self.what, self.cell, self.since = what, cell, time.monotonic()
+
+    def ended(self) -> None:
+        """nbclient's last hook, which runs before an error propagates: the wait under way stays the one named."""
+
+    def describe(self) -> str:
+        where = ""
+        if self.cell is not None:
+            first = next((ln for ln in self.cells[self.cell].source.splitlines() if ln.strip()), "")
+            where = f" at cell {self.cell} ({first[:60]!r})"
+        return f"{self.path.name}{where}: waited {time.monotonic() - self.since:.0f} s for {self.what}"
+
+    def __repr__(self) -> str:
+        return f"_Phase({self.describe()!r})"
 
 
 async def run_notebook_async(path: Path, out: Path, *, timeout_s: float = 600.0,
@@ -198,15 +267,26 @@ async def run_notebook_async(path: Path, out: Path, *, timeout_s: float = 600.0,
         inject_parameters(nb, parameters)
     n_code = sum(c.cell_type == "code" for c in nb.cells)
     done = [0]
+    phase = _Phase(path, nb.cells)
 
-    def _cell_done(**_: Any) -> None:
+    def _started(**_: Any) -> None:
+        for channel in (client.kc.shell_channel, client.kc.iopub_channel):
+            _sliced_polls(channel)
+        phase.set("the kernel's kernel_info reply")
+
+    def _cell_start(cell: Any, cell_index: int, **_: Any) -> None:
+        phase.set("the cell's execute_reply from the kernel", cell_index)
+
+    def _cell_done(cell: Any, cell_index: int, **_: Any) -> None:
         done[0] += 1
+        phase.set("the next cell to start")
         if progress is not None:
             progress(f"  {path.name}: cell {done[0]}/{n_code}")
 
     client = NotebookClient(nb, timeout=int(timeout_s), kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent.resolve())}},
-                            on_cell_executed=_cell_done)
+                            on_notebook_start=_started, on_cell_start=_cell_start, on_cell_executed=_cell_done,
+                            on_notebook_complete=lambda **_: phase.ended())
     error: str | None = None
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -215,9 +295,9 @@ async def run_notebook_async(path: Path, out: Path, *, timeout_s: float = 600.0,
             await client.async_execute(stderr=kernel_log)
     except CellExecutionError:
         pass  # the error output is in the notebook; read below
-    except Exception as exc:  # kernel died, timeout, ...: still write what ran
-        error = f"{type(exc).__name__}: {exc}"
-    error = _first_error(nb) or error
+    except Exception as exc:  # kernel died, timeout, ...: still write what ran, and say what it waited for
+        error = f"{phase.describe()} (cell timeout {timeout_s:g} s): {type(exc).__name__}: {exc}"
+    error = error or _first_error(nb)  # a stall or a dead kernel says so first; else the cell that raised
     html: Path | None = out / f"{path.stem}.html"
     try:
         body, _ = HTMLExporter().from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
@@ -444,7 +524,7 @@ def describe(result: ReportResult) -> str:
     out = result.out
     lines = [f"summary   {result.summary_md}"]
     for r in result.notebooks:
-        lines.append(f"html      {r.html or '(not written)'}{'' if r.ok else '  <- FAILED'}")
+        lines.append(f"html      {r.html or '(not written)'} ({r.seconds:.1f} s){'' if r.ok else '  <- FAILED'}")
     figs = sorted((out / "figures").glob("*.png"))
     lines.append(f"figures   {out / 'figures'}/ ({len(figs)} PNG)")
     if result.parity_equal is not None:
