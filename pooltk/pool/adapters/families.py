@@ -72,8 +72,8 @@ FAMILIES: tuple[Family, ...] = (
                     Marker(module=_STAGE, owner="_PipelineStage", attr="_prepare_forward_infra"),
                     Marker(module=_STAGE, owner="_PipelineStageBase", attr="_setup_backward_recv_info"))),
     Family(name="lazy", torch="2.15",
-           what_pooltk_does="buffers allocated per receive and dropped when consumed: only live buffers exist, "
-                            "pooltk stands down",
+           what_pooltk_does="buffers allocated per receive and dropped when consumed, but the last stage keeps "
+                            "all M through the schedule's kept graphs: pooltk installs the release alone (no rings)",
            markers=(Marker(module=_LAZY, owner="_RecvInfo", attr="allocate_buffer"),
                     Marker(module=_LAZY, owner="_RecvInfo", attr="take_buffer"))),
 )
