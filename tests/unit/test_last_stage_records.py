@@ -66,23 +66,25 @@ def test_without_the_release_the_last_stage_rehomes_at_slack_2_in_the_same_launc
     # "before" and "after" come from the same launch (same code, same process group)
     for r in _pooled(records, slack=2, release=False):
         assert r.rehomes > 0 and r.rehomed_bytes == r.rehomes * r.set_bytes, r
-    # the counts grow with M: the kept graphs hold about half the step's received inputs
+    # the counts grow with M: the kept graphs hold the step's received inputs until it ends
     for model in MODELS:
         counts = [next(r.rehomes for r in _pooled(records, slack=2, release=False) if r.model == model
                        and r.microbatches == m) for m in MS]
         assert counts == sorted(counts) and counts[0] < counts[-1], (model, counts)
 
 
-def test_at_slack_0_the_last_stage_rehomes_every_repost_with_or_without_the_release(records):
-    # K_f = 1 on the last stage: the slot is re-posted right after its own microbatch, while torch's
-    # 1F1B step still holds the previous receive op (a local) that references the slot's alias.
-    for release in (True, False):
-        rows = _pooled(records, slack=0, release=release)
-        assert len(rows) == len(MODELS) * len(MS)
-        for r in rows:
-            assert r.ring_sets == r.storages == 1, r
-            assert r.rehomes == r.steps * (r.microbatches - 1), r
-            assert r.counted_bytes == r.set_bytes * (1 + r.rehomes), r
+def test_at_slack_0_the_release_leaves_the_last_stage_no_rehome_unless_its_output_is_a_view(records):
+    # K_f = 1 on the last stage: the slot is re-posted right after its own microbatch's backward. The
+    # release (loss detached in place) and the done receive ops pointed at the resting alias leave no
+    # holder, except where the stage output is a view (nn.Linear on 3-D input on torch <= 2.14): torch's
+    # 1F1B step still holds the previous output in a local, and a view's graph cannot be cut in place.
+    for r in _pooled(records, slack=0, release=True):
+        assert r.ring_sets == r.storages == 1, r
+        expected = r.steps * (r.microbatches - 1) if r.model == "linear3d" else 0
+        assert r.rehomes == expected, r
+        assert r.counted_bytes == r.set_bytes * (1 + r.rehomes), r
+    for r in _pooled(records, slack=0, release=False):  # without the release the kept graphs hold every input
+        assert r.rehomes >= r.steps * (r.microbatches - 1) - r.steps, r
 
 
 def test_the_first_stage_gradient_ring_never_rehomes(records):
