@@ -38,6 +38,10 @@ def format_report(report: ParityReport) -> str:
         if v.pooled and all(not r for r in v.rings.values()):
             why = next((g for g in v.gate.values() if g), None) or "install() did not pool on this torch (run `pooltk probe` for why)"
             lines.append(f"note: {v.name} held no ring on any stage (ran stock): {why}")
+    fresh = [v.name for v in report.variants if not v.pooled and v.reference is not None]
+    if fresh:
+        lines.append("note: fresh/... is stock torch with a new buffer per receive (torch 2.15's semantics); its "
+                     "'bitwise' column compares it with stock (NO: stock's numbers depend on its buffer reuse)")
     lines.append(f"\nbitwise_equal: {report.bitwise_equal}")
     return "\n".join(lines)
 
