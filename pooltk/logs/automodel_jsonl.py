@@ -154,8 +154,8 @@ def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:
 
 # --------------------------------------------------------------------------- the engine's path
 
-_JNUM = r"-?(?:0|[1-9]\d{0,250})(?:\.\d+)?(?:[eE][-+]?\d+)?"
-"""A JSON number both engines read alike (an integer too long for a float is left to the definition, which skips it)."""
+_JNUM = r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?"
+"""A JSON number; an infinite result (an integer too long for a float, ``1e400``) is left to the definition."""
 _COLUMNS: dict[str, tuple[str | None, str]] = {
     "step": ("step", "int"), "epoch": ("epoch", "int"), "timestamp": ("timestamp", "str"), "loss": ("loss", "float"),
     "val_loss": (None, "float"), "grad_norm": ("grad_norm", "float"), "lr": ("lr", "float"), "mem": ("mem_gib", "float"),
@@ -212,5 +212,7 @@ def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
             cols[column] = text.cast(pl.Int64 if kind == "int" else pl.Float64, strict=False)
             if column in ("step", "loss") or kind == "int":
                 ok = ok & cols[column].is_not_null()
+            if kind == "float":
+                ok = ok & ~cols[column].is_infinite().fill_null(False)
     cols["kind"] = pl.Series(["train"] * body.len(), dtype=pl.String)
     return cols, ok.fill_null(False), ()

@@ -24,10 +24,23 @@ def from_result(result: ParseResult) -> Found:
     return Found(frame=frame.with_columns(pl.lit("", dtype=pl.String).alias("prefix")))
 
 
+_MILLIS = {"%Y-%m-%dT%H:%M:%S%.fZ": ("%Y-%m-%dT%H:%M:%S", ".Z"), "%Y-%m-%d %H:%M:%S,%3f": ("%Y-%m-%d %H:%M:%S", ",")}
+"""Formats with exactly three fractional digits (Automodel JSONL's ``...T10:00:00.123Z``, torchtitan's ``,123``)."""
+
+
 def _times(values: Any, fmt: str | None) -> Any:
     """Strings (or datetimes) as naive UTC/host-clock datetime64[ns] numpy values (NaT where unreadable)."""
     import polars as pl
 
+    if values.dtype == pl.String and fmt in _MILLIS:  # seconds by the engine's fast fixed-width path, then the ms
+        head, sep = _MILLIS[fmt]
+        whole = values.drop_nulls()
+        if whole.len() and (whole.str.len_bytes() == 23 + len(sep) - 1).all() and (whole.str.slice(19, 1) == sep[0]).all():
+            secs = values.str.slice(0, 19).str.to_datetime(head, strict=False, time_unit="ns")
+            ms = values.str.slice(20, 3).cast(pl.Int64, strict=False)
+            fine = secs.is_not_null() & ms.is_not_null()
+            if int(fine.sum()) == whole.len():
+                return (secs + pl.Series(ms * 1_000_000).cast(pl.Duration("ns"))).cast(pl.Datetime("ns")).to_numpy()
     if values.dtype == pl.String:
         parsed = values.str.to_datetime(fmt, strict=False, time_unit="ns") if fmt else None
         if parsed is None or parsed.null_count() > values.null_count():
