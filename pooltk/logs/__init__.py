@@ -7,16 +7,20 @@ Reading::
     table.steps        # one row per step (and rank) of every run; units in column names
     table.files_frame()  # per file: format detected, rows, skipped lines by reason
 
-Before a file is read, launcher decorations (srun, kubectl, docker compose, torchrun, indentation)
-are removed and kept as ``rank``/``task`` columns (:mod:`pooltk.logs.decoration`); restarts inside
-a file become separate runs, identical rank copies fold within a run, and pool install lines
-become ``pooled``/``pool_impl``/``slack``/``layout`` (:mod:`pooltk.logs.runs`).
+Each record is found by its own signature wherever it stands in a line (several per line, behind
+any prefix; :mod:`pooltk.logs.records`); what stands before it becomes ``rank``/``task``/``host``/
+``pod``/``collector_time`` columns where a known launcher or collector wrote it
+(:mod:`pooltk.logs.decoration`). Compressed files, UTF-16 and log envelopes (docker, CloudWatch,
+GCP) are opened by :mod:`pooltk.logs.source`; per-rank files, job folders and rotated files become
+runs by :mod:`pooltk.logs.files`; restarts inside a file become separate runs and pool install
+lines become ``pooled``/``pool_impl``/``slack``/``layout`` (:mod:`pooltk.logs.runs`).
 
 Metrics (tok/s per physical GPU, steady-state windows, MFU with its basis, headroom, the 1F1B
 bubble) live in :mod:`pooltk.logs.metrics`; the published Kimi-K3 figures and their claims in
 :mod:`pooltk.studies.kimi_k3.claims`; Automodel's JSONL writer in :mod:`pooltk.logs.jsonl_writer`.
 
-Needs pandas and numpy (the ``notebooks`` extra); the core ``pooltk`` package never imports this.
+Needs pandas, numpy and polars (the ``lab`` extra; zstandard for ``.zst``); imports no torch
+(the core ``pooltk`` package never imports this).
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def _decompress(path: Path, data: bytes, max_bytes: int) -> tuple[bytes, str | N
                 import zstandard
             except ImportError:
                 raise _fail(path, "zstd-compressed data and no 'zstandard' package", "the zstandard package to read .zst",
-                            "pip install zstandard (it is in pooltk's notebooks extra), or zstd -d FILE") from None
+                            "pip install zstandard (it is in pooltk's lab extra), or zstd -d FILE") from None
             reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
             out = reader.read(max_bytes + 1)
             if len(out) > max_bytes:
