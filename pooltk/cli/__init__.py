@@ -7,11 +7,20 @@ an argparse subparser) and ``run(args) -> int`` (the exit status). Heavy imports
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import sys
+import time
 
-__all__ = ["main"]
+_IMPORTED = time.perf_counter()  # when pooltk's command line was imported: the start of pooltk's own time
+
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import sys  # noqa: E402
+
+__all__ = ["cli_started_s", "main"]
+
+
+def cli_started_s() -> float:
+    """Seconds since ``pooltk.cli`` was imported (what the closing wall-time lines count as pooltk's)."""
+    return time.perf_counter() - _IMPORTED
 
 # name -> (module, one-line help). Keep in the order a new user meets them.
 _COMMANDS: dict[str, tuple[str, str]] = {

@@ -7,6 +7,8 @@ import csv
 import sys
 from pathlib import Path
 
+from pooltk.cli.errors import check_flag_int, fail
+
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cases", type=int, default=500, help="cases to draw (default 500)")
@@ -20,6 +22,14 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pooltk.parity.fuzz import draw_cases, run_fuzz, summarize
 
+    try:
+        check_flag_int("--cases", args.cases, low=1, fix="--cases 1 or more (500 is the default).")
+        check_flag_int("--steps", args.steps, low=1, fix="--steps 2 (the default) also checks what hooks kept.")
+        check_flag_int("--batch", args.batch, low=1, fix="--batch 10 (the default): cases per gloo launch.")
+        for pp in args.pp:
+            check_flag_int("--pp", pp, low=2, fix="rank counts of 2 or more, e.g. --pp 2 3 4 (the default).")
+    except ValueError as exc:
+        return fail("fuzz", exc)
     cases = draw_cases(args.cases, args.seed, pp_choices=tuple(args.pp))
     results = run_fuzz(cases, steps=args.steps, batch=args.batch,
                        progress=lambda done, total: print(f"[fuzz] {done}/{total}", file=sys.stderr, flush=True))

@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from pooltk.parity.command import register, spec_from_args
+from pooltk.cli.errors import fail
+from pooltk.parity.command import FIELDS, check_args, register, spec_from_args
 
 __all__ = ["register", "run", "spec_from_args"]
 
@@ -16,10 +17,10 @@ def run(args: argparse.Namespace) -> int:
     from pooltk.parity import ParityRankError, ParityTimeoutError, format_report, run_parity
 
     try:
+        check_args(args)
         spec = spec_from_args(args)
     except ValueError as exc:
-        print(f"pooltk parity: {exc}", file=sys.stderr)
-        return 2
+        return fail("parity", exc, fields=FIELDS)
     try:
         report = run_parity(spec)
     except PoolOverrunError as exc:

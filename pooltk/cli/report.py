@@ -7,14 +7,17 @@ user's logs (its ``parameters`` cell gets the paths) and writes its HTML.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+
+from pooltk.cli import cli_started_s
+from pooltk.cli.errors import check_flag_int, check_flag_positive, fail
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("reports"), help="output folder (default: reports)")
     parser.add_argument("--notebooks", default="notebooks/*.ipynb",
-                        help="glob of notebooks to execute (default: notebooks/*.ipynb, from the repository root)")
+                        help="glob of notebooks to execute; a relative glob starts from the current folder "
+                             "(default: notebooks/*.ipynb, so run from the repository root)")
     parser.add_argument("--no-summary", action="store_true",
                         help="skip the probe, the pp4 parity check and the buffer tables; notebooks only")
     parser.add_argument("--jobs", type=int, default=4, help="notebooks executed at once (default 4)")
@@ -43,6 +46,14 @@ def _since_process_start() -> float | None:
         return None
 
 
+def _check(args: argparse.Namespace) -> None:
+    check_flag_int("--jobs", args.jobs, low=1, fix="--jobs 1 or 2 on a small machine (4 is the default).")
+    check_flag_int("--parity-microbatches", args.parity_microbatches, low=4,
+                   fix="--parity-microbatches 4 or more (the pp4 check runs 1F1B: one per stage at least).")
+    check_flag_int("--parity-steps", args.parity_steps, low=1, fix="--parity-steps 1 or more (3 is the default).")
+    check_flag_positive("--timeout", args.timeout, fix="--timeout 600 (the default, seconds per cell).")
+
+
 def run(args: argparse.Namespace) -> int:
     import time
 
@@ -50,19 +61,31 @@ def run(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:
+        _check(args)
         config = ReportConfig(out=args.out, notebooks=args.notebooks, summary=not args.no_summary, jobs=args.jobs,
                               parity_microbatches=args.parity_microbatches, parity_steps=args.parity_steps,
                               notebook_timeout_s=args.timeout, logs=tuple(args.logs or ()), run_info=args.run_info)
         result = run_report(config)
     except ValueError as exc:
-        print(f"pooltk report: {exc}", file=sys.stderr)
-        return 2
+        return fail("report", exc)
     print()
     print(describe(result))
-    since_start = _since_process_start()
-    if since_start is not None:
-        print(f"pooltk report finished in {since_start:.1f} s wall since the process started "
-              f"({time.perf_counter() - t0:.1f} s after imports)")
-    else:
-        print(f"pooltk report finished in {time.perf_counter() - t0:.1f} s (wall, after imports)")
+    print(finished_line(time.perf_counter() - t0, since_start=_since_process_start(), cli_s=cli_started_s()))
     return 0 if result.ok else 1
+
+
+def finished_line(work_s: float, *, since_start: float | None, cli_s: float) -> str:
+    """The closing wall-time line, with the report's own work told apart from what came before it.
+
+    ``work_s``: the report itself (probe, parity, notebooks, tables). ``cli_s``: seconds since
+    pooltk's command line was imported (so ``cli_s - work_s`` is argument parsing and imports).
+    ``since_start``: seconds since this *process* started, which under ``bash scripts/main``
+    includes its setup step (bootstrap runs in the same process, which then ``exec``s pooltk);
+    everything before pooltk's command line is reported as that, not as pooltk's time.
+    """
+    line = f"pooltk report finished: {work_s:.1f} s of report work, {max(cli_s - work_s, 0.0):.1f} s parsing and imports"
+    if since_start is not None:
+        before = max(since_start - cli_s, 0.0)
+        line += (f", {before:.1f} s in this process before pooltk's command line started (Python and torch "
+                 "imports; under bash scripts/main also its setup step, which execs pooltk in the same process)")
+    return line

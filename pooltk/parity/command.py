@@ -31,7 +31,7 @@ import json
 import os
 import sys
 
-__all__ = ["group_threads_left", "register", "spec_from_args", "torchrun_main"]
+__all__ = ["FIELDS", "check_args", "group_threads_left", "register", "spec_from_args", "torchrun_main"]
 
 _GLOO_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop")
 """Thread names (``/proc/self/task/*/comm``) of a live gloo process group."""
@@ -59,6 +59,46 @@ def register(parser: argparse.ArgumentParser) -> None:
     o = parser.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="machine-readable report (top-level bitwise_equal)")
     o.add_argument("--timeout", type=float, default=120.0, help="wall-clock bound in seconds (default 120)")
+
+
+FIELDS = {"PoolConfig.slack": "--slack", "PoolConfig.grad_slack": "--grad-slack",
+          "PoolConfig.forward_shortfall": "--shortfall", "PoolConfig.policy": "--policy"}
+"""Library fields these flags set, for re-wording an error that names a field ([Note: command-line errors])."""
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Check every flag before a library object is built, so the error names the flag and a fix in flag terms.
+
+    Raises :class:`pooltk._validate.InputError` whose ``what`` is the flag (``--pp``).
+    """
+    from pooltk._validate import InputError, check_int
+
+    check_int("--pp", args.pp, low=2, fix="--pp 2 or more (one gloo rank per stage; --pp 4 is the default).")
+    check_int("--microbatches", args.microbatches, low=1,
+              fix=f"--microbatches {max(args.pp, 1) if isinstance(args.pp, int) else 4} or more (1F1B needs at least "
+                  "one per stage).")
+    for flag, value in (("--steps", args.steps), ("--hidden", args.hidden), ("--seq-len", args.seq_len),
+                        ("--rows", args.rows)):
+        check_int(flag, value, low=1, fix=f"{flag} 1 or more (the default is a good start).")
+    for flag, value, fix in (("--slack", args.slack, "--slack 0 for the live-set limit, or 2 (the default)."),
+                             ("--grad-slack", args.grad_slack, "--grad-slack 0 for the live-set limit, or 1 "
+                                                               "(the default)."),
+                             ("--shortfall", args.shortfall, "leave it at 0 (it builds undersized rings for "
+                                                             "negative controls, with --force).")):
+        check_int(flag, value, low=0, fix=fix)
+    if not args.timeout > 0:
+        raise InputError("--timeout", found=repr(args.timeout), required="a number of seconds > 0",
+                         fix="--timeout 120 (the default) or more for big shapes.")
+    from torch.distributed.pipelining.schedules import get_schedule_class
+
+    from pooltk.analysis.catalog import CATALOG
+
+    try:
+        get_schedule_class(args.schedule)
+    except ValueError:
+        raise InputError("--schedule", found=repr(args.schedule), required="a torch schedule name, one of "
+                         + ", ".join(CATALOG), fix="--schedule 1F1B (the default); other schedules are kept stock "
+                         "unless --force is given.") from None
 
 
 def spec_from_args(args: argparse.Namespace):
@@ -118,7 +158,16 @@ def torchrun_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if "--pp" not in (argv if argv is not None else sys.argv[1:]):
         args.pp = int(os.environ["WORLD_SIZE"])
-    spec = spec_from_args(args)
+    try:
+        check_args(args)
+        spec = spec_from_args(args)
+    except ValueError as exc:
+        from pooltk._validate import InputError, problem
+
+        text = (problem(FIELDS[exc.what], found=exc.found, required=exc.required, fix=exc.fix)
+                if isinstance(exc, InputError) and exc.what in FIELDS else str(exc))
+        print(f"python -m pooltk.parity: {text}", file=sys.stderr)
+        return 2
     import time
 
     t0 = time.perf_counter()

@@ -1,0 +1,55 @@
+"""One wording for a bad command line: ``pooltk CMD: --flag: found V; required R. Fix: F``.
+
+[Note: command-line errors]
+The library names its own fields (``ParitySpec.pp: found 0; ...``, through :mod:`pooltk._validate`);
+a user typed flags. So a subcommand checks the flags it passes on with :func:`check_flag_int` /
+:func:`check_flag_choice` before it builds library objects (the message names ``--pp``, the value
+and a fix in flag terms), and prints every error through :func:`fail`, which also re-words a
+library :class:`~pooltk._validate.InputError` that names a field the command maps to a flag
+(``fields``: ``{"PoolConfig.slack": "--slack"}``), from the error's own fields, never its text.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pooltk._validate import InputError, check_choice, check_int, problem
+
+__all__ = ["FlagError", "check_flag_choice", "check_flag_int", "check_flag_positive", "fail", "message"]
+
+
+class FlagError(InputError):
+    """A command-line value outside what the command accepts; ``what`` is the flag (``--pp``)."""
+
+
+def check_flag_int(flag: str, value: Any, *, low: int | None = None, high: int | None = None,
+                   fix: str | None = None) -> int:
+    """``value`` if it is an integer in ``[low, high]``, else :class:`FlagError` naming ``flag``."""
+    return check_int(flag, value, low=low, high=high, fix=fix, error=FlagError)
+
+
+def check_flag_positive(flag: str, value: float, *, fix: str | None = None) -> float:
+    """``value`` if it is a number > 0 (seconds, sizes), else :class:`FlagError` naming ``flag``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise FlagError(flag, found=repr(value), required="a number > 0", fix=fix)
+    return value
+
+
+def check_flag_choice(flag: str, value: Any, choices: Iterable[str], *, fix: str | None = None) -> str:
+    """``value`` if it is one of ``choices``, else :class:`FlagError` naming ``flag``."""
+    return check_choice(flag, value, choices, fix=fix, error=FlagError)
+
+
+def message(exc: BaseException, fields: Mapping[str, str] | None = None) -> str:
+    """The user's text for ``exc``: a library field in ``fields`` becomes its flag; other errors as they are."""
+    if isinstance(exc, InputError) and not isinstance(exc, FlagError) and fields and exc.what in fields:
+        return problem(fields[exc.what], found=exc.found, required=exc.required, fix=exc.fix)
+    return str(exc)
+
+
+def fail(command: str, exc: BaseException, *, fields: Mapping[str, str] | None = None, code: int = 2) -> int:
+    """Print ``pooltk <command>: <message>`` on stderr and return ``code`` (2: bad input)."""
+    print(f"pooltk {command}: {message(exc, fields)}", file=sys.stderr)
+    return code
