@@ -80,8 +80,6 @@ def test_the_previous_microbatchs_input_kept_without_its_graph_is_equal_in_all_t
     assert three.report.variant("pooled/prev").recv[1]["forward"].get("rehomes", 0) > 0  # seen and re-homed
 
 
-@pytest.mark.xfail(strict=True, reason="pool-side fix pending: autograd errors after a pooltk version bump "
-                                       "re-raised naming pooltk")
 def test_the_previous_input_kept_with_its_graph_is_equal_to_fresh_or_stops_with_an_error_naming_pooltk(
     no_leftover_ranks,
 ):
