@@ -31,3 +31,56 @@ def clean_install():
     pooltk.uninstall()
     yield
     pooltk.uninstall()
+
+
+# --------------------------------------------------------------------------- the fast inner loop
+#
+# [Note: slow tests]
+# `pytest -m "not slow"` is the inner loop (a few minutes on 2 cores); `pytest` (what
+# `bash scripts/test` runs) still runs everything. A test is slow when it starts processes that
+# import torch, kernels, browsers, venvs or real training launches. Whole folders are slow by
+# what they are for; elsewhere a test is slow by its marker (a notebook it executes) or because
+# it is named in SLOW_TESTS with the reason. tests/unit/test_slow_marker.py holds the rules.
+
+SLOW_FOLDERS: dict[str, str] = {
+    "dist": "multi-process gloo launches",
+    "integration": "trainer entries and real trainer launches",
+    "browser": "JupyterLab in headless Chromium",
+    "packaging": "builds a wheel and installs it into a fresh venv",
+}
+"""tests/<folder> -> why every test in it is slow."""
+
+SLOW_MARKERS: dict[str, str] = {"notebook": "executes a notebook in a kernel", "dist": "spawns gloo ranks"}
+"""Marker -> why a test carrying it is slow, wherever it lives."""
+
+SLOW_TESTS: dict[str, str] = {
+    "docs/test_documented_commands.py": "runs every documented pooltk command (parity launches included)",
+    "compat/test_real_torch.py": "runs against real torch releases",
+    "memory/test_measured.py::test_a_fresh_two_stage_measurement_matches_the_model_within_the_goal":
+        "trains stock and pooled pipelines in fresh processes",
+    "unit/test_architecture.py::test_import_pooltk_and_plan_auto_rings_in_an_environment_with_torch_alone":
+        "builds a venv holding torch alone",
+}
+"""Path under tests/ (a file, or file::test-name, parametrized cases included) -> why it is slow."""
+
+
+def slow_reason(item) -> str | None:
+    """Why ``item`` is slow (see [Note: slow tests]), or None."""
+    rel = Path(str(item.fspath)).resolve().relative_to(REPO / "tests").as_posix()
+    folder = rel.split("/", 1)[0]
+    if folder in SLOW_FOLDERS:
+        return SLOW_FOLDERS[folder]
+    for name, why in SLOW_MARKERS.items():
+        if item.get_closest_marker(name) is not None:
+            return why
+    nodeid = f"{rel}::{item.name}"
+    for prefix, why in SLOW_TESTS.items():
+        if nodeid == prefix or nodeid.startswith(prefix + ("[" if "::" in prefix else "::")):
+            return why
+    return None
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if slow_reason(item) is not None:
+            item.add_marker(pytest.mark.slow)
