@@ -125,3 +125,64 @@ def test_overrun_error_keeps_every_field_through_pickle_and_dict():
     except RuntimeError as outer:
         assert find_overrun(outer) is exc
     assert find_overrun(RuntimeError("PoolOverrunError mentioned in text only")) is None
+
+
+# --------------------------------------------------------------------- [Note: naming the reuse]
+
+
+def _version_error(slot: torch.Tensor) -> RuntimeError:
+    """autograd's own error: a saved received tensor bumped (as a re-post bumps it) before the backward."""
+    alias = slot.detach().requires_grad_(True)
+    w = torch.randn(slot.shape[-1], requires_grad=True)
+    y = (alias * w).sum()  # saves alias for w's gradient
+    torch.autograd.graph.increment_version(slot)  # a re-post of the slot
+    try:
+        y.backward()
+    except RuntimeError as exc:
+        return exc
+    raise AssertionError("autograd did not refuse the bumped tensor")
+
+
+class _Ring:
+    def __init__(self, slots, bumps):
+        self.slots, self.bumps = slots, bumps
+
+
+def test_autograds_version_error_after_a_bump_is_named_with_stage_slot_microbatches_and_fix():
+    import pickle
+
+    from pooltk.pool.guard import PoolReuseError, is_version_error, name_reuse
+
+    slot = torch.zeros(2, 3)
+    exc = _version_error(slot)
+    assert is_version_error(exc)
+    named = name_reuse(exc, stage=1, rings={"forward": _Ring([[slot]], {0: (5, 2)})}, microbatch=4)
+    assert isinstance(named, PoolReuseError)
+    assert (named.stage, named.direction, named.slots, named.microbatch) == (1, "forward", [(0, 5, 2)], 4)
+    text = str(named)
+    assert text.startswith("pooltk: stage 1 forward ring") and "slot 0 re-used by microbatch 5" in text
+    assert "x.detach()" in text and "slack" in text and "modified by an inplace operation" in text
+    again = pickle.loads(pickle.dumps(named))
+    assert again.to_dict() == named.to_dict() and str(again) == text
+
+
+def test_the_slot_whose_version_autograd_quotes_is_the_one_named():
+    from pooltk.pool.guard import name_reuse
+
+    quiet, bumped = torch.zeros(2, 3), torch.zeros(2, 3)
+    torch.autograd.graph.increment_version(quiet)
+    torch.autograd.graph.increment_version(quiet)
+    torch.autograd.graph.increment_version(quiet)  # a version autograd will not quote
+    exc = _version_error(bumped)
+    named = name_reuse(exc, stage=2, rings={"forward": _Ring([[quiet], [bumped]], {0: (7, 4), 1: (6, 3)})},
+                       microbatch=3)
+    assert named.slots == [(1, 6, 3)]
+
+
+def test_errors_pooltk_did_not_cause_pass_through_unnamed():
+    from pooltk.pool.guard import is_version_error, name_reuse
+
+    slot = torch.zeros(2, 3)
+    exc = _version_error(slot)
+    assert name_reuse(exc, stage=1, rings={"forward": _Ring([[slot]], {})}, microbatch=0) is None  # no bump this step
+    assert not is_version_error(RuntimeError("CUDA out of memory"))
