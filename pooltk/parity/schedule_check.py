@@ -68,7 +68,8 @@ class ScheduleCheck:
                     analysed_peak=("analysed_peak", "sum"), live_min_ring=("analysed_min", "sum"),
                     measured_peak=("measured_peak", "sum"),
                     parity=("parity", "all"), peaks_match=("peak_matches", "all")).reset_index()
-        out["guard"] = out["schedule"].map(self.guard).fillna("not run")
+        # a plain lookup: mapping through an empty dict gives float NaN, which pandas refuses to fill with text
+        out["guard"] = [self.guard.get(name, "not run") for name in out["schedule"]]
         return out
 
     @property
