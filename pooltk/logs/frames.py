@@ -148,12 +148,22 @@ def _per_run_categorical(values: list[str | None], run_index: Any) -> Any:
     return pd.Categorical.from_codes(codes[run_index], categories=pd.Index(cats, dtype="str"))
 
 
-def _banners(lines: Any) -> tuple[list[int], Any]:
+def _other_lines(lines: Any, record_lines: Any) -> Any:
+    """0-based indices of the lines that hold no record (where banners and pool lines are looked for)."""
+    import numpy as np
+    import polars as pl
+
+    mask = np.ones(lines.len(), dtype=bool)
+    mask[np.asarray(record_lines, dtype=np.int64) - 1] = False
+    return pl.Series(np.flatnonzero(mask), dtype=pl.UInt32)
+
+
+def _banners(lines: Any, other: Any) -> tuple[list[int], Any]:
     """(1-based banner lines, the rank each one's prefix names or -1)."""
     import numpy as np
     import polars as pl
 
-    hit = lines.str.contains_any([b.decode() for b in runs.BANNERS]).arg_true()
+    hit = other.filter(lines.gather(other).str.contains_any([b.decode() for b in runs.BANNERS]))
     if hit.len() == 0:
         return [], None
     texts = lines.gather(hit).to_list()
@@ -175,10 +185,11 @@ def split_runs(frame: Any, lines: Any, report: Any, info: Any, run_id: str,
     from pooltk.logs.runinfo import RunInfo
 
     report.n_nonfinite = int((~np.isfinite(frame["loss"].to_numpy(dtype=float))).sum()) - n_placeholder
-    banners, b_rank = _banners(lines)
+    other = _other_lines(lines, frame["line"].to_numpy(dtype=np.int64))
+    banners, b_rank = _banners(lines, other)
     seg = runs.segment(frame, banners=banners, banner_ranks=b_rank)
     report.notes.extend(seg.notes)
-    pool = runs.find_pool_lines(lines)
+    pool = runs.find_pool_lines(lines, other)
     if pool:  # readers counted these lines as 'other'; they are run facts
         moved = min(len(pool), report.n_other)
         report.n_other -= moved

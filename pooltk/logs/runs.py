@@ -72,9 +72,13 @@ class PoolLine:
     """slack, layout, policy, grad_slack, schedule, reason, or the stage's rings."""
 
 
-def find_pool_lines(lines: Any) -> list[PoolLine]:
-    """Every pool line among ``lines`` (a polars String Series), wherever it stands in its line, in file order."""
-    hit = lines.str.contains_any(["recv_buffer_pool: ", "pooltk: "]).arg_true()
+def find_pool_lines(lines: Any, among: Any = None) -> list[PoolLine]:
+    """Every pool line among ``lines`` (a polars String Series; ``among``: the 0-based indices to look at),
+    wherever it stands in its line, in file order."""
+    if among is None:
+        hit = lines.str.contains_any(["recv_buffer_pool: ", "pooltk: "]).arg_true()
+    else:
+        hit = among.filter(lines.gather(among).str.contains_any(["recv_buffer_pool: ", "pooltk: "]))
     if hit.len() == 0:
         return []
     out: list[PoolLine] = []

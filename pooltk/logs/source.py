@@ -217,8 +217,15 @@ def unwrap(data: bytes) -> Source:
     """``data`` with its envelope removed (or unchanged when it has none); see the Note above."""
     if data[:4096].lstrip()[:1] not in (b"{", b"["):
         return Source(data=data)
+    head = data[: data.find(b"\n", 0, 1 << 20) if b"\n" in data[: 1 << 20] else 1 << 20]
+    first = _first_json(head.decode("utf-8", errors="replace"))
+    if first is None and head.strip() in (b"[", b"{"):  # a pretty-printed export: the whole text is one JSON value
+        first = _first_json(data.decode("utf-8", errors="replace"))
+    elif first is not None and _kind(first) is None and not isinstance(first, list) and "events" not in first:
+        return Source(data=data)  # one JSON record per line, of no envelope kind: the log itself (JSONL)
     text = data.decode("utf-8", errors="replace")
-    first = _first_json(text)
+    if first is None:
+        first = _first_json(text)
     if isinstance(first, list):
         sample = first[0] if first else None
     elif isinstance(first, dict) and isinstance(first.get("events"), list):
