@@ -66,7 +66,10 @@ SLOW_TESTS: dict[str, str] = {
 
 def slow_reason(item) -> str | None:
     """Why ``item`` is slow (see [Note: slow tests]), or None."""
-    rel = Path(str(item.fspath)).resolve().relative_to(REPO / "tests").as_posix()
+    path = Path(str(item.fspath)).resolve()
+    if not path.is_relative_to(REPO / "tests"):
+        return None
+    rel = path.relative_to(REPO / "tests").as_posix()
     folder = rel.split("/", 1)[0]
     if folder in SLOW_FOLDERS:
         return SLOW_FOLDERS[folder]
@@ -78,6 +81,17 @@ def slow_reason(item) -> str | None:
         if nodeid == prefix or nodeid.startswith(prefix + ("[" if "::" in prefix else "::")):
             return why
     return None
+
+
+# [Note: progress]
+# A suite that runs for many minutes must show where it is: a test run at the default verbosity is
+# run as with -v, so each test's name is printed when it starts (a ten-minute test shows its name
+# the whole time). --collect-only output, -q and an explicit -v are left as asked.
+
+
+def pytest_configure(config) -> None:
+    if not config.option.collectonly and config.option.verbose == 0:
+        config.option.verbose = 1
 
 
 def pytest_collection_modifyitems(config, items) -> None:

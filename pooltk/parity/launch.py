@@ -6,9 +6,9 @@ and no other process can race for it; ranks are forked from one fresh Python pro
 (``python -m pooltk.parity._zygote``, see [Note: one import, many ranks]; no caller's
 ``__main__`` is re-imported, from scripts and notebooks alike) and join through it
 and run gloo over loopback (``GLOO_SOCKET_IFNAME=lo``). Each rank writes its records, or
-its own error, as JSON into a temporary folder. The launcher polls: when a rank fails it
-gives the others a short grace period, then kills whatever still runs; at the deadline it
-kills everything. A rank that raises makes its peers fail with gloo connection errors, so
+its own error, as JSON into a temporary folder. The launcher polls (through the one rank
+launcher, :func:`pooltk.parity.procs.run_processes`): when a rank fails it gives the others a
+short grace period, then kills whatever still runs; at the deadline it kills everything. A rank that raises makes its peers fail with gloo connection errors, so
 the *root cause* reported is the failing rank's own error (an overrun first, then the
 earliest error that is not a peer-connection error), never the peers' echoes.
 """
@@ -19,7 +19,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pooltk.parity.procs import run_processes
 from pooltk.parity.spec import ParitySpec
 
 __all__ = ["ParityRankError", "ParityReport", "ParityTimeoutError", "VariantResult", "gather_report", "run_parity"]
@@ -204,18 +204,6 @@ def _overrun_from(err: dict[str, Any]) -> BaseException:
     return PoolOverrunError.from_dict({**err["overrun"], "rank": err["rank"]})
 
 
-def _kill(zygote: subprocess.Popen) -> None:
-    """Kill the launch's whole process group (the zygote and every rank it forked) and reap the zygote."""
-    try:
-        os.killpg(zygote.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        zygote.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - kernel did not reap in time
-        zygote.kill()
-
-
 def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = None) -> ParityReport:
     """Run ``spec`` on ``spec.pp`` spawned gloo ranks and gather a :class:`ParityReport`.
 
@@ -225,6 +213,8 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = 
         ParityTimeoutError: the launch ran past ``spec.timeout_s``; all ranks were killed.
 
     ``prelude`` names a module every rank imports before it starts (see ``spawn_entry``).
+    The zygote runs under :func:`pooltk.parity.procs.run_processes` in its own session, so
+    ending its process group ends every rank it forked ([Note: one rank launcher]).
     """
     import torch.distributed as dist
 
@@ -235,26 +225,13 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = 
     with tempfile.TemporaryDirectory(prefix="pooltk-parity-") as tmp:
         out = Path(tmp)
         (out / "spec.json").write_text(json.dumps(spec.to_dict()))
-        with open(out / "zygote.log", "wb") as log:
-            zygote = subprocess.Popen(
-                [sys.executable, "-m", "pooltk.parity._zygote", str(world), str(out), str(store.port)]
-                + ([prelude] if prelude else []),
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-            )
-        deadline = time.monotonic() + spec.timeout_s
-        failed_at = None
         try:
-            while zygote.poll() is None:
-                if failed_at is None and any(out.glob("rank*.error.json")):
-                    failed_at = time.monotonic()
-                if failed_at is not None and time.monotonic() - failed_at > grace_s:
-                    break
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.02)
+            launch = run_processes(
+                [[sys.executable, "-m", "pooltk.parity._zygote", str(world), str(out), str(store.port)]
+                 + ([prelude] if prelude else [])],
+                logs=[out / "zygote.log"], env=env, timeout_s=spec.timeout_s, grace_s=grace_s,
+                failed=lambda: any(out.glob("rank*.error.json")))
         finally:
-            timed_out = time.monotonic() > deadline and zygote.poll() is None
-            _kill(zygote)
             del store
         errors = _read_errors(out)
         if errors:
@@ -263,7 +240,7 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = 
                 raise _overrun_from(cause)
             raise ParityRankError(rank=cause["rank"], error_type=cause["type"], message=cause["message"],
                                   traceback_text=cause["traceback"], overrun=False)
-        if timed_out:
+        if launch.timed_out:
             stuck = [r for r in range(world) if not (out / f"rank{r}.json").exists()]
             raise ParityTimeoutError(
                 f"parity launch exceeded timeout_s={spec.timeout_s:g}s; ranks {stuck} had not finished and all ranks "
@@ -273,9 +250,10 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = 
         if missing:
             rank_log = out / f"rank{missing[0]}.log"
             tail = (rank_log if rank_log.exists() else out / "zygote.log").read_text(errors="replace")[-3000:]
+            code = launch.codes[0] if launch.codes[0] is not None else -signal.SIGKILL
             raise ParityRankError(rank=missing[0], error_type="ProcessDied",
                                   message=f"ranks {missing} exited without results (launcher exit code "
-                                          f"{zygote.returncode}); "
+                                          f"{code}); "
                                           f"rank {missing[0]} printed:\n{tail}",
                                   traceback_text=tail, overrun=False)
         per_rank = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]

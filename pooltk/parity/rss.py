@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +47,7 @@ from typing import Any
 
 from pooltk._validate import InputError, check_int
 from pooltk.config import PoolConfig
+from pooltk.parity.procs import run_processes
 
 __all__ = ["RankMemory", "RssLaunch", "RssLaunchError", "RssSpec", "launch_rss", "measure_rss", "proc_status"]
 
@@ -271,25 +271,14 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
         pooltk.uninstall()
 
 
-def _kill_all(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for p in procs:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - the kernel did not reap in time
-            p.kill()
-
-
 def launch_rss(spec: RssSpec, config: PoolConfig | None = None, *, grace_s: float = 3.0) -> RssLaunch:
     """One launch of ``spec`` on ``spec.pp`` fresh processes: stock when ``config`` is None, else pooled.
 
     Ranks are separate interpreters (each imports torch itself, so no rank inherits another
     variant's memory), joined through a ``TCPStore`` on 127.0.0.1 with an OS-chosen port, each
-    in its own process group; on failure or past ``spec.timeout_s`` every rank is killed.
+    in its own process group, started by the one rank launcher
+    (:func:`pooltk.parity.procs.run_processes`); on failure or past ``spec.timeout_s`` every
+    rank is killed.
     """
     import torch.distributed as dist
 
@@ -300,30 +289,19 @@ def launch_rss(spec: RssSpec, config: PoolConfig | None = None, *, grace_s: floa
     with tempfile.TemporaryDirectory(prefix="pooltk-rss-") as tmp:
         out = Path(tmp)
         (out / "job.json").write_text(json.dumps({"spec": spec.to_dict(), "config": config.to_dict() if config else None}))
-        procs = []
         try:
-            for rank in range(world):
-                with open(out / f"rank{rank}.log", "wb") as log:
-                    procs.append(subprocess.Popen(
-                        [sys.executable, "-m", "pooltk.parity.rss", str(rank), str(world), str(store.port), str(out)],
-                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True))
-            deadline = time.monotonic() + spec.timeout_s
-            failed_at = None
-            while any(p.poll() is None for p in procs):
-                if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
-                    failed_at = time.monotonic()
-                if (failed_at is not None and time.monotonic() - failed_at > grace_s) or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
-            timed_out = time.monotonic() > deadline and any(p.poll() is None for p in procs)
+            launch = run_processes(
+                [[sys.executable, "-m", "pooltk.parity.rss", str(rank), str(world), str(store.port), str(out)]
+                 for rank in range(world)],
+                logs=[out / f"rank{rank}.log" for rank in range(world)], env=env, timeout_s=spec.timeout_s,
+                grace_s=grace_s, poll_s=0.05)
         finally:
-            _kill_all(procs)
             del store
         missing = [r for r in range(world) if not (out / f"rank{r}.json").exists()]
         if missing:
-            bad = next((r for r, p in enumerate(procs) if p.returncode not in (0, -signal.SIGKILL)), missing[0])
+            bad = next((r for r, code in enumerate(launch.codes) if code not in (0, None, -signal.SIGKILL)), missing[0])
             tail = (out / f"rank{bad}.log").read_text(errors="replace")[-3000:]
-            why = f"ran past timeout_s={spec.timeout_s:g}s" if timed_out else "failed"
+            why = f"ran past timeout_s={spec.timeout_s:g}s" if launch.timed_out else "failed"
             raise RssLaunchError(f"memory launch {spec.label()} ({'pooled' if config else 'stock'}) {why}; "
                                  f"ranks {missing} wrote no result; rank {bad} printed:\n{tail}")
         recs = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]

@@ -13,7 +13,23 @@ TESTS = Path(__file__).resolve().parents[1]
 def test_the_slow_marker_is_registered_and_the_suite_shows_each_test_as_it_starts():
     opts = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert any(m.startswith("slow:") for m in opts["markers"])
-    assert "-v" in opts["addopts"].split() and "--durations=25" in opts["addopts"].split()
+    assert "--durations=25" in opts["addopts"].split()
+
+
+def test_a_run_names_each_test_as_it_starts_and_collect_only_stays_as_asked(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "test_probe.py").write_text("def test_one():\n    pass\n")
+    base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(TESTS.parent),
+            "-c", str(TESTS.parent / "pyproject.toml"), "--confcutdir", str(TESTS), "-p", "conftest"]
+    run = subprocess.run(base + [str(tmp_path / "test_probe.py")], capture_output=True, text=True, timeout=120,
+                         cwd=TESTS)
+    assert "::test_one PASSED" in run.stdout, run.stdout[-2000:]
+    listed = subprocess.run(base + ["--collect-only", "-q", str(tmp_path / "test_probe.py")], capture_output=True,
+                            text=True, timeout=120, cwd=TESTS)
+    assert any(ln.endswith("::test_one") for ln in listed.stdout.splitlines()), listed.stdout[-2000:]
+    assert "PASSED" not in listed.stdout
 
 
 def test_every_slow_folder_and_named_test_exists_so_no_rule_silently_stops_applying():
