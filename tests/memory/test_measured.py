@@ -16,10 +16,12 @@ def test_the_shipped_measurement_covers_three_shapes_and_every_stage_and_counts_
     assert (table["modelled_stock_mib"][table.stage.isin([1, 2])] == 1024).all()  # >= 1 GiB stock on middle stages
 
 
-def test_every_stage_but_the_last_is_within_the_goal_in_the_shipped_measurement():
+def test_every_stage_the_last_included_is_within_the_goal_in_the_shipped_measurement():
     table = measured_vs_modelled(shipped_measurement())
-    assert table[table.stage < 3]["within_goal"].all()
-    assert table[table.stage < 3]["relative_difference"].abs().max() <= GOAL
+    assert table["within_goal"].all(), table[~table["within_goal"]]
+    assert table["relative_difference"].abs().max() <= GOAL
+    last = table[table.stage == table.stage.max()]
+    assert len(last) >= 3 and (last["relative_difference"].abs() <= GOAL).all()  # the last-stage release (issue 17)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
