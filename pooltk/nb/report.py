@@ -23,6 +23,9 @@ non-blocking ``poll(0)``; so when the event loop misses the wakeup of a reply th
 (zmq's notifications are edge-triggered, and four kernels share the loop here), the wait lasts
 the full timeout and then *succeeds*: the kernel and the report both sit idle for ~600 s and the
 run still ends OK (what issue #20 saw: 625 s for a 30-40 s notebook, twice in six runs).
+Reproduced with plain nbclient, all seven notebooks four at a time on a loaded 2-core machine:
+notebook 01's widget cell (25, ``interactive_output``) took 600.00 s from its start to its
+reply, both processes idle in ``epoll_wait``, and the notebook ended OK after 654.6 s.
 Hence every wait on a kernel channel is cut into polls of at most :data:`POLL_SLICE_S`
 (:func:`_sliced_polls`): a missed wakeup costs one slice, never the timeout. A wait that truly
 gets nothing still ends at the cell timeout, and then loudly: :class:`_Phase` knows the
