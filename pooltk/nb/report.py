@@ -55,6 +55,7 @@ __all__ = [
     "describe",
     "find_notebooks",
     "inject_parameters",
+    "notebook_client",
     "run_notebook",
     "run_notebook_async",
     "run_report",
@@ -250,6 +251,26 @@ class _Phase:
         return f"_Phase({self.describe()!r})"
 
 
+def notebook_client(nb: Any, *, cwd: Path, timeout_s: float, on_notebook_start: Any = None, **options: Any) -> Any:
+    """An nbclient ``NotebookClient`` for ``nb`` (kernel ``python3``, working directory ``cwd``) whose kernel
+    channels poll in slices ([Note: no silent stall]); ``options`` go to the client (hooks, ...).
+
+    What every notebook pooltk executes runs through: ``pooltk report`` and the notebook tests.
+    """
+    from nbclient import NotebookClient
+
+    def started(**kw: Any) -> None:
+        for channel in (client.kc.shell_channel, client.kc.iopub_channel):
+            _sliced_polls(channel)
+        if on_notebook_start is not None:
+            on_notebook_start(**kw)
+
+    client = NotebookClient(nb, timeout=int(timeout_s), kernel_name="python3",
+                            resources={"metadata": {"path": str(Path(cwd).resolve())}},
+                            on_notebook_start=started, **options)
+    return client
+
+
 async def run_notebook_async(path: Path, out: Path, *, timeout_s: float = 600.0,
                              progress: Progress | None = None, parameters: dict[str, Any] | None = None) -> NotebookRun:
     """Execute ``path`` headless (working directory: its folder) and write ``<out>/<stem>.html``.
@@ -260,7 +281,6 @@ async def run_notebook_async(path: Path, out: Path, *, timeout_s: float = 600.0,
     clients are not safe to drive from several threads.
     """
     import nbformat
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
     from nbconvert import HTMLExporter
 
@@ -273,8 +293,6 @@ async def run_notebook_async(path: Path, out: Path, *, timeout_s: float = 600.0,
     phase = _Phase(path, nb.cells)
 
     def _started(**_: Any) -> None:
-        for channel in (client.kc.shell_channel, client.kc.iopub_channel):
-            _sliced_polls(channel)
         phase.set("the kernel's kernel_info reply")
 
     def _cell_start(cell: Any, cell_index: int, **_: Any) -> None:
@@ -286,10 +304,9 @@ async def run_notebook_async(path: Path, out: Path, *, timeout_s: float = 600.0,
         if progress is not None:
             progress(f"  {path.name}: cell {done[0]}/{n_code}")
 
-    client = NotebookClient(nb, timeout=int(timeout_s), kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent.resolve())}},
-                            on_notebook_start=_started, on_cell_start=_cell_start, on_cell_executed=_cell_done,
-                            on_notebook_complete=lambda **_: phase.ended())
+    client = notebook_client(nb, cwd=path.parent, timeout_s=timeout_s, on_notebook_start=_started,
+                             on_cell_start=_cell_start, on_cell_executed=_cell_done,
+                             on_notebook_complete=lambda **_: phase.ended())
     error: str | None = None
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)

@@ -146,8 +146,9 @@ def test_notebook_runs_headless_top_to_bottom(path: Path, tmp_path: Path, monkey
             f"import json as _json\nprint({_PROBE_MARK!r} + _json.dumps({probe[0]}, default=str))"
         ))
     monkeypatch.setenv("POOLTK_REPORT_DIR", str(tmp_path))
-    client = nbclient.NotebookClient(nb, timeout=540, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+    from pooltk.nb.report import notebook_client  # sliced kernel polls: no silent 540 s stall on a missed wakeup
+
+    client = notebook_client(nb, cwd=NOTEBOOK_DIR, timeout_s=540)
     try:
         client.execute()
     except nbclient.exceptions.CellExecutionError as exc:
