@@ -8,42 +8,41 @@ The public surface imports with torch alone (no pandas, seaborn or Jupyter)::
     pooltk.uninstall()
 
 See README.md for the whole toolkit (memory model, parity harness, log analysis).
+
+The names below are loaded on first use, so ``import pooltk.logs`` (and ``pooltk logs``) never
+imports torch.
 """
 
-from pooltk.config import PoolConfig
-from pooltk.pool.gating import PoolSetupError
-from pooltk.pool.guard import PoolOverrunError, PoolReuseError
-from pooltk.pool.install import (
-    InstallReport,
-    PoolWarning,
-    install,
-    installed,
-    pool_stage,
-    pooled,
-    probe,
-    stage_rings,
-    uninstall,
-    unpool_stage,
-)
-from pooltk.pool.state import StageState, stage_state
+from __future__ import annotations
 
-__all__ = [
-    "InstallReport",
-    "PoolConfig",
-    "PoolOverrunError",
-    "PoolReuseError",
-    "PoolSetupError",
-    "PoolWarning",
-    "install",
-    "installed",
-    "pool_stage",
-    "pooled",
-    "probe",
-    "stage_rings",
-    "stage_state",
-    "StageState",
-    "uninstall",
-    "unpool_stage",
-]
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "PoolConfig": "pooltk.config",
+    "PoolSetupError": "pooltk.pool.gating",
+    "PoolOverrunError": "pooltk.pool.guard",
+    "PoolReuseError": "pooltk.pool.guard",
+    "StageState": "pooltk.pool.state",
+    "stage_state": "pooltk.pool.state",
+    **{name: "pooltk.pool.install" for name in ("InstallReport", "PoolWarning", "install", "installed", "pool_stage",
+                                                 "pooled", "probe", "stage_rings", "uninstall", "unpool_stage")},
+}
+"""Public name -> the module that defines it."""
+
+__all__ = sorted(_EXPORTS)
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pooltk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

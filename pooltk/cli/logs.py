@@ -144,11 +144,15 @@ def _pool_label(table: Any) -> dict[str, str]:
     """Per run: 'stock' (logged not installed), '<impl> slack N <layout>' (installed), '-' (the log does not say)."""
     first = table.steps.groupby("run", observed=True, sort=False)[["pooled", "pool_impl", "slack", "layout"]].first()
     out: dict[str, str] = {}
+    def known(value: Any) -> bool:
+        return value is not None and str(value) not in ("nan", "<NA>", "None", "")
+
     for run, row in first.iterrows():
         if row["pooled"] is True or str(row["pooled"]) == "True":
-            out[str(run)] = f"{row['pool_impl']} slack {row['slack']} {row['layout']}"
+            label = f"{row['pool_impl']} slack {row['slack']}" if known(row["slack"]) else str(row["pool_impl"])
+            out[str(run)] = label + (f" {row['layout']}" if known(row["layout"]) else "")
         elif str(row["pooled"]) == "False":
-            out[str(run)] = f"not pooled ({row['pool_impl']})"
+            out[str(run)] = "not pooled" + (f" ({row['pool_impl']})" if known(row["pool_impl"]) else "")
         else:
             out[str(run)] = "-"
     return out

@@ -226,7 +226,16 @@ def split_runs(frame: Any, lines: Any, report: Any, info: Any, run_id: str,
             if stages:
                 facts["pool_stages"] = stages
         run_infos[name] = info.merged(RunInfo.from_facts(facts, source=report.path)) if facts else info
-    if pool:
+    sidecar_pooled = info.extra.get("pooled") if info is not None else None
+    if not pool and isinstance(sidecar_pooled, bool):  # no pool lines: the run's sidecar says (e.g. pooltk cpu-runs)
+        config = info.extra.get("pool_config") if isinstance(info.extra.get("pool_config"), dict) else {}
+        pooled[:] = 1 if sidecar_pooled else 0
+        impl = ["pooltk" if sidecar_pooled else None] * seg.n_runs
+        if isinstance(config.get("slack"), int):
+            slack[:] = config["slack"]
+        layout = [info.extra.get("pool_layout") if isinstance(info.extra.get("pool_layout"), str) else None] * seg.n_runs
+        report.notes.append(f"pool facts from the sidecar: pooled={sidecar_pooled}")
+    if pool or isinstance(sidecar_pooled, bool):
         frame["pooled"] = pd.array(np.where(pooled < 0, None, pooled == 1).tolist(), dtype="boolean")
         frame["pool_impl"] = _per_run_categorical(impl, seg.index)
         frame["slack"] = pd.array(np.where(slack[seg.index] < 0, np.nan, slack[seg.index]), dtype="Float64").astype("Int64")

@@ -63,3 +63,13 @@ def test_bubble_of_each_run_from_its_shape(table):
     b = bubble_table(table.runs).set_index("run")
     for run, info in table.runs.items():
         assert b.loc[run, "bubble_pct"] == pytest.approx(100 * (info.pp - 1) / (info.microbatches + info.pp - 1))
+
+
+def test_pooled_runs_read_as_pooled_and_stock_runs_as_not_pooled_from_their_sidecars(table):
+    # pooltk cpu-runs writes no pool log lines; the sidecar's pooled / pool_config are the run's pool facts
+    for run, meta in _sidecars().items():
+        rows = table.steps[table.steps["run"] == run]
+        assert set(rows["pooled"].astype(object)) == {meta["pooled"]}, run
+        if meta["pooled"]:
+            assert set(rows["pool_impl"].astype(str)) == {"pooltk"}
+            assert set(rows["slack"].astype(int)) == {meta["pool_config"]["slack"]}
