@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import tomllib
 from pathlib import Path
 
-import conftest as root_conftest  # tests/conftest.py (pytest puts tests/ on sys.path for it)
-
 TESTS = Path(__file__).resolve().parents[1]
+
+# tests/conftest.py, by path: in a whole-suite run the module name "conftest" may be another folder's.
+_spec = importlib.util.spec_from_file_location("pooltk_tests_root_conftest", TESTS / "conftest.py")
+root_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(root_conftest)
 
 
 def test_the_slow_marker_is_registered_and_the_suite_shows_each_test_as_it_starts():
