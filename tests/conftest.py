@@ -60,6 +60,10 @@ SLOW_TESTS: dict[str, str] = {
         "trains stock and pooled pipelines in fresh processes",
     "unit/test_architecture.py::test_import_pooltk_and_plan_auto_rings_in_an_environment_with_torch_alone":
         "builds a venv holding torch alone",
+    "unit/test_suite_collects_every_folder.py": "collects the whole suite in a second pytest",
+    "unit/test_slow_marker.py::test_a_run_names_each_test_as_it_starts_and_collect_only_stays_as_asked":
+        "runs pytest twice in subprocesses",
+    "memory/test_cli_memory.py::test_installed_entry_point_runs_the_command": "runs the installed pooltk in a subprocess",
 }
 """Path under tests/ (a file, or file::test-name, parametrized cases included) -> why it is slow."""
 
