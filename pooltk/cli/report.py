@@ -86,6 +86,7 @@ def finished_line(work_s: float, *, since_start: float | None, cli_s: float) -> 
     line = f"pooltk report finished: {work_s:.1f} s of report work, {max(cli_s - work_s, 0.0):.1f} s parsing and imports"
     if since_start is not None:
         before = max(since_start - cli_s, 0.0)
-        line += (f", {before:.1f} s in this process before pooltk's command line started (Python and torch "
-                 "imports; under bash scripts/main also its setup step, which execs pooltk in the same process)")
+        line += (f", {before:.1f} s in this process before pooltk's command line was imported (Python start-up "
+                 "and what it imported first; under bash scripts/main also its setup step, which execs pooltk in "
+                 "the same process)")
     return line
