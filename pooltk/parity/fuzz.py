@@ -11,9 +11,11 @@ launch: fresh (a new buffer per receive), stock torch and pooled. Its verdict is
 fresh while stock's own numbers depend on its buffer reuse), ``loud``, ``unnamed`` (an error
 that does not name pooltk), ``silent`` (must be zero), ``invalid`` (fresh or stock failed).
 
-Bodies are drawn so that torch accepts them: on the split-backward schedules (zero-bubble,
-V) training never draws a body whose output is a view (:data:`~pooltk.parity.models.
-SPLIT_BACKWARD_BODIES`), which torch's ``stage_backward_input`` refuses. Cases are batched
+Bodies are drawn so that torch accepts them and stock is reproducible: on the split-backward
+schedules (zero-bubble, V) training never draws a body whose output is a view, which torch's
+``stage_backward_input`` refuses, nor one whose backward adds into the previous microbatch's
+input gradient, which makes stock itself nondeterministic there
+(:data:`~pooltk.parity.models.SPLIT_BACKWARD_BODIES`). Cases are batched
 many to a launch (ranks are forked from one zygote); a launch that fails is rerun one case at
 a time to attribute the failure; cases where pooled and fresh both differ from stock get a
 second launch, pooled vs fresh.
