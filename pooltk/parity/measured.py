@@ -4,7 +4,10 @@
 ranks and records each rank's peak resident memory (see [Note: what a rank measures] there).
 This module turns those launches into a tidy table (:func:`launches_frame`, one row per
 launch and rank; what ``data/validation/memory_measured_<date>.csv`` holds) and compares the
-measured saving with the memory model's (:func:`measured_vs_modelled`).
+measured saving with the memory model's (:func:`measured_vs_modelled`). It lives beside the
+harness that measures (it was ``pooltk.memory.measured``), so ``pooltk.memory`` stays below
+``pooltk.parity`` and imports nothing of it; the shipped CSV is still ``pooltk.memory``'s package
+data, next to the model's other data.
 
 [Note: measured saving]
 For one shape and stage: ``measured_saving = median(stock peak_delta) - median(pooled
