@@ -255,7 +255,7 @@ def _list_devices() -> str:
 
 
 def _measure(args: argparse.Namespace) -> int:
-    from pooltk.memory.measured import default_specs, format_comparison, launches_frame, measured_vs_modelled, write_measured
+    from pooltk.parity.measured import default_specs, format_comparison, launches_frame, measured_vs_modelled, write_measured
     from pooltk.parity.rss import RssSpec, measure_rss
 
     from pooltk.config import PoolConfig

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pooltk.memory.measured import GOAL, measured_vs_modelled, shipped_measurement
+from pooltk.parity.measured import GOAL, measured_vs_modelled, shipped_measurement
 
 
 def test_the_shipped_measurement_covers_three_shapes_and_every_stage_and_counts_exactly():
@@ -26,7 +26,7 @@ def test_every_stage_the_last_included_is_within_the_goal_in_the_shipped_measure
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_a_fresh_two_stage_measurement_matches_the_model_within_the_goal():
-    from pooltk.memory.measured import launches_frame
+    from pooltk.parity.measured import launches_frame
     from pooltk.parity.rss import RssSpec, measure_rss
 
     spec = RssSpec(pp=2, microbatches=8, seq_len=32768, steps=2, timeout_s=300)  # 16 MiB sets
