@@ -133,12 +133,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pooltk.cli",),
     ("pooltk.__main__",),
 )
-# Arrows that still run up, each named with what removes it. Empty is the goal.
-KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset({
-    # memory/measured.py (resident memory, measured) is moving beside the harness into pooltk.parity
-    # (issue 22); until that move lands it imports the harness's launcher.
-    ("pooltk.memory.measured", "pooltk.parity.rss"),
-})
+# Arrows that still run up, each named with what removes it. Empty: every arrow points down
+# (the last one, memory.measured -> parity.rss, went when resident measurement moved beside the
+# harness as pooltk.parity.measured).
+KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset()
 
 
 def _layer_of(module: str) -> tuple[int, str]:
@@ -185,10 +183,7 @@ def test_no_import_runs_up_the_layers() -> None:
     # drawn only for a type checker still ties the lower package to the upper one.
     bad, used = _upward_arrows(ALL)
     assert not bad, "arrows point down only (docs/architecture.md, the house):\n" + "\n".join(bad)
-    # An exception whose importer still exists must still be needed; one whose module has moved away
-    # (memory.measured into parity) is inert and is to be dropped from KNOWN_UPWARD.
-    live = {k for k in KNOWN_UPWARD if k[0] in ALL}
-    assert used == live, f"these known upward arrows are gone: drop them from KNOWN_UPWARD: {sorted(live - used)}"
+    assert used == KNOWN_UPWARD, f"these known upward arrows are gone: drop them from KNOWN_UPWARD: {sorted(KNOWN_UPWARD - used)}"
 
 
 def test_the_layer_check_refuses_an_upward_and_a_sideways_import() -> None:
