@@ -163,7 +163,12 @@ def test_variants_name_the_slack_and_the_release():
 
 @pytest.mark.dist
 def test_live_linear3d_last_stage_with_the_release_rehomes_nothing_and_stays_bitwise_equal():
+    from pooltk.pool.adapters import detect
     from tools.last_stage.records import measure
+
+    layout = detect().layout
+    if layout is None or layout.per_receive:
+        pytest.skip("no rings on this torch (lazy layout): the compat matrix counts its live receive buffers instead")
 
     rows = measure("linear3d", 8, slacks=(2,), steps=2, hidden=16, seq_len=4, timeout_s=120)
     last = {r.release: r for r in rows if r.variant == "pooled" and r.stage == 1}
