@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.parity.procs import run_processes
 from pooltk.parity.spec import ParitySpec
 
@@ -165,7 +166,7 @@ class ParityReport:
         rows = []
         for v in self.variants:
             for s in sorted(v.recv):
-                for d in ("forward", "grad"):
+                for d in DIRECTIONS:
                     m = v.recv[s][d]
                     rows.append({"variant": v.name, "frontend": v.frontend, "schedule": v.schedule,
                                  "pooled": v.pooled, "stage": s, "direction": d, "sets": m["sets"],

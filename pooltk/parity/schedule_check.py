@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.analysis.programs import CATALOG
 from pooltk.config import PoolConfig
 from pooltk.pool.guard import PoolOverrunError
@@ -114,7 +115,7 @@ def check_schedules(
                 spans = lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=vpp)
                 live = live_sets(name, pp=pp, n_microbatches=m, stages_per_rank=vpp)
                 for stage in sorted(stock.recv):
-                    for d in ("forward", "grad"):
+                    for d in DIRECTIONS:
                         analysed = min_safe_ring(spans, stage, d, m)
                         peak = meas.peak_live.get(stage, {}).get(d, 0)
                         result.rows.append({

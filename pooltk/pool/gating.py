@@ -2,7 +2,7 @@
 
 [Note: gating]
 A ring is safe only when its size covers the schedule's live set. pooltk proves that
-bound for torch's ``Schedule1F1B`` alone (see [Note: ring sizes] in :mod:`pooltk.pool.ring`),
+bound for torch's ``Schedule1F1B`` alone (see [Note: ring sizes] in :mod:`pooltk.pool.sizing`),
 so the allowlist is ``{"1f1b"}``, matched the way torch's ``get_schedule_class`` matches
 names (case-insensitive), or the class ``Schedule1F1B`` itself (not subclasses, which may
 reorder actions). GPipe posts all M forward receives before any backward, so any ring
@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 from pooltk.analysis.catalog import ALLOWLIST, schedule_key
 from pooltk.analysis.programs import INERT_KINDS
 from pooltk.pool.adapters.stage_api import GUARDED_STAGE_METHODS
-from pooltk.pool.sizing import ring_from_live
+from pooltk.analysis.lifetimes import DIRECTIONS
+from pooltk.analysis.rings import ring_from_live
 
 if TYPE_CHECKING:
     from pooltk.config import PoolConfig
@@ -292,7 +293,7 @@ def plan_rings(schedule: object, config: "PoolConfig") -> RingPlan:
             )
     sizes, safe = {}, {}
     for stage in range(prog.num_stages):
-        for direction in ("forward", "grad"):
+        for direction in DIRECTIONS:
             k0 = min_safe_ring(spans, stage, direction, n_mb)
             safe[(stage, direction)] = k0
             sizes[(stage, direction)] = ring_from_live(k0, n_mb, direction, config)
