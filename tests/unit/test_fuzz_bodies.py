@@ -35,9 +35,14 @@ def _split_backward_accepts(body: str, aux: str | None) -> bool:
 @pytest.mark.parametrize("aux", [None, "pass", "mix"])
 def test_split_backward_bodies_are_those_torchs_split_backward_accepts_less_the_racy_ones(aux):
     accepted = {b for b in BODIES if _split_backward_accepts(b, aux)}
-    assert accepted == set(SPLIT_BACKWARD_BODIES) | set(SPLIT_BACKWARD_RACY)
+    # Everything the fuzzer draws there is accepted by this torch; a newer torch may accept more (2.15's
+    # split backward takes the 3-D linear's view output, 'inplace'), never less than the drawn set.
+    assert set(SPLIT_BACKWARD_BODIES) | set(SPLIT_BACKWARD_RACY) <= accepted
     assert not set(SPLIT_BACKWARD_BODIES) & set(SPLIT_BACKWARD_RACY)
-    assert set(VIEW_OUTPUT_BODIES) == set(BODIES) - accepted
+    assert set(BODIES) - accepted <= set(VIEW_OUTPUT_BODIES)
+    if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 15):  # measured on 2.11-2.14
+        assert accepted == set(SPLIT_BACKWARD_BODIES) | set(SPLIT_BACKWARD_RACY)
+        assert set(VIEW_OUTPUT_BODIES) == set(BODIES) - accepted
 
 
 def test_draws_on_split_backward_schedules_in_training_hold_no_view_output_body_and_every_body_is_drawn():
