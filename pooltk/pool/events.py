@@ -131,10 +131,17 @@ _HOLDER = {"views": "view(s) of it", "python": "Python reference(s) to the recei
            "c++": "C++ reference(s) to the received tensor (a DLPack export, or a saved tensor of a graph still alive)"}
 
 
+def _why(direction: str, holders: int, lent: bool, check: str) -> str:
+    if lent:
+        return "the previous microbatch's " + ("output" if direction == "forward" else "input gradient") + " shares it"
+    if check == "address":
+        return "its address was taken (x.data_ptr() on the received tensor; the old storage is kept until the step ends)"
+    return f"{holders} {_HOLDER.get(check, 'reference(s)')} outside the pool still hold it"
+
+
 def rehome_event(*, stage: int, direction: str, slot: int, position: int, incoming: int, nbytes: int, holders: int,
                  lent: bool, first: bool, check: str = "") -> PoolEvent:
-    why = ("the previous microbatch's " + ("output" if direction == "forward" else "input gradient") + " shares it"
-           if lent else f"{holders} {_HOLDER.get(check, 'reference(s)')} outside the pool still hold it")
+    why = _why(direction, holders, lent, check)
     msg = (f"pooltk: stage {stage} {direction} slot {slot} re-homed ({nbytes} bytes): {why} when "
            f"microbatch {incoming} posts its receive (a stage output or input gradient that is a view of a "
            "received buffer, or a tensor kept by a hook); the holders keep the old storage and the slot gets "

@@ -73,6 +73,7 @@ import weakref
 from typing import Any, Callable, Iterator
 
 from pooltk.config import PoolConfig
+from pooltk.pool import addresses
 from pooltk.pool._patch import give_back_stock_buffers, kept_stock, runtime_wrappers, setup_wrapper
 from pooltk.pool.adapters import Layout, detect
 from pooltk.pool.adapters.placeholders import restore_meta_factory
@@ -284,6 +285,8 @@ def install(
         STATE.originals = originals
         STATE.settings = wanted
         STATE.report = report
+        if report.rings:
+            addresses.watch()  # [Note: taken addresses]
         emit(report.events, installed_event(policy=cfg.policy, slack=cfg.slack, grad_slack=cfg.grad_slack,
                                             schedule=sched, layout=layout.name, mode=report.mode))
         return report
@@ -317,6 +320,9 @@ def uninstall() -> bool:
                                     "were replaced by stock buffers (one set per microbatch), so no ring runs "
                                     "unguarded")
         STATE.stages = weakref.WeakSet()
+        if addresses.watching():
+            addresses.unwatch()
+            undone = True
         _WARNED.clear()
         return undone
 
@@ -383,6 +389,8 @@ def pool_stage(
             stage.__dict__[name] = types.MethodType(fn, stage)
         st = state_for(stage)
         st.instance_methods, st.report = tuple(bound), report
+        if report.rings:
+            addresses.watch()  # [Note: taken addresses]; process-wide until uninstall or unpool_stage
         return report
 
 
@@ -397,6 +405,8 @@ def unpool_stage(stage: Any) -> bool:
             stage.__dict__.pop(name, None)
         give_back_stock_buffers(stage, st.report, "pooltk.unpool_stage(): the stage was pooled until now; its rings "
                                 "were replaced by stock buffers")
+        if STATE.report is None and addresses.watching():
+            addresses.unwatch()
         return bool(names)
 
 

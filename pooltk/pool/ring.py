@@ -6,11 +6,13 @@ uses slot ``c mod K`` (:func:`pooltk.pool.sizing.slot_of`).
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Callable
 
 import torch
 
+from pooltk.pool.addresses import forget, watch_alias
 from pooltk.pool.guard import SlotOwnership, bump_version
 
 __all__ = ["DirectionRing", "Rehome", "recv_positions", "storage_holders"]
@@ -66,11 +68,12 @@ __all__ = ["DirectionRing", "Rehome", "recv_positions", "storage_holders"]
 # ring points them at the resting alias before counting; and the loss the step keeps in a local
 # lost its graph in the release ([Note: releasing what the schedule keeps]).
 #
-# A cache keyed by ``x.data_ptr()`` is not a holder any check can see: an address outlives every
-# reference, and pooled slots repeat their addresses every K receives (stock's repeat every step,
-# fresh buffers whenever the allocator hands freed memory back). Intercepting ``data_ptr`` would
-# also flag every kernel launcher and CUDA-graph address check, whose point is stable addresses;
-# pooltk does not, and documents the limit (docs/safety.md; a test shows it).
+# 4. *the address*: an address outlives every reference, so a cache keyed by ``x.data_ptr()``
+#    holds nothing the counts above see. While pooltk is installed ``Tensor.data_ptr`` records
+#    when it is called on an alias the ring handed out ([Note: taken addresses] in
+#    addresses.py); such a slot is re-homed at its next re-post and its old storage is kept by the
+#    ring until the step ends, so no two receives of a step share an address (as with stock or a
+#    fresh buffer per receive). Addresses taken from a view, or in C++, are not seen.
 #
 # Re-homing leaves the old storage to its holders (it lives exactly as long as they do) and
 # gives the slot a fresh storage of the same shape, dtype and device, which the receive
@@ -82,7 +85,7 @@ __all__ = ["DirectionRing", "Rehome", "recv_positions", "storage_holders"]
 # ``guard=False`` none of this runs (the negative controls show what an unchecked ring does).
 #
 # What the checks cannot see: a Python ``UntypedStorage`` object for the slot kept by user
-# code; an address kept as a number (above); a raw pointer taken in C++ without a reference.
+# code; an address taken from a view or in C++ (above).
 # Where a re-post still bumps the version of something autograd saved, the backward's error is
 # re-raised as :class:`pooltk.pool.guard.PoolReuseError` naming the stage, slot and microbatch
 # ([Note: naming the reuse] in guard.py).
@@ -138,7 +141,7 @@ class Rehome:
         self.lent = lent
         """True when the previous microbatch's output / input gradient shared the slot's storage."""
         self.why = why
-        """Which check saw the holder: ``lent``, ``views``, ``python`` or ``c++``."""
+        """Which check saw the holder: ``lent``, ``views``, ``python``, ``c++`` or ``address``."""
 
 
 class DirectionRing:
@@ -146,7 +149,7 @@ class DirectionRing:
 
     __slots__ = ("stage", "direction", "size", "n_microbatches", "positions", "slots", "ownership", "_posted",
                  "peak_owned", "_infos", "_resting", "_current", "_anchors", "_lent", "_py_base", "_cpp_base",
-                 "_requires_grad", "_ops", "bumps", "rehomes", "rehomed_bytes", "on_rehome")
+                 "_requires_grad", "_ops", "_addressed", "_pinned", "bumps", "rehomes", "rehomed_bytes", "on_rehome")
 
     def __init__(
         self,
@@ -179,6 +182,8 @@ class DirectionRing:
         self._cpp_base = 0
         self._requires_grad: list[bool] = []
         self._ops: dict[int, list] = {}
+        self._addressed: set[int] = set()
+        self._pinned: list[torch.Tensor] = []
         self.bumps: dict[int, tuple[int, int]] = {}
         """slot -> (microbatch that re-used it, previous owner) at its last version bump this step."""
         self.rehomes = 0
@@ -231,6 +236,8 @@ class DirectionRing:
                 self._retire(prev)
                 self._check(slot, prev, chunk)
             fresh = self._hand_out(slot)
+            for a in fresh:  # see [Note: copy on conflict], 4
+                watch_alias(a, functools.partial(self._addressed.add, slot))
             self._current[slot] = (chunk, fresh)
             for anchor, a in zip(self._anchors[slot], fresh):
                 anchor.grad = a
@@ -278,10 +285,14 @@ class DirectionRing:
                 if cur is not None:
                     self._retire(cur)
             self.bumps.clear()
+            self._addressed.clear()
+            self._pinned.clear()  # addresses of the last step may repeat now, as stock's do every step
 
     # -- internals ---------------------------------------------------------------------
     def _retire(self, cur: tuple[int, list[torch.Tensor]]) -> None:
         chunk, aliases = cur
+        for a in aliases:
+            forget(a)
         infos = self._infos.get(chunk)
         if infos is None:
             return
@@ -294,6 +305,8 @@ class DirectionRing:
         """See [Note: copy on conflict]: re-home each tensor of the slot that someone outside still holds."""
         lent = slot in self._lent
         self._lent.discard(slot)
+        addressed = slot in self._addressed
+        self._addressed.discard(slot)
         aliases = prev[1]
         for op in self._ops.pop(slot, ()):  # done receives torch's step still references: not readers
             for k in range(len(aliases)):  # (an index loop: a loop variable bound to an alias would count)
@@ -304,7 +317,8 @@ class DirectionRing:
             views = storage_holders(t) - _OWN_HOLDERS
             held = self._py_refs(aliases, k) - self._py_base
             cpp = aliases[k]._use_count() - self._cpp_base
-            why = "lent" if lent else "views" if views > 0 else "python" if held > 0 else "c++" if cpp > 0 else ""
+            why = ("lent" if lent else "views" if views > 0 else "python" if held > 0 else "c++" if cpp > 0
+                   else "address" if addressed else "")
             if why:
                 self._rehome(slot, k, incoming, max(views, 0) + max(held, 0) + max(cpp, 0), lent, why)
             else:
@@ -315,6 +329,8 @@ class DirectionRing:
 
     def _rehome(self, slot: int, k: int, incoming: int, holders: int, lent: bool, why: str) -> None:
         old = self.slots[slot][k]
+        if why == "address":
+            self._pinned.append(old)  # its address must not come back this step: see [Note: copy on conflict], 4
         new = torch.empty_like(old, memory_format=torch.preserve_format)
         self.slots[slot][k] = new
         old_resting = self._resting[slot][k]

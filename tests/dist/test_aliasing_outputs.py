@@ -97,7 +97,6 @@ def test_the_previous_input_kept_with_its_graph_is_equal_to_fresh_or_stops_with_
     assert three.judgements[0].verdict in ("equal", "explained"), three.line
 
 
-@pytest.mark.xfail(strict=True, reason="pool-side fix pending: address-keyed holders in copy on conflict")
 def test_a_cache_keyed_by_the_received_inputs_data_ptr_is_never_silently_wrong(no_leftover_ranks):
     three = _three({"ptr": ("block", "ptr_cache", "block")})
     assert three.judgements[0].verdict in ("equal", "explained", "loud"), three.line

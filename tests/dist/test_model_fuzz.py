@@ -40,8 +40,6 @@ def test_every_error_a_pooled_run_raises_names_pooltk(fuzzed):
     assert _bad(fuzzed, lambda r: True, verdicts=("unnamed",)) == []
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="pool-side fix pending: address-keyed holders (x.data_ptr() caches) in copy on conflict")
 def test_address_keyed_caches_and_dlpack_exports_are_never_silent(fuzzed):
     assert _bad(fuzzed, lambda r: bool(set(r.case.bodies) & set(_UNSEEN))) == []
 
