@@ -67,6 +67,8 @@ def test_bad_shapes_raise_clear_errors(args):
 
 
 def test_watching_data_ptr_sees_only_a_rings_aliases_and_unwatch_restores_torchs_method():
+    import torch
+
     import functools
 
     from pooltk.pool import addresses
