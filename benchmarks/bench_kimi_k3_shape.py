@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         column = "pooled" if res.pooled else "stock"
         for stage in sorted(res.recv):
             recv = res.recv[stage]
-            counted = sum(recv[d]["bytes"] + recv[d].get("rehomed_bytes", 0) for d in ("forward", "grad"))
+            counted = sum(recv[d]["bytes"] for d in ("forward", "grad"))  # ring storages + re-homed ones
             sets = sum(recv[d]["storages"] for d in ("forward", "grad"))
             rehomes = sum(recv[d].get("rehomes", 0) for d in ("forward", "grad"))
             rehomed = sum(recv[d].get("rehomed_bytes", 0) for d in ("forward", "grad"))

@@ -41,12 +41,14 @@ def run(args: argparse.Namespace) -> int:
             w.writeheader()
             w.writerows(rows)
     s = summarize(results)
-    print(f"{'schedule':24} {'cases':>6} {'equal':>6} {'loud':>6} {'silent':>6} {'invalid':>8}")
+    from pooltk.parity.fuzz import VERDICTS
+
+    print(f"{'schedule':24} {'cases':>6} " + " ".join(f"{v:>9}" for v in VERDICTS))
     for name, row in s.by_schedule.items():
-        print(f"{name:24} {row['cases']:>6} {row['equal']:>6} {row['loud']:>6} {row['silent']:>6} {row['invalid']:>8}")
-    print(f"{'all':24} {s.cases:>6} {s.equal:>6} {s.loud:>6} {s.silent:>6} {s.invalid:>8}")
+        print(f"{name:24} {row['cases']:>6} " + " ".join(f"{row.get(v, 0):>9}" for v in VERDICTS))
+    print(f"{'all':24} {s.cases:>6} " + " ".join(f"{getattr(s, v):>9}" for v in VERDICTS))
     print(f"copy on conflict: {s.rehomed_cases} cases re-homed {s.rehomes} slots, {s.rehomed_bytes} bytes")
     for r in results:
-        if r.verdict == "silent":
-            print(f"SILENT {r.case.label}: {r.detail}")
-    return 1 if s.silent else 0
+        if r.verdict in ("silent", "unnamed"):
+            print(f"{r.verdict.upper()} {r.case.label}: {r.detail}")
+    return 1 if s.silent or s.unnamed else 0

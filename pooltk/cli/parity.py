@@ -1,4 +1,9 @@
-"""``pooltk parity``: stock vs pooled on real gloo ranks; exit 1 unless bitwise equal."""
+"""``pooltk parity``: stock, fresh and pooled on real gloo ranks.
+
+Exit 0 when every pooled variant is bitwise equal to stock, or to fresh (a new buffer per receive)
+where stock's own numbers depend on its buffer reuse ("explained", with the reason on one line);
+else 1.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,8 @@ __all__ = ["register", "run", "spec_from_args"]
 
 def run(args: argparse.Namespace) -> int:
     from pooltk.pool.guard import PoolOverrunError
-    from pooltk.parity import ParityRankError, ParityTimeoutError, format_report, run_parity
+    from pooltk.parity import ParityRankError, ParityTimeoutError, format_report
+    from pooltk.parity.summary import run_three_way
 
     try:
         check_args(args)
@@ -22,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return fail("parity", exc, fields=FIELDS)
     try:
-        report = run_parity(spec)
+        three = run_three_way(spec)
     except PoolOverrunError as exc:
         print(f"pooltk parity: the guard stopped the run.\n{exc}", file=sys.stderr)
         if args.json:
@@ -33,8 +39,12 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"bitwise_equal": False, "error": type(exc).__name__, "message": str(exc)}))
         return 1
+    report = three.report
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        out = report.to_dict()
+        out.update(verdicts=[j.row() for j in three.judgements], verdict=three.line, ok=three.ok)
+        print(json.dumps(out, indent=2))
     else:
         print(format_report(report))
-    return 0 if report.bitwise_equal else 1
+        print(three.line)
+    return 0 if three.ok else 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.config import PoolConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,7 +41,7 @@ def bytes_frame(report: ParityReport) -> pd.DataFrame:
                                                        hidden=spec.hidden))
     rows = []
     for stage in sorted(pooled.recv):
-        for d in ("forward", "grad"):
+        for d in DIRECTIONS:
             s, p, m = stock.recv[stage][d], pooled.recv[stage][d], model[(stage, d)]
             rows.append({"stage": stage, "direction": d, "stock_sets": s["sets"], "stock_bytes": s["bytes"],
                          "pooled_sets": p["sets"], "pooled_bytes": p["bytes"], "model_pooled_bytes": m.pooled_bytes,

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.parity.models import FuzzStage, ToyModel, fuzz_loss, make_batch, make_stage_module
 from pooltk.parity.spec import ParitySpec, Variant
 
@@ -244,10 +245,13 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             recv = measure_recv_storage(st)
             for d, counts in rehomed.get(st.stage_index, {}).items():
                 recv[d].update(counts)  # rehomes, rehomed_bytes (copy on conflict)
+                # what the tables report counts every storage a re-home allocated, on top of the ring's
+                recv[d]["ring_bytes"] = recv[d]["bytes"]
+                recv[d]["bytes"] = recv[d]["ring_bytes"] + counts.get("rehomed_bytes", 0)
             for d, n in _max_hooks(st).items():
                 recv[d]["max_hooks"] = n
             if variant.buffers == "fresh":
-                for d in ("forward", "grad"):
+                for d in DIRECTIONS:
                     bufs = [b for direction, b in posted[st.stage_index] if direction == d]
                     recv[d]["posts"] = len(bufs)  # every buffer handed to a receive, all kept alive here:
                     recv[d]["post_storages"] = len({b.untyped_storage().data_ptr() for b in bufs})  # distinct

@@ -142,11 +142,14 @@ def fresh_stage(stage: Any, *, posted: list | None = None) -> FreshStage:
     if _MARK in stage.__dict__:
         raise FreshError(f"pooltk fresh: stage {index}: found it already fresh; required a stock stage. "
                          "Fix: call fresh_stage once per stage.")
-    if any(k.startswith("_pooltk_") for k in stage.__dict__):
+    from pooltk.pool.state import stage_state
+
+    pool_state = stage_state(stage)
+    if pool_state is not None and pool_state.rings():
         raise FreshError(f"pooltk fresh: stage {index}: found a pooltk ring on it; required a stock stage "
                          "(fresh is the reference a pool is judged against). Fix: pooltk.uninstall() first.")
     layout = found.layout
-    if getattr(layout, "per_receive", False) or getattr(layout, "stands_down", False):
+    if getattr(layout, "per_receive", False):
         return FreshStage(stage=index, layout=layout.name, bound=False,
                           note=f"layout {layout.name!r}: torch already allocates each receive buffer right before "
                                "its receive, so stock is fresh; nothing bound")

@@ -268,7 +268,7 @@ def test_import_pooltk_and_plan_auto_rings_in_an_environment_with_torch_alone(tm
 
 # Modules that still spell the two directions themselves (issue 22: "Direction defined 3 times and
 # ("forward", "grad") written 12 times"); each is to import DIRECTIONS from pooltk.analysis.lifetimes.
-DIRECTIONS_STILL_SPELLED = frozenset({"pooltk/parity/worker.py", "pooltk/parity/tables.py"})
+DIRECTIONS_STILL_SPELLED: frozenset[str] = frozenset()
 
 
 def test_the_two_directions_are_spelled_once_in_analysis_lifetimes() -> None:

@@ -124,7 +124,9 @@ def test_an_unknown_layout_a_pooled_stage_or_a_second_call_is_refused_naming_poo
         fresh_stage(_stage(Info212))
     _eager(monkeypatch, "setup-recv-info")
     pooled = _stage(Info212)
-    pooled.__dict__["_pooltk_forward"] = object()
+    from pooltk.pool.state import state_for
+
+    state_for(pooled).forward = object()  # a ring the pool holds on this stage
     with pytest.raises(FreshError, match="found a pooltk ring on it.*Fix: pooltk.uninstall"):
         fresh_stage(pooled)
     st = _stage(Info212)

@@ -181,7 +181,7 @@ def records_of(report: Any, *, model: str, torch_version: str, code: str) -> Ite
                     slack=cfg.slack if cfg else None, release=cfg.release if cfg else None,
                     stage=stage, direction=direction, rehomes=int(m.get("rehomes", 0)), rehomed_bytes=rehomed,
                     ring_sets=res.rings.get(stage, {}).get(direction) if v.pooled else None,
-                    storages=int(m["storages"]), storage_bytes=int(m["bytes"]),
+                    storages=int(m["storages"]), storage_bytes=int(m.get("ring_bytes", m["bytes"])),
                     counted_bytes=int(m["bytes"]) + rehomed,
                     peak_live=res.peak_live.get(stage, {}).get(direction) if v.pooled else None,
                     bitwise_equal=res.bitwise_equal,
