@@ -324,9 +324,7 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
         if st.grad is not None:  # input gradients sharing the grad slot: see [Note: copy on conflict]
             st.grad.note_lent(chunk, input_grads(self, chunk))
         if full:  # a split backward (I now, W later) keeps both until W: see [Note: slot ownership]
-            for ring in (st.forward, st.grad):
-                if ring is not None:
-                    ring.release(chunk)
+            st.release_slots(chunk)
         if st.release:
             loss = call_arg("backward_one_chunk", "loss", args, kwargs)
             if full:
@@ -351,9 +349,7 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
             if st is None:
                 return result
             chunk = call_arg("backward_weight_one_chunk", "bwd_chunk_id", args, kwargs)
-            for ring in (st.forward, st.grad):
-                if ring is not None:
-                    ring.release(chunk)
+            st.release_slots(chunk)
             if st.release and chunk in st.losses:
                 rel.release_chunk(self, st, chunk, st.losses.pop(chunk))
             return result

@@ -72,6 +72,12 @@ class StageState:
         """The rings the stage holds now, by direction."""
         return {d: r for d, r in (("forward", self.forward), ("grad", self.grad)) if r is not None}
 
+    def release_slots(self, chunk: int) -> None:
+        """``chunk`` is done with its slots in both directions (see [Note: slot ownership] in guard.py)."""
+        for ring in (self.forward, self.grad):
+            if ring is not None:
+                ring.release(chunk)
+
     def ring(self, direction: str) -> "DirectionRing | None":
         return self.forward if direction == "forward" else self.grad
 
