@@ -68,8 +68,12 @@ def test_every_release_is_pooled_or_released_bitwise_equal_or_cleanly_stands_dow
             stock, released = r["bytes"]["stock"]["sets"], r["bytes"]["released"]
             last = str(max(int(s) for s in stock))
             assert stock[last][0] == matrix["spec"]["microbatches"], (r["release"], stock)  # stock holds all M
-            for counted in released.values():
-                assert 0 < counted["sets"][last][0] < stock[last][0], (r["release"], counted)
+            own = r["bytes"].get("stock_variants", {})
+            for name, counted in released.items():
+                twin = own.get("stock/" + name.split("/", 1)[1], {"sets": stock})["sets"]
+                assert 0 < counted["sets"][last][0] < twin[last][0], (r["release"], name, counted)
+                if not name.endswith("+eval"):  # training steps: the live set, not M
+                    assert counted["sets"][last][0] <= 2, (r["release"], name, counted)
         else:
             assert r["installed"] is False and r["probe"]["reason"]
             for key in neg:

@@ -180,11 +180,13 @@ def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
 
         sets = peaks(0)
         released = {f["name"]: peaks(i) for i, f in enumerate(facts) if f["pooled"]}
+        stocks = {f["name"]: peaks(i) for i, f in enumerate(facts) if not f["pooled"]}
         res["bytes"] = {"stock_method": "peak live (allocate_buffer to release, measured in the ranks)",
                         "stock": {"sets": sets, "total": sum(f + g for f, g in sets.values()) * boundary},
                         "pooled": None,
                         "released": {name: {"sets": p, "total": sum(f + g for f, g in p.values()) * boundary}
-                                     for name, p in released.items()}}
+                                     for name, p in released.items()},
+                        "stock_variants": {name: {"sets": p} for name, p in stocks.items()}}
     else:
         res["bytes"] = {
             "stock_method": "distinct receive storages held after the step",
