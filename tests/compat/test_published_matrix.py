@@ -99,6 +99,6 @@ def test_the_docs_table_is_the_published_matrix():
     table = text.split(begin, 1)[1].split(end, 1)[0]
     assert m["date"] in table and path.name in table
     for r in m["releases"]:
-        row = next((ln for ln in table.splitlines() if ln.startswith(f"| {r['release']} |")), None)
+        row = next((ln for ln in table.splitlines() if ln.startswith(f"| {r['release']} ")), None)  # "(measured DAY)" may follow
         assert row is not None, r["release"]
         assert r["outcome"] in row and r["torch_version"] in row

@@ -77,10 +77,10 @@ def earlier_rows(date: str, out_dir: Path = OUT_DIR) -> list[dict[str, Any]]:
     over as what it was, never presented as measured on ``date``.
     """
     previous = out_dir / f"matrix-{date}.json"
-    if not previous.exists():
-        older = sorted(p for p in out_dir.glob("matrix-*.json") if p.stem.removeprefix("matrix-") < date)
-        if not older:
-            return []
-        previous = older[-1]
-    doc = json.loads(previous.read_text())
+    if previous.exists():
+        return json.loads(previous.read_text())["releases"]
+    older = sorted(p for p in out_dir.glob("matrix-*.json") if p.stem.removeprefix("matrix-") < date)
+    if not older:
+        return []
+    doc = json.loads(older[-1].read_text())
     return [dict(r, measured=r.get("measured", doc["date"])) for r in doc["releases"]]

@@ -23,8 +23,9 @@ def bytes_cell(row: dict[str, Any]) -> str:
     if not b:
         return "-"
     stock, pooled, released = b.get("stock"), b.get("pooled"), b.get("released")
-    if released:
-        name, first = next(iter(released.items()))
+    if released:  # the default policy's run where there is one; a stable pick either way (JSON sorts keys)
+        name = next((n for n in sorted(released) if n.startswith("tight-s2")), min(released))
+        first = released[name]
         return (f"stock {b['stock_method']}: {_sets_cell(stock['sets'])} = {_kib(stock['total'])} KiB; "
                 f"released ({name}): {_sets_cell(first['sets'])} = {_kib(first['total'])} KiB")
     if pooled is None:
