@@ -24,16 +24,7 @@ from hypothesis import strategies as st
 
 from pooltk.logs import LogFormatError, read_log_file, read_logs
 
-FIX = Path(__file__).resolve().parent / "fixtures"
-VALUES = ["step", "kind", "loss", "grad_norm", "lr", "mem_gib", "tok_per_s_logged", "mfu_pct_logged", "num_label_tokens",
-          "timestamp", "epoch"]
-
-
-def _sources(shared_dir: Path) -> list[Path]:
-    real = shared_dir / "reference" / "logs"
-    if real.is_dir():
-        return sorted(p for p in real.iterdir() if p.suffix in (".log", ".jsonl"))
-    return sorted(p for p in FIX.iterdir() if p.suffix == ".log")
+from _real_logs import FIX, VALUES, sources as _sources  # noqa: E402  (tests/logs/_real_logs.py)
 
 
 def _lines(src: Path) -> tuple[list[str], bool]:

@@ -16,16 +16,8 @@ import pytest
 from pooltk.logs import LogFormatError, read_log_file, read_logs
 from pooltk.logs.decoration import columns
 
-FIX = Path(__file__).resolve().parent / "fixtures"
-_VALUES = ["step", "kind", "loss", "grad_norm", "lr", "mem_gib", "tok_per_s_logged", "mfu_pct_logged", "num_label_tokens",
-           "timestamp", "epoch"]
-
-
-def _sources(shared_dir: Path) -> list[Path]:
-    real = shared_dir / "reference" / "logs"
-    if real.is_dir():
-        return sorted(p for p in real.iterdir() if p.suffix in (".log", ".jsonl"))
-    return sorted(p for p in FIX.iterdir() if p.suffix == ".log")
+from _real_logs import FIX, sources as _sources  # noqa: E402  (tests/logs/_real_logs.py)
+from _real_logs import VALUES as _VALUES  # noqa: E402
 
 
 def _decorate(raw: bytes, how: str, *, task: int = 3) -> bytes:
