@@ -10,11 +10,15 @@ from typing import Any, Literal, get_args
 
 from pooltk._validate import check_choice, check_int
 
-__all__ = ["POLICIES", "Policy", "PoolConfig"]
+__all__ = ["POLICIES", "Policy", "PoolConfig", "SHARINGS", "Sharing"]
 
 Policy = Literal["tight", "automodel", "measure"]
 POLICIES: tuple[str, ...] = get_args(Policy)
 """The policy names, read from :data:`Policy` (one list)."""
+
+Sharing = Literal["rank", "stage"]
+SHARINGS: tuple[str, ...] = get_args(Sharing)
+"""The ring granularities, read from :data:`Sharing`."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -61,6 +65,13 @@ class PoolConfig:
     Same bits for the user; the returned losses and merged output carry no graph. On the lazy
     layout (torch 2.15) this is all pooltk does. ``False`` keeps torch's retention."""
 
+    sharing: Sharing = "rank"
+    """``"rank"``: where a rank holds several stages (multi-stage schedules pooled with
+    ``schedule="auto"``), the stages whose boundaries carry the same tensors share one ring per
+    direction, sized by what is live on the rank at once and coloured from the schedule's action
+    order ([Note: rank-shared rings] in pooltk/analysis/sharing.py). ``"stage"``: one ring per
+    (stage, direction), as before. Single-stage schedules (1F1B) are the same under both."""
+
     def __post_init__(self) -> None:
         check_int("PoolConfig.slack", self.slack, low=0,
                   fix="pass slack=0 for the live-set limit, or a small positive integer such as 2.")
@@ -71,6 +82,9 @@ class PoolConfig:
         check_choice("PoolConfig.policy", self.policy, POLICIES,
                      fix="use 'tight' (per-direction rings, the default), 'automodel' (the original single ring) "
                      "or 'measure' (K = M, the guard records the peak live buffers).")
+        check_choice("PoolConfig.sharing", self.sharing, SHARINGS,
+                     fix="use 'rank' (one ring per rank, direction and boundary; the default) or 'stage' "
+                     "(one ring per stage and direction).")
         if self.policy == "measure" and self.guard is False:
             raise ValueError(
                 "PoolConfig.policy='measure' with guard=False: the measurement is the guard's slot ownership. "
@@ -98,4 +112,6 @@ class PoolConfig:
         text += f" guard={'on' if self.guard else 'off'}"
         if self.forward_shortfall:
             text += f" forward_shortfall={self.forward_shortfall}"
+        if self.sharing != "rank":
+            text += f" sharing={self.sharing}"
         return text
