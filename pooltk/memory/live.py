@@ -21,12 +21,13 @@ LIVE_SOURCES: tuple[str, ...] = ("schedule", "formula")
 
 
 @functools.lru_cache(maxsize=1024)
-def _walked_live_sets(schedule: str, pp: int, n_microbatches: int) -> tuple[tuple[int, int], ...]:
-    """Per stage (forward, grad) live sets, walked once per (schedule, N, M) and cached."""
+def _walked_live_sets(schedule: str, pp: int, n_microbatches: int, stages_per_rank: int = 1) -> tuple[tuple[int, int], ...]:
+    """Per stage (forward, grad) live sets, walked once per (schedule, N, M, vpp) and cached."""
     from pooltk.analysis import lifetimes as schedules
 
-    table = schedules.live_sets(schedule, pp=pp, n_microbatches=n_microbatches)
-    return tuple((int(table.get((i, "forward"), 0)), int(table.get((i, "grad"), 0))) for i in range(pp))
+    table = schedules.live_sets(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=stages_per_rank)
+    n = pp * stages_per_rank
+    return tuple((int(table.get((i, "forward"), 0)), int(table.get((i, "grad"), 0))) for i in range(n))
 
 
 def _formula_live_sets(schedule: str, pp: int, n_microbatches: int) -> tuple[tuple[int, int], ...]:
@@ -53,8 +54,15 @@ def live_sets_for(shape: PipelineShape, source: LiveSource = "schedule") -> tupl
         raise MemoryModelError(
             "live_source", found=repr(source), required=f"one of {', '.join(LIVE_SOURCES)}", fix="use 'schedule' (default)."
         )
-    fn = _walked_live_sets if source == "schedule" else _formula_live_sets
-    return fn(shape.schedule, shape.pp, shape.n_microbatches)
+    if source == "schedule":
+        return _walked_live_sets(shape.schedule, shape.pp, shape.n_microbatches, int(shape.stages_per_rank or 1))
+    if shape.multi_stage:
+        raise MemoryModelError(
+            "live_source", found=f"'formula' for {shape.schedule_name}",
+            required="'schedule' for a multi-stage schedule (the closed forms cover 1F1B and GPipe only)",
+            fix="use live_source='schedule' (default).",
+        )
+    return _formula_live_sets(shape.schedule, shape.pp, shape.n_microbatches)
 
 
 def lazy_sets_for(
@@ -65,6 +73,7 @@ def lazy_sets_for(
     ``released=False``: stock (the last stage keeps all ``M`` forward); ``True``: with pooltk's
     last-stage release (the live set). See [Note: lazy receive buffers] in :mod:`pooltk.analysis.lazy`.
     """
-    by_key = {(i, d): live[i][j] for i in range(shape.pp) for j, d in enumerate(DIRECTIONS)}
-    held = lazy_holds(by_key, shape.pp, shape.n_microbatches, released=released)
-    return tuple((held[(i, "forward")], held[(i, "grad")]) for i in range(shape.pp))
+    n = shape.num_stages
+    by_key = {(i, d): live[i][j] for i in range(n) for j, d in enumerate(DIRECTIONS)}
+    held = lazy_holds(by_key, n, shape.n_microbatches, released=released)
+    return tuple((held[(i, "forward")], held[(i, "grad")]) for i in range(n))

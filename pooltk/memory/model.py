@@ -1,14 +1,17 @@
-"""The receive-buffer memory model: bytes per stage and direction, stock vs pooled.
+"""The receive-buffer memory model: bytes per stage, direction and rank, stock vs pooled.
 
-Given a pipeline shape (pp ``N``, microbatches ``M``, schedule), the tensors that cross
-each stage boundary and a :class:`~pooltk.config.PoolConfig`, :func:`model_memory` gives for every
-stage and direction how many receive-buffer sets, and how many bytes, each variant holds
-(:data:`~pooltk.memory.results.VARIANTS`: stock torch <= 2.14 and >= 2.15, 2.15 with pooltk's
-last-stage release, the two ring policies, the live set, the config's policy).
+Given a pipeline shape (pp ranks, stages per rank, microbatches ``M``, schedule), the tensors that
+cross each stage boundary (they may differ per boundary) and a :class:`~pooltk.config.PoolConfig`,
+:func:`model_memory` gives for every stage and direction how many receive-buffer sets, and how many
+bytes, each variant holds (:data:`~pooltk.memory.results.VARIANTS`: stock torch <= 2.14 and >= 2.15,
+2.15 with pooltk's last-stage release, the two ring policies, the live set, the config's policy),
+and for every rank the rings it keeps when its stages share them (:mod:`~pooltk.memory.ranks`,
+:data:`~pooltk.memory.ranks.RANK_VARIANTS`).
 
 The model is split by job: units and dtypes (:mod:`~pooltk.memory.units`), boundary tensors
 (:mod:`~pooltk.memory.tensors`), the pipeline shape (:mod:`~pooltk.memory.shape`), live sets
-(:mod:`~pooltk.memory.live`), results (:mod:`~pooltk.memory.results`), sweeps
+(:mod:`~pooltk.memory.live`), rank-shared rings (:mod:`~pooltk.memory.ranks`), results
+(:mod:`~pooltk.memory.results`), sweeps
 (:mod:`~pooltk.memory.sweeps`). This module builds the model and re-exports the public names of
 the others, so ``from pooltk.memory.model import ...`` keeps working.
 
@@ -21,6 +24,14 @@ Bytes are ``sets x set_bytes`` where a set is every tensor crossing one boundary
 one microbatch. Stage ``i`` receives activations over boundary ``i - 1`` (stage ``i - 1``
 -> ``i``) and gradients over boundary ``i`` (stage ``i + 1`` -> ``i``): stage 0 has no
 forward receives and the last stage no gradient receives.
+
+Multi-stage schedules (Interleaved1F1B, LoopedBFS, zero-bubble, V) are modelled as
+``pooltk.install(schedule="auto")`` pools them: per (stage, direction) the smallest safe
+``c mod K`` ring of the analysed action order (:func:`pooltk.analysis.lifetimes.min_safe_ring`)
+plus the one slack rule (:func:`pooltk.analysis.rings.ring_from_live`), exactly what
+:func:`pooltk.pool.gating.plan_rings` computes. A (stage, direction) fed by a same-rank handoff
+(the V schedules' turn) receives nothing: 0 pooled sets, while stock torch <= 2.14 still
+allocates its ``M``. Automodel's released pool pools 1F1B only, so its column is stock there.
 """
 
 from __future__ import annotations
@@ -29,14 +40,16 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Literal
 
-from pooltk.analysis.lifetimes import DIRECTIONS, Direction
+from pooltk.analysis.lifetimes import DIRECTIONS, Direction, min_safe_ring
 from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError, UnpoolableScheduleError
 from pooltk.memory.live import LIVE_SOURCES, LiveSource, _walked_live_sets, lazy_sets_for, live_sets_for
+from pooltk.memory.ranks import RANK_VARIANTS, RingMemory, rank_rings_for
 from pooltk.memory.results import VARIANT_LABELS, VARIANTS, DirectionMemory, ExpectedBytes, MemoryModel
 from pooltk.memory.shape import PipelineShape, microbatches_from_batch, middle_stage, modelled_schedule
 from pooltk.memory.tensors import Boundary, TensorSpec, harness_boundary
 from pooltk.memory.units import BYTES_PER_UNIT, DTYPE_BYTES, to_unit
+from pooltk.analysis.rings import ring_from_live, stock_count
 from pooltk.pool.sizing import ring_sizes, stock_sets
 
 __all__ = [
@@ -48,6 +61,8 @@ __all__ = [
     "Boundary",
     "Direction",
     "LIVE_SOURCES",
+    "RANK_VARIANTS",
+    "RingMemory",
     "DirectionMemory",
     "ExpectedBytes",
     "MemoryModel",
@@ -70,19 +85,69 @@ __all__ = [
 _ = _walked_live_sets  # re-exported for benchmarks/bench_memory_model.py (it clears the walk's cache)
 
 
-def _boundaries(boundaries: Boundary | Sequence[Boundary], pp: int) -> tuple[Boundary, ...]:
+def _boundaries(boundaries: Boundary | Sequence[Boundary], n_stages: int) -> tuple[Boundary, ...]:
     if isinstance(boundaries, Boundary):
-        return (boundaries,) * (pp - 1)
+        return (boundaries,) * (n_stages - 1)
     found = tuple(boundaries) if isinstance(boundaries, (tuple, list)) else None
-    if found is None or len(found) != pp - 1 or not all(isinstance(b, Boundary) for b in found):
+    if found is None or len(found) != n_stages - 1 or not all(isinstance(b, Boundary) for b in found):
         n = "nothing" if found is None else f"{len(found)} item(s)"
         raise MemoryModelError(
             "boundaries",
             found=f"{n} ({type(boundaries).__name__})",
-            required=f"one Boundary for every boundary, or a list of pp - 1 = {pp - 1} Boundary objects",
+            required=f"one Boundary for every boundary, or a list of stages - 1 = {n_stages - 1} Boundary objects "
+            "(boundary b carries stage b -> b + 1)",
             fix="pass a single Boundary when every stage boundary carries the same tensors.",
         )
     return found
+
+
+def _per_stage_sizes(shape: PipelineShape, config: PoolConfig) -> list[dict[str, object]]:
+    """Sets per (stage, direction) and variant, stage-major, forward before grad. See [Note: where the numbers come from]."""
+    n, m = shape.num_stages, shape.n_microbatches
+    am_cfg = dataclasses.replace(config, policy="automodel")
+    tight_cfg = dataclasses.replace(config, policy="tight")
+    out: list[dict[str, object]] = []
+    if not shape.multi_stage:
+        for i in range(n):
+            stock = stock_sets(n, i, m)
+            if shape.poolable:
+                am, tight = ring_sizes(n, i, m, am_cfg), ring_sizes(n, i, m, tight_cfg)
+            else:
+                am = tight = stock
+            pooled = am if config.policy == "automodel" else tight
+            for d in DIRECTIONS:
+                out.append({"stage": i, "rank": i, "direction": d, "handoff": False, "stock": getattr(stock, d),
+                            "automodel": getattr(am, d), "tight": getattr(tight, d), "pooled": getattr(pooled, d)})
+        return out
+    prog, spans = _analysed(shape)
+    for i in range(n):
+        for d in DIRECTIONS:
+            neighbour = i - 1 if d == "forward" else i + 1
+            handoff = prog.stage_to_rank.get(neighbour) == prog.stage_to_rank[i]
+            stock = stock_count(n, i, d, m)  # torch <= 2.14 allocates M even where a local handoff feeds the stage
+            k0 = min_safe_ring(spans, i, d, m)
+            out.append({"stage": i, "rank": prog.stage_to_rank[i], "direction": d, "handoff": handoff, "stock": stock,
+                        # Automodel's released pool refuses every schedule but 1F1B: stock
+                        "automodel": stock,
+                        "tight": ring_from_live(k0, m, d, tight_cfg),
+                        # pooltk's auto plan: the one slack rule on the smallest safe ring; nothing at a handoff
+                        "pooled": ring_from_live(k0, m, d, config)})
+    return out
+
+
+def _analysed(shape: PipelineShape) -> tuple[object, tuple[object, ...]]:
+    """The analysed program and lifetimes of a multi-stage shape; a refusal becomes a :class:`MemoryModelError`."""
+    from pooltk.analysis.lifetimes import ScheduleAnalysisError, ScheduleShape, analyse
+
+    try:
+        return analyse(ScheduleShape(schedule=shape.schedule_name, pp=shape.pp, n_microbatches=shape.n_microbatches,
+                                     stages_per_rank=int(shape.stages_per_rank or 1)))
+    except ScheduleAnalysisError as exc:
+        raise MemoryModelError(
+            f"shape under {shape.schedule_name}", found=shape.describe(),
+            required=f"a shape torch's schedule accepts ({exc})",
+            fix="change the microbatches or stages per rank as the reason says.",
+        ) from exc
 
 
 def model_memory(
@@ -93,17 +158,18 @@ def model_memory(
     unpoolable: Literal["error", "stock"] = "error",
     live_source: LiveSource = "schedule",
 ) -> MemoryModel:
-    """Model every stage and direction of ``shape``. See [Note: where the numbers come from].
+    """Model every stage, direction and rank of ``shape``. See [Note: where the numbers come from].
 
     Args:
-        shape: pp, microbatches and schedule.
-        boundaries: one :class:`Boundary` for all ``N - 1`` boundaries, or a list of them.
-        config: slack, grad slack and policy (default :class:`PoolConfig()`).
+        shape: pp, stages per rank, microbatches and schedule.
+        boundaries: one :class:`Boundary` for all ``stages - 1`` boundaries, or a list of them
+            (boundary ``b`` carries stage ``b`` -> ``b + 1``; they may differ per boundary).
+        config: slack, grad slack, policy and sharing (default :class:`PoolConfig()`).
         unpoolable: for a schedule the pool must not touch (GPipe): ``"error"`` raises
             :class:`UnpoolableScheduleError`; ``"stock"`` models the pool standing down
             (every ring column equals stock), as Automodel does when it warns and skips.
-        live_source: ``"schedule"`` (walk the action order) or ``"formula"``; see
-            [Note: live-set sources].
+        live_source: ``"schedule"`` (walk the action order) or ``"formula"`` (1F1B and GPipe
+            only); see [Note: live-set sources].
     """
     if not isinstance(shape, PipelineShape):
         raise MemoryModelError(
@@ -112,48 +178,47 @@ def model_memory(
     config = PoolConfig() if config is None else config
     if unpoolable not in ("error", "stock"):
         raise MemoryModelError("unpoolable", found=repr(unpoolable), required="'error' or 'stock'", fix="use 'error' (default).")
-    n, m = shape.pp, shape.n_microbatches
     if not shape.poolable and unpoolable == "error":
         raise UnpoolableScheduleError(
             f"schedule {shape.schedule!r}",
             found="a schedule whose in-flight depth is not bounded below M (every forward buffer stays live until the backwards start)",
-            required="'1f1b' for a pooled model",
+            required="'1f1b' or a multi-stage schedule for a pooled model",
             fix="use 1f1b, or pass unpoolable='stock' (CLI: --allow-unpoolable) to see stock and live-set bytes with the pool standing down.",
         )
+    n = shape.num_stages
     bounds = _boundaries(boundaries, n)
     live = live_sets_for(shape, live_source)
     lazy = lazy_sets_for(shape, live, released=False)
     # pooltk's last-stage release is part of the pool: where the pool stands down, torch keeps what it keeps.
     released = lazy_sets_for(shape, live, released=True) if shape.poolable else lazy
-    am_cfg = dataclasses.replace(config, policy="automodel")
-    tight_cfg = dataclasses.replace(config, policy="tight")
     rows: list[DirectionMemory] = []
-    for i in range(n):
-        stock = stock_sets(n, i, m)
-        if shape.poolable:
-            am, tight = ring_sizes(n, i, m, am_cfg), ring_sizes(n, i, m, tight_cfg)
+    for sizes in _per_stage_sizes(shape, config):
+        i, d = int(sizes["stage"]), str(sizes["direction"])
+        j = DIRECTIONS.index(d)  # type: ignore[arg-type]
+        if d == "forward":
+            set_bytes = bounds[i - 1].forward_bytes if i > 0 else 0
         else:
-            am = tight = stock
-        pooled = am if config.policy == "automodel" else tight
-        fwd_bytes = bounds[i - 1].forward_bytes if i > 0 else 0
-        grad_bytes = bounds[i].grad_bytes if i < n - 1 else 0
-        for j, (d, set_bytes) in enumerate((("forward", fwd_bytes), ("grad", grad_bytes))):
-            rows.append(
-                DirectionMemory(
-                    stage=i,
-                    direction=d,
-                    set_bytes=set_bytes,
-                    stock_sets=getattr(stock, d),
-                    automodel_sets=getattr(am, d),
-                    tight_sets=getattr(tight, d),
-                    live_sets=live[i][j],
-                    stock_lazy_sets=lazy[i][j],
-                    lazy_released_sets=released[i][j],
-                    pooled_sets=getattr(pooled, d),
-                )
+            set_bytes = bounds[i].grad_bytes if i < n - 1 else 0
+        rows.append(
+            DirectionMemory(
+                stage=i,
+                direction=d,  # type: ignore[arg-type]
+                rank=int(sizes["rank"]),
+                handoff=bool(sizes["handoff"]),
+                set_bytes=set_bytes,
+                stock_sets=int(sizes["stock"]),
+                automodel_sets=int(sizes["automodel"]),
+                tight_sets=int(sizes["tight"]),
+                live_sets=live[i][j],
+                stock_lazy_sets=lazy[i][j],
+                lazy_released_sets=released[i][j],
+                pooled_sets=int(sizes["pooled"]),
             )
+        )
+    rings = rank_rings_for(shape, bounds, config, tuple(rows), _analysed if shape.multi_stage else None)
     return MemoryModel(
-        shape=shape, config=config, boundaries=bounds, rows=tuple(rows), pool_active=shape.poolable, live_source=live_source
+        shape=shape, config=config, boundaries=bounds, rows=tuple(rows), rings=rings, pool_active=shape.poolable,
+        live_source=live_source,
     )
 
 
@@ -164,13 +229,14 @@ def expected_bytes(
     boundaries: Boundary | Sequence[Boundary],
     config: PoolConfig,
     schedule: str = "1f1b",
+    stages_per_rank: int | None = None,
 ) -> dict[tuple[int, str], ExpectedBytes]:
     """``{(stage, direction): ExpectedBytes(stock, pooled)}``: what a measurement should find.
 
     One call for the gloo parity check: every stage and direction, including the ones with
     no receives (stage 0 forward, last stage grad: 0 sets, 0 bytes).
     """
-    shape = PipelineShape(pp=pp, n_microbatches=n_microbatches, schedule=schedule)
+    shape = PipelineShape(pp=pp, n_microbatches=n_microbatches, schedule=schedule, stages_per_rank=stages_per_rank)
     return model_memory(shape, boundaries, config).expected_bytes()
 
 

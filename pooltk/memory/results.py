@@ -1,4 +1,4 @@
-"""The memory model's results: sets and bytes per (stage, direction) and variant, as tables and JSON.
+"""The memory model's results: sets and bytes per (stage, direction), per rank and variant, as tables and JSON.
 
 Variants (:data:`VARIANTS`) say what holds the buffers:
 
@@ -10,7 +10,12 @@ Variants (:data:`VARIANTS`) say what holds the buffers:
 - ``tight``          pooltk's per-direction rings,
 - ``live_set``       the most sets ever live at once, walked from the schedule's action order: no pool
                      can hold fewer,
-- ``pooled``         whichever of ``automodel`` / ``tight`` the config's policy selects.
+- ``pooled``         per stage: the ring the config's policy keeps for the stage alone (1F1B: ``automodel`` or
+                     ``tight``; multi-stage schedules: ``install(schedule="auto")``'s ring); per rank: the
+                     rank-shared rings under ``sharing="rank"``, the per-stage rings under ``"stage"``.
+
+Rank-level only (:data:`~pooltk.memory.ranks.RANK_VARIANTS`, [Note: bytes per rank] in
+:mod:`pooltk.memory.ranks`): ``shared`` (rank-shared rings) and ``rank_live`` (the rank's live set).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pooltk._validate import check_choice
 from pooltk.analysis.lifetimes import DIRECTIONS, Direction
 from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError
+from pooltk.memory.ranks import RANK_VARIANTS, RingMemory
 from pooltk.memory.shape import PipelineShape
 from pooltk.memory.tensors import Boundary
 from pooltk.memory.units import BYTES_PER_UNIT, to_unit
@@ -44,6 +50,8 @@ VARIANT_LABELS: dict[str, str] = {
     "tight": "tight",
     "live_set": "live set",
     "pooled": "pooled",
+    "shared": "rank-shared",
+    "rank_live": "rank live",
 }
 """Column headers for tables (``stock-lazy``: torch >= 2.15 as shipped; ``lazy-released``: with pooltk's release)."""
 
@@ -53,9 +61,14 @@ class DirectionMemory:
     """Receive-buffer sets and bytes of one stage in one direction."""
 
     stage: int
-    """Stage index ``i`` in ``[0, N)``."""
+    """Stage index ``i`` in ``[0, stages)``."""
     direction: Direction
     """``"forward"`` (activations received) or ``"grad"`` (gradients received)."""
+    rank: int
+    """Rank that runs the stage (the stage itself under single-stage schedules)."""
+    handoff: bool
+    """True where a same-rank handoff (the V schedules' turn) feeds this direction: no receives, so
+    0 sets everywhere but ``stock`` (torch <= 2.14 still allocates ``M`` there)."""
     set_bytes: int
     """Bytes of one buffer set in this direction (0 where the stage has no receives)."""
     stock_sets: int
@@ -72,7 +85,8 @@ class DirectionMemory:
     lazy_released_sets: int
     """Sets torch >= 2.15 holds once pooltk's last-stage release drops what the schedule keeps: the live set."""
     pooled_sets: int
-    """Sets held under the config's policy (stock, when the schedule cannot be pooled)."""
+    """Sets of the stage's own ring under the config's policy (stock, when the schedule cannot be pooled).
+    Under ``sharing="rank"`` a rank's stages may share rings instead: see :meth:`MemoryModel.rank_bytes`."""
 
     def sets(self, variant: str) -> int:
         """Sets held by ``variant`` (one of :data:`VARIANTS`)."""
@@ -103,6 +117,11 @@ def _variant(variant: str) -> str:
     return check_choice("variant", variant, VARIANTS, fix="pick a listed variant.", error=MemoryModelError)
 
 
+def _rank_variant(variant: str) -> str:
+    return check_choice("variant", variant, VARIANTS + RANK_VARIANTS,
+                        fix="pick a listed variant (shared and rank_live exist per rank only).", error=MemoryModelError)
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class ExpectedBytes:
     """What a measurement of one stage and direction should find (for the gloo parity check)."""
@@ -129,6 +148,8 @@ class MemoryModel:
     """Boundary ``b`` (``N - 1`` of them) carries stage ``b`` -> ``b + 1``."""
     rows: tuple[DirectionMemory, ...]
     """One row per (stage, direction), stage-major, forward before grad."""
+    rings: tuple[RingMemory, ...]
+    """Every rank's rings under rank sharing (:mod:`pooltk.memory.ranks`), by (rank, direction, first stage)."""
     pool_active: bool
     """False when the schedule cannot be pooled and the model shows the pool standing down."""
     live_source: str = "schedule"
@@ -136,11 +157,11 @@ class MemoryModel:
 
     def row(self, stage: int, direction: str) -> DirectionMemory:
         """The row of ``stage`` in ``direction``."""
-        if direction not in DIRECTIONS or not 0 <= stage < self.shape.pp:
+        if direction not in DIRECTIONS or not 0 <= stage < self.shape.num_stages:
             raise MemoryModelError(
                 "row",
                 found=f"stage={stage!r} direction={direction!r}",
-                required=f"stage in [0, {self.shape.pp - 1}] and direction in {DIRECTIONS}",
+                required=f"stage in [0, {self.shape.num_stages - 1}] and direction in {DIRECTIONS}",
                 fix="index an existing stage.",
             )
         return self.rows[2 * stage + DIRECTIONS.index(direction)]
@@ -167,8 +188,49 @@ class MemoryModel:
         return sum(r.bytes(variant) for r in self.rows)
 
     def peak_stage_bytes(self, variant: str = "pooled") -> int:
-        """The largest per-stage total: what decides whether the fullest GPU fits."""
-        return max(self.stage_bytes(i, variant) for i in range(self.shape.pp))
+        """The largest per-stage total (the fullest GPU under single-stage schedules; see :meth:`peak_rank_bytes`)."""
+        return max(self.stage_bytes(i, variant) for i in range(self.shape.num_stages))
+
+    # ----------------------------------------------------------------- ranks ([Note: bytes per rank])
+
+    def rank_stages(self, rank: int) -> tuple[int, ...]:
+        """The stages ``rank`` runs, ascending."""
+        if not (isinstance(rank, int) and 0 <= rank < self.shape.pp):
+            raise MemoryModelError("rank", found=repr(rank), required=f"a rank in [0, {self.shape.pp - 1}]",
+                                   fix="index an existing rank.")
+        return tuple(sorted({r.stage for r in self.rows if r.rank == rank}))
+
+    def rank_rings(self, rank: int) -> tuple[RingMemory, ...]:
+        """The rings ``rank`` keeps under rank sharing."""
+        self.rank_stages(rank)
+        return tuple(g for g in self.rings if g.rank == rank)
+
+    def rank_bytes(self, rank: int, variant: str = "pooled") -> int:
+        """What ``rank`` holds under ``variant`` (:data:`VARIANTS` or :data:`RANK_VARIANTS`), both directions.
+
+        Per-stage variants sum the rank's stages; ``shared`` and ``rank_live`` sum its rings;
+        ``pooled`` is ``shared`` under ``config.sharing == "rank"``, else the per-stage rings.
+        """
+        variant = _rank_variant(variant)
+        if variant == "pooled" and self.config.sharing == "rank" and self.pool_active:
+            variant = "shared"
+        if variant == "shared":
+            return sum(g.bytes for g in self.rank_rings(rank))
+        if variant == "rank_live":
+            return sum(g.live_bytes for g in self.rank_rings(rank))
+        return sum(self.stage_bytes(i, variant) for i in self.rank_stages(rank))
+
+    def rank_gib(self, rank: int, variant: str = "pooled") -> float:
+        """:meth:`rank_bytes` in GiB (2**30)."""
+        return to_unit(self.rank_bytes(rank, variant), "gib")
+
+    def peak_rank_bytes(self, variant: str = "pooled") -> int:
+        """The largest per-rank total: what decides whether the fullest GPU fits."""
+        return max(self.rank_bytes(r, variant) for r in range(self.shape.pp))
+
+    def total_rank_bytes(self, variant: str = "pooled") -> int:
+        """Sum over ranks (equals :meth:`total_bytes` for per-stage variants)."""
+        return sum(self.rank_bytes(r, variant) for r in range(self.shape.pp))
 
     def expected_bytes(self) -> dict[tuple[int, str], ExpectedBytes]:
         """``{(stage, direction): ExpectedBytes}`` for every stage and direction."""
@@ -215,9 +277,10 @@ class MemoryModel:
         to_unit(1, unit)  # validates the unit name
         scale = BYTES_PER_UNIT[unit]
         records = []
-        for i in range(self.shape.pp):
+        for i in range(self.shape.num_stages):
             f, g = self.row(i, "forward"), self.row(i, "grad")
-            rec: dict[str, Any] = {"stage": i, "forward_set_mib": f.set_bytes / 2**20, "grad_set_mib": g.set_bytes / 2**20}
+            rec: dict[str, Any] = {"stage": i, "rank": f.rank, "forward_set_mib": f.set_bytes / 2**20,
+                                   "grad_set_mib": g.set_bytes / 2**20, "handoff": f.handoff or g.handoff}
             for v in VARIANTS:
                 rec[f"{v}_forward_sets"] = f.sets(v)
                 rec[f"{v}_grad_sets"] = g.sets(v)
@@ -225,6 +288,48 @@ class MemoryModel:
             rec[f"saved_{unit}"] = (f.saved_bytes + g.saved_bytes) / scale
             records.append(rec)
         return pd.DataFrame.from_records(records)
+
+    def per_rank_frame(self, unit: str = "gib") -> pd.DataFrame:
+        """Wide: one row per rank with its ``stages``, memory per variant in ``unit`` (``<variant>_<unit>``
+        for :data:`VARIANTS` and :data:`RANK_VARIANTS`; ``pooled`` follows ``config.sharing``),
+        ``rings`` and ``shared_slots`` (sets of the rank-shared rings), and ``saved_<unit>`` (stock - pooled)."""
+        import pandas as pd
+
+        to_unit(1, unit)
+        scale = BYTES_PER_UNIT[unit]
+        records = []
+        for rank in range(self.shape.pp):
+            rec: dict[str, Any] = {"rank": rank, "stages": ",".join(map(str, self.rank_stages(rank)))}
+            for v in VARIANTS + RANK_VARIANTS:
+                rec[f"{v}_{unit}"] = self.rank_bytes(rank, v) / scale
+            rings = self.rank_rings(rank)
+            rec["rings"] = len(rings)
+            rec["shared_slots"] = sum(g.size for g in rings)
+            rec[f"saved_{unit}"] = (self.rank_bytes(rank, "stock") - self.rank_bytes(rank, "pooled")) / scale
+            records.append(rec)
+        return pd.DataFrame.from_records(records)
+
+    def rings_frame(self) -> pd.DataFrame:
+        """Tidy: one row per rank-shared ring: rank, direction, stages, shared, live, size, receives,
+        set_bytes, bytes and gib."""
+        import pandas as pd
+
+        return pd.DataFrame.from_records([
+            {"rank": g.rank, "direction": g.direction, "stages": ",".join(map(str, g.stages)), "shared": g.shared,
+             "live": g.live, "size": g.size, "receives": g.receives, "set_bytes": g.set_bytes, "bytes": g.bytes,
+             "gib": g.bytes / 2**30}
+            for g in self.rings
+        ])
+
+    def boundaries_frame(self) -> pd.DataFrame:
+        """One row per boundary ``b`` (stage ``b`` -> ``b + 1``): forward and grad MiB per set and the tensors."""
+        import pandas as pd
+
+        return pd.DataFrame.from_records([
+            {"boundary": b, "from_stage": b, "to_stage": b + 1, "forward_set_mib": bd.forward_bytes / 2**20,
+             "grad_set_mib": bd.grad_bytes / 2**20, "tensors": " + ".join(t.describe() for t in bd.activations)}
+            for b, bd in enumerate(self.boundaries)
+        ])
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict: inputs, one entry per stage and direction, totals."""
@@ -245,6 +350,8 @@ class MemoryModel:
             "rows": [
                 {
                     "stage": r.stage,
+                    "rank": r.rank,
+                    "handoff": r.handoff,
                     "direction": r.direction,
                     "set_bytes": r.set_bytes,
                     **{f"{v}_sets": r.sets(v) for v in VARIANTS},
@@ -259,10 +366,26 @@ class MemoryModel:
                     **{f"{v}_bytes": self.stage_bytes(i, v) for v in VARIANTS},
                     "saved_bytes": self.saved_bytes(i),
                 }
-                for i in range(self.shape.pp)
+                for i in range(self.shape.num_stages)
+            ],
+            "ranks": [
+                {
+                    "rank": rank,
+                    "stages": list(self.rank_stages(rank)),
+                    **{f"{v}_bytes": self.rank_bytes(rank, v) for v in VARIANTS + RANK_VARIANTS},
+                    "saved_bytes": self.rank_bytes(rank, "stock") - self.rank_bytes(rank, "pooled"),
+                }
+                for rank in range(self.shape.pp)
+            ],
+            "rings": [
+                {**{k: getattr(g, k) for k in ("rank", "direction", "live", "receives", "size", "shared", "set_bytes")},
+                 "stages": list(g.stages), "tensors": [{"shape": list(sh), "dtype": dt} for sh, dt in g.tensors],
+                 "bytes": g.bytes}
+                for g in self.rings
             ],
             "totals": {
                 **{f"{v}_bytes": self.total_bytes(v) for v in VARIANTS},
                 **{f"peak_stage_{v}_bytes": self.peak_stage_bytes(v) for v in VARIANTS},
+                **{f"peak_rank_{v}_bytes": self.peak_rank_bytes(v) for v in VARIANTS + RANK_VARIANTS},
             },
         }

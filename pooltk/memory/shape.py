@@ -1,7 +1,9 @@
-"""The pipeline the memory model is asked about: stages, microbatches, schedule.
+"""The pipeline the memory model is asked about: ranks, stages per rank, microbatches, schedule.
 
-The schedule is spelled once (:func:`pooltk.analysis.catalog.schedule_key`) and pooled when it is on
-the pool's allowlist (:data:`pooltk.analysis.catalog.ALLOWLIST`), so the model and the pool's gating
+The schedule is spelled once (:func:`pooltk.analysis.catalog.schedule_key`). 1F1B is pooled by name
+(the pool's allowlist, :data:`pooltk.analysis.catalog.ALLOWLIST`); the multi-stage schedules of
+:data:`pooltk.analysis.catalog.CATALOG` are pooled as ``pooltk.install(schedule="auto")`` pools them,
+from their own action order; GPipe is modelled stock-only. So the model and the pool's gating
 cannot disagree about which schedules are poolable.
 """
 
@@ -9,34 +11,45 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pooltk.analysis.catalog import ALLOWLIST, schedule_key
+from pooltk.analysis.catalog import ALLOWLIST, CATALOG, schedule_key
 from pooltk.memory.errors import MemoryModelError, UnpoolableScheduleError, positive_int
 
-__all__ = ["MODELLED", "PipelineShape", "microbatches_from_batch", "middle_stage", "modelled_schedule"]
+__all__ = ["MODELLED", "STOCK_ONLY", "PipelineShape", "microbatches_from_batch", "middle_stage", "modelled_schedule",
+           "schedule_name"]
 
 
-MODELLED: frozenset[str] = ALLOWLIST | {schedule_key("GPipe")}
-"""Schedule keys the model covers: the pool's allowlist (pooled) and GPipe (stock-only: its in-flight depth is M)."""
+_BY_KEY: dict[str, str] = {schedule_key(name): name for name in CATALOG}
+"""schedule key -> torch's name, for every schedule of the catalog."""
+
+MODELLED: frozenset[str] = frozenset(_BY_KEY)
+"""Schedule keys the model covers: every schedule of :data:`pooltk.analysis.catalog.CATALOG` -- 1F1B
+pooled by name, the multi-stage ones pooled from their action order (``schedule="auto"``), GPipe
+stock-only (its in-flight depth is M)."""
+
+STOCK_ONLY: frozenset[str] = frozenset({schedule_key("GPipe")})
+"""Schedules the model shows with the pool standing down: every forward buffer stays live until the backwards start."""
 
 
 def modelled_schedule(name: str) -> str:
-    """The :func:`~pooltk.analysis.catalog.schedule_key` of ``name`` if the model covers it (``"1f1b"``, ``"gpipe"``).
+    """The :func:`~pooltk.analysis.catalog.schedule_key` of ``name`` if the model covers it (``"1f1b"``,
+    ``"interleaved1f1b"``, ``"gpipe"``, ...).
 
-    Raises :class:`UnpoolableScheduleError` for other schedules: the model covers one stage
-    per rank (1F1B pooled, GPipe stock-only).
+    Raises :class:`UnpoolableScheduleError` for a name outside :data:`pooltk.analysis.catalog.CATALOG`.
     """
     key = schedule_key(str(name))
     if key not in MODELLED:
         raise UnpoolableScheduleError(
             "schedule",
             found=repr(name),
-            required="'1f1b' (pooled) or 'gpipe' (modelled stock-only: its in-flight depth is M)",
-            fix=(
-                "the ring pool is gated to 1F1B, the one schedule with a proven bounded in-flight depth; "
-                "for other schedules `pooltk schedules` derives live receive buffers from the action order."
-            ),
+            required=f"one of {', '.join(CATALOG)} (any spelling torch's get_schedule_class accepts)",
+            fix="name a torch schedule pooltk analyses; `pooltk schedules` lists what this torch ships.",
         )
     return key
+
+
+def schedule_name(key: str) -> str:
+    """torch's name (``"Interleaved1F1B"``) of a modelled schedule key."""
+    return _BY_KEY[modelled_schedule(key)]
 
 
 def microbatches_from_batch(
@@ -85,11 +98,16 @@ class PipelineShape:
     """The pipeline: how many stages, how many microbatches per step, which schedule."""
 
     pp: int
-    """Pipeline-parallel size ``N`` (stages, one per rank)."""
+    """Pipeline-parallel size: ranks (one stage each under single-stage schedules, so ``N`` stages)."""
     n_microbatches: int
     """Microbatches per pipeline step ``M``."""
     schedule: str = "1f1b"
-    """``"1f1b"`` (poolable) or ``"gpipe"`` (modelled stock-only); any spelling torch uses."""
+    """Any schedule of :data:`pooltk.analysis.catalog.CATALOG`, any spelling torch uses: ``"1f1b"`` (pooled),
+    multi-stage ones such as ``"interleaved1f1b"`` (pooled as ``schedule="auto"`` pools them), ``"gpipe"``
+    (stock-only)."""
+    stages_per_rank: int | None = None
+    """Stages each rank runs (virtual pipeline size). ``None``: the schedule's own (1 for single-stage
+    schedules, 2 for the others); single-stage schedules take 1 only, the V schedules 2 only."""
     global_batch: int | None = None
     """Global batch in rows, when the shape was derived from batch sizes (display only)."""
     micro_batch: int | None = None
@@ -104,6 +122,18 @@ class PipelineShape:
         )
         canon = modelled_schedule(self.schedule)
         object.__setattr__(self, "schedule", canon)
+        entry = CATALOG[_BY_KEY[canon]]
+        vpp = entry.stages_per_rank if self.stages_per_rank is None else self.stages_per_rank
+        positive_int("stages_per_rank", vpp, "give the stages each rank runs, e.g. 2 for Interleaved1F1B.")
+        fixed = 1 if entry.stages_per_rank == 1 else 2 if entry.style == "v" else None
+        if fixed is not None and vpp != fixed:
+            raise MemoryModelError(
+                f"stages_per_rank under {_BY_KEY[canon]}",
+                found=str(vpp),
+                required=f"{fixed} ({'a single-stage schedule' if fixed == 1 else 'a V schedule: two stages per rank'})",
+                fix=f"leave it out, or use a multi-stage schedule such as Interleaved1F1B for {vpp} stages per rank.",
+            )
+        object.__setattr__(self, "stages_per_rank", vpp)
         if canon == "1f1b" and self.n_microbatches < self.pp:
             raise MemoryModelError(
                 "n_microbatches under 1F1B",
@@ -122,18 +152,45 @@ class PipelineShape:
         dp: int,
         local_batch: int | None = None,
         schedule: str = "1f1b",
+        stages_per_rank: int | None = None,
     ) -> PipelineShape:
         """The shape whose ``M`` follows from the batch sizes (see :func:`microbatches_from_batch`)."""
         m = microbatches_from_batch(global_batch=global_batch, micro_batch=micro_batch, dp=dp, local_batch=local_batch)
-        return cls(pp=pp, n_microbatches=m, schedule=schedule, global_batch=global_batch, micro_batch=micro_batch, dp=dp)
+        return cls(pp=pp, n_microbatches=m, schedule=schedule, stages_per_rank=stages_per_rank,
+                   global_batch=global_batch, micro_batch=micro_batch, dp=dp)
 
     @property
     def poolable(self) -> bool:
-        """Whether the ring pool may replace stock allocation under this schedule."""
-        return self.schedule in ALLOWLIST
+        """Whether the ring pool may replace stock allocation under this schedule (1F1B by name,
+        multi-stage schedules with ``schedule="auto"``; never GPipe)."""
+        return self.schedule not in STOCK_ONLY
+
+    @property
+    def multi_stage(self) -> bool:
+        """True for schedules whose ranks run several stages (rings come from the analysed action order)."""
+        return CATALOG[_BY_KEY[self.schedule]].stages_per_rank > 1
+
+    @property
+    def pool_mode(self) -> str:
+        """How pooltk pools this schedule: ``"allowlist"`` (1F1B), ``"auto"`` (``install(schedule="auto")``) or ``"stock"``."""
+        if self.schedule in ALLOWLIST:
+            return "allowlist"
+        return "auto" if self.poolable else "stock"
+
+    @property
+    def num_stages(self) -> int:
+        """Pipeline stages: ``pp x stages_per_rank``."""
+        return self.pp * int(self.stages_per_rank or 1)
+
+    @property
+    def schedule_name(self) -> str:
+        """torch's name of the schedule (``"Interleaved1F1B"``)."""
+        return _BY_KEY[self.schedule]
 
     def describe(self) -> str:
         text = f"pp={self.pp} M={self.n_microbatches} schedule={self.schedule}"
+        if self.multi_stage:
+            text += f" vpp={self.stages_per_rank} ({self.num_stages} stages)"
         if self.global_batch is not None:
             text += f" (global batch {self.global_batch} / (dp {self.dp} x micro batch {self.micro_batch}))"
         return text

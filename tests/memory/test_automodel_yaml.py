@@ -89,8 +89,15 @@ def test_bad_slack_dtype_and_schedule_keys_are_named(cfg):
         load_automodel_config(_with(cfg, "model.torch_dtype", "bf17"))
     with pytest.raises(ConfigKeyError, match=r"'distributed.pipeline.pp_schedule_csv'.*no CSV schedule"):
         load_automodel_config(_with(cfg, "distributed.pipeline.pp_schedule_csv", "order.csv"))
-    with pytest.raises(MemoryModelError, match=r"schedule: found 'interleaved_1f1b'"):
-        load_automodel_config(_with(cfg, "distributed.pipeline.pp_schedule", "interleaved_1f1b"))
+    with pytest.raises(MemoryModelError, match=r"schedule: found 'zigzag_1f1b'.*required one of 1F1B"):
+        load_automodel_config(_with(cfg, "distributed.pipeline.pp_schedule", "zigzag_1f1b"))
+
+
+def test_a_multi_stage_schedule_reads_with_automodels_default_two_stages_per_rank(cfg):
+    # Automodel's default for a multi-stage schedule without a layer split is 2 stages per rank.
+    shape = load_automodel_config(_with(cfg, "distributed.pipeline.pp_schedule", "interleaved_1f1b")).shape
+    assert (shape.schedule, shape.pp, shape.stages_per_rank, shape.num_stages) == ("interleaved1f1b", 8, 2, 16)
+    assert shape.pool_mode == "auto"
 
 
 def test_neither_local_batch_nor_dp_is_named(cfg):

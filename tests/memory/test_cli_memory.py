@@ -85,7 +85,7 @@ def test_config_with_a_missing_key_names_it(capsys, tmp_path):
         (["--pp", "8", "--microbatches", "8", "--seq-len", "8", "--hidden", "8", "--dtype", "bf17"], "dtype: found 'bf17'"),
         (["--pp", "8", "--global-batch", "4000", "--micro-batch", "3", "--dp", "32", "--seq-len", "8", "--hidden", "8"], "required a whole number of microbatches"),
         (["--pp", "8", "--microbatches", "8", "--seq-len", "8", "--hidden", "8", "--schedule", "gpipe"], "--allow-unpoolable"),
-        (["--pp", "8", "--microbatches", "8", "--seq-len", "8", "--hidden", "8", "--schedule", "interleaved_1f1b"], "found 'interleaved_1f1b'"),
+        (["--pp", "8", "--microbatches", "8", "--seq-len", "8", "--hidden", "8", "--schedule", "zigzag"], "found 'zigzag'"),
         (["--preset", "kimi-k3-gb200-2k-hidden", "--pp", "4"], "exactly one of --preset, --config"),
         ([], "exactly one of --preset"),
         (["--pp", "8", "--microbatches", "8"], "no --seq-len, --hidden"),

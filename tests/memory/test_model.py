@@ -153,10 +153,16 @@ def test_gpipe_is_refused_unless_the_pool_is_asked_to_stand_down():
     assert _pairs(m, "live_set") == [(0, 1), (8, 1), (8, 1), (8, 0)]
 
 
-@pytest.mark.parametrize("name", ["interleaved_1f1b", "ZBVZeroBubble", "csv"])
-def test_schedules_the_model_cannot_pool_name_the_supported_ones(name):
-    with pytest.raises(UnpoolableScheduleError, match=r"found .*required '1f1b' \(pooled\) or 'gpipe'.*Fix:"):
+@pytest.mark.parametrize("name", ["csv", "zigzag", "PipelineScheduleMulti"])
+def test_schedules_the_model_does_not_know_name_the_supported_ones(name):
+    with pytest.raises(UnpoolableScheduleError, match=r"found .*required one of 1F1B, GPipe, Interleaved1F1B.*Fix:"):
         PipelineShape(pp=4, n_microbatches=8, schedule=name)
+
+
+@pytest.mark.parametrize(("name", "vpp", "why"), [("1f1b", 2, "a single-stage schedule"), ("ZBVZeroBubble", 3, "a V schedule")])
+def test_stages_per_rank_a_schedule_cannot_run_is_named(name, vpp, why):
+    with pytest.raises(MemoryModelError, match=rf"stages_per_rank under .*found {vpp}; required .*{why}.*Fix:"):
+        PipelineShape(pp=4, n_microbatches=8, schedule=name, stages_per_rank=vpp)
 
 
 def test_fewer_microbatches_than_stages_under_1f1b_is_a_clear_error():
@@ -198,5 +204,5 @@ def test_batch_sizes_give_microbatches_or_say_why_not():
 
 
 def test_a_boundary_list_of_the_wrong_length_is_rejected():
-    with pytest.raises(MemoryModelError, match=r"boundaries: found 2 item\(s\).*pp - 1 = 3"):
+    with pytest.raises(MemoryModelError, match=r"boundaries: found 2 item\(s\).*stages - 1 = 3"):
         model_memory(PipelineShape(pp=4, n_microbatches=4), [Boundary.opaque(1)] * 2)
