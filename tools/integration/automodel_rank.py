@@ -4,8 +4,16 @@ Runs in the Automodel venv (.venvs/automodel). Per variant: a fresh tiny LlamaFo
 LlamaConfig (no weights, fixed seed), AutoPipeline.build with the variant's pool, ``--steps`` SGD
 steps on fixed random tokens, then one JSON line to ``--out``: losses (float.hex, bitwise), a
 sha256 of this rank's parameters, receive bytes per stage (pooltk.parity.measure_recv_storage),
-step times, or the error that stopped it. A variant that raises ends the launch (its peers see
-the broken group); that is why such variants run last.
+step times (``*_input_hook``: every stage but the first hooks its received input's gradient,
+``ranks.hook_received_inputs``), the most gradient hooks on one receive buffer per stage and direction, or the error
+that stopped it. A variant that raises ends the launch (its peers see the broken group); that is
+why such variants run last.
+
+``fresh*`` variants are stock torch with every receive landing in a newly allocated buffer
+(``pooltk.pool.fresh.fresh_stage`` on every stage AutoPipeline built, before the first step: the
+reference a pool is judged against besides stock); their record says per stage what
+``fresh_stage`` found and how many buffers were posted to receives and how many distinct storages
+those were (all kept alive until the variant ends, so a reused storage would show).
 """
 
 from __future__ import annotations
@@ -29,6 +37,16 @@ def variant_spec(name: str) -> dict:
     """name -> schedule and pool; the one table of variants (see run_suite.VARIANTS)."""
     specs = {
         "stock": dict(schedule="1f1b", pool="stock"),
+        # stock with a new buffer per receive (pooltk.pool.fresh): the reference besides stock
+        "fresh": dict(schedule="1f1b", pool="fresh"),
+        "fresh_interleaved": dict(schedule="Interleaved1F1B", pool="fresh"),
+        "fresh_gpipe": dict(schedule="gpipe", pool="fresh"),
+        "fresh_alias_eval": dict(schedule="1f1b", pool="fresh", alias_eval=True),
+        # a model that hooks its received input's gradient (ranks.hook_received_inputs, pytorch issue #185331)
+        "stock_input_hook": dict(schedule="1f1b", pool="stock", input_hook=True),
+        "fresh_input_hook": dict(schedule="1f1b", pool="fresh", input_hook=True),
+        "pooltk_input_hook": dict(schedule="1f1b", pool="pooltk", policy="tight", slack=2, grad_slack=1,
+                                  input_hook=True),
         "automodel_pool_s2": dict(schedule="1f1b", pool="automodel", slack=2),
         "automodel_pool_s0": dict(schedule="1f1b", pool="automodel", slack=0),
         "pooltk_tight": dict(schedule="1f1b", pool="pooltk", policy="tight", slack=2, grad_slack=1),
@@ -97,6 +115,7 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
     from nemo_automodel.components.distributed.pipelining import AutoPipeline
     from pooltk.integrations import automodel as am_integration
     from pooltk.parity import measure_recv_storage
+    from pooltk.parity.worker import _max_hooks
 
     spec = variant_spec(name)
     rank = dist.get_rank()
@@ -104,7 +123,7 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
     interleaved = spec["schedule"].lower().startswith("interleaved")
     layers = args.pp * (2 if interleaved else 1)  # one decoder layer per stage
     pipeline = {"pp_schedule": spec["schedule"], "pp_microbatch_size": 1, "pp_batch_size": args.microbatches,
-                "pp_recv_buffer_pool": spec["pool"] != "stock", "pp_recv_buffer_pool_slack": spec.get("slack", 2)}
+                "pp_recv_buffer_pool": spec["pool"] in ("automodel", "pooltk"), "pp_recv_buffer_pool_slack": spec.get("slack", 2)}
     if interleaved:
         pipeline["layers_per_stage"] = layers // (2 * args.pp)
     if spec["pool"] == "pooltk":
@@ -145,6 +164,19 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
                       **{k: pipeline[k] for k in keys if k in pipeline})
     ap.build(model, loss_fn=loss_fn)
     info = ap.info
+    if spec.get("input_hook"):
+        from ranks import hook_received_inputs
+
+        for s in info.stages:
+            if not s.is_first:
+                hook_received_inputs(s.submod)
+    posted: dict[int, list] = {s.stage_index: [] for s in info.stages}
+    fresh: dict[int, object] = {}
+    if spec["pool"] == "fresh":
+        from pooltk.pool.fresh import fresh_stage
+
+        for s in info.stages:
+            fresh[s.stage_index] = fresh_stage(s, posted=posted[s.stage_index])
     parts = info.model_parts
     opt = torch.optim.SGD([p for part in parts for p in part.parameters()], lr=0.05)
     gen = torch.Generator().manual_seed(args.seed + 1)
@@ -171,8 +203,17 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
                   recv={str(s.stage_index): measure_recv_storage(s) for s in info.stages},
                   rings={str(s.stage_index): {d: {"size": getattr(r, "size", None), "rehomes": getattr(r, "rehomes", None)}
                                               for d, r in pooltk.stage_rings(s).items()} for s in info.stages},
+                  hooks={str(s.stage_index): _max_hooks(s) for s in info.stages},
                   torch=torch.__version__, ok=True)
+    if fresh:
+        record["fresh"] = {str(i): fresh_posts(f, posted[i]) for i, f in fresh.items()}
     return record
+
+
+def fresh_posts(report, posted: list) -> dict:
+    """What fresh_stage did on one stage, and the buffers it handed to receives: count and distinct storages."""
+    return {"layout": report.layout, "bound": report.bound, "posts": len(posted),
+            "post_storages": len({b.untyped_storage().data_ptr() for _, b in posted})}
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""The integration suite: real trainers, every pool variant, compared with stock (stdlib only).
+"""The integration suite: real trainers, every pool variant, judged against stock and fresh.
 
 Usage (from scripts/integration, which builds the venvs first)::
 
@@ -7,9 +7,28 @@ Usage (from scripts/integration, which builds the venvs first)::
 Per trainer and pipeline size it runs the launches of ``LAUNCHES`` (variants that install a
 pool that cannot be undone, or that are expected to fail, come last in a launch), then writes
 ``rows.csv``: one row per (variant, stage) with receive bytes, bitwise parity with the stock
-run of the same schedule, step-time ratio and outcome. Exit status 1 when any claim fails:
-a pooled variant not bitwise equal to stock, a forced-GPipe control that does not behave as
-recorded, or a launch that did not finish.
+run and with the fresh run of the same schedule (``fresh``: stock with every receive in a new
+buffer, ``pooltk.pool.fresh``), the three-way verdict, step-time ratio and outcome. Exit status
+1 when any claim fails (see [Note: trainer verdicts]) or a launch did not finish.
+
+[Note: trainer verdicts]
+The verdicts of ``pooltk.parity.summary`` ([Note: three-way verdicts]), per row (variant,
+stage), from the rank's losses (float bit patterns), a sha256 of its parameter bytes and, for
+``*_alias_eval``, a sha256 of the merged output of its forward-only step:
+
+- ``equal``: equal to stock bitwise; ``explained``: equal to fresh while stock differs from
+  fresh (stock's numbers depend on buffer reuse; the reason: hooks piling up on a stock buffer,
+  measured, else a kept tensor); ``silent``: differs from fresh with no error;
+- a variant that raised is judged as one case on every rank: ``loud`` when some rank's error
+  names pooltk (its peers then stop on the broken group), else ``unnamed``; ``invalid`` when
+  the stock or fresh run it is judged against did not run.
+
+The references (``stock*``, ``fresh*``) get no verdict; a fresh row carries ``stock_equal_fresh``
+and its claim is that every receive landed in a new storage (``posts`` = ``post_storages`` > 0).
+Claims per (pp, variant): a pooled variant equals fresh bitwise with verdict ``equal`` or
+``explained`` on every stage; the negative controls of ``EXPECT`` are ``silent`` (Automodel's
+pool outside its gate, caught by the judge) or ``loud`` with ``PoolOverrunError`` (pooltk's
+guard).
 """
 
 from __future__ import annotations
@@ -24,30 +43,43 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ranks import launch  # noqa: E402
 
+from pooltk.parity.summary import HOOKS_REASON, KEPT_REASON, VERDICTS, names_pooltk  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 
 LAUNCHES: dict[str, list[list[str]]] = {
     "automodel": [
-        ["stock", "pooltk_tight", "pooltk_live", "pooltk_automodel_policy", "stock_interleaved",
-         "pooltk_auto_interleaved", "stock_gpipe", "stock_alias_eval", "pooltk_alias_eval", "automodel_pool_s2"],
+        ["stock", "fresh", "pooltk_tight", "pooltk_live", "pooltk_automodel_policy", "stock_interleaved",
+         "fresh_interleaved", "pooltk_auto_interleaved", "stock_gpipe", "fresh_gpipe", "stock_alias_eval",
+         "fresh_alias_eval", "pooltk_alias_eval", "stock_input_hook", "fresh_input_hook", "pooltk_input_hook",
+         "automodel_pool_s2"],
         ["automodel_pool_s0", "automodel_pool_gpipe_forced"],
         ["automodel_pool_alias_eval"],
         ["pooltk_gpipe_forced"],
     ],
 }
 BASELINE = {"1f1b": "stock", "Interleaved1F1B": "stock_interleaved", "gpipe": "stock_gpipe"}
+FRESH = {"1f1b": "fresh", "Interleaved1F1B": "fresh_interleaved", "gpipe": "fresh_gpipe"}
+"""The fresh run of each schedule: stock torch with every receive in a newly allocated buffer."""
+HOOKED = ("stock_input_hook", "fresh_input_hook")
+"""The stock and fresh runs of the model that hooks its received input (records with ``input_hook``)."""
 EVAL_BASELINE = "stock_alias_eval"
 """The stock run of the forward-only step whose last stage returns a view of its input."""
+EVAL_FRESH = "fresh_alias_eval"
+"""The same step with fresh buffers."""
+REFERENCES = frozenset([*BASELINE.values(), *FRESH.values(), *HOOKED, EVAL_BASELINE, EVAL_FRESH])
+"""Variants that are judged against, not judged (no verdict)."""
 EXPECT = {
-    # variant -> what a correct run shows (the claims the suite checks)
-    "automodel_pool_gpipe_forced": "diverges",     # the original, forced outside its gate: silent
-    "pooltk_gpipe_forced": "PoolOverrunError",     # pooltk's guard stops it
-    "automodel_pool_alias_eval": "eval_diverges",  # the original hands out outputs it then overwrites
+    # variant -> what a correct run shows (the claims the suite checks); every other variant: "bitwise"
+    "automodel_pool_gpipe_forced": "silent",       # the original, forced outside its gate: differs from fresh
+    "pooltk_gpipe_forced": "PoolOverrunError",     # pooltk's guard stops it: loud
+    "automodel_pool_alias_eval": "silent",         # the original hands out outputs it then overwrites
 }
 COLUMNS = ["trainer", "trainer_version", "torch", "pp", "microbatches", "steps", "variant", "schedule",
            "pool_impl", "stage", "recv_forward_bytes", "recv_grad_bytes", "recv_bytes", "stock_recv_bytes",
            "losses_equal_stock", "params_equal_stock", "step_time_ratio", "outcome", "claim_ok", "eval_equal_stock",
-           "ring_sets", "rehomes"]
+           "ring_sets", "rehomes", "equal_stock", "equal_fresh", "stock_equal_fresh", "verdict", "reason",
+           "posts", "post_storages"]
 
 
 def _records(out: Path) -> list[dict]:
@@ -61,11 +93,93 @@ def _steady(times: list[float]) -> float:
     return statistics.median(times[1:] if len(times) > 1 else times)
 
 
+def _refs(by: dict, pp: int, r: dict, rank: int) -> tuple[dict | None, dict | None, dict | None, dict | None]:
+    """The stock and fresh runs ``r`` is judged against: (train stock, train fresh, eval stock, eval fresh)."""
+    schedule = r.get("schedule", "")
+    stock, fresh = HOOKED if r.get("input_hook") else (BASELINE.get(schedule, "stock"), FRESH.get(schedule, "fresh"))
+    return (by.get((pp, stock, rank)), by.get((pp, fresh, rank)),
+            by.get((pp, EVAL_BASELINE, rank)), by.get((pp, EVAL_FRESH, rank)))
+
+
+def equal(r: dict | None, base: dict | None, eval_base: dict | None) -> dict | None:
+    """``r`` against one reference, bitwise: {losses, params[, eval]}; None when either did not run.
+
+    ``eval`` is compared when ``r`` carries an eval digest (its last stage's forward-only step);
+    then a reference without one is not a comparison (None), never a pass.
+    """
+    if not (r and r.get("ok") and base and base.get("ok")):
+        return None
+    out = {"losses": r["losses"] == base["losses"], "params": r["params_sha256"] == base["params_sha256"]}
+    if r.get("eval_sha256"):
+        if not (eval_base and eval_base.get("ok") and eval_base.get("eval_sha256")):
+            return None
+        out["eval"] = r["eval_sha256"] == eval_base["eval_sha256"]
+    return out
+
+
+def _all(parts: dict | None) -> bool | None:
+    return None if parts is None else all(parts.values())
+
+
+def _most_hooks(records: list[dict]) -> int:
+    return max((n for r in records for per in r.get("hooks", {}).values() for n in per.values()), default=0)
+
+
+def reuse_reason(stocks: list[dict], freshes: list[dict], steps: int) -> str:
+    """Why stock's numbers depend on buffer reuse, in pooltk.parity.summary's words.
+
+    Per case, over every rank of the stock and fresh runs: hooks piling up are measured (the
+    most gradient hooks on one stock receive buffer at the end against a fresh one; a stage
+    without hooks differs through the gradients its peers send); else a kept tensor, unnamed.
+    """
+    hooks, fresh_hooks = _most_hooks(stocks), _most_hooks(freshes)
+    if hooks > max(1, fresh_hooks):
+        return (f"{HOOKS_REASON}: {hooks} hooks on one stock buffer after {steps} steps, "
+                f"{fresh_hooks} on a fresh one")
+    return KEPT_REASON + " (what it was, pooltk cannot name from the run)"
+
+
+def _differs(parts: dict) -> str:
+    return ", ".join(f"{k} {'equal' if v else 'differ'}" for k, v in parts.items())
+
+
+def judge(r: dict, stage: str, refs: tuple, steps: int) -> dict:
+    """One row's three-way comparison and verdict (see [Note: trainer verdicts]); errors are judged per case."""
+    stock, fresh, eval_stock, eval_fresh = refs
+    vs_stock, vs_fresh = equal(r, stock, eval_stock), equal(r, fresh, eval_fresh)
+    stock_fresh = equal(fresh, stock, None)  # the two references' training runs
+    if stock_fresh is not None and r.get("eval_sha256"):  # and, where r is judged on it, their eval step
+        digests = [ref.get("eval_sha256") if ref and ref.get("ok") else None for ref in (eval_fresh, eval_stock)]
+        stock_fresh = None if None in digests else {**stock_fresh, "eval": digests[0] == digests[1]}
+    out = {"equal_stock": _all(vs_stock), "equal_fresh": _all(vs_fresh), "stock_equal_fresh": _all(stock_fresh)}
+    if r["variant"] in REFERENCES:
+        return {**out, "verdict": "", "reason": ""}
+    if vs_stock is None or vs_fresh is None or stock_fresh is None:
+        missing = [n for n, ref in (("stock", stock), ("fresh", fresh)) if not (ref and ref.get("ok"))]
+        return {**out, "verdict": "invalid", "reason": f"no {' or '.join(missing) or 'eval'} reference ran"}
+    if out["equal_stock"]:
+        return {**out, "verdict": "equal", "reason": ""}
+    if out["equal_fresh"] and not out["stock_equal_fresh"]:
+        return {**out, "verdict": "explained", "reason": ""}  # the reason is the case's: see claim()
+    context = "stock and fresh agree" if out["stock_equal_fresh"] else "stock differs from fresh too"
+    return {**out, "verdict": "silent", "reason": f"differs from fresh ({_differs(vs_fresh)}); {context}"}
+
+
+def judge_failed(mine: list[dict]) -> tuple[str, str]:
+    """The verdict of a case some rank of which raised, and why: loud when some rank's error names pooltk."""
+    failed = sorted((r for r in mine if not r.get("ok")), key=lambda r: r["rank"])
+    named = [r for r in failed if names_pooltk(r.get("error_type", ""), r.get("error", ""))]
+    first = (named or failed)[0]
+    why = f"rank {first['rank']}: {first.get('error_type', '?')}: {first.get('error', '')[:160]}"
+    return ("loud" if named else "unnamed"), why
+
+
 def compare(records: list[dict], *, trainer: str, version: str, steps: int, microbatches: int) -> list[dict]:
     by = {(r["pp"], r["variant"], r["rank"]): r for r in records}
     rows = []
     for (pp, variant, rank), r in sorted(by.items()):
-        base = by.get((pp, BASELINE.get(r.get("schedule", ""), "stock"), rank))
+        refs = _refs(by, pp, r, rank)
+        base = refs[0]
         if not r.get("ok"):
             stages = {"?": {}}
         else:
@@ -90,32 +204,73 @@ def compare(records: list[dict], *, trainer: str, version: str, steps: int, micr
                 eval_base = by.get((pp, EVAL_BASELINE, rank))
                 if r.get("eval_sha256") and eval_base and eval_base.get("eval_sha256"):
                     row["eval_equal_stock"] = r["eval_sha256"] == eval_base["eval_sha256"]
+                fresh = r.get("fresh", {}).get(stage)
+                if fresh:
+                    row.update(posts=fresh["posts"], post_storages=fresh["post_storages"])
             else:
-                row.update(outcome=r.get("error_type", "no baseline"), losses_equal_stock="", params_equal_stock="")
-            expected = EXPECT.get(variant, "bitwise")
-            if expected == "bitwise":
-                row["claim_ok"] = (row["outcome"] == "ok" and row["losses_equal_stock"] and row["params_equal_stock"]
-                                   and row.get("eval_equal_stock") is not False)
-            elif expected in ("diverges", "eval_diverges"):
-                row["claim_ok"] = row["outcome"] == "ok"  # judged per variant below (any rank differs)
-            else:
-                row["claim_ok"] = None  # judged per variant below (some rank raised it)
+                row.update(outcome=r.get("error_type", "no baseline") if not r.get("ok") else "no baseline",
+                           losses_equal_stock="", params_equal_stock="")
+            row.update(judge(r, stage, refs, steps) if r.get("ok") else
+                       {"equal_stock": None, "equal_fresh": None, "stock_equal_fresh": None, "verdict": "",
+                        "reason": ""})  # a case that raised is judged as a whole: see claim()
+            if r.get("pool") == "fresh":
+                fresh = r.get("fresh", {}).get(stage) or {}
+                row["reason"] = (f"fresh_stage: layout {fresh.get('layout')!r}, bound={fresh.get('bound')}"
+                                 if fresh else "")
             rows.append(row)
-    # per-variant claims that span ranks
-    for variant, expected in EXPECT.items():
-        for pp in {r["pp"] for r in rows}:
-            mine = [r for r in rows if r["variant"] == variant and r["pp"] == pp]
-            if expected == "diverges":
-                ok = bool(mine) and all(r["outcome"] == "ok" for r in mine) and \
-                    any(r["params_equal_stock"] is False or r["losses_equal_stock"] is False for r in mine)
-            elif expected == "eval_diverges":
-                ok = bool(mine) and all(r["outcome"] == "ok" for r in mine) and \
-                    any(r.get("eval_equal_stock") is False for r in mine)
-            else:
-                ok = any(r["outcome"] == expected for r in mine)
-            for r in mine:
-                r["claim_ok"] = ok
+    return claim(rows, by, steps)
+
+
+def claim(rows: list[dict], by: dict, steps: int) -> list[dict]:
+    """Per (pp, variant): a failed case's verdict, an explained case's reason, every row's ``claim_ok``.
+
+    See [Note: trainer verdicts].
+    """
+    cases: dict[tuple, list[dict]] = {}
+    for row in rows:
+        cases.setdefault((row["pp"], row["variant"]), []).append(row)
+    for (pp, variant), mine in cases.items():
+        records = [r for (p, v, _), r in by.items() if p == pp and v == variant]
+        if any(row["verdict"] == "explained" for row in mine):
+            refs = [_refs(by, pp, r, r["rank"]) for r in records]
+            why = reuse_reason([x[0] for x in refs if x[0]], [x[1] for x in refs if x[1]], steps)
+            for row in mine:
+                if row["verdict"] == "explained":
+                    row["reason"] = why
+        ran = all(r["outcome"] == "ok" for r in mine)
+        if not ran:
+            refs_ok = all((ref or {}).get("ok") for r in records for ref in _refs(by, pp, r, r["rank"])[:2])
+            failed = [r for r in records if not r.get("ok")]
+            if failed and refs_ok and variant not in REFERENCES:
+                verdict, why = judge_failed(records)
+            else:  # a reference itself failed, or this case has nothing to be judged against
+                verdict = "invalid"
+                why = judge_failed(records)[1] if failed else "a stock or fresh reference did not run"
+            for row in mine:
+                row.update(verdict=verdict, reason=why)
+        expected = EXPECT.get(variant, "bitwise")
+        if variant in REFERENCES:
+            ok = ran and all(row["stock_equal_fresh"] is not None for row in mine)
+            if any(r.get("pool") == "fresh" for r in records):
+                ok = ok and all(_fresh_ok(r) for r in records)
+        elif expected == "bitwise":
+            ok = ran and all(row["verdict"] in ("equal", "explained") and row["equal_fresh"] is True for row in mine)
+        elif expected == "silent":
+            ok = ran and any(row["verdict"] == "silent" for row in mine)
+        else:  # an error class some rank must raise, which names pooltk
+            ok = any(row["outcome"] == expected for row in mine) and all(row["verdict"] == "loud" for row in mine)
+        for row in mine:
+            row["claim_ok"] = ok
     return rows
+
+
+def _fresh_ok(record: dict) -> bool:
+    """Every stage of a fresh run had its receives in new storages (or torch is lazy: stock is fresh)."""
+    stages = record.get("fresh") or {}
+    if not stages or set(stages) != set(record.get("recv", {})):
+        return False
+    return all((f["bound"] and f["posts"] > 0 and f["post_storages"] == f["posts"]) or
+               (not f["bound"] and f["layout"] == "lazy") for f in stages.values())
 
 
 def run_trainer(trainer: str, pps: list[int], out: Path, python: str, steps: int, microbatches: int,
@@ -150,6 +305,9 @@ def write_rows(out: Path, rows: list[dict], trainer: str) -> list[str]:
         w.writeheader()
         for row in rows:
             w.writerow({k: row.get(k, "") for k in COLUMNS})
+    unknown = sorted({r.get("verdict") for r in rows} - {"", None, *VERDICTS})
+    if unknown:
+        raise ValueError(f"run_suite: verdicts {unknown} are not pooltk.parity.summary.VERDICTS {VERDICTS}")
     failed = sorted({(r["pp"], r["variant"]) for r in rows if r["claim_ok"] is not True})
     return [f"{trainer} pp{pp} {variant}: claim failed (see {out / 'rows.csv'})" for pp, variant in failed]
 

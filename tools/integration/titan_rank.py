@@ -1,6 +1,6 @@
 """One torchtitan rank for the suite: the user's entry, observed (run by titan_suite.py under torchrun).
 
-    torchrun --nproc-per-node 2 tools/integration/titan_rank.py --record FILE <entry arguments>
+    torchrun --nproc-per-node 2 tools/integration/titan_rank.py --record FILE [--fresh] [--input-hook] <entry arguments>
 
 Runs ``pooltk.integrations.torchtitan.main`` with ``<entry arguments>`` (``--pooltk.*`` and
 torchtitan's own), exactly the code path of ``-m pooltk.integrations.torchtitan``, and observes
@@ -8,8 +8,17 @@ three things without changing what runs: every ``PipelineStage`` built (a refere
 construction), every ``MetricsProcessor.log`` call's step and losses (the float values torchtitan
 prints with 5 decimals, kept as ``float.hex``), and after training this rank's receive bytes per
 stage (``pooltk.parity.measure_recv_storage``), each pooled ring's size and re-home count
-(copy on conflict), and a sha256 of its stages' parameter bytes. One JSON
-line per rank goes to ``FILE``; a rank that raises writes the error and exits 3.
+(copy on conflict), the most gradient hooks on one receive buffer per stage and direction, and a
+sha256 of its stages' parameter bytes. One JSON line per rank goes to ``FILE``; a rank that
+raises writes the error and exits 3.
+
+``--fresh`` (with ``--pooltk.enable=false``): every stage is made fresh right after it is built
+(``pooltk.pool.fresh.fresh_stage``: every receive lands in a newly allocated buffer, the
+reference a pool is judged against besides stock), the one change to what runs; the record says
+per stage what ``fresh_stage`` found, how many buffers were posted to receives and how many
+distinct storages those were (all kept alive until the run ends, so a reused storage would show).
+``--input-hook``: every stage but the first hooks its received input's gradient
+(``ranks.hook_received_inputs``, the pattern of pytorch issue #185331).
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import time
 import traceback
 
 
-def _observe(stages: list, logged: list) -> None:
+def _observe(stages: list, logged: list, fresh: dict | None = None, input_hook: bool = False) -> None:
     import torch.distributed.pipelining.stage as stage_mod
     from torchtitan.components.metrics import MetricsProcessor
 
@@ -31,6 +40,15 @@ def _observe(stages: list, logged: list) -> None:
     def init(self, *args, **kwargs):
         base_init(self, *args, **kwargs)
         stages.append(self)
+        if fresh is not None:  # the wrappers live on the stage object; the subclass's __init__ leaves them
+            from pooltk.pool.fresh import fresh_stage
+
+            posted: list = []
+            fresh[id(self)] = (fresh_stage(self, posted=posted), posted)
+        if input_hook and not self.is_first:
+            from ranks import hook_received_inputs  # tools/integration: this script's folder
+
+            hook_received_inputs(self.submod)
 
     stage_mod._PipelineStageBase.__init__ = init
     base_log = MetricsProcessor.log
@@ -56,18 +74,30 @@ def _params_sha256(stages: list) -> str:
     return h.hexdigest()
 
 
+def _fresh_posts(report, posted: list) -> dict:
+    """What fresh_stage did on one stage, and the buffers it handed to receives: count and distinct storages."""
+    return {"layout": report.layout, "bound": report.bound, "posts": len(posted),
+            "post_storages": len({b.untyped_storage().data_ptr() for _, b in posted})}
+
+
 def main() -> None:
     args = sys.argv[1:]
     if len(args) < 2 or args[0] != "--record":
-        raise SystemExit("usage: titan_rank.py --record FILE <pooltk.integrations.torchtitan arguments>")
+        raise SystemExit("usage: titan_rank.py --record FILE [--fresh] [--input-hook] "
+                         "<pooltk.integrations.torchtitan arguments>")
     record_path, entry_args = args[1], args[2:]
+    use_fresh = entry_args[:1] == ["--fresh"]
+    entry_args = entry_args[1:] if use_fresh else entry_args
+    input_hook = entry_args[:1] == ["--input-hook"]
+    entry_args = entry_args[1:] if input_hook else entry_args
     from pooltk.integrations import torchtitan as entry
 
     options, _ = entry.options_from(entry_args)
     entry.force_device(options.device)  # what main() does first; here so the observers can import torchtitan
     stages: list = []
     logged: list = []
-    _observe(stages, logged)
+    fresh: dict | None = {} if use_fresh else None
+    _observe(stages, logged, fresh, input_hook)
     rank = int(os.environ.get("RANK", "0"))
     record: dict = {"rank": rank}
     try:
@@ -81,6 +111,7 @@ def main() -> None:
     import pooltk
     import torch
     from pooltk.parity import measure_recv_storage
+    from pooltk.parity.worker import _max_hooks
 
     report = pooltk.installed()
     record.update(ok=True, torch=torch.__version__, logged=logged,
@@ -88,7 +119,10 @@ def main() -> None:
                   recv={str(s.stage_index): measure_recv_storage(s) for s in stages},
                   rings={str(s.stage_index): {d: {"size": getattr(r, "size", None), "rehomes": getattr(r, "rehomes", None)}
                                               for d, r in pooltk.stage_rings(s).items()} for s in stages},
+                  hooks={str(s.stage_index): _max_hooks(s) for s in stages},
                   params_sha256=_params_sha256(stages))
+    if fresh is not None:
+        record["fresh"] = {str(s.stage_index): _fresh_posts(*fresh[id(s)]) for s in stages}
     with open(record_path, "a") as f:
         f.write(json.dumps(record) + "\n")
 

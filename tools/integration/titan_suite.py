@@ -12,9 +12,11 @@ torchrun's ``[rankN]:`` prefixes) and read back with ``pooltk logs``.
 
 Writes under ``OUT/torchtitan/``: ``rows.csv`` (the columns of run_suite.py: receive bytes per
 stage, losses as logged by torchtitan, kept as float.hex, and a sha256 of every parameter byte
-against the stock run of the same schedule) and ``logs.csv`` (what ``pooltk logs`` read from each
+against the stock and the fresh run of the same schedule, and the three-way verdict of
+run_suite's [Note: trainer verdicts]) and ``logs.csv`` (what ``pooltk logs`` read from each
 train.log: steps, first/last step, pool column, against what the variant is). Exit 1 when a
-launch fails, a pooled variant is not bitwise equal to stock, or a log is read wrong.
+launch fails, a claim fails (a pooled variant not bitwise equal to fresh with its difference from
+stock explained, a fresh run that reused a receive storage), or a log is read wrong.
 """
 
 from __future__ import annotations
@@ -38,16 +40,25 @@ ROOT = Path(__file__).resolve().parents[2]
 VARIANTS: dict[str, dict] = {
     # name -> schedule (run_suite.BASELINE spelling), pool, and the entry's --pooltk flags
     "stock": dict(schedule="1f1b", pool="stock", flags={"enable": "false"}),
+    "fresh": dict(schedule="1f1b", pool="fresh", flags={"enable": "false"}),
     "pooltk_tight": dict(schedule="1f1b", pool="pooltk", flags={"policy": "tight", "slack": "2", "grad_slack": "1"}),
     "pooltk_live": dict(schedule="1f1b", pool="pooltk", flags={"policy": "tight", "slack": "0", "grad_slack": "0"}),
     "pooltk_automodel_policy": dict(schedule="1f1b", pool="pooltk", flags={"policy": "automodel", "slack": "2"}),
     "stock_interleaved": dict(schedule="Interleaved1F1B", pool="stock", flags={"enable": "false"}),
+    "fresh_interleaved": dict(schedule="Interleaved1F1B", pool="fresh", flags={"enable": "false"}),
     "pooltk_auto_interleaved": dict(schedule="Interleaved1F1B", pool="pooltk",
                                     flags={"policy": "tight", "slack": "0", "grad_slack": "0", "schedule": "auto"}),
     "stock_gpipe": dict(schedule="gpipe", pool="stock", flags={"enable": "false"}),
+    "fresh_gpipe": dict(schedule="gpipe", pool="fresh", flags={"enable": "false"}),
     "pooltk_gated_gpipe": dict(schedule="gpipe", pool="pooltk", flags={"policy": "tight", "slack": "0"}),
+    # every stage but the first hooks its received input's gradient (ranks.hook_received_inputs)
+    "stock_input_hook": dict(schedule="1f1b", pool="stock", flags={"enable": "false"}, input_hook=True),
+    "fresh_input_hook": dict(schedule="1f1b", pool="fresh", flags={"enable": "false"}, input_hook=True),
+    "pooltk_input_hook": dict(schedule="1f1b", pool="pooltk", input_hook=True,
+                              flags={"policy": "tight", "slack": "2", "grad_slack": "1"}),
 }
-"""Every variant; pooltk_gated_gpipe: GPipe with the default 1f1b gate (pooltk must keep it stock)."""
+"""Every variant; ``fresh*``: stock with every receive in a new buffer (titan_rank.py ``--fresh``, the
+reference besides stock); pooltk_gated_gpipe: GPipe with the default 1f1b gate (pooltk must keep it stock)."""
 
 TITAN_SCHEDULE = {"1f1b": "1F1B", "Interleaved1F1B": "Interleaved1F1B", "gpipe": "GPipe"}
 LOG_COLUMNS = ["pp", "variant", "log", "format", "n_steps", "first_step", "last_step", "final_loss", "pool_read",
@@ -68,6 +79,13 @@ def titan_args(name: str, pp: int, assets: Path, dump: Path, steps: int, microba
             "--comm.init_timeout_seconds", "120", "--dump_folder", str(dump)]
 
 
+def rank_args(name: str, record: Path) -> list[str]:
+    """titan_rank.py and its own options for one variant (``--fresh``, ``--input-hook``), before the entry's."""
+    spec = VARIANTS[name]
+    return [str(ROOT / "tools/integration/titan_rank.py"), "--record", str(record),
+            *(["--fresh"] if spec["pool"] == "fresh" else []), *(["--input-hook"] if spec.get("input_hook") else [])]
+
+
 def launch(name: str, pp: int, out: Path, assets: Path, python: str, steps: int, microbatches: int,
            timeout_s: float) -> tuple[int | None, float, list[dict]]:
     """torchrun one variant; returns exit code (None: timed out), wall seconds and the rank records."""
@@ -77,8 +95,7 @@ def launch(name: str, pp: int, out: Path, assets: Path, python: str, steps: int,
     record.unlink(missing_ok=True)
     torchrun = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(pp), "--master-addr", "127.0.0.1",
                 "--master-port", str(free_port()), "--role", "rank", "--tee", "3"]
-    argv = [*torchrun, str(ROOT / "tools/integration/titan_rank.py"), "--record", str(record),
-            *titan_args(name, pp, assets, vdir / "dump", steps, microbatches)]
+    argv = [*torchrun, *rank_args(name, record), *titan_args(name, pp, assets, vdir / "dump", steps, microbatches)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
     start = time.monotonic()
@@ -101,6 +118,7 @@ def collect(name: str, pp: int, out: Path) -> list[dict]:
         logged = r.pop("logged", [])
         times = [b["t"] - a["t"] for a, b in zip(logged, logged[1:])]
         r.update(pp=pp, variant=name, schedule=spec["schedule"], pool=spec["pool"],
+                 input_hook=spec.get("input_hook", False),
                  losses=[x["loss"] for x in logged], logged_steps=[x["step"] for x in logged],
                  step_s=times or [1.0])
         records.append(r)
