@@ -91,6 +91,12 @@ class VariantResult:
     """Per stage and direction, the most buffers the guard saw owned at once (pooled, guard on):
     the live set measured in this run."""
     stages_per_rank: int = 1
+    rank_recv: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)
+    """Per rank and direction: distinct storages over all the rank's stages (a shared ring counted once)."""
+    rank_rings: dict[int, dict[str, list]] = field(default_factory=dict)
+    """Per rank and direction: the rings held (``stages`` and ``size``), each once."""
+    rank_peak_live: dict[int, dict[str, int]] = field(default_factory=dict)
+    """Per rank and direction: the most buffers the guard saw owned at once, summed over its distinct rings."""
     outputs_bitwise_equal: bool | None = None
     """Every step's merged output and every tensor a stage's hook kept, bitwise equal to the
     reference on every rank (None for a stock variant; records without digests count as equal)."""
@@ -153,7 +159,8 @@ class ParityReport:
                 },
                 "ranks": {
                     str(r): {"param_sums": v.param_sums[r], "setup_alloc_bytes": v.setup_alloc_bytes[r],
-                             "step_times_s": v.step_times_s[r]}
+                             "step_times_s": v.step_times_s[r], "recv": v.rank_recv.get(r, {}),
+                             "rings": v.rank_rings.get(r, {}), "peak_live": v.rank_peak_live.get(r, {})}
                     for r in sorted(v.param_sums)
                 },
             })
@@ -292,6 +299,9 @@ def gather_report(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s
             gate={s: d["gate"] for s, d in sorted(stages.items())},
             peak_rss_bytes={r["rank"]: r["peak_rss_bytes"] for r in recs},
             stages_per_rank=v.stages_per_rank,
+            rank_recv={r["rank"]: r.get("rank_recv", {}) for r in recs},
+            rank_rings={r["rank"]: r.get("rank_rings", {}) for r in recs},
+            rank_peak_live={r["rank"]: r.get("rank_peak_live", {}) for r in recs},
             step_end_unix=last["step_end_unix"],
             peak_rss_by_step={r["rank"]: r["peak_rss_by_step"] for r in recs},
         ))

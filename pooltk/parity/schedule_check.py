@@ -2,9 +2,14 @@
 
 For each (pp, M) one launch runs, per schedule, a stock reference, a ``measure`` variant
 (rings of M: the guard's ownership records how many buffers are really live) and the
-tightest safe ring (slack 0). Then, per schedule, one launch with the forward ring one
-short of the analysed minimum must be stopped by the guard. The result is one tidy table:
-stock buffers, pooltk buffers, analysed minimum, measured peak, parity, guard catch.
+tightest safe per-stage ring (slack 0, ``sharing="stage"``), and for a schedule that puts
+several stages on a rank the tightest rank-shared ring (slack 0, ``sharing="rank"``: [Note:
+rank-shared rings] in pooltk/analysis/sharing.py). Then, per schedule, one launch with the
+forward ring one short of the analysed minimum must be stopped by the guard. The result is
+two tidy tables: per (stage, direction) stock buffers, pooltk buffers, analysed minimum,
+measured peak, parity; and per (rank, direction) the rank-shared ring's distinct storages
+measured against the analysis, and the most buffers its guard saw owned against the rank's
+live set.
 """
 
 from __future__ import annotations
@@ -26,18 +31,22 @@ __all__ = ["STAGES_PER_RANK", "ScheduleCheck", "check_schedules", "guard_catch"]
 STAGES_PER_RANK: dict[str, int] = {name: entry.stages_per_rank for name, entry in CATALOG.items()}
 """Stages per rank each schedule is validated with (from the one catalog, :data:`pooltk.analysis.programs.CATALOG`)."""
 
-_MEASURE = PoolConfig(policy="measure")
-_TIGHT0 = PoolConfig(slack=0, grad_slack=0)
+_MEASURE = PoolConfig(policy="measure", sharing="stage")
+_TIGHT0 = PoolConfig(slack=0, grad_slack=0, sharing="stage")
+_RANK0 = PoolConfig(slack=0, grad_slack=0, sharing="rank")
 
 
 def _variants(schedule: str) -> list[Variant]:
     vpp = STAGES_PER_RANK[schedule]
     base = dict(schedule=schedule, stages_per_rank=vpp)
-    return [
+    out = [
         Variant(name=f"{schedule}/stock", **base),
         Variant(name=f"{schedule}/measure", pooled=True, config=_MEASURE, install_schedule="auto", **base),
         Variant(name=f"{schedule}/tight0", pooled=True, config=_TIGHT0, install_schedule="auto", **base),
     ]
+    if vpp > 1:  # one stage per rank: the rank ring is the stage ring
+        out.append(Variant(name=f"{schedule}/rank0", pooled=True, config=_RANK0, install_schedule="auto", **base))
+    return out
 
 
 @dataclass(slots=True)
@@ -51,6 +60,11 @@ class ScheduleCheck:
     """
 
     rows: list[dict[str, Any]] = field(default_factory=list)
+    rank_rows: list[dict[str, Any]] = field(default_factory=list)
+    """Per (schedule, pp, M, rank, direction) for multi-stage schedules: ``stock`` distinct sets on the
+    rank, ``per_stage`` with per-stage rings, ``rank_shared`` with the rank-shared ring (all slack 0,
+    measured), ``analysed`` the rank rings' sizes, ``rank_live`` the rank's live set, ``measured_peak``
+    the most buffers the shared ring's guard saw owned, ``parity``."""
     guard: dict[str, str] = field(default_factory=dict)
     skipped: list[dict[str, Any]] = field(default_factory=list)
     """Shapes torch itself rejects for a schedule (schedule, pp, M, reason)."""
@@ -61,14 +75,27 @@ class ScheduleCheck:
 
         return pd.DataFrame(self.rows)
 
+    def rank_frame(self):  # -> pandas.DataFrame
+        import pandas as pd
+
+        return pd.DataFrame(self.rank_rows)
+
     def summary(self):  # -> pandas.DataFrame
-        """One row per (schedule, pp, M): totals, parity, whether measured peaks equal the analysis, guard."""
+        """One row per (schedule, pp, M): totals, parity, whether measured peaks equal the analysis, guard.
+
+        ``rank_shared_buffers`` is the rank-shared rings' measured total (equal to ``pooltk_buffers``, the
+        per-stage rings, for single-stage schedules)."""
         df = self.to_frame()
         g = df.groupby(["schedule", "pp", "vpp", "n_microbatches"], sort=False)
         out = g.agg(stock_buffers=("stock", "sum"), pooltk_buffers=("pooltk", "sum"),
                     analysed_peak=("analysed_peak", "sum"), live_min_ring=("analysed_min", "sum"),
                     measured_peak=("measured_peak", "sum"),
                     parity=("parity", "all"), peaks_match=("peak_matches", "all")).reset_index()
+        ranks = self.rank_frame()
+        shared = (ranks.groupby(["schedule", "pp", "n_microbatches"], sort=False)["rank_shared"].sum().to_dict()
+                  if not ranks.empty else {})
+        out["rank_shared_buffers"] = [int(shared.get((r.schedule, r.pp, r.n_microbatches), r.pooltk_buffers))
+                                      for r in out.itertuples()]
         # a plain lookup: mapping through an empty dict gives float NaN, which pandas refuses to fill with text
         out["guard"] = [self.guard.get(name, "not run") for name in out["schedule"]]
         return out
@@ -76,6 +103,7 @@ class ScheduleCheck:
     @property
     def ok(self) -> bool:
         return bool(self.rows) and all(r["parity"] and r["peak_matches"] for r in self.rows) and all(
+            r["parity"] and r["matches_analysis"] for r in self.rank_rows) and all(
             not v.startswith("NOT") for v in self.guard.values())
 
 
@@ -129,12 +157,41 @@ def check_schedules(
                             "peak_matches": peak == live[(stage, d)],
                             "parity": bool(tight.bitwise_equal and meas.bitwise_equal),
                         })
+                if STAGES_PER_RANK[name] > 1:
+                    result.rank_rows.extend(_rank_rows(name, pp, m, stock, tight, report.variant(f"{name}/rank0")))
     if guard_checks:
         for name in names:
             if progress:
                 progress(f"guard check: {name} with the forward ring one short")
             result.guard[name] = guard_catch(name, timeout_s=timeout_s)
     return result
+
+
+def _rank_rows(name: str, pp: int, m: int, stock: Any, tight: Any, rank0: Any) -> list[dict[str, Any]]:
+    """Per (rank, direction): the rank-shared ring measured against the analysis ([Note: rank-shared rings])."""
+    from pooltk.analysis.lifetimes import ScheduleShape, analyse
+    from pooltk.analysis.programs import resolve_schedule
+    from pooltk.analysis.sharing import rank_rings
+
+    prog, spans = analyse(ScheduleShape(schedule=resolve_schedule(name)[1], pp=pp, n_microbatches=m,
+                                        stages_per_rank=STAGES_PER_RANK[name]))
+    rings = rank_rings(prog, spans, _RANK0)
+    rows = []
+    for rank in sorted(rank0.rank_recv):
+        for d in DIRECTIONS:
+            mine = [r for r in rings if r.rank == rank and r.direction == d]
+            analysed, live = sum(r.size for r in mine), sum(r.live for r in mine)
+            measured = rank0.rank_recv[rank].get(d, {}).get("sets", 0)
+            peak = rank0.rank_peak_live.get(rank, {}).get(d, 0)
+            rows.append({
+                "schedule": name, "pp": pp, "vpp": STAGES_PER_RANK[name], "n_microbatches": m, "rank": rank,
+                "direction": d, "stock": stock.rank_recv[rank].get(d, {}).get("sets", 0),
+                "per_stage": tight.rank_recv[rank].get(d, {}).get("sets", 0), "rank_shared": measured,
+                "analysed": analysed, "rank_live": live, "measured_peak": peak,
+                "matches_analysis": measured == analysed and peak == live,
+                "parity": bool(rank0.bitwise_equal),
+            })
+    return rows
 
 
 def guard_catch(schedule: str, *, timeout_s: float = 300.0) -> str:

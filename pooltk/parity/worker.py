@@ -33,11 +33,20 @@ def measure_recv_storage(stage: Any) -> dict[str, dict[str, int]]:
     Counts every non-root recv-info buffer over all microbatches, deduplicated by
     storage, so a ring of K sets counts K and stock torch counts M.
     """
+    return measure_rank_recv_storage([stage])
+
+
+def measure_rank_recv_storage(stages: list[Any]) -> dict[str, dict[str, int]]:
+    """:func:`measure_recv_storage` over every stage a rank holds, storages deduplicated across them.
+
+    A rank-shared ring ([Note: rank-shared rings]) is counted once here, where each stage's own
+    count sees the slots its microbatches map to.
+    """
     out: dict[str, dict[str, int]] = {}
     for direction, attr in (("forward", "args_recv_info"), ("grad", "grad_recv_info")):
         seen: dict[int, int] = {}
         per_chunk = 0
-        for chunk, infos in sorted(getattr(stage, attr, {}).items()):
+        for infos in (i for stage in stages for _, i in sorted(getattr(stage, attr, {}).items())):
             n = 0
             for info in infos:
                 if getattr(info, "is_root_arg", False):
@@ -191,6 +200,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
         step_end_unix: list[float] = []
         rss_by_step: list[int] = []
         peak_owned: dict[int, dict[str, int]] = {st.stage_index: {} for st in stages}
+        rank_peak_owned: dict[int, int] = {}
         setup_alloc_bytes = None
         for step in range(spec.steps):
             x, y = make_batch(rows=spec.rows_per_microbatch * n_mb, seq_len=spec.seq_len, hidden=spec.hidden,
@@ -221,7 +231,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             rss_by_step.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
             if step == 0:
                 setup_alloc_bytes = counter.bytes
-            _record_peaks(stages, peak_owned)
+            _record_peaks(stages, peak_owned, rank_peak_owned)
             grad_sq.append(float(sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None)))
             if opt is not None:
                 opt.step()
@@ -232,7 +242,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
                 ekw: dict[str, Any] = {"target": y, "losses": []} if has_last else {}
                 out = schedule.eval(*args, **ekw)
                 _step_end(stages)
-                _record_peaks(stages, peak_owned)
+                _record_peaks(stages, peak_owned, rank_peak_owned)
                 if has_last:
                     eval_by_step.append(float(sum(t.double().sum() for t in (out if isinstance(out, tuple) else (out,)))))
                     digests.append(_digest(out))
@@ -262,11 +272,18 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
                 "peak_live": peak_owned[st.stage_index],
                 "gate": gate.reason if gate is not None else None,
             }
+        rank_peaks: dict[str, int] = {}
+        for d, rings in _distinct_rings(stages).items():
+            rank_peaks[d] = sum(rank_peak_owned.get(id(r), r.peak_owned) for r in rings)
         return {
             "variant": variant.name,
             "rank": rank,
             "has_last": has_last,
             "stages": per_stage,
+            "rank_recv": measure_rank_recv_storage(stages),
+            "rank_rings": {d: [{"stages": sorted(r.members), "size": r.size} for r in rings]
+                           for d, rings in _distinct_rings(stages).items()},
+            "rank_peak_live": rank_peaks,
             "losses": losses_by_step,
             "eval_sums": eval_by_step,
             "param_sums": param_sums,
@@ -311,13 +328,26 @@ def _max_hooks(stage: Any) -> dict[str, int]:
     return out
 
 
-def _record_peaks(stages: list[Any], peaks: dict[int, dict[str, int]]) -> None:
+def _record_peaks(stages: list[Any], peaks: dict[int, dict[str, int]], by_ring: dict[int, int] | None = None) -> None:
     """Keep the largest ``peak_owned`` each ring reached (rings are rebuilt on an eval/train switch)."""
     import pooltk
 
     for st in stages:
         for d, ring in pooltk.stage_rings(st).items():
             peaks[st.stage_index][d] = max(peaks[st.stage_index].get(d, 0), ring.peak_owned)
+            if by_ring is not None:
+                by_ring[id(ring)] = max(by_ring.get(id(ring), 0), ring.peak_owned)
+
+
+def _distinct_rings(stages: list[Any]) -> dict[str, list[Any]]:
+    """Per direction, the rings a rank's stages hold now, each once (a rank-shared ring is one)."""
+    import pooltk
+
+    out: dict[str, dict[int, Any]] = {}
+    for st in stages:
+        for d, ring in pooltk.stage_rings(st).items():
+            out.setdefault(d, {})[id(ring)] = ring
+    return {d: list(rings.values()) for d, rings in out.items()}
 
 
 class _nullctx:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -19,7 +20,8 @@ from pooltk.pool import release as rel
 from pooltk.pool.adapters import SetupTarget
 from pooltk.pool.adapters.placeholders import PlaceholderFactory, materialize_all
 from pooltk.pool.adapters.stage_api import cached_forward, call_arg, input_grads
-from pooltk.pool.events import emit, kept_stock_event, pooled_event, rehome_event, unpooled_event
+from pooltk.pool.events import (emit, handoff_event, kept_stock_event, pooled_event, rehome_event, shared_event,
+                                unpooled_event)
 from pooltk.pool.gating import GateDecision, PoolSetupError, decide, observe_schedule, refusal
 from pooltk.pool.guard import is_version_error, name_reuse
 from pooltk.pool.marks import mark
@@ -45,6 +47,17 @@ def _ring_size(stage: Any, direction: str, n_mb: int, config: PoolConfig, plan: 
         return plan.sizes.get((stage.stage_index, direction), 0)
     sizes = ring_sizes(stage.num_stages, stage.stage_index, n_mb, config)
     return sizes.forward if direction == "forward" else sizes.grad
+
+
+def _real_like(buf: torch.Tensor, factory: PlaceholderFactory | None) -> torch.Tensor:
+    """A real buffer of ``buf``'s kind (torch's own maker for a placeholder)."""
+    return factory.real(buf) if factory is not None and factory.is_placeholder(buf) else torch.empty_like(buf)
+
+
+def _template(buf: torch.Tensor, factory: PlaceholderFactory | None) -> tuple:
+    """(shape, dtype, device, requires_grad) of the real buffer ``buf`` stands for."""
+    device = factory.made[id(buf)][1] if factory is not None and factory.is_placeholder(buf) else buf.device
+    return (tuple(buf.shape), buf.dtype, torch.device(device), bool(buf.requires_grad))
 
 
 def build_ring(
@@ -77,6 +90,124 @@ def build_ring(
     return ring
 
 
+@dataclass(slots=True)
+class _Group:
+    """The stages of one rank that share a ring (one direction, one boundary key) in one setup round."""
+
+    plan: Any
+    members: dict = field(default_factory=dict)
+    """stage index -> (stage object, positions)."""
+    ring: DirectionRing | None = None
+
+
+def _boundary_key(infos_by_chunk: dict[int, tuple], positions: list[int], factory: PlaceholderFactory | None) -> tuple:
+    return tuple(_template(infos_by_chunk[0][j].buffer, factory) for j in positions)
+
+
+def join_rank_ring(
+    stage: Any, target: SetupTarget, n_mb: int, config: PoolConfig, factory: PlaceholderFactory | None,
+    plan: Any, groups: dict, on_rehome: Callable[[Rehome], None] | None = None,
+) -> DirectionRing | None:
+    """Join the rank-shared ring of ``stage``'s boundary, rebuilding it over every member so far.
+
+    See [Note: rank-shared rings] (pooltk/analysis/sharing.py). ``groups`` holds this schedule's
+    groups; a stage that is already a member, or a plan that changed (an eval/train switch), starts a
+    new setup round. Slots the previous ring of the group had are kept; only the extra ones are
+    allocated. A group of one stage is that stage's own ``c mod K`` ring.
+    """
+    from pooltk.analysis.sharing import rank_rings
+
+    infos_by_chunk: dict[int, tuple] = getattr(stage, target.infos_attr)
+    if not infos_by_chunk:
+        return None
+    positions = recv_positions(infos_by_chunk[0])
+    if not positions:
+        return None
+    if any(len(infos_by_chunk[c]) != len(infos_by_chunk[0]) for c in infos_by_chunk):
+        raise RuntimeError("recv infos differ in structure between microbatches")
+    direction, me = target.direction, stage.stage_index
+    if plan.sizes.get((me, direction), 0) <= 0:
+        return None
+    key = (direction, _boundary_key(infos_by_chunk, positions, factory))
+    group = groups.get(key)
+    if group is None or me in group.members or group.plan is not plan:
+        group = groups[key] = _Group(plan=plan)
+    group.members[me] = (stage, positions)
+    keys = {(s, direction): key for s in group.members}
+    spans = [b for b in plan.spans if (b.stage, b.direction) in keys]
+    (mine,) = [r for r in rank_rings(plan.program, spans, config, groups=keys) if me in r.stages]
+    old = group.ring
+    slots = list(old.slots[:mine.size]) if old is not None else []
+    template = [infos_by_chunk[0][j].buffer for j in positions]
+    while len(slots) < mine.size:
+        slots.append([_real_like(t, factory) for t in template])
+    first = min(group.members)
+    ring = DirectionRing(stage=first, direction=direction, size=mine.size, n_microbatches=n_mb,
+                         positions=group.members[first][1], slots=slots, guard=config.guard, on_rehome=on_rehome,
+                         slot_map=dict(mine.slots) if mine.shared else None)
+    for s, (member, member_positions) in sorted(group.members.items()):
+        ring.bind(getattr(member, target.infos_attr), stage=s, positions=member_positions)
+        if member is not stage:
+            state_for(member).set_ring(direction, ring)
+    group.ring = ring
+    return ring
+
+
+def drop_handoff_buffers(stage: Any, target: SetupTarget, factory: PlaceholderFactory | None) -> dict[int, tuple]:
+    """A direction fed by a same-rank handoff gets no receive buffers: shape-only placeholders stay.
+
+    Returns position -> template (shape, dtype, device, requires_grad) for the rare read torch still
+    makes (``set_local_bwd_input`` zeroes the buffer of a gradient that is None: the wrapper gives that
+    one entry a fresh zero tensor first). See [Note: rank-shared rings].
+    """
+    infos_by_chunk: dict[int, tuple] = getattr(stage, target.infos_attr, {}) or {}
+    if not infos_by_chunk:
+        return {}
+    positions = recv_positions(infos_by_chunk[0])
+    templates = {j: _template(infos_by_chunk[0][j].buffer, factory) for j in positions}
+    for infos in infos_by_chunk.values():
+        for j in positions:
+            buf = infos[j].buffer
+            if factory is not None and factory.is_placeholder(buf):
+                continue
+            if isinstance(buf, torch.Tensor) and not buf.is_meta:  # a layout that allocated: let it go
+                meta = torch.empty(buf.shape, dtype=buf.dtype, device="meta")
+                infos[j].buffer = meta.requires_grad_(True) if buf.requires_grad else meta
+    return templates
+
+
+def drop_handed(stage: Any, st: StageState, chunk: int, kept: list | None = None) -> None:
+    """``chunk`` is done with what a same-rank handoff gave it: let go of it now, not at the next step.
+
+    torch leaves each handed-over tensor in the chunk's recv info until the next step's handoff
+    replaces it, so a stage fed by a handoff keeps all M of them between steps (measured: 8 of 8 on
+    ZBVZeroBubble pp2 M8). After the chunk's backward (its weight pass for a split backward; its
+    forward in a forward-only step, where ``kept``, torch's ``fwd_cache`` list, is swapped too)
+    nothing reads them again; the entry gets a shape-only placeholder back.
+    """
+    for direction, templates in st.handoff.items():
+        infos = getattr(stage, _RECV_INFOS[direction], {}).get(chunk)
+        if infos is None:
+            continue
+        for j, template in templates.items():
+            buf = infos[j].buffer
+            if not isinstance(buf, torch.Tensor) or buf.is_meta:
+                continue
+            placeholder = torch.empty(template[0], dtype=template[1], device="meta")
+            if kept is not None:
+                for i, v in enumerate(kept):
+                    if v is buf:
+                        kept[i] = placeholder
+            infos[j].buffer = placeholder
+
+
+def real_buffer(template: tuple, zero: bool = False) -> torch.Tensor:
+    """A real buffer from a template of :func:`drop_handoff_buffers`."""
+    shape, dtype, device, requires_grad = template
+    t = (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=device)
+    return t.requires_grad_(True) if requires_grad else t
+
+
 # ---------------------------------------------------------------------------------------
 # Per-stage outcomes, as log lines (the wording is events.py's)
 # ---------------------------------------------------------------------------------------
@@ -106,6 +237,9 @@ def _pooled_line(stage: Any, st: StageState) -> None:
         if ring is not None:
             sizes.append(ring.size)
             continue
+        if direction in st.handoff:
+            sizes.append(0)
+            continue
         infos = getattr(stage, attr, None) or {}
         first = infos.get(0) if isinstance(infos, dict) else None
         sizes.append(n_mb if first and recv_positions(first) else 0)
@@ -114,6 +248,12 @@ def _pooled_line(stage: Any, st: StageState) -> None:
         return
     st.said.add(key)
     emit(_sink(st.report), pooled_event(stage.stage_index, sizes[0], sizes[1], n_mb))
+    for direction, ring in st.rings().items():
+        if ring.shared:
+            emit(_sink(st.report), shared_event(stage.stage_index, direction, sorted(ring.members), ring.size,
+                                                n_mb * len(ring.members)))
+    for direction in st.handoff:
+        emit(_sink(st.report), handoff_event(stage.stage_index, direction))
 
 
 def _rehome_reporter(stage: Any, st: StageState) -> Callable[[Rehome], None]:
@@ -166,10 +306,19 @@ def setup_wrapper(original: Callable, target: SetupTarget, context_of: ContextFn
             else:
                 result = original(self, *args, **kwargs)
         infos = getattr(self, target.infos_attr, {})
+        plan, config = decision.plan, settings.config
+        st.handoff.pop(target.direction, None)
         try:
-            ring = build_ring(self, target, n_mb, settings.config, factory, decision.plan,
-                              on_rehome=_rehome_reporter(self, st))
-            materialize_all(infos, factory)  # directions and positions without a ring are stock
+            if plan is not None and (self.stage_index, target.direction) in plan.handoff:
+                ring = None  # a same-rank handoff: no receive buffers ([Note: rank-shared rings])
+                st.handoff[target.direction] = drop_handoff_buffers(self, target, factory)
+            else:
+                if plan is not None and config.sharing == "rank" and observed is not None:
+                    ring = join_rank_ring(self, target, n_mb, config, factory, plan,
+                                          ctx.groups.setdefault(observed, {}), on_rehome=_rehome_reporter(self, st))
+                else:
+                    ring = build_ring(self, target, n_mb, config, factory, plan, on_rehome=_rehome_reporter(self, st))
+                materialize_all(infos, factory)  # directions and positions without a ring are stock
         except Exception as exc:  # inside a recognised layout: loud, see [Note: fail-open only for unknown layouts]
             raise PoolSetupError(stage=getattr(self, "stage_index", None), direction=target.direction, cause=exc,
                                  what=f"building the {target.direction} ring") from exc
@@ -256,9 +405,9 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
             ring = st.forward if st is not None else None
             if ring is not None:
                 chunk = call_arg("get_fwd_recv_ops", "fwd_chunk_id", args, kwargs)
-                ring.post(chunk, self.args_recv_info[chunk])
+                ring.post(chunk, self.args_recv_info[chunk], self.stage_index)
                 ops = get_fwd(self, *args, **kwargs)
-                ring.note_ops(chunk, ops)
+                ring.note_ops(chunk, ops, self.stage_index)
                 return ops
             return get_fwd(self, *args, **kwargs)
 
@@ -273,9 +422,9 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
             ring = st.grad if st is not None else None
             if ring is not None and self.has_backward:
                 chunk = call_arg("get_bwd_recv_ops", "bwd_chunk_id", args, kwargs)
-                ring.post(chunk, self.grad_recv_info[chunk])
+                ring.post(chunk, self.grad_recv_info[chunk], self.stage_index)
                 ops = get_bwd(self, *args, **kwargs)
-                ring.note_ops(chunk, ops)
+                ring.note_ops(chunk, ops, self.stage_index)
                 return ops
             return get_bwd(self, *args, **kwargs)
 
@@ -298,11 +447,14 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
         if ring is not None:
             cached = cached_forward(self, chunk)
             if cached is not None:
-                ring.note_lent(chunk, cached[0])  # outputs sharing the slot: see [Note: copy on conflict]
+                ring.note_lent(chunk, cached[0], self.stage_index)  # outputs sharing the slot: [Note: copy on conflict]
             if not self.has_backward:
                 if cached is not None:  # never read again in a forward-only step
-                    ring.retire_inputs(chunk, cached[1])
-                ring.release(chunk)
+                    ring.retire_inputs(chunk, cached[1], self.stage_index)
+                ring.release(chunk, self.stage_index)
+        if st.handoff and not self.has_backward:
+            cached = cached_forward(self, chunk)
+            drop_handed(self, st, chunk, cached[1] if cached is not None else None)
         return result
 
     out["forward_one_chunk"] = forward_one_chunk
@@ -322,9 +474,11 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
         chunk = call_arg("backward_one_chunk", "bwd_chunk_id", args, kwargs)
         full = call_arg("backward_one_chunk", "full_backward", args, kwargs)
         if st.grad is not None:  # input gradients sharing the grad slot: see [Note: copy on conflict]
-            st.grad.note_lent(chunk, input_grads(self, chunk))
+            st.grad.note_lent(chunk, input_grads(self, chunk), self.stage_index)
         if full:  # a split backward (I now, W later) keeps both until W: see [Note: slot ownership]
-            st.release_slots(chunk)
+            st.release_slots(chunk, self.stage_index)
+            if st.handoff:
+                drop_handed(self, st, chunk)
         if st.release:
             loss = call_arg("backward_one_chunk", "loss", args, kwargs)
             if full:
@@ -349,12 +503,32 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
             if st is None:
                 return result
             chunk = call_arg("backward_weight_one_chunk", "bwd_chunk_id", args, kwargs)
-            st.release_slots(chunk)
+            st.release_slots(chunk, self.stage_index)
+            if st.handoff:
+                drop_handed(self, st, chunk)
             if st.release and chunk in st.losses:
                 rel.release_chunk(self, st, chunk, st.losses.pop(chunk))
             return result
 
         out["backward_weight_one_chunk"] = backward_weight_one_chunk
+
+    if "set_local_bwd_input" in originals:
+        set_bwd = originals["set_local_bwd_input"]
+
+        @functools.wraps(set_bwd)
+        def set_local_bwd_input(self: Any, *args: Any, **kwargs: Any) -> Any:
+            st = stage_state(self)
+            templates = st.handoff.get("grad") if st is not None else None
+            if templates:  # a None gradient makes torch zero the (absent) buffer: give that one a real one
+                grads = call_arg("set_local_bwd_input", "next_stage_bwd_outputs", args, kwargs)
+                chunk = call_arg("set_local_bwd_input", "mb_index", args, kwargs)
+                infos = self.grad_recv_info.get(chunk, ()) if isinstance(grads, tuple) else ()
+                for j, info in enumerate(infos):
+                    if j < len(grads) and grads[j] is None and j in templates and getattr(info.buffer, "is_meta", False):
+                        info.buffer = real_buffer(templates[j], zero=True)
+            return set_bwd(self, *args, **kwargs)
+
+        out["set_local_bwd_input"] = set_local_bwd_input
 
     clear = originals["clear_runtime_states"]
 
@@ -387,18 +561,26 @@ def give_back_stock_buffers(stage: Any, report: InstallReport | None, why: str) 
     if st is None:
         return False
     had = False
+    for direction, templates in st.handoff.items():  # no buffers were made there: make torch's own now
+        had = True
+        for infos in getattr(stage, _RECV_INFOS[direction], {}).values():
+            for j, template in templates.items():
+                if isinstance(infos[j].buffer, torch.Tensor) and infos[j].buffer.is_meta:
+                    infos[j].buffer = real_buffer(template)
+    st.handoff.clear()
     for direction, attr in _RECV_INFOS.items():
         ring = st.ring(direction)
         if ring is None:
             continue
         st.set_ring(direction, None)
         had = True
+        positions = ring.members.get(stage.stage_index, ring.positions)
         for chunk, infos in getattr(stage, attr, {}).items():
-            for k, j in enumerate(ring.positions):
+            for k, j in enumerate(positions):
                 old = infos[j].buffer
                 if not isinstance(old, torch.Tensor):
                     continue
-                fresh = torch.empty_like(ring.slots[chunk % ring.size][k])
+                fresh = torch.empty_like(ring.slots[ring.slot_of(chunk, stage.stage_index)][k])
                 if getattr(old, "requires_grad", False):
                     fresh.requires_grad_(True)
                 infos[j].buffer = fresh

@@ -16,6 +16,9 @@ initialised, else the process counts as rank 0), so it lands in the training log
 - INFO    ``pooltk: stage I releases kept graphs (...)`` (the last stage: the schedule's kept losses
   and outputs let go of their graphs after each backward; once per stage)
 - WARNING ``pooltk: stage I kept graph (reason=TEXT)`` (the release had to keep one; once per reason)
+- INFO    ``pooltk: stage I DIRECTION ring shared (stages A,B on this rank, K sets for R receives)`` (a
+  rank-shared ring, once per member stage after its pooled line: [Note: rank-shared rings])
+- INFO    ``pooltk: stage I DIRECTION handoff (no receive buffers ...)`` (a V schedule's same-rank turn)
 - INFO    ``pooltk: stage I unpooled (reason=TEXT)`` (uninstall or unpool_stage gave a stage that was
   pooled stock buffers back: the run WAS pooled until then, so this is not ``kept stock``)
 
@@ -32,8 +35,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["LOGGER", "PoolEvent", "emit", "installed_event", "is_rank0", "kept_graph_event", "kept_stock_event",
-           "not_installed_event", "pooled_event", "rehome_event", "released_event", "unpooled_event"]
+__all__ = ["LOGGER", "PoolEvent", "emit", "handoff_event", "installed_event", "is_rank0", "kept_graph_event",
+           "kept_stock_event", "not_installed_event", "pooled_event", "rehome_event", "released_event", "shared_event",
+           "unpooled_event"]
 
 LOGGER = logging.getLogger("pooltk")
 
@@ -54,8 +58,8 @@ class PoolEvent:
     """One decision or outcome, exactly as logged."""
 
     kind: str
-    """``installed``, ``not-installed``, ``pooled``, ``kept-stock``, ``re-homed``, ``released``, ``kept-graph``
-    or ``unpooled``."""
+    """``installed``, ``not-installed``, ``pooled``, ``shared``, ``handoff``, ``kept-stock``, ``re-homed``,
+    ``released``, ``kept-graph`` or ``unpooled``."""
     message: str
     """The log line (see [Note: pool log lines])."""
     level: int = logging.INFO
@@ -113,6 +117,20 @@ def pooled_event(stage: int, forward: int, grad: int, n_microbatches: int) -> Po
                      message=f"pooltk: stage {stage} pooled (fwd ring {forward}/{n_microbatches}, "
                              f"grad ring {grad}/{n_microbatches})",
                      fields={"forward": forward, "grad": grad, "n_microbatches": n_microbatches})
+
+
+def shared_event(stage: int, direction: str, stages: list[int], size: int, receives: int) -> PoolEvent:
+    names = ",".join(str(s) for s in stages)
+    return PoolEvent(kind="shared", stage=stage, message=(
+        f"pooltk: stage {stage} {direction} ring shared (stages {names} on this rank, {size} sets for {receives} "
+        "receives)"), fields={"direction": direction, "stages": list(stages), "size": size, "receives": receives})
+
+
+def handoff_event(stage: int, direction: str) -> PoolEvent:
+    src = "the previous" if direction == "forward" else "the next"
+    return PoolEvent(kind="handoff", stage=stage, message=(
+        f"pooltk: stage {stage} {direction} handoff (no receive buffers: {src} stage runs on this rank and hands "
+        "its tensors over locally)"), fields={"direction": direction})
 
 
 def released_event(stage: int, layout: str | None) -> PoolEvent:

@@ -19,8 +19,8 @@ the install-time name decides.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pooltk.analysis.catalog import ALLOWLIST, schedule_key
 from pooltk.analysis.programs import INERT_KINDS
@@ -244,6 +244,12 @@ class RingPlan:
     """K per (stage, direction); 0 means that direction stays stock."""
     min_safe: dict
     """Smallest safe ``c mod K`` ring per (stage, direction) from the analysis (0: no receives)."""
+    handoff: frozenset = frozenset()
+    """(stage, direction) pairs fed by a same-rank handoff (V schedules): no receive buffers at all."""
+    program: Any = field(default=None, compare=False, repr=False)
+    """The analysed :class:`~pooltk.analysis.programs.Program` (for rank-shared rings)."""
+    spans: tuple = field(default=(), compare=False, repr=False)
+    """Its receive lifetimes (:func:`pooltk.analysis.lifetimes.lifetimes_of`)."""
 
 
 def _order_events(order: dict, rank: int) -> list[tuple[str, int, int]]:
@@ -291,10 +297,15 @@ def plan_rings(schedule: object, config: "PoolConfig") -> RingPlan:
                 "order torch builds for its class and shape (a custom or loaded action list?); pooltk cannot vouch "
                 "for its receive lifetimes and leaves it stock."
             )
-    sizes, safe = {}, {}
+    sizes, safe, handoff = {}, {}, set()
+    s2r = prog.stage_to_rank
     for stage in range(prog.num_stages):
         for direction in DIRECTIONS:
             k0 = min_safe_ring(spans, stage, direction, n_mb)
             safe[(stage, direction)] = k0
             sizes[(stage, direction)] = ring_from_live(k0, n_mb, direction, config)
-    return RingPlan(schedule=cls.__name__, n_microbatches=n_mb, sizes=sizes, min_safe=safe)
+            neighbour = stage - 1 if direction == "forward" else stage + 1
+            if neighbour in s2r and s2r[neighbour] == s2r[stage] and not (forward_only and direction == "grad"):
+                handoff.add((stage, direction))
+    return RingPlan(schedule=cls.__name__, n_microbatches=n_mb, sizes=sizes, min_safe=safe,
+                    handoff=frozenset(handoff), program=prog, spans=tuple(spans))

@@ -44,17 +44,20 @@ class PoolOverrunError(RuntimeError):
     rank's overrun reaches the launcher intact: nothing parses the message.
     """
 
-    FIELDS = ("stage", "direction", "slot", "ring", "owner", "incoming", "rank")
+    FIELDS = ("stage", "direction", "slot", "ring", "owner", "incoming", "rank", "owner_stage")
     """The structured fields, in :meth:`to_dict` order."""
 
     def __init__(self, *, stage: int, direction: str, slot: int, ring: int, owner: int, incoming: int,
-                 rank: int | None = None) -> None:
+                 rank: int | None = None, owner_stage: int | None = None) -> None:
         self.stage, self.direction, self.slot, self.ring = stage, direction, slot, ring
         self.owner, self.incoming, self.rank = owner, incoming, rank
+        self.owner_stage = owner_stage
+        """The owner's stage where a rank-shared ring's slot is owned by another stage (else None)."""
         where = "" if rank is None else f"[rank {rank}] "
+        whose = "" if owner_stage is None else f" of stage {owner_stage} (the ring is shared by the rank's stages)"
         super().__init__(
             f"{where}pooltk: stage {stage} {direction} ring overrun: slot {slot} of {ring} is still owned by "
-            f"microbatch {owner} when microbatch {incoming} posts its receive into it. The schedule keeps more "
+            f"microbatch {owner}{whose} when microbatch {incoming} posts its receive into it. The schedule keeps more "
             f"{direction} buffers live than the ring holds, so this receive would silently overwrite data "
             f"autograd still needs. Fix: raise the slack (PoolConfig(slack=...) / grad_slack=...), or do not pool "
             f"this schedule (only schedules whose in-flight depth is proven are allowlisted; force=True bypasses "
@@ -174,31 +177,37 @@ def bump_version(tensors: list[torch.Tensor]) -> None:
 
 @dataclass(slots=True)
 class SlotOwnership:
-    """Which microbatch owns each slot of one ring. See [Note: slot ownership]."""
+    """Which (stage, microbatch) owns each slot of one ring. See [Note: slot ownership].
+
+    A ring of one stage maps microbatch ``c`` to slot ``c mod K``; a rank-shared ring passes the
+    slot its colouring gives (``slot=``) and the stage of the receive (``stage=``).
+    """
 
     stage: int
     direction: str
     ring: int
-    owners: list[int | None] = field(default_factory=list)
+    owners: list[tuple[int, int] | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.owners = [None] * self.ring
 
-    def acquire(self, chunk: int) -> int:
-        """Claim the slot of ``chunk``; raise PoolOverrunError if another microbatch owns it."""
-        slot = chunk % self.ring
+    def acquire(self, chunk: int, *, slot: int | None = None, stage: int | None = None) -> int:
+        """Claim the slot of (``stage``, ``chunk``); raise PoolOverrunError if another receive owns it."""
+        slot = chunk % self.ring if slot is None else slot
+        user = (self.stage if stage is None else stage, chunk)
         owner = self.owners[slot]
-        if owner is not None and owner != chunk:
+        if owner is not None and owner != user:
             raise PoolOverrunError(
-                stage=self.stage, direction=self.direction, slot=slot, ring=self.ring, owner=owner, incoming=chunk
+                stage=user[0], direction=self.direction, slot=slot, ring=self.ring, owner=owner[1], incoming=chunk,
+                owner_stage=owner[0] if owner[0] != user[0] else None,
             )
-        self.owners[slot] = chunk
+        self.owners[slot] = user
         return slot
 
-    def release(self, chunk: int) -> None:
-        """Give the slot of ``chunk`` back, if ``chunk`` still owns it."""
-        slot = chunk % self.ring
-        if self.owners[slot] == chunk:
+    def release(self, chunk: int, *, slot: int | None = None, stage: int | None = None) -> None:
+        """Give the slot of (``stage``, ``chunk``) back, if it still owns it."""
+        slot = chunk % self.ring if slot is None else slot
+        if self.owners[slot] == (self.stage if stage is None else stage, chunk):
             self.owners[slot] = None
 
     def reset(self) -> None:

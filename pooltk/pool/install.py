@@ -78,6 +78,7 @@ from pooltk.pool._patch import give_back_stock_buffers, kept_stock, runtime_wrap
 from pooltk.pool.adapters import Layout, detect
 from pooltk.pool.adapters.placeholders import restore_meta_factory
 from pooltk.pool.adapters.stage_api import (
+    HANDOFF_METHODS,
     HOT_METHODS,
     OPTIONAL_HOT_METHODS,
     defining_class,
@@ -135,7 +136,7 @@ def _usable_layout() -> tuple[Layout | None, str]:
 
 def _runtime_names(layout: Layout) -> tuple[str, ...]:
     """The runtime methods install wraps on ``layout`` (no receive posts where there are no rings)."""
-    return (_RELEASE_METHODS if layout.per_receive else HOT_METHODS) + OPTIONAL_HOT_METHODS
+    return (_RELEASE_METHODS if layout.per_receive else HOT_METHODS + HANDOFF_METHODS) + OPTIONAL_HOT_METHODS
 
 
 def _runtime_originals(layout: Layout) -> dict[str, Callable]:

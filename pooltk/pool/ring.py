@@ -145,11 +145,18 @@ class Rehome:
 
 
 class DirectionRing:
-    """K buffer sets for one direction of one stage, reused round-robin by M microbatches."""
+    """K buffer sets for one direction, reused by the receives of one stage (``c mod K``) or of
+    several stages of one rank (a slot map coloured from the schedule's action order: [Note:
+    rank-shared rings] in pooltk/analysis/sharing.py).
+
+    A *user* is one (stage, microbatch). Every per-slot record below is keyed by slot, so two
+    stages that share a slot share its ownership, its holders' checks and its re-homes.
+    """
 
     __slots__ = ("stage", "direction", "size", "n_microbatches", "positions", "slots", "ownership", "_posted",
                  "peak_owned", "_infos", "_resting", "_current", "_anchors", "_lent", "_py_base", "_cpp_base",
-                 "_requires_grad", "_ops", "_addressed", "_pinned", "bumps", "rehomes", "rehomed_bytes", "on_rehome")
+                 "_requires_grad", "_ops", "_addressed", "_pinned", "bumps", "rehomes", "rehomed_bytes", "on_rehome",
+                 "slot_map", "members", "_calibrated")
 
     def __init__(
         self,
@@ -162,24 +169,31 @@ class DirectionRing:
         slots: list[list[torch.Tensor]],
         guard: bool,
         on_rehome: Callable[[Rehome], None] | None = None,
+        slot_map: dict[tuple[int, int], int] | None = None,
     ) -> None:
         if len(slots) != size:
             raise AssertionError(f"ring of {size} sets built with {len(slots)} slots")
         self.stage, self.direction, self.size = stage, direction, size
+        """``stage``: the first stage the ring was built for (its only one unless shared)."""
         self.n_microbatches = n_microbatches
         self.positions = positions
         self.slots = slots
+        self.slot_map = slot_map
+        """(stage, microbatch) -> slot for a rank-shared ring; None: ``c mod K``."""
+        self.members: dict[int, list[int]] = {stage: positions}
+        """stage -> the positions of its recv infos that receive into this ring."""
         self.ownership = SlotOwnership(stage=stage, direction=direction, ring=size) if guard else None
         self._posted = [False] * size
         self.peak_owned = 0
         """Most slots owned at once since setup (guard on): the live set this run really had."""
-        self._infos: dict[int, tuple] = {}
+        self._infos: dict[tuple[int, int], tuple] = {}
         self._resting: list[list[torch.Tensor]] = []
-        self._current: list[tuple[int, list[torch.Tensor]] | None] = [None] * size
+        self._current: list[tuple[tuple[int, int], list[torch.Tensor]] | None] = [None] * size
         self._anchors: list[list[torch.Tensor]] = []
         self._lent: set[int] = set()
         self._py_base = 0
         self._cpp_base = 0
+        self._calibrated = False
         self._requires_grad: list[bool] = []
         self._ops: dict[int, list] = {}
         self._addressed: set[int] = set()
@@ -192,19 +206,35 @@ class DirectionRing:
         """Bytes allocated by those re-homes (the old storages live on with their holders)."""
         self.on_rehome = on_rehome
 
+    @property
+    def shared(self) -> bool:
+        """True when more than one stage receives into this ring."""
+        return len(self.members) > 1
+
+    def slot_of(self, chunk: int, stage: int | None = None) -> int:
+        """The slot (``stage``, ``chunk``) receives into."""
+        if self.slot_map is None:
+            return chunk % self.size
+        return self.slot_map[(self.stage if stage is None else stage, chunk)]
+
     # -- setup -----------------------------------------------------------------------
-    def bind(self, infos_by_chunk: dict[int, tuple]) -> None:
-        """Point every chunk's recv infos at its slot's resting alias (chunk c -> slot c mod K)."""
-        self._infos = infos_by_chunk
+    def bind(self, infos_by_chunk: dict[int, tuple], stage: int | None = None,
+             positions: list[int] | None = None) -> None:
+        """Point every chunk's recv infos of ``stage`` (default: the ring's first) at its slot's resting alias."""
+        stage = self.stage if stage is None else stage
+        positions = self.members.get(stage, self.positions) if positions is None else positions
+        self.members[stage] = positions
         first = infos_by_chunk[0]
-        self._requires_grad = [bool(getattr(first[j].buffer, "requires_grad", False)) for j in self.positions]
-        self._resting = [[_alias(t, rg) for t, rg in zip(tensors, self._requires_grad)] for tensors in self.slots]
-        for chunk in range(self.n_microbatches):
-            resting = self._resting[chunk % self.size]
-            infos = infos_by_chunk[chunk]
-            for r, j in zip(resting, self.positions):
+        if not self._resting:
+            self._requires_grad = [bool(getattr(first[j].buffer, "requires_grad", False)) for j in positions]
+            self._resting = [[_alias(t, rg) for t, rg in zip(tensors, self._requires_grad)] for tensors in self.slots]
+        for chunk, infos in infos_by_chunk.items():
+            self._infos[(stage, chunk)] = infos
+            resting = self._resting[self.slot_of(chunk, stage)]
+            for r, j in zip(resting, positions):
                 infos[j].buffer = r
-        if self.ownership is not None:
+        if self.ownership is not None and not self._calibrated:
+            self._calibrated = True
             self._anchors = [[_anchor(t) for t in tensors] for tensors in self.slots]
             probe = self._hand_out(0)
             self._anchors[0][0].grad = probe[0]
@@ -221,13 +251,14 @@ class DirectionRing:
         return [_alias(t, rg) for t, rg in zip(self.slots[slot], self._requires_grad)]
 
     # -- runtime ---------------------------------------------------------------------
-    def post(self, chunk: int, infos: tuple) -> None:
-        """A receive for ``chunk`` is about to be posted: claim its slot, hand out fresh aliases."""
-        slot = chunk % self.size
+    def post(self, chunk: int, infos: tuple, stage: int | None = None) -> None:
+        """A receive for (``stage``, ``chunk``) is about to be posted: claim its slot, hand out fresh aliases."""
+        stage = self.stage if stage is None else stage
+        slot = self.slot_of(chunk, stage)
         if self.ownership is None:
             fresh = [_alias(t, rg) for t, rg in zip(self.slots[slot], self._requires_grad)]
         else:
-            self.ownership.acquire(chunk)
+            self.ownership.acquire(chunk, slot=slot, stage=stage)
             owned = self.ownership.owned
             if owned > self.peak_owned:
                 self.peak_owned = owned
@@ -238,39 +269,41 @@ class DirectionRing:
             fresh = self._hand_out(slot)
             for a in fresh:  # see [Note: copy on conflict], 4
                 watch_alias(a, functools.partial(self._addressed.add, slot))
-            self._current[slot] = (chunk, fresh)
+            self._current[slot] = ((stage, chunk), fresh)
             for anchor, a in zip(self._anchors[slot], fresh):
                 anchor.grad = a
         self._posted[slot] = True
-        for a, j in zip(fresh, self.positions):
+        for a, j in zip(fresh, self.members.get(stage, self.positions)):
             infos[j].buffer = a
 
-    def note_ops(self, chunk: int, ops: object) -> None:
+    def note_ops(self, chunk: int, ops: object, stage: int | None = None) -> None:
         """Remember the receive ops torch built for ``chunk`` (they reference its alias; see [Note: copy on conflict])."""
         if self.ownership is not None and isinstance(ops, (list, tuple)):
-            self._ops[chunk % self.size] = list(ops)
+            self._ops[self.slot_of(chunk, stage)] = list(ops)
 
-    def release(self, chunk: int) -> None:
+    def release(self, chunk: int, stage: int | None = None) -> None:
         if self.ownership is not None:
-            self.ownership.release(chunk)
+            self.ownership.release(chunk, slot=self.slot_of(chunk, stage), stage=self.stage if stage is None else stage)
 
-    def note_lent(self, chunk: int, tensors: tuple | list) -> None:
+    def note_lent(self, chunk: int, tensors: tuple | list, stage: int | None = None) -> None:
         """Record that ``chunk`` handed out tensors sharing its slot's storage (outputs or input grads)."""
         if self.ownership is None or not tensors:
             return
-        slot = chunk % self.size
+        slot = self.slot_of(chunk, stage)
         ptrs = {t.untyped_storage().data_ptr() for t in self.slots[slot]}
         for t in tensors:
             if isinstance(t, torch.Tensor) and not t.is_meta and t.untyped_storage().data_ptr() in ptrs:
                 self._lent.add(slot)
                 return
 
-    def retire_inputs(self, chunk: int, values: list) -> None:
+    def retire_inputs(self, chunk: int, values: list, stage: int | None = None) -> None:
         """Swap the aliases handed to ``chunk`` in ``values`` (a list torch keeps) for the resting alias."""
-        cur = self._current[chunk % self.size]
-        if cur is None or cur[0] != chunk:
+        stage = self.stage if stage is None else stage
+        slot = self.slot_of(chunk, stage)
+        cur = self._current[slot]
+        if cur is None or cur[0] != (stage, chunk):
             return
-        resting = self._resting[chunk % self.size]
+        resting = self._resting[slot]
         for i, v in enumerate(values):
             for a, r in zip(cur[1], resting):
                 if v is a:
@@ -289,19 +322,19 @@ class DirectionRing:
             self._pinned.clear()  # addresses of the last step may repeat now, as stock's do every step
 
     # -- internals ---------------------------------------------------------------------
-    def _retire(self, cur: tuple[int, list[torch.Tensor]]) -> None:
-        chunk, aliases = cur
+    def _retire(self, cur: tuple[tuple[int, int], list[torch.Tensor]]) -> None:
+        user, aliases = cur
         for a in aliases:
             forget(a)
-        infos = self._infos.get(chunk)
+        infos = self._infos.get(user)
         if infos is None:
             return
-        resting = self._resting[chunk % self.size]
-        for a, r, j in zip(aliases, resting, self.positions):
+        resting = self._resting[self.slot_of(user[1], user[0])]
+        for a, r, j in zip(aliases, resting, self.members.get(user[0], self.positions)):
             if infos[j].buffer is a:
                 infos[j].buffer = r
 
-    def _check(self, slot: int, prev: tuple[int, list[torch.Tensor]], incoming: int) -> None:
+    def _check(self, slot: int, prev: tuple[tuple[int, int], list[torch.Tensor]], incoming: int) -> None:
         """See [Note: copy on conflict]: re-home each tensor of the slot that someone outside still holds."""
         lent = slot in self._lent
         self._lent.discard(slot)
@@ -320,14 +353,14 @@ class DirectionRing:
             why = ("lent" if lent else "views" if views > 0 else "python" if held > 0 else "c++" if cpp > 0
                    else "address" if addressed else "")
             if why:
-                self._rehome(slot, k, incoming, max(views, 0) + max(held, 0) + max(cpp, 0), lent, why)
+                self._rehome(slot, k, incoming, max(views, 0) + max(held, 0) + max(cpp, 0), lent, why, prev[0][0])
             else:
                 stale.append(t)
         if stale:
-            self.bumps[slot] = (incoming, prev[0])
+            self.bumps[slot] = (incoming, prev[0][1])
         bump_version(stale)
 
-    def _rehome(self, slot: int, k: int, incoming: int, holders: int, lent: bool, why: str) -> None:
+    def _rehome(self, slot: int, k: int, incoming: int, holders: int, lent: bool, why: str, stage: int) -> None:
         old = self.slots[slot][k]
         if why == "address":
             self._pinned.append(old)  # its address must not come back this step: see [Note: copy on conflict], 4
@@ -336,16 +369,16 @@ class DirectionRing:
         old_resting = self._resting[slot][k]
         new_resting = _alias(new, self._requires_grad[k])
         self._resting[slot][k] = new_resting
-        j = self.positions[k]
-        for chunk in range(slot, self.n_microbatches, self.size):
-            infos = self._infos.get(chunk)
-            if infos is not None and infos[j].buffer is old_resting:
+        for (user_stage, chunk), infos in self._infos.items():
+            j = self.members.get(user_stage, self.positions)[k]
+            if infos[j].buffer is old_resting:
                 infos[j].buffer = new_resting
         nbytes = new.untyped_storage().nbytes()
         self.rehomes += 1
         self.rehomed_bytes += nbytes
         if self.on_rehome is not None:
-            self.on_rehome(Rehome(stage=self.stage, direction=self.direction, slot=slot, position=j,
+            self.on_rehome(Rehome(stage=stage, direction=self.direction, slot=slot,
+                                  position=self.members.get(stage, self.positions)[k],
                                   incoming=incoming, nbytes=nbytes, holders=holders, lent=lent, why=why))
 
     # -- accounting ------------------------------------------------------------------

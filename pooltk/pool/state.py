@@ -67,16 +67,18 @@ class StageState:
     """Microbatches whose kept loss / output the release let go of their graph."""
     kept_graphs: int = 0
     """Microbatches whose graph the release had to keep (the reason is logged)."""
+    handoff: dict = field(default_factory=dict)
+    """direction -> {position: template} where a same-rank handoff feeds the stage (no receive buffers)."""
 
     def rings(self) -> dict[str, "DirectionRing"]:
         """The rings the stage holds now, by direction."""
         return {d: r for d, r in (("forward", self.forward), ("grad", self.grad)) if r is not None}
 
-    def release_slots(self, chunk: int) -> None:
-        """``chunk`` is done with its slots in both directions (see [Note: slot ownership] in guard.py)."""
+    def release_slots(self, chunk: int, stage: int) -> None:
+        """``chunk`` of ``stage`` is done with its slots in both directions (see [Note: slot ownership] in guard.py)."""
         for ring in (self.forward, self.grad):
             if ring is not None:
-                ring.release(chunk)
+                ring.release(chunk, stage)
 
     def ring(self, direction: str) -> "DirectionRing | None":
         return self.forward if direction == "forward" else self.grad
@@ -120,6 +122,8 @@ class Context:
     report: "InstallReport"
     rings: bool = True
     """False on a layout whose buffers are made per receive (lazy): only the release is installed."""
+    groups: "weakref.WeakKeyDictionary" = field(default_factory=weakref.WeakKeyDictionary)
+    """schedule -> its rank-shared ring groups (see ``join_rank_ring`` in _patch.py)."""
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ import torch
 __all__ = [
     "HOT_METHODS",
     "OPTIONAL_HOT_METHODS",
+    "HANDOFF_METHODS",
     "READ_METHODS",
     "GUARDED_STAGE_METHODS",
     "RUNTIME_ARGS",
@@ -48,10 +49,14 @@ a slot), compute steps (release it, and let the schedule's kept graphs go), the 
 OPTIONAL_HOT_METHODS: tuple[str, ...] = ("backward_weight_one_chunk",)
 """Wrapped where torch has them (split backward)."""
 
+HANDOFF_METHODS: tuple[str, ...] = ("set_local_bwd_input",)
+"""Wrapped on eager layouts where torch has them: a V schedule's same-rank gradient handoff, which reads
+the (absent) receive buffer of a gradient that is None ([Note: rank-shared rings])."""
+
 READ_METHODS: tuple[str, ...] = ("_retrieve_recv_activations", "_retrieve_recv_grads")
 """Methods that read received buffers (not wrapped; a subclass overriding them is refused)."""
 
-GUARDED_STAGE_METHODS: tuple[str, ...] = HOT_METHODS + OPTIONAL_HOT_METHODS + READ_METHODS
+GUARDED_STAGE_METHODS: tuple[str, ...] = HOT_METHODS + OPTIONAL_HOT_METHODS + HANDOFF_METHODS + READ_METHODS
 """Methods a pooled stage's class may not override (see [Note: refusals] in gating.py)."""
 
 RUNTIME_ARGS: dict[str, tuple[str, ...]] = {
@@ -60,6 +65,7 @@ RUNTIME_ARGS: dict[str, tuple[str, ...]] = {
     "forward_one_chunk": ("fwd_chunk_id", "args", "kwargs"),
     "backward_one_chunk": ("bwd_chunk_id", "loss", "full_backward"),
     "backward_weight_one_chunk": ("bwd_chunk_id",),
+    "set_local_bwd_input": ("next_stage_bwd_outputs", "mb_index"),
 }
 """The leading parameters (after ``self``) of each wrapped method, in torch's order."""
 
