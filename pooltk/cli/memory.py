@@ -1,4 +1,5 @@
-"""``pooltk memory``: receive-buffer memory per stage -- stock, automodel policy, tight, live set.
+"""``pooltk memory``: receive-buffer memory per stage, per rank and per boundary -- stock, automodel
+policy, tight, live set, rank-shared rings.
 
 Three ways to give the shape (exactly one):
 
@@ -8,8 +9,14 @@ Three ways to give the shape (exactly one):
 - ``--config FILE``, an Automodel-style YAML (its model may come from a ``_target_`` config class)
   or a Hugging Face ``config.json``; shape flags given with it override the file.
 
-``--slack``, ``--grad-slack``, ``--policy``, ``--boundary-mib`` and ``--schedule`` override
-whatever the shape source says. ``--json`` prints the full model as JSON.
+``--slack``, ``--grad-slack``, ``--policy``, ``--sharing``, ``--boundary-mib``, ``--schedule`` and
+``--vpp`` override whatever the shape source says. ``--json`` prints the full model as JSON.
+
+Boundaries may differ per stage (a preset built from published widths): the table lists each
+one. Under a multi-stage schedule (``--schedule interleaved1f1b --vpp 2``) a second table gives
+every rank: its stages, each per-stage variant summed, the rank-shared rings and the rank's live
+set ([Note: bytes per rank] in :mod:`pooltk.memory.ranks`). ``--compare NAME`` shows another
+preset's stock and pooled bytes beside this one's, per stage (rank), with the difference.
 
 ``--capacity DEVICE|GIB`` adds the fits view: per stage, the peak of stock, the automodel policy,
 tight and the live set on that device, anchored to a reference peak (the preset's published one,
@@ -46,7 +53,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     shape.add_argument("--hidden", type=int, help="hidden size")
     shape.add_argument("--dtype", default=None, help="boundary dtype (default bfloat16)")
     pool = parser.add_argument_group("pool and overrides")
-    pool.add_argument("--schedule", default=None, help="1f1b (default) or gpipe")
+    pool.add_argument("--schedule", default=None,
+                      help="1f1b (default), gpipe, or a multi-stage schedule (interleaved1f1b, loopedbfs, "
+                           "interleavedzerobubble, zbvzerobubble, dualpipev: pooled as schedule='auto' pools them)")
+    pool.add_argument("--vpp", type=int, default=None, help="stages per rank for a multi-stage schedule (default 2)")
+    pool.add_argument("--sharing", choices=("rank", "stage"), default=None,
+                      help="rings shared by a rank's stages (rank, default) or one per stage (stage)")
     pool.add_argument("--allow-unpoolable", action="store_true", help="model a GPipe shape with the pool standing down")
     pool.add_argument("--slack", type=int, default=None, help="forward ring slack (default: the source's, else 2)")
     pool.add_argument("--grad-slack", type=int, default=None, help="grad ring slack, tight policy (default 1)")
@@ -65,11 +77,27 @@ def register(parser: argparse.ArgumentParser) -> None:
     meas.add_argument("--steps", type=int, default=2, help="steps per launch (default 2)")
     out = parser.add_argument_group("output")
     out.add_argument("--unit", choices=("gib", "gb", "mib"), default="gib", help="table unit (gib = 2**30, gb = 1e9)")
+    out.add_argument("--compare", metavar="PRESET", help="another preset beside this one, per stage (rank), with the difference")
     out.add_argument("--json", action="store_true", help="print the model as JSON instead of a table")
 
 
-def _fail(message: str) -> int:
-    print(f"pooltk memory: error: {_flags_in(message)}", file=sys.stderr)
+_FIELDS = {
+    "preset": "--preset",
+    "capacity": "--capacity",
+    "reference variant": "--reference-variant",
+    "reference stage": "--reference-stage",
+    "weights": "--weights-gib",
+    "stages_per_rank": "--vpp",
+    "PoolConfig.slack": "--slack",
+    "PoolConfig.grad_slack": "--grad-slack",
+}
+"""Library fields this command fills from a flag, always ([Note: command-line errors] in :mod:`pooltk.cli.errors`)."""
+
+
+def _fail(exc: BaseException, fields: dict[str, str] | None = None) -> int:
+    from pooltk.cli.errors import message
+
+    print(f"pooltk memory: error: {_flags_in(message(exc, fields or _FIELDS))}", file=sys.stderr)
     return 2
 
 
@@ -106,30 +134,38 @@ def _flags_in(message: str) -> str:
     return re.sub(r"Overrides\.([a-z_]+)", lambda m: _flag(m.group(1)), message)
 
 
-def _model(args: argparse.Namespace) -> tuple[Any, Any]:
+def _model(args: argparse.Namespace, preset: Any = None) -> tuple[Any, Any]:
     import dataclasses
 
+    from pooltk.analysis.catalog import schedule_key
     from pooltk.config import PoolConfig
     from pooltk.memory.model import Boundary, model_memory
 
-    preset = _source(args)
+    preset = _source(args) if preset is None else preset
     base = preset.config
     config = PoolConfig(
         slack=base.slack if args.slack is None else args.slack,
         grad_slack=base.grad_slack if args.grad_slack is None else args.grad_slack,
         policy=base.policy if args.policy is None else args.policy,
+        sharing=base.sharing if args.sharing is None else args.sharing,
     )
     shape = preset.shape
-    if args.schedule is not None and args.preset:
-        shape = dataclasses.replace(shape, schedule=args.schedule)
-    boundary = preset.boundary
+    changes: dict[str, Any] = {}
+    if args.schedule is not None and shape.schedule != schedule_key(args.schedule):
+        changes["schedule"] = args.schedule
+        changes["stages_per_rank"] = None  # the new schedule's own, unless --vpp says
+    if args.vpp is not None:
+        changes["stages_per_rank"] = args.vpp
+    if changes:
+        shape = dataclasses.replace(shape, **changes)
+    boundaries: Any = preset.boundaries_for(shape) if args.boundary_mib is None else None
     if args.boundary_mib is not None:
         if not args.boundary_mib > 0:
             from pooltk.memory.model import MemoryModelError
 
             raise MemoryModelError("--boundary-mib", found=repr(args.boundary_mib), required="> 0", fix="give MiB per buffer set, e.g. 416.")
-        boundary = Boundary.opaque(round(args.boundary_mib * 2**20), name="boundary_override")
-    model = model_memory(shape, boundary, config, unpoolable="stock" if args.allow_unpoolable else "error")
+        boundaries = Boundary.opaque(round(args.boundary_mib * 2**20), name="boundary_override")
+    model = model_memory(shape, boundaries, config, unpoolable="stock" if args.allow_unpoolable else "error")
     return preset, model
 
 
@@ -142,30 +178,103 @@ def _table(preset: Any, model: Any, unit: str) -> str:
     from pooltk.memory.model import VARIANT_LABELS, to_unit
 
     cfg = model.config
+    multi = model.shape.multi_stage
     lines = [
         preset.title,
-        f"  shape: {model.shape.describe()}",
-        f"  boundary: {model.boundaries[0].describe()}" if model.boundaries else "  boundary: none (pp=1)",
+        f"  shape: {model.shape.describe()}"
+        + (f"; pooled as install(schedule='auto') pools it, sharing={cfg.sharing}" if model.shape.pool_mode == "auto" else ""),
+        *_boundary_lines(model),
         f"  config: policy={cfg.policy} slack={cfg.slack} grad_slack={cfg.grad_slack}"
         + ("" if model.pool_active else "  (schedule cannot be pooled: every ring column is stock)"),
         f"  assumption: {preset.assumption}",
         f"  sets are forward+grad per stage; memory in {unit.upper()} ({'2**30' if unit == 'gib' else '2**20' if unit == 'mib' else '1e9'} bytes)",
         "  stock: torch <= 2.14 (M sets up front); stock-lazy: torch >= 2.15 (the live set, all M forward on the last "
         "stage); lazy-released: 2.15 with pooltk's last-stage release",
-        "",
     ]
+    if multi:
+        lines.append("  automodel: Automodel's released pool pools 1F1B only (stock here); tight / saved: per-stage rings; "
+                     "a (local) stage is fed by a same-rank handoff: no receive buffer, but M in stock torch <= 2.14")
+    lines.append("")
     size = lambda n: f"{to_unit(n, unit):,.2f}"  # noqa: E731 - one format for every cell
     rows = []
-    for i in range(model.shape.pp):
+    for i in range(model.shape.num_stages):
         f, g = model.row(i, "forward"), model.row(i, "grad")
-        rows.append([str(i)] + [f"{f.sets(v)}+{g.sets(v)} = {size(model.stage_bytes(i, v))}" for v in _SHOWN]
+        label = f"{i}" + (f" (r{f.rank}{', local' if f.handoff or g.handoff else ''})" if multi else "")
+        rows.append([label] + [f"{f.sets(v)}+{g.sets(v)} = {size(model.stage_bytes(i, v))}" for v in _SHOWN]
                     + [size(model.saved_bytes(i))])
     rows.append(None)
     rows.append(["total"] + [size(model.total_bytes(v)) for v in _SHOWN]
                 + [size(model.total_bytes("stock") - model.total_bytes("pooled"))])
     rows.append(["peak stage"] + [size(model.peak_stage_bytes(v)) for v in _SHOWN] + [""])
-    header = ["stage"] + [VARIANT_LABELS[v] for v in _SHOWN] + [f"saved ({cfg.policy})"]
-    return "\n".join(lines + _render(header, rows))
+    header = ["stage"] + [VARIANT_LABELS[v] for v in _SHOWN] + ["saved (per-stage auto rings)" if multi else f"saved ({cfg.policy})"]
+    out = lines + _render(header, rows)
+    if multi:
+        out += ["", *_rank_table(model, unit)]
+    else:
+        out.append("  one stage per rank: each rank holds its stage's row (rank-shared rings = the per-stage rings)")
+    return "\n".join(out)
+
+
+def _boundary_lines(model: Any) -> list[str]:
+    """One line for a boundary shared by every stage, else one per boundary."""
+    bounds = model.boundaries
+    if not bounds:
+        return ["  boundary: none (one stage)"]
+    if len(set(bounds)) == 1:
+        return [f"  boundary: {bounds[0].describe()}"]
+    return ["  boundaries (they differ per stage):"] + [
+        f"    {b} (stage {b} -> {b + 1}): {bd.describe()}" for b, bd in enumerate(bounds)
+    ]
+
+
+# The rank table: the per-stage variants summed over a rank's stages, then the rank-level ones.
+_RANK_SHOWN = ("stock", "stock_lazy", "tight", "live_set", "shared", "rank_live")
+
+
+def _rank_table(model: Any, unit: str) -> list[str]:
+    from pooltk.memory.model import VARIANT_LABELS, to_unit
+
+    size = lambda n: f"{to_unit(n, unit):,.2f}"  # noqa: E731
+    rows = []
+    for r in range(model.shape.pp):
+        rings = model.rank_rings(r)
+        described = " ".join(f"{g.direction[0]}{'+'.join(map(str, g.stages))}:{g.live}->{g.size}" for g in rings)
+        rows.append([str(r), ",".join(map(str, model.rank_stages(r)))] + [size(model.rank_bytes(r, v)) for v in _RANK_SHOWN]
+                    + [size(model.rank_bytes(r, "stock") - model.rank_bytes(r, "pooled")), described])
+    rows.append(None)
+    rows.append(["peak rank", ""] + [size(model.peak_rank_bytes(v)) for v in _RANK_SHOWN] + ["", ""])
+    header = ["rank", "stages"] + [VARIANT_LABELS[v] for v in _RANK_SHOWN] + [f"saved (sharing={model.config.sharing})",
+                                                                               "rings: dir stages: live->K"]
+    return [
+        f"per rank, {unit.upper()}: a rank holds all its stages; rank-shared: one ring per (rank, direction, boundary "
+        "tensors), K = the rank's live set + slack; rank live: that live set. Rank-shared rings have no per-stage share "
+        "(a slot serves whichever stage receives next): they are shown per rank only.",
+        *_render(header, rows),
+    ]
+
+
+def _compare_table(model: Any, other_preset: Any, other: Any, unit: str) -> str:
+    """Stock and pooled per stage (per rank when they differ) of two models of one pipeline, with the difference."""
+    from pooltk.memory.model import to_unit
+
+    size = lambda n: f"{to_unit(n, unit):,.2f}"  # noqa: E731
+    if (other.shape.pp, other.shape.num_stages) != (model.shape.pp, model.shape.num_stages):
+        from pooltk.memory.model import MemoryModelError
+
+        raise MemoryModelError("--compare", found=f"{other_preset.name}: {other.shape.describe()}",
+                               required=f"the same pipeline ({model.shape.describe()})",
+                               fix="compare presets of one pipeline shape.")
+    per_rank = model.shape.multi_stage
+    n = model.shape.pp if per_rank else model.shape.num_stages
+    at = (lambda m, i, v: m.rank_bytes(i, v)) if per_rank else (lambda m, i, v: m.stage_bytes(i, v))  # noqa: E731
+    rows = []
+    for i in range(n):
+        a_st, b_st, a_po, b_po = at(model, i, "stock"), at(other, i, "stock"), at(model, i, "pooled"), at(other, i, "pooled")
+        rows.append([str(i), size(a_st), size(b_st), size(a_st - b_st), size(a_po), size(b_po), size(a_po - b_po)])
+    what = "rank" if per_rank else "stage"
+    header = [what, "stock", "stock (other)", "difference", "pooled", "pooled (other)", "difference"]
+    return "\n".join([f"", f"beside {other_preset.name} (other), {unit.upper()}, per {what}; difference = this - other:",
+                      *_render(header, rows)])
 
 
 def _render(header: list[str], rows: list[list[str] | None]) -> list[str]:
@@ -186,7 +295,8 @@ def _list_presets() -> str:
 
     out = []
     for p in PRESETS.values():
-        out.append(f"{p.name}\n  {p.title}\n  {p.shape.describe()}; {p.boundary.describe()}")
+        where = "boundaries differ per stage; the first: " if p.varies else ""
+        out.append(f"{p.name}\n  {p.title}\n  {p.shape.describe()}; {where}{p.boundary.describe()}")
         out.append(f"  assumption: {p.assumption}")
         for f in p.figures:
             out.append(f"  [{f.kind}] {f.name} = {f.value:g} {f.unit}  <- {f.source}")
@@ -219,11 +329,13 @@ def _fits(args: argparse.Namespace, preset: Any, model: Any) -> Any:
             raise MemoryModelError("--weights-gib", found=repr(args.weights_gib), required="> 0", fix="give GiB per GPU, e.g. 60.")
         kwargs["weights_bytes"] = round(args.weights_gib * 2**30)
     reference = ReferencePeak.from_gib(gib, stage=args.reference_stage, source=source, **kwargs)
+    if args.reference_peak_gib is None and model.shape != preset.shape:  # the published peak is of the preset's own run
+        return fit_report(model.shape, list(model.boundaries), model.config, args.capacity, reference,
+                          reference_shape=preset.shape, reference_boundary=list(preset.boundaries_for(preset.shape)))
     return fit_report(model.shape, list(model.boundaries), model.config, args.capacity, reference)
 
 
-def _fits_table(report: Any) -> str:
-    from pooltk.memory.fits import FIT_VARIANTS
+def _fits_table(report: Any, *, multi: bool = False) -> str:
     from pooltk.memory.model import VARIANT_LABELS
 
     ref = report.reference
@@ -231,7 +343,7 @@ def _fits_table(report: Any) -> str:
         "",
         f"fits on {report.device.name}: {report.device.gib:.2f} GiB ({report.device.source})",
         f"  reference: {ref.peak_bytes / 2**30:.2f} GiB peak of {ref.variant} (slack {ref.config.slack}, {ref.config.policy}) "
-        f"on stage {report.reference_stage}; {ref.source}",
+        f"on {'rank' if multi else 'stage'} {report.reference_stage} of its own run; {ref.source}",
         f"  assumed: every stage holds the same {report.base_bytes / 2**30:.2f} GiB besides receive buffers "
         "(see pooltk.memory.fits, [Note: the fits model])",
         "",
@@ -239,10 +351,10 @@ def _fits_table(report: Any) -> str:
     cell = {(r.stage, r.variant): f"{r.peak_bytes / 2**30:,.2f} {'ok' if r.fits else 'OOM'} {r.margin_bytes / 2**30:+,.2f}"
             for r in report.rows}
     stages = sorted({r.stage for r in report.rows})
-    rows = [[str(i)] + [cell[(i, v)] for v in FIT_VARIANTS] for i in stages]
-    lines += _render(["stage"] + [VARIANT_LABELS[v] for v in FIT_VARIANTS], rows)
+    rows = [[str(i)] + [cell[(i, v)] for v in report.variants] for i in stages]
+    lines += _render(["rank" if multi else "stage"] + [VARIANT_LABELS[v] for v in report.variants], rows)
     lines.append("  peak GiB, fits (ok) or not (OOM), margin GiB = capacity - peak")
-    width = max(len(VARIANT_LABELS[v]) for v in FIT_VARIANTS)
+    width = max(len(VARIANT_LABELS[v]) for v in report.variants)
     for v, text in report.summary().items():
         lines.append(f"  {VARIANT_LABELS[v]:{width}} fullest {text}")
     return "\n".join(lines)
@@ -290,19 +402,30 @@ def run(args: argparse.Namespace) -> int:
     if args.list_devices:
         print(_list_devices())
         return 0
+    fields = dict(_FIELDS)
+    if args.reference_peak_gib is not None:  # a peak the user typed; a preset's published one is not a flag
+        fields["reference peak"] = "--reference-peak-gib"
     try:
         if args.measure:
             return _measure(args)
         preset, model = _model(args)
         fits = _fits(args, preset, model) if args.capacity is not None else None
+        compared = _compared(args) if args.compare else None
     except (MemoryModelError, ValueError) as exc:
-        return _fail(str(exc))
+        return _fail(exc, fields)
     except RssLaunchError as exc:
         print(f"pooltk memory: {exc}", file=sys.stderr)
         return 1
+    if compared is not None:
+        try:
+            comparison = _compare_table(model, compared[0], compared[1], args.unit)
+        except MemoryModelError as exc:
+            return _fail(exc, fields)
     if args.json:
         payload = {"source": {"name": preset.name, "title": preset.title, "assumption": preset.assumption,
                               "sources": list(preset.sources)}, **model.to_dict()}
+        if compared is not None:
+            payload["compare"] = {"name": compared[0].name, "assumption": compared[0].assumption, **compared[1].to_dict()}
         if fits is not None:
             payload["fits"] = {"device": {"name": fits.device.name, "capacity_bytes": fits.device.capacity_bytes,
                                           "source": fits.device.source},
@@ -311,6 +434,20 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=2))
     else:
         print(_table(preset, model, args.unit))
+        if compared is not None:
+            print(comparison)
         if fits is not None:
-            print(_fits_table(fits))
+            print(_fits_table(fits, multi=model.shape.multi_stage))
     return 0
+
+
+def _compared(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The ``--compare`` preset and its model, under this command's overrides."""
+    from pooltk.memory.model import MemoryModelError
+    from pooltk.studies.kimi_k3.presets import get_preset
+
+    try:
+        other = get_preset(args.compare)
+    except MemoryModelError as exc:
+        raise MemoryModelError("--compare", found=exc.found, required=exc.required, fix=exc.fix) from None
+    return _model(args, other)

@@ -1,4 +1,4 @@
-"""Does it fit, and by how much: per stage peaks on a device, stock vs the ring policies.
+"""Does it fit, and by how much: per rank (per stage under single-stage schedules) peaks on a device, stock vs the ring policies.
 
 [Note: the fits model]
 The memory model knows only receive buffers. Everything else a stage holds at its peak
@@ -11,8 +11,10 @@ change with the pool, so
     peak(i, v)   = base + receive buffers of variant v on stage i
     margin(i, v) = capacity - peak(i, v)        (>= 0: fits; < 0: OOM by -margin)
 
-The reference stage is the fullest stage of the reference variant unless given (a log that
-only rank 0 writes describes stage 0). Every number is exact bytes; GiB = 2**30 bytes.
+A GPU is a rank: under multi-stage schedules ``i`` is a rank and its receive buffers are the
+sum over its stages (:meth:`~pooltk.memory.results.MemoryModel.rank_bytes`); under single-stage
+schedules rank and stage coincide. The reference stage is the fullest stage of the reference
+variant unless given (a log that only rank 0 writes describes stage 0). Every number is exact bytes; GiB = 2**30 bytes.
 Where the assumption is wrong (first and last stages hold embeddings and the head; the
 allocator's reserved memory, the CUDA context and communication buffers are not in
 ``max_memory_allocated``), the margins are off by exactly that difference.
@@ -60,8 +62,8 @@ class Device:
     def from_gib(cls, name: str, gib: float, source: str) -> Device:
         """From a GiB figure (what torch and torchtitan print)."""
         if not (isinstance(gib, (int, float)) and not isinstance(gib, bool) and gib > 0):
-            raise MemoryModelError("device capacity", found=repr(gib), required="a capacity > 0 GiB",
-                                   fix="give --capacity as a device name (gb200, h100) or a number of GiB, e.g. 79.18.")
+            raise MemoryModelError("capacity", found=repr(gib), required="a capacity > 0 GiB",
+                                   fix="give a device name (gb200, h100) or a number of GiB, e.g. 79.18.")
         return cls(name=name, capacity_bytes=round(gib * GIB), source=source)
 
 
@@ -86,7 +88,7 @@ def get_device(spec: str | float | int | Device | None = None) -> Device:
     """A :class:`Device` from a name in :data:`DEVICES`, a number of GiB, ``"auto"`` or ``None``.
 
     ``"auto"`` / ``None``: the capacity torch reports for ``cuda:0`` on this machine; an error
-    naming ``--capacity`` when there is no GPU.
+    naming the capacity when there is no GPU (the CLI names its ``--capacity``).
     """
     if isinstance(spec, Device):
         return spec
@@ -97,8 +99,8 @@ def get_device(spec: str | float | int | Device | None = None) -> Device:
             props = torch.cuda.get_device_properties(0)
             return Device(name=props.name, capacity_bytes=int(props.total_memory),
                           source="torch.cuda.get_device_properties(0).total_memory on this machine")
-        raise MemoryModelError("device capacity", found="no GPU on this machine (torch.cuda.is_available() is False)",
-                               required="a device to compare against", fix=f"pass --capacity with one of {', '.join(DEVICES)} or a GiB figure.")
+        raise MemoryModelError("capacity", found="no GPU on this machine (torch.cuda.is_available() is False)",
+                               required="a device to compare against", fix=f"name one of {', '.join(DEVICES)} or give a GiB figure.")
     if isinstance(spec, str):
         key = spec.strip().lower()
         if key in DEVICES:
@@ -106,8 +108,8 @@ def get_device(spec: str | float | int | Device | None = None) -> Device:
         try:
             value = float(key.removesuffix("gib"))
         except ValueError:
-            raise MemoryModelError("device capacity", found=repr(spec), required=f"one of {', '.join(DEVICES)}, 'auto', or a number of GiB",
-                                   fix="e.g. --capacity gb200 or --capacity 79.18.") from None
+            raise MemoryModelError("capacity", found=repr(spec), required=f"one of {', '.join(DEVICES)}, 'auto', or a number of GiB",
+                                   fix="e.g. gb200, or 79.18 for 79.18 GiB.") from None
         return Device.from_gib(f"{value:g} GiB", value, "given on the command line")
     return Device.from_gib(f"{spec:g} GiB", spec, "given as a number")
 
@@ -132,7 +134,7 @@ class ReferencePeak:
     def __post_init__(self) -> None:
         if not (isinstance(self.peak_bytes, int) and self.peak_bytes > 0):
             raise MemoryModelError("reference peak", found=repr(self.peak_bytes), required="a peak > 0 bytes",
-                                   fix="give the measured or published peak, e.g. --reference-peak-gib 139.6.")
+                                   fix="give the measured or published peak, e.g. 139.6 GiB.")
         if self.variant not in VARIANTS:
             raise MemoryModelError("reference variant", found=repr(self.variant), required=f"one of {', '.join(VARIANTS)}",
                                    fix="say which variant the reference peak was measured under.")
@@ -145,7 +147,7 @@ class ReferencePeak:
         """From GiB (2**30 bytes)."""
         if not (isinstance(gib, (int, float)) and not isinstance(gib, bool) and gib > 0):
             raise MemoryModelError("reference peak", found=repr(gib), required="a peak > 0 GiB",
-                                   fix="e.g. --reference-peak-gib 139.6.")
+                                   fix="give the measured or published peak in GiB, e.g. 139.6.")
         return cls(peak_bytes=round(gib * GIB), **kwargs)
 
 
@@ -154,7 +156,7 @@ class FitRow:
     """One stage under one variant on one device."""
 
     stage: int
-    """Stage index."""
+    """Stage index under single-stage schedules; under multi-stage ones the rank (one GPU, all its stages)."""
     variant: str
     """One of :data:`FIT_VARIANTS`."""
     recv_bytes: int
@@ -191,6 +193,10 @@ class FitReport:
     """One row per (stage, variant)."""
     config: PoolConfig
     """The pool config of the variants shown."""
+    per: str = "stage"
+    """What a row's ``stage`` is: ``"stage"`` (single-stage schedules) or ``"rank"`` (multi-stage ones)."""
+    variants: tuple[str, ...] = FIT_VARIANTS
+    """The variants of the rows: :data:`FIT_VARIANTS`, plus the rank-shared rings (``shared``) per rank."""
 
     def to_records(self) -> list[dict[str, Any]]:
         """One plain dict per (stage, variant): the columns of :meth:`to_frame` (no pandas needed)."""
@@ -214,7 +220,7 @@ class FitReport:
 
     def summary(self) -> dict[str, str]:
         """Per variant, the verdict on its fullest stage."""
-        return {v: f"stage {self.worst(v).stage}: {verdict(self.worst(v).margin_bytes)}" for v in FIT_VARIANTS}
+        return {v: f"{self.per} {self.worst(v).stage}: {verdict(self.worst(v).margin_bytes)}" for v in self.variants}
 
 
 def verdict(margin_bytes: int) -> str:
@@ -243,13 +249,13 @@ def fit_report(
     ref_model = model_memory(reference_shape or shape, reference_boundary or boundary, reference.config)
     n_ref = ref_model.shape.pp
     if reference.stage is None:
-        ref_stage = max(range(n_ref), key=lambda i: ref_model.stage_bytes(i, reference.variant))
+        ref_stage = max(range(n_ref), key=lambda i: ref_model.rank_bytes(i, reference.variant))
     else:
         if not (isinstance(reference.stage, int) and 0 <= reference.stage < n_ref):
-            raise MemoryModelError("reference stage", found=repr(reference.stage), required=f"a stage in 0..{n_ref - 1}",
+            raise MemoryModelError("reference stage", found=repr(reference.stage), required=f"a stage (rank) in 0..{n_ref - 1}",
                                    fix="give the stage the reference peak was logged on (rank 0 logs stage 0).")
         ref_stage = reference.stage
-    ref_recv = ref_model.stage_bytes(ref_stage, reference.variant)
+    ref_recv = ref_model.rank_bytes(ref_stage, reference.variant)
     base = reference.peak_bytes - ref_recv
     if base < 0:
         raise MemoryModelError(
@@ -259,16 +265,18 @@ def fit_report(
     floor = reference.weights_bytes
     if floor is not None and dev.capacity_bytes <= floor:
         raise MemoryModelError(
-            "device capacity", found=f"{dev.name}: {dev.gib:.2f} GiB", required=f"more than the model's weights per GPU "
+            "capacity", found=f"{dev.name}: {dev.gib:.2f} GiB", required=f"more than the model's weights per GPU "
             f"({floor / GIB:.2f} GiB): no receive-buffer policy can make up for that",
             fix="choose a larger device, or shard the weights further (more pipeline or expert parallelism).")
     model = model_memory(shape, boundary, config)
+    variants = FIT_VARIANTS + (("shared",) if model.shape.multi_stage else ())
     rows = tuple(
-        FitRow(stage=i, variant=v, recv_bytes=model.stage_bytes(i, v), peak_bytes=base + model.stage_bytes(i, v),
+        FitRow(stage=i, variant=v, recv_bytes=model.rank_bytes(i, v), peak_bytes=base + model.rank_bytes(i, v),
                capacity_bytes=dev.capacity_bytes)
-        for i in range(shape.pp) for v in FIT_VARIANTS
+        for i in range(shape.pp) for v in variants
     )
-    return FitReport(device=dev, reference=reference, reference_stage=ref_stage, base_bytes=base, rows=rows, config=config)
+    return FitReport(device=dev, reference=reference, reference_stage=ref_stage, base_bytes=base, rows=rows, config=config,
+                     per="rank" if model.shape.multi_stage else "stage", variants=variants)
 
 
 PUBLISHED_PEAK = "peak_memory_pooled_gib"

@@ -91,7 +91,7 @@ def test_config_with_a_missing_key_names_it(capsys, tmp_path):
         (["--pp", "8", "--microbatches", "8"], "no --seq-len, --hidden"),
         (["--pp", "8", "--microbatches", "8", "--dp", "2", "--seq-len", "8", "--hidden", "8"], "drop --microbatches, or drop --global-batch and --dp"),
         (["--config", str(REPO / "data" / "configs" / "kimi_k3_text_config.json"), "--pp", "8"], "Fix: e.g. --pp=8 --microbatches=64"),
-        (["--preset", "kimi-k3-gb200-2k-hidden", "--slack", "-1"], "PoolConfig.slack: found -1"),
+        (["--preset", "kimi-k3-gb200-2k-hidden", "--slack", "-1"], "error: --slack: found -1"),
     ],
 )
 def test_bad_input_exits_2_with_found_required_fix(capsys, argv, needle):
@@ -121,3 +121,71 @@ def test_installed_entry_point_runs_the_command():
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["stages"][3]["saved_bytes"] == (128 - 14) * 416 * 2**20
+
+
+def test_an_unknown_preset_names_the_flag(capsys):
+    rc, out, err = _run(capsys, "--preset", "nope")
+    assert rc == 2 and out == ""
+    assert err.startswith("pooltk memory: error: --preset: found 'nope'; required one of 'kimi-k3-gb200-2k-calibrated'")
+    assert "Fix: run `pooltk memory --list-presets`" in err
+
+
+def test_a_multi_stage_schedule_answers_per_rank_with_rank_shared_rings(capsys):
+    from pooltk.analysis.lifetimes import lifetimes, shared_slots
+
+    argv = ("--pp", "4", "--microbatches", "16", "--seq-len", "4", "--hidden", "8", "--schedule", "interleaved1f1b",
+            "--vpp", "2", "--slack", "0", "--grad-slack", "0")
+    rc, out, _ = _run(capsys, *argv, "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["shape"]["stages_per_rank"] == 2 and len(data["stages"]) == 8 and len(data["ranks"]) == 4
+    set_bytes = 4 * 8 * 2  # one bf16 (1, 4, 8) set
+    # slack 0: the rank-shared rings are the rank's live set, which the analysis counts on its own
+    slots = shared_slots(lifetimes("Interleaved1F1B", pp=4, n_microbatches=16, stages_per_rank=2))
+    assert sum(r["shared_bytes"] for r in data["ranks"]) == slots.per_rank_direction * set_bytes
+    assert all(r["pooled_bytes"] == r["shared_bytes"] <= r["tight_bytes"] for r in data["ranks"])
+    assert sum(r["stock_bytes"] for r in data["ranks"]) == sum(s["stock_bytes"] for s in data["stages"])
+    rc, text, _ = _run(capsys, *argv)
+    assert rc == 0 and "per rank" in text and "rank-shared" in text and "0 (r0)" in text
+    rc, out, _ = _run(capsys, *argv, "--sharing", "stage", "--json")
+    assert all(r["pooled_bytes"] == r["tight_bytes"] for r in json.loads(out)["ranks"])
+
+
+def test_v_schedule_handoffs_show_stock_m_and_nothing_pooled(capsys):
+    rc, out, _ = _run(capsys, "--pp", "4", "--microbatches", "8", "--seq-len", "4", "--hidden", "8",
+                      "--schedule", "ZBVZeroBubble", "--json")
+    rows = [r for r in json.loads(out)["rows"] if r["handoff"]]
+    assert rc == 0 and [(r["stage"], r["direction"]) for r in rows] == [(3, "grad"), (4, "forward")]
+    assert all(r["stock_sets"] == 8 and r["pooled_sets"] == 0 and r["pooled_bytes"] == 0 for r in rows)
+
+
+@pytest.fixture
+def widths_preset(monkeypatch):
+    """The published-widths preset, registered as `pooltk memory --preset` finds presets."""
+    from pooltk.memory.known_boundaries import k3_widths_preset
+    from pooltk.studies.kimi_k3 import presets
+
+    preset = k3_widths_preset(presets.get_preset("kimi-k3-gb200-2k-calibrated"))
+    monkeypatch.setitem(presets.PRESETS, preset.name, preset)
+    return preset
+
+
+def test_the_widths_preset_prints_every_boundary_and_its_difference_from_the_calibration(capsys, widths_preset):
+    rc, out, _ = _run(capsys, "--preset", widths_preset.name, "--compare", "kimi-k3-gb200-2k-calibrated")
+    assert rc == 0 and "boundaries (they differ per stage):" in out
+    assert "    6 (stage 6 -> 7): " in out and "448.0 MiB per forward set" in out
+    section = out[out.index("beside kimi-k3-gb200-2k-calibrated"):]
+    stage3 = next(line for line in section.splitlines() if line.split()[:1] == ["3"])
+    assert stage3.split()[1:4] == ["38.50", "52.00", "-13.50"]  # 64 x (5 + 6) x 56 MiB against 128 x 416 MiB
+    rc, out, _ = _run(capsys, "--preset", widths_preset.name, "--json")
+    bounds = json.loads(out)["boundaries"]
+    assert [b["forward_set_bytes"] // (56 * 2**20) for b in bounds] == [3, 4, 5, 6, 7, 7, 8]
+
+
+def test_the_widths_preset_follows_a_schedule_with_more_stages(capsys, widths_preset):
+    rc, out, _ = _run(capsys, "--preset", widths_preset.name, "--schedule", "interleaved1f1b", "--json")
+    data = json.loads(out)
+    assert rc == 0 and len(data["boundaries"]) == 15
+    # boundaries of different widths never share a ring: each ring holds one set size
+    for ring in data["rings"]:
+        widths = {data["boundaries"][s - 1 if ring["direction"] == "forward" else s]["forward_set_bytes"] for s in ring["stages"]}
+        assert len(widths) == 1

@@ -50,9 +50,10 @@ def test_h100_is_an_oom_for_every_policy_and_says_by_how_much():
 
 
 def test_bad_capacities_and_references_are_named():
-    with pytest.raises(MemoryModelError, match=r"device capacity: found 'tpu9'.*Fix: e.g. --capacity gb200"):
+    with pytest.raises(MemoryModelError, match=r"^capacity: found 'tpu9'.*Fix: e.g. gb200") as raised:
         get_device("tpu9")
-    with pytest.raises(MemoryModelError, match=r"device capacity: found -1.*required a capacity > 0"):
+    assert "--" not in str(raised.value)  # the library names its own field; `pooltk memory` names its flag
+    with pytest.raises(MemoryModelError, match=r"^capacity: found -1.*required a capacity > 0"):
         get_device(-1)
     heavy = ReferencePeak.from_gib(139.6, config=PoolConfig(slack=2, policy="automodel"), weights_bytes=100 * 2**30)
     with pytest.raises(MemoryModelError, match=r"more than the model's weights per GPU \(100.00 GiB\)"):
@@ -101,3 +102,30 @@ def test_the_fits_answer_shows_torch_2_15s_own_last_stage_as_the_fullest(capsys)
     by = {k: float(v.split("OOM by ")[1].split()[0]) for k, v in lines.items() if k in ("stock-lazy", "lazy-released")}
     # stage 7 stock-lazy holds 64 sets (26.00 GiB); the released fullest stage 1 holds 7 + 1 (3.25 GiB)
     assert by["stock-lazy"] - by["lazy-released"] == pytest.approx(26.00 - 3.25, abs=0.011)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--capacity", "tpu9"], "pooltk memory: error: --capacity: found 'tpu9'; required one of gb200"),
+        (["--capacity", "gb200", "--reference-peak-gib", "-1"], "--reference-peak-gib: found -1.0; required a peak > 0 GiB"),
+        (["--capacity", "gb200", "--reference-peak-gib", "1"], "--reference-peak-gib: found 1.00 GiB, below its own receive"),
+        (["--capacity", "gb200", "--reference-stage", "9"], "--reference-stage: found 9; required a stage (rank) in 0..7"),
+        (["--capacity", "gb200", "--reference-variant", "best"], "--reference-variant: found 'best'"),
+        (["--capacity", "h100", "--weights-gib", "100"], "--capacity: found h100: 79.18 GiB; required more than the model's weights"),
+    ],
+)
+def test_fits_errors_from_a_flag_name_the_flag(capsys, argv, needle):
+    rc = main(["memory", "--preset", "kimi-k3-gb200-2k-calibrated", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and "Fix:" in err and "Traceback" not in err
+
+
+def test_a_published_reference_peak_below_the_buffers_is_not_blamed_on_a_flag():
+    # the peak came from the preset, not from --reference-peak-gib: the message must not name that flag
+    from pooltk.memory.fits import fit_report
+
+    tiny = ReferencePeak.from_gib(1, config=PoolConfig(slack=2, policy="automodel"))
+    with pytest.raises(MemoryModelError, match=r"^reference peak: found 1.00 GiB"):
+        fit_report(get_preset("kimi-k3-gb200-2k-calibrated").shape, get_preset("kimi-k3-gb200-2k-calibrated").boundary,
+                   PoolConfig(), "gb200", tiny)
