@@ -200,7 +200,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
         step_end_unix: list[float] = []
         rss_by_step: list[int] = []
         peak_owned: dict[int, dict[str, int]] = {st.stage_index: {} for st in stages}
-        rank_peak_owned: dict[int, int] = {}
+        rank_peak_owned: dict[str, int] = {}
         setup_alloc_bytes = None
         for step in range(spec.steps):
             x, y = make_batch(rows=spec.rows_per_microbatch * n_mb, seq_len=spec.seq_len, hidden=spec.hidden,
@@ -272,9 +272,6 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
                 "peak_live": peak_owned[st.stage_index],
                 "gate": gate.reason if gate is not None else None,
             }
-        rank_peaks: dict[str, int] = {}
-        for d, rings in _distinct_rings(stages).items():
-            rank_peaks[d] = sum(rank_peak_owned.get(id(r), r.peak_owned) for r in rings)
         return {
             "variant": variant.name,
             "rank": rank,
@@ -283,7 +280,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             "rank_recv": measure_rank_recv_storage(stages),
             "rank_rings": {d: [{"stages": sorted(r.members), "size": r.size} for r in rings]
                            for d, rings in _distinct_rings(stages).items()},
-            "rank_peak_live": rank_peaks,
+            "rank_peak_live": rank_peak_owned,
             "losses": losses_by_step,
             "eval_sums": eval_by_step,
             "param_sums": param_sums,
@@ -328,15 +325,17 @@ def _max_hooks(stage: Any) -> dict[str, int]:
     return out
 
 
-def _record_peaks(stages: list[Any], peaks: dict[int, dict[str, int]], by_ring: dict[int, int] | None = None) -> None:
+def _record_peaks(stages: list[Any], peaks: dict[int, dict[str, int]],
+                  by_direction: dict[str, int] | None = None) -> None:
     """Keep the largest ``peak_owned`` each ring reached (rings are rebuilt on an eval/train switch)."""
     import pooltk
 
     for st in stages:
         for d, ring in pooltk.stage_rings(st).items():
             peaks[st.stage_index][d] = max(peaks[st.stage_index].get(d, 0), ring.peak_owned)
-            if by_ring is not None:
-                by_ring[id(ring)] = max(by_ring.get(id(ring), 0), ring.peak_owned)
+    if by_direction is not None:  # the rank's rings now, each once (rebuilt at an eval/train switch)
+        for d, rings in _distinct_rings(stages).items():
+            by_direction[d] = max(by_direction.get(d, 0), sum(r.peak_owned for r in rings))
 
 
 def _distinct_rings(stages: list[Any]) -> dict[str, list[Any]]:
