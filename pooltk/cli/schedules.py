@@ -2,9 +2,13 @@
 
 For each schedule x (pp, vpp, M[, defer_pp_recv]) prints one block: per stage and
 direction the buffer sets stock torch allocates, the live peak (the smallest safe ring)
-and the tight ring with slack; under each block the slot totals when a rank's stages
-share pools (the granularities of the upstream proposal). ``--json`` prints everything
-as JSON, ``--csv FILE`` writes the tidy table.
+and the tight ring with slack; then per rank the same summed over the rank's stages, the
+rank-shared rings (``PoolConfig(sharing="rank")``: one ring per rank and direction, K = the
+rank's live set + slack, from :func:`pooltk.analysis.sharing.rank_rings`) and the rank's live
+set; under each block the slot totals when a rank's stages share pools (the granularities of
+the upstream proposal). ``--set-mib MIB`` adds bytes (sets x MIB, one boundary size for every
+stage; ``pooltk memory`` models boundaries that differ). ``--json`` prints everything as JSON,
+``--csv FILE`` writes the tidy table.
 
 Single-stage schedules (1F1B, GPipe) always run vpp 1 and the V schedules (ZBVZeroBubble,
 DualPipeV) vpp 2, whatever ``--vpp`` says; ``--defer-pp-recv`` applies to the multi-stage
@@ -50,6 +54,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--forward-only", action="store_true", help="an eval step: no backward, no grad receives")
     parser.add_argument("--slack", type=int, default=None, help="forward ring slack for the tight column (default 2)")
     parser.add_argument("--grad-slack", type=int, default=None, help="grad ring slack for the tight column (default 1)")
+    parser.add_argument("--set-mib", type=float, default=None, metavar="MIB",
+                        help="bytes of one buffer set, MiB: adds GiB per stage and per rank (sets x MIB)")
     parser.add_argument(
         "--validate",
         action="store_true",
@@ -74,13 +80,39 @@ def _label(r: dict[str, Any]) -> str:
     return f"{r['schedule']} pp{r['pp']} vpp{r['vpp']} M{r['n_microbatches']}{defer}"
 
 
-def _totals(table: Any, name: str, pp: int, vpp: int, m: int, defer: bool, forward_only: bool) -> dict[str, Any]:
-    from pooltk.analysis.lifetimes import lifetimes, shared_slots
+def _ranks(table: Any, prog: Any, spans: Any, config: Any) -> list[dict[str, Any]]:
+    """Per rank: its stages, per-stage sets summed, the rank-shared rings and the rank's live set."""
+    from pooltk.analysis.sharing import rank_rings
 
-    spans = lifetimes(
-        name, pp=pp, n_microbatches=m, stages_per_rank=vpp, defer_pp_recv=defer, forward_only=forward_only
-    )
+    rings = rank_rings(prog, spans, config)
+    out = []
+    for rank in sorted(set(prog.stage_to_rank.values())):
+        part = table[table["rank"] == rank]
+        mine = [r for r in rings if r.rank == rank]
+        out.append({
+            "rank": rank,
+            "stages": sorted(int(s) for s in part["stage"].unique()),
+            "stock": int(part["stock_buffers"].sum()),
+            "stock_lazy": int(part["lazy_buffers"].sum()),
+            "tight": int(part["tight"].sum()),
+            "live_per_stage": int(part["live_peak"].sum()),
+            "shared": sum(r.size for r in mine),
+            "rank_live": sum(r.live for r in mine),
+            "rings": [{"direction": r.direction, "stages": list(r.stages), "live": r.live, "size": r.size,
+                       "shared": len(r.stages) > 1} for r in mine],
+        })
+    return out
+
+
+def _totals(table: Any, name: str, pp: int, vpp: int, m: int, defer: bool, forward_only: bool,
+            config: Any = None) -> dict[str, Any]:
+    from pooltk.analysis.lifetimes import ScheduleShape, analyse, shared_slots
+    from pooltk.config import PoolConfig
+
+    prog, spans = analyse(ScheduleShape(schedule=name, pp=pp, n_microbatches=m, stages_per_rank=vpp,
+                                        defer_pp_recv=defer, forward_only=forward_only))
     slots = shared_slots(spans)
+    ranks = _ranks(table, prog, spans, config or PoolConfig())
     return {
         "schedule": name,
         "pp": pp,
@@ -93,7 +125,26 @@ def _totals(table: Any, name: str, pp: int, vpp: int, m: int, defer: bool, forwa
         "per_rank_direction": slots.per_rank_direction,
         "per_rank": slots.per_rank,
         "tight": int(table["tight"].sum()),
+        "shared": sum(r["shared"] for r in ranks),
+        "ranks": ranks,
     }
+
+
+def _rank_view(ranks: list[dict[str, Any]], set_mib: float | None) -> str:
+    """The per-rank lines of one block: sets (and GiB with ``--set-mib``) for every policy."""
+    import pandas as pd
+
+    view = pd.DataFrame([{
+        "rank": r["rank"], "stages": ",".join(map(str, r["stages"])), "stock": r["stock"], "stock-lazy": r["stock_lazy"],
+        "tight": r["tight"], "live": r["live_per_stage"], "rank-shared": r["shared"], "rank live": r["rank_live"],
+        "rings (dir stages: live->K)": " ".join(f"{g['direction'][0]}{'+'.join(map(str, g['stages']))}:{g['live']}->{g['size']}"
+                                                for g in r["rings"]),
+    } for r in ranks])
+    if set_mib is not None:
+        gib = set_mib / 1024
+        view = view.assign(**{f"{c} GiB": view[c] * gib for c in ("stock", "tight", "rank-shared", "rank live")})
+    return ("   per rank (a rank holds all its stages; rank-shared: one ring per rank and direction, K = the rank's "
+            "live set + slack; rank live: that live set):\n" + view.to_string(index=False, float_format=lambda x: f"{x:,.2f}"))
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -154,6 +205,13 @@ def run(args: argparse.Namespace) -> int:
         bad = [v for v in values if v < low]
         if bad:
             return _fail(f"{flag}: found {bad[0]}; required an integer >= {low}.")
+    if args.set_mib is not None:
+        from pooltk.cli.errors import FlagError, check_flag_positive
+
+        try:
+            check_flag_positive("--set-mib", args.set_mib, fix="give the MiB of one receive-buffer set, e.g. 416.")
+        except FlagError as exc:
+            return _fail(str(exc))
     names = args.schedule or list(analysable_schedules())
     try:
         resolved = [resolve_schedule(n)[0] for n in names]
@@ -174,8 +232,9 @@ def run(args: argparse.Namespace) -> int:
         return _fail("no schedule shape could be analysed (reasons above).")
     table = tight_rings(table, slack=slack, grad_slack=grad_slack)
     keys = ["schedule", "pp", "vpp", "n_microbatches", "defer_pp_recv"]
+    config = PoolConfig(slack=slack, grad_slack=grad_slack)
     totals = [
-        _totals(group, *key, args.forward_only)  # type: ignore[misc]
+        _totals(group, *key, args.forward_only, config)  # type: ignore[misc]
         for key, group in table.groupby(keys, sort=False)
     ]
     if args.csv:
@@ -183,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                {"slack": slack, "grad_slack": grad_slack, "rows": table.to_dict(orient="records"),
+                {"slack": slack, "grad_slack": grad_slack, "set_mib": args.set_mib, "rows": table.to_dict(orient="records"),
                  "totals": totals, "refused": refused},
                 indent=2,
                 default=lambda o: o.item() if hasattr(o, "item") else str(o),
@@ -201,9 +260,14 @@ def run(args: argparse.Namespace) -> int:
         )
         view = group[shown].rename(columns={"stock_buffers": "stock", "lazy_buffers": "stock-lazy", "live_peak": "live"})
         view = view.assign(handoff=view["handoff"].map({True: "local", False: ""}))
-        print(view.to_string(index=False))
+        if args.set_mib is not None:
+            gib = args.set_mib / 1024
+            view = view.assign(**{"stock GiB": view["stock"] * gib, "tight GiB": view["tight"] * gib})
+        print(view.to_string(index=False, float_format=lambda x: f"{x:,.2f}"))
+        print(_rank_view(total["ranks"], args.set_mib))
         print(
-            f"   sets: stock {total['stock']}, stock-lazy (torch >= 2.15) {total['stock_lazy']}, tight {total['tight']}; "
+            f"   sets: stock {total['stock']}, stock-lazy (torch >= 2.15) {total['stock_lazy']}, tight {total['tight']}, "
+            f"rank-shared {total['shared']}; "
             "slots at the live peak: "
             f"per stage+direction {total['per_stage_direction']}, shared per rank+direction "
             f"{total['per_rank_direction']}, shared per rank {total['per_rank']}\n"
