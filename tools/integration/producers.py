@@ -26,6 +26,20 @@ pooltk.integrations.automodel`` with a ``pooltk:`` block). Claims checked per va
   and the text log's pool columns;
 - ``losses_equal_stock``: the JSONL's losses (full precision) equal the stock run's, bitwise.
 
+``--trainer torchtitan`` (run in .venvs/torchtitan) does the same for torchtitan's trainer: titan_suite.py's
+launch of ``torchtitan.train`` through ``pooltk.integrations.torchtitan`` (``stock``: ``--pooltk.enable
+false``; ``pooltk_tight``), PP ``--pp``, in a fresh dump folder. Its two logs: ``train.log`` (torchrun's
+``[rankN]:`` output of torchtitan's text log) and ``dump/structured_logs/*.jsonl`` (torchtitan's
+structured per-rank JSONL: step spans, no loss). Claims (:data:`TITAN_CLAIMS`, rows of
+``OUT/torchtitan_trainer/claims.csv``): ``launch``; ``recipe_steps`` (every rank's ``step_end``
+records, read with ``json``, are steps 1..STEPS); ``text_steps`` (one ``torchtitan`` run, steps
+1..STEPS, final loss the last stage's logged loss to torchtitan's 5 printed decimals);
+``text_pool`` (:data:`TITAN_EXPECTED_POOL`); ``jsonl_steps`` (the structured_logs folder: one
+``torchtitan_jsonl`` run, steps 1..STEPS, no loss); ``jsonl_pool`` (empty); ``losses_equal_stock``;
+and once, on the last variant's rows, ``relaunch``: both launches' structured logs in one folder (what
+a second launch with the same ``--dump_folder`` leaves; each file name carries its process's start
+stamp) read as two runs of steps 1..STEPS.
+
 Exit 1 when any claim fails; ``--logs-only`` re-reads what an earlier run left under ``--out``.
 """
 
@@ -61,6 +75,18 @@ NO_POOL = {"pooled": None, "pool_impl": None, "slack": None}
 CLAIMS = ("launch", "recipe_steps", "text_steps", "text_pool", "jsonl_steps", "jsonl_pool", "folder",
           "losses_equal_stock")
 COLUMNS = ["pp", "variant", "claim", "expected", "found", "ok"]
+
+TITAN_EXPECTED_POOL: dict[str, dict] = {
+    # the entry logs `pooltk: not installed (reason=--pooltk.enable false ...)`: a stock run reads as not pooled
+    "stock": {"pooled": False, "pool_impl": "pooltk", "slack": None},
+    "pooltk_tight": {"pooled": True, "pool_impl": "pooltk", "slack": 2},
+}
+"""torchtitan variants (titan_suite.VARIANTS names) -> the pool columns their train.log must read as."""
+
+TITAN_MICROBATCHES = 8
+"""Microbatches a step of the torchtitan runs (one 64-token row each, as titan_suite runs them)."""
+
+TITAN_CLAIMS = ("launch", "recipe_steps", "text_steps", "text_pool", "jsonl_steps", "jsonl_pool", "losses_equal_stock")
 
 
 def launch(variant: str, run_dir: Path, assets: Path, *, pp: int, steps: int, python: str,
@@ -108,33 +134,27 @@ def _one_run(found: dict) -> tuple[dict | None, str]:
     return found["runs"][0], ""
 
 
-def _steps(run: dict) -> dict:
-    return {k: run.get(k) for k in ("format", "n_steps", "first_step", "last_step", "final_loss")}
+def run_claim(found: dict, expected: dict) -> tuple[dict, str, bool]:
+    """(expected, found, ok) for one read: exactly one run, whose fields named in ``expected`` are those values."""
+    run, why = _one_run(found)
+    if run is None:
+        return expected, why, False
+    got = {k: run.get(k) for k in expected}
+    return expected, json.dumps(got), got == expected
 
 
-def _pool(run: dict) -> dict:
-    return {k: run.get(k) for k in NO_POOL}
-
-
-def steps_claim(found: dict, fmt: str, steps: int, final_loss: float | None) -> tuple[dict, str, bool]:
-    """(expected, found, ok) for one read: one run of ``fmt`` (None: any) with steps 0..steps-1 and ``final_loss``."""
+def steps_claim(found: dict, fmt: str | None, steps: int, final_loss: float | None) -> tuple[dict, str, bool]:
+    """One run of ``fmt`` (None: any) with steps 0..steps-1 and ``final_loss`` (None: the truth is unknown, fails)."""
     expected = {"format": fmt, "n_steps": steps, "first_step": 0, "last_step": steps - 1, "final_loss": final_loss}
     if fmt is None:  # a folder's run: whichever file's format names it
         expected.pop("format")
-    run, why = _one_run(found)
-    if run is None:
-        return expected, why, False
-    got = {k: v for k, v in _steps(run).items() if k in expected}
-    return expected, json.dumps(got), got == expected and final_loss is not None
+    exp, got, ok = run_claim(found, expected)
+    return exp, got, ok and final_loss is not None
 
 
 def pool_claim(found: dict, expected: dict) -> tuple[dict, str, bool]:
-    """(expected, found, ok): the one run's pooled / pool_impl / slack are ``expected``."""
-    run, why = _one_run(found)
-    if run is None:
-        return expected, why, False
-    got = _pool(run)
-    return expected, json.dumps(got), got == expected
+    """The one run's pooled / pool_impl / slack are ``expected``."""
+    return run_claim(found, expected)
 
 
 def judge(variant: str, pp: int, steps: int, code: int | None, record: list[dict], stock_record: list[dict],
@@ -158,19 +178,82 @@ def judge(variant: str, pp: int, steps: int, code: int | None, record: list[dict
              "found": f if isinstance(f, str) else json.dumps(f), "ok": bool(ok)} for c, e, f, ok in rows]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pp", type=int, default=2)
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    p.add_argument("--timeout", type=float, default=400, help="seconds per launch")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--reader-python", default=sys.executable,
-                   help="the Python that runs `pooltk logs` (needs pooltk[logs]); default: this one")
-    p.add_argument("--logs-only", action="store_true", help="launch nothing: re-read the logs already under --out")
-    args = p.parse_args(argv)
-    if "stock" not in args.variants:
-        p.error("--variants must include stock (losses_equal_stock compares against it)")
+def step_ends(folder: Path) -> dict[int, list[int]]:
+    """Every rank's ``step_end`` steps in torchtitan's structured JSONL under ``folder`` (``json.loads``; no pooltk)."""
+    out: dict[int, list[int]] = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            rec = json.loads(line) if line.strip() else {}
+            if rec.get("log_type_name") == "step_end":
+                out.setdefault(int(rec["global_rank"]), []).append(rec.get("step"))
+    return out
+
+
+def judge_titan(variant: str, pp: int, steps: int, code: int | None, ends: dict[int, list[int]],
+                losses: list[str], stock_losses: list[str], text: dict, jsonl: dict) -> list[dict]:
+    """Every claim of :data:`TITAN_CLAIMS` for one torchtitan variant; ``losses``: the last stage's, float.hex."""
+    want = {r: list(range(1, steps + 1)) for r in range(pp)}
+    last = round(float.fromhex(losses[-1]), 5) if losses else None
+    rows = [("launch", 0, code, code == 0), ("recipe_steps", want, ends, ends == want)]
+    exp, found, ok = run_claim(text, {"format": "torchtitan", "n_steps": steps, "first_step": 1, "last_step": steps,
+                                      "final_loss": last})
+    rows.append(("text_steps", exp, found, ok and last is not None))
+    rows.append(("text_pool", *pool_claim(text, TITAN_EXPECTED_POOL[variant])))
+    rows.append(("jsonl_steps", *run_claim(jsonl, {"format": "torchtitan_jsonl", "n_steps": steps, "first_step": 1,
+                                                   "last_step": steps, "final_loss": None})))
+    rows.append(("jsonl_pool", *pool_claim(jsonl, NO_POOL)))
+    rows.append(("losses_equal_stock", stock_losses, losses, bool(stock_losses) and losses == stock_losses))
+    return [{"pp": pp, "variant": variant, "claim": c, "expected": e if isinstance(e, str) else json.dumps(e),
+             "found": f if isinstance(f, str) else json.dumps(f), "ok": bool(ok)} for c, e, f, ok in rows]
+
+
+def run_titan(args) -> list[dict]:
+    """torchtitan's trainer, stock then pooltk_tight, through titan_suite's launch; the claims rows."""
+    import shutil
+
+    import titan_suite
+
+    out = args.out / "torchtitan_trainer"
+    assets = titan_suite.write_assets(out / "assets")
+    rows, stock_losses = [], []
+    for variant in TITAN_EXPECTED_POOL:
+        vdir = out / f"pp{args.pp}" / variant
+        if args.logs_only:
+            code, recs = 0, titan_suite.collect(variant, args.pp, out)
+        else:
+            shutil.rmtree(vdir / "dump", ignore_errors=True)  # one launch's structured logs (see the report)
+            code, wall, recs = titan_suite.launch(variant, args.pp, out, assets, sys.executable, args.steps,
+                                                  TITAN_MICROBATCHES, args.timeout)
+            print(f"[integration] torchtitan trainer pp{args.pp} {variant}: exit {code}, {wall:.1f} s", flush=True)
+        last = [r["losses"] for r in recs if r.get("ok") and r["losses"] and r["losses"][-1] != (-1.0).hex()]
+        losses = last[0] if last else []
+        stock_losses = losses if variant == "stock" else stock_losses
+        text = read(args.reader_python, vdir / "train.log")
+        jsonl = read(args.reader_python, vdir / "dump" / "structured_logs")
+        (vdir / "pooltk_logs.json").write_text(json.dumps({"train.log": text, "structured_logs": jsonl}, indent=1,
+                                                          default=str))
+        rows += judge_titan(variant, args.pp, args.steps, code, step_ends(vdir / "dump" / "structured_logs"),
+                            losses, stock_losses, text, jsonl)
+    both = out / f"pp{args.pp}" / "relaunch" / "structured_logs"
+    shutil.rmtree(both, ignore_errors=True)
+    both.mkdir(parents=True)
+    for variant in TITAN_EXPECTED_POOL:
+        for f in (out / f"pp{args.pp}" / variant / "dump" / "structured_logs").glob("*.jsonl"):
+            shutil.copy2(f, both / f.name)
+    rows.append(relaunch_claim(read(args.reader_python, both), args.pp, args.steps, variant))
+    return rows
+
+
+def relaunch_claim(found: dict, pp: int, steps: int, variant: str) -> dict:
+    """Two launches' structured logs in one folder: two runs, each steps 1..steps."""
+    expected = [{"n_steps": steps, "first_step": 1, "last_step": steps}] * 2
+    got = found["error"] if "error" in found else [{k: r.get(k) for k in expected[0]} for r in found["runs"]]
+    return {"pp": pp, "variant": variant, "claim": "relaunch", "expected": json.dumps(expected),
+            "found": got if isinstance(got, str) else json.dumps(got), "ok": got == expected}
+
+
+def run_automodel(args) -> list[dict]:
+    """Automodel's recipe, every variant of ``--variants`` (stock first); the claims rows."""
     out = args.out / "automodel_recipe" / f"pp{args.pp}"
     out.mkdir(parents=True, exist_ok=True)
     assets = write_assets(args.out / "automodel_recipe" / "assets")
@@ -192,7 +275,30 @@ def main(argv: list[str] | None = None) -> int:
                                                               "folder": folder}, indent=1, default=str))
         rows += judge(variant, args.pp, args.steps, codes[variant], recipe_record(run_dir),
                       recipe_record(out / "stock"), text, jsonl, folder)
-    with open(out / "claims.csv", "w", newline="") as f:
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trainer", choices=["automodel", "torchtitan"], default="automodel",
+                   help="whose trainer to run (in that trainer's venv)")
+    p.add_argument("--pp", type=int, default=2)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
+                   help="Automodel variants (torchtitan: always stock and pooltk_tight)")
+    p.add_argument("--timeout", type=float, default=400, help="seconds per launch")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--reader-python", default=sys.executable,
+                   help="the Python that runs `pooltk logs` (needs pooltk[logs]); default: this one")
+    p.add_argument("--logs-only", action="store_true", help="launch nothing: re-read the logs already under --out")
+    args = p.parse_args(argv)
+    if "stock" not in args.variants:
+        p.error("--variants must include stock (losses_equal_stock compares against it)")
+    rows = run_titan(args) if args.trainer == "torchtitan" else run_automodel(args)
+    table = args.out / ("torchtitan_trainer" if args.trainer == "torchtitan" else "automodel_recipe") / \
+        f"pp{args.pp}" / "claims.csv"
+    table.parent.mkdir(parents=True, exist_ok=True)
+    with open(table, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
         w.writerows(rows)
@@ -200,8 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"[integration] {'ok  ' if r['ok'] else 'FAIL'} pp{r['pp']} {r['variant']:<15} {r['claim']:<19} "
               f"found {r['found'][:160]}" + ("" if r["ok"] else f"  expected {r['expected'][:160]}"), flush=True)
-    print(f"[integration] automodel recipe: {len(rows) - len(failed)}/{len(rows)} claims hold; "
-          f"table {out / 'claims.csv'}", flush=True)
+    print(f"[integration] {args.trainer} producers: {len(rows) - len(failed)}/{len(rows)} claims hold; "
+          f"table {table}", flush=True)
     return 1 if failed else 0
 
 
