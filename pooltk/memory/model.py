@@ -71,6 +71,7 @@ __all__ = [
     "TensorSpec",
     "UnpoolableScheduleError",
     "compare_configs",
+    "compare_models",
     "expected_bytes",
     "harness_boundary",
     "live_sets_for",
@@ -241,7 +242,7 @@ def expected_bytes(
 
 
 def __getattr__(name: str):  # the sweeps build on model_memory, so they are imported on first use
-    if name in ("slack_sweep", "compare_configs"):
+    if name in ("slack_sweep", "compare_configs", "compare_models"):
         from pooltk.memory import sweeps
 
         return getattr(sweeps, name)

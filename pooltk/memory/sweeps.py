@@ -1,4 +1,4 @@
-"""Sweeps over one shape: pooled bytes per slack, and named configs side by side on one stage."""
+"""Sweeps over one shape: pooled bytes per slack, named configs side by side on one stage, models side by side."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Literal
 from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.live import LiveSource
-from pooltk.memory.model import model_memory
+from pooltk.memory.model import MemoryModel, model_memory
 from pooltk.memory.shape import PipelineShape
 from pooltk.memory.tensors import Boundary
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["compare_configs", "slack_sweep"]
+__all__ = ["compare_configs", "compare_models", "slack_sweep"]
 
 
 def slack_sweep(
@@ -92,4 +92,45 @@ def compare_configs(
                 "saved_beyond_baseline_gib": (m.saved_bytes(stage) - base_saved) / 2**30,
             }
         )
+    return pd.DataFrame.from_records(records)
+
+
+def compare_models(models: Mapping[str, MemoryModel], *, variants: Sequence[str] = ("stock", "pooled"),
+                   unit: str = "gib") -> pd.DataFrame:
+    """Models of one pipeline side by side (e.g. two presets' boundaries), per stage, or per rank under a
+    multi-stage schedule, with the difference from the first.
+
+    Columns: ``stage`` (or ``rank``), then per model ``<label> forward set MiB`` (per-stage rows only)
+    and ``<label> <variant> <unit>``, and per other model ``<variant> difference <unit>`` (that model
+    minus the first).
+    """
+    import pandas as pd
+
+    from pooltk.memory.units import BYTES_PER_UNIT, to_unit
+
+    if not models:
+        raise MemoryModelError("models", found="none", required="at least one named MemoryModel", fix="pass {'label': model}.")
+    to_unit(1, unit)
+    labels = list(models)
+    first = models[labels[0]]
+    shapes = {(m.shape.pp, m.shape.num_stages) for m in models.values()}
+    if len(shapes) > 1:
+        raise MemoryModelError("models", found=f"pipelines of (ranks, stages) {sorted(shapes)}",
+                               required="one pipeline shape", fix="compare models of the same pipeline.")
+    per_rank = first.shape.multi_stage
+    scale = BYTES_PER_UNIT[unit]
+    n = first.shape.pp if per_rank else first.shape.num_stages
+    records = []
+    for i in range(n):
+        rec: dict[str, object] = {"rank" if per_rank else "stage": i}
+        for label, m in models.items():
+            if not per_rank:
+                rec[f"{label} forward set MiB"] = m.row(i, "forward").set_bytes / 2**20
+            for v in variants:
+                b = m.rank_bytes(i, v) if per_rank else m.stage_bytes(i, v)
+                rec[f"{label} {v} {unit}"] = b / scale
+        for label in labels[1:]:
+            for v in variants:
+                rec[f"{v} difference {unit} ({label} - {labels[0]})"] = rec[f"{label} {v} {unit}"] - rec[f"{labels[0]} {v} {unit}"]  # type: ignore[operator]
+        records.append(rec)
     return pd.DataFrame.from_records(records)

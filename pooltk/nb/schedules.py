@@ -70,8 +70,10 @@ def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microb
     allocates per receive: the live set, except all ``M`` forward on the last stage
     (:func:`pooltk.analysis.lazy.lazy_holds`). ``seed_allowlist``: the original implementation pools only 1F1B (one ring
     ``max(2, min(M, N - i + slack))`` for both directions) and leaves every other schedule stock.
-    ``pooltk_auto``: smallest safe ``c mod K`` ring plus slack, capped at M (0 where the stage
-    receives nothing; same-rank V handoffs keep stock). ``live_peak``: most buffers live at once.
+    ``pooltk_auto``: ``install(schedule="auto", sharing="stage")``, smallest safe ``c mod K`` ring plus
+    slack, capped at M (0 where the stage receives nothing, same-rank V handoffs included: the pool
+    gives them no receive buffers). ``live_peak``: most buffers live at once. The rank-shared rings
+    (``sharing="rank"``, the default) are per rank: :func:`pooltk.nb.ranks.schedule_ranks`.
     """
     import pandas as pd
 
@@ -90,7 +92,7 @@ def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microb
             config = PoolConfig(slack=slack, grad_slack=grad_slack)
             for d in DIRECTIONS:
                 k0 = int(part.loc[d, "ring_min"])
-                auto += ring_from_live(k0, n_microbatches, d, config) if k0 else int(part.loc[d, "stock_buffers"])
+                auto += ring_from_live(k0, n_microbatches, d, config)  # 0 where nothing is received, handoffs included
             if name == "1F1B":
                 k = automodel_ring_size(n_stages, stage, n_microbatches, slack)
                 seed = sum(k for d in DIRECTIONS if int(part.loc[d, "stock_buffers"]))
