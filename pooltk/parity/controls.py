@@ -55,6 +55,8 @@ class ControlOutcome:
     """Microbatch that still owned the slot."""
     incoming: int | None = None
     """Microbatch whose receive was about to overwrite it."""
+    owner_stage: int | None = None
+    """The owner's stage, where a rank-shared ring's slot was owned by another stage of the rank."""
     wall_s: float = 0.0
 
     @property
