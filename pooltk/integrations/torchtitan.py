@@ -50,7 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pooltk._validate import InputError, check_choice, check_int
-from pooltk.config import POLICIES, PoolConfig
+from pooltk.config import POLICIES, SHARINGS, PoolConfig
 from pooltk.integrations.common import import_trainer
 
 __all__ = ["PIP", "PROVEN", "TitanPoolOptions", "force_device", "install", "main", "options_from"]
@@ -61,7 +61,7 @@ PROVEN: dict[str, str] = {"torchtitan": "0.3.0", "torch": "2.14.1"}
 PIP = 'pip install "torch==2.14.1" && pip install "torch==2.14.1" "torchtitan==0.3.0" triton'
 """How to get the trainer (torchtitan 0.3.0 calls torch 2.14 APIs and imports triton)."""
 
-FIELDS: tuple[str, ...] = ("enable", "policy", "slack", "grad_slack", "guard", "schedule", "device")
+FIELDS: tuple[str, ...] = ("enable", "policy", "slack", "grad_slack", "guard", "schedule", "device", "sharing")
 DEVICES: tuple[str, ...] = ("auto", "cpu")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -74,7 +74,7 @@ class TitanPoolOptions:
     """False runs torchtitan stock through the same entry (the A/B baseline)."""
 
     config: PoolConfig = PoolConfig()
-    """The pool's config (``--pooltk.policy/slack/grad_slack/guard``)."""
+    """The pool's config (``--pooltk.policy/slack/grad_slack/guard/sharing``)."""
 
     schedule: str = "1f1b"
     """``1f1b`` (pool Schedule1F1B only) or ``auto``; see [Note: torchtitan gating]."""
@@ -131,7 +131,10 @@ def options_from(argv: Sequence[str], env: Mapping[str, str] | None = None) -> t
                             fix="use 1f1b (pool 1F1B only) or auto (every schedule pooltk analyses).")
     device = check_choice("--pooltk.device", raw.get("device", "auto"), DEVICES,
                           fix="use auto (torchtitan picks) or cpu (CPU/gloo runs).")
-    config = PoolConfig(policy=policy, slack=ints["slack"], grad_slack=ints["grad_slack"], guard=guard)
+    sharing = check_choice("--pooltk.sharing", raw.get("sharing", "rank"), SHARINGS,
+                           fix="use rank (a rank's stages share one ring per direction and boundary) or stage.")
+    config = PoolConfig(policy=policy, slack=ints["slack"], grad_slack=ints["grad_slack"], guard=guard,
+                        sharing=sharing)
     return TitanPoolOptions(enable=enable, config=config, schedule=schedule, device=device), rest
 
 
