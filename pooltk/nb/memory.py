@@ -38,6 +38,7 @@ __all__ = [
     "VARIANT_LABELS",
     "ExplorerState",
     "FigureOfMerit",
+    "HIDDEN_SIZED",
     "explore",
     "explorer_controls",
     "fits_bars",
@@ -218,21 +219,27 @@ class ExplorerState:
     """Why there is no fits view (no device chosen, no reference peak), else ``None``."""
 
 
+HIDDEN_SIZED: frozenset[str] = frozenset({"hidden_states", "attn_res_states"})
+"""Tensor names whose width is the model's hidden size (the widths preset stacks ``attn_res_states``)."""
+
+
 def resize_boundary(boundary: Boundary, *, rows: int | None = None, seq_len: int | None = None,
                     hidden: int | None = None, dtype: str | None = None) -> Boundary:
     """``boundary`` with its ``(rows, seq_len, width)`` tensors resized.
 
-    ``rows`` and ``seq_len`` apply to every 3-d tensor; ``hidden`` replaces the width of the
-    tensor named ``hidden_states`` only (a calibrated remainder keeps its bytes per token);
-    ``dtype`` applies to every tensor. ``None`` keeps a value.
+    ``rows`` and ``seq_len`` apply to every tensor of 3 or more dimensions, whose last three are
+    ``(rows, seq_len, width)`` (a leading dimension stacks states, e.g. Kimi-K3's
+    ``attn_res_states``); ``hidden`` replaces the width of the hidden-sized tensors
+    (:data:`HIDDEN_SIZED`) only (a calibrated remainder keeps its bytes per token); ``dtype``
+    applies to every tensor. ``None`` keeps a value.
     """
     def one(t: TensorSpec) -> TensorSpec:
         shape = list(t.shape)
-        if len(shape) == 3:
-            shape[0] = rows or shape[0]
-            shape[1] = seq_len or shape[1]
-            if t.name == "hidden_states" and hidden:
-                shape[2] = hidden
+        if len(shape) >= 3:
+            shape[-3] = rows or shape[-3]
+            shape[-2] = seq_len or shape[-2]
+            if t.name in HIDDEN_SIZED and hidden:
+                shape[-1] = hidden
         return TensorSpec(shape=tuple(shape), dtype=dtype or t.dtype, name=t.name)
 
     grads = None if boundary.grads is None else tuple(one(t) for t in boundary.grads)
@@ -285,7 +292,7 @@ def explore(
     The shape starts from ``config_path`` (an Automodel YAML or config.json; the widgets'
     pp / M / rows / seq / hidden / dtype override it) or else from ``preset``, whose boundary
     tensors are resized by ``rows`` / ``seq_len`` / ``hidden`` / ``dtype``
-    (:func:`resize_boundary`). ``boundary_mib`` (MiB per buffer set) replaces the tensors when
+    (:func:`resize_boundary`; every boundary of a preset whose boundaries differ per stage). ``boundary_mib`` (MiB per buffer set) replaces the tensors when
     it differs from the preset's own set size; ``None`` keeps them. ``device`` (a name in
     :data:`pooltk.memory.fits.DEVICES`, or a GiB figure) adds the fits view, anchored to
     ``reference_peak_gib`` or the preset's published peak. Rejected inputs (e.g. M < pp under
@@ -299,12 +306,17 @@ def explore(
     try:
         overrides = Overrides(pp=pp, microbatches=microbatches, micro_batch=rows, seq_len=seq_len, hidden=hidden, dtype=dtype)
         p = _source(preset, config_path, overrides)
-        boundary = p.boundary if config_path else resize_boundary(p.boundary, rows=rows, seq_len=seq_len, hidden=hidden, dtype=dtype)
+        shape = dataclasses.replace(p.shape, pp=pp, n_microbatches=microbatches, global_batch=None, micro_batch=None, dp=None)
+        if config_path:
+            boundary: Boundary | list[Boundary] = p.boundary
+        elif p.varies or p.boundary_rule is not None:  # boundaries that differ per stage: each one resized
+            boundary = [resize_boundary(b, rows=rows, seq_len=seq_len, hidden=hidden, dtype=dtype) for b in p.boundaries_for(shape)]
+        else:
+            boundary = resize_boundary(p.boundary, rows=rows, seq_len=seq_len, hidden=hidden, dtype=dtype)
         if boundary_mib is not None and round(boundary_mib * 2**20) != p.boundary.forward_bytes:
             if not boundary_mib > 0:
                 raise MemoryModelError("boundary MiB", found=repr(boundary_mib), required="> 0", fix="pick a positive size.")
             boundary = Boundary.opaque(round(boundary_mib * 2**20), name="boundary_from_widget")
-        shape = dataclasses.replace(p.shape, pp=pp, n_microbatches=microbatches, global_batch=None, micro_batch=None, dp=None)
         config = PoolConfig(slack=slack, grad_slack=grad_slack, policy=policy)  # type: ignore[arg-type]
         # The closed forms equal the walked live sets for 1F1B and GPipe (tests/memory prove it
         # over a grid of shapes); using them keeps a pp/M slider move under 50 ms at N=16, M=256,

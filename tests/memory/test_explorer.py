@@ -98,3 +98,19 @@ def test_an_unknown_config_class_is_an_error_in_the_explorer_not_a_traceback(tmp
     state = mp.ExplorerState()
     assert mp.explore(state, **{**BASE, "config_path": str(bad)}) is None
     assert "model.config._target_" in state.last_error and "Overrides.hidden" in state.last_error
+
+
+def test_a_preset_whose_boundaries_differ_is_explored_boundary_by_boundary(monkeypatch):
+    from pooltk.memory.known_boundaries import k3_widths_preset
+    from pooltk.studies.kimi_k3 import presets
+
+    widths = k3_widths_preset(presets.get_preset("kimi-k3-gb200-2k-calibrated"))
+    monkeypatch.setitem(presets.PRESETS, widths.name, widths)
+    state = mp.ExplorerState()
+    model = mp.explore(state, **{**BASE, "preset": widths.name, "boundary_mib": None})
+    assert model is not None and model.boundaries == widths.boundary_list  # not the first boundary everywhere
+    assert state.figure_of_merit.stock_gib == 38.5  # stage 3: 64 x (5 + 6) x 56 MiB
+    halved = mp.explore(state, **{**BASE, "preset": widths.name, "boundary_mib": None, "seq_len": 1024})
+    assert [b.forward_bytes for b in halved.boundaries] == [b.forward_bytes // 2 for b in widths.boundary_list]
+    fewer = mp.explore(state, **{**BASE, "preset": widths.name, "boundary_mib": None, "pp": 4, "microbatches": 64})
+    assert len(fewer.boundaries) == 3  # the widths follow where a 4-stage pipeline cuts the 93 layers
