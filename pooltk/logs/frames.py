@@ -24,23 +24,47 @@ def from_result(result: ParseResult) -> Found:
     return Found(frame=frame.with_columns(pl.lit("", dtype=pl.String).alias("prefix")))
 
 
-_MILLIS = {"%Y-%m-%dT%H:%M:%S%.fZ": ("%Y-%m-%dT%H:%M:%S", ".Z"), "%Y-%m-%d %H:%M:%S,%3f": ("%Y-%m-%d %H:%M:%S", ",")}
-"""Formats with exactly three fractional digits (Automodel JSONL's ``...T10:00:00.123Z``, torchtitan's ``,123``)."""
+_FIXED = {"%Y-%m-%dT%H:%M:%S%.fZ": ("%Y-%m-%dT%H:%M:%S", ".", "Z", range(1, 10)),
+          "%Y-%m-%d %H:%M:%S,%3f": ("%Y-%m-%d %H:%M:%S", ",", "", range(3, 4))}
+"""Formats read as fixed-width seconds (the engine's fast path) plus the fraction's digits when every
+value has the same width: Automodel JSONL's ``...T10:00:00.123Z``, torchtitan's ``,123``, RFC 3339
+collector times ``...T10:00:00.123456789Z``."""
+
+
+def _fixed_width(values: Any, fmt: str | None) -> Any:
+    """``values`` as datetime64[ns] by the fixed-width path, or None where it does not apply."""
+    import polars as pl
+
+    if values.dtype != pl.String or fmt not in _FIXED:
+        return None
+    head, sep, tail, widths = _FIXED[fmt]
+    whole = values.drop_nulls()
+    if not whole.len():
+        return None
+    width = int(whole.str.len_bytes().max())
+    digits = width - 20 - len(tail)
+    if digits not in widths or int(whole.str.len_bytes().min()) != width or not (whole.str.slice(19, 1) == sep).all():
+        return None
+    if tail and not whole.str.ends_with(tail).all():
+        return None
+    secs = values.str.slice(0, 19).str.to_datetime(head, strict=False, time_unit="ns")
+    frac = values.str.slice(20, digits)
+    if not frac.drop_nulls().str.contains(r"^\d+$").all():
+        return None
+    fine = secs.is_not_null()
+    if int(fine.sum()) != whole.len():
+        return None
+    ns = pl.Series(frac.cast(pl.Int64, strict=False) * 10 ** (9 - digits)).cast(pl.Duration("ns"))
+    return (secs + ns).cast(pl.Datetime("ns")).to_numpy()
 
 
 def _times(values: Any, fmt: str | None) -> Any:
     """Strings (or datetimes) as naive UTC/host-clock datetime64[ns] numpy values (NaT where unreadable)."""
     import polars as pl
 
-    if values.dtype == pl.String and fmt in _MILLIS:  # seconds by the engine's fast fixed-width path, then the ms
-        head, sep = _MILLIS[fmt]
-        whole = values.drop_nulls()
-        if whole.len() and (whole.str.len_bytes() == 23 + len(sep) - 1).all() and (whole.str.slice(19, 1) == sep[0]).all():
-            secs = values.str.slice(0, 19).str.to_datetime(head, strict=False, time_unit="ns")
-            ms = values.str.slice(20, 3).cast(pl.Int64, strict=False)
-            fine = secs.is_not_null() & ms.is_not_null()
-            if int(fine.sum()) == whole.len():
-                return (secs + pl.Series(ms * 1_000_000).cast(pl.Duration("ns"))).cast(pl.Datetime("ns")).to_numpy()
+    fixed = _fixed_width(values, fmt)
+    if fixed is not None:
+        return fixed
     if values.dtype == pl.String:
         parsed = values.str.to_datetime(fmt, strict=False, time_unit="ns") if fmt else None
         if parsed is None or parsed.null_count() > values.null_count():
@@ -125,7 +149,7 @@ def to_pandas(found: Any, result: ParseResult, src: Any, *, run: str, path: str,
             data[spec.name] = pd.array(cols[spec.name].to_list(), dtype="boolean")
         else:
             data[spec.name] = _column(cols[spec.name], spec.dtype)
-    frame = pd.DataFrame(data, index=pd.RangeIndex(n))
+    frame = pd.DataFrame(data, index=pd.RangeIndex(n), copy=False)  # no consolidation copy (0.5 s per 1 M rows)
     frame["mem_basis"] = frame["mem_basis"].where(frame["mem_gib"].notna(), pd.NA)
     return frame, tuple(dict.fromkeys(k for k in kinds if k)), n_decorated
 

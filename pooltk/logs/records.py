@@ -203,7 +203,10 @@ def _meta(fmt: Any, lines: Any, cand: Any, result: ParseResult) -> None:
     hints = getattr(fmt, "META_HINTS", ())
     if not hints:
         return
-    hit = (lines.str.contains_any(list(hints)) & ~cand).arg_true().to_list()
+    other = (~cand).arg_true()  # run facts are looked for only on lines without a record
+    if other.len() == 0:
+        return
+    hit = other.gather(lines.gather(other).str.contains_any(list(hints)).arg_true()).to_list()
     if not hit:
         return
     for i, text in zip(hit, lines.gather(hit).to_list(), strict=True):
