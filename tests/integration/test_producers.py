@@ -34,8 +34,13 @@ def _read(fmt: str, *, final_loss: float, n_steps: int = STEPS, first: int = 0, 
     return {"runs": [run], "files": []}
 
 
-def _judge(variant: str, text: dict, jsonl: dict, folder: dict, record=RECORD, stock=RECORD, code=0) -> dict:
-    rows = producers.judge(variant, 2, STEPS, code, record, stock, text, jsonl, folder)
+VAL_TRUTH = [{"step": 1, "val_loss": 5.327324390411377}]
+VAL_READ = {"train.log": [[1, 5.3273]], "validation.jsonl": [[1, 5.327324390411377]]}
+
+
+def _judge(variant: str, text: dict, jsonl: dict, folder: dict, record=RECORD, stock=RECORD, code=0,
+           val=(VAL_READ, VAL_TRUTH), stock_val=VAL_TRUTH) -> dict:
+    rows = producers.judge(variant, 2, STEPS, code, record, stock, text, jsonl, folder, val, stock_val)
     assert [r["claim"] for r in rows] == list(producers.CLAIMS)
     return {r["claim"]: r["ok"] for r in rows}
 
@@ -95,6 +100,17 @@ def test_a_recipe_that_ran_other_steps_or_other_losses_fails():
     other = [*RECORD[:2], {"step": 2, "loss": 5.420938491821290}]
     assert not _judge("pooltk", text, jsonl, folder, stock=other)["losses_equal_stock"]
     assert not _judge("pooltk", text, jsonl, folder, code=None)["launch"]
+    assert not _judge("pooltk", text, jsonl, folder, stock_val=[{"step": 1, "val_loss": 5.3273}])["losses_equal_stock"]
+
+
+@pytest.mark.parametrize("val", [
+    ({"train.log": [[1, 5.3273]]}, VAL_TRUTH),  # validation.jsonl's record not read
+    ({"train.log": [[1, 5.3273]], "validation.jsonl": [[1, 5.3273]]}, VAL_TRUTH),  # the JSONL's loss rounded
+    ({"train.log": [[1, 5.3273], [1, 5.3273]], "validation.jsonl": [[1, 5.327324390411377]]}, VAL_TRUTH),  # twice
+    ({"train.log": [], "validation.jsonl": []}, []),  # the recipe validated nothing: no claim to hold
+    ("error: boom", VAL_TRUTH)])
+def test_validation_records_read_other_than_the_recipe_wrote_fail(val):
+    assert not _judge("stock", *_good("stock"), val=val)["val_steps"]
 
 
 @pytest.mark.parametrize("variant, implementation", [("stock", "stock"), ("automodel_pool", "automodel"),
@@ -105,6 +121,7 @@ def test_each_variant_s_yaml_asks_for_its_pool_in_the_user_s_own_keys(variant, i
     assert am.plan(cfg["distributed"]["pipeline"]).implementation == implementation
     assert cfg["checkpoint"]["checkpoint_dir"] == str(tmp_path / variant)  # where training.jsonl lands
     assert cfg["step_scheduler"]["max_steps"] == STEPS and cfg["distributed"]["pp_size"] == 2
+    assert cfg["validation_dataset"]["path_or_dataset_id"] == cfg["dataset"]["path_or_dataset_id"]
 
 
 TITAN_LOSSES = [(8.0457).hex(), (8.0211).hex(), (8.04571).hex()]

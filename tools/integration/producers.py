@@ -6,9 +6,10 @@ Runs in the Automodel venv (.venvs/automodel). Generates a tiny model folder, to
 (producers_assets.py; nothing downloaded, the Hugging Face libraries run offline), then per variant
 launches ``torchrun --nproc-per-node PP tools/integration/producers_rank.py`` (Automodel's recipe
 ``nemo_automodel.recipes.llm.train_ft``, or the user's entry ``pooltk.integrations.automodel``, on a
-CPU torch with gloo; see [Note: what the CPU shim changes] there). The recipe writes its own two
-logs: the text log (rank 0's log lines, saved as ``train.log`` from torchrun's output) and
-``training.jsonl`` (its JSONL metric logger, in the variant's ``checkpoint_dir``).
+CPU torch with gloo; see [Note: what the CPU shim changes] there). The recipe writes its own logs:
+the text log (rank 0's log lines with its ``[val]`` records, saved as ``train.log`` from torchrun's
+output), ``training.jsonl`` and ``validation.jsonl`` (its JSONL metric loggers, in the variant's
+``checkpoint_dir``).
 
 Variants (:data:`VARIANTS`): ``stock`` (Automodel's command, its pool off), ``automodel_pool``
 (Automodel's command with its own ``pp_recv_buffer_pool``), ``pooltk`` (``python -m
@@ -24,7 +25,11 @@ pooltk.integrations.automodel`` with a ``pooltk:`` block). Claims checked per va
 - ``jsonl_pool``: the JSONL alone carries no pool facts, so its pool columns are empty;
 - ``folder``: the variant's folder (text log and JSONL together) reads as one run with those steps
   and the text log's pool columns;
-- ``losses_equal_stock``: the JSONL's losses (full precision) equal the stock run's, bitwise.
+- ``val_steps``: the validation records ``pooltk logs`` reads (``read_logs(folder).steps``, kind ``val``)
+  are, from the text log and from ``validation.jsonl`` each, the steps and losses of the recipe's
+  ``validation.jsonl`` (read with ``json``; the text's to 4 decimals), and at least one;
+- ``losses_equal_stock``: the JSONL's training and validation losses (full precision) equal the stock
+  run's, bitwise.
 
 ``--trainer torchtitan`` (run in .venvs/torchtitan) does the same for torchtitan's trainer: titan_suite.py's
 launch of ``torchtitan.train`` through ``pooltk.integrations.torchtitan`` (``stock``: ``--pooltk.enable
@@ -72,7 +77,7 @@ EXPECTED_POOL: dict[str, dict] = {
 """What ``pooltk logs`` must read as the pool columns of each variant's text log."""
 
 NO_POOL = {"pooled": None, "pool_impl": None, "slack": None}
-CLAIMS = ("launch", "recipe_steps", "text_steps", "text_pool", "jsonl_steps", "jsonl_pool", "folder",
+CLAIMS = ("launch", "recipe_steps", "text_steps", "text_pool", "jsonl_steps", "jsonl_pool", "folder", "val_steps",
           "losses_equal_stock")
 COLUMNS = ["pp", "variant", "claim", "expected", "found", "ok"]
 
@@ -92,7 +97,7 @@ TITAN_CLAIMS = ("launch", "recipe_steps", "text_steps", "text_pool", "jsonl_step
 def launch(variant: str, run_dir: Path, assets: Path, *, pp: int, steps: int, python: str,
            timeout_s: float) -> tuple[int | None, float]:
     """torchrun one variant (its stdout and stderr are ``run_dir/train.log``); returns exit code (None: timed out), wall s."""
-    for stale in ("train.log", "training.jsonl"):
+    for stale in ("train.log", "training.jsonl", "validation.jsonl"):
         (run_dir / stale).unlink(missing_ok=True)
     cfg = write_recipe(variant, assets, run_dir, pp=pp, steps=steps)
     argv = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(pp), "--master-addr", "127.0.0.1",
@@ -111,10 +116,37 @@ def launch(variant: str, run_dir: Path, assets: Path, *, pp: int, steps: int, py
     return code, time.monotonic() - start
 
 
-def recipe_record(run_dir: Path) -> list[dict]:
+def recipe_record(run_dir: Path, name: str = "training.jsonl") -> list[dict]:
     """The recipe's own JSONL records (``json.loads`` per line; no pooltk)."""
-    path = run_dir / "training.jsonl"
+    path = run_dir / name
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+_VAL_ROWS = ("import json, sys\nfrom pooltk.logs import read_logs\ns = read_logs([sys.argv[1]]).steps\n"
+             "v = s[s['kind'] == 'val']\nprint(json.dumps([{'file': str(f).rsplit('/', 1)[-1], 'step': int(t), "
+             "'loss': float(x)} for f, t, x in zip(v['source_file'], v['step'], v['loss'])]))")
+
+
+def read_val(python: str, folder: Path) -> dict[str, list] | str:
+    """The validation rows ``pooltk.logs.read_logs`` reads in ``folder``: file name -> [[step, loss], ...] (or an error)."""
+    proc = subprocess.run([python, "-c", _VAL_ROWS, str(folder)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    if proc.returncode != 0:
+        return "error: " + (proc.stderr or proc.stdout).strip()[-400:]
+    out: dict[str, list] = {}
+    for row in json.loads(proc.stdout):
+        out.setdefault(row["file"], []).append([row["step"], row["loss"]])
+    return out
+
+
+def val_claim(found: dict[str, list] | str, truth: list[dict]) -> tuple[dict, str, bool]:
+    """Text log and validation.jsonl each read to the recipe's validation steps and losses."""
+    exact = [[r["step"], r["val_loss"]] for r in truth]
+    expected = {"train.log": [[s, round(x, 4)] for s, x in exact], "validation.jsonl": exact}
+    if isinstance(found, str):
+        return expected, found, False
+    got = {k: found.get(k, []) for k in expected}
+    return expected, json.dumps(got), bool(exact) and got == expected
 
 
 def read(python: str, *paths: Path) -> dict:
@@ -158,8 +190,13 @@ def pool_claim(found: dict, expected: dict) -> tuple[dict, str, bool]:
 
 
 def judge(variant: str, pp: int, steps: int, code: int | None, record: list[dict], stock_record: list[dict],
-          text: dict, jsonl: dict, folder: dict) -> list[dict]:
-    """Every claim of :data:`CLAIMS` for one variant, as claims.csv rows."""
+          text: dict, jsonl: dict, folder: dict, val: tuple[dict[str, list] | str, list[dict]],
+          stock_val: list[dict]) -> list[dict]:
+    """Every claim of :data:`CLAIMS` for one variant, as claims.csv rows.
+
+    ``record`` / ``stock_record``: training.jsonl's records of this variant and of stock; ``val``: the
+    validation rows pooltk read and this variant's validation.jsonl records; ``stock_val``: stock's.
+    """
     last = record[-1]["loss"] if record else None
     rows = [("launch", 0, code, code == 0)]
     logged = [r.get("step") for r in record]
@@ -171,8 +208,10 @@ def judge(variant: str, pp: int, steps: int, code: int | None, record: list[dict
     f_steps = steps_claim(folder, None, steps, last)
     f_pool = pool_claim(folder, EXPECTED_POOL[variant])
     rows.append(("folder", {**f_steps[0], **f_pool[0]}, f"{f_steps[1]} {f_pool[1]}", f_steps[2] and f_pool[2]))
-    losses = [r["loss"].hex() for r in record]
-    stock = [r["loss"].hex() for r in stock_record]
+    rows.append(("val_steps", *val_claim(*val)))
+    val_found, val_truth = val
+    losses = [r["loss"].hex() for r in record] + [f"val {r['val_loss'].hex()}" for r in val_truth]
+    stock = [r["loss"].hex() for r in stock_record] + [f"val {r['val_loss'].hex()}" for r in stock_val]
     rows.append(("losses_equal_stock", stock, losses, bool(stock) and losses == stock))
     return [{"pp": pp, "variant": variant, "claim": c, "expected": e if isinstance(e, str) else json.dumps(e),
              "found": f if isinstance(f, str) else json.dumps(f), "ok": bool(ok)} for c, e, f, ok in rows]
@@ -273,8 +312,10 @@ def run_automodel(args) -> list[dict]:
         folder = read(args.reader_python, run_dir)
         (run_dir / "pooltk_logs.json").write_text(json.dumps({"train.log": text, "training.jsonl": jsonl,
                                                               "folder": folder}, indent=1, default=str))
+        val = (read_val(args.reader_python, run_dir), recipe_record(run_dir, "validation.jsonl"))
         rows += judge(variant, args.pp, args.steps, codes[variant], recipe_record(run_dir),
-                      recipe_record(out / "stock"), text, jsonl, folder)
+                      recipe_record(out / "stock"), text, jsonl, folder, val,
+                      recipe_record(out / "stock", "validation.jsonl"))
     return rows
 
 

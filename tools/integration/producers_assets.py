@@ -14,7 +14,8 @@ under one folder:
   seed, each exactly ``WORDS_Q`` + ``WORDS_A`` words (one token each), read by Automodel's
   ``ColumnMappedTextInstructionDataset`` from a local path;
 - per variant, by :func:`write_recipe`: the recipe's own YAML: PP ``pp``, 1F1B, one-row microbatches
-  (``LOCAL_BATCH`` of them a step), gloo, SGD, ``steps`` steps, no checkpoints, no validation, and
+  (``LOCAL_BATCH`` of them a step), gloo, SGD, ``steps`` steps, no checkpoints, validation every
+  ``VAL_EVERY`` steps, and
   the variant's pool keys (:data:`POOLS`); its ``checkpoint_dir`` (where the recipe writes
   ``training.jsonl``) is the variant's folder.
 
@@ -47,6 +48,10 @@ SEED = 20261201
 
 LOCAL_BATCH = 8
 """Rows a step (one per microbatch: 8 microbatches over the pipeline)."""
+
+VAL_EVERY, VAL_ROWS = 2, 16
+"""Validation every this many steps (the recipe's ``val_every_steps``), on the first ``VAL_ROWS`` rows of the
+same file (its ``[val]`` log lines and ``validation.jsonl``)."""
 
 BOS, EOS, PAD, UNK = "<s>", "</s>", "<pad>", "<unk>"
 
@@ -99,9 +104,13 @@ def write_assets(out: Path) -> Path:
 
 def recipe(variant: str, assets: Path, run_dir: Path, *, pp: int, steps: int) -> dict:
     """The recipe config of one variant (the YAML as a dict)."""
+    dataset = {"_target_": "nemo_automodel.components.datasets.llm.column_mapped_text_instruction_dataset."
+                           "ColumnMappedTextInstructionDataset",
+               "path_or_dataset_id": str(assets / "data" / "train.jsonl"),
+               "column_mapping": {"question": "question", "answer": "answer"}, "answer_only_loss_mask": True}
     return {
         "step_scheduler": {"global_batch_size": LOCAL_BATCH, "local_batch_size": LOCAL_BATCH, "max_steps": steps,
-                           "ckpt_every_steps": 10**6, "val_every_steps": 10**6, "num_epochs": 1},
+                           "ckpt_every_steps": 10**6, "val_every_steps": VAL_EVERY, "num_epochs": 1},
         "dist_env": {"backend": "gloo", "timeout_minutes": 2},
         "seed": 42,
         "model": {"_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_config",
@@ -112,13 +121,13 @@ def recipe(variant: str, assets: Path, run_dir: Path, *, pp: int, steps: int) ->
         "distributed": {"strategy": "fsdp2", "dp_size": None, "tp_size": 1, "cp_size": 1, "pp_size": pp,
                         "pipeline": {"pp_schedule": "1f1b", "pp_microbatch_size": 1, **POOLS[variant]}},
         "loss_fn": {"_target_": "nemo_automodel.components.loss.masked_ce.MaskedCrossEntropy"},
-        "dataset": {"_target_": "nemo_automodel.components.datasets.llm.column_mapped_text_instruction_dataset."
-                                "ColumnMappedTextInstructionDataset",
-                    "path_or_dataset_id": str(assets / "data" / "train.jsonl"),
-                    "column_mapping": {"question": "question", "answer": "answer"}, "answer_only_loss_mask": True},
+        "dataset": dataset,
         "dataloader": {"_target_": "torchdata.stateful_dataloader.StatefulDataLoader",
                        "collate_fn": {"_target_": "nemo_automodel.components.datasets.utils.default_collater"},
                        "shuffle": False},
+        "validation_dataset": {**dataset, "limit_dataset_samples": VAL_ROWS},
+        "validation_dataloader": {"_target_": "torchdata.stateful_dataloader.StatefulDataLoader",
+                                  "collate_fn": {"_target_": "nemo_automodel.components.datasets.utils.default_collater"}},
         "optimizer": {"_target_": "torch.optim.SGD", "lr": 0.1},
     }
 
