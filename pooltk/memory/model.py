@@ -188,6 +188,8 @@ def model_memory(
         )
     n = shape.num_stages
     bounds = _boundaries(boundaries, n)
+    if shape.multi_stage:
+        _analysed(shape)  # a shape torch's schedule refuses is a MemoryModelError with torch's reason, before any walk
     live = live_sets_for(shape, live_source)
     lazy = lazy_sets_for(shape, live, released=False)
     # pooltk's last-stage release is part of the pool: where the pool stands down, torch keeps what it keeps.

@@ -128,8 +128,8 @@ class PipelineShape:
         fixed = 1 if entry.stages_per_rank == 1 else 2 if entry.style == "v" else None
         if fixed is not None and vpp != fixed:
             raise MemoryModelError(
-                f"stages_per_rank under {_BY_KEY[canon]}",
-                found=str(vpp),
+                "stages_per_rank",
+                found=f"{vpp} under {_BY_KEY[canon]}",
                 required=f"{fixed} ({'a single-stage schedule' if fixed == 1 else 'a V schedule: two stages per rank'})",
                 fix=f"leave it out, or use a multi-stage schedule such as Interleaved1F1B for {vpp} stages per rank.",
             )

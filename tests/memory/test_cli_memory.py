@@ -92,6 +92,10 @@ def test_config_with_a_missing_key_names_it(capsys, tmp_path):
         (["--pp", "8", "--microbatches", "8", "--dp", "2", "--seq-len", "8", "--hidden", "8"], "drop --microbatches, or drop --global-batch and --dp"),
         (["--config", str(REPO / "data" / "configs" / "kimi_k3_text_config.json"), "--pp", "8"], "Fix: e.g. --pp=8 --microbatches=64"),
         (["--preset", "kimi-k3-gb200-2k-hidden", "--slack", "-1"], "error: --slack: found -1"),
+        (["--preset", "kimi-k3-gb200-2k-hidden", "--schedule", "zbvzerobubble", "--vpp", "3"],
+         "error: --vpp: found 3 under ZBVZeroBubble; required 2"),
+        (["--pp", "4", "--microbatches", "1", "--seq-len", "4", "--hidden", "8", "--schedule", "dualpipev"],
+         "shape under DualPipeV: found pp=4 M=1 schedule=dualpipev vpp=2 (8 stages); required a shape torch's schedule accepts"),
     ],
 )
 def test_bad_input_exits_2_with_found_required_fix(capsys, argv, needle):

@@ -161,7 +161,7 @@ def test_schedules_the_model_does_not_know_name_the_supported_ones(name):
 
 @pytest.mark.parametrize(("name", "vpp", "why"), [("1f1b", 2, "a single-stage schedule"), ("ZBVZeroBubble", 3, "a V schedule")])
 def test_stages_per_rank_a_schedule_cannot_run_is_named(name, vpp, why):
-    with pytest.raises(MemoryModelError, match=rf"stages_per_rank under .*found {vpp}; required .*{why}.*Fix:"):
+    with pytest.raises(MemoryModelError, match=rf"stages_per_rank: found {vpp} under .*; required .*{why}.*Fix:"):
         PipelineShape(pp=4, n_microbatches=8, schedule=name, stages_per_rank=vpp)
 
 
