@@ -17,6 +17,7 @@ import torch
 
 from pooltk.config import PoolConfig
 from pooltk.pool import release as rel
+from pooltk.pool.addresses import forget, watch_alias
 from pooltk.pool.adapters import SetupTarget
 from pooltk.pool.adapters.placeholders import PlaceholderFactory, materialize_all
 from pooltk.pool.adapters.stage_api import cached_forward, call_arg, input_grads
@@ -193,12 +194,28 @@ def drop_handed(stage: Any, st: StageState, chunk: int, kept: list | None = None
             buf = infos[j].buffer
             if not isinstance(buf, torch.Tensor) or buf.is_meta:
                 continue
+            forget(buf)
+            if (direction, chunk) in st.handed_addressed:  # its address must not come back this step
+                st.pinned.append(buf)
             placeholder = torch.empty(template[0], dtype=template[1], device="meta")
             if kept is not None:
                 for i, v in enumerate(kept):
                     if v is buf:
                         kept[i] = placeholder
             infos[j].buffer = placeholder
+
+
+def watch_handed(stage: Any, st: StageState, chunk: int) -> None:
+    """Watch the addresses of what a forward handoff gave ``chunk`` (see [Note: taken addresses]).
+
+    Stock keeps a handed-over tensor until the next step, so its address is unique within a step; one
+    the pool let go of early is kept to the step's end where its address was taken.
+    """
+    infos = stage.args_recv_info.get(chunk, ())
+    for j in st.handoff["forward"]:
+        buf = infos[j].buffer if j < len(infos) else None
+        if isinstance(buf, torch.Tensor) and not buf.is_meta:
+            watch_alias(buf, functools.partial(st.handed_addressed.add, ("forward", chunk)))
 
 
 def real_buffer(template: tuple, zero: bool = False) -> torch.Tensor:
@@ -437,6 +454,8 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
         st = stage_state(self)
         if st is None or not st.seen or st.pending or (not st.release and not st.late and getattr(self, "is_last", False)):
             st = _first_use(self, context_of(self))
+        if st is not None and "forward" in st.handoff:
+            watch_handed(self, st, call_arg("forward_one_chunk", "fwd_chunk_id", args, kwargs))
         result = fwd_one(self, *args, **kwargs)
         if st is None:
             return result
@@ -542,6 +561,8 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
                     ring.reset()
             st.outputs.clear()
             st.losses.clear()
+            st.pinned.clear()
+            st.handed_addressed.clear()
         return result
 
     out["clear_runtime_states"] = clear_runtime_states

@@ -73,7 +73,10 @@ __all__ = ["DirectionRing", "Rehome", "recv_positions", "storage_holders"]
 #    when it is called on an alias the ring handed out ([Note: taken addresses] in
 #    addresses.py); such a slot is re-homed at its next re-post and its old storage is kept by the
 #    ring until the step ends, so no two receives of a step share an address (as with stock or a
-#    fresh buffer per receive). Addresses taken from a view, or in C++, are not seen.
+#    fresh buffer per receive). Addresses taken from a view, or in C++, are not seen. A slot whose
+#    address was taken is pinned whichever check re-homes it: a storage re-homed for another holder
+#    (a DLPack export, say) is freed when that holder lets go, and its address would come back
+#    (measured: fuzz case 466 of seed 2026, ZBVZeroBubble pp4, silent before this rule).
 #
 # Re-homing leaves the old storage to its holders (it lives exactly as long as they do) and
 # gives the slot a fresh storage of the same shape, dtype and device, which the receive
@@ -353,17 +356,19 @@ class DirectionRing:
             why = ("lent" if lent else "views" if views > 0 else "python" if held > 0 else "c++" if cpp > 0
                    else "address" if addressed else "")
             if why:
-                self._rehome(slot, k, incoming, max(views, 0) + max(held, 0) + max(cpp, 0), lent, why, prev[0][0])
+                self._rehome(slot, k, incoming, max(views, 0) + max(held, 0) + max(cpp, 0), lent, why, prev[0][0],
+                             pin=addressed)
             else:
                 stale.append(t)
         if stale:
             self.bumps[slot] = (incoming, prev[0][1])
         bump_version(stale)
 
-    def _rehome(self, slot: int, k: int, incoming: int, holders: int, lent: bool, why: str, stage: int) -> None:
+    def _rehome(self, slot: int, k: int, incoming: int, holders: int, lent: bool, why: str, stage: int,
+                pin: bool = False) -> None:
         old = self.slots[slot][k]
-        if why == "address":
-            self._pinned.append(old)  # its address must not come back this step: see [Note: copy on conflict], 4
+        if pin:  # its address was taken: it must not come back this step, whoever else holds the storage now
+            self._pinned.append(old)  # see [Note: copy on conflict], 4
         new = torch.empty_like(old, memory_format=torch.preserve_format)
         self.slots[slot][k] = new
         old_resting = self._resting[slot][k]

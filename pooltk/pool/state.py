@@ -69,6 +69,10 @@ class StageState:
     """Microbatches whose graph the release had to keep (the reason is logged)."""
     handoff: dict = field(default_factory=dict)
     """direction -> {position: template} where a same-rank handoff feeds the stage (no receive buffers)."""
+    handed_addressed: set = field(default_factory=set)
+    """(direction, chunk) whose handed-over tensor had its address taken this step."""
+    pinned: list = field(default_factory=list)
+    """Handed-over tensors let go of whose address was taken: kept until the step ends."""
 
     def rings(self) -> dict[str, "DirectionRing"]:
         """The rings the stage holds now, by direction."""

@@ -113,3 +113,32 @@ def test_a_none_gradient_handed_over_locally_reads_a_fresh_zero_buffer_not_a_pla
     g = torch.ones(2, 3)
     wrapped(stage, (g,), 0)
     assert info.buffer is g
+
+
+def test_what_a_handoff_gave_a_chunk_is_let_go_after_its_backward_unless_its_address_was_taken():
+    from pooltk.pool import addresses
+    from pooltk.pool._patch import drop_handed, watch_handed
+    from pooltk.pool.state import state_for
+
+    class Stage:
+        stage_index = 2
+
+    stage = Stage()
+    handed = [torch.ones(2, 3), torch.ones(2, 3)]
+    stage.args_recv_info = {c: (_Info(handed[c]),) for c in range(2)}
+    st = state_for(stage)
+    st.handoff["forward"] = {0: ((2, 3), torch.float32, torch.device("cpu"), True)}
+    was = addresses.watching()
+    addresses.watch()
+    try:
+        for c in range(2):
+            watch_handed(stage, st, c)
+        handed[1].data_ptr()  # a model keys a cache by chunk 1's input address
+        for c in range(2):
+            drop_handed(stage, st, c)
+    finally:
+        if not was:
+            addresses.unwatch()
+    assert all(stage.args_recv_info[c][0].buffer.is_meta for c in range(2))
+    assert [t is handed[1] for t in st.pinned] == [True]  # kept to the step's end: its address stays unique
+    assert st.handed_addressed == {("forward", 1)}
