@@ -244,6 +244,19 @@ class MemoryModel:
             for r in self.rows
         }
 
+    def expected_rank_bytes(self) -> dict[int, ExpectedBytes]:
+        """``{rank: ExpectedBytes}``: what a per-rank measurement (distinct storages over the rank's stages)
+        should find; ``pooled`` follows ``config.sharing`` ([Note: bytes per rank] in :mod:`pooltk.memory.ranks`)."""
+        out = {}
+        for rank in range(self.shape.pp):
+            stock = sum(self.row(i, d).stock_sets for i in self.rank_stages(rank) for d in DIRECTIONS)
+            shared = self.config.sharing == "rank" and self.pool_active
+            pooled = (sum(g.size for g in self.rank_rings(rank)) if shared
+                      else sum(self.row(i, d).pooled_sets for i in self.rank_stages(rank) for d in DIRECTIONS))
+            out[rank] = ExpectedBytes(stock_sets=stock, pooled_sets=pooled, stock_bytes=self.rank_bytes(rank, "stock"),
+                                      pooled_bytes=self.rank_bytes(rank, "pooled"))
+        return out
+
     def to_frame(self) -> pd.DataFrame:
         """Tidy: one row per (stage, direction, variant) with ``sets``, ``set_bytes``,
         ``bytes``, ``mib``, ``gib`` and ``gb``."""

@@ -103,3 +103,20 @@ def test_a_rank_outside_the_pipeline_is_named():
         _interleaved(8, 2).rank_bytes(4, "pooled")
     with pytest.raises(MemoryModelError, match=r"variant: found 'sharde'"):
         _interleaved(8, 2).rank_bytes(0, "sharde")
+
+
+def test_expected_rank_bytes_are_what_a_per_rank_measurement_should_find():
+    bounds = Boundary.hidden_state(rows=2, seq_len=4, hidden=8)
+    for sharing in ("rank", "stage"):
+        model = _interleaved(8, 2, boundaries=bounds, config=PoolConfig(slack=0, grad_slack=0, sharing=sharing))
+        expected = model.expected_rank_bytes()
+        assert sorted(expected) == [0, 1, 2, 3]
+        for rank, e in expected.items():
+            assert e.pooled_bytes == model.rank_bytes(rank, "pooled") == e.pooled_sets * bounds.forward_bytes
+            assert e.stock_bytes == model.rank_bytes(rank, "stock") == e.stock_sets * bounds.forward_bytes
+    # slack 0, rank sharing: the pooled sets are the rank's live set (issue #21's done-when, modelled side)
+    model = _interleaved(8, 2, boundaries=bounds, config=PoolConfig(slack=0, grad_slack=0))
+    all_shared = [r for r in range(4) if all(g.shared for g in model.rank_rings(r))]
+    assert all_shared == [1, 2]  # ranks 0 and 3 hold one stage in one direction (stage 0 sends, stage 7 ends)
+    for r in all_shared:
+        assert model.expected_rank_bytes()[r].pooled_bytes == model.rank_bytes(r, "rank_live")
