@@ -39,9 +39,11 @@ VAL_READ = {"train.log": [[1, 5.3273]], "validation.jsonl": [[1, 5.3273243904113
 
 
 def _judge(variant: str, text: dict, jsonl: dict, folder: dict, record=RECORD, stock=RECORD, code=0,
-           val=(VAL_READ, VAL_TRUTH), stock_val=VAL_TRUTH) -> dict:
-    rows = producers.judge(variant, 2, STEPS, code, record, stock, text, jsonl, folder, val, stock_val)
-    assert [r["claim"] for r in rows] == list(producers.CLAIMS)
+           val=(VAL_READ, VAL_TRUTH), stock_val=VAL_TRUTH, logdir=None) -> dict:
+    if logdir is None and "logdir" in producers.claims_of(variant):
+        logdir = text
+    rows = producers.judge(variant, 2, STEPS, code, record, stock, text, jsonl, folder, val, stock_val, logdir)
+    assert [r["claim"] for r in rows] == list(producers.claims_of(variant))
     return {r["claim"]: r["ok"] for r in rows}
 
 
@@ -111,6 +113,21 @@ def test_a_recipe_that_ran_other_steps_or_other_losses_fails():
     ("error: boom", VAL_TRUTH)])
 def test_validation_records_read_other_than_the_recipe_wrote_fail(val):
     assert not _judge("stock", *_good("stock"), val=val)["val_steps"]
+
+
+def test_a_torchrun_log_dir_read_as_several_runs_or_short_of_steps_fails():
+    text, jsonl, folder = _good("stock_logdir")
+    per_rank = {"runs": [text["runs"][0], {**text["runs"][0], "run": "1"}]}
+    assert not _judge("stock_logdir", text, jsonl, folder, logdir=per_rank)["logdir"]
+    short = {"runs": [{**text["runs"][0], "n_steps": 2, "last_step": 1}]}
+    assert not _judge("stock_logdir", text, jsonl, folder, logdir=short)["logdir"]
+    assert "logdir" not in producers.claims_of("stock")
+
+
+def test_only_the_log_dir_variant_launches_with_torchrun_s_per_rank_files(tmp_path):
+    flags = {v: spec["torchrun"] for v, spec in producers.VARIANTS.items()}
+    assert [v for v, f in flags.items() if f] == ["stock_logdir"]
+    assert producers.log_dir(tmp_path / "stock_logdir").parent == tmp_path  # outside the folder the recipe writes
 
 
 @pytest.mark.parametrize("variant, implementation", [("stock", "stock"), ("automodel_pool", "automodel"),
@@ -192,7 +209,7 @@ def recipe_claims(tmp_path_factory):
 @pytest.mark.timeout(1600)
 @pytest.mark.parametrize("variant, claim", [
     pytest.param(v, c, marks=[pytest.mark.xfail(strict=True, reason=KNOWN_REASON)] if (v, c) in KNOWN else [])
-    for v in producers.VARIANTS for c in producers.CLAIMS])
+    for v in producers.VARIANTS for c in producers.claims_of(v)])
 def test_automodel_s_own_recipe_on_cpu_writes_logs_pooltk_logs_reads_to_its_steps_and_pool(recipe_claims, variant,
                                                                                             claim):
     rows, proc = recipe_claims

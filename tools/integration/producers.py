@@ -13,7 +13,8 @@ output), ``training.jsonl`` and ``validation.jsonl`` (its JSONL metric loggers, 
 
 Variants (:data:`VARIANTS`): ``stock`` (Automodel's command, its pool off), ``automodel_pool``
 (Automodel's command with its own ``pp_recv_buffer_pool``), ``pooltk`` (``python -m
-pooltk.integrations.automodel`` with a ``pooltk:`` block). Claims checked per variant
+pooltk.integrations.automodel`` with a ``pooltk:`` block), ``stock_logdir`` (stock, with torchrun
+keeping per-rank files). Claims checked per variant
 (:data:`CLAIMS`), each a row of ``OUT/automodel_recipe/claims.csv``:
 
 - ``launch``: torchrun exits 0;
@@ -23,13 +24,16 @@ pooltk.integrations.automodel`` with a ``pooltk:`` block). Claims checked per va
   printed decimals;
 - ``text_pool``: the text log's pool columns say what the variant is (:data:`EXPECTED_POOL`);
 - ``jsonl_pool``: the JSONL alone carries no pool facts, so its pool columns are empty;
-- ``folder``: the variant's folder (text log and JSONL together) reads as one run with those steps
-  and the text log's pool columns;
+- ``folder``: the variant's folder (the text log and both JSONL files together) reads as one run with
+  those steps and the text log's pool columns;
 - ``val_steps``: the validation records ``pooltk logs`` reads (``read_logs(folder).steps``, kind ``val``)
   are, from the text log and from ``validation.jsonl`` each, the steps and losses of the recipe's
   ``validation.jsonl`` (read with ``json``; the text's to 4 decimals), and at least one;
 - ``losses_equal_stock``: the JSONL's training and validation losses (full precision) equal the stock
-  run's, bitwise.
+  run's, bitwise;
+- ``logdir`` (``stock_logdir`` only: launched with ``--log-dir --redirects 3 --tee 3 --role rank``, so
+  train.log carries torchrun's ``[rankN]:`` prefixes): torchrun's per-rank file tree reads as one
+  run of those steps (rank 1's files hold no record: Automodel logs on rank 0 only).
 
 ``--trainer torchtitan`` (run in .venvs/torchtitan) does the same for torchtitan's trainer: titan_suite.py's
 launch of ``torchtitan.train`` through ``pooltk.integrations.torchtitan`` (``stock``: ``--pooltk.enable
@@ -54,6 +58,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -65,20 +70,44 @@ from ranks import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
-VARIANTS: dict[str, str] = {"stock": "stock", "automodel_pool": "stock", "pooltk": "pooltk"}
-"""Variant -> producers_rank.py ``--entry`` (its pool keys: producers_assets.POOLS)."""
+LOG_DIR = "torchrun_logs"
+"""``<variant>_torchrun_logs`` beside the variant's folder: torchrun's ``--log-dir`` tree
+(``<run id>/attempt_0/<rank>/std{out,err}.log``), kept out of the folder the recipe writes."""
+
+
+def log_dir(run_dir: Path) -> Path:
+    """Where a variant launched with ``--log-dir`` has torchrun keep its per-rank files."""
+    return run_dir.with_name(f"{run_dir.name}_{LOG_DIR}")
+
+VARIANTS: dict[str, dict] = {
+    "stock": {"entry": "stock", "pool": "stock", "torchrun": []},
+    "automodel_pool": {"entry": "stock", "pool": "automodel_pool", "torchrun": []},
+    "pooltk": {"entry": "pooltk", "pool": "pooltk", "torchrun": []},
+    # stock again, launched the way a job keeps per-rank files: [rankN]: prefixes on the console, a --log-dir tree
+    "stock_logdir": {"entry": "stock", "pool": "stock",
+                     "torchrun": ["--log-dir", LOG_DIR, "--redirects", "3", "--tee", "3", "--role", "rank"]},
+}
+"""Variant -> producers_rank.py ``--entry``, its pool keys (producers_assets.POOLS) and torchrun's own flags
+(``--log-dir`` goes to :func:`log_dir`)."""
 
 EXPECTED_POOL: dict[str, dict] = {
     # Automodel logs nothing about a pool it did not install, so a stock log is silent (unknown, not False).
     "stock": {"pooled": None, "pool_impl": None, "slack": None},
     "automodel_pool": {"pooled": True, "pool_impl": "automodel", "slack": 2},
     "pooltk": {"pooled": True, "pool_impl": "pooltk", "slack": 2},
+    "stock_logdir": {"pooled": None, "pool_impl": None, "slack": None},
 }
 """What ``pooltk logs`` must read as the pool columns of each variant's text log."""
 
 NO_POOL = {"pooled": None, "pool_impl": None, "slack": None}
 CLAIMS = ("launch", "recipe_steps", "text_steps", "text_pool", "jsonl_steps", "jsonl_pool", "folder", "val_steps",
           "losses_equal_stock")
+"""Every variant's claims; a variant launched with ``--log-dir`` adds ``logdir`` (:func:`claims_of`)."""
+
+
+def claims_of(variant: str) -> tuple[str, ...]:
+    """The claims checked for one Automodel variant."""
+    return (*CLAIMS, "logdir") if LOG_DIR in VARIANTS[variant]["torchrun"] else CLAIMS
 COLUMNS = ["pp", "variant", "claim", "expected", "found", "ok"]
 
 TITAN_EXPECTED_POOL: dict[str, dict] = {
@@ -99,10 +128,13 @@ def launch(variant: str, run_dir: Path, assets: Path, *, pp: int, steps: int, py
     """torchrun one variant (its stdout and stderr are ``run_dir/train.log``); returns exit code (None: timed out), wall s."""
     for stale in ("train.log", "training.jsonl", "validation.jsonl"):
         (run_dir / stale).unlink(missing_ok=True)
-    cfg = write_recipe(variant, assets, run_dir, pp=pp, steps=steps)
+    spec = VARIANTS[variant]
+    cfg = write_recipe(spec["pool"], assets, run_dir, pp=pp, steps=steps)
+    shutil.rmtree(log_dir(run_dir), ignore_errors=True)
+    flags = [str(log_dir(run_dir)) if f == LOG_DIR else f for f in spec["torchrun"]]
     argv = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(pp), "--master-addr", "127.0.0.1",
-            "--master-port", str(free_port()), str(ROOT / "tools/integration/producers_rank.py"),
-            "--entry", VARIANTS[variant], "-c", str(cfg)]
+            "--master-port", str(free_port()), *flags, str(ROOT / "tools/integration/producers_rank.py"),
+            "--entry", spec["entry"], "-c", str(cfg)]
     offline = {k: "1" for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")}
     env = dict(os.environ, **offline, HF_HOME=str(assets / "hf_home"), OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -191,11 +223,12 @@ def pool_claim(found: dict, expected: dict) -> tuple[dict, str, bool]:
 
 def judge(variant: str, pp: int, steps: int, code: int | None, record: list[dict], stock_record: list[dict],
           text: dict, jsonl: dict, folder: dict, val: tuple[dict[str, list] | str, list[dict]],
-          stock_val: list[dict]) -> list[dict]:
+          stock_val: list[dict], logdir: dict | None = None) -> list[dict]:
     """Every claim of :data:`CLAIMS` for one variant, as claims.csv rows.
 
     ``record`` / ``stock_record``: training.jsonl's records of this variant and of stock; ``val``: the
-    validation rows pooltk read and this variant's validation.jsonl records; ``stock_val``: stock's.
+    validation rows pooltk read and this variant's validation.jsonl records; ``stock_val``: stock's;
+    ``logdir``: what ``pooltk logs`` read from torchrun's ``--log-dir`` tree (None: launched without one).
     """
     last = record[-1]["loss"] if record else None
     rows = [("launch", 0, code, code == 0)]
@@ -213,6 +246,8 @@ def judge(variant: str, pp: int, steps: int, code: int | None, record: list[dict
     losses = [r["loss"].hex() for r in record] + [f"val {r['val_loss'].hex()}" for r in val_truth]
     stock = [r["loss"].hex() for r in stock_record] + [f"val {r['val_loss'].hex()}" for r in stock_val]
     rows.append(("losses_equal_stock", stock, losses, bool(stock) and losses == stock))
+    if logdir is not None:
+        rows.append(("logdir", *steps_claim(logdir, "automodel_text", steps, None if last is None else round(last, 4))))
     return [{"pp": pp, "variant": variant, "claim": c, "expected": e if isinstance(e, str) else json.dumps(e),
              "found": f if isinstance(f, str) else json.dumps(f), "ok": bool(ok)} for c, e, f, ok in rows]
 
@@ -313,9 +348,10 @@ def run_automodel(args) -> list[dict]:
         (run_dir / "pooltk_logs.json").write_text(json.dumps({"train.log": text, "training.jsonl": jsonl,
                                                               "folder": folder}, indent=1, default=str))
         val = (read_val(args.reader_python, run_dir), recipe_record(run_dir, "validation.jsonl"))
+        logdir = read(args.reader_python, log_dir(run_dir)) if "logdir" in claims_of(variant) else None
         rows += judge(variant, args.pp, args.steps, codes[variant], recipe_record(run_dir),
                       recipe_record(out / "stock"), text, jsonl, folder, val,
-                      recipe_record(out / "stock", "validation.jsonl"))
+                      recipe_record(out / "stock", "validation.jsonl"), logdir)
     return rows
 
 
