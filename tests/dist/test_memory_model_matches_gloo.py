@@ -39,3 +39,34 @@ def test_modelled_bytes_equal_measured_bytes_on_real_stages(pp, m, configs, no_l
                 assert stock.recv[stage][d]["bytes"] == exp.stock_bytes, (stage, d)
                 checked += 1
     assert checked == 2 * pp * len(configs)
+
+
+RANK_CASES = [("Interleaved1F1B", 2, 8), ("InterleavedZeroBubble", 2, 8), ("ZBVZeroBubble", 2, 8),
+              ("Interleaved1F1B", 4, 8)]
+
+
+@pytest.mark.parametrize("schedule, pp, m", RANK_CASES, ids=[f"{s}-pp{p}-M{m}" for s, p, m in RANK_CASES])
+def test_modelled_rank_bytes_equal_the_distinct_storages_each_rank_holds(schedule, pp, m, no_leftover_ranks):
+    from pooltk.memory.model import model_memory
+    from pooltk.memory.shape import PipelineShape
+    from pooltk.parity import Variant
+
+    configs = {"rank": PoolConfig(), "rank0": PoolConfig(slack=0, grad_slack=0), "stage": PoolConfig(sharing="stage")}
+    base = dict(schedule=schedule, stages_per_rank=2)
+    variants = (Variant(name="stock", **base),) + tuple(
+        Variant(name=k, pooled=True, config=c, install_schedule="auto", **base) for k, c in configs.items())
+    spec = ParitySpec(pp=pp, microbatches=m, steps=2, hidden=24, seq_len=3, rows_per_microbatch=2, timeout_s=300,
+                      variants=variants)
+    report = run_parity(spec)
+    assert report.bitwise_equal
+    boundary = harness_boundary(rows=2, seq_len=3, hidden=24)
+    shape = PipelineShape(pp=pp, n_microbatches=m, schedule=schedule, stages_per_rank=2)
+    for name, config in configs.items():
+        measured = report.variant(name).rank_recv
+        expected = model_memory(shape, boundary, config).expected_rank_bytes()
+        for rank in range(pp):
+            got = sum(measured[rank][d]["bytes"] for d in ("forward", "grad"))
+            assert got == expected[rank].pooled_bytes, (name, rank, got, expected[rank])
+    shared = model_memory(shape, boundary, configs["rank"]).expected_rank_bytes()
+    per_stage = model_memory(shape, boundary, configs["stage"]).expected_rank_bytes()
+    assert sum(e.pooled_bytes for e in shared.values()) <= sum(e.pooled_bytes for e in per_stage.values())
