@@ -110,6 +110,30 @@ def test_every_torchrun_rank_exits_cleanly_with_no_gloo_thread_left(tmp_path, no
     assert report["bitwise_equal"] is True
 
 
+def test_under_torchrun_the_pool_log_lines_say_what_happened_on_each_variant(tmp_path):
+    """[Note: pool log lines] under a launcher: a trainer's INFO logging shows the install, each stage's
+    rings on rank 0, the release, and at uninstall ``unpooled`` (the run WAS pooled), never ``kept stock``."""
+    script = tmp_path / "logged_parity.py"
+    script.write_text(textwrap.dedent("""
+        import logging, runpy, sys
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+        sys.argv = ["pooltk.parity", "--microbatches", "4", "--steps", "1", "--pp", "2"]
+        runpy.run_module("pooltk.parity", run_name="__main__")
+    """))
+    out = _torchrun("--log-dir", str(tmp_path / "logs"), "--redirects", "3", str(script))
+    assert out.returncode == 0, out.stderr[-3000:]
+    by_rank = {p.parent.name: p.read_text(errors="replace") for p in (tmp_path / "logs").glob("**/stderr.log")}
+    assert sorted(by_rank) == ["0", "1"], sorted(by_rank)
+    lines = [ln for ln in by_rank["0"].splitlines() if " pooltk " in ln]
+    text = "\n".join(lines)
+    assert any("pooltk: installed (policy=tight, slack=2" in ln and "mode=rings+release" in ln for ln in lines), text
+    # stage 0 of pp2 1F1B receives no activations and a grad ring of 1 + grad_slack = 2 of 4
+    assert any(ln.endswith("pooltk: stage 0 pooled (fwd ring 0/4, grad ring 2/4)") for ln in lines), text
+    assert any("pooltk: stage 0 unpooled (reason=pooltk.uninstall()" in ln for ln in lines), text
+    assert not any("kept stock" in ln for ln in lines), text
+    assert not any("pooltk:" in ln for ln in by_rank["1"].splitlines()), "the pool logs on rank 0 only"
+
+
 def test_the_clean_exit_check_sees_a_process_group_something_still_holds(tmp_path):
     """group_threads_left() names the gloo threads when a kept reference outlives destroy_process_group."""
     script = tmp_path / "held_group.py"
