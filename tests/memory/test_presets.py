@@ -76,6 +76,7 @@ def test_tight_and_slack_zero_save_beyond_the_published_policy():
 def test_every_preset_states_its_assumption_and_labels_each_figure():
     assert set(PRESETS) == {
         "kimi-k3-gb200-2k-calibrated",
+        "kimi-k3-gb200-2k-widths",
         "kimi-k3-gb200-2k-hidden",
         "kimi-k3-gb200-1k-calibrated",
         "kimi-k3-gb200-1k-hidden",

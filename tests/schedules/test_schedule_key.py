@@ -30,7 +30,9 @@ def test_catalog_names_have_distinct_keys_and_resolve_through_them():
         assert resolve_schedule(f"Schedule{name}".upper())[0] == name
 
 
-def test_the_model_and_the_analysis_refuse_what_they_do_not_cover():
-    with pytest.raises(UnpoolableScheduleError, match="found 'interleaved_1f1b'"):
-        PipelineShape(pp=2, n_microbatches=4, schedule="interleaved_1f1b")
+def test_the_model_takes_every_analysed_schedule_by_its_key_and_refuses_what_it_does_not_cover():
+    interleaved = PipelineShape(pp=2, n_microbatches=4, schedule="interleaved_1f1b")
+    assert (interleaved.schedule, interleaved.poolable, interleaved.stages_per_rank) == ("interleaved1f1b", True, 2)
     assert not PipelineShape(pp=2, n_microbatches=4, schedule="GPipe").poolable
+    with pytest.raises(UnpoolableScheduleError, match="found 'nope'"):
+        PipelineShape(pp=2, n_microbatches=4, schedule="nope")

@@ -24,6 +24,7 @@ from typing import Any
 
 from pooltk._validate import check_choice
 from pooltk.config import PoolConfig
+from pooltk.memory.known_boundaries import k3_widths_preset
 from pooltk.memory.model import Boundary, MemoryModelError, PipelineShape, TensorSpec
 from pooltk.memory.source import Figure, Preset
 
@@ -141,6 +142,7 @@ PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
         _calibrated_preset(2048, "2k", _YAML_2K),
+        k3_widths_preset(_calibrated_preset(2048, "2k", _YAML_2K)),  # boundaries from the published widths
         _hidden_preset(2048, "2k", _YAML_2K),
         _calibrated_preset(1024, "1k", _YAML_1K),
         _hidden_preset(1024, "1k", _YAML_1K),
