@@ -1,6 +1,9 @@
-"""NeMo Automodel's own LLM recipe as a log producer: run it pooled and stock, read what it wrote with ``pooltk logs``.
+"""The trainers as log producers: Automodel's own LLM recipe and torchtitan's trainer, pooled and stock, on CPU.
 
-    python tools/integration/producers.py --pp 2 --steps 3 --out reports/integration
+    python tools/integration/producers.py --pp 2 --steps 3 --out reports/integration                # Automodel
+    python tools/integration/producers.py --trainer torchtitan --out reports/integration            # torchtitan
+
+What each wrote is read back with ``pooltk logs`` and checked against the run itself.
 
 Runs in the Automodel venv (.venvs/automodel). Generates a tiny model folder, tokenizer and dataset
 (producers_assets.py; nothing downloaded, the Hugging Face libraries run offline), then per variant
@@ -15,7 +18,7 @@ Variants (:data:`VARIANTS`): ``stock`` (Automodel's command, its pool off), ``au
 (Automodel's command with its own ``pp_recv_buffer_pool``), ``pooltk`` (``python -m
 pooltk.integrations.automodel`` with a ``pooltk:`` block), ``stock_logdir`` (stock, with torchrun
 keeping per-rank files). Claims checked per variant
-(:data:`CLAIMS`), each a row of ``OUT/automodel_recipe/claims.csv``:
+(:data:`CLAIMS`), each a row of ``OUT/automodel_recipe/ppPP/claims.csv``:
 
 - ``launch``: torchrun exits 0;
 - ``recipe_steps``: the JSONL (read with ``json``, not pooltk) holds exactly steps 0..STEPS-1;
@@ -40,7 +43,7 @@ launch of ``torchtitan.train`` through ``pooltk.integrations.torchtitan`` (``sto
 false``; ``pooltk_tight``), PP ``--pp``, in a fresh dump folder. Its two logs: ``train.log`` (torchrun's
 ``[rankN]:`` output of torchtitan's text log) and ``dump/structured_logs/*.jsonl`` (torchtitan's
 structured per-rank JSONL: step spans, no loss). Claims (:data:`TITAN_CLAIMS`, rows of
-``OUT/torchtitan_trainer/claims.csv``): ``launch``; ``recipe_steps`` (every rank's ``step_end``
+``OUT/torchtitan_trainer/ppPP/claims.csv``): ``launch``; ``recipe_steps`` (every rank's ``step_end``
 records, read with ``json``, are steps 1..STEPS); ``text_steps`` (one ``torchtitan`` run, steps
 1..STEPS, final loss the last stage's logged loss to torchtitan's 5 printed decimals);
 ``text_pool`` (:data:`TITAN_EXPECTED_POOL`); ``jsonl_steps`` (the structured_logs folder: one
@@ -79,6 +82,7 @@ def log_dir(run_dir: Path) -> Path:
     """Where a variant launched with ``--log-dir`` has torchrun keep its per-rank files."""
     return run_dir.with_name(f"{run_dir.name}_{LOG_DIR}")
 
+
 VARIANTS: dict[str, dict] = {
     "stock": {"entry": "stock", "pool": "stock", "torchrun": []},
     "automodel_pool": {"entry": "stock", "pool": "automodel_pool", "torchrun": []},
@@ -108,6 +112,8 @@ CLAIMS = ("launch", "recipe_steps", "text_steps", "text_pool", "jsonl_steps", "j
 def claims_of(variant: str) -> tuple[str, ...]:
     """The claims checked for one Automodel variant."""
     return (*CLAIMS, "logdir") if LOG_DIR in VARIANTS[variant]["torchrun"] else CLAIMS
+
+
 COLUMNS = ["pp", "variant", "claim", "expected", "found", "ok"]
 
 TITAN_EXPECTED_POOL: dict[str, dict] = {
@@ -125,7 +131,7 @@ TITAN_CLAIMS = ("launch", "recipe_steps", "text_steps", "text_pool", "jsonl_step
 
 def launch(variant: str, run_dir: Path, assets: Path, *, pp: int, steps: int, python: str,
            timeout_s: float) -> tuple[int | None, float]:
-    """torchrun one variant (its stdout and stderr are ``run_dir/train.log``); returns exit code (None: timed out), wall s."""
+    """torchrun one variant (stdout and stderr: ``run_dir/train.log``); exit code (None: timed out), wall s."""
     for stale in ("train.log", "training.jsonl", "validation.jsonl"):
         (run_dir / stale).unlink(missing_ok=True)
     spec = VARIANTS[variant]
@@ -160,7 +166,7 @@ _VAL_ROWS = ("import json, sys\nfrom pooltk.logs import read_logs\ns = read_logs
 
 
 def read_val(python: str, folder: Path) -> dict[str, list] | str:
-    """The validation rows ``pooltk.logs.read_logs`` reads in ``folder``: file name -> [[step, loss], ...] (or an error)."""
+    """Validation rows ``pooltk.logs.read_logs`` reads in ``folder``: file name -> [[step, loss], ...], or an error."""
     proc = subprocess.run([python, "-c", _VAL_ROWS, str(folder)], capture_output=True, text=True, cwd=ROOT,
                           timeout=300)
     if proc.returncode != 0:

@@ -13,11 +13,11 @@ under one folder:
 - ``data/train.jsonl``: ``ROWS`` lines ``{"question": ..., "answer": ...}`` of pseudo-words from a fixed
   seed, each exactly ``WORDS_Q`` + ``WORDS_A`` words (one token each), read by Automodel's
   ``ColumnMappedTextInstructionDataset`` from a local path;
-- per variant, by :func:`write_recipe`: the recipe's own YAML: PP ``pp``, 1F1B, one-row microbatches
+- per run, by :func:`write_recipe`: the recipe's own YAML: PP ``pp``, 1F1B, one-row microbatches
   (``LOCAL_BATCH`` of them a step), gloo, SGD, ``steps`` steps, no checkpoints, validation every
   ``VAL_EVERY`` steps, and
-  the variant's pool keys (:data:`POOLS`); its ``checkpoint_dir`` (where the recipe writes
-  ``training.jsonl``) is the variant's folder.
+  the pool keys of one of :data:`POOLS`; its ``checkpoint_dir`` (where the recipe writes
+  ``training.jsonl`` and ``validation.jsonl``) is the run's folder.
 
 The same seed gives the same bytes, so the pooled and stock runs train on the same tokens.
 
@@ -61,7 +61,7 @@ POOLS: dict[str, dict] = {
     "pooltk": {"pp_recv_buffer_pool": True, "pp_recv_buffer_pool_slack": 2,
                "pooltk": {"policy": "tight", "grad_slack": 1}},
 }
-"""Variant -> its ``distributed.pipeline`` pool keys, as a user writes them (Automodel's own keys, and
+"""Pool name -> its ``distributed.pipeline`` keys, as a user writes them (Automodel's own keys, and
 the ``pooltk`` block of :mod:`pooltk.integrations.automodel`)."""
 
 
@@ -102,12 +102,14 @@ def write_assets(out: Path) -> Path:
     return out
 
 
-def recipe(variant: str, assets: Path, run_dir: Path, *, pp: int, steps: int) -> dict:
-    """The recipe config of one variant (the YAML as a dict)."""
+def recipe(pool: str, assets: Path, run_dir: Path, *, pp: int, steps: int) -> dict:
+    """The recipe config with the pool keys of ``pool`` (a :data:`POOLS` name), as a dict (the YAML)."""
     dataset = {"_target_": "nemo_automodel.components.datasets.llm.column_mapped_text_instruction_dataset."
                            "ColumnMappedTextInstructionDataset",
                "path_or_dataset_id": str(assets / "data" / "train.jsonl"),
                "column_mapping": {"question": "question", "answer": "answer"}, "answer_only_loss_mask": True}
+    collate = {"_target_": "nemo_automodel.components.datasets.utils.default_collater"}
+    loader = "torchdata.stateful_dataloader.StatefulDataLoader"
     return {
         "step_scheduler": {"global_batch_size": LOCAL_BATCH, "local_batch_size": LOCAL_BATCH, "max_steps": steps,
                            "ckpt_every_steps": 10**6, "val_every_steps": VAL_EVERY, "num_epochs": 1},
@@ -119,24 +121,21 @@ def recipe(variant: str, assets: Path, run_dir: Path, *, pp: int, steps: int) ->
                   "torch_dtype": "float32"},
         "checkpoint": {"enabled": False, "checkpoint_dir": str(run_dir)},
         "distributed": {"strategy": "fsdp2", "dp_size": None, "tp_size": 1, "cp_size": 1, "pp_size": pp,
-                        "pipeline": {"pp_schedule": "1f1b", "pp_microbatch_size": 1, **POOLS[variant]}},
+                        "pipeline": {"pp_schedule": "1f1b", "pp_microbatch_size": 1, **POOLS[pool]}},
         "loss_fn": {"_target_": "nemo_automodel.components.loss.masked_ce.MaskedCrossEntropy"},
         "dataset": dataset,
-        "dataloader": {"_target_": "torchdata.stateful_dataloader.StatefulDataLoader",
-                       "collate_fn": {"_target_": "nemo_automodel.components.datasets.utils.default_collater"},
-                       "shuffle": False},
+        "dataloader": {"_target_": loader, "collate_fn": collate, "shuffle": False},
         "validation_dataset": {**dataset, "limit_dataset_samples": VAL_ROWS},
-        "validation_dataloader": {"_target_": "torchdata.stateful_dataloader.StatefulDataLoader",
-                                  "collate_fn": {"_target_": "nemo_automodel.components.datasets.utils.default_collater"}},
+        "validation_dataloader": {"_target_": loader, "collate_fn": collate},
         "optimizer": {"_target_": "torch.optim.SGD", "lr": 0.1},
     }
 
 
-def write_recipe(variant: str, assets: Path, run_dir: Path, *, pp: int, steps: int) -> Path:
-    """Write ``run_dir/recipe.yaml`` for one variant (JSON text, which YAML reads); returns its path."""
+def write_recipe(pool: str, assets: Path, run_dir: Path, *, pp: int, steps: int) -> Path:
+    """Write ``run_dir/recipe.yaml`` with the pool keys of ``pool`` (JSON text, which YAML reads); returns its path."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "recipe.yaml"
-    path.write_text(json.dumps(recipe(variant, assets, run_dir, pp=pp, steps=steps), indent=2) + "\n")
+    path.write_text(json.dumps(recipe(pool, assets, run_dir, pp=pp, steps=steps), indent=2) + "\n")
     return path
 
 
