@@ -30,7 +30,7 @@ from typing import Any
 
 from pooltk.logs._common import ParseResult, clean_line, parse_float
 
-__all__ = ["DETECT", "FORMAT", "SUMMARY_FORMAT", "SUMMARY_KEYS", "looks_like", "looks_like_summary", "parse", "parse_summary", "read_all"]
+__all__ = ["DETECT", "FORMAT", "SUMMARY_FORMAT", "SUMMARY_KEYS", "looks_like_summary", "parse", "parse_summary", "read_all"]
 
 FORMAT = "automodel_bench"
 SUMMARY_FORMAT = "automodel_bench_summary"
@@ -44,10 +44,6 @@ _ROW_RE = re.compile(
 )
 _CANDIDATE_RE = re.compile(r"Iteration \d+ \| num_label_tokens=")
 _ITER_START_RE = re.compile(r"^Rank \d+ \| Iteration \d+\s*$")
-_SIGNATURE_RE = re.compile(
-    r"Rank \d+ \| Iteration \d+ \| num_label_tokens=|Benchmarking Summary|"
-    r"^(?:.*\| )?GA steps: \d+, DP size: \d+|Running \d+ iterations with \d+ warmup steps"
-)
 DETECT = (r"Rank \d+ \| Iteration \d+ \| num_label_tokens=|Benchmarking Summary|GA steps: \d+, DP size: \d+"
           r"|Running \d+ iterations with \d+ warmup steps")
 """The recipe's signature, wherever it stands in a line (format detection)."""
@@ -86,11 +82,6 @@ SUMMARY_KEYS: dict[str, str] = {
     "seq_len": "seq_len",
 }
 """JSON summary key -> run-fact name (``tflops_per_gpu`` is per global step, as in the log)."""
-
-
-def looks_like(line: str) -> bool:
-    """True when ``line`` is a benchmark-recipe iteration, setup or summary line (format detection)."""
-    return _SIGNATURE_RE.search(line) is not None
 
 
 def looks_like_summary(text: str) -> bool:

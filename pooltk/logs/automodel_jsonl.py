@@ -21,7 +21,7 @@ from typing import Any
 from pooltk.logs._common import ParseResult
 from pooltk.logs.records import Rec, Skip
 
-__all__ = ["CANDIDATE", "DETECT", "FORMAT", "fast", "finish", "looks_like", "parse_line", "val_name_from_path"]
+__all__ = ["CANDIDATE", "DETECT", "FORMAT", "fast", "finish", "parse_line", "val_name_from_path"]
 
 FORMAT = "automodel_jsonl"
 TS_FORMAT = "%Y-%m-%dT%H:%M:%S%.fZ"
@@ -43,11 +43,6 @@ _FLOATS = (
     ("mfu", "mfu_pct_logged"),
 )
 _INTS = (("epoch", "epoch"), ("num_tokens_per_step", "num_tokens"), ("num_label_tokens", "num_label_tokens"))
-
-
-def looks_like(line: str) -> bool:
-    """True when ``line`` holds a JSON object starting with a ``step`` key (format detection)."""
-    return any(isinstance(r, Rec) for r in parse_line(line))
 
 
 def val_name_from_path(stem: str) -> str | None:

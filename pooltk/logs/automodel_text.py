@@ -26,7 +26,7 @@ from typing import Any
 from pooltk.logs._common import parse_float, parse_int
 from pooltk.logs.records import Rec, Skip
 
-__all__ = ["CANDIDATE", "DETECT", "FORMAT", "META_HINTS", "TS_FORMAT", "fast", "finish", "looks_like", "meta", "parse_line"]
+__all__ = ["CANDIDATE", "DETECT", "FORMAT", "META_HINTS", "TS_FORMAT", "fast", "finish", "meta", "parse_line"]
 
 FORMAT = "automodel_text"
 TS_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -64,11 +64,6 @@ _SIMPLE = {
     "lr": ("lr", parse_float),
     "num_label_tokens": ("num_label_tokens", parse_int),
 }
-
-
-def looks_like(line: str) -> bool:
-    """True when ``line`` holds an Automodel step or validation record (format detection)."""
-    return _RECORD_RE.search(line) is not None and _CAND_RE.search(line) is not None
 
 
 class _Bad(ValueError):

@@ -25,8 +25,7 @@ the newline) is counted the same way; so is a JSON record without its closing br
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pooltk.logs._common import ParseResult
@@ -68,10 +67,6 @@ class Found:
 
     frame: Any
     """polars DataFrame: ``line`` (1-based), ``prefix`` and the value columns."""
-    n_record_lines: int = 0
-    """Lines holding at least one record."""
-    layouts: Counter[tuple[str, ...]] = field(default_factory=Counter)
-    """Field orders seen (for notes and tests)."""
 
 
 def _slice(strings: Any, start: Any, length: Any = None) -> Any:
@@ -99,8 +94,7 @@ def to_lines(data: bytes) -> Any:
     return pl.Series("l", data.decode("utf-8", errors="replace").split("\n")[:n], dtype=pl.String)
 
 
-def read_records(fmt: Any, lines: Any, result: ParseResult, *, cut_last: bool,
-                 on_rest: Callable[[int, str], None] | None = None) -> Found:
+def read_records(fmt: Any, lines: Any, result: ParseResult, *, cut_last: bool) -> Found:
     """All records of ``fmt`` in ``lines``; skips and meta go to ``result``; see the Notes above."""
     import polars as pl
 
@@ -184,7 +178,7 @@ def read_records(fmt: Any, lines: Any, result: ParseResult, *, cut_last: bool,
     row_lines = set(frame["line"].to_list()) if result.skip_lines else set()
     result.n_row_lines = record_lines
     result.n_other = max(0, n - record_lines - len(result.skip_lines - row_lines) - result.n_meta)
-    return Found(frame=frame.drop("rec", strict=False), n_record_lines=record_lines)
+    return Found(frame=frame.drop("rec", strict=False))
 
 
 def _usual_layouts(pending: list[tuple[int, int, str, Rec]], fast_frame: Any,

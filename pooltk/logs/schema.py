@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COLUMNS", "ColumnSpec", "RowBuilder", "concat_frames", "to_frame"]
+__all__ = ["COLUMNS", "ColumnSpec", "RowBuilder", "concat_frames"]
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -71,7 +71,7 @@ _NAMES = tuple(c.name for c in COLUMNS)
 
 
 class RowBuilder:
-    """Column-wise accumulator: readers append values, :func:`to_frame` builds the table once.
+    """Column-wise accumulator: a per-file reader appends values, :func:`pooltk.logs.frames.from_result` takes the columns.
 
     Only the columns a reader fills are stored; the rest come out missing.
     """
@@ -103,59 +103,6 @@ class RowBuilder:
     def columns(self) -> dict[str, list[Any]]:
         """The filled columns, each as long as the number of rows."""
         return self._cols
-
-
-def to_frame(cols: dict[str, Any], n: int, *, timestamp_format: str | None = None, **constants: Any) -> Any:
-    """Build the step table from column lists or arrays (missing columns become all-missing).
-
-    ``constants`` are columns with one value for every row (``run``, ``source_file``, ``format``).
-    ``timestamp_format`` is the strftime pattern of the raw ``timestamp`` strings (parsed in one
-    vectorised call; unparseable stamps become NaT). Text columns are categorical: one run's
-    million rows share a handful of distinct strings.
-    """
-    import numpy as np
-    import pandas as pd
-
-    data: dict[str, Any] = {}
-    for spec in COLUMNS:
-        values = cols.get(spec.name)
-        if spec.name in constants:
-            value = constants[spec.name]
-            if spec.dtype == "category":
-                data[spec.name] = pd.Categorical.from_codes(
-                    np.full(n, -1 if value is None else 0, dtype=np.int8),
-                    categories=pd.Index([] if value is None else [value], dtype="str"),
-                )
-                continue
-            values = [value] * n
-        if values is None:
-            data[spec.name] = _missing(spec.dtype, n)
-        elif spec.dtype == "category":
-            data[spec.name] = _str_categorical(pd.Categorical(np.asarray(values, dtype=object)))
-        elif spec.dtype == "Int64":
-            if isinstance(values, np.ndarray) and values.dtype.kind == "i":
-                data[spec.name] = pd.arrays.IntegerArray(values.astype(np.int64, copy=False), np.zeros(n, dtype=bool))
-            else:
-                data[spec.name] = pd.array(list(values), dtype="Int64")
-        elif spec.dtype == "datetime64[ns]":
-            if isinstance(values, np.ndarray) and values.dtype.kind == "M":
-                data[spec.name] = values.astype("datetime64[ns]", copy=False)
-                continue
-            raw = pd.Series(values, dtype="object")
-            if timestamp_format is None:
-                parsed = pd.to_datetime(raw, errors="coerce")
-            else:
-                parsed = pd.to_datetime(raw, format=timestamp_format, errors="coerce")
-            if getattr(parsed.dt, "tz", None) is not None:
-                parsed = parsed.dt.tz_convert("UTC").dt.tz_localize(None)
-            data[spec.name] = parsed.astype("datetime64[ns]")
-        elif isinstance(values, np.ndarray):
-            data[spec.name] = values.astype(spec.dtype, copy=False)
-        elif spec.dtype == "float64":
-            data[spec.name] = np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
-        else:
-            data[spec.name] = np.asarray(values, dtype=spec.dtype)
-    return pd.DataFrame(data, index=pd.RangeIndex(n))
 
 
 def _missing(dtype: str, n: int) -> Any:

@@ -25,7 +25,7 @@ from typing import Any
 from pooltk.logs._common import ParseResult, parse_float, parse_int
 from pooltk.logs.records import Rec, Skip
 
-__all__ = ["CANDIDATE", "DETECT", "FORMAT", "META_HINTS", "fast", "finish", "looks_like", "meta", "parse_line"]
+__all__ = ["CANDIDATE", "DETECT", "FORMAT", "META_HINTS", "fast", "finish", "meta", "parse_line"]
 
 FORMAT = "torchtitan"
 TS_FORMAT = "%Y-%m-%d %H:%M:%S,%3f"
@@ -41,7 +41,6 @@ _RECORD_RE = re.compile(r"(?:\[titan\] )?(?P<ts>" + _TS + r") - [^ \n]+ - [A-Z]+
                         r"(?P<msg>(?:validate )?step:\s*\d+(?:/\d+)?(?: = [\d.]+%)?(?:\s+[A-Za-z_]+:\s+[^\s\[]+)*)")
 _KV_RE = re.compile(r"([A-Za-z_]+):\s+(\S+)")
 _MEM_RE = re.compile(r"^(?P<gib>[-+0-9.naif]+)GiB(?:\((?P<pct>[-+0-9.naif]+)%\))?$")
-_SIGNATURE_RE = re.compile(DETECT)
 META_HINTS = ("Peak FLOPS used", " capacity: ", "device mesh", "local batch size", "sequence length",
               "gradient accumulation steps", "torchtitan version: ")
 
@@ -54,11 +53,6 @@ _META_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("grad_acc", re.compile(r"gradient accumulation steps (\d+)")),
     ("version", re.compile(r"torchtitan version: (\S+)")),
 )
-
-
-def looks_like(line: str) -> bool:
-    """True when ``line`` holds a torchtitan step or validation metric record (format detection)."""
-    return "step:" in line and _SIGNATURE_RE.search(line) is not None
 
 
 def meta(message: str, n: int, result: ParseResult) -> bool:

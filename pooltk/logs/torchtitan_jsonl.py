@@ -26,7 +26,7 @@ from typing import Any
 
 from pooltk.logs._common import ParseResult
 
-__all__ = ["DETECT", "FORMAT", "SCALARS", "looks_like", "parse", "read_all"]
+__all__ = ["DETECT", "FORMAT", "SCALARS", "parse", "read_all"]
 
 FORMAT = "torchtitan_jsonl"
 DETECT = r'\{.*"log_type_name".*"time_us"|\{.*"time_us".*"log_type_name"'
@@ -48,19 +48,6 @@ SCALARS: dict[str, str] = {
     "global_valid_tokens": "num_label_tokens",
 }
 """``metric_value`` event names read into columns; others are ignored (counted as other)."""
-
-
-def looks_like(line: str) -> bool:
-    """True when ``line`` is one record of torchtitan's structured logger (format detection)."""
-    text = line.strip()
-    text = text[text.find("{"):] if "{" in text else text
-    if not (text.startswith("{") and '"log_type_name"' in text and '"time_us"' in text):
-        return False
-    try:
-        record = json.loads(text)
-    except ValueError:
-        return False
-    return isinstance(record, dict) and "log_type_name" in record and "rank" in record
 
 
 def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
