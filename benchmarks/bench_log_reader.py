@@ -13,8 +13,10 @@ line behind ``srun --label`` and ``kubectl --timestamps`` prefixes).
 steps behind ``[rankN]:`` (R x S lines, interleaved as they arrive), read and summarised
 (``read_logs`` + ``summarize``); the goal is 512 x 10,000 (about 5 M lines) in <= 10 s on one core.
 
+``--stages`` adds the reader's CPU seconds by stage for each file (where the time goes).
+
 Usage: ``.venv/bin/python benchmarks/bench_log_reader.py [--lines N] [--repeats R] [--formats ...]
-[--decorate none srun+kubectl] [--ranks R --steps S]``
+[--decorate none srun+kubectl] [--ranks R --steps S] [--stages]``
 """
 
 from __future__ import annotations
@@ -134,29 +136,53 @@ def _cpu(fn) -> tuple[float, float]:
     return time.perf_counter() - w0, time.process_time() - c0
 
 
-_WITHOUT_PACKAGE_INIT = (
-    "import sys, types; m = types.ModuleType('pooltk'); m.__path__ = [sys.argv[1]]; sys.modules['pooltk'] = m; "
-    "from pooltk.cli import main; main(['logs', '--help'])"
-)
-"""The same start-up with pooltk/__init__.py (which imports torch for the pool's API) not run: what a
-lazy package __init__ would give. Stated as such in the output; not the installed behaviour."""
-
-
-def _startup(*, package_init: bool = True) -> float:
+def _startup() -> float:
     """Best of three wall times of ``python -m pooltk logs --help`` (imports included)."""
     import subprocess
 
-    import pooltk.logs
-
-    root = str(Path(pooltk.logs.__file__).resolve().parents[1])
-    cmd = ([sys.executable, "-m", "pooltk", "logs", "--help"] if package_init
-           else [sys.executable, "-c", _WITHOUT_PACKAGE_INIT, root])
     best = math.inf
     for _ in range(3):
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "pooltk", "logs", "--help"], check=True, capture_output=True)
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+STAGES = (("pooltk.logs.reader", "load", "load"), ("pooltk.logs.records", "to_lines", "lines"),
+          ("pooltk.logs.reader", "_first_hits", "detect"), ("pooltk.logs.records", "read_records", "records"),
+          ("pooltk.logs.automodel_text", "fast", "  engine"), ("pooltk.logs.automodel_jsonl", "fast", "  engine"),
+          ("pooltk.logs.torchtitan", "fast", "  engine"), ("pooltk.logs.frames", "to_pandas", "table"),
+          ("pooltk.logs.decoration", "columns", "  prefixes"), ("pooltk.logs.frames", "_times", "  times"),
+          ("pooltk.logs.frames", "split_runs", "runs"))
+"""(module, function, label): the reader's stages whose CPU time ``--stages`` reports (indented: inside the one above)."""
+
+
+def _staged(path: Path) -> dict[str, float]:
+    """CPU seconds per stage of one ``read_log_file(path)`` (each stage's function wrapped for the call)."""
+    import importlib
+
+    spent: dict[str, float] = dict.fromkeys(label.strip() for _, _, label in STAGES)
+    saved = []
+    for mod_name, fn_name, label in STAGES:
+        mod = importlib.import_module(mod_name)
+        fn = getattr(mod, fn_name)
+        saved.append((mod, fn_name, fn))
+
+        def timed(*a, _fn=fn, _label=label.strip(), **k):  # noqa: ANN002, ANN003
+            c0 = time.process_time()
+            try:
+                return _fn(*a, **k)
+            finally:
+                spent[_label] = (spent[_label] or 0.0) + time.process_time() - c0
+        setattr(mod, fn_name, timed)
+    try:
+        c0 = time.process_time()
+        read_log_file(path)
+        spent["total"] = time.process_time() - c0
+    finally:
+        for mod, fn_name, fn in saved:
+            setattr(mod, fn_name, fn)
+    return {k: v for k, v in spent.items() if v is not None}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,9 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decorate", nargs="+", default=list(DECORATIONS), choices=DECORATIONS)
     ap.add_argument("--ranks", type=int, default=0, help="multi-rank torchtitan case: ranks (0: skip)")
     ap.add_argument("--steps", type=int, default=0, help="multi-rank torchtitan case: steps per rank")
+    ap.add_argument("--stages", action="store_true", help="also print the reader's CPU seconds by stage, per file")
     args = ap.parse_args(argv)
     rec = _records(args.lines)
     rows = []
+    stages = []
     multi = None
     with tempfile.TemporaryDirectory() as d:
         for fmt in args.formats:
@@ -200,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                     "meets_goal": min(c_reader) / min(c_csv) <= GOAL_RATIO,
                     "reader_wall_median_s": statistics.median(t_reader), "read_csv_wall_median_s": statistics.median(t_csv),
                 })
+                if args.stages:
+                    stages.append({"format": fmt, "decoration": how, **_staged(log)})
                 if log != plain:
                     log.unlink()
                 print(f"{fmt} {how}: done", file=sys.stderr)
@@ -220,9 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         print(table.to_string(index=False))
     print(f"\ntime_vs_read_csv = reader CPU s / pandas.read_csv CPU s on the same numbers (goal <= {GOAL_RATIO:g}); "
           "Mlines_per_cpu_s = M step lines per CPU second of this process (polars' threads included)")
-    startup, bare = _startup(), _startup(package_init=False)
-    print(f"\nCLI start-up, python -m pooltk logs --help: best of 3 {startup:.2f} s (goal <= {GOAL_STARTUP_S:g} s); "
-          f"without running pooltk/__init__.py (it imports torch; a lazy __init__ would avoid it): {bare:.2f} s")
+    if stages:
+        print("\nreader CPU s by stage (one more read of each file; indented stages are inside the one above them):")
+        print(pd.DataFrame(stages).to_string(index=False, float_format="{:,.2f}".format))
+    print(f"\nCLI start-up, python -m pooltk logs --help: best of 3 {_startup():.2f} s wall (goal <= {GOAL_STARTUP_S:g} s)")
     if multi is not None:
         print("\nmulti-rank torchtitan file, read + summarised:")
         print(pd.DataFrame([multi]).to_string(index=False, float_format="{:,.3f}".format))

@@ -209,5 +209,5 @@ def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
                 ok = ok & cols[column].is_not_null()
             if kind == "float":
                 ok = ok & ~cols[column].is_infinite().fill_null(False)
-    cols["kind"] = pl.Series(["train"] * body.len(), dtype=pl.String)
+    cols["kind"] = pl.repeat("train", body.len(), dtype=pl.String, eager=True)
     return cols, ok.fill_null(False), ()

@@ -223,6 +223,6 @@ def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
     for values in cols.values():  # an integer beyond int64 is left to the definition
         ok = ok & values.is_not_null()
     ok = ok.fill_null(False)
-    cols["kind"] = pl.Series(["train"] * body.len(), dtype=pl.String)
-    cols["timestamp"] = stamps if stamps is not None else pl.Series([None] * body.len(), dtype=pl.String)
+    cols["kind"] = pl.repeat("train", body.len(), dtype=pl.String, eager=True)
+    cols["timestamp"] = stamps if stamps is not None else pl.repeat(None, body.len(), dtype=pl.String, eager=True)
     return cols, ok, keys

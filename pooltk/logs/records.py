@@ -104,23 +104,26 @@ def read_records(fmt: Any, lines: Any, result: ParseResult, *, cut_last: bool) -
     cand = off.is_not_null()
     cand_idx = cand.arg_true()
     fast_frame = None
-    fast_ok = pl.Series([False] * cand_idx.len(), dtype=pl.Boolean)
+    fast_ok = pl.repeat(False, cand_idx.len(), dtype=pl.Boolean, eager=True)
     fast_keys: tuple[str, ...] = ()
     at_start = cand_idx.len() > 0 and off.max() == 0  # every record starts its line (an undecorated file)
+
+    def take(values: Any, idx: Any, of: int) -> Any:  # a gather that copies nothing when it takes every row
+        return values if idx.len() == of else values.gather(idx)
+
     if cand_idx.len():
-        whole = cand_idx.len() == n
-        body = (lines if whole else lines.gather(cand_idx)) if at_start else _slice(lines.gather(cand_idx), off.gather(cand_idx))
+        body = take(lines, cand_idx, n) if at_start else _slice(take(lines, cand_idx, n), take(off, cand_idx, n))
         got = fmt.fast(body)
         if got is not None:
             fast_cols, fast_ok, fast_keys = got
             sel = fast_ok.arg_true()
-            fidx = cand_idx.gather(sel)
+            fidx = take(cand_idx, sel, cand_idx.len())
             fast_frame = pl.DataFrame({
                 "line": (fidx + 1).cast(pl.Int64),
-                "rec": pl.Series([0] * sel.len(), dtype=pl.Int64),
+                "rec": pl.repeat(0, sel.len(), dtype=pl.Int64, eager=True),
                 "prefix": (pl.repeat("", sel.len(), dtype=pl.String, eager=True) if at_start
-                           else _slice(lines.gather(fidx), 0, off.gather(fidx))),
-                **{k: v.gather(sel) for k, v in fast_cols.items()},
+                           else _slice(take(lines, fidx, n), 0, take(off, fidx, n))),
+                **{k: take(v, sel, cand_idx.len()) for k, v in fast_cols.items()},
             })
     rest = cand_idx.filter(~fast_ok).to_list()
     pending: list[tuple[int, int, str, Rec]] = []

@@ -240,6 +240,6 @@ def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
             cols[key] = text.cast(pl.Float64, strict=False)
     for values in cols.values():
         ok = ok & values.is_not_null()
-    cols["kind"] = pl.Series(["train"] * body.len(), dtype=pl.String)
+    cols["kind"] = pl.repeat("train", body.len(), dtype=pl.String, eager=True)
     cols["timestamp"] = stamps
     return cols, ok.fill_null(False), keys
