@@ -38,6 +38,12 @@ keeping per-rank files). Claims checked per variant
   train.log carries torchrun's ``[rankN]:`` prefixes): torchrun's per-rank file tree reads as one
   run of those steps (rank 1's files hold no record: Automodel logs on rank 0 only).
 
+``stock_relaunch`` is a second stock launch into a folder holding the stock launch's three logs (copied
+as written; Automodel appends to its JSONL files, the console is appended to train.log): its claims
+(:data:`RELAUNCH_CLAIMS`) are ``launch``, ``recipe_steps`` (the JSONL holds 0..STEPS-1 twice) and
+``relaunch_text`` / ``relaunch_jsonl`` / ``relaunch_folder``: the text log, the JSONL and the folder
+each read as two runs of steps 0..STEPS-1 with each launch's final loss.
+
 ``--trainer torchtitan`` (run in .venvs/torchtitan) does the same for torchtitan's trainer: titan_suite.py's
 launch of ``torchtitan.train`` through ``pooltk.integrations.torchtitan`` (``stock``: ``--pooltk.enable
 false``; ``pooltk_tight``), PP ``--pp``, in a fresh dump folder. Its two logs: ``train.log`` (torchrun's
@@ -90,6 +96,9 @@ VARIANTS: dict[str, dict] = {
     # stock again, launched the way a job keeps per-rank files: [rankN]: prefixes on the console, a --log-dir tree
     "stock_logdir": {"entry": "stock", "pool": "stock",
                      "torchrun": ["--log-dir", LOG_DIR, "--redirects", "3", "--tee", "3", "--role", "rank"]},
+    # a second launch into a folder holding stock's logs (copied): Automodel appends to its JSONL files, the
+    # console is appended (>>)
+    "stock_relaunch": {"entry": "stock", "pool": "stock", "torchrun": [], "launches": 2},
 }
 """Variant -> producers_rank.py ``--entry``, its pool keys (producers_assets.POOLS) and torchrun's own flags
 (``--log-dir`` goes to :func:`log_dir`)."""
@@ -100,6 +109,7 @@ EXPECTED_POOL: dict[str, dict] = {
     "automodel_pool": {"pooled": True, "pool_impl": "automodel", "slack": 2},
     "pooltk": {"pooled": True, "pool_impl": "pooltk", "slack": 2},
     "stock_logdir": {"pooled": None, "pool_impl": None, "slack": None},
+    "stock_relaunch": {"pooled": None, "pool_impl": None, "slack": None},
 }
 """What ``pooltk logs`` must read as the pool columns of each variant's text log."""
 
@@ -109,8 +119,14 @@ CLAIMS = ("launch", "recipe_steps", "text_steps", "text_pool", "jsonl_steps", "j
 """Every variant's claims; a variant launched with ``--log-dir`` adds ``logdir`` (:func:`claims_of`)."""
 
 
+RELAUNCH_CLAIMS = ("launch", "recipe_steps", "relaunch_text", "relaunch_jsonl", "relaunch_folder")
+"""A variant launched more than once into one folder: each log reads as one run per launch."""
+
+
 def claims_of(variant: str) -> tuple[str, ...]:
     """The claims checked for one Automodel variant."""
+    if VARIANTS[variant].get("launches", 1) > 1:
+        return RELAUNCH_CLAIMS
     return (*CLAIMS, "logdir") if LOG_DIR in VARIANTS[variant]["torchrun"] else CLAIMS
 
 
@@ -130,9 +146,12 @@ TITAN_CLAIMS = ("launch", "recipe_steps", "text_steps", "text_pool", "jsonl_step
 
 
 def launch(variant: str, run_dir: Path, assets: Path, *, pp: int, steps: int, python: str,
-           timeout_s: float) -> tuple[int | None, float]:
-    """torchrun one variant (stdout and stderr: ``run_dir/train.log``); exit code (None: timed out), wall s."""
-    for stale in ("train.log", "training.jsonl", "validation.jsonl"):
+           timeout_s: float, again: bool = False) -> tuple[int | None, float]:
+    """torchrun one variant (stdout and stderr: ``run_dir/train.log``); exit code (None: timed out), wall s.
+
+    ``again``: a further launch into the same folder: nothing is removed and train.log is appended to.
+    """
+    for stale in () if again else ("train.log", "training.jsonl", "validation.jsonl"):
         (run_dir / stale).unlink(missing_ok=True)
     spec = VARIANTS[variant]
     cfg = write_recipe(spec["pool"], assets, run_dir, pp=pp, steps=steps)
@@ -145,7 +164,7 @@ def launch(variant: str, run_dir: Path, assets: Path, *, pp: int, steps: int, py
     env = dict(os.environ, **offline, HF_HOME=str(assets / "hf_home"), OMP_NUM_THREADS="1", PYTHONHASHSEED="0",
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     start = time.monotonic()
-    with open(run_dir / "train.log", "w") as log:
+    with open(run_dir / "train.log", "a" if again else "w") as log:
         try:
             code: int | None = subprocess.run(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                               timeout=timeout_s).returncode
@@ -258,6 +277,28 @@ def judge(variant: str, pp: int, steps: int, code: int | None, record: list[dict
              "found": f if isinstance(f, str) else json.dumps(f), "ok": bool(ok)} for c, e, f, ok in rows]
 
 
+def judge_relaunch(variant: str, pp: int, steps: int, code: int | None, record: list[dict], text: dict,
+                   jsonl: dict, folder: dict) -> list[dict]:
+    """:data:`RELAUNCH_CLAIMS` for a variant launched twice into one folder (``record``: both launches' JSONL)."""
+    launches = VARIANTS[variant]["launches"]
+    logged = [r.get("step") for r in record]
+    lasts = [record[(k + 1) * steps - 1]["loss"] for k in range(launches)] if len(record) == launches * steps else []
+
+    def runs(found: dict, losses: list) -> tuple[list, str, bool]:
+        expected = [{"n_steps": steps, "first_step": 0, "last_step": steps - 1, "final_loss": x} for x in losses]
+        if "error" in found:
+            return expected, f"error: {found['error']}", False
+        got = [{k: r.get(k) for k in ("n_steps", "first_step", "last_step", "final_loss")} for r in found["runs"]]
+        return expected, json.dumps(got), bool(losses) and got == expected
+
+    rows = [("launch", 0, code, code == 0),
+            ("recipe_steps", list(range(steps)) * launches, logged, logged == list(range(steps)) * launches),
+            ("relaunch_text", *runs(text, [round(x, 4) for x in lasts])),
+            ("relaunch_jsonl", *runs(jsonl, lasts)), ("relaunch_folder", *runs(folder, lasts))]
+    return [{"pp": pp, "variant": variant, "claim": c, "expected": e if isinstance(e, str) else json.dumps(e),
+             "found": f if isinstance(f, str) else json.dumps(f), "ok": bool(ok)} for c, e, f, ok in rows]
+
+
 def step_ends(folder: Path) -> dict[int, list[int]]:
     """Every rank's ``step_end`` steps in torchtitan's structured JSONL under ``folder`` (``json.loads``; no pooltk)."""
     out: dict[int, list[int]] = {}
@@ -341,18 +382,28 @@ def run_automodel(args) -> list[dict]:
     for variant in ["stock", *[v for v in args.variants if v != "stock"]]:
         run_dir = out / variant
         run_dir.mkdir(parents=True, exist_ok=True)
-        if args.logs_only:
-            codes[variant] = 0
-        else:
-            codes[variant], wall = launch(variant, run_dir, assets, pp=args.pp, steps=args.steps,
-                                          python=sys.executable, timeout_s=args.timeout)
-            print(f"[integration] automodel recipe pp{args.pp} {variant}: exit {codes[variant]}, {wall:.1f} s",
+        codes[variant] = 0
+        launches = VARIANTS[variant].get("launches", 1)
+        if launches > 1 and not args.logs_only:  # the first launch is stock's: its three logs, as it wrote them
+            for name in ("train.log", "training.jsonl", "validation.jsonl"):
+                shutil.copyfile(out / "stock" / name, run_dir / name)
+            codes[variant] = codes["stock"]
+        first = 1 if launches > 1 else 0  # a relaunch variant's launch 0 is stock's
+        for k in [] if args.logs_only else range(first, launches):
+            code, wall = launch(variant, run_dir, assets, pp=args.pp, steps=args.steps, python=sys.executable,
+                                timeout_s=args.timeout, again=k > 0)
+            codes[variant] = codes[variant] or code
+            print(f"[integration] automodel recipe pp{args.pp} {variant} launch {k + 1}: exit {code}, {wall:.1f} s",
                   flush=True)
         text = read(args.reader_python, run_dir / "train.log")
         jsonl = read(args.reader_python, run_dir / "training.jsonl")
         folder = read(args.reader_python, run_dir)
         (run_dir / "pooltk_logs.json").write_text(json.dumps({"train.log": text, "training.jsonl": jsonl,
                                                               "folder": folder}, indent=1, default=str))
+        if "relaunch_text" in claims_of(variant):
+            rows += judge_relaunch(variant, args.pp, args.steps, codes[variant], recipe_record(run_dir), text, jsonl,
+                                   folder)
+            continue
         val = (read_val(args.reader_python, run_dir), recipe_record(run_dir, "validation.jsonl"))
         logdir = read(args.reader_python, log_dir(run_dir)) if "logdir" in claims_of(variant) else None
         rows += judge(variant, args.pp, args.steps, codes[variant], recipe_record(run_dir),
