@@ -192,3 +192,11 @@ def test_fresh_variants_run_the_rank_with_fresh_and_no_pool():
     assert titan_suite.rank_args("pooltk_input_hook", Path("/r.jsonl"))[-1] == "--input-hook"
     fresh_log = titan_suite.log_row(2, "fresh", ROOT / "x.log", {**GOOD, "pooled": False}, 5, LAST)
     assert fresh_log["pool_expected"] == "pooled=False" and fresh_log["claim_ok"] is True
+
+
+def test_a_chosen_variant_brings_the_stock_and_fresh_runs_it_is_judged_against():
+    assert titan_suite.with_references(["pooltk_tight"]) == ["stock", "fresh", "pooltk_tight"]
+    assert titan_suite.with_references(["stock", "pooltk_tight", "pooltk_input_hook"]) == \
+        ["stock", "fresh", "pooltk_tight", "stock_input_hook", "fresh_input_hook", "pooltk_input_hook"]
+    assert titan_suite.with_references(["pooltk_gated_gpipe"]) == ["stock_gpipe", "fresh_gpipe", "pooltk_gated_gpipe"]
+    assert titan_suite.with_references(list(titan_suite.VARIANTS)) == list(titan_suite.VARIANTS)

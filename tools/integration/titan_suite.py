@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ranks import free_port  # noqa: E402
-from run_suite import compare, finish, write_rows  # noqa: E402
+from run_suite import BASELINE, FRESH, HOOKED, compare, finish, write_rows  # noqa: E402
 from titan_assets import write_assets  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,6 +63,18 @@ reference besides stock); pooltk_gated_gpipe: GPipe with the default 1f1b gate (
 TITAN_SCHEDULE = {"1f1b": "1F1B", "Interleaved1F1B": "Interleaved1F1B", "gpipe": "GPipe"}
 LOG_COLUMNS = ["pp", "variant", "log", "format", "n_steps", "first_step", "last_step", "final_loss", "pool_read",
                "pool_expected", "claim_ok"]
+
+
+def with_references(names: list[str]) -> list[str]:
+    """``names`` in order, each preceded by the stock and fresh runs it is judged against (when not already there)."""
+    out: list[str] = []
+    for name in names:
+        spec = VARIANTS[name]
+        refs = HOOKED if spec.get("input_hook") else (BASELINE[spec["schedule"]], FRESH[spec["schedule"]])
+        for n in (*refs, name):
+            if n not in out:
+                out.append(n)
+    return out
 
 
 def titan_args(name: str, pp: int, assets: Path, dump: Path, steps: int, microbatches: int) -> list[str]:
@@ -179,7 +191,8 @@ def log_row(pp: int, name: str, log: Path, run: dict, steps: int, last_loss: str
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pp", type=int, nargs="+", default=[2])
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
+                   help="variants to run; the stock and fresh runs each is judged against are added before it")
     p.add_argument("--version", default="0.3.0")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--microbatches", type=int, default=8)
@@ -193,7 +206,7 @@ def main() -> int:
     assets = write_assets(out / "assets")
     problems, records, logs = [], [], []
     for pp in args.pp:
-        for name in args.variants:
+        for name in with_references(args.variants):
             if args.logs_only:
                 code, wall, recs = 0, 0.0, collect(name, pp, out)
             else:
