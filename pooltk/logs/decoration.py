@@ -67,6 +67,12 @@ def columns(prefixes: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
     """
     import polars as pl
 
+    if prefixes.len() > 10_000 and prefixes.head(10_000).n_unique() <= 256:  # one launcher's few prefixes: read each once
+        distinct = prefixes.unique()
+        if distinct.len() <= 4096:
+            cols, kinds = columns(distinct)
+            codes = prefixes.replace_strict(distinct, pl.int_range(distinct.len(), eager=True, dtype=pl.UInt32))
+            return {k: v.gather(codes) for k, v in cols.items()}, kinds
     out: dict[str, Any] = {}
     kinds: list[str] = []
     nonempty = prefixes.filter(prefixes.str.len_bytes() > 0)

@@ -154,3 +154,19 @@ def test_concatenated_gzip_members_read_as_one_file(tmp_path):
     path = tmp_path / "two.log.gz"
     path.write_bytes(gzip.compress(raw) + gzip.compress(raw))
     assert len(read_log_file(path).files[0].runs) == 2
+
+
+def test_a_file_of_few_distinct_prefixes_reads_each_prefix_as_alone():
+    """Over 10,000 prefixes of a few kinds are read once per distinct prefix; the columns must be those of
+    reading the prefixes in pieces small enough to be read one by one (torchrun, srun, mpirun, pdsh, kubectl)."""
+    import polars as pl
+
+    kinds = ["[rank3]:", "  7: [default2]:", "[1,5]<stdout>:", "node-12: [rank1]:", "[pod/trainer-0/main] ", "", None,
+             "2026-05-20T02:22:58.123456789Z  11: ", "noise [x] "]
+    prefixes = pl.Series([kinds[(i * 7) % len(kinds)] for i in range(12_001)], dtype=pl.String)
+    whole, seen = columns(prefixes)
+    pieces = [columns(prefixes.slice(k, 5_000)) for k in range(0, prefixes.len(), 5_000)]
+    assert set(seen) == {k for _, ks in pieces for k in ks} and {"torchrun", "srun", "mpirun", "pdsh", "kubectl_prefix"} <= set(seen)
+    for col, values in whole.items():
+        assert values.to_list() == pl.concat([p[col] for p, _ in pieces]).to_list(), col
+    assert whole["rank"][0] == 3 and whole["task"][1] == 11 and whole["host"][3] == "node-12" and whole["rank"][3] == 1
