@@ -14,6 +14,9 @@ for pooled variants, silent divergence for Automodel's pool forced under GPipe, 
 ``*_alias_eval`` variants only) compares a sha256 of the merged output of one forward-only step
 whose last stage returns a view of its received input with the stock run of that step; the
 suite's verdict for Automodel's pool there is a silent difference, for pooltk bitwise equality.
+Records since ``trainers_2026-12-01b`` also judge three ways (``equal_fresh``, ``verdict``,
+``reason``: [Note: trainer verdicts] in tools/integration/run_suite.py); rows with
+``pool_impl == "fresh"`` (a new buffer per receive) are references, not pooled.
 """
 
 from __future__ import annotations
@@ -117,6 +120,12 @@ def claims(table: "pd.DataFrame") -> "pd.DataFrame":
         vals = [v for v in s if v == v and v != ""]
         return bool(vals) and all(str(v) == "True" for v in vals) if vals else None
 
+    def _worst(s):
+        from pooltk.parity.summary import VERDICTS
+
+        vals = [v for v in s if isinstance(v, str) and v in VERDICTS]
+        return max(vals, key=VERDICTS.index) if vals else ""
+
     grouped = table.groupby(["trainer", "pp", "variant"], sort=False)
     out = grouped.agg(schedule=("schedule", "first"), pool_impl=("pool_impl", "first"),
                       losses_equal_stock=("losses_equal_stock", _all),
@@ -124,6 +133,7 @@ def claims(table: "pd.DataFrame") -> "pd.DataFrame":
                       **({"eval_equal_stock": ("eval_equal_stock", _all)} if "eval_equal_stock" in table.columns else {}),
                       step_time_ratio_max=("step_time_ratio", "max"),
                       outcome=("outcome", lambda s: ", ".join(sorted(set(map(str, s))))),
+                      **({"verdict": ("verdict", _worst)} if "verdict" in table.columns else {}),
                       claim_ok=("claim_ok", lambda s: all(str(v) == "True" for v in s)))
     return out.reset_index()
 
