@@ -230,7 +230,11 @@ def main(argv: list[str] | None = None) -> None:
     """Automodel's LLM fine-tuning recipe with :func:`apply` run on its config first."""
     loader = import_trainer("nemo_automodel.components.config._arg_parser", trainer="nemo-automodel", pip=PIP)
     recipe = import_trainer("nemo_automodel.recipes.llm.train_ft", trainer="nemo-automodel", pip=PIP)
+    log_utils = import_trainer("nemo_automodel.components.loggers.log_utils", trainer="nemo-automodel", pip=PIP)
     cfg = loader.parse_args_and_load_config(None, argv)
+    # Automodel sets its logging up only in the recipe's setup(), after pooltk installs: set up its format and
+    # rank-0 filter first, so pooltk's install line lands in the trainer's log (setup() does it again).
+    log_utils.setup_logging()
     apply(cfg)
     trainer = recipe.TrainFinetuneRecipeForNextTokenPrediction(cfg)
     trainer.setup()
