@@ -12,8 +12,8 @@ each pooled variant compared bit for bit with stock. Per rank the table gives th
 distinct storages behind the rank's receive buffers at the end of the run, both directions
 (:func:`pooltk.parity.worker.measure_rank_recv_storage`: a ring shared by two stages counted once),
 and ``live``: the rank's live set from the schedule's action order (slack 0 rank rings, in bytes),
-``model``: what the rank-shared rings at the default slack hold by the analysis
-(:func:`pooltk.analysis.sharing.rank_rings` x set bytes). Ratios: ``rank/stock``, ``rank/per-stage``,
+``model``: what :func:`pooltk.memory.model.model_memory` says the rank-shared rings at the default slack
+hold (``expected_rank_bytes``, the memory model per rank). Ratios: ``rank/stock``, ``rank/per-stage``,
 ``rank0/live`` (1.000 when slack 0 holds exactly the live set) and ``rank/model``.
 
 Stock's count on a V schedule includes what each same-rank handoff gave a microbatch: torch leaves
@@ -33,6 +33,8 @@ from pooltk import PoolConfig
 from pooltk.analysis.lifetimes import DIRECTIONS, ScheduleShape, analyse
 from pooltk.analysis.programs import resolve_schedule
 from pooltk.analysis.sharing import rank_rings
+from pooltk.memory.model import harness_boundary, model_memory
+from pooltk.memory.shape import PipelineShape
 from pooltk.parity import ParitySpec, Variant, run_parity
 
 SCHEDULES = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
@@ -79,13 +81,15 @@ def main(argv: list[str] | None = None) -> int:
                 prog, spans = analyse(ScheduleShape(schedule=resolve_schedule(name)[1], pp=pp, n_microbatches=m,
                                                     stages_per_rank=VPP))
                 live = rank_rings(prog, spans, CONFIGS["rank0"])
-                model = rank_rings(prog, spans, CONFIGS["rank"])
+                boundary = harness_boundary(rows=spec.rows_per_microbatch, seq_len=spec.seq_len, hidden=spec.hidden)
+                model = model_memory(PipelineShape(pp=pp, n_microbatches=m, schedule=name, stages_per_rank=VPP),
+                                     boundary, CONFIGS["rank"]).expected_rank_bytes()
                 for rank in sorted(got["stock"].rank_recv):
                     row = {"schedule": name, "pp": pp, "vpp": VPP, "M": m, "rank": rank,
                            "stock": _rank_bytes(got["stock"], rank), "per_stage": _rank_bytes(got["per-stage"], rank),
                            "rank_bytes": _rank_bytes(got["rank"], rank), "rank0": _rank_bytes(got["rank0"], rank),
                            "live": sum(r.size for r in live if r.rank == rank) * set_bytes,
-                           "model": sum(r.size for r in model if r.rank == rank) * set_bytes,
+                           "model": model[rank].pooled_bytes,
                            "bitwise": all(got[k].bitwise_equal for k in CONFIGS)}
                     rows.append(row)
     wall = time.perf_counter() - t0
