@@ -108,6 +108,7 @@ def unique_runs(files: list[Path]) -> dict[Path, tuple[str, int | None, str]]:
                 base, rot = _plain_name(f)
                 plan[f] = (run_name(f), None, f"rotated files of {base} joined in order" if rot else "")
             key_of[f] = folder
+    _launches(plan)
     # the same run name from two folders: two runs, each named by its path
     folders_of: dict[str, set[Path]] = defaultdict(set)
     for f, (name, _, _) in plan.items():
@@ -125,6 +126,36 @@ def unique_runs(files: list[Path]) -> dict[Path, tuple[str, int | None, str]]:
         if rank is None and (r := rank_in_name(f)) is not None:
             plan[f] = (name, r, why)
     return plan
+
+
+LAUNCH_GAP_S = 60.0
+"""Start stamps of one launch's ranks (torchtitan's structured logs) lie within this of the one before."""
+
+
+def _launches(plan: dict[Path, tuple[str, int | None, str]]) -> None:
+    """Stamped per-rank files of one folder and run (``<source>.global_rank_R.<YYYYmmdd-HHMMSS>-<6>.jsonl``)
+    grouped into launches, each its own run ``<run>#k``: in stamp order, a file starts a new launch when
+    its stamp is more than :data:`LAUNCH_GAP_S` after the previous file's or its rank is already in the launch."""
+    from datetime import datetime
+
+    groups: dict[tuple[Path, str], list[tuple[datetime, int | None, Path]]] = defaultdict(list)
+    for f, (name, rank, _) in plan.items():
+        m = re.search(r"\.(\d{8}-\d{6})(?:-[A-Z0-9]{6})?$", _plain_name(f)[0].rsplit(".", 1)[0])
+        if m:
+            groups[(f.resolve().parent, name)].append((datetime.strptime(m.group(1), "%Y%m%d-%H%M%S"),
+                                                       rank_in_name(f), f))
+    for (_, name), members in groups.items():
+        members.sort(key=lambda m: (m[0], m[2].name))
+        k, ranks, last, of = 0, set(), None, {}
+        for stamp, rank, f in members:
+            if last is None or (stamp - last).total_seconds() > LAUNCH_GAP_S or rank in ranks:
+                k, ranks = k + 1, set()
+            ranks.add(rank)
+            last, of[f] = stamp, k
+        if k > 1:
+            for f, i in of.items():
+                _, rank, why = plan[f]
+                plan[f] = (f"{name}#{i}", rank, (why + "; " if why else "") + f"launch {i} of {k} by the files' start stamps")
 
 
 _RANK_WORDS = ("rank", "process", "proc", "worker", "task", "node", "gpu", "device")

@@ -377,7 +377,11 @@ class Summary:
         """One row per run."""
         import pandas as pd
 
-        return pd.DataFrame([r.to_dict() for r in self.runs])
+        frame = pd.DataFrame([r.to_dict() for r in self.runs])
+        for c in ("first_step", "last_step"):  # steps stay integers beside a run with none (not 0.0 / NaN)
+            if c in frame:
+                frame[c] = pd.Series([r.to_dict()[c] for r in self.runs], dtype=object, index=frame.index)
+        return frame
 
     def __getitem__(self, run: str) -> RunSummary:
         for r in self.runs:

@@ -294,6 +294,44 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, max_bytes:
     return LogTable(steps=frame, files=[report], runs=run_infos), None
 
 
+def _join_validation(tables: list[LogTable]) -> None:
+    """A validation-only file joins, row by row, the run of its folder that was training at its time.
+
+    [Note: validation joins its launch]
+    Automodel writes ``validation.jsonl`` beside ``training.jsonl`` and ``train.log``; after a
+    relaunch into the same folder each holds both launches. A file with only val rows whose run
+    (``X``) is split in a sibling file of the same folder (``X#1``, ``X#2``) has each row put in the
+    latest of those runs whose first train step is not later than the row (the same launch), or
+    the first; without timestamps its own split (its val step going back) stands, named in order.
+    """
+    import pandas as pd
+
+    starts: dict[tuple[Path, str], pd.Timestamp] = {}
+    for t in tables:
+        train = t.steps[t.steps["kind"] == "train"]
+        if len(train) and train["timestamp"].notna().all():
+            folder = Path(t.files[0].path).parent
+            for name, first in train.groupby(train["run"].astype(str), observed=True)["timestamp"].min().items():
+                starts[(folder, name)] = min(first, starts.get((folder, name), first))
+    for t in tables:
+        f, steps = t.files[0], t.steps
+        if not len(steps) or (steps["kind"] != "val").any() or steps["timestamp"].isna().any():
+            continue
+        folder = Path(f.path).parent
+        mine = sorted(((at, name) for (fo, name), at in starts.items()
+                       if fo == folder and name.startswith(f.run + "#") and name[len(f.run) + 1:].isdigit()))
+        if len(mine) < 2:
+            continue
+        at = pd.Series([a for a, _ in mine]).to_numpy(dtype="datetime64[ns]")
+        k = (at.searchsorted(steps["timestamp"].to_numpy(dtype="datetime64[ns]"), side="right") - 1).clip(0)
+        names = [mine[i][1] for i in k]
+        info = next(iter(t.runs.values()), RunInfo())
+        steps["run"] = pd.Categorical(names)
+        f.runs = list(dict.fromkeys(names))
+        t.runs = {name: info for name in f.runs}
+        f.notes.append("val rows joined by time to the runs of " + ", ".join(n for _, n in mine) + " (the same launch)")
+
+
 class _PythonOnly:
     """A format with its engine path switched off (``engine="python"``)."""
 
@@ -342,6 +380,7 @@ def read_logs(
         shown = "; ".join(unrecognised[:3])
         raise LogFormatError(", ".join(str(p) for p in paths), 0, found=f"no readable log among the files ({shown})",
                              required="at least one log of a supported format", fix="point at the run's log files")
+    _join_validation(tables)
     steps = concat_frames([t.steps for t in tables])
     runs: dict[str, RunInfo] = {}
     for t in tables:

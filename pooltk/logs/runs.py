@@ -141,6 +141,9 @@ def segment(frame: Any, *, banners: list[int] = (), banner_ranks: Any = None) ->
     stream = np.where(np.isnan(rank), -1, rank).astype(np.int64)
     step = frame["step"].to_numpy(dtype=np.int64)
     train = (frame["kind"] == "train").to_numpy()
+    val_only = not train.any()
+    if val_only:  # a validation file (Automodel's validation.jsonl): its val steps going back split it
+        train = (frame["kind"] == "val").to_numpy()
     ts = frame["timestamp"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
     has_ts = ts != np.iinfo(np.int64).min
     banner_lines = np.asarray(sorted(banners), dtype=np.int64)
@@ -160,13 +163,14 @@ def segment(frame: Any, *, banners: list[int] = (), banner_ranks: Any = None) ->
     late_banner = banner_lines.size > 0 and bool(train.any()) and banner_lines.max() > lines[train].min()
     if not back.any() and not late_banner:
         return Segments(index=np.zeros(n, dtype=np.int64), reasons=[], notes=notes)
-    seg = _segment_slow(lines, stream, step, train, banner_lines, b_rank)
+    seg = _segment_slow(lines, stream, step, train, banner_lines, b_rank, exact=val_only)
     seg.notes = notes
     return seg
 
 
-def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: Any, b_rank: Any) -> Segments:
-    """Walk the rows in line order (only for files where a boundary is possible)."""
+def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: Any, b_rank: Any, *,
+                  exact: bool = False) -> Segments:
+    """Walk the rows in line order (only for files where a boundary is possible); ``exact``: no lag tolerated."""
     import numpy as np
 
     order = np.argsort(lines, kind="stable")
@@ -207,7 +211,7 @@ def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: 
         st = state.setdefault(s, {})
         if train[i]:
             top = st.get("max_step")
-            tol = 0 if s >= 0 else interval.get(s, 1)
+            tol = 0 if s >= 0 or exact else interval.get(s, 1)
             if top is not None and step[i] < top - tol:
                 start_new(s, f"step went back from {top} to {int(step[i])}" + (f" (rank {s})" if s >= 0 else ""), ln)
                 st = state[s]
