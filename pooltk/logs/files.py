@@ -31,7 +31,7 @@ _GENERIC_STEMS = {"training", "validation", "train", "run", "log", "logs", "stdo
                   "rank", "std_log_process", "std_log", "process", "worker", "node", "task"}
 _CLIMB_DIRS = re.compile(r"^(?:\d+|rank[_-]?\d+|attempt_\d+|structured_logs|logs|user_logs|azureml-logs)$", re.IGNORECASE)
 _RANK_IN_NAME_RE = re.compile(r"[._-]?(?:global_|local_)?rank[_-]?(\d+)(?=$|[._-])", re.IGNORECASE)
-_STAMP_IN_NAME_RE = re.compile(r"\.\d{8}-\d{6}(?:-[A-Z0-9]{6})?$")
+_STAMP_IN_NAME_RE = re.compile(r"\.(\d{8}-\d{6})(?:-[A-Z0-9]{6})?$")
 _ROTATED_RE = re.compile(r"^(?P<base>.+?\.(?:log|txt|out|err|jsonl|stdout|stderr))\.(?P<n>\d{1,4})$")
 _LAST_NUMBER_RE = re.compile(r"^(?P<head>.*?)(?P<n>\d+)(?P<tail>\D*)$")
 
@@ -140,10 +140,8 @@ def _launches(plan: dict[Path, tuple[str, int | None, str]]) -> None:
 
     groups: dict[tuple[Path, str], list[tuple[datetime, int | None, Path]]] = defaultdict(list)
     for f, (name, rank, _) in plan.items():
-        m = re.search(r"\.(\d{8}-\d{6})(?:-[A-Z0-9]{6})?$", _plain_name(f)[0].rsplit(".", 1)[0])
-        if m:
-            groups[(f.resolve().parent, name)].append((datetime.strptime(m.group(1), "%Y%m%d-%H%M%S"),
-                                                       rank_in_name(f), f))
+        if m := _STAMP_IN_NAME_RE.search(_plain_name(f)[0].rsplit(".", 1)[0]):
+            groups[(f.resolve().parent, name)].append((datetime.strptime(m.group(1), "%Y%m%d-%H%M%S"), rank_in_name(f), f))
     for (_, name), members in groups.items():
         members.sort(key=lambda m: (m[0], m[2].name))
         k, ranks, last, of = 0, set(), None, {}

@@ -295,15 +295,10 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, max_bytes:
 
 
 def _join_validation(tables: list[LogTable]) -> None:
-    """A validation-only file joins, row by row, the run of its folder that was training at its time.
-
-    [Note: validation joins its launch]
-    Automodel writes ``validation.jsonl`` beside ``training.jsonl`` and ``train.log``; after a
-    relaunch into the same folder each holds both launches. A file with only val rows whose run
-    (``X``) is split in a sibling file of the same folder (``X#1``, ``X#2``) has each row put in the
-    latest of those runs whose first train step is not later than the row (the same launch), or
-    the first; without timestamps its own split (its val step going back) stands, named in order.
-    """
+    """[Note: validation joins its launch] A file of val rows only (Automodel's ``validation.jsonl``) whose run
+    ``X`` a sibling file of its folder splits (``X#1``, ``X#2``: a relaunch) has each row put in the latest of
+    those runs whose first train step is not later than the row (the same launch); without timestamps its
+    own split (its val step going back) stands, named in order."""
     import pandas as pd
 
     starts: dict[tuple[Path, str], pd.Timestamp] = {}
