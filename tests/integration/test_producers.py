@@ -206,11 +206,7 @@ def test_two_launches_in_one_folder_must_read_as_two_runs():
 
 # --- the recipe itself, in the Automodel venv -------------------------------------------------------------
 
-KNOWN = {
-    ("stock_relaunch", "relaunch_folder"): "pooltk logs splits train.log and training.jsonl of two launches into "
-                                           "#1/#2 but not validation.jsonl (val steps 1,2,1,2), which becomes a third "
-                                           "run with no train step; the two runs' first/last_step come out as floats",
-}
+KNOWN: dict[tuple[str, str], str] = {}
 """Claims that fail today and why (strict xfail: they fail this test the day they hold, so the mark goes)."""
 
 
