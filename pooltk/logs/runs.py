@@ -11,7 +11,8 @@ one for rows without a rank) and a stream starts a new run where:
 - (not a clock: a timestamp going back -- a DST fall-back, nodes whose clocks differ by seconds --
   while the steps go on is one run, and a note says where the clock went back);
 - a start-up banner (:data:`BANNERS`) appears after the stream already logged a step (a banner
-  without a rank applies to every stream).
+  without a rank applies to every stream, one with a rank to its stream and the rank-less one: a
+  plain launch then a ``[rankN]:`` one). A stream first seen after a boundary is in the newest run.
 
 A row belongs to the run its stream is in at that line; runs are numbered in file order and
 named ``<run>#1``, ``<run>#2`` when there is more than one. Two runs are never merged and a step
@@ -204,7 +205,7 @@ def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: 
         while bi < banner_lines.size and banner_lines[bi] < ln:
             br = int(b_rank[bi])
             for s, st in list(state.items()):
-                if st.get("stepped") and (br < 0 or br == s):
+                if st.get("stepped") and (br < 0 or br == s or s < 0):  # a rank's banner restarts the rank-less stream too
                     start_new(s, f"start-up banner at line {int(banner_lines[bi])} after steps were logged", int(banner_lines[bi]))
             bi += 1
         s = int(stream[i])
@@ -217,7 +218,7 @@ def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: 
                 st = state[s]
             st["max_step"] = int(step[i]) if st.get("max_step") is None else max(st["max_step"], int(step[i]))
             st["stepped"] = True
-        index[i] = seg_of_stream.get(s, 0)
+        index[i] = seg_of_stream.setdefault(s, n_runs - 1)  # a stream first seen after a boundary is in the newest run
     return Segments(index=index, reasons=reasons)
 
 

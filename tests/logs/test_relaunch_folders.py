@@ -118,3 +118,24 @@ def test_a_torchtitan_relaunch_within_seconds_splits_where_a_rank_starts_again(t
         _titan_file(logs, rank, T0 + timedelta(seconds=10 + rank), 2, f"U{rank}VWXY")
     runs = _titan_runs(logs)
     assert runs == {"job#1": [(0, 1), (1, 1)], "job#2": [(0, 1), (0, 2), (1, 1), (1, 2)]}
+
+
+def _titan_text_launch(prefixes: list[str], start_h: int, steps: int) -> list[str]:
+    """torchtitan's text log of one launch: the start-up banner, then one step line per step per prefix."""
+    out = [f"{p}[titan] 2026-10-02 {start_h:02d}:00:00,000 - root - INFO - Starting job: llama3 debug" for p in prefixes]
+    for s in range(1, steps + 1):
+        out += [f"{p}[titan] 2026-10-02 {start_h:02d}:00:{10 + s:02d},000 - root - INFO - step: {s:2}  loss: {4 - 0.1 * s:8.5f}  "
+                f"grad_norm:  1.0000  memory: 61.00GiB(32.57%)  tps: 20,000  tflops: 200.00  mfu: 8.00%" for p in prefixes]
+    return out
+
+
+def test_a_plain_launch_then_a_rank_prefixed_launch_appended_to_one_log_are_two_runs(tmp_path):
+    (tmp_path / "train").mkdir()
+    path = tmp_path / "train" / "train.log"
+    path.write_text("\n".join(_titan_text_launch([""], 8, 3) + _titan_text_launch(["[rank0]:", "[rank1]:"], 9, 2)) + "\n")
+    table = read_logs(path)
+    s = table.steps[table.steps["kind"] == "train"]
+    assert table.files[0].runs == ["train#1", "train#2"]
+    assert list(s[s["run"] == "train#1"]["step"]) == [1, 2, 3] and s[s["run"] == "train#1"]["rank"].isna().all()
+    second = s[s["run"] == "train#2"]
+    assert sorted(zip(second["rank"].astype(int), second["step"])) == [(0, 1), (0, 2), (1, 1), (1, 2)]
