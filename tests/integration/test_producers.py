@@ -238,12 +238,6 @@ def test_automodel_s_own_recipe_on_cpu_writes_logs_pooltk_logs_reads_to_its_step
 
 # --- torchtitan's trainer, in the torchtitan venv --------------------------------------------------------
 
-# fails today (strict xfail): two launches' structured logs in one folder read as one run of 3 steps
-TITAN_KNOWN_REASON = ("pooltk logs merges two torchtitan launches' structured_logs (files named by each process's "
-                      "start stamp, rank stamps up to 3 s apart) into one run: steps restarting at 1 later in a "
-                      "rank's stream must split runs")
-
-
 @pytest.fixture(scope="module")
 def titan_claims(tmp_path_factory):
     if not TORCHTITAN.exists():
@@ -261,7 +255,7 @@ def titan_claims(tmp_path_factory):
 @pytest.mark.timeout(1300)
 @pytest.mark.parametrize("variant, claim", [
     *[pytest.param(v, c) for v in producers.TITAN_EXPECTED_POOL for c in producers.TITAN_CLAIMS],
-    pytest.param("pooltk_tight", "relaunch", marks=[pytest.mark.xfail(strict=True, reason=TITAN_KNOWN_REASON)])])
+    pytest.param("pooltk_tight", "relaunch")])
 def test_torchtitan_s_trainer_on_cpu_writes_logs_pooltk_logs_reads_to_its_steps_and_pool(titan_claims, variant, claim):
     rows, proc = titan_claims
     row = rows[(variant, claim)]
