@@ -61,6 +61,16 @@ def _template(buf: torch.Tensor, factory: PlaceholderFactory | None) -> tuple:
     return (tuple(buf.shape), buf.dtype, torch.device(device), bool(buf.requires_grad))
 
 
+def _ring_positions(infos_by_chunk: dict[int, tuple]) -> list[int]:
+    """Positions of the recv infos that receive into a tensor (empty: nothing to pool), checked alike per chunk."""
+    if not infos_by_chunk:
+        return []
+    positions = recv_positions(infos_by_chunk[0])
+    if positions and any(len(infos) != len(infos_by_chunk[0]) for infos in infos_by_chunk.values()):
+        raise RuntimeError("recv infos differ in structure between microbatches")
+    return positions
+
+
 def build_ring(
     stage: Any, target: SetupTarget, n_mb: int, config: PoolConfig, factory: PlaceholderFactory | None,
     plan: Any = None, on_rehome: Callable[[Rehome], None] | None = None,
@@ -68,13 +78,9 @@ def build_ring(
     """The ring for one direction of a stage just set up, bound onto its recv infos (None: stays stock)."""
     infos_by_chunk: dict[int, tuple] = getattr(stage, target.infos_attr)
     n_mb = len(infos_by_chunk) or n_mb
-    if not infos_by_chunk:
-        return None
-    positions = recv_positions(infos_by_chunk[0])
+    positions = _ring_positions(infos_by_chunk)
     if not positions:
         return None  # first stage (root args) forward, or last stage grads
-    if any(len(infos_by_chunk[c]) != len(infos_by_chunk[0]) for c in range(n_mb)):
-        raise RuntimeError("recv infos differ in structure between microbatches")
     k = _ring_size(stage, target.direction, n_mb, config, plan)
     if k <= 0:
         return None
@@ -119,13 +125,9 @@ def join_rank_ring(
     from pooltk.analysis.sharing import rank_rings
 
     infos_by_chunk: dict[int, tuple] = getattr(stage, target.infos_attr)
-    if not infos_by_chunk:
-        return None
-    positions = recv_positions(infos_by_chunk[0])
+    positions = _ring_positions(infos_by_chunk)
     if not positions:
         return None
-    if any(len(infos_by_chunk[c]) != len(infos_by_chunk[0]) for c in infos_by_chunk):
-        raise RuntimeError("recv infos differ in structure between microbatches")
     direction, me = target.direction, stage.stage_index
     if plan.sizes.get((me, direction), 0) <= 0:
         return None
