@@ -83,12 +83,22 @@ def test_the_glob_finds_notebooks_and_every_slider_check_names_one() -> None:
 
 
 def _wait_for_change(nbk: LabNotebook, text0: str, src0: str | None, timeout_s: float) -> tuple[str, str | None]:
+    """The explorer's text and figure once they changed AND settled (the same on two polls, kernel idle).
+
+    A frame caught while the browser re-renders the output (the figure swapped, the text not yet) is not
+    judged. Once, with two suites running at once, notebook 01's figure-of-merit check failed (its message
+    was lost; it passed in every other run): a transient frame is the likely cause, so the check now waits
+    for the output to settle and still times out (and fails) if it never shows the asserted change.
+    """
     deadline = time.monotonic() + timeout_s
     text, src = text0, src0
+    last: tuple[str, str | None] | None = None
     while time.monotonic() < deadline:
         text, src = nbk.widget_text_and_image()
-        if text != text0 and src and src != src0 and nbk.state().get("kernel") == "idle":
+        changed = text != text0 and src and src != src0 and nbk.state().get("kernel") == "idle"
+        if changed and last == (text, src):
             return text, src
+        last = (text, src) if changed else None
         time.sleep(0.3)
     return text, src
 
