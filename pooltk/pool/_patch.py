@@ -17,14 +17,14 @@ import torch
 
 from pooltk.config import PoolConfig
 from pooltk.pool import release as rel
-from pooltk.pool.addresses import forget, watch_alias
 from pooltk.pool.adapters import SetupTarget
 from pooltk.pool.adapters.placeholders import PlaceholderFactory, materialize_all
-from pooltk.pool.adapters.stage_api import cached_forward, call_arg, input_grads
+from pooltk.pool.adapters.stage_api import RECV_INFO_ATTRS, cached_forward, call_arg, input_grads
 from pooltk.pool.events import (emit, handoff_event, kept_stock_event, pooled_event, rehome_event, shared_event,
                                 unpooled_event)
 from pooltk.pool.gating import GateDecision, PoolSetupError, decide, observe_schedule, refusal
 from pooltk.pool.guard import is_version_error, name_reuse
+from pooltk.pool.handoff import drop_handed, drop_handoff_buffers, real_buffer, template, watch_handed
 from pooltk.pool.marks import mark
 from pooltk.pool.report import InstallReport
 from pooltk.pool.ring import DirectionRing, Rehome, recv_positions
@@ -35,7 +35,6 @@ __all__ = ["give_back_stock_buffers", "kept_stock", "runtime_wrappers", "setup_w
 
 ContextFn = Callable[[Any], "Context | None"]
 
-_RECV_INFOS = {"forward": "args_recv_info", "grad": "grad_recv_info"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -53,12 +52,6 @@ def _ring_size(stage: Any, direction: str, n_mb: int, config: PoolConfig, plan: 
 def _real_like(buf: torch.Tensor, factory: PlaceholderFactory | None) -> torch.Tensor:
     """A real buffer of ``buf``'s kind (torch's own maker for a placeholder)."""
     return factory.real(buf) if factory is not None and factory.is_placeholder(buf) else torch.empty_like(buf)
-
-
-def _template(buf: torch.Tensor, factory: PlaceholderFactory | None) -> tuple:
-    """(shape, dtype, device, requires_grad) of the real buffer ``buf`` stands for."""
-    device = factory.made[id(buf)][1] if factory is not None and factory.is_placeholder(buf) else buf.device
-    return (tuple(buf.shape), buf.dtype, torch.device(device), bool(buf.requires_grad))
 
 
 def _ring_positions(infos_by_chunk: dict[int, tuple]) -> list[int]:
@@ -108,7 +101,7 @@ class _Group:
 
 
 def _boundary_key(infos_by_chunk: dict[int, tuple], positions: list[int], factory: PlaceholderFactory | None) -> tuple:
-    return tuple(_template(infos_by_chunk[0][j].buffer, factory) for j in positions)
+    return tuple(template(infos_by_chunk[0][j].buffer, factory) for j in positions)
 
 
 def join_rank_ring(
@@ -156,77 +149,6 @@ def join_rank_ring(
     return ring
 
 
-def drop_handoff_buffers(stage: Any, target: SetupTarget, factory: PlaceholderFactory | None) -> dict[int, tuple]:
-    """A direction fed by a same-rank handoff gets no receive buffers: shape-only placeholders stay.
-
-    Returns position -> template (shape, dtype, device, requires_grad) for the rare read torch still
-    makes (``set_local_bwd_input`` zeroes the buffer of a gradient that is None: the wrapper gives that
-    one entry a fresh zero tensor first). See [Note: rank-shared rings].
-    """
-    infos_by_chunk: dict[int, tuple] = getattr(stage, target.infos_attr, {}) or {}
-    if not infos_by_chunk:
-        return {}
-    positions = recv_positions(infos_by_chunk[0])
-    templates = {j: _template(infos_by_chunk[0][j].buffer, factory) for j in positions}
-    for infos in infos_by_chunk.values():
-        for j in positions:
-            buf = infos[j].buffer
-            if factory is not None and factory.is_placeholder(buf):
-                continue
-            if isinstance(buf, torch.Tensor) and not buf.is_meta:  # a layout that allocated: let it go
-                meta = torch.empty(buf.shape, dtype=buf.dtype, device="meta")
-                infos[j].buffer = meta.requires_grad_(True) if buf.requires_grad else meta
-    return templates
-
-
-def drop_handed(stage: Any, st: StageState, chunk: int, kept: list | None = None) -> None:
-    """``chunk`` is done with what a same-rank handoff gave it: let go of it now, not at the next step.
-
-    torch leaves each handed-over tensor in the chunk's recv info until the next step's handoff
-    replaces it, so a stage fed by a handoff keeps all M of them between steps (measured: 8 of 8 on
-    ZBVZeroBubble pp2 M8). After the chunk's backward (its weight pass for a split backward; its
-    forward in a forward-only step, where ``kept``, torch's ``fwd_cache`` list, is swapped too)
-    nothing reads them again; the entry gets a shape-only placeholder back.
-    """
-    for direction, templates in st.handoff.items():
-        infos = getattr(stage, _RECV_INFOS[direction], {}).get(chunk)
-        if infos is None:
-            continue
-        for j, template in templates.items():
-            buf = infos[j].buffer
-            if not isinstance(buf, torch.Tensor) or buf.is_meta:
-                continue
-            forget(buf)
-            if (direction, chunk) in st.handed_addressed:  # its address must not come back this step
-                st.pinned.append(buf)
-            placeholder = torch.empty(template[0], dtype=template[1], device="meta")
-            if kept is not None:
-                for i, v in enumerate(kept):
-                    if v is buf:
-                        kept[i] = placeholder
-            infos[j].buffer = placeholder
-
-
-def watch_handed(stage: Any, st: StageState, chunk: int) -> None:
-    """Watch the addresses of what a forward handoff gave ``chunk`` (see [Note: taken addresses]).
-
-    Stock keeps a handed-over tensor until the next step, so its address is unique within a step; one
-    the pool let go of early is kept to the step's end where its address was taken.
-    """
-    infos = stage.args_recv_info.get(chunk, ())
-    for j in st.handoff["forward"]:
-        buf = infos[j].buffer if j < len(infos) else None
-        if isinstance(buf, torch.Tensor) and not buf.is_meta:
-            watch_alias(buf, functools.partial(st.handed_addressed.add, ("forward", chunk)))
-
-
-def real_buffer(template: tuple, zero: bool = False) -> torch.Tensor:
-    """A real buffer from a template of :func:`drop_handoff_buffers`."""
-    shape, dtype, device, requires_grad = template
-    t = (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=device)
-    return t.requires_grad_(True) if requires_grad else t
-
-
 # ---------------------------------------------------------------------------------------
 # Per-stage outcomes, as log lines (the wording is events.py's)
 # ---------------------------------------------------------------------------------------
@@ -251,7 +173,7 @@ def _pooled_line(stage: Any, st: StageState) -> None:
     if n_mb is None or not st.rings():
         return
     sizes = []
-    for direction, attr in _RECV_INFOS.items():
+    for direction, attr in RECV_INFO_ATTRS.items():
         ring = st.ring(direction)
         if ring is not None:
             sizes.append(ring.size)
@@ -586,12 +508,12 @@ def give_back_stock_buffers(stage: Any, report: InstallReport | None, why: str) 
     had = False
     for direction, templates in st.handoff.items():  # no buffers were made there: make torch's own now
         had = True
-        for infos in getattr(stage, _RECV_INFOS[direction], {}).values():
+        for infos in getattr(stage, RECV_INFO_ATTRS[direction], {}).values():
             for j, template in templates.items():
                 if isinstance(infos[j].buffer, torch.Tensor) and infos[j].buffer.is_meta:
                     infos[j].buffer = real_buffer(template)
     st.handoff.clear()
-    for direction, attr in _RECV_INFOS.items():
+    for direction, attr in RECV_INFO_ATTRS.items():
         ring = st.ring(direction)
         if ring is None:
             continue

@@ -117,7 +117,7 @@ def test_a_none_gradient_handed_over_locally_reads_a_fresh_zero_buffer_not_a_pla
 
 def test_what_a_handoff_gave_a_chunk_is_let_go_after_its_backward_unless_its_address_was_taken():
     from pooltk.pool import addresses
-    from pooltk.pool._patch import drop_handed, watch_handed
+    from pooltk.pool.handoff import drop_handed, watch_handed
     from pooltk.pool.state import state_for
 
     class Stage:

@@ -25,6 +25,7 @@ __all__ = [
     "HANDOFF_METHODS",
     "READ_METHODS",
     "GUARDED_STAGE_METHODS",
+    "RECV_INFO_ATTRS",
     "RUNTIME_ARGS",
     "cached_forward",
     "call_arg",
@@ -58,6 +59,9 @@ READ_METHODS: tuple[str, ...] = ("_retrieve_recv_activations", "_retrieve_recv_g
 
 GUARDED_STAGE_METHODS: tuple[str, ...] = HOT_METHODS + OPTIONAL_HOT_METHODS + HANDOFF_METHODS + READ_METHODS
 """Methods a pooled stage's class may not override (see [Note: refusals] in gating.py)."""
+
+RECV_INFO_ATTRS: dict[str, str] = {"forward": "args_recv_info", "grad": "grad_recv_info"}
+"""Direction -> the stage attribute holding each chunk's recv infos."""
 
 RUNTIME_ARGS: dict[str, tuple[str, ...]] = {
     "get_fwd_recv_ops": ("fwd_chunk_id",),
