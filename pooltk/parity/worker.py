@@ -24,7 +24,7 @@ from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.parity.models import FuzzStage, ToyModel, fuzz_loss, make_batch, make_stage_module
 from pooltk.parity.spec import ParitySpec, Variant
 
-__all__ = ["measure_recv_storage", "run_in_group", "spawn_entry"]
+__all__ = ["max_hooks", "measure_recv_storage", "run_in_group", "spawn_entry"]
 
 
 def measure_recv_storage(stage: Any) -> dict[str, dict[str, int]]:
@@ -258,7 +258,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
                 # what the tables report counts every storage a re-home allocated, on top of the ring's
                 recv[d]["ring_bytes"] = recv[d]["bytes"]
                 recv[d]["bytes"] = recv[d]["ring_bytes"] + counts.get("rehomed_bytes", 0)
-            for d, n in _max_hooks(st).items():
+            for d, n in max_hooks(st).items():
                 recv[d]["max_hooks"] = n
             if variant.buffers == "fresh":
                 for d in DIRECTIONS:
@@ -307,7 +307,7 @@ def _step_end(stages: list[Any]) -> None:
             end()
 
 
-def _max_hooks(stage: Any) -> dict[str, int]:
+def max_hooks(stage: Any) -> dict[str, int]:
     """Per direction: the most gradient hooks registered on any one receive buffer the stage holds now.
 
     Stock torch hands microbatch c the same buffer every step, so hooks a model registers on its

@@ -82,34 +82,52 @@ def test_the_resting_alias_of_a_re_homed_slot_is_rebound_for_every_stage_that_ma
     assert kept.untyped_storage().data_ptr() != new_ptr
 
 
-def _handoff_stage():
-    """A torch stage stand-in whose grad infos hold shape-only placeholders, as a V-schedule handoff leaves them."""
-    from torch.distributed.pipelining.stage import _PipelineStageBase
+def _recv_info(buffer):
+    """A real ``_RecvInfo`` (torch checks the type on some releases) whatever its constructor takes."""
+    from torch.distributed.pipelining.stage import _RecvInfo
 
+    info = _RecvInfo.__new__(_RecvInfo)
+    info.input_name, info.source, info.buffer, info.tensor_meta, info.is_root_arg = "x", 2, buffer, None, False
+    return info
+
+
+def _handoff_stage(buffer):
+    """A torch stage stand-in whose grad info holds ``buffer`` (a placeholder, as a V-schedule handoff leaves it)."""
     from pooltk.pool.state import state_for
 
     class Stage:
         has_backward, is_last, stage_index = True, False, 1
 
     stage = Stage()
-    info = _Info(torch.empty(2, 3, device="meta"))
+    info = _recv_info(buffer)
     stage.grad_recv_info = {0: (info,)}
     st = state_for(stage)
     st.handoff["grad"] = {0: ((2, 3), torch.float32, torch.device("cpu"), False)}
-    return stage, info, _PipelineStageBase.set_local_bwd_input
+    return stage, info
 
 
-def test_a_none_gradient_handed_over_locally_reads_a_fresh_zero_buffer_not_a_placeholder():
-    from pooltk.pool._patch import runtime_wrappers
-
-    stage, info, original = _handoff_stage()
+def test_a_none_gradient_handed_over_locally_reads_a_fresh_zero_buffer_or_is_refused_as_stock_refuses_it():
     from torch.distributed.pipelining.stage import _PipelineStageBase
+
+    from pooltk.pool._patch import runtime_wrappers
 
     originals = {name: getattr(_PipelineStageBase, name) for name in
                  ("set_local_bwd_input", "forward_one_chunk", "backward_one_chunk", "clear_runtime_states")}
     wrapped = runtime_wrappers(originals, lambda _s: None)["set_local_bwd_input"]
-    wrapped(stage, (None,), 0)
-    assert not info.buffer.is_meta and torch.equal(info.buffer, torch.zeros(2, 3))
+    stock_stage, _ = _handoff_stage(torch.ones(2, 3))  # stock: a real buffer in the entry
+    try:
+        originals["set_local_bwd_input"](stock_stage, (None,), 0)
+        stock_refusal = None
+    except AssertionError as e:  # torch <= 2.11 refuses a None gradient itself
+        stock_refusal = str(e)
+    stage, info = _handoff_stage(torch.empty(2, 3, device="meta"))
+    if stock_refusal is None:
+        wrapped(stage, (None,), 0)
+        assert not info.buffer.is_meta and torch.equal(info.buffer, torch.zeros(2, 3))
+    else:
+        with pytest.raises(AssertionError) as refused:
+            wrapped(stage, (None,), 0)
+        assert str(refused.value) == stock_refusal
     g = torch.ones(2, 3)
     wrapped(stage, (g,), 0)
     assert info.buffer is g

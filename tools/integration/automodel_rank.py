@@ -115,7 +115,7 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
     from nemo_automodel.components.distributed.pipelining import AutoPipeline
     from pooltk.integrations import automodel as am_integration
     from pooltk.parity import measure_recv_storage
-    from pooltk.parity.worker import _max_hooks
+    from pooltk.parity.worker import max_hooks
 
     spec = variant_spec(name)
     rank = dist.get_rank()
@@ -203,7 +203,7 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
                   recv={str(s.stage_index): measure_recv_storage(s) for s in info.stages},
                   rings={str(s.stage_index): {d: {"size": getattr(r, "size", None), "rehomes": getattr(r, "rehomes", None)}
                                               for d, r in pooltk.stage_rings(s).items()} for s in info.stages},
-                  hooks={str(s.stage_index): _max_hooks(s) for s in info.stages},
+                  hooks={str(s.stage_index): max_hooks(s) for s in info.stages},
                   torch=torch.__version__, ok=True)
     if fresh:
         record["fresh"] = {str(i): fresh_posts(f, posted[i]) for i, f in fresh.items()}

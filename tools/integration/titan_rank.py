@@ -111,7 +111,7 @@ def main() -> None:
     import pooltk
     import torch
     from pooltk.parity import measure_recv_storage
-    from pooltk.parity.worker import _max_hooks
+    from pooltk.parity.worker import max_hooks
 
     report = pooltk.installed()
     record.update(ok=True, torch=torch.__version__, logged=logged,
@@ -119,7 +119,7 @@ def main() -> None:
                   recv={str(s.stage_index): measure_recv_storage(s) for s in stages},
                   rings={str(s.stage_index): {d: {"size": getattr(r, "size", None), "rehomes": getattr(r, "rehomes", None)}
                                               for d, r in pooltk.stage_rings(s).items()} for s in stages},
-                  hooks={str(s.stage_index): _max_hooks(s) for s in stages},
+                  hooks={str(s.stage_index): max_hooks(s) for s in stages},
                   params_sha256=_params_sha256(stages))
     if fresh is not None:
         record["fresh"] = {str(s.stage_index): _fresh_posts(*fresh[id(s)]) for s in stages}
