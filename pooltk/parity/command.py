@@ -45,11 +45,22 @@ def register(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--hidden", type=int, default=64, help="hidden size of the toy model (default 64)")
     g.add_argument("--seq-len", type=int, default=8, help="tokens per row (default 8)")
     g.add_argument("--rows", type=int, default=2, help="rows per microbatch (default 2)")
+    g.add_argument("--vpp", type=int, default=None,
+                   help="stages per rank for multi-stage schedules (Interleaved1F1B, ZBVZeroBubble, ...; default 2 "
+                        "for those, 1 for single-stage schedules)")
     p = parser.add_argument_group("pool")
-    p.add_argument("--slack", type=int, default=2)
-    p.add_argument("--grad-slack", type=int, default=1)
-    p.add_argument("--policy", default="tight", choices=["tight", "automodel"])
-    p.add_argument("--schedule", default="1F1B", help="torch schedule name (1F1B, GPipe)")
+    p.add_argument("--slack", type=int, default=2, help="forward ring sets beyond the live set (default 2)")
+    p.add_argument("--grad-slack", type=int, default=1, help="grad ring sets beyond the live set (default 1)")
+    p.add_argument("--policy", default="tight", choices=["tight", "automodel"],
+                   help="ring sizing: pooltk's live set + slack, or Automodel's pool's formula (default tight)")
+    p.add_argument("--schedule", default="1F1B",
+                   help="torch schedule name, case-insensitive (default 1F1B; any other is kept stock unless --auto "
+                        "or --force)")
+    p.add_argument("--auto", action="store_true",
+                   help="pool any schedule pooltk can analyse, rings from its own action order "
+                        "(pooltk.install(schedule='auto'))")
+    p.add_argument("--sharing", default="rank", choices=["rank", "stage"],
+                   help="multi-stage schedules: one ring per rank and direction, or one per stage (default rank)")
     p.add_argument("--frontend", default="manual", choices=["manual", "tracing", "both"])
     p.add_argument("--force", action="store_true", help="pool even if the schedule is not allowlisted")
     p.add_argument("--no-guard", action="store_true", help="turn the overrun guard off (shows silent corruption)")
@@ -98,7 +109,46 @@ def check_args(args: argparse.Namespace) -> None:
     except ValueError:
         raise InputError("--schedule", found=repr(args.schedule), required="a torch schedule name, one of "
                          + ", ".join(CATALOG), fix="--schedule 1F1B (the default); other schedules are kept stock "
-                         "unless --force is given.") from None
+                         "unless --auto or --force is given.") from None
+    _check_stages_per_rank(args)
+
+
+def _check_stages_per_rank(args: argparse.Namespace) -> None:
+    """``--vpp`` against the schedule's kind, then the whole shape against torch's own constructor.
+
+    Sets ``args.vpp`` where it was left to its default (2 for a multi-stage schedule, else 1), so a
+    shape torch refuses is named here, in flag terms, and not by a rank's traceback.
+    """
+    from torch.distributed.pipelining.schedules import get_schedule_class
+
+    from pooltk._validate import InputError, check_int
+    from pooltk.analysis.catalog import ScheduleAnalysisError, is_single_stage
+    from pooltk.analysis.programs import program
+
+    cls = get_schedule_class(args.schedule)
+    single = is_single_stage(cls)
+    if args.vpp is None:
+        args.vpp = 1 if single else 2
+    check_int("--vpp", args.vpp, low=1, fix="--vpp 2 for a multi-stage schedule, or leave it out.")
+    if single and args.vpp != 1:
+        raise InputError("--vpp", found=f"{args.vpp} with --schedule {args.schedule}",
+                         required=f"1: {cls.__name__} runs one stage per rank",
+                         fix="leave --vpp out, or choose a multi-stage schedule (--schedule Interleaved1F1B).")
+    if not single and args.vpp < 2:
+        raise InputError("--vpp", found=f"{args.vpp} with --schedule {args.schedule}",
+                         required=f"2 or more: {cls.__name__} runs several stages per rank",
+                         fix="--vpp 2 (the default for multi-stage schedules).")
+    if args.vpp > 1 and args.frontend != "manual":
+        raise InputError("--frontend", found=f"{args.frontend!r} with --vpp {args.vpp}",
+                         required="'manual': the tracing frontend splits one model into one stage per rank",
+                         fix="--frontend manual (the default) for multi-stage schedules.")
+    try:
+        program(args.schedule, pp=args.pp, n_microbatches=args.microbatches, stages_per_rank=args.vpp)
+    except ScheduleAnalysisError as exc:
+        raise InputError("--microbatches", found=f"{args.microbatches} with --schedule {args.schedule} "
+                         f"--pp {args.pp} --vpp {args.vpp}", required=f"a shape torch builds ({exc})",
+                         fix=f"--microbatches {2 * args.pp * args.vpp} (two per stage), or another --pp/--vpp."
+                         ) from None
 
 
 def spec_from_args(args: argparse.Namespace):
@@ -106,10 +156,11 @@ def spec_from_args(args: argparse.Namespace):
     from pooltk.parity import ParitySpec, default_variants
 
     config = PoolConfig(slack=args.slack, grad_slack=args.grad_slack, policy=args.policy, guard=not args.no_guard,
-                        forward_shortfall=args.shortfall)
+                        forward_shortfall=args.shortfall, sharing=args.sharing)
     frontends = ("manual", "tracing") if args.frontend == "both" else (args.frontend,)
     variants = default_variants([config], frontends=frontends, schedule=args.schedule, force=args.force,
-                                eval_between_steps=args.eval_between_steps)
+                                eval_between_steps=args.eval_between_steps, stages_per_rank=args.vpp or 1,
+                                install_schedule="auto" if args.auto else None)
     return ParitySpec(pp=args.pp, microbatches=args.microbatches, steps=args.steps, hidden=args.hidden,
                       seq_len=args.seq_len, rows_per_microbatch=args.rows, timeout_s=args.timeout, variants=variants)
 

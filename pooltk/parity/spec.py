@@ -106,6 +106,7 @@ class ParitySpec:
         for v in self.variants:
             if v.stages_per_rank < 1:
                 raise ValueError(f"Variant {v.name}: stages_per_rank found {v.stages_per_rank}; required >= 1.")
+            _check_stage_kind(v)
             m = v.microbatches or self.microbatches
             if m < self.pp * (v.stages_per_rank if v.stages_per_rank > 1 else 1) and \
                     v.schedule.lower() == "1f1b":
@@ -163,6 +164,23 @@ def _config_label(config: PoolConfig) -> str:
     if config.forward_shortfall:
         label += f"-short{config.forward_shortfall}"
     return label
+
+
+def _check_stage_kind(v: Variant) -> None:
+    """A multi-stage schedule needs ``stages_per_rank >= 2``, a single-stage one exactly 1 (else a rank fails in torch)."""
+    from torch.distributed.pipelining.schedules import get_schedule_class
+
+    from pooltk.analysis.catalog import is_single_stage
+
+    try:
+        cls = get_schedule_class(v.schedule)
+    except ValueError:
+        return  # an unknown name: the rank's own error names it
+    single = is_single_stage(cls)
+    if single != (v.stages_per_rank == 1):
+        need = "1 (it runs one stage per rank)" if single else ">= 2 (it runs several stages per rank)"
+        raise ValueError(f"Variant {v.name}: stages_per_rank found {v.stages_per_rank} for {cls.__name__}; "
+                         f"required {need}. Fix: stages_per_rank={1 if single else 2}.")
 
 
 def default_variants(

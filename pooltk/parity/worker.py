@@ -419,6 +419,21 @@ def _is_peer_connection_error(text: str) -> bool:
                                    "Socket Timeout", "Connection refused", "connectFullMesh"))
 
 
+def known_cause(text: str) -> str:
+    """A cause pooltk can name for a rank's failure (its formatted traceback), or ''.
+
+    torch 2.11's multi-stage schedules open their P2P links by sending to both neighbour stages,
+    and a V schedule's neighbour can be on the same rank: gloo cannot send to itself ("Pair is not
+    connected"), so stock V schedules do not start on gloo there. torch 2.13.0 opens the links with
+    a vote instead and runs them (measured, ZBVZeroBubble pp2, both releases).
+    """
+    if "Pair is not connected" in text and "_initialize_stages" in text:
+        return ("torch's multi-stage warm-up sent to a neighbour stage on the same rank (a V schedule), which gloo "
+                "cannot do; stock fails the same way on this torch. Fix: run V schedules on torch 2.13 or later, "
+                "or under NCCL.")
+    return ""
+
+
 def spawn_entry(rank: int, world: int, spec_json: str, out_dir: str, store_port: int,
                 prelude: str | None = None) -> None:
     """Entry point of a launched rank: join the group through the launcher's TCPStore, run, write JSON.
@@ -450,7 +465,7 @@ def spawn_entry(rank: int, world: int, spec_json: str, out_dir: str, store_port:
         (out / f"rank{rank}.error.json").write_text(json.dumps({
             "rank": rank,
             "type": type(exc).__name__,
-            "message": str(exc),
+            "message": " ".join(filter(None, (str(exc), known_cause(text)))),
             "traceback": text,
             "time": time.time(),
             "overrun": overrun.to_dict() if overrun is not None else None,
