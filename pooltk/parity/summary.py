@@ -19,21 +19,31 @@ def _fmt_bytes(n: int) -> str:
 def format_report(report: ParityReport) -> str:
     """The parity report as the text table ``pooltk parity`` prints."""
     lines: list[str] = []
+    w = max([34] + [len(v.name) + 1 for v in report.variants])
     lines.append(f"parity pp{report.spec.pp} x {report.spec.microbatches} microbatches x {report.spec.steps} steps "
           f"(boundary tensor {_fmt_bytes(report.boundary_bytes)} per microbatch), wall {report.wall_s:.1f} s")
-    lines.append(f"{'variant':34} {'bitwise':>8} {'max|dparam|':>12} {'max|dloss|':>11} {'step ms':>8}")
+    lines.append(f"{'variant':{w}} {'bitwise':>8} {'max|dparam|':>12} {'max|dloss|':>11} {'step ms':>8}")
     for v in report.variants:
         bw = "ref" if v.reference is None else ("yes" if v.bitwise_equal else "NO")
         dp = "" if v.params_max_abs_diff is None else f"{v.params_max_abs_diff:.3g}"
         dl = "" if v.losses_max_abs_diff is None else f"{v.losses_max_abs_diff:.3g}"
-        lines.append(f"{v.name:34} {bw:>8} {dp:>12} {dl:>11} {v.median_step_time_s * 1e3:8.1f}")
+        lines.append(f"{v.name:{w}} {bw:>8} {dp:>12} {dl:>11} {v.median_step_time_s * 1e3:8.1f}")
     lines.append("\nreceive buffers per stage (sets fwd+grad, bytes):")
     for v in report.variants:
         cells = []
         for s in sorted(v.recv):
             f, g = v.recv[s]["forward"], v.recv[s]["grad"]
             cells.append(f"s{s} {f['sets']}+{g['sets']} {_fmt_bytes(f['bytes'] + g['bytes'])}")
-        lines.append(f"  {v.name:32} " + " | ".join(cells))
+        lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
+    multi = [v for v in report.variants if v.rank_recv and len(v.recv) > len(v.rank_recv)]
+    if multi:  # several stages per rank: what the rank holds, each storage once (a rank-shared ring's slots too)
+        lines.append("\nreceive buffers per rank (distinct storages over the rank's stages, sets fwd+grad, bytes):")
+        for v in multi:
+            cells = []
+            for r in sorted(v.rank_recv):
+                f, g = (v.rank_recv[r].get(d, {"sets": 0, "bytes": 0}) for d in ("forward", "grad"))
+                cells.append(f"r{r} {f['sets']}+{g['sets']} {_fmt_bytes(f['bytes'] + g['bytes'])}")
+            lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
     for v in report.variants:
         if v.pooled and all(not r for r in v.rings.values()):
             why = next((g for g in v.gate.values() if g), None) or "install() did not pool on this torch (run `pooltk probe` for why)"

@@ -67,6 +67,14 @@ def test_modelled_rank_bytes_equal_the_distinct_storages_each_rank_holds(schedul
         for rank in range(pp):
             got = sum(measured[rank][d]["bytes"] for d in ("forward", "grad"))
             assert got == expected[rank].pooled_bytes, (name, rank, got, expected[rank])
+    from pooltk.parity import format_report
+
+    printed = format_report(report).split("receive buffers per rank", 1)[1]  # what `pooltk parity` shows per rank
+    for name in configs:
+        rank_line = next(ln for ln in printed.splitlines() if ln.split() and ln.split()[0] == name)
+        for rank in range(pp):
+            f, g = (report.variant(name).rank_recv[rank][d]["sets"] for d in ("forward", "grad"))
+            assert f"r{rank} {f}+{g} " in rank_line, (name, rank_line)
     shared = model_memory(shape, boundary, configs["rank"]).expected_rank_bytes()
     per_stage = model_memory(shape, boundary, configs["stage"]).expected_rank_bytes()
     assert sum(e.pooled_bytes for e in shared.values()) <= sum(e.pooled_bytes for e in per_stage.values())
