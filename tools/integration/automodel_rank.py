@@ -115,6 +115,7 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
     from nemo_automodel.components.distributed.pipelining import AutoPipeline
     from pooltk.integrations import automodel as am_integration
     from pooltk.parity import measure_recv_storage
+    from pooltk.parity.worker import measure_rank_recv_storage
     from pooltk.parity.worker import max_hooks
 
     spec = variant_spec(name)
@@ -201,6 +202,7 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
         record["eval_sha256"] = alias_eval(info, tokens, target)
     record.update(losses=losses_all, params_sha256=params_hash(parts), step_s=times,
                   recv={str(s.stage_index): measure_recv_storage(s) for s in info.stages},
+                  rank_recv=measure_rank_recv_storage(list(info.stages)),
                   rings={str(s.stage_index): {d: {"size": getattr(r, "size", None), "rehomes": getattr(r, "rehomes", None)}
                                               for d, r in pooltk.stage_rings(s).items()} for s in info.stages},
                   hooks={str(s.stage_index): max_hooks(s) for s in info.stages},

@@ -79,7 +79,7 @@ COLUMNS = ["trainer", "trainer_version", "torch", "pp", "microbatches", "steps",
            "pool_impl", "stage", "recv_forward_bytes", "recv_grad_bytes", "recv_bytes", "stock_recv_bytes",
            "losses_equal_stock", "params_equal_stock", "step_time_ratio", "outcome", "claim_ok", "eval_equal_stock",
            "ring_sets", "rehomes", "equal_stock", "equal_fresh", "stock_equal_fresh", "verdict", "reason",
-           "posts", "post_storages"]
+           "posts", "post_storages", "rank_recv_bytes", "stock_rank_recv_bytes"]
 
 
 def _records(out: Path) -> list[dict]:
@@ -87,6 +87,11 @@ def _records(out: Path) -> list[dict]:
     for f in sorted(out.glob("launch*/records.jsonl")):
         rows += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
     return rows
+
+
+def _bytes(recv: dict) -> int:
+    """Receive bytes of one measurement (``measure_*recv_storage``), both directions."""
+    return sum(recv.get(d, {}).get("bytes", 0) for d in ("forward", "grad"))
 
 
 def _steady(times: list[float]) -> float:
@@ -197,6 +202,8 @@ def compare(records: list[dict], *, trainer: str, version: str, steps: int, micr
                            params_equal_stock=r["params_sha256"] == base["params_sha256"],
                            step_time_ratio=round(_steady(r["step_s"]) / _steady(base["step_s"]), 3),
                            outcome="ok")
+                if "rank_recv" in r and "rank_recv" in base:  # the rank's stages together, each storage once
+                    row.update(rank_recv_bytes=_bytes(r["rank_recv"]), stock_rank_recv_bytes=_bytes(base["rank_recv"]))
                 rings = r.get("rings", {}).get(stage, {})
                 if rings:  # pooled: sets per ring and copy-on-conflict re-homes over the run (all directions)
                     row["ring_sets"] = " ".join(f"{d}:{v['size']}" for d, v in sorted(rings.items()))

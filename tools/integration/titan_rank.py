@@ -111,12 +111,14 @@ def main() -> None:
     import pooltk
     import torch
     from pooltk.parity import measure_recv_storage
+    from pooltk.parity.worker import measure_rank_recv_storage
     from pooltk.parity.worker import max_hooks
 
     report = pooltk.installed()
     record.update(ok=True, torch=torch.__version__, logged=logged,
                   installed=bool(report is not None and report.installed),
                   recv={str(s.stage_index): measure_recv_storage(s) for s in stages},
+                  rank_recv=measure_rank_recv_storage(list(stages)),
                   rings={str(s.stage_index): {d: {"size": getattr(r, "size", None), "rehomes": getattr(r, "rehomes", None)}
                                               for d, r in pooltk.stage_rings(s).items()} for s in stages},
                   hooks={str(s.stage_index): max_hooks(s) for s in stages},
