@@ -1,4 +1,4 @@
-"""The recorded side-by-side run, judged three ways (data/validation/trainers_2026-12-01b*.csv).
+"""The recorded side-by-side run, judged three ways (data/validation/trainers_2026-12-01c*.csv).
 
 The newest record is read from ``data/validation/`` by name (the package-data links of
 ``pooltk/integrations/data`` may still point at an older record); ``trainers.load_table`` reads it,
@@ -17,7 +17,7 @@ from pooltk._validate import InputError  # noqa: E402
 from pooltk.nb import trainers  # noqa: E402
 from pooltk.parity.summary import HOOKS_REASON, VERDICTS  # noqa: E402
 
-RECORD = Path(__file__).resolve().parents[2] / "data" / "validation" / "trainers_2026-12-01b.csv"
+RECORD = Path(__file__).resolve().parents[2] / "data" / "validation" / "trainers_2026-12-01c.csv"
 LOGS = RECORD.with_name(RECORD.stem + "_logs.csv")
 TRAINERS = ("automodel", "torchtitan")
 CONTROLS = {"automodel_pool_gpipe_forced": "silent", "automodel_pool_alias_eval": "silent",
@@ -144,3 +144,33 @@ def test_every_recorded_torchtitan_log_was_read_with_all_steps_and_the_right_poo
     assert logs[gated]["pool_read"].str.startswith("pooled=False pool_impl=pooltk").all() and gated.sum() == 2
     assert logs[~pooled]["pool_read"].str.startswith("pooled=False").all()
     assert logs["variant"].str.startswith("fresh").sum() == 2 * 4
+
+
+def test_each_ranks_receive_bytes_in_both_trainers_are_the_analysed_rank_shared_rings_for_interleaved_1f1b(table):
+    """Inside the real trainers, what each rank holds (distinct storages over its two stages) is exactly the
+    rank-shared rings the schedule's own action order gives at slack 0, times one buffer set's bytes."""
+    from pooltk.analysis.lifetimes import ScheduleShape, analyse
+    from pooltk.analysis.sharing import rank_rings
+    from pooltk.config import PoolConfig
+
+    checked = 0
+    for trainer in TRAINERS:
+        for pp in (2, 4):
+            mine = table[(table["trainer"] == trainer) & (table["pp"] == pp)]
+            auto = mine[mine["variant"] == "pooltk_auto_interleaved"]
+            stock = mine[mine["variant"] == "stock_interleaved"]
+            m = int(auto["microbatches"].iloc[0])
+            set_bytes = int(stock[stock["stage"].astype(int) == 1]["recv_forward_bytes"].iloc[0]) // m
+            prog, spans = analyse(ScheduleShape(schedule="Interleaved1F1B", pp=pp, n_microbatches=m, stages_per_rank=2))
+            sets: dict[int, int] = {}
+            for ring in rank_rings(prog, spans, PoolConfig(slack=0, grad_slack=0)):
+                sets[ring.rank] = sets.get(ring.rank, 0) + ring.size
+            for stage, row in zip(auto["stage"].astype(int), auto.itertuples()):
+                rank = stage % pp  # Interleaved1F1B places stages in a loop
+                assert int(row.rank_recv_bytes) == sets[rank] * set_bytes, (trainer, pp, stage)
+                assert int(row.rank_recv_bytes) < int(row.stock_rank_recv_bytes)
+                checked += 1
+            per_stage_sum = auto.assign(rank=auto["stage"].astype(int) % pp).groupby("rank")["recv_bytes"].sum()
+            shared = auto.assign(rank=auto["stage"].astype(int) % pp).groupby("rank")["rank_recv_bytes"].first()
+            assert (shared <= per_stage_sum).all() and (shared < per_stage_sum).any(), (trainer, pp)
+    assert checked == 2 * (2 * 2 + 2 * 4)
