@@ -25,7 +25,7 @@ def cli_started_s() -> float:
 # name -> (module, one-line help). Keep in the order a new user meets them.
 _COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("pooltk.cli.probe", "which torch layout is here and whether the pool would install"),
-    "parity": ("pooltk.cli.parity", "stock vs pooled on real gloo ranks: bitwise parity, bytes, step times"),
+    "parity": ("pooltk.cli.parity", "stock, fresh and pooled on real gloo ranks: three-way verdicts, bytes per stage and rank, step times"),
     "memory": ("pooltk.cli.memory", "receive-buffer memory per stage: stock, automodel policy, tight, live set"),
     "schedules": ("pooltk.cli.schedules", "live receive buffers derived from any torch schedule's action order"),
     "logs": ("pooltk.cli.logs", "read Automodel / torchtitan run logs into a per-run summary"),
