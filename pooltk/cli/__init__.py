@@ -26,7 +26,7 @@ def cli_started_s() -> float:
 _COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("pooltk.cli.probe", "which torch layout is here and whether the pool would install"),
     "parity": ("pooltk.cli.parity", "stock, fresh and pooled on real gloo ranks: three-way verdicts, bytes per stage and rank, step times"),
-    "memory": ("pooltk.cli.memory", "receive-buffer memory per stage: stock, automodel policy, tight, live set"),
+    "memory": ("pooltk.cli.memory", "receive-buffer memory per stage and per rank: stock, automodel policy, tight, live set, rank-shared"),
     "schedules": ("pooltk.cli.schedules", "live receive buffers derived from any torch schedule's action order"),
     "logs": ("pooltk.cli.logs", "read Automodel / torchtitan run logs into a per-run summary"),
     "report": ("pooltk.cli.report", "run every notebook headless and write HTML + PNG reports"),
