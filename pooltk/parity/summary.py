@@ -37,11 +37,13 @@ def format_report(report: ParityReport) -> str:
         lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
     multi = [v for v in report.variants if v.rank_recv and len(v.recv) > len(v.rank_recv)]
     if multi:  # several stages per rank: what the rank holds, each storage once (a rank-shared ring's slots too)
+        from pooltk.analysis.lifetimes import DIRECTIONS
+
         lines.append("\nreceive buffers per rank (distinct storages over the rank's stages, sets fwd+grad, bytes):")
         for v in multi:
             cells = []
             for r in sorted(v.rank_recv):
-                f, g = (v.rank_recv[r].get(d, {"sets": 0, "bytes": 0}) for d in ("forward", "grad"))
+                f, g = (v.rank_recv[r].get(d, {"sets": 0, "bytes": 0}) for d in DIRECTIONS)
                 cells.append(f"r{r} {f['sets']}+{g['sets']} {_fmt_bytes(f['bytes'] + g['bytes'])}")
             lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
     for v in report.variants:
