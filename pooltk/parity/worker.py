@@ -23,6 +23,7 @@ import torch.distributed as dist
 from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.parity.models import FuzzStage, ToyModel, fuzz_loss, make_batch, make_stage_module
 from pooltk.parity.spec import ParitySpec, Variant
+from pooltk.pool.adapters.stage_api import RECV_INFO_ATTRS
 
 __all__ = ["max_hooks", "measure_recv_storage", "run_in_group", "spawn_entry"]
 
@@ -43,7 +44,7 @@ def measure_rank_recv_storage(stages: list[Any]) -> dict[str, dict[str, int]]:
     count sees the slots its microbatches map to.
     """
     out: dict[str, dict[str, int]] = {}
-    for direction, attr in (("forward", "args_recv_info"), ("grad", "grad_recv_info")):
+    for direction, attr in RECV_INFO_ATTRS.items():
         seen: dict[int, int] = {}
         per_chunk = 0
         for infos in (i for stage in stages for _, i in sorted(getattr(stage, attr, {}).items())):
@@ -314,7 +315,7 @@ def max_hooks(stage: Any) -> dict[str, int]:
     received input pile up there (pytorch issue #185331); a fresh buffer or a pooled alias starts at 0.
     """
     out = {}
-    for direction, attr in (("forward", "args_recv_info"), ("grad", "grad_recv_info")):
+    for direction, attr in RECV_INFO_ATTRS.items():
         n = 0
         for infos in getattr(stage, attr, {}).values():
             for info in infos:

@@ -115,8 +115,7 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
     from nemo_automodel.components.distributed.pipelining import AutoPipeline
     from pooltk.integrations import automodel as am_integration
     from pooltk.parity import measure_recv_storage
-    from pooltk.parity.worker import measure_rank_recv_storage
-    from pooltk.parity.worker import max_hooks
+    from pooltk.parity.worker import max_hooks, measure_rank_recv_storage
 
     spec = variant_spec(name)
     rank = dist.get_rank()

@@ -195,9 +195,8 @@ def compare(records: list[dict], *, trainer: str, version: str, steps: int, micr
                    "schedule": r.get("schedule", ""), "pool_impl": r.get("pool", ""), "stage": stage}
             if r.get("ok") and base and base.get("ok"):
                 fwd, grad = recv.get("forward", {}).get("bytes", 0), recv.get("grad", {}).get("bytes", 0)
-                b = base["recv"].get(stage, {})
                 row.update(recv_forward_bytes=fwd, recv_grad_bytes=grad, recv_bytes=fwd + grad,
-                           stock_recv_bytes=b.get("forward", {}).get("bytes", 0) + b.get("grad", {}).get("bytes", 0),
+                           stock_recv_bytes=_bytes(base["recv"].get(stage, {})),
                            losses_equal_stock=r["losses"] == base["losses"],
                            params_equal_stock=r["params_sha256"] == base["params_sha256"],
                            step_time_ratio=round(_steady(r["step_s"]) / _steady(base["step_s"]), 3),

@@ -111,8 +111,7 @@ def main() -> None:
     import pooltk
     import torch
     from pooltk.parity import measure_recv_storage
-    from pooltk.parity.worker import measure_rank_recv_storage
-    from pooltk.parity.worker import max_hooks
+    from pooltk.parity.worker import max_hooks, measure_rank_recv_storage
 
     report = pooltk.installed()
     record.update(ok=True, torch=torch.__version__, logged=logged,
