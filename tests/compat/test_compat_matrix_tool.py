@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tools.compat_matrix import checks, cli, live_buffers  # noqa: E402
+from tools.compat_matrix import checks, cli, live_buffers, space  # noqa: E402
 from tools.compat_matrix.fetch import constraints_without_torch, pip_env  # noqa: E402
 from tools.compat_matrix.judge import judge  # noqa: E402
 from tools.compat_matrix.publish import matrix_doc, merge_rows, publish  # noqa: E402
@@ -234,6 +234,65 @@ def test_a_find_links_folder_that_does_not_exist_is_refused(tmp_path):
 def test_releases_must_be_exact_x_y_z():
     with pytest.raises(cli.UsageError, match=r"--releases: found \['2.15'\]; required exact releases"):
         _options(["--releases", "2.13.0", "2.15"], {})
+
+
+# ----------------------------------------------------------------------------- disk need
+
+
+def _cached(cache: Path, release: str) -> None:
+    d = cache / "wheels" / f"torch-{release}"
+    d.mkdir(parents=True)
+    (d / ".complete").write_text("key\n")
+
+
+def test_a_release_needs_its_published_wheel_and_env_sizes_and_no_wheels_once_cached(recorded, tmp_path):
+    row = next(r for r in recorded["releases"] if r["release"] == "2.11.0")
+    (need,) = space.release_needs(("2.11.0",), tmp_path)
+    assert (need.wheel_bytes, need.env_bytes, need.measured) == (row["download"]["wheel_dir_bytes"],
+                                                                 row["env_bytes"], True)
+    _cached(tmp_path, "2.11.0")
+    (need,) = space.release_needs(("2.11.0",), tmp_path)
+    assert (need.wheel_bytes, need.env_bytes) == (0, row["env_bytes"])
+
+
+def test_a_release_never_measured_is_counted_at_the_largest_measured_sizes(recorded, tmp_path):
+    rows = recorded["releases"]
+    (need,) = space.release_needs(("9.9.9",), tmp_path)
+    assert need.measured is False
+    assert need.wheel_bytes == max(r["download"]["wheel_dir_bytes"] for r in rows)
+    assert need.env_bytes == max(r["env_bytes"] for r in rows)
+
+
+def test_envs_run_one_at_a_time_so_the_peak_is_the_largest_unless_they_are_kept(tmp_path):
+    needs = space.release_needs(("2.11.0", "2.15.0"), tmp_path)
+    wheels = sum(n.wheel_bytes for n in needs)
+    envs = [n.env_bytes for n in needs]
+    assert space.required_bytes(needs, keep_envs=False) == wheels + max(envs) + space.HEADROOM_BYTES
+    assert space.required_bytes(needs, keep_envs=True) == wheels + sum(envs) + space.HEADROOM_BYTES
+
+
+def test_the_ci_check_with_cached_wheels_fits_in_the_8_gb_a_ci_run_found_and_without_them_does_not(tmp_path):
+    # The CI run of 2026-12-01 found 8.3 GB free and was refused by a flat 12 GB floor, with 2.11.0's
+    # wheels in the cache: the env alone (4.8 GB measured) needs less than that.
+    found = int(8.3e9)
+    _cached(tmp_path, "2.11.0")
+    assert space.shortfall_message(found, space.release_needs(("2.11.0",), tmp_path), keep_envs=False,
+                                   cache=tmp_path) is None
+    bare = tmp_path / "bare"
+    msg = space.shortfall_message(found, space.release_needs(("2.11.0",), bare), keep_envs=False, cache=bare)
+    assert msg is not None
+    assert "found 8.3 GB free under" in msg and "required 8.5 GB" in msg
+    assert "2.11.0: wheels 2.7 GB + env 4.8 GB" in msg and "Fix: free space" in msg and "--cache-dir" in msg
+
+
+def test_a_run_without_the_room_it_needs_exits_2_before_fetching_anything(tmp_path, monkeypatch, capsys):
+    from tools.compat_matrix import matrix
+
+    monkeypatch.setattr(matrix.shutil, "disk_usage", lambda p: type("U", (), {"free": 10**9})())
+    monkeypatch.setattr(matrix, "run_release", lambda *a, **k: pytest.fail("ran a release without room"))
+    opts = _options(["--releases", "2.11.0", "--cache-dir", str(tmp_path), "--no-publish"], {})
+    assert matrix.run_matrix(opts) == 2
+    assert "found 1.0 GB free" in capsys.readouterr().err
 
 
 def test_every_pip_call_reads_no_configuration_file():

@@ -12,20 +12,19 @@ from tools.compat_matrix.host import log
 from tools.compat_matrix.options import Options
 from tools.compat_matrix.publish import earlier_rows, matrix_doc, merge_rows, publish
 from tools.compat_matrix.release import run_release
+from tools.compat_matrix.space import release_needs, shortfall_message
 from tools.compat_matrix.spec import DOC, REPO
 from tools.compat_matrix.table import table
-
-REQUIRED_FREE_BYTES = 12e9  # 3 GB of wheels + a 5 GB env per release, with room
 
 
 def run_matrix(opts: Options) -> int:
     """Run the matrix; exit status 0 only when no release run FAILed (2 when the cache has no room)."""
     opts.cache_dir.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(opts.cache_dir).free
-    if free < REQUIRED_FREE_BYTES:
-        print(f"compat_matrix: found {free / 1e9:.1f} GB free under {opts.cache_dir}; required about 12 GB "
-              "(3 GB of wheels + a 5 GB env per release). Fix: free space or pass --cache-dir elsewhere.",
-              file=sys.stderr)
+    short = shortfall_message(free, release_needs(opts.releases, opts.cache_dir), keep_envs=opts.keep_envs,
+                              cache=opts.cache_dir)
+    if short:
+        print(short, file=sys.stderr)
         return 2
     date = _dt.date.today().isoformat()
     rows = []
