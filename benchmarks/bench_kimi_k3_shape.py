@@ -29,6 +29,7 @@ import sys
 import time
 
 from pooltk import PoolConfig
+from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.memory.model import harness_boundary, model_memory
 from pooltk.parity import ParitySpec, Variant, run_parity
 from pooltk.studies.kimi_k3.presets import get_preset
@@ -72,12 +73,12 @@ def main(argv: list[str] | None = None) -> int:
         column = "pooled" if res.pooled else "stock"
         for stage in sorted(res.recv):
             recv = res.recv[stage]
-            counted = sum(recv[d]["bytes"] for d in ("forward", "grad"))  # ring storages + re-homed ones
-            sets = sum(recv[d]["storages"] for d in ("forward", "grad"))
-            rehomes = sum(recv[d].get("rehomes", 0) for d in ("forward", "grad"))
-            rehomed = sum(recv[d].get("rehomed_bytes", 0) for d in ("forward", "grad"))
+            counted = sum(recv[d]["bytes"] for d in DIRECTIONS)  # ring storages + re-homed ones
+            sets = sum(recv[d]["storages"] for d in DIRECTIONS)
+            rehomes = sum(recv[d].get("rehomes", 0) for d in DIRECTIONS)
+            rehomed = sum(recv[d].get("rehomed_bytes", 0) for d in DIRECTIONS)
             want = model.stage_bytes(stage, column)
-            want_sets = sum(model.row(stage, d).sets(column) for d in ("forward", "grad"))
+            want_sets = sum(model.row(stage, d).sets(column) for d in DIRECTIONS)
             ratio = counted / want if want else (1.0 if counted == 0 else float("inf"))
             worst = max(worst, abs(ratio - 1.0))
             rows.append((res.name, stage, counted, want, f"{ratio:.3f}", sets, want_sets, rehomes, rehomed,

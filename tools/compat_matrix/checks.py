@@ -86,13 +86,14 @@ def _pytest(paths: list[str], tmp: Path, name: str, extra: list[str]) -> dict[st
 
 def _variant_facts(v: Any, boundary: int, installed: bool) -> dict[str, Any]:
     from pooltk import PoolConfig
+    from pooltk.analysis.lifetimes import DIRECTIONS
     from pooltk.pool.sizing import ring_sizes, stock_sets
 
-    sets = {str(s): [v.recv[s]["forward"]["sets"], v.recv[s]["grad"]["sets"]] for s in sorted(v.recv)}
+    sets = {str(s): [v.recv[s][d]["sets"] for d in DIRECTIONS] for s in sorted(v.recv)}
     # the ring's own storages (K sets); storages copy on conflict re-homed are counted apart
-    nbytes = {str(s): [v.recv[s][d].get("ring_bytes", v.recv[s][d]["bytes"]) for d in ("forward", "grad")]
+    nbytes = {str(s): [v.recv[s][d].get("ring_bytes", v.recv[s][d]["bytes"]) for d in DIRECTIONS]
               for s in sorted(v.recv)}
-    rehomes = {str(s): [v.recv[s][d].get("rehomes", 0) for d in ("forward", "grad")] for s in sorted(v.recv)}
+    rehomes = {str(s): [v.recv[s][d].get("rehomes", 0) for d in DIRECTIONS] for s in sorted(v.recv)}
     expect = None
     if v.pooled and installed:
         cfg = PoolConfig(**v.config)
@@ -144,6 +145,7 @@ def _negative(report: Any, schedule: str | None = None) -> dict[str, Any]:
 def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
     """Positive: every policy, both frontends, an eval/train switch; one launch, live buffers counted in the ranks."""
     from pooltk import PoolConfig
+    from pooltk.analysis.lifetimes import DIRECTIONS
     from pooltk.parity import ParitySpec, default_variants
 
     live_dir = tmp / "live"
@@ -175,7 +177,7 @@ def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
         # Per receive allocation: what stock holds is the peak of live buffers, not what is left after.
         # Variants run one after another, one stage per rank each: the n-th stage built is variant n.
         def peaks(gen: int) -> dict[str, list[int]]:
-            return {str(s): [live.get(str(s), {}).get("peak", {}).get(f"{gen}/{d}", 0) for d in ("forward", "grad")]
+            return {str(s): [live.get(str(s), {}).get("peak", {}).get(f"{gen}/{d}", 0) for d in DIRECTIONS]
                     for s in range(PP)}
 
         sets = peaks(0)

@@ -43,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ranks import launch  # noqa: E402
 
+from pooltk.analysis.lifetimes import DIRECTIONS  # noqa: E402
 from pooltk.parity.summary import HOOKS_REASON, KEPT_REASON, VERDICTS, names_pooltk  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +92,7 @@ def _records(out: Path) -> list[dict]:
 
 def _bytes(recv: dict) -> int:
     """Receive bytes of one measurement (``measure_*recv_storage``), both directions."""
-    return sum(recv.get(d, {}).get("bytes", 0) for d in ("forward", "grad"))
+    return sum(recv.get(d, {}).get("bytes", 0) for d in DIRECTIONS)
 
 
 def _steady(times: list[float]) -> float:

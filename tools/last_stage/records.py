@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.config import PoolConfig
 from pooltk.parity.spec import ParitySpec, Variant
 
@@ -170,7 +171,7 @@ def records_of(report: Any, *, model: str, torch_version: str, code: str) -> Ite
         v = by_name[res.name]
         cfg: PoolConfig | None = v.config
         for stage in sorted(res.recv):
-            for direction in ("forward", "grad"):
+            for direction in DIRECTIONS:
                 m = res.recv[stage][direction]
                 if not m["storages"] and not m.get("rehomes"):
                     continue  # the stage receives nothing in this direction
