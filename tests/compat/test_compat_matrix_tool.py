@@ -21,7 +21,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tools.compat_matrix import checks, cli, live_buffers, space  # noqa: E402
-from tools.compat_matrix.fetch import constraints_without_torch, pip_env  # noqa: E402
+from tools.compat_matrix.fetch import COMPLETE_STAMP, constraints_without_torch, pip_env  # noqa: E402
 from tools.compat_matrix.judge import judge  # noqa: E402
 from tools.compat_matrix.publish import matrix_doc, merge_rows, publish  # noqa: E402
 from tools.compat_matrix.spec import BEGIN, END  # noqa: E402
@@ -242,7 +242,7 @@ def test_releases_must_be_exact_x_y_z():
 def _cached(cache: Path, release: str) -> None:
     d = cache / "wheels" / f"torch-{release}"
     d.mkdir(parents=True)
-    (d / ".complete").write_text("key\n")
+    (d / COMPLETE_STAMP).write_text("key\n")
 
 
 def test_a_release_needs_its_published_wheel_and_env_sizes_and_no_wheels_once_cached(recorded, tmp_path):

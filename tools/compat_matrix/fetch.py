@@ -48,6 +48,10 @@ def requirements(release: str) -> list[str]:
     return [f"torch=={release}", *TEST_TOOLS]
 
 
+COMPLETE_STAMP = ".complete"
+"""File in a release's wheel folder, written once every wheel is there (it holds the requirements' key)."""
+
+
 def wheel_dir(cache: Path, release: str) -> Path:
     return cache / "wheels" / f"torch-{release}"
 
@@ -67,7 +71,7 @@ def fetch(release: str, cache: Path, find_links: tuple[Path, ...], tmp: Path) ->
     reqs = requirements(release)
     constraints = constraints_without_torch(tmp)
     key = hashlib.sha256(("\n".join(reqs) + constraints.read_text()).encode()).hexdigest()[:16]
-    stamp = dest / ".complete"
+    stamp = dest / COMPLETE_STAMP
     before = dir_bytes(dest)
     t0 = time.perf_counter()
     if stamp.exists() and stamp.read_text().strip() == key:

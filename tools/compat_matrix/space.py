@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.compat_matrix.fetch import wheel_dir
+from tools.compat_matrix.fetch import COMPLETE_STAMP, wheel_dir
 from tools.compat_matrix.spec import OUT_DIR
 
 HEADROOM_BYTES = 1_000_000_000
@@ -53,7 +53,7 @@ def release_needs(releases: tuple[str, ...], cache: Path, out_dir: Path = OUT_DI
     needs = []
     for release in releases:
         wheels, env = sizes.get(release, worst)
-        complete = (wheel_dir(cache, release) / ".complete").exists()
+        complete = (wheel_dir(cache, release) / COMPLETE_STAMP).exists()
         needs.append(ReleaseNeed(release=release, wheel_bytes=0 if complete else wheels, env_bytes=env,
                                  measured=release in sizes))
     return needs
