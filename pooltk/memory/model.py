@@ -16,11 +16,14 @@ The model is split by job: units and dtypes (:mod:`~pooltk.memory.units`), bound
 the others, so ``from pooltk.memory.model import ...`` keeps working.
 
 [Note: where the numbers come from]
-Ring sizes come from :mod:`pooltk.pool.sizing` -- the very functions the pool calls when it
-allocates -- so the model cannot drift from the pool. Live sets come from
-:mod:`pooltk.analysis.lifetimes`, which walks the schedule; nothing here hard-codes an in-flight
-depth. What torch >= 2.15 holds comes from the live sets by :func:`pooltk.analysis.lazy.lazy_holds`.
-Bytes are ``sets x set_bytes`` where a set is every tensor crossing one boundary for
+Every set count starts from one record per (stage, direction),
+:class:`pooltk.analysis.stage_sets.ReceiveSets` ([Note: one source of live sets]): stock, the live
+set walked from the schedule's own action order, the smallest safe ring, and what torch >= 2.15
+holds. Rings are the one slack rule on the smallest safe ring
+(:func:`pooltk.analysis.rings.ring_from_live`), the arithmetic the pool itself runs, so the model
+cannot drift from the pool; Automodel's single ring is asked of :func:`automodel_ring` alone.
+Nothing here hard-codes an in-flight depth. The whole-stage replay (:mod:`pooltk.memory.replay`)
+reads the same records. Bytes are ``sets x set_bytes`` where a set is every tensor crossing one boundary for
 one microbatch. Stage ``i`` receives activations over boundary ``i - 1`` (stage ``i - 1``
 -> ``i``) and gradients over boundary ``i`` (stage ``i + 1`` -> ``i``): stage 0 has no
 forward receives and the last stage no gradient receives.
@@ -40,17 +43,17 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Literal
 
-from pooltk.analysis.lifetimes import DIRECTIONS, Direction, min_safe_ring
+from pooltk.analysis.lifetimes import DIRECTIONS, Direction
 from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError, UnpoolableScheduleError
-from pooltk.memory.live import LIVE_SOURCES, LiveSource, _walked_live_sets, lazy_sets_for, live_sets_for
+from pooltk.memory.live import LIVE_SOURCES, LiveSource, ReceiveSets, live_sets_for, receive_rows
 from pooltk.memory.ranks import RANK_VARIANTS, RingMemory, rank_rings_for
 from pooltk.memory.results import VARIANT_LABELS, VARIANTS, DirectionMemory, ExpectedBytes, MemoryModel
 from pooltk.memory.shape import PipelineShape, microbatches_from_batch, middle_stage, modelled_schedule
 from pooltk.memory.tensors import Boundary, TensorSpec, harness_boundary
 from pooltk.memory.units import BYTES_PER_UNIT, DTYPE_BYTES, to_unit
-from pooltk.analysis.rings import ring_from_live, stock_count
-from pooltk.pool.sizing import ring_sizes, stock_sets
+from pooltk.analysis.rings import ring_from_live
+from pooltk.pool.sizing import automodel_ring_size
 
 __all__ = [
     "BYTES_PER_UNIT",
@@ -70,21 +73,20 @@ __all__ = [
     "PipelineShape",
     "TensorSpec",
     "UnpoolableScheduleError",
+    "automodel_ring",
     "compare_configs",
     "compare_models",
     "expected_bytes",
     "harness_boundary",
     "live_sets_for",
     "microbatches_from_batch",
+    "receive_rows",
     "middle_stage",
     "model_memory",
     "modelled_schedule",
     "slack_sweep",
     "to_unit",
 ]
-
-_ = _walked_live_sets  # re-exported for benchmarks/bench_memory_model.py (it clears the walk's cache)
-
 
 def _boundaries(boundaries: Boundary | Sequence[Boundary], n_stages: int) -> tuple[Boundary, ...]:
     if isinstance(boundaries, Boundary):
@@ -102,53 +104,50 @@ def _boundaries(boundaries: Boundary | Sequence[Boundary], n_stages: int) -> tup
     return found
 
 
-def _per_stage_sizes(shape: PipelineShape, config: PoolConfig) -> list[dict[str, object]]:
-    """Sets per (stage, direction) and variant, stage-major, forward before grad. See [Note: where the numbers come from]."""
+def automodel_ring(num_stages: int, stage: int, n_microbatches: int, config: PoolConfig) -> int:
+    """Sets of Automodel's released single ring for one stage (both directions): the ONE place the model asks for it.
+
+    ``max(2, min(M, max(1, N - i) + slack))`` (:func:`pooltk.pool.sizing.automodel_ring_size`), less
+    ``forward_shortfall`` forward (negative controls) in :func:`_sizes`. Repoint this function, and only
+    this one, when the ring's home moves.
+    """
+    return automodel_ring_size(num_stages, stage, n_microbatches, config.slack)
+
+
+def _sizes(shape: PipelineShape, rows: Sequence[ReceiveSets], config: PoolConfig) -> list[dict[str, int]]:
+    """Sets per variant of every receive record. See [Note: where the numbers come from].
+
+    ``tight`` and ``pooled`` are the one slack rule on the smallest safe ring
+    (:func:`pooltk.analysis.rings.ring_from_live`), exactly what the pool keeps; ``automodel`` is
+    :func:`automodel_ring` on 1F1B and stock elsewhere (Automodel's pool pools 1F1B only); where the
+    pool stands down (GPipe) every ring column is stock.
+    """
     n, m = shape.num_stages, shape.n_microbatches
-    am_cfg = dataclasses.replace(config, policy="automodel")
     tight_cfg = dataclasses.replace(config, policy="tight")
-    out: list[dict[str, object]] = []
-    if not shape.multi_stage:
-        for i in range(n):
-            stock = stock_sets(n, i, m)
-            if shape.poolable:
-                am, tight = ring_sizes(n, i, m, am_cfg), ring_sizes(n, i, m, tight_cfg)
-            else:
-                am = tight = stock
-            pooled = am if config.policy == "automodel" else tight
-            for d in DIRECTIONS:
-                out.append({"stage": i, "rank": i, "direction": d, "handoff": False, "stock": getattr(stock, d),
-                            "automodel": getattr(am, d), "tight": getattr(tight, d), "pooled": getattr(pooled, d)})
-        return out
-    prog, spans = _analysed(shape)
-    for i in range(n):
-        for d in DIRECTIONS:
-            neighbour = i - 1 if d == "forward" else i + 1
-            handoff = prog.stage_to_rank.get(neighbour) == prog.stage_to_rank[i]
-            stock = stock_count(n, i, d, m)  # torch <= 2.14 allocates M even where a local handoff feeds the stage
-            k0 = min_safe_ring(spans, i, d, m)
-            out.append({"stage": i, "rank": prog.stage_to_rank[i], "direction": d, "handoff": handoff, "stock": stock,
-                        # Automodel's released pool refuses every schedule but 1F1B: stock
-                        "automodel": stock,
-                        "tight": ring_from_live(k0, m, d, tight_cfg),
-                        # pooltk's auto plan: the one slack rule on the smallest safe ring; nothing at a handoff
-                        "pooled": ring_from_live(k0, m, d, config)})
+    out = []
+    for r in rows:
+        if not shape.poolable:
+            out.append({"automodel": r.stock, "tight": r.stock, "pooled": r.stock})
+            continue
+        tight = ring_from_live(r.ring_min, m, r.direction, tight_cfg)
+        if shape.multi_stage:
+            am = r.stock
+        elif r.ring_min == 0:
+            am = 0
+        else:
+            k = automodel_ring(n, r.stage, m, config)
+            am = max(1, k - config.forward_shortfall) if r.direction == "forward" else k
+        pooled = am if config.policy == "automodel" else ring_from_live(r.ring_min, m, r.direction, config)
+        out.append({"automodel": am, "tight": tight, "pooled": pooled})
     return out
 
 
-def _analysed(shape: PipelineShape) -> tuple[object, tuple[object, ...]]:
-    """The analysed program and lifetimes of a multi-stage shape; a refusal becomes a :class:`MemoryModelError`."""
-    from pooltk.analysis.lifetimes import ScheduleAnalysisError, ScheduleShape, analyse
+def _lifetimes(shape: PipelineShape) -> tuple[object, tuple[object, ...]]:
+    """The analysed program and lifetimes of a multi-stage shape, for the rank-shared rings (cached by the analysis)."""
+    from pooltk.analysis.lifetimes import ScheduleShape, analyse
 
-    try:
-        return analyse(ScheduleShape(schedule=shape.schedule_name, pp=shape.pp, n_microbatches=shape.n_microbatches,
-                                     stages_per_rank=int(shape.stages_per_rank or 1)))
-    except ScheduleAnalysisError as exc:
-        raise MemoryModelError(
-            f"shape under {shape.schedule_name}", found=shape.describe(),
-            required=f"a shape torch's schedule accepts ({exc})",
-            fix="change the microbatches or stages per rank as the reason says.",
-        ) from exc
+    return analyse(ScheduleShape(schedule=shape.schedule_name, pp=shape.pp, n_microbatches=shape.n_microbatches,
+                                 stages_per_rank=int(shape.stages_per_rank or 1)))
 
 
 def model_memory(
@@ -188,16 +187,10 @@ def model_memory(
         )
     n = shape.num_stages
     bounds = _boundaries(boundaries, n)
-    if shape.multi_stage:
-        _analysed(shape)  # a shape torch's schedule refuses is a MemoryModelError with torch's reason, before any walk
-    live = live_sets_for(shape, live_source)
-    lazy = lazy_sets_for(shape, live, released=False)
-    # pooltk's last-stage release is part of the pool: where the pool stands down, torch keeps what it keeps.
-    released = lazy_sets_for(shape, live, released=True) if shape.poolable else lazy
+    records = receive_rows(shape, live_source)
     rows: list[DirectionMemory] = []
-    for sizes in _per_stage_sizes(shape, config):
-        i, d = int(sizes["stage"]), str(sizes["direction"])
-        j = DIRECTIONS.index(d)  # type: ignore[arg-type]
+    for r, sizes in zip(records, _sizes(shape, records, config)):
+        i, d = r.stage, r.direction
         if d == "forward":
             set_bytes = bounds[i - 1].forward_bytes if i > 0 else 0
         else:
@@ -205,20 +198,21 @@ def model_memory(
         rows.append(
             DirectionMemory(
                 stage=i,
-                direction=d,  # type: ignore[arg-type]
-                rank=int(sizes["rank"]),
-                handoff=bool(sizes["handoff"]),
+                direction=d,
+                rank=r.rank,
+                handoff=r.handoff,
                 set_bytes=set_bytes,
-                stock_sets=int(sizes["stock"]),
-                automodel_sets=int(sizes["automodel"]),
-                tight_sets=int(sizes["tight"]),
-                live_sets=live[i][j],
-                stock_lazy_sets=lazy[i][j],
-                lazy_released_sets=released[i][j],
-                pooled_sets=int(sizes["pooled"]),
+                stock_sets=r.stock,
+                automodel_sets=sizes["automodel"],
+                tight_sets=sizes["tight"],
+                live_sets=r.live,
+                stock_lazy_sets=r.stock_lazy,
+                # pooltk's last-stage release is part of the pool: where the pool stands down, torch keeps what it keeps.
+                lazy_released_sets=r.lazy_released if shape.poolable else r.stock_lazy,
+                pooled_sets=sizes["pooled"],
             )
         )
-    rings = rank_rings_for(shape, bounds, config, tuple(rows), _analysed if shape.multi_stage else None)
+    rings = rank_rings_for(shape, bounds, config, tuple(rows), _lifetimes if shape.multi_stage else None)
     return MemoryModel(
         shape=shape, config=config, boundaries=bounds, rows=tuple(rows), rings=rings, pool_active=shape.poolable,
         live_source=live_source,
