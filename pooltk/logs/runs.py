@@ -1,24 +1,36 @@
 """Runs inside a file: restarts split apart, identical rank copies folded, the pool a run used.
 
 [Note: run boundaries]
-One file can hold several runs (a job that restarted into the same output, two logs
-concatenated). Rows are split into *streams* (one per rank the decoration or the record named;
-one for rows without a rank) and a stream starts a new run where:
+One file can hold several runs (a job that restarted into the same output, logs pasted together).
+Rows are split into *streams* (one per rank the decoration or the record named; one for rows
+without a rank) and a stream starts a new run where:
 
-- its train step goes back (with a rank: any step below the stream's highest; without a rank,
-  where several ranks may print into one stream a step late, more than one logging interval
-  below it);
-- (not a clock: a timestamp going back -- a DST fall-back, nodes whose clocks differ by seconds --
-  while the steps go on is one run, and a note says where the clock went back);
-- a start-up banner (:data:`BANNERS`) appears after the stream already logged a step (a banner
-  without a rank applies to every stream, one with a rank to its stream and the rank-less one: a
-  plain launch then a ``[rankN]:`` one). A stream first seen after a boundary is in the newest run.
+- its train step goes back (with a rank: below the stream's highest; without a rank, where
+  several ranks may print into one stream a step late, more than one logging interval below it);
+- its clock goes back more than :data:`CLOCK_BACK_MAX_S` below the latest time of its run so far
+  (the stream's own latest; for a stream's first row, the latest of the run it would join: a run
+  pasted below another under another prefix);
+- a start-up banner (:data:`BANNERS`) appears after the stream logged a step (a banner without
+  a rank applies to every stream, one with a rank to its stream and the rank-less one: a plain
+  launch then a ``[rankN]:`` one). A stream first seen after a boundary is in the newest run.
+
+The clock rule: within one run a clock goes back at most by a daylight-saving fall-back plus the
+disagreement of two nodes. :data:`DST_SHIFT_MAX_S` (2 h) is the largest fall-back in the tz
+database (Antarctica/Troll, +02 to +00; 1 h nearly everywhere); :data:`NODE_SKEW_MAX_S` is two
+nodes each within ntpd's default panic threshold (1000 s) of the true time, past which ntpd stops
+correcting a clock. So a clock going back up to 2 h 33 min 20 s while the steps go on is one run,
+with a note saying where; further (86 days: another run pasted below) it is another run. A clock
+going forward is never a boundary (a hang, a checkpoint, an evaluation: time passing). Limit: ranks
+without a prefix on nodes logging local time in different zones look like pasted runs; the
+boundary says how far the clock went back. The clock is the record's own timestamp (the
+collector's time where no record has one).
 
 A row belongs to the run its stream is in at that line; runs are numbered in file order and
 named ``<run>#1``, ``<run>#2`` when there is more than one. Two runs are never merged and a step
-is never deduplicated across runs. Within a run, rows identical in every column but the line
-number (copies of one line printed by several ranks without a prefix) are folded into one and
-counted (``FileReport.n_folded``); rows that differ in any value are all kept.
+is never deduplicated across runs. Within a run, rows identical in every column but the line, the
+collector's time and a timestamp within :data:`NODE_SKEW_MAX_S` of each other (one line printed
+by several ranks without a prefix, on nodes whose clocks differ) are folded into the first and
+counted (``FileReport.n_folded``); rows that differ in any other value are all kept.
 
 [Note: pooled runs]
 Pool install lines (:data:`POOL_RE`): NeMo Automodel's ``recv_buffer_pool: installed (slack=N,
@@ -37,11 +49,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BANNERS", "CLOCK_SLACK_S", "POOL_RE", "PoolLine", "Segments", "find_pool_lines",
+__all__ = ["BANNERS", "CLOCK_BACK_MAX_S", "CLOCK_SLACK_S", "DST_SHIFT_MAX_S", "NODE_SKEW_MAX_S", "POOL_RE", "PoolLine", "Segments", "find_pool_lines",
            "fold_copies", "segment"]
 
 CLOCK_SLACK_S = 5.0
-"""A stream's timestamps going back more than this is noted (never a boundary while its steps go on)."""
+"""A stream's clock going back more than this (and at most :data:`CLOCK_BACK_MAX_S`) is noted."""
+DST_SHIFT_MAX_S = 2 * 3600.0
+"""The largest daylight-saving shift in the tz database (Antarctica/Troll, +00 <-> +02)."""
+NODE_SKEW_MAX_S = 2 * 1000.0
+"""Two nodes' clocks apart: each within ntpd's default panic threshold (1000 s) of the true time."""
+CLOCK_BACK_MAX_S = DST_SHIFT_MAX_S + NODE_SKEW_MAX_S
+"""The furthest a run's clock goes back (see [Note: run boundaries]); further is another run."""
 
 BANNERS: tuple[bytes, ...] = (b"torchtitan version: ", b"Starting job: ", b"cfg-path: ", b"Library versions:",
                               b"Benchmarking setup", b"Running with args:", b"Training starts at step ")
@@ -145,42 +163,75 @@ def segment(frame: Any, *, banners: list[int] = (), banner_ranks: Any = None) ->
     val_only = not train.any()
     if val_only:  # a validation file (Automodel's validation.jsonl): its val steps going back split it
         train = (frame["kind"] == "val").to_numpy()
-    ts = frame["timestamp"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
-    has_ts = ts != np.iinfo(np.int64).min
+    ts, has_ts = _clock(frame)
     banner_lines = np.asarray(sorted(banners), dtype=np.int64)
     b_rank = np.full(banner_lines.size, -1, dtype=np.int64) if banner_ranks is None else np.asarray(banner_ranks, dtype=np.int64)
-    # quick exit: no step goes back, no clock goes back, no banner after a step in any stream
+    # quick exit: no step goes back, no clock goes back past the bound, no banner after a step in any stream
     order = np.lexsort((lines, stream))
     s_stream, s_step, s_train, s_ts, s_has = stream[order], step[order], train[order], ts[order], has_ts[order]
     same = np.r_[False, s_stream[1:] == s_stream[:-1]]
     back = same & s_train & np.r_[False, s_train[:-1]] & (np.r_[0, np.diff(s_step)] < 0)
-    clock = same & s_has & np.r_[False, s_has[:-1]] & (np.r_[0, np.diff(s_ts)] < -int(CLOCK_SLACK_S * 1e9))
+    s_back_ns = np.r_[0, -np.diff(s_ts)]
+    clock = same & s_has & np.r_[False, s_has[:-1]] & (s_back_ns > int(CLOCK_SLACK_S * 1e9))
+    clock &= (s_back_ns <= int(CLOCK_BACK_MAX_S * 1e9)) & ~back  # a step going back is a restart, noted as one
     notes = []
     if clock.any():
         where = np.flatnonzero(clock)
-        worst = float(-np.diff(s_ts)[where - 1].min() / 1e9)
-        notes.append(f"timestamps went back {where.size} time(s) (by up to {worst:,.0f} s; first at line {int(lines[order][where[0]])}) "
+        worst = float(s_back_ns[where].max() / 1e9)
+        notes.append(f"timestamps went back {where.size} time(s) (by up to {worst:,.0f} s; first at line {int(lines[order][where].min())}) "
                      "while the steps went on: a clock change or skew between nodes, not a restart, so no run boundary")
     late_banner = banner_lines.size > 0 and bool(train.any()) and banner_lines.max() > lines[train].min()
-    if not back.any() and not late_banner:
+    # a clock boundary needs a row further back than the bound from some earlier row of the file (the latest so far
+    # bounds every stream's and every run's latest, so this one cumulative maximum rules all of them out)
+    far_back = False
+    if has_ts.any():
+        t = ts[has_ts]
+        far_back = bool((t[1:] < np.maximum.accumulate(t)[:-1] - int(CLOCK_BACK_MAX_S * 1e9)).any()) if t.size > 1 else False
+    if not back.any() and not late_banner and not far_back:
         return Segments(index=np.zeros(n, dtype=np.int64), reasons=[], notes=notes)
-    seg = _segment_slow(lines, stream, step, train, banner_lines, b_rank, exact=val_only)
+    seg = _segment_slow(lines, stream, step, train, banner_lines, b_rank, ts if far_back else None, has_ts, exact=val_only)
     seg.notes = notes
     return seg
 
 
-def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: Any, b_rank: Any, *,
-                  exact: bool = False) -> Segments:
-    """Walk the rows in line order (only for files where a boundary is possible); ``exact``: no lag tolerated."""
+def _clock(frame: Any) -> tuple[Any, Any]:
+    """(int64 ns per row, which rows have one): the record's timestamp, or the collector's where no row has one."""
+    import numpy as np
+
+    nat = np.iinfo(np.int64).min
+    for column in ("timestamp", "collector_time"):
+        ts = frame[column].to_numpy(dtype="datetime64[ns]").astype(np.int64)
+        has = ts != nat
+        if has.any():
+            return ts, has
+    return ts, has
+
+
+def _span(ns: int) -> str:
+    """A duration for a reason line: '86 days', '3.2 h', '41 min', '12 s'."""
+    s = ns / 1e9
+    if s >= 2 * 86400:
+        return f"{s / 86400:,.0f} days"
+    if s >= 2 * 3600:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 60:.0f} min" if s >= 120 else f"{s:.0f} s"
+
+
+def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: Any, b_rank: Any, ts: Any = None,  # noqa: C901
+                  has_ts: Any = None, *, exact: bool = False) -> Segments:
+    """Walk the rows in line order (only for files where a boundary is possible); ``exact``: no lag tolerated;
+    ``ts``: the clock (int64 ns, ``has_ts`` where present) when it may go back past the bound, else None."""
     import numpy as np
 
     order = np.argsort(lines, kind="stable")
     state: dict[int, dict[str, Any]] = {}
     seg_of_stream: dict[int, int] = {}
+    run_latest: dict[int, int] = {}  # the latest clock of each run so far
     index = np.zeros(lines.size, dtype=np.int64)
     reasons: list[str] = []
     n_runs = 1
     bi = 0
+    bound = int(CLOCK_BACK_MAX_S * 1e9)
     # interval per stream (for rank-less streams, which tolerate one interval of lag)
     interval: dict[int, int] = {}
     for s in np.unique(stream):
@@ -210,12 +261,27 @@ def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: 
             bi += 1
         s = int(stream[i])
         st = state.setdefault(s, {})
+        if ts is not None and has_ts[i]:
+            t = int(ts[i])
+            fresh = s not in seg_of_stream
+            if fresh:  # a stream's first row joins the newest run: held to that run's latest clock
+                seg_of_stream[s] = n_runs - 1
+            top = st.get("latest") if not fresh else run_latest.get(n_runs - 1)
+            if top is not None and t < top - bound:
+                start_new(s, f"the clock went back {_span(top - t)} (more than a DST shift plus node skew, "
+                          f"{CLOCK_BACK_MAX_S / 3600:.2f} h)" + (f" (rank {s})" if s >= 0 else "") + ": another run", ln)
+                st = state[s]
+            st["latest"] = t if st.get("latest") is None else max(st["latest"], t)
+            k = seg_of_stream[s]
+            run_latest[k] = t if k not in run_latest else max(run_latest[k], t)
         if train[i]:
             top = st.get("max_step")
             tol = 0 if s >= 0 or exact else interval.get(s, 1)
             if top is not None and step[i] < top - tol:
                 start_new(s, f"step went back from {top} to {int(step[i])}" + (f" (rank {s})" if s >= 0 else ""), ln)
                 st = state[s]
+                if ts is not None and has_ts[i]:
+                    st["latest"] = int(ts[i])
             st["max_step"] = int(step[i]) if st.get("max_step") is None else max(st["max_step"], int(step[i]))
             st["stepped"] = True
         index[i] = seg_of_stream.setdefault(s, n_runs - 1)  # a stream first seen after a boundary is in the newest run
@@ -223,8 +289,10 @@ def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: 
 
 
 def fold_copies(frame: Any) -> tuple[Any, int]:
-    """Rows identical in every column but ``line`` folded into the first (within one run); (frame, folded)."""
+    """Rows identical in every column but ``line``, ``collector_time`` and a ``timestamp`` within
+    :data:`NODE_SKEW_MAX_S` (within one run) folded into the first; (frame, folded)."""
     import numpy as np
+    import pandas as pd
 
     for kind in ("train", "val"):  # no step logged twice: no copies to fold (the usual case, checked cheaply)
         steps = frame["step"].to_numpy(dtype=np.int64)[(frame["kind"] == kind).to_numpy()]
@@ -232,9 +300,24 @@ def fold_copies(frame: Any) -> tuple[Any, int]:
             break
     else:
         return frame, 0
-    cols = [c for c in frame.columns if c not in ("line", "collector_time")]
-    dup = frame.duplicated(subset=cols, keep="first")
+    cols = [c for c in frame.columns if c not in ("line", "collector_time", "timestamp")]
+    same = frame.duplicated(subset=cols, keep=False).to_numpy()
+    if not same.any():
+        return frame, 0
+    # copies agree on every value but the clock; within a group of equal values, clocks within the skew of the one
+    # before (in time order) are one cluster: one line printed by several nodes whose clocks differ
+    ts = frame["timestamp"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    group = pd.util.hash_pandas_object(frame[cols], index=False).to_numpy()
+    order = np.lexsort((ts, group))
+    g, t = group[order], ts[order]
+    nat = np.iinfo(np.int64).min
+    gap = (np.diff(t) > int(NODE_SKEW_MAX_S * 1e9)) | ((t[1:] == nat) != (t[:-1] == nat))
+    starts = np.r_[True, (g[1:] != g[:-1]) | gap]
+    cluster = np.empty(len(frame), dtype=np.int64)
+    cluster[order] = np.cumsum(starts)
+    keyed = frame[cols].assign(_cluster=cluster)  # the hash groups; equality of every value is checked here
+    dup = keyed.duplicated(keep="first").to_numpy() & same
     n = int(dup.sum())
     if n == 0:
         return frame, 0
-    return frame[~dup.to_numpy()].reset_index(drop=True), n
+    return frame[~dup].reset_index(drop=True), n
