@@ -102,22 +102,31 @@ def parse_line(line: str) -> list[Rec | Skip]:
     """Every record on ``line`` (the definition of the format)."""
     out: list[Rec | Skip] = []
     end = 0
-    for cand in _CAND_RE.finditer(line):
-        if cand.start() < end:
+    starts = [m.start() for m in _CAND_RE.finditer(line)]
+    for k, start in enumerate(starts):
+        if start < end:
             continue
         try:
-            record, end = _DECODER.raw_decode(line, cand.start())
+            record, end = _DECODER.raw_decode(line, start)
         except ValueError as err:
-            cut = getattr(err, "pos", 0) >= len(line.rstrip()) or "}" not in line[cand.start():]
-            out.append(Skip(start=cand.start(), reason=f"truncated JSON record ({err.msg})" if cut else f"not JSON ({err.msg})"))
+            pos = getattr(err, "pos", 0)
+            after = next((s for s in starts[k + 1:] if s > start), None)
+            if after is not None:  # the next record on the line is read on its own ([Note: a cut record is never a value])
+                whole = line[start:after].rstrip().endswith("}")  # ends as a record does, yet is not JSON: garbled
+                out.append(Skip(start=start, end=after, reason=f"not JSON ({err.msg})" if whole
+                                else "truncated JSON record (cut where the next record begins)"))
+                end = after
+                continue
+            cut = pos >= len(line.rstrip()) or "}" not in line[start:]
+            out.append(Skip(start=start, reason=f"truncated JSON record ({err.msg})" if cut else f"not JSON ({err.msg})"))
             end = len(line)
             continue
         if not isinstance(record, dict):
             continue
         try:
-            out.append(Rec(start=cand.start(), end=end, values=_values(record)))
+            out.append(Rec(start=start, end=end, values=_values(record)))
         except ValueError as err:
-            out.append(Skip(start=cand.start(), reason=str(err), end=end))
+            out.append(Skip(start=start, reason=str(err), end=end))
     return out
 
 

@@ -211,7 +211,8 @@ def split_runs(frame: Any, lines: Any, report: Any, info: Any, run_id: str,
     report.n_nonfinite = int((~np.isfinite(frame["loss"].to_numpy(dtype=float))).sum()) - n_placeholder
     other = _other_lines(lines, frame["line"].to_numpy(dtype=np.int64))
     banners, b_rank = _banners(lines, other)
-    seg = runs.segment(frame, banners=banners, banner_ranks=b_rank)
+    one_writer = report.format.endswith("jsonl")  # Automodel's rank 0, or one torchtitan rank: no late prints, no copies
+    seg = runs.segment(frame, banners=banners, banner_ranks=b_rank, one_writer=one_writer)
     report.notes.extend(seg.notes)
     pool = runs.find_pool_lines(lines, other)
     if pool:  # readers counted these lines as 'other'; they are run facts
@@ -266,9 +267,10 @@ def split_runs(frame: Any, lines: Any, report: Any, info: Any, run_id: str,
         frame["layout"] = _per_run_categorical(layout, seg.index)
     unranked = frame["rank"].isna().to_numpy()
     if unranked.sum() > 1:
-        folded, n = runs.fold_copies(frame[unranked])
+        folded, n = runs.fold_copies(frame[unranked], 0.0 if one_writer else runs.NODE_SKEW_MAX_S)
         if n:
             frame = concat_frames([frame[~unranked], folded]).sort_values("line", kind="stable", ignore_index=True)
             report.n_folded = n
-            report.notes.append(f"{n} row(s) were identical copies of another row of the same run (several ranks printing one line) and were folded")
+            report.notes.append(f"{n} row(s) were copies of another row of the same run (several ranks printing one line; "
+                                "timestamps may differ by the nodes' clock skew) and were folded")
     return frame, run_infos

@@ -19,7 +19,12 @@ A format (:mod:`pooltk.logs.automodel_text`, ...) defines its record by a signat
 A file whose last line has no newline was cut mid-write: a record reaching the end of that line is
 counted as ``truncated`` (``num_label_tokens 524`` may have been ``524288``), never read. A record
 whose fields are a strict prefix of the file's usual order (a crash cut it, and a later write put
-the newline) is counted the same way; so is a JSON record without its closing brace.
+the newline) is counted the same way; so are a JSON record without its closing brace, one cut where
+the next record begins on its line (a kill cut it and the restart appended its first record there:
+that record is read), and a value missing the unit its format always writes (torchtitan's ``mfu``
+without ``%``). Left open: a text record whose *last* value runs straight into the next record
+(Automodel's ``num_label_tokens 52`` + ``2025-...``) reads as whole, as when two ranks' whole
+records share a line; only the length of a number could tell them apart.
 """
 
 from __future__ import annotations

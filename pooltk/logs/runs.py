@@ -5,7 +5,8 @@ One file can hold several runs (a job that restarted into the same output, logs 
 Rows are split into *streams* (one per rank the decoration or the record named; one for rows
 without a rank) and a stream starts a new run where:
 
-- its train step goes back (with a rank: below the stream's highest; without a rank, where
+- its train step goes back (with a rank: below the stream's highest; in a JSONL file, which one
+  process writes and where each train step is logged once: to or below it; without a rank, where
   several ranks may print into one stream a step late, more than one logging interval below it);
 - its clock goes back more than :data:`CLOCK_BACK_MAX_S` below the latest time of its run so far
   (the stream's own latest; for a stream's first row, the latest of the run it would join: a run
@@ -30,7 +31,9 @@ named ``<run>#1``, ``<run>#2`` when there is more than one. Two runs are never m
 is never deduplicated across runs. Within a run, rows identical in every column but the line, the
 collector's time and a timestamp within :data:`NODE_SKEW_MAX_S` of each other (one line printed
 by several ranks without a prefix, on nodes whose clocks differ) are folded into the first and
-counted (``FileReport.n_folded``); rows that differ in any other value are all kept.
+counted (``FileReport.n_folded``); rows that differ in any other value are all kept. A JSONL file
+has one writer (Automodel's rank 0, one torchtitan rank), so there only rows equal in their
+timestamp too fold: the same values logged later are a relaunch's, never a copy.
 
 [Note: pooled runs]
 Pool install lines (:data:`POOL_RE`): NeMo Automodel's ``recv_buffer_pool: installed (slack=N,
@@ -144,11 +147,11 @@ class Segments:
         return int(self.index.max()) + 1 if len(self.index) else 1
 
 
-def segment(frame: Any, *, banners: list[int] = (), banner_ranks: Any = None) -> Segments:  # noqa: C901
+def segment(frame: Any, *, banners: list[int] = (), banner_ranks: Any = None, one_writer: bool = False) -> Segments:  # noqa: C901
     """Split a file's rows (sorted by ``line``) into runs; see [Note: run boundaries].
 
     ``banners``: 1-based lines of start-up banners; ``banner_ranks``: the rank each banner line
-    named (-1 or None for none).
+    named (-1 or None for none); ``one_writer``: one process wrote the file (JSONL), so no row is a rank's late print.
     """
     import numpy as np
 
@@ -170,7 +173,9 @@ def segment(frame: Any, *, banners: list[int] = (), banner_ranks: Any = None) ->
     order = np.lexsort((lines, stream))
     s_stream, s_step, s_train, s_ts, s_has = stream[order], step[order], train[order], ts[order], has_ts[order]
     same = np.r_[False, s_stream[1:] == s_stream[:-1]]
-    back = same & s_train & np.r_[False, s_train[:-1]] & (np.r_[0, np.diff(s_step)] < 0)
+    again = one_writer and not val_only  # one process logs each train step once: the same step again is a restart
+    d_step = np.r_[1, np.diff(s_step)]
+    back = same & s_train & np.r_[False, s_train[:-1]] & ((d_step < 0) | ((d_step == 0) & again))
     s_back_ns = np.r_[0, -np.diff(s_ts)]
     clock = same & s_has & np.r_[False, s_has[:-1]] & (s_back_ns > int(CLOCK_SLACK_S * 1e9))
     clock &= (s_back_ns <= int(CLOCK_BACK_MAX_S * 1e9)) & ~back  # a step going back is a restart, noted as one
@@ -189,7 +194,8 @@ def segment(frame: Any, *, banners: list[int] = (), banner_ranks: Any = None) ->
         far_back = bool((t[1:] < np.maximum.accumulate(t)[:-1] - int(CLOCK_BACK_MAX_S * 1e9)).any()) if t.size > 1 else False
     if not back.any() and not late_banner and not far_back:
         return Segments(index=np.zeros(n, dtype=np.int64), reasons=[], notes=notes)
-    seg = _segment_slow(lines, stream, step, train, banner_lines, b_rank, ts if far_back else None, has_ts, exact=val_only)
+    seg = _segment_slow(lines, stream, step, train, banner_lines, b_rank, ts if far_back else None, has_ts,
+                        exact=val_only or one_writer, again=again)
     seg.notes = notes
     return seg
 
@@ -218,9 +224,10 @@ def _span(ns: int) -> str:
 
 
 def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: Any, b_rank: Any, ts: Any = None,  # noqa: C901
-                  has_ts: Any = None, *, exact: bool = False) -> Segments:
+                  has_ts: Any = None, *, exact: bool = False, again: bool = False) -> Segments:
     """Walk the rows in line order (only for files where a boundary is possible); ``exact``: no lag tolerated;
-    ``ts``: the clock (int64 ns, ``has_ts`` where present) when it may go back past the bound, else None."""
+    ``again``: a train step logged again is a restart; ``ts``: the clock (int64 ns, ``has_ts`` where present) when it
+    may go back past the bound, else None."""
     import numpy as np
 
     order = np.argsort(lines, kind="stable")
@@ -277,8 +284,9 @@ def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: 
         if train[i]:
             top = st.get("max_step")
             tol = 0 if s >= 0 or exact else interval.get(s, 1)
-            if top is not None and step[i] < top - tol:
-                start_new(s, f"step went back from {top} to {int(step[i])}" + (f" (rank {s})" if s >= 0 else ""), ln)
+            if top is not None and (step[i] < top - tol or (again and step[i] == top)):
+                why = f"step went back from {top} to {int(step[i])}" if step[i] < top else f"step {top} logged again"
+                start_new(s, why + (f" (rank {s})" if s >= 0 else ""), ln)
                 st = state[s]
                 if ts is not None and has_ts[i]:
                     st["latest"] = int(ts[i])
@@ -288,9 +296,9 @@ def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: 
     return Segments(index=index, reasons=reasons)
 
 
-def fold_copies(frame: Any) -> tuple[Any, int]:
-    """Rows identical in every column but ``line``, ``collector_time`` and a ``timestamp`` within
-    :data:`NODE_SKEW_MAX_S` (within one run) folded into the first; (frame, folded)."""
+def fold_copies(frame: Any, skew_s: float = NODE_SKEW_MAX_S) -> tuple[Any, int]:
+    """Rows identical in every column but ``line``, ``collector_time`` and a ``timestamp`` within ``skew_s``
+    (within one run) folded into the first; (frame, folded)."""
     import numpy as np
     import pandas as pd
 
@@ -311,7 +319,7 @@ def fold_copies(frame: Any) -> tuple[Any, int]:
     order = np.lexsort((ts, group))
     g, t = group[order], ts[order]
     nat = np.iinfo(np.int64).min
-    gap = (np.diff(t) > int(NODE_SKEW_MAX_S * 1e9)) | ((t[1:] == nat) != (t[:-1] == nat))
+    gap = (np.diff(t) > int(skew_s * 1e9)) | ((t[1:] == nat) != (t[:-1] == nat))
     starts = np.r_[True, (g[1:] != g[:-1]) | gap]
     cluster = np.empty(len(frame), dtype=np.int64)
     cluster[order] = np.cumsum(starts)

@@ -126,7 +126,9 @@ def _fields(message: str) -> tuple[str, int, dict[str, object], tuple[str, ...]]
             elif key == "tflops":
                 values["tflops_per_gpu_logged"] = parse_float(value)
             elif key == "mfu":
-                values["mfu_pct_logged"] = parse_float(value.rstrip("%"))
+                if value != "N/A" and not value.endswith("%"):  # torchtitan always writes the sign: cut short
+                    raise _Bad(f"truncated: mfu {value[:30]!r} without its '%'")
+                values["mfu_pct_logged"] = parse_float(value.removesuffix("%"))
             elif key == "lr":
                 values["lr"] = parse_float(value)
         except ValueError:

@@ -171,6 +171,13 @@ def test_a_later_stream_pasted_after_a_restart_starts_a_third_run_not_the_second
 
 # --------------------------------------------------------------------------- copies from nodes whose clocks differ
 
+def _text_bases() -> list[Path]:
+    """Text logs: what ranks print to a shared stdout (a JSONL file has one writer, so no copies from other nodes)."""
+    out = [p for p in bases() if p.suffix == ".log"]
+    assert out, "no text base"
+    return out
+
+
 def _two_nodes(src: Path, folder: Path, *, skews: tuple[float, ...], late: bool) -> Path:
     """``src`` as ranks without a prefix on several nodes print it: every line once per node, node k's clock
     ``skews[k - 1]`` s off node 0's; ``late``: the other nodes' copy of a step line comes after node 0's next one
@@ -198,7 +205,7 @@ def _two_nodes(src: Path, folder: Path, *, skews: tuple[float, ...], late: bool)
                                             ((NODE_SKEW_MAX_S - 1,), False)],
                          ids=["8s_ahead", "8s_behind", "8s_behind_a_line_late", "four_nodes", "skew_bound"])
 def test_one_line_printed_by_ranks_on_nodes_whose_clocks_differ_is_one_row_with_the_first_copys_values(tmp_path, skews, late):
-    for src in bases():
+    for src in _text_bases():
         plain = _read(src)
         table = read_log_file(_two_nodes(src, tmp_path, skews=skews, late=late))
         what = f"{src.name} on {len(skews) + 1} nodes, clocks {skews} s off"
@@ -208,7 +215,7 @@ def test_one_line_printed_by_ranks_on_nodes_whose_clocks_differ_is_one_row_with_
 
 
 def test_copies_from_two_nodes_that_differ_in_a_value_are_both_kept(tmp_path):
-    for src in bases():
+    for src in _text_bases():
         plain = _read(src)
         path = _two_nodes(src, tmp_path, skews=(8.0,), late=False)
         lines = path.read_text(encoding="utf-8").split("\n")
