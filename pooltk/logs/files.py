@@ -3,8 +3,16 @@
 [Note: files into runs]
 - A file's run is its stem without ``_training`` / ``_validation*`` / ``_summary``, a rank in the
   name and a rotation number, or, for generic names (``training.jsonl``, ``stdout.log``), its
-  folder's name, climbing over rank folders, ``attempt_N`` and ``logs``-like folders (torchrun's
-  ``--log-dir`` tree ``<run_id>/attempt_0/<local_rank>/stdout.log``).
+  folder's name, climbing over rank folders, ``attempt_N`` and ``logs``-like folders.
+- *torchrun's ``--log-dir`` tree* (``DefaultLogsSpecs``: ``<log_dir>/<rdzv_id>_<random>/attempt_<restart>/
+  <local_rank>/{stdout,stderr}.log``, ``error.json`` where a worker raised, and ``filtered_{stdout,stderr}.log``
+  in the attempt folder: the tee'd ranks' lines matching ``duplicate_*_filters``): the run is the
+  ``<rdzv_id>_<random>`` folder; rows that name no rank take the folder's *local* rank (torchrun
+  numbers the folders, and its ``[<role><local_rank>]:`` console prefixes, so); each attempt (an
+  elastic restart) is its own launch, ``<run>#k`` in attempt order when the tree holds several.
+  ``error.json``, empty stream files and the filtered copies (beside the rank folders they copy)
+  are left out and listed with why. Several nodes' trees are several runs: each node's folder has
+  its own random suffix, and the local ranks repeat.
 - *Per-rank files*: files of one folder whose names differ only in one number (``rank_0.log`` ..
   ``rank_7.log``, ``rankN.log``, ``srun -o out-%j-%t.txt``, Azure ML's ``std_log_process_N.txt``)
   are one run; the number is the rank of rows that name none.
@@ -23,7 +31,7 @@ from pathlib import Path
 
 from pooltk.logs.errors import LogFormatError
 
-__all__ = ["expand", "rank_in_name", "run_name", "unique_runs"]
+__all__ = ["expand", "left_out", "rank_in_name", "run_name", "torchrun_place", "unique_runs"]
 
 _LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".json", ".stdout", ".stderr"}
 _COMPRESSED = {".gz", ".bz2", ".xz", ".zst", ".zstd"}
@@ -34,6 +42,9 @@ _RANK_IN_NAME_RE = re.compile(r"[._-]?(?:global_|local_)?rank[_-]?(\d+)(?=$|[._-
 _STAMP_IN_NAME_RE = re.compile(r"\.(\d{8}-\d{6})(?:-[A-Z0-9]{6})?$")
 _ROTATED_RE = re.compile(r"^(?P<base>.+?\.(?:log|txt|out|err|jsonl|stdout|stderr))\.(?P<n>\d{1,4})$")
 _LAST_NUMBER_RE = re.compile(r"^(?P<head>.*?)(?P<n>\d+)(?P<tail>\D*)$")
+_ATTEMPT_RE = re.compile(r"^attempt_(\d+)$")
+_TORCHRUN_RANK_FILES = frozenset({"stdout.log", "stderr.log", "error.json"})
+_TORCHRUN_FILTERED = frozenset({"filtered_stdout.log", "filtered_stderr.log"})
 
 
 def _plain_name(path: Path) -> tuple[str, int]:
@@ -51,6 +62,38 @@ def rank_in_name(path: str | Path) -> int | None:
     """The rank a per-rank file's name states (``rank3.log``, ``training.global_rank_3.<stamp>.jsonl``), or None."""
     m = _RANK_IN_NAME_RE.search(_plain_name(Path(path))[0])
     return int(m.group(1)) if m else None
+
+
+def torchrun_place(path: str | Path) -> tuple[int, int | None] | None:
+    """(attempt, local rank) of a file in torchrun's ``--log-dir`` tree (rank None for the attempt's filtered
+    copies), or None for any other file; see [Note: files into runs]."""
+    p = Path(path)
+    name = _plain_name(p)[0]
+    if name in _TORCHRUN_RANK_FILES and p.parent.name.isdigit() and (m := _ATTEMPT_RE.match(p.parent.parent.name)):
+        return int(m.group(1)), int(p.parent.name)
+    if name in _TORCHRUN_FILTERED and (m := _ATTEMPT_RE.match(p.parent.name)):
+        return int(m.group(1)), None
+    return None
+
+
+def left_out(files: list[Path]) -> dict[Path, str]:
+    """Files of a folder that are not read, with why: torchrun's error files, and its filtered copies of lines the
+    rank folders beside them hold."""
+    out: dict[Path, str] = {}
+    ranked = {f.resolve().parent.parent for f in files if (at := torchrun_place(f)) and at[1] is not None
+              and _plain_name(f)[0] != "error.json"}
+    for f in files:
+        at = torchrun_place(f)
+        if at is None:
+            continue
+        if _plain_name(f)[0] == "error.json":
+            out[f] = f"torchrun's error file of local rank {at[1]} (the worker's exception, written when it raised): not a log"
+        elif at[1] is not None and f.stat().st_size == 0:
+            out[f] = f"empty: local rank {at[1]} wrote nothing to this stream (torchrun makes the file either way)"
+        elif at[1] is None and f.resolve().parent in ranked:
+            out[f] = ("torchrun's filtered copy of the tee'd ranks' lines (--log-dir with duplicate filters): "
+                      "the same lines are read from the rank folders beside it")
+    return out
 
 
 def _folder_name(path: Path) -> str:
@@ -109,6 +152,7 @@ def unique_runs(files: list[Path]) -> dict[Path, tuple[str, int | None, str]]:
                 plan[f] = (run_name(f), None, f"rotated files of {base} joined in order" if rot else "")
             key_of[f] = folder
     _launches(plan)
+    _attempts(plan)
     # the same run name from two folders: two runs, each named by its path
     folders_of: dict[str, set[Path]] = defaultdict(set)
     for f, (name, _, _) in plan.items():
@@ -154,6 +198,22 @@ def _launches(plan: dict[Path, tuple[str, int | None, str]]) -> None:
             for f, i in of.items():
                 _, rank, why = plan[f]
                 plan[f] = (f"{name}#{i}", rank, (why + "; " if why else "") + f"launch {i} of {k} by the files' start stamps")
+
+
+def _attempts(plan: dict[Path, tuple[str, int | None, str]]) -> None:
+    """torchrun tree files: the rank from the folder, and each attempt its own launch when the tree holds several."""
+    attempts: dict[tuple[Path, str], set[int]] = defaultdict(set)
+    for f, (name, rank, why) in list(plan.items()):
+        if (at := torchrun_place(f)) is None:
+            continue
+        attempts[(_run_root(f), name)].add(at[0])
+        if at[1] is not None and rank is None:
+            plan[f] = (name, at[1], (why + "; " if why else "") + "torchrun --log-dir tree: each file's rank from its folder (local rank)")
+    for f, (name, rank, why) in list(plan.items()):
+        if (at := torchrun_place(f)) is None or len(seen := sorted(attempts[(_run_root(f), name)])) < 2:
+            continue
+        k = seen.index(at[0]) + 1
+        plan[f] = (f"{name}#{k}", rank, (why + "; " if why else "") + f"attempt_{at[0]}: launch {k} of {len(seen)} (an elastic restart)")
 
 
 _RANK_WORDS = ("rank", "process", "proc", "worker", "task", "node", "gpu", "device")

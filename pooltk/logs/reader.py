@@ -22,7 +22,7 @@ from pooltk._validate import check_int
 from pooltk.logs import automodel_bench, automodel_jsonl, automodel_text, torchtitan, torchtitan_jsonl
 from pooltk.logs._common import ParseResult, SkippedLine
 from pooltk.logs.errors import LogFormatError
-from pooltk.logs.files import expand, rank_in_name, run_name, unique_runs
+from pooltk.logs.files import expand, left_out, rank_in_name, run_name, unique_runs
 from pooltk.logs.runinfo import RunInfo, read_sidecar, sidecar_paths
 from pooltk.logs.source import MAX_BYTES, Source, load
 
@@ -358,9 +358,11 @@ def read_logs(
         paths = [paths]
     paths = list(paths)
     found = expand(paths)
+    skip = left_out([f for f, explicit in found if not explicit])
+    found = [(f, explicit) for f, explicit in found if f not in skip]
     plan = unique_runs([f for f, _ in found])
     tables: list[LogTable] = []
-    unrecognised: list[str] = []
+    unrecognised: list[str] = [f"{f}: {why}" for f, why in skip.items()]
     for path, explicit in found:
         run, rank, _ = plan[path]
         table, problem = _read_one(path, format=format, run=run, strict=strict, max_bytes=max_bytes, engine=engine, rank=rank)
