@@ -5,9 +5,11 @@ Stable names (other notebooks call them; keep their signatures):
 - :func:`setup` -- figure style and pandas display options; returns :class:`NotebookEnv`
   (``IN_CI``, ``REPORT_DIR``).
 - :func:`save_figure` -- writes ``<REPORT_DIR>/<name>.png`` when ``POOLTK_REPORT_DIR`` is set
-  (``pooltk report`` sets it); does nothing otherwise. Returns the path written or ``None``.
+  (``pooltk report`` sets it); does nothing otherwise. Returns nothing, so a cell ending with it
+  shows the figure and no path.
 - :func:`show_frame` -- display a DataFrame with a caption and fixed float format.
 - :func:`show_inputs` -- display the inputs a result was computed from, as a two-column table.
+- :func:`show_figure` -- display a figure once, now, and close it (what widget callbacks draw with).
 
 Imports matplotlib, seaborn and pandas: notebooks only, never the core package.
 """
@@ -21,11 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pooltk.nb.style import FIGURE_WIDTH_IN
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["REPORT_DIR_ENV", "NotebookEnv", "report_dir", "save_figure", "setup", "show_frame", "show_inputs"]
+__all__ = ["REPORT_DIR_ENV", "NotebookEnv", "report_dir", "save_figure", "setup", "show_figure", "show_frame",
+           "show_inputs"]
 
 REPORT_DIR_ENV = "POOLTK_REPORT_DIR"
 """Environment variable naming the folder figures are saved to (set by ``pooltk report``)."""
@@ -64,7 +69,7 @@ def setup(*, context: str = "notebook", font_scale: float = 1.0) -> NotebookEnv:
     import seaborn as sns
 
     sns.set_theme(style="whitegrid", context=context, font_scale=font_scale)
-    mpl.rcParams.update({"figure.figsize": (9.0, 4.0), "figure.dpi": 100, "savefig.dpi": 120, "savefig.bbox": "tight"})
+    mpl.rcParams.update({"figure.figsize": (FIGURE_WIDTH_IN, 4.0), "figure.dpi": 100, "savefig.dpi": 120, "savefig.bbox": "tight"})
     pd.set_option("display.width", 160)
     pd.set_option("display.max_columns", 30)
     pd.set_option("display.max_rows", 80)
@@ -74,23 +79,21 @@ def setup(*, context: str = "notebook", font_scale: float = 1.0) -> NotebookEnv:
     return NotebookEnv(IN_CI=in_ci, REPORT_DIR=out)
 
 
-def save_figure(fig: Figure, name: str) -> Path | None:
-    """Write ``fig`` as ``<POOLTK_REPORT_DIR>/<name>.png`` when the variable is set.
+def save_figure(fig: Figure, name: str) -> None:
+    """Write ``fig`` as ``<POOLTK_REPORT_DIR>/<name>.png`` when the variable is set; do nothing otherwise.
 
     ``name`` should start with the notebook's number (``01_stage_bars``) so reports from
     several notebooks do not collide; characters other than letters, digits, ``-``, ``_``
-    and ``.`` become ``_``. Returns the path written, or ``None`` when no report is being made.
+    and ``.`` become ``_``. The figure itself is shown by the notebook as usual.
     """
     out = report_dir()
     if out is None:
-        return None
+        return
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._")
     if not safe:
         raise ValueError(f"save_figure name: found {name!r}; required letters or digits. Fix: name it like '01_stage_bars'.")
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{safe.removesuffix('.png')}.png"
-    fig.savefig(path)
-    return path
+    fig.savefig(out / f"{safe.removesuffix('.png')}.png")
 
 
 def _display(obj: Any) -> None:
@@ -116,3 +119,15 @@ def show_inputs(inputs: Mapping[str, Any], caption: str = "inputs") -> None:
 
     frame = pd.DataFrame({"input": list(inputs), "value": [str(v) for v in inputs.values()]})
     show_frame(frame, caption)
+
+
+def show_figure(fig: Figure) -> None:
+    """Display ``fig`` now, as one image, and close it.
+
+    A widget callback draws into its ``Output`` area with this: the image is sent once, complete,
+    and the figure is closed, so no later ``plt.show()`` or cell end sends it a second time.
+    """
+    import matplotlib.pyplot as plt
+
+    _display(fig)
+    plt.close(fig)

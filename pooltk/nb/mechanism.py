@@ -1,46 +1,53 @@
-"""How the ring works, drawn from torch's own schedule order (notebook 00).
+"""How the ring works, computed from torch's own schedule order (notebook 00).
 
-Everything here is derived from :mod:`pooltk.analysis.lifetimes` / :mod:`pooltk.analysis.programs`
-(the recorded action order of a torch schedule) and :mod:`pooltk.pool.sizing` (the ring sizes the
-pool itself uses); nothing is hand-drawn:
+Everything here is derived from :mod:`pooltk.analysis` (the recorded action order of a torch
+schedule, its receive-buffer lifetimes, the one slack rule :func:`pooltk.analysis.rings.ring_from_live`);
+nothing is drawn by hand, and nothing reaches into the pool's internals:
 
-- :func:`replay` puts one step of a schedule on a common clock (:class:`Replay`);
-- :func:`schedule_timeline` draws it per stage with the warmup / steady / cooldown phases;
-- :func:`slot_chart` draws which ring slot each microbatch's activation and gradient
-  occupy, from receive post to release, and marks the overwrites a too-small ring causes;
-- :func:`slot_table` lists the same as a tidy table, with the actions that post and free;
-- :func:`guard_replay` runs the real :class:`pooltk.pool.guard.SlotOwnership` over the order
-  and returns the :class:`~pooltk.pool.guard.PoolOverrunError` the guard would raise;
-- :func:`guard_note` returns the guard's own [Note: slot ownership] text;
-- :func:`layout_families` tells how torch's three receive-buffer layouts differ and which
-  this torch has, by feature detection;
-- :func:`explore` / :func:`render_explorer` / :func:`explorer_controls`: the notebook's
-  interactive view, recording what it computed in a :class:`MechanismState`.
+- :func:`replay` puts one step of a schedule on a common clock (:class:`Replay`), :func:`phases`
+  reads its warmup / steady / cooldown phases off the order;
+- :func:`rings_for` is the ring the pool keeps per (stage, direction), :func:`one_short` the
+  negative control's ring one set short;
+- :func:`overwritten_receives` counts overwrites the one way every notebook counts them
+  ([Note: counting overwrites]); :func:`slot_table` lists every receive with its slot;
+- :func:`guard_replay` replays the guard's rule (a post claims slot ``c mod K``; a post into a slot
+  another microbatch still owns stops the step) over the order; notebook 02 runs the real guard;
+- :func:`layout_families` is the torch layout table (:mod:`pooltk.pool.adapters.families`);
+- :func:`explore` / :func:`render_explorer` / :func:`explorer_controls`: the notebook's explorer,
+  recording what it computed in a :class:`MechanismState`.
+
+The figures are in :mod:`pooltk.nb.timelines`, what slack buys in :mod:`pooltk.nb.slack`, the PR's
+two lifetime facts in :mod:`pooltk.nb.lifetime_facts`.
 
 [Note: unit-time replay]
-The analysis gives each rank's actions in order, not when they run. :func:`replay` gives
-every compute action a duration (forward 1 tick, backward 2 by default) and starts it as
-soon as its rank is free and its input exists: ``F`` of stage ``s`` after ``F`` of stage
-``s - 1`` (same microbatch), ``B`` / ``I`` of stage ``s`` after ``B`` / ``I`` of stage
-``s + 1``. A receive is posted when its rank reaches it in its order (the rank's clock
-then); sends take no time. The clock only draws the order on a shared axis; which buffers
-overlap comes from :func:`pooltk.analysis.lifetimes.lifetimes` and :func:`~pooltk.analysis.lifetimes.overwrites`.
+The analysis gives each rank's actions in order, not when they run. :func:`replay` gives every
+compute action a duration (forward 1 tick, backward 2 by default) and starts it as soon as its
+rank is free and its input exists: ``F`` of stage ``s`` after ``F`` of stage ``s - 1`` (same
+microbatch), ``B`` / ``I`` of stage ``s`` after ``B`` / ``I`` of stage ``s + 1``. A receive is
+posted when its rank reaches it in its order (the rank's clock then); sends take no time. The
+clock only draws the order on a shared axis; which buffers overlap comes from the lifetimes.
 
-Imports matplotlib / seaborn / pandas / ipywidgets inside the functions that need them.
+[Note: counting overwrites]
+An overwrite is a receive posted into a ring slot whose previous buffer is still held: that
+receive writes over data autograd will still read. Each such receive counts once (however many
+earlier buffers of the slot are still held), and it is named by the microbatch posting it and the
+previous occupant of the slot. Every notebook counts this way (the slot charts, the tables, the
+explorer's line, the guard's first stop). :func:`pooltk.analysis.lifetimes.overwrites` lists
+every overlapping *pair* instead, which counts a receive once per earlier buffer it lands on.
+
+Imports pandas / ipywidgets inside the functions that need them.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pooltk.config import PoolConfig
-from pooltk.pool.guard import PoolOverrunError, SlotOwnership
-from pooltk.pool.sizing import ring_sizes
+from pooltk.analysis.lifetimes import DIRECTIONS, BufferLifetime, Direction, Overwrite, lifetimes_of, live_sets
 from pooltk.analysis.programs import Program, ScheduleAnalysisError, program
-from pooltk.analysis.lifetimes import DIRECTIONS, BufferLifetime, Direction, Overwrite, lifetimes_of, overwrites
+from pooltk.analysis.rings import ring_from_live
+from pooltk.config import PoolConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -48,19 +55,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "GuardReplay",
+    "GuardStop",
     "MechanismState",
     "Replay",
     "explore",
     "explorer_controls",
-    "guard_note",
     "guard_replay",
+    "inflight_depth",
     "layout_families",
+    "one_short",
+    "overwritten_receives",
     "phases",
     "render_explorer",
     "replay",
+    "ring_summary",
     "rings_for",
-    "schedule_timeline",
-    "slot_chart",
     "slot_table",
 ]
 
@@ -129,9 +138,9 @@ def replay(
         ScheduleAnalysisError: the schedule or shape cannot be analysed (torch's reason quoted).
         ValueError: a duration is not positive.
     """
-    for label, v in (("forward_ticks", forward_ticks), ("backward_ticks", backward_ticks)):
+    for name, v in (("forward_ticks", forward_ticks), ("backward_ticks", backward_ticks)):
         if not v > 0:
-            raise ValueError(f"replay {label}: found {v!r}; required > 0.")
+            raise ValueError(f"replay {name}: found {v!r}; required > 0.")
     prog = program(schedule, pp=pp, n_microbatches=n_microbatches)
     spans = tuple(lifetimes_of(prog))
     durations = {"F": forward_ticks, "B": backward_ticks, "I": backward_ticks / 2, "W": backward_ticks / 2}
@@ -182,13 +191,13 @@ def replay(
 def phases(rp: Replay) -> dict[int, dict[str, tuple[int, int]]]:
     """Per stage, the compute phases as ``(first, last)`` positions in the stage's compute order.
 
-    ``warmup``: forwards before the stage's first backward; ``cooldown``: backwards after
-    its last forward; ``steady``: the rest (one forward, one backward, ...). A phase with
-    no actions is left out (GPipe has no steady phase).
+    ``warmup``: forwards before the stage's first backward; ``cooldown``: backwards after its
+    last forward; ``steady``: the rest (one forward, one backward, ...). A phase with no actions
+    is left out (GPipe has no steady phase).
     """
     out: dict[int, dict[str, tuple[int, int]]] = {}
     by_stage: dict[int, list[str]] = {}
-    for r, events in rp.program.events.items():
+    for events in rp.program.events.values():
         for e in events:
             if e.kind in ("F", "B", "I"):
                 by_stage.setdefault(e.stage, []).append(e.kind)
@@ -204,39 +213,75 @@ def phases(rp: Replay) -> dict[int, dict[str, tuple[int, int]]]:
 # --------------------------------------------------------------------------- rings
 
 
+def inflight_depth(pp: int, stage: int, n_microbatches: int) -> int:
+    """``W = min(M, N - i)``: forwards stage ``i`` of ``N`` runs before its first backward under 1F1B."""
+    return min(n_microbatches, pp - stage)
+
+
 def rings_for(pp: int, n_microbatches: int, config: PoolConfig) -> dict[tuple[int, Direction], int]:
-    """The ring the pool keeps per (stage, direction) under ``config`` (0: no receives).
+    """The ring the pool keeps per (stage, direction) under ``config`` (0: the stage receives nothing).
 
-    The same :func:`pooltk.pool.sizing.ring_sizes` the pool uses: sized for 1F1B whatever schedule
-    it is then run under (that is what ``force=True`` does).
+    Sized for 1F1B from its walked live sets through :func:`pooltk.analysis.rings.ring_from_live`
+    (the one slack rule the pool uses), whatever schedule it is then run under: that is what
+    ``force=True`` does.
     """
-    out: dict[tuple[int, Direction], int] = {}
-    for stage in range(pp):
-        k = ring_sizes(pp, stage, n_microbatches, config)
-        out[(stage, "forward")], out[(stage, "grad")] = k.forward, k.grad
-    return out
+    live = live_sets("1F1B", pp=pp, n_microbatches=n_microbatches)
+    return {key: ring_from_live(k, n_microbatches, key[1], config) for key, k in live.items()}
 
 
-def _ring_k(rings: Rings | int, stage: int, direction: Direction) -> int:
-    if isinstance(rings, int):
-        return rings
+def one_short(rings: Rings) -> dict[tuple[int, Direction], int]:
+    """The negative control: every forward ring one set smaller (never below 1); grad rings as they are."""
+    return {(s, d): (max(1, k - 1) if d == "forward" and k else k) for (s, d), k in rings.items()}
+
+
+def ring_summary(rings: Rings) -> str:
+    """``act [- 3 2 1] grad [1 1 1 -]``: ring per stage, ``-`` where a stage has no receives."""
+    stages = range(1 + max(s for s, _ in rings))
+    fwd = " ".join(str(rings.get((s, "forward")) or "-") for s in stages)
+    grad = " ".join(str(rings.get((s, "grad")) or "-") for s in stages)
+    return f"act [{fwd}] grad [{grad}]"
+
+
+def _ring_k(rings: Rings, stage: int, direction: Direction) -> int:
     k = rings.get((stage, direction))
-    if k is None or k < 1:
+    if not k:
         raise ValueError(f"rings: no ring for stage {stage} {direction}; required an integer >= 1 per receiving "
                          "(stage, direction). Fix: build them with rings_for(pp, M, PoolConfig(...)).")
     return k
 
 
-def slot_table(rp: Replay, rings: Rings | int) -> pd.DataFrame:
+def overwritten_receives(rp: Replay, rings: Rings) -> list[Overwrite]:
+    """Every receive posted into a slot whose previous buffer is still held ([Note: counting overwrites]).
+
+    One :class:`~pooltk.analysis.lifetimes.Overwrite` per such receive: ``overwritten_by`` is the
+    microbatch posting, ``microbatch`` the slot's previous occupant (the latest earlier buffer of
+    that slot still held when the receive is posted). Ordered by stage, direction and microbatch.
+    """
+    by_slot: dict[tuple[int, Direction, int], list[BufferLifetime]] = {}
+    for b in rp.spans:
+        by_slot.setdefault((b.stage, b.direction, b.microbatch % _ring_k(rings, b.stage, b.direction)), []).append(b)
+    found = []
+    for group in by_slot.values():
+        group.sort(key=lambda b: (b.post, b.microbatch))
+        for i, new in enumerate(group):
+            held = [old for old in group[:i] if new.post <= old.release]
+            if held:
+                found.append(Overwrite(new.stage, new.direction, held[-1].microbatch, new.microbatch))
+    found.sort(key=lambda o: (o.stage, DIRECTIONS.index(o.direction), o.overwritten_by))
+    return found
+
+
+def slot_table(rp: Replay, rings: Rings) -> pd.DataFrame:
     """One row per receive buffer: its slot ``microbatch mod K`` and the actions that post, read and free it.
 
-    Columns: stage, direction, microbatch, ring, slot, posted_after (the compute action the
-    rank ran just before posting, or ``start``), read_by, freed_by, post_t, release_t,
-    overwrites (the microbatch whose live buffer this receive would overwrite, or -1).
+    Columns: stage, direction, microbatch, ring, slot, posted_after (the compute action the rank
+    ran just before posting, or ``start``), read_by, freed_by, post_t, release_t, overwrites (the
+    slot's previous occupant this receive writes over while it is held, or -1: [Note: counting
+    overwrites]).
     """
     import pandas as pd
 
-    over = {(o.stage, o.direction, o.overwritten_by): o.microbatch for o in overwrites(rp.spans, _rings_map(rp, rings))}
+    over = {(o.stage, o.direction, o.overwritten_by): o.microbatch for o in overwritten_receives(rp, rings)}
     label = {}
     for r, events in rp.program.events.items():
         prev = "start"
@@ -258,259 +303,108 @@ def slot_table(rp: Replay, rings: Rings | int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _rings_map(rp: Replay, rings: Rings | int) -> dict[tuple[int, Direction], int]:
-    return {(b.stage, b.direction): _ring_k(rings, b.stage, b.direction) for b in rp.spans}
+# --------------------------------------------------------------------------- the guard's rule, replayed
 
 
-# --------------------------------------------------------------------------- the guard
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GuardStop:
+    """Where the guard's rule stops a step: the first post into a slot another microbatch still owns."""
+
+    stage: int
+    """The receiving stage."""
+    direction: Direction
+    """Which ring."""
+    slot: int
+    """The slot, ``incoming mod ring``."""
+    ring: int
+    """The ring's size K."""
+    owner: int
+    """The microbatch still owning the slot."""
+    incoming: int
+    """The microbatch whose receive was being posted."""
+    rank: int
+    """The rank that posted it."""
+    time: float
+    """When, on the replay clock."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GuardReplay:
-    """What the guard does on one step of a schedule with given rings."""
+    """What the guard's rule does on one step of a schedule with given rings."""
 
     schedule: str
     """Schedule replayed."""
     rings: dict[tuple[int, Direction], int]
     """Ring per (stage, direction) that was checked."""
     posts_checked: int
-    """Receive posts the guard checked before it stopped (or all of them)."""
-    error: PoolOverrunError | None
-    """The error the guard raised, or ``None`` when every post found its slot free."""
+    """Receive posts checked before the rule stopped the step (or all of them)."""
+    stop: GuardStop | None
+    """Where it stopped, or ``None`` when every post found its slot free."""
 
     @property
     def ok(self) -> bool:
-        return self.error is None
+        return self.stop is None
 
     def line(self) -> str:
         """One readable line: passed, or where it stopped."""
-        if self.error is None:
-            return f"{self.schedule}: guard passed all {self.posts_checked} receive posts"
-        e = self.error
-        return (f"{self.schedule}: guard raised PoolOverrunError at post {self.posts_checked}: stage {e.stage} "
-                f"{e.direction} slot {e.slot} of {e.ring} still owned by microbatch {e.owner}, "
-                f"microbatch {e.incoming} posting")
+        if self.stop is None:
+            return f"{self.schedule}: the guard passes all {self.posts_checked} receive posts"
+        e = self.stop
+        return (f"{self.schedule}: the guard stops the step at post {self.posts_checked} (PoolOverrunError): stage "
+                f"{e.stage} {e.direction} slot {e.slot} of {e.ring} still owned by microbatch {e.owner}, microbatch "
+                f"{e.incoming} posting")
 
 
-def guard_replay(rp: Replay, rings: Rings | int) -> GuardReplay:
-    """Run :class:`pooltk.pool.guard.SlotOwnership` (the guard's own class) over every rank's order.
+def guard_replay(rp: Replay, rings: Rings) -> GuardReplay:
+    """Replay the guard's ownership rule over every rank's order.
 
-    A receive post acquires ``microbatch mod K``; a full backward (or a weight step) of the
-    microbatch releases its forward and grad slots; in a forward-only step the forward
-    releases. Ranks are independent (a ring belongs to one stage), so they are replayed one
-    after the other; the first overrun stops the replay, as it stops the real run.
+    A receive post claims slot ``microbatch mod K`` of its ring; a full backward (or a weight
+    step) of the microbatch frees its forward and grad slots; in a forward-only step the forward
+    frees. A post into a slot another microbatch still owns is where the real guard raises
+    ``PoolOverrunError`` (notebook 02 shows it on real ranks); the replay stops there. Rings belong
+    to one stage, so ranks are replayed one after the other.
     """
-    ring_map = _rings_map(rp, rings)
-    owners = {key: SlotOwnership(stage=key[0], direction=key[1], ring=k) for key, k in ring_map.items()}
+    ring_map = {(b.stage, b.direction): _ring_k(rings, b.stage, b.direction) for b in rp.spans}
+    owners: dict[tuple[int, Direction], list[int | None]] = {key: [None] * k for key, k in ring_map.items()}
     checked = 0
     for r in sorted(rp.program.events):
         for e in rp.program.events[r]:
             if e.kind in ("RECV_F", "RECV_B"):
                 key = (e.stage, "forward" if e.kind == "RECV_F" else "grad")
+                slots, k = owners[key], ring_map[key]
+                slot = e.microbatch % k
                 checked += 1
-                try:
-                    owners[key].acquire(e.microbatch)
-                except PoolOverrunError as exc:
-                    return GuardReplay(schedule=rp.program.schedule, rings=ring_map, posts_checked=checked, error=exc)
+                if slots[slot] is not None and slots[slot] != e.microbatch:
+                    stop = GuardStop(stage=e.stage, direction=key[1], slot=slot, ring=k, owner=slots[slot],
+                                     incoming=e.microbatch, rank=r, time=rp.start[(r, e.step)])
+                    return GuardReplay(schedule=rp.program.schedule, rings=ring_map, posts_checked=checked, stop=stop)
+                slots[slot] = e.microbatch
             elif e.kind in ("B", "W") or (e.kind == "F" and rp.program.forward_only):
                 for d in DIRECTIONS:
-                    if (e.stage, d) in owners:
-                        owners[(e.stage, d)].release(e.microbatch)
-    return GuardReplay(schedule=rp.program.schedule, rings=ring_map, posts_checked=checked, error=None)
-
-
-def guard_note() -> str:
-    """The text of ``[Note: slot ownership]`` in :mod:`pooltk.pool.guard`: the invariant the guard checks."""
-    import pooltk.pool.guard as guard
-
-    doc = guard.__doc__ or ""
-    m = re.search(r"\[Note: slot ownership\]\n(.*?)(?:\n\[Note:|\Z)", doc, flags=re.S)
-    if m is None:
-        raise LookupError("pooltk.pool.guard's docstring has no [Note: slot ownership] block; the guard's docs moved.")
-    return m.group(1).strip()
+                    slots = owners.get((e.stage, d))
+                    if slots is not None:
+                        k = ring_map[(e.stage, d)]
+                        if slots[e.microbatch % k] == e.microbatch:
+                            slots[e.microbatch % k] = None
+    return GuardReplay(schedule=rp.program.schedule, rings=ring_map, posts_checked=checked, stop=None)
 
 
 # --------------------------------------------------------------------------- layouts
 
 
 def layout_families() -> pd.DataFrame:
-    """One row per method a layout family makes buffers in, and whether this torch defines it.
-
-    Columns: family, torch, what_pooltk_does, where (``Class.method`` or module attribute),
-    defined_here, detected_here (the family :func:`pooltk.pool.adapters.detect` picked).
-    """
+    """The torch layout table: one row per kind of receive buffer (and releases, how detection tells the
+    families apart, what pooltk does, notes), one column per family, and a last row marking the family
+    this torch has (``pooltk.probe()``). See [Note: one method, two families] in the families module."""
     import pandas as pd
 
-    from pooltk.pool.adapters import detect
-    from pooltk.pool.adapters.families import FAMILIES
+    import pooltk
+    from pooltk.pool.adapters.families import FAMILIES, layout_rows
 
-    found = detect().layout
-    rows = []
-    for family in FAMILIES:
-        for marker in family.markers:
-            rows.append({
-                "family": family.name, "torch": family.torch, "what_pooltk_does": family.what_pooltk_does,
-                "where": marker.where, "defined_here": marker.defined(),
-                "detected_here": found is not None and found.name == family.name,
-            })
-    return pd.DataFrame(rows)
-
-
-# --------------------------------------------------------------------------- figures
-
-
-_PHASE_COLOURS = {"warmup": "#fde9c9", "steady": "#dcefdc", "cooldown": "#dde6f5"}
-
-
-def schedule_timeline(rp: Replay, *, ax: Any = None, title: str | None = None) -> Figure:
-    """Per stage, every forward (light) and backward (dark) on the replay clock, phases shaded.
-
-    The label in each box is the microbatch; the background band of a stage shows its
-    warmup (forwards before the first backward), steady state and cooldown, taken from the
-    order itself (:func:`phases`).
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    frame = rp.compute_frame()
-    pp = rp.program.num_stages
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(11, 0.62 * pp + 1.4))
-    else:
-        fig = ax.figure
-    ph = phases(rp)
-    for stage, group in frame.groupby("stage"):
-        group = group[group.kind != "W"].sort_values("start")
-        times = list(zip(group.start, group.end))
-        for name, (a, b) in ph.get(stage, {}).items():
-            ax.axvspan(times[a][0], times[b][1], ymin=1 - (stage + 1) / pp, ymax=1 - stage / pp,
-                       color=_PHASE_COLOURS[name], zorder=0)
-    cmap = plt.get_cmap("tab20")
-    for row in frame.itertuples():
-        dark = row.kind != "F"
-        colour = cmap((2 * row.microbatch) % 20 + (0 if dark else 1))
-        ax.barh(row.stage, row.end - row.start, left=row.start, height=0.62, color=colour,
-                edgecolor="black", linewidth=0.6, zorder=2)
-        ax.text((row.start + row.end) / 2, row.stage, f"{row.kind}{row.microbatch}", ha="center", va="center",
-                fontsize=7 if row.end - row.start < 1.5 else 8, zorder=3)
-    ax.set_ylim(pp - 0.5, -0.5)
-    ax.set_yticks(range(pp), [f"stage {s}" for s in range(pp)])
-    ax.set_xlim(0, rp.makespan)
-    ax.set_xlabel(f"replay clock (forward = {rp.forward_ticks:g} tick, backward = {rp.backward_ticks:g})")
-    ax.grid(axis="y", visible=False)
-    ax.legend(handles=[Patch(color=c, label=n) for n, c in _PHASE_COLOURS.items()], loc="upper left",
-              bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize="small")
-    m = rp.program.n_microbatches
-    ax.set_title(title or f"{rp.program.schedule}, pp={pp}, M={m}: F = forward, B = backward (label = microbatch)")
-    fig.tight_layout()
-    return fig
-
-
-def _sub_rows(rp: Replay, ring_map: dict[tuple[int, Direction], int]) -> dict[tuple[int, Direction, int], int]:
-    """Sub-row of each buffer inside its slot's lane: the lowest row free at its post time.
-
-    A receive posted when the previous buffer is freed reuses its row (post after release in
-    the rank's order). In a safe ring every buffer of a slot fits in row 0; each
-    extra row is a buffer that shares its slot with one still held.
-    """
-    rows: dict[tuple[int, Direction, int], int] = {}
-    busy: dict[tuple[int, Direction, int], list[float]] = {}  # lane -> release time per row
-    for b in sorted(rp.spans, key=lambda b: (rp.time_of_post(b), b.microbatch)):
-        lane = (b.stage, b.direction, b.microbatch % ring_map[(b.stage, b.direction)])
-        ends = busy.setdefault(lane, [])
-        t = rp.time_of_post(b)
-        row = next((i for i, e in enumerate(ends) if e <= t), len(ends))
-        if row == len(ends):
-            ends.append(0.0)
-        ends[row] = rp.time_of_release(b)
-        rows[(b.stage, b.direction, b.microbatch)] = row
-    return rows
-
-
-def slot_chart(
-    rp: Replay,
-    rings: Rings | int,
-    *,
-    stages: Sequence[int] | None = None,
-    ax: Any = None,
-    title: str | None = None,
-) -> Figure:
-    """Which ring slot each microbatch's receive buffer occupies, on the replay clock.
-
-    One lane per (stage, direction, slot). Each bar is one microbatch's buffer (label =
-    microbatch): a thin line from the receive post until a compute action first reads it,
-    then a thick bar while it is held (an activation until its backward, a gradient until
-    its backward). In a safe ring a slot's buffers follow one another on one row. A buffer
-    posted while the slot's previous one is still held gets a row of its own, a red cross
-    at its post and a red hatched span until the older buffer is freed: that receive
-    overwrites live data (:func:`pooltk.analysis.lifetimes.overwrites`), silently on gloo.
-    """
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    ring_map = _rings_map(rp, rings)
-    keep = set(range(rp.program.num_stages)) if stages is None else set(stages)
-    sub = _sub_rows(rp, ring_map)
-    lanes: list[tuple[int, Direction, int]] = [
-        (s, d, j) for d in DIRECTIONS for s in range(rp.program.num_stages) if (s, d) in ring_map and s in keep
-        for j in range(ring_map[(s, d)])
-    ]
-    depth = {lane: 1 + max((r for (s, d, mb), r in sub.items() if (s, d, mb % ring_map[(s, d)]) == lane), default=0)
-             for lane in lanes}
-    row_h, gap = 0.32, 0.3
-    top: dict[tuple[int, Direction, int], float] = {}
-    y = 0.0
-    for lane in lanes:
-        top[lane] = y
-        y += depth[lane] * row_h + gap
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(11, 0.55 * y + 1.6))
-    else:
-        fig = ax.figure
-    palette = sns.color_palette("husl", rp.program.n_microbatches)
-    by_key = {(b.stage, b.direction, b.microbatch): b for b in rp.spans}
-    bad = [o for o in overwrites(rp.spans, ring_map) if o.stage in keep]
-    for b in rp.spans:
-        if b.stage not in keep:
-            continue
-        lane = (b.stage, b.direction, b.microbatch % ring_map[(b.stage, b.direction)])
-        yb = top[lane] + (sub[(b.stage, b.direction, b.microbatch)] + 0.5) * row_h
-        t_post, t_read, t_free = rp.time_of_post(b), rp.time_of_consume(b), rp.time_of_release(b)
-        c = palette[b.microbatch]
-        ax.plot([t_post, t_read], [yb, yb], color=c, lw=1.5, solid_capstyle="butt", zorder=2)
-        ax.barh(yb, t_free - t_read, left=t_read, height=row_h * 0.8, color=c, edgecolor="black", linewidth=0.4,
-                zorder=2)
-        ax.text((t_read + t_free) / 2, yb, str(b.microbatch), ha="center", va="center", fontsize=7, zorder=3)
-    landed = set()
-    for o in bad:
-        old, new = by_key[(o.stage, o.direction, o.microbatch)], by_key[(o.stage, o.direction, o.overwritten_by)]
-        lane = (o.stage, o.direction, o.microbatch % ring_map[(o.stage, o.direction)])
-        t0, t1 = rp.time_of_post(new), rp.time_of_release(old)
-        ax.fill_between([t0, max(t1, t0 + 0.15)], top[lane], top[lane] + depth[lane] * row_h, facecolor="none",
-                        edgecolor="red", hatch="///", linewidth=0.0, zorder=1)
-        yn = top[lane] + (sub[(o.stage, o.direction, o.overwritten_by)] + 0.5) * row_h
-        ax.plot(t0, yn, marker="x", color="red", ms=8, mew=2.0, zorder=4)
-        landed.add((o.stage, o.direction, o.overwritten_by))
-    ax.set_yticks([top[lane] + depth[lane] * row_h / 2 for lane in lanes],
-                  [f"s{s} {'act' if d == 'forward' else 'grad'} slot {j}" for s, d, j in lanes], fontsize=8)
-    ax.set_ylim(y - gap / 2, -gap / 2)
-    ax.set_xlim(0, rp.makespan)
-    ax.set_xlabel("replay clock (same as the timeline)")
-    ax.grid(axis="y", visible=False)
-    verdict = (f"{len(landed)} receive(s) land in a slot still held (red)" if landed
-               else "every receive finds its slot free")
-    ax.set_title(title or (f"{rp.program.schedule}, pp={rp.program.num_stages}, M={rp.program.n_microbatches}, "
-                           f"rings {_ring_summary(ring_map)}: {verdict}"), fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def _ring_summary(ring_map: Mapping[tuple[int, Direction], int]) -> str:
-    """``act [- 3 2 1] grad [1 1 1 -]``: ring per stage, ``-`` where a stage has no receives."""
-    stages = range(1 + max(s for s, _ in ring_map))
-    fwd = " ".join(str(ring_map.get((s, "forward")) or "-") for s in stages)
-    grad = " ".join(str(ring_map.get((s, "grad")) or "-") for s in stages)
-    return f"act [{fwd}] grad [{grad}]"
+    found = pooltk.probe().layout
+    rows = layout_rows()
+    rows.append({"": "this torch", **{f.name: ("detected here" if f.name == found else "-") for f in FAMILIES}})
+    return pd.DataFrame(rows).rename(columns={"": "receive buffers"})
 
 
 # --------------------------------------------------------------------------- the explorer
@@ -525,7 +419,7 @@ class MechanismState:
     rings: dict[tuple[int, Direction], int] | None = None
     """Ring per (stage, direction) the pool would keep for those inputs."""
     overwrites: list[Overwrite] = field(default_factory=list)
-    """What that ring would overwrite under the chosen schedule (empty: safe)."""
+    """The receives that ring would post into a slot still held (empty: safe; [Note: counting overwrites])."""
     guard: GuardReplay | None = None
     """What the guard does on that step."""
     last_error: str | None = None
@@ -542,14 +436,15 @@ class MechanismState:
         pp, m = self.last_inputs["pp"], self.last_inputs["microbatches"]
         kept, stock = sum(self.rings.values()), 2 * (pp - 1) * m
         return (f"{self.last_inputs['schedule']} pp={pp} M={m} slack={self.last_inputs['slack']} "
-                f"grad_slack={self.last_inputs['grad_slack']}: rings {_ring_summary(self.rings)}, the pool keeps "
-                f"{kept} of {stock} stock buffer sets; {len(self.overwrites)} overwrite(s); {self.guard.line()}")
+                f"grad_slack={self.last_inputs['grad_slack']}: rings {ring_summary(self.rings)}, the pool keeps "
+                f"{kept} of {stock} stock buffer sets; {len(self.overwrites)} receive(s) into a slot still held; "
+                f"{self.guard.line()}")
 
 
 def explore(
     state: MechanismState, *, schedule: str, pp: int, microbatches: int, slack: int, grad_slack: int
 ) -> Replay | None:
-    """One explorer update: replay ``schedule`` with the tight ring for ``slack``; record it in ``state``."""
+    """One explorer update: replay ``schedule`` with the ring for ``slack``; record it in ``state``."""
     state.last_inputs = dict(schedule=schedule, pp=pp, microbatches=microbatches, slack=slack, grad_slack=grad_slack)
     try:
         rp = replay(schedule, pp=pp, n_microbatches=microbatches)
@@ -558,21 +453,22 @@ def explore(
         state.last_error, state.replay = str(exc), None
         return None
     state.replay, state.rings, state.last_error = rp, rings, None
-    state.overwrites = overwrites(rp.spans, _rings_map(rp, rings))
+    state.overwrites = overwritten_receives(rp, rings)
     state.guard = guard_replay(rp, rings)
     state.history.append(state.line())
     return rp
 
 
 def render_explorer(state: MechanismState) -> Figure | None:
-    """Print the state's line and draw the slot chart of the last update."""
-    import matplotlib.pyplot as plt
+    """Print the state's line and show the slot chart of the last update (one figure, shown once)."""
+    from pooltk.nb.common import show_figure
+    from pooltk.nb.timelines import slot_chart
 
     print(state.line())
     if state.replay is None or state.rings is None:
         return None
-    fig = slot_chart(state.replay, state.rings)
-    plt.show()
+    fig = slot_chart(state.replay, state.rings, guard=state.guard)
+    show_figure(fig)
     return fig
 
 

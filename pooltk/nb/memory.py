@@ -29,12 +29,14 @@ from pooltk.memory.configs import Overrides, load_config
 from pooltk.memory.fits import DEVICES, FitReport, ReferencePeak, fit_report, published_peak
 from pooltk.memory.model import TensorSpec
 from pooltk.memory.source import Preset
+from pooltk.nb import style
 from pooltk.studies.kimi_k3.presets import PRESETS, get_preset
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
 __all__ = [
+    "VARIANTS",
     "VARIANT_LABELS",
     "ExplorerState",
     "FigureOfMerit",
@@ -43,46 +45,58 @@ __all__ = [
     "explorer_controls",
     "fits_bars",
     "measured_vs_modelled_figure",
+    "pr_figures",
     "resize_boundary",
-    "lifetime_timeline",
     "render_explorer",
     "slack_heatmap",
     "stage_bars",
 ]
 
-VARIANT_LABELS: dict[str, str] = {
-    "stock": "stock torch",
-    "stock_lazy": "stock torch >= 2.15 (lazy)",
-    "lazy_released": "torch >= 2.15 + pooltk release",
-    "automodel": "automodel policy",
-    "tight": "pooltk tight",
-    "live_set": "live-set minimum",
-}
-"""Legend labels for the variants drawn in the bar chart, in drawing order."""
+VARIANTS: tuple[str, ...] = ("stock", "stock_lazy", "lazy_released", "automodel", "tight", "live_set")
+"""The variants the per-stage bars and the fits view draw, in drawing order (keys of :data:`pooltk.nb.style.SERIES`)."""
+VARIANT_LABELS: dict[str, str] = {key: style.label(key) for key in VARIANTS}
+"""Legend label of each variant (from the one series map)."""
 
 
 # --------------------------------------------------------------------------- figures
 
 
+def _grouped_bars(ax: Any, frame: Any, value: str, variants: Sequence[str]) -> None:
+    """One bar group per stage, one bar per variant in its series colour (labelled for the legend)."""
+    import numpy as np
+
+    stages = sorted(frame["stage"].unique())
+    x = np.arange(len(stages))
+    width = 0.84 / len(variants)
+    for k, variant in enumerate(variants):
+        part = frame[frame.variant == variant].set_index("stage").reindex(stages)
+        ax.bar(x + (k - (len(variants) - 1) / 2) * width, part[value].fillna(0).to_numpy(), width,
+               color=style.colour(variant), label=style.label(variant))
+    ax.set_xticks(x, [str(s) for s in stages])
+
+
 def stage_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None) -> Figure:
-    """Per-stage receive-buffer GiB (both directions) for stock, automodel, tight and live set."""
+    """Per-stage receive-buffer GiB (both directions) of each variant of :data:`VARIANTS`, from zero."""
     import matplotlib.pyplot as plt
-    import seaborn as sns
 
     frame = model.to_frame()
-    frame = frame[frame.variant.isin(list(VARIANT_LABELS))]
+    frame = frame[frame.variant.isin(VARIANTS)]
     per_stage = frame.groupby(["stage", "variant"], as_index=False, sort=False)["gib"].sum()
-    per_stage["variant"] = per_stage["variant"].map(VARIANT_LABELS)
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(10, 4))
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.6))
     else:
         fig = ax.figure
-    sns.barplot(data=per_stage, x="stage", y="gib", hue="variant", hue_order=list(VARIANT_LABELS.values()), ax=ax)
-    cfg = model.config
-    ax.set_ylabel("receive buffers per stage (GiB, 2**30 B)")
-    ax.set_xlabel(f"stage (pp={model.shape.pp}, M={model.shape.n_microbatches}, {model.shape.schedule})")
-    ax.set_title(title or f"stock vs pooled: slack={cfg.slack}, grad_slack={cfg.grad_slack} (tight); automodel slack={cfg.slack}")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    _grouped_bars(ax, per_stage, "gib", VARIANTS)
+    cfg, shape = model.config, model.shape
+    ax.set_ylim(0, per_stage["gib"].max() * 1.08)
+    ax.set_ylabel("receive buffers per stage (GiB)")
+    ax.set_xlabel(f"stage (index; pp={shape.pp}, M={shape.n_microbatches}, {shape.schedule})")
+    ax.set_title(title or f"receive buffers per stage, both directions: slack {cfg.slack} (Automodel's ring and "
+                 f"pooltk's), grad slack {cfg.grad_slack} (pooltk)", fontsize=10)
+    if own:
+        handles, _ = ax.get_legend_handles_labels()
+        style.legend_below(fig, handles, ncol=3)
     return fig
 
 
@@ -94,74 +108,24 @@ def slack_heatmap(
     slacks: Iterable[int] = range(0, 9),
     ax: Any = None,
 ) -> Figure:
-    """Stage x slack heatmap of pooled GiB per stage under ``config``'s policy."""
+    """Stage x slack heatmap of pooled GiB per stage under ``config``'s ring size."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
     sweep = slack_sweep(shape, boundaries, list(slacks), config)
     grid = sweep.pivot(index="stage", columns="slack", values="pooled_gib")
     if ax is None:
-        fig, ax = plt.subplots(figsize=(10, 0.45 * shape.pp + 2))
+        fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.42 * shape.pp + 2.2))
     else:
         fig = ax.figure
-    sns.heatmap(grid, annot=True, fmt=".1f", cmap="viridis", cbar_kws={"label": "pooled GiB (2**30 B)"}, ax=ax)
-    extra = f", grad_slack={config.grad_slack}" if config.policy == "tight" else ""
-    ax.set_title(f"pooled receive buffers per stage ({config.policy}{extra}); stock middle stage "
-                 f"{sweep[sweep.stage == middle_stage(shape.pp)].stock_gib.iloc[0]:.1f} GiB")
-    ax.set_xlabel("forward slack")
-    ax.set_ylabel("stage")
-    return fig
-
-
-def lifetime_timeline(
-    *,
-    pp: int = 4,
-    n_microbatches: int = 8,
-    stage: int = 1,
-    schedules: Sequence[str] = ("1F1B", "GPipe"),
-) -> Figure:
-    """Forward receive-buffer lifetimes on ``stage`` for each schedule, coloured by ring slot.
-
-    Each bar is one microbatch's buffer from receive post to release (thin: posted, not yet
-    read; thick: held for the backward). Slots are ``microbatch mod K`` with ``K`` = the 1F1B
-    live set of the stage; a red cross marks a receive that would overwrite a buffer still
-    live in the same slot (:func:`pooltk.analysis.lifetimes.overwrites`). The step line counts live
-    buffers: under 1F1B it never exceeds ``K``; under GPipe it climbs to ``M``.
-    """
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    from pooltk.analysis import lifetimes as sch
-
-    base = sch.live_sets(schedules[0], pp=pp, n_microbatches=n_microbatches)[(stage, "forward")]
-    k = max(1, base)
-    fig, axes = plt.subplots(len(schedules), 1, figsize=(10, 2.4 * len(schedules) + 0.6), sharex=False)
-    axes = [axes] if len(schedules) == 1 else list(axes)
-    palette = sns.color_palette("tab10", k)
-    for ax, name in zip(axes, schedules):
-        spans = [b for b in sch.lifetimes(name, pp=pp, n_microbatches=n_microbatches) if b.stage == stage and b.direction == "forward"]
-        bad = sch.overwrites(spans, k)
-        for b in spans:
-            colour = palette[b.microbatch % k]
-            ax.plot([b.post, b.consume], [b.microbatch] * 2, color=colour, lw=2, solid_capstyle="butt")
-            ax.plot([b.consume, b.release], [b.microbatch] * 2, color=colour, lw=7, solid_capstyle="butt")
-        by_mb = {b.microbatch: b for b in spans}
-        for o in bad:
-            ax.plot(by_mb[o.overwritten_by].post, o.microbatch, marker="x", color="red", ms=10, mew=2.5)
-        end = max(b.release for b in spans) + 1
-        live = [sum(b.post <= t <= b.release for b in spans) for t in range(end)]
-        twin = ax.twinx()
-        twin.step(range(end), live, where="post", color="black", lw=1, alpha=0.6)
-        twin.set_ylim(0, n_microbatches + 1)
-        twin.set_ylabel("live buffers")
-        twin.grid(False)
-        ax.set_ylim(n_microbatches - 0.5, -0.5)
-        ax.set_ylabel("microbatch")
-        ax.set_title(
-            f"{name}: stage {stage} of {pp}, M={n_microbatches}: peak live {max(live)}; "
-            f"ring of K={k} overwrites {len(bad)} live buffer(s)"
-        )
-    axes[-1].set_xlabel(f"position in rank {stage}'s action order (receive post .. release)")
+    sns.heatmap(grid, annot=True, fmt=".1f", cmap="viridis", cbar_kws={"label": "pooled receive buffers (GiB)"},
+                ax=ax)
+    ring = "Automodel's ring size" if config.policy == "automodel" else f"pooltk tight, grad slack {config.grad_slack}"
+    stock = sweep[sweep.stage == middle_stage(shape.pp)].stock_gib.iloc[0]
+    ax.set_title(f"pooled receive buffers per stage as the slack grows ({ring}); stock: {stock:.1f} GiB on the middle "
+                 "stage", fontsize=10)
+    ax.set_xlabel("forward slack (buffer sets beyond the live set)")
+    ax.set_ylabel("stage (index)")
     fig.tight_layout()
     return fig
 
@@ -342,58 +306,109 @@ def explore(
     return model
 
 
-def fits_bars(report: FitReport, *, ax: Any = None) -> Figure:
-    """Per-stage modelled peak of each variant against the device's capacity (a dashed line)."""
+def pr_figures(preset: Preset | None) -> dict[str, Any]:
+    """The preset's published measured peak and OOM margin (Automodel PR #3780 for the Kimi-K3 2k presets), by name.
+
+    Keys ``peak`` (GiB) and ``oom`` (MiB), each a :class:`pooltk.memory.source.Figure` with its
+    source; a preset without them gives an empty dict.
+    """
+    if preset is None:
+        return {}
+    found = {"peak": published_peak(preset)}
+    try:
+        found["oom"] = preset.figure("oom_margin_mib")
+    except KeyError:
+        pass
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def fits_bars(report: FitReport, *, published: dict[str, Any] | None = None, ax: Any = None) -> Figure:
+    """Per-stage modelled peak of each variant from zero, against the device's capacity and the published figures.
+
+    Reference lines, each labelled with its source: the device's capacity (``report.device``),
+    the published measured pooled peak the model is anchored to, and, with ``published["oom"]``,
+    where the PR's stock run stopped (capacity + the published OOM margin).
+    """
     import matplotlib.pyplot as plt
-    import seaborn as sns
 
     frame = report.to_frame()
-    frame["variant"] = frame["variant"].map(VARIANT_LABELS)
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(10, 4))
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 5.0))
     else:
         fig = ax.figure
-    sns.barplot(data=frame, x="stage", y="peak_gib", hue="variant", hue_order=list(VARIANT_LABELS.values()), ax=ax)
-    ax.axhline(report.device.gib, color="black", ls="--", lw=1)
-    ax.text(0, report.device.gib, f" {report.device.name}: {report.device.gib:.2f} GiB", va="bottom", fontsize="small")
-    low = max(0.0, min(frame.peak_gib.min(), report.device.gib) - 10)
-    ax.set_ylim(low, max(frame.peak_gib.max(), report.device.gib) * 1.02)
+    variants = [v for v in VARIANTS if v in set(frame.variant)]
+    _grouped_bars(ax, frame, "peak_gib", variants)
+    dev, ref = report.device, report.reference
+    top = max(frame.peak_gib.max(), dev.gib)
+    ax.set_ylim(0, top * 1.18)
+    style.reference_line(ax, dev.gib, text=f"{dev.name} capacity {dev.gib:.2f} GiB", source=_short_source(dev.source))
+    ref_gib = ref.peak_bytes / 2**30
+    style.reference_line(ax, ref_gib, colour_="#1B7837", ls=":", where="left",
+                         text=f"anchor: measured {ref.variant} peak {ref_gib:.1f} GiB on stage {report.reference_stage}",
+                         source=_short_source(ref.source))
+    oom = (published or {}).get("oom")
+    if oom is not None:
+        ax.annotate(f"{_short_source(oom.source)}: the stock run went out of memory in step 1 by {oom.value:g} MiB\n"
+                    f"(it needed its device's capacity + {oom.value / 1024:.2f} GiB)", xy=(0.01, dev.gib),
+                    xycoords=("axes fraction", "data"), xytext=(0, 14), textcoords="offset points", fontsize="x-small",
+                    color="#C44E52", ha="left", va="bottom")
     ax.set_ylabel("modelled peak per stage (GiB)")
-    ref = report.reference
-    ax.set_title(f"fits on {report.device.name}? anchored to {ref.peak_bytes / 2**30:.1f} GiB ({ref.variant}) on stage "
-                 f"{report.reference_stage}; same non-buffer memory on every stage (assumed)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
+    ax.set_xlabel(f"stage (index; pp={frame.stage.nunique()})")
+    ax.set_title(f"does each stage fit on {dev.name}? Peaks modelled from the anchor; every stage assumed to hold "
+                 "the same memory besides receive buffers", fontsize=9.5)
+    if own:
+        handles, _ = ax.get_legend_handles_labels()
+        style.legend_below(fig, handles, ncol=3)
     return fig
 
 
+def _short_source(source: str) -> str:
+    """The first clause of a source, for a line label (the full text stays in the tables)."""
+    import re
+
+    pr = re.search(r"([A-Za-z][\w-]*) PR #(\d+)", source)
+    if pr:
+        return f"{pr.group(1)} PR #{pr.group(2)}"
+    head = source.split(":", 1)[0].split(";", 1)[0].strip()
+    return head if len(head) <= 60 else head[:57] + "..."
+
+
 def measured_vs_modelled_figure(table: Any) -> Figure:
-    """Modelled vs measured saving per stage, one panel per shape (the measured bar spans min..max over pairs)."""
+    """Modelled vs measured saving per stage, one panel per shape (the measured bar spans min..max over pairs).
+
+    The measured saving is each rank's peak resident memory (``VmHWM``), stock minus pooled: process
+    memory, not a device allocator's figure. Each pair of bars carries the relative difference.
+    """
     import matplotlib.pyplot as plt
+    import numpy as np
 
     shapes = list(dict.fromkeys(table["shape"]))
-    fig, axes = plt.subplots(1, len(shapes), figsize=(4.2 * len(shapes), 3.8), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(shapes), figsize=(style.FIGURE_WIDTH_IN, 4.2), sharey=True, squeeze=False)
+    top = float(table["saving_max_mib"].max()) * 1.22
     for ax, shape in zip(axes[0], shapes):
         part = table[table["shape"] == shape]
         x = part["stage"].to_numpy()
-        ax.bar(x - 0.2, part["modelled_saving_mib"], width=0.4, label="modelled (receive buffers)")
+        ax.bar(x - 0.2, part["modelled_saving_mib"], width=0.4, color=style.colour("modelled"),
+               label="modelled (receive buffers the pool does not make)")
         err = [part["measured_saving_mib"] - part["saving_min_mib"], part["saving_max_mib"] - part["measured_saving_mib"]]
-        ax.bar(x + 0.2, part["measured_saving_mib"], width=0.4, yerr=err, capsize=3, label="measured (peak RSS)")
-        for xi, rel in zip(x, part["relative_difference"]):
-            ax.text(xi, 0, f"{rel:+.1%}", ha="center", va="bottom", fontsize="x-small", color="white")
-        ax.set_title(shape, fontsize="small")
-        ax.set_xlabel("stage")
+        bars = ax.bar(x + 0.2, part["measured_saving_mib"], width=0.4, yerr=err, capsize=3,
+                      color=style.colour("measured"), label="measured (peak resident memory, stock - pooled)")
+        style.bar_value_labels(ax, bars, labels=[f"{r:+.1%}" for r in part["relative_difference"]])
+        ax.set_title(shape.replace(" 2x", "\n2x"), fontsize=8.5)
+        ax.set_xlabel("stage (index)")
         ax.set_xticks(x)
-    axes[0][0].set_ylabel("saved by the pool per stage (MiB)")
-    axes[0][-1].legend(fontsize="small", loc="upper right")
-    fig.suptitle("pool saving: modelled vs measured in each rank's resident memory (pp4, gloo, tight slack 2)")
-    fig.tight_layout()
+        ax.set_ylim(0, top)
+    axes[0][0].set_ylabel("saved per stage (MiB)")
+    fig.suptitle("the pool's saving per stage: modelled vs measured in each rank's resident memory "
+                 "(pp4 1F1B, gloo, slack 2; label: measured vs modelled)", fontsize=9.5)
+    handles, _ = axes[0][0].get_legend_handles_labels()
+    style.legend_below(fig, handles, ncol=1)
     return fig
 
 
 def render_explorer(state: ExplorerState, *, save: bool = True) -> Figure | None:
-    """Print the figure-of-merit line (or the error) and draw the per-stage bars of the last update."""
-    import matplotlib.pyplot as plt
-
+    """Print the figure-of-merit line (or the error), then show the per-stage bars and the fits view, once each."""
     from pooltk.nb import common as nb
 
     if state.last_result is None:
@@ -408,12 +423,12 @@ def render_explorer(state: ExplorerState, *, save: bool = True) -> Figure | None
     fig = stage_bars(state.last_result)
     if save:
         nb.save_figure(fig, "01_explorer_stage_bars")
-    plt.show()
+    nb.show_figure(fig)
     if state.fits is not None:
-        fits_fig = fits_bars(state.fits)
+        fits_fig = fits_bars(state.fits, published=pr_figures(state.source))
         if save:
             nb.save_figure(fits_fig, "01_explorer_fits")
-        plt.show()
+        nb.show_figure(fits_fig)
     return fig
 
 

@@ -20,13 +20,11 @@ Imports pandas / matplotlib / ipywidgets inside the functions that need them.
 
 from __future__ import annotations
 
-import time
-
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pooltk.config import PoolConfig
-from pooltk.pool.guard import PoolOverrunError
+from pooltk import PoolConfig, PoolOverrunError
+from pooltk.nb import style
 from pooltk.parity import ParityRankError, ParityReport, ParitySpec, ParityTimeoutError, default_variants, run_parity
 from pooltk.parity.controls import CONTROLS, ControlOutcome, NegativeControls, control_variants, run_negative_controls
 from pooltk.parity.tables import bytes_frame, stock_of
@@ -60,7 +58,7 @@ __all__ = [
     "three_way_frame",
 ]
 
-DEFAULTS: dict[str, Any] = dict(pp=4, microbatches=8, steps=2, slack=2, grad_slack=1, policy="tight", frontend="manual")
+DEFAULTS: dict[str, Any] = dict(pp=4, microbatches=8, steps=2, slack=2, grad_slack=1, frontend="manual")
 """The widget defaults: a pp4 launch that finishes in seconds (startup dominates)."""
 
 
@@ -121,7 +119,7 @@ class ParityState:
     """Every successful run's headline, in order."""
 
 
-def parity_spec(*, pp: int, microbatches: int, steps: int, slack: int, grad_slack: int = 1, policy: str = "tight",
+def parity_spec(*, pp: int, microbatches: int, steps: int, slack: int, grad_slack: int = 1,
                 frontend: str = "manual", timeout_s: float = 180.0) -> ParitySpec:
     """Stock vs pooled (one config) under 1F1B for ``frontend`` (``manual``, ``tracing`` or ``both``).
 
@@ -131,7 +129,7 @@ def parity_spec(*, pp: int, microbatches: int, steps: int, slack: int, grad_slac
     from pooltk.memory.model import PipelineShape
 
     PipelineShape(pp=pp, n_microbatches=microbatches, schedule="1f1b")  # M >= pp, positive sizes: clear errors
-    config = PoolConfig(slack=slack, grad_slack=grad_slack, policy=policy)  # type: ignore[arg-type]
+    config = PoolConfig(slack=slack, grad_slack=grad_slack)
     if frontend not in ("manual", "tracing", "both"):
         raise ValueError(f"frontend: found {frontend!r}; required 'manual', 'tracing' or 'both'.")
     frontends = ("manual", "tracing") if frontend == "both" else (frontend,)
@@ -166,7 +164,7 @@ def run_check(state: ParityState, **inputs: Any) -> ParityReport | None:
     except (ValueError, ParityRankError, ParityTimeoutError, PoolOverrunError) as exc:
         state.last_error = f"{type(exc).__name__}: {exc}"
         return None
-    config = PoolConfig(slack=values["slack"], grad_slack=values["grad_slack"], policy=values["policy"])
+    config = PoolConfig(slack=values["slack"], grad_slack=values["grad_slack"])
     state.last_report, state.last_error = report, None
     state.summary = _summarise(report, config)
     state.history.append(state.summary)
@@ -175,8 +173,6 @@ def run_check(state: ParityState, **inputs: Any) -> ParityReport | None:
 
 def render_check(state: ParityState, *, save: bool = True) -> None:
     """Print the headline (or the error), show the tables and draw the figures of the last run."""
-    import matplotlib.pyplot as plt
-
     from pooltk.nb import common as nb
 
     if state.last_report is None:
@@ -187,15 +183,15 @@ def render_check(state: ParityState, *, save: bool = True) -> None:
     fig = loss_figure(report)
     if save:
         nb.save_figure(fig, "02_parity_losses")
-    plt.show()
+    nb.show_figure(fig)
     nb.show_frame(param_sum_frame(report), "parameter sum per stage after each step: stock vs pooled",
                   float_format="{:.9g}")
-    nb.show_frame(bytes_frame(report), "receive-buffer bytes per stage and direction, measured (model = "
-                  "pooltk.memory.model.expected_bytes)", float_format="{:,.0f}")
+    nb.show_frame(bytes_frame(report), "receive-buffer bytes per stage and direction, measured, and the model's "
+                  "pooled bytes (pooltk.memory.model.expected_bytes)", float_format="{:,.0f}")
     fig = bytes_figure(report)
     if save:
         nb.save_figure(fig, "02_parity_bytes")
-    plt.show()
+    nb.show_figure(fig)
 
 
 class ParityPanel:
@@ -210,21 +206,19 @@ class ParityPanel:
         import ipywidgets as w
 
         d = {**DEFAULTS, **defaults}
-        style, layout = {"description_width": "130px"}, w.Layout(width="440px")
+        look, layout = {"description_width": "130px"}, w.Layout(width="440px")
         self.state = ParityState()
         self.controls: dict[str, Any] = {
-            "pp": w.IntSlider(value=d["pp"], min=2, max=6, description="pp (ranks)", style=style, layout=layout),
+            "pp": w.IntSlider(value=d["pp"], min=2, max=6, description="pp (ranks)", style=look, layout=layout),
             "microbatches": w.IntSlider(value=d["microbatches"], min=2, max=32, description="microbatches M",
-                                        style=style, layout=layout),
-            "steps": w.IntSlider(value=d["steps"], min=1, max=5, description="optimizer steps", style=style,
+                                        style=look, layout=layout),
+            "steps": w.IntSlider(value=d["steps"], min=1, max=5, description="optimizer steps", style=look,
                                  layout=layout),
-            "slack": w.IntSlider(value=d["slack"], min=0, max=4, description="slack", style=style, layout=layout),
-            "grad_slack": w.IntSlider(value=d["grad_slack"], min=0, max=2, description="grad slack (tight)",
-                                      style=style, layout=layout),
-            "policy": w.Dropdown(options=["tight", "automodel"], value=d["policy"], description="policy",
-                                 style=style, layout=layout),
+            "slack": w.IntSlider(value=d["slack"], min=0, max=4, description="slack", style=look, layout=layout),
+            "grad_slack": w.IntSlider(value=d["grad_slack"], min=0, max=2, description="grad slack",
+                                      style=look, layout=layout),
             "frontend": w.Dropdown(options=["manual", "tracing", "both"], value=d["frontend"],
-                                   description="frontend", style=style, layout=layout),
+                                   description="frontend", style=look, layout=layout),
         }
         self.button = w.Button(description="run parity", button_style="primary", icon="play")
         self.out = w.Output()
@@ -236,12 +230,10 @@ class ParityPanel:
 
     def run(self, *, render: bool = True) -> ParityReport | None:
         """Run with the current widget values; print and draw the result unless ``render=False``."""
-        t0 = time.perf_counter()
         print(f"launching {self.values()['pp']} gloo ranks ...", flush=True)
         report = run_check(self.state, **self.values())
         if render:
             render_check(self.state)
-        print(f"(cell time {time.perf_counter() - t0:.1f} s)")
         return report
 
     def _clicked(self, _button: Any) -> None:
@@ -278,47 +270,74 @@ def _mb_losses(v) -> list[float]:
 
 
 def loss_figure(report: ParityReport) -> Figure:
-    """Per-microbatch loss over the run (steps in order): stock as a line, each pooled variant as markers."""
+    """Top: every microbatch's loss, stock as a line, each pooled variant as circles. Bottom: pooled - stock.
+
+    A line on a plot cannot show bitwise equality; the difference can: exactly 0 at every
+    microbatch is what "bitwise equal" means for the losses.
+    """
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10, 3.8))
     m = report.spec.microbatches
-    markers = iter("osD^v<>")
+    fig, (top, diff) = plt.subplots(2, 1, figsize=(style.FIGURE_WIDTH_IN, 5.2), sharex=True,
+                                    gridspec_kw={"height_ratios": [2, 1]})
+    pooled = [v for v in report.variants if v.pooled]
+    worst = 0.0
     for v in report.variants:
         ys = _mb_losses(v)
-        xs = range(len(ys))
         if v.pooled:
-            ref = _mb_losses(stock_of(report, v.name))
-            diff = max((abs(a - b) for a, b in zip(ys, ref)), default=0.0)
-            tag = "bitwise equal" if v.bitwise_equal else f"max |dloss| {diff:.2g}"
-            ax.plot(xs, ys, linestyle="none", marker=next(markers), ms=6, mfc="none", label=f"{v.name} ({tag})")
-        else:
-            ax.plot(xs, ys, lw=2, alpha=0.6, label=v.name)
-    for s in range(1, report.spec.steps):
-        ax.axvline(s * m - 0.5, color="grey", lw=0.8, ls=":")
-    ax.set_xlabel(f"microbatch, steps in order ({m} per step; dotted: optimizer step)")
-    ax.set_ylabel("loss (last stage)")
-    ax.set_title(f"stock vs pooled loss trajectory, pp{report.spec.pp}, 1F1B")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", frameon=False)
-    fig.tight_layout()
+            continue
+        top.plot(range(len(ys)), ys, lw=2, color=style.colour("stock"), label=f"stock ({v.name})")
+    markers = iter("osD^v<>")
+    for v in pooled:
+        ys, ref = _mb_losses(v), _mb_losses(stock_of(report, v.name))
+        mk = next(markers)
+        top.plot(range(len(ys)), ys, ls="none", marker=mk, ms=6, mfc="none", color=style.colour("tight"),
+                 label=f"pooled ({v.name})")
+        d = [a - b for a, b in zip(ys, ref)]
+        worst = max(worst, max((abs(x) for x in d), default=0.0))
+        diff.plot(range(len(d)), d, marker=mk, ms=4, lw=1, color=style.colour("tight"), label=f"pooled ({v.name})")
+    for ax in (top, diff):
+        for s in range(1, report.spec.steps):
+            ax.axvline(s * m - 0.5, color="grey", lw=0.8, ls=":")
+    if worst == 0:
+        diff.set_ylim(-1, 1)
+    top.set_ylabel("loss (last stage, MSE)")
+    top.set_title(f"stock vs pooled, pp{report.spec.pp} 1F1B, {report.spec.steps} steps of {m} microbatches "
+                  "(dotted: optimizer step)", fontsize=10)
+    diff.set_ylabel("pooled - stock (loss)")
+    diff.set_title("bitwise equal: every difference exactly 0" if worst == 0
+                   else f"NOT equal: max |pooled - stock| = {worst:.3g}", fontsize=9.5)
+    diff.set_xlabel("microbatch (index, steps in order)")
+    handles, _ = top.get_legend_handles_labels()
+    style.legend_below(fig, handles, ncol=min(3, len(handles)))
     return fig
 
 
 def bytes_figure(report: ParityReport) -> Figure:
-    """Measured receive-buffer KiB per stage (both directions): stock vs pooled."""
+    """Measured receive-buffer KiB per stage (both directions), stock and pooled, with the model's pooled KiB."""
     import matplotlib.pyplot as plt
-    import seaborn as sns
+    import numpy as np
 
-    frame = bytes_frame(report).groupby("stage", as_index=False)[["stock_bytes", "pooled_bytes"]].sum()
-    long = frame.melt(id_vars="stage", var_name="variant", value_name="bytes")
-    long["KiB"] = long["bytes"] / 2**10
-    long["variant"] = long["variant"].map({"stock_bytes": "stock torch", "pooled_bytes": "pooled"})
-    fig, ax = plt.subplots(figsize=(8, 3.4))
-    sns.barplot(data=long, x="stage", y="KiB", hue="variant", ax=ax)
+    frame = bytes_frame(report).groupby("stage", as_index=False)[["stock_bytes", "pooled_bytes",
+                                                                  "model_pooled_bytes"]].sum()
+    fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 3.8))
+    x = np.arange(len(frame))
+    for k, (key, col, text) in enumerate((("stock", "stock_bytes", "stock torch, measured"),
+                                          ("tight", "pooled_bytes", "pooled, measured"))):
+        bars = ax.bar(x + (k - 0.5) * 0.38, frame[col] / 2**10, 0.38, color=style.colour(key), label=text)
+        style.bar_value_labels(ax, bars, "{:,.0f}")
+    ax.hlines(frame["model_pooled_bytes"] / 2**10, x + 0.02, x + 0.36, colors="black", linestyles="--", lw=1.5,
+              label="pooled, modelled (pooltk.memory.model.expected_bytes)", zorder=3)
+    ax.set_xticks(x, [str(s) for s in frame["stage"]])
+    ax.set_ylim(0, frame["stock_bytes"].max() / 2**10 * 1.2)
+    ax.set_xlabel("stage (index)")
+    ax.set_ylabel("receive buffers (KiB, 2**10 B)")
     saved = (frame.stock_bytes - frame.pooled_bytes).sum() / 2**10
-    ax.set_title(f"measured receive buffers per stage (KiB, 2**10 B); saved {saved:,.0f} KiB in total")
-    ax.legend(frameon=False)
-    fig.tight_layout()
+    same = bool((frame.pooled_bytes == frame.model_pooled_bytes).all())
+    ax.set_title(f"receive buffers per stage, both directions: saved {saved:,.0f} KiB in total; "
+                 f"the model {'matches every stage' if same else 'DIFFERS'}", fontsize=10)
+    handles, _ = ax.get_legend_handles_labels()
+    style.legend_below(fig, handles, ncol=2)
     return fig
 
 
@@ -347,31 +366,34 @@ def divergence_frame(report: ParityReport) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+_CONTROL_KEYS = {"ring one short": "ring_one_short", "GPipe forced": "gpipe_forced"}
+
+
 def divergence_figure(report: ParityReport) -> Figure:
-    """Guard off: how far each control's parameters and losses drift from stock, step by step."""
+    """Guard off: how far each control's parameters (the stage furthest off) and losses drift from stock, per step."""
     import matplotlib.pyplot as plt
-    import seaborn as sns
 
     frame = divergence_frame(report)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-    sns.lineplot(data=frame, x="step", y="param_sum_abs_diff", hue="control", style="stage", markers=True,
-                 dashes=False, ax=axes[0])
-    axes[0].set_yscale("symlog", linthresh=1e-9)
-    axes[0].set_ylim(bottom=0)
-    axes[0].set_ylabel("|pooled - stock| parameter sum")
-    axes[0].set_title("parameters after each step (0 = bitwise equal)")
+    fig, axes = plt.subplots(1, 2, figsize=(style.FIGURE_WIDTH_IN, 3.9), sharey=True)
+    params = frame.groupby(["control", "step"], as_index=False).param_sum_abs_diff.max()
     losses = frame.drop_duplicates(["control", "step"])
-    sns.lineplot(data=losses, x="step", y="loss_max_abs_diff", hue="control", marker="o", ax=axes[1])
-    axes[1].set_yscale("symlog", linthresh=1e-9)
-    axes[1].set_ylim(bottom=0)
-    axes[1].set_ylabel("max |pooled - stock| loss")
-    axes[1].set_title("losses of each step (step 0 runs on identical weights)")
+    for control in dict.fromkeys(frame["control"]):
+        key = _CONTROL_KEYS[control]
+        p, q = params[params.control == control], losses[losses.control == control]
+        axes[0].plot(p.step, p.param_sum_abs_diff, marker="o", color=style.colour(key), label=style.label(key))
+        axes[1].plot(q.step, q.loss_max_abs_diff, marker="o", color=style.colour(key), label=style.label(key))
     for ax in axes:
+        ax.set_yscale("symlog", linthresh=1e-9)
+        ax.set_ylim(bottom=0)
         ax.set_xticks(range(report.spec.steps))
-        ax.legend(fontsize="x-small", frameon=False)
+        ax.set_xlabel("optimizer step (index)")
+    axes[0].set_ylabel("|pooled - stock| (abs., symlog)")
+    axes[0].set_title("parameter sums, the stage furthest off", fontsize=10)
+    axes[1].set_title("losses (step 0 runs on identical weights)", fontsize=10)
     fig.suptitle(f"negative controls, guard off: pp{report.spec.pp}, M={report.spec.microbatches}: "
-                 "silent divergence", fontsize=11)
-    fig.tight_layout()
+                 "silent divergence (0 = bitwise equal)", fontsize=10.5)
+    handles, _ = axes[0].get_legend_handles_labels()
+    style.legend_below(fig, handles, ncol=2)
     return fig
 
 
@@ -434,21 +456,30 @@ def three_way_figure(three_way) -> Figure:  # noqa: ANN001 - a ThreeWay
 
     report = three_way.report
     keys = [j.variant.split("/", 1)[1] for j in three_way.judgements]
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.2), squeeze=False, sharey=True)
-    for ax, key, j in zip(axes[0], keys, three_way.judgements):
+    cols = 2
+    rows = -(-len(keys) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(style.FIGURE_WIDTH_IN, 2.3 * rows + 1.4), squeeze=False,
+                             sharey=True, sharex=True)
+    for ax, key, j in zip(axes.flat, keys, three_way.judgements):
         fresh = report.variant(f"fresh/{key}")
-        for prefix, style in (("stock", dict(lw=3, alpha=0.5)), ("pooled", dict(lw=1.5, marker="o"))):
-            v = report.variant(f"{prefix}/{key}")
+        for prefix, look in (("stock", dict(lw=3, alpha=0.6)), ("tight", dict(lw=1.5, marker="o"))):
+            v = report.variant(f"{'stock' if prefix == 'stock' else 'pooled'}/{key}")
             dist = [max(abs(v.param_sums[r][s] - fresh.param_sums[r][s]) for r in v.param_sums)
                     for s in range(report.spec.steps)]
-            ax.plot(range(report.spec.steps), dist, label=f"|{prefix} - fresh|", **style)
+            text = "|stock - fresh|" if prefix == "stock" else "|pooled - fresh|"
+            ax.plot(range(report.spec.steps), dist, color=style.colour(prefix), label=text, **look)
         ax.set_yscale("symlog", linthresh=1e-9)
         ax.set_ylim(bottom=0)
         ax.set_title(f"{key}: {j.verdict}", fontsize=9)
-        ax.set_xlabel("step")
         ax.set_xticks(range(report.spec.steps))
-    axes[0][0].set_ylabel("parameter sum, distance from fresh")
-    axes[0][0].legend(fontsize="x-small", frameon=False)
-    fig.suptitle("stock and pooled vs fresh (a new buffer per receive), pp3 1F1B: 0 = bitwise equal", fontsize=11)
-    fig.tight_layout()
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("from fresh (abs., symlog)")
+    for ax in axes[-1, :]:
+        ax.set_xlabel("optimizer step (index)")
+    fig.suptitle("stock and pooled vs fresh (a new buffer per receive), pp3 1F1B: parameter sums, 0 = bitwise equal",
+                 fontsize=10)
+    handles, _ = axes[0, 0].get_legend_handles_labels()
+    style.legend_below(fig, handles, ncol=2)
     return fig

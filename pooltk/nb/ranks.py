@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pooltk.config import PoolConfig
 from pooltk.memory.model import Boundary, MemoryModel, PipelineShape, model_memory
+from pooltk.nb import style
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -19,61 +20,70 @@ if TYPE_CHECKING:
 
 __all__ = ["RANK_BARS", "boundary_figure", "rank_bars", "schedule_ranks"]
 
-RANK_BARS: tuple[tuple[str, str], ...] = (
-    ("stock", "stock (torch <= 2.14)"),
-    ("tight", "per-stage rings"),
-    ("shared", "rank-shared rings"),
-    ("rank_live", "rank live set"),
+RANK_BARS: tuple[tuple[str, str, str], ...] = (
+    ("stock", "stock", "stock torch (<= 2.14)"),
+    ("tight", "tight", "pooltk, per-stage rings"),
+    ("shared", "shared", "pooltk, rank-shared rings"),
+    ("rank_live", "rank_live", "rank live set (floor)"),
 )
-"""Variant and legend label of each bar :func:`rank_bars` draws."""
+"""Variant column, series key (:mod:`pooltk.nb.style`) and legend label of each bar :func:`rank_bars` draws."""
 
 
 def rank_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None, unit: str = "gib",
               ylabel: str | None = None) -> Figure:
-    """Per rank: stock, the per-stage rings summed, the rank-shared rings and the rank's live set."""
+    """Per rank, from zero: stock, the per-stage rings summed, the rank-shared rings and the rank's live set."""
     import matplotlib.pyplot as plt
     import numpy as np
 
     frame = model.per_rank_frame(unit)
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(9, 3.6))
+    own = ax is None
+    if own:
+        fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.2))
     else:
         fig = ax.figure
     x = np.arange(len(frame))
     width = 0.8 / len(RANK_BARS)
-    for k, (variant, label) in enumerate(RANK_BARS):
-        ax.bar(x + (k - (len(RANK_BARS) - 1) / 2) * width, frame[f"{variant}_{unit}"], width, label=label)
-    ax.set_xticks(x)
-    ax.set_xticklabels([f"rank {r}\n(stages {s})" for r, s in zip(frame["rank"], frame["stages"])], fontsize=8)
-    ax.set_ylabel(ylabel or f"receive buffers, {unit.upper()}")
-    ax.set_yscale("log")
-    ax.set_title(title or f"{model.shape.describe()}: per rank")
-    ax.legend(fontsize=8, ncols=2)
-    fig.tight_layout()
+    for k, (variant, key, label) in enumerate(RANK_BARS):
+        bars = ax.bar(x + (k - (len(RANK_BARS) - 1) / 2) * width, frame[f"{variant}_{unit}"], width,
+                      color=style.colour(key), label=label)
+        if unit == "bytes":  # counts of buffer sets: small integers, written on the bars
+            style.bar_value_labels(ax, bars, "{:,.0f}")
+    ax.set_xticks(x, [f"rank {r}\n(stages {s})" for r, s in zip(frame["rank"], frame["stages"])], fontsize=8)
+    ax.set_xlabel("rank (index; the stages it runs)")
+    ax.set_ylabel(ylabel or f"receive buffers per rank ({'GiB' if unit == 'gib' else unit})")
+    ax.set_ylim(0, float(frame[f"stock_{unit}"].max()) * 1.15)
+    ax.set_title(title or f"{model.shape.describe()}: per rank", fontsize=10)
+    if own:
+        handles, _ = ax.get_legend_handles_labels()
+        style.legend_below(fig, handles, ncol=2)
     return fig
 
 
 def boundary_figure(models: Mapping[str, MemoryModel]) -> Figure:
-    """Left: MiB per forward set at each boundary; right: stock and pooled GiB per stage, one line per model."""
+    """Left: MiB per forward set at each boundary; right: stock and pooled GiB per stage, one colour per model."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6))
+    colours = style.run_colours(models)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(style.FIGURE_WIDTH_IN, 4.3))
     for label, m in models.items():
         bounds = m.boundaries_frame()
-        left.plot(bounds["boundary"], bounds["forward_set_mib"], marker="o", label=label)
+        c = colours[label]
+        left.plot(bounds["boundary"], bounds["forward_set_mib"], marker="o", color=c)
         stages = range(m.shape.num_stages)
-        line = right.plot(stages, [m.stage_gib(i, "stock") for i in stages], marker="o", label=f"{label}: stock")
-        right.plot(stages, [m.stage_gib(i, "pooled") for i in stages], marker="s", ls="--", color=line[0].get_color(),
-                   label=f"{label}: pooled ({m.config.policy})")
-    left.set_xlabel("boundary b (stage b -> b + 1)")
-    left.set_ylabel("MiB per set (one microbatch)")
-    left.set_title("what crosses each boundary")
-    right.set_xlabel("stage")
-    right.set_ylabel("receive buffers, GiB")
-    right.set_title("per stage")
-    for ax in (left, right):
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+        right.plot(stages, [m.stage_gib(i, "stock") for i in stages], marker="o", color=c)
+        right.plot(stages, [m.stage_gib(i, "pooled") for i in stages], marker="s", ls="--", color=c)
+    left.set_ylim(bottom=0)
+    right.set_ylim(bottom=0)
+    left.set_xlabel("boundary (index b: stage b -> b + 1)")
+    left.set_ylabel("one forward set (MiB)")
+    left.set_title("what crosses each boundary", fontsize=10)
+    right.set_xlabel("stage (index)")
+    right.set_ylabel("receive buffers per stage (GiB)")
+    policy = next(iter(models.values())).config.policy
+    right.set_title(f"per stage: stock solid, pooled dashed ({policy})", fontsize=10)
+    handles = [Line2D([], [], color=colours[k], marker="o", label=f"{k} boundaries") for k in models]
+    style.legend_below(fig, handles, ncol=len(handles))
     return fig
 
 

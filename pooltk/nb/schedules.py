@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.analysis.rings import ring_from_live
 from pooltk.config import PoolConfig
-from pooltk.pool.sizing import automodel_ring_size
+from pooltk.nb import style
+from pooltk.nb.slack import pr_ring_size
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -35,8 +36,14 @@ def _stages_per_rank(schedule: str) -> int:
 
 def lifetime_chart(schedule: str, *, pp: int, n_microbatches: int, stages_per_rank: int | None = None,
                    direction: str = "forward") -> "Figure":
-    """One row per stage: each microbatch's receive buffer from post to release, in its rank's action steps."""
+    """One row per stage: each microbatch's receive buffer from post to release, in its rank's action order.
+
+    Each line is one microbatch's buffer, in that microbatch's colour (the legend under the figure);
+    within a stage's row the microbatches are stacked in order, so overlapping lines are buffers
+    live at the same time.
+    """
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     from pooltk.analysis.lifetimes import lifetime_frame, lifetimes
 
@@ -44,21 +51,25 @@ def lifetime_chart(schedule: str, *, pp: int, n_microbatches: int, stages_per_ra
     df = lifetime_frame(lifetimes(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp))
     df = df[df.direction == direction]
     stages = sorted(df.stage.unique())
-    fig, ax = plt.subplots(figsize=(9, 0.45 * max(len(stages), 2) + 1.2))
-    cmap = plt.get_cmap("tab20")
+    fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.5 * max(len(stages), 2) + 2.0))
     for row, stage in enumerate(stages):
         part = df[df.stage == stage].sort_values("microbatch")
         n = len(part)
         for j, b in enumerate(part.itertuples()):
             y = row + (j / max(n, 1)) * 0.8 - 0.4
-            ax.plot([b.post, b.release], [y, y], color=cmap(b.microbatch % 20), lw=2)
+            ax.plot([b.post, b.release], [y, y], color=style.microbatch_colour(b.microbatch), lw=2)
     ax.set_yticks(range(len(stages)))
     rank_of = df.groupby("stage")["rank"].first().to_dict()
     ax.set_yticklabels([f"stage {s} (rank {int(rank_of[s])})" for s in stages])
+    ax.set_ylabel("stage (index; its rank)")
     ax.invert_yaxis()
-    ax.set_xlabel("position in the rank's action order (receive post -> release)")
-    ax.set_title(f"{schedule}, pp{pp} x {vpp} stage(s)/rank, M={n_microbatches}: {direction} receive buffers")
-    fig.tight_layout()
+    ax.set_xlim(left=0)
+    ax.set_xlabel("position in the rank's action order (actions; receive post -> release)")
+    ax.set_title(f"{schedule}, pp{pp} x {vpp} stage(s)/rank, M={n_microbatches}: {direction} receive buffers "
+                 "(colour: microbatch, mb)", fontsize=10)
+    handles = [Line2D([], [], color=style.microbatch_colour(mb), lw=2, label=f"mb {mb}")
+               for mb in range(n_microbatches)]
+    style.legend_below(fig, handles, ncol=min(n_microbatches, 8))
     return fig
 
 
@@ -94,7 +105,7 @@ def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microb
                 k0 = int(part.loc[d, "ring_min"])
                 auto += ring_from_live(k0, n_microbatches, d, config)  # 0 where nothing is received, handoffs included
             if name == "1F1B":
-                k = automodel_ring_size(n_stages, stage, n_microbatches, slack)
+                k = pr_ring_size(n_stages, stage, n_microbatches, slack)
                 seed = sum(k for d in DIRECTIONS if int(part.loc[d, "stock_buffers"]))
             else:
                 seed = stock

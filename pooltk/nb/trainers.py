@@ -45,6 +45,12 @@ SIDE_BY_SIDE: dict[str, str] = {
     "pooltk_automodel_policy": "pooltk automodel policy",
     "pooltk_live": "live set (pooltk slack 0)",
 }
+SERIES_OF: dict[str, str] = {
+    "stock": "stock", "automodel pool (slack 2)": "automodel", "automodel pool (slack 0)": "automodel_s0",
+    "pooltk tight (slack 2, grad 1)": "tight", "pooltk automodel policy": "pooltk_automodel",
+    "live set (pooltk slack 0)": "live_set",
+}
+"""Each column of :func:`side_by_side` -> its series in :mod:`pooltk.nb.style` (one colour in every panel)."""
 COLUMNS_SIDE_BY_SIDE = list(SIDE_BY_SIDE.values())
 REQUIRED = ("trainer", "pp", "variant", "stage", "recv_bytes", "losses_equal_stock", "params_equal_stock",
             "step_time_ratio", "outcome", "claim_ok")
@@ -139,20 +145,42 @@ def claims(table: "pd.DataFrame") -> "pd.DataFrame":
 
 
 def bytes_figure(table: "pd.DataFrame") -> "Figure":
-    """Receive KiB per stage, one panel per (trainer, pp): stock, Automodel's pool, pooltk, the live set."""
+    """Receive KiB per stage, one panel per (trainer, pp): stock, Automodel's pool, pooltk, the live set.
+
+    Every series has its one colour in every panel ([Note: one colour per series] in
+    :mod:`pooltk.nb.style`); a panel leaves out what its trainer lacks (Automodel's pool has no
+    torchtitan column) and the one legend lists every series any panel drew.
+    """
     import matplotlib.pyplot as plt
+    import numpy as np
+
+    from pooltk.nb import style
 
     wide = side_by_side(table)
     groups = list(wide.groupby(["trainer", "pp"], sort=False))
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.4), squeeze=False)
-    for ax, ((trainer, pp), part) in zip(axes[0], groups):
-        cols = [c for c in COLUMNS_SIDE_BY_SIDE if c in part.columns and part[c].notna().any()]
-        (part.set_index("stage")[cols] / 2**10).plot.bar(ax=ax, width=0.85, legend=False)
+    cols = 2
+    rows = -(-len(groups) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(style.FIGURE_WIDTH_IN, 2.9 * rows + 1.3), squeeze=False)
+    drawn: list[str] = []
+    for ax, ((trainer, pp), part) in zip(axes.flat, groups):
+        present = [c for c in COLUMNS_SIDE_BY_SIDE if c in part.columns and part[c].notna().any()]
+        x = np.arange(len(part))
+        width = 0.84 / len(present)
+        for k, column in enumerate(present):
+            key = SERIES_OF[column]
+            ax.bar(x + (k - (len(present) - 1) / 2) * width, part[column].fillna(0) / 2**10, width,
+                   color=style.colour(key), label=column)
+            if column not in drawn:
+                drawn.append(column)
+        ax.set_xticks(x, [str(s) for s in part["stage"]])
+        ax.set_ylim(0, float(part[present].max().max()) / 2**10 * 1.1)
         ax.set_title(f"{trainer}, pp{pp}", fontsize=10)
-        ax.set_xlabel("stage")
-        ax.set_ylabel("receive KiB (measured on the ranks)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3), fontsize="small", frameon=False)
-    fig.suptitle("receive buffers per stage inside the real trainers (M=8)", fontsize=11)
-    fig.tight_layout(rect=(0, 0.12, 1, 0.95))
+        ax.set_xlabel("stage (index)")
+        ax.set_ylabel("receive buffers (KiB)")
+    for ax in axes.flat[len(groups):]:
+        ax.set_visible(False)
+    order = [c for c in COLUMNS_SIDE_BY_SIDE if c in drawn]
+    handles = [next(h for ax in axes.flat for h, lab in zip(*ax.get_legend_handles_labels()) if lab == c) for c in order]
+    fig.suptitle("receive buffers per stage inside the real trainers, measured on the ranks (M=8)", fontsize=10.5)
+    style.legend_below(fig, handles, ncol=3)
     return fig

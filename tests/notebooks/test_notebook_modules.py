@@ -1,17 +1,16 @@
 """The pooltk modules behind notebooks 00 and 02, checked without a kernel (fast).
 
-The replay, the slot table and the guard replay are drawn from two independent pieces of
-pooltk (the schedule lifetimes and the guard's own ``SlotOwnership``); these tests hold
-them to each other and to the 1F1B facts, and check the parity panel's input handling.
+The slot table, the overwrite count and the guard's replay come from two independent walks of
+torch's own action order (the lifetimes' intervals, and the guard's rule of slot owners replayed
+event by event); these tests hold them to each other and to the 1F1B facts, and check the lifetime
+facts, what slack buys, the layout table and the parity panel's input handling.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from pooltk import PoolConfig
-from pooltk.pool.guard import PoolOverrunError
-from pooltk.pool.sizing import inflight_1f1b
+from pooltk import PoolConfig, PoolOverrunError
 
 mp = pytest.importorskip("pooltk.nb.mechanism")
 pytest.importorskip("pandas")
@@ -22,7 +21,7 @@ def test_1f1b_warmup_is_w_forwards_per_stage_and_gpipe_has_no_steady_phase(pp: i
     ph = mp.phases(mp.replay("1F1B", pp=pp, n_microbatches=m))
     for stage in range(pp):
         first, last = ph[stage]["warmup"]
-        assert last - first + 1 == inflight_1f1b(pp, stage, m), (stage, ph[stage])
+        assert last - first + 1 == mp.inflight_depth(pp, stage, m) == min(m, pp - stage), (stage, ph[stage])
     gp = mp.phases(mp.replay("GPipe", pp=pp, n_microbatches=m))
     assert all(set(p) == {"warmup", "cooldown"} and p["warmup"] == (0, m - 1) for p in gp.values()), gp
 
@@ -36,44 +35,64 @@ def test_replay_respects_cross_stage_dependencies() -> None:
             assert frame.loc[("B", s - 1, mb), "start"] >= frame.loc[("B", s, mb), "end"]
 
 
+@pytest.mark.parametrize(("pp", "m", "slack", "grad_slack"), [(4, 8, 0, 0), (4, 8, 2, 1), (5, 7, 1, 0), (3, 3, 4, 2)])
+def test_the_ring_is_w_plus_slack_forward_and_one_plus_grad_slack_capped_at_m(pp, m, slack, grad_slack) -> None:
+    rings = mp.rings_for(pp, m, PoolConfig(slack=slack, grad_slack=grad_slack))
+    for stage in range(pp):
+        assert rings[(stage, "forward")] == (0 if stage == 0 else min(m, min(m, pp - stage) + slack))
+        assert rings[(stage, "grad")] == (0 if stage == pp - 1 else min(m, 1 + grad_slack))
+    short = mp.one_short(rings)
+    assert all(short[(s, "forward")] == max(1, rings[(s, "forward")] - 1) for s in range(1, pp))
+    assert all(short[(s, "grad")] == rings[(s, "grad")] for s in range(pp))
+
+
+def test_an_overwrite_is_counted_once_per_receive_into_a_held_slot() -> None:
+    """GPipe pp4 M8 with the 1F1B ring [- 3 2 1]: on stage i every receive after the first K lands on a held buffer."""
+    from pooltk.analysis.lifetimes import overwrites
+
+    gp = mp.replay("GPipe", pp=4, n_microbatches=8)
+    rings = mp.rings_for(4, 8, PoolConfig(slack=0, grad_slack=0))
+    found = mp.overwritten_receives(gp, rings)
+    per_stage = {s: sum(o.stage == s for o in found) for s in range(4)}
+    assert per_stage == {0: 0, 1: 8 - 3, 2: 8 - 2, 3: 8 - 1}
+    assert len({(o.stage, o.direction, o.overwritten_by) for o in found}) == len(found) == 18
+    pairs = [o for o in overwrites(gp.spans, rings) if o.stage == 1]
+    assert len(pairs) == 7 > per_stage[1]  # the analysis lists pairs; the notebooks count receives
+    table = mp.slot_table(gp, rings)
+    assert int((table.overwrites >= 0).sum()) == 18
+    assert not mp.overwritten_receives(mp.replay("1F1B", pp=4, n_microbatches=8), rings)
+
+
 @pytest.mark.parametrize("schedule", ["1F1B", "GPipe"])
 @pytest.mark.parametrize(("pp", "m"), [(3, 6), (4, 8)])
-@pytest.mark.parametrize(("slack", "shortfall"), [(0, 0), (0, 1), (1, 0), (2, 0)])
-def test_the_guard_replay_raises_exactly_when_the_lifetimes_show_an_overwrite(
-    schedule: str, pp: int, m: int, slack: int, shortfall: int
-) -> None:
+@pytest.mark.parametrize(("slack", "short"), [(0, False), (0, True), (1, False), (2, False)])
+def test_the_guard_replay_stops_exactly_when_a_receive_lands_on_a_held_slot(schedule, pp, m, slack, short) -> None:
     rp = mp.replay(schedule, pp=pp, n_microbatches=m)
-    rings = mp.rings_for(pp, m, PoolConfig(slack=slack, grad_slack=0, forward_shortfall=shortfall))
+    rings = mp.rings_for(pp, m, PoolConfig(slack=slack, grad_slack=0))
+    rings = mp.one_short(rings) if short else rings
     table = mp.slot_table(rp, rings)
     assert (table.slot == table.microbatch % table.ring).all()
     guard = mp.guard_replay(rp, rings)
-    overwritten = (table.overwrites >= 0).any()
-    assert guard.ok == (not overwritten), (guard.line(), table[table.overwrites >= 0])
+    found = mp.overwritten_receives(rp, rings)
+    assert guard.ok == (not found), (guard.line(), found)
     if schedule == "1F1B":
-        assert guard.ok == (shortfall == 0)
-    if guard.error is not None:  # the first overrun the guard meets is one the lifetimes list
-        e = guard.error
-        hits = table[(table.stage == e.stage) & (table.direction == e.direction) & (table.microbatch == e.incoming)]
-        assert (hits.overwrites == e.owner).all() and len(hits) == 1
+        assert guard.ok == (not short)
+    if guard.stop is not None:  # the first premature post the guard meets is one the lifetimes list
+        e = guard.stop
+        assert (e.stage, e.direction, e.owner, e.incoming) in {(o.stage, o.direction, o.microbatch, o.overwritten_by)
+                                                                for o in found}
+        assert e.slot == e.incoming % e.ring == e.owner % e.ring
 
 
-def test_the_guard_note_is_the_guard_modules_own_text() -> None:
-    import pooltk.pool.guard
-
-    note = mp.guard_note()
-    assert "owned" in note and note in (pooltk.pool.guard.__doc__ or "")
-
-
-def test_layout_families_mark_exactly_the_detected_family() -> None:
-    from pooltk.pool.adapters import detect
+def test_the_layout_table_marks_exactly_the_family_probe_finds() -> None:
+    import pooltk
+    from pooltk.pool.adapters.families import FAMILIES
 
     frame = mp.layout_families()
-    assert set(frame.family) == {"prepare-infra", "setup-recv-info", "lazy"}
-    found = detect().layout
-    detected = set(frame[frame.detected_here].family)
-    assert detected == ({found.name} if found is not None else set())
-    if found is not None and not found.per_receive:  # the detected family's methods all exist here
-        assert frame[frame.family == found.name].defined_here.all()
+    assert list(frame.columns) == ["receive buffers", *(f.name for f in FAMILIES)]
+    marked = frame.iloc[-1]
+    found = pooltk.probe().layout
+    assert [f.name for f in FAMILIES if marked[f.name] == "detected here"] == ([found] if found else [])
 
 
 def test_the_explorer_records_rejected_shapes_instead_of_raising() -> None:
@@ -81,7 +100,42 @@ def test_the_explorer_records_rejected_shapes_instead_of_raising() -> None:
     assert mp.explore(state, schedule="1F1B", pp=4, microbatches=2, slack=0, grad_slack=0) is None
     assert state.last_error and "microbatches" in state.last_error.lower()
     assert mp.explore(state, schedule="GPipe", pp=4, microbatches=8, slack=0, grad_slack=0) is not None
-    assert state.last_error is None and state.overwrites and not state.guard.ok
+    assert state.last_error is None and len(state.overwrites) == 18 and not state.guard.ok
+    assert "18 receive(s) into a slot still held" in state.line()
+
+
+# --------------------------------------------------------------------------- what slack buys, the lifetime facts
+
+
+def test_slack_needed_is_zero_for_1f1b_and_m_minus_one_for_gpipe_under_the_1f1b_formula() -> None:
+    from pooltk.nb.slack import slack_needs
+
+    frame = slack_needs(["1F1B", "GPipe", "Interleaved1F1B"], pp=4, n_microbatches=8).set_index(
+        ["schedule", "rule", "direction"])
+    assert (frame.loc["1F1B"].slack_needed == 0).all()
+    gpipe = frame.loc[("GPipe", "1F1B formula", "forward")]
+    assert gpipe.slack_needed == 8 - 1 and gpipe.worst_stage == 3  # the last stage: W = 1, all 8 held
+    assert not frame.loc[("GPipe", "PR #3780 ring", "both")].covered_by_pr_default
+    assert frame.loc[("Interleaved1F1B", "first read to release", "forward")].slack_needed >= 1
+
+
+def test_a_received_input_overwritten_before_its_backward_changes_gradients_and_after_it_changes_none() -> None:
+    from pooltk.nb import lifetime_facts as lf
+
+    rows = {(r.case, r.gradient): r for r in lf.reuse_point()}
+    assert all(rows[("after", g)].max_abs_diff == 0 for g in lf.GRADIENTS)
+    assert rows[("before", "layer 1 weight")].max_abs_diff > 0
+    assert rows[("before", "input (sent upstream)")].max_abs_diff == 0  # without AC the input grad needs W1 only
+    assert rows[("before_ac", "input (sent upstream)")].max_abs_diff > 0  # AC recomputes the forward from it
+    assert all(rows[("bumped", g)].error and "inplace" in rows[("bumped", g)].error for g in lf.GRADIENTS)
+
+
+def test_torchs_stage_backward_resets_the_leafs_grad_so_a_reused_buffer_accumulates_nothing() -> None:
+    from pooltk.nb import lifetime_facts as lf
+
+    got = lf.leaf_reuse()
+    assert got.diff_stage_backward == (0.0, 0.0) and got.grad_after_stage_backward == "None"
+    assert got.diff_plain[0] == 0.0 and got.diff_plain[1] > 0
 
 
 # --------------------------------------------------------------------------- notebook 02
@@ -111,7 +165,7 @@ def test_the_parity_panel_rejects_bad_inputs_before_launching() -> None:
     state = pq.ParityState()
     assert pq.run_check(state, pp=4, microbatches=2) is None
     assert "M >= pp" in (state.last_error or "") and state.last_report is None
-    assert pq.run_check(state, pp=3, microbatches=6, policy="fastest") is None
-    assert "policy" in (state.last_error or "")
+    assert pq.run_check(state, pp=3, microbatches=6, slack=-1) is None
+    assert "slack" in (state.last_error or "")
     with pytest.raises(ValueError, match="pp: found 2"):
         pq.run_negative_controls(pp=2)

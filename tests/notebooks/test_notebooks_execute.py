@@ -1,19 +1,19 @@
 """Every notebook under notebooks/ runs headless top to bottom, and the committed files follow the policy.
 
-The notebooks are found by one glob (``notebooks/*.ipynb``); there is no second list.
-Execution uses nbclient with the repository's ``notebooks/`` as working directory and
-``POOLTK_REPORT_DIR`` pointing at a temporary folder (as ``pooltk report`` does), so the
-figures each notebook saves are checked too. Where it is cheap, a probe cell appended to
-the in-memory copy reads values the notebook computed (``PROBES``) and checks them.
+The notebooks are found by one glob (``notebooks/*.ipynb``); there is no second list. Each runs once
+per session (conftest.py: nbclient, working directory ``notebooks/``, ``POOLTK_REPORT_DIR`` a
+temporary folder, as ``pooltk report`` runs them), so the figures each notebook saves are checked
+too. A probe added to the in-memory copy reads values the notebook computed from its kernel
+(``PROBES``): nothing the tests need lives in the notebooks themselves.
 
 Policy (checked on the files as they are in the working tree, i.e. as they get committed):
 no outputs, no execution counts, no saved widget state; a markdown opening cell with a
-title, the question it answers and how long it takes; thin code cells.
+title, the question it answers and how long it takes; thin code cells; one import form for
+``pooltk.nb``; no cell that only gathers values for tests; no machine timings in the prose.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -22,24 +22,29 @@ from typing import Any
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("nbclient")
+
+from nbrun import error_outputs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 MAX_MEAN_CODE_LINES = 25
 """Thin notebooks: the average code cell stays under this many lines (logic lives in pooltk)."""
-
-_PROBE_MARK = "__POOLTK_PROBE__"
+NB_IMPORT = "from pooltk.nb import common as nb"
+"""The one way a notebook imports the shared helpers (topic modules: ``from pooltk.nb import <topic> as <alias>``)."""
+TIMING = re.compile(r"\b\d+(?:\.\d+)?(?:\s*[-–]\s*\d+(?:\.\d+)?)?\s*(?:s|secs?|seconds?|CPU-seconds|min|mins|minutes?)\b")
+"""A machine timing in prose (``25-60 s``, ``12 minutes``): the notebooks point to docs/notebooks.md instead."""
 
 
 def _check_00(v: dict[str, Any]) -> None:
     assert v["live_forward_1f1b"] == [0, 3, 2, 1], v  # W = min(M, N - i), none on stage 0
     assert v["overwrites_1f1b"] == 0
-    assert v["overwrites_gpipe_forced"] > 0
+    assert v["overwrites_gpipe_forced"] == 18  # one per receive into a held slot: 5 + 6 + 7
     assert v["guard"] == {"1F1B, ring = live set": True, "1F1B, ring one short": False, "GPipe, ring forced": False}
     assert v["explorer"].startswith("1F1B pp=4 M=8 slack=0 grad_slack=0: rings act [- 3 2 1] grad [1 1 1 -], "
-                                    "the pool keeps 9 of 48 stock buffer sets; 0 overwrite(s)"), v["explorer"]
+                                    "the pool keeps 9 of 48 stock buffer sets; 0 receive(s)"), v["explorer"]
+    assert v["slack_1f1b"] == 0 and v["leaf_stage_backward"] == [0.0, 0.0]
 
 
 def _check_01(v: dict[str, Any]) -> None:
@@ -51,21 +56,72 @@ def _check_01(v: dict[str, Any]) -> None:
 
 
 def _check_02(v: dict[str, Any]) -> None:
-    assert v["bitwise_equal"] is True, v["parity"]
+    assert v["bitwise_equal"] is True, v
     assert v["saved_bytes"] > 0, v
     assert v["unguarded_diverged"] == {"ring one short": True, "GPipe forced": True}, v
     assert v["guarded_caught"] == {"ring one short": True, "GPipe forced": True}, v
 
 
+def _check_03(v: dict[str, Any]) -> None:
+    assert v["runs"] and all(r.startswith("cpu_seq") for r in v["runs"]), v
+    assert set(v["runs"]) <= set(v["drawn_beside_published"]), v
+    assert v["ledger_agrees"] >= 8, v
+
+
+def _check_04(v: dict[str, Any]) -> None:
+    assert v["all_bitwise_equal"] and v["all_peaks_match"], v
+    shared, per_stage = v["interleaved_rank_shared_vs_per_stage"]
+    assert shared < per_stage, v
+
+
+def _check_05(v: dict[str, Any]) -> None:
+    assert v["claims_ok"] == v["variants"] > 0 and v["logs_ok"] == v["logs"] > 0, v
+
+
+def _check_06(v: dict[str, Any]) -> None:
+    assert v["outside_goal"] == 0 and v["stages"] > 0, v
+
+
 # notebook stem -> (expression evaluated in the executed kernel, check on its JSON value)
 PROBES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
-    "00_how_the_ring_works": ("summary", _check_00),
+    "00_how_the_ring_works": (
+        "{'live_forward_1f1b': [int(x) for x in live[live.direction == 'forward'].live_peak], "
+        "'overwrites_1f1b': len(mp.overwritten_receives(rp, rings)), "
+        "'overwrites_gpipe_forced': len(mp.overwritten_receives(gp, rings)), "
+        "'guard': {name: g.ok for name, g in guard.items()}, 'explorer': state.line(), "
+        "'slack_1f1b': int(needs[needs.schedule == '1F1B'].slack_needed.max()), "
+        "'leaf_stage_backward': list(leaf.diff_stage_backward)}",
+        _check_00,
+    ),
     "01_memory_vs_slack": (
         "{'microbatches': state.last_inputs['microbatches'], 'stock_gib': state.figure_of_merit.stock_gib, "
         "'saved_gib': state.figure_of_merit.saved_gib}",
         _check_01,
     ),
-    "02_gloo_parity": ("summary", _check_02),
+    "02_gloo_parity": (
+        "{'bitwise_equal': bool(report is not None and report.bitwise_equal), "
+        "'saved_bytes': panel.state.summary.saved_bytes if panel.state.summary else None, "
+        "'unguarded_diverged': {c: bool(d.param_sum_abs_diff.max() > 0) for c, d in div.groupby('control')}, "
+        "'guarded_caught': {o.control: o.caught for o in controls.guarded}}",
+        _check_02,
+    ),
+    "03_kimi_k3_gb200_1k_vs_2k": (
+        "{'runs': [str(r.run) for r in summary.runs], 'drawn_beside_published': list(beside.runs), "
+        "'ledger_agrees': int((ledger.to_frame().agrees == 'yes').sum())}",
+        _check_03,
+    ),
+    "04_beyond_1f1b": (
+        "{'all_bitwise_equal': bool(recorded.parity.all()), 'all_peaks_match': bool(recorded.peaks_match.all()), "
+        "'interleaved_rank_shared_vs_per_stage': (int(rank_totals.loc['Interleaved1F1B', 'rank_shared']), "
+        "int(rank_totals.loc['Interleaved1F1B', 'per_stage_rings']))}",
+        _check_04,
+    ),
+    "05_trainers_side_by_side": (
+        "{'variants': len(verdicts), 'claims_ok': int(verdicts['claim_ok'].sum()), "
+        "'logs_ok': int(logs['claim_ok'].sum()), 'logs': len(logs)}",
+        _check_05,
+    ),
+    "06_measured_memory": ("{'outside_goal': len(outside), 'stages': len(table)}", _check_06),
 }
 
 
@@ -73,11 +129,10 @@ def _ids(p: Path) -> str:
     return p.stem
 
 
-def test_the_glob_finds_the_notebooks_and_every_probe_names_one() -> None:
+def test_the_glob_finds_the_notebooks_and_every_notebook_has_a_probe() -> None:
     assert NOTEBOOKS, f"no notebooks found under {NOTEBOOK_DIR}"
     stems = {p.stem for p in NOTEBOOKS}
-    stale = sorted(set(PROBES) - stems)
-    assert not stale, f"PROBES name notebooks that do not exist: {stale}"
+    assert set(PROBES) == stems, f"PROBES and notebooks/ differ: {sorted(set(PROBES) ^ stems)}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
@@ -100,9 +155,7 @@ def test_notebook_opens_with_markdown_saying_question_and_time(path: Path) -> No
     text = first.source
     assert re.match(r"\s*# \S", text), f"{path.name}: the opening cell must start with a '# ' title"
     assert re.search(r"question", text, re.I), f"{path.name}: the opening must say what question it answers"
-    assert re.search(r"\btime\b|\btakes?\b|\bhow long\b|\b\d+\s*(s|secs?|seconds?|min|minutes?)\b", text, re.I), (
-        f"{path.name}: the opening must say how long the notebook takes"
-    )
+    assert re.search(r"\*\*Time:\*\*", text), f"{path.name}: the opening must say how long it takes (**Time:** ...)"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
@@ -117,50 +170,43 @@ def test_notebook_code_cells_are_thin(path: Path) -> None:
     )
 
 
-def _error_outputs(nb: Any) -> list[str]:
-    found = []
-    for i, cell in enumerate(nb.cells):
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "error":
-                tb = "\n".join(out.get("traceback", []))
-                tb = re.sub(r"\x1b\[[0-9;]*m", "", tb)
-                found.append(f"cell {i}: {out.get('ename')}: {out.get('evalue')}\n{tb[-2500:]}")
-    return found
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
+def test_notebook_imports_nb_one_way_and_gathers_nothing_only_tests_read(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert NB_IMPORT in code and "nb.setup()" in code, f"{path.name}: required `{NB_IMPORT}` and `nb.setup()`"
+    other = re.findall(r"^\s*(from pooltk import .*\bnb\b.*|from pooltk\.nb\.\w+ import .*|import pooltk\.nb.*)$", code,
+                       re.M)
+    assert not other, f"{path.name}: another import form of pooltk.nb: {other}; required `{NB_IMPORT}` and " \
+                      "`from pooltk.nb import <topic> as <alias>`"
+    gathered = re.findall(r"^(summary|results)\s*=\s*\{", code, re.M)
+    assert not gathered, f"{path.name}: a `{gathered[0]} = {{...}}` cell gathers values for tests; the tests read " \
+                         "the kernel (PROBES) instead"
 
 
-def _probe_value(nb: Any) -> Any:
-    for out in nb.cells[-1].get("outputs", []):
-        if out.get("output_type") == "stream" and _PROBE_MARK in out.get("text", ""):
-            return json.loads(out["text"].split(_PROBE_MARK, 1)[1])
-    raise AssertionError(f"the probe cell printed nothing readable: {nb.cells[-1].get('outputs')}")
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
+def test_notebook_prose_quotes_no_machine_timing(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    found = [(i, m.group(0)) for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
+             for m in TIMING.finditer(c.source)]
+    assert not found, f"{path.name}: machine timings in markdown {found}; say what the cost is made of and point " \
+                      "to docs/notebooks.md's measured table"
 
 
 @pytest.mark.notebook
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
-def test_notebook_runs_headless_top_to_bottom(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    nb = nbformat.read(path, as_version=4)
-    probe = PROBES.get(path.stem)
-    if probe is not None:
-        nb.cells.append(nbformat.v4.new_code_cell(
-            f"import json as _json\nprint({_PROBE_MARK!r} + _json.dumps({probe[0]}, default=str))"
-        ))
-    monkeypatch.setenv("POOLTK_REPORT_DIR", str(tmp_path))
-    from pooltk.nb.report import notebook_client  # sliced kernel polls: no silent 540 s stall on a missed wakeup
-
-    client = notebook_client(nb, cwd=NOTEBOOK_DIR, timeout_s=540)
-    try:
-        client.execute()
-    except nbclient.exceptions.CellExecutionError as exc:
-        pytest.fail(f"{path.name} failed headless:\n{exc}", pytrace=False)
-    errors = _error_outputs(nb)
+def test_notebook_runs_headless_top_to_bottom(executed, path: Path) -> None:
+    run = executed(path)
+    assert run.error is None, f"{path.name} failed headless:\n{run.error}"
+    errors = error_outputs(run.nb)
     assert not errors, f"{path.name}: error outputs:\n" + "\n".join(errors)
-    pngs = sorted(tmp_path.glob("*.png"))
-    if "save_figure(" in "".join(c.source for c in nb.cells):
-        assert pngs, f"{path.name} saves figures, but none landed in POOLTK_REPORT_DIR={tmp_path}"
+    pngs = sorted(run.figures_dir.glob("*.png"))
+    if "save_figure(" in path.read_text():
+        assert pngs, f"{path.name} saves figures, but none landed in POOLTK_REPORT_DIR={run.figures_dir}"
     assert all(p.stat().st_size > 1000 for p in pngs), [(p.name, p.stat().st_size) for p in pngs]
     number = path.stem.split("_", 1)[0]
     strays = [p.name for p in pngs if not p.name.startswith(number + "_")]
     assert not strays, f"{path.name}: figures not named after the notebook's number {number!r}: {strays}"
-    if probe is not None:
-        probe[1](_probe_value(nb))
+    assert run.probe is not None, f"{path.name}: the probe printed nothing readable"
+    PROBES[path.stem][1](run.probe)
