@@ -19,16 +19,16 @@ from pooltk.config import PoolConfig
 from pooltk.pool import release as rel
 from pooltk.pool.adapters import SetupTarget
 from pooltk.pool.adapters.placeholders import PlaceholderFactory, materialize_all
-from pooltk.pool.adapters.stage_api import RECV_INFO_ATTRS, cached_forward, call_arg, input_grads
-from pooltk.pool.events import (emit, handoff_event, kept_stock_event, pooled_event, rehome_event, shared_event,
-                                unpooled_event)
+from pooltk.pool.adapters.stage_api import RECV_INFO_ATTRS, cached_forward, call_arg
+from pooltk.pool.events import (emit, handoff_event, kept_stock_event, no_saving_event, pooled_event, rehome_event,
+                                shared_event, unpooled_event)
 from pooltk.pool.gating import GateDecision, PoolSetupError, decide, observe_schedule, refusal
 from pooltk.pool.guard import is_version_error, name_reuse
-from pooltk.pool.handoff import drop_handed, drop_handoff_buffers, real_buffer, template, watch_handed
+from pooltk.pool.handoff import drop_handed, drop_handoff_buffers, real_buffer, template
 from pooltk.pool.marks import mark
 from pooltk.pool.report import InstallReport
 from pooltk.pool.ring import DirectionRing, Rehome, recv_positions
-from pooltk.pool.sizing import ring_sizes
+from pooltk.pool.sizing import live_set_1f1b, ring_sizes
 from pooltk.pool.state import LOCK, STATE, Context, StageState, stage_state, state_for
 
 __all__ = ["give_back_stock_buffers", "kept_stock", "runtime_wrappers", "setup_wrapper"]
@@ -42,11 +42,14 @@ ContextFn = Callable[[Any], "Context | None"]
 # ---------------------------------------------------------------------------------------
 
 
-def _ring_size(stage: Any, direction: str, n_mb: int, config: PoolConfig, plan: Any) -> int:
+def _ring_size(stage: Any, direction: str, n_mb: int, config: PoolConfig, plan: Any) -> tuple[int, int]:
+    """(K, the live set K was sized from) for one direction of ``stage``."""
     if plan is not None:  # schedule="auto": sizes from the schedule's analysis
-        return plan.sizes.get((stage.stage_index, direction), 0)
+        key = (stage.stage_index, direction)
+        return plan.sizes.get(key, 0), plan.min_safe.get(key, 0)
     sizes = ring_sizes(stage.num_stages, stage.stage_index, n_mb, config)
-    return sizes.forward if direction == "forward" else sizes.grad
+    live = live_set_1f1b(stage.num_stages, stage.stage_index, n_mb)
+    return (sizes.forward, live.forward) if direction == "forward" else (sizes.grad, live.grad)
 
 
 def _real_like(buf: torch.Tensor, factory: PlaceholderFactory | None) -> torch.Tensor:
@@ -66,7 +69,7 @@ def _ring_positions(infos_by_chunk: dict[int, tuple]) -> list[int]:
 
 def build_ring(
     stage: Any, target: SetupTarget, n_mb: int, config: PoolConfig, factory: PlaceholderFactory | None,
-    plan: Any = None, on_rehome: Callable[[Rehome], None] | None = None,
+    plan: Any = None, on_rehome: Callable[[Rehome], None] | None = None, on_full: Callable | None = None,
 ) -> DirectionRing | None:
     """The ring for one direction of a stage just set up, bound onto its recv infos (None: stays stock)."""
     infos_by_chunk: dict[int, tuple] = getattr(stage, target.infos_attr)
@@ -74,7 +77,7 @@ def build_ring(
     positions = _ring_positions(infos_by_chunk)
     if not positions:
         return None  # first stage (root args) forward, or last stage grads
-    k = _ring_size(stage, target.direction, n_mb, config, plan)
+    k, live = _ring_size(stage, target.direction, n_mb, config, plan)
     if k <= 0:
         return None
     slots: list[list[torch.Tensor]] = []
@@ -85,7 +88,8 @@ def build_ring(
             tensors.append(factory.real(buf) if factory is not None and factory.is_placeholder(buf) else buf.detach())
         slots.append(tensors)
     ring = DirectionRing(stage=stage.stage_index, direction=target.direction, size=k, n_microbatches=n_mb,
-                         positions=positions, slots=slots, guard=config.guard, on_rehome=on_rehome)
+                         positions=positions, slots=slots, guard=config.guard, live=live, on_rehome=on_rehome,
+                         on_full=on_full)
     ring.bind(infos_by_chunk)
     return ring
 
@@ -106,7 +110,7 @@ def _boundary_key(infos_by_chunk: dict[int, tuple], positions: list[int], factor
 
 def join_rank_ring(
     stage: Any, target: SetupTarget, n_mb: int, config: PoolConfig, factory: PlaceholderFactory | None,
-    plan: Any, groups: dict, on_rehome: Callable[[Rehome], None] | None = None,
+    plan: Any, groups: dict, on_rehome: Callable[[Rehome], None] | None = None, on_full: Callable | None = None,
 ) -> DirectionRing | None:
     """Join the rank-shared ring of ``stage``'s boundary, rebuilding it over every member so far.
 
@@ -139,8 +143,8 @@ def join_rank_ring(
         slots.append([_real_like(t, factory) for t in template])
     first = min(group.members)
     ring = DirectionRing(stage=first, direction=direction, size=mine.size, n_microbatches=n_mb,
-                         positions=group.members[first][1], slots=slots, guard=config.guard, on_rehome=on_rehome,
-                         slot_map=dict(mine.slots) if mine.shared else None)
+                         positions=group.members[first][1], slots=slots, guard=config.guard, live=mine.live,
+                         on_rehome=on_rehome, on_full=on_full, slot_map=dict(mine.slots) if mine.shared else None)
     for s, (member, member_positions) in sorted(group.members.items()):
         ring.bind(getattr(member, target.infos_attr), stage=s, positions=member_positions)
         if member is not stage:
@@ -203,10 +207,24 @@ def _rehome_reporter(stage: Any, st: StageState) -> Callable[[Rehome], None]:
         st.rehomed.add(ev.direction)
         emit(_sink(st.report), rehome_event(stage=ev.stage, direction=ev.direction, slot=ev.slot,
                                             position=ev.position, incoming=ev.incoming, nbytes=ev.nbytes,
-                                            holders=ev.holders, lent=ev.lent, first=first,
-                                            check=ev.why))
+                                            holders=ev.holders, first=first, check=ev.why))
 
     return on_rehome
+
+
+def _full_reporter(stage: Any, st: StageState) -> Callable[[DirectionRing, str], None]:
+    """One WARNING per stage and direction when a ring comes to hold as much as stock (see events.no_saving_event)."""
+    def on_full(ring: DirectionRing, why: str) -> None:
+        key = ("no-saving", ring.direction)
+        if key in st.said:
+            return
+        st.said.add(key)
+        use = ring.usage(stage.stage_index)
+        emit(_sink(st.report), no_saving_event(stage=stage.stage_index, direction=ring.direction,
+                                               held=use.held_sets, stock=use.stock, ring=use.ring,
+                                               rehomes=use.rehomes, check=why))
+
+    return on_full
 
 
 # ---------------------------------------------------------------------------------------
@@ -239,13 +257,12 @@ def setup_wrapper(original: Callable, target: SetupTarget, context_of: ContextFn
             return original(self, *args, **kwargs)
         n_mb = int(call_arg_setup(args, kwargs))
         st.n_microbatches = n_mb
-        with LOCK:
-            factory = PlaceholderFactory() if target.alloc_free else None
-            if factory is not None:
-                with factory:
-                    result = original(self, *args, **kwargs)
-            else:
+        factory = PlaceholderFactory() if target.alloc_free else None
+        if factory is not None:
+            with factory:  # this thread only, for this call: [Note: placeholders without patching]
                 result = original(self, *args, **kwargs)
+        else:
+            result = original(self, *args, **kwargs)
         infos = getattr(self, target.infos_attr, {})
         plan, config = decision.plan, settings.config
         st.handoff.pop(target.direction, None)
@@ -256,9 +273,11 @@ def setup_wrapper(original: Callable, target: SetupTarget, context_of: ContextFn
             else:
                 if plan is not None and config.sharing == "rank" and observed is not None:
                     ring = join_rank_ring(self, target, n_mb, config, factory, plan,
-                                          ctx.groups.setdefault(observed, {}), on_rehome=_rehome_reporter(self, st))
+                                          ctx.groups.setdefault(observed, {}), on_rehome=_rehome_reporter(self, st),
+                                          on_full=_full_reporter(self, st))
                 else:
-                    ring = build_ring(self, target, n_mb, config, factory, plan, on_rehome=_rehome_reporter(self, st))
+                    ring = build_ring(self, target, n_mb, config, factory, plan, on_rehome=_rehome_reporter(self, st),
+                                      on_full=_full_reporter(self, st))
                 materialize_all(infos, factory)  # directions and positions without a ring are stock
         except Exception as exc:  # inside a recognised layout: loud, see [Note: fail-open only for unknown layouts]
             raise PoolSetupError(stage=getattr(self, "stage_index", None), direction=target.direction, cause=exc,
@@ -267,6 +286,7 @@ def setup_wrapper(original: Callable, target: SetupTarget, context_of: ContextFn
         if ring is not None:
             with LOCK:
                 STATE.stages.add(self)
+                report.stages.add(self)
         st.pending = True
         return result
 
@@ -346,7 +366,7 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
             ring = st.forward if st is not None else None
             if ring is not None:
                 chunk = call_arg("get_fwd_recv_ops", "fwd_chunk_id", args, kwargs)
-                ring.post(chunk, self.args_recv_info[chunk], self.stage_index)
+                ring.post(chunk, self.args_recv_info[chunk], self.stage_index, training=self.has_backward)
                 ops = get_fwd(self, *args, **kwargs)
                 ring.note_ops(chunk, ops, self.stage_index)
                 return ops
@@ -371,6 +391,20 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
 
         out["get_bwd_recv_ops"] = get_bwd_recv_ops
 
+    if "get_fwd_send_ops" in originals:
+        get_fwd_send = originals["get_fwd_send_ops"]
+
+        @functools.wraps(get_fwd_send)
+        def get_fwd_send_ops(self: Any, *args: Any, **kwargs: Any) -> Any:
+            ops = get_fwd_send(self, *args, **kwargs)
+            st = stage_state(self)
+            ring = st.forward if st is not None else None
+            if ring is not None:  # a send of a received tensor passed on: [Note: finished sends]
+                ring.note_sends(call_arg("get_fwd_send_ops", "fwd_chunk_id", args, kwargs), ops, self.stage_index)
+            return ops
+
+        out["get_fwd_send_ops"] = get_fwd_send_ops
+
     fwd_one = originals["forward_one_chunk"]
 
     @functools.wraps(fwd_one)
@@ -378,8 +412,6 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
         st = stage_state(self)
         if st is None or not st.seen or st.pending or (not st.release and not st.late and getattr(self, "is_last", False)):
             st = _first_use(self, context_of(self))
-        if st is not None and "forward" in st.handoff:
-            watch_handed(self, st, call_arg("forward_one_chunk", "fwd_chunk_id", args, kwargs))
         result = fwd_one(self, *args, **kwargs)
         if st is None:
             return result
@@ -387,14 +419,11 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
         if st.release and self.has_backward:
             rel.note_forward(st, chunk, result)
         ring = st.forward
-        if ring is not None:
+        if ring is not None and not self.has_backward:
             cached = cached_forward(self, chunk)
-            if cached is not None:
-                ring.note_lent(chunk, cached[0], self.stage_index)  # outputs sharing the slot: [Note: copy on conflict]
-            if not self.has_backward:
-                if cached is not None:  # never read again in a forward-only step
-                    ring.retire_inputs(chunk, cached[1], self.stage_index)
-                ring.release(chunk, self.stage_index)
+            if cached is not None:  # never read again in a forward-only step
+                ring.retire_inputs(chunk, cached[1], self.stage_index)
+            ring.release(chunk, self.stage_index)
         if st.handoff and not self.has_backward:
             cached = cached_forward(self, chunk)
             drop_handed(self, st, chunk, cached[1] if cached is not None else None)
@@ -416,8 +445,6 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
             return result
         chunk = call_arg("backward_one_chunk", "bwd_chunk_id", args, kwargs)
         full = call_arg("backward_one_chunk", "full_backward", args, kwargs)
-        if st.grad is not None:  # input gradients sharing the grad slot: see [Note: copy on conflict]
-            st.grad.note_lent(chunk, input_grads(self, chunk), self.stage_index)
         if full:  # a split backward (I now, W later) keeps both until W: see [Note: slot ownership]
             st.release_slots(chunk, self.stage_index)
             if st.handoff:
@@ -485,8 +512,6 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
                     ring.reset()
             st.outputs.clear()
             st.losses.clear()
-            st.pinned.clear()
-            st.handed_addressed.clear()
         return result
 
     out["clear_runtime_states"] = clear_runtime_states

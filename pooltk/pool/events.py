@@ -13,6 +13,8 @@ initialised, else the process counts as rank 0), so it lands in the training log
 - WARNING ``pooltk: stage I kept stock (reason=TEXT)``
 - WARNING ``pooltk: stage I DIRECTION slot S re-homed ...`` (copy on conflict, first per ring;
   later ones at DEBUG, all counted on the ring)
+- WARNING ``pooltk: stage I DIRECTION ring saved nothing (held H sets at once, stock holds S; ...)`` (re-homes
+  made a ring hold as much as stock or more; once per stage and direction, with the cause and the fix)
 - INFO    ``pooltk: stage I releases kept graphs (...)`` (the last stage: the schedule's kept losses
   and outputs let go of their graphs after each backward; once per stage)
 - WARNING ``pooltk: stage I kept graph (reason=TEXT)`` (the release had to keep one; once per reason)
@@ -36,8 +38,8 @@ from typing import Any
 import torch
 
 __all__ = ["LOGGER", "PoolEvent", "emit", "handoff_event", "installed_event", "is_rank0", "kept_graph_event",
-           "kept_stock_event", "not_installed_event", "pooled_event", "rehome_event", "released_event", "shared_event",
-           "unpooled_event"]
+           "kept_stock_event", "no_saving_event", "not_installed_event", "pooled_event", "rehome_event", "released_event",
+           "shared_event", "unpooled_event"]
 
 LOGGER = logging.getLogger("pooltk")
 
@@ -59,7 +61,7 @@ class PoolEvent:
 
     kind: str
     """``installed``, ``not-installed``, ``pooled``, ``shared``, ``handoff``, ``kept-stock``, ``re-homed``,
-    ``released``, ``kept-graph`` or ``unpooled``."""
+    ``no-saving``, ``released``, ``kept-graph`` or ``unpooled``."""
     message: str
     """The log line (see [Note: pool log lines])."""
     level: int = logging.INFO
@@ -145,25 +147,32 @@ def kept_graph_event(stage: int, reason: str) -> PoolEvent:
                      message=f"pooltk: stage {stage} kept graph (reason={reason})", fields={"reason": reason})
 
 
-_HOLDER = {"views": "view(s) of it", "python": "Python reference(s) to the received tensor",
+_HOLDER = {"views": "view(s) or tensor(s) sharing its storage (an output that is a view of it, a send still in flight)",
+           "python": "Python reference(s) to the received tensor (a hook, a list, an output kept past its backward)",
            "c++": "C++ reference(s) to the received tensor (a DLPack export, or a saved tensor of a graph still alive)"}
 
-
-def _why(direction: str, holders: int, lent: bool, check: str) -> str:
-    if lent:
-        return "the previous microbatch's " + ("output" if direction == "forward" else "input gradient") + " shares it"
-    if check == "address":
-        return "its address was taken (x.data_ptr() on the received tensor; the old storage is kept until the step ends)"
-    return f"{holders} {_HOLDER.get(check, 'reference(s)')} outside the pool still hold it"
+_FIX = {"views": "return or keep a copy (x.clone()) rather than a view of the received tensor; in a forward-only "
+                 "step torch keeps every send until the step ends, so a tensor passed on unchanged stays held there",
+        "python": "drop references to the received tensor once its microbatch is done (keep x.detach().clone())",
+        "c++": "let go of DLPack exports and graphs of earlier microbatches (keep x.detach().clone())"}
 
 
 def rehome_event(*, stage: int, direction: str, slot: int, position: int, incoming: int, nbytes: int, holders: int,
-                 lent: bool, first: bool, check: str = "") -> PoolEvent:
-    why = _why(direction, holders, lent, check)
-    msg = (f"pooltk: stage {stage} {direction} slot {slot} re-homed ({nbytes} bytes): {why} when "
-           f"microbatch {incoming} posts its receive (a stage output or input gradient that is a view of a "
-           "received buffer, or a tensor kept by a hook); the holders keep the old storage and the slot gets "
-           "a fresh one (copy on conflict). Later re-homes of this ring are logged at DEBUG and counted.")
+                 first: bool, check: str) -> PoolEvent:
+    msg = (f"pooltk: stage {stage} {direction} slot {slot} re-homed ({nbytes} bytes): {holders} "
+           f"{_HOLDER.get(check, 'reference(s)')} outside the pool still hold it when microbatch {incoming} posts "
+           "its receive; the holders keep the old storage and the tensor gets a fresh one (copy on conflict). "
+           "Later re-homes of this ring are logged at DEBUG and counted.")
     return PoolEvent(kind="re-homed", stage=stage, level=logging.WARNING if first else logging.DEBUG, message=msg,
                      fields={"direction": direction, "slot": slot, "position": position, "bytes": nbytes,
-                             "incoming": incoming, "holders": holders, "lent": lent, "check": check})
+                             "incoming": incoming, "holders": holders, "check": check})
+
+
+def no_saving_event(*, stage: int, direction: str, held: int, stock: int, ring: int, rehomes: int,
+                    check: str) -> PoolEvent:
+    msg = (f"pooltk: stage {stage} {direction} ring saved nothing (held {held} sets at once, stock holds {stock}; "
+           f"ring {ring}, {rehomes} re-homes this step: {_HOLDER.get(check, 'holders')} kept received tensors). "
+           f"Fix: {_FIX.get(check, 'let go of received tensors once their microbatch is done')}.")
+    return PoolEvent(kind="no-saving", stage=stage, level=logging.WARNING, message=msg,
+                     fields={"direction": direction, "held": held, "stock": stock, "ring": ring, "rehomes": rehomes,
+                             "check": check})

@@ -9,7 +9,6 @@ pooltk/analysis/sharing.py). The wrappers that call these are in :mod:`pooltk.po
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
@@ -17,16 +16,15 @@ import torch
 from pooltk.pool.adapters import SetupTarget
 from pooltk.pool.adapters.placeholders import PlaceholderFactory
 from pooltk.pool.adapters.stage_api import RECV_INFO_ATTRS
-from pooltk.pool.addresses import forget, watch_alias
 from pooltk.pool.ring import recv_positions
 from pooltk.pool.state import StageState
 
-__all__ = ["drop_handed", "drop_handoff_buffers", "real_buffer", "template", "watch_handed"]
+__all__ = ["drop_handed", "drop_handoff_buffers", "real_buffer", "template"]
 
 
 def template(buf: torch.Tensor, factory: PlaceholderFactory | None) -> tuple:
     """(shape, dtype, device, requires_grad) of the real buffer ``buf`` stands for."""
-    device = factory.made[id(buf)][1] if factory is not None and factory.is_placeholder(buf) else buf.device
+    device = factory.device_of(buf) if factory is not None and factory.is_placeholder(buf) else buf.device
     return (tuple(buf.shape), buf.dtype, torch.device(device), bool(buf.requires_grad))
 
 
@@ -69,28 +67,12 @@ def drop_handed(stage: Any, st: StageState, chunk: int, kept: list | None = None
             buf = infos[j].buffer
             if not isinstance(buf, torch.Tensor) or buf.is_meta:
                 continue
-            forget(buf)
-            if (direction, chunk) in st.handed_addressed:  # its address must not come back this step
-                st.pinned.append(buf)
             placeholder = _placeholder(template[0], template[1])
             if kept is not None:
                 for i, v in enumerate(kept):
                     if v is buf:
                         kept[i] = placeholder
             infos[j].buffer = placeholder
-
-
-def watch_handed(stage: Any, st: StageState, chunk: int) -> None:
-    """Watch the addresses of what a forward handoff gave ``chunk`` (see [Note: taken addresses]).
-
-    Stock keeps a handed-over tensor until the next step, so its address is unique within a step; one
-    the pool let go of early is kept to the step's end where its address was taken.
-    """
-    infos = stage.args_recv_info.get(chunk, ())
-    for j in st.handoff["forward"]:
-        buf = infos[j].buffer if j < len(infos) else None
-        if isinstance(buf, torch.Tensor) and not buf.is_meta:
-            watch_alias(buf, functools.partial(st.handed_addressed.add, ("forward", chunk)))
 
 
 def real_buffer(template: tuple, zero: bool = False) -> torch.Tensor:

@@ -73,14 +73,13 @@ import weakref
 from typing import Any, Callable, Iterator
 
 from pooltk.config import PoolConfig
-from pooltk.pool import addresses
 from pooltk.pool._patch import give_back_stock_buffers, kept_stock, runtime_wrappers, setup_wrapper
 from pooltk.pool.adapters import Layout, detect
-from pooltk.pool.adapters.placeholders import restore_meta_factory
 from pooltk.pool.adapters.stage_api import (
     HANDOFF_METHODS,
     HOT_METHODS,
     OPTIONAL_HOT_METHODS,
+    SEND_METHODS,
     defining_class,
     originals_of,
     signature_problems,
@@ -136,7 +135,7 @@ def _usable_layout() -> tuple[Layout | None, str]:
 
 def _runtime_names(layout: Layout) -> tuple[str, ...]:
     """The runtime methods install wraps on ``layout`` (no receive posts where there are no rings)."""
-    return (_RELEASE_METHODS if layout.per_receive else HOT_METHODS + HANDOFF_METHODS) + OPTIONAL_HOT_METHODS
+    return (_RELEASE_METHODS if layout.per_receive else HOT_METHODS + SEND_METHODS + HANDOFF_METHODS) + OPTIONAL_HOT_METHODS
 
 
 def _runtime_originals(layout: Layout) -> dict[str, Callable]:
@@ -286,8 +285,6 @@ def install(
         STATE.originals = originals
         STATE.settings = wanted
         STATE.report = report
-        if report.rings:
-            addresses.watch()  # [Note: taken addresses]
         emit(report.events, installed_event(policy=cfg.policy, slack=cfg.slack, grad_slack=cfg.grad_slack,
                                             schedule=sched, layout=layout.name, mode=report.mode))
         return report
@@ -314,16 +311,11 @@ def uninstall() -> bool:
             for owner, name, fn in _foreign_wrappers(layout):
                 setattr(owner, name, innermost(fn))
                 undone = True
-            if not layout.per_receive and restore_meta_factory():
-                undone = True
         for stage in list(STATE.stages):
             give_back_stock_buffers(stage, report, "pooltk.uninstall(): the stage was pooled until now; its rings "
                                     "were replaced by stock buffers (one set per microbatch), so no ring runs "
                                     "unguarded")
         STATE.stages = weakref.WeakSet()
-        if addresses.watching():
-            addresses.unwatch()
-            undone = True
         _WARNED.clear()
         return undone
 
@@ -390,8 +382,6 @@ def pool_stage(
             stage.__dict__[name] = types.MethodType(fn, stage)
         st = state_for(stage)
         st.instance_methods, st.report = tuple(bound), report
-        if report.rings:
-            addresses.watch()  # [Note: taken addresses]; process-wide until uninstall or unpool_stage
         return report
 
 
@@ -406,8 +396,6 @@ def unpool_stage(stage: Any) -> bool:
             stage.__dict__.pop(name, None)
         give_back_stock_buffers(stage, st.report, "pooltk.unpool_stage(): the stage was pooled until now; its rings "
                                 "were replaced by stock buffers")
-        if STATE.report is None and addresses.watching():
-            addresses.unwatch()
         return bool(names)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,12 +47,35 @@ class InstallReport:
     """Every decision and per-stage outcome since this install, in order (:class:`PoolEvent`):
     pooled with which rings, kept stock and why, slots re-homed by copy on conflict. The same
     lines go to the ``pooltk`` logger on rank 0 (see [Note: pool log lines] in events.py)."""
+    stages: weakref.WeakSet = field(default_factory=weakref.WeakSet, compare=False, repr=False)
+    """The live stages this install gave a ring (what :meth:`usage` reads)."""
 
     @property
     def mode(self) -> str:
         """``rings+release``, ``rings``, ``release`` or ``stock``: what pooltk does here, in one word."""
         parts = [name for name, on in (("rings", self.rings), ("release", self.release)) if on]
         return "+".join(parts) if self.installed and parts else "stock"
+
+    def usage(self) -> list:
+        """What every ring of this install held during its last step, beside stock and the live set.
+
+        One :class:`pooltk.pool.ring.RingUse` per live pooled stage and direction, by stage. A row whose
+        ``held_sets`` reaches ``stock`` saved nothing (a WARNING said why when it happened).
+        """
+        from pooltk.pool.state import stage_state
+
+        rows = []
+        for stage in sorted(self.stages, key=lambda s: getattr(s, "stage_index", 0)):
+            st = stage_state(stage)
+            if st is not None:
+                rows.extend(st.usage(stage.stage_index))
+        return rows
+
+    def usage_frame(self):  # -> pandas.DataFrame
+        """:meth:`usage` as a table (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame([u.to_dict() for u in self.usage()])
 
     def stage_events(self, kind: str | None = None) -> list[PoolEvent]:
         """Per-stage events, optionally of one ``kind`` (``pooled``, ``kept-stock``, ``re-homed``, ...)."""

@@ -6,16 +6,16 @@ uses slot ``c mod K`` (:func:`pooltk.pool.sizing.slot_of`).
 
 from __future__ import annotations
 
-import functools
 import sys
+import weakref
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from pooltk.pool.addresses import forget, watch_alias
 from pooltk.pool.guard import SlotOwnership, bump_version
 
-__all__ = ["DirectionRing", "Rehome", "recv_positions", "storage_holders"]
+__all__ = ["DirectionRing", "Rehome", "RingUse", "recv_positions", "storage_holders"]
 
 # ----------------------------------------------------------------------------------------
 # The buffers themselves.
@@ -35,63 +35,51 @@ __all__ = ["DirectionRing", "Rehome", "recv_positions", "storage_holders"]
 # and its resting alias. See [Note: copy on conflict].
 #
 # [Note: copy on conflict]
-# Invariant: a receive is never posted into storage that anything outside the pool may still
-# read. Ownership ([Note: slot ownership] in pooltk/pool/guard.py) covers what the schedule
-# tells the pool; it cannot see a stage output that is (a view of) its input, kept in
-# ``output_chunks`` until the step ends or sent downstream; an input gradient that is a view
-# of the received gradient, sent upstream; or a tensor a hook stored. So, with the guard on,
-# before re-posting slot ``s`` the ring checks these things about the previous microbatch
-# ``p`` that used it, and if any holds it *re-homes* the slot:
+# Invariant: a receive is never posted into storage that anything outside the pool still holds, and a
+# storage nothing holds is reused, whatever was done with it before. Ownership ([Note: slot ownership]
+# in pooltk/pool/guard.py) covers what the schedule tells the pool; it cannot see a stage output that
+# is (a view of) its input, an input gradient that is a view of the received gradient, a tensor a hook
+# stored, or a send still in flight. So, with the guard on, right before slot ``s`` is re-posted the
+# ring asks, for each tensor ``k`` of the slot and the previous microbatch ``p`` that used it, who holds
+# it *now*, and re-homes that tensor alone when anyone does:
 #
-# 1. *lent*: one of ``p``'s stage outputs (forward ring) or input gradients (grad ring)
-#    shared the slot's storage (recorded by data pointer right after the forward / backward;
-#    see install.py). Such a tensor may be in ``output_chunks`` or in a send that only the
-#    communication library holds, so it counts whatever happened since;
-# 2. *views*: torch counts the tensors sharing a storage (``torch._C._storage_Use_Count``).
-#    The pool keeps exactly three there: the slot, its resting alias, and ``p``'s alias
-#    (``p``'s ``_RecvInfo`` entries go back to the resting alias first). Any more is a view
-#    or another tensor on the storage that someone outside the pool holds;
-# 3. *the alias itself*: a holder of ``p``'s alias object (a hook that kept its input, a
-#    list) shares no new tensor, so its Python references are counted instead; and a holder
-#    from C++ (a DLPack export: ``torch.from_dlpack(x)``, ``np.from_dlpack(x)``, which raise
-#    neither the storage's use count nor the alias's Python references; a saved tensor of a
-#    graph that is still alive, such as the next microbatch's forward saving ``self.prev``)
+# 1. *views*: torch counts the tensors sharing a storage (``torch._C._storage_Use_Count``). The pool
+#    keeps exactly three there: the slot, its resting alias, and ``p``'s alias (``p``'s ``_RecvInfo``
+#    entries go back to the resting alias first). Any more is a view, an output that shares the
+#    storage, or a send's tensor still referenced by torch;
+# 2. *the alias itself*: a holder of ``p``'s alias object (a hook that kept its input, a list, an
+#    output that is the input itself) shares no new tensor, so its Python references are counted
+#    instead; and a holder from C++ (a DLPack export, a saved tensor of a graph that is still alive)
 #    raises the alias's own use count (``Tensor._use_count``). The ring parks the alias as the
-#    ``.grad`` of a private anchor tensor so both counts have a fixed base, calibrated once per
-#    ring with the same code path. These C++ holders could be counted only once the schedule's
-#    own kept graphs stopped holding every input until step end ([Note: releasing what the
-#    schedule keeps] in release.py): before that, every last-stage alias looked held.
+#    ``.grad`` of a private anchor tensor so both counts have a fixed base, calibrated once per ring
+#    with the same code path.
 #
-# Two references torch's own step keeps are not holders: the receive ops it built for ``p``
-# (``P2POp.tensor`` is ``p``'s alias; the step keeps the list in a local until its next receive,
-# which with a one-slot ring is this very re-post) are done before ``p``'s forward ran, so the
-# ring points them at the resting alias before counting; and the loss the step keeps in a local
-# lost its graph in the release ([Note: releasing what the schedule keeps]).
+# References torch's own step keeps that read nothing again are not holders: the receive ops it built
+# for ``p`` (done before ``p``'s forward ran; the ring points them at the resting alias before
+# counting), and, on the forward ring of a training step, the sends of ``p``'s outputs (``[Note:
+# finished sends]``). A tensor passed on, or whose address was read, costs nothing when nobody holds
+# it at the re-post: an address is not an identity (docs/safety.md, "The contract").
 #
-# 4. *the address*: an address outlives every reference, so a cache keyed by ``x.data_ptr()``
-#    holds nothing the counts above see. While pooltk is installed ``Tensor.data_ptr`` records
-#    when it is called on an alias the ring handed out ([Note: taken addresses] in
-#    addresses.py); such a slot is re-homed at its next re-post and its old storage is kept by the
-#    ring until the step ends, so no two receives of a step share an address (as with stock or a
-#    fresh buffer per receive). Addresses taken from a view, or in C++, are not seen. A slot whose
-#    address was taken is pinned whichever check re-homes it: a storage re-homed for another holder
-#    (a DLPack export, say) is freed when that holder lets go, and its address would come back
-#    (measured: fuzz case 466 of seed 2026, ZBVZeroBubble pp4, silent before this rule).
+# Re-homing leaves the old storage to its holders (it lives exactly as long as they do) and gives the
+# tensor a fresh storage of the same shape, dtype and device, which the receive fills completely:
+# nothing is copied and no holder ever sees a later microbatch's data. The cost is one allocation per
+# conflict, only where a model keeps what it received, counted in ``rehomes`` and in the sets the ring
+# holds (:meth:`DirectionRing.usage`). In a forward-only step torch keeps each input in ``fwd_cache``
+# but never reads it again; those entries are swapped for the resting alias right after the forward
+# (_patch.py), so they are not holders. With ``guard=False`` none of this runs (the negative controls
+# show what an unchecked ring does). Not seen: a Python ``UntypedStorage`` object for the slot kept by
+# user code. Where a re-post still bumps the version of something autograd saved, the backward's
+# error is re-raised as :class:`pooltk.pool.guard.PoolReuseError` ([Note: naming the reuse]).
 #
-# Re-homing leaves the old storage to its holders (it lives exactly as long as they do) and
-# gives the slot a fresh storage of the same shape, dtype and device, which the receive
-# fills completely: nothing is copied and no holder ever sees a later microbatch's data.
-# The cost is one allocation per conflict, only where a model keeps aliases, counted in
-# ``rehomes`` / ``rehomed_bytes`` and reported per event. In a forward-only step torch keeps
-# each input in ``fwd_cache`` but never reads it again; those entries are swapped for the
-# resting alias right after the forward (install.py), so they are not holders. With
-# ``guard=False`` none of this runs (the negative controls show what an unchecked ring does).
-#
-# What the checks cannot see: a Python ``UntypedStorage`` object for the slot kept by user
-# code; an address taken from a view or in C++ (above).
-# Where a re-post still bumps the version of something autograd saved, the backward's error is
-# re-raised as :class:`pooltk.pool.guard.PoolReuseError` naming the stage, slot and microbatch
-# ([Note: naming the reuse] in guard.py).
+# [Note: finished sends]
+# torch's multi-stage schedules keep every send's work (and its tensor, ``out.detach()``) until the
+# step ends. On the forward ring of a training step those sends are finished by the time the slot is
+# re-posted: ``p``'s slot is released only after ``p``'s backward, which needed the gradient the next
+# stage computed from ``p``'s activation, so that stage had received it. The ring records the tensors
+# of ``p``'s forward sends that share a slot tensor's storage (weak references) and does not count them.
+# In a forward-only step there is no such signal (torch waits for its forward sends at the step's
+# end), and the grad ring's sends go upstream, whose receipt nothing on this stage proves: there a
+# send still referenced is a holder.
 # ----------------------------------------------------------------------------------------
 
 _OWN_HOLDERS = 3
@@ -133,18 +121,50 @@ def _alias(slot: torch.Tensor, requires_grad: bool) -> torch.Tensor:
 class Rehome:
     """One copy-on-conflict event (see [Note: copy on conflict])."""
 
-    __slots__ = ("stage", "direction", "slot", "position", "incoming", "nbytes", "holders", "lent", "why")
+    __slots__ = ("stage", "direction", "slot", "position", "incoming", "nbytes", "holders", "why")
 
     def __init__(self, *, stage: int, direction: str, slot: int, position: int, incoming: int, nbytes: int,
-                 holders: int, lent: bool, why: str = "") -> None:
+                 holders: int, why: str) -> None:
         self.stage, self.direction, self.slot, self.position = stage, direction, slot, position
         self.incoming, self.nbytes = incoming, nbytes
         self.holders = holders
         """References from outside the pool found on the old storage (views, or to the alias itself)."""
-        self.lent = lent
-        """True when the previous microbatch's output / input gradient shared the slot's storage."""
         self.why = why
-        """Which check saw the holder: ``lent``, ``views``, ``python``, ``c++`` or ``address``."""
+        """Which check saw the holder: ``views``, ``python`` or ``c++``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RingUse:
+    """What one ring held during the last step, beside what stock and the live set would hold."""
+
+    stage: int
+    """The stage asked about."""
+    direction: str
+    stages: tuple[int, ...]
+    """Every stage receiving into this ring (more than one for a rank-shared ring)."""
+    ring: int
+    """K: the sets the ring keeps."""
+    live: int
+    """The live set: the most sets the schedule can need at once (the ring is ``live + slack``)."""
+    stock: int
+    """The sets stock torch keeps for the same receives (one per microbatch and stage)."""
+    tensors: int
+    """Tensors per set."""
+    held_sets: int
+    """The most sets held at once during the last step: the ring's K plus storages re-homed and still held
+    (rounded up to whole sets)."""
+    held_bytes: int
+    """Bytes of the storages held at that peak."""
+    rehomes: int
+    """Tensors re-homed during the last step (copy on conflict)."""
+
+    @property
+    def saved_sets(self) -> int:
+        """Sets stock would hold beyond what the ring held (0 or less: the ring saved nothing)."""
+        return self.stock - self.held_sets
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__} | {"saved_sets": self.saved_sets}
 
 
 class DirectionRing:
@@ -156,10 +176,10 @@ class DirectionRing:
     stages that share a slot share its ownership, its holders' checks and its re-homes.
     """
 
-    __slots__ = ("stage", "direction", "size", "n_microbatches", "positions", "slots", "ownership", "_posted",
-                 "peak_owned", "_infos", "_resting", "_current", "_anchors", "_lent", "_py_base", "_cpp_base",
-                 "_requires_grad", "_ops", "_addressed", "_pinned", "bumps", "rehomes", "rehomed_bytes", "on_rehome",
-                 "slot_map", "members", "_calibrated")
+    __slots__ = ("stage", "direction", "size", "n_microbatches", "positions", "slots", "ownership", "live",
+                 "peak_owned", "_infos", "_resting", "_current", "_anchors", "_py_base", "_cpp_base",
+                 "_requires_grad", "_ops", "_sends", "bumps", "rehomes", "step_rehomes", "on_rehome", "on_full",
+                 "slot_map", "members", "_calibrated", "_rehomed_alive", "_step_peak", "__weakref__")
 
     def __init__(
         self,
@@ -171,7 +191,9 @@ class DirectionRing:
         positions: list[int],
         slots: list[list[torch.Tensor]],
         guard: bool,
+        live: int = 0,
         on_rehome: Callable[[Rehome], None] | None = None,
+        on_full: Callable[["DirectionRing", str], None] | None = None,
         slot_map: dict[tuple[int, int], int] | None = None,
     ) -> None:
         if len(slots) != size:
@@ -181,38 +203,49 @@ class DirectionRing:
         self.n_microbatches = n_microbatches
         self.positions = positions
         self.slots = slots
+        self.live = live
+        """The live set this ring was sized from (``size`` is ``live`` plus slack, at most the receives)."""
         self.slot_map = slot_map
         """(stage, microbatch) -> slot for a rank-shared ring; None: ``c mod K``."""
         self.members: dict[int, list[int]] = {stage: positions}
         """stage -> the positions of its recv infos that receive into this ring."""
         self.ownership = SlotOwnership(stage=stage, direction=direction, ring=size) if guard else None
-        self._posted = [False] * size
         self.peak_owned = 0
         """Most slots owned at once since setup (guard on): the live set this run really had."""
         self._infos: dict[tuple[int, int], tuple] = {}
         self._resting: list[list[torch.Tensor]] = []
-        self._current: list[tuple[tuple[int, int], list[torch.Tensor]] | None] = [None] * size
+        self._current: list[tuple[tuple[int, int], list[torch.Tensor], bool] | None] = [None] * size
         self._anchors: list[list[torch.Tensor]] = []
-        self._lent: set[int] = set()
         self._py_base = 0
         self._cpp_base = 0
         self._calibrated = False
         self._requires_grad: list[bool] = []
         self._ops: dict[int, list] = {}
-        self._addressed: set[int] = set()
-        self._pinned: list[torch.Tensor] = []
+        self._sends: dict[int, list[list[weakref.ref]]] = {}
+        """slot -> per tensor, weak references to the forward sends' tensors of its last user ([Note: finished sends])."""
         self.bumps: dict[int, tuple[int, int]] = {}
         """slot -> (microbatch that re-used it, previous owner) at its last version bump this step."""
         self.rehomes = 0
-        """Slots given fresh storage because a holder outside the pool still referenced the old one."""
-        self.rehomed_bytes = 0
-        """Bytes allocated by those re-homes (the old storages live on with their holders)."""
+        """Tensors given fresh storage because a holder outside the pool still referenced the old one."""
+        self.step_rehomes = 0
+        """The same, since the last step started."""
+        self._rehomed_alive = 0
+        """Re-homed storages their holders still keep."""
+        self._step_peak = 0
+        """Most storages held at once since the last step started (the ring's own and re-homed ones alive)."""
         self.on_rehome = on_rehome
+        self.on_full = on_full
+        """Called once a step's re-homes make the ring hold as many sets as stock (the pool logs one WARNING)."""
 
     @property
     def shared(self) -> bool:
         """True when more than one stage receives into this ring."""
         return len(self.members) > 1
+
+    @property
+    def tensors(self) -> int:
+        """Tensors per set."""
+        return len(self.slots[0]) if self.slots else 0
 
     def slot_of(self, chunk: int, stage: int | None = None) -> int:
         """The slot (``stage``, ``chunk``) receives into."""
@@ -231,6 +264,7 @@ class DirectionRing:
         if not self._resting:
             self._requires_grad = [bool(getattr(first[j].buffer, "requires_grad", False)) for j in positions]
             self._resting = [[_alias(t, rg) for t, rg in zip(tensors, self._requires_grad)] for tensors in self.slots]
+            self._step_peak = self.size * self.tensors
         for chunk, infos in infos_by_chunk.items():
             self._infos[(stage, chunk)] = infos
             resting = self._resting[self.slot_of(chunk, stage)]
@@ -254,12 +288,16 @@ class DirectionRing:
         return [_alias(t, rg) for t, rg in zip(self.slots[slot], self._requires_grad)]
 
     # -- runtime ---------------------------------------------------------------------
-    def post(self, chunk: int, infos: tuple, stage: int | None = None) -> None:
-        """A receive for (``stage``, ``chunk``) is about to be posted: claim its slot, hand out fresh aliases."""
+    def post(self, chunk: int, infos: tuple, stage: int | None = None, *, training: bool = True) -> None:
+        """A receive for (``stage``, ``chunk``) is about to be posted: claim its slot, hand out fresh aliases.
+
+        ``training``: the step runs backwards (a forward slot is then released only after its backward;
+        see [Note: finished sends]).
+        """
         stage = self.stage if stage is None else stage
         slot = self.slot_of(chunk, stage)
         if self.ownership is None:
-            fresh = [_alias(t, rg) for t, rg in zip(self.slots[slot], self._requires_grad)]
+            fresh = self._hand_out(slot)
         else:
             self.ownership.acquire(chunk, slot=slot, stage=stage)
             owned = self.ownership.owned
@@ -270,12 +308,9 @@ class DirectionRing:
                 self._retire(prev)
                 self._check(slot, prev, chunk)
             fresh = self._hand_out(slot)
-            for a in fresh:  # see [Note: copy on conflict], 4
-                watch_alias(a, functools.partial(self._addressed.add, slot))
-            self._current[slot] = ((stage, chunk), fresh)
+            self._current[slot] = ((stage, chunk), fresh, training)
             for anchor, a in zip(self._anchors[slot], fresh):
                 anchor.grad = a
-        self._posted[slot] = True
         for a, j in zip(fresh, self.members.get(stage, self.positions)):
             infos[j].buffer = a
 
@@ -284,20 +319,27 @@ class DirectionRing:
         if self.ownership is not None and isinstance(ops, (list, tuple)):
             self._ops[self.slot_of(chunk, stage)] = list(ops)
 
+    def note_sends(self, chunk: int, ops: object, stage: int | None = None) -> None:
+        """Remember the tensors of ``chunk``'s forward sends that share its slot's storage ([Note: finished sends])."""
+        if self.ownership is None or not isinstance(ops, (list, tuple)):
+            return
+        slot = self.slot_of(chunk, stage)
+        cur = self._current[slot]
+        if cur is None or cur[0] != (self.stage if stage is None else stage, chunk):
+            return
+        storages = [t.untyped_storage()._cdata for t in self.slots[slot]]
+        sends: list[list[weakref.ref]] = [[] for _ in storages]
+        for op in ops:
+            t = getattr(op, "tensor", None)
+            if isinstance(t, torch.Tensor) and not t.is_meta:
+                key = t.untyped_storage()._cdata
+                if key in storages:
+                    sends[storages.index(key)].append(weakref.ref(t))
+        self._sends[slot] = sends
+
     def release(self, chunk: int, stage: int | None = None) -> None:
         if self.ownership is not None:
             self.ownership.release(chunk, slot=self.slot_of(chunk, stage), stage=self.stage if stage is None else stage)
-
-    def note_lent(self, chunk: int, tensors: tuple | list, stage: int | None = None) -> None:
-        """Record that ``chunk`` handed out tensors sharing its slot's storage (outputs or input grads)."""
-        if self.ownership is None or not tensors:
-            return
-        slot = self.slot_of(chunk, stage)
-        ptrs = {t.untyped_storage().data_ptr() for t in self.slots[slot]}
-        for t in tensors:
-            if isinstance(t, torch.Tensor) and not t.is_meta and t.untyped_storage().data_ptr() in ptrs:
-                self._lent.add(slot)
-                return
 
     def retire_inputs(self, chunk: int, values: list, stage: int | None = None) -> None:
         """Swap the aliases handed to ``chunk`` in ``values`` (a list torch keeps) for the resting alias."""
@@ -321,14 +363,12 @@ class DirectionRing:
                 if cur is not None:
                     self._retire(cur)
             self.bumps.clear()
-            self._addressed.clear()
-            self._pinned.clear()  # addresses of the last step may repeat now, as stock's do every step
+        self.step_rehomes = 0
+        self._step_peak = self.size * self.tensors + self._rehomed_alive
 
     # -- internals ---------------------------------------------------------------------
-    def _retire(self, cur: tuple[tuple[int, int], list[torch.Tensor]]) -> None:
-        user, aliases = cur
-        for a in aliases:
-            forget(a)
+    def _retire(self, cur: tuple) -> None:
+        user, aliases = cur[0], cur[1]
         infos = self._infos.get(user)
         if infos is None:
             return
@@ -337,38 +377,31 @@ class DirectionRing:
             if infos[j].buffer is a:
                 infos[j].buffer = r
 
-    def _check(self, slot: int, prev: tuple[tuple[int, int], list[torch.Tensor]], incoming: int) -> None:
+    def _check(self, slot: int, prev: tuple, incoming: int) -> None:
         """See [Note: copy on conflict]: re-home each tensor of the slot that someone outside still holds."""
-        lent = slot in self._lent
-        self._lent.discard(slot)
-        addressed = slot in self._addressed
-        self._addressed.discard(slot)
-        aliases = prev[1]
+        aliases, trained = prev[1], prev[2]
         for op in self._ops.pop(slot, ()):  # done receives torch's step still references: not readers
             for k in range(len(aliases)):  # (an index loop: a loop variable bound to an alias would count)
                 if getattr(op, "tensor", None) is aliases[k]:
                     op.tensor = self._resting[slot][k]
+        sends = self._sends.pop(slot, None)
         stale = []
         for k, t in enumerate(self.slots[slot]):
-            views = storage_holders(t) - _OWN_HOLDERS
+            finished = sum(r() is not None for r in sends[k]) if sends is not None and trained else 0
+            views = storage_holders(t) - _OWN_HOLDERS - finished
             held = self._py_refs(aliases, k) - self._py_base
             cpp = aliases[k]._use_count() - self._cpp_base
-            why = ("lent" if lent else "views" if views > 0 else "python" if held > 0 else "c++" if cpp > 0
-                   else "address" if addressed else "")
+            why = "views" if views > 0 else "python" if held > 0 else "c++" if cpp > 0 else ""
             if why:
-                self._rehome(slot, k, incoming, max(views, 0) + max(held, 0) + max(cpp, 0), lent, why, prev[0][0],
-                             pin=addressed)
+                self._rehome(slot, k, incoming, max(views, 0) + max(held, 0) + max(cpp, 0), why, prev[0][0])
             else:
                 stale.append(t)
         if stale:
             self.bumps[slot] = (incoming, prev[0][1])
         bump_version(stale)
 
-    def _rehome(self, slot: int, k: int, incoming: int, holders: int, lent: bool, why: str, stage: int,
-                pin: bool = False) -> None:
+    def _rehome(self, slot: int, k: int, incoming: int, holders: int, why: str, stage: int) -> None:
         old = self.slots[slot][k]
-        if pin:  # its address was taken: it must not come back this step, whoever else holds the storage now
-            self._pinned.append(old)  # see [Note: copy on conflict], 4
         new = torch.empty_like(old, memory_format=torch.preserve_format)
         self.slots[slot][k] = new
         old_resting = self._resting[slot][k]
@@ -380,13 +413,26 @@ class DirectionRing:
                 infos[j].buffer = new_resting
         nbytes = new.untyped_storage().nbytes()
         self.rehomes += 1
-        self.rehomed_bytes += nbytes
+        self.step_rehomes += 1
+        self._rehomed_alive += 1
+        weakref.finalize(old.untyped_storage(), _let_go, weakref.ref(self))
+        held = self.size * self.tensors + self._rehomed_alive
+        if held > self._step_peak:
+            self._step_peak = held
+            if self.on_full is not None and -(-held // self.tensors) >= self.stock_sets and (
+                    self.size < self.stock_sets or held > self.size * self.tensors):
+                self.on_full(self, why)
         if self.on_rehome is not None:
             self.on_rehome(Rehome(stage=stage, direction=self.direction, slot=slot,
                                   position=self.members.get(stage, self.positions)[k],
-                                  incoming=incoming, nbytes=nbytes, holders=holders, lent=lent, why=why))
+                                  incoming=incoming, nbytes=nbytes, holders=holders, why=why))
 
     # -- accounting ------------------------------------------------------------------
+    @property
+    def stock_sets(self) -> int:
+        """Sets stock torch would keep for this ring's receives (one per microbatch of each member stage)."""
+        return self.n_microbatches * len(self.members)
+
     @property
     def set_bytes(self) -> int:
         """Bytes of one buffer set (all tensors one microbatch receives in this direction)."""
@@ -395,3 +441,19 @@ class DirectionRing:
     @property
     def nbytes(self) -> int:
         return self.size * self.set_bytes
+
+    def usage(self, stage: int | None = None) -> RingUse:
+        """What the ring held during the last step (see :class:`RingUse`)."""
+        tensors = self.tensors or 1
+        return RingUse(stage=self.stage if stage is None else stage, direction=self.direction,
+                       stages=tuple(sorted(self.members)), ring=self.size, live=self.live, stock=self.stock_sets,
+                       tensors=self.tensors, held_sets=-(-self._step_peak // tensors),
+                       held_bytes=self._step_peak * self.set_bytes // tensors, rehomes=self.step_rehomes)
+
+
+def _let_go(ring_ref: weakref.ref) -> None:
+    """A re-homed storage's last holder let go of it."""
+    ring = ring_ref()
+    if ring is not None:
+        ring._rehomed_alive -= 1
+

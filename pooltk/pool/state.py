@@ -69,10 +69,6 @@ class StageState:
     """Microbatches whose graph the release had to keep (the reason is logged)."""
     handoff: dict = field(default_factory=dict)
     """direction -> {position: template} where a same-rank handoff feeds the stage (no receive buffers)."""
-    handed_addressed: set = field(default_factory=set)
-    """(direction, chunk) whose handed-over tensor had its address taken this step."""
-    pinned: list = field(default_factory=list)
-    """Handed-over tensors let go of whose address was taken: kept until the step ends."""
 
     def rings(self) -> dict[str, "DirectionRing"]:
         """The rings the stage holds now, by direction."""
@@ -83,6 +79,10 @@ class StageState:
         for ring in (self.forward, self.grad):
             if ring is not None:
                 ring.release(chunk, stage)
+
+    def usage(self, stage: int | None = None) -> list:
+        """What each ring held during the last step, beside stock and the live set (:class:`pooltk.pool.ring.RingUse`)."""
+        return [ring.usage(stage) for ring in self.rings().values()]
 
     def ring(self, direction: str) -> "DirectionRing | None":
         return self.forward if direction == "forward" else self.grad
@@ -145,4 +145,4 @@ class ProcessState:
 MISSING = object()
 STATE = ProcessState()
 LOCK = threading.RLock()
-"""Guards patching, the per-stage setup swap of torch's buffer maker, install and uninstall."""
+"""Guards patching, install and uninstall, and the registry of pooled stages."""

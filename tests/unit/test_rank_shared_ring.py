@@ -133,9 +133,8 @@ def test_a_none_gradient_handed_over_locally_reads_a_fresh_zero_buffer_or_is_ref
     assert info.buffer is g
 
 
-def test_what_a_handoff_gave_a_chunk_is_let_go_after_its_backward_unless_its_address_was_taken():
-    from pooltk.pool import addresses
-    from pooltk.pool.handoff import drop_handed, watch_handed
+def test_what_a_handoff_gave_a_chunk_is_let_go_after_its_backward():
+    from pooltk.pool.handoff import drop_handed
     from pooltk.pool.state import state_for
 
     class Stage:
@@ -146,17 +145,10 @@ def test_what_a_handoff_gave_a_chunk_is_let_go_after_its_backward_unless_its_add
     stage.args_recv_info = {c: (_Info(handed[c]),) for c in range(2)}
     st = state_for(stage)
     st.handoff["forward"] = {0: ((2, 3), torch.float32, torch.device("cpu"), True)}
-    was = addresses.watching()
-    addresses.watch()
-    try:
-        for c in range(2):
-            watch_handed(stage, st, c)
-        handed[1].data_ptr()  # a model keys a cache by chunk 1's input address
-        for c in range(2):
-            drop_handed(stage, st, c)
-    finally:
-        if not was:
-            addresses.unwatch()
+    handed[1].data_ptr()  # an address read holds nothing: no reason to keep the tensor
+    for c in range(2):
+        drop_handed(stage, st, c)
     assert all(stage.args_recv_info[c][0].buffer.is_meta for c in range(2))
-    assert [t is handed[1] for t in st.pinned] == [True]  # kept to the step's end: its address stays unique
-    assert st.handed_addressed == {("forward", 1)}
+    alive = [__import__("weakref").ref(t) for t in handed]
+    del handed
+    assert [r() is None for r in alive] == [True, True]  # nothing of the pool keeps them

@@ -66,25 +66,3 @@ def test_bad_shapes_raise_clear_errors(args):
         inflight_1f1b(*args)
 
 
-def test_watching_data_ptr_sees_only_a_rings_aliases_and_unwatch_restores_torchs_method():
-    import torch
-
-    import functools
-
-    from pooltk.pool import addresses
-
-    before = torch.Tensor.__dict__.get("data_ptr")
-    taken: set[int] = set()
-    alias, other = torch.zeros(3), torch.zeros(3)
-    addresses.watch()
-    try:
-        addresses.watch_alias(alias, functools.partial(taken.add, 7))
-        assert other.data_ptr() == other.untyped_storage().data_ptr() and taken == set()
-        assert alias.data_ptr() == alias.untyped_storage().data_ptr() and taken == {7}
-        addresses.forget(alias)
-        taken.clear()
-        alias.data_ptr()
-        assert taken == set()
-    finally:
-        addresses.unwatch()
-    assert torch.Tensor.__dict__.get("data_ptr") is before and not addresses.watching()

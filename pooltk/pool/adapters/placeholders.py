@@ -1,73 +1,83 @@
 """Shape-only placeholders for receive buffers during one setup call (the alloc-free setup).
 
-Eager layouts make every receive buffer through the module-level ``_make_tensor_from_meta`` of
-``torch.distributed.pipelining.stage`` (see [Note: prepare-infra layout]). During a setup call the
-pool swaps that maker for one that makes ``meta`` tensors (no storage); afterwards the ring makes
-real tensors for its K sets with torch's own maker, and every placeholder the ring does not take
-is made real (stock). The swap happens under the install lock (:mod:`pooltk.pool.state`); the
-maker is marked, so a maker left by another copy of pooltk is seen through to torch's own.
+[Note: placeholders without patching]
+Eager layouts make every receive buffer through torch's ``_make_tensor_from_meta`` (see [Note:
+prepare-infra layout]), one per microbatch. During a setup call the pool pushes a
+``TorchFunctionMode`` on this thread: a tensor factory called *from that maker's own frame* makes a
+``meta`` tensor (no storage) instead, and the call is recorded; every other call passes through
+untouched. Afterwards the ring makes real tensors for its K sets by calling torch's maker again with
+the arguments it was called with (read from its frame), and every placeholder the ring does not take
+is made real the same way (stock). Nothing is assigned anywhere: no module attribute changes, and the
+mode is active only on the thread that runs the setup, only for its duration.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
-
-from pooltk.pool.adapters.stage_api import stage_module
-from pooltk.pool.marks import innermost, is_wrapper, mark
-
-__all__ = ["PlaceholderFactory", "has_meta_factory", "materialize_all", "restore_meta_factory"]
-
-_MAKER = "_make_tensor_from_meta"
+from torch.overrides import TorchFunctionMode
 
 
-def has_meta_factory() -> bool:
-    """True when this torch makes receive buffers through a module-level maker the pool can swap."""
-    return callable(getattr(stage_module(), _MAKER, None))
+__all__ = ["PlaceholderFactory", "can_make_placeholders", "materialize_all"]
+
+_FACTORIES = frozenset({torch.empty, torch.empty_strided, torch.zeros})
 
 
-def restore_meta_factory() -> bool:
-    """Put torch's own maker back if a pooltk maker was left in place; True if one was."""
-    mod = stage_module()
-    maker = getattr(mod, _MAKER, None)
-    if is_wrapper(maker):
-        setattr(mod, _MAKER, innermost(maker))
-        return True
-    return False
-
-
-class PlaceholderFactory:
-    """Swaps torch's buffer maker during one setup call for a shape-only maker (a context manager)."""
+class PlaceholderFactory(TorchFunctionMode):
+    """Turns the receive-buffer maker's allocations into ``meta`` placeholders while active (a context manager)."""
 
     def __init__(self) -> None:
-        self._mod = stage_module()
-        self._orig = innermost(getattr(self._mod, _MAKER))
-        self._saved: Any = None
-        self.made: dict[int, tuple[Any, Any]] = {}  # id(placeholder) -> (meta, device)
+        super().__init__()
+        self._makers = _maker_codes()
+        self.made: dict[int, tuple[tuple, torch.device]] = {}
+        """id(placeholder) -> (the maker's arguments, the device it asked for)."""
 
-    def __enter__(self) -> "PlaceholderFactory":
-        orig, made = self._orig, self.made
-
-        def make_placeholder(meta: Any, device: Any) -> torch.Tensor:
-            t = orig(meta, torch.device("meta"))
-            made[id(t)] = (meta, device)
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        frame = sys._getframe(1)
+        if func in _FACTORIES and frame.f_code in self._makers:
+            code = frame.f_code
+            maker_args = tuple(frame.f_locals[name] for name in code.co_varnames[:code.co_argcount])
+            t = func(*args, **{**kwargs, "device": "meta"})
+            self.made[id(t)] = (maker_args, torch.device(kwargs.get("device") or torch.get_default_device()))
             return t
-
-        self._saved = getattr(self._mod, _MAKER)
-        setattr(self._mod, _MAKER, mark(make_placeholder, orig))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        setattr(self._mod, _MAKER, self._saved)
+        return func(*args, **kwargs)
 
     def is_placeholder(self, t: Any) -> bool:
         return isinstance(t, torch.Tensor) and t.is_meta and id(t) in self.made
 
+    def device_of(self, placeholder: torch.Tensor) -> torch.device:
+        """The device torch asked for."""
+        return self.made[id(placeholder)][1]
+
     def real(self, placeholder: torch.Tensor) -> torch.Tensor:
-        """A real buffer for ``placeholder``, made by torch's own maker."""
-        meta, device = self.made[id(placeholder)]
-        return self._orig(meta, device)
+        """The real buffer torch would have made for ``placeholder``: its maker, called again with its arguments."""
+        from pooltk.pool.adapters.stage_api import stage_module
+
+        return stage_module()._make_tensor_from_meta(*self.made[id(placeholder)][0])
+
+
+def _maker_codes() -> frozenset:
+    """Code objects of torch's receive-buffer maker (the stage module's name for it, and its defining module's)."""
+    import importlib
+
+    codes = set()
+    for name in ("stage", "_utils"):
+        try:
+            mod = importlib.import_module(f"torch.distributed.pipelining.{name}")
+        except ImportError:
+            continue
+        code = getattr(getattr(mod, "_make_tensor_from_meta", None), "__code__", None)
+        if code is not None:
+            codes.add(code)
+    return frozenset(codes)
+
+
+def can_make_placeholders() -> bool:
+    """True when this torch makes receive buffers through a maker whose frame the factory can recognise."""
+    return bool(_maker_codes())
 
 
 def materialize_all(infos_by_chunk: dict[int, tuple], factory: PlaceholderFactory | None) -> None:
@@ -82,3 +92,4 @@ def materialize_all(infos_by_chunk: dict[int, tuple], factory: PlaceholderFactor
                 if buf.requires_grad:
                     real.requires_grad_(True)
                 info.buffer = real
+

@@ -23,6 +23,7 @@ __all__ = [
     "HOT_METHODS",
     "OPTIONAL_HOT_METHODS",
     "HANDOFF_METHODS",
+    "SEND_METHODS",
     "READ_METHODS",
     "GUARDED_STAGE_METHODS",
     "RECV_INFO_ATTRS",
@@ -50,6 +51,11 @@ a slot), compute steps (release it, and let the schedule's kept graphs go), the 
 OPTIONAL_HOT_METHODS: tuple[str, ...] = ("backward_weight_one_chunk",)
 """Wrapped where torch has them (split backward)."""
 
+SEND_METHODS: tuple[str, ...] = ("get_fwd_send_ops",)
+"""Wrapped on eager layouts: the forward sends of a chunk, whose tensors a ring may recognise as finished
+([Note: finished sends] in pooltk/pool/ring.py). A subclass overriding it is not refused: its sends then count
+as holders, which costs a re-home, never a wrong number."""
+
 HANDOFF_METHODS: tuple[str, ...] = ("set_local_bwd_input",)
 """Wrapped on eager layouts where torch has them: a V schedule's same-rank gradient handoff, which reads
 the (absent) receive buffer of a gradient that is None ([Note: rank-shared rings])."""
@@ -66,6 +72,7 @@ RECV_INFO_ATTRS: dict[str, str] = {"forward": "args_recv_info", "grad": "grad_re
 RUNTIME_ARGS: dict[str, tuple[str, ...]] = {
     "get_fwd_recv_ops": ("fwd_chunk_id",),
     "get_bwd_recv_ops": ("bwd_chunk_id",),
+    "get_fwd_send_ops": ("fwd_chunk_id",),
     "forward_one_chunk": ("fwd_chunk_id", "args", "kwargs"),
     "backward_one_chunk": ("bwd_chunk_id", "loss", "full_backward"),
     "backward_weight_one_chunk": ("bwd_chunk_id",),
@@ -161,6 +168,3 @@ def defining_class(base: type, name: str) -> type:
             return klass
     raise AttributeError(name)
 
-
-def is_tensor(x: Any) -> bool:
-    return isinstance(x, torch.Tensor)
