@@ -9,7 +9,8 @@ mode (training steps, or forward-only ``schedule.eval`` steps), run three times 
 launch: fresh (a new buffer per receive), stock torch and pooled. Its verdict is the one of
 [Note: three-way verdicts] (pooltk/parity/summary.py): ``equal``, ``explained`` (pooled ==
 fresh while stock's own numbers depend on its buffer reuse), ``loud``, ``unnamed`` (an error
-that does not name pooltk), ``silent`` (must be zero), ``invalid`` (fresh or stock failed).
+that does not name pooltk), ``outside`` (a model outside the contract, such as an address-keyed cache,
+that differs), ``silent`` (must be zero), ``invalid`` (fresh or stock failed).
 
 Bodies are drawn so that torch accepts them and stock is reproducible: on the split-backward
 schedules (zero-bubble, V) training never draws a body whose output is a view, which torch's
@@ -32,7 +33,7 @@ from pooltk.config import PoolConfig
 from pooltk.parity.launch import ParityRankError, ParityTimeoutError, run_parity
 from pooltk.parity.models import AUX_MODES, BODIES, SPLIT_BACKWARD_BODIES
 from pooltk.parity.spec import ParitySpec, Variant
-from pooltk.parity.summary import fresh_followup, judge, names_pooltk, needs_fresh_comparison
+from pooltk.parity.summary import VERDICTS, fresh_followup, judge, names_pooltk, needs_fresh_comparison
 from pooltk.parity.worker import failed_variant
 
 __all__ = ["SCHEDULES", "SPLIT_BACKWARD", "FuzzCase", "FuzzResult", "FuzzSummary", "draw_cases", "run_fuzz", "summarize"]
@@ -50,7 +51,6 @@ SCHEDULES: tuple[tuple[str, int, str], ...] = (
 SPLIT_BACKWARD: frozenset[str] = frozenset({"InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"})
 """Schedules that run torch's split backward (input gradients, then weight gradients)."""
 
-VERDICTS: tuple[str, ...] = ("equal", "explained", "loud", "unnamed", "silent", "invalid")
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -292,6 +292,8 @@ class FuzzSummary:
     explained: int
     """pooled == fresh while stock differs (stock's numbers depend on its buffer reuse)."""
     loud: int
+    outside: int
+    """pooled differs from fresh for a model outside the contract (an address-keyed cache): not a defect, not a pass."""
     unnamed: int
     """The pooled run raised an error that does not name pooltk (a defect)."""
     silent: int

@@ -97,6 +97,8 @@ class VariantResult:
     """Per rank and direction: the rings held (``stages`` and ``size``), each once."""
     rank_peak_live: dict[int, dict[str, int]] = field(default_factory=dict)
     """Per rank and direction: the most buffers the guard saw owned at once, summed over its distinct rings."""
+    usage: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    """Per stage, what each of its rings held during the last step (``pooltk.pool.ring.RingUse`` fields)."""
     outputs_bitwise_equal: bool | None = None
     """Every step's merged output and every tensor a stage's hook kept, bitwise equal to the
     reference on every rank (None for a stock variant; records without digests count as equal)."""
@@ -291,6 +293,7 @@ def gather_report(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s
             recv={s: d["recv"] for s, d in sorted(stages.items())},
             rings={s: d["rings"] for s, d in sorted(stages.items())},
             peak_live={s: d["peak_live"] for s, d in sorted(stages.items())},
+            usage={s: d.get("usage", []) for s, d in sorted(stages.items())},
             setup_alloc_bytes={r["rank"]: r["setup_alloc_bytes"] for r in recs},
             params_bitwise_equal=None if ref_name is None else all(r["params_bitwise_equal"] for r in recs),
             outputs_bitwise_equal=None if ref_name is None else all(r.get("outputs_bitwise_equal", True) for r in recs),

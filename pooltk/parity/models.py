@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["AUX_MODES", "BODIES", "SPLIT_BACKWARD_BODIES", "SPLIT_BACKWARD_RACY", "STATEFUL_BODIES", "VIEW_OUTPUT_BODIES", "Block", "FuzzStage", "ToyModel", "fuzz_loss", "make_batch", "make_stage_module"]
+__all__ = ["AUX_MODES", "BODIES", "OUTSIDE_CONTRACT", "SPLIT_BACKWARD_BODIES", "SPLIT_BACKWARD_RACY", "STATEFUL_BODIES", "VIEW_OUTPUT_BODIES", "Block", "FuzzStage", "ToyModel", "fuzz_loss", "make_batch", "make_stage_module"]
 
 
 class Block(nn.Module):
@@ -99,6 +99,14 @@ STATEFUL_BODIES: dict[str, str] = {
     "dlpack_numpy": "a DLPack export of the previous microbatch's input kept (numpy.from_dlpack)",
 }
 """Bodies that keep something of their received input beyond its forward, and what."""
+
+OUTSIDE_CONTRACT: dict[str, str] = {
+    "ptr_cache": ("a cache keyed by the received input's x.data_ptr(): an address is not an identity (under torch "
+                  "2.15's per-receive buffers a freed buffer's address goes to the next allocation, measured in "
+                  "data/validation/address_reuse_2026-12-02.csv), so such a cache is outside what torch itself "
+                  "promises and outside pooltk's contract (docs/safety.md)"),
+}
+"""Bodies whose numbers depend on something neither torch nor pooltk promises, and why (verdict ``outside``)."""
 
 AUX_MODES: tuple[str, ...] = ("pass", "mix")
 """``pass``: the aux tensor is handed on unchanged (an alias of its slot); ``mix``: recomputed."""

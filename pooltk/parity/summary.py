@@ -46,6 +46,23 @@ def format_report(report: ParityReport) -> str:
                 f, g = (v.rank_recv[r].get(d, {"sets": 0, "bytes": 0}) for d in DIRECTIONS)
                 cells.append(f"r{r} {f['sets']}+{g['sets']} {_fmt_bytes(f['bytes'] + g['bytes'])}")
             lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
+    used = [v for v in report.variants if any(v.usage.values())]
+    if used:  # what each ring held at once in the last step, beside stock and the schedule's live set
+        lines.append("\nsets held at once in the last step (pooled rings; fwd / grad: held of stock, live set + slack):")
+        for v in used:
+            cells = []
+            for s in sorted(v.usage):
+                by = {u["direction"]: u for u in v.usage[s]}
+                parts = [f"{u['held_sets']}/{u['stock']} (live {u['live']}, ring {u['ring']})" if u else "-"
+                         for u in (by.get("forward"), by.get("grad"))]
+                cells.append(f"s{s} " + " ; ".join(parts))
+            lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
+            for s in sorted(v.usage):
+                for u in v.usage[s]:
+                    if u["held_sets"] >= u["stock"] and u["ring"] < u["stock"]:
+                        lines.append(f"  WARNING {v.name} stage {s} {u['direction']}: the ring saved nothing "
+                                     f"({u['held_sets']} sets held, stock {u['stock']}; {u['rehomes']} re-homes); "
+                                     "the pooltk log names the holder and the fix")
     for v in report.variants:
         if v.pooled and all(not r for r in v.rings.values()):
             why = next((g for g in v.gate.values() if g), None) or "install() did not pool on this torch (run `pooltk probe` for why)"
@@ -76,6 +93,9 @@ def format_report(report: ParityReport) -> str:
 #   message that names pooltk);
 # - ``unnamed``: the pooled run raised an error that does not name pooltk while stock and
 #   fresh ran (a defect: every error pooltk causes must name it);
+# - ``outside``: pooled differs from fresh with no error, for a model whose numbers hang on
+#   something neither torch nor pooltk promises (a cache keyed by a received tensor's address:
+#   ``pooltk.parity.models.OUTSIDE_CONTRACT`` names each such class and why). Not a pass, not a defect;
 # - ``silent``: pooled differs from fresh with no error (a defect; must never happen);
 # - ``invalid``: stock or fresh itself failed (the model, not the pool), never a pass.
 #
@@ -85,7 +105,7 @@ def format_report(report: ParityReport) -> str:
 # launch (fresh, then pooled with ``compare_to="fresh"``) answers it.
 # ---------------------------------------------------------------------------------------
 
-VERDICTS: tuple[str, ...] = ("equal", "explained", "loud", "unnamed", "silent", "invalid")
+VERDICTS: tuple[str, ...] = ("equal", "explained", "loud", "outside", "unnamed", "silent", "invalid")
 """Every verdict of [Note: three-way verdicts], best first."""
 PASSING: tuple[str, ...] = ("equal", "explained", "loud")
 """Verdicts that keep the pool's promise (bitwise like fresh, or a loud error naming pooltk)."""
@@ -216,8 +236,19 @@ def judge(report: ParityReport, followup: ParityReport | None = None,
                     j.reason = reuse_reason(report, v.reference, (bodies or {}).get(v.name, ()))
                 else:
                     j.verdict, j.reason = "silent", _difference(vf, "differs from fresh too")
+        if j.verdict == "silent":
+            _outside(j, (bodies or {}).get(v.name, ()))
         out.append(j)
     return out
+
+
+def _outside(j: Judgement, bodies: tuple[str, ...]) -> None:
+    """Re-judge a ``silent`` verdict as ``outside`` where the model's numbers hang on what nobody promises."""
+    from pooltk.parity.models import OUTSIDE_CONTRACT
+
+    why = [OUTSIDE_CONTRACT[b] for b in dict.fromkeys(bodies) if b in OUTSIDE_CONTRACT]
+    if why:
+        j.verdict, j.reason = "outside", "; ".join(why) + f" ({j.reason})"
 
 
 def _difference(v, context: str) -> str:  # noqa: ANN001

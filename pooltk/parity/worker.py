@@ -269,6 +269,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             posted[st.stage_index] = []
             per_stage[st.stage_index] = {
                 "recv": recv,
+                "usage": [u.to_dict() for u in pool_state.usage(st.stage_index)] if pool_state is not None else [],
                 "rings": {d: r.size for d, r in pooltk.stage_rings(st).items()},
                 "peak_live": peak_owned[st.stage_index],
                 "gate": gate.reason if gate is not None else None,
