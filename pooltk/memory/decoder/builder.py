@@ -48,15 +48,27 @@ class DecoderBuilder:
         """What every stage holds."""
         return stage_plans(self.config.layers, num_stages, self.split)
 
+    def describe(self) -> str:
+        """The decoder, its split and its checkpointing, in one line."""
+        split = self.split if isinstance(self.split, str) else ",".join(map(str, self.split))
+        extra = f", ep {self.ep}" if self.ep > 1 else ""
+        return (f"{self.config.describe()}; {self.rows} x {self.seq_len} tokens per microbatch; {split} split; "
+                f"activation checkpointing {'full' if self.checkpointing else 'off'}{extra}")
+
+    def stage_inputs(self, stage: int, num_stages: int) -> tuple[torch.Tensor, ...]:
+        """One microbatch's inputs to ``stage`` (meta tensors): token ids on stage 0, the hidden state elsewhere."""
+        shape = (self.rows, self.seq_len)
+        if self.plans(num_stages)[stage].embedding:
+            return (torch.empty(shape, dtype=torch.long, device="meta"),)
+        return (torch.empty(*shape, self.config.hidden, dtype=getattr(torch, self.config.dtype), device="meta"),)
+
     def __call__(self, stage: int, num_stages: int) -> StageSpec:
         plan = self.plans(num_stages)[stage]
         cfg = self.config
-        dtype = getattr(torch, cfg.dtype)
         module = DecoderStage(cfg, layers=plan.layers, embedding=plan.embedding, head=plan.head, seq_len=self.seq_len,
                               checkpointing=self.checkpointing, ep=self.ep)
         shape = (self.rows, self.seq_len)
-        inputs = (torch.empty(shape, dtype=torch.long, device="meta") if plan.embedding
-                  else torch.empty(*shape, cfg.hidden, dtype=dtype, device="meta"),)
+        inputs = self.stage_inputs(stage, num_stages)
         last = stage == num_stages - 1
         return StageSpec(module=module, inputs=inputs, name=plan.describe(),
                          target=torch.empty(shape, dtype=torch.long, device="meta") if last else None,

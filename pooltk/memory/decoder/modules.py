@@ -2,7 +2,10 @@
 
 [Note: what the decoder computes]
 Memory follows from which tensors a forward allocates and autograd keeps, so the op sequence is
-torchtitan's Llama 3 (``torchtitan/models/llama3/model/model.py``, read 2026-12): RMSNorm before
+torchtitan's Llama 3 (``torchtitan/models/llama3/model/model.py``, read 2026-12), on the GPU's
+kernels where the CPU's differ in what they keep (RMSNorm keeps its input and float32 ``rstd`` as
+torch's CUDA ``_fused_rms_norm`` does; attention is CPU flash attention, which keeps its output and
+log-sum-exp as CUDA's does): RMSNorm before
 attention and FFN; q, k, v projections; rotary embedding applied in float32 through complex
 numbers; k and v repeated to the query heads (``repeat_kv``); causal scaled-dot-product attention;
 the output projection; a SwiGLU FFN (w2(silu(w1 x) * w3 x)); a final RMSNorm and the output
@@ -21,6 +24,7 @@ are not modelled). Shared experts are one dense SwiGLU of their total width.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +38,38 @@ __all__ = ["DecoderStage", "FeedForward", "Layer", "MoE", "cross_entropy"]
 
 def _dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
+
+
+class _FusedRMSNormFn(torch.autograd.Function):
+    """RMSNorm keeping for its backward what torch's CUDA kernel (``_fused_rms_norm``) keeps: the input, the weight
+    and the float32 ``rstd``; on the CPU ``torch.rms_norm`` is composite and keeps float32 copies besides."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        y, rstd = torch._fused_rms_norm(x, [x.shape[-1]], weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        x, weight, rstd = ctx.saved_tensors
+        normed = x.float() * rstd
+        grad_weight = (grad.float() * normed).sum(dim=tuple(range(x.dim() - 1))).to(weight.dtype)
+        g = grad.float() * weight.float()
+        grad_x = rstd * (g - normed * (g * normed).mean(dim=-1, keepdim=True))
+        return grad_x.to(x.dtype), grad_weight, None
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm over the last dimension, with a weight (see :class:`_FusedRMSNormFn` for what it keeps)."""
+
+    def __init__(self, dim: int, dtype: torch.dtype, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _FusedRMSNormFn.apply(x, self.weight, self.eps)
 
 
 def _freqs_cis(head_dim: int, seq_len: int, theta: float) -> torch.Tensor:
@@ -65,8 +101,8 @@ class Attention(nn.Module):
         self.wk = nn.Linear(cfg.hidden, cfg.kv_heads * cfg.head_dim, bias=cfg.qkv_bias, dtype=dtype)
         self.wv = nn.Linear(cfg.hidden, cfg.kv_heads * cfg.head_dim, bias=cfg.qkv_bias, dtype=dtype)
         self.wo = nn.Linear(cfg.heads * cfg.head_dim, cfg.hidden, bias=False, dtype=dtype)
-        self.q_norm = nn.RMSNorm(cfg.head_dim, dtype=dtype) if cfg.qk_norm else nn.Identity()
-        self.k_norm = nn.RMSNorm(cfg.head_dim, dtype=dtype) if cfg.qk_norm else nn.Identity()
+        self.q_norm = RMSNorm(cfg.head_dim, dtype=dtype) if cfg.qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(cfg.head_dim, dtype=dtype) if cfg.qk_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -134,9 +170,9 @@ class Layer(nn.Module):
 
     def __init__(self, cfg: DecoderConfig, index: int, ep: int, dtype: torch.dtype) -> None:
         super().__init__()
-        self.attention_norm = nn.RMSNorm(cfg.hidden, dtype=dtype)
+        self.attention_norm = RMSNorm(cfg.hidden, dtype=dtype)
         self.attention = Attention(cfg, dtype)
-        self.ffn_norm = nn.RMSNorm(cfg.hidden, dtype=dtype)
+        self.ffn_norm = RMSNorm(cfg.hidden, dtype=dtype)
         moe = cfg.moe is not None and cfg.moe.is_moe(index)
         self.feed_forward = MoE(cfg.hidden, cfg.moe, ep, dtype) if moe else FeedForward(cfg.hidden, cfg.intermediate, dtype)  # type: ignore[arg-type]
 
@@ -155,7 +191,7 @@ class DecoderStage(nn.Module):
         self.checkpointing = checkpointing
         self.tok_embeddings = nn.Embedding(cfg.vocab, cfg.hidden, dtype=dtype) if embedding else None
         self.layers = nn.ModuleDict({str(i): Layer(cfg, i, ep, dtype) for i in layers})
-        self.norm = nn.RMSNorm(cfg.hidden, dtype=dtype) if head else None
+        self.norm = RMSNorm(cfg.hidden, dtype=dtype) if head else None
         self.output = nn.Linear(cfg.hidden, cfg.vocab, bias=False, dtype=dtype) if head else None
         self.register_buffer("freqs_cis", _freqs_cis(cfg.head_dim, seq_len, cfg.rope_theta), persistent=True)
 

@@ -327,7 +327,7 @@ def replay_rank(builder: StageBuilder, shape: PipelineShape, rank: int, *, varia
                 log.measuring = False
                 run.params.clear()
                 run.optimizer = None
-                gc.collect()
+                gc.collect(0)
     finally:
         if was_enabled:
             gc.enable()
@@ -378,7 +378,7 @@ def _replay(builder: StageBuilder, shape: PipelineShape, rank: int, stages_idx: 
         for p in run.params:
             p.grad = torch.zeros_like(p)
     _optimizer_step(run)  # the warm-up: the optimizer's states exist from here on
-    gc.collect()
+    gc.collect(0)
     log.start_measuring()
     for step in range(run.training.steps):
         log.context.step = step
@@ -387,7 +387,7 @@ def _replay(builder: StageBuilder, shape: PipelineShape, rank: int, stages_idx: 
             schedule.step(*args, return_outputs=run.training.return_outputs, **kwargs)
         _optimizer_step(run)
         run.marks.append((step, "optimizer", -1, -1, log.position()))
-        gc.collect()
+        gc.collect(0)
         run.marks.append((step, "step_end", -1, -1, log.position()))
     del schedule, stages, args, target, loss
     return tuple(names), tuple(inputs_meta)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import _DISPATCH_META_HANDLERS as _META_HANDLERS  # torch's own table
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -123,6 +124,12 @@ class _Record:
         self.phase = phase
 
 
+def _device_type(t: torch.Tensor) -> str:
+    """A tensor's device type, read without a dispatch (a fake tensor's ``.device`` is an op of its mode)."""
+    fake = getattr(t, "fake_device", None)
+    return (fake if fake is not None else t.device).type
+
+
 class StorageLog:
     """The allocation log: records, their alloc and free positions, the running total and the peak."""
 
@@ -150,7 +157,7 @@ class StorageLog:
     def log_outputs(self, func: Any, out: Any) -> None:
         """Log every storage among ``out`` not seen before (see [Note: tracking storages])."""
         for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            if not isinstance(t, torch.Tensor) or _device_type(t) == "meta":
                 continue
             storage = t.untyped_storage()
             key = storage._cdata
@@ -183,7 +190,7 @@ class StorageLog:
         """Re-label the storages of ``tensors`` (any nesting) as ``category``; returns how many were found."""
         found = 0
         for t in tree_flatten(tensors)[0]:
-            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            if isinstance(t, torch.Tensor) and _device_type(t) != "meta":
                 index = self.live.get(t.untyped_storage()._cdata)
                 if index is not None:
                     self.records[index].category = category
@@ -246,6 +253,9 @@ class FakeTracker(FakeTensorMode):
         self.depth = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        handler = _META_HANDLERS.get(func)  # attribute queries (device, sizes): answered as the fake mode would, at once
+        if handler is not None:
+            return handler(args)
         # Only ops the program calls are logged: a fake mode re-dispatches a decomposition's inner ops to
         # itself (until its cache knows the op), which a real run never allocates.
         self.depth += 1
