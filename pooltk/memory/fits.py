@@ -33,7 +33,7 @@ from pooltk.memory.model import VARIANTS, Boundary, MemoryModelError, PipelineSh
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["DEVICES", "FIT_VARIANTS", "PUBLISHED_PEAK", "Device", "FitReport", "FitRow", "ReferencePeak", "fit_report", "get_device",
+__all__ = ["DEVICES", "FIT_VARIANTS", "GB200", "PUBLISHED_PEAK", "Device", "FitReport", "FitRow", "ReferencePeak", "fit_report", "get_device",
            "published_peak"]
 
 GIB = 2**30
@@ -67,14 +67,22 @@ class Device:
         return cls(name=name, capacity_bytes=round(gib * GIB), source=source)
 
 
+GB200 = Device.from_gib(
+    "gb200", 184.31,
+    "torch's CUDA out-of-memory message on a GB200: 'GPU 0 has a total capacity of 184.31 GiB' (the total the caching "
+    "allocator runs out against; seen in several public GB200 training and serving logs, 2026). It is the one GB200 "
+    "capacity pooltk judges against: the published 139.6 GiB pooled peak + '44 GiB headroom' = 183.6 GiB agrees with "
+    "it. Not used: 187.28 GiB, torch's device-properties total_memory as torchtitan's setup line prints it "
+    "('CUDA capacity: NVIDIA GB200 with 187.28GiB memory', a public torchtitan log of 2026-05-04), which counts memory "
+    "torch cannot allocate; and the datasheet's 186 GB (173.2 GiB).")
+"""The one GB200 capacity, with its source (see its ``source`` for the two figures it is not)."""
+
 DEVICES: MappingProxyType = MappingProxyType({
     d.name: d
     for d in (
-        Device.from_gib("gb200", 187.28, "torch total_memory in a public torchtitan log on GB200: 'CUDA capacity: "
-                        "NVIDIA GB200 with 187.28GiB memory' (2026-05-04); data/published/kimi_k3_gb200.csv row "
-                        "gb200_capacity_torch"),
-        Device.from_gib("gb200-184.31", 184.31, "the GB200 capacity stated in pooltk issue #14 (no log line seen); "
-                        "equals the published 139.6 GiB pooled peak + 44.71 GiB, matching the published '44 GiB headroom'"),
+        GB200,
+        Device(name="gb200-184.31", capacity_bytes=GB200.capacity_bytes,
+               source="the same capacity as gb200 under its earlier name (kept until callers name gb200)"),
         Device.from_gib("b200", 178.35, "torch total_memory in public torchtitan logs on B200: 'CUDA capacity: NVIDIA "
                         "B200 with 178.35GiB memory' (2026-05-19)"),
         Device.from_gib("h100", 79.18, "torch total_memory in public torchtitan logs on H100: 'CUDA capacity: NVIDIA "
