@@ -64,6 +64,7 @@ SLOW_TESTS: dict[str, str] = {
     "unit/test_slow_marker.py::test_a_run_names_each_test_as_it_starts_and_collect_only_stays_as_asked":
         "runs pytest twice in subprocesses",
     "memory/test_cli_memory.py::test_installed_entry_point_runs_the_command": "runs the installed pooltk in a subprocess",
+    "parity/test_gpu_check.py": "compiles a stage with inductor in a subprocess",
 }
 """Path under tests/ (a file, or file::test-name, parametrized cases included) -> why it is slow."""
 
