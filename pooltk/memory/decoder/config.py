@@ -190,7 +190,11 @@ def decoder_config(source: str | Path | dict, *, dtype: str | None = None) -> De
     hidden = _int(cfg, "hidden_size", "n_embd", "d_model", meaning="the hidden size", example=4096)
     heads = _int(cfg, "num_attention_heads", "n_head", meaning="attention heads", example=32)
     kv = _int(cfg, "num_key_value_heads", meaning="key/value heads", example=8, default=heads)
-    head_dim = _int(cfg, "head_dim", meaning="the head width", example=128, default=hidden // heads)
+    if hidden % heads and _get(cfg, "head_dim", "v_head_dim", default=None)[1] is None:
+        raise MemoryModelError("config key 'head_dim'", found=f"nothing, and hidden {hidden} / {heads} heads = {hidden / heads:g}",
+                               required="a head width (head_dim or v_head_dim) when the heads do not divide the hidden size",
+                               fix="add \"head_dim\": 128 (the model's attention head width) to the config.json.")
+    head_dim = _int(cfg, "head_dim", "v_head_dim", meaning="the head width", example=128, default=hidden // heads)
     layers = _int(cfg, "num_hidden_layers", "n_layer", meaning="decoder layers", example=32)
     inter = _int(cfg, "intermediate_size", "ffn_dim", meaning="the FFN width", example=14336)
     vocab = _int(cfg, "vocab_size", meaning="the vocabulary size", example=32000)
