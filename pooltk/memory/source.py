@@ -10,9 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pooltk.config import PoolConfig
-from pooltk.memory.model import Boundary, MemoryModel, MemoryModelError, PipelineShape, model_memory
+from pooltk.memory.model import Boundary, MemoryModel, MemoryModelError, PipelineShape, TensorSpec, model_memory
 
-__all__ = ["Figure", "Preset"]
+__all__ = ["HIDDEN_SIZED", "Figure", "Preset"]
+
+HIDDEN_SIZED: frozenset[str] = frozenset({"hidden_states", "attn_res_states"})
+"""Boundary tensor names whose last dimension is the model's hidden size (a widths preset stacks ``attn_res_states``)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -103,6 +106,75 @@ class Preset:
     def model(self, config: PoolConfig | None = None) -> MemoryModel:
         """The memory model of this preset (its own config unless another is given)."""
         return model_memory(self.shape, self.boundary_list, self.config if config is None else config)
+
+    def resized(self, *, pp: int | None = None, microbatches: int | None = None, rows: int | None = None,
+                seq_len: int | None = None, hidden: int | None = None, dtype: str | None = None) -> Preset:
+        """This preset with some dimensions overridden, carrying nothing that described only the original run.
+
+        [Note: no calibration carried]
+        A preset's calibration (a tensor fitted to its own published figures, e.g. Kimi-K3's 360 MiB
+        ``calibrated_remainder``) and its published figures (a peak, an OOM margin) describe one model
+        at one shape. So:
+
+        - ``rows`` / ``seq_len`` resize every ``(rows, seq, width)`` tensor (the last three dimensions);
+          a tensor that is not hidden-sized (:data:`HIDDEN_SIZED`) keeps its bytes per token: the same
+          model at another micro batch;
+        - ``hidden`` or ``dtype`` make it another model: hidden-sized tensors take the new width and
+          dtype, and every other tensor (a calibration) is **dropped**; a boundary left with nothing
+          hidden-sized is an error;
+        - ``pp`` / ``microbatches`` change the pipeline (boundaries that follow the stage count are
+          re-derived by the preset's rule);
+        - any change drops the published figures (no fits view borrows another run's peak) and says
+          so in ``assumption``. ``None`` keeps a value; no change returns the preset itself.
+        """
+        changes = {k: v for k, v in (("pp", pp), ("microbatches", microbatches), ("rows", rows), ("seq_len", seq_len),
+                                      ("hidden", hidden), ("dtype", dtype)) if v is not None}
+        own = {"pp": self.shape.pp, "microbatches": self.shape.n_microbatches, "seq_len": self.seq_len, "hidden": self.hidden}
+        changes = {k: v for k, v in changes.items() if own.get(k, object()) != v}
+        if not changes:
+            return self
+        import dataclasses
+
+        other_model = "hidden" in changes or "dtype" in changes
+        shape = dataclasses.replace(self.shape, pp=changes.get("pp", self.shape.pp),
+                                    n_microbatches=changes.get("microbatches", self.shape.n_microbatches),
+                                    global_batch=None, micro_batch=None, dp=None)
+        dropped: list[str] = []
+
+        def one(t: TensorSpec) -> TensorSpec | None:
+            dims = list(t.shape)
+            if len(dims) >= 3:
+                dims[-3] = rows or dims[-3]
+                dims[-2] = seq_len or dims[-2]
+            if t.name in HIDDEN_SIZED:
+                if hidden and len(dims) >= 3:
+                    dims[-1] = hidden
+                return TensorSpec(shape=tuple(dims), dtype=dtype or t.dtype, name=t.name)
+            if other_model:
+                dropped.append(t.name or "unnamed")
+                return None
+            return TensorSpec(shape=tuple(dims), dtype=t.dtype, name=t.name)
+
+        def resize(b: Boundary) -> Boundary:
+            acts = tuple(x for x in (one(t) for t in b.activations) if x is not None)
+            if not acts:
+                raise MemoryModelError(f"preset {self.name!r} resized", found=f"no hidden-sized tensor in {b.describe()}",
+                                       required="a boundary whose tensors are the hidden state (so a new hidden size applies)",
+                                       fix="give the boundary bytes explicitly (MiB per set), or start from a config file.")
+            grads = None if b.grads is None else tuple(x for x in (one(t) for t in b.grads) if x is not None) or None
+            return Boundary(activations=acts, grads=grads)
+
+        bounds = tuple(resize(b) for b in self.boundaries_for(shape))
+        rule = self.boundary_rule
+        new_rule = None if rule is None else (lambda n, _rule=rule: tuple(resize(b) for b in _rule(n)))
+        what = ", ".join(f"{k} {v}" for k, v in changes.items())
+        note = f" Resized ({what}) from {self.name}: its published figures describe its own run and are not carried"
+        note += f"; dropped as another model's calibration: {', '.join(sorted(set(dropped)))}." if dropped else "."
+        return dataclasses.replace(
+            self, name=f"{self.name} ({what})", title=f"{self.title} -- resized: {what}", shape=shape,
+            boundary=bounds[0] if bounds else resize(self.boundary), boundaries=bounds if len(set(bounds)) > 1 else None,
+            boundary_rule=new_rule, seq_len=changes.get("seq_len", self.seq_len), hidden=changes.get("hidden", self.hidden),
+            assumption=self.assumption + note, figures=(), sources=self.sources + (f"resized: {what}",))
 
     def figure(self, name: str) -> Figure:
         """The figure called ``name``."""
