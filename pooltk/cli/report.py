@@ -1,7 +1,7 @@
 """``pooltk report``: probe, pp4 parity, buffer tables, then every notebook to HTML + PNG.
 
-``pooltk report --logs DIR [--run-info FILE]`` instead executes the log-analysis notebook on the
-user's logs (its ``parameters`` cell gets the paths) and writes its HTML.
+``pooltk report --logs DIR [--run-info FILE] [--expected FILE]`` instead executes the log-analysis
+notebook on the user's logs (its ``parameters`` cell gets the paths) and writes its HTML.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                              "and write its HTML (no probe, no parity check)")
     parser.add_argument("--run-info", type=Path, metavar="FILE",
                         help='JSON run facts for --logs: {"world_size": 256, "pp": 8, ...} or one such object per run name')
+    parser.add_argument("--expected", type=Path, metavar="FILE",
+                        help="CSV of the figures you expect your runs to show, judged like the Kimi-K3 claims: "
+                             "name, run, quantity, value, unit, source[, tolerance] (needs --logs)")
 
 
 def _since_process_start() -> float | None:
@@ -52,6 +55,9 @@ def _check(args: argparse.Namespace) -> None:
                    fix="--parity-microbatches 4 or more (the pp4 check runs 1F1B: one per stage at least).")
     check_flag_int("--parity-steps", args.parity_steps, low=1, fix="--parity-steps 1 or more (3 is the default).")
     check_flag_positive("--timeout", args.timeout, fix="--timeout 600 (the default, seconds per cell).")
+    if getattr(args, "expected", None) is not None and not args.logs:
+        raise ValueError("--expected: found it without --logs; required --logs PATH (the runs the figures are about). "
+                         "Fix: pooltk report --logs DIR --expected FILE.")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         _check(args)
         config = ReportConfig(out=args.out, notebooks=args.notebooks, summary=not args.no_summary, jobs=args.jobs,
                               parity_microbatches=args.parity_microbatches, parity_steps=args.parity_steps,
-                              notebook_timeout_s=args.timeout, logs=tuple(args.logs or ()), run_info=args.run_info)
+                              notebook_timeout_s=args.timeout, logs=tuple(args.logs or ()), run_info=args.run_info,
+                              expected=args.expected)
         result = run_report(config)
     except ValueError as exc:
         return fail("report", exc)

@@ -1,19 +1,42 @@
-"""Seaborn figures of step tables and published figures (notebooks and reports).
+"""Notebook 03's views of run logs: runs beside the published figures, per-step panels, pooled vs stock speed.
 
-Imports matplotlib and seaborn: analysis only, never the core package.
+- :func:`beside_published` / :func:`beside_figure`: the user's runs drawn next to the published
+  Kimi-K3 bars on the same axes (tok/s per GPU, MFU, peak memory), approximate figures drawn as
+  such, memory bases told apart (a device allocator's peak vs a process's resident memory);
+- :func:`plot_steps`: one panel per figure against the step, one colour per run in every panel;
+- :func:`speed_pairs`: each pooled run against its stock twin, and why the pooled one is slower
+  when it is ([Note: pooled vs stock speed]).
+
+[Note: pooled vs stock speed]
+A pooled run slower than its stock twin is judged from what the logs and their sidecars say,
+never guessed: the median step-time ratio over the steady window; whether the two runs' step
+times overlap (each run's own spread, step to step); whether they ran at the same time or one
+after the other (their timestamps), on how many CPUs for how many ranks (the sidecar's host);
+and whether the pooled run was written before pooltk released the last stage's kept graphs (its
+``pool_config`` has no ``release``). Before that release the last stage re-homed most of its
+receive slots every step (``data/validation/last_stage_rehomes_2026-12-01.csv``: pp2 1F1B, M 16,
+slack 2: 39 re-homes in 3 steps without the release, 0 with it), each a fresh allocation and copy
+of a whole buffer set, a cost that grows with the set's size. The pool's own cost is measured
+side by side by ``benchmarks/bench_pool.py`` (variants alternating inside one launch).
+
+Imports matplotlib and pandas inside the functions that draw.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pooltk.nb import style
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["COMPARED", "compare_runs", "load_run_info", "per_rank", "plot_published", "plot_steps", "pool_by_run"]
+__all__ = ["COMPARED", "QUANTITY_AXES", "Beside", "beside_figure", "beside_published", "compare_runs",
+           "load_run_info", "mem_label", "per_rank", "plot_steps", "pool_by_run", "speed_pairs"]
 
 COMPARED: tuple[tuple[str, str], ...] = (
     ("tok_per_s_per_gpu", "tok/s per physical GPU, steady window"),
@@ -24,50 +47,266 @@ COMPARED: tuple[tuple[str, str], ...] = (
 """The figures :func:`compare_runs` puts side by side, each with its basis."""
 
 _LABELS = {
-    "step_time_s": "seconds per step",
-    "tok_per_s_per_gpu": "tokens/s per physical GPU",
-    "mem_gib": "peak memory (GiB)",
-    "loss": "loss",
+    "step_time_s": "seconds per step (s)",
+    "tok_per_s_per_gpu": "tokens/s per physical GPU (tok/s)",
+    "loss": "loss (as logged)",
 }
+_TITLES = {"step_time_s": "step time", "tok_per_s_per_gpu": "throughput", "mem_gib": "peak memory", "loss": "loss"}
+_RESIDENT = ("resident", "rss", "vmhwm")
+
+
+def _is_resident(basis: str) -> bool:
+    text = str(basis).lower()
+    return any(k in text for k in _RESIDENT)
+
+
+def mem_label(bases: Sequence[str]) -> str:
+    """The axis label of a memory figure, saying what was measured: resident memory, device memory, or both."""
+    bases = [str(b) for b in bases if str(b).strip()]
+    resident = [b for b in bases if _is_resident(b)]
+    if resident and len(resident) == len(bases):
+        return "peak resident memory, process (GiB)"
+    if resident:
+        return "peak memory: device or resident, per run (GiB)"
+    return "peak device memory, as logged (GiB)"
 
 
 def plot_steps(steps: pd.DataFrame, columns: Sequence[str] = ("step_time_s", "tok_per_s_per_gpu", "mem_gib"),
                *, hue: str = "run", title: str | None = None) -> Figure:
-    """One panel per column against ``step``, a line per ``hue`` value (train rows only)."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
+    """One panel per column against ``step`` (train rows), a line per run in one colour across the panels.
 
-    train = steps[steps["kind"] == "train"].copy()
-    if hue in train and hasattr(train[hue], "cat"):
-        train[hue] = train[hue].cat.remove_unused_categories()
-    fig, axes = plt.subplots(1, len(columns), figsize=(4.2 * len(columns), 3.6), squeeze=False)
+    The memory panel says what the logs measured (``mem_basis``): a process's resident memory is
+    labelled so, never as device memory.
+    """
+    import matplotlib.pyplot as plt
+
+    train = steps[steps["kind"] == "train"]
+    runs = [str(r) for r in dict.fromkeys(train[hue])]
+    colours = style.run_colours(runs)
+    fig, axes = plt.subplots(1, len(columns), figsize=(style.FIGURE_WIDTH_IN, 3.6), squeeze=False)
     for ax, col in zip(axes[0], columns, strict=True):
-        sns.lineplot(data=train, x="step", y=col, hue=hue, marker="o", ax=ax, legend=ax is axes[0][-1])
-        ax.set_ylabel(_LABELS.get(col, col))
-    if axes[0][-1].get_legend() is not None:
-        sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1.0))
+        for run in runs:
+            part = train[train[hue].astype(str) == run].sort_values("step")
+            ax.plot(part["step"], part[col], marker="o", ms=3.5, color=colours[run], label=run)
+        if col == "mem_gib":
+            ax.set_ylabel(mem_label(list(dict.fromkeys(train["mem_basis"].dropna().astype(str)))), fontsize=8.5)
+        else:
+            ax.set_ylabel(_LABELS.get(col, f"{col} (as logged)"), fontsize=8.5)
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("step (index)")
+        ax.set_title(_TITLES.get(col, col), fontsize=10)
     if title:
-        fig.suptitle(title)
-    fig.tight_layout()
+        fig.suptitle(title, fontsize=10.5)
+    handles, _ = axes[0][0].get_legend_handles_labels()
+    style.legend_below(fig, handles, ncol=min(3, len(handles)))
     return fig
 
 
-def plot_published(table: pd.DataFrame) -> Figure:
-    """Bars of the published tok/s/GPU, MFU and peak memory by shape."""
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Beside:
+    """The published figures and the user's runs in one table, ready to draw on the same axes."""
+
+    frame: pd.DataFrame
+    """One row per (bar, quantity): label, who (``published`` / ``your_runs``), quantity, value, approximate,
+    basis (memory: ``device`` or ``resident``), source."""
+    capacity: Any
+    """The device capacity drawn on the memory panel (a :class:`pooltk.logs.metrics.DeviceCapacity`), or None."""
+
+    @property
+    def runs(self) -> tuple[str, ...]:
+        """The user's runs drawn."""
+        return tuple(dict.fromkeys(self.frame.loc[self.frame.who == "your_runs", "label"]))
+
+
+QUANTITY_AXES: dict[str, tuple[str, str]] = {
+    "tok_per_s_per_gpu": ("throughput", "tokens/s per GPU (tok/s)"),
+    "mfu": ("MFU", "MFU (% of peak FLOP/s)"),
+    "peak_mem": ("peak memory", "peak memory (GiB)"),
+}
+"""The three panels of :func:`beside_figure`: quantity -> (title, axis label)."""
+
+
+def beside_published(published: Any, summary: Any, *, capacity: Any = None) -> Beside:
+    """The published measured figures (:func:`pooltk.studies.kimi_k3.claims.published_figures`) and each
+    run of ``summary`` (None: the published figures alone) on one table, quantity by quantity; a run's memory
+    basis is kept (resident or device)."""
+    import pandas as pd
+
+    from pooltk.studies.kimi_k3.claims import published_figures
+
+    rows = [{"label": r.label, "who": "published", "quantity": r.quantity, "value": r.value,
+             "approximate": bool(r.approximate), "basis": "device", "source": r.source}
+            for r in published_figures(published).itertuples()]
+    for r in (summary.runs if summary is not None else ()):
+        mfu = r.mfu.mfu_pct if r.mfu is not None else float("nan")
+        for q, value in (("tok_per_s_per_gpu", r.tok_per_s_per_gpu), ("mfu", mfu), ("peak_mem", r.peak_mem_gib)):
+            basis = "resident" if (q == "peak_mem" and _is_resident(r.mem_basis)) else "device"
+            rows.append({"label": str(r.run), "who": "your_runs", "quantity": q, "value": float(value),
+                         "approximate": False, "basis": basis,
+                         "source": f"{r.format} log ({r.mem_basis if q == 'peak_mem' else r.tok_per_s_per_gpu_basis})"})
+    return Beside(frame=pd.DataFrame(rows), capacity=capacity)
+
+
+def _bar_text(value: float, approximate: bool, resident: bool) -> str:
+    import math
+
+    if math.isnan(value):
+        return "n/a"
+    text = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    if approximate:
+        return f"~{text}"
+    return text + (" (resident)" if resident else "")
+
+
+def beside_figure(beside: Beside) -> Figure:
+    """Three panels on shared rows: each published bar and each of the user's runs, on the same axes.
+
+    Published bars in one colour, the user's runs in another; a figure the source states as
+    approximate (``~135 GiB``) is hatched and labelled ``~``; a run's resident memory is
+    cross-hatched and labelled so (a process's memory, not a device allocator's); the device
+    capacity is a line on the memory panel, with its source; a figure a run lacks (no MFU basis)
+    reads ``n/a``.
+    """
     import matplotlib.pyplot as plt
-    import seaborn as sns
+    import numpy as np
+    from matplotlib.patches import Patch
 
-    cols = [c for c in ("tok_per_s_per_gpu", "mfu_pct", "peak_mem_gib") if c in table]
-    fig, axes = plt.subplots(1, len(cols), figsize=(4.6 * len(cols), 3.8), squeeze=False)
-    labels = {"tok_per_s_per_gpu": "tok/s/GPU", "mfu_pct": "MFU (%)", "peak_mem_gib": "peak memory (GiB)"}
-    for ax, col in zip(axes[0], cols, strict=True):
-        sns.barplot(data=table, y="shape", x=col, hue="shape", legend=False, ax=ax)
-        ax.set_xlabel(labels[col])
-        ax.set_ylabel("" if ax is not axes[0][0] else "shape")
-        if ax is not axes[0][0]:
-            ax.set_yticklabels([])
-    fig.tight_layout()
+    frame = beside.frame
+    labels = list(dict.fromkeys(frame["label"]))
+    who = [frame.loc[frame.label == lab, "who"].iloc[0] for lab in labels]
+    y = np.arange(len(labels))
+    fig, axes = plt.subplots(1, 3, figsize=(style.FIGURE_WIDTH_IN, 0.42 * len(labels) + 2.9), sharey=True)
+    for ax, (q, (title, axis_label)) in zip(axes, QUANTITY_AXES.items()):
+        part = frame[frame.quantity == q].set_index("label").reindex(labels)
+        values = part["value"].astype(float).to_numpy()
+        approx = part["approximate"].fillna(False).astype(bool).to_numpy()
+        resident = (part["basis"] == "resident").to_numpy()
+        for key in ("published", "your_runs"):
+            idx = [i for i in range(len(labels)) if who[i] == key]
+            if not idx:
+                continue
+            bars = ax.barh(y[idx], np.nan_to_num(values[idx]), height=0.7, color=style.colour(key),
+                           label=style.label(key))
+            for bar, i in zip(bars, idx):
+                if approx[i] or resident[i]:
+                    bar.set_hatch("///" if approx[i] else "xx")
+                    bar.set_edgecolor("white")
+            style.bar_value_labels(ax, bars, labels=[_bar_text(values[i], approx[i], resident[i]) for i in idx])
+        top = float(np.nanmax(values)) if np.isfinite(values).any() else 1.0
+        if q == "peak_mem" and beside.capacity is not None:
+            cap = beside.capacity.gib
+            ax.axvline(cap, color="black", ls="--", lw=1.2)
+            top = max(top, cap)
+        ax.set_xlim(0, top * 1.7)
+        ax.set_xlabel(axis_label, fontsize=9)
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(axis="x", labelsize=8)
+    axes[0].set_yticks(y, labels, fontsize=8)
+    axes[0].invert_yaxis()
+    axes[0].set_ylabel("published shape or your run (name)", fontsize=9)
+    mine = "your_runs" in who
+    fig.suptitle("your runs beside the published Kimi-K3 GB200 figures, on the same axes" if mine
+                 else "the published Kimi-K3 GB200 figures", fontsize=10.5)
+    handles = [Patch(facecolor=style.colour(k), label=style.label(k)) for k in ("published", "your_runs")
+               if k in who]
+    if frame["approximate"].fillna(False).astype(bool).any():
+        handles.append(Patch(facecolor=style.colour("published"), hatch="///", edgecolor="white",
+                             label="stated as approximate (~) by its source"))
+    if (frame["basis"] == "resident").any():
+        handles.append(Patch(facecolor=style.colour("your_runs"), hatch="xx", edgecolor="white",
+                             label="a process's resident memory, not device memory"))
+    if beside.capacity is not None:
+        from matplotlib.lines import Line2D
+
+        source = beside.capacity.source.split(":", 1)[0]
+        handles.append(Line2D([], [], color="black", ls="--",
+                              label=f"device capacity {beside.capacity.gib:.2f} GiB (source: {source})"))
+    style.legend_below(fig, handles, ncol=2)
     return fig
+
+
+def speed_pairs(summary: Any, steps: pd.DataFrame, run_info: Any) -> pd.DataFrame:
+    """Each pooled run against its stock twin (the same facts but the pool), and why it is slower when it is.
+
+    See [Note: pooled vs stock speed]. Columns: pooled, stock, step_time_ratio (pooled / stock
+    medians, steady window), pooled_range_s, stock_range_s (step to step, steady window),
+    ranges_overlap, order (one after the other, or at the same time), ranks_per_cpu, release (the
+    pooled run's pool config), why.
+    """
+    import math
+
+    import pandas as pd
+
+    facts = ("pp", "seq_len", "microbatches", "global_batch_size", "micro_batch_size", "hidden", "world_size")
+    by_run = {str(r.run): r for r in summary.runs}
+    infos = dict(run_info or {})
+    pool = pool_by_run(steps).assign(run=lambda f: f["run"].astype(str)).set_index("run")
+
+    def twin_key(run: str) -> tuple:
+        info = infos.get(run)
+        return tuple(getattr(info, f, None) for f in facts) if info is not None else (run,)
+
+    def pooled(run: str) -> bool:
+        if run in pool.index and pool.loc[run, "pooled"] == pool.loc[run, "pooled"]:
+            return bool(pool.loc[run, "pooled"])
+        info = infos.get(run)
+        return bool(info is not None and (info.extra or {}).get("pooled"))
+
+    def window(run: str) -> pd.DataFrame:
+        r = by_run[run]
+        first = getattr(r.window, "first_step", None)
+        last = getattr(r.window, "last_step", None)
+        part = steps[(steps.run.astype(str) == run) & (steps.kind == "train")]
+        return part if first is None or last is None else part[part.step.between(first, last)]
+
+    rows = []
+    for run, r in by_run.items():
+        twins = [s for s in by_run if s != run and not pooled(s) and twin_key(s) == twin_key(run)]
+        if not pooled(run) or not twins:
+            continue
+        stock = twins[0]
+        w = {n: window(n) for n in (run, stock)}
+        ranges = {n: (float(f.step_time_s.min()), float(f.step_time_s.max())) for n, f in w.items()}
+        overlap = ranges[run][0] <= ranges[stock][1] and ranges[stock][0] <= ranges[run][1]
+        span = {n: (f.timestamp.min(), f.timestamp.max()) for n, f in w.items()}
+        together = bool(span[run][0] <= span[stock][1] and span[stock][0] <= span[run][1])
+        info = infos.get(run)
+        extra = (getattr(info, "extra", None) or {}) if info is not None else {}
+        cpus = (extra.get("host") or {}).get("cpus") if isinstance(extra.get("host"), dict) else None
+        world = getattr(info, "world_size", None)
+        per_cpu = world / cpus if cpus and world else math.nan
+        config = extra.get("pool_config")
+        release = config.get("release") if isinstance(config, dict) else None
+        ratio = r.step_time.median_s / by_run[stock].step_time.median_s
+        rows.append({"pooled": run, "stock": stock, "step_time_ratio": ratio,
+                     "pooled_range_s": f"{ranges[run][0]:.2f}-{ranges[run][1]:.2f}",
+                     "stock_range_s": f"{ranges[stock][0]:.2f}-{ranges[stock][1]:.2f}", "ranges_overlap": overlap,
+                     "order": "at the same time" if together else "one after the other", "ranks_per_cpu": per_cpu,
+                     "release": ("not in its pool config: written before the release" if release is None
+                                 else str(release)),
+                     "why": _why(ratio, overlap, together, per_cpu, release)})
+    cols = ["pooled", "stock", "step_time_ratio", "pooled_range_s", "stock_range_s", "ranges_overlap", "order",
+            "ranks_per_cpu", "release", "why"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _why(ratio: float, overlap: bool, together: bool, per_cpu: float, release: Any) -> str:
+    """[Note: pooled vs stock speed], in one sentence."""
+    if ratio <= 1.02:
+        return "not slower (within 2 %)"
+    parts = [f"{100 * (ratio - 1):.0f} % slower"]
+    if release is None:
+        parts.append("written before pooltk released the last stage's kept graphs: that stage then re-homed most "
+                     "of its slots every step, a fresh allocation and copy of a whole set each "
+                     "(data/validation/last_stage_rehomes_2026-12-01.csv), a cost that grows with the set's size")
+    parts.append("within the two runs' own step-to-step spread" if overlap
+                 else "beyond the two runs' own step-to-step spread")
+    if not together:
+        parts.append("they ran one after the other, each meeting whatever else the machine ran")
+    if per_cpu == per_cpu and per_cpu > 1:
+        parts.append(f"{per_cpu:g} ranks per CPU share cores")
+    parts.append("the pool's own cost is measured with variants alternating in one launch (benchmarks/bench_pool.py)")
+    return "; ".join(parts)
 
 
 def load_run_info(path: str | Path | None) -> Any:

@@ -95,6 +95,8 @@ class ReportConfig:
     """The user's log files or folders: when given, only the analysis notebook runs, on them (no probe, no parity)."""
     run_info: Path | None = None
     """A JSON file of run facts for ``logs`` (see pooltk.nb.logs.load_run_info)."""
+    expected: Path | None = None
+    """A CSV of the figures expected of ``logs`` (see pooltk.nb.expected), judged in the analysis notebook."""
 
     def __post_init__(self) -> None:
         from pooltk._validate import check_int
@@ -104,6 +106,9 @@ class ReportConfig:
             if not Path(p).exists():
                 raise ValueError(f"--logs: found {str(p)!r}, which does not exist; required a log file or folder. "
                                  "Fix: check the path (relative paths start from the current folder).")
+        if self.expected is not None and not Path(self.expected).is_file():
+            raise ValueError(f"--expected: found {str(self.expected)!r}, which is not a file; required a CSV of expected "
+                             "figures. Fix: check the path.")
         if self.run_info is not None and not Path(self.run_info).is_file():
             raise ValueError(f"--run-info: found {str(self.run_info)!r}, which is not a file; required a JSON file of run facts. "
                              "Fix: check the path.")
@@ -338,9 +343,12 @@ def run_notebook(path: Path, out: Path, *, timeout_s: float = 600.0, progress: P
 
 def logs_parameters(config: ReportConfig) -> dict[str, Any]:
     """The analysis notebook's parameters for ``--logs`` / ``--run-info`` (absolute paths: it runs in its own folder)."""
-    params: dict[str, Any] = {"LOG_PATHS": [str(Path(p).resolve()) for p in config.logs]}
+    params: dict[str, Any] = {"LOG_PATHS": [str(Path(p).resolve()) for p in config.logs],
+                              "EXPECTED_FIGURES": []}  # the notebook's inline examples are about pooltk's own runs
     if config.run_info is not None:
         params["RUN_INFO_FILE"] = str(Path(config.run_info).resolve())
+    if config.expected is not None:
+        params["EXPECTED_FILE"] = str(Path(config.expected).resolve())
     return params
 
 
@@ -470,7 +478,8 @@ def run_report(config: ReportConfig = ReportConfig(), *, progress: Progress | No
             raise ValueError(f"--logs: found no {LOGS_NOTEBOOK} under {Path.cwd()}; required the analysis notebook. "
                              "Fix: run pooltk report from the repository root.")
         config = replace(config, notebooks=LOGS_NOTEBOOK, summary=False)
-        emit(f"[logs] {', '.join(str(p) for p in config.logs)}" + (f"; run facts from {config.run_info}" if config.run_info else ""))
+        emit(f"[logs] {', '.join(str(p) for p in config.logs)}" + (f"; run facts from {config.run_info}" if config.run_info else "")
+             + (f"; expected figures from {config.expected}" if config.expected else ""))
     paths = find_notebooks(config.notebooks)
     out = config.out
     figures = out / "figures"

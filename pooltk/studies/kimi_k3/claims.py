@@ -45,6 +45,7 @@ __all__ = [
     "k3_bubble",
     "load_published",
     "mfu_by_shape",
+    "published_figures",
     "published_table",
 ]
 
@@ -69,6 +70,14 @@ class Published:
     def source(self, fig_id: str) -> str:
         """Where figure ``fig_id`` comes from."""
         return str(self.frame.loc[self.frame["id"] == fig_id, "source"].iloc[0])
+
+    def approximate(self, fig_id: str) -> bool:
+        """True when the source states figure ``fig_id`` as approximate (``~135 GiB``, ``about the same``)."""
+        if "as_stated" not in self.frame.columns:
+            return False
+        stated = self.frame.loc[self.frame["id"] == fig_id, "as_stated"]
+        text = "" if stated.empty or stated.isna().iloc[0] else str(stated.iloc[0]).strip().lower()
+        return text.startswith("~") or text.startswith("about")
 
     def table(self, kind: str | None = None) -> pd.DataFrame:
         """The figures (of one ``kind``: measured, expected, config, datasheet, derived-in-source)."""
@@ -286,6 +295,36 @@ def published_table(published: Published | None = None) -> pd.DataFrame:
     wide = wide.rename(columns={"tok_per_s_per_gpu": "tok_per_s_per_gpu", "mfu": "mfu_pct", "peak_mem": "peak_mem_gib",
                                 "iteration_time": "iteration_time_s", "headroom": "headroom_gib"})
     return wide.reset_index()
+
+
+SHAPE_LABELS: dict[str, str] = {
+    "1k_seed": "1k x GBS4096, seed (PR #3780)",
+    "2k_seed": "2k x GBS4096 + pool, seed (PR #3780)",
+    "2k_aligned": "2k aligned 104B (2k config header)",
+    "1k_later": "1k, later tree (1k config header)",
+}
+"""Short labels of the measured shapes, by the key in their figure ids (``k3_<key>_tok``)."""
+
+
+def published_figures(published: Published | None = None,
+                      quantities: tuple[str, ...] = ("tok_per_s_per_gpu", "mfu", "peak_mem")) -> pd.DataFrame:
+    """The measured figures of each shape, one row per (shape, quantity), for drawing next to a user's runs.
+
+    Columns: id, label (:data:`SHAPE_LABELS`), quantity, value, unit, approximate (stated with ``~``
+    or "about" in the source), source.
+    """
+    import pandas as pd
+
+    pub = published or load_published()
+    f = pub.table("measured")
+    rows = []
+    for key, label in SHAPE_LABELS.items():
+        for q in quantities:
+            hit = f[(f["id"].str.startswith(f"k3_{key}_")) & (f["quantity"] == q)]
+            for r in hit.itertuples():
+                rows.append({"id": r.id, "label": label, "quantity": q, "value": float(r.value), "unit": r.unit,
+                             "approximate": pub.approximate(r.id), "source": r.source})
+    return pd.DataFrame(rows, columns=["id", "label", "quantity", "value", "unit", "approximate", "source"])
 
 
 _SHAPES = (("1k_seed", "1k x GBS4096 (seed)"), ("2k_seed", "2k x GBS4096 + pool (seed)"),

@@ -1,0 +1,172 @@
+"""Your own expected figures, judged against your runs the way notebook 03 judges the Kimi-K3 claims.
+
+A small table, one row per figure: ``name`` (what you expect, in words), ``run`` (the run's name as
+``pooltk logs`` reads it), ``quantity`` (one of :data:`QUANTITIES`), ``value`` (as you would write
+it: ``495.7``, ``~135``), ``unit``, ``source`` (where the number comes from) and, optionally,
+``tolerance`` (``5%`` relative, or an absolute amount in the unit). Rows come from a CSV file or a
+list of dicts (notebook 03's ``EXPECTED_FIGURES``); :func:`judge` reads each figure off the run's
+summary (:func:`pooltk.logs.metrics.summarize`) and returns the same :class:`~pooltk.studies.kimi_k3.claims.Ledger`
+the K3 claims use, so both tables read alike.
+
+[Note: agreement of expected figures]
+As in the claims ledger ([Note: agreement] in :mod:`pooltk.studies.kimi_k3.claims`): a plain number
+agrees when the run's figure rounds to it at the precision it was written with (half a unit in
+its last digit: ``0.645`` is met by 0.6446 and 0.6454); a number written with ``~`` or ``about``
+agrees within 5 %; a ``tolerance`` given in the row replaces either rule. The rule applied is
+written in the row. Bad input (an unknown run or quantity, a unit that is not the quantity's, a
+value that is not a number) is refused with what was found, what is required and the fix.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pooltk._validate import InputError
+from pooltk.studies.kimi_k3.claims import Claim, Ledger
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = ["APPROX_TOLERANCE", "COLUMNS", "QUANTITIES", "ExpectedFigure", "expected_frame", "judge", "load_expected"]
+
+QUANTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "tok_per_s_per_gpu": ("tokens/s per physical GPU, steady window", ("tok/s/GPU", "tok/s per GPU", "tokens/s/GPU")),
+    "mfu_pct": ("MFU on the FLOPs basis and peak given", ("%",)),
+    "peak_mem_gib": ("peak memory as the log measures it", ("GiB",)),
+    "step_time_median_s": ("median seconds per step, steady window", ("s",)),
+    "final_loss": ("the loss of the last step", ("", "loss")),
+    "n_steps": ("training steps logged", ("steps",)),
+}
+"""What a figure may be about: quantity (a column of the run summary) -> (what it is, units accepted)."""
+COLUMNS: tuple[str, ...] = ("name", "run", "quantity", "value", "unit", "source")
+"""Required columns; ``tolerance`` is optional."""
+APPROX_TOLERANCE = 0.05
+"""Relative tolerance of a figure written with ``~`` or ``about`` (no tolerance of its own)."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ExpectedFigure:
+    """One figure you expect a run to show."""
+
+    name: str
+    """What you expect, in words."""
+    run: str
+    """The run it is about."""
+    quantity: str
+    """A key of :data:`QUANTITIES`."""
+    value: str
+    """The value as written (its precision and any ``~`` matter)."""
+    unit: str
+    """Its unit (one :data:`QUANTITIES` accepts for the quantity)."""
+    source: str
+    """Where the number comes from."""
+    tolerance: str = ""
+    """``5%``, an absolute amount in the unit, or empty for the default rule."""
+
+    @property
+    def number(self) -> float:
+        """The value as a float."""
+        return float(_NUMBER.search(self.value).group(0))  # type: ignore[union-attr]
+
+    @property
+    def approximate(self) -> bool:
+        """Written with ``~`` or ``about``."""
+        return self.value.strip().lower().startswith(("~", "about"))
+
+    def rule(self) -> tuple[str, float]:
+        """The agreement rule in words and the largest |difference| it allows (see [Note: agreement of expected figures])."""
+        tol = self.tolerance.strip()
+        if tol.endswith("%"):
+            rel = float(tol[:-1]) / 100
+            return f"within {tol} (given)", abs(self.number) * rel
+        if tol:
+            return f"within {tol} {self.unit} (given)".replace("  ", " "), float(tol)
+        if self.approximate:
+            return f"within {APPROX_TOLERANCE:.0%} (written approximate)", abs(self.number) * APPROX_TOLERANCE
+        digits = _NUMBER.search(self.value).group(0)  # type: ignore[union-attr]
+        decimals = len(digits.split(".", 1)[1]) if "." in digits else 0
+        return f"rounds to {digits} (half a unit in the last digit written)", 0.5 * 10 ** (-decimals) + 1e-12
+
+
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def _fail(row: int, field: str, found: str, required: str, fix: str) -> InputError:
+    return InputError(f"expected figure {row} {field}", found=found, required=required, fix=fix)
+
+
+def load_expected(source: str | Path | Iterable[Mapping[str, Any]] | None) -> list[ExpectedFigure]:
+    """Your expected figures from a CSV file (the :data:`COLUMNS`, optionally ``tolerance``) or a list of dicts.
+
+    ``None`` gives no figures. Every row is checked before anything is judged.
+    """
+    if source is None:
+        return []
+    if isinstance(source, (str, Path)):
+        import pandas as pd
+
+        path = Path(source)
+        if not path.is_file():
+            raise InputError("expected figures file", found=repr(str(path)), required="a CSV file with columns "
+                             + ", ".join(COLUMNS), fix="check EXPECTED_FILE / --expected")
+        records = pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
+    else:
+        records = [dict(r) for r in source]
+    out = []
+    for i, rec in enumerate(records, 1):
+        missing = [c for c in COLUMNS if c not in rec]
+        if missing:
+            raise _fail(i, "columns", f"missing {missing}", f"{', '.join(COLUMNS)} (and optionally tolerance)",
+                        "add the missing fields")
+        fig = ExpectedFigure(**{k: str(rec[k]).strip() for k in COLUMNS},
+                             tolerance=str(rec.get("tolerance", "") or "").strip())
+        if fig.quantity not in QUANTITIES:
+            raise _fail(i, "quantity", repr(fig.quantity), f"one of {', '.join(QUANTITIES)}", "use a summary column")
+        units = QUANTITIES[fig.quantity][1]
+        if fig.unit not in units:
+            raise _fail(i, "unit", f"{fig.unit!r} for {fig.quantity}", f"one of {units}",
+                        "convert the value to the quantity's unit")
+        if not _NUMBER.fullmatch(re.sub(r"^(~|about)\s*", "", fig.value.strip(), flags=re.I)):
+            raise _fail(i, "value", repr(fig.value), "a number, optionally written ~N or about N", "write e.g. 0.645")
+        tol = fig.tolerance
+        if tol and not _NUMBER.fullmatch(tol.removesuffix("%")):
+            raise _fail(i, "tolerance", repr(tol), "N% or an absolute amount", "write e.g. 5% or 0.01")
+        if not fig.source:
+            raise _fail(i, "source", "empty", "where the number comes from", "name the log, run or document")
+        out.append(fig)
+    return out
+
+
+def judge(expected: Iterable[ExpectedFigure], summary: Any) -> Ledger:
+    """Each expected figure against the run's figure in ``summary`` (a :class:`pooltk.logs.metrics.Summary`)."""
+    frame = summary.to_frame().set_index("run")
+    runs = [str(r) for r in frame.index]
+    claims = []
+    for fig in expected:
+        if fig.run not in frame.index:
+            raise InputError(f"expected figure {fig.name!r} run", found=repr(fig.run), required=f"one of {runs}",
+                             fix="name a run as the files table shows it")
+        got = float(frame.loc[fig.run, fig.quantity])
+        rule, allowed = fig.rule()
+        basis = QUANTITIES[fig.quantity][0]
+        if fig.quantity == "peak_mem_gib":
+            basis = f"peak memory: {frame.loc[fig.run, 'mem_basis']}"
+        agrees = None if math.isnan(got) else abs(got - fig.number) <= allowed
+        claims.append(Claim(claim=fig.name, source=fig.source, inputs=f"{fig.quantity} of {fig.run} ({basis})",
+                            published=f"{fig.value} {fig.unit}".strip(),
+                            pooltk="not in the log" if math.isnan(got) else f"{got:.6g} {fig.unit}".strip(),
+                            agrees=agrees, rule=rule))
+    return Ledger(claims=tuple(claims))
+
+
+def expected_frame(expected: Iterable[ExpectedFigure]) -> pd.DataFrame:
+    """The figures as a table (what was given)."""
+    import pandas as pd
+
+    return pd.DataFrame([{"name": f.name, "run": f.run, "quantity": f.quantity, "value": f.value, "unit": f.unit,
+                          "source": f.source, "tolerance": f.tolerance or "-"} for f in expected])
