@@ -74,7 +74,28 @@ def register(parser: argparse.ArgumentParser) -> None:
     meas.add_argument("--measure", action="store_true", help="measure stock vs pooled peak RSS per stage on gloo (minutes)")
     meas.add_argument("--reps", type=int, default=2, help="stock/pooled pairs per shape (default 2)")
     meas.add_argument("--csv", metavar="PATH", help="write the raw per-rank measurements here")
-    meas.add_argument("--steps", type=int, default=2, help="steps per launch (default 2)")
+    meas.add_argument("--steps", type=int, default=None, help="steps per launch (default 2); with --estimate: measured "
+                      "steps after the optimizer warm-up (default 1)")
+    est = parser.add_argument_group("whole-stage estimate (replay on fake tensors; docs/memory.md)")
+    est.add_argument("--estimate", action="store_true",
+                     help="replay every rank's real stage modules through torch's schedule on fake tensors: parameters, "
+                          "gradients, optimizer, activations, receive buffers per rank, stock / stock-lazy / pooled / live set")
+    est.add_argument("--builder", metavar="MODULE:FUNC", help="a Python entry point build(stage, num_stages) -> StageSpec")
+    est.add_argument("--model-config", metavar="FILE", help="the model's config.json (for a YAML or TOML without the dimensions)")
+    est.add_argument("--checkpointing", choices=("full", "none"), default=None, help="activation checkpointing (default: the file's, else none)")
+    est.add_argument("--split", default="automodel", help="layers per stage: automodel (default), torchtitan, or counts 10,11,...")
+    est.add_argument("--ep", type=int, default=None, help="expert parallelism (experts per rank = experts / ep)")
+    est.add_argument("--variants", default="stock,stock_lazy,pooled,live_set", help="replayed variants, comma-separated")
+    est.add_argument("--ranks", default=None, help="ranks to replay, comma-separated (default: all)")
+    est.add_argument("--optimizer", choices=("adamw", "sgd", "none"), default="adamw", help="optimizer stepped (default adamw)")
+    est.add_argument("--optimizer-impl", choices=("fused", "foreach", "for-loop"), default="fused", help="its implementation")
+    est.add_argument("--return-outputs", action="store_true", help="the step returns the merged outputs (torch's default; "
+                     "torchtitan's trainer does not)")
+    est.add_argument("--overhead-gib", type=float, default=None, help="memory outside torch's tensors, GiB (default: "
+                     "CUDA context + NCCL, stated with sources)")
+    est.add_argument("--run-log", metavar="PATH", help="calibrate the overhead from this run's logged peak (Automodel or torchtitan log)")
+    est.add_argument("--k3-story", action="store_true", help="print the Kimi-K3 story: the PR's OOM and headroom beside the model")
+    est.add_argument("--real", action="store_true", help="real CPU tensors instead of fake ones (small widths only: a check)")
     out = parser.add_argument_group("output")
     out.add_argument("--unit", choices=("gib", "gb", "mib"), default="gib", help="table unit (gib = 2**30, gb = 1e9)")
     out.add_argument("--compare", metavar="PRESET", help="another preset beside this one, per stage (rank), with the difference")
@@ -374,9 +395,9 @@ def _measure(args: argparse.Namespace) -> int:
 
     if any(getattr(args, f) is not None for f in ("pp", "microbatches", "seq_len", "hidden", "micro_batch")):
         specs = [RssSpec(pp=args.pp or 4, microbatches=args.microbatches or 16, seq_len=args.seq_len or 65536,
-                         hidden=args.hidden or 64, rows_per_microbatch=args.micro_batch or 2, steps=args.steps)]
+                         hidden=args.hidden or 64, rows_per_microbatch=args.micro_batch or 2, steps=args.steps or 2)]
     else:
-        specs = default_specs(steps=args.steps)
+        specs = default_specs(steps=args.steps or 2)
     config = PoolConfig(slack=2 if args.slack is None else args.slack,
                         grad_slack=1 if args.grad_slack is None else args.grad_slack, policy=args.policy or "tight")
     launches = measure_rss(specs, config, reps=args.reps,
@@ -392,6 +413,134 @@ def _measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def _csv_ints(flag: str, text: str | None) -> list[int] | None:
+    from pooltk.memory.model import MemoryModelError
+
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise MemoryModelError(flag, found=repr(text), required="whole numbers separated by commas", fix=f"e.g. {flag} 0,3.") from None
+
+
+def _estimate_inputs(args: argparse.Namespace) -> Any:
+    from pooltk.config import PoolConfig
+    from pooltk.memory.configs import Overrides
+    from pooltk.memory.replay.inputs import estimate_inputs
+    from pooltk.memory.replay.presets import estimate_preset
+
+    if args.preset:
+        inputs = estimate_preset(args.preset).inputs()
+    else:
+        split: Any = args.split
+        if split not in ("automodel", "torchtitan"):
+            split = _csv_ints("--split", split)
+        overrides = Overrides(**{f: getattr(args, f) for f in _SHAPE_FLAGS if f != "hidden"}, schedule=args.schedule)
+        ckpt = None if args.checkpointing is None else args.checkpointing == "full"
+        inputs = estimate_inputs(args.config, overrides, builder=args.builder, model_config=args.model_config,
+                                 checkpointing=ckpt, split=split, ep=args.ep, vpp=args.vpp)
+    base = inputs.config
+    config = PoolConfig(slack=base.slack if args.slack is None else args.slack,
+                        grad_slack=base.grad_slack if args.grad_slack is None else args.grad_slack,
+                        sharing=base.sharing if args.sharing is None else args.sharing)
+    import dataclasses
+
+    return dataclasses.replace(inputs, config=config)
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    from pooltk.memory.replay.estimate import VARIANT_TITLES, estimate_memory
+    from pooltk.memory.replay.run import Training
+    from pooltk.memory.verdict import DEFAULT_OVERHEAD, Overhead, fits_verdict, overhead_from_log
+
+    inputs = _estimate_inputs(args)
+    training = Training(optimizer=args.optimizer, optimizer_impl=args.optimizer_impl, steps=args.steps or 1,
+                        return_outputs=args.return_outputs)
+
+    def progress(r: Any) -> None:
+        print(f"[estimate] rank {r.rank} {r.variant}: peak {r.peak.bytes / 2**30:.2f} GiB ({r.wall_s:.1f} s)",
+              file=sys.stderr, flush=True)
+
+    estimate = estimate_memory(inputs.builder, inputs.shape, config=inputs.config, training=training,
+                               variants=[v.strip() for v in args.variants.split(",") if v.strip()],
+                               ranks=_csv_ints("--ranks", args.ranks), fake=not args.real, model=inputs.description,
+                               progress=progress)
+    verdict = None
+    if args.capacity is not None or args.run_log or args.overhead_gib is not None:
+        overhead = DEFAULT_OVERHEAD
+        if args.overhead_gib is not None:
+            if not args.overhead_gib >= 0:
+                from pooltk.memory.model import MemoryModelError
+
+                raise MemoryModelError("--overhead-gib", found=repr(args.overhead_gib), required=">= 0", fix="give GiB, e.g. 2.")
+            overhead = Overhead(cuda_context_bytes=0, nccl_bytes=0, allocator_bytes=round(args.overhead_gib * 2**30),
+                                source="--overhead-gib")
+        if args.run_log:
+            overhead = overhead_from_log(args.run_log, estimate)
+        verdict = fits_verdict(estimate, args.capacity or "gb200", overhead=overhead)
+    if args.json:
+        payload = {"inputs": {"description": inputs.description, "sources": list(inputs.sources)}, **estimate.to_dict()}
+        if verdict is not None:
+            payload["fits"] = verdict.to_dict()
+        print(json.dumps(payload, indent=2))
+        return 0
+    print(_estimate_table(estimate, inputs, args.unit, VARIANT_TITLES))
+    if verdict is not None:
+        print("")
+        print("\n".join(verdict.lines()))
+    else:
+        print("\n(add --capacity gb200|h100|GIB for a fits verdict)")
+    return 0
+
+
+def _estimate_table(estimate: Any, inputs: Any, unit: str, titles: dict[str, str]) -> str:
+    from pooltk.memory.model import to_unit
+    from pooltk.memory.replay.tracker import CATEGORIES
+
+    size = lambda n: f"{to_unit(n, unit):,.2f}"  # noqa: E731
+    variants = estimate.variants
+    lines = [f"whole-stage estimate: {inputs.description}",
+             f"  shape: {estimate.shape.describe()}; pool: {estimate.config.describe()}; "
+             f"optimizer {estimate.training.optimizer} ({estimate.training.optimizer_impl}), {estimate.training.steps} step(s); "
+             f"{'fake' if estimate.fake else 'REAL'} tensors",
+             *(f"  source: {s}" for s in inputs.sources), *(f"  note: {n}" for n in estimate.notes),
+             f"  peak per rank, {unit.upper()}: " + "; ".join(f"{v} = {titles[v]}" for v in variants), ""]
+    rows = []
+    for rank in estimate.ranks:
+        first = estimate.replay(rank, variants[0])
+        rows.append([str(rank), ",".join(map(str, first.stages))] + [size(estimate.replay(rank, v).peak.bytes) for v in variants])
+    lines += _render(["rank", "stages", *variants], rows)
+    lines += ["", f"at each peak, {unit.upper()} per category, and where the peak is:"]
+    rows = []
+    for r in estimate.replays:
+        rows.append([str(r.rank), r.variant] + [size(r.at_peak[c]) for c in CATEGORIES] + [f"{r.wall_s:.1f}", r.peak.describe()])
+    lines += _render(["rank", "variant", *CATEGORIES, "wall s", "peak at"], rows)
+    recv = estimate.receive_frame()
+    lines += ["", "receive buffers: the replay's maximum against the analytic model (bytes; the pool adds a 0-d anchor "
+              "per slot; torch 2.15 may hold one set more than the live set; per-stage maxima summed over a rank's stages "
+              "bound the rank from above)"]
+    lines += _render(["rank", "variant", "replayed", "modelled", "difference"],
+                     [[str(x.rank), x.variant, f"{x.replayed_bytes:,}", f"{x.modelled_bytes:,}", f"{x.difference_bytes:+,}"]
+                      for x in recv.itertuples()])
+    names = [f"  stage {i}: {n}" for i, n in enumerate(estimate.stage_names) if n]
+    return "\n".join(lines + ["", "stages:", *names])
+
+
+def _k3(args: argparse.Namespace) -> int:
+    from pooltk.memory.k3_story import k3_story
+
+    story = k3_story(device=args.capacity or "gb200")
+    if args.json:
+        print(json.dumps(story.to_dict(), indent=2))
+        return 0
+    print(f"Kimi-K3 2k on {story.device.name} ({story.device.gib:.2f} GiB); overhead {story.overhead.describe()}")
+    rows = [[r.claim, r.published, r.modelled, {True: "agrees", False: "differs", None: "-"}[r.agrees]] for r in story.rows]
+    print("\n".join(_render(["claim", "published", "modelled", ""], rows)))
+    print(story.sentence)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from pooltk.memory.model import MemoryModelError
     from pooltk.parity.rss import RssLaunchError
@@ -399,6 +548,13 @@ def run(args: argparse.Namespace) -> int:
     if args.list_presets:
         print(_list_presets())
         return 0
+    if args.estimate or args.k3_story:
+        fields = {**_FIELDS, "model": "--model-config", "variants": "--variants", "ranks": "--ranks",
+                  "Training.steps": "--steps", "ep": "--ep", "split": "--split"}
+        try:
+            return _k3(args) if args.k3_story and not args.estimate else _estimate(args)
+        except (MemoryModelError, ValueError) as exc:
+            return _fail(exc, fields)
     if args.list_devices:
         print(_list_devices())
         return 0
