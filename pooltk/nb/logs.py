@@ -247,7 +247,7 @@ def speed_pairs(summary: Any, steps: pd.DataFrame, run_info: Any) -> pd.DataFram
         return tuple(getattr(info, f, None) for f in facts) if info is not None else (run,)
 
     def pooled(run: str) -> bool:
-        if run in pool.index and pool.loc[run, "pooled"] == pool.loc[run, "pooled"]:
+        if run in pool.index and not pd.isna(pool.loc[run, "pooled"]):
             return bool(pool.loc[run, "pooled"])
         info = infos.get(run)
         return bool(info is not None and (info.extra or {}).get("pooled"))
@@ -293,7 +293,7 @@ def speed_pairs(summary: Any, steps: pd.DataFrame, run_info: Any) -> pd.DataFram
 def _why(ratio: float, overlap: bool, together: bool, per_cpu: float, release: Any) -> str:
     """[Note: pooled vs stock speed], in one sentence."""
     if ratio <= 1.02:
-        return "not slower (within 2 %)"
+        return f"not slower (pooled / stock median step time {ratio:.2f})"
     parts = [f"{100 * (ratio - 1):.0f} % slower"]
     if release is None:
         parts.append("written before pooltk released the last stage's kept graphs: that stage then re-homed most "

@@ -334,6 +334,34 @@ class LabNotebook:
         img = out.locator("img")
         return out.inner_text(), (img.first.get_attribute("src") if img.count() else None)
 
+    def widget_figure_shown(self, *, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Wait until the first image of the last widget Output area is decoded and painted; describe it.
+
+        Returns ``complete``, ``natural_width``, ``height`` (its box on the page, px) and ``ink`` (the share
+        of its on-screen pixels that are not background white, from an element screenshot): an image that
+        is in the page but blank on screen (not decoded yet, zero-sized, or covered) has ``ink`` near 0.
+        """
+        import io
+
+        from PIL import Image
+
+        img = self.widget_output().locator("img").first
+        img.scroll_into_view_if_needed()
+        deadline = time.monotonic() + timeout_s
+        info: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            info = img.evaluate("e => e.decode().then(() => ({complete: e.complete, natural_width: e.naturalWidth, "
+                                "height: e.getBoundingClientRect().height}), () => ({complete: false, "
+                                "natural_width: 0, height: 0}))")
+            if info.get("complete") and info.get("natural_width", 0) > 0 and info.get("height", 0) > 0:
+                break
+            time.sleep(0.3)
+        self.page.wait_for_timeout(300)
+        shot = Image.open(io.BytesIO(img.screenshot())).convert("L")
+        pixels = list(shot.getdata())
+        info["ink"] = sum(p < 235 for p in pixels) / max(len(pixels), 1)
+        return info
+
     def screenshot(self, path: Path, *, at: Any = None) -> Path:
         """Viewport screenshot, optionally scrolled so that locator ``at`` is in view."""
         if at is not None:

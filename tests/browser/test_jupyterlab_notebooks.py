@@ -5,7 +5,9 @@ from the menu, wait for every cell, assert no error outputs (read from the noteb
 at least one figure rendered and no widget failed to render, and save a screenshot under
 ``reports/screenshots/``. Where a notebook has an explorer (``SLIDER_CHECKS``), move its
 ``slack`` slider one step with the keyboard and assert that the figure (its ``img src``)
-and the printed line changed, the slack in it went up by one, and nothing errored. The
+and the printed line changed, the slack in it went up by one, nothing errored, and the new figure
+is shown: decoded, with a size on the page, and not blank on screen (an element screenshot with
+ink on it; the JupyterLab screenshots of 00 and 01 once showed an empty first plot here). The
 committed notebook file must be byte-identical afterwards (autosave is off; nothing saves).
 Screenshots: ``<notebook>.png`` (at the first figure), ``<notebook>_last_figure.png`` and,
 after a slider check, ``<notebook>_after_slider.png``.
@@ -119,6 +121,10 @@ def _slider_check(nbk: LabNotebook, stem: str) -> None:
     assert merit0 and merit1 and merit0.group(0) != merit1.group(0), (
         f"{stem}: the printed figure of merit did not change:\nbefore: {text0}\nafter: {text1}")
     assert not nbk.error_outputs(), nbk.error_outputs()
+    shown = nbk.widget_figure_shown()
+    assert shown["complete"] and shown["natural_width"] > 0 and shown["height"] > 0, (
+        f"{stem}: after the move the explorer's figure is in the page but not shown: {shown}")
+    assert shown["ink"] > 0.02, f"{stem}: after the move the explorer's figure is blank on screen: {shown}"
 
 
 @pytest.mark.browser
