@@ -123,7 +123,9 @@ def _sizes(shape: PipelineShape, rows: Sequence[ReceiveSets], config: PoolConfig
     pool stands down (GPipe) every ring column is stock.
     """
     n, m = shape.num_stages, shape.n_microbatches
-    tight_cfg = dataclasses.replace(config, policy="tight")
+    policy = getattr(config, "policy", "tight")  # PoolConfig.policy is leaving (issue 28): absent means the tight rings
+    tight_cfg = dataclasses.replace(config, policy="tight") if policy != "tight" else config
+    shortfall = getattr(config, "forward_shortfall", 0)
     out = []
     for r in rows:
         if not shape.poolable:
@@ -136,8 +138,8 @@ def _sizes(shape: PipelineShape, rows: Sequence[ReceiveSets], config: PoolConfig
             am = 0
         else:
             k = automodel_ring(n, r.stage, m, config)
-            am = max(1, k - config.forward_shortfall) if r.direction == "forward" else k
-        pooled = am if config.policy == "automodel" else ring_from_live(r.ring_min, m, r.direction, config)
+            am = max(1, k - shortfall) if r.direction == "forward" else k
+        pooled = am if policy == "automodel" else ring_from_live(r.ring_min, m, r.direction, config)
         out.append({"automodel": am, "tight": tight, "pooled": pooled})
     return out
 
