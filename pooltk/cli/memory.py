@@ -18,6 +18,13 @@ every rank: its stages, each per-stage variant summed, the rank-shared rings and
 set ([Note: bytes per rank] in :mod:`pooltk.memory.ranks`). ``--compare NAME`` shows another
 preset's stock and pooled bytes beside this one's, per stage (rank), with the difference.
 
+``--estimate`` replays every rank's real stage modules on fake tensors through torch's own schedule
+(:mod:`pooltk.memory.replay`): parameters, gradients, optimizer states, activations, receive buffers and
+what the schedule keeps, per rank, for stock torch, torch 2.15's per-receive buffers, the pool and the
+live set; from ``--config`` (a config.json, an Automodel YAML, a torchtitan TOML), ``--preset`` (a named
+estimate) or ``--builder package.module:function``; with ``--capacity`` a verdict that adds a stated
+overhead (or one calibrated by ``--run-log``). ``--k3-story`` prints the Kimi-K3 PR's figures beside the model.
+
 ``--capacity DEVICE|GIB`` adds the fits view: per stage, the peak of stock, the automodel policy,
 tight and the live set on that device, anchored to a reference peak (the preset's published one,
 or ``--reference-peak-gib``). ``--measure`` runs stock and pooled pipelines on gloo and prints

@@ -1,2 +1,2 @@
-"""The exact receive-buffer memory model (:mod:`~pooltk.memory.model`) and the readers that turn
-configs into its inputs."""
+"""Memory: the exact receive-buffer model (:mod:`pooltk.memory.model`) and the whole-stage estimate by replay
+(:mod:`pooltk.memory.replay`), with config readers, a decoder for config.json models, and verdicts."""
