@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from pooltk.analysis.lifetimes import DIRECTIONS, BufferLifetime, Direction, Overwrite, lifetimes_of, live_sets
 from pooltk.analysis.programs import Program, ScheduleAnalysisError, program
 from pooltk.analysis.rings import ring_from_live
-from pooltk.config import PoolConfig
+from pooltk import PoolConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

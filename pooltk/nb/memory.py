@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pooltk.config import PoolConfig
+from pooltk import PoolConfig
 from pooltk.memory.model import (
     Boundary,
     MemoryModel,

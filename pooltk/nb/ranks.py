@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pooltk.config import PoolConfig
+from pooltk import PoolConfig
 from pooltk.memory.model import Boundary, MemoryModel, PipelineShape, model_memory
 from pooltk.nb import style
 

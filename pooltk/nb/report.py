@@ -388,8 +388,7 @@ def _md_table(frame: Any, floatfmt: str = "{:,.2f}") -> str:
 
 def _parity_section(config: ReportConfig, out: Path) -> tuple[list[str], Any, str | None]:
     """Run the pp4 parity check; return its markdown lines, the report (or ``None``) and the error."""
-    from pooltk.config import PoolConfig
-    from pooltk.pool.guard import PoolOverrunError
+    from pooltk import PoolConfig, PoolOverrunError
     from pooltk.parity import ParityRankError, ParitySpec, ParityTimeoutError, default_variants, run_parity
     from pooltk.parity.tables import bytes_frame
 
@@ -465,8 +464,8 @@ def run_report(config: ReportConfig = ReportConfig(), *, progress: Progress | No
     """
     import asyncio
 
+    from pooltk import probe
     from pooltk.parity import format_report
-    from pooltk.pool.install import probe
 
     emit = progress or _printer()
     t_start = time.perf_counter()

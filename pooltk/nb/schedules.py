@@ -1,7 +1,7 @@
 """Figures and tables for pooling beyond 1F1B: per-schedule buffer lifetimes and ring sizes.
 
 Everything is computed from :mod:`pooltk.analysis.lifetimes` (the schedules' own action orders) and
-:func:`pooltk.analysis.rings.ring_from_live` (the rule :func:`pooltk.pool.gating.plan_rings` uses), so the notebook only calls.
+:func:`pooltk.analysis.rings.ring_from_live` (the one slack rule the pool uses), so the notebook only calls.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.analysis.rings import ring_from_live
-from pooltk.config import PoolConfig
+from pooltk import PoolConfig
 from pooltk.nb import style
 from pooltk.nb.slack import pr_ring_size
 
