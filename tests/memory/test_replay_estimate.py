@@ -144,3 +144,13 @@ def test_a_process_that_already_has_a_process_group_is_refused_not_disturbed():
         assert dist.is_initialized()
     finally:
         dist.destroy_process_group()
+
+
+def test_outputs_the_step_returns_are_kept_outputs_never_receive_buffers():
+    # torch merges the last stage's outputs after its last action: that copy is the caller's, not a receive buffer
+    builder, shape = decoder_builder(CFG, rows=1, seq_len=8), PipelineShape(pp=2, n_microbatches=4)
+    kept = replay_rank(builder, shape, 1, training=Training(return_outputs=True))
+    plain = replay_rank(builder, shape, 1)
+    logits = 1 * 8 * 40 * 2  # one microbatch's bf16 (1, 8, vocab 40) output
+    assert kept.category_max["kept_outputs"] >= 2 * 4 * logits  # the M chunks and their merged copy
+    assert kept.category_max["recv_buffers"] == plain.category_max["recv_buffers"] == 4 * SET

@@ -23,7 +23,10 @@ In order, inside a fake world ([Note: a fake world]) and a tracking mode ([Note:
    ``zero_grad(set_to_none=True)``. Compute calls are wrapped on the stage *objects* to set the
    phase (forward, loss, backward, post, optimizer) and to re-label what the replay learns:
    parameters' ``.grad`` become gradients after each backward, optimizer states after each
-   optimizer step, the loss a kept output, the last stage's outputs too when ``return_outputs``.
+   optimizer step, the loss a kept output, the last stage's outputs too when ``return_outputs``
+   (and the step's merged copy of them). Allocations between actions are the schedule's (phase
+   ``schedule``: transient) once the step's first action has started; before it they are its setup
+   (receive buffers).
 
 The garbage collector is off during the replay and runs at each step's end, so when a cycle's
 storages are freed does not depend on how many Python objects the tensor mode makes (the real and
@@ -189,6 +192,8 @@ def _wrap_compute(stage: Any, run: _Run) -> None:
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             chunk = seams.chunk_of(args, kwargs)
+            if log.context.phase == "setup":  # the step's setup is over once its first action starts
+                log.context.phase = "schedule"
             with _phase(log, phase, index, chunk):
                 out = original(*args, **kwargs)
                 if after is not None:
@@ -384,7 +389,9 @@ def _replay(builder: StageBuilder, shape: PipelineShape, rank: int, stages_idx: 
         log.context.step = step
         with _phase(log, "setup"):
             kwargs = {"target": target} if target is not None else {}
-            schedule.step(*args, return_outputs=run.training.return_outputs, **kwargs)
+            merged = schedule.step(*args, return_outputs=run.training.return_outputs, **kwargs)
+            log.label(merged, "kept_outputs")  # the last stage's outputs merged for the caller (return_outputs)
+            del merged  # a trainer that asks for them uses them and lets them go
         _optimizer_step(run)
         run.marks.append((step, "optimizer", -1, -1, log.position()))
         gc.collect(0)
