@@ -32,7 +32,8 @@ from pooltk.studies.kimi_k3.claims import Claim, Ledger
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["APPROX_TOLERANCE", "COLUMNS", "QUANTITIES", "ExpectedFigure", "expected_frame", "judge", "load_expected"]
+__all__ = ["APPROX_TOLERANCE", "COLUMNS", "QUANTITIES", "ExpectedFigure", "expected_frame", "judge", "judged_frame",
+           "load_expected"]
 
 QUANTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "tok_per_s_per_gpu": ("tokens/s per physical GPU, steady window", ("tok/s/GPU", "tok/s per GPU", "tokens/s/GPU")),
@@ -159,7 +160,7 @@ def judge(expected: Iterable[ExpectedFigure], summary: Any) -> Ledger:
         agrees = None if math.isnan(got) else abs(got - fig.number) <= allowed
         claims.append(Claim(claim=fig.name, source=fig.source, inputs=f"{fig.quantity} of {fig.run} ({basis})",
                             published=f"{fig.value} {fig.unit}".strip(),
-                            pooltk="not in the log" if math.isnan(got) else f"{got:.6g} {fig.unit}".strip(),
+                            pooltk="not in the log" if math.isnan(got) else f"{got:.10g} {fig.unit}".strip(),
                             agrees=agrees, rule=rule))
     return Ledger(claims=tuple(claims))
 
@@ -170,3 +171,9 @@ def expected_frame(expected: Iterable[ExpectedFigure]) -> pd.DataFrame:
 
     return pd.DataFrame([{"name": f.name, "run": f.run, "quantity": f.quantity, "value": f.value, "unit": f.unit,
                           "source": f.source, "tolerance": f.tolerance or "-"} for f in expected])
+
+
+def judged_frame(expected: Iterable[ExpectedFigure], summary: Any) -> pd.DataFrame:
+    """:func:`judge` as a table whose columns say what they hold: figure, source, read from, expected, your logs, agrees, rule."""
+    return judge(expected, summary).to_frame().rename(columns={"claim": "figure", "inputs": "read from",
+                                                               "published": "expected", "pooltk": "your logs"})

@@ -89,3 +89,15 @@ def test_an_expected_figure_for_a_run_not_read_is_refused_naming_the_runs() -> N
         expected.load_expected([{**bad[0], "run": "cpu_seq8192_pooled", "quantity": "peak_mem_gib", "unit": "GB"}])
     with pytest.raises(InputError, match="quantity"):
         expected.load_expected([{**bad[0], "quantity": "speed"}])
+
+
+def test_an_expected_figure_agrees_at_its_written_precision_approximately_or_within_its_tolerance() -> None:
+    from pooltk.nb.expected import ExpectedFigure
+
+    def allowed(value: str, tolerance: str = "") -> float:
+        return ExpectedFigure(name="n", run="r", quantity="peak_mem_gib", value=value, unit="GiB", source="s",
+                              tolerance=tolerance).rule()[1]
+
+    assert abs(0.6454 - 0.645) <= allowed("0.645") < abs(0.6456 - 0.645)
+    assert allowed("~135") == pytest.approx(135 * 0.05) and allowed("135") == pytest.approx(0.5)
+    assert allowed("8.76", "10%") == pytest.approx(0.876) and allowed("8.76", "0.1") == pytest.approx(0.1)
