@@ -194,7 +194,7 @@ def _print_table(summary: Any, frame: Any, table: Any, peaks: list[Any]) -> None
         if len(f.runs) > 1:
             print(f"{f.path}: {len(f.runs)} runs ({', '.join(f.runs)}): " + "; ".join(f.run_boundaries))
         if f.n_folded:
-            print(f"{f.path}: {f.n_folded} identical row(s) from several ranks folded")
+            print(f"{f.path}: {f.n_folded} copies of a row printed by several ranks folded (their clocks may differ by the nodes' skew)")
         if f.n_truncated:
             print(f"{f.path}: {f.n_truncated} record(s) cut short (truncated: the job was killed mid-write, or the copy "
                   "is incomplete): counted, never read as values")

@@ -74,7 +74,8 @@ class FileReport:
     meta: dict[str, Any]
     """Run facts found in the file."""
     n_folded: int = 0
-    """Rows folded into an identical row of the same run (one line printed by several ranks; counted in n_rows)."""
+    """Rows folded into a copy of the same run (one line printed by several ranks, timestamps within the nodes'
+    skew; counted in n_rows; see [Note: run boundaries])."""
     runs: list[str] = field(default_factory=list)
     """The runs the file's rows belong to (more than one when it holds a restart; see pooltk.logs.runs)."""
     run_boundaries: list[str] = field(default_factory=list)

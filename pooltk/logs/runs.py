@@ -309,22 +309,22 @@ def fold_copies(frame: Any, skew_s: float = NODE_SKEW_MAX_S) -> tuple[Any, int]:
     else:
         return frame, 0
     cols = [c for c in frame.columns if c not in ("line", "collector_time", "timestamp")]
-    same = frame.duplicated(subset=cols, keep=False).to_numpy()
-    if not same.any():
-        return frame, 0
-    # copies agree on every value but the clock; within a group of equal values, clocks within the skew of the one
-    # before (in time order) are one cluster: one line printed by several nodes whose clocks differ
-    ts = frame["timestamp"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
-    group = pd.util.hash_pandas_object(frame[cols], index=False).to_numpy()
-    order = np.lexsort((ts, group))
-    g, t = group[order], ts[order]
-    nat = np.iinfo(np.int64).min
-    gap = (np.diff(t) > int(skew_s * 1e9)) | ((t[1:] == nat) != (t[:-1] == nat))
-    starts = np.r_[True, (g[1:] != g[:-1]) | gap]
-    cluster = np.empty(len(frame), dtype=np.int64)
-    cluster[order] = np.cumsum(starts)
-    keyed = frame[cols].assign(_cluster=cluster)  # the hash groups; equality of every value is checked here
-    dup = keyed.duplicated(keep="first").to_numpy() & same
+    dup = frame.duplicated(subset=[*cols, "timestamp"], keep="first").to_numpy(copy=True)  # copies stamped alike (usual)
+    rest = np.flatnonzero(~dup)
+    loose = frame.iloc[rest].duplicated(subset=cols, keep=False).to_numpy() if skew_s > 0 else np.zeros(rest.size, bool)
+    if loose.any():  # copies whose clocks differ: within a group of equal values, a clock within the skew of the one
+        # before (in time order) is the same cluster; the first row of each cluster in file order is kept
+        idx = rest[loose]
+        sub = frame.iloc[idx]
+        ts = sub["timestamp"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
+        group = pd.util.hash_pandas_object(sub[cols], index=False).to_numpy()
+        order = np.lexsort((ts, group))
+        g, t = group[order], ts[order]
+        nat = np.iinfo(np.int64).min
+        gap = (np.diff(t) > int(skew_s * 1e9)) | ((t[1:] == nat) != (t[:-1] == nat))
+        cluster = np.empty(idx.size, dtype=np.int64)
+        cluster[order] = np.cumsum(np.r_[True, (g[1:] != g[:-1]) | gap])
+        dup[idx] = sub[cols].assign(_cluster=cluster).duplicated(keep="first").to_numpy()  # every value compared here
     n = int(dup.sum())
     if n == 0:
         return frame, 0
