@@ -11,9 +11,10 @@ Each record is found by its own signature wherever it stands in a line (several 
 any prefix; :mod:`pooltk.logs.records`); what stands before it becomes ``rank``/``task``/``host``/
 ``pod``/``collector_time`` columns where a known launcher or collector wrote it
 (:mod:`pooltk.logs.decoration`). Compressed files, UTF-16 and log envelopes (docker, CloudWatch,
-GCP) are opened by :mod:`pooltk.logs.source`; per-rank files, job folders and rotated files become
-runs by :mod:`pooltk.logs.files`; restarts inside a file become separate runs and pool install
-lines become ``pooled``/``pool_impl``/``slack``/``layout`` (:mod:`pooltk.logs.runs`).
+GCP) are opened by :mod:`pooltk.logs.source`; per-rank files, job folders, torchrun ``--log-dir``
+trees and rotated files become runs by :mod:`pooltk.logs.files`; restarts and pasted runs inside a
+file become separate runs and pool install lines become ``pooled``/``pool_impl``/``slack``/``layout``
+(:mod:`pooltk.logs.runs`).
 
 Metrics (tok/s per physical GPU, steady-state windows, MFU with its basis, headroom, the 1F1B
 bubble) live in :mod:`pooltk.logs.metrics`; the published Kimi-K3 figures and their claims in
