@@ -156,7 +156,13 @@ class StorageLog:
 
     def log_outputs(self, func: Any, out: Any) -> None:
         """Log every storage among ``out`` not seen before (see [Note: tracking storages])."""
-        for t in tree_flatten(out)[0]:
+        if isinstance(out, torch.Tensor):
+            outs: Any = (out,)
+        elif isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) or t is None for t in out):
+            outs = out
+        else:
+            outs = tree_flatten(out)[0]
+        for t in outs:
             if not isinstance(t, torch.Tensor) or _device_type(t) == "meta":
                 continue
             storage = t.untyped_storage()
