@@ -30,12 +30,13 @@ def ring_from_live(live: int, n_microbatches: int, direction: Direction | str, c
     """
     if live == 0:
         return 0
-    if config.policy == "measure":
+    if getattr(config, "policy", "tight") == "measure":
         return n_microbatches
     extra = config.slack if direction == "forward" else config.grad_slack
     k = min(n_microbatches, live + extra)
-    if direction == "forward" and config.forward_shortfall:
-        k = max(1, k - config.forward_shortfall)
+    shortfall = getattr(config, "forward_shortfall", 0)
+    if direction == "forward" and shortfall:
+        k = max(1, k - shortfall)
     return k
 
 

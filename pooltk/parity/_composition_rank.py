@@ -123,7 +123,7 @@ def _wrap(module: nn.Module, case: Composition, dp_mesh: Any) -> nn.Module:
         from torch.distributed.fsdp import fully_shard
 
         return fully_shard(module, mesh=dp_mesh)
-    if case.wrap.startswith("compile:"):
+    if case.wrap.startswith("compile:"):  # dynamo keeps compiled code per code object, whatever the backend
         return torch.compile(module, backend=case.wrap.split(":", 1)[1])
     if case.wrap == "checkpoint":
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -209,6 +209,8 @@ def run_case(case: Composition, rank: int, mesh: Any) -> list[dict[str, Any]]:
     n_stages = case.pp * case.stages_per_rank
     mine = stage_indices(case.pp, case.stages_per_rank, case.schedule, pp_rank)
     results: dict[str, dict[str, Any]] = {}
+    if case.wrap and case.wrap.startswith("compile:"):
+        torch._dynamo.reset()  # another case's backend must not answer for this one's (same stage code)
     for variant in VARIANTS:
         report = pooltk.install(schedule=case.install_schedule) if variant == "pooled" else None
         try:
@@ -218,7 +220,7 @@ def run_case(case: Composition, rank: int, mesh: Any) -> list[dict[str, Any]]:
                 module = _wrap(CompositionStage(case, s, n_stages), case, dp_mesh)
                 stages.append(PipelineStage(module, s, n_stages, torch.device("cpu"), group=pp_group))
             if variant == "fresh":
-                from pooltk.pool.fresh import fresh_stage
+                from pooltk.parity.fresh import fresh_stage
 
                 for st in stages:
                     fresh_stage(st)

@@ -51,7 +51,7 @@ class Variant:
     buffers: str = "stock"
     """Unpooled variants only: ``stock`` (torch's own buffers, reused every step) or ``fresh``
     (every receive lands in a newly allocated buffer, torch 2.15's semantics:
-    :func:`pooltk.pool.fresh.fresh_stage`). A fresh variant is compared with the stock one."""
+    :func:`pooltk.parity.fresh.fresh_stage`). A fresh variant is compared with the stock one."""
     compare_to: str = "stock"
     """Pooled variants only: the unpooled variant (same run key) they are compared with,
     ``stock`` or ``fresh``. In a launch with ``fresh``, put the reference last among the

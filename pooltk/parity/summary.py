@@ -83,7 +83,7 @@ def format_report(report: ParityReport) -> str:
 # numbers can depend on that reuse (hooks registered on a received input pile up across
 # steps, pytorch issue #185331; a tensor a model keeps across a step is overwritten by the
 # next step's receive). ``fresh`` (stock with a newly allocated buffer per receive, torch
-# 2.15's semantics; pooltk.pool.fresh) is what a correct pool must give. Each pooled variant
+# 2.15's semantics; pooltk.parity.fresh) is what a correct pool must give. Each pooled variant
 # gets one verdict:
 #
 # - ``equal``: pooled == stock bitwise (params, every loss, merged outputs, what hooks kept);

@@ -180,7 +180,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
         posted: dict[int, list] = {st.stage_index: [] for st in stages}
         fresh_layout = None
         if variant.buffers == "fresh":
-            from pooltk.pool.fresh import fresh_stage
+            from pooltk.parity.fresh import fresh_stage
 
             for st in stages:
                 fresh_layout = fresh_stage(st, posted=posted[st.stage_index]).layout
@@ -252,7 +252,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
         rehomed = _rehomes_by_stage(report)
         for st in stages:
             pool_state = pooltk.stage_state(st)
-            gate = pool_state.gate if pool_state is not None else None
+            gate = pool_state.reason if pool_state is not None and pool_state.phase != "new" else None
             recv = measure_recv_storage(st)
             for d, counts in rehomed.get(st.stage_index, {}).items():
                 recv[d].update(counts)  # rehomes, rehomed_bytes (copy on conflict)
@@ -272,7 +272,7 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
                 "usage": [u.to_dict() for u in pool_state.usage(st.stage_index)] if pool_state is not None else [],
                 "rings": {d: r.size for d, r in pooltk.stage_rings(st).items()},
                 "peak_live": peak_owned[st.stage_index],
-                "gate": gate.reason if gate is not None else None,
+                "gate": gate or None,
             }
         return {
             "variant": variant.name,

@@ -1,64 +1,40 @@
-"""The wrappers torch's stage methods get: setup (build rings), post, compute (release), reset.
+"""The wrappers torch's stage methods get: setup (build the ring), receive posts, sends, compute, reset.
 
-Wrappers do nothing for a stage the pool does not manage, so stock stages pay one dict lookup.
-Setup is wrapped (not patched once) because a schedule reruns it on an eval/train switch. Every
-torch name they touch comes from :mod:`pooltk.pool.adapters`; all state lives in one
-:class:`~pooltk.pool.state.StageState` per stage ([Note: per-stage state]).
+Each wrapper belongs to one :class:`~pooltk.pool.state.Install` and passes straight through for a stage
+the pool does not manage, or once that install is undone. Setup is wrapped, not patched once, because a
+schedule runs it again at every eval/train switch. Every torch name comes from :mod:`pooltk.pool.adapters`.
 """
 
 from __future__ import annotations
 
 import functools
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
-from pooltk.config import PoolConfig
+from pooltk.pool import events
 from pooltk.pool import release as rel
 from pooltk.pool.adapters import SetupTarget
 from pooltk.pool.adapters.placeholders import PlaceholderFactory, materialize_all
 from pooltk.pool.adapters.stage_api import RECV_INFO_ATTRS, cached_forward, call_arg
-from pooltk.pool.events import (emit, handoff_event, kept_stock_event, no_saving_event, pooled_event, rehome_event,
-                                shared_event, unpooled_event)
-from pooltk.pool.gating import GateDecision, PoolSetupError, decide, observe_schedule, refusal
+from pooltk.pool.gating import PoolSetupError, decide, refusal
 from pooltk.pool.guard import is_version_error, name_reuse
 from pooltk.pool.handoff import drop_handed, drop_handoff_buffers, real_buffer, template
-from pooltk.pool.marks import mark
-from pooltk.pool.report import InstallReport
-from pooltk.pool.ring import DirectionRing, Rehome, recv_positions
-from pooltk.pool.sizing import live_set_1f1b, ring_sizes
-from pooltk.pool.state import LOCK, STATE, Context, StageState, stage_state, state_for
+from pooltk.pool.ring import DirectionRing, recv_positions
+from pooltk.pool.sizing import ring_and_live
+from pooltk.pool.state import LATE, LOCK, NEW, RUNNING, SET_UP, Install, StageState, stage_state, state_for
 
 __all__ = ["give_back_stock_buffers", "kept_stock", "runtime_wrappers", "setup_wrapper"]
 
-ContextFn = Callable[[Any], "Context | None"]
-
-
 
 # ---------------------------------------------------------------------------------------
-# Rings
+# The one ring builder
 # ---------------------------------------------------------------------------------------
 
 
-def _ring_size(stage: Any, direction: str, n_mb: int, config: PoolConfig, plan: Any) -> tuple[int, int]:
-    """(K, the live set K was sized from) for one direction of ``stage``."""
-    if plan is not None:  # schedule="auto": sizes from the schedule's analysis
-        key = (stage.stage_index, direction)
-        return plan.sizes.get(key, 0), plan.min_safe.get(key, 0)
-    sizes = ring_sizes(stage.num_stages, stage.stage_index, n_mb, config)
-    live = live_set_1f1b(stage.num_stages, stage.stage_index, n_mb)
-    return (sizes.forward, live.forward) if direction == "forward" else (sizes.grad, live.grad)
-
-
-def _real_like(buf: torch.Tensor, factory: PlaceholderFactory | None) -> torch.Tensor:
-    """A real buffer of ``buf``'s kind (torch's own maker for a placeholder)."""
-    return factory.real(buf) if factory is not None and factory.is_placeholder(buf) else torch.empty_like(buf)
-
-
-def _ring_positions(infos_by_chunk: dict[int, tuple]) -> list[int]:
-    """Positions of the recv infos that receive into a tensor (empty: nothing to pool), checked alike per chunk."""
+def _positions(infos_by_chunk: dict[int, tuple]) -> list[int]:
+    """Positions that receive into a tensor (empty: nothing to pool), the same in every chunk."""
     if not infos_by_chunk:
         return []
     positions = recv_positions(infos_by_chunk[0])
@@ -67,164 +43,109 @@ def _ring_positions(infos_by_chunk: dict[int, tuple]) -> list[int]:
     return positions
 
 
-def build_ring(
-    stage: Any, target: SetupTarget, n_mb: int, config: PoolConfig, factory: PlaceholderFactory | None,
-    plan: Any = None, on_rehome: Callable[[Rehome], None] | None = None, on_full: Callable | None = None,
-) -> DirectionRing | None:
-    """The ring for one direction of a stage just set up, bound onto its recv infos (None: stays stock)."""
-    infos_by_chunk: dict[int, tuple] = getattr(stage, target.infos_attr)
-    n_mb = len(infos_by_chunk) or n_mb
-    positions = _ring_positions(infos_by_chunk)
+def _build(stage: Any, target: SetupTarget, st: StageState, install: Install, factory: PlaceholderFactory | None,
+           observed: object | None) -> DirectionRing | None:
+    """The ring one direction of a just-set-up stage receives into, bound onto its recv infos (None: stock).
+
+    A stage alone gets a ``c mod K`` ring. Under a schedule pooled with ``schedule="auto"`` and rank
+    sharing, the rank's stages whose boundaries carry the same tensors join one ring, coloured from the
+    action order ([Note: rank-shared rings] in pooltk/analysis/sharing.py): the group's ring is rebuilt
+    over every member so far, keeping the slots it had. A group of one is the plain ring.
+    """
+    infos = getattr(stage, target.infos_attr)
+    positions = _positions(infos)
+    me, direction = stage.stage_index, target.direction
     if not positions:
-        return None  # first stage (root args) forward, or last stage grads
-    k, live = _ring_size(stage, target.direction, n_mb, config, plan)
+        return None
+    k, live = ring_and_live(stage.num_stages, me, st.n_microbatches, direction, install.rule, st.plan)
     if k <= 0:
         return None
-    slots: list[list[torch.Tensor]] = []
-    for s in range(k):
-        tensors = []
-        for j in positions:
-            buf = infos_by_chunk[s][j].buffer
-            tensors.append(factory.real(buf) if factory is not None and factory.is_placeholder(buf) else buf.detach())
-        slots.append(tensors)
-    ring = DirectionRing(stage=stage.stage_index, direction=target.direction, size=k, n_microbatches=n_mb,
-                         positions=positions, slots=slots, guard=config.guard, live=live, on_rehome=on_rehome,
-                         on_full=on_full)
-    ring.bind(infos_by_chunk)
-    return ring
+    members = {me: (stage, positions)}
+    slot_map, old, group = None, None, None
+    if st.plan is not None and install.sharing == "rank" and observed is not None:
+        from pooltk.analysis.sharing import rank_rings
 
-
-@dataclass(slots=True)
-class _Group:
-    """The stages of one rank that share a ring (one direction, one boundary key) in one setup round."""
-
-    plan: Any
-    members: dict = field(default_factory=dict)
-    """stage index -> (stage object, positions)."""
-    ring: DirectionRing | None = None
-
-
-def _boundary_key(infos_by_chunk: dict[int, tuple], positions: list[int], factory: PlaceholderFactory | None) -> tuple:
-    return tuple(template(infos_by_chunk[0][j].buffer, factory) for j in positions)
-
-
-def join_rank_ring(
-    stage: Any, target: SetupTarget, n_mb: int, config: PoolConfig, factory: PlaceholderFactory | None,
-    plan: Any, groups: dict, on_rehome: Callable[[Rehome], None] | None = None, on_full: Callable | None = None,
-) -> DirectionRing | None:
-    """Join the rank-shared ring of ``stage``'s boundary, rebuilding it over every member so far.
-
-    See [Note: rank-shared rings] (pooltk/analysis/sharing.py). ``groups`` holds this schedule's
-    groups; a stage that is already a member, or a plan that changed (an eval/train switch), starts a
-    new setup round. Slots the previous ring of the group had are kept; only the extra ones are
-    allocated. A group of one stage is that stage's own ``c mod K`` ring.
-    """
-    from pooltk.analysis.sharing import rank_rings
-
-    infos_by_chunk: dict[int, tuple] = getattr(stage, target.infos_attr)
-    positions = _ring_positions(infos_by_chunk)
-    if not positions:
-        return None
-    direction, me = target.direction, stage.stage_index
-    if plan.sizes.get((me, direction), 0) <= 0:
-        return None
-    key = (direction, _boundary_key(infos_by_chunk, positions, factory))
-    group = groups.get(key)
-    if group is None or me in group.members or group.plan is not plan:
-        group = groups[key] = _Group(plan=plan)
-    group.members[me] = (stage, positions)
-    keys = {(s, direction): key for s in group.members}
-    spans = [b for b in plan.spans if (b.stage, b.direction) in keys]
-    (mine,) = [r for r in rank_rings(plan.program, spans, config, groups=keys) if me in r.stages]
-    old = group.ring
-    slots = list(old.slots[:mine.size]) if old is not None else []
-    template = [infos_by_chunk[0][j].buffer for j in positions]
-    while len(slots) < mine.size:
-        slots.append([_real_like(t, factory) for t in template])
-    first = min(group.members)
-    ring = DirectionRing(stage=first, direction=direction, size=mine.size, n_microbatches=n_mb,
-                         positions=group.members[first][1], slots=slots, guard=config.guard, live=mine.live,
-                         on_rehome=on_rehome, on_full=on_full, slot_map=dict(mine.slots) if mine.shared else None)
-    for s, (member, member_positions) in sorted(group.members.items()):
-        ring.bind(getattr(member, target.infos_attr), stage=s, positions=member_positions)
+        key = (direction, tuple(template(infos[0][j].buffer, factory) for j in positions))
+        groups = install.groups.setdefault(observed, {})
+        group = groups.get(key)
+        if group is None or me in group["members"] or group["plan"] is not st.plan:
+            group = groups[key] = {"plan": st.plan, "members": {}, "ring": None}
+        group["members"][me] = (stage, positions)
+        members, old = group["members"], group["ring"]
+        keys = {(s, direction): key for s in members}
+        spans = [b for b in st.plan.spans if (b.stage, b.direction) in keys]
+        (mine,) = [r for r in rank_rings(st.plan.program, spans, install.rule, groups=keys) if me in r.stages]
+        k, live, slot_map = mine.size, mine.live, dict(mine.slots) if mine.shared else None
+    slots = [list(ts) for ts in old.slots[:k]] if old is not None else []
+    for _ in range(k - len(slots)):
+        slots.append([factory.real(infos[0][j].buffer) if factory is not None and factory.is_placeholder(
+            infos[0][j].buffer) else torch.empty_like(infos[0][j].buffer.detach()) for j in positions])
+    ring = DirectionRing(stage=min(members), direction=direction, live=live, n_microbatches=st.n_microbatches,
+                         slots=slots, slot_map=slot_map, guard=install.guard, on_rehome=_said_rehome(st),
+                         on_full=_said_full(st))
+    for s, (member, member_positions) in sorted(members.items()):
+        ring.bind(s, getattr(member, target.infos_attr), member_positions)
         if member is not stage:
             state_for(member).set_ring(direction, ring)
-    group.ring = ring
+    if group is not None:
+        group["ring"] = ring
     return ring
 
 
 # ---------------------------------------------------------------------------------------
-# Per-stage outcomes, as log lines (the wording is events.py's)
+# What is said about a stage (the wording is events.py's)
 # ---------------------------------------------------------------------------------------
 
 
-def _sink(report: InstallReport | None) -> list | None:
-    return report.events if report is not None else None
+def _say(st: StageState, key: tuple, event: events.PoolEvent) -> None:
+    if key not in st.said:
+        st.said.add(key)
+        events.emit(st.report.events if st.report is not None else None, event)
 
 
-def kept_stock(stage: Any, report: InstallReport | None, reason: str) -> None:
+def kept_stock(stage: Any, report: Any, reason: str) -> None:
     """Record (once per stage and reason) that ``stage`` keeps torch's buffers, and why."""
     st = state_for(stage)
-    if ("stock", reason) in st.said:
-        return
-    st.said.add(("stock", reason))
-    emit(_sink(report), kept_stock_event(getattr(stage, "stage_index", "?"), reason))
+    st.report = st.report or report
+    _say(st, ("stock", reason), events.kept_stock_event(getattr(stage, "stage_index", "?"), reason))
 
 
-def _pooled_line(stage: Any, st: StageState) -> None:
-    """Log ``stage I pooled (fwd ring K/M, grad ring K/M)`` once per distinct ring shape."""
-    n_mb = st.n_microbatches
-    if n_mb is None or not st.rings():
-        return
-    sizes = []
-    for direction, attr in RECV_INFO_ATTRS.items():
-        ring = st.ring(direction)
-        if ring is not None:
-            sizes.append(ring.size)
-            continue
-        if direction in st.handoff:
-            sizes.append(0)
-            continue
-        infos = getattr(stage, attr, None) or {}
-        first = infos.get(0) if isinstance(infos, dict) else None
-        sizes.append(n_mb if first and recv_positions(first) else 0)
-    key = ("pooled", n_mb, tuple(sizes))
-    if key in st.said:
-        return
-    st.said.add(key)
-    emit(_sink(st.report), pooled_event(stage.stage_index, sizes[0], sizes[1], n_mb))
-    for direction, ring in st.rings().items():
-        if ring.shared:
-            emit(_sink(st.report), shared_event(stage.stage_index, direction, sorted(ring.members), ring.size,
-                                                n_mb * len(ring.members)))
-    for direction in st.handoff:
-        emit(_sink(st.report), handoff_event(stage.stage_index, direction))
-
-
-def _rehome_reporter(stage: Any, st: StageState) -> Callable[[Rehome], None]:
-    def on_rehome(ev: Rehome) -> None:
-        first = ev.direction not in st.rehomed
-        st.rehomed.add(ev.direction)
-        emit(_sink(st.report), rehome_event(stage=ev.stage, direction=ev.direction, slot=ev.slot,
-                                            position=ev.position, incoming=ev.incoming, nbytes=ev.nbytes,
-                                            holders=ev.holders, first=first, check=ev.why))
+def _said_rehome(st: StageState) -> Callable:
+    def on_rehome(ring: DirectionRing, **fields: Any) -> None:
+        first = ("re-homed", ring.direction) not in st.said
+        st.said.add(("re-homed", ring.direction))
+        events.emit(st.report.events if st.report is not None else None,
+                    events.rehome_event(direction=ring.direction, first=first, check=fields.pop("why"), **fields))
 
     return on_rehome
 
 
-def _full_reporter(stage: Any, st: StageState) -> Callable[[DirectionRing, str], None]:
-    """One WARNING per stage and direction when a ring comes to hold as much as stock (see events.no_saving_event)."""
+def _said_full(st: StageState) -> Callable:
     def on_full(ring: DirectionRing, why: str) -> None:
-        key = ("no-saving", ring.direction)
-        if key in st.said:
-            return
-        st.said.add(key)
-        use = ring.usage(stage.stage_index)
-        emit(_sink(st.report), no_saving_event(stage=stage.stage_index, direction=ring.direction,
-                                               held=use.held_sets, stock=use.stock, ring=use.ring,
-                                               rehomes=use.rehomes, check=why))
+        use = ring.usage(ring.stage)
+        _say(st, ("no-saving", ring.direction), events.no_saving_event(
+            stage=ring.stage, direction=ring.direction, held=use.held_sets, stock=use.stock, ring=use.ring,
+            rehomes=use.rehomes, check=why))
 
     return on_full
+
+
+def _pooled_line(stage: Any, st: StageState) -> None:
+    """``stage I pooled (fwd ring K/M, grad ring K/M)`` once per distinct ring shape, then shared and handoff lines."""
+    m = st.n_microbatches
+    sizes = []
+    for direction, attr in RECV_INFO_ATTRS.items():
+        ring = st.ring(direction)
+        first = (getattr(stage, attr, None) or {}).get(0)
+        sizes.append(ring.size if ring is not None else 0 if direction in st.handoff or not first
+                     else m if recv_positions(first) else 0)
+    _say(st, ("pooled", m, tuple(sizes)), events.pooled_event(stage.stage_index, sizes[0], sizes[1], m))
+    for direction, ring in st.rings().items():
+        if ring.shared:
+            _say(st, ("shared", direction, ring.size), events.shared_event(
+                stage.stage_index, direction, sorted(ring.members), ring.size, m * len(ring.members)))
+    for direction in st.handoff:
+        _say(st, ("handoff", direction), events.handoff_event(stage.stage_index, direction))
 
 
 # ---------------------------------------------------------------------------------------
@@ -232,70 +153,52 @@ def _full_reporter(stage: Any, st: StageState) -> Callable[[DirectionRing, str],
 # ---------------------------------------------------------------------------------------
 
 
-def setup_wrapper(original: Callable, target: SetupTarget, context_of: ContextFn) -> Callable:
-    """Wrap one setup method: decide, let torch set up (with placeholders), then build the ring."""
+def setup_wrapper(original: Callable, target: SetupTarget, install: Install) -> Callable:
+    """Decide, let torch set up (its buffers shape-only placeholders), then build the ring."""
 
     @functools.wraps(original)
     def pooltk_setup(self: Any, *args: Any, **kwargs: Any) -> Any:
-        ctx = context_of(self)
-        if ctx is None:
+        if not install.active:
             return original(self, *args, **kwargs)
-        settings, report = ctx.settings, ctx.report
         try:
-            decision: GateDecision = decide(install_schedule=settings.schedule, force=settings.force,
-                                            config=settings.config, stage=self)
+            pool, reason, name, plan, observed = decide(install_schedule=install.schedule, force=install.force,
+                                                        rule=install.rule, stage=self)
         except PoolSetupError as exc:
             exc.stage, exc.direction = getattr(self, "stage_index", None), target.direction
             raise
         st = state_for(self)
-        st.gate, st.report = decision, report
-        observed = observe_schedule()
-        st.schedule = weakref.ref(observed) if observed is not None else None
-        if not decision.pool:
+        st.phase, st.pooled, st.reason, st.schedule, st.plan = SET_UP, pool, reason, name, plan
+        st.report, st.observed = install.report, weakref.ref(observed) if observed is not None else None
+        if not pool:
             st.set_ring(target.direction, None)
-            kept_stock(self, report, decision.reason)
+            kept_stock(self, install.report, reason)
             return original(self, *args, **kwargs)
-        n_mb = int(call_arg_setup(args, kwargs))
-        st.n_microbatches = n_mb
+        st.n_microbatches = int(args[0] if args else kwargs["num_microbatches"])
         factory = PlaceholderFactory() if target.alloc_free else None
         if factory is not None:
             with factory:  # this thread only, for this call: [Note: placeholders without patching]
                 result = original(self, *args, **kwargs)
         else:
             result = original(self, *args, **kwargs)
-        infos = getattr(self, target.infos_attr, {})
-        plan, config = decision.plan, settings.config
         st.handoff.pop(target.direction, None)
         try:
             if plan is not None and (self.stage_index, target.direction) in plan.handoff:
-                ring = None  # a same-rank handoff: no receive buffers ([Note: rank-shared rings])
+                ring = None  # a same-rank handoff: no receive buffers
                 st.handoff[target.direction] = drop_handoff_buffers(self, target, factory)
             else:
-                if plan is not None and config.sharing == "rank" and observed is not None:
-                    ring = join_rank_ring(self, target, n_mb, config, factory, plan,
-                                          ctx.groups.setdefault(observed, {}), on_rehome=_rehome_reporter(self, st),
-                                          on_full=_full_reporter(self, st))
-                else:
-                    ring = build_ring(self, target, n_mb, config, factory, plan, on_rehome=_rehome_reporter(self, st),
-                                      on_full=_full_reporter(self, st))
-                materialize_all(infos, factory)  # directions and positions without a ring are stock
-        except Exception as exc:  # inside a recognised layout: loud, see [Note: fail-open only for unknown layouts]
+                ring = _build(self, target, st, install, factory, observed)
+                materialize_all(getattr(self, target.infos_attr, {}), factory)  # what has no ring is stock
+        except Exception as exc:  # inside a recognised layout: loud ([Note: fail-open only for unknown layouts])
             raise PoolSetupError(stage=getattr(self, "stage_index", None), direction=target.direction, cause=exc,
                                  what=f"building the {target.direction} ring") from exc
         st.set_ring(target.direction, ring)
         if ring is not None:
             with LOCK:
-                STATE.stages.add(self)
-                report.stages.add(self)
-        st.pending = True
+                install.stages.add(self)
+                install.report.stages.add(self)
         return result
 
-    return mark(pooltk_setup, original)
-
-
-def call_arg_setup(args: tuple, kwargs: dict) -> int:
-    """The microbatch count every setup method takes first (``num_microbatches``)."""
-    return args[0] if args else kwargs["num_microbatches"]
+    return pooltk_setup
 
 
 # ---------------------------------------------------------------------------------------
@@ -303,181 +206,144 @@ def call_arg_setup(args: tuple, kwargs: dict) -> int:
 # ---------------------------------------------------------------------------------------
 
 
-def _first_use(stage: Any, ctx: Context | None) -> StageState | None:
-    """Once per setup: log the stage's rings and turn the release on; a stage never set up under pooltk says so.
-
-    On a layout that allocates per receive (lazy: no setup is wrapped) this is where a stage's state is
-    made and the release decided.
-    """
-    st = stage_state(stage)
-    if st is not None and st.pending:
-        st.pending = False
-        _pooled_line(stage, st)
-    if ctx is None:
+def _first_use(stage: Any, install: Install) -> StageState:
+    """Once per setup, at the stage's first compute: say its rings, decide the release ([Note: a stage's life])."""
+    st = state_for(stage)
+    st.report = st.report or install.report
+    if st.phase == SET_UP:
+        if st.pooled:
+            _pooled_line(stage, st)
+    elif st.phase == NEW and install.report.rings:  # set up before install: stock until its next setup
+        st.phase = LATE
+        if getattr(stage, "args_recv_info", None):
+            kept_stock(stage, install.report, "found it set up before pooltk.install(), so its buffers are torch's "
+                                              "until its next setup; fix: call pooltk.install() before the first step")
         return st
-    wants_release = bool(ctx.settings.config.release and getattr(stage, "is_last", False)
-                         and getattr(stage, "has_backward", False))
-    if not ctx.rings:  # lazy layout: the release is the whole pool
-        st = state_for(stage)
-        st.report = ctx.report
-        # No look at the call stack here: reading a running frame's locals (observe_schedule) pins
-        # them until that frame returns, which on this layout kept one more receive buffer alive on
-        # every stage (measured). The release finds the loss without the schedule (release.py).
-        refused = refusal(stage, None)
+    elif st.phase == NEW:  # the lazy layout: no setup is wrapped, the release is the whole pool
+        refused = refusal(stage, None)  # no call-stack look here: it would pin a running frame's locals
+        st.pooled, st.reason = refused is None, refused or "the lazy layout: the release alone"
         if refused is not None:
-            kept_stock(stage, ctx.report, refused)
-            st.late = st.seen = True  # never managed: the wrappers pass through
-            return None
-        if wants_release and not st.release:
-            rel.start(stage, st, ctx.report.layout)
-    elif st is None or (st.gate is None and not st.late):
-        st = state_for(stage)
-        st.late = True
-        if ctx.report.installed and getattr(stage, "args_recv_info", None):
-            kept_stock(stage, ctx.report, (
-                "set up before pooltk.install(): its receive buffers are torch's (M sets) until its next setup "
-                "(an eval/train switch). Fix: call pooltk.install() before the schedule's first step"))
-    elif st.gate is not None and st.gate.pool and wants_release and not st.release:
-        rel.start(stage, st, ctx.report.layout)
-    st.seen = True
+            kept_stock(stage, install.report, refused)
+    st.phase = RUNNING
+    if st.pooled and not st.release and install.config.release and stage.is_last and stage.has_backward:
+        rel.start(stage, st, install.report.layout)
     return st
 
 
-def _name_reuse(stage: Any, exc: RuntimeError, chunk: int | None) -> None:
-    """Re-raise autograd's version error as PoolReuseError where a slot of ``stage`` was bumped ([Note: naming the reuse])."""
-    st = stage_state(stage)
-    if st is None or not is_version_error(exc):
-        return
-    named = name_reuse(exc, stage=stage.stage_index, rings=st.rings(), microbatch=chunk)
-    if named is not None:
-        raise named from exc
+def _checked(fn: Callable, method: str) -> Callable:
+    """Re-raise autograd's version error as PoolReuseError where a slot was bumped ([Note: naming the reuse])."""
 
-
-def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> dict[str, Callable]:
-    """Runtime wrappers; each is a pass-through for stages the pool does not manage."""
-    out: dict[str, Callable] = {}
-
-    if "get_fwd_recv_ops" in originals:
-        get_fwd = originals["get_fwd_recv_ops"]
-
-        @functools.wraps(get_fwd)
-        def get_fwd_recv_ops(self: Any, *args: Any, **kwargs: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except RuntimeError as exc:
             st = stage_state(self)
-            ring = st.forward if st is not None else None
-            if ring is not None:
-                chunk = call_arg("get_fwd_recv_ops", "fwd_chunk_id", args, kwargs)
-                ring.post(chunk, self.args_recv_info[chunk], self.stage_index, training=self.has_backward)
-                ops = get_fwd(self, *args, **kwargs)
-                ring.note_ops(chunk, ops, self.stage_index)
-                return ops
-            return get_fwd(self, *args, **kwargs)
+            if st is not None and is_version_error(exc):
+                named = name_reuse(exc, stage=self.stage_index, rings=st.rings(),
+                                   microbatch=call_arg(method, "bwd_chunk_id", args, kwargs))
+                if named is not None:
+                    raise named from exc
+            raise
 
-        out["get_fwd_recv_ops"] = get_fwd_recv_ops
+    return wrapper
 
-    if "get_bwd_recv_ops" in originals:
-        get_bwd = originals["get_bwd_recv_ops"]
 
-        @functools.wraps(get_bwd)
-        def get_bwd_recv_ops(self: Any, *args: Any, **kwargs: Any) -> Any:
-            st = stage_state(self)
-            ring = st.grad if st is not None else None
-            if ring is not None and self.has_backward:
-                chunk = call_arg("get_bwd_recv_ops", "bwd_chunk_id", args, kwargs)
-                ring.post(chunk, self.grad_recv_info[chunk], self.stage_index)
-                ops = get_bwd(self, *args, **kwargs)
-                ring.note_ops(chunk, ops, self.stage_index)
-                return ops
-            return get_bwd(self, *args, **kwargs)
+def runtime_wrappers(originals: dict[str, Callable], install: Install) -> dict[str, Callable]:
+    """The runtime wrappers for the methods in ``originals``; each passes through for unmanaged stages."""
 
-        out["get_bwd_recv_ops"] = get_bwd_recv_ops
+    def managed(stage: Any) -> StageState | None:
+        return stage_state(stage) if install.active else None
+
+    def recv(method: str, direction: str, attr: str) -> Callable:
+        original = originals[method]
+        arg = "fwd_chunk_id" if direction == "forward" else "bwd_chunk_id"
+
+        @functools.wraps(original)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            st = managed(self)
+            ring = st.ring(direction) if st is not None else None
+            if ring is None or (direction == "grad" and not self.has_backward):
+                return original(self, *args, **kwargs)
+            chunk = call_arg(method, arg, args, kwargs)
+            ring.post(chunk, self.stage_index, getattr(self, attr)[chunk], training=self.has_backward)
+            ops = original(self, *args, **kwargs)
+            ring.note_ops(chunk, self.stage_index, recvs=ops)
+            return ops
+
+        return wrapper
+
+    out = {"get_fwd_recv_ops": recv("get_fwd_recv_ops", "forward", "args_recv_info"),
+           "get_bwd_recv_ops": recv("get_bwd_recv_ops", "grad", "grad_recv_info")} \
+        if "get_fwd_recv_ops" in originals else {}
 
     if "get_fwd_send_ops" in originals:
-        get_fwd_send = originals["get_fwd_send_ops"]
+        send = originals["get_fwd_send_ops"]
 
-        @functools.wraps(get_fwd_send)
+        @functools.wraps(send)
         def get_fwd_send_ops(self: Any, *args: Any, **kwargs: Any) -> Any:
-            ops = get_fwd_send(self, *args, **kwargs)
-            st = stage_state(self)
-            ring = st.forward if st is not None else None
-            if ring is not None:  # a send of a received tensor passed on: [Note: finished sends]
-                ring.note_sends(call_arg("get_fwd_send_ops", "fwd_chunk_id", args, kwargs), ops, self.stage_index)
+            ops = send(self, *args, **kwargs)
+            st = managed(self)
+            if st is not None and st.forward is not None:  # [Note: finished sends]
+                st.forward.note_ops(call_arg("get_fwd_send_ops", "fwd_chunk_id", args, kwargs), self.stage_index,
+                                    sends=ops)
             return ops
 
         out["get_fwd_send_ops"] = get_fwd_send_ops
 
-    fwd_one = originals["forward_one_chunk"]
+    fwd = originals["forward_one_chunk"]
 
-    @functools.wraps(fwd_one)
+    @functools.wraps(fwd)
     def forward_one_chunk(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not install.active:
+            return fwd(self, *args, **kwargs)
         st = stage_state(self)
-        if st is None or not st.seen or st.pending or (not st.release and not st.late and getattr(self, "is_last", False)):
-            st = _first_use(self, context_of(self))
-        result = fwd_one(self, *args, **kwargs)
-        if st is None:
-            return result
+        if st is None or st.phase in (NEW, SET_UP) or (st.pooled and not st.release and self.is_last
+                                                         and self.has_backward and install.config.release):
+            st = _first_use(self, install)
+        result = fwd(self, *args, **kwargs)
         chunk = call_arg("forward_one_chunk", "fwd_chunk_id", args, kwargs)
         if st.release and self.has_backward:
-            rel.note_forward(st, chunk, result)
-        ring = st.forward
-        if ring is not None and not self.has_backward:
+            st.outputs[chunk] = result
+        if not self.has_backward:  # a forward-only step: done with its inputs now
             cached = cached_forward(self, chunk)
-            if cached is not None:  # never read again in a forward-only step
-                ring.retire_inputs(chunk, cached[1], self.stage_index)
-            ring.release(chunk, self.stage_index)
-        if st.handoff and not self.has_backward:
-            cached = cached_forward(self, chunk)
-            drop_handed(self, st, chunk, cached[1] if cached is not None else None)
+            if st.forward is not None:
+                if cached is not None:
+                    st.forward.retire_inputs(chunk, self.stage_index, cached[1])
+                st.forward.release(chunk, self.stage_index)
+            if st.handoff:
+                drop_handed(self, st, chunk, cached[1] if cached is not None else None)
         return result
 
     out["forward_one_chunk"] = forward_one_chunk
 
-    bwd_one = originals["backward_one_chunk"]
+    bwd = _checked(originals["backward_one_chunk"], "backward_one_chunk")
 
-    @functools.wraps(bwd_one)
+    @functools.wraps(bwd)
     def backward_one_chunk(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            result = bwd_one(self, *args, **kwargs)
-        except RuntimeError as exc:
-            _name_reuse(self, exc, call_arg("backward_one_chunk", "bwd_chunk_id", args, kwargs))
-            raise
-        st = stage_state(self)
+        result = bwd(self, *args, **kwargs)
+        st = managed(self)
         if st is None or not self.has_backward:
             return result
         chunk = call_arg("backward_one_chunk", "bwd_chunk_id", args, kwargs)
-        full = call_arg("backward_one_chunk", "full_backward", args, kwargs)
-        if full:  # a split backward (I now, W later) keeps both until W: see [Note: slot ownership]
-            st.release_slots(chunk, self.stage_index)
-            if st.handoff:
-                drop_handed(self, st, chunk)
-        if st.release:
-            loss = call_arg("backward_one_chunk", "loss", args, kwargs)
-            if full:
-                rel.release_chunk(self, st, chunk, loss)
-            else:  # the weight pass still walks this graph: release after it
-                st.losses[chunk] = loss
+        if call_arg("backward_one_chunk", "full_backward", args, kwargs):
+            _done(self, st, chunk, call_arg("backward_one_chunk", "loss", args, kwargs))
+        elif st.release:  # the weight pass still walks this graph: the release waits for it
+            st.losses[chunk] = call_arg("backward_one_chunk", "loss", args, kwargs)
         return result
 
     out["backward_one_chunk"] = backward_one_chunk
 
     if "backward_weight_one_chunk" in originals:
-        bwd_w = originals["backward_weight_one_chunk"]
+        bwd_w = _checked(originals["backward_weight_one_chunk"], "backward_weight_one_chunk")
 
         @functools.wraps(bwd_w)
         def backward_weight_one_chunk(self: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
-                result = bwd_w(self, *args, **kwargs)
-            except RuntimeError as exc:
-                _name_reuse(self, exc, call_arg("backward_weight_one_chunk", "bwd_chunk_id", args, kwargs))
-                raise
-            st = stage_state(self)
-            if st is None:
-                return result
-            chunk = call_arg("backward_weight_one_chunk", "bwd_chunk_id", args, kwargs)
-            st.release_slots(chunk, self.stage_index)
-            if st.handoff:
-                drop_handed(self, st, chunk)
-            if st.release and chunk in st.losses:
-                rel.release_chunk(self, st, chunk, st.losses.pop(chunk))
+            result = bwd_w(self, *args, **kwargs)
+            st = managed(self)
+            if st is not None:
+                chunk = call_arg("backward_weight_one_chunk", "bwd_chunk_id", args, kwargs)
+                _done(self, st, chunk, st.losses.pop(chunk, None))
             return result
 
         out["backward_weight_one_chunk"] = backward_weight_one_chunk
@@ -487,14 +353,13 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
 
         @functools.wraps(set_bwd)
         def set_local_bwd_input(self: Any, *args: Any, **kwargs: Any) -> Any:
-            st = stage_state(self)
+            st = managed(self)
             templates = st.handoff.get("grad") if st is not None else None
             if templates:  # a None gradient makes torch zero the (absent) buffer: give that one a real one
                 grads = call_arg("set_local_bwd_input", "next_stage_bwd_outputs", args, kwargs)
                 chunk = call_arg("set_local_bwd_input", "mb_index", args, kwargs)
-                infos = self.grad_recv_info.get(chunk, ()) if isinstance(grads, tuple) else ()
-                for j, info in enumerate(infos):
-                    if j < len(grads) and grads[j] is None and j in templates and getattr(info.buffer, "is_meta", False):
+                for j, info in enumerate(self.grad_recv_info.get(chunk, ()) if isinstance(grads, tuple) else ()):
+                    if j < len(grads) and grads[j] is None and j in templates and getattr(info.buffer, "is_meta", 0):
                         info.buffer = real_buffer(templates[j], zero=True)
             return set_bwd(self, *args, **kwargs)
 
@@ -505,19 +370,25 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
     @functools.wraps(clear)
     def clear_runtime_states(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = clear(self, *args, **kwargs)
-        st = stage_state(self)
+        st = managed(self)
         if st is not None:
-            for ring in (st.forward, st.grad):
-                if ring is not None:
-                    ring.reset()
+            for ring in st.rings().values():
+                ring.reset()
             st.outputs.clear()
             st.losses.clear()
         return result
 
     out["clear_runtime_states"] = clear_runtime_states
-    for fn in out.values():
-        mark(fn, originals[fn.__name__])
     return out
+
+
+def _done(stage: Any, st: StageState, chunk: int, loss: Any) -> None:
+    """The chunk's backward is complete (its weight pass too): its slots, handoffs and kept graph go."""
+    st.release_slots(chunk, stage.stage_index)
+    if st.handoff:
+        drop_handed(stage, st, chunk)
+    if st.release:
+        rel.release_chunk(stage, st, chunk, loss)
 
 
 # ---------------------------------------------------------------------------------------
@@ -525,38 +396,30 @@ def runtime_wrappers(originals: dict[str, Callable], context_of: ContextFn) -> d
 # ---------------------------------------------------------------------------------------
 
 
-def give_back_stock_buffers(stage: Any, report: InstallReport | None, why: str) -> bool:
-    """Replace a live stage's rings by stock buffers (one fresh set per microbatch); True if it had any."""
+def give_back_stock_buffers(stage: Any, report: Any, why: str) -> bool:
+    """Replace a live stage's rings and handoff placeholders by stock buffers (one per microbatch)."""
     st = stage_state(stage)
     if st is None:
         return False
-    had = False
-    for direction, templates in st.handoff.items():  # no buffers were made there: make torch's own now
-        had = True
+    had = bool(st.handoff or st.rings())
+    for direction, templates in st.handoff.items():
         for infos in getattr(stage, RECV_INFO_ATTRS[direction], {}).values():
-            for j, template in templates.items():
-                if isinstance(infos[j].buffer, torch.Tensor) and infos[j].buffer.is_meta:
-                    infos[j].buffer = real_buffer(template)
-    st.handoff.clear()
-    for direction, attr in RECV_INFO_ATTRS.items():
-        ring = st.ring(direction)
-        if ring is None:
-            continue
+            for j, t in templates.items():
+                if getattr(infos[j].buffer, "is_meta", False):
+                    infos[j].buffer = real_buffer(t)
+    for direction, ring in st.rings().items():
+        positions = ring.members.get(stage.stage_index, ())
+        for infos in getattr(stage, RECV_INFO_ATTRS[direction], {}).values():
+            for j in positions:
+                if isinstance(infos[j].buffer, torch.Tensor):
+                    infos[j].buffer = torch.empty_like(infos[j].buffer.detach()).requires_grad_(
+                        infos[j].buffer.requires_grad)
         st.set_ring(direction, None)
-        had = True
-        positions = ring.members.get(stage.stage_index, ring.positions)
-        for chunk, infos in getattr(stage, attr, {}).items():
-            for k, j in enumerate(positions):
-                old = infos[j].buffer
-                if not isinstance(old, torch.Tensor):
-                    continue
-                fresh = torch.empty_like(ring.slots[ring.slot_of(chunk, stage.stage_index)][k])
-                if getattr(old, "requires_grad", False):
-                    fresh.requires_grad_(True)
-                infos[j].buffer = fresh
-    st.gate, st.pending, st.n_microbatches, st.release = None, False, None, False
+    st.handoff.clear()
+    st.phase, st.pooled, st.release = NEW, False, False
     st.outputs.clear()
     st.losses.clear()
     if had:
-        emit(_sink(report), unpooled_event(getattr(stage, "stage_index", "?"), why))
+        events.emit(report.events if report is not None else None,
+                    events.unpooled_event(getattr(stage, "stage_index", "?"), why))
     return had

@@ -45,7 +45,7 @@ from pooltk.pool.adapters.stage_api import output_chunks, schedule_losses
 from pooltk.pool.events import emit, kept_graph_event, released_event
 from pooltk.pool.state import StageState
 
-__all__ = ["detached", "note_forward", "release_chunk", "start"]
+__all__ = ["detached", "release_chunk", "start"]
 
 
 def detached(value: Any) -> Any:
@@ -69,11 +69,6 @@ def start(stage: Any, state: StageState, layout: str | None) -> None:
         state.said.add(("released",))
         emit(state.report.events if state.report is not None else None,
              released_event(stage.stage_index, layout))
-
-
-def note_forward(state: StageState, chunk: int, output: Any) -> None:
-    """Remember the object the last stage's forward returned for ``chunk`` (torch keeps it)."""
-    state.outputs[chunk] = output
 
 
 def _replace_by_identity(kept: list | None, old: Any, new: Any) -> bool:
@@ -106,7 +101,7 @@ def release_chunk(stage: Any, state: StageState, chunk: int, loss: Any) -> None:
         loss.detach_()
         state.released += 1
         return
-    schedule = state.schedule() if state.schedule is not None else None
+    schedule = state.observed() if state.observed is not None else None
     losses = schedule_losses(schedule) if schedule is not None else None
     if losses is not None and _replace_by_identity(losses, loss, loss.detach()):
         state.released += 1

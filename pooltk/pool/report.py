@@ -71,12 +71,6 @@ class InstallReport:
                 rows.extend(st.usage(stage.stage_index))
         return rows
 
-    def usage_frame(self):  # -> pandas.DataFrame
-        """:meth:`usage` as a table (needs pandas)."""
-        import pandas as pd
-
-        return pd.DataFrame([u.to_dict() for u in self.usage()])
-
     def stage_events(self, kind: str | None = None) -> list[PoolEvent]:
         """Per-stage events, optionally of one ``kind`` (``pooled``, ``kept-stock``, ``re-homed``, ...)."""
         return [e for e in self.events if e.stage is not None and (kind is None or e.kind == kind)]

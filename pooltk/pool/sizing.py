@@ -33,6 +33,7 @@ __all__ = [
     "check_shape",
     "inflight_1f1b",
     "live_set_1f1b",
+    "ring_and_live",
     "ring_from_live",
     "ring_sizes",
     "slot_of",
@@ -92,12 +93,24 @@ def ring_sizes(num_stages: int, stage_index: int, n_microbatches: int, config: P
     m = n_microbatches
     w = inflight_1f1b(num_stages, stage_index, m)
     first, last = stage_index == 0, stage_index == num_stages - 1
-    if config.policy == "automodel":
+    if getattr(config, "policy", "tight") == "automodel":
         k = automodel_ring_size(num_stages, stage_index, m, config.slack)
-        k_f = max(1, k - config.forward_shortfall)
+        k_f = max(1, k - getattr(config, "forward_shortfall", 0))
         return RingSizes(forward=0 if first else k_f, grad=0 if last else k)
     return RingSizes(forward=0 if first else ring_from_live(w, m, "forward", config),
                      grad=0 if last else ring_from_live(1, m, "grad", config))
+
+
+def ring_and_live(num_stages: int, stage_index: int, n_microbatches: int, direction: str, rule: PoolConfig,
+                  plan: object = None) -> tuple[int, int]:
+    """(K, the live set K is sized from) for one direction of a stage: the schedule's plan where it was
+    analysed (``schedule="auto"``), else the 1F1B closed form. K 0: the direction stays stock."""
+    if plan is not None:
+        key = (stage_index, direction)
+        return plan.sizes.get(key, 0), plan.min_safe.get(key, 0)
+    k = ring_sizes(num_stages, stage_index, n_microbatches, rule)
+    live = live_set_1f1b(num_stages, stage_index, n_microbatches)
+    return (k.forward, live.forward) if direction == "forward" else (k.grad, live.grad)
 
 
 def slot_of(chunk: int, ring: int) -> int:

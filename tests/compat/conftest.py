@@ -24,10 +24,8 @@ def fake_torch(monkeypatch) -> Callable[[dict[str, Any]], dict[str, Any]]:
     import torch.distributed.pipelining as pkg
 
     import pooltk
-    install_mod = importlib.import_module("pooltk.pool.install")
 
     pooltk.uninstall()
-    monkeypatch.setattr(install_mod, "_WARNED", set())  # each test sees its own once-per-process warnings
 
     def use(shape: dict[str, Any]) -> dict[str, Any]:
         mods = build_fake_modules(shape)
@@ -43,11 +41,3 @@ def fake_torch(monkeypatch) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
     yield use
     pooltk.uninstall()
-
-
-@pytest.fixture
-def fresh_warnings(monkeypatch) -> None:
-    """Forget which PoolWarnings this process already gave (they are given once per process)."""
-    install_mod = importlib.import_module("pooltk.pool.install")
-
-    monkeypatch.setattr(install_mod, "_WARNED", set())

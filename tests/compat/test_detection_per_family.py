@@ -101,13 +101,13 @@ def test_prepare_infra_without_the_meta_factory_keeps_torch_allocating_all_m(fak
 
 def test_lazy_family_installs_the_release_alone_and_says_so(fake_torch):
     mods = fake_torch(load_shape("2.15.0"))
+    before = _snapshot(mods)
     report = pooltk.install()
     assert report.installed is True and report.layout == "lazy"
     assert (report.mode, report.rings, report.release, report.alloc_free) == ("release", False, True, False)
-    assert "allocate_buffer" in report.reason and "only the last-stage release" in report.reason
-    assert "mode=release" in report.events[0].message
+    assert report.events[0].fields["mode"] == "release"
     base = mods["stage"]._PipelineStageBase
-    wrapped = {m for m in vars(base) if hasattr(vars(base)[m], "__pooltk_original__")}
+    wrapped = {m for (c, m), v in _snapshot(mods).items() if c == "_PipelineStageBase" and v is not before.get((c, m))}
     assert {"forward_one_chunk", "backward_one_chunk", "clear_runtime_states"} <= wrapped
     assert not wrapped & {"get_fwd_recv_ops", "get_bwd_recv_ops"}  # no rings: receive posts stay torch's own
     pooltk.uninstall()
@@ -139,11 +139,10 @@ def test_install_then_uninstall_restores_every_class_attribute_exactly_on_each_r
         warnings.simplefilter("always")
         report = pooltk.install(slack=1)
     assert report.installed
-    base = mods["stage"]._PipelineStageBase
     lazy = expected_family(release) == "lazy"
     wrapped = ("forward_one_chunk", "backward_one_chunk", "clear_runtime_states") if lazy else HOT_METHODS
-    assert all(hasattr(vars(base)[m], "__pooltk_original__") for m in wrapped)
-    assert _snapshot(mods) != before
+    now = _snapshot(mods)
+    assert all(now[("_PipelineStageBase", m)] is not before[("_PipelineStageBase", m)] for m in wrapped)
     assert pooltk.uninstall() is True
     after = _snapshot(mods)
     assert after.keys() == before.keys() and all(after[k] is before[k] for k in before)

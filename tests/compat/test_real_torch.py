@@ -50,7 +50,7 @@ def test_this_torch_is_detected_as_the_family_of_its_release_line():
     assert d.layout.name == expected, d.reason
 
 
-def test_install_pools_or_releases_and_uninstall_restores_exactly(clean_install, fresh_warnings):
+def test_install_pools_or_releases_and_uninstall_restores_exactly(clean_install):
     layout = detect().layout
     before = _snapshot()
     with warnings.catch_warnings(record=True) as caught:
@@ -66,9 +66,9 @@ def test_install_pools_or_releases_and_uninstall_restores_exactly(clean_install,
     assert report.mode == ("release" if layout.per_receive else "rings+release")
     base = _classes()[0]
     wrapped = ("forward_one_chunk", "backward_one_chunk", "clear_runtime_states") if layout.per_receive else HOT_METHODS
-    assert all(hasattr(vars(base)[m], "__pooltk_original__") for m in wrapped)
-    for t in layout.setup_targets:
-        assert hasattr(vars(t.owner)[t.name], "__pooltk_original__")
+    now = _snapshot()
+    assert all(now[(base.__name__, m)] is not before[(base.__name__, m)] for m in wrapped)
+    assert all(now[(t.owner.__name__, t.name)] is not before[(t.owner.__name__, t.name)] for t in layout.setup_targets)
     assert pooltk.uninstall() is True
     after = _snapshot()
     assert after.keys() == before.keys() and all(after[k] is before[k] for k in before)

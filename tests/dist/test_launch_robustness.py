@@ -129,7 +129,7 @@ def test_under_torchrun_the_pool_log_lines_say_what_happened_on_each_variant(tmp
     assert any("pooltk: installed (policy=tight, slack=2" in ln and "mode=rings+release" in ln for ln in lines), text
     # stage 0 of pp2 1F1B receives no activations and a grad ring of 1 + grad_slack = 2 of 4
     assert any(ln.endswith("pooltk: stage 0 pooled (fwd ring 0/4, grad ring 2/4)") for ln in lines), text
-    assert any("pooltk: stage 0 unpooled (reason=pooltk.uninstall()" in ln for ln in lines), text
+    assert any("pooltk: stage 0 unpooled (reason=" in ln for ln in lines), text
     assert not any("kept stock" in ln for ln in lines), text
     assert not any("pooltk:" in ln for ln in by_rank["1"].splitlines()), "the pool logs on rank 0 only"
 

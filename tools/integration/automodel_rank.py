@@ -10,7 +10,7 @@ that stopped it. A variant that raises ends the launch (its peers see the broken
 why such variants run last.
 
 ``fresh*`` variants are stock torch with every receive landing in a newly allocated buffer
-(``pooltk.pool.fresh.fresh_stage`` on every stage AutoPipeline built, before the first step: the
+(``pooltk.parity.fresh.fresh_stage`` on every stage AutoPipeline built, before the first step: the
 reference a pool is judged against besides stock); their record says per stage what
 ``fresh_stage`` found and how many buffers were posted to receives and how many distinct storages
 those were (all kept alive until the variant ends, so a reused storage would show).
@@ -37,7 +37,7 @@ def variant_spec(name: str) -> dict:
     """name -> schedule and pool; the one table of variants (see run_suite.VARIANTS)."""
     specs = {
         "stock": dict(schedule="1f1b", pool="stock"),
-        # stock with a new buffer per receive (pooltk.pool.fresh): the reference besides stock
+        # stock with a new buffer per receive (pooltk.parity.fresh): the reference besides stock
         "fresh": dict(schedule="1f1b", pool="fresh"),
         "fresh_interleaved": dict(schedule="Interleaved1F1B", pool="fresh"),
         "fresh_gpipe": dict(schedule="gpipe", pool="fresh"),
@@ -173,7 +173,7 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
     posted: dict[int, list] = {s.stage_index: [] for s in info.stages}
     fresh: dict[int, object] = {}
     if spec["pool"] == "fresh":
-        from pooltk.pool.fresh import fresh_stage
+        from pooltk.parity.fresh import fresh_stage
 
         for s in info.stages:
             fresh[s.stage_index] = fresh_stage(s, posted=posted[s.stage_index])

@@ -8,7 +8,7 @@ Per trainer and pipeline size it runs the launches of ``LAUNCHES`` (variants tha
 pool that cannot be undone, or that are expected to fail, come last in a launch), then writes
 ``rows.csv``: one row per (variant, stage) with receive bytes, bitwise parity with the stock
 run and with the fresh run of the same schedule (``fresh``: stock with every receive in a new
-buffer, ``pooltk.pool.fresh``), the three-way verdict, step-time ratio and outcome. Exit status
+buffer, ``pooltk.parity.fresh``), the three-way verdict, step-time ratio and outcome. Exit status
 1 when any claim fails (see [Note: trainer verdicts]) or a launch did not finish.
 
 [Note: trainer verdicts]

@@ -13,7 +13,7 @@ sha256 of its stages' parameter bytes. One JSON line per rank goes to ``FILE``; 
 raises writes the error and exits 3.
 
 ``--fresh`` (with ``--pooltk.enable=false``): every stage is made fresh right after it is built
-(``pooltk.pool.fresh.fresh_stage``: every receive lands in a newly allocated buffer, the
+(``pooltk.parity.fresh.fresh_stage``: every receive lands in a newly allocated buffer, the
 reference a pool is judged against besides stock), the one change to what runs; the record says
 per stage what ``fresh_stage`` found, how many buffers were posted to receives and how many
 distinct storages those were (all kept alive until the run ends, so a reused storage would show).
@@ -41,7 +41,7 @@ def _observe(stages: list, logged: list, fresh: dict | None = None, input_hook: 
         base_init(self, *args, **kwargs)
         stages.append(self)
         if fresh is not None:  # the wrappers live on the stage object; the subclass's __init__ leaves them
-            from pooltk.pool.fresh import fresh_stage
+            from pooltk.parity.fresh import fresh_stage
 
             posted: list = []
             fresh[id(self)] = (fresh_stage(self, posted=posted), posted)

@@ -1,128 +1,106 @@
-"""Find where this torch makes pipeline receive buffers, by feature, never by version string.
+"""Where this torch makes pipeline receive buffers, found by feature, never by version string.
 
-Three layout families are known (see docs/torch-compat.md for the measured facts):
+Three layout families are known (measured facts: docs/torch-compat.md):
 
-- ``prepare-infra`` (torch <= 2.11): buffers made inside ``_prepare_forward_infra`` of both
-  frontends and ``_PipelineStageBase._prepare_backward_infra``;
-- ``setup-recv-info`` (torch 2.12-2.14): ``PipelineStage._setup_forward_recv_info``, the
-  tracing frontend's ``_PipelineStage._prepare_forward_infra`` and
-  ``_PipelineStageBase._setup_backward_recv_info``;
-- ``lazy`` (torch 2.15): buffers are allocated per receive and dropped when consumed, so there
-  is nothing pre-allocated for a ring to replace; pooltk installs only the last-stage release.
+- ``prepare-infra`` (torch <= 2.11): buffers made in ``_prepare_forward_infra`` of both frontends and
+  ``_PipelineStageBase._prepare_backward_infra``;
+- ``setup-recv-info`` (2.12-2.14): ``PipelineStage._setup_forward_recv_info``, the tracing frontend's
+  ``_PipelineStage._prepare_forward_infra`` and ``_PipelineStageBase._setup_backward_recv_info``;
+- ``lazy`` (2.15): a buffer allocated per receive and dropped when consumed: nothing pre-allocated for
+  a ring to replace, so pooltk installs only the last-stage release.
 
-Anything else: ``detect()`` returns no layout and a reason; install stays stock.
+Anything else: :func:`detect` returns a :class:`Layout` without a name, and the reason per family.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["HOT_METHODS", "OPTIONAL_HOT_METHODS", "STAGE_CLASSES", "Detection", "Layout", "SetupTarget", "detect",
-           "eager_layout", "stage_classes"]
-
 from pooltk.analysis.lifetimes import Direction
-from pooltk.pool.adapters.stage_api import HOT_METHODS, OPTIONAL_HOT_METHODS
+from pooltk.pool.adapters.stage_api import HOT_METHODS, RECV_INFO_ATTRS
+
+__all__ = ["Layout", "SetupTarget", "detect", "eager_layout", "stage_classes"]
+
 
 @dataclass(frozen=True, slots=True)
 class SetupTarget:
-    """One setup method that fills a recv-info map with freshly made buffers."""
+    """One setup method that fills a recv-info map with newly made buffers."""
 
     owner: type
-    """Class whose ``__dict__`` defines the method (wrapped and restored there)."""
+    """The class whose ``__dict__`` defines the method (wrapped and restored there)."""
     name: str
     direction: Direction
     infos_attr: str
-    """Stage attribute holding ``{chunk: tuple[_RecvInfo, ...]}`` after the call."""
+    """The stage attribute holding ``{chunk: tuple[_RecvInfo, ...]}`` after the call."""
     alloc_free: bool
-    """True when the buffers can be made lazily during the call (only K sets ever exist);
-    False when all M are made by torch and the ring keeps K of them (a transient)."""
+    """True when the buffers can be made shape-only during the call (only K sets ever exist)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    name: str
-    setup_targets: tuple[SetupTarget, ...]
+    """What :func:`detect` found: a known family (``name``), or none (``name`` None) and why."""
+
+    name: str | None
+    setup_targets: tuple[SetupTarget, ...] = ()
     per_receive: bool = False
-    """True where torch allocates each receive buffer just before its receive and drops it when consumed
-    (the lazy family): nothing is pre-allocated, so there are no rings; pooltk installs only the release."""
-    note: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Detection:
-    layout: Layout | None
-    reason: str
+    """True where torch allocates each buffer per receive (the lazy family): no rings, only the release."""
+    reason: str = ""
     tried: tuple[str, ...] = field(default=())
+    """Why each family that did not fit did not (newest first)."""
+
+    @property
+    def layout(self) -> "Layout | None":
+        """This layout where one was found, else None (``detect().layout``)."""
+        return self if self.name is not None else None
+
+    @property
+    def note(self) -> str:
+        return self.reason
 
 
-def detect() -> Detection:
-    """Pick the layout adapter for the installed torch, or say why none fits. Never raises."""
+def detect() -> Layout:
+    """The layout of the installed torch, or why none fits. Never raises."""
     from pooltk.pool.adapters import lazy, prepare_infra, setup_recv_info
 
-    reasons = []
+    tried = []
     for module in (lazy, setup_recv_info, prepare_infra):
         try:
             found = module.detect()
         except Exception as exc:  # an unknown torch must never make install raise
             found = f"{module.FAMILY}: probe failed ({type(exc).__name__}: {exc})"
         if isinstance(found, Layout):
-            return Detection(layout=found, reason=found.note or f"layout {found.name!r} detected", tried=tuple(reasons))
-        reasons.append(found)
-    return Detection(
-        layout=None,
-        reason="no known receive-buffer layout in this torch.distributed.pipelining: " + "; ".join(reasons),
-        tried=tuple(reasons),
-    )
-
-
-STAGE_CLASSES = ("_PipelineStageBase", "PipelineStage", "_PipelineStage", "_RecvInfo")
-"""The classes of ``torch.distributed.pipelining.stage`` every eager family builds on."""
+            return Layout(name=found.name, setup_targets=found.setup_targets, per_receive=found.per_receive,
+                          reason=found.reason or f"layout {found.name!r} detected", tried=tuple(tried))
+        tried.append(found)
+    return Layout(name=None, tried=tuple(tried),
+                  reason="no known receive-buffer layout in this torch.distributed.pipelining: " + "; ".join(tried))
 
 
 def stage_classes(family: str) -> tuple[object, tuple[type, ...]] | str:
     """``(stage module, (base, manual, traced, _RecvInfo))``, or why this torch lacks them."""
     from torch.distributed.pipelining import stage as stage_mod
 
-    found = tuple(getattr(stage_mod, name, None) for name in STAGE_CLASSES)
-    if None in found:
-        return f"{family}: stage classes not found"
-    return stage_mod, found  # type: ignore[return-value]
+    names = ("_PipelineStageBase", "PipelineStage", "_PipelineStage", "_RecvInfo")
+    found = tuple(getattr(stage_mod, n, None) for n in names)
+    return f"{family}: stage classes not found" if None in found else (stage_mod, found)  # type: ignore[return-value]
 
 
 def eager_layout(family: str, stage_mod: object, *, manual_forward: str, traced_forward: str, grad: str) -> Layout | str:
-    """The layout of a family whose setup methods make every receive buffer eagerly.
+    """The layout of a family whose setup methods make every receive buffer eagerly, or why it does not fit.
 
-    Checks that the three setup methods are defined on their classes (manual frontend
-    forward, tracing frontend forward, stage base grad) and that the runtime methods exist;
-    returns the :class:`Layout` or the reason it does not fit. Buffers can be made lazily
-    (only K sets) when torch makes them through the module-level ``_make_tensor_from_meta``.
+    Buffers can be made shape-only (only K sets) where torch makes them through ``_make_tensor_from_meta``.
     """
     base, manual, traced = (getattr(stage_mod, n) for n in ("_PipelineStageBase", "PipelineStage", "_PipelineStage"))
-    needed = [(manual, manual_forward), (traced, traced_forward), (base, grad)]
-    missing = [f"{cls.__name__}.{name}" for cls, name in needed if name not in cls.__dict__]
+    needed = [(manual, manual_forward, "forward"), (traced, traced_forward, "forward"), (base, grad, "grad")]
+    missing = [f"{cls.__name__}.{name}" for cls, name, _ in needed if name not in cls.__dict__]
     if missing:
         return f"{family}: missing {', '.join(missing)}"
-    hot = missing_hot_methods(base)
+    hot = [m for m in HOT_METHODS if not callable(getattr(base, m, None))]
     if hot:
         return f"{family}: stage base lacks {', '.join(hot)}"
-    lazy_ok = callable(getattr(stage_mod, "_make_tensor_from_meta", None))
-    targets = tuple(
-        SetupTarget(owner=owner, name=name, direction=direction, infos_attr=attr, alloc_free=lazy_ok)
-        for owner, name, direction, attr in (
-            (manual, manual_forward, "forward", "args_recv_info"),
-            (traced, traced_forward, "forward", "args_recv_info"),
-            (base, grad, "grad", "grad_recv_info"),
-        )
-    )
-    return Layout(
-        name=family,
-        setup_targets=targets,
-        note=f"layout {family!r}: PipelineStage.{manual_forward}, _PipelineStage.{traced_forward}, "
-        f"_PipelineStageBase.{grad}"
-        + ("" if lazy_ok else " (no _make_tensor_from_meta: all M sets are made, then K kept)"),
-    )
-
-
-def missing_hot_methods(base: type) -> list[str]:
-    """Names from HOT_METHODS not defined on ``base`` (the stage base class)."""
-    return [m for m in HOT_METHODS if not callable(getattr(base, m, None))]
+    alloc_free = callable(getattr(stage_mod, "_make_tensor_from_meta", None))
+    return Layout(name=family, setup_targets=tuple(
+        SetupTarget(owner=cls, name=name, direction=d, infos_attr=RECV_INFO_ATTRS[d], alloc_free=alloc_free)
+        for cls, name, d in needed), reason=(
+        f"layout {family!r}: PipelineStage.{manual_forward}, _PipelineStage.{traced_forward}, _PipelineStageBase.{grad}"
+        + ("" if alloc_free else " (no _make_tensor_from_meta: all M sets are made, then K kept)")))

@@ -1,15 +1,11 @@
-"""torch's stage and schedule runtime, as the pool's wrappers use it: every name in one place.
+"""torch's stage runtime as the pool's wrappers use it: every torch name in one place.
 
-The wrappers in :mod:`pooltk.pool._patch` never spell a torch attribute or argument name; they
-call these functions. What they rely on, in every layout family:
-
-- the runtime methods of ``_PipelineStageBase`` and their argument names (checked against the
-  real signatures by :func:`signature_problems` at install, so a torch that renamed one is an
-  unknown layout, never a wrapper reading the wrong argument);
-- ``stage.fwd_cache[chunk] = (outputs, inputs)`` until that chunk's backward,
-  ``stage.bwd_cache[chunk]`` (input gradients), ``stage.output_chunks`` (the last stage's
-  outputs, merged at step end), ``stage.is_last`` / ``has_backward`` / ``stage_index``;
-- the schedule's ``_internal_losses`` (one loss per microbatch, kept until step end).
+The wrappers never spell a torch attribute or argument; they call these. What they rely on, in every
+layout family: the runtime methods of ``_PipelineStageBase`` and their leading arguments (checked against
+the real signatures at install: a torch that renamed one is an unknown layout, never a wrapper reading
+the wrong argument); ``stage.fwd_cache[chunk] = (outputs, inputs)`` until that chunk's backward;
+``stage.output_chunks`` (the last stage's outputs, merged at step end); the schedule's
+``_internal_losses`` (one loss per microbatch, kept until step end).
 """
 
 from __future__ import annotations
@@ -17,54 +13,27 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-import torch
+__all__ = ["GUARDED_STAGE_METHODS", "HANDOFF_METHODS", "HOT_METHODS", "OPTIONAL_HOT_METHODS", "RECV_INFO_ATTRS",
+           "RUNTIME_ARGS", "SEND_METHODS", "cached_forward", "call_arg", "defining_class", "originals_of",
+           "output_chunks", "schedule_losses", "signature_problems", "stage_base", "stage_module"]
 
-__all__ = [
-    "HOT_METHODS",
-    "OPTIONAL_HOT_METHODS",
-    "HANDOFF_METHODS",
-    "SEND_METHODS",
-    "READ_METHODS",
-    "GUARDED_STAGE_METHODS",
-    "RECV_INFO_ATTRS",
-    "RUNTIME_ARGS",
-    "cached_forward",
-    "call_arg",
-    "input_grads",
-    "output_chunks",
-    "schedule_losses",
-    "signature_problems",
-    "stage_base",
-    "stage_module",
-]
-
-HOT_METHODS: tuple[str, ...] = (
-    "get_fwd_recv_ops",
-    "get_bwd_recv_ops",
-    "forward_one_chunk",
-    "backward_one_chunk",
-    "clear_runtime_states",
-)
-"""Methods of ``_PipelineStageBase`` the pool wraps at runtime, in every family: receive posts (claim
-a slot), compute steps (release it, and let the schedule's kept graphs go), the per-step reset."""
+HOT_METHODS: tuple[str, ...] = ("get_fwd_recv_ops", "get_bwd_recv_ops", "forward_one_chunk", "backward_one_chunk",
+                                "clear_runtime_states")
+"""Wrapped in every eager family: receive posts claim a slot, compute steps release it, the reset."""
 
 OPTIONAL_HOT_METHODS: tuple[str, ...] = ("backward_weight_one_chunk",)
 """Wrapped where torch has them (split backward)."""
 
 SEND_METHODS: tuple[str, ...] = ("get_fwd_send_ops",)
-"""Wrapped on eager layouts: the forward sends of a chunk, whose tensors a ring may recognise as finished
-([Note: finished sends] in pooltk/pool/ring.py). A subclass overriding it is not refused: its sends then count
-as holders, which costs a re-home, never a wrong number."""
+"""Wrapped on eager layouts: a chunk's forward sends, which a ring may know finished ([Note: finished sends]).
+A subclass overriding it is not refused: its sends then count as holders, a re-home, never a wrong number."""
 
 HANDOFF_METHODS: tuple[str, ...] = ("set_local_bwd_input",)
-"""Wrapped on eager layouts where torch has them: a V schedule's same-rank gradient handoff, which reads
-the (absent) receive buffer of a gradient that is None ([Note: rank-shared rings])."""
+"""Wrapped on eager layouts where torch has it: a V schedule's same-rank gradient handoff."""
 
-READ_METHODS: tuple[str, ...] = ("_retrieve_recv_activations", "_retrieve_recv_grads")
-"""Methods that read received buffers (not wrapped; a subclass overriding them is refused)."""
-
-GUARDED_STAGE_METHODS: tuple[str, ...] = HOT_METHODS + OPTIONAL_HOT_METHODS + HANDOFF_METHODS + READ_METHODS
-"""Methods a pooled stage's class may not override (see [Note: refusals] in gating.py)."""
+GUARDED_STAGE_METHODS: tuple[str, ...] = (HOT_METHODS + OPTIONAL_HOT_METHODS + HANDOFF_METHODS
+                                          + ("_retrieve_recv_activations", "_retrieve_recv_grads"))
+"""Methods a pooled stage's class may not override ([Note: refusals]): the wrapped ones and the readers."""
 
 RECV_INFO_ATTRS: dict[str, str] = {"forward": "args_recv_info", "grad": "grad_recv_info"}
 """Direction -> the stage attribute holding each chunk's recv infos."""
@@ -95,16 +64,13 @@ def call_arg(method: str, name: str, args: tuple, kwargs: dict) -> Any:
     raise TypeError(f"pooltk: {method}() was called without its {name!r} argument")
 
 
-def signature_problems(base: type, methods: tuple[str, ...] | None = None) -> list[str]:
-    """Methods of ``base`` (default: every wrapped one) whose leading parameters are not the ones
-    :data:`RUNTIME_ARGS` names."""
+def signature_problems(base: type, methods: tuple[str, ...]) -> list[str]:
+    """Methods of ``base`` among ``methods`` whose leading parameters are not the ones :data:`RUNTIME_ARGS` names."""
     problems = []
-    for method, names in RUNTIME_ARGS.items():
-        if methods is not None and method not in methods:
-            continue
-        fn = getattr(base, method, None)
-        if fn is None:
-            if method in HOT_METHODS:
+    for method in methods:
+        names, fn = RUNTIME_ARGS.get(method), getattr(base, method, None)
+        if names is None or fn is None:
+            if fn is None and method in HOT_METHODS:
                 problems.append(f"{method} missing")
             continue
         try:
@@ -118,7 +84,6 @@ def signature_problems(base: type, methods: tuple[str, ...] | None = None) -> li
 
 
 def stage_module() -> Any:
-    """``torch.distributed.pipelining.stage``."""
     from torch.distributed.pipelining import stage as stage_mod
 
     return stage_mod
@@ -131,13 +96,7 @@ def stage_base() -> type:
 
 def cached_forward(stage: Any, chunk: int) -> tuple[tuple, list] | None:
     """``(outputs, inputs)`` torch keeps for ``chunk`` between its forward and backward, or None."""
-    cached = getattr(stage, "fwd_cache", {}).get(chunk)
-    return cached if cached is not None else None
-
-
-def input_grads(stage: Any, chunk: int) -> tuple:
-    """The input gradients ``chunk``'s backward produced (sent upstream), or ``()``."""
-    return getattr(stage, "bwd_cache", {}).get(chunk, ())
+    return getattr(stage, "fwd_cache", {}).get(chunk)
 
 
 def output_chunks(stage: Any) -> list | None:
@@ -154,17 +113,9 @@ def schedule_losses(schedule: Any) -> list | None:
 
 def originals_of(base: type, names: tuple[str, ...]) -> dict[str, Callable]:
     """``{name: function}`` for each method of ``names`` that ``base`` has, from its defining class."""
-    out = {}
-    for name in names:
-        if callable(getattr(base, name, None)):
-            out[name] = defining_class(base, name).__dict__[name]
-    return out
+    return {n: defining_class(base, n).__dict__[n] for n in names if callable(getattr(base, n, None))}
 
 
 def defining_class(base: type, name: str) -> type:
     """The class in ``base``'s MRO whose ``__dict__`` defines ``name``."""
-    for klass in base.__mro__:
-        if name in klass.__dict__:
-            return klass
-    raise AttributeError(name)
-
+    return next(k for k in base.__mro__ if name in k.__dict__)

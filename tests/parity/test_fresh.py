@@ -1,4 +1,4 @@
-"""pooltk.pool.fresh: every receive lands in a newly allocated buffer, on each layout family's stage shape.
+"""pooltk.parity.fresh: every receive lands in a newly allocated buffer, on each layout family's stage shape.
 
 The stages here are stand-ins with the attributes and methods torch's stages have in each family (a
 ``_RecvInfo`` with ``is_root_arg`` on 2.12-2.14, a ``_RootArgPlaceholder`` without a buffer on <= 2.11);
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pooltk.pool import fresh
-from pooltk.pool.fresh import FreshError, fresh_stage, is_fresh, unfresh_stage
+from pooltk.parity import fresh
+from pooltk.parity.fresh import FreshError, fresh_stage, is_fresh, unfresh_stage
 
 
 class Info212:  # torch 2.12-2.14 _RecvInfo: buffer, tensor_meta, is_root_arg

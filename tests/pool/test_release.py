@@ -42,7 +42,7 @@ def _microbatch(stage: _Stage, schedule: _Schedule, x: torch.Tensor, w: torch.Te
 
 def _state(stage: _Stage, schedule: _Schedule | None) -> StageState:
     st = StageState(release=True)
-    st.schedule = weakref.ref(schedule) if schedule is not None else None
+    st.observed = weakref.ref(schedule) if schedule is not None else None
     return st
 
 
@@ -53,7 +53,7 @@ def test_after_the_release_nothing_of_the_schedule_holds_the_received_input():
     w = torch.randn(3, 3, requires_grad=True)
     alive = weakref.ref(x)
     out, loss = _microbatch(stage, schedule, x, w, view=True)
-    rel.note_forward(st, 0, out)
+    st.outputs[0] = out  # what the forward wrapper keeps for the release
     before = x._use_count()
     rel.release_chunk(stage, st, 0, loss)
     del out, loss, x
@@ -79,7 +79,7 @@ def test_the_released_loss_and_output_carry_the_same_bits_without_a_graph():
     x = torch.randn(4, 3, requires_grad=True)
     out, loss = _microbatch(stage, schedule, x, torch.randn(3, 3, requires_grad=True), view=True)
     want_out, want_loss = out.detach().clone(), loss.detach().clone()
-    rel.note_forward(st, 0, out)
+    st.outputs[0] = out  # what the forward wrapper keeps for the release
     rel.release_chunk(stage, st, 0, loss)
     kept_out, kept_loss = stage.output_chunks[0], schedule._internal_losses[0]
     assert torch.equal(kept_out, want_out) and kept_out.grad_fn is None
@@ -122,7 +122,7 @@ def test_an_output_the_model_kept_itself_keeps_its_graph():
     x = torch.randn(4, 3, requires_grad=True)
     out, loss = _microbatch(stage, schedule, x, torch.randn(3, 3, requires_grad=True), view=True)
     users_copy = out  # e.g. self.last_out = out inside the model
-    rel.note_forward(st, 0, out)
+    st.outputs[0] = out  # what the forward wrapper keeps for the release
     rel.release_chunk(stage, st, 0, loss)
     assert stage.output_chunks[0] is not users_copy and users_copy.grad_fn is not None  # a real holder, seen by copy on conflict
 

@@ -44,6 +44,8 @@ from typing import Any
 
 import torch
 
+from pooltk.pool.adapters.stage_api import call_arg
+
 __all__ = ["FreshError", "FreshStage", "fresh_stage", "is_fresh", "unfresh_stage"]
 
 _WRAPPED = ("get_fwd_recv_ops", "get_bwd_recv_ops", "set_local_bwd_input")
@@ -80,10 +82,6 @@ def _swap_buffers(infos: Any, posted: list | None = None, direction: str = "forw
                 posted.append((direction, info.buffer))
 
 
-def _chunk(args: tuple, kwargs: dict, name: str) -> int:
-    return args[0] if args else kwargs[name]
-
-
 def _bind(stage: Any, posted: list | None) -> None:
     cls = type(stage)
     get_fwd = getattr(cls, "get_fwd_recv_ops")
@@ -91,14 +89,14 @@ def _bind(stage: Any, posted: list | None) -> None:
 
     @functools.wraps(get_fwd)
     def get_fwd_recv_ops(*args: Any, **kwargs: Any) -> Any:
-        chunk = _chunk(args, kwargs, "fwd_chunk_id")
+        chunk = call_arg("get_fwd_recv_ops", "fwd_chunk_id", args, kwargs)
         _swap_buffers(stage.args_recv_info.get(chunk), posted, "forward")
         return get_fwd(stage, *args, **kwargs)
 
     @functools.wraps(get_bwd)
     def get_bwd_recv_ops(*args: Any, **kwargs: Any) -> Any:
         if stage.has_backward and not stage.is_last:
-            chunk = _chunk(args, kwargs, "bwd_chunk_id")
+            chunk = call_arg("get_bwd_recv_ops", "bwd_chunk_id", args, kwargs)
             _swap_buffers(stage.grad_recv_info.get(chunk), posted, "grad")
         return get_bwd(stage, *args, **kwargs)
 

@@ -1,0 +1,91 @@
+"""Ring sizes for a running schedule object, from its own action order (``install(schedule="auto")``).
+
+[Note: auto rings]
+A schedule outside the allowlist is pooled when pooltk can analyse it: the receive lifetimes of its
+lowered action order (:mod:`pooltk.analysis.lifetimes`) give, per (stage, direction), the smallest ring
+K whose ``c mod K`` slots never overwrite a live buffer; the ring is that plus slack (at most M). The
+analysis runs for the schedule's class and shape, then is checked against the object's own
+``pipeline_order_with_comms`` where it has one, so an object whose order was replaced (a CSV, a
+hand-edited list) is refused. A (stage, direction) fed by a same-rank handoff gets no buffers at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pooltk.analysis.catalog import ScheduleAnalysisError, resolve_schedule
+from pooltk.analysis.lifetimes import DIRECTIONS, ScheduleShape, analyse, min_safe_ring
+from pooltk.analysis.programs import INERT_KINDS
+from pooltk.analysis.rings import ring_from_live
+
+__all__ = ["RingPlan", "plan_rings"]
+
+
+@dataclass(frozen=True, slots=True)
+class RingPlan:
+    """Ring sizes for every stage of one schedule shape, derived from its action order."""
+
+    schedule: str
+    n_microbatches: int
+    sizes: dict
+    """K per (stage, direction); 0 means that direction stays stock."""
+    min_safe: dict
+    """Smallest safe ``c mod K`` ring per (stage, direction) (0: no receives): the live set K is sized from."""
+    handoff: frozenset = frozenset()
+    """(stage, direction) pairs fed by a same-rank handoff (V schedules): no receive buffers at all."""
+    program: Any = field(default=None, compare=False, repr=False)
+    """The analysed :class:`~pooltk.analysis.programs.Program` (for rank-shared rings)."""
+    spans: tuple = field(default=(), compare=False, repr=False)
+    """Its receive lifetimes."""
+
+
+def _order_events(order: dict, rank: int) -> list[tuple[str, int, int]]:
+    out = []
+    for action in order.get(rank, []):
+        if action is None:
+            continue
+        for a in (action.sub_actions if getattr(action, "sub_actions", None) else (action,)):
+            kind = a.computation_type.value
+            if kind not in INERT_KINDS:
+                out.append((kind, a.stage_index, a.microbatch_index))
+    return out
+
+
+def plan_rings(schedule: object, rule: Any) -> RingPlan:
+    """Analyse the schedule object driving a setup; ``rule`` sizes rings (a PoolConfig). See [Note: auto rings].
+
+    Raises:
+        ScheduleAnalysisError: the schedule cannot be analysed (the message says why).
+    """
+    cls = type(schedule)
+    resolve_schedule(cls)  # refuses custom runtime (CSV) schedules, base classes, step overrides
+    n_mb = int(schedule._n_microbatches)
+    num_stages = int(schedule._num_stages)
+    pp = int(getattr(schedule, "pp_group_size", num_stages))
+    forward_only = not bool(getattr(schedule, "_has_backward", True))
+    prog, spans = analyse(ScheduleShape(schedule=cls, pp=pp, n_microbatches=n_mb, stages_per_rank=num_stages // pp,
+                                        forward_only=forward_only,
+                                        defer_pp_recv=bool(getattr(schedule, "_defer_pp_recv", False))))
+    order = getattr(schedule, "pipeline_order_with_comms", None)
+    if isinstance(order, dict) and order:
+        rank = int(getattr(schedule, "rank", 0))
+        mine = _order_events(order, rank)
+        if forward_only:
+            mine = [e for e in mine if e[0] not in ("RECV_B", "SEND_B", "B", "I", "W")]
+        if mine != [(e.kind, e.stage, e.microbatch) for e in prog.events.get(rank, ())]:
+            raise ScheduleAnalysisError(
+                f"{cls.__name__}: found an action order on rank {rank} that differs from the one torch builds for "
+                "its class and shape (a custom or loaded list?); required torch's own order to vouch for it.")
+    sizes, safe, handoff = {}, {}, set()
+    s2r = prog.stage_to_rank
+    for stage in range(prog.num_stages):
+        for direction in DIRECTIONS:
+            k0 = min_safe_ring(spans, stage, direction, n_mb)
+            safe[(stage, direction)] = k0
+            sizes[(stage, direction)] = ring_from_live(k0, n_mb, direction, rule)
+            neighbour = stage - 1 if direction == "forward" else stage + 1
+            if neighbour in s2r and s2r[neighbour] == s2r[stage] and not (forward_only and direction == "grad"):
+                handoff.add((stage, direction))
+    return RingPlan(schedule=cls.__name__, n_microbatches=n_mb, sizes=sizes, min_safe=safe,
+                    handoff=frozenset(handoff), program=prog, spans=tuple(spans))
