@@ -33,7 +33,7 @@ def main() -> None:
     ranks = None if args.ranks is None else [int(r) for r in args.ranks.split(",")]
     print(f"{args.preset}: {inputs.description}; {shape.describe()}")
     print(f"{'rank':>4} {'stages':>6} {'variant':>10} {'wall s':>7} {'cpu s':>7} {'storages':>9} {'peak GiB':>9} "
-          f"{'recv GiB':>8} {'model GiB':>9}  peak at")
+          f"{'recv GiB':>8}  peak at")
     last_cpu = [time.process_time()]
     rows: list = []
 
@@ -42,7 +42,7 @@ def main() -> None:
         last_cpu[0] = time.process_time()
         rows.append((r, cpu))
         print(f"{r.rank:>4} {','.join(map(str, r.stages)):>6} {r.variant:>10} {r.wall_s:>7.1f} {cpu:>7.1f} {r.storages:>9} "
-              f"{r.peak.bytes / 2**30:>9.2f} {r.category_max['recv_buffers'] / 2**30:>8.2f} {'':>9}  {r.peak.describe()}",
+              f"{r.peak.bytes / 2**30:>9.2f} {r.category_max['recv_buffers'] / 2**30:>8.2f}  {r.peak.describe()}",
               flush=True)
 
     est = estimate_memory(inputs.builder, shape, config=inputs.config, ranks=ranks,
