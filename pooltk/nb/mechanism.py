@@ -12,7 +12,7 @@ nothing is drawn by hand, and nothing reaches into the pool's internals:
   ([Note: counting overwrites]); :func:`slot_table` lists every receive with its slot;
 - :func:`guard_replay` replays the guard's rule (a post claims slot ``c mod K``; a post into a slot
   another microbatch still owns stops the step) over the order; notebook 02 runs the real guard;
-- :func:`layout_families` is the torch layout table (:mod:`pooltk.pool.adapters.families`);
+- :func:`layout_families` is the torch layout table (:mod:`pooltk.nb.layouts`);
 - :func:`explore` / :func:`render_explorer` / :func:`explorer_controls`: the notebook's explorer,
   recording what it computed in a :class:`MechanismState`.
 
@@ -399,7 +399,7 @@ def layout_families() -> pd.DataFrame:
     import pandas as pd
 
     import pooltk
-    from pooltk.pool.adapters.families import FAMILIES, layout_rows
+    from pooltk.nb.layouts import FAMILIES, layout_rows
 
     found = pooltk.probe().layout
     rows = layout_rows()

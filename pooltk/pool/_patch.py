@@ -1,6 +1,6 @@
 """The wrappers torch's stage methods get: setup (build the ring), receive posts, sends, compute, reset.
 
-Each wrapper belongs to one :class:`~pooltk.pool.state.Install` and passes straight through for a stage
+Each wrapper belongs to one install (its :class:`~pooltk.pool.report.InstallReport`) and passes straight through for a stage
 the pool does not manage, or once that install is undone. Setup is wrapped, not patched once, because a
 schedule runs it again at every eval/train switch. Every torch name comes from :mod:`pooltk.pool.adapters`.
 """
@@ -23,7 +23,8 @@ from pooltk.pool.guard import is_version_error, name_reuse
 from pooltk.pool.handoff import drop_handed, drop_handoff_buffers, real_buffer, template
 from pooltk.pool.ring import DirectionRing, recv_positions
 from pooltk.pool.sizing import ring_and_live
-from pooltk.pool.state import LATE, LOCK, NEW, RUNNING, SET_UP, Install, StageState, stage_state, state_for
+from pooltk.pool.report import InstallReport
+from pooltk.pool.state import LATE, LOCK, NEW, RUNNING, SET_UP, StageState, stage_state, state_for
 
 __all__ = ["give_back_stock_buffers", "kept_stock", "runtime_wrappers", "setup_wrapper"]
 
@@ -43,7 +44,7 @@ def _positions(infos_by_chunk: dict[int, tuple]) -> list[int]:
     return positions
 
 
-def _build(stage: Any, target: SetupTarget, st: StageState, install: Install, factory: PlaceholderFactory | None,
+def _build(stage: Any, target: SetupTarget, st: StageState, install: InstallReport, factory: PlaceholderFactory | None,
            observed: object | None) -> DirectionRing | None:
     """The ring one direction of a just-set-up stage receives into, bound onto its recv infos (None: stock).
 
@@ -153,7 +154,7 @@ def _pooled_line(stage: Any, st: StageState) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def setup_wrapper(original: Callable, target: SetupTarget, install: Install) -> Callable:
+def setup_wrapper(original: Callable, target: SetupTarget, install: InstallReport) -> Callable:
     """Decide, let torch set up (its buffers shape-only placeholders), then build the ring."""
 
     @functools.wraps(original)
@@ -168,10 +169,10 @@ def setup_wrapper(original: Callable, target: SetupTarget, install: Install) -> 
             raise
         st = state_for(self)
         st.phase, st.pooled, st.reason, st.schedule, st.plan = SET_UP, pool, reason, name, plan
-        st.report, st.observed = install.report, weakref.ref(observed) if observed is not None else None
+        st.report, st.observed = install, weakref.ref(observed) if observed is not None else None
         if not pool:
             st.set_ring(target.direction, None)
-            kept_stock(self, install.report, reason)
+            kept_stock(self, install, reason)
             return original(self, *args, **kwargs)
         st.n_microbatches = int(args[0] if args else kwargs["num_microbatches"])
         factory = PlaceholderFactory() if target.alloc_free else None
@@ -195,7 +196,6 @@ def setup_wrapper(original: Callable, target: SetupTarget, install: Install) -> 
         if ring is not None:
             with LOCK:
                 install.stages.add(self)
-                install.report.stages.add(self)
         return result
 
     return pooltk_setup
@@ -206,27 +206,27 @@ def setup_wrapper(original: Callable, target: SetupTarget, install: Install) -> 
 # ---------------------------------------------------------------------------------------
 
 
-def _first_use(stage: Any, install: Install) -> StageState:
+def _first_use(stage: Any, install: InstallReport) -> StageState:
     """Once per setup, at the stage's first compute: say its rings, decide the release ([Note: a stage's life])."""
     st = state_for(stage)
-    st.report = st.report or install.report
+    st.report = st.report or install
     if st.phase == SET_UP:
         if st.pooled:
             _pooled_line(stage, st)
-    elif st.phase == NEW and install.report.rings:  # set up before install: stock until its next setup
+    elif st.phase == NEW and install.rings:  # set up before install: stock until its next setup
         st.phase = LATE
         if getattr(stage, "args_recv_info", None):
-            kept_stock(stage, install.report, "found it set up before pooltk.install(), so its buffers are torch's "
+            kept_stock(stage, install, "found it set up before pooltk.install(), so its buffers are torch's "
                                               "until its next setup; fix: call pooltk.install() before the first step")
         return st
     elif st.phase == NEW:  # the lazy layout: no setup is wrapped, the release is the whole pool
         refused = refusal(stage, None)  # no call-stack look here: it would pin a running frame's locals
         st.pooled, st.reason = refused is None, refused or "the lazy layout: the release alone"
         if refused is not None:
-            kept_stock(stage, install.report, refused)
+            kept_stock(stage, install, refused)
     st.phase = RUNNING
     if st.pooled and not st.release and install.config.release and stage.is_last and stage.has_backward:
-        rel.start(stage, st, install.report.layout)
+        rel.start(stage, st, install.layout)
     return st
 
 
@@ -249,7 +249,7 @@ def _checked(fn: Callable, method: str) -> Callable:
     return wrapper
 
 
-def runtime_wrappers(originals: dict[str, Callable], install: Install) -> dict[str, Callable]:
+def runtime_wrappers(originals: dict[str, Callable], install: InstallReport) -> dict[str, Callable]:
     """The runtime wrappers for the methods in ``originals``; each passes through for unmanaged stages."""
 
     def managed(stage: Any) -> StageState | None:

@@ -42,7 +42,7 @@ from pooltk.pool.adapters.stage_api import (HANDOFF_METHODS, HOT_METHODS, OPTION
                                             defining_class, originals_of, signature_problems, stage_base)
 from pooltk.pool.gating import PoolSetupError, refusal
 from pooltk.pool.report import InstallReport, PoolWarning, make_report
-from pooltk.pool.state import CURRENT, LOCK, MISSING, Install, stage_state, state_for
+from pooltk.pool.state import CURRENT, LOCK, MISSING, stage_state, state_for
 
 __all__ = ["InstallReport", "PoolSetupError", "PoolWarning", "install", "installed", "pool_stage", "pooled", "probe",
            "stage_rings", "uninstall", "unpool_stage"]
@@ -75,8 +75,8 @@ def _patch_sites(layout: Layout) -> list[tuple[type, str]]:
 
 
 def _prepare(config: PoolConfig | None, fields: dict, schedule: str | None, force: bool, scope: str,
-             experiment: Any) -> Install | InstallReport:
-    """What every install form does first: the config, the layout, the report. An InstallReport: not installed."""
+             experiment: Any) -> InstallReport:
+    """What every install form does first: the config, the layout, the report (``installed`` False: stands down)."""
     if config is not None and fields:
         raise ValueError(f"pooltk: found config= and fields {sorted(fields)}; required one or the other.\n"
                          "Fix: pass PoolConfig(...) or keyword fields such as slack=2.")
@@ -90,12 +90,11 @@ def _prepare(config: PoolConfig | None, fields: dict, schedule: str | None, forc
                    "; release=False leaves nothing to do here")
     installed = layout is not None and not (layout.per_receive and not cfg.release)
     report = make_report(installed=installed, layout=layout, reason=reason, config=cfg, schedule=sched,
-                         force=force, scope=scope)
+                         force=force, scope=scope, experiment=experiment)
     if not installed:
         events.emit(report.events, events.not_installed_event(report.reason))
         warnings.warn(f"pooltk: not installed: {report.reason}", PoolWarning, stacklevel=4)
-        return report
-    return Install(config=cfg, schedule=sched, force=bool(force), report=report, layout=layout, experiment=experiment)
+    return report
 
 
 def install(config: PoolConfig | None = None, *, schedule: str | None = "1f1b", force: bool = False,
@@ -125,16 +124,16 @@ def _install(config: PoolConfig | None, fields: dict, schedule: str | None, forc
         if current is not None:
             same = (config or PoolConfig(**fields), schedule_key(schedule), bool(force), experiment)
             if same == (current.config, current.schedule, current.force, current.experiment):
-                return current.report
+                return current
             raise ValueError(f"pooltk: found a second install ({same[0].describe()}, schedule={same[1]!r}) while "
                              f"one is in force ({current.config.describe()}, schedule={current.schedule!r}).\n"
                              "Fix: pooltk.uninstall() first, or use the pooltk.pooled(...) context manager.")
         prepared = _prepare(config, fields, schedule, force, "process", experiment)
-        if isinstance(prepared, InstallReport):
+        if not prepared.installed:
             return prepared
-        originals = originals_of(stage_base(), _runtime_names(prepared.layout))
+        originals = originals_of(stage_base(), _runtime_names(prepared.found))
         patches = [(t.owner, t.name, setup_wrapper(t.owner.__dict__[t.name], t, prepared))
-                   for t in prepared.layout.setup_targets]
+                   for t in prepared.found.setup_targets]
         patches += [(defining_class(stage_base(), name), name, fn)
                     for name, fn in runtime_wrappers(originals, prepared).items()]
         for owner, name, fn in patches:
@@ -142,11 +141,10 @@ def _install(config: PoolConfig | None, fields: dict, schedule: str | None, forc
             setattr(owner, name, fn)
         CURRENT[0] = prepared
         cfg = prepared.config
-        events.emit(prepared.report.events, events.installed_event(
+        events.emit(prepared.events, events.installed_event(
             policy=getattr(getattr(experiment, "rule", None), "policy", "tight"), slack=cfg.slack,
-            grad_slack=cfg.grad_slack, schedule=prepared.schedule, layout=prepared.layout.name,
-            mode=prepared.report.mode))
-        return prepared.report
+            grad_slack=cfg.grad_slack, schedule=prepared.schedule, layout=prepared.layout, mode=prepared.mode))
+        return prepared
 
 
 def uninstall() -> bool:
@@ -165,14 +163,14 @@ def uninstall() -> bool:
             else:
                 setattr(owner, name, original)
         for stage in list(current.stages):
-            give_back_stock_buffers(stage, current.report, "found pooltk.uninstall(): the rings were replaced by stock "
+            give_back_stock_buffers(stage, current, "found pooltk.uninstall(): the rings were replaced by stock "
                                                            "buffers, one set per microbatch")
         return True
 
 
 def installed() -> InstallReport | None:
     """The process-wide install report in force, or None."""
-    return CURRENT[0].report if CURRENT[0] is not None else None
+    return CURRENT[0]
 
 
 @contextlib.contextmanager
@@ -201,24 +199,24 @@ def _pool_stage(stage: Any, config: PoolConfig | None, fields: dict, schedule: s
             raise ValueError("pooltk.pool_stage: found pooltk installed process-wide, which pools every stage.\n"
                              "Fix: pooltk.uninstall() first, or rely on the process-wide install.")
         prepared = _prepare(config, fields, schedule, force, "stage", experiment)
-        if isinstance(prepared, InstallReport):
+        if not prepared.installed:
             return prepared
         refused = refusal(stage, None)
         if refused is not None:  # binding would bypass the subclass's own methods ([Note: refusals])
-            report = make_report(installed=False, layout=prepared.layout, reason=refused, config=prepared.config,
+            report = make_report(installed=False, layout=prepared.found, reason=refused, config=prepared.config,
                                  schedule=prepared.schedule, force=force, scope="stage")
             kept_stock(stage, report, refused)
             return report
         base = stage_base()
-        bound: dict[str, Callable] = runtime_wrappers(originals_of(base, _runtime_names(prepared.layout)), prepared)
-        for t in prepared.layout.setup_targets:
+        bound: dict[str, Callable] = runtime_wrappers(originals_of(base, _runtime_names(prepared.found)), prepared)
+        for t in prepared.found.setup_targets:
             if isinstance(stage, t.owner):
                 bound[t.name] = setup_wrapper(t.owner.__dict__[t.name], t, prepared)
         for name, fn in bound.items():
             stage.__dict__[name] = fn.__get__(stage)
         st = state_for(stage)
-        st.instance_methods, st.bound, st.report = tuple(bound), prepared, prepared.report
-        return prepared.report
+        st.instance_methods, st.bound, st.report = tuple(bound), prepared, prepared
+        return prepared
 
 
 def unpool_stage(stage: Any) -> bool:
@@ -232,7 +230,7 @@ def unpool_stage(stage: Any) -> bool:
         for name in st.instance_methods:
             stage.__dict__.pop(name, None)
         st.instance_methods = ()
-        give_back_stock_buffers(stage, prepared.report, "found pooltk.unpool_stage(): the rings were replaced by "
+        give_back_stock_buffers(stage, prepared, "found pooltk.unpool_stage(): the rings were replaced by "
                                                         "stock buffers")
         return True
 

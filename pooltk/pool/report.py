@@ -1,4 +1,4 @@
-"""What ``install()`` / ``pool_stage()`` / ``probe()`` found and did: the report, made in one place."""
+"""An install and what it found and did: the object ``install()``, ``pool_stage()`` and ``probe()`` return."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ __all__ = ["InstallReport", "PoolWarning", "make_report"]
 
 
 class PoolWarning(UserWarning):
-    """pooltk left stock behaviour in place (unknown torch layout, schedule not allowlisted, ...)."""
+    """pooltk left stock behaviour in place (unknown torch layout, release turned off on the lazy layout)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class InstallReport:
-    """What ``install()`` / ``pool_stage()`` / ``probe()`` found and did."""
+    """One install (process-wide, or one stage's; or a probe): what it found, what it does, what happened."""
 
     installed: bool
     """True when pooltk is active: rings for allowlisted schedules and/or the last-stage release."""
@@ -31,24 +31,31 @@ class InstallReport:
     torch_version: str
     config: PoolConfig | None = None
     schedule: str | None = None
-    """Schedule name given at install (the observed schedule decides per stage where visible)."""
+    """Schedule name given at install (the schedule seen driving a setup decides where there is one)."""
     force: bool = False
     alloc_free: bool = False
     """True when only K buffer sets are ever allocated (no transient of all M at setup)."""
     scope: str = "process"
     """``process`` (class-level install), ``stage`` (one stage object) or ``probe``."""
     rings: bool = False
-    """True when receive buffers are pooled in rings (eager layouts). False on the lazy layout, where
-    torch already allocates each buffer per receive and pooltk installs only the release."""
+    """True when receive buffers are pooled in rings (eager layouts); False on the lazy layout (release only)."""
     release: bool = False
-    """True when the last stage's kept losses and outputs let go of their graphs after each backward
-    (see [Note: releasing what the schedule keeps] in pooltk/pool/release.py)."""
-    events: list = field(default_factory=list, compare=False)
-    """Every decision and per-stage outcome since this install, in order (:class:`PoolEvent`):
-    pooled with which rings, kept stock and why, slots re-homed by copy on conflict. The same
-    lines go to the ``pooltk`` logger on rank 0 (see [Note: pool log lines] in events.py)."""
-    stages: weakref.WeakSet = field(default_factory=weakref.WeakSet, compare=False, repr=False)
-    """The live stages this install gave a ring (what :meth:`usage` reads)."""
+    """True when the last stage's kept losses and outputs let go of their graphs after each backward."""
+    events: list = field(default_factory=list)
+    """Every decision and per-stage outcome, in order (:class:`PoolEvent`); the same lines go to the ``pooltk``
+    logger on rank 0 ([Note: pool log lines] in events.py)."""
+    stages: weakref.WeakSet = field(default_factory=weakref.WeakSet, repr=False)
+    """The live stages this install gave a ring (what :meth:`usage` reads; uninstall gives them stock buffers)."""
+    active: bool = False
+    """True while this install's wrappers act (an uninstalled one's wrappers pass through)."""
+    experiment: Any = field(default=None, repr=False)
+    """The harness's rings (pooltk.parity.experiments): guard, ring rule, sharing. None for users."""
+    found: Any = field(default=None, repr=False)
+    """The :class:`~pooltk.pool.adapters.Layout` installed on."""
+    originals: list = field(default_factory=list, repr=False)
+    """(class, attribute, original object or MISSING) replaced, in patch order."""
+    groups: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary, repr=False)
+    """schedule -> {boundary key: rank-shared ring group} ([Note: rank-shared rings])."""
 
     @property
     def mode(self) -> str:
@@ -56,11 +63,24 @@ class InstallReport:
         parts = [name for name, on in (("rings", self.rings), ("release", self.release)) if on]
         return "+".join(parts) if self.installed and parts else "stock"
 
+    @property
+    def guard(self) -> bool:
+        return getattr(self.experiment, "guard", getattr(self.config, "guard", True))
+
+    @property
+    def sharing(self) -> str:
+        return getattr(self.experiment, "sharing", getattr(self.config, "sharing", "rank"))
+
+    @property
+    def rule(self) -> Any:
+        """What sizes rings from live sets: the user's config, or the harness's rule."""
+        return getattr(self.experiment, "rule", None) or self.config
+
     def usage(self) -> list:
         """What every ring of this install held during its last step, beside stock and the live set.
 
-        One :class:`pooltk.pool.ring.RingUse` per live pooled stage and direction, by stage. A row whose
-        ``held_sets`` reaches ``stock`` saved nothing (a WARNING said why when it happened).
+        One :class:`pooltk.pool.ring.RingUse` per live pooled stage and direction. A row whose ``held_sets``
+        reaches ``stock`` saved nothing (a WARNING said why when it happened).
         """
         from pooltk.pool.state import stage_state
 
@@ -76,38 +96,21 @@ class InstallReport:
         return [e for e in self.events if e.stage is not None and (kind is None or e.kind == kind)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "installed": self.installed,
-            "layout": self.layout,
-            "reason": self.reason,
-            "torch_version": self.torch_version,
-            "config": self.config.to_dict() if self.config else None,
-            "schedule": self.schedule,
-            "force": self.force,
-            "alloc_free": self.alloc_free,
-            "scope": self.scope,
-            "rings": self.rings,
-            "release": self.release,
-            "mode": self.mode,
-            "events": [e.to_dict() for e in self.events],
-        }
+        names = ("installed", "layout", "reason", "torch_version", "schedule", "force", "alloc_free", "scope", "rings",
+                 "release", "mode")
+        return {**{n: getattr(self, n) for n in names}, "config": self.config.to_dict() if self.config else None,
+                "events": [e.to_dict() for e in self.events]}
 
 
 def make_report(*, installed: bool, layout: Any, reason: str, config: PoolConfig | None = None,
-                schedule: str | None = None, force: bool = False, scope: str = "process") -> InstallReport:
-    """The one way a report is made: what the layout allows follows from the layout itself.
-
-    ``layout`` is a :class:`pooltk.pool.adapters.Layout` or None. On an installed report, rings are on
-    for an eager layout, the release follows ``config.release``, and ``alloc_free`` is true when every
-    setup target can make its buffers lazily.
-    """
-    name = getattr(layout, "name", None)
-    eager = layout is not None and not getattr(layout, "per_receive", False)
-    targets = getattr(layout, "setup_targets", ()) or ()
-    release = bool(installed and layout is not None and (config is None or config.release))
+                schedule: str | None = None, force: bool = False, scope: str = "process",
+                experiment: Any = None) -> InstallReport:
+    """The one way a report is made: what the layout allows follows from the layout itself."""
+    eager = layout is not None and not layout.per_receive
+    targets = layout.setup_targets if layout is not None else ()
     return InstallReport(
-        installed=installed, layout=name, reason=reason, torch_version=str(getattr(torch, "__version__", "unknown")),
+        installed=installed, layout=getattr(layout, "name", None), reason=reason, torch_version=torch.__version__,
         config=config, schedule=schedule, force=bool(force), scope=scope,
         alloc_free=bool(installed and eager and targets and all(t.alloc_free for t in targets)),
-        rings=bool(installed and eager), release=release,
-    )
+        rings=bool(installed and eager), release=bool(installed and layout is not None and (config is None or config.release)),
+        active=installed and scope != "probe", experiment=experiment, found=layout)

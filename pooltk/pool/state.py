@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pooltk.config import PoolConfig
     from pooltk.pool.report import InstallReport
     from pooltk.pool.ring import DirectionRing
 
-__all__ = ["ATTR", "LOCK", "LATE", "NEW", "RUNNING", "SET_UP", "Install", "StageState", "stage_state", "state_for"]
+__all__ = ["ATTR", "CURRENT", "LATE", "LOCK", "MISSING", "NEW", "RUNNING", "SET_UP", "StageState", "stage_state",
+           "state_for"]
 
 ATTR = "_pooltk"
 NEW, SET_UP, RUNNING, LATE = "new", "set-up", "running", "late"
@@ -65,7 +65,7 @@ class StageState:
     """Log lines already emitted for this stage (each is said once)."""
     instance_methods: tuple[str, ...] = ()
     """Names :func:`pooltk.pool_stage` bound on the instance."""
-    bound: "Install | None" = None
+    bound: "InstallReport | None" = None
     """The install :func:`pooltk.pool_stage` made for this stage (ended by ``unpool_stage``)."""
 
     def rings(self) -> dict[str, "DirectionRing"]:
@@ -104,42 +104,8 @@ def state_for(stage: Any) -> StageState:
     return st
 
 
-@dataclass(slots=True, eq=False)
-class Install:
-    """One install (process-wide or one stage's): what it pools with and what it changed."""
-
-    config: "PoolConfig"
-    schedule: str | None
-    force: bool
-    report: "InstallReport"
-    layout: Any
-    experiment: Any = None
-    """The harness's rings (pooltk.parity.experiments): guard, ring rule, sharing. None for users."""
-    active: bool = True
-    """False once uninstalled: wrappers still referenced somewhere pass through."""
-    originals: list = field(default_factory=list)
-    """(class, attribute, original object or MISSING), in patch order."""
-    stages: "weakref.WeakSet[Any]" = field(default_factory=weakref.WeakSet)
-    """Live stages that hold a ring (given stock buffers back at uninstall)."""
-    groups: "weakref.WeakKeyDictionary" = field(default_factory=weakref.WeakKeyDictionary)
-    """schedule -> {boundary key: rank-shared ring group} ([Note: rank-shared rings])."""
-
-    @property
-    def guard(self) -> bool:
-        return getattr(self.experiment, "guard", getattr(self.config, "guard", True))
-
-    @property
-    def sharing(self) -> str:
-        return getattr(self.experiment, "sharing", getattr(self.config, "sharing", "rank"))
-
-    @property
-    def rule(self) -> Any:
-        """What sizes rings from live sets: the user's config, or the harness's rule."""
-        return getattr(self.experiment, "rule", None) or self.config
-
-
 MISSING = object()
 LOCK = threading.RLock()
 """Guards install, uninstall, pool_stage and the registry of pooled stages."""
-CURRENT: list[Install | None] = [None]
+CURRENT: list["InstallReport | None"] = [None]
 """The process-wide install in force, if any (a one-element list: rebinding stays inside this module)."""

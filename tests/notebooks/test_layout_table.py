@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pooltk.pool.adapters.families import FAMILIES, ROLES, Marker, layout_rows, markdown_table
+from pooltk.nb.layouts import FAMILIES, ROLES, Marker, layout_rows, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYOUTS = ROOT / "tests" / "compat" / "layouts"
@@ -70,4 +70,4 @@ def test_one_method_shared_by_two_families_is_one_row_said_so_and_no_row_repeats
 
 def test_docs_torch_compat_shows_the_table_as_the_code_has_it() -> None:
     doc = (ROOT / "docs" / "torch-compat.md").read_text()
-    assert markdown_table() in doc, "docs/torch-compat.md: paste pooltk.pool.adapters.families.markdown_table()"
+    assert markdown_table() in doc, "docs/torch-compat.md: paste pooltk.nb.layouts.markdown_table()"

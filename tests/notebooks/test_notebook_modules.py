@@ -86,7 +86,7 @@ def test_the_guard_replay_stops_exactly_when_a_receive_lands_on_a_held_slot(sche
 
 def test_the_layout_table_marks_exactly_the_family_probe_finds() -> None:
     import pooltk
-    from pooltk.pool.adapters.families import FAMILIES
+    from pooltk.nb.layouts import FAMILIES
 
     frame = mp.layout_families()
     assert list(frame.columns) == ["receive buffers", *(f.name for f in FAMILIES)]

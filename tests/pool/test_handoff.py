@@ -51,11 +51,11 @@ def test_a_none_gradient_handed_over_locally_reads_a_fresh_zero_buffer_or_is_ref
     from torch.distributed.pipelining.stage import _PipelineStageBase
 
     from pooltk.pool._patch import runtime_wrappers
-    from pooltk.pool.state import Install
+    from pooltk.pool.report import make_report
 
     originals = {n: getattr(_PipelineStageBase, n) for n in
                  ("set_local_bwd_input", "forward_one_chunk", "backward_one_chunk", "clear_runtime_states")}
-    install = Install(config=None, schedule=None, force=False, report=None, layout=None)
+    install = make_report(installed=True, layout=None, reason="test")
     wrapped = runtime_wrappers(originals, install)["set_local_bwd_input"]
     stock_stage, _ = _handoff_stage(torch.ones(2, 3))
     try:

@@ -16,7 +16,6 @@ import pooltk.pool._patch as patch_mod
 from pooltk import PoolConfig
 from pooltk.pool.adapters import SetupTarget, detect
 from pooltk.pool.report import make_report
-from pooltk.pool.state import Install
 
 _LAYOUT = detect().layout
 pytestmark = pytest.mark.skipif(_LAYOUT is None or _LAYOUT.per_receive, reason="this torch's layout is not pooled")
@@ -136,8 +135,7 @@ def _fake_setup(self, n_mb):
 
 def _setup(monkeypatch, config=PoolConfig(), pool=True, plan=None, report=None):
     """The grad setup of ``_FakeStage`` wrapped by a test install, the gate answering ``pool``."""
-    install = Install(config=config, schedule="1f1b", force=False, layout=_LAYOUT,
-                      report=report or make_report(installed=True, layout=_LAYOUT, reason="test", config=config))
+    install = report or make_report(installed=True, layout=_LAYOUT, reason="test", config=config, schedule="1f1b")
     monkeypatch.setattr(patch_mod, "decide", lambda **_: (pool, "test", "1f1b", plan, None))
     target = SetupTarget(owner=_FakeStage, name="setup", direction="grad", infos_attr="grad_recv_info",
                          alloc_free=True)
@@ -185,8 +183,9 @@ def test_uninstall_gives_a_live_pooled_stage_stock_buffers_and_says_unpooled(mon
 
     report = pooltk.install(grad_slack=0)
     setup, install = _setup(monkeypatch, PoolConfig(grad_slack=0), report=report)
-    CURRENT[0].stages.add(stage := _FakeStage(stage_index=0))
+    stage = _FakeStage(stage_index=0)
     setup(stage, 4)
+    assert stage in CURRENT[0].stages
     assert pooltk.stage_rings(stage)["grad"].size == 1
     pooltk.uninstall()
     assert pooltk.stage_rings(stage) == {} and len(_storages(stage)) == 4

@@ -1,9 +1,9 @@
-"""The layout-family facts live once (pooltk.pool.adapters.families) and agree with detection."""
+"""The layout-family facts live once (pooltk.nb.layouts) and agree with detection."""
 
 from __future__ import annotations
 
 from pooltk.pool.adapters import detect
-from pooltk.pool.adapters.families import FAMILIES
+from pooltk.nb.layouts import FAMILIES
 
 
 def test_the_detected_family_is_listed_and_every_one_of_its_markers_is_defined_here() -> None:
@@ -11,8 +11,3 @@ def test_the_detected_family_is_listed_and_every_one_of_its_markers_is_defined_h
     assert found is not None, detect().reason
     (family,) = [f for f in FAMILIES if f.name == found.name]
     assert all(m.defined() for m in family.markers), [m.where for m in family.markers if not m.defined()]
-
-
-def test_families_are_named_once_and_oldest_first() -> None:
-    names = [f.name for f in FAMILIES]
-    assert names == ["prepare-infra", "setup-recv-info", "lazy"]
