@@ -19,7 +19,7 @@ import argparse
 import statistics
 import time
 
-from pooltk import PoolConfig
+from pooltk.parity.experiments import Rings
 from pooltk.parity import ParitySpec, Variant, default_variants, run_parity
 
 
@@ -61,7 +61,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=256)
     args = ap.parse_args()
 
-    tight, noguard = PoolConfig(slack=2), PoolConfig(slack=2, guard=False)
+    tight, noguard = Rings(slack=2), Rings(slack=2, guard=False)
     variants = []
     for r in range(args.rounds):
         variants += [
@@ -70,8 +70,8 @@ def main() -> None:
             Variant(name=f"noguard#{r}", pooled=True, config=noguard),
         ]
     variants += [
-        Variant(name="automodel", pooled=True, config=PoolConfig(policy="automodel")),
-        Variant(name="liveset", pooled=True, config=PoolConfig(slack=0, grad_slack=0)),
+        Variant(name="automodel", pooled=True, config=Rings(policy="automodel")),
+        Variant(name="liveset", pooled=True, config=Rings(slack=0, grad_slack=0)),
     ]
     spec = ParitySpec(pp=args.pp, microbatches=args.microbatches, steps=args.steps, hidden=args.hidden,
                       timeout_s=900, variants=tuple(variants))
@@ -86,7 +86,7 @@ def main() -> None:
 
     print(f"[bench] timing the pp4 parity check (pooltk parity defaults) ...", flush=True)
     t0 = time.perf_counter()
-    check = run_parity(ParitySpec(pp=4, microbatches=16, steps=3, variants=default_variants([PoolConfig()])))
+    check = run_parity(ParitySpec(pp=4, microbatches=16, steps=3, variants=default_variants([Rings()])))
     parity_wall = time.perf_counter() - t0
 
     print()

@@ -29,7 +29,7 @@ import csv
 import sys
 import time
 
-from pooltk import PoolConfig
+from pooltk.parity.experiments import Rings
 from pooltk.analysis.lifetimes import DIRECTIONS, ScheduleShape, analyse
 from pooltk.analysis.programs import resolve_schedule
 from pooltk.analysis.sharing import rank_rings
@@ -40,9 +40,9 @@ from pooltk.parity import ParitySpec, Variant, run_parity
 SCHEDULES = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 VPP = 2
 CONFIGS = {
-    "per-stage": PoolConfig(sharing="stage"),
-    "rank": PoolConfig(sharing="rank"),
-    "rank0": PoolConfig(slack=0, grad_slack=0, sharing="rank"),
+    "per-stage": Rings(sharing="stage"),
+    "rank": Rings(sharing="rank"),
+    "rank0": Rings(slack=0, grad_slack=0, sharing="rank"),
 }
 
 

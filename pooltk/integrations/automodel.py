@@ -9,9 +9,8 @@ Automodel users switch its own pool on in YAML::
         pp_recv_buffer_pool: true          # Automodel's key: pool the receive buffers
         pp_recv_buffer_pool_slack: 2       # Automodel's key: forward ring slack
         pooltk:                            # optional: pooltk implements the pool
-          policy: tight                    # tight | automodel | measure
           grad_slack: 1
-          guard: true
+          release: true                    # the last stage lets the schedule's kept graphs go
           schedule: 1f1b                   # 1f1b | auto (every schedule pooltk can analyse)
 
 and launch with ``python -m pooltk.integrations.automodel -c cfg.yaml`` (under ``torchrun``),
@@ -36,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pooltk._validate import InputError, check_choice, check_int
-from pooltk.config import POLICIES, PoolConfig
+from pooltk.config import PoolConfig
 from pooltk.integrations.common import TwoPoolsError, import_trainer
 
 __all__ = [
@@ -61,7 +60,7 @@ POOL_MODULE = "nemo_automodel.components.distributed.pipelining.recv_buffer_pool
 
 IMPLEMENTATIONS: tuple[str, ...] = ("pooltk", "automodel")
 SCHEDULES: tuple[str, ...] = ("1f1b", "auto")
-_POOLTK_KEYS = ("implementation", "policy", "grad_slack", "guard", "schedule")
+_POOLTK_KEYS = ("implementation", "grad_slack", "release", "schedule")
 _KEY = "distributed.pipeline"
 
 
@@ -83,7 +82,7 @@ class AutomodelPoolPlan:
     implements the pool, ``pp_recv_buffer_pool`` set to False (see [Note: one pool per class])."""
 
     def describe(self) -> str:
-        """One line for logs: ``pooltk tight slack=2 grad_slack=1 guard=on schedule=1f1b``."""
+        """One line for logs: ``pooltk slack=2 grad_slack=1 schedule=1f1b``."""
         if self.config is None:
             return self.implementation
         return f"pooltk {self.config.describe()} schedule={self.schedule}"
@@ -118,7 +117,7 @@ def plan(pipeline: Mapping[str, Any] | None) -> AutomodelPoolPlan:
                                  schedule=None, pipeline=block)
     if not isinstance(extra, Mapping):
         raise InputError(f"{_KEY}.pooltk", found=repr(extra), required="a mapping of pooltk options",
-                         fix="write the options indented under `pooltk:` (policy, grad_slack, guard, schedule).")
+                         fix="write the options indented under `pooltk:` (grad_slack, release, schedule).")
     unknown = sorted(set(extra) - set(_POOLTK_KEYS))
     if unknown:
         raise InputError(f"{_KEY}.pooltk", found=f"unknown key(s) {', '.join(map(repr, unknown))}",
@@ -126,11 +125,9 @@ def plan(pipeline: Mapping[str, Any] | None) -> AutomodelPoolPlan:
                          fix="remove the key or correct its spelling.")
     implementation = check_choice(f"{_KEY}.pooltk.implementation", extra.get("implementation", "pooltk"),
                                   IMPLEMENTATIONS, fix="use 'pooltk', or drop the pooltk block for Automodel's pool.")
-    policy = check_choice(f"{_KEY}.pooltk.policy", extra.get("policy", "tight"), POLICIES,
-                          fix="use 'tight' (per-direction rings) or 'automodel' (the original single ring).")
     grad_slack = check_int(f"{_KEY}.pooltk.grad_slack", extra.get("grad_slack", 1), low=0,
                            fix="use 0 for the live-set limit or 1 (the default).")
-    guard = _flag(f"{_KEY}.pooltk.guard", extra.get("guard", True))
+    release = _flag(f"{_KEY}.pooltk.release", extra.get("release", True))
     schedule = extra.get("schedule", "1f1b")
     check_choice(f"{_KEY}.pooltk.schedule", schedule, SCHEDULES,
                  fix="use '1f1b' (pool 1F1B only, like Automodel) or 'auto' (every schedule pooltk can analyse).")
@@ -142,7 +139,7 @@ def plan(pipeline: Mapping[str, Any] | None) -> AutomodelPoolPlan:
         raise InputError(f"{_KEY}.pp_schedule_csv", found=repr(block["pp_schedule_csv"]),
                          required="a named schedule when pooltk implements the pool",
                          fix="use pp_schedule (e.g. 1f1b), or set pp_recv_buffer_pool: false for a CSV schedule.")
-    config = PoolConfig(slack=slack, grad_slack=grad_slack, policy=policy, guard=guard)
+    config = PoolConfig(slack=slack, grad_slack=grad_slack, release=release)
     gate = "auto" if schedule == "auto" else str(block.get("pp_schedule") or "1f1b").lower()
     block["pp_recv_buffer_pool"] = False
     return AutomodelPoolPlan(implementation="pooltk", config=config, schedule=gate, pipeline=block)

@@ -4,14 +4,14 @@ Replace ``-m torchtitan.train`` by ``-m pooltk.integrations.torchtitan`` in the 
 every other argument is torchtitan's own::
 
     torchrun --nproc-per-node 2 -m pooltk.integrations.torchtitan \\
-        --pooltk.policy tight --pooltk.slack 2 \\
+        --pooltk.slack 2 \\
         --module llama3 --config llama3_debugmodel --parallelism.pipeline_parallel_degree 2 ...
 
 Each rank installs pooltk before torchtitan builds its stages, then runs ``torchtitan.train``
 as ``__main__`` (``runpy``), exactly as ``python -m torchtitan.train`` would. pooltk's options
 are ``--pooltk.<field> VALUE`` (removed from the arguments torchtitan sees) or environment
-variables ``POOLTK_<FIELD>`` (``POOLTK_POLICY=tight``); fields: ``policy``, ``slack``,
-``grad_slack``, ``guard`` (true/false), ``schedule`` (``1f1b`` or ``auto``), ``enable``
+variables ``POOLTK_<FIELD>`` (``POOLTK_SLACK=2``); fields: ``slack``, ``grad_slack``, ``release``
+(true/false), ``schedule`` (``1f1b`` or ``auto``), ``enable``
 (false: run torchtitan stock through the same entry), ``device`` (``auto``: torchtitan's own
 choice; ``cpu``: see [Note: torchtitan device]). Flags win over the environment.
 
@@ -50,7 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pooltk._validate import InputError, check_choice, check_int
-from pooltk.config import POLICIES, SHARINGS, PoolConfig
+from pooltk.config import PoolConfig
 from pooltk.integrations.common import import_trainer
 
 __all__ = ["PIP", "PROVEN", "TitanPoolOptions", "force_device", "install", "main", "options_from"]
@@ -61,7 +61,7 @@ PROVEN: dict[str, str] = {"torchtitan": "0.3.0", "torch": "2.14.1"}
 PIP = 'pip install "torch==2.14.1" && pip install "torch==2.14.1" "torchtitan==0.3.0" triton'
 """How to get the trainer (torchtitan 0.3.0 calls torch 2.14 APIs and imports triton)."""
 
-FIELDS: tuple[str, ...] = ("enable", "policy", "slack", "grad_slack", "guard", "schedule", "device", "sharing")
+FIELDS: tuple[str, ...] = ("enable", "slack", "grad_slack", "release", "schedule", "device")
 DEVICES: tuple[str, ...] = ("auto", "cpu")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -74,7 +74,7 @@ class TitanPoolOptions:
     """False runs torchtitan stock through the same entry (the A/B baseline)."""
 
     config: PoolConfig = PoolConfig()
-    """The pool's config (``--pooltk.policy/slack/grad_slack/guard/sharing``)."""
+    """The pool's config (``--pooltk.slack/grad_slack/release``)."""
 
     schedule: str = "1f1b"
     """``1f1b`` (pool Schedule1F1B only) or ``auto``; see [Note: torchtitan gating]."""
@@ -119,22 +119,17 @@ def options_from(argv: Sequence[str], env: Mapping[str, str] | None = None) -> t
             rest.append(arg)
         i += 1
     enable = _bool("--pooltk.enable", raw.get("enable", "true"))
-    policy = check_choice("--pooltk.policy", raw.get("policy", "tight"), POLICIES,
-                          fix="use tight (per-direction rings) or automodel (the original single ring).")
     ints = {}
     for key, default in (("slack", 2), ("grad_slack", 1)):
         text = str(raw.get(key, default))
         ints[key] = check_int(f"--pooltk.{key}", int(text) if text.lstrip("-").isdigit() else text, low=0,
                               fix="use 0 for the live-set limit or a small positive integer.")
-    guard = _bool("--pooltk.guard", raw.get("guard", "true"))
+    release = _bool("--pooltk.release", raw.get("release", "true"))
     schedule = check_choice("--pooltk.schedule", raw.get("schedule", "1f1b"), ("1f1b", "auto"),
                             fix="use 1f1b (pool 1F1B only) or auto (every schedule pooltk analyses).")
     device = check_choice("--pooltk.device", raw.get("device", "auto"), DEVICES,
                           fix="use auto (torchtitan picks) or cpu (CPU/gloo runs).")
-    sharing = check_choice("--pooltk.sharing", raw.get("sharing", "rank"), SHARINGS,
-                           fix="use rank (a rank's stages share one ring per direction and boundary) or stage.")
-    config = PoolConfig(policy=policy, slack=ints["slack"], grad_slack=ints["grad_slack"], guard=guard,
-                        sharing=sharing)
+    config = PoolConfig(slack=ints["slack"], grad_slack=ints["grad_slack"], release=release)
     return TitanPoolOptions(enable=enable, config=config, schedule=schedule, device=device), rest
 
 

@@ -388,11 +388,12 @@ def _md_table(frame: Any, floatfmt: str = "{:,.2f}") -> str:
 
 def _parity_section(config: ReportConfig, out: Path) -> tuple[list[str], Any, str | None]:
     """Run the pp4 parity check; return its markdown lines, the report (or ``None``) and the error."""
-    from pooltk import PoolConfig, PoolOverrunError
+    from pooltk import PoolOverrunError
     from pooltk.parity import ParityRankError, ParitySpec, ParityTimeoutError, default_variants, run_parity
+    from pooltk.parity.experiments import Rings
     from pooltk.parity.tables import bytes_frame
 
-    configs = [PoolConfig(slack=2), PoolConfig(slack=0, grad_slack=0), PoolConfig(slack=2, policy="automodel")]
+    configs = [Rings(slack=2), Rings(slack=0, grad_slack=0), Rings(slack=2, policy="automodel")]
     spec = ParitySpec(pp=config.parity_pp, microbatches=config.parity_microbatches, steps=config.parity_steps,
                       timeout_s=240, variants=default_variants(configs, frontends=("manual", "tracing")))
     try:

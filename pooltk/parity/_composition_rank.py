@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pooltk.analysis.lifetimes import DIRECTIONS
+from pooltk.analysis.rings import RingRule
 from pooltk.parity.compositions import VARIANTS, Composition
 from pooltk.parity.recv_counter import RecvCounter
 
@@ -185,12 +186,11 @@ def _bounds(case: Composition, rank_stages: list[int], pp_rank: int) -> dict[str
     """Per direction: the sets the analysis says the rank's rings hold (live set + slack)."""
     from pooltk.analysis.lifetimes import ScheduleShape, analyse
     from pooltk.analysis.sharing import rank_rings
-    from pooltk.config import PoolConfig
 
     prog, spans = analyse(ScheduleShape(schedule=case.schedule, pp=case.pp, n_microbatches=case.microbatches,
                                         stages_per_rank=case.stages_per_rank))
     out = dict.fromkeys(DIRECTIONS, 0)
-    for ring in rank_rings(prog, spans, PoolConfig()):
+    for ring in rank_rings(prog, spans, RingRule()):
         if ring.rank == pp_rank:
             out[ring.direction] += ring.size
     return out

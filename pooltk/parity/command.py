@@ -72,8 +72,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--timeout", type=float, default=120.0, help="wall-clock bound in seconds (default 120)")
 
 
-FIELDS = {"PoolConfig.slack": "--slack", "PoolConfig.grad_slack": "--grad-slack",
-          "PoolConfig.forward_shortfall": "--shortfall", "PoolConfig.policy": "--policy"}
+FIELDS = {"RingRule.slack": "--slack", "RingRule.grad_slack": "--grad-slack",
+          "RingRule.forward_shortfall": "--shortfall", "RingRule.policy": "--policy",
+          "PoolConfig.slack": "--slack", "PoolConfig.grad_slack": "--grad-slack"}
 """Library fields these flags set, for re-wording an error that names a field ([Note: command-line errors])."""
 
 
@@ -152,10 +153,10 @@ def _check_stages_per_rank(args: argparse.Namespace) -> None:
 
 
 def spec_from_args(args: argparse.Namespace):
-    from pooltk.config import PoolConfig
     from pooltk.parity import ParitySpec, default_variants
+    from pooltk.parity.experiments import Rings
 
-    config = PoolConfig(slack=args.slack, grad_slack=args.grad_slack, policy=args.policy, guard=not args.no_guard,
+    config = Rings(slack=args.slack, grad_slack=args.grad_slack, policy=args.policy, guard=not args.no_guard,
                         forward_shortfall=args.shortfall, sharing=args.sharing)
     frontends = ("manual", "tracing") if args.frontend == "both" else (args.frontend,)
     variants = default_variants([config], frontends=frontends, schedule=args.schedule, force=args.force,

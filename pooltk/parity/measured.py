@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from pooltk.config import PoolConfig
+from pooltk.parity.experiments import Rings
 from pooltk.memory.model import MemoryModelError, PipelineShape, harness_boundary, model_memory
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -138,7 +138,7 @@ def _config_of(rows: pd.DataFrame) -> PoolConfig:
         raise MemoryModelError("measurement", found=f"no pooled launch for shape {rows.shape.iloc[0]!r}",
                                required="stock and pooled launches of every shape", fix="rerun `pooltk memory --measure`.")
     first = pooled.iloc[0]
-    return PoolConfig(slack=int(first.slack), grad_slack=int(first.grad_slack), policy=str(first.policy))
+    return Rings(slack=int(first.slack), grad_slack=int(first.grad_slack), policy=str(first.policy))
 
 
 def measured_vs_modelled(raw: pd.DataFrame, *, goal: float = GOAL) -> pd.DataFrame:

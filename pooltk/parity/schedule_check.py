@@ -19,7 +19,7 @@ from typing import Any
 
 from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.analysis.programs import CATALOG
-from pooltk.config import PoolConfig
+from pooltk.parity.experiments import Rings
 from pooltk.pool.guard import PoolOverrunError
 from pooltk.parity.launch import ParityRankError, ParityTimeoutError, run_parity
 from pooltk.parity.spec import ParitySpec, Variant
@@ -31,9 +31,9 @@ __all__ = ["STAGES_PER_RANK", "ScheduleCheck", "check_schedules", "guard_catch"]
 STAGES_PER_RANK: dict[str, int] = {name: entry.stages_per_rank for name, entry in CATALOG.items()}
 """Stages per rank each schedule is validated with (from the one catalog, :data:`pooltk.analysis.programs.CATALOG`)."""
 
-_MEASURE = PoolConfig(policy="measure", sharing="stage")
-_TIGHT0 = PoolConfig(slack=0, grad_slack=0, sharing="stage")
-_RANK0 = PoolConfig(slack=0, grad_slack=0, sharing="rank")
+_MEASURE = Rings(policy="measure", sharing="stage")
+_TIGHT0 = Rings(slack=0, grad_slack=0, sharing="stage")
+_RANK0 = Rings(slack=0, grad_slack=0, sharing="rank")
 
 
 def _variants(schedule: str) -> list[Variant]:
@@ -206,7 +206,7 @@ def guard_catch(schedule: str, *, timeout_s: float = 300.0) -> str:
             break
     else:
         return "n/a: every forward live set is 1 at pp2/pp4, no smaller ring exists"
-    cfg = PoolConfig(slack=0, grad_slack=0, forward_shortfall=1)
+    cfg = Rings(slack=0, grad_slack=0, forward_shortfall=1)
     spec = ParitySpec(pp=pp, microbatches=m, steps=1, timeout_s=timeout_s, variants=(
         Variant(name="stock", schedule=schedule, stages_per_rank=vpp),
         Variant(name="short", schedule=schedule, stages_per_rank=vpp, pooled=True, config=cfg, force=True,

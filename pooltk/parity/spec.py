@@ -6,8 +6,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pooltk.config import PoolConfig
+from pooltk.parity.experiments import Rings
 
-__all__ = ["BUFFERS", "FRONTENDS", "ParitySpec", "Variant", "default_variants", "with_fresh"]
+__all__ = ["BUFFERS", "FRONTENDS", "ParitySpec", "Variant", "as_rings", "default_variants", "with_fresh"]
 
 Frontend = Literal["manual", "tracing"]
 FRONTENDS: tuple[str, ...] = ("manual", "tracing")
@@ -26,7 +27,8 @@ class Variant:
     """torch schedule name as ``get_schedule_class`` takes it (``1F1B``, ``GPipe``)."""
     pooled: bool = False
     """False: stock torch (the reference). True: pooltk installed with ``config``."""
-    config: PoolConfig | None = None
+    config: Rings | None = None
+    """What the pooled variant pools with (a PoolConfig given is taken as the Rings a user chooses)."""
     force: bool = False
     """Pool even if the schedule is not allowlisted (negative controls)."""
     eval_between_steps: bool = False
@@ -57,6 +59,10 @@ class Variant:
     ``stock`` or ``fresh``. In a launch with ``fresh``, put the reference last among the
     unpooled variants of its run key (the launcher compares losses with the last one)."""
 
+    def __post_init__(self) -> None:
+        if isinstance(self.config, PoolConfig):
+            object.__setattr__(self, "config", as_rings(self.config))
+
     @property
     def run_key(self) -> tuple:
         """Variants with equal keys must produce identical numbers when the pool is correct."""
@@ -71,7 +77,7 @@ class Variant:
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "Variant":
         d = dict(d)
-        d["config"] = PoolConfig(**d["config"]) if d.get("config") else None
+        d["config"] = Rings(**d["config"]) if d.get("config") else None
         return Variant(**d)
 
 
@@ -152,7 +158,14 @@ class ParitySpec:
         return ParitySpec(**d)
 
 
-def _config_label(config: PoolConfig) -> str:
+def as_rings(config: Rings | PoolConfig) -> Rings:
+    """A PoolConfig as the Rings it builds; Rings as they are."""
+    if isinstance(config, PoolConfig):
+        return Rings(slack=config.slack, grad_slack=config.grad_slack, release=config.release)
+    return config
+
+
+def _config_label(config: Rings) -> str:
     label = config.policy
     if config.policy == "measure":
         return label
@@ -184,7 +197,7 @@ def _check_stage_kind(v: Variant) -> None:
 
 
 def default_variants(
-    configs: list[PoolConfig] | tuple[PoolConfig, ...] = (PoolConfig(),),
+    configs: list[Rings | PoolConfig] | tuple[Rings | PoolConfig, ...] = (Rings(),),
     *,
     frontends: tuple[str, ...] = ("manual",),
     schedule: str = "1f1b",
@@ -200,7 +213,7 @@ def default_variants(
     for fe in frontends:
         out.append(Variant(name=f"stock/{sched}/{fe}{suffix}", frontend=fe, schedule=schedule,
                            eval_between_steps=eval_between_steps, stages_per_rank=stages_per_rank))
-        for cfg in configs:
+        for cfg in map(as_rings, configs):
             out.append(Variant(name=f"{_config_label(cfg)}/{sched}/{fe}{suffix}", frontend=fe, schedule=schedule,
                                pooled=True, config=cfg, force=force, eval_between_steps=eval_between_steps,
                                stages_per_rank=stages_per_rank, install_schedule=install_schedule))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pooltk.analysis.lifetimes import DIRECTIONS
-from pooltk.config import PoolConfig
+from pooltk.parity.experiments import Rings
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -35,7 +35,7 @@ def bytes_frame(report: ParityReport) -> pd.DataFrame:
     pooled = next(v for v in report.variants if v.pooled)
     stock = stock_of(report, pooled.name)
     spec = report.spec
-    config = PoolConfig(**pooled.config) if pooled.config else PoolConfig()
+    config = Rings(**pooled.config) if pooled.config else Rings()
     model = expected_bytes(pp=spec.pp, n_microbatches=spec.microbatches, config=config, schedule=pooled.schedule,
                            boundaries=harness_boundary(rows=spec.rows_per_microbatch, seq_len=spec.seq_len,
                                                        hidden=spec.hidden))

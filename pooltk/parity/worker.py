@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from pooltk.analysis.lifetimes import DIRECTIONS
+from pooltk.parity import experiments
 from pooltk.parity.models import FuzzStage, ToyModel, fuzz_loss, make_batch, make_stage_module
 from pooltk.parity.spec import ParitySpec, Variant
 from pooltk.pool.adapters.stage_api import RECV_INFO_ATTRS
@@ -170,13 +171,13 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
     report = None
     sched_name = variant.install_schedule or variant.schedule
     if variant.pooled and variant.scope == "process":
-        report = pooltk.install(variant.config, schedule=sched_name, force=variant.force)
+        report = experiments.install(variant.config, schedule=sched_name, force=variant.force)
     try:
         counter = _AllocationCounter()
         stages = _build_stages(spec, variant, rank, world, device)
         if variant.pooled and variant.scope == "stage":
             for st in stages:
-                report = pooltk.pool_stage(st, variant.config, schedule=sched_name, force=variant.force)
+                report = experiments.pool_stage(st, variant.config, schedule=sched_name, force=variant.force)
         posted: dict[int, list] = {st.stage_index: [] for st in stages}
         fresh_layout = None
         if variant.buffers == "fresh":

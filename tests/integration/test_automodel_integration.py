@@ -28,11 +28,9 @@ def test_automodel_keys_alone_leave_automodel_pool_in_charge():
 
 
 def test_pooltk_block_makes_pooltk_the_implementation_with_automodel_slack():
-    choice = am.plan(_pipeline(pp_recv_buffer_pool_slack=0,
-                               pooltk={"policy": "automodel", "grad_slack": 0, "guard": False}))
+    choice = am.plan(_pipeline(pp_recv_buffer_pool_slack=0, pooltk={"grad_slack": 0, "release": False}))
     assert choice.implementation == "pooltk"
-    assert (choice.config.slack, choice.config.policy, choice.config.grad_slack, choice.config.guard) == \
-        (0, "automodel", 0, False)
+    assert choice.config == pooltk.PoolConfig(slack=0, grad_slack=0, release=False)
     assert choice.schedule == "1f1b"
     # Automodel must neither see the pooltk key nor install its own pool next to pooltk.
     assert "pooltk" not in choice.pipeline and choice.pipeline["pp_recv_buffer_pool"] is False
@@ -44,7 +42,7 @@ def test_schedule_auto_gates_on_auto_and_named_schedule_otherwise():
 
 
 def test_pool_flag_off_means_stock_even_with_pooltk_block():
-    choice = am.plan(_pipeline(pp_recv_buffer_pool=False, pooltk={"policy": "tight"}))
+    choice = am.plan(_pipeline(pp_recv_buffer_pool=False, pooltk={"grad_slack": 1}))
     assert choice.implementation == "stock" and choice.config is None
     assert am.plan(None).implementation == "stock"
 
@@ -52,7 +50,8 @@ def test_pool_flag_off_means_stock_even_with_pooltk_block():
 @pytest.mark.parametrize("block, what", [
     (_pipeline(pp_recv_buffer_pool="yes"), "pp_recv_buffer_pool"),
     (_pipeline(pp_recv_buffer_pool_slack=-1), "pp_recv_buffer_pool_slack"),
-    (_pipeline(pooltk={"policy": "loose"}), "pooltk.policy"),
+    (_pipeline(pooltk={"release": "yes"}), "pooltk.release"),
+    (_pipeline(pooltk={"policy": "automodel"}), "pooltk"),  # a ring no user chooses is not an option
     (_pipeline(pooltk={"slak": 1}), "pooltk"),
     (_pipeline(pooltk={"schedule": "gpipe"}), "pooltk.schedule"),
     (_pipeline(pooltk="tight"), "pooltk"),
@@ -66,10 +65,10 @@ def test_bad_yaml_values_name_key_found_required_fix(block, what):
 
 
 def test_apply_on_a_yaml_dict_installs_pooltk_and_rewrites_the_block(clean_install):
-    cfg = {"distributed": {"pp_size": 2, "pipeline": _pipeline(pooltk={"policy": "tight"})}}
+    cfg = {"distributed": {"pp_size": 2, "pipeline": _pipeline(pooltk={"grad_slack": 1})}}
     choice, report = am.apply(cfg)
     assert report is not None and pooltk.installed() is not None
-    assert report.config == pooltk.PoolConfig(slack=2, policy="tight")
+    assert report.config == pooltk.PoolConfig(slack=2)
     assert cfg["distributed"]["pipeline"]["pp_recv_buffer_pool"] is False
     assert "pooltk" not in cfg["distributed"]["pipeline"]
 

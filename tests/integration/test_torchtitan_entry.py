@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+import pooltk
 from pooltk._validate import InputError
 from pooltk.integrations import torchtitan as tt
 
@@ -37,17 +38,17 @@ FAKE_TRAIN = textwrap.dedent("""
 
 def test_pooltk_flags_are_split_from_torchtitan_arguments_in_order():
     options, rest = tt.options_from(
-        ["--module", "llama3", "--pooltk.slack", "0", "--config", "x", "--pooltk.policy=automodel",
+        ["--module", "llama3", "--pooltk.slack", "0", "--config", "x", "--pooltk.release=false",
          "--pooltk.grad-slack", "0", "--training.steps", "5"], env={})
     assert rest == ["--module", "llama3", "--config", "x", "--training.steps", "5"]
-    assert (options.config.slack, options.config.policy, options.config.grad_slack) == (0, "automodel", 0)
+    assert options.config == pooltk.PoolConfig(slack=0, grad_slack=0, release=False)
     assert options.enable and options.schedule == "1f1b"
 
 
 def test_environment_sets_options_and_flags_win():
     options, _ = tt.options_from(["--pooltk.slack", "1"], env={"POOLTK_SLACK": "3", "POOLTK_SCHEDULE": "auto",
-                                                               "POOLTK_GUARD": "false"})
-    assert options.config.slack == 1 and options.schedule == "auto" and options.config.guard is False
+                                                               "POOLTK_RELEASE": "false"})
+    assert options.config.slack == 1 and options.schedule == "auto" and options.config.release is False
 
 
 @pytest.mark.parametrize("argv, what", [
@@ -55,8 +56,8 @@ def test_environment_sets_options_and_flags_win():
     (["--pooltk.slack", "-1"], "--pooltk.slack"),
     (["--pooltk.slack", "two"], "--pooltk.slack"),
     (["--pooltk.schedule", "gpipe"], "--pooltk.schedule"),
-    (["--pooltk.guard", "maybe"], "--pooltk.guard"),
-    (["--pooltk.policy"], "--pooltk.policy"),
+    (["--pooltk.release", "maybe"], "--pooltk.release"),
+    (["--pooltk.policy", "automodel"], "--pooltk.<field>"),  # a ring no user chooses is not an option
 ])
 def test_bad_options_name_flag_found_required_fix(argv, what):
     with pytest.raises(InputError) as err:

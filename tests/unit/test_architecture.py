@@ -203,6 +203,10 @@ def _package_of(module: str) -> str:
     return ".".join(parts[:2]) if len(parts) > 2 or (PKG / parts[-1]).is_dir() else parts[0]
 
 
+SEAM = {("pooltk.parity.experiments", "pooltk.pool.install")}
+"""The one private door between packages: the harness's rings reach the pool there ([Note: the harness seam])."""
+
+
 def test_no_module_imports_a_private_name_of_another_package() -> None:
     bad = []
     for name, imports in ALL.items():
@@ -215,7 +219,7 @@ def test_no_module_imports_a_private_name_of_another_package() -> None:
                 continue  # root helpers (pooltk._validate) are every package's; a package's own privates are its own
             private_module = any(p.startswith("_") and not p.startswith("__") for p in imp.module.split("."))
             private_names = [n for n in imp.names if n.startswith("_") and not n.startswith("__")]
-            if private_module or private_names:
+            if (private_module or private_names) and (name, imp.module) not in SEAM:
                 bad.append(f"{name}:{imp.line} takes {imp.module} {private_names or ''}")
     assert not bad, "\n".join(bad)
 

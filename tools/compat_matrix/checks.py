@@ -85,7 +85,7 @@ def _pytest(paths: list[str], tmp: Path, name: str, extra: list[str]) -> dict[st
 
 
 def _variant_facts(v: Any, boundary: int, installed: bool) -> dict[str, Any]:
-    from pooltk import PoolConfig
+    from pooltk.parity.experiments import Rings
     from pooltk.analysis.lifetimes import DIRECTIONS
     from pooltk.pool.sizing import ring_sizes, stock_sets
 
@@ -96,7 +96,7 @@ def _variant_facts(v: Any, boundary: int, installed: bool) -> dict[str, Any]:
     rehomes = {str(s): [v.recv[s][d].get("rehomes", 0) for d in DIRECTIONS] for s in sorted(v.recv)}
     expect = None
     if v.pooled and installed:
-        cfg = PoolConfig(**v.config)
+        cfg = Rings(**v.config)
         expect = {str(s): ring_sizes(PP, s, MICROBATCHES, cfg) for s in v.recv}
     elif not v.pooled:
         expect = {str(s): stock_sets(PP, s, MICROBATCHES) for s in v.recv}
@@ -144,17 +144,17 @@ def _negative(report: Any, schedule: str | None = None) -> dict[str, Any]:
 
 def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
     """Positive: every policy, both frontends, an eval/train switch; one launch, live buffers counted in the ranks."""
-    from pooltk import PoolConfig
+    from pooltk.parity.experiments import Rings
     from pooltk.analysis.lifetimes import DIRECTIONS
     from pooltk.parity import ParitySpec, default_variants
 
     live_dir = tmp / "live"
     live_dir.mkdir()
     os.environ[LIVE_DIR_ENV] = str(live_dir)
-    configs = [PoolConfig(slack=2), PoolConfig(slack=0, grad_slack=0), PoolConfig(policy="automodel")]
+    configs = [Rings(slack=2), Rings(slack=0, grad_slack=0), Rings(policy="automodel")]
     variants = (default_variants(configs, frontends=("manual",))
-                + default_variants([PoolConfig(slack=2)], frontends=("tracing",))
-                + default_variants([PoolConfig(slack=1)], eval_between_steps=True))
+                + default_variants([Rings(slack=2)], frontends=("tracing",))
+                + default_variants([Rings(slack=1)], eval_between_steps=True))
     spec = ParitySpec(pp=PP, microbatches=MICROBATCHES, steps=STEPS, timeout_s=600, variants=variants)
     report, secs = _launch(spec, prelude=PRELUDE)
     res["check_seconds"]["parity"] = round(secs, 1)
@@ -200,19 +200,19 @@ def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
 
 def _negative_controls() -> dict[str, Any]:
     """Guard off: one launch, both controls, must diverge when pooled. Guard on: each must raise PoolOverrunError."""
-    from pooltk import PoolConfig
+    from pooltk.parity.experiments import Rings
     from pooltk.parity import ParitySpec, default_variants
 
-    short_off = PoolConfig(slack=0, guard=False, forward_shortfall=1)
-    gpipe_off = PoolConfig(slack=0, guard=False)
+    short_off = Rings(slack=0, guard=False, forward_shortfall=1)
+    gpipe_off = Rings(slack=0, guard=False)
     neg: dict[str, Any] = {}
     report, _ = _launch(ParitySpec(pp=PP, microbatches=MICROBATCHES, steps=STEPS, timeout_s=600,
                                    variants=default_variants([short_off], force=True)
                                    + default_variants([gpipe_off], schedule="GPipe", force=True)))
     neg["guard_off_short"] = _negative(report, "1f1b")
     neg["guard_off_gpipe"] = _negative(report, "gpipe")
-    for key, cfg, sched in (("guard_on_short", PoolConfig(slack=0, forward_shortfall=1), "1F1B"),
-                            ("guard_on_gpipe", PoolConfig(slack=0), "GPipe")):
+    for key, cfg, sched in (("guard_on_short", Rings(slack=0, forward_shortfall=1), "1F1B"),
+                            ("guard_on_gpipe", Rings(slack=0), "GPipe")):
         report, _ = _launch(ParitySpec(pp=PP, microbatches=MICROBATCHES, steps=1, timeout_s=600,
                                        variants=default_variants([cfg], schedule=sched, force=True)))
         neg[key] = _negative(report)

@@ -45,24 +45,25 @@ def variant_spec(name: str) -> dict:
         # a model that hooks its received input's gradient (ranks.hook_received_inputs, pytorch issue #185331)
         "stock_input_hook": dict(schedule="1f1b", pool="stock", input_hook=True),
         "fresh_input_hook": dict(schedule="1f1b", pool="fresh", input_hook=True),
-        "pooltk_input_hook": dict(schedule="1f1b", pool="pooltk", policy="tight", slack=2, grad_slack=1,
+        "pooltk_input_hook": dict(schedule="1f1b", pool="pooltk", slack=2, grad_slack=1,
                                   input_hook=True),
         "automodel_pool_s2": dict(schedule="1f1b", pool="automodel", slack=2),
         "automodel_pool_s0": dict(schedule="1f1b", pool="automodel", slack=0),
-        "pooltk_tight": dict(schedule="1f1b", pool="pooltk", policy="tight", slack=2, grad_slack=1),
-        "pooltk_live": dict(schedule="1f1b", pool="pooltk", policy="tight", slack=0, grad_slack=0),
-        "pooltk_automodel_policy": dict(schedule="1f1b", pool="pooltk", policy="automodel", slack=2),
+        "pooltk_tight": dict(schedule="1f1b", pool="pooltk", slack=2, grad_slack=1),
+        "pooltk_live": dict(schedule="1f1b", pool="pooltk", slack=0, grad_slack=0),
+        # Automodel's single ring built by pooltk for A/B: a ring no user chooses (the harness seam, below)
+        "pooltk_automodel_policy": dict(schedule="1f1b", pool="pooltk", slack=2, rings={"policy": "automodel"}),
         "stock_interleaved": dict(schedule="Interleaved1F1B", pool="stock"),
-        "pooltk_auto_interleaved": dict(schedule="Interleaved1F1B", pool="pooltk", policy="tight", slack=0,
+        "pooltk_auto_interleaved": dict(schedule="Interleaved1F1B", pool="pooltk", slack=0,
                                         grad_slack=0, gate="auto"),
         "stock_gpipe": dict(schedule="gpipe", pool="stock"),
         "automodel_pool_gpipe_forced": dict(schedule="gpipe", pool="automodel", slack=0, forced=True),
-        "pooltk_gpipe_forced": dict(schedule="gpipe", pool="pooltk", policy="tight", slack=0, grad_slack=0,
+        "pooltk_gpipe_forced": dict(schedule="gpipe", pool="pooltk", slack=0, grad_slack=0,
                                     gate="gpipe", forced=True),
         # a forward-only step whose last stage returns a view of its received input (alias_eval)
         "stock_alias_eval": dict(schedule="1f1b", pool="stock", alias_eval=True),
         "automodel_pool_alias_eval": dict(schedule="1f1b", pool="automodel", slack=2, alias_eval=True),
-        "pooltk_alias_eval": dict(schedule="1f1b", pool="pooltk", policy="tight", slack=0, grad_slack=0,
+        "pooltk_alias_eval": dict(schedule="1f1b", pool="pooltk", slack=0, grad_slack=0,
                                   alias_eval=True),
     }
     return specs[name]
@@ -127,8 +128,15 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
     if interleaved:
         pipeline["layers_per_stage"] = layers // (2 * args.pp)
     if spec["pool"] == "pooltk":
-        pipeline["pooltk"] = {"policy": spec["policy"], "grad_slack": spec.get("grad_slack", 1),
+        pipeline["pooltk"] = {"grad_slack": spec.get("grad_slack", 1),
                               "schedule": "auto" if spec.get("gate") == "auto" else "1f1b"}
+    if spec.get("rings"):  # the plan stays the user's; the install takes the harness's rings instead
+        from pooltk.parity import experiments
+        from pooltk.parity.experiments import Rings
+
+        am_integration.enable = lambda choice: experiments.install(
+            Rings(slack=choice.config.slack, grad_slack=choice.config.grad_slack, **spec["rings"]),
+            schedule=choice.schedule)
     if spec.get("forced"):
         # Negative control: each pool forced under GPipe, outside its own gate.
         pipeline["pp_recv_buffer_pool"] = False
@@ -138,7 +146,7 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
 
             install_recv_buffer_pool(slack=spec["slack"])
         else:
-            pooltk.install(pooltk.PoolConfig(policy="tight", slack=spec["slack"], grad_slack=spec["grad_slack"]),
+            pooltk.install(pooltk.PoolConfig(slack=spec["slack"], grad_slack=spec["grad_slack"]),
                            schedule="gpipe", force=True)
         choice = am_integration.plan(pipeline)
     else:

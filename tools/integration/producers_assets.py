@@ -59,7 +59,7 @@ POOLS: dict[str, dict] = {
     "stock": {"pp_recv_buffer_pool": False},
     "automodel_pool": {"pp_recv_buffer_pool": True, "pp_recv_buffer_pool_slack": 2},
     "pooltk": {"pp_recv_buffer_pool": True, "pp_recv_buffer_pool_slack": 2,
-               "pooltk": {"policy": "tight", "grad_slack": 1}},
+               "pooltk": {"grad_slack": 1}},
 }
 """Pool name -> its ``distributed.pipeline`` keys, as a user writes them (Automodel's own keys, and
 the ``pooltk`` block of :mod:`pooltk.integrations.automodel`)."""

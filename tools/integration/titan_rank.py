@@ -19,6 +19,8 @@ per stage what ``fresh_stage`` found, how many buffers were posted to receives a
 distinct storages those were (all kept alive until the run ends, so a reused storage would show).
 ``--input-hook``: every stage but the first hooks its received input's gradient
 (``ranks.hook_received_inputs``, the pattern of pytorch issue #185331).
+``--rings JSON``: the entry installs pooltk with these ``pooltk.parity.experiments.Rings`` (a ring no user
+chooses, such as Automodel's single ring) through the harness seam, in place of its own config.
 """
 
 from __future__ import annotations
@@ -83,15 +85,24 @@ def _fresh_posts(report, posted: list) -> dict:
 def main() -> None:
     args = sys.argv[1:]
     if len(args) < 2 or args[0] != "--record":
-        raise SystemExit("usage: titan_rank.py --record FILE [--fresh] [--input-hook] "
+        raise SystemExit("usage: titan_rank.py --record FILE [--fresh] [--input-hook] [--rings JSON] "
                          "<pooltk.integrations.torchtitan arguments>")
     record_path, entry_args = args[1], args[2:]
     use_fresh = entry_args[:1] == ["--fresh"]
     entry_args = entry_args[1:] if use_fresh else entry_args
     input_hook = entry_args[:1] == ["--input-hook"]
     entry_args = entry_args[1:] if input_hook else entry_args
+    rings = json.loads(entry_args[1]) if entry_args[:1] == ["--rings"] else None
+    entry_args = entry_args[2:] if rings is not None else entry_args
     from pooltk.integrations import torchtitan as entry
 
+    if rings is not None:  # [Note: the harness seam]: the same entry, the harness's rings
+        from pooltk.parity import experiments
+        from pooltk.parity.experiments import Rings
+
+        entry.install = lambda options: experiments.install(
+            Rings(**{"slack": options.config.slack, "grad_slack": options.config.grad_slack, **rings}),
+            schedule=options.schedule)
     options, _ = entry.options_from(entry_args)
     entry.force_device(options.device)  # what main() does first; here so the observers can import torchtitan
     stages: list = []

@@ -41,21 +41,23 @@ VARIANTS: dict[str, dict] = {
     # name -> schedule (run_suite.BASELINE spelling), pool, and the entry's --pooltk flags
     "stock": dict(schedule="1f1b", pool="stock", flags={"enable": "false"}),
     "fresh": dict(schedule="1f1b", pool="fresh", flags={"enable": "false"}),
-    "pooltk_tight": dict(schedule="1f1b", pool="pooltk", flags={"policy": "tight", "slack": "2", "grad_slack": "1"}),
-    "pooltk_live": dict(schedule="1f1b", pool="pooltk", flags={"policy": "tight", "slack": "0", "grad_slack": "0"}),
-    "pooltk_automodel_policy": dict(schedule="1f1b", pool="pooltk", flags={"policy": "automodel", "slack": "2"}),
+    "pooltk_tight": dict(schedule="1f1b", pool="pooltk", flags={"slack": "2", "grad_slack": "1"}),
+    "pooltk_live": dict(schedule="1f1b", pool="pooltk", flags={"slack": "0", "grad_slack": "0"}),
+    # Automodel's single ring, built by pooltk for A/B: a ring no user chooses, through the harness seam (--rings)
+    "pooltk_automodel_policy": dict(schedule="1f1b", pool="pooltk", flags={"slack": "2"},
+                                    rings={"policy": "automodel", "slack": 2}),
     "stock_interleaved": dict(schedule="Interleaved1F1B", pool="stock", flags={"enable": "false"}),
     "fresh_interleaved": dict(schedule="Interleaved1F1B", pool="fresh", flags={"enable": "false"}),
     "pooltk_auto_interleaved": dict(schedule="Interleaved1F1B", pool="pooltk",
-                                    flags={"policy": "tight", "slack": "0", "grad_slack": "0", "schedule": "auto"}),
+                                    flags={"slack": "0", "grad_slack": "0", "schedule": "auto"}),
     "stock_gpipe": dict(schedule="gpipe", pool="stock", flags={"enable": "false"}),
     "fresh_gpipe": dict(schedule="gpipe", pool="fresh", flags={"enable": "false"}),
-    "pooltk_gated_gpipe": dict(schedule="gpipe", pool="pooltk", flags={"policy": "tight", "slack": "0"}),
+    "pooltk_gated_gpipe": dict(schedule="gpipe", pool="pooltk", flags={"slack": "0"}),
     # every stage but the first hooks its received input's gradient (ranks.hook_received_inputs)
     "stock_input_hook": dict(schedule="1f1b", pool="stock", flags={"enable": "false"}, input_hook=True),
     "fresh_input_hook": dict(schedule="1f1b", pool="fresh", flags={"enable": "false"}, input_hook=True),
     "pooltk_input_hook": dict(schedule="1f1b", pool="pooltk", input_hook=True,
-                              flags={"policy": "tight", "slack": "2", "grad_slack": "1"}),
+                              flags={"slack": "2", "grad_slack": "1"}),
 }
 """Every variant; ``fresh*``: stock with every receive in a new buffer (titan_rank.py ``--fresh``, the
 reference besides stock); pooltk_gated_gpipe: GPipe with the default 1f1b gate (pooltk must keep it stock)."""
@@ -95,7 +97,8 @@ def rank_args(name: str, record: Path) -> list[str]:
     """titan_rank.py and its own options for one variant (``--fresh``, ``--input-hook``), before the entry's."""
     spec = VARIANTS[name]
     return [str(ROOT / "tools/integration/titan_rank.py"), "--record", str(record),
-            *(["--fresh"] if spec["pool"] == "fresh" else []), *(["--input-hook"] if spec.get("input_hook") else [])]
+            *(["--fresh"] if spec["pool"] == "fresh" else []), *(["--input-hook"] if spec.get("input_hook") else []),
+            *(["--rings", json.dumps(spec["rings"])] if spec.get("rings") else [])]
 
 
 def launch(name: str, pp: int, out: Path, assets: Path, python: str, steps: int, microbatches: int,
