@@ -6,7 +6,7 @@ Published (discuss.pytorch.org/t/221886, "Question about GPU memory usage when u
 training under larger micro batch count", 2025): torchtitan v0.1.0 with FSDP2 + PP 1F1B, 4 GPUs as DP2 x PP2,
 llama3-8b pruned to 16 layers, ``--training.seq_len 4096 --activation_checkpoint.mode full
 --training.local_batch_size 16``, torch 2.9.0.dev20250725; peak memory as torch's max reserved (GB as the log
-prints it), rank 0 = stage 0 and rank 2 = stage 1:
+prints it; torchtitan's memory line prints GiB), rank 0 = stage 0 and rank 2 = stage 1:
 
     microbatches   stage 0   stage 1
                2     35.75     40.30
