@@ -1,15 +1,15 @@
 """An installed wheel works away from the repository, in the two installs pooltk promises.
 
 - ``pip install pooltk`` (the torch-only install): the wheel in a fresh venv that sees torch, what
-  torch itself needs, and PyYAML, nothing else (no pandas, numpy, seaborn, Jupyter). The pool, the
-  analysis and ``pooltk memory`` (presets, YAML configs, the fits answer) run there; what needs the
-  lab stack says so and how to get it.
+  torch itself needs, PyYAML and numpy (torch's stage shape inference needs it), nothing else (no
+  pandas, seaborn, Jupyter). A pooled pipeline, the analysis and ``pooltk memory`` (presets, YAML
+  configs, the fits answer) run there; what needs the lab stack says so and how to get it.
 - ``pip install pooltk[lab]``: the same wheel in a venv that sees the project's whole environment
   through a ``.pth`` line (Python adds it to ``sys.path`` without running the editable finder that
   points back at the checkout); the log readers and the claims ledger run there.
 
 Every command runs with a temporary folder as its working directory, so no module may read a path
-inside the checkout. The wheel's metadata is checked too: only torch and PyYAML unconditionally.
+inside the checkout. The wheel's metadata is checked too: only torch, PyYAML and numpy unconditionally.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-# What a torch-only install holds besides pooltk: torch, what torch itself needs, and PyYAML.
+# What a torch-only install holds besides pooltk: torch, what torch itself needs, PyYAML and numpy.
 BASE_ENV = ("torch", "torchgen", "functorch", "typing_extensions", "sympy", "mpmath", "networkx", "jinja2",
-            "markupsafe", "fsspec", "filelock", "yaml")
-LAB_ONLY = ("pandas", "numpy", "seaborn", "matplotlib", "jupyterlab", "ipywidgets", "nbclient", "nbformat")
+            "markupsafe", "fsspec", "filelock", "yaml", "numpy")
+LAB_ONLY = ("pandas", "seaborn", "matplotlib", "jupyterlab", "ipywidgets", "nbclient", "nbformat")
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +92,9 @@ def torch_only(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> dict[st
         origin = Path(spec.origin)
         src = origin.parent if origin.name == "__init__.py" else origin
         (base / src.name).symlink_to(src)
+        libs = src.with_name(src.name + ".libs")  # a wheel's bundled shared libraries (numpy.libs)
+        if libs.is_dir():
+            (base / libs.name).symlink_to(libs)
     return _venv(tmp, wheel, str(base))
 
 
@@ -101,7 +104,7 @@ def _run(installed: dict[str, Path], *args: str) -> subprocess.CompletedProcess:
                           cwd=installed["work"], env=env)
 
 
-def test_the_wheel_asks_for_torch_and_pyyaml_alone_and_puts_the_lab_stack_behind_an_extra(wheel: Path) -> None:
+def test_the_wheel_asks_for_torch_pyyaml_and_numpy_alone_and_puts_the_lab_stack_behind_an_extra(wheel: Path) -> None:
     from packaging.requirements import Requirement
 
     with zipfile.ZipFile(wheel) as zf:
@@ -109,8 +112,8 @@ def test_the_wheel_asks_for_torch_and_pyyaml_alone_and_puts_the_lab_stack_behind
     reqs = [Requirement(line.split(":", 1)[1].strip()) for line in meta.splitlines() if line.startswith("Requires-Dist:")]
     base = sorted(r.name.lower() for r in reqs if r.marker is None)
     lab = {r.name.lower() for r in reqs if r.marker is not None and r.marker.evaluate({"extra": "lab"})}
-    assert base == ["pyyaml", "torch"], base
-    assert {"pandas", "numpy", "seaborn", "matplotlib", "jupyterlab"} <= lab, lab
+    assert base == ["numpy", "pyyaml", "torch"], base
+    assert {"pandas", "seaborn", "matplotlib", "jupyterlab"} <= lab, lab
 
 
 def test_the_torch_only_install_has_no_lab_stack(torch_only: dict[str, Path]) -> None:
@@ -133,6 +136,18 @@ def test_probe_and_the_memory_model_run_in_the_torch_only_install(torch_only: di
     out = _run(torch_only, "memory", "--config", str(yaml_config), "--json")
     assert out.returncode == 0, out.stderr[-2000:]
     assert '"pp": 8' in out.stdout
+
+
+def test_a_pooled_pipeline_runs_in_the_torch_only_install_bitwise_equal_to_stock(torch_only: dict[str, Path]) -> None:
+    """Two gloo ranks, stock then pooled, torch's own shape inference (which needs numpy) included."""
+    out = _run(torch_only, "parity", "--pp", "2", "--microbatches", "4", "--steps", "2", "--json")
+    assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-2000:])
+    import json
+
+    report = json.loads(out.stdout[out.stdout.index("{"):])
+    assert report["bitwise_equal"] is True
+    pooled = [v for v in report["variants"] if v["pooled"]]
+    assert pooled and all(v["stages"]["1"]["rings"]["forward"] < 4 for v in pooled)  # a ring, not M sets
 
 
 def test_what_needs_the_lab_stack_says_so_in_the_torch_only_install(torch_only: dict[str, Path]) -> None:
