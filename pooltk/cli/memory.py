@@ -103,6 +103,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     est.add_argument("--run-log", metavar="PATH", help="calibrate the overhead from this run's logged peak (Automodel or torchtitan log)")
     est.add_argument("--k3-story", action="store_true", help="print the Kimi-K3 story: the PR's OOM and headroom beside the model")
     est.add_argument("--real", action="store_true", help="real CPU tensors instead of fake ones (small widths only: a check)")
+    est.add_argument("--jobs", type=int, default=1, help="replay this many (rank, variant) pairs at once, each in its own "
+                     "process (default 1)")
     out = parser.add_argument_group("output")
     out.add_argument("--unit", choices=("gib", "gb", "mib"), default="gib", help="table unit (gib = 2**30, gb = 1e9)")
     out.add_argument("--compare", metavar="PRESET", help="another preset beside this one, per stage (rank), with the difference")
@@ -472,7 +474,7 @@ def _estimate(args: argparse.Namespace) -> int:
     estimate = estimate_memory(inputs.builder, inputs.shape, config=inputs.config, training=training,
                                variants=[v.strip() for v in args.variants.split(",") if v.strip()],
                                ranks=_csv_ints("--ranks", args.ranks), fake=not args.real, model=inputs.description,
-                               progress=progress)
+                               progress=progress, jobs=args.jobs)
     verdict = None
     if args.capacity is not None or args.run_log or args.overhead_gib is not None:
         overhead = DEFAULT_OVERHEAD
@@ -557,7 +559,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.estimate or args.k3_story:
         fields = {**_FIELDS, "model": "--model-config", "variants": "--variants", "ranks": "--ranks",
-                  "Training.steps": "--steps", "ep": "--ep", "split": "--split"}
+                  "Training.steps": "--steps", "ep": "--ep", "split": "--split", "jobs": "--jobs"}
         try:
             return _k3(args) if args.k3_story and not args.estimate else _estimate(args)
         except (MemoryModelError, ValueError) as exc:

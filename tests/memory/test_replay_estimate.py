@@ -154,3 +154,13 @@ def test_outputs_the_step_returns_are_kept_outputs_never_receive_buffers():
     logits = 1 * 8 * 40 * 2  # one microbatch's bf16 (1, 8, vocab 40) output
     assert kept.category_max["kept_outputs"] >= 2 * 4 * logits  # the M chunks and their merged copy
     assert kept.category_max["recv_buffers"] == plain.category_max["recv_buffers"] == 4 * SET
+
+
+def test_replays_in_worker_processes_are_the_same_replays_in_the_same_order():
+    builder, shape = decoder_builder(CFG, rows=1, seq_len=8), PipelineShape(pp=2, n_microbatches=2)
+    here = estimate_memory(builder, shape, variants=("stock", "pooled"), ranks=[1])
+    there = estimate_memory(builder, shape, variants=("stock", "pooled"), ranks=[1], jobs=2)
+    assert [(r.rank, r.variant, dict(r.at_peak), r.peak.bytes) for r in here.replays] == [
+        (r.rank, r.variant, dict(r.at_peak), r.peak.bytes) for r in there.replays]
+    with pytest.raises(MemoryModelError, match=r"^jobs: found a builder that does not pickle"):
+        estimate_memory(lambda s, n: None, shape, ranks=[0], variants=("stock", "pooled"), jobs=2)
