@@ -31,7 +31,7 @@ from typing import Any
 
 from pooltk.config import PoolConfig
 from pooltk.memory.configs import ConfigKeyError, Overrides, load_automodel_config, pipeline_from_overrides
-from pooltk.memory.decoder.builder import DecoderBuilder, decoder_builder
+from pooltk.memory.decoder.builder import decoder_builder
 from pooltk.memory.decoder.config import DecoderConfig, decoder_config
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.known_models import known_model_config
@@ -55,11 +55,6 @@ class EstimateInputs:
     """One line: the model and its micro batch."""
     sources: tuple[str, ...]
     """Where each part came from."""
-
-
-def _decoder(cfg: DecoderConfig, shape: PipelineShape, rows: int, seq: int, *, checkpointing: bool, split: Any,
-             ep: int) -> DecoderBuilder:
-    return decoder_builder(cfg, rows=rows, seq_len=seq, checkpointing=checkpointing, split=split, ep=ep)
 
 
 def _with_vpp(shape: PipelineShape, vpp: int | None) -> PipelineShape:
@@ -191,8 +186,10 @@ def estimate_inputs(
     if suffix == ".toml":
         shape, rows, seq, model, ckpt, file_ep, sources = _torchtitan(path, o, model_config, o.dtype, checkpointing)
     elif suffix in (".yaml", ".yml"):
-        preset = load_automodel_config(path, o)
-        cfg = __import__("yaml").safe_load(path.read_text(encoding="utf-8"))
+        import yaml
+
+        preset = load_automodel_config(path, o)  # reads and checks the file first: its errors name the keys
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
         model, where = _automodel_model(cfg, model_config, o.dtype)
         shape = preset.shape
         rows = preset.boundary.activations[0].shape[0]
@@ -212,5 +209,5 @@ def estimate_inputs(
         file_ep = 1
         sources = [str(path), f"pipeline from flags: {', '.join(o.given())}"]
     shape = _with_vpp(shape, vpp)
-    built = _decoder(model, shape, rows, seq, checkpointing=ckpt, split=split, ep=ep or file_ep)
+    built = decoder_builder(model, rows=rows, seq_len=seq, checkpointing=ckpt, split=split, ep=ep or file_ep)
     return EstimateInputs(builder=built, shape=shape, config=pool, description=built.describe(), sources=tuple(sources))

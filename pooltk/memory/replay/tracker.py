@@ -69,8 +69,6 @@ _PHASE_CATEGORY: dict[str, str] = {
 }
 """The category a storage starts with, by the phase it is allocated in (re-labelled later where the replay learns more)."""
 
-PHASES: tuple[str, ...] = tuple(_PHASE_CATEGORY)
-
 _RECV_OPS = frozenset({torch.ops.c10d.recv_.default, torch.ops.c10d.recv_any_source_.default})
 """The c10d ops that write a receive buffer (their first argument: a list of tensors)."""
 
