@@ -6,17 +6,17 @@ pooled). Modelled: pooltk.memory.model.expected_bytes for the same shape, bounda
 
 import pytest
 
-from pooltk import PoolConfig
+from pooltk.parity.experiments import Rings
 from pooltk.memory.model import expected_bytes, harness_boundary
 from pooltk.parity import ParitySpec, default_variants, run_parity
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(600)]
 
 CASES = [
-    (4, 8, [PoolConfig(slack=2), PoolConfig(slack=0, grad_slack=0), PoolConfig(policy="automodel", slack=0),
-            PoolConfig(policy="automodel", slack=2)]),
-    (2, 6, [PoolConfig(slack=1, grad_slack=0), PoolConfig(policy="automodel", slack=1)]),
-    (3, 3, [PoolConfig(slack=0), PoolConfig(slack=5, grad_slack=3)]),
+    (4, 8, [Rings(slack=2), Rings(slack=0, grad_slack=0), Rings(policy="automodel", slack=0),
+            Rings(policy="automodel", slack=2)]),
+    (2, 6, [Rings(slack=1, grad_slack=0), Rings(policy="automodel", slack=1)]),
+    (3, 3, [Rings(slack=0), Rings(slack=5, grad_slack=3)]),
 ]
 
 
@@ -30,7 +30,7 @@ def test_modelled_bytes_equal_measured_bytes_on_real_stages(pp, m, configs, no_l
     stock = report.variants[0]
     checked = 0
     for v in report.variants[1:]:
-        model = expected_bytes(pp=pp, n_microbatches=m, boundaries=boundary, config=PoolConfig(**v.config))
+        model = expected_bytes(pp=pp, n_microbatches=m, boundaries=boundary, config=Rings(**v.config))
         for stage in range(pp):
             for d in ("forward", "grad"):
                 exp = model[(stage, d)]
@@ -51,7 +51,7 @@ def test_modelled_rank_bytes_equal_the_distinct_storages_each_rank_holds(schedul
     from pooltk.memory.shape import PipelineShape
     from pooltk.parity import Variant
 
-    configs = {"rank": PoolConfig(), "rank0": PoolConfig(slack=0, grad_slack=0), "stage": PoolConfig(sharing="stage")}
+    configs = {"rank": Rings(), "rank0": Rings(slack=0, grad_slack=0), "stage": Rings(sharing="stage")}
     base = dict(schedule=schedule, stages_per_rank=2)
     variants = (Variant(name="stock", **base),) + tuple(
         Variant(name=k, pooled=True, config=c, install_schedule="auto", **base) for k, c in configs.items())

@@ -5,13 +5,14 @@ Each test is one launch (startup of 4 ranks dominates: 5-8 s here), bounded by t
 
 import pytest
 
-from pooltk import PoolConfig, PoolOverrunError
+from pooltk import PoolOverrunError
+from pooltk.parity.experiments import Rings
 from pooltk.parity import ParitySpec, default_variants, run_parity
 from pooltk.pool.sizing import ring_sizes, stock_sets
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(400)]
 
-CONFIGS = [PoolConfig(slack=2), PoolConfig(slack=0, grad_slack=0), PoolConfig(policy="automodel")]
+CONFIGS = [Rings(slack=2), Rings(slack=0, grad_slack=0), Rings(policy="automodel")]
 
 
 def test_pooled_1f1b_is_bitwise_equal_to_stock_for_each_policy_and_both_frontends(no_leftover_ranks):
@@ -35,7 +36,7 @@ def test_pooled_bytes_per_stage_are_exactly_ring_sets_times_set_bytes_and_only_t
     report = run_parity(spec)
     set_bytes = report.boundary_bytes
     for v in report.variants:
-        cfg = PoolConfig(**v.config) if v.config else None
+        cfg = Rings(**v.config) if v.config else None
         for s in range(4):
             k = ring_sizes(4, s, 16, cfg) if cfg else stock_sets(4, s, 16)
             assert v.recv[s]["forward"]["bytes"] == k.forward * set_bytes, (v.name, s)
@@ -46,8 +47,8 @@ def test_pooled_bytes_per_stage_are_exactly_ring_sets_times_set_bytes_and_only_t
 
 
 def test_negative_controls_diverge_silently_without_the_guard(no_leftover_ranks):
-    short = PoolConfig(slack=0, guard=False, forward_shortfall=1)
-    gpipe = PoolConfig(slack=0, guard=False)
+    short = Rings(slack=0, guard=False, forward_shortfall=1)
+    gpipe = Rings(slack=0, guard=False)
     variants = default_variants([short], force=True) + default_variants([gpipe], schedule="GPipe", force=True)
     report = run_parity(ParitySpec(pp=4, microbatches=8, steps=2, timeout_s=300, variants=variants))
     assert not report.bitwise_equal
@@ -58,7 +59,7 @@ def test_negative_controls_diverge_silently_without_the_guard(no_leftover_ranks)
 
 
 def test_ring_one_short_is_caught_by_the_guard_and_its_fields_reach_the_launcher(no_leftover_ranks):
-    cfg = PoolConfig(slack=0, forward_shortfall=1)
+    cfg = Rings(slack=0, forward_shortfall=1)
     spec = ParitySpec(pp=4, microbatches=8, steps=1, timeout_s=300, variants=default_variants([cfg], force=True))
     with pytest.raises(PoolOverrunError) as caught:
         run_parity(spec)
@@ -75,14 +76,14 @@ def test_ring_one_short_is_caught_by_the_guard_and_its_fields_reach_the_launcher
 
 def test_gpipe_with_the_pool_forced_is_caught_by_the_guard(no_leftover_ranks):
     spec = ParitySpec(pp=4, microbatches=8, steps=1, timeout_s=300,
-                      variants=default_variants([PoolConfig(slack=0)], schedule="GPipe", force=True))
+                      variants=default_variants([Rings(slack=0)], schedule="GPipe", force=True))
     with pytest.raises(PoolOverrunError):
         run_parity(spec)
 
 
 def test_gpipe_without_force_is_not_pooled_and_stays_stock(no_leftover_ranks):
     spec = ParitySpec(pp=2, microbatches=4, steps=1, timeout_s=200,
-                      variants=default_variants([PoolConfig()], schedule="GPipe"))
+                      variants=default_variants([Rings()], schedule="GPipe"))
     report = run_parity(spec)
     pooled = report.variants[1]
     assert pooled.bitwise_equal
@@ -92,24 +93,24 @@ def test_gpipe_without_force_is_not_pooled_and_stays_stock(no_leftover_ranks):
 
 
 def test_eval_train_switch_and_repeated_steps_keep_the_pool_and_parity(no_leftover_ranks):
-    variants = default_variants([PoolConfig(slack=1), PoolConfig(policy="automodel")], eval_between_steps=True)
+    variants = default_variants([Rings(slack=1), Rings(policy="automodel")], eval_between_steps=True)
     report = run_parity(ParitySpec(pp=4, microbatches=8, steps=3, timeout_s=300, variants=variants))
     assert report.bitwise_equal
     for v in report.variants:
         if v.pooled:
-            assert v.rings[1]["forward"] == ring_sizes(4, 1, 8, PoolConfig(**v.config)).forward
+            assert v.rings[1]["forward"] == ring_sizes(4, 1, 8, Rings(**v.config)).forward
             assert v.recv[1]["forward"]["sets"] < 8
 
 
 def test_per_stage_form_pools_only_the_stages_given_and_is_bitwise_equal(no_leftover_ranks):
     from pooltk.parity import Variant
 
-    variants = (Variant(name="stock"), Variant(name="per-stage", pooled=True, config=PoolConfig(slack=1), scope="stage"))
+    variants = (Variant(name="stock"), Variant(name="per-stage", pooled=True, config=Rings(slack=1), scope="stage"))
     report = run_parity(ParitySpec(pp=4, microbatches=8, steps=2, timeout_s=300, variants=variants))
     v = report.variant("per-stage")
     assert v.bitwise_equal
     for s in range(4):
-        k = ring_sizes(4, s, 8, PoolConfig(slack=1))
+        k = ring_sizes(4, s, 8, Rings(slack=1))
         assert v.recv[s]["forward"]["sets"] == k.forward and v.recv[s]["grad"]["sets"] == k.grad
 
 
@@ -119,7 +120,7 @@ def test_fresh_lands_every_receive_in_a_new_storage_and_a_model_keeping_nothing_
     from pooltk.parity.summary import exit_code, run_three_way, same
 
     spec = ParitySpec(pp=3, microbatches=6, steps=2, timeout_s=300,
-                      variants=default_variants([PoolConfig(slack=0, grad_slack=0)], frontends=("manual", "tracing")))
+                      variants=default_variants([Rings(slack=0, grad_slack=0)], frontends=("manual", "tracing")))
     three = run_three_way(spec)
     fresh = [v for v in three.report.variants if v.name.startswith("fresh/")]
     assert len(fresh) == 2 and three.followup is None
