@@ -265,7 +265,7 @@ def runtime_wrappers(originals: dict[str, Callable], install: InstallReport) -> 
             ring = st.ring(direction) if st is not None else None
             if ring is None or (direction == "grad" and not self.has_backward):
                 return original(self, *args, **kwargs)
-            chunk = call_arg(method, arg, args, kwargs)
+            chunk = args[0] if args else call_arg(method, arg, args, kwargs)
             ring.post(chunk, self.stage_index, getattr(self, attr)[chunk], training=self.has_backward)
             ops = original(self, *args, **kwargs)
             ring.note_ops(chunk, self.stage_index, recvs=ops)
@@ -285,8 +285,8 @@ def runtime_wrappers(originals: dict[str, Callable], install: InstallReport) -> 
             ops = send(self, *args, **kwargs)
             st = managed(self)
             if st is not None and st.forward is not None:  # [Note: finished sends]
-                st.forward.note_ops(call_arg("get_fwd_send_ops", "fwd_chunk_id", args, kwargs), self.stage_index,
-                                    sends=ops)
+                chunk = args[0] if args else call_arg("get_fwd_send_ops", "fwd_chunk_id", args, kwargs)
+                st.forward.note_ops(chunk, self.stage_index, sends=ops)
             return ops
 
         out["get_fwd_send_ops"] = get_fwd_send_ops
@@ -302,7 +302,7 @@ def runtime_wrappers(originals: dict[str, Callable], install: InstallReport) -> 
                                                          and self.has_backward and install.config.release):
             st = _first_use(self, install)
         result = fwd(self, *args, **kwargs)
-        chunk = call_arg("forward_one_chunk", "fwd_chunk_id", args, kwargs)
+        chunk = args[0] if args else call_arg("forward_one_chunk", "fwd_chunk_id", args, kwargs)
         if st.release and self.has_backward:
             st.outputs[chunk] = result
         if not self.has_backward:  # a forward-only step: done with its inputs now
@@ -325,7 +325,7 @@ def runtime_wrappers(originals: dict[str, Callable], install: InstallReport) -> 
         st = managed(self)
         if st is None or not self.has_backward:
             return result
-        chunk = call_arg("backward_one_chunk", "bwd_chunk_id", args, kwargs)
+        chunk = args[0] if args else call_arg("backward_one_chunk", "bwd_chunk_id", args, kwargs)
         if call_arg("backward_one_chunk", "full_backward", args, kwargs):
             _done(self, st, chunk, call_arg("backward_one_chunk", "loss", args, kwargs))
         elif st.release:  # the weight pass still walks this graph: the release waits for it

@@ -107,7 +107,7 @@ class DirectionRing:
     """K buffer sets for one direction of one stage, or of a rank's stages (see the module docstring)."""
 
     __slots__ = ("stage", "direction", "size", "live", "n_microbatches", "slots", "slot_map", "members", "guard",
-                 "owners", "peak_owned", "bumps", "rehomes", "step_rehomes", "on_rehome", "on_full", "_infos",
+                 "owners", "_owned", "peak_owned", "bumps", "rehomes", "step_rehomes", "on_rehome", "on_full", "_infos",
                  "_resting", "_current", "_anchors", "_requires_grad", "_ops", "_sends", "_py_base", "_cpp_base",
                  "_rehomed_alive", "_step_peak", "__weakref__")
 
@@ -122,6 +122,7 @@ class DirectionRing:
         self.guard = guard
         """False only for negative controls (pooltk.parity): no ownership, no holders' check, no version bump."""
         self.owners: list[tuple[int, int] | None] = [None] * self.size
+        self._owned = 0
         self.peak_owned = 0
         """Most slots owned at once: the live set this run really had."""
         self.bumps: dict[int, tuple[int, int]] = {}
@@ -180,8 +181,10 @@ class DirectionRing:
             if owner is not None and owner != (stage, chunk):
                 raise PoolOverrunError(stage=stage, direction=self.direction, slot=slot, ring=self.size,
                                        owner=owner[1], incoming=chunk, owner_stage=owner[0] if owner[0] != stage else None)
-            self.owners[slot] = (stage, chunk)
-            self.peak_owned = max(self.peak_owned, sum(o is not None for o in self.owners))
+            if owner is None:
+                self.owners[slot] = (stage, chunk)
+                self._owned += 1
+                self.peak_owned = max(self.peak_owned, self._owned)
             if self._current[slot] is not None:
                 self._retire(slot)
                 self._check(slot, chunk)
@@ -217,6 +220,7 @@ class DirectionRing:
         slot = self.slot_of(chunk, stage)
         if self.owners[slot] == (stage, chunk):
             self.owners[slot] = None
+            self._owned -= 1
 
     def retire_inputs(self, chunk: int, stage: int, values: list) -> None:
         """Swap the aliases handed to the chunk in ``values`` (a list torch keeps) for the resting alias."""
@@ -230,7 +234,7 @@ class DirectionRing:
 
     def reset(self) -> None:
         """A new step: nobody owns a slot, every alias handed out is retired, the step's counts restart."""
-        self.owners = [None] * self.size
+        self.owners, self._owned = [None] * self.size, 0
         for slot, cur in enumerate(self._current):
             if cur is not None:
                 self._retire(slot)

@@ -82,8 +82,9 @@ class StageState:
 
     def release_slots(self, chunk: int, stage: int) -> None:
         """The chunk is done with its slots in both directions ([Note: slot ownership])."""
-        for ring in self.rings().values():
-            ring.release(chunk, stage)
+        for ring in (self.forward, self.grad):
+            if ring is not None:
+                ring.release(chunk, stage)
 
     def usage(self, stage: int | None = None) -> list:
         """What each ring held during the last step, beside stock and the live set (``RingUse``)."""
