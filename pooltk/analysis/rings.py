@@ -54,9 +54,11 @@ class RingRule:
 
     @classmethod
     def of(cls, config: Any) -> "RingRule":
-        """The rule a PoolConfig (or a RingRule) sizes rings by."""
+        """The rule ``config`` sizes rings by: a RingRule itself, the harness's rings' rule, a PoolConfig's tight rule."""
         if isinstance(config, RingRule):
             return config
+        if isinstance(getattr(config, "rule", None), RingRule):
+            return config.rule
         return cls(slack=config.slack, grad_slack=config.grad_slack)
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,14 +81,11 @@ def ring_from_live(live: int, n_microbatches: int, direction: Direction | str, c
     """
     if live == 0:
         return 0
-    if getattr(config, "policy", "tight") == "measure":
+    rule = RingRule.of(config)
+    if rule.policy == "measure":
         return n_microbatches
-    extra = config.slack if direction == "forward" else config.grad_slack
-    k = min(n_microbatches, live + extra)
-    shortfall = getattr(config, "forward_shortfall", 0)
-    if direction == "forward" and shortfall:
-        k = max(1, k - shortfall)
-    return k
+    k = min(n_microbatches, live + (rule.slack if direction == "forward" else rule.grad_slack))
+    return max(1, k - rule.forward_shortfall) if direction == "forward" and rule.forward_shortfall else k
 
 
 def stock_count(num_stages: int, stage_index: int, direction: Direction | str, n_microbatches: int, *,

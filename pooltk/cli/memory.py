@@ -118,8 +118,8 @@ _FIELDS = {
     "reference stage": "--reference-stage",
     "weights": "--weights-gib",
     "stages_per_rank": "--vpp",
-    "PoolConfig.slack": "--slack",
-    "PoolConfig.grad_slack": "--grad-slack",
+    "RingRule.slack": "--slack",
+    "RingRule.grad_slack": "--grad-slack",
 }
 """Library fields this command fills from a flag, always ([Note: command-line errors] in :mod:`pooltk.cli.errors`)."""
 
@@ -168,12 +168,12 @@ def _model(args: argparse.Namespace, preset: Any = None) -> tuple[Any, Any]:
     import dataclasses
 
     from pooltk.analysis.catalog import schedule_key
-    from pooltk.config import PoolConfig
+    from pooltk.analysis.rings import RingRule
     from pooltk.memory.model import Boundary, model_memory
 
     preset = _source(args) if preset is None else preset
     base = preset.config
-    config = PoolConfig(
+    config = RingRule(
         slack=base.slack if args.slack is None else args.slack,
         grad_slack=base.grad_slack if args.grad_slack is None else args.grad_slack,
         policy=base.policy if args.policy is None else args.policy,
@@ -400,14 +400,14 @@ def _measure(args: argparse.Namespace) -> int:
     from pooltk.parity.measured import default_specs, format_comparison, launches_frame, measured_vs_modelled, write_measured
     from pooltk.parity.rss import RssSpec, measure_rss
 
-    from pooltk.config import PoolConfig
+    from pooltk.analysis.rings import RingRule
 
     if any(getattr(args, f) is not None for f in ("pp", "microbatches", "seq_len", "hidden", "micro_batch")):
         specs = [RssSpec(pp=args.pp or 4, microbatches=args.microbatches or 16, seq_len=args.seq_len or 65536,
                          hidden=args.hidden or 64, rows_per_microbatch=args.micro_batch or 2, steps=args.steps or 2)]
     else:
         specs = default_specs(steps=args.steps or 2)
-    config = PoolConfig(slack=2 if args.slack is None else args.slack,
+    config = RingRule(slack=2 if args.slack is None else args.slack,
                         grad_slack=1 if args.grad_slack is None else args.grad_slack, policy=args.policy or "tight")
     launches = measure_rss(specs, config, reps=args.reps,
                            progress=lambda m: print(f"[measure] {m}", file=sys.stderr, flush=True))
@@ -434,7 +434,7 @@ def _csv_ints(flag: str, text: str | None) -> list[int] | None:
 
 
 def _estimate_inputs(args: argparse.Namespace) -> Any:
-    from pooltk.config import PoolConfig
+    from pooltk.analysis.rings import RingRule
     from pooltk.memory.configs import Overrides
     from pooltk.memory.replay.inputs import estimate_inputs
     from pooltk.memory.replay.presets import estimate_preset
@@ -449,10 +449,16 @@ def _estimate_inputs(args: argparse.Namespace) -> Any:
         ckpt = None if args.checkpointing is None else args.checkpointing == "full"
         inputs = estimate_inputs(args.config, overrides, builder=args.builder, model_config=args.model_config,
                                  checkpointing=ckpt, split=split, ep=args.ep, vpp=args.vpp)
+    if args.sharing not in (None, "rank"):
+        from pooltk._validate import InputError
+
+        raise InputError("--sharing", found=repr(args.sharing), required="rank with --estimate: the estimate replays "
+                         "the pool as users install it", fix="drop --sharing, or use it without --estimate.")
+    from pooltk.config import PoolConfig
+
     base = inputs.config
     config = PoolConfig(slack=base.slack if args.slack is None else args.slack,
-                        grad_slack=base.grad_slack if args.grad_slack is None else args.grad_slack,
-                        sharing=base.sharing if args.sharing is None else args.sharing)
+                        grad_slack=base.grad_slack if args.grad_slack is None else args.grad_slack)
     import dataclasses
 
     return dataclasses.replace(inputs, config=config)

@@ -3,7 +3,7 @@
 For each schedule x (pp, vpp, M[, defer_pp_recv]) prints one block: per stage and
 direction the buffer sets stock torch allocates, the live peak (the smallest safe ring)
 and the tight ring with slack; then per rank the same summed over the rank's stages, the
-rank-shared rings (``PoolConfig(sharing="rank")``: one ring per rank and direction, K = the
+rank-shared rings (``RingRule(sharing="rank")``: one ring per rank and direction, K = the
 rank's live set + slack, from :func:`pooltk.analysis.sharing.rank_rings`) and the rank's live
 set; under each block the slot totals when a rank's stages share pools (the granularities of
 the upstream proposal). ``--set-mib MIB`` adds bytes (sets x MIB, one boundary size for every
@@ -107,12 +107,12 @@ def _ranks(table: Any, prog: Any, spans: Any, config: Any) -> list[dict[str, Any
 def _totals(table: Any, name: str, pp: int, vpp: int, m: int, defer: bool, forward_only: bool,
             config: Any = None) -> dict[str, Any]:
     from pooltk.analysis.lifetimes import ScheduleShape, analyse, shared_slots
-    from pooltk.config import PoolConfig
+    from pooltk.analysis.rings import RingRule
 
     prog, spans = analyse(ScheduleShape(schedule=name, pp=pp, n_microbatches=m, stages_per_rank=vpp,
                                         defer_pp_recv=defer, forward_only=forward_only))
     slots = shared_slots(spans)
-    ranks = _ranks(table, prog, spans, config or PoolConfig())
+    ranks = _ranks(table, prog, spans, config or RingRule())
     return {
         "schedule": name,
         "pp": pp,
@@ -190,9 +190,9 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "validate", False):
         return _validate(args)
     from pooltk.analysis.lifetimes import ScheduleAnalysisError, analysable_schedules, resolve_schedule, sweep_table, tight_rings
-    from pooltk.config import PoolConfig
+    from pooltk.analysis.rings import RingRule
 
-    defaults = PoolConfig()
+    defaults = RingRule()
     slack = defaults.slack if args.slack is None else args.slack
     grad_slack = defaults.grad_slack if args.grad_slack is None else args.grad_slack
     for flag, values, low in (
@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail("no schedule shape could be analysed (reasons above).")
     table = tight_rings(table, slack=slack, grad_slack=grad_slack)
     keys = ["schedule", "pp", "vpp", "n_microbatches", "defer_pp_recv"]
-    config = PoolConfig(slack=slack, grad_slack=grad_slack)
+    config = RingRule(slack=slack, grad_slack=grad_slack)
     totals = [
         _totals(group, *key, args.forward_only, config)  # type: ignore[misc]
         for key, group in table.groupby(keys, sort=False)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from pooltk.config import PoolConfig
+from pooltk.analysis.rings import RingRule
 from pooltk.memory.model import VARIANTS, Boundary, MemoryModelError, PipelineShape, model_memory
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,7 +130,7 @@ class ReferencePeak:
     """The peak, bytes (e.g. 139.6 GiB)."""
     variant: str = "pooled"
     """Which variant the peak was measured under: ``stock``, ``automodel``, ``tight`` or ``pooled`` (``config``'s policy)."""
-    config: PoolConfig = dataclasses.field(default_factory=lambda: PoolConfig(slack=2, policy="automodel"))
+    config: RingRule = dataclasses.field(default_factory=lambda: RingRule(slack=2, policy="automodel"))
     """The pool config of the reference run."""
     stage: int | None = None
     """The stage the peak describes; ``None``: the fullest stage of the reference variant."""
@@ -199,7 +199,7 @@ class FitReport:
     """Non-buffer memory per stage implied by the reference."""
     rows: tuple[FitRow, ...]
     """One row per (stage, variant)."""
-    config: PoolConfig
+    config: RingRule
     """The pool config of the variants shown."""
     per: str = "stage"
     """What a row's ``stage`` is: ``"stage"`` (single-stage schedules) or ``"rank"`` (multi-stage ones)."""
@@ -241,7 +241,7 @@ def verdict(margin_bytes: int) -> str:
 def fit_report(
     shape: PipelineShape,
     boundary: Boundary | list[Boundary],
-    config: PoolConfig,
+    config: RingRule,
     device: Device | str | float | None,
     reference: ReferencePeak,
     *,

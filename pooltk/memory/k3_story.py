@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pooltk.config import PoolConfig
+from pooltk.analysis.rings import RingRule
 from pooltk.memory.fits import GB200, Device, ReferencePeak, fit_report, get_device
 from pooltk.memory.model import MemoryModel, PipelineShape, model_memory
 from pooltk.memory.replay.estimate import MemoryEstimate
@@ -56,7 +56,7 @@ def k3_receive_model() -> MemoryModel:
     """The PR's 2k shape with 416 MiB a set (52 GiB / 128 sets, derived), under the PR's pool (Automodel's ring, slack 2)."""
     shape = PipelineShape(pp=8, n_microbatches=64)
     per_set = round(K3_PUBLISHED["stock_middle_stage_gib"][0] * GIB / 128)
-    return model_memory(shape, Boundary.opaque(per_set, name="k3_boundary_52gib_over_128"), PoolConfig(slack=2, policy="automodel"))
+    return model_memory(shape, Boundary.opaque(per_set, name="k3_boundary_52gib_over_128"), RingRule(slack=2, policy="automodel"))
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -1,7 +1,7 @@
 """The receive-buffer memory model: bytes per stage, direction and rank, stock vs pooled.
 
 Given a pipeline shape (pp ranks, stages per rank, microbatches ``M``, schedule), the tensors that
-cross each stage boundary (they may differ per boundary) and a :class:`~pooltk.config.PoolConfig`,
+cross each stage boundary (they may differ per boundary) and a :class:`~pooltk.config.RingRule`,
 :func:`model_memory` gives for every stage and direction how many receive-buffer sets, and how many
 bytes, each variant holds (:data:`~pooltk.memory.results.VARIANTS`: stock torch <= 2.14 and >= 2.15,
 2.15 with pooltk's last-stage release, the two ring policies, the live set, the config's policy),
@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from pooltk.analysis.lifetimes import DIRECTIONS, Direction
-from pooltk.config import PoolConfig
+from pooltk.analysis.rings import RingRule
 from pooltk.memory.errors import MemoryModelError, UnpoolableScheduleError
 from pooltk.memory.live import LIVE_SOURCES, LiveSource, ReceiveSets, live_sets_for, receive_rows
 from pooltk.memory.ranks import RANK_VARIANTS, RingMemory, rank_rings_for
@@ -104,7 +104,7 @@ def _boundaries(boundaries: Boundary | Sequence[Boundary], n_stages: int) -> tup
     return found
 
 
-def automodel_ring(num_stages: int, stage: int, n_microbatches: int, config: PoolConfig) -> int:
+def automodel_ring(num_stages: int, stage: int, n_microbatches: int, config: RingRule) -> int:
     """Sets of Automodel's released single ring for one stage (both directions): the ONE place the model asks for it.
 
     ``max(2, min(M, max(1, N - i) + slack))`` (:func:`pooltk.pool.sizing.automodel_ring_size`), less
@@ -114,7 +114,7 @@ def automodel_ring(num_stages: int, stage: int, n_microbatches: int, config: Poo
     return automodel_ring_size(num_stages, stage, n_microbatches, config.slack)
 
 
-def _sizes(shape: PipelineShape, rows: Sequence[ReceiveSets], config: PoolConfig) -> list[dict[str, int]]:
+def _sizes(shape: PipelineShape, rows: Sequence[ReceiveSets], config: RingRule) -> list[dict[str, int]]:
     """Sets per variant of every receive record. See [Note: where the numbers come from].
 
     ``tight`` and ``pooled`` are the one slack rule on the smallest safe ring
@@ -123,9 +123,9 @@ def _sizes(shape: PipelineShape, rows: Sequence[ReceiveSets], config: PoolConfig
     pool stands down (GPipe) every ring column is stock.
     """
     n, m = shape.num_stages, shape.n_microbatches
-    policy = getattr(config, "policy", "tight")  # PoolConfig.policy is leaving (issue 28): absent means the tight rings
+    policy = RingRule.of(config).policy
     tight_cfg = dataclasses.replace(config, policy="tight") if policy != "tight" else config
-    shortfall = getattr(config, "forward_shortfall", 0)
+    shortfall = RingRule.of(config).forward_shortfall
     out = []
     for r in rows:
         if not shape.poolable:
@@ -155,7 +155,7 @@ def _lifetimes(shape: PipelineShape) -> tuple[object, tuple[object, ...]]:
 def model_memory(
     shape: PipelineShape,
     boundaries: Boundary | Sequence[Boundary],
-    config: PoolConfig | None = None,
+    config: RingRule | None = None,
     *,
     unpoolable: Literal["error", "stock"] = "error",
     live_source: LiveSource = "schedule",
@@ -166,7 +166,7 @@ def model_memory(
         shape: pp, stages per rank, microbatches and schedule.
         boundaries: one :class:`Boundary` for all ``stages - 1`` boundaries, or a list of them
             (boundary ``b`` carries stage ``b`` -> ``b + 1``; they may differ per boundary).
-        config: slack, grad slack, policy and sharing (default :class:`PoolConfig()`).
+        config: slack, grad slack, policy and sharing (default :class:`RingRule()`).
         unpoolable: for a schedule the pool must not touch (GPipe): ``"error"`` raises
             :class:`UnpoolableScheduleError`; ``"stock"`` models the pool standing down
             (every ring column equals stock), as Automodel does when it warns and skips.
@@ -177,7 +177,7 @@ def model_memory(
         raise MemoryModelError(
             "shape", found=type(shape).__name__, required="a PipelineShape", fix="build PipelineShape(pp=..., n_microbatches=...)."
         )
-    config = PoolConfig() if config is None else config
+    config = RingRule() if config is None else RingRule.of(config)  # a user's PoolConfig is the tight rule
     if unpoolable not in ("error", "stock"):
         raise MemoryModelError("unpoolable", found=repr(unpoolable), required="'error' or 'stock'", fix="use 'error' (default).")
     if not shape.poolable and unpoolable == "error":
@@ -226,7 +226,7 @@ def expected_bytes(
     pp: int,
     n_microbatches: int,
     boundaries: Boundary | Sequence[Boundary],
-    config: PoolConfig,
+    config: RingRule,
     schedule: str = "1f1b",
     stages_per_rank: int | None = None,
 ) -> dict[tuple[int, str], ExpectedBytes]:

@@ -3,7 +3,7 @@
 [Note: bytes per rank]
 A rank runs one stage under 1F1B and GPipe, several under the multi-stage schedules. What it
 holds is the sum over its stages for every per-stage variant (stock, the per-stage rings, the
-per-stage live sets). Under ``PoolConfig(sharing="rank")`` the pool keeps one ring per (rank,
+per-stage live sets). Under ``RingRule(sharing="rank")`` the pool keeps one ring per (rank,
 direction, boundary tensors) instead ([Note: rank-shared rings] in
 :mod:`pooltk.analysis.sharing`): stages of one rank whose receives have the same tensors (shapes
 and dtypes; boundaries that differ, such as Kimi-K3's widening ones, get a ring each) share a
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pooltk.analysis.lifetimes import DIRECTIONS, Direction
-from pooltk.config import PoolConfig
+from pooltk.analysis.rings import RingRule
 from pooltk.memory.tensors import Boundary, TensorSpec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -89,7 +89,7 @@ def _tensors(bounds: Sequence[Boundary], stage: int, direction: str) -> tuple[Te
 def rank_rings_for(
     shape: PipelineShape,
     bounds: Sequence[Boundary],
-    config: PoolConfig,
+    config: RingRule,
     rows: Sequence[DirectionMemory],
     analysed: Callable[[PipelineShape], tuple[Any, Any]] | None,
 ) -> tuple[RingMemory, ...]:

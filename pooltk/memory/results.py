@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pooltk._validate import check_choice
 from pooltk.analysis.lifetimes import DIRECTIONS, Direction
-from pooltk.config import PoolConfig
+from pooltk.analysis.rings import RingRule
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.ranks import RANK_VARIANTS, RingMemory
 from pooltk.memory.shape import PipelineShape
@@ -142,7 +142,7 @@ class MemoryModel:
 
     shape: PipelineShape
     """The pipeline modelled."""
-    config: PoolConfig
+    config: RingRule
     """Slack, grad slack and policy; ``pooled`` follows ``config.policy``."""
     boundaries: tuple[Boundary, ...]
     """Boundary ``b`` (``N - 1`` of them) carries stage ``b`` -> ``b + 1``."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pooltk.config import PoolConfig
+from pooltk.analysis.rings import RingRule
 from pooltk.memory.model import Boundary, MemoryModel, MemoryModelError, PipelineShape, TensorSpec, model_memory
 
 __all__ = ["HIDDEN_SIZED", "Figure", "Preset"]
@@ -49,7 +49,7 @@ class Preset:
     boundary: Boundary
     """What one microbatch sends across a stage boundary: every boundary's, unless ``boundaries`` says
     otherwise (then the first one's, for one-line summaries)."""
-    config: PoolConfig
+    config: RingRule
     """The pool config the published figures refer to."""
     seq_len: int
     """Tokens per row."""
@@ -103,7 +103,7 @@ class Preset:
         """True when the boundaries differ along the pipeline."""
         return len(set(self.boundary_list)) > 1
 
-    def model(self, config: PoolConfig | None = None) -> MemoryModel:
+    def model(self, config: RingRule | None = None) -> MemoryModel:
         """The memory model of this preset (its own config unless another is given)."""
         return model_memory(self.shape, self.boundary_list, self.config if config is None else config)
 

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from pooltk.config import PoolConfig
+from pooltk.analysis.rings import RingRule
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.live import LiveSource
 from pooltk.memory.model import MemoryModel, model_memory
@@ -23,7 +23,7 @@ def slack_sweep(
     shape: PipelineShape,
     boundaries: Boundary | Sequence[Boundary],
     slacks: Iterable[int],
-    config: PoolConfig | None = None,
+    config: RingRule | None = None,
     *,
     vary: Literal["slack", "grad_slack", "both"] = "slack",
     live_source: LiveSource = "schedule",
@@ -32,7 +32,7 @@ def slack_sweep(
     ``pooled_gib``, ``stock_gib``, ``saved_gib``. ``vary`` picks which slack moves."""
     import pandas as pd
 
-    config = PoolConfig() if config is None else config
+    config = RingRule() if config is None else config
     if vary not in ("slack", "grad_slack", "both"):
         raise MemoryModelError("vary", found=repr(vary), required="'slack', 'grad_slack' or 'both'", fix="use 'slack' (default).")
     records = []
@@ -58,7 +58,7 @@ def slack_sweep(
 def compare_configs(
     shape: PipelineShape,
     boundaries: Boundary | Sequence[Boundary],
-    configs: Mapping[str, PoolConfig],
+    configs: Mapping[str, RingRule],
     *,
     stage: int,
     baseline: str | None = None,
@@ -69,7 +69,7 @@ def compare_configs(
     import pandas as pd
 
     if not configs:
-        raise MemoryModelError("configs", found="none", required="at least one named PoolConfig", fix="pass {'label': PoolConfig(...)}.")
+        raise MemoryModelError("configs", found="none", required="at least one named RingRule", fix="pass {'label': RingRule(...)}.")
     baseline = next(iter(configs)) if baseline is None else baseline
     if baseline not in configs:
         raise MemoryModelError("baseline", found=repr(baseline), required=f"one of {list(configs)}", fix="name one of the configs.")

@@ -79,7 +79,7 @@ def setup(*, context: str = "notebook", font_scale: float = 1.0) -> NotebookEnv:
     return NotebookEnv(IN_CI=in_ci, REPORT_DIR=out)
 
 
-def save_figure(fig: Figure, name: str) -> None:
+def save_figure(fig: Figure, name: str) -> "Path | None":
     """Write ``fig`` as ``<POOLTK_REPORT_DIR>/<name>.png`` when the variable is set; do nothing otherwise.
 
     ``name`` should start with the notebook's number (``01_stage_bars``) so reports from
@@ -88,12 +88,14 @@ def save_figure(fig: Figure, name: str) -> None:
     """
     out = report_dir()
     if out is None:
-        return
+        return None
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._")
     if not safe:
         raise ValueError(f"save_figure name: found {name!r}; required letters or digits. Fix: name it like '01_stage_bars'.")
     out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out / f"{safe.removesuffix('.png')}.png")
+    path = out / f"{safe.removesuffix('.png')}.png"
+    fig.savefig(path)
+    return path
 
 
 def _display(obj: Any) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pooltk import PoolConfig
+from pooltk.analysis.rings import RingRule
 from pooltk.memory.model import (
     Boundary,
     MemoryModel,
@@ -103,7 +103,7 @@ def stage_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None) 
 def slack_heatmap(
     shape: PipelineShape,
     boundaries: Boundary | Sequence[Boundary],
-    config: PoolConfig,
+    config: RingRule,
     *,
     slacks: Iterable[int] = range(0, 9),
     ax: Any = None,
@@ -281,14 +281,14 @@ def explore(
             if not boundary_mib > 0:
                 raise MemoryModelError("boundary MiB", found=repr(boundary_mib), required="> 0", fix="pick a positive size.")
             boundary = Boundary.opaque(round(boundary_mib * 2**20), name="boundary_from_widget")
-        config = PoolConfig(slack=slack, grad_slack=grad_slack, policy=policy)  # type: ignore[arg-type]
+        config = RingRule(slack=slack, grad_slack=grad_slack, policy=policy)  # type: ignore[arg-type]
         # The closed forms equal the walked live sets for 1F1B and GPipe (tests/memory prove it
         # over a grid of shapes); using them keeps a pp/M slider move under 50 ms at N=16, M=256,
         # where a cold walk of the schedule takes about a second.
         model = model_memory(shape, boundary, config, live_source="formula")
         state.source = p
         _fits(state, p, model, device, reference_peak_gib)
-    except ValueError as exc:  # MemoryModelError and PoolConfig's ValueError
+    except ValueError as exc:  # MemoryModelError and RingRule's ValueError
         state.last_result, state.last_error, state.fits = None, str(exc), None
         return None
     stage = middle_stage(pp)

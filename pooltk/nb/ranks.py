@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pooltk import PoolConfig
+from pooltk.analysis.rings import RingRule
 from pooltk.memory.model import Boundary, MemoryModel, PipelineShape, model_memory
 from pooltk.nb import style
 
@@ -93,7 +93,7 @@ def schedule_ranks(schedules: Sequence[str], *, pp: int, n_microbatches: int, sl
     rank-shared rings and the rank's live set, from the memory model (one set = 1 byte without ``boundary``)."""
     import pandas as pd
 
-    config = PoolConfig(slack=slack, grad_slack=grad_slack)
+    config = RingRule(slack=slack, grad_slack=grad_slack)
     frames = []
     for name in schedules:
         model = model_memory(PipelineShape(pp=pp, n_microbatches=n_microbatches, schedule=name),

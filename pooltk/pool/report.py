@@ -65,11 +65,11 @@ class InstallReport:
 
     @property
     def guard(self) -> bool:
-        return getattr(self.experiment, "guard", getattr(self.config, "guard", True))
+        return getattr(self.experiment, "guard", True)
 
     @property
     def sharing(self) -> str:
-        return getattr(self.experiment, "sharing", getattr(self.config, "sharing", "rank"))
+        return getattr(self.experiment, "sharing", "rank")
 
     @property
     def rule(self) -> Any:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pooltk._validate import check_int
-from pooltk.analysis.rings import ring_from_live, stock_count  # the slack and stock rules live below the pool
+from pooltk.analysis.rings import RingRule, ring_from_live, stock_count  # the slack and stock rules live below the pool
 from pooltk.config import PoolConfig
 
 __all__ = [
@@ -93,9 +93,10 @@ def ring_sizes(num_stages: int, stage_index: int, n_microbatches: int, config: P
     m = n_microbatches
     w = inflight_1f1b(num_stages, stage_index, m)
     first, last = stage_index == 0, stage_index == num_stages - 1
-    if getattr(config, "policy", "tight") == "automodel":
-        k = automodel_ring_size(num_stages, stage_index, m, config.slack)
-        k_f = max(1, k - getattr(config, "forward_shortfall", 0))
+    rule = RingRule.of(config)
+    if rule.policy == "automodel":
+        k = automodel_ring_size(num_stages, stage_index, m, rule.slack)
+        k_f = max(1, k - rule.forward_shortfall)
         return RingSizes(forward=0 if first else k_f, grad=0 if last else k)
     return RingSizes(forward=0 if first else ring_from_live(w, m, "forward", config),
                      grad=0 if last else ring_from_live(1, m, "grad", config))

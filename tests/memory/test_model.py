@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pooltk.config import PoolConfig
+from pooltk.analysis.rings import RingRule
 from pooltk.memory.model import (
     Boundary,
     MemoryModelError,
@@ -28,7 +28,7 @@ HAND_AUTOMODEL_S2 = [(0, 6), (5, 5), (4, 4), (3, 0)]  # max(2, min(8, max(1, 4 -
 HAND_LIVE = [(0, 1), (3, 1), (2, 1), (1, 0)]
 
 
-def _small(config: PoolConfig, **kw):
+def _small(config: RingRule, **kw):
     shape = PipelineShape(pp=4, n_microbatches=8)
     return model_memory(shape, harness_boundary(rows=2, seq_len=16, hidden=32), config, **kw)
 
@@ -38,7 +38,7 @@ def _pairs(model, variant):
 
 
 def test_small_pipeline_matches_hand_computed_sets_and_bytes():
-    m = _small(PoolConfig(slack=2, grad_slack=1, policy="tight"))
+    m = _small(RingRule(slack=2, grad_slack=1, policy="tight"))
     assert _pairs(m, "stock") == HAND_STOCK
     assert _pairs(m, "tight") == HAND_TIGHT_S2_G1
     assert _pairs(m, "automodel") == HAND_AUTOMODEL_S2
@@ -53,13 +53,13 @@ def test_small_pipeline_matches_hand_computed_sets_and_bytes():
 
 
 def test_pooled_column_follows_the_policy():
-    m = _small(PoolConfig(slack=2, policy="automodel"))
+    m = _small(RingRule(slack=2, policy="automodel"))
     assert _pairs(m, "pooled") == HAND_AUTOMODEL_S2
     assert m.saved_bytes(1) == (16 - 10) * SET
 
 
 def test_slack_zero_tight_ring_equals_the_live_set():
-    m = _small(PoolConfig(slack=0, grad_slack=0))
+    m = _small(RingRule(slack=0, grad_slack=0))
     assert _pairs(m, "tight") == HAND_LIVE
     assert m.total_bytes("pooled") == m.total_bytes("live_set")
 
@@ -67,9 +67,9 @@ def test_slack_zero_tight_ring_equals_the_live_set():
 def test_automodel_ring_matches_the_original_prs_unit_test_figures():
     # The seed PR's tests: 8 stages, 64 microbatches: stage 0 slack 2 -> 10; stage 7 slack 0 -> 2; 4 microbatches -> 4.
     b = Boundary.opaque(1)
-    assert model_memory(PipelineShape(pp=8, n_microbatches=64), b, PoolConfig(slack=2, policy="automodel")).row(0, "grad").pooled_sets == 10
-    assert model_memory(PipelineShape(pp=8, n_microbatches=64), b, PoolConfig(slack=0, policy="automodel")).row(7, "forward").pooled_sets == 2
-    assert model_memory(PipelineShape(pp=4, n_microbatches=4), b, PoolConfig(slack=2, policy="automodel")).row(0, "grad").pooled_sets == 4
+    assert model_memory(PipelineShape(pp=8, n_microbatches=64), b, RingRule(slack=2, policy="automodel")).row(0, "grad").pooled_sets == 10
+    assert model_memory(PipelineShape(pp=8, n_microbatches=64), b, RingRule(slack=0, policy="automodel")).row(7, "forward").pooled_sets == 2
+    assert model_memory(PipelineShape(pp=4, n_microbatches=4), b, RingRule(slack=2, policy="automodel")).row(0, "grad").pooled_sets == 4
 
 
 def test_each_boundary_sizes_the_receives_on_both_sides():
@@ -79,7 +79,7 @@ def test_each_boundary_sizes_the_receives_on_both_sides():
         Boundary(activations=(TensorSpec(shape=(20,), dtype="uint8"),), grads=(TensorSpec(shape=(7,), dtype="float32"),)),
         Boundary(activations=(TensorSpec(shape=(30,), dtype="uint8"), TensorSpec(shape=(3,), dtype="bfloat16"))),
     ]
-    m = model_memory(PipelineShape(pp=4, n_microbatches=4), bounds, PoolConfig())
+    m = model_memory(PipelineShape(pp=4, n_microbatches=4), bounds, RingRule())
     assert [m.row(i, "forward").set_bytes for i in range(4)] == [0, 10, 20, 36]
     assert [m.row(i, "grad").set_bytes for i in range(4)] == [10, 28, 36, 0]
 
@@ -103,7 +103,7 @@ def test_units_are_binary_and_decimal_as_named():
 
 
 def test_expected_bytes_covers_every_stage_and_direction_for_the_harness_boundary():
-    cfg = PoolConfig(slack=0, grad_slack=0)
+    cfg = RingRule(slack=0, grad_slack=0)
     exp = expected_bytes(pp=4, n_microbatches=8, boundaries=harness_boundary(rows=2, seq_len=16, hidden=32), config=cfg)
     assert set(exp) == {(i, d) for i in range(4) for d in ("forward", "grad")}
     assert exp[(0, "forward")].stock_bytes == 0 and exp[(3, "grad")].pooled_bytes == 0
@@ -113,7 +113,7 @@ def test_expected_bytes_covers_every_stage_and_direction_for_the_harness_boundar
 
 
 def test_tidy_frame_has_one_row_per_stage_direction_variant_and_explicit_units():
-    m = _small(PoolConfig())
+    m = _small(RingRule())
     frame = m.to_frame()
     assert len(frame) == 4 * 2 * 7  # stock, stock_lazy, lazy_released, automodel, tight, live_set, pooled
     assert {"bytes", "gib", "gb", "mib", "sets", "set_bytes"} <= set(frame.columns)
@@ -138,7 +138,7 @@ def test_schedule_walk_and_closed_form_give_the_same_live_sets():
 
 def test_no_pooled_ring_is_smaller_than_the_walked_live_set():
     for n, m in ((2, 2), (4, 8), (5, 7), (8, 64)):
-        for cfg in (PoolConfig(slack=0, grad_slack=0), PoolConfig(slack=0, policy="automodel"), PoolConfig()):
+        for cfg in (RingRule(slack=0, grad_slack=0), RingRule(slack=0, policy="automodel"), RingRule()):
             model = model_memory(PipelineShape(pp=n, n_microbatches=m), Boundary.opaque(1), cfg)
             assert all(r.pooled_sets >= r.live_sets for r in model.rows), (n, m, cfg)
 
@@ -146,8 +146,8 @@ def test_no_pooled_ring_is_smaller_than_the_walked_live_set():
 def test_gpipe_is_refused_unless_the_pool_is_asked_to_stand_down():
     shape = PipelineShape(pp=4, n_microbatches=8, schedule="GPipe")
     with pytest.raises(UnpoolableScheduleError, match=r"required '1f1b'.*Fix:.*unpoolable='stock'"):
-        model_memory(shape, Boundary.opaque(1), PoolConfig())
-    m = model_memory(shape, Boundary.opaque(1), PoolConfig(), unpoolable="stock")
+        model_memory(shape, Boundary.opaque(1), RingRule())
+    m = model_memory(shape, Boundary.opaque(1), RingRule(), unpoolable="stock")
     assert not m.pool_active
     assert _pairs(m, "pooled") == _pairs(m, "stock") == HAND_STOCK
     assert _pairs(m, "live_set") == [(0, 1), (8, 1), (8, 1), (8, 0)]

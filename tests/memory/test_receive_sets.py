@@ -10,7 +10,7 @@ from pooltk._validate import InputError
 from pooltk.analysis.lifetimes import DIRECTIONS, live_sets, min_safe_ring, lifetimes
 from pooltk.analysis.rings import ring_from_live
 from pooltk.analysis.stage_sets import formula_live, receive_sets
-from pooltk.config import PoolConfig
+from pooltk.analysis.rings import RingRule
 from pooltk.memory.model import Boundary, PipelineShape, automodel_ring, model_memory
 from pooltk.pool.sizing import automodel_ring_size, live_set_1f1b, ring_sizes, stock_sets
 
@@ -41,13 +41,13 @@ def test_the_pools_1f1b_arithmetic_agrees_with_the_record():
         for r in receive_sets("1F1B", pp=n, n_microbatches=m):
             assert getattr(live_set_1f1b(n, r.stage, m), r.direction) == r.live == r.ring_min
             assert getattr(stock_sets(n, r.stage, m), r.direction) == r.stock
-            cfg = PoolConfig(slack=2, grad_slack=1)
+            cfg = RingRule(slack=2, grad_slack=1)
             assert getattr(ring_sizes(n, r.stage, m, cfg), r.direction) == ring_from_live(r.ring_min, m, r.direction, cfg)
 
 
 def test_every_column_of_the_model_is_read_from_the_record():
     shape = PipelineShape(pp=4, n_microbatches=8, schedule="interleaved1f1b")
-    model = model_memory(shape, Boundary.opaque(1024), PoolConfig(slack=1, grad_slack=0))
+    model = model_memory(shape, Boundary.opaque(1024), RingRule(slack=1, grad_slack=0))
     for row, rec in zip(model.rows, receive_sets("Interleaved1F1B", pp=4, n_microbatches=8, stages_per_rank=2)):
         assert (row.stage, row.direction, row.rank, row.handoff) == (rec.stage, rec.direction, rec.rank, rec.handoff)
         assert (row.stock_sets, row.live_sets, row.stock_lazy_sets, row.lazy_released_sets) == (
@@ -56,7 +56,7 @@ def test_every_column_of_the_model_is_read_from_the_record():
 
 
 def test_automodels_ring_is_asked_of_one_helper():
-    cfg = PoolConfig(slack=2, policy="automodel")
+    cfg = RingRule(slack=2, policy="automodel")
     model = model_memory(PipelineShape(pp=8, n_microbatches=64), Boundary.opaque(1), cfg)
     for i in range(8):
         assert automodel_ring(8, i, 64, cfg) == automodel_ring_size(8, i, 64, 2)

@@ -8,9 +8,9 @@ from pooltk.analysis.catalog import analysable_schedules, is_single_stage, resol
 from pooltk.analysis.lifetimes import ScheduleShape, ScheduleAnalysisError, analyse, min_safe_ring, shared_slots
 from pooltk.analysis.rings import ring_from_live
 from pooltk.analysis.sharing import colour, rank_rings
-from pooltk.config import PoolConfig
+from pooltk.analysis.rings import RingRule
 
-TIGHT0 = PoolConfig(slack=0, grad_slack=0)
+TIGHT0 = RingRule(slack=0, grad_slack=0)
 
 
 def _shapes():
@@ -43,7 +43,7 @@ def _clashes(spans, ring):
 
 
 @pytest.mark.parametrize("name,pp,vpp,m", list(_shapes()))
-@pytest.mark.parametrize("config", [TIGHT0, PoolConfig()], ids=["slack0", "default"])
+@pytest.mark.parametrize("config", [TIGHT0, RingRule()], ids=["slack0", "default"])
 def test_no_two_live_receives_of_a_rank_share_a_slot(name, pp, vpp, m, config):
     prog, spans = _analysed(name, pp, vpp, m)
     rings = rank_rings(prog, spans, config)
@@ -59,7 +59,7 @@ def test_no_two_live_receives_of_a_rank_share_a_slot(name, pp, vpp, m, config):
 @pytest.mark.parametrize("name,pp,vpp,m", list(_shapes()))
 def test_a_rank_shared_ring_never_holds_more_than_its_stages_rings(name, pp, vpp, m):
     prog, spans = _analysed(name, pp, vpp, m)
-    for config in (TIGHT0, PoolConfig()):
+    for config in (TIGHT0, RingRule()):
         for ring in rank_rings(prog, spans, config):
             per_stage = sum(ring_from_live(min_safe_ring(spans, s, ring.direction, m), m, ring.direction, config)
                             for s in ring.stages)
@@ -78,7 +78,7 @@ def test_slack_zero_rank_rings_are_the_per_rank_direction_live_sets():
 
 def test_a_rank_with_one_stage_keeps_the_per_stage_ring():
     prog, spans = _analysed("1F1B", 4, 1, 8)
-    config = PoolConfig()
+    config = RingRule()
     for ring in rank_rings(prog, spans, config):
         assert not ring.shared and len(ring.stages) == 1
         (stage,) = ring.stages
@@ -110,7 +110,7 @@ def test_an_undersized_ring_is_coloured_with_clashes_the_guard_must_catch():
 
 
 def test_sharing_is_a_validated_config_field():
-    assert PoolConfig().sharing == "rank"
-    assert "sharing=stage" in PoolConfig(sharing="stage").describe()
-    with pytest.raises(ValueError, match="PoolConfig.sharing"):
-        PoolConfig(sharing="node")
+    assert RingRule().sharing == "rank"
+    assert "sharing=stage" in RingRule(sharing="stage").describe()
+    with pytest.raises(ValueError, match="RingRule.sharing"):
+        RingRule(sharing="node")

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from pooltk._validate import check_choice
-from pooltk.config import PoolConfig
+from pooltk.analysis.rings import RingRule
 from pooltk.memory.known_boundaries import k3_widths_preset
 from pooltk.memory.model import Boundary, MemoryModelError, PipelineShape, TensorSpec
 from pooltk.memory.source import Figure, Preset
@@ -82,7 +82,7 @@ def _hidden_preset(seq_len: int, tag: str, yaml_source: str) -> Preset:
         title=f"Kimi-K3 GB200 {tag} rows, hidden state only ({mib:g} MiB/set)",
         shape=_shape(),
         boundary=boundary,
-        config=PoolConfig(slack=2, policy="automodel"),
+        config=RingRule(slack=2, policy="automodel"),
         seq_len=seq_len,
         hidden=_HIDDEN,
         assumption=(
@@ -129,7 +129,7 @@ def _calibrated_preset(seq_len: int, tag: str, yaml_source: str) -> Preset:
         title=f"Kimi-K3 GB200 {tag} rows, calibrated to the published ~52 GiB ({mib:g} MiB/set)",
         shape=_shape(),
         boundary=boundary,
-        config=PoolConfig(slack=2, policy="automodel"),
+        config=RingRule(slack=2, policy="automodel"),
         seq_len=seq_len,
         hidden=_HIDDEN,
         assumption=assumption,
