@@ -19,7 +19,7 @@ __all__ = ["PoolConfig"]
 class PoolConfig:
     """How many receive-buffer sets each pooled stage keeps beyond its live set, and the last-stage release.
 
-    Sizes come from :mod:`pooltk.pool.sizing` ([Note: ring sizes]): forward ``min(M, live + slack)``,
+    Sizes come from :mod:`pooltk.analysis.rings` ([Note: ring sizes]): forward ``min(M, live + slack)``,
     grad ``min(M, live + grad_slack)``.
     """
 

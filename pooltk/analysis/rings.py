@@ -19,7 +19,8 @@ from pooltk._validate import check_choice, check_int
 if TYPE_CHECKING:  # for annotations only
     from pooltk.analysis.lifetimes import Direction
 
-__all__ = ["POLICIES", "Policy", "RingRule", "SHARINGS", "Sharing", "ring_from_live", "stock_count"]
+__all__ = ["POLICIES", "Policy", "RingRule", "RingSizes", "SHARINGS", "Sharing", "automodel_ring_size", "check_shape",
+           "inflight_1f1b", "live_set_1f1b", "ring_from_live", "ring_sizes", "stock_count", "stock_sets"]
 
 Policy = Literal["tight", "automodel", "measure"]
 POLICIES: tuple[str, ...] = get_args(Policy)
@@ -98,3 +99,74 @@ def stock_count(num_stages: int, stage_index: int, direction: Direction | str, n
     if direction == "forward":
         return 0 if stage_index == 0 else n_microbatches
     return 0 if (forward_only or stage_index == num_stages - 1) else n_microbatches
+
+
+# ---------------------------------------------------------------------------------------
+# [Note: ring sizes]
+# Under torch's ``Schedule1F1B`` stage ``i`` of ``N`` runs ``W = min(M, N - i)`` warmup forwards; the
+# forward receive for microbatch ``k + W`` is posted only after the backward of microbatch ``k``. So at
+# most ``W`` activation buffers are live on stage ``i`` (none on stage 0, whose inputs are the root
+# arguments) and one gradient buffer (none on the last stage). Chunk ``c`` uses slot ``c mod K``, safe
+# exactly when ``K`` is at least the live set: ``tight`` keeps ``min(M, W + slack)`` forward and
+# ``min(M, 1 + grad_slack)`` grad; Automodel's single ring ``max(2, min(M, max(1, N - i) + slack))`` for
+# both; stock ``M`` each. Other schedules get their smallest safe ring from their own action order
+# (:mod:`pooltk.analysis.plans`), turned into a ring by the same :func:`ring_from_live`.
+# ---------------------------------------------------------------------------------------
+
+
+def check_shape(num_stages: int, stage_index: int, n_microbatches: int) -> None:
+    """Raise ValueError (an :class:`~pooltk._validate.InputError`) unless (N, i, M) describe a real stage."""
+    check_int("num_stages", num_stages, low=1)
+    check_int("n_microbatches", n_microbatches, low=1)
+    check_int("stage_index", stage_index, low=0, high=num_stages - 1,
+              fix=f"stages of a {num_stages}-stage pipeline are 0..{num_stages - 1}.")
+
+
+def inflight_1f1b(num_stages: int, stage_index: int, n_microbatches: int) -> int:
+    """1F1B warmup depth ``W = min(M, N - i)``: forwards in flight before the first backward."""
+    check_shape(num_stages, stage_index, n_microbatches)
+    return min(n_microbatches, num_stages - stage_index)
+
+
+@dataclass(frozen=True, slots=True)
+class RingSizes:
+    """Buffer sets a stage holds per direction. 0 means the direction has no receives."""
+
+    forward: int
+    grad: int
+
+    @property
+    def total(self) -> int:
+        return self.forward + self.grad
+
+
+def stock_sets(num_stages: int, stage_index: int, n_microbatches: int) -> RingSizes:
+    """What stock torch allocates: one set per microbatch and direction."""
+    check_shape(num_stages, stage_index, n_microbatches)
+    return RingSizes(forward=stock_count(num_stages, stage_index, "forward", n_microbatches),
+                     grad=stock_count(num_stages, stage_index, "grad", n_microbatches))
+
+
+def live_set_1f1b(num_stages: int, stage_index: int, n_microbatches: int) -> RingSizes:
+    """The most buffer sets ever live at once under 1F1B (the slack-0 tight ring)."""
+    from pooltk.analysis.stage_sets import formula_live
+
+    return RingSizes(forward=formula_live(num_stages, stage_index, "forward", n_microbatches),
+                     grad=formula_live(num_stages, stage_index, "grad", n_microbatches))
+
+
+def automodel_ring_size(num_stages: int, stage_index: int, n_microbatches: int, slack: int) -> int:
+    """Automodel's original single ring ``max(2, min(M, max(1, N - i) + slack))``."""
+    check_shape(num_stages, stage_index, n_microbatches)
+    return max(2, min(n_microbatches, max(1, num_stages - stage_index) + slack))
+
+
+def ring_sizes(num_stages: int, stage_index: int, n_microbatches: int, config: Any) -> RingSizes:
+    """Sets per direction a 1F1B stage keeps under ``config``'s rule. See [Note: ring sizes]."""
+    rule, live = RingRule.of(config), live_set_1f1b(num_stages, stage_index, n_microbatches)
+    if rule.policy == "automodel":
+        k = automodel_ring_size(num_stages, stage_index, n_microbatches, rule.slack)
+        return RingSizes(forward=max(1, k - rule.forward_shortfall) if live.forward else 0,
+                         grad=k if live.grad else 0)
+    return RingSizes(forward=ring_from_live(live.forward, n_microbatches, "forward", rule),
+                     grad=ring_from_live(live.grad, n_microbatches, "grad", rule))

@@ -53,7 +53,7 @@ from pooltk.memory.shape import PipelineShape, microbatches_from_batch, middle_s
 from pooltk.memory.tensors import Boundary, TensorSpec, harness_boundary
 from pooltk.memory.units import BYTES_PER_UNIT, DTYPE_BYTES, to_unit
 from pooltk.analysis.rings import ring_from_live
-from pooltk.pool.sizing import automodel_ring_size
+from pooltk.analysis.rings import automodel_ring_size
 
 __all__ = [
     "BYTES_PER_UNIT",
@@ -107,7 +107,7 @@ def _boundaries(boundaries: Boundary | Sequence[Boundary], n_stages: int) -> tup
 def automodel_ring(num_stages: int, stage: int, n_microbatches: int, config: RingRule) -> int:
     """Sets of Automodel's released single ring for one stage (both directions): the ONE place the model asks for it.
 
-    ``max(2, min(M, max(1, N - i) + slack))`` (:func:`pooltk.pool.sizing.automodel_ring_size`), less
+    ``max(2, min(M, max(1, N - i) + slack))`` (:func:`pooltk.analysis.rings.automodel_ring_size`), less
     ``forward_shortfall`` forward (negative controls) in :func:`_sizes`. Repoint this function, and only
     this one, when the ring's home moves.
     """

@@ -2,7 +2,7 @@
 
 [Note: gating]
 A ring is safe only when it covers the schedule's live set. That bound is proven in closed form for
-torch's ``Schedule1F1B`` alone ([Note: ring sizes] in pooltk/pool/sizing.py), so the allowlist is
+torch's ``Schedule1F1B`` alone ([Note: ring sizes] in pooltk/analysis/rings.py), so the allowlist is
 ``1f1b``, matched like ``get_schedule_class`` matches names, or the class itself (not a subclass).
 ``install(schedule="auto")`` also pools any schedule pooltk can analyse, with rings from its own
 action order ([Note: auto rings] in pooltk/analysis/plans.py). The name given at install is only a

@@ -8,7 +8,7 @@ import pytest
 from pooltk import PoolOverrunError
 from pooltk.parity.experiments import Rings
 from pooltk.parity import ParitySpec, default_variants, run_parity
-from pooltk.pool.sizing import ring_sizes, stock_sets
+from pooltk.analysis.rings import ring_sizes, stock_sets
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(400)]
 

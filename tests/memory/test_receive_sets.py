@@ -12,7 +12,7 @@ from pooltk.analysis.rings import ring_from_live
 from pooltk.analysis.stage_sets import formula_live, receive_sets
 from pooltk.analysis.rings import RingRule
 from pooltk.memory.model import Boundary, PipelineShape, automodel_ring, model_memory
-from pooltk.pool.sizing import automodel_ring_size, live_set_1f1b, ring_sizes, stock_sets
+from pooltk.analysis.rings import automodel_ring_size, live_set_1f1b, ring_sizes, stock_sets
 
 
 @pytest.mark.parametrize("schedule", ["1F1B", "GPipe"])

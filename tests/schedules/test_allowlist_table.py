@@ -5,7 +5,7 @@ import pytest
 pytest.importorskip("pandas")
 
 from pooltk import PoolConfig  # noqa: E402
-from pooltk.pool.sizing import automodel_ring_size, stock_sets  # noqa: E402
+from pooltk.analysis.rings import automodel_ring_size, stock_sets  # noqa: E402
 from pooltk.nb.schedules import allowlist_table, validation_summary  # noqa: E402
 
 
@@ -24,7 +24,7 @@ def test_seed_allowlist_pools_1f1b_only_and_pooltk_auto_sits_between_live_set_an
 
 
 def test_tight_1f1b_column_matches_the_pools_own_ring_sizes():
-    from pooltk.pool.sizing import ring_sizes
+    from pooltk.analysis.rings import ring_sizes
 
     t = allowlist_table(["1F1B"], pp=4, n_microbatches=8, slack=2, grad_slack=1).set_index("stage")
     for s in range(4):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from pooltk.pool.sizing import live_set_1f1b
+from pooltk.analysis.rings import live_set_1f1b
 from pooltk.analysis.lifetimes import (
     DIRECTIONS,
     BufferLifetime,

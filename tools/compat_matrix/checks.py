@@ -87,7 +87,7 @@ def _pytest(paths: list[str], tmp: Path, name: str, extra: list[str]) -> dict[st
 def _variant_facts(v: Any, boundary: int, installed: bool) -> dict[str, Any]:
     from pooltk.parity.experiments import Rings
     from pooltk.analysis.lifetimes import DIRECTIONS
-    from pooltk.pool.sizing import ring_sizes, stock_sets
+    from pooltk.analysis.rings import ring_sizes, stock_sets
 
     sets = {str(s): [v.recv[s][d]["sets"] for d in DIRECTIONS] for s in sorted(v.recv)}
     # the ring's own storages (K sets); storages copy on conflict re-homed are counted apart
