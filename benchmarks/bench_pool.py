@@ -35,16 +35,15 @@ def host_us_per_receive(guard: bool, *, k: int = 3, m: int = 16, reps: int = 200
 
     slots = [[torch.zeros(2, 8, 256)] for _ in range(k)]
     infos = {c: (Info(torch.zeros(2, 8, 256)),) for c in range(m)}
-    ring = DirectionRing(stage=1, direction="forward", size=k, n_microbatches=m, positions=[0], slots=slots,
-                         guard=guard)
-    ring.bind(infos)
+    ring = DirectionRing(stage=1, direction="forward", live=k, n_microbatches=m, slots=slots, guard=guard)
+    ring.bind(1, infos, [0])
     runs = []
     for _ in range(5):
         t0 = time.perf_counter()
         for i in range(reps):
             c = i % m
-            ring.post(c, infos[c])
-            ring.release(c)
+            ring.post(c, 1, infos[c], training=True)
+            ring.release(c, 1)
             if c == m - 1:
                 ring.reset()
         runs.append((time.perf_counter() - t0) / reps * 1e6)

@@ -2,7 +2,7 @@
 rule (what torch <= 2.14 pre-allocates), and :class:`RingRule`, the rules the memory model and the
 proofs size rings by.
 
-The pool (:mod:`pooltk.pool.sizing`, 1F1B and ``schedule="auto"`` plans), the analysis tables, the
+The pool (:func:`ring_and_live`: 1F1B and ``schedule="auto"`` plans), the analysis tables, the
 memory model and the notebooks all call :func:`ring_from_live`, so none of them can disagree about
 how slack turns a live set into a ring. The pool's own rule is a user's
 :class:`~pooltk.config.PoolConfig` (``tight``, shared per rank); a :class:`RingRule` also says which
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # for annotations only
     from pooltk.analysis.lifetimes import Direction
 
 __all__ = ["POLICIES", "Policy", "RingRule", "RingSizes", "SHARINGS", "Sharing", "automodel_ring_size", "check_shape",
-           "inflight_1f1b", "live_set_1f1b", "ring_from_live", "ring_sizes", "stock_count", "stock_sets"]
+           "inflight_1f1b", "live_set_1f1b", "ring_and_live", "ring_from_live", "ring_sizes", "stock_count", "stock_sets"]
 
 Policy = Literal["tight", "automodel", "measure"]
 POLICIES: tuple[str, ...] = get_args(Policy)
@@ -170,3 +170,18 @@ def ring_sizes(num_stages: int, stage_index: int, n_microbatches: int, config: A
                          grad=k if live.grad else 0)
     return RingSizes(forward=ring_from_live(live.forward, n_microbatches, "forward", rule),
                      grad=ring_from_live(live.grad, n_microbatches, "grad", rule))
+
+
+def ring_and_live(num_stages: int, stage_index: int, n_microbatches: int, direction: str, rule: Any,
+                  plan: Any = None) -> tuple[int, int]:
+    """(K, the live set K is sized from) for one direction of a stage; K 0 leaves the direction stock.
+
+    A 1F1B stage's come from the closed form; a schedule pooled with ``schedule="auto"`` brings its plan
+    (:class:`pooltk.analysis.plans.RingPlan`, [Note: auto rings]).
+    """
+    if plan is not None:
+        key = (stage_index, direction)
+        return plan.sizes.get(key, 0), plan.min_safe.get(key, 0)
+    k, live = ring_sizes(num_stages, stage_index, n_microbatches, rule), live_set_1f1b(num_stages, stage_index,
+                                                                                        n_microbatches)
+    return (k.forward, live.forward) if direction == "forward" else (k.grad, live.grad)

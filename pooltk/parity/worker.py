@@ -25,6 +25,7 @@ from pooltk.parity import experiments
 from pooltk.parity.models import FuzzStage, ToyModel, fuzz_loss, make_batch, make_stage_module
 from pooltk.parity.spec import ParitySpec, Variant
 from pooltk.pool.adapters.stage_api import RECV_INFO_ATTRS
+from pooltk.pool.guard import PoolOverrunError
 
 __all__ = ["max_hooks", "measure_recv_storage", "run_in_group", "spawn_entry"]
 
@@ -437,6 +438,17 @@ def known_cause(text: str) -> str:
     return ""
 
 
+def find_overrun(exc: BaseException | None) -> PoolOverrunError | None:
+    """The :class:`PoolOverrunError` ``exc`` is or was raised from (its cause/context chain), else None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, PoolOverrunError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def spawn_entry(rank: int, world: int, spec_json: str, out_dir: str, store_port: int,
                 prelude: str | None = None) -> None:
     """Entry point of a launched rank: join the group through the launcher's TCPStore, run, write JSON.
@@ -462,8 +474,6 @@ def spawn_entry(rank: int, world: int, spec_json: str, out_dir: str, store_port:
         text = "".join(traceback.format_exception(exc))
         if _RUNNING[0] is not None:
             text += f"{VARIANT_LINE}{_RUNNING[0]}\n"
-        from pooltk.pool.guard import find_overrun
-
         overrun = find_overrun(exc)
         (out / f"rank{rank}.error.json").write_text(json.dumps({
             "rank": rank,

@@ -1,11 +1,8 @@
-"""The pool: torch and the standard library only (an import-graph test holds it to that).
+"""The pool: torch, the standard library and pooltk's pure arithmetic (``config``, ``analysis``) only.
 
-Reading order, following one install: :mod:`~pooltk.pool.gating` decides whether a stage may be
-pooled, :mod:`~pooltk.pool.adapters` finds where this torch makes receive buffers,
-:mod:`~pooltk.pool.sizing` gives K per direction, :mod:`~pooltk.pool.ring` allocates the K sets
-and maps chunks to slots, :mod:`~pooltk.pool.guard` owns slots between post and release, and
-:mod:`~pooltk.pool.install` patches torch's classes and undoes it exactly.
-
-The public names are re-exported by :mod:`pooltk` itself; this package re-exports nothing, so that
-``pooltk.pool.install`` is always the module.
+Reading order, following one install: :mod:`~pooltk.pool.install` (the public surface),
+:mod:`~pooltk.pool.adapters` (where this torch makes receive buffers), :mod:`~pooltk.pool._patch` (the
+wrappers; ``_build`` makes a ring), :mod:`~pooltk.pool.gating` (may this stage be pooled),
+:mod:`~pooltk.pool.ring` (K sets, slots, ownership, copy on conflict), :mod:`~pooltk.pool.guard` (the loud
+errors), then :mod:`~pooltk.pool.release` and :mod:`~pooltk.pool.handoff`. This package re-exports nothing.
 """

@@ -1,8 +1,8 @@
 """The wrappers torch's stage methods get: setup (build the ring), receive posts, sends, compute, reset.
 
-Each wrapper belongs to one install (its :class:`~pooltk.pool.report.InstallReport`) and passes straight through for a stage
-the pool does not manage, or once that install is undone. Setup is wrapped, not patched once, because a
-schedule runs it again at every eval/train switch. Every torch name comes from :mod:`pooltk.pool.adapters`.
+Each wrapper belongs to one install (:class:`~pooltk.pool.report.InstallReport`) and passes straight through for
+a stage the pool does not manage, or once that install is undone. Setup runs again at every eval/train switch.
+Every torch name comes from :mod:`pooltk.pool.adapters`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 
+from pooltk.analysis.rings import ring_and_live
 from pooltk.pool import events
 from pooltk.pool import release as rel
 from pooltk.pool.adapters import SetupTarget
@@ -22,16 +23,10 @@ from pooltk.pool.gating import PoolSetupError, decide, refusal
 from pooltk.pool.guard import is_version_error, name_reuse
 from pooltk.pool.handoff import drop_handed, drop_handoff_buffers, real_buffer, template
 from pooltk.pool.ring import DirectionRing, recv_positions
-from pooltk.pool.sizing import ring_and_live
 from pooltk.pool.report import InstallReport
 from pooltk.pool.state import LATE, LOCK, NEW, RUNNING, SET_UP, StageState, stage_state, state_for
 
 __all__ = ["give_back_stock_buffers", "kept_stock", "runtime_wrappers", "setup_wrapper"]
-
-
-# ---------------------------------------------------------------------------------------
-# The one ring builder
-# ---------------------------------------------------------------------------------------
 
 
 def _positions(infos_by_chunk: dict[int, tuple]) -> list[int]:
@@ -48,10 +43,8 @@ def _build(stage: Any, target: SetupTarget, st: StageState, install: InstallRepo
            observed: object | None) -> DirectionRing | None:
     """The ring one direction of a just-set-up stage receives into, bound onto its recv infos (None: stock).
 
-    A stage alone gets a ``c mod K`` ring. Under a schedule pooled with ``schedule="auto"`` and rank
-    sharing, the rank's stages whose boundaries carry the same tensors join one ring, coloured from the
-    action order ([Note: rank-shared rings] in pooltk/analysis/sharing.py): the group's ring is rebuilt
-    over every member so far, keeping the slots it had. A group of one is the plain ring.
+    Alone: a ``c mod K`` ring. Under ``schedule="auto"``, a rank's stages whose boundaries carry the same tensors
+    join one ring coloured from the action order ([Note: rank-shared rings]), rebuilt over every member so far.
     """
     infos = getattr(stage, target.infos_attr)
     positions = _positions(infos)
@@ -82,8 +75,7 @@ def _build(stage: Any, target: SetupTarget, st: StageState, install: InstallRepo
         slots.append([factory.real(infos[0][j].buffer) if factory is not None and factory.is_placeholder(
             infos[0][j].buffer) else torch.empty_like(infos[0][j].buffer.detach()) for j in positions])
     ring = DirectionRing(stage=min(members), direction=direction, live=live, n_microbatches=st.n_microbatches,
-                         slots=slots, slot_map=slot_map, guard=install.guard, on_rehome=_said_rehome(st),
-                         on_full=_said_full(st))
+                         slots=slots, slot_map=slot_map, guard=install.guard, say=_said(st))
     for s, (member, member_positions) in sorted(members.items()):
         ring.bind(s, getattr(member, target.infos_attr), member_positions)
         if member is not stage:
@@ -93,42 +85,16 @@ def _build(stage: Any, target: SetupTarget, st: StageState, install: InstallRepo
     return ring
 
 
-# ---------------------------------------------------------------------------------------
-# What is said about a stage (the wording is events.py's)
-# ---------------------------------------------------------------------------------------
-
-
-def _say(st: StageState, key: tuple, event: events.PoolEvent) -> None:
-    if key not in st.said:
-        st.said.add(key)
-        events.emit(st.report.events if st.report is not None else None, event)
-
-
 def kept_stock(stage: Any, report: Any, reason: str) -> None:
     """Record (once per stage and reason) that ``stage`` keeps torch's buffers, and why."""
     st = state_for(stage)
     st.report = st.report or report
-    _say(st, ("stock", reason), events.kept_stock_event(getattr(stage, "stage_index", "?"), reason))
+    events.say(st, ("stock", reason), "kept-stock", stage=getattr(stage, "stage_index", "?"), reason=reason)
 
 
-def _said_rehome(st: StageState) -> Callable:
-    def on_rehome(ring: DirectionRing, **fields: Any) -> None:
-        first = ("re-homed", ring.direction) not in st.said
-        st.said.add(("re-homed", ring.direction))
-        events.emit(st.report.events if st.report is not None else None,
-                    events.rehome_event(direction=ring.direction, first=first, check=fields.pop("why"), **fields))
-
-    return on_rehome
-
-
-def _said_full(st: StageState) -> Callable:
-    def on_full(ring: DirectionRing, why: str) -> None:
-        use = ring.usage(ring.stage)
-        _say(st, ("no-saving", ring.direction), events.no_saving_event(
-            stage=ring.stage, direction=ring.direction, held=use.held_sets, stock=use.stock, ring=use.ring,
-            rehomes=use.rehomes, check=why))
-
-    return on_full
+def _said(st: StageState) -> Callable:
+    """What a ring says: each of its re-homes (the first per direction a WARNING), and once that it saved nothing."""
+    return lambda kind, **fields: events.say(st, (kind, fields["direction"]), kind, again=kind == "re-homed", **fields)
 
 
 def _pooled_line(stage: Any, st: StageState) -> None:
@@ -140,18 +106,14 @@ def _pooled_line(stage: Any, st: StageState) -> None:
         first = (getattr(stage, attr, None) or {}).get(0)
         sizes.append(ring.size if ring is not None else 0 if direction in st.handoff or not first
                      else m if recv_positions(first) else 0)
-    _say(st, ("pooled", m, tuple(sizes)), events.pooled_event(stage.stage_index, sizes[0], sizes[1], m))
+    events.say(st, ("pooled", m, tuple(sizes)), "pooled", stage=stage.stage_index, forward=sizes[0], grad=sizes[1],
+               n_microbatches=m)
     for direction, ring in st.rings().items():
         if ring.shared:
-            _say(st, ("shared", direction, ring.size), events.shared_event(
-                stage.stage_index, direction, sorted(ring.members), ring.size, m * len(ring.members)))
+            events.say(st, ("shared", direction, ring.size), "shared", stage=stage.stage_index, direction=direction,
+                       stages=sorted(ring.members), size=ring.size, receives=m * len(ring.members))
     for direction in st.handoff:
-        _say(st, ("handoff", direction), events.handoff_event(stage.stage_index, direction))
-
-
-# ---------------------------------------------------------------------------------------
-# Setup
-# ---------------------------------------------------------------------------------------
+        events.say(st, ("handoff", direction), "handoff", stage=stage.stage_index, direction=direction)
 
 
 def setup_wrapper(original: Callable, target: SetupTarget, install: InstallReport) -> Callable:
@@ -199,11 +161,6 @@ def setup_wrapper(original: Callable, target: SetupTarget, install: InstallRepor
         return result
 
     return pooltk_setup
-
-
-# ---------------------------------------------------------------------------------------
-# Runtime
-# ---------------------------------------------------------------------------------------
 
 
 def _first_use(stage: Any, install: InstallReport) -> StageState:
@@ -391,11 +348,6 @@ def _done(stage: Any, st: StageState, chunk: int, loss: Any) -> None:
         rel.release_chunk(stage, st, chunk, loss)
 
 
-# ---------------------------------------------------------------------------------------
-# Undo
-# ---------------------------------------------------------------------------------------
-
-
 def give_back_stock_buffers(stage: Any, report: Any, why: str) -> bool:
     """Replace a live stage's rings and handoff placeholders by stock buffers (one per microbatch)."""
     st = stage_state(stage)
@@ -421,5 +373,5 @@ def give_back_stock_buffers(stage: Any, report: Any, why: str) -> bool:
     st.losses.clear()
     if had:
         events.emit(report.events if report is not None else None,
-                    events.unpooled_event(getattr(stage, "stage_index", "?"), why))
+                    events.event("unpooled", stage=getattr(stage, "stage_index", "?"), reason=why))
     return had

@@ -1,13 +1,10 @@
 """Which stages may be pooled: the allowlist, the schedule observed driving a setup, and the refusals.
 
 [Note: gating]
-A ring is safe only when it covers the schedule's live set. That bound is proven in closed form for
-torch's ``Schedule1F1B`` alone ([Note: ring sizes] in pooltk/analysis/rings.py), so the allowlist is
-``1f1b``, matched like ``get_schedule_class`` matches names, or the class itself (not a subclass).
-``install(schedule="auto")`` also pools any schedule pooltk can analyse, with rings from its own
-action order ([Note: auto rings] in pooltk/analysis/plans.py). The name given at install is only a
-default: the schedule that sets a stage up is on the call stack (its ``_initialize_pp_stages``), and
-when it is seen, it decides.
+A ring is safe only when it covers the schedule's live set, proven in closed form for torch's
+``Schedule1F1B`` alone ([Note: ring sizes]): the allowlist is ``1f1b`` (name or the class itself).
+``schedule="auto"`` also pools any schedule pooltk can analyse, with rings from its action order ([Note:
+auto rings]). The schedule seen setting a stage up (on the call stack) decides over the install's default.
 
 [Note: refusals]
 The pool sees a microbatch's buffer only through the stage methods it wraps, so a stage stays stock,
@@ -30,10 +27,7 @@ AUTO = "auto"
 
 
 class PoolSetupError(RuntimeError):
-    """pooltk failed inside a torch layout it recognises: a bug or an unforeseen stage, never a silent fallback.
-
-    Fields: ``stage``, ``direction`` (or None), ``cause`` (the original exception, also chained).
-    """
+    """pooltk failed inside a layout it recognises (never a silent fallback); ``stage``, ``direction``, ``cause``."""
 
     def __init__(self, *, stage: int | None, direction: str | None, cause: BaseException, what: str) -> None:
         self.stage, self.direction, self.cause = stage, direction, cause

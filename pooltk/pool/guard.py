@@ -1,30 +1,37 @@
 """The pool's loud errors: a receive into a slot still owned, and autograd's version error named.
 
 [Note: version bump]
-Every re-post of a slot bumps its version counter (``torch.autograd.graph.increment_version``): a
-graph that still saved the old contents fails in backward with "modified by an inplace operation"
-instead of reading the next microbatch's data.
+Every re-post of a slot bumps its version counter: a graph that still saved the old contents fails in
+backward with "modified by an inplace operation" instead of reading the next microbatch's data.
 
 [Note: naming the reuse]
-Autograd's version error names neither pooltk nor the slot. When a backward on a pooled stage raises it
-and a slot of that stage was bumped this step, the wrapper re-raises it as :class:`PoolReuseError` with
-the stage, direction, slots and microbatches (the slot autograd quotes by version where readable).
+Autograd's version error names neither pooltk nor the slot. When a backward on a pooled stage raises it and
+a slot of that stage was bumped this step, the wrapper re-raises it as :class:`PoolReuseError` with the
+stage, direction, slots and microbatches (the slot autograd quotes by version where readable).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import torch
 
-__all__ = ["PoolOverrunError", "PoolReuseError", "bump_version", "find_overrun", "is_version_error", "name_reuse"]
+__all__ = ["PoolOverrunError", "PoolReuseError", "bump_version", "is_version_error", "name_reuse"]
+
+
+def _fields(self: Any) -> dict[str, Any]:
+    return {name: getattr(self, name) for name in self.FIELDS}
+
+
+def _rebuild(cls: type, fields: dict) -> Any:
+    return cls(**{name: fields.get(name) for name in cls.FIELDS})
 
 
 class PoolOverrunError(RuntimeError):
     """A receive was about to land in a slot another microbatch still owns ([Note: slot ownership]).
 
-    Fields survive pickling and :meth:`to_dict` / :meth:`from_dict`, so a rank's error reaches a
-    launcher intact: nothing parses the message.
+    Its fields survive pickling and ``to_dict``/``from_dict``: a rank's error reaches a launcher intact.
     """
 
     FIELDS = ("stage", "direction", "slot", "ring", "owner", "incoming", "rank", "owner_stage")
@@ -40,22 +47,17 @@ class PoolOverrunError(RuntimeError):
             f"microbatch {owner}{whose} when microbatch {incoming} posts into it; required a ring of the live set.\n"
             "Fix: raise the slack (PoolConfig(slack=...), grad_slack=...) or leave this schedule unpooled.")
 
-    def to_dict(self) -> dict[str, int | str | None]:
-        return {name: getattr(self, name) for name in self.FIELDS}
-
-    @classmethod
-    def from_dict(cls, fields: dict) -> "PoolOverrunError":
-        return cls(**{name: fields.get(name) for name in cls.FIELDS})
+    to_dict = _fields
+    from_dict = classmethod(_rebuild)
 
     def __reduce__(self):  # noqa: ANN204 - picklable across spawned ranks
-        return type(self).from_dict, (self.to_dict(),)
+        return _rebuild, (type(self), self.to_dict())
 
 
 class PoolReuseError(RuntimeError):
-    """A backward read a received tensor after its slot was re-used ([Note: naming the reuse]).
+    """A backward read a received tensor after its slot was re-used ([Note: naming the reuse]); picklable.
 
-    Fields: ``stage``, ``direction``, ``slots`` (``[(slot, reused_by, previous)]``), ``microbatch``,
-    ``cause`` (autograd's first line), ``rank``. Picklable.
+    ``slots``: ``[(slot, reused_by, previous)]``; ``cause``: autograd's first line.
     """
 
     FIELDS = ("stage", "direction", "slots", "microbatch", "cause", "rank")
@@ -71,29 +73,11 @@ class PoolReuseError(RuntimeError):
             f"received tensor after its buffer was re-used ({which}); required: nothing keeps it with its graph.\n"
             f"Fix: keep x.detach().clone(), or raise the slack. Autograd said: {cause}")
 
-    def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.FIELDS}
-
-    @classmethod
-    def from_dict(cls, fields: dict) -> "PoolReuseError":
-        return cls(**{name: fields.get(name) for name in cls.FIELDS})
+    to_dict = _fields
+    from_dict = classmethod(_rebuild)
 
     def __reduce__(self):  # noqa: ANN204 - picklable across spawned ranks
-        return type(self).from_dict, (self.to_dict(),)
-
-
-def find_overrun(exc: BaseException | None) -> PoolOverrunError | None:
-    """The :class:`PoolOverrunError` ``exc`` is or was raised from (its cause/context chain), else None."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, PoolOverrunError):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-_VERSION = re.compile(r"is at version (\d+); expected version (\d+)")
+        return _rebuild, (type(self), self.to_dict())
 
 
 def is_version_error(exc: BaseException) -> bool:
@@ -103,12 +87,11 @@ def is_version_error(exc: BaseException) -> bool:
 
 def name_reuse(exc: RuntimeError, *, stage: int, rings: dict, microbatch: int | None) -> PoolReuseError | None:
     """The :class:`PoolReuseError` for autograd's ``exc`` on a stage with ``rings``; None if no slot was bumped."""
-    quoted = _VERSION.search(str(exc))
+    quoted = re.search(r"is at version (\d+); expected version (\d+)", str(exc))
     for direction, ring in rings.items():
         bumped = [(slot, r, p) for slot, (r, p) in sorted(ring.bumps.items())]
         if quoted:
-            exact = [b for b in bumped if any(t._version == int(quoted.group(1)) for t in ring.slots[b[0]])]
-            bumped = exact or bumped
+            bumped = [b for b in bumped if any(t._version == int(quoted.group(1)) for t in ring.slots[b[0]])] or bumped
         if bumped:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return PoolReuseError(stage=stage, direction=direction, slots=bumped, microbatch=microbatch, cause=first)

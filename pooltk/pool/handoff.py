@@ -1,10 +1,8 @@
 """Same-rank handoffs (the V schedules' turn): no receive buffers, and what a handoff gave let go early.
 
-A (stage, direction) whose neighbour runs on the same rank receives nothing: torch hands the tensor over
-with ``set_local_fwd_input`` / ``set_local_bwd_input``. The pool leaves such a direction shape-only
-placeholders instead of M real buffers, gives a None gradient a fresh zero buffer where torch reads one,
-and lets go of what a handoff gave a chunk after the chunk's backward ([Note: rank-shared rings] in
-pooltk/analysis/sharing.py). The wrappers that call these are in :mod:`pooltk.pool._patch`.
+A (stage, direction) whose neighbour runs on the same rank receives nothing (torch hands the tensor over
+locally): it keeps shape-only placeholders instead of M buffers, a None gradient gets a fresh zero buffer
+where torch reads one, and what a handoff gave a chunk is let go after the chunk's backward.
 """
 
 from __future__ import annotations
@@ -29,12 +27,8 @@ def template(buf: torch.Tensor, factory: PlaceholderFactory | None) -> tuple:
 
 
 def drop_handoff_buffers(stage: Any, target: SetupTarget, factory: PlaceholderFactory | None) -> dict[int, tuple]:
-    """A direction fed by a same-rank handoff gets no receive buffers: shape-only placeholders stay.
-
-    Returns position -> template (shape, dtype, device, requires_grad) for the rare read torch still
-    makes (``set_local_bwd_input`` zeroes the buffer of a gradient that is None: the wrapper gives that
-    one entry a fresh zero tensor first). See [Note: rank-shared rings].
-    """
+    """Leave a handoff-fed direction shape-only placeholders; position -> template, for the one read torch makes
+    (``set_local_bwd_input`` zeroes the buffer of a None gradient: the wrapper gives it a real one first)."""
     infos_by_chunk: dict[int, tuple] = getattr(stage, target.infos_attr, {}) or {}
     if not infos_by_chunk:
         return {}
@@ -42,23 +36,15 @@ def drop_handoff_buffers(stage: Any, target: SetupTarget, factory: PlaceholderFa
     templates = {j: template(infos_by_chunk[0][j].buffer, factory) for j in positions}
     for infos in infos_by_chunk.values():
         for j in positions:
-            buf = infos[j].buffer
-            if factory is not None and factory.is_placeholder(buf):
-                continue
-            if isinstance(buf, torch.Tensor) and not buf.is_meta:  # a layout that allocated: let it go
+            buf = infos[j].buffer  # a layout that allocated (no placeholder from the factory): let it go
+            if isinstance(buf, torch.Tensor) and not buf.is_meta:
                 infos[j].buffer = _placeholder(tuple(buf.shape), buf.dtype, buf.requires_grad)
     return templates
 
 
 def drop_handed(stage: Any, st: StageState, chunk: int, kept: list | None = None) -> None:
-    """``chunk`` is done with what a same-rank handoff gave it: let go of it now, not at the next step.
-
-    torch leaves each handed-over tensor in the chunk's recv info until the next step's handoff
-    replaces it, so a stage fed by a handoff keeps all M of them between steps (measured: 8 of 8 on
-    ZBVZeroBubble pp2 M8). After the chunk's backward (its weight pass for a split backward; its
-    forward in a forward-only step, where ``kept``, torch's ``fwd_cache`` list, is swapped too)
-    nothing reads them again; the entry gets a shape-only placeholder back.
-    """
+    """The chunk is done with what a handoff gave it (torch would keep all M until the next step's handoff):
+    its recv info, and ``kept`` (torch's ``fwd_cache`` list, in a forward-only step), get a placeholder."""
     for direction, templates in st.handoff.items():
         infos = getattr(stage, RECV_INFO_ATTRS[direction], {}).get(chunk)
         if infos is None:

@@ -1,30 +1,23 @@
 """The pool's public surface: install, uninstall, pooled, pool_stage, probe (the wrappers are _patch.py's).
 
 [Note: what install does]
-``install()`` detects the layout (:mod:`pooltk.pool.adapters`, by feature) and replaces, on the
-classes that define them, only the stage methods the adapters name: the setup methods that make
-receive buffers (rebuilt onto a ring of K sets) and the runtime methods that post receives, send,
-compute and reset. On the lazy layout (torch 2.15: a buffer per receive, dropped when consumed)
-nothing is pre-allocated, so only the compute and reset methods are wrapped, for the last-stage
-release (``report.mode == "release"``). ``uninstall()`` puts torch's own function objects back and
-gives every live pooled stage stock buffers. ``pool_stage(stage)`` binds the same wrappers on one
-stage object instead. One install per process: a second copy of pooltk (``importlib.reload``)
-does not know the first; restart the interpreter instead.
+``install()`` detects the layout (by feature) and replaces, on the classes that define them, only the stage
+methods the adapters name: the setups that make receive buffers (rebuilt onto rings) and the runtime methods
+that post receives, send, compute and reset; on the lazy layout only compute and reset (the release).
+``uninstall()`` puts torch's own objects back and gives live pooled stages stock buffers; ``pool_stage``
+binds the same wrappers on one stage object. One install per process: after ``importlib.reload`` restart
+the interpreter.
 
 [Note: fail-open only for unknown layouts]
-pooltk stands down (``installed=False``, one warning, nothing changed) only where it does not
-recognise this torch's layout, or a runtime method's arguments. Inside a recognised layout an error
-raises :class:`~pooltk.pool.gating.PoolSetupError`; a deliberate refusal keeps a stage stock and says
-why ([Note: refusals]).
+pooltk stands down (``installed=False``, one warning, nothing changed) only on a layout or runtime signature
+it does not recognise. Inside a recognised layout an error raises ``PoolSetupError``; a deliberate refusal
+keeps a stage stock and says why ([Note: refusals]).
 
 [Note: stream ordering]
-On GPUs a slot is re-posted on the host only after its previous user's last read was queued (its
-backward, or its forward in eval). torch's NCCL group makes the receive's stream wait on the current
-stream, so the receive cannot overwrite the slot before kernels queued earlier have read it. A forward
-send the ring does not count ([Note: finished sends]) finished before the next stage could compute the
-gradient that released the slot. What breaks this: kernels on another stream reading a received
-tensor without the current stream waiting on them; make the current stream wait on side streams
-before the stage returns.
+On GPUs a slot is re-posted only after its previous user's last read was queued, and torch's NCCL group
+makes the receive's stream wait on the current stream, so kernels queued earlier read it first (a forward
+send the ring does not count finished earlier still: [Note: finished sends]). What breaks this: kernels on a
+side stream reading a received tensor; make the current stream wait on side streams before the stage returns.
 """
 
 from __future__ import annotations
@@ -67,13 +60,6 @@ def _runtime_names(layout: Layout) -> tuple[str, ...]:
     return (_RELEASE_METHODS if layout.per_receive else eager) + OPTIONAL_HOT_METHODS
 
 
-def _patch_sites(layout: Layout) -> list[tuple[type, str]]:
-    """Every (class, attribute) a process-wide install replaces on ``layout``."""
-    base = stage_base()
-    return ([(t.owner, t.name) for t in layout.setup_targets]
-            + [(defining_class(base, n), n) for n in originals_of(base, _runtime_names(layout))])
-
-
 def _prepare(config: PoolConfig | None, fields: dict, schedule: str | None, force: bool, scope: str,
              experiment: Any) -> InstallReport:
     """What every install form does first: the config, the layout, the report (``installed`` False: stands down)."""
@@ -92,7 +78,7 @@ def _prepare(config: PoolConfig | None, fields: dict, schedule: str | None, forc
     report = make_report(installed=installed, layout=layout, reason=reason, config=cfg, schedule=sched,
                          force=force, scope=scope, experiment=experiment)
     if not installed:
-        events.emit(report.events, events.not_installed_event(report.reason))
+        events.emit(report.events, events.event("not-installed", reason=report.reason))
         warnings.warn(f"pooltk: not installed: {report.reason}", PoolWarning, stacklevel=4)
     return report
 
@@ -141,17 +127,14 @@ def _install(config: PoolConfig | None, fields: dict, schedule: str | None, forc
             setattr(owner, name, fn)
         CURRENT[0] = prepared
         cfg = prepared.config
-        events.emit(prepared.events, events.installed_event(
-            policy=getattr(getattr(experiment, "rule", None), "policy", "tight"), slack=cfg.slack,
+        events.emit(prepared.events, events.event(
+            "installed", policy=getattr(getattr(experiment, "rule", None), "policy", "tight"), slack=cfg.slack,
             grad_slack=cfg.grad_slack, schedule=prepared.schedule, layout=prepared.layout, mode=prepared.mode))
         return prepared
 
 
 def uninstall() -> bool:
-    """Put torch's own methods back; every live pooled stage gets stock buffers (reported ``unpooled``).
-
-    Returns True if anything was undone.
-    """
+    """Put torch's own methods back; live pooled stages get stock buffers (``unpooled``). True if anything was undone."""
     with LOCK:
         current, CURRENT[0] = CURRENT[0], None
         if current is None:

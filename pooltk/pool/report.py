@@ -77,11 +77,9 @@ class InstallReport:
         return getattr(self.experiment, "rule", None) or self.config
 
     def usage(self) -> list:
-        """What every ring of this install held during its last step, beside stock and the live set.
+        """One :class:`~pooltk.pool.ring.RingUse` per live pooled stage and direction: what it held in its last step.
 
-        One :class:`pooltk.pool.ring.RingUse` per live pooled stage and direction. A row whose ``held_sets``
-        reaches ``stock`` saved nothing (a WARNING said why when it happened).
-        """
+        A row whose ``held_sets`` reaches ``stock`` saved nothing (a WARNING said why when it happened)."""
         from pooltk.pool.state import stage_state
 
         rows = []

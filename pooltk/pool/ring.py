@@ -27,23 +27,20 @@ __all__ = ["DirectionRing", "RingUse", "recv_positions"]
 # slot's one *resting* alias, never read (the chunk's next post replaces it first).
 #
 # [Note: slot ownership]
-# A slot is owned by one user from its receive post until the stage is done reading it: a forward slot
-# until that microbatch's backward (its weight pass, for a split backward; its forward, in a
-# forward-only step), a grad slot until the backward returns (the weight pass, for a split backward,
-# which may read the received gradient). Posting into a slot another user owns means the ring is
-# smaller than the schedule's live set; receives do not bump the version counter, so the overwrite
-# would be silent: :class:`PoolOverrunError` is raised before the receive is posted.
+# A slot is owned from its receive post until the stage is done reading it: a forward slot until that
+# microbatch's backward (its weight pass, if split; its forward, in a forward-only step), a grad slot until
+# the backward returns (or the weight pass). Receives do not bump the version counter, so a post into a
+# slot another user owns would overwrite silently: :class:`PoolOverrunError` is raised before it.
 #
 # [Note: copy on conflict]
-# A receive is never posted into storage anything outside the pool still holds, and storage nothing
-# holds is reused, whatever was done with it before. Right before re-posting a slot the ring asks, per
-# tensor, who holds the previous user's data *now*: more tensors on the storage than the pool's three
-# (slot, resting alias, the previous alias: a view, an output sharing it, a send's tensor), Python
-# references to the previous alias (a hook, a list, an output that is the input itself) or C++ ones (a
-# DLPack export, a live graph's saved tensor; the alias is parked as an anchor's ``.grad`` so both
-# counts have a base calibrated once per ring). A held tensor is re-homed alone: the holders keep the
-# old storage, the slot gets a new one, which the receive fills whole. Not holders: the receive ops
-# torch's step still references (pointed back at the resting alias first), and the finished sends of
+# A receive never lands in storage something outside the pool still holds. Right before a re-post the ring
+# counts, per tensor, who holds the previous user's data now: tensors on the storage beyond the pool's three
+# (slot, resting alias, previous alias), and Python and C++ references to the previous alias (bases
+# calibrated once per ring on an anchor's ``.grad``). A held tensor is re-homed alone: the holders keep the
+# old storage, the slot gets a new one. Not holders: torch's receive ops (pointed back at the resting alias)
+# and [Note: finished sends]. An address is not a holder (docs/safety.md, "The contract"). Every other
+# re-post bumps the version counter, so a reader nothing counts fails in autograd ([Note: naming the reuse]).
+#
 # [Note: finished sends]. An address is not a holder (docs/safety.md, "The contract"). Every other
 # re-post bumps the slot's version counter, so a reader the counts cannot see (a Python
 # ``UntypedStorage`` object kept by user code) fails in autograd, named by [Note: naming the reuse].
@@ -107,13 +104,13 @@ class DirectionRing:
     """K buffer sets for one direction of one stage, or of a rank's stages (see the module docstring)."""
 
     __slots__ = ("stage", "direction", "size", "live", "n_microbatches", "slots", "slot_map", "members", "guard",
-                 "owners", "_owned", "peak_owned", "bumps", "rehomes", "step_rehomes", "on_rehome", "on_full", "_infos",
+                 "owners", "_owned", "peak_owned", "bumps", "rehomes", "step_rehomes", "say", "_infos",
                  "_resting", "_current", "_anchors", "_requires_grad", "_ops", "_sends", "_py_base", "_cpp_base",
                  "_rehomed_alive", "_step_peak", "__weakref__")
 
     def __init__(self, *, stage: int, direction: str, live: int, n_microbatches: int, slots: list[list[torch.Tensor]],
                  slot_map: dict[tuple[int, int], int] | None = None, guard: bool = True,
-                 on_rehome: Callable[..., None] | None = None, on_full: Callable[..., None] | None = None) -> None:
+                 say: Callable[..., None] | None = None) -> None:
         self.stage, self.direction, self.size, self.live = stage, direction, len(slots), live
         """``stage``: the first member; ``live``: the live set K was sized from."""
         self.n_microbatches, self.slots, self.slot_map = n_microbatches, slots, slot_map
@@ -128,7 +125,8 @@ class DirectionRing:
         self.bumps: dict[int, tuple[int, int]] = {}
         """slot -> (microbatch that re-used it, its previous owner), this step ([Note: naming the reuse])."""
         self.rehomes = self.step_rehomes = self._rehomed_alive = 0
-        self.on_rehome, self.on_full = on_rehome, on_full
+        self.say = say
+        """``say(kind, **fields)``: a ``re-homed`` or ``no-saving`` event (pooltk.pool.events.LINES)."""
         self._infos: dict[tuple[int, int], tuple] = {}
         self._resting: list[list[torch.Tensor]] = []
         self._current: list[tuple | None] = [None] * self.size
@@ -287,12 +285,14 @@ class DirectionRing:
         held = self.size * self.tensors + self._rehomed_alive
         if held > self._step_peak:
             self._step_peak = held
-            if self.on_full is not None and -(-held // self.tensors) >= self.stock_sets and (
+            if self.say is not None and -(-held // self.tensors) >= self.stock_sets and (
                     self.size < self.stock_sets or held > self.size * self.tensors):
-                self.on_full(self, why)
-        if self.on_rehome is not None:
-            self.on_rehome(self, stage=stage, slot=slot, position=self.members[stage][k], incoming=incoming,
-                           nbytes=new.untyped_storage().nbytes(), holders=holders, why=why)
+                use = self.usage(self.stage)
+                self.say("no-saving", stage=self.stage, direction=self.direction, held=use.held_sets, stock=use.stock,
+                         ring=use.ring, rehomes=use.rehomes, check=why)
+        if self.say is not None:
+            self.say("re-homed", stage=stage, direction=self.direction, slot=slot, position=self.members[stage][k],
+                     incoming=incoming, bytes=new.untyped_storage().nbytes(), holders=holders, check=why)
 
     # -- what it holds --------------------------------------------------------------------
     @property

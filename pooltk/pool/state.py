@@ -1,17 +1,10 @@
 """What the pool keeps: one object per stage behind one attribute, and the install in force.
 
 [Note: a stage's life]
-A stage's :class:`StageState` lives in its ``__dict__`` under :data:`ATTR` (read through
-:func:`stage_state`, the public accessor). Its ``phase`` is one of:
-
-- ``new``: made by a wrapper that met the stage for the first time;
-- ``set-up``: a setup ran under pooltk; the gate decided (``pooled``, ``reason``); its first compute
-  logs the rings and decides the release;
-- ``running``: computing since that setup (pooled, or stock with the reason);
-- ``late``: seen computing without a setup under pooltk (set up before ``install()``): stock until
-  its next setup (an eval/train switch).
-
-Every setup (the first step, each eval/train switch) starts the cycle again at ``set-up``.
+A stage's :class:`StageState` lives in its ``__dict__`` under :data:`ATTR`. Its ``phase``: ``new`` (first
+met by a wrapper); ``set-up`` (a setup ran under pooltk and the gate decided; the first compute logs the
+rings and decides the release); ``running``; ``late`` (computing without a setup under pooltk: set up before
+``install()``, stock until its next setup). Every setup (each eval/train switch) starts again at ``set-up``.
 """
 
 from __future__ import annotations
@@ -40,9 +33,9 @@ class StageState:
     pooled: bool = False
     """The gate's answer at the last setup: rings for this stage (the release is separate)."""
     reason: str = ""
-    """Why pooled or kept stock (the gate's reason, or why the stage ran stock)."""
+    """Why pooled or kept stock."""
     schedule: str | None = None
-    """The schedule that decided, normalised (observed on the call stack, or given at install)."""
+    """The schedule that decided (seen driving the setup, or given at install)."""
     plan: Any = None
     """The ring plan of a schedule pooled with ``schedule="auto"`` (pooltk.analysis.plans.RingPlan)."""
     report: "InstallReport | None" = None
@@ -64,9 +57,8 @@ class StageState:
     said: set = field(default_factory=set)
     """Log lines already emitted for this stage (each is said once)."""
     instance_methods: tuple[str, ...] = ()
-    """Names :func:`pooltk.pool_stage` bound on the instance."""
     bound: "InstallReport | None" = None
-    """The install :func:`pooltk.pool_stage` made for this stage (ended by ``unpool_stage``)."""
+    """The install :func:`pooltk.pool_stage` made for this stage and the methods it bound (``unpool_stage``)."""
 
     def rings(self) -> dict[str, "DirectionRing"]:
         return {d: r for d, r in (("forward", self.forward), ("grad", self.grad)) if r is not None}

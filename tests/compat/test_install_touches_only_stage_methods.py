@@ -11,7 +11,6 @@ import warnings
 import pytest
 
 import pooltk
-from pooltk.pool.install import _patch_sites  # noqa: PLC2701 - the sites install patches
 
 from _shapes import LAYOUTS, load_shape
 
@@ -48,9 +47,14 @@ def _changed(before: dict, after: dict) -> set[tuple[str, str]]:
 
 
 def _named_sites() -> set[tuple[str, str]]:
+    """The layout's setup methods and every runtime method the adapters name, where their classes define them."""
     from pooltk.pool.adapters import detect
+    from pooltk.pool.adapters.stage_api import HANDOFF_METHODS, HOT_METHODS, OPTIONAL_HOT_METHODS, SEND_METHODS, stage_base
 
-    return {(f"{owner.__module__}.{owner.__name__}", name) for owner, name in _patch_sites(detect().layout)}
+    runtime = HOT_METHODS + SEND_METHODS + HANDOFF_METHODS + OPTIONAL_HOT_METHODS
+    sites = {(t.owner, t.name) for t in detect().layout.setup_targets}
+    sites |= {(k, n) for n in runtime for k in stage_base().__mro__ if n in k.__dict__}
+    return {(f"{owner.__module__}.{owner.__name__}", name) for owner, name in sites}
 
 
 @pytest.mark.parametrize("release", RELEASES)

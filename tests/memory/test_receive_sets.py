@@ -36,7 +36,7 @@ def test_the_record_is_the_walk_the_pool_plans_from():
 
 
 def test_the_pools_1f1b_arithmetic_agrees_with_the_record():
-    # pool/sizing.py still writes the 1F1B closed form itself; until it reads the record, they must agree
+    # analysis/rings.py still writes the 1F1B closed form itself; until it reads the record, they must agree
     for n, m in ((4, 8), (8, 64), (3, 3)):
         for r in receive_sets("1F1B", pp=n, n_microbatches=m):
             assert getattr(live_set_1f1b(n, r.stage, m), r.direction) == r.live == r.ring_min

@@ -133,7 +133,7 @@ def test_finished_forward_sends_are_not_holders_in_training_but_are_in_a_forward
 
 def test_what_a_ring_held_is_its_k_sets_plus_re_homed_storages_still_held_and_saving_nothing_is_called_out():
     full = []
-    ring, infos = _ring(k=1, m=3, on_full=lambda r, why: full.append(why))
+    ring, infos = _ring(k=1, m=3, say=lambda kind, **f: full.append((kind, f["check"])))
     kept = []
     for c in range(3):
         ring.post(c, 1, infos[c], training=True)
@@ -141,7 +141,7 @@ def test_what_a_ring_held_is_its_k_sets_plus_re_homed_storages_still_held_and_sa
         ring.release(c, 1)
     use = ring.usage(1)
     assert (use.ring, use.live, use.stock, use.held_sets, use.rehomes) == (1, 1, 3, 3, 2) and use.saved_sets == 0
-    assert full == ["python"]
+    assert full == [("re-homed", "python"), ("no-saving", "python"), ("re-homed", "python")]
     del kept
     ring.reset()
     assert ring.usage(1).held_sets == 1 and ring.usage(1).rehomes == 0  # the next step starts from the ring

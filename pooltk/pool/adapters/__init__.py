@@ -1,15 +1,8 @@
 """Where this torch makes pipeline receive buffers, found by feature, never by version string.
 
-Three layout families are known (measured facts: docs/torch-compat.md):
-
-- ``prepare-infra`` (torch <= 2.11): buffers made in ``_prepare_forward_infra`` of both frontends and
-  ``_PipelineStageBase._prepare_backward_infra``;
-- ``setup-recv-info`` (2.12-2.14): ``PipelineStage._setup_forward_recv_info``, the tracing frontend's
-  ``_PipelineStage._prepare_forward_infra`` and ``_PipelineStageBase._setup_backward_recv_info``;
-- ``lazy`` (2.15): a buffer allocated per receive and dropped when consumed: nothing pre-allocated for
-  a ring to replace, so pooltk installs only the last-stage release.
-
-Anything else: :func:`detect` returns a :class:`Layout` without a name, and the reason per family.
+Three families (docs/torch-compat.md): ``prepare-infra`` (<= 2.11), ``setup-recv-info`` (2.12-2.14), ``lazy``
+(2.15: a buffer per receive, nothing pre-allocated; pooltk installs only the release). Anything else:
+:func:`detect` returns a :class:`Layout` without a name, and the reason per family.
 """
 
 from __future__ import annotations
@@ -53,10 +46,6 @@ class Layout:
         """This layout where one was found, else None (``detect().layout``)."""
         return self if self.name is not None else None
 
-    @property
-    def note(self) -> str:
-        return self.reason
-
 
 def detect() -> Layout:
     """The layout of the installed torch, or why none fits. Never raises."""
@@ -86,10 +75,7 @@ def stage_classes(family: str) -> tuple[object, tuple[type, ...]] | str:
 
 
 def eager_layout(family: str, stage_mod: object, *, manual_forward: str, traced_forward: str, grad: str) -> Layout | str:
-    """The layout of a family whose setup methods make every receive buffer eagerly, or why it does not fit.
-
-    Buffers can be made shape-only (only K sets) where torch makes them through ``_make_tensor_from_meta``.
-    """
+    """The layout of a family whose setup methods make every receive buffer eagerly, or why it does not fit."""
     base, manual, traced = (getattr(stage_mod, n) for n in ("_PipelineStageBase", "PipelineStage", "_PipelineStage"))
     needed = [(manual, manual_forward, "forward"), (traced, traced_forward, "forward"), (base, grad, "grad")]
     missing = [f"{cls.__name__}.{name}" for cls, name, _ in needed if name not in cls.__dict__]

@@ -1,12 +1,10 @@
 """torch 2.15: receive buffers allocated per receive and released when consumed.
 
 [Note: lazy layout]
-``_RecvInfo`` (``_recv_buffers.py``) holds no buffer at setup: ``_get_recv_ops`` calls ``allocate_buffer``
-right before each receive and the stage ``take_buffer()``s it into the computation. There is no
-per-microbatch pre-allocation for a ring to replace. The last stage still keeps all M inputs alive
-through the schedule's kept graphs ([Note: releasing what the schedule keeps] in release.py), so on
-this layout pooltk installs the release alone. Detected by the ``_RecvInfo`` having ``allocate_buffer``
-and ``take_buffer`` (looked up in ``stage``, then ``_recv_buffers``).
+``_RecvInfo`` holds no buffer at setup: ``_get_recv_ops`` calls ``allocate_buffer`` right before each receive
+and the stage ``take_buffer()``s it: nothing pre-allocated for a ring to replace. The last stage still holds
+all M inputs through the schedule's kept graphs, so pooltk installs the release alone ([Note: releasing what
+the schedule keeps]). Detected by ``_RecvInfo.allocate_buffer`` and ``take_buffer``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
-"""Shape-only placeholders for receive buffers during one setup call (the alloc-free setup).
+"""Shape-only placeholders for receive buffers during one setup call.
 
 [Note: placeholders without patching]
-Eager layouts make every receive buffer through torch's ``_make_tensor_from_meta`` (see [Note:
-prepare-infra layout]), one per microbatch. During a setup call the pool pushes a
-``TorchFunctionMode`` on this thread: a tensor factory called *from that maker's own frame* makes a
-``meta`` tensor (no storage) instead, and the call is recorded; every other call passes through
-untouched. Afterwards the ring makes real tensors for its K sets by calling torch's maker again with
-the arguments it was called with (read from its frame), and every placeholder the ring does not take
-is made real the same way (stock). Nothing is assigned anywhere: no module attribute changes, and the
-mode is active only on the thread that runs the setup, only for its duration.
+Eager layouts make every receive buffer, one per microbatch, through torch's ``_make_tensor_from_meta``.
+During a setup call the pool pushes a ``TorchFunctionMode`` on this thread: a tensor factory called from
+that maker's own frame makes a ``meta`` tensor instead, its arguments recorded; every other call passes
+through. The ring then makes its K real sets by calling the maker again with those arguments, and the
+placeholders it does not take are made real the same way (stock). Nothing is assigned anywhere.
 """
 
 from __future__ import annotations
@@ -19,8 +16,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-
-__all__ = ["PlaceholderFactory", "can_make_placeholders", "materialize_all"]
+__all__ = ["PlaceholderFactory", "materialize_all"]
 
 _FACTORIES = frozenset({torch.empty, torch.empty_strided, torch.zeros})
 
@@ -54,9 +50,9 @@ class PlaceholderFactory(TorchFunctionMode):
 
     def real(self, placeholder: torch.Tensor) -> torch.Tensor:
         """The real buffer torch would have made for ``placeholder``: its maker, called again with its arguments."""
-        from pooltk.pool.adapters.stage_api import stage_module
+        from torch.distributed.pipelining import stage
 
-        return stage_module()._make_tensor_from_meta(*self.made[id(placeholder)][0])
+        return stage._make_tensor_from_meta(*self.made[id(placeholder)][0])
 
 
 def _maker_codes() -> frozenset:
@@ -75,11 +71,6 @@ def _maker_codes() -> frozenset:
     return frozenset(codes)
 
 
-def can_make_placeholders() -> bool:
-    """True when this torch makes receive buffers through a maker whose frame the factory can recognise."""
-    return bool(_maker_codes())
-
-
 def materialize_all(infos_by_chunk: dict[int, tuple], factory: PlaceholderFactory | None) -> None:
     """Give every placeholder left in a recv-info map a real buffer (stock behaviour for it)."""
     if factory is None:
@@ -92,4 +83,3 @@ def materialize_all(infos_by_chunk: dict[int, tuple], factory: PlaceholderFactor
                 if buf.requires_grad:
                     real.requires_grad_(True)
                 info.buffer = real
-

@@ -1,12 +1,10 @@
 """torch <= 2.11: buffers made inside ``_prepare_forward_infra`` / ``_prepare_backward_infra``.
 
 [Note: prepare-infra layout]
-``_RecvInfo(input_name, source, buffer)`` is built around an eagerly made buffer, and stage-0 inputs are
-``_RootArgPlaceholder`` objects. The manual frontend's ``PipelineStage._prepare_forward_infra`` runs shape
-inference (``zeros_like``, a no-grad forward), then makes one buffer per microbatch with
-``_make_tensor_from_meta``; the tracing frontend's makes each in ``_create_act_recv_info``; gradients'
-in ``_PipelineStageBase._prepare_backward_infra``. Only the maker's own allocations become placeholders
-([Note: placeholders without patching]), so shape inference is untouched.
+``_RecvInfo(input_name, source, buffer)`` wraps an eagerly made buffer; stage-0 inputs are
+``_RootArgPlaceholder``. Forward buffers are made in ``_prepare_forward_infra`` of both frontends (after shape
+inference), gradients' in ``_PipelineStageBase._prepare_backward_infra``; only ``_make_tensor_from_meta``'s
+allocations become placeholders ([Note: placeholders without patching]), so shape inference is untouched.
 """
 
 from __future__ import annotations

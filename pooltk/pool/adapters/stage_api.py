@@ -1,11 +1,8 @@
 """torch's stage runtime as the pool's wrappers use it: every torch name in one place.
 
-The wrappers never spell a torch attribute or argument; they call these. What they rely on, in every
-layout family: the runtime methods of ``_PipelineStageBase`` and their leading arguments (checked against
-the real signatures at install: a torch that renamed one is an unknown layout, never a wrapper reading
-the wrong argument); ``stage.fwd_cache[chunk] = (outputs, inputs)`` until that chunk's backward;
-``stage.output_chunks`` (the last stage's outputs, merged at step end); the schedule's
-``_internal_losses`` (one loss per microbatch, kept until step end).
+Relied on in every family: the runtime methods of ``_PipelineStageBase`` and their leading arguments
+(checked at install: a renamed one is an unknown layout), ``fwd_cache[chunk] = (outputs, inputs)`` until the
+chunk's backward, the last stage's ``output_chunks`` and the schedule's ``_internal_losses`` (step end).
 """
 
 from __future__ import annotations
@@ -15,18 +12,17 @@ from typing import Any, Callable
 
 __all__ = ["GUARDED_STAGE_METHODS", "HANDOFF_METHODS", "HOT_METHODS", "OPTIONAL_HOT_METHODS", "RECV_INFO_ATTRS",
            "RUNTIME_ARGS", "SEND_METHODS", "cached_forward", "call_arg", "defining_class", "originals_of",
-           "output_chunks", "schedule_losses", "signature_problems", "stage_base", "stage_module"]
+           "output_chunks", "schedule_losses", "signature_problems", "stage_base"]
 
 HOT_METHODS: tuple[str, ...] = ("get_fwd_recv_ops", "get_bwd_recv_ops", "forward_one_chunk", "backward_one_chunk",
                                 "clear_runtime_states")
-"""Wrapped in every eager family: receive posts claim a slot, compute steps release it, the reset."""
+"""Wrapped in every eager family: receive posts, compute steps, the reset."""
 
 OPTIONAL_HOT_METHODS: tuple[str, ...] = ("backward_weight_one_chunk",)
 """Wrapped where torch has them (split backward)."""
 
 SEND_METHODS: tuple[str, ...] = ("get_fwd_send_ops",)
-"""Wrapped on eager layouts: a chunk's forward sends, which a ring may know finished ([Note: finished sends]).
-A subclass overriding it is not refused: its sends then count as holders, a re-home, never a wrong number."""
+"""Wrapped on eager layouts ([Note: finished sends]); an override is not refused: its sends just count as holders."""
 
 HANDOFF_METHODS: tuple[str, ...] = ("set_local_bwd_input",)
 """Wrapped on eager layouts where torch has it: a V schedule's same-rank gradient handoff."""
@@ -39,14 +35,10 @@ RECV_INFO_ATTRS: dict[str, str] = {"forward": "args_recv_info", "grad": "grad_re
 """Direction -> the stage attribute holding each chunk's recv infos."""
 
 RUNTIME_ARGS: dict[str, tuple[str, ...]] = {
-    "get_fwd_recv_ops": ("fwd_chunk_id",),
-    "get_bwd_recv_ops": ("bwd_chunk_id",),
-    "get_fwd_send_ops": ("fwd_chunk_id",),
+    "get_fwd_recv_ops": ("fwd_chunk_id",), "get_bwd_recv_ops": ("bwd_chunk_id",), "get_fwd_send_ops": ("fwd_chunk_id",),
     "forward_one_chunk": ("fwd_chunk_id", "args", "kwargs"),
-    "backward_one_chunk": ("bwd_chunk_id", "loss", "full_backward"),
-    "backward_weight_one_chunk": ("bwd_chunk_id",),
-    "set_local_bwd_input": ("next_stage_bwd_outputs", "mb_index"),
-}
+    "backward_one_chunk": ("bwd_chunk_id", "loss", "full_backward"), "backward_weight_one_chunk": ("bwd_chunk_id",),
+    "set_local_bwd_input": ("next_stage_bwd_outputs", "mb_index")}
 """The leading parameters (after ``self``) of each wrapped method, in torch's order."""
 
 _DEFAULTS: dict[str, Any] = {"loss": None, "full_backward": True, "kwargs": None, "args": ()}
@@ -83,15 +75,11 @@ def signature_problems(base: type, methods: tuple[str, ...]) -> list[str]:
     return problems
 
 
-def stage_module() -> Any:
-    from torch.distributed.pipelining import stage as stage_mod
-
-    return stage_mod
-
-
 def stage_base() -> type:
     """``_PipelineStageBase``, the class that defines the runtime methods."""
-    return stage_module()._PipelineStageBase
+    from torch.distributed.pipelining import stage
+
+    return stage._PipelineStageBase
 
 
 def cached_forward(stage: Any, chunk: int) -> tuple[tuple, list] | None:

@@ -1,12 +1,12 @@
-"""pooltk.pool.sizing: K = live set + slack (at most M), the 1F1B live set, what stock holds."""
+"""pooltk.analysis.rings: K = live set + slack (at most M), the 1F1B live set, what stock holds."""
 
 from __future__ import annotations
 
 import pytest
 
 from pooltk import PoolConfig
-from pooltk.analysis.rings import automodel_ring_size, inflight_1f1b, live_set_1f1b, ring_sizes, stock_sets
-from pooltk.pool.sizing import ring_and_live
+from pooltk.analysis.rings import (automodel_ring_size, inflight_1f1b, live_set_1f1b, ring_and_live, ring_sizes,
+                                   stock_sets)
 
 
 def test_the_original_single_ring_matches_the_original_implementations_cases():
