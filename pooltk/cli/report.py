@@ -81,19 +81,24 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def finished_line(work_s: float, *, since_start: float | None, cli_s: float) -> str:
-    """The closing wall-time line, with the report's own work told apart from what came before it.
+def time_split(work_s: float, *, since_start: float | None, cli_s: float) -> dict[str, float | None]:
+    """Seconds of the report's own work, of argument parsing and imports, and before pooltk's command line.
 
-    ``work_s``: the report itself (probe, parity, notebooks, tables). ``cli_s``: seconds since
-    pooltk's command line was imported (so ``cli_s - work_s`` is argument parsing and imports).
-    ``since_start``: seconds since this *process* started, which under ``bash scripts/main``
-    includes its setup step (bootstrap runs in the same process, which then ``exec``s pooltk);
-    everything before pooltk's command line is reported as that, not as pooltk's time.
+    ``work_s``: the report itself (probe, parity, notebooks, tables). ``cli_s``: seconds since pooltk's
+    command line was imported. ``since_start``: seconds since this *process* started, which under ``bash
+    scripts/main`` includes its setup step (bootstrap ``exec``s pooltk in the same process); that part is
+    reported as ``before``, never as pooltk's time.
     """
-    line = f"pooltk report finished: {work_s:.1f} s of report work, {max(cli_s - work_s, 0.0):.1f} s parsing and imports"
-    if since_start is not None:
-        before = max(since_start - cli_s, 0.0)
-        line += (f", {before:.1f} s in this process before pooltk's command line was imported (Python start-up "
+    return {"work": work_s, "imports": max(cli_s - work_s, 0.0),
+            "before": None if since_start is None else max(since_start - cli_s, 0.0)}
+
+
+def finished_line(work_s: float, *, since_start: float | None, cli_s: float) -> str:
+    """The closing wall-time line (:func:`time_split` in words)."""
+    t = time_split(work_s, since_start=since_start, cli_s=cli_s)
+    line = f"pooltk report finished: {t['work']:.1f} s of report work, {t['imports']:.1f} s parsing and imports"
+    if t["before"] is not None:
+        line += (f", {t['before']:.1f} s in this process before pooltk's command line was imported (Python start-up "
                  "and what it imported first; under bash scripts/main also its setup step, which execs pooltk in "
                  "the same process)")
     return line
