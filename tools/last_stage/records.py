@@ -30,6 +30,7 @@ from typing import Any
 
 from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.config import PoolConfig
+from pooltk.parity.experiments import Rings
 from pooltk.parity.spec import ParitySpec, Variant
 
 __all__ = ["FIELDS", "MODELS", "Record", "code_version", "measure", "read_csv", "variants", "write_csv"]
@@ -169,7 +170,7 @@ def records_of(report: Any, *, model: str, torch_version: str, code: str) -> Ite
     by_name = {v.name: v for v in spec.variants}
     for res in report.variants:
         v = by_name[res.name]
-        cfg: PoolConfig | None = v.config
+        cfg: Rings | None = v.config  # a Variant takes the PoolConfig of variants() as Rings
         for stage in sorted(res.recv):
             for direction in DIRECTIONS:
                 m = res.recv[stage][direction]
@@ -213,7 +214,10 @@ def _parse(key: str, text: str) -> Any:
     if text == "":
         return None
     if key in _INT:
-        return int(text)
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"tools.last_stage: column {key} found {text!r}; required a whole number or empty.") from None
     if key in _BOOL:
         if text not in ("True", "False"):
             raise ValueError(f"tools.last_stage: column {key} found {text!r}; required True, False or empty.")
@@ -222,9 +226,13 @@ def _parse(key: str, text: str) -> Any:
 
 
 def read_csv(path: str | Path) -> list[Record]:
-    """Records written by :func:`write_csv`; a missing or extra column is an error naming it."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    """Records written by :func:`write_csv`; a missing file, a missing or extra column or a bad cell is an error naming it."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except FileNotFoundError:
+        raise ValueError(f"tools.last_stage: {path}: found no such file; required a CSV written by "
+                         "python -m tools.last_stage --csv PATH.") from None
     if rows and set(rows[0]) != set(FIELDS):
         raise ValueError(f"tools.last_stage: {path}: columns found {sorted(rows[0])}; required {sorted(FIELDS)}. "
                          "Fix: regenerate it with python -m tools.last_stage --csv ...")
