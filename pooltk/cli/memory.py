@@ -80,7 +80,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     meas = parser.add_argument_group("physical measurement")
     meas.add_argument("--measure", action="store_true", help="measure stock vs pooled peak RSS per stage on gloo (minutes)")
     meas.add_argument("--reps", type=int, default=2, help="stock/pooled pairs per shape (default 2)")
-    meas.add_argument("--csv", metavar="PATH", help="write the raw per-rank measurements here")
+    meas.add_argument("--csv", metavar="PATH", help="write the raw per-rank measurements here, if every claim holds "
+                      "(python -m pooltk.parity.measured --check PATH re-checks one)")
     meas.add_argument("--steps", type=int, default=None, help="steps per launch (default 2); with --estimate: measured "
                       "steps after the optimizer warm-up (default 1)")
     est = parser.add_argument_group("whole-stage estimate (replay on fake tensors; docs/memory.md)")
@@ -397,7 +398,8 @@ def _list_devices() -> str:
 
 
 def _measure(args: argparse.Namespace) -> int:
-    from pooltk.parity.measured import default_specs, format_comparison, launches_frame, measured_vs_modelled, write_measured
+    from pooltk.parity.measured import (check_measurement, default_specs, format_comparison, launches_frame,
+                                        measured_vs_modelled, refusal, write_measured)
     from pooltk.parity.rss import RssSpec, measure_rss
 
     from pooltk.analysis.rings import RingRule
@@ -412,13 +414,17 @@ def _measure(args: argparse.Namespace) -> int:
     launches = measure_rss(specs, config, reps=args.reps,
                            progress=lambda m: print(f"[measure] {m}", file=sys.stderr, flush=True))
     frame = launches_frame(launches)
-    if args.csv:
-        write_measured(frame, args.csv)
     table = measured_vs_modelled(frame)
     if args.json:
         print(table.to_json(orient="records", indent=2))
     else:
         print(format_comparison(table))
+    broken = check_measurement(frame, shapes=[s.label() for s in specs])  # a record holds every claim
+    if broken:
+        print(f"pooltk memory: error: {refusal(broken, what='the measurement', unwritten=args.csv)}", file=sys.stderr)
+        return 1
+    if args.csv:
+        write_measured(frame, args.csv)
     return 0
 
 

@@ -19,6 +19,16 @@ model's ``stock - pooled`` receive-buffer bytes of that stage. ``relative_differ
 (:data:`GOAL`). ``counted_saving`` is the same difference over the distinct storages
 behind the stage's receive buffers (the allocator-side count), which must equal the model
 exactly.
+
+[Note: the claims of a measurement]
+``pooltk memory --measure`` calls :func:`check_measurement` on what it measured and writes ``--csv`` only
+when every claim holds (the comparison is printed either way, the broken claims on stderr, exit 1), so a
+file it wrote holds them; ``python -m pooltk.parity.measured --check CSV`` re-checks a written file. Claims:
+``covers_the_shapes`` (the shapes asked for, each with stock and pooled launches of one pooled config,
+every launch with every stage once), ``peaks_start_at_the_baseline`` (every rank's high-water mark was
+reset), ``pooled_launches_installed``, ``counted_equals_modelled`` (to the byte, every stage),
+``every_stage_within_goal`` and ``last_stage_within_goal`` (``|relative_difference| <= GOAL``; the last
+stage named apart: it is where the last-stage release shows).
 """
 
 from __future__ import annotations
@@ -38,15 +48,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from pooltk.parity.rss import RssLaunch, RssSpec
 
 __all__ = [
+    "CLAIMS",
     "DEFAULT_SHAPES",
     "GOAL",
     "MEASURED_CSV",
     "RAW_COLUMNS",
+    "check_measurement",
     "default_specs",
     "format_comparison",
     "launches_frame",
     "measured_vs_modelled",
     "read_measured",
+    "refusal",
     "shipped_measurement",
     "write_measured",
 ]
@@ -116,7 +129,12 @@ def read_measured(source: Any) -> pd.DataFrame:
     """The raw table from a CSV path or file object; a clear error when columns are missing."""
     import pandas as pd
 
-    frame = pd.read_csv(source)
+    try:
+        frame = pd.read_csv(source)
+    except (FileNotFoundError, pd.errors.EmptyDataError) as exc:
+        raise MemoryModelError("measurement CSV", found=f"{source}: {'no such file' if isinstance(exc, OSError) else 'empty'}",
+                               required="a CSV written by `pooltk memory --measure --csv PATH`",
+                               fix="give the path of such a file.") from None
     missing = [c for c in RAW_COLUMNS if c not in frame.columns]
     if missing:
         raise MemoryModelError(
@@ -188,6 +206,117 @@ def measured_vs_modelled(raw: pd.DataFrame, *, goal: float = GOAL) -> pd.DataFra
     return pd.DataFrame.from_records(records)
 
 
+CLAIMS: dict[str, str] = {
+    "covers_the_shapes": "the shapes asked for, each with stock and pooled launches (one pooled config), every "
+                         "launch with stages 0 .. pp - 1 once",
+    "peaks_start_at_the_baseline": "hwm_reset True on every rank (the high-water mark reset after the baseline)",
+    "pooled_launches_installed": "installed True on every rank of a pooled launch",
+    "counted_equals_modelled": "counted saving = modelled saving, to the byte, on every stage",
+    "every_stage_within_goal": f"|measured / modelled - 1| <= {GOAL:.0%} (GOAL) on every stage before the last",
+    "last_stage_within_goal": f"|measured / modelled - 1| <= {GOAL:.0%} (GOAL) on the last stage of every shape",
+}
+"""Claim name -> what it requires. See [Note: the claims of a measurement]."""
+
+
+def _true(value: Any) -> bool:
+    return str(value) == "True"  # a frame holds bools, a CSV read back the text, stock's `installed` empty
+
+
+def _coverage(raw: pd.DataFrame, shapes: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """What breaks ``covers_the_shapes``, and the shapes complete enough to compare with the model."""
+    found, comparable = [], []
+    held = list(dict.fromkeys(raw["shape"]))
+    if not held:
+        found.append("no rows")
+    if shapes is not None:
+        found += [f"shape {s!r} missing" for s in shapes if s not in held]
+        found += [f"shape {s!r} not asked for" for s in held if s not in shapes]
+    for shape in held:
+        rows = raw[raw["shape"] == shape]
+        variants = set(rows["variant"])
+        if variants != {"stock", "pooled"}:
+            found.append(f"{shape}: variants {sorted(variants)}")
+            continue
+        configs = {tuple(map(str, c)) for c in rows[rows.variant == "pooled"][["policy", "slack", "grad_slack"]].values}
+        if len(configs) > 1:
+            found.append(f"{shape}: pooled configs {sorted(configs)}")
+        want = list(range(int(rows["pp"].iloc[0])))
+        bad = [int(launch) for launch, part in rows.groupby("launch") if sorted(part["stage"]) != want]
+        if bad:
+            found.append(f"{shape}: launch(es) {bad} without stages {want} once each")
+        if len(configs) == 1 and not bad:
+            comparable.append(shape)
+    return found, comparable
+
+
+def check_measurement(raw: pd.DataFrame, *, shapes: Sequence[str] | None, goal: float = GOAL) -> list[str]:
+    """The broken claims of a raw measurement, one line each (``name: found ...; required ...``).
+
+    ``shapes``: the shape labels asked for (``RssSpec.label()``); None checks the shapes the table holds.
+    See [Note: the claims of a measurement].
+    """
+    missing = [c for c in RAW_COLUMNS if c not in raw.columns]
+    if missing:
+        return [f"covers_the_shapes: found no column(s) {', '.join(missing)}; required the columns {', '.join(RAW_COLUMNS)}"]
+    cover, comparable = _coverage(raw, shapes)
+    found: dict[str, list[str]] = {name: [] for name in CLAIMS}
+    found["covers_the_shapes"] = cover
+    found["peaks_start_at_the_baseline"] = [f"{r.shape} launch {r.launch} stage {r.stage}: hwm_reset {r.hwm_reset}"
+                                            for r in raw.itertuples() if not _true(r.hwm_reset)]
+    found["pooled_launches_installed"] = [f"{r.shape} launch {r.launch} stage {r.stage}: installed {r.installed}"
+                                          for r in raw.itertuples() if r.variant == "pooled" and not _true(r.installed)]
+    if comparable:
+        table = measured_vs_modelled(raw[raw["shape"].isin(comparable)], goal=goal)
+        last = table.groupby("shape", sort=False)["stage"].transform("max")
+        for r, is_last in zip(table.itertuples(), table["stage"] == last):
+            where = f"{r.shape} stage {r.stage}"
+            if r.counted_saving_mib != r.modelled_saving_mib:
+                found["counted_equals_modelled"].append(f"{where}: counted {r.counted_saving_mib:.4f} MiB, modelled "
+                                                        f"{r.modelled_saving_mib:.4f}")
+            if not abs(r.relative_difference) <= goal:
+                found["last_stage_within_goal" if is_last else "every_stage_within_goal"].append(
+                    f"{where}: measured {r.measured_saving_mib:.1f} MiB of {r.modelled_saving_mib:.1f} modelled "
+                    f"({r.relative_difference:+.2%}, goal {goal:.0%})")
+    out = []
+    for name, required in CLAIMS.items():
+        if found[name]:
+            more = f" (and {len(found[name]) - 1} more)" if len(found[name]) > 1 else ""
+            out.append(f"{name}: found {found[name][0]}{more}; required {required}")
+    return out
+
+
+def refusal(broken: Sequence[str], *, what: str, unwritten: Any = None) -> str:
+    """The error a writer prints when ``broken`` claims keep it from writing ``unwritten``."""
+    tail = f"; nothing written to {unwritten}" if unwritten else ""
+    return "\n".join([f"{what} breaks {len(broken)} claim(s){tail}:", *(f"  {b}" for b in broken),
+                      "Fix: find the cause in the stages named ([Note: the claims of a measurement] in "
+                      "pooltk/parity/measured.py); a record holds every claim."])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pooltk.parity.measured --check CSV``: check a written measurement; 0 holds, 1 breaks, 2 unreadable."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m pooltk.parity.measured", description=main.__doc__)
+    p.add_argument("--check", metavar="CSV", required=True, help="a CSV written by pooltk memory --measure --csv")
+    p.add_argument("--any-shapes", action="store_true", help="check the shapes the file holds (default: it must "
+                   "hold the three of DEFAULT_SHAPES, as pooltk memory --measure measures them)")
+    a = p.parse_args(argv)
+    try:
+        raw = read_measured(a.check)
+    except MemoryModelError as exc:
+        print(f"{p.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    shapes = None if a.any_shapes else [s.label() for s in default_specs()]
+    broken = check_measurement(raw, shapes=shapes)
+    if broken:
+        print(f"{p.prog}: error: " + refusal(broken, what=f"{a.check} ({len(raw)} rows)"), file=sys.stderr)
+        return 1
+    print(f"{a.check}: {len(raw)} rows hold every claim")
+    return 0
+
+
 def format_comparison(table: pd.DataFrame) -> str:
     """The comparison as the text table ``pooltk memory --measure`` prints (MiB = 2**20 bytes)."""
     lines = [f"{'shape':44} {'stage':>5} {'modelled':>9} {'counted':>9} {'measured':>9} {'min..max':>15} {'diff':>7}  goal"]
@@ -201,3 +330,6 @@ def format_comparison(table: pd.DataFrame) -> str:
                  "receive storages; measured = median stock - median pooled peak resident growth (VmHWM - VmRSS before setup)")
     return "\n".join(lines)
 
+
+if __name__ == "__main__":
+    raise SystemExit(main())
