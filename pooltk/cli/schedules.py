@@ -67,7 +67,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-guard-checks", action="store_true", help="with --validate: skip the guard launches")
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print tables, slot totals and refusals as JSON")
-    out.add_argument("--csv", metavar="FILE", help="also write the tidy per-stage table to FILE")
+    out.add_argument("--csv", metavar="FILE", help="also write the tidy per-stage table to FILE (with --validate: only if "
+                     "every claim holds; python -m pooltk.parity.schedule_check --check FILE re-checks one)")
 
 
 def _fail(message: str) -> int:
@@ -159,18 +160,24 @@ def _validate(args: argparse.Namespace) -> int:
                              guard_checks=not args.no_guard_checks,
                              progress=lambda msg: print(f"[validate] {msg}", file=sys.stderr, flush=True))
     summary = result.summary()
-    if args.csv:
-        result.to_frame().to_csv(args.csv, index=False)
+    broken = result.broken()  # [Note: the claims of a validation]: a table written holds every claim
     if args.json:
-        print(json.dumps({"ok": result.ok, "summary": summary.to_dict(orient="records"),
+        print(json.dumps({"ok": not broken, "broken": broken, "summary": summary.to_dict(orient="records"),
                           "rows": result.rows, "guard": result.guard,
                           "skipped": result.skipped}, indent=2, default=str))
     else:
         print(summary.to_string(index=False))
         for sk in result.skipped:
             print(f"not run: {sk['schedule']} pp{sk['pp']} M{sk['n_microbatches']}: {sk['reason']}")
-        print(f"\nall pooled runs bitwise equal, measured peaks = analysed, guard catches: {result.ok}")
-    return 0 if result.ok else 1
+        print(f"\nall pooled runs bitwise equal, measured peaks = analysed, guard catches: {not broken}")
+    if broken:
+        tail = f"; nothing written to {args.csv}" if args.csv else ""
+        print("\n".join([f"pooltk schedules: error: --validate breaks {len(broken)} claim(s){tail}:",
+                         *(f"  {b}" for b in broken)]), file=sys.stderr)
+        return 1
+    if args.csv:
+        result.to_frame().to_csv(args.csv, index=False)
+    return 0
 
 
 def _without_pandas() -> int | None:

@@ -10,6 +10,24 @@ two tidy tables: per (stage, direction) stock buffers, pooltk buffers, analysed 
 measured peak, parity; and per (rank, direction) the rank-shared ring's distinct storages
 measured against the analysis, and the most buffers its guard saw owned against the rank's
 live set.
+
+[Note: the claims of a validation]
+``pooltk schedules --validate`` writes ``--csv`` only when :meth:`ScheduleCheck.broken` is empty (the
+summary is printed either way, the broken claims on stderr, exit 1), so a table it wrote holds every
+claim; ``python -m pooltk.parity.schedule_check --check CSV`` re-checks a written table with
+:func:`check_rows` (the per-stage claims; the rank rows and guard results are not in the file). Claims:
+
+- ``covers_the_grid``: every (schedule, pp, M) launched (the grid asked for, less the shapes torch
+  rejects), each with every stage and direction once;
+- ``every_pooled_run_bitwise_equal``: measure, slack-0 and rank-shared variants equal stock bit for bit;
+- ``measured_peaks_equal_the_analysis``: the most buffers the guard saw owned = the analysed live set
+  (and ``peak_matches`` says so);
+- ``slack0_ring_is_the_analysed_minimum``: where a direction is pooled, the slack-0 ring holds the
+  analysed minimum; ``pooled_never_holds_more_than_stock``;
+- ``analysed_columns_equal_the_analysis``: ``analysed_peak`` and ``analysed_min`` are this code's analysis;
+- ``rank_rings_match_the_analysis``: a rank-shared ring's storages = the analysed rank rings and its
+  guard saw exactly the rank's live set;
+- ``guard_catches_a_short_ring``: no guard check reads ``NOT caught``.
 """
 
 from __future__ import annotations
@@ -24,7 +42,7 @@ from pooltk.pool.guard import PoolOverrunError
 from pooltk.parity.launch import ParityRankError, ParityTimeoutError, run_parity
 from pooltk.parity.spec import ParitySpec, Variant
 
-__all__ = ["STAGES_PER_RANK", "ScheduleCheck", "check_schedules", "guard_catch"]
+__all__ = ["CLAIMS", "STAGES_PER_RANK", "ScheduleCheck", "check_rows", "check_schedules", "guard_catch", "planned_shapes"]
 
 # Stages per rank used for each schedule: single-stage schedules run 1, the others 2
 # (V schedules require 2; the looped ones are run interleaved).
@@ -66,9 +84,11 @@ class ScheduleCheck:
     measured), ``analysed`` the rank rings' sizes, ``rank_live`` the rank's live set, ``measured_peak``
     the most buffers the shared ring's guard saw owned, ``parity``."""
     guard: dict[str, str] = field(default_factory=dict)
+    """schedule -> ``caught`` | ``NOT caught`` | ``n/a: ...``."""
     skipped: list[dict[str, Any]] = field(default_factory=list)
     """Shapes torch itself rejects for a schedule (schedule, pp, M, reason)."""
-    """schedule -> ``caught`` | ``NOT caught`` | ``n/a: ...``."""
+    shapes: list[tuple[str, int, int, int]] | None = None
+    """(schedule, pp, vpp, M) of every shape launched; None: not known (the rows are not checked against it)."""
 
     def to_frame(self):  # -> pandas.DataFrame
         import pandas as pd
@@ -100,11 +120,137 @@ class ScheduleCheck:
         out["guard"] = [self.guard.get(name, "not run") for name in out["schedule"]]
         return out
 
+    def broken(self) -> list[str]:
+        """The broken claims of this validation, one line each; see [Note: the claims of a validation]."""
+        found = _row_findings(self.to_frame(), self.shapes)
+        for r in self.rank_rows:
+            where = f"{r['schedule']} pp{r['pp']} M{r['n_microbatches']} rank {r['rank']} {r['direction']}"
+            if not r["parity"]:
+                found["every_pooled_run_bitwise_equal"].append(f"{where} (rank-shared): parity False")
+            if not (r["matches_analysis"] and r["rank_shared"] == r["analysed"] and r["measured_peak"] == r["rank_live"]):
+                found["rank_rings_match_the_analysis"].append(
+                    f"{where}: {r['rank_shared']} storages (analysed {r['analysed']}), peak {r['measured_peak']} "
+                    f"(live {r['rank_live']})")
+        found["guard_catches_a_short_ring"] = [f"{k}: {v}" for k, v in self.guard.items() if v.startswith("NOT")]
+        return _lines(found)
+
     @property
     def ok(self) -> bool:
-        return bool(self.rows) and all(r["parity"] and r["peak_matches"] for r in self.rows) and all(
-            r["parity"] and r["matches_analysis"] for r in self.rank_rows) and all(
-            not v.startswith("NOT") for v in self.guard.values())
+        """No claim broken (see :meth:`broken`)."""
+        return not self.broken()
+
+
+CLAIMS: dict[str, str] = {
+    "covers_the_grid": "every (schedule, pp, M) launched, each with every stage and direction once",
+    "every_pooled_run_bitwise_equal": "parity True on every row",
+    "measured_peaks_equal_the_analysis": "measured_peak = analysed_peak and peak_matches True on every row",
+    "slack0_ring_is_the_analysed_minimum": "pooltk = analysed_min wherever analysed_min > 0",
+    "pooled_never_holds_more_than_stock": "pooltk <= stock on every row",
+    "analysed_columns_equal_the_analysis": "analysed_peak = live_sets(...), analysed_min = min_safe_ring(...) of "
+                                           "pooltk.analysis.lifetimes",
+    "rank_rings_match_the_analysis": "rank-shared storages = the analysed rank rings, the guard's peak = the "
+                                     "rank's live set",
+    "guard_catches_a_short_ring": "no guard check NOT caught",
+}
+"""Claim name -> what it requires. See [Note: the claims of a validation]."""
+
+_ROW_COLUMNS = ("schedule", "pp", "vpp", "n_microbatches", "stage", "direction", "stock", "pooltk", "analysed_peak",
+                "analysed_min", "measured_peak", "peak_matches", "parity")
+
+
+def _lines(found: dict[str, list[str]]) -> list[str]:
+    out = []
+    for name, required in CLAIMS.items():
+        if found.get(name):
+            more = f" (and {len(found[name]) - 1} more)" if len(found[name]) > 1 else ""
+            out.append(f"{name}: found {found[name][0]}{more}; required {required}")
+    return out
+
+
+def _row_findings(frame: Any, shapes: Any) -> dict[str, list[str]]:
+    """Per claim, what each row that breaks it found (the claims a per-stage table can hold)."""
+    from pooltk.analysis.lifetimes import lifetimes, live_sets, min_safe_ring
+    from pooltk.analysis.programs import ScheduleAnalysisError
+
+    found: dict[str, list[str]] = {name: [] for name in CLAIMS}
+    missing = [c for c in _ROW_COLUMNS if c not in frame.columns]
+    if missing or frame.empty:
+        found["covers_the_grid"].append(f"no column(s) {', '.join(missing)}" if missing else "no rows")
+        return found
+    keys = ["schedule", "pp", "vpp", "n_microbatches"]
+    held = [tuple(k) for k in frame[keys].drop_duplicates().itertuples(index=False)]
+    if shapes is not None:
+        want = [tuple(x) for x in shapes]
+        found["covers_the_grid"] += [f"{_shape(k)} missing" for k in want if k not in held]
+        found["covers_the_grid"] += [f"{_shape(k)} not asked for" for k in held if k not in want]
+    for key, part in frame.groupby(keys, sort=False):
+        name, pp, vpp, m = key
+        cells = sorted(zip(part["stage"], part["direction"]))
+        if cells != sorted((st, d) for st in range(int(pp) * int(vpp)) for d in DIRECTIONS):
+            found["covers_the_grid"].append(f"{_shape(key)}: stages and directions {cells}")
+        try:
+            spans = lifetimes(name, pp=int(pp), n_microbatches=int(m), stages_per_rank=int(vpp))
+            live = live_sets(name, pp=int(pp), n_microbatches=int(m), stages_per_rank=int(vpp))
+        except ScheduleAnalysisError as exc:
+            found["analysed_columns_equal_the_analysis"].append(f"{_shape(key)}: not analysable here ({exc})")
+            spans = live = None
+        for r in part.itertuples():
+            where = f"{_shape(key)} stage {r.stage} {r.direction}"
+            if not _true(r.parity):
+                found["every_pooled_run_bitwise_equal"].append(f"{where}: parity {r.parity}")
+            if r.measured_peak != r.analysed_peak or not _true(r.peak_matches):
+                found["measured_peaks_equal_the_analysis"].append(
+                    f"{where}: measured {r.measured_peak}, analysed {r.analysed_peak}, peak_matches {r.peak_matches}")
+            if r.analysed_min > 0 and r.pooltk != r.analysed_min:
+                found["slack0_ring_is_the_analysed_minimum"].append(f"{where}: {r.pooltk} sets, minimum {r.analysed_min}")
+            if r.pooltk > r.stock:
+                found["pooled_never_holds_more_than_stock"].append(f"{where}: {r.pooltk} sets, stock {r.stock}")
+            if live is not None and (r.stage, r.direction) in live:
+                want_peak, want_min = live[(r.stage, r.direction)], min_safe_ring(spans, r.stage, r.direction, int(m))
+                if (r.analysed_peak, r.analysed_min) != (want_peak, want_min):
+                    found["analysed_columns_equal_the_analysis"].append(
+                        f"{where}: peak {r.analysed_peak}, minimum {r.analysed_min} (analysis {want_peak}, {want_min})")
+    return found
+
+
+def _shape(key: Any) -> str:
+    name, pp, vpp, m = key
+    return f"{name} pp{pp} vpp{vpp} M{m}"
+
+
+def _true(value: Any) -> bool:
+    return str(value) == "True"  # a frame holds bools, a CSV read back may hold text
+
+
+def check_rows(frame: Any, shapes: Any = None) -> list[str]:
+    """The broken claims of a per-stage validation table (``ScheduleCheck.to_frame()`` or its CSV), one line each.
+
+    ``shapes``: the (schedule, pp, vpp, M) the table must cover (:func:`planned_shapes`); None: those it holds.
+    """
+    return _lines(_row_findings(frame, shapes))
+
+
+def planned_shapes(pps: tuple[int, ...], factors: tuple[int, ...], schedules: tuple[str, ...] | None = None,
+                   ) -> tuple[list[tuple[str, int, int, int]], list[dict[str, Any]]]:
+    """(schedule, pp, vpp, M) the grid launches, in launch order, and the shapes torch rejects (with the reason).
+
+    ``M = factor x (pp x 2)``; see :func:`check_schedules`.
+    """
+    from pooltk.analysis.programs import ScheduleAnalysisError, analysable_schedules
+    from pooltk.analysis.lifetimes import lifetimes
+
+    names = tuple(schedules or analysable_schedules())
+    shapes, skipped = [], []
+    for pp in pps:
+        for factor in factors:
+            m = factor * pp * 2
+            for name in names:
+                try:
+                    lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=STAGES_PER_RANK[name])
+                    shapes.append((name, pp, STAGES_PER_RANK[name], m))
+                except ScheduleAnalysisError as exc:
+                    skipped.append({"schedule": name, "pp": pp, "n_microbatches": m, "reason": str(exc)})
+    return shapes, skipped
 
 
 def check_schedules(
@@ -117,21 +263,17 @@ def check_schedules(
     schedules (DualPipeV needs M >= stages), so M is N, 2N, 4N for those and 2N, 4N, 8N
     for 1F1B and GPipe. A shape torch rejects for a schedule is recorded in ``skipped``.
     """
-    from pooltk.analysis.programs import ScheduleAnalysisError, analysable_schedules
     from pooltk.analysis.lifetimes import lifetimes, live_sets, min_safe_ring
 
-    all_names = tuple(schedules or analysable_schedules())
-    result = ScheduleCheck()
+    shapes, skipped = planned_shapes(pps, factors, schedules)
+    result = ScheduleCheck(skipped=skipped, shapes=shapes)
+    names: list[str] = []
     for pp in pps:
         for factor in factors:
             m = factor * pp * 2
-            names = []
-            for name in all_names:
-                try:
-                    lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=STAGES_PER_RANK[name])
-                    names.append(name)
-                except ScheduleAnalysisError as exc:
-                    result.skipped.append({"schedule": name, "pp": pp, "n_microbatches": m, "reason": str(exc)})
+            names = [name for name, p, _, mb in shapes if (p, mb) == (pp, m)]
+            if not names:
+                continue
             variants = [v for name in names for v in _variants(name)]
             if progress:
                 progress(f"pp{pp} M{m}: {len(variants)} variants ({', '.join(names)})")
@@ -219,3 +361,44 @@ def guard_catch(schedule: str, *, timeout_s: float = 300.0) -> str:
     except (ParityRankError, ParityTimeoutError) as exc:
         return f"NOT caught: failed otherwise ({exc})"
     return f"NOT caught (pp{pp} M{m}): the run finished"
+
+
+def main(argv: Any = None) -> int:
+    """``python -m pooltk.parity.schedule_check --check CSV``: check a written validation; 0 holds, 1 breaks, 2 unreadable."""
+    import argparse
+    import sys
+
+    import pandas as pd
+
+    p = argparse.ArgumentParser(prog="python -m pooltk.parity.schedule_check", description=main.__doc__)
+    p.add_argument("--check", metavar="CSV", required=True, help="a CSV written by pooltk schedules --validate --csv")
+    p.add_argument("--pp", nargs="+", type=int, default=[2, 4], help="the grid it must cover (default 2 4)")
+    p.add_argument("--factors", nargs="+", type=int, default=[1, 2, 4], help="M = F x 2pp (default 1 2 4)")
+    p.add_argument("--schedule", nargs="+", default=None, help="schedules (default: every one this torch analyses)")
+    p.add_argument("--any-shapes", action="store_true", help="check the shapes the file holds, not a grid")
+    a = p.parse_args(argv)
+    try:
+        frame = pd.read_csv(a.check)
+    except (FileNotFoundError, pd.errors.EmptyDataError) as exc:
+        print(f"{p.prog}: error: {a.check}: found {'no such file' if isinstance(exc, OSError) else 'an empty file'}; "
+              "required a CSV written by `pooltk schedules --validate --csv PATH`.", file=sys.stderr)
+        return 2
+    from pooltk.analysis.programs import ScheduleAnalysisError, resolve_schedule
+
+    try:
+        names = tuple(resolve_schedule(n)[0] for n in a.schedule) if a.schedule else None
+    except ScheduleAnalysisError as exc:
+        print(f"{p.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    shapes = None if a.any_shapes else planned_shapes(tuple(a.pp), tuple(a.factors), names)[0]
+    broken = check_rows(frame, shapes)
+    if broken:
+        print(f"{p.prog}: error: {a.check} ({len(frame)} rows) breaks {len(broken)} claim(s):", file=sys.stderr)
+        print("\n".join(f"  {b}" for b in broken), file=sys.stderr)
+        return 1
+    print(f"{a.check}: {len(frame)} rows hold every claim")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
