@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from pooltk.analysis.lifetimes import DIRECTIONS
 from tools.last_stage.records import MODELS, Record
 
 __all__ = ["CLAIMS", "Grid", "check"]
@@ -56,7 +57,7 @@ class Grid:
 
     def keys(self) -> set[tuple]:
         """(model, M, variant, slack, release, stage, direction) of every row the grid makes."""
-        receives = [(0, "grad")] + [(s, d) for s in range(1, self.pp - 1) for d in ("forward", "grad")] + \
+        receives = [(0, "grad")] + [(s, d) for s in range(1, self.pp - 1) for d in DIRECTIONS] + \
                    [(self.pp - 1, "forward")]
         configs = [("stock", None, None)] + [("pooled", s, r) for s in self.slacks for r in (True, False)]
         return {(mo, m, v, s, r, st, d) for mo in self.models for m in self.microbatches for v, s, r in configs
