@@ -129,7 +129,8 @@ class Preset:
         """
         changes = {k: v for k, v in (("pp", pp), ("microbatches", microbatches), ("rows", rows), ("seq_len", seq_len),
                                       ("hidden", hidden), ("dtype", dtype)) if v is not None}
-        own = {"pp": self.shape.pp, "microbatches": self.shape.n_microbatches, "seq_len": self.seq_len, "hidden": self.hidden}
+        own = {"pp": self.shape.pp, "microbatches": self.shape.n_microbatches, "seq_len": self.seq_len, "hidden": self.hidden,
+               **self._own_rows_and_dtype()}
         changes = {k: v for k, v in changes.items() if own.get(k, object()) != v}
         if not changes:
             return self
@@ -175,6 +176,11 @@ class Preset:
             boundary=bounds[0] if bounds else resize(self.boundary), boundaries=bounds if len(set(bounds)) > 1 else None,
             boundary_rule=new_rule, seq_len=changes.get("seq_len", self.seq_len), hidden=changes.get("hidden", self.hidden),
             assumption=self.assumption + note, figures=(), sources=self.sources + (f"resized: {what}",))
+
+    def _own_rows_and_dtype(self) -> dict[str, object]:
+        """``rows`` and ``dtype`` of the first hidden-sized ``(rows, seq, width)`` tensor: asking for them is no change."""
+        t = next((t for t in self.boundary.activations if t.name in HIDDEN_SIZED and len(t.shape) >= 3), None)
+        return {} if t is None else {"rows": t.shape[-3], "dtype": t.dtype}
 
     def figure(self, name: str) -> Figure:
         """The figure called ``name``."""

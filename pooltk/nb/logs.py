@@ -35,8 +35,25 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["COMPARED", "QUANTITY_AXES", "Beside", "beside_figure", "beside_published", "compare_runs",
-           "load_run_info", "mem_label", "per_rank", "plot_steps", "pool_by_run", "speed_pairs"]
+__all__ = ["COMPARED", "QUANTITY_AXES", "Beside", "beside_figure", "beside_published", "capacity_device", "compare_runs",
+           "device_capacity", "load_run_info", "mem_label", "per_rank", "plot_steps", "pool_by_run", "speed_pairs"]
+
+
+def capacity_device(gib: float | None = None) -> Any:
+    """The device notebook 03 judges memory against: pooltk's one GB200 capacity
+    (:data:`pooltk.memory.fits.GB200`, 184.31 GiB with its source) unless you give a capacity in GiB."""
+    from pooltk.memory.fits import GB200, Device
+
+    if gib is None:
+        return GB200
+    return Device.from_gib("your device", gib, "DEVICE_CAPACITY_GIB (your figure)")
+
+
+def device_capacity(device: Any) -> Any:
+    """``device`` (a :class:`pooltk.memory.fits.Device`) as the log metrics' :class:`pooltk.logs.metrics.DeviceCapacity`."""
+    from pooltk.logs.metrics import DeviceCapacity
+
+    return DeviceCapacity(gib=device.gib, source=device.source)
 
 COMPARED: tuple[tuple[str, str], ...] = (
     ("tok_per_s_per_gpu", "tok/s per physical GPU, steady window"),
@@ -218,7 +235,9 @@ def beside_figure(beside: Beside) -> Figure:
     if beside.capacity is not None:
         from matplotlib.lines import Line2D
 
-        source = beside.capacity.source.split(":", 1)[0]
+        from pooltk.nb.fits import short_source
+
+        source = short_source(beside.capacity.source)
         handles.append(Line2D([], [], color="black", ls="--",
                               label=f"device capacity {beside.capacity.gib:.2f} GiB (source: {source})"))
     style.legend_below(fig, handles, ncol=2)

@@ -1,11 +1,27 @@
-"""Figures and the interactive explorer of notebook 01 (memory vs slack).
+"""Figures and the interactive explorer of notebook 01 (memory per stage), and notebook 06's measured saving.
 
 The notebook stays thin: every figure is one call here, and the widget callback is
 :func:`explore` (compute, record in an :class:`ExplorerState`) followed by
-:func:`render_explorer` (print the figure-of-merit line, draw, save). Tests call
-:func:`explore` directly and assert on what it recorded.
+:func:`render_explorer` (print the lines, draw, save). Tests call :func:`explore` directly and
+assert on what it recorded. The whole-stage replay is :mod:`pooltk.nb.whole_stage`; the fits views
+(one rule, one capacity) are :mod:`pooltk.nb.fits`.
 
-Imports matplotlib / seaborn / ipywidgets inside the functions that draw.
+[Note: the explorer carries no calibration]
+The explorer models what the user chose, never another model's calibration or measurements:
+
+- it starts from a *source*: a Kimi-K3 study preset, a model of
+  :data:`pooltk.memory.replay.presets.ESTIMATE_PRESETS` (Llama-3-70B: its config.json read as a
+  file would be), or a config file; the widgets' pp / M / rows / seq / hidden / dtype resize it
+  with :meth:`pooltk.memory.source.Preset.resized` ([Note: no calibration carried]: a new hidden
+  size or dtype drops a fitted remainder, any change drops the published figures), and the
+  boundaries are the resized preset's own (``boundaries_for(shape)``);
+- *boundary MiB / set* replaces the tensors by an opaque set only when it differs from both the
+  source's set and the resized one (the control follows the dimensions, so a stale value left by
+  another source is never read as a choice);
+- the fits view needs a reference that belongs to what is modelled: a peak the user gave (a
+  number, or a run log's largest ``mem_gib``), the whole-stage replay of the same model and
+  shape (:attr:`ExplorerState.replayed`), or the source's own published peak at its own shape.
+  Otherwise it says why there is none and how to get one; it never borrows Kimi-K3's 139.6 GiB.
 """
 
 from __future__ import annotations
@@ -16,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pooltk.analysis.rings import RingRule
+from pooltk.memory.configs import Overrides, load_config
+from pooltk.memory.fits import FitReport, ReferencePeak, get_device, published_peak
 from pooltk.memory.model import (
     Boundary,
     MemoryModel,
@@ -25,11 +43,12 @@ from pooltk.memory.model import (
     model_memory,
     slack_sweep,
 )
-from pooltk.memory.configs import Overrides, load_config
-from pooltk.memory.fits import DEVICES, FitReport, ReferencePeak, fit_report, published_peak
-from pooltk.memory.model import TensorSpec
+from pooltk.memory.replay.estimate import VARIANT_TITLES
 from pooltk.memory.source import Preset
+from pooltk.memory.verdict import FitsVerdict, fits_verdict
 from pooltk.nb import style
+from pooltk.nb.fits import anchored_verdict, device_choices, fits_bars, grouped_bars, pr_figures, short_source
+from pooltk.nb.whole_stage import WholeStage, explorer_models, receive_source
 from pooltk.studies.kimi_k3.presets import PRESETS, get_preset
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,13 +59,10 @@ __all__ = [
     "VARIANT_LABELS",
     "ExplorerState",
     "FigureOfMerit",
-    "HIDDEN_SIZED",
     "explore",
     "explorer_controls",
-    "fits_bars",
+    "explorer_sources",
     "measured_vs_modelled_figure",
-    "pr_figures",
-    "resize_boundary",
     "render_explorer",
     "slack_heatmap",
     "stage_bars",
@@ -61,20 +77,6 @@ VARIANT_LABELS: dict[str, str] = {key: style.label(key) for key in VARIANTS}
 # --------------------------------------------------------------------------- figures
 
 
-def _grouped_bars(ax: Any, frame: Any, value: str, variants: Sequence[str]) -> None:
-    """One bar group per stage, one bar per variant in its series colour (labelled for the legend)."""
-    import numpy as np
-
-    stages = sorted(frame["stage"].unique())
-    x = np.arange(len(stages))
-    width = 0.84 / len(variants)
-    for k, variant in enumerate(variants):
-        part = frame[frame.variant == variant].set_index("stage").reindex(stages)
-        ax.bar(x + (k - (len(variants) - 1) / 2) * width, part[value].fillna(0).to_numpy(), width,
-               color=style.colour(variant), label=style.label(variant))
-    ax.set_xticks(x, [str(s) for s in stages])
-
-
 def stage_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None) -> Figure:
     """Per-stage receive-buffer GiB (both directions) of each variant of :data:`VARIANTS`, from zero."""
     import matplotlib.pyplot as plt
@@ -87,7 +89,7 @@ def stage_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None) 
         fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.6))
     else:
         fig = ax.figure
-    _grouped_bars(ax, per_stage, "gib", VARIANTS)
+    grouped_bars(ax, per_stage, "gib", VARIANTS)
     cfg, shape = model.config, model.shape
     ax.set_ylim(0, per_stage["gib"].max() * 1.08)
     ax.set_ylabel("receive buffers per stage (GiB)")
@@ -163,7 +165,7 @@ class FigureOfMerit:
 
 @dataclass(kw_only=True, slots=True)
 class ExplorerState:
-    """What the explorer computed last; the notebook's widgets only display it."""
+    """What the explorer computed last; the notebook's widgets only display it. See [Note: the explorer carries no calibration]."""
 
     last_inputs: dict[str, Any] | None = None
     """The inputs of the last update, as passed."""
@@ -175,62 +177,130 @@ class ExplorerState:
     """The middle-stage figure of the last successful update."""
     history: list[FigureOfMerit] = field(default_factory=list)
     """Every successful update's figure of merit, in order."""
+    origin: Preset | None = None
+    """The source the last update started from (a preset, an estimate preset's model, a config file)."""
     source: Preset | None = None
-    """The preset or config file the last update started from."""
-    fits: FitReport | None = None
-    """The fits view of the last update, when a device was chosen and a reference peak is known."""
+    """What the last update modelled: ``origin`` resized to the widgets (no calibration or published figure carried)."""
+    boundary_note: str | None = None
+    """What one buffer set is, and what the resize dropped, in one line."""
+    fits: FitsVerdict | None = None
+    """The fits view of the last update (tensor peak + stated overhead against one capacity), or ``None``."""
+    fits_report: FitReport | None = None
+    """The anchored receive-buffer model behind ``fits`` (``None`` when ``fits`` is the whole-stage replay's)."""
+    fits_basis: str | None = None
+    """What the fits view stands on: the reference peak and its source, or the replay."""
     fits_note: str | None = None
-    """Why there is no fits view (no device chosen, no reference peak), else ``None``."""
+    """Why there is no fits view, and how to get one; else ``None``."""
+    replayed: WholeStage | None = None
+    """A whole-stage replay (notebook 01's section): the fits view uses it when the explorer shows the same model and shape."""
 
 
-HIDDEN_SIZED: frozenset[str] = frozenset({"hidden_states", "attn_res_states"})
-"""Tensor names whose width is the model's hidden size (the widths preset stacks ``attn_res_states``)."""
+def explorer_sources() -> dict[str, Preset]:
+    """Every source the explorer offers by name: the Kimi-K3 study presets, then the estimate presets' models."""
+    out = dict(PRESETS)
+    out.update({name: receive_source(p) for name, p in explorer_models().items()})
+    return out
 
 
-def resize_boundary(boundary: Boundary, *, rows: int | None = None, seq_len: int | None = None,
-                    hidden: int | None = None, dtype: str | None = None) -> Boundary:
-    """``boundary`` with its ``(rows, seq_len, width)`` tensors resized.
-
-    ``rows`` and ``seq_len`` apply to every tensor of 3 or more dimensions, whose last three are
-    ``(rows, seq_len, width)`` (a leading dimension stacks states, e.g. Kimi-K3's
-    ``attn_res_states``); ``hidden`` replaces the width of the hidden-sized tensors
-    (:data:`HIDDEN_SIZED`) only (a calibrated remainder keeps its bytes per token); ``dtype``
-    applies to every tensor. ``None`` keeps a value.
-    """
-    def one(t: TensorSpec) -> TensorSpec:
-        shape = list(t.shape)
-        if len(shape) >= 3:
-            shape[-3] = rows or shape[-3]
-            shape[-2] = seq_len or shape[-2]
-            if t.name in HIDDEN_SIZED and hidden:
-                shape[-1] = hidden
-        return TensorSpec(shape=tuple(shape), dtype=dtype or t.dtype, name=t.name)
-
-    grads = None if boundary.grads is None else tuple(one(t) for t in boundary.grads)
-    return Boundary(activations=tuple(one(t) for t in boundary.activations), grads=grads)
-
-
-def _source(preset: str, config_path: str | None, overrides: Overrides) -> Preset:
-    if config_path:
-        return load_config(config_path, overrides)
+def _origin(state: ExplorerState, preset: str, config_path: str | None, overrides: Overrides) -> Preset:
+    if config_path:  # named by its path (what the user typed), not by the reader's guess
+        return dataclasses.replace(load_config(config_path, overrides), name=str(config_path))
+    if preset in explorer_models():
+        return receive_source(preset)
+    if state.replayed is not None and preset == state.replayed.named.name:
+        return receive_source(state.replayed.named)
     return get_preset(preset)
 
 
-def _fits(state: ExplorerState, source: Preset, model: MemoryModel, device: str | None,
-          reference_peak_gib: float | None) -> None:
-    state.fits, state.fits_note = None, None
+def _set_bytes(p: Preset) -> int:
+    return p.boundary.forward_bytes
+
+
+def _boundary_note(origin: Preset, q: Preset, boundaries: Sequence[Boundary], opaque: bool) -> str:
+    sizes = sorted({b.forward_bytes for b in boundaries})
+    size = (f"{sizes[0] / 2**20:,.1f} MiB a set" if len(sizes) == 1
+            else f"{sizes[0] / 2**20:,.1f} to {sizes[-1] / 2**20:,.1f} MiB a set, boundary by boundary")
+    if opaque:
+        return f"boundary: {size}, opaque (boundary MiB / set replaces {q.name}'s tensors)"
+    what = " + ".join(t.name or "unnamed" for t in boundaries[0].activations) if boundaries else "nothing"
+    note = f"boundary: {size} ({what}) from {q.name}"
+    if q is not origin and "dropped as another model's calibration" in q.assumption:
+        note += "; " + q.assumption.rsplit("; ", 1)[-1].rstrip(".") + " (no calibration carried)"
+    return note
+
+
+def _log_peak(path: str) -> tuple[float, str]:
+    """The largest ``mem_gib`` a run log reports, and its basis (``max_allocated`` / ``max_reserved``)."""
+    from pooltk.logs import read_logs
+
+    steps = read_logs(path).steps
+    mem = steps["mem_gib"].dropna() if "mem_gib" in steps else None
+    if mem is None or mem.empty:
+        raise MemoryModelError("reference log", found=f"{path}: no peak memory (mem_gib) in its steps",
+                               required="an Automodel or torchtitan training log that reports peak memory",
+                               fix="give another log, or type the peak in GiB.")
+    basis = str(steps.loc[mem.idxmax(), "mem_basis"]) if "mem_basis" in steps else "peak"
+    return float(mem.max()), basis
+
+
+def _replay_hint(state: ExplorerState, origin: Preset, q: Preset, config_path: str | None, device: str) -> str:
+    shape = q.shape
+    if config_path:
+        rows = q.boundary.activations[0].shape[-3] if len(q.boundary.activations[0].shape) >= 3 else 1
+        return (f"pooltk memory --estimate --config {config_path} --pp {shape.pp} --microbatches {shape.n_microbatches} "
+                f"--micro-batch {rows} --seq-len {q.seq_len} --capacity {device}")
+    models = explorer_models()
+    named = models.get(origin.name) or (state.replayed.named if state.replayed is not None
+                                        and state.replayed.named.name == origin.name else None)
+    if named is not None:
+        if q is origin:
+            return f"pooltk memory --estimate --preset {named.name} --capacity {device}"
+        return (f"whole_stage.whole_stage_estimate({named.name!r}, microbatches={shape.n_microbatches}, "
+                f"seq_len={q.seq_len}), passed as ExplorerState(replayed=...)")
+    return ("pooltk builds no model of Kimi-K3's own layers; its published widths replay as "
+            "pooltk memory --estimate --preset kimi-k3-gb200-2k --capacity " + device)
+
+
+def _fits(state: ExplorerState, origin: Preset, q: Preset, model: MemoryModel, boundaries: Sequence[Boundary],
+          device: str | None, reference_peak_gib: float | None, reference_log: str | None, reference_variant: str,
+          config_path: str | None) -> None:
+    state.fits = state.fits_report = state.fits_basis = state.fits_note = None
     if not device or device == "none":
         state.fits_note = "no device chosen"
         return
-    if reference_peak_gib:
-        reference = ReferencePeak.from_gib(reference_peak_gib, config=model.config, source="explorer field")
-    else:
-        figure = published_peak(source)
+    dev = get_device(device)
+    reference = None
+    try:
+        if reference_peak_gib:
+            reference = ReferencePeak.from_gib(reference_peak_gib, variant=reference_variant, config=model.config,
+                                               source="your peak (explorer field)")
+        elif reference_log:
+            gib, basis = _log_peak(reference_log)
+            reference = ReferencePeak.from_gib(gib, variant=reference_variant, config=model.config,
+                                               source=f"your run log {reference_log} ({basis})")
+    except (MemoryModelError, OSError, ValueError) as exc:
+        state.fits_note = f"reference: {exc}"
+        return
+    if reference is None and state.replayed is not None and state.replayed.matches(origin.name, q.shape, boundaries):
+        state.fits = fits_verdict(state.replayed.estimate, dev)
+        state.fits_basis = f"the whole-stage replay of {state.replayed.named.name} ({state.replayed.scale})"
+        return
+    if reference is None:
+        figure = published_peak(q)
         if figure is None:
-            state.fits_note = f"no reference peak for {source.name!r}: enter a measured or published peak (GiB)"
+            why = (f"{origin.name}'s published peak describes its own run, not this one (not carried)"
+                   if published_peak(origin) is not None else f"{q.name} has no published peak")
+            state.fits_note = (f"no reference peak for {q.name!r}: {why}. Give your run's peak (GiB) or a run log, "
+                               f"or replay the whole stage: {_replay_hint(state, origin, q, config_path, dev.name)}")
             return
-        reference = ReferencePeak.from_gib(figure.value, config=source.config, source=figure.source)
-    state.fits = fit_report(model.shape, list(model.boundaries), model.config, device, reference)
+        reference = ReferencePeak.from_gib(figure.value, variant="pooled", config=q.config, source=figure.source)
+    try:
+        state.fits_report, state.fits = anchored_verdict(q.shape, list(boundaries), model.config, dev, reference)
+    except MemoryModelError as exc:
+        state.fits_note = f"reference: {exc}"
+        return
+    state.fits_basis = (f"anchored on {reference.peak_bytes / 2**30:.1f} GiB, a {reference.variant} peak "
+                        f"({short_source(reference.source)}); receive buffers modelled")
 
 
 def explore(
@@ -250,46 +320,54 @@ def explore(
     dtype: str | None = None,
     device: str | None = None,
     reference_peak_gib: float | None = None,
+    reference_log: str | None = None,
+    reference_variant: str = "stock",
 ) -> MemoryModel | None:
-    """One widget update: model the shape and record it in ``state``.
+    """One widget update: model the shape and record it in ``state``. See [Note: the explorer carries no calibration].
 
-    The shape starts from ``config_path`` (an Automodel YAML or config.json; the widgets'
-    pp / M / rows / seq / hidden / dtype override it) or else from ``preset``, whose boundary
-    tensors are resized by ``rows`` / ``seq_len`` / ``hidden`` / ``dtype``
-    (:func:`resize_boundary`; every boundary of a preset whose boundaries differ per stage). ``boundary_mib`` (MiB per buffer set) replaces the tensors when
-    it differs from the preset's own set size; ``None`` keeps them. ``device`` (a name in
-    :data:`pooltk.memory.fits.DEVICES`, or a GiB figure) adds the fits view, anchored to
-    ``reference_peak_gib`` or the preset's published peak. Rejected inputs (e.g. M < pp under
-    1F1B, an unknown config class) are recorded in ``state.last_error`` and return ``None``.
+    The source is ``config_path`` (an Automodel YAML or config.json, read with the widgets as
+    overrides) or ``preset`` (:func:`explorer_sources`), resized to ``pp`` / ``microbatches`` /
+    ``rows`` / ``seq_len`` / ``hidden`` / ``dtype`` by :meth:`~pooltk.memory.source.Preset.resized`.
+    ``boundary_mib`` (MiB per buffer set) replaces the tensors by an opaque set when it differs
+    from both the source's set and the resized one; ``None`` keeps them. ``device`` (``none`` or a
+    name of :data:`pooltk.memory.fits.DEVICES`) adds the fits view, standing on
+    ``reference_peak_gib`` or ``reference_log`` (measured under ``reference_variant``: ``stock`` or
+    ``pooled`` with this config), else the matching whole-stage replay, else the source's own
+    published peak. Rejected inputs (e.g. M < pp under 1F1B, an unknown config class) are recorded in
+    ``state.last_error`` and return ``None``.
     """
     state.last_inputs = dict(
         preset=preset, pp=pp, microbatches=microbatches, slack=slack, grad_slack=grad_slack, policy=policy,
         boundary_mib=boundary_mib, config_path=config_path, rows=rows, seq_len=seq_len, hidden=hidden, dtype=dtype,
-        device=device, reference_peak_gib=reference_peak_gib,
+        device=device, reference_peak_gib=reference_peak_gib, reference_log=reference_log,
+        reference_variant=reference_variant,
     )
     try:
+        if reference_variant not in ("stock", "pooled"):
+            raise MemoryModelError("reference variant", found=repr(reference_variant), required="'stock' or 'pooled'",
+                                   fix="say whether your reference run was stock torch or pooled with this config.")
         overrides = Overrides(pp=pp, microbatches=microbatches, micro_batch=rows, seq_len=seq_len, hidden=hidden, dtype=dtype)
-        p = _source(preset, config_path, overrides)
-        shape = dataclasses.replace(p.shape, pp=pp, n_microbatches=microbatches, global_batch=None, micro_batch=None, dp=None)
-        if config_path:
-            boundary: Boundary | list[Boundary] = p.boundary
-        elif p.varies or p.boundary_rule is not None:  # boundaries that differ per stage: each one resized
-            boundary = [resize_boundary(b, rows=rows, seq_len=seq_len, hidden=hidden, dtype=dtype) for b in p.boundaries_for(shape)]
-        else:
-            boundary = resize_boundary(p.boundary, rows=rows, seq_len=seq_len, hidden=hidden, dtype=dtype)
-        if boundary_mib is not None and round(boundary_mib * 2**20) != p.boundary.forward_bytes:
+        origin = _origin(state, preset, config_path, overrides)
+        q = origin.resized(pp=pp, microbatches=microbatches, rows=rows, seq_len=seq_len, hidden=hidden, dtype=dtype)
+        boundaries: list[Boundary] = list(q.boundaries_for(q.shape))
+        opaque = False
+        if boundary_mib is not None and round(boundary_mib * 2**20) not in (_set_bytes(origin), _set_bytes(q)):
             if not boundary_mib > 0:
                 raise MemoryModelError("boundary MiB", found=repr(boundary_mib), required="> 0", fix="pick a positive size.")
-            boundary = Boundary.opaque(round(boundary_mib * 2**20), name="boundary_from_widget")
+            boundaries = [Boundary.opaque(round(boundary_mib * 2**20), name="boundary_from_widget")] * (q.shape.num_stages - 1)
+            opaque = True
         config = RingRule(slack=slack, grad_slack=grad_slack, policy=policy)  # type: ignore[arg-type]
         # The closed forms equal the walked live sets for 1F1B and GPipe (tests/memory prove it
         # over a grid of shapes); using them keeps a pp/M slider move under 50 ms at N=16, M=256,
         # where a cold walk of the schedule takes about a second.
-        model = model_memory(shape, boundary, config, live_source="formula")
-        state.source = p
-        _fits(state, p, model, device, reference_peak_gib)
-    except ValueError as exc:  # MemoryModelError and RingRule's ValueError
-        state.last_result, state.last_error, state.fits = None, str(exc), None
+        model = model_memory(q.shape, boundaries, config, live_source="formula")
+        state.origin, state.source = origin, q
+        state.boundary_note = _boundary_note(origin, q, boundaries, opaque)
+        _fits(state, origin, q, model, boundaries, device, reference_peak_gib, reference_log, reference_variant,
+              config_path)
+    except ValueError as exc:  # MemoryModelError, ConfigKeyError and RingRule's ValueError
+        state.last_result, state.last_error = None, str(exc)
+        state.fits = state.fits_report = state.fits_basis = None
         return None
     stage = middle_stage(pp)
     fom = FigureOfMerit(
@@ -306,72 +384,145 @@ def explore(
     return model
 
 
-def pr_figures(preset: Preset | None) -> dict[str, Any]:
-    """The preset's published measured peak and OOM margin (Automodel PR #3780 for the Kimi-K3 2k presets), by name.
+def explorer_lines(state: ExplorerState) -> list[str]:
+    """What the explorer prints: the figure-of-merit line first, then the boundary and the fits view (or why none)."""
+    if state.last_result is None:
+        return [f"rejected: {state.last_error}"]
+    out = [state.figure_of_merit.line()]  # type: ignore[union-attr]
+    if state.boundary_note:
+        out.append("  " + state.boundary_note)
+    if state.fits is not None:
+        f = state.fits
+        out.append(f"  fits on {f.device.name} ({f.device.gib:.2f} GiB, {short_source(f.device.source)}), tensor peak + "
+                   f"{f.overhead.total_bytes / 2**30:.2f} GiB stated overhead; {state.fits_basis}:")
+        titles = VARIANT_LABELS if state.fits_report is not None else VARIANT_TITLES
+        out += [f"    {titles.get(v, v)}: fullest {text}" for v, text in f.summary().items()]
+    elif state.fits_note:
+        out.append(f"  fits: {state.fits_note}")
+    return out
 
-    Keys ``peak`` (GiB) and ``oom`` (MiB), each a :class:`pooltk.memory.source.Figure` with its
-    source; a preset without them gives an empty dict.
-    """
-    if preset is None:
-        return {}
-    found = {"peak": published_peak(preset)}
-    try:
-        found["oom"] = preset.figure("oom_margin_mib")
-    except KeyError:
-        pass
-    return {k: v for k, v in found.items() if v is not None}
 
+def render_explorer(state: ExplorerState, *, save: bool = True) -> Figure | None:
+    """Print :func:`explorer_lines`, then show the per-stage bars and the fits view's figure, once each."""
+    from pooltk.nb import common as nb
 
-def fits_bars(report: FitReport, *, published: dict[str, Any] | None = None, ax: Any = None) -> Figure:
-    """Per-stage modelled peak of each variant from zero, against the device's capacity and the published figures.
+    for line in explorer_lines(state):
+        print(line)
+    if state.last_result is None:
+        return None
+    fig = stage_bars(state.last_result)
+    if save:
+        nb.save_figure(fig, "01_explorer_stage_bars")
+    nb.show_figure(fig)
+    fits_fig = None
+    if state.fits_report is not None and state.fits is not None:
+        fits_fig = fits_bars(state.fits_report, state.fits, published=pr_figures(state.source))
+    elif state.fits is not None and state.replayed is not None:
+        from pooltk.nb.whole_stage import stacked_figure
 
-    Reference lines, each labelled with its source: the device's capacity (``report.device``),
-    the published measured pooled peak the model is anchored to, and, with ``published["oom"]``,
-    where the PR's stock run stopped (capacity + the published OOM margin).
-    """
-    import matplotlib.pyplot as plt
-
-    frame = report.to_frame()
-    own = ax is None
-    if own:
-        fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 5.0))
-    else:
-        fig = ax.figure
-    variants = [v for v in VARIANTS if v in set(frame.variant)]
-    _grouped_bars(ax, frame, "peak_gib", variants)
-    dev, ref = report.device, report.reference
-    top = max(frame.peak_gib.max(), dev.gib)
-    ax.set_ylim(0, top * 1.18)
-    style.reference_line(ax, dev.gib, text=f"{dev.name} capacity {dev.gib:.2f} GiB", source=_short_source(dev.source))
-    ref_gib = ref.peak_bytes / 2**30
-    style.reference_line(ax, ref_gib, colour_="#1B7837", ls=":", where="left",
-                         text=f"anchor: measured {ref.variant} peak {ref_gib:.1f} GiB on stage {report.reference_stage}",
-                         source=_short_source(ref.source))
-    oom = (published or {}).get("oom")
-    if oom is not None:
-        ax.annotate(f"{_short_source(oom.source)}: the stock run went out of memory in step 1 by {oom.value:g} MiB\n"
-                    f"(it needed its device's capacity + {oom.value / 1024:.2f} GiB)", xy=(0.01, dev.gib),
-                    xycoords=("axes fraction", "data"), xytext=(0, 14), textcoords="offset points", fontsize="x-small",
-                    color="#C44E52", ha="left", va="bottom")
-    ax.set_ylabel("modelled peak per stage (GiB)")
-    ax.set_xlabel(f"stage (index; pp={frame.stage.nunique()})")
-    ax.set_title(f"does each stage fit on {dev.name}? Peaks modelled from the anchor; every stage assumed to hold "
-                 "the same memory besides receive buffers", fontsize=9.5)
-    if own:
-        handles, _ = ax.get_legend_handles_labels()
-        style.legend_below(fig, handles, ncol=3)
+        fits_fig = stacked_figure(state.replayed)
+    if fits_fig is not None:
+        if save:
+            nb.save_figure(fits_fig, "01_explorer_fits")
+        nb.show_figure(fits_fig)
     return fig
 
 
-def _short_source(source: str) -> str:
-    """The first clause of a source, for a line label (the full text stays in the tables)."""
-    import re
+def explorer_controls(preset: str | None = None) -> dict[str, Any]:
+    """ipywidgets for :func:`explore`'s keyword arguments, set to ``preset``'s values.
 
-    pr = re.search(r"([A-Za-z][\w-]*) PR #(\d+)", source)
-    if pr:
-        return f"{pr.group(1)} PR #{pr.group(2)}"
-    head = source.split(":", 1)[0].split(";", 1)[0].strip()
-    return head if len(head) <= 60 else head[:57] + "..."
+    Choosing another source (a preset or model, or a config path: Automodel YAML or config.json)
+    resets pp, microbatches, rows, seq, hidden, dtype, slack, policy and boundary MiB to its values;
+    changing rows, seq, hidden or dtype sets boundary MiB to the resized set ([Note: the explorer
+    carries no calibration]). Pass the dict to ``ipywidgets.interactive_output``.
+    """
+    import ipywidgets as w
+
+    from pooltk.memory.model import DTYPE_BYTES
+
+    sources = explorer_sources()
+    name = preset or next(iter(sources))
+    p = sources[name] if name in sources else get_preset(name)
+    wide = {"description_width": "170px"}
+    layout = w.Layout(width="540px")
+
+    def hidden_tensor(q: Preset) -> Any:
+        return next((x for x in q.boundary.activations if x.name == "hidden_states"), q.boundary.activations[0])
+
+    t = hidden_tensor(p)
+    controls: dict[str, Any] = {
+        "preset": w.Dropdown(options=list(dict.fromkeys([*sources, p.name])), value=p.name, description="preset or model",
+                             style=wide, layout=layout),
+        "config_path": w.Text(value="", placeholder="path to an Automodel YAML or config.json (Enter)",
+                              description="config file", continuous_update=False, style=wide, layout=layout),
+        # pp and M re-walk the schedule for an unseen shape (up to ~1 s at N=16, M=256): update on release.
+        "pp": w.IntSlider(value=p.shape.pp, min=2, max=16, description="pp (stages)", continuous_update=False,
+                          style=wide, layout=layout),
+        "microbatches": w.IntSlider(value=p.shape.n_microbatches, min=1, max=256, description="microbatches M",
+                                    continuous_update=False, style=wide, layout=layout),
+        "rows": w.BoundedIntText(value=t.shape[-3] if len(t.shape) >= 3 else 1, min=1, max=1024,
+                                 description="rows / microbatch", style=wide, layout=layout),
+        "seq_len": w.BoundedIntText(value=p.seq_len, min=1, max=2**22, description="seq (tokens / row)", style=wide,
+                                    layout=layout),
+        "hidden": w.BoundedIntText(value=p.hidden, min=1, max=2**20, description="hidden", style=wide, layout=layout),
+        "dtype": w.Dropdown(options=list(DTYPE_BYTES), value=t.dtype, description="dtype", style=wide, layout=layout),
+        "slack": w.IntSlider(value=p.config.slack, min=0, max=8, description="slack", style=wide, layout=layout),
+        "grad_slack": w.IntSlider(value=p.config.grad_slack, min=0, max=4, description="grad slack (tight)", style=wide,
+                                  layout=layout),
+        "policy": w.Dropdown(options=["automodel", "tight"], value=p.config.policy, description="policy", style=wide,
+                             layout=layout),
+        # A text field, not a slider: a slider's step would round the set size the dimensions give.
+        "boundary_mib": w.BoundedFloatText(value=_set_bytes(p) / 2**20, min=0.0, max=2.0**20,
+                                           description="boundary MiB / set", style=wide, layout=layout),
+        "device": w.Dropdown(options=device_choices(), value="gb200", description="device", style=wide, layout=layout),
+        "reference_peak_gib": w.BoundedFloatText(value=0.0, min=0.0, max=1e4, step=0.1,
+                                                 description="your peak GiB (0: none)", style=wide, layout=layout),
+        "reference_log": w.Text(value="", placeholder="your run log (Automodel / torchtitan) for its peak (Enter)",
+                                description="your run log", continuous_update=False, style=wide, layout=layout),
+        "reference_variant": w.Dropdown(options=[("stock torch", "stock"), ("pooled, this config", "pooled")],
+                                        value="stock", description="your run was", style=wide, layout=layout),
+    }
+    current: dict[str, Preset] = {"origin": p}
+
+    def _set_from(q: Preset) -> None:
+        current["origin"] = q
+        x = hidden_tensor(q)
+        controls["pp"].value = q.shape.pp
+        controls["microbatches"].value = q.shape.n_microbatches
+        controls["rows"].value = x.shape[-3] if len(x.shape) >= 3 else 1
+        controls["seq_len"].value = q.seq_len
+        controls["hidden"].value = q.hidden
+        controls["dtype"].value = x.dtype
+        controls["slack"].value = q.config.slack
+        controls["grad_slack"].value = q.config.grad_slack
+        controls["policy"].value = q.config.policy
+        controls["boundary_mib"].value = _set_bytes(q) / 2**20
+
+    def _reset(change: dict[str, Any]) -> None:
+        controls["config_path"].value = ""
+        name = change["new"]
+        _set_from(receive_source(name) if name in explorer_models() else get_preset(name))
+
+    def _load(change: dict[str, Any]) -> None:
+        if change["new"]:
+            try:
+                _set_from(load_config(change["new"]))
+            except ValueError:
+                pass  # explore() records the error for the cell to print
+
+    def _resize(change: dict[str, Any]) -> None:
+        try:
+            q = current["origin"].resized(rows=controls["rows"].value, seq_len=controls["seq_len"].value,
+                                          hidden=controls["hidden"].value, dtype=controls["dtype"].value)
+        except ValueError:
+            return  # explore() records the error for the cell to print
+        controls["boundary_mib"].value = _set_bytes(q) / 2**20
+
+    controls["preset"].observe(_reset, names="value")
+    controls["config_path"].observe(_load, names="value")
+    for name in ("rows", "seq_len", "hidden", "dtype"):
+        controls[name].observe(_resize, names="value")
+    return controls
 
 
 def measured_vs_modelled_figure(table: Any) -> Figure:
@@ -407,133 +558,3 @@ def measured_vs_modelled_figure(table: Any) -> Figure:
     return fig
 
 
-def render_explorer(state: ExplorerState, *, save: bool = True) -> Figure | None:
-    """Print the figure-of-merit line (or the error), then show the per-stage bars and the fits view, once each."""
-    from pooltk.nb import common as nb
-
-    if state.last_result is None:
-        print(f"rejected: {state.last_error}")
-        return None
-    print(state.figure_of_merit.line())  # type: ignore[union-attr]
-    if state.fits is not None:
-        for variant, text in state.fits.summary().items():
-            print(f"  on {state.fits.device.name} ({state.fits.device.gib:.2f} GiB), {VARIANT_LABELS[variant]}: fullest {text}")
-    elif state.fits_note:
-        print(f"  fits: {state.fits_note}")
-    fig = stage_bars(state.last_result)
-    if save:
-        nb.save_figure(fig, "01_explorer_stage_bars")
-    nb.show_figure(fig)
-    if state.fits is not None:
-        fits_fig = fits_bars(state.fits, published=pr_figures(state.source))
-        if save:
-            nb.save_figure(fits_fig, "01_explorer_fits")
-        nb.show_figure(fits_fig)
-    return fig
-
-
-def explorer_controls(preset: str | None = None) -> dict[str, Any]:
-    """ipywidgets for :func:`explore`'s keyword arguments, set to ``preset``'s values.
-
-    Choosing another preset, or entering a config path (Automodel YAML or config.json), resets
-    pp, microbatches, rows, seq, hidden, dtype, slack, policy and boundary MiB to that source's
-    values. Pass the dict to ``ipywidgets.interactive_output``.
-    """
-    import ipywidgets as w
-
-    from pooltk.memory.model import DTYPE_BYTES
-
-    p = get_preset(preset or next(iter(PRESETS)))
-    style = {"description_width": "150px"}
-    layout = w.Layout(width="520px")
-    hidden_t = next((t for t in p.boundary.activations if t.name == "hidden_states"), p.boundary.activations[0])
-    controls: dict[str, Any] = {
-        "preset": w.Dropdown(options=list(PRESETS), value=p.name, description="preset", style=style, layout=layout),
-        "config_path": w.Text(value="", placeholder="path to an Automodel YAML or config.json (Enter)",
-                              description="config file", continuous_update=False, style=style, layout=layout),
-        # pp and M re-walk the schedule for an unseen shape (up to ~1 s at N=16, M=256): update on release.
-        "pp": w.IntSlider(value=p.shape.pp, min=2, max=16, description="pp (stages)", continuous_update=False, style=style, layout=layout),
-        "microbatches": w.IntSlider(
-            value=p.shape.n_microbatches, min=1, max=256, description="microbatches M", continuous_update=False, style=style, layout=layout
-        ),
-        "rows": w.BoundedIntText(value=hidden_t.shape[0], min=1, max=1024, description="rows / microbatch", style=style, layout=layout),
-        "seq_len": w.BoundedIntText(value=p.seq_len, min=1, max=2**22, description="seq (tokens / row)", style=style, layout=layout),
-        "hidden": w.BoundedIntText(value=p.hidden, min=1, max=2**20, description="hidden", style=style, layout=layout),
-        "dtype": w.Dropdown(options=list(DTYPE_BYTES), value=hidden_t.dtype, description="dtype", style=style, layout=layout),
-        "slack": w.IntSlider(value=p.config.slack, min=0, max=8, description="slack", style=style, layout=layout),
-        "grad_slack": w.IntSlider(value=p.config.grad_slack, min=0, max=4, description="grad slack (tight)", style=style, layout=layout),
-        "policy": w.Dropdown(options=["automodel", "tight"], value=p.config.policy, description="policy", style=style, layout=layout),
-        "boundary_mib": w.FloatSlider(
-            value=p.boundary.forward_bytes / 2**20, min=1, max=1024, step=1, description="boundary MiB / set", style=style, layout=layout
-        ),
-        "device": w.Dropdown(options=["none", *DEVICES], value="gb200", description="device", style=style, layout=layout),
-        "reference_peak_gib": w.BoundedFloatText(value=0.0, min=0.0, max=1e4, step=0.1,
-                                                 description="reference peak GiB (0: preset's)", style=style, layout=layout),
-    }
-
-    def _set_from(q: Preset) -> None:
-        t = next((x for x in q.boundary.activations if x.name == "hidden_states"), q.boundary.activations[0])
-        controls["pp"].value = q.shape.pp
-        controls["microbatches"].value = q.shape.n_microbatches
-        controls["rows"].value = t.shape[0] if len(t.shape) == 3 else 1
-        controls["seq_len"].value = q.seq_len
-        controls["hidden"].value = q.hidden
-        controls["dtype"].value = t.dtype
-        controls["slack"].value = q.config.slack
-        controls["grad_slack"].value = q.config.grad_slack
-        controls["policy"].value = q.config.policy
-        controls["boundary_mib"].value = min(1024.0, q.boundary.forward_bytes / 2**20)
-
-    def _reset(change: dict[str, Any]) -> None:
-        controls["config_path"].value = ""
-        _set_from(get_preset(change["new"]))
-
-    def _load(change: dict[str, Any]) -> None:
-        if change["new"]:
-            try:
-                _set_from(load_config(change["new"]))
-            except ValueError:
-                pass  # explore() records the error for the cell to print
-
-    controls["preset"].observe(_reset, names="value")
-    controls["config_path"].observe(_load, names="value")
-    return controls
-
-
-def seed_story(devices: Sequence[str] = ("gb200-184.31", "gb200")) -> Any:
-    """The seed's memory story reconstructed on stated assumptions, one row per (device, anchor, claim).
-
-    Published (Automodel PR #3780): stock 2k OOMs in step 1 "by only 56 MiB"; the pooled 2k run
-    peaks at 139.6 GiB with "44 GiB headroom". Reconstructed from the calibrated preset with
-    :func:`pooltk.memory.fits.fit_report`, anchored either on the fullest pooled stage or on
-    stage 0 (only rank 0 logs). ``agrees`` is judged within the published figure's rounding:
-    the headroom to 1 GiB ("44"), the OOM margin to 0.05 GiB (139.6 has one decimal).
-    Columns: ``device``, ``capacity_gib``, ``anchor``, ``claim``, ``published``, ``reconstructed``, ``agrees``.
-    """
-    import pandas as pd
-
-    cal = get_preset("kimi-k3-gb200-2k-calibrated")
-    peak_gib = published_peak(cal).value
-    oom_mib = cal.figure("oom_margin_mib").value
-    records = []
-    for name in devices:
-        for anchor, stage in (("fullest pooled stage", None), ("stage 0 (rank 0 logs)", 0)):
-            ref = ReferencePeak.from_gib(peak_gib, config=cal.config, stage=stage, source="PR #3780")
-            report = fit_report(cal.shape, cal.boundary, cal.config, name, ref)
-            pooled = next(r for r in report.rows if r.stage == report.reference_stage and r.variant == "automodel")
-            stock = report.worst("stock")
-            common = {"device": name, "capacity_gib": report.device.gib, "anchor": anchor}
-            records.append({**common, "claim": "pooled 2k headroom", "published": "44 GiB",
-                            "reconstructed": f"{pooled.margin_bytes / 2**30:.2f} GiB",
-                            "agrees": abs(pooled.margin_bytes / 2**30 - 44) < 1})
-            records.append({**common, "claim": "stock 2k in step 1", "published": f"OOM by {oom_mib:g} MiB",
-                            "reconstructed": f"stage {stock.stage}: {verdict_text(stock.margin_bytes)}",
-                            "agrees": abs(stock.margin_bytes / 2**20 + oom_mib) <= 0.05 * 1024})
-    return pd.DataFrame.from_records(records)
-
-
-def verdict_text(margin_bytes: int) -> str:
-    """``fits, N MiB free`` / ``OOM by N MiB`` (see :func:`pooltk.memory.fits.verdict`)."""
-    from pooltk.memory.fits import verdict
-
-    return verdict(margin_bytes)

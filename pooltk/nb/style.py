@@ -100,6 +100,19 @@ SERIES: dict[str, Series] = _series(
     # in-flight depth
     ("in_flight", "microbatches in flight (forward started, backward not finished)", "#4C72B0"),
     ("held_buffers", "receive buffers held", "#DD8452"),
+    # what a stage holds (the whole-stage replay's categories, pooltk.memory.replay.tracker.CATEGORIES)
+    ("parameters", "parameters (and module buffers)", "#2F4B7C"),
+    ("gradients", "gradients (.grad)", "#7EA6E0"),
+    ("optimizer", "optimizer states", "#A0522D"),
+    ("activations", "activations saved for backward", "#F0A150"),
+    ("recv_buffers", "receive buffers", "#D62728"),
+    ("kept_outputs", "the schedule's kept losses and outputs", "#9467BD"),
+    ("transient", "transient (backward, recompute, optimizer step)", "#BCBD22"),
+    ("inputs", "the step's batch (inputs, targets)", "#17BECF"),
+    # reference lines of the fits views
+    ("capacity", "device capacity", "#000000"),
+    ("capacity_less_overhead", "capacity less the stated overhead", "#6F6F6F"),
+    ("measured_peak", "measured peak (published)", "#1B7837"),
 )
 """Every series a notebook figure draws: key -> label and colour (see [Note: one colour per series])."""
 

@@ -103,10 +103,13 @@ def free_port() -> int:
 class JupyterLabServer:
     """JupyterLab serving ``root_dir`` on 127.0.0.1 for one test session. Use as a context manager."""
 
-    def __init__(self, root_dir: Path, *, python: str = sys.executable, startup_timeout_s: float = 90.0) -> None:
+    def __init__(self, root_dir: Path, *, python: str = sys.executable, startup_timeout_s: float = 90.0,
+                 env: dict[str, str] | None = None) -> None:
         self.root_dir = Path(root_dir).resolve()
         self.python = python
         self.startup_timeout_s = startup_timeout_s
+        self.env = dict(env or {})
+        """Variables added to the server's environment (its kernels inherit them)."""
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self._tmp: Path | None = None
@@ -143,6 +146,7 @@ class JupyterLabServer:
         env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(dirs["settings"]),
                    JUPYTERLAB_WORKSPACES_DIR=str(dirs["workspaces"]), JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
                    JUPYTER_CONFIG_DIR=str(dirs["config"]), PYTHONUNBUFFERED="1")
+        env.update(self.env)
         env.pop("JUPYTER_TOKEN", None)
         self.port = free_port()
         cmd = [

@@ -60,7 +60,9 @@ def lab() -> Any:
         import playwright.sync_api  # noqa: F401
     except (BrowserUnavailable, ImportError) as exc:
         _unavailable(exc)
-    server = JupyterLabServer(ROOT / "notebooks")
+    # The notebooks' quick switch (nb.setup().IN_CI), as under the headless suite: notebook 01's
+    # whole-stage replay takes minutes at full size ([Note: the quick whole stage]).
+    server = JupyterLabServer(ROOT / "notebooks", env={"POOLTK_CI": "1"})
     try:
         server.start()
     except BrowserUnavailable as exc:

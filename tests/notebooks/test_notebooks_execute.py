@@ -48,11 +48,20 @@ def _check_00(v: dict[str, Any]) -> None:
 
 
 def _check_01(v: dict[str, Any]) -> None:
+    from pooltk.memory.fits import GB200
+
     # The 2k calibrated preset as the notebook's explorer starts: 64 microbatches,
     # ~52 GiB stock on the middle stage, ~45 GiB saved with slack 2 (published; 5%).
     assert v["microbatches"] == 64, v
     assert abs(v["stock_gib"] - 52) <= 0.05 * 52, v
     assert abs(v["saved_gib"] - 45) <= 0.05 * 45, v
+    # One capacity everywhere: the K3 story, the whole stage's verdict and the explorer's fits view.
+    assert v["story_gib"] == v["whole_gib"] == v["explorer_gib"] == GB200.gib, v
+    assert v["story_agrees"] == [True, True, True] and v["story_sentence"].startswith("They agree"), v
+    # The PR's OOM beside the verdict: the explorer's stock verdict on the K3 preset is an OOM too.
+    assert v["explorer_stock_fits"] is False, v
+    # The whole stage ran quick under the suite, every replayed rank and variant judged, stock receive exact.
+    assert v["whole_quick"] is True and v["whole_rows"] == 12 and v["whole_stock_recv_diff"] == [0, 0, 0], v
 
 
 def _check_02(v: dict[str, Any]) -> None:
@@ -63,9 +72,14 @@ def _check_02(v: dict[str, Any]) -> None:
 
 
 def _check_03(v: dict[str, Any]) -> None:
+    from pooltk.memory.fits import GB200
+
     assert v["runs"] and all(r.startswith("cpu_seq") for r in v["runs"]), v
     assert set(v["runs"]) <= set(v["drawn_beside_published"]), v
     assert v["ledger_agrees"] >= 8, v
+    # notebook 01's one GB200 capacity, and the PR's OOM beside the model's verdict
+    assert v["capacity_gib"] == v["story_gib"] == GB200.gib, v
+    assert "OOM in step 1" in v["story_published"] and v["story_agrees"][:3] == [True, True, True], v
 
 
 def _check_04(v: dict[str, Any]) -> None:
@@ -95,7 +109,12 @@ PROBES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
     ),
     "01_memory_vs_slack": (
         "{'microbatches': state.last_inputs['microbatches'], 'stock_gib': state.figure_of_merit.stock_gib, "
-        "'saved_gib': state.figure_of_merit.saved_gib}",
+        "'saved_gib': state.figure_of_merit.saved_gib, 'story_gib': story.device.gib, "
+        "'story_agrees': [r.agrees for r in story.rows], 'story_sentence': story.sentence, "
+        "'whole_gib': whole.verdict.device.gib, 'explorer_gib': state.fits.device.gib, "
+        "'explorer_stock_fits': state.fits.worst('stock').fits, 'whole_quick': whole.quick, "
+        "'whole_rows': len(whole.verdict.rows), 'whole_stock_recv_diff': "
+        "[int(d) for d in whole.estimate.receive_frame().query(\"variant == 'stock'\").difference_bytes]}",
         _check_01,
     ),
     "02_gloo_parity": (
@@ -107,7 +126,9 @@ PROBES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
     ),
     "03_kimi_k3_gb200_1k_vs_2k": (
         "{'runs': [str(r.run) for r in summary.runs], 'drawn_beside_published': list(beside.runs), "
-        "'ledger_agrees': int((ledger.to_frame().agrees == 'yes').sum())}",
+        "'ledger_agrees': int((ledger.to_frame().agrees == 'yes').sum()), 'capacity_gib': DEVICE_CAPACITY.gib, "
+        "'story_gib': story.device.gib, 'story_published': ' '.join(r.published for r in story.rows), "
+        "'story_agrees': [r.agrees for r in story.rows]}",
         _check_03,
     ),
     "04_beyond_1f1b": (
