@@ -3,10 +3,11 @@
 Each stage of a pp4 and a pp8 1F1B pipeline is run alone in this process on a fake process group
 (``torch.testing._internal.distributed.fake_pg``: sends and receives cost nothing and move nothing), so a
 step is torch's schedule and the stage's Python work on (1, 1, 8) float32 boundaries: nothing but host
-time. Stock and pooled steps alternate (stock, pooled, stock, ...) on two stages built from the same
-seed, so the machine's load hits both alike. Per stage: the median step time of each, their ratio, and
-the host microseconds per receive the pool adds ((pooled - stock) / receives per step). Goal: pooled /
-stock <= 1.02.
+time. Stock, unguarded and pooled steps alternate on three stages built from the same
+seed, so the machine's load hits all three alike. Per stage: the median step time of each, their ratio, and
+the host microseconds per receive the pool adds ((pooled - stock) / receives per step), and the same for
+the harness's unguarded ring (fresh aliases and wrappers without the guard), which splits the cost. Goal:
+pooled / stock <= 1.02.
 
     .venv/bin/python benchmarks/bench_host_cost.py [--steps 30] [--pp 4 8] [--microbatches 64]
         [--boundary 1x8 64x512] [--csv PATH]
@@ -36,14 +37,17 @@ def _stage(index: int, n: int, hidden: int, tokens: int):  # noqa: ANN202
                          output_grads=(None if index == n - 1 else torch.zeros(1, tokens, hidden),))
 
 
-def _schedule(index: int, n: int, m: int, hidden: int, tokens: int, *, pooled: bool):  # noqa: ANN202
+def _schedule(index: int, n: int, m: int, hidden: int, tokens: int, *, variant: str):  # noqa: ANN202
     import pooltk
+    from pooltk.parity import experiments
     from torch.distributed.pipelining import Schedule1F1B
     from torch.distributed.pipelining._utils import InferenceMode
 
     stage = _stage(index, n, hidden, tokens)
-    if pooled:  # this stage object only: the stock one beside it stays stock
+    if variant == "pooled":  # this stage object only: the stock one beside it stays stock
         pooltk.pool_stage(stage)
+    elif variant == "unguarded":  # the harness's ring without ownership, holders' check or version bump
+        experiments.pool_stage(stage, experiments.Rings(guard=False))
     schedule = Schedule1F1B(stage, n_microbatches=m, loss_fn=lambda o, t: ((o - t) ** 2).mean())
     schedule.pooltk_stage = stage
 
@@ -71,21 +75,23 @@ def measure(pp: int, index: int, m: int, steps: int, *, hidden: int = 8, tokens:
     dist.init_process_group("fake", store=FakeStore(), rank=index, world_size=pp)
     try:
         x = torch.randn(m, tokens, hidden)
-        stock, pooled = (_schedule(index, pp, m, hidden, tokens, pooled=p) for p in (False, True))
-        times: dict[str, list[float]] = {"stock": [], "pooled": []}
+        runs = {v: _schedule(index, pp, m, hidden, tokens, variant=v) for v in ("stock", "unguarded", "pooled")}
+        times: dict[str, list[float]] = {v: [] for v in runs}
         for _ in range(steps):
-            times["stock"].append(_step(stock, index, pp, m, x))
-            times["pooled"].append(_step(pooled, index, pp, m, x))
+            for v, schedule in runs.items():
+                times[v].append(_step(schedule, index, pp, m, x))
+        stock, pooled = runs["stock"], runs["pooled"]
         state = pooltk.stage_state(pooled.pooltk_stage)
         use = state.usage(index) if state is not None else []
         if pooltk.stage_state(stock.pooltk_stage) is not None:
             raise AssertionError("bench_host_cost: the stock stage was pooled")
         receives = m * sum(1 for d in DIRECTIONS if (d == "forward" and index > 0) or (d == "grad" and index < pp - 1))
-        s, p = (statistics.median(times[k][2:]) for k in ("stock", "pooled"))
+        s, u, p = (statistics.median(times[k][2:]) for k in ("stock", "unguarded", "pooled"))
         return {"pp": pp, "stage": index, "microbatches": m, "tokens": tokens, "hidden": hidden,
                 "boundary_bytes": tokens * hidden * 4, "steps": steps - 2, "stock_ms": s * 1e3,
                 "pooled_ms": p * 1e3, "ratio": p / s, "receives_per_step": receives,
-                "host_us_per_receive": (p - s) / receives * 1e6 if receives else 0.0,
+                "host_us_per_receive": (p - s) / receives * 1e6 if receives else 0.0, "unguarded_ms": u * 1e3,
+                "unguarded_us_per_receive": (u - s) / receives * 1e6 if receives else 0.0,
                 "rings": "/".join(f"{u.direction}:{u.ring}" for u in use), "rehomes": sum(u.rehomes for u in use)}
     finally:
         dist.destroy_process_group()
@@ -109,10 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     rows = [measure(pp, i, args.microbatches, args.steps, hidden=h, tokens=t)
             for t, h in shapes for pp in args.pp for i in range(pp)]
-    print(f"{'tokens':>6} {'hidden':>6} {'pp':>3} {'stage':>5} {'stock ms':>9} {'pooled ms':>10} {'ratio':>6} {'us/recv':>8}  rings")
+    print(f"{'tokens':>6} {'hidden':>6} {'pp':>3} {'stage':>5} {'stock ms':>9} {'pooled ms':>10} {'ratio':>6} "
+          f"{'us/recv':>8} {'unguarded':>9}  rings")
     for r in rows:
-        print(f"{r['tokens']:>6} {r['hidden']:>6} {r['pp']:>3} {r['stage']:>5} {r['stock_ms']:9.2f} {r['pooled_ms']:10.2f} "
-              f"{r['ratio']:6.3f} {r['host_us_per_receive']:8.1f}  {r['rings']}")
+        print(f"{r['tokens']:>6} {r['hidden']:>6} {r['pp']:>3} {r['stage']:>5} {r['stock_ms']:9.2f} "
+              f"{r['pooled_ms']:10.2f} {r['ratio']:6.3f} {r['host_us_per_receive']:8.1f} "
+              f"{r['unguarded_us_per_receive']:9.1f}  {r['rings']}")
     for t, h in shapes:
         for pp in args.pp:
             mine = [r for r in rows if r["pp"] == pp and (r["tokens"], r["hidden"]) == (t, h)]
