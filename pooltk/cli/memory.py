@@ -402,15 +402,19 @@ def _measure(args: argparse.Namespace) -> int:
                                         measured_vs_modelled, refusal, write_measured)
     from pooltk.parity.rss import RssSpec, measure_rss
 
-    from pooltk.analysis.rings import RingRule
+    from pooltk.config import PoolConfig
+    from pooltk.memory.model import MemoryModelError
 
+    if args.policy not in (None, "tight"):  # the ranks install the pool as users do: a PoolConfig, the tight rule
+        raise MemoryModelError("--policy", found=f"{args.policy} with --measure", required="tight (what pooltk.install "
+                               "pools with)", fix="drop --policy.")
     if any(getattr(args, f) is not None for f in ("pp", "microbatches", "seq_len", "hidden", "micro_batch")):
         specs = [RssSpec(pp=args.pp or 4, microbatches=args.microbatches or 16, seq_len=args.seq_len or 65536,
                          hidden=args.hidden or 64, rows_per_microbatch=args.micro_batch or 2, steps=args.steps or 2)]
     else:
         specs = default_specs(steps=args.steps or 2)
-    config = RingRule(slack=2 if args.slack is None else args.slack,
-                        grad_slack=1 if args.grad_slack is None else args.grad_slack, policy=args.policy or "tight")
+    config = PoolConfig(slack=2 if args.slack is None else args.slack,
+                        grad_slack=1 if args.grad_slack is None else args.grad_slack)
     launches = measure_rss(specs, config, reps=args.reps,
                            progress=lambda m: print(f"[measure] {m}", file=sys.stderr, flush=True))
     frame = launches_frame(launches)

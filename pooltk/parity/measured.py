@@ -106,7 +106,7 @@ def launches_frame(launches: Sequence[RssLaunch]) -> pd.DataFrame:
                 "shape": s.label(), "pp": s.pp, "microbatches": s.microbatches,
                 "rows_per_microbatch": s.rows_per_microbatch, "seq_len": s.seq_len, "hidden": s.hidden,
                 "layers_per_stage": s.layers_per_stage, "steps": s.steps, "set_bytes": s.boundary_bytes,
-                "variant": launch.variant, "policy": cfg.policy if cfg else "",
+                "variant": launch.variant, "policy": getattr(cfg, "policy", "tight") if cfg else "",  # a PoolConfig: tight
                 "slack": cfg.slack if cfg else "", "grad_slack": cfg.grad_slack if cfg else "",
                 "rep": rep, "launch": order, "stage": r.rank,
                 "baseline_rss_bytes": r.baseline_rss, "hwm_after_setup_bytes": r.hwm_after_setup,
@@ -150,7 +150,7 @@ def shipped_measurement() -> pd.DataFrame:
     return read_measured(io.StringIO(text))
 
 
-def _config_of(rows: pd.DataFrame) -> PoolConfig:
+def _config_of(rows: pd.DataFrame) -> Rings:
     pooled = rows[rows.variant == "pooled"]
     if pooled.empty:
         raise MemoryModelError("measurement", found=f"no pooled launch for shape {rows.shape.iloc[0]!r}",

@@ -192,6 +192,13 @@ def test_the_writer_writes_nothing_when_a_claim_breaks_and_says_which(tmp_path, 
     assert f"nothing written to {out}" in err and "pooled_launches_installed: found" in err
 
 
+def test_measure_refuses_a_policy_the_pool_does_not_install_before_launching(measured, capsys):
+    from pooltk.cli import main as pooltk
+
+    assert pooltk(["memory", "--measure", "--policy", "automodel"]) == 2
+    assert "--policy" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_a_fresh_two_stage_measurement_matches_the_model_within_the_goal():
     from pooltk.parity.measured import launches_frame
