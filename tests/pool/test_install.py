@@ -203,3 +203,20 @@ def test_a_stage_set_up_before_install_is_reported_kept_stock_once(clean_install
                 base.forward_one_chunk(stage, 0)
     assert len(report.stage_events("kept-stock")) == 1 and pooltk.stage_state(stage).phase == "late"
     assert sum("kept stock" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_install_and_uninstall_wait_for_the_one_lock_another_thread_holds(clean_install):
+    import threading
+
+    from pooltk.pool.state import LOCK
+
+    for call in (lambda: pooltk.install(slack=1), pooltk.uninstall):
+        done = threading.Event()
+        worker = threading.Thread(target=lambda: (call(), done.set()))
+        with LOCK:
+            worker.start()
+            worker.join(0.3)
+            assert not done.is_set()  # it waits while another thread holds the lock
+        worker.join(10)
+        assert done.is_set()
+    assert pooltk.installed() is None
