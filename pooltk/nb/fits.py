@@ -27,7 +27,7 @@ from pooltk.memory.fits import FitReport, ReferencePeak, fit_report, published_p
 from pooltk.memory.model import Boundary, PipelineShape
 from pooltk.analysis.rings import RingRule
 from pooltk.memory.verdict import DEFAULT_OVERHEAD, FitsVerdict, Overhead, RankVerdict
-from pooltk.nb import style
+from pooltk.nb import canvas, style
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -140,12 +140,11 @@ def fits_bars(report: FitReport, verdict: FitsVerdict, *, published: dict[str, A
     reference peak the model is anchored to; with ``published["oom"]`` (the source's own published
     OOM) a note where the stock run stopped. See [Note: one verdict rule in the notebooks].
     """
-    import matplotlib.pyplot as plt
 
     frame = report.to_frame()
     own = ax is None
     if own:
-        fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 5.0))
+        fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 5.0))
     else:
         fig = ax.figure
     drawn = [v for v in variants if v in set(frame.variant)]
@@ -180,14 +179,13 @@ def k3_story_figure(story: K3Story, receive: Any = None) -> Figure:
     ``receive``, default :func:`pooltk.memory.k3_story.k3_receive_model`), drawn with the capacity, the
     capacity less the stated overhead and the measured peak; each panel's title carries its verdict.
     """
-    import matplotlib.pyplot as plt
 
     from pooltk.memory.k3_story import K3_PUBLISHED, k3_receive_model
 
     receive = receive or k3_receive_model()
     peak_gib, peak_source = K3_PUBLISHED["pooled_peak_gib"]
     oom_source = K3_PUBLISHED["stock_oom_mib"][1]
-    fig, axes = plt.subplots(1, 2, figsize=(style.FIGURE_WIDTH_IN, 4.8), sharey=True)
+    fig, axes = canvas.subplots(1, 2, figsize=(style.FIGURE_WIDTH_IN, 4.8), sharey=True)
     lines: list[Any] = []
     for ax, (label, stage) in zip(axes, (("the fullest pooled stage", None), ("stage 0 (the rank that logs)", 0))):
         ref = ReferencePeak.from_gib(peak_gib, variant="pooled", config=receive.config, stage=stage, source=peak_source)

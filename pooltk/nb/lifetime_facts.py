@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pooltk.nb import style
+from pooltk.nb import canvas, style
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -129,12 +129,11 @@ def reuse_frame(rows: list[ReuseRow]) -> pd.DataFrame:
 
 def reuse_point_figure(rows: list[ReuseRow]) -> Figure:
     """Grouped bars: per gradient, how far each silent-reuse case is from a fresh buffer (0: bitwise equal)."""
-    import matplotlib.pyplot as plt
     import numpy as np
 
     cases = [c for c in REUSE_CASES if all(r.error is None for r in rows if r.case == c)]
     refused = [c for c in REUSE_CASES if c not in cases]
-    fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 3.9))
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 3.9))
     x = np.arange(len(GRADIENTS))
     width = 0.8 / len(cases)
     top = 0.0
@@ -217,10 +216,9 @@ def leaf_reuse(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> LeafReuse:
 
 def leaf_reuse_figure(result: LeafReuse) -> Figure:
     """Bars per use of the leaf: torch's stage_backward (0 both times) against a plain backward (accumulates)."""
-    import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.2))
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.2))
     x = np.arange(2)
     series = (("leaf_stage_backward", result.diff_stage_backward), ("leaf_plain", result.diff_plain))
     for k, (key, values) in enumerate(series):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pooltk.nb import style
+from pooltk.nb import canvas, style
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -95,12 +95,11 @@ def plot_steps(steps: pd.DataFrame, columns: Sequence[str] = ("step_time_s", "to
     The memory panel says what the logs measured (``mem_basis``): a process's resident memory is
     labelled so, never as device memory.
     """
-    import matplotlib.pyplot as plt
 
     train = steps[steps["kind"] == "train"]
     runs = [str(r) for r in dict.fromkeys(train[hue])]
     colours = style.run_colours(runs)
-    fig, axes = plt.subplots(1, len(columns), figsize=(style.FIGURE_WIDTH_IN, 3.6), squeeze=False)
+    fig, axes = canvas.subplots(1, len(columns), figsize=(style.FIGURE_WIDTH_IN, 3.6), squeeze=False)
     for ax, col in zip(axes[0], columns, strict=True):
         for run in runs:
             part = train[train[hue].astype(str) == run].sort_values("step")
@@ -184,7 +183,6 @@ def beside_figure(beside: Beside) -> Figure:
     capacity is a line on the memory panel, with its source; a figure a run lacks (no MFU basis)
     reads ``n/a``.
     """
-    import matplotlib.pyplot as plt
     import numpy as np
     from matplotlib.patches import Patch
 
@@ -192,7 +190,7 @@ def beside_figure(beside: Beside) -> Figure:
     labels = list(dict.fromkeys(frame["label"]))
     who = [frame.loc[frame.label == lab, "who"].iloc[0] for lab in labels]
     y = np.arange(len(labels))
-    fig, axes = plt.subplots(1, 3, figsize=(style.FIGURE_WIDTH_IN, 0.42 * len(labels) + 2.9), sharey=True)
+    fig, axes = canvas.subplots(1, 3, figsize=(style.FIGURE_WIDTH_IN, 0.42 * len(labels) + 2.9), sharey=True)
     for ax, (q, (title, axis_label)) in zip(axes, QUANTITY_AXES.items()):
         part = frame[frame.quantity == q].set_index("label").reindex(labels)
         values = part["value"].astype(float).to_numpy()

@@ -460,15 +460,20 @@ def explore(
 
 
 def render_explorer(state: MechanismState) -> Figure | None:
-    """Print the state's line and show the slot chart of the last update (one figure, shown once)."""
+    """Print the state's line and show the slot chart of the last update (one figure, shown once).
+
+    Drawn off pyplot: a widget callback (see [Note: widget callbacks draw off pyplot]).
+    """
+    from pooltk.nb.canvas import off_pyplot
     from pooltk.nb.common import show_figure
     from pooltk.nb.timelines import slot_chart
 
     print(state.line())
     if state.replay is None or state.rings is None:
         return None
-    fig = slot_chart(state.replay, state.rings, guard=state.guard)
-    show_figure(fig)
+    with off_pyplot():
+        fig = slot_chart(state.replay, state.rings, guard=state.guard)
+        show_figure(fig)
     return fig
 
 

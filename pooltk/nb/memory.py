@@ -46,7 +46,7 @@ from pooltk.memory.model import (
 from pooltk.memory.replay.estimate import VARIANT_TITLES
 from pooltk.memory.source import Preset
 from pooltk.memory.verdict import FitsVerdict, fits_verdict
-from pooltk.nb import style
+from pooltk.nb import canvas, style
 from pooltk.nb.fits import anchored_verdict, device_choices, fits_bars, grouped_bars, pr_figures, short_source
 from pooltk.nb.whole_stage import WholeStage, explorer_models, receive_source
 from pooltk.studies.kimi_k3.presets import PRESETS, get_preset
@@ -79,14 +79,13 @@ VARIANT_LABELS: dict[str, str] = {key: style.label(key) for key in VARIANTS}
 
 def stage_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None) -> Figure:
     """Per-stage receive-buffer GiB (both directions) of each variant of :data:`VARIANTS`, from zero."""
-    import matplotlib.pyplot as plt
 
     frame = model.to_frame()
     frame = frame[frame.variant.isin(VARIANTS)]
     per_stage = frame.groupby(["stage", "variant"], as_index=False, sort=False)["gib"].sum()
     own = ax is None
     if own:
-        fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.6))
+        fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.6))
     else:
         fig = ax.figure
     grouped_bars(ax, per_stage, "gib", VARIANTS)
@@ -111,13 +110,12 @@ def slack_heatmap(
     ax: Any = None,
 ) -> Figure:
     """Stage x slack heatmap of pooled GiB per stage under ``config``'s ring size."""
-    import matplotlib.pyplot as plt
     import seaborn as sns
 
     sweep = slack_sweep(shape, boundaries, list(slacks), config)
     grid = sweep.pivot(index="stage", columns="slack", values="pooled_gib")
     if ax is None:
-        fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.42 * shape.pp + 2.2))
+        fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.42 * shape.pp + 2.2))
     else:
         fig = ax.figure
     sns.heatmap(grid, annot=True, fmt=".1f", cmap="viridis", cbar_kws={"label": "pooled receive buffers (GiB)"},
@@ -403,14 +401,22 @@ def explorer_lines(state: ExplorerState) -> list[str]:
 
 
 def render_explorer(state: ExplorerState, *, save: bool = True) -> Figure | None:
-    """Print :func:`explorer_lines`, then show the per-stage bars and the fits view's figure, once each."""
-    from pooltk.nb import common as nb
+    """Print :func:`explorer_lines`, then show the per-stage bars and the fits view's figure, once each.
 
+    Drawn off pyplot: a widget callback (see [Note: widget callbacks draw off pyplot]).
+    """
     for line in explorer_lines(state):
         print(line)
     if state.last_result is None:
         return None
-    fig = stage_bars(state.last_result)
+    with canvas.off_pyplot():
+        return _draw_explorer(state, state.last_result, save=save)
+
+
+def _draw_explorer(state: ExplorerState, result: Any, *, save: bool) -> Figure:
+    from pooltk.nb import common as nb
+
+    fig = stage_bars(result)
     if save:
         nb.save_figure(fig, "01_explorer_stage_bars")
     nb.show_figure(fig)
@@ -531,11 +537,10 @@ def measured_vs_modelled_figure(table: Any) -> Figure:
     The measured saving is each rank's peak resident memory (``VmHWM``), stock minus pooled: process
     memory, not a device allocator's figure. Each pair of bars carries the relative difference.
     """
-    import matplotlib.pyplot as plt
     import numpy as np
 
     shapes = list(dict.fromkeys(table["shape"]))
-    fig, axes = plt.subplots(1, len(shapes), figsize=(style.FIGURE_WIDTH_IN, 4.2), sharey=True, squeeze=False)
+    fig, axes = canvas.subplots(1, len(shapes), figsize=(style.FIGURE_WIDTH_IN, 4.2), sharey=True, squeeze=False)
     top = float(table["saving_max_mib"].max()) * 1.22
     for ax, shape in zip(axes[0], shapes):
         part = table[table["shape"] == shape]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pooltk import PoolConfig, PoolOverrunError
-from pooltk.nb import style
+from pooltk.nb import canvas, style
 from pooltk.parity import ParityRankError, ParityReport, ParitySpec, ParityTimeoutError, default_variants, run_parity
 from pooltk.parity.controls import CONTROLS, ControlOutcome, NegativeControls, control_variants, run_negative_controls
 from pooltk.parity.tables import bytes_frame, stock_of
@@ -172,7 +172,15 @@ def run_check(state: ParityState, **inputs: Any) -> ParityReport | None:
 
 
 def render_check(state: ParityState, *, save: bool = True) -> None:
-    """Print the headline (or the error), show the tables and draw the figures of the last run."""
+    """Print the headline (or the error), show the tables and draw the figures of the last run.
+
+    Drawn off pyplot: a widget callback (see [Note: widget callbacks draw off pyplot]).
+    """
+    with canvas.off_pyplot():
+        _render_check(state, save=save)
+
+
+def _render_check(state: ParityState, *, save: bool) -> None:
     from pooltk.nb import common as nb
 
     if state.last_report is None:
@@ -275,10 +283,9 @@ def loss_figure(report: ParityReport) -> Figure:
     A line on a plot cannot show bitwise equality; the difference can: exactly 0 at every
     microbatch is what "bitwise equal" means for the losses.
     """
-    import matplotlib.pyplot as plt
 
     m = report.spec.microbatches
-    fig, (top, diff) = plt.subplots(2, 1, figsize=(style.FIGURE_WIDTH_IN, 5.2), sharex=True,
+    fig, (top, diff) = canvas.subplots(2, 1, figsize=(style.FIGURE_WIDTH_IN, 5.2), sharex=True,
                                     gridspec_kw={"height_ratios": [2, 1]})
     pooled = [v for v in report.variants if v.pooled]
     worst = 0.0
@@ -315,12 +322,11 @@ def loss_figure(report: ParityReport) -> Figure:
 
 def bytes_figure(report: ParityReport) -> Figure:
     """Measured receive-buffer KiB per stage (both directions), stock and pooled, with the model's pooled KiB."""
-    import matplotlib.pyplot as plt
     import numpy as np
 
     frame = bytes_frame(report).groupby("stage", as_index=False)[["stock_bytes", "pooled_bytes",
                                                                   "model_pooled_bytes"]].sum()
-    fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 3.8))
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 3.8))
     x = np.arange(len(frame))
     for k, (key, col, text) in enumerate((("stock", "stock_bytes", "stock torch, measured"),
                                           ("tight", "pooled_bytes", "pooled, measured"))):
@@ -371,10 +377,9 @@ _CONTROL_KEYS = {"ring one short": "ring_one_short", "GPipe forced": "gpipe_forc
 
 def divergence_figure(report: ParityReport) -> Figure:
     """Guard off: how far each control's parameters (the stage furthest off) and losses drift from stock, per step."""
-    import matplotlib.pyplot as plt
 
     frame = divergence_frame(report)
-    fig, axes = plt.subplots(1, 2, figsize=(style.FIGURE_WIDTH_IN, 3.9), sharey=True)
+    fig, axes = canvas.subplots(1, 2, figsize=(style.FIGURE_WIDTH_IN, 3.9), sharey=True)
     params = frame.groupby(["control", "step"], as_index=False).param_sum_abs_diff.max()
     losses = frame.drop_duplicates(["control", "step"])
     for control in dict.fromkeys(frame["control"]):
@@ -452,13 +457,12 @@ def three_way_frame(three_way) -> pd.DataFrame:  # noqa: ANN001 - a ThreeWay
 
 def three_way_figure(three_way) -> Figure:  # noqa: ANN001 - a ThreeWay
     """Per model and step: how far stock and pooled are from fresh (largest |parameter-sum difference| over ranks)."""
-    import matplotlib.pyplot as plt
 
     report = three_way.report
     keys = [j.variant.split("/", 1)[1] for j in three_way.judgements]
     cols = 2
     rows = -(-len(keys) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(style.FIGURE_WIDTH_IN, 2.3 * rows + 1.4), squeeze=False,
+    fig, axes = canvas.subplots(rows, cols, figsize=(style.FIGURE_WIDTH_IN, 2.3 * rows + 1.4), squeeze=False,
                              sharey=True, sharex=True)
     for ax, key, j in zip(axes.flat, keys, three_way.judgements):
         fresh = report.variant(f"fresh/{key}")

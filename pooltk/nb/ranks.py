@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pooltk.analysis.rings import RingRule
 from pooltk.memory.model import Boundary, MemoryModel, PipelineShape, model_memory
-from pooltk.nb import style
+from pooltk.nb import canvas, style
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,13 +32,12 @@ RANK_BARS: tuple[tuple[str, str, str], ...] = (
 def rank_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None, unit: str = "gib",
               ylabel: str | None = None) -> Figure:
     """Per rank, from zero: stock, the per-stage rings summed, the rank-shared rings and the rank's live set."""
-    import matplotlib.pyplot as plt
     import numpy as np
 
     frame = model.per_rank_frame(unit)
     own = ax is None
     if own:
-        fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.2))
+        fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.2))
     else:
         fig = ax.figure
     x = np.arange(len(frame))
@@ -61,11 +60,10 @@ def rank_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None, u
 
 def boundary_figure(models: Mapping[str, MemoryModel]) -> Figure:
     """Left: MiB per forward set at each boundary; right: stock and pooled GiB per stage, one colour per model."""
-    import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
     colours = style.run_colours(models)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(style.FIGURE_WIDTH_IN, 4.3))
+    fig, (left, right) = canvas.subplots(1, 2, figsize=(style.FIGURE_WIDTH_IN, 4.3))
     for label, m in models.items():
         bounds = m.boundaries_frame()
         c = colours[label]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.analysis.rings import ring_from_live
 from pooltk import PoolConfig
-from pooltk.nb import style
+from pooltk.nb import canvas, style
 from pooltk.nb.slack import pr_ring_size
 
 if TYPE_CHECKING:
@@ -42,7 +42,6 @@ def lifetime_chart(schedule: str, *, pp: int, n_microbatches: int, stages_per_ra
     within a stage's row the microbatches are stacked in order, so overlapping lines are buffers
     live at the same time.
     """
-    import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
     from pooltk.analysis.lifetimes import lifetime_frame, lifetimes
@@ -51,7 +50,7 @@ def lifetime_chart(schedule: str, *, pp: int, n_microbatches: int, stages_per_ra
     df = lifetime_frame(lifetimes(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp))
     df = df[df.direction == direction]
     stages = sorted(df.stage.unique())
-    fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.5 * max(len(stages), 2) + 2.0))
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.5 * max(len(stages), 2) + 2.0))
     for row, stage in enumerate(stages):
         part = df[df.stage == stage].sort_values("microbatch")
         n = len(part)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from pooltk.analysis.lifetimes import DIRECTIONS, BufferLifetime, lifetimes, overwrites, peak_overlap
 from pooltk.analysis.programs import CATALOG, analysable_schedules
-from pooltk.nb import style
+from pooltk.nb import canvas, style
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -106,7 +106,6 @@ def slack_needs(schedules: Sequence[str] | None = None, *, pp: int = 4, n_microb
 
 def slack_needs_figure(frame: pd.DataFrame, *, pp: int, n_microbatches: int) -> Figure:
     """Heatmap: schedule x (rule, direction) -> slack needed, annotated; a black frame where the PR's slack 2 falls short."""
-    import matplotlib.pyplot as plt
     import numpy as np
     import seaborn as sns
     from matplotlib.patches import Rectangle
@@ -116,7 +115,7 @@ def slack_needs_figure(frame: pd.DataFrame, *, pp: int, n_microbatches: int) -> 
     schedules = list(dict.fromkeys(frame["schedule"]))
     grid = frame.pivot(index="schedule", columns="column", values="slack_needed").reindex(index=schedules,
                                                                                          columns=columns)
-    fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.42 * len(schedules) + 2.4))
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.42 * len(schedules) + 2.4))
     sns.heatmap(grid, annot=True, fmt=".0f", cmap="Blues", vmin=0, vmax=max(3, int(np.nanmax(grid.to_numpy()))),
                 cbar_kws={"label": "slack needed (buffer sets)"}, ax=ax, linewidths=0.5, linecolor="white")
     for i, sched in enumerate(schedules):

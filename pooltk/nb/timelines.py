@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pooltk.analysis.lifetimes import DIRECTIONS, Direction
-from pooltk.nb import style
+from pooltk.nb import canvas, style
 from pooltk.nb.mechanism import (
     GuardReplay,
     Replay,
@@ -42,12 +42,11 @@ def schedule_timeline(rp: Replay, *, title: str | None = None) -> Figure:
     stage shows its phases read off the order itself (:func:`pooltk.nb.mechanism.phases`). The
     legend lists only the phases this schedule has (GPipe has no steady phase).
     """
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
     frame = rp.compute_frame()
     pp = rp.program.num_stages
-    fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.6 * pp + 1.9))
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.6 * pp + 1.9))
     ph = phases(rp)
     present: list[str] = []
     for stage, group in frame.groupby("stage"):
@@ -92,13 +91,12 @@ def inflight_figure(rp: Replay) -> Figure:
     each panel's title: under 1F1B no stage goes past it, and stage 0 holds no receive buffer at
     all (its inputs are the data, not a receive).
     """
-    import matplotlib.pyplot as plt
 
     from matplotlib.ticker import MaxNLocator
 
     comp = _compute_spans(rp)
     pp, m = rp.program.num_stages, rp.program.n_microbatches
-    fig, axes = plt.subplots(pp, 1, figsize=(style.FIGURE_WIDTH_IN, 1.25 * pp + 1.3), sharex=True, squeeze=False)
+    fig, axes = canvas.subplots(pp, 1, figsize=(style.FIGURE_WIDTH_IN, 1.25 * pp + 1.3), sharex=True, squeeze=False)
     end = rp.makespan
     for stage, ax in enumerate(axes[:, 0]):
         part = comp[comp.stage == stage]
@@ -165,7 +163,6 @@ def slot_chart(
     span until the older buffer is freed: it writes over live data (silently, on gloo and NCCL).
     With ``guard``, a vertical line marks where the guard stops the step.
     """
-    import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
     ring_map = {(b.stage, b.direction): rings[(b.stage, b.direction)] for b in rp.spans}
@@ -183,7 +180,7 @@ def slot_chart(
     for lane in lanes:
         top[lane] = y
         y += depth[lane] * row_h + gap
-    fig, ax = plt.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.5 * y + 2.0))
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.5 * y + 2.0))
     by_key = {(b.stage, b.direction, b.microbatch): b for b in rp.spans}
     bad = [o for o in overwritten_receives(rp, rings) if o.stage in keep]
     for b in rp.spans:

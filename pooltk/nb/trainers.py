@@ -151,16 +151,15 @@ def bytes_figure(table: "pd.DataFrame") -> "Figure":
     :mod:`pooltk.nb.style`); a panel leaves out what its trainer lacks (Automodel's pool has no
     torchtitan column) and the one legend lists every series any panel drew.
     """
-    import matplotlib.pyplot as plt
     import numpy as np
 
-    from pooltk.nb import style
+    from pooltk.nb import canvas, style
 
     wide = side_by_side(table)
     groups = list(wide.groupby(["trainer", "pp"], sort=False))
     cols = 2
     rows = -(-len(groups) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(style.FIGURE_WIDTH_IN, 2.9 * rows + 1.3), squeeze=False)
+    fig, axes = canvas.subplots(rows, cols, figsize=(style.FIGURE_WIDTH_IN, 2.9 * rows + 1.3), squeeze=False)
     drawn: list[str] = []
     for ax, ((trainer, pp), part) in zip(axes.flat, groups):
         present = [c for c in COLUMNS_SIDE_BY_SIDE if c in part.columns and part[c].notna().any()]

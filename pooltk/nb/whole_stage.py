@@ -30,7 +30,7 @@ from pooltk.memory.replay.presets import ESTIMATE_PRESETS, EstimatePreset, estim
 from pooltk.memory.replay.run import REPLAY_VARIANTS
 from pooltk.memory.replay.tracker import CATEGORIES
 from pooltk.memory.verdict import FitsVerdict, fits_verdict
-from pooltk.nb import style
+from pooltk.nb import canvas, style
 from pooltk.nb.fits import capacity_lines
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -203,7 +203,6 @@ def stacked_figure(whole: WholeStage, *, ranks: Sequence[int] | None = None) -> 
     Lines: the device's capacity and the capacity less the stated overhead (their sources in the
     legend; a bar above the lower line does not fit). Each bar's top carries its peak.
     """
-    import matplotlib.pyplot as plt
     import numpy as np
 
     est, verdict = whole.estimate, whole.verdict
@@ -211,7 +210,7 @@ def stacked_figure(whole: WholeStage, *, ranks: Sequence[int] | None = None) -> 
     shown = list(ranks) if ranks is not None else list(est.ranks)
     cats = _drawn_categories(frame[frame["rank"].isin(shown)])
     variants = list(est.variants)
-    fig, axes = plt.subplots(1, len(shown), figsize=(style.FIGURE_WIDTH_IN, 5.2), sharey=True, squeeze=False)
+    fig, axes = canvas.subplots(1, len(shown), figsize=(style.FIGURE_WIDTH_IN, 5.2), sharey=True, squeeze=False)
     top = max(float(frame.groupby(["rank", "variant"])["gib"].sum().max()), verdict.device.gib) * 1.1
     lines: list[Any] = []
     for ax, rank in zip(axes[0], shown):
@@ -244,7 +243,6 @@ def timeline_figure(whole: WholeStage, *, rank: int | None = None, variants: Seq
     ``rank`` defaults to the rank with the highest stock peak (the one that decides). Each panel's
     title carries its peak (inside an action, so above the curve's highest point) and where it happens.
     """
-    import matplotlib.pyplot as plt
     import numpy as np
     from matplotlib.lines import Line2D
 
@@ -259,7 +257,7 @@ def timeline_figure(whole: WholeStage, *, rank: int | None = None, variants: Seq
     frame = est.timeline_frame("gib")
     frame = frame[frame["rank"] == rank]
     cats = _drawn_categories(est.stacked_frame("gib").query("rank == @rank"))
-    fig = plt.figure(figsize=(style.FIGURE_WIDTH_IN, 6.6))
+    fig = canvas.figure(figsize=(style.FIGURE_WIDTH_IN, 6.6))
     grid = fig.add_gridspec(2, len(drawn), height_ratios=(1.6, 1.0))
     tops = [fig.add_subplot(grid[0, k]) for k in range(len(drawn))]
     for ax in tops[1:]:
