@@ -39,23 +39,35 @@ def fake_group(rank: int, world: int) -> Iterator[None]:
 
 def static_stage(module: torch.nn.Module, index: int, n_stages: int, example: torch.Tensor,
                  device: torch.device | str = "cpu") -> Any:
-    """A ``PipelineStage`` whose input, output and both gradients have ``example``'s shape (static inference)."""
+    """A ``PipelineStage`` whose input, output and both gradients have ``example``'s shape (static inference).
+
+    The gradients' shapes are given where torch's ``PipelineStage`` takes them (2.13 on); before that, the
+    input and output shapes are all it asks for and it infers nothing across ranks.
+    """
+    import inspect
+
     from torch.distributed.pipelining import PipelineStage
 
     def like(requires_grad: bool = False) -> torch.Tensor:
         return torch.zeros_like(example, device=device).requires_grad_(requires_grad)
 
+    grads: dict[str, Any] = {}
+    if "input_grads" in inspect.signature(PipelineStage.__init__).parameters:
+        grads = {"input_grads": (like() if index > 0 else None,),
+                 "output_grads": (None if index == n_stages - 1 else like(),)}
     return PipelineStage(module, index, n_stages, torch.device(device), input_args=(like(index > 0),),
-                         output_args=(like(),), input_grads=(like() if index > 0 else None,),
-                         output_grads=(None if index == n_stages - 1 else like(),))
+                         output_args=(like(),), **grads)
 
 
 def static_schedule(stage: Any, n_microbatches: int, loss_fn: Callable, schedule_class: Any = None) -> Any:
     """torch's schedule over ``stage``, its warm-up vote answered "static" (see [Note: one stage alone])."""
     from torch.distributed.pipelining import Schedule1F1B
-    from torch.distributed.pipelining._utils import InferenceMode
 
     schedule = (schedule_class or Schedule1F1B)(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)
+    try:
+        from torch.distributed.pipelining._utils import InferenceMode
+    except ImportError:  # torch before the warm-up vote: given shapes are static already
+        return schedule
 
     def vote(stages: list, *_: Any) -> None:
         for st in stages:

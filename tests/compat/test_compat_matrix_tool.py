@@ -78,6 +78,17 @@ def test_a_row_whose_unit_tests_failed_in_its_env_fails(recorded):
     assert v.outcome == "FAIL" and any(p.startswith("tests/unit") for p in v.problems)
 
 
+def test_a_failed_test_does_not_hide_a_setup_that_made_more_than_the_ring(recorded):
+    row = _row(recorded, "2.12.1")
+    assert row["alloc_free"] and judge(row).outcome != "FAIL"
+    row["tests"]["compat"].update(failed=1, failures=["tests.compat.test_x::test_y: TypeError"])
+    pooled = next(v for v in row["parity"]["variants"] if v["pooled"])
+    pooled["alloc_exact"] = False
+    v = judge(row)
+    assert v.outcome == "FAIL" and any(p.startswith("tests/compat") for p in v.problems)
+    assert f"{pooled['name']}: setup allocated more than the K sets" in v.problems, v.problems
+
+
 def test_a_pooled_release_whose_guard_let_an_overrun_through_fails(recorded):
     row = _row(recorded, "2.12.1")
     row["negative"]["guard_on_gpipe"] = {"bitwise_equal": True, "max_abs_diff": 0.0, "pooled": True, "variants": []}

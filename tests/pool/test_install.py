@@ -220,3 +220,35 @@ def test_install_and_uninstall_wait_for_the_one_lock_another_thread_holds(clean_
         worker.join(10)
         assert done.is_set()
     assert pooltk.installed() is None
+
+
+def test_a_wrapper_around_torchs_buffer_maker_keeps_setup_at_the_ring_sets(monkeypatch, clean_install):
+    """A profiler's or an allocation counter's wrapper around torch's ``_make_tensor_from_meta`` (no
+    functools.wraps) leaves the placeholders on: setup makes the ring's K sets, not M ([Note: placeholders
+    without patching]). Before the maker was matched by torch's own frame, such a wrapper made all M."""
+    from torch.distributed.pipelining import stage as stage_mod
+
+    from pooltk.parity.one_stage import fake_group, run_steps, static_schedule, static_stage
+
+    if not callable(getattr(stage_mod, "_make_tensor_from_meta", None)):
+        pytest.skip("this torch makes its receive buffers without _make_tensor_from_meta")
+    made: list[int] = []
+    maker = stage_mod._make_tensor_from_meta
+
+    def counting(meta, device):
+        t = maker(meta, device)
+        if not t.is_meta:
+            made.append(t.untyped_storage().nbytes())
+        return t
+
+    monkeypatch.setattr(stage_mod, "_make_tensor_from_meta", counting)
+    from torch.distributed.pipelining import _utils
+
+    if getattr(_utils, "_make_tensor_from_meta", None) is maker:  # where torch defines it (2.12 on): wrapped too
+        monkeypatch.setattr(_utils, "_make_tensor_from_meta", counting)
+    with fake_group(1, 3), pooltk.pooled() as report:
+        stage = static_stage(torch.nn.Linear(4, 4), 1, 3, torch.zeros(2, 4))
+        schedule = static_schedule(stage, 8, lambda o, t: ((o - t) ** 2).mean())
+        run_steps(schedule, stage, torch.randn(16, 4), steps=1)
+        assert [u.ring for u in report.usage()] == [4, 2]  # forward W + slack = 2 + 2, grad 1 + 1
+    assert made == [2 * 4 * 4] * 6, f"setup made {len(made)} real buffers through the wrapper; the rings hold 6"

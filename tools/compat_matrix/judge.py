@@ -66,11 +66,11 @@ def judge(row: dict[str, Any]) -> Verdict:
         if res.get("failed") or res.get("errors") or not res.get("passed"):
             problems.append(f"tests/{name}: {res}")
     pos, neg = row["parity"], row["negative"]
-    for name, res in [("parity", pos), *neg.items()]:
-        if "error" in res and not (name.startswith("guard_on") and res.get("error") == "PoolOverrunError"):
-            problems.append(f"{name}: {res['error']}: {res.get('message', '')[:300]}")
-    if problems:
-        return verdict("FAIL")
+    raised = [f"{name}: {res['error']}: {res.get('message', '')[:300]}" for name, res in [("parity", pos), *neg.items()]
+              if "error" in res and not (name.startswith("guard_on") and res.get("error") == "PoolOverrunError")]
+    problems += raised
+    if raised or layout != row["expected_layout"]:
+        return verdict("FAIL")  # nothing to judge past a run that raised; a failed test hides no other problem
     if installed and probe.get("mode") == "release":
         return _judge_release(row, pos, neg, problems, verdict)
     if installed:

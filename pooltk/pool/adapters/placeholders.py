@@ -6,6 +6,8 @@ During a setup call the pool pushes a ``TorchFunctionMode`` on this thread: a te
 that maker's own frame makes a ``meta`` tensor instead, its arguments recorded; every other call passes
 through. The ring then makes its K real sets by calling the maker again with those arguments, and the
 placeholders it does not take are made real the same way (stock). Nothing is assigned anywhere.
+The maker is known by its name and torch's file, not by the object the module holds: a wrapper put
+around it (a profiler's, an allocation counter's) still calls torch's frame, which is the one matched.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ class PlaceholderFactory(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         frame = sys._getframe(1)
-        if func in _FACTORIES and frame.f_code in self._makers:
-            code = frame.f_code
+        code = frame.f_code
+        if func in _FACTORIES and (code.co_filename, code.co_name) in self._makers:
             maker_args = tuple(frame.f_locals[name] for name in code.co_varnames[:code.co_argcount])
             t = func(*args, **{**kwargs, "device": "meta"})
             self.made[id(t)] = (maker_args, torch.device(kwargs.get("device") or torch.get_default_device()))
@@ -55,8 +57,8 @@ class PlaceholderFactory(TorchFunctionMode):
         return stage._make_tensor_from_meta(*self.made[id(placeholder)][0])
 
 
-def _maker_codes() -> frozenset:
-    """Code objects of torch's receive-buffer maker (the stage module's name for it, and its defining module's)."""
+def _maker_codes() -> frozenset[tuple[str, str]]:
+    """(file, name) of torch's receive-buffer maker, in the modules that may define it (stage, _utils)."""
     import importlib
 
     codes = set()
@@ -65,9 +67,9 @@ def _maker_codes() -> frozenset:
             mod = importlib.import_module(f"torch.distributed.pipelining.{name}")
         except ImportError:
             continue
-        code = getattr(getattr(mod, "_make_tensor_from_meta", None), "__code__", None)
-        if code is not None:
-            codes.add(code)
+        origin = getattr(getattr(mod, "__spec__", None), "origin", None)  # the module's source file
+        if origin:
+            codes.add((origin, "_make_tensor_from_meta"))
     return frozenset(codes)
 
 
