@@ -3,11 +3,10 @@
 [Note: placeholders without patching]
 Eager layouts make every receive buffer, one per microbatch, through torch's ``_make_tensor_from_meta``.
 During a setup call the pool pushes a ``TorchFunctionMode`` on this thread: a tensor factory called from
-that maker's own frame makes a ``meta`` tensor instead, its arguments recorded; every other call passes
-through. The ring then makes its K real sets by calling the maker again with those arguments, and the
-placeholders it does not take are made real the same way (stock). Nothing is assigned anywhere.
-The maker is known by its name and torch's file, not by the object the module holds: a wrapper put
-around it (a profiler's, an allocation counter's) still calls torch's frame, which is the one matched.
+that maker's own frame (known by torch's file and its name, so a profiler's wrapper around it changes
+nothing) makes a ``meta`` tensor instead, its arguments recorded; every other call passes through. The
+ring then makes its K real sets by calling the maker again with those arguments, and the placeholders it
+does not take are made real the same way (stock). Nothing is assigned anywhere.
 """
 
 from __future__ import annotations
