@@ -109,6 +109,10 @@ def alias_eval(info, inputs: torch.Tensor, target: torch.Tensor) -> str | None:
     return hashlib.sha256(out.detach().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
+_OWN_ENABLE: dict = {}
+"""pooltk.integrations.automodel.enable as imported, before any variant replaced it."""
+
+
 def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -118,6 +122,9 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
     from pooltk.parity import measure_recv_storage
     from pooltk.parity.worker import max_hooks, measure_rank_recv_storage
 
+    # a variant with harness rings replaces the integration's enable for itself only: every variant starts
+    # from the integration's own (one launch runs many variants in one process)
+    am_integration.enable = _OWN_ENABLE.setdefault("enable", am_integration.enable)
     spec = variant_spec(name)
     rank = dist.get_rank()
     record: dict = {"variant": name, "rank": rank, "pp": args.pp, **spec}
