@@ -140,7 +140,6 @@ def fits_bars(report: FitReport, verdict: FitsVerdict, *, published: dict[str, A
     reference peak the model is anchored to; with ``published["oom"]`` (the source's own published
     OOM) a note where the stock run stopped. See [Note: one verdict rule in the notebooks].
     """
-
     frame = report.to_frame()
     own = ax is None
     if own:
@@ -179,7 +178,6 @@ def k3_story_figure(story: K3Story, receive: Any = None) -> Figure:
     ``receive``, default :func:`pooltk.memory.k3_story.k3_receive_model`), drawn with the capacity, the
     capacity less the stated overhead and the measured peak; each panel's title carries its verdict.
     """
-
     from pooltk.memory.k3_story import K3_PUBLISHED, k3_receive_model
 
     receive = receive or k3_receive_model()

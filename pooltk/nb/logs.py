@@ -95,7 +95,6 @@ def plot_steps(steps: pd.DataFrame, columns: Sequence[str] = ("step_time_s", "to
     The memory panel says what the logs measured (``mem_basis``): a process's resident memory is
     labelled so, never as device memory.
     """
-
     train = steps[steps["kind"] == "train"]
     runs = [str(r) for r in dict.fromkeys(train[hue])]
     colours = style.run_colours(runs)

@@ -209,7 +209,6 @@ class ParityPanel:
     widget values and renders into the calling cell (the button renders into the panel's
     own output area); ``panel.state`` keeps what was computed.
     """
-
     def __init__(self, **defaults: Any) -> None:
         import ipywidgets as w
 
@@ -283,7 +282,6 @@ def loss_figure(report: ParityReport) -> Figure:
     A line on a plot cannot show bitwise equality; the difference can: exactly 0 at every
     microbatch is what "bitwise equal" means for the losses.
     """
-
     m = report.spec.microbatches
     fig, (top, diff) = canvas.subplots(2, 1, figsize=(style.FIGURE_WIDTH_IN, 5.2), sharex=True,
                                     gridspec_kw={"height_ratios": [2, 1]})

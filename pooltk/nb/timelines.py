@@ -91,7 +91,6 @@ def inflight_figure(rp: Replay) -> Figure:
     each panel's title: under 1F1B no stage goes past it, and stage 0 holds no receive buffer at
     all (its inputs are the data, not a receive).
     """
-
     from matplotlib.ticker import MaxNLocator
 
     comp = _compute_spans(rp)

@@ -59,7 +59,8 @@ def judge(row: dict[str, Any]) -> Verdict:
         return Verdict(outcome=outcome if not problems else "FAIL", problems=problems, layout=layout,
                        installed=installed)
 
-    if layout != row["expected_layout"]:
+    wrong_layout = layout != row["expected_layout"]
+    if wrong_layout:
         problems.append(f"layout {layout!r} detected, {row['expected_layout']!r} expected for this release")
     for name in ("compat", "unit"):  # the release's own venv runs both; a failure there is a failure
         res = row["tests"][name]
@@ -69,7 +70,7 @@ def judge(row: dict[str, Any]) -> Verdict:
     raised = [f"{name}: {res['error']}: {res.get('message', '')[:300]}" for name, res in [("parity", pos), *neg.items()]
               if "error" in res and not (name.startswith("guard_on") and res.get("error") == "PoolOverrunError")]
     problems += raised
-    if raised or layout != row["expected_layout"]:
+    if raised or wrong_layout:
         return verdict("FAIL")  # nothing to judge past a run that raised; a failed test hides no other problem
     if installed and probe.get("mode") == "release":
         return _judge_release(row, pos, neg, problems, verdict)
