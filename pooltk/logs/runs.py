@@ -65,8 +65,10 @@ CLOCK_BACK_MAX_S = DST_SHIFT_MAX_S + NODE_SKEW_MAX_S
 """The furthest a run's clock goes back (see [Note: run boundaries]); further is another run."""
 
 BANNERS: tuple[bytes, ...] = (b"torchtitan version: ", b"Starting job: ", b"cfg-path: ", b"Library versions:",
-                              b"Benchmarking setup", b"Running with args:", b"Training starts at step ")
-"""Text a framework prints once per process start (torchtitan, Automodel, the benchmark recipe)."""
+                              b"Benchmarking setup", b"Running with args:", b"Training starts at step ",
+                              b"Launching job locally on ")
+"""Text a framework prints once per process start (torchtitan, Automodel and its CLI's launch line,
+the benchmark recipe)."""
 
 POOL_RE = re.compile(
     r"(?m)^[^\n]*?(?:(?P<am>recv_buffer_pool: installed \(slack=(?P<am_slack>-?\d+), layout=(?P<am_layout>[^)\n]*)\))"

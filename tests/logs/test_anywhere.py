@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from pooltk.logs import LogFormatError, read_log_file, read_logs
 
-from _real_logs import FIX, VALUES, sources as _sources  # noqa: E402  (tests/logs/_real_logs.py)
+from _real_logs import FIX, VALUES  # noqa: E402  (tests/logs/_real_logs.py)
 
 
 def _lines(src: Path) -> tuple[list[str], bool]:
@@ -65,9 +65,9 @@ PREFIXES = {  # name: (prefix for line i, column the prefix must fill, value)
 
 
 @pytest.mark.parametrize("how", sorted(PREFIXES))
-def test_every_launcher_and_collector_prefix_reads_to_the_same_steps(shared_dir, tmp_path, how):
+def test_every_launcher_and_collector_prefix_reads_to_the_same_steps(base_logs, tmp_path, how):
     prefix, column, value = PREFIXES[how]
-    for src in _sources(shared_dir):
+    for src in base_logs:
         lines, newline = _lines(src)
         plain = read_log_file(src).steps
         got = read_log_file(_write(tmp_path / f"{how}_{src.name}", [prefix(i) + ln for i, ln in enumerate(lines)], newline)).steps
@@ -80,11 +80,12 @@ def test_every_launcher_and_collector_prefix_reads_to_the_same_steps(shared_dir,
             assert set(got["task"].dropna()) <= {0, 1, 2, 3} and got["task"].notna().all(), (src.name, how)
 
 
-def test_two_ranks_records_on_one_physical_line_are_two_rows(shared_dir, tmp_path):
-    for src in _sources(shared_dir):
-        plain = read_log_file(src).steps
-        if len(plain) < 2:
-            continue
+def test_two_ranks_records_on_one_physical_line_are_two_rows(base_logs, tmp_path):
+    for src in base_logs:
+        plain_file = read_log_file(src)
+        plain = plain_file.steps
+        if len(plain) < 2 or plain_file.files[0].n_skipped:
+            continue  # a record glued to a line already garbled (digits run into digits) is cut, by construction
         lines, newline = _lines(src)
         for joiner in (" ", "", "[rank1]:"):
             pairs = [joiner.join(lines[i:i + 2]) for i in range(0, len(lines), 2)]
@@ -92,8 +93,8 @@ def test_two_ranks_records_on_one_physical_line_are_two_rows(shared_dir, tmp_pat
             _same(plain, got, f"{src.name} joined by {joiner!r}")
 
 
-def test_docker_json_file_records_are_unwrapped_including_a_line_split_in_16k_pieces(shared_dir, tmp_path):
-    for src in _sources(shared_dir):
+def test_docker_json_file_records_are_unwrapped_including_a_line_split_in_16k_pieces(base_logs, tmp_path):
+    for src in base_logs:
         lines, _ = _lines(src)
         out = []
         for i, ln in enumerate(lines):
@@ -105,8 +106,8 @@ def test_docker_json_file_records_are_unwrapped_including_a_line_split_in_16k_pi
         assert "docker" in table.files[0].decorations and table.steps["collector_time"].notna().all()
 
 
-def test_cloudwatch_and_gcp_exports_are_unwrapped_and_put_in_time_order(shared_dir, tmp_path):
-    for src in _sources(shared_dir):
+def test_cloudwatch_and_gcp_exports_are_unwrapped_and_put_in_time_order(base_logs, tmp_path):
+    for src in base_logs:
         lines, _ = _lines(src)
         plain = read_log_file(src).steps
         events = [{"timestamp": 1_747_700_000_000 + i, "message": ln, "ingestionTime": 1_747_700_009_000, "logStreamName": "algo-1"}
@@ -129,8 +130,8 @@ def test_cloudwatch_and_gcp_exports_are_unwrapped_and_put_in_time_order(shared_d
 
 
 @pytest.mark.parametrize("how", ["bom", "utf-16-le", "utf-16-be", "gzip", "bz2", "xz", "zstd"])
-def test_bom_utf16_and_every_compression_by_magic_bytes(shared_dir, tmp_path, how):
-    for src in _sources(shared_dir):
+def test_bom_utf16_and_every_compression_by_magic_bytes(base_logs, tmp_path, how):
+    for src in base_logs:
         raw = src.read_bytes()
         if how == "bom":
             data = b"\xef\xbb\xbf" + raw

@@ -16,7 +16,7 @@ import pytest
 from pooltk.logs import LogFormatError, read_log_file, read_logs
 from pooltk.logs.decoration import columns
 
-from _real_logs import FIX, sources as _sources  # noqa: E402  (tests/logs/_real_logs.py)
+from _real_logs import FIX  # noqa: E402  (tests/logs/_real_logs.py)
 from _real_logs import VALUES as _VALUES  # noqa: E402
 
 
@@ -50,8 +50,8 @@ DECORATIONS = ("srun", "kubectl", "compose", "torchrun", "indent", "crlf", "ansi
 
 
 @pytest.mark.parametrize("how", DECORATIONS)
-def test_every_decoration_reads_to_the_same_steps_as_the_undecorated_file(shared_dir, tmp_path, how):
-    for src in _sources(shared_dir):
+def test_every_decoration_reads_to_the_same_steps_as_the_undecorated_file(base_logs, tmp_path, how):
+    for src in base_logs:
         plain = read_log_file(src).steps
         dst = tmp_path / f"{how}_{src.name}"
         dst.write_bytes(_decorate(src.read_bytes(), how))
@@ -122,8 +122,8 @@ def test_a_ten_megabyte_line_is_counted_not_fatal(tmp_path):
     assert f.n_row_lines + f.n_skipped_lines + f.n_meta + f.n_other == f.n_lines
 
 
-def test_every_line_is_accounted_for_in_decorated_real_logs(shared_dir, tmp_path):
-    for src in _sources(shared_dir):
+def test_every_line_is_accounted_for_in_decorated_real_logs(base_logs, tmp_path):
+    for src in base_logs:
         dst = tmp_path / src.name
         dst.write_bytes(_decorate(src.read_bytes(), "stacked"))
         f = read_logs([dst]).files[0]

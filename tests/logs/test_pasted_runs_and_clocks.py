@@ -21,7 +21,7 @@ import pytest
 from pooltk.logs import read_log_file
 from pooltk.logs.runs import CLOCK_BACK_MAX_S, DST_SHIFT_MAX_S, NODE_SKEW_MAX_S
 
-from _real_logs import FIX, VALUES, bases  # noqa: E402  (tests/logs/_real_logs.py)
+from _real_logs import FIX, VALUES  # noqa: E402  (tests/logs/_real_logs.py)
 
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d)([ T])(\d\d:\d\d:\d\d)")
 _STEP = re.compile(r'("step": |step:\s*|\bstep )(\d+)')  # torchtitan's colour code stands right before step:
@@ -53,15 +53,21 @@ def _same(got: pd.DataFrame, want: pd.DataFrame, what: str) -> None:
     pd.testing.assert_frame_equal(got[VALUES].reset_index(drop=True), want, check_categorical=False, obj=what)
 
 
+def _run(path: Path) -> str:
+    """The run a variant's file names: its stem, less the ``_training`` Automodel's JSONL names carry
+    (``cpu_seq512_stock_training.jsonl`` is run ``cpu_seq512_stock``, as its writer names it)."""
+    return path.stem.removesuffix("_training")
+
+
 @functools.cache
 def _read(src: Path) -> pd.DataFrame:
     """The undecorated original's steps (read once per session)."""
     return read_log_file(src).steps
 
 
-def _timed_bases() -> list[Path]:
+def _timed_bases(base_logs: list[Path]) -> list[Path]:
     """Bases whose records carry a timestamp (a clock to go back); at least one of them, always."""
-    out = [p for p in bases() if _read(p)["timestamp"].notna().all()]
+    out = [p for p in base_logs if _read(p)["timestamp"].notna().all()]
     assert out, "no base log with timestamps"
     return out
 
@@ -91,13 +97,13 @@ PREFIXES = {"indented": "    ", "tab_and_spaces": "\t  ", "another_rank": "[rank
 """How the pasted run's lines are decorated (the issue's case: another prefix and indentation)."""
 
 
-def test_the_issues_case_a_torchtitan_excerpt_then_another_runs_step_640_86_days_earlier_is_two_runs(tmp_path):
-    titan = [p for p in _timed_bases() if "titan" in p.name and p.suffix == ".log"]
+def test_the_issues_case_a_torchtitan_excerpt_then_another_runs_step_640_86_days_earlier_is_two_runs(base_logs, tmp_path):
+    titan = [p for p in _timed_bases(base_logs) if "titan" in p.name and p.suffix == ".log"]
     src = titan[1] if len(titan) > 1 else (FIX / "torchtitan_wps_2024.log")
     path, ref = _pasted(src, tmp_path, back_s=86 * 86400, prefix="    ")
     table = read_log_file(path)
     f = table.files[0]
-    assert f.runs == [f"{path.stem}#1", f"{path.stem}#2"]
+    assert f.runs == [f"{_run(path)}#1", f"{_run(path)}#2"]
     assert "the clock went back 86 days" in f.run_boundaries[0]
     s = table.steps
     _same(s[s["run"] == f.runs[0]], _expect(ref["first"]), "the excerpt")
@@ -109,13 +115,13 @@ def test_the_issues_case_a_torchtitan_excerpt_then_another_runs_step_640_86_days
     (CLOCK_BACK_MAX_S + 60, "same_prefix"), (CLOCK_BACK_MAX_S + 60, "indented"), (86400.0, "another_rank"),
     (86 * 86400.0, "tab_and_spaces"), (86 * 86400.0, "same_prefix"), (3 * 365 * 86400.0, "pdsh_host")],
     ids=["bound+1min-same", "bound+1min-indented", "1day-rank1", "86days-tab", "86days-same", "3years-pdsh"])
-def test_a_run_pasted_below_another_whose_clock_is_further_back_than_dst_plus_skew_is_another_run(tmp_path, back_s, prefix):
-    for src in _timed_bases():
+def test_a_run_pasted_below_another_whose_clock_is_further_back_than_dst_plus_skew_is_another_run(base_logs, tmp_path, back_s, prefix):
+    for src in _timed_bases(base_logs):
         path, ref = _pasted(src, tmp_path, back_s=back_s, prefix=PREFIXES[prefix])
         table = read_log_file(path)
         f = table.files[0]
         what = f"{src.name} pasted {back_s:.0f} s back, {prefix}"
-        assert f.runs == [f"{path.stem}#1", f"{path.stem}#2"], what
+        assert f.runs == [f"{_run(path)}#1", f"{_run(path)}#2"], what
         assert "the clock went back" in f.run_boundaries[0], (what, f.run_boundaries)
         s = table.steps
         _same(s[s["run"] == f.runs[0]], _expect(ref["first"]), what + ": the excerpt")
@@ -127,25 +133,25 @@ def test_a_run_pasted_below_another_whose_clock_is_further_back_than_dst_plus_sk
     (DST_SHIFT_MAX_S, "same_prefix"), (CLOCK_BACK_MAX_S - 1, "same_prefix"), (CLOCK_BACK_MAX_S - 1, "tab_and_spaces")],
     ids=["skew8s-same", "skew8s-indented", "skew8s-rank1", "dst1h-same", "dst1h-pdsh", "troll2h-same", "bound-same",
          "bound-tab"])
-def test_a_clock_going_back_by_a_dst_shift_or_node_skew_while_the_steps_go_on_stays_one_run(tmp_path, back_s, prefix):
-    for src in _timed_bases():
+def test_a_clock_going_back_by_a_dst_shift_or_node_skew_while_the_steps_go_on_stays_one_run(base_logs, tmp_path, back_s, prefix):
+    for src in _timed_bases(base_logs):
         path, ref = _pasted(src, tmp_path, back_s=back_s, prefix=PREFIXES[prefix])
         table = read_log_file(path)
         f = table.files[0]
         what = f"{src.name} {back_s:.0f} s back, {prefix}"
-        assert f.runs == [path.stem] and f.run_boundaries == [], (what, f.run_boundaries)
+        assert f.runs == [_run(path)] and f.run_boundaries == [], (what, f.run_boundaries)
         want = pd.concat([_expect(ref["first"]), _expect(ref["plain"], step_by=ref["step_by"], seconds=ref["seconds"])])
         _same(table.steps, want.reset_index(drop=True), what)
         if prefix == "same_prefix" and back_s > 5:  # the stream's own clock went back: said, not split
             assert any("timestamps went back" in n and "not a restart" in n for n in f.notes), (what, f.notes)
 
 
-def test_a_clock_going_forward_by_86_days_is_time_passing_not_another_run(tmp_path):
+def test_a_clock_going_forward_by_86_days_is_time_passing_not_another_run(base_logs, tmp_path):
     # a suspended job (scontrol suspend) resumes the same processes days later: only a clock going back is impossible
-    for src in _timed_bases():
+    for src in _timed_bases(base_logs):
         path, ref = _pasted(src, tmp_path, back_s=-86 * 86400, prefix=None)
         table = read_log_file(path)
-        assert table.files[0].runs == [path.stem], src.name
+        assert table.files[0].runs == [_run(path)], src.name
         assert len(table.steps) == len(ref["first"]) + len(ref["plain"]), src.name
 
 
@@ -171,9 +177,9 @@ def test_a_later_stream_pasted_after_a_restart_starts_a_third_run_not_the_second
 
 # --------------------------------------------------------------------------- copies from nodes whose clocks differ
 
-def _text_bases() -> list[Path]:
+def _text_bases(base_logs: list[Path]) -> list[Path]:
     """Text logs: what ranks print to a shared stdout (a JSONL file has one writer, so no copies from other nodes)."""
-    out = [p for p in bases() if p.suffix == ".log"]
+    out = [p for p in base_logs if p.suffix == ".log"]
     assert out, "no text base"
     return out
 
@@ -204,18 +210,19 @@ def _two_nodes(src: Path, folder: Path, *, skews: tuple[float, ...], late: bool)
 @pytest.mark.parametrize(("skews", "late"), [((8.0,), False), ((-8.0,), False), ((8.0,), True), ((-8.0, 3.0, 8.0), False),
                                             ((NODE_SKEW_MAX_S - 1,), False)],
                          ids=["8s_ahead", "8s_behind", "8s_behind_a_line_late", "four_nodes", "skew_bound"])
-def test_one_line_printed_by_ranks_on_nodes_whose_clocks_differ_is_one_row_with_the_first_copys_values(tmp_path, skews, late):
-    for src in _text_bases():
+def test_one_line_printed_by_ranks_on_nodes_whose_clocks_differ_is_one_row_with_the_first_copys_values(base_logs, tmp_path, skews, late):
+    for src in _text_bases(base_logs):
         plain = _read(src)
-        table = read_log_file(_two_nodes(src, tmp_path, skews=skews, late=late))
+        path = _two_nodes(src, tmp_path, skews=skews, late=late)
+        table = read_log_file(path)
         what = f"{src.name} on {len(skews) + 1} nodes, clocks {skews} s off"
         _same(table.steps, _expect(plain), what)
         assert table.files[0].n_folded == len(skews) * len(plain), what
-        assert table.files[0].runs == [f"nodes_{src.stem}"], what
+        assert table.files[0].runs == [_run(path)], what
 
 
-def test_copies_from_two_nodes_that_differ_in_a_value_are_both_kept(tmp_path):
-    for src in _text_bases():
+def test_copies_from_two_nodes_that_differ_in_a_value_are_both_kept(base_logs, tmp_path):
+    for src in _text_bases(base_logs):
         plain = _read(src)
         path = _two_nodes(src, tmp_path, skews=(8.0,), late=False)
         lines = path.read_text(encoding="utf-8").split("\n")

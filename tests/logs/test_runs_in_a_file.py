@@ -14,15 +14,8 @@ from pooltk.logs import read_log_file, read_logs
 FIX = Path(__file__).resolve().parent / "fixtures"
 
 
-def _sources(shared_dir: Path) -> list[Path]:
-    real = shared_dir / "reference" / "logs"
-    if real.is_dir():
-        return sorted(p for p in real.iterdir() if p.suffix in (".log", ".jsonl"))
-    return sorted(p for p in FIX.iterdir() if p.suffix == ".log")
-
-
-def test_a_log_concatenated_with_itself_is_two_runs_with_all_steps(shared_dir, tmp_path):
-    for src in _sources(shared_dir):
+def test_a_log_concatenated_with_itself_is_two_runs_with_all_steps(base_logs, tmp_path):
+    for src in base_logs:
         plain = read_log_file(src)
         n = len(plain.steps[plain.steps["kind"] == "train"])
         if n < 2:
@@ -32,7 +25,8 @@ def test_a_log_concatenated_with_itself_is_two_runs_with_all_steps(shared_dir, t
         path.write_bytes(raw + (b"" if raw.endswith(b"\n") else b"\n") + raw)
         table = read_log_file(path)
         s = table.steps
-        assert table.files[0].runs == [f"twice_{src.stem}#1", f"twice_{src.stem}#2"], src.name
+        run = f"twice_{src.stem}".removesuffix("_training")  # Automodel's training.jsonl names no run
+        assert table.files[0].runs == [f"{run}#1", f"{run}#2"], src.name
         assert len(s) == 2 * len(plain.steps), src.name  # nothing dropped, nothing deduplicated across runs
         for name in table.files[0].runs:
             mine = s[s["run"] == name]

@@ -23,7 +23,7 @@ from pooltk.cli import main
 from pooltk.logs import read_logs
 from pooltk.logs import read_log_file
 
-from _real_logs import VALUES, bases  # noqa: E402  (tests/logs/_real_logs.py)
+from _real_logs import VALUES  # noqa: E402  (tests/logs/_real_logs.py)
 
 _RANKS = re.compile(r"^(?:\[[A-Za-z_]*\d+\]:)+")
 
@@ -72,8 +72,8 @@ def _per_rank(table, what: str, src: Path, ranks: int) -> None:
 
 
 @pytest.mark.parametrize("stream", ["stderr.log", "stdout.log"])
-def test_each_ranks_stream_in_a_torchrun_log_dir_tree_reads_to_its_steps_with_the_rank_from_its_folder(tmp_path, stream):
-    for src in bases():
+def test_each_ranks_stream_in_a_torchrun_log_dir_tree_reads_to_its_steps_with_the_rank_from_its_folder(base_logs, tmp_path, stream):
+    for src in base_logs:
         root = tmp_path / src.stem / stream
         table = read_logs(_tree(root, src, ranks=3, stream=stream))
         what = f"{src.name} in {stream}"
@@ -83,8 +83,8 @@ def test_each_ranks_stream_in_a_torchrun_log_dir_tree_reads_to_its_steps_with_th
         assert all("empty" in u for u in table.unrecognised), what  # each rank's other, empty stream
 
 
-def test_a_torchrun_tree_with_two_attempts_is_two_launches_each_with_every_rank(tmp_path):
-    for src in bases():
+def test_a_torchrun_tree_with_two_attempts_is_two_launches_each_with_every_rank(base_logs, tmp_path):
+    for src in base_logs:
         table = read_logs(_tree(tmp_path / src.stem, src, ranks=2, attempts=(0, 1)))
         names = sorted(set(table.steps["run"].astype(str)))
         assert names == ["job42_k3j9x1qz#1", "job42_k3j9x1qz#2"], src.name
@@ -95,8 +95,8 @@ def test_a_torchrun_tree_with_two_attempts_is_two_launches_each_with_every_rank(
         assert "an elastic restart" in table.run_sources["job42_k3j9x1qz#2"]
 
 
-def test_torchruns_error_file_and_filtered_copy_are_left_out_with_the_reason_and_rows_not_doubled(tmp_path):
-    for src in bases():
+def test_torchruns_error_file_and_filtered_copy_are_left_out_with_the_reason_and_rows_not_doubled(base_logs, tmp_path):
+    for src in base_logs:
         table = read_logs(_tree(tmp_path / src.stem, src, ranks=2, error_on=1, filtered=True))
         _per_rank(table, f"{src.name} with error.json and filtered_stderr.log", src, 2)
         left = "\n".join(table.unrecognised)
@@ -104,8 +104,8 @@ def test_torchruns_error_file_and_filtered_copy_are_left_out_with_the_reason_and
         assert "filtered_stderr.log: torchrun's filtered copy" in left, left
 
 
-def test_a_filtered_copy_alone_is_read_with_the_ranks_its_prefixes_name(tmp_path):
-    for src in bases():
+def test_a_filtered_copy_alone_is_read_with_the_ranks_its_prefixes_name(base_logs, tmp_path):
+    for src in base_logs:
         logs = _tree(tmp_path / src.stem, src, ranks=2, filtered=True)
         for rank_dir in sorted(logs.glob("*/attempt_0/[0-9]")):
             for f in rank_dir.iterdir():
@@ -115,13 +115,13 @@ def test_a_filtered_copy_alone_is_read_with_the_ranks_its_prefixes_name(tmp_path
         _per_rank(table, f"{src.name} filtered only", src, 2)
 
 
-def test_a_gzipped_torchrun_tree_keeps_the_rank_from_the_folder(tmp_path):
-    for src in bases():
+def test_a_gzipped_torchrun_tree_keeps_the_rank_from_the_folder(base_logs, tmp_path):
+    for src in base_logs:
         _per_rank(read_logs(_tree(tmp_path / src.stem, src, ranks=2, gz=True)), f"{src.name} gzipped", src, 2)
 
 
-def test_a_rank_the_log_itself_names_wins_over_the_folders_local_rank(tmp_path):
-    src = next(p for p in bases() if "titan" in p.name)
+def test_a_rank_the_log_itself_names_wins_over_the_folders_local_rank(base_logs, tmp_path):
+    src = next(p for p in base_logs if "titan" in p.name)
     logs = _tree(tmp_path, src, ranks=2)
     for r in range(2):  # a trainer printing its global rank (node 1 of 2, 8 ranks a node): [rank8]:, [rank9]:
         f = logs / "job42_k3j9x1qz" / "attempt_0" / str(r) / "stderr.log"
@@ -129,8 +129,8 @@ def test_a_rank_the_log_itself_names_wins_over_the_folders_local_rank(tmp_path):
     assert sorted(set(read_logs(logs).steps["rank"].astype(int))) == [8, 9]
 
 
-def test_two_nodes_trees_of_one_job_are_two_runs_each_with_its_local_ranks(tmp_path):
-    src = bases()[0]
+def test_two_nodes_trees_of_one_job_are_two_runs_each_with_its_local_ranks(base_logs, tmp_path):
+    src = base_logs[0]
     for node, suffix in ((0, "k3j9x1qz"), (1, "p0w7c2ma")):
         tree = _tree(tmp_path / f"node{node}", src, ranks=2)
         (tree / "job42_k3j9x1qz").rename(tree / f"job42_{suffix}")
@@ -141,8 +141,8 @@ def test_two_nodes_trees_of_one_job_are_two_runs_each_with_its_local_ranks(tmp_p
         assert sorted(set(table.steps[table.steps["run"] == name]["rank"].astype(int))) == [0, 1]
 
 
-def test_the_cli_lists_what_it_left_out_of_a_torchrun_tree(tmp_path, capsys):
-    src = bases()[0]
+def test_the_cli_lists_what_it_left_out_of_a_torchrun_tree(base_logs, tmp_path, capsys):
+    src = base_logs[0]
     assert main(["logs", str(_tree(tmp_path, src, ranks=2, error_on=0, filtered=True))]) == 0
     out = capsys.readouterr().out
     assert "not read:" in out and "error.json: torchrun's error file of local rank 0" in out and "filtered copy" in out
