@@ -32,7 +32,7 @@ def _tree(tmp_path: Path, free_kb: int) -> tuple[Path, dict[str, str]]:
     (shim / "python3").write_text("#!/bin/sh\necho 'python3 called: a venv build started' >&2\nexit 97\n")
     (shim / "python3").chmod(0o755)
     env = dict(os.environ, PATH=f"{shim}{os.pathsep}{os.environ['PATH']}", PYTHON=str(shim / "python3"),
-               PRODUCERS="0")
+               PRODUCERS="0", POOLTK_VENVS=str(tmp_path / "venvs"))
     return root, env
 
 
