@@ -32,7 +32,7 @@ from pooltk.studies.kimi_k3.claims import Claim, Ledger
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["APPROX_TOLERANCE", "COLUMNS", "QUANTITIES", "ExpectedFigure", "expected_frame", "judge", "judged_frame",
+__all__ = ["ABSENT_RUNS", "APPROX_TOLERANCE", "COLUMNS", "QUANTITIES", "ExpectedFigure", "expected_frame", "judge", "judged_frame",
            "load_expected"]
 
 QUANTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -143,12 +143,27 @@ def load_expected(source: str | Path | Iterable[Mapping[str, Any]] | None) -> li
     return out
 
 
-def judge(expected: Iterable[ExpectedFigure], summary: Any) -> Ledger:
-    """Each expected figure against the run's figure in ``summary`` (a :class:`pooltk.logs.metrics.Summary`)."""
+ABSENT_RUNS = ("refuse", "not applicable")
+"""What :func:`judge` does with a figure whose run the logs do not have: refuse it (a typo is an
+error), or list it as not applicable (notebook 03's example rows, when you read other logs)."""
+
+
+def judge(expected: Iterable[ExpectedFigure], summary: Any, *, absent_runs: str = "refuse") -> Ledger:
+    """Each expected figure against the run's figure in ``summary`` (a :class:`pooltk.logs.metrics.Summary`);
+    ``absent_runs`` is one of :data:`ABSENT_RUNS`."""
+    if absent_runs not in ABSENT_RUNS:
+        raise InputError("absent_runs", found=repr(absent_runs), required=f"one of {list(ABSENT_RUNS)}",
+                         fix="pass 'refuse' or 'not applicable'")
     frame = summary.to_frame().set_index("run")
     runs = [str(r) for r in frame.index]
     claims = []
     for fig in expected:
+        if fig.run not in frame.index and absent_runs == "not applicable":
+            claims.append(Claim(claim=fig.name, source=fig.source, inputs=f"{fig.quantity} of {fig.run}",
+                                published=f"{fig.value} {fig.unit}".strip(),
+                                pooltk=f"not applicable: the logs read have no run {fig.run!r} (runs: {', '.join(runs)})",
+                                agrees=None, rule="-"))
+            continue
         if fig.run not in frame.index:
             raise InputError(f"expected figure {fig.name!r} run", found=repr(fig.run), required=f"one of {runs}",
                              fix="name a run as the files table shows it")
@@ -173,7 +188,7 @@ def expected_frame(expected: Iterable[ExpectedFigure]) -> pd.DataFrame:
                           "source": f.source, "tolerance": f.tolerance or "-"} for f in expected])
 
 
-def judged_frame(expected: Iterable[ExpectedFigure], summary: Any) -> pd.DataFrame:
+def judged_frame(expected: Iterable[ExpectedFigure], summary: Any, *, absent_runs: str = "refuse") -> pd.DataFrame:
     """:func:`judge` as a table whose columns say what they hold: figure, source, read from, expected, your logs, agrees, rule."""
-    return judge(expected, summary).to_frame().rename(columns={"claim": "figure", "inputs": "read from",
+    return judge(expected, summary, absent_runs=absent_runs).to_frame().rename(columns={"claim": "figure", "inputs": "read from",
                                                                "published": "expected", "pooltk": "your logs"})

@@ -101,3 +101,32 @@ def test_an_expected_figure_agrees_at_its_written_precision_approximately_or_wit
     assert abs(0.6454 - 0.645) <= allowed("0.645") < abs(0.6456 - 0.645)
     assert allowed("~135") == pytest.approx(135 * 0.05) and allowed("135") == pytest.approx(0.5)
     assert allowed("8.76", "10%") == pytest.approx(0.876) and allowed("8.76", "0.1") == pytest.approx(0.1)
+
+
+@pytest.mark.notebook
+@pytest.mark.timeout(600)
+def test_notebook_03_with_only_log_paths_changed_lists_the_example_figures_as_not_applicable(tmp_path) -> None:
+    probe = "[(c.claim, c.agrees, c.pooltk) for c in expected.judge(EXPECTED, summary, absent_runs=absent).claims]"
+    run = execute_notebook(NOTEBOOK, tmp_path, probe, parameters={"LOG_PATHS": [str(FOLDER)]})
+    assert run.error is None and not error_outputs(run.nb), run.error or error_outputs(run.nb)
+    assert len(run.probe) == 3, run.probe  # the notebook's three example rows, about pooltk's own CPU runs
+    for claim, agrees, said in run.probe:
+        assert agrees is None and said.startswith("not applicable: the logs read have no run"), (claim, said)
+        assert "cpu_seq8192_pooled" in said  # it names the runs that were read
+
+
+def test_an_absent_run_is_refused_or_not_applicable_as_asked_and_nothing_else_is_accepted() -> None:
+    from pooltk._validate import InputError
+    from pooltk.logs import read_logs
+    from pooltk.logs.metrics import summarize
+    from pooltk.nb import expected
+
+    summary = summarize(read_logs([FOLDER]), warn=False)
+    rows = expected.load_expected([dict(name="elsewhere", run="cpu_seq32768_pooled", quantity="final_loss",
+                                        value="5.6", unit="loss", source="x")])
+    with pytest.raises(InputError, match="cpu_seq32768_pooled"):
+        expected.judge(rows, summary)
+    (claim,) = expected.judge(rows, summary, absent_runs="not applicable").claims
+    assert claim.agrees is None and "no run 'cpu_seq32768_pooled'" in claim.pooltk
+    with pytest.raises(InputError, match="absent_runs"):
+        expected.judge(rows, summary, absent_runs="skip")
