@@ -63,7 +63,7 @@ def _check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import time
 
-    from pooltk.nb.report import ReportConfig, describe, run_report
+    from pooltk.nb.report import ReportConfig, closing_line, describe, run_report
 
     t0 = time.perf_counter()
     try:
@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(describe(result))
     print(finished_line(time.perf_counter() - t0, since_start=_since_process_start(), cli_s=cli_started_s()))
+    print(closing_line(result))
     return 0 if result.ok else 1
 
 

@@ -561,3 +561,14 @@ def describe(result: ReportResult) -> str:
     lines.append("wall time " + ", ".join(f"{k} {v:.1f} s" for k, v in result.timings.items()))
     lines.append("result    " + ("OK" if result.ok else "FAILED (see above)"))
     return "\n".join(lines)
+
+
+def closing_line(result: ReportResult) -> str:
+    """The last line ``pooltk report`` prints: where to start reading, and what the reports say."""
+    ran = sum(n.ok for n in result.notebooks)
+    said = [f"{ran} of {len(result.notebooks)} notebooks ran"]
+    if result.parity_equal is not None:
+        said.append("pp4 gloo parity pooled vs stock " + ("bitwise equal" if result.parity_equal else "NOT equal"))
+    if result.parity_error is not None:
+        said.append("the parity check failed to run")
+    return f"Start reading at {result.summary_md}: " + ", ".join(said) + f"; one HTML per notebook in {result.out}/."
