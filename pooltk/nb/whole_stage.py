@@ -10,8 +10,8 @@ rank's peak, against the capacity and the capacity less the stated overhead) and
 
 [Note: the quick whole stage]
 Replay time grows with layers x microbatches (widths cost nothing): Llama-3-70B's 80 layers at
-32 microbatches take minutes for three ranks and four variants. ``quick=True`` (the notebooks pass
-their ``IN_CI``: the suite, ``pooltk report``) replays the same model and ranks with at most
+32 microbatches take minutes for three ranks and four variants. ``quick=True`` (notebook 01's
+default; its ``FULL_WHOLE_STAGE`` parameter opts out) replays the same model and ranks with at most
 ``max(pp, 8)`` microbatches and at most 512 tokens a row, so the section runs in the suite; every
 figure and table then says so (:attr:`WholeStage.scale`), and its numbers are of that smaller step,
 not the preset's.
