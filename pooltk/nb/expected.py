@@ -32,8 +32,8 @@ from pooltk.studies.kimi_k3.claims import Claim, Ledger
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["ABSENT_RUNS", "APPROX_TOLERANCE", "COLUMNS", "QUANTITIES", "ExpectedFigure", "expected_frame", "judge", "judged_frame",
-           "load_expected"]
+__all__ = ["ABSENT_RUNS", "APPROX_TOLERANCE", "COLUMNS", "QUANTITIES", "ExpectedFigure", "expected_frame", "judge",
+           "judged_frame", "load_expected"]
 
 QUANTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "tok_per_s_per_gpu": ("tokens/s per physical GPU, steady window", ("tok/s/GPU", "tok/s per GPU", "tokens/s/GPU")),
@@ -158,15 +158,14 @@ def judge(expected: Iterable[ExpectedFigure], summary: Any, *, absent_runs: str 
     runs = [str(r) for r in frame.index]
     claims = []
     for fig in expected:
-        if fig.run not in frame.index and absent_runs == "not applicable":
-            claims.append(Claim(claim=fig.name, source=fig.source, inputs=f"{fig.quantity} of {fig.run}",
-                                published=f"{fig.value} {fig.unit}".strip(),
-                                pooltk=f"not applicable: the logs read have no run {fig.run!r} (runs: {', '.join(runs)})",
-                                agrees=None, rule="-"))
-            continue
         if fig.run not in frame.index:
-            raise InputError(f"expected figure {fig.name!r} run", found=repr(fig.run), required=f"one of {runs}",
-                             fix="name a run as the files table shows it")
+            if absent_runs == "refuse":
+                raise InputError(f"expected figure {fig.name!r} run", found=repr(fig.run), required=f"one of {runs}",
+                                 fix="name a run as the files table shows it")
+            said = f"not applicable: the logs read have no run {fig.run!r} (runs: {', '.join(runs)})"
+            claims.append(Claim(claim=fig.name, source=fig.source, inputs=f"{fig.quantity} of {fig.run}",
+                                published=f"{fig.value} {fig.unit}".strip(), pooltk=said, agrees=None, rule="-"))
+            continue
         got = float(frame.loc[fig.run, fig.quantity])
         rule, allowed = fig.rule()
         basis = QUANTITIES[fig.quantity][0]
@@ -189,6 +188,7 @@ def expected_frame(expected: Iterable[ExpectedFigure]) -> pd.DataFrame:
 
 
 def judged_frame(expected: Iterable[ExpectedFigure], summary: Any, *, absent_runs: str = "refuse") -> pd.DataFrame:
-    """:func:`judge` as a table whose columns say what they hold: figure, source, read from, expected, your logs, agrees, rule."""
-    return judge(expected, summary, absent_runs=absent_runs).to_frame().rename(columns={"claim": "figure", "inputs": "read from",
-                                                               "published": "expected", "pooltk": "your logs"})
+    """:func:`judge` as a table whose columns say what they hold: figure, source, read from, expected, your logs,
+    agrees, rule."""
+    names = {"claim": "figure", "inputs": "read from", "published": "expected", "pooltk": "your logs"}
+    return judge(expected, summary, absent_runs=absent_runs).to_frame().rename(columns=names)

@@ -19,3 +19,9 @@ def shared_logs(shared_dir: Path) -> list[Path]:
     """The real logs of ../shared/reference/logs (empty where that folder is missing)."""
     real = shared_dir / "reference" / "logs"
     return sorted(p for p in real.iterdir() if p.suffix in (".log", ".jsonl")) if real.is_dir() else []
+
+
+def run_of(path: Path) -> str:
+    """The run a variant's file names: its stem, less the ``_training`` Automodel's JSONL names carry
+    (``cpu_seq512_stock_training.jsonl`` is run ``cpu_seq512_stock``, as its writer names it)."""
+    return path.stem.removesuffix("_training")

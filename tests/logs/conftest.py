@@ -4,7 +4,7 @@
 A test built from logs runs twice: on the shipped fixtures (``[repo]``, always) and on the real logs
 of ``../shared/reference/logs`` (``[shared]``, skipped where a clone has no ``../shared``). The
 cases a test runs never depend on whether ``../shared`` is there; it only adds the ``[shared]``
-ones (tests/unit/test_shared_only_adds_tests.py holds the rule).
+ones (tests/unit/test_suite_collects_every_folder.py holds the rule).
 """
 
 from __future__ import annotations

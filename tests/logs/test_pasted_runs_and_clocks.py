@@ -21,7 +21,7 @@ import pytest
 from pooltk.logs import read_log_file
 from pooltk.logs.runs import CLOCK_BACK_MAX_S, DST_SHIFT_MAX_S, NODE_SKEW_MAX_S
 
-from _real_logs import FIX, VALUES  # noqa: E402  (tests/logs/_real_logs.py)
+from _real_logs import FIX, VALUES, run_of  # noqa: E402  (tests/logs/_real_logs.py)
 
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d)([ T])(\d\d:\d\d:\d\d)")
 _STEP = re.compile(r'("step": |step:\s*|\bstep )(\d+)')  # torchtitan's colour code stands right before step:
@@ -51,12 +51,6 @@ def _expect(plain: pd.DataFrame, *, step_by: int = 0, seconds: float = 0.0) -> p
 def _same(got: pd.DataFrame, want: pd.DataFrame, what: str) -> None:
     assert len(got) == len(want), what
     pd.testing.assert_frame_equal(got[VALUES].reset_index(drop=True), want, check_categorical=False, obj=what)
-
-
-def _run(path: Path) -> str:
-    """The run a variant's file names: its stem, less the ``_training`` Automodel's JSONL names carry
-    (``cpu_seq512_stock_training.jsonl`` is run ``cpu_seq512_stock``, as its writer names it)."""
-    return path.stem.removesuffix("_training")
 
 
 @functools.cache
@@ -103,7 +97,7 @@ def test_the_issues_case_a_torchtitan_excerpt_then_another_runs_step_640_86_days
     path, ref = _pasted(src, tmp_path, back_s=86 * 86400, prefix="    ")
     table = read_log_file(path)
     f = table.files[0]
-    assert f.runs == [f"{_run(path)}#1", f"{_run(path)}#2"]
+    assert f.runs == [f"{run_of(path)}#1", f"{run_of(path)}#2"]
     assert "the clock went back 86 days" in f.run_boundaries[0]
     s = table.steps
     _same(s[s["run"] == f.runs[0]], _expect(ref["first"]), "the excerpt")
@@ -121,7 +115,7 @@ def test_a_run_pasted_below_another_whose_clock_is_further_back_than_dst_plus_sk
         table = read_log_file(path)
         f = table.files[0]
         what = f"{src.name} pasted {back_s:.0f} s back, {prefix}"
-        assert f.runs == [f"{_run(path)}#1", f"{_run(path)}#2"], what
+        assert f.runs == [f"{run_of(path)}#1", f"{run_of(path)}#2"], what
         assert "the clock went back" in f.run_boundaries[0], (what, f.run_boundaries)
         s = table.steps
         _same(s[s["run"] == f.runs[0]], _expect(ref["first"]), what + ": the excerpt")
@@ -139,7 +133,7 @@ def test_a_clock_going_back_by_a_dst_shift_or_node_skew_while_the_steps_go_on_st
         table = read_log_file(path)
         f = table.files[0]
         what = f"{src.name} {back_s:.0f} s back, {prefix}"
-        assert f.runs == [_run(path)] and f.run_boundaries == [], (what, f.run_boundaries)
+        assert f.runs == [run_of(path)] and f.run_boundaries == [], (what, f.run_boundaries)
         want = pd.concat([_expect(ref["first"]), _expect(ref["plain"], step_by=ref["step_by"], seconds=ref["seconds"])])
         _same(table.steps, want.reset_index(drop=True), what)
         if prefix == "same_prefix" and back_s > 5:  # the stream's own clock went back: said, not split
@@ -151,7 +145,7 @@ def test_a_clock_going_forward_by_86_days_is_time_passing_not_another_run(base_l
     for src in _timed_bases(base_logs):
         path, ref = _pasted(src, tmp_path, back_s=-86 * 86400, prefix=None)
         table = read_log_file(path)
-        assert table.files[0].runs == [_run(path)], src.name
+        assert table.files[0].runs == [run_of(path)], src.name
         assert len(table.steps) == len(ref["first"]) + len(ref["plain"]), src.name
 
 
@@ -218,7 +212,7 @@ def test_one_line_printed_by_ranks_on_nodes_whose_clocks_differ_is_one_row_with_
         what = f"{src.name} on {len(skews) + 1} nodes, clocks {skews} s off"
         _same(table.steps, _expect(plain), what)
         assert table.files[0].n_folded == len(skews) * len(plain), what
-        assert table.files[0].runs == [_run(path)], what
+        assert table.files[0].runs == [run_of(path)], what
 
 
 def test_copies_from_two_nodes_that_differ_in_a_value_are_both_kept(base_logs, tmp_path):

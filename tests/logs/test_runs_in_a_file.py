@@ -5,13 +5,11 @@ Also the pool a run used: Automodel's and pooltk's install lines become the pool
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from pooltk.logs import read_log_file, read_logs
 
-FIX = Path(__file__).resolve().parent / "fixtures"
+from _real_logs import FIX, run_of  # noqa: E402  (tests/logs/_real_logs.py)
 
 
 def test_a_log_concatenated_with_itself_is_two_runs_with_all_steps(base_logs, tmp_path):
@@ -25,7 +23,7 @@ def test_a_log_concatenated_with_itself_is_two_runs_with_all_steps(base_logs, tm
         path.write_bytes(raw + (b"" if raw.endswith(b"\n") else b"\n") + raw)
         table = read_log_file(path)
         s = table.steps
-        run = f"twice_{src.stem}".removesuffix("_training")  # Automodel's training.jsonl names no run
+        run = run_of(path)
         assert table.files[0].runs == [f"{run}#1", f"{run}#2"], src.name
         assert len(s) == 2 * len(plain.steps), src.name  # nothing dropped, nothing deduplicated across runs
         for name in table.files[0].runs:
