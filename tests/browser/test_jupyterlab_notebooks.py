@@ -12,6 +12,9 @@ committed notebook file must be byte-identical afterwards (autosave is off; noth
 Screenshots: ``<notebook>.png`` (at the first figure), ``<notebook>_last_figure.png`` and,
 after a slider check, ``<notebook>_after_slider.png``.
 
+This run is the suite's one execution of each notebook: its kernels record figures, probes and
+errors for ``tests/notebooks`` ([Note: one execution per notebook] in tests/notebooks/nbrun.py).
+
 The browser is Debian's Chromium (``scripts/install_browser``). When it cannot be had the
 tests skip, except under ``CI`` or ``POOLTK_REQUIRE_BROWSER=1``, where they fail.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,10 @@ from jupyter_harness import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "notebooks"))
+import nbrun  # noqa: E402
+from test_notebooks_execute import PROBES  # noqa: E402
+
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SCREENSHOTS = ROOT / "reports" / "screenshots"
 
@@ -54,7 +62,21 @@ def _unavailable(exc: Exception) -> None:
 
 
 @pytest.fixture(scope="module")
-def lab() -> Any:
+def records(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder the kernels record under, with an IPython startup file that records."""
+    base = tmp_path_factory.mktemp("lab_records")
+    startup = base / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-pooltk-record.py").write_text(nbrun.KERNEL_STARTUP)
+    for path in NOTEBOOKS:
+        (base / path.stem).mkdir()
+        if path.stem in PROBES:
+            (base / path.stem / "probe.txt").write_text(PROBES[path.stem][0])
+    return base
+
+
+@pytest.fixture(scope="module")
+def lab(records: Path) -> Any:
     try:
         find_chromium()
         import playwright.sync_api  # noqa: F401
@@ -62,7 +84,8 @@ def lab() -> Any:
         _unavailable(exc)
     # The notebooks' quick switch (nb.setup().IN_CI), as under the headless suite: notebook 01's
     # whole-stage replay takes minutes at full size ([Note: the quick whole stage]).
-    server = JupyterLabServer(ROOT / "notebooks", env={"POOLTK_CI": "1"})
+    server = JupyterLabServer(ROOT / "notebooks", env={
+        "POOLTK_CI": "1", "IPYTHONDIR": str(records / "ipython"), nbrun.RECORD_ENV: str(records)})
     try:
         server.start()
     except BrowserUnavailable as exc:
@@ -132,22 +155,26 @@ def _slider_check(nbk: LabNotebook, stem: str) -> None:
 @pytest.mark.browser
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_all_in_jupyterlab_without_errors(lab: JupyterLabServer, page: Any, path: Path) -> None:
+def test_notebook_runs_all_in_jupyterlab_without_errors(lab: JupyterLabServer, page: Any, path: Path,
+                                                        records: Path) -> None:
     before = path.read_bytes()
     nbk = LabNotebook(page, lab, path.name)
     try:
-        _run_all_and_check(nbk, page, path, before)
+        _run_all_and_check(nbk, page, path, before, records / path.stem)
     finally:
         with contextlib.suppress(OSError, ValueError):  # the server's own stop() ends every kernel anyway
             nbk.close()
     assert path.read_bytes() == before, f"{path.name} was modified on disk by the browser session"
 
 
-def _run_all_and_check(nbk: LabNotebook, page: Any, path: Path, before: bytes) -> None:
+def _run_all_and_check(nbk: LabNotebook, page: Any, path: Path, before: bytes, record: Path) -> None:
     nbk.open(timeout_s=180)
     nbk.run_all(timeout_s=420)
     errors = nbk.error_outputs()
     assert not errors, f"{path.name}: error outputs after Run All:\n" + "\n".join(errors)
+    assert (record / "record.json").is_file(), (
+        f"{path.name}: the kernel wrote no {record / 'record.json'}: the recorder did not start")
+    nbrun.LAB_RECORDS[path.resolve()] = record  # tests/notebooks reads this run, not a second one
     images = page.locator(".jp-OutputArea-output img")
     assert images.count() > 0, f"{path.name}: no figure rendered"
     assert page.get_by_text("Error displaying widget").count() == 0, f"{path.name}: a widget failed to render"

@@ -1,4 +1,8 @@
-"""Each notebook executed once per session (nbrun.execute_notebook), shared by test_notebooks_execute.py and test_figures.py."""
+"""Each notebook executed once per session, shared by test_notebooks_execute.py and test_figures.py.
+
+The run is the browser test's JupyterLab run where it finished, else a headless one
+([Note: one execution per notebook] in nbrun.py).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nbrun import Executed, execute_notebook
+from nbrun import LAB_RECORDS, Executed, execute_notebook, load_lab_record
 
 _CACHE: dict[Path, Executed] = {}
 
@@ -18,6 +22,8 @@ def executed(tmp_path_factory: pytest.TempPathFactory):
 
     def run(path: Path) -> Executed:
         path = Path(path).resolve()
+        if path not in _CACHE and path in LAB_RECORDS:
+            _CACHE[path] = load_lab_record(path, LAB_RECORDS[path])
         if path not in _CACHE:
             probe = PROBES.get(path.stem)
             _CACHE[path] = execute_notebook(path, tmp_path_factory.mktemp(path.stem),

@@ -442,9 +442,14 @@ def install() -> None:
     FigureCanvasBase.print_figure = print_figure  # type: ignore[method-assign]
 
 
+def records_as_json() -> list[dict[str, Any]]:
+    """Every recorded figure, as plain dicts (what :func:`dump` prints)."""
+    return [asdict(r) for r in RECORDED.values()]
+
+
 def dump() -> None:
     """Print every recorded figure as JSON after :data:`DUMP_MARK`."""
-    print(DUMP_MARK + json.dumps([asdict(r) for r in RECORDED.values()]))
+    print(DUMP_MARK + json.dumps(records_as_json()))
 
 
 def read_dump(text: str) -> list[FigureRecord]:

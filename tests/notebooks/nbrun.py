@@ -1,4 +1,14 @@
-"""Run a notebook headless with what the tests read from it (used by conftest.py's ``executed`` fixture).
+"""Run a notebook with what the tests read from it (used by conftest.py's ``executed`` fixture).
+
+[Note: one execution per notebook]
+In the suite every notebook runs once, and the figure test, the probes and the browser test all
+read that one run. ``tests/browser`` runs first (pytest collects folders in name order): its
+JupyterLab kernels start with :data:`KERNEL_STARTUP`, which installs the figure recorder and,
+after every cell, writes the figures, the probe's value and the errors to
+``<POOLTK_NB_RECORD_DIR>/<notebook stem>/record.json`` (:func:`record_this_kernel`). Once Run All
+has finished, the browser test hands the folder over (:data:`LAB_RECORDS`), and
+:func:`load_lab_record` reads it. A notebook the browser did not finish (no browser, or a
+``tests/notebooks`` run on its own) runs headless instead, with the same cells added.
 
 :func:`execute_notebook` runs ``notebooks/<path>`` with nbclient (the sliced polls of
 ``pooltk.nb.report.notebook_client``, working directory ``notebooks/``, ``POOLTK_REPORT_DIR`` a
@@ -21,6 +31,18 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 PROBE_MARK = "__POOLTK_PROBE__"
+RECORD_ENV = "POOLTK_NB_RECORD_DIR"
+"""The folder a recording kernel writes ``<stem>/record.json`` under (set on the JupyterLab server)."""
+LAB_RECORDS: dict[Path, Path] = {}
+"""Notebook path -> its finished JupyterLab run's record folder (filled by tests/browser)."""
+KERNEL_STARTUP = f"""# pooltk's test recorder: an IPython startup file of the suite's JupyterLab (tests/notebooks/nbrun.py)
+import os as _os
+if _os.environ.get({RECORD_ENV!r}) and _os.environ.get("JPY_SESSION_NAME"):
+    import sys as _sys
+    _sys.path.insert(0, {str(HERE)!r})
+    import nbrun as _nbrun
+    _nbrun.record_this_kernel()
+"""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -30,9 +52,11 @@ class Executed:
     path: Path
     """The notebook."""
     nb: Any
-    """The executed in-memory notebook (with the added cells)."""
+    """The executed in-memory notebook with the added cells (None for a JupyterLab run)."""
     error: str | None
-    """nbclient's error when a cell failed, else None."""
+    """The error when a cell failed (nbclient's, or the kernel's in JupyterLab), else None."""
+    errors: list[str]
+    """Every error output, ``cell i: ename: evalue`` (and the traceback's end, headless)."""
     figures_dir: Path
     """Where ``save_figure`` wrote (``POOLTK_REPORT_DIR``)."""
     figures: list[Any]
@@ -86,7 +110,59 @@ def execute_notebook(path: Path, out_dir: Path, probe: str | None, *, timeout_s:
     figures = figure_checks.read_dump(dumped) if dumped else []
     probed = _stream_after(nb, PROBE_MARK)
     value = json.loads(probed.split(PROBE_MARK, 1)[1]) if probed else None
-    return Executed(path=path, nb=nb, error=error, figures_dir=out_dir, figures=figures, probe=value)
+    return Executed(path=path, nb=nb, error=error, errors=error_outputs(nb), figures_dir=out_dir,
+                    figures=figures, probe=value)
+
+
+def record_this_kernel() -> None:
+    """In a JupyterLab kernel: record figures, the probe and errors after every cell.
+
+    The notebook is ``JPY_SESSION_NAME`` (jupyter_server sets it); its probe expression is
+    ``<folder>/probe.txt`` when the test wrote one. Figures are saved to ``<folder>/figures``, as
+    ``pooltk report`` saves them ([Note: one execution per notebook]).
+    """
+    import figure_checks
+    from IPython import get_ipython
+
+    ip = get_ipython()
+    folder = Path(os.environ[RECORD_ENV]) / Path(os.environ["JPY_SESSION_NAME"]).stem
+    (folder / "figures").mkdir(parents=True, exist_ok=True)
+    os.environ["POOLTK_REPORT_DIR"] = str(folder / "figures")
+    probe_file = folder / "probe.txt"
+    probe = probe_file.read_text() if probe_file.is_file() else None
+    errors: list[str] = []
+    figure_checks.install()
+
+    def after_cell(result: Any) -> None:
+        error = result.error_in_exec or result.error_before_exec
+        if error is not None:
+            errors.append(f"cell {result.execution_count}: {type(error).__name__}: {error}")
+        record: dict[str, Any] = {"cell": result.execution_count, "errors": errors,
+                                  "figures": figure_checks.records_as_json()}
+        if probe is not None:
+            try:
+                record["probe"] = json.loads(json.dumps(eval(probe, ip.user_ns), default=str))
+            except Exception as exc:  # not defined yet, or the notebook changed: the last cell's wins
+                record["probe_error"] = f"{type(exc).__name__}: {exc}"
+        tmp = folder / "record.json.tmp"
+        tmp.write_text(json.dumps(record))
+        tmp.replace(folder / "record.json")
+
+    ip.events.register("post_run_cell", after_cell)
+
+
+def load_lab_record(path: Path, folder: Path) -> Executed:
+    """The :class:`Executed` of a notebook's finished JupyterLab run, from its record folder."""
+    import figure_checks
+
+    record = json.loads((folder / "record.json").read_text())
+    errors = list(record["errors"])
+    if "probe_error" in record:
+        errors.append(f"the probe failed after the last cell: {record['probe_error']}")
+    return Executed(path=path, nb=None, error="\n".join(errors) or None, errors=errors,
+                    figures_dir=folder / "figures",
+                    figures=[figure_checks.FigureRecord(**d) for d in record["figures"]],
+                    probe=record.get("probe"))
 
 
 def error_outputs(nb: Any) -> list[str]:

@@ -24,8 +24,6 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
-from nbrun import error_outputs  # noqa: E402
-
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
@@ -220,7 +218,7 @@ def test_notebook_prose_quotes_no_machine_timing(path: Path) -> None:
 def test_notebook_runs_headless_top_to_bottom(executed, path: Path) -> None:
     run = executed(path)
     assert run.error is None, f"{path.name} failed headless:\n{run.error}"
-    errors = error_outputs(run.nb)
+    errors = run.errors
     assert not errors, f"{path.name}: error outputs:\n" + "\n".join(errors)
     pngs = sorted(run.figures_dir.glob("*.png"))
     if "save_figure(" in path.read_text():
