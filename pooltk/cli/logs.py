@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
             if flops is not None and math.isfinite(r.tok_per_s_per_gpu):
                 row["mfu_by_peak"] = mfu_table(r.tok_per_s_per_gpu, flops, peaks).to_frame().to_dict(orient="records")
             row["run_facts"] = {k: v for k, v in table.runs.get(r.run, RunInfo()).to_dict().items()}
+            row["pool_warnings"] = _pool_warnings(table, r.run)
             payload["runs"].append(row)
         print(json.dumps(payload, indent=2, default=str))
         return 0
@@ -158,6 +159,23 @@ def _pool_label(table: Any) -> dict[str, str]:
     return out
 
 
+def _pool_warnings(table: Any, run: str) -> list[dict[str, Any]]:
+    """The pool warnings logged in ``run`` (see [Note: pooled runs] in pooltk/logs/runs.py)."""
+    info = table.runs.get(run)
+    return list(info.extra.get("pool_warnings", [])) if info is not None else []
+
+
+def _warning_text(w: dict[str, Any]) -> str:
+    """One pool warning as a line: where it was logged, and what the ring did."""
+    where = f"line {w['line']}" + (f", rank {w['rank']}" if "rank" in w else "")
+    what = f"stage {w['stage']} " + {
+        "re-homed": f"{w.get('direction')} ring re-homed a slot ({w.get('bytes')} bytes)",
+        "saved nothing": f"{w.get('direction')} ring saved nothing (held {w.get('held')} sets, stock "
+                         f"{w.get('stock')})",
+    }.get(w["what"], f"kept graph ({w.get('reason')})")
+    return f"pooltk warning ({where}): {what}"
+
+
 def _print_table(summary: Any, frame: Any, table: Any, peaks: list[Any]) -> None:
     headers = ("run", "format", "steps", "window", "tok/s/GPU", "MFU %", "peak GiB", "headroom GiB", "pool", "skipped")
     pools = _pool_label(table)
@@ -188,6 +206,8 @@ def _print_table(summary: Any, frame: Any, table: Any, peaks: list[Any]) -> None
             notes.append(f"headroom against {r.headroom.capacity_gib:.2f} GiB = {r.headroom.capacity_gb:.2f} GB")
         notes.extend(r.warnings)
         print(f"{r.run}: " + "; ".join(notes))
+        for w in _pool_warnings(table, r.run):
+            print(f"{r.run}: {_warning_text(w)}")
     for f in table.files:
         if f.decorations:
             print(f"{f.path}: line decorations removed: {', '.join(f.decorations)} ({f.n_decorated} line(s))")

@@ -235,7 +235,7 @@ def split_runs(frame: Any, lines: Any, report: Any, info: Any, run_id: str,
     for k, name in enumerate(names):
         lo = last_line[k - 1] if k else 0
         hi = last_line[k] if k + 1 < seg.n_runs else 1 << 62
-        mine = [pl for pl in pool if lo < pl.line <= hi and pl.kind != "stage"]
+        mine = [pl for pl in pool if lo < pl.line <= hi and pl.kind in ("installed", "not_installed")]
         facts: dict[str, Any] = {}
         if mine:
             chosen = mine[-1]
@@ -250,6 +250,9 @@ def split_runs(frame: Any, lines: Any, report: Any, info: Any, run_id: str,
             layout[k] = chosen.facts.get("layout")
             if stages:
                 facts["pool_stages"] = stages
+        warned = [{"line": pl.line, **pl.facts} for pl in pool if lo < pl.line <= hi and pl.kind == "warning"]
+        if warned:
+            facts["pool_warnings"] = warned
         run_infos[name] = info.merged(RunInfo.from_facts(facts, source=report.path)) if facts else info
     sidecar_pooled = info.extra.get("pooled") if info is not None else None
     if not pool and isinstance(sidecar_pooled, bool):  # no pool lines: the run's sidecar says (e.g. pooltk cpu-runs)

@@ -40,7 +40,10 @@ Pool install lines (:data:`POOL_RE`): NeMo Automodel's ``recv_buffer_pool: insta
 layout=L)`` and pooltk's ``pooltk: installed (policy=P, slack=N, grad_slack=G, schedule=S,
 layout=L)`` / ``pooltk: not installed (reason=...)``, both on rank 0, inside any logging prefix
 (the lines :mod:`pooltk.pool.events` writes; per stage ``pooltk: stage I pooled (fwd ring K/M,
-grad ring K/M)`` or ``pooltk: stage I kept stock (reason=...)`` go to the run's facts).
+grad ring K/M)`` or ``pooltk: stage I kept stock (reason=...)`` go to the run's facts, and a
+ring's warnings, logged on the rank where they happen (``pooltk: [rank R] stage I forward slot S
+re-homed ...`` / ``... ring saved nothing ...`` / ``stage I kept graph ...``; rank 0 names no rank),
+to its ``pool_warnings``).
 The last one in a run's span of lines sets its ``pooled``, ``pool_impl``, ``slack``, ``layout``
 columns; a run with none has them missing (unknown: the log does not say), never False. A run whose
 install line is followed only by ``kept stock`` stage lines (the gate refused its schedule) is not pooled.
@@ -77,7 +80,11 @@ POOL_RE = re.compile(
     r"|(?P<no>pooltk: not installed \(reason=(?P<no_reason>[^\n]*)\))"
     r"|(?P<am_no>recv_buffer_pool: (?:torch internals mismatch, not installing|no known recv-infra entry points)[^\n]*)"
     r"|(?P<stage>pooltk: stage (?P<st_i>\d+) pooled \(fwd ring (?P<st_fk>\d+)/(?P<st_fm>\d+), grad ring (?P<st_gk>\d+)/(?P<st_gm>\d+)\))"
-    r"|(?P<kept>pooltk: stage (?P<kp_i>\d+) kept stock \(reason=(?P<kp_reason>[^\n]*)\)))"
+    r"|(?P<kept>pooltk: stage (?P<kp_i>\d+) kept stock \(reason=(?P<kp_reason>[^\n]*)\))"
+    r"|(?P<rehome>pooltk: stage (?P<rh_i>\d+) (?P<rh_dir>\w+) slot \d+ re-homed \((?P<rh_bytes>\d+) bytes\))"
+    r"|(?P<nosave>pooltk: stage (?P<ns_i>\d+) (?P<ns_dir>\w+) ring saved nothing \(held (?P<ns_held>\d+) sets"
+    r" at once, stock holds (?P<ns_stock>\d+))"
+    r"|(?P<graph>pooltk: stage (?P<kg_i>\d+) kept graph \(reason=(?P<kg_reason>[^\n]*)\)))"
 )
 """Pool install lines of NeMo Automodel and pooltk (see [Note: pooled runs])."""
 
@@ -89,47 +96,71 @@ class PoolLine:
     line: int
     """1-based line number."""
     kind: str
-    """'installed', 'not_installed' or 'stage'."""
+    """'installed', 'not_installed', 'stage' or 'warning' (a ring re-homed, saved nothing, kept a graph)."""
     impl: str
     """'automodel' or 'pooltk'."""
     facts: dict[str, Any] = field(default_factory=dict)
-    """slack, layout, policy, grad_slack, schedule, reason, or the stage's rings."""
+    """slack, layout, policy, grad_slack, schedule, reason, or the stage's rings; ``rank`` where the
+    line named one (``pooltk: [rank R] ...``: a rank other than 0)."""
+
+
+_MARKS = ["recv_buffer_pool: ", "pooltk: "]
 
 
 def find_pool_lines(lines: Any, among: Any = None) -> list[PoolLine]:
     """Every pool line among ``lines`` (a polars String Series; ``among``: the 0-based indices to look at),
     wherever it stands in its line, in file order."""
     if among is None:
-        hit = lines.str.contains_any(["recv_buffer_pool: ", "pooltk: "]).arg_true()
+        hit = lines.str.contains_any(_MARKS).arg_true()
     else:
-        hit = among.filter(lines.gather(among).str.contains_any(["recv_buffer_pool: ", "pooltk: "]))
+        hit = among.filter(lines.gather(among).str.contains_any(_MARKS))
     if hit.len() == 0:
         return []
     out: list[PoolLine] = []
     for n, text in zip((hit + 1).to_list(), lines.gather(hit).to_list(), strict=True):
-        m = POOL_RE.search(text)
+        rank = _RANK_RE.search(text)
+        m = POOL_RE.search(_RANK_RE.sub("pooltk: ", text, count=1) if rank else text)
         if m is None:
             continue
-        g = m.groupdict()
-        if g["am"]:
-            out.append(PoolLine(line=n, kind="installed", impl="automodel",
-                                facts={"slack": int(g["am_slack"]), "layout": g["am_layout"]}))
-        elif g["pk"]:
-            out.append(PoolLine(line=n, kind="installed", impl="pooltk", facts={
-                "slack": int(g["pk_slack"]), "layout": g["pk_layout"], "policy": g["pk_policy"],
-                "grad_slack": int(g["pk_grad"]), "schedule": g["pk_schedule"]}))
-        elif g["no"]:
-            out.append(PoolLine(line=n, kind="not_installed", impl="pooltk", facts={"reason": g["no_reason"]}))
-        elif g["am_no"]:
-            out.append(PoolLine(line=n, kind="not_installed", impl="automodel", facts={"reason": g["am_no"]}))
-        elif g["kept"]:
-            out.append(PoolLine(line=n, kind="stage", impl="pooltk", facts={
-                "stage": int(g["kp_i"]), "pooled": False, "reason": g["kp_reason"]}))
-        else:
-            out.append(PoolLine(line=n, kind="stage", impl="pooltk", facts={
-                "stage": int(g["st_i"]), "pooled": True, "fwd_ring": f"{g['st_fk']}/{g['st_fm']}",
-                "grad_ring": f"{g['st_gk']}/{g['st_gm']}"}))
+        line = _pool_line(n, m.groupdict())
+        if rank:
+            line.facts["rank"] = int(rank["rank"])
+        out.append(line)
     return out
+
+
+_RANK_RE = re.compile(r"pooltk: \[rank (?P<rank>\d+)\] ")
+"""The rank pooltk names in a line logged on a rank other than 0 ([Note: pool log lines])."""
+
+
+def _pool_line(n: int, g: dict[str, Any]) -> PoolLine:  # noqa: C901
+    """The :class:`PoolLine` at 1-based line ``n`` whose :data:`POOL_RE` groups are ``g``."""
+    if g["am"]:
+        return PoolLine(line=n, kind="installed", impl="automodel",
+                        facts={"slack": int(g["am_slack"]), "layout": g["am_layout"]})
+    if g["pk"]:
+        return PoolLine(line=n, kind="installed", impl="pooltk", facts={
+            "slack": int(g["pk_slack"]), "layout": g["pk_layout"], "policy": g["pk_policy"],
+            "grad_slack": int(g["pk_grad"]), "schedule": g["pk_schedule"]})
+    if g["no"]:
+        return PoolLine(line=n, kind="not_installed", impl="pooltk", facts={"reason": g["no_reason"]})
+    if g["am_no"]:
+        return PoolLine(line=n, kind="not_installed", impl="automodel", facts={"reason": g["am_no"]})
+    if g["kept"]:
+        return PoolLine(line=n, kind="stage", impl="pooltk", facts={
+            "stage": int(g["kp_i"]), "pooled": False, "reason": g["kp_reason"]})
+    if g["stage"]:
+        return PoolLine(line=n, kind="stage", impl="pooltk", facts={
+            "stage": int(g["st_i"]), "pooled": True, "fwd_ring": f"{g['st_fk']}/{g['st_fm']}",
+            "grad_ring": f"{g['st_gk']}/{g['st_gm']}"})
+    if g["rehome"]:
+        facts = {"what": "re-homed", "stage": int(g["rh_i"]), "direction": g["rh_dir"], "bytes": int(g["rh_bytes"])}
+    elif g["nosave"]:
+        facts = {"what": "saved nothing", "stage": int(g["ns_i"]), "direction": g["ns_dir"],
+                 "held": int(g["ns_held"]), "stock": int(g["ns_stock"])}
+    else:
+        facts = {"what": "kept graph", "stage": int(g["kg_i"]), "reason": g["kg_reason"]}
+    return PoolLine(line=n, kind="warning", impl="pooltk", facts=facts)
 
 
 @dataclass(kw_only=True, slots=True)

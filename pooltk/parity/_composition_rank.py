@@ -183,17 +183,31 @@ def _rehomes(report: Any) -> dict[int, dict[str, int]]:
 
 
 def _bounds(case: Composition, rank_stages: list[int], pp_rank: int) -> dict[str, int]:
-    """Per direction: the sets the analysis says the rank's rings hold (live set + slack)."""
+    """Per direction: the sets the analysis says the rank's rings hold (live set + slack); for an eval-only
+    case that ``schedule="auto"`` pools, those of the forward-only action order its rings are planned from."""
     from pooltk.analysis.lifetimes import ScheduleShape, analyse
     from pooltk.analysis.sharing import rank_rings
 
+    forward_only = case.eval_only and case.install_schedule == "auto"
     prog, spans = analyse(ScheduleShape(schedule=case.schedule, pp=case.pp, n_microbatches=case.microbatches,
-                                        stages_per_rank=case.stages_per_rank))
+                                        stages_per_rank=case.stages_per_rank, forward_only=forward_only))
     out = dict.fromkeys(DIRECTIONS, 0)
     for ring in rank_rings(prog, spans, RingRule()):
         if ring.rank == pp_rank:
             out[ring.direction] += ring.size
     return out
+
+
+def _forward_only(case: Composition, schedule: Any, x: Any, y: Any, first: bool, last: bool) -> list[str]:
+    """One ``schedule.eval`` step the way ``case.eval_mode`` says (autograd on, or under inference_mode);
+    the last stage's digests of the merged output and the losses."""
+    import contextlib
+
+    mode = {"grad": contextlib.nullcontext, "inference": torch.inference_mode}
+    losses: list[torch.Tensor] = []
+    with mode[case.eval_mode]():
+        out = schedule.eval(*((x,) if first else ()), **({"target": y, "losses": losses} if last else {}))
+    return [_digest([out, *losses])] if last else []
 
 
 def run_case(case: Composition, rank: int, mesh: Any) -> list[dict[str, Any]]:
@@ -244,6 +258,9 @@ def run_case(case: Composition, rank: int, mesh: Any) -> list[dict[str, Any]]:
                 y = torch.randn(ROWS * case.microbatches, SEQ, HIDDEN, generator=gen)
                 for c in counters:
                     c.start_step()
+                if case.eval_only:
+                    digests.extend(_forward_only(case, schedule, x, y, first, last))
+                    continue
                 losses: list[torch.Tensor] = []
                 out = schedule.step(*((x,) if first else ()), **({"target": y, "losses": losses} if last else {}))
                 if last:
@@ -254,9 +271,7 @@ def run_case(case: Composition, rank: int, mesh: Any) -> list[dict[str, Any]]:
                 if case.eval_between:
                     for c in counters:
                         c.start_step()
-                    out = schedule.eval(*((x,) if first else ()), **({"target": y, "losses": []} if last else {}))
-                    if last:
-                        digests.append(_digest([out]))
+                    digests.extend(_forward_only(case, schedule, x, y, first, last))
             digests.append(_digest([p for st in stages for p in st.submod.parameters()]))
             results[variant] = {
                 "digests": digests,

@@ -74,6 +74,11 @@ class Composition:
     """Schedule steps per optimizer step (gradients accumulate in between)."""
     eval_between: bool = False
     """``schedule.eval`` after every training step (train/eval/train)."""
+    eval_only: bool = False
+    """Every step is ``schedule.eval`` (an inference or validation job)."""
+    eval_mode: str = "grad"
+    """How each ``schedule.eval`` runs: ``grad`` (autograd on, as a plain validation loop) or
+    ``inference`` (under ``torch.inference_mode()``)."""
     expect_rehomes: bool = False
     """True only where a model really holds a received tensor past its use."""
 
@@ -83,8 +88,21 @@ class Composition:
 
     @property
     def install_schedule(self) -> str:
-        return "1f1b" if self.stages_per_rank == 1 else "auto"
+        """1F1B is allowlisted; every other schedule is pooled by ``schedule="auto"``."""
+        return "1f1b" if self.schedule == "1F1B" else "auto"
 
+
+AUTO_SCHEDULES: tuple[tuple[str, int], ...] = (("GPipe", 1), ("Interleaved1F1B", 2), ("LoopedBFS", 2),
+                                                ("InterleavedZeroBubble", 2))
+"""(schedule, stages per rank) of the torch schedules ``schedule="auto"`` pools, beside 1F1B."""
+
+FORWARD_ONLY: tuple[Composition, ...] = tuple(
+    Composition(name=f"{kind}-{mode}-{name.lower()}-pp4", pp=4, schedule=name, stages_per_rank=spr,
+                eval_only=kind == "eval", eval_between=kind == "train-eval", eval_mode=mode)
+    for name, spr in (("1F1B", 1), *AUTO_SCHEDULES)
+    for kind, mode in (("eval", "grad"), ("eval", "inference"), ("train-eval", "grad")))
+"""Forward-only steps (issue #36) for 1F1B and every schedule ``auto`` pools: eval steps with autograd on,
+under ``inference_mode``, and train/eval/train."""
 
 CASES: tuple[Composition, ...] = (
     Composition(name="1f1b-pp2", pp=2),
@@ -108,6 +126,7 @@ CASES: tuple[Composition, ...] = (
                 wrap="fsdp2"),
     Composition(name="interleaved-launcher-pp4", pp=4, schedule="Interleaved1F1B", stages_per_rank=2,
                 features=("launcher", "passon")),
+    *FORWARD_ONLY,
 )
 """The compositions of the record (``python -m pooltk.parity.compositions``)."""
 

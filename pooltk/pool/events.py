@@ -2,7 +2,11 @@
 
 [Note: pool log lines]
 Every decision and per-stage outcome goes into ``InstallReport.events`` (:class:`PoolEvent`) and to the
-``pooltk`` logger on rank 0, so ``pooltk logs`` reads it back from the training log. :data:`LINES` is every
+``pooltk`` logger, so ``pooltk logs`` reads it back from the training log. Rank 0 (or a single
+process) logs every level; in a group of more than one rank the others log all but INFO, naming
+themselves: ``pooltk: [rank R] stage 3 forward slot 0 re-homed ...``. The stages that re-home or save
+nothing mostly run on ranks other than 0; INFO would repeat rank 0's decisions once per rank; DEBUG
+is shown only to whoever turns it on. :data:`LINES` is every
 line's form; ``installed``, ``not installed``, ``pooled`` and ``kept stock`` are a contract with
 ``pooltk/logs/runs.py``. A ring's first ``re-homed`` line is a WARNING, later ones DEBUG.
 """
@@ -81,17 +85,26 @@ def event(kind: str, *, stage: Any = None, quiet: bool = False, **fields: Any) -
                      stage=stage if isinstance(stage, int) else None, fields=fields)
 
 
-def emit(sink: list | None, ev: PoolEvent) -> PoolEvent:
-    """Append ``ev`` to ``sink`` (a report's event list) and log it on rank 0."""
-    if sink is not None:
-        sink.append(ev)
+def _rank() -> int | None:
+    """This process's rank in an initialized group of more than one, else None."""
     dist = torch.distributed
     try:
-        rank0 = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            return dist.get_rank()
     except (RuntimeError, ValueError):  # a group being torn down: the only rank left
-        rank0 = True
-    if rank0:
+        pass
+    return None
+
+
+def emit(sink: list | None, ev: PoolEvent) -> PoolEvent:
+    """Append ``ev`` to ``sink`` (a report's event list) and log it (see [Note: pool log lines])."""
+    if sink is not None:
+        sink.append(ev)
+    rank = _rank()
+    if not rank:  # rank 0, or no group of more than one
         LOGGER.log(ev.level, "%s", ev.message)
+    elif ev.level != _INFO:
+        LOGGER.log(ev.level, "pooltk: [rank %d]%s", rank, ev.message.removeprefix("pooltk:"))
     return ev
 
 

@@ -8,6 +8,18 @@ weight pass, if split) the kept loss and output are the same values without thei
 detached in place, or replaced in the schedule's list if it is a view (else kept, reason logged once);
 outputs are replaced in ``output_chunks``, so an output the model itself kept keeps its graph (a real
 holder). ``PoolConfig(release=False)`` turns it off.
+
+[Note: forward-only steps]
+``schedule.eval()`` outside ``no_grad`` still builds every microbatch's graph, and torch keeps it to
+the step's end: each stage's ``fwd_cache`` entry (no backward pops it), the last stage's
+``output_chunks`` and losses. Those graphs hold the received inputs (a weight's gradient needs them),
+so every slot would be re-homed and the ring would hold more than stock (measured: stages 1-3 of a
+1F1B pp4 M8 eval step received into 16 storages each, stock 8). Nothing runs backward through them,
+so on every pooled stage, right after a chunk's forward, the output the schedule gets (and computes
+the loss from), the one ``fwd_cache`` keeps and the last stage's ``output_chunks`` entry become the
+same values without the graph. The values, the sends, the losses and the merged outputs are
+unchanged; the outputs and losses an eval step returns carry no graph, as a training step's do
+under the release.
 """
 
 from __future__ import annotations
@@ -16,11 +28,11 @@ from typing import Any
 
 import torch
 
-from pooltk.pool.adapters.stage_api import output_chunks, schedule_losses
+from pooltk.pool.adapters.stage_api import cached_forward, output_chunks, schedule_losses
 from pooltk.pool.events import say
 from pooltk.pool.state import StageState
 
-__all__ = ["detached", "release_chunk", "start"]
+__all__ = ["detached", "forward_only", "release_chunk", "start"]
 
 
 def detached(value: Any) -> Any:
@@ -74,3 +86,15 @@ def release_chunk(stage: Any, state: StageState, chunk: int, loss: Any) -> None:
                              "graph holds the received input until the step ends (copy on conflict re-homes the "
                              "slot); fix: return a loss that is not a view from loss_fn (e.g. .sum() or .mean())")
     state.released += 1
+
+
+def forward_only(stage: Any, chunk: int, output: Any) -> Any:
+    """A forward-only step ran ``chunk``: ``output`` and what torch keeps of it without their graph, the
+    detached output to hand the schedule in its place ([Note: forward-only steps])."""
+    cached = cached_forward(stage, chunk)
+    if cached is not None:
+        stage.fwd_cache[chunk] = (detached(cached[0]), cached[1])
+    values = detached(output)
+    if stage.is_last:
+        _replace_by_identity(output_chunks(stage), output, values)
+    return values

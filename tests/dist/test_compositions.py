@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pooltk.parity.compositions import CASES, run_compositions
+from pooltk.parity.compositions import AUTO_SCHEDULES, CASES, FORWARD_ONLY, run_compositions
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(1500)]
 
@@ -26,12 +26,17 @@ def _by_case(rows):
     return out
 
 
-def test_every_case_ran_on_every_rank_with_rows_for_both_directions(rows):
+def test_every_case_ran_on_every_rank_with_rows_for_each_direction_it_receives(rows):
     by = _by_case(rows)
     assert set(by) == {c.name for c in CASES}
     for case in CASES:
-        assert {r.rank for r in by[case.name]} == set(range(case.world)), case.name
-        assert {r.direction for r in by[case.name]} == {"forward", "grad"}, case.name
+        receiving = set(range(case.world))
+        if case.eval_only and case.stages_per_rank == 1:  # rank 0 (stage 0, dp 1) receives nothing in eval
+            assert case.dp == 1, case.name
+            receiving -= {0}
+        assert {r.rank for r in by[case.name]} == receiving, case.name
+        expected = {"forward"} if case.eval_only else {"forward", "grad"}
+        assert {r.direction for r in by[case.name]} == expected, case.name
 
 
 def test_every_pooled_run_is_bitwise_equal_to_stock_or_to_fresh_with_the_reason(rows):
@@ -63,6 +68,21 @@ def test_a_tensor_passed_on_in_a_forward_only_step_is_held_by_its_send_and_costs
     held = [r for r in rows if r.case == "eval-passon-pp4"]
     assert held and all(r.judged == "fresh" and r.within_bound for r in held)
     assert sum(r.rehomes for r in held) > 0  # the in-flight sends were seen and paid for
+
+
+def test_eval_and_inference_steps_hold_the_ring_without_a_rehome_for_1f1b_and_every_auto_schedule(rows):
+    """Issue #36: a forward-only step keeps every graph to its end (fwd_cache, the last stage's outputs
+    and losses); the pool drops them, so no slot is re-homed and the saving holds."""
+    names = {c.name for c in FORWARD_ONLY}
+    assert {c.schedule for c in FORWARD_ONLY} == {"1F1B", *(s for s, _ in AUTO_SCHEDULES)}
+    assert {(c.eval_only, c.eval_mode) for c in FORWARD_ONLY} == {(True, "grad"), (True, "inference"),
+                                                                  (False, "grad")}
+    mine = [r for r in rows if r.case in names]
+    assert {r.case for r in mine} == names
+    assert all(r.judged == "ring" and r.within_bound and r.rehomes == 0 for r in mine)
+    for name in names:  # counted at the P2P layer: every case's forward receives are below stock's
+        fwd = [r for r in mine if r.case == name and r.direction == "forward" and r.stage is not None]
+        assert sum(r.pooled_peak for r in fwd) < sum(r.stock_peak for r in fwd), name
 
 
 def test_each_composition_ran_as_described(rows):

@@ -74,3 +74,22 @@ def test_json_and_csv_carry_each_runs_pool_columns(tmp_path, capsys):
     assert main(["logs", str(tmp_path), "--csv", str(out)]) == 0
     frame = pd.read_csv(out).set_index("run")
     assert bool(frame.loc["pooled", "pooled"]) and frame.loc["pooled", "pool_impl"] == "pooltk"
+
+
+def test_every_pool_warning_pooltk_logs_is_read_back_with_its_rank_and_stage():
+    """The contract with pooltk/pool/events.py: each WARNING a ring logs, from rank 0 and from another rank."""
+    import polars as pl
+
+    from pooltk.logs import runs
+    from pooltk.pool import events
+
+    warned = [events.event("re-homed", stage=3, direction="forward", slot=0, bytes=96, holders=1, check="views",
+                           incoming=3),
+              events.event("no-saving", stage=2, direction="grad", held=4, stock=4, ring=3, rehomes=1, check="c++"),
+              events.event("kept-graph", stage=1, reason="the loss is a view")]
+    lines = [f"[rank{r}]:2026-12-04 10:00:0{i},000 - WARNING - " + (e.message if r == 0 else e.message.replace(
+        "pooltk: ", f"pooltk: [rank {r}] ", 1)) for i, (r, e) in enumerate(zip((3, 0, 1), warned, strict=True))]
+    facts = [p.facts for p in runs.find_pool_lines(pl.Series(lines))]
+    assert [(f.get("rank"), f["stage"], f["what"]) for f in facts] == [
+        (3, 3, "re-homed"), (None, 2, "saved nothing"), (1, 1, "kept graph")]
+    assert facts[0]["bytes"] == 96 and (facts[1]["held"], facts[1]["stock"]) == (4, 4)
