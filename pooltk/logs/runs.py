@@ -119,7 +119,7 @@ def find_pool_lines(lines: Any, among: Any = None) -> list[PoolLine]:
     out: list[PoolLine] = []
     for n, text in zip((hit + 1).to_list(), lines.gather(hit).to_list(), strict=True):
         rank = _RANK_RE.search(text)
-        m = POOL_RE.search(_RANK_RE.sub("pooltk: ", text, count=1) if rank else text)
+        m = POOL_RE.search(text if rank is None else text[:rank.start()] + "pooltk: " + text[rank.end():])
         if m is None:
             continue
         line = _pool_line(n, m.groupdict())

@@ -7,6 +7,7 @@ times, fresh, stock and pooled, on stages built from the same seeds, and writes 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -201,8 +202,6 @@ def _bounds(case: Composition, rank_stages: list[int], pp_rank: int) -> dict[str
 def _forward_only(case: Composition, schedule: Any, x: Any, y: Any, first: bool, last: bool) -> list[str]:
     """One ``schedule.eval`` step the way ``case.eval_mode`` says (autograd on, or under inference_mode);
     the last stage's digests of the merged output and the losses."""
-    import contextlib
-
     mode = {"grad": contextlib.nullcontext, "inference": torch.inference_mode}
     losses: list[torch.Tensor] = []
     with mode[case.eval_mode]():

@@ -263,9 +263,9 @@ def runtime_wrappers(originals: dict[str, Callable], install: InstallReport) -> 
         if st.release and self.has_backward:
             st.outputs[chunk] = result
         if not self.has_backward:  # a forward-only step: done with its inputs now
-            if st.pooled and install.config.release:
-                result = rel.forward_only(self, chunk, result)  # [Note: forward-only steps]
             cached = cached_forward(self, chunk)
+            if st.pooled and install.config.release:
+                result = rel.forward_only(self, chunk, cached, result)  # [Note: forward-only steps]
             if st.forward is not None:
                 if cached is not None:
                     st.forward.retire_inputs(chunk, self.stage_index, cached[1])

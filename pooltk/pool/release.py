@@ -13,11 +13,11 @@ holder). ``PoolConfig(release=False)`` turns it off.
 ``schedule.eval()`` outside ``no_grad`` still builds every microbatch's graph, and torch keeps it to
 the step's end: each stage's ``fwd_cache`` entry (no backward pops it), the last stage's
 ``output_chunks`` and losses. Those graphs hold the received inputs (a weight's gradient needs them),
-so every slot would be re-homed and the ring would hold more than stock (measured: stages 1-3 of a
-1F1B pp4 M8 eval step received into 16 storages each, stock 8). Nothing runs backward through them,
-so on every pooled stage, right after a chunk's forward, the output the schedule gets (and computes
-the loss from), the one ``fwd_cache`` keeps and the last stage's ``output_chunks`` entry become the
-same values without the graph. The values, the sends, the losses and the merged outputs are
+so slots were re-homed at every post and the ring saved nothing (measured, 1F1B pp4 M8: in an eval
+step stages 1-3 received into 8 storages each, as many as stock, against rings of 5, 4 and 3).
+Nothing runs backward through them, so on every pooled stage, right after a chunk's forward, the
+output the schedule gets (and computes the loss from), the one ``fwd_cache`` keeps and the last
+stage's ``output_chunks`` entry become the same values without the graph. The values, the sends, the losses and the merged outputs are
 unchanged; the outputs and losses an eval step returns carry no graph, as a training step's do
 under the release.
 """
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from pooltk.pool.adapters.stage_api import cached_forward, output_chunks, schedule_losses
+from pooltk.pool.adapters.stage_api import output_chunks, schedule_losses
 from pooltk.pool.events import say
 from pooltk.pool.state import StageState
 
@@ -88,10 +88,9 @@ def release_chunk(stage: Any, state: StageState, chunk: int, loss: Any) -> None:
     state.released += 1
 
 
-def forward_only(stage: Any, chunk: int, output: Any) -> Any:
-    """A forward-only step ran ``chunk``: ``output`` and what torch keeps of it without their graph, the
-    detached output to hand the schedule in its place ([Note: forward-only steps])."""
-    cached = cached_forward(stage, chunk)
+def forward_only(stage: Any, chunk: int, cached: tuple[tuple, list] | None, output: Any) -> Any:
+    """A forward-only step ran ``chunk``: ``output`` and its ``fwd_cache`` entry ``cached`` without their graph;
+    the detached output, to hand the schedule in its place ([Note: forward-only steps])."""
     if cached is not None:
         stage.fwd_cache[chunk] = (detached(cached[0]), cached[1])
     values = detached(output)
