@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+
 def _stage(index: int, n: int, hidden: int, tokens: int):  # noqa: ANN202
     from torch.distributed.pipelining import PipelineStage
 
@@ -31,10 +32,16 @@ def _stage(index: int, n: int, hidden: int, tokens: int):  # noqa: ANN202
     module = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.Tanh())
     t = torch.zeros(1, tokens, hidden)
     # every shape given (static inference; see _schedule for the vote): nothing is asked of the fake peers
-    return PipelineStage(module, index, n, torch.device("cpu"), input_args=(t.requires_grad_(index > 0),),
-                         output_args=(torch.zeros(1, tokens, hidden),), input_grads=(torch.zeros(1, tokens, hidden) if index
-                                                                                  else None,),
-                         output_grads=(None if index == n - 1 else torch.zeros(1, tokens, hidden),))
+    return PipelineStage(
+        module,
+        index,
+        n,
+        torch.device("cpu"),
+        input_args=(t.requires_grad_(index > 0),),
+        output_args=(torch.zeros(1, tokens, hidden),),
+        input_grads=(torch.zeros(1, tokens, hidden) if index else None,),
+        output_grads=(None if index == n - 1 else torch.zeros(1, tokens, hidden),),
+    )
 
 
 def _schedule(index: int, n: int, m: int, hidden: int, tokens: int, *, variant: str):  # noqa: ANN202
@@ -46,7 +53,9 @@ def _schedule(index: int, n: int, m: int, hidden: int, tokens: int, *, variant: 
     stage = _stage(index, n, hidden, tokens)
     if variant == "pooled":  # this stage object only: the stock one beside it stays stock
         pooltk.pool_stage(stage)
-    elif variant == "unguarded":  # the harness's ring without ownership, holders' check or version bump
+    elif (
+        variant == "unguarded"
+    ):  # the harness's ring without ownership, holders' check or version bump
         experiments.pool_stage(stage, experiments.Rings(guard=False))
     schedule = Schedule1F1B(stage, n_microbatches=m, loss_fn=lambda o, t: ((o - t) ** 2).mean())
     schedule.pooltk_stage = stage
@@ -75,7 +84,10 @@ def measure(pp: int, index: int, m: int, steps: int, *, hidden: int = 8, tokens:
     dist.init_process_group("fake", store=FakeStore(), rank=index, world_size=pp)
     try:
         x = torch.randn(m, tokens, hidden)
-        runs = {v: _schedule(index, pp, m, hidden, tokens, variant=v) for v in ("stock", "unguarded", "pooled")}
+        runs = {
+            v: _schedule(index, pp, m, hidden, tokens, variant=v)
+            for v in ("stock", "unguarded", "pooled")
+        }
         times: dict[str, list[float]] = {v: [] for v in runs}
         for _ in range(steps):
             for v, schedule in runs.items():
@@ -85,14 +97,30 @@ def measure(pp: int, index: int, m: int, steps: int, *, hidden: int = 8, tokens:
         use = state.usage(index) if state is not None else []
         if pooltk.stage_state(stock.pooltk_stage) is not None:
             raise AssertionError("bench_host_cost: the stock stage was pooled")
-        receives = m * sum(1 for d in DIRECTIONS if (d == "forward" and index > 0) or (d == "grad" and index < pp - 1))
+        receives = m * sum(
+            1
+            for d in DIRECTIONS
+            if (d == "forward" and index > 0) or (d == "grad" and index < pp - 1)
+        )
         s, u, p = (statistics.median(times[k][2:]) for k in ("stock", "unguarded", "pooled"))
-        return {"pp": pp, "stage": index, "microbatches": m, "tokens": tokens, "hidden": hidden,
-                "boundary_bytes": tokens * hidden * 4, "steps": steps - 2, "stock_ms": s * 1e3,
-                "pooled_ms": p * 1e3, "ratio": p / s, "receives_per_step": receives,
-                "host_us_per_receive": (p - s) / receives * 1e6 if receives else 0.0, "unguarded_ms": u * 1e3,
-                "unguarded_us_per_receive": (u - s) / receives * 1e6 if receives else 0.0,
-                "rings": "/".join(f"{u.direction}:{u.ring}" for u in use), "rehomes": sum(u.rehomes for u in use)}
+        return {
+            "pp": pp,
+            "stage": index,
+            "microbatches": m,
+            "tokens": tokens,
+            "hidden": hidden,
+            "boundary_bytes": tokens * hidden * 4,
+            "steps": steps - 2,
+            "stock_ms": s * 1e3,
+            "pooled_ms": p * 1e3,
+            "ratio": p / s,
+            "receives_per_step": receives,
+            "host_us_per_receive": (p - s) / receives * 1e6 if receives else 0.0,
+            "unguarded_ms": u * 1e3,
+            "unguarded_us_per_receive": (u - s) / receives * 1e6 if receives else 0.0,
+            "rings": "/".join(f"{u.direction}:{u.ring}" for u in use),
+            "rehomes": sum(u.rehomes for u in use),
+        }
     finally:
         dist.destroy_process_group()
 
@@ -102,8 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--pp", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--microbatches", type=int, default=64)
-    ap.add_argument("--boundary", nargs="+", default=["1x8"], metavar="TOKENSxHIDDEN",
-                    help="boundary tensors (1 x tokens x hidden float32), e.g. 1x8 (host only) 64x512")
+    ap.add_argument(
+        "--boundary",
+        nargs="+",
+        default=["1x8"],
+        metavar="TOKENSxHIDDEN",
+        help="boundary tensors (1 x tokens x hidden float32), e.g. 1x8 (host only) 64x512",
+    )
     ap.add_argument("--csv", type=Path, default=None)
     args = ap.parse_args(argv)
     try:
@@ -111,21 +144,33 @@ def main(argv: list[str] | None = None) -> int:
         if any(len(sh) != 2 or min(sh) < 1 for sh in shapes):
             raise ValueError
     except ValueError:
-        ap.error(f"--boundary: found {args.boundary}; required TOKENSxHIDDEN with positive integers, e.g. 1x8 64x512")
+        ap.error(
+            f"--boundary: found {args.boundary}; required TOKENSxHIDDEN with positive integers, e.g. 1x8 64x512"
+        )
     torch.set_num_threads(1)
-    rows = [measure(pp, i, args.microbatches, args.steps, hidden=h, tokens=t)
-            for t, h in shapes for pp in args.pp for i in range(pp)]
-    print(f"{'tokens':>6} {'hidden':>6} {'pp':>3} {'stage':>5} {'stock ms':>9} {'pooled ms':>10} {'ratio':>6} "
-          f"{'us/recv':>8} {'unguarded':>9}  rings")
+    rows = [
+        measure(pp, i, args.microbatches, args.steps, hidden=h, tokens=t)
+        for t, h in shapes
+        for pp in args.pp
+        for i in range(pp)
+    ]
+    print(
+        f"{'tokens':>6} {'hidden':>6} {'pp':>3} {'stage':>5} {'stock ms':>9} {'pooled ms':>10} {'ratio':>6} "
+        f"{'us/recv':>8} {'unguarded':>9}  rings"
+    )
     for r in rows:
-        print(f"{r['tokens']:>6} {r['hidden']:>6} {r['pp']:>3} {r['stage']:>5} {r['stock_ms']:9.2f} "
-              f"{r['pooled_ms']:10.2f} {r['ratio']:6.3f} {r['host_us_per_receive']:8.1f} "
-              f"{r['unguarded_us_per_receive']:9.1f}  {r['rings']}")
+        print(
+            f"{r['tokens']:>6} {r['hidden']:>6} {r['pp']:>3} {r['stage']:>5} {r['stock_ms']:9.2f} "
+            f"{r['pooled_ms']:10.2f} {r['ratio']:6.3f} {r['host_us_per_receive']:8.1f} "
+            f"{r['unguarded_us_per_receive']:9.1f}  {r['rings']}"
+        )
     for t, h in shapes:
         for pp in args.pp:
             mine = [r for r in rows if r["pp"] == pp and (r["tokens"], r["hidden"]) == (t, h)]
             total = sum(r["pooled_ms"] for r in mine) / sum(r["stock_ms"] for r in mine)
-            print(f"boundary 1x{t}x{h} pp{pp}: pooled/stock over all stages {total:.3f} (goal <= 1.02)")
+            print(
+                f"boundary 1x{t}x{h} pp{pp}: pooled/stock over all stages {total:.3f} (goal <= 1.02)"
+            )
     if args.csv is not None:
         import csv
 

@@ -44,27 +44,54 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq-len", type=int, default=1)
     ap.add_argument("--rows", type=int, default=1, help="rows per microbatch")
     ap.add_argument("--slack", type=int, nargs="+", default=[2, 0])
-    ap.add_argument("--timeout", type=float, default=480.0, help="seconds for the whole launch (ranks killed after)")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=480.0,
+        help="seconds for the whole launch (ranks killed after)",
+    )
     a = ap.parse_args(argv)
 
     shape = get_preset(PRESET).shape
     configs = {f"tight-s{s}": PoolConfig(slack=s) for s in a.slack}
     variants = (Variant(name="stock", schedule="1F1B"),) + tuple(
-        Variant(name=name, schedule="1F1B", pooled=True, config=cfg) for name, cfg in configs.items())
-    spec = ParitySpec(pp=shape.pp, microbatches=shape.n_microbatches, steps=a.steps, hidden=a.hidden,
-                      seq_len=a.seq_len, rows_per_microbatch=a.rows, layers_per_stage=1, variants=variants,
-                      timeout_s=a.timeout)
+        Variant(name=name, schedule="1F1B", pooled=True, config=cfg)
+        for name, cfg in configs.items()
+    )
+    spec = ParitySpec(
+        pp=shape.pp,
+        microbatches=shape.n_microbatches,
+        steps=a.steps,
+        hidden=a.hidden,
+        seq_len=a.seq_len,
+        rows_per_microbatch=a.rows,
+        layers_per_stage=1,
+        variants=variants,
+        timeout_s=a.timeout,
+    )
     boundary = harness_boundary(rows=a.rows, seq_len=a.seq_len, hidden=a.hidden)
-    print(f"# Kimi-K3 schedule shape ({PRESET}): {shape.describe()}; boundary {a.rows} x {a.seq_len} x {a.hidden} "
-          f"float32 = {boundary.forward_bytes} B per set; {a.steps} steps; gloo on 127.0.0.1")
+    print(
+        f"# Kimi-K3 schedule shape ({PRESET}): {shape.describe()}; boundary {a.rows} x {a.seq_len} x {a.hidden} "
+        f"float32 = {boundary.forward_bytes} B per set; {a.steps} steps; gloo on 127.0.0.1"
+    )
     t0 = time.perf_counter()
     report = run_parity(spec)
     wall = time.perf_counter() - t0
     import torch
 
     print(f"# torch {torch.__version__}, launch wall {wall:.1f} s")
-    cols = ("variant", "stage", "counted_B", "model_B", "ratio", "sets", "model_sets", "rehomes", "rehomed_B",
-            "bitwise")
+    cols = (
+        "variant",
+        "stage",
+        "counted_B",
+        "model_B",
+        "ratio",
+        "sets",
+        "model_sets",
+        "rehomes",
+        "rehomed_B",
+        "bitwise",
+    )
     rows = []
     worst = 0.0
     for res in report.variants:
@@ -81,15 +108,29 @@ def main(argv: list[str] | None = None) -> int:
             want_sets = sum(model.row(stage, d).sets(column) for d in DIRECTIONS)
             ratio = counted / want if want else (1.0 if counted == 0 else float("inf"))
             worst = max(worst, abs(ratio - 1.0))
-            rows.append((res.name, stage, counted, want, f"{ratio:.3f}", sets, want_sets, rehomes, rehomed,
-                         "ref" if res.reference is None else res.bitwise_equal))
+            rows.append(
+                (
+                    res.name,
+                    stage,
+                    counted,
+                    want,
+                    f"{ratio:.3f}",
+                    sets,
+                    want_sets,
+                    rehomes,
+                    rehomed,
+                    "ref" if res.reference is None else res.bitwise_equal,
+                )
+            )
     widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) for i, c in enumerate(cols)]
     print("  ".join(str(c).rjust(w) for c, w in zip(cols, widths)))
     for r in rows:
         print("  ".join(str(v).rjust(w) for v, w in zip(r, widths)))
     pooled = [v for v in report.variants if v.pooled]
-    print(f"# every pooled variant bitwise equal to stock: {all(v.bitwise_equal for v in pooled)}; "
-          f"largest |counted/model - 1| over all stages: {worst:.3f}")
+    print(
+        f"# every pooled variant bitwise equal to stock: {all(v.bitwise_equal for v in pooled)}; "
+        f"largest |counted/model - 1| over all stages: {worst:.3f}"
+    )
     return 0 if report.bitwise_equal else 1
 
 

@@ -49,19 +49,41 @@ def main() -> None:
     boundary = Boundary.opaque(416 * 2**20)
     shape = PipelineShape(pp=16, n_microbatches=256)
     state = mp.ExplorerState()
-    kwargs = dict(preset=PRESET, pp=16, microbatches=256, grad_slack=1, policy="automodel", boundary_mib=416.0)
+    kwargs = dict(
+        preset=PRESET, pp=16, microbatches=256, grad_slack=1, policy="automodel", boundary_mib=416.0
+    )
     mp.explore(state, slack=2, **kwargs)  # warm the walk cache and the imports
     slacks = iter(range(10**9))
 
     rows = []
-    rows.append(("widget update, N=16 M=256 (slack moves)", args.reps,
-                 _median_ms(lambda: mp.explore(state, slack=next(slacks) % 9, **kwargs), args.reps)))
+    rows.append(
+        (
+            "widget update, N=16 M=256 (slack moves)",
+            args.reps,
+            _median_ms(lambda: mp.explore(state, slack=next(slacks) % 9, **kwargs), args.reps),
+        )
+    )
     sizes = iter(range(10**9))
-    rows.append(("widget update, N=16, new M each time", args.reps,
-                 _median_ms(lambda: mp.explore(state, slack=2, **{**kwargs, "microbatches": 256 - next(sizes)}),
-                            args.reps)))
-    rows.append(("model, N=16 M=256, live sets by formula", args.reps,
-                 _median_ms(lambda: model_memory(shape, boundary, PoolConfig(), live_source="formula"), args.reps)))
+    rows.append(
+        (
+            "widget update, N=16, new M each time",
+            args.reps,
+            _median_ms(
+                lambda: mp.explore(state, slack=2, **{**kwargs, "microbatches": 256 - next(sizes)}),
+                args.reps,
+            ),
+        )
+    )
+    rows.append(
+        (
+            "model, N=16 M=256, live sets by formula",
+            args.reps,
+            _median_ms(
+                lambda: model_memory(shape, boundary, PoolConfig(), live_source="formula"),
+                args.reps,
+            ),
+        )
+    )
 
     import torch.distributed.pipelining  # noqa: F401 - imported once here, so the cold row times the walk, not the import
 
@@ -69,7 +91,9 @@ def main() -> None:
         stage_sets.cache_clear()  # the receive records and the walker's own memo
         model_memory(shape, boundary, PoolConfig())
 
-    rows.append(("model, N=16 M=256, cold schedule walk", args.cold_reps, _median_ms(cold, args.cold_reps)))
+    rows.append(
+        ("model, N=16 M=256, cold schedule walk", args.cold_reps, _median_ms(cold, args.cold_reps))
+    )
 
     print(f"{'case':<46} {'reps':>5} {'median ms':>10} {'goal ms':>8} {'ratio to goal':>14}")
     for name, reps, ms in rows:
@@ -82,12 +106,16 @@ def main() -> None:
         for m in range(n, 257):
             sh = PipelineShape(pp=n, n_microbatches=m)
             for slack in range(5):
-                model_memory(sh, boundary, PoolConfig(slack=slack), live_source=args.sweep_live_source)
+                model_memory(
+                    sh, boundary, PoolConfig(slack=slack), live_source=args.sweep_live_source
+                )
                 n_models += 1
     total = time.perf_counter() - t
     print()
     print(f"{'sweep':<46} {'models':>7} {'total s':>8} {'us/model':>9}")
-    print(f"{'N 2..16 x M N..256 x slack 0..4 (' + args.sweep_live_source + ')':<46} {n_models:>7} {total:>8.2f} {total / n_models * 1e6:>9.1f}")
+    print(
+        f"{'N 2..16 x M N..256 x slack 0..4 (' + args.sweep_live_source + ')':<46} {n_models:>7} {total:>8.2f} {total / n_models * 1e6:>9.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -38,9 +38,17 @@ from pooltk.memory.replay.run import Training, replay_rank
 PUBLISHED = {2: (35.75, 40.30), 4: (35.80, 42.27), 8: (35.94, 48.27), 16: (36.20, 65.47)}
 """microbatches -> (stage 0, stage 1) max reserved, as the thread prints it (torchtitan prints GiB, labelled GB)."""
 
-LLAMA3_8B_16 = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 16, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "torch_dtype": "bfloat16",
-                "rope_theta": 500000.0}
+LLAMA3_8B_16 = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+    "torch_dtype": "bfloat16",
+    "rope_theta": 500000.0,
+}
 """Llama-3-8B's widths (torchtitan's llama3 8B flavor), pruned to 16 layers as in the thread."""
 
 
@@ -53,22 +61,34 @@ def main() -> None:
     ms = [int(x) for x in args.microbatches.split(",")]
     ranks = [int(x) for x in args.ranks.split(",")]
     got: dict[tuple[int, int], float] = {}
-    print(f"{'M':>3} {'stage':>5} {'published GB':>12} {'replayed GiB':>12} {'kept outputs GiB':>16}  peak at")
+    print(
+        f"{'M':>3} {'stage':>5} {'published GB':>12} {'replayed GiB':>12} {'kept outputs GiB':>16}  peak at"
+    )
     for m in ms:
         builder = decoder_builder(cfg, rows=1, seq_len=4096, checkpointing=True, split="automodel")
         for rank in ranks:
-            r = replay_rank(builder, PipelineShape(pp=2, n_microbatches=m), rank, variant="stock",
-                            training=Training(return_outputs=True))
+            r = replay_rank(
+                builder,
+                PipelineShape(pp=2, n_microbatches=m),
+                rank,
+                variant="stock",
+                training=Training(return_outputs=True),
+            )
             got[(m, rank)] = r.peak.bytes / 2**30
-            print(f"{m:>3} {rank:>5} {PUBLISHED[m][rank]:>12.2f} {got[(m, rank)]:>12.2f} "
-                  f"{r.at_peak['kept_outputs'] / 2**30:>16.2f}  {r.peak.describe()}", flush=True)
+            print(
+                f"{m:>3} {rank:>5} {PUBLISHED[m][rank]:>12.2f} {got[(m, rank)]:>12.2f} "
+                f"{r.at_peak['kept_outputs'] / 2**30:>16.2f}  {r.peak.describe()}",
+                flush=True,
+            )
     print()
     print("change with M from the smallest M, per stage (GB published, GiB replayed):")
     first = ms[0]
     for rank in ranks:
         for m in ms[1:]:
-            print(f"  stage {rank}: M {first} -> {m}: published {PUBLISHED[m][rank] - PUBLISHED[first][rank]:+.2f}, "
-                  f"replayed {got[(m, rank)] - got[(first, rank)]:+.2f}")
+            print(
+                f"  stage {rank}: M {first} -> {m}: published {PUBLISHED[m][rank] - PUBLISHED[first][rank]:+.2f}, "
+                f"replayed {got[(m, rank)] - got[(first, rank)]:+.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -25,15 +25,23 @@ def main() -> None:
     parser.add_argument("--preset", default="kimi-k3-gb200-2k", choices=sorted(ESTIMATE_PRESETS))
     parser.add_argument("--ranks", default=None, help="comma-separated (default: every rank)")
     parser.add_argument("--variants", default="stock,pooled")
-    parser.add_argument("--microbatches", type=int, default=None, help="override the preset's microbatches")
+    parser.add_argument(
+        "--microbatches", type=int, default=None, help="override the preset's microbatches"
+    )
     args = parser.parse_args()
 
     inputs = estimate_preset(args.preset).inputs()
-    shape = inputs.shape if args.microbatches is None else dataclasses.replace(inputs.shape, n_microbatches=args.microbatches)
+    shape = (
+        inputs.shape
+        if args.microbatches is None
+        else dataclasses.replace(inputs.shape, n_microbatches=args.microbatches)
+    )
     ranks = None if args.ranks is None else [int(r) for r in args.ranks.split(",")]
     print(f"{args.preset}: {inputs.description}; {shape.describe()}")
-    print(f"{'rank':>4} {'stages':>6} {'variant':>10} {'wall s':>7} {'cpu s':>7} {'storages':>9} {'peak GiB':>9} "
-          f"{'recv GiB':>8}  peak at")
+    print(
+        f"{'rank':>4} {'stages':>6} {'variant':>10} {'wall s':>7} {'cpu s':>7} {'storages':>9} {'peak GiB':>9} "
+        f"{'recv GiB':>8}  peak at"
+    )
     last_cpu = [time.process_time()]
     rows: list = []
 
@@ -41,16 +49,26 @@ def main() -> None:
         cpu = time.process_time() - last_cpu[0]
         last_cpu[0] = time.process_time()
         rows.append((r, cpu))
-        print(f"{r.rank:>4} {','.join(map(str, r.stages)):>6} {r.variant:>10} {r.wall_s:>7.1f} {cpu:>7.1f} {r.storages:>9} "
-              f"{r.peak.bytes / 2**30:>9.2f} {r.category_max['recv_buffers'] / 2**30:>8.2f}  {r.peak.describe()}",
-              flush=True)
+        print(
+            f"{r.rank:>4} {','.join(map(str, r.stages)):>6} {r.variant:>10} {r.wall_s:>7.1f} {cpu:>7.1f} {r.storages:>9} "
+            f"{r.peak.bytes / 2**30:>9.2f} {r.category_max['recv_buffers'] / 2**30:>8.2f}  {r.peak.describe()}",
+            flush=True,
+        )
 
-    est = estimate_memory(inputs.builder, shape, config=inputs.config, ranks=ranks,
-                          variants=[v for v in args.variants.split(",") if v], progress=report)
+    est = estimate_memory(
+        inputs.builder,
+        shape,
+        config=inputs.config,
+        ranks=ranks,
+        variants=[v for v in args.variants.split(",") if v],
+        progress=report,
+    )
     print()
     print(f"{'rank':>4} {'variant':>10} {'replayed recv GiB':>18} {'modelled recv GiB':>18}")
     for x in est.receive_frame().itertuples():
-        print(f"{x.rank:>4} {x.variant:>10} {x.replayed_bytes / 2**30:>18.3f} {x.modelled_bytes / 2**30:>18.3f}")
+        print(
+            f"{x.rank:>4} {x.variant:>10} {x.replayed_bytes / 2**30:>18.3f} {x.modelled_bytes / 2**30:>18.3f}"
+        )
 
 
 if __name__ == "__main__":

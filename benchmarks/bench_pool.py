@@ -35,7 +35,9 @@ def host_us_per_receive(guard: bool, *, k: int = 3, m: int = 16, reps: int = 200
 
     slots = [[torch.zeros(2, 8, 256)] for _ in range(k)]
     infos = {c: (Info(torch.zeros(2, 8, 256)),) for c in range(m)}
-    ring = DirectionRing(stage=1, direction="forward", live=k, n_microbatches=m, slots=slots, guard=guard)
+    ring = DirectionRing(
+        stage=1, direction="forward", live=k, n_microbatches=m, slots=slots, guard=guard
+    )
     ring.bind(1, infos, [0])
     runs = []
     for _ in range(5):
@@ -72,20 +74,35 @@ def main() -> None:
         Variant(name="automodel", pooled=True, config=Rings(policy="automodel")),
         Variant(name="liveset", pooled=True, config=Rings(slack=0, grad_slack=0)),
     ]
-    spec = ParitySpec(pp=args.pp, microbatches=args.microbatches, steps=args.steps, hidden=args.hidden,
-                      timeout_s=900, variants=tuple(variants))
-    print(f"[bench] {len(variants)} variants x {args.steps} steps on {args.pp} gloo ranks ...", flush=True)
+    spec = ParitySpec(
+        pp=args.pp,
+        microbatches=args.microbatches,
+        steps=args.steps,
+        hidden=args.hidden,
+        timeout_s=900,
+        variants=tuple(variants),
+    )
+    print(
+        f"[bench] {len(variants)} variants x {args.steps} steps on {args.pp} gloo ranks ...",
+        flush=True,
+    )
     report = run_parity(spec)
     med = {v.name: v.median_step_time_s for v in report.variants}
-    pooled_ratio = statistics.median(med[f"tight#{r}"] / med[f"stock#{r}"] for r in range(args.rounds))
-    guard_ratio = statistics.median(med[f"tight#{r}"] / med[f"noguard#{r}"] for r in range(args.rounds))
+    pooled_ratio = statistics.median(
+        med[f"tight#{r}"] / med[f"stock#{r}"] for r in range(args.rounds)
+    )
+    guard_ratio = statistics.median(
+        med[f"tight#{r}"] / med[f"noguard#{r}"] for r in range(args.rounds)
+    )
     stock_ms = statistics.median(med[f"stock#{r}"] for r in range(args.rounds)) * 1e3
 
     us_on, us_off = host_us_per_receive(True), host_us_per_receive(False)
 
     print(f"[bench] timing the pp4 parity check (pooltk parity defaults) ...", flush=True)
     t0 = time.perf_counter()
-    check = run_parity(ParitySpec(pp=4, microbatches=16, steps=3, variants=default_variants([Rings()])))
+    check = run_parity(
+        ParitySpec(pp=4, microbatches=16, steps=3, variants=default_variants([Rings()]))
+    )
     parity_wall = time.perf_counter() - t0
 
     print()
@@ -98,13 +115,25 @@ def main() -> None:
     print(f"{'pp4 parity check wall time, s':44} {parity_wall:12.1f} {'<= 10':>10}")
     print(f"{'pp4 parity check bitwise equal':44} {str(check.bitwise_equal):>12} {'True':>10}")
     print()
-    print(f"receive bytes per stage, measured (pp{args.pp}, M={args.microbatches}, "
-          f"{report.boundary_bytes} B per set):")
-    rows = [("stock", "stock#0"), ("automodel s2", "automodel"), ("tight s2", "tight#0"), ("live set", "liveset")]
-    print(f"{'stage':>5} " + " ".join(f"{label:>14}" for label, _ in rows) + f" {'tight/stock':>12}")
+    print(
+        f"receive bytes per stage, measured (pp{args.pp}, M={args.microbatches}, "
+        f"{report.boundary_bytes} B per set):"
+    )
+    rows = [
+        ("stock", "stock#0"),
+        ("automodel s2", "automodel"),
+        ("tight s2", "tight#0"),
+        ("live set", "liveset"),
+    ]
+    print(
+        f"{'stage':>5} " + " ".join(f"{label:>14}" for label, _ in rows) + f" {'tight/stock':>12}"
+    )
     for s in range(args.pp):
-        vals = [report.variant(n).recv[s]["forward"]["bytes"] + report.variant(n).recv[s]["grad"]["bytes"]
-                for _, n in rows]
+        vals = [
+            report.variant(n).recv[s]["forward"]["bytes"]
+            + report.variant(n).recv[s]["grad"]["bytes"]
+            for _, n in rows
+        ]
         print(f"{s:>5} " + " ".join(f"{v:>14,}" for v in vals) + f" {vals[2] / vals[0]:>12.3f}")
     assert report.bitwise_equal, "a pooled variant diverged from stock"
 

@@ -49,7 +49,9 @@ CONFIGS = {
 def _variants(name: str) -> tuple[Variant, ...]:
     base = dict(schedule=name, stages_per_rank=VPP)
     return (Variant(name=f"{name}/stock", **base),) + tuple(
-        Variant(name=f"{name}/{k}", pooled=True, config=c, install_schedule="auto", **base) for k, c in CONFIGS.items())
+        Variant(name=f"{name}/{k}", pooled=True, config=c, install_schedule="auto", **base)
+        for k, c in CONFIGS.items()
+    )
 
 
 def _rank_bytes(v, rank: int) -> int:
@@ -71,46 +73,108 @@ def main(argv: list[str] | None = None) -> int:
     for pp in a.pp:
         for m in a.microbatches:
             names = [n for n in a.schedules if not (n == "DualPipeV" and m < pp * VPP)]
-            spec = ParitySpec(pp=pp, microbatches=m, steps=a.steps, timeout_s=a.timeout,
-                              variants=tuple(v for n in names for v in _variants(n)))
+            spec = ParitySpec(
+                pp=pp,
+                microbatches=m,
+                steps=a.steps,
+                timeout_s=a.timeout,
+                variants=tuple(v for n in names for v in _variants(n)),
+            )
             report = run_parity(spec)
             set_bytes = report.boundary_bytes
             for name in names:
                 got = {k: report.variant(f"{name}/{k}") for k in ("stock", *CONFIGS)}
                 unequal += [f"{name} pp{pp} M{m} {k}" for k in CONFIGS if not got[k].bitwise_equal]
-                prog, spans = analyse(ScheduleShape(schedule=resolve_schedule(name)[1], pp=pp, n_microbatches=m,
-                                                    stages_per_rank=VPP))
+                prog, spans = analyse(
+                    ScheduleShape(
+                        schedule=resolve_schedule(name)[1],
+                        pp=pp,
+                        n_microbatches=m,
+                        stages_per_rank=VPP,
+                    )
+                )
                 live = rank_rings(prog, spans, CONFIGS["rank0"])
-                boundary = harness_boundary(rows=spec.rows_per_microbatch, seq_len=spec.seq_len, hidden=spec.hidden)
-                model = model_memory(PipelineShape(pp=pp, n_microbatches=m, schedule=name, stages_per_rank=VPP),
-                                     boundary, CONFIGS["rank"]).expected_rank_bytes()
+                boundary = harness_boundary(
+                    rows=spec.rows_per_microbatch, seq_len=spec.seq_len, hidden=spec.hidden
+                )
+                model = model_memory(
+                    PipelineShape(pp=pp, n_microbatches=m, schedule=name, stages_per_rank=VPP),
+                    boundary,
+                    CONFIGS["rank"],
+                ).expected_rank_bytes()
                 for rank in sorted(got["stock"].rank_recv):
-                    row = {"schedule": name, "pp": pp, "vpp": VPP, "M": m, "rank": rank,
-                           "stock": _rank_bytes(got["stock"], rank), "per_stage": _rank_bytes(got["per-stage"], rank),
-                           "rank_bytes": _rank_bytes(got["rank"], rank), "rank0": _rank_bytes(got["rank0"], rank),
-                           "live": sum(r.size for r in live if r.rank == rank) * set_bytes,
-                           "model": model[rank].pooled_bytes,
-                           "bitwise": all(got[k].bitwise_equal for k in CONFIGS)}
+                    row = {
+                        "schedule": name,
+                        "pp": pp,
+                        "vpp": VPP,
+                        "M": m,
+                        "rank": rank,
+                        "stock": _rank_bytes(got["stock"], rank),
+                        "per_stage": _rank_bytes(got["per-stage"], rank),
+                        "rank_bytes": _rank_bytes(got["rank"], rank),
+                        "rank0": _rank_bytes(got["rank0"], rank),
+                        "live": sum(r.size for r in live if r.rank == rank) * set_bytes,
+                        "model": model[rank].pooled_bytes,
+                        "bitwise": all(got[k].bitwise_equal for k in CONFIGS),
+                    }
                     rows.append(row)
     wall = time.perf_counter() - t0
 
     def ratio(x: int, y: int) -> str:
         return f"{x / y:.3f}" if y else "-"
 
-    head = ("schedule", "pp", "M", "rank", "stock B", "per-stage B", "rank B", "rank0 B", "live B", "rank/stock",
-            "rank/per-stage", "rank0/live", "rank/model", "bitwise")
-    print(f"# receive bytes per rank, gloo on 127.0.0.1, {a.steps} steps per variant, one set = "
-          f"{report.boundary_bytes} B; {wall:.0f} s")
+    head = (
+        "schedule",
+        "pp",
+        "M",
+        "rank",
+        "stock B",
+        "per-stage B",
+        "rank B",
+        "rank0 B",
+        "live B",
+        "rank/stock",
+        "rank/per-stage",
+        "rank0/live",
+        "rank/model",
+        "bitwise",
+    )
+    print(
+        f"# receive bytes per rank, gloo on 127.0.0.1, {a.steps} steps per variant, one set = "
+        f"{report.boundary_bytes} B; {wall:.0f} s"
+    )
     print(" | ".join(head))
     for r in rows:
-        print(" | ".join(str(x) for x in (r["schedule"], r["pp"], r["M"], r["rank"], r["stock"], r["per_stage"],
-                                           r["rank_bytes"], r["rank0"], r["live"], ratio(r["rank_bytes"], r["stock"]),
-                                           ratio(r["rank_bytes"], r["per_stage"]), ratio(r["rank0"], r["live"]),
-                                           ratio(r["rank_bytes"], r["model"]), r["bitwise"])))
-    tot = {k: sum(r[k] for r in rows) for k in ("stock", "per_stage", "rank_bytes", "rank0", "live", "model")}
-    print(f"total | rank/stock {ratio(tot['rank_bytes'], tot['stock'])} | rank/per-stage "
-          f"{ratio(tot['rank_bytes'], tot['per_stage'])} | rank0/live {ratio(tot['rank0'], tot['live'])} | "
-          f"rank/model {ratio(tot['rank_bytes'], tot['model'])}")
+        print(
+            " | ".join(
+                str(x)
+                for x in (
+                    r["schedule"],
+                    r["pp"],
+                    r["M"],
+                    r["rank"],
+                    r["stock"],
+                    r["per_stage"],
+                    r["rank_bytes"],
+                    r["rank0"],
+                    r["live"],
+                    ratio(r["rank_bytes"], r["stock"]),
+                    ratio(r["rank_bytes"], r["per_stage"]),
+                    ratio(r["rank0"], r["live"]),
+                    ratio(r["rank_bytes"], r["model"]),
+                    r["bitwise"],
+                )
+            )
+        )
+    tot = {
+        k: sum(r[k] for r in rows)
+        for k in ("stock", "per_stage", "rank_bytes", "rank0", "live", "model")
+    }
+    print(
+        f"total | rank/stock {ratio(tot['rank_bytes'], tot['stock'])} | rank/per-stage "
+        f"{ratio(tot['rank_bytes'], tot['per_stage'])} | rank0/live {ratio(tot['rank0'], tot['live'])} | "
+        f"rank/model {ratio(tot['rank_bytes'], tot['model'])}"
+    )
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))

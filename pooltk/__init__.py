@@ -25,8 +25,21 @@ _EXPORTS: dict[str, str] = {
     "PoolReuseError": "pooltk.pool.guard",
     "StageState": "pooltk.pool.state",
     "stage_state": "pooltk.pool.state",
-    **{name: "pooltk.pool.install" for name in ("InstallReport", "PoolWarning", "install", "installed", "pool_stage",
-                                                 "pooled", "probe", "stage_rings", "uninstall", "unpool_stage")},
+    **{
+        name: "pooltk.pool.install"
+        for name in (
+            "InstallReport",
+            "PoolWarning",
+            "install",
+            "installed",
+            "pool_stage",
+            "pooled",
+            "probe",
+            "stage_rings",
+            "uninstall",
+            "unpool_stage",
+        )
+    },
 }
 """Public name -> the module that defines it."""
 

@@ -45,7 +45,11 @@ def _fail(error: type[Exception], what: str, found: str, required: str, fix: str
 
 
 def _found(value: Any) -> str:
-    return f"{value!r} ({type(value).__name__})" if not isinstance(value, int) or isinstance(value, bool) else repr(value)
+    return (
+        f"{value!r} ({type(value).__name__})"
+        if not isinstance(value, int) or isinstance(value, bool)
+        else repr(value)
+    )
 
 
 def check_int(
@@ -71,8 +75,12 @@ def check_int(
     else:
         required = "an integer"
     # bool is an int subclass; True as a count is almost certainly a mistake.
-    if isinstance(value, bool) or not isinstance(value, int) \
-            or (low is not None and value < low) or (high is not None and value > high):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or (low is not None and value < low)
+        or (high is not None and value > high)
+    ):
         _fail(error, what, _found(value), required, fix)
     return value
 

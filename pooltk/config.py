@@ -37,16 +37,29 @@ class PoolConfig:
     (torch 2.15) this is all pooltk does."""
 
     def __post_init__(self) -> None:
-        check_int("PoolConfig.slack", self.slack, low=0,
-                  fix="pass slack=0 for the live-set limit, or a small positive integer such as 2.")
-        check_int("PoolConfig.grad_slack", self.grad_slack, low=0, fix="pass grad_slack=0 or 1 (the default).")
+        check_int(
+            "PoolConfig.slack",
+            self.slack,
+            low=0,
+            fix="pass slack=0 for the live-set limit, or a small positive integer such as 2.",
+        )
+        check_int(
+            "PoolConfig.grad_slack",
+            self.grad_slack,
+            low=0,
+            fix="pass grad_slack=0 or 1 (the default).",
+        )
         if not isinstance(self.release, bool):
-            raise ValueError(f"PoolConfig.release: found {self.release!r}; required True or False. "
-                             "Fix: release=True (default) or release=False.")
+            raise ValueError(
+                f"PoolConfig.release: found {self.release!r}; required True or False. "
+                "Fix: release=True (default) or release=False."
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def describe(self) -> str:
         """One line such as ``slack=2 grad_slack=1``."""
-        return f"slack={self.slack} grad_slack={self.grad_slack}" + ("" if self.release else " release=off")
+        return f"slack={self.slack} grad_slack={self.grad_slack}" + (
+            "" if self.release else " release=off"
+        )

@@ -83,21 +83,36 @@ def rank_main(rank: int, world: int, port: int, out: Path) -> None:
                     new_storage = key not in state["live"]
                     if new_storage:
                         state["live"][key] = weakref.finalize(storage, freed, key)
-                    rows.append({"torch": torch.__version__, "model": name, "stage": rank, "direction": _dir,
-                                 "step": state["step"], "microbatch": chunk, "address": addr,
-                                 "bytes": storage.nbytes(), "new_storage": new_storage,
-                                 "address_seen_this_step_for": -1 if earlier is None else earlier})
+                    rows.append(
+                        {
+                            "torch": torch.__version__,
+                            "model": name,
+                            "stage": rank,
+                            "direction": _dir,
+                            "step": state["step"],
+                            "microbatch": chunk,
+                            "address": addr,
+                            "bytes": storage.nbytes(),
+                            "new_storage": new_storage,
+                            "address_seen_this_step_for": -1 if earlier is None else earlier,
+                        }
+                    )
                     state["seen"][(_dir, addr)] = chunk
                 return ops
 
             stage.__dict__[method] = recorded
-        schedule = Schedule1F1B(stage, n_microbatches=MICROBATCHES,
-                                loss_fn=lambda o, t: torch.nn.functional.mse_loss(o, t))
+        schedule = Schedule1F1B(
+            stage,
+            n_microbatches=MICROBATCHES,
+            loss_fn=lambda o, t: torch.nn.functional.mse_loss(o, t),
+        )
         for step in range(STEPS):
             state["step"], state["seen"] = step, {}
             x = torch.randn(ROWS * MICROBATCHES, SEQ, hidden)
             y = torch.randn(ROWS * MICROBATCHES, SEQ, hidden)
-            schedule.step(*((x,) if rank == 0 else ()), **({"target": y} if rank == world - 1 else {}))
+            schedule.step(
+                *((x,) if rank == 0 else ()), **({"target": y} if rank == world - 1 else {})
+            )
         dist.barrier()
     (out / f"rank{rank}.json").write_text(json.dumps(rows))
     dist.destroy_process_group()
@@ -112,15 +127,29 @@ def measure(python: str) -> list[dict[str, Any]]:
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONPATH=str(Path.cwd()))
     with tempfile.TemporaryDirectory(prefix="pooltk-addresses-") as tmp:
         out = Path(tmp)
-        argvs = [[python, "-m", "tools.address_reuse", "--rank", str(r), str(PP), str(store.port), str(out)]
-                 for r in range(PP)]
-        launch = run_processes(argvs, logs=[out / f"rank{r}.log" for r in range(PP)], env=env, timeout_s=600,
-                               grace_s=5)
+        argvs = [
+            [
+                python,
+                "-m",
+                "tools.address_reuse",
+                "--rank",
+                str(r),
+                str(PP),
+                str(store.port),
+                str(out),
+            ]
+            for r in range(PP)
+        ]
+        launch = run_processes(
+            argvs, logs=[out / f"rank{r}.log" for r in range(PP)], env=env, timeout_s=600, grace_s=5
+        )
         del store
         missing = [r for r in range(PP) if not (out / f"rank{r}.json").exists()]
         if missing:
-            raise RuntimeError(f"address_reuse: ranks {missing} wrote nothing ({launch.codes}):\n"
-                               + (out / f"rank{missing[0]}.log").read_text()[-3000:])
+            raise RuntimeError(
+                f"address_reuse: ranks {missing} wrote nothing ({launch.codes}):\n"
+                + (out / f"rank{missing[0]}.log").read_text()[-3000:]
+            )
         return [row for r in range(PP) for row in json.loads((out / f"rank{r}.json").read_text())]
 
 
@@ -131,9 +160,12 @@ def summary(rows: list[dict[str, Any]]):  # noqa: ANN201 - a pandas DataFrame
     df = pd.DataFrame(rows)
     df = df[df["step"] >= 1]  # step 0 also runs torch's shape inference
     g = df.groupby(["torch", "model", "stage", "direction", "step"])
-    return g.agg(receives=("address", "size"), distinct_addresses=("address", "nunique"),
-                 reused_within_step=("address_seen_this_step_for", lambda s: int((s >= 0).sum())),
-                 new_storages=("new_storage", "sum")).reset_index()
+    return g.agg(
+        receives=("address", "size"),
+        distinct_addresses=("address", "nunique"),
+        reused_within_step=("address_seen_this_step_for", lambda s: int((s >= 0).sum())),
+        new_storages=("new_storage", "sum"),
+    ).reset_index()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,9 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "--rank":
         rank_main(int(argv[1]), int(argv[2]), int(argv[3]), Path(argv[4]))
         return 0
-    p = argparse.ArgumentParser(prog="python -m tools.address_reuse", description=__doc__.splitlines()[0])
-    p.add_argument("--python", nargs="+", default=[sys.executable],
-                   help="interpreters whose torch runs the ranks, one launch each (default: this one)")
+    p = argparse.ArgumentParser(
+        prog="python -m tools.address_reuse", description=__doc__.splitlines()[0]
+    )
+    p.add_argument(
+        "--python",
+        nargs="+",
+        default=[sys.executable],
+        help="interpreters whose torch runs the ranks, one launch each (default: this one)",
+    )
     p.add_argument("--csv", type=Path, default=None, help="write the per-step summary here")
     args = p.parse_args(argv)
     table = summary([row for py in args.python for row in measure(py)])

@@ -44,7 +44,9 @@ def _triton_scale():  # noqa: ANN202 - None where triton cannot run
 
     def launch(x: torch.Tensor, out: torch.Tensor) -> None:
         n = x.numel()
-        scale[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)  # the launcher reads x.data_ptr(), out.data_ptr()
+        scale[(triton.cdiv(n, 1024),)](
+            x, out, n, BLOCK=1024
+        )  # the launcher reads x.data_ptr(), out.data_ptr()
 
     return launch
 
@@ -81,8 +83,10 @@ class Stage(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.layer = torch.compile(torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh()),
-                                   backend="inductor")
+        self.layer = torch.compile(
+            torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh()),
+            backend="inductor",
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.layer(_Scale.apply(x))
@@ -114,11 +118,18 @@ def _variant(pooled: bool, device: torch.device, m: int, steps: int) -> dict[str
     state = pooltk.stage_state(stage)
     use = {u.direction: u.to_dict() for u in state.usage(STAGE)} if state is not None else {}
     counts = counter.as_dict()
-    out = {"variant": "pooled" if pooled else "stock", "device": str(device), "microbatches": m, "steps": steps,
-           "rehomes": sum(u["rehomes"] for u in use.values()), "rings": {d: u["ring"] for d, u in use.items()},
-           "recv_peak_storages": {d: c["peak"] for d, c in counts.items()},
-           "recv_peak_bytes": sum(c["peak_bytes"] for c in counts.values()), "wall_s": round(wall, 3),
-           "address_reads": _Scale.reads}
+    out = {
+        "variant": "pooled" if pooled else "stock",
+        "device": str(device),
+        "microbatches": m,
+        "steps": steps,
+        "rehomes": sum(u["rehomes"] for u in use.values()),
+        "rings": {d: u["ring"] for d, u in use.items()},
+        "recv_peak_storages": {d: c["peak"] for d, c in counts.items()},
+        "recv_peak_bytes": sum(c["peak_bytes"] for c in counts.values()),
+        "wall_s": round(wall, 3),
+        "address_reads": _Scale.reads,
+    }
     if device.type == "cuda":
         out["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated() - base
     if pooled:
@@ -142,11 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     stock, pooled = rows
     fwd_k = pooled["rings"].get("forward", 0)
     claim = {
-        "kernel": "triton" if _Scale.launch is not None else "launcher by hand (data_ptr read, then the op)",
+        "kernel": "triton"
+        if _Scale.launch is not None
+        else "launcher by hand (data_ptr read, then the op)",
         "pooled_rehomes": pooled["rehomes"],
         "pooled_forward_storages": pooled["recv_peak_storages"]["forward"],
         "stock_forward_storages": stock["recv_peak_storages"]["forward"],
-        "holds_the_ring": pooled["rehomes"] == 0 and pooled["recv_peak_storages"]["forward"] == fwd_k
+        "holds_the_ring": pooled["rehomes"] == 0
+        and pooled["recv_peak_storages"]["forward"] == fwd_k
         and stock["recv_peak_storages"]["forward"] == args.microbatches,
     }
     result = {"torch": torch.__version__, "rows": rows, "claim": claim}

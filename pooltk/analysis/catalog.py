@@ -46,7 +46,6 @@ class ScheduleAnalysisError(ValueError):
     """
 
 
-
 def _pipelining() -> Any:
     try:
         from torch.distributed.pipelining import schedules

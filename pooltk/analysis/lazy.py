@@ -37,7 +37,11 @@ __all__ = ["lazy_holds"]
 
 
 def lazy_holds(
-    live: Mapping[tuple[int, Direction], int], num_stages: int, n_microbatches: int, *, released: bool = False
+    live: Mapping[tuple[int, Direction], int],
+    num_stages: int,
+    n_microbatches: int,
+    *,
+    released: bool = False,
 ) -> dict[tuple[int, Direction], int]:
     """Receive buffers torch's lazy layout holds per (stage, direction). See [Note: lazy receive buffers].
 
@@ -51,6 +55,8 @@ def lazy_holds(
     """
     last = num_stages - 1
     return {
-        (stage, d): (n_microbatches if (d == "forward" and stage == last and k and not released) else k)
+        (stage, d): (
+            n_microbatches if (d == "forward" and stage == last and k and not released) else k
+        )
         for (stage, d), k in live.items()
     }

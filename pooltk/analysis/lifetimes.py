@@ -160,7 +160,10 @@ def lifetimes_of(prog: Program) -> list[BufferLifetime]:
             if e.kind in ("RECV_F", "RECV_B"):
                 key = (e.stage, _direction_of_recv(e.kind), e.microbatch)
                 if key in post:
-                    raise _fail(f"receive {e.kind} for stage {e.stage} microbatch {e.microbatch} posted twice", e.step)
+                    raise _fail(
+                        f"receive {e.kind} for stage {e.stage} microbatch {e.microbatch} posted twice",
+                        e.step,
+                    )
                 post[key] = e.step
             elif e.kind == "F":
                 if key_f in post:
@@ -168,7 +171,10 @@ def lifetimes_of(prog: Program) -> list[BufferLifetime]:
                     if prog.forward_only:
                         release[key_f] = e.step
                 elif e.stage != 0 and s2r.get(e.stage - 1) != rank:
-                    raise _fail(f"F for stage {e.stage} microbatch {e.microbatch} runs before its receive", e.step)
+                    raise _fail(
+                        f"F for stage {e.stage} microbatch {e.microbatch} runs before its receive",
+                        e.step,
+                    )
             elif e.kind in ("B", "I", "W"):
                 if e.kind in ("B", "I"):
                     if key_g in post:
@@ -259,7 +265,9 @@ def peak_overlap(intervals: Iterable[tuple[int, int]]) -> int:
     points: list[tuple[int, int]] = []
     for start, end in intervals:
         if end < start:
-            raise ValueError(f"interval [{start}, {end}]: found end < start; required start <= end.")
+            raise ValueError(
+                f"interval [{start}, {end}]: found end < start; required start <= end."
+            )
         points.append((start, 0))  # opens sort before closes at the same point: closed intervals
         points.append((end, 1))
     points.sort()
@@ -273,7 +281,9 @@ def peak_overlap(intervals: Iterable[tuple[int, int]]) -> int:
     return peak
 
 
-def live_sets_of(prog: Program, spans: Sequence[BufferLifetime] | None = None) -> dict[tuple[int, Direction], int]:
+def live_sets_of(
+    prog: Program, spans: Sequence[BufferLifetime] | None = None
+) -> dict[tuple[int, Direction], int]:
     """Peak live buffers for every (stage, direction) of ``prog`` (0 where nothing is received)."""
     spans = lifetimes_of(prog) if spans is None else spans
     grouped: dict[tuple[int, Direction], list[tuple[int, int]]] = defaultdict(list)
@@ -286,7 +296,9 @@ def live_sets_of(prog: Program, spans: Sequence[BufferLifetime] | None = None) -
     }
 
 
-def live_sets(schedule: str | type | ScheduleShape, /, **shape: Any) -> dict[tuple[int, Direction], int]:
+def live_sets(
+    schedule: str | type | ScheduleShape, /, **shape: Any
+) -> dict[tuple[int, Direction], int]:
     """Peak number of live receive buffers per (stage, direction).
 
     Every stage appears with both directions; 0 means that (stage, direction) posts no
@@ -300,7 +312,9 @@ def live_sets(schedule: str | type | ScheduleShape, /, **shape: Any) -> dict[tup
 # --------------------------------------------------------------------------- rings
 
 
-def _ring_of(ring_size: int | Mapping[tuple[int, Direction], int], stage: int, direction: Direction) -> int:
+def _ring_of(
+    ring_size: int | Mapping[tuple[int, Direction], int], stage: int, direction: Direction
+) -> int:
     k = ring_size if isinstance(ring_size, int) else ring_size.get((stage, direction))
     if k is None:
         raise ValueError(
@@ -327,7 +341,9 @@ def overwrites(
     for b in spans:
         grouped[(b.stage, b.direction)].append(b)
     found: list[Overwrite] = []
-    for (stage, direction), group in sorted(grouped.items(), key=lambda kv: (kv[0][0], DIRECTIONS.index(kv[0][1]))):
+    for (stage, direction), group in sorted(
+        grouped.items(), key=lambda kv: (kv[0][0], DIRECTIONS.index(kv[0][1]))
+    ):
         k = _ring_of(ring_size, stage, direction)
         by_slot: dict[int, list[BufferLifetime]] = defaultdict(list)
         for b in group:
@@ -338,11 +354,15 @@ def overwrites(
                 for later in slot_group[i + 1 :]:
                     if later.post <= a.release:
                         found.append(Overwrite(stage, direction, a.microbatch, later.microbatch))
-    found.sort(key=lambda o: (o.stage, DIRECTIONS.index(o.direction), o.microbatch, o.overwritten_by))
+    found.sort(
+        key=lambda o: (o.stage, DIRECTIONS.index(o.direction), o.microbatch, o.overwritten_by)
+    )
     return found
 
 
-def min_safe_ring(spans: Sequence[BufferLifetime], stage: int, direction: Direction, n_microbatches: int) -> int:
+def min_safe_ring(
+    spans: Sequence[BufferLifetime], stage: int, direction: Direction, n_microbatches: int
+) -> int:
     """Smallest ``K`` for which the ``c mod K`` ring of (stage, direction) overwrites nothing (0: no receives)."""
     group = [b for b in spans if b.stage == stage and b.direction == direction]
     if not group:
@@ -406,12 +426,17 @@ def _stock(prog: Program, stage: int, direction: Direction) -> int:
     """Sets stock torch 2.11-2.14 preallocates (:func:`pooltk.analysis.rings.stock_count`)."""
     from pooltk.analysis.rings import stock_count
 
-    return stock_count(prog.num_stages, stage, direction, prog.n_microbatches, forward_only=prog.forward_only)
+    return stock_count(
+        prog.num_stages, stage, direction, prog.n_microbatches, forward_only=prog.forward_only
+    )
 
 
 def _handoff(prog: Program, stage: int, direction: Direction) -> bool:
     neighbour = stage - 1 if direction == "forward" else stage + 1
-    return neighbour in prog.stage_to_rank and prog.stage_to_rank[neighbour] == prog.stage_to_rank[stage]
+    return (
+        neighbour in prog.stage_to_rank
+        and prog.stage_to_rank[neighbour] == prog.stage_to_rank[stage]
+    )
 
 
 def live_table(schedule: str | type | ScheduleShape, /, **shape: Any) -> pd.DataFrame:
@@ -483,9 +508,13 @@ def tight_rings(table: pd.DataFrame, *, slack: int, grad_slack: int) -> pd.DataF
     from pooltk.analysis.rings import ring_from_live
     from pooltk.config import PoolConfig
 
-    config = PoolConfig(slack=slack, grad_slack=grad_slack)  # validates both: found / required / fix
-    tight = [ring_from_live(int(k0), int(m), d, config)
-             for k0, m, d in zip(table["ring_min"], table["n_microbatches"], table["direction"])]
+    config = PoolConfig(
+        slack=slack, grad_slack=grad_slack
+    )  # validates both: found / required / fix
+    tight = [
+        ring_from_live(int(k0), int(m), d, config)
+        for k0, m, d in zip(table["ring_min"], table["n_microbatches"], table["direction"])
+    ]
     return table.assign(tight=pd.Series(tight, index=table.index, dtype=int))
 
 
@@ -508,7 +537,9 @@ def sweep_table(
 
     frames: list[pd.DataFrame] = []
     refused: list[dict[str, Any]] = []
-    resolved = [resolve_schedule(s) for s in schedules]  # unknown names fail loudly, before the sweep
+    resolved = [
+        resolve_schedule(s) for s in schedules
+    ]  # unknown names fail loudly, before the sweep
     for name, cls in resolved:
         own_vpps, defers = _shapes_of(name, cls, vpps, defer_pp_recv)
         for pp in pps:

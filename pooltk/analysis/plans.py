@@ -45,7 +45,7 @@ def _order_events(order: dict, rank: int) -> list[tuple[str, int, int]]:
     for action in order.get(rank, []):
         if action is None:
             continue
-        for a in (action.sub_actions if getattr(action, "sub_actions", None) else (action,)):
+        for a in action.sub_actions if getattr(action, "sub_actions", None) else (action,):
             kind = a.computation_type.value
             if kind not in INERT_KINDS:
                 out.append((kind, a.stage_index, a.microbatch_index))
@@ -64,9 +64,16 @@ def plan_rings(schedule: object, rule: Any) -> RingPlan:
     num_stages = int(schedule._num_stages)
     pp = int(getattr(schedule, "pp_group_size", num_stages))
     forward_only = not bool(getattr(schedule, "_has_backward", True))
-    prog, spans = analyse(ScheduleShape(schedule=cls, pp=pp, n_microbatches=n_mb, stages_per_rank=num_stages // pp,
-                                        forward_only=forward_only,
-                                        defer_pp_recv=bool(getattr(schedule, "_defer_pp_recv", False))))
+    prog, spans = analyse(
+        ScheduleShape(
+            schedule=cls,
+            pp=pp,
+            n_microbatches=n_mb,
+            stages_per_rank=num_stages // pp,
+            forward_only=forward_only,
+            defer_pp_recv=bool(getattr(schedule, "_defer_pp_recv", False)),
+        )
+    )
     order = getattr(schedule, "pipeline_order_with_comms", None)
     if isinstance(order, dict) and order:
         rank = int(getattr(schedule, "rank", 0))
@@ -76,7 +83,8 @@ def plan_rings(schedule: object, rule: Any) -> RingPlan:
         if mine != [(e.kind, e.stage, e.microbatch) for e in prog.events.get(rank, ())]:
             raise ScheduleAnalysisError(
                 f"{cls.__name__}: found an action order on rank {rank} that differs from the one torch builds for "
-                "its class and shape (a custom or loaded list?); required torch's own order to vouch for it.")
+                "its class and shape (a custom or loaded list?); required torch's own order to vouch for it."
+            )
     sizes, safe, handoff = {}, {}, set()
     s2r = prog.stage_to_rank
     for stage in range(prog.num_stages):
@@ -85,7 +93,18 @@ def plan_rings(schedule: object, rule: Any) -> RingPlan:
             safe[(stage, direction)] = k0
             sizes[(stage, direction)] = ring_from_live(k0, n_mb, direction, rule)
             neighbour = stage - 1 if direction == "forward" else stage + 1
-            if neighbour in s2r and s2r[neighbour] == s2r[stage] and not (forward_only and direction == "grad"):
+            if (
+                neighbour in s2r
+                and s2r[neighbour] == s2r[stage]
+                and not (forward_only and direction == "grad")
+            ):
                 handoff.add((stage, direction))
-    return RingPlan(schedule=cls.__name__, n_microbatches=n_mb, sizes=sizes, min_safe=safe,
-                    handoff=frozenset(handoff), program=prog, spans=tuple(spans))
+    return RingPlan(
+        schedule=cls.__name__,
+        n_microbatches=n_mb,
+        sizes=sizes,
+        min_safe=safe,
+        handoff=frozenset(handoff),
+        program=prog,
+        spans=tuple(spans),
+    )

@@ -86,11 +86,13 @@ __all__ = [
 COMPUTE_KINDS: tuple[str, ...] = ("F", "B", "I", "W")
 EVENT_KINDS: tuple[str, ...] = COMPUTE_KINDS + ("RECV_F", "RECV_B", "SEND_F", "SEND_B")
 # Actions torch's lowering adds that neither post, read nor release a receive buffer.
-INERT_KINDS: frozenset[str] = frozenset({"UNSHARD", "RESHARD", "REDUCE_GRAD", "WAIT_SEND_F", "WAIT_SEND_B",
-                                        "WAIT_REDUCE_GRAD"})
+INERT_KINDS: frozenset[str] = frozenset(
+    {"UNSHARD", "RESHARD", "REDUCE_GRAD", "WAIT_SEND_F", "WAIT_SEND_B", "WAIT_REDUCE_GRAD"}
+)
 """Action kinds that neither post, consume nor release a receive buffer: FSDP unshard / reshard / gradient
 reduction, and torch 2.15's waits on sends and reductions."""
 _INERT_KINDS = INERT_KINDS
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleShape:
@@ -118,8 +120,9 @@ class ScheduleShape:
     """Extra schedule-constructor keywords, as sorted ``(name, value)`` pairs."""
 
 
-
-_SHAPE_FIELDS = frozenset(("pp", "n_microbatches", "stages_per_rank", "style", "forward_only", "defer_pp_recv"))
+_SHAPE_FIELDS = frozenset(
+    ("pp", "n_microbatches", "stages_per_rank", "style", "forward_only", "defer_pp_recv")
+)
 
 
 def as_shape(schedule: str | type | ScheduleShape, /, **keywords: Any) -> ScheduleShape:
@@ -131,14 +134,18 @@ def as_shape(schedule: str | type | ScheduleShape, /, **keywords: Any) -> Schedu
     """
     if isinstance(schedule, ScheduleShape):
         if keywords:
-            raise TypeError(f"as_shape: a ScheduleShape takes no further keywords; found {sorted(keywords)}.")
+            raise TypeError(
+                f"as_shape: a ScheduleShape takes no further keywords; found {sorted(keywords)}."
+            )
         return schedule
     fields = {k: v for k, v in keywords.items() if k in _SHAPE_FIELDS}
     extra = tuple(sorted((k, v) for k, v in keywords.items() if k not in _SHAPE_FIELDS))
     missing = sorted({"pp", "n_microbatches"} - set(fields))
     if missing:
-        raise TypeError(f"{getattr(schedule, '__name__', schedule)}: missing shape keyword(s) {missing}; "
-                        "required pp= and n_microbatches=.")
+        raise TypeError(
+            f"{getattr(schedule, '__name__', schedule)}: missing shape keyword(s) {missing}; "
+            "required pp= and n_microbatches=."
+        )
     return ScheduleShape(schedule=schedule, schedule_kwargs=extra, **fields)
 
 
@@ -212,7 +219,9 @@ class _Op:
 class _RecordingStage(_StandInStage):
     """A single stage that records what torch's ``_step_microbatches`` asks of it."""
 
-    def __init__(self, stage_index: int, num_stages: int, has_backward: bool, log: list[tuple[str, int, int]]) -> None:
+    def __init__(
+        self, stage_index: int, num_stages: int, has_backward: bool, log: list[tuple[str, int, int]]
+    ) -> None:
         super().__init__(stage_index, num_stages, stage_index, num_stages)
         self.has_backward = has_backward
         self._log = log
@@ -223,18 +232,24 @@ class _RecordingStage(_StandInStage):
         return [] if self.is_first else [_Op("RECV_F", self.stage_index, k)]
 
     def get_bwd_recv_ops(self, k: int) -> list[_Op]:
-        return [] if (self.is_last or not self.has_backward) else [_Op("RECV_B", self.stage_index, k)]
+        return (
+            [] if (self.is_last or not self.has_backward) else [_Op("RECV_B", self.stage_index, k)]
+        )
 
     def get_fwd_send_ops(self, k: int) -> list[_Op]:
         return [] if self.is_last else [_Op("SEND_F", self.stage_index, k)]
 
     def get_bwd_send_ops(self, k: int) -> list[_Op]:
-        return [] if (self.is_first or not self.has_backward) else [_Op("SEND_B", self.stage_index, k)]
+        return (
+            [] if (self.is_first or not self.has_backward) else [_Op("SEND_B", self.stage_index, k)]
+        )
 
     def forward_one_chunk(self, k: int, *args: Any, **kwargs: Any) -> None:
         self._log.append(("F", self.stage_index, k))
 
-    def backward_one_chunk(self, k: int, *args: Any, full_backward: bool = True, **kwargs: Any) -> None:
+    def backward_one_chunk(
+        self, k: int, *args: Any, full_backward: bool = True, **kwargs: Any
+    ) -> None:
         if self.has_backward:
             self._log.append(("B" if full_backward else "I", self.stage_index, k))
 
@@ -245,7 +260,9 @@ class _RecordingStage(_StandInStage):
     def perform_reduce_grad(self, *args: Any, **kwargs: Any) -> None:
         return None
 
-    def release_fwd_send_outputs(self, k: int) -> None:  # torch 2.15: a sent activation let go early
+    def release_fwd_send_outputs(
+        self, k: int
+    ) -> None:  # torch 2.15: a sent activation let go early
         return None
 
     def clear_runtime_states(self) -> None:
@@ -272,7 +289,9 @@ def _recording_step(sched: Any, log: list[tuple[str, int, int]]) -> Any:
     def post(ops: list[Any]) -> None:
         for op in ops:
             if not isinstance(op, _Op):
-                raise ScheduleAnalysisError(f"unexpected P2P op {op!r} while recording a single-stage step.")
+                raise ScheduleAnalysisError(
+                    f"unexpected P2P op {op!r} while recording a single-stage step."
+                )
             log.append((op.kind, op.stage, op.microbatch))
 
     def batch_p2p(ops: list[Any], desc: str | None = None) -> list[Any]:
@@ -286,7 +305,12 @@ def _recording_step(sched: Any, log: list[tuple[str, int, int]]) -> Any:
     def wait(work: Any) -> None:
         return None
 
-    scope = {**fn.__globals__, "_batch_p2p": batch_p2p, "_sorted_batch_p2p": sorted_batch_p2p, "_wait_batch_p2p": wait}
+    scope = {
+        **fn.__globals__,
+        "_batch_p2p": batch_p2p,
+        "_sorted_batch_p2p": sorted_batch_p2p,
+        "_wait_batch_p2p": wait,
+    }
     copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
     copy.__kwdefaults__ = fn.__kwdefaults__
     return types.MethodType(copy, sched)
@@ -296,9 +320,13 @@ def _dummy_loss(*args: Any, **kwargs: Any) -> None:  # never called: loss hooks 
     return None
 
 
-def _construct(cls: type, stage_arg: Any, n_microbatches: int, forward_only: bool, kwargs: dict[str, Any]) -> Any:
+def _construct(
+    cls: type, stage_arg: Any, n_microbatches: int, forward_only: bool, kwargs: dict[str, Any]
+) -> Any:
     try:
-        return cls(stage_arg, n_microbatches, loss_fn=None if forward_only else _dummy_loss, **kwargs)
+        return cls(
+            stage_arg, n_microbatches, loss_fn=None if forward_only else _dummy_loss, **kwargs
+        )
     except (ValueError, TypeError, AssertionError, RuntimeError) as exc:
         raise ScheduleAnalysisError(
             f"torch refused to build {cls.__name__} for this shape: {exc}"
@@ -328,7 +356,9 @@ def _single_stage_program(name: str, cls: type, shape: ScheduleShape) -> Program
         if "loss_kwargs" in params:
             call_kwargs["loss_kwargs"] = None
         try:
-            _recording_step(sched, log)([()] * n_microbatches, [{}] * n_microbatches, None, None, **call_kwargs)
+            _recording_step(sched, log)(
+                [()] * n_microbatches, [{}] * n_microbatches, None, None, **call_kwargs
+            )
         except ScheduleAnalysisError:
             raise
         except Exception as exc:  # an attribute or call the stand-in does not provide
@@ -380,7 +410,11 @@ def _check_against_torch_order(
 def _runtime_program(name: str, cls: type, shape: ScheduleShape, style: Style) -> Program:
     """Read ``pipeline_order_with_comms`` of a runtime schedule built on stand-in stages (``style`` resolved)."""
     pp, stages_per_rank, n_microbatches = shape.pp, shape.stages_per_rank, shape.n_microbatches
-    forward_only, defer_pp_recv, kwargs = shape.forward_only, shape.defer_pp_recv, dict(shape.schedule_kwargs)
+    forward_only, defer_pp_recv, kwargs = (
+        shape.forward_only,
+        shape.defer_pp_recv,
+        dict(shape.schedule_kwargs),
+    )
     from torch.distributed.pipelining._utils import generate_stage_to_rank_mapping
 
     num_stages = pp * stages_per_rank
@@ -422,7 +456,9 @@ def _runtime_program(name: str, cls: type, shape: ScheduleShape, style: Style) -
                         f"model (known: {', '.join(EVENT_KINDS + tuple(sorted(_INERT_KINDS)))})."
                     )
                 if a.microbatch_index is None:
-                    raise ScheduleAnalysisError(f"{name}: rank {rank} step {t}: action {a!r} has no microbatch.")
+                    raise ScheduleAnalysisError(
+                        f"{name}: rank {rank} step {t}: action {a!r} has no microbatch."
+                    )
                 if forward_only and kind in ("RECV_B", "SEND_B", "B", "I", "W"):
                     continue  # eval(): get_bwd_*_ops return [] and backward_one_chunk returns at once
                 out.append(Event(t, kind, a.stage_index, a.microbatch_index))
@@ -460,13 +496,19 @@ def program_of(shape: ScheduleShape) -> Program:
     name, cls = resolve_schedule(shape.schedule)
     pp, n_microbatches, stages_per_rank = shape.pp, shape.n_microbatches, shape.stages_per_rank
     style, defer_pp_recv = shape.style, shape.defer_pp_recv
-    for label, value in (("pp", pp), ("n_microbatches", n_microbatches), ("stages_per_rank", stages_per_rank)):
+    for label, value in (
+        ("pp", pp),
+        ("n_microbatches", n_microbatches),
+        ("stages_per_rank", stages_per_rank),
+    ):
         check_int(label, value, low=1, error=ScheduleAnalysisError)
     own_style: Style = CATALOG[name].style if name in CATALOG else "loop"
     if style is None:
         style = own_style
     if style not in ("loop", "v"):
-        raise ScheduleAnalysisError(f"style: found {style!r}; required 'loop' or 'v' (or None for the schedule's own).")
+        raise ScheduleAnalysisError(
+            f"style: found {style!r}; required 'loop' or 'v' (or None for the schedule's own)."
+        )
     if style != own_style and name in CATALOG and CATALOG[name].stages_per_rank > 1:
         raise ScheduleAnalysisError(
             f"style: found {style!r}; {name} places stages {own_style!r}-style. Fix: pass style={own_style!r} or None."

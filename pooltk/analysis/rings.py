@@ -19,8 +19,23 @@ from pooltk._validate import check_choice, check_int
 if TYPE_CHECKING:  # for annotations only
     from pooltk.analysis.lifetimes import Direction
 
-__all__ = ["POLICIES", "Policy", "RingRule", "RingSizes", "SHARINGS", "Sharing", "automodel_ring_size", "check_shape",
-           "inflight_1f1b", "live_set_1f1b", "ring_and_live", "ring_from_live", "ring_sizes", "stock_count", "stock_sets"]
+__all__ = [
+    "POLICIES",
+    "Policy",
+    "RingRule",
+    "RingSizes",
+    "SHARINGS",
+    "Sharing",
+    "automodel_ring_size",
+    "check_shape",
+    "inflight_1f1b",
+    "live_set_1f1b",
+    "ring_and_live",
+    "ring_from_live",
+    "ring_sizes",
+    "stock_count",
+    "stock_sets",
+]
 
 Policy = Literal["tight", "automodel", "measure"]
 POLICIES: tuple[str, ...] = get_args(Policy)
@@ -47,7 +62,12 @@ class RingRule:
     rings]); ``stage``: one ring per (stage, direction)."""
 
     def __post_init__(self) -> None:
-        check_int("RingRule.slack", self.slack, low=0, fix="pass slack=0 for the live-set limit, or e.g. 2.")
+        check_int(
+            "RingRule.slack",
+            self.slack,
+            low=0,
+            fix="pass slack=0 for the live-set limit, or e.g. 2.",
+        )
         check_int("RingRule.grad_slack", self.grad_slack, low=0, fix="pass grad_slack=0 or 1.")
         check_int("RingRule.forward_shortfall", self.forward_shortfall, low=0, fix="leave it at 0.")
         check_choice("RingRule.policy", self.policy, POLICIES, fix=f"use one of {POLICIES}.")
@@ -67,7 +87,9 @@ class RingRule:
 
     def describe(self) -> str:
         """One line such as ``tight slack=2 grad_slack=1``."""
-        text = f"{self.policy} slack={self.slack}" + (f" grad_slack={self.grad_slack}" if self.policy == "tight" else "")
+        text = f"{self.policy} slack={self.slack}" + (
+            f" grad_slack={self.grad_slack}" if self.policy == "tight" else ""
+        )
         text += f" forward_shortfall={self.forward_shortfall}" if self.forward_shortfall else ""
         return text + (f" sharing={self.sharing}" if self.sharing != "rank" else "")
 
@@ -86,11 +108,21 @@ def ring_from_live(live: int, n_microbatches: int, direction: Direction | str, c
     if rule.policy == "measure":
         return n_microbatches
     k = min(n_microbatches, live + (rule.slack if direction == "forward" else rule.grad_slack))
-    return max(1, k - rule.forward_shortfall) if direction == "forward" and rule.forward_shortfall else k
+    return (
+        max(1, k - rule.forward_shortfall)
+        if direction == "forward" and rule.forward_shortfall
+        else k
+    )
 
 
-def stock_count(num_stages: int, stage_index: int, direction: Direction | str, n_microbatches: int, *,
-                forward_only: bool = False) -> int:
+def stock_count(
+    num_stages: int,
+    stage_index: int,
+    direction: Direction | str,
+    n_microbatches: int,
+    *,
+    forward_only: bool = False,
+) -> int:
     """Sets stock torch 2.11-2.14 pre-allocates for a (stage, direction): ``M``, or 0 where nothing is received.
 
     Stage 0 receives no activations (its inputs are the root arguments), the last stage no
@@ -118,8 +150,13 @@ def check_shape(num_stages: int, stage_index: int, n_microbatches: int) -> None:
     """Raise ValueError (an :class:`~pooltk._validate.InputError`) unless (N, i, M) describe a real stage."""
     check_int("num_stages", num_stages, low=1)
     check_int("n_microbatches", n_microbatches, low=1)
-    check_int("stage_index", stage_index, low=0, high=num_stages - 1,
-              fix=f"stages of a {num_stages}-stage pipeline are 0..{num_stages - 1}.")
+    check_int(
+        "stage_index",
+        stage_index,
+        low=0,
+        high=num_stages - 1,
+        fix=f"stages of a {num_stages}-stage pipeline are 0..{num_stages - 1}.",
+    )
 
 
 def inflight_1f1b(num_stages: int, stage_index: int, n_microbatches: int) -> int:
@@ -143,16 +180,20 @@ class RingSizes:
 def stock_sets(num_stages: int, stage_index: int, n_microbatches: int) -> RingSizes:
     """What stock torch allocates: one set per microbatch and direction."""
     check_shape(num_stages, stage_index, n_microbatches)
-    return RingSizes(forward=stock_count(num_stages, stage_index, "forward", n_microbatches),
-                     grad=stock_count(num_stages, stage_index, "grad", n_microbatches))
+    return RingSizes(
+        forward=stock_count(num_stages, stage_index, "forward", n_microbatches),
+        grad=stock_count(num_stages, stage_index, "grad", n_microbatches),
+    )
 
 
 def live_set_1f1b(num_stages: int, stage_index: int, n_microbatches: int) -> RingSizes:
     """The most buffer sets ever live at once under 1F1B (the slack-0 tight ring)."""
     from pooltk.analysis.stage_sets import formula_live
 
-    return RingSizes(forward=formula_live(num_stages, stage_index, "forward", n_microbatches),
-                     grad=formula_live(num_stages, stage_index, "grad", n_microbatches))
+    return RingSizes(
+        forward=formula_live(num_stages, stage_index, "forward", n_microbatches),
+        grad=formula_live(num_stages, stage_index, "grad", n_microbatches),
+    )
 
 
 def automodel_ring_size(num_stages: int, stage_index: int, n_microbatches: int, slack: int) -> int:
@@ -166,14 +207,24 @@ def ring_sizes(num_stages: int, stage_index: int, n_microbatches: int, config: A
     rule, live = RingRule.of(config), live_set_1f1b(num_stages, stage_index, n_microbatches)
     if rule.policy == "automodel":
         k = automodel_ring_size(num_stages, stage_index, n_microbatches, rule.slack)
-        return RingSizes(forward=max(1, k - rule.forward_shortfall) if live.forward else 0,
-                         grad=k if live.grad else 0)
-    return RingSizes(forward=ring_from_live(live.forward, n_microbatches, "forward", rule),
-                     grad=ring_from_live(live.grad, n_microbatches, "grad", rule))
+        return RingSizes(
+            forward=max(1, k - rule.forward_shortfall) if live.forward else 0,
+            grad=k if live.grad else 0,
+        )
+    return RingSizes(
+        forward=ring_from_live(live.forward, n_microbatches, "forward", rule),
+        grad=ring_from_live(live.grad, n_microbatches, "grad", rule),
+    )
 
 
-def ring_and_live(num_stages: int, stage_index: int, n_microbatches: int, direction: str, rule: Any,
-                  plan: Any = None) -> tuple[int, int]:
+def ring_and_live(
+    num_stages: int,
+    stage_index: int,
+    n_microbatches: int,
+    direction: str,
+    rule: Any,
+    plan: Any = None,
+) -> tuple[int, int]:
     """(K, the live set K is sized from) for one direction of a stage; K 0 leaves the direction stock.
 
     A 1F1B stage's come from the closed form; a schedule pooled with ``schedule="auto"`` brings its plan
@@ -182,6 +233,8 @@ def ring_and_live(num_stages: int, stage_index: int, n_microbatches: int, direct
     if plan is not None:
         key = (stage_index, direction)
         return plan.sizes.get(key, 0), plan.min_safe.get(key, 0)
-    k, live = ring_sizes(num_stages, stage_index, n_microbatches, rule), live_set_1f1b(num_stages, stage_index,
-                                                                                        n_microbatches)
+    k, live = (
+        ring_sizes(num_stages, stage_index, n_microbatches, rule),
+        live_set_1f1b(num_stages, stage_index, n_microbatches),
+    )
     return (k.forward, live.forward) if direction == "forward" else (k.grad, live.grad)

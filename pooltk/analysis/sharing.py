@@ -32,7 +32,13 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pooltk.analysis.lifetimes import DIRECTIONS, BufferLifetime, Direction, min_safe_ring, peak_overlap
+from pooltk.analysis.lifetimes import (
+    DIRECTIONS,
+    BufferLifetime,
+    Direction,
+    min_safe_ring,
+    peak_overlap,
+)
 from pooltk.analysis.rings import ring_from_live
 
 if TYPE_CHECKING:
@@ -127,12 +133,32 @@ def rank_rings(
             size = ring_from_live(k0, n_mb, direction, config)
             slots = {(b.stage, b.microbatch): b.microbatch % size for b in group}
             live = peak_overlap((b.post, b.release) for b in group)
-            out.append(RankRing(rank=rank, direction=direction, stages=stages, live=live, receives=len(group),
-                                size=size, slots=slots, shared=False))
+            out.append(
+                RankRing(
+                    rank=rank,
+                    direction=direction,
+                    stages=stages,
+                    live=live,
+                    receives=len(group),
+                    size=size,
+                    slots=slots,
+                    shared=False,
+                )
+            )
             continue
         live = peak_overlap((b.post, b.release) for b in group)
         size = ring_from_live(live, len(group), direction, config)
-        out.append(RankRing(rank=rank, direction=direction, stages=stages, live=live, receives=len(group),
-                            size=size, slots=colour(group, size), shared=True))
+        out.append(
+            RankRing(
+                rank=rank,
+                direction=direction,
+                stages=stages,
+                live=live,
+                receives=len(group),
+                size=size,
+                slots=colour(group, size),
+                shared=True,
+            )
+        )
     out.sort(key=lambda r: (r.rank, DIRECTIONS.index(r.direction), r.stages))
     return out

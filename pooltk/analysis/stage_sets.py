@@ -36,7 +36,14 @@ if TYPE_CHECKING:
     from pooltk.analysis.lifetimes import BufferLifetime
     from pooltk.analysis.programs import Program
 
-__all__ = ["LIVE_SOURCES", "LiveSource", "ReceiveSets", "cache_clear", "formula_live", "receive_sets"]
+__all__ = [
+    "LIVE_SOURCES",
+    "LiveSource",
+    "ReceiveSets",
+    "cache_clear",
+    "formula_live",
+    "receive_sets",
+]
 
 LiveSource = Literal["schedule", "formula"]
 LIVE_SOURCES: tuple[str, ...] = ("schedule", "formula")
@@ -69,7 +76,14 @@ class ReceiveSets:
     """Sets torch >= 2.15 holds with pooltk's last-stage release: the live set."""
 
 
-def formula_live(num_stages: int, stage: int, direction: Direction | str, n_microbatches: int, *, gpipe: bool = False) -> int:
+def formula_live(
+    num_stages: int,
+    stage: int,
+    direction: Direction | str,
+    n_microbatches: int,
+    *,
+    gpipe: bool = False,
+) -> int:
     """The closed form of the live set of one (stage, direction): 1F1B (``gpipe=False``) or GPipe.
 
     1F1B forward ``W = min(M, N - i)`` (0 on stage 0), grad 1 (0 on the last stage); GPipe forward
@@ -77,7 +91,13 @@ def formula_live(num_stages: int, stage: int, direction: Direction | str, n_micr
     """
     check_int("num_stages", num_stages, low=1)
     check_int("n_microbatches", n_microbatches, low=1)
-    check_int("stage", stage, low=0, high=num_stages - 1, fix=f"stages of a {num_stages}-stage pipeline are 0..{num_stages - 1}.")
+    check_int(
+        "stage",
+        stage,
+        low=0,
+        high=num_stages - 1,
+        fix=f"stages of a {num_stages}-stage pipeline are 0..{num_stages - 1}.",
+    )
     if direction == "forward":
         if stage == 0:
             return 0
@@ -85,8 +105,14 @@ def formula_live(num_stages: int, stage: int, direction: Direction | str, n_micr
     return 0 if stage == num_stages - 1 else 1
 
 
-def receive_sets(schedule: str, *, pp: int, n_microbatches: int, stages_per_rank: int = 1,
-                 source: LiveSource = "schedule") -> tuple[ReceiveSets, ...]:
+def receive_sets(
+    schedule: str,
+    *,
+    pp: int,
+    n_microbatches: int,
+    stages_per_rank: int = 1,
+    source: LiveSource = "schedule",
+) -> tuple[ReceiveSets, ...]:
     """One :class:`ReceiveSets` per (stage, direction), stage-major, forward before grad.
 
     Args:
@@ -104,23 +130,41 @@ def receive_sets(schedule: str, *, pp: int, n_microbatches: int, stages_per_rank
     key = str(schedule).strip().lower()
     if source == "formula":
         if key not in _FORMULA_SCHEDULES or stages_per_rank != 1:
-            raise InputError("live source", found=f"'formula' for {schedule} with {stages_per_rank} stage(s) per rank",
-                             required="'schedule' for a multi-stage schedule (the closed forms cover 1F1B and GPipe only)",
-                             fix="use source='schedule' (the default).")
+            raise InputError(
+                "live source",
+                found=f"'formula' for {schedule} with {stages_per_rank} stage(s) per rank",
+                required="'schedule' for a multi-stage schedule (the closed forms cover 1F1B and GPipe only)",
+                fix="use source='schedule' (the default).",
+            )
         return _formula_sets(_FORMULA_SCHEDULES[key], pp, n_microbatches)
     return _walked_sets(str(schedule), pp, n_microbatches, stages_per_rank)
 
 
-def _records(n: int, m: int, stage_to_rank: dict[int, int], live: dict[tuple[int, Direction], int],
-             ring_min: dict[tuple[int, Direction], int], handoff: dict[tuple[int, Direction], bool],
-             forward_only: bool = False) -> tuple[ReceiveSets, ...]:
+def _records(
+    n: int,
+    m: int,
+    stage_to_rank: dict[int, int],
+    live: dict[tuple[int, Direction], int],
+    ring_min: dict[tuple[int, Direction], int],
+    handoff: dict[tuple[int, Direction], bool],
+    forward_only: bool = False,
+) -> tuple[ReceiveSets, ...]:
     lazy = lazy_holds(live, n, m)
     released = lazy_holds(live, n, m, released=True)
     return tuple(
-        ReceiveSets(stage=i, direction=d, rank=stage_to_rank[i], handoff=handoff[(i, d)],
-                    stock=stock_count(n, i, d, m, forward_only=forward_only), live=live[(i, d)],
-                    ring_min=ring_min[(i, d)], stock_lazy=lazy[(i, d)], lazy_released=released[(i, d)])
-        for i in range(n) for d in DIRECTIONS
+        ReceiveSets(
+            stage=i,
+            direction=d,
+            rank=stage_to_rank[i],
+            handoff=handoff[(i, d)],
+            stock=stock_count(n, i, d, m, forward_only=forward_only),
+            live=live[(i, d)],
+            ring_min=ring_min[(i, d)],
+            stock_lazy=lazy[(i, d)],
+            lazy_released=released[(i, d)],
+        )
+        for i in range(n)
+        for d in DIRECTIONS
     )
 
 
@@ -134,7 +178,9 @@ def _formula_sets(name: str, pp: int, m: int) -> tuple[ReceiveSets, ...]:
 
 @functools.lru_cache(maxsize=1024)
 def _walked_sets(schedule: str, pp: int, m: int, vpp: int) -> tuple[ReceiveSets, ...]:
-    prog, spans = analyse(ScheduleShape(schedule=schedule, pp=pp, n_microbatches=m, stages_per_rank=vpp))
+    prog, spans = analyse(
+        ScheduleShape(schedule=schedule, pp=pp, n_microbatches=m, stages_per_rank=vpp)
+    )
     return _from_program(prog, spans)
 
 
@@ -145,8 +191,12 @@ def _from_program(prog: Program, spans: tuple[BufferLifetime, ...]) -> tuple[Rec
     for b in spans:
         by_key[(b.stage, b.direction)].append(b)
     ring_min = {k: min_safe_ring(group, k[0], k[1], m) for k, group in by_key.items()}
-    handoff = {(i, d): (i - 1 if d == "forward" else i + 1) in s2r and s2r[i - 1 if d == "forward" else i + 1] == s2r[i]
-               for i in range(n) for d in DIRECTIONS}
+    handoff = {
+        (i, d): (i - 1 if d == "forward" else i + 1) in s2r
+        and s2r[i - 1 if d == "forward" else i + 1] == s2r[i]
+        for i in range(n)
+        for d in DIRECTIONS
+    }
     return _records(n, m, s2r, live, ring_min, handoff, prog.forward_only)
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import time
 
-_IMPORTED = time.perf_counter()  # when pooltk's command line was imported: the start of pooltk's own time
+_IMPORTED = (
+    time.perf_counter()
+)  # when pooltk's command line was imported: the start of pooltk's own time
 
 import argparse  # noqa: E402
 import importlib  # noqa: E402
@@ -22,16 +24,32 @@ def cli_started_s() -> float:
     """Seconds since ``pooltk.cli`` was imported (what the closing wall-time lines count as pooltk's)."""
     return time.perf_counter() - _IMPORTED
 
+
 # name -> (module, one-line help). Keep in the order a new user meets them.
 _COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("pooltk.cli.probe", "which torch layout is here and whether the pool would install"),
-    "parity": ("pooltk.cli.parity", "stock, fresh and pooled on real gloo ranks: three-way verdicts, bytes per stage and rank, step times"),
-    "memory": ("pooltk.cli.memory", "receive-buffer memory per stage and per rank: stock, automodel policy, tight, live set, rank-shared"),
-    "schedules": ("pooltk.cli.schedules", "live receive buffers derived from any torch schedule's action order"),
+    "parity": (
+        "pooltk.cli.parity",
+        "stock, fresh and pooled on real gloo ranks: three-way verdicts, bytes per stage and rank, step times",
+    ),
+    "memory": (
+        "pooltk.cli.memory",
+        "receive-buffer memory per stage and per rank: stock, automodel policy, tight, live set, rank-shared",
+    ),
+    "schedules": (
+        "pooltk.cli.schedules",
+        "live receive buffers derived from any torch schedule's action order",
+    ),
     "logs": ("pooltk.cli.logs", "read Automodel / torchtitan run logs into a per-run summary"),
     "report": ("pooltk.cli.report", "run every notebook headless and write HTML + PNG reports"),
-    "cpu-runs": ("pooltk.cli.cpu_runs", "write real training.jsonl logs of pooltk's own CPU parity runs"),
-    "fuzz": ("pooltk.cli.fuzz", "random models on every poolable schedule, pooled vs stock on gloo: zero silent differences"),
+    "cpu-runs": (
+        "pooltk.cli.cpu_runs",
+        "write real training.jsonl logs of pooltk's own CPU parity runs",
+    ),
+    "fuzz": (
+        "pooltk.cli.fuzz",
+        "random models on every poolable schedule, pooled vs stock on gloo: zero silent differences",
+    ),
 }
 
 

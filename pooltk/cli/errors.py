@@ -17,15 +17,28 @@ from typing import Any
 
 from pooltk._validate import InputError, check_choice, check_int, problem
 
-__all__ = ["FlagError", "check_flag_choice", "check_flag_int", "check_flag_positive", "fail", "message"]
+__all__ = [
+    "FlagError",
+    "check_flag_choice",
+    "check_flag_int",
+    "check_flag_positive",
+    "fail",
+    "message",
+]
 
 
 class FlagError(InputError):
     """A command-line value outside what the command accepts; ``what`` is the flag (``--pp``)."""
 
 
-def check_flag_int(flag: str, value: Any, *, low: int | None = None, high: int | None = None,
-                   fix: str | None = None) -> int:
+def check_flag_int(
+    flag: str,
+    value: Any,
+    *,
+    low: int | None = None,
+    high: int | None = None,
+    fix: str | None = None,
+) -> int:
     """``value`` if it is an integer in ``[low, high]``, else :class:`FlagError` naming ``flag``."""
     return check_int(flag, value, low=low, high=high, fix=fix, error=FlagError)
 
@@ -37,19 +50,28 @@ def check_flag_positive(flag: str, value: float, *, fix: str | None = None) -> f
     return value
 
 
-def check_flag_choice(flag: str, value: Any, choices: Iterable[str], *, fix: str | None = None) -> str:
+def check_flag_choice(
+    flag: str, value: Any, choices: Iterable[str], *, fix: str | None = None
+) -> str:
     """``value`` if it is one of ``choices``, else :class:`FlagError` naming ``flag``."""
     return check_choice(flag, value, choices, fix=fix, error=FlagError)
 
 
 def message(exc: BaseException, fields: Mapping[str, str] | None = None) -> str:
     """The user's text for ``exc``: a library field in ``fields`` becomes its flag; other errors as they are."""
-    if isinstance(exc, InputError) and not isinstance(exc, FlagError) and fields and exc.what in fields:
+    if (
+        isinstance(exc, InputError)
+        and not isinstance(exc, FlagError)
+        and fields
+        and exc.what in fields
+    ):
         return problem(fields[exc.what], found=exc.found, required=exc.required, fix=exc.fix)
     return str(exc)
 
 
-def fail(command: str, exc: BaseException, *, fields: Mapping[str, str] | None = None, code: int = 2) -> int:
+def fail(
+    command: str, exc: BaseException, *, fields: Mapping[str, str] | None = None, code: int = 2
+) -> int:
     """Print ``pooltk <command>: <message>`` on stderr and return ``code`` (2: bad input)."""
     print(f"pooltk {command}: {message(exc, fields)}", file=sys.stderr)
     return code

@@ -20,30 +20,71 @@ __all__ = ["register", "run"]
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="log files, folders (searched recursively) or .gz files")
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="log files, folders (searched recursively) or .gz files",
+    )
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--csv", metavar="FILE", help="write the summary table as CSV to FILE")
-    out.add_argument("--json", action="store_true", help="print summaries and per-file reports as JSON")
-    parser.add_argument("--format", default="auto", help="force a format instead of detecting it (see --list-formats)")
-    parser.add_argument("--engine", default="auto", choices=("auto", "python"),
-                        help="'python' reads every record with the format's Python definition (slower; for checking)")
-    parser.add_argument("--list-formats", action="store_true", help="list the formats read and exit")
-    parser.add_argument("--strict", action="store_true", help="fail on the first step line that does not parse")
+    out.add_argument(
+        "--json", action="store_true", help="print summaries and per-file reports as JSON"
+    )
+    parser.add_argument(
+        "--format",
+        default="auto",
+        help="force a format instead of detecting it (see --list-formats)",
+    )
+    parser.add_argument(
+        "--engine",
+        default="auto",
+        choices=("auto", "python"),
+        help="'python' reads every record with the format's Python definition (slower; for checking)",
+    )
+    parser.add_argument(
+        "--list-formats", action="store_true", help="list the formats read and exit"
+    )
+    parser.add_argument(
+        "--strict", action="store_true", help="fail on the first step line that does not parse"
+    )
     shape = parser.add_argument_group("run facts (override what the logs say; apply to every run)")
     shape.add_argument("--world-size", type=int, help="physical GPUs in the job")
     shape.add_argument("--pp", type=int, help="pipeline-parallel size")
     shape.add_argument("--tp", type=int, help="tensor-parallel size")
-    shape.add_argument("--global-batch", type=int, help="global batch size in rows (benchmark logs)")
+    shape.add_argument(
+        "--global-batch", type=int, help="global batch size in rows (benchmark logs)"
+    )
     shape.add_argument("--seq-len", type=int, help="tokens per row (benchmark logs)")
-    shape.add_argument("--warmup-steps", type=int, help="logged steps to exclude from the steady window (default: the run's own, else 10%%)")
+    shape.add_argument(
+        "--warmup-steps",
+        type=int,
+        help="logged steps to exclude from the steady window (default: the run's own, else 10%%)",
+    )
     basis = parser.add_argument_group("bases")
-    basis.add_argument("--active-params", type=float, help="active parameters N for MFU on the 6 x N basis (e.g. 104e9)")
-    basis.add_argument("--flops-per-token", type=float, help="FLOPs per token for MFU (instead of --active-params)")
-    basis.add_argument("--peak-tflops", type=float, nargs="+", default=[2250.0, 2500.0], metavar="TFLOPS",
-                       help="peak TFLOP/s per GPU; the first is used in the table, all in --json (default: 2250 2500, GB200)")
+    basis.add_argument(
+        "--active-params",
+        type=float,
+        help="active parameters N for MFU on the 6 x N basis (e.g. 104e9)",
+    )
+    basis.add_argument(
+        "--flops-per-token", type=float, help="FLOPs per token for MFU (instead of --active-params)"
+    )
+    basis.add_argument(
+        "--peak-tflops",
+        type=float,
+        nargs="+",
+        default=[2250.0, 2500.0],
+        metavar="TFLOPS",
+        help="peak TFLOP/s per GPU; the first is used in the table, all in --json (default: 2250 2500, GB200)",
+    )
     cap = basis.add_mutually_exclusive_group()
-    cap.add_argument("--device-capacity-gib", type=float, help="device memory in GiB (2**30 B) for headroom")
-    cap.add_argument("--device-capacity-gb", type=float, help="device memory in GB (1e9 B) for headroom")
+    cap.add_argument(
+        "--device-capacity-gib", type=float, help="device memory in GiB (2**30 B) for headroom"
+    )
+    cap.add_argument(
+        "--device-capacity-gb", type=float, help="device memory in GB (1e9 B) for headroom"
+    )
 
 
 def _fail(message: str) -> int:
@@ -65,21 +106,43 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(FORMATS))
         return 0
     if args.format != "auto" and args.format not in FORMATS:
-        return _fail(f"--format: found {args.format!r}; required 'auto' or one of {', '.join(FORMATS)}.")
+        return _fail(
+            f"--format: found {args.format!r}; required 'auto' or one of {', '.join(FORMATS)}."
+        )
     try:
         flops = None
         if args.flops_per_token is not None:
-            flops = FlopsBasis(name=f"{args.flops_per_token:g} FLOPs/token", flops_per_token=args.flops_per_token, source="--flops-per-token")
+            flops = FlopsBasis(
+                name=f"{args.flops_per_token:g} FLOPs/token",
+                flops_per_token=args.flops_per_token,
+                source="--flops-per-token",
+            )
         elif args.active_params is not None:
             flops = FlopsBasis.six_n(args.active_params, source="--active-params")
-        peaks = [PeakBasis.tflops(p, name=f"{p:g} TFLOP/s", source="--peak-tflops") for p in args.peak_tflops]
+        peaks = [
+            PeakBasis.tflops(p, name=f"{p:g} TFLOP/s", source="--peak-tflops")
+            for p in args.peak_tflops
+        ]
         capacity = None
         if args.device_capacity_gib is not None:
-            capacity = DeviceCapacity.from_gib(args.device_capacity_gib, source="--device-capacity-gib")
+            capacity = DeviceCapacity.from_gib(
+                args.device_capacity_gib, source="--device-capacity-gib"
+            )
         elif args.device_capacity_gb is not None:
-            capacity = DeviceCapacity.from_gb(args.device_capacity_gb, source="--device-capacity-gb")
-        facts = {k: v for k, v in (("world_size", args.world_size), ("pp", args.pp), ("tp", args.tp),
-                                   ("global_batch_size", args.global_batch), ("seq_len", args.seq_len)) if v is not None}
+            capacity = DeviceCapacity.from_gb(
+                args.device_capacity_gb, source="--device-capacity-gb"
+            )
+        facts = {
+            k: v
+            for k, v in (
+                ("world_size", args.world_size),
+                ("pp", args.pp),
+                ("tp", args.tp),
+                ("global_batch_size", args.global_batch),
+                ("seq_len", args.seq_len),
+            )
+            if v is not None
+        }
         info = RunInfo.from_facts(facts, source="command line") if facts else None
     except ValueError as err:
         return _fail(str(err))
@@ -89,13 +152,22 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(err))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # basis warnings are shown in the table's notes instead
-        summary = summarize(table, run_info=info, flops=flops, peaks=peaks, capacity=capacity,
-                            warmup_steps=args.warmup_steps, warn=False)
+        summary = summarize(
+            table,
+            run_info=info,
+            flops=flops,
+            peaks=peaks,
+            capacity=capacity,
+            warmup_steps=args.warmup_steps,
+            warn=False,
+        )
     frame = summary.to_frame()
     skipped = {f.run: 0 for f in table.files}
     for f in table.files:
         skipped[f.run] += f.n_skipped
-    for f in table.files:  # a file split into runs: its skipped lines are shown against each of its runs
+    for f in (
+        table.files
+    ):  # a file split into runs: its skipped lines are shown against each of its runs
         for name in f.runs:
             skipped[name] = skipped.get(name, 0) + (f.n_skipped if name != f.run else 0)
     frame["skipped_lines"] = frame["run"].map(skipped).fillna(0).astype(int)
@@ -108,9 +180,15 @@ def run(args: argparse.Namespace) -> int:
             "run_sources": table.run_sources,
         }
         for r, row in zip(summary.runs, frame.to_dict(orient="records"), strict=True):
-            row = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+            row = {
+                k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()
+            }
             if flops is not None and math.isfinite(r.tok_per_s_per_gpu):
-                row["mfu_by_peak"] = mfu_table(r.tok_per_s_per_gpu, flops, peaks).to_frame().to_dict(orient="records")
+                row["mfu_by_peak"] = (
+                    mfu_table(r.tok_per_s_per_gpu, flops, peaks)
+                    .to_frame()
+                    .to_dict(orient="records")
+                )
             row["run_facts"] = {k: v for k, v in table.runs.get(r.run, RunInfo()).to_dict().items()}
             row["pool_warnings"] = _pool_warnings(table, r.run)
             payload["runs"].append(row)
@@ -136,24 +214,37 @@ def _with_pool_columns(frame: Any, table: Any) -> Any:
     first.index = first.index.astype(str)
     out = frame.copy()
     for c in _POOL_COLUMNS:
-        out[c] = [None if str(v) == "<NA>" else (bool(v) if c == "pooled" else (int(v) if c == "slack" else v))
-                  for v in out["run"].astype(str).map(first[c].astype(object))]
+        out[c] = [
+            None
+            if str(v) == "<NA>"
+            else (bool(v) if c == "pooled" else (int(v) if c == "slack" else v))
+            for v in out["run"].astype(str).map(first[c].astype(object))
+        ]
     return out
 
 
 def _pool_label(table: Any) -> dict[str, str]:
     """Per run: 'stock' (logged not installed), '<impl> slack N <layout>' (installed), '-' (the log does not say)."""
-    first = table.steps.groupby("run", observed=True, sort=False)[["pooled", "pool_impl", "slack", "layout"]].first()
+    first = table.steps.groupby("run", observed=True, sort=False)[
+        ["pooled", "pool_impl", "slack", "layout"]
+    ].first()
     out: dict[str, str] = {}
+
     def known(value: Any) -> bool:
         return value is not None and str(value) not in ("nan", "<NA>", "None", "")
 
     for run, row in first.iterrows():
         if row["pooled"] is True or str(row["pooled"]) == "True":
-            label = f"{row['pool_impl']} slack {row['slack']}" if known(row["slack"]) else str(row["pool_impl"])
+            label = (
+                f"{row['pool_impl']} slack {row['slack']}"
+                if known(row["slack"])
+                else str(row["pool_impl"])
+            )
             out[str(run)] = label + (f" {row['layout']}" if known(row["layout"]) else "")
         elif str(row["pooled"]) == "False":
-            out[str(run)] = "not pooled" + (f" ({row['pool_impl']})" if known(row["pool_impl"]) else "")
+            out[str(run)] = "not pooled" + (
+                f" ({row['pool_impl']})" if known(row["pool_impl"]) else ""
+            )
         else:
             out[str(run)] = "-"
     return out
@@ -171,24 +262,47 @@ def _warning_text(w: dict[str, Any]) -> str:
     what = f"stage {w['stage']} " + {
         "re-homed": f"{w.get('direction')} ring re-homed a slot ({w.get('bytes')} bytes)",
         "saved nothing": f"{w.get('direction')} ring saved nothing (held {w.get('held')} sets, stock "
-                         f"{w.get('stock')})",
+        f"{w.get('stock')})",
     }.get(w["what"], f"kept graph ({w.get('reason')})")
     return f"pooltk warning ({where}): {what}"
 
 
 def _print_table(summary: Any, frame: Any, table: Any, peaks: list[Any]) -> None:
-    headers = ("run", "format", "steps", "window", "tok/s/GPU", "MFU %", "peak GiB", "headroom GiB", "pool", "skipped")
+    headers = (
+        "run",
+        "format",
+        "steps",
+        "window",
+        "tok/s/GPU",
+        "MFU %",
+        "peak GiB",
+        "headroom GiB",
+        "pool",
+        "skipped",
+    )
     pools = _pool_label(table)
     rows = []
     for r, skipped in zip(summary.runs, frame["skipped_lines"], strict=True):
-        rows.append((
-            r.run, r.format, f"{r.n_steps} ({r.first_step}..{r.last_step})",
-            f"{r.window.first_step}..{r.window.last_step}", _fmt(r.tok_per_s_per_gpu, ",.1f"),
-            _fmt(r.mfu.mfu_pct if r.mfu else (r.mfu_logged_pct if not math.isnan(r.mfu_logged_pct) else None), ".2f")
-            + ("" if r.mfu else (" (log)" if not math.isnan(r.mfu_logged_pct) else "")),
-            _fmt(r.peak_mem_gib, ".2f"), _fmt(r.headroom.headroom_gib if r.headroom else None, ".1f"), pools.get(r.run, "-"),
-            str(skipped),
-        ))
+        rows.append(
+            (
+                r.run,
+                r.format,
+                f"{r.n_steps} ({r.first_step}..{r.last_step})",
+                f"{r.window.first_step}..{r.window.last_step}",
+                _fmt(r.tok_per_s_per_gpu, ",.1f"),
+                _fmt(
+                    r.mfu.mfu_pct
+                    if r.mfu
+                    else (r.mfu_logged_pct if not math.isnan(r.mfu_logged_pct) else None),
+                    ".2f",
+                )
+                + ("" if r.mfu else (" (log)" if not math.isnan(r.mfu_logged_pct) else "")),
+                _fmt(r.peak_mem_gib, ".2f"),
+                _fmt(r.headroom.headroom_gib if r.headroom else None, ".1f"),
+                pools.get(r.run, "-"),
+                str(skipped),
+            )
+        )
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
     for row in rows:
@@ -199,25 +313,38 @@ def _print_table(summary: Any, frame: Any, table: Any, peaks: list[Any]) -> None
         if r.mfu:
             notes.append(f"MFU basis: {r.mfu.basis}")
         elif not math.isnan(r.mfu_logged_pct):
-            notes.append("MFU: as logged, on the framework's own basis (give --active-params for a stated basis)")
+            notes.append(
+                "MFU: as logged, on the framework's own basis (give --active-params for a stated basis)"
+            )
         if r.mem_basis:
             notes.append(f"memory: peak {r.mem_basis}")
         if r.headroom:
-            notes.append(f"headroom against {r.headroom.capacity_gib:.2f} GiB = {r.headroom.capacity_gb:.2f} GB")
+            notes.append(
+                f"headroom against {r.headroom.capacity_gib:.2f} GiB = {r.headroom.capacity_gb:.2f} GB"
+            )
         notes.extend(r.warnings)
         print(f"{r.run}: " + "; ".join(notes))
         for w in _pool_warnings(table, r.run):
             print(f"{r.run}: {_warning_text(w)}")
     for f in table.files:
         if f.decorations:
-            print(f"{f.path}: line decorations removed: {', '.join(f.decorations)} ({f.n_decorated} line(s))")
+            print(
+                f"{f.path}: line decorations removed: {', '.join(f.decorations)} ({f.n_decorated} line(s))"
+            )
         if len(f.runs) > 1:
-            print(f"{f.path}: {len(f.runs)} runs ({', '.join(f.runs)}): " + "; ".join(f.run_boundaries))
+            print(
+                f"{f.path}: {len(f.runs)} runs ({', '.join(f.runs)}): "
+                + "; ".join(f.run_boundaries)
+            )
         if f.n_folded:
-            print(f"{f.path}: {f.n_folded} copies of a row printed by several ranks folded (their clocks may differ by the nodes' skew)")
+            print(
+                f"{f.path}: {f.n_folded} copies of a row printed by several ranks folded (their clocks may differ by the nodes' skew)"
+            )
         if f.n_truncated:
-            print(f"{f.path}: {f.n_truncated} record(s) cut short (truncated: the job was killed mid-write, or the copy "
-                  "is incomplete): counted, never read as values")
+            print(
+                f"{f.path}: {f.n_truncated} record(s) cut short (truncated: the job was killed mid-write, or the copy "
+                "is incomplete): counted, never read as values"
+            )
         if f.n_skipped:
             reasons = ", ".join(f"{k} x{v}" for k, v in f.skipped_by_reason.items())
             print(f"{f.path}: skipped {f.n_skipped} record(s): {reasons}")

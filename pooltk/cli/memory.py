@@ -41,75 +41,235 @@ from typing import Any
 
 __all__ = ["register", "run"]
 
-_SHAPE_FLAGS = ("pp", "microbatches", "global_batch", "micro_batch", "dp", "seq_len", "hidden", "dtype")
+_SHAPE_FLAGS = (
+    "pp",
+    "microbatches",
+    "global_batch",
+    "micro_batch",
+    "dp",
+    "seq_len",
+    "hidden",
+    "dtype",
+)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     src = parser.add_argument_group("shape source (one of)")
     src.add_argument("--preset", metavar="NAME", help="a named shape; see --list-presets")
-    src.add_argument("--config", metavar="FILE", help="an Automodel-style YAML or a Hugging Face config.json (flags override it)")
-    src.add_argument("--list-presets", action="store_true", help="list presets with their provenance and exit")
-    src.add_argument("--list-devices", action="store_true", help="list known device capacities with their sources and exit")
+    src.add_argument(
+        "--config",
+        metavar="FILE",
+        help="an Automodel-style YAML or a Hugging Face config.json (flags override it)",
+    )
+    src.add_argument(
+        "--list-presets", action="store_true", help="list presets with their provenance and exit"
+    )
+    src.add_argument(
+        "--list-devices",
+        action="store_true",
+        help="list known device capacities with their sources and exit",
+    )
     shape = parser.add_argument_group("explicit shape")
     shape.add_argument("--pp", type=int, help="pipeline-parallel size N")
     shape.add_argument("--microbatches", type=int, help="microbatches per step M")
-    shape.add_argument("--global-batch", type=int, help="global batch in rows (with --micro-batch and --dp gives M)")
-    shape.add_argument("--micro-batch", type=int, help="rows per microbatch (default 1 with --microbatches)")
+    shape.add_argument(
+        "--global-batch",
+        type=int,
+        help="global batch in rows (with --micro-batch and --dp gives M)",
+    )
+    shape.add_argument(
+        "--micro-batch", type=int, help="rows per microbatch (default 1 with --microbatches)"
+    )
     shape.add_argument("--dp", type=int, help="data-parallel size")
     shape.add_argument("--seq-len", type=int, help="tokens per row")
     shape.add_argument("--hidden", type=int, help="hidden size")
     shape.add_argument("--dtype", default=None, help="boundary dtype (default bfloat16)")
     pool = parser.add_argument_group("pool and overrides")
-    pool.add_argument("--schedule", default=None,
-                      help="1f1b (default), gpipe, or a multi-stage schedule (interleaved1f1b, loopedbfs, "
-                           "interleavedzerobubble, zbvzerobubble, dualpipev: pooled as schedule='auto' pools them)")
-    pool.add_argument("--vpp", type=int, default=None, help="stages per rank for a multi-stage schedule (default 2)")
-    pool.add_argument("--sharing", choices=("rank", "stage"), default=None,
-                      help="rings shared by a rank's stages (rank, default) or one per stage (stage)")
-    pool.add_argument("--allow-unpoolable", action="store_true", help="model a GPipe shape with the pool standing down")
-    pool.add_argument("--slack", type=int, default=None, help="forward ring slack (default: the source's, else 2)")
-    pool.add_argument("--grad-slack", type=int, default=None, help="grad ring slack, tight policy (default 1)")
-    pool.add_argument("--policy", choices=("tight", "automodel"), default=None, help="policy for the saved column")
-    pool.add_argument("--boundary-mib", type=float, default=None, help="override bytes per buffer set, in MiB (2**20)")
+    pool.add_argument(
+        "--schedule",
+        default=None,
+        help="1f1b (default), gpipe, or a multi-stage schedule (interleaved1f1b, loopedbfs, "
+        "interleavedzerobubble, zbvzerobubble, dualpipev: pooled as schedule='auto' pools them)",
+    )
+    pool.add_argument(
+        "--vpp",
+        type=int,
+        default=None,
+        help="stages per rank for a multi-stage schedule (default 2)",
+    )
+    pool.add_argument(
+        "--sharing",
+        choices=("rank", "stage"),
+        default=None,
+        help="rings shared by a rank's stages (rank, default) or one per stage (stage)",
+    )
+    pool.add_argument(
+        "--allow-unpoolable",
+        action="store_true",
+        help="model a GPipe shape with the pool standing down",
+    )
+    pool.add_argument(
+        "--slack", type=int, default=None, help="forward ring slack (default: the source's, else 2)"
+    )
+    pool.add_argument(
+        "--grad-slack", type=int, default=None, help="grad ring slack, tight policy (default 1)"
+    )
+    pool.add_argument(
+        "--policy", choices=("tight", "automodel"), default=None, help="policy for the saved column"
+    )
+    pool.add_argument(
+        "--boundary-mib",
+        type=float,
+        default=None,
+        help="override bytes per buffer set, in MiB (2**20)",
+    )
     fit = parser.add_argument_group("fits or OOM")
-    fit.add_argument("--capacity", metavar="DEVICE|GIB", help="device (gb200, h100, ...; auto = this machine's GPU) or GiB")
-    fit.add_argument("--reference-peak-gib", type=float, help="measured/published peak of the reference run, GiB")
-    fit.add_argument("--reference-variant", default=None, help="variant of the reference peak: pooled (default), stock, automodel, tight")
-    fit.add_argument("--reference-stage", type=int, default=None, help="stage the reference peak describes (default: the fullest)")
-    fit.add_argument("--weights-gib", type=float, default=None, help="per-GPU weights no policy can shed, GiB (checked against capacity)")
+    fit.add_argument(
+        "--capacity",
+        metavar="DEVICE|GIB",
+        help="device (gb200, h100, ...; auto = this machine's GPU) or GiB",
+    )
+    fit.add_argument(
+        "--reference-peak-gib", type=float, help="measured/published peak of the reference run, GiB"
+    )
+    fit.add_argument(
+        "--reference-variant",
+        default=None,
+        help="variant of the reference peak: pooled (default), stock, automodel, tight",
+    )
+    fit.add_argument(
+        "--reference-stage",
+        type=int,
+        default=None,
+        help="stage the reference peak describes (default: the fullest)",
+    )
+    fit.add_argument(
+        "--weights-gib",
+        type=float,
+        default=None,
+        help="per-GPU weights no policy can shed, GiB (checked against capacity)",
+    )
     meas = parser.add_argument_group("physical measurement")
-    meas.add_argument("--measure", action="store_true", help="measure stock vs pooled peak RSS per stage on gloo (minutes)")
-    meas.add_argument("--reps", type=int, default=2, help="stock/pooled pairs per shape (default 2)")
-    meas.add_argument("--csv", metavar="PATH", help="write the raw per-rank measurements here, if every claim holds "
-                      "(python -m pooltk.parity.measured --check PATH re-checks one)")
-    meas.add_argument("--steps", type=int, default=None, help="steps per launch (default 2); with --estimate: measured "
-                      "steps after the optimizer warm-up (default 1)")
+    meas.add_argument(
+        "--measure",
+        action="store_true",
+        help="measure stock vs pooled peak RSS per stage on gloo (minutes)",
+    )
+    meas.add_argument(
+        "--reps", type=int, default=2, help="stock/pooled pairs per shape (default 2)"
+    )
+    meas.add_argument(
+        "--csv",
+        metavar="PATH",
+        help="write the raw per-rank measurements here, if every claim holds "
+        "(python -m pooltk.parity.measured --check PATH re-checks one)",
+    )
+    meas.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="steps per launch (default 2); with --estimate: measured "
+        "steps after the optimizer warm-up (default 1)",
+    )
     est = parser.add_argument_group("whole-stage estimate (replay on fake tensors; docs/memory.md)")
-    est.add_argument("--estimate", action="store_true",
-                     help="replay every rank's real stage modules through torch's schedule on fake tensors: parameters, "
-                          "gradients, optimizer, activations, receive buffers per rank, stock / stock-lazy / pooled / live set")
-    est.add_argument("--builder", metavar="MODULE:FUNC", help="a Python entry point build(stage, num_stages) -> StageSpec")
-    est.add_argument("--model-config", metavar="FILE", help="the model's config.json (for a YAML or TOML without the dimensions)")
-    est.add_argument("--checkpointing", choices=("full", "none"), default=None, help="activation checkpointing (default: the file's, else none)")
-    est.add_argument("--split", default="automodel", help="layers per stage: automodel (default), torchtitan, or counts 10,11,...")
-    est.add_argument("--ep", type=int, default=None, help="expert parallelism (experts per rank = experts / ep)")
-    est.add_argument("--variants", default="stock,stock_lazy,pooled,live_set", help="replayed variants, comma-separated")
-    est.add_argument("--ranks", default=None, help="ranks to replay, comma-separated (default: all)")
-    est.add_argument("--optimizer", choices=("adamw", "sgd", "none"), default="adamw", help="optimizer stepped (default adamw)")
-    est.add_argument("--optimizer-impl", choices=("fused", "foreach", "for-loop"), default="fused", help="its implementation")
-    est.add_argument("--return-outputs", action="store_true", help="the step returns the merged outputs (torch's default; "
-                     "torchtitan's trainer does not)")
-    est.add_argument("--overhead-gib", type=float, default=None, help="memory outside torch's tensors, GiB (default: "
-                     "CUDA context + NCCL, stated with sources)")
-    est.add_argument("--run-log", metavar="PATH", help="calibrate the overhead from this run's logged peak (Automodel or torchtitan log)")
-    est.add_argument("--k3-story", action="store_true", help="print the Kimi-K3 story: the PR's OOM and headroom beside the model")
-    est.add_argument("--real", action="store_true", help="real CPU tensors instead of fake ones (small widths only: a check)")
-    est.add_argument("--jobs", type=int, default=1, help="replay this many (rank, variant) pairs at once, each in its own "
-                     "process (default 1)")
+    est.add_argument(
+        "--estimate",
+        action="store_true",
+        help="replay every rank's real stage modules through torch's schedule on fake tensors: parameters, "
+        "gradients, optimizer, activations, receive buffers per rank, stock / stock-lazy / pooled / live set",
+    )
+    est.add_argument(
+        "--builder",
+        metavar="MODULE:FUNC",
+        help="a Python entry point build(stage, num_stages) -> StageSpec",
+    )
+    est.add_argument(
+        "--model-config",
+        metavar="FILE",
+        help="the model's config.json (for a YAML or TOML without the dimensions)",
+    )
+    est.add_argument(
+        "--checkpointing",
+        choices=("full", "none"),
+        default=None,
+        help="activation checkpointing (default: the file's, else none)",
+    )
+    est.add_argument(
+        "--split",
+        default="automodel",
+        help="layers per stage: automodel (default), torchtitan, or counts 10,11,...",
+    )
+    est.add_argument(
+        "--ep", type=int, default=None, help="expert parallelism (experts per rank = experts / ep)"
+    )
+    est.add_argument(
+        "--variants",
+        default="stock,stock_lazy,pooled,live_set",
+        help="replayed variants, comma-separated",
+    )
+    est.add_argument(
+        "--ranks", default=None, help="ranks to replay, comma-separated (default: all)"
+    )
+    est.add_argument(
+        "--optimizer",
+        choices=("adamw", "sgd", "none"),
+        default="adamw",
+        help="optimizer stepped (default adamw)",
+    )
+    est.add_argument(
+        "--optimizer-impl",
+        choices=("fused", "foreach", "for-loop"),
+        default="fused",
+        help="its implementation",
+    )
+    est.add_argument(
+        "--return-outputs",
+        action="store_true",
+        help="the step returns the merged outputs (torch's default; torchtitan's trainer does not)",
+    )
+    est.add_argument(
+        "--overhead-gib",
+        type=float,
+        default=None,
+        help="memory outside torch's tensors, GiB (default: "
+        "CUDA context + NCCL, stated with sources)",
+    )
+    est.add_argument(
+        "--run-log",
+        metavar="PATH",
+        help="calibrate the overhead from this run's logged peak (Automodel or torchtitan log)",
+    )
+    est.add_argument(
+        "--k3-story",
+        action="store_true",
+        help="print the Kimi-K3 story: the PR's OOM and headroom beside the model",
+    )
+    est.add_argument(
+        "--real",
+        action="store_true",
+        help="real CPU tensors instead of fake ones (small widths only: a check)",
+    )
+    est.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="replay this many (rank, variant) pairs at once, each in its own process (default 1)",
+    )
     out = parser.add_argument_group("output")
-    out.add_argument("--unit", choices=("gib", "gb", "mib"), default="gib", help="table unit (gib = 2**30, gb = 1e9)")
-    out.add_argument("--compare", metavar="PRESET", help="another preset beside this one, per stage (rank), with the difference")
-    out.add_argument("--json", action="store_true", help="print the model as JSON instead of a table")
+    out.add_argument(
+        "--unit",
+        choices=("gib", "gb", "mib"),
+        default="gib",
+        help="table unit (gib = 2**30, gb = 1e9)",
+    )
+    out.add_argument(
+        "--compare",
+        metavar="PRESET",
+        help="another preset beside this one, per stage (rank), with the difference",
+    )
+    out.add_argument(
+        "--json", action="store_true", help="print the model as JSON instead of a table"
+    )
 
 
 _FIELDS = {
@@ -141,7 +301,10 @@ def _source(args: argparse.Namespace) -> Any:
     explicit = [_flag(f) for f in _SHAPE_FLAGS if getattr(args, f) is not None]
     chosen = [name for name, on in (("--preset", args.preset), ("--config", args.config)) if on]
     if len(chosen) > 1 or (args.preset and explicit) or not (chosen or explicit):
-        found = " and ".join(chosen + ([f"shape flags ({' '.join(explicit)})"] if explicit else [])) or "none"
+        found = (
+            " and ".join(chosen + ([f"shape flags ({' '.join(explicit)})"] if explicit else []))
+            or "none"
+        )
         raise MemoryModelError(
             "shape source",
             found=found,
@@ -194,9 +357,16 @@ def _model(args: argparse.Namespace, preset: Any = None) -> tuple[Any, Any]:
         if not args.boundary_mib > 0:
             from pooltk.memory.model import MemoryModelError
 
-            raise MemoryModelError("--boundary-mib", found=repr(args.boundary_mib), required="> 0", fix="give MiB per buffer set, e.g. 416.")
+            raise MemoryModelError(
+                "--boundary-mib",
+                found=repr(args.boundary_mib),
+                required="> 0",
+                fix="give MiB per buffer set, e.g. 416.",
+            )
         boundaries = Boundary.opaque(round(args.boundary_mib * 2**20), name="boundary_override")
-    model = model_memory(shape, boundaries, config, unpoolable="stock" if args.allow_unpoolable else "error")
+    model = model_memory(
+        shape, boundaries, config, unpoolable="stock" if args.allow_unpoolable else "error"
+    )
     return preset, model
 
 
@@ -213,36 +383,58 @@ def _table(preset: Any, model: Any, unit: str) -> str:
     lines = [
         preset.title,
         f"  shape: {model.shape.describe()}"
-        + (f"; pooled as install(schedule='auto') pools it, sharing={cfg.sharing}" if model.shape.pool_mode == "auto" else ""),
+        + (
+            f"; pooled as install(schedule='auto') pools it, sharing={cfg.sharing}"
+            if model.shape.pool_mode == "auto"
+            else ""
+        ),
         *_boundary_lines(model),
         f"  config: policy={cfg.policy} slack={cfg.slack} grad_slack={cfg.grad_slack}"
-        + ("" if model.pool_active else "  (schedule cannot be pooled: every ring column is stock)"),
+        + (
+            "" if model.pool_active else "  (schedule cannot be pooled: every ring column is stock)"
+        ),
         f"  assumption: {preset.assumption}",
         f"  sets are forward+grad per stage; memory in {unit.upper()} ({'2**30' if unit == 'gib' else '2**20' if unit == 'mib' else '1e9'} bytes)",
         "  stock: torch <= 2.14 (M sets up front); stock-lazy: torch >= 2.15 (the live set, all M forward on the last "
         "stage); lazy-released: 2.15 with pooltk's last-stage release",
     ]
     if multi:
-        lines.append("  automodel: Automodel's released pool pools 1F1B only (stock here); tight / saved: per-stage rings; "
-                     "a (local) stage is fed by a same-rank handoff: no receive buffer, but M in stock torch <= 2.14")
+        lines.append(
+            "  automodel: Automodel's released pool pools 1F1B only (stock here); tight / saved: per-stage rings; "
+            "a (local) stage is fed by a same-rank handoff: no receive buffer, but M in stock torch <= 2.14"
+        )
     lines.append("")
     size = lambda n: f"{to_unit(n, unit):,.2f}"  # noqa: E731 - one format for every cell
     rows = []
     for i in range(model.shape.num_stages):
         f, g = model.row(i, "forward"), model.row(i, "grad")
-        label = f"{i}" + (f" (r{f.rank}{', local' if f.handoff or g.handoff else ''})" if multi else "")
-        rows.append([label] + [f"{f.sets(v)}+{g.sets(v)} = {size(model.stage_bytes(i, v))}" for v in _SHOWN]
-                    + [size(model.saved_bytes(i))])
+        label = f"{i}" + (
+            f" (r{f.rank}{', local' if f.handoff or g.handoff else ''})" if multi else ""
+        )
+        rows.append(
+            [label]
+            + [f"{f.sets(v)}+{g.sets(v)} = {size(model.stage_bytes(i, v))}" for v in _SHOWN]
+            + [size(model.saved_bytes(i))]
+        )
     rows.append(None)
-    rows.append(["total"] + [size(model.total_bytes(v)) for v in _SHOWN]
-                + [size(model.total_bytes("stock") - model.total_bytes("pooled"))])
+    rows.append(
+        ["total"]
+        + [size(model.total_bytes(v)) for v in _SHOWN]
+        + [size(model.total_bytes("stock") - model.total_bytes("pooled"))]
+    )
     rows.append(["peak stage"] + [size(model.peak_stage_bytes(v)) for v in _SHOWN] + [""])
-    header = ["stage"] + [VARIANT_LABELS[v] for v in _SHOWN] + ["saved (per-stage auto rings)" if multi else f"saved ({cfg.policy})"]
+    header = (
+        ["stage"]
+        + [VARIANT_LABELS[v] for v in _SHOWN]
+        + ["saved (per-stage auto rings)" if multi else f"saved ({cfg.policy})"]
+    )
     out = lines + _render(header, rows)
     if multi:
         out += ["", *_rank_table(model, unit)]
     else:
-        out.append("  one stage per rank: each rank holds its stage's row (rank-shared rings = the per-stage rings)")
+        out.append(
+            "  one stage per rank: each rank holds its stage's row (rank-shared rings = the per-stage rings)"
+        )
     return "\n".join(out)
 
 
@@ -269,13 +461,23 @@ def _rank_table(model: Any, unit: str) -> list[str]:
     rows = []
     for r in range(model.shape.pp):
         rings = model.rank_rings(r)
-        described = " ".join(f"{g.direction[0]}{'+'.join(map(str, g.stages))}:{g.live}->{g.size}" for g in rings)
-        rows.append([str(r), ",".join(map(str, model.rank_stages(r)))] + [size(model.rank_bytes(r, v)) for v in _RANK_SHOWN]
-                    + [size(model.rank_bytes(r, "stock") - model.rank_bytes(r, "pooled")), described])
+        described = " ".join(
+            f"{g.direction[0]}{'+'.join(map(str, g.stages))}:{g.live}->{g.size}" for g in rings
+        )
+        rows.append(
+            [str(r), ",".join(map(str, model.rank_stages(r)))]
+            + [size(model.rank_bytes(r, v)) for v in _RANK_SHOWN]
+            + [size(model.rank_bytes(r, "stock") - model.rank_bytes(r, "pooled")), described]
+        )
     rows.append(None)
-    rows.append(["peak rank", ""] + [size(model.peak_rank_bytes(v)) for v in _RANK_SHOWN] + ["", ""])
-    header = ["rank", "stages"] + [VARIANT_LABELS[v] for v in _RANK_SHOWN] + [f"saved (sharing={model.config.sharing})",
-                                                                               "rings: dir stages: live->K"]
+    rows.append(
+        ["peak rank", ""] + [size(model.peak_rank_bytes(v)) for v in _RANK_SHOWN] + ["", ""]
+    )
+    header = (
+        ["rank", "stages"]
+        + [VARIANT_LABELS[v] for v in _RANK_SHOWN]
+        + [f"saved (sharing={model.config.sharing})", "rings: dir stages: live->K"]
+    )
     return [
         f"per rank, {unit.upper()}: a rank holds all its stages; rank-shared: one ring per (rank, direction, boundary "
         "tensors), K = the rank's live set + slack; rank live: that live set. Rank-shared rings have no per-stage share "
@@ -292,20 +494,51 @@ def _compare_table(model: Any, other_preset: Any, other: Any, unit: str) -> str:
     if (other.shape.pp, other.shape.num_stages) != (model.shape.pp, model.shape.num_stages):
         from pooltk.memory.model import MemoryModelError
 
-        raise MemoryModelError("--compare", found=f"{other_preset.name}: {other.shape.describe()}",
-                               required=f"the same pipeline ({model.shape.describe()})",
-                               fix="compare presets of one pipeline shape.")
+        raise MemoryModelError(
+            "--compare",
+            found=f"{other_preset.name}: {other.shape.describe()}",
+            required=f"the same pipeline ({model.shape.describe()})",
+            fix="compare presets of one pipeline shape.",
+        )
     per_rank = model.shape.multi_stage
     n = model.shape.pp if per_rank else model.shape.num_stages
     at = (lambda m, i, v: m.rank_bytes(i, v)) if per_rank else (lambda m, i, v: m.stage_bytes(i, v))  # noqa: E731
     rows = []
     for i in range(n):
-        a_st, b_st, a_po, b_po = at(model, i, "stock"), at(other, i, "stock"), at(model, i, "pooled"), at(other, i, "pooled")
-        rows.append([str(i), size(a_st), size(b_st), size(a_st - b_st), size(a_po), size(b_po), size(a_po - b_po)])
+        a_st, b_st, a_po, b_po = (
+            at(model, i, "stock"),
+            at(other, i, "stock"),
+            at(model, i, "pooled"),
+            at(other, i, "pooled"),
+        )
+        rows.append(
+            [
+                str(i),
+                size(a_st),
+                size(b_st),
+                size(a_st - b_st),
+                size(a_po),
+                size(b_po),
+                size(a_po - b_po),
+            ]
+        )
     what = "rank" if per_rank else "stage"
-    header = [what, "stock", "stock (other)", "difference", "pooled", "pooled (other)", "difference"]
-    return "\n".join([f"", f"beside {other_preset.name} (other), {unit.upper()}, per {what}; difference = this - other:",
-                      *_render(header, rows)])
+    header = [
+        what,
+        "stock",
+        "stock (other)",
+        "difference",
+        "pooled",
+        "pooled (other)",
+        "difference",
+    ]
+    return "\n".join(
+        [
+            f"",
+            f"beside {other_preset.name} (other), {unit.upper()}, per {what}; difference = this - other:",
+            *_render(header, rows),
+        ]
+    )
 
 
 def _render(header: list[str], rows: list[list[str] | None]) -> list[str]:
@@ -317,7 +550,9 @@ def _render(header: list[str], rows: list[list[str] | None]) -> list[str]:
     widths = [max(len(r[c]) for r in [header, *body]) for c in range(len(header))]
     rule = "  ".join("-" * w for w in widths)
     out = ["  ".join(cell.rjust(w) for cell, w in zip(header, widths)), rule]
-    out += [rule if r is None else "  ".join(cell.rjust(w) for cell, w in zip(r, widths)) for r in rows]
+    out += [
+        rule if r is None else "  ".join(cell.rjust(w) for cell, w in zip(r, widths)) for r in rows
+    ]
     return out
 
 
@@ -347,7 +582,8 @@ def _fits(args: argparse.Namespace, preset: Any, model: Any) -> Any:
         figure = published_peak(preset)
         if figure is None:
             raise MemoryModelError(
-                "reference peak", found=f"none for {preset.name!r} (no published peak)",
+                "reference peak",
+                found=f"none for {preset.name!r} (no published peak)",
                 required="a measured or published peak of one configuration of this shape",
                 fix="add --reference-peak-gib GIB (and --reference-variant if it was not pooled).",
             )
@@ -357,12 +593,26 @@ def _fits(args: argparse.Namespace, preset: Any, model: Any) -> Any:
         kwargs["variant"] = args.reference_variant
     if args.weights_gib is not None:
         if not args.weights_gib > 0:
-            raise MemoryModelError("--weights-gib", found=repr(args.weights_gib), required="> 0", fix="give GiB per GPU, e.g. 60.")
+            raise MemoryModelError(
+                "--weights-gib",
+                found=repr(args.weights_gib),
+                required="> 0",
+                fix="give GiB per GPU, e.g. 60.",
+            )
         kwargs["weights_bytes"] = round(args.weights_gib * 2**30)
     reference = ReferencePeak.from_gib(gib, stage=args.reference_stage, source=source, **kwargs)
-    if args.reference_peak_gib is None and model.shape != preset.shape:  # the published peak is of the preset's own run
-        return fit_report(model.shape, list(model.boundaries), model.config, args.capacity, reference,
-                          reference_shape=preset.shape, reference_boundary=list(preset.boundaries_for(preset.shape)))
+    if (
+        args.reference_peak_gib is None and model.shape != preset.shape
+    ):  # the published peak is of the preset's own run
+        return fit_report(
+            model.shape,
+            list(model.boundaries),
+            model.config,
+            args.capacity,
+            reference,
+            reference_shape=preset.shape,
+            reference_boundary=list(preset.boundaries_for(preset.shape)),
+        )
     return fit_report(model.shape, list(model.boundaries), model.config, args.capacity, reference)
 
 
@@ -379,11 +629,18 @@ def _fits_table(report: Any, *, multi: bool = False) -> str:
         "(see pooltk.memory.fits, [Note: the fits model])",
         "",
     ]
-    cell = {(r.stage, r.variant): f"{r.peak_bytes / 2**30:,.2f} {'ok' if r.fits else 'OOM'} {r.margin_bytes / 2**30:+,.2f}"
-            for r in report.rows}
+    cell = {
+        (
+            r.stage,
+            r.variant,
+        ): f"{r.peak_bytes / 2**30:,.2f} {'ok' if r.fits else 'OOM'} {r.margin_bytes / 2**30:+,.2f}"
+        for r in report.rows
+    }
     stages = sorted({r.stage for r in report.rows})
     rows = [[str(i)] + [cell[(i, v)] for v in report.variants] for i in stages]
-    lines += _render(["rank" if multi else "stage"] + [VARIANT_LABELS[v] for v in report.variants], rows)
+    lines += _render(
+        ["rank" if multi else "stage"] + [VARIANT_LABELS[v] for v in report.variants], rows
+    )
     lines.append("  peak GiB, fits (ok) or not (OOM), margin GiB = capacity - peak")
     width = max(len(VARIANT_LABELS[v]) for v in report.variants)
     for v, text in report.summary().items():
@@ -398,34 +655,70 @@ def _list_devices() -> str:
 
 
 def _measure(args: argparse.Namespace) -> int:
-    from pooltk.parity.measured import (check_measurement, default_specs, format_comparison, launches_frame,
-                                        measured_vs_modelled, refusal, write_measured)
+    from pooltk.parity.measured import (
+        check_measurement,
+        default_specs,
+        format_comparison,
+        launches_frame,
+        measured_vs_modelled,
+        refusal,
+        write_measured,
+    )
     from pooltk.parity.rss import RssSpec, measure_rss
 
     from pooltk.config import PoolConfig
     from pooltk.memory.model import MemoryModelError
 
-    if args.policy not in (None, "tight"):  # the ranks install the pool as users do: a PoolConfig, the tight rule
-        raise MemoryModelError("--policy", found=f"{args.policy} with --measure", required="tight (what pooltk.install "
-                               "pools with)", fix="drop --policy.")
-    if any(getattr(args, f) is not None for f in ("pp", "microbatches", "seq_len", "hidden", "micro_batch")):
-        specs = [RssSpec(pp=args.pp or 4, microbatches=args.microbatches or 16, seq_len=args.seq_len or 65536,
-                         hidden=args.hidden or 64, rows_per_microbatch=args.micro_batch or 2, steps=args.steps or 2)]
+    if args.policy not in (
+        None,
+        "tight",
+    ):  # the ranks install the pool as users do: a PoolConfig, the tight rule
+        raise MemoryModelError(
+            "--policy",
+            found=f"{args.policy} with --measure",
+            required="tight (what pooltk.install pools with)",
+            fix="drop --policy.",
+        )
+    if any(
+        getattr(args, f) is not None
+        for f in ("pp", "microbatches", "seq_len", "hidden", "micro_batch")
+    ):
+        specs = [
+            RssSpec(
+                pp=args.pp or 4,
+                microbatches=args.microbatches or 16,
+                seq_len=args.seq_len or 65536,
+                hidden=args.hidden or 64,
+                rows_per_microbatch=args.micro_batch or 2,
+                steps=args.steps or 2,
+            )
+        ]
     else:
         specs = default_specs(steps=args.steps or 2)
-    config = PoolConfig(slack=2 if args.slack is None else args.slack,
-                        grad_slack=1 if args.grad_slack is None else args.grad_slack)
-    launches = measure_rss(specs, config, reps=args.reps,
-                           progress=lambda m: print(f"[measure] {m}", file=sys.stderr, flush=True))
+    config = PoolConfig(
+        slack=2 if args.slack is None else args.slack,
+        grad_slack=1 if args.grad_slack is None else args.grad_slack,
+    )
+    launches = measure_rss(
+        specs,
+        config,
+        reps=args.reps,
+        progress=lambda m: print(f"[measure] {m}", file=sys.stderr, flush=True),
+    )
     frame = launches_frame(launches)
     table = measured_vs_modelled(frame)
     if args.json:
         print(table.to_json(orient="records", indent=2))
     else:
         print(format_comparison(table))
-    broken = check_measurement(frame, shapes=[s.label() for s in specs])  # a record holds every claim
+    broken = check_measurement(
+        frame, shapes=[s.label() for s in specs]
+    )  # a record holds every claim
     if broken:
-        print(f"pooltk memory: error: {refusal(broken, what='the measurement', unwritten=args.csv)}", file=sys.stderr)
+        print(
+            f"pooltk memory: error: {refusal(broken, what='the measurement', unwritten=args.csv)}",
+            file=sys.stderr,
+        )
         return 1
     if args.csv:
         write_measured(frame, args.csv)
@@ -440,7 +733,12 @@ def _csv_ints(flag: str, text: str | None) -> list[int] | None:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise MemoryModelError(flag, found=repr(text), required="whole numbers separated by commas", fix=f"e.g. {flag} 0,3.") from None
+        raise MemoryModelError(
+            flag,
+            found=repr(text),
+            required="whole numbers separated by commas",
+            fix=f"e.g. {flag} 0,3.",
+        ) from None
 
 
 def _estimate_inputs(args: argparse.Namespace) -> Any:
@@ -455,20 +753,36 @@ def _estimate_inputs(args: argparse.Namespace) -> Any:
         split: Any = args.split
         if split not in ("automodel", "torchtitan"):
             split = _csv_ints("--split", split)
-        overrides = Overrides(**{f: getattr(args, f) for f in _SHAPE_FLAGS if f != "hidden"}, schedule=args.schedule)
+        overrides = Overrides(
+            **{f: getattr(args, f) for f in _SHAPE_FLAGS if f != "hidden"}, schedule=args.schedule
+        )
         ckpt = None if args.checkpointing is None else args.checkpointing == "full"
-        inputs = estimate_inputs(args.config, overrides, builder=args.builder, model_config=args.model_config,
-                                 checkpointing=ckpt, split=split, ep=args.ep, vpp=args.vpp)
+        inputs = estimate_inputs(
+            args.config,
+            overrides,
+            builder=args.builder,
+            model_config=args.model_config,
+            checkpointing=ckpt,
+            split=split,
+            ep=args.ep,
+            vpp=args.vpp,
+        )
     if args.sharing not in (None, "rank"):
         from pooltk._validate import InputError
 
-        raise InputError("--sharing", found=repr(args.sharing), required="rank with --estimate: the estimate replays "
-                         "the pool as users install it", fix="drop --sharing, or use it without --estimate.")
+        raise InputError(
+            "--sharing",
+            found=repr(args.sharing),
+            required="rank with --estimate: the estimate replays the pool as users install it",
+            fix="drop --sharing, or use it without --estimate.",
+        )
     from pooltk.config import PoolConfig
 
     base = inputs.config
-    config = PoolConfig(slack=base.slack if args.slack is None else args.slack,
-                        grad_slack=base.grad_slack if args.grad_slack is None else args.grad_slack)
+    config = PoolConfig(
+        slack=base.slack if args.slack is None else args.slack,
+        grad_slack=base.grad_slack if args.grad_slack is None else args.grad_slack,
+    )
     import dataclasses
 
     return dataclasses.replace(inputs, config=config)
@@ -480,17 +794,32 @@ def _estimate(args: argparse.Namespace) -> int:
     from pooltk.memory.verdict import DEFAULT_OVERHEAD, Overhead, fits_verdict, overhead_from_log
 
     inputs = _estimate_inputs(args)
-    training = Training(optimizer=args.optimizer, optimizer_impl=args.optimizer_impl, steps=args.steps or 1,
-                        return_outputs=args.return_outputs)
+    training = Training(
+        optimizer=args.optimizer,
+        optimizer_impl=args.optimizer_impl,
+        steps=args.steps or 1,
+        return_outputs=args.return_outputs,
+    )
 
     def progress(r: Any) -> None:
-        print(f"[estimate] rank {r.rank} {r.variant}: peak {r.peak.bytes / 2**30:.2f} GiB ({r.wall_s:.1f} s)",
-              file=sys.stderr, flush=True)
+        print(
+            f"[estimate] rank {r.rank} {r.variant}: peak {r.peak.bytes / 2**30:.2f} GiB ({r.wall_s:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
-    estimate = estimate_memory(inputs.builder, inputs.shape, config=inputs.config, training=training,
-                               variants=[v.strip() for v in args.variants.split(",") if v.strip()],
-                               ranks=_csv_ints("--ranks", args.ranks), fake=not args.real, model=inputs.description,
-                               progress=progress, jobs=args.jobs)
+    estimate = estimate_memory(
+        inputs.builder,
+        inputs.shape,
+        config=inputs.config,
+        training=training,
+        variants=[v.strip() for v in args.variants.split(",") if v.strip()],
+        ranks=_csv_ints("--ranks", args.ranks),
+        fake=not args.real,
+        model=inputs.description,
+        progress=progress,
+        jobs=args.jobs,
+    )
     verdict = None
     if args.capacity is not None or args.run_log or args.overhead_gib is not None:
         overhead = DEFAULT_OVERHEAD
@@ -498,14 +827,26 @@ def _estimate(args: argparse.Namespace) -> int:
             if not args.overhead_gib >= 0:
                 from pooltk.memory.model import MemoryModelError
 
-                raise MemoryModelError("--overhead-gib", found=repr(args.overhead_gib), required=">= 0", fix="give GiB, e.g. 2.")
-            overhead = Overhead(cuda_context_bytes=0, nccl_bytes=0, allocator_bytes=round(args.overhead_gib * 2**30),
-                                source="--overhead-gib")
+                raise MemoryModelError(
+                    "--overhead-gib",
+                    found=repr(args.overhead_gib),
+                    required=">= 0",
+                    fix="give GiB, e.g. 2.",
+                )
+            overhead = Overhead(
+                cuda_context_bytes=0,
+                nccl_bytes=0,
+                allocator_bytes=round(args.overhead_gib * 2**30),
+                source="--overhead-gib",
+            )
         if args.run_log:
             overhead = overhead_from_log(args.run_log, estimate)
         verdict = fits_verdict(estimate, args.capacity or "gb200", overhead=overhead)
     if args.json:
-        payload = {"inputs": {"description": inputs.description, "sources": list(inputs.sources)}, **estimate.to_dict()}
+        payload = {
+            "inputs": {"description": inputs.description, "sources": list(inputs.sources)},
+            **estimate.to_dict(),
+        }
         if verdict is not None:
             payload["fits"] = verdict.to_dict()
         print(json.dumps(payload, indent=2))
@@ -525,29 +866,53 @@ def _estimate_table(estimate: Any, inputs: Any, unit: str, titles: dict[str, str
 
     size = lambda n: f"{to_unit(n, unit):,.2f}"  # noqa: E731
     variants = estimate.variants
-    lines = [f"whole-stage estimate: {inputs.description}",
-             f"  shape: {estimate.shape.describe()}; pool: {estimate.config.describe()}; "
-             f"optimizer {estimate.training.optimizer} ({estimate.training.optimizer_impl}), {estimate.training.steps} step(s); "
-             f"{'fake' if estimate.fake else 'REAL'} tensors",
-             *(f"  source: {s}" for s in inputs.sources), *(f"  note: {n}" for n in estimate.notes),
-             f"  peak per rank, {unit.upper()}: " + "; ".join(f"{v} = {titles[v]}" for v in variants), ""]
+    lines = [
+        f"whole-stage estimate: {inputs.description}",
+        f"  shape: {estimate.shape.describe()}; pool: {estimate.config.describe()}; "
+        f"optimizer {estimate.training.optimizer} ({estimate.training.optimizer_impl}), {estimate.training.steps} step(s); "
+        f"{'fake' if estimate.fake else 'REAL'} tensors",
+        *(f"  source: {s}" for s in inputs.sources),
+        *(f"  note: {n}" for n in estimate.notes),
+        f"  peak per rank, {unit.upper()}: " + "; ".join(f"{v} = {titles[v]}" for v in variants),
+        "",
+    ]
     rows = []
     for rank in estimate.ranks:
         first = estimate.replay(rank, variants[0])
-        rows.append([str(rank), ",".join(map(str, first.stages))] + [size(estimate.replay(rank, v).peak.bytes) for v in variants])
+        rows.append(
+            [str(rank), ",".join(map(str, first.stages))]
+            + [size(estimate.replay(rank, v).peak.bytes) for v in variants]
+        )
     lines += _render(["rank", "stages", *variants], rows)
     lines += ["", f"at each peak, {unit.upper()} per category, and where the peak is:"]
     rows = []
     for r in estimate.replays:
-        rows.append([str(r.rank), r.variant] + [size(r.at_peak[c]) for c in CATEGORIES] + [f"{r.wall_s:.1f}", r.peak.describe()])
+        rows.append(
+            [str(r.rank), r.variant]
+            + [size(r.at_peak[c]) for c in CATEGORIES]
+            + [f"{r.wall_s:.1f}", r.peak.describe()]
+        )
     lines += _render(["rank", "variant", *CATEGORIES, "wall s", "peak at"], rows)
     recv = estimate.receive_frame()
-    lines += ["", "receive buffers: the replay's maximum against the analytic model (bytes; the pool adds a 0-d anchor "
-              "per slot; torch 2.15 may hold one set more than the live set; per-stage maxima summed over a rank's stages "
-              "bound the rank from above)"]
-    lines += _render(["rank", "variant", "replayed", "modelled", "difference"],
-                     [[str(x.rank), x.variant, f"{x.replayed_bytes:,}", f"{x.modelled_bytes:,}", f"{x.difference_bytes:+,}"]
-                      for x in recv.itertuples()])
+    lines += [
+        "",
+        "receive buffers: the replay's maximum against the analytic model (bytes; the pool adds a 0-d anchor "
+        "per slot; torch 2.15 may hold one set more than the live set; per-stage maxima summed over a rank's stages "
+        "bound the rank from above)",
+    ]
+    lines += _render(
+        ["rank", "variant", "replayed", "modelled", "difference"],
+        [
+            [
+                str(x.rank),
+                x.variant,
+                f"{x.replayed_bytes:,}",
+                f"{x.modelled_bytes:,}",
+                f"{x.difference_bytes:+,}",
+            ]
+            for x in recv.itertuples()
+        ],
+    )
     names = [f"  stage {i}: {n}" for i, n in enumerate(estimate.stage_names) if n]
     return "\n".join(lines + ["", "stages:", *names])
 
@@ -559,8 +924,13 @@ def _k3(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(story.to_dict(), indent=2))
         return 0
-    print(f"Kimi-K3 2k on {story.device.name} ({story.device.gib:.2f} GiB); overhead {story.overhead.describe()}")
-    rows = [[r.claim, r.published, r.modelled, {True: "agrees", False: "differs", None: "-"}[r.agrees]] for r in story.rows]
+    print(
+        f"Kimi-K3 2k on {story.device.name} ({story.device.gib:.2f} GiB); overhead {story.overhead.describe()}"
+    )
+    rows = [
+        [r.claim, r.published, r.modelled, {True: "agrees", False: "differs", None: "-"}[r.agrees]]
+        for r in story.rows
+    ]
     print("\n".join(_render(["claim", "published", "modelled", ""], rows)))
     print(story.sentence)
     return 0
@@ -574,8 +944,16 @@ def run(args: argparse.Namespace) -> int:
         print(_list_presets())
         return 0
     if args.estimate or args.k3_story:
-        fields = {**_FIELDS, "model": "--model-config", "variants": "--variants", "ranks": "--ranks",
-                  "Training.steps": "--steps", "ep": "--ep", "split": "--split", "jobs": "--jobs"}
+        fields = {
+            **_FIELDS,
+            "model": "--model-config",
+            "variants": "--variants",
+            "ranks": "--ranks",
+            "Training.steps": "--steps",
+            "ep": "--ep",
+            "split": "--split",
+            "jobs": "--jobs",
+        }
         try:
             return _k3(args) if args.k3_story and not args.estimate else _estimate(args)
         except (MemoryModelError, ValueError) as exc:
@@ -584,7 +962,9 @@ def run(args: argparse.Namespace) -> int:
         print(_list_devices())
         return 0
     fields = dict(_FIELDS)
-    if args.reference_peak_gib is not None:  # a peak the user typed; a preset's published one is not a flag
+    if (
+        args.reference_peak_gib is not None
+    ):  # a peak the user typed; a preset's published one is not a flag
         fields["reference peak"] = "--reference-peak-gib"
     try:
         if args.measure:
@@ -603,15 +983,32 @@ def run(args: argparse.Namespace) -> int:
         except MemoryModelError as exc:
             return _fail(exc, fields)
     if args.json:
-        payload = {"source": {"name": preset.name, "title": preset.title, "assumption": preset.assumption,
-                              "sources": list(preset.sources)}, **model.to_dict()}
+        payload = {
+            "source": {
+                "name": preset.name,
+                "title": preset.title,
+                "assumption": preset.assumption,
+                "sources": list(preset.sources),
+            },
+            **model.to_dict(),
+        }
         if compared is not None:
-            payload["compare"] = {"name": compared[0].name, "assumption": compared[0].assumption, **compared[1].to_dict()}
+            payload["compare"] = {
+                "name": compared[0].name,
+                "assumption": compared[0].assumption,
+                **compared[1].to_dict(),
+            }
         if fits is not None:
-            payload["fits"] = {"device": {"name": fits.device.name, "capacity_bytes": fits.device.capacity_bytes,
-                                          "source": fits.device.source},
-                               "reference_stage": fits.reference_stage, "base_bytes": fits.base_bytes,
-                               "rows": fits.to_records()}
+            payload["fits"] = {
+                "device": {
+                    "name": fits.device.name,
+                    "capacity_bytes": fits.device.capacity_bytes,
+                    "source": fits.device.source,
+                },
+                "reference_stage": fits.reference_stage,
+                "base_bytes": fits.base_bytes,
+                "rows": fits.to_records(),
+            }
         print(json.dumps(payload, indent=2))
     else:
         print(_table(preset, model, args.unit))
@@ -630,5 +1027,7 @@ def _compared(args: argparse.Namespace) -> tuple[Any, Any]:
     try:
         other = get_preset(args.compare)
     except MemoryModelError as exc:
-        raise MemoryModelError("--compare", found=exc.found, required=exc.required, fix=exc.fix) from None
+        raise MemoryModelError(
+            "--compare", found=exc.found, required=exc.required, fix=exc.fix
+        ) from None
     return _model(args, other)

@@ -32,12 +32,20 @@ def run(args: argparse.Namespace) -> int:
     except PoolOverrunError as exc:
         print(f"pooltk parity: the guard stopped the run.\n{exc}", file=sys.stderr)
         if args.json:
-            print(json.dumps({"bitwise_equal": False, "error": "PoolOverrunError", "message": str(exc)}))
+            print(
+                json.dumps(
+                    {"bitwise_equal": False, "error": "PoolOverrunError", "message": str(exc)}
+                )
+            )
         return 1
     except (ParityRankError, ParityTimeoutError) as exc:
         print(f"pooltk parity: {exc}", file=sys.stderr)
         if args.json:
-            print(json.dumps({"bitwise_equal": False, "error": type(exc).__name__, "message": str(exc)}))
+            print(
+                json.dumps(
+                    {"bitwise_equal": False, "error": type(exc).__name__, "message": str(exc)}
+                )
+            )
         return 1
     report = three.report
     if args.json:

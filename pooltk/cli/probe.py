@@ -24,12 +24,16 @@ def run(args: argparse.Namespace) -> int:
     would = "yes" if report.installed else "no (stock behaviour would be kept)"
     print(f"install would    {would}")
     if report.installed:
-        what = {"rings+release": "rings of K buffer sets, and the last-stage release",
-                "rings": "rings of K buffer sets (release=False)",
-                "release": "the last-stage release alone (torch already allocates each buffer per receive)"}
+        what = {
+            "rings+release": "rings of K buffer sets, and the last-stage release",
+            "rings": "rings of K buffer sets (release=False)",
+            "release": "the last-stage release alone (torch already allocates each buffer per receive)",
+        }
         print(f"pooltk installs  {what.get(report.mode, report.mode)}")
         if report.rings:
-            print(f"buffers made     {'only K sets (lazy during setup)' if report.alloc_free else 'all M, then K kept'}")
+            print(
+                f"buffers made     {'only K sets (lazy during setup)' if report.alloc_free else 'all M, then K kept'}"
+            )
         else:
             print("buffers made     by torch, one per receive, dropped when consumed")
     print(f"why              {report.reason}")

@@ -90,8 +90,12 @@ class AutomodelPoolPlan:
 
 def _flag(what: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise InputError(what, found=repr(value), required="true or false",
-                         fix=f"write `{what.rsplit('.', 1)[-1]}: true` or `false` in the YAML.")
+        raise InputError(
+            what,
+            found=repr(value),
+            required="true or false",
+            fix=f"write `{what.rsplit('.', 1)[-1]}: true` or `false` in the YAML.",
+        )
     return value
 
 
@@ -110,35 +114,67 @@ def plan(pipeline: Mapping[str, Any] | None) -> AutomodelPoolPlan:
     block = dict(pipeline or {})
     extra = block.pop("pooltk", None)
     on = _flag(f"{_KEY}.pp_recv_buffer_pool", block.get("pp_recv_buffer_pool", False))
-    slack = check_int(f"{_KEY}.pp_recv_buffer_pool_slack", block.get("pp_recv_buffer_pool_slack", 2), low=0,
-                      fix="use 0 for the live-set limit or a small positive integer such as 2.")
+    slack = check_int(
+        f"{_KEY}.pp_recv_buffer_pool_slack",
+        block.get("pp_recv_buffer_pool_slack", 2),
+        low=0,
+        fix="use 0 for the live-set limit or a small positive integer such as 2.",
+    )
     if extra is None:
-        return AutomodelPoolPlan(implementation="automodel" if on else "stock", config=None,
-                                 schedule=None, pipeline=block)
+        return AutomodelPoolPlan(
+            implementation="automodel" if on else "stock",
+            config=None,
+            schedule=None,
+            pipeline=block,
+        )
     if not isinstance(extra, Mapping):
-        raise InputError(f"{_KEY}.pooltk", found=repr(extra), required="a mapping of pooltk options",
-                         fix="write the options indented under `pooltk:` (grad_slack, release, schedule).")
+        raise InputError(
+            f"{_KEY}.pooltk",
+            found=repr(extra),
+            required="a mapping of pooltk options",
+            fix="write the options indented under `pooltk:` (grad_slack, release, schedule).",
+        )
     unknown = sorted(set(extra) - set(_POOLTK_KEYS))
     if unknown:
-        raise InputError(f"{_KEY}.pooltk", found=f"unknown key(s) {', '.join(map(repr, unknown))}",
-                         required="only " + ", ".join(_POOLTK_KEYS),
-                         fix="remove the key or correct its spelling.")
-    implementation = check_choice(f"{_KEY}.pooltk.implementation", extra.get("implementation", "pooltk"),
-                                  IMPLEMENTATIONS, fix="use 'pooltk', or drop the pooltk block for Automodel's pool.")
-    grad_slack = check_int(f"{_KEY}.pooltk.grad_slack", extra.get("grad_slack", 1), low=0,
-                           fix="use 0 for the live-set limit or 1 (the default).")
+        raise InputError(
+            f"{_KEY}.pooltk",
+            found=f"unknown key(s) {', '.join(map(repr, unknown))}",
+            required="only " + ", ".join(_POOLTK_KEYS),
+            fix="remove the key or correct its spelling.",
+        )
+    implementation = check_choice(
+        f"{_KEY}.pooltk.implementation",
+        extra.get("implementation", "pooltk"),
+        IMPLEMENTATIONS,
+        fix="use 'pooltk', or drop the pooltk block for Automodel's pool.",
+    )
+    grad_slack = check_int(
+        f"{_KEY}.pooltk.grad_slack",
+        extra.get("grad_slack", 1),
+        low=0,
+        fix="use 0 for the live-set limit or 1 (the default).",
+    )
     release = _flag(f"{_KEY}.pooltk.release", extra.get("release", True))
     schedule = extra.get("schedule", "1f1b")
-    check_choice(f"{_KEY}.pooltk.schedule", schedule, SCHEDULES,
-                 fix="use '1f1b' (pool 1F1B only, like Automodel) or 'auto' (every schedule pooltk can analyse).")
+    check_choice(
+        f"{_KEY}.pooltk.schedule",
+        schedule,
+        SCHEDULES,
+        fix="use '1f1b' (pool 1F1B only, like Automodel) or 'auto' (every schedule pooltk can analyse).",
+    )
     if not on:
         return AutomodelPoolPlan(implementation="stock", config=None, schedule=None, pipeline=block)
     if implementation == "automodel":
-        return AutomodelPoolPlan(implementation="automodel", config=None, schedule=None, pipeline=block)
+        return AutomodelPoolPlan(
+            implementation="automodel", config=None, schedule=None, pipeline=block
+        )
     if block.get("pp_schedule_csv") is not None:
-        raise InputError(f"{_KEY}.pp_schedule_csv", found=repr(block["pp_schedule_csv"]),
-                         required="a named schedule when pooltk implements the pool",
-                         fix="use pp_schedule (e.g. 1f1b), or set pp_recv_buffer_pool: false for a CSV schedule.")
+        raise InputError(
+            f"{_KEY}.pp_schedule_csv",
+            found=repr(block["pp_schedule_csv"]),
+            required="a named schedule when pooltk implements the pool",
+            fix="use pp_schedule (e.g. 1f1b), or set pp_recv_buffer_pool: false for a CSV schedule.",
+        )
     config = PoolConfig(slack=slack, grad_slack=grad_slack, release=release)
     gate = "auto" if schedule == "auto" else str(block.get("pp_schedule") or "1f1b").lower()
     block["pp_recv_buffer_pool"] = False
@@ -153,9 +189,16 @@ def original_pool_installed() -> bool:
         from torch.distributed.pipelining import stage as stage_mod
     except ImportError:  # pragma: no cover - torch without pipelining
         return False
-    for cls in (getattr(stage_mod, "PipelineStage", None), getattr(stage_mod, "_PipelineStageBase", None)):
-        for name in ("_setup_forward_recv_info", "_setup_backward_recv_info",
-                     "_prepare_forward_infra", "_prepare_backward_infra"):
+    for cls in (
+        getattr(stage_mod, "PipelineStage", None),
+        getattr(stage_mod, "_PipelineStageBase", None),
+    ):
+        for name in (
+            "_setup_forward_recv_info",
+            "_setup_backward_recv_info",
+            "_prepare_forward_infra",
+            "_prepare_backward_infra",
+        ):
             method = getattr(cls, name, None) if cls is not None else None
             if getattr(method, "__module__", None) == POOL_MODULE:
                 return True
@@ -195,9 +238,12 @@ def _pipeline_of(cfg: Any) -> Mapping[str, Any] | None:
         return node.to_dict() if hasattr(node, "to_dict") else node
     if isinstance(cfg, Mapping):
         return (cfg.get("distributed") or {}).get("pipeline")
-    raise InputError("config", found=type(cfg).__name__,
-                     required="Automodel's ConfigNode or a dict loaded from its YAML",
-                     fix="pass the config your recipe loads (parse_args_and_load_config) or the YAML as a dict.")
+    raise InputError(
+        "config",
+        found=type(cfg).__name__,
+        required="Automodel's ConfigNode or a dict loaded from its YAML",
+        fix="pass the config your recipe loads (parse_args_and_load_config) or the YAML as a dict.",
+    )
 
 
 def apply(cfg: Any) -> tuple[AutomodelPoolPlan, Any]:
@@ -217,17 +263,26 @@ def apply(cfg: Any) -> tuple[AutomodelPoolPlan, Any]:
             for key, value in choice.pipeline.items():
                 if key.startswith("pp_recv_buffer_pool"):
                     cfg.set_by_dotted(f"{_KEY}.{key}", value)
-    elif isinstance(cfg, dict) and isinstance(cfg.get("distributed"), dict) \
-            and isinstance(cfg["distributed"].get("pipeline"), dict):
+    elif (
+        isinstance(cfg, dict)
+        and isinstance(cfg.get("distributed"), dict)
+        and isinstance(cfg["distributed"].get("pipeline"), dict)
+    ):
         cfg["distributed"]["pipeline"] = dict(choice.pipeline)
     return choice, report
 
 
 def main(argv: list[str] | None = None) -> None:
     """Automodel's LLM fine-tuning recipe with :func:`apply` run on its config first."""
-    loader = import_trainer("nemo_automodel.components.config._arg_parser", trainer="nemo-automodel", pip=PIP)
-    recipe = import_trainer("nemo_automodel.recipes.llm.train_ft", trainer="nemo-automodel", pip=PIP)
-    log_utils = import_trainer("nemo_automodel.components.loggers.log_utils", trainer="nemo-automodel", pip=PIP)
+    loader = import_trainer(
+        "nemo_automodel.components.config._arg_parser", trainer="nemo-automodel", pip=PIP
+    )
+    recipe = import_trainer(
+        "nemo_automodel.recipes.llm.train_ft", trainer="nemo-automodel", pip=PIP
+    )
+    log_utils = import_trainer(
+        "nemo_automodel.components.loggers.log_utils", trainer="nemo-automodel", pip=PIP
+    )
     cfg = loader.parse_args_and_load_config(None, argv)
     # Automodel sets its logging up only in the recipe's setup(), after pooltk installs: set up its format and
     # rank-0 filter first, so pooltk's install line lands in the trainer's log (setup() does it again).

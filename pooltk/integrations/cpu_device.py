@@ -32,15 +32,20 @@ class CpuProperties:
 
 
 def _properties(*_args, **_kwargs) -> CpuProperties:
-    return CpuProperties(name=platform.processor() or "cpu",
-                         total_memory=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return CpuProperties(
+        name=platform.processor() or "cpu",
+        total_memory=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+    )
 
 
 def cpu_device_module() -> ModuleType:
     """``torch.cpu``'s attributes plus the CUDA-style functions above (a new module object)."""
     import torch
 
-    module = ModuleType("pooltk_cpu_device", "torch.cpu plus CUDA-style memory functions (see pooltk.integrations.cpu_device)")
+    module = ModuleType(
+        "pooltk_cpu_device",
+        "torch.cpu plus CUDA-style memory functions (see pooltk.integrations.cpu_device)",
+    )
     module.__dict__.update({k: v for k, v in vars(torch.cpu).items() if not k.startswith("__")})
     module.get_device_name = lambda *_a, **_k: _properties().name
     module.get_device_properties = _properties

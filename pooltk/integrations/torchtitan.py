@@ -87,10 +87,14 @@ def _bool(what: str, text: str) -> bool:
     low = text.strip().lower()
     if low in _TRUE or low in _FALSE:
         return low in _TRUE
-    raise InputError(what, found=repr(text), required="true or false", fix=f"pass {what} true (or false).")
+    raise InputError(
+        what, found=repr(text), required="true or false", fix=f"pass {what} true (or false)."
+    )
 
 
-def options_from(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[TitanPoolOptions, list[str]]:
+def options_from(
+    argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> tuple[TitanPoolOptions, list[str]]:
     """Split pooltk's options from torchtitan's arguments.
 
     Returns the options and the arguments left for torchtitan, in their order.
@@ -106,13 +110,22 @@ def options_from(argv: Sequence[str], env: Mapping[str, str] | None = None) -> t
     while i < len(args):
         arg = args[i]
         if arg.startswith("--pooltk."):
-            key, eq, value = arg[len("--pooltk."):].partition("=")
+            key, eq, value = arg[len("--pooltk.") :].partition("=")
             key = key.replace("-", "_")
-            check_choice("--pooltk.<field>", key, FIELDS, fix="use one of the fields listed, e.g. --pooltk.slack 2.")
+            check_choice(
+                "--pooltk.<field>",
+                key,
+                FIELDS,
+                fix="use one of the fields listed, e.g. --pooltk.slack 2.",
+            )
             if not eq:
                 if i + 1 >= len(args):
-                    raise InputError(f"--pooltk.{key}", found="no value", required="a value after the flag",
-                                     fix=f"write --pooltk.{key} VALUE.")
+                    raise InputError(
+                        f"--pooltk.{key}",
+                        found="no value",
+                        required="a value after the flag",
+                        fix=f"write --pooltk.{key} VALUE.",
+                    )
                 value, i = args[i + 1], i + 1
             raw[key] = value
         else:
@@ -122,13 +135,25 @@ def options_from(argv: Sequence[str], env: Mapping[str, str] | None = None) -> t
     ints = {}
     for key, default in (("slack", 2), ("grad_slack", 1)):
         text = str(raw.get(key, default))
-        ints[key] = check_int(f"--pooltk.{key}", int(text) if text.lstrip("-").isdigit() else text, low=0,
-                              fix="use 0 for the live-set limit or a small positive integer.")
+        ints[key] = check_int(
+            f"--pooltk.{key}",
+            int(text) if text.lstrip("-").isdigit() else text,
+            low=0,
+            fix="use 0 for the live-set limit or a small positive integer.",
+        )
     release = _bool("--pooltk.release", raw.get("release", "true"))
-    schedule = check_choice("--pooltk.schedule", raw.get("schedule", "1f1b"), ("1f1b", "auto"),
-                            fix="use 1f1b (pool 1F1B only) or auto (every schedule pooltk analyses).")
-    device = check_choice("--pooltk.device", raw.get("device", "auto"), DEVICES,
-                          fix="use auto (torchtitan picks) or cpu (CPU/gloo runs).")
+    schedule = check_choice(
+        "--pooltk.schedule",
+        raw.get("schedule", "1f1b"),
+        ("1f1b", "auto"),
+        fix="use 1f1b (pool 1F1B only) or auto (every schedule pooltk analyses).",
+    )
+    device = check_choice(
+        "--pooltk.device",
+        raw.get("device", "auto"),
+        DEVICES,
+        fix="use auto (torchtitan picks) or cpu (CPU/gloo runs).",
+    )
     config = PoolConfig(slack=ints["slack"], grad_slack=ints["grad_slack"], release=release)
     return TitanPoolOptions(enable=enable, config=config, schedule=schedule, device=device), rest
 
@@ -147,19 +172,30 @@ def force_device(device: str) -> None:
 
         from pooltk.integrations.cpu_device import cpu_device_module
 
-        found_type, found_module = torch_utils._get_available_device_type, torch_utils._get_device_module
+        found_type, found_module = (
+            torch_utils._get_available_device_type,
+            torch_utils._get_device_module,
+        )
         module = cpu_device_module()
         torch_utils._get_available_device_type = lambda: device
-        torch_utils._get_device_module = lambda kind=None: module if kind in (None, device) else found_module(kind)
+        torch_utils._get_device_module = lambda kind=None: (
+            module if kind in (None, device) else found_module(kind)
+        )
         try:
             importlib.import_module(name)
         finally:
-            torch_utils._get_available_device_type, torch_utils._get_device_module = found_type, found_module
+            torch_utils._get_available_device_type, torch_utils._get_device_module = (
+                found_type,
+                found_module,
+            )
     found = sys.modules[name].device_type
     if found != device:
-        raise InputError("--pooltk.device", found=f"torchtitan already imported with device {found!r}",
-                         required=f"{device!r} chosen before torchtitan.tools.utils is imported",
-                         fix="launch through python -m pooltk.integrations.torchtitan, not after importing torchtitan.")
+        raise InputError(
+            "--pooltk.device",
+            found=f"torchtitan already imported with device {found!r}",
+            required=f"{device!r} chosen before torchtitan.tools.utils is imported",
+            fix="launch through python -m pooltk.integrations.torchtitan, not after importing torchtitan.",
+        )
 
 
 def install(options: TitanPoolOptions):
@@ -197,8 +233,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     unheard = not logging.getLogger("pooltk").hasHandlers()
     report = install(options)
     if unheard:
-        lines = ([(e.level, e.message) for e in report.events] if report is not None else
-                 [(logging.WARNING, "pooltk: not installed (reason=--pooltk.enable false: torchtitan runs stock)")])
+        lines = (
+            [(e.level, e.message) for e in report.events]
+            if report is not None
+            else [
+                (
+                    logging.WARNING,
+                    "pooltk: not installed (reason=--pooltk.enable false: torchtitan runs stock)",
+                )
+            ]
+        )
         log_after_trainer_logger(lines)
     sys.argv = ["torchtitan.train", *rest]
     runpy.run_module("torchtitan.train", run_name="__main__", alter_sys=True)

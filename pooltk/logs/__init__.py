@@ -27,7 +27,16 @@ Needs pandas, numpy and polars (the ``lab`` extra; zstandard for ``.zst``); impo
 from __future__ import annotations
 
 from pooltk.logs.errors import LogFormatError
-from pooltk.logs.reader import FORMATS, MAX_BYTES, FileReport, LogTable, detect_format, read_log_file, read_logs, run_name
+from pooltk.logs.reader import (
+    FORMATS,
+    MAX_BYTES,
+    FileReport,
+    LogTable,
+    detect_format,
+    read_log_file,
+    read_logs,
+    run_name,
+)
 from pooltk.logs.runinfo import RunInfo
 from pooltk.logs.schema import COLUMNS
 

@@ -58,7 +58,7 @@ def clean_line(raw: str) -> tuple[str, int | None]:
         m = _RANK_PREFIX_RE.match(line)
         if m is not None:
             rank = int(m.group(1))
-            line = line[m.end():]
+            line = line[m.end() :]
     return line, rank
 
 

@@ -30,37 +30,70 @@ from typing import Any
 
 from pooltk.logs._common import ParseResult, clean_line, parse_float
 
-__all__ = ["DETECT", "FORMAT", "SUMMARY_FORMAT", "SUMMARY_KEYS", "looks_like_summary", "parse", "parse_summary", "read_all"]
+__all__ = [
+    "DETECT",
+    "FORMAT",
+    "SUMMARY_FORMAT",
+    "SUMMARY_KEYS",
+    "looks_like_summary",
+    "parse",
+    "parse_summary",
+    "read_all",
+]
 
 FORMAT = "automodel_bench"
 SUMMARY_FORMAT = "automodel_bench_summary"
 
 _TS_FORMAT = "%Y-%m-%d %H:%M:%S"
 TS_FORMAT = _TS_FORMAT
-_PREFIX_RE = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:,\d{3})? \| [^|]*? \| [^|]*? \| (?P<msg>.*)$")
+_PREFIX_RE = re.compile(
+    r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:,\d{3})? \| [^|]*? \| [^|]*? \| (?P<msg>.*)$"
+)
 _ROW_RE = re.compile(
     r"^Rank (?P<rank>\d+) \| Iteration (?P<it>\d+) \| num_label_tokens=(?P<nlt>\d+) \| "
     r"Max Memory Allocated: (?P<mem>\S+) GB \| loss=(?P<loss>\S+)\s*$"
 )
 _CANDIDATE_RE = re.compile(r"Iteration \d+ \| num_label_tokens=")
 _ITER_START_RE = re.compile(r"^Rank \d+ \| Iteration \d+\s*$")
-DETECT = (r"Rank \d+ \| Iteration \d+ \| num_label_tokens=|Benchmarking Summary|GA steps: \d+, DP size: \d+"
-          r"|Running \d+ iterations with \d+ warmup steps")
+DETECT = (
+    r"Rank \d+ \| Iteration \d+ \| num_label_tokens=|Benchmarking Summary|GA steps: \d+, DP size: \d+"
+    r"|Running \d+ iterations with \d+ warmup steps"
+)
 """The recipe's signature, wherever it stands in a line (format detection)."""
-_START_RE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d{3})? \| |Rank \d+ \| Iteration |Max iter time: |MFU: ")
+_START_RE = re.compile(
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d{3})? \| |Rank \d+ \| Iteration |Max iter time: |MFU: "
+)
 _TIMER_HEAD_RE = re.compile(r"^(?:\(min, max\) |max )time across ranks \(ms\):\s*$")
-_TIMER_ROW_RE = re.compile(r"^\s*(?P<name>\S+) \.*: (?:\((?P<min>[0-9.]+), (?P<max>[0-9.]+)\)|(?P<only>[0-9.]+))\s*$")
+_TIMER_ROW_RE = re.compile(
+    r"^\s*(?P<name>\S+) \.*: (?:\((?P<min>[0-9.]+), (?P<max>[0-9.]+)\)|(?P<only>[0-9.]+))\s*$"
+)
 
 _META_RES: tuple[tuple[re.Pattern[str], tuple[tuple[str, type], ...]], ...] = (
-    (re.compile(r"^Running (\d+) iterations with (\d+) warmup steps"), (("total_steps", int), ("warmup_steps", int))),
     (
-        re.compile(r"^GA steps: (\d+), DP size: (\d+), Local batch size: (\d+), Global batch size: (\d+)"),
-        (("grad_acc_steps", int), ("dp", int), ("local_batch_size", int), ("global_batch_size", int)),
+        re.compile(r"^Running (\d+) iterations with (\d+) warmup steps"),
+        (("total_steps", int), ("warmup_steps", int)),
+    ),
+    (
+        re.compile(
+            r"^GA steps: (\d+), DP size: (\d+), Local batch size: (\d+), Global batch size: (\d+)"
+        ),
+        (
+            ("grad_acc_steps", int),
+            ("dp", int),
+            ("local_batch_size", int),
+            ("global_batch_size", int),
+        ),
     ),
     (re.compile(r"^TFLOPs/GPU: ([0-9.eE+-]+)\s*$"), (("tflops_per_global_step", float),)),
     (re.compile(r"^Total setup time: ([0-9.]+) seconds"), (("setup_time_s", float),)),
-    (re.compile(r"^Total warmup time \((\d+) steps\): ([0-9.]+) seconds"), (("warmup_steps", int), ("warmup_time_s", float))),
-    (re.compile(r"^Total iteration time \((\d+) steps\): ([0-9.]+) seconds"), (("training_steps", int), ("training_time_s", float))),
+    (
+        re.compile(r"^Total warmup time \((\d+) steps\): ([0-9.]+) seconds"),
+        (("warmup_steps", int), ("warmup_time_s", float)),
+    ),
+    (
+        re.compile(r"^Total iteration time \((\d+) steps\): ([0-9.]+) seconds"),
+        (("training_steps", int), ("training_time_s", float)),
+    ),
     (re.compile(r"^Average iteration time: ([0-9.]+) seconds"), (("avg_iter_time_s", float),)),
     (re.compile(r"^Average MFU: ([0-9.eE+-]+)%"), (("avg_mfu_pct", float),)),
 )
@@ -147,11 +180,25 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
             result.skip(n, "iteration line that does not match the recipe's format", raw)
             continue
         if msg.startswith("Max iter time: "):
-            if _attach(current, "step_time_s", msg[len("Max iter time: ") :].removesuffix(" seconds"), n, raw, result):
+            if _attach(
+                current,
+                "step_time_s",
+                msg[len("Max iter time: ") :].removesuffix(" seconds"),
+                n,
+                raw,
+                result,
+            ):
                 current["step_time_basis"] = "benchmark 'Max iter time' (slowest rank)"  # type: ignore[index]
             continue
         if msg.startswith("MFU: "):
-            _attach(current, "mfu_pct_logged", msg[len("MFU: ") :].rstrip().removesuffix("%"), n, raw, result)
+            _attach(
+                current,
+                "mfu_pct_logged",
+                msg[len("MFU: ") :].rstrip().removesuffix("%"),
+                n,
+                raw,
+                result,
+            )
             continue
         if _meta(msg, n, result) or _ITER_START_RE.match(msg):
             result.n_meta += 1
@@ -166,7 +213,9 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
     return result
 
 
-def _attach(current: dict[str, Any] | None, column: str, text: str, n: int, raw: str, result: ParseResult) -> bool:
+def _attach(
+    current: dict[str, Any] | None, column: str, text: str, n: int, raw: str, result: ParseResult
+) -> bool:
     """Put a per-iteration figure on the latest iteration row; count it as skipped when impossible."""
     if current is None:
         result.skip(n, f"{column} line before any iteration line", raw)
@@ -184,15 +233,23 @@ def _attach(current: dict[str, Any] | None, column: str, text: str, n: int, raw:
     return True
 
 
-def _timer_row(m: re.Match[str], current: dict[str, Any] | None, n: int, result: ParseResult) -> None:
+def _timer_row(
+    m: re.Match[str], current: dict[str, Any] | None, n: int, result: ParseResult
+) -> None:
     """A timer row: values are seconds despite the block's '(ms)' label."""
     name = m.group("name")
     seconds = float(m.group("max") or m.group("only"))
     if name == "setup":
         result.set_meta("setup_time_s", seconds, n)
-    elif name in ("iteration", "iteration_warmup") and current is not None and current.get("step_time_s") is None:
+    elif (
+        name in ("iteration", "iteration_warmup")
+        and current is not None
+        and current.get("step_time_s") is None
+    ):
         current["step_time_s"] = seconds
-        current["step_time_basis"] = "benchmark timer block, max across ranks (seconds despite '(ms)')"
+        current["step_time_basis"] = (
+            "benchmark timer block, max across ranks (seconds despite '(ms)')"
+        )
 
 
 def _meta(msg: str, n: int, result: ParseResult) -> bool:
@@ -216,7 +273,7 @@ def read_all(lines: Any, result: ParseResult) -> Any:
     def located() -> Iterable[tuple[int, str]]:
         for n, raw in enumerate(texts, start=1):
             m = _START_RE.search(raw)
-            yield n, raw[m.start():] if m is not None else raw
+            yield n, raw[m.start() :] if m is not None else raw
 
     parse(located(), result)
     return from_result(result)

@@ -42,7 +42,11 @@ _FLOATS = (
     ("tps_per_gpu", "tok_per_s_per_gpu_logged"),
     ("mfu", "mfu_pct_logged"),
 )
-_INTS = (("epoch", "epoch"), ("num_tokens_per_step", "num_tokens"), ("num_label_tokens", "num_label_tokens"))
+_INTS = (
+    ("epoch", "epoch"),
+    ("num_tokens_per_step", "num_tokens"),
+    ("num_label_tokens", "num_label_tokens"),
+)
 
 
 def val_name_from_path(stem: str) -> str | None:
@@ -110,15 +114,31 @@ def parse_line(line: str) -> list[Rec | Skip]:
             record, end = _DECODER.raw_decode(line, start)
         except ValueError as err:
             pos = getattr(err, "pos", 0)
-            after = next((s for s in starts[k + 1:] if s > start), None)
-            if after is not None:  # the next record on the line is read on its own ([Note: a cut record is never a value])
-                whole = line[start:after].rstrip().endswith("}")  # ends as a record does, yet is not JSON: garbled
-                out.append(Skip(start=start, end=after, reason=f"not JSON ({err.msg})" if whole
-                                else "truncated JSON record (cut where the next record begins)"))
+            after = next((s for s in starts[k + 1 :] if s > start), None)
+            if (
+                after is not None
+            ):  # the next record on the line is read on its own ([Note: a cut record is never a value])
+                whole = (
+                    line[start:after].rstrip().endswith("}")
+                )  # ends as a record does, yet is not JSON: garbled
+                out.append(
+                    Skip(
+                        start=start,
+                        end=after,
+                        reason=f"not JSON ({err.msg})"
+                        if whole
+                        else "truncated JSON record (cut where the next record begins)",
+                    )
+                )
                 end = after
                 continue
             cut = pos >= len(line.rstrip()) or "}" not in line[start:]
-            out.append(Skip(start=start, reason=f"truncated JSON record ({err.msg})" if cut else f"not JSON ({err.msg})"))
+            out.append(
+                Skip(
+                    start=start,
+                    reason=f"truncated JSON record ({err.msg})" if cut else f"not JSON ({err.msg})",
+                )
+            )
             end = len(line)
             continue
         if not isinstance(record, dict):
@@ -143,11 +163,18 @@ def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:
     if val_name is not None:
         frame = frame.with_columns(pl.lit("val").alias("kind"), pl.lit(val_name).alias("val_name"))
     if "num_tokens" in frame.columns and "tok_per_s_logged" in frame.columns:
-        tps, tokens = pl.col("tok_per_s_logged").cast(pl.Float64), pl.col("num_tokens").cast(pl.Float64)
+        tps, tokens = (
+            pl.col("tok_per_s_logged").cast(pl.Float64),
+            pl.col("num_tokens").cast(pl.Float64),
+        )
         valid = tokens.is_not_null() & (tokens != 0) & tps.is_finite() & (tps > 0)
-        frame = frame.with_columns(pl.when(valid).then(tokens / tps).otherwise(None).alias("step_time_s"),
-                                   pl.when(valid).then(pl.lit("num_tokens_per_step / tps (the log's own timing)"))
-                                   .otherwise(None).alias("step_time_basis"))
+        frame = frame.with_columns(
+            pl.when(valid).then(tokens / tps).otherwise(None).alias("step_time_s"),
+            pl.when(valid)
+            .then(pl.lit("num_tokens_per_step / tps (the log's own timing)"))
+            .otherwise(None)
+            .alias("step_time_basis"),
+        )
     found.frame = frame
     if val_name is None:
         result.notes.append(
@@ -161,10 +188,19 @@ def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:
 _JNUM = r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?"
 """A JSON number; an infinite result (an integer too long for a float, ``1e400``) is left to the definition."""
 _COLUMNS: dict[str, tuple[str | None, str]] = {
-    "step": ("step", "int"), "epoch": ("epoch", "int"), "timestamp": ("timestamp", "str"), "loss": ("loss", "float"),
-    "val_loss": (None, "float"), "grad_norm": ("grad_norm", "float"), "lr": ("lr", "float"), "mem": ("mem_gib", "float"),
-    "tps": ("tok_per_s_logged", "float"), "tps_per_gpu": ("tok_per_s_per_gpu_logged", "float"),
-    "mfu": ("mfu_pct_logged", "float"), "num_tokens_per_step": ("num_tokens", "int"), "num_label_tokens": ("num_label_tokens", "int"),
+    "step": ("step", "int"),
+    "epoch": ("epoch", "int"),
+    "timestamp": ("timestamp", "str"),
+    "loss": ("loss", "float"),
+    "val_loss": (None, "float"),
+    "grad_norm": ("grad_norm", "float"),
+    "lr": ("lr", "float"),
+    "mem": ("mem_gib", "float"),
+    "tps": ("tok_per_s_logged", "float"),
+    "tps_per_gpu": ("tok_per_s_per_gpu_logged", "float"),
+    "mfu": ("mfu_pct_logged", "float"),
+    "num_tokens_per_step": ("num_tokens", "int"),
+    "num_label_tokens": ("num_label_tokens", "int"),
 }
 
 
@@ -180,7 +216,11 @@ def _layout(sample: list[str]) -> tuple[str, ...] | None:
     if not seen:
         return None
     keys = seen.most_common(1)[0][0]
-    if keys[0] != "step" or any(k not in _COLUMNS for k in keys) or ("loss" not in keys and "val_loss" not in keys):
+    if (
+        keys[0] != "step"
+        or any(k not in _COLUMNS for k in keys)
+        or ("loss" not in keys and "val_loss" not in keys)
+    ):
         return None
     return keys
 
@@ -201,7 +241,12 @@ def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
             value = f"(?:{value}|null)"
         pattern.append(f'"{key}": {value}')
     ok = body.str.contains("^\\{" + ", ".join(pattern) + "\\}$")
-    parts = body.str.strip_prefix("{").str.strip_suffix("}").str.split_exact(", ", len(keys) - 1).struct.unnest()
+    parts = (
+        body.str.strip_prefix("{")
+        .str.strip_suffix("}")
+        .str.split_exact(", ", len(keys) - 1)
+        .struct.unnest()
+    )
     cols: dict[str, Any] = {}
     for j, key in enumerate(keys):
         text = parts[f"field_{j}"].str.strip_prefix(f'"{key}": ')

@@ -26,23 +26,42 @@ from typing import Any
 from pooltk.logs._common import parse_float, parse_int
 from pooltk.logs.records import Rec, Skip
 
-__all__ = ["CANDIDATE", "DETECT", "FORMAT", "META_HINTS", "TS_FORMAT", "fast", "finish", "meta", "parse_line"]
+__all__ = [
+    "CANDIDATE",
+    "DETECT",
+    "FORMAT",
+    "META_HINTS",
+    "TS_FORMAT",
+    "fast",
+    "finish",
+    "meta",
+    "parse_line",
+]
 
 FORMAT = "automodel_text"
 TS_FORMAT = "%Y-%m-%d %H:%M:%S"
 MEM_BASIS = "max_allocated"
 
 _TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
-_PREFIX = (r"(?:(?P<ts>" + _TS + r")(?:,\d{3})? \| [A-Z]+ \| [^|\n]*? \| "
-           r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[^:\s]*:)?")
+_PREFIX = (
+    r"(?:(?P<ts>" + _TS + r")(?:,\d{3})? \| [A-Z]+ \| [^|\n]*? \| "
+    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[^:\s]*:)?"
+)
 _VAL = r'(?:\[val\](?: name "[^"\n]*" \|)? ?)?'
-CANDIDATE = (r"(?:" + _TS + r"(?:,\d{3})? \| [A-Z]+ \| [^|\n]*? \| |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[^:\s]*:)?"
-             + _VAL + r"step \d+ \| epoch ")
+CANDIDATE = (
+    r"(?:"
+    + _TS
+    + r"(?:,\d{3})? \| [A-Z]+ \| [^|\n]*? \| |(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[^:\s]*:)?"
+    + _VAL
+    + r"step \d+ \| epoch "
+)
 """Where a record starts (also an interleaved one that cannot be read: it is then counted as skipped)."""
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)|N/A|None"
 _FIELD = r" \| (?!step \d)[a-z_]+:? (?:" + _NUM + r")(?:\((?:" + _NUM + r")/gpu\)| GiB)?"
-_RECORD_RE = re.compile(r"(?P<pre>" + _PREFIX + r")(?P<val>\[val\](?: name \"(?P<name>[^\"\n]*)\" \|)? ?)?"
-                        r"(?P<body>step (?:\d+)(?:" + _FIELD + r")*)")
+_RECORD_RE = re.compile(
+    r"(?P<pre>" + _PREFIX + r")(?P<val>\[val\](?: name \"(?P<name>[^\"\n]*)\" \|)? ?)?"
+    r"(?P<body>step (?:\d+)(?:" + _FIELD + r")*)"
+)
 DETECT = r"step \d+ \| epoch \d+ \| loss "
 """The record's signature (format detection)."""
 _CAND_RE = re.compile(CANDIDATE)
@@ -56,6 +75,7 @@ def _RUNS_ON(ch: str) -> bool:  # noqa: N802 - reads as a predicate on the chara
     (``9328.79Saving checkpoint`` is a whole value and a print; ``6553`` + ``6...`` is not knowable.)
     """
     return ch.isdigit() or ch in ".-+_,"
+
 
 _SIMPLE = {
     "epoch": ("epoch", parse_int),
@@ -85,7 +105,11 @@ def _fields(body: str) -> tuple[dict[str, Any], tuple[str, ...]]:
             elif key == "mem":
                 number, _, unit = value.partition(" ")
                 if unit != "GiB":
-                    raise _Bad("truncated or garbled: mem without its unit GiB" if not unit else f"mem unit {unit!r}, expected GiB")
+                    raise _Bad(
+                        "truncated or garbled: mem without its unit GiB"
+                        if not unit
+                        else f"mem unit {unit!r}, expected GiB"
+                    )
                 values["mem_gib"] = parse_float(number)
             elif key == "tps":
                 if value.endswith("/gpu)"):
@@ -109,10 +133,22 @@ def parse_line(line: str) -> list[Rec | Skip]:
         stop = cands[k + 1].start() if k + 1 < len(cands) else len(line)
         m = _RECORD_RE.match(line, cand.start(), stop)  # a record ends where the next one starts
         if m is None or " | loss " not in m.group("body"):
-            out.append(Skip(start=cand.start(), reason="step record garbled (interleaved or cut)", end=cand.end()))
+            out.append(
+                Skip(
+                    start=cand.start(),
+                    reason="step record garbled (interleaved or cut)",
+                    end=cand.end(),
+                )
+            )
             continue
         if m.end() < stop and _RUNS_ON(line[m.end()]):
-            out.append(Skip(start=cand.start(), reason="step record runs into other text (two writes garbled)", end=m.end()))
+            out.append(
+                Skip(
+                    start=cand.start(),
+                    reason="step record runs into other text (two writes garbled)",
+                    end=m.end(),
+                )
+            )
             continue
         try:
             values, keys = _fields(m.group("body"))
@@ -123,8 +159,11 @@ def parse_line(line: str) -> list[Rec | Skip]:
             out.append(Skip(start=cand.start(), reason="no loss field", end=m.end()))
             continue
         kind = "val" if m.group("val") is not None else "train"
-        values.update(kind=kind, timestamp=m.group("ts"),
-                      val_name=(m.group("name") or "default") if kind == "val" else None)
+        values.update(
+            kind=kind,
+            timestamp=m.group("ts"),
+            val_name=(m.group("name") or "default") if kind == "val" else None,
+        )
         out.append(Rec(start=cand.start(), end=m.end(), values=values, keys=keys))
     return out
 
@@ -143,7 +182,10 @@ def finish(found: Any, result: Any, *, stem: str = "") -> None:  # noqa: ARG001
     result.timestamp_format = TS_FORMAT
     result.mem_basis = MEM_BASIS
     frame = found.frame
-    if "tok_per_s_per_gpu_logged" in frame.columns and frame["tok_per_s_per_gpu_logged"].null_count() < frame.height:
+    if (
+        "tok_per_s_per_gpu_logged" in frame.columns
+        and frame["tok_per_s_per_gpu_logged"].null_count() < frame.height
+    ):
         result.notes.append(
             "tok_per_s_per_gpu_logged is Automodel's tps/cp/dp: it ignores PP and TP "
             "(with pp8 it is 8x the rate per physical GPU); use pooltk.logs.metrics for a physical basis"
@@ -153,9 +195,15 @@ def finish(found: Any, result: Any, *, stem: str = "") -> None:  # noqa: ARG001
 # --------------------------------------------------------------------------- the engine's path
 
 _FNUM = r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
-_COLUMNS = {"epoch": ("epoch", "int"), "loss": ("loss", "float"), "grad_norm": ("grad_norm", "float"),
-            "lr": ("lr", "float"), "num_label_tokens": ("num_label_tokens", "int"), "mem": ("mem_gib", "mem"),
-            "tps": ("tok_per_s_logged", "tps")}
+_COLUMNS = {
+    "epoch": ("epoch", "int"),
+    "loss": ("loss", "float"),
+    "grad_norm": ("grad_norm", "float"),
+    "lr": ("lr", "float"),
+    "num_label_tokens": ("num_label_tokens", "int"),
+    "mem": ("mem_gib", "mem"),
+    "tps": ("tok_per_s_logged", "tps"),
+}
 
 
 def _layout(sample: list[str]) -> tuple[str, tuple[str, ...], tuple[str, ...]] | None:
@@ -163,16 +211,29 @@ def _layout(sample: list[str]) -> tuple[str, tuple[str, ...], tuple[str, ...]] |
     seen: Counter[tuple[str, tuple[str, ...], tuple[str, ...]]] = Counter()
     for text in sample:
         recs = parse_line(text)
-        if len(recs) != 1 or not isinstance(recs[0], Rec) or recs[0].end != len(text) or recs[0].values["kind"] != "train":
+        if (
+            len(recs) != 1
+            or not isinstance(recs[0], Rec)
+            or recs[0].end != len(text)
+            or recs[0].values["kind"] != "train"
+        ):
             continue
-        kind = "ts" if recs[0].values["timestamp"] else ("plain" if not text.startswith("step ") else "none")
-        labels = tuple(p.partition(" ")[0] for p in text.split(" | ")[(3 if kind == "ts" else 0):])
+        kind = (
+            "ts"
+            if recs[0].values["timestamp"]
+            else ("plain" if not text.startswith("step ") else "none")
+        )
+        labels = tuple(p.partition(" ")[0] for p in text.split(" | ")[(3 if kind == "ts" else 0) :])
         tps = next((p for p in text.split(" | ") if p.startswith("tps ")), "")
         seen[(kind + ("/gpu" if tps.endswith("/gpu)") else ""), recs[0].keys, labels)] += 1
     if not seen:
         return None
     kind, keys, labels = seen.most_common(1)[0][0]
-    if len(set(keys)) != len(keys) or any(k not in _COLUMNS for k in keys[1:]) or "loss" not in keys:
+    if (
+        len(set(keys)) != len(keys)
+        or any(k not in _COLUMNS for k in keys[1:])
+        or "loss" not in keys
+    ):
         return None
     return kind, keys, labels
 
@@ -188,19 +249,28 @@ def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
     pair = kind.endswith("/gpu")
     kind = kind.removesuffix("/gpu")
     labels = ("step", *labels[1:])
-    pattern = {"ts": r"^" + _TS + r" \| [A-Z]+ \| [^|]*? \| ", "plain": r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[^:\s]*:",
-               "none": "^"}[kind]
+    pattern = {
+        "ts": r"^" + _TS + r" \| [A-Z]+ \| [^|]*? \| ",
+        "plain": r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[^:\s]*:",
+        "none": "^",
+    }[kind]
     pattern += r"step \d+"
     for key, label in zip(keys[1:], labels[1:], strict=True):
-        value = {"int": r"\d+", "float": _FNUM, "mem": _FNUM + " GiB",
-                 "tps": _FNUM + (r"\(" + _FNUM + r"/gpu\)" if pair else "")}[_COLUMNS[key][1]]
+        value = {
+            "int": r"\d+",
+            "float": _FNUM,
+            "mem": _FNUM + " GiB",
+            "tps": _FNUM + (r"\(" + _FNUM + r"/gpu\)" if pair else ""),
+        }[_COLUMNS[key][1]]
         pattern += r" \| " + re.escape(label) + " " + value
     ok = body.str.contains(pattern + "$")
     stamps = None
     if kind == "ts":  # the logging prefix's three fields, then the record's
         split = body.str.splitn(" | ", 3 + len(keys)).struct.unnest()
         stamps = split["field_0"].str.slice(0, 19)
-        parts = split.select(split.columns[3:]).rename(lambda c: f"field_{int(c.split('_')[1]) - 3}")
+        parts = split.select(split.columns[3:]).rename(
+            lambda c: f"field_{int(c.split('_')[1]) - 3}"
+        )
     else:
         rest = body.str.splitn(":", 3).struct.unnest()["field_2"] if kind == "plain" else body
         parts = rest.str.splitn(" | ", len(keys)).struct.unnest()
@@ -224,5 +294,7 @@ def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
         ok = ok & values.is_not_null()
     ok = ok.fill_null(False)
     cols["kind"] = pl.repeat("train", body.len(), dtype=pl.String, eager=True)
-    cols["timestamp"] = stamps if stamps is not None else pl.repeat(None, body.len(), dtype=pl.String, eager=True)
+    cols["timestamp"] = (
+        stamps if stamps is not None else pl.repeat(None, body.len(), dtype=pl.String, eager=True)
+    )
     return cols, ok, keys

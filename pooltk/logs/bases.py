@@ -15,8 +15,23 @@ from pooltk.logs.runinfo import RunInfo
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["GB", "GIB", "Bubble", "DeviceCapacity", "FlopsBasis", "Headroom", "MfuFigure", "MfuTable", "PeakBasis",
-           "PerGpuBasisWarning", "bubble_1f1b", "bubble_table", "headroom", "mfu", "mfu_table"]
+__all__ = [
+    "GB",
+    "GIB",
+    "Bubble",
+    "DeviceCapacity",
+    "FlopsBasis",
+    "Headroom",
+    "MfuFigure",
+    "MfuTable",
+    "PeakBasis",
+    "PerGpuBasisWarning",
+    "bubble_1f1b",
+    "bubble_table",
+    "headroom",
+    "mfu",
+    "mfu_table",
+]
 
 GIB = 2**30
 """Bytes per GiB."""
@@ -43,9 +58,13 @@ class FlopsBasis:
     def six_n(cls, active_params: float, *, source: str = "") -> FlopsBasis:
         """The 6 x N rule for N active parameters."""
         if not (active_params > 0 and math.isfinite(active_params)):
-            raise ValueError(f"FlopsBasis.six_n: found active_params={active_params!r}; required a positive number of parameters.")
+            raise ValueError(
+                f"FlopsBasis.six_n: found active_params={active_params!r}; required a positive number of parameters."
+            )
         label = f"{active_params / 1e9:g}e9" if active_params >= 1e9 else f"{active_params:g}"
-        return cls(name=f"6 x {label} active params", flops_per_token=6.0 * active_params, source=source)
+        return cls(
+            name=f"6 x {label} active params", flops_per_token=6.0 * active_params, source=source
+        )
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -63,7 +82,9 @@ class PeakBasis:
     def tflops(cls, value: float, *, name: str | None = None, source: str = "") -> PeakBasis:
         """From TFLOP/s."""
         if not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"PeakBasis.tflops: found {value!r}; required a positive TFLOP/s figure such as 2250.")
+            raise ValueError(
+                f"PeakBasis.tflops: found {value!r}; required a positive TFLOP/s figure such as 2250."
+            )
         return cls(name=name or f"{value:g} TFLOP/s", flops_per_s=value * 1e12, source=source)
 
 
@@ -125,8 +146,14 @@ class MfuFigure:
 def mfu(tok_per_s_per_gpu: float, flops: FlopsBasis, peak: PeakBasis) -> MfuFigure:
     """MFU = tok/s per physical GPU x FLOPs per token / peak FLOP/s, in %."""
     value = 100.0 * tok_per_s_per_gpu * flops.flops_per_token / peak.flops_per_s
-    return MfuFigure(mfu_pct=value, tok_per_s_per_gpu=tok_per_s_per_gpu, flops_per_token=flops.flops_per_token,
-                     peak_flops_per_s=peak.flops_per_s, flops_basis=flops.name, peak_basis=peak.name)
+    return MfuFigure(
+        mfu_pct=value,
+        tok_per_s_per_gpu=tok_per_s_per_gpu,
+        flops_per_token=flops.flops_per_token,
+        peak_flops_per_s=peak.flops_per_s,
+        flops_basis=flops.name,
+        peak_basis=peak.name,
+    )
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -140,10 +167,19 @@ class MfuTable:
         """One row per peak."""
         import pandas as pd
 
-        return pd.DataFrame([{
-            "mfu_pct": f.mfu_pct, "tok_per_s_per_gpu": f.tok_per_s_per_gpu, "flops_per_token": f.flops_per_token,
-            "peak_tflops": f.peak_flops_per_s / 1e12, "flops_basis": f.flops_basis, "peak_basis": f.peak_basis,
-        } for f in self.figures])
+        return pd.DataFrame(
+            [
+                {
+                    "mfu_pct": f.mfu_pct,
+                    "tok_per_s_per_gpu": f.tok_per_s_per_gpu,
+                    "flops_per_token": f.flops_per_token,
+                    "peak_tflops": f.peak_flops_per_s / 1e12,
+                    "flops_basis": f.flops_basis,
+                    "peak_basis": f.peak_basis,
+                }
+                for f in self.figures
+            ]
+        )
 
 
 def mfu_table(tok_per_s_per_gpu: float, flops: FlopsBasis, peaks: Sequence[PeakBasis]) -> MfuTable:
@@ -181,15 +217,25 @@ class Headroom:
         """One row with both units."""
         import pandas as pd
 
-        return pd.DataFrame([{
-            "peak_gib": self.peak_gib, "capacity_gib": self.capacity_gib, "capacity_gb": self.capacity_gb,
-            "headroom_gib": self.headroom_gib, "headroom_gb": self.headroom_gb, "capacity_source": self.capacity_source,
-        }])
+        return pd.DataFrame(
+            [
+                {
+                    "peak_gib": self.peak_gib,
+                    "capacity_gib": self.capacity_gib,
+                    "capacity_gb": self.capacity_gb,
+                    "headroom_gib": self.headroom_gib,
+                    "headroom_gb": self.headroom_gb,
+                    "capacity_source": self.capacity_source,
+                }
+            ]
+        )
 
 
 def headroom(peak_gib: float, capacity: DeviceCapacity) -> Headroom:
     """Headroom of a peak (GiB) against a capacity (give it with DeviceCapacity.from_gib / from_gb)."""
-    return Headroom(peak_gib=float(peak_gib), capacity_gib=capacity.gib, capacity_source=capacity.source)
+    return Headroom(
+        peak_gib=float(peak_gib), capacity_gib=capacity.gib, capacity_source=capacity.source
+    )
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -215,21 +261,41 @@ class Bubble:
         """One row."""
         import pandas as pd
 
-        return pd.DataFrame([{"pp": self.pp, "microbatches": self.microbatches, "bubble_pct": 100 * self.fraction, "formula": self.formula}])
+        return pd.DataFrame(
+            [
+                {
+                    "pp": self.pp,
+                    "microbatches": self.microbatches,
+                    "bubble_pct": 100 * self.fraction,
+                    "formula": self.formula,
+                }
+            ]
+        )
 
 
 def bubble_table(runs: Mapping[str, RunInfo]) -> pd.DataFrame:
     """The 1F1B bubble of every run whose facts state pp and microbatches (one row each)."""
     import pandas as pd
 
-    rows = [bubble_1f1b(i.pp, i.microbatches).to_frame().assign(run=r) for r, i in runs.items() if i.pp and i.microbatches]
+    rows = [
+        bubble_1f1b(i.pp, i.microbatches).to_frame().assign(run=r)
+        for r, i in runs.items()
+        if i.pp and i.microbatches
+    ]
     if not rows:
         return pd.DataFrame(columns=["run", "pp", "microbatches", "bubble_pct", "formula"])
-    return pd.concat(rows, ignore_index=True)[["run", "pp", "microbatches", "bubble_pct", "formula"]]
+    return pd.concat(rows, ignore_index=True)[
+        ["run", "pp", "microbatches", "bubble_pct", "formula"]
+    ]
 
 
 def bubble_1f1b(pp: int, microbatches: int) -> Bubble:
     """The 1F1B bubble for N = ``pp`` stages and M = ``microbatches``."""
     check_int("bubble_1f1b: pp", pp, low=1, fix="pass the number of pipeline stages (e.g. 8)")
-    check_int("bubble_1f1b: microbatches", microbatches, low=1, fix="pass the microbatches per step (e.g. 64)")
+    check_int(
+        "bubble_1f1b: microbatches",
+        microbatches,
+        low=1,
+        fix="pass the microbatches per step (e.g. 64)",
+    )
     return Bubble(pp=pp, microbatches=microbatches)

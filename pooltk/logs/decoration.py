@@ -40,15 +40,35 @@ _IDENT = r"[^\s:\[\]]+(?:\[\d+\])?: "
 PATTERNS: tuple[tuple[str, str, str, tuple[str | None, ...]], ...] = (
     # (name, literal hint, Rust/Python regex, the column each group fills)
     ("torchrun", "]:", r"\[[A-Za-z_]*\d{1,7}\]:", ("rank",)),  # the last one: see _LAST
-    ("mpirun", "]<std", r"\[\d+,(?:mpirank:)?(\d+)(?:,([^\]\s]+))?\]<std(?:out|err|diag)>:", ("rank", "host")),
-    ("skypilot", ", rank=", r"\([^()]*?, rank=(\d+)(?:, pid=\d+)?(?:, ip=([^,()\s]+))?\)", ("rank", "host")),
+    (
+        "mpirun",
+        "]<std",
+        r"\[\d+,(?:mpirank:)?(\d+)(?:,([^\]\s]+))?\]<std(?:out|err|diag)>:",
+        ("rank", "host"),
+    ),
+    (
+        "skypilot",
+        ", rank=",
+        r"\([^()]*?, rank=(\d+)(?:, pid=\d+)?(?:, ip=([^,()\s]+))?\)",
+        ("rank", "host"),
+    ),
     ("ray", " pid=", r"\((?:\w+ )?pid=\d+(?:, ip=([^,()\s]+))?\)", ("host",)),
     ("srun", ": ", r"(?:^|\s)(\d{1,7}): ", ("task",)),
     ("compose", "| ", r"(?:^|\s)[A-Za-z0-9][A-Za-z0-9_.-]*?[-_](\d{1,5}) *\| ", ("task",)),
     ("kubectl_prefix", "[pod/", r"\[pod/([^/\]\s]+)/[^\]\s]+\] ", ("pod",)),
-    ("rfc5424", "<", r"^<\d{1,3}>1 (\S+) (\S+) \S+ \S+ \S+ (?:-|\[.*\]) ?", ("collector_time", "host")),
+    (
+        "rfc5424",
+        "<",
+        r"^<\d{1,3}>1 (\S+) (\S+) \S+ \S+ \S+ (?:-|\[.*\]) ?",
+        ("collector_time", "host"),
+    ),
     ("journald_iso", "T", r"^(" + _TIME + r") (\S+) " + _IDENT, ("collector_time", "host")),
-    ("syslog", ":", r"^(?:<\d{1,3}>)?[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (\S+) " + _IDENT, ("host",)),
+    (
+        "syslog",
+        ":",
+        r"^(?:<\d{1,3}>)?[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d (\S+) " + _IDENT,
+        ("host",),
+    ),
     ("rfc3339", "T", r"^(" + _TIME + r") ", ("collector_time",)),
     ("pdsh", ": ", r"^([A-Za-z][\w.-]*): ", ("host",)),
     ("stern", "-", r"^([a-z0-9]+(?:-[a-z0-9]+)+) [a-z0-9]+(?:-[a-z0-9]+)* ", ("pod",)),
@@ -67,11 +87,15 @@ def columns(prefixes: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
     """
     import polars as pl
 
-    if prefixes.len() > 10_000 and prefixes.head(10_000).n_unique() <= 256:  # one launcher's few prefixes: read each once
+    if (
+        prefixes.len() > 10_000 and prefixes.head(10_000).n_unique() <= 256
+    ):  # one launcher's few prefixes: read each once
         distinct = prefixes.unique()
         if distinct.len() <= 4096:
             cols, kinds = columns(distinct)
-            codes = prefixes.replace_strict(distinct, pl.int_range(distinct.len(), eager=True, dtype=pl.UInt32))
+            codes = prefixes.replace_strict(
+                distinct, pl.int_range(distinct.len(), eager=True, dtype=pl.UInt32)
+            )
             return {k: v.gather(codes) for k, v in cols.items()}, kinds
     out: dict[str, Any] = {}
     kinds: list[str] = []
@@ -84,7 +108,9 @@ def columns(prefixes: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
         if not nonempty.str.contains(pattern).any():
             continue
         if name in _LAST:
-            got = {cols[0]: prefixes.str.extract_all(pattern).list.last().str.extract(r"(\d+)\]:$", 1)}
+            got = {
+                cols[0]: prefixes.str.extract_all(pattern).list.last().str.extract(r"(\d+)\]:$", 1)
+            }
         elif len(cols) == 1:
             got = {cols[0]: prefixes.str.extract(pattern, 1)}
         else:
@@ -97,7 +123,9 @@ def columns(prefixes: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
             if values.null_count() == values.len():
                 continue
             seen = True
-            out[col] = values if col not in out else pl.select(pl.coalesce(out[col], values)).to_series()
+            out[col] = (
+                values if col not in out else pl.select(pl.coalesce(out[col], values)).to_series()
+            )
         if seen:
             kinds.append(name)
     return out, tuple(kinds)

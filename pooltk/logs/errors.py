@@ -26,7 +26,9 @@ class LogFormatError(ValueError):
     ``fix`` carry the parts of the message for programs; ``str(err)`` is the whole sentence.
     """
 
-    def __init__(self, path: str, line: int, *, found: str, required: str, fix: str, text: str | None = None) -> None:
+    def __init__(
+        self, path: str, line: int, *, found: str, required: str, fix: str, text: str | None = None
+    ) -> None:
         self.path = str(path)
         self.line = int(line)
         self.found = found

@@ -35,12 +35,34 @@ __all__ = ["expand", "left_out", "rank_in_name", "run_name", "torchrun_place", "
 
 _LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".json", ".stdout", ".stderr"}
 _COMPRESSED = {".gz", ".bz2", ".xz", ".zst", ".zstd"}
-_GENERIC_STEMS = {"training", "validation", "train", "run", "log", "logs", "stdout", "stderr", "output", "out", "console",
-                  "rank", "std_log_process", "std_log", "process", "worker", "node", "task"}
-_CLIMB_DIRS = re.compile(r"^(?:\d+|rank[_-]?\d+|attempt_\d+|structured_logs|logs|user_logs|azureml-logs)$", re.IGNORECASE)
+_GENERIC_STEMS = {
+    "training",
+    "validation",
+    "train",
+    "run",
+    "log",
+    "logs",
+    "stdout",
+    "stderr",
+    "output",
+    "out",
+    "console",
+    "rank",
+    "std_log_process",
+    "std_log",
+    "process",
+    "worker",
+    "node",
+    "task",
+}
+_CLIMB_DIRS = re.compile(
+    r"^(?:\d+|rank[_-]?\d+|attempt_\d+|structured_logs|logs|user_logs|azureml-logs)$", re.IGNORECASE
+)
 _RANK_IN_NAME_RE = re.compile(r"[._-]?(?:global_|local_)?rank[_-]?(\d+)(?=$|[._-])", re.IGNORECASE)
 _STAMP_IN_NAME_RE = re.compile(r"\.(\d{8}-\d{6})(?:-[A-Z0-9]{6})?$")
-_ROTATED_RE = re.compile(r"^(?P<base>.+?\.(?:log|txt|out|err|jsonl|stdout|stderr))\.(?P<n>\d{1,4})$")
+_ROTATED_RE = re.compile(
+    r"^(?P<base>.+?\.(?:log|txt|out|err|jsonl|stdout|stderr))\.(?P<n>\d{1,4})$"
+)
 _LAST_NUMBER_RE = re.compile(r"^(?P<head>.*?)(?P<n>\d+)(?P<tail>\D*)$")
 _ATTEMPT_RE = re.compile(r"^attempt_(\d+)$")
 _TORCHRUN_RANK_FILES = frozenset({"stdout.log", "stderr.log", "error.json"})
@@ -69,7 +91,11 @@ def torchrun_place(path: str | Path) -> tuple[int, int | None] | None:
     copies), or None for any other file; see [Note: files into runs]."""
     p = Path(path)
     name = _plain_name(p)[0]
-    if name in _TORCHRUN_RANK_FILES and p.parent.name.isdigit() and (m := _ATTEMPT_RE.match(p.parent.parent.name)):
+    if (
+        name in _TORCHRUN_RANK_FILES
+        and p.parent.name.isdigit()
+        and (m := _ATTEMPT_RE.match(p.parent.parent.name))
+    ):
         return int(m.group(1)), int(p.parent.name)
     if name in _TORCHRUN_FILTERED and (m := _ATTEMPT_RE.match(p.parent.name)):
         return int(m.group(1)), None
@@ -80,19 +106,28 @@ def left_out(files: list[Path]) -> dict[Path, str]:
     """Files of a folder that are not read, with why: torchrun's error files, and its filtered copies of lines the
     rank folders beside them hold."""
     out: dict[Path, str] = {}
-    ranked = {f.resolve().parent.parent for f in files if (at := torchrun_place(f)) and at[1] is not None
-              and _plain_name(f)[0] != "error.json"}
+    ranked = {
+        f.resolve().parent.parent
+        for f in files
+        if (at := torchrun_place(f)) and at[1] is not None and _plain_name(f)[0] != "error.json"
+    }
     for f in files:
         at = torchrun_place(f)
         if at is None:
             continue
         if _plain_name(f)[0] == "error.json":
-            out[f] = f"torchrun's error file of local rank {at[1]} (the worker's exception, written when it raised): not a log"
+            out[f] = (
+                f"torchrun's error file of local rank {at[1]} (the worker's exception, written when it raised): not a log"
+            )
         elif at[1] is not None and f.stat().st_size == 0:
-            out[f] = f"empty: local rank {at[1]} wrote nothing to this stream (torchrun makes the file either way)"
+            out[f] = (
+                f"empty: local rank {at[1]} wrote nothing to this stream (torchrun makes the file either way)"
+            )
         elif at[1] is None and f.resolve().parent in ranked:
-            out[f] = ("torchrun's filtered copy of the tee'd ranks' lines (--log-dir with duplicate filters): "
-                      "the same lines are read from the rank folders beside it")
+            out[f] = (
+                "torchrun's filtered copy of the tee'd ranks' lines (--log-dir with duplicate filters): "
+                "the same lines are read from the rank folders beside it"
+            )
     return out
 
 
@@ -113,7 +148,16 @@ def run_name(path: Path) -> str:
     stem = name.rsplit(".", 1)[0] if "." in name else name
     stem = _STAMP_IN_NAME_RE.sub("", _RANK_IN_NAME_RE.sub("", stem)) or stem
     lowered = stem.lower()
-    for marker in ("_training", "-training", ".training", "_validation", "-validation", ".validation", "_summary", "-summary"):
+    for marker in (
+        "_training",
+        "-training",
+        ".training",
+        "_validation",
+        "-validation",
+        ".validation",
+        "_summary",
+        "-summary",
+    ):
         i = lowered.find(marker)
         if i > 0:
             stem = stem[:i]
@@ -137,19 +181,40 @@ def unique_runs(files: list[Path]) -> dict[Path, tuple[str, int | None, str]]:
             m = _LAST_NUMBER_RE.match(_plain_name(f)[0])
             if m and _plain_name(f)[1] == 0:
                 shapes[(m.group("head"), m.group("tail"))].append((f, int(m.group("n"))))
-        ranked = {f: (n, head) for (head, _), members in shapes.items() if _per_rank(head, [n for _, n in members])
-                  for f, n in members}
+        ranked = {
+            f: (n, head)
+            for (head, _), members in shapes.items()
+            if _per_rank(head, [n for _, n in members])
+            for f, n in members
+        }
         for f in group:
             if f in ranked:
                 n, head = ranked[f]
                 stem = head.rstrip("_-.")
-                stem = re.sub(r"[._-]?(?:global_|local_)?(?:" + "|".join(_RANK_WORDS) + r")$", "", stem, flags=re.IGNORECASE)
-                generic = not stem or stem.lower() in _GENERIC_STEMS or stem.lower().endswith(("rank", "process"))
+                stem = re.sub(
+                    r"[._-]?(?:global_|local_)?(?:" + "|".join(_RANK_WORDS) + r")$",
+                    "",
+                    stem,
+                    flags=re.IGNORECASE,
+                )
+                generic = (
+                    not stem
+                    or stem.lower() in _GENERIC_STEMS
+                    or stem.lower().endswith(("rank", "process"))
+                )
                 name = (_folder_name(f) or stem) if generic else stem
-                plan[f] = (name, n, f"per-rank files of one folder ({head}N{f.suffix}): rank from the file name")
+                plan[f] = (
+                    name,
+                    n,
+                    f"per-rank files of one folder ({head}N{f.suffix}): rank from the file name",
+                )
             else:
                 base, rot = _plain_name(f)
-                plan[f] = (run_name(f), None, f"rotated files of {base} joined in order" if rot else "")
+                plan[f] = (
+                    run_name(f),
+                    None,
+                    f"rotated files of {base} joined in order" if rot else "",
+                )
             key_of[f] = folder
     _launches(plan)
     _attempts(plan)
@@ -164,8 +229,13 @@ def unique_runs(files: list[Path]) -> dict[Path, tuple[str, int | None, str]]:
         for f, (n, rank, why) in list(plan.items()):
             if n == name:
                 rel = _run_root(f).relative_to(common).as_posix()
-                plan[f] = (f"{rel}/{name}" if rel not in (".", name) and not rel.endswith("/" + name) else rel or name,
-                           rank, (why + "; " if why else "") + "the same name in another folder is another run")
+                plan[f] = (
+                    f"{rel}/{name}"
+                    if rel not in (".", name) and not rel.endswith("/" + name)
+                    else rel or name,
+                    rank,
+                    (why + "; " if why else "") + "the same name in another folder is another run",
+                )
     for f, (name, rank, why) in plan.items():
         if rank is None and (r := rank_in_name(f)) is not None:
             plan[f] = (name, r, why)
@@ -185,7 +255,9 @@ def _launches(plan: dict[Path, tuple[str, int | None, str]]) -> None:
     groups: dict[tuple[Path, str], list[tuple[datetime, int | None, Path]]] = defaultdict(list)
     for f, (name, rank, _) in plan.items():
         if m := _STAMP_IN_NAME_RE.search(_plain_name(f)[0].rsplit(".", 1)[0]):
-            groups[(f.resolve().parent, name)].append((datetime.strptime(m.group(1), "%Y%m%d-%H%M%S"), rank_in_name(f), f))
+            groups[(f.resolve().parent, name)].append(
+                (datetime.strptime(m.group(1), "%Y%m%d-%H%M%S"), rank_in_name(f), f)
+            )
     for (_, name), members in groups.items():
         members.sort(key=lambda m: (m[0], m[2].name))
         k, ranks, last, of = 0, set(), None, {}
@@ -197,7 +269,11 @@ def _launches(plan: dict[Path, tuple[str, int | None, str]]) -> None:
         if k > 1:
             for f, i in of.items():
                 _, rank, why = plan[f]
-                plan[f] = (f"{name}#{i}", rank, (why + "; " if why else "") + f"launch {i} of {k} by the files' start stamps")
+                plan[f] = (
+                    f"{name}#{i}",
+                    rank,
+                    (why + "; " if why else "") + f"launch {i} of {k} by the files' start stamps",
+                )
 
 
 def _attempts(plan: dict[Path, tuple[str, int | None, str]]) -> None:
@@ -208,12 +284,24 @@ def _attempts(plan: dict[Path, tuple[str, int | None, str]]) -> None:
             continue
         attempts[(_run_root(f), name)].add(at[0])
         if at[1] is not None and rank is None:
-            plan[f] = (name, at[1], (why + "; " if why else "") + "torchrun --log-dir tree: each file's rank from its folder (local rank)")
+            plan[f] = (
+                name,
+                at[1],
+                (why + "; " if why else "")
+                + "torchrun --log-dir tree: each file's rank from its folder (local rank)",
+            )
     for f, (name, rank, why) in list(plan.items()):
-        if (at := torchrun_place(f)) is None or len(seen := sorted(attempts[(_run_root(f), name)])) < 2:
+        if (at := torchrun_place(f)) is None or len(
+            seen := sorted(attempts[(_run_root(f), name)])
+        ) < 2:
             continue
         k = seen.index(at[0]) + 1
-        plan[f] = (f"{name}#{k}", rank, (why + "; " if why else "") + f"attempt_{at[0]}: launch {k} of {len(seen)} (an elastic restart)")
+        plan[f] = (
+            f"{name}#{k}",
+            rank,
+            (why + "; " if why else "")
+            + f"attempt_{at[0]}: launch {k} of {len(seen)} (an elastic restart)",
+        )
 
 
 _RANK_WORDS = ("rank", "process", "proc", "worker", "task", "node", "gpu", "device")
@@ -223,7 +311,9 @@ def _per_rank(head: str, numbers: list[int]) -> bool:
     """Whether files differing only in these numbers are one job's ranks (0..N-1, or a rank word before them)."""
     if len(numbers) < 2 or len(set(numbers)) != len(numbers):
         return False
-    return sorted(numbers) == list(range(len(numbers))) or head.lower().rstrip("_-.").endswith(_RANK_WORDS)
+    return sorted(numbers) == list(range(len(numbers))) or head.lower().rstrip("_-.").endswith(
+        _RANK_WORDS
+    )
 
 
 def _run_root(f: Path) -> Path:
@@ -249,16 +339,35 @@ def expand(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found = sorted((f for f in p.rglob("*") if f.is_file() and not f.name.endswith(".meta.json")
-                            and not f.name.startswith(".") and _is_log(f)), key=_order)
+            found = sorted(
+                (
+                    f
+                    for f in p.rglob("*")
+                    if f.is_file()
+                    and not f.name.endswith(".meta.json")
+                    and not f.name.startswith(".")
+                    and _is_log(f)
+                ),
+                key=_order,
+            )
             if not found:
-                raise LogFormatError(str(p), 0, found="a folder with no log files (.log .txt .out .jsonl .json, rotated .log.N, "
-                                     "or compressed .gz .bz2 .xz .zst of them)", required="log files",
-                                     fix="point at the folder the run wrote its logs to")
+                raise LogFormatError(
+                    str(p),
+                    0,
+                    found="a folder with no log files (.log .txt .out .jsonl .json, rotated .log.N, "
+                    "or compressed .gz .bz2 .xz .zst of them)",
+                    required="log files",
+                    fix="point at the folder the run wrote its logs to",
+                )
             out.extend((f, False) for f in found)
         elif p.exists():
             out.append((p, True))
         else:
-            raise LogFormatError(str(p), 0, found="no such file or folder", required="an existing path",
-                                 fix="check the path (relative paths start from the current folder)")
+            raise LogFormatError(
+                str(p),
+                0,
+                found="no such file or folder",
+                required="an existing path",
+                fix="check the path (relative paths start from the current folder)",
+            )
     return out

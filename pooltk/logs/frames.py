@@ -24,8 +24,10 @@ def from_result(result: ParseResult) -> Found:
     return Found(frame=frame.with_columns(pl.lit("", dtype=pl.String).alias("prefix")))
 
 
-_FIXED = {"%Y-%m-%dT%H:%M:%S%.fZ": ("%Y-%m-%dT%H:%M:%S", ".", "Z", range(1, 10)),
-          "%Y-%m-%d %H:%M:%S,%3f": ("%Y-%m-%d %H:%M:%S", ",", "", range(3, 4))}
+_FIXED = {
+    "%Y-%m-%dT%H:%M:%S%.fZ": ("%Y-%m-%dT%H:%M:%S", ".", "Z", range(1, 10)),
+    "%Y-%m-%d %H:%M:%S,%3f": ("%Y-%m-%d %H:%M:%S", ",", "", range(3, 4)),
+}
 """Formats read as fixed-width seconds (the engine's fast path) plus the fraction's digits when every
 value has the same width: Automodel JSONL's ``...T10:00:00.123Z``, torchtitan's ``,123``, RFC 3339
 collector times ``...T10:00:00.123456789Z``."""
@@ -43,7 +45,11 @@ def _fixed_width(values: Any, fmt: str | None) -> Any:
         return None
     width = int(whole.str.len_bytes().max())
     digits = width - 20 - len(tail)
-    if digits not in widths or int(whole.str.len_bytes().min()) != width or not (whole.str.slice(19, 1) == sep).all():
+    if (
+        digits not in widths
+        or int(whole.str.len_bytes().min()) != width
+        or not (whole.str.slice(19, 1) == sep).all()
+    ):
         return None
     if tail and not whole.str.ends_with(tail).all():
         return None
@@ -98,13 +104,27 @@ def _column(values: Any, dtype: str) -> Any:
     if dtype == "category":
         v = values.cast(pl.String, strict=False)
         cats = v.drop_nulls().unique().sort().to_list()
-        codes = v.replace_strict(cats, list(range(len(cats))), default=-1, return_dtype=pl.Int32).fill_null(-1).to_numpy()
-        return pd.Categorical.from_codes(codes.astype(np.int32), categories=pd.Index(cats, dtype="str"))
+        codes = (
+            v.replace_strict(cats, list(range(len(cats))), default=-1, return_dtype=pl.Int32)
+            .fill_null(-1)
+            .to_numpy()
+        )
+        return pd.Categorical.from_codes(
+            codes.astype(np.int32), categories=pd.Index(cats, dtype="str")
+        )
     raise ValueError(dtype)
 
 
-def to_pandas(found: Any, result: ParseResult, src: Any, *, run: str, path: str, fmt: str,
-              file_rank: int | None) -> tuple[Any, tuple[str, ...], int]:
+def to_pandas(
+    found: Any,
+    result: ParseResult,
+    src: Any,
+    *,
+    run: str,
+    path: str,
+    fmt: str,
+    file_rank: int | None,
+) -> tuple[Any, tuple[str, ...], int]:
     """(step table, decoration kinds seen, rows with a prefix) for one file's found records."""
     import numpy as np
     import pandas as pd
@@ -120,12 +140,20 @@ def to_pandas(found: Any, result: ParseResult, src: Any, *, run: str, path: str,
         for key, col in (("collector_time", "time"), ("host", "host"), ("pod", "pod")):
             if col in src.columns and any(v is not None for v in src.columns[col]):
                 values = pl.Series(src.columns[col], dtype=pl.String).gather(at)
-                deco[key] = values if key not in deco else pl.select(pl.coalesce(deco[key], values)).to_series()
+                deco[key] = (
+                    values
+                    if key not in deco
+                    else pl.select(pl.coalesce(deco[key], values)).to_series()
+                )
         kinds = (src.envelope, *kinds)
     cols = {c: found[c] for c in found.columns}
     for key in ("rank", "task"):
         if key in deco:
-            cols[key] = deco[key] if key not in cols else pl.select(pl.coalesce(cols[key].cast(pl.Int64), deco[key])).to_series()
+            cols[key] = (
+                deco[key]
+                if key not in cols
+                else pl.select(pl.coalesce(cols[key].cast(pl.Int64), deco[key])).to_series()
+            )
     for key in ("host", "pod"):
         if key in deco:
             cols[key] = deco[key]
@@ -139,17 +167,24 @@ def to_pandas(found: Any, result: ParseResult, src: Any, *, run: str, path: str,
     for spec in COLUMNS:
         if spec.name in constants:
             value = constants[spec.name]
-            data[spec.name] = pd.Categorical.from_codes(np.full(n, -1 if value is None else 0, dtype=np.int8),
-                                                        categories=pd.Index([] if value is None else [value], dtype="str"))
+            data[spec.name] = pd.Categorical.from_codes(
+                np.full(n, -1 if value is None else 0, dtype=np.int8),
+                categories=pd.Index([] if value is None else [value], dtype="str"),
+            )
         elif spec.name not in cols:
             data[spec.name] = _missing(spec.dtype, n)
         elif spec.dtype == "datetime64[ns]":
-            data[spec.name] = _times(cols[spec.name], result.timestamp_format if spec.name == "timestamp" else "%Y-%m-%dT%H:%M:%S%.fZ")
+            data[spec.name] = _times(
+                cols[spec.name],
+                result.timestamp_format if spec.name == "timestamp" else "%Y-%m-%dT%H:%M:%S%.fZ",
+            )
         elif spec.dtype == "boolean":
             data[spec.name] = pd.array(cols[spec.name].to_list(), dtype="boolean")
         else:
             data[spec.name] = _column(cols[spec.name], spec.dtype)
-    frame = pd.DataFrame(data, index=pd.RangeIndex(n), copy=False)  # no consolidation copy (0.5 s per 1 M rows)
+    frame = pd.DataFrame(
+        data, index=pd.RangeIndex(n), copy=False
+    )  # no consolidation copy (0.5 s per 1 M rows)
     frame["mem_basis"] = frame["mem_basis"].where(frame["mem_gib"].notna(), pd.NA)
     return frame, tuple(dict.fromkeys(k for k in kinds if k)), n_decorated
 
@@ -200,18 +235,23 @@ def _banners(lines: Any, other: Any) -> tuple[list[int], Any]:
     return (hit + 1).to_list(), ranks
 
 
-def split_runs(frame: Any, lines: Any, report: Any, info: Any, run_id: str,
-               n_placeholder: int) -> tuple[Any, dict[str, Any]]:
+def split_runs(
+    frame: Any, lines: Any, report: Any, info: Any, run_id: str, n_placeholder: int
+) -> tuple[Any, dict[str, Any]]:
     """Runs split at restarts, rank copies folded, pool columns; see [Note: run boundaries] in pooltk.logs.runs."""
     import numpy as np
     import pandas as pd
 
     from pooltk.logs.runinfo import RunInfo
 
-    report.n_nonfinite = int((~np.isfinite(frame["loss"].to_numpy(dtype=float))).sum()) - n_placeholder
+    report.n_nonfinite = (
+        int((~np.isfinite(frame["loss"].to_numpy(dtype=float))).sum()) - n_placeholder
+    )
     other = _other_lines(lines, frame["line"].to_numpy(dtype=np.int64))
     banners, b_rank = _banners(lines, other)
-    one_writer = report.format.endswith("jsonl")  # Automodel's rank 0, or one torchtitan rank: no late prints, no copies
+    one_writer = report.format.endswith(
+        "jsonl"
+    )  # Automodel's rank 0, or one torchtitan rank: no late prints, no copies
     seg = runs.segment(frame, banners=banners, banner_ranks=b_rank, one_writer=one_writer)
     report.notes.extend(seg.notes)
     pool = runs.find_pool_lines(lines, other)
@@ -223,10 +263,18 @@ def split_runs(frame: Any, lines: Any, report: Any, info: Any, run_id: str,
     report.runs = names
     report.run_boundaries = list(seg.reasons)
     if seg.n_runs > 1:
-        report.notes.append(f"{seg.n_runs} runs in this file (a restart or concatenated logs): " + "; ".join(seg.reasons))
-        frame["run"] = pd.Categorical.from_codes(seg.index.astype(np.int32), categories=pd.Index(names, dtype="str"))
+        report.notes.append(
+            f"{seg.n_runs} runs in this file (a restart or concatenated logs): "
+            + "; ".join(seg.reasons)
+        )
+        frame["run"] = pd.Categorical.from_codes(
+            seg.index.astype(np.int32), categories=pd.Index(names, dtype="str")
+        )
     lines_col = frame["line"].to_numpy(dtype=np.int64)
-    last_line = [int(lines_col[seg.index == k].max()) if (seg.index == k).any() else 0 for k in range(seg.n_runs)]
+    last_line = [
+        int(lines_col[seg.index == k].max()) if (seg.index == k).any() else 0
+        for k in range(seg.n_runs)
+    ]
     run_infos: dict[str, Any] = {}
     pooled = np.full(len(frame), -1, dtype=np.int8)
     impl: list[str | None] = [None] * seg.n_runs
@@ -235,14 +283,22 @@ def split_runs(frame: Any, lines: Any, report: Any, info: Any, run_id: str,
     for k, name in enumerate(names):
         lo = last_line[k - 1] if k else 0
         hi = last_line[k] if k + 1 < seg.n_runs else 1 << 62
-        mine = [pl for pl in pool if lo < pl.line <= hi and pl.kind in ("installed", "not_installed")]
+        mine = [
+            pl for pl in pool if lo < pl.line <= hi and pl.kind in ("installed", "not_installed")
+        ]
         facts: dict[str, Any] = {}
         if mine:
             chosen = mine[-1]
             stages = [pl.facts for pl in pool if lo < pl.line <= hi and pl.kind == "stage"]
             # Installed, but every stage that reported kept stock (a schedule the gate refused): not pooled.
-            is_pooled = chosen.kind == "installed" and not (stages and not any(s.get("pooled") for s in stages))
-            facts = {"pooled": is_pooled, "pool_impl": chosen.impl, **{f"pool_{k2}": v for k2, v in chosen.facts.items()}}
+            is_pooled = chosen.kind == "installed" and not (
+                stages and not any(s.get("pooled") for s in stages)
+            )
+            facts = {
+                "pooled": is_pooled,
+                "pool_impl": chosen.impl,
+                **{f"pool_{k2}": v for k2, v in chosen.facts.items()},
+            }
             pooled[seg.index == k] = 1 if is_pooled else 0
             impl[k] = chosen.impl
             if "slack" in chosen.facts:
@@ -250,30 +306,52 @@ def split_runs(frame: Any, lines: Any, report: Any, info: Any, run_id: str,
             layout[k] = chosen.facts.get("layout")
             if stages:
                 facts["pool_stages"] = stages
-        warned = [{"line": pl.line, **pl.facts} for pl in pool if lo < pl.line <= hi and pl.kind == "warning"]
+        warned = [
+            {"line": pl.line, **pl.facts}
+            for pl in pool
+            if lo < pl.line <= hi and pl.kind == "warning"
+        ]
         if warned:
             facts["pool_warnings"] = warned
-        run_infos[name] = info.merged(RunInfo.from_facts(facts, source=report.path)) if facts else info
+        run_infos[name] = (
+            info.merged(RunInfo.from_facts(facts, source=report.path)) if facts else info
+        )
     sidecar_pooled = info.extra.get("pooled") if info is not None else None
-    if not pool and isinstance(sidecar_pooled, bool):  # no pool lines: the run's sidecar says (e.g. pooltk cpu-runs)
-        config = info.extra.get("pool_config") if isinstance(info.extra.get("pool_config"), dict) else {}
+    if not pool and isinstance(
+        sidecar_pooled, bool
+    ):  # no pool lines: the run's sidecar says (e.g. pooltk cpu-runs)
+        config = (
+            info.extra.get("pool_config") if isinstance(info.extra.get("pool_config"), dict) else {}
+        )
         pooled[:] = 1 if sidecar_pooled else 0
         impl = ["pooltk" if sidecar_pooled else None] * seg.n_runs
         if isinstance(config.get("slack"), int):
             slack[:] = config["slack"]
-        layout = [info.extra.get("pool_layout") if isinstance(info.extra.get("pool_layout"), str) else None] * seg.n_runs
+        layout = [
+            info.extra.get("pool_layout")
+            if isinstance(info.extra.get("pool_layout"), str)
+            else None
+        ] * seg.n_runs
         report.notes.append(f"pool facts from the sidecar: pooled={sidecar_pooled}")
     if pool or isinstance(sidecar_pooled, bool):
-        frame["pooled"] = pd.array(np.where(pooled < 0, None, pooled == 1).tolist(), dtype="boolean")
+        frame["pooled"] = pd.array(
+            np.where(pooled < 0, None, pooled == 1).tolist(), dtype="boolean"
+        )
         frame["pool_impl"] = _per_run_categorical(impl, seg.index)
-        frame["slack"] = pd.array(np.where(slack[seg.index] < 0, np.nan, slack[seg.index]), dtype="Float64").astype("Int64")
+        frame["slack"] = pd.array(
+            np.where(slack[seg.index] < 0, np.nan, slack[seg.index]), dtype="Float64"
+        ).astype("Int64")
         frame["layout"] = _per_run_categorical(layout, seg.index)
     unranked = frame["rank"].isna().to_numpy()
     if unranked.sum() > 1:
         folded, n = runs.fold_copies(frame[unranked], 0.0 if one_writer else runs.NODE_SKEW_MAX_S)
         if n:
-            frame = concat_frames([frame[~unranked], folded]).sort_values("line", kind="stable", ignore_index=True)
+            frame = concat_frames([frame[~unranked], folded]).sort_values(
+                "line", kind="stable", ignore_index=True
+            )
             report.n_folded = n
-            report.notes.append(f"{n} row(s) were copies of another row of the same run (several ranks printing one line; "
-                                "timestamps may differ by the nodes' clock skew) and were folded")
+            report.notes.append(
+                f"{n} row(s) were copies of another row of the same run (several ranks printing one line; "
+                "timestamps may differ by the nodes' clock skew) and were folded"
+            )
     return frame, run_infos

@@ -75,7 +75,9 @@ def validate_record(record: Mapping[str, Any], index: int = 0) -> dict[str, Any]
     are refused (they would not be Automodel's schema).
     """
     if not isinstance(record, Mapping):
-        raise ValueError(f"record {index}: found {type(record).__name__}; required a mapping of {', '.join(TRAINING_KEYS)}.")
+        raise ValueError(
+            f"record {index}: found {type(record).__name__}; required a mapping of {', '.join(TRAINING_KEYS)}."
+        )
     unknown = sorted(set(record) - set(TRAINING_KEYS))
     if unknown:
         raise ValueError(
@@ -84,37 +86,68 @@ def validate_record(record: Mapping[str, Any], index: int = 0) -> dict[str, Any]
         )
     missing = [k for k in TRAINING_KEYS if k != "mfu" and k not in record]
     if missing:
-        raise ValueError(f"record {index}: missing key(s) {missing}. Fix: give every key of {', '.join(TRAINING_KEYS)} (mfu may be None).")
+        raise ValueError(
+            f"record {index}: missing key(s) {missing}. Fix: give every key of {', '.join(TRAINING_KEYS)} (mfu may be None)."
+        )
     out: dict[str, Any] = {}
     for key in _INT_KEYS:
         value = record[key]
-        out[key] = check_int(f"record {index}: {key}", value, low=0, fix="pass an int (not a float or a tensor: use int(x))")
+        out[key] = check_int(
+            f"record {index}: {key}",
+            value,
+            low=0,
+            fix="pass an int (not a float or a tensor: use int(x))",
+        )
     stamp = record["timestamp"]
     if isinstance(stamp, datetime):
         out["timestamp"] = format_timestamp(stamp)
     elif isinstance(stamp, str) and _TS_RE.match(stamp):
         out["timestamp"] = stamp
     else:
-        raise _bad(index, "timestamp", stamp, "ISO 8601 UTC with milliseconds and Z (2026-02-17T05:19:31.963Z) or an aware datetime",
-                   "pass datetime.now(timezone.utc)")
+        raise _bad(
+            index,
+            "timestamp",
+            stamp,
+            "ISO 8601 UTC with milliseconds and Z (2026-02-17T05:19:31.963Z) or an aware datetime",
+            "pass datetime.now(timezone.utc)",
+        )
     for key in _FLOAT_KEYS:
         value = record[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _bad(index, key, value, "a number", "pass a float (use float(x) for tensors)")
         value = float(value)
         if key in _NONNEG_FINITE and not (math.isfinite(value) and value >= 0):
-            raise _bad(index, key, value, "a finite number >= 0", "check the measurement (GiB for mem, tokens/s for tps)")
+            raise _bad(
+                index,
+                key,
+                value,
+                "a finite number >= 0",
+                "check the measurement (GiB for mem, tokens/s for tps)",
+            )
         out[key] = value
     mfu = record.get("mfu")
     if mfu is not None:
-        if isinstance(mfu, bool) or not isinstance(mfu, (int, float)) or not math.isfinite(float(mfu)) or mfu < 0:
-            raise _bad(index, "mfu", mfu, "None or a finite percentage >= 0", "pass None when MFU is not computed")
+        if (
+            isinstance(mfu, bool)
+            or not isinstance(mfu, (int, float))
+            or not math.isfinite(float(mfu))
+            or mfu < 0
+        ):
+            raise _bad(
+                index,
+                "mfu",
+                mfu,
+                "None or a finite percentage >= 0",
+                "pass None when MFU is not computed",
+            )
         mfu = float(mfu)
     out["mfu"] = mfu
     return {k: out[k] for k in TRAINING_KEYS}
 
 
-def write_training_jsonl(path: str | os.PathLike[str], records: Iterable[Mapping[str, Any]]) -> Path:
+def write_training_jsonl(
+    path: str | os.PathLike[str], records: Iterable[Mapping[str, Any]]
+) -> Path:
     """Validate every record, then write them to ``path`` (one JSON object per line). Returns the path.
 
     Steps must be strictly increasing (a training log never repeats or reorders steps). Nothing
@@ -122,7 +155,9 @@ def write_training_jsonl(path: str | os.PathLike[str], records: Iterable[Mapping
     """
     checked = [validate_record(r, i) for i, r in enumerate(records)]
     if not checked:
-        raise ValueError("write_training_jsonl: found no records; required at least one. Fix: pass the run's step records.")
+        raise ValueError(
+            "write_training_jsonl: found no records; required at least one. Fix: pass the run's step records."
+        )
     for i in range(1, len(checked)):
         if checked[i]["step"] <= checked[i - 1]["step"]:
             raise ValueError(

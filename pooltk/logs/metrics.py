@@ -67,8 +67,21 @@ __all__ = [
 ]
 
 from pooltk.logs.bases import (  # noqa: E402 - the bases live in their own module; re-exported here
-    GB, GIB, Bubble, DeviceCapacity, FlopsBasis, Headroom, MfuFigure, MfuTable, PeakBasis, PerGpuBasisWarning,
-    bubble_1f1b, bubble_table, headroom, mfu, mfu_table,
+    GB,
+    GIB,
+    Bubble,
+    DeviceCapacity,
+    FlopsBasis,
+    Headroom,
+    MfuFigure,
+    MfuTable,
+    PeakBasis,
+    PerGpuBasisWarning,
+    bubble_1f1b,
+    bubble_table,
+    headroom,
+    mfu,
+    mfu_table,
 )
 
 
@@ -91,7 +104,9 @@ class PerGpuRates:
         return self.steps
 
 
-def per_gpu_rates(steps: pd.DataFrame, runs: Mapping[str, RunInfo] | None = None, *, warn: bool = True) -> PerGpuRates:
+def per_gpu_rates(
+    steps: pd.DataFrame, runs: Mapping[str, RunInfo] | None = None, *, warn: bool = True
+) -> PerGpuRates:
     """Add ``tok_per_s_per_gpu`` (tokens/s per physical GPU) to every row; see [Note: per-GPU bases]."""
     import numpy as np
 
@@ -115,10 +130,16 @@ def per_gpu_rates(steps: pd.DataFrame, runs: Mapping[str, RunInfo] | None = None
             if fmt != "torchtitan" and ok.any():
                 ratio = float(np.median(logged[ok] / rate[ok]))
                 if abs(ratio - 1.0) > 0.01:
-                    why = f"pp x tp = {(info.pp or 1) * (info.tp or 1)}" if info.pp or info.tp else "PP/TP not stated"
-                    msg = (f"run {run}: the log's own per-GPU figure is {ratio:.3g}x the rate per physical GPU "
-                           f"(Automodel's tps_per_gpu = tps/cp/dp ignores PP and TP; {why}); "
-                           "tok_per_s_per_gpu is per physical GPU")
+                    why = (
+                        f"pp x tp = {(info.pp or 1) * (info.tp or 1)}"
+                        if info.pp or info.tp
+                        else "PP/TP not stated"
+                    )
+                    msg = (
+                        f"run {run}: the log's own per-GPU figure is {ratio:.3g}x the rate per physical GPU "
+                        f"(Automodel's tps_per_gpu = tps/cp/dp ignores PP and TP; {why}); "
+                        "tok_per_s_per_gpu is per physical GPU"
+                    )
                     notes.append(msg)
                     if warn:
                         warnings.warn(msg, PerGpuBasisWarning, stacklevel=2)
@@ -129,20 +150,34 @@ def _rate_for(fmt: str, rows: pd.DataFrame, info: RunInfo) -> tuple[Any, str]:
     """(per-physical-GPU rate per row or None, basis sentence)."""
     world, world_basis = info.derived_world_size()
     if fmt == "torchtitan":
-        return rows["tok_per_s_logged"].to_numpy(dtype=float), "torchtitan tps: tokens / (time x non-DP size), per device as logged"
+        return rows["tok_per_s_logged"].to_numpy(
+            dtype=float
+        ), "torchtitan tps: tokens / (time x non-DP size), per device as logged"
     if fmt == "automodel_bench":
         gbs, seq = info.global_batch_size, info.seq_len
-        missing = [n for n, v in (("global_batch_size", gbs), ("seq_len", seq), ("world_size", world)) if v is None]
+        missing = [
+            n
+            for n, v in (("global_batch_size", gbs), ("seq_len", seq), ("world_size", world))
+            if v is None
+        ]
         if missing:
-            return None, f"unknown: needs {', '.join(missing)} (GBS x seq_len / (iteration time x world size))"
+            return (
+                None,
+                f"unknown: needs {', '.join(missing)} (GBS x seq_len / (iteration time x world size))",
+            )
         t = rows["step_time_s"].to_numpy(dtype=float)
-        return gbs * seq / (t * world), f"GBS x seq_len / (iteration time x world) = {gbs} x {seq} / (t x {world}); world from {world_basis}"
+        return (
+            gbs * seq / (t * world),
+            f"GBS x seq_len / (iteration time x world) = {gbs} x {seq} / (t x {world}); world from {world_basis}",
+        )
     tps = rows["tok_per_s_logged"].to_numpy(dtype=float)
     if world is not None:
         return tps / world, f"tps / world size ({world}; {world_basis})"
     logged = rows["tok_per_s_per_gpu_logged"].to_numpy(dtype=float)
     if info.pp is not None and info.tp is not None and not all(math.isnan(x) for x in logged):
-        return logged / (info.pp * info.tp), f"log's tps_per_gpu / (pp x tp) = / ({info.pp} x {info.tp})"
+        return logged / (
+            info.pp * info.tp
+        ), f"log's tps_per_gpu / (pp x tp) = / ({info.pp} x {info.tp})"
     return None, "unknown: world size not known (give RunInfo(world_size=...) or a sidecar)"
 
 
@@ -157,11 +192,18 @@ def collapse_ranks(steps: pd.DataFrame) -> pd.DataFrame:
     if steps.empty or steps["rank"].nunique(dropna=True) <= 1:
         return steps
     agg: dict[str, Any] = {c: "first" for c in steps.columns if c not in ("run", "kind", "step")}
-    agg.update({
-        "mem_gib": "max", "mem_pct": "max", "step_time_s": "max",
-        "tok_per_s_logged": "mean", "tok_per_s_per_gpu_logged": "mean", "tflops_per_gpu_logged": "mean",
-        "mfu_pct_logged": "mean", "line": "min",
-    })
+    agg.update(
+        {
+            "mem_gib": "max",
+            "mem_pct": "max",
+            "step_time_s": "max",
+            "tok_per_s_logged": "mean",
+            "tok_per_s_per_gpu_logged": "mean",
+            "tflops_per_gpu_logged": "mean",
+            "mfu_pct_logged": "mean",
+            "line": "min",
+        }
+    )
     if "tok_per_s_per_gpu" in steps.columns:
         agg["tok_per_s_per_gpu"] = "mean"
     out = steps.groupby(["run", "kind", "step"], sort=False, as_index=False, observed=True).agg(agg)
@@ -196,7 +238,9 @@ class SteadyWindow:
         return pd.DataFrame([asdict(self)])
 
 
-def steady_window(run_steps: pd.DataFrame, *, warmup_steps: int | None = None, declared: int | None = None) -> SteadyWindow:
+def steady_window(
+    run_steps: pd.DataFrame, *, warmup_steps: int | None = None, declared: int | None = None
+) -> SteadyWindow:
     """The steady-state window of one run's train rows.
 
     ``warmup_steps`` (given by the user) excludes that many logged steps. Otherwise the run's own
@@ -209,9 +253,19 @@ def steady_window(run_steps: pd.DataFrame, *, warmup_steps: int | None = None, d
     steps = sorted(set(int(s) for s in train["step"]))
     n = len(steps)
     if n == 0:
-        return SteadyWindow(run=run, first_step=None, last_step=None, n_steps=0, n_excluded=0, rule="no train step logged")
+        return SteadyWindow(
+            run=run,
+            first_step=None,
+            last_step=None,
+            n_steps=0,
+            n_excluded=0,
+            rule="no train step logged",
+        )
     if warmup_steps is not None:
-        k, rule = min(warmup_steps, n - 1), f"excluded the first {warmup_steps} logged step(s) (given)"
+        k, rule = (
+            min(warmup_steps, n - 1),
+            f"excluded the first {warmup_steps} logged step(s) (given)",
+        )
     elif declared is not None:
         kept = [s for s in steps if s >= declared]
         k = n - len(kept) if kept else n - 1
@@ -222,7 +276,14 @@ def steady_window(run_steps: pd.DataFrame, *, warmup_steps: int | None = None, d
     else:
         k, rule = 0, "the only logged step: no warmup cut possible"
     window = steps[k:]
-    return SteadyWindow(run=run, first_step=window[0], last_step=window[-1], n_steps=len(window), n_excluded=k, rule=rule)
+    return SteadyWindow(
+        run=run,
+        first_step=window[0],
+        last_step=window[-1],
+        n_steps=len(window),
+        n_excluded=k,
+        rule=rule,
+    )
 
 
 def _in_window(run_steps: pd.DataFrame, window: SteadyWindow) -> pd.DataFrame:
@@ -283,8 +344,13 @@ def step_times(run_steps: pd.DataFrame) -> tuple[pd.Series, str]:
         per = (dt / ds).where(ds > 0)
         frac = (ts.dropna().dt.microsecond != 0).any()
         resolution = "ms" if frac else "1 s"
-        return per, f"timestamp differences / steps between logged lines ({resolution} resolution; includes logging)"
-    return pd.Series(np.nan, index=train.index), "unknown: no step time in the log and fewer than 2 timestamped steps"
+        return (
+            per,
+            f"timestamp differences / steps between logged lines ({resolution} resolution; includes logging)",
+        )
+    return pd.Series(
+        np.nan, index=train.index
+    ), "unknown: no step time in the log and fewer than 2 timestamped steps"
 
 
 def step_time_stats(run_steps: pd.DataFrame, window: SteadyWindow) -> StepTimeStats:
@@ -297,11 +363,27 @@ def step_time_stats(run_steps: pd.DataFrame, window: SteadyWindow) -> StepTimeSt
     values = values[np.isfinite(values)]
     if values.size == 0:
         nan = math.nan
-        return StepTimeStats(run=window.run, n=0, mean_s=nan, median_s=nan, p90_s=nan, std_s=nan, min_s=nan, max_s=nan, basis=basis)
+        return StepTimeStats(
+            run=window.run,
+            n=0,
+            mean_s=nan,
+            median_s=nan,
+            p90_s=nan,
+            std_s=nan,
+            min_s=nan,
+            max_s=nan,
+            basis=basis,
+        )
     return StepTimeStats(
-        run=window.run, n=int(values.size), mean_s=float(values.mean()), median_s=float(np.median(values)),
-        p90_s=float(np.percentile(values, 90)), std_s=float(values.std(ddof=1)) if values.size > 1 else 0.0,
-        min_s=float(values.min()), max_s=float(values.max()), basis=basis,
+        run=window.run,
+        n=int(values.size),
+        mean_s=float(values.mean()),
+        median_s=float(np.median(values)),
+        p90_s=float(np.percentile(values, 90)),
+        std_s=float(values.std(ddof=1)) if values.size > 1 else 0.0,
+        min_s=float(values.min()),
+        max_s=float(values.max()),
+        basis=basis,
     )
 
 
@@ -350,17 +432,27 @@ class RunSummary:
     def to_dict(self) -> dict[str, Any]:
         """A flat dict (one row of :meth:`Summary.to_frame`)."""
         return {
-            "run": self.run, "format": self.format, "n_steps": self.n_steps, "first_step": self.first_step,
-            "last_step": self.last_step, "window": f"{self.window.first_step}..{self.window.last_step} ({self.window.n_steps})",
-            "window_rule": self.window.rule, "step_time_median_s": self.step_time.median_s,
-            "step_time_basis": self.step_time.basis, "tok_per_s_per_gpu": self.tok_per_s_per_gpu,
-            "tok_per_s_per_gpu_basis": self.tok_per_s_per_gpu_basis, "tok_per_s_per_gpu_logged": self.tok_per_s_per_gpu_logged,
+            "run": self.run,
+            "format": self.format,
+            "n_steps": self.n_steps,
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "window": f"{self.window.first_step}..{self.window.last_step} ({self.window.n_steps})",
+            "window_rule": self.window.rule,
+            "step_time_median_s": self.step_time.median_s,
+            "step_time_basis": self.step_time.basis,
+            "tok_per_s_per_gpu": self.tok_per_s_per_gpu,
+            "tok_per_s_per_gpu_basis": self.tok_per_s_per_gpu_basis,
+            "tok_per_s_per_gpu_logged": self.tok_per_s_per_gpu_logged,
             "mfu_pct": self.mfu.mfu_pct if self.mfu else math.nan,
-            "mfu_basis": self.mfu.basis if self.mfu else "", "mfu_logged_pct": self.mfu_logged_pct,
-            "peak_mem_gib": self.peak_mem_gib, "mem_basis": self.mem_basis,
+            "mfu_basis": self.mfu.basis if self.mfu else "",
+            "mfu_logged_pct": self.mfu_logged_pct,
+            "peak_mem_gib": self.peak_mem_gib,
+            "mem_basis": self.mem_basis,
             "headroom_gib": self.headroom.headroom_gib if self.headroom else math.nan,
             "capacity_gib": self.headroom.capacity_gib if self.headroom else math.nan,
-            "final_loss": self.final_loss, "warnings": " | ".join(self.warnings),
+            "final_loss": self.final_loss,
+            "warnings": " | ".join(self.warnings),
         }
 
 
@@ -378,9 +470,14 @@ class Summary:
         import pandas as pd
 
         frame = pd.DataFrame([r.to_dict() for r in self.runs])
-        for c in ("first_step", "last_step"):  # steps stay integers beside a run with none (not 0.0 / NaN)
+        for c in (
+            "first_step",
+            "last_step",
+        ):  # steps stay integers beside a run with none (not 0.0 / NaN)
             if c in frame:
-                frame[c] = pd.Series([r.to_dict()[c] for r in self.runs], dtype=object, index=frame.index)
+                frame[c] = pd.Series(
+                    [r.to_dict()[c] for r in self.runs], dtype=object, index=frame.index
+                )
         return frame
 
     def __getitem__(self, run: str) -> RunSummary:
@@ -429,27 +526,57 @@ def summarize(
         window = steady_window(rows, warmup_steps=warmup_steps, declared=info.warmup_steps)
         in_window = _in_window(rows, window)
         stats = step_time_stats(rows, window)
-        rate = float(np.nanmean(in_window["tok_per_s_per_gpu"])) if in_window["tok_per_s_per_gpu"].notna().any() else math.nan
+        rate = (
+            float(np.nanmean(in_window["tok_per_s_per_gpu"]))
+            if in_window["tok_per_s_per_gpu"].notna().any()
+            else math.nan
+        )
         logged = in_window["tok_per_s_per_gpu_logged"]
         mfu_logged = in_window["mfu_pct_logged"]
-        peak_basis = peaks[0] if peaks else (
-            PeakBasis(name=f"{info.peak_flops / 1e12:g} TFLOP/s (the log's own peak)", flops_per_s=info.peak_flops,
-                      source=info.sources.get("peak_flops", "the log")) if info.peak_flops else None)
-        fig = mfu(rate, flops, peak_basis) if flops is not None and math.isfinite(rate) and peak_basis is not None else None
+        peak_basis = (
+            peaks[0]
+            if peaks
+            else (
+                PeakBasis(
+                    name=f"{info.peak_flops / 1e12:g} TFLOP/s (the log's own peak)",
+                    flops_per_s=info.peak_flops,
+                    source=info.sources.get("peak_flops", "the log"),
+                )
+                if info.peak_flops
+                else None
+            )
+        )
+        fig = (
+            mfu(rate, flops, peak_basis)
+            if flops is not None and math.isfinite(rate) and peak_basis is not None
+            else None
+        )
         mem = train["mem_gib"]
         peak = float(mem.max()) if mem.notna().any() else math.nan
         losses = train["loss"].to_numpy(dtype=float)
         finite = losses[np.isfinite(losses)]
         basis_mem = train["mem_basis"].dropna()
-        out.append(RunSummary(
-            run=run, format=str(rows["format"].iloc[0]), n_steps=int(train["step"].nunique()),
-            first_step=int(train["step"].min()) if len(train) else None, last_step=int(train["step"].max()) if len(train) else None,
-            window=window, step_time=stats, tok_per_s_per_gpu=rate, tok_per_s_per_gpu_basis=rates.bases.get(run, ""),
-            tok_per_s_per_gpu_logged=float(logged.mean()) if logged.notna().any() else math.nan, mfu=fig,
-            mfu_logged_pct=float(mfu_logged.mean()) if mfu_logged.notna().any() else math.nan,
-            peak_mem_gib=peak, mem_basis=str(basis_mem.iloc[0]) if len(basis_mem) else "",
-            headroom=headroom(peak, capacity) if capacity is not None and math.isfinite(peak) else None,
-            final_loss=float(finite[-1]) if finite.size else math.nan,
-            warnings=tuple(w for w in rates.warnings if w.startswith(f"run {run}:")),
-        ))
+        out.append(
+            RunSummary(
+                run=run,
+                format=str(rows["format"].iloc[0]),
+                n_steps=int(train["step"].nunique()),
+                first_step=int(train["step"].min()) if len(train) else None,
+                last_step=int(train["step"].max()) if len(train) else None,
+                window=window,
+                step_time=stats,
+                tok_per_s_per_gpu=rate,
+                tok_per_s_per_gpu_basis=rates.bases.get(run, ""),
+                tok_per_s_per_gpu_logged=float(logged.mean()) if logged.notna().any() else math.nan,
+                mfu=fig,
+                mfu_logged_pct=float(mfu_logged.mean()) if mfu_logged.notna().any() else math.nan,
+                peak_mem_gib=peak,
+                mem_basis=str(basis_mem.iloc[0]) if len(basis_mem) else "",
+                headroom=headroom(peak, capacity)
+                if capacity is not None and math.isfinite(peak)
+                else None,
+                final_loss=float(finite[-1]) if finite.size else math.nan,
+                warnings=tuple(w for w in rates.warnings if w.startswith(f"run {run}:")),
+            )
+        )
     return Summary(runs=tuple(out), steps=steps)

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pooltk._validate import check_int
-from pooltk.logs import automodel_bench, automodel_jsonl, automodel_text, torchtitan, torchtitan_jsonl
+from pooltk.logs import (
+    automodel_bench,
+    automodel_jsonl,
+    automodel_text,
+    torchtitan,
+    torchtitan_jsonl,
+)
 from pooltk.logs._common import ParseResult, SkippedLine
 from pooltk.logs.errors import LogFormatError
 from pooltk.logs.files import expand, left_out, rank_in_name, run_name, unique_runs
@@ -29,11 +35,29 @@ from pooltk.logs.source import MAX_BYTES, Source, load
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["FORMATS", "MAX_BYTES", "FileReport", "LogTable", "detect_format", "read_log_file", "read_logs", "run_name"]
+__all__ = [
+    "FORMATS",
+    "MAX_BYTES",
+    "FileReport",
+    "LogTable",
+    "detect_format",
+    "read_log_file",
+    "read_logs",
+    "run_name",
+]
 
-_MODULES = {m.FORMAT: m for m in (automodel_text, automodel_jsonl, automodel_bench, torchtitan, torchtitan_jsonl)}
-FORMATS: tuple[str, ...] = (automodel_text.FORMAT, automodel_jsonl.FORMAT, automodel_bench.FORMAT,
-                            automodel_bench.SUMMARY_FORMAT, torchtitan.FORMAT, torchtitan_jsonl.FORMAT)
+_MODULES = {
+    m.FORMAT: m
+    for m in (automodel_text, automodel_jsonl, automodel_bench, torchtitan, torchtitan_jsonl)
+}
+FORMATS: tuple[str, ...] = (
+    automodel_text.FORMAT,
+    automodel_jsonl.FORMAT,
+    automodel_bench.FORMAT,
+    automodel_bench.SUMMARY_FORMAT,
+    torchtitan.FORMAT,
+    torchtitan_jsonl.FORMAT,
+)
 """Log families pooltk reads."""
 
 _DETECT_ORDER = (torchtitan_jsonl, automodel_jsonl, automodel_bench, automodel_text, torchtitan)
@@ -97,13 +121,27 @@ class FileReport:
     def to_dict(self) -> dict[str, Any]:
         """A flat dict (skipped examples as 'line: reason' strings)."""
         return {
-            "path": self.path, "run": self.run, "format": self.format, "n_lines": self.n_lines, "n_rows": self.n_rows,
-            "n_row_lines": self.n_row_lines, "n_skipped_lines": self.n_skipped_lines,
-            "n_skipped": self.n_skipped, "n_truncated": self.n_truncated, "skipped_by_reason": dict(self.skipped_by_reason),
-            "skipped_examples": [f"{s.line}: {s.reason}" for s in self.skipped_examples], "n_meta": self.n_meta,
-            "n_other": self.n_other, "n_nonfinite": self.n_nonfinite, "n_folded": self.n_folded, "runs": list(self.runs),
-            "run_boundaries": list(self.run_boundaries), "decorations": list(self.decorations),
-            "compression": self.compression, "encoding": self.encoding, "notes": list(self.notes),
+            "path": self.path,
+            "run": self.run,
+            "format": self.format,
+            "n_lines": self.n_lines,
+            "n_rows": self.n_rows,
+            "n_row_lines": self.n_row_lines,
+            "n_skipped_lines": self.n_skipped_lines,
+            "n_skipped": self.n_skipped,
+            "n_truncated": self.n_truncated,
+            "skipped_by_reason": dict(self.skipped_by_reason),
+            "skipped_examples": [f"{s.line}: {s.reason}" for s in self.skipped_examples],
+            "n_meta": self.n_meta,
+            "n_other": self.n_other,
+            "n_nonfinite": self.n_nonfinite,
+            "n_folded": self.n_folded,
+            "runs": list(self.runs),
+            "run_boundaries": list(self.run_boundaries),
+            "decorations": list(self.decorations),
+            "compression": self.compression,
+            "encoding": self.encoding,
+            "notes": list(self.notes),
         }
 
 
@@ -162,8 +200,10 @@ def _no_format(path: str, lines: Any, src: Source | None, n: int) -> LogFormatEr
     first = next((t for t in lines.head(1000).to_list() if t.strip()), "")
     env = f"; envelope: {src.envelope}" if src is not None and src.envelope else ""
     if first.lstrip().startswith(("{", "[")) and (src is None or not src.envelope):
-        found = (f"JSON records of no known kind in {n} line(s) (first: {first[:80]!r}): not an Automodel or torchtitan "
-                 "metrics record, nor a known log envelope (docker json-file, CloudWatch, GCP)")
+        found = (
+            f"JSON records of no known kind in {n} line(s) (first: {first[:80]!r}): not an Automodel or torchtitan "
+            "metrics record, nor a known log envelope (docker json-file, CloudWatch, GCP)"
+        )
         fix = "if it wraps log lines in another envelope, extract the message field (jq -r .FIELD) and read that; or pass --format"
     else:
         found = f"no record of a supported format in {n} line(s){env} (first line: {first[:80]!r})"
@@ -183,8 +223,13 @@ def detect_format(lines: Sequence[str], *, path: str = "<lines>", text: str | No
         return automodel_bench.SUMMARY_FORMAT
     series = pl.Series("l", list(lines), dtype=pl.String)
     if not any(t.strip() for t in series.head(100_000).to_list()):
-        raise LogFormatError(path, 0, found="an empty file (no non-blank line)", required="log lines",
-                             fix="point at the run's log (it may not have been flushed yet)")
+        raise LogFormatError(
+            path,
+            0,
+            found="an empty file (no non-blank line)",
+            required="log lines",
+            fix="point at the run's log (it may not have been flushed yet)",
+        )
     hits = _first_hits(series)
     if not hits:
         raise _no_format(path, series, None, series.len())
@@ -192,8 +237,13 @@ def detect_format(lines: Sequence[str], *, path: str = "<lines>", text: str | No
 
 
 def read_log_file(
-    path: str | Path, *, format: str = "auto", run: str | None = None, strict: bool = False,  # noqa: A002
-    max_bytes: int = MAX_BYTES, engine: str = "auto",
+    path: str | Path,
+    *,
+    format: str = "auto",
+    run: str | None = None,
+    strict: bool = False,  # noqa: A002
+    max_bytes: int = MAX_BYTES,
+    engine: str = "auto",
 ) -> LogTable:
     """Read one log file (plain, compressed, or in an envelope) into a :class:`LogTable`.
 
@@ -203,21 +253,33 @@ def read_log_file(
     file's usual layout (the same values; tests/logs/test_engines.py compares them).
     """
     p = Path(path)
-    table, problem = _read_one(p, format=format, run=run, strict=strict, max_bytes=max_bytes, engine=engine)
+    table, problem = _read_one(
+        p, format=format, run=run, strict=strict, max_bytes=max_bytes, engine=engine
+    )
     if problem is not None:
         raise problem
     assert table is not None
     return table
 
 
-def _read_one(p: Path, *, format: str, run: str | None, strict: bool, max_bytes: int = MAX_BYTES,  # noqa: A002
-              engine: str = "auto", rank: int | None = None) -> tuple[LogTable | None, LogFormatError | None]:
+def _read_one(
+    p: Path,
+    *,
+    format: str,
+    run: str | None,
+    strict: bool,
+    max_bytes: int = MAX_BYTES,  # noqa: A002
+    engine: str = "auto",
+    rank: int | None = None,
+) -> tuple[LogTable | None, LogFormatError | None]:
     from pooltk.logs import frames
     from pooltk.logs.records import read_records, to_lines
 
     if format != "auto" and format not in FORMATS:
-        raise ValueError(f"format: found {format!r}; required 'auto' or one of {', '.join(FORMATS)}. "
-                         "Fix: pass one of those (pooltk logs --list-formats).")
+        raise ValueError(
+            f"format: found {format!r}; required 'auto' or one of {', '.join(FORMATS)}. "
+            "Fix: pass one of those (pooltk logs --list-formats)."
+        )
     if engine not in ("auto", "python"):
         raise ValueError(f"engine: found {engine!r}; required 'auto' or 'python'.")
     try:
@@ -230,8 +292,13 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, max_bytes:
         if src.data[:4096].lstrip()[:1] == b"{" and automodel_bench.looks_like_summary(src.text):
             fmt = automodel_bench.SUMMARY_FORMAT
         elif src.data.isspace() or not src.data:
-            return None, LogFormatError(str(p), 0, found="an empty file (no non-blank line)", required="log lines",
-                                        fix="point at the run's log (it may not have been flushed yet)")
+            return None, LogFormatError(
+                str(p),
+                0,
+                found="an empty file (no non-blank line)",
+                required="log lines",
+                fix="point at the run's log (it may not have been flushed yet)",
+            )
         else:
             hits = _first_hits(lines)
             if not hits:
@@ -242,43 +309,83 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, max_bytes:
         try:
             automodel_bench.parse_summary(src.text, result)
         except ValueError as err:
-            return None, LogFormatError(str(p), 0, found=str(err), required=f"a {fmt} file", fix="check the file")
+            return None, LogFormatError(
+                str(p), 0, found=str(err), required=f"a {fmt} file", fix="check the file"
+            )
         found = frames.from_result(result)
     else:
         mod = _MODULES[fmt]
         if hasattr(mod, "read_all"):
             found = mod.read_all(lines, result)
         else:
-            found = read_records(mod if engine == "auto" else _PythonOnly(mod), lines, result,
-                                 cut_last=bool(src.data) and not src.data.endswith(b"\n"))
+            found = read_records(
+                mod if engine == "auto" else _PythonOnly(mod),
+                lines,
+                result,
+                cut_last=bool(src.data) and not src.data.endswith(b"\n"),
+            )
             mod.finish(found, result, stem=p.name.split(".")[0] if "." in p.name else p.name)
     run_id = run or run_name(p)
     if strict and result.skipped_examples:
         first = result.skipped_examples[0]
-        return None, LogFormatError(str(p), first.line, found=f"a step line that does not parse ({first.reason})",
-                                    required=f"every record in {fmt} form", fix="drop --strict (strict=False) to skip and count such records",
-                                    text=first.text)
+        return None, LogFormatError(
+            str(p),
+            first.line,
+            found=f"a step line that does not parse ({first.reason})",
+            required=f"every record in {fmt} form",
+            fix="drop --strict (strict=False) to skip and count such records",
+            text=first.text,
+        )
     if found.frame.height == 0 and fmt != automodel_bench.SUMMARY_FORMAT:
         if result.skipped_examples:
             ex = result.skipped_examples[0]
-            why = ("the only records are cut short (the job was killed mid-write)" if ex.reason.startswith("truncated")
-                   else f"every {fmt} record is damaged")
-            return None, LogFormatError(str(p), ex.line, found=f"no complete {fmt} record in {result.n_lines} line(s): {why} "
-                                        f"(skipped {result.n_skipped}: {ex.reason} at line {ex.line})",
-                                        required="at least one complete step record",
-                                        fix="read the file again once the run has logged a step, or check the copy is whole")
-        return None, LogFormatError(str(p), 0, found=f"no complete step record in {result.n_lines} line(s) of {fmt}",
-                                    required="at least one step record",
-                                    fix="check the run got past its first step, or pass --format (format=) if this is another family")
-    frame, kinds, n_decorated = frames.to_pandas(found.frame, result, src, run=run_id, path=str(p), fmt=fmt, file_rank=rank)
+            why = (
+                "the only records are cut short (the job was killed mid-write)"
+                if ex.reason.startswith("truncated")
+                else f"every {fmt} record is damaged"
+            )
+            return None, LogFormatError(
+                str(p),
+                ex.line,
+                found=f"no complete {fmt} record in {result.n_lines} line(s): {why} "
+                f"(skipped {result.n_skipped}: {ex.reason} at line {ex.line})",
+                required="at least one complete step record",
+                fix="read the file again once the run has logged a step, or check the copy is whole",
+            )
+        return None, LogFormatError(
+            str(p),
+            0,
+            found=f"no complete step record in {result.n_lines} line(s) of {fmt}",
+            required="at least one step record",
+            fix="check the run got past its first step, or pass --format (format=) if this is another family",
+        )
+    frame, kinds, n_decorated = frames.to_pandas(
+        found.frame, result, src, run=run_id, path=str(p), fmt=fmt, file_rank=rank
+    )
     report = FileReport(
-        path=str(p), run=run_id, format=fmt, n_lines=result.n_lines, n_rows=len(frame), n_skipped=result.n_skipped,
+        path=str(p),
+        run=run_id,
+        format=fmt,
+        n_lines=result.n_lines,
+        n_rows=len(frame),
+        n_skipped=result.n_skipped,
         n_row_lines=len(frame) if result.n_row_lines is None else result.n_row_lines,
-        n_skipped_lines=(result.n_skipped if result.n_row_lines is None
-                         else len(result.skip_lines - set(frame["line"].tolist()))),
-        skipped_by_reason=dict(result.skipped), skipped_examples=list(result.skipped_examples), n_meta=result.n_meta,
-        n_other=result.n_other, n_nonfinite=0, notes=list(result.notes), meta=dict(result.meta),
-        decorations=kinds, n_decorated=n_decorated, compression=src.compression, encoding=src.encoding,
+        n_skipped_lines=(
+            result.n_skipped
+            if result.n_row_lines is None
+            else len(result.skip_lines - set(frame["line"].tolist()))
+        ),
+        skipped_by_reason=dict(result.skipped),
+        skipped_examples=list(result.skipped_examples),
+        n_meta=result.n_meta,
+        n_other=result.n_other,
+        n_nonfinite=0,
+        notes=list(result.notes),
+        meta=dict(result.meta),
+        decorations=kinds,
+        n_decorated=n_decorated,
+        compression=src.compression,
+        encoding=src.encoding,
     )
     info = RunInfo.from_facts(result.meta, source=str(p), lines=result.meta_lines)
     for sidecar in sidecar_paths(p, run_id.rsplit("/", 1)[-1]):
@@ -291,7 +398,9 @@ def _read_one(p: Path, *, format: str, run: str | None, strict: bool, max_bytes:
                 frame["mem_basis"] = frames.constant_where(frame["mem_gib"].notna(), basis)
                 report.notes.append(f"mem_gib basis from the sidecar: {basis}")
             break
-    frame, run_infos = frames.split_runs(frame, lines, report, info, run_id, result.n_placeholder_loss)
+    frame, run_infos = frames.split_runs(
+        frame, lines, report, info, run_id, result.n_placeholder_loss
+    )
     return LogTable(steps=frame, files=[report], runs=run_infos), None
 
 
@@ -307,25 +416,40 @@ def _join_validation(tables: list[LogTable]) -> None:
         train = t.steps[t.steps["kind"] == "train"]
         if len(train) and train["timestamp"].notna().all():
             folder = Path(t.files[0].path).parent
-            for name, first in train.groupby(train["run"].astype(str), observed=True)["timestamp"].min().items():
+            for name, first in (
+                train.groupby(train["run"].astype(str), observed=True)["timestamp"].min().items()
+            ):
                 starts[(folder, name)] = min(first, starts.get((folder, name), first))
     for t in tables:
         f, steps = t.files[0], t.steps
         if not len(steps) or (steps["kind"] != "val").any() or steps["timestamp"].isna().any():
             continue
         folder = Path(f.path).parent
-        mine = sorted(((at, name) for (fo, name), at in starts.items()
-                       if fo == folder and name.startswith(f.run + "#") and name[len(f.run) + 1:].isdigit()))
+        mine = sorted(
+            (
+                (at, name)
+                for (fo, name), at in starts.items()
+                if fo == folder
+                and name.startswith(f.run + "#")
+                and name[len(f.run) + 1 :].isdigit()
+            )
+        )
         if len(mine) < 2:
             continue
         at = pd.Series([a for a, _ in mine]).to_numpy(dtype="datetime64[ns]")
-        k = (at.searchsorted(steps["timestamp"].to_numpy(dtype="datetime64[ns]"), side="right") - 1).clip(0)
+        k = (
+            at.searchsorted(steps["timestamp"].to_numpy(dtype="datetime64[ns]"), side="right") - 1
+        ).clip(0)
         names = [mine[i][1] for i in k]
         info = next(iter(t.runs.values()), RunInfo())
         steps["run"] = pd.Categorical(names)
         f.runs = list(dict.fromkeys(names))
         t.runs = {name: info for name in f.runs}
-        f.notes.append("val rows joined by time to the runs of " + ", ".join(n for _, n in mine) + " (the same launch)")
+        f.notes.append(
+            "val rows joined by time to the runs of "
+            + ", ".join(n for _, n in mine)
+            + " (the same launch)"
+        )
 
 
 class _PythonOnly:
@@ -343,8 +467,12 @@ class _PythonOnly:
 
 
 def read_logs(
-    paths: str | Path | Iterable[str | Path], *, format: str = "auto", strict: bool = False,  # noqa: A002
-    max_bytes: int = MAX_BYTES, engine: str = "auto",
+    paths: str | Path | Iterable[str | Path],
+    *,
+    format: str = "auto",
+    strict: bool = False,  # noqa: A002
+    max_bytes: int = MAX_BYTES,
+    engine: str = "auto",
 ) -> LogTable:
     """Read files, folders (recursively) and compressed logs into one :class:`LogTable`.
 
@@ -366,7 +494,15 @@ def read_logs(
     unrecognised: list[str] = [f"{f}: {why}" for f, why in skip.items()]
     for path, explicit in found:
         run, rank, _ = plan[path]
-        table, problem = _read_one(path, format=format, run=run, strict=strict, max_bytes=max_bytes, engine=engine, rank=rank)
+        table, problem = _read_one(
+            path,
+            format=format,
+            run=run,
+            strict=strict,
+            max_bytes=max_bytes,
+            engine=engine,
+            rank=rank,
+        )
         if problem is not None:
             if explicit or strict:
                 raise problem
@@ -376,8 +512,13 @@ def read_logs(
         tables.append(table)
     if not tables:
         shown = "; ".join(unrecognised[:3])
-        raise LogFormatError(", ".join(str(p) for p in paths), 0, found=f"no readable log among the files ({shown})",
-                             required="at least one log of a supported format", fix="point at the run's log files")
+        raise LogFormatError(
+            ", ".join(str(p) for p in paths),
+            0,
+            found=f"no readable log among the files ({shown})",
+            required="at least one log of a supported format",
+            fix="point at the run's log files",
+        )
     _join_validation(tables)
     steps = concat_frames([t.steps for t in tables])
     runs: dict[str, RunInfo] = {}

@@ -91,8 +91,16 @@ def to_lines(data: bytes) -> Any:
     n = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
     sep = next((c for c in b"\x1f\x1e\x1d\x1c\x01\x02\x03" if bytes([c]) not in data), None)
     if sep is not None and b"\r" not in data and b"\x00" not in data:
-        frame = pl.read_csv(data, has_header=False, separator=chr(sep), quote_char=None, new_columns=["l"],
-                            schema={"l": pl.String}, raise_if_empty=False, encoding="utf8-lossy")
+        frame = pl.read_csv(
+            data,
+            has_header=False,
+            separator=chr(sep),
+            quote_char=None,
+            new_columns=["l"],
+            schema={"l": pl.String},
+            raise_if_empty=False,
+            encoding="utf8-lossy",
+        )
         lines = frame.to_series().fill_null("")
         if lines.len() == n:
             return lines
@@ -111,25 +119,38 @@ def read_records(fmt: Any, lines: Any, result: ParseResult, *, cut_last: bool) -
     fast_frame = None
     fast_ok = pl.repeat(False, cand_idx.len(), dtype=pl.Boolean, eager=True)
     fast_keys: tuple[str, ...] = ()
-    at_start = cand_idx.len() > 0 and off.max() == 0  # every record starts its line (an undecorated file)
+    at_start = (
+        cand_idx.len() > 0 and off.max() == 0
+    )  # every record starts its line (an undecorated file)
 
-    def take(values: Any, idx: Any, of: int) -> Any:  # a gather that copies nothing when it takes every row
+    def take(
+        values: Any, idx: Any, of: int
+    ) -> Any:  # a gather that copies nothing when it takes every row
         return values if idx.len() == of else values.gather(idx)
 
     if cand_idx.len():
-        body = take(lines, cand_idx, n) if at_start else _slice(take(lines, cand_idx, n), take(off, cand_idx, n))
+        body = (
+            take(lines, cand_idx, n)
+            if at_start
+            else _slice(take(lines, cand_idx, n), take(off, cand_idx, n))
+        )
         got = fmt.fast(body)
         if got is not None:
             fast_cols, fast_ok, fast_keys = got
             sel = fast_ok.arg_true()
             fidx = take(cand_idx, sel, cand_idx.len())
-            fast_frame = pl.DataFrame({
-                "line": (fidx + 1).cast(pl.Int64),
-                "rec": pl.repeat(0, sel.len(), dtype=pl.Int64, eager=True),
-                "prefix": (pl.repeat("", sel.len(), dtype=pl.String, eager=True) if at_start
-                           else _slice(take(lines, fidx, n), 0, take(off, fidx, n))),
-                **{k: take(v, sel, cand_idx.len()) for k, v in fast_cols.items()},
-            })
+            fast_frame = pl.DataFrame(
+                {
+                    "line": (fidx + 1).cast(pl.Int64),
+                    "rec": pl.repeat(0, sel.len(), dtype=pl.Int64, eager=True),
+                    "prefix": (
+                        pl.repeat("", sel.len(), dtype=pl.String, eager=True)
+                        if at_start
+                        else _slice(take(lines, fidx, n), 0, take(off, fidx, n))
+                    ),
+                    **{k: take(v, sel, cand_idx.len()) for k, v in fast_cols.items()},
+                }
+            )
     rest = cand_idx.filter(~fast_ok).to_list()
     pending: list[tuple[int, int, str, Rec]] = []
     rest_text = lines.gather(rest).to_list() if rest else []
@@ -138,7 +159,11 @@ def read_records(fmt: Any, lines: Any, result: ParseResult, *, cut_last: bool) -
         for item in fmt.parse_line(text):
             if isinstance(item, Skip):
                 cut = cut_last and i == n - 1 and item.end in (-1, len(text))
-                result.skip(i + 1, TRUNCATED_EOF if cut and item.reason.startswith("truncated") else item.reason, text)
+                result.skip(
+                    i + 1,
+                    TRUNCATED_EOF if cut and item.reason.startswith("truncated") else item.reason,
+                    text,
+                )
                 continue
             pending.append((i + 1, prev, text, item))
             prev = item.end
@@ -151,16 +176,31 @@ def read_records(fmt: Any, lines: Any, result: ParseResult, *, cut_last: bool) -
             result.skip(ln, TRUNCATED_EOF, text)
             continue
         if full and rec.keys and len(rec.keys) < len(full) and full[: len(rec.keys)] == rec.keys:
-            result.skip(ln, f"truncated: ends after '{rec.keys[-1]}' (the file's lines go on to '{full[-1]}')", text)
+            result.skip(
+                ln,
+                f"truncated: ends after '{rec.keys[-1]}' (the file's lines go on to '{full[-1]}')",
+                text,
+            )
             continue
-        kept.append((ln, text[prev:rec.start], rec))
+        kept.append((ln, text[prev : rec.start], rec))
     full = usual.get("train")
-    if fast_frame is not None and fast_keys and full and len(fast_keys) < len(full) and full[: len(fast_keys)] == fast_keys:
+    if (
+        fast_frame is not None
+        and fast_keys
+        and full
+        and len(fast_keys) < len(full)
+        and full[: len(fast_keys)] == fast_keys
+    ):
         reason = f"truncated: ends after '{fast_keys[-1]}' (the file's lines go on to '{full[-1]}')"
         for ln in fast_frame["line"].to_list():
             result.skip(ln, reason, lines[ln - 1])
         fast_frame = None
-    if fast_frame is not None and cut_last and fast_frame.height and int(fast_frame["line"][-1]) == n:
+    if (
+        fast_frame is not None
+        and cut_last
+        and fast_frame.height
+        and int(fast_frame["line"][-1]) == n
+    ):
         result.skip(n, TRUNCATED_EOF, lines[n - 1])
         fast_frame = fast_frame.slice(0, fast_frame.height - 1)
     slow_frame = None
@@ -176,7 +216,9 @@ def read_records(fmt: Any, lines: Any, result: ParseResult, *, cut_last: bool) -
         slow_frame = pl.DataFrame(cols, strict=False, infer_schema_length=None)
     frames = [f for f in (fast_frame, slow_frame) if f is not None and f.height]
     if not frames:
-        frame = pl.DataFrame({"line": pl.Series([], dtype=pl.Int64), "prefix": pl.Series([], dtype=pl.String)})
+        frame = pl.DataFrame(
+            {"line": pl.Series([], dtype=pl.Int64), "prefix": pl.Series([], dtype=pl.String)}
+        )
     elif len(frames) == 1:
         frame = frames[0]
     else:
@@ -189,8 +231,9 @@ def read_records(fmt: Any, lines: Any, result: ParseResult, *, cut_last: bool) -
     return Found(frame=frame.drop("rec", strict=False))
 
 
-def _usual_layouts(pending: list[tuple[int, int, str, Rec]], fast_frame: Any,
-                   fast_keys: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+def _usual_layouts(
+    pending: list[tuple[int, int, str, Rec]], fast_frame: Any, fast_keys: tuple[str, ...]
+) -> dict[str, tuple[str, ...]]:
     by_kind: dict[str, Counter[tuple[str, ...]]] = {}
     if fast_frame is not None and fast_frame.height and fast_keys:
         by_kind.setdefault("train", Counter())[fast_keys] += fast_frame.height
@@ -198,7 +241,9 @@ def _usual_layouts(pending: list[tuple[int, int, str, Rec]], fast_frame: Any,
         if rec.keys:
             by_kind.setdefault(str(rec.values.get("kind")), Counter())[rec.keys] += 1
     # the most common layout; a tie goes to the longest (a cut record is a shorter copy of a whole one)
-    return {kind: max(counts, key=lambda k: (counts[k], len(k))) for kind, counts in by_kind.items()}
+    return {
+        kind: max(counts, key=lambda k: (counts[k], len(k))) for kind, counts in by_kind.items()
+    }
 
 
 def _meta(fmt: Any, lines: Any, cand: Any, result: ParseResult) -> None:

@@ -95,7 +95,9 @@ class RunInfo:
     """Where each fact came from: 'file:line', 'sidecar file', 'user'."""
 
     @classmethod
-    def from_facts(cls, facts: dict[str, Any], *, source: str, lines: dict[str, int] | None = None) -> RunInfo:
+    def from_facts(
+        cls, facts: dict[str, Any], *, source: str, lines: dict[str, int] | None = None
+    ) -> RunInfo:
         """Build from a flat dict of facts (reader meta, sidecar JSON, user values)."""
         known = {f.name for f in fields(cls)} - {"extra", "sources"}
         values: dict[str, Any] = {}
@@ -134,7 +136,10 @@ class RunInfo:
             return self.world_size, f"world_size ({self.sources.get('world_size', 'given')})"
         if self.dp is not None and self.pp is not None:
             ws = self.dp * self.pp * (self.tp or 1) * (self.cp or 1)
-            return ws, f"dp x pp x tp x cp = {self.dp} x {self.pp} x {self.tp or 1} x {self.cp or 1}"
+            return (
+                ws,
+                f"dp x pp x tp x cp = {self.dp} x {self.pp} x {self.tp or 1} x {self.cp or 1}",
+            )
         return None, "unknown: give world_size (or dp and pp)"
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,17 +157,27 @@ class RunInfo:
 def _cast(key: str, value: Any, where: str) -> Any:
     if key in _INT_FIELDS:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ValueError(f"RunInfo.{key}: found {value!r} from {where}; required an integer. Fix: correct the source.")
+            raise ValueError(
+                f"RunInfo.{key}: found {value!r} from {where}; required an integer. Fix: correct the source."
+            )
         number = float(value)
         if not number.is_integer() or number < 0:
-            raise ValueError(f"RunInfo.{key}: found {value!r} from {where}; required a non-negative integer.")
+            raise ValueError(
+                f"RunInfo.{key}: found {value!r} from {where}; required a non-negative integer."
+            )
         return int(number)
     if key in ("peak_flops", "device_capacity_gib"):
         return float(value)
     return value
 
 
-def _from_mesh(mesh: dict[str, Any], values: dict[str, Any], sources: dict[str, str], source: str, lines: dict[str, int] | None) -> None:
+def _from_mesh(
+    mesh: dict[str, Any],
+    values: dict[str, Any],
+    sources: dict[str, str],
+    source: str,
+    lines: dict[str, int] | None,
+) -> None:
     """torchtitan's 'pp=1, dp_replicate=1, dp_shard=8, cp=1, tp=1, ep=1' -> pp, dp, cp, tp, world."""
     where = f"{source}:{lines.get('mesh_pp', 0)}" if lines else source
     pp, tp, cp = mesh.get("pp", 1), mesh.get("tp", 1), mesh.get("cp", 1)
@@ -195,14 +210,23 @@ def read_sidecar(path: Path) -> RunInfo:
         obj = json.loads(text)
     except json.JSONDecodeError as err:
         raise LogFormatError(
-            str(path), err.lineno, found=f"invalid JSON ({err.msg})", required="a JSON object of run facts",
+            str(path),
+            err.lineno,
+            found=f"invalid JSON ({err.msg})",
+            required="a JSON object of run facts",
             fix="rewrite the sidecar (it is written by the command that produced the log)",
         ) from None
     if not isinstance(obj, dict):
-        raise LogFormatError(str(path), 1, found=f"a JSON {type(obj).__name__}", required="a JSON object of run facts",
-                             fix="rewrite the sidecar as one object")
+        raise LogFormatError(
+            str(path),
+            1,
+            found=f"a JSON {type(obj).__name__}",
+            required="a JSON object of run facts",
+            fix="rewrite the sidecar as one object",
+        )
     try:
         return RunInfo.from_facts(obj, source=f"sidecar {path.name}")
     except ValueError as err:
-        raise LogFormatError(str(path), 0, found=str(err), required="integer shape facts",
-                             fix="correct the sidecar") from None
+        raise LogFormatError(
+            str(path), 0, found=str(err), required="integer shape facts", fix="correct the sidecar"
+        ) from None

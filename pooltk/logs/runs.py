@@ -55,8 +55,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BANNERS", "CLOCK_BACK_MAX_S", "CLOCK_SLACK_S", "DST_SHIFT_MAX_S", "NODE_SKEW_MAX_S", "POOL_RE", "PoolLine", "Segments", "find_pool_lines",
-           "fold_copies", "segment"]
+__all__ = [
+    "BANNERS",
+    "CLOCK_BACK_MAX_S",
+    "CLOCK_SLACK_S",
+    "DST_SHIFT_MAX_S",
+    "NODE_SKEW_MAX_S",
+    "POOL_RE",
+    "PoolLine",
+    "Segments",
+    "find_pool_lines",
+    "fold_copies",
+    "segment",
+]
 
 CLOCK_SLACK_S = 5.0
 """A stream's clock going back more than this (and at most :data:`CLOCK_BACK_MAX_S`) is noted."""
@@ -67,9 +78,16 @@ NODE_SKEW_MAX_S = 2 * 1000.0
 CLOCK_BACK_MAX_S = DST_SHIFT_MAX_S + NODE_SKEW_MAX_S
 """The furthest a run's clock goes back (see [Note: run boundaries]); further is another run."""
 
-BANNERS: tuple[bytes, ...] = (b"torchtitan version: ", b"Starting job: ", b"cfg-path: ", b"Library versions:",
-                              b"Benchmarking setup", b"Running with args:", b"Training starts at step ",
-                              b"Launching job locally on ")
+BANNERS: tuple[bytes, ...] = (
+    b"torchtitan version: ",
+    b"Starting job: ",
+    b"cfg-path: ",
+    b"Library versions:",
+    b"Benchmarking setup",
+    b"Running with args:",
+    b"Training starts at step ",
+    b"Launching job locally on ",
+)
 """Text a framework prints once per process start (torchtitan, Automodel and its CLI's launch line,
 the benchmark recipe)."""
 
@@ -119,7 +137,9 @@ def find_pool_lines(lines: Any, among: Any = None) -> list[PoolLine]:
     out: list[PoolLine] = []
     for n, text in zip((hit + 1).to_list(), lines.gather(hit).to_list(), strict=True):
         rank = _RANK_RE.search(text)
-        m = POOL_RE.search(text if rank is None else text[:rank.start()] + "pooltk: " + text[rank.end():])
+        m = POOL_RE.search(
+            text if rank is None else text[: rank.start()] + "pooltk: " + text[rank.end() :]
+        )
         if m is None:
             continue
         line = _pool_line(n, m.groupdict())
@@ -136,28 +156,67 @@ _RANK_RE = re.compile(r"pooltk: \[rank (?P<rank>\d+)\] ")
 def _pool_line(n: int, g: dict[str, Any]) -> PoolLine:  # noqa: C901
     """The :class:`PoolLine` at 1-based line ``n`` whose :data:`POOL_RE` groups are ``g``."""
     if g["am"]:
-        return PoolLine(line=n, kind="installed", impl="automodel",
-                        facts={"slack": int(g["am_slack"]), "layout": g["am_layout"]})
+        return PoolLine(
+            line=n,
+            kind="installed",
+            impl="automodel",
+            facts={"slack": int(g["am_slack"]), "layout": g["am_layout"]},
+        )
     if g["pk"]:
-        return PoolLine(line=n, kind="installed", impl="pooltk", facts={
-            "slack": int(g["pk_slack"]), "layout": g["pk_layout"], "policy": g["pk_policy"],
-            "grad_slack": int(g["pk_grad"]), "schedule": g["pk_schedule"]})
+        return PoolLine(
+            line=n,
+            kind="installed",
+            impl="pooltk",
+            facts={
+                "slack": int(g["pk_slack"]),
+                "layout": g["pk_layout"],
+                "policy": g["pk_policy"],
+                "grad_slack": int(g["pk_grad"]),
+                "schedule": g["pk_schedule"],
+            },
+        )
     if g["no"]:
-        return PoolLine(line=n, kind="not_installed", impl="pooltk", facts={"reason": g["no_reason"]})
+        return PoolLine(
+            line=n, kind="not_installed", impl="pooltk", facts={"reason": g["no_reason"]}
+        )
     if g["am_no"]:
-        return PoolLine(line=n, kind="not_installed", impl="automodel", facts={"reason": g["am_no"]})
+        return PoolLine(
+            line=n, kind="not_installed", impl="automodel", facts={"reason": g["am_no"]}
+        )
     if g["kept"]:
-        return PoolLine(line=n, kind="stage", impl="pooltk", facts={
-            "stage": int(g["kp_i"]), "pooled": False, "reason": g["kp_reason"]})
+        return PoolLine(
+            line=n,
+            kind="stage",
+            impl="pooltk",
+            facts={"stage": int(g["kp_i"]), "pooled": False, "reason": g["kp_reason"]},
+        )
     if g["stage"]:
-        return PoolLine(line=n, kind="stage", impl="pooltk", facts={
-            "stage": int(g["st_i"]), "pooled": True, "fwd_ring": f"{g['st_fk']}/{g['st_fm']}",
-            "grad_ring": f"{g['st_gk']}/{g['st_gm']}"})
+        return PoolLine(
+            line=n,
+            kind="stage",
+            impl="pooltk",
+            facts={
+                "stage": int(g["st_i"]),
+                "pooled": True,
+                "fwd_ring": f"{g['st_fk']}/{g['st_fm']}",
+                "grad_ring": f"{g['st_gk']}/{g['st_gm']}",
+            },
+        )
     if g["rehome"]:
-        facts = {"what": "re-homed", "stage": int(g["rh_i"]), "direction": g["rh_dir"], "bytes": int(g["rh_bytes"])}
+        facts = {
+            "what": "re-homed",
+            "stage": int(g["rh_i"]),
+            "direction": g["rh_dir"],
+            "bytes": int(g["rh_bytes"]),
+        }
     elif g["nosave"]:
-        facts = {"what": "saved nothing", "stage": int(g["ns_i"]), "direction": g["ns_dir"],
-                 "held": int(g["ns_held"]), "stock": int(g["ns_stock"])}
+        facts = {
+            "what": "saved nothing",
+            "stage": int(g["ns_i"]),
+            "direction": g["ns_dir"],
+            "held": int(g["ns_held"]),
+            "stock": int(g["ns_stock"]),
+        }
     else:
         facts = {"what": "kept graph", "stage": int(g["kg_i"]), "reason": g["kg_reason"]}
     return PoolLine(line=n, kind="warning", impl="pooltk", facts=facts)
@@ -180,7 +239,9 @@ class Segments:
         return int(self.index.max()) + 1 if len(self.index) else 1
 
 
-def segment(frame: Any, *, banners: list[int] = (), banner_ranks: Any = None, one_writer: bool = False) -> Segments:  # noqa: C901
+def segment(
+    frame: Any, *, banners: list[int] = (), banner_ranks: Any = None, one_writer: bool = False
+) -> Segments:  # noqa: C901
     """Split a file's rows (sorted by ``line``) into runs; see [Note: run boundaries].
 
     ``banners``: 1-based lines of start-up banners; ``banner_ranks``: the rank each banner line
@@ -197,38 +258,72 @@ def segment(frame: Any, *, banners: list[int] = (), banner_ranks: Any = None, on
     step = frame["step"].to_numpy(dtype=np.int64)
     train = (frame["kind"] == "train").to_numpy()
     val_only = not train.any()
-    if val_only:  # a validation file (Automodel's validation.jsonl): its val steps going back split it
+    if (
+        val_only
+    ):  # a validation file (Automodel's validation.jsonl): its val steps going back split it
         train = (frame["kind"] == "val").to_numpy()
     ts, has_ts = _clock(frame)
     banner_lines = np.asarray(sorted(banners), dtype=np.int64)
-    b_rank = np.full(banner_lines.size, -1, dtype=np.int64) if banner_ranks is None else np.asarray(banner_ranks, dtype=np.int64)
+    b_rank = (
+        np.full(banner_lines.size, -1, dtype=np.int64)
+        if banner_ranks is None
+        else np.asarray(banner_ranks, dtype=np.int64)
+    )
     # quick exit: no step goes back, no clock goes back past the bound, no banner after a step in any stream
     order = np.lexsort((lines, stream))
-    s_stream, s_step, s_train, s_ts, s_has = stream[order], step[order], train[order], ts[order], has_ts[order]
+    s_stream, s_step, s_train, s_ts, s_has = (
+        stream[order],
+        step[order],
+        train[order],
+        ts[order],
+        has_ts[order],
+    )
     same = np.r_[False, s_stream[1:] == s_stream[:-1]]
-    again = one_writer and not val_only  # one process logs each train step once: the same step again is a restart
+    again = (
+        one_writer and not val_only
+    )  # one process logs each train step once: the same step again is a restart
     d_step = np.r_[1, np.diff(s_step)]
     back = same & s_train & np.r_[False, s_train[:-1]] & ((d_step < 0) | ((d_step == 0) & again))
     s_back_ns = np.r_[0, -np.diff(s_ts)]
     clock = same & s_has & np.r_[False, s_has[:-1]] & (s_back_ns > int(CLOCK_SLACK_S * 1e9))
-    clock &= (s_back_ns <= int(CLOCK_BACK_MAX_S * 1e9)) & ~back  # a step going back is a restart, noted as one
+    clock &= (
+        s_back_ns <= int(CLOCK_BACK_MAX_S * 1e9)
+    ) & ~back  # a step going back is a restart, noted as one
     notes = []
     if clock.any():
         where = np.flatnonzero(clock)
         worst = float(s_back_ns[where].max() / 1e9)
-        notes.append(f"timestamps went back {where.size} time(s) (by up to {worst:,.0f} s; first at line {int(lines[order][where].min())}) "
-                     "while the steps went on: a clock change or skew between nodes, not a restart, so no run boundary")
-    late_banner = banner_lines.size > 0 and bool(train.any()) and banner_lines.max() > lines[train].min()
+        notes.append(
+            f"timestamps went back {where.size} time(s) (by up to {worst:,.0f} s; first at line {int(lines[order][where].min())}) "
+            "while the steps went on: a clock change or skew between nodes, not a restart, so no run boundary"
+        )
+    late_banner = (
+        banner_lines.size > 0 and bool(train.any()) and banner_lines.max() > lines[train].min()
+    )
     # a clock boundary needs a row further back than the bound from some earlier row of the file (the latest so far
     # bounds every stream's and every run's latest, so this one cumulative maximum rules all of them out)
     far_back = False
     if has_ts.any():
         t = ts[has_ts]
-        far_back = bool((t[1:] < np.maximum.accumulate(t)[:-1] - int(CLOCK_BACK_MAX_S * 1e9)).any()) if t.size > 1 else False
+        far_back = (
+            bool((t[1:] < np.maximum.accumulate(t)[:-1] - int(CLOCK_BACK_MAX_S * 1e9)).any())
+            if t.size > 1
+            else False
+        )
     if not back.any() and not late_banner and not far_back:
         return Segments(index=np.zeros(n, dtype=np.int64), reasons=[], notes=notes)
-    seg = _segment_slow(lines, stream, step, train, banner_lines, b_rank, ts if far_back else None, has_ts,
-                        exact=val_only or one_writer, again=again)
+    seg = _segment_slow(
+        lines,
+        stream,
+        step,
+        train,
+        banner_lines,
+        b_rank,
+        ts if far_back else None,
+        has_ts,
+        exact=val_only or one_writer,
+        again=again,
+    )
     seg.notes = notes
     return seg
 
@@ -256,8 +351,19 @@ def _span(ns: int) -> str:
     return f"{s / 60:.0f} min" if s >= 120 else f"{s:.0f} s"
 
 
-def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: Any, b_rank: Any, ts: Any = None,  # noqa: C901
-                  has_ts: Any = None, *, exact: bool = False, again: bool = False) -> Segments:
+def _segment_slow(
+    lines: Any,
+    stream: Any,
+    step: Any,
+    train: Any,
+    banner_lines: Any,
+    b_rank: Any,
+    ts: Any = None,  # noqa: C901
+    has_ts: Any = None,
+    *,
+    exact: bool = False,
+    again: bool = False,
+) -> Segments:
     """Walk the rows in line order (only for files where a boundary is possible); ``exact``: no lag tolerated;
     ``again``: a train step logged again is a restart; ``ts``: the clock (int64 ns, ``has_ts`` where present) when it
     may go back past the bound, else None."""
@@ -296,8 +402,14 @@ def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: 
         while bi < banner_lines.size and banner_lines[bi] < ln:
             br = int(b_rank[bi])
             for s, st in list(state.items()):
-                if st.get("stepped") and (br < 0 or br == s or s < 0):  # a rank's banner restarts the rank-less stream too
-                    start_new(s, f"start-up banner at line {int(banner_lines[bi])} after steps were logged", int(banner_lines[bi]))
+                if st.get("stepped") and (
+                    br < 0 or br == s or s < 0
+                ):  # a rank's banner restarts the rank-less stream too
+                    start_new(
+                        s,
+                        f"start-up banner at line {int(banner_lines[bi])} after steps were logged",
+                        int(banner_lines[bi]),
+                    )
             bi += 1
         s = int(stream[i])
         st = state.setdefault(s, {})
@@ -308,8 +420,14 @@ def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: 
                 seg_of_stream[s] = n_runs - 1
             top = st.get("latest") if not fresh else run_latest.get(n_runs - 1)
             if top is not None and t < top - bound:
-                start_new(s, f"the clock went back {_span(top - t)} (more than a DST shift plus node skew, "
-                          f"{CLOCK_BACK_MAX_S / 3600:.2f} h)" + (f" (rank {s})" if s >= 0 else "") + ": another run", ln)
+                start_new(
+                    s,
+                    f"the clock went back {_span(top - t)} (more than a DST shift plus node skew, "
+                    f"{CLOCK_BACK_MAX_S / 3600:.2f} h)"
+                    + (f" (rank {s})" if s >= 0 else "")
+                    + ": another run",
+                    ln,
+                )
                 st = state[s]
             st["latest"] = t if st.get("latest") is None else max(st["latest"], t)
             k = seg_of_stream[s]
@@ -318,14 +436,22 @@ def _segment_slow(lines: Any, stream: Any, step: Any, train: Any, banner_lines: 
             top = st.get("max_step")
             tol = 0 if s >= 0 or exact else interval.get(s, 1)
             if top is not None and (step[i] < top - tol or (again and step[i] == top)):
-                why = f"step went back from {top} to {int(step[i])}" if step[i] < top else f"step {top} logged again"
+                why = (
+                    f"step went back from {top} to {int(step[i])}"
+                    if step[i] < top
+                    else f"step {top} logged again"
+                )
                 start_new(s, why + (f" (rank {s})" if s >= 0 else ""), ln)
                 st = state[s]
                 if ts is not None and has_ts[i]:
                     st["latest"] = int(ts[i])
-            st["max_step"] = int(step[i]) if st.get("max_step") is None else max(st["max_step"], int(step[i]))
+            st["max_step"] = (
+                int(step[i]) if st.get("max_step") is None else max(st["max_step"], int(step[i]))
+            )
             st["stepped"] = True
-        index[i] = seg_of_stream.setdefault(s, n_runs - 1)  # a stream first seen after a boundary is in the newest run
+        index[i] = seg_of_stream.setdefault(
+            s, n_runs - 1
+        )  # a stream first seen after a boundary is in the newest run
     return Segments(index=index, reasons=reasons)
 
 
@@ -335,16 +461,25 @@ def fold_copies(frame: Any, skew_s: float = NODE_SKEW_MAX_S) -> tuple[Any, int]:
     import numpy as np
     import pandas as pd
 
-    for kind in ("train", "val"):  # no step logged twice: no copies to fold (the usual case, checked cheaply)
+    for kind in (
+        "train",
+        "val",
+    ):  # no step logged twice: no copies to fold (the usual case, checked cheaply)
         steps = frame["step"].to_numpy(dtype=np.int64)[(frame["kind"] == kind).to_numpy()]
         if steps.size > 1 and not (np.diff(steps) > 0).all() and np.unique(steps).size < steps.size:
             break
     else:
         return frame, 0
     cols = [c for c in frame.columns if c not in ("line", "collector_time", "timestamp")]
-    dup = frame.duplicated(subset=[*cols, "timestamp"], keep="first").to_numpy(copy=True)  # copies stamped alike (usual)
+    dup = frame.duplicated(subset=[*cols, "timestamp"], keep="first").to_numpy(
+        copy=True
+    )  # copies stamped alike (usual)
     rest = np.flatnonzero(~dup)
-    loose = frame.iloc[rest].duplicated(subset=cols, keep=False).to_numpy() if skew_s > 0 else np.zeros(rest.size, bool)
+    loose = (
+        frame.iloc[rest].duplicated(subset=cols, keep=False).to_numpy()
+        if skew_s > 0
+        else np.zeros(rest.size, bool)
+    )
     if loose.any():  # copies whose clocks differ: within a group of equal values, a clock within the skew of the one
         # before (in time order) is the same cluster; the first row of each cluster in file order is kept
         idx = rest[loose]
@@ -357,7 +492,9 @@ def fold_copies(frame: Any, skew_s: float = NODE_SKEW_MAX_S) -> tuple[Any, int]:
         gap = (np.diff(t) > int(skew_s * 1e9)) | ((t[1:] == nat) != (t[:-1] == nat))
         cluster = np.empty(idx.size, dtype=np.int64)
         cluster[order] = np.cumsum(np.r_[True, (g[1:] != g[:-1]) | gap])
-        dup[idx] = sub[cols].assign(_cluster=cluster).duplicated(keep="first").to_numpy()  # every value compared here
+        dup[idx] = (
+            sub[cols].assign(_cluster=cluster).duplicated(keep="first").to_numpy()
+        )  # every value compared here
     n = int(dup.sum())
     if n == 0:
         return frame, 0

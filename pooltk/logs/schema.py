@@ -33,38 +33,118 @@ class ColumnSpec:
 
 
 COLUMNS: tuple[ColumnSpec, ...] = (
-    ColumnSpec(name="run", dtype="category", doc="run name: the file stem, or its folder for generic names (training.jsonl)"),
+    ColumnSpec(
+        name="run",
+        dtype="category",
+        doc="run name: the file stem, or its folder for generic names (training.jsonl)",
+    ),
     ColumnSpec(name="source_file", dtype="category", doc="path of the file the row was read from"),
-    ColumnSpec(name="format", dtype="category", doc="detected log family (see pooltk.logs.FORMATS)"),
+    ColumnSpec(
+        name="format", dtype="category", doc="detected log family (see pooltk.logs.FORMATS)"
+    ),
     ColumnSpec(name="kind", dtype="category", doc="'train' or 'val'"),
     ColumnSpec(name="line", dtype="int64", doc="1-based line number of the row in source_file"),
-    ColumnSpec(name="rank", dtype="Int64", doc="rank that printed the line when the log says so ([rankN]:, 'Rank N |', a JSONL rank)"),
-    ColumnSpec(name="task", dtype="Int64", doc="launcher task of the line: srun --label task id or docker compose replica"),
-    ColumnSpec(name="host", dtype="category", doc="host the line came from, where a launcher or collector says (pdsh, journald, syslog, SageMaker, Ray, SkyPilot, CloudWatch stream, GCP instance)"),
-    ColumnSpec(name="pod", dtype="category", doc="Kubernetes pod, where kubectl --prefix, stern or a GCP export says"),
-    ColumnSpec(name="collector_time", dtype="datetime64[ns]", doc="when the launcher or collector stamped the line (kubectl --timestamps, journald, RFC 5424, envelopes), UTC"),
-    ColumnSpec(name="step", dtype="int64", doc="optimizer step (benchmark: iteration index, from 0)"),
+    ColumnSpec(
+        name="rank",
+        dtype="Int64",
+        doc="rank that printed the line when the log says so ([rankN]:, 'Rank N |', a JSONL rank)",
+    ),
+    ColumnSpec(
+        name="task",
+        dtype="Int64",
+        doc="launcher task of the line: srun --label task id or docker compose replica",
+    ),
+    ColumnSpec(
+        name="host",
+        dtype="category",
+        doc="host the line came from, where a launcher or collector says (pdsh, journald, syslog, SageMaker, Ray, SkyPilot, CloudWatch stream, GCP instance)",
+    ),
+    ColumnSpec(
+        name="pod",
+        dtype="category",
+        doc="Kubernetes pod, where kubectl --prefix, stern or a GCP export says",
+    ),
+    ColumnSpec(
+        name="collector_time",
+        dtype="datetime64[ns]",
+        doc="when the launcher or collector stamped the line (kubectl --timestamps, journald, RFC 5424, envelopes), UTC",
+    ),
+    ColumnSpec(
+        name="step", dtype="int64", doc="optimizer step (benchmark: iteration index, from 0)"
+    ),
     ColumnSpec(name="epoch", dtype="Int64", doc="epoch, where logged"),
-    ColumnSpec(name="timestamp", dtype="datetime64[ns]", doc="when the line was logged (JSONL: UTC; text: host clock)"),
-    ColumnSpec(name="loss", dtype="float64", doc="loss as logged; NaN where a non-last PP stage printed -1"),
+    ColumnSpec(
+        name="timestamp",
+        dtype="datetime64[ns]",
+        doc="when the line was logged (JSONL: UTC; text: host clock)",
+    ),
+    ColumnSpec(
+        name="loss", dtype="float64", doc="loss as logged; NaN where a non-last PP stage printed -1"
+    ),
     ColumnSpec(name="grad_norm", dtype="float64", doc="gradient norm as logged"),
     ColumnSpec(name="lr", dtype="float64", doc="learning rate as logged"),
-    ColumnSpec(name="mem_gib", dtype="float64", doc="peak device memory, GiB (2**30 B); see mem_basis"),
-    ColumnSpec(name="mem_basis", dtype="category", doc="which peak: 'max_allocated' (Automodel) or 'max_reserved' (torchtitan)"),
-    ColumnSpec(name="mem_pct", dtype="float64", doc="peak memory as % of device capacity, where logged (torchtitan)"),
-    ColumnSpec(name="tok_per_s_logged", dtype="float64", doc="the log's own token rate (Automodel: whole job; torchtitan: per device)"),
-    ColumnSpec(name="tok_per_s_per_gpu_logged", dtype="float64", doc="the log's own per-GPU rate (Automodel: tps/cp/dp, ignores PP and TP)"),
-    ColumnSpec(name="tflops_per_gpu_logged", dtype="float64", doc="achieved TFLOP/s per device, where logged (torchtitan)"),
-    ColumnSpec(name="mfu_pct_logged", dtype="float64", doc="MFU in %, as logged on the framework's own basis"),
-    ColumnSpec(name="num_tokens", dtype="Int64", doc="tokens in the step's global batch, where logged"),
-    ColumnSpec(name="num_label_tokens", dtype="Int64", doc="label (loss) tokens in the step, where logged"),
-    ColumnSpec(name="step_time_s", dtype="float64", doc="seconds per step from the log; basis in step_time_basis"),
+    ColumnSpec(
+        name="mem_gib", dtype="float64", doc="peak device memory, GiB (2**30 B); see mem_basis"
+    ),
+    ColumnSpec(
+        name="mem_basis",
+        dtype="category",
+        doc="which peak: 'max_allocated' (Automodel) or 'max_reserved' (torchtitan)",
+    ),
+    ColumnSpec(
+        name="mem_pct",
+        dtype="float64",
+        doc="peak memory as % of device capacity, where logged (torchtitan)",
+    ),
+    ColumnSpec(
+        name="tok_per_s_logged",
+        dtype="float64",
+        doc="the log's own token rate (Automodel: whole job; torchtitan: per device)",
+    ),
+    ColumnSpec(
+        name="tok_per_s_per_gpu_logged",
+        dtype="float64",
+        doc="the log's own per-GPU rate (Automodel: tps/cp/dp, ignores PP and TP)",
+    ),
+    ColumnSpec(
+        name="tflops_per_gpu_logged",
+        dtype="float64",
+        doc="achieved TFLOP/s per device, where logged (torchtitan)",
+    ),
+    ColumnSpec(
+        name="mfu_pct_logged",
+        dtype="float64",
+        doc="MFU in %, as logged on the framework's own basis",
+    ),
+    ColumnSpec(
+        name="num_tokens", dtype="Int64", doc="tokens in the step's global batch, where logged"
+    ),
+    ColumnSpec(
+        name="num_label_tokens", dtype="Int64", doc="label (loss) tokens in the step, where logged"
+    ),
+    ColumnSpec(
+        name="step_time_s",
+        dtype="float64",
+        doc="seconds per step from the log; basis in step_time_basis",
+    ),
     ColumnSpec(name="step_time_basis", dtype="category", doc="how step_time_s was obtained"),
     ColumnSpec(name="val_name", dtype="category", doc="validation set name for kind == 'val'"),
-    ColumnSpec(name="pooled", dtype="boolean", doc="whether the run logged a receive-buffer pool install; missing when it logged neither"),
-    ColumnSpec(name="pool_impl", dtype="category", doc="whose pool: 'automodel' (recv_buffer_pool) or 'pooltk'"),
+    ColumnSpec(
+        name="pooled",
+        dtype="boolean",
+        doc="whether the run logged a receive-buffer pool install; missing when it logged neither",
+    ),
+    ColumnSpec(
+        name="pool_impl",
+        dtype="category",
+        doc="whose pool: 'automodel' (recv_buffer_pool) or 'pooltk'",
+    ),
     ColumnSpec(name="slack", dtype="Int64", doc="the pool's slack as its install line states it"),
-    ColumnSpec(name="layout", dtype="category", doc="the torch layout the pool installed against, as logged"),
+    ColumnSpec(
+        name="layout",
+        dtype="category",
+        doc="the torch layout the pool installed against, as logged",
+    ),
 )
 
 _NAMES = tuple(c.name for c in COLUMNS)
@@ -92,7 +172,9 @@ class RowBuilder:
             col = self._cols.get(key)
             if col is None:
                 if key not in _NAMES:
-                    raise KeyError(f"RowBuilder.add: unknown column {key!r}; known: {', '.join(_NAMES)}")
+                    raise KeyError(
+                        f"RowBuilder.add: unknown column {key!r}; known: {', '.join(_NAMES)}"
+                    )
                 col = self._cols[key] = [None] * n
             col.append(value)
         self._n = n + 1
@@ -119,7 +201,9 @@ def _missing(dtype: str, n: int) -> Any:
     if dtype == "boolean":
         return pd.arrays.BooleanArray(np.zeros(n, dtype=bool), np.ones(n, dtype=bool))
     if dtype == "category":
-        return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype="str"))
+        return pd.Categorical.from_codes(
+            np.full(n, -1, dtype=np.int8), categories=pd.Index([], dtype="str")
+        )
     raise ValueError(f"no missing value for dtype {dtype!r}")
 
 
@@ -129,7 +213,9 @@ def _str_categorical(cat: Any) -> Any:
 
     if cat.categories.dtype == "str":
         return cat
-    return pd.Categorical.from_codes(cat.codes, categories=pd.Index([str(c) for c in cat.categories], dtype="str"))
+    return pd.Categorical.from_codes(
+        cat.codes, categories=pd.Index([str(c) for c in cat.categories], dtype="str")
+    )
 
 
 def concat_frames(frames: list[Any]) -> Any:
@@ -141,7 +227,10 @@ def concat_frames(frames: list[Any]) -> Any:
     if len(frames) == 1:
         return frames[0].reset_index(drop=True)
     cats = [c.name for c in COLUMNS if c.dtype == "category"]
-    united = {c: union_categoricals([_str_categorical(f[c].array) for f in frames], sort_categories=True) for c in cats}
+    united = {
+        c: union_categoricals([_str_categorical(f[c].array) for f in frames], sort_categories=True)
+        for c in cats
+    }
     out = pd.concat([f.drop(columns=cats) for f in frames], ignore_index=True)
     for c in cats:
         out[c] = united[c]

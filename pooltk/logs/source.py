@@ -77,9 +77,13 @@ def _fail(path: Path, found: str, required: str, fix: str) -> LogFormatError:
 
 
 def _too_big(path: Path, size: int, limit: int, what: str) -> LogFormatError:
-    return _fail(path, f"{what} of {size / 2**30:.2f} GiB", f"at most {limit / 2**30:.2f} GiB per file",
-                 "split it at line boundaries (split -C 512M FILE part_) and read the parts as one folder, "
-                 "or pass max_bytes= if the machine has the memory")
+    return _fail(
+        path,
+        f"{what} of {size / 2**30:.2f} GiB",
+        f"at most {limit / 2**30:.2f} GiB per file",
+        "split it at line boundaries (split -C 512M FILE part_) and read the parts as one folder, "
+        "or pass max_bytes= if the machine has the memory",
+    )
 
 
 def _decompress(path: Path, data: bytes, max_bytes: int) -> tuple[bytes, str | None]:
@@ -106,8 +110,12 @@ def _decompress(path: Path, data: bytes, max_bytes: int) -> tuple[bytes, str | N
             try:
                 import zstandard
             except ImportError:
-                raise _fail(path, "zstd-compressed data and no 'zstandard' package", "the zstandard package to read .zst",
-                            "pip install zstandard (it is in pooltk's lab extra), or zstd -d FILE") from None
+                raise _fail(
+                    path,
+                    "zstd-compressed data and no 'zstandard' package",
+                    "the zstandard package to read .zst",
+                    "pip install zstandard (it is in pooltk's lab extra), or zstd -d FILE",
+                ) from None
             reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
             out = reader.read(max_bytes + 1)
             if len(out) > max_bytes:
@@ -116,7 +124,12 @@ def _decompress(path: Path, data: bytes, max_bytes: int) -> tuple[bytes, str | N
         else:
             for magic, what, fix in _REFUSED_MAGIC:
                 if data.startswith(magic):
-                    raise _fail(path, what, "a text log, or one compressed with gzip, bzip2, xz or zstd", fix)
+                    raise _fail(
+                        path,
+                        what,
+                        "a text log, or one compressed with gzip, bzip2, xz or zstd",
+                        fix,
+                    )
             return data, None
         out = unpack.decompress(data, max_length=max_bytes + 1)
         if len(out) > max_bytes:
@@ -127,8 +140,12 @@ def _decompress(path: Path, data: bytes, max_bytes: int) -> tuple[bytes, str | N
     except LogFormatError:
         raise
     except Exception as err:  # noqa: BLE001 - each library has its own error type for damaged input
-        raise _fail(path, f"a damaged {kind} file ({err})", f"a complete {kind} file",
-                    f"re-copy the file, or decompress what is left ({kind} -dc) and read the plain text") from None
+        raise _fail(
+            path,
+            f"a damaged {kind} file ({err})",
+            f"a complete {kind} file",
+            f"re-copy the file, or decompress what is left ({kind} -dc) and read the plain text",
+        ) from None
 
 
 def _decode(path: Path, data: bytes) -> tuple[bytes, str]:
@@ -139,11 +156,21 @@ def _decode(path: Path, data: bytes) -> tuple[bytes, str]:
         enc = "utf-16-le" if data[:2] == b"\xff\xfe" else "utf-16-be"
         return data[2:].decode(enc, errors="replace").encode("utf-8", "surrogatepass"), enc
     head = data[:4096]
-    controls = sum(head.count(bytes([c])) for c in (*range(0, 9), 11, 12, *range(14, 27), *range(28, 32)))
+    controls = sum(
+        head.count(bytes([c])) for c in (*range(0, 9), 11, 12, *range(14, 27), *range(28, 32))
+    )
     if head.count(b"\x00") > len(head) // 8 or controls > len(head) // 10:
-        what = "UTF-16 text without a byte-order mark" if head[1::2].count(b"\x00") > len(head) // 3 else "binary data"
-        raise _fail(path, what, "a text log (UTF-8, or UTF-16 with its BOM)",
-                    "convert it (iconv -f UTF-16LE -t UTF-8 FILE) or point at the text log")
+        what = (
+            "UTF-16 text without a byte-order mark"
+            if head[1::2].count(b"\x00") > len(head) // 3
+            else "binary data"
+        )
+        raise _fail(
+            path,
+            what,
+            "a text log (UTF-8, or UTF-16 with its BOM)",
+            "convert it (iconv -f UTF-16LE -t UTF-8 FILE) or point at the text log",
+        )
     return data, "utf-8"
 
 
@@ -155,8 +182,12 @@ def load(path: Path, max_bytes: int = MAX_BYTES) -> Source:
             raise _too_big(path, size, max_bytes, "a file")
         data = path.read_bytes()
     except OSError as err:
-        raise _fail(path, f"an unreadable file ({err.strerror or err})", "a readable log file",
-                    "check the path and its permissions") from None
+        raise _fail(
+            path,
+            f"an unreadable file ({err.strerror or err})",
+            "a readable log file",
+            "check the path and its permissions",
+        ) from None
     data, compression = _decompress(path, data, max_bytes)
     data, encoding = _decode(path, data)
     src = unwrap(data)
@@ -170,6 +201,7 @@ def load(path: Path, max_bytes: int = MAX_BYTES) -> Source:
 
 # --------------------------------------------------------------------------- envelopes
 
+
 def _first_json(text: str) -> Any:
     start = text.lstrip()[:1]
     if start not in ("{", "["):
@@ -178,7 +210,9 @@ def _first_json(text: str) -> Any:
     try:
         return json.loads(line)
     except ValueError:
-        if start == "[" or line.strip() == "{":  # a pretty-printed export: the whole text is one JSON value
+        if (
+            start == "[" or line.strip() == "{"
+        ):  # a pretty-printed export: the whole text is one JSON value
             try:
                 return json.loads(text)
             except ValueError:
@@ -200,8 +234,12 @@ def _kind(record: Any) -> str | None:
 
 def _records(text: str, first: Any) -> list[Any]:
     """The envelope's records: one JSON value per line, or a whole-text array / {"events": [...]}."""
-    if isinstance(first, list) or (isinstance(first, dict) and isinstance(first.get("events"), list)):
-        whole = first if text.lstrip().split("\n", 1)[0].strip() == text.strip() else json.loads(text)
+    if isinstance(first, list) or (
+        isinstance(first, dict) and isinstance(first.get("events"), list)
+    ):
+        whole = (
+            first if text.lstrip().split("\n", 1)[0].strip() == text.strip() else json.loads(text)
+        )
         return whole["events"] if isinstance(whole, dict) else whole
     out = []
     for line in text.split("\n"):
@@ -219,10 +257,20 @@ def unwrap(data: bytes) -> Source:
         return Source(data=data)
     head = data[: data.find(b"\n", 0, 1 << 20) if b"\n" in data[: 1 << 20] else 1 << 20]
     first = _first_json(head.decode("utf-8", errors="replace"))
-    if first is None and head.strip() in (b"[", b"{"):  # a pretty-printed export: the whole text is one JSON value
+    if first is None and head.strip() in (
+        b"[",
+        b"{",
+    ):  # a pretty-printed export: the whole text is one JSON value
         first = _first_json(data.decode("utf-8", errors="replace"))
-    elif first is not None and _kind(first) is None and not isinstance(first, list) and "events" not in first:
-        return Source(data=data)  # one JSON record per line, of no envelope kind: the log itself (JSONL)
+    elif (
+        first is not None
+        and _kind(first) is None
+        and not isinstance(first, list)
+        and "events" not in first
+    ):
+        return Source(
+            data=data
+        )  # one JSON record per line, of no envelope kind: the log itself (JSONL)
     text = data.decode("utf-8", errors="replace")
     if first is None:
         first = _first_json(text)
@@ -250,7 +298,11 @@ def _docker(records: list[Any]) -> Source:
     pending = ""
     for rec in records:
         if not isinstance(rec, dict) or not isinstance(rec.get("log"), str):
-            piece, stamp, stream = (rec if isinstance(rec, str) else json.dumps(rec)) + "\n", None, None
+            piece, stamp, stream = (
+                (rec if isinstance(rec, str) else json.dumps(rec)) + "\n",
+                None,
+                None,
+            )
         else:
             piece, stamp, stream = rec["log"], rec.get("time"), rec.get("stream")
         pending += piece
@@ -264,7 +316,9 @@ def _docker(records: list[Any]) -> Source:
         parts.append(pending)
         cols["time"].append(None)
         cols["stream"].append(None)
-    return Source(data="".join(parts).encode("utf-8", "surrogatepass"), envelope="docker", columns=cols)
+    return Source(
+        data="".join(parts).encode("utf-8", "surrogatepass"), envelope="docker", columns=cols
+    )
 
 
 def _cloud(records: list[Any], kind: str) -> Source:
@@ -278,13 +332,26 @@ def _cloud(records: list[Any], kind: str) -> Source:
             if msg is None and isinstance(rec.get("jsonPayload"), dict):
                 msg = rec["jsonPayload"].get("message")
             labels = (rec.get("resource") or {}).get("labels") or {}
-            host = labels.get("instance_id") or labels.get("node_name") or (rec.get("labels") or {}).get("compute.googleapis.com/resource_name")
-            rows.append((rec.get("timestamp"), "" if msg is None else str(msg), host, labels.get("pod_name")))
+            host = (
+                labels.get("instance_id")
+                or labels.get("node_name")
+                or (rec.get("labels") or {}).get("compute.googleapis.com/resource_name")
+            )
+            rows.append(
+                (
+                    rec.get("timestamp"),
+                    "" if msg is None else str(msg),
+                    host,
+                    labels.get("pod_name"),
+                )
+            )
         else:
             stamp = rec.get("timestamp")
             rows.append((stamp, str(rec.get("message", "")), rec.get("logStreamName"), None))
     if all(r[0] is not None for r in rows):
-        rows.sort(key=lambda r: r[0])  # gcloud lists newest first; a stable sort keeps equal stamps in order
+        rows.sort(
+            key=lambda r: r[0]
+        )  # gcloud lists newest first; a stable sort keeps equal stamps in order
     cols: dict[str, list[Any]] = {"time": [], "host": [], "pod": []}
     parts = []
     for stamp, msg, host, pod in rows:
@@ -293,9 +360,13 @@ def _cloud(records: list[Any], kind: str) -> Source:
         if kind == "cloudwatch" and isinstance(stamp, (int, float)):
             import datetime as _dt
 
-            stamp = _dt.datetime.fromtimestamp(stamp / 1000, tz=_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            stamp = _dt.datetime.fromtimestamp(stamp / 1000, tz=_dt.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%S.%fZ"
+            )
         cols["time"] += [stamp] * n
         cols["host"] += [host] * n
         cols["pod"] += [pod] * n
         parts.append(msg)
-    return Source(data=("\n".join(parts) + "\n").encode("utf-8", "surrogatepass"), envelope=kind, columns=cols)
+    return Source(
+        data=("\n".join(parts) + "\n").encode("utf-8", "surrogatepass"), envelope=kind, columns=cols
+    )

@@ -37,12 +37,21 @@ CANDIDATE = r"(?:" + _PREFIX + r"(?:validate )?step:|(?:validate )?step:\s*\d+\S
 """Where a record starts; a bare ``step: N  loss:`` without the logging prefix is counted as skipped."""
 DETECT = r"(?:^|\s|- )(?:validate )?step:\s*\d+(?:/\d+)?\s.*?\bloss:\s"
 _CAND_RE = re.compile(CANDIDATE)
-_RECORD_RE = re.compile(r"(?:\[titan\] )?(?P<ts>" + _TS + r") - [^ \n]+ - [A-Z]+ - "
-                        r"(?P<msg>(?:validate )?step:\s*\d+(?:/\d+)?(?: = [\d.]+%)?(?:\s+[A-Za-z_]+:\s+[^\s\[]+)*)")
+_RECORD_RE = re.compile(
+    r"(?:\[titan\] )?(?P<ts>" + _TS + r") - [^ \n]+ - [A-Z]+ - "
+    r"(?P<msg>(?:validate )?step:\s*\d+(?:/\d+)?(?: = [\d.]+%)?(?:\s+[A-Za-z_]+:\s+[^\s\[]+)*)"
+)
 _KV_RE = re.compile(r"([A-Za-z_]+):\s+(\S+)")
 _MEM_RE = re.compile(r"^(?P<gib>[-+0-9.naif]+)GiB(?:\((?P<pct>[-+0-9.naif]+)%\))?$")
-META_HINTS = ("Peak FLOPS used", " capacity: ", "device mesh", "local batch size", "sequence length",
-              "gradient accumulation steps", "torchtitan version: ")
+META_HINTS = (
+    "Peak FLOPS used",
+    " capacity: ",
+    "device mesh",
+    "local batch size",
+    "sequence length",
+    "gradient accumulation steps",
+    "torchtitan version: ",
+)
 
 _META_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("peak_flops", re.compile(r"Peak FLOPS used for computing MFU: ([0-9.e+]+)")),
@@ -126,7 +135,9 @@ def _fields(message: str) -> tuple[str, int, dict[str, object], tuple[str, ...]]
             elif key == "tflops":
                 values["tflops_per_gpu_logged"] = parse_float(value)
             elif key == "mfu":
-                if value != "N/A" and not value.endswith("%"):  # torchtitan always writes the sign: cut short
+                if value != "N/A" and not value.endswith(
+                    "%"
+                ):  # torchtitan always writes the sign: cut short
                     raise _Bad(f"truncated: mfu {value[:30]!r} without its '%'")
                 values["mfu_pct_logged"] = parse_float(value.removesuffix("%"))
             elif key == "lr":
@@ -147,8 +158,13 @@ def parse_line(line: str) -> list[Rec | Skip]:
         stop = cands[k + 1].start() if k + 1 < len(cands) else len(line)
         m = _RECORD_RE.match(line, cand.start(), stop)  # a record ends where the next one starts
         if m is None:
-            out.append(Skip(start=cand.start(), reason="step fields without torchtitan's logging prefix (interleaved or garbled)",
-                            end=cand.end()))
+            out.append(
+                Skip(
+                    start=cand.start(),
+                    reason="step fields without torchtitan's logging prefix (interleaved or garbled)",
+                    end=cand.end(),
+                )
+            )
             end = cand.end()
             continue
         end = m.end()
@@ -174,32 +190,55 @@ def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:  # noqa:
     frame = found.frame
     if frame.height and "loss" in frame.columns:
         minus = int((frame["loss"] == -1.0).sum())
-        frame = frame.with_columns(pl.when(pl.col("loss") == -1.0).then(float("nan")).otherwise(pl.col("loss")).alias("loss"))
+        frame = frame.with_columns(
+            pl.when(pl.col("loss") == -1.0)
+            .then(float("nan"))
+            .otherwise(pl.col("loss"))
+            .alias("loss")
+        )
         if "tok_per_s_logged" in frame.columns:
             frame = frame.with_columns(pl.col("tok_per_s_logged").alias("tok_per_s_per_gpu_logged"))
         result.n_placeholder_loss = minus
         if minus:
-            result.notes.append(f"{minus} row(s) printed loss -1 (a non-last pipeline stage has no loss): stored as NaN")
+            result.notes.append(
+                f"{minus} row(s) printed loss -1 (a non-last pipeline stage has no loss): stored as NaN"
+            )
     found.frame = frame
 
 
 # --------------------------------------------------------------------------- the engine's path
 
 _FNUM = r"-?\d+(?:\.\d+)?"
-_VALUE = {"loss": _FNUM, "grad_norm": _FNUM, "memory": _FNUM + r"GiB\(" + _FNUM + r"%\)", "tps": r"\d{1,3}(?:,\d{3})*",
-          "wps": r"\d{1,3}(?:,\d{3})*", "tflops": r"\d{1,3}(?:,\d{3})*(?:\.\d+)?", "mfu": _FNUM + "%|N/A"}
+_VALUE = {
+    "loss": _FNUM,
+    "grad_norm": _FNUM,
+    "memory": _FNUM + r"GiB\(" + _FNUM + r"%\)",
+    "tps": r"\d{1,3}(?:,\d{3})*",
+    "wps": r"\d{1,3}(?:,\d{3})*",
+    "tflops": r"\d{1,3}(?:,\d{3})*(?:\.\d+)?",
+    "mfu": _FNUM + "%|N/A",
+}
 
 
 def _layout(sample: list[str]) -> tuple[str, ...] | None:
     seen: Counter[tuple[str, ...]] = Counter()
     for text in sample:
         recs = parse_line(text)
-        if len(recs) == 1 and isinstance(recs[0], Rec) and recs[0].end == len(text) and recs[0].values["kind"] == "train":
+        if (
+            len(recs) == 1
+            and isinstance(recs[0], Rec)
+            and recs[0].end == len(text)
+            and recs[0].values["kind"] == "train"
+        ):
             seen[recs[0].keys] += 1
     if not seen:
         return None
     keys = seen.most_common(1)[0][0]
-    if keys[:2] != ("step", "loss") or any(k not in _VALUE for k in keys[1:]) or len(set(keys)) != len(keys):
+    if (
+        keys[:2] != ("step", "loss")
+        or any(k not in _VALUE for k in keys[1:])
+        or len(set(keys)) != len(keys)
+    ):
         return None
     return keys
 
@@ -234,10 +273,14 @@ def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
             cols["mem_pct"] = two["field_1"].cast(pl.Float64, strict=False)
         elif key in ("tps", "wps", "tflops"):
             cols["tflops_per_gpu_logged" if key == "tflops" else "tok_per_s_logged"] = (
-                text.str.replace_all(",", "", literal=True).cast(pl.Float64, strict=False))
+                text.str.replace_all(",", "", literal=True).cast(pl.Float64, strict=False)
+            )
         elif key == "mfu":
-            cols["mfu_pct_logged"] = pl.select(pl.when(text == "N/A").then(float("nan"))
-                                               .otherwise(text.str.strip_suffix("%").cast(pl.Float64, strict=False))).to_series()
+            cols["mfu_pct_logged"] = pl.select(
+                pl.when(text == "N/A")
+                .then(float("nan"))
+                .otherwise(text.str.strip_suffix("%").cast(pl.Float64, strict=False))
+            ).to_series()
         else:
             cols[key] = text.cast(pl.Float64, strict=False)
     for values in cols.values():

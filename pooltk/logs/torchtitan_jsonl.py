@@ -59,7 +59,7 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
     for n, raw in lines:
         text = raw.strip()
         if "{" in text:  # what stands before the record is decoration
-            text = text[text.find("{"):]
+            text = text[text.find("{") :]
         if not text:
             result.n_other += 1
             continue
@@ -74,20 +74,39 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
         if not isinstance(record, dict) or "log_type_name" not in record:
             result.n_other += 1
             continue
-        kind, step, rank = record.get("log_type_name"), record.get("step"), record.get("global_rank", record.get("rank"))
+        kind, step, rank = (
+            record.get("log_type_name"),
+            record.get("step"),
+            record.get("global_rank", record.get("rank")),
+        )
         if kind == "step_end":
             value, stamp = record.get("value"), record.get("time_us")
             if not isinstance(step, int) or isinstance(step, bool) or not isinstance(rank, int):
                 result.skip(n, "step_end without an integer step and rank", raw)
                 continue
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            if (
+                not isinstance(value, (int, float))
+                or isinstance(value, bool)
+                or not math.isfinite(value)
+            ):
                 result.skip(n, "step_end without a duration", raw)
                 continue
-            rows[(rank, step)] = {"line": n, "step": step, "rank": rank, "kind": "train",
-                                  "timestamp": _utc(stamp), "step_time_s": float(value) / 1000.0,
-                                  "step_time_basis": "torchtitan structured log: step span (ms)"}
+            rows[(rank, step)] = {
+                "line": n,
+                "step": step,
+                "rank": rank,
+                "kind": "train",
+                "timestamp": _utc(stamp),
+                "step_time_s": float(value) / 1000.0,
+                "step_time_basis": "torchtitan structured log: step span (ms)",
+            }
             continue
-        if kind == "metric_value" and record.get("event_name") in SCALARS and isinstance(step, int) and isinstance(rank, int):
+        if (
+            kind == "metric_value"
+            and record.get("event_name") in SCALARS
+            and isinstance(step, int)
+            and isinstance(rank, int)
+        ):
             value = record.get("value")
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 scalars.setdefault((rank, step), {})[SCALARS[record["event_name"]]] = float(value)
@@ -102,10 +121,14 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
             result.n_placeholder_loss += 1
         result.rows.add(**values)
     if rows:
-        result.notes.append(f"torchtitan structured log: step time from each rank's 'step' span; {n_scalar} scalar record(s) "
-                            "joined to their step (counted as other lines)")
+        result.notes.append(
+            f"torchtitan structured log: step time from each rank's 'step' span; {n_scalar} scalar record(s) "
+            "joined to their step (counted as other lines)"
+        )
         if not any("loss" in s for s in scalars.values()):
-            result.notes.append("no loss scalar in this structured log: loss is missing (read the text log for it)")
+            result.notes.append(
+                "no loss scalar in this structured log: loss is missing (read the text log for it)"
+            )
     return result
 
 

@@ -31,8 +31,16 @@ from pooltk.memory.known_models import KNOWN_MODEL_CONFIGS, known_model_config
 from pooltk.memory.model import Boundary, MemoryModelError, PipelineShape
 from pooltk.memory.source import Preset
 
-__all__ = ["ConfigKeyError", "Overrides", "field", "load_automodel_config", "load_config", "load_hf_config", "load_overrides",
-           "pipeline_from_overrides"]
+__all__ = [
+    "ConfigKeyError",
+    "Overrides",
+    "field",
+    "load_automodel_config",
+    "load_config",
+    "load_hf_config",
+    "load_overrides",
+    "pipeline_from_overrides",
+]
 
 
 class ConfigKeyError(MemoryModelError):
@@ -76,11 +84,24 @@ class Overrides:
     def __post_init__(self) -> None:
         from pooltk._validate import check_int
 
-        for name in ("pp", "microbatches", "micro_batch", "seq_len", "hidden", "global_batch", "dp"):
+        for name in (
+            "pp",
+            "microbatches",
+            "micro_batch",
+            "seq_len",
+            "hidden",
+            "global_batch",
+            "dp",
+        ):
             value = getattr(self, name)
             if value is not None:
-                check_int(field(name), value, low=1, error=MemoryModelError,
-                          fix=f"give {field(name)} as a whole number >= 1; a zero or negative size is never a shape.")
+                check_int(
+                    field(name),
+                    value,
+                    low=1,
+                    error=MemoryModelError,
+                    fix=f"give {field(name)} as a whole number >= 1; a zero or negative size is never a shape.",
+                )
 
     def given(self) -> list[str]:
         """Names of the overrides that are set."""
@@ -113,8 +134,15 @@ def _first(cfg: dict, keys: tuple[str, ...]) -> tuple[str, Any]:
     return keys[0], _MISSING
 
 
-def _int_key(cfg: dict, keys: tuple[str, ...], meaning: str, example: int, *, default: Any = _MISSING,
-             override: str | None = None) -> Any:
+def _int_key(
+    cfg: dict,
+    keys: tuple[str, ...],
+    meaning: str,
+    example: int,
+    *,
+    default: Any = _MISSING,
+    override: str | None = None,
+) -> Any:
     flag = None if override is None else field(override)
     key, value = _first(cfg, keys)
     if value is _MISSING or value is None:
@@ -125,14 +153,16 @@ def _int_key(cfg: dict, keys: tuple[str, ...], meaning: str, example: int, *, de
             key,
             found="nothing (missing)" if value is _MISSING else "null",
             required=f"{meaning}, an integer >= 1{alt}",
-            fix=f"add `{key}: {example}` to the file" + (f", or pass {flag} {example}." if flag else "."),
+            fix=f"add `{key}: {example}` to the file"
+            + (f", or pass {flag} {example}." if flag else "."),
         )
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigKeyError(
             key,
             found=f"{value!r} ({type(value).__name__})",
             required=f"{meaning}, an integer >= 1",
-            fix=f"write it as a plain integer, e.g. `{key}: {example}`" + (f", or override it with {flag}." if flag else "."),
+            fix=f"write it as a plain integer, e.g. `{key}: {example}`"
+            + (f", or override it with {flag}." if flag else "."),
         )
     return value
 
@@ -145,7 +175,9 @@ def _read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise MemoryModelError(
-            "config file", found=f"{str(path)!r} ({exc.strerror or exc})", required=f"a readable {kind} file",
+            "config file",
+            found=f"{str(path)!r} ({exc.strerror or exc})",
+            required=f"a readable {kind} file",
             fix="check the path.",
         ) from None
     if kind == "JSON":
@@ -153,8 +185,10 @@ def _read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
             cfg = json.loads(text)
         except json.JSONDecodeError as exc:
             raise MemoryModelError(
-                "config file", found=f"{str(path)!r}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})",
-                required="a JSON object (a Hugging Face config.json)", fix="fix the syntax at the position given.",
+                "config file",
+                found=f"{str(path)!r}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})",
+                required="a JSON object (a Hugging Face config.json)",
+                fix="fix the syntax at the position given.",
             ) from None
     else:
         import yaml
@@ -163,7 +197,9 @@ def _read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
             cfg = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             where = getattr(exc, "problem_mark", None)
-            at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+            at = (
+                f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+            )
             raise MemoryModelError(
                 "config file",
                 found=f"{str(path)!r}: not valid YAML{at} ({getattr(exc, 'problem', None) or exc})",
@@ -191,7 +227,8 @@ def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
         return None
     if not isinstance(target, str) or "." not in target:
         raise ConfigKeyError(
-            "model.config._target_", found=f"{target!r} ({type(target).__name__})",
+            "model.config._target_",
+            found=f"{target!r} ({type(target).__name__})",
             required="a dotted import path of a config class, e.g. "
             "nemo_automodel.components.models.kimi_k3.config.KimiK3TextConfig",
             fix=f"write the class's full import path, or give {field('hidden')}.",
@@ -210,22 +247,34 @@ def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
             obj = cls(**args)
         except Exception as exc:  # noqa: BLE001 - the class rejects the YAML's arguments
             raise ConfigKeyError(
-                "model.config", found=f"{target}({', '.join(f'{k}={v!r}' for k, v in args.items())}) raised "
-                f"{type(exc).__name__}: {exc}", required="arguments the config class accepts",
+                "model.config",
+                found=f"{target}({', '.join(f'{k}={v!r}' for k, v in args.items())}) raised "
+                f"{type(exc).__name__}: {exc}",
+                required="arguments the config class accepts",
                 fix=f"fix the arguments under model.config, or give {field('hidden')}.",
             ) from None
         hidden = getattr(obj, "hidden_size", None)
         if isinstance(hidden, int) and not isinstance(hidden, bool) and hidden >= 1:
-            version = getattr(importlib.import_module(target.split(".")[0]), "__version__", "unknown version")
-            return hidden, getattr(obj, "torch_dtype", None), f"{target} imported ({target.split('.')[0]} {version}): hidden_size {hidden}"
+            version = getattr(
+                importlib.import_module(target.split(".")[0]), "__version__", "unknown version"
+            )
+            return (
+                hidden,
+                getattr(obj, "torch_dtype", None),
+                f"{target} imported ({target.split('.')[0]} {version}): hidden_size {hidden}",
+            )
         why = f"{cls_name}() has no integer hidden_size (found {hidden!r})"
     known = known_model_config(target)
     if known is not None:
         values = known.with_args(args)
         hidden = values["hidden_size"]
-        return hidden, values.get("torch_dtype"), (
-            f"{target} not importable here ({why}); hidden_size {hidden} from pooltk's table of known model configs: "
-            f"{known.source} (read {known.read_on})"
+        return (
+            hidden,
+            values.get("torch_dtype"),
+            (
+                f"{target} not importable here ({why}); hidden_size {hidden} from pooltk's table of known model configs: "
+                f"{known.source} (read {known.read_on})"
+            ),
         )
     raise ConfigKeyError(
         "model.config._target_",
@@ -242,12 +291,25 @@ def _resolve_hidden(cfg: dict, override: int | None) -> tuple[int, Any, str]:
         return override, None, f"{field('hidden')} = {override} (overrides the file)"
     key, value = _first(cfg, ("model.config.hidden_size", "model.hidden_size"))
     if value is not _MISSING and value is not None:
-        return _int_key(cfg, (key,), "the model hidden size", 7168, override="hidden"), None, f"{key} in the file"
+        return (
+            _int_key(cfg, (key,), "the model hidden size", 7168, override="hidden"),
+            None,
+            f"{key} in the file",
+        )
     from_class = _class_hidden(cfg)
     if from_class is not None:
         return from_class
-    return _int_key(cfg, ("model.config.hidden_size", "model.hidden_size"), "the model hidden size", 7168,
-                    override="hidden"), None, ""
+    return (
+        _int_key(
+            cfg,
+            ("model.config.hidden_size", "model.hidden_size"),
+            "the model hidden size",
+            7168,
+            override="hidden",
+        ),
+        None,
+        "",
+    )
 
 
 def _dtype_of(value: Any) -> str | None:
@@ -300,8 +362,13 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
             required="a schedule name such as 1f1b",
             fix="write `pp_schedule: 1f1b` under distributed.pipeline.",
         )
-    micro = o.micro_batch or _int_key(cfg, ("distributed.pipeline.pp_microbatch_size",), "rows per pipeline microbatch", 2,
-                                      override="micro_batch")
+    micro = o.micro_batch or _int_key(
+        cfg,
+        ("distributed.pipeline.pp_microbatch_size",),
+        "rows per pipeline microbatch",
+        2,
+        override="micro_batch",
+    )
     slack_key = "distributed.pipeline.pp_recv_buffer_pool_slack"
     slack = _lookup(cfg, slack_key)
     if slack is _MISSING or slack is None:
@@ -316,10 +383,23 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
     if o.microbatches is not None:
         shape = PipelineShape(pp=pp, n_microbatches=o.microbatches, schedule=schedule)
     else:
-        gbs = o.global_batch or _int_key(cfg, ("step_scheduler.global_batch_size",), "the global batch size in rows", 4096,
-                                         override="microbatches")
-        lbs = _int_key(cfg, ("step_scheduler.local_batch_size",), "the per-data-parallel-rank batch", 128, default=None)
-        dp = o.dp or _int_key(cfg, ("distributed.dp_size",), "the data-parallel size", 32, default=None)
+        gbs = o.global_batch or _int_key(
+            cfg,
+            ("step_scheduler.global_batch_size",),
+            "the global batch size in rows",
+            4096,
+            override="microbatches",
+        )
+        lbs = _int_key(
+            cfg,
+            ("step_scheduler.local_batch_size",),
+            "the per-data-parallel-rank batch",
+            128,
+            default=None,
+        )
+        dp = o.dp or _int_key(
+            cfg, ("distributed.dp_size",), "the data-parallel size", 32, default=None
+        )
         if lbs is None and dp is None:
             raise ConfigKeyError(
                 "step_scheduler.local_batch_size",
@@ -336,18 +416,32 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
                     fix="pick a local batch that divides the global batch.",
                 )
             dp = gbs // lbs  # display only: dp x grad-accumulation steps when dp_size is not given
-        shape = PipelineShape.from_batch(pp=pp, global_batch=gbs, micro_batch=micro, dp=dp, local_batch=lbs,
-                                         schedule=schedule)
-    seq = o.seq_len or _int_key(cfg, ("dataset.seq_len",), "tokens per row", 2048, override="seq_len")
+        shape = PipelineShape.from_batch(
+            pp=pp, global_batch=gbs, micro_batch=micro, dp=dp, local_batch=lbs, schedule=schedule
+        )
+    seq = o.seq_len or _int_key(
+        cfg, ("dataset.seq_len",), "tokens per row", 2048, override="seq_len"
+    )
     hidden, class_dtype, hidden_source = _resolve_hidden(cfg, o.hidden)
-    dtype_key, dtype = _first(cfg, ("model.torch_dtype", "model.config.dtype", "model.config.torch_dtype"))
+    dtype_key, dtype = _first(
+        cfg, ("model.torch_dtype", "model.config.dtype", "model.config.torch_dtype")
+    )
     dtype = o.dtype or _dtype_of(dtype) or _dtype_of(class_dtype) or "bfloat16"
     try:
         boundary = Boundary.hidden_state(rows=micro, seq_len=seq, hidden=hidden, dtype=str(dtype))
     except MemoryModelError as exc:
-        raise ConfigKeyError(field("dtype") if o.dtype else dtype_key, found=repr(dtype), required=exc.required, fix=exc.fix) from None
+        raise ConfigKeyError(
+            field("dtype") if o.dtype else dtype_key,
+            found=repr(dtype),
+            required=exc.required,
+            fix=exc.fix,
+        ) from None
     pool_on = _lookup(cfg, "distributed.pipeline.pp_recv_buffer_pool")
-    note = "" if pool_on is True else " The config does not enable distributed.pipeline.pp_recv_buffer_pool: its run allocates stock."
+    note = (
+        ""
+        if pool_on is True
+        else " The config does not enable distributed.pipeline.pp_recv_buffer_pool: its run allocates stock."
+    )
     given = o.given()
     return Preset(
         name=Path(where).stem if where != "<dict>" else "config",
@@ -359,10 +453,12 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
         hidden=hidden,
         assumption=(
             f"Each boundary carries one hidden state ({micro}, {seq}, {hidden}) {boundary.activations[0].dtype} per "
-            "microbatch and direction (a lower bound when the model sends more across a stage boundary)." + note
+            "microbatch and direction (a lower bound when the model sends more across a stage boundary)."
+            + note
         ),
         figures=(),
-        sources=(where,) + ((f"hidden size: {hidden_source}",) if hidden_source else ())
+        sources=(where,)
+        + ((f"hidden size: {hidden_source}",) if hidden_source else ())
         + ((f"overridden: {', '.join(given)}",) if given else ()),
     )
 
@@ -387,14 +483,24 @@ def load_hf_config(source: str | Path | dict, overrides: Overrides | None = None
         key, _ = _first(cfg, _HIDDEN_KEYS)
         hidden = _int_key(cfg, _HIDDEN_KEYS, "the model hidden size", 7168, override="hidden")
         hidden_source = f"{key} in the file"
-    shape, micro = pipeline_from_overrides(o, what="pipeline shape for a config.json",
-                                           why="a config.json describes the model, not the pipeline")
+    shape, micro = pipeline_from_overrides(
+        o,
+        what="pipeline shape for a config.json",
+        why="a config.json describes the model, not the pipeline",
+    )
     dtype_key, dtype = _first(cfg, _DTYPE_KEYS)
     dtype = o.dtype or _dtype_of(dtype) or "bfloat16"
     try:
-        boundary = Boundary.hidden_state(rows=micro, seq_len=o.seq_len, hidden=hidden, dtype=str(dtype))
+        boundary = Boundary.hidden_state(
+            rows=micro, seq_len=o.seq_len, hidden=hidden, dtype=str(dtype)
+        )
     except MemoryModelError as exc:
-        raise ConfigKeyError(field("dtype") if o.dtype else dtype_key, found=repr(dtype), required=exc.required, fix=exc.fix) from None
+        raise ConfigKeyError(
+            field("dtype") if o.dtype else dtype_key,
+            found=repr(dtype),
+            required=exc.required,
+            fix=exc.fix,
+        ) from None
     return Preset(
         name=Path(where).parent.name or Path(where).stem if where != "<dict>" else "config.json",
         title=f"{where}: pp {o.pp}, {shape.n_microbatches} microbatches, {micro} x {o.seq_len} x {hidden} "
@@ -406,12 +512,17 @@ def load_hf_config(source: str | Path | dict, overrides: Overrides | None = None
         hidden=hidden,
         assumption=f"Each boundary carries one hidden state ({micro}, {o.seq_len}, {hidden}) per microbatch and direction.",
         figures=(),
-        sources=(where, f"hidden size: {hidden_source}", f"pipeline from flags: {', '.join(o.given())}"),
+        sources=(
+            where,
+            f"hidden size: {hidden_source}",
+            f"pipeline from flags: {', '.join(o.given())}",
+        ),
     )
 
 
-def pipeline_from_overrides(o: Overrides, *, what: str = "pipeline shape", why: str = "",
-                            needs: tuple[str, ...] = ()) -> tuple[PipelineShape, int]:
+def pipeline_from_overrides(
+    o: Overrides, *, what: str = "pipeline shape", why: str = "", needs: tuple[str, ...] = ()
+) -> tuple[PipelineShape, int]:
     """``(shape, rows per microbatch)`` from overrides alone: the one place a shape is built from fields.
 
     Needs ``pp`` and ``seq_len``, and either ``microbatches`` (rows default 1) or all of
@@ -430,8 +541,18 @@ def pipeline_from_overrides(o: Overrides, *, what: str = "pipeline shape", why: 
             found=f"no {', '.join(missing)}",
             required=f"{', '.join(field(f) for f in ('pp', 'seq_len', *needs))} and {field('microbatches')}, or {field('global_batch')} + "
             f"{field('micro_batch')} + {field('dp')}" + (f" ({why})" if why else ""),
-            fix="e.g. " + " ".join(f"{field(f)}={v}" for f, v in (("pp", 8), ("microbatches", 64), ("micro_batch", 2),
-                                                                   ("seq_len", 2048), *(("hidden", 7168),) * ("hidden" in needs))) + ".",
+            fix="e.g. "
+            + " ".join(
+                f"{field(f)}={v}"
+                for f, v in (
+                    ("pp", 8),
+                    ("microbatches", 64),
+                    ("micro_batch", 2),
+                    ("seq_len", 2048),
+                    *(("hidden", 7168),) * ("hidden" in needs),
+                )
+            )
+            + ".",
         )
     if o.microbatches is not None and (o.global_batch is not None or o.dp is not None):
         raise MemoryModelError(
@@ -442,9 +563,12 @@ def pipeline_from_overrides(o: Overrides, *, what: str = "pipeline shape", why: 
         )
     schedule = o.schedule or "1f1b"
     if o.microbatches is not None:
-        return PipelineShape(pp=o.pp, n_microbatches=o.microbatches, schedule=schedule), o.micro_batch or 1
-    shape = PipelineShape.from_batch(pp=o.pp, global_batch=o.global_batch, micro_batch=o.micro_batch, dp=o.dp,
-                                     schedule=schedule)
+        return PipelineShape(
+            pp=o.pp, n_microbatches=o.microbatches, schedule=schedule
+        ), o.micro_batch or 1
+    shape = PipelineShape.from_batch(
+        pp=o.pp, global_batch=o.global_batch, micro_batch=o.micro_batch, dp=o.dp, schedule=schedule
+    )
     return shape, o.micro_batch
 
 
@@ -454,7 +578,9 @@ def load_overrides(o: Overrides) -> Preset:
     Needs ``hidden`` besides what :func:`pipeline_from_overrides` needs; ``dtype`` defaults to bfloat16.
     """
     shape, rows = pipeline_from_overrides(o, what="explicit shape", needs=("hidden",))
-    boundary = Boundary.hidden_state(rows=rows, seq_len=o.seq_len, hidden=o.hidden, dtype=o.dtype or "bfloat16")
+    boundary = Boundary.hidden_state(
+        rows=rows, seq_len=o.seq_len, hidden=o.hidden, dtype=o.dtype or "bfloat16"
+    )
     return Preset(
         name="flags",
         title=f"explicit flags: {shape.describe()}",
@@ -473,7 +599,11 @@ def load_config(source: str | Path | dict, overrides: Overrides | None = None) -
     """Either reader, chosen by the file: ``.json`` (or a dict with ``hidden_size`` at the top and no
     ``distributed`` section) is a Hugging Face config.json, anything else an Automodel YAML."""
     if isinstance(source, dict):
-        hf = "distributed" not in source and "step_scheduler" not in source and any(k in source for k in ("hidden_size", "text_config", "n_embd", "d_model"))
+        hf = (
+            "distributed" not in source
+            and "step_scheduler" not in source
+            and any(k in source for k in ("hidden_size", "text_config", "n_embd", "d_model"))
+        )
     else:
         hf = Path(source).suffix.lower() == ".json"
     return (load_hf_config if hf else load_automodel_config)(source, overrides)

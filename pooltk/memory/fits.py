@@ -33,12 +33,30 @@ from pooltk.memory.model import VARIANTS, Boundary, MemoryModelError, PipelineSh
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["DEVICES", "FIT_VARIANTS", "GB200", "PUBLISHED_PEAK", "Device", "FitReport", "FitRow", "ReferencePeak", "fit_report", "get_device",
-           "published_peak"]
+__all__ = [
+    "DEVICES",
+    "FIT_VARIANTS",
+    "GB200",
+    "PUBLISHED_PEAK",
+    "Device",
+    "FitReport",
+    "FitRow",
+    "ReferencePeak",
+    "fit_report",
+    "get_device",
+    "published_peak",
+]
 
 GIB = 2**30
 
-FIT_VARIANTS: tuple[str, ...] = ("stock", "stock_lazy", "lazy_released", "automodel", "tight", "live_set")
+FIT_VARIANTS: tuple[str, ...] = (
+    "stock",
+    "stock_lazy",
+    "lazy_released",
+    "automodel",
+    "tight",
+    "live_set",
+)
 """What the fits view compares: stock torch, the original policy, pooltk's tight policy, the live-set floor."""
 
 
@@ -62,33 +80,52 @@ class Device:
     def from_gib(cls, name: str, gib: float, source: str) -> Device:
         """From a GiB figure (what torch and torchtitan print)."""
         if not (isinstance(gib, (int, float)) and not isinstance(gib, bool) and gib > 0):
-            raise MemoryModelError("capacity", found=repr(gib), required="a capacity > 0 GiB",
-                                   fix="give a device name (gb200, h100) or a number of GiB, e.g. 79.18.")
+            raise MemoryModelError(
+                "capacity",
+                found=repr(gib),
+                required="a capacity > 0 GiB",
+                fix="give a device name (gb200, h100) or a number of GiB, e.g. 79.18.",
+            )
         return cls(name=name, capacity_bytes=round(gib * GIB), source=source)
 
 
 GB200 = Device.from_gib(
-    "gb200", 184.31,
+    "gb200",
+    184.31,
     "torch's CUDA out-of-memory message on a GB200: 'GPU 0 has a total capacity of 184.31 GiB' (the total the caching "
     "allocator runs out against; seen in several public GB200 training and serving logs, 2026). It is the one GB200 "
     "capacity pooltk judges against: the published 139.6 GiB pooled peak + '44 GiB headroom' = 183.6 GiB agrees with "
     "it. Not used: 187.28 GiB, torch's device-properties total_memory as torchtitan's setup line prints it "
     "('CUDA capacity: NVIDIA GB200 with 187.28GiB memory', a public torchtitan log of 2026-05-04), which counts memory "
-    "torch cannot allocate; and the datasheet's 186 GB (173.2 GiB).")
+    "torch cannot allocate; and the datasheet's 186 GB (173.2 GiB).",
+)
 """The one GB200 capacity, with its source (see its ``source`` for the two figures it is not)."""
 
-DEVICES: MappingProxyType = MappingProxyType({
-    d.name: d
-    for d in (
-        GB200,
-        Device(name="gb200-184.31", capacity_bytes=GB200.capacity_bytes,
-               source="the same capacity as gb200 under its earlier name (kept until callers name gb200)"),
-        Device.from_gib("b200", 178.35, "torch total_memory in public torchtitan logs on B200: 'CUDA capacity: NVIDIA "
-                        "B200 with 178.35GiB memory' (2026-05-19)"),
-        Device.from_gib("h100", 79.18, "torch total_memory in public torchtitan logs on H100: 'CUDA capacity: NVIDIA "
-                        "H100 80GB HBM3 with 79.18GiB memory' (2026-01)"),
-    )
-})
+DEVICES: MappingProxyType = MappingProxyType(
+    {
+        d.name: d
+        for d in (
+            GB200,
+            Device(
+                name="gb200-184.31",
+                capacity_bytes=GB200.capacity_bytes,
+                source="the same capacity as gb200 under its earlier name (kept until callers name gb200)",
+            ),
+            Device.from_gib(
+                "b200",
+                178.35,
+                "torch total_memory in public torchtitan logs on B200: 'CUDA capacity: NVIDIA "
+                "B200 with 178.35GiB memory' (2026-05-19)",
+            ),
+            Device.from_gib(
+                "h100",
+                79.18,
+                "torch total_memory in public torchtitan logs on H100: 'CUDA capacity: NVIDIA "
+                "H100 80GB HBM3 with 79.18GiB memory' (2026-01)",
+            ),
+        )
+    }
+)
 """Known devices by name; see each one's ``source``."""
 
 
@@ -105,10 +142,17 @@ def get_device(spec: str | float | int | Device | None = None) -> Device:
 
         if torch.cuda.is_available():
             props = torch.cuda.get_device_properties(0)
-            return Device(name=props.name, capacity_bytes=int(props.total_memory),
-                          source="torch.cuda.get_device_properties(0).total_memory on this machine")
-        raise MemoryModelError("capacity", found="no GPU on this machine (torch.cuda.is_available() is False)",
-                               required="a device to compare against", fix=f"name one of {', '.join(DEVICES)} or give a GiB figure.")
+            return Device(
+                name=props.name,
+                capacity_bytes=int(props.total_memory),
+                source="torch.cuda.get_device_properties(0).total_memory on this machine",
+            )
+        raise MemoryModelError(
+            "capacity",
+            found="no GPU on this machine (torch.cuda.is_available() is False)",
+            required="a device to compare against",
+            fix=f"name one of {', '.join(DEVICES)} or give a GiB figure.",
+        )
     if isinstance(spec, str):
         key = spec.strip().lower()
         if key in DEVICES:
@@ -116,8 +160,12 @@ def get_device(spec: str | float | int | Device | None = None) -> Device:
         try:
             value = float(key.removesuffix("gib"))
         except ValueError:
-            raise MemoryModelError("capacity", found=repr(spec), required=f"one of {', '.join(DEVICES)}, 'auto', or a number of GiB",
-                                   fix="e.g. gb200, or 79.18 for 79.18 GiB.") from None
+            raise MemoryModelError(
+                "capacity",
+                found=repr(spec),
+                required=f"one of {', '.join(DEVICES)}, 'auto', or a number of GiB",
+                fix="e.g. gb200, or 79.18 for 79.18 GiB.",
+            ) from None
         return Device.from_gib(f"{value:g} GiB", value, "given on the command line")
     return Device.from_gib(f"{spec:g} GiB", spec, "given as a number")
 
@@ -130,7 +178,9 @@ class ReferencePeak:
     """The peak, bytes (e.g. 139.6 GiB)."""
     variant: str = "pooled"
     """Which variant the peak was measured under: ``stock``, ``automodel``, ``tight`` or ``pooled`` (``config``'s policy)."""
-    config: RingRule = dataclasses.field(default_factory=lambda: RingRule(slack=2, policy="automodel"))
+    config: RingRule = dataclasses.field(
+        default_factory=lambda: RingRule(slack=2, policy="automodel")
+    )
     """The pool config of the reference run."""
     stage: int | None = None
     """The stage the peak describes; ``None``: the fullest stage of the reference variant."""
@@ -141,21 +191,39 @@ class ReferencePeak:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.peak_bytes, int) and self.peak_bytes > 0):
-            raise MemoryModelError("reference peak", found=repr(self.peak_bytes), required="a peak > 0 bytes",
-                                   fix="give the measured or published peak, e.g. 139.6 GiB.")
+            raise MemoryModelError(
+                "reference peak",
+                found=repr(self.peak_bytes),
+                required="a peak > 0 bytes",
+                fix="give the measured or published peak, e.g. 139.6 GiB.",
+            )
         if self.variant not in VARIANTS:
-            raise MemoryModelError("reference variant", found=repr(self.variant), required=f"one of {', '.join(VARIANTS)}",
-                                   fix="say which variant the reference peak was measured under.")
-        if self.weights_bytes is not None and not (isinstance(self.weights_bytes, int) and 0 < self.weights_bytes <= self.peak_bytes):
-            raise MemoryModelError("weights", found=repr(self.weights_bytes), required="> 0 and not above the reference peak",
-                                   fix="give the per-GPU weight bytes, or leave them out.")
+            raise MemoryModelError(
+                "reference variant",
+                found=repr(self.variant),
+                required=f"one of {', '.join(VARIANTS)}",
+                fix="say which variant the reference peak was measured under.",
+            )
+        if self.weights_bytes is not None and not (
+            isinstance(self.weights_bytes, int) and 0 < self.weights_bytes <= self.peak_bytes
+        ):
+            raise MemoryModelError(
+                "weights",
+                found=repr(self.weights_bytes),
+                required="> 0 and not above the reference peak",
+                fix="give the per-GPU weight bytes, or leave them out.",
+            )
 
     @classmethod
     def from_gib(cls, gib: float, **kwargs: Any) -> ReferencePeak:
         """From GiB (2**30 bytes)."""
         if not (isinstance(gib, (int, float)) and not isinstance(gib, bool) and gib > 0):
-            raise MemoryModelError("reference peak", found=repr(gib), required="a peak > 0 GiB",
-                                   fix="give the measured or published peak in GiB, e.g. 139.6.")
+            raise MemoryModelError(
+                "reference peak",
+                found=repr(gib),
+                required="a peak > 0 GiB",
+                fix="give the measured or published peak in GiB, e.g. 139.6.",
+            )
         return cls(peak_bytes=round(gib * GIB), **kwargs)
 
 
@@ -209,9 +277,17 @@ class FitReport:
     def to_records(self) -> list[dict[str, Any]]:
         """One plain dict per (stage, variant): the columns of :meth:`to_frame` (no pandas needed)."""
         return [
-            {"stage": r.stage, "variant": r.variant, "recv_gib": r.recv_bytes / GIB, "peak_gib": r.peak_bytes / GIB,
-             "capacity_gib": r.capacity_bytes / GIB, "margin_gib": r.margin_bytes / GIB, "margin_mib": r.margin_bytes / 2**20,
-             "fits": r.fits, "verdict": verdict(r.margin_bytes)}
+            {
+                "stage": r.stage,
+                "variant": r.variant,
+                "recv_gib": r.recv_bytes / GIB,
+                "peak_gib": r.peak_bytes / GIB,
+                "capacity_gib": r.capacity_bytes / GIB,
+                "margin_gib": r.margin_bytes / GIB,
+                "margin_mib": r.margin_bytes / 2**20,
+                "fits": r.fits,
+                "verdict": verdict(r.margin_bytes),
+            }
             for r in self.rows
         ]
 
@@ -228,7 +304,10 @@ class FitReport:
 
     def summary(self) -> dict[str, str]:
         """Per variant, the verdict on its fullest stage."""
-        return {v: f"{self.per} {self.worst(v).stage}: {verdict(self.worst(v).margin_bytes)}" for v in self.variants}
+        return {
+            v: f"{self.per} {self.worst(v).stage}: {verdict(self.worst(v).margin_bytes)}"
+            for v in self.variants
+        }
 
 
 def verdict(margin_bytes: int) -> str:
@@ -254,37 +333,63 @@ def fit_report(
     from when it differs from the shape being asked about (default: the same shape).
     """
     dev = get_device(device)
-    ref_model = model_memory(reference_shape or shape, reference_boundary or boundary, reference.config)
+    ref_model = model_memory(
+        reference_shape or shape, reference_boundary or boundary, reference.config
+    )
     n_ref = ref_model.shape.pp
     if reference.stage is None:
         ref_stage = max(range(n_ref), key=lambda i: ref_model.rank_bytes(i, reference.variant))
     else:
         if not (isinstance(reference.stage, int) and 0 <= reference.stage < n_ref):
-            raise MemoryModelError("reference stage", found=repr(reference.stage), required=f"a stage (rank) in 0..{n_ref - 1}",
-                                   fix="give the stage the reference peak was logged on (rank 0 logs stage 0).")
+            raise MemoryModelError(
+                "reference stage",
+                found=repr(reference.stage),
+                required=f"a stage (rank) in 0..{n_ref - 1}",
+                fix="give the stage the reference peak was logged on (rank 0 logs stage 0).",
+            )
         ref_stage = reference.stage
     ref_recv = ref_model.rank_bytes(ref_stage, reference.variant)
     base = reference.peak_bytes - ref_recv
     if base < 0:
         raise MemoryModelError(
-            "reference peak", found=f"{reference.peak_bytes / GIB:.2f} GiB, below its own receive buffers "
+            "reference peak",
+            found=f"{reference.peak_bytes / GIB:.2f} GiB, below its own receive buffers "
             f"({ref_recv / GIB:.2f} GiB on stage {ref_stage}, {reference.variant})",
-            required="a peak that includes the receive buffers", fix="check the peak's unit (GiB) and the reference config.")
+            required="a peak that includes the receive buffers",
+            fix="check the peak's unit (GiB) and the reference config.",
+        )
     floor = reference.weights_bytes
     if floor is not None and dev.capacity_bytes <= floor:
         raise MemoryModelError(
-            "capacity", found=f"{dev.name}: {dev.gib:.2f} GiB", required=f"more than the model's weights per GPU "
+            "capacity",
+            found=f"{dev.name}: {dev.gib:.2f} GiB",
+            required=f"more than the model's weights per GPU "
             f"({floor / GIB:.2f} GiB): no receive-buffer policy can make up for that",
-            fix="choose a larger device, or shard the weights further (more pipeline or expert parallelism).")
+            fix="choose a larger device, or shard the weights further (more pipeline or expert parallelism).",
+        )
     model = model_memory(shape, boundary, config)
     variants = FIT_VARIANTS + (("shared",) if model.shape.multi_stage else ())
     rows = tuple(
-        FitRow(stage=i, variant=v, recv_bytes=model.rank_bytes(i, v), peak_bytes=base + model.rank_bytes(i, v),
-               capacity_bytes=dev.capacity_bytes)
-        for i in range(shape.pp) for v in variants
+        FitRow(
+            stage=i,
+            variant=v,
+            recv_bytes=model.rank_bytes(i, v),
+            peak_bytes=base + model.rank_bytes(i, v),
+            capacity_bytes=dev.capacity_bytes,
+        )
+        for i in range(shape.pp)
+        for v in variants
     )
-    return FitReport(device=dev, reference=reference, reference_stage=ref_stage, base_bytes=base, rows=rows, config=config,
-                     per="rank" if model.shape.multi_stage else "stage", variants=variants)
+    return FitReport(
+        device=dev,
+        reference=reference,
+        reference_stage=ref_stage,
+        base_bytes=base,
+        rows=rows,
+        config=config,
+        per="rank" if model.shape.multi_stage else "stage",
+        variants=variants,
+    )
 
 
 PUBLISHED_PEAK = "peak_memory_pooled_gib"
@@ -297,4 +402,3 @@ def published_peak(preset: Any) -> Any:
     Its value is in GiB and describes ``preset.config`` (the published run's policy and slack).
     """
     return next((f for f in preset.figures if f.name == PUBLISHED_PEAK), None)
-

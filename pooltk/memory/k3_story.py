@@ -41,10 +41,19 @@ MIB = 2**20
 
 PR = "NVIDIA-NeMo/Automodel PR #3780 (description)"
 K3_PUBLISHED: dict[str, tuple[float, str]] = {
-    "pooled_peak_gib": (139.6, f"{PR}: 2k x GBS4096 + recv pool, peak mem 139.6 GiB; '256-GPU production evidence: mem 139.6 GiB'"),
+    "pooled_peak_gib": (
+        139.6,
+        f"{PR}: 2k x GBS4096 + recv pool, peak mem 139.6 GiB; '256-GPU production evidence: mem 139.6 GiB'",
+    ),
     "headroom_gib": (44.0, f"{PR}: '(44 GiB headroom measured)'"),
-    "stock_oom_mib": (56.0, f"{PR}: 'the shape OOMs during step 1 on 64 GB200 nodes (by only 56 MiB, measured)'"),
-    "stock_middle_stage_gib": (52.0, f"{PR}: '64 buffer sets per direction, ~52 GiB on middle stages'"),
+    "stock_oom_mib": (
+        56.0,
+        f"{PR}: 'the shape OOMs during step 1 on 64 GB200 nodes (by only 56 MiB, measured)'",
+    ),
+    "stock_middle_stage_gib": (
+        52.0,
+        f"{PR}: '64 buffer sets per direction, ~52 GiB on middle stages'",
+    ),
 }
 """The published figures of the story, each with its source."""
 
@@ -56,7 +65,11 @@ def k3_receive_model() -> MemoryModel:
     """The PR's 2k shape with 416 MiB a set (52 GiB / 128 sets, derived), under the PR's pool (Automodel's ring, slack 2)."""
     shape = PipelineShape(pp=8, n_microbatches=64)
     per_set = round(K3_PUBLISHED["stock_middle_stage_gib"][0] * GIB / 128)
-    return model_memory(shape, Boundary.opaque(per_set, name="k3_boundary_52gib_over_128"), RingRule(slack=2, policy="automodel"))
+    return model_memory(
+        shape,
+        Boundary.opaque(per_set, name="k3_boundary_52gib_over_128"),
+        RingRule(slack=2, policy="automodel"),
+    )
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -92,27 +105,57 @@ class K3Story:
         """One row per claim: ``claim``, ``published``, ``modelled``, ``agrees``, ``note``."""
         import pandas as pd
 
-        return pd.DataFrame.from_records([{"claim": r.claim, "published": r.published, "modelled": r.modelled,
-                                           "agrees": r.agrees, "note": r.note} for r in self.rows])
+        return pd.DataFrame.from_records(
+            [
+                {
+                    "claim": r.claim,
+                    "published": r.published,
+                    "modelled": r.modelled,
+                    "agrees": r.agrees,
+                    "note": r.note,
+                }
+                for r in self.rows
+            ]
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict."""
-        return {"device": {"name": self.device.name, "capacity_bytes": self.device.capacity_bytes},
-                "overhead_bytes": self.overhead.total_bytes, "sentence": self.sentence,
-                "rows": [{"claim": r.claim, "published": r.published, "modelled": r.modelled, "agrees": r.agrees,
-                          "note": r.note} for r in self.rows]}
+        return {
+            "device": {"name": self.device.name, "capacity_bytes": self.device.capacity_bytes},
+            "overhead_bytes": self.overhead.total_bytes,
+            "sentence": self.sentence,
+            "rows": [
+                {
+                    "claim": r.claim,
+                    "published": r.published,
+                    "modelled": r.modelled,
+                    "agrees": r.agrees,
+                    "note": r.note,
+                }
+                for r in self.rows
+            ],
+        }
 
 
-def _stock_worst(receive: MemoryModel, device: Device, peak_bytes: int, stage: int | None) -> tuple[int, int, int]:
+def _stock_worst(
+    receive: MemoryModel, device: Device, peak_bytes: int, stage: int | None
+) -> tuple[int, int, int]:
     """(worst stage, its stock peak, the base) with the pooled peak anchored on ``stage`` (None: the fullest)."""
-    ref = ReferencePeak(peak_bytes=peak_bytes, variant="pooled", config=receive.config, stage=stage, source=PR)
+    ref = ReferencePeak(
+        peak_bytes=peak_bytes, variant="pooled", config=receive.config, stage=stage, source=PR
+    )
     report = fit_report(receive.shape, list(receive.boundaries), receive.config, device, ref)
     worst = report.worst("stock")
     return worst.stage, worst.peak_bytes, report.base_bytes
 
 
-def k3_story(*, receive: MemoryModel | None = None, estimate: MemoryEstimate | None = None,
-             device: Device | str | float = GB200, overhead: Overhead = DEFAULT_OVERHEAD) -> K3Story:
+def k3_story(
+    *,
+    receive: MemoryModel | None = None,
+    estimate: MemoryEstimate | None = None,
+    device: Device | str | float = GB200,
+    overhead: Overhead = DEFAULT_OVERHEAD,
+) -> K3Story:
     """The PR's OOM and headroom beside the model's verdicts, with one sentence. See [Note: the Kimi-K3 story].
 
     ``receive``: the receive-buffer model of the PR's shape (default :func:`k3_receive_model`; a
@@ -124,38 +167,68 @@ def k3_story(*, receive: MemoryModel | None = None, estimate: MemoryEstimate | N
     peak = round(K3_PUBLISHED["pooled_peak_gib"][0] * GIB)
     o = overhead.total_bytes
     headroom = dev.capacity_bytes - peak
-    rows = [StoryRow(claim="pooled 2k headroom", published="44 GiB", modelled=f"{headroom / GIB:.2f} GiB "
-                     f"({(headroom - o) / GIB:.2f} GiB after the {o / GIB:.2f} GiB overhead)",
-                     agrees=abs(headroom / GIB - K3_PUBLISHED["headroom_gib"][0]) < 1.0,
-                     note=f"capacity {dev.gib:.2f} GiB - the measured 139.6 GiB peak: the PR's headroom leaves the overhead out")]
+    rows = [
+        StoryRow(
+            claim="pooled 2k headroom",
+            published="44 GiB",
+            modelled=f"{headroom / GIB:.2f} GiB "
+            f"({(headroom - o) / GIB:.2f} GiB after the {o / GIB:.2f} GiB overhead)",
+            agrees=abs(headroom / GIB - K3_PUBLISHED["headroom_gib"][0]) < 1.0,
+            note=f"capacity {dev.gib:.2f} GiB - the measured 139.6 GiB peak: the PR's headroom leaves the overhead out",
+        )
+    ]
     margins = []
     for label, stage in (("the fullest pooled stage", None), ("stage 0 (the rank that logs)", 0)):
         worst, stock_peak, base = _stock_worst(receive, dev, peak, stage)
         margin = dev.capacity_bytes - stock_peak - o
         margins.append((label, worst, margin, stock_peak))
-        rows.append(StoryRow(
-            claim=f"stock 2k, anchored on {label}", published="OOM in step 1 ('by only 56 MiB')",
-            modelled=f"stage {worst}: {stock_peak / GIB:.2f} GiB + {o / GIB:.2f} GiB overhead: "
-            + (f"OOM by {-margin / GIB:.2f} GiB" if margin < 0 else f"fits, {margin / GIB:.2f} GiB free"),
-            agrees=margin < 0, note=f"base {base / GIB:.2f} GiB (139.6 GiB less the anchor stage's pooled receive "
-            f"buffers) + stage {worst}'s stock receive buffers {receive.stage_bytes(worst, 'stock') / GIB:.2f} GiB"))
+        rows.append(
+            StoryRow(
+                claim=f"stock 2k, anchored on {label}",
+                published="OOM in step 1 ('by only 56 MiB')",
+                modelled=f"stage {worst}: {stock_peak / GIB:.2f} GiB + {o / GIB:.2f} GiB overhead: "
+                + (
+                    f"OOM by {-margin / GIB:.2f} GiB"
+                    if margin < 0
+                    else f"fits, {margin / GIB:.2f} GiB free"
+                ),
+                agrees=margin < 0,
+                note=f"base {base / GIB:.2f} GiB (139.6 GiB less the anchor stage's pooled receive "
+                f"buffers) + stage {worst}'s stock receive buffers {receive.stage_bytes(worst, 'stock') / GIB:.2f} GiB",
+            )
+        )
     if estimate is not None:
         rep = estimate.worst("pooled" if "pooled" in estimate.variants else "stock")
-        rows.append(StoryRow(claim=f"whole-stage replay at K3's widths ({rep.variant}, fullest rank {rep.rank})",
-                             published="139.6 GiB (pooled, measured)", modelled=f"{rep.peak.bytes / GIB:.2f} GiB",
-                             agrees=None, note="pooltk's decoder at the published widths, not K3's own layers: "
-                             + "; ".join(estimate.not_modelled[:2])))
+        rows.append(
+            StoryRow(
+                claim=f"whole-stage replay at K3's widths ({rep.variant}, fullest rank {rep.rank})",
+                published="139.6 GiB (pooled, measured)",
+                modelled=f"{rep.peak.bytes / GIB:.2f} GiB",
+                agrees=None,
+                note="pooltk's decoder at the published widths, not K3's own layers: "
+                + "; ".join(estimate.not_modelled[:2]),
+            )
+        )
     both_oom = all(m < 0 for _, _, m, _ in margins)
     saved = max(receive.saved_bytes(i, "pooled") for i in range(receive.shape.pp))
     if both_oom and rows[0].agrees:
-        sentence = (f"They agree: the PR's 44 GiB headroom is the {dev.gib:.2f} GiB capacity minus the pooled run's "
-                    f"allocated 139.6 GiB, and giving back the up to {saved / GIB:.1f} GiB of receive buffers the ring "
-                    f"removes, plus the {o / GIB:.2f} GiB the process holds outside its tensors, puts stock "
-                    f"{-max(m for _, _, m, _ in margins) / GIB:.1f} to {-min(m for _, _, m, _ in margins) / GIB:.1f} GiB "
-                    f"over whichever stage the peak was logged on; the '56 MiB' is one {HIDDEN_STATE_MIB:.0f} MiB hidden "
-                    "state, most likely the allocation that failed, so only the sign of the margin can be checked.")
+        sentence = (
+            f"They agree: the PR's 44 GiB headroom is the {dev.gib:.2f} GiB capacity minus the pooled run's "
+            f"allocated 139.6 GiB, and giving back the up to {saved / GIB:.1f} GiB of receive buffers the ring "
+            f"removes, plus the {o / GIB:.2f} GiB the process holds outside its tensors, puts stock "
+            f"{-max(m for _, _, m, _ in margins) / GIB:.1f} to {-min(m for _, _, m, _ in margins) / GIB:.1f} GiB "
+            f"over whichever stage the peak was logged on; the '56 MiB' is one {HIDDEN_STATE_MIB:.0f} MiB hidden "
+            "state, most likely the allocation that failed, so only the sign of the margin can be checked."
+        )
     else:
-        reasons = [f"anchored on {label}, stock {'fits' if m >= 0 else 'OOMs'} ({m / GIB:+.2f} GiB)" for label, _, m, _ in margins]
-        sentence = ("They differ: " + "; ".join(reasons) + f", against the PR's measured OOM, because the model assumes "
-                    "every stage holds the anchor's non-buffer memory and the overhead is the stated default, not this run's.")
+        reasons = [
+            f"anchored on {label}, stock {'fits' if m >= 0 else 'OOMs'} ({m / GIB:+.2f} GiB)"
+            for label, _, m, _ in margins
+        ]
+        sentence = (
+            "They differ: "
+            + "; ".join(reasons)
+            + f", against the PR's measured OOM, because the model assumes "
+            "every stage holds the anchor's non-buffer memory and the overhead is the stated default, not this run's."
+        )
     return K3Story(device=dev, overhead=overhead, rows=tuple(rows), sentence=sentence)

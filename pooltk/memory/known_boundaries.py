@@ -86,8 +86,16 @@ def published_widths() -> tuple[PublishedWidth, ...]:
     text = files("pooltk.memory").joinpath("data", WIDTHS_CSV).read_text(encoding="utf-8")
     rows = csv.DictReader(io.StringIO(text))
     return tuple(
-        PublishedWidth(id=r["id"], setting=r["setting"], boundary=int(r["boundary"]), value=float(r["value"]),
-                       unit=r["unit"], kind=r["kind"], source=r["source"], note=r["note"])
+        PublishedWidth(
+            id=r["id"],
+            setting=r["setting"],
+            boundary=int(r["boundary"]),
+            value=float(r["value"]),
+            unit=r["unit"],
+            kind=r["kind"],
+            source=r["source"],
+            note=r["note"],
+        )
         for r in rows
     )
 
@@ -103,8 +111,12 @@ def k3_width(layers: int, *, at_block_end: BlockEnd = "open") -> int:
     """
     n = positive_int("layers", layers, "give the layers before the boundary, >= 1.")
     if at_block_end not in ("open", "closed"):
-        raise MemoryModelError("at_block_end", found=repr(at_block_end), required="'open' or 'closed'",
-                               fix="use 'open' (the rule that reproduces the published points).")
+        raise MemoryModelError(
+            "at_block_end",
+            found=repr(at_block_end),
+            required="'open' or 'closed'",
+            fix="use 'open' (the rule that reproduces the published points).",
+        )
     width = 2 + n // K3_ATTN_RES_BLOCK
     return width - 1 if at_block_end == "closed" and n % K3_ATTN_RES_BLOCK == 0 else width
 
@@ -114,8 +126,12 @@ def layer_split(num_layers: int, num_stages: int) -> tuple[int, ...]:
     layers = positive_int("num_layers", num_layers, "give the model's layer count, e.g. 93.")
     stages = positive_int("num_stages", num_stages, "give the pipeline's stage count.")
     if stages > layers:
-        raise MemoryModelError("num_stages", found=str(stages), required=f"at most the layers ({layers})",
-                               fix="use fewer stages than layers.")
+        raise MemoryModelError(
+            "num_stages",
+            found=str(stages),
+            required=f"at most the layers ({layers})",
+            fix="use fewer stages than layers.",
+        )
     each, extra = divmod(layers, stages)
     return tuple(each + (i < extra) for i in range(stages))
 
@@ -127,8 +143,14 @@ def boundary_layers(num_layers: int, num_stages: int) -> tuple[int, ...]:
 
 
 def width_boundaries(
-    *, num_stages: int, rows: int, seq_len: int, hidden: int, num_layers: int = K3_LAYERS,
-    dtype: str = "bfloat16", at_block_end: BlockEnd = "open",
+    *,
+    num_stages: int,
+    rows: int,
+    seq_len: int,
+    hidden: int,
+    num_layers: int = K3_LAYERS,
+    dtype: str = "bfloat16",
+    at_block_end: BlockEnd = "open",
 ) -> tuple[Boundary, ...]:
     """One :class:`Boundary` per stage boundary, each :func:`k3_width` hidden states wide (gradients alike)."""
     out = []
@@ -136,7 +158,11 @@ def width_boundaries(
         w = k3_width(layers, at_block_end=at_block_end)
         tensors = [TensorSpec(shape=(rows, seq_len, hidden), dtype=dtype, name="hidden_states")]
         if w > 1:
-            tensors.append(TensorSpec(shape=(w - 1, rows, seq_len, hidden), dtype=dtype, name="attn_res_states"))
+            tensors.append(
+                TensorSpec(
+                    shape=(w - 1, rows, seq_len, hidden), dtype=dtype, name="attn_res_states"
+                )
+            )
         out.append(Boundary(activations=tuple(tensors)))
     return tuple(out)
 
@@ -150,23 +176,45 @@ def k3_widths_preset(base: Preset, *, name: str | None = None) -> Preset:
     """
     shape = base.shape
     rows = shape.micro_batch or base.boundary.activations[0].shape[0]
-    bounds = width_boundaries(num_stages=shape.num_stages, rows=rows, seq_len=base.seq_len, hidden=base.hidden)
+    bounds = width_boundaries(
+        num_stages=shape.num_stages, rows=rows, seq_len=base.seq_len, hidden=base.hidden
+    )
     layers = boundary_layers(K3_LAYERS, shape.num_stages)
     widths = [k3_width(n) for n in layers]
     closed = [k3_width(n, at_block_end="closed") for n in layers]
     hidden_mib = rows * base.seq_len * base.hidden * 2 / 2**20
     published = published_widths()
-    figures = tuple(
-        Figure(name=p.id, value=p.value, unit=p.unit, kind="published", source=f"{p.source} ({p.setting})")
-        for p in published
-    ) + (
-        Figure(name="width_rule_hidden_states", value=float(widths[0]), unit="hidden states", kind="inferred",
-               source=f"2 + floor(layers / {K3_ATTN_RES_BLOCK}) at boundary 0 (after {layers[0]} layers); fitted to the "
-               "published points 4 layers -> 2, 31 -> 4, 62 -> 7, unverified elsewhere"),
-        Figure(name="layers_per_stage", value=float(layer_split(K3_LAYERS, shape.num_stages)[0]), unit="layers",
-               kind="assumed", source="Automodel's default split (generate_hf_model_fqn_per_model_part: divmod, the "
-               f"remainder to the first stages): {', '.join(map(str, layer_split(K3_LAYERS, shape.num_stages)))}"),
-    ) + tuple(f for f in base.figures if f.kind == "published")
+    figures = (
+        tuple(
+            Figure(
+                name=p.id,
+                value=p.value,
+                unit=p.unit,
+                kind="published",
+                source=f"{p.source} ({p.setting})",
+            )
+            for p in published
+        )
+        + (
+            Figure(
+                name="width_rule_hidden_states",
+                value=float(widths[0]),
+                unit="hidden states",
+                kind="inferred",
+                source=f"2 + floor(layers / {K3_ATTN_RES_BLOCK}) at boundary 0 (after {layers[0]} layers); fitted to the "
+                "published points 4 layers -> 2, 31 -> 4, 62 -> 7, unverified elsewhere",
+            ),
+            Figure(
+                name="layers_per_stage",
+                value=float(layer_split(K3_LAYERS, shape.num_stages)[0]),
+                unit="layers",
+                kind="assumed",
+                source="Automodel's default split (generate_hf_model_fqn_per_model_part: divmod, the "
+                f"remainder to the first stages): {', '.join(map(str, layer_split(K3_LAYERS, shape.num_stages)))}",
+            ),
+        )
+        + tuple(f for f in base.figures if f.kind == "published")
+    )
     assumption = (
         f"Boundary widths from published Kimi-K3 figures (Megatron-Bridge PR #5130: 4x and 7x hidden at PP3's two "
         f"boundaries; ROCm/Megatron-LM PR #162: 2x hidden at its first). INFERRED, not published: width = 2 + "
@@ -176,20 +224,27 @@ def k3_widths_preset(base: Preset, *, name: str | None = None) -> Preset:
         f"have the activations' shapes. At a multiple of {K3_ATTN_RES_BLOCK} layers no published point decides the "
         f"rule: the other reading gives widths {', '.join(map(str, closed))}."
     )
+
     def rule(num_stages: int) -> tuple[Boundary, ...]:
-        return width_boundaries(num_stages=num_stages, rows=rows, seq_len=base.seq_len, hidden=base.hidden)
+        return width_boundaries(
+            num_stages=num_stages, rows=rows, seq_len=base.seq_len, hidden=base.hidden
+        )
 
     return dataclasses.replace(
         base,
         boundary_rule=rule,
         name=name or base.name.replace("calibrated", "widths").replace("hidden", "widths"),
         title=f"Kimi-K3 GB200 {base.seq_len // 1024}k rows, boundaries from the published widths "
-              f"({min(widths)}-{max(widths)} hidden states)",
+        f"({min(widths)}-{max(widths)} hidden states)",
         boundary=bounds[0],
         boundaries=bounds,
         assumption=assumption,
         figures=figures,
-        sources=tuple(dict.fromkeys(
-            [p.source for p in published] + ["NVIDIA-NeMo/Automodel generate_hf_model_fqn_per_model_part (layer split)"]
-            + [s for s in base.sources if "KimiK3TextConfig" in s or "yaml" in s])),
+        sources=tuple(
+            dict.fromkeys(
+                [p.source for p in published]
+                + ["NVIDIA-NeMo/Automodel generate_hf_model_fqn_per_model_part (layer split)"]
+                + [s for s in base.sources if "KimiK3TextConfig" in s or "yaml" in s]
+            )
+        ),
     )

@@ -46,17 +46,19 @@ class KnownModelConfig:
 
 _K3 = KnownModelConfig(
     target="nemo_automodel.components.models.kimi_k3.config.KimiK3TextConfig",
-    defaults=MappingProxyType({
-        "hidden_size": 7168,
-        "num_hidden_layers": 93,
-        "num_attention_heads": 96,
-        "intermediate_size": 33792,
-        "moe_intermediate_size": 3072,
-        "num_experts": 896,
-        "num_experts_per_token": 16,
-        "num_shared_experts": 2,
-        "vocab_size": 163840,
-    }),
+    defaults=MappingProxyType(
+        {
+            "hidden_size": 7168,
+            "num_hidden_layers": 93,
+            "num_attention_heads": 96,
+            "intermediate_size": 33792,
+            "moe_intermediate_size": 3072,
+            "num_experts": 896,
+            "num_experts_per_token": 16,
+            "num_shared_experts": 2,
+            "vocab_size": 163840,
+        }
+    ),
     source=(
         "nemo-automodel 0.7.0 from the package index (nemo_automodel-0.7.0-py3-none-any.whl, sha256 "
         "37b8397a73c17e4a8bffd0cd3becc0507abecc1ebfea3b3eb6468eed57ba6674), "

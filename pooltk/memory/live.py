@@ -28,20 +28,29 @@ def receive_rows(shape: PipelineShape, source: LiveSource = "schedule") -> tuple
     closed forms asked of a multi-stage schedule is a :class:`MemoryModelError` naming the reason.
     """
     try:
-        return receive_sets(shape.schedule_name, pp=shape.pp, n_microbatches=shape.n_microbatches,
-                            stages_per_rank=int(shape.stages_per_rank or 1), source=source)
+        return receive_sets(
+            shape.schedule_name,
+            pp=shape.pp,
+            n_microbatches=shape.n_microbatches,
+            stages_per_rank=int(shape.stages_per_rank or 1),
+            source=source,
+        )
     except ScheduleAnalysisError as exc:
         raise MemoryModelError(
-            f"shape under {shape.schedule_name}", found=shape.describe(),
+            f"shape under {shape.schedule_name}",
+            found=shape.describe(),
             required=f"a shape torch's schedule accepts ({exc})",
             fix="change the microbatches or stages per rank as the reason says.",
         ) from exc
     except InputError as exc:
-        raise MemoryModelError("live_source", found=exc.found, required=exc.required, fix=exc.fix or "") from None
+        raise MemoryModelError(
+            "live_source", found=exc.found, required=exc.required, fix=exc.fix or ""
+        ) from None
 
 
-def live_sets_for(shape: PipelineShape, source: LiveSource = "schedule") -> tuple[tuple[int, int], ...]:
+def live_sets_for(
+    shape: PipelineShape, source: LiveSource = "schedule"
+) -> tuple[tuple[int, int], ...]:
     """Per stage ``(forward, grad)`` live sets of ``shape``: a view of :func:`receive_rows`."""
     rows = receive_rows(shape, source)
     return tuple((rows[2 * i].live, rows[2 * i + 1].live) for i in range(len(rows) // 2))
-

@@ -48,8 +48,19 @@ from pooltk.analysis.rings import RingRule
 from pooltk.memory.errors import MemoryModelError, UnpoolableScheduleError
 from pooltk.memory.live import LIVE_SOURCES, LiveSource, ReceiveSets, live_sets_for, receive_rows
 from pooltk.memory.ranks import RANK_VARIANTS, RingMemory, rank_rings_for
-from pooltk.memory.results import VARIANT_LABELS, VARIANTS, DirectionMemory, ExpectedBytes, MemoryModel
-from pooltk.memory.shape import PipelineShape, microbatches_from_batch, middle_stage, modelled_schedule
+from pooltk.memory.results import (
+    VARIANT_LABELS,
+    VARIANTS,
+    DirectionMemory,
+    ExpectedBytes,
+    MemoryModel,
+)
+from pooltk.memory.shape import (
+    PipelineShape,
+    microbatches_from_batch,
+    middle_stage,
+    modelled_schedule,
+)
 from pooltk.memory.tensors import Boundary, TensorSpec, harness_boundary
 from pooltk.memory.units import BYTES_PER_UNIT, DTYPE_BYTES, to_unit
 from pooltk.analysis.rings import ring_from_live
@@ -88,11 +99,16 @@ __all__ = [
     "to_unit",
 ]
 
+
 def _boundaries(boundaries: Boundary | Sequence[Boundary], n_stages: int) -> tuple[Boundary, ...]:
     if isinstance(boundaries, Boundary):
         return (boundaries,) * (n_stages - 1)
     found = tuple(boundaries) if isinstance(boundaries, (tuple, list)) else None
-    if found is None or len(found) != n_stages - 1 or not all(isinstance(b, Boundary) for b in found):
+    if (
+        found is None
+        or len(found) != n_stages - 1
+        or not all(isinstance(b, Boundary) for b in found)
+    ):
         n = "nothing" if found is None else f"{len(found)} item(s)"
         raise MemoryModelError(
             "boundaries",
@@ -114,7 +130,9 @@ def automodel_ring(num_stages: int, stage: int, n_microbatches: int, config: Rin
     return automodel_ring_size(num_stages, stage, n_microbatches, config.slack)
 
 
-def _sizes(shape: PipelineShape, rows: Sequence[ReceiveSets], config: RingRule) -> list[dict[str, int]]:
+def _sizes(
+    shape: PipelineShape, rows: Sequence[ReceiveSets], config: RingRule
+) -> list[dict[str, int]]:
     """Sets per variant of every receive record. See [Note: where the numbers come from].
 
     ``tight`` and ``pooled`` are the one slack rule on the smallest safe ring
@@ -148,8 +166,14 @@ def _lifetimes(shape: PipelineShape) -> tuple[object, tuple[object, ...]]:
     """The analysed program and lifetimes of a multi-stage shape, for the rank-shared rings (cached by the analysis)."""
     from pooltk.analysis.lifetimes import ScheduleShape, analyse
 
-    return analyse(ScheduleShape(schedule=shape.schedule_name, pp=shape.pp, n_microbatches=shape.n_microbatches,
-                                 stages_per_rank=int(shape.stages_per_rank or 1)))
+    return analyse(
+        ScheduleShape(
+            schedule=shape.schedule_name,
+            pp=shape.pp,
+            n_microbatches=shape.n_microbatches,
+            stages_per_rank=int(shape.stages_per_rank or 1),
+        )
+    )
 
 
 def model_memory(
@@ -175,11 +199,21 @@ def model_memory(
     """
     if not isinstance(shape, PipelineShape):
         raise MemoryModelError(
-            "shape", found=type(shape).__name__, required="a PipelineShape", fix="build PipelineShape(pp=..., n_microbatches=...)."
+            "shape",
+            found=type(shape).__name__,
+            required="a PipelineShape",
+            fix="build PipelineShape(pp=..., n_microbatches=...).",
         )
-    config = RingRule() if config is None else RingRule.of(config)  # a user's PoolConfig is the tight rule
+    config = (
+        RingRule() if config is None else RingRule.of(config)
+    )  # a user's PoolConfig is the tight rule
     if unpoolable not in ("error", "stock"):
-        raise MemoryModelError("unpoolable", found=repr(unpoolable), required="'error' or 'stock'", fix="use 'error' (default).")
+        raise MemoryModelError(
+            "unpoolable",
+            found=repr(unpoolable),
+            required="'error' or 'stock'",
+            fix="use 'error' (default).",
+        )
     if not shape.poolable and unpoolable == "error":
         raise UnpoolableScheduleError(
             f"schedule {shape.schedule!r}",
@@ -214,9 +248,16 @@ def model_memory(
                 pooled_sets=sizes["pooled"],
             )
         )
-    rings = rank_rings_for(shape, bounds, config, tuple(rows), _lifetimes if shape.multi_stage else None)
+    rings = rank_rings_for(
+        shape, bounds, config, tuple(rows), _lifetimes if shape.multi_stage else None
+    )
     return MemoryModel(
-        shape=shape, config=config, boundaries=bounds, rows=tuple(rows), rings=rings, pool_active=shape.poolable,
+        shape=shape,
+        config=config,
+        boundaries=bounds,
+        rows=tuple(rows),
+        rings=rings,
+        pool_active=shape.poolable,
         live_source=live_source,
     )
 
@@ -235,7 +276,9 @@ def expected_bytes(
     One call for the gloo parity check: every stage and direction, including the ones with
     no receives (stage 0 forward, last stage grad: 0 sets, 0 bytes).
     """
-    shape = PipelineShape(pp=pp, n_microbatches=n_microbatches, schedule=schedule, stages_per_rank=stages_per_rank)
+    shape = PipelineShape(
+        pp=pp, n_microbatches=n_microbatches, schedule=schedule, stages_per_rank=stages_per_rank
+    )
     return model_memory(shape, boundaries, config).expected_bytes()
 
 

@@ -102,24 +102,46 @@ def rank_rings_for(
     n = shape.num_stages
     if analysed is None:
         out = [
-            RingMemory(rank=r.rank, direction=r.direction, stages=(r.stage,), set_bytes=r.set_bytes,
-                       tensors=boundary_key(_tensors(bounds, r.stage, r.direction)), live=r.live_sets,
-                       receives=shape.n_microbatches, size=r.pooled_sets, shared=False)
-            for r in rows if r.stock_sets and r.set_bytes
+            RingMemory(
+                rank=r.rank,
+                direction=r.direction,
+                stages=(r.stage,),
+                set_bytes=r.set_bytes,
+                tensors=boundary_key(_tensors(bounds, r.stage, r.direction)),
+                live=r.live_sets,
+                receives=shape.n_microbatches,
+                size=r.pooled_sets,
+                shared=False,
+            )
+            for r in rows
+            if r.stock_sets and r.set_bytes
         ]
         return tuple(out)
     from pooltk.analysis.sharing import rank_rings
 
     prog, spans = analysed(shape)
-    groups = {(i, d): boundary_key(_tensors(bounds, i, d))
-              for i in range(n) for d in DIRECTIONS if (d == "forward" and i > 0) or (d == "grad" and i < n - 1)}
+    groups = {
+        (i, d): boundary_key(_tensors(bounds, i, d))
+        for i in range(n)
+        for d in DIRECTIONS
+        if (d == "forward" and i > 0) or (d == "grad" and i < n - 1)
+    }
     by_key = {(r.stage, r.direction): r for r in rows}
     out = []
     for ring in rank_rings(prog, spans, config, groups=groups):
         first = by_key[(ring.stages[0], ring.direction)]
-        out.append(RingMemory(rank=ring.rank, direction=ring.direction, stages=tuple(ring.stages),
-                              set_bytes=first.set_bytes, tensors=groups[(ring.stages[0], ring.direction)],
-                              live=ring.live, receives=ring.receives, size=ring.size,
-                              shared=len(ring.stages) > 1))
+        out.append(
+            RingMemory(
+                rank=ring.rank,
+                direction=ring.direction,
+                stages=tuple(ring.stages),
+                set_bytes=first.set_bytes,
+                tensors=groups[(ring.stages[0], ring.direction)],
+                live=ring.live,
+                receives=ring.receives,
+                size=ring.size,
+                shared=len(ring.stages) > 1,
+            )
+        )
     out.sort(key=lambda g: (g.rank, DIRECTIONS.index(g.direction), g.stages))
     return tuple(out)

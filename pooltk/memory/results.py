@@ -38,7 +38,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["VARIANTS", "VARIANT_LABELS", "DirectionMemory", "ExpectedBytes", "MemoryModel"]
 
-VARIANTS: tuple[str, ...] = ("stock", "stock_lazy", "lazy_released", "automodel", "tight", "live_set", "pooled")
+VARIANTS: tuple[str, ...] = (
+    "stock",
+    "stock_lazy",
+    "lazy_released",
+    "automodel",
+    "tight",
+    "live_set",
+    "pooled",
+)
 """What holds the buffers: stock torch (<= 2.14 and >= 2.15), 2.15 with the last-stage release, the two
 ring policies, the live-set minimum, and the config's policy."""
 
@@ -114,12 +122,19 @@ _SETS_FIELD = {v: ("live_sets" if v == "live_set" else f"{v}_sets") for v in VAR
 
 
 def _variant(variant: str) -> str:
-    return check_choice("variant", variant, VARIANTS, fix="pick a listed variant.", error=MemoryModelError)
+    return check_choice(
+        "variant", variant, VARIANTS, fix="pick a listed variant.", error=MemoryModelError
+    )
 
 
 def _rank_variant(variant: str) -> str:
-    return check_choice("variant", variant, VARIANTS + RANK_VARIANTS,
-                        fix="pick a listed variant (shared and rank_live exist per rank only).", error=MemoryModelError)
+    return check_choice(
+        "variant",
+        variant,
+        VARIANTS + RANK_VARIANTS,
+        fix="pick a listed variant (shared and rank_live exist per rank only).",
+        error=MemoryModelError,
+    )
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -196,8 +211,12 @@ class MemoryModel:
     def rank_stages(self, rank: int) -> tuple[int, ...]:
         """The stages ``rank`` runs, ascending."""
         if not (isinstance(rank, int) and 0 <= rank < self.shape.pp):
-            raise MemoryModelError("rank", found=repr(rank), required=f"a rank in [0, {self.shape.pp - 1}]",
-                                   fix="index an existing rank.")
+            raise MemoryModelError(
+                "rank",
+                found=repr(rank),
+                required=f"a rank in [0, {self.shape.pp - 1}]",
+                fix="index an existing rank.",
+            )
         return tuple(sorted({r.stage for r in self.rows if r.rank == rank}))
 
     def rank_rings(self, rank: int) -> tuple[RingMemory, ...]:
@@ -249,12 +268,23 @@ class MemoryModel:
         should find; ``pooled`` follows ``config.sharing`` ([Note: bytes per rank] in :mod:`pooltk.memory.ranks`)."""
         out = {}
         for rank in range(self.shape.pp):
-            stock = sum(self.row(i, d).stock_sets for i in self.rank_stages(rank) for d in DIRECTIONS)
+            stock = sum(
+                self.row(i, d).stock_sets for i in self.rank_stages(rank) for d in DIRECTIONS
+            )
             shared = self.config.sharing == "rank" and self.pool_active
-            pooled = (sum(g.size for g in self.rank_rings(rank)) if shared
-                      else sum(self.row(i, d).pooled_sets for i in self.rank_stages(rank) for d in DIRECTIONS))
-            out[rank] = ExpectedBytes(stock_sets=stock, pooled_sets=pooled, stock_bytes=self.rank_bytes(rank, "stock"),
-                                      pooled_bytes=self.rank_bytes(rank, "pooled"))
+            pooled = (
+                sum(g.size for g in self.rank_rings(rank))
+                if shared
+                else sum(
+                    self.row(i, d).pooled_sets for i in self.rank_stages(rank) for d in DIRECTIONS
+                )
+            )
+            out[rank] = ExpectedBytes(
+                stock_sets=stock,
+                pooled_sets=pooled,
+                stock_bytes=self.rank_bytes(rank, "stock"),
+                pooled_bytes=self.rank_bytes(rank, "pooled"),
+            )
         return out
 
     def to_frame(self) -> pd.DataFrame:
@@ -292,8 +322,13 @@ class MemoryModel:
         records = []
         for i in range(self.shape.num_stages):
             f, g = self.row(i, "forward"), self.row(i, "grad")
-            rec: dict[str, Any] = {"stage": i, "rank": f.rank, "forward_set_mib": f.set_bytes / 2**20,
-                                   "grad_set_mib": g.set_bytes / 2**20, "handoff": f.handoff or g.handoff}
+            rec: dict[str, Any] = {
+                "stage": i,
+                "rank": f.rank,
+                "forward_set_mib": f.set_bytes / 2**20,
+                "grad_set_mib": g.set_bytes / 2**20,
+                "handoff": f.handoff or g.handoff,
+            }
             for v in VARIANTS:
                 rec[f"{v}_forward_sets"] = f.sets(v)
                 rec[f"{v}_grad_sets"] = g.sets(v)
@@ -312,13 +347,18 @@ class MemoryModel:
         scale = BYTES_PER_UNIT[unit]
         records = []
         for rank in range(self.shape.pp):
-            rec: dict[str, Any] = {"rank": rank, "stages": ",".join(map(str, self.rank_stages(rank)))}
+            rec: dict[str, Any] = {
+                "rank": rank,
+                "stages": ",".join(map(str, self.rank_stages(rank))),
+            }
             for v in VARIANTS + RANK_VARIANTS:
                 rec[f"{v}_{unit}"] = self.rank_bytes(rank, v) / scale
             rings = self.rank_rings(rank)
             rec["rings"] = len(rings)
             rec["shared_slots"] = sum(g.size for g in rings)
-            rec[f"saved_{unit}"] = (self.rank_bytes(rank, "stock") - self.rank_bytes(rank, "pooled")) / scale
+            rec[f"saved_{unit}"] = (
+                self.rank_bytes(rank, "stock") - self.rank_bytes(rank, "pooled")
+            ) / scale
             records.append(rec)
         return pd.DataFrame.from_records(records)
 
@@ -327,22 +367,41 @@ class MemoryModel:
         set_bytes, bytes and gib."""
         import pandas as pd
 
-        return pd.DataFrame.from_records([
-            {"rank": g.rank, "direction": g.direction, "stages": ",".join(map(str, g.stages)), "shared": g.shared,
-             "live": g.live, "size": g.size, "receives": g.receives, "set_bytes": g.set_bytes, "bytes": g.bytes,
-             "gib": g.bytes / 2**30}
-            for g in self.rings
-        ])
+        return pd.DataFrame.from_records(
+            [
+                {
+                    "rank": g.rank,
+                    "direction": g.direction,
+                    "stages": ",".join(map(str, g.stages)),
+                    "shared": g.shared,
+                    "live": g.live,
+                    "size": g.size,
+                    "receives": g.receives,
+                    "set_bytes": g.set_bytes,
+                    "bytes": g.bytes,
+                    "gib": g.bytes / 2**30,
+                }
+                for g in self.rings
+            ]
+        )
 
     def boundaries_frame(self) -> pd.DataFrame:
         """One row per boundary ``b`` (stage ``b`` -> ``b + 1``): forward and grad MiB per set and the tensors."""
         import pandas as pd
 
-        return pd.DataFrame.from_records([
-            {"boundary": b, "from_stage": b, "to_stage": b + 1, "forward_set_mib": bd.forward_bytes / 2**20,
-             "grad_set_mib": bd.grad_bytes / 2**20, "tensors": " + ".join(t.describe() for t in bd.activations)}
-            for b, bd in enumerate(self.boundaries)
-        ])
+        return pd.DataFrame.from_records(
+            [
+                {
+                    "boundary": b,
+                    "from_stage": b,
+                    "to_stage": b + 1,
+                    "forward_set_mib": bd.forward_bytes / 2**20,
+                    "grad_set_mib": bd.grad_bytes / 2**20,
+                    "tensors": " + ".join(t.describe() for t in bd.activations),
+                }
+                for b, bd in enumerate(self.boundaries)
+            ]
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict: inputs, one entry per stage and direction, totals."""
@@ -391,14 +450,31 @@ class MemoryModel:
                 for rank in range(self.shape.pp)
             ],
             "rings": [
-                {**{k: getattr(g, k) for k in ("rank", "direction", "live", "receives", "size", "shared", "set_bytes")},
-                 "stages": list(g.stages), "tensors": [{"shape": list(sh), "dtype": dt} for sh, dt in g.tensors],
-                 "bytes": g.bytes}
+                {
+                    **{
+                        k: getattr(g, k)
+                        for k in (
+                            "rank",
+                            "direction",
+                            "live",
+                            "receives",
+                            "size",
+                            "shared",
+                            "set_bytes",
+                        )
+                    },
+                    "stages": list(g.stages),
+                    "tensors": [{"shape": list(sh), "dtype": dt} for sh, dt in g.tensors],
+                    "bytes": g.bytes,
+                }
                 for g in self.rings
             ],
             "totals": {
                 **{f"{v}_bytes": self.total_bytes(v) for v in VARIANTS},
                 **{f"peak_stage_{v}_bytes": self.peak_stage_bytes(v) for v in VARIANTS},
-                **{f"peak_rank_{v}_bytes": self.peak_rank_bytes(v) for v in VARIANTS + RANK_VARIANTS},
+                **{
+                    f"peak_rank_{v}_bytes": self.peak_rank_bytes(v)
+                    for v in VARIANTS + RANK_VARIANTS
+                },
             },
         }

@@ -14,8 +14,15 @@ from dataclasses import dataclass
 from pooltk.analysis.catalog import ALLOWLIST, CATALOG, schedule_key
 from pooltk.memory.errors import MemoryModelError, UnpoolableScheduleError, positive_int
 
-__all__ = ["MODELLED", "STOCK_ONLY", "PipelineShape", "microbatches_from_batch", "middle_stage", "modelled_schedule",
-           "schedule_name"]
+__all__ = [
+    "MODELLED",
+    "STOCK_ONLY",
+    "PipelineShape",
+    "microbatches_from_batch",
+    "middle_stage",
+    "modelled_schedule",
+    "schedule_name",
+]
 
 
 _BY_KEY: dict[str, str] = {schedule_key(name): name for name in CATALOG}
@@ -63,9 +70,13 @@ def microbatches_from_batch(
     ``global_batch`` must be a multiple of ``local_batch * dp``. Raises
     :class:`MemoryModelError` when a size does not divide.
     """
-    gbs = positive_int("global_batch", global_batch, "give the global batch size in rows, e.g. 4096.")
+    gbs = positive_int(
+        "global_batch", global_batch, "give the global batch size in rows, e.g. 4096."
+    )
     mbs = positive_int("micro_batch", micro_batch, "give the rows per pipeline microbatch, e.g. 2.")
-    dp = positive_int("dp", dp, "give the data-parallel size, e.g. 32 (world size / (pp * tp * cp)).")
+    dp = positive_int(
+        "dp", dp, "give the data-parallel size, e.g. 32 (world size / (pp * tp * cp))."
+    )
     if local_batch is None:
         if gbs % (dp * mbs):
             raise MemoryModelError(
@@ -75,7 +86,9 @@ def microbatches_from_batch(
                 fix=f"choose a global batch that is a multiple of dp * micro_batch = {dp * mbs}, or another micro batch.",
             )
         return gbs // (dp * mbs)
-    lbs = positive_int("local_batch", local_batch, "give the per-data-parallel-rank batch, e.g. 128.")
+    lbs = positive_int(
+        "local_batch", local_batch, "give the per-data-parallel-rank batch, e.g. 128."
+    )
     if gbs % (lbs * dp):
         raise MemoryModelError(
             "global_batch / (local_batch * dp)",
@@ -118,13 +131,17 @@ class PipelineShape:
     def __post_init__(self) -> None:
         positive_int("pp", self.pp, "give the pipeline-parallel size, e.g. 8.")
         positive_int(
-            "n_microbatches", self.n_microbatches, "give the microbatches per step, or derive them with from_batch()."
+            "n_microbatches",
+            self.n_microbatches,
+            "give the microbatches per step, or derive them with from_batch().",
         )
         canon = modelled_schedule(self.schedule)
         object.__setattr__(self, "schedule", canon)
         entry = CATALOG[_BY_KEY[canon]]
         vpp = entry.stages_per_rank if self.stages_per_rank is None else self.stages_per_rank
-        positive_int("stages_per_rank", vpp, "give the stages each rank runs, e.g. 2 for Interleaved1F1B.")
+        positive_int(
+            "stages_per_rank", vpp, "give the stages each rank runs, e.g. 2 for Interleaved1F1B."
+        )
         fixed = 1 if entry.stages_per_rank == 1 else 2 if entry.style == "v" else None
         if fixed is not None and vpp != fixed:
             raise MemoryModelError(
@@ -155,9 +172,18 @@ class PipelineShape:
         stages_per_rank: int | None = None,
     ) -> PipelineShape:
         """The shape whose ``M`` follows from the batch sizes (see :func:`microbatches_from_batch`)."""
-        m = microbatches_from_batch(global_batch=global_batch, micro_batch=micro_batch, dp=dp, local_batch=local_batch)
-        return cls(pp=pp, n_microbatches=m, schedule=schedule, stages_per_rank=stages_per_rank,
-                   global_batch=global_batch, micro_batch=micro_batch, dp=dp)
+        m = microbatches_from_batch(
+            global_batch=global_batch, micro_batch=micro_batch, dp=dp, local_batch=local_batch
+        )
+        return cls(
+            pp=pp,
+            n_microbatches=m,
+            schedule=schedule,
+            stages_per_rank=stages_per_rank,
+            global_batch=global_batch,
+            micro_batch=micro_batch,
+            dp=dp,
+        )
 
     @property
     def poolable(self) -> bool:

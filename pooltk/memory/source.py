@@ -10,7 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pooltk.analysis.rings import RingRule
-from pooltk.memory.model import Boundary, MemoryModel, MemoryModelError, PipelineShape, TensorSpec, model_memory
+from pooltk.memory.model import (
+    Boundary,
+    MemoryModel,
+    MemoryModelError,
+    PipelineShape,
+    TensorSpec,
+    model_memory,
+)
 
 __all__ = ["HIDDEN_SIZED", "Figure", "Preset"]
 
@@ -71,9 +78,12 @@ class Preset:
     def __post_init__(self) -> None:
         if self.boundaries is not None:
             object.__setattr__(self, "boundaries", tuple(self.boundaries))
-            if len(self.boundaries) != self.shape.num_stages - 1 or not all(isinstance(b, Boundary) for b in self.boundaries):
+            if len(self.boundaries) != self.shape.num_stages - 1 or not all(
+                isinstance(b, Boundary) for b in self.boundaries
+            ):
                 raise MemoryModelError(
-                    f"Preset {self.name!r} boundaries", found=f"{len(self.boundaries)} item(s)",
+                    f"Preset {self.name!r} boundaries",
+                    found=f"{len(self.boundaries)} item(s)",
                     required=f"one Boundary per boundary: stages - 1 = {self.shape.num_stages - 1}",
                     fix="give one Boundary per stage boundary, or leave boundaries out for one boundary everywhere.",
                 )
@@ -92,7 +102,8 @@ class Preset:
             return tuple(self.boundary_rule(n))
         if self.boundaries is not None and n != self.shape.num_stages:
             raise MemoryModelError(
-                f"preset {self.name!r} at {n} stages", found=f"boundaries for {self.shape.num_stages} stages only",
+                f"preset {self.name!r} at {n} stages",
+                found=f"boundaries for {self.shape.num_stages} stages only",
                 required="the preset's own stage count, or a preset whose boundaries follow the stage count",
                 fix="keep the preset's pipeline shape, or give the boundary bytes explicitly (boundary MiB per set).",
             )
@@ -105,10 +116,20 @@ class Preset:
 
     def model(self, config: RingRule | None = None) -> MemoryModel:
         """The memory model of this preset (its own config unless another is given)."""
-        return model_memory(self.shape, self.boundary_list, self.config if config is None else config)
+        return model_memory(
+            self.shape, self.boundary_list, self.config if config is None else config
+        )
 
-    def resized(self, *, pp: int | None = None, microbatches: int | None = None, rows: int | None = None,
-                seq_len: int | None = None, hidden: int | None = None, dtype: str | None = None) -> Preset:
+    def resized(
+        self,
+        *,
+        pp: int | None = None,
+        microbatches: int | None = None,
+        rows: int | None = None,
+        seq_len: int | None = None,
+        hidden: int | None = None,
+        dtype: str | None = None,
+    ) -> Preset:
         """This preset with some dimensions overridden, carrying nothing that described only the original run.
 
         [Note: no calibration carried]
@@ -127,19 +148,39 @@ class Preset:
         - any change drops the published figures (no fits view borrows another run's peak) and says
           so in ``assumption``. ``None`` keeps a value; no change returns the preset itself.
         """
-        changes = {k: v for k, v in (("pp", pp), ("microbatches", microbatches), ("rows", rows), ("seq_len", seq_len),
-                                      ("hidden", hidden), ("dtype", dtype)) if v is not None}
-        own = {"pp": self.shape.pp, "microbatches": self.shape.n_microbatches, "seq_len": self.seq_len, "hidden": self.hidden,
-               **self._own_rows_and_dtype()}
+        changes = {
+            k: v
+            for k, v in (
+                ("pp", pp),
+                ("microbatches", microbatches),
+                ("rows", rows),
+                ("seq_len", seq_len),
+                ("hidden", hidden),
+                ("dtype", dtype),
+            )
+            if v is not None
+        }
+        own = {
+            "pp": self.shape.pp,
+            "microbatches": self.shape.n_microbatches,
+            "seq_len": self.seq_len,
+            "hidden": self.hidden,
+            **self._own_rows_and_dtype(),
+        }
         changes = {k: v for k, v in changes.items() if own.get(k, object()) != v}
         if not changes:
             return self
         import dataclasses
 
         other_model = "hidden" in changes or "dtype" in changes
-        shape = dataclasses.replace(self.shape, pp=changes.get("pp", self.shape.pp),
-                                    n_microbatches=changes.get("microbatches", self.shape.n_microbatches),
-                                    global_batch=None, micro_batch=None, dp=None)
+        shape = dataclasses.replace(
+            self.shape,
+            pp=changes.get("pp", self.shape.pp),
+            n_microbatches=changes.get("microbatches", self.shape.n_microbatches),
+            global_batch=None,
+            micro_batch=None,
+            dp=None,
+        )
         dropped: list[str] = []
 
         def one(t: TensorSpec) -> TensorSpec | None:
@@ -159,27 +200,52 @@ class Preset:
         def resize(b: Boundary) -> Boundary:
             acts = tuple(x for x in (one(t) for t in b.activations) if x is not None)
             if not acts:
-                raise MemoryModelError(f"preset {self.name!r} resized", found=f"no hidden-sized tensor in {b.describe()}",
-                                       required="a boundary whose tensors are the hidden state (so a new hidden size applies)",
-                                       fix="give the boundary bytes explicitly (MiB per set), or start from a config file.")
-            grads = None if b.grads is None else tuple(x for x in (one(t) for t in b.grads) if x is not None) or None
+                raise MemoryModelError(
+                    f"preset {self.name!r} resized",
+                    found=f"no hidden-sized tensor in {b.describe()}",
+                    required="a boundary whose tensors are the hidden state (so a new hidden size applies)",
+                    fix="give the boundary bytes explicitly (MiB per set), or start from a config file.",
+                )
+            grads = (
+                None
+                if b.grads is None
+                else tuple(x for x in (one(t) for t in b.grads) if x is not None) or None
+            )
             return Boundary(activations=acts, grads=grads)
 
         bounds = tuple(resize(b) for b in self.boundaries_for(shape))
         rule = self.boundary_rule
-        new_rule = None if rule is None else (lambda n, _rule=rule: tuple(resize(b) for b in _rule(n)))
+        new_rule = (
+            None if rule is None else (lambda n, _rule=rule: tuple(resize(b) for b in _rule(n)))
+        )
         what = ", ".join(f"{k} {v}" for k, v in changes.items())
         note = f" Resized ({what}) from {self.name}: its published figures describe its own run and are not carried"
-        note += f"; dropped as another model's calibration: {', '.join(sorted(set(dropped)))}." if dropped else "."
+        note += (
+            f"; dropped as another model's calibration: {', '.join(sorted(set(dropped)))}."
+            if dropped
+            else "."
+        )
         return dataclasses.replace(
-            self, name=f"{self.name} ({what})", title=f"{self.title} -- resized: {what}", shape=shape,
-            boundary=bounds[0] if bounds else resize(self.boundary), boundaries=bounds if len(set(bounds)) > 1 else None,
-            boundary_rule=new_rule, seq_len=changes.get("seq_len", self.seq_len), hidden=changes.get("hidden", self.hidden),
-            assumption=self.assumption + note, figures=(), sources=self.sources + (f"resized: {what}",))
+            self,
+            name=f"{self.name} ({what})",
+            title=f"{self.title} -- resized: {what}",
+            shape=shape,
+            boundary=bounds[0] if bounds else resize(self.boundary),
+            boundaries=bounds if len(set(bounds)) > 1 else None,
+            boundary_rule=new_rule,
+            seq_len=changes.get("seq_len", self.seq_len),
+            hidden=changes.get("hidden", self.hidden),
+            assumption=self.assumption + note,
+            figures=(),
+            sources=self.sources + (f"resized: {what}",),
+        )
 
     def _own_rows_and_dtype(self) -> dict[str, object]:
         """``rows`` and ``dtype`` of the first hidden-sized ``(rows, seq, width)`` tensor: asking for them is no change."""
-        t = next((t for t in self.boundary.activations if t.name in HIDDEN_SIZED and len(t.shape) >= 3), None)
+        t = next(
+            (t for t in self.boundary.activations if t.name in HIDDEN_SIZED and len(t.shape) >= 3),
+            None,
+        )
         return {} if t is None else {"rows": t.shape[-3], "dtype": t.dtype}
 
     def figure(self, name: str) -> Figure:
@@ -187,4 +253,6 @@ class Preset:
         for f in self.figures:
             if f.name == name:
                 return f
-        raise KeyError(f"preset {self.name!r} has no figure {name!r}; it has {[f.name for f in self.figures]}")
+        raise KeyError(
+            f"preset {self.name!r} has no figure {name!r}; it has {[f.name for f in self.figures]}"
+        )

@@ -34,11 +34,22 @@ def slack_sweep(
 
     config = RingRule() if config is None else config
     if vary not in ("slack", "grad_slack", "both"):
-        raise MemoryModelError("vary", found=repr(vary), required="'slack', 'grad_slack' or 'both'", fix="use 'slack' (default).")
+        raise MemoryModelError(
+            "vary",
+            found=repr(vary),
+            required="'slack', 'grad_slack' or 'both'",
+            fix="use 'slack' (default).",
+        )
     records = []
     for s in slacks:
-        changes: dict[str, int] = {"slack": {"slack": s}, "grad_slack": {"grad_slack": s}, "both": {"slack": s, "grad_slack": s}}[vary]
-        result = model_memory(shape, boundaries, dataclasses.replace(config, **changes), live_source=live_source)
+        changes: dict[str, int] = {
+            "slack": {"slack": s},
+            "grad_slack": {"grad_slack": s},
+            "both": {"slack": s, "grad_slack": s},
+        }[vary]
+        result = model_memory(
+            shape, boundaries, dataclasses.replace(config, **changes), live_source=live_source
+        )
         for i in range(shape.pp):
             pooled = result.stage_bytes(i, "pooled")
             stock = result.stage_bytes(i, "stock")
@@ -69,10 +80,20 @@ def compare_configs(
     import pandas as pd
 
     if not configs:
-        raise MemoryModelError("configs", found="none", required="at least one named RingRule", fix="pass {'label': RingRule(...)}.")
+        raise MemoryModelError(
+            "configs",
+            found="none",
+            required="at least one named RingRule",
+            fix="pass {'label': RingRule(...)}.",
+        )
     baseline = next(iter(configs)) if baseline is None else baseline
     if baseline not in configs:
-        raise MemoryModelError("baseline", found=repr(baseline), required=f"one of {list(configs)}", fix="name one of the configs.")
+        raise MemoryModelError(
+            "baseline",
+            found=repr(baseline),
+            required=f"one of {list(configs)}",
+            fix="name one of the configs.",
+        )
     models = {label: model_memory(shape, boundaries, cfg) for label, cfg in configs.items()}
     base_saved = models[baseline].saved_bytes(stage)
     records = []
@@ -95,8 +116,12 @@ def compare_configs(
     return pd.DataFrame.from_records(records)
 
 
-def compare_models(models: Mapping[str, MemoryModel], *, variants: Sequence[str] = ("stock", "pooled"),
-                   unit: str = "gib") -> pd.DataFrame:
+def compare_models(
+    models: Mapping[str, MemoryModel],
+    *,
+    variants: Sequence[str] = ("stock", "pooled"),
+    unit: str = "gib",
+) -> pd.DataFrame:
     """Models of one pipeline side by side (e.g. two presets' boundaries), per stage, or per rank under a
     multi-stage schedule, with the difference from the first.
 
@@ -109,14 +134,23 @@ def compare_models(models: Mapping[str, MemoryModel], *, variants: Sequence[str]
     from pooltk.memory.units import BYTES_PER_UNIT, to_unit
 
     if not models:
-        raise MemoryModelError("models", found="none", required="at least one named MemoryModel", fix="pass {'label': model}.")
+        raise MemoryModelError(
+            "models",
+            found="none",
+            required="at least one named MemoryModel",
+            fix="pass {'label': model}.",
+        )
     to_unit(1, unit)
     labels = list(models)
     first = models[labels[0]]
     shapes = {(m.shape.pp, m.shape.num_stages) for m in models.values()}
     if len(shapes) > 1:
-        raise MemoryModelError("models", found=f"pipelines of (ranks, stages) {sorted(shapes)}",
-                               required="one pipeline shape", fix="compare models of the same pipeline.")
+        raise MemoryModelError(
+            "models",
+            found=f"pipelines of (ranks, stages) {sorted(shapes)}",
+            required="one pipeline shape",
+            fix="compare models of the same pipeline.",
+        )
     per_rank = first.shape.multi_stage
     scale = BYTES_PER_UNIT[unit]
     n = first.shape.pp if per_rank else first.shape.num_stages
@@ -131,6 +165,8 @@ def compare_models(models: Mapping[str, MemoryModel], *, variants: Sequence[str]
                 rec[f"{label} {v} {unit}"] = b / scale
         for label in labels[1:]:
             for v in variants:
-                rec[f"{v} difference {unit} ({label} - {labels[0]})"] = rec[f"{label} {v} {unit}"] - rec[f"{labels[0]} {v} {unit}"]  # type: ignore[operator]
+                rec[f"{v} difference {unit} ({label} - {labels[0]})"] = (
+                    rec[f"{label} {v} {unit}"] - rec[f"{labels[0]} {v} {unit}"]
+                )  # type: ignore[operator]
         records.append(rec)
     return pd.DataFrame.from_records(records)

@@ -81,13 +81,27 @@ class Boundary:
     the activations' shapes and dtypes (the usual case)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "activations", _tensor_specs(
-            "activations", self.activations, "a non-empty tuple of TensorSpec",
-            "list the tensors one microbatch sends across the boundary, e.g. (TensorSpec(shape=(2, 2048, 7168)),)."))
+        object.__setattr__(
+            self,
+            "activations",
+            _tensor_specs(
+                "activations",
+                self.activations,
+                "a non-empty tuple of TensorSpec",
+                "list the tensors one microbatch sends across the boundary, e.g. (TensorSpec(shape=(2, 2048, 7168)),).",
+            ),
+        )
         if self.grads is not None:
-            object.__setattr__(self, "grads", _tensor_specs(
-                "grads", self.grads, "None (same as the activations) or a non-empty tuple of TensorSpec",
-                "leave grads=None unless the gradients differ from the activations."))
+            object.__setattr__(
+                self,
+                "grads",
+                _tensor_specs(
+                    "grads",
+                    self.grads,
+                    "None (same as the activations) or a non-empty tuple of TensorSpec",
+                    "leave grads=None unless the gradients differ from the activations.",
+                ),
+            )
 
     @property
     def grad_tensors(self) -> tuple[TensorSpec, ...]:
@@ -105,14 +119,22 @@ class Boundary:
         return sum(t.nbytes for t in self.grad_tensors)
 
     @classmethod
-    def hidden_state(cls, *, rows: int, seq_len: int, hidden: int, dtype: str = "bfloat16") -> Boundary:
+    def hidden_state(
+        cls, *, rows: int, seq_len: int, hidden: int, dtype: str = "bfloat16"
+    ) -> Boundary:
         """One ``(rows, seq_len, hidden)`` tensor each way: a plain transformer boundary."""
-        return cls(activations=(TensorSpec(shape=(rows, seq_len, hidden), dtype=dtype, name="hidden_states"),))
+        return cls(
+            activations=(
+                TensorSpec(shape=(rows, seq_len, hidden), dtype=dtype, name="hidden_states"),
+            )
+        )
 
     @classmethod
     def opaque(cls, n_bytes: int, *, name: str = "boundary") -> Boundary:
         """A boundary known only by its bytes per set (modelled as one uint8 tensor each way)."""
-        n = positive_int("Boundary.opaque n_bytes", n_bytes, "give the bytes of one buffer set, >= 1.")
+        n = positive_int(
+            "Boundary.opaque n_bytes", n_bytes, "give the bytes of one buffer set, >= 1."
+        )
         return cls(activations=(TensorSpec(shape=(n,), dtype="uint8", name=name),))
 
     def describe(self) -> str:

@@ -54,5 +54,11 @@ DTYPE_ALIASES: dict[str, str] = {
 
 def to_unit(n_bytes: float, unit: str) -> float:
     """``n_bytes`` expressed in ``unit`` (one of :data:`BYTES_PER_UNIT`)."""
-    check_choice("unit", unit, BYTES_PER_UNIT, fix="use 'gib' (2**30 bytes) or 'gb' (1e9 bytes).", error=MemoryModelError)
+    check_choice(
+        "unit",
+        unit,
+        BYTES_PER_UNIT,
+        fix="use 'gib' (2**30 bytes) or 'gb' (1e9 bytes).",
+        error=MemoryModelError,
+    )
     return n_bytes / BYTES_PER_UNIT[unit]

@@ -32,8 +32,15 @@ from pooltk.memory.replay.estimate import VARIANT_TITLES, MemoryEstimate
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["DEFAULT_OVERHEAD", "FitsVerdict", "Overhead", "RankVerdict", "calibrated_overhead", "fits_verdict",
-           "overhead_from_log"]
+__all__ = [
+    "DEFAULT_OVERHEAD",
+    "FitsVerdict",
+    "Overhead",
+    "RankVerdict",
+    "calibrated_overhead",
+    "fits_verdict",
+    "overhead_from_log",
+]
 
 GIB = 2**30
 MIB = 2**20
@@ -56,8 +63,12 @@ class Overhead:
         for name in ("cuda_context_bytes", "nccl_bytes", "allocator_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise MemoryModelError(f"Overhead.{name}", found=repr(value), required="bytes >= 0",
-                                       fix="give a whole number of bytes, e.g. 400 * 2**20.")
+                raise MemoryModelError(
+                    f"Overhead.{name}",
+                    found=repr(value),
+                    required="bytes >= 0",
+                    fix="give a whole number of bytes, e.g. 400 * 2**20.",
+                )
 
     @property
     def total_bytes(self) -> int:
@@ -66,8 +77,10 @@ class Overhead:
 
     def describe(self) -> str:
         """e.g. ``2.29 GiB = CUDA context 0.39 + NCCL 1.49 + allocator 0.41``."""
-        return (f"{self.total_bytes / GIB:.2f} GiB = CUDA context {self.cuda_context_bytes / GIB:.2f} + NCCL "
-                f"{self.nccl_bytes / GIB:.2f} + allocator {self.allocator_bytes / GIB:.2f} ({self.source})")
+        return (
+            f"{self.total_bytes / GIB:.2f} GiB = CUDA context {self.cuda_context_bytes / GIB:.2f} + NCCL "
+            f"{self.nccl_bytes / GIB:.2f} + allocator {self.allocator_bytes / GIB:.2f} ({self.source})"
+        )
 
 
 DEFAULT_OVERHEAD = Overhead(
@@ -82,8 +95,14 @@ DEFAULT_OVERHEAD = Overhead(
 """The stated default overhead ([Note: an honest verdict])."""
 
 
-def calibrated_overhead(*, logged_peak_bytes: int, basis: str, estimate_peak_bytes: int, source: str,
-                        base: Overhead = DEFAULT_OVERHEAD) -> Overhead:
+def calibrated_overhead(
+    *,
+    logged_peak_bytes: int,
+    basis: str,
+    estimate_peak_bytes: int,
+    source: str,
+    base: Overhead = DEFAULT_OVERHEAD,
+) -> Overhead:
     """The overhead with its allocator share taken from a run's logged peak of the same configuration.
 
     ``basis`` says which peak the log reports: ``max_reserved`` (torchtitan's ``memory:`` column; the
@@ -93,22 +112,41 @@ def calibrated_overhead(*, logged_peak_bytes: int, basis: str, estimate_peak_byt
     share is 0 and the source says by how much.
     """
     if basis not in ("max_reserved", "max_allocated"):
-        raise MemoryModelError("basis", found=repr(basis), required="'max_reserved' or 'max_allocated'",
-                               fix="say which peak the log reports (torchtitan: max_reserved; Automodel: max_allocated).")
+        raise MemoryModelError(
+            "basis",
+            found=repr(basis),
+            required="'max_reserved' or 'max_allocated'",
+            fix="say which peak the log reports (torchtitan: max_reserved; Automodel: max_allocated).",
+        )
     diff = int(logged_peak_bytes) - int(estimate_peak_bytes)
     if basis == "max_allocated":
-        note = (f"; allocator share not in an allocated peak: kept at {base.allocator_bytes / GIB:.2f} GiB (the log's "
-                f"{logged_peak_bytes / GIB:.2f} GiB allocated is {diff / GIB:+.2f} GiB from the estimate)")
-        return Overhead(cuda_context_bytes=base.cuda_context_bytes, nccl_bytes=base.nccl_bytes,
-                        allocator_bytes=base.allocator_bytes, source=base.source + note + f"; {source}")
+        note = (
+            f"; allocator share not in an allocated peak: kept at {base.allocator_bytes / GIB:.2f} GiB (the log's "
+            f"{logged_peak_bytes / GIB:.2f} GiB allocated is {diff / GIB:+.2f} GiB from the estimate)"
+        )
+        return Overhead(
+            cuda_context_bytes=base.cuda_context_bytes,
+            nccl_bytes=base.nccl_bytes,
+            allocator_bytes=base.allocator_bytes,
+            source=base.source + note + f"; {source}",
+        )
     share = max(0, diff)
-    note = (f"allocator share {share / GIB:.2f} GiB = the log's max reserved {logged_peak_bytes / GIB:.2f} GiB - the "
-            f"estimate {estimate_peak_bytes / GIB:.2f} GiB" + ("" if diff >= 0 else " (the estimate is higher: share 0)"))
-    return Overhead(cuda_context_bytes=base.cuda_context_bytes, nccl_bytes=base.nccl_bytes, allocator_bytes=share,
-                    source=f"{base.source.split('; the allocator')[0]}; {note} ({source})")
+    note = (
+        f"allocator share {share / GIB:.2f} GiB = the log's max reserved {logged_peak_bytes / GIB:.2f} GiB - the "
+        f"estimate {estimate_peak_bytes / GIB:.2f} GiB"
+        + ("" if diff >= 0 else " (the estimate is higher: share 0)")
+    )
+    return Overhead(
+        cuda_context_bytes=base.cuda_context_bytes,
+        nccl_bytes=base.nccl_bytes,
+        allocator_bytes=share,
+        source=f"{base.source.split('; the allocator')[0]}; {note} ({source})",
+    )
 
 
-def overhead_from_log(path: str, estimate: MemoryEstimate, *, variant: str | None = None) -> Overhead:
+def overhead_from_log(
+    path: str, estimate: MemoryEstimate, *, variant: str | None = None
+) -> Overhead:
     """:func:`calibrated_overhead` from a run log (Automodel or torchtitan, read by :mod:`pooltk.logs`).
 
     The log's peak is its largest ``mem_gib`` (rank 0's, as these trainers log it); it is compared with
@@ -119,13 +157,21 @@ def overhead_from_log(path: str, estimate: MemoryEstimate, *, variant: str | Non
     table = read_logs(path).steps
     mem = table["mem_gib"].dropna() if "mem_gib" in table else None
     if mem is None or mem.empty:
-        raise MemoryModelError("run log", found=f"{path}: no peak memory column (mem_gib) in its steps",
-                               required="a log whose steps report peak memory", fix="give an Automodel or torchtitan training log.")
+        raise MemoryModelError(
+            "run log",
+            found=f"{path}: no peak memory column (mem_gib) in its steps",
+            required="a log whose steps report peak memory",
+            fix="give an Automodel or torchtitan training log.",
+        )
     basis = str(table.loc[mem.idxmax(), "mem_basis"])
     chosen = variant or ("pooled" if "pooled" in estimate.variants else "stock")
     rep = estimate.replay(0, chosen)
-    return calibrated_overhead(logged_peak_bytes=round(float(mem.max()) * GIB), basis=basis,
-                               estimate_peak_bytes=rep.peak.bytes, source=f"{path}, rank 0, {chosen}")
+    return calibrated_overhead(
+        logged_peak_bytes=round(float(mem.max()) * GIB),
+        basis=basis,
+        estimate_peak_bytes=rep.peak.bytes,
+        source=f"{path}, rank 0, {chosen}",
+    )
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -181,8 +227,12 @@ class FitsVerdict:
         """The rank with the least margin under ``variant``."""
         rows = [r for r in self.rows if r.variant == variant]
         if not rows:
-            raise MemoryModelError("variant", found=repr(variant), required=f"one of {sorted({r.variant for r in self.rows})}",
-                                   fix="ask for a replayed variant.")
+            raise MemoryModelError(
+                "variant",
+                found=repr(variant),
+                required=f"one of {sorted({r.variant for r in self.rows})}",
+                fix="ask for a replayed variant.",
+            )
         return min(rows, key=lambda r: r.margin_bytes)
 
     def summary(self) -> dict[str, str]:
@@ -190,14 +240,20 @@ class FitsVerdict:
         out = {}
         for v in dict.fromkeys(r.variant for r in self.rows):
             w = self.worst(v)
-            out[v] = f"rank {w.rank}: {w.text} (estimate {w.estimate_bytes / GIB:.2f} GiB + overhead {w.overhead_bytes / GIB:.2f} GiB)"
+            out[v] = (
+                f"rank {w.rank}: {w.text} (estimate {w.estimate_bytes / GIB:.2f} GiB + overhead {w.overhead_bytes / GIB:.2f} GiB)"
+            )
         return out
 
     def lines(self) -> list[str]:
         """The verdict as text: the device, the overhead, each variant's fullest rank, what is not modelled."""
-        out = [f"fits on {self.device.name}: {self.device.gib:.2f} GiB ({self.device.source})",
-               f"  overhead added to every estimate: {self.overhead.describe()}"]
-        out += [f"  {VARIANT_TITLES.get(v, v):38} fullest {text}" for v, text in self.summary().items()]
+        out = [
+            f"fits on {self.device.name}: {self.device.gib:.2f} GiB ({self.device.source})",
+            f"  overhead added to every estimate: {self.overhead.describe()}",
+        ]
+        out += [
+            f"  {VARIANT_TITLES.get(v, v):38} fullest {text}" for v, text in self.summary().items()
+        ]
         out += ["  not modelled: " + "; ".join(self.not_modelled)]
         return out
 
@@ -206,33 +262,79 @@ class FitsVerdict:
         ``margin_gib``, ``fits``, ``verdict``."""
         import pandas as pd
 
-        return pd.DataFrame.from_records([
-            {"rank": r.rank, "variant": r.variant, "estimate_gib": r.estimate_bytes / GIB, "overhead_gib": r.overhead_bytes / GIB,
-             "needed_gib": r.needed_bytes / GIB, "capacity_gib": r.capacity_bytes / GIB, "margin_gib": r.margin_bytes / GIB,
-             "fits": r.fits, "verdict": r.text}
-            for r in self.rows
-        ])
+        return pd.DataFrame.from_records(
+            [
+                {
+                    "rank": r.rank,
+                    "variant": r.variant,
+                    "estimate_gib": r.estimate_bytes / GIB,
+                    "overhead_gib": r.overhead_bytes / GIB,
+                    "needed_gib": r.needed_bytes / GIB,
+                    "capacity_gib": r.capacity_bytes / GIB,
+                    "margin_gib": r.margin_bytes / GIB,
+                    "fits": r.fits,
+                    "verdict": r.text,
+                }
+                for r in self.rows
+            ]
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict."""
-        return {"device": {"name": self.device.name, "capacity_bytes": self.device.capacity_bytes, "source": self.device.source},
-                "overhead": {"cuda_context_bytes": self.overhead.cuda_context_bytes, "nccl_bytes": self.overhead.nccl_bytes,
-                             "allocator_bytes": self.overhead.allocator_bytes, "source": self.overhead.source},
-                "rows": [{"rank": r.rank, "variant": r.variant, "estimate_bytes": r.estimate_bytes,
-                          "needed_bytes": r.needed_bytes, "margin_bytes": r.margin_bytes, "fits": r.fits, "verdict": r.text}
-                         for r in self.rows],
-                "not_modelled": list(self.not_modelled)}
+        return {
+            "device": {
+                "name": self.device.name,
+                "capacity_bytes": self.device.capacity_bytes,
+                "source": self.device.source,
+            },
+            "overhead": {
+                "cuda_context_bytes": self.overhead.cuda_context_bytes,
+                "nccl_bytes": self.overhead.nccl_bytes,
+                "allocator_bytes": self.overhead.allocator_bytes,
+                "source": self.overhead.source,
+            },
+            "rows": [
+                {
+                    "rank": r.rank,
+                    "variant": r.variant,
+                    "estimate_bytes": r.estimate_bytes,
+                    "needed_bytes": r.needed_bytes,
+                    "margin_bytes": r.margin_bytes,
+                    "fits": r.fits,
+                    "verdict": r.text,
+                }
+                for r in self.rows
+            ],
+            "not_modelled": list(self.not_modelled),
+        }
 
 
-def fits_verdict(estimate: MemoryEstimate, device: Device | str | float | None = "gb200", *,
-                 overhead: Overhead = DEFAULT_OVERHEAD, variants: Sequence[str] | None = None) -> FitsVerdict:
+def fits_verdict(
+    estimate: MemoryEstimate,
+    device: Device | str | float | None = "gb200",
+    *,
+    overhead: Overhead = DEFAULT_OVERHEAD,
+    variants: Sequence[str] | None = None,
+) -> FitsVerdict:
     """Every replayed rank and variant of ``estimate`` on ``device``. See [Note: an honest verdict]."""
     if not isinstance(estimate, MemoryEstimate):
-        raise MemoryModelError("estimate", found=type(estimate).__name__, required="a MemoryEstimate (estimate_memory(...))",
-                               fix="replay the stages first: pooltk.memory.replay.estimate.estimate_memory(...).")
+        raise MemoryModelError(
+            "estimate",
+            found=type(estimate).__name__,
+            required="a MemoryEstimate (estimate_memory(...))",
+            fix="replay the stages first: pooltk.memory.replay.estimate.estimate_memory(...).",
+        )
     dev = get_device(device)
     chosen = set(variants) if variants is not None else None
-    rows = tuple(RankVerdict(rank=r.rank, variant=r.variant, estimate_bytes=r.peak.bytes, overhead_bytes=overhead.total_bytes,
-                             capacity_bytes=dev.capacity_bytes)
-                 for r in estimate.replays if chosen is None or r.variant in chosen)
+    rows = tuple(
+        RankVerdict(
+            rank=r.rank,
+            variant=r.variant,
+            estimate_bytes=r.peak.bytes,
+            overhead_bytes=overhead.total_bytes,
+            capacity_bytes=dev.capacity_bytes,
+        )
+        for r in estimate.replays
+        if chosen is None or r.variant in chosen
+    )
     return FitsVerdict(device=dev, overhead=overhead, rows=rows, not_modelled=estimate.not_modelled)

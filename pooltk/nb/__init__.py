@@ -2,6 +2,22 @@
 shared helpers of :mod:`~pooltk.nb.common`. Imports pandas, matplotlib and seaborn; the pool and
 the analysis never import this package."""
 
-from pooltk.nb.common import REPORT_DIR_ENV, NotebookEnv, report_dir, save_figure, setup, show_frame, show_inputs
+from pooltk.nb.common import (
+    REPORT_DIR_ENV,
+    NotebookEnv,
+    report_dir,
+    save_figure,
+    setup,
+    show_frame,
+    show_inputs,
+)
 
-__all__ = ["REPORT_DIR_ENV", "NotebookEnv", "report_dir", "save_figure", "setup", "show_frame", "show_inputs"]
+__all__ = [
+    "REPORT_DIR_ENV",
+    "NotebookEnv",
+    "report_dir",
+    "save_figure",
+    "setup",
+    "show_frame",
+    "show_inputs",
+]

@@ -26,7 +26,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["figure", "off_pyplot", "subplots"]
 
-_OFF_PYPLOT: contextvars.ContextVar[bool] = contextvars.ContextVar("pooltk_nb_off_pyplot", default=False)
+_OFF_PYPLOT: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "pooltk_nb_off_pyplot", default=False
+)
 
 
 @contextlib.contextmanager
@@ -46,15 +48,25 @@ def figure(**fig_kw: Any) -> Figure:
         from matplotlib.figure import Figure
 
         fig = Figure(**fig_kw)
-        FigureCanvasAgg(fig)  # matplotlib's own recipe for a figure without pyplot: an Agg canvas to draw on
+        FigureCanvasAgg(
+            fig
+        )  # matplotlib's own recipe for a figure without pyplot: an Agg canvas to draw on
         return fig
     import matplotlib.pyplot as plt
 
     return plt.figure(**fig_kw)
 
 
-_FIGURE_KEYS = ("figsize", "dpi", "facecolor", "edgecolor", "frameon", "layout", "constrained_layout",
-                "tight_layout")
+_FIGURE_KEYS = (
+    "figsize",
+    "dpi",
+    "facecolor",
+    "edgecolor",
+    "frameon",
+    "layout",
+    "constrained_layout",
+    "tight_layout",
+)
 
 
 def subplots(nrows: int = 1, ncols: int = 1, **kw: Any) -> tuple[Figure, Any]:

@@ -29,8 +29,16 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["REPORT_DIR_ENV", "NotebookEnv", "report_dir", "save_figure", "setup", "show_figure", "show_frame",
-           "show_inputs"]
+__all__ = [
+    "REPORT_DIR_ENV",
+    "NotebookEnv",
+    "report_dir",
+    "save_figure",
+    "setup",
+    "show_figure",
+    "show_frame",
+    "show_inputs",
+]
 
 REPORT_DIR_ENV = "POOLTK_REPORT_DIR"
 """Environment variable naming the folder figures are saved to (set by ``pooltk report``)."""
@@ -69,7 +77,14 @@ def setup(*, context: str = "notebook", font_scale: float = 1.0) -> NotebookEnv:
     import seaborn as sns
 
     sns.set_theme(style="whitegrid", context=context, font_scale=font_scale)
-    mpl.rcParams.update({"figure.figsize": (FIGURE_WIDTH_IN, 4.0), "figure.dpi": 100, "savefig.dpi": 120, "savefig.bbox": "tight"})
+    mpl.rcParams.update(
+        {
+            "figure.figsize": (FIGURE_WIDTH_IN, 4.0),
+            "figure.dpi": 100,
+            "savefig.dpi": 120,
+            "savefig.bbox": "tight",
+        }
+    )
     pd.set_option("display.width", 160)
     pd.set_option("display.max_columns", 30)
     pd.set_option("display.max_rows", 80)
@@ -91,7 +106,9 @@ def save_figure(fig: Figure, name: str) -> "Path | None":
         return None
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._")
     if not safe:
-        raise ValueError(f"save_figure name: found {name!r}; required letters or digits. Fix: name it like '01_stage_bars'.")
+        raise ValueError(
+            f"save_figure name: found {name!r}; required letters or digits. Fix: name it like '01_stage_bars'."
+        )
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{safe.removesuffix('.png')}.png"
     fig.savefig(path)
@@ -107,9 +124,13 @@ def _display(obj: Any) -> None:
     display(obj)
 
 
-def show_frame(frame: pd.DataFrame, caption: str | None = None, *, float_format: str = "{:,.2f}") -> None:
+def show_frame(
+    frame: pd.DataFrame, caption: str | None = None, *, float_format: str = "{:,.2f}"
+) -> None:
     """Display ``frame`` without its index, floats formatted, with an optional caption."""
-    styler = frame.style.hide(axis="index").format(float_format, subset=frame.select_dtypes("float").columns)
+    styler = frame.style.hide(axis="index").format(
+        float_format, subset=frame.select_dtypes("float").columns
+    )
     if caption:
         styler = styler.set_caption(caption)
     _display(styler)

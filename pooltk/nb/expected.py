@@ -32,11 +32,23 @@ from pooltk.studies.kimi_k3.claims import Claim, Ledger
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["ABSENT_RUNS", "APPROX_TOLERANCE", "COLUMNS", "QUANTITIES", "ExpectedFigure", "expected_frame", "judge",
-           "judged_frame", "load_expected"]
+__all__ = [
+    "ABSENT_RUNS",
+    "APPROX_TOLERANCE",
+    "COLUMNS",
+    "QUANTITIES",
+    "ExpectedFigure",
+    "expected_frame",
+    "judge",
+    "judged_frame",
+    "load_expected",
+]
 
 QUANTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "tok_per_s_per_gpu": ("tokens/s per physical GPU, steady window", ("tok/s/GPU", "tok/s per GPU", "tokens/s/GPU")),
+    "tok_per_s_per_gpu": (
+        "tokens/s per physical GPU, steady window",
+        ("tok/s/GPU", "tok/s per GPU", "tokens/s/GPU"),
+    ),
     "mfu_pct": ("MFU on the FLOPs basis and peak given", ("%",)),
     "peak_mem_gib": ("peak memory as the log measures it", ("GiB",)),
     "step_time_median_s": ("median seconds per step, steady window", ("s",)),
@@ -88,10 +100,14 @@ class ExpectedFigure:
         if tol:
             return f"within {tol} {self.unit} (given)".replace("  ", " "), float(tol)
         if self.approximate:
-            return f"within {APPROX_TOLERANCE:.0%} (written approximate)", abs(self.number) * APPROX_TOLERANCE
+            return f"within {APPROX_TOLERANCE:.0%} (written approximate)", abs(
+                self.number
+            ) * APPROX_TOLERANCE
         digits = _NUMBER.search(self.value).group(0)  # type: ignore[union-attr]
         decimals = len(digits.split(".", 1)[1]) if "." in digits else 0
-        return f"rounds to {digits} (half a unit in the last digit written)", 0.5 * 10 ** (-decimals) + 1e-12
+        return f"rounds to {digits} (half a unit in the last digit written)", 0.5 * 10 ** (
+            -decimals
+        ) + 1e-12
 
 
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -113,8 +129,12 @@ def load_expected(source: str | Path | Iterable[Mapping[str, Any]] | None) -> li
 
         path = Path(source)
         if not path.is_file():
-            raise InputError("expected figures file", found=repr(str(path)), required="a CSV file with columns "
-                             + ", ".join(COLUMNS), fix="check EXPECTED_FILE / --expected")
+            raise InputError(
+                "expected figures file",
+                found=repr(str(path)),
+                required="a CSV file with columns " + ", ".join(COLUMNS),
+                fix="check EXPECTED_FILE / --expected",
+            )
         records = pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
     else:
         records = [dict(r) for r in source]
@@ -122,23 +142,51 @@ def load_expected(source: str | Path | Iterable[Mapping[str, Any]] | None) -> li
     for i, rec in enumerate(records, 1):
         missing = [c for c in COLUMNS if c not in rec]
         if missing:
-            raise _fail(i, "columns", f"missing {missing}", f"{', '.join(COLUMNS)} (and optionally tolerance)",
-                        "add the missing fields")
-        fig = ExpectedFigure(**{k: str(rec[k]).strip() for k in COLUMNS},
-                             tolerance=str(rec.get("tolerance", "") or "").strip())
+            raise _fail(
+                i,
+                "columns",
+                f"missing {missing}",
+                f"{', '.join(COLUMNS)} (and optionally tolerance)",
+                "add the missing fields",
+            )
+        fig = ExpectedFigure(
+            **{k: str(rec[k]).strip() for k in COLUMNS},
+            tolerance=str(rec.get("tolerance", "") or "").strip(),
+        )
         if fig.quantity not in QUANTITIES:
-            raise _fail(i, "quantity", repr(fig.quantity), f"one of {', '.join(QUANTITIES)}", "use a summary column")
+            raise _fail(
+                i,
+                "quantity",
+                repr(fig.quantity),
+                f"one of {', '.join(QUANTITIES)}",
+                "use a summary column",
+            )
         units = QUANTITIES[fig.quantity][1]
         if fig.unit not in units:
-            raise _fail(i, "unit", f"{fig.unit!r} for {fig.quantity}", f"one of {units}",
-                        "convert the value to the quantity's unit")
+            raise _fail(
+                i,
+                "unit",
+                f"{fig.unit!r} for {fig.quantity}",
+                f"one of {units}",
+                "convert the value to the quantity's unit",
+            )
         if not _NUMBER.fullmatch(re.sub(r"^(~|about)\s*", "", fig.value.strip(), flags=re.I)):
-            raise _fail(i, "value", repr(fig.value), "a number, optionally written ~N or about N", "write e.g. 0.645")
+            raise _fail(
+                i,
+                "value",
+                repr(fig.value),
+                "a number, optionally written ~N or about N",
+                "write e.g. 0.645",
+            )
         tol = fig.tolerance
         if tol and not _NUMBER.fullmatch(tol.removesuffix("%")):
-            raise _fail(i, "tolerance", repr(tol), "N% or an absolute amount", "write e.g. 5% or 0.01")
+            raise _fail(
+                i, "tolerance", repr(tol), "N% or an absolute amount", "write e.g. 5% or 0.01"
+            )
         if not fig.source:
-            raise _fail(i, "source", "empty", "where the number comes from", "name the log, run or document")
+            raise _fail(
+                i, "source", "empty", "where the number comes from", "name the log, run or document"
+            )
         out.append(fig)
     return out
 
@@ -148,23 +196,44 @@ ABSENT_RUNS = ("refuse", "not applicable")
 error), or list it as not applicable (notebook 03's example rows, when you read other logs)."""
 
 
-def judge(expected: Iterable[ExpectedFigure], summary: Any, *, absent_runs: str = "refuse") -> Ledger:
+def judge(
+    expected: Iterable[ExpectedFigure], summary: Any, *, absent_runs: str = "refuse"
+) -> Ledger:
     """Each expected figure against the run's figure in ``summary`` (a :class:`pooltk.logs.metrics.Summary`);
     ``absent_runs`` is one of :data:`ABSENT_RUNS`."""
     if absent_runs not in ABSENT_RUNS:
-        raise InputError("absent_runs", found=repr(absent_runs), required=f"one of {list(ABSENT_RUNS)}",
-                         fix="pass 'refuse' or 'not applicable'")
+        raise InputError(
+            "absent_runs",
+            found=repr(absent_runs),
+            required=f"one of {list(ABSENT_RUNS)}",
+            fix="pass 'refuse' or 'not applicable'",
+        )
     frame = summary.to_frame().set_index("run")
     runs = [str(r) for r in frame.index]
     claims = []
     for fig in expected:
         if fig.run not in frame.index:
             if absent_runs == "refuse":
-                raise InputError(f"expected figure {fig.name!r} run", found=repr(fig.run), required=f"one of {runs}",
-                                 fix="name a run as the files table shows it")
-            said = f"not applicable: the logs read have no run {fig.run!r} (runs: {', '.join(runs)})"
-            claims.append(Claim(claim=fig.name, source=fig.source, inputs=f"{fig.quantity} of {fig.run}",
-                                published=f"{fig.value} {fig.unit}".strip(), pooltk=said, agrees=None, rule="-"))
+                raise InputError(
+                    f"expected figure {fig.name!r} run",
+                    found=repr(fig.run),
+                    required=f"one of {runs}",
+                    fix="name a run as the files table shows it",
+                )
+            said = (
+                f"not applicable: the logs read have no run {fig.run!r} (runs: {', '.join(runs)})"
+            )
+            claims.append(
+                Claim(
+                    claim=fig.name,
+                    source=fig.source,
+                    inputs=f"{fig.quantity} of {fig.run}",
+                    published=f"{fig.value} {fig.unit}".strip(),
+                    pooltk=said,
+                    agrees=None,
+                    rule="-",
+                )
+            )
             continue
         got = float(frame.loc[fig.run, fig.quantity])
         rule, allowed = fig.rule()
@@ -172,10 +241,17 @@ def judge(expected: Iterable[ExpectedFigure], summary: Any, *, absent_runs: str 
         if fig.quantity == "peak_mem_gib":
             basis = f"peak memory: {frame.loc[fig.run, 'mem_basis']}"
         agrees = None if math.isnan(got) else abs(got - fig.number) <= allowed
-        claims.append(Claim(claim=fig.name, source=fig.source, inputs=f"{fig.quantity} of {fig.run} ({basis})",
-                            published=f"{fig.value} {fig.unit}".strip(),
-                            pooltk="not in the log" if math.isnan(got) else f"{got:.10g} {fig.unit}".strip(),
-                            agrees=agrees, rule=rule))
+        claims.append(
+            Claim(
+                claim=fig.name,
+                source=fig.source,
+                inputs=f"{fig.quantity} of {fig.run} ({basis})",
+                published=f"{fig.value} {fig.unit}".strip(),
+                pooltk="not in the log" if math.isnan(got) else f"{got:.10g} {fig.unit}".strip(),
+                agrees=agrees,
+                rule=rule,
+            )
+        )
     return Ledger(claims=tuple(claims))
 
 
@@ -183,12 +259,31 @@ def expected_frame(expected: Iterable[ExpectedFigure]) -> pd.DataFrame:
     """The figures as a table (what was given)."""
     import pandas as pd
 
-    return pd.DataFrame([{"name": f.name, "run": f.run, "quantity": f.quantity, "value": f.value, "unit": f.unit,
-                          "source": f.source, "tolerance": f.tolerance or "-"} for f in expected])
+    return pd.DataFrame(
+        [
+            {
+                "name": f.name,
+                "run": f.run,
+                "quantity": f.quantity,
+                "value": f.value,
+                "unit": f.unit,
+                "source": f.source,
+                "tolerance": f.tolerance or "-",
+            }
+            for f in expected
+        ]
+    )
 
 
-def judged_frame(expected: Iterable[ExpectedFigure], summary: Any, *, absent_runs: str = "refuse") -> pd.DataFrame:
+def judged_frame(
+    expected: Iterable[ExpectedFigure], summary: Any, *, absent_runs: str = "refuse"
+) -> pd.DataFrame:
     """:func:`judge` as a table whose columns say what they hold: figure, source, read from, expected, your logs,
     agrees, rule."""
-    names = {"claim": "figure", "inputs": "read from", "published": "expected", "pooltk": "your logs"}
+    names = {
+        "claim": "figure",
+        "inputs": "read from",
+        "published": "expected",
+        "pooltk": "your logs",
+    }
     return judge(expected, summary, absent_runs=absent_runs).to_frame().rename(columns=names)

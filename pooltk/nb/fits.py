@@ -35,12 +35,29 @@ if TYPE_CHECKING:  # pragma: no cover
     from pooltk.memory.k3_story import K3Story
     from pooltk.memory.source import Preset
 
-__all__ = ["ANCHORED_NOT_MODELLED", "FIT_VARIANTS", "anchored_verdict", "capacity_lines", "device_choices", "fits_bars", "grouped_bars",
-           "k3_story_figure", "pr_figures", "short_source"]
+__all__ = [
+    "ANCHORED_NOT_MODELLED",
+    "FIT_VARIANTS",
+    "anchored_verdict",
+    "capacity_lines",
+    "device_choices",
+    "fits_bars",
+    "grouped_bars",
+    "k3_story_figure",
+    "pr_figures",
+    "short_source",
+]
 
 GIB = 2**30
 
-FIT_VARIANTS: tuple[str, ...] = ("stock", "stock_lazy", "lazy_released", "automodel", "tight", "live_set")
+FIT_VARIANTS: tuple[str, ...] = (
+    "stock",
+    "stock_lazy",
+    "lazy_released",
+    "automodel",
+    "tight",
+    "live_set",
+)
 """The receive-model variants a fits view draws, in drawing order (keys of :data:`pooltk.nb.style.SERIES`)."""
 
 ANCHORED_NOT_MODELLED: tuple[str, ...] = (
@@ -51,21 +68,44 @@ ANCHORED_NOT_MODELLED: tuple[str, ...] = (
 """What a fits view anchored on a reference peak leaves out ([Note: the fits model])."""
 
 
-def anchored_verdict(shape: PipelineShape, boundaries: Boundary | Sequence[Boundary], config: RingRule,
-                     device: Any, reference: ReferencePeak, *, overhead: Overhead = DEFAULT_OVERHEAD,
-                     **kwargs: Any) -> tuple[FitReport, FitsVerdict]:
+def anchored_verdict(
+    shape: PipelineShape,
+    boundaries: Boundary | Sequence[Boundary],
+    config: RingRule,
+    device: Any,
+    reference: ReferencePeak,
+    *,
+    overhead: Overhead = DEFAULT_OVERHEAD,
+    **kwargs: Any,
+) -> tuple[FitReport, FitsVerdict]:
     """The receive-buffer model anchored on ``reference``, and its verdict with ``overhead`` on ``device``.
 
     The verdict's rows are per stage (a rank under single-stage schedules) and variant of
     :data:`FIT_VARIANTS`; ``estimate_bytes`` is the anchored tensor peak. ``kwargs`` go to
     :func:`pooltk.memory.fits.fit_report`. See [Note: one verdict rule in the notebooks].
     """
-    report = fit_report(shape, boundaries if isinstance(boundaries, Boundary) else list(boundaries), config, device,
-                        reference, **kwargs)
-    rows = tuple(RankVerdict(rank=r.stage, variant=r.variant, estimate_bytes=r.peak_bytes,
-                             overhead_bytes=overhead.total_bytes, capacity_bytes=r.capacity_bytes)
-                 for r in report.rows if r.variant in FIT_VARIANTS)
-    return report, FitsVerdict(device=report.device, overhead=overhead, rows=rows, not_modelled=ANCHORED_NOT_MODELLED)
+    report = fit_report(
+        shape,
+        boundaries if isinstance(boundaries, Boundary) else list(boundaries),
+        config,
+        device,
+        reference,
+        **kwargs,
+    )
+    rows = tuple(
+        RankVerdict(
+            rank=r.stage,
+            variant=r.variant,
+            estimate_bytes=r.peak_bytes,
+            overhead_bytes=overhead.total_bytes,
+            capacity_bytes=r.capacity_bytes,
+        )
+        for r in report.rows
+        if r.variant in FIT_VARIANTS
+    )
+    return report, FitsVerdict(
+        device=report.device, overhead=overhead, rows=rows, not_modelled=ANCHORED_NOT_MODELLED
+    )
 
 
 def pr_figures(preset: Preset | None) -> dict[str, Any]:
@@ -103,11 +143,23 @@ def capacity_lines(ax: Any, verdict: FitsVerdict) -> list[Any]:
     Returns the two lines (legend handles).
     """
     dev, over = verdict.device, verdict.overhead
-    cap = ax.axhline(dev.gib, color=style.colour("capacity"), ls="--", lw=1.2, zorder=4,
-                     label=f"{dev.name} capacity {dev.gib:.2f} GiB ({short_source(dev.source)})")
+    cap = ax.axhline(
+        dev.gib,
+        color=style.colour("capacity"),
+        ls="--",
+        lw=1.2,
+        zorder=4,
+        label=f"{dev.name} capacity {dev.gib:.2f} GiB ({short_source(dev.source)})",
+    )
     usable = dev.gib - over.total_bytes / GIB
-    low = ax.axhline(usable, color=style.colour("capacity_less_overhead"), ls=":", lw=1.4, zorder=4,
-                     label=f"less the overhead {over.total_bytes / GIB:.2f} GiB: {usable:.2f} GiB ({_overhead_source(over)})")
+    low = ax.axhline(
+        usable,
+        color=style.colour("capacity_less_overhead"),
+        ls=":",
+        lw=1.4,
+        zorder=4,
+        label=f"less the overhead {over.total_bytes / GIB:.2f} GiB: {usable:.2f} GiB ({_overhead_source(over)})",
+    )
     return [cap, low]
 
 
@@ -127,13 +179,25 @@ def grouped_bars(ax: Any, frame: Any, value: str, variants: Sequence[str]) -> No
     width = 0.84 / len(variants)
     for k, variant in enumerate(variants):
         part = frame[frame.variant == variant].set_index("stage").reindex(stages)
-        ax.bar(x + (k - (len(variants) - 1) / 2) * width, part[value].fillna(0).to_numpy(), width,
-               color=style.colour(variant), label=style.label(variant))
+        ax.bar(
+            x + (k - (len(variants) - 1) / 2) * width,
+            part[value].fillna(0).to_numpy(),
+            width,
+            color=style.colour(variant),
+            label=style.label(variant),
+        )
     ax.set_xticks(x, [str(s) for s in stages])
 
 
-def fits_bars(report: FitReport, verdict: FitsVerdict, *, published: dict[str, Any] | None = None,
-              variants: Sequence[str] = FIT_VARIANTS, ax: Any = None, title: str | None = None) -> Figure:
+def fits_bars(
+    report: FitReport,
+    verdict: FitsVerdict,
+    *,
+    published: dict[str, Any] | None = None,
+    variants: Sequence[str] = FIT_VARIANTS,
+    ax: Any = None,
+    title: str | None = None,
+) -> Figure:
     """Per-stage anchored tensor peak of each variant from zero, against the capacity and the capacity less the overhead.
 
     Lines, each labelled with its source: the capacity, the capacity less the stated overhead, the
@@ -152,18 +216,35 @@ def fits_bars(report: FitReport, verdict: FitsVerdict, *, published: dict[str, A
     ax.set_ylim(0, max(frame.peak_gib.max(), dev.gib) * 1.12)
     lines = capacity_lines(ax, verdict)
     ref_gib = ref.peak_bytes / GIB
-    anchor = ax.axhline(ref_gib, color=style.colour("measured_peak"), ls="-.", lw=1.1, zorder=4,
-                        label=f"anchor: {ref.variant} peak {ref_gib:.1f} GiB on stage {report.reference_stage} "
-                              f"({short_source(ref.source)})")
+    anchor = ax.axhline(
+        ref_gib,
+        color=style.colour("measured_peak"),
+        ls="-.",
+        lw=1.1,
+        zorder=4,
+        label=f"anchor: {ref.variant} peak {ref_gib:.1f} GiB on stage {report.reference_stage} "
+        f"({short_source(ref.source)})",
+    )
     oom = (published or {}).get("oom")
     if oom is not None:
-        ax.annotate(f"{short_source(oom.source)} measured: the stock run went out of memory in step 1 "
-                    f"('by only {oom.value:g} MiB')", xy=(0.01, 0.985), xycoords="axes fraction", fontsize="x-small",
-                    color="#C44E52", ha="left", va="top")
+        ax.annotate(
+            f"{short_source(oom.source)} measured: the stock run went out of memory in step 1 "
+            f"('by only {oom.value:g} MiB')",
+            xy=(0.01, 0.985),
+            xycoords="axes fraction",
+            fontsize="x-small",
+            color="#C44E52",
+            ha="left",
+            va="top",
+        )
     ax.set_ylabel("tensor peak per stage, anchored (GiB)")
     ax.set_xlabel(f"stage (index; pp={frame.stage.nunique()})")
-    ax.set_title(title or f"does each stage fit on {dev.name}? Receive buffers modelled,\nthe rest from the anchor "
-                 "(assumed the same on every stage)", fontsize=9.5)
+    ax.set_title(
+        title
+        or f"does each stage fit on {dev.name}? Receive buffers modelled,\nthe rest from the anchor "
+        "(assumed the same on every stage)",
+        fontsize=9.5,
+    )
     if own:
         handles = [*style.legend_handles(drawn), *lines, anchor]
         style.legend_below(fig, handles, ncol=2, fontsize="x-small")
@@ -185,22 +266,41 @@ def k3_story_figure(story: K3Story, receive: Any = None) -> Figure:
     oom_source = K3_PUBLISHED["stock_oom_mib"][1]
     fig, axes = canvas.subplots(1, 2, figsize=(style.FIGURE_WIDTH_IN, 4.8), sharey=True)
     lines: list[Any] = []
-    for ax, (label, stage) in zip(axes, (("the fullest pooled stage", None), ("stage 0 (the rank that logs)", 0))):
-        ref = ReferencePeak.from_gib(peak_gib, variant="pooled", config=receive.config, stage=stage, source=peak_source)
-        report, verdict = anchored_verdict(receive.shape, list(receive.boundaries), receive.config, story.device, ref,
-                                           overhead=story.overhead)
+    for ax, (label, stage) in zip(
+        axes, (("the fullest pooled stage", None), ("stage 0 (the rank that logs)", 0))
+    ):
+        ref = ReferencePeak.from_gib(
+            peak_gib, variant="pooled", config=receive.config, stage=stage, source=peak_source
+        )
+        report, verdict = anchored_verdict(
+            receive.shape,
+            list(receive.boundaries),
+            receive.config,
+            story.device,
+            ref,
+            overhead=story.overhead,
+        )
         frame = report.to_frame()
         grouped_bars(ax, frame, "peak_gib", ("stock", "automodel"))
         lines = capacity_lines(ax, verdict)
-        measured = ax.axhline(peak_gib, color=style.colour("measured_peak"), ls="-.", lw=1.1, zorder=4,
-                              label=f"measured pooled peak {peak_gib:g} GiB ({short_source(peak_source)})")
+        measured = ax.axhline(
+            peak_gib,
+            color=style.colour("measured_peak"),
+            ls="-.",
+            lw=1.1,
+            zorder=4,
+            label=f"measured pooled peak {peak_gib:g} GiB ({short_source(peak_source)})",
+        )
         worst = verdict.worst("stock")
         ax.set_title(f"anchored on {label}:\nstock stage {worst.rank} {worst.text}", fontsize=9)
         ax.set_xlabel("stage (index)")
         ax.set_ylim(0, story.device.gib * 1.12)
     axes[0].set_ylabel("tensor peak per stage, modelled (GiB)")
-    fig.suptitle(f"Kimi-K3 2k on {story.device.name}: the PR measured stock out of memory in step 1 "
-                 f"({short_source(oom_source)}); the model, with the stated overhead", fontsize=9.5)
+    fig.suptitle(
+        f"Kimi-K3 2k on {story.device.name}: the PR measured stock out of memory in step 1 "
+        f"({short_source(oom_source)}); the model, with the stated overhead",
+        fontsize=9.5,
+    )
     handles = [*style.legend_handles(("stock", "automodel")), *lines, measured]
     style.legend_below(fig, handles, ncol=2, fontsize="x-small")
     return fig

@@ -50,7 +50,11 @@ class Marker:
     @property
     def where(self) -> str:
         """``Class.method`` or ``module.name``, for tables."""
-        return f"{self.owner}.{self.attr}" if self.owner else f"{self.module.rsplit('.', 1)[-1]}.{self.attr}"
+        return (
+            f"{self.owner}.{self.attr}"
+            if self.owner
+            else f"{self.module.rsplit('.', 1)[-1]}.{self.attr}"
+        )
 
     def defined(self) -> bool:
         """True when the installed torch defines it (never raises)."""
@@ -107,30 +111,48 @@ _TRACED_FORWARD = Marker(module=_STAGE, owner="_PipelineStage", attr="_prepare_f
 _ALLOCATE = Marker(module=_LAZY, owner="_RecvInfo", attr="allocate_buffer")
 
 FAMILIES: tuple[Family, ...] = (
-    Family(name="prepare-infra", torch="<= 2.11", releases=("2.11.0",),
-           what_pooltk_does="all M sets made while the stage infers shapes; pooltk makes only K of them",
-           makes=(Marker(module=_STAGE, owner="PipelineStage", attr="_prepare_forward_infra"), _TRACED_FORWARD,
-                  Marker(module=_STAGE, owner="_PipelineStageBase", attr="_prepare_backward_infra")),
-           stage0=Marker(module=_STAGE, owner="", attr="_RootArgPlaceholder"),
-           told_apart_by="_RecvInfo(input_name, source, buffer); no _setup_backward_recv_info",
-           note="Automodel PR #3780 puts 'the 2.12 line in current NGC containers' here: a pre-release build "
-                "(2.12.0a0+...) from before 2.12's change, not measured here; detection by feature gives it this "
-                "adapter (see [Note: the PR's 2.12 line])"),
-    Family(name="setup-recv-info", torch="2.12 - 2.14", releases=("2.12.1", "2.13.0", "2.14.1"),
-           what_pooltk_does="per-direction setup methods; pooltk makes only K sets and shares them across chunks",
-           makes=(Marker(module=_STAGE, owner="PipelineStage", attr="_setup_forward_recv_info"), _TRACED_FORWARD,
-                  Marker(module=_STAGE, owner="_PipelineStageBase", attr="_setup_backward_recv_info")),
-           stage0="_RecvInfo(..., is_root_arg=True)",
-           told_apart_by="_RecvInfo(input_name, source, buffer, tensor_meta, *, is_root_arg); "
-                         "PipelineStage._setup_forward_recv_info",
-           note="the PR says '>= 2.13'; the released 2.12.0 and 2.12.1 are already this family "
-                "(tests/compat/layouts/torch-2.12.1.json)"),
-    Family(name="lazy", torch="2.15", releases=("2.15.0",),
-           what_pooltk_does="buffers made per receive and dropped when consumed, but the last stage keeps all M "
-                            "through the schedule's kept graphs: pooltk installs the release alone (no rings)",
-           makes=(_ALLOCATE, _ALLOCATE, _ALLOCATE),
-           stage0="_RecvInfo(..., is_root_arg=True)",
-           told_apart_by="_RecvInfo.allocate_buffer / take_buffer (no buffer at setup)"),
+    Family(
+        name="prepare-infra",
+        torch="<= 2.11",
+        releases=("2.11.0",),
+        what_pooltk_does="all M sets made while the stage infers shapes; pooltk makes only K of them",
+        makes=(
+            Marker(module=_STAGE, owner="PipelineStage", attr="_prepare_forward_infra"),
+            _TRACED_FORWARD,
+            Marker(module=_STAGE, owner="_PipelineStageBase", attr="_prepare_backward_infra"),
+        ),
+        stage0=Marker(module=_STAGE, owner="", attr="_RootArgPlaceholder"),
+        told_apart_by="_RecvInfo(input_name, source, buffer); no _setup_backward_recv_info",
+        note="Automodel PR #3780 puts 'the 2.12 line in current NGC containers' here: a pre-release build "
+        "(2.12.0a0+...) from before 2.12's change, not measured here; detection by feature gives it this "
+        "adapter (see [Note: the PR's 2.12 line])",
+    ),
+    Family(
+        name="setup-recv-info",
+        torch="2.12 - 2.14",
+        releases=("2.12.1", "2.13.0", "2.14.1"),
+        what_pooltk_does="per-direction setup methods; pooltk makes only K sets and shares them across chunks",
+        makes=(
+            Marker(module=_STAGE, owner="PipelineStage", attr="_setup_forward_recv_info"),
+            _TRACED_FORWARD,
+            Marker(module=_STAGE, owner="_PipelineStageBase", attr="_setup_backward_recv_info"),
+        ),
+        stage0="_RecvInfo(..., is_root_arg=True)",
+        told_apart_by="_RecvInfo(input_name, source, buffer, tensor_meta, *, is_root_arg); "
+        "PipelineStage._setup_forward_recv_info",
+        note="the PR says '>= 2.13'; the released 2.12.0 and 2.12.1 are already this family "
+        "(tests/compat/layouts/torch-2.12.1.json)",
+    ),
+    Family(
+        name="lazy",
+        torch="2.15",
+        releases=("2.15.0",),
+        what_pooltk_does="buffers made per receive and dropped when consumed, but the last stage keeps all M "
+        "through the schedule's kept graphs: pooltk installs the release alone (no rings)",
+        makes=(_ALLOCATE, _ALLOCATE, _ALLOCATE),
+        stage0="_RecvInfo(..., is_root_arg=True)",
+        told_apart_by="_RecvInfo.allocate_buffer / take_buffer (no buffer at setup)",
+    ),
 )
 """Every family, oldest first (measured on the real wheels: docs/torch-compat.md)."""
 
@@ -140,6 +162,7 @@ def layout_rows() -> list[dict[str, str]]:
 
     Each row is ``{"": row name, <family name>: cell, ...}``; a marker cell is ``Class.method``.
     """
+
     def of(f: Family, i: int) -> Marker | str:
         return f.makes[i] if i < 3 else f.stage0
 
@@ -149,11 +172,18 @@ def layout_rows() -> list[dict[str, str]]:
         for k, f in enumerate(FAMILIES):
             x = of(f, i)
             text = x.where if isinstance(x, Marker) else x
-            if k and isinstance(x, Marker) and x == of(FAMILIES[k - 1], i):  # [Note: one method, two families]
+            if (
+                k and isinstance(x, Marker) and x == of(FAMILIES[k - 1], i)
+            ):  # [Note: one method, two families]
                 text += f" (the same method as {FAMILIES[k - 1].name}: no family of its own)"
             row[f.name] = text
         rows.append(row)
-    rows.append({"": "releases (measured)", **{f.name: f"{f.torch} ({', '.join(f.releases)})" for f in FAMILIES}})
+    rows.append(
+        {
+            "": "releases (measured)",
+            **{f.name: f"{f.torch} ({', '.join(f.releases)})" for f in FAMILIES},
+        }
+    )
     rows.append({"": "told apart by", **{f.name: f.told_apart_by for f in FAMILIES}})
     rows.append({"": "pooltk does", **{f.name: f.what_pooltk_does for f in FAMILIES}})
     rows.append({"": "note", **{f.name: f.note or "-" for f in FAMILIES}})
@@ -167,7 +197,10 @@ def markdown_table() -> str:
     for row in layout_rows():
         cells = [row[n] for n in names]
         if row[""] in ROLES:
-            cells = [f"`{c.split(' (the same', 1)[0]}`" + (" (the same" + c.split(" (the same", 1)[1] if " (the same" in c
-                                                             else "") for c in cells]
+            cells = [
+                f"`{c.split(' (the same', 1)[0]}`"
+                + (" (the same" + c.split(" (the same", 1)[1] if " (the same" in c else "")
+                for c in cells
+            ]
         lines.append(f"| {row['']} | " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines)

@@ -33,8 +33,17 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["GRADIENTS", "REUSE_CASES", "LeafReuse", "ReuseRow", "leaf_reuse", "leaf_reuse_figure", "reuse_frame",
-           "reuse_point", "reuse_point_figure"]
+__all__ = [
+    "GRADIENTS",
+    "REUSE_CASES",
+    "LeafReuse",
+    "ReuseRow",
+    "leaf_reuse",
+    "leaf_reuse_figure",
+    "reuse_frame",
+    "reuse_point",
+    "reuse_point_figure",
+]
 
 REUSE_CASES: dict[str, str] = {
     "after": "slot reused after the backward (the ring's rule)",
@@ -43,8 +52,13 @@ REUSE_CASES: dict[str, str] = {
     "bumped": "reused between forward and backward, version bumped (pooltk's guard)",
 }
 """The cases of :func:`reuse_point`: key -> what happened to the received buffer."""
-GRADIENTS: tuple[str, ...] = ("layer 1 weight", "layer 1 bias", "layer 2 weight", "layer 2 bias",
-                              "input (sent upstream)")
+GRADIENTS: tuple[str, ...] = (
+    "layer 1 weight",
+    "layer 1 bias",
+    "layer 2 weight",
+    "layer 2 bias",
+    "input (sent upstream)",
+)
 """The gradients :func:`reuse_point` compares, in order."""
 
 
@@ -65,7 +79,9 @@ class ReuseRow:
 def _stage(hidden: int) -> object:
     import torch
 
-    return torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, hidden))
+    return torch.nn.Sequential(
+        torch.nn.Linear(hidden, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, hidden)
+    )
 
 
 def reuse_point(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> list[ReuseRow]:
@@ -81,12 +97,18 @@ def reuse_point(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> list[ReuseR
 
     torch.manual_seed(seed)
     stage = _stage(hidden)
-    x_a, x_b, grad_out = torch.randn(rows, hidden), torch.randn(rows, hidden), torch.randn(rows, hidden)
+    x_a, x_b, grad_out = (
+        torch.randn(rows, hidden),
+        torch.randn(rows, hidden),
+        torch.randn(rows, hidden),
+    )
 
     def run(case: str | None) -> list[torch.Tensor] | str:
         stage.zero_grad(set_to_none=True)
         buffer = x_a.clone().requires_grad_(True)
-        out = checkpoint(stage, buffer, use_reentrant=False) if case == "before_ac" else stage(buffer)
+        out = (
+            checkpoint(stage, buffer, use_reentrant=False) if case == "before_ac" else stage(buffer)
+        )
         if case in ("before", "before_ac"):
             buffer.data.copy_(x_b)  # a receive: same storage, no version bump
         elif case == "bumped":
@@ -109,8 +131,14 @@ def reuse_point(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> list[ReuseR
             if isinstance(got, str):
                 rows_out.append(ReuseRow(case=case, gradient=name, max_abs_diff=None, error=got))
             else:
-                rows_out.append(ReuseRow(case=case, gradient=name, error=None,
-                                         max_abs_diff=float((got[i] - fresh[i]).abs().max())))
+                rows_out.append(
+                    ReuseRow(
+                        case=case,
+                        gradient=name,
+                        error=None,
+                        max_abs_diff=float((got[i] - fresh[i]).abs().max()),
+                    )
+                )
     return rows_out
 
 
@@ -122,8 +150,13 @@ def reuse_frame(rows: list[ReuseRow]) -> pd.DataFrame:
     for case, text in REUSE_CASES.items():
         mine = {r.gradient: r for r in rows if r.case == case}
         error = next((r.error for r in mine.values() if r.error), None)
-        out.append({"case": text, **{g: (f"{mine[g].max_abs_diff:.3g}" if error is None else "-") for g in GRADIENTS},
-                    "autograd": "ran" if error is None else f"refused: {error.split(':')[0]}"})
+        out.append(
+            {
+                "case": text,
+                **{g: (f"{mine[g].max_abs_diff:.3g}" if error is None else "-") for g in GRADIENTS},
+                "autograd": "ran" if error is None else f"refused: {error.split(':')[0]}",
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -138,19 +171,29 @@ def reuse_point_figure(rows: list[ReuseRow]) -> Figure:
     width = 0.8 / len(cases)
     top = 0.0
     for k, case in enumerate(cases):
-        values = [next(r.max_abs_diff for r in rows if r.case == case and r.gradient == g) for g in GRADIENTS]
+        values = [
+            next(r.max_abs_diff for r in rows if r.case == case and r.gradient == g)
+            for g in GRADIENTS
+        ]
         top = max(top, *values)
-        bars = ax.bar(x + (k - (len(cases) - 1) / 2) * width, values, width, color=style.colour(f"reuse_{case}"),
-                      label=REUSE_CASES[case])
+        bars = ax.bar(
+            x + (k - (len(cases) - 1) / 2) * width,
+            values,
+            width,
+            color=style.colour(f"reuse_{case}"),
+            label=REUSE_CASES[case],
+        )
         style.bar_value_labels(ax, bars, labels=["0" if v == 0 else f"{v:.2g}" for v in values])
     ax.set_xticks(x, list(GRADIENTS), fontsize=8)
     ax.set_ylim(0, top * 1.2 or 1)
     ax.set_xlabel("gradient of the stage (microbatch a)")
     ax.set_ylabel("max |Δ gradient| (abs.)")
     note = "; ".join(f"{REUSE_CASES[c]}: autograd refuses the backward" for c in refused)
-    ax.set_title("overwriting the received input before its backward changes the gradients "
-                 "(Δ: against a fresh buffer)\n"
-                 + (note or "every case ran"), fontsize=9.5)
+    ax.set_title(
+        "overwriting the received input before its backward changes the gradients "
+        "(Δ: against a fresh buffer)\n" + (note or "every case ran"),
+        fontsize=9.5,
+    )
     handles, _ = ax.get_legend_handles_labels()
     style.legend_below(fig, handles, ncol=1)
     return fig
@@ -180,9 +223,11 @@ def leaf_reuse(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> LeafReuse:
     try:
         from torch.distributed.pipelining._backward import stage_backward
     except ImportError as exc:  # pragma: no cover - a torch that moved it
-        raise ImportError(f"leaf_reuse: found no torch.distributed.pipelining._backward.stage_backward in torch "
-                          f"{torch.__version__}; required torch's own function to test. Fix: update this "
-                          "experiment to where the function lives now.") from exc
+        raise ImportError(
+            f"leaf_reuse: found no torch.distributed.pipelining._backward.stage_backward in torch "
+            f"{torch.__version__}; required torch's own function to test. Fix: update this "
+            "experiment to where the function lives now."
+        ) from exc
     torch.manual_seed(seed)
     layer = torch.nn.Linear(hidden, hidden)
     inputs = [torch.randn(rows, hidden) for _ in range(2)]
@@ -210,8 +255,11 @@ def leaf_reuse(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> LeafReuse:
                 sent = leaf.grad
             diffs.append(float((sent - w).abs().max()))
         out[method] = diffs
-    return LeafReuse(diff_stage_backward=tuple(out["stage_backward"]), diff_plain=tuple(out["plain"]),
-                     grad_after_stage_backward=after)
+    return LeafReuse(
+        diff_stage_backward=tuple(out["stage_backward"]),
+        diff_plain=tuple(out["plain"]),
+        grad_after_stage_backward=after,
+    )
 
 
 def leaf_reuse_figure(result: LeafReuse) -> Figure:
@@ -220,16 +268,24 @@ def leaf_reuse_figure(result: LeafReuse) -> Figure:
 
     fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.2))
     x = np.arange(2)
-    series = (("leaf_stage_backward", result.diff_stage_backward), ("leaf_plain", result.diff_plain))
+    series = (
+        ("leaf_stage_backward", result.diff_stage_backward),
+        ("leaf_plain", result.diff_plain),
+    )
     for k, (key, values) in enumerate(series):
-        bars = ax.bar(x + (k - 0.5) * 0.38, values, 0.38, color=style.colour(key), label=style.label(key))
+        bars = ax.bar(
+            x + (k - 0.5) * 0.38, values, 0.38, color=style.colour(key), label=style.label(key)
+        )
         style.bar_value_labels(ax, bars, labels=["0" if v == 0 else f"{v:.2g}" for v in values])
     ax.set_xticks(x, ["microbatch 0 (first use of the slot)", "microbatch K (the slot reused)"])
     ax.set_ylim(0, max(*result.diff_plain, *result.diff_stage_backward) * 1.25 or 1)
     ax.set_xlabel("use of one receive buffer (a leaf of the stage's autograd graph)")
     ax.set_ylabel("max |Δ grad sent| (abs.)")
-    ax.set_title(f"Δ: against a fresh leaf. torch's stage_backward sets the leaf's grad to None after each chunk (= "
-                 f"{result.grad_after_stage_backward}):\nnothing accumulates on a reused buffer", fontsize=9.5)
+    ax.set_title(
+        f"Δ: against a fresh leaf. torch's stage_backward sets the leaf's grad to None after each chunk (= "
+        f"{result.grad_after_stage_backward}):\nnothing accumulates on a reused buffer",
+        fontsize=9.5,
+    )
     handles, _ = ax.get_legend_handles_labels()
     style.legend_below(fig, handles, ncol=1)
     return fig

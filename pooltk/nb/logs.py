@@ -35,8 +35,22 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["COMPARED", "QUANTITY_AXES", "Beside", "beside_figure", "beside_published", "capacity_device", "compare_runs",
-           "device_capacity", "load_run_info", "mem_label", "per_rank", "plot_steps", "pool_by_run", "speed_pairs"]
+__all__ = [
+    "COMPARED",
+    "QUANTITY_AXES",
+    "Beside",
+    "beside_figure",
+    "beside_published",
+    "capacity_device",
+    "compare_runs",
+    "device_capacity",
+    "load_run_info",
+    "mem_label",
+    "per_rank",
+    "plot_steps",
+    "pool_by_run",
+    "speed_pairs",
+]
 
 
 def capacity_device(gib: float | None = None) -> Any:
@@ -55,6 +69,7 @@ def device_capacity(device: Any) -> Any:
 
     return DeviceCapacity(gib=device.gib, source=device.source)
 
+
 COMPARED: tuple[tuple[str, str], ...] = (
     ("tok_per_s_per_gpu", "tok/s per physical GPU, steady window"),
     ("mfu_pct", "MFU % on the FLOPs basis and peak given"),
@@ -68,7 +83,12 @@ _LABELS = {
     "tok_per_s_per_gpu": "tokens/s per physical GPU (tok/s)",
     "loss": "loss (as logged)",
 }
-_TITLES = {"step_time_s": "step time", "tok_per_s_per_gpu": "throughput", "mem_gib": "peak memory", "loss": "loss"}
+_TITLES = {
+    "step_time_s": "step time",
+    "tok_per_s_per_gpu": "throughput",
+    "mem_gib": "peak memory",
+    "loss": "loss",
+}
 _RESIDENT = ("resident", "rss", "vmhwm")
 
 
@@ -88,8 +108,13 @@ def mem_label(bases: Sequence[str]) -> str:
     return "peak device memory, as logged (GiB)"
 
 
-def plot_steps(steps: pd.DataFrame, columns: Sequence[str] = ("step_time_s", "tok_per_s_per_gpu", "mem_gib"),
-               *, hue: str = "run", title: str | None = None) -> Figure:
+def plot_steps(
+    steps: pd.DataFrame,
+    columns: Sequence[str] = ("step_time_s", "tok_per_s_per_gpu", "mem_gib"),
+    *,
+    hue: str = "run",
+    title: str | None = None,
+) -> Figure:
     """One panel per column against ``step`` (train rows), a line per run in one colour across the panels.
 
     The memory panel says what the logs measured (``mem_basis``): a process's resident memory is
@@ -98,13 +123,18 @@ def plot_steps(steps: pd.DataFrame, columns: Sequence[str] = ("step_time_s", "to
     train = steps[steps["kind"] == "train"]
     runs = [str(r) for r in dict.fromkeys(train[hue])]
     colours = style.run_colours(runs)
-    fig, axes = canvas.subplots(1, len(columns), figsize=(style.FIGURE_WIDTH_IN, 3.6), squeeze=False)
+    fig, axes = canvas.subplots(
+        1, len(columns), figsize=(style.FIGURE_WIDTH_IN, 3.6), squeeze=False
+    )
     for ax, col in zip(axes[0], columns, strict=True):
         for run in runs:
             part = train[train[hue].astype(str) == run].sort_values("step")
             ax.plot(part["step"], part[col], marker="o", ms=3.5, color=colours[run], label=run)
         if col == "mem_gib":
-            ax.set_ylabel(mem_label(list(dict.fromkeys(train["mem_basis"].dropna().astype(str)))), fontsize=8.5)
+            ax.set_ylabel(
+                mem_label(list(dict.fromkeys(train["mem_basis"].dropna().astype(str)))),
+                fontsize=8.5,
+            )
         else:
             ax.set_ylabel(_LABELS.get(col, f"{col} (as logged)"), fontsize=8.5)
         ax.set_ylim(bottom=0)
@@ -149,16 +179,37 @@ def beside_published(published: Any, summary: Any, *, capacity: Any = None) -> B
 
     from pooltk.studies.kimi_k3.claims import published_figures
 
-    rows = [{"label": r.label, "who": "published", "quantity": r.quantity, "value": r.value,
-             "approximate": bool(r.approximate), "basis": "device", "source": r.source}
-            for r in published_figures(published).itertuples()]
-    for r in (summary.runs if summary is not None else ()):
+    rows = [
+        {
+            "label": r.label,
+            "who": "published",
+            "quantity": r.quantity,
+            "value": r.value,
+            "approximate": bool(r.approximate),
+            "basis": "device",
+            "source": r.source,
+        }
+        for r in published_figures(published).itertuples()
+    ]
+    for r in summary.runs if summary is not None else ():
         mfu = r.mfu.mfu_pct if r.mfu is not None else float("nan")
-        for q, value in (("tok_per_s_per_gpu", r.tok_per_s_per_gpu), ("mfu", mfu), ("peak_mem", r.peak_mem_gib)):
+        for q, value in (
+            ("tok_per_s_per_gpu", r.tok_per_s_per_gpu),
+            ("mfu", mfu),
+            ("peak_mem", r.peak_mem_gib),
+        ):
             basis = "resident" if (q == "peak_mem" and _is_resident(r.mem_basis)) else "device"
-            rows.append({"label": str(r.run), "who": "your_runs", "quantity": q, "value": float(value),
-                         "approximate": False, "basis": basis,
-                         "source": f"{r.format} log ({r.mem_basis if q == 'peak_mem' else r.tok_per_s_per_gpu_basis})"})
+            rows.append(
+                {
+                    "label": str(r.run),
+                    "who": "your_runs",
+                    "quantity": q,
+                    "value": float(value),
+                    "approximate": False,
+                    "basis": basis,
+                    "source": f"{r.format} log ({r.mem_basis if q == 'peak_mem' else r.tok_per_s_per_gpu_basis})",
+                }
+            )
     return Beside(frame=pd.DataFrame(rows), capacity=capacity)
 
 
@@ -189,7 +240,9 @@ def beside_figure(beside: Beside) -> Figure:
     labels = list(dict.fromkeys(frame["label"]))
     who = [frame.loc[frame.label == lab, "who"].iloc[0] for lab in labels]
     y = np.arange(len(labels))
-    fig, axes = canvas.subplots(1, 3, figsize=(style.FIGURE_WIDTH_IN, 0.42 * len(labels) + 2.9), sharey=True)
+    fig, axes = canvas.subplots(
+        1, 3, figsize=(style.FIGURE_WIDTH_IN, 0.42 * len(labels) + 2.9), sharey=True
+    )
     for ax, (q, (title, axis_label)) in zip(axes, QUANTITY_AXES.items()):
         part = frame[frame.quantity == q].set_index("label").reindex(labels)
         values = part["value"].astype(float).to_numpy()
@@ -199,13 +252,20 @@ def beside_figure(beside: Beside) -> Figure:
             idx = [i for i in range(len(labels)) if who[i] == key]
             if not idx:
                 continue
-            bars = ax.barh(y[idx], np.nan_to_num(values[idx]), height=0.7, color=style.colour(key),
-                           label=style.label(key))
+            bars = ax.barh(
+                y[idx],
+                np.nan_to_num(values[idx]),
+                height=0.7,
+                color=style.colour(key),
+                label=style.label(key),
+            )
             for bar, i in zip(bars, idx):
                 if approx[i] or resident[i]:
                     bar.set_hatch("///" if approx[i] else "xx")
                     bar.set_edgecolor("white")
-            style.bar_value_labels(ax, bars, labels=[_bar_text(values[i], approx[i], resident[i]) for i in idx])
+            style.bar_value_labels(
+                ax, bars, labels=[_bar_text(values[i], approx[i], resident[i]) for i in idx]
+            )
         top = float(np.nanmax(values)) if np.isfinite(values).any() else 1.0
         if q == "peak_mem" and beside.capacity is not None:
             cap = beside.capacity.gib
@@ -219,24 +279,50 @@ def beside_figure(beside: Beside) -> Figure:
     axes[0].invert_yaxis()
     axes[0].set_ylabel("published shape or your run (name)", fontsize=9)
     mine = "your_runs" in who
-    fig.suptitle("your runs beside the published Kimi-K3 GB200 figures, on the same axes" if mine
-                 else "the published Kimi-K3 GB200 figures", fontsize=10.5)
-    handles = [Patch(facecolor=style.colour(k), label=style.label(k)) for k in ("published", "your_runs")
-               if k in who]
+    fig.suptitle(
+        "your runs beside the published Kimi-K3 GB200 figures, on the same axes"
+        if mine
+        else "the published Kimi-K3 GB200 figures",
+        fontsize=10.5,
+    )
+    handles = [
+        Patch(facecolor=style.colour(k), label=style.label(k))
+        for k in ("published", "your_runs")
+        if k in who
+    ]
     if frame["approximate"].fillna(False).astype(bool).any():
-        handles.append(Patch(facecolor=style.colour("published"), hatch="///", edgecolor="white",
-                             label="stated as approximate (~) by its source"))
+        handles.append(
+            Patch(
+                facecolor=style.colour("published"),
+                hatch="///",
+                edgecolor="white",
+                label="stated as approximate (~) by its source",
+            )
+        )
     if (frame["basis"] == "resident").any():
-        handles.append(Patch(facecolor=style.colour("your_runs"), hatch="xx", edgecolor="white",
-                             label="a process's resident memory, not device memory"))
+        handles.append(
+            Patch(
+                facecolor=style.colour("your_runs"),
+                hatch="xx",
+                edgecolor="white",
+                label="a process's resident memory, not device memory",
+            )
+        )
     if beside.capacity is not None:
         from matplotlib.lines import Line2D
 
         from pooltk.nb.fits import short_source
 
         source = short_source(beside.capacity.source)
-        handles.append(Line2D([], [], color="black", ls="--",
-                              label=f"device capacity {beside.capacity.gib:.2f} GiB (source: {source})"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="black",
+                ls="--",
+                label=f"device capacity {beside.capacity.gib:.2f} GiB (source: {source})",
+            )
+        )
     style.legend_below(fig, handles, ncol=2)
     return fig
 
@@ -253,7 +339,15 @@ def speed_pairs(summary: Any, steps: pd.DataFrame, run_info: Any) -> pd.DataFram
 
     import pandas as pd
 
-    facts = ("pp", "seq_len", "microbatches", "global_batch_size", "micro_batch_size", "hidden", "world_size")
+    facts = (
+        "pp",
+        "seq_len",
+        "microbatches",
+        "global_batch_size",
+        "micro_batch_size",
+        "hidden",
+        "world_size",
+    )
     by_run = {str(r.run): r for r in summary.runs}
     infos = dict(run_info or {})
     pool = pool_by_run(steps).assign(run=lambda f: f["run"].astype(str)).set_index("run")
@@ -288,21 +382,44 @@ def speed_pairs(summary: Any, steps: pd.DataFrame, run_info: Any) -> pd.DataFram
         together = bool(span[run][0] <= span[stock][1] and span[stock][0] <= span[run][1])
         info = infos.get(run)
         extra = (getattr(info, "extra", None) or {}) if info is not None else {}
-        cpus = (extra.get("host") or {}).get("cpus") if isinstance(extra.get("host"), dict) else None
+        cpus = (
+            (extra.get("host") or {}).get("cpus") if isinstance(extra.get("host"), dict) else None
+        )
         world = getattr(info, "world_size", None)
         per_cpu = world / cpus if cpus and world else math.nan
         config = extra.get("pool_config")
         release = config.get("release") if isinstance(config, dict) else None
         ratio = r.step_time.median_s / by_run[stock].step_time.median_s
-        rows.append({"pooled": run, "stock": stock, "step_time_ratio": ratio,
-                     "pooled_range_s": f"{ranges[run][0]:.2f}-{ranges[run][1]:.2f}",
-                     "stock_range_s": f"{ranges[stock][0]:.2f}-{ranges[stock][1]:.2f}", "ranges_overlap": overlap,
-                     "order": "at the same time" if together else "one after the other", "ranks_per_cpu": per_cpu,
-                     "release": ("not in its pool config: written before the release" if release is None
-                                 else str(release)),
-                     "why": _why(ratio, overlap, together, per_cpu, release)})
-    cols = ["pooled", "stock", "step_time_ratio", "pooled_range_s", "stock_range_s", "ranges_overlap", "order",
-            "ranks_per_cpu", "release", "why"]
+        rows.append(
+            {
+                "pooled": run,
+                "stock": stock,
+                "step_time_ratio": ratio,
+                "pooled_range_s": f"{ranges[run][0]:.2f}-{ranges[run][1]:.2f}",
+                "stock_range_s": f"{ranges[stock][0]:.2f}-{ranges[stock][1]:.2f}",
+                "ranges_overlap": overlap,
+                "order": "at the same time" if together else "one after the other",
+                "ranks_per_cpu": per_cpu,
+                "release": (
+                    "not in its pool config: written before the release"
+                    if release is None
+                    else str(release)
+                ),
+                "why": _why(ratio, overlap, together, per_cpu, release),
+            }
+        )
+    cols = [
+        "pooled",
+        "stock",
+        "step_time_ratio",
+        "pooled_range_s",
+        "stock_range_s",
+        "ranges_overlap",
+        "order",
+        "ranks_per_cpu",
+        "release",
+        "why",
+    ]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -312,16 +429,23 @@ def _why(ratio: float, overlap: bool, together: bool, per_cpu: float, release: A
         return f"not slower (pooled / stock median step time {ratio:.2f})"
     parts = [f"{100 * (ratio - 1):.0f} % slower"]
     if release is None:
-        parts.append("written before pooltk released the last stage's kept graphs: that stage then re-homed most "
-                     "of its slots every step, a fresh allocation and copy of a whole set each "
-                     "(data/validation/last_stage_rehomes_2026-12-01.csv), a cost that grows with the set's size")
-    parts.append("within the two runs' own step-to-step spread" if overlap
-                 else "beyond the two runs' own step-to-step spread")
+        parts.append(
+            "written before pooltk released the last stage's kept graphs: that stage then re-homed most "
+            "of its slots every step, a fresh allocation and copy of a whole set each "
+            "(data/validation/last_stage_rehomes_2026-12-01.csv), a cost that grows with the set's size"
+        )
+    parts.append(
+        "within the two runs' own step-to-step spread"
+        if overlap
+        else "beyond the two runs' own step-to-step spread"
+    )
     if not together:
         parts.append("they ran one after the other, each meeting whatever else the machine ran")
     if per_cpu == per_cpu and per_cpu > 1:
         parts.append(f"{per_cpu:g} ranks per CPU share cores")
-    parts.append("the pool's own cost is measured with variants alternating in one launch (benchmarks/bench_pool.py)")
+    parts.append(
+        "the pool's own cost is measured with variants alternating in one launch (benchmarks/bench_pool.py)"
+    )
     return "; ".join(parts)
 
 
@@ -341,14 +465,26 @@ def load_run_info(path: str | Path | None) -> Any:
     try:
         obj = json.loads(p.read_text(encoding="utf-8"))
     except OSError as err:
-        raise InputError("run info file", found=f"{str(p)!r} ({err.strerror or err})", required="a readable JSON file",
-                         fix="check --run-info / RUN_INFO_FILE") from None
+        raise InputError(
+            "run info file",
+            found=f"{str(p)!r} ({err.strerror or err})",
+            required="a readable JSON file",
+            fix="check --run-info / RUN_INFO_FILE",
+        ) from None
     except ValueError as err:
-        raise InputError("run info file", found=f"invalid JSON in {p} ({err})", required="a JSON object of run facts",
-                         fix='write e.g. {"world_size": 256, "pp": 8, "global_batch_size": 4096, "seq_len": 2048}') from None
+        raise InputError(
+            "run info file",
+            found=f"invalid JSON in {p} ({err})",
+            required="a JSON object of run facts",
+            fix='write e.g. {"world_size": 256, "pp": 8, "global_batch_size": 4096, "seq_len": 2048}',
+        ) from None
     if not isinstance(obj, dict):
-        raise InputError("run info file", found=f"a JSON {type(obj).__name__}", required="a JSON object",
-                         fix="one object of facts, or one object per run name")
+        raise InputError(
+            "run info file",
+            found=f"a JSON {type(obj).__name__}",
+            required="a JSON object",
+            fix="one object of facts, or one object per run name",
+        )
     if obj and all(isinstance(v, dict) for v in obj.values()):
         return {str(run): RunInfo.from_facts(facts, source=str(p)) for run, facts in obj.items()}
     return RunInfo.from_facts(obj, source=str(p))
@@ -374,7 +510,9 @@ def compare_runs(summary: Any, steps: pd.DataFrame, *, baseline: str | None = No
     frame = summary.to_frame()
     runs = [str(r) for r in frame["run"]]
     if not runs:
-        raise ValueError("compare_runs: found no run in the summary; required at least one. Fix: read some logs first.")
+        raise ValueError(
+            "compare_runs: found no run in the summary; required at least one. Fix: read some logs first."
+        )
     base = runs[0] if baseline is None else check_choice("baseline run", baseline, runs)
     ref = frame.set_index("run").loc[base]
     out = frame[["run", "format", "n_steps"]].copy()
@@ -390,10 +528,25 @@ def per_rank(steps: pd.DataFrame) -> pd.DataFrame:
     """Per run and rank, from the step table as read (where the logs name ranks): rows, step range, peak memory,
     median logged step time, mean logged per-GPU rate, and the timestamp spread of the rank's lines."""
     have = steps[steps["rank"].notna() & (steps["kind"] == "train")]
-    cols = ["run", "rank", "rows", "first_step", "last_step", "peak_mem_gib", "step_time_median_s", "tok_per_s_per_gpu_logged_mean"]
+    cols = [
+        "run",
+        "rank",
+        "rows",
+        "first_step",
+        "last_step",
+        "peak_mem_gib",
+        "step_time_median_s",
+        "tok_per_s_per_gpu_logged_mean",
+    ]
     if have.empty:
         return have.reindex(columns=cols).iloc[:0]
     g = have.groupby(["run", "rank"], observed=True)
-    out = g.agg(rows=("step", "count"), first_step=("step", "min"), last_step=("step", "max"), peak_mem_gib=("mem_gib", "max"),
-                step_time_median_s=("step_time_s", "median"), tok_per_s_per_gpu_logged_mean=("tok_per_s_per_gpu_logged", "mean"))
+    out = g.agg(
+        rows=("step", "count"),
+        first_step=("step", "min"),
+        last_step=("step", "max"),
+        peak_mem_gib=("mem_gib", "max"),
+        step_time_median_s=("step_time_s", "median"),
+        tok_per_s_per_gpu_logged_mean=("tok_per_s_per_gpu_logged", "mean"),
+    )
     return out.reset_index()[cols]

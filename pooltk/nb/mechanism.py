@@ -44,7 +44,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pooltk.analysis.lifetimes import DIRECTIONS, BufferLifetime, Direction, Overwrite, lifetimes_of, live_sets
+from pooltk.analysis.lifetimes import (
+    DIRECTIONS,
+    BufferLifetime,
+    Direction,
+    Overwrite,
+    lifetimes_of,
+    live_sets,
+)
 from pooltk.analysis.programs import Program, ScheduleAnalysisError, program
 from pooltk.analysis.rings import ring_from_live
 from pooltk import PoolConfig
@@ -109,9 +116,17 @@ class Replay:
         for rank, events in self.program.events.items():
             for e in events:
                 if e.kind in ("F", "B", "I", "W"):
-                    rows.append({"rank": rank, "stage": e.stage, "kind": e.kind, "microbatch": e.microbatch,
-                                 "position": e.step, "start": self.start[(rank, e.step)],
-                                 "end": self.end[(rank, e.step)]})
+                    rows.append(
+                        {
+                            "rank": rank,
+                            "stage": e.stage,
+                            "kind": e.kind,
+                            "microbatch": e.microbatch,
+                            "position": e.step,
+                            "start": self.start[(rank, e.step)],
+                            "end": self.end[(rank, e.step)],
+                        }
+                    )
         return pd.DataFrame(rows)
 
     def time_of_post(self, b: BufferLifetime) -> float:
@@ -143,7 +158,12 @@ def replay(
             raise ValueError(f"replay {name}: found {v!r}; required > 0.")
     prog = program(schedule, pp=pp, n_microbatches=n_microbatches)
     spans = tuple(lifetimes_of(prog))
-    durations = {"F": forward_ticks, "B": backward_ticks, "I": backward_ticks / 2, "W": backward_ticks / 2}
+    durations = {
+        "F": forward_ticks,
+        "B": backward_ticks,
+        "I": backward_ticks / 2,
+        "W": backward_ticks / 2,
+    }
     last = prog.num_stages - 1
     done: dict[tuple[str, int, int], float] = {}  # (kind, stage, microbatch) -> end time
     start: dict[tuple[int, int], float] = {}
@@ -179,13 +199,23 @@ def replay(
                 pointer[r] += 1
                 progressed = True
         if not progressed:
-            stuck = {r: prog.events[r][pointer[r]] for r in prog.events if pointer[r] < len(prog.events[r])}
+            stuck = {
+                r: prog.events[r][pointer[r]]
+                for r in prog.events
+                if pointer[r] < len(prog.events[r])
+            }
             raise ScheduleAnalysisError(
                 f"{prog.schedule}: the unit-time replay cannot make progress; ranks wait on {stuck}. "
                 "The action order is not one pooltk can draw."
             )
-    return Replay(program=prog, spans=spans, start=start, end=end,
-                  forward_ticks=forward_ticks, backward_ticks=backward_ticks)
+    return Replay(
+        program=prog,
+        spans=spans,
+        start=start,
+        end=end,
+        forward_ticks=forward_ticks,
+        backward_ticks=backward_ticks,
+    )
 
 
 def phases(rp: Replay) -> dict[int, dict[str, tuple[int, int]]]:
@@ -204,8 +234,11 @@ def phases(rp: Replay) -> dict[int, dict[str, tuple[int, int]]]:
     for stage, kinds in sorted(by_stage.items()):
         first_b = next((i for i, k in enumerate(kinds) if k != "F"), len(kinds))
         last_f = max((i for i, k in enumerate(kinds) if k == "F"), default=-1)
-        spans = {"warmup": (0, first_b - 1), "steady": (first_b, last_f),
-                 "cooldown": (max(last_f + 1, first_b), len(kinds) - 1)}
+        spans = {
+            "warmup": (0, first_b - 1),
+            "steady": (first_b, last_f),
+            "cooldown": (max(last_f + 1, first_b), len(kinds) - 1),
+        }
         out[stage] = {name: (a, b) for name, (a, b) in spans.items() if b >= a}
     return out
 
@@ -245,8 +278,10 @@ def ring_summary(rings: Rings) -> str:
 def _ring_k(rings: Rings, stage: int, direction: Direction) -> int:
     k = rings.get((stage, direction))
     if not k:
-        raise ValueError(f"rings: no ring for stage {stage} {direction}; required an integer >= 1 per receiving "
-                         "(stage, direction). Fix: build them with rings_for(pp, M, PoolConfig(...)).")
+        raise ValueError(
+            f"rings: no ring for stage {stage} {direction}; required an integer >= 1 per receiving "
+            "(stage, direction). Fix: build them with rings_for(pp, M, PoolConfig(...))."
+        )
     return k
 
 
@@ -259,14 +294,18 @@ def overwritten_receives(rp: Replay, rings: Rings) -> list[Overwrite]:
     """
     by_slot: dict[tuple[int, Direction, int], list[BufferLifetime]] = {}
     for b in rp.spans:
-        by_slot.setdefault((b.stage, b.direction, b.microbatch % _ring_k(rings, b.stage, b.direction)), []).append(b)
+        by_slot.setdefault(
+            (b.stage, b.direction, b.microbatch % _ring_k(rings, b.stage, b.direction)), []
+        ).append(b)
     found = []
     for group in by_slot.values():
         group.sort(key=lambda b: (b.post, b.microbatch))
         for i, new in enumerate(group):
             held = [old for old in group[:i] if new.post <= old.release]
             if held:
-                found.append(Overwrite(new.stage, new.direction, held[-1].microbatch, new.microbatch))
+                found.append(
+                    Overwrite(new.stage, new.direction, held[-1].microbatch, new.microbatch)
+                )
     found.sort(key=lambda o: (o.stage, DIRECTIONS.index(o.direction), o.overwritten_by))
     return found
 
@@ -281,7 +320,10 @@ def slot_table(rp: Replay, rings: Rings) -> pd.DataFrame:
     """
     import pandas as pd
 
-    over = {(o.stage, o.direction, o.overwritten_by): o.microbatch for o in overwritten_receives(rp, rings)}
+    over = {
+        (o.stage, o.direction, o.overwritten_by): o.microbatch
+        for o in overwritten_receives(rp, rings)
+    }
     label = {}
     for r, events in rp.program.events.items():
         prev = "start"
@@ -293,13 +335,21 @@ def slot_table(rp: Replay, rings: Rings) -> pd.DataFrame:
     rows = []
     for b in rp.spans:
         k = _ring_k(rings, b.stage, b.direction)
-        rows.append({
-            "stage": b.stage, "direction": b.direction, "microbatch": b.microbatch, "ring": k,
-            "slot": b.microbatch % k, "posted_after": label[(b.rank, b.post, "before")],
-            "read_by": label[(b.rank, b.consume, "self")], "freed_by": label[(b.rank, b.release, "self")],
-            "post_t": rp.time_of_post(b), "release_t": rp.time_of_release(b),
-            "overwrites": over.get((b.stage, b.direction, b.microbatch), -1),
-        })
+        rows.append(
+            {
+                "stage": b.stage,
+                "direction": b.direction,
+                "microbatch": b.microbatch,
+                "ring": k,
+                "slot": b.microbatch % k,
+                "posted_after": label[(b.rank, b.post, "before")],
+                "read_by": label[(b.rank, b.consume, "self")],
+                "freed_by": label[(b.rank, b.release, "self")],
+                "post_t": rp.time_of_post(b),
+                "release_t": rp.time_of_release(b),
+                "overwrites": over.get((b.stage, b.direction, b.microbatch), -1),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -350,9 +400,11 @@ class GuardReplay:
         if self.stop is None:
             return f"{self.schedule}: the guard passes all {self.posts_checked} receive posts"
         e = self.stop
-        return (f"{self.schedule}: the guard stops the step at post {self.posts_checked} (PoolOverrunError): stage "
-                f"{e.stage} {e.direction} slot {e.slot} of {e.ring} still owned by microbatch {e.owner}, microbatch "
-                f"{e.incoming} posting")
+        return (
+            f"{self.schedule}: the guard stops the step at post {self.posts_checked} (PoolOverrunError): stage "
+            f"{e.stage} {e.direction} slot {e.slot} of {e.ring} still owned by microbatch {e.owner}, microbatch "
+            f"{e.incoming} posting"
+        )
 
 
 def guard_replay(rp: Replay, rings: Rings) -> GuardReplay:
@@ -365,7 +417,9 @@ def guard_replay(rp: Replay, rings: Rings) -> GuardReplay:
     to one stage, so ranks are replayed one after the other.
     """
     ring_map = {(b.stage, b.direction): _ring_k(rings, b.stage, b.direction) for b in rp.spans}
-    owners: dict[tuple[int, Direction], list[int | None]] = {key: [None] * k for key, k in ring_map.items()}
+    owners: dict[tuple[int, Direction], list[int | None]] = {
+        key: [None] * k for key, k in ring_map.items()
+    }
     checked = 0
     for r in sorted(rp.program.events):
         for e in rp.program.events[r]:
@@ -375,9 +429,22 @@ def guard_replay(rp: Replay, rings: Rings) -> GuardReplay:
                 slot = e.microbatch % k
                 checked += 1
                 if slots[slot] is not None and slots[slot] != e.microbatch:
-                    stop = GuardStop(stage=e.stage, direction=key[1], slot=slot, ring=k, owner=slots[slot],
-                                     incoming=e.microbatch, rank=r, time=rp.start[(r, e.step)])
-                    return GuardReplay(schedule=rp.program.schedule, rings=ring_map, posts_checked=checked, stop=stop)
+                    stop = GuardStop(
+                        stage=e.stage,
+                        direction=key[1],
+                        slot=slot,
+                        ring=k,
+                        owner=slots[slot],
+                        incoming=e.microbatch,
+                        rank=r,
+                        time=rp.start[(r, e.step)],
+                    )
+                    return GuardReplay(
+                        schedule=rp.program.schedule,
+                        rings=ring_map,
+                        posts_checked=checked,
+                        stop=stop,
+                    )
                 slots[slot] = e.microbatch
             elif e.kind in ("B", "W") or (e.kind == "F" and rp.program.forward_only):
                 for d in DIRECTIONS:
@@ -386,7 +453,9 @@ def guard_replay(rp: Replay, rings: Rings) -> GuardReplay:
                         k = ring_map[(e.stage, d)]
                         if slots[e.microbatch % k] == e.microbatch:
                             slots[e.microbatch % k] = None
-    return GuardReplay(schedule=rp.program.schedule, rings=ring_map, posts_checked=checked, stop=None)
+    return GuardReplay(
+        schedule=rp.program.schedule, rings=ring_map, posts_checked=checked, stop=None
+    )
 
 
 # --------------------------------------------------------------------------- layouts
@@ -403,7 +472,12 @@ def layout_families() -> pd.DataFrame:
 
     found = pooltk.probe().layout
     rows = layout_rows()
-    rows.append({"": "this torch", **{f.name: ("detected here" if f.name == found else "-") for f in FAMILIES}})
+    rows.append(
+        {
+            "": "this torch",
+            **{f.name: ("detected here" if f.name == found else "-") for f in FAMILIES},
+        }
+    )
     return pd.DataFrame(rows).rename(columns={"": "receive buffers"})
 
 
@@ -435,17 +509,21 @@ class MechanismState:
         assert self.guard is not None and self.last_inputs is not None and self.rings is not None
         pp, m = self.last_inputs["pp"], self.last_inputs["microbatches"]
         kept, stock = sum(self.rings.values()), 2 * (pp - 1) * m
-        return (f"{self.last_inputs['schedule']} pp={pp} M={m} slack={self.last_inputs['slack']} "
-                f"grad_slack={self.last_inputs['grad_slack']}: rings {ring_summary(self.rings)}, the pool keeps "
-                f"{kept} of {stock} stock buffer sets; {len(self.overwrites)} receive(s) into a slot still held; "
-                f"{self.guard.line()}")
+        return (
+            f"{self.last_inputs['schedule']} pp={pp} M={m} slack={self.last_inputs['slack']} "
+            f"grad_slack={self.last_inputs['grad_slack']}: rings {ring_summary(self.rings)}, the pool keeps "
+            f"{kept} of {stock} stock buffer sets; {len(self.overwrites)} receive(s) into a slot still held; "
+            f"{self.guard.line()}"
+        )
 
 
 def explore(
     state: MechanismState, *, schedule: str, pp: int, microbatches: int, slack: int, grad_slack: int
 ) -> Replay | None:
     """One explorer update: replay ``schedule`` with the ring for ``slack``; record it in ``state``."""
-    state.last_inputs = dict(schedule=schedule, pp=pp, microbatches=microbatches, slack=slack, grad_slack=grad_slack)
+    state.last_inputs = dict(
+        schedule=schedule, pp=pp, microbatches=microbatches, slack=slack, grad_slack=grad_slack
+    )
     try:
         rp = replay(schedule, pp=pp, n_microbatches=microbatches)
         rings = rings_for(pp, microbatches, PoolConfig(slack=slack, grad_slack=grad_slack))
@@ -484,10 +562,23 @@ def explorer_controls() -> dict[str, Any]:
     style = {"description_width": "110px"}
     layout = w.Layout(width="420px")
     return {
-        "schedule": w.Dropdown(options=["1F1B", "GPipe"], value="1F1B", description="schedule", style=style,
-                               layout=layout),
-        "pp": w.IntSlider(value=4, min=2, max=8, description="pp (stages)", style=style, layout=layout),
-        "microbatches": w.IntSlider(value=8, min=2, max=24, description="microbatches M", style=style, layout=layout),
-        "slack": w.IntSlider(value=0, min=0, max=4, description="slack", style=style, layout=layout),
-        "grad_slack": w.IntSlider(value=0, min=0, max=2, description="grad slack", style=style, layout=layout),
+        "schedule": w.Dropdown(
+            options=["1F1B", "GPipe"],
+            value="1F1B",
+            description="schedule",
+            style=style,
+            layout=layout,
+        ),
+        "pp": w.IntSlider(
+            value=4, min=2, max=8, description="pp (stages)", style=style, layout=layout
+        ),
+        "microbatches": w.IntSlider(
+            value=8, min=2, max=24, description="microbatches M", style=style, layout=layout
+        ),
+        "slack": w.IntSlider(
+            value=0, min=0, max=4, description="slack", style=style, layout=layout
+        ),
+        "grad_slack": w.IntSlider(
+            value=0, min=0, max=2, description="grad slack", style=style, layout=layout
+        ),
     }

@@ -47,7 +47,14 @@ from pooltk.memory.replay.estimate import VARIANT_TITLES
 from pooltk.memory.source import Preset
 from pooltk.memory.verdict import FitsVerdict, fits_verdict
 from pooltk.nb import canvas, style
-from pooltk.nb.fits import anchored_verdict, device_choices, fits_bars, grouped_bars, pr_figures, short_source
+from pooltk.nb.fits import (
+    anchored_verdict,
+    device_choices,
+    fits_bars,
+    grouped_bars,
+    pr_figures,
+    short_source,
+)
 from pooltk.nb.whole_stage import WholeStage, explorer_models, receive_source
 from pooltk.studies.kimi_k3.presets import PRESETS, get_preset
 
@@ -68,7 +75,14 @@ __all__ = [
     "stage_bars",
 ]
 
-VARIANTS: tuple[str, ...] = ("stock", "stock_lazy", "lazy_released", "automodel", "tight", "live_set")
+VARIANTS: tuple[str, ...] = (
+    "stock",
+    "stock_lazy",
+    "lazy_released",
+    "automodel",
+    "tight",
+    "live_set",
+)
 """The variants the per-stage bars and the fits view draw, in drawing order (keys of :data:`pooltk.nb.style.SERIES`)."""
 VARIANT_LABELS: dict[str, str] = {key: style.label(key) for key in VARIANTS}
 """Legend label of each variant (from the one series map)."""
@@ -93,8 +107,12 @@ def stage_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None) 
     ax.set_ylim(0, per_stage["gib"].max() * 1.08)
     ax.set_ylabel("receive buffers per stage (GiB)")
     ax.set_xlabel(f"stage (index; pp={shape.pp}, M={shape.n_microbatches}, {shape.schedule})")
-    ax.set_title(title or f"receive buffers per stage, both directions: slack {cfg.slack} (Automodel's ring and "
-                 f"pooltk's), grad slack {cfg.grad_slack} (pooltk)", fontsize=10)
+    ax.set_title(
+        title
+        or f"receive buffers per stage, both directions: slack {cfg.slack} (Automodel's ring and "
+        f"pooltk's), grad slack {cfg.grad_slack} (pooltk)",
+        fontsize=10,
+    )
     if own:
         handles, _ = ax.get_legend_handles_labels()
         style.legend_below(fig, handles, ncol=3)
@@ -118,12 +136,25 @@ def slack_heatmap(
         fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.42 * shape.pp + 2.2))
     else:
         fig = ax.figure
-    sns.heatmap(grid, annot=True, fmt=".1f", cmap="viridis", cbar_kws={"label": "pooled receive buffers (GiB)"},
-                ax=ax)
-    ring = "Automodel's ring size" if config.policy == "automodel" else f"pooltk tight, grad slack {config.grad_slack}"
+    sns.heatmap(
+        grid,
+        annot=True,
+        fmt=".1f",
+        cmap="viridis",
+        cbar_kws={"label": "pooled receive buffers (GiB)"},
+        ax=ax,
+    )
+    ring = (
+        "Automodel's ring size"
+        if config.policy == "automodel"
+        else f"pooltk tight, grad slack {config.grad_slack}"
+    )
     stock = sweep[sweep.stage == middle_stage(shape.pp)].stock_gib.iloc[0]
-    ax.set_title(f"pooled receive buffers per stage as the slack grows ({ring}); stock: {stock:.1f} GiB on the middle "
-                 "stage", fontsize=10)
+    ax.set_title(
+        f"pooled receive buffers per stage as the slack grows ({ring}); stock: {stock:.1f} GiB on the middle "
+        "stage",
+        fontsize=10,
+    )
     ax.set_xlabel("forward slack (buffer sets beyond the live set)")
     ax.set_ylabel("stage (index)")
     fig.tight_layout()
@@ -200,7 +231,9 @@ def explorer_sources() -> dict[str, Preset]:
     return out
 
 
-def _origin(state: ExplorerState, preset: str, config_path: str | None, overrides: Overrides) -> Preset:
+def _origin(
+    state: ExplorerState, preset: str, config_path: str | None, overrides: Overrides
+) -> Preset:
     if config_path:  # named by its path (what the user typed), not by the reader's guess
         return dataclasses.replace(load_config(config_path, overrides), name=str(config_path))
     if preset in explorer_models():
@@ -216,11 +249,18 @@ def _set_bytes(p: Preset) -> int:
 
 def _boundary_note(origin: Preset, q: Preset, boundaries: Sequence[Boundary], opaque: bool) -> str:
     sizes = sorted({b.forward_bytes for b in boundaries})
-    size = (f"{sizes[0] / 2**20:,.1f} MiB a set" if len(sizes) == 1
-            else f"{sizes[0] / 2**20:,.1f} to {sizes[-1] / 2**20:,.1f} MiB a set, boundary by boundary")
+    size = (
+        f"{sizes[0] / 2**20:,.1f} MiB a set"
+        if len(sizes) == 1
+        else f"{sizes[0] / 2**20:,.1f} to {sizes[-1] / 2**20:,.1f} MiB a set, boundary by boundary"
+    )
     if opaque:
         return f"boundary: {size}, opaque (boundary MiB / set replaces {q.name}'s tensors)"
-    what = " + ".join(t.name or "unnamed" for t in boundaries[0].activations) if boundaries else "nothing"
+    what = (
+        " + ".join(t.name or "unnamed" for t in boundaries[0].activations)
+        if boundaries
+        else "nothing"
+    )
     note = f"boundary: {size} ({what}) from {q.name}"
     if q is not origin and "dropped as another model's calibration" in q.assumption:
         note += "; " + q.assumption.rsplit("; ", 1)[-1].rstrip(".") + " (no calibration carried)"
@@ -234,34 +274,59 @@ def _log_peak(path: str) -> tuple[float, str]:
     steps = read_logs(path).steps
     mem = steps["mem_gib"].dropna() if "mem_gib" in steps else None
     if mem is None or mem.empty:
-        raise MemoryModelError("reference log", found=f"{path}: no peak memory (mem_gib) in its steps",
-                               required="an Automodel or torchtitan training log that reports peak memory",
-                               fix="give another log, or type the peak in GiB.")
+        raise MemoryModelError(
+            "reference log",
+            found=f"{path}: no peak memory (mem_gib) in its steps",
+            required="an Automodel or torchtitan training log that reports peak memory",
+            fix="give another log, or type the peak in GiB.",
+        )
     basis = str(steps.loc[mem.idxmax(), "mem_basis"]) if "mem_basis" in steps else "peak"
     return float(mem.max()), basis
 
 
-def _replay_hint(state: ExplorerState, origin: Preset, q: Preset, config_path: str | None, device: str) -> str:
+def _replay_hint(
+    state: ExplorerState, origin: Preset, q: Preset, config_path: str | None, device: str
+) -> str:
     shape = q.shape
     if config_path:
-        rows = q.boundary.activations[0].shape[-3] if len(q.boundary.activations[0].shape) >= 3 else 1
-        return (f"pooltk memory --estimate --config {config_path} --pp {shape.pp} --microbatches {shape.n_microbatches} "
-                f"--micro-batch {rows} --seq-len {q.seq_len} --capacity {device}")
+        rows = (
+            q.boundary.activations[0].shape[-3] if len(q.boundary.activations[0].shape) >= 3 else 1
+        )
+        return (
+            f"pooltk memory --estimate --config {config_path} --pp {shape.pp} --microbatches {shape.n_microbatches} "
+            f"--micro-batch {rows} --seq-len {q.seq_len} --capacity {device}"
+        )
     models = explorer_models()
-    named = models.get(origin.name) or (state.replayed.named if state.replayed is not None
-                                        and state.replayed.named.name == origin.name else None)
+    named = models.get(origin.name) or (
+        state.replayed.named
+        if state.replayed is not None and state.replayed.named.name == origin.name
+        else None
+    )
     if named is not None:
         if q is origin:
             return f"pooltk memory --estimate --preset {named.name} --capacity {device}"
-        return (f"whole_stage.whole_stage_estimate({named.name!r}, microbatches={shape.n_microbatches}, "
-                f"seq_len={q.seq_len}), passed as ExplorerState(replayed=...)")
-    return ("pooltk builds no model of Kimi-K3's own layers; its published widths replay as "
-            "pooltk memory --estimate --preset kimi-k3-gb200-2k --capacity " + device)
+        return (
+            f"whole_stage.whole_stage_estimate({named.name!r}, microbatches={shape.n_microbatches}, "
+            f"seq_len={q.seq_len}), passed as ExplorerState(replayed=...)"
+        )
+    return (
+        "pooltk builds no model of Kimi-K3's own layers; its published widths replay as "
+        "pooltk memory --estimate --preset kimi-k3-gb200-2k --capacity " + device
+    )
 
 
-def _fits(state: ExplorerState, origin: Preset, q: Preset, model: MemoryModel, boundaries: Sequence[Boundary],
-          device: str | None, reference_peak_gib: float | None, reference_log: str | None, reference_variant: str,
-          config_path: str | None) -> None:
+def _fits(
+    state: ExplorerState,
+    origin: Preset,
+    q: Preset,
+    model: MemoryModel,
+    boundaries: Sequence[Boundary],
+    device: str | None,
+    reference_peak_gib: float | None,
+    reference_log: str | None,
+    reference_variant: str,
+    config_path: str | None,
+) -> None:
     state.fits = state.fits_report = state.fits_basis = state.fits_note = None
     if not device or device == "none":
         state.fits_note = "no device chosen"
@@ -270,35 +335,60 @@ def _fits(state: ExplorerState, origin: Preset, q: Preset, model: MemoryModel, b
     reference = None
     try:
         if reference_peak_gib:
-            reference = ReferencePeak.from_gib(reference_peak_gib, variant=reference_variant, config=model.config,
-                                               source="your peak (explorer field)")
+            reference = ReferencePeak.from_gib(
+                reference_peak_gib,
+                variant=reference_variant,
+                config=model.config,
+                source="your peak (explorer field)",
+            )
         elif reference_log:
             gib, basis = _log_peak(reference_log)
-            reference = ReferencePeak.from_gib(gib, variant=reference_variant, config=model.config,
-                                               source=f"your run log {reference_log} ({basis})")
+            reference = ReferencePeak.from_gib(
+                gib,
+                variant=reference_variant,
+                config=model.config,
+                source=f"your run log {reference_log} ({basis})",
+            )
     except (MemoryModelError, OSError, ValueError) as exc:
         state.fits_note = f"reference: {exc}"
         return
-    if reference is None and state.replayed is not None and state.replayed.matches(origin.name, q.shape, boundaries):
+    if (
+        reference is None
+        and state.replayed is not None
+        and state.replayed.matches(origin.name, q.shape, boundaries)
+    ):
         state.fits = fits_verdict(state.replayed.estimate, dev)
-        state.fits_basis = f"the whole-stage replay of {state.replayed.named.name} ({state.replayed.scale})"
+        state.fits_basis = (
+            f"the whole-stage replay of {state.replayed.named.name} ({state.replayed.scale})"
+        )
         return
     if reference is None:
         figure = published_peak(q)
         if figure is None:
-            why = (f"{origin.name}'s published peak describes its own run, not this one (not carried)"
-                   if published_peak(origin) is not None else f"{q.name} has no published peak")
-            state.fits_note = (f"no reference peak for {q.name!r}: {why}. Give your run's peak (GiB) or a run log, "
-                               f"or replay the whole stage: {_replay_hint(state, origin, q, config_path, dev.name)}")
+            why = (
+                f"{origin.name}'s published peak describes its own run, not this one (not carried)"
+                if published_peak(origin) is not None
+                else f"{q.name} has no published peak"
+            )
+            state.fits_note = (
+                f"no reference peak for {q.name!r}: {why}. Give your run's peak (GiB) or a run log, "
+                f"or replay the whole stage: {_replay_hint(state, origin, q, config_path, dev.name)}"
+            )
             return
-        reference = ReferencePeak.from_gib(figure.value, variant="pooled", config=q.config, source=figure.source)
+        reference = ReferencePeak.from_gib(
+            figure.value, variant="pooled", config=q.config, source=figure.source
+        )
     try:
-        state.fits_report, state.fits = anchored_verdict(q.shape, list(boundaries), model.config, dev, reference)
+        state.fits_report, state.fits = anchored_verdict(
+            q.shape, list(boundaries), model.config, dev, reference
+        )
     except MemoryModelError as exc:
         state.fits_note = f"reference: {exc}"
         return
-    state.fits_basis = (f"anchored on {reference.peak_bytes / 2**30:.1f} GiB, a {reference.variant} peak "
-                        f"({short_source(reference.source)}); receive buffers modelled")
+    state.fits_basis = (
+        f"anchored on {reference.peak_bytes / 2**30:.1f} GiB, a {reference.variant} peak "
+        f"({short_source(reference.source)}); receive buffers modelled"
+    )
 
 
 def explore(
@@ -335,24 +425,59 @@ def explore(
     ``state.last_error`` and return ``None``.
     """
     state.last_inputs = dict(
-        preset=preset, pp=pp, microbatches=microbatches, slack=slack, grad_slack=grad_slack, policy=policy,
-        boundary_mib=boundary_mib, config_path=config_path, rows=rows, seq_len=seq_len, hidden=hidden, dtype=dtype,
-        device=device, reference_peak_gib=reference_peak_gib, reference_log=reference_log,
+        preset=preset,
+        pp=pp,
+        microbatches=microbatches,
+        slack=slack,
+        grad_slack=grad_slack,
+        policy=policy,
+        boundary_mib=boundary_mib,
+        config_path=config_path,
+        rows=rows,
+        seq_len=seq_len,
+        hidden=hidden,
+        dtype=dtype,
+        device=device,
+        reference_peak_gib=reference_peak_gib,
+        reference_log=reference_log,
         reference_variant=reference_variant,
     )
     try:
         if reference_variant not in ("stock", "pooled"):
-            raise MemoryModelError("reference variant", found=repr(reference_variant), required="'stock' or 'pooled'",
-                                   fix="say whether your reference run was stock torch or pooled with this config.")
-        overrides = Overrides(pp=pp, microbatches=microbatches, micro_batch=rows, seq_len=seq_len, hidden=hidden, dtype=dtype)
+            raise MemoryModelError(
+                "reference variant",
+                found=repr(reference_variant),
+                required="'stock' or 'pooled'",
+                fix="say whether your reference run was stock torch or pooled with this config.",
+            )
+        overrides = Overrides(
+            pp=pp,
+            microbatches=microbatches,
+            micro_batch=rows,
+            seq_len=seq_len,
+            hidden=hidden,
+            dtype=dtype,
+        )
         origin = _origin(state, preset, config_path, overrides)
-        q = origin.resized(pp=pp, microbatches=microbatches, rows=rows, seq_len=seq_len, hidden=hidden, dtype=dtype)
+        q = origin.resized(
+            pp=pp, microbatches=microbatches, rows=rows, seq_len=seq_len, hidden=hidden, dtype=dtype
+        )
         boundaries: list[Boundary] = list(q.boundaries_for(q.shape))
         opaque = False
-        if boundary_mib is not None and round(boundary_mib * 2**20) not in (_set_bytes(origin), _set_bytes(q)):
+        if boundary_mib is not None and round(boundary_mib * 2**20) not in (
+            _set_bytes(origin),
+            _set_bytes(q),
+        ):
             if not boundary_mib > 0:
-                raise MemoryModelError("boundary MiB", found=repr(boundary_mib), required="> 0", fix="pick a positive size.")
-            boundaries = [Boundary.opaque(round(boundary_mib * 2**20), name="boundary_from_widget")] * (q.shape.num_stages - 1)
+                raise MemoryModelError(
+                    "boundary MiB",
+                    found=repr(boundary_mib),
+                    required="> 0",
+                    fix="pick a positive size.",
+                )
+            boundaries = [
+                Boundary.opaque(round(boundary_mib * 2**20), name="boundary_from_widget")
+            ] * (q.shape.num_stages - 1)
             opaque = True
         config = RingRule(slack=slack, grad_slack=grad_slack, policy=policy)  # type: ignore[arg-type]
         # The closed forms equal the walked live sets for 1F1B and GPipe (tests/memory prove it
@@ -361,8 +486,18 @@ def explore(
         model = model_memory(q.shape, boundaries, config, live_source="formula")
         state.origin, state.source = origin, q
         state.boundary_note = _boundary_note(origin, q, boundaries, opaque)
-        _fits(state, origin, q, model, boundaries, device, reference_peak_gib, reference_log, reference_variant,
-              config_path)
+        _fits(
+            state,
+            origin,
+            q,
+            model,
+            boundaries,
+            device,
+            reference_peak_gib,
+            reference_log,
+            reference_variant,
+            config_path,
+        )
     except ValueError as exc:  # MemoryModelError, ConfigKeyError and RingRule's ValueError
         state.last_result, state.last_error = None, str(exc)
         state.fits = state.fits_report = state.fits_basis = None
@@ -391,8 +526,10 @@ def explorer_lines(state: ExplorerState) -> list[str]:
         out.append("  " + state.boundary_note)
     if state.fits is not None:
         f = state.fits
-        out.append(f"  fits on {f.device.name} ({f.device.gib:.2f} GiB, {short_source(f.device.source)}), tensor peak + "
-                   f"{f.overhead.total_bytes / 2**30:.2f} GiB stated overhead; {state.fits_basis}:")
+        out.append(
+            f"  fits on {f.device.name} ({f.device.gib:.2f} GiB, {short_source(f.device.source)}), tensor peak + "
+            f"{f.overhead.total_bytes / 2**30:.2f} GiB stated overhead; {state.fits_basis}:"
+        )
         titles = VARIANT_LABELS if state.fits_report is not None else VARIANT_TITLES
         out += [f"    {titles.get(v, v)}: fullest {text}" for v, text in f.summary().items()]
     elif state.fits_note:
@@ -453,40 +590,123 @@ def explorer_controls(preset: str | None = None) -> dict[str, Any]:
     layout = w.Layout(width="540px")
 
     def hidden_tensor(q: Preset) -> Any:
-        return next((x for x in q.boundary.activations if x.name == "hidden_states"), q.boundary.activations[0])
+        return next(
+            (x for x in q.boundary.activations if x.name == "hidden_states"),
+            q.boundary.activations[0],
+        )
 
     t = hidden_tensor(p)
     controls: dict[str, Any] = {
-        "preset": w.Dropdown(options=list(dict.fromkeys([*sources, p.name])), value=p.name, description="preset or model",
-                             style=wide, layout=layout),
-        "config_path": w.Text(value="", placeholder="path to an Automodel YAML or config.json (Enter)",
-                              description="config file", continuous_update=False, style=wide, layout=layout),
+        "preset": w.Dropdown(
+            options=list(dict.fromkeys([*sources, p.name])),
+            value=p.name,
+            description="preset or model",
+            style=wide,
+            layout=layout,
+        ),
+        "config_path": w.Text(
+            value="",
+            placeholder="path to an Automodel YAML or config.json (Enter)",
+            description="config file",
+            continuous_update=False,
+            style=wide,
+            layout=layout,
+        ),
         # pp and M re-walk the schedule for an unseen shape (up to ~1 s at N=16, M=256): update on release.
-        "pp": w.IntSlider(value=p.shape.pp, min=2, max=16, description="pp (stages)", continuous_update=False,
-                          style=wide, layout=layout),
-        "microbatches": w.IntSlider(value=p.shape.n_microbatches, min=1, max=256, description="microbatches M",
-                                    continuous_update=False, style=wide, layout=layout),
-        "rows": w.BoundedIntText(value=t.shape[-3] if len(t.shape) >= 3 else 1, min=1, max=1024,
-                                 description="rows / microbatch", style=wide, layout=layout),
-        "seq_len": w.BoundedIntText(value=p.seq_len, min=1, max=2**22, description="seq (tokens / row)", style=wide,
-                                    layout=layout),
-        "hidden": w.BoundedIntText(value=p.hidden, min=1, max=2**20, description="hidden", style=wide, layout=layout),
-        "dtype": w.Dropdown(options=list(DTYPE_BYTES), value=t.dtype, description="dtype", style=wide, layout=layout),
-        "slack": w.IntSlider(value=p.config.slack, min=0, max=8, description="slack", style=wide, layout=layout),
-        "grad_slack": w.IntSlider(value=p.config.grad_slack, min=0, max=4, description="grad slack (tight)", style=wide,
-                                  layout=layout),
-        "policy": w.Dropdown(options=["automodel", "tight"], value=p.config.policy, description="policy", style=wide,
-                             layout=layout),
+        "pp": w.IntSlider(
+            value=p.shape.pp,
+            min=2,
+            max=16,
+            description="pp (stages)",
+            continuous_update=False,
+            style=wide,
+            layout=layout,
+        ),
+        "microbatches": w.IntSlider(
+            value=p.shape.n_microbatches,
+            min=1,
+            max=256,
+            description="microbatches M",
+            continuous_update=False,
+            style=wide,
+            layout=layout,
+        ),
+        "rows": w.BoundedIntText(
+            value=t.shape[-3] if len(t.shape) >= 3 else 1,
+            min=1,
+            max=1024,
+            description="rows / microbatch",
+            style=wide,
+            layout=layout,
+        ),
+        "seq_len": w.BoundedIntText(
+            value=p.seq_len,
+            min=1,
+            max=2**22,
+            description="seq (tokens / row)",
+            style=wide,
+            layout=layout,
+        ),
+        "hidden": w.BoundedIntText(
+            value=p.hidden, min=1, max=2**20, description="hidden", style=wide, layout=layout
+        ),
+        "dtype": w.Dropdown(
+            options=list(DTYPE_BYTES), value=t.dtype, description="dtype", style=wide, layout=layout
+        ),
+        "slack": w.IntSlider(
+            value=p.config.slack, min=0, max=8, description="slack", style=wide, layout=layout
+        ),
+        "grad_slack": w.IntSlider(
+            value=p.config.grad_slack,
+            min=0,
+            max=4,
+            description="grad slack (tight)",
+            style=wide,
+            layout=layout,
+        ),
+        "policy": w.Dropdown(
+            options=["automodel", "tight"],
+            value=p.config.policy,
+            description="policy",
+            style=wide,
+            layout=layout,
+        ),
         # A text field, not a slider: a slider's step would round the set size the dimensions give.
-        "boundary_mib": w.BoundedFloatText(value=_set_bytes(p) / 2**20, min=0.0, max=2.0**20,
-                                           description="boundary MiB / set", style=wide, layout=layout),
-        "device": w.Dropdown(options=device_choices(), value="gb200", description="device", style=wide, layout=layout),
-        "reference_peak_gib": w.BoundedFloatText(value=0.0, min=0.0, max=1e4, step=0.1,
-                                                 description="your peak GiB (0: none)", style=wide, layout=layout),
-        "reference_log": w.Text(value="", placeholder="your run log (Automodel / torchtitan) for its peak (Enter)",
-                                description="your run log", continuous_update=False, style=wide, layout=layout),
-        "reference_variant": w.Dropdown(options=[("stock torch", "stock"), ("pooled, this config", "pooled")],
-                                        value="stock", description="your run was", style=wide, layout=layout),
+        "boundary_mib": w.BoundedFloatText(
+            value=_set_bytes(p) / 2**20,
+            min=0.0,
+            max=2.0**20,
+            description="boundary MiB / set",
+            style=wide,
+            layout=layout,
+        ),
+        "device": w.Dropdown(
+            options=device_choices(), value="gb200", description="device", style=wide, layout=layout
+        ),
+        "reference_peak_gib": w.BoundedFloatText(
+            value=0.0,
+            min=0.0,
+            max=1e4,
+            step=0.1,
+            description="your peak GiB (0: none)",
+            style=wide,
+            layout=layout,
+        ),
+        "reference_log": w.Text(
+            value="",
+            placeholder="your run log (Automodel / torchtitan) for its peak (Enter)",
+            description="your run log",
+            continuous_update=False,
+            style=wide,
+            layout=layout,
+        ),
+        "reference_variant": w.Dropdown(
+            options=[("stock torch", "stock"), ("pooled, this config", "pooled")],
+            value="stock",
+            description="your run was",
+            style=wide,
+            layout=layout,
+        ),
     }
     current: dict[str, Preset] = {"origin": p}
 
@@ -518,8 +738,12 @@ def explorer_controls(preset: str | None = None) -> dict[str, Any]:
 
     def _resize(change: dict[str, Any]) -> None:
         try:
-            q = current["origin"].resized(rows=controls["rows"].value, seq_len=controls["seq_len"].value,
-                                          hidden=controls["hidden"].value, dtype=controls["dtype"].value)
+            q = current["origin"].resized(
+                rows=controls["rows"].value,
+                seq_len=controls["seq_len"].value,
+                hidden=controls["hidden"].value,
+                dtype=controls["dtype"].value,
+            )
         except ValueError:
             return  # explore() records the error for the cell to print
         controls["boundary_mib"].value = _set_bytes(q) / 2**20
@@ -540,26 +764,44 @@ def measured_vs_modelled_figure(table: Any) -> Figure:
     import numpy as np
 
     shapes = list(dict.fromkeys(table["shape"]))
-    fig, axes = canvas.subplots(1, len(shapes), figsize=(style.FIGURE_WIDTH_IN, 4.2), sharey=True, squeeze=False)
+    fig, axes = canvas.subplots(
+        1, len(shapes), figsize=(style.FIGURE_WIDTH_IN, 4.2), sharey=True, squeeze=False
+    )
     top = float(table["saving_max_mib"].max()) * 1.22
     for ax, shape in zip(axes[0], shapes):
         part = table[table["shape"] == shape]
         x = part["stage"].to_numpy()
-        ax.bar(x - 0.2, part["modelled_saving_mib"], width=0.4, color=style.colour("modelled"),
-               label="modelled (receive buffers the pool does not make)")
-        err = [part["measured_saving_mib"] - part["saving_min_mib"], part["saving_max_mib"] - part["measured_saving_mib"]]
-        bars = ax.bar(x + 0.2, part["measured_saving_mib"], width=0.4, yerr=err, capsize=3,
-                      color=style.colour("measured"), label="measured (peak resident memory, stock - pooled)")
+        ax.bar(
+            x - 0.2,
+            part["modelled_saving_mib"],
+            width=0.4,
+            color=style.colour("modelled"),
+            label="modelled (receive buffers the pool does not make)",
+        )
+        err = [
+            part["measured_saving_mib"] - part["saving_min_mib"],
+            part["saving_max_mib"] - part["measured_saving_mib"],
+        ]
+        bars = ax.bar(
+            x + 0.2,
+            part["measured_saving_mib"],
+            width=0.4,
+            yerr=err,
+            capsize=3,
+            color=style.colour("measured"),
+            label="measured (peak resident memory, stock - pooled)",
+        )
         style.bar_value_labels(ax, bars, labels=[f"{r:+.1%}" for r in part["relative_difference"]])
         ax.set_title(shape.replace(" 2x", "\n2x"), fontsize=8.5)
         ax.set_xlabel("stage (index)")
         ax.set_xticks(x)
         ax.set_ylim(0, top)
     axes[0][0].set_ylabel("saved per stage (MiB)")
-    fig.suptitle("the pool's saving per stage: modelled vs measured in each rank's resident memory "
-                 "(pp4 1F1B, gloo, slack 2; label: measured vs modelled)", fontsize=9.5)
+    fig.suptitle(
+        "the pool's saving per stage: modelled vs measured in each rank's resident memory "
+        "(pp4 1F1B, gloo, slack 2; label: measured vs modelled)",
+        fontsize=9.5,
+    )
     handles, _ = axes[0][0].get_legend_handles_labels()
     style.legend_below(fig, handles, ncol=1)
     return fig
-
-

@@ -25,8 +25,21 @@ from typing import TYPE_CHECKING, Any
 
 from pooltk import PoolConfig, PoolOverrunError
 from pooltk.nb import canvas, style
-from pooltk.parity import ParityRankError, ParityReport, ParitySpec, ParityTimeoutError, default_variants, run_parity
-from pooltk.parity.controls import CONTROLS, ControlOutcome, NegativeControls, control_variants, run_negative_controls
+from pooltk.parity import (
+    ParityRankError,
+    ParityReport,
+    ParitySpec,
+    ParityTimeoutError,
+    default_variants,
+    run_parity,
+)
+from pooltk.parity.controls import (
+    CONTROLS,
+    ControlOutcome,
+    NegativeControls,
+    control_variants,
+    run_negative_controls,
+)
 from pooltk.parity.tables import bytes_frame, stock_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,7 +71,9 @@ __all__ = [
     "three_way_frame",
 ]
 
-DEFAULTS: dict[str, Any] = dict(pp=4, microbatches=8, steps=2, slack=2, grad_slack=1, frontend="manual")
+DEFAULTS: dict[str, Any] = dict(
+    pp=4, microbatches=8, steps=2, slack=2, grad_slack=1, frontend="manual"
+)
 """The widget defaults: a pp4 launch that finishes in seconds (startup dominates)."""
 
 
@@ -95,12 +110,18 @@ class ParitySummary:
         return self.stock_bytes - self.pooled_bytes
 
     def line(self) -> str:
-        verdict = "BITWISE EQUAL" if self.bitwise_equal else f"NOT EQUAL (max |dparam| {self.params_max_abs_diff:.3g})"
-        return (f"pp{self.pp} x {self.microbatches} microbatches x {self.steps} steps, {self.config}: {verdict}; "
-                f"receive buffers {self.stock_bytes / 2**10:,.0f} KiB stock -> {self.pooled_bytes / 2**10:,.0f} KiB "
-                f"pooled (saved {self.saved_bytes / 2**10:,.0f} KiB, "
-                f"model {'matches' if self.matches_model else 'DIFFERS'}); "
-                f"wall {self.wall_s:.1f} s")
+        verdict = (
+            "BITWISE EQUAL"
+            if self.bitwise_equal
+            else f"NOT EQUAL (max |dparam| {self.params_max_abs_diff:.3g})"
+        )
+        return (
+            f"pp{self.pp} x {self.microbatches} microbatches x {self.steps} steps, {self.config}: {verdict}; "
+            f"receive buffers {self.stock_bytes / 2**10:,.0f} KiB stock -> {self.pooled_bytes / 2**10:,.0f} KiB "
+            f"pooled (saved {self.saved_bytes / 2**10:,.0f} KiB, "
+            f"model {'matches' if self.matches_model else 'DIFFERS'}); "
+            f"wall {self.wall_s:.1f} s"
+        )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -119,8 +140,16 @@ class ParityState:
     """Every successful run's headline, in order."""
 
 
-def parity_spec(*, pp: int, microbatches: int, steps: int, slack: int, grad_slack: int = 1,
-                frontend: str = "manual", timeout_s: float = 180.0) -> ParitySpec:
+def parity_spec(
+    *,
+    pp: int,
+    microbatches: int,
+    steps: int,
+    slack: int,
+    grad_slack: int = 1,
+    frontend: str = "manual",
+    timeout_s: float = 180.0,
+) -> ParitySpec:
     """Stock vs pooled (one config) under 1F1B for ``frontend`` (``manual``, ``tracing`` or ``both``).
 
     Raises:
@@ -128,24 +157,36 @@ def parity_spec(*, pp: int, microbatches: int, steps: int, slack: int, grad_slac
     """
     from pooltk.memory.model import PipelineShape
 
-    PipelineShape(pp=pp, n_microbatches=microbatches, schedule="1f1b")  # M >= pp, positive sizes: clear errors
+    PipelineShape(
+        pp=pp, n_microbatches=microbatches, schedule="1f1b"
+    )  # M >= pp, positive sizes: clear errors
     config = PoolConfig(slack=slack, grad_slack=grad_slack)
     if frontend not in ("manual", "tracing", "both"):
         raise ValueError(f"frontend: found {frontend!r}; required 'manual', 'tracing' or 'both'.")
     frontends = ("manual", "tracing") if frontend == "both" else (frontend,)
-    return ParitySpec(pp=pp, microbatches=microbatches, steps=steps, timeout_s=timeout_s,
-                      variants=default_variants([config], frontends=frontends))
+    return ParitySpec(
+        pp=pp,
+        microbatches=microbatches,
+        steps=steps,
+        timeout_s=timeout_s,
+        variants=default_variants([config], frontends=frontends),
+    )
 
 
 def _summarise(report: ParityReport, config: PoolConfig) -> ParitySummary:
     frame = bytes_frame(report)
     pooled = [v for v in report.variants if v.pooled]
     return ParitySummary(
-        pp=report.spec.pp, microbatches=report.spec.microbatches, steps=report.spec.steps, config=config.describe(),
+        pp=report.spec.pp,
+        microbatches=report.spec.microbatches,
+        steps=report.spec.steps,
+        config=config.describe(),
         bitwise_equal=report.bitwise_equal,
         params_max_abs_diff=max((v.params_max_abs_diff or 0.0) for v in pooled) if pooled else 0.0,
-        stock_bytes=int(frame.stock_bytes.sum()), pooled_bytes=int(frame.pooled_bytes.sum()),
-        matches_model=bool(frame.matches_model.all()), wall_s=report.wall_s,
+        stock_bytes=int(frame.stock_bytes.sum()),
+        pooled_bytes=int(frame.pooled_bytes.sum()),
+        matches_model=bool(frame.matches_model.all()),
+        wall_s=report.wall_s,
     )
 
 
@@ -192,10 +233,17 @@ def _render_check(state: ParityState, *, save: bool) -> None:
     if save:
         nb.save_figure(fig, "02_parity_losses")
     nb.show_figure(fig)
-    nb.show_frame(param_sum_frame(report), "parameter sum per stage after each step: stock vs pooled",
-                  float_format="{:.9g}")
-    nb.show_frame(bytes_frame(report), "receive-buffer bytes per stage and direction, measured, and the model's "
-                  "pooled bytes (pooltk.memory.model.expected_bytes)", float_format="{:,.0f}")
+    nb.show_frame(
+        param_sum_frame(report),
+        "parameter sum per stage after each step: stock vs pooled",
+        float_format="{:.9g}",
+    )
+    nb.show_frame(
+        bytes_frame(report),
+        "receive-buffer bytes per stage and direction, measured, and the model's "
+        "pooled bytes (pooltk.memory.model.expected_bytes)",
+        float_format="{:,.0f}",
+    )
     fig = bytes_figure(report)
     if save:
         nb.save_figure(fig, "02_parity_bytes")
@@ -209,6 +257,7 @@ class ParityPanel:
     widget values and renders into the calling cell (the button renders into the panel's
     own output area); ``panel.state`` keeps what was computed.
     """
+
     def __init__(self, **defaults: Any) -> None:
         import ipywidgets as w
 
@@ -216,16 +265,43 @@ class ParityPanel:
         look, layout = {"description_width": "130px"}, w.Layout(width="440px")
         self.state = ParityState()
         self.controls: dict[str, Any] = {
-            "pp": w.IntSlider(value=d["pp"], min=2, max=6, description="pp (ranks)", style=look, layout=layout),
-            "microbatches": w.IntSlider(value=d["microbatches"], min=2, max=32, description="microbatches M",
-                                        style=look, layout=layout),
-            "steps": w.IntSlider(value=d["steps"], min=1, max=5, description="optimizer steps", style=look,
-                                 layout=layout),
-            "slack": w.IntSlider(value=d["slack"], min=0, max=4, description="slack", style=look, layout=layout),
-            "grad_slack": w.IntSlider(value=d["grad_slack"], min=0, max=2, description="grad slack",
-                                      style=look, layout=layout),
-            "frontend": w.Dropdown(options=["manual", "tracing", "both"], value=d["frontend"],
-                                   description="frontend", style=look, layout=layout),
+            "pp": w.IntSlider(
+                value=d["pp"], min=2, max=6, description="pp (ranks)", style=look, layout=layout
+            ),
+            "microbatches": w.IntSlider(
+                value=d["microbatches"],
+                min=2,
+                max=32,
+                description="microbatches M",
+                style=look,
+                layout=layout,
+            ),
+            "steps": w.IntSlider(
+                value=d["steps"],
+                min=1,
+                max=5,
+                description="optimizer steps",
+                style=look,
+                layout=layout,
+            ),
+            "slack": w.IntSlider(
+                value=d["slack"], min=0, max=4, description="slack", style=look, layout=layout
+            ),
+            "grad_slack": w.IntSlider(
+                value=d["grad_slack"],
+                min=0,
+                max=2,
+                description="grad slack",
+                style=look,
+                layout=layout,
+            ),
+            "frontend": w.Dropdown(
+                options=["manual", "tracing", "both"],
+                value=d["frontend"],
+                description="frontend",
+                style=look,
+                layout=layout,
+            ),
         }
         self.button = w.Button(description="run parity", button_style="primary", icon="play")
         self.out = w.Output()
@@ -267,8 +343,17 @@ def param_sum_frame(report: ParityReport) -> pd.DataFrame:
         ref = stock_of(report, v.name)
         for stage in sorted(v.param_sums):
             for step, (p, s) in enumerate(zip(v.param_sums[stage], ref.param_sums[stage])):
-                rows.append({"variant": v.name, "stage": stage, "step": step, "stock_sum": s, "pooled_sum": p,
-                             "bitwise_equal": p == s, "abs_diff": abs(p - s)})
+                rows.append(
+                    {
+                        "variant": v.name,
+                        "stage": stage,
+                        "step": step,
+                        "stock_sum": s,
+                        "pooled_sum": p,
+                        "bitwise_equal": p == s,
+                        "abs_diff": abs(p - s),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -283,8 +368,13 @@ def loss_figure(report: ParityReport) -> Figure:
     microbatch is what "bitwise equal" means for the losses.
     """
     m = report.spec.microbatches
-    fig, (top, diff) = canvas.subplots(2, 1, figsize=(style.FIGURE_WIDTH_IN, 5.2), sharex=True,
-                                    gridspec_kw={"height_ratios": [2, 1]})
+    fig, (top, diff) = canvas.subplots(
+        2,
+        1,
+        figsize=(style.FIGURE_WIDTH_IN, 5.2),
+        sharex=True,
+        gridspec_kw={"height_ratios": [2, 1]},
+    )
     pooled = [v for v in report.variants if v.pooled]
     worst = 0.0
     for v in report.variants:
@@ -296,22 +386,45 @@ def loss_figure(report: ParityReport) -> Figure:
     for v in pooled:
         ys, ref = _mb_losses(v), _mb_losses(stock_of(report, v.name))
         mk = next(markers)
-        top.plot(range(len(ys)), ys, ls="none", marker=mk, ms=6, mfc="none", color=style.colour("tight"),
-                 label=f"pooled ({v.name})")
+        top.plot(
+            range(len(ys)),
+            ys,
+            ls="none",
+            marker=mk,
+            ms=6,
+            mfc="none",
+            color=style.colour("tight"),
+            label=f"pooled ({v.name})",
+        )
         d = [a - b for a, b in zip(ys, ref)]
         worst = max(worst, max((abs(x) for x in d), default=0.0))
-        diff.plot(range(len(d)), d, marker=mk, ms=4, lw=1, color=style.colour("tight"), label=f"pooled ({v.name})")
+        diff.plot(
+            range(len(d)),
+            d,
+            marker=mk,
+            ms=4,
+            lw=1,
+            color=style.colour("tight"),
+            label=f"pooled ({v.name})",
+        )
     for ax in (top, diff):
         for s in range(1, report.spec.steps):
             ax.axvline(s * m - 0.5, color="grey", lw=0.8, ls=":")
     if worst == 0:
         diff.set_ylim(-1, 1)
     top.set_ylabel("loss (last stage, MSE)")
-    top.set_title(f"stock vs pooled, pp{report.spec.pp} 1F1B, {report.spec.steps} steps of {m} microbatches "
-                  "(dotted: optimizer step)", fontsize=10)
+    top.set_title(
+        f"stock vs pooled, pp{report.spec.pp} 1F1B, {report.spec.steps} steps of {m} microbatches "
+        "(dotted: optimizer step)",
+        fontsize=10,
+    )
     diff.set_ylabel("pooled - stock (loss)")
-    diff.set_title("bitwise equal: every difference exactly 0" if worst == 0
-                   else f"NOT equal: max |pooled - stock| = {worst:.3g}", fontsize=9.5)
+    diff.set_title(
+        "bitwise equal: every difference exactly 0"
+        if worst == 0
+        else f"NOT equal: max |pooled - stock| = {worst:.3g}",
+        fontsize=9.5,
+    )
     diff.set_xlabel("microbatch (index, steps in order)")
     handles, _ = top.get_legend_handles_labels()
     style.legend_below(fig, handles, ncol=min(3, len(handles)))
@@ -322,24 +435,44 @@ def bytes_figure(report: ParityReport) -> Figure:
     """Measured receive-buffer KiB per stage (both directions), stock and pooled, with the model's pooled KiB."""
     import numpy as np
 
-    frame = bytes_frame(report).groupby("stage", as_index=False)[["stock_bytes", "pooled_bytes",
-                                                                  "model_pooled_bytes"]].sum()
+    frame = (
+        bytes_frame(report)
+        .groupby("stage", as_index=False)[["stock_bytes", "pooled_bytes", "model_pooled_bytes"]]
+        .sum()
+    )
     fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 3.8))
     x = np.arange(len(frame))
-    for k, (key, col, text) in enumerate((("stock", "stock_bytes", "stock torch, measured"),
-                                          ("tight", "pooled_bytes", "pooled, measured"))):
-        bars = ax.bar(x + (k - 0.5) * 0.38, frame[col] / 2**10, 0.38, color=style.colour(key), label=text)
+    for k, (key, col, text) in enumerate(
+        (
+            ("stock", "stock_bytes", "stock torch, measured"),
+            ("tight", "pooled_bytes", "pooled, measured"),
+        )
+    ):
+        bars = ax.bar(
+            x + (k - 0.5) * 0.38, frame[col] / 2**10, 0.38, color=style.colour(key), label=text
+        )
         style.bar_value_labels(ax, bars, "{:,.0f}")
-    ax.hlines(frame["model_pooled_bytes"] / 2**10, x + 0.02, x + 0.36, colors="black", linestyles="--", lw=1.5,
-              label="pooled, modelled (pooltk.memory.model.expected_bytes)", zorder=3)
+    ax.hlines(
+        frame["model_pooled_bytes"] / 2**10,
+        x + 0.02,
+        x + 0.36,
+        colors="black",
+        linestyles="--",
+        lw=1.5,
+        label="pooled, modelled (pooltk.memory.model.expected_bytes)",
+        zorder=3,
+    )
     ax.set_xticks(x, [str(s) for s in frame["stage"]])
     ax.set_ylim(0, frame["stock_bytes"].max() / 2**10 * 1.2)
     ax.set_xlabel("stage (index)")
     ax.set_ylabel("receive buffers (KiB, 2**10 B)")
     saved = (frame.stock_bytes - frame.pooled_bytes).sum() / 2**10
     same = bool((frame.pooled_bytes == frame.model_pooled_bytes).all())
-    ax.set_title(f"receive buffers per stage, both directions: saved {saved:,.0f} KiB in total; "
-                 f"the model {'matches every stage' if same else 'DIFFERS'}", fontsize=10)
+    ax.set_title(
+        f"receive buffers per stage, both directions: saved {saved:,.0f} KiB in total; "
+        f"the model {'matches every stage' if same else 'DIFFERS'}",
+        fontsize=10,
+    )
     handles, _ = ax.get_legend_handles_labels()
     style.legend_below(fig, handles, ncol=2)
     return fig
@@ -364,9 +497,18 @@ def divergence_frame(report: ParityReport) -> pd.DataFrame:
         for step in range(report.spec.steps):
             dloss = max(abs(a - b) for a, b in zip(v.losses[step], ref.losses[step]))
             for stage in sorted(v.param_sums):
-                rows.append({"control": _control_of(v.name), "variant": v.name, "step": step, "stage": stage,
-                             "param_sum_abs_diff": abs(v.param_sums[stage][step] - ref.param_sums[stage][step]),
-                             "loss_max_abs_diff": dloss})
+                rows.append(
+                    {
+                        "control": _control_of(v.name),
+                        "variant": v.name,
+                        "step": step,
+                        "stage": stage,
+                        "param_sum_abs_diff": abs(
+                            v.param_sums[stage][step] - ref.param_sums[stage][step]
+                        ),
+                        "loss_max_abs_diff": dloss,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -383,8 +525,16 @@ def divergence_figure(report: ParityReport) -> Figure:
     for control in dict.fromkeys(frame["control"]):
         key = _CONTROL_KEYS[control]
         p, q = params[params.control == control], losses[losses.control == control]
-        axes[0].plot(p.step, p.param_sum_abs_diff, marker="o", color=style.colour(key), label=style.label(key))
-        axes[1].plot(q.step, q.loss_max_abs_diff, marker="o", color=style.colour(key), label=style.label(key))
+        axes[0].plot(
+            p.step,
+            p.param_sum_abs_diff,
+            marker="o",
+            color=style.colour(key),
+            label=style.label(key),
+        )
+        axes[1].plot(
+            q.step, q.loss_max_abs_diff, marker="o", color=style.colour(key), label=style.label(key)
+        )
     for ax in axes:
         ax.set_yscale("symlog", linthresh=1e-9)
         ax.set_ylim(bottom=0)
@@ -393,8 +543,11 @@ def divergence_figure(report: ParityReport) -> Figure:
     axes[0].set_ylabel("|pooled - stock| (abs., symlog)")
     axes[0].set_title("parameter sums, the stage furthest off", fontsize=10)
     axes[1].set_title("losses (step 0 runs on identical weights)", fontsize=10)
-    fig.suptitle(f"negative controls, guard off: pp{report.spec.pp}, M={report.spec.microbatches}: "
-                 "silent divergence (0 = bitwise equal)", fontsize=10.5)
+    fig.suptitle(
+        f"negative controls, guard off: pp{report.spec.pp}, M={report.spec.microbatches}: "
+        "silent divergence (0 = bitwise equal)",
+        fontsize=10.5,
+    )
     handles, _ = axes[0].get_legend_handles_labels()
     style.legend_below(fig, handles, ncol=2)
     return fig
@@ -404,8 +557,19 @@ def outcome_frame(outcomes: list[ControlOutcome]) -> pd.DataFrame:
     """Guard on: one readable row per control (caught?, where, which microbatches)."""
     import pandas as pd
 
-    cols = ["control", "caught", "error_type", "rank", "stage", "direction", "slot", "ring", "owner", "incoming",
-            "wall_s"]
+    cols = [
+        "control",
+        "caught",
+        "error_type",
+        "rank",
+        "stage",
+        "direction",
+        "slot",
+        "ring",
+        "owner",
+        "incoming",
+        "wall_s",
+    ]
     return pd.DataFrame([{c: getattr(o, c) for c in cols} for o in outcomes], columns=cols)
 
 
@@ -413,15 +577,24 @@ def outcome_frame(outcomes: list[ControlOutcome]) -> pd.DataFrame:
 
 THREE_WAY_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "plain": ("residual blocks, nothing kept", ("block", "block", "block")),
-    "hooks": ("a gradient hook on the received input, every forward", ("block", "grad_hook", "block")),
+    "hooks": (
+        "a gradient hook on the received input, every forward",
+        ("block", "grad_hook", "block"),
+    ),
     "window": ("the previous step's inputs kept in a list", ("block", "keep_window", "block")),
     "prev": ("the previous microbatch's input kept, detached", ("block", "keep_prev", "block")),
 }
 """Models of the three-way comparison: key -> (what the middle stage does, stage bodies)."""
 
 
-def run_three_way_models(*, microbatches: int = 6, steps: int = 3, slack: int = 0,
-                         models: tuple[str, ...] = tuple(THREE_WAY_MODELS), timeout_s: float = 300.0):
+def run_three_way_models(
+    *,
+    microbatches: int = 6,
+    steps: int = 3,
+    slack: int = 0,
+    models: tuple[str, ...] = tuple(THREE_WAY_MODELS),
+    timeout_s: float = 300.0,
+):
     """Stock, fresh (a new buffer per receive) and pooled for each model of :data:`THREE_WAY_MODELS`, judged.
 
     One launch (pp3, 1F1B) for all models, and a second one, pooled vs fresh, for the models
@@ -433,11 +606,26 @@ def run_three_way_models(*, microbatches: int = 6, steps: int = 3, slack: int = 
     variants: tuple = ()
     for key in models:
         bodies = THREE_WAY_MODELS[key][1]
-        variants += (Variant(name=f"stock/{key}", bodies=bodies),
-                     Variant(name=f"pooled/{key}", bodies=bodies, pooled=True,
-                             config=PoolConfig(slack=slack, grad_slack=0)))
-    return run_three_way(ParitySpec(pp=3, microbatches=microbatches, steps=steps, hidden=8, seq_len=3,
-                                    timeout_s=timeout_s, variants=variants))
+        variants += (
+            Variant(name=f"stock/{key}", bodies=bodies),
+            Variant(
+                name=f"pooled/{key}",
+                bodies=bodies,
+                pooled=True,
+                config=PoolConfig(slack=slack, grad_slack=0),
+            ),
+        )
+    return run_three_way(
+        ParitySpec(
+            pp=3,
+            microbatches=microbatches,
+            steps=steps,
+            hidden=8,
+            seq_len=3,
+            timeout_s=timeout_s,
+            variants=variants,
+        )
+    )
 
 
 def three_way_frame(three_way) -> pd.DataFrame:  # noqa: ANN001 - a ThreeWay
@@ -447,9 +635,17 @@ def three_way_frame(three_way) -> pd.DataFrame:  # noqa: ANN001 - a ThreeWay
     rows = []
     for j in three_way.judgements:
         key = j.variant.split("/", 1)[1]
-        rows.append({"model": key, "middle stage": THREE_WAY_MODELS.get(key, ("", ()))[0],
-                     "stock == fresh": j.stock_equal_fresh, "pooled == stock": j.equal_stock,
-                     "pooled == fresh": j.equal_fresh, "verdict": j.verdict, "reason": j.reason})
+        rows.append(
+            {
+                "model": key,
+                "middle stage": THREE_WAY_MODELS.get(key, ("", ()))[0],
+                "stock == fresh": j.stock_equal_fresh,
+                "pooled == stock": j.equal_stock,
+                "pooled == fresh": j.equal_fresh,
+                "verdict": j.verdict,
+                "reason": j.reason,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -460,28 +656,38 @@ def three_way_figure(three_way) -> Figure:  # noqa: ANN001 - a ThreeWay
     keys = [j.variant.split("/", 1)[1] for j in three_way.judgements]
     cols = 2
     rows = -(-len(keys) // cols)
-    fig, axes = canvas.subplots(rows, cols, figsize=(style.FIGURE_WIDTH_IN, 2.3 * rows + 1.4), squeeze=False,
-                             sharey=True, sharex=True)
+    fig, axes = canvas.subplots(
+        rows,
+        cols,
+        figsize=(style.FIGURE_WIDTH_IN, 2.3 * rows + 1.4),
+        squeeze=False,
+        sharey=True,
+        sharex=True,
+    )
     for ax, key, j in zip(axes.flat, keys, three_way.judgements):
         fresh = report.variant(f"fresh/{key}")
         for prefix, look in (("stock", dict(lw=3, alpha=0.6)), ("tight", dict(lw=1.5, marker="o"))):
             v = report.variant(f"{'stock' if prefix == 'stock' else 'pooled'}/{key}")
-            dist = [max(abs(v.param_sums[r][s] - fresh.param_sums[r][s]) for r in v.param_sums)
-                    for s in range(report.spec.steps)]
+            dist = [
+                max(abs(v.param_sums[r][s] - fresh.param_sums[r][s]) for r in v.param_sums)
+                for s in range(report.spec.steps)
+            ]
             text = "|stock - fresh|" if prefix == "stock" else "|pooled - fresh|"
             ax.plot(range(report.spec.steps), dist, color=style.colour(prefix), label=text, **look)
         ax.set_yscale("symlog", linthresh=1e-9)
         ax.set_ylim(bottom=0)
         ax.set_title(f"{key}: {j.verdict}", fontsize=9)
         ax.set_xticks(range(report.spec.steps))
-    for ax in axes.flat[len(keys):]:
+    for ax in axes.flat[len(keys) :]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel("from fresh (abs., symlog)")
     for ax in axes[-1, :]:
         ax.set_xlabel("optimizer step (index)")
-    fig.suptitle("stock and pooled vs fresh (a new buffer per receive), pp3 1F1B: parameter sums, 0 = bitwise equal",
-                 fontsize=10)
+    fig.suptitle(
+        "stock and pooled vs fresh (a new buffer per receive), pp3 1F1B: parameter sums, 0 = bitwise equal",
+        fontsize=10,
+    )
     handles, _ = axes[0, 0].get_legend_handles_labels()
     style.legend_below(fig, handles, ncol=2)
     return fig

@@ -29,8 +29,14 @@ RANK_BARS: tuple[tuple[str, str, str], ...] = (
 """Variant column, series key (:mod:`pooltk.nb.style`) and legend label of each bar :func:`rank_bars` draws."""
 
 
-def rank_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None, unit: str = "gib",
-              ylabel: str | None = None) -> Figure:
+def rank_bars(
+    model: MemoryModel,
+    *,
+    ax: Any = None,
+    title: str | None = None,
+    unit: str = "gib",
+    ylabel: str | None = None,
+) -> Figure:
     """Per rank, from zero: stock, the per-stage rings summed, the rank-shared rings and the rank's live set."""
     import numpy as np
 
@@ -43,11 +49,18 @@ def rank_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None, u
     x = np.arange(len(frame))
     width = 0.8 / len(RANK_BARS)
     for k, (variant, key, label) in enumerate(RANK_BARS):
-        bars = ax.bar(x + (k - (len(RANK_BARS) - 1) / 2) * width, frame[f"{variant}_{unit}"], width,
-                      color=style.colour(key), label=label)
+        bars = ax.bar(
+            x + (k - (len(RANK_BARS) - 1) / 2) * width,
+            frame[f"{variant}_{unit}"],
+            width,
+            color=style.colour(key),
+            label=label,
+        )
         if unit == "bytes":  # counts of buffer sets: small integers, written on the bars
             style.bar_value_labels(ax, bars, "{:,.0f}")
-    ax.set_xticks(x, [f"rank {r}\n(stages {s})" for r, s in zip(frame["rank"], frame["stages"])], fontsize=8)
+    ax.set_xticks(
+        x, [f"rank {r}\n(stages {s})" for r, s in zip(frame["rank"], frame["stages"])], fontsize=8
+    )
     ax.set_xlabel("rank (index; the stages it runs)")
     ax.set_ylabel(ylabel or f"receive buffers per rank ({'GiB' if unit == 'gib' else unit})")
     ax.set_ylim(0, float(frame[f"stock_{unit}"].max()) * 1.15)
@@ -80,13 +93,22 @@ def boundary_figure(models: Mapping[str, MemoryModel]) -> Figure:
     right.set_ylabel("receive buffers per stage (GiB)")
     policy = next(iter(models.values())).config.policy
     right.set_title(f"per stage: stock solid, pooled dashed ({policy})", fontsize=10)
-    handles = [Line2D([], [], color=colours[k], marker="o", label=f"{k} boundaries") for k in models]
+    handles = [
+        Line2D([], [], color=colours[k], marker="o", label=f"{k} boundaries") for k in models
+    ]
     style.legend_below(fig, handles, ncol=len(handles))
     return fig
 
 
-def schedule_ranks(schedules: Sequence[str], *, pp: int, n_microbatches: int, slack: int = 2,
-                   grad_slack: int = 1, boundary: Boundary | None = None) -> pd.DataFrame:
+def schedule_ranks(
+    schedules: Sequence[str],
+    *,
+    pp: int,
+    n_microbatches: int,
+    slack: int = 2,
+    grad_slack: int = 1,
+    boundary: Boundary | None = None,
+) -> pd.DataFrame:
     """Per schedule and rank, buffer sets (bytes with ``boundary``): stock, the per-stage rings, the
     rank-shared rings and the rank's live set, from the memory model (one set = 1 byte without ``boundary``)."""
     import pandas as pd
@@ -94,12 +116,28 @@ def schedule_ranks(schedules: Sequence[str], *, pp: int, n_microbatches: int, sl
     config = RingRule(slack=slack, grad_slack=grad_slack)
     frames = []
     for name in schedules:
-        model = model_memory(PipelineShape(pp=pp, n_microbatches=n_microbatches, schedule=name),
-                             boundary or Boundary.opaque(1), config, unpoolable="stock")
+        model = model_memory(
+            PipelineShape(pp=pp, n_microbatches=n_microbatches, schedule=name),
+            boundary or Boundary.opaque(1),
+            config,
+            unpoolable="stock",
+        )
         frame = model.per_rank_frame("bytes")
-        keep = {"stock_bytes": "stock", "tight_bytes": "per_stage_rings", "shared_bytes": "rank_shared",
-                "rank_live_bytes": "rank_live", "live_set_bytes": "live_per_stage"}
-        frame = frame[["rank", "stages", *keep]].rename(columns=keep).astype({v: int for v in keep.values()})
-        frames.append(frame.assign(schedule=name, vpp=model.shape.stages_per_rank)[["schedule", "vpp", "rank", "stages",
-                                                                                   *keep.values()]])
+        keep = {
+            "stock_bytes": "stock",
+            "tight_bytes": "per_stage_rings",
+            "shared_bytes": "rank_shared",
+            "rank_live_bytes": "rank_live",
+            "live_set_bytes": "live_per_stage",
+        }
+        frame = (
+            frame[["rank", "stages", *keep]]
+            .rename(columns=keep)
+            .astype({v: int for v in keep.values()})
+        )
+        frames.append(
+            frame.assign(schedule=name, vpp=model.shape.stages_per_rank)[
+                ["schedule", "vpp", "rank", "stages", *keep.values()]
+            ]
+        )
     return pd.concat(frames, ignore_index=True)

@@ -104,16 +104,24 @@ class ReportConfig:
         check_int("jobs", self.jobs, low=1, fix="--jobs 1 or 2", error=ValueError)
         for p in self.logs:
             if not Path(p).exists():
-                raise ValueError(f"--logs: found {str(p)!r}, which does not exist; required a log file or folder. "
-                                 "Fix: check the path (relative paths start from the current folder).")
+                raise ValueError(
+                    f"--logs: found {str(p)!r}, which does not exist; required a log file or folder. "
+                    "Fix: check the path (relative paths start from the current folder)."
+                )
         if self.expected is not None and not Path(self.expected).is_file():
-            raise ValueError(f"--expected: found {str(self.expected)!r}, which is not a file; required a CSV of expected "
-                             "figures. Fix: check the path.")
+            raise ValueError(
+                f"--expected: found {str(self.expected)!r}, which is not a file; required a CSV of expected "
+                "figures. Fix: check the path."
+            )
         if self.run_info is not None and not Path(self.run_info).is_file():
-            raise ValueError(f"--run-info: found {str(self.run_info)!r}, which is not a file; required a JSON file of run facts. "
-                             "Fix: check the path.")
+            raise ValueError(
+                f"--run-info: found {str(self.run_info)!r}, which is not a file; required a JSON file of run facts. "
+                "Fix: check the path."
+            )
         if not self.notebook_timeout_s > 0:
-            raise ValueError(f"notebook timeout: found {self.notebook_timeout_s!r}; required > 0 seconds.")
+            raise ValueError(
+                f"notebook timeout: found {self.notebook_timeout_s!r}; required > 0 seconds."
+            )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -155,14 +163,28 @@ class ReportResult:
 
     @property
     def ok(self) -> bool:
-        return all(n.ok for n in self.notebooks) and self.parity_error is None and self.parity_equal is not False
+        return (
+            all(n.ok for n in self.notebooks)
+            and self.parity_error is None
+            and self.parity_equal is not False
+        )
 
     def to_frame(self) -> Any:  # -> pandas.DataFrame
         import pandas as pd
 
-        return pd.DataFrame([{"notebook": n.path.name, "ok": n.ok, "seconds": round(n.seconds, 1),
-                              "html": str(n.html) if n.html else None, "figures": len(n.figures),
-                              "error": n.error} for n in self.notebooks])
+        return pd.DataFrame(
+            [
+                {
+                    "notebook": n.path.name,
+                    "ok": n.ok,
+                    "seconds": round(n.seconds, 1),
+                    "html": str(n.html) if n.html else None,
+                    "figures": len(n.figures),
+                    "error": n.error,
+                }
+                for n in self.notebooks
+            ]
+        )
 
 
 # --------------------------------------------------------------------------- notebooks
@@ -172,8 +194,10 @@ def find_notebooks(pattern: str) -> list[Path]:
     """Notebooks matching ``pattern`` (sorted), or ValueError naming the glob and the working directory."""
     found = sorted(Path(p) for p in glob.glob(pattern) if p.endswith(".ipynb"))
     if not found:
-        raise ValueError(f"--notebooks: found no notebook matching {pattern!r} from {Path.cwd()}; required at least "
-                         "one .ipynb. Fix: run from the repository root, or pass --notebooks 'path/to/*.ipynb'.")
+        raise ValueError(
+            f"--notebooks: found no notebook matching {pattern!r} from {Path.cwd()}; required at least "
+            "one .ipynb. Fix: run from the repository root, or pass --notebooks 'path/to/*.ipynb'."
+        )
     return found
 
 
@@ -199,13 +223,20 @@ def inject_parameters(nb: Any, parameters: dict[str, Any]) -> None:
     from papermill.parameterize import parameterize_notebook
 
     if not any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb.cells):
-        raise ValueError("notebook: found no cell tagged 'parameters'; required one (papermill's convention). "
-                         "Fix: tag the notebook's parameter cell 'parameters'.")
+        raise ValueError(
+            "notebook: found no cell tagged 'parameters'; required one (papermill's convention). "
+            "Fix: tag the notebook's parameter cell 'parameters'."
+        )
     nb.metadata.setdefault("papermill", {"parameters": {}})  # what papermill's own loader adds
     for cell in nb.cells:
         cell.metadata.setdefault("tags", [])
-    done = parameterize_notebook(nb, parameters, comment="Parameters injected by pooltk report",
-                                 kernel_name="python3", language="python")
+    done = parameterize_notebook(
+        nb,
+        parameters,
+        comment="Parameters injected by pooltk report",
+        kernel_name="python3",
+        language="python",
+    )
     nb.cells, nb.metadata = done.cells, done.metadata
 
 
@@ -222,7 +253,9 @@ def _sliced_polls(channel: Any, slice_s: float = POLL_SLICE_S) -> None:
     async def sliced_get_msg(timeout: float | None = None) -> dict[str, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            wait = slice_s if deadline is None else min(slice_s, max(0.0, deadline - time.monotonic()))
+            wait = (
+                slice_s if deadline is None else min(slice_s, max(0.0, deadline - time.monotonic()))
+            )
             try:
                 return await get_msg(timeout=wait)
             except Empty:
@@ -250,13 +283,17 @@ class _Phase:
         if self.cell is not None:
             first = next((ln for ln in self.cells[self.cell].source.splitlines() if ln.strip()), "")
             where = f" at cell {self.cell} ({first[:60]!r})"
-        return f"{self.path.name}{where}: waited {time.monotonic() - self.since:.0f} s for {self.what}"
+        return (
+            f"{self.path.name}{where}: waited {time.monotonic() - self.since:.0f} s for {self.what}"
+        )
 
     def __repr__(self) -> str:
         return f"_Phase({self.describe()!r})"
 
 
-def notebook_client(nb: Any, *, cwd: Path, timeout_s: float, on_notebook_start: Any = None, **options: Any) -> Any:
+def notebook_client(
+    nb: Any, *, cwd: Path, timeout_s: float, on_notebook_start: Any = None, **options: Any
+) -> Any:
     """An nbclient ``NotebookClient`` for ``nb`` (kernel ``python3``, working directory ``cwd``) whose kernel
     channels poll in slices ([Note: no silent stall]); ``options`` go to the client (hooks, ...).
 
@@ -270,14 +307,25 @@ def notebook_client(nb: Any, *, cwd: Path, timeout_s: float, on_notebook_start: 
         if on_notebook_start is not None:
             on_notebook_start(**kw)
 
-    client = NotebookClient(nb, timeout=int(timeout_s), kernel_name="python3",
-                            resources={"metadata": {"path": str(Path(cwd).resolve())}},
-                            on_notebook_start=started, **options)
+    client = NotebookClient(
+        nb,
+        timeout=int(timeout_s),
+        kernel_name="python3",
+        resources={"metadata": {"path": str(Path(cwd).resolve())}},
+        on_notebook_start=started,
+        **options,
+    )
     return client
 
 
-async def run_notebook_async(path: Path, out: Path, *, timeout_s: float = 600.0,
-                             progress: Progress | None = None, parameters: dict[str, Any] | None = None) -> NotebookRun:
+async def run_notebook_async(
+    path: Path,
+    out: Path,
+    *,
+    timeout_s: float = 600.0,
+    progress: Progress | None = None,
+    parameters: dict[str, Any] | None = None,
+) -> NotebookRun:
     """Execute ``path`` headless (working directory: its folder) and write ``<out>/<stem>.html``.
 
     ``POOLTK_REPORT_DIR`` must already point at the figures folder (see :func:`run_report`).
@@ -309,42 +357,66 @@ async def run_notebook_async(path: Path, out: Path, *, timeout_s: float = 600.0,
         if progress is not None:
             progress(f"  {path.name}: cell {done[0]}/{n_code}")
 
-    client = notebook_client(nb, cwd=path.parent, timeout_s=timeout_s, on_notebook_start=_started,
-                             on_cell_start=_cell_start, on_cell_executed=_cell_done,
-                             on_notebook_complete=lambda **_: phase.ended())
+    client = notebook_client(
+        nb,
+        cwd=path.parent,
+        timeout_s=timeout_s,
+        on_notebook_start=_started,
+        on_cell_start=_cell_start,
+        on_cell_executed=_cell_done,
+        on_notebook_complete=lambda **_: phase.ended(),
+    )
     error: str | None = None
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     try:
-        with open(logs / f"{path.stem}.kernel.log", "wb") as kernel_log:  # kernel stderr (warnings, crashes)
+        with open(
+            logs / f"{path.stem}.kernel.log", "wb"
+        ) as kernel_log:  # kernel stderr (warnings, crashes)
             await client.async_execute(stderr=kernel_log)
     except CellExecutionError:
         pass  # the error output is in the notebook; read below
-    except Exception as exc:  # kernel died, timeout, ...: still write what ran, and say what it waited for
+    except (
+        Exception
+    ) as exc:  # kernel died, timeout, ...: still write what ran, and say what it waited for
         error = f"{phase.describe()} (cell timeout {timeout_s:g} s): {type(exc).__name__}: {exc}"
-    error = error or _first_error(nb)  # a stall or a dead kernel says so first; else the cell that raised
+    error = error or _first_error(
+        nb
+    )  # a stall or a dead kernel says so first; else the cell that raised
     html: Path | None = out / f"{path.stem}.html"
     try:
         body, _ = HTMLExporter().from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
         html.write_text(body, encoding="utf-8")  # type: ignore[union-attr]
-    except Exception as exc:  # conversion failed: keep the execution verdict, say why there is no HTML
+    except (
+        Exception
+    ) as exc:  # conversion failed: keep the execution verdict, say why there is no HTML
         html = None
         error = error or f"HTML conversion failed: {type(exc).__name__}: {exc}"
     return NotebookRun(path=path, html=html, seconds=time.perf_counter() - t0, error=error)
 
 
-def run_notebook(path: Path, out: Path, *, timeout_s: float = 600.0, progress: Progress | None = None,
-                 parameters: dict[str, Any] | None = None) -> NotebookRun:
+def run_notebook(
+    path: Path,
+    out: Path,
+    *,
+    timeout_s: float = 600.0,
+    progress: Progress | None = None,
+    parameters: dict[str, Any] | None = None,
+) -> NotebookRun:
     """:func:`run_notebook_async` for one notebook, from synchronous code."""
     import asyncio
 
-    return asyncio.run(run_notebook_async(path, out, timeout_s=timeout_s, progress=progress, parameters=parameters))
+    return asyncio.run(
+        run_notebook_async(path, out, timeout_s=timeout_s, progress=progress, parameters=parameters)
+    )
 
 
 def logs_parameters(config: ReportConfig) -> dict[str, Any]:
     """The analysis notebook's parameters for ``--logs`` / ``--run-info`` (absolute paths: it runs in its own folder)."""
-    params: dict[str, Any] = {"LOG_PATHS": [str(Path(p).resolve()) for p in config.logs],
-                              "EXPECTED_FIGURES": []}  # the notebook's inline examples are about pooltk's own runs
+    params: dict[str, Any] = {
+        "LOG_PATHS": [str(Path(p).resolve()) for p in config.logs],
+        "EXPECTED_FIGURES": [],
+    }  # the notebook's inline examples are about pooltk's own runs
     if config.run_info is not None:
         params["RUN_INFO_FILE"] = str(Path(config.run_info).resolve())
     if config.expected is not None:
@@ -352,8 +424,9 @@ def logs_parameters(config: ReportConfig) -> dict[str, Any]:
     return params
 
 
-async def _run_all(paths: list[Path], out: Path, figures: Path, config: ReportConfig,
-                   emit: Progress) -> list[NotebookRun]:
+async def _run_all(
+    paths: list[Path], out: Path, figures: Path, config: ReportConfig, emit: Progress
+) -> list[NotebookRun]:
     import asyncio
 
     gate = asyncio.Semaphore(config.jobs)
@@ -361,13 +434,21 @@ async def _run_all(paths: list[Path], out: Path, figures: Path, config: ReportCo
 
     async def one(path: Path) -> NotebookRun:
         async with gate:
-            params = logs_parameters(config) if config.logs and path.name == Path(LOGS_NOTEBOOK).name else None
-            run = await run_notebook_async(path, out, timeout_s=config.notebook_timeout_s, progress=emit, parameters=params)
+            params = (
+                logs_parameters(config)
+                if config.logs and path.name == Path(LOGS_NOTEBOOK).name
+                else None
+            )
+            run = await run_notebook_async(
+                path, out, timeout_s=config.notebook_timeout_s, progress=emit, parameters=params
+            )
         number = path.stem.split("_", 1)[0]
         run.figures = sorted(figures.glob(f"{number}_*.png"))
         finished[0] += 1
         status = "ok" if run.ok else "FAILED: " + (run.error or "").splitlines()[0]
-        emit(f"[{finished[0]}/{len(paths)}] {path} {run.seconds:.1f} s, {len(run.figures)} figure(s): {status}")
+        emit(
+            f"[{finished[0]}/{len(paths)}] {path} {run.seconds:.1f} s, {len(run.figures)} figure(s): {status}"
+        )
         return run
 
     return list(await asyncio.gather(*(one(p) for p in paths)))
@@ -389,35 +470,58 @@ def _md_table(frame: Any, floatfmt: str = "{:,.2f}") -> str:
 def _parity_section(config: ReportConfig, out: Path) -> tuple[list[str], Any, str | None]:
     """Run the pp4 parity check; return its markdown lines, the report (or ``None``) and the error."""
     from pooltk import PoolOverrunError
-    from pooltk.parity import ParityRankError, ParitySpec, ParityTimeoutError, default_variants, run_parity
+    from pooltk.parity import (
+        ParityRankError,
+        ParitySpec,
+        ParityTimeoutError,
+        default_variants,
+        run_parity,
+    )
     from pooltk.parity.experiments import Rings
     from pooltk.parity.tables import bytes_frame
 
     configs = [Rings(slack=2), Rings(slack=0, grad_slack=0), Rings(slack=2, policy="automodel")]
-    spec = ParitySpec(pp=config.parity_pp, microbatches=config.parity_microbatches, steps=config.parity_steps,
-                      timeout_s=240, variants=default_variants(configs, frontends=("manual", "tracing")))
+    spec = ParitySpec(
+        pp=config.parity_pp,
+        microbatches=config.parity_microbatches,
+        steps=config.parity_steps,
+        timeout_s=240,
+        variants=default_variants(configs, frontends=("manual", "tracing")),
+    )
     try:
         report = run_parity(spec)
     except (ParityRankError, ParityTimeoutError, PoolOverrunError) as exc:
         msg = f"{type(exc).__name__}: {exc}"
         return [f"## pp{spec.pp} parity\n\n**FAILED to run:** {msg}\n"], None, msg
     (out / "parity_pp4.json").write_text(json.dumps(report.to_dict(), indent=2))
-    lines = [f"## pp{spec.pp} parity (gloo, CPU)\n",
-             f"pp{spec.pp} x {spec.microbatches} microbatches x {spec.steps} steps, wall {report.wall_s:.1f} s: "
-             f"**bitwise_equal = {report.bitwise_equal}**\n"]
+    lines = [
+        f"## pp{spec.pp} parity (gloo, CPU)\n",
+        f"pp{spec.pp} x {spec.microbatches} microbatches x {spec.steps} steps, wall {report.wall_s:.1f} s: "
+        f"**bitwise_equal = {report.bitwise_equal}**\n",
+    ]
     rows = []
     for v in report.variants:
         verdict = "ref" if v.reference is None else ("yes" if v.bitwise_equal else "NO")
-        rows.append({"variant": v.name, "bitwise": verdict,
-                     "max_abs_dparam": "" if v.params_max_abs_diff is None else f"{v.params_max_abs_diff:.3g}",
-                     "median_step_ms": round(v.median_step_time_s * 1e3, 1)})
+        rows.append(
+            {
+                "variant": v.name,
+                "bitwise": verdict,
+                "max_abs_dparam": ""
+                if v.params_max_abs_diff is None
+                else f"{v.params_max_abs_diff:.3g}",
+                "median_step_ms": round(v.median_step_time_s * 1e3, 1),
+            }
+        )
     import pandas as pd
 
     lines += [_md_table(pd.DataFrame(rows), "{:,.1f}"), ""]
     buffers = bytes_frame(report)
     buffers.to_csv(out / "buffers_pp4.csv", index=False)
-    lines += ["### Receive buffers per stage, measured (first pooled variant: tight slack 2, grad slack 1)\n",
-              _md_table(buffers), ""]
+    lines += [
+        "### Receive buffers per stage, measured (first pooled variant: tight slack 2, grad slack 1)\n",
+        _md_table(buffers),
+        "",
+    ]
     return lines, report, None
 
 
@@ -426,13 +530,24 @@ def _memory_section(out: Path) -> list[str]:
 
     preset = get_preset("kimi-k3-gb200-2k-calibrated")
     frame = preset.model().per_stage_frame("gib")
-    cols = ["stage", "stock_forward_sets", "stock_grad_sets", "stock_gib", "automodel_gib", "tight_gib",
-            "live_set_gib", "saved_gib"]
+    cols = [
+        "stage",
+        "stock_forward_sets",
+        "stock_grad_sets",
+        "stock_gib",
+        "automodel_gib",
+        "tight_gib",
+        "live_set_gib",
+        "saved_gib",
+    ]
     frame[cols].to_csv(out / "memory_kimi_k3_2k.csv", index=False)
-    return [f"## Per-stage receive buffers, {preset.name} (modelled)\n",
-            f"{preset.shape.describe()}; pool {preset.config.describe()}; boundary {preset.boundary.describe()}. "
-            f"GiB = 2**30 B; saved = stock - {preset.config.policy}.\n",
-            _md_table(frame[cols]), ""]
+    return [
+        f"## Per-stage receive buffers, {preset.name} (modelled)\n",
+        f"{preset.shape.describe()}; pool {preset.config.describe()}; boundary {preset.boundary.describe()}. "
+        f"GiB = 2**30 B; saved = stock - {preset.config.policy}.\n",
+        _md_table(frame[cols]),
+        "",
+    ]
 
 
 # --------------------------------------------------------------------------- the job
@@ -457,7 +572,9 @@ def _printer(stream: Any = None) -> Progress:
     return emit
 
 
-def run_report(config: ReportConfig = ReportConfig(), *, progress: Progress | None = None) -> ReportResult:
+def run_report(
+    config: ReportConfig = ReportConfig(), *, progress: Progress | None = None
+) -> ReportResult:
     """Run the main job (see the module docstring) and return what it produced.
 
     The pp4 parity check (its ranks are subprocesses) runs in a background thread while the
@@ -475,11 +592,16 @@ def run_report(config: ReportConfig = ReportConfig(), *, progress: Progress | No
         from dataclasses import replace
 
         if not Path(LOGS_NOTEBOOK).is_file():
-            raise ValueError(f"--logs: found no {LOGS_NOTEBOOK} under {Path.cwd()}; required the analysis notebook. "
-                             "Fix: run pooltk report from the repository root.")
+            raise ValueError(
+                f"--logs: found no {LOGS_NOTEBOOK} under {Path.cwd()}; required the analysis notebook. "
+                "Fix: run pooltk report from the repository root."
+            )
         config = replace(config, notebooks=LOGS_NOTEBOOK, summary=False)
-        emit(f"[logs] {', '.join(str(p) for p in config.logs)}" + (f"; run facts from {config.run_info}" if config.run_info else "")
-             + (f"; expected figures from {config.expected}" if config.expected else ""))
+        emit(
+            f"[logs] {', '.join(str(p) for p in config.logs)}"
+            + (f"; run facts from {config.run_info}" if config.run_info else "")
+            + (f"; expected figures from {config.expected}" if config.expected else "")
+        )
     paths = find_notebooks(config.notebooks)
     out = config.out
     figures = out / "figures"
@@ -493,14 +615,24 @@ def run_report(config: ReportConfig = ReportConfig(), *, progress: Progress | No
         if config.summary:
             t0 = time.perf_counter()
             p = probe()
-            emit(f"[probe] torch {p.torch_version}: layout {p.layout or 'none'}; install would "
-                 f"{'work' if p.installed else 'not work'} ({p.reason})")
-            md += ["## Probe\n", f"- torch: {p.torch_version}", f"- layout: {p.layout or 'none recognised'}",
-                   f"- install would work: {p.installed}", f"- why: {p.reason}", ""]
+            emit(
+                f"[probe] torch {p.torch_version}: layout {p.layout or 'none'}; install would "
+                f"{'work' if p.installed else 'not work'} ({p.reason})"
+            )
+            md += [
+                "## Probe\n",
+                f"- torch: {p.torch_version}",
+                f"- layout: {p.layout or 'none recognised'}",
+                f"- install would work: {p.installed}",
+                f"- why: {p.reason}",
+                "",
+            ]
             timings["probe"] = time.perf_counter() - t0
-            emit(f"[parity] pp{config.parity_pp} x {config.parity_microbatches} microbatches x "
-                 f"{config.parity_steps} steps: stock vs tight s2 / tight s0 / automodel s2, manual and tracing "
-                 "frontends (in the background)")
+            emit(
+                f"[parity] pp{config.parity_pp} x {config.parity_microbatches} microbatches x "
+                f"{config.parity_steps} steps: stock vs tight s2 / tight s0 / automodel s2, manual and tracing "
+                "frontends (in the background)"
+            )
             t_parity = time.perf_counter()
             parity_future = background.submit(_parity_section, config, out)
         t0 = time.perf_counter()
@@ -517,7 +649,11 @@ def run_report(config: ReportConfig = ReportConfig(), *, progress: Progress | No
         timings["notebooks"] = time.perf_counter() - t0
         if parity_future is not None:
             parity_lines, parity_report, parity_error = parity_future.result()
-            timings["parity"] = parity_report.wall_s if parity_report is not None else time.perf_counter() - t_parity
+            timings["parity"] = (
+                parity_report.wall_s
+                if parity_report is not None
+                else time.perf_counter() - t_parity
+            )
             if parity_report is not None:
                 print(format_report(parity_report))
             else:
@@ -529,7 +665,11 @@ def run_report(config: ReportConfig = ReportConfig(), *, progress: Progress | No
         timings["tables"] = time.perf_counter() - t0
         emit(f"[tables] buffers_pp4.csv, memory_kimi_k3_2k.csv ({timings['tables']:.1f} s)")
     timings["total"] = time.perf_counter() - t_start
-    md += ["## Notebooks\n", "| notebook | status | seconds | HTML | figures |", "|---|---|---|---|---|"]
+    md += [
+        "## Notebooks\n",
+        "| notebook | status | seconds | HTML | figures |",
+        "|---|---|---|---|---|",
+    ]
     for r in runs:
         html = f"[{r.html.name}]({r.html.name})" if r.html else "-"
         figs = ", ".join(f"[{f.name}](figures/{f.name})" for f in r.figures) or "-"
@@ -537,15 +677,27 @@ def run_report(config: ReportConfig = ReportConfig(), *, progress: Progress | No
         md.append(f"| {r.path.name} | {status} | {r.seconds:.1f} | {html} | {figs} |")
     shots = sorted((out / "screenshots").glob("*.png"))
     if shots:
-        md += ["", "## Browser screenshots (from the JupyterLab test)\n"] + [f"- [{s.name}](screenshots/{s.name})"
-                                                                             for s in shots]
-    md += ["", "## Wall time\n", ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
-           + " (parity runs alongside the notebooks)", ""]
+        md += ["", "## Browser screenshots (from the JupyterLab test)\n"] + [
+            f"- [{s.name}](screenshots/{s.name})" for s in shots
+        ]
+    md += [
+        "",
+        "## Wall time\n",
+        ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
+        + " (parity runs alongside the notebooks)",
+        "",
+    ]
     summary = out / "summary.md"
     summary.write_text("\n".join(md), encoding="utf-8")
     parity_equal = parity_report.bitwise_equal if parity_report is not None else None
-    return ReportResult(out=out, summary_md=summary, notebooks=runs, parity_equal=parity_equal,
-                        parity_error=parity_error, timings=timings)
+    return ReportResult(
+        out=out,
+        summary_md=summary,
+        notebooks=runs,
+        parity_equal=parity_equal,
+        parity_error=parity_error,
+        timings=timings,
+    )
 
 
 def describe(result: ReportResult) -> str:
@@ -553,7 +705,9 @@ def describe(result: ReportResult) -> str:
     out = result.out
     lines = [f"summary   {result.summary_md}"]
     for r in result.notebooks:
-        lines.append(f"html      {r.html or '(not written)'} ({r.seconds:.1f} s){'' if r.ok else '  <- FAILED'}")
+        lines.append(
+            f"html      {r.html or '(not written)'} ({r.seconds:.1f} s){'' if r.ok else '  <- FAILED'}"
+        )
     figs = sorted((out / "figures").glob("*.png"))
     lines.append(f"figures   {out / 'figures'}/ ({len(figs)} PNG)")
     if result.parity_equal is not None:
@@ -568,7 +722,14 @@ def closing_line(result: ReportResult) -> str:
     ran = sum(n.ok for n in result.notebooks)
     said = [f"{ran} of {len(result.notebooks)} notebooks ran"]
     if result.parity_equal is not None:
-        said.append("pp4 gloo parity pooled vs stock " + ("bitwise equal" if result.parity_equal else "NOT equal"))
+        said.append(
+            "pp4 gloo parity pooled vs stock "
+            + ("bitwise equal" if result.parity_equal else "NOT equal")
+        )
     if result.parity_error is not None:
         said.append("the parity check failed to run")
-    return f"Start reading at {result.summary_md}: " + ", ".join(said) + f"; one HTML per notebook in {result.out}/."
+    return (
+        f"Start reading at {result.summary_md}: "
+        + ", ".join(said)
+        + f"; one HTML per notebook in {result.out}/."
+    )

@@ -34,8 +34,14 @@ def _stages_per_rank(schedule: str) -> int:
     return CATALOG[schedule].stages_per_rank
 
 
-def lifetime_chart(schedule: str, *, pp: int, n_microbatches: int, stages_per_rank: int | None = None,
-                   direction: str = "forward") -> "Figure":
+def lifetime_chart(
+    schedule: str,
+    *,
+    pp: int,
+    n_microbatches: int,
+    stages_per_rank: int | None = None,
+    direction: str = "forward",
+) -> "Figure":
     """One row per stage: each microbatch's receive buffer from post to release, in its rank's action order.
 
     Each line is one microbatch's buffer, in that microbatch's colour (the legend under the figure);
@@ -47,7 +53,9 @@ def lifetime_chart(schedule: str, *, pp: int, n_microbatches: int, stages_per_ra
     from pooltk.analysis.lifetimes import lifetime_frame, lifetimes
 
     vpp = stages_per_rank or _stages_per_rank(schedule)
-    df = lifetime_frame(lifetimes(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp))
+    df = lifetime_frame(
+        lifetimes(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp)
+    )
     df = df[df.direction == direction]
     stages = sorted(df.stage.unique())
     fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.5 * max(len(stages), 2) + 2.0))
@@ -64,16 +72,27 @@ def lifetime_chart(schedule: str, *, pp: int, n_microbatches: int, stages_per_ra
     ax.invert_yaxis()
     ax.set_xlim(left=0)
     ax.set_xlabel("position in the rank's action order (actions; receive post -> release)")
-    ax.set_title(f"{schedule}, pp{pp} x {vpp} stage(s)/rank, M={n_microbatches}: {direction} receive buffers "
-                 "(colour: microbatch, mb)", fontsize=10)
-    handles = [Line2D([], [], color=style.microbatch_colour(mb), lw=2, label=f"mb {mb}")
-               for mb in range(n_microbatches)]
+    ax.set_title(
+        f"{schedule}, pp{pp} x {vpp} stage(s)/rank, M={n_microbatches}: {direction} receive buffers "
+        "(colour: microbatch, mb)",
+        fontsize=10,
+    )
+    handles = [
+        Line2D([], [], color=style.microbatch_colour(mb), lw=2, label=f"mb {mb}")
+        for mb in range(n_microbatches)
+    ]
     style.legend_below(fig, handles, ncol=min(n_microbatches, 8))
     return fig
 
 
-def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microbatches: int,
-                    slack: int = 2, grad_slack: int = 1) -> "pd.DataFrame":
+def allowlist_table(
+    schedules: list[str] | tuple[str, ...],
+    *,
+    pp: int,
+    n_microbatches: int,
+    slack: int = 2,
+    grad_slack: int = 1,
+) -> "pd.DataFrame":
     """Per schedule and stage: sets stock torch keeps, the original allowlisted pool, pooltk ``auto``, the live set.
 
     ``stock``: torch <= 2.14 (``M`` per direction up front). ``stock_lazy``: torch >= 2.15, which
@@ -102,14 +121,28 @@ def allowlist_table(schedules: list[str] | tuple[str, ...], *, pp: int, n_microb
             config = PoolConfig(slack=slack, grad_slack=grad_slack)
             for d in DIRECTIONS:
                 k0 = int(part.loc[d, "ring_min"])
-                auto += ring_from_live(k0, n_microbatches, d, config)  # 0 where nothing is received, handoffs included
+                auto += ring_from_live(
+                    k0, n_microbatches, d, config
+                )  # 0 where nothing is received, handoffs included
             if name == "1F1B":
                 k = pr_ring_size(n_stages, stage, n_microbatches, slack)
                 seed = sum(k for d in DIRECTIONS if int(part.loc[d, "stock_buffers"]))
             else:
                 seed = stock
-            rows.append({"schedule": name, "pp": pp, "vpp": vpp, "n_microbatches": n_microbatches, "stage": stage,
-                         "stock": stock, "stock_lazy": int(part.lazy_buffers.sum()), "seed_allowlist": seed, "pooltk_auto": auto, "live_peak": live})
+            rows.append(
+                {
+                    "schedule": name,
+                    "pp": pp,
+                    "vpp": vpp,
+                    "n_microbatches": n_microbatches,
+                    "stage": stage,
+                    "stock": stock,
+                    "stock_lazy": int(part.lazy_buffers.sum()),
+                    "seed_allowlist": seed,
+                    "pooltk_auto": auto,
+                    "live_peak": live,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -125,6 +158,11 @@ def validation_summary(path: "Path | Traversable" = VALIDATION_CSV) -> "pd.DataF
     with path.open("rb") as fh:
         df = pd.read_csv(fh)
     g = df.groupby(["schedule", "pp", "vpp", "n_microbatches"], sort=False)
-    return g.agg(stock=("stock", "sum"), pooltk_slack0=("pooltk", "sum"), analysed_peak=("analysed_peak", "sum"),
-                 measured_peak=("measured_peak", "sum"), parity=("parity", "all"),
-                 peaks_match=("peak_matches", "all")).reset_index()
+    return g.agg(
+        stock=("stock", "sum"),
+        pooltk_slack0=("pooltk", "sum"),
+        analysed_peak=("analysed_peak", "sum"),
+        measured_peak=("measured_peak", "sum"),
+        parity=("parity", "all"),
+        peaks_match=("peak_matches", "all"),
+    ).reset_index()

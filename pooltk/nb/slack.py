@@ -26,7 +26,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from pooltk.analysis.lifetimes import DIRECTIONS, BufferLifetime, lifetimes, overwrites, peak_overlap
+from pooltk.analysis.lifetimes import (
+    DIRECTIONS,
+    BufferLifetime,
+    lifetimes,
+    overwrites,
+    peak_overlap,
+)
 from pooltk.analysis.programs import CATALOG, analysable_schedules
 from pooltk.nb import canvas, style
 
@@ -59,7 +65,9 @@ def _needed(group: Sequence[BufferLifetime], ring_of_slack, m: int) -> int:  # n
     return m  # unreachable: K = M gives every microbatch its own slot
 
 
-def slack_needs(schedules: Sequence[str] | None = None, *, pp: int = 4, n_microbatches: int = 8) -> pd.DataFrame:
+def slack_needs(
+    schedules: Sequence[str] | None = None, *, pp: int = 4, n_microbatches: int = 8
+) -> pd.DataFrame:
     """Per schedule, rule and direction: the slack that rule needs (the most over stages) and the stage needing it.
 
     Columns: schedule, vpp, rule, direction, slack_needed, worst_stage, covered_by_pr_default (slack
@@ -81,7 +89,9 @@ def slack_needs(schedules: Sequence[str] | None = None, *, pp: int = 4, n_microb
                 worst[(rule, direction)] = (s, stage)
 
         for stage in range(n):
-            groups = {d: [b for b in spans if b.stage == stage and b.direction == d] for d in DIRECTIONS}
+            groups = {
+                d: [b for b in spans if b.stage == stage and b.direction == d] for d in DIRECTIONS
+            }
             for d, group in groups.items():
                 if not group:
                     continue
@@ -91,16 +101,27 @@ def slack_needs(schedules: Sequence[str] | None = None, *, pp: int = 4, n_microb
                 note("1F1B formula", d, _needed(group, lambda s, k=formula: k + s, m), stage)
             both = [g for g in groups.values() if g]
             if both:
-                s = next(s for s in range(m + 1)
-                         if all(_safe(g, pr_ring_size(n, stage, m, s)) for g in both))
+                s = next(
+                    s
+                    for s in range(m + 1)
+                    if all(_safe(g, pr_ring_size(n, stage, m, s)) for g in both)
+                )
                 note("PR #3780 ring", "both", s, stage)
         for rule in RULES:
             for direction in (*DIRECTIONS, "both"):
                 if (rule, direction) in worst:
                     s, stage = worst[(rule, direction)]
-                    rows.append({"schedule": name, "vpp": vpp, "rule": rule, "direction": direction,
-                                 "slack_needed": s, "worst_stage": stage,
-                                 "covered_by_pr_default": s <= PR_DEFAULT_SLACK})
+                    rows.append(
+                        {
+                            "schedule": name,
+                            "vpp": vpp,
+                            "rule": rule,
+                            "direction": direction,
+                            "slack_needed": s,
+                            "worst_stage": stage,
+                            "covered_by_pr_default": s <= PR_DEFAULT_SLACK,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -111,22 +132,43 @@ def slack_needs_figure(frame: pd.DataFrame, *, pp: int, n_microbatches: int) -> 
     from matplotlib.patches import Rectangle
 
     frame = frame.assign(column=frame["rule"] + "\n" + frame["direction"])
-    columns = [f"{r}\n{d}" for r in RULES for d in ("forward", "grad", "both") if f"{r}\n{d}" in set(frame.column)]
+    columns = [
+        f"{r}\n{d}"
+        for r in RULES
+        for d in ("forward", "grad", "both")
+        if f"{r}\n{d}" in set(frame.column)
+    ]
     schedules = list(dict.fromkeys(frame["schedule"]))
-    grid = frame.pivot(index="schedule", columns="column", values="slack_needed").reindex(index=schedules,
-                                                                                         columns=columns)
+    grid = frame.pivot(index="schedule", columns="column", values="slack_needed").reindex(
+        index=schedules, columns=columns
+    )
     fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.42 * len(schedules) + 2.4))
-    sns.heatmap(grid, annot=True, fmt=".0f", cmap="Blues", vmin=0, vmax=max(3, int(np.nanmax(grid.to_numpy()))),
-                cbar_kws={"label": "slack needed (buffer sets)"}, ax=ax, linewidths=0.5, linecolor="white")
+    sns.heatmap(
+        grid,
+        annot=True,
+        fmt=".0f",
+        cmap="Blues",
+        vmin=0,
+        vmax=max(3, int(np.nanmax(grid.to_numpy()))),
+        cbar_kws={"label": "slack needed (buffer sets)"},
+        ax=ax,
+        linewidths=0.5,
+        linecolor="white",
+    )
     for i, sched in enumerate(schedules):
         for j, col in enumerate(columns):
             v = grid.loc[sched, col]
             if col.startswith("PR #3780") and v == v and v > PR_DEFAULT_SLACK:
-                ax.add_patch(Rectangle((j + 0.04, i + 0.04), 0.92, 0.92, fill=False, edgecolor="black", lw=2))
+                ax.add_patch(
+                    Rectangle((j + 0.04, i + 0.04), 0.92, 0.92, fill=False, edgecolor="black", lw=2)
+                )
     ax.set_xlabel("sizing rule and direction (black frame: the PR's default slack 2 is not enough)")
     ax.set_ylabel("schedule (torch class)")
-    ax.set_title(f"slack each sizing rule needs to be safe, pp={pp}, M={n_microbatches} "
-                 "(pooltk's receive lifetimes: 0 everywhere)", fontsize=10)
+    ax.set_title(
+        f"slack each sizing rule needs to be safe, pp={pp}, M={n_microbatches} "
+        "(pooltk's receive lifetimes: 0 everywhere)",
+        fontsize=10,
+    )
     ax.tick_params(axis="x", labelsize=8, rotation=0)
     fig.tight_layout()
     return fig

@@ -93,9 +93,21 @@ SERIES: dict[str, Series] = _series(
     # the PR's lifetime facts (notebook 00)
     ("reuse_after", "slot reused after the backward (the ring's rule)", "#55A868"),
     ("reuse_before", "slot reused between forward and backward", "#DD8452"),
-    ("reuse_before_ac", "slot reused between forward and backward, activation checkpointing on", "#C44E52"),
-    ("reuse_bumped", "reused between forward and backward, version bumped (pooltk's guard)", "#8172B3"),
-    ("leaf_stage_backward", "torch's stage_backward (grad set to None after each chunk)", "#55A868"),
+    (
+        "reuse_before_ac",
+        "slot reused between forward and backward, activation checkpointing on",
+        "#C44E52",
+    ),
+    (
+        "reuse_bumped",
+        "reused between forward and backward, version bumped (pooltk's guard)",
+        "#8172B3",
+    ),
+    (
+        "leaf_stage_backward",
+        "torch's stage_backward (grad set to None after each chunk)",
+        "#55A868",
+    ),
     ("leaf_plain", "plain backward reading .grad (no reset)", "#C44E52"),
     # in-flight depth
     ("in_flight", "microbatches in flight (forward started, backward not finished)", "#4C72B0"),
@@ -116,20 +128,46 @@ SERIES: dict[str, Series] = _series(
 )
 """Every series a notebook figure draws: key -> label and colour (see [Note: one colour per series])."""
 
-_MICROBATCH = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C",
-               "#CCB974", "#64B5CD", "#1B7837", "#B07AA1")
+_MICROBATCH = (
+    "#4C72B0",
+    "#DD8452",
+    "#55A868",
+    "#C44E52",
+    "#8172B3",
+    "#937860",
+    "#DA8BC3",
+    "#8C8C8C",
+    "#CCB974",
+    "#64B5CD",
+    "#1B7837",
+    "#B07AA1",
+)
 """Microbatch colours, in order (``microbatch mod 12``): one palette for every schedule figure."""
 
-_RUNS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#CCB974", "#64B5CD",
-         "#1B7837", "#B07AA1", "#8C8C8C")
+_RUNS = (
+    "#4C72B0",
+    "#DD8452",
+    "#55A868",
+    "#C44E52",
+    "#8172B3",
+    "#937860",
+    "#DA8BC3",
+    "#CCB974",
+    "#64B5CD",
+    "#1B7837",
+    "#B07AA1",
+    "#8C8C8C",
+)
 
 
 def _get(key: str) -> Series:
     try:
         return SERIES[key]
     except KeyError:
-        raise KeyError(f"series {key!r}: found no such series; required one of {', '.join(SERIES)}. "
-                       "Fix: add it to pooltk.nb.style.SERIES with its own colour.") from None
+        raise KeyError(
+            f"series {key!r}: found no such series; required one of {', '.join(SERIES)}. "
+            "Fix: add it to pooltk.nb.style.SERIES with its own colour."
+        ) from None
 
 
 def colour(key: str) -> str:
@@ -153,7 +191,9 @@ def run_colours(runs: Iterable[str]) -> dict[str, str]:
     return {name: _RUNS[i % len(_RUNS)] for i, name in enumerate(names)}
 
 
-def legend_handles(keys: Sequence[str], *, kind: str = "patch", labels: dict[str, str] | None = None) -> list[Any]:
+def legend_handles(
+    keys: Sequence[str], *, kind: str = "patch", labels: dict[str, str] | None = None
+) -> list[Any]:
     """Legend handles for ``keys`` in the map's colours (``kind``: ``patch`` for bars, ``line`` for lines)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -168,22 +208,40 @@ def legend_handles(keys: Sequence[str], *, kind: str = "patch", labels: dict[str
     return out
 
 
-def legend_below(fig: Any, handles: Sequence[Any], *, ncol: int | None = None, fontsize: str = "small") -> Any:
+def legend_below(
+    fig: Any, handles: Sequence[Any], *, ncol: int | None = None, fontsize: str = "small"
+) -> Any:
     """One legend for the whole figure, under the panels (never over data); call before ``tight_layout``.
 
     Returns the legend; ``fig.tight_layout`` is then asked to leave room for it.
     """
     ncol = ncol or min(len(handles), 3)
     rows = -(-len(handles) // ncol)
-    legend = fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=fontsize, frameon=False,
-                        bbox_to_anchor=(0.5, 0.0))
+    legend = fig.legend(
+        handles=handles,
+        loc="lower center",
+        ncol=ncol,
+        fontsize=fontsize,
+        frameon=False,
+        bbox_to_anchor=(0.5, 0.0),
+    )
     height = fig.get_figheight()
     fig.tight_layout(rect=(0, min(0.45, (0.28 * rows + 0.1) / height), 1, 1))
     return legend
 
 
-def reference_line(ax: Axes, value: float, *, text: str, source: str, colour_: str = "black", ls: str = "--",
-                   where: str = "right", above: bool = True, horizontal: bool = True) -> None:
+def reference_line(
+    ax: Axes,
+    value: float,
+    *,
+    text: str,
+    source: str,
+    colour_: str = "black",
+    ls: str = "--",
+    where: str = "right",
+    above: bool = True,
+    horizontal: bool = True,
+) -> None:
     """A labelled reference line: ``text`` and ``(source)`` written on the line, inside the axes."""
     from matplotlib.patheffects import withStroke
 
@@ -193,17 +251,44 @@ def reference_line(ax: Axes, value: float, *, text: str, source: str, colour_: s
     halo = [withStroke(linewidth=3, foreground="white")]
     if horizontal:
         x = 0.99 if where == "right" else 0.01
-        ax.annotate(words, xy=(x, value), xycoords=("axes fraction", "data"), xytext=(0, 3 if above else -3),
-                    textcoords="offset points", ha="right" if where == "right" else "left",
-                    va="bottom" if above else "top", fontsize="x-small", color=colour_, zorder=5, path_effects=halo)
+        ax.annotate(
+            words,
+            xy=(x, value),
+            xycoords=("axes fraction", "data"),
+            xytext=(0, 3 if above else -3),
+            textcoords="offset points",
+            ha="right" if where == "right" else "left",
+            va="bottom" if above else "top",
+            fontsize="x-small",
+            color=colour_,
+            zorder=5,
+            path_effects=halo,
+        )
     else:
-        ax.annotate(words, xy=(value, 0.98), xycoords=("data", "axes fraction"), xytext=(3, 0),
-                    textcoords="offset points", ha="left", va="top", rotation=90, fontsize="x-small",
-                    color=colour_, zorder=5, path_effects=halo)
+        ax.annotate(
+            words,
+            xy=(value, 0.98),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, 0),
+            textcoords="offset points",
+            ha="left",
+            va="top",
+            rotation=90,
+            fontsize="x-small",
+            color=colour_,
+            zorder=5,
+            path_effects=halo,
+        )
 
 
-def bar_value_labels(ax: Axes, container: Any, fmt: str = "{:,.1f}", *, fontsize: str = "x-small",
-                     labels: Sequence[str] | None = None) -> None:
+def bar_value_labels(
+    ax: Axes,
+    container: Any,
+    fmt: str = "{:,.1f}",
+    *,
+    fontsize: str = "x-small",
+    labels: Sequence[str] | None = None,
+) -> None:
     """Dark value labels just past each bar's end (readable on any bar colour; never white on white)."""
     texts = labels if labels is not None else [fmt.format(v) for v in container.datavalues]
     ax.bar_label(container, labels=list(texts), padding=2, fontsize=fontsize, color="#222222")

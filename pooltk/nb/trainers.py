@@ -31,10 +31,22 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["COLUMNS_SIDE_BY_SIDE", "EXPECTED_TO_DIFFER", "bytes_figure", "claims", "load_logs", "load_table",
-           "recorded_tables", "side_by_side"]
+__all__ = [
+    "COLUMNS_SIDE_BY_SIDE",
+    "EXPECTED_TO_DIFFER",
+    "bytes_figure",
+    "claims",
+    "load_logs",
+    "load_table",
+    "recorded_tables",
+    "side_by_side",
+]
 
-EXPECTED_TO_DIFFER = ("automodel_pool_gpipe_forced", "pooltk_gpipe_forced", "automodel_pool_alias_eval")
+EXPECTED_TO_DIFFER = (
+    "automodel_pool_gpipe_forced",
+    "pooltk_gpipe_forced",
+    "automodel_pool_alias_eval",
+)
 """Negative controls: variants whose claim is a divergence or an error, not bitwise equality."""
 
 SIDE_BY_SIDE: dict[str, str] = {
@@ -46,17 +58,39 @@ SIDE_BY_SIDE: dict[str, str] = {
     "pooltk_live": "live set (pooltk slack 0)",
 }
 SERIES_OF: dict[str, str] = {
-    "stock": "stock", "automodel pool (slack 2)": "automodel", "automodel pool (slack 0)": "automodel_s0",
-    "pooltk tight (slack 2, grad 1)": "tight", "pooltk automodel policy": "pooltk_automodel",
+    "stock": "stock",
+    "automodel pool (slack 2)": "automodel",
+    "automodel pool (slack 0)": "automodel_s0",
+    "pooltk tight (slack 2, grad 1)": "tight",
+    "pooltk automodel policy": "pooltk_automodel",
     "live set (pooltk slack 0)": "live_set",
 }
 """Each column of :func:`side_by_side` -> its series in :mod:`pooltk.nb.style` (one colour in every panel)."""
 COLUMNS_SIDE_BY_SIDE = list(SIDE_BY_SIDE.values())
-REQUIRED = ("trainer", "pp", "variant", "stage", "recv_bytes", "losses_equal_stock", "params_equal_stock",
-            "step_time_ratio", "outcome", "claim_ok")
+REQUIRED = (
+    "trainer",
+    "pp",
+    "variant",
+    "stage",
+    "recv_bytes",
+    "losses_equal_stock",
+    "params_equal_stock",
+    "step_time_ratio",
+    "outcome",
+    "claim_ok",
+)
 
 
-LOG_REQUIRED = ("pp", "variant", "n_steps", "first_step", "last_step", "pool_read", "pool_expected", "claim_ok")
+LOG_REQUIRED = (
+    "pp",
+    "variant",
+    "n_steps",
+    "first_step",
+    "last_step",
+    "pool_read",
+    "pool_expected",
+    "claim_ok",
+)
 
 
 def recorded_tables(kind: str = "rows") -> list[str]:
@@ -66,7 +100,11 @@ def recorded_tables(kind: str = "rows") -> list[str]:
     read from each torchtitan launch's own log (``trainers_<date>_logs.csv``).
     """
     folder = resources.files("pooltk.integrations") / "data"
-    names = [p.name for p in folder.iterdir() if p.name.startswith("trainers_") and p.name.endswith(".csv")]
+    names = [
+        p.name
+        for p in folder.iterdir()
+        if p.name.startswith("trainers_") and p.name.endswith(".csv")
+    ]
     return sorted(n for n in names if n.endswith("_logs.csv") == (kind == "logs"))
 
 
@@ -76,14 +114,22 @@ def load_logs() -> "pd.DataFrame":
 
     names = recorded_tables("logs")
     if not names:
-        raise InputError("recorded logs table", found="none shipped", required="a trainers_*_logs.csv",
-                         fix="run TRAINERS=torchtitan bash scripts/integration; read reports/integration/torchtitan/logs.csv.")
+        raise InputError(
+            "recorded logs table",
+            found="none shipped",
+            required="a trainers_*_logs.csv",
+            fix="run TRAINERS=torchtitan bash scripts/integration; read reports/integration/torchtitan/logs.csv.",
+        )
     with (resources.files("pooltk.integrations") / "data" / names[-1]).open() as f:
         table = pd.read_csv(f)
     missing = [c for c in LOG_REQUIRED if c not in table.columns]
     if missing:
-        raise InputError("logs table columns", found=f"missing {missing}", required=", ".join(LOG_REQUIRED),
-                         fix="record logs.csv written by tools/integration/titan_suite.py.")
+        raise InputError(
+            "logs table columns",
+            found=f"missing {missing}",
+            required=", ".join(LOG_REQUIRED),
+            fix="record logs.csv written by tools/integration/titan_suite.py.",
+        )
     return table
 
 
@@ -94,20 +140,32 @@ def load_table(path: str | Path | None = None) -> "pd.DataFrame":
     if path is None:
         names = recorded_tables()
         if not names:
-            raise InputError("recorded trainer table", found="none shipped", required="a trainers_*.csv",
-                             fix="run bash scripts/integration and pass reports/integration/<trainer>/rows.csv.")
+            raise InputError(
+                "recorded trainer table",
+                found="none shipped",
+                required="a trainers_*.csv",
+                fix="run bash scripts/integration and pass reports/integration/<trainer>/rows.csv.",
+            )
         with (resources.files("pooltk.integrations") / "data" / names[-1]).open() as f:
             table = pd.read_csv(f)
     else:
         path = Path(path)
         if not path.is_file():
-            raise InputError("trainer table", found=str(path), required="an existing rows.csv",
-                             fix="run bash scripts/integration first, or call load_table() for the recorded run.")
+            raise InputError(
+                "trainer table",
+                found=str(path),
+                required="an existing rows.csv",
+                fix="run bash scripts/integration first, or call load_table() for the recorded run.",
+            )
         table = pd.read_csv(path)
     missing = [c for c in REQUIRED if c not in table.columns]
     if missing:
-        raise InputError("trainer table columns", found=f"missing {missing}", required=", ".join(REQUIRED),
-                         fix="pass a rows.csv written by tools/integration/run_suite.py.")
+        raise InputError(
+            "trainer table columns",
+            found=f"missing {missing}",
+            required=", ".join(REQUIRED),
+            fix="pass a rows.csv written by tools/integration/run_suite.py.",
+        )
     return table
 
 
@@ -115,13 +173,15 @@ def side_by_side(table: "pd.DataFrame") -> "pd.DataFrame":
     """Receive bytes per stage: stock, Automodel's pool, pooltk, the live set (one row per stage)."""
     rows = table[table["variant"].isin(SIDE_BY_SIDE) & (table["outcome"] == "ok")].copy()
     rows["column"] = rows["variant"].map(SIDE_BY_SIDE)
-    wide = rows.pivot_table(index=["trainer", "pp", "stage"], columns="column", values="recv_bytes",
-                            aggfunc="first")
+    wide = rows.pivot_table(
+        index=["trainer", "pp", "stage"], columns="column", values="recv_bytes", aggfunc="first"
+    )
     return wide[[c for c in COLUMNS_SIDE_BY_SIDE if c in wide.columns]].reset_index()
 
 
 def claims(table: "pd.DataFrame") -> "pd.DataFrame":
     """One row per (trainer, pp, variant): parity, outcome, worst step-time ratio, the suite's verdict."""
+
     def _all(s):
         vals = [v for v in s if v == v and v != ""]
         return bool(vals) and all(str(v) == "True" for v in vals) if vals else None
@@ -133,14 +193,21 @@ def claims(table: "pd.DataFrame") -> "pd.DataFrame":
         return max(vals, key=VERDICTS.index) if vals else ""
 
     grouped = table.groupby(["trainer", "pp", "variant"], sort=False)
-    out = grouped.agg(schedule=("schedule", "first"), pool_impl=("pool_impl", "first"),
-                      losses_equal_stock=("losses_equal_stock", _all),
-                      params_equal_stock=("params_equal_stock", _all),
-                      **({"eval_equal_stock": ("eval_equal_stock", _all)} if "eval_equal_stock" in table.columns else {}),
-                      step_time_ratio_max=("step_time_ratio", "max"),
-                      outcome=("outcome", lambda s: ", ".join(sorted(set(map(str, s))))),
-                      **({"verdict": ("verdict", _worst)} if "verdict" in table.columns else {}),
-                      claim_ok=("claim_ok", lambda s: all(str(v) == "True" for v in s)))
+    out = grouped.agg(
+        schedule=("schedule", "first"),
+        pool_impl=("pool_impl", "first"),
+        losses_equal_stock=("losses_equal_stock", _all),
+        params_equal_stock=("params_equal_stock", _all),
+        **(
+            {"eval_equal_stock": ("eval_equal_stock", _all)}
+            if "eval_equal_stock" in table.columns
+            else {}
+        ),
+        step_time_ratio_max=("step_time_ratio", "max"),
+        outcome=("outcome", lambda s: ", ".join(sorted(set(map(str, s))))),
+        **({"verdict": ("verdict", _worst)} if "verdict" in table.columns else {}),
+        claim_ok=("claim_ok", lambda s: all(str(v) == "True" for v in s)),
+    )
     return out.reset_index()
 
 
@@ -159,7 +226,9 @@ def bytes_figure(table: "pd.DataFrame") -> "Figure":
     groups = list(wide.groupby(["trainer", "pp"], sort=False))
     cols = 2
     rows = -(-len(groups) // cols)
-    fig, axes = canvas.subplots(rows, cols, figsize=(style.FIGURE_WIDTH_IN, 2.9 * rows + 1.3), squeeze=False)
+    fig, axes = canvas.subplots(
+        rows, cols, figsize=(style.FIGURE_WIDTH_IN, 2.9 * rows + 1.3), squeeze=False
+    )
     drawn: list[str] = []
     for ax, ((trainer, pp), part) in zip(axes.flat, groups):
         present = [c for c in COLUMNS_SIDE_BY_SIDE if c in part.columns and part[c].notna().any()]
@@ -167,8 +236,13 @@ def bytes_figure(table: "pd.DataFrame") -> "Figure":
         width = 0.84 / len(present)
         for k, column in enumerate(present):
             key = SERIES_OF[column]
-            ax.bar(x + (k - (len(present) - 1) / 2) * width, part[column].fillna(0) / 2**10, width,
-                   color=style.colour(key), label=column)
+            ax.bar(
+                x + (k - (len(present) - 1) / 2) * width,
+                part[column].fillna(0) / 2**10,
+                width,
+                color=style.colour(key),
+                label=column,
+            )
             if column not in drawn:
                 drawn.append(column)
         ax.set_xticks(x, [str(s) for s in part["stage"]])
@@ -176,10 +250,16 @@ def bytes_figure(table: "pd.DataFrame") -> "Figure":
         ax.set_title(f"{trainer}, pp{pp}", fontsize=10)
         ax.set_xlabel("stage (index)")
         ax.set_ylabel("receive buffers (KiB)")
-    for ax in axes.flat[len(groups):]:
+    for ax in axes.flat[len(groups) :]:
         ax.set_visible(False)
     order = [c for c in COLUMNS_SIDE_BY_SIDE if c in drawn]
-    handles = [next(h for ax in axes.flat for h, lab in zip(*ax.get_legend_handles_labels()) if lab == c) for c in order]
-    fig.suptitle("receive buffers per stage inside the real trainers, measured on the ranks (M=8)", fontsize=10.5)
+    handles = [
+        next(h for ax in axes.flat for h, lab in zip(*ax.get_legend_handles_labels()) if lab == c)
+        for c in order
+    ]
+    fig.suptitle(
+        "receive buffers per stage inside the real trainers, measured on the ranks (M=8)",
+        fontsize=10.5,
+    )
     style.legend_below(fig, handles, ncol=3)
     return fig

@@ -39,8 +39,17 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from pooltk.memory.source import Preset
 
-__all__ = ["QUICK_MAX_SEQ", "QUICK_MIN_MICROBATCHES", "VARIANT_TICKS", "VARIANT_SERIES", "WholeStage",
-           "receive_source", "stacked_figure", "timeline_figure", "whole_stage_estimate"]
+__all__ = [
+    "QUICK_MAX_SEQ",
+    "QUICK_MIN_MICROBATCHES",
+    "VARIANT_TICKS",
+    "VARIANT_SERIES",
+    "WholeStage",
+    "receive_source",
+    "stacked_figure",
+    "timeline_figure",
+    "whole_stage_estimate",
+]
 
 GIB = 2**30
 
@@ -57,7 +66,12 @@ VARIANT_TICKS: dict[str, str] = {
 }
 """Short x tick of each replayed variant (the full titles: :data:`pooltk.memory.replay.estimate.VARIANT_TITLES`)."""
 
-VARIANT_SERIES: dict[str, str] = {"stock": "stock", "stock_lazy": "stock_lazy", "pooled": "tight", "live_set": "live_set"}
+VARIANT_SERIES: dict[str, str] = {
+    "stock": "stock",
+    "stock_lazy": "stock_lazy",
+    "pooled": "tight",
+    "live_set": "live_set",
+}
 """The series (:data:`pooltk.nb.style.SERIES`) each replayed variant is drawn as: the pooled replay runs pooltk's tight rings."""
 
 
@@ -89,27 +103,45 @@ class WholeStage:
     def inputs(self) -> dict[str, str]:
         """What was replayed, for :func:`pooltk.nb.common.show_inputs`."""
         est = self.estimate
-        return {"model": est.model, "replayed": self.scale, "ranks": ", ".join(map(str, est.ranks)),
-                "variants": "; ".join(VARIANT_TITLES[v] for v in est.variants),
-                "pooled variant": est.config.describe(),
-                "training": f"optimizer {est.training.optimizer} ({est.training.optimizer_impl}), "
-                            f"{est.training.steps} measured step(s)",
-                "source": self.preset.source, **({"notes": "; ".join(est.notes)} if est.notes else {})}
+        return {
+            "model": est.model,
+            "replayed": self.scale,
+            "ranks": ", ".join(map(str, est.ranks)),
+            "variants": "; ".join(VARIANT_TITLES[v] for v in est.variants),
+            "pooled variant": est.config.describe(),
+            "training": f"optimizer {est.training.optimizer} ({est.training.optimizer_impl}), "
+            f"{est.training.steps} measured step(s)",
+            "source": self.preset.source,
+            **({"notes": "; ".join(est.notes)} if est.notes else {}),
+        }
 
     def peak_table(self) -> pd.DataFrame:
         """One row per (rank, variant): what the rank holds, its peak (GiB) and where in the step it happens."""
         frame = self.estimate.peak_frame("gib")
         names = dict(zip(range(len(self.estimate.stage_names)), self.estimate.stage_names))
-        frame["holds"] = [" | ".join(names[int(s)] for s in str(st).split(",")) for st in frame["stages"]]
+        frame["holds"] = [
+            " | ".join(names[int(s)] for s in str(st).split(",")) for st in frame["stages"]
+        ]
         frame["variant"] = frame["variant"].map(VARIANT_TITLES)
-        keep = ["rank", "holds", "variant", "peak_gib", "activations_gib", "recv_buffers_gib", "where"]
+        keep = [
+            "rank",
+            "holds",
+            "variant",
+            "peak_gib",
+            "activations_gib",
+            "recv_buffers_gib",
+            "where",
+        ]
         return frame[keep]
 
     def receive_check(self) -> pd.DataFrame:
         """The replayed receive buffers beside the analytic model, per rank and variant (MiB)."""
         frame = self.estimate.receive_frame()
-        out = frame.assign(variant=frame["variant"].map(VARIANT_TITLES), replayed_mib=frame.replayed_bytes / 2**20,
-                           modelled_mib=frame.modelled_bytes / 2**20)
+        out = frame.assign(
+            variant=frame["variant"].map(VARIANT_TITLES),
+            replayed_mib=frame.replayed_bytes / 2**20,
+            modelled_mib=frame.modelled_bytes / 2**20,
+        )
         return out[["rank", "variant", "replayed_mib", "modelled_mib", "difference_bytes"]]
 
     def matches(self, name: str, shape: Any, boundaries: Sequence[Any]) -> bool:
@@ -120,7 +152,10 @@ class WholeStage:
         """
         est = self.estimate
         if name != self.named.name or (shape.pp, shape.n_microbatches, shape.schedule_name) != (
-                est.shape.pp, est.shape.n_microbatches, est.shape.schedule_name):
+            est.shape.pp,
+            est.shape.n_microbatches,
+            est.shape.schedule_name,
+        ):
             return False
         mine = [tuple((t.shape, t.dtype) for t in b.activations) for b in boundaries]
         theirs = [tuple((t.shape, t.dtype) for t in b.activations) for b in est.receive.boundaries]
@@ -159,13 +194,26 @@ def whole_stage_estimate(
     if ranks is not None:
         bad = [r for r in ranks if not (isinstance(r, int) and 0 <= r < inputs.shape.pp)]
         if bad:
-            raise MemoryModelError("ranks", found=repr(bad), required=f"ranks in 0..{inputs.shape.pp - 1}",
-                                   fix=f"pick ranks of the {inputs.shape.pp}-stage pipeline, e.g. (0, {inputs.shape.pp // 2 - 1}, "
-                                   f"{inputs.shape.pp - 1}).")
+            raise MemoryModelError(
+                "ranks",
+                found=repr(bad),
+                required=f"ranks in 0..{inputs.shape.pp - 1}",
+                fix=f"pick ranks of the {inputs.shape.pp}-stage pipeline, e.g. (0, {inputs.shape.pp // 2 - 1}, "
+                f"{inputs.shape.pp - 1}).",
+            )
     tasks = (len(ranks) if ranks is not None else inputs.shape.pp) * len(variants)
-    est = estimate_memory(inputs.builder, inputs.shape, config=inputs.config, variants=variants, ranks=ranks,
-                          model=inputs.description, jobs=max(1, min(jobs, tasks)))
-    return WholeStage(preset=replayed, named=named, quick=quick, estimate=est, verdict=fits_verdict(est, device))
+    est = estimate_memory(
+        inputs.builder,
+        inputs.shape,
+        config=inputs.config,
+        variants=variants,
+        ranks=ranks,
+        model=inputs.description,
+        jobs=max(1, min(jobs, tasks)),
+    )
+    return WholeStage(
+        preset=replayed, named=named, quick=quick, estimate=est, verdict=fits_verdict(est, device)
+    )
 
 
 def receive_source(preset: str | EstimatePreset) -> Preset:
@@ -174,14 +222,23 @@ def receive_source(preset: str | EstimatePreset) -> Preset:
     from pooltk.memory.configs import Overrides, load_config
 
     p = _named(preset)
-    q = load_config(dict(p.config), Overrides(pp=p.pp, microbatches=p.microbatches, micro_batch=p.rows, seq_len=p.seq_len))
-    return dataclasses.replace(q, name=p.name, title=f"{p.name}: {q.title.split(': ', 1)[-1]}",
-                               sources=(p.source, *q.sources[1:]))
+    q = load_config(
+        dict(p.config),
+        Overrides(pp=p.pp, microbatches=p.microbatches, micro_batch=p.rows, seq_len=p.seq_len),
+    )
+    return dataclasses.replace(
+        q,
+        name=p.name,
+        title=f"{p.name}: {q.title.split(': ', 1)[-1]}",
+        sources=(p.source, *q.sources[1:]),
+    )
 
 
 def explorer_models() -> dict[str, EstimatePreset]:
     """The estimate presets the explorer offers as models (Kimi-K3 is offered by its study presets)."""
-    return {name: p for name, p in ESTIMATE_PRESETS.items() if p.config.get("model_type") != "kimi_k3"}
+    return {
+        name: p for name, p in ESTIMATE_PRESETS.items() if p.config.get("model_type") != "kimi_k3"
+    }
 
 
 # --------------------------------------------------------------------------- figures
@@ -210,8 +267,12 @@ def stacked_figure(whole: WholeStage, *, ranks: Sequence[int] | None = None) -> 
     shown = list(ranks) if ranks is not None else list(est.ranks)
     cats = _drawn_categories(frame[frame["rank"].isin(shown)])
     variants = list(est.variants)
-    fig, axes = canvas.subplots(1, len(shown), figsize=(style.FIGURE_WIDTH_IN, 5.2), sharey=True, squeeze=False)
-    top = max(float(frame.groupby(["rank", "variant"])["gib"].sum().max()), verdict.device.gib) * 1.1
+    fig, axes = canvas.subplots(
+        1, len(shown), figsize=(style.FIGURE_WIDTH_IN, 5.2), sharey=True, squeeze=False
+    )
+    top = (
+        max(float(frame.groupby(["rank", "variant"])["gib"].sum().max()), verdict.device.gib) * 1.1
+    )
     lines: list[Any] = []
     for ax, rank in zip(axes[0], shown):
         part = frame[frame["rank"] == rank]
@@ -219,8 +280,15 @@ def stacked_figure(whole: WholeStage, *, ranks: Sequence[int] | None = None) -> 
         bottom = np.zeros(len(variants))
         last = None
         for cat in cats:
-            values = np.array([float(part[(part.variant == v) & (part.category == cat)]["gib"].sum()) for v in variants])
-            last = ax.bar(x, values, 0.7, bottom=bottom, color=style.colour(cat), label=style.label(cat))
+            values = np.array(
+                [
+                    float(part[(part.variant == v) & (part.category == cat)]["gib"].sum())
+                    for v in variants
+                ]
+            )
+            last = ax.bar(
+                x, values, 0.7, bottom=bottom, color=style.colour(cat), label=style.label(cat)
+            )
             bottom = bottom + values
         if last is not None:
             style.bar_value_labels(ax, last, labels=[f"{b:.1f}" for b in bottom])
@@ -236,7 +304,9 @@ def stacked_figure(whole: WholeStage, *, ranks: Sequence[int] | None = None) -> 
     return fig
 
 
-def timeline_figure(whole: WholeStage, *, rank: int | None = None, variants: Sequence[str] = ("stock", "pooled")) -> Figure:
+def timeline_figure(
+    whole: WholeStage, *, rank: int | None = None, variants: Sequence[str] = ("stock", "pooled")
+) -> Figure:
     """One rank through the measured step: bytes live after every action, stacked by category, one panel per variant
     of ``variants``; below, the receive buffers alone (MiB), every replayed variant on one axis.
 
@@ -251,9 +321,12 @@ def timeline_figure(whole: WholeStage, *, rank: int | None = None, variants: Seq
         rank = est.worst("stock" if "stock" in est.variants else est.variants[0]).rank
     drawn = [v for v in variants if v in est.variants]
     if not drawn or rank not in est.ranks:
-        raise MemoryModelError("timeline", found=f"rank {rank!r}, variants {list(variants)!r}",
-                               required=f"a replayed rank ({est.ranks}) and some of {', '.join(est.variants)}",
-                               fix="draw a rank and variants the estimate replayed.")
+        raise MemoryModelError(
+            "timeline",
+            found=f"rank {rank!r}, variants {list(variants)!r}",
+            required=f"a replayed rank ({est.ranks}) and some of {', '.join(est.variants)}",
+            fix="draw a rank and variants the estimate replayed.",
+        )
     frame = est.timeline_frame("gib")
     frame = frame[frame["rank"] == rank]
     cats = _drawn_categories(est.stacked_frame("gib").query("rank == @rank"))
@@ -275,33 +348,64 @@ def timeline_figure(whole: WholeStage, *, rank: int | None = None, variants: Seq
     for ax, variant in zip(tops, drawn):
         wide = wide_of(variant)
         x = np.arange(len(wide))
-        ax.stackplot(x, *[wide[c].to_numpy() if c in wide else np.zeros(len(wide)) for c in cats],
-                     colors=[style.colour(c) for c in cats], labels=[style.label(c) for c in cats], alpha=0.9)
+        ax.stackplot(
+            x,
+            *[wide[c].to_numpy() if c in wide else np.zeros(len(wide)) for c in cats],
+            colors=[style.colour(c) for c in cats],
+            labels=[style.label(c) for c in cats],
+            alpha=0.9,
+        )
         lines = capacity_lines(ax, verdict)
         rep = est.replay(rank, variant)
-        ax.set_title(f"{VARIANT_TITLES[variant]}: peak {rep.peak.bytes / GIB:.1f} GiB\n"
-                     f"({rep.peak.phase} of microbatch {rep.peak.microbatch})", fontsize=8.5)
+        ax.set_title(
+            f"{VARIANT_TITLES[variant]}: peak {rep.peak.bytes / GIB:.1f} GiB\n"
+            f"({rep.peak.phase} of microbatch {rep.peak.microbatch})",
+            fontsize=8.5,
+        )
         ax.set_xlabel("action of the step (index)", fontsize=8.5)
         ax.set_xlim(0, max(1, len(wide) - 1))
         ax.set_ylim(0, verdict.device.gib * 1.1)
     recv_handles, top = [], 0.0
     for variant in est.variants:  # every replayed variant's receive buffers on one axis
         wide = wide_of(variant)
-        recv = wide["recv_buffers"].to_numpy() * 1024 if "recv_buffers" in wide else np.zeros(len(wide))
+        recv = (
+            wide["recv_buffers"].to_numpy() * 1024
+            if "recv_buffers" in wide
+            else np.zeros(len(wide))
+        )
         top = max(top, float(recv.max()))
         key = VARIANT_SERIES[variant]
-        recv_ax.plot(np.arange(len(wide)), recv, color=style.colour(key), marker="o", ms=3, drawstyle="steps-post")
-        recv_handles.append(Line2D([], [], color=style.colour(key), marker="o", ms=3,
-                                   label=f"receive buffers, {VARIANT_TITLES[variant]}"))
+        recv_ax.plot(
+            np.arange(len(wide)),
+            recv,
+            color=style.colour(key),
+            marker="o",
+            ms=3,
+            drawstyle="steps-post",
+        )
+        recv_handles.append(
+            Line2D(
+                [],
+                [],
+                color=style.colour(key),
+                marker="o",
+                ms=3,
+                label=f"receive buffers, {VARIANT_TITLES[variant]}",
+            )
+        )
     tops[0].set_ylabel("tensors live (GiB)", fontsize=9)
     recv_ax.set_ylim(0, max(top, 1.0) * 1.2)
     recv_ax.set_xlim(0, max(1, len(wide) - 1))
     for ax in (*tops, recv_ax):
         ax.xaxis.get_major_locator().set_params(integer=True)
-    recv_ax.set_xlabel("action of the step (index: forwards, backwards, then the optimizer step)", fontsize=8.5)
+    recv_ax.set_xlabel(
+        "action of the step (index: forwards, backwards, then the optimizer step)", fontsize=8.5
+    )
     recv_ax.set_ylabel("receive buffers (MiB)", fontsize=9)
     recv_ax.set_title("the receive buffers alone, after each action", fontsize=8.5)
-    fig.suptitle(f"{whole.named.name}, {_rank_title(est, rank)}, through one step\n{whole.scale}", fontsize=9)
+    fig.suptitle(
+        f"{whole.named.name}, {_rank_title(est, rank)}, through one step\n{whole.scale}", fontsize=9
+    )
     handles = [*style.legend_handles(cats), *lines, *recv_handles]
     style.legend_below(fig, handles, ncol=2, fontsize="x-small")
     return fig

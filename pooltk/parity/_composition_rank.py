@@ -82,7 +82,7 @@ class CompositionStage(nn.Module):
         self.first, self.last = stage == 0, stage == n_stages - 1
         self.passon, self.launcher = "passon" in case.features, "launcher" in case.features
         self.autocast = case.autocast
-        self.weight = nn.Parameter(_seeded((HIDDEN, HIDDEN), seed, HIDDEN ** -0.5))
+        self.weight = nn.Parameter(_seeded((HIDDEN, HIDDEN), seed, HIDDEN**-0.5))
         self.bias = nn.Parameter(_seeded((HIDDEN,), seed + 1, 0.01))
         if self.passon:
             self.pos = nn.Parameter(_seeded((SEQ, HIDDEN), seed + 2, 0.1))
@@ -95,14 +95,18 @@ class CompositionStage(nn.Module):
             self.lora_a = nn.Parameter(_seeded((RANK_LORA, HIDDEN), seed + 3, 0.1))
             self.lora_b = nn.Parameter(_seeded((HIDDEN, RANK_LORA), seed + 4, 0.1))
 
-    def forward(self, h: torch.Tensor, pos: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> Any:
+    def forward(
+        self, h: torch.Tensor, pos: torch.Tensor | None = None, mask: torch.Tensor | None = None
+    ) -> Any:
         if self.passon and self.first:
             pos = torch.arange(SEQ).repeat(h.shape[0], 1)
             mask = pos % 3 != 0
         if self.launcher:
             h = _AddressRead.apply(h)
         if self.passon:
-            h = (h + self.pos[pos.remainder(SEQ)]) * mask.unsqueeze(-1)  # remainder: shape inference feeds garbage
+            h = (h + self.pos[pos.remainder(SEQ)]) * mask.unsqueeze(
+                -1
+            )  # remainder: shape inference feeds garbage
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
             z = torch.nn.functional.linear(h, self.weight, self.bias)
             if self.lora:
@@ -125,7 +129,9 @@ def _wrap(module: nn.Module, case: Composition, dp_mesh: Any) -> nn.Module:
         from torch.distributed.fsdp import fully_shard
 
         return fully_shard(module, mesh=dp_mesh)
-    if case.wrap.startswith("compile:"):  # dynamo keeps compiled code per code object, whatever the backend
+    if case.wrap.startswith(
+        "compile:"
+    ):  # dynamo keeps compiled code per code object, whatever the backend
         return torch.compile(module, backend=case.wrap.split(":", 1)[1])
     if case.wrap == "checkpoint":
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -163,8 +169,10 @@ def _evidence(case: Composition, stages: list, reads: int) -> str:
         parts.append(f"graphs={counters['stats']['unique_graphs']}")
         if case.wrap.endswith("inductor"):  # compiled or loaded from inductor's caches
             ind, aot = counters["inductor"], counters["aot_autograd"]
-            parts.append(f"inductor_graphs={ind['fxgraph_cache_miss'] + ind['fxgraph_cache_hit']}"
-                         f"+{aot['autograd_cache_hit']}")
+            parts.append(
+                f"inductor_graphs={ind['fxgraph_cache_miss'] + ind['fxgraph_cache_hit']}"
+                f"+{aot['autograd_cache_hit']}"
+            )
     if "launcher" in case.features:
         parts.append(f"address_reads={reads}")
     if case.autocast:
@@ -190,8 +198,15 @@ def _bounds(case: Composition, rank_stages: list[int], pp_rank: int) -> dict[str
     from pooltk.analysis.sharing import rank_rings
 
     forward_only = case.eval_only and case.install_schedule == "auto"
-    prog, spans = analyse(ScheduleShape(schedule=case.schedule, pp=case.pp, n_microbatches=case.microbatches,
-                                        stages_per_rank=case.stages_per_rank, forward_only=forward_only))
+    prog, spans = analyse(
+        ScheduleShape(
+            schedule=case.schedule,
+            pp=case.pp,
+            n_microbatches=case.microbatches,
+            stages_per_rank=case.stages_per_rank,
+            forward_only=forward_only,
+        )
+    )
     out = dict.fromkeys(DIRECTIONS, 0)
     for ring in rank_rings(prog, spans, RingRule()):
         if ring.rank == pp_rank:
@@ -199,13 +214,17 @@ def _bounds(case: Composition, rank_stages: list[int], pp_rank: int) -> dict[str
     return out
 
 
-def _forward_only(case: Composition, schedule: Any, x: Any, y: Any, first: bool, last: bool) -> list[str]:
+def _forward_only(
+    case: Composition, schedule: Any, x: Any, y: Any, first: bool, last: bool
+) -> list[str]:
     """One ``schedule.eval`` step the way ``case.eval_mode`` says (autograd on, or under inference_mode);
     the last stage's digests of the merged output and the losses."""
     mode = {"grad": contextlib.nullcontext, "inference": torch.inference_mode}
     losses: list[torch.Tensor] = []
     with mode[case.eval_mode]():
-        out = schedule.eval(*((x,) if first else ()), **({"target": y, "losses": losses} if last else {}))
+        out = schedule.eval(
+            *((x,) if first else ()), **({"target": y, "losses": losses} if last else {})
+        )
     return [_digest([out, *losses])] if last else []
 
 
@@ -231,7 +250,9 @@ def run_case(case: Composition, rank: int, mesh: Any) -> list[dict[str, Any]]:
             stages = []
             for s in mine:
                 module = _wrap(CompositionStage(case, s, n_stages), case, dp_mesh)
-                stages.append(PipelineStage(module, s, n_stages, torch.device("cpu"), group=pp_group))
+                stages.append(
+                    PipelineStage(module, s, n_stages, torch.device("cpu"), group=pp_group)
+                )
             if variant == "fresh":
                 from pooltk.parity.fresh import fresh_stage
 
@@ -244,8 +265,11 @@ def run_case(case: Composition, rank: int, mesh: Any) -> list[dict[str, Any]]:
                 whole.watch(st)
             counters = [*per_stage.values(), whole]
             cls = get_schedule_class(case.schedule)
-            schedule = cls(stages if case.stages_per_rank > 1 else stages[0], n_microbatches=case.microbatches,
-                           loss_fn=lambda out, target: torch.nn.functional.mse_loss(out, target))
+            schedule = cls(
+                stages if case.stages_per_rank > 1 else stages[0],
+                n_microbatches=case.microbatches,
+                loss_fn=lambda out, target: torch.nn.functional.mse_loss(out, target),
+            )
             params = [p for st in stages for p in st.submod.parameters() if p.requires_grad]
             opt = torch.optim.SGD(params, lr=0.05)
             first, last = any(st.is_first for st in stages), any(st.is_last for st in stages)
@@ -261,7 +285,9 @@ def run_case(case: Composition, rank: int, mesh: Any) -> list[dict[str, Any]]:
                     digests.extend(_forward_only(case, schedule, x, y, first, last))
                     continue
                 losses: list[torch.Tensor] = []
-                out = schedule.step(*((x,) if first else ()), **({"target": y, "losses": losses} if last else {}))
+                out = schedule.step(
+                    *((x,) if first else ()), **({"target": y, "losses": losses} if last else {})
+                )
                 if last:
                     digests.append(_digest([out, *losses]))
                 if (step + 1) % case.accumulate == 0:
@@ -295,11 +321,15 @@ def _verdict(results: dict[str, dict[str, Any]]) -> tuple[str, str]:
     if pooled == fresh and stock != fresh:
         return "explained", "pooled equals fresh; stock's own numbers depend on its buffer reuse"
     which = [i for i, (a, b) in enumerate(zip(pooled, stock)) if a != b]
-    return "different", f"digests differ from stock at {which} (of {len(stock)}: steps' outputs, then parameters)"
+    return (
+        "different",
+        f"digests differ from stock at {which} (of {len(stock)}: steps' outputs, then parameters)",
+    )
 
 
-def _rows(case: Composition, rank: int, pp_rank: int, mine: list[int],
-          results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _rows(
+    case: Composition, rank: int, pp_rank: int, mine: list[int], results: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
     verdict, detail = _verdict(results)
     bounds = _bounds(case, mine, pp_rank)
     evidence = results["pooled"]["evidence"]
@@ -309,6 +339,7 @@ def _rows(case: Composition, rank: int, pp_rank: int, mine: list[int],
         targets.append((None, "rank"))
     for stage, where in targets:
         for direction in DIRECTIONS:
+
             def pick(v: str) -> dict[str, int]:
                 r = results[v]
                 return (r["stages"][stage] if stage is not None else r["rank"])[direction]
@@ -317,24 +348,44 @@ def _rows(case: Composition, rank: int, pp_rank: int, mine: list[int],
             tensors = max(pooled["tensors"], stock["tensors"])
             if not stock["receives"]:
                 continue
-            rehomes = sum(results["pooled"]["rehomes"].get(s, {}).get(direction, 0)
-                          for s in ([stage] if stage is not None else mine))
+            rehomes = sum(
+                results["pooled"]["rehomes"].get(s, {}).get(direction, 0)
+                for s in ([stage] if stage is not None else mine)
+            )
             row_detail = detail
             if case.expect_rehomes:  # a real holder: judged against torch's own fresh semantics
                 judged, bound = "fresh", fresh["peak"]
                 within = pooled["peak"] <= bound
             else:
                 judged, bound = "ring", tensors * bounds[direction]
-                within = pooled["peak"] <= bound and pooled["max_step_distinct"] <= bound and not rehomes
+                within = (
+                    pooled["peak"] <= bound and pooled["max_step_distinct"] <= bound and not rehomes
+                )
                 if rehomes:
-                    row_detail = (row_detail + "; " if row_detail else "") + f"{rehomes} re-homes where none were expected"
-            rows.append({
-                "case": case.name, "rank": rank, "stage": stage, "direction": direction, "verdict": verdict,
-                "tensors": tensors, "judged": judged, "bound": bound, "stock_peak": stock["peak"],
-                "stock_distinct": stock["max_step_distinct"], "fresh_peak": fresh["peak"],
-                "pooled_peak": pooled["peak"], "pooled_distinct": pooled["max_step_distinct"], "rehomes": rehomes,
-                "within_bound": within, "evidence": evidence, "detail": row_detail,
-            })
+                    row_detail = (
+                        row_detail + "; " if row_detail else ""
+                    ) + f"{rehomes} re-homes where none were expected"
+            rows.append(
+                {
+                    "case": case.name,
+                    "rank": rank,
+                    "stage": stage,
+                    "direction": direction,
+                    "verdict": verdict,
+                    "tensors": tensors,
+                    "judged": judged,
+                    "bound": bound,
+                    "stock_peak": stock["peak"],
+                    "stock_distinct": stock["max_step_distinct"],
+                    "fresh_peak": fresh["peak"],
+                    "pooled_peak": pooled["peak"],
+                    "pooled_distinct": pooled["max_step_distinct"],
+                    "rehomes": rehomes,
+                    "within_bound": within,
+                    "evidence": evidence,
+                    "detail": row_detail,
+                }
+            )
     return rows
 
 
@@ -346,7 +397,10 @@ def main() -> int:
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
     from torch.distributed.device_mesh import init_device_mesh
 
-    cases = [Composition(**{**c, "features": tuple(c["features"])}) for c in json.loads((out / "cases.json").read_text())]
+    cases = [
+        Composition(**{**c, "features": tuple(c["features"])})
+        for c in json.loads((out / "cases.json").read_text())
+    ]
     rows: list[dict[str, Any]] = []
     meshes: dict[tuple[int, int], Any] = {}
     for case in cases:

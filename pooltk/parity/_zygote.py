@@ -34,7 +34,11 @@ def main() -> int:
         if pid == 0:
             code = 1
             try:
-                log = os.open(os.path.join(out_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                log = os.open(
+                    os.path.join(out_dir, f"rank{rank}.log"),
+                    os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                    0o644,
+                )
                 os.dup2(log, 1)
                 os.dup2(log, 2)
                 sys.argv = [sys.argv[0], str(rank), str(world), out_dir, str(port)]

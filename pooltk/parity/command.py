@@ -31,7 +31,14 @@ import json
 import os
 import sys
 
-__all__ = ["FIELDS", "check_args", "group_threads_left", "register", "spec_from_args", "torchrun_main"]
+__all__ = [
+    "FIELDS",
+    "check_args",
+    "group_threads_left",
+    "register",
+    "spec_from_args",
+    "torchrun_main",
+]
 
 _GLOO_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop")
 """Thread names (``/proc/self/task/*/comm``) of a live gloo process group."""
@@ -40,41 +47,88 @@ _GLOO_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop")
 def register(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("shape")
     g.add_argument("--pp", type=int, default=4, help="pipeline stages = ranks (default 4)")
-    g.add_argument("--microbatches", type=int, default=16, help="microbatches per step (default 16)")
+    g.add_argument(
+        "--microbatches", type=int, default=16, help="microbatches per step (default 16)"
+    )
     g.add_argument("--steps", type=int, default=3, help="optimizer steps per variant (default 3)")
-    g.add_argument("--hidden", type=int, default=64, help="hidden size of the toy model (default 64)")
+    g.add_argument(
+        "--hidden", type=int, default=64, help="hidden size of the toy model (default 64)"
+    )
     g.add_argument("--seq-len", type=int, default=8, help="tokens per row (default 8)")
     g.add_argument("--rows", type=int, default=2, help="rows per microbatch (default 2)")
-    g.add_argument("--vpp", type=int, default=None,
-                   help="stages per rank for multi-stage schedules (Interleaved1F1B, ZBVZeroBubble, ...; default 2 "
-                        "for those, 1 for single-stage schedules)")
+    g.add_argument(
+        "--vpp",
+        type=int,
+        default=None,
+        help="stages per rank for multi-stage schedules (Interleaved1F1B, ZBVZeroBubble, ...; default 2 "
+        "for those, 1 for single-stage schedules)",
+    )
     p = parser.add_argument_group("pool")
-    p.add_argument("--slack", type=int, default=2, help="forward ring sets beyond the live set (default 2)")
-    p.add_argument("--grad-slack", type=int, default=1, help="grad ring sets beyond the live set (default 1)")
-    p.add_argument("--policy", default="tight", choices=["tight", "automodel"],
-                   help="ring sizing: pooltk's live set + slack, or Automodel's pool's formula (default tight)")
-    p.add_argument("--schedule", default="1F1B",
-                   help="torch schedule name, case-insensitive (default 1F1B; any other is kept stock unless --auto "
-                        "or --force)")
-    p.add_argument("--auto", action="store_true",
-                   help="pool any schedule pooltk can analyse, rings from its own action order "
-                        "(pooltk.install(schedule='auto'))")
-    p.add_argument("--sharing", default="rank", choices=["rank", "stage"],
-                   help="multi-stage schedules: one ring per rank and direction, or one per stage (default rank)")
+    p.add_argument(
+        "--slack", type=int, default=2, help="forward ring sets beyond the live set (default 2)"
+    )
+    p.add_argument(
+        "--grad-slack", type=int, default=1, help="grad ring sets beyond the live set (default 1)"
+    )
+    p.add_argument(
+        "--policy",
+        default="tight",
+        choices=["tight", "automodel"],
+        help="ring sizing: pooltk's live set + slack, or Automodel's pool's formula (default tight)",
+    )
+    p.add_argument(
+        "--schedule",
+        default="1F1B",
+        help="torch schedule name, case-insensitive (default 1F1B; any other is kept stock unless --auto "
+        "or --force)",
+    )
+    p.add_argument(
+        "--auto",
+        action="store_true",
+        help="pool any schedule pooltk can analyse, rings from its own action order "
+        "(pooltk.install(schedule='auto'))",
+    )
+    p.add_argument(
+        "--sharing",
+        default="rank",
+        choices=["rank", "stage"],
+        help="multi-stage schedules: one ring per rank and direction, or one per stage (default rank)",
+    )
     p.add_argument("--frontend", default="manual", choices=["manual", "tracing", "both"])
-    p.add_argument("--force", action="store_true", help="pool even if the schedule is not allowlisted")
-    p.add_argument("--no-guard", action="store_true", help="turn the overrun guard off (shows silent corruption)")
-    p.add_argument("--shortfall", type=int, default=0,
-                   help="experiments: forward ring this many sets below the policy (needs --force)")
-    p.add_argument("--eval-between-steps", action="store_true", help="run schedule.eval after each step")
+    p.add_argument(
+        "--force", action="store_true", help="pool even if the schedule is not allowlisted"
+    )
+    p.add_argument(
+        "--no-guard",
+        action="store_true",
+        help="turn the overrun guard off (shows silent corruption)",
+    )
+    p.add_argument(
+        "--shortfall",
+        type=int,
+        default=0,
+        help="experiments: forward ring this many sets below the policy (needs --force)",
+    )
+    p.add_argument(
+        "--eval-between-steps", action="store_true", help="run schedule.eval after each step"
+    )
     o = parser.add_argument_group("output")
-    o.add_argument("--json", action="store_true", help="machine-readable report (top-level bitwise_equal)")
-    o.add_argument("--timeout", type=float, default=120.0, help="wall-clock bound in seconds (default 120)")
+    o.add_argument(
+        "--json", action="store_true", help="machine-readable report (top-level bitwise_equal)"
+    )
+    o.add_argument(
+        "--timeout", type=float, default=120.0, help="wall-clock bound in seconds (default 120)"
+    )
 
 
-FIELDS = {"RingRule.slack": "--slack", "RingRule.grad_slack": "--grad-slack",
-          "RingRule.forward_shortfall": "--shortfall", "RingRule.policy": "--policy",
-          "PoolConfig.slack": "--slack", "PoolConfig.grad_slack": "--grad-slack"}
+FIELDS = {
+    "RingRule.slack": "--slack",
+    "RingRule.grad_slack": "--grad-slack",
+    "RingRule.forward_shortfall": "--shortfall",
+    "RingRule.policy": "--policy",
+    "PoolConfig.slack": "--slack",
+    "PoolConfig.grad_slack": "--grad-slack",
+}
 """Library fields these flags set, for re-wording an error that names a field ([Note: command-line errors])."""
 
 
@@ -85,22 +139,47 @@ def check_args(args: argparse.Namespace) -> None:
     """
     from pooltk._validate import InputError, check_int
 
-    check_int("--pp", args.pp, low=2, fix="--pp 2 or more (one gloo rank per stage; --pp 4 is the default).")
-    check_int("--microbatches", args.microbatches, low=1,
-              fix=f"--microbatches {max(args.pp, 1) if isinstance(args.pp, int) else 4} or more (1F1B needs at least "
-                  "one per stage).")
-    for flag, value in (("--steps", args.steps), ("--hidden", args.hidden), ("--seq-len", args.seq_len),
-                        ("--rows", args.rows)):
+    check_int(
+        "--pp",
+        args.pp,
+        low=2,
+        fix="--pp 2 or more (one gloo rank per stage; --pp 4 is the default).",
+    )
+    check_int(
+        "--microbatches",
+        args.microbatches,
+        low=1,
+        fix=f"--microbatches {max(args.pp, 1) if isinstance(args.pp, int) else 4} or more (1F1B needs at least "
+        "one per stage).",
+    )
+    for flag, value in (
+        ("--steps", args.steps),
+        ("--hidden", args.hidden),
+        ("--seq-len", args.seq_len),
+        ("--rows", args.rows),
+    ):
         check_int(flag, value, low=1, fix=f"{flag} 1 or more (the default is a good start).")
-    for flag, value, fix in (("--slack", args.slack, "--slack 0 for the live-set limit, or 2 (the default)."),
-                             ("--grad-slack", args.grad_slack, "--grad-slack 0 for the live-set limit, or 1 "
-                                                               "(the default)."),
-                             ("--shortfall", args.shortfall, "leave it at 0 (it builds undersized rings for "
-                                                             "negative controls, with --force).")):
+    for flag, value, fix in (
+        ("--slack", args.slack, "--slack 0 for the live-set limit, or 2 (the default)."),
+        (
+            "--grad-slack",
+            args.grad_slack,
+            "--grad-slack 0 for the live-set limit, or 1 (the default).",
+        ),
+        (
+            "--shortfall",
+            args.shortfall,
+            "leave it at 0 (it builds undersized rings for negative controls, with --force).",
+        ),
+    ):
         check_int(flag, value, low=0, fix=fix)
     if not args.timeout > 0:
-        raise InputError("--timeout", found=repr(args.timeout), required="a number of seconds > 0",
-                         fix="--timeout 120 (the default) or more for big shapes.")
+        raise InputError(
+            "--timeout",
+            found=repr(args.timeout),
+            required="a number of seconds > 0",
+            fix="--timeout 120 (the default) or more for big shapes.",
+        )
     from torch.distributed.pipelining.schedules import get_schedule_class
 
     from pooltk.analysis.catalog import CATALOG
@@ -108,9 +187,13 @@ def check_args(args: argparse.Namespace) -> None:
     try:
         get_schedule_class(args.schedule)
     except ValueError:
-        raise InputError("--schedule", found=repr(args.schedule), required="a torch schedule name, one of "
-                         + ", ".join(CATALOG), fix="--schedule 1F1B (the default); other schedules are kept stock "
-                         "unless --auto or --force is given.") from None
+        raise InputError(
+            "--schedule",
+            found=repr(args.schedule),
+            required="a torch schedule name, one of " + ", ".join(CATALOG),
+            fix="--schedule 1F1B (the default); other schedules are kept stock "
+            "unless --auto or --force is given.",
+        ) from None
     _check_stages_per_rank(args)
 
 
@@ -132,38 +215,72 @@ def _check_stages_per_rank(args: argparse.Namespace) -> None:
         args.vpp = 1 if single else 2
     check_int("--vpp", args.vpp, low=1, fix="--vpp 2 for a multi-stage schedule, or leave it out.")
     if single and args.vpp != 1:
-        raise InputError("--vpp", found=f"{args.vpp} with --schedule {args.schedule}",
-                         required=f"1: {cls.__name__} runs one stage per rank",
-                         fix="leave --vpp out, or choose a multi-stage schedule (--schedule Interleaved1F1B).")
+        raise InputError(
+            "--vpp",
+            found=f"{args.vpp} with --schedule {args.schedule}",
+            required=f"1: {cls.__name__} runs one stage per rank",
+            fix="leave --vpp out, or choose a multi-stage schedule (--schedule Interleaved1F1B).",
+        )
     if not single and args.vpp < 2:
-        raise InputError("--vpp", found=f"{args.vpp} with --schedule {args.schedule}",
-                         required=f"2 or more: {cls.__name__} runs several stages per rank",
-                         fix="--vpp 2 (the default for multi-stage schedules).")
+        raise InputError(
+            "--vpp",
+            found=f"{args.vpp} with --schedule {args.schedule}",
+            required=f"2 or more: {cls.__name__} runs several stages per rank",
+            fix="--vpp 2 (the default for multi-stage schedules).",
+        )
     if args.vpp > 1 and args.frontend != "manual":
-        raise InputError("--frontend", found=f"{args.frontend!r} with --vpp {args.vpp}",
-                         required="'manual': the tracing frontend splits one model into one stage per rank",
-                         fix="--frontend manual (the default) for multi-stage schedules.")
+        raise InputError(
+            "--frontend",
+            found=f"{args.frontend!r} with --vpp {args.vpp}",
+            required="'manual': the tracing frontend splits one model into one stage per rank",
+            fix="--frontend manual (the default) for multi-stage schedules.",
+        )
     try:
-        program(args.schedule, pp=args.pp, n_microbatches=args.microbatches, stages_per_rank=args.vpp)
+        program(
+            args.schedule, pp=args.pp, n_microbatches=args.microbatches, stages_per_rank=args.vpp
+        )
     except ScheduleAnalysisError as exc:
-        raise InputError("--microbatches", found=f"{args.microbatches} with --schedule {args.schedule} "
-                         f"--pp {args.pp} --vpp {args.vpp}", required=f"a shape torch builds ({exc})",
-                         fix=f"--microbatches {2 * args.pp * args.vpp} (two per stage), or another --pp/--vpp."
-                         ) from None
+        raise InputError(
+            "--microbatches",
+            found=f"{args.microbatches} with --schedule {args.schedule} "
+            f"--pp {args.pp} --vpp {args.vpp}",
+            required=f"a shape torch builds ({exc})",
+            fix=f"--microbatches {2 * args.pp * args.vpp} (two per stage), or another --pp/--vpp.",
+        ) from None
 
 
 def spec_from_args(args: argparse.Namespace):
     from pooltk.parity import ParitySpec, default_variants
     from pooltk.parity.experiments import Rings
 
-    config = Rings(slack=args.slack, grad_slack=args.grad_slack, policy=args.policy, guard=not args.no_guard,
-                        forward_shortfall=args.shortfall, sharing=args.sharing)
+    config = Rings(
+        slack=args.slack,
+        grad_slack=args.grad_slack,
+        policy=args.policy,
+        guard=not args.no_guard,
+        forward_shortfall=args.shortfall,
+        sharing=args.sharing,
+    )
     frontends = ("manual", "tracing") if args.frontend == "both" else (args.frontend,)
-    variants = default_variants([config], frontends=frontends, schedule=args.schedule, force=args.force,
-                                eval_between_steps=args.eval_between_steps, stages_per_rank=args.vpp or 1,
-                                install_schedule="auto" if args.auto else None)
-    return ParitySpec(pp=args.pp, microbatches=args.microbatches, steps=args.steps, hidden=args.hidden,
-                      seq_len=args.seq_len, rows_per_microbatch=args.rows, timeout_s=args.timeout, variants=variants)
+    variants = default_variants(
+        [config],
+        frontends=frontends,
+        schedule=args.schedule,
+        force=args.force,
+        eval_between_steps=args.eval_between_steps,
+        stages_per_rank=args.vpp or 1,
+        install_schedule="auto" if args.auto else None,
+    )
+    return ParitySpec(
+        pp=args.pp,
+        microbatches=args.microbatches,
+        steps=args.steps,
+        hidden=args.hidden,
+        seq_len=args.seq_len,
+        rows_per_microbatch=args.rows,
+        timeout_s=args.timeout,
+        variants=variants,
+    )
 
 
 def _import_before_group() -> None:
@@ -202,8 +319,11 @@ def torchrun_main(argv: list[str] | None = None) -> int:
     from pooltk.parity.worker import run_in_group
 
     if "RANK" not in os.environ:
-        print("pooltk.parity: RANK is not set; run under torchrun (torchrun --nproc-per-node N -m pooltk.parity), "
-              "or use `pooltk parity`, which spawns its own gloo ranks.", file=sys.stderr)
+        print(
+            "pooltk.parity: RANK is not set; run under torchrun (torchrun --nproc-per-node N -m pooltk.parity), "
+            "or use `pooltk parity`, which spawns its own gloo ranks.",
+            file=sys.stderr,
+        )
         return 2
     parser = argparse.ArgumentParser(prog="python -m pooltk.parity")
     register(parser)
@@ -216,8 +336,11 @@ def torchrun_main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         from pooltk._validate import InputError, problem
 
-        text = (problem(FIELDS[exc.what], found=exc.found, required=exc.required, fix=exc.fix)
-                if isinstance(exc, InputError) and exc.what in FIELDS else str(exc))
+        text = (
+            problem(FIELDS[exc.what], found=exc.found, required=exc.required, fix=exc.fix)
+            if isinstance(exc, InputError) and exc.what in FIELDS
+            else str(exc)
+        )
         print(f"python -m pooltk.parity: {text}", file=sys.stderr)
         return 2
     import time
@@ -226,7 +349,11 @@ def torchrun_main(argv: list[str] | None = None) -> int:
     use_cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if use_cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}") if use_cuda else torch.device("cpu")
+    device = (
+        torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
+        if use_cuda
+        else torch.device("cpu")
+    )
     if use_cuda:
         torch.cuda.set_device(device)
     records = run_in_group(spec, rank, world, device)
@@ -246,8 +373,11 @@ def torchrun_main(argv: list[str] | None = None) -> int:
     dist.destroy_process_group()
     left = group_threads_left()
     if left:
-        print(f"pooltk.parity: rank {rank}: gloo threads {left} outlived destroy_process_group(): something still "
-              "holds the process group (a torch module imported after init_process_group, or a kept work "
-              "object), and the rank may abort at exit. Fix: see [Note: a rank's clean exit] in "
-              "pooltk/parity/command.py.", file=sys.stderr)
+        print(
+            f"pooltk.parity: rank {rank}: gloo threads {left} outlived destroy_process_group(): something still "
+            "holds the process group (a torch module imported after init_process_group, or a kept work "
+            "object), and the rank may abort at exit. Fix: see [Note: a rank's clean exit] in "
+            "pooltk/parity/command.py.",
+            file=sys.stderr,
+        )
     return status

@@ -92,15 +92,27 @@ class Composition:
         return "1f1b" if self.schedule == "1F1B" else "auto"
 
 
-AUTO_SCHEDULES: tuple[tuple[str, int], ...] = (("GPipe", 1), ("Interleaved1F1B", 2), ("LoopedBFS", 2),
-                                                ("InterleavedZeroBubble", 2))
+AUTO_SCHEDULES: tuple[tuple[str, int], ...] = (
+    ("GPipe", 1),
+    ("Interleaved1F1B", 2),
+    ("LoopedBFS", 2),
+    ("InterleavedZeroBubble", 2),
+)
 """(schedule, stages per rank) of the torch schedules ``schedule="auto"`` pools, beside 1F1B."""
 
 FORWARD_ONLY: tuple[Composition, ...] = tuple(
-    Composition(name=f"{kind}-{mode}-{name.lower()}-pp4", pp=4, schedule=name, stages_per_rank=spr,
-                eval_only=kind == "eval", eval_between=kind == "train-eval", eval_mode=mode)
+    Composition(
+        name=f"{kind}-{mode}-{name.lower()}-pp4",
+        pp=4,
+        schedule=name,
+        stages_per_rank=spr,
+        eval_only=kind == "eval",
+        eval_between=kind == "train-eval",
+        eval_mode=mode,
+    )
     for name, spr in (("1F1B", 1), *AUTO_SCHEDULES)
-    for kind, mode in (("eval", "grad"), ("eval", "inference"), ("train-eval", "grad")))
+    for kind, mode in (("eval", "grad"), ("eval", "inference"), ("train-eval", "grad"))
+)
 """Forward-only steps (issue #36) for 1F1B and every schedule ``auto`` pools: eval steps with autograd on,
 under ``inference_mode``, and train/eval/train."""
 
@@ -112,20 +124,42 @@ CASES: tuple[Composition, ...] = (
     Composition(name="launcher-passon-pp2", pp=2, features=("launcher", "passon")),
     Composition(name="ddp-pp2-dp2", pp=2, dp=2, wrap="ddp", features=("passon",)),
     Composition(name="fsdp2-pp2-dp2", pp=2, dp=2, wrap="fsdp2"),
-    Composition(name="compile-aot_eager-pp2", pp=2, wrap="compile:aot_eager", features=("launcher",)),
+    Composition(
+        name="compile-aot_eager-pp2", pp=2, wrap="compile:aot_eager", features=("launcher",)
+    ),
     Composition(name="compile-inductor-pp2", pp=2, wrap="compile:inductor"),
     Composition(name="autocast-bf16-pp2", pp=2, autocast=True, features=("passon",)),
     Composition(name="checkpoint-pp4", pp=4, wrap="checkpoint"),
     Composition(name="accumulate-pp2", pp=2, steps=4, accumulate=2),
     Composition(name="frozen-lora-pp4", pp=4, frozen=True, features=("passon",)),
     Composition(name="train-eval-train-pp4", pp=4, eval_between=True, features=("launcher",)),
-    Composition(name="eval-passon-pp4", pp=4, eval_between=True, features=("passon",), expect_rehomes=True),
-    Composition(name="interleaved-ddp-pp2-dp2", pp=2, dp=2, schedule="Interleaved1F1B", stages_per_rank=2,
-                wrap="ddp", features=("passon",)),
-    Composition(name="interleaved-fsdp2-pp2-dp2", pp=2, dp=2, schedule="Interleaved1F1B", stages_per_rank=2,
-                wrap="fsdp2"),
-    Composition(name="interleaved-launcher-pp4", pp=4, schedule="Interleaved1F1B", stages_per_rank=2,
-                features=("launcher", "passon")),
+    Composition(
+        name="eval-passon-pp4", pp=4, eval_between=True, features=("passon",), expect_rehomes=True
+    ),
+    Composition(
+        name="interleaved-ddp-pp2-dp2",
+        pp=2,
+        dp=2,
+        schedule="Interleaved1F1B",
+        stages_per_rank=2,
+        wrap="ddp",
+        features=("passon",),
+    ),
+    Composition(
+        name="interleaved-fsdp2-pp2-dp2",
+        pp=2,
+        dp=2,
+        schedule="Interleaved1F1B",
+        stages_per_rank=2,
+        wrap="fsdp2",
+    ),
+    Composition(
+        name="interleaved-launcher-pp4",
+        pp=4,
+        schedule="Interleaved1F1B",
+        stages_per_rank=2,
+        features=("launcher", "passon"),
+    ),
     *FORWARD_ONLY,
 )
 """The compositions of the record (``python -m pooltk.parity.compositions``)."""
@@ -169,7 +203,9 @@ class CompositionRow:
 # ---------------------------------------------------------------------------------------
 
 
-def run_compositions(cases: tuple[Composition, ...] = CASES, *, timeout_s: float = 900.0) -> list[CompositionRow]:
+def run_compositions(
+    cases: tuple[Composition, ...] = CASES, *, timeout_s: float = 900.0
+) -> list[CompositionRow]:
     """Run ``cases`` (grouped into one launch per world size) and return every row."""
     rows: list[CompositionRow] = []
     by_world: dict[int, list[Composition]] = {}
@@ -186,16 +222,37 @@ def _launch(cases: tuple[Composition, ...], world: int, timeout_s: float) -> lis
     from pooltk.parity.procs import run_processes
 
     store = dist.TCPStore("127.0.0.1", 0, world + 1, is_master=True, wait_for_workers=False)
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-               TORCHINDUCTOR_COMPILE_THREADS="1")
+    env = dict(
+        os.environ,
+        GLOO_SOCKET_IFNAME="lo",
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+        TORCHINDUCTOR_COMPILE_THREADS="1",
+    )
     with tempfile.TemporaryDirectory(prefix="pooltk-compositions-") as tmp:
         out = Path(tmp)
         (out / "cases.json").write_text(json.dumps([asdict(c) for c in cases]))
-        argvs = [[sys.executable, "-m", "pooltk.parity._composition_rank", str(r), str(world), str(out),
-                  str(store.port)] for r in range(world)]
+        argvs = [
+            [
+                sys.executable,
+                "-m",
+                "pooltk.parity._composition_rank",
+                str(r),
+                str(world),
+                str(out),
+                str(store.port),
+            ]
+            for r in range(world)
+        ]
         try:
-            launch = run_processes(argvs, logs=[out / f"rank{r}.log" for r in range(world)], env=env,
-                                   timeout_s=timeout_s, grace_s=5.0, new_session=True)
+            launch = run_processes(
+                argvs,
+                logs=[out / f"rank{r}.log" for r in range(world)],
+                env=env,
+                timeout_s=timeout_s,
+                grace_s=5.0,
+                new_session=True,
+            )
         finally:
             del store
         missing = [r for r in range(world) if not (out / f"rank{r}.json").exists()]
@@ -205,8 +262,10 @@ def _launch(cases: tuple[Composition, ...], world: int, timeout_s: float) -> lis
             own = [r for r in missing if "failed on rank" in texts[r] and "by peer" not in texts[r]]
             cause = (own or missing)[0]
             why = "timed out" if launch.timed_out else f"exit codes {launch.codes}"
-            raise RuntimeError(f"compositions: ranks {missing} wrote no results ({why}); rank {cause} "
-                               f"printed:\n{texts[cause][-4000:]}")
+            raise RuntimeError(
+                f"compositions: ranks {missing} wrote no results ({why}); rank {cause} "
+                f"printed:\n{texts[cause][-4000:]}"
+            )
         per_rank = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
     return [CompositionRow(**row) for rank_rows in per_rank for row in rank_rows]
 
@@ -218,8 +277,10 @@ def rows_frame(rows: list[CompositionRow]):  # -> pandas.DataFrame
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pooltk.parity.compositions",
-                                description="Run the composition suite on gloo ranks and write its record.")
+    p = argparse.ArgumentParser(
+        prog="python -m pooltk.parity.compositions",
+        description="Run the composition suite on gloo ranks and write its record.",
+    )
     p.add_argument("--cases", nargs="*", default=None, help="case names (default: all of CASES)")
     p.add_argument("--csv", type=Path, default=None, help="write the rows here")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per launch")
@@ -237,8 +298,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.csv is not None:
         frame.to_csv(args.csv, index=False)
     bad = frame[(frame["verdict"].isin(["different", "error"])) | (~frame["within_bound"])]
-    print(f"\n{len(cases)} cases, {len(frame)} rows ({len(with_rank)} per-rank), {len(bad)} failing; "
-          f"{time.perf_counter() - t0:.0f} s")
+    print(
+        f"\n{len(cases)} cases, {len(frame)} rows ({len(with_rank)} per-rank), {len(bad)} failing; "
+        f"{time.perf_counter() - t0:.0f} s"
+    )
     return 1 if len(bad) else 0
 
 

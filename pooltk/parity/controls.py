@@ -21,7 +21,13 @@ from pooltk.parity.spec import ParitySpec, default_variants, with_fresh
 from pooltk.parity.summary import Judgement, judge, names_pooltk
 from pooltk.pool.guard import PoolOverrunError
 
-__all__ = ["CONTROLS", "ControlOutcome", "NegativeControls", "control_variants", "run_negative_controls"]
+__all__ = [
+    "CONTROLS",
+    "ControlOutcome",
+    "NegativeControls",
+    "control_variants",
+    "run_negative_controls",
+]
 
 
 CONTROLS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -103,20 +109,43 @@ def control_variants(*, guard: bool, controls: tuple[str, ...] = tuple(CONTROLS)
     return out
 
 
-def _guarded(name: str, *, pp: int, microbatches: int, steps: int, timeout_s: float) -> ControlOutcome:
-    spec = ParitySpec(pp=pp, microbatches=microbatches, steps=steps, timeout_s=timeout_s,
-                      variants=control_variants(guard=True, controls=(name,)))
+def _guarded(
+    name: str, *, pp: int, microbatches: int, steps: int, timeout_s: float
+) -> ControlOutcome:
+    spec = ParitySpec(
+        pp=pp,
+        microbatches=microbatches,
+        steps=steps,
+        timeout_s=timeout_s,
+        variants=control_variants(guard=True, controls=(name,)),
+    )
     t0 = time.perf_counter()
     try:
         report = run_parity(spec)
     except PoolOverrunError as exc:
-        return ControlOutcome(control=name, caught=True, error_type=type(exc).__name__, message=str(exc),
-                              wall_s=time.perf_counter() - t0, **exc.to_dict())
+        return ControlOutcome(
+            control=name,
+            caught=True,
+            error_type=type(exc).__name__,
+            message=str(exc),
+            wall_s=time.perf_counter() - t0,
+            **exc.to_dict(),
+        )
     except (ParityRankError, ParityTimeoutError) as exc:
-        return ControlOutcome(control=name, caught=False, error_type=type(exc).__name__, message=str(exc),
-                              wall_s=time.perf_counter() - t0)
-    return ControlOutcome(control=name, caught=False, error_type=None, wall_s=time.perf_counter() - t0,
-                          message=f"the run completed with the guard on; bitwise_equal={report.bitwise_equal}")
+        return ControlOutcome(
+            control=name,
+            caught=False,
+            error_type=type(exc).__name__,
+            message=str(exc),
+            wall_s=time.perf_counter() - t0,
+        )
+    return ControlOutcome(
+        control=name,
+        caught=False,
+        error_type=None,
+        wall_s=time.perf_counter() - t0,
+        message=f"the run completed with the guard on; bitwise_equal={report.bitwise_equal}",
+    )
 
 
 def run_negative_controls(
@@ -128,22 +157,38 @@ def run_negative_controls(
     and a ring cannot be one short of it.
     """
     if pp < 3:
-        raise ValueError(f"negative controls pp: found {pp}; required >= 3 (with pp=2 the forward live set is 1, "
-                         "so no ring is one short of it). Fix: pp=3 or more.")
+        raise ValueError(
+            f"negative controls pp: found {pp}; required >= 3 (with pp=2 the forward live set is 1, "
+            "so no ring is one short of it). Fix: pp=3 or more."
+        )
     from pooltk.memory.model import PipelineShape
 
     PipelineShape(pp=pp, n_microbatches=microbatches, schedule="1f1b")
-    off = ParitySpec(pp=pp, microbatches=microbatches, steps=steps, timeout_s=timeout_s,
-                     variants=with_fresh(control_variants(guard=False)))
+    off = ParitySpec(
+        pp=pp,
+        microbatches=microbatches,
+        steps=steps,
+        timeout_s=timeout_s,
+        variants=with_fresh(control_variants(guard=False)),
+    )
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=1 + len(CONTROLS)) as pool:
         fut_off = pool.submit(run_parity, off)
-        futs_on = [pool.submit(_guarded, name, pp=pp, microbatches=microbatches, steps=steps, timeout_s=timeout_s)
-                   for name in CONTROLS]
+        futs_on = [
+            pool.submit(
+                _guarded, name, pp=pp, microbatches=microbatches, steps=steps, timeout_s=timeout_s
+            )
+            for name in CONTROLS
+        ]
         guarded = [f.result() for f in futs_on]
         try:
             unguarded, error = fut_off.result(), None
         except (ParityRankError, ParityTimeoutError, PoolOverrunError) as exc:
             unguarded, error = None, f"{type(exc).__name__}: {exc}"
-    return NegativeControls(unguarded=unguarded, unguarded_error=error, guarded=guarded,
-                            wall_s=time.perf_counter() - t0, judgements=judge(unguarded) if unguarded else [])
+    return NegativeControls(
+        unguarded=unguarded,
+        unguarded_error=error,
+        guarded=guarded,
+        wall_s=time.perf_counter() - t0,
+        judgements=judge(unguarded) if unguarded else [],
+    )

@@ -46,22 +46,26 @@ def _records(launch: RssLaunch) -> list[dict[str, Any]]:
     recs = []
     for step, mb_losses in enumerate(last.losses):
         step_time = max(r.step_times_s[step] for r in launch.ranks)
-        hwm = launch.ranks[(spec.pp - 1) // 2].hwm_by_step[step]  # a middle stage: see [Note: CPU log fields]
+        hwm = launch.ranks[(spec.pp - 1) // 2].hwm_by_step[
+            step
+        ]  # a middle stage: see [Note: CPU log fields]
         tps = tokens / step_time
-        recs.append({
-            "step": step,
-            "epoch": 0,
-            "timestamp": datetime.fromtimestamp(last.step_end_unix[step], tz=timezone.utc),
-            "loss": sum(mb_losses) / len(mb_losses),
-            "grad_norm": sum(r.grad_sq[step] for r in launch.ranks) ** 0.5,
-            "lr": spec.lr,
-            "mem": hwm / 2**30,
-            "tps": tps,
-            "tps_per_gpu": tps,  # tps / cp / dp with cp = dp = 1: Automodel's convention, ignores PP
-            "mfu": None,
-            "num_tokens_per_step": tokens,
-            "num_label_tokens": tokens,
-        })
+        recs.append(
+            {
+                "step": step,
+                "epoch": 0,
+                "timestamp": datetime.fromtimestamp(last.step_end_unix[step], tz=timezone.utc),
+                "loss": sum(mb_losses) / len(mb_losses),
+                "grad_norm": sum(r.grad_sq[step] for r in launch.ranks) ** 0.5,
+                "lr": spec.lr,
+                "mem": hwm / 2**30,
+                "tps": tps,
+                "tps_per_gpu": tps,  # tps / cp / dp with cp = dp = 1: Automodel's convention, ignores PP
+                "mfu": None,
+                "num_tokens_per_step": tokens,
+                "num_label_tokens": tokens,
+            }
+        )
     return recs
 
 
@@ -92,39 +96,68 @@ def write_cpu_runs(
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for seq_len in seq_lens:
-        spec = RssSpec(pp=pp, microbatches=microbatches, steps=steps, hidden=hidden, seq_len=seq_len,
-                       rows_per_microbatch=rows_per_microbatch, layers_per_stage=2, timeout_s=900)
+        spec = RssSpec(
+            pp=pp,
+            microbatches=microbatches,
+            steps=steps,
+            hidden=hidden,
+            seq_len=seq_len,
+            rows_per_microbatch=rows_per_microbatch,
+            layers_per_stage=2,
+            timeout_s=900,
+        )
         launches = {}
         for name, cfg in (("stock", None), ("pooled", config)):
             if progress:
-                progress(f"seq_len {seq_len}: pp{pp} x {microbatches} microbatches x {steps} steps, {name}")
+                progress(
+                    f"seq_len {seq_len}: pp{pp} x {microbatches} microbatches x {steps} steps, {name}"
+                )
             launches[name] = launch_rss(spec, cfg)
         equal = launches["stock"].ranks[-1].losses == launches["pooled"].ranks[-1].losses
         if not equal:
-            raise RuntimeError(f"seq_len {seq_len}: pooled losses differ from stock; refusing to write its logs")
+            raise RuntimeError(
+                f"seq_len {seq_len}: pooled losses differ from stock; refusing to write its logs"
+            )
         for name, launch in launches.items():
             stem = f"cpu_seq{seq_len}_{name}_training"
             path = write_training_jsonl(out / f"{stem}.jsonl", _records(launch))
             meta = {
                 "what": "pooltk's CPU pipeline on gloo ranks of one machine, each variant in fresh processes: "
-                        "a real run, not a GPU measurement",
+                "a real run, not a GPU measurement",
                 "run": f"cpu_seq{seq_len}_{name}",
-                "pp": pp, "tp": 1, "cp": 1, "dp": 1, "world_size": pp,
-                "microbatches": microbatches, "micro_batch_size": rows_per_microbatch,
-                "global_batch_size": spec.rows, "seq_len": seq_len, "hidden": hidden,
-                "layers_per_stage": spec.layers_per_stage, "steps": steps,
-                "pooled": name == "pooled", "pool_config": config.to_dict() if name == "pooled" else None,
-                "recv_buffer_bytes_per_stage": {str(r.rank): r.recv["forward"]["bytes"] + r.recv["grad"]["bytes"]
-                                                for r in launch.ranks},
+                "pp": pp,
+                "tp": 1,
+                "cp": 1,
+                "dp": 1,
+                "world_size": pp,
+                "microbatches": microbatches,
+                "micro_batch_size": rows_per_microbatch,
+                "global_batch_size": spec.rows,
+                "seq_len": seq_len,
+                "hidden": hidden,
+                "layers_per_stage": spec.layers_per_stage,
+                "steps": steps,
+                "pooled": name == "pooled",
+                "pool_config": config.to_dict() if name == "pooled" else None,
+                "recv_buffer_bytes_per_stage": {
+                    str(r.rank): r.recv["forward"]["bytes"] + r.recv["grad"]["bytes"]
+                    for r in launch.ranks
+                },
                 "peak_rss_bytes_per_stage": {str(r.rank): r.hwm_by_step[-1] for r in launch.ranks},
-                "peak_rss_growth_bytes_per_stage": {str(r.rank): r.peak_delta for r in launch.ranks},
+                "peak_rss_growth_bytes_per_stage": {
+                    str(r.rank): r.peak_delta for r in launch.ranks
+                },
                 "bitwise_equal_to_stock": equal,
                 "mem_basis": "peak resident set size (VmHWM, reset after import) of the middle stage's rank process, "
-                             "GiB (not a GPU allocator figure)",
+                "GiB (not a GPU allocator figure)",
                 "tps_per_gpu_basis": "tps / cp / dp as Automodel computes it; ignores PP (pp x the per-process rate)",
                 "torch": torch.__version__,
                 "python": platform.python_version(),
-                "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "system": platform.system()},
+                "host": {
+                    "machine": platform.machine(),
+                    "cpus": os.cpu_count(),
+                    "system": platform.system(),
+                },
                 "command": " ".join(shlex.quote(a) for a in sys.argv) or "pooltk cpu-runs",
                 "written": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             }

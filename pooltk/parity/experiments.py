@@ -43,13 +43,20 @@ class Rings:
         if not isinstance(self.guard, bool):
             raise ValueError(f"Rings.guard: found {self.guard!r}; required True or False.")
         if self.policy == "measure" and not self.guard:
-            raise ValueError("Rings: found policy='measure' with guard=False; required the guard (it does the "
-                             "measuring). Fix: guard=True.")
+            raise ValueError(
+                "Rings: found policy='measure' with guard=False; required the guard (it does the "
+                "measuring). Fix: guard=True."
+            )
 
     @property
     def rule(self) -> RingRule:
-        return RingRule(slack=self.slack, grad_slack=self.grad_slack, policy=self.policy,
-                        forward_shortfall=self.forward_shortfall, sharing=self.sharing)
+        return RingRule(
+            slack=self.slack,
+            grad_slack=self.grad_slack,
+            policy=self.policy,
+            forward_shortfall=self.forward_shortfall,
+            sharing=self.sharing,
+        )
 
     @property
     def config(self) -> PoolConfig:
@@ -62,25 +69,35 @@ class Rings:
         return self.guard and self.rule == RingRule.of(self.config)
 
     def describe(self) -> str:
-        return self.rule.describe() + ("" if self.guard else " guard=off") + ("" if self.release else " release=off")
+        return (
+            self.rule.describe()
+            + ("" if self.guard else " guard=off")
+            + ("" if self.release else " release=off")
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def install(rings: Rings | PoolConfig, *, schedule: str | None = "1f1b", force: bool = False) -> Any:
+def install(
+    rings: Rings | PoolConfig, *, schedule: str | None = "1f1b", force: bool = False
+) -> Any:
     """``pooltk.install`` with ``rings`` (see [Note: the harness seam])."""
     from pooltk.pool.install import _install
 
     if isinstance(rings, PoolConfig):
         return _install(rings, {}, schedule, force, None)
     if rings.forward_shortfall and not force:
-        raise ValueError("Rings: found forward_shortfall without force=True; required force=True to build a ring "
-                         "smaller than the live set. Fix: pass force=True.")
+        raise ValueError(
+            "Rings: found forward_shortfall without force=True; required force=True to build a ring "
+            "smaller than the live set. Fix: pass force=True."
+        )
     return _install(rings.config, {}, schedule, force, None if rings.users else rings)
 
 
-def pool_stage(stage: Any, rings: Rings | PoolConfig, *, schedule: str | None = "1f1b", force: bool = False) -> Any:
+def pool_stage(
+    stage: Any, rings: Rings | PoolConfig, *, schedule: str | None = "1f1b", force: bool = False
+) -> Any:
     """``pooltk.pool_stage`` with ``rings``."""
     from pooltk.pool.install import _pool_stage
 

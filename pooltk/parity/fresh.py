@@ -105,7 +105,9 @@ def _bind(stage: Any, posted: list | None) -> None:
     if callable(set_local):
 
         @functools.wraps(set_local)
-        def set_local_bwd_input(next_stage_bwd_outputs: Any, mb_index: int, *args: Any, **kwargs: Any) -> Any:
+        def set_local_bwd_input(
+            next_stage_bwd_outputs: Any, mb_index: int, *args: Any, **kwargs: Any
+        ) -> Any:
             infos = stage.grad_recv_info.get(mb_index, ())
             for info, tensor in zip(infos, next_stage_bwd_outputs or ()):
                 if tensor is None:
@@ -134,32 +136,50 @@ def fresh_stage(stage: Any, *, posted: list | None = None) -> FreshStage:
     found = detect()
     index = getattr(stage, "stage_index", None)
     if found.layout is None:
-        raise FreshError(f"pooltk fresh: stage {index}: found no known receive-buffer layout in this torch "
-                         f"({found.reason}); required prepare-infra, setup-recv-info or lazy. "
-                         "Fix: run the fresh reference on a torch pooltk knows (`pooltk probe`).")
+        raise FreshError(
+            f"pooltk fresh: stage {index}: found no known receive-buffer layout in this torch "
+            f"({found.reason}); required prepare-infra, setup-recv-info or lazy. "
+            "Fix: run the fresh reference on a torch pooltk knows (`pooltk probe`)."
+        )
     if _MARK in stage.__dict__:
-        raise FreshError(f"pooltk fresh: stage {index}: found it already fresh; required a stock stage. "
-                         "Fix: call fresh_stage once per stage.")
+        raise FreshError(
+            f"pooltk fresh: stage {index}: found it already fresh; required a stock stage. "
+            "Fix: call fresh_stage once per stage."
+        )
     from pooltk.pool.state import stage_state
 
     pool_state = stage_state(stage)
     if pool_state is not None and pool_state.rings():
-        raise FreshError(f"pooltk fresh: stage {index}: found a pooltk ring on it; required a stock stage "
-                         "(fresh is the reference a pool is judged against). Fix: pooltk.uninstall() first.")
+        raise FreshError(
+            f"pooltk fresh: stage {index}: found a pooltk ring on it; required a stock stage "
+            "(fresh is the reference a pool is judged against). Fix: pooltk.uninstall() first."
+        )
     layout = found.layout
     if getattr(layout, "per_receive", False):
-        return FreshStage(stage=index, layout=layout.name, bound=False,
-                          note=f"layout {layout.name!r}: torch already allocates each receive buffer right before "
-                               "its receive, so stock is fresh; nothing bound")
-    missing = [m for m in ("get_fwd_recv_ops", "get_bwd_recv_ops") if not callable(getattr(stage, m, None))]
+        return FreshStage(
+            stage=index,
+            layout=layout.name,
+            bound=False,
+            note=f"layout {layout.name!r}: torch already allocates each receive buffer right before "
+            "its receive, so stock is fresh; nothing bound",
+        )
+    missing = [
+        m for m in ("get_fwd_recv_ops", "get_bwd_recv_ops") if not callable(getattr(stage, m, None))
+    ]
     if missing or not hasattr(stage, "args_recv_info"):
-        raise FreshError(f"pooltk fresh: stage {index}: found no {', '.join(missing) or 'args_recv_info'} on "
-                         f"{type(stage).__name__}; required a torch.distributed.pipelining stage. "
-                         "Fix: pass the PipelineStage object the schedule drives.")
+        raise FreshError(
+            f"pooltk fresh: stage {index}: found no {', '.join(missing) or 'args_recv_info'} on "
+            f"{type(stage).__name__}; required a torch.distributed.pipelining stage. "
+            "Fix: pass the PipelineStage object the schedule drives."
+        )
     _bind(stage, posted)
-    return FreshStage(stage=index, layout=layout.name, bound=True,
-                      note=f"layout {layout.name!r}: every receive post gets a new buffer (empty_like), "
-                           "the previous one stays with its holders")
+    return FreshStage(
+        stage=index,
+        layout=layout.name,
+        bound=True,
+        note=f"layout {layout.name!r}: every receive post gets a new buffer (empty_like), "
+        "the previous one stays with its holders",
+    )
 
 
 def is_fresh(stage: Any) -> bool:

@@ -33,10 +33,25 @@ from pooltk.config import PoolConfig
 from pooltk.parity.launch import ParityRankError, ParityTimeoutError, run_parity
 from pooltk.parity.models import AUX_MODES, BODIES, SPLIT_BACKWARD_BODIES
 from pooltk.parity.spec import ParitySpec, Variant
-from pooltk.parity.summary import VERDICTS, fresh_followup, judge, names_pooltk, needs_fresh_comparison
+from pooltk.parity.summary import (
+    VERDICTS,
+    fresh_followup,
+    judge,
+    names_pooltk,
+    needs_fresh_comparison,
+)
 from pooltk.parity.worker import failed_variant
 
-__all__ = ["SCHEDULES", "SPLIT_BACKWARD", "FuzzCase", "FuzzResult", "FuzzSummary", "draw_cases", "run_fuzz", "summarize"]
+__all__ = [
+    "SCHEDULES",
+    "SPLIT_BACKWARD",
+    "FuzzCase",
+    "FuzzResult",
+    "FuzzSummary",
+    "draw_cases",
+    "run_fuzz",
+    "summarize",
+]
 
 SCHEDULES: tuple[tuple[str, int, str], ...] = (
     ("1F1B", 1, "1f1b"),
@@ -50,7 +65,6 @@ SCHEDULES: tuple[tuple[str, int, str], ...] = (
 
 SPLIT_BACKWARD: frozenset[str] = frozenset({"InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"})
 """Schedules that run torch's split backward (input gradients, then weight gradients)."""
-
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -79,17 +93,32 @@ class FuzzCase:
     @property
     def label(self) -> str:
         mode = "eval" if self.eval_only else "train"
-        return (f"c{self.case}-pp{self.pp}-{self.schedule}-m{self.microbatches}-{mode}-s{self.slack}g{self.grad_slack}"
-                f"-{'.'.join(self.bodies)}" + (f"-aux{self.aux}" if self.aux else ""))
+        return (
+            f"c{self.case}-pp{self.pp}-{self.schedule}-m{self.microbatches}-{mode}-s{self.slack}g{self.grad_slack}"
+            f"-{'.'.join(self.bodies)}" + (f"-aux{self.aux}" if self.aux else "")
+        )
 
     def variants(self) -> tuple[Variant, Variant, Variant]:
         """fresh, stock, pooled (in this order: see [Note: three-way verdicts])."""
-        common: dict[str, Any] = dict(schedule=self.schedule, stages_per_rank=self.stages_per_rank, bodies=self.bodies,
-                                      aux=self.aux, microbatches=self.microbatches, eval_only=self.eval_only)
-        return (Variant(name=f"fresh/{self.label}", buffers="fresh", **common),
-                Variant(name=f"stock/{self.label}", **common),
-                Variant(name=f"pooled/{self.label}", pooled=True, install_schedule=self.install_schedule,
-                        config=PoolConfig(slack=self.slack, grad_slack=self.grad_slack), **common))
+        common: dict[str, Any] = dict(
+            schedule=self.schedule,
+            stages_per_rank=self.stages_per_rank,
+            bodies=self.bodies,
+            aux=self.aux,
+            microbatches=self.microbatches,
+            eval_only=self.eval_only,
+        )
+        return (
+            Variant(name=f"fresh/{self.label}", buffers="fresh", **common),
+            Variant(name=f"stock/{self.label}", **common),
+            Variant(
+                name=f"pooled/{self.label}",
+                pooled=True,
+                install_schedule=self.install_schedule,
+                config=PoolConfig(slack=self.slack, grad_slack=self.grad_slack),
+                **common,
+            ),
+        )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -117,13 +146,26 @@ class FuzzResult:
 
     def row(self) -> dict[str, Any]:
         c = self.case
-        return {"case": c.case, "pp": c.pp, "schedule": c.schedule, "microbatches": c.microbatches,
-                "mode": "eval" if c.eval_only else "train", "slack": c.slack, "grad_slack": c.grad_slack,
-                "bodies": ".".join(c.bodies), "aux": c.aux or "", "verdict": self.verdict,
-                "equal_stock": self.equal_stock, "equal_fresh": self.equal_fresh,
-                "stock_equal_fresh": self.stock_equal_fresh,
-                "rehomes": self.rehomes, "rehomed_bytes": self.rehomed_bytes, "pooled_recv_bytes": self.pooled_bytes,
-                "stock_recv_bytes": self.stock_bytes, "detail": self.detail}
+        return {
+            "case": c.case,
+            "pp": c.pp,
+            "schedule": c.schedule,
+            "microbatches": c.microbatches,
+            "mode": "eval" if c.eval_only else "train",
+            "slack": c.slack,
+            "grad_slack": c.grad_slack,
+            "bodies": ".".join(c.bodies),
+            "aux": c.aux or "",
+            "verdict": self.verdict,
+            "equal_stock": self.equal_stock,
+            "equal_fresh": self.equal_fresh,
+            "stock_equal_fresh": self.stock_equal_fresh,
+            "rehomes": self.rehomes,
+            "rehomed_bytes": self.rehomed_bytes,
+            "pooled_recv_bytes": self.pooled_bytes,
+            "stock_recv_bytes": self.stock_bytes,
+            "detail": self.detail,
+        }
 
 
 def draw_cases(n: int, seed: int = 0, *, pp_choices: tuple[int, ...] = (2, 3, 4)) -> list[FuzzCase]:
@@ -142,33 +184,62 @@ def draw_cases(n: int, seed: int = 0, *, pp_choices: tuple[int, ...] = (2, 3, 4)
         eval_only = rng.random() < 0.35 and sched not in ("ZBVZeroBubble", "DualPipeV")
         pool = SPLIT_BACKWARD_BODIES if sched in SPLIT_BACKWARD and not eval_only else BODIES
         bodies = tuple(rng.choice(pool) for _ in range(n_stages))
-        out.append(FuzzCase(
-            case=i, pp=pp, schedule=sched, stages_per_rank=spr, install_schedule=inst, microbatches=m,
-            bodies=bodies, aux=rng.choice((None,) + AUX_MODES), eval_only=eval_only,
-            slack=rng.choice((0, 0, 1, 2)), grad_slack=rng.choice((0, 0, 1)),
-        ))
+        out.append(
+            FuzzCase(
+                case=i,
+                pp=pp,
+                schedule=sched,
+                stages_per_rank=spr,
+                install_schedule=inst,
+                microbatches=m,
+                bodies=bodies,
+                aux=rng.choice((None,) + AUX_MODES),
+                eval_only=eval_only,
+                slack=rng.choice((0, 0, 1, 2)),
+                grad_slack=rng.choice((0, 0, 1)),
+            )
+        )
     return out
 
 
 def _bytes(case: FuzzCase, report: Any) -> dict[str, int]:
     _, stock, pooled = (report.variant(v.name) for v in case.variants())
-    return {"rehomes": sum(d.get("rehomes", 0) for s in pooled.recv.values() for d in s.values()),
-            "rehomed_bytes": sum(d.get("rehomed_bytes", 0) for s in pooled.recv.values() for d in s.values()),
-            "pooled_bytes": sum(d["bytes"] for s in pooled.recv.values() for d in s.values()),
-            "stock_bytes": sum(d["bytes"] for s in stock.recv.values() for d in s.values())}
+    return {
+        "rehomes": sum(d.get("rehomes", 0) for s in pooled.recv.values() for d in s.values()),
+        "rehomed_bytes": sum(
+            d.get("rehomed_bytes", 0) for s in pooled.recv.values() for d in s.values()
+        ),
+        "pooled_bytes": sum(d["bytes"] for s in pooled.recv.values() for d in s.values()),
+        "stock_bytes": sum(d["bytes"] for s in stock.recv.values() for d in s.values()),
+    }
 
 
 def _verdict(case: FuzzCase, report: Any, followup: Any = None) -> FuzzResult:
     """The three-way verdict of one case from its launch (and the pooled-vs-fresh follow-up, if run)."""
     name = case.variants()[2].name
     j = next(j for j in judge(report, followup, {name: case.bodies}) if j.variant == name)
-    return FuzzResult(case=case, verdict=j.verdict, detail=j.reason[:400], equal_stock=j.equal_stock,
-                      equal_fresh=j.equal_fresh, stock_equal_fresh=j.stock_equal_fresh, **_bytes(case, report))
+    return FuzzResult(
+        case=case,
+        verdict=j.verdict,
+        detail=j.reason[:400],
+        equal_stock=j.equal_stock,
+        equal_fresh=j.equal_fresh,
+        stock_equal_fresh=j.stock_equal_fresh,
+        **_bytes(case, report),
+    )
 
 
 def _spec(pp: int, variants: tuple[Variant, ...], steps: int, timeout_s: float) -> ParitySpec:
-    return ParitySpec(pp=pp, microbatches=max(v.microbatches or 1 for v in variants), steps=steps, hidden=8,
-                      seq_len=3, rows_per_microbatch=2, timeout_s=timeout_s, variants=variants)
+    return ParitySpec(
+        pp=pp,
+        microbatches=max(v.microbatches or 1 for v in variants),
+        steps=steps,
+        hidden=8,
+        seq_len=3,
+        rows_per_microbatch=2,
+        timeout_s=timeout_s,
+        variants=variants,
+    )
 
 
 def _launch_error(exc: Exception) -> tuple[str, str]:
@@ -189,8 +260,9 @@ def _followups(cases: list[FuzzCase], report: Any, steps: int, timeout_s: float)
         out = {}
         for c in todo:
             try:
-                out[c.case] = run_parity(_spec(c.pp, fresh_followup(report, [c.variants()[2].name]), steps,
-                                               timeout_s))
+                out[c.case] = run_parity(
+                    _spec(c.pp, fresh_followup(report, [c.variants()[2].name]), steps, timeout_s)
+                )
             except Exception:  # noqa: BLE001 - left unmeasured: judge() reports it as silent
                 out[c.case] = None
         return out
@@ -203,7 +275,9 @@ def _run_one(case: FuzzCase, steps: int, timeout_s: float) -> FuzzResult:
     try:
         run_parity(_spec(case.pp, (fresh, stock), steps, timeout_s))
     except (ParityRankError, ParityTimeoutError) as exc:
-        return FuzzResult(case=case, verdict="invalid", detail=f"fresh/stock run failed: {exc}"[:400])
+        return FuzzResult(
+            case=case, verdict="invalid", detail=f"fresh/stock run failed: {exc}"[:400]
+        )
     try:
         report = run_parity(_spec(case.pp, (fresh, stock, pooled), steps, timeout_s))
     except Exception as exc:  # noqa: BLE001 - classified below; the verdict keeps the type and message
@@ -224,7 +298,9 @@ def _owner(exc: Exception, chunk: list[FuzzCase]) -> tuple[FuzzCase, int] | None
     return None
 
 
-def _run_chunk(chunk: list[FuzzCase], steps: int, timeout_s: float, results: dict[int, FuzzResult]) -> None:
+def _run_chunk(
+    chunk: list[FuzzCase], steps: int, timeout_s: float, results: dict[int, FuzzResult]
+) -> None:
     """One launch for ``chunk``; on a failure, the failing case is judged from its error and the rest rerun.
 
     Variants run in order with a barrier between them, so the variant a failed rank names is
@@ -250,11 +326,16 @@ def _run_chunk(chunk: list[FuzzCase], steps: int, timeout_s: float, results: dic
         case, k = owner
         kind, message = _launch_error(exc)
         if k < 2:
-            results[case.case] = FuzzResult(case=case, verdict="invalid",
-                                            detail=f"{('fresh', 'stock')[k]} run failed: {kind}: {message}"[:400])
+            results[case.case] = FuzzResult(
+                case=case,
+                verdict="invalid",
+                detail=f"{('fresh', 'stock')[k]} run failed: {kind}: {message}"[:400],
+            )
         else:
             verdict = "loud" if names_pooltk(kind, message) else "unnamed"
-            results[case.case] = FuzzResult(case=case, verdict=verdict, detail=f"{kind}: {message}"[:400])
+            results[case.case] = FuzzResult(
+                case=case, verdict=verdict, detail=f"{kind}: {message}"[:400]
+            )
         _run_chunk([c for c in chunk if c is not case], steps, timeout_s, results)
         return
     follow = _followups(chunk, report, steps, timeout_s)
@@ -262,8 +343,14 @@ def _run_chunk(chunk: list[FuzzCase], steps: int, timeout_s: float, results: dic
         results[c.case] = _verdict(c, report, follow.get(c.case))
 
 
-def run_fuzz(cases: list[FuzzCase], *, steps: int = 2, batch: int = 8, timeout_s: float = 600.0,
-             progress: Any = None) -> list[FuzzResult]:
+def run_fuzz(
+    cases: list[FuzzCase],
+    *,
+    steps: int = 2,
+    batch: int = 8,
+    timeout_s: float = 600.0,
+    progress: Any = None,
+) -> list[FuzzResult]:
     """Run ``cases`` (``batch`` per launch, grouped by pp) and return one verdict each.
 
     ``steps`` >= 2 checks what hooks kept and what stock's reuse changed (step 0 also runs
@@ -277,7 +364,7 @@ def run_fuzz(cases: list[FuzzCase], *, steps: int = 2, batch: int = 8, timeout_s
         by_pp.setdefault(c.pp, []).append(c)
     for _pp, group in sorted(by_pp.items()):
         for i in range(0, len(group), batch):
-            _run_chunk(group[i:i + batch], steps, timeout_s, results)
+            _run_chunk(group[i : i + batch], steps, timeout_s, results)
             if progress is not None:
                 progress(len(results), len(cases))
     return [results[c.case] for c in cases]
@@ -312,6 +399,11 @@ def summarize(results: list[FuzzResult]) -> FuzzSummary:
         row = by.setdefault(r.case.schedule, {"cases": 0, **{k: 0 for k in VERDICTS}})
         row["cases"] += 1
         row[r.verdict] += 1
-    return FuzzSummary(cases=len(results), rehomed_cases=sum(r.rehomes > 0 for r in results),
-                       rehomes=sum(r.rehomes for r in results), rehomed_bytes=sum(r.rehomed_bytes for r in results),
-                       by_schedule=by, **counts)
+    return FuzzSummary(
+        cases=len(results),
+        rehomed_cases=sum(r.rehomes > 0 for r in results),
+        rehomes=sum(r.rehomes for r in results),
+        rehomed_bytes=sum(r.rehomed_bytes for r in results),
+        by_schedule=by,
+        **counts,
+    )

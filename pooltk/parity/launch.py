@@ -30,17 +30,29 @@ from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.parity.procs import run_processes
 from pooltk.parity.spec import ParitySpec
 
-__all__ = ["ParityRankError", "ParityReport", "ParityTimeoutError", "VariantResult", "gather_report", "run_parity"]
+__all__ = [
+    "ParityRankError",
+    "ParityReport",
+    "ParityTimeoutError",
+    "VariantResult",
+    "gather_report",
+    "run_parity",
+]
 
 
 class ParityRankError(RuntimeError):
     """A rank of a parity launch failed; ``rank``, ``error_type`` and ``message`` describe the root cause."""
 
-    def __init__(self, *, rank: int, error_type: str, message: str, traceback_text: str, overrun: bool) -> None:
+    def __init__(
+        self, *, rank: int, error_type: str, message: str, traceback_text: str, overrun: bool
+    ) -> None:
         self.rank, self.error_type, self.message = rank, error_type, message
         self.traceback_text, self.overrun = traceback_text, overrun
         where = _last_frame(traceback_text)
-        super().__init__(f"parity rank {rank} failed with {error_type}: {message}" + (f" (at {where})" if where else ""))
+        super().__init__(
+            f"parity rank {rank} failed with {error_type}: {message}"
+            + (f" (at {where})" if where else "")
+        )
 
 
 def _last_frame(traceback_text: str) -> str:
@@ -107,7 +119,11 @@ class VariantResult:
     def bitwise_equal(self) -> bool | None:
         if self.reference is None:
             return None
-        return bool(self.params_bitwise_equal and self.losses_bitwise_equal and self.outputs_bitwise_equal is not False)
+        return bool(
+            self.params_bitwise_equal
+            and self.losses_bitwise_equal
+            and self.outputs_bitwise_equal is not False
+        )
 
     @property
     def median_step_time_s(self) -> float:
@@ -147,25 +163,44 @@ class ParityReport:
             "variants": [],
         }
         for v in self.variants:
-            out["variants"].append({
-                "name": v.name, "frontend": v.frontend, "schedule": v.schedule, "pooled": v.pooled,
-                "config": v.config, "reference": v.reference, "bitwise_equal": v.bitwise_equal,
-                "params_bitwise_equal": v.params_bitwise_equal, "params_max_abs_diff": v.params_max_abs_diff,
-                "losses_bitwise_equal": v.losses_bitwise_equal, "losses_max_abs_diff": v.losses_max_abs_diff,
-                "median_step_time_s": v.median_step_time_s,
-                "losses": v.losses, "grad_norm": v.grad_norm,
-                "stages": {
-                    str(s): {"recv": v.recv[s], "rings": v.rings.get(s, {}), "peak_live": v.peak_live.get(s, {}),
-                             "gate": v.gate[s]}
-                    for s in sorted(v.recv)
-                },
-                "ranks": {
-                    str(r): {"param_sums": v.param_sums[r], "setup_alloc_bytes": v.setup_alloc_bytes[r],
-                             "step_times_s": v.step_times_s[r], "recv": v.rank_recv.get(r, {}),
-                             "rings": v.rank_rings.get(r, {}), "peak_live": v.rank_peak_live.get(r, {})}
-                    for r in sorted(v.param_sums)
-                },
-            })
+            out["variants"].append(
+                {
+                    "name": v.name,
+                    "frontend": v.frontend,
+                    "schedule": v.schedule,
+                    "pooled": v.pooled,
+                    "config": v.config,
+                    "reference": v.reference,
+                    "bitwise_equal": v.bitwise_equal,
+                    "params_bitwise_equal": v.params_bitwise_equal,
+                    "params_max_abs_diff": v.params_max_abs_diff,
+                    "losses_bitwise_equal": v.losses_bitwise_equal,
+                    "losses_max_abs_diff": v.losses_max_abs_diff,
+                    "median_step_time_s": v.median_step_time_s,
+                    "losses": v.losses,
+                    "grad_norm": v.grad_norm,
+                    "stages": {
+                        str(s): {
+                            "recv": v.recv[s],
+                            "rings": v.rings.get(s, {}),
+                            "peak_live": v.peak_live.get(s, {}),
+                            "gate": v.gate[s],
+                        }
+                        for s in sorted(v.recv)
+                    },
+                    "ranks": {
+                        str(r): {
+                            "param_sums": v.param_sums[r],
+                            "setup_alloc_bytes": v.setup_alloc_bytes[r],
+                            "step_times_s": v.step_times_s[r],
+                            "recv": v.rank_recv.get(r, {}),
+                            "rings": v.rank_rings.get(r, {}),
+                            "peak_live": v.rank_peak_live.get(r, {}),
+                        }
+                        for r in sorted(v.param_sums)
+                    },
+                }
+            )
         return out
 
     def to_frame(self):  # -> pandas.DataFrame
@@ -177,9 +212,19 @@ class ParityReport:
             for s in sorted(v.recv):
                 for d in DIRECTIONS:
                     m = v.recv[s][d]
-                    rows.append({"variant": v.name, "frontend": v.frontend, "schedule": v.schedule,
-                                 "pooled": v.pooled, "stage": s, "direction": d, "sets": m["sets"],
-                                 "bytes": m["bytes"], "ring": v.rings.get(s, {}).get(d)})
+                    rows.append(
+                        {
+                            "variant": v.name,
+                            "frontend": v.frontend,
+                            "schedule": v.schedule,
+                            "pooled": v.pooled,
+                            "stage": s,
+                            "direction": d,
+                            "sets": m["sets"],
+                            "bytes": m["bytes"],
+                            "ring": v.rings.get(s, {}).get(d),
+                        }
+                    )
         return pd.DataFrame(rows)
 
     def losses_frame(self):  # -> pandas.DataFrame
@@ -189,9 +234,15 @@ class ParityReport:
         rows = []
         for v in self.variants:
             for step, mb in enumerate(v.losses):
-                rows.append({"variant": v.name, "pooled": v.pooled, "step": step,
-                             "loss": sum(mb) / len(mb) if mb else float("nan"),
-                             "grad_norm": v.grad_norm[step] if step < len(v.grad_norm) else float("nan")})
+                rows.append(
+                    {
+                        "variant": v.name,
+                        "pooled": v.pooled,
+                        "step": step,
+                        "loss": sum(mb) / len(mb) if mb else float("nan"),
+                        "grad_norm": v.grad_norm[step] if step < len(v.grad_norm) else float("nan"),
+                    }
+                )
         return pd.DataFrame(rows)
 
 
@@ -214,7 +265,9 @@ def _overrun_from(err: dict[str, Any]) -> BaseException:
     return PoolOverrunError.from_dict({**err["overrun"], "rank": err["rank"]})
 
 
-def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = None) -> ParityReport:
+def run_parity(
+    spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = None
+) -> ParityReport:
     """Run ``spec`` on ``spec.pp`` spawned gloo ranks and gather a :class:`ParityReport`.
 
     Raises:
@@ -237,10 +290,23 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = 
         (out / "spec.json").write_text(json.dumps(spec.to_dict()))
         try:
             launch = run_processes(
-                [[sys.executable, "-m", "pooltk.parity._zygote", str(world), str(out), str(store.port)]
-                 + ([prelude] if prelude else [])],
-                logs=[out / "zygote.log"], env=env, timeout_s=spec.timeout_s, grace_s=grace_s,
-                failed=lambda: any(out.glob("rank*.error.json")))
+                [
+                    [
+                        sys.executable,
+                        "-m",
+                        "pooltk.parity._zygote",
+                        str(world),
+                        str(out),
+                        str(store.port),
+                    ]
+                    + ([prelude] if prelude else [])
+                ],
+                logs=[out / "zygote.log"],
+                env=env,
+                timeout_s=spec.timeout_s,
+                grace_s=grace_s,
+                failed=lambda: any(out.glob("rank*.error.json")),
+            )
         finally:
             del store
         errors = _read_errors(out)
@@ -248,8 +314,13 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = 
             cause = _root_cause(errors)
             if cause["overrun"]:
                 raise _overrun_from(cause)
-            raise ParityRankError(rank=cause["rank"], error_type=cause["type"], message=cause["message"],
-                                  traceback_text=cause["traceback"], overrun=False)
+            raise ParityRankError(
+                rank=cause["rank"],
+                error_type=cause["type"],
+                message=cause["message"],
+                traceback_text=cause["traceback"],
+                overrun=False,
+            )
         if launch.timed_out:
             stuck = [r for r in range(world) if not (out / f"rank{r}.json").exists()]
             raise ParityTimeoutError(
@@ -259,18 +330,26 @@ def run_parity(spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = 
         missing = [r for r in range(world) if not (out / f"rank{r}.json").exists()]
         if missing:
             rank_log = out / f"rank{missing[0]}.log"
-            tail = (rank_log if rank_log.exists() else out / "zygote.log").read_text(errors="replace")[-3000:]
+            tail = (rank_log if rank_log.exists() else out / "zygote.log").read_text(
+                errors="replace"
+            )[-3000:]
             code = launch.codes[0] if launch.codes[0] is not None else -signal.SIGKILL
-            raise ParityRankError(rank=missing[0], error_type="ProcessDied",
-                                  message=f"ranks {missing} exited without results (launcher exit code "
-                                          f"{code}); "
-                                          f"rank {missing[0]} printed:\n{tail}",
-                                  traceback_text=tail, overrun=False)
+            raise ParityRankError(
+                rank=missing[0],
+                error_type="ProcessDied",
+                message=f"ranks {missing} exited without results (launcher exit code "
+                f"{code}); "
+                f"rank {missing[0]} printed:\n{tail}",
+                traceback_text=tail,
+                overrun=False,
+            )
         per_rank = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
     return gather_report(spec, per_rank, time.perf_counter() - t0)
 
 
-def gather_report(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s: float) -> ParityReport:
+def gather_report(
+    spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s: float
+) -> ParityReport:
     """Build the report from every rank's records (as the launcher or a torchrun rank 0 gathered them)."""
     world = len(per_rank)
     variants: list[VariantResult] = []
@@ -283,31 +362,44 @@ def gather_report(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s
         ref_name = recs[0]["reference"]
         n_steps = len(recs[0]["grad_sq"])
         stages = {int(s): d for r in recs for s, d in r["stages"].items()}
-        variants.append(VariantResult(
-            name=v.name, frontend=v.frontend, schedule=v.schedule, pooled=v.pooled,
-            config=v.config.to_dict() if v.config else None, reference=ref_name,
-            losses=last["losses"],
-            param_sums={r["rank"]: r["param_sums"] for r in recs},
-            grad_norm=[sum(r["grad_sq"][s] for r in recs) ** 0.5 for s in range(n_steps)],
-            step_times_s={r["rank"]: r["step_times_s"] for r in recs},
-            recv={s: d["recv"] for s, d in sorted(stages.items())},
-            rings={s: d["rings"] for s, d in sorted(stages.items())},
-            peak_live={s: d["peak_live"] for s, d in sorted(stages.items())},
-            usage={s: d.get("usage", []) for s, d in sorted(stages.items())},
-            setup_alloc_bytes={r["rank"]: r["setup_alloc_bytes"] for r in recs},
-            params_bitwise_equal=None if ref_name is None else all(r["params_bitwise_equal"] for r in recs),
-            outputs_bitwise_equal=None if ref_name is None else all(r.get("outputs_bitwise_equal", True) for r in recs),
-            params_max_abs_diff=None if ref_name is None else max(r["params_max_abs_diff"] for r in recs),
-            losses_bitwise_equal=None, losses_max_abs_diff=None,
-            gate={s: d["gate"] for s, d in sorted(stages.items())},
-            peak_rss_bytes={r["rank"]: r["peak_rss_bytes"] for r in recs},
-            stages_per_rank=v.stages_per_rank,
-            rank_recv={r["rank"]: r.get("rank_recv", {}) for r in recs},
-            rank_rings={r["rank"]: r.get("rank_rings", {}) for r in recs},
-            rank_peak_live={r["rank"]: r.get("rank_peak_live", {}) for r in recs},
-            step_end_unix=last["step_end_unix"],
-            peak_rss_by_step={r["rank"]: r["peak_rss_by_step"] for r in recs},
-        ))
+        variants.append(
+            VariantResult(
+                name=v.name,
+                frontend=v.frontend,
+                schedule=v.schedule,
+                pooled=v.pooled,
+                config=v.config.to_dict() if v.config else None,
+                reference=ref_name,
+                losses=last["losses"],
+                param_sums={r["rank"]: r["param_sums"] for r in recs},
+                grad_norm=[sum(r["grad_sq"][s] for r in recs) ** 0.5 for s in range(n_steps)],
+                step_times_s={r["rank"]: r["step_times_s"] for r in recs},
+                recv={s: d["recv"] for s, d in sorted(stages.items())},
+                rings={s: d["rings"] for s, d in sorted(stages.items())},
+                peak_live={s: d["peak_live"] for s, d in sorted(stages.items())},
+                usage={s: d.get("usage", []) for s, d in sorted(stages.items())},
+                setup_alloc_bytes={r["rank"]: r["setup_alloc_bytes"] for r in recs},
+                params_bitwise_equal=None
+                if ref_name is None
+                else all(r["params_bitwise_equal"] for r in recs),
+                outputs_bitwise_equal=None
+                if ref_name is None
+                else all(r.get("outputs_bitwise_equal", True) for r in recs),
+                params_max_abs_diff=None
+                if ref_name is None
+                else max(r["params_max_abs_diff"] for r in recs),
+                losses_bitwise_equal=None,
+                losses_max_abs_diff=None,
+                gate={s: d["gate"] for s, d in sorted(stages.items())},
+                peak_rss_bytes={r["rank"]: r["peak_rss_bytes"] for r in recs},
+                stages_per_rank=v.stages_per_rank,
+                rank_recv={r["rank"]: r.get("rank_recv", {}) for r in recs},
+                rank_rings={r["rank"]: r.get("rank_rings", {}) for r in recs},
+                rank_peak_live={r["rank"]: r.get("rank_peak_live", {}) for r in recs},
+                step_end_unix=last["step_end_unix"],
+                peak_rss_by_step={r["rank"]: r["peak_rss_by_step"] for r in recs},
+            )
+        )
     stock_losses = {v.run_key: flat for v, flat in zip(spec.variants, flat_losses) if not v.pooled}
     for res, v, mine in zip(variants, spec.variants, flat_losses):
         if res.reference is None:
@@ -317,4 +409,3 @@ def gather_report(spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s
         res.losses_max_abs_diff = max((abs(a - b) for a, b in zip(mine, ref or [])), default=0.0)
     boundary = spec.rows_per_microbatch * spec.seq_len * spec.hidden * 4
     return ParityReport(spec=spec, variants=variants, wall_s=wall_s, boundary_bytes=boundary)
-

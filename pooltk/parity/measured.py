@@ -75,11 +75,36 @@ DEFAULT_SHAPES: tuple[tuple[int, int], ...] = ((8, 131072), (16, 65536), (32, 32
 so stock holds 1 GiB of receive buffers on each middle stage in all three."""
 
 RAW_COLUMNS: tuple[str, ...] = (
-    "shape", "pp", "microbatches", "rows_per_microbatch", "seq_len", "hidden", "layers_per_stage", "steps",
-    "set_bytes", "variant", "policy", "slack", "grad_slack", "rep", "launch", "stage",
-    "baseline_rss_bytes", "hwm_after_setup_bytes", "peak_hwm_bytes", "peak_delta_bytes", "maxrss_bytes",
-    "recv_forward_bytes", "recv_grad_bytes", "recv_forward_sets", "recv_grad_sets", "hwm_reset", "installed",
-    "wall_s", "torch", "cpus",
+    "shape",
+    "pp",
+    "microbatches",
+    "rows_per_microbatch",
+    "seq_len",
+    "hidden",
+    "layers_per_stage",
+    "steps",
+    "set_bytes",
+    "variant",
+    "policy",
+    "slack",
+    "grad_slack",
+    "rep",
+    "launch",
+    "stage",
+    "baseline_rss_bytes",
+    "hwm_after_setup_bytes",
+    "peak_hwm_bytes",
+    "peak_delta_bytes",
+    "maxrss_bytes",
+    "recv_forward_bytes",
+    "recv_grad_bytes",
+    "recv_forward_sets",
+    "recv_grad_sets",
+    "hwm_reset",
+    "installed",
+    "wall_s",
+    "torch",
+    "cpus",
 )
 """Columns of the raw measurement CSV, one row per launch and rank (see data/validation/README.md)."""
 
@@ -102,21 +127,40 @@ def launches_frame(launches: Sequence[RssLaunch]) -> pd.DataFrame:
         s, cfg = launch.spec, launch.config
         rep = seen[(s.label(), launch.variant)] = seen.get((s.label(), launch.variant), -1) + 1
         for r in launch.ranks:
-            rows.append({
-                "shape": s.label(), "pp": s.pp, "microbatches": s.microbatches,
-                "rows_per_microbatch": s.rows_per_microbatch, "seq_len": s.seq_len, "hidden": s.hidden,
-                "layers_per_stage": s.layers_per_stage, "steps": s.steps, "set_bytes": s.boundary_bytes,
-                "variant": launch.variant, "policy": getattr(cfg, "policy", "tight") if cfg else "",  # a PoolConfig: tight
-                "slack": cfg.slack if cfg else "", "grad_slack": cfg.grad_slack if cfg else "",
-                "rep": rep, "launch": order, "stage": r.rank,
-                "baseline_rss_bytes": r.baseline_rss, "hwm_after_setup_bytes": r.hwm_after_setup,
-                "peak_hwm_bytes": r.hwm_by_step[-1], "peak_delta_bytes": r.peak_delta,
-                "maxrss_bytes": r.maxrss_by_step[-1],
-                "recv_forward_bytes": r.recv["forward"]["bytes"], "recv_grad_bytes": r.recv["grad"]["bytes"],
-                "recv_forward_sets": r.recv["forward"]["sets"], "recv_grad_sets": r.recv["grad"]["sets"],
-                "hwm_reset": r.hwm_reset, "installed": "" if r.installed is None else r.installed,
-                "wall_s": round(launch.wall_s, 2), "torch": torch.__version__, "cpus": os.cpu_count(),
-            })
+            rows.append(
+                {
+                    "shape": s.label(),
+                    "pp": s.pp,
+                    "microbatches": s.microbatches,
+                    "rows_per_microbatch": s.rows_per_microbatch,
+                    "seq_len": s.seq_len,
+                    "hidden": s.hidden,
+                    "layers_per_stage": s.layers_per_stage,
+                    "steps": s.steps,
+                    "set_bytes": s.boundary_bytes,
+                    "variant": launch.variant,
+                    "policy": getattr(cfg, "policy", "tight") if cfg else "",  # a PoolConfig: tight
+                    "slack": cfg.slack if cfg else "",
+                    "grad_slack": cfg.grad_slack if cfg else "",
+                    "rep": rep,
+                    "launch": order,
+                    "stage": r.rank,
+                    "baseline_rss_bytes": r.baseline_rss,
+                    "hwm_after_setup_bytes": r.hwm_after_setup,
+                    "peak_hwm_bytes": r.hwm_by_step[-1],
+                    "peak_delta_bytes": r.peak_delta,
+                    "maxrss_bytes": r.maxrss_by_step[-1],
+                    "recv_forward_bytes": r.recv["forward"]["bytes"],
+                    "recv_grad_bytes": r.recv["grad"]["bytes"],
+                    "recv_forward_sets": r.recv["forward"]["sets"],
+                    "recv_grad_sets": r.recv["grad"]["sets"],
+                    "hwm_reset": r.hwm_reset,
+                    "installed": "" if r.installed is None else r.installed,
+                    "wall_s": round(launch.wall_s, 2),
+                    "torch": torch.__version__,
+                    "cpus": os.cpu_count(),
+                }
+            )
     return pd.DataFrame.from_records(rows, columns=list(RAW_COLUMNS))
 
 
@@ -132,13 +176,18 @@ def read_measured(source: Any) -> pd.DataFrame:
     try:
         frame = pd.read_csv(source)
     except (FileNotFoundError, pd.errors.EmptyDataError) as exc:
-        raise MemoryModelError("measurement CSV", found=f"{source}: {'no such file' if isinstance(exc, OSError) else 'empty'}",
-                               required="a CSV written by `pooltk memory --measure --csv PATH`",
-                               fix="give the path of such a file.") from None
+        raise MemoryModelError(
+            "measurement CSV",
+            found=f"{source}: {'no such file' if isinstance(exc, OSError) else 'empty'}",
+            required="a CSV written by `pooltk memory --measure --csv PATH`",
+            fix="give the path of such a file.",
+        ) from None
     missing = [c for c in RAW_COLUMNS if c not in frame.columns]
     if missing:
         raise MemoryModelError(
-            "measurement CSV", found=f"no column(s) {', '.join(missing)}", required=f"the columns {', '.join(RAW_COLUMNS)}",
+            "measurement CSV",
+            found=f"no column(s) {', '.join(missing)}",
+            required=f"the columns {', '.join(RAW_COLUMNS)}",
             fix="write it with `pooltk memory --measure --csv PATH`.",
         )
     return frame
@@ -146,15 +195,21 @@ def read_measured(source: Any) -> pd.DataFrame:
 
 def shipped_measurement() -> pd.DataFrame:
     """The measurement shipped with pooltk (:data:`MEASURED_CSV`), read as package data."""
-    text = resources.files("pooltk.memory").joinpath("data", MEASURED_CSV).read_text(encoding="utf-8")
+    text = (
+        resources.files("pooltk.memory").joinpath("data", MEASURED_CSV).read_text(encoding="utf-8")
+    )
     return read_measured(io.StringIO(text))
 
 
 def _config_of(rows: pd.DataFrame) -> Rings:
     pooled = rows[rows.variant == "pooled"]
     if pooled.empty:
-        raise MemoryModelError("measurement", found=f"no pooled launch for shape {rows.shape.iloc[0]!r}",
-                               required="stock and pooled launches of every shape", fix="rerun `pooltk memory --measure`.")
+        raise MemoryModelError(
+            "measurement",
+            found=f"no pooled launch for shape {rows.shape.iloc[0]!r}",
+            required="stock and pooled launches of every shape",
+            fix="rerun `pooltk memory --measure`.",
+        )
     first = pooled.iloc[0]
     return Rings(slack=int(first.slack), grad_slack=int(first.grad_slack), policy=str(first.policy))
 
@@ -175,7 +230,11 @@ def measured_vs_modelled(raw: pd.DataFrame, *, goal: float = GOAL) -> pd.DataFra
         first = rows.iloc[0]
         config = _config_of(rows)
         shape = PipelineShape(pp=int(first.pp), n_microbatches=int(first.microbatches))
-        boundary = harness_boundary(rows=int(first.rows_per_microbatch), seq_len=int(first.seq_len), hidden=int(first.hidden))
+        boundary = harness_boundary(
+            rows=int(first.rows_per_microbatch),
+            seq_len=int(first.seq_len),
+            hidden=int(first.hidden),
+        )
         model = model_memory(shape, boundary, config)
         for stage, srows in rows.groupby("stage"):
             stage = int(stage)
@@ -187,28 +246,30 @@ def measured_vs_modelled(raw: pd.DataFrame, *, goal: float = GOAL) -> pd.DataFra
             modelled = model.saved_bytes(stage, "pooled")
             measured = stock_med - pooled_med
             rel = measured / modelled - 1 if modelled else float("nan")
-            records.append({
-                "shape": shape_label,
-                "stage": stage,
-                "reps": int(len(pairs)),
-                "modelled_stock_mib": model.stage_bytes(stage, "stock") / 2**20,
-                "modelled_pooled_mib": model.stage_bytes(stage, "pooled") / 2**20,
-                "modelled_saving_mib": modelled / 2**20,
-                "counted_saving_mib": (counted("stock") - counted("pooled")) / 2**20,
-                "measured_stock_peak_mib": stock_med / 2**20,
-                "measured_pooled_peak_mib": pooled_med / 2**20,
-                "measured_saving_mib": measured / 2**20,
-                "saving_min_mib": float(pairs.min()) / 2**20 if len(pairs) else float("nan"),
-                "saving_max_mib": float(pairs.max()) / 2**20 if len(pairs) else float("nan"),
-                "relative_difference": rel,
-                "within_goal": bool(abs(rel) <= goal),
-            })
+            records.append(
+                {
+                    "shape": shape_label,
+                    "stage": stage,
+                    "reps": int(len(pairs)),
+                    "modelled_stock_mib": model.stage_bytes(stage, "stock") / 2**20,
+                    "modelled_pooled_mib": model.stage_bytes(stage, "pooled") / 2**20,
+                    "modelled_saving_mib": modelled / 2**20,
+                    "counted_saving_mib": (counted("stock") - counted("pooled")) / 2**20,
+                    "measured_stock_peak_mib": stock_med / 2**20,
+                    "measured_pooled_peak_mib": pooled_med / 2**20,
+                    "measured_saving_mib": measured / 2**20,
+                    "saving_min_mib": float(pairs.min()) / 2**20 if len(pairs) else float("nan"),
+                    "saving_max_mib": float(pairs.max()) / 2**20 if len(pairs) else float("nan"),
+                    "relative_difference": rel,
+                    "within_goal": bool(abs(rel) <= goal),
+                }
+            )
     return pd.DataFrame.from_records(records)
 
 
 CLAIMS: dict[str, str] = {
     "covers_the_shapes": "the shapes asked for, each with stock and pooled launches (one pooled config), every "
-                         "launch with stages 0 .. pp - 1 once",
+    "launch with stages 0 .. pp - 1 once",
     "peaks_start_at_the_baseline": "hwm_reset True on every rank (the high-water mark reset after the baseline)",
     "pooled_launches_installed": "installed True on every rank of a pooled launch",
     "counted_equals_modelled": "counted saving = modelled saving, to the byte, on every stage",
@@ -219,7 +280,9 @@ CLAIMS: dict[str, str] = {
 
 
 def _true(value: Any) -> bool:
-    return str(value) == "True"  # a frame holds bools, a CSV read back the text, stock's `installed` empty
+    return (
+        str(value) == "True"
+    )  # a frame holds bools, a CSV read back the text, stock's `installed` empty
 
 
 def _coverage(raw: pd.DataFrame, shapes: Sequence[str] | None) -> tuple[list[str], list[str]]:
@@ -237,11 +300,16 @@ def _coverage(raw: pd.DataFrame, shapes: Sequence[str] | None) -> tuple[list[str
         if variants != {"stock", "pooled"}:
             found.append(f"{shape}: variants {sorted(variants)}")
             continue
-        configs = {tuple(map(str, c)) for c in rows[rows.variant == "pooled"][["policy", "slack", "grad_slack"]].values}
+        configs = {
+            tuple(map(str, c))
+            for c in rows[rows.variant == "pooled"][["policy", "slack", "grad_slack"]].values
+        }
         if len(configs) > 1:
             found.append(f"{shape}: pooled configs {sorted(configs)}")
         want = list(range(int(rows["pp"].iloc[0])))
-        bad = [int(launch) for launch, part in rows.groupby("launch") if sorted(part["stage"]) != want]
+        bad = [
+            int(launch) for launch, part in rows.groupby("launch") if sorted(part["stage"]) != want
+        ]
         if bad:
             found.append(f"{shape}: launch(es) {bad} without stages {want} once each")
         if len(configs) == 1 and not bad:
@@ -249,7 +317,9 @@ def _coverage(raw: pd.DataFrame, shapes: Sequence[str] | None) -> tuple[list[str
     return found, comparable
 
 
-def check_measurement(raw: pd.DataFrame, *, shapes: Sequence[str] | None, goal: float = GOAL) -> list[str]:
+def check_measurement(
+    raw: pd.DataFrame, *, shapes: Sequence[str] | None, goal: float = GOAL
+) -> list[str]:
     """The broken claims of a raw measurement, one line each (``name: found ...; required ...``).
 
     ``shapes``: the shape labels asked for (``RssSpec.label()``); None checks the shapes the table holds.
@@ -257,26 +327,37 @@ def check_measurement(raw: pd.DataFrame, *, shapes: Sequence[str] | None, goal: 
     """
     missing = [c for c in RAW_COLUMNS if c not in raw.columns]
     if missing:
-        return [f"covers_the_shapes: found no column(s) {', '.join(missing)}; required the columns {', '.join(RAW_COLUMNS)}"]
+        return [
+            f"covers_the_shapes: found no column(s) {', '.join(missing)}; required the columns {', '.join(RAW_COLUMNS)}"
+        ]
     cover, comparable = _coverage(raw, shapes)
     found: dict[str, list[str]] = {name: [] for name in CLAIMS}
     found["covers_the_shapes"] = cover
-    found["peaks_start_at_the_baseline"] = [f"{r.shape} launch {r.launch} stage {r.stage}: hwm_reset {r.hwm_reset}"
-                                            for r in raw.itertuples() if not _true(r.hwm_reset)]
-    found["pooled_launches_installed"] = [f"{r.shape} launch {r.launch} stage {r.stage}: installed {r.installed}"
-                                          for r in raw.itertuples() if r.variant == "pooled" and not _true(r.installed)]
+    found["peaks_start_at_the_baseline"] = [
+        f"{r.shape} launch {r.launch} stage {r.stage}: hwm_reset {r.hwm_reset}"
+        for r in raw.itertuples()
+        if not _true(r.hwm_reset)
+    ]
+    found["pooled_launches_installed"] = [
+        f"{r.shape} launch {r.launch} stage {r.stage}: installed {r.installed}"
+        for r in raw.itertuples()
+        if r.variant == "pooled" and not _true(r.installed)
+    ]
     if comparable:
         table = measured_vs_modelled(raw[raw["shape"].isin(comparable)], goal=goal)
         last = table.groupby("shape", sort=False)["stage"].transform("max")
         for r, is_last in zip(table.itertuples(), table["stage"] == last):
             where = f"{r.shape} stage {r.stage}"
             if r.counted_saving_mib != r.modelled_saving_mib:
-                found["counted_equals_modelled"].append(f"{where}: counted {r.counted_saving_mib:.4f} MiB, modelled "
-                                                        f"{r.modelled_saving_mib:.4f}")
+                found["counted_equals_modelled"].append(
+                    f"{where}: counted {r.counted_saving_mib:.4f} MiB, modelled "
+                    f"{r.modelled_saving_mib:.4f}"
+                )
             if not abs(r.relative_difference) <= goal:
                 found["last_stage_within_goal" if is_last else "every_stage_within_goal"].append(
                     f"{where}: measured {r.measured_saving_mib:.1f} MiB of {r.modelled_saving_mib:.1f} modelled "
-                    f"({r.relative_difference:+.2%}, goal {goal:.0%})")
+                    f"({r.relative_difference:+.2%}, goal {goal:.0%})"
+                )
     out = []
     for name, required in CLAIMS.items():
         if found[name]:
@@ -288,9 +369,14 @@ def check_measurement(raw: pd.DataFrame, *, shapes: Sequence[str] | None, goal: 
 def refusal(broken: Sequence[str], *, what: str, unwritten: Any = None) -> str:
     """The error a writer prints when ``broken`` claims keep it from writing ``unwritten``."""
     tail = f"; nothing written to {unwritten}" if unwritten else ""
-    return "\n".join([f"{what} breaks {len(broken)} claim(s){tail}:", *(f"  {b}" for b in broken),
-                      "Fix: find the cause in the stages named ([Note: the claims of a measurement] in "
-                      "pooltk/parity/measured.py); a record holds every claim."])
+    return "\n".join(
+        [
+            f"{what} breaks {len(broken)} claim(s){tail}:",
+            *(f"  {b}" for b in broken),
+            "Fix: find the cause in the stages named ([Note: the claims of a measurement] in "
+            "pooltk/parity/measured.py); a record holds every claim.",
+        ]
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -299,9 +385,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     p = argparse.ArgumentParser(prog="python -m pooltk.parity.measured", description=main.__doc__)
-    p.add_argument("--check", metavar="CSV", required=True, help="a CSV written by pooltk memory --measure --csv")
-    p.add_argument("--any-shapes", action="store_true", help="check the shapes the file holds (default: it must "
-                   "hold the three of DEFAULT_SHAPES, as pooltk memory --measure measures them)")
+    p.add_argument(
+        "--check",
+        metavar="CSV",
+        required=True,
+        help="a CSV written by pooltk memory --measure --csv",
+    )
+    p.add_argument(
+        "--any-shapes",
+        action="store_true",
+        help="check the shapes the file holds (default: it must "
+        "hold the three of DEFAULT_SHAPES, as pooltk memory --measure measures them)",
+    )
     a = p.parse_args(argv)
     try:
         raw = read_measured(a.check)
@@ -311,7 +406,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     shapes = None if a.any_shapes else [s.label() for s in default_specs()]
     broken = check_measurement(raw, shapes=shapes)
     if broken:
-        print(f"{p.prog}: error: " + refusal(broken, what=f"{a.check} ({len(raw)} rows)"), file=sys.stderr)
+        print(
+            f"{p.prog}: error: " + refusal(broken, what=f"{a.check} ({len(raw)} rows)"),
+            file=sys.stderr,
+        )
         return 1
     print(f"{a.check}: {len(raw)} rows hold every claim")
     return 0
@@ -319,15 +417,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def format_comparison(table: pd.DataFrame) -> str:
     """The comparison as the text table ``pooltk memory --measure`` prints (MiB = 2**20 bytes)."""
-    lines = [f"{'shape':44} {'stage':>5} {'modelled':>9} {'counted':>9} {'measured':>9} {'min..max':>15} {'diff':>7}  goal"]
+    lines = [
+        f"{'shape':44} {'stage':>5} {'modelled':>9} {'counted':>9} {'measured':>9} {'min..max':>15} {'diff':>7}  goal"
+    ]
     for r in table.itertuples():
         lines.append(
             f"{r.shape:44} {r.stage:>5} {r.modelled_saving_mib:9.1f} {r.counted_saving_mib:9.1f} {r.measured_saving_mib:9.1f} "
             f"{f'{r.saving_min_mib:.1f}..{r.saving_max_mib:.1f}':>15} {r.relative_difference:+7.2%}  "
             f"{'within 5%' if r.within_goal else 'MISSED'}"
         )
-    lines.append("saving per stage in MiB (2**20 B): modelled = model stock - pooled receive buffers; counted = distinct "
-                 "receive storages; measured = median stock - median pooled peak resident growth (VmHWM - VmRSS before setup)")
+    lines.append(
+        "saving per stage in MiB (2**20 B): modelled = model stock - pooled receive buffers; counted = distinct "
+        "receive storages; measured = median stock - median pooled peak resident growth (VmHWM - VmRSS before setup)"
+    )
     return "\n".join(lines)
 
 

@@ -15,7 +15,21 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["AUX_MODES", "BODIES", "OUTSIDE_CONTRACT", "SPLIT_BACKWARD_BODIES", "SPLIT_BACKWARD_RACY", "STATEFUL_BODIES", "VIEW_OUTPUT_BODIES", "Block", "FuzzStage", "ToyModel", "fuzz_loss", "make_batch", "make_stage_module"]
+__all__ = [
+    "AUX_MODES",
+    "BODIES",
+    "OUTSIDE_CONTRACT",
+    "SPLIT_BACKWARD_BODIES",
+    "SPLIT_BACKWARD_RACY",
+    "STATEFUL_BODIES",
+    "VIEW_OUTPUT_BODIES",
+    "Block",
+    "FuzzStage",
+    "ToyModel",
+    "fuzz_loss",
+    "make_batch",
+    "make_stage_module",
+]
 
 
 class Block(nn.Module):
@@ -36,13 +50,17 @@ class ToyModel(nn.Module):
 
     def __init__(self, hidden: int, n_layers: int, *, first_layer: int = 0, seed: int = 0) -> None:
         super().__init__()
-        self.layers = nn.Sequential(*(Block(hidden, seed * 100_003 + first_layer + k) for k in range(n_layers)))
+        self.layers = nn.Sequential(
+            *(Block(hidden, seed * 100_003 + first_layer + k) for k in range(n_layers))
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layers(x)
 
 
-def make_stage_module(*, hidden: int, layers_per_stage: int, stage_index: int, seed: int) -> ToyModel:
+def make_stage_module(
+    *, hidden: int, layers_per_stage: int, stage_index: int, seed: int
+) -> ToyModel:
     """The manual frontend's module for one stage."""
     return ToyModel(hidden, layers_per_stage, first_layer=stage_index * layers_per_stage, seed=seed)
 
@@ -67,9 +85,25 @@ def make_batch(
 # tensor of another dtype (float64, (rows, seq, 1)).
 # ---------------------------------------------------------------------------------------
 
-BODIES: tuple[str, ...] = ("block", "view", "slice", "passthrough", "residual_detach", "inplace", "checkpoint",
-                           "hook", "transpose", "grad_hook", "keep_prev", "keep_prev_graph", "keep_graph", "keep_window",
-                           "ptr_cache", "dlpack", "dlpack_numpy")
+BODIES: tuple[str, ...] = (
+    "block",
+    "view",
+    "slice",
+    "passthrough",
+    "residual_detach",
+    "inplace",
+    "checkpoint",
+    "hook",
+    "transpose",
+    "grad_hook",
+    "keep_prev",
+    "keep_prev_graph",
+    "keep_graph",
+    "keep_window",
+    "ptr_cache",
+    "dlpack",
+    "dlpack_numpy",
+)
 """Stage body kinds the fuzzer draws from (see :class:`FuzzStage`)."""
 
 VIEW_OUTPUT_BODIES: tuple[str, ...] = ("view", "slice", "inplace", "transpose")
@@ -83,8 +117,9 @@ accumulates that in place (``inp.grad += dinput``) while the previous gradient's
 flight, so stock torch itself is not reproducible with them: measured on DualPipeV (pp3/pp4, seed 2026
 cases 41, 53, 455 of ``pooltk fuzz``), two stock runs of the same model differ by up to 4.2e-4."""
 
-SPLIT_BACKWARD_BODIES: tuple[str, ...] = tuple(b for b in BODIES
-                                               if b not in VIEW_OUTPUT_BODIES and b not in SPLIT_BACKWARD_RACY)
+SPLIT_BACKWARD_BODIES: tuple[str, ...] = tuple(
+    b for b in BODIES if b not in VIEW_OUTPUT_BODIES and b not in SPLIT_BACKWARD_RACY
+)
 """Bodies the fuzzer draws for training on split-backward schedules: torch accepts them (checked against
 torch in ``tests/unit/test_fuzz_bodies.py``) and stock is reproducible with them."""
 
@@ -101,10 +136,12 @@ STATEFUL_BODIES: dict[str, str] = {
 """Bodies that keep something of their received input beyond its forward, and what."""
 
 OUTSIDE_CONTRACT: dict[str, str] = {
-    "ptr_cache": ("a cache keyed by the received input's x.data_ptr(): an address is not an identity (under torch "
-                  "2.15's per-receive buffers a freed buffer's address goes to the next allocation, measured in "
-                  "data/validation/address_reuse_2026-12-02.csv), so such a cache is outside what torch itself "
-                  "promises and outside pooltk's contract (docs/safety.md)"),
+    "ptr_cache": (
+        "a cache keyed by the received input's x.data_ptr(): an address is not an identity (under torch "
+        "2.15's per-receive buffers a freed buffer's address goes to the next allocation, measured in "
+        "data/validation/address_reuse_2026-12-02.csv), so such a cache is outside what torch itself "
+        "promises and outside pooltk's contract (docs/safety.md)"
+    ),
 }
 """Bodies whose numbers depend on something neither torch nor pooltk promises, and why (verdict ``outside``)."""
 
@@ -155,7 +192,9 @@ class FuzzStage(nn.Module):
         self.current: list[torch.Tensor] = []
         self.cache: dict[int, torch.Tensor] = {}  # ptr_cache
         if body == "hook":
-            self.block.register_forward_hook(lambda _m, inp, _out: self.kept.append(inp[0][..., :2]))
+            self.block.register_forward_hook(
+                lambda _m, inp, _out: self.kept.append(inp[0][..., :2])
+            )
 
     def step_end(self) -> None:
         """Called by the harness after every step: the window moves on, the address cache is cleared."""
@@ -200,7 +239,9 @@ class FuzzStage(nn.Module):
                 prev = self.prev if b == "dlpack" else torch.from_numpy(self.prev.copy())
                 out = out + 0.1 * prev.mean()
             if live:
-                src = h.detach() if h.requires_grad else h  # DLPack refuses tensors that require grad
+                src = (
+                    h.detach() if h.requires_grad else h
+                )  # DLPack refuses tensors that require grad
                 if b == "dlpack":
                     self.prev = torch.from_dlpack(src)
                 else:
@@ -247,7 +288,9 @@ class FuzzStage(nn.Module):
             aux = None if self.aux_mode is None else self._aux_of(h)
         else:
             aux = inputs[1] if len(inputs) > 1 else None
-        plain_first = self.first and (self.body in ("block", "hook") or self.body in STATEFUL_BODIES)
+        plain_first = self.first and (
+            self.body in ("block", "hook") or self.body in STATEFUL_BODIES
+        )
         out = h if plain_first else self._body(h)
         if self.aux_mode is None:
             return out

@@ -28,8 +28,10 @@ def fake_group(rank: int, world: int) -> Iterator[None]:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
-        raise RuntimeError("one_stage.fake_group: found a process group already initialised; required none. "
-                           "Fix: run the single-stage check in its own process.")
+        raise RuntimeError(
+            "one_stage.fake_group: found a process group already initialised; required none. "
+            "Fix: run the single-stage check in its own process."
+        )
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
     try:
         yield
@@ -37,8 +39,13 @@ def fake_group(rank: int, world: int) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def static_stage(module: torch.nn.Module, index: int, n_stages: int, example: torch.Tensor,
-                 device: torch.device | str = "cpu") -> Any:
+def static_stage(
+    module: torch.nn.Module,
+    index: int,
+    n_stages: int,
+    example: torch.Tensor,
+    device: torch.device | str = "cpu",
+) -> Any:
     """A ``PipelineStage`` whose input, output and both gradients have ``example``'s shape (static inference).
 
     The gradients' shapes are given where torch's ``PipelineStage`` takes them (2.13 on); before that, the
@@ -53,17 +60,30 @@ def static_stage(module: torch.nn.Module, index: int, n_stages: int, example: to
 
     grads: dict[str, Any] = {}
     if "input_grads" in inspect.signature(PipelineStage.__init__).parameters:
-        grads = {"input_grads": (like() if index > 0 else None,),
-                 "output_grads": (None if index == n_stages - 1 else like(),)}
-    return PipelineStage(module, index, n_stages, torch.device(device), input_args=(like(index > 0),),
-                         output_args=(like(),), **grads)
+        grads = {
+            "input_grads": (like() if index > 0 else None,),
+            "output_grads": (None if index == n_stages - 1 else like(),),
+        }
+    return PipelineStage(
+        module,
+        index,
+        n_stages,
+        torch.device(device),
+        input_args=(like(index > 0),),
+        output_args=(like(),),
+        **grads,
+    )
 
 
-def static_schedule(stage: Any, n_microbatches: int, loss_fn: Callable, schedule_class: Any = None) -> Any:
+def static_schedule(
+    stage: Any, n_microbatches: int, loss_fn: Callable, schedule_class: Any = None
+) -> Any:
     """torch's schedule over ``stage``, its warm-up vote answered "static" (see [Note: one stage alone])."""
     from torch.distributed.pipelining import Schedule1F1B
 
-    schedule = (schedule_class or Schedule1F1B)(stage, n_microbatches=n_microbatches, loss_fn=loss_fn)
+    schedule = (schedule_class or Schedule1F1B)(
+        stage, n_microbatches=n_microbatches, loss_fn=loss_fn
+    )
     try:
         from torch.distributed.pipelining._utils import InferenceMode
     except ImportError:  # torch before the warm-up vote: given shapes are static already
@@ -80,4 +100,6 @@ def static_schedule(stage: Any, n_microbatches: int, loss_fn: Callable, schedule
 def run_steps(schedule: Any, stage: Any, batch: torch.Tensor, steps: int = 1) -> None:
     """``steps`` schedule steps: ``batch`` is the first stage's input and the last stage's target."""
     for _ in range(steps):
-        schedule.step(*((batch,) if stage.is_first else ()), **({"target": batch} if stage.is_last else {}))
+        schedule.step(
+            *((batch,) if stage.is_first else ()), **({"target": batch} if stage.is_last else {})
+        )

@@ -68,8 +68,10 @@ def run_processes(
     """
     envs = [env] * len(argvs) if isinstance(env, Mapping) else list(env)
     if len(envs) != len(argvs) or len(logs) != len(argvs):
-        raise ValueError(f"run_processes: found {len(argvs)} commands, {len(envs)} environments and {len(logs)} "
-                         "logs; required one of each per process.")
+        raise ValueError(
+            f"run_processes: found {len(argvs)} commands, {len(envs)} environments and {len(logs)} "
+            "logs; required one of each per process."
+        )
     start = time.monotonic()
     procs: list[subprocess.Popen] = []
     ended: set[int] = set()
@@ -77,14 +79,23 @@ def run_processes(
     try:
         for argv, log, environ in zip(argvs, logs, envs):
             with open(log, "wb") as out:
-                procs.append(subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL, env=dict(environ),
-                                              start_new_session=new_session))
+                procs.append(
+                    subprocess.Popen(
+                        list(argv),
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        env=dict(environ),
+                        start_new_session=new_session,
+                    )
+                )
         deadline = start + timeout_s
         failed_at = None
         while any(p.poll() is None for p in procs):
             now = time.monotonic()
-            if failed_at is None and (any(p.poll() not in (None, 0) for p in procs) or (failed and failed())):
+            if failed_at is None and (
+                any(p.poll() not in (None, 0) for p in procs) or (failed and failed())
+            ):
                 failed_at, seen_failure = now, True
             if grace_s is not None and failed_at is not None and now - failed_at > grace_s:
                 break
@@ -106,5 +117,9 @@ def run_processes(
                 p.kill()
                 p.wait()
     codes = [None if i in ended else p.returncode for i, p in enumerate(procs)]
-    return Launch(codes=codes, timed_out=timed_out, failed=seen_failure or any(c not in (0, None) for c in codes),
-                  wall_s=time.monotonic() - start)
+    return Launch(
+        codes=codes,
+        timed_out=timed_out,
+        failed=seen_failure or any(c not in (0, None) for c in codes),
+        wall_s=time.monotonic() - start,
+    )

@@ -53,8 +53,15 @@ class DirectionCount:
     _live_bytes: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"receives": self.receives, "tensors": self.tensors, "peak": self.peak, "last_step_peak": self.step_peak,
-                "distinct": self.distinct, "max_step_distinct": self.max_step_distinct, "peak_bytes": self.nbytes}
+        return {
+            "receives": self.receives,
+            "tensors": self.tensors,
+            "peak": self.peak,
+            "last_step_peak": self.step_peak,
+            "distinct": self.distinct,
+            "max_step_distinct": self.max_step_distinct,
+            "peak_bytes": self.nbytes,
+        }
 
 
 @dataclass(slots=True)
@@ -65,7 +72,9 @@ class RecvCounter:
     by two stages, as in a rank-shared ring, is one storage).
     """
 
-    counts: dict[str, DirectionCount] = field(default_factory=lambda: {d: DirectionCount() for d in _METHODS})
+    counts: dict[str, DirectionCount] = field(
+        default_factory=lambda: {d: DirectionCount() for d in _METHODS}
+    )
     _live: dict[int, list] = field(default_factory=dict)
     """storage ``_cdata`` -> [direction, finalizer, step it was last received into] for storages alive now."""
     _step: int = 0
@@ -81,7 +90,9 @@ class RecvCounter:
                 n = 0
                 for op in ops or ():
                     tensor = getattr(op, "tensor", None)
-                    if tensor is not None and "recv" in getattr(getattr(op, "op", None), "__name__", ""):
+                    if tensor is not None and "recv" in getattr(
+                        getattr(op, "op", None), "__name__", ""
+                    ):
                         self._saw(_dir, tensor)
                         n += 1
                 c = self.counts[_dir]
@@ -104,7 +115,11 @@ class RecvCounter:
         entry = self._live.get(key)
         if entry is None:
             nbytes = storage.nbytes()
-            entry = self._live[key] = [direction, weakref.finalize(storage, self._freed, key, direction, nbytes), -1]
+            entry = self._live[key] = [
+                direction,
+                weakref.finalize(storage, self._freed, key, direction, nbytes),
+                -1,
+            ]
             c.live += 1
             c._live_bytes += nbytes
             c.distinct += 1

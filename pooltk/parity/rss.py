@@ -49,7 +49,15 @@ from pooltk._validate import InputError, check_int
 from pooltk.config import PoolConfig
 from pooltk.parity.procs import run_processes
 
-__all__ = ["RankMemory", "RssLaunch", "RssLaunchError", "RssSpec", "launch_rss", "measure_rss", "proc_status"]
+__all__ = [
+    "RankMemory",
+    "RssLaunch",
+    "RssLaunchError",
+    "RssSpec",
+    "launch_rss",
+    "measure_rss",
+    "proc_status",
+]
 
 _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter number
 
@@ -84,13 +92,27 @@ class RssSpec:
     def __post_init__(self) -> None:
         fix = "use RssSpec's defaults as a starting point."
         check_int("RssSpec.pp", self.pp, low=2, fix=fix, error=InputError)
-        check_int("RssSpec.microbatches", self.microbatches, low=self.pp,
-                  fix=f"1F1B needs at least pp = {self.pp} microbatches.")
+        check_int(
+            "RssSpec.microbatches",
+            self.microbatches,
+            low=self.pp,
+            fix=f"1F1B needs at least pp = {self.pp} microbatches.",
+        )
         for name in ("rows_per_microbatch", "seq_len", "hidden", "layers_per_stage", "steps"):
             check_int(f"RssSpec.{name}", getattr(self, name), low=1, fix=fix)
-        check_int("RssSpec.mmap_threshold", self.mmap_threshold, low=0, fix="1 MiB (2**20) is what the notes assume.")
+        check_int(
+            "RssSpec.mmap_threshold",
+            self.mmap_threshold,
+            low=0,
+            fix="1 MiB (2**20) is what the notes assume.",
+        )
         if not self.timeout_s > 0:
-            raise InputError("RssSpec.timeout_s", found=repr(self.timeout_s), required="> 0 seconds", fix="e.g. 600.")
+            raise InputError(
+                "RssSpec.timeout_s",
+                found=repr(self.timeout_s),
+                required="> 0 seconds",
+                fix="e.g. 600.",
+            )
 
     @property
     def boundary_bytes(self) -> int:
@@ -104,8 +126,10 @@ class RssSpec:
 
     def label(self) -> str:
         """e.g. ``pp4 M16 2x65536x64 fp32 (32 MiB/set)``."""
-        return (f"pp{self.pp} M{self.microbatches} {self.rows_per_microbatch}x{self.seq_len}x{self.hidden} fp32 "
-                f"({self.boundary_bytes / 2**20:g} MiB/set)")
+        return (
+            f"pp{self.pp} M{self.microbatches} {self.rows_per_microbatch}x{self.seq_len}x{self.hidden} fp32 "
+            f"({self.boundary_bytes / 2**20:g} MiB/set)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -221,33 +245,61 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
     from pooltk.parity.models import make_stage_module
 
     torch.set_num_threads(1)
-    store = dist.TCPStore("127.0.0.1", port, world + 1, is_master=False,
-                          timeout=datetime.timedelta(seconds=spec.timeout_s))
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=spec.timeout_s))
+    store = dist.TCPStore(
+        "127.0.0.1",
+        port,
+        world + 1,
+        is_master=False,
+        timeout=datetime.timedelta(seconds=spec.timeout_s),
+    )
+    dist.init_process_group(
+        "gloo",
+        store=store,
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=spec.timeout_s),
+    )
     dist.barrier()
     baseline = proc_status().get("VmRSS", 0)
     reset = _reset_hwm()
     installed = None
     if config is not None:
         installed = pooltk.install(config).installed
-    module = make_stage_module(hidden=spec.hidden, layers_per_stage=spec.layers_per_stage, stage_index=rank, seed=spec.seed)
+    module = make_stage_module(
+        hidden=spec.hidden, layers_per_stage=spec.layers_per_stage, stage_index=rank, seed=spec.seed
+    )
     stage = PipelineStage(module, rank, world, torch.device("cpu"))
     losses_fn = torch.nn.functional.mse_loss
     schedule = Schedule1F1B(stage, n_microbatches=spec.microbatches, loss_fn=losses_fn)
     opt = torch.optim.SGD(list(module.parameters()), lr=spec.lr)
     shape = (spec.rows, spec.seq_len, spec.hidden)
-    rec: dict[str, Any] = {k: [] for k in ("hwm_by_step", "rss_by_step", "maxrss_by_step", "losses", "grad_sq",
-                                           "step_times_s", "step_end_unix")}
+    rec: dict[str, Any] = {
+        k: []
+        for k in (
+            "hwm_by_step",
+            "rss_by_step",
+            "maxrss_by_step",
+            "losses",
+            "grad_sq",
+            "step_times_s",
+            "step_end_unix",
+        )
+    }
     for step in range(spec.steps):
         opt.zero_grad(set_to_none=True)
         args: tuple = ()
         kwargs: dict[str, Any] = {}
         if stage.is_first:
-            args = (torch.randn(shape, generator=torch.Generator().manual_seed(spec.seed * 7919 + 2 * step)),)
+            args = (
+                torch.randn(
+                    shape, generator=torch.Generator().manual_seed(spec.seed * 7919 + 2 * step)
+                ),
+            )
         losses: list[torch.Tensor] = []
         if stage.is_last:
-            target = torch.randn(shape, generator=torch.Generator().manual_seed(spec.seed * 7919 + 2 * step + 1))
+            target = torch.randn(
+                shape, generator=torch.Generator().manual_seed(spec.seed * 7919 + 2 * step + 1)
+            )
             kwargs = {"target": target, "losses": losses}
         t0 = time.perf_counter()
         schedule.step(*args, **kwargs)
@@ -257,13 +309,23 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
         rec["hwm_by_step"].append(status.get("VmHWM", 0))
         rec["rss_by_step"].append(status.get("VmRSS", 0))
         rec["maxrss_by_step"].append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-        rec["grad_sq"].append(float(sum((p.grad.double() ** 2).sum() for p in module.parameters() if p.grad is not None)))
+        rec["grad_sq"].append(
+            float(
+                sum((p.grad.double() ** 2).sum() for p in module.parameters() if p.grad is not None)
+            )
+        )
         opt.step()
         if stage.is_last:
             rec["losses"].append([float(v.detach()) for v in losses])
         del args, kwargs, losses
-    rec.update(rank=rank, baseline_rss=baseline, hwm_reset=reset, hwm_after_setup=rec["hwm_by_step"][0],
-               recv=measure_recv_storage(stage), installed=installed)
+    rec.update(
+        rank=rank,
+        baseline_rss=baseline,
+        hwm_reset=reset,
+        hwm_after_setup=rec["hwm_by_step"][0],
+        recv=measure_recv_storage(stage),
+        installed=installed,
+    )
     dist.barrier()
     (out / f"rank{rank}.json").write_text(json.dumps(rec))
     dist.destroy_process_group()
@@ -271,7 +333,9 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
         pooltk.uninstall()
 
 
-def launch_rss(spec: RssSpec, config: PoolConfig | None = None, *, grace_s: float = 3.0) -> RssLaunch:
+def launch_rss(
+    spec: RssSpec, config: PoolConfig | None = None, *, grace_s: float = 3.0
+) -> RssLaunch:
     """One launch of ``spec`` on ``spec.pp`` fresh processes: stock when ``config`` is None, else pooled.
 
     Ranks are separate interpreters (each imports torch itself, so no rank inherits another
@@ -288,26 +352,57 @@ def launch_rss(spec: RssSpec, config: PoolConfig | None = None, *, grace_s: floa
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     with tempfile.TemporaryDirectory(prefix="pooltk-rss-") as tmp:
         out = Path(tmp)
-        (out / "job.json").write_text(json.dumps({"spec": spec.to_dict(), "config": config.to_dict() if config else None}))
+        (out / "job.json").write_text(
+            json.dumps({"spec": spec.to_dict(), "config": config.to_dict() if config else None})
+        )
         try:
             launch = run_processes(
-                [[sys.executable, "-m", "pooltk.parity.rss", str(rank), str(world), str(store.port), str(out)]
-                 for rank in range(world)],
-                logs=[out / f"rank{rank}.log" for rank in range(world)], env=env, timeout_s=spec.timeout_s,
-                grace_s=grace_s, poll_s=0.05)
+                [
+                    [
+                        sys.executable,
+                        "-m",
+                        "pooltk.parity.rss",
+                        str(rank),
+                        str(world),
+                        str(store.port),
+                        str(out),
+                    ]
+                    for rank in range(world)
+                ],
+                logs=[out / f"rank{rank}.log" for rank in range(world)],
+                env=env,
+                timeout_s=spec.timeout_s,
+                grace_s=grace_s,
+                poll_s=0.05,
+            )
         finally:
             del store
         missing = [r for r in range(world) if not (out / f"rank{r}.json").exists()]
         if missing:
-            bad = next((r for r, code in enumerate(launch.codes) if code not in (0, None, -signal.SIGKILL)), missing[0])
+            bad = next(
+                (
+                    r
+                    for r, code in enumerate(launch.codes)
+                    if code not in (0, None, -signal.SIGKILL)
+                ),
+                missing[0],
+            )
             tail = (out / f"rank{bad}.log").read_text(errors="replace")[-3000:]
             why = f"ran past timeout_s={spec.timeout_s:g}s" if launch.timed_out else "failed"
-            raise RssLaunchError(f"memory launch {spec.label()} ({'pooled' if config else 'stock'}) {why}; "
-                                 f"ranks {missing} wrote no result; rank {bad} printed:\n{tail}")
+            raise RssLaunchError(
+                f"memory launch {spec.label()} ({'pooled' if config else 'stock'}) {why}; "
+                f"ranks {missing} wrote no result; rank {bad} printed:\n{tail}"
+            )
         recs = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
     ranks = [RankMemory(**{k: r[k] for k in RankMemory.__slots__}) for r in recs]
-    return RssLaunch(spec=spec, variant="pooled" if config else "stock", config=config, ranks=ranks,
-                     wall_s=time.perf_counter() - t0, started_unix=started)
+    return RssLaunch(
+        spec=spec,
+        variant="pooled" if config else "stock",
+        config=config,
+        ranks=ranks,
+        wall_s=time.perf_counter() - t0,
+        started_unix=started,
+    )
 
 
 def measure_rss(
@@ -325,7 +420,9 @@ def measure_rss(
         for rep in range(reps):
             for cfg in (None, config):
                 if progress:
-                    progress(f"{spec.label()}: rep {rep + 1}/{reps}, {'pooled' if cfg else 'stock'}")
+                    progress(
+                        f"{spec.label()}: rep {rep + 1}/{reps}, {'pooled' if cfg else 'stock'}"
+                    )
                 launches.append(launch_rss(spec, cfg))
     return launches
 

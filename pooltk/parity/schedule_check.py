@@ -42,7 +42,15 @@ from pooltk.pool.guard import PoolOverrunError
 from pooltk.parity.launch import ParityRankError, ParityTimeoutError, run_parity
 from pooltk.parity.spec import ParitySpec, Variant
 
-__all__ = ["CLAIMS", "STAGES_PER_RANK", "ScheduleCheck", "check_rows", "check_schedules", "guard_catch", "planned_shapes"]
+__all__ = [
+    "CLAIMS",
+    "STAGES_PER_RANK",
+    "ScheduleCheck",
+    "check_rows",
+    "check_schedules",
+    "guard_catch",
+    "planned_shapes",
+]
 
 # Stages per rank used for each schedule: single-stage schedules run 1, the others 2
 # (V schedules require 2; the looped ones are run interleaved).
@@ -59,11 +67,27 @@ def _variants(schedule: str) -> list[Variant]:
     base = dict(schedule=schedule, stages_per_rank=vpp)
     out = [
         Variant(name=f"{schedule}/stock", **base),
-        Variant(name=f"{schedule}/measure", pooled=True, config=_MEASURE, install_schedule="auto", **base),
-        Variant(name=f"{schedule}/tight0", pooled=True, config=_TIGHT0, install_schedule="auto", **base),
+        Variant(
+            name=f"{schedule}/measure",
+            pooled=True,
+            config=_MEASURE,
+            install_schedule="auto",
+            **base,
+        ),
+        Variant(
+            name=f"{schedule}/tight0", pooled=True, config=_TIGHT0, install_schedule="auto", **base
+        ),
     ]
     if vpp > 1:  # one stage per rank: the rank ring is the stage ring
-        out.append(Variant(name=f"{schedule}/rank0", pooled=True, config=_RANK0, install_schedule="auto", **base))
+        out.append(
+            Variant(
+                name=f"{schedule}/rank0",
+                pooled=True,
+                config=_RANK0,
+                install_schedule="auto",
+                **base,
+            )
+        )
     return out
 
 
@@ -107,15 +131,27 @@ class ScheduleCheck:
         per-stage rings, for single-stage schedules)."""
         df = self.to_frame()
         g = df.groupby(["schedule", "pp", "vpp", "n_microbatches"], sort=False)
-        out = g.agg(stock_buffers=("stock", "sum"), pooltk_buffers=("pooltk", "sum"),
-                    analysed_peak=("analysed_peak", "sum"), live_min_ring=("analysed_min", "sum"),
-                    measured_peak=("measured_peak", "sum"),
-                    parity=("parity", "all"), peaks_match=("peak_matches", "all")).reset_index()
+        out = g.agg(
+            stock_buffers=("stock", "sum"),
+            pooltk_buffers=("pooltk", "sum"),
+            analysed_peak=("analysed_peak", "sum"),
+            live_min_ring=("analysed_min", "sum"),
+            measured_peak=("measured_peak", "sum"),
+            parity=("parity", "all"),
+            peaks_match=("peak_matches", "all"),
+        ).reset_index()
         ranks = self.rank_frame()
-        shared = (ranks.groupby(["schedule", "pp", "n_microbatches"], sort=False)["rank_shared"].sum().to_dict()
-                  if not ranks.empty else {})
-        out["rank_shared_buffers"] = [int(shared.get((r.schedule, r.pp, r.n_microbatches), r.pooltk_buffers))
-                                      for r in out.itertuples()]
+        shared = (
+            ranks.groupby(["schedule", "pp", "n_microbatches"], sort=False)["rank_shared"]
+            .sum()
+            .to_dict()
+            if not ranks.empty
+            else {}
+        )
+        out["rank_shared_buffers"] = [
+            int(shared.get((r.schedule, r.pp, r.n_microbatches), r.pooltk_buffers))
+            for r in out.itertuples()
+        ]
         # a plain lookup: mapping through an empty dict gives float NaN, which pandas refuses to fill with text
         out["guard"] = [self.guard.get(name, "not run") for name in out["schedule"]]
         return out
@@ -126,12 +162,21 @@ class ScheduleCheck:
         for r in self.rank_rows:
             where = f"{r['schedule']} pp{r['pp']} M{r['n_microbatches']} rank {r['rank']} {r['direction']}"
             if not r["parity"]:
-                found["every_pooled_run_bitwise_equal"].append(f"{where} (rank-shared): parity False")
-            if not (r["matches_analysis"] and r["rank_shared"] == r["analysed"] and r["measured_peak"] == r["rank_live"]):
+                found["every_pooled_run_bitwise_equal"].append(
+                    f"{where} (rank-shared): parity False"
+                )
+            if not (
+                r["matches_analysis"]
+                and r["rank_shared"] == r["analysed"]
+                and r["measured_peak"] == r["rank_live"]
+            ):
                 found["rank_rings_match_the_analysis"].append(
                     f"{where}: {r['rank_shared']} storages (analysed {r['analysed']}), peak {r['measured_peak']} "
-                    f"(live {r['rank_live']})")
-        found["guard_catches_a_short_ring"] = [f"{k}: {v}" for k, v in self.guard.items() if v.startswith("NOT")]
+                    f"(live {r['rank_live']})"
+                )
+        found["guard_catches_a_short_ring"] = [
+            f"{k}: {v}" for k, v in self.guard.items() if v.startswith("NOT")
+        ]
         return _lines(found)
 
     @property
@@ -147,15 +192,28 @@ CLAIMS: dict[str, str] = {
     "slack0_ring_is_the_analysed_minimum": "pooltk = analysed_min wherever analysed_min > 0",
     "pooled_never_holds_more_than_stock": "pooltk <= stock on every row",
     "analysed_columns_equal_the_analysis": "analysed_peak = live_sets(...), analysed_min = min_safe_ring(...) of "
-                                           "pooltk.analysis.lifetimes",
+    "pooltk.analysis.lifetimes",
     "rank_rings_match_the_analysis": "rank-shared storages = the analysed rank rings, the guard's peak = the "
-                                     "rank's live set",
+    "rank's live set",
     "guard_catches_a_short_ring": "no guard check NOT caught",
 }
 """Claim name -> what it requires. See [Note: the claims of a validation]."""
 
-_ROW_COLUMNS = ("schedule", "pp", "vpp", "n_microbatches", "stage", "direction", "stock", "pooltk", "analysed_peak",
-                "analysed_min", "measured_peak", "peak_matches", "parity")
+_ROW_COLUMNS = (
+    "schedule",
+    "pp",
+    "vpp",
+    "n_microbatches",
+    "stage",
+    "direction",
+    "stock",
+    "pooltk",
+    "analysed_peak",
+    "analysed_min",
+    "measured_peak",
+    "peak_matches",
+    "parity",
+)
 
 
 def _lines(found: dict[str, list[str]]) -> list[str]:
@@ -175,7 +233,9 @@ def _row_findings(frame: Any, shapes: Any) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {name: [] for name in CLAIMS}
     missing = [c for c in _ROW_COLUMNS if c not in frame.columns]
     if missing or frame.empty:
-        found["covers_the_grid"].append(f"no column(s) {', '.join(missing)}" if missing else "no rows")
+        found["covers_the_grid"].append(
+            f"no column(s) {', '.join(missing)}" if missing else "no rows"
+        )
         return found
     keys = ["schedule", "pp", "vpp", "n_microbatches"]
     held = [tuple(k) for k in frame[keys].drop_duplicates().itertuples(index=False)]
@@ -192,7 +252,9 @@ def _row_findings(frame: Any, shapes: Any) -> dict[str, list[str]]:
             spans = lifetimes(name, pp=int(pp), n_microbatches=int(m), stages_per_rank=int(vpp))
             live = live_sets(name, pp=int(pp), n_microbatches=int(m), stages_per_rank=int(vpp))
         except ScheduleAnalysisError as exc:
-            found["analysed_columns_equal_the_analysis"].append(f"{_shape(key)}: not analysable here ({exc})")
+            found["analysed_columns_equal_the_analysis"].append(
+                f"{_shape(key)}: not analysable here ({exc})"
+            )
             spans = live = None
         for r in part.itertuples():
             where = f"{_shape(key)} stage {r.stage} {r.direction}"
@@ -200,16 +262,25 @@ def _row_findings(frame: Any, shapes: Any) -> dict[str, list[str]]:
                 found["every_pooled_run_bitwise_equal"].append(f"{where}: parity {r.parity}")
             if r.measured_peak != r.analysed_peak or not _true(r.peak_matches):
                 found["measured_peaks_equal_the_analysis"].append(
-                    f"{where}: measured {r.measured_peak}, analysed {r.analysed_peak}, peak_matches {r.peak_matches}")
+                    f"{where}: measured {r.measured_peak}, analysed {r.analysed_peak}, peak_matches {r.peak_matches}"
+                )
             if r.analysed_min > 0 and r.pooltk != r.analysed_min:
-                found["slack0_ring_is_the_analysed_minimum"].append(f"{where}: {r.pooltk} sets, minimum {r.analysed_min}")
+                found["slack0_ring_is_the_analysed_minimum"].append(
+                    f"{where}: {r.pooltk} sets, minimum {r.analysed_min}"
+                )
             if r.pooltk > r.stock:
-                found["pooled_never_holds_more_than_stock"].append(f"{where}: {r.pooltk} sets, stock {r.stock}")
+                found["pooled_never_holds_more_than_stock"].append(
+                    f"{where}: {r.pooltk} sets, stock {r.stock}"
+                )
             if live is not None and (r.stage, r.direction) in live:
-                want_peak, want_min = live[(r.stage, r.direction)], min_safe_ring(spans, r.stage, r.direction, int(m))
+                want_peak, want_min = (
+                    live[(r.stage, r.direction)],
+                    min_safe_ring(spans, r.stage, r.direction, int(m)),
+                )
                 if (r.analysed_peak, r.analysed_min) != (want_peak, want_min):
                     found["analysed_columns_equal_the_analysis"].append(
-                        f"{where}: peak {r.analysed_peak}, minimum {r.analysed_min} (analysis {want_peak}, {want_min})")
+                        f"{where}: peak {r.analysed_peak}, minimum {r.analysed_min} (analysis {want_peak}, {want_min})"
+                    )
     return found
 
 
@@ -230,8 +301,11 @@ def check_rows(frame: Any, shapes: Any = None) -> list[str]:
     return _lines(_row_findings(frame, shapes))
 
 
-def planned_shapes(pps: tuple[int, ...], factors: tuple[int, ...], schedules: tuple[str, ...] | None = None,
-                   ) -> tuple[list[tuple[str, int, int, int]], list[dict[str, Any]]]:
+def planned_shapes(
+    pps: tuple[int, ...],
+    factors: tuple[int, ...],
+    schedules: tuple[str, ...] | None = None,
+) -> tuple[list[tuple[str, int, int, int]], list[dict[str, Any]]]:
     """(schedule, pp, vpp, M) the grid launches, in launch order, and the shapes torch rejects (with the reason).
 
     ``M = factor x (pp x 2)``; see :func:`check_schedules`.
@@ -249,13 +323,21 @@ def planned_shapes(pps: tuple[int, ...], factors: tuple[int, ...], schedules: tu
                     lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=STAGES_PER_RANK[name])
                     shapes.append((name, pp, STAGES_PER_RANK[name], m))
                 except ScheduleAnalysisError as exc:
-                    skipped.append({"schedule": name, "pp": pp, "n_microbatches": m, "reason": str(exc)})
+                    skipped.append(
+                        {"schedule": name, "pp": pp, "n_microbatches": m, "reason": str(exc)}
+                    )
     return shapes, skipped
 
 
 def check_schedules(
-    *, pps: tuple[int, ...] = (2, 4), factors: tuple[int, ...] = (1, 2, 4), schedules: tuple[str, ...] | None = None,
-    steps: int = 1, guard_checks: bool = True, timeout_s: float = 600.0, progress: Any = None,
+    *,
+    pps: tuple[int, ...] = (2, 4),
+    factors: tuple[int, ...] = (1, 2, 4),
+    schedules: tuple[str, ...] | None = None,
+    steps: int = 1,
+    guard_checks: bool = True,
+    timeout_s: float = 600.0,
+    progress: Any = None,
 ) -> ScheduleCheck:
     """Run the validation grid; see the module docstring. ``progress(msg)`` is called per launch.
 
@@ -277,10 +359,19 @@ def check_schedules(
             variants = [v for name in names for v in _variants(name)]
             if progress:
                 progress(f"pp{pp} M{m}: {len(variants)} variants ({', '.join(names)})")
-            report = run_parity(ParitySpec(pp=pp, microbatches=m, steps=steps, timeout_s=timeout_s,
-                                           variants=tuple(variants)))
+            report = run_parity(
+                ParitySpec(
+                    pp=pp,
+                    microbatches=m,
+                    steps=steps,
+                    timeout_s=timeout_s,
+                    variants=tuple(variants),
+                )
+            )
             for name in names:
-                stock, meas, tight = (report.variant(f"{name}/{k}") for k in ("stock", "measure", "tight0"))
+                stock, meas, tight = (
+                    report.variant(f"{name}/{k}") for k in ("stock", "measure", "tight0")
+                )
                 vpp = STAGES_PER_RANK[name]
                 spans = lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=vpp)
                 live = live_sets(name, pp=pp, n_microbatches=m, stages_per_rank=vpp)
@@ -288,19 +379,27 @@ def check_schedules(
                     for d in DIRECTIONS:
                         analysed = min_safe_ring(spans, stage, d, m)
                         peak = meas.peak_live.get(stage, {}).get(d, 0)
-                        result.rows.append({
-                            "schedule": name, "pp": pp, "vpp": STAGES_PER_RANK[name], "n_microbatches": m,
-                            "stage": stage, "direction": d,
-                            "stock": stock.recv[stage][d]["sets"],
-                            "pooltk": tight.recv[stage][d]["sets"],
-                            "analysed_peak": live[(stage, d)],
-                            "analysed_min": analysed,
-                            "measured_peak": peak,
-                            "peak_matches": peak == live[(stage, d)],
-                            "parity": bool(tight.bitwise_equal and meas.bitwise_equal),
-                        })
+                        result.rows.append(
+                            {
+                                "schedule": name,
+                                "pp": pp,
+                                "vpp": STAGES_PER_RANK[name],
+                                "n_microbatches": m,
+                                "stage": stage,
+                                "direction": d,
+                                "stock": stock.recv[stage][d]["sets"],
+                                "pooltk": tight.recv[stage][d]["sets"],
+                                "analysed_peak": live[(stage, d)],
+                                "analysed_min": analysed,
+                                "measured_peak": peak,
+                                "peak_matches": peak == live[(stage, d)],
+                                "parity": bool(tight.bitwise_equal and meas.bitwise_equal),
+                            }
+                        )
                 if STAGES_PER_RANK[name] > 1:
-                    result.rank_rows.extend(_rank_rows(name, pp, m, stock, tight, report.variant(f"{name}/rank0")))
+                    result.rank_rows.extend(
+                        _rank_rows(name, pp, m, stock, tight, report.variant(f"{name}/rank0"))
+                    )
     if guard_checks:
         for name in names:
             if progress:
@@ -309,14 +408,22 @@ def check_schedules(
     return result
 
 
-def _rank_rows(name: str, pp: int, m: int, stock: Any, tight: Any, rank0: Any) -> list[dict[str, Any]]:
+def _rank_rows(
+    name: str, pp: int, m: int, stock: Any, tight: Any, rank0: Any
+) -> list[dict[str, Any]]:
     """Per (rank, direction): the rank-shared ring measured against the analysis ([Note: rank-shared rings])."""
     from pooltk.analysis.lifetimes import ScheduleShape, analyse
     from pooltk.analysis.programs import resolve_schedule
     from pooltk.analysis.sharing import rank_rings
 
-    prog, spans = analyse(ScheduleShape(schedule=resolve_schedule(name)[1], pp=pp, n_microbatches=m,
-                                        stages_per_rank=STAGES_PER_RANK[name]))
+    prog, spans = analyse(
+        ScheduleShape(
+            schedule=resolve_schedule(name)[1],
+            pp=pp,
+            n_microbatches=m,
+            stages_per_rank=STAGES_PER_RANK[name],
+        )
+    )
     rings = rank_rings(prog, spans, _RANK0)
     rows = []
     for rank in sorted(rank0.rank_recv):
@@ -325,14 +432,24 @@ def _rank_rows(name: str, pp: int, m: int, stock: Any, tight: Any, rank0: Any) -
             analysed, live = sum(r.size for r in mine), sum(r.live for r in mine)
             measured = rank0.rank_recv[rank].get(d, {}).get("sets", 0)
             peak = rank0.rank_peak_live.get(rank, {}).get(d, 0)
-            rows.append({
-                "schedule": name, "pp": pp, "vpp": STAGES_PER_RANK[name], "n_microbatches": m, "rank": rank,
-                "direction": d, "stock": stock.rank_recv[rank].get(d, {}).get("sets", 0),
-                "per_stage": tight.rank_recv[rank].get(d, {}).get("sets", 0), "rank_shared": measured,
-                "analysed": analysed, "rank_live": live, "measured_peak": peak,
-                "matches_analysis": measured == analysed and peak == live,
-                "parity": bool(rank0.bitwise_equal),
-            })
+            rows.append(
+                {
+                    "schedule": name,
+                    "pp": pp,
+                    "vpp": STAGES_PER_RANK[name],
+                    "n_microbatches": m,
+                    "rank": rank,
+                    "direction": d,
+                    "stock": stock.rank_recv[rank].get(d, {}).get("sets", 0),
+                    "per_stage": tight.rank_recv[rank].get(d, {}).get("sets", 0),
+                    "rank_shared": measured,
+                    "analysed": analysed,
+                    "rank_live": live,
+                    "measured_peak": peak,
+                    "matches_analysis": measured == analysed and peak == live,
+                    "parity": bool(rank0.bitwise_equal),
+                }
+            )
     return rows
 
 
@@ -349,11 +466,24 @@ def guard_catch(schedule: str, *, timeout_s: float = 300.0) -> str:
     else:
         return "n/a: every forward live set is 1 at pp2/pp4, no smaller ring exists"
     cfg = Rings(slack=0, grad_slack=0, forward_shortfall=1)
-    spec = ParitySpec(pp=pp, microbatches=m, steps=1, timeout_s=timeout_s, variants=(
-        Variant(name="stock", schedule=schedule, stages_per_rank=vpp),
-        Variant(name="short", schedule=schedule, stages_per_rank=vpp, pooled=True, config=cfg, force=True,
-                install_schedule="auto"),
-    ))
+    spec = ParitySpec(
+        pp=pp,
+        microbatches=m,
+        steps=1,
+        timeout_s=timeout_s,
+        variants=(
+            Variant(name="stock", schedule=schedule, stages_per_rank=vpp),
+            Variant(
+                name="short",
+                schedule=schedule,
+                stages_per_rank=vpp,
+                pooled=True,
+                config=cfg,
+                force=True,
+                install_schedule="auto",
+            ),
+        ),
+    )
     try:
         run_parity(spec)
     except PoolOverrunError as exc:
@@ -370,18 +500,39 @@ def main(argv: Any = None) -> int:
 
     import pandas as pd
 
-    p = argparse.ArgumentParser(prog="python -m pooltk.parity.schedule_check", description=main.__doc__)
-    p.add_argument("--check", metavar="CSV", required=True, help="a CSV written by pooltk schedules --validate --csv")
-    p.add_argument("--pp", nargs="+", type=int, default=[2, 4], help="the grid it must cover (default 2 4)")
-    p.add_argument("--factors", nargs="+", type=int, default=[1, 2, 4], help="M = F x 2pp (default 1 2 4)")
-    p.add_argument("--schedule", nargs="+", default=None, help="schedules (default: every one this torch analyses)")
-    p.add_argument("--any-shapes", action="store_true", help="check the shapes the file holds, not a grid")
+    p = argparse.ArgumentParser(
+        prog="python -m pooltk.parity.schedule_check", description=main.__doc__
+    )
+    p.add_argument(
+        "--check",
+        metavar="CSV",
+        required=True,
+        help="a CSV written by pooltk schedules --validate --csv",
+    )
+    p.add_argument(
+        "--pp", nargs="+", type=int, default=[2, 4], help="the grid it must cover (default 2 4)"
+    )
+    p.add_argument(
+        "--factors", nargs="+", type=int, default=[1, 2, 4], help="M = F x 2pp (default 1 2 4)"
+    )
+    p.add_argument(
+        "--schedule",
+        nargs="+",
+        default=None,
+        help="schedules (default: every one this torch analyses)",
+    )
+    p.add_argument(
+        "--any-shapes", action="store_true", help="check the shapes the file holds, not a grid"
+    )
     a = p.parse_args(argv)
     try:
         frame = pd.read_csv(a.check)
     except (FileNotFoundError, pd.errors.EmptyDataError) as exc:
-        print(f"{p.prog}: error: {a.check}: found {'no such file' if isinstance(exc, OSError) else 'an empty file'}; "
-              "required a CSV written by `pooltk schedules --validate --csv PATH`.", file=sys.stderr)
+        print(
+            f"{p.prog}: error: {a.check}: found {'no such file' if isinstance(exc, OSError) else 'an empty file'}; "
+            "required a CSV written by `pooltk schedules --validate --csv PATH`.",
+            file=sys.stderr,
+        )
         return 2
     from pooltk.analysis.programs import ScheduleAnalysisError, resolve_schedule
 
@@ -393,7 +544,10 @@ def main(argv: Any = None) -> int:
     shapes = None if a.any_shapes else planned_shapes(tuple(a.pp), tuple(a.factors), names)[0]
     broken = check_rows(frame, shapes)
     if broken:
-        print(f"{p.prog}: error: {a.check} ({len(frame)} rows) breaks {len(broken)} claim(s):", file=sys.stderr)
+        print(
+            f"{p.prog}: error: {a.check} ({len(frame)} rows) breaks {len(broken)} claim(s):",
+            file=sys.stderr,
+        )
         print("\n".join(f"  {b}" for b in broken), file=sys.stderr)
         return 1
     print(f"{a.check}: {len(frame)} rows hold every claim")

@@ -8,7 +8,15 @@ from typing import Any, Literal
 from pooltk.config import PoolConfig
 from pooltk.parity.experiments import Rings
 
-__all__ = ["BUFFERS", "FRONTENDS", "ParitySpec", "Variant", "as_rings", "default_variants", "with_fresh"]
+__all__ = [
+    "BUFFERS",
+    "FRONTENDS",
+    "ParitySpec",
+    "Variant",
+    "as_rings",
+    "default_variants",
+    "with_fresh",
+]
 
 Frontend = Literal["manual", "tracing"]
 FRONTENDS: tuple[str, ...] = ("manual", "tracing")
@@ -66,8 +74,16 @@ class Variant:
     @property
     def run_key(self) -> tuple:
         """Variants with equal keys must produce identical numbers when the pool is correct."""
-        return (self.frontend, self.schedule.lower(), self.eval_between_steps, self.stages_per_rank,
-                self.bodies, self.aux, self.microbatches, self.eval_only)
+        return (
+            self.frontend,
+            self.schedule.lower(),
+            self.eval_between_steps,
+            self.stages_per_rank,
+            self.bodies,
+            self.aux,
+            self.microbatches,
+            self.eval_only,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -102,43 +118,77 @@ class ParitySpec:
     variants: tuple[Variant, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        for name in ("pp", "microbatches", "steps", "hidden", "seq_len", "rows_per_microbatch", "layers_per_stage"):
+        for name in (
+            "pp",
+            "microbatches",
+            "steps",
+            "hidden",
+            "seq_len",
+            "rows_per_microbatch",
+            "layers_per_stage",
+        ):
             value = getattr(self, name)
             low = 2 if name == "pp" else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"ParitySpec.{name}: found {value!r}; required an integer >= {low}.")
+                raise ValueError(
+                    f"ParitySpec.{name}: found {value!r}; required an integer >= {low}."
+                )
         if not self.variants:
-            raise ValueError("ParitySpec.variants: found none; required at least one. Fix: use default_variants(...).")
+            raise ValueError(
+                "ParitySpec.variants: found none; required at least one. Fix: use default_variants(...)."
+            )
         for v in self.variants:
             if v.stages_per_rank < 1:
-                raise ValueError(f"Variant {v.name}: stages_per_rank found {v.stages_per_rank}; required >= 1.")
+                raise ValueError(
+                    f"Variant {v.name}: stages_per_rank found {v.stages_per_rank}; required >= 1."
+                )
             _check_stage_kind(v)
             m = v.microbatches or self.microbatches
-            if m < self.pp * (v.stages_per_rank if v.stages_per_rank > 1 else 1) and \
-                    v.schedule.lower() == "1f1b":
-                raise ValueError(f"Variant {v.name}: 1F1B needs microbatches >= pp; found {m} < "
-                                 f"{self.pp}. Fix: --microbatches {self.pp} or more.")
+            if (
+                m < self.pp * (v.stages_per_rank if v.stages_per_rank > 1 else 1)
+                and v.schedule.lower() == "1f1b"
+            ):
+                raise ValueError(
+                    f"Variant {v.name}: 1F1B needs microbatches >= pp; found {m} < "
+                    f"{self.pp}. Fix: --microbatches {self.pp} or more."
+                )
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"ParitySpec.variants: names must be unique, found {names}.")
         for v in self.variants:
-            if v.bodies and (v.frontend != "manual" or len(v.bodies) != self.pp * v.stages_per_rank):
-                raise ValueError(f"Variant {v.name}: bodies found {len(v.bodies)} for frontend {v.frontend!r}; "
-                                 f"required one per stage ({self.pp * v.stages_per_rank}) with frontend='manual'.")
-            if v.microbatches is not None and (isinstance(v.microbatches, bool) or v.microbatches < 1):
-                raise ValueError(f"Variant {v.name}: microbatches found {v.microbatches!r}; required >= 1 or None.")
+            if v.bodies and (
+                v.frontend != "manual" or len(v.bodies) != self.pp * v.stages_per_rank
+            ):
+                raise ValueError(
+                    f"Variant {v.name}: bodies found {len(v.bodies)} for frontend {v.frontend!r}; "
+                    f"required one per stage ({self.pp * v.stages_per_rank}) with frontend='manual'."
+                )
+            if v.microbatches is not None and (
+                isinstance(v.microbatches, bool) or v.microbatches < 1
+            ):
+                raise ValueError(
+                    f"Variant {v.name}: microbatches found {v.microbatches!r}; required >= 1 or None."
+                )
             if v.frontend not in FRONTENDS:
-                raise ValueError(f"Variant {v.name}: frontend found {v.frontend!r}; required one of {FRONTENDS}.")
+                raise ValueError(
+                    f"Variant {v.name}: frontend found {v.frontend!r}; required one of {FRONTENDS}."
+                )
             if v.scope not in ("process", "stage"):
-                raise ValueError(f"Variant {v.name}: scope found {v.scope!r}; required 'process' or 'stage'.")
+                raise ValueError(
+                    f"Variant {v.name}: scope found {v.scope!r}; required 'process' or 'stage'."
+                )
             if v.pooled and v.config is None:
                 raise ValueError(f"Variant {v.name}: pooled=True needs a PoolConfig.")
             for attr in ("buffers", "compare_to"):
                 if getattr(v, attr) not in BUFFERS:
-                    raise ValueError(f"Variant {v.name}: {attr} found {getattr(v, attr)!r}; required one of {BUFFERS}.")
+                    raise ValueError(
+                        f"Variant {v.name}: {attr} found {getattr(v, attr)!r}; required one of {BUFFERS}."
+                    )
             if v.pooled and v.buffers != "stock":
-                raise ValueError(f"Variant {v.name}: buffers found {v.buffers!r} on a pooled variant; required "
-                                 "'stock' (fresh is an unpooled reference). Fix: a separate Variant(buffers='fresh').")
+                raise ValueError(
+                    f"Variant {v.name}: buffers found {v.buffers!r} on a pooled variant; required "
+                    "'stock' (fresh is an unpooled reference). Fix: a separate Variant(buffers='fresh')."
+                )
         if self.timeout_s <= 0:
             raise ValueError(f"ParitySpec.timeout_s: found {self.timeout_s}; required > 0.")
 
@@ -191,9 +241,13 @@ def _check_stage_kind(v: Variant) -> None:
         return  # an unknown name: the rank's own error names it
     single = is_single_stage(cls)
     if single != (v.stages_per_rank == 1):
-        need = "1 (it runs one stage per rank)" if single else ">= 2 (it runs several stages per rank)"
-        raise ValueError(f"Variant {v.name}: stages_per_rank found {v.stages_per_rank} for {cls.__name__}; "
-                         f"required {need}. Fix: stages_per_rank={1 if single else 2}.")
+        need = (
+            "1 (it runs one stage per rank)" if single else ">= 2 (it runs several stages per rank)"
+        )
+        raise ValueError(
+            f"Variant {v.name}: stages_per_rank found {v.stages_per_rank} for {cls.__name__}; "
+            f"required {need}. Fix: stages_per_rank={1 if single else 2}."
+        )
 
 
 def default_variants(
@@ -211,12 +265,29 @@ def default_variants(
     sched = schedule.lower() + (f"x{stages_per_rank}" if stages_per_rank > 1 else "")
     suffix = "+eval" if eval_between_steps else ""
     for fe in frontends:
-        out.append(Variant(name=f"stock/{sched}/{fe}{suffix}", frontend=fe, schedule=schedule,
-                           eval_between_steps=eval_between_steps, stages_per_rank=stages_per_rank))
+        out.append(
+            Variant(
+                name=f"stock/{sched}/{fe}{suffix}",
+                frontend=fe,
+                schedule=schedule,
+                eval_between_steps=eval_between_steps,
+                stages_per_rank=stages_per_rank,
+            )
+        )
         for cfg in map(as_rings, configs):
-            out.append(Variant(name=f"{_config_label(cfg)}/{sched}/{fe}{suffix}", frontend=fe, schedule=schedule,
-                               pooled=True, config=cfg, force=force, eval_between_steps=eval_between_steps,
-                               stages_per_rank=stages_per_rank, install_schedule=install_schedule))
+            out.append(
+                Variant(
+                    name=f"{_config_label(cfg)}/{sched}/{fe}{suffix}",
+                    frontend=fe,
+                    schedule=schedule,
+                    pooled=True,
+                    config=cfg,
+                    force=force,
+                    eval_between_steps=eval_between_steps,
+                    stages_per_rank=stages_per_rank,
+                    install_schedule=install_schedule,
+                )
+            )
     return tuple(out)
 
 

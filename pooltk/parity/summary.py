@@ -8,8 +8,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pooltk.parity.launch import ParityReport
 
-__all__ = ["PASSING", "VERDICTS", "Judgement", "ThreeWay", "exit_code", "format_report", "judge", "run_three_way",
-           "verdict_line"]
+__all__ = [
+    "PASSING",
+    "VERDICTS",
+    "Judgement",
+    "ThreeWay",
+    "exit_code",
+    "format_report",
+    "judge",
+    "run_three_way",
+    "verdict_line",
+]
 
 
 def _fmt_bytes(n: int) -> str:
@@ -20,9 +29,13 @@ def format_report(report: ParityReport) -> str:
     """The parity report as the text table ``pooltk parity`` prints."""
     lines: list[str] = []
     w = max([34] + [len(v.name) + 1 for v in report.variants])
-    lines.append(f"parity pp{report.spec.pp} x {report.spec.microbatches} microbatches x {report.spec.steps} steps "
-          f"(boundary tensor {_fmt_bytes(report.boundary_bytes)} per microbatch), wall {report.wall_s:.1f} s")
-    lines.append(f"{'variant':{w}} {'bitwise':>8} {'max|dparam|':>12} {'max|dloss|':>11} {'step ms':>8}")
+    lines.append(
+        f"parity pp{report.spec.pp} x {report.spec.microbatches} microbatches x {report.spec.steps} steps "
+        f"(boundary tensor {_fmt_bytes(report.boundary_bytes)} per microbatch), wall {report.wall_s:.1f} s"
+    )
+    lines.append(
+        f"{'variant':{w}} {'bitwise':>8} {'max|dparam|':>12} {'max|dloss|':>11} {'step ms':>8}"
+    )
     for v in report.variants:
         bw = "ref" if v.reference is None else ("yes" if v.bitwise_equal else "NO")
         dp = "" if v.params_max_abs_diff is None else f"{v.params_max_abs_diff:.3g}"
@@ -39,7 +52,9 @@ def format_report(report: ParityReport) -> str:
     if multi:  # several stages per rank: what the rank holds, each storage once (a rank-shared ring's slots too)
         from pooltk.analysis.lifetimes import DIRECTIONS
 
-        lines.append("\nreceive buffers per rank (distinct storages over the rank's stages, sets fwd+grad, bytes):")
+        lines.append(
+            "\nreceive buffers per rank (distinct storages over the rank's stages, sets fwd+grad, bytes):"
+        )
         for v in multi:
             cells = []
             for r in sorted(v.rank_recv):
@@ -47,30 +62,45 @@ def format_report(report: ParityReport) -> str:
                 cells.append(f"r{r} {f['sets']}+{g['sets']} {_fmt_bytes(f['bytes'] + g['bytes'])}")
             lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
     used = [v for v in report.variants if any(v.usage.values())]
-    if used:  # what each ring held at once in the last step, beside stock and the schedule's live set
-        lines.append("\nsets held at once in the last step (pooled rings; fwd / grad: held of stock, live set + slack):")
+    if (
+        used
+    ):  # what each ring held at once in the last step, beside stock and the schedule's live set
+        lines.append(
+            "\nsets held at once in the last step (pooled rings; fwd / grad: held of stock, live set + slack):"
+        )
         for v in used:
             cells = []
             for s in sorted(v.usage):
                 by = {u["direction"]: u for u in v.usage[s]}
-                parts = [f"{u['held_sets']}/{u['stock']} (live {u['live']}, ring {u['ring']})" if u else "-"
-                         for u in (by.get("forward"), by.get("grad"))]
+                parts = [
+                    f"{u['held_sets']}/{u['stock']} (live {u['live']}, ring {u['ring']})"
+                    if u
+                    else "-"
+                    for u in (by.get("forward"), by.get("grad"))
+                ]
                 cells.append(f"s{s} " + " ; ".join(parts))
             lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
             for s in sorted(v.usage):
                 for u in v.usage[s]:
                     if u["held_sets"] >= u["stock"] and u["ring"] < u["stock"]:
-                        lines.append(f"  WARNING {v.name} stage {s} {u['direction']}: the ring saved nothing "
-                                     f"({u['held_sets']} sets held, stock {u['stock']}; {u['rehomes']} re-homes); "
-                                     "the pooltk log names the holder and the fix")
+                        lines.append(
+                            f"  WARNING {v.name} stage {s} {u['direction']}: the ring saved nothing "
+                            f"({u['held_sets']} sets held, stock {u['stock']}; {u['rehomes']} re-homes); "
+                            "the pooltk log names the holder and the fix"
+                        )
     for v in report.variants:
         if v.pooled and all(not r for r in v.rings.values()):
-            why = next((g for g in v.gate.values() if g), None) or "install() did not pool on this torch (run `pooltk probe` for why)"
+            why = (
+                next((g for g in v.gate.values() if g), None)
+                or "install() did not pool on this torch (run `pooltk probe` for why)"
+            )
             lines.append(f"note: {v.name} held no ring on any stage (ran stock): {why}")
     fresh = [v.name for v in report.variants if not v.pooled and v.reference is not None]
     if fresh:
-        lines.append("note: fresh/... is stock torch with a new buffer per receive (torch 2.15's semantics); its "
-                     "'bitwise' column compares it with stock (NO: stock's numbers depend on its buffer reuse)")
+        lines.append(
+            "note: fresh/... is stock torch with a new buffer per receive (torch 2.15's semantics); its "
+            "'bitwise' column compares it with stock (NO: stock's numbers depend on its buffer reuse)"
+        )
     lines.append(f"\nbitwise_equal: {report.bitwise_equal}")
     return "\n".join(lines)
 
@@ -105,7 +135,15 @@ def format_report(report: ParityReport) -> str:
 # launch (fresh, then pooled with ``compare_to="fresh"``) answers it.
 # ---------------------------------------------------------------------------------------
 
-VERDICTS: tuple[str, ...] = ("equal", "explained", "loud", "outside", "unnamed", "silent", "invalid")
+VERDICTS: tuple[str, ...] = (
+    "equal",
+    "explained",
+    "loud",
+    "outside",
+    "unnamed",
+    "silent",
+    "invalid",
+)
 """Every verdict of [Note: three-way verdicts], best first."""
 PASSING: tuple[str, ...] = ("equal", "explained", "loud")
 """Verdicts that keep the pool's promise (bitwise like fresh, or a loud error naming pooltk)."""
@@ -138,9 +176,15 @@ class Judgement:
     """Largest parameter difference pooled vs stock."""
 
     def row(self) -> dict:
-        return {"variant": self.variant, "verdict": self.verdict, "reason": self.reason,
-                "equal_stock": self.equal_stock, "equal_fresh": self.equal_fresh,
-                "stock_equal_fresh": self.stock_equal_fresh, "max_abs_diff_stock": self.max_abs_diff_stock}
+        return {
+            "variant": self.variant,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "equal_stock": self.equal_stock,
+            "equal_fresh": self.equal_fresh,
+            "stock_equal_fresh": self.stock_equal_fresh,
+            "max_abs_diff_stock": self.max_abs_diff_stock,
+        }
 
 
 def same(v) -> bool:  # noqa: ANN001 - a VariantResult with a reference
@@ -169,12 +213,20 @@ def reuse_reason(report: ParityReport, stock_name: str, bodies: tuple[str, ...] 
     stock, fresh = report.variant(stock_name), fresh_of(report, stock_name)
     reasons = []
     hooks = max((m.get("max_hooks", 0) for s in stock.recv.values() for m in s.values()), default=0)
-    fresh_hooks = max((m.get("max_hooks", 0) for s in (fresh.recv if fresh else {}).values() for m in s.values()),
-                      default=0)
+    fresh_hooks = max(
+        (m.get("max_hooks", 0) for s in (fresh.recv if fresh else {}).values() for m in s.values()),
+        default=0,
+    )
     if hooks > max(1, fresh_hooks):
-        reasons.append(f"{HOOKS_REASON}: {hooks} hooks on one stock buffer after {report.spec.steps} steps, "
-                       f"{fresh_hooks} on a fresh one")
-    kept = [STATEFUL_BODIES[b] for b in dict.fromkeys(bodies) if b in STATEFUL_BODIES and b != "grad_hook"]
+        reasons.append(
+            f"{HOOKS_REASON}: {hooks} hooks on one stock buffer after {report.spec.steps} steps, "
+            f"{fresh_hooks} on a fresh one"
+        )
+    kept = [
+        STATEFUL_BODIES[b]
+        for b in dict.fromkeys(bodies)
+        if b in STATEFUL_BODIES and b != "grad_hook"
+    ]
     if kept:
         reasons.append(f"{KEPT_REASON} ({'; '.join(kept)})")
     return "; ".join(reasons) or KEPT_REASON + " (what it was, pooltk cannot name from the run)"
@@ -205,21 +257,33 @@ def fresh_followup(report: ParityReport, names: list[str]) -> tuple:
     return tuple(out)
 
 
-def judge(report: ParityReport, followup: ParityReport | None = None,
-          bodies: dict[str, tuple[str, ...]] | None = None) -> list[Judgement]:
+def judge(
+    report: ParityReport,
+    followup: ParityReport | None = None,
+    bodies: dict[str, tuple[str, ...]] | None = None,
+) -> list[Judgement]:
     """One :class:`Judgement` per pooled variant of ``report`` (``followup``: the second launch, if run)."""
     out = []
     for v in report.variants:
         if not v.pooled or v.reference is None:
             continue
         f = fresh_of(report, v.reference)
-        j = Judgement(variant=v.name, verdict="equal", stock=v.reference, fresh=f.name if f else None,
-                      equal_stock=same(v), stock_equal_fresh=same(f) if f else None,
-                      max_abs_diff_stock=v.params_max_abs_diff)
+        j = Judgement(
+            variant=v.name,
+            verdict="equal",
+            stock=v.reference,
+            fresh=f.name if f else None,
+            equal_stock=same(v),
+            stock_equal_fresh=same(f) if f else None,
+            max_abs_diff_stock=v.params_max_abs_diff,
+        )
         if j.equal_stock:
             j.equal_fresh = j.stock_equal_fresh
         elif f is None:
-            j.verdict, j.reason = "silent", "differs from stock; no fresh reference was run to tell why"
+            j.verdict, j.reason = (
+                "silent",
+                "differs from stock; no fresh reference was run to tell why",
+            )
         elif j.stock_equal_fresh:
             j.equal_fresh, j.verdict = False, "silent"
             j.reason = _difference(v, "stock and fresh agree")
@@ -228,7 +292,10 @@ def judge(report: ParityReport, followup: ParityReport | None = None,
             if followup is not None:
                 vf = next((x for x in followup.variants if x.name == f"{v.name}|vs-fresh"), None)
             if vf is None:
-                j.verdict, j.reason = "silent", "differs from stock and fresh differs too; pooled vs fresh not measured"
+                j.verdict, j.reason = (
+                    "silent",
+                    "differs from stock and fresh differs too; pooled vs fresh not measured",
+                )
             else:
                 j.equal_fresh = same(vf)
                 if j.equal_fresh:
@@ -252,8 +319,10 @@ def _outside(j: Judgement, bodies: tuple[str, ...]) -> None:
 
 
 def _difference(v, context: str) -> str:  # noqa: ANN001
-    return (f"{context}; pooled params_equal={v.params_bitwise_equal} (max diff {v.params_max_abs_diff}), "
-            f"outputs_equal={v.outputs_bitwise_equal}")
+    return (
+        f"{context}; pooled params_equal={v.params_bitwise_equal} (max diff {v.params_max_abs_diff}), "
+        f"outputs_equal={v.outputs_bitwise_equal}"
+    )
 
 
 def verdict_line(judgements: list[Judgement]) -> str:
@@ -265,8 +334,10 @@ def verdict_line(judgements: list[Judgement]) -> str:
     explained = [j for j in judgements if j.verdict == "explained"]
     if explained:
         reasons = "; ".join(dict.fromkeys(j.reason for j in explained))
-        head += (f". explained: pooled equals fresh (a new buffer per receive, torch 2.15's semantics) bitwise; "
-                 f"stock's numbers depend on buffer reuse: {reasons}")
+        head += (
+            f". explained: pooled equals fresh (a new buffer per receive, torch 2.15's semantics) bitwise; "
+            f"stock's numbers depend on buffer reuse: {reasons}"
+        )
     bad = [j for j in judgements if j.verdict not in PASSING]
     if bad:
         head += ". " + "; ".join(f"{j.verdict.upper()} {j.variant}: {j.reason}" for j in bad)

@@ -36,15 +36,30 @@ def bytes_frame(report: ParityReport) -> pd.DataFrame:
     stock = stock_of(report, pooled.name)
     spec = report.spec
     config = Rings(**pooled.config) if pooled.config else Rings()
-    model = expected_bytes(pp=spec.pp, n_microbatches=spec.microbatches, config=config, schedule=pooled.schedule,
-                           boundaries=harness_boundary(rows=spec.rows_per_microbatch, seq_len=spec.seq_len,
-                                                       hidden=spec.hidden))
+    model = expected_bytes(
+        pp=spec.pp,
+        n_microbatches=spec.microbatches,
+        config=config,
+        schedule=pooled.schedule,
+        boundaries=harness_boundary(
+            rows=spec.rows_per_microbatch, seq_len=spec.seq_len, hidden=spec.hidden
+        ),
+    )
     rows = []
     for stage in sorted(pooled.recv):
         for d in DIRECTIONS:
             s, p, m = stock.recv[stage][d], pooled.recv[stage][d], model[(stage, d)]
-            rows.append({"stage": stage, "direction": d, "stock_sets": s["sets"], "stock_bytes": s["bytes"],
-                         "pooled_sets": p["sets"], "pooled_bytes": p["bytes"], "model_pooled_bytes": m.pooled_bytes,
-                         "matches_model": p["bytes"] == m.pooled_bytes and s["bytes"] == m.stock_bytes,
-                         "saved_bytes": s["bytes"] - p["bytes"]})
+            rows.append(
+                {
+                    "stage": stage,
+                    "direction": d,
+                    "stock_sets": s["sets"],
+                    "stock_bytes": s["bytes"],
+                    "pooled_sets": p["sets"],
+                    "pooled_bytes": p["bytes"],
+                    "model_pooled_bytes": m.pooled_bytes,
+                    "matches_model": p["bytes"] == m.pooled_bytes and s["bytes"] == m.stock_bytes,
+                    "saved_bytes": s["bytes"] - p["bytes"],
+                }
+            )
     return pd.DataFrame(rows)

@@ -60,8 +60,11 @@ def measure_rank_recv_storage(stages: list[Any]) -> dict[str, dict[str, int]]:
                     seen[storage.data_ptr()] = storage.nbytes()
                     n += 1
             per_chunk = max(per_chunk, n)
-        out[direction] = {"bytes": sum(seen.values()), "storages": len(seen),
-                          "sets": len(seen) // per_chunk if per_chunk else 0}
+        out[direction] = {
+            "bytes": sum(seen.values()),
+            "storages": len(seen),
+            "sets": len(seen) // per_chunk if per_chunk else 0,
+        }
     return out
 
 
@@ -106,7 +109,9 @@ def stage_indices(pp: int, stages_per_rank: int, schedule: str, rank: int) -> li
     return sorted(s for s, r in mapping.items() if r == rank)
 
 
-def _build_stages(spec: ParitySpec, variant: Variant, rank: int, world: int, device: torch.device) -> list[Any]:
+def _build_stages(
+    spec: ParitySpec, variant: Variant, rank: int, world: int, device: torch.device
+) -> list[Any]:
     from torch.distributed.pipelining import PipelineStage
 
     if variant.frontend == "manual":
@@ -114,16 +119,27 @@ def _build_stages(spec: ParitySpec, variant: Variant, rank: int, world: int, dev
         out = []
         for s in stage_indices(world, variant.stages_per_rank, variant.schedule, rank):
             if variant.bodies:
-                module = FuzzStage(variant.bodies[s], hidden=spec.hidden, seed=spec.seed * 1009 + s, first=s == 0,
-                                   aux=variant.aux).to(device)
+                module = FuzzStage(
+                    variant.bodies[s],
+                    hidden=spec.hidden,
+                    seed=spec.seed * 1009 + s,
+                    first=s == 0,
+                    aux=variant.aux,
+                ).to(device)
             else:
-                module = make_stage_module(hidden=spec.hidden, layers_per_stage=spec.layers_per_stage,
-                                           stage_index=s, seed=spec.seed).to(device)
+                module = make_stage_module(
+                    hidden=spec.hidden,
+                    layers_per_stage=spec.layers_per_stage,
+                    stage_index=s,
+                    seed=spec.seed,
+                ).to(device)
             out.append(PipelineStage(module, s, n_stages, device))
         return out
     if variant.stages_per_rank != 1:
-        raise ValueError(f"Variant {variant.name}: the tracing frontend here builds one stage per rank; "
-                         "use frontend='manual' for multi-stage schedules.")
+        raise ValueError(
+            f"Variant {variant.name}: the tracing frontend here builds one stage per rank; "
+            "use frontend='manual' for multi-stage schedules."
+        )
     from torch.distributed.pipelining import SplitPoint, pipeline
 
     model = ToyModel(spec.hidden, spec.layers_per_stage * world, seed=spec.seed).to(device)
@@ -159,13 +175,17 @@ def _rehomes_by_stage(report: Any) -> dict[int, dict[str, dict[str, int]]]:
     for e in getattr(report, "events", ()) or ():
         if e.kind != "re-homed" or e.stage is None:
             continue
-        d = out.setdefault(e.stage, {}).setdefault(e.fields["direction"], {"rehomes": 0, "rehomed_bytes": 0})
+        d = out.setdefault(e.stage, {}).setdefault(
+            e.fields["direction"], {"rehomes": 0, "rehomed_bytes": 0}
+        )
         d["rehomes"] += 1
         d["rehomed_bytes"] += int(e.fields["bytes"])
     return out
 
 
-def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, device: torch.device) -> dict[str, Any]:
+def _run_variant(
+    spec: ParitySpec, variant: Variant, rank: int, world: int, device: torch.device
+) -> dict[str, Any]:
     import pooltk
     from torch.distributed.pipelining.schedules import get_schedule_class
 
@@ -178,7 +198,9 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
         stages = _build_stages(spec, variant, rank, world, device)
         if variant.pooled and variant.scope == "stage":
             for st in stages:
-                report = experiments.pool_stage(st, variant.config, schedule=sched_name, force=variant.force)
+                report = experiments.pool_stage(
+                    st, variant.config, schedule=sched_name, force=variant.force
+                )
         posted: dict[int, list] = {st.stage_index: [] for st in stages}
         fresh_layout = None
         if variant.buffers == "fresh":
@@ -190,8 +212,11 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
         opt = torch.optim.SGD(params, lr=spec.lr) if params else None
         cls = get_schedule_class(variant.schedule)
         n_mb = variant.microbatches or spec.microbatches
-        schedule = cls(stages if variant.stages_per_rank > 1 else stages[0], n_microbatches=n_mb,
-                       loss_fn=fuzz_loss if variant.bodies else _loss_fn)
+        schedule = cls(
+            stages if variant.stages_per_rank > 1 else stages[0],
+            n_microbatches=n_mb,
+            loss_fn=fuzz_loss if variant.bodies else _loss_fn,
+        )
         digests: list[str] = []
         has_first = any(st.is_first for st in stages)
         has_last = any(st.is_last for st in stages)
@@ -206,8 +231,13 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
         rank_peak_owned: dict[str, int] = {}
         setup_alloc_bytes = None
         for step in range(spec.steps):
-            x, y = make_batch(rows=spec.rows_per_microbatch * n_mb, seq_len=spec.seq_len, hidden=spec.hidden,
-                              step=step, seed=spec.seed)
+            x, y = make_batch(
+                rows=spec.rows_per_microbatch * n_mb,
+                seq_len=spec.seq_len,
+                hidden=spec.hidden,
+                step=step,
+                seed=spec.seed,
+            )
             x, y = x.to(device), y.to(device)
             if opt is not None:
                 opt.zero_grad(set_to_none=True)
@@ -219,7 +249,9 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
                 out = (schedule.eval if variant.eval_only else schedule.step)(*args, **kwargs)
             if has_last:
                 digests.append(_digest(out))
-                digests.append(_digest([v.detach() for v in losses]))  # losses, bitwise, in the record's comparison
+                digests.append(
+                    _digest([v.detach() for v in losses])
+                )  # losses, bitwise, in the record's comparison
             for st in stages:
                 kept = getattr(st.submod, "kept", None)
                 if kept:
@@ -235,7 +267,9 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             if step == 0:
                 setup_alloc_bytes = counter.bytes
             _record_peaks(stages, peak_owned, rank_peak_owned)
-            grad_sq.append(float(sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None)))
+            grad_sq.append(
+                float(sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None))
+            )
             if opt is not None:
                 opt.step()
             param_sums.append(float(sum(p.detach().double().sum() for p in params)))
@@ -247,14 +281,23 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
                 _step_end(stages)
                 _record_peaks(stages, peak_owned, rank_peak_owned)
                 if has_last:
-                    eval_by_step.append(float(sum(t.double().sum() for t in (out if isinstance(out, tuple) else (out,)))))
+                    eval_by_step.append(
+                        float(
+                            sum(
+                                t.double().sum()
+                                for t in (out if isinstance(out, tuple) else (out,))
+                            )
+                        )
+                    )
                     digests.append(_digest(out))
         final = [p.detach().clone() for p in params]
         per_stage = {}
         rehomed = _rehomes_by_stage(report)
         for st in stages:
             pool_state = pooltk.stage_state(st)
-            gate = pool_state.reason if pool_state is not None and pool_state.phase != "new" else None
+            gate = (
+                pool_state.reason if pool_state is not None and pool_state.phase != "new" else None
+            )
             recv = measure_recv_storage(st)
             for d, counts in rehomed.get(st.stage_index, {}).items():
                 recv[d].update(counts)  # rehomes, rehomed_bytes (copy on conflict)
@@ -266,12 +309,18 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             if variant.buffers == "fresh":
                 for d in DIRECTIONS:
                     bufs = [b for direction, b in posted[st.stage_index] if direction == d]
-                    recv[d]["posts"] = len(bufs)  # every buffer handed to a receive, all kept alive here:
-                    recv[d]["post_storages"] = len({b.untyped_storage().data_ptr() for b in bufs})  # distinct
+                    recv[d]["posts"] = len(
+                        bufs
+                    )  # every buffer handed to a receive, all kept alive here:
+                    recv[d]["post_storages"] = len(
+                        {b.untyped_storage().data_ptr() for b in bufs}
+                    )  # distinct
             posted[st.stage_index] = []
             per_stage[st.stage_index] = {
                 "recv": recv,
-                "usage": [u.to_dict() for u in pool_state.usage(st.stage_index)] if pool_state is not None else [],
+                "usage": [u.to_dict() for u in pool_state.usage(st.stage_index)]
+                if pool_state is not None
+                else [],
                 "rings": {d: r.size for d, r in pooltk.stage_rings(st).items()},
                 "peak_live": peak_owned[st.stage_index],
                 "gate": gate or None,
@@ -282,8 +331,10 @@ def _run_variant(spec: ParitySpec, variant: Variant, rank: int, world: int, devi
             "has_last": has_last,
             "stages": per_stage,
             "rank_recv": measure_rank_recv_storage(stages),
-            "rank_rings": {d: [{"stages": sorted(r.members), "size": r.size} for r in rings]
-                           for d, rings in _distinct_rings(stages).items()},
+            "rank_rings": {
+                d: [{"stages": sorted(r.members), "size": r.size} for r in rings]
+                for d, rings in _distinct_rings(stages).items()
+            },
             "rank_peak_live": rank_peak_owned,
             "losses": losses_by_step,
             "eval_sums": eval_by_step,
@@ -329,15 +380,18 @@ def max_hooks(stage: Any) -> dict[str, int]:
     return out
 
 
-def _record_peaks(stages: list[Any], peaks: dict[int, dict[str, int]],
-                  by_direction: dict[str, int] | None = None) -> None:
+def _record_peaks(
+    stages: list[Any], peaks: dict[int, dict[str, int]], by_direction: dict[str, int] | None = None
+) -> None:
     """Keep the largest ``peak_owned`` each ring reached (rings are rebuilt on an eval/train switch)."""
     import pooltk
 
     for st in stages:
         for d, ring in pooltk.stage_rings(st).items():
             peaks[st.stage_index][d] = max(peaks[st.stage_index].get(d, 0), ring.peak_owned)
-    if by_direction is not None:  # the rank's rings now, each once (rebuilt at an eval/train switch)
+    if (
+        by_direction is not None
+    ):  # the rank's rings now, each once (rebuilt at an eval/train switch)
         for d, rings in _distinct_rings(stages).items():
             by_direction[d] = max(by_direction.get(d, 0), sum(r.peak_owned for r in rings))
 
@@ -367,8 +421,14 @@ def _compare(records: list[dict[str, Any]], variants: tuple[Variant, ...]) -> No
     for v in variants:
         rec = by_name[v.name]
         want = v.compare_to if v.pooled else "stock"  # a fresh variant is compared with stock
-        ref = next((by_name[s.name] for s in variants
-                    if not s.pooled and s.buffers == want and s.run_key == v.run_key), None)
+        ref = next(
+            (
+                by_name[s.name]
+                for s in variants
+                if not s.pooled and s.buffers == want and s.run_key == v.run_key
+            ),
+            None,
+        )
         if ref is None or ref is rec:
             rec["reference"] = None
             rec["params_bitwise_equal"] = None
@@ -376,9 +436,14 @@ def _compare(records: list[dict[str, Any]], variants: tuple[Variant, ...]) -> No
             rec["outputs_bitwise_equal"] = None
             continue
         rec["outputs_bitwise_equal"] = rec["_digests"] == ref["_digests"]
-        diffs = [float((a - b).abs().max()) if a.numel() else 0.0 for a, b in zip(rec["_final"], ref["_final"])]
+        diffs = [
+            float((a - b).abs().max()) if a.numel() else 0.0
+            for a, b in zip(rec["_final"], ref["_final"])
+        ]
         rec["reference"] = ref["variant"]
-        rec["params_bitwise_equal"] = all(torch.equal(a, b) for a, b in zip(rec["_final"], ref["_final"]))
+        rec["params_bitwise_equal"] = all(
+            torch.equal(a, b) for a, b in zip(rec["_final"], ref["_final"])
+        )
         rec["params_max_abs_diff"] = max(diffs) if diffs else 0.0
     for rec in records:
         rec.pop("_final", None)
@@ -397,15 +462,19 @@ def failed_variant(traceback_text: str) -> str | None:
     """The variant a failed rank was running, from its traceback text (None when it failed outside one)."""
     for line in reversed(traceback_text.splitlines()):
         if line.startswith(VARIANT_LINE):
-            return line[len(VARIANT_LINE):].strip()
+            return line[len(VARIANT_LINE) :].strip()
     return None
 
 
-def run_in_group(spec: ParitySpec, rank: int, world: int, device: torch.device | None = None) -> list[dict[str, Any]]:
+def run_in_group(
+    spec: ParitySpec, rank: int, world: int, device: torch.device | None = None
+) -> list[dict[str, Any]]:
     """Run every variant of ``spec`` on this rank (process group already initialised)."""
     if world != spec.pp:
-        raise ValueError(f"parity: world size {world} but spec.pp={spec.pp}; required one rank per stage. "
-                         f"Fix: launch {spec.pp} ranks (torchrun --nproc-per-node {spec.pp}) or pass --pp {world}.")
+        raise ValueError(
+            f"parity: world size {world} but spec.pp={spec.pp}; required one rank per stage. "
+            f"Fix: launch {spec.pp} ranks (torchrun --nproc-per-node {spec.pp}) or pass --pp {world}."
+        )
     device = device or torch.device("cpu")
     torch.manual_seed(spec.seed)
     records = []
@@ -419,8 +488,17 @@ def run_in_group(spec: ParitySpec, rank: int, world: int, device: torch.device |
 
 
 def _is_peer_connection_error(text: str) -> bool:
-    return any(s in text for s in ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
-                                   "Socket Timeout", "Connection refused", "connectFullMesh"))
+    return any(
+        s in text
+        for s in (
+            "Connection reset by peer",
+            "Connection closed by peer",
+            "Broken pipe",
+            "Socket Timeout",
+            "Connection refused",
+            "connectFullMesh",
+        )
+    )
 
 
 def known_cause(text: str) -> str:
@@ -432,9 +510,11 @@ def known_cause(text: str) -> str:
     a vote instead and runs them (measured, ZBVZeroBubble pp2, both releases).
     """
     if "Pair is not connected" in text and "_initialize_stages" in text:
-        return ("torch's multi-stage warm-up sent to a neighbour stage on the same rank (a V schedule), which gloo "
-                "cannot do; stock fails the same way on this torch. Fix: run V schedules on torch 2.13 or later, "
-                "or under NCCL.")
+        return (
+            "torch's multi-stage warm-up sent to a neighbour stage on the same rank (a V schedule), which gloo "
+            "cannot do; stock fails the same way on this torch. Fix: run V schedules on torch 2.13 or later, "
+            "or under NCCL."
+        )
     return ""
 
 
@@ -449,8 +529,9 @@ def find_overrun(exc: BaseException | None) -> PoolOverrunError | None:
     return None
 
 
-def spawn_entry(rank: int, world: int, spec_json: str, out_dir: str, store_port: int,
-                prelude: str | None = None) -> None:
+def spawn_entry(
+    rank: int, world: int, spec_json: str, out_dir: str, store_port: int, prelude: str | None = None
+) -> None:
     """Entry point of a launched rank: join the group through the launcher's TCPStore, run, write JSON.
 
     ``prelude`` names a module imported first in the rank (e.g. to register models, or to
@@ -463,10 +544,20 @@ def spawn_entry(rank: int, world: int, spec_json: str, out_dir: str, store_port:
             __import__("importlib").import_module(prelude)
         torch.set_num_threads(1)
         spec = ParitySpec.from_dict(json.loads(spec_json))
-        store = dist.TCPStore("127.0.0.1", store_port, world + 1, is_master=False,
-                              timeout=__import__("datetime").timedelta(seconds=spec.timeout_s))
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
-                                timeout=__import__("datetime").timedelta(seconds=spec.timeout_s))
+        store = dist.TCPStore(
+            "127.0.0.1",
+            store_port,
+            world + 1,
+            is_master=False,
+            timeout=__import__("datetime").timedelta(seconds=spec.timeout_s),
+        )
+        dist.init_process_group(
+            "gloo",
+            store=store,
+            rank=rank,
+            world_size=world,
+            timeout=__import__("datetime").timedelta(seconds=spec.timeout_s),
+        )
         records = run_in_group(spec, rank, world)
         (out / f"rank{rank}.json").write_text(json.dumps(records))
         dist.destroy_process_group()
@@ -475,15 +566,19 @@ def spawn_entry(rank: int, world: int, spec_json: str, out_dir: str, store_port:
         if _RUNNING[0] is not None:
             text += f"{VARIANT_LINE}{_RUNNING[0]}\n"
         overrun = find_overrun(exc)
-        (out / f"rank{rank}.error.json").write_text(json.dumps({
-            "rank": rank,
-            "type": type(exc).__name__,
-            "message": " ".join(filter(None, (str(exc), known_cause(text)))),
-            "traceback": text,
-            "time": time.time(),
-            "overrun": overrun.to_dict() if overrun is not None else None,
-            "peer_connection": _is_peer_connection_error(text),
-        }))
+        (out / f"rank{rank}.error.json").write_text(
+            json.dumps(
+                {
+                    "rank": rank,
+                    "type": type(exc).__name__,
+                    "message": " ".join(filter(None, (str(exc), known_cause(text)))),
+                    "traceback": text,
+                    "time": time.time(),
+                    "overrun": overrun.to_dict() if overrun is not None else None,
+                    "peer_connection": _is_peer_connection_error(text),
+                }
+            )
+        )
         sys.stderr.write(text)
         sys.stderr.flush()
         os._exit(1)

@@ -39,8 +39,14 @@ def _positions(infos_by_chunk: dict[int, tuple]) -> list[int]:
     return positions
 
 
-def _build(stage: Any, target: SetupTarget, st: StageState, install: InstallReport, factory: PlaceholderFactory | None,
-           observed: object | None) -> DirectionRing | None:
+def _build(
+    stage: Any,
+    target: SetupTarget,
+    st: StageState,
+    install: InstallReport,
+    factory: PlaceholderFactory | None,
+    observed: object | None,
+) -> DirectionRing | None:
     """The ring one direction of a just-set-up stage receives into, bound onto its recv infos (None: stock).
 
     Alone: a ``c mod K`` ring. Under ``schedule="auto"``, a rank's stages whose boundaries carry the same tensors
@@ -51,7 +57,9 @@ def _build(stage: Any, target: SetupTarget, st: StageState, install: InstallRepo
     me, direction = stage.stage_index, target.direction
     if not positions:
         return None
-    k, live = ring_and_live(stage.num_stages, me, st.n_microbatches, direction, install.rule, st.plan)
+    k, live = ring_and_live(
+        stage.num_stages, me, st.n_microbatches, direction, install.rule, st.plan
+    )
     if k <= 0:
         return None
     members = {me: (stage, positions)}
@@ -68,14 +76,32 @@ def _build(stage: Any, target: SetupTarget, st: StageState, install: InstallRepo
         members, old = group["members"], group["ring"]
         keys = {(s, direction): key for s in members}
         spans = [b for b in st.plan.spans if (b.stage, b.direction) in keys]
-        (mine,) = [r for r in rank_rings(st.plan.program, spans, install.rule, groups=keys) if me in r.stages]
+        (mine,) = [
+            r
+            for r in rank_rings(st.plan.program, spans, install.rule, groups=keys)
+            if me in r.stages
+        ]
         k, live, slot_map = mine.size, mine.live, dict(mine.slots) if mine.shared else None
     slots = [list(ts) for ts in old.slots[:k]] if old is not None else []
     for _ in range(k - len(slots)):
-        slots.append([factory.real(infos[0][j].buffer) if factory is not None and factory.is_placeholder(
-            infos[0][j].buffer) else torch.empty_like(infos[0][j].buffer.detach()) for j in positions])
-    ring = DirectionRing(stage=min(members), direction=direction, live=live, n_microbatches=st.n_microbatches,
-                         slots=slots, slot_map=slot_map, guard=install.guard, say=_said(st))
+        slots.append(
+            [
+                factory.real(infos[0][j].buffer)
+                if factory is not None and factory.is_placeholder(infos[0][j].buffer)
+                else torch.empty_like(infos[0][j].buffer.detach())
+                for j in positions
+            ]
+        )
+    ring = DirectionRing(
+        stage=min(members),
+        direction=direction,
+        live=live,
+        n_microbatches=st.n_microbatches,
+        slots=slots,
+        slot_map=slot_map,
+        guard=install.guard,
+        say=_said(st),
+    )
     for s, (member, member_positions) in sorted(members.items()):
         ring.bind(s, getattr(member, target.infos_attr), member_positions)
         if member is not stage:
@@ -89,12 +115,16 @@ def kept_stock(stage: Any, report: Any, reason: str) -> None:
     """Record (once per stage and reason) that ``stage`` keeps torch's buffers, and why."""
     st = state_for(stage)
     st.report = st.report or report
-    events.say(st, ("stock", reason), "kept-stock", stage=getattr(stage, "stage_index", "?"), reason=reason)
+    events.say(
+        st, ("stock", reason), "kept-stock", stage=getattr(stage, "stage_index", "?"), reason=reason
+    )
 
 
 def _said(st: StageState) -> Callable:
     """What a ring says: each of its re-homes (the first per direction a WARNING), and once that it saved nothing."""
-    return lambda kind, **fields: events.say(st, (kind, fields["direction"]), kind, again=kind == "re-homed", **fields)
+    return lambda kind, **fields: events.say(
+        st, (kind, fields["direction"]), kind, again=kind == "re-homed", **fields
+    )
 
 
 def _pooled_line(stage: Any, st: StageState) -> None:
@@ -104,16 +134,40 @@ def _pooled_line(stage: Any, st: StageState) -> None:
     for direction, attr in RECV_INFO_ATTRS.items():
         ring = st.ring(direction)
         first = (getattr(stage, attr, None) or {}).get(0)
-        sizes.append(ring.size if ring is not None else 0 if direction in st.handoff or not first
-                     else m if recv_positions(first) else 0)
-    events.say(st, ("pooled", m, tuple(sizes)), "pooled", stage=stage.stage_index, forward=sizes[0], grad=sizes[1],
-               n_microbatches=m)
+        sizes.append(
+            ring.size
+            if ring is not None
+            else 0
+            if direction in st.handoff or not first
+            else m
+            if recv_positions(first)
+            else 0
+        )
+    events.say(
+        st,
+        ("pooled", m, tuple(sizes)),
+        "pooled",
+        stage=stage.stage_index,
+        forward=sizes[0],
+        grad=sizes[1],
+        n_microbatches=m,
+    )
     for direction, ring in st.rings().items():
         if ring.shared:
-            events.say(st, ("shared", direction, ring.size), "shared", stage=stage.stage_index, direction=direction,
-                       stages=sorted(ring.members), size=ring.size, receives=m * len(ring.members))
+            events.say(
+                st,
+                ("shared", direction, ring.size),
+                "shared",
+                stage=stage.stage_index,
+                direction=direction,
+                stages=sorted(ring.members),
+                size=ring.size,
+                receives=m * len(ring.members),
+            )
     for direction in st.handoff:
-        events.say(st, ("handoff", direction), "handoff", stage=stage.stage_index, direction=direction)
+        events.say(
+            st, ("handoff", direction), "handoff", stage=stage.stage_index, direction=direction
+        )
 
 
 def setup_wrapper(original: Callable, target: SetupTarget, install: InstallReport) -> Callable:
@@ -124,8 +178,12 @@ def setup_wrapper(original: Callable, target: SetupTarget, install: InstallRepor
         if not install.active:
             return original(self, *args, **kwargs)
         try:
-            pool, reason, name, plan, observed = decide(install_schedule=install.schedule, force=install.force,
-                                                        rule=install.rule, stage=self)
+            pool, reason, name, plan, observed = decide(
+                install_schedule=install.schedule,
+                force=install.force,
+                rule=install.rule,
+                stage=self,
+            )
         except PoolSetupError as exc:
             exc.stage, exc.direction = getattr(self, "stage_index", None), target.direction
             raise
@@ -150,10 +208,18 @@ def setup_wrapper(original: Callable, target: SetupTarget, install: InstallRepor
                 st.handoff[target.direction] = drop_handoff_buffers(self, target, factory)
             else:
                 ring = _build(self, target, st, install, factory, observed)
-                materialize_all(getattr(self, target.infos_attr, {}), factory)  # what has no ring is stock
-        except Exception as exc:  # inside a recognised layout: loud ([Note: fail-open only for unknown layouts])
-            raise PoolSetupError(stage=getattr(self, "stage_index", None), direction=target.direction, cause=exc,
-                                 what=f"building the {target.direction} ring") from exc
+                materialize_all(
+                    getattr(self, target.infos_attr, {}), factory
+                )  # what has no ring is stock
+        except (
+            Exception
+        ) as exc:  # inside a recognised layout: loud ([Note: fail-open only for unknown layouts])
+            raise PoolSetupError(
+                stage=getattr(self, "stage_index", None),
+                direction=target.direction,
+                cause=exc,
+                what=f"building the {target.direction} ring",
+            ) from exc
         st.set_ring(target.direction, ring)
         if ring is not None:
             with LOCK:
@@ -173,16 +239,28 @@ def _first_use(stage: Any, install: InstallReport) -> StageState:
     elif st.phase == NEW and install.rings:  # set up before install: stock until its next setup
         st.phase = LATE
         if getattr(stage, "args_recv_info", None):
-            kept_stock(stage, install, "found it set up before pooltk.install(), so its buffers are torch's "
-                                              "until its next setup; fix: call pooltk.install() before the first step")
+            kept_stock(
+                stage,
+                install,
+                "found it set up before pooltk.install(), so its buffers are torch's "
+                "until its next setup; fix: call pooltk.install() before the first step",
+            )
         return st
     elif st.phase == NEW:  # the lazy layout: no setup is wrapped, the release is the whole pool
-        refused = refusal(stage, None)  # no call-stack look here: it would pin a running frame's locals
+        refused = refusal(
+            stage, None
+        )  # no call-stack look here: it would pin a running frame's locals
         st.pooled, st.reason = refused is None, refused or "the lazy layout: the release alone"
         if refused is not None:
             kept_stock(stage, install, refused)
     st.phase = RUNNING
-    if st.pooled and not st.release and install.config.release and stage.is_last and stage.has_backward:
+    if (
+        st.pooled
+        and not st.release
+        and install.config.release
+        and stage.is_last
+        and stage.has_backward
+    ):
         rel.start(stage, st, install.layout)
     return st
 
@@ -197,8 +275,12 @@ def _checked(fn: Callable, method: str) -> Callable:
         except RuntimeError as exc:
             st = stage_state(self)
             if st is not None and is_version_error(exc):
-                named = name_reuse(exc, stage=self.stage_index, rings=st.rings(),
-                                   microbatch=call_arg(method, "bwd_chunk_id", args, kwargs))
+                named = name_reuse(
+                    exc,
+                    stage=self.stage_index,
+                    rings=st.rings(),
+                    microbatch=call_arg(method, "bwd_chunk_id", args, kwargs),
+                )
                 if named is not None:
                     raise named from exc
             raise
@@ -223,16 +305,23 @@ def runtime_wrappers(originals: dict[str, Callable], install: InstallReport) -> 
             if ring is None or (direction == "grad" and not self.has_backward):
                 return original(self, *args, **kwargs)
             chunk = args[0] if args else call_arg(method, arg, args, kwargs)
-            ring.post(chunk, self.stage_index, getattr(self, attr)[chunk], training=self.has_backward)
+            ring.post(
+                chunk, self.stage_index, getattr(self, attr)[chunk], training=self.has_backward
+            )
             ops = original(self, *args, **kwargs)
             ring.note_ops(chunk, self.stage_index, recvs=ops)
             return ops
 
         return wrapper
 
-    out = {"get_fwd_recv_ops": recv("get_fwd_recv_ops", "forward", "args_recv_info"),
-           "get_bwd_recv_ops": recv("get_bwd_recv_ops", "grad", "grad_recv_info")} \
-        if "get_fwd_recv_ops" in originals else {}
+    out = (
+        {
+            "get_fwd_recv_ops": recv("get_fwd_recv_ops", "forward", "args_recv_info"),
+            "get_bwd_recv_ops": recv("get_bwd_recv_ops", "grad", "grad_recv_info"),
+        }
+        if "get_fwd_recv_ops" in originals
+        else {}
+    )
 
     if "get_fwd_send_ops" in originals:
         send = originals["get_fwd_send_ops"]
@@ -242,7 +331,9 @@ def runtime_wrappers(originals: dict[str, Callable], install: InstallReport) -> 
             ops = send(self, *args, **kwargs)
             st = managed(self)
             if st is not None and st.forward is not None:  # [Note: finished sends]
-                chunk = args[0] if args else call_arg("get_fwd_send_ops", "fwd_chunk_id", args, kwargs)
+                chunk = (
+                    args[0] if args else call_arg("get_fwd_send_ops", "fwd_chunk_id", args, kwargs)
+                )
                 st.forward.note_ops(chunk, self.stage_index, sends=ops)
             return ops
 
@@ -255,8 +346,17 @@ def runtime_wrappers(originals: dict[str, Callable], install: InstallReport) -> 
         if not install.active:
             return fwd(self, *args, **kwargs)
         st = stage_state(self)
-        if st is None or st.phase in (NEW, SET_UP) or (st.pooled and not st.release and self.is_last
-                                                         and self.has_backward and install.config.release):
+        if (
+            st is None
+            or st.phase in (NEW, SET_UP)
+            or (
+                st.pooled
+                and not st.release
+                and self.is_last
+                and self.has_backward
+                and install.config.release
+            )
+        ):
             st = _first_use(self, install)
         result = fwd(self, *args, **kwargs)
         chunk = args[0] if args else call_arg("forward_one_chunk", "fwd_chunk_id", args, kwargs)
@@ -314,11 +414,20 @@ def runtime_wrappers(originals: dict[str, Callable], install: InstallReport) -> 
         def set_local_bwd_input(self: Any, *args: Any, **kwargs: Any) -> Any:
             st = managed(self)
             templates = st.handoff.get("grad") if st is not None else None
-            if templates:  # a None gradient makes torch zero the (absent) buffer: give that one a real one
+            if (
+                templates
+            ):  # a None gradient makes torch zero the (absent) buffer: give that one a real one
                 grads = call_arg("set_local_bwd_input", "next_stage_bwd_outputs", args, kwargs)
                 chunk = call_arg("set_local_bwd_input", "mb_index", args, kwargs)
-                for j, info in enumerate(self.grad_recv_info.get(chunk, ()) if isinstance(grads, tuple) else ()):
-                    if j < len(grads) and grads[j] is None and j in templates and getattr(info.buffer, "is_meta", 0):
+                for j, info in enumerate(
+                    self.grad_recv_info.get(chunk, ()) if isinstance(grads, tuple) else ()
+                ):
+                    if (
+                        j < len(grads)
+                        and grads[j] is None
+                        and j in templates
+                        and getattr(info.buffer, "is_meta", 0)
+                    ):
                         info.buffer = real_buffer(templates[j], zero=True)
             return set_bwd(self, *args, **kwargs)
 
@@ -367,13 +476,16 @@ def give_back_stock_buffers(stage: Any, report: Any, why: str) -> bool:
             for j in positions:
                 if isinstance(infos[j].buffer, torch.Tensor):
                     infos[j].buffer = torch.empty_like(infos[j].buffer.detach()).requires_grad_(
-                        infos[j].buffer.requires_grad)
+                        infos[j].buffer.requires_grad
+                    )
         st.set_ring(direction, None)
     st.handoff.clear()
     st.phase, st.pooled, st.release = NEW, False, False
     st.outputs.clear()
     st.losses.clear()
     if had:
-        events.emit(report.events if report is not None else None,
-                    events.event("unpooled", stage=getattr(stage, "stage_index", "?"), reason=why))
+        events.emit(
+            report.events if report is not None else None,
+            events.event("unpooled", stage=getattr(stage, "stage_index", "?"), reason=why),
+        )
     return had

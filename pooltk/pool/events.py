@@ -25,36 +25,61 @@ LOGGER = logging.getLogger("pooltk")
 _INFO, _WARN = logging.INFO, logging.WARNING
 
 LINES: dict[str, tuple[int, str]] = {
-    "installed": (_INFO, "installed (policy={policy}, slack={slack}, grad_slack={grad_slack}, schedule={schedule}, "
-                         "layout={layout}, mode={mode})"),
+    "installed": (
+        _INFO,
+        "installed (policy={policy}, slack={slack}, grad_slack={grad_slack}, schedule={schedule}, "
+        "layout={layout}, mode={mode})",
+    ),
     "not-installed": (_WARN, "not installed (reason={reason})"),
-    "pooled": (_INFO, "stage {stage} pooled (fwd ring {forward}/{n_microbatches}, grad ring {grad}/{n_microbatches})"),
+    "pooled": (
+        _INFO,
+        "stage {stage} pooled (fwd ring {forward}/{n_microbatches}, grad ring {grad}/{n_microbatches})",
+    ),
     "kept-stock": (_WARN, "stage {stage} kept stock (reason={reason})"),
     "unpooled": (_INFO, "stage {stage} unpooled (reason={reason})"),
-    "shared": (_INFO, "stage {stage} {direction} ring shared (stages {names} on this rank, {size} sets for "
-                      "{receives} receives)"),
-    "handoff": (_INFO, "stage {stage} {direction} handoff (no receive buffers: the {peer} stage runs on this rank "
-                       "and hands its tensors over locally)"),
-    "released": (_INFO, "stage {stage} releases kept graphs (layout={layout}: after each microbatch's backward the "
-                        "schedule's kept loss and output stay as values without their graph, so the received input is "
-                        "not held until the step ends)"),
+    "shared": (
+        _INFO,
+        "stage {stage} {direction} ring shared (stages {names} on this rank, {size} sets for "
+        "{receives} receives)",
+    ),
+    "handoff": (
+        _INFO,
+        "stage {stage} {direction} handoff (no receive buffers: the {peer} stage runs on this rank "
+        "and hands its tensors over locally)",
+    ),
+    "released": (
+        _INFO,
+        "stage {stage} releases kept graphs (layout={layout}: after each microbatch's backward the "
+        "schedule's kept loss and output stay as values without their graph, so the received input is "
+        "not held until the step ends)",
+    ),
     "kept-graph": (_WARN, "stage {stage} kept graph (reason={reason})"),
-    "re-homed": (_WARN, "stage {stage} {direction} slot {slot} re-homed ({bytes} bytes): {holders} {holder} outside "
-                        "the pool still hold it when microbatch {incoming} posts its receive; the holders keep the old "
-                        "storage, the tensor gets a fresh one (copy on conflict); later re-homes of this ring are "
-                        "logged at DEBUG and counted"),
-    "no-saving": (_WARN, "stage {stage} {direction} ring saved nothing (held {held} sets at once, stock holds {stock}; "
-                         "ring {ring}, {rehomes} re-homes this step: {holder} kept received tensors). Fix: {fix}."),
+    "re-homed": (
+        _WARN,
+        "stage {stage} {direction} slot {slot} re-homed ({bytes} bytes): {holders} {holder} outside "
+        "the pool still hold it when microbatch {incoming} posts its receive; the holders keep the old "
+        "storage, the tensor gets a fresh one (copy on conflict); later re-homes of this ring are "
+        "logged at DEBUG and counted",
+    ),
+    "no-saving": (
+        _WARN,
+        "stage {stage} {direction} ring saved nothing (held {held} sets at once, stock holds {stock}; "
+        "ring {ring}, {rehomes} re-homes this step: {holder} kept received tensors). Fix: {fix}.",
+    ),
 }
 """kind -> (level, the line after ``pooltk: ``)."""
 
-_HOLDER = {"views": "view(s) or tensor(s) sharing its storage (an output that is a view of it, a send in flight)",
-           "python": "Python reference(s) to the received tensor (a hook, a list, an output kept past its backward)",
-           "c++": "C++ reference(s) to the received tensor (a DLPack export, a saved tensor of a graph still alive)"}
-_FIX = {"views": "return or keep a copy (x.clone()) rather than a view of the received tensor; a forward-only step "
-                 "keeps every send until the step ends, so a tensor passed on unchanged stays held there",
-        "python": "drop references to the received tensor once its microbatch is done (keep x.detach().clone())",
-        "c++": "let go of DLPack exports and graphs of earlier microbatches (keep x.detach().clone())"}
+_HOLDER = {
+    "views": "view(s) or tensor(s) sharing its storage (an output that is a view of it, a send in flight)",
+    "python": "Python reference(s) to the received tensor (a hook, a list, an output kept past its backward)",
+    "c++": "C++ reference(s) to the received tensor (a DLPack export, a saved tensor of a graph still alive)",
+}
+_FIX = {
+    "views": "return or keep a copy (x.clone()) rather than a view of the received tensor; a forward-only step "
+    "keeps every send until the step ends, so a tensor passed on unchanged stays held there",
+    "python": "drop references to the received tensor once its microbatch is done (keep x.detach().clone())",
+    "c++": "let go of DLPack exports and graphs of earlier microbatches (keep x.detach().clone())",
+}
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -70,19 +95,34 @@ class PoolEvent:
     """Structured details (ring sizes, slot, bytes, reason), so nothing parses ``message``."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message, "level": logging.getLevelName(self.level),
-                "stage": self.stage, "fields": dict(self.fields)}
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "level": logging.getLevelName(self.level),
+            "stage": self.stage,
+            "fields": dict(self.fields),
+        }
 
 
 def event(kind: str, *, stage: Any = None, quiet: bool = False, **fields: Any) -> PoolEvent:
     """The :class:`PoolEvent` of ``kind`` (``quiet``: at DEBUG, as a ring's later re-homes are)."""
     level, form = LINES[kind]
     check = fields.get("check", "")
-    text = form.format(stage=stage, holder=_HOLDER.get(check, "holders"), peer="previous" if fields.get(
-        "direction") == "forward" else "next", fix=_FIX.get(check, "let go of received tensors once used"),
-        names=",".join(map(str, fields.get("stages", ()))), **fields)
-    return PoolEvent(kind=kind, message=f"pooltk: {text}", level=logging.DEBUG if quiet else level,
-                     stage=stage if isinstance(stage, int) else None, fields=fields)
+    text = form.format(
+        stage=stage,
+        holder=_HOLDER.get(check, "holders"),
+        peer="previous" if fields.get("direction") == "forward" else "next",
+        fix=_FIX.get(check, "let go of received tensors once used"),
+        names=",".join(map(str, fields.get("stages", ()))),
+        **fields,
+    )
+    return PoolEvent(
+        kind=kind,
+        message=f"pooltk: {text}",
+        level=logging.DEBUG if quiet else level,
+        stage=stage if isinstance(stage, int) else None,
+        fields=fields,
+    )
 
 
 def _rank() -> int | None:
@@ -113,4 +153,7 @@ def say(state: Any, key: tuple, kind: str, *, again: bool = False, **fields: Any
     first = key not in state.said
     if first or again:
         state.said.add(key)
-        emit(state.report.events if state.report is not None else None, event(kind, quiet=not first, **fields))
+        emit(
+            state.report.events if state.report is not None else None,
+            event(kind, quiet=not first, **fields),
+        )

@@ -29,11 +29,15 @@ AUTO = "auto"
 class PoolSetupError(RuntimeError):
     """pooltk failed inside a layout it recognises (never a silent fallback); ``stage``, ``direction``, ``cause``."""
 
-    def __init__(self, *, stage: int | None, direction: str | None, cause: BaseException, what: str) -> None:
+    def __init__(
+        self, *, stage: int | None, direction: str | None, cause: BaseException, what: str
+    ) -> None:
         self.stage, self.direction, self.cause = stage, direction, cause
         where = f"stage {stage}" + (f" {direction}" if direction else "")
-        super().__init__(f"pooltk: {what} failed for {where}: found {type(cause).__name__}: {cause}.\n"
-                         "Fix: report it with the traceback; to train now, run without pooltk.install().")
+        super().__init__(
+            f"pooltk: {what} failed for {where}: found {type(cause).__name__}: {cause}.\n"
+            "Fix: report it with the traceback; to train now, run without pooltk.install()."
+        )
 
 
 def schedule_allowed(schedule: str | type | object | None) -> bool:
@@ -67,18 +71,24 @@ _COMPUTE_ACTIONS = frozenset({"F", "B", "I", "W", "OVERLAP_F_B"})
 def refusal(stage: object | None, schedule: object | None) -> str | None:
     """Why ``stage`` (driven by ``schedule``) must stay stock, or None. See [Note: refusals]."""
     custom = getattr(schedule, "_comp_type_to_function_map", None) or {}
-    kinds = sorted(v for v in (str(getattr(k, "value", k)) for k in custom) if v in _COMPUTE_ACTIONS)
+    kinds = sorted(
+        v for v in (str(getattr(k, "value", k)) for k in custom) if v in _COMPUTE_ACTIONS
+    )
     if kinds:
-        return (f"found custom functions for {', '.join(kinds)} on {type(schedule).__name__}, which can compute "
-                "without the stage methods the guard watches; fix: register them only for "
-                "UNSHARD/RESHARD/REDUCE_GRAD, or run this schedule unpooled")
+        return (
+            f"found custom functions for {', '.join(kinds)} on {type(schedule).__name__}, which can compute "
+            "without the stage methods the guard watches; fix: register them only for "
+            "UNSHARD/RESHARD/REDUCE_GRAD, or run this schedule unpooled"
+        )
     for klass in type(stage).__mro__ if stage is not None else ():
         if klass.__module__.startswith("torch."):
             break
         overridden = [m for m in GUARDED_STAGE_METHODS if m in klass.__dict__]
         if overridden:
-            return (f"found {klass.__qualname__} overriding {', '.join(overridden)}, which would run instead of the "
-                    "guarded wrapper; fix: wrap the module instead of overriding these, or run it unpooled")
+            return (
+                f"found {klass.__qualname__} overriding {', '.join(overridden)}, which would run instead of the "
+                "guarded wrapper; fix: wrap the module instead of overriding these, or run it unpooled"
+            )
     return None
 
 
@@ -101,14 +111,48 @@ def decide(*, install_schedule: str | None, force: bool, rule: Any, stage: objec
             if key not in cache:
                 cache[key] = plan_rings(observed, rule)
         except ScheduleAnalysisError as exc:
-            return False, f"schedule {name!r} (observed) cannot be analysed: {exc}", name, None, observed
-        except Exception as exc:  # a bug inside a recognised layout: loud, never a silent stock fallback
-            raise PoolSetupError(stage=None, direction=None, cause=exc, what=f"ring planning for {name!r}") from exc
-        return True, f"schedule {name!r} (observed) analysed from its action order", name, cache[key], observed
+            return (
+                False,
+                f"schedule {name!r} (observed) cannot be analysed: {exc}",
+                name,
+                None,
+                observed,
+            )
+        except (
+            Exception
+        ) as exc:  # a bug inside a recognised layout: loud, never a silent stock fallback
+            raise PoolSetupError(
+                stage=None, direction=None, cause=exc, what=f"ring planning for {name!r}"
+            ) from exc
+        return (
+            True,
+            f"schedule {name!r} (observed) analysed from its action order",
+            name,
+            cache[key],
+            observed,
+        )
     if schedule_key(install_schedule) == AUTO:
-        return (False, "found no schedule on the call stack at setup, which schedule='auto' needs; fix: let the "
-                "schedule set the stage up (its first step), or install with schedule='1f1b'", name, None, None)
+        return (
+            False,
+            "found no schedule on the call stack at setup, which schedule='auto' needs; fix: let the "
+            "schedule set the stage up (its first step), or install with schedule='1f1b'",
+            name,
+            None,
+            None,
+        )
     if force:
-        return True, f"schedule {name!r} ({how}) is not allowlisted; pooled because force=True", name, None, observed
-    return (False, f"found schedule {name!r} ({how}) with no proven in-flight bound (allowlist {sorted(ALLOWLIST)}); "
-            "fix: install(schedule='auto') to pool schedules pooltk can analyse", name, None, observed)
+        return (
+            True,
+            f"schedule {name!r} ({how}) is not allowlisted; pooled because force=True",
+            name,
+            None,
+            observed,
+        )
+    return (
+        False,
+        f"found schedule {name!r} ({how}) with no proven in-flight bound (allowlist {sorted(ALLOWLIST)}); "
+        "fix: install(schedule='auto') to pool schedules pooltk can analyse",
+        name,
+        None,
+        observed,
+    )

@@ -36,8 +36,18 @@ class PoolOverrunError(RuntimeError):
 
     FIELDS = ("stage", "direction", "slot", "ring", "owner", "incoming", "rank", "owner_stage")
 
-    def __init__(self, *, stage: int, direction: str, slot: int, ring: int, owner: int, incoming: int,
-                 rank: int | None = None, owner_stage: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        stage: int,
+        direction: str,
+        slot: int,
+        ring: int,
+        owner: int,
+        incoming: int,
+        rank: int | None = None,
+        owner_stage: int | None = None,
+    ) -> None:
         self.stage, self.direction, self.slot, self.ring = stage, direction, slot, ring
         self.owner, self.incoming, self.rank, self.owner_stage = owner, incoming, rank, owner_stage
         where = "" if rank is None else f"[rank {rank}] "
@@ -45,7 +55,8 @@ class PoolOverrunError(RuntimeError):
         super().__init__(
             f"{where}pooltk: stage {stage} {direction} ring overrun: found slot {slot} of {ring} still owned by "
             f"microbatch {owner}{whose} when microbatch {incoming} posts into it; required a ring of the live set.\n"
-            "Fix: raise the slack (PoolConfig(slack=...), grad_slack=...) or leave this schedule unpooled.")
+            "Fix: raise the slack (PoolConfig(slack=...), grad_slack=...) or leave this schedule unpooled."
+        )
 
     to_dict = _fields
     from_dict = classmethod(_rebuild)
@@ -62,8 +73,16 @@ class PoolReuseError(RuntimeError):
 
     FIELDS = ("stage", "direction", "slots", "microbatch", "cause", "rank")
 
-    def __init__(self, *, stage: int, direction: str, slots: list, microbatch: int | None, cause: str,
-                 rank: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        stage: int,
+        direction: str,
+        slots: list,
+        microbatch: int | None,
+        cause: str,
+        rank: int | None = None,
+    ) -> None:
         self.stage, self.direction, self.slots = stage, direction, [tuple(x) for x in slots]
         self.microbatch, self.cause, self.rank = microbatch, cause, rank
         where = "" if rank is None else f"[rank {rank}] "
@@ -71,7 +90,8 @@ class PoolReuseError(RuntimeError):
         super().__init__(
             f"{where}pooltk: stage {stage} {direction} ring: found the backward of microbatch {microbatch} reading a "
             f"received tensor after its buffer was re-used ({which}); required: nothing keeps it with its graph.\n"
-            f"Fix: keep x.detach().clone(), or raise the slack. Autograd said: {cause}")
+            f"Fix: keep x.detach().clone(), or raise the slack. Autograd said: {cause}"
+        )
 
     to_dict = _fields
     from_dict = classmethod(_rebuild)
@@ -85,16 +105,24 @@ def is_version_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "modified by an inplace operation" in str(exc)
 
 
-def name_reuse(exc: RuntimeError, *, stage: int, rings: dict, microbatch: int | None) -> PoolReuseError | None:
+def name_reuse(
+    exc: RuntimeError, *, stage: int, rings: dict, microbatch: int | None
+) -> PoolReuseError | None:
     """The :class:`PoolReuseError` for autograd's ``exc`` on a stage with ``rings``; None if no slot was bumped."""
     quoted = re.search(r"is at version (\d+); expected version (\d+)", str(exc))
     for direction, ring in rings.items():
         bumped = [(slot, r, p) for slot, (r, p) in sorted(ring.bumps.items())]
         if quoted:
-            bumped = [b for b in bumped if any(t._version == int(quoted.group(1)) for t in ring.slots[b[0]])] or bumped
+            bumped = [
+                b
+                for b in bumped
+                if any(t._version == int(quoted.group(1)) for t in ring.slots[b[0]])
+            ] or bumped
         if bumped:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return PoolReuseError(stage=stage, direction=direction, slots=bumped, microbatch=microbatch, cause=first)
+            return PoolReuseError(
+                stage=stage, direction=direction, slots=bumped, microbatch=microbatch, cause=first
+            )
     return None
 
 

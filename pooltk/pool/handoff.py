@@ -22,11 +22,17 @@ __all__ = ["drop_handed", "drop_handoff_buffers", "real_buffer", "template"]
 
 def template(buf: torch.Tensor, factory: PlaceholderFactory | None) -> tuple:
     """(shape, dtype, device, requires_grad) of the real buffer ``buf`` stands for."""
-    device = factory.device_of(buf) if factory is not None and factory.is_placeholder(buf) else buf.device
+    device = (
+        factory.device_of(buf)
+        if factory is not None and factory.is_placeholder(buf)
+        else buf.device
+    )
     return (tuple(buf.shape), buf.dtype, torch.device(device), bool(buf.requires_grad))
 
 
-def drop_handoff_buffers(stage: Any, target: SetupTarget, factory: PlaceholderFactory | None) -> dict[int, tuple]:
+def drop_handoff_buffers(
+    stage: Any, target: SetupTarget, factory: PlaceholderFactory | None
+) -> dict[int, tuple]:
     """Leave a handoff-fed direction shape-only placeholders; position -> template, for the one read torch makes
     (``set_local_bwd_input`` zeroes the buffer of a None gradient: the wrapper gives it a real one first)."""
     infos_by_chunk: dict[int, tuple] = getattr(stage, target.infos_attr, {}) or {}
@@ -36,7 +42,9 @@ def drop_handoff_buffers(stage: Any, target: SetupTarget, factory: PlaceholderFa
     templates = {j: template(infos_by_chunk[0][j].buffer, factory) for j in positions}
     for infos in infos_by_chunk.values():
         for j in positions:
-            buf = infos[j].buffer  # a layout that allocated (no placeholder from the factory): let it go
+            buf = infos[
+                j
+            ].buffer  # a layout that allocated (no placeholder from the factory): let it go
             if isinstance(buf, torch.Tensor) and not buf.is_meta:
                 infos[j].buffer = _placeholder(tuple(buf.shape), buf.dtype, buf.requires_grad)
     return templates

@@ -76,15 +76,21 @@ def release_chunk(stage: Any, state: StageState, chunk: int, loss: Any) -> None:
     if output is not None:
         _replace_by_identity(output_chunks(stage), output, detached(output))
     if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
-        if not loss._is_view():  # the object itself: the schedule's list and its step's local both hold it
+        if (
+            not loss._is_view()
+        ):  # the object itself: the schedule's list and its step's local both hold it
             loss.detach_()
         else:
             schedule = state.observed() if state.observed is not None else None
             losses = schedule_losses(schedule) if schedule is not None else None
             if not _replace_by_identity(losses, loss, loss.detach()):
-                return _keep(stage, state, "the loss is a view and the schedule that keeps it was not seen, so its "
-                             "graph holds the received input until the step ends (copy on conflict re-homes the "
-                             "slot); fix: return a loss that is not a view from loss_fn (e.g. .sum() or .mean())")
+                return _keep(
+                    stage,
+                    state,
+                    "the loss is a view and the schedule that keeps it was not seen, so its "
+                    "graph holds the received input until the step ends (copy on conflict re-homes the "
+                    "slot); fix: return a loss that is not a view from loss_fn (e.g. .sum() or .mean())",
+                )
     state.released += 1
 
 

@@ -94,21 +94,53 @@ class InstallReport:
         return [e for e in self.events if e.stage is not None and (kind is None or e.kind == kind)]
 
     def to_dict(self) -> dict[str, Any]:
-        names = ("installed", "layout", "reason", "torch_version", "schedule", "force", "alloc_free", "scope", "rings",
-                 "release", "mode")
-        return {**{n: getattr(self, n) for n in names}, "config": self.config.to_dict() if self.config else None,
-                "events": [e.to_dict() for e in self.events]}
+        names = (
+            "installed",
+            "layout",
+            "reason",
+            "torch_version",
+            "schedule",
+            "force",
+            "alloc_free",
+            "scope",
+            "rings",
+            "release",
+            "mode",
+        )
+        return {
+            **{n: getattr(self, n) for n in names},
+            "config": self.config.to_dict() if self.config else None,
+            "events": [e.to_dict() for e in self.events],
+        }
 
 
-def make_report(*, installed: bool, layout: Any, reason: str, config: PoolConfig | None = None,
-                schedule: str | None = None, force: bool = False, scope: str = "process",
-                experiment: Any = None) -> InstallReport:
+def make_report(
+    *,
+    installed: bool,
+    layout: Any,
+    reason: str,
+    config: PoolConfig | None = None,
+    schedule: str | None = None,
+    force: bool = False,
+    scope: str = "process",
+    experiment: Any = None,
+) -> InstallReport:
     """The one way a report is made: what the layout allows follows from the layout itself."""
     eager = layout is not None and not layout.per_receive
     targets = layout.setup_targets if layout is not None else ()
     return InstallReport(
-        installed=installed, layout=getattr(layout, "name", None), reason=reason, torch_version=torch.__version__,
-        config=config, schedule=schedule, force=bool(force), scope=scope,
+        installed=installed,
+        layout=getattr(layout, "name", None),
+        reason=reason,
+        torch_version=torch.__version__,
+        config=config,
+        schedule=schedule,
+        force=bool(force),
+        scope=scope,
         alloc_free=bool(installed and eager and targets and all(t.alloc_free for t in targets)),
-        rings=bool(installed and eager), release=bool(installed and layout is not None and (config is None or config.release)),
-        active=installed and scope != "probe", experiment=experiment, found=layout)
+        rings=bool(installed and eager),
+        release=bool(installed and layout is not None and (config is None or config.release)),
+        active=installed and scope != "probe",
+        experiment=experiment,
+        found=layout,
+    )

@@ -58,8 +58,12 @@ _OWN = 3
 
 def recv_positions(infos: tuple) -> list[int]:
     """Indices of a chunk's recv infos that receive into a tensor (root arguments and absent grads skipped)."""
-    return [j for j, info in enumerate(infos)
-            if not getattr(info, "is_root_arg", False) and isinstance(getattr(info, "buffer", None), torch.Tensor)]
+    return [
+        j
+        for j, info in enumerate(infos)
+        if not getattr(info, "is_root_arg", False)
+        and isinstance(getattr(info, "buffer", None), torch.Tensor)
+    ]
 
 
 def _alias(t: torch.Tensor, requires_grad: bool) -> torch.Tensor:
@@ -97,20 +101,57 @@ class RingUse:
         return self.stock - self.held_sets
 
     def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__slots__} | {"saved_sets": self.saved_sets}
+        return {name: getattr(self, name) for name in self.__slots__} | {
+            "saved_sets": self.saved_sets
+        }
 
 
 class DirectionRing:
     """K buffer sets for one direction of one stage, or of a rank's stages (see the module docstring)."""
 
-    __slots__ = ("stage", "direction", "size", "live", "n_microbatches", "slots", "slot_map", "members", "guard",
-                 "owners", "_owned", "peak_owned", "bumps", "rehomes", "step_rehomes", "say", "_infos",
-                 "_resting", "_current", "_anchors", "_requires_grad", "_ops", "_sends", "_py_base", "_cpp_base",
-                 "_rehomed_alive", "_step_peak", "__weakref__")
+    __slots__ = (
+        "stage",
+        "direction",
+        "size",
+        "live",
+        "n_microbatches",
+        "slots",
+        "slot_map",
+        "members",
+        "guard",
+        "owners",
+        "_owned",
+        "peak_owned",
+        "bumps",
+        "rehomes",
+        "step_rehomes",
+        "say",
+        "_infos",
+        "_resting",
+        "_current",
+        "_anchors",
+        "_requires_grad",
+        "_ops",
+        "_sends",
+        "_py_base",
+        "_cpp_base",
+        "_rehomed_alive",
+        "_step_peak",
+        "__weakref__",
+    )
 
-    def __init__(self, *, stage: int, direction: str, live: int, n_microbatches: int, slots: list[list[torch.Tensor]],
-                 slot_map: dict[tuple[int, int], int] | None = None, guard: bool = True,
-                 say: Callable[..., None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        stage: int,
+        direction: str,
+        live: int,
+        n_microbatches: int,
+        slots: list[list[torch.Tensor]],
+        slot_map: dict[tuple[int, int], int] | None = None,
+        guard: bool = True,
+        say: Callable[..., None] | None = None,
+    ) -> None:
         self.stage, self.direction, self.size, self.live = stage, direction, len(slots), live
         """``stage``: the first member; ``live``: the live set K was sized from."""
         self.n_microbatches, self.slots, self.slot_map = n_microbatches, slots, slot_map
@@ -154,10 +195,14 @@ class DirectionRing:
         """Point every chunk's recv infos of ``stage`` at its slot's resting alias."""
         self.members[stage] = positions
         if not self._resting:
-            self._requires_grad = [bool(infos_by_chunk[0][j].buffer.requires_grad) for j in positions]
+            self._requires_grad = [
+                bool(infos_by_chunk[0][j].buffer.requires_grad) for j in positions
+            ]
             self._resting = [self._hand_out(s) for s in range(self.size)]
-            self._anchors = [[torch.empty((), dtype=t.dtype, device=t.device).expand(t.shape) for t in ts]
-                             for ts in self.slots]
+            self._anchors = [
+                [torch.empty((), dtype=t.dtype, device=t.device).expand(t.shape) for t in ts]
+                for ts in self.slots
+            ]
             probe = self._hand_out(0)
             self._anchors[0][0].grad = probe[0]
             self._py_base, self._cpp_base = sys.getrefcount(probe[0]), probe[0]._use_count()
@@ -177,8 +222,15 @@ class DirectionRing:
         if self.guard:
             owner = self.owners[slot]
             if owner is not None and owner != (stage, chunk):
-                raise PoolOverrunError(stage=stage, direction=self.direction, slot=slot, ring=self.size,
-                                       owner=owner[1], incoming=chunk, owner_stage=owner[0] if owner[0] != stage else None)
+                raise PoolOverrunError(
+                    stage=stage,
+                    direction=self.direction,
+                    slot=slot,
+                    ring=self.size,
+                    owner=owner[1],
+                    incoming=chunk,
+                    owner_stage=owner[0] if owner[0] != stage else None,
+                )
             if owner is None:
                 self.owners[slot] = (stage, chunk)
                 self._owned += 1
@@ -251,19 +303,25 @@ class DirectionRing:
         """[Note: copy on conflict]: re-home each tensor of the slot someone outside the pool still holds."""
         (stage, previous), aliases, trained = self._current[slot]
         for op in self._ops.pop(slot, ()):
-            for k in range(len(aliases)):  # an index loop: a loop variable bound to an alias would count
+            for k in range(
+                len(aliases)
+            ):  # an index loop: a loop variable bound to an alias would count
                 if getattr(op, "tensor", None) is aliases[k]:
                     op.tensor = self._resting[slot][k]
         sends = self._sends.pop(slot, None)
         reused = []
         for k, t in enumerate(self.slots[slot]):
-            finished = sum(r() is not None for r in sends[k]) if sends is not None and trained else 0
+            finished = (
+                sum(r() is not None for r in sends[k]) if sends is not None and trained else 0
+            )
             views = torch._C._storage_Use_Count(t.untyped_storage()._cdata) - 1 - _OWN - finished
             held = sys.getrefcount(aliases[k]) - self._py_base
             cpp = aliases[k]._use_count() - self._cpp_base
             why = "views" if views > 0 else "python" if held > 0 else "c++" if cpp > 0 else ""
             if why:
-                self._rehome(slot, k, stage, incoming, max(views, 0) + max(held, 0) + max(cpp, 0), why)
+                self._rehome(
+                    slot, k, stage, incoming, max(views, 0) + max(held, 0) + max(cpp, 0), why
+                )
             else:
                 reused.append(t)
         if reused:
@@ -285,14 +343,34 @@ class DirectionRing:
         held = self.size * self.tensors + self._rehomed_alive
         if held > self._step_peak:
             self._step_peak = held
-            if self.say is not None and -(-held // self.tensors) >= self.stock_sets and (
-                    self.size < self.stock_sets or held > self.size * self.tensors):
+            if (
+                self.say is not None
+                and -(-held // self.tensors) >= self.stock_sets
+                and (self.size < self.stock_sets or held > self.size * self.tensors)
+            ):
                 use = self.usage(self.stage)
-                self.say("no-saving", stage=self.stage, direction=self.direction, held=use.held_sets, stock=use.stock,
-                         ring=use.ring, rehomes=use.rehomes, check=why)
+                self.say(
+                    "no-saving",
+                    stage=self.stage,
+                    direction=self.direction,
+                    held=use.held_sets,
+                    stock=use.stock,
+                    ring=use.ring,
+                    rehomes=use.rehomes,
+                    check=why,
+                )
         if self.say is not None:
-            self.say("re-homed", stage=stage, direction=self.direction, slot=slot, position=self.members[stage][k],
-                     incoming=incoming, bytes=new.untyped_storage().nbytes(), holders=holders, check=why)
+            self.say(
+                "re-homed",
+                stage=stage,
+                direction=self.direction,
+                slot=slot,
+                position=self.members[stage][k],
+                incoming=incoming,
+                bytes=new.untyped_storage().nbytes(),
+                holders=holders,
+                check=why,
+            )
 
     # -- what it holds --------------------------------------------------------------------
     @property
@@ -307,10 +385,18 @@ class DirectionRing:
     def usage(self, stage: int) -> RingUse:
         """What the ring held during the last step (see :class:`RingUse`)."""
         per = self.tensors or 1
-        return RingUse(stage=stage, direction=self.direction, stages=tuple(sorted(self.members)), ring=self.size,
-                       live=self.live, stock=self.stock_sets, tensors=self.tensors,
-                       held_sets=-(-self._step_peak // per), held_bytes=self._step_peak * self.set_bytes // per,
-                       rehomes=self.step_rehomes)
+        return RingUse(
+            stage=stage,
+            direction=self.direction,
+            stages=tuple(sorted(self.members)),
+            ring=self.size,
+            live=self.live,
+            stock=self.stock_sets,
+            tensors=self.tensors,
+            held_sets=-(-self._step_peak // per),
+            held_bytes=self._step_peak * self.set_bytes // per,
+            rehomes=self.step_rehomes,
+        )
 
 
 def _let_go(ring_ref: weakref.ref) -> None:

@@ -18,8 +18,19 @@ if TYPE_CHECKING:
     from pooltk.pool.report import InstallReport
     from pooltk.pool.ring import DirectionRing
 
-__all__ = ["ATTR", "CURRENT", "LATE", "LOCK", "MISSING", "NEW", "RUNNING", "SET_UP", "StageState", "stage_state",
-           "state_for"]
+__all__ = [
+    "ATTR",
+    "CURRENT",
+    "LATE",
+    "LOCK",
+    "MISSING",
+    "NEW",
+    "RUNNING",
+    "SET_UP",
+    "StageState",
+    "stage_state",
+    "state_for",
+]
 
 ATTR = "_pooltk"
 NEW, SET_UP, RUNNING, LATE = "new", "set-up", "running", "late"
@@ -80,7 +91,9 @@ class StageState:
 
     def usage(self, stage: int | None = None) -> list:
         """What each ring held during the last step, beside stock and the live set (``RingUse``)."""
-        return [ring.usage(ring.stage if stage is None else stage) for ring in self.rings().values()]
+        return [
+            ring.usage(ring.stage if stage is None else stage) for ring in self.rings().values()
+        ]
 
 
 def stage_state(stage: Any) -> StageState | None:

@@ -75,6 +75,7 @@ class BrowserUnavailable(RuntimeError):
 
 def browser_required() -> bool:
     """True when a missing browser must fail the tests: ``CI`` or ``POOLTK_REQUIRE_BROWSER=1``."""
+
     def truthy(name: str) -> bool:
         return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
 
@@ -103,8 +104,14 @@ def free_port() -> int:
 class JupyterLabServer:
     """JupyterLab serving ``root_dir`` on 127.0.0.1 for one test session. Use as a context manager."""
 
-    def __init__(self, root_dir: Path, *, python: str = sys.executable, startup_timeout_s: float = 90.0,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root_dir: Path,
+        *,
+        python: str = sys.executable,
+        startup_timeout_s: float = 90.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.root_dir = Path(root_dir).resolve()
         self.python = python
         self.startup_timeout_s = startup_timeout_s
@@ -139,20 +146,34 @@ class JupyterLabServer:
 
     def start(self) -> None:
         self._tmp = Path(tempfile.mkdtemp(prefix="pooltk-lab-"))
-        dirs = {name: self._tmp / name for name in ("settings", "app-settings", "workspaces", "runtime", "config")}
+        dirs = {
+            name: self._tmp / name
+            for name in ("settings", "app-settings", "workspaces", "runtime", "config")
+        }
         for d in dirs.values():
             d.mkdir()
         (dirs["app-settings"] / "overrides.json").write_text(json.dumps(OVERRIDES, indent=2))
-        env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(dirs["settings"]),
-                   JUPYTERLAB_WORKSPACES_DIR=str(dirs["workspaces"]), JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
-                   JUPYTER_CONFIG_DIR=str(dirs["config"]), PYTHONUNBUFFERED="1")
+        env = dict(
+            os.environ,
+            JUPYTERLAB_SETTINGS_DIR=str(dirs["settings"]),
+            JUPYTERLAB_WORKSPACES_DIR=str(dirs["workspaces"]),
+            JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
+            JUPYTER_CONFIG_DIR=str(dirs["config"]),
+            PYTHONUNBUFFERED="1",
+        )
         env.update(self.env)
         env.pop("JUPYTER_TOKEN", None)
         self.port = free_port()
         cmd = [
-            self.python, "-m", "jupyterlab", "--no-browser",
-            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
-            "--IdentityProvider.token=", "--ServerApp.password=",
+            self.python,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={self.port}",
+            "--ServerApp.port_retries=0",
+            "--IdentityProvider.token=",
+            "--ServerApp.password=",
             f"--ServerApp.root_dir={self.root_dir}",
             f"--LabApp.app_settings_dir={dirs['app-settings']}",
             f"--LabApp.user_settings_dir={dirs['settings']}",
@@ -164,21 +185,31 @@ class JupyterLabServer:
         if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root
             cmd.append("--allow-root")
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, cwd=self.root_dir, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=self.root_dir,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise BrowserUnavailable(
-                    f"JupyterLab exited with {self.proc.returncode} while starting:\n{self.log_tail()}")
+                    f"JupyterLab exited with {self.proc.returncode} while starting:\n{self.log_tail()}"
+                )
             with contextlib.suppress(OSError, urllib.error.URLError):
                 with urllib.request.urlopen(f"{self.url}/api/status", timeout=2) as r:
                     if r.status == 200:
                         return
             time.sleep(0.25)
         self.stop()
-        raise BrowserUnavailable(f"JupyterLab did not answer /api/status within {self.startup_timeout_s:g} s:\n"
-                                 f"{self.log_tail()}")
+        raise BrowserUnavailable(
+            f"JupyterLab did not answer /api/status within {self.startup_timeout_s:g} s:\n"
+            f"{self.log_tail()}"
+        )
 
     def _api(self, method: str, path: str) -> Any:
         req = urllib.request.Request(f"{self.url}{path}", method=method)
@@ -219,13 +250,19 @@ def chromium_page(*, width: int = 1440, height: int = 1800) -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as exc:
-        raise BrowserUnavailable(f"playwright (Python) is not importable ({exc}). Fix: pip install playwright "
-                                 "(no 'playwright install': the system Chromium is used).") from exc
+        raise BrowserUnavailable(
+            f"playwright (Python) is not importable ({exc}). Fix: pip install playwright "
+            "(no 'playwright install': the system Chromium is used)."
+        ) from exc
     with sync_playwright() as p:
         try:
-            browser = p.chromium.launch(executable_path=str(chromium), args=list(CHROMIUM_ARGS), headless=True)
+            browser = p.chromium.launch(
+                executable_path=str(chromium), args=list(CHROMIUM_ARGS), headless=True
+            )
         except Exception as exc:  # playwright raises its own Error type
-            raise BrowserUnavailable(f"Chromium at {chromium} did not start under Playwright: {exc}") from exc
+            raise BrowserUnavailable(
+                f"Chromium at {chromium} did not start under Playwright: {exc}"
+            ) from exc
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
             yield page
@@ -269,7 +306,9 @@ class LabNotebook:
         """Kernel status and, per cell, type, execution count and outputs, from the notebook model."""
         return self.page.evaluate(_JS_STATE, self.name)
 
-    def _wait(self, what: str, predicate: Any, timeout_s: float, poll_s: float = 0.5) -> dict[str, Any]:
+    def _wait(
+        self, what: str, predicate: Any, timeout_s: float, poll_s: float = 0.5
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         last: dict[str, Any] = {}
         while time.monotonic() < deadline:
@@ -277,28 +316,41 @@ class LabNotebook:
             if last.get("ready") and predicate(last):
                 return last
             time.sleep(poll_s)
-        raise TimeoutError(f"{self.name}: timed out after {timeout_s:g} s waiting for {what}; last state: "
-                           f"kernel={last.get('kernel')} why={last.get('why')} counts="
-                           f"{[c['count'] for c in last.get('cells', []) if c['type'] == 'code']}\n"
-                           f"server log:\n{self.server.log_tail(2000)}")
+        raise TimeoutError(
+            f"{self.name}: timed out after {timeout_s:g} s waiting for {what}; last state: "
+            f"kernel={last.get('kernel')} why={last.get('why')} counts="
+            f"{[c['count'] for c in last.get('cells', []) if c['type'] == 'code']}\n"
+            f"server log:\n{self.server.log_tail(2000)}"
+        )
 
     def open(self, *, timeout_s: float = 120.0) -> None:
         """Open the notebook and wait until its kernel is idle (status bar and model agree)."""
         # ?reset: start from an empty workspace, so no notebook of an earlier test is restored next to it
-        self.page.goto(f"{self.server.url}/lab/tree/{self.name}?reset", wait_until="domcontentloaded")
-        self.page.locator(".jp-NotebookPanel").first.wait_for(state="visible", timeout=timeout_s * 1000)
+        self.page.goto(
+            f"{self.server.url}/lab/tree/{self.name}?reset", wait_until="domcontentloaded"
+        )
+        self.page.locator(".jp-NotebookPanel").first.wait_for(
+            state="visible", timeout=timeout_s * 1000
+        )
         self._wait("the kernel to be idle", lambda s: s["kernel"] == "idle", timeout_s)
-        self.page.locator("#jp-main-statusbar").get_by_text(re.compile(r"\|\s*Idle")).first.wait_for(
-            timeout=timeout_s * 1000)
+        self.page.locator("#jp-main-statusbar").get_by_text(
+            re.compile(r"\|\s*Idle")
+        ).first.wait_for(timeout=timeout_s * 1000)
 
     def run_all(self, *, timeout_s: float = 300.0) -> dict[str, Any]:
         """Run > Run All Cells from the menu bar; wait until every code cell has run and the kernel is idle."""
         self.page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).first.click()
-        self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).first.click()
+        self.page.locator(
+            ".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")
+        ).first.click()
 
         def finished(s: dict[str, Any]) -> bool:
             codes = [c for c in s["cells"] if c["type"] == "code"]
-            return s["kernel"] == "idle" and bool(codes) and all(isinstance(c["count"], int) for c in codes)
+            return (
+                s["kernel"] == "idle"
+                and bool(codes)
+                and all(isinstance(c["count"], int) for c in codes)
+            )
 
         return self._wait("Run All to finish", finished, timeout_s)
 
@@ -310,19 +362,28 @@ class LabNotebook:
 
     def error_outputs(self) -> list[str]:
         """``ename: evalue`` of every error output in the notebook model."""
-        return [f"cell {i}: {o['ename']}: {o['evalue']}" for i, c in enumerate(self.state()["cells"])
-                for o in c["outputs"] if o["type"] == "error"]
+        return [
+            f"cell {i}: {o['ename']}: {o['evalue']}"
+            for i, c in enumerate(self.state()["cells"])
+            for o in c["outputs"]
+            if o["type"] == "error"
+        ]
 
     def slider(self, label: str) -> Any:
         """The ipywidgets slider whose description is exactly ``label``."""
         return self.page.locator(".widget-hslider").filter(
-            has=self.page.locator(".widget-label", has_text=re.compile(rf"^\s*{re.escape(label)}\s*$")))
+            has=self.page.locator(
+                ".widget-label", has_text=re.compile(rf"^\s*{re.escape(label)}\s*$")
+            )
+        )
 
     def nudge_slider(self, label: str, key: str = "ArrowRight") -> None:
         """Focus the slider's handle and press ``key`` once, as a keyboard user would."""
         sliders = self.slider(label)
         if sliders.count() != 1:
-            raise AssertionError(f"{self.name}: expected one slider labelled {label!r}, found {sliders.count()}")
+            raise AssertionError(
+                f"{self.name}: expected one slider labelled {label!r}, found {sliders.count()}"
+            )
         handle = sliders.first.locator(".noUi-handle").first
         handle.scroll_into_view_if_needed()
         handle.focus()
@@ -354,10 +415,16 @@ class LabNotebook:
         deadline = time.monotonic() + timeout_s
         info: dict[str, Any] = {}
         while time.monotonic() < deadline:
-            info = img.evaluate("e => e.decode().then(() => ({complete: e.complete, natural_width: e.naturalWidth, "
-                                "height: e.getBoundingClientRect().height}), () => ({complete: false, "
-                                "natural_width: 0, height: 0}))")
-            if info.get("complete") and info.get("natural_width", 0) > 0 and info.get("height", 0) > 0:
+            info = img.evaluate(
+                "e => e.decode().then(() => ({complete: e.complete, natural_width: e.naturalWidth, "
+                "height: e.getBoundingClientRect().height}), () => ({complete: false, "
+                "natural_width: 0, height: 0}))"
+            )
+            if (
+                info.get("complete")
+                and info.get("natural_width", 0) > 0
+                and info.get("height", 0) > 0
+            ):
                 break
             time.sleep(0.3)
         self.page.wait_for_timeout(300)

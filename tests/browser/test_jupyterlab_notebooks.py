@@ -56,8 +56,10 @@ SLIDER_CHECKS: dict[str, tuple[str, str, str]] = {
 
 def _unavailable(exc: Exception) -> None:
     if browser_required():
-        pytest.fail(f"the browser is required here (CI or POOLTK_REQUIRE_BROWSER=1) but cannot be had: {exc}",
-                    pytrace=False)
+        pytest.fail(
+            f"the browser is required here (CI or POOLTK_REQUIRE_BROWSER=1) but cannot be had: {exc}",
+            pytrace=False,
+        )
     pytest.skip(f"browser unavailable (set POOLTK_REQUIRE_BROWSER=1 to make this fail): {exc}")
 
 
@@ -84,8 +86,14 @@ def lab(records: Path) -> Any:
         _unavailable(exc)
     # The notebooks' quick switch (nb.setup().IN_CI), as under the headless suite: notebook 01's
     # whole-stage replay takes minutes at full size ([Note: the quick whole stage]).
-    server = JupyterLabServer(ROOT / "notebooks", env={
-        "POOLTK_CI": "1", "IPYTHONDIR": str(records / "ipython"), nbrun.RECORD_ENV: str(records)})
+    server = JupyterLabServer(
+        ROOT / "notebooks",
+        env={
+            "POOLTK_CI": "1",
+            "IPYTHONDIR": str(records / "ipython"),
+            nbrun.RECORD_ENV: str(records),
+        },
+    )
     try:
         server.start()
     except BrowserUnavailable as exc:
@@ -109,7 +117,9 @@ def test_the_glob_finds_notebooks_and_every_slider_check_names_one() -> None:
     assert not stale, f"SLIDER_CHECKS name notebooks that do not exist: {stale}"
 
 
-def _wait_for_change(nbk: LabNotebook, text0: str, src0: str | None, timeout_s: float) -> tuple[str, str | None]:
+def _wait_for_change(
+    nbk: LabNotebook, text0: str, src0: str | None, timeout_s: float
+) -> tuple[str, str | None]:
     """The explorer's text and figure once they changed AND settled (the same on two polls, kernel idle).
 
     A frame caught while the browser re-renders the output (the figure swapped, the text not yet) is not
@@ -135,51 +145,68 @@ def _slider_check(nbk: LabNotebook, stem: str) -> None:
     text0, src0 = nbk.widget_text_and_image()
     m0 = re.search(value_re, text0)
     assert m0 and src0, (
-        f"{stem}: before the move the explorer shows no line matching {value_re!r} or no figure:\n{text0}")
+        f"{stem}: before the move the explorer shows no line matching {value_re!r} or no figure:\n{text0}"
+    )
     nbk.nudge_slider(label)
     text1, src1 = _wait_for_change(nbk, text0, src0, timeout_s=90)
     m1 = re.search(value_re, text1)
     assert m1, f"{stem}: after the move no line matching {value_re!r}:\n{text1}"
-    assert int(m1.group(1)) == int(m0.group(1)) + 1, f"{stem}: {label} went {m0.group(1)} -> {m1.group(1)}, not +1"
+    assert int(m1.group(1)) == int(m0.group(1)) + 1, (
+        f"{stem}: {label} went {m0.group(1)} -> {m1.group(1)}, not +1"
+    )
     assert src1 and src1 != src0, f"{stem}: the figure did not change after moving {label!r}"
     merit0, merit1 = re.search(merit_re, text0), re.search(merit_re, text1)
     assert merit0 and merit1 and merit0.group(0) != merit1.group(0), (
-        f"{stem}: the printed figure of merit did not change:\nbefore: {text0}\nafter: {text1}")
+        f"{stem}: the printed figure of merit did not change:\nbefore: {text0}\nafter: {text1}"
+    )
     assert not nbk.error_outputs(), nbk.error_outputs()
     shown = nbk.widget_figure_shown()
     assert shown["complete"] and shown["natural_width"] > 0 and shown["height"] > 0, (
-        f"{stem}: after the move the explorer's figure is in the page but not shown: {shown}")
-    assert shown["ink"] > 0.02, f"{stem}: after the move the explorer's figure is blank on screen: {shown}"
+        f"{stem}: after the move the explorer's figure is in the page but not shown: {shown}"
+    )
+    assert shown["ink"] > 0.02, (
+        f"{stem}: after the move the explorer's figure is blank on screen: {shown}"
+    )
 
 
 @pytest.mark.browser
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_all_in_jupyterlab_without_errors(lab: JupyterLabServer, page: Any, path: Path,
-                                                        records: Path) -> None:
+def test_notebook_runs_all_in_jupyterlab_without_errors(
+    lab: JupyterLabServer, page: Any, path: Path, records: Path
+) -> None:
     before = path.read_bytes()
     nbk = LabNotebook(page, lab, path.name)
     try:
         _run_all_and_check(nbk, page, path, before, records / path.stem)
     finally:
-        with contextlib.suppress(OSError, ValueError):  # the server's own stop() ends every kernel anyway
+        with contextlib.suppress(
+            OSError, ValueError
+        ):  # the server's own stop() ends every kernel anyway
             nbk.close()
     assert path.read_bytes() == before, f"{path.name} was modified on disk by the browser session"
 
 
-def _run_all_and_check(nbk: LabNotebook, page: Any, path: Path, before: bytes, record: Path) -> None:
+def _run_all_and_check(
+    nbk: LabNotebook, page: Any, path: Path, before: bytes, record: Path
+) -> None:
     nbk.open(timeout_s=180)
     nbk.run_all(timeout_s=420)
     errors = nbk.error_outputs()
     assert not errors, f"{path.name}: error outputs after Run All:\n" + "\n".join(errors)
     assert (record / "record.json").is_file(), (
-        f"{path.name}: the kernel wrote no {record / 'record.json'}: the recorder did not start")
+        f"{path.name}: the kernel wrote no {record / 'record.json'}: the recorder did not start"
+    )
     nbrun.LAB_RECORDS[path.resolve()] = record  # tests/notebooks reads this run, not a second one
     images = page.locator(".jp-OutputArea-output img")
     assert images.count() > 0, f"{path.name}: no figure rendered"
-    assert page.get_by_text("Error displaying widget").count() == 0, f"{path.name}: a widget failed to render"
+    assert page.get_by_text("Error displaying widget").count() == 0, (
+        f"{path.name}: a widget failed to render"
+    )
     if "ipywidgets" in before.decode():
-        assert page.locator(".jupyter-widgets").count() > 0, f"{path.name}: uses ipywidgets but none rendered"
+        assert page.locator(".jupyter-widgets").count() > 0, (
+            f"{path.name}: uses ipywidgets but none rendered"
+        )
     nbk.screenshot(SCREENSHOTS / f"{path.stem}.png", at=images.first)
     nbk.screenshot(SCREENSHOTS / f"{path.stem}_last_figure.png", at=images.last)
     if path.stem in SLIDER_CHECKS:
@@ -193,8 +220,15 @@ def test_a_missing_browser_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_pa
         find_chromium()
 
 
-@pytest.mark.parametrize(("env", "required"), [({}, False), ({"CI": "1"}, True), ({"CI": "false"}, False),
-                                               ({"POOLTK_REQUIRE_BROWSER": "1"}, True)])
+@pytest.mark.parametrize(
+    ("env", "required"),
+    [
+        ({}, False),
+        ({"CI": "1"}, True),
+        ({"CI": "false"}, False),
+        ({"POOLTK_REQUIRE_BROWSER": "1"}, True),
+    ],
+)
 def test_a_missing_browser_fails_under_ci_or_the_flag_and_skips_otherwise(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], required: bool
 ) -> None:

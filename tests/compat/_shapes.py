@@ -39,8 +39,13 @@ __all__ = [
 # Modules of torch.distributed.pipelining that the adapters look at.
 MODULES: tuple[str, ...] = ("stage", "_recv_buffers")
 # Classes whose method sets and signatures decide the family.
-RELEVANT_CLASSES: tuple[str, ...] = ("_PipelineStageBase", "PipelineStage", "_PipelineStage", "_RecvInfo",
-                                     "_RootArgPlaceholder")
+RELEVANT_CLASSES: tuple[str, ...] = (
+    "_PipelineStageBase",
+    "PipelineStage",
+    "_PipelineStage",
+    "_RecvInfo",
+    "_RootArgPlaceholder",
+)
 LAYOUTS = Path(__file__).resolve().parent / "layouts"
 
 # The test oracle: the family each release line was found to have by reading its wheel's
@@ -61,6 +66,7 @@ def expected_family(version: str) -> str | None:
     except ValueError:
         return None
     return FAMILY_BY_MINOR.get((major, minor))
+
 
 _KINDS = {
     "posonly": inspect.Parameter.POSITIONAL_ONLY,
@@ -126,8 +132,11 @@ def shape_from_source(text: str) -> dict[str, Any]:
                     kind = _method_kind(decorators)
                     if kind == "property" and item.name in methods:
                         continue  # the setter of a property already recorded
-                    methods[item.name] = {"kind": kind, "params": _params(item),
-                                          "abstract": "abstractmethod" in decorators}
+                    methods[item.name] = {
+                        "kind": kind,
+                        "params": _params(item),
+                        "abstract": "abstractmethod" in decorators,
+                    }
             classes[node.name] = {"bases": [ast.unparse(b) for b in node.bases], "methods": methods}
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             functions[node.name] = {"params": _params(node)}
@@ -167,11 +176,16 @@ def relevant(shape: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for mod, m in shape["modules"].items():
         classes = {
-            name: {meth: [p[0] for p in spec["params"]] for meth, spec in sorted(c["methods"].items())}
-            for name, c in m["classes"].items() if name in RELEVANT_CLASSES
+            name: {
+                meth: [p[0] for p in spec["params"]] for meth, spec in sorted(c["methods"].items())
+            }
+            for name, c in m["classes"].items()
+            if name in RELEVANT_CLASSES
         }
         functions = sorted(f for f in m["functions"] if f == "_make_tensor_from_meta")
-        names = sorted(n for n in m["names"] if n in RELEVANT_CLASSES or n == "_make_tensor_from_meta")
+        names = sorted(
+            n for n in m["names"] if n in RELEVANT_CLASSES or n == "_make_tensor_from_meta"
+        )
         out[mod] = {"classes": classes, "functions": functions, "imported": names}
     return out
 
@@ -186,7 +200,10 @@ def _live_params(fn: Any) -> list[list[Any]]:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return []
-    return [[p.name, _KIND_NAMES[p.kind], p.default is not inspect.Parameter.empty] for p in sig.parameters.values()]
+    return [
+        [p.name, _KIND_NAMES[p.kind], p.default is not inspect.Parameter.empty]
+        for p in sig.parameters.values()
+    ]
 
 
 def shape_from_live() -> dict[str, Any]:
@@ -207,13 +224,23 @@ def shape_from_live() -> dict[str, Any]:
                 methods = {}
                 for meth, v in vars(value).items():
                     if isinstance(v, property):
-                        methods[meth] = {"kind": "property", "params": _live_params(v.fget), "abstract": False}
+                        methods[meth] = {
+                            "kind": "property",
+                            "params": _live_params(v.fget),
+                            "abstract": False,
+                        }
                     elif isinstance(v, (staticmethod, classmethod)):
-                        methods[meth] = {"kind": type(v).__name__, "params": _live_params(v.__func__),
-                                         "abstract": False}
+                        methods[meth] = {
+                            "kind": type(v).__name__,
+                            "params": _live_params(v.__func__),
+                            "abstract": False,
+                        }
                     elif inspect.isfunction(v):
-                        methods[meth] = {"kind": "function", "params": _live_params(v),
-                                         "abstract": bool(getattr(v, "__isabstractmethod__", False))}
+                        methods[meth] = {
+                            "kind": "function",
+                            "params": _live_params(v),
+                            "abstract": bool(getattr(v, "__isabstractmethod__", False)),
+                        }
                 classes[name] = {"bases": [b.__name__ for b in value.__bases__], "methods": methods}
             elif inspect.isfunction(value) and value.__module__ == m.__name__:
                 functions[name] = {"params": _live_params(value)}
@@ -229,15 +256,21 @@ def shape_from_live() -> dict[str, Any]:
 
 
 def _signature(params: list[list[Any]]) -> inspect.Signature:
-    return inspect.Signature([
-        inspect.Parameter(name, _KINDS[kind], default=None if has_default else inspect.Parameter.empty)
-        for name, kind, has_default in params
-    ])
+    return inspect.Signature(
+        [
+            inspect.Parameter(
+                name, _KINDS[kind], default=None if has_default else inspect.Parameter.empty
+            )
+            for name, kind, has_default in params
+        ]
+    )
 
 
 def _stub(name: str, params: list[list[Any]]) -> Any:
     def stub(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError(f"fake torch method {name} was called; fakes exist for detection and wrapping only")
+        raise AssertionError(
+            f"fake torch method {name} was called; fakes exist for detection and wrapping only"
+        )
 
     stub.__name__ = stub.__qualname__ = name
     stub.__signature__ = _signature(params)  # type: ignore[attr-defined]
@@ -259,7 +292,9 @@ def _make_class(name: str, spec: dict[str, Any], bases: tuple[type, ...]) -> typ
     return type(name, bases, body)
 
 
-def build_fake_modules(shape: dict[str, Any], package: str = "torch.distributed.pipelining") -> dict[str, types.ModuleType]:
+def build_fake_modules(
+    shape: dict[str, Any], package: str = "torch.distributed.pipelining"
+) -> dict[str, types.ModuleType]:
     """Module objects (keyed by short name) with the classes, functions and names of ``shape``.
 
     Classes keep their in-module inheritance; names a module imports from a sibling module
@@ -267,7 +302,9 @@ def build_fake_modules(shape: dict[str, Any], package: str = "torch.distributed.
     objects; every other imported name is a stub function.
     """
     mods = {name: types.ModuleType(f"{package}.{name}") for name in shape["modules"]}
-    order = sorted(shape["modules"], key=lambda n: 0 if n != "stage" else 1)  # siblings before stage
+    order = sorted(
+        shape["modules"], key=lambda n: 0 if n != "stage" else 1
+    )  # siblings before stage
     for name in order:
         spec = shape["modules"][name]
         mod = mods[name]
@@ -295,5 +332,11 @@ def build_fake_modules(shape: dict[str, Any], package: str = "torch.distributed.
             if hasattr(mod, n):
                 continue
             sibling = next((mods[s] for s in order if s != name and hasattr(mods[s], n)), None)
-            setattr(mod, n, getattr(sibling, n) if sibling is not None else _stub(n, [["args", "vararg", False]]))
+            setattr(
+                mod,
+                n,
+                getattr(sibling, n)
+                if sibling is not None
+                else _stub(n, [["args", "vararg", False]]),
+            )
     return mods

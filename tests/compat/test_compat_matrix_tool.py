@@ -28,7 +28,9 @@ from tools.compat_matrix.spec import BEGIN, END  # noqa: E402
 from tools.compat_matrix.table import table  # noqa: E402
 
 DOC = REPO / "docs" / "torch-compat.md"
-RECORDED = sorted((REPO / "docs" / "compat").glob("matrix-*.json"))[-1]  # the newest published matrix
+RECORDED = sorted((REPO / "docs" / "compat").glob("matrix-*.json"))[
+    -1
+]  # the newest published matrix
 VERDICT_KEYS = ("outcome", "problems", "layout", "installed")
 
 
@@ -54,10 +56,17 @@ def test_judging_each_recorded_row_again_gives_its_published_verdict(recorded, r
 
 def test_a_pooled_release_with_bitwise_parity_and_both_controls_caught_is_pooled_bitwise(recorded):
     v = judge(_row(recorded, "2.11.0"))
-    assert (v.outcome, v.problems, v.layout, v.installed) == ("pooled-bitwise", [], "prepare-infra", True)
+    assert (v.outcome, v.problems, v.layout, v.installed) == (
+        "pooled-bitwise",
+        [],
+        "prepare-infra",
+        True,
+    )
 
 
-def test_the_lazy_release_with_the_release_installed_and_its_last_stage_down_from_m_is_released_bitwise(recorded):
+def test_the_lazy_release_with_the_release_installed_and_its_last_stage_down_from_m_is_released_bitwise(
+    recorded,
+):
     v = judge(_row(recorded, "2.15.0"))
     assert (v.outcome, v.problems, v.layout, v.installed) == ("released-bitwise", [], "lazy", True)
 
@@ -91,7 +100,12 @@ def test_a_failed_test_does_not_hide_a_setup_that_made_more_than_the_ring(record
 
 def test_a_pooled_release_whose_guard_let_an_overrun_through_fails(recorded):
     row = _row(recorded, "2.12.1")
-    row["negative"]["guard_on_gpipe"] = {"bitwise_equal": True, "max_abs_diff": 0.0, "pooled": True, "variants": []}
+    row["negative"]["guard_on_gpipe"] = {
+        "bitwise_equal": True,
+        "max_abs_diff": 0.0,
+        "pooled": True,
+        "variants": [],
+    }
     v = judge(row)
     assert v.outcome == "FAIL"
     assert [p for p in v.problems if p.startswith("guard_on_gpipe: expected PoolOverrunError")]
@@ -113,7 +127,9 @@ def test_pooled_runs_that_differ_from_stock_fail(recorded):
 
 def test_a_stood_down_release_where_a_stage_holds_a_ring_fails(recorded):
     row = _row(recorded, "2.15.0")
-    row["probe"].update(installed=False, mode="stock")  # as with release=False: pooltk stands down on 2.15
+    row["probe"].update(
+        installed=False, mode="stock"
+    )  # as with release=False: pooltk stands down on 2.15
     pooled = next(v for v in row["parity"]["variants"] if v["pooled"])
     pooled["rings"]["1"] = [3, 2]
     v = judge(row)
@@ -129,7 +145,12 @@ def test_a_layout_other_than_the_one_expected_for_the_release_fails(recorded):
 
 
 def test_a_row_whose_checks_never_ran_fails_with_its_error_and_no_layout():
-    row = {"release": "2.99.0", "expected_layout": None, "timings_s": {}, "error": "RuntimeError: pip said no"}
+    row = {
+        "release": "2.99.0",
+        "expected_layout": None,
+        "timings_s": {},
+        "error": "RuntimeError: pip said no",
+    }
     fields = judge(row).row_fields()
     assert fields == {"outcome": "FAIL", "problems": ["RuntimeError: pip said no"]}
 
@@ -145,19 +166,27 @@ def test_the_table_rendered_from_the_recorded_rows_is_the_one_on_the_docs_page(r
 
 
 def test_a_failed_row_renders_its_problems_in_its_outcome_cell_on_one_line_without_pipes():
-    row = {"release": "2.99.0", "expected_layout": None, "timings_s": {"total_without_download": 3.0},
-           "error": "RuntimeError: command failed | exit 1\nsecond line"}
+    row = {
+        "release": "2.99.0",
+        "expected_layout": None,
+        "timings_s": {"total_without_download": 3.0},
+        "error": "RuntimeError: command failed | exit 1\nsecond line",
+    }
     row.update(judge(row).row_fields())
     lines = table([row]).splitlines()
     assert len(lines) == 3
-    assert lines[2].startswith("| 2.99.0 | - | - | FAIL: RuntimeError: command failed / exit 1 second line |")
+    assert lines[2].startswith(
+        "| 2.99.0 | - | - | FAIL: RuntimeError: command failed / exit 1 second line |"
+    )
     assert lines[2].count("|") == lines[0].count("|")
 
 
 # ----------------------------------------------------------------------------- publishing
 
 
-def test_publishing_rewrites_only_what_lies_between_the_markers_and_writes_the_json(recorded, tmp_path):
+def test_publishing_rewrites_only_what_lies_between_the_markers_and_writes_the_json(
+    recorded, tmp_path
+):
     page = tmp_path / "page.md"
     page.write_text(f"# head\nkept above\n{BEGIN}\nstale table\n{END}\nkept below\n")
     doc = matrix_doc(recorded["releases"], date="2030-01-02", argv=["--releases", "2.13.0"])
@@ -165,7 +194,9 @@ def test_publishing_rewrites_only_what_lies_between_the_markers_and_writes_the_j
     assert updated and path == tmp_path / "compat" / "matrix-2030-01-02.json"
     assert json.loads(path.read_text()) == json.loads(json.dumps(doc))
     text = page.read_text()
-    assert text.startswith(f"# head\nkept above\n{BEGIN}\nMeasured 2030-01-02 with `python -m tools.compat_matrix`")
+    assert text.startswith(
+        f"# head\nkept above\n{BEGIN}\nMeasured 2030-01-02 with `python -m tools.compat_matrix`"
+    )
     assert text.endswith(f"{END}\nkept below\n")
     assert "stale table" not in text and f"Source: `{path}`" in text
     assert table(recorded["releases"]) in text
@@ -180,7 +211,9 @@ def test_publishing_leaves_a_page_without_markers_untouched(recorded, tmp_path):
 
 
 def test_the_published_document_records_the_new_command_and_the_parity_shape(recorded):
-    doc = matrix_doc(recorded["releases"], date="2030-01-02", argv=["--releases", "2.13.0", "--no-publish"])
+    doc = matrix_doc(
+        recorded["releases"], date="2030-01-02", argv=["--releases", "2.13.0", "--no-publish"]
+    )
     assert doc["command"] == "python -m tools.compat_matrix --releases 2.13.0 --no-publish"
     assert doc["spec"] == recorded["spec"]
 
@@ -189,7 +222,11 @@ def test_rows_of_releases_not_rerun_the_same_day_are_kept_in_release_order():
     earlier = [{"release": "2.15.0", "n": "old"}, {"release": "2.11.0", "n": "old"}]
     rows = [{"release": "2.15.0", "n": "new"}, {"release": "2.12.1", "n": "new"}]
     merged = merge_rows(rows, earlier)
-    assert [(r["release"], r["n"]) for r in merged] == [("2.11.0", "old"), ("2.12.1", "new"), ("2.15.0", "new")]
+    assert [(r["release"], r["n"]) for r in merged] == [
+        ("2.11.0", "old"),
+        ("2.12.1", "new"),
+        ("2.15.0", "new"),
+    ]
 
 
 # ----------------------------------------------------------------------------- arguments
@@ -200,17 +237,32 @@ def _options(argv: list[str], environ: dict[str, str]):
 
 
 def test_the_cache_dir_flag_wins_over_the_environment(tmp_path):
-    opts = _options(["--cache-dir", str(tmp_path / "flag")], {"POOLTK_COMPAT_CACHE": str(tmp_path / "env")})
+    opts = _options(
+        ["--cache-dir", str(tmp_path / "flag")], {"POOLTK_COMPAT_CACHE": str(tmp_path / "env")}
+    )
     assert opts.cache_dir == (tmp_path / "flag").resolve()
 
 
 def test_the_cache_dir_comes_from_the_environment_then_xdg_then_home(tmp_path):
-    assert _options([], {"POOLTK_COMPAT_CACHE": str(tmp_path / "env"), "XDG_CACHE_HOME": str(tmp_path / "x"),
-                         "HOME": str(tmp_path / "h")}).cache_dir == (tmp_path / "env").resolve()
-    assert _options([], {"XDG_CACHE_HOME": str(tmp_path / "x"),
-                         "HOME": str(tmp_path / "h")}).cache_dir == (tmp_path / "x" / "pooltk-compat").resolve()
-    assert _options([], {"XDG_CACHE_HOME": "relative/ignored",
-                         "HOME": str(tmp_path / "h")}).cache_dir == (tmp_path / "h" / ".cache" / "pooltk-compat").resolve()
+    assert (
+        _options(
+            [],
+            {
+                "POOLTK_COMPAT_CACHE": str(tmp_path / "env"),
+                "XDG_CACHE_HOME": str(tmp_path / "x"),
+                "HOME": str(tmp_path / "h"),
+            },
+        ).cache_dir
+        == (tmp_path / "env").resolve()
+    )
+    assert (
+        _options([], {"XDG_CACHE_HOME": str(tmp_path / "x"), "HOME": str(tmp_path / "h")}).cache_dir
+        == (tmp_path / "x" / "pooltk-compat").resolve()
+    )
+    assert (
+        _options([], {"XDG_CACHE_HOME": "relative/ignored", "HOME": str(tmp_path / "h")}).cache_dir
+        == (tmp_path / "h" / ".cache" / "pooltk-compat").resolve()
+    )
 
 
 def test_a_cache_dir_inside_the_repository_is_refused():
@@ -222,7 +274,9 @@ def test_find_links_flags_repeat_and_win_over_the_environment(tmp_path):
     a, b, c = (tmp_path / n for n in "abc")
     for d in (a, b, c):
         d.mkdir()
-    opts = _options(["--find-links", str(a), "--find-links", str(b)], {"POOLTK_COMPAT_FIND_LINKS": str(c)})
+    opts = _options(
+        ["--find-links", str(a), "--find-links", str(b)], {"POOLTK_COMPAT_FIND_LINKS": str(c)}
+    )
     assert opts.find_links == (a.resolve(), b.resolve())
 
 
@@ -236,14 +290,18 @@ def test_find_links_from_the_environment_split_on_the_path_separator(tmp_path):
 
 
 def test_a_find_links_folder_that_does_not_exist_is_refused(tmp_path):
-    with pytest.raises(cli.UsageError, match=r"--find-links: found .*nope.*; required folders of wheels"):
+    with pytest.raises(
+        cli.UsageError, match=r"--find-links: found .*nope.*; required folders of wheels"
+    ):
         _options(["--find-links", str(tmp_path / "nope")], {})
     with pytest.raises(cli.UsageError, match=r"\$POOLTK_COMPAT_FIND_LINKS: found"):
         _options([], {"POOLTK_COMPAT_FIND_LINKS": str(tmp_path / "nope")})
 
 
 def test_releases_must_be_exact_x_y_z():
-    with pytest.raises(cli.UsageError, match=r"--releases: found \['2.15'\]; required exact releases"):
+    with pytest.raises(
+        cli.UsageError, match=r"--releases: found \['2.15'\]; required exact releases"
+    ):
         _options(["--releases", "2.13.0", "2.15"], {})
 
 
@@ -256,11 +314,16 @@ def _cached(cache: Path, release: str) -> None:
     (d / COMPLETE_STAMP).write_text("key\n")
 
 
-def test_a_release_needs_its_published_wheel_and_env_sizes_and_no_wheels_once_cached(recorded, tmp_path):
+def test_a_release_needs_its_published_wheel_and_env_sizes_and_no_wheels_once_cached(
+    recorded, tmp_path
+):
     row = next(r for r in recorded["releases"] if r["release"] == "2.11.0")
     (need,) = space.release_needs(("2.11.0",), tmp_path)
-    assert (need.wheel_bytes, need.env_bytes, need.measured) == (row["download"]["wheel_dir_bytes"],
-                                                                 row["env_bytes"], True)
+    assert (need.wheel_bytes, need.env_bytes, need.measured) == (
+        row["download"]["wheel_dir_bytes"],
+        row["env_bytes"],
+        True,
+    )
     _cached(tmp_path, "2.11.0")
     (need,) = space.release_needs(("2.11.0",), tmp_path)
     assert (need.wheel_bytes, need.env_bytes) == (0, row["env_bytes"])
@@ -282,25 +345,41 @@ def test_envs_run_one_at_a_time_so_the_peak_is_the_largest_unless_they_are_kept(
     assert space.required_bytes(needs, keep_envs=True) == wheels + sum(envs) + space.HEADROOM_BYTES
 
 
-def test_the_ci_check_with_cached_wheels_fits_in_the_8_gb_a_ci_run_found_and_without_them_does_not(tmp_path):
+def test_the_ci_check_with_cached_wheels_fits_in_the_8_gb_a_ci_run_found_and_without_them_does_not(
+    tmp_path,
+):
     # The CI run of 2026-12-01 found 8.3 GB free and was refused by a flat 12 GB floor, with 2.11.0's
     # wheels in the cache: the env alone (4.8 GB measured) needs less than that.
     found = int(8.3e9)
     _cached(tmp_path, "2.11.0")
-    assert space.shortfall_message(found, space.release_needs(("2.11.0",), tmp_path), keep_envs=False,
-                                   cache=tmp_path) is None
+    assert (
+        space.shortfall_message(
+            found, space.release_needs(("2.11.0",), tmp_path), keep_envs=False, cache=tmp_path
+        )
+        is None
+    )
     bare = tmp_path / "bare"
-    msg = space.shortfall_message(found, space.release_needs(("2.11.0",), bare), keep_envs=False, cache=bare)
+    msg = space.shortfall_message(
+        found, space.release_needs(("2.11.0",), bare), keep_envs=False, cache=bare
+    )
     assert msg is not None
     assert "found 8.3 GB free under" in msg and "required 8.5 GB" in msg
-    assert "2.11.0: wheels 2.7 GB + env 4.8 GB" in msg and "Fix: free space" in msg and "--cache-dir" in msg
+    assert (
+        "2.11.0: wheels 2.7 GB + env 4.8 GB" in msg
+        and "Fix: free space" in msg
+        and "--cache-dir" in msg
+    )
 
 
-def test_a_run_without_the_room_it_needs_exits_2_before_fetching_anything(tmp_path, monkeypatch, capsys):
+def test_a_run_without_the_room_it_needs_exits_2_before_fetching_anything(
+    tmp_path, monkeypatch, capsys
+):
     from tools.compat_matrix import matrix
 
     monkeypatch.setattr(matrix.shutil, "disk_usage", lambda p: type("U", (), {"free": 10**9})())
-    monkeypatch.setattr(matrix, "run_release", lambda *a, **k: pytest.fail("ran a release without room"))
+    monkeypatch.setattr(
+        matrix, "run_release", lambda *a, **k: pytest.fail("ran a release without room")
+    )
     opts = _options(["--releases", "2.11.0", "--cache-dir", str(tmp_path), "--no-publish"], {})
     assert matrix.run_matrix(opts) == 2
     assert "found 1.0 GB free" in capsys.readouterr().err
@@ -328,22 +407,38 @@ def test_the_code_names_no_machine_paths():
 
 
 def test_the_checks_module_imports_without_importing_torch():
-    out = subprocess.run([sys.executable, "-c", "import sys, tools.compat_matrix.checks; print('torch' in sys.modules)"],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, tools.compat_matrix.checks; print('torch' in sys.modules)",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 
 
-def test_the_checks_refuse_to_run_outside_the_matrix_env_and_say_how_to_run_them(tmp_path, monkeypatch, capsys):
+def test_the_checks_refuse_to_run_outside_the_matrix_env_and_say_how_to_run_them(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.delenv(checks.ENV_VAR, raising=False)
     out = tmp_path / "out.json"
     assert checks.main([str(out)]) == 2
     err = capsys.readouterr().err
-    assert "found $POOLTK_COMPAT_ENV unset" in err and "Fix: python -m tools.compat_matrix --releases" in err
+    assert (
+        "found $POOLTK_COMPAT_ENV unset" in err
+        and "Fix: python -m tools.compat_matrix --releases" in err
+    )
     assert not out.exists()
 
 
-def test_the_checks_refuse_an_interpreter_other_than_the_env_the_matrix_named(tmp_path, monkeypatch, capsys):
+def test_the_checks_refuse_an_interpreter_other_than_the_env_the_matrix_named(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv(checks.ENV_VAR, str(tmp_path / "envs" / "torch-2.13.0"))
     out = tmp_path / "out.json"
     assert checks.main([str(out)]) == 2
@@ -359,7 +454,9 @@ def test_the_checks_accept_the_env_the_matrix_named(tmp_path):
 # ----------------------------------------------------------------------------- live receive buffers
 
 
-def test_live_buffers_count_the_peak_of_receive_buffers_alive_per_variant_and_direction(tmp_path, monkeypatch):
+def test_live_buffers_count_the_peak_of_receive_buffers_alive_per_variant_and_direction(
+    tmp_path, monkeypatch
+):
     import types
 
     import torch
@@ -392,31 +489,54 @@ def test_live_buffers_count_the_peak_of_receive_buffers_alive_per_variant_and_di
     first.get_bwd_recv_ops(1)
     second = _PipelineStageBase()
     second.get_fwd_recv_ops(1)
-    assert json.loads(out.read_text()) == {"peak": {"0/forward": 3, "0/grad": 1, "1/forward": 1}, "bytes": 64}
+    assert json.loads(out.read_text()) == {
+        "peak": {"0/forward": 3, "0/grad": 1, "1/forward": 1},
+        "bytes": 64,
+    }
 
 
 def _variant_from_recorded(fact: dict) -> object:
     """A parity VariantResult stand-in carrying a recorded variant's receive facts."""
     import types
 
-    recv = {int(s): {"forward": {"sets": fs, "bytes": fb}, "grad": {"sets": gs, "bytes": gb}}
-            for s, ((fs, gs), (fb, gb)) in ((s, (fact["sets"][s], fact["bytes"][s])) for s in fact["sets"])}
+    recv = {
+        int(s): {"forward": {"sets": fs, "bytes": fb}, "grad": {"sets": gs, "bytes": gb}}
+        for s, ((fs, gs), (fb, gb)) in (
+            (s, (fact["sets"][s], fact["bytes"][s])) for s in fact["sets"]
+        )
+    }
     return types.SimpleNamespace(
-        name=fact["name"], pooled=fact["pooled"], frontend=fact["frontend"], schedule=fact["schedule"], config=None,
-        bitwise_equal=fact["bitwise_equal"], params_max_abs_diff=fact["params_max_abs_diff"],
-        losses_max_abs_diff=fact["losses_max_abs_diff"], recv=recv,
+        name=fact["name"],
+        pooled=fact["pooled"],
+        frontend=fact["frontend"],
+        schedule=fact["schedule"],
+        config=None,
+        bitwise_equal=fact["bitwise_equal"],
+        params_max_abs_diff=fact["params_max_abs_diff"],
+        losses_max_abs_diff=fact["losses_max_abs_diff"],
+        recv=recv,
         setup_alloc_bytes={int(s): b for s, b in fact["setup_alloc_bytes"].items()},
-        rings={int(s): r for s, r in fact["rings"].items()}, median_step_time_s=fact["median_step_ms"] / 1e3)
+        rings={int(s): r for s, r in fact["rings"].items()},
+        median_step_time_s=fact["median_step_ms"] / 1e3,
+    )
 
 
-def test_the_checks_find_recorded_stock_receive_bytes_exactly_m_sets_and_a_missing_set_inexact(recorded):
+def test_the_checks_find_recorded_stock_receive_bytes_exactly_m_sets_and_a_missing_set_inexact(
+    recorded,
+):
     row = _row(recorded, "2.13.0")
     boundary = row["parity"]["boundary_bytes"]
     fact = next(v for v in row["parity"]["variants"] if v["name"] == "stock/1f1b/manual")
     again = checks._variant_facts(_variant_from_recorded(fact), boundary, installed=True)
     assert (again["bytes_exact"], again["alloc_exact"]) == (True, True)
     assert {k: again[k] for k in ("sets", "bytes", "setup_alloc_bytes")} == {
-        k: fact[k] for k in ("sets", "bytes", "setup_alloc_bytes")}
+        k: fact[k] for k in ("sets", "bytes", "setup_alloc_bytes")
+    }
     short = copy.deepcopy(fact)
     short["bytes"]["1"][0] -= boundary  # stage 1 held one forward set fewer than stock's M
-    assert checks._variant_facts(_variant_from_recorded(short), boundary, installed=True)["bytes_exact"] is False
+    assert (
+        checks._variant_facts(_variant_from_recorded(short), boundary, installed=True)[
+            "bytes_exact"
+        ]
+        is False
+    )

@@ -23,7 +23,13 @@ from _shapes import FAMILY_BY_MINOR, LAYOUTS, expected_family, load_shape
 RELEASES = sorted(p.stem.removeprefix("torch-") for p in LAYOUTS.glob("torch-*.json"))
 
 
-def _without(shape: dict, module: str, cls: str | None = None, method: str | None = None, name: str | None = None):
+def _without(
+    shape: dict,
+    module: str,
+    cls: str | None = None,
+    method: str | None = None,
+    name: str | None = None,
+):
     """A copy of ``shape`` with one class, method or module-level name removed."""
     s = copy.deepcopy(shape)
     m = s["modules"][module]
@@ -74,7 +80,9 @@ def test_eager_families_make_only_k_sets_and_name_their_setup_methods(fake_torch
     mods = fake_torch(load_shape(release))
     layout = detect().layout
     assert not layout.per_receive and len(layout.setup_targets) == 3
-    assert all(t.alloc_free for t in layout.setup_targets)  # _make_tensor_from_meta exists in every eager release
+    assert all(
+        t.alloc_free for t in layout.setup_targets
+    )  # _make_tensor_from_meta exists in every eager release
     stage = mods["stage"]
     for t in layout.setup_targets:
         assert t.name in vars(t.owner), (t.owner, t.name)
@@ -83,12 +91,16 @@ def test_eager_families_make_only_k_sets_and_name_their_setup_methods(fake_torch
     assert by_dir == {"forward": "args_recv_info", "grad": "grad_recv_info"}
     if expected_family(release) == "prepare-infra":
         assert {(t.owner.__name__, t.name) for t in layout.setup_targets} == {
-            ("PipelineStage", "_prepare_forward_infra"), ("_PipelineStage", "_prepare_forward_infra"),
-            ("_PipelineStageBase", "_prepare_backward_infra")}
+            ("PipelineStage", "_prepare_forward_infra"),
+            ("_PipelineStage", "_prepare_forward_infra"),
+            ("_PipelineStageBase", "_prepare_backward_infra"),
+        }
     else:
         assert {(t.owner.__name__, t.name) for t in layout.setup_targets} == {
-            ("PipelineStage", "_setup_forward_recv_info"), ("_PipelineStage", "_prepare_forward_infra"),
-            ("_PipelineStageBase", "_setup_backward_recv_info")}
+            ("PipelineStage", "_setup_forward_recv_info"),
+            ("_PipelineStage", "_prepare_forward_infra"),
+            ("_PipelineStageBase", "_setup_backward_recv_info"),
+        }
 
 
 def test_prepare_infra_without_the_meta_factory_keeps_torch_allocating_all_m(fake_torch):
@@ -104,12 +116,24 @@ def test_lazy_family_installs_the_release_alone_and_says_so(fake_torch):
     before = _snapshot(mods)
     report = pooltk.install()
     assert report.installed is True and report.layout == "lazy"
-    assert (report.mode, report.rings, report.release, report.alloc_free) == ("release", False, True, False)
+    assert (report.mode, report.rings, report.release, report.alloc_free) == (
+        "release",
+        False,
+        True,
+        False,
+    )
     assert report.events[0].fields["mode"] == "release"
     base = mods["stage"]._PipelineStageBase
-    wrapped = {m for (c, m), v in _snapshot(mods).items() if c == "_PipelineStageBase" and v is not before.get((c, m))}
+    wrapped = {
+        m
+        for (c, m), v in _snapshot(mods).items()
+        if c == "_PipelineStageBase" and v is not before.get((c, m))
+    }
     assert {"forward_one_chunk", "backward_one_chunk", "clear_runtime_states"} <= wrapped
-    assert not wrapped & {"get_fwd_recv_ops", "get_bwd_recv_ops"}  # no rings: receive posts stay torch's own
+    assert not wrapped & {
+        "get_fwd_recv_ops",
+        "get_bwd_recv_ops",
+    }  # no rings: receive posts stay torch's own
     pooltk.uninstall()
 
 
@@ -124,7 +148,9 @@ def test_lazy_family_is_still_recognised_if_the_recv_buffers_module_moves(fake_t
     shape = load_shape("2.15.0")
     moved = copy.deepcopy(shape)
     # _RecvInfo now defined in stage.py itself; no _recv_buffers module.
-    moved["modules"]["stage"]["classes"]["_RecvInfo"] = shape["modules"]["_recv_buffers"]["classes"]["_RecvInfo"]
+    moved["modules"]["stage"]["classes"]["_RecvInfo"] = shape["modules"]["_recv_buffers"][
+        "classes"
+    ]["_RecvInfo"]
     moved["modules"]["stage"]["names"].remove("_RecvInfo")
     del moved["modules"]["_recv_buffers"]
     fake_torch(moved)
@@ -132,7 +158,9 @@ def test_lazy_family_is_still_recognised_if_the_recv_buffers_module_moves(fake_t
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_install_then_uninstall_restores_every_class_attribute_exactly_on_each_release_shape(fake_torch, release):
+def test_install_then_uninstall_restores_every_class_attribute_exactly_on_each_release_shape(
+    fake_torch, release
+):
     mods = fake_torch(load_shape(release))
     before = _snapshot(mods)
     with warnings.catch_warnings(record=True):
@@ -140,29 +168,40 @@ def test_install_then_uninstall_restores_every_class_attribute_exactly_on_each_r
         report = pooltk.install(slack=1)
     assert report.installed
     lazy = expected_family(release) == "lazy"
-    wrapped = ("forward_one_chunk", "backward_one_chunk", "clear_runtime_states") if lazy else HOT_METHODS
+    wrapped = (
+        ("forward_one_chunk", "backward_one_chunk", "clear_runtime_states") if lazy else HOT_METHODS
+    )
     now = _snapshot(mods)
-    assert all(now[("_PipelineStageBase", m)] is not before[("_PipelineStageBase", m)] for m in wrapped)
+    assert all(
+        now[("_PipelineStageBase", m)] is not before[("_PipelineStageBase", m)] for m in wrapped
+    )
     assert pooltk.uninstall() is True
     after = _snapshot(mods)
     assert after.keys() == before.keys() and all(after[k] is before[k] for k in before)
 
 
 UNKNOWN = {
-    "2.13 without PipelineStage._setup_forward_recv_info":
-        lambda: _without(load_shape("2.13.0"), "stage", "PipelineStage", "_setup_forward_recv_info"),
-    "2.14 without the base _setup_backward_recv_info":
-        lambda: _without(load_shape("2.14.1"), "stage", "_PipelineStageBase", "_setup_backward_recv_info"),
-    "2.11 without _RootArgPlaceholder":
-        lambda: _without(load_shape("2.11.0"), "stage", "_RootArgPlaceholder"),
-    "2.11 without the tracing frontend's _prepare_forward_infra":
-        lambda: _without(load_shape("2.11.0"), "stage", "_PipelineStage", "_prepare_forward_infra"),
-    "2.13 without get_bwd_recv_ops":
-        lambda: _without(load_shape("2.13.0"), "stage", "_PipelineStageBase", "get_bwd_recv_ops"),
-    "2.11 without backward_one_chunk":
-        lambda: _without(load_shape("2.11.0"), "stage", "_PipelineStageBase", "backward_one_chunk"),
-    "2.15 without take_buffer":
-        lambda: _without(load_shape("2.15.0"), "_recv_buffers", "_RecvInfo", "take_buffer"),
+    "2.13 without PipelineStage._setup_forward_recv_info": lambda: _without(
+        load_shape("2.13.0"), "stage", "PipelineStage", "_setup_forward_recv_info"
+    ),
+    "2.14 without the base _setup_backward_recv_info": lambda: _without(
+        load_shape("2.14.1"), "stage", "_PipelineStageBase", "_setup_backward_recv_info"
+    ),
+    "2.11 without _RootArgPlaceholder": lambda: _without(
+        load_shape("2.11.0"), "stage", "_RootArgPlaceholder"
+    ),
+    "2.11 without the tracing frontend's _prepare_forward_infra": lambda: _without(
+        load_shape("2.11.0"), "stage", "_PipelineStage", "_prepare_forward_infra"
+    ),
+    "2.13 without get_bwd_recv_ops": lambda: _without(
+        load_shape("2.13.0"), "stage", "_PipelineStageBase", "get_bwd_recv_ops"
+    ),
+    "2.11 without backward_one_chunk": lambda: _without(
+        load_shape("2.11.0"), "stage", "_PipelineStageBase", "backward_one_chunk"
+    ),
+    "2.15 without take_buffer": lambda: _without(
+        load_shape("2.15.0"), "_recv_buffers", "_RecvInfo", "take_buffer"
+    ),
 }
 
 
@@ -171,7 +210,11 @@ def test_unknown_shapes_get_no_layout_a_reason_per_family_and_a_stock_install(fa
     mods = fake_torch(UNKNOWN[case]())
     d = detect()
     assert d.layout is None, (case, d.layout)
-    assert len(d.tried) == 3 and [t.split(":")[0] for t in d.tried] == ["lazy", "setup-recv-info", "prepare-infra"]
+    assert len(d.tried) == 3 and [t.split(":")[0] for t in d.tried] == [
+        "lazy",
+        "setup-recv-info",
+        "prepare-infra",
+    ]
     before = _snapshot(mods)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -28,7 +28,9 @@ def _everything() -> dict[tuple[str, str], object]:
         except TypeError:
             continue
         for key, value in items:
-            if key == "__warningregistry__":  # the warnings machinery's own record of a warning shown, not a patch
+            if (
+                key == "__warningregistry__"
+            ):  # the warnings machinery's own record of a warning shown, not a patch
                 continue
             out[(name, key)] = value
             if isinstance(value, type) and getattr(value, "__module__", None) == name:
@@ -44,14 +46,23 @@ def _changed(before: dict, after: dict) -> set[tuple[str, str]]:
 
     owners = {owner for owner, _ in before}
     changed = {k for k in before if before[k] is not after.get(k, KeyError)}
-    return changed | {k for k in after.keys() - before.keys()
-                      if k[0] in owners and not isinstance(after[k], types.ModuleType)}
+    return changed | {
+        k
+        for k in after.keys() - before.keys()
+        if k[0] in owners and not isinstance(after[k], types.ModuleType)
+    }
 
 
 def _named_sites() -> set[tuple[str, str]]:
     """The layout's setup methods and every runtime method the adapters name, where their classes define them."""
     from pooltk.pool.adapters import detect
-    from pooltk.pool.adapters.stage_api import HANDOFF_METHODS, HOT_METHODS, OPTIONAL_HOT_METHODS, SEND_METHODS, stage_base
+    from pooltk.pool.adapters.stage_api import (
+        HANDOFF_METHODS,
+        HOT_METHODS,
+        OPTIONAL_HOT_METHODS,
+        SEND_METHODS,
+        stage_base,
+    )
 
     runtime = HOT_METHODS + SEND_METHODS + HANDOFF_METHODS + OPTIONAL_HOT_METHODS
     sites = {(t.owner, t.name) for t in detect().layout.setup_targets}
@@ -60,7 +71,9 @@ def _named_sites() -> set[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_install_changes_only_the_stage_methods_the_adapters_name_on_each_release_shape(fake_torch, release):
+def test_install_changes_only_the_stage_methods_the_adapters_name_on_each_release_shape(
+    fake_torch, release
+):
     fake_torch(load_shape(release))
     import torch
 
@@ -101,12 +114,17 @@ def test_a_pooled_step_on_the_real_torch_changes_nothing_but_the_stage_methods()
             # the forward setup method this layout family wraps (torch 2.15's lazy layout wraps none)
             from pooltk.pool.adapters import detect
 
-            names = [t.name for t in detect().layout.setup_targets
-                     if t.owner in type(stage).__mro__ and "forward" in t.name][:1]
+            names = [
+                t.name
+                for t in detect().layout.setup_targets
+                if t.owner in type(stage).__mro__ and "forward" in t.name
+            ][:1]
             for name in names:
                 setup = getattr(type(stage), name)
 
-                def watched(self, *args, _setup=setup, **kwargs):  # the process seen from inside the setup
+                def watched(
+                    self, *args, _setup=setup, **kwargs
+                ):  # the process seen from inside the setup
                     during.update(_everything())
                     return _setup(self, *args, **kwargs)
 
@@ -115,8 +133,13 @@ def test_a_pooled_step_on_the_real_torch_changes_nothing_but_the_stage_methods()
             for name in names:
                 stage.__dict__.pop(name)
             assert during or not names, f"the setup {names} ran"
-            assert [u.ring for u in report.usage()] == [4, 2]  # pooled: forward W + slack = 2 + 2, grad 1 + 1
+            assert [u.ring for u in report.usage()] == [
+                4,
+                2,
+            ]  # pooled: forward W + slack = 2 + 2, grad 1 + 1
             sites = _named_sites()
             assert _changed(before, during) <= sites, sorted(_changed(before, during) - sites)
-            assert _changed(before, _everything()) <= sites, sorted(_changed(before, _everything()) - sites)
+            assert _changed(before, _everything()) <= sites, sorted(
+                _changed(before, _everything()) - sites
+            )
         assert not _changed(before, _everything())

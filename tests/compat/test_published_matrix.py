@@ -43,15 +43,23 @@ def test_every_release_detected_its_measured_family_and_ran_the_exact_release(ma
     for r in matrix["releases"]:
         assert r["torch_version"].split("+")[0] == r["release"], r["release"]
         assert r["layout"] == r["expected_layout"] == expected_family(r["release"]), r["release"]
-        assert r["tests"]["compat"]["failed"] == 0 and r["tests"]["compat"]["errors"] == 0, r["tests"]["compat"]
+        assert r["tests"]["compat"]["failed"] == 0 and r["tests"]["compat"]["errors"] == 0, r[
+            "tests"
+        ]["compat"]
         assert r["tests"]["compat"]["passed"] > 0
 
 
 def test_every_release_is_pooled_or_released_bitwise_equal_or_cleanly_stands_down(matrix):
     for r in matrix["releases"]:
-        assert r["outcome"] in ("pooled-bitwise", "released-bitwise", "stands-down"), (r["release"], r.get("problems"))
+        assert r["outcome"] in ("pooled-bitwise", "released-bitwise", "stands-down"), (
+            r["release"],
+            r.get("problems"),
+        )
         assert r["problems"] == []
-        assert r["tests"]["unit"]["failed"] == 0 and r["tests"]["unit"]["errors"] == 0, (r["release"], r["tests"])
+        assert r["tests"]["unit"]["failed"] == 0 and r["tests"]["unit"]["errors"] == 0, (
+            r["release"],
+            r["tests"],
+        )
         assert "error" not in r["parity"] and r["parity"]["bitwise_equal"] is True, r["release"]
         neg = r["negative"]
         if r["outcome"] == "pooled-bitwise":
@@ -60,14 +68,20 @@ def test_every_release_is_pooled_or_released_bitwise_equal_or_cleanly_stands_dow
             assert pooled and all(v["bitwise_equal"] and v["bytes_exact"] for v in pooled)
             assert all(any(v["rings"].values()) for v in pooled)
             for key in ("guard_off_short", "guard_off_gpipe"):
-                assert neg[key]["bitwise_equal"] is False and neg[key]["max_abs_diff"] > 0, (r["release"], key)
+                assert neg[key]["bitwise_equal"] is False and neg[key]["max_abs_diff"] > 0, (
+                    r["release"],
+                    key,
+                )
             for key in ("guard_on_short", "guard_on_gpipe"):
                 assert neg[key]["error"] == "PoolOverrunError", (r["release"], key)
         elif r["outcome"] == "released-bitwise":
             assert r["installed"] is True and r["probe"]["mode"] == "release"
             stock, released = r["bytes"]["stock"]["sets"], r["bytes"]["released"]
             last = str(max(int(s) for s in stock))
-            assert stock[last][0] == matrix["spec"]["microbatches"], (r["release"], stock)  # stock holds all M
+            assert stock[last][0] == matrix["spec"]["microbatches"], (
+                r["release"],
+                stock,
+            )  # stock holds all M
             own = r["bytes"].get("stock_variants", {})
             for name, counted in released.items():
                 twin = own.get("stock/" + name.split("/", 1)[1], {"sets": stock})["sets"]
@@ -77,7 +91,10 @@ def test_every_release_is_pooled_or_released_bitwise_equal_or_cleanly_stands_dow
         else:
             assert r["installed"] is False and r["probe"]["reason"]
             for key in neg:
-                assert "error" not in neg[key] and neg[key]["bitwise_equal"] is True, (r["release"], key)
+                assert "error" not in neg[key] and neg[key]["bitwise_equal"] is True, (
+                    r["release"],
+                    key,
+                )
                 assert neg[key]["pooled"] is False
 
 
@@ -99,6 +116,8 @@ def test_the_docs_table_is_the_published_matrix():
     table = text.split(begin, 1)[1].split(end, 1)[0]
     assert m["date"] in table and path.name in table
     for r in m["releases"]:
-        row = next((ln for ln in table.splitlines() if ln.startswith(f"| {r['release']} ")), None)  # "(measured DAY)" may follow
+        row = next(
+            (ln for ln in table.splitlines() if ln.startswith(f"| {r['release']} ")), None
+        )  # "(measured DAY)" may follow
         assert row is not None, r["release"]
         assert r["outcome"] in row and r["torch_version"] in row

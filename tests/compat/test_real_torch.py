@@ -36,8 +36,10 @@ def _snapshot():
 
 def test_this_torch_matches_the_shape_recorded_for_its_release():
     if not (LAYOUTS / f"torch-{RELEASE}.json").exists():
-        pytest.skip(f"no recorded shape for torch {RELEASE} (tests/compat/layouts/); record one with "
-                    "python -m tools.compat_matrix --record-shape WHEEL")
+        pytest.skip(
+            f"no recorded shape for torch {RELEASE} (tests/compat/layouts/); record one with "
+            "python -m tools.compat_matrix --record-shape WHEEL"
+        )
     assert relevant(shape_from_live()) == relevant(load_shape(RELEASE))
 
 
@@ -65,10 +67,17 @@ def test_install_pools_or_releases_and_uninstall_restores_exactly(clean_install)
     assert report.installed and report.layout == layout.name
     assert report.mode == ("release" if layout.per_receive else "rings+release")
     base = _classes()[0]
-    wrapped = ("forward_one_chunk", "backward_one_chunk", "clear_runtime_states") if layout.per_receive else HOT_METHODS
+    wrapped = (
+        ("forward_one_chunk", "backward_one_chunk", "clear_runtime_states")
+        if layout.per_receive
+        else HOT_METHODS
+    )
     now = _snapshot()
     assert all(now[(base.__name__, m)] is not before[(base.__name__, m)] for m in wrapped)
-    assert all(now[(t.owner.__name__, t.name)] is not before[(t.owner.__name__, t.name)] for t in layout.setup_targets)
+    assert all(
+        now[(t.owner.__name__, t.name)] is not before[(t.owner.__name__, t.name)]
+        for t in layout.setup_targets
+    )
     assert pooltk.uninstall() is True
     after = _snapshot()
     assert after.keys() == before.keys() and all(after[k] is before[k] for k in before)
@@ -103,7 +112,9 @@ MOVE_AND_INSTALL = textwrap.dedent(
 def test_a_moved_setup_method_fails_open_with_a_warning_and_touches_nothing(tmp_path):
     layout = detect().layout
     if layout is None or layout.per_receive:
-        pytest.skip(f"this torch's layout ({layout.name if layout else None}) has no setup method to move")
+        pytest.skip(
+            f"this torch's layout ({layout.name if layout else None}) has no setup method to move"
+        )
     script = tmp_path / "move.py"
     script.write_text(MOVE_AND_INSTALL)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)

@@ -18,8 +18,9 @@ from pooltk.analysis.programs import program
 
 pipelining = pytest.importorskip("torch.distributed.pipelining")
 analyze = getattr(pipelining, "analyze_pipeline_activation_liveness", None)
-needs_torch_liveness = pytest.mark.skipif(analyze is None, reason="this torch has no "
-                                          "analyze_pipeline_activation_liveness (torch < 2.15)")
+needs_torch_liveness = pytest.mark.skipif(
+    analyze is None, reason="this torch has no analyze_pipeline_activation_liveness (torch < 2.15)"
+)
 
 
 class _Stage:
@@ -41,7 +42,9 @@ def _torch_slots(pp: int, vpp: int, m: int) -> dict[int, int]:
     from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B
 
     n = pp * vpp
-    stages = [_Stage(i, n, pp) for i in range(0, n, pp)]  # rank 0's stages; every rank holds the whole order
+    stages = [
+        _Stage(i, n, pp) for i in range(0, n, pp)
+    ]  # rank 0's stages; every rank holds the whole order
     sched = ScheduleInterleaved1F1B(stages, m, loss_fn=lambda *a: None)
     out = {}
     for s in range(n):
@@ -52,17 +55,24 @@ def _torch_slots(pp: int, vpp: int, m: int) -> dict[int, int]:
 
 @needs_torch_liveness
 @pytest.mark.parametrize("pp,vpp,m", [(4, 2, 8), (2, 2, 8), (4, 2, 16)])
-def test_receive_live_sets_cover_torchs_activation_slots_and_the_difference_is_the_early_post(pp, vpp, m):
+def test_receive_live_sets_cover_torchs_activation_slots_and_the_difference_is_the_early_post(
+    pp, vpp, m
+):
     theirs = _torch_slots(pp, vpp, m)
     ours = live_sets("Interleaved1F1B", pp=pp, stages_per_rank=vpp, n_microbatches=m)
-    spans = [s for s in lifetimes("Interleaved1F1B", pp=pp, stages_per_rank=vpp, n_microbatches=m)
-             if s.direction == "forward"]
+    spans = [
+        s
+        for s in lifetimes("Interleaved1F1B", pp=pp, stages_per_rank=vpp, n_microbatches=m)
+        if s.direction == "forward"
+    ]
     for s in range(1, pp * vpp):  # stage 0 receives nothing
         mine = ours[(s, "forward")]
         assert mine >= theirs[s], (s, mine, theirs[s])
         from_forward = _peak_inclusive([(x.consume, x.release) for x in spans if x.stage == s])
         assert from_forward == theirs[s], (s, from_forward, theirs[s])
-    assert any(ours[(s, "forward")] > theirs[s] for s in range(1, pp * vpp)), "no stage posts a receive early?"
+    assert any(ours[(s, "forward")] > theirs[s] for s in range(1, pp * vpp)), (
+        "no stage posts a receive early?"
+    )
 
 
 def test_1f1b_last_rank_forwards_are_microbatches_0_to_m_minus_1_whatever_torchs_listing_says():
@@ -74,6 +84,8 @@ def test_1f1b_last_rank_forwards_are_microbatches_0_to_m_minus_1_whatever_torchs
     except ImportError:
         return
     listed = get_schedule_ops("1F1B", 4, 8)
-    torch_last = [a.microbatch_index for a in listed[3] if a is not None and a.computation_type.value == "F"]
+    torch_last = [
+        a.microbatch_index for a in listed[3] if a is not None and a.computation_type.value == "F"
+    ]
     if torch_last != list(range(8)):  # torch 2.14.1 and 2.15.0 list F1 .. F8 for the last rank
         assert torch_last == list(range(1, 9)) and last != torch_last

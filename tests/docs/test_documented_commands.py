@@ -45,7 +45,12 @@ def documented_commands(paths: list[Path] = DOCS) -> list[Command]:
                 continue
             text = re.sub(r"^\s*\$\s+", "", line).strip()
             if text.startswith("pooltk "):
-                out.append(Command(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}:{lineno}", tuple(shlex.split(text, comments=True))))
+                out.append(
+                    Command(
+                        f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}:{lineno}",
+                        tuple(shlex.split(text, comments=True)),
+                    )
+                )
     return out
 
 
@@ -60,8 +65,10 @@ def test_the_documents_show_commands_to_run() -> None:
 
 def test_the_reader_finds_commands_only_inside_shell_fences(tmp_path: Path) -> None:
     doc = tmp_path / "doc.md"
-    doc.write_text("pooltk outside\n```bash\n$ pooltk probe  # a comment\n```\n```text\npooltk logs PATH...\n```\n"
-                   "```\npooltk memory --list-presets\n```\n")
+    doc.write_text(
+        "pooltk outside\n```bash\n$ pooltk probe  # a comment\n```\n```text\npooltk logs PATH...\n```\n"
+        "```\npooltk memory --list-presets\n```\n"
+    )
     got = documented_commands([doc])
     assert [c.argv for c in got] == [("pooltk", "probe"), ("pooltk", "memory", "--list-presets")]
 
@@ -69,8 +76,15 @@ def test_the_reader_finds_commands_only_inside_shell_fences(tmp_path: Path) -> N
 @pytest.mark.parametrize("command", COMMANDS, ids=[c.where for c in COMMANDS])
 def test_documented_command_runs(command: Command) -> None:
     env = {k: v for k, v in os.environ.items() if k != "POOLTK_REPORT_DIR"}
-    out = subprocess.run([str(POOLTK), *command.argv[1:]], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=900, stdin=subprocess.DEVNULL)
+    out = subprocess.run(
+        [str(POOLTK), *command.argv[1:]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 0, (
         f"{command.where}: `{shlex.join(command.argv)}` exited {out.returncode}\n"
         f"stdout:\n{out.stdout[-2000:]}\nstderr:\n{out.stderr[-3000:]}"

@@ -40,16 +40,27 @@ def test_every_file_a_row_names_inside_its_package_exists() -> None:
 
 def test_every_package_and_module_of_pooltk_is_in_the_map() -> None:
     named = {path.rstrip("/") for path, _ in ROWS}
-    children = [p for p in (ROOT / "pooltk").iterdir()
-                if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and not p.name.startswith("__"))]
-    def covered(rel: str) -> bool:  # named itself, inside a named folder, or holding a named folder
-        return rel in named or any(rel.startswith(n + "/") or n.startswith(rel + "/") for n in named)
+    children = [
+        p
+        for p in (ROOT / "pooltk").iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists())
+        or (p.suffix == ".py" and not p.name.startswith("__"))
+    ]
 
-    absent = sorted(str(p.relative_to(ROOT)) for p in children if not covered(str(p.relative_to(ROOT))))
+    def covered(rel: str) -> bool:  # named itself, inside a named folder, or holding a named folder
+        return rel in named or any(
+            rel.startswith(n + "/") or n.startswith(rel + "/") for n in named
+        )
+
+    absent = sorted(
+        str(p.relative_to(ROOT)) for p in children if not covered(str(p.relative_to(ROOT)))
+    )
     assert not absent, f"in the tree but not in README's map: {absent}"
 
 
 def test_every_notebook_is_listed_by_its_number() -> None:
     holds = dict(ROWS)["notebooks/"]
     for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        assert re.search(rf"\b{nb.name[:2]}\b", holds), f"{nb.name} is not in README's notebooks row"
+        assert re.search(rf"\b{nb.name[:2]}\b", holds), (
+            f"{nb.name} is not in README's notebooks row"
+        )

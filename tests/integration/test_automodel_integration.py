@@ -15,8 +15,12 @@ from pooltk.integrations import automodel as am
 
 
 def _pipeline(**extra):
-    block = {"pp_schedule": "1f1b", "pp_microbatch_size": 1, "pp_recv_buffer_pool": True,
-             "pp_recv_buffer_pool_slack": 2}
+    block = {
+        "pp_schedule": "1f1b",
+        "pp_microbatch_size": 1,
+        "pp_recv_buffer_pool": True,
+        "pp_recv_buffer_pool_slack": 2,
+    }
     block.update(extra)
     return block
 
@@ -28,7 +32,9 @@ def test_automodel_keys_alone_leave_automodel_pool_in_charge():
 
 
 def test_pooltk_block_makes_pooltk_the_implementation_with_automodel_slack():
-    choice = am.plan(_pipeline(pp_recv_buffer_pool_slack=0, pooltk={"grad_slack": 0, "release": False}))
+    choice = am.plan(
+        _pipeline(pp_recv_buffer_pool_slack=0, pooltk={"grad_slack": 0, "release": False})
+    )
     assert choice.implementation == "pooltk"
     assert choice.config == pooltk.PoolConfig(slack=0, grad_slack=0, release=False)
     assert choice.schedule == "1f1b"
@@ -37,7 +43,10 @@ def test_pooltk_block_makes_pooltk_the_implementation_with_automodel_slack():
 
 
 def test_schedule_auto_gates_on_auto_and_named_schedule_otherwise():
-    assert am.plan(_pipeline(pp_schedule="interleaved_1f1b", pooltk={"schedule": "auto"})).schedule == "auto"
+    assert (
+        am.plan(_pipeline(pp_schedule="interleaved_1f1b", pooltk={"schedule": "auto"})).schedule
+        == "auto"
+    )
     assert am.plan(_pipeline(pp_schedule="GPipe", pooltk={})).schedule == "gpipe"
 
 
@@ -47,16 +56,22 @@ def test_pool_flag_off_means_stock_even_with_pooltk_block():
     assert am.plan(None).implementation == "stock"
 
 
-@pytest.mark.parametrize("block, what", [
-    (_pipeline(pp_recv_buffer_pool="yes"), "pp_recv_buffer_pool"),
-    (_pipeline(pp_recv_buffer_pool_slack=-1), "pp_recv_buffer_pool_slack"),
-    (_pipeline(pooltk={"release": "yes"}), "pooltk.release"),
-    (_pipeline(pooltk={"policy": "automodel"}), "pooltk"),  # a ring no user chooses is not an option
-    (_pipeline(pooltk={"slak": 1}), "pooltk"),
-    (_pipeline(pooltk={"schedule": "gpipe"}), "pooltk.schedule"),
-    (_pipeline(pooltk="tight"), "pooltk"),
-    (_pipeline(pp_schedule_csv="s.csv", pooltk={}), "pp_schedule_csv"),
-])
+@pytest.mark.parametrize(
+    "block, what",
+    [
+        (_pipeline(pp_recv_buffer_pool="yes"), "pp_recv_buffer_pool"),
+        (_pipeline(pp_recv_buffer_pool_slack=-1), "pp_recv_buffer_pool_slack"),
+        (_pipeline(pooltk={"release": "yes"}), "pooltk.release"),
+        (
+            _pipeline(pooltk={"policy": "automodel"}),
+            "pooltk",
+        ),  # a ring no user chooses is not an option
+        (_pipeline(pooltk={"slak": 1}), "pooltk"),
+        (_pipeline(pooltk={"schedule": "gpipe"}), "pooltk.schedule"),
+        (_pipeline(pooltk="tight"), "pooltk"),
+        (_pipeline(pp_schedule_csv="s.csv", pooltk={}), "pp_schedule_csv"),
+    ],
+)
 def test_bad_yaml_values_name_key_found_required_fix(block, what):
     with pytest.raises(InputError) as err:
         am.plan(block)
@@ -89,7 +104,10 @@ class _FakeConfigNode:
         return node
 
     def to_dict(self):
-        return {k: v.to_dict() if isinstance(v, _FakeConfigNode) else v for k, v in self.__dict__.items()}
+        return {
+            k: v.to_dict() if isinstance(v, _FakeConfigNode) else v
+            for k, v in self.__dict__.items()
+        }
 
     def set_by_dotted(self, key, value):
         *path, leaf = key.split(".")
@@ -114,8 +132,11 @@ def fake_original_pool(monkeypatch):
 
     module = types.ModuleType(am.POOL_MODULE)
     monkeypatch.setitem(sys.modules, am.POOL_MODULE, module)
-    name = "_setup_forward_recv_info" if hasattr(stage_mod.PipelineStage, "_setup_forward_recv_info") \
+    name = (
+        "_setup_forward_recv_info"
+        if hasattr(stage_mod.PipelineStage, "_setup_forward_recv_info")
         else "_prepare_forward_infra"
+    )
 
     def patched(self, *args, **kwargs):  # pragma: no cover - never called
         raise AssertionError
@@ -125,7 +146,9 @@ def fake_original_pool(monkeypatch):
     return module
 
 
-def test_refuses_when_automodel_pool_already_installed_naming_both(clean_install, fake_original_pool):
+def test_refuses_when_automodel_pool_already_installed_naming_both(
+    clean_install, fake_original_pool
+):
     assert am.original_pool_installed()
     with pytest.raises(TwoPoolsError) as err:
         am.apply({"distributed": {"pipeline": _pipeline(pooltk={})}})
@@ -142,8 +165,10 @@ def test_module_loaded_but_pool_not_installed_is_not_refused(clean_install, monk
 
 
 def test_import_needs_no_trainer_and_use_names_the_pip_command():
-    code = ("import sys, pooltk.integrations.automodel as m, pooltk.integrations.torchtitan as t;"
-            "assert 'nemo_automodel' not in sys.modules and 'torchtitan' not in sys.modules")
+    code = (
+        "import sys, pooltk.integrations.automodel as m, pooltk.integrations.torchtitan as t;"
+        "assert 'nemo_automodel' not in sys.modules and 'torchtitan' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
     try:
         import nemo_automodel  # noqa: F401

@@ -25,12 +25,33 @@ producers_assets = pytest.importorskip("producers_assets")
 sys.path.pop(0)
 
 STEPS = 3
-RECORD = [{"step": s, "loss": x} for s, x in enumerate([5.514211177825928, 5.531175136566162, 5.420938491821289])]
+RECORD = [
+    {"step": s, "loss": x}
+    for s, x in enumerate([5.514211177825928, 5.531175136566162, 5.420938491821289])
+]
 
 
-def _read(fmt: str, *, final_loss: float, n_steps: int = STEPS, first: int = 0, pooled=None, impl=None, slack=None):
-    run = {"run": "pooltk", "format": fmt, "n_steps": n_steps, "first_step": first, "last_step": first + n_steps - 1,
-           "final_loss": final_loss, "pooled": pooled, "pool_impl": impl, "slack": slack}
+def _read(
+    fmt: str,
+    *,
+    final_loss: float,
+    n_steps: int = STEPS,
+    first: int = 0,
+    pooled=None,
+    impl=None,
+    slack=None,
+):
+    run = {
+        "run": "pooltk",
+        "format": fmt,
+        "n_steps": n_steps,
+        "first_step": first,
+        "last_step": first + n_steps - 1,
+        "final_loss": final_loss,
+        "pooled": pooled,
+        "pool_impl": impl,
+        "slack": slack,
+    }
     return {"runs": [run], "files": []}
 
 
@@ -38,11 +59,23 @@ VAL_TRUTH = [{"step": 1, "val_loss": 5.327324390411377}]
 VAL_READ = {"train.log": [[1, 5.3273]], "validation.jsonl": [[1, 5.327324390411377]]}
 
 
-def _judge(variant: str, text: dict, jsonl: dict, folder: dict, record=RECORD, stock=RECORD, code=0,
-           val=(VAL_READ, VAL_TRUTH), stock_val=VAL_TRUTH, logdir=None) -> dict:
+def _judge(
+    variant: str,
+    text: dict,
+    jsonl: dict,
+    folder: dict,
+    record=RECORD,
+    stock=RECORD,
+    code=0,
+    val=(VAL_READ, VAL_TRUTH),
+    stock_val=VAL_TRUTH,
+    logdir=None,
+) -> dict:
     if logdir is None and "logdir" in producers.claims_of(variant):
         logdir = text
-    rows = producers.judge(variant, 2, STEPS, code, record, stock, text, jsonl, folder, val, stock_val, logdir)
+    rows = producers.judge(
+        variant, 2, STEPS, code, record, stock, text, jsonl, folder, val, stock_val, logdir
+    )
     assert [r["claim"] for r in rows] == list(producers.claims_of(variant))
     return {r["claim"]: r["ok"] for r in rows}
 
@@ -50,8 +83,11 @@ def _judge(variant: str, text: dict, jsonl: dict, folder: dict, record=RECORD, s
 def _good(variant: str) -> tuple[dict, dict, dict]:
     pool = producers.EXPECTED_POOL[variant]
     pool = {"pooled": pool["pooled"], "impl": pool["pool_impl"], "slack": pool["slack"]}
-    return (_read("automodel_text", final_loss=5.4209, **pool), _read("automodel_jsonl", final_loss=RECORD[-1]["loss"]),
-            _read("automodel_text", final_loss=RECORD[-1]["loss"], **pool))
+    return (
+        _read("automodel_text", final_loss=5.4209, **pool),
+        _read("automodel_jsonl", final_loss=RECORD[-1]["loss"]),
+        _read("automodel_text", final_loss=RECORD[-1]["loss"], **pool),
+    )
 
 
 ONE_LAUNCH = [v for v in producers.VARIANTS if "relaunch_text" not in producers.claims_of(v)]
@@ -65,7 +101,9 @@ def test_a_run_read_to_its_steps_with_its_pool_columns_holds_every_claim(variant
 def test_a_pooltk_run_whose_log_reads_unpooled_fails_the_pool_claims():
     text, jsonl, folder = _good("pooltk")
     silent = {"runs": [{**text["runs"][0], "pooled": None, "pool_impl": None, "slack": None}]}
-    folder_silent = {"runs": [{**folder["runs"][0], "pooled": None, "pool_impl": None, "slack": None}]}
+    folder_silent = {
+        "runs": [{**folder["runs"][0], "pooled": None, "pool_impl": None, "slack": None}]
+    }
     verdict = _judge("pooltk", silent, jsonl, folder_silent)
     assert not verdict["text_pool"] and not verdict["folder"] and verdict["text_steps"]
 
@@ -75,9 +113,15 @@ def test_a_stock_run_read_as_pooled_fails():
     assert not _judge("stock", text, jsonl, folder)["text_pool"]
 
 
-@pytest.mark.parametrize("change, claim", [
-    ({"n_steps": 2}, "text_steps"), ({"first_step": 1}, "text_steps"), ({"final_loss": 5.421}, "text_steps"),
-    ({"format": "torchtitan"}, "text_steps")])
+@pytest.mark.parametrize(
+    "change, claim",
+    [
+        ({"n_steps": 2}, "text_steps"),
+        ({"first_step": 1}, "text_steps"),
+        ({"final_loss": 5.421}, "text_steps"),
+        ({"format": "torchtitan"}, "text_steps"),
+    ],
+)
 def test_a_text_log_read_to_other_steps_or_loss_fails(change, claim):
     text, jsonl, folder = _good("stock")
     text = {"runs": [{**text["runs"][0], **change}]}
@@ -105,15 +149,30 @@ def test_a_recipe_that_ran_other_steps_or_other_losses_fails():
     other = [*RECORD[:2], {"step": 2, "loss": 5.420938491821290}]
     assert not _judge("pooltk", text, jsonl, folder, stock=other)["losses_equal_stock"]
     assert not _judge("pooltk", text, jsonl, folder, code=None)["launch"]
-    assert not _judge("pooltk", text, jsonl, folder, stock_val=[{"step": 1, "val_loss": 5.3273}])["losses_equal_stock"]
+    assert not _judge("pooltk", text, jsonl, folder, stock_val=[{"step": 1, "val_loss": 5.3273}])[
+        "losses_equal_stock"
+    ]
 
 
-@pytest.mark.parametrize("val", [
-    ({"train.log": [[1, 5.3273]]}, VAL_TRUTH),  # validation.jsonl's record not read
-    ({"train.log": [[1, 5.3273]], "validation.jsonl": [[1, 5.3273]]}, VAL_TRUTH),  # the JSONL's loss rounded
-    ({"train.log": [[1, 5.3273], [1, 5.3273]], "validation.jsonl": [[1, 5.327324390411377]]}, VAL_TRUTH),  # twice
-    ({"train.log": [], "validation.jsonl": []}, []),  # the recipe validated nothing: no claim to hold
-    ("error: boom", VAL_TRUTH)])
+@pytest.mark.parametrize(
+    "val",
+    [
+        ({"train.log": [[1, 5.3273]]}, VAL_TRUTH),  # validation.jsonl's record not read
+        (
+            {"train.log": [[1, 5.3273]], "validation.jsonl": [[1, 5.3273]]},
+            VAL_TRUTH,
+        ),  # the JSONL's loss rounded
+        (
+            {"train.log": [[1, 5.3273], [1, 5.3273]], "validation.jsonl": [[1, 5.327324390411377]]},
+            VAL_TRUTH,
+        ),  # twice
+        (
+            {"train.log": [], "validation.jsonl": []},
+            [],
+        ),  # the recipe validated nothing: no claim to hold
+        ("error: boom", VAL_TRUTH),
+    ],
+)
 def test_validation_records_read_other_than_the_recipe_wrote_fail(val):
     assert not _judge("stock", *_good("stock"), val=val)["val_steps"]
 
@@ -129,11 +188,24 @@ def test_a_torchrun_log_dir_read_as_several_runs_or_short_of_steps_fails():
 
 def _relaunch(text_runs=2, jsonl_runs=2, folder_runs=2, record=RECORD + RECORD, code=0) -> dict:
     def found(n, loss):
-        return {"runs": [{"n_steps": STEPS, "first_step": 0, "last_step": STEPS - 1, "final_loss": loss}] * n}
+        return {
+            "runs": [
+                {"n_steps": STEPS, "first_step": 0, "last_step": STEPS - 1, "final_loss": loss}
+            ]
+            * n
+        }
 
     last = RECORD[-1]["loss"]
-    rows = producers.judge_relaunch("stock_relaunch", 2, STEPS, code, record, found(text_runs, round(last, 4)),
-                                    found(jsonl_runs, last), found(folder_runs, last))
+    rows = producers.judge_relaunch(
+        "stock_relaunch",
+        2,
+        STEPS,
+        code,
+        record,
+        found(text_runs, round(last, 4)),
+        found(jsonl_runs, last),
+        found(folder_runs, last),
+    )
     assert [r["claim"] for r in rows] == list(producers.claims_of("stock_relaunch"))
     return {r["claim"]: r["ok"] for r in rows}
 
@@ -149,16 +221,28 @@ def test_a_relaunch_read_as_one_run_per_launch_holds_and_merged_or_split_apart_f
 def test_only_the_log_dir_variant_launches_with_torchrun_s_per_rank_files(tmp_path):
     flags = {v: spec["torchrun"] for v, spec in producers.VARIANTS.items()}
     assert [v for v, f in flags.items() if f] == ["stock_logdir"]
-    assert producers.log_dir(tmp_path / "stock_logdir").parent == tmp_path  # outside the folder the recipe writes
+    assert (
+        producers.log_dir(tmp_path / "stock_logdir").parent == tmp_path
+    )  # outside the folder the recipe writes
 
 
-@pytest.mark.parametrize("variant, implementation", [("stock", "stock"), ("automodel_pool", "automodel"),
-                                                     ("pooltk", "pooltk")])
-def test_each_variant_s_yaml_asks_for_its_pool_in_the_user_s_own_keys(variant, implementation, tmp_path):
-    path = producers_assets.write_recipe(variant, tmp_path / "assets", tmp_path / variant, pp=2, steps=STEPS)
-    cfg = json.loads(path.read_text())  # JSON text is YAML; Automodel's loader reads it with yaml.safe_load
+@pytest.mark.parametrize(
+    "variant, implementation",
+    [("stock", "stock"), ("automodel_pool", "automodel"), ("pooltk", "pooltk")],
+)
+def test_each_variant_s_yaml_asks_for_its_pool_in_the_user_s_own_keys(
+    variant, implementation, tmp_path
+):
+    path = producers_assets.write_recipe(
+        variant, tmp_path / "assets", tmp_path / variant, pp=2, steps=STEPS
+    )
+    cfg = json.loads(
+        path.read_text()
+    )  # JSON text is YAML; Automodel's loader reads it with yaml.safe_load
     assert am.plan(cfg["distributed"]["pipeline"]).implementation == implementation
-    assert cfg["checkpoint"]["checkpoint_dir"] == str(tmp_path / variant)  # where training.jsonl lands
+    assert cfg["checkpoint"]["checkpoint_dir"] == str(
+        tmp_path / variant
+    )  # where training.jsonl lands
     assert cfg["step_scheduler"]["max_steps"] == STEPS and cfg["distributed"]["pp_size"] == 2
     assert cfg["validation_dataset"]["path_or_dataset_id"] == cfg["dataset"]["path_or_dataset_id"]
 
@@ -167,13 +251,42 @@ TITAN_LOSSES = [(8.0457).hex(), (8.0211).hex(), (8.04571).hex()]
 ENDS = {0: [1, 2, 3], 1: [1, 2, 3]}
 
 
-def _titan(variant: str, *, text_change=None, jsonl_change=None, ends=ENDS, losses=TITAN_LOSSES,
-           stock=TITAN_LOSSES) -> dict:
+def _titan(
+    variant: str,
+    *,
+    text_change=None,
+    jsonl_change=None,
+    ends=ENDS,
+    losses=TITAN_LOSSES,
+    stock=TITAN_LOSSES,
+) -> dict:
     pool = producers.TITAN_EXPECTED_POOL[variant]
-    text = {"runs": [{"format": "torchtitan", "n_steps": STEPS, "first_step": 1, "last_step": STEPS,
-                      "final_loss": 8.04571, **pool, **(text_change or {})}]}
-    jsonl = {"runs": [{"format": "torchtitan_jsonl", "n_steps": STEPS, "first_step": 1, "last_step": STEPS,
-                       "final_loss": None, **producers.NO_POOL, **(jsonl_change or {})}]}
+    text = {
+        "runs": [
+            {
+                "format": "torchtitan",
+                "n_steps": STEPS,
+                "first_step": 1,
+                "last_step": STEPS,
+                "final_loss": 8.04571,
+                **pool,
+                **(text_change or {}),
+            }
+        ]
+    }
+    jsonl = {
+        "runs": [
+            {
+                "format": "torchtitan_jsonl",
+                "n_steps": STEPS,
+                "first_step": 1,
+                "last_step": STEPS,
+                "final_loss": None,
+                **producers.NO_POOL,
+                **(jsonl_change or {}),
+            }
+        ]
+    }
     rows = producers.judge_titan(variant, 2, STEPS, 0, ends, losses, stock, text, jsonl)
     assert [r["claim"] for r in rows] == list(producers.TITAN_CLAIMS)
     return {r["claim"]: r["ok"] for r in rows}
@@ -184,11 +297,18 @@ def test_a_torchtitan_run_read_to_its_steps_with_its_pool_columns_holds_every_cl
     assert all(_titan(variant).values())
 
 
-@pytest.mark.parametrize("kw, claim", [
-    (dict(text_change={"pooled": False}), "text_pool"), (dict(text_change={"last_step": 2}), "text_steps"),
-    (dict(text_change={"final_loss": 8.0457}), "text_steps"), (dict(jsonl_change={"n_steps": 6}), "jsonl_steps"),
-    (dict(jsonl_change={"pooled": True}), "jsonl_pool"), (dict(ends={0: [1, 2, 3], 1: [1, 2]}), "recipe_steps"),
-    (dict(stock=TITAN_LOSSES[:2]), "losses_equal_stock")])
+@pytest.mark.parametrize(
+    "kw, claim",
+    [
+        (dict(text_change={"pooled": False}), "text_pool"),
+        (dict(text_change={"last_step": 2}), "text_steps"),
+        (dict(text_change={"final_loss": 8.0457}), "text_steps"),
+        (dict(jsonl_change={"n_steps": 6}), "jsonl_steps"),
+        (dict(jsonl_change={"pooled": True}), "jsonl_pool"),
+        (dict(ends={0: [1, 2, 3], 1: [1, 2]}), "recipe_steps"),
+        (dict(stock=TITAN_LOSSES[:2]), "losses_equal_stock"),
+    ],
+)
 def test_a_torchtitan_log_read_wrong_or_a_run_that_differs_fails_its_claim(kw, claim):
     assert not _titan("pooltk_tight", **kw)[claim]
 
@@ -213,11 +333,28 @@ KNOWN: dict[tuple[str, str], str] = {}
 @pytest.fixture(scope="module")
 def recipe_claims(tmp_path_factory):
     if not AUTOMODEL.exists():
-        pytest.skip(f"{AUTOMODEL.parent.parent} absent: build it with `bash scripts/integration` (needs pip access)")
+        pytest.skip(
+            f"{AUTOMODEL.parent.parent} absent: build it with `bash scripts/integration` (needs pip access)"
+        )
     out = tmp_path_factory.mktemp("producers")
-    proc = subprocess.run([str(AUTOMODEL), str(ROOT / "tools/integration/producers.py"), "--pp", "2", "--steps",
-                           str(STEPS), "--out", str(out), "--reader-python", sys.executable],
-                          capture_output=True, text=True, timeout=1500, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            str(AUTOMODEL),
+            str(ROOT / "tools/integration/producers.py"),
+            "--pp",
+            "2",
+            "--steps",
+            str(STEPS),
+            "--out",
+            str(out),
+            "--reader-python",
+            sys.executable,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        cwd=ROOT,
+    )
     path = out / "automodel_recipe" / "pp2" / "claims.csv"
     assert path.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     return {(r["variant"], r["claim"]): r for r in csv.DictReader(open(path))}, proc
@@ -225,27 +362,59 @@ def recipe_claims(tmp_path_factory):
 
 @pytest.mark.dist
 @pytest.mark.timeout(1600)
-@pytest.mark.parametrize("variant, claim", [
-    pytest.param(v, c, marks=[pytest.mark.xfail(strict=True, reason=KNOWN[v, c])] if (v, c) in KNOWN else [])
-    for v in producers.VARIANTS for c in producers.claims_of(v)])
-def test_automodel_s_own_recipe_on_cpu_writes_logs_pooltk_logs_reads_to_its_steps_and_pool(recipe_claims, variant,
-                                                                                            claim):
+@pytest.mark.parametrize(
+    "variant, claim",
+    [
+        pytest.param(
+            v,
+            c,
+            marks=[pytest.mark.xfail(strict=True, reason=KNOWN[v, c])] if (v, c) in KNOWN else [],
+        )
+        for v in producers.VARIANTS
+        for c in producers.claims_of(v)
+    ],
+)
+def test_automodel_s_own_recipe_on_cpu_writes_logs_pooltk_logs_reads_to_its_steps_and_pool(
+    recipe_claims, variant, claim
+):
     rows, proc = recipe_claims
     row = rows[(variant, claim)]
-    assert row["ok"] == "True", f"{variant} {claim}: found {row['found']}, expected {row['expected']}\n" + \
-        proc.stdout[-1500:]
+    assert row["ok"] == "True", (
+        f"{variant} {claim}: found {row['found']}, expected {row['expected']}\n"
+        + proc.stdout[-1500:]
+    )
 
 
 # --- torchtitan's trainer, in the torchtitan venv --------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def titan_claims(tmp_path_factory):
     if not TORCHTITAN.exists():
-        pytest.skip(f"{TORCHTITAN.parent.parent} absent: build it with `TRAINERS=torchtitan bash scripts/integration`")
+        pytest.skip(
+            f"{TORCHTITAN.parent.parent} absent: build it with `TRAINERS=torchtitan bash scripts/integration`"
+        )
     out = tmp_path_factory.mktemp("titan_producers")
-    proc = subprocess.run([str(TORCHTITAN), str(ROOT / "tools/integration/producers.py"), "--trainer", "torchtitan",
-                           "--pp", "2", "--steps", str(STEPS), "--out", str(out), "--reader-python", sys.executable],
-                          capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            str(TORCHTITAN),
+            str(ROOT / "tools/integration/producers.py"),
+            "--trainer",
+            "torchtitan",
+            "--pp",
+            "2",
+            "--steps",
+            str(STEPS),
+            "--out",
+            str(out),
+            "--reader-python",
+            sys.executable,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=ROOT,
+    )
     path = out / "torchtitan_trainer" / "pp2" / "claims.csv"
     assert path.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     return {(r["variant"], r["claim"]): r for r in csv.DictReader(open(path))}, proc
@@ -253,11 +422,23 @@ def titan_claims(tmp_path_factory):
 
 @pytest.mark.dist
 @pytest.mark.timeout(1300)
-@pytest.mark.parametrize("variant, claim", [
-    *[pytest.param(v, c) for v in producers.TITAN_EXPECTED_POOL for c in producers.TITAN_CLAIMS],
-    pytest.param("pooltk_tight", "relaunch")])
-def test_torchtitan_s_trainer_on_cpu_writes_logs_pooltk_logs_reads_to_its_steps_and_pool(titan_claims, variant, claim):
+@pytest.mark.parametrize(
+    "variant, claim",
+    [
+        *[
+            pytest.param(v, c)
+            for v in producers.TITAN_EXPECTED_POOL
+            for c in producers.TITAN_CLAIMS
+        ],
+        pytest.param("pooltk_tight", "relaunch"),
+    ],
+)
+def test_torchtitan_s_trainer_on_cpu_writes_logs_pooltk_logs_reads_to_its_steps_and_pool(
+    titan_claims, variant, claim
+):
     rows, proc = titan_claims
     row = rows[(variant, claim)]
-    assert row["ok"] == "True", f"{variant} {claim}: found {row['found']}, expected {row['expected']}\n" + \
-        proc.stdout[-1500:]
+    assert row["ok"] == "True", (
+        f"{variant} {claim}: found {row['found']}, expected {row['expected']}\n"
+        + proc.stdout[-1500:]
+    )

@@ -20,10 +20,21 @@ from pooltk.parity.summary import HOOKS_REASON, VERDICTS  # noqa: E402
 RECORD = Path(__file__).resolve().parents[2] / "data" / "validation" / "trainers_2026-12-01c.csv"
 LOGS = RECORD.with_name(RECORD.stem + "_logs.csv")
 TRAINERS = ("automodel", "torchtitan")
-CONTROLS = {"automodel_pool_gpipe_forced": "silent", "automodel_pool_alias_eval": "silent",
-            "pooltk_gpipe_forced": "loud"}
+CONTROLS = {
+    "automodel_pool_gpipe_forced": "silent",
+    "automodel_pool_alias_eval": "silent",
+    "pooltk_gpipe_forced": "loud",
+}
 """Negative controls and the verdict the judge must give them."""
-VERDICT_COLUMNS = ("equal_stock", "equal_fresh", "stock_equal_fresh", "verdict", "reason", "posts", "post_storages")
+VERDICT_COLUMNS = (
+    "equal_stock",
+    "equal_fresh",
+    "stock_equal_fresh",
+    "verdict",
+    "reason",
+    "posts",
+    "post_storages",
+)
 
 
 def _bool(col: pd.Series) -> pd.Series:
@@ -67,8 +78,12 @@ def test_every_pooled_variant_in_both_trainers_equals_fresh_bitwise_on_every_sta
 def test_every_difference_from_stock_is_explained_with_its_reason(table):
     judged = _judged(table)
     differs = judged[judged["equal_stock"] == False]  # noqa: E712
-    assert len(differs) > 0, "no recorded case differs from stock: the explained path is not exercised"
-    assert (differs["verdict"] == "explained").all() and (differs["stock_equal_fresh"] == False).all()  # noqa: E712
+    assert len(differs) > 0, (
+        "no recorded case differs from stock: the explained path is not exercised"
+    )
+    assert (differs["verdict"] == "explained").all() and (
+        differs["stock_equal_fresh"] == False
+    ).all()  # noqa: E712
     assert (differs["reason"].str.len() > 0).all()
     assert (judged.loc[judged["equal_stock"] == True, "verdict"] == "equal").all()  # noqa: E712
 
@@ -81,31 +96,58 @@ def test_the_hooked_model_is_explained_by_hooks_piling_up_on_stocks_buffers_in_b
             assert len(rows) == pp, (trainer, pp)
             assert (rows["verdict"] == "explained").all()
             assert rows["reason"].str.startswith(HOOKS_REASON).all()
-            assert rows["reason"].str.contains("5 hooks on one stock buffer after 5 steps, 1 on a fresh one").all()
+            assert (
+                rows["reason"]
+                .str.contains("5 hooks on one stock buffer after 5 steps, 1 on a fresh one")
+                .all()
+            )
     stock = table[table["variant"] == "stock_input_hook"]
     assert (stock["stock_equal_fresh"] == False).all()  # noqa: E712 - stock's own numbers depend on reuse
 
 
-def test_every_fresh_run_received_into_a_new_storage_every_time_and_the_plain_models_match_stock(table):
+def test_every_fresh_run_received_into_a_new_storage_every_time_and_the_plain_models_match_stock(
+    table,
+):
     fresh = table[table["pool_impl"] == "fresh"]
-    assert set(fresh["variant"]) >= {"fresh", "fresh_interleaved", "fresh_gpipe", "fresh_input_hook"}
+    assert set(fresh["variant"]) >= {
+        "fresh",
+        "fresh_interleaved",
+        "fresh_gpipe",
+        "fresh_input_hook",
+    }
     posts, storages = fresh["posts"].astype(int), fresh["post_storages"].astype(int)
     assert (posts > 0).all() and (posts == storages).all()
     assert fresh["reason"].str.contains("bound=True").all()
-    plain = fresh[fresh["variant"] != "fresh_input_hook"]  # the trainers' own models keep nothing received
+    plain = fresh[
+        fresh["variant"] != "fresh_input_hook"
+    ]  # the trainers' own models keep nothing received
     assert (plain["stock_equal_fresh"] == True).all()  # noqa: E712
 
 
 def test_negative_controls_are_caught_silent_original_pool_and_loud_pooltk_guard(table):
     for pp in (2, 4):
         for variant, verdict in CONTROLS.items():
-            rows = table[(table["trainer"] == "automodel") & (table["pp"] == pp) & (table["variant"] == variant)]
+            rows = table[
+                (table["trainer"] == "automodel")
+                & (table["pp"] == pp)
+                & (table["variant"] == variant)
+            ]
             assert len(rows) > 0 and rows["verdict"].eq(verdict).any(), (pp, variant)
         guard = table[(table["pp"] == pp) & (table["variant"] == "pooltk_gpipe_forced")]
-        assert guard["outcome"].eq("PoolOverrunError").any() and guard["reason"].str.contains("pooltk").all()
-        alias = table[(table["trainer"] == "automodel") & (table["pp"] == pp)
-                      & (table["variant"] == "automodel_pool_alias_eval") & (table["verdict"] == "silent")]
-        assert alias["reason"].str.contains("eval differ").all() and (alias["equal_fresh"] == False).all()  # noqa: E712
+        assert (
+            guard["outcome"].eq("PoolOverrunError").any()
+            and guard["reason"].str.contains("pooltk").all()
+        )
+        alias = table[
+            (table["trainer"] == "automodel")
+            & (table["pp"] == pp)
+            & (table["variant"] == "automodel_pool_alias_eval")
+            & (table["verdict"] == "silent")
+        ]
+        assert (
+            alias["reason"].str.contains("eval differ").all()
+            and (alias["equal_fresh"] == False).all()
+        )  # noqa: E712
 
 
 def test_side_by_side_pooltk_live_set_is_smallest_and_stock_largest(table):
@@ -137,16 +179,27 @@ def test_torchtitan_rows_cover_pp2_and_pp4_with_interleaved_auto_pooled_and_smal
 def test_every_recorded_torchtitan_log_was_read_with_all_steps_and_the_right_pool_tag():
     logs = pd.read_csv(LOGS)
     assert len(logs) == 2 * 14 and logs["claim_ok"].all()
-    assert (logs["n_steps"] == 5).all() and (logs["first_step"] == 1).all() and (logs["last_step"] == 5).all()
-    gated = logs["variant"] == "pooltk_gated_gpipe"  # installed, every stage kept stock by the gate: not pooled
+    assert (
+        (logs["n_steps"] == 5).all()
+        and (logs["first_step"] == 1).all()
+        and (logs["last_step"] == 5).all()
+    )
+    gated = (
+        logs["variant"] == "pooltk_gated_gpipe"
+    )  # installed, every stage kept stock by the gate: not pooled
     pooled = logs["variant"].str.startswith("pooltk") & ~gated
     assert logs[pooled]["pool_read"].str.startswith("pooled=True pool_impl=pooltk").all()
-    assert logs[gated]["pool_read"].str.startswith("pooled=False pool_impl=pooltk").all() and gated.sum() == 2
+    assert (
+        logs[gated]["pool_read"].str.startswith("pooled=False pool_impl=pooltk").all()
+        and gated.sum() == 2
+    )
     assert logs[~pooled]["pool_read"].str.startswith("pooled=False").all()
     assert logs["variant"].str.startswith("fresh").sum() == 2 * 4
 
 
-def test_each_ranks_receive_bytes_in_both_trainers_are_the_analysed_rank_shared_rings_for_interleaved_1f1b(table):
+def test_each_ranks_receive_bytes_in_both_trainers_are_the_analysed_rank_shared_rings_for_interleaved_1f1b(
+    table,
+):
     """Inside the real trainers, what each rank holds (distinct storages over its two stages) is exactly the
     rank-shared rings the schedule's own action order gives at slack 0, times one buffer set's bytes."""
     from pooltk.analysis.lifetimes import ScheduleShape, analyse
@@ -160,8 +213,14 @@ def test_each_ranks_receive_bytes_in_both_trainers_are_the_analysed_rank_shared_
             auto = mine[mine["variant"] == "pooltk_auto_interleaved"]
             stock = mine[mine["variant"] == "stock_interleaved"]
             m = int(auto["microbatches"].iloc[0])
-            set_bytes = int(stock[stock["stage"].astype(int) == 1]["recv_forward_bytes"].iloc[0]) // m
-            prog, spans = analyse(ScheduleShape(schedule="Interleaved1F1B", pp=pp, n_microbatches=m, stages_per_rank=2))
+            set_bytes = (
+                int(stock[stock["stage"].astype(int) == 1]["recv_forward_bytes"].iloc[0]) // m
+            )
+            prog, spans = analyse(
+                ScheduleShape(
+                    schedule="Interleaved1F1B", pp=pp, n_microbatches=m, stages_per_rank=2
+                )
+            )
             sets: dict[int, int] = {}
             for ring in rank_rings(prog, spans, PoolConfig(slack=0, grad_slack=0)):
                 sets[ring.rank] = sets.get(ring.rank, 0) + ring.size
@@ -170,7 +229,13 @@ def test_each_ranks_receive_bytes_in_both_trainers_are_the_analysed_rank_shared_
                 assert int(row.rank_recv_bytes) == sets[rank] * set_bytes, (trainer, pp, stage)
                 assert int(row.rank_recv_bytes) < int(row.stock_rank_recv_bytes)
                 checked += 1
-            per_stage_sum = auto.assign(rank=auto["stage"].astype(int) % pp).groupby("rank")["recv_bytes"].sum()
-            shared = auto.assign(rank=auto["stage"].astype(int) % pp).groupby("rank")["rank_recv_bytes"].first()
+            per_stage_sum = (
+                auto.assign(rank=auto["stage"].astype(int) % pp).groupby("rank")["recv_bytes"].sum()
+            )
+            shared = (
+                auto.assign(rank=auto["stage"].astype(int) % pp)
+                .groupby("rank")["rank_recv_bytes"]
+                .first()
+            )
             assert (shared <= per_stage_sum).all() and (shared < per_stage_sum).any(), (trainer, pp)
     assert checked == 2 * (2 * 2 + 2 * 4)

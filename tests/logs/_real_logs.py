@@ -5,20 +5,38 @@ from __future__ import annotations
 from pathlib import Path
 
 FIX = Path(__file__).resolve().parent / "fixtures"
-VALUES = ["step", "kind", "loss", "grad_norm", "lr", "mem_gib", "tok_per_s_logged", "mfu_pct_logged", "num_label_tokens",
-          "timestamp", "epoch"]
+VALUES = [
+    "step",
+    "kind",
+    "loss",
+    "grad_norm",
+    "lr",
+    "mem_gib",
+    "tok_per_s_logged",
+    "mfu_pct_logged",
+    "num_label_tokens",
+    "timestamp",
+    "epoch",
+]
 """The columns a decorated or re-enveloped log must read to exactly as its plain original."""
 
 
 def repo_logs() -> list[Path]:
     """The shipped format fixtures to build variants from: text logs and Automodel's training.jsonl."""
-    return sorted([*(p for p in FIX.iterdir() if p.suffix == ".log"), FIX / "automodel_run" / "training.jsonl"])
+    return sorted(
+        [
+            *(p for p in FIX.iterdir() if p.suffix == ".log"),
+            FIX / "automodel_run" / "training.jsonl",
+        ]
+    )
 
 
 def shared_logs(shared_dir: Path) -> list[Path]:
     """The real logs of ../shared/reference/logs (empty where that folder is missing)."""
     real = shared_dir / "reference" / "logs"
-    return sorted(p for p in real.iterdir() if p.suffix in (".log", ".jsonl")) if real.is_dir() else []
+    return (
+        sorted(p for p in real.iterdir() if p.suffix in (".log", ".jsonl")) if real.is_dir() else []
+    )
 
 
 def run_of(path: Path) -> str:

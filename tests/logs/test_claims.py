@@ -5,7 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from pooltk.studies.kimi_k3.claims import PUBLISHED_CSV, claims_ledger, load_published, published_table
+from pooltk.studies.kimi_k3.claims import (
+    PUBLISHED_CSV,
+    claims_ledger,
+    load_published,
+    published_table,
+)
 from pooltk.logs.metrics import DeviceCapacity
 from pooltk.studies.kimi_k3.constants import GB200_DATASHEET
 
@@ -29,10 +34,15 @@ def test_ledger_agrees_with_the_arithmetic_claims_and_not_with_the_expectations(
     ledger = claims_ledger()
     agrees = {c.claim: c.agrees for c in ledger.claims}
     assert agrees["MFU of 1k x GBS4096 = 13.7%"] and agrees["MFU of 2k x GBS4096 + pool = 17.1%"]
-    assert agrees["2k rows give +24% tok/s/GPU over 1k"] and agrees["PP bubble 9.9% (pp8, 64 microbatches)"]
+    assert (
+        agrees["2k rows give +24% tok/s/GPU over 1k"]
+        and agrees["PP bubble 9.9% (pp8, 64 microbatches)"]
+    )
     assert agrees["627.3 tok/s/GPU at 52.2 s/iteration"] and agrees["64 microbatches per step"]
     # measured on the aligned shape: faster, not ~2% slower; +10.6 GiB, not ~1 GiB
-    assert ledger["~2% fewer tok/s"].agrees is False and ledger["~2% fewer tok/s"].pooltk.startswith("+1.85%")
+    assert ledger["~2% fewer tok/s"].agrees is False and ledger[
+        "~2% fewer tok/s"
+    ].pooltk.startswith("+1.85%")
     assert ledger["~1 GiB more"].agrees is False and ledger["~1 GiB more"].pooltk == "+10.6 GiB"
     assert ledger["about the same MFU"].agrees is True
 
@@ -40,10 +50,18 @@ def test_ledger_agrees_with_the_arithmetic_claims_and_not_with_the_expectations(
 def test_headroom_claim_agrees_with_what_torch_reports_and_states_the_datasheet_alternative():
     judged = claims_ledger()["44 GiB headroom"]
     assert judged.agrees is True and "183.6 GiB" in judged.inputs and "184.31 GiB" in judged.inputs
-    assert "datasheet 186 GB = 173.2 GiB" in judged.inputs and "33.6 GiB against the datasheet" in judged.pooltk
+    assert (
+        "datasheet 186 GB = 173.2 GiB" in judged.inputs
+        and "33.6 GiB against the datasheet" in judged.pooltk
+    )
     sheet = claims_ledger(capacity=GB200_DATASHEET)["44 GiB headroom"]
     assert sheet.agrees is False
-    assert claims_ledger(capacity=DeviceCapacity.from_gib(183.6, source="implied"))["44 GiB headroom"].agrees is True
+    assert (
+        claims_ledger(capacity=DeviceCapacity.from_gib(183.6, source="implied"))[
+            "44 GiB headroom"
+        ].agrees
+        is True
+    )
 
 
 def test_a_ratio_across_code_trees_is_flagged_and_the_same_tree_gain_stays_the_headline():

@@ -17,12 +17,17 @@ CPU_RUNS = Path(__file__).resolve().parents[2] / "data" / "cpu_runs"
 @pytest.fixture(scope="module")
 def table():
     if not any(CPU_RUNS.glob("*_training.jsonl")):
-        pytest.skip(f"no *_training.jsonl in {CPU_RUNS} (regenerate with: pooltk cpu-runs --out data/cpu_runs)")
+        pytest.skip(
+            f"no *_training.jsonl in {CPU_RUNS} (regenerate with: pooltk cpu-runs --out data/cpu_runs)"
+        )
     return read_logs(CPU_RUNS)
 
 
 def _sidecars():
-    return {p.name.removesuffix("_training.meta.json"): json.loads(p.read_text()) for p in CPU_RUNS.glob("*_training.meta.json")}
+    return {
+        p.name.removesuffix("_training.meta.json"): json.loads(p.read_text())
+        for p in CPU_RUNS.glob("*_training.meta.json")
+    }
 
 
 def test_every_run_reads_as_automodel_jsonl_with_its_sidecar_facts(table):
@@ -31,16 +36,27 @@ def test_every_run_reads_as_automodel_jsonl_with_its_sidecar_facts(table):
     assert {f.format for f in table.files} == {"automodel_jsonl"} and table.n_skipped == 0
     for run, meta in sidecars.items():
         info = table.runs[run]
-        assert (info.pp, info.world_size, info.microbatches, info.seq_len) == (meta["pp"], meta["world_size"], meta["microbatches"], meta["seq_len"])
+        assert (info.pp, info.world_size, info.microbatches, info.seq_len) == (
+            meta["pp"],
+            meta["world_size"],
+            meta["microbatches"],
+            meta["seq_len"],
+        )
         rows = table.steps[table.steps["run"] == run]
         assert list(rows["step"]) == list(range(meta["steps"]))
-        assert set(rows["mem_basis"].dropna()) == {meta["mem_basis"]}  # the sidecar says what 'mem' is (RSS here)
+        assert set(rows["mem_basis"].dropna()) == {
+            meta["mem_basis"]
+        }  # the sidecar says what 'mem' is (RSS here)
 
 
 def test_stock_and_pooled_twins_have_bitwise_equal_losses(table):
     s = table.steps
     runs = set(s["run"])
-    twins = [(r, r.replace("_stock", "_pooled")) for r in runs if r.endswith("_stock") and r.replace("_stock", "_pooled") in runs]
+    twins = [
+        (r, r.replace("_stock", "_pooled"))
+        for r in runs
+        if r.endswith("_stock") and r.replace("_stock", "_pooled") in runs
+    ]
     assert twins
     for stock, pooled in twins:
         a = s[s["run"] == stock]["loss"].to_numpy()
@@ -53,16 +69,23 @@ def test_per_gpu_rate_is_tps_over_world_and_the_logs_own_figure_is_flagged(table
     for r in summary.runs:
         info = table.runs[r.run]
         rows = summary.steps[(summary.steps["run"] == r.run) & (summary.steps["kind"] == "train")]
-        np.testing.assert_allclose(rows["tok_per_s_per_gpu"], rows["tok_per_s_logged"] / info.world_size)
+        np.testing.assert_allclose(
+            rows["tok_per_s_per_gpu"], rows["tok_per_s_logged"] / info.world_size
+        )
         if info.pp > 1:
             assert r.warnings and f"is {info.pp}x the rate per physical GPU" in r.warnings[0]
-        assert r.step_time.basis == "num_tokens_per_step / tps (the log's own timing)" and r.step_time.n > 0
+        assert (
+            r.step_time.basis == "num_tokens_per_step / tps (the log's own timing)"
+            and r.step_time.n > 0
+        )
 
 
 def test_bubble_of_each_run_from_its_shape(table):
     b = bubble_table(table.runs).set_index("run")
     for run, info in table.runs.items():
-        assert b.loc[run, "bubble_pct"] == pytest.approx(100 * (info.pp - 1) / (info.microbatches + info.pp - 1))
+        assert b.loc[run, "bubble_pct"] == pytest.approx(
+            100 * (info.pp - 1) / (info.microbatches + info.pp - 1)
+        )
 
 
 def test_pooled_runs_read_as_pooled_and_stock_runs_as_not_pooled_from_their_sidecars(table):

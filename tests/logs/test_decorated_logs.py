@@ -28,7 +28,9 @@ def _decorate(raw: bytes, how: str, *, task: int = 3) -> bytes:
         if how == "srun":
             out.append(b"%3d: " % task + ln)
         elif how == "kubectl":
-            out.append(b"2026-09-14T10:%02d:%02d.%09dZ " % (i // 60 % 60, i % 60, i * 7919 % 10**9) + ln)
+            out.append(
+                b"2026-09-14T10:%02d:%02d.%09dZ " % (i // 60 % 60, i % 60, i * 7919 % 10**9) + ln
+            )
         elif how == "compose":
             out.append(b"trainer-%d  | " % task + ln)
         elif how == "torchrun":
@@ -58,20 +60,31 @@ def test_every_decoration_reads_to_the_same_steps_as_the_undecorated_file(base_l
         got = read_log_file(dst)
         deco = got.steps
         assert len(deco) == len(plain), (src.name, how)
-        pd.testing.assert_frame_equal(deco[_VALUES].reset_index(drop=True), plain[_VALUES].reset_index(drop=True),
-                                      check_categorical=False, obj=f"{src.name} {how}")
+        pd.testing.assert_frame_equal(
+            deco[_VALUES].reset_index(drop=True),
+            plain[_VALUES].reset_index(drop=True),
+            check_categorical=False,
+            obj=f"{src.name} {how}",
+        )
         assert list(deco["line"]) == list(plain["line"])  # line numbers stay the file's
         assert got.n_skipped == read_log_file(src).n_skipped
         if how in ("srun", "compose"):
             assert set(deco["task"].dropna()) == {3}
-        if how in ("torchrun", "stacked"):  # the innermost rank prefix wins (a file's own [rank0]: stays rank 0)
-            assert set(deco["rank"].dropna()) == ({3} if plain["rank"].isna().all() else set(plain["rank"].dropna()))
+        if how in (
+            "torchrun",
+            "stacked",
+        ):  # the innermost rank prefix wins (a file's own [rank0]: stays rank 0)
+            assert set(deco["rank"].dropna()) == (
+                {3} if plain["rank"].isna().all() else set(plain["rank"].dropna())
+            )
 
 
 def test_one_file_from_many_ranks_becomes_one_table_with_a_rank_column(tmp_path):
     src = (FIX / "automodel_text_current.log").read_bytes()
     parts = [_decorate(src, "srun", task=t).split(b"\n") for t in range(8)]
-    mixed = b"\n".join(ln for group in zip(*parts, strict=True) for ln in group)  # interleaved line by line
+    mixed = b"\n".join(
+        ln for group in zip(*parts, strict=True) for ln in group
+    )  # interleaved line by line
     path = tmp_path / "all_ranks.log"
     path.write_bytes(mixed)
     table = read_log_file(path)
@@ -80,14 +93,23 @@ def test_one_file_from_many_ranks_becomes_one_table_with_a_rank_column(tmp_path)
     assert sorted(set(s["task"])) == list(range(8))
     for t in range(8):
         mine = s[s["task"] == t]
-        assert list(mine["step"]) == list(single["step"]) and list(mine["loss"]) == list(single["loss"])
+        assert list(mine["step"]) == list(single["step"]) and list(mine["loss"]) == list(
+            single["loss"]
+        )
     assert table.files[0].runs == ["all_ranks"]
 
 
 def test_decorations_before_a_record_become_columns_innermost_rank_winning():
     import polars as pl
 
-    prefixes = pl.Series(["", "  3: [rank3]:", "2026-01-02T03:04:05.123456789Z trainer-2  | [default1]:", "12: [rank3]:[rank0]:"])
+    prefixes = pl.Series(
+        [
+            "",
+            "  3: [rank3]:",
+            "2026-01-02T03:04:05.123456789Z trainer-2  | [default1]:",
+            "12: [rank3]:[rank0]:",
+        ]
+    )
     got, kinds = columns(prefixes)
     assert got["rank"].to_list() == [None, 3, 1, 0] and got["task"].to_list() == [None, 3, 2, 12]
     assert got["collector_time"].to_list()[2] == "2026-01-02T03:04:05.123456789Z"
@@ -134,12 +156,18 @@ def test_a_two_gigabyte_file_is_refused_before_reading_with_a_fix(tmp_path):
     big = tmp_path / "huge.log"
     with big.open("wb") as f:  # sparse: 2 GB of size, nothing written
         f.truncate(2 * 10**9)
-    with pytest.raises(LogFormatError, match=r"a file of 1\.86 GiB; required at most 1\.00 GiB") as err:
+    with pytest.raises(
+        LogFormatError, match=r"a file of 1\.86 GiB; required at most 1\.00 GiB"
+    ) as err:
         read_log_file(big)
     assert "split -C" in err.value.fix
     (tmp_path / "ok.log").write_bytes((FIX / "automodel_text_current.log").read_bytes())
     table = read_logs(tmp_path)  # inside a folder: listed as not read, the rest is read
-    assert len(table.unrecognised) == 1 and "huge.log" in table.unrecognised[0] and len(table.steps) > 0
+    assert (
+        len(table.unrecognised) == 1
+        and "huge.log" in table.unrecognised[0]
+        and len(table.steps) > 0
+    )
 
 
 def test_a_gzip_that_inflates_past_the_limit_is_refused_while_decompressing(tmp_path):
@@ -161,12 +189,32 @@ def test_a_file_of_few_distinct_prefixes_reads_each_prefix_as_alone():
     reading the prefixes in pieces small enough to be read one by one (torchrun, srun, mpirun, pdsh, kubectl)."""
     import polars as pl
 
-    kinds = ["[rank3]:", "  7: [default2]:", "[1,5]<stdout>:", "node-12: [rank1]:", "[pod/trainer-0/main] ", "", None,
-             "2026-05-20T02:22:58.123456789Z  11: ", "noise [x] "]
+    kinds = [
+        "[rank3]:",
+        "  7: [default2]:",
+        "[1,5]<stdout>:",
+        "node-12: [rank1]:",
+        "[pod/trainer-0/main] ",
+        "",
+        None,
+        "2026-05-20T02:22:58.123456789Z  11: ",
+        "noise [x] ",
+    ]
     prefixes = pl.Series([kinds[(i * 7) % len(kinds)] for i in range(12_001)], dtype=pl.String)
     whole, seen = columns(prefixes)
     pieces = [columns(prefixes.slice(k, 5_000)) for k in range(0, prefixes.len(), 5_000)]
-    assert set(seen) == {k for _, ks in pieces for k in ks} and {"torchrun", "srun", "mpirun", "pdsh", "kubectl_prefix"} <= set(seen)
+    assert set(seen) == {k for _, ks in pieces for k in ks} and {
+        "torchrun",
+        "srun",
+        "mpirun",
+        "pdsh",
+        "kubectl_prefix",
+    } <= set(seen)
     for col, values in whole.items():
         assert values.to_list() == pl.concat([p[col] for p, _ in pieces]).to_list(), col
-    assert whole["rank"][0] == 3 and whole["task"][1] == 11 and whole["host"][3] == "node-12" and whole["rank"][3] == 1
+    assert (
+        whole["rank"][0] == 3
+        and whole["task"][1] == 11
+        and whole["host"][3] == "node-12"
+        and whole["rank"][3] == 1
+    )

@@ -20,7 +20,11 @@ from hypothesis import strategies as st
 
 from pooltk.logs import LogFormatError, read_log_file
 
-SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 FIX = Path(__file__).resolve().parent / "fixtures"
 
 
@@ -46,15 +50,37 @@ def _assert_same(slow, fast):
     assert [f.to_dict() for f in slow.files] == [f.to_dict() for f in fast.files]
 
 
-def _text_line(step, loss="9.5000", lr="6.39e-05", tps="8000.00(2000.00/gpu)", nlt="65536", epoch="0", stamp=None):
+def _text_line(
+    step,
+    loss="9.5000",
+    lr="6.39e-05",
+    tps="8000.00(2000.00/gpu)",
+    nlt="65536",
+    epoch="0",
+    stamp=None,
+):
     stamp = stamp or f"2026-10-01 10:{step // 60 % 60:02d}:{step % 60:02d}"
-    return (f"{stamp} | INFO | root | step {step} | epoch {epoch} | loss {loss} | grad_norm 2.2188 | lr {lr} | "
-            f"mem 40.25 GiB | tps {tps} | num_label_tokens {nlt}")
+    return (
+        f"{stamp} | INFO | root | step {step} | epoch {epoch} | loss {loss} | grad_norm 2.2188 | lr {lr} | "
+        f"mem 40.25 GiB | tps {tps} | num_label_tokens {nlt}"
+    )
 
 
 def _json_line(n, **over):
-    rec = {"step": n, "epoch": 0, "timestamp": "2026-10-01T10:00:00.000Z", "loss": 2.5, "grad_norm": 1.25, "lr": 1e-05,
-           "mem": 22.5, "tps": 1000.0, "tps_per_gpu": 250.0, "mfu": None, "num_tokens_per_step": 2000, "num_label_tokens": 500}
+    rec = {
+        "step": n,
+        "epoch": 0,
+        "timestamp": "2026-10-01T10:00:00.000Z",
+        "loss": 2.5,
+        "grad_norm": 1.25,
+        "lr": 1e-05,
+        "mem": 22.5,
+        "tps": 1000.0,
+        "tps_per_gpu": 250.0,
+        "mfu": None,
+        "num_tokens_per_step": 2000,
+        "num_label_tokens": 500,
+    }
     text = json.dumps(rec)
     for key, raw in over.items():  # splice a raw token in place of the value
         old = json.dumps({key: rec[key]})[1:-1]
@@ -65,11 +91,29 @@ def _json_line(n, **over):
 @pytest.mark.parametrize(
     "field",
     [
-        {"loss": "nan"}, {"loss": "N/A"}, {"loss": "1_000"}, {"loss": "TRUE"}, {"loss": "1.2.3"}, {"loss": "-0"},
-        {"loss": ".5"}, {"loss": "5."}, {"loss": "1e400"}, {"loss": "0.1000000000000000055511151231257827"},
-        {"lr": "6.39E-05"}, {"lr": "6.39e+05"}, {"nlt": "5.0"}, {"nlt": "5e2"}, {"nlt": "+5"}, {"nlt": "05"},
-        {"nlt": "9223372036854775808"}, {"epoch": "-1"}, {"tps": "8000.00(2000.00/gpu"}, {"tps": "8000.00((2000.00/gpu)"},
-        {"tps": "1,000.00(250.00/gpu)"}, {"stamp": "2026-02-30 10:00:00"}, {"stamp": "2026-10-01 24:00:00"},
+        {"loss": "nan"},
+        {"loss": "N/A"},
+        {"loss": "1_000"},
+        {"loss": "TRUE"},
+        {"loss": "1.2.3"},
+        {"loss": "-0"},
+        {"loss": ".5"},
+        {"loss": "5."},
+        {"loss": "1e400"},
+        {"loss": "0.1000000000000000055511151231257827"},
+        {"lr": "6.39E-05"},
+        {"lr": "6.39e+05"},
+        {"nlt": "5.0"},
+        {"nlt": "5e2"},
+        {"nlt": "+5"},
+        {"nlt": "05"},
+        {"nlt": "9223372036854775808"},
+        {"epoch": "-1"},
+        {"tps": "8000.00(2000.00/gpu"},
+        {"tps": "8000.00((2000.00/gpu)"},
+        {"tps": "1,000.00(250.00/gpu)"},
+        {"stamp": "2026-02-30 10:00:00"},
+        {"stamp": "2026-10-01 24:00:00"},
     ],
 )
 def test_awkward_text_values_read_the_same_both_ways(field):
@@ -82,12 +126,35 @@ def test_awkward_text_values_read_the_same_both_ways(field):
 @pytest.mark.parametrize(
     "field",
     [
-        {"loss": "NaN"}, {"loss": "Infinity"}, {"loss": "-0"}, {"loss": "-0.0"}, {"loss": "05"}, {"loss": "+1"},
-        {"loss": "1."}, {"loss": ".5"}, {"loss": "1.e5"}, {"loss": "1E5"}, {"loss": "1e+05"}, {"loss": "1e-05"},
-        {"loss": "null"}, {"loss": "true"}, {"loss": '"2.5"'}, {"loss": "1" * 400}, {"grad_norm": "null"},
-        {"mfu": "1.5"}, {"mfu": "nul"}, {"epoch": "1.0"}, {"epoch": "1e0"}, {"epoch": "-0"}, {"epoch": "007"},
-        {"num_label_tokens": "99999999999999999999"}, {"step": "3.0"}, {"timestamp": '"2026-10-01T10:00:00Z"'},
-        {"timestamp": "null"}, {"lr": "1.4000000000000001e-05"}, {"tps": "12345678901234567890"},
+        {"loss": "NaN"},
+        {"loss": "Infinity"},
+        {"loss": "-0"},
+        {"loss": "-0.0"},
+        {"loss": "05"},
+        {"loss": "+1"},
+        {"loss": "1."},
+        {"loss": ".5"},
+        {"loss": "1.e5"},
+        {"loss": "1E5"},
+        {"loss": "1e+05"},
+        {"loss": "1e-05"},
+        {"loss": "null"},
+        {"loss": "true"},
+        {"loss": '"2.5"'},
+        {"loss": "1" * 400},
+        {"grad_norm": "null"},
+        {"mfu": "1.5"},
+        {"mfu": "nul"},
+        {"epoch": "1.0"},
+        {"epoch": "1e0"},
+        {"epoch": "-0"},
+        {"epoch": "007"},
+        {"num_label_tokens": "99999999999999999999"},
+        {"step": "3.0"},
+        {"timestamp": '"2026-10-01T10:00:00Z"'},
+        {"timestamp": "null"},
+        {"lr": "1.4000000000000001e-05"},
+        {"tps": "12345678901234567890"},
     ],
 )
 def test_awkward_json_values_read_the_same_both_ways(field):
@@ -119,8 +186,11 @@ def test_the_fast_path_really_reads_canonical_lines():
 
 finite = st.floats(min_value=-1e12, max_value=1e12, allow_nan=False, allow_infinity=False)
 token = st.one_of(
-    finite.map(repr), finite.map(lambda x: f"{x:.4f}"), finite.map(lambda x: f"{x:.2e}"),
-    st.integers(-(10**20), 10**20).map(str), st.sampled_from(["nan", "inf", "-inf", "N/A", "", "1.", ".5", "05", "+3", "1e5"]),
+    finite.map(repr),
+    finite.map(lambda x: f"{x:.4f}"),
+    finite.map(lambda x: f"{x:.2e}"),
+    st.integers(-(10**20), 10**20).map(str),
+    st.sampled_from(["nan", "inf", "-inf", "N/A", "", "1.", ".5", "05", "+3", "1e5"]),
     st.text(alphabet="0123456789.eE+-", min_size=1, max_size=12),
 )
 
@@ -128,7 +198,10 @@ token = st.one_of(
 @SETTINGS
 @given(tokens=st.lists(st.tuples(token, token, token), min_size=1, max_size=8), data=st.data())
 def test_random_numbers_in_text_lines_read_the_same_both_ways(tokens, data):
-    lines = [_text_line(i + 1, loss=a, lr=b, nlt=c if data.draw(st.booleans()) else "1") for i, (a, b, c) in enumerate(tokens)]
+    lines = [
+        _text_line(i + 1, loss=a, lr=b, nlt=c if data.draw(st.booleans()) else "1")
+        for i, (a, b, c) in enumerate(tokens)
+    ]
     lines += [_text_line(len(lines) + 1)]
     if data.draw(st.booleans()):
         i = data.draw(st.integers(0, len(lines) - 1))
@@ -140,7 +213,10 @@ def test_random_numbers_in_text_lines_read_the_same_both_ways(tokens, data):
 @SETTINGS
 @given(tokens=st.lists(st.tuples(token, token, token), min_size=1, max_size=8), data=st.data())
 def test_random_numbers_in_json_records_read_the_same_both_ways(tokens, data):
-    lines = [_json_line(i, loss=a, mfu=b or "null", num_label_tokens=c or "1") for i, (a, b, c) in enumerate(tokens)]
+    lines = [
+        _json_line(i, loss=a, mfu=b or "null", num_label_tokens=c or "1")
+        for i, (a, b, c) in enumerate(tokens)
+    ]
     lines += [_json_line(len(lines))]
     if data.draw(st.booleans()):
         i = data.draw(st.integers(0, len(lines) - 1))
@@ -155,7 +231,11 @@ def test_carriage_returns_read_the_same_both_ways(where):
     if where == "crlf":
         text = "\r\n".join(lines) + "\r\n"
     else:
-        lines[2] = lines[2].replace("INFO", "IN\rFO") if where == "cr_in_level" else lines[2].replace("loss 9.5000", "loss 9.5\r000")
+        lines[2] = (
+            lines[2].replace("INFO", "IN\rFO")
+            if where == "cr_in_level"
+            else lines[2].replace("loss 9.5000", "loss 9.5\r000")
+        )
         text = "\n".join(lines) + "\n"
     slow, fast = _both(text, "cr.log")
     _assert_same(slow, fast)
@@ -175,22 +255,51 @@ def test_a_cut_short_layout_in_the_head_is_skipped_when_the_file_goes_on_in_full
 # --------------------------------------------------------------------------- torchtitan
 
 
-def _titan_line(step, loss="10.60813", gn="49.2500", mem="169.10GiB(94.81%)", tps="9,891", tflops="833.38", mfu="37.04%",
-                name="root", stamp=None):
+def _titan_line(
+    step,
+    loss="10.60813",
+    gn="49.2500",
+    mem="169.10GiB(94.81%)",
+    tps="9,891",
+    tflops="833.38",
+    mfu="37.04%",
+    name="root",
+    stamp=None,
+):
     stamp = stamp or f"2026-05-20 02:{step // 60 % 60:02d}:{step % 60:02d},212"
-    return (f"[titan] {stamp} - {name} - INFO - step: {step:2}  loss: {loss}  grad_norm: {gn}  memory: {mem}  "
-            f"tps: {tps}  tflops: {tflops}  mfu: {mfu}")
+    return (
+        f"[titan] {stamp} - {name} - INFO - step: {step:2}  loss: {loss}  grad_norm: {gn}  memory: {mem}  "
+        f"tps: {tps}  tflops: {tflops}  mfu: {mfu}"
+    )
 
 
 _TITAN_AWKWARD = [
-    {"loss": "-1.0000"}, {"loss": "nan"}, {"loss": "1.e5"}, {"loss": "+1.5"}, {"loss": "05.50"}, {"gn": "inf"},
-    {"tps": "1,234,567"}, {"tps": "12,34"}, {"tps": "1234"}, {"tps": "1,2,3"}, {"tflops": "1,234.56"}, {"tflops": "N/A"},
-    {"mfu": "N/A"}, {"mfu": "37%"}, {"mem": "5.2GiB"}, {"mem": "5.20GiB(5%)"}, {"name": "torchtitan.trainer"},
-    {"stamp": "2026-02-30 01:02:03,004"}, {"stamp": "2026-05-20 02:22:58,21"}, {"loss": "99999999999999999999.5"},
+    {"loss": "-1.0000"},
+    {"loss": "nan"},
+    {"loss": "1.e5"},
+    {"loss": "+1.5"},
+    {"loss": "05.50"},
+    {"gn": "inf"},
+    {"tps": "1,234,567"},
+    {"tps": "12,34"},
+    {"tps": "1234"},
+    {"tps": "1,2,3"},
+    {"tflops": "1,234.56"},
+    {"tflops": "N/A"},
+    {"mfu": "N/A"},
+    {"mfu": "37%"},
+    {"mem": "5.2GiB"},
+    {"mem": "5.20GiB(5%)"},
+    {"name": "torchtitan.trainer"},
+    {"stamp": "2026-02-30 01:02:03,004"},
+    {"stamp": "2026-05-20 02:22:58,21"},
+    {"loss": "99999999999999999999.5"},
 ]
 
 
-@pytest.mark.parametrize("over", _TITAN_AWKWARD, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize(
+    "over", _TITAN_AWKWARD, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items())
+)
 def test_torchtitan_awkward_values_read_the_same_both_ways(over):
     lines = [_titan_line(s) for s in range(1, 30)]
     lines[7] = _titan_line(8, **over)
@@ -198,9 +307,18 @@ def test_torchtitan_awkward_values_read_the_same_both_ways(over):
 
 
 @SETTINGS
-@given(st.lists(st.tuples(st.integers(0, 10**6), st.floats(-2, 1e6, allow_nan=False).map(lambda x: f"{x:.5f}"),
-                          st.integers(0, 10**9).map(lambda v: f"{v:,}"), st.sampled_from(["", "cut", "garble", "val", "noise"])),
-                min_size=1, max_size=40))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 10**6),
+            st.floats(-2, 1e6, allow_nan=False).map(lambda x: f"{x:.5f}"),
+            st.integers(0, 10**9).map(lambda v: f"{v:,}"),
+            st.sampled_from(["", "cut", "garble", "val", "noise"]),
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
 def test_random_torchtitan_logs_read_the_same_both_ways(rows):
     out = ["[titan] 2026-05-20 02:22:30,411 - root - INFO - Starting job: test"]
     for i, (step, loss, tps, damage) in enumerate(rows):
@@ -228,7 +346,9 @@ def test_the_torchtitan_fast_path_reads_every_canonical_line():
 
     from pooltk.logs import torchtitan
 
-    body = pl.Series([_titan_line(s, tps=f"{s * 1001:,}", tflops=f"{s * 37.5:,.2f}") for s in range(1, 500)])
+    body = pl.Series(
+        [_titan_line(s, tps=f"{s * 1001:,}", tflops=f"{s * 37.5:,.2f}") for s in range(1, 500)]
+    )
     cols, ok, _ = torchtitan.fast(body)
     assert ok.all()
     assert cols["tok_per_s_logged"].head(3).to_list() == [1001.0, 2002.0, 3003.0]

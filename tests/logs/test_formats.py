@@ -44,7 +44,12 @@ def test_automodel_current_form_reads_values_colour_and_named_validation():
     assert first["timestamp"] == pd.Timestamp("2026-10-01 10:00:10")
     assert first["line"] == 5
     val = t.steps[t.steps["kind"] == "val"].iloc[0]
-    assert (val["step"], val["loss"], val["val_name"], val["num_label_tokens"]) == (4, 9.7001, "squad", 4096)
+    assert (val["step"], val["loss"], val["val_name"], val["num_label_tokens"]) == (
+        4,
+        9.7001,
+        "squad",
+        4096,
+    )
     assert math.isnan(val["mem_gib"]) and pd.isna(val["mem_basis"])
     assert t.runs["automodel_text_current"].world_size == 16
 
@@ -66,7 +71,9 @@ def test_automodel_2025_08_form_without_per_gpu_figure_and_garbled_line():
     assert train["tok_per_s_per_gpu_logged"].isna().all()
     rep = t.files[0]
     # line 6 holds two cut records (two writes garbled into one line): each is found and counted as cut, none is a value
-    assert rep.skipped_by_reason == {"truncated: ends after 'loss' (the file's lines go on to 'num_label_tokens')": 2}
+    assert rep.skipped_by_reason == {
+        "truncated: ends after 'loss' (the file's lines go on to 'num_label_tokens')": 2
+    }
     assert [s.line for s in rep.skipped_examples] == [6, 6]
 
 
@@ -87,7 +94,9 @@ def test_jsonl_run_in_a_folder_takes_the_folder_name_and_reads_null_and_missing_
     assert set(t.steps["run"]) == {"automodel_run"}
     train = _train(t)
     assert list(train["step"]) == [0, 1, 2, 3, 4]
-    assert math.isnan(train["mfu_pct_logged"].iloc[0]) and math.isnan(train["mfu_pct_logged"].iloc[2])
+    assert math.isnan(train["mfu_pct_logged"].iloc[0]) and math.isnan(
+        train["mfu_pct_logged"].iloc[2]
+    )
     assert train["mfu_pct_logged"].iloc[1] == 1.5
     assert train["step_time_s"].iloc[1] == pytest.approx(2.0)
     assert train["timestamp"].iloc[1] == pd.Timestamp("2026-10-01 10:00:12")
@@ -104,14 +113,27 @@ def test_benchmark_log_and_summary_make_one_run_with_gib_memory_and_seconds_time
     assert set(t.steps["run"]) == {"k3_like"}
     s = t.steps
     assert list(s["step"]) == [0, 1, 2, 3, 4, 5]
-    assert list(s["mem_gib"]) == [139.6, 139.6, 139.8, 139.8, 139.9, 139.9]  # printed "GB", computed / 1024**3
+    assert list(s["mem_gib"]) == [
+        139.6,
+        139.6,
+        139.8,
+        139.8,
+        139.9,
+        139.9,
+    ]  # printed "GB", computed / 1024**3
     # iteration 3 has no 'Max iter time' line: its time comes from the timer block (seconds despite "(ms)")
     assert list(s["step_time_s"]) == [100.0, 60.0, 50.0, 50.0, 50.0, 50.0]
     assert s["step_time_basis"].iloc[3].startswith("benchmark timer block")
     assert list(s["mfu_pct_logged"].fillna(-1)) == [9.0, 15.0, 18.0, -1, 18.0, 18.0]
     assert list(s["rank"]) == [0] * 6
     info = t.runs["k3_like"]
-    assert (info.world_size, info.global_batch_size, info.seq_len, info.warmup_steps, info.dp) == (256, 4096, 2048, 2, 32)
+    assert (info.world_size, info.global_batch_size, info.seq_len, info.warmup_steps, info.dp) == (
+        256,
+        4096,
+        2048,
+        2,
+        32,
+    )
     assert info.extra["setup_time_s"] == 300.5 and info.extra["tflops_per_global_step"] == 5253000.0
 
 
@@ -126,17 +148,31 @@ def test_torchtitan_all_ranks_pp_minus_one_progress_form_and_validation():
     assert list(r1["loss"]) == [4.09409, 3.07209, 2.47806, 2.42329]
     assert list(r1["step"]) == [1, 2, 3, 4]  # 'step: 4/4 = 100.00%' -> 4
     assert list(r1["tok_per_s_logged"]) == [1010.0, 20200.0, 21200.0, 21400.0]  # thousands commas
-    assert math.isnan(r1["mfu_pct_logged"].iloc[0]) and r1["mfu_pct_logged"].iloc[1] == 8.08  # 'mfu: N/A'
-    assert r1["mem_gib"].iloc[0] == 70.0 and r1["mem_pct"].iloc[0] == 37.38 and r1["mem_basis"].iloc[0] == "max_reserved"
+    assert (
+        math.isnan(r1["mfu_pct_logged"].iloc[0]) and r1["mfu_pct_logged"].iloc[1] == 8.08
+    )  # 'mfu: N/A'
+    assert (
+        r1["mem_gib"].iloc[0] == 70.0
+        and r1["mem_pct"].iloc[0] == 37.38
+        and r1["mem_basis"].iloc[0] == "max_reserved"
+    )
     assert r1["tflops_per_gpu_logged"].iloc[1] == 202.0
     val = s[s["kind"] == "val"].iloc[0]
     assert (val["step"], val["loss"], val["tok_per_s_logged"], val["rank"]) == (3, 2.5, 50000.0, 1)
-    assert train[(train["rank"] == 0) & (train["step"] == 3)]["line"].item() == 11  # doubled [rank0]: prefix
+    assert (
+        train[(train["rank"] == 0) & (train["step"] == 3)]["line"].item() == 11
+    )  # doubled [rank0]: prefix
     rep = t.files[0]
     assert rep.n_skipped == 0 and rep.n_nonfinite == 0
     assert any("loss -1" in n for n in rep.notes)
     info = t.runs["torchtitan_pp_allranks"]
-    assert (info.pp, info.dp, info.world_size, info.peak_flops, info.device_capacity_gib) == (2, 1, 2, 2.5e15, 187.28)
+    assert (info.pp, info.dp, info.world_size, info.peak_flops, info.device_capacity_gib) == (
+        2,
+        1,
+        2,
+        2.5e15,
+        187.28,
+    )
 
 
 def test_torchtitan_2024_wps_form_without_titan_tag():
@@ -189,7 +225,10 @@ def test_a_damaged_gz_is_an_error_naming_the_file(tmp_path):
 
 
 def test_strict_mode_turns_the_first_skipped_line_into_an_error_with_its_line():
-    with pytest.raises(LogFormatError, match=r"automodel_text_current\.log:12: found a step line that does not parse"):
+    with pytest.raises(
+        LogFormatError,
+        match=r"automodel_text_current\.log:12: found a step line that does not parse",
+    ):
         read_log_file(FIX / "automodel_text_current.log", strict=True)
 
 

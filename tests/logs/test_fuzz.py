@@ -24,7 +24,11 @@ from hypothesis import strategies as st
 from pooltk.logs import LogFormatError, read_log_file
 from pooltk.logs.jsonl_writer import write_training_jsonl
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 ANSI = ["\x1b[31m", "\x1b[32m", "\x1b[39m", "\x1b[0m", "\x1b[38;2;54;234;195m"]
 
@@ -71,9 +75,22 @@ def torchtitan_line(r, *, rank=0, colour=False):
 
 
 def jsonl_line(r):
-    return json.dumps({"step": r["step"], "epoch": 0, "timestamp": "2026-10-01T10:00:00.000Z", "loss": r["loss"],
-                       "grad_norm": r["grad_norm"], "lr": r["lr"], "mem": r["mem"], "tps": r["tps"], "tps_per_gpu": r["per"],
-                       "mfu": None, "num_tokens_per_step": 100, "num_label_tokens": r["nlt"]})
+    return json.dumps(
+        {
+            "step": r["step"],
+            "epoch": 0,
+            "timestamp": "2026-10-01T10:00:00.000Z",
+            "loss": r["loss"],
+            "grad_norm": r["grad_norm"],
+            "lr": r["lr"],
+            "mem": r["mem"],
+            "tps": r["tps"],
+            "tps_per_gpu": r["per"],
+            "mfu": None,
+            "num_tokens_per_step": 100,
+            "num_label_tokens": r["nlt"],
+        }
+    )
 
 
 RENDER = {"automodel": automodel_line, "torchtitan": torchtitan_line, "jsonl": jsonl_line}
@@ -101,7 +118,9 @@ def _check_contract(table, err, path):
         return
     assert len(table.steps) >= 1, "a table without error must have rows"
     for rep in table.files:
-        assert rep.n_row_lines + rep.n_skipped_lines + rep.n_meta + rep.n_other == rep.n_lines, rep.to_dict()
+        assert rep.n_row_lines + rep.n_skipped_lines + rep.n_meta + rep.n_other == rep.n_lines, (
+            rep.to_dict()
+        )
 
 
 def _same(a: float, b: float) -> bool:
@@ -115,18 +134,30 @@ def test_damaged_logs_give_a_clear_error_or_counted_skips_never_a_crash(kind, re
     damaged: set[int] = set()
     for _ in range(data.draw(st.integers(0, 4))):
         i = data.draw(st.integers(0, len(lines) - 1))
-        how = data.draw(st.sampled_from(["cut", "garble", "splice", "binary", "long", "blank", "ansi"]))
+        how = data.draw(
+            st.sampled_from(["cut", "garble", "splice", "binary", "long", "blank", "ansi"])
+        )
         line = lines[i]
         if how == "cut":
             lines[i] = line[: data.draw(st.integers(0, max(0, len(line) - 1)))]
         elif how == "garble":
             pos = data.draw(st.integers(0, len(line)))
-            lines[i] = line[:pos] + data.draw(st.text(min_size=1, max_size=20)).replace("\n", " ") + line[pos:]
+            lines[i] = (
+                line[:pos]
+                + data.draw(st.text(min_size=1, max_size=20)).replace("\n", " ")
+                + line[pos:]
+            )
         elif how == "splice":
             other = lines[data.draw(st.integers(0, len(lines) - 1))]
-            lines[i] = line[: data.draw(st.integers(0, len(line)))] + other[data.draw(st.integers(0, len(other))) :]
+            lines[i] = (
+                line[: data.draw(st.integers(0, len(line)))]
+                + other[data.draw(st.integers(0, len(other))) :]
+            )
         elif how == "binary":
-            lines.insert(i, data.draw(st.binary(min_size=1, max_size=200)).decode("latin-1").replace("\n", " "))
+            lines.insert(
+                i,
+                data.draw(st.binary(min_size=1, max_size=200)).decode("latin-1").replace("\n", " "),
+            )
         elif how == "long":
             lines.insert(i, "x" * data.draw(st.integers(10_000, 200_000)))
         elif how == "blank":
@@ -149,11 +180,16 @@ def test_automodel_lines_round_trip_their_printed_values(records, colour, data):
     for (_, row), r in zip(s.iterrows(), records, strict=True):
         assert _same(row["loss"], float(f"{r['loss']:.4f}"))
         assert row["mem_gib"] == float(f"{r['mem']:.2f}") and row["lr"] == float(f"{r['lr']:.2e}")
-        assert row["tok_per_s_per_gpu_logged"] == float(f"{r['per']:.2f}") and row["num_label_tokens"] == r["nlt"]
+        assert (
+            row["tok_per_s_per_gpu_logged"] == float(f"{r['per']:.2f}")
+            and row["num_label_tokens"] == r["nlt"]
+        )
 
 
 @SETTINGS
-@given(records=step_records(max_size=8), nranks=st.integers(1, 4), colour=st.booleans(), data=st.data())
+@given(
+    records=step_records(max_size=8), nranks=st.integers(1, 4), colour=st.booleans(), data=st.data()
+)
 def test_torchtitan_interleaved_ranks_keep_each_ranks_rows(records, nranks, colour, data):
     """All ranks logging to one stream, in any interleaving: one row per (rank, step), values intact."""
     streams = []
@@ -195,13 +231,33 @@ def test_empty_and_blank_files_are_errors_naming_the_file():
 @SETTINGS
 @given(records=step_records(max_size=10))
 def test_jsonl_writer_and_reader_round_trip_including_nonfinite_loss(records):
-    rows = [{"step": r["step"], "epoch": 0, "timestamp": "2026-10-01T10:00:00.000Z", "loss": r["loss"],
-             "grad_norm": r["grad_norm"], "lr": r["lr"], "mem": r["mem"], "tps": r["tps"], "tps_per_gpu": r["per"],
-             "mfu": None, "num_tokens_per_step": r["nlt"], "num_label_tokens": r["nlt"]} for r in records]
+    rows = [
+        {
+            "step": r["step"],
+            "epoch": 0,
+            "timestamp": "2026-10-01T10:00:00.000Z",
+            "loss": r["loss"],
+            "grad_norm": r["grad_norm"],
+            "lr": r["lr"],
+            "mem": r["mem"],
+            "tps": r["tps"],
+            "tps_per_gpu": r["per"],
+            "mfu": None,
+            "num_tokens_per_step": r["nlt"],
+            "num_label_tokens": r["nlt"],
+        }
+        for r in records
+    ]
     with tempfile.TemporaryDirectory() as d:
         path = write_training_jsonl(Path(d) / "x_training.jsonl", rows)
         s = read_log_file(path).steps
     assert list(s["step"]) == [r["step"] for r in rows]
     for (_, got), r in zip(s.iterrows(), rows, strict=True):
-        assert _same(got["loss"], r["loss"]) and got["grad_norm"] == r["grad_norm"] and got["mem_gib"] == r["mem"]
-        assert got["tok_per_s_logged"] == r["tps"] and got["step_time_s"] == pytest.approx(r["num_tokens_per_step"] / r["tps"])
+        assert (
+            _same(got["loss"], r["loss"])
+            and got["grad_norm"] == r["grad_norm"]
+            and got["mem_gib"] == r["mem"]
+        )
+        assert got["tok_per_s_logged"] == r["tps"] and got["step_time_s"] == pytest.approx(
+            r["num_tokens_per_step"] / r["tps"]
+        )

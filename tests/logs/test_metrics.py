@@ -27,7 +27,12 @@ from pooltk.logs.metrics import (
     steady_window,
     summarize,
 )
-from pooltk.studies.kimi_k3.constants import GB200_NOMINAL, K3_ACTIVE_6N, PEAK_GB200_2250, PEAK_GB200_2500
+from pooltk.studies.kimi_k3.constants import (
+    GB200_NOMINAL,
+    K3_ACTIVE_6N,
+    PEAK_GB200_2250,
+    PEAK_GB200_2500,
+)
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 
@@ -36,7 +41,9 @@ def test_mfu_is_rate_times_flops_per_token_over_peak_as_in_the_k3_report():
     fig = mfu(615.9, K3_ACTIVE_6N, PEAK_GB200_2250)
     assert fig.mfu_pct == pytest.approx(100 * 615.9 * 6 * 104e9 / 2.25e15)
     assert round(fig.mfu_pct, 1) == 17.1
-    assert fig.basis == "615.9 tok/s/GPU x 6 x 104e9 active params / GB200 2250 TFLOP/s (K3 configs)"
+    assert (
+        fig.basis == "615.9 tok/s/GPU x 6 x 104e9 active params / GB200 2250 TFLOP/s (K3 configs)"
+    )
 
 
 def test_mfu_table_shows_both_gb200_peaks():
@@ -68,7 +75,14 @@ def test_headroom_states_gib_and_gb_explicitly():
     assert h.headroom_gib == pytest.approx(186e9 / 2**30 - 139.6)
     assert h.headroom_gb == pytest.approx(186.0 - 139.6 * 2**30 / 1e9)
     assert round(GB200_NOMINAL.gib, 1) == 173.2
-    assert list(h.to_frame().columns) == ["peak_gib", "capacity_gib", "capacity_gb", "headroom_gib", "headroom_gb", "capacity_source"]
+    assert list(h.to_frame().columns) == [
+        "peak_gib",
+        "capacity_gib",
+        "capacity_gb",
+        "headroom_gib",
+        "headroom_gb",
+        "capacity_source",
+    ]
     with pytest.raises(ValueError, match="required a positive capacity"):
         DeviceCapacity.from_gib(0)
 
@@ -89,10 +103,15 @@ def test_benchmark_rate_is_gbs_times_seq_over_iteration_time_times_world():
 
 
 def test_benchmark_rate_without_world_size_says_what_is_missing():
-    t = read_log_file(FIX / "bench_run" / "k3_like.log")  # no JSON summary: no world size, no seq_len
+    t = read_log_file(
+        FIX / "bench_run" / "k3_like.log"
+    )  # no JSON summary: no world size, no seq_len
     rates = per_gpu_rates(t.steps, t.runs)
     assert rates.steps["tok_per_s_per_gpu"].isna().all()
-    assert rates.bases["k3_like"] == "unknown: needs seq_len, world_size (GBS x seq_len / (iteration time x world size))"
+    assert (
+        rates.bases["k3_like"]
+        == "unknown: needs seq_len, world_size (GBS x seq_len / (iteration time x world size))"
+    )
 
 
 def test_automodel_pp8_per_gpu_figure_is_flagged_as_eight_times_physical():
@@ -101,8 +120,12 @@ def test_automodel_pp8_per_gpu_figure_is_flagged_as_eight_times_physical():
     steps = t.steps.copy()
     steps["tok_per_s_per_gpu_logged"] = steps["tok_per_s_logged"] / 32
     with pytest.warns(PerGpuBasisWarning, match=r"8x the rate per physical GPU .*pp x tp = 8"):
-        rates = per_gpu_rates(steps, {"automodel_text_current": RunInfo(world_size=256, pp=8, tp=1)})
-    assert rates.steps["tok_per_s_per_gpu"].dropna().tolist() == pytest.approx((steps["tok_per_s_logged"] / 256).dropna().tolist())
+        rates = per_gpu_rates(
+            steps, {"automodel_text_current": RunInfo(world_size=256, pp=8, tp=1)}
+        )
+    assert rates.steps["tok_per_s_per_gpu"].dropna().tolist() == pytest.approx(
+        (steps["tok_per_s_logged"] / 256).dropna().tolist()
+    )
 
 
 def test_per_gpu_rate_from_logged_figure_when_only_pp_and_tp_are_known():
@@ -125,8 +148,13 @@ def test_steady_window_rules():
 
 def test_summary_of_benchmark_run_uses_declared_warmup_and_reports_bases():
     t = read_logs(FIX / "bench_run")
-    s = summarize(t, flops=K3_ACTIVE_6N, peaks=(PEAK_GB200_2250, PEAK_GB200_2500), capacity=GB200_NOMINAL)["k3_like"]
-    assert (s.window.first_step, s.window.last_step) == (2, 5) and "declared warmup" in s.window.rule
+    s = summarize(
+        t, flops=K3_ACTIVE_6N, peaks=(PEAK_GB200_2250, PEAK_GB200_2500), capacity=GB200_NOMINAL
+    )["k3_like"]
+    assert (s.window.first_step, s.window.last_step) == (
+        2,
+        5,
+    ) and "declared warmup" in s.window.rule
     assert s.tok_per_s_per_gpu == pytest.approx(4096 * 2048 / (50 * 256))
     assert s.step_time.median_s == 50.0 and s.step_time.n == 4
     assert s.mfu.mfu_pct == pytest.approx(100 * s.tok_per_s_per_gpu * 6 * 104e9 / 2.25e15)
@@ -148,5 +176,7 @@ def test_collapse_ranks_keeps_the_last_stage_loss_max_memory_mean_rate():
 
 
 def test_step_time_from_one_second_timestamps_says_so():
-    s = summarize(read_logs(FIX / "automodel_text_current.log"), warn=False)["automodel_text_current"]
+    s = summarize(read_logs(FIX / "automodel_text_current.log"), warn=False)[
+        "automodel_text_current"
+    ]
     assert s.step_time.median_s == 4.0 and "1 s resolution" in s.step_time.basis

@@ -45,9 +45,16 @@ def test_the_folder_reads_every_log_with_its_format_and_nothing_skipped(table):
     }
     assert table.n_skipped == 0 and table.unrecognised == []
     assert {f.run: f.n_rows for f in table.files} == {
-        "automodel-jsonl-1": 50, "automodel-jsonl-2": 100, "automodel-jsonl-3": 100,
-        "automodel-train-1": 5, "automodel-train-2": 2, "automodel-train-3": 6,
-        "torchtitan-1": 2, "torchtitan-2": 10, "torchtitan-3": 10, "torchtitan-4": 1,
+        "automodel-jsonl-1": 50,
+        "automodel-jsonl-2": 100,
+        "automodel-jsonl-3": 100,
+        "automodel-train-1": 5,
+        "automodel-train-2": 2,
+        "automodel-train-3": 6,
+        "torchtitan-1": 2,
+        "torchtitan-2": 10,
+        "torchtitan-3": 10,
+        "torchtitan-4": 1,
     }
 
 
@@ -55,11 +62,16 @@ def test_automodel_docs_log_with_many_loggers_and_raw_warnings(table):
     r = _run(table, "automodel-train-1")
     assert list(r["step"]) == [1, 2, 3, 4, 5] and list(r["line"]) == [196, 197, 198, 199, 200]
     assert r["loss"].iloc[0] == 10.9521 and r["loss"].iloc[-1] == 9.5964
-    assert r["tok_per_s_logged"].iloc[0] == 132005.57 and r["tok_per_s_per_gpu_logged"].iloc[0] == 66002.79
+    assert (
+        r["tok_per_s_logged"].iloc[0] == 132005.57
+        and r["tok_per_s_per_gpu_logged"].iloc[0] == 66002.79
+    )
     assert r["mem_gib"].iloc[0] == 38.39 and r["lr"].iloc[4] == 6.39e-05
     assert r["timestamp"].iloc[0] == pd.Timestamp("2025-09-01 07:13:33")
     # dp 2: the logged per-GPU figure is tps / 2 on every line
-    np.testing.assert_allclose(r["tok_per_s_logged"] / r["tok_per_s_per_gpu_logged"], 2.0, rtol=1e-6)
+    np.testing.assert_allclose(
+        r["tok_per_s_logged"] / r["tok_per_s_per_gpu_logged"], 2.0, rtol=1e-6
+    )
     rep = next(f for f in table.files if f.run == "automodel-train-1")
     assert rep.n_other == 195 and rep.n_lines == 200
 
@@ -83,10 +95,15 @@ def test_automodel_2025_07_sample_steps_by_four_with_validation(table):
     assert list(val["step"]) == [20] and list(val["loss"]) == [0.2469]
 
 
-@pytest.mark.parametrize(("run", "ratio"), [("automodel-jsonl-1", 8.0), ("automodel-jsonl-2", 4.0), ("automodel-jsonl-3", 4.0)])
+@pytest.mark.parametrize(
+    ("run", "ratio"),
+    [("automodel-jsonl-1", 8.0), ("automodel-jsonl-2", 4.0), ("automodel-jsonl-3", 4.0)],
+)
 def test_jsonl_tps_per_gpu_is_tps_over_cp_dp_as_the_sources_state(table, run, ratio):
     r = _run(table, run)
-    np.testing.assert_allclose(r["tok_per_s_logged"] / r["tok_per_s_per_gpu_logged"], ratio, rtol=1e-9)
+    np.testing.assert_allclose(
+        r["tok_per_s_logged"] / r["tok_per_s_per_gpu_logged"], ratio, rtol=1e-9
+    )
 
 
 def test_jsonl_values_and_timestamps(table):
@@ -112,8 +129,17 @@ def test_torchtitan_colour_log_with_log_freq_10(table):
     r = _run(table, "torchtitan-1")
     assert list(r["step"]) == [1, 10] and list(r["line"]) == [42, 45]
     last = r.iloc[1]
-    assert (last["loss"], last["grad_norm"], last["mem_gib"], last["mem_pct"]) == (4.98934, 19.25, 168.57, 94.52)
-    assert (last["tok_per_s_logged"], last["tflops_per_gpu_logged"], last["mfu_pct_logged"]) == (9982.0, 841.08, 37.38)
+    assert (last["loss"], last["grad_norm"], last["mem_gib"], last["mem_pct"]) == (
+        4.98934,
+        19.25,
+        168.57,
+        94.52,
+    )
+    assert (last["tok_per_s_logged"], last["tflops_per_gpu_logged"], last["mfu_pct_logged"]) == (
+        9982.0,
+        841.08,
+        37.38,
+    )
     assert last["timestamp"] == pd.Timestamp("2026-05-19 19:31:48.420")
     assert list(r["rank"]) == [0, 0]
 
@@ -124,8 +150,14 @@ def test_torchtitan_logged_figures_are_consistent_with_the_runs_own_capacity_and
         r = _run(table, run)
         info = table.runs[run]
         assert info.device_capacity_gib == 178.35 and info.peak_flops == 2.25e15
-        np.testing.assert_allclose(100 * r["mem_gib"] / info.device_capacity_gib, r["mem_pct"], atol=0.01)
-        np.testing.assert_allclose(100 * r["tflops_per_gpu_logged"] * 1e12 / info.peak_flops, r["mfu_pct_logged"], atol=0.01)
+        np.testing.assert_allclose(
+            100 * r["mem_gib"] / info.device_capacity_gib, r["mem_pct"], atol=0.01
+        )
+        np.testing.assert_allclose(
+            100 * r["tflops_per_gpu_logged"] * 1e12 / info.peak_flops,
+            r["mfu_pct_logged"],
+            atol=0.01,
+        )
 
 
 def test_torchtitan_log_freq_1_with_interleaved_warnings(table):
@@ -152,7 +184,9 @@ def test_torchtitan_crash_log_keeps_its_one_step_and_reads_mfu_na(table):
 
 def test_per_gpu_basis_warning_for_automodel_pp2_log(table):
     """Llama-3.1-8B golden values: PP2 x DP4 on 8 GPUs; tps_per_gpu = tps/4 is 2x the physical rate."""
-    with pytest.warns(PerGpuBasisWarning, match=r"automodel-jsonl-2: the log's own per-GPU figure is 2x"):
+    with pytest.warns(
+        PerGpuBasisWarning, match=r"automodel-jsonl-2: the log's own per-GPU figure is 2x"
+    ):
         rates = per_gpu_rates(table.steps, {"automodel-jsonl-2": RunInfo(world_size=8, pp=2, tp=1)})
     r = rates.steps[rates.steps["run"] == "automodel-jsonl-2"]
     np.testing.assert_allclose(r["tok_per_s_per_gpu"], r["tok_per_s_logged"] / 8)
@@ -161,7 +195,10 @@ def test_per_gpu_basis_warning_for_automodel_pp2_log(table):
 def test_no_warning_where_the_logged_per_gpu_figure_is_physical(table):
     with warnings.catch_warnings():
         warnings.simplefilter("error", PerGpuBasisWarning)
-        per_gpu_rates(table.steps[table.steps["run"] == "automodel-train-1"], {"automodel-train-1": RunInfo(world_size=2)})
+        per_gpu_rates(
+            table.steps[table.steps["run"] == "automodel-train-1"],
+            {"automodel-train-1": RunInfo(world_size=2)},
+        )
         per_gpu_rates(table.steps[table.steps["format"] == "torchtitan"], table.runs)
 
 
@@ -170,7 +207,10 @@ def test_summary_of_torchtitan_run_uses_timestamps_for_step_time(table):
     assert s.window.first_step == 2 and s.window.last_step == 10 and s.n_steps == 10
     expected = pd.Series([9891, 9893, 10139, 10280, 10231, 10318, 10332, 10368, 10550]).mean()
     assert s.tok_per_s_per_gpu == pytest.approx(expected)
-    assert s.step_time.median_s == pytest.approx(1.993, abs=0.01) and "ms resolution" in s.step_time.basis
+    assert (
+        s.step_time.median_s == pytest.approx(1.993, abs=0.01)
+        and "ms resolution" in s.step_time.basis
+    )
     assert s.peak_mem_gib == 169.10 and s.final_loss == 6.92163
 
 
@@ -179,4 +219,6 @@ def test_single_file_read_matches_the_folder_read(logs, table):
     in_folder = _run(table, "torchtitan-3")
     cats = [c for c in alone.columns if isinstance(alone[c].dtype, pd.CategoricalDtype)]
     # a folder's categories are the union over its files; the values are the same
-    pd.testing.assert_frame_equal(alone.astype(dict.fromkeys(cats, "str")), in_folder.astype(dict.fromkeys(cats, "str")))
+    pd.testing.assert_frame_equal(
+        alone.astype(dict.fromkeys(cats, "str")), in_folder.astype(dict.fromkeys(cats, "str"))
+    )

@@ -35,11 +35,31 @@ def test_module_logger_names_read_like_root(tmp_path, shared_dir):
 
 
 def _record(rank, step, kind, t_us, **extra):
-    rec = {"delta_ms": 0.5, "tid": 11, "rank": rank, "global_rank": rank, "local_rank": rank % 8, "source": "training",
-           "host_name": "node0", "pid": 100 + rank, "step": step, "relative_step": step, "time": t_us // 10**6,
-           "time_ms": t_us // 1000, "time_us": t_us, "log_type": "instant", "log_type_name": kind, "event_name": None,
-           "caller": "torchtitan/trainer.py:700:train_step", "log_file": "trainer.py", "log_function": "train_step",
-           "log_level": "INFO", "logger_name": "torchtitan.structured_logger", "seq_id": 0, "message": f"[step {step}] {kind}"}
+    rec = {
+        "delta_ms": 0.5,
+        "tid": 11,
+        "rank": rank,
+        "global_rank": rank,
+        "local_rank": rank % 8,
+        "source": "training",
+        "host_name": "node0",
+        "pid": 100 + rank,
+        "step": step,
+        "relative_step": step,
+        "time": t_us // 10**6,
+        "time_ms": t_us // 1000,
+        "time_us": t_us,
+        "log_type": "instant",
+        "log_type_name": kind,
+        "event_name": None,
+        "caller": "torchtitan/trainer.py:700:train_step",
+        "log_file": "trainer.py",
+        "log_function": "train_step",
+        "log_level": "INFO",
+        "logger_name": "torchtitan.structured_logger",
+        "seq_id": 0,
+        "message": f"[step {step}] {kind}",
+    }
     rec.update(extra)
     return json.dumps(rec)
 
@@ -52,9 +72,15 @@ def _structured_run(folder: Path, ranks=(0, 1), steps=range(1, 6)):
         for s in steps:
             t = t0 + s * 2_000_000
             lines.append(_record(r, s, "step_start", t - 2_000_000))
-            lines.append(_record(r, s, "metric_value", t - 10, event_name="global_valid_tokens", value=4096.0))
+            lines.append(
+                _record(
+                    r, s, "metric_value", t - 10, event_name="global_valid_tokens", value=4096.0
+                )
+            )
             lines.append(_record(r, s, "step_end", t, value=2000.0 + r + s))
-        (folder / f"training.global_rank_{r}.20260920-101500-AB12CD.jsonl").write_text("\n".join(lines) + "\n")
+        (folder / f"training.global_rank_{r}.20260920-101500-AB12CD.jsonl").write_text(
+            "\n".join(lines) + "\n"
+        )
 
 
 def test_structured_jsonl_per_rank_files_join_into_one_run_with_step_times(tmp_path):

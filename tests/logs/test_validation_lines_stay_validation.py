@@ -22,8 +22,12 @@ _RANKS = re.compile(r"^(?:\[[A-Za-z_]*\d+\]:)+")
 _STEP_LINE = re.compile(r"^(.*? - [\w.]+ - INFO - )(?:\x1b\[[\d;]*m)?step:\s*(\d+)\s")
 
 FAMILIES = {  # family: prefix(rank, line number)
-    "journalctl_short": lambda r, i: f"May 20 02:{i // 60 % 60:02d}:{i % 60:02d} node{r} python3[4242]: ",
-    "journalctl_short_iso": lambda r, i: f"2026-05-20T02:{i // 60 % 60:02d}:{i % 60:02d}+0000 node{r} python3[4242]: ",
+    "journalctl_short": lambda r, i: (
+        f"May 20 02:{i // 60 % 60:02d}:{i % 60:02d} node{r} python3[4242]: "
+    ),
+    "journalctl_short_iso": lambda r, i: (
+        f"2026-05-20T02:{i // 60 % 60:02d}:{i % 60:02d}+0000 node{r} python3[4242]: "
+    ),
     "syslog_rfc3164": lambda r, i: f"<34>Oct 11 22:14:{i % 60:02d} node{r} trainer[4242]: ",
     "srun_l_torchrun": lambda r, i: f"{r}: [default{r}]:",
     "skypilot": lambda r, i: f"(worker{r}, rank={r}, pid=2367, ip=10.0.0.{r + 1}) ",
@@ -45,8 +49,13 @@ def _with_validation(src: Path) -> list[tuple[int, str]]:
         m = _STEP_LINE.match(_RANKS.sub("", line))
         if m:
             head = ranks.group(0) if ranks else ""
-            out.append((rank, f"{head}{m.group(1)}validate step: {m.group(2)} loss: 12.4699 "
-                              "memory: 69.81GiB(88.17%)"))
+            out.append(
+                (
+                    rank,
+                    f"{head}{m.group(1)}validate step: {m.group(2)} loss: 12.4699 "
+                    "memory: 69.81GiB(88.17%)",
+                )
+            )
     return out
 
 
@@ -57,7 +66,9 @@ def _kinds(path: Path) -> list[tuple[int, str]]:
 
 @pytest.mark.parametrize("val_rank", [0, 3], ids=["same_rank", "another_rank"])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_a_decorated_validation_line_is_read_as_validation_never_a_step(base_logs, tmp_path, family, val_rank):
+def test_a_decorated_validation_line_is_read_as_validation_never_a_step(
+    base_logs, tmp_path, family, val_rank
+):
     titan = [p for p in base_logs if "titan" in p.name and p.suffix == ".log"]
     assert titan, "no torchtitan base"
     prefix = FAMILIES[family]
@@ -68,6 +79,14 @@ def test_a_decorated_validation_line_is_read_as_validation_never_a_step(base_log
         want = _kinds(plain)
         assert ("val" in {k for _, k in want}) and ("train" in {k for _, k in want}), src.name
         decorated = tmp_path / f"{family}_{src.name}"
-        decorated.write_text("\n".join(prefix(rank + val_rank if "validate step:" in ln else rank, i) + ln
-                                       for i, (rank, ln) in enumerate(lines)) + "\n", encoding="utf-8")
-        assert _kinds(decorated) == want, f"{src.name} under {family}, validation by rank + {val_rank}"
+        decorated.write_text(
+            "\n".join(
+                prefix(rank + val_rank if "validate step:" in ln else rank, i) + ln
+                for i, (rank, ln) in enumerate(lines)
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+        assert _kinds(decorated) == want, (
+            f"{src.name} under {family}, validation by rank + {val_rank}"
+        )

@@ -55,16 +55,28 @@ def test_microbatches_come_from_global_batch_and_dp_when_local_batch_is_absent(c
 def test_the_issue_spelling_of_pp_size_is_accepted_and_a_conflict_is_named(cfg):
     moved = _with(_without(cfg, "distributed.pp_size"), "distributed.pipeline.pp_size", 4)
     assert load_automodel_config(moved).shape.pp == 4
-    with pytest.raises(ConfigKeyError, match=r"'distributed.pipeline.pp_size'.*distributed.pp_size=8.*required one pipeline size"):
+    with pytest.raises(
+        ConfigKeyError,
+        match=r"'distributed.pipeline.pp_size'.*distributed.pp_size=8.*required one pipeline size",
+    ):
         load_automodel_config(_with(cfg, "distributed.pipeline.pp_size", 4))
 
 
 @pytest.mark.parametrize(
     "key",
-    ["dataset.seq_len", "model.config.hidden_size", "distributed.pipeline.pp_microbatch_size", "step_scheduler.global_batch_size", "distributed.pp_size"],
+    [
+        "dataset.seq_len",
+        "model.config.hidden_size",
+        "distributed.pipeline.pp_microbatch_size",
+        "step_scheduler.global_batch_size",
+        "distributed.pp_size",
+    ],
 )
 def test_a_missing_key_is_named_with_what_is_expected(cfg, key):
-    with pytest.raises(ConfigKeyError, match=rf"config key '{key}': found nothing \(missing\); required .*integer >= 1.*Fix: add `{key}: "):
+    with pytest.raises(
+        ConfigKeyError,
+        match=rf"config key '{key}': found nothing \(missing\); required .*integer >= 1.*Fix: add `{key}: ",
+    ):
         load_automodel_config(_without(cfg, key))
 
 
@@ -78,31 +90,48 @@ def test_a_missing_key_is_named_with_what_is_expected(cfg, key):
     ],
 )
 def test_a_key_of_the_wrong_type_is_named_with_what_is_expected(cfg, key, value):
-    with pytest.raises(ConfigKeyError, match=rf"config key '{key}': found {value!r} .*required .*integer >= 1"):
+    with pytest.raises(
+        ConfigKeyError, match=rf"config key '{key}': found {value!r} .*required .*integer >= 1"
+    ):
         load_automodel_config(_with(cfg, key, value))
 
 
 def test_bad_slack_dtype_and_schedule_keys_are_named(cfg):
-    with pytest.raises(ConfigKeyError, match=r"'distributed.pipeline.pp_recv_buffer_pool_slack': found -1"):
+    with pytest.raises(
+        ConfigKeyError, match=r"'distributed.pipeline.pp_recv_buffer_pool_slack': found -1"
+    ):
         load_automodel_config(_with(cfg, "distributed.pipeline.pp_recv_buffer_pool_slack", -1))
     with pytest.raises(ConfigKeyError, match=r"'model.torch_dtype': found 'bf17'.*required one of"):
         load_automodel_config(_with(cfg, "model.torch_dtype", "bf17"))
-    with pytest.raises(ConfigKeyError, match=r"'distributed.pipeline.pp_schedule_csv'.*no CSV schedule"):
+    with pytest.raises(
+        ConfigKeyError, match=r"'distributed.pipeline.pp_schedule_csv'.*no CSV schedule"
+    ):
         load_automodel_config(_with(cfg, "distributed.pipeline.pp_schedule_csv", "order.csv"))
-    with pytest.raises(MemoryModelError, match=r"schedule: found 'zigzag_1f1b'.*required one of 1F1B"):
+    with pytest.raises(
+        MemoryModelError, match=r"schedule: found 'zigzag_1f1b'.*required one of 1F1B"
+    ):
         load_automodel_config(_with(cfg, "distributed.pipeline.pp_schedule", "zigzag_1f1b"))
 
 
 def test_a_multi_stage_schedule_reads_with_automodels_default_two_stages_per_rank(cfg):
     # Automodel's default for a multi-stage schedule without a layer split is 2 stages per rank.
-    shape = load_automodel_config(_with(cfg, "distributed.pipeline.pp_schedule", "interleaved_1f1b")).shape
-    assert (shape.schedule, shape.pp, shape.stages_per_rank, shape.num_stages) == ("interleaved1f1b", 8, 2, 16)
+    shape = load_automodel_config(
+        _with(cfg, "distributed.pipeline.pp_schedule", "interleaved_1f1b")
+    ).shape
+    assert (shape.schedule, shape.pp, shape.stages_per_rank, shape.num_stages) == (
+        "interleaved1f1b",
+        8,
+        2,
+        16,
+    )
     assert shape.pool_mode == "auto"
 
 
 def test_neither_local_batch_nor_dp_is_named(cfg):
     bare = _without(_without(cfg, "step_scheduler.local_batch_size"), "distributed.dp_size")
-    with pytest.raises(ConfigKeyError, match=r"'step_scheduler.local_batch_size'.*no distributed.dp_size either"):
+    with pytest.raises(
+        ConfigKeyError, match=r"'step_scheduler.local_batch_size'.*no distributed.dp_size either"
+    ):
         load_automodel_config(bare)
 
 

@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pooltk.memory.configs import ConfigKeyError, Overrides, load_automodel_config, load_config, load_hf_config
+from pooltk.memory.configs import (
+    ConfigKeyError,
+    Overrides,
+    load_automodel_config,
+    load_config,
+    load_hf_config,
+)
 from pooltk.memory.known_models import known_model_config
 from pooltk.memory.model import MemoryModelError
 
@@ -29,15 +35,19 @@ def test_the_k3_yaml_without_hidden_size_reads_7168_from_the_known_class_table()
     assert any("table of known model configs" in s and "0.7.0" in s for s in p.sources)
 
 
-def test_an_importable_config_class_is_read_and_built_with_the_yaml_arguments(tmp_path, monkeypatch):
+def test_an_importable_config_class_is_read_and_built_with_the_yaml_arguments(
+    tmp_path, monkeypatch
+):
     pkg = tmp_path / "fakemodels"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("__version__ = '9.9'\n")
-    (pkg / "cfg.py").write_text(textwrap.dedent("""
+    (pkg / "cfg.py").write_text(
+        textwrap.dedent("""
         class TinyConfig:
             def __init__(self, hidden_size=1234, num_hidden_layers=3, torch_dtype="float32"):
                 self.hidden_size, self.torch_dtype = hidden_size, torch_dtype
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     cfg = yaml.safe_load(AUTOMODEL.read_text())
     cfg["model"] = {"config": {"_target_": "fakemodels.cfg.TinyConfig"}}
@@ -63,7 +73,10 @@ def test_an_unknown_config_class_names_the_field_and_the_fix():
 
 
 def test_flags_always_override_the_file():
-    p = load_automodel_config(AUTOMODEL, Overrides(hidden=4096, seq_len=1024, micro_batch=1, pp=4, microbatches=16, dtype="fp32"))
+    p = load_automodel_config(
+        AUTOMODEL,
+        Overrides(hidden=4096, seq_len=1024, micro_batch=1, pp=4, microbatches=16, dtype="fp32"),
+    )
     assert (p.hidden, p.seq_len, p.shape.pp, p.shape.n_microbatches) == (4096, 1024, 4, 16)
     assert p.boundary.forward_bytes == 1 * 1024 * 4096 * 4
     assert any("overridden" in s for s in p.sources)
@@ -72,22 +85,39 @@ def test_flags_always_override_the_file():
 def test_a_yaml_with_neither_hidden_size_nor_class_asks_for_hidden():
     cfg = yaml.safe_load(AUTOMODEL.read_text())
     cfg["model"] = {"torch_dtype": "bfloat16"}
-    with pytest.raises(ConfigKeyError, match=r"'model.config.hidden_size'.*Fix: add .*Overrides\.hidden"):
+    with pytest.raises(
+        ConfigKeyError, match=r"'model.config.hidden_size'.*Fix: add .*Overrides\.hidden"
+    ):
         load_automodel_config(cfg)
     assert load_automodel_config(cfg, Overrides(hidden=7168)).hidden == 7168
 
 
-@pytest.mark.parametrize("field,value", [("hidden", 0), ("seq_len", -2), ("pp", 0), ("microbatches", True)])
+@pytest.mark.parametrize(
+    "field,value", [("hidden", 0), ("seq_len", -2), ("pp", 0), ("microbatches", True)]
+)
 def test_zero_negative_or_bool_sizes_are_refused_naming_the_field(field, value):
-    with pytest.raises(MemoryModelError, match=rf"Overrides\.{field}: found .*required an integer >= 1.*Fix: give Overrides\.{field}"):
+    with pytest.raises(
+        MemoryModelError,
+        match=rf"Overrides\.{field}: found .*required an integer >= 1.*Fix: give Overrides\.{field}",
+    ):
         Overrides(**{field: value})
 
 
 def test_hf_config_json_gives_the_model_and_flags_give_the_pipeline(tmp_path):
     p = load_hf_config(HF, Overrides(pp=8, microbatches=64, micro_batch=2, seq_len=2048))
-    assert p.hidden == json.loads(HF.read_text())["hidden_size"] == known_model_config(K3).defaults["hidden_size"]
-    assert p.boundary.forward_bytes == 56 * 2**20 and load_config(HF, Overrides(pp=8, microbatches=64, micro_batch=2, seq_len=2048)).hidden == 7168
-    with pytest.raises(MemoryModelError, match=r"found no Overrides\.seq_len.*Fix: e\.g\. Overrides\.pp=8 "):
+    assert (
+        p.hidden
+        == json.loads(HF.read_text())["hidden_size"]
+        == known_model_config(K3).defaults["hidden_size"]
+    )
+    assert (
+        p.boundary.forward_bytes == 56 * 2**20
+        and load_config(HF, Overrides(pp=8, microbatches=64, micro_batch=2, seq_len=2048)).hidden
+        == 7168
+    )
+    with pytest.raises(
+        MemoryModelError, match=r"found no Overrides\.seq_len.*Fix: e\.g\. Overrides\.pp=8 "
+    ):
         load_hf_config(HF, Overrides(pp=8, microbatches=64))
     nested = tmp_path / "config.json"
     nested.write_text(json.dumps({"text_config": {"hidden_size": 2048, "torch_dtype": "float16"}}))
@@ -95,7 +125,9 @@ def test_hf_config_json_gives_the_model_and_flags_give_the_pipeline(tmp_path):
     assert q.hidden == 2048 and q.boundary.activations[0].dtype == "float16"
     empty = tmp_path / "empty.json"
     empty.write_text("{}")
-    with pytest.raises(ConfigKeyError, match=r"'hidden_size': found nothing .*Fix: .*Overrides\.hidden"):
+    with pytest.raises(
+        ConfigKeyError, match=r"'hidden_size': found nothing .*Fix: .*Overrides\.hidden"
+    ):
         load_config(empty, Overrides(pp=2, microbatches=4, seq_len=16))
     broken = tmp_path / "broken.json"
     broken.write_text("{hidden")
@@ -115,10 +147,12 @@ def test_the_library_names_override_fields_and_never_a_command_line_flag():
     # script calling the library is told the field it passed.
     from pooltk.memory.configs import load_overrides, pipeline_from_overrides
 
-    for call in (lambda: load_overrides(Overrides(pp=8, microbatches=8)),
-                 lambda: pipeline_from_overrides(Overrides(pp=8, microbatches=8, dp=2, seq_len=4)),
-                 lambda: load_hf_config(HF, Overrides(pp=8, microbatches=64)),
-                 lambda: Overrides(seq_len=0)):
+    for call in (
+        lambda: load_overrides(Overrides(pp=8, microbatches=8)),
+        lambda: pipeline_from_overrides(Overrides(pp=8, microbatches=8, dp=2, seq_len=4)),
+        lambda: load_hf_config(HF, Overrides(pp=8, microbatches=64)),
+        lambda: Overrides(seq_len=0),
+    ):
         with pytest.raises(MemoryModelError) as err:
             call()
         assert "Overrides." in str(err.value) and " --" not in str(err.value), str(err.value)
@@ -131,4 +165,6 @@ def test_one_builder_gives_the_shape_from_fields_for_flags_and_config_json_alike
     shape, rows = pipeline_from_overrides(o)
     assert (shape.n_microbatches, rows) == (64, 2)
     assert load_overrides(o).shape == shape == load_hf_config(HF, o).shape
-    assert pipeline_from_overrides(Overrides(pp=2, microbatches=4, seq_len=8))[1] == 1  # rows default 1
+    assert (
+        pipeline_from_overrides(Overrides(pp=2, microbatches=4, seq_len=8))[1] == 1
+    )  # rows default 1

@@ -10,7 +10,9 @@ from pooltk.nb import memory as mp
 
 REPO = Path(__file__).resolve().parents[2]
 CAL = "kimi-k3-gb200-2k-calibrated"
-BASE = dict(preset=CAL, pp=8, microbatches=64, slack=2, grad_slack=1, policy="automodel", boundary_mib=416.0)
+BASE = dict(
+    preset=CAL, pp=8, microbatches=64, slack=2, grad_slack=1, policy="automodel", boundary_mib=416.0
+)
 
 
 def test_the_opening_update_shows_the_published_shape():
@@ -18,9 +20,19 @@ def test_the_opening_update_shows_the_published_shape():
     model = mp.explore(state, **BASE)
     assert model is state.last_result and state.last_error is None
     fom = state.figure_of_merit
-    assert (fom.stage, fom.stock_gib, fom.pooled_gib, fom.saved_gib) == (3, 52.0, 7 * 2 * 416 / 1024, 52.0 - 7 * 2 * 416 / 1024)
-    assert fom.line() == "stage 3 pooled: 5.69 GiB, saved 46.31 GiB of 52.00 GiB stock (automodel, slack 2)"
-    assert model.boundaries[0].activations[0].name == "hidden_states"  # the preset's tensors are kept
+    assert (fom.stage, fom.stock_gib, fom.pooled_gib, fom.saved_gib) == (
+        3,
+        52.0,
+        7 * 2 * 416 / 1024,
+        52.0 - 7 * 2 * 416 / 1024,
+    )
+    assert (
+        fom.line()
+        == "stage 3 pooled: 5.69 GiB, saved 46.31 GiB of 52.00 GiB stock (automodel, slack 2)"
+    )
+    assert (
+        model.boundaries[0].activations[0].name == "hidden_states"
+    )  # the preset's tensors are kept
 
 
 def test_moving_the_slack_changes_the_figure_of_merit_line():
@@ -70,15 +82,32 @@ def test_choosing_a_preset_resets_the_other_controls():
     assert controls["boundary_mib"].value == 28.0 and controls["slack"].value == 2
     import inspect
 
-    assert set(controls) == set(inspect.signature(mp.explore).parameters) - {"state"}  # every control feeds explore()
+    assert set(controls) == set(inspect.signature(mp.explore).parameters) - {
+        "state"
+    }  # every control feeds explore()
 
 
 def test_a_config_path_with_a_target_class_loads_and_the_widgets_override_it():
     path = str(REPO / "data" / "configs" / "kimi_k3_gb200_2k_automodel.yaml")
     state = mp.ExplorerState()
-    model = mp.explore(state, **{**BASE, "config_path": path, "boundary_mib": None, "rows": 2, "seq_len": 2048})
-    assert model is not None and model.boundaries[0].forward_bytes == 2 * 2048 * 7168 * 2  # hidden from KimiK3TextConfig
-    mp.explore(state, **{**BASE, "config_path": path, "boundary_mib": None, "rows": 2, "seq_len": 4096, "hidden": 1024, "dtype": "float32"})
+    model = mp.explore(
+        state, **{**BASE, "config_path": path, "boundary_mib": None, "rows": 2, "seq_len": 2048}
+    )
+    assert (
+        model is not None and model.boundaries[0].forward_bytes == 2 * 2048 * 7168 * 2
+    )  # hidden from KimiK3TextConfig
+    mp.explore(
+        state,
+        **{
+            **BASE,
+            "config_path": path,
+            "boundary_mib": None,
+            "rows": 2,
+            "seq_len": 4096,
+            "hidden": 1024,
+            "dtype": "float32",
+        },
+    )
     assert state.last_result.boundaries[0].forward_bytes == 2 * 4096 * 1024 * 4
 
 
@@ -88,13 +117,20 @@ def test_the_fits_view_answers_for_gb200_and_h100():
     assert state.fits is not None and state.fits.worst("automodel").fits
     mp.explore(state, **{**BASE, "device": "h100"})
     assert not state.fits.worst("tight").fits and not state.fits.worst("stock").fits
-    mp.explore(state, **{**BASE, "preset": "kimi-k3-gb200-1k-hidden", "boundary_mib": None, "device": "h100"})
+    mp.explore(
+        state,
+        **{**BASE, "preset": "kimi-k3-gb200-1k-hidden", "boundary_mib": None, "device": "h100"},
+    )
     assert state.fits is None and "no reference peak" in state.fits_note
 
 
 def test_an_unknown_config_class_is_an_error_in_the_explorer_not_a_traceback(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text((REPO / "data" / "configs" / "kimi_k3_gb200_2k_automodel.yaml").read_text().replace("KimiK3TextConfig", "NoSuchConfig"))
+    bad.write_text(
+        (REPO / "data" / "configs" / "kimi_k3_gb200_2k_automodel.yaml")
+        .read_text()
+        .replace("KimiK3TextConfig", "NoSuchConfig")
+    )
     state = mp.ExplorerState()
     assert mp.explore(state, **{**BASE, "config_path": str(bad)}) is None
     assert "model.config._target_" in state.last_error and "Overrides.hidden" in state.last_error
@@ -108,9 +144,19 @@ def test_a_preset_whose_boundaries_differ_is_explored_boundary_by_boundary(monke
     monkeypatch.setitem(presets.PRESETS, widths.name, widths)
     state = mp.ExplorerState()
     model = mp.explore(state, **{**BASE, "preset": widths.name, "boundary_mib": None})
-    assert model is not None and model.boundaries == widths.boundary_list  # not the first boundary everywhere
+    assert (
+        model is not None and model.boundaries == widths.boundary_list
+    )  # not the first boundary everywhere
     assert state.figure_of_merit.stock_gib == 38.5  # stage 3: 64 x (5 + 6) x 56 MiB
-    halved = mp.explore(state, **{**BASE, "preset": widths.name, "boundary_mib": None, "seq_len": 1024})
-    assert [b.forward_bytes for b in halved.boundaries] == [b.forward_bytes // 2 for b in widths.boundary_list]
-    fewer = mp.explore(state, **{**BASE, "preset": widths.name, "boundary_mib": None, "pp": 4, "microbatches": 64})
-    assert len(fewer.boundaries) == 3  # the widths follow where a 4-stage pipeline cuts the 93 layers
+    halved = mp.explore(
+        state, **{**BASE, "preset": widths.name, "boundary_mib": None, "seq_len": 1024}
+    )
+    assert [b.forward_bytes for b in halved.boundaries] == [
+        b.forward_bytes // 2 for b in widths.boundary_list
+    ]
+    fewer = mp.explore(
+        state, **{**BASE, "preset": widths.name, "boundary_mib": None, "pp": 4, "microbatches": 64}
+    )
+    assert (
+        len(fewer.boundaries) == 3
+    )  # the widths follow where a 4-stage pipeline cuts the 93 layers

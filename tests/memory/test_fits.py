@@ -24,7 +24,9 @@ def test_the_reference_run_reproduces_its_own_peak_and_headroom():
     r = _report("gb200-184.31")
     row = next(x for x in r.rows if x.stage == r.reference_stage and x.variant == "automodel")
     assert row.peak_bytes == PUBLISHED.peak_bytes
-    assert row.margin_bytes / 2**30 == pytest.approx(184.31 - 139.6)  # the published '44 GiB headroom'
+    assert row.margin_bytes / 2**30 == pytest.approx(
+        184.31 - 139.6
+    )  # the published '44 GiB headroom'
 
 
 def test_stock_needs_the_saved_bytes_on_top_of_the_pooled_peak():
@@ -39,26 +41,41 @@ def test_the_seed_story_on_stated_assumptions():
     edge = _report("gb200-184.31").worst("stock")
     assert -56 * 2**20 < edge.margin_bytes < 64 * 2**20
     # anchored on stage 0 (only rank 0 logs): stock OOMs by 3.23 GiB (receive buffers alone, no overhead)
-    rank0 = _report("gb200", ReferencePeak.from_gib(139.6, config=RingRule(slack=2, policy="automodel"), stage=0)).worst("stock")
+    rank0 = _report(
+        "gb200",
+        ReferencePeak.from_gib(139.6, config=RingRule(slack=2, policy="automodel"), stage=0),
+    ).worst("stock")
     assert not rank0.fits and rank0.margin_bytes / 2**30 == pytest.approx(-3.23, abs=0.01)
 
 
 def test_h100_is_an_oom_for_every_policy_and_says_by_how_much():
     r = _report("h100")
     assert all(not r.worst(v).fits for v in ("stock", "automodel", "tight", "live_set"))
-    assert verdict(r.worst("tight").margin_bytes).startswith("OOM by ") and "GiB" in verdict(r.worst("tight").margin_bytes)
+    assert verdict(r.worst("tight").margin_bytes).startswith("OOM by ") and "GiB" in verdict(
+        r.worst("tight").margin_bytes
+    )
 
 
 def test_bad_capacities_and_references_are_named():
-    with pytest.raises(MemoryModelError, match=r"^capacity: found 'tpu9'.*Fix: e.g. gb200") as raised:
+    with pytest.raises(
+        MemoryModelError, match=r"^capacity: found 'tpu9'.*Fix: e.g. gb200"
+    ) as raised:
         get_device("tpu9")
-    assert "--" not in str(raised.value)  # the library names its own field; `pooltk memory` names its flag
+    assert "--" not in str(
+        raised.value
+    )  # the library names its own field; `pooltk memory` names its flag
     with pytest.raises(MemoryModelError, match=r"^capacity: found -1.*required a capacity > 0"):
         get_device(-1)
-    heavy = ReferencePeak.from_gib(139.6, config=RingRule(slack=2, policy="automodel"), weights_bytes=100 * 2**30)
-    with pytest.raises(MemoryModelError, match=r"more than the model's weights per GPU \(100.00 GiB\)"):
+    heavy = ReferencePeak.from_gib(
+        139.6, config=RingRule(slack=2, policy="automodel"), weights_bytes=100 * 2**30
+    )
+    with pytest.raises(
+        MemoryModelError, match=r"more than the model's weights per GPU \(100.00 GiB\)"
+    ):
         _report("h100", heavy)
-    with pytest.raises(MemoryModelError, match=r"reference peak: found 1.00 GiB, below its own receive buffers"):
+    with pytest.raises(
+        MemoryModelError, match=r"reference peak: found 1.00 GiB, below its own receive buffers"
+    ):
         _report("gb200", ReferencePeak.from_gib(1.0))
     with pytest.raises(MemoryModelError, match=r"reference stage: found 9"):
         _report("gb200", ReferencePeak.from_gib(139.6, stage=9))
@@ -75,8 +92,13 @@ def test_there_is_one_gb200_capacity_and_it_names_the_figure_it_is_not():
     assert "out-of-memory" in DEVICES["gb200"].source and "187.28" in DEVICES["gb200"].source
 
 
-@pytest.mark.parametrize("device,needle", [("gb200", "automodel     fullest stage 1: fits, 44.71 GiB free"),
-                                           ("h100", "tight         fullest stage 1: OOM by 57.58 GiB")])
+@pytest.mark.parametrize(
+    "device,needle",
+    [
+        ("gb200", "automodel     fullest stage 1: fits, 44.71 GiB free"),
+        ("h100", "tight         fullest stage 1: OOM by 57.58 GiB"),
+    ],
+)
 def test_cli_capacity_answers_for_gb200_and_h100(capsys, device, needle):
     rc = main(["memory", "--preset", "kimi-k3-gb200-2k-calibrated", "--capacity", device])
     out = capsys.readouterr().out
@@ -90,9 +112,22 @@ def test_cli_capacity_without_a_reference_peak_says_how_to_give_one(capsys):
 
 
 def test_cli_loads_the_k3_automodel_yaml_and_answers_fits(capsys):
-    path = Path(__file__).resolve().parents[2] / "data" / "configs" / "kimi_k3_gb200_2k_automodel.yaml"
-    rc = main(["memory", "--config", str(path), "--boundary-mib", "416",
-               "--capacity", "gb200", "--reference-peak-gib", "139.6"])
+    path = (
+        Path(__file__).resolve().parents[2] / "data" / "configs" / "kimi_k3_gb200_2k_automodel.yaml"
+    )
+    rc = main(
+        [
+            "memory",
+            "--config",
+            str(path),
+            "--boundary-mib",
+            "416",
+            "--capacity",
+            "gb200",
+            "--reference-peak-gib",
+            "139.6",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "pp=8 M=64" in out and "fits on gb200: 184.31 GiB" in out
 
@@ -103,9 +138,17 @@ def test_the_fits_answer_shows_torch_2_15s_own_last_stage_as_the_fullest(capsys)
     rc = main(["memory", "--preset", "kimi-k3-gb200-2k-calibrated", "--capacity", "h100"])
     out = capsys.readouterr().out
     assert rc == 0
-    lines = {line.split(" fullest")[0].strip(): line for line in out.splitlines() if " fullest stage" in line}
+    lines = {
+        line.split(" fullest")[0].strip(): line
+        for line in out.splitlines()
+        if " fullest stage" in line
+    }
     assert "stage 7:" in lines["stock-lazy"] and "stage 1:" in lines["lazy-released"]
-    by = {k: float(v.split("OOM by ")[1].split()[0]) for k, v in lines.items() if k in ("stock-lazy", "lazy-released")}
+    by = {
+        k: float(v.split("OOM by ")[1].split()[0])
+        for k, v in lines.items()
+        if k in ("stock-lazy", "lazy-released")
+    }
     # stage 7 stock-lazy holds 64 sets (26.00 GiB); the released fullest stage 1 holds 7 + 1 (3.25 GiB)
     assert by["stock-lazy"] - by["lazy-released"] == pytest.approx(26.00 - 3.25, abs=0.011)
 
@@ -113,12 +156,30 @@ def test_the_fits_answer_shows_torch_2_15s_own_last_stage_as_the_fullest(capsys)
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["--capacity", "tpu9"], "pooltk memory: error: --capacity: found 'tpu9'; required one of gb200"),
-        (["--capacity", "gb200", "--reference-peak-gib", "-1"], "--reference-peak-gib: found -1.0; required a peak > 0 GiB"),
-        (["--capacity", "gb200", "--reference-peak-gib", "1"], "--reference-peak-gib: found 1.00 GiB, below its own receive"),
-        (["--capacity", "gb200", "--reference-stage", "9"], "--reference-stage: found 9; required a stage (rank) in 0..7"),
-        (["--capacity", "gb200", "--reference-variant", "best"], "--reference-variant: found 'best'"),
-        (["--capacity", "h100", "--weights-gib", "100"], "--capacity: found h100: 79.18 GiB; required more than the model's weights"),
+        (
+            ["--capacity", "tpu9"],
+            "pooltk memory: error: --capacity: found 'tpu9'; required one of gb200",
+        ),
+        (
+            ["--capacity", "gb200", "--reference-peak-gib", "-1"],
+            "--reference-peak-gib: found -1.0; required a peak > 0 GiB",
+        ),
+        (
+            ["--capacity", "gb200", "--reference-peak-gib", "1"],
+            "--reference-peak-gib: found 1.00 GiB, below its own receive",
+        ),
+        (
+            ["--capacity", "gb200", "--reference-stage", "9"],
+            "--reference-stage: found 9; required a stage (rank) in 0..7",
+        ),
+        (
+            ["--capacity", "gb200", "--reference-variant", "best"],
+            "--reference-variant: found 'best'",
+        ),
+        (
+            ["--capacity", "h100", "--weights-gib", "100"],
+            "--capacity: found h100: 79.18 GiB; required more than the model's weights",
+        ),
     ],
 )
 def test_fits_errors_from_a_flag_name_the_flag(capsys, argv, needle):
@@ -133,5 +194,10 @@ def test_a_published_reference_peak_below_the_buffers_is_not_blamed_on_a_flag():
 
     tiny = ReferencePeak.from_gib(1, config=RingRule(slack=2, policy="automodel"))
     with pytest.raises(MemoryModelError, match=r"^reference peak: found 1.00 GiB"):
-        fit_report(get_preset("kimi-k3-gb200-2k-calibrated").shape, get_preset("kimi-k3-gb200-2k-calibrated").boundary,
-                   RingRule(), "gb200", tiny)
+        fit_report(
+            get_preset("kimi-k3-gb200-2k-calibrated").shape,
+            get_preset("kimi-k3-gb200-2k-calibrated").boundary,
+            RingRule(),
+            "gb200",
+            tiny,
+        )

@@ -30,34 +30,62 @@ from pooltk.parity.measured import (  # noqa: E402
 from pooltk.parity.rss import RssSpec  # noqa: E402
 
 SMALL = [RssSpec(pp=4, microbatches=8, seq_len=1024), RssSpec(pp=3, microbatches=6, seq_len=512)]
-BASE = 300 * 2**20  # what stage, batch and activations add besides the receive buffers (the same in both variants)
+BASE = (
+    300 * 2**20
+)  # what stage, batch and activations add besides the receive buffers (the same in both variants)
 
 
 def good_frame(specs=SMALL, *, reps: int = 2) -> pd.DataFrame:
     """Raw rows as measure_rss would give them, each rank's peak = a base + the model's receive bytes."""
     rows, launch = [], 0
     for spec in specs:
-        model = model_memory(PipelineShape(pp=spec.pp, n_microbatches=spec.microbatches),
-                             harness_boundary(rows=spec.rows_per_microbatch, seq_len=spec.seq_len, hidden=spec.hidden),
-                             Rings(slack=2, grad_slack=1))
+        model = model_memory(
+            PipelineShape(pp=spec.pp, n_microbatches=spec.microbatches),
+            harness_boundary(
+                rows=spec.rows_per_microbatch, seq_len=spec.seq_len, hidden=spec.hidden
+            ),
+            Rings(slack=2, grad_slack=1),
+        )
         for rep in range(reps):
             for variant in ("stock", "pooled"):
                 pooled = variant == "pooled"
                 for stage in range(spec.pp):
                     recv = model.stage_bytes(stage, variant)
                     peak = BASE + recv + rep * 4096
-                    rows.append({
-                        "shape": spec.label(), "pp": spec.pp, "microbatches": spec.microbatches,
-                        "rows_per_microbatch": spec.rows_per_microbatch, "seq_len": spec.seq_len, "hidden": spec.hidden,
-                        "layers_per_stage": spec.layers_per_stage, "steps": spec.steps, "set_bytes": spec.boundary_bytes,
-                        "variant": variant, "policy": "tight" if pooled else "", "slack": 2 if pooled else "",
-                        "grad_slack": 1 if pooled else "", "rep": rep, "launch": launch, "stage": stage,
-                        "baseline_rss_bytes": 200 * 2**20, "hwm_after_setup_bytes": peak, "peak_hwm_bytes": peak + 200 * 2**20,
-                        "peak_delta_bytes": peak, "maxrss_bytes": peak + 400 * 2**20, "recv_forward_bytes": recv,
-                        "recv_grad_bytes": 0, "recv_forward_sets": recv // spec.boundary_bytes, "recv_grad_sets": 0,
-                        "hwm_reset": True, "installed": True if pooled else "", "wall_s": 1.0, "torch": "2.13.0+cpu",
-                        "cpus": 2,
-                    })
+                    rows.append(
+                        {
+                            "shape": spec.label(),
+                            "pp": spec.pp,
+                            "microbatches": spec.microbatches,
+                            "rows_per_microbatch": spec.rows_per_microbatch,
+                            "seq_len": spec.seq_len,
+                            "hidden": spec.hidden,
+                            "layers_per_stage": spec.layers_per_stage,
+                            "steps": spec.steps,
+                            "set_bytes": spec.boundary_bytes,
+                            "variant": variant,
+                            "policy": "tight" if pooled else "",
+                            "slack": 2 if pooled else "",
+                            "grad_slack": 1 if pooled else "",
+                            "rep": rep,
+                            "launch": launch,
+                            "stage": stage,
+                            "baseline_rss_bytes": 200 * 2**20,
+                            "hwm_after_setup_bytes": peak,
+                            "peak_hwm_bytes": peak + 200 * 2**20,
+                            "peak_delta_bytes": peak,
+                            "maxrss_bytes": peak + 400 * 2**20,
+                            "recv_forward_bytes": recv,
+                            "recv_grad_bytes": 0,
+                            "recv_forward_sets": recv // spec.boundary_bytes,
+                            "recv_grad_sets": 0,
+                            "hwm_reset": True,
+                            "installed": True if pooled else "",
+                            "wall_s": 1.0,
+                            "torch": "2.13.0+cpu",
+                            "cpus": 2,
+                        }
+                    )
                 launch += 1
     return pd.DataFrame.from_records(rows, columns=list(RAW_COLUMNS))
 
@@ -78,23 +106,61 @@ def _at(frame: pd.DataFrame, column: str, value, **where) -> pd.DataFrame:
 
 def _short(stage: int):
     """The pooled peak of ``stage`` raised by 10 % of the modelled saving: the measured saving 10 % short."""
+
     def change(frame: pd.DataFrame) -> pd.DataFrame:
-        saving = measured_vs_modelled(frame).set_index(["shape", "stage"]).loc[(LABELS[0], stage), "modelled_saving_mib"]
-        return _at(frame, "peak_delta_bytes", lambda v: v + int(0.1 * saving * 2**20), shape=LABELS[0], variant="pooled",
-                   stage=stage)
+        saving = (
+            measured_vs_modelled(frame)
+            .set_index(["shape", "stage"])
+            .loc[(LABELS[0], stage), "modelled_saving_mib"]
+        )
+        return _at(
+            frame,
+            "peak_delta_bytes",
+            lambda v: v + int(0.1 * saving * 2**20),
+            shape=LABELS[0],
+            variant="pooled",
+            stage=stage,
+        )
+
     return change
 
 
 BREAKS = {
-    "covers_the_shapes: a shape missing": ("covers_the_shapes", lambda f: f[f["shape"] != LABELS[1]]),
-    "covers_the_shapes: a rank missing": ("covers_the_shapes", lambda f: f.drop(f[(f.launch == 1) & (f.stage == 2)].index)),
-    "covers_the_shapes: no pooled launch": ("covers_the_shapes", lambda f: f[(f["shape"] != LABELS[1]) | (f.variant == "stock")]),
-    "covers_the_shapes: two pooled configs": ("covers_the_shapes", lambda f: _at(f, "slack", 3, launch=3)),
-    "peaks_start_at_the_baseline": ("peaks_start_at_the_baseline", lambda f: _at(f, "hwm_reset", False, launch=0, stage=1)),
-    "pooled_launches_installed": ("pooled_launches_installed", lambda f: _at(f, "installed", False, launch=1, stage=0)),
+    "covers_the_shapes: a shape missing": (
+        "covers_the_shapes",
+        lambda f: f[f["shape"] != LABELS[1]],
+    ),
+    "covers_the_shapes: a rank missing": (
+        "covers_the_shapes",
+        lambda f: f.drop(f[(f.launch == 1) & (f.stage == 2)].index),
+    ),
+    "covers_the_shapes: no pooled launch": (
+        "covers_the_shapes",
+        lambda f: f[(f["shape"] != LABELS[1]) | (f.variant == "stock")],
+    ),
+    "covers_the_shapes: two pooled configs": (
+        "covers_the_shapes",
+        lambda f: _at(f, "slack", 3, launch=3),
+    ),
+    "peaks_start_at_the_baseline": (
+        "peaks_start_at_the_baseline",
+        lambda f: _at(f, "hwm_reset", False, launch=0, stage=1),
+    ),
+    "pooled_launches_installed": (
+        "pooled_launches_installed",
+        lambda f: _at(f, "installed", False, launch=1, stage=0),
+    ),
     "counted_equals_modelled": (
         "counted_equals_modelled",
-        lambda f: _at(f, "recv_forward_bytes", lambda v: v + SMALL[0].boundary_bytes, shape=LABELS[0], variant="pooled", stage=1)),
+        lambda f: _at(
+            f,
+            "recv_forward_bytes",
+            lambda v: v + SMALL[0].boundary_bytes,
+            shape=LABELS[0],
+            variant="pooled",
+            stage=1,
+        ),
+    ),
     "every_stage_within_goal": ("every_stage_within_goal", _short(1)),
     "last_stage_within_goal": ("last_stage_within_goal", _short(LAST)),
 }
@@ -126,9 +192,23 @@ def test_every_claim_has_a_case_that_breaks_it():
 
 def test_a_saving_just_inside_the_goal_holds_and_just_outside_breaks():
     frame = good_frame()
-    saving = measured_vs_modelled(frame).set_index(["shape", "stage"]).loc[(LABELS[0], 1), "modelled_saving_mib"] * 2**20
+    saving = (
+        measured_vs_modelled(frame)
+        .set_index(["shape", "stage"])
+        .loc[(LABELS[0], 1), "modelled_saving_mib"]
+        * 2**20
+    )
+
     def off(share):
-        return _at(frame, "peak_delta_bytes", lambda v: v + int(share * saving), shape=LABELS[0], variant="pooled", stage=1)
+        return _at(
+            frame,
+            "peak_delta_bytes",
+            lambda v: v + int(share * saving),
+            shape=LABELS[0],
+            variant="pooled",
+            stage=1,
+        )
+
     assert check_measurement(off(GOAL * 0.99), shapes=LABELS) == []
     assert _names(check_measurement(off(GOAL * 1.01), shapes=LABELS)) == ["every_stage_within_goal"]
 
@@ -140,14 +220,22 @@ def test_a_table_without_a_column_is_named_not_a_traceback():
 
 def test_each_default_shape_holds_one_gib_of_stock_receive_buffers_on_the_middle_stages():
     for spec in default_specs():
-        model = model_memory(PipelineShape(pp=spec.pp, n_microbatches=spec.microbatches),
-                             harness_boundary(rows=spec.rows_per_microbatch, seq_len=spec.seq_len, hidden=spec.hidden),
-                             Rings())
-        assert [model.stage_bytes(s, "stock") for s in range(1, spec.pp - 1)] == [2**30] * (spec.pp - 2), spec.label()
+        model = model_memory(
+            PipelineShape(pp=spec.pp, n_microbatches=spec.microbatches),
+            harness_boundary(
+                rows=spec.rows_per_microbatch, seq_len=spec.seq_len, hidden=spec.hidden
+            ),
+            Rings(),
+        )
+        assert [model.stage_bytes(s, "stock") for s in range(1, spec.pp - 1)] == [2**30] * (
+            spec.pp - 2
+        ), spec.label()
     assert len({(m, s) for m, s in DEFAULT_SHAPES}) == len(default_specs()) >= 3
 
 
-def test_check_of_a_written_file_exits_0_when_it_holds_1_naming_the_claim_2_when_unreadable(tmp_path, capsys):
+def test_check_of_a_written_file_exits_0_when_it_holds_1_naming_the_claim_2_when_unreadable(
+    tmp_path, capsys
+):
     good, bad = tmp_path / "good.csv", tmp_path / "bad.csv"
     write_measured(good_frame(), good)
     write_measured(BREAKS["last_stage_within_goal"][1](good_frame()), bad)
@@ -185,7 +273,9 @@ def test_the_writer_writes_nothing_when_a_claim_breaks_and_says_which(tmp_path, 
 
     out = tmp_path / "m.csv"
     label = default_specs()[0].label()
-    measured["frame"] = _at(measured["frame"], "installed", False, shape=label, variant="pooled", stage=0)
+    measured["frame"] = _at(
+        measured["frame"], "installed", False, shape=label, variant="pooled", stage=0
+    )
     assert pooltk(["memory", "--measure", "--csv", str(out)]) == 1
     err = capsys.readouterr().err
     assert not out.exists()

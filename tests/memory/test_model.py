@@ -34,7 +34,10 @@ def _small(config: RingRule, **kw):
 
 
 def _pairs(model, variant):
-    return [(model.row(i, "forward").sets(variant), model.row(i, "grad").sets(variant)) for i in range(model.shape.pp)]
+    return [
+        (model.row(i, "forward").sets(variant), model.row(i, "grad").sets(variant))
+        for i in range(model.shape.pp)
+    ]
 
 
 def test_small_pipeline_matches_hand_computed_sets_and_bytes():
@@ -67,17 +70,46 @@ def test_slack_zero_tight_ring_equals_the_live_set():
 def test_automodel_ring_matches_the_original_prs_unit_test_figures():
     # The seed PR's tests: 8 stages, 64 microbatches: stage 0 slack 2 -> 10; stage 7 slack 0 -> 2; 4 microbatches -> 4.
     b = Boundary.opaque(1)
-    assert model_memory(PipelineShape(pp=8, n_microbatches=64), b, RingRule(slack=2, policy="automodel")).row(0, "grad").pooled_sets == 10
-    assert model_memory(PipelineShape(pp=8, n_microbatches=64), b, RingRule(slack=0, policy="automodel")).row(7, "forward").pooled_sets == 2
-    assert model_memory(PipelineShape(pp=4, n_microbatches=4), b, RingRule(slack=2, policy="automodel")).row(0, "grad").pooled_sets == 4
+    assert (
+        model_memory(
+            PipelineShape(pp=8, n_microbatches=64), b, RingRule(slack=2, policy="automodel")
+        )
+        .row(0, "grad")
+        .pooled_sets
+        == 10
+    )
+    assert (
+        model_memory(
+            PipelineShape(pp=8, n_microbatches=64), b, RingRule(slack=0, policy="automodel")
+        )
+        .row(7, "forward")
+        .pooled_sets
+        == 2
+    )
+    assert (
+        model_memory(
+            PipelineShape(pp=4, n_microbatches=4), b, RingRule(slack=2, policy="automodel")
+        )
+        .row(0, "grad")
+        .pooled_sets
+        == 4
+    )
 
 
 def test_each_boundary_sizes_the_receives_on_both_sides():
     # Boundary b carries stage b -> b + 1: forward receives on b + 1, grad receives on b.
     bounds = [
         Boundary(activations=(TensorSpec(shape=(10,), dtype="uint8"),)),
-        Boundary(activations=(TensorSpec(shape=(20,), dtype="uint8"),), grads=(TensorSpec(shape=(7,), dtype="float32"),)),
-        Boundary(activations=(TensorSpec(shape=(30,), dtype="uint8"), TensorSpec(shape=(3,), dtype="bfloat16"))),
+        Boundary(
+            activations=(TensorSpec(shape=(20,), dtype="uint8"),),
+            grads=(TensorSpec(shape=(7,), dtype="float32"),),
+        ),
+        Boundary(
+            activations=(
+                TensorSpec(shape=(30,), dtype="uint8"),
+                TensorSpec(shape=(3,), dtype="bfloat16"),
+            )
+        ),
     ]
     m = model_memory(PipelineShape(pp=4, n_microbatches=4), bounds, RingRule())
     assert [m.row(i, "forward").set_bytes for i in range(4)] == [0, 10, 20, 36]
@@ -85,7 +117,12 @@ def test_each_boundary_sizes_the_receives_on_both_sides():
 
 
 def test_gradients_default_to_the_activation_shapes_and_dtypes():
-    b = Boundary(activations=(TensorSpec(shape=(2, 3), dtype="bf16"), TensorSpec(shape=(5,), dtype="float32")))
+    b = Boundary(
+        activations=(
+            TensorSpec(shape=(2, 3), dtype="bf16"),
+            TensorSpec(shape=(5,), dtype="float32"),
+        )
+    )
     assert b.forward_bytes == b.grad_bytes == 2 * 3 * 2 + 5 * 4
 
 
@@ -104,7 +141,12 @@ def test_units_are_binary_and_decimal_as_named():
 
 def test_expected_bytes_covers_every_stage_and_direction_for_the_harness_boundary():
     cfg = RingRule(slack=0, grad_slack=0)
-    exp = expected_bytes(pp=4, n_microbatches=8, boundaries=harness_boundary(rows=2, seq_len=16, hidden=32), config=cfg)
+    exp = expected_bytes(
+        pp=4,
+        n_microbatches=8,
+        boundaries=harness_boundary(rows=2, seq_len=16, hidden=32),
+        config=cfg,
+    )
     assert set(exp) == {(i, d) for i in range(4) for d in ("forward", "grad")}
     assert exp[(0, "forward")].stock_bytes == 0 and exp[(3, "grad")].pooled_bytes == 0
     assert exp[(1, "forward")].stock_bytes == 8 * SET
@@ -115,9 +157,13 @@ def test_expected_bytes_covers_every_stage_and_direction_for_the_harness_boundar
 def test_tidy_frame_has_one_row_per_stage_direction_variant_and_explicit_units():
     m = _small(RingRule())
     frame = m.to_frame()
-    assert len(frame) == 4 * 2 * 7  # stock, stock_lazy, lazy_released, automodel, tight, live_set, pooled
+    assert (
+        len(frame) == 4 * 2 * 7
+    )  # stock, stock_lazy, lazy_released, automodel, tight, live_set, pooled
     assert {"bytes", "gib", "gb", "mib", "sets", "set_bytes"} <= set(frame.columns)
-    row = frame[(frame.stage == 1) & (frame.direction == "forward") & (frame.variant == "stock")].iloc[0]
+    row = frame[
+        (frame.stage == 1) & (frame.direction == "forward") & (frame.variant == "stock")
+    ].iloc[0]
     assert row.bytes == 8 * SET and row.gib == 8 * SET / 2**30 and row.gb == 8 * SET / 1e9
     wide = m.per_stage_frame("gb")
     assert wide.loc[1, "stock_gb"] == 16 * SET / 1e9
@@ -138,7 +184,11 @@ def test_schedule_walk_and_closed_form_give_the_same_live_sets():
 
 def test_no_pooled_ring_is_smaller_than_the_walked_live_set():
     for n, m in ((2, 2), (4, 8), (5, 7), (8, 64)):
-        for cfg in (RingRule(slack=0, grad_slack=0), RingRule(slack=0, policy="automodel"), RingRule()):
+        for cfg in (
+            RingRule(slack=0, grad_slack=0),
+            RingRule(slack=0, policy="automodel"),
+            RingRule(),
+        ):
             model = model_memory(PipelineShape(pp=n, n_microbatches=m), Boundary.opaque(1), cfg)
             assert all(r.pooled_sets >= r.live_sets for r in model.rows), (n, m, cfg)
 
@@ -155,25 +205,39 @@ def test_gpipe_is_refused_unless_the_pool_is_asked_to_stand_down():
 
 @pytest.mark.parametrize("name", ["csv", "zigzag", "PipelineScheduleMulti"])
 def test_schedules_the_model_does_not_know_name_the_supported_ones(name):
-    with pytest.raises(UnpoolableScheduleError, match=r"found .*required one of 1F1B, GPipe, Interleaved1F1B.*Fix:"):
+    with pytest.raises(
+        UnpoolableScheduleError, match=r"found .*required one of 1F1B, GPipe, Interleaved1F1B.*Fix:"
+    ):
         PipelineShape(pp=4, n_microbatches=8, schedule=name)
 
 
-@pytest.mark.parametrize(("name", "vpp", "why"), [("1f1b", 2, "a single-stage schedule"), ("ZBVZeroBubble", 3, "a V schedule")])
+@pytest.mark.parametrize(
+    ("name", "vpp", "why"),
+    [("1f1b", 2, "a single-stage schedule"), ("ZBVZeroBubble", 3, "a V schedule")],
+)
 def test_stages_per_rank_a_schedule_cannot_run_is_named(name, vpp, why):
-    with pytest.raises(MemoryModelError, match=rf"stages_per_rank: found {vpp} under .*; required .*{why}.*Fix:"):
+    with pytest.raises(
+        MemoryModelError, match=rf"stages_per_rank: found {vpp} under .*; required .*{why}.*Fix:"
+    ):
         PipelineShape(pp=4, n_microbatches=8, schedule=name, stages_per_rank=vpp)
 
 
 def test_fewer_microbatches_than_stages_under_1f1b_is_a_clear_error():
-    with pytest.raises(MemoryModelError, match=r"found M=4 microbatches with pp=8.*required M >= pp.*Fix: use at least 8"):
+    with pytest.raises(
+        MemoryModelError,
+        match=r"found M=4 microbatches with pp=8.*required M >= pp.*Fix: use at least 8",
+    ):
         PipelineShape(pp=8, n_microbatches=4)
-    assert PipelineShape(pp=8, n_microbatches=4, schedule="gpipe").n_microbatches == 4  # GPipe allows it
+    assert (
+        PipelineShape(pp=8, n_microbatches=4, schedule="gpipe").n_microbatches == 4
+    )  # GPipe allows it
 
 
 @pytest.mark.parametrize("shape", [(2, 0, 7), (2, -1), (), (2.5, 3), (True, 2)])
 def test_zero_negative_or_non_integer_sizes_are_rejected(shape):
-    with pytest.raises(MemoryModelError, match=r"shape: found .*required a non-empty tuple of integers >= 1.*Fix:"):
+    with pytest.raises(
+        MemoryModelError, match=r"shape: found .*required a non-empty tuple of integers >= 1.*Fix:"
+    ):
         TensorSpec(shape=shape)
 
 
@@ -185,15 +249,22 @@ def test_zero_or_negative_pipeline_sizes_are_rejected(field, value):
 
 
 def test_unknown_dtype_names_the_known_ones():
-    with pytest.raises(MemoryModelError, match=r"dtype: found 'bfloat17'; required one of .*bfloat16.*Fix:"):
+    with pytest.raises(
+        MemoryModelError, match=r"dtype: found 'bfloat17'; required one of .*bfloat16.*Fix:"
+    ):
         TensorSpec(shape=(1,), dtype="bfloat17")
 
 
 def test_batch_sizes_give_microbatches_or_say_why_not():
     assert microbatches_from_batch(global_batch=4096, micro_batch=2, dp=32) == 64
     assert microbatches_from_batch(global_batch=4096, micro_batch=2, dp=32, local_batch=128) == 64
-    assert microbatches_from_batch(global_batch=8192, micro_batch=2, dp=32, local_batch=128) == 64  # 2 GA steps
-    with pytest.raises(MemoryModelError, match=r"found 4000 / \(32 \* 3\) = 41.6667; required a whole number.*multiple of dp \* micro_batch = 96"):
+    assert (
+        microbatches_from_batch(global_batch=8192, micro_batch=2, dp=32, local_batch=128) == 64
+    )  # 2 GA steps
+    with pytest.raises(
+        MemoryModelError,
+        match=r"found 4000 / \(32 \* 3\) = 41.6667; required a whole number.*multiple of dp \* micro_batch = 96",
+    ):
         microbatches_from_batch(global_batch=4000, micro_batch=3, dp=32)
     with pytest.raises(MemoryModelError, match=r"local_batch / micro_batch: found 100 / 3"):
         microbatches_from_batch(global_batch=3200, micro_batch=3, dp=32, local_batch=100)

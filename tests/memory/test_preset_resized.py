@@ -31,7 +31,10 @@ def test_the_same_model_at_another_micro_batch_keeps_its_bytes_per_token():
 def test_a_widths_preset_resizes_every_boundary_and_no_change_is_the_preset_itself():
     widths = get_preset("kimi-k3-gb200-2k-widths")
     wider = widths.resized(hidden=8192)
-    assert all(b.forward_bytes * 7168 == a.forward_bytes * 8192 for a, b in zip(widths.boundary_list, wider.boundary_list))
+    assert all(
+        b.forward_bytes * 7168 == a.forward_bytes * 8192
+        for a, b in zip(widths.boundary_list, wider.boundary_list)
+    )
     assert CAL.resized(pp=CAL.shape.pp) is CAL
 
 
@@ -39,5 +42,7 @@ def test_a_boundary_with_nothing_hidden_sized_cannot_take_a_new_hidden_size():
     import dataclasses
 
     opaque = dataclasses.replace(CAL, boundary=Boundary.opaque(1024), name="opaque")
-    with pytest.raises(MemoryModelError, match=r"^preset 'opaque' resized: found no hidden-sized tensor"):
+    with pytest.raises(
+        MemoryModelError, match=r"^preset 'opaque' resized: found no hidden-sized tensor"
+    ):
         opaque.resized(hidden=4096)

@@ -83,7 +83,10 @@ def test_every_preset_states_its_assumption_and_labels_each_figure():
     }
     for p in PRESETS.values():
         assert p.assumption and p.sources
-        assert all(f.kind in ("published", "derived", "inferred", "assumed") and f.source for f in p.figures)
+        assert all(
+            f.kind in ("published", "derived", "inferred", "assumed") and f.source
+            for f in p.figures
+        )
         assert p.shape.n_microbatches == 64 and p.hidden == 7168
     assert get_preset("kimi-k3-gb200-1k-calibrated").figure("set_mib").kind == "assumed"
     assert get_preset("kimi-k3-gb200-1k-calibrated").boundary.forward_bytes == 208 * MIB
@@ -91,5 +94,8 @@ def test_every_preset_states_its_assumption_and_labels_each_figure():
 
 
 def test_unknown_preset_lists_the_known_names():
-    with pytest.raises(MemoryModelError, match=r"preset: found 'k3'; required one of 'kimi-k3-gb200-2k-calibrated'.*--list-presets"):
+    with pytest.raises(
+        MemoryModelError,
+        match=r"preset: found 'k3'; required one of 'kimi-k3-gb200-2k-calibrated'.*--list-presets",
+    ):
         get_preset("k3")

@@ -22,8 +22,13 @@ def _interleaved(m: int, vpp: int, boundaries=ONE, config: RingRule | None = Non
     return model_memory(shape, boundaries, config)
 
 
-@pytest.mark.parametrize(("vpp", "m", "per_stage", "per_rank"), [(2, 16, 46, 35), (4, 8, 112, 69), (4, 16, 112, 69), (4, 32, 112, 69)])
-def test_rank_live_sets_reproduce_the_published_interleaved_slot_counts(vpp, m, per_stage, per_rank):
+@pytest.mark.parametrize(
+    ("vpp", "m", "per_stage", "per_rank"),
+    [(2, 16, 46, 35), (4, 8, 112, 69), (4, 16, 112, 69), (4, 32, 112, 69)],
+)
+def test_rank_live_sets_reproduce_the_published_interleaved_slot_counts(
+    vpp, m, per_stage, per_rank
+):
     model = _interleaved(m, vpp)
     assert sum(r.live_sets for r in model.rows) == per_stage
     assert sum(g.live for g in model.rings) == per_rank
@@ -32,8 +37,13 @@ def test_rank_live_sets_reproduce_the_published_interleaved_slot_counts(vpp, m, 
     assert (slots.per_stage_direction, slots.per_rank_direction) == (per_stage, per_rank)
 
 
-@pytest.mark.parametrize("schedule", ["Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"])
-def test_a_rank_shared_ring_is_the_ranks_live_set_plus_slack_and_never_more_than_per_stage_rings(schedule):
+@pytest.mark.parametrize(
+    "schedule",
+    ["Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"],
+)
+def test_a_rank_shared_ring_is_the_ranks_live_set_plus_slack_and_never_more_than_per_stage_rings(
+    schedule,
+):
     config = RingRule(slack=2, grad_slack=1)
     model = model_memory(PipelineShape(pp=4, n_microbatches=8, schedule=schedule), ONE, config)
     for g in model.rings:
@@ -44,7 +54,11 @@ def test_a_rank_shared_ring_is_the_ranks_live_set_plus_slack_and_never_more_than
             (stage,) = g.stages
             assert g.size == model.row(stage, g.direction).pooled_sets
     for rank in range(4):
-        assert model.rank_bytes(rank, "rank_live") <= model.rank_bytes(rank, "shared") <= model.rank_bytes(rank, "tight")
+        assert (
+            model.rank_bytes(rank, "rank_live")
+            <= model.rank_bytes(rank, "shared")
+            <= model.rank_bytes(rank, "tight")
+        )
         assert model.rank_bytes(rank, "shared") <= model.rank_bytes(rank, "stock")
 
 
@@ -53,16 +67,31 @@ def test_the_ranks_pooled_bytes_follow_the_configs_sharing():
     stage = _interleaved(8, 2, config=RingRule(sharing="stage"))
     for r in range(4):
         assert rank.rank_bytes(r, "pooled") == rank.rank_bytes(r, "shared")
-        assert stage.rank_bytes(r, "pooled") == sum(stage.stage_bytes(i, "pooled") for i in stage.rank_stages(r))
-    assert sum(rank.rank_bytes(r, "pooled") for r in range(4)) < sum(stage.rank_bytes(r, "pooled") for r in range(4))
+        assert stage.rank_bytes(r, "pooled") == sum(
+            stage.stage_bytes(i, "pooled") for i in stage.rank_stages(r)
+        )
+    assert sum(rank.rank_bytes(r, "pooled") for r in range(4)) < sum(
+        stage.rank_bytes(r, "pooled") for r in range(4)
+    )
 
 
 def test_under_single_stage_schedules_a_rank_is_its_stage_for_every_variant():
-    model = model_memory(PipelineShape(pp=4, n_microbatches=8), Boundary.hidden_state(rows=2, seq_len=16, hidden=32),
-                         RingRule(policy="automodel"))
+    model = model_memory(
+        PipelineShape(pp=4, n_microbatches=8),
+        Boundary.hidden_state(rows=2, seq_len=16, hidden=32),
+        RingRule(policy="automodel"),
+    )
     for r in range(4):
         assert model.rank_stages(r) == (r,)
-        for v in ("stock", "stock_lazy", "lazy_released", "automodel", "tight", "live_set", "pooled"):
+        for v in (
+            "stock",
+            "stock_lazy",
+            "lazy_released",
+            "automodel",
+            "tight",
+            "live_set",
+            "pooled",
+        ):
             assert model.rank_bytes(r, v) == model.stage_bytes(r, v)
         assert model.rank_bytes(r, "shared") == model.stage_bytes(r, "pooled")
         assert model.rank_bytes(r, "rank_live") == model.stage_bytes(r, "live_set")
@@ -81,8 +110,12 @@ def test_v_schedule_handoffs_hold_nothing_pooled_and_m_sets_in_stock_torch():
 
 def test_stages_of_a_rank_share_a_ring_only_where_their_boundary_tensors_are_equal():
     narrow = Boundary(activations=(TensorSpec(shape=(2, 4, 8)),))
-    renamed = Boundary(activations=(TensorSpec(shape=(2, 4, 8), name="other_name"),))  # same shape and dtype
-    wide = Boundary(activations=(TensorSpec(shape=(2, 4, 8)), TensorSpec(shape=(3, 2, 4, 8), name="blocks")))
+    renamed = Boundary(
+        activations=(TensorSpec(shape=(2, 4, 8), name="other_name"),)
+    )  # same shape and dtype
+    wide = Boundary(
+        activations=(TensorSpec(shape=(2, 4, 8)), TensorSpec(shape=(3, 2, 4, 8), name="blocks"))
+    )
     # 8 stages on 4 ranks (loop): rank r runs r and r + 4; stage s receives activations over
     # boundary s - 1 and gradients over boundary s.
     model = _interleaved(8, 2, boundaries=[narrow, wide, narrow, narrow, renamed, wide, wide])
@@ -94,7 +127,9 @@ def test_stages_of_a_rank_share_a_ring_only_where_their_boundary_tensors_are_equ
     assert rings[(3, "forward")] == [(3,), (7,)]  # boundaries 2 (narrow) and 6 (wide): a ring each
     assert rings[(0, "grad")] == [(0, 4)] and rings[(2, "grad")] == [(2,), (6,)]
     (wide_ring,) = [g for g in model.rings if g.rank == 2 and g.direction == "forward"]
-    assert wide_ring.set_bytes == wide.forward_bytes == 4 * 2 * 4 * 8 * 2  # 4 hidden-sized tensors, bf16
+    assert (
+        wide_ring.set_bytes == wide.forward_bytes == 4 * 2 * 4 * 8 * 2
+    )  # 4 hidden-sized tensors, bf16
     assert wide_ring.bytes == wide_ring.size * wide.forward_bytes
 
 
@@ -108,15 +143,28 @@ def test_a_rank_outside_the_pipeline_is_named():
 def test_expected_rank_bytes_are_what_a_per_rank_measurement_should_find():
     bounds = Boundary.hidden_state(rows=2, seq_len=4, hidden=8)
     for sharing in ("rank", "stage"):
-        model = _interleaved(8, 2, boundaries=bounds, config=RingRule(slack=0, grad_slack=0, sharing=sharing))
+        model = _interleaved(
+            8, 2, boundaries=bounds, config=RingRule(slack=0, grad_slack=0, sharing=sharing)
+        )
         expected = model.expected_rank_bytes()
         assert sorted(expected) == [0, 1, 2, 3]
         for rank, e in expected.items():
-            assert e.pooled_bytes == model.rank_bytes(rank, "pooled") == e.pooled_sets * bounds.forward_bytes
-            assert e.stock_bytes == model.rank_bytes(rank, "stock") == e.stock_sets * bounds.forward_bytes
+            assert (
+                e.pooled_bytes
+                == model.rank_bytes(rank, "pooled")
+                == e.pooled_sets * bounds.forward_bytes
+            )
+            assert (
+                e.stock_bytes
+                == model.rank_bytes(rank, "stock")
+                == e.stock_sets * bounds.forward_bytes
+            )
     # slack 0, rank sharing: the pooled sets are the rank's live set (issue #21's done-when, modelled side)
     model = _interleaved(8, 2, boundaries=bounds, config=RingRule(slack=0, grad_slack=0))
     all_shared = [r for r in range(4) if all(g.shared for g in model.rank_rings(r))]
-    assert all_shared == [1, 2]  # ranks 0 and 3 hold one stage in one direction (stage 0 sends, stage 7 ends)
+    assert all_shared == [
+        1,
+        2,
+    ]  # ranks 0 and 3 hold one stage in one direction (stage 0 sends, stage 7 ends)
     for r in all_shared:
         assert model.expected_rank_bytes()[r].pooled_bytes == model.rank_bytes(r, "rank_live")

@@ -26,8 +26,17 @@ def _one_thread():
 
 
 def _builder(stages: int):
-    cfg = decoder_config({"model_type": "llama", "hidden_size": 16, "num_hidden_layers": stages, "num_attention_heads": 2,
-                          "num_key_value_heads": 1, "intermediate_size": 24, "vocab_size": 40})
+    cfg = decoder_config(
+        {
+            "model_type": "llama",
+            "hidden_size": 16,
+            "num_hidden_layers": stages,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "intermediate_size": 24,
+            "vocab_size": 40,
+        }
+    )
     return decoder_builder(cfg, rows=1, seq_len=8)
 
 
@@ -42,8 +51,11 @@ def _same(shape: PipelineShape, variants: tuple[str, ...]) -> list[tuple[int, st
             assert dict(fake.at_peak) == dict(real.at_peak), where
             assert dict(fake.category_max) == dict(real.category_max), where
             assert dict(fake.between_steps) == dict(real.between_steps), where
-            assert (fake.peak.bytes, fake.peak.phase, fake.peak.microbatch) == (real.peak.bytes, real.peak.phase,
-                                                                             real.peak.microbatch), where
+            assert (fake.peak.bytes, fake.peak.phase, fake.peak.microbatch) == (
+                real.peak.bytes,
+                real.peak.phase,
+                real.peak.microbatch,
+            ), where
             seen.append((rank, variant, fake.peak.bytes))
     return seen
 

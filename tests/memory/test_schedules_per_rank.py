@@ -26,24 +26,54 @@ def _json(capsys, *argv: str) -> dict:
 
 @pytest.mark.parametrize("schedule", ["Interleaved1F1B", "ZBVZeroBubble"])
 def test_per_rank_sets_match_the_analysis_and_the_memory_model(capsys, schedule):
-    data = _json(capsys, "--schedule", schedule, "--pp", "4", "--vpp", "2", "--microbatches", "8",
-                 "--slack", "0", "--grad-slack", "0")
+    data = _json(
+        capsys,
+        "--schedule",
+        schedule,
+        "--pp",
+        "4",
+        "--vpp",
+        "2",
+        "--microbatches",
+        "8",
+        "--slack",
+        "0",
+        "--grad-slack",
+        "0",
+    )
     (total,) = data["totals"]
     ranks = total["ranks"]
     spans = lifetimes(schedule, pp=4, n_microbatches=8, stages_per_rank=2)
     assert sum(r["rank_live"] for r in ranks) == shared_slots(spans).per_rank_direction
-    model = model_memory(PipelineShape(pp=4, n_microbatches=8, schedule=schedule), Boundary.opaque(1),
-                         PoolConfig(slack=0, grad_slack=0))
+    model = model_memory(
+        PipelineShape(pp=4, n_microbatches=8, schedule=schedule),
+        Boundary.opaque(1),
+        PoolConfig(slack=0, grad_slack=0),
+    )
     for r in ranks:
         assert r["stages"] == list(model.rank_stages(r["rank"]))
         assert (r["stock"], r["tight"], r["shared"], r["rank_live"]) == tuple(
-            model.rank_bytes(r["rank"], v) for v in ("stock", "tight", "shared", "rank_live"))  # one byte per set
+            model.rank_bytes(r["rank"], v) for v in ("stock", "tight", "shared", "rank_live")
+        )  # one byte per set
     assert sum(r["stock"] for r in ranks) == total["stock"]
 
 
 def test_set_mib_turns_sets_into_gib_per_stage_and_rank(capsys):
-    rc = main(["schedules", "--schedule", "Interleaved1F1B", "--pp", "2", "--vpp", "2", "--microbatches", "4",
-               "--set-mib", "1024"])
+    rc = main(
+        [
+            "schedules",
+            "--schedule",
+            "Interleaved1F1B",
+            "--pp",
+            "2",
+            "--vpp",
+            "2",
+            "--microbatches",
+            "4",
+            "--set-mib",
+            "1024",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "per rank" in out and "rank-shared GiB" in out and "stock GiB" in out
     rank0 = next(line for line in out.splitlines() if line.split()[:2] == ["0", "0,2"])

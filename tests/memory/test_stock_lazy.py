@@ -26,8 +26,11 @@ MEASURED_INTERLEAVED_PP4_VPP2_M8_FORWARD = {1: 8, 2: 8, 3: 6, 4: 4, 5: 4, 6: 4, 
 
 
 def _model(m: int):
-    return model_memory(PipelineShape(pp=4, n_microbatches=m), harness_boundary(rows=2, seq_len=4, hidden=8),
-                        PoolConfig())
+    return model_memory(
+        PipelineShape(pp=4, n_microbatches=m),
+        harness_boundary(rows=2, seq_len=4, hidden=8),
+        PoolConfig(),
+    )
 
 
 @pytest.mark.parametrize("m", [8, 16])
@@ -37,7 +40,9 @@ def test_stock_lazy_forward_equals_torch_2_15_measured_on_every_1f1b_stage(m):
         measured[3] = MEASURED_1F1B_PP4_M16_LAST_FORWARD
     model = _model(m)
     assert {i: model.row(i, "forward").sets("stock_lazy") for i in (1, 2, 3)} == measured
-    assert model.row(0, "forward").sets("stock_lazy") == 0  # stage 0's inputs are the root arguments
+    assert (
+        model.row(0, "forward").sets("stock_lazy") == 0
+    )  # stage 0's inputs are the root arguments
 
 
 def test_only_the_last_stage_forward_differs_from_the_live_set_and_the_release_closes_it():
@@ -54,7 +59,9 @@ def test_only_the_last_stage_forward_differs_from_the_live_set_and_the_release_c
 def test_interleaved_stock_lazy_equals_torch_2_15_measured_on_every_stage():
     live = live_sets("Interleaved1F1B", pp=4, n_microbatches=8, stages_per_rank=2)
     held = lazy_holds(live, 8, 8)
-    assert {i: held[(i, "forward")] for i in range(1, 8)} == MEASURED_INTERLEAVED_PP4_VPP2_M8_FORWARD
+    assert {
+        i: held[(i, "forward")] for i in range(1, 8)
+    } == MEASURED_INTERLEAVED_PP4_VPP2_M8_FORWARD
     released = lazy_holds(live, 8, 8, released=True)
     assert released[(7, "forward")] == live[(7, "forward")] == 2
 
@@ -73,8 +80,11 @@ def test_the_gradient_direction_is_a_lower_bound_one_short_on_stages_0_and_1():
 
 
 def test_a_schedule_the_pool_stands_down_on_keeps_torchs_own_lazy_holding():
-    model = model_memory(PipelineShape(pp=4, n_microbatches=8, schedule="gpipe"),
-                         harness_boundary(rows=2, seq_len=4, hidden=8), unpoolable="stock")
+    model = model_memory(
+        PipelineShape(pp=4, n_microbatches=8, schedule="gpipe"),
+        harness_boundary(rows=2, seq_len=4, hidden=8),
+        unpoolable="stock",
+    )
     for i in range(1, 4):  # GPipe measured 8 forward on stages 1..3 (the same source)
         assert model.row(i, "forward").sets("stock_lazy") == 8
         assert model.row(i, "forward").sets("lazy_released") == 8

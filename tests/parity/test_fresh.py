@@ -36,8 +36,11 @@ class Stage:
         self.args_recv_info, self.grad_recv_info = fwd, grad
 
     def get_fwd_recv_ops(self, fwd_chunk_id):
-        return [i.buffer for i in self.args_recv_info[fwd_chunk_id] if getattr(i, "buffer", None) is not None
-                and not getattr(i, "is_root_arg", False)]
+        return [
+            i.buffer
+            for i in self.args_recv_info[fwd_chunk_id]
+            if getattr(i, "buffer", None) is not None and not getattr(i, "is_root_arg", False)
+        ]
 
     def get_bwd_recv_ops(self, bwd_chunk_id):
         return [i.buffer for i in self.grad_recv_info[bwd_chunk_id]]
@@ -52,7 +55,9 @@ class Stage:
 
 def _eager(monkeypatch, name):
     layout = SimpleNamespace(name=name, setup_targets=(), note="")
-    monkeypatch.setattr("pooltk.pool.adapters.detect", lambda: SimpleNamespace(layout=layout, reason="test"))
+    monkeypatch.setattr(
+        "pooltk.pool.adapters.detect", lambda: SimpleNamespace(layout=layout, reason="test")
+    )
 
 
 def _stage(info_cls, m=3):
@@ -61,8 +66,12 @@ def _stage(info_cls, m=3):
     return Stage(fwd, grad)
 
 
-@pytest.mark.parametrize("family,info_cls", [("setup-recv-info", Info212), ("prepare-infra", Info211)])
-def test_every_receive_post_gets_a_new_storage_and_old_buffers_stay_with_their_holders(monkeypatch, family, info_cls):
+@pytest.mark.parametrize(
+    "family,info_cls", [("setup-recv-info", Info212), ("prepare-infra", Info211)]
+)
+def test_every_receive_post_gets_a_new_storage_and_old_buffers_stay_with_their_holders(
+    monkeypatch, family, info_cls
+):
     _eager(monkeypatch, family)
     st = _stage(info_cls)
     posted: list = []
@@ -76,7 +85,9 @@ def test_every_receive_post_gets_a_new_storage_and_old_buffers_stay_with_their_h
             new.detach().fill_(float(c))  # the receive writes it
             st.get_bwd_recv_ops(c)[0].fill_(-1.0)
     storages = [b.untyped_storage().data_ptr() for _, b in posted]
-    assert len(posted) == 12 and len(set(storages)) == 12  # 2 steps x 3 chunks x 2 directions, all distinct
+    assert (
+        len(posted) == 12 and len(set(storages)) == 12
+    )  # 2 steps x 3 chunks x 2 directions, all distinct
     assert held.untyped_storage().data_ptr() not in storages
     assert torch.equal(held, held_copy)  # never written again
     for direction, b in posted:
@@ -110,8 +121,12 @@ def test_a_same_rank_handoff_zeroes_a_new_buffer_not_the_one_a_holder_keeps(monk
 
 
 def test_on_the_lazy_family_stock_already_is_fresh_and_nothing_is_bound(monkeypatch):
-    layout = SimpleNamespace(name="lazy", setup_targets=(), per_receive=True, stands_down=True, note="")
-    monkeypatch.setattr("pooltk.pool.adapters.detect", lambda: SimpleNamespace(layout=layout, reason="lazy"))
+    layout = SimpleNamespace(
+        name="lazy", setup_targets=(), per_receive=True, stands_down=True, note=""
+    )
+    monkeypatch.setattr(
+        "pooltk.pool.adapters.detect", lambda: SimpleNamespace(layout=layout, reason="lazy")
+    )
     st = _stage(Info212)
     out = fresh_stage(st)
     assert not out.bound and out.layout == "lazy" and "stock is fresh" in out.note
@@ -119,8 +134,12 @@ def test_on_the_lazy_family_stock_already_is_fresh_and_nothing_is_bound(monkeypa
 
 
 def test_an_unknown_layout_a_pooled_stage_or_a_second_call_is_refused_naming_pooltk(monkeypatch):
-    monkeypatch.setattr("pooltk.pool.adapters.detect", lambda: SimpleNamespace(layout=None, reason="no markers"))
-    with pytest.raises(FreshError, match=r"pooltk fresh: stage 1: found no known receive-buffer layout.*Fix:"):
+    monkeypatch.setattr(
+        "pooltk.pool.adapters.detect", lambda: SimpleNamespace(layout=None, reason="no markers")
+    )
+    with pytest.raises(
+        FreshError, match=r"pooltk fresh: stage 1: found no known receive-buffer layout.*Fix:"
+    ):
         fresh_stage(_stage(Info212))
     _eager(monkeypatch, "setup-recv-info")
     pooled = _stage(Info212)
@@ -150,5 +169,9 @@ def test_the_real_torch_here_is_an_eager_family_fresh_binds_on():
     from pooltk.pool.adapters import detect
 
     found = detect()
-    assert found.layout is not None and found.layout.name in ("prepare-infra", "setup-recv-info", "lazy")
+    assert found.layout is not None and found.layout.name in (
+        "prepare-infra",
+        "setup-recv-info",
+        "lazy",
+    )
     assert fresh.__doc__ and "[Note: fresh buffers]" in fresh.__doc__

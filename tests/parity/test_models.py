@@ -24,7 +24,9 @@ def _split_backward_accepts(body: str, aux: str | None) -> bool:
         out = st(*ins)
         outs = list(out) if isinstance(out, tuple) else [out]
         try:
-            _, groups = stage_backward_input(outs, [torch.randn_like(o) for o in outs], ins, st.parameters())
+            _, groups = stage_backward_input(
+                outs, [torch.randn_like(o) for o in outs], ins, st.parameters()
+            )
             stage_backward_weight(st.parameters(), groups)
         except RuntimeError:
             return False
@@ -40,7 +42,10 @@ def test_split_backward_bodies_are_those_torchs_split_backward_accepts_less_the_
     assert set(SPLIT_BACKWARD_BODIES) | set(SPLIT_BACKWARD_RACY) <= accepted
     assert not set(SPLIT_BACKWARD_BODIES) & set(SPLIT_BACKWARD_RACY)
     assert set(BODIES) - accepted <= set(VIEW_OUTPUT_BODIES)
-    if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 15):  # measured on 2.11-2.14
+    if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (
+        2,
+        15,
+    ):  # measured on 2.11-2.14
         assert accepted == set(SPLIT_BACKWARD_BODIES) | set(SPLIT_BACKWARD_RACY)
         assert set(VIEW_OUTPUT_BODIES) == set(BODIES) - accepted
 
@@ -49,7 +54,9 @@ def test_draws_on_split_backward_schedules_in_training_hold_no_view_output_body_
     cases = draw_cases(300, seed=3)
     split_train = [c for c in cases if c.schedule in SPLIT_BACKWARD and not c.eval_only]
     assert split_train
-    assert not any(set(c.bodies) & (set(VIEW_OUTPUT_BODIES) | set(SPLIT_BACKWARD_RACY)) for c in split_train)
+    assert not any(
+        set(c.bodies) & (set(VIEW_OUTPUT_BODIES) | set(SPLIT_BACKWARD_RACY)) for c in split_train
+    )
     assert {b for c in cases for b in c.bodies} == set(BODIES)
     assert all(len(c.variants()) == 3 and c.variants()[0].buffers == "fresh" for c in cases[:6])
 
@@ -74,7 +81,9 @@ def test_a_data_ptr_cache_hits_on_a_repeated_address_within_a_step_and_is_cleare
     first = st(buf).detach().clone()
     buf.copy_(torch.randn(2, 3, 8))  # a later receive into the same buffer: same address
     stale = st(buf).detach()
-    expect = (st.block(buf) + 0.1 * (buf ** 2).mean(-1, keepdim=True)).detach()
-    assert not torch.equal(stale, expect)  # the cached value is the old one: what a reused buffer gives
+    expect = (st.block(buf) + 0.1 * (buf**2).mean(-1, keepdim=True)).detach()
+    assert not torch.equal(
+        stale, expect
+    )  # the cached value is the old one: what a reused buffer gives
     st.step_end()
     assert torch.equal(st(buf).detach(), expect) and not torch.equal(first, expect)

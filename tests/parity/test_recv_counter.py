@@ -39,7 +39,12 @@ def _run(stage: _Stage, steps: int = 2, m: int = 8) -> dict:
 def test_a_ring_of_k_buffers_counts_k_at_once_and_k_per_step():
     ring = [torch.empty(4) for _ in range(3)]
     got = _run(_Stage(lambda c: ring[c % 3]))
-    assert (got["peak"], got["max_step_distinct"], got["distinct"], got["receives"]) == (3, 3, 3, 16)
+    assert (got["peak"], got["max_step_distinct"], got["distinct"], got["receives"]) == (
+        3,
+        3,
+        3,
+        16,
+    )
 
 
 def test_stock_buffers_kept_per_microbatch_count_m():
@@ -56,7 +61,9 @@ def test_a_fresh_buffer_per_receive_freed_after_use_is_churn_not_peak():
 def test_re_homed_storages_still_held_raise_the_peak():
     ring, held = [torch.empty(4) for _ in range(2)], []
 
-    def rehoming(c: int) -> torch.Tensor:  # a ring that gives every slot a new storage and a holder keeps the old
+    def rehoming(
+        c: int,
+    ) -> torch.Tensor:  # a ring that gives every slot a new storage and a holder keeps the old
         held.append(ring[c % 2])
         ring[c % 2] = torch.empty(4)
         return ring[c % 2]

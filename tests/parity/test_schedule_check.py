@@ -26,17 +26,49 @@ def good_rows(shapes=SHAPES) -> list[dict]:
         for stage in range(pp * vpp):
             for d in DIRECTIONS:
                 low = min_safe_ring(spans, stage, d, m)
-                rows.append(dict(schedule=name, pp=pp, vpp=vpp, n_microbatches=m, stage=stage, direction=d,
-                                 stock=m if live[(stage, d)] else 0, pooltk=low, analysed_peak=live[(stage, d)],
-                                 analysed_min=low, measured_peak=live[(stage, d)], peak_matches=True, parity=True))
+                rows.append(
+                    dict(
+                        schedule=name,
+                        pp=pp,
+                        vpp=vpp,
+                        n_microbatches=m,
+                        stage=stage,
+                        direction=d,
+                        stock=m if live[(stage, d)] else 0,
+                        pooltk=low,
+                        analysed_peak=live[(stage, d)],
+                        analysed_min=low,
+                        measured_peak=live[(stage, d)],
+                        peak_matches=True,
+                        parity=True,
+                    )
+                )
     return rows
 
 
 def good_check() -> ScheduleCheck:
-    rank = dict(schedule="Interleaved1F1B", pp=2, vpp=2, n_microbatches=4, rank=0, direction="forward", stock=8,
-                per_stage=4, rank_shared=3, analysed=3, rank_live=3, measured_peak=3, matches_analysis=True, parity=True)
-    return ScheduleCheck(rows=good_rows(), rank_rows=[rank], guard={"1F1B": "n/a: ...", "Interleaved1F1B": "caught (pp2 M4)"},
-                         shapes=list(SHAPES))
+    rank = dict(
+        schedule="Interleaved1F1B",
+        pp=2,
+        vpp=2,
+        n_microbatches=4,
+        rank=0,
+        direction="forward",
+        stock=8,
+        per_stage=4,
+        rank_shared=3,
+        analysed=3,
+        rank_live=3,
+        measured_peak=3,
+        matches_analysis=True,
+        parity=True,
+    )
+    return ScheduleCheck(
+        rows=good_rows(),
+        rank_rows=[rank],
+        guard={"1F1B": "n/a: ...", "Interleaved1F1B": "caught (pp2 M4)"},
+        shapes=list(SHAPES),
+    )
 
 
 def _frame() -> pd.DataFrame:
@@ -63,28 +95,51 @@ BREAKS = {
     "covers_the_grid: a row missing": ("covers_the_grid", lambda f: f.drop(index=f.index[3])),
     "covers_the_grid: a shape missing": ("covers_the_grid", lambda f: f[f.n_microbatches != 8]),
     "covers_the_grid: a shape not asked for": (
-        "covers_the_grid", lambda f: pd.concat([f, pd.DataFrame(good_rows([("GPipe", 2, 1, 4)]))], ignore_index=True)),
-    "every_pooled_run_bitwise_equal": ("every_pooled_run_bitwise_equal", lambda f: _set(f, _pooled(f), parity=False)),
+        "covers_the_grid",
+        lambda f: pd.concat([f, pd.DataFrame(good_rows([("GPipe", 2, 1, 4)]))], ignore_index=True),
+    ),
+    "every_pooled_run_bitwise_equal": (
+        "every_pooled_run_bitwise_equal",
+        lambda f: _set(f, _pooled(f), parity=False),
+    ),
     "measured_peaks_equal_the_analysis: one more": (
         "measured_peaks_equal_the_analysis",
-        lambda f: _set(f, _pooled(f), measured_peak=lambda r: r.measured_peak + 1, peak_matches=False)),
+        lambda f: _set(
+            f, _pooled(f), measured_peak=lambda r: r.measured_peak + 1, peak_matches=False
+        ),
+    ),
     "measured_peaks_equal_the_analysis: peak_matches says no": (
-        "measured_peaks_equal_the_analysis", lambda f: _set(f, _pooled(f), peak_matches=False)),
+        "measured_peaks_equal_the_analysis",
+        lambda f: _set(f, _pooled(f), peak_matches=False),
+    ),
     "slack0_ring_is_the_analysed_minimum": (
-        "slack0_ring_is_the_analysed_minimum", lambda f: _set(f, _pooled(f), pooltk=lambda r: r.pooltk + 1)),
+        "slack0_ring_is_the_analysed_minimum",
+        lambda f: _set(f, _pooled(f), pooltk=lambda r: r.pooltk + 1),
+    ),
     "pooled_never_holds_more_than_stock": (
-        "pooled_never_holds_more_than_stock", lambda f: _set(f, (f.analysed_min == 0) & (f.stock == 0), pooltk=1)),
+        "pooled_never_holds_more_than_stock",
+        lambda f: _set(f, (f.analysed_min == 0) & (f.stock == 0), pooltk=1),
+    ),
     "analysed_columns_equal_the_analysis": (
         "analysed_columns_equal_the_analysis",
-        lambda f: _set(f, _pooled(f), analysed_peak=lambda r: r.analysed_peak + 1,
-                       measured_peak=lambda r: r.measured_peak + 1)),
+        lambda f: _set(
+            f,
+            _pooled(f),
+            analysed_peak=lambda r: r.analysed_peak + 1,
+            measured_peak=lambda r: r.measured_peak + 1,
+        ),
+    ),
 }
 """Per-stage claims: case -> (claim, how a good table is broken)."""
 
 CHECK_BREAKS = {
-    "rank_rings_match_the_analysis": lambda c: c.rank_rows[0].update(rank_shared=4, matches_analysis=False),
+    "rank_rings_match_the_analysis": lambda c: c.rank_rows[0].update(
+        rank_shared=4, matches_analysis=False
+    ),
     "every_pooled_run_bitwise_equal": lambda c: c.rank_rows[0].update(parity=False),
-    "guard_catches_a_short_ring": lambda c: c.guard.update({"Interleaved1F1B": "NOT caught (pp2 M4): the run finished"}),
+    "guard_catches_a_short_ring": lambda c: c.guard.update(
+        {"Interleaved1F1B": "NOT caught (pp2 M4): the run finished"}
+    ),
 }
 """Claims only the writer holds (rank rows and guard results are not in the CSV): claim -> how to break it."""
 
@@ -131,7 +186,9 @@ def test_planned_shapes_are_each_schedule_at_m_factor_times_2pp_with_its_stages_
     assert SHAPES == [(n, 2, STAGES_PER_RANK[n], f * 2 * 2) for f in (1, 2) for n in names]
 
 
-def test_check_of_a_written_file_exits_0_when_it_holds_1_naming_the_claim_2_when_unreadable(tmp_path, capsys):
+def test_check_of_a_written_file_exits_0_when_it_holds_1_naming_the_claim_2_when_unreadable(
+    tmp_path, capsys
+):
     good, bad = tmp_path / "good.csv", tmp_path / "bad.csv"
     _frame().to_csv(good, index=False)
     BREAKS["slack0_ring_is_the_analysed_minimum"][1](_frame()).to_csv(bad, index=False)
@@ -160,8 +217,27 @@ def test_validate_writes_a_table_that_holds_every_claim(tmp_path, validated):
     from pooltk.cli import main as pooltk
 
     out = tmp_path / "v.csv"
-    assert pooltk(["schedules", "--validate", "--pp", "2", "--factors", "1", "2", "--csv", str(out)]) == 0
-    assert main(["--check", str(out), "--pp", "2", "--factors", "1", "2", "--schedule", "1F1B", "Interleaved1F1B"]) == 0
+    assert (
+        pooltk(["schedules", "--validate", "--pp", "2", "--factors", "1", "2", "--csv", str(out)])
+        == 0
+    )
+    assert (
+        main(
+            [
+                "--check",
+                str(out),
+                "--pp",
+                "2",
+                "--factors",
+                "1",
+                "2",
+                "--schedule",
+                "1F1B",
+                "Interleaved1F1B",
+            ]
+        )
+        == 0
+    )
 
 
 def test_validate_writes_nothing_when_a_claim_breaks_and_says_which(tmp_path, validated, capsys):
@@ -169,7 +245,13 @@ def test_validate_writes_nothing_when_a_claim_breaks_and_says_which(tmp_path, va
 
     out = tmp_path / "v.csv"
     CHECK_BREAKS["guard_catches_a_short_ring"](validated["check"])
-    assert pooltk(["schedules", "--validate", "--pp", "2", "--factors", "1", "2", "--csv", str(out)]) == 1
+    assert (
+        pooltk(["schedules", "--validate", "--pp", "2", "--factors", "1", "2", "--csv", str(out)])
+        == 1
+    )
     err = capsys.readouterr().err
     assert not out.exists()
-    assert f"nothing written to {out}" in err and "guard_catches_a_short_ring: found Interleaved1F1B" in err
+    assert (
+        f"nothing written to {out}" in err
+        and "guard_catches_a_short_ring: found Interleaved1F1B" in err
+    )

@@ -7,8 +7,17 @@ import pytest
 from pooltk import PoolConfig
 
 
-@pytest.mark.parametrize("field, value", [("slack", -1), ("slack", 1.5), ("slack", True), ("grad_slack", -2),
-                                          ("grad_slack", "1"), ("release", "yes")])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("slack", -1),
+        ("slack", 1.5),
+        ("slack", True),
+        ("grad_slack", -2),
+        ("grad_slack", "1"),
+        ("release", "yes"),
+    ],
+)
 def test_a_bad_value_names_the_field_and_the_value_found_and_a_fix(field, value):
     with pytest.raises(ValueError) as info:
         PoolConfig(**{field: value})

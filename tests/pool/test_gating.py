@@ -5,8 +5,13 @@ from __future__ import annotations
 import types
 
 from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining.schedules import (Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
-                                                    _ComputationType, _PipelineScheduleRuntime)
+from torch.distributed.pipelining.schedules import (
+    Schedule1F1B,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+    _ComputationType,
+    _PipelineScheduleRuntime,
+)
 
 import pooltk
 from pooltk.analysis.catalog import ALLOWLIST, schedule_key
@@ -16,7 +21,9 @@ from pooltk.pool.gating import decide, refusal, schedule_allowed
 def test_the_allowlist_is_1f1b_by_name_in_any_case_or_its_exact_class():
     assert ALLOWLIST == frozenset({"1f1b"})
     assert all(schedule_allowed(n) for n in ("1f1b", "1F1B", " 1F1b "))
-    assert not any(schedule_allowed(n) for n in ("gpipe", "Interleaved1F1B", "ZBVZeroBubble", "", None))
+    assert not any(
+        schedule_allowed(n) for n in ("gpipe", "Interleaved1F1B", "ZBVZeroBubble", "", None)
+    )
     assert schedule_allowed(Schedule1F1B) and not schedule_allowed(ScheduleGPipe)
     assert not schedule_allowed(ScheduleInterleaved1F1B)
 
@@ -34,11 +41,21 @@ def _setup_as(schedule_obj, **kw):
 
 
 def test_the_schedule_seen_driving_the_setup_decides_over_the_install_name():
-    pool, _, name, _, observed = _setup_as(object.__new__(ScheduleGPipe), install_schedule="1f1b", force=False,
-                                           rule=pooltk.PoolConfig(), stage=None)
+    pool, _, name, _, observed = _setup_as(
+        object.__new__(ScheduleGPipe),
+        install_schedule="1f1b",
+        force=False,
+        rule=pooltk.PoolConfig(),
+        stage=None,
+    )
     assert not pool and name == "gpipe" and observed is not None
-    pool, _, name, _, _ = _setup_as(object.__new__(Schedule1F1B), install_schedule="gpipe", force=False,
-                                    rule=pooltk.PoolConfig(), stage=None)
+    pool, _, name, _, _ = _setup_as(
+        object.__new__(Schedule1F1B),
+        install_schedule="gpipe",
+        force=False,
+        rule=pooltk.PoolConfig(),
+        stage=None,
+    )
     assert pool and name == "1f1b"
 
 
@@ -47,7 +64,9 @@ def test_unseen_setups_follow_the_install_name_and_force_overrides_it():
         return decide(rule=pooltk.PoolConfig(), stage=None, **kw)[0]
 
     assert pool(install_schedule="1f1b", force=False) and pool(install_schedule="gpipe", force=True)
-    assert not pool(install_schedule="gpipe", force=False) and not pool(install_schedule=None, force=False)
+    assert not pool(install_schedule="gpipe", force=False) and not pool(
+        install_schedule=None, force=False
+    )
     assert not pool(install_schedule="auto", force=False)  # auto needs the driving schedule
 
 
@@ -55,7 +74,9 @@ def test_auto_keeps_the_closed_form_for_1f1b_and_refuses_a_custom_runtime_schedu
     kw = dict(install_schedule="auto", force=False, rule=pooltk.PoolConfig(), stage=None)
     pool, _, _, plan, _ = _setup_as(object.__new__(Schedule1F1B), **kw)
     assert pool and plan is None
-    pool, reason, _, plan, _ = _setup_as(object.__new__(_PipelineScheduleRuntime), **kw)  # what a CSV schedule is
+    pool, reason, _, plan, _ = _setup_as(
+        object.__new__(_PipelineScheduleRuntime), **kw
+    )  # what a CSV schedule is
     assert not pool and plan is None and reason
 
 
@@ -66,8 +87,14 @@ def test_an_overriding_stage_class_and_custom_compute_functions_keep_the_stage_s
 
     stage, plain = MyStage.__new__(MyStage), PipelineStage.__new__(PipelineStage)
     assert "get_fwd_recv_ops" in refusal(stage, None) and refusal(plain, None) is None
-    forward = types.SimpleNamespace(_comp_type_to_function_map={_ComputationType.FORWARD: lambda *a: None})
-    unshard = types.SimpleNamespace(_comp_type_to_function_map={_ComputationType.UNSHARD: lambda *a: None})
+    forward = types.SimpleNamespace(
+        _comp_type_to_function_map={_ComputationType.FORWARD: lambda *a: None}
+    )
+    unshard = types.SimpleNamespace(
+        _comp_type_to_function_map={_ComputationType.UNSHARD: lambda *a: None}
+    )
     assert refusal(plain, forward) and refusal(plain, unshard) is None
     report = pooltk.pool_stage(stage, slack=1)
-    assert not report.installed and "get_fwd_recv_ops" not in stage.__dict__  # nothing bound over its own method
+    assert (
+        not report.installed and "get_fwd_recv_ops" not in stage.__dict__
+    )  # nothing bound over its own method

@@ -7,7 +7,13 @@ import pickle
 import pytest
 import torch
 
-from pooltk.pool.guard import PoolOverrunError, PoolReuseError, bump_version, is_version_error, name_reuse
+from pooltk.pool.guard import (
+    PoolOverrunError,
+    PoolReuseError,
+    bump_version,
+    is_version_error,
+    name_reuse,
+)
 
 
 def test_an_overrun_keeps_every_field_through_pickle_and_dict_and_is_found_under_a_wrapper():
@@ -50,8 +56,12 @@ def test_autograds_version_error_after_a_bump_is_named_with_the_slot_it_quotes()
         torch.autograd.graph.increment_version(quiet)  # a version autograd will not quote
     exc = _version_error(bumped)
     assert is_version_error(exc)
-    named = name_reuse(exc, stage=2, rings={"forward": _Ring([[quiet], [bumped]], {0: (7, 4), 1: (6, 3)})},
-                       microbatch=3)
+    named = name_reuse(
+        exc,
+        stage=2,
+        rings={"forward": _Ring([[quiet], [bumped]], {0: (7, 4), 1: (6, 3)})},
+        microbatch=3,
+    )
     assert isinstance(named, PoolReuseError) and named.slots == [(1, 6, 3)]
     assert (named.stage, named.direction, named.microbatch) == (2, "forward", 3)
     again = pickle.loads(pickle.dumps(named))
@@ -60,5 +70,10 @@ def test_autograds_version_error_after_a_bump_is_named_with_the_slot_it_quotes()
 
 def test_errors_pooltk_did_not_cause_pass_through_unnamed():
     slot = torch.zeros(2, 3)
-    assert name_reuse(_version_error(slot), stage=1, rings={"forward": _Ring([[slot]], {})}, microbatch=0) is None
+    assert (
+        name_reuse(
+            _version_error(slot), stage=1, rings={"forward": _Ring([[slot]], {})}, microbatch=0
+        )
+        is None
+    )
     assert not is_version_error(RuntimeError("CUDA out of memory"))

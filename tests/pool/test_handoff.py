@@ -40,8 +40,17 @@ def _handoff_stage(buffer):
     class Stage:
         has_backward, is_last, stage_index = True, False, 1
 
-    stage, info = Stage(), _RecvInfo.__new__(_RecvInfo)  # a real _RecvInfo: torch checks the type on some releases
-    info.input_name, info.source, info.buffer, info.tensor_meta, info.is_root_arg = "x", 2, buffer, None, False
+    stage, info = (
+        Stage(),
+        _RecvInfo.__new__(_RecvInfo),
+    )  # a real _RecvInfo: torch checks the type on some releases
+    info.input_name, info.source, info.buffer, info.tensor_meta, info.is_root_arg = (
+        "x",
+        2,
+        buffer,
+        None,
+        False,
+    )
     stage.grad_recv_info = {0: (info,)}
     state_for(stage).handoff["grad"] = {0: ((2, 3), torch.float32, torch.device("cpu"), False)}
     return stage, info
@@ -53,8 +62,15 @@ def test_a_none_gradient_handed_over_locally_reads_a_fresh_zero_buffer_or_is_ref
     from pooltk.pool._patch import runtime_wrappers
     from pooltk.pool.report import make_report
 
-    originals = {n: getattr(_PipelineStageBase, n) for n in
-                 ("set_local_bwd_input", "forward_one_chunk", "backward_one_chunk", "clear_runtime_states")}
+    originals = {
+        n: getattr(_PipelineStageBase, n)
+        for n in (
+            "set_local_bwd_input",
+            "forward_one_chunk",
+            "backward_one_chunk",
+            "clear_runtime_states",
+        )
+    }
     install = make_report(installed=True, layout=None, reason="test")
     wrapped = runtime_wrappers(originals, install)["set_local_bwd_input"]
     stock_stage, _ = _handoff_stage(torch.ones(2, 3))

@@ -18,7 +18,9 @@ from pooltk.pool.adapters import SetupTarget, detect
 from pooltk.pool.report import make_report
 
 _LAYOUT = detect().layout
-pytestmark = pytest.mark.skipif(_LAYOUT is None or _LAYOUT.per_receive, reason="this torch's layout is not pooled")
+pytestmark = pytest.mark.skipif(
+    _LAYOUT is None or _LAYOUT.per_receive, reason="this torch's layout is not pooled"
+)
 
 
 def _stage_classes():
@@ -28,7 +30,9 @@ def _stage_classes():
 
 
 def _snapshot():
-    return {(cls.__name__, name): value for cls in _stage_classes() for name, value in vars(cls).items()}
+    return {
+        (cls.__name__, name): value for cls in _stage_classes() for name, value in vars(cls).items()
+    }
 
 
 def test_install_replaces_stage_methods_and_uninstall_puts_the_same_objects_back(clean_install):
@@ -40,7 +44,9 @@ def test_install_replaces_stage_methods_and_uninstall_puts_the_same_objects_back
     assert _snapshot().keys() == before.keys() and all(_snapshot()[k] is before[k] for k in before)
 
 
-def test_a_second_install_with_the_same_settings_is_the_first_and_with_others_is_refused(clean_install):
+def test_a_second_install_with_the_same_settings_is_the_first_and_with_others_is_refused(
+    clean_install,
+):
     first = pooltk.install(PoolConfig(slack=3))
     assert pooltk.install(PoolConfig(slack=3)) is first
     with pytest.raises(ValueError, match="uninstall"):
@@ -78,7 +84,11 @@ def test_probe_changes_nothing_and_warns_nothing(clean_install):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         report = pooltk.probe()
-    assert report.scope == "probe" and report.layout and all(_snapshot()[k] is before[k] for k in before)
+    assert (
+        report.scope == "probe"
+        and report.layout
+        and all(_snapshot()[k] is before[k] for k in before)
+    )
 
 
 FAIL_OPEN = textwrap.dedent("""
@@ -121,7 +131,12 @@ class _FakeStage:
     """What the setup wrapper reads of a stage; its setup makes buffers through torch's own maker."""
 
     def __init__(self, stage_index=1, num_stages=2):
-        self.stage_index, self.num_stages, self.has_backward, self.is_last = stage_index, num_stages, True, False
+        self.stage_index, self.num_stages, self.has_backward, self.is_last = (
+            stage_index,
+            num_stages,
+            True,
+            False,
+        )
         self.grad_recv_info = {}
 
 
@@ -130,15 +145,24 @@ def _fake_setup(self, n_mb):
     from torch.distributed.pipelining._utils import _TensorMeta
 
     meta = _TensorMeta.from_tensor(torch.zeros(2, 3))
-    self.grad_recv_info = {c: (_Info(stage_mod._make_tensor_from_meta(meta, "cpu")),) for c in range(n_mb)}
+    self.grad_recv_info = {
+        c: (_Info(stage_mod._make_tensor_from_meta(meta, "cpu")),) for c in range(n_mb)
+    }
 
 
 def _setup(monkeypatch, config=PoolConfig(), pool=True, plan=None, report=None):
     """The grad setup of ``_FakeStage`` wrapped by a test install, the gate answering ``pool``."""
-    install = report or make_report(installed=True, layout=_LAYOUT, reason="test", config=config, schedule="1f1b")
+    install = report or make_report(
+        installed=True, layout=_LAYOUT, reason="test", config=config, schedule="1f1b"
+    )
     monkeypatch.setattr(patch_mod, "decide", lambda **_: (pool, "test", "1f1b", plan, None))
-    target = SetupTarget(owner=_FakeStage, name="setup", direction="grad", infos_attr="grad_recv_info",
-                         alloc_free=True)
+    target = SetupTarget(
+        owner=_FakeStage,
+        name="setup",
+        direction="grad",
+        infos_attr="grad_recv_info",
+        alloc_free=True,
+    )
     return patch_mod.setup_wrapper(_fake_setup, target, install), install
 
 
@@ -160,14 +184,24 @@ def test_a_pooled_setup_allocates_only_the_ring_and_a_stock_one_all_m(monkeypatc
 def test_a_direction_planned_without_a_ring_gets_real_stock_buffers_not_placeholders(monkeypatch):
     from pooltk.analysis.plans import RingPlan
 
-    plan = RingPlan(schedule="ZBVZeroBubble", n_microbatches=4, sizes={(1, "grad"): 0}, min_safe={(1, "grad"): 0})
+    plan = RingPlan(
+        schedule="ZBVZeroBubble",
+        n_microbatches=4,
+        sizes={(1, "grad"): 0},
+        min_safe={(1, "grad"): 0},
+    )
     setup, _ = _setup(monkeypatch, plan=plan)
     stage = _FakeStage()
     setup(stage, 4)
-    assert not any(infos[0].buffer.is_meta for infos in stage.grad_recv_info.values()) and len(_storages(stage)) == 4
+    assert (
+        not any(infos[0].buffer.is_meta for infos in stage.grad_recv_info.values())
+        and len(_storages(stage)) == 4
+    )
 
 
-def test_an_error_inside_a_recognised_layout_raises_pool_setup_error_with_stage_direction_and_cause(monkeypatch):
+def test_an_error_inside_a_recognised_layout_raises_pool_setup_error_with_stage_direction_and_cause(
+    monkeypatch,
+):
     def broken(*_a, **_k):
         raise KeyError("boom")
 
@@ -175,10 +209,14 @@ def test_an_error_inside_a_recognised_layout_raises_pool_setup_error_with_stage_
     monkeypatch.setattr(patch_mod, "_build", broken)
     with pytest.raises(pooltk.PoolSetupError) as info:
         setup(_FakeStage(), 4)
-    assert (info.value.stage, info.value.direction) == (1, "grad") and isinstance(info.value.cause, KeyError)
+    assert (info.value.stage, info.value.direction) == (1, "grad") and isinstance(
+        info.value.cause, KeyError
+    )
 
 
-def test_uninstall_gives_a_live_pooled_stage_stock_buffers_and_says_unpooled(monkeypatch, clean_install):
+def test_uninstall_gives_a_live_pooled_stage_stock_buffers_and_says_unpooled(
+    monkeypatch, clean_install
+):
     from pooltk.pool.state import CURRENT
 
     report = pooltk.install(grad_slack=0)
@@ -195,7 +233,9 @@ def test_uninstall_gives_a_live_pooled_stage_stock_buffers_and_says_unpooled(mon
 def test_a_stage_set_up_before_install_is_reported_kept_stock_once(clean_install, caplog):
     report = pooltk.install(slack=1)
     stage = _FakeStage()
-    stage.args_recv_info = {0: (_Info(torch.zeros(2)),)}  # set up by torch before install: no pooltk state
+    stage.args_recv_info = {
+        0: (_Info(torch.zeros(2)),)
+    }  # set up by torch before install: no pooltk state
     base = _stage_classes()[0]
     with caplog.at_level(logging.WARNING, logger="pooltk"):
         for _ in range(2):
@@ -222,7 +262,9 @@ def test_install_and_uninstall_wait_for_the_one_lock_another_thread_holds(clean_
     assert pooltk.installed() is None
 
 
-def test_a_wrapper_around_torchs_buffer_maker_keeps_setup_at_the_ring_sets(monkeypatch, clean_install):
+def test_a_wrapper_around_torchs_buffer_maker_keeps_setup_at_the_ring_sets(
+    monkeypatch, clean_install
+):
     """A profiler's or an allocation counter's wrapper around torch's ``_make_tensor_from_meta`` (no
     functools.wraps) leaves the placeholders on: setup makes the ring's K sets, not M ([Note: placeholders
     without patching]). Before the maker was matched by torch's own frame, such a wrapper made all M."""
@@ -244,11 +286,15 @@ def test_a_wrapper_around_torchs_buffer_maker_keeps_setup_at_the_ring_sets(monke
     monkeypatch.setattr(stage_mod, "_make_tensor_from_meta", counting)
     from torch.distributed.pipelining import _utils
 
-    if getattr(_utils, "_make_tensor_from_meta", None) is maker:  # where torch defines it (2.12 on): wrapped too
+    if (
+        getattr(_utils, "_make_tensor_from_meta", None) is maker
+    ):  # where torch defines it (2.12 on): wrapped too
         monkeypatch.setattr(_utils, "_make_tensor_from_meta", counting)
     with fake_group(1, 3), pooltk.pooled() as report:
         stage = static_stage(torch.nn.Linear(4, 4), 1, 3, torch.zeros(2, 4))
         schedule = static_schedule(stage, 8, lambda o, t: ((o - t) ** 2).mean())
         run_steps(schedule, stage, torch.randn(16, 4), steps=1)
         assert [u.ring for u in report.usage()] == [4, 2]  # forward W + slack = 2 + 2, grad 1 + 1
-    assert made == [2 * 4 * 4] * 6, f"setup made {len(made)} real buffers through the wrapper; the rings hold 6"
+    assert made == [2 * 4 * 4] * 6, (
+        f"setup made {len(made)} real buffers through the wrapper; the rings hold 6"
+    )

@@ -30,13 +30,15 @@ class _Schedule:
         self._internal_losses: list = []
 
 
-def _microbatch(stage: _Stage, schedule: _Schedule, x: torch.Tensor, w: torch.Tensor, *, view: bool = False):
+def _microbatch(
+    stage: _Stage, schedule: _Schedule, x: torch.Tensor, w: torch.Tensor, *, view: bool = False
+):
     """One last-stage forward + loss + backward the way torch's schedule keeps them."""
     out = x @ w
     if view:
         out = out.view(-1)
     stage.output_chunks.append(out)
-    loss = (out ** 2).mean()
+    loss = (out**2).mean()
     schedule._internal_losses.append(loss)
     loss.backward()
     return out, loss
@@ -60,7 +62,9 @@ def test_after_the_release_nothing_of_the_schedule_holds_the_received_input():
     rel.release_chunk(stage, st, 0, loss)
     del out, loss, x
     gc.collect()
-    assert alive() is None, "the kept loss or output still holds the received input through its graph"
+    assert alive() is None, (
+        "the kept loss or output still holds the received input through its graph"
+    )
     assert before > 1  # the graph did hold it before the release
     assert st.released == 1 and st.kept_graphs == 0
 
@@ -86,7 +90,9 @@ def test_the_released_loss_and_output_carry_the_same_bits_without_a_graph():
     kept_out, kept_loss = stage.output_chunks[0], schedule._internal_losses[0]
     assert torch.equal(kept_out, want_out) and kept_out.grad_fn is None
     assert torch.equal(kept_loss, want_loss) and kept_loss.grad_fn is None
-    assert kept_loss is loss  # a loss that is not a view is detached in place: the step's local loses it too
+    assert (
+        kept_loss is loss
+    )  # a loss that is not a view is detached in place: the step's local loses it too
 
 
 def test_a_view_loss_is_replaced_in_the_schedules_list_where_the_schedule_is_known():
@@ -115,7 +121,12 @@ def test_a_view_loss_without_a_known_schedule_keeps_its_graph_and_says_why_once(
         assert loss.grad_fn is not None
     assert st.kept_graphs == 2 and st.released == 0
     kept = [e for e in events if e.kind == "kept-graph"]
-    assert len(kept) == 1 and kept[0].stage == 1 and kept[0].level == logging.WARNING and kept[0].fields["reason"]
+    assert (
+        len(kept) == 1
+        and kept[0].stage == 1
+        and kept[0].level == logging.WARNING
+        and kept[0].fields["reason"]
+    )
 
 
 def test_an_output_the_model_kept_itself_keeps_its_graph():
@@ -126,15 +137,20 @@ def test_an_output_the_model_kept_itself_keeps_its_graph():
     users_copy = out  # e.g. self.last_out = out inside the model
     st.outputs[0] = out  # what the forward wrapper keeps for the release
     rel.release_chunk(stage, st, 0, loss)
-    assert stage.output_chunks[0] is not users_copy and users_copy.grad_fn is not None  # a real holder, seen by copy on conflict
+    assert (
+        stage.output_chunks[0] is not users_copy and users_copy.grad_fn is not None
+    )  # a real holder, seen by copy on conflict
 
 
-@pytest.mark.parametrize("make", [
-    lambda t: (t, t * 2),
-    lambda t: [t, {"a": t}],
-    lambda t: OrderedDict(a=t, b=(t,)),
-    lambda t: namedtuple("Out", "a b")(t, t + 1),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda t: (t, t * 2),
+        lambda t: [t, {"a": t}],
+        lambda t: OrderedDict(a=t, b=(t,)),
+        lambda t: namedtuple("Out", "a b")(t, t + 1),
+    ],
+)
 def test_detached_keeps_the_structure_and_values_of_any_output(make):
     t = torch.randn(3, requires_grad=True) * 1.5
     value = make(t)
@@ -155,4 +171,7 @@ def test_detached_keeps_the_structure_and_values_of_any_output(make):
     walk(value, flat_in)
     walk(out, flat_out)
     assert len(flat_in) == len(flat_out)
-    assert all(torch.equal(a, b) and b.grad_fn is None and not b.requires_grad for a, b in zip(flat_in, flat_out))
+    assert all(
+        torch.equal(a, b) and b.grad_fn is None and not b.requires_grad
+        for a, b in zip(flat_in, flat_out)
+    )

@@ -14,7 +14,9 @@ from pooltk.nb.schedules import allowlist_table  # noqa: E402
 
 
 def test_seed_allowlist_pools_1f1b_only_and_pooltk_auto_sits_between_live_set_and_stock():
-    t = allowlist_table(["1F1B", "GPipe", "Interleaved1F1B", "ZBVZeroBubble"], pp=4, n_microbatches=8, slack=2)
+    t = allowlist_table(
+        ["1F1B", "GPipe", "Interleaved1F1B", "ZBVZeroBubble"], pp=4, n_microbatches=8, slack=2
+    )
     one = t[t.schedule == "1F1B"].set_index("stage")
     for s in range(4):
         k = automodel_ring_size(4, s, 8, 2)
@@ -32,7 +34,9 @@ def test_tight_1f1b_column_matches_the_pools_own_ring_sizes():
 
     t = allowlist_table(["1F1B"], pp=4, n_microbatches=8, slack=2, grad_slack=1).set_index("stage")
     for s in range(4):
-        assert t.loc[s, "pooltk_auto"] == ring_sizes(4, s, 8, PoolConfig(slack=2, grad_slack=1)).total
+        assert (
+            t.loc[s, "pooltk_auto"] == ring_sizes(4, s, 8, PoolConfig(slack=2, grad_slack=1)).total
+        )
 
 
 def test_stock_lazy_is_the_live_set_but_all_m_forward_on_every_schedules_last_stage():
@@ -40,11 +44,16 @@ def test_stock_lazy_is_the_live_set_but_all_m_forward_on_every_schedules_last_st
     # (measured on 1F1B and Interleaved1F1B, see tests/memory/test_stock_lazy.py); pooltk auto beats it there.
     from pooltk.analysis.lifetimes import live_sets
 
-    t = allowlist_table(["1F1B", "Interleaved1F1B", "ZBVZeroBubble"], pp=4, n_microbatches=8, slack=2)
+    t = allowlist_table(
+        ["1F1B", "Interleaved1F1B", "ZBVZeroBubble"], pp=4, n_microbatches=8, slack=2
+    )
     for name, part in t.groupby("schedule"):
         part = part.set_index("stage")
         last = int(part.index.max())
         live = live_sets(name, pp=4, n_microbatches=8, stages_per_rank=int(part.vpp.iloc[0]))
         assert (part.drop(index=last).stock_lazy == part.drop(index=last).live_peak).all(), name
-        assert part.loc[last, "stock_lazy"] == part.loc[last, "live_peak"] - live[(last, "forward")] + 8, name
+        assert (
+            part.loc[last, "stock_lazy"]
+            == part.loc[last, "live_peak"] - live[(last, "forward")] + 8
+        ), name
         assert part.loc[last, "pooltk_auto"] < part.loc[last, "stock_lazy"], name

@@ -60,7 +60,11 @@ def _held_peaks(pp: int, m: int, stage_index: int) -> dict[str, int]:
     for name in ("_initialize_stage", "_maybe_compute_loss", "_maybe_get_loss", "_update_losses"):
         setattr(sched, name, lambda *a, **k: None)
     fn = type(sched)._step_microbatches
-    scope = {**fn.__globals__, "_batch_p2p": lambda ops, desc=None: [], "_wait_batch_p2p": lambda work: None}
+    scope = {
+        **fn.__globals__,
+        "_batch_p2p": lambda ops, desc=None: [],
+        "_wait_batch_p2p": lambda work: None,
+    }
     step = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
     step(sched, [()] * m, [{}] * m, None, None, return_outputs=False)
     return peak
@@ -82,11 +86,21 @@ def test_1f1bs_step_holds_the_previous_receive_while_it_allocates_the_next(m):
 # pooltk's release (stock holds 8 there: the kept loss graph, which the stand-in has no analogue of):
 # "Measured on 2.15.0 gloo pp4 M8: last stage 8 -> 2 live forward buffers" (commit 361f55f, pool on the
 # lazy layout).
-MEASURED_2_15 = {(1, "forward"): 3, (2, "forward"): 2, (3, "forward"): 2, (0, "grad"): 2, (1, "grad"): 2, (2, "grad"): 1}
+MEASURED_2_15 = {
+    (1, "forward"): 3,
+    (2, "forward"): 2,
+    (3, "forward"): 2,
+    (0, "grad"): 2,
+    (1, "grad"): 2,
+    (2, "grad"): 1,
+}
 
 
 def test_the_step_holder_reproduces_torch_2_15s_measured_figures_but_stage_2s_gradient():
     held = {i: _held_peaks(4, 8, i) for i in range(4)}
-    differs = {key: (held[key[0]][key[1]], measured) for key, measured in MEASURED_2_15.items()
-               if held[key[0]][key[1]] != measured}
+    differs = {
+        key: (held[key[0]][key[1]], measured)
+        for key, measured in MEASURED_2_15.items()
+        if held[key[0]][key[1]] != measured
+    }
     assert differs == {(2, "grad"): (2, 1)}, differs

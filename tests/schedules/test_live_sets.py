@@ -67,7 +67,13 @@ def test_1f1b_forward_receive_for_k_plus_w_is_posted_after_backward_k() -> None:
 
 
 def test_every_lifetime_is_posted_before_it_is_consumed_and_released_after() -> None:
-    cases = (("1F1B", 1), ("GPipe", 1), ("Interleaved1F1B", 2), ("InterleavedZeroBubble", 2), ("DualPipeV", 2))
+    cases = (
+        ("1F1B", 1),
+        ("GPipe", 1),
+        ("Interleaved1F1B", 2),
+        ("InterleavedZeroBubble", 2),
+        ("DualPipeV", 2),
+    )
     for name, vpp in cases:
         spans = lifetimes(name, pp=4, n_microbatches=8, stages_per_rank=vpp)
         assert spans, name
@@ -82,7 +88,9 @@ def test_interleaved1f1b_pp4_vpp2_m8_peaks_match_instrumented_runs() -> None:
 
 
 def test_interleaved1f1b_defer_pp_recv_peaks_match_instrumented_runs() -> None:
-    peaks = live_sets("interleaved1f1b", pp=4, n_microbatches=8, stages_per_rank=2, defer_pp_recv=True)
+    peaks = live_sets(
+        "interleaved1f1b", pp=4, n_microbatches=8, stages_per_rank=2, defer_pp_recv=True
+    )
     assert _row(peaks, 8, "forward")[1:] == [8, 7, 5, 4, 4, 3, 1]
     assert _row(peaks, 8, "grad")[:7] == [1] * 7
 
@@ -96,7 +104,9 @@ def test_looped_bfs_keeps_all_m_activations_live() -> None:
     ("name", "fwd_max", "grad_max"),
     [("InterleavedZeroBubble", 8, 4), ("ZBVZeroBubble", 7, 4), ("DualPipeV", 7, 3)],
 )
-def test_zero_bubble_and_v_schedule_peaks_match_instrumented_maxima(name: str, fwd_max: int, grad_max: int) -> None:
+def test_zero_bubble_and_v_schedule_peaks_match_instrumented_maxima(
+    name: str, fwd_max: int, grad_max: int
+) -> None:
     peaks = live_sets(name, pp=4, n_microbatches=8, stages_per_rank=2)
     assert max(_row(peaks, 8, "forward")) == fwd_max
     assert max(_row(peaks, 8, "grad")) == grad_max
@@ -121,14 +131,20 @@ def test_shared_slots_reproduce_upstream_figures() -> None:
 def test_overwrites_finds_gpipe_overwrite_for_ring_m_minus_1() -> None:
     m = 8
     found = overwrites(lifetimes("GPipe", pp=4, n_microbatches=m), m - 1)
-    assert {(o.stage, o.direction) for o in found} == {(1, "forward"), (2, "forward"), (3, "forward")}
+    assert {(o.stage, o.direction) for o in found} == {
+        (1, "forward"),
+        (2, "forward"),
+        (3, "forward"),
+    }
     assert all((o.microbatch, o.overwritten_by) == (0, m - 1) for o in found)
 
 
 def test_overwrites_finds_none_for_1f1b_with_ring_w_and_some_with_w_minus_1() -> None:
     n, m = 4, 8
     spans = lifetimes("1F1B", pp=n, n_microbatches=m)
-    ring_w = {(i, d): (min(m, n - i) if d == "forward" else 1) for i in range(n) for d in DIRECTIONS}
+    ring_w = {
+        (i, d): (min(m, n - i) if d == "forward" else 1) for i in range(n) for d in DIRECTIONS
+    }
     assert overwrites(spans, ring_w) == []
     short = {key: max(1, k - 1) if key[1] == "forward" else 1 for key, k in ring_w.items()}
     hit = {o.stage for o in overwrites(spans, short)}
@@ -136,19 +152,34 @@ def test_overwrites_finds_none_for_1f1b_with_ring_w_and_some_with_w_minus_1() ->
 
 
 def test_ring_min_equals_live_peak_for_every_schedule_at_pp4() -> None:
-    for name, vpp in (("1F1B", 1), ("GPipe", 1), ("Interleaved1F1B", 2), ("LoopedBFS", 2),
-                      ("InterleavedZeroBubble", 2), ("ZBVZeroBubble", 2), ("DualPipeV", 2)):
-        for defer in ((False,) if vpp == 1 else (False, True)):
-            table = live_table(name, pp=4, n_microbatches=8, stages_per_rank=vpp, defer_pp_recv=defer)
+    for name, vpp in (
+        ("1F1B", 1),
+        ("GPipe", 1),
+        ("Interleaved1F1B", 2),
+        ("LoopedBFS", 2),
+        ("InterleavedZeroBubble", 2),
+        ("ZBVZeroBubble", 2),
+        ("DualPipeV", 2),
+    ):
+        for defer in (False,) if vpp == 1 else (False, True):
+            table = live_table(
+                name, pp=4, n_microbatches=8, stages_per_rank=vpp, defer_pp_recv=defer
+            )
             assert (table.ring_min == table.live_peak).all(), (name, defer)
 
 
 def test_ring_min_is_larger_than_peak_when_releases_come_out_of_order() -> None:
     # two overlapping buffers then one more: peak 2, but c mod 2 puts 0 and 2 together while 0 is still live
     spans = [
-        BufferLifetime(stage=1, rank=1, direction="forward", microbatch=0, post=0, consume=1, release=9),
-        BufferLifetime(stage=1, rank=1, direction="forward", microbatch=1, post=2, consume=3, release=4),
-        BufferLifetime(stage=1, rank=1, direction="forward", microbatch=2, post=5, consume=6, release=7),
+        BufferLifetime(
+            stage=1, rank=1, direction="forward", microbatch=0, post=0, consume=1, release=9
+        ),
+        BufferLifetime(
+            stage=1, rank=1, direction="forward", microbatch=1, post=2, consume=3, release=4
+        ),
+        BufferLifetime(
+            stage=1, rank=1, direction="forward", microbatch=2, post=5, consume=6, release=7
+        ),
     ]
     assert peak_overlap((b.post, b.release) for b in spans) == 2
     assert min_safe_ring(spans, 1, "forward", 3) == 3
@@ -174,21 +205,43 @@ def test_forward_only_step_keeps_one_activation_live_and_no_grads() -> None:
 
 def test_live_table_is_tidy_with_stock_m_per_receiving_stage() -> None:
     table = live_table("1F1B", pp=4, n_microbatches=8)
-    assert {"schedule", "pp", "vpp", "n_microbatches", "stage", "rank", "direction", "stock_buffers",
-            "live_peak"} <= set(table.columns)
+    assert {
+        "schedule",
+        "pp",
+        "vpp",
+        "n_microbatches",
+        "stage",
+        "rank",
+        "direction",
+        "stock_buffers",
+        "live_peak",
+    } <= set(table.columns)
     assert len(table) == 8
     stock = {(r.stage, r.direction): r.stock_buffers for r in table.itertuples()}
     assert stock[(0, "forward")] == 0 and stock[(3, "grad")] == 0 and stock[(1, "forward")] == 8
     tight = tight_rings(table, slack=2, grad_slack=1)
     got = {(r.stage, r.direction): r.tight for r in tight.itertuples()}
-    assert got[(1, "forward")] == 5 and got[(3, "forward")] == 3 and got[(0, "grad")] == 2 and got[(0, "forward")] == 0
+    assert (
+        got[(1, "forward")] == 5
+        and got[(3, "forward")] == 3
+        and got[(0, "grad")] == 2
+        and got[(0, "forward")] == 0
+    )
 
 
 def test_lifetime_frame_has_one_row_per_buffer() -> None:
     spans = lifetimes("GPipe", pp=3, n_microbatches=4)
     frame = lifetime_frame(spans)
     assert len(frame) == len(spans) == 2 * 4 + 2 * 4  # stages 1,2 forward; stages 0,1 grad
-    assert list(frame.columns) == ["stage", "rank", "direction", "microbatch", "post", "consume", "release"]
+    assert list(frame.columns) == [
+        "stage",
+        "rank",
+        "direction",
+        "microbatch",
+        "post",
+        "consume",
+        "release",
+    ]
 
 
 def test_overwrites_unpack_as_stage_direction_microbatch_overwritten_by() -> None:

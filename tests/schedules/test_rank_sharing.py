@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from pooltk.analysis.catalog import analysable_schedules, is_single_stage, resolve_schedule, v_schedules
-from pooltk.analysis.lifetimes import ScheduleShape, ScheduleAnalysisError, analyse, min_safe_ring, shared_slots
+from pooltk.analysis.catalog import (
+    analysable_schedules,
+    is_single_stage,
+    resolve_schedule,
+    v_schedules,
+)
+from pooltk.analysis.lifetimes import (
+    ScheduleShape,
+    ScheduleAnalysisError,
+    analyse,
+    min_safe_ring,
+    shared_slots,
+)
 from pooltk.analysis.rings import ring_from_live
 from pooltk.analysis.sharing import colour, rank_rings
 from pooltk.analysis.rings import RingRule
@@ -32,10 +43,14 @@ def _analysed(name, pp, vpp, m):
 
 
 def _clashes(spans, ring):
-    group = [b for b in spans if b.rank == ring.rank and b.direction == ring.direction and b.stage in ring.stages]
+    group = [
+        b
+        for b in spans
+        if b.rank == ring.rank and b.direction == ring.direction and b.stage in ring.stages
+    ]
     found = []
     for i, a in enumerate(group):
-        for b in group[i + 1:]:
+        for b in group[i + 1 :]:
             same = ring.slot_of(a.stage, a.microbatch) == ring.slot_of(b.stage, b.microbatch)
             if same and a.post <= b.release and b.post <= a.release:
                 found.append((a, b))
@@ -61,8 +76,12 @@ def test_a_rank_shared_ring_never_holds_more_than_its_stages_rings(name, pp, vpp
     prog, spans = _analysed(name, pp, vpp, m)
     for config in (TIGHT0, RingRule()):
         for ring in rank_rings(prog, spans, config):
-            per_stage = sum(ring_from_live(min_safe_ring(spans, s, ring.direction, m), m, ring.direction, config)
-                            for s in ring.stages)
+            per_stage = sum(
+                ring_from_live(
+                    min_safe_ring(spans, s, ring.direction, m), m, ring.direction, config
+                )
+                for s in ring.stages
+            )
             assert ring.size <= per_stage
             if config == TIGHT0:
                 assert ring.size == ring.live or not ring.shared
@@ -72,7 +91,14 @@ def test_slack_zero_rank_rings_are_the_per_rank_direction_live_sets():
     prog, spans = _analysed("Interleaved1F1B", 4, 4, 8)
     rings = rank_rings(prog, spans, TIGHT0)
     # upstream review of pytorch PR #196465: 112 per (stage, direction), 69 per (rank, direction)
-    assert sum(min_safe_ring(spans, s, d, 8) for s in range(prog.num_stages) for d in ("forward", "grad")) == 112
+    assert (
+        sum(
+            min_safe_ring(spans, s, d, 8)
+            for s in range(prog.num_stages)
+            for d in ("forward", "grad")
+        )
+        == 112
+    )
     assert sum(r.size for r in rings) == 69 == shared_slots(spans).per_rank_direction
 
 
@@ -82,14 +108,20 @@ def test_a_rank_with_one_stage_keeps_the_per_stage_ring():
     for ring in rank_rings(prog, spans, config):
         assert not ring.shared and len(ring.stages) == 1
         (stage,) = ring.stages
-        assert ring.size == ring_from_live(min_safe_ring(spans, stage, ring.direction, 8), 8, ring.direction, config)
+        assert ring.size == ring_from_live(
+            min_safe_ring(spans, stage, ring.direction, 8), 8, ring.direction, config
+        )
         assert all(slot == mb % ring.size for (_, mb), slot in ring.slots.items())
 
 
 def test_boundary_keys_split_a_rank_ring():
     prog, spans = _analysed("Interleaved1F1B", 2, 2, 8)
     one = {(r.rank, r.direction): r for r in rank_rings(prog, spans, TIGHT0)}
-    keys = {(s, d): ("wide" if s >= 2 else "narrow") for s in range(prog.num_stages) for d in ("forward", "grad")}
+    keys = {
+        (s, d): ("wide" if s >= 2 else "narrow")
+        for s in range(prog.num_stages)
+        for d in ("forward", "grad")
+    }
     split = rank_rings(prog, spans, TIGHT0, groups=keys)
     assert len(split) > len(one)
     assert all(len({keys[(s, r.direction)] for s in r.stages}) == 1 for r in split)
@@ -101,9 +133,14 @@ def test_an_undersized_ring_is_coloured_with_clashes_the_guard_must_catch():
     full = rank_rings(prog, spans, TIGHT0)
     live = next(r.live for r in full if r.rank == 1 and r.direction == "forward")
     slots = colour(group, live - 1)
-    clashes = [(a, b) for i, a in enumerate(group) for b in group[i + 1:]
-               if slots[(a.stage, a.microbatch)] == slots[(b.stage, b.microbatch)]
-               and a.post <= b.release and b.post <= a.release]
+    clashes = [
+        (a, b)
+        for i, a in enumerate(group)
+        for b in group[i + 1 :]
+        if slots[(a.stage, a.microbatch)] == slots[(b.stage, b.microbatch)]
+        and a.post <= b.release
+        and b.post <= a.release
+    ]
     assert clashes
     with pytest.raises(ValueError, match="size 0"):
         colour(group, 0)

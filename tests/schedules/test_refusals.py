@@ -11,11 +11,19 @@ import pytest
 from torch.distributed.pipelining import schedules as torch_schedules
 
 from pooltk.analysis.programs import Event, Program, program
-from pooltk.analysis.lifetimes import ScheduleAnalysisError, lifetimes, lifetimes_of, live_sets, overwrites
+from pooltk.analysis.lifetimes import (
+    ScheduleAnalysisError,
+    lifetimes,
+    lifetimes_of,
+    live_sets,
+    overwrites,
+)
 
 
 def test_unknown_schedule_name_is_refused_listing_the_known_names() -> None:
-    with pytest.raises(ScheduleAnalysisError, match="found 'Looped1F1B'.*Interleaved1F1B.*ZBVZeroBubble"):
+    with pytest.raises(
+        ScheduleAnalysisError, match="found 'Looped1F1B'.*Interleaved1F1B.*ZBVZeroBubble"
+    ):
         live_sets("Looped1F1B", pp=4, n_microbatches=8)
 
 
@@ -23,7 +31,9 @@ def test_schedule_analysis_error_is_a_value_error() -> None:
     assert issubclass(ScheduleAnalysisError, ValueError)
 
 
-@pytest.mark.parametrize("name", ["PipelineScheduleSingle", "PipelineScheduleMulti", "pipelineschedulemulti"])
+@pytest.mark.parametrize(
+    "name", ["PipelineScheduleSingle", "PipelineScheduleMulti", "pipelineschedulemulti"]
+)
 def test_base_schedule_names_are_refused(name: str) -> None:
     with pytest.raises(ScheduleAnalysisError, match="cannot be analysed"):
         lifetimes(name, pp=4, n_microbatches=8)
@@ -116,7 +126,9 @@ def test_receive_never_consumed_is_refused() -> None:
 
 
 def test_shapes_torch_rejects_are_refused_with_torchs_reason() -> None:
-    with pytest.raises(ScheduleAnalysisError, match="greater than or equal to the number of stages"):
+    with pytest.raises(
+        ScheduleAnalysisError, match="greater than or equal to the number of stages"
+    ):
         lifetimes("1F1B", pp=4, n_microbatches=2)
     with pytest.raises(ScheduleAnalysisError, match="exactly 2 stages per rank"):
         lifetimes("ZBVZeroBubble", pp=4, n_microbatches=8, stages_per_rank=1)
@@ -144,8 +156,16 @@ def test_ring_size_mapping_missing_a_stage_is_an_error() -> None:
 
 
 def test_recording_a_single_stage_step_leaves_torchs_module_untouched() -> None:
-    before = (torch_schedules._batch_p2p, torch_schedules._sorted_batch_p2p, torch_schedules._wait_batch_p2p)
+    before = (
+        torch_schedules._batch_p2p,
+        torch_schedules._sorted_batch_p2p,
+        torch_schedules._wait_batch_p2p,
+    )
     lifetimes("1F1B", pp=3, n_microbatches=5)
     lifetimes("GPipe", pp=3, n_microbatches=5)
-    after = (torch_schedules._batch_p2p, torch_schedules._sorted_batch_p2p, torch_schedules._wait_batch_p2p)
+    after = (
+        torch_schedules._batch_p2p,
+        torch_schedules._sorted_batch_p2p,
+        torch_schedules._wait_batch_p2p,
+    )
     assert after == before

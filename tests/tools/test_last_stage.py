@@ -24,15 +24,47 @@ from tools.last_stage.records import FIELDS, Record, read_csv, variants, write_c
 SET = 2 * 8 * 64 * 4
 
 
-def _row(model: str, m: int, variant: str, slack: int | None, release: bool | None, stage: int, *, grid: Grid,
-         rehomes: int = 0, ring: int | None = None, storages: int, code: str = "abc1234") -> Record:
-    return Record(model=model, pp=grid.pp, schedule=grid.schedule, microbatches=m, steps=grid.steps, variant=variant,
-                  policy="tight" if variant == "pooled" else None, slack=slack, release=release, stage=stage,
-                  direction="grad" if stage == 0 else "forward", rehomes=rehomes, rehomed_bytes=rehomes * SET,
-                  ring_sets=ring, storages=storages, storage_bytes=storages * SET,
-                  counted_bytes=(storages + rehomes) * SET, peak_live=1 if variant == "pooled" else None,
-                  bitwise_equal=True if variant == "pooled" else None, hidden=64, seq_len=8, rows_per_microbatch=2,
-                  set_bytes=SET, torch="2.13.0+cpu", code=code)
+def _row(
+    model: str,
+    m: int,
+    variant: str,
+    slack: int | None,
+    release: bool | None,
+    stage: int,
+    *,
+    grid: Grid,
+    rehomes: int = 0,
+    ring: int | None = None,
+    storages: int,
+    code: str = "abc1234",
+) -> Record:
+    return Record(
+        model=model,
+        pp=grid.pp,
+        schedule=grid.schedule,
+        microbatches=m,
+        steps=grid.steps,
+        variant=variant,
+        policy="tight" if variant == "pooled" else None,
+        slack=slack,
+        release=release,
+        stage=stage,
+        direction="grad" if stage == 0 else "forward",
+        rehomes=rehomes,
+        rehomed_bytes=rehomes * SET,
+        ring_sets=ring,
+        storages=storages,
+        storage_bytes=storages * SET,
+        counted_bytes=(storages + rehomes) * SET,
+        peak_live=1 if variant == "pooled" else None,
+        bitwise_equal=True if variant == "pooled" else None,
+        hidden=64,
+        seq_len=8,
+        rows_per_microbatch=2,
+        set_bytes=SET,
+        torch="2.13.0+cpu",
+        code=code,
+    )
 
 
 def good_table(grid: Grid = Grid(), *, code: str = "abc1234") -> list[Record]:
@@ -40,24 +72,55 @@ def good_table(grid: Grid = Grid(), *, code: str = "abc1234") -> list[Record]:
     out = []
     for model in grid.models:
         for m in grid.microbatches:
-            out += [_row(model, m, "stock", None, None, stage, grid=grid, storages=m, code=code) for stage in (0, 1)]
+            out += [
+                _row(model, m, "stock", None, None, stage, grid=grid, storages=m, code=code)
+                for stage in (0, 1)
+            ]
             for slack in grid.slacks:
                 for release in (True, False):
                     g = min(m, 2)
-                    out.append(_row(model, m, "pooled", slack, release, 0, grid=grid, ring=g, storages=g, code=code))
+                    out.append(
+                        _row(
+                            model,
+                            m,
+                            "pooled",
+                            slack,
+                            release,
+                            0,
+                            grid=grid,
+                            ring=g,
+                            storages=g,
+                            code=code,
+                        )
+                    )
                     k = min(m, 1 + slack)
                     if slack == 0:
                         n = grid.steps * (m - 1) if (model == "linear3d" or not release) else 0
                     else:
                         n = 0 if release else grid.steps * (m - 1) - grid.steps * slack
-                    out.append(_row(model, m, "pooled", slack, release, 1, grid=grid, rehomes=n, ring=k, storages=k,
-                                    code=code))
+                    out.append(
+                        _row(
+                            model,
+                            m,
+                            "pooled",
+                            slack,
+                            release,
+                            1,
+                            grid=grid,
+                            rehomes=n,
+                            ring=k,
+                            storages=k,
+                            code=code,
+                        )
+                    )
     return out
 
 
 def _rehomed(r: Record, n: int) -> Record:
     """``r`` with ``n`` re-homes, its bytes still adding up."""
-    return dataclasses.replace(r, rehomes=n, rehomed_bytes=n * r.set_bytes, counted_bytes=r.storage_bytes + n * r.set_bytes)
+    return dataclasses.replace(
+        r, rehomes=n, rehomed_bytes=n * r.set_bytes, counted_bytes=r.storage_bytes + n * r.set_bytes
+    )
 
 
 def _one(rows: list[Record], **where) -> int:
@@ -77,56 +140,140 @@ STOCK0 = dict(model="parity", microbatches=8, variant="stock", stage=0)
 LAST = dict(model="parity", microbatches=16, variant="pooled", stage=1)
 
 BREAKS = {
-    "covers_the_grid: a row missing": ("covers_the_grid", lambda t: [r for r in t if _key(r) != _key(t[0])]),
+    "covers_the_grid: a row missing": (
+        "covers_the_grid",
+        lambda t: [r for r in t if _key(r) != _key(t[0])],
+    ),
     "covers_the_grid: a row twice": ("covers_the_grid", lambda t: t + [t[0]]),
     "covers_the_grid: a slack not asked for": (
-        "covers_the_grid", lambda t: t + [dataclasses.replace(r, slack=5) for r in t if r.slack == 2 and r.stage == 0]),
-    "covers_the_grid: other steps": ("covers_the_grid", lambda t: _edit(t, lambda r: dataclasses.replace(r, steps=2), **STOCK0)),
+        "covers_the_grid",
+        lambda t: t + [dataclasses.replace(r, slack=5) for r in t if r.slack == 2 and r.stage == 0],
+    ),
+    "covers_the_grid: other steps": (
+        "covers_the_grid",
+        lambda t: _edit(t, lambda r: dataclasses.replace(r, steps=2), **STOCK0),
+    ),
     "one_code_version: two commits": (
-        "one_code_version", lambda t: _edit(t, lambda r: dataclasses.replace(r, code="def5678"), **STOCK0)),
+        "one_code_version",
+        lambda t: _edit(t, lambda r: dataclasses.replace(r, code="def5678"), **STOCK0),
+    ),
     "one_code_version: two torches": (
-        "one_code_version", lambda t: _edit(t, lambda r: dataclasses.replace(r, torch="2.14.0"), **STOCK0)),
-    "clean_code: a dirty tree": ("clean_code", lambda t: [dataclasses.replace(r, code="abc1234+dirty") for r in t]),
-    "clean_code: no git": ("clean_code", lambda t: [dataclasses.replace(r, code="unknown") for r in t]),
+        "one_code_version",
+        lambda t: _edit(t, lambda r: dataclasses.replace(r, torch="2.14.0"), **STOCK0),
+    ),
+    "clean_code: a dirty tree": (
+        "clean_code",
+        lambda t: [dataclasses.replace(r, code="abc1234+dirty") for r in t],
+    ),
+    "clean_code: no git": (
+        "clean_code",
+        lambda t: [dataclasses.replace(r, code="unknown") for r in t],
+    ),
     "bytes_add_up: counted": (
-        "bytes_add_up", lambda t: _edit(t, lambda r: dataclasses.replace(r, counted_bytes=r.counted_bytes + 1), **STOCK0)),
+        "bytes_add_up",
+        lambda t: _edit(
+            t, lambda r: dataclasses.replace(r, counted_bytes=r.counted_bytes + 1), **STOCK0
+        ),
+    ),
     "bytes_add_up: set bytes": (
-        "bytes_add_up", lambda t: _edit(t, lambda r: dataclasses.replace(r, hidden=32), **STOCK0)),
+        "bytes_add_up",
+        lambda t: _edit(t, lambda r: dataclasses.replace(r, hidden=32), **STOCK0),
+    ),
     "bytes_add_up: re-homed bytes": (
-        "bytes_add_up", lambda t: _edit(t, lambda r: dataclasses.replace(r, rehomed_bytes=1, counted_bytes=r.storage_bytes + 1),
-                                        **STOCK0)),
+        "bytes_add_up",
+        lambda t: _edit(
+            t,
+            lambda r: dataclasses.replace(r, rehomed_bytes=1, counted_bytes=r.storage_bytes + 1),
+            **STOCK0,
+        ),
+    ),
     "stock_holds_one_storage_per_microbatch: a re-home": (
-        "stock_holds_one_storage_per_microbatch", lambda t: _edit(t, lambda r: _rehomed(r, 1), **STOCK0)),
+        "stock_holds_one_storage_per_microbatch",
+        lambda t: _edit(t, lambda r: _rehomed(r, 1), **STOCK0),
+    ),
     "stock_holds_one_storage_per_microbatch: fewer storages": (
         "stock_holds_one_storage_per_microbatch",
-        lambda t: _edit(t, lambda r: dataclasses.replace(r, storages=7, storage_bytes=7 * SET, counted_bytes=7 * SET), **STOCK0)),
+        lambda t: _edit(
+            t,
+            lambda r: dataclasses.replace(
+                r, storages=7, storage_bytes=7 * SET, counted_bytes=7 * SET
+            ),
+            **STOCK0,
+        ),
+    ),
     "every_pooled_run_bitwise_equal": (
         "every_pooled_run_bitwise_equal",
-        lambda t: _edit(t, lambda r: dataclasses.replace(r, bitwise_equal=False), **LAST, slack=2, release=True)),
+        lambda t: _edit(
+            t, lambda r: dataclasses.replace(r, bitwise_equal=False), **LAST, slack=2, release=True
+        ),
+    ),
     "first_stage_grad_ring_never_rehomes": (
         "first_stage_grad_ring_never_rehomes",
-        lambda t: _edit(t, lambda r: _rehomed(r, 1), model="linear2d", microbatches=64, variant="pooled", stage=0,
-                        slack=0, release=False)),
+        lambda t: _edit(
+            t,
+            lambda r: _rehomed(r, 1),
+            model="linear2d",
+            microbatches=64,
+            variant="pooled",
+            stage=0,
+            slack=0,
+            release=False,
+        ),
+    ),
     "release_leaves_the_last_stage_no_rehome: a re-home": (
-        "release_leaves_the_last_stage_no_rehome", lambda t: _edit(t, lambda r: _rehomed(r, 1), **LAST, slack=2, release=True)),
+        "release_leaves_the_last_stage_no_rehome",
+        lambda t: _edit(t, lambda r: _rehomed(r, 1), **LAST, slack=2, release=True),
+    ),
     "release_leaves_the_last_stage_no_rehome: a storage beyond the ring": (
         "release_leaves_the_last_stage_no_rehome",
-        lambda t: _edit(t, lambda r: dataclasses.replace(r, storages=4, storage_bytes=4 * SET, counted_bytes=4 * SET),
-                        **LAST, slack=2, release=True)),
+        lambda t: _edit(
+            t,
+            lambda r: dataclasses.replace(
+                r, storages=4, storage_bytes=4 * SET, counted_bytes=4 * SET
+            ),
+            **LAST,
+            slack=2,
+            release=True,
+        ),
+    ),
     "without_release_the_last_stage_rehomes: none": (
-        "without_release_the_last_stage_rehomes", lambda t: _edit(t, lambda r: _rehomed(r, 0), **LAST, slack=2, release=False)),
+        "without_release_the_last_stage_rehomes",
+        lambda t: _edit(t, lambda r: _rehomed(r, 0), **LAST, slack=2, release=False),
+    ),
     "without_release_the_last_stage_rehomes: fewer at a larger M": (
         "without_release_the_last_stage_rehomes",
-        lambda t: _edit(t, lambda r: _rehomed(r, 1), model="linear3d", microbatches=64, variant="pooled", stage=1, slack=2,
-                        release=False)),
+        lambda t: _edit(
+            t,
+            lambda r: _rehomed(r, 1),
+            model="linear3d",
+            microbatches=64,
+            variant="pooled",
+            stage=1,
+            slack=2,
+            release=False,
+        ),
+    ),
     "at_slack_0_only_a_view_output_rehomes: a plain output re-homes": (
-        "at_slack_0_only_a_view_output_rehomes", lambda t: _edit(t, lambda r: _rehomed(r, 1), **LAST, slack=0, release=True)),
+        "at_slack_0_only_a_view_output_rehomes",
+        lambda t: _edit(t, lambda r: _rehomed(r, 1), **LAST, slack=0, release=True),
+    ),
     "at_slack_0_only_a_view_output_rehomes: a view output does not": (
         "at_slack_0_only_a_view_output_rehomes",
-        lambda t: _edit(t, lambda r: _rehomed(r, 0), model="linear3d", microbatches=8, variant="pooled", stage=1, slack=0,
-                        release=True)),
+        lambda t: _edit(
+            t,
+            lambda r: _rehomed(r, 0),
+            model="linear3d",
+            microbatches=8,
+            variant="pooled",
+            stage=1,
+            slack=0,
+            release=True,
+        ),
+    ),
     "at_slack_0_only_a_view_output_rehomes: too few without the release": (
-        "at_slack_0_only_a_view_output_rehomes", lambda t: _edit(t, lambda r: _rehomed(r, 3), **LAST, slack=0, release=False)),
+        "at_slack_0_only_a_view_output_rehomes",
+        lambda t: _edit(t, lambda r: _rehomed(r, 3), **LAST, slack=0, release=False),
+    ),
 }
 
 
@@ -203,11 +350,16 @@ def test_the_writer_writes_a_table_that_holds_every_claim(tmp_path, measured):
 
 def test_the_writer_writes_nothing_when_a_claim_breaks_and_says_which(tmp_path, measured, capsys):
     out = tmp_path / "t.csv"
-    measured["rows"] = BREAKS["release_leaves_the_last_stage_no_rehome: a re-home"][1](measured["rows"])
+    measured["rows"] = BREAKS["release_leaves_the_last_stage_no_rehome: a re-home"][1](
+        measured["rows"]
+    )
     assert cli.main(["--csv", str(out)]) == 1
     err = capsys.readouterr().err
     assert not out.exists()
-    assert f"nothing written to {out}" in err and "release_leaves_the_last_stage_no_rehome: found" in err
+    assert (
+        f"nothing written to {out}" in err
+        and "release_leaves_the_last_stage_no_rehome: found" in err
+    )
 
 
 def test_the_writer_refuses_a_dirty_tree_before_measuring_unless_told(tmp_path, measured, capsys):
@@ -229,7 +381,9 @@ def test_read_csv_names_a_missing_column_and_a_bad_cell(tmp_path):
         read_csv(bad)
     write_csv(good_table()[:1], bad)
     bad.write_text(bad.read_text().replace(",8,3,stock,", ",eight,3,stock,"))
-    with pytest.raises(ValueError, match="column microbatches found 'eight'; required a whole number"):
+    with pytest.raises(
+        ValueError, match="column microbatches found 'eight'; required a whole number"
+    ):
         read_csv(bad)
 
 
@@ -247,7 +401,9 @@ def test_the_linear_prelude_makes_only_the_last_stage_a_plain_linear_over_2d_bat
     from pooltk.parity import worker
     from pooltk.parity.models import ToyModel
 
-    monkeypatch.setattr(worker, "make_stage_module", worker.make_stage_module)  # restored after the test
+    monkeypatch.setattr(
+        worker, "make_stage_module", worker.make_stage_module
+    )  # restored after the test
     monkeypatch.setattr(worker, "make_batch", worker.make_batch)
     monkeypatch.setattr(sys, "argv", ["zygote", "1", "2", "/tmp/unused", "0"])
     heads.patch(two_d=True)
@@ -255,7 +411,9 @@ def test_the_linear_prelude_makes_only_the_last_stage_a_plain_linear_over_2d_bat
     last = worker.make_stage_module(hidden=8, layers_per_stage=1, stage_index=1, seed=0)
     again = worker.make_stage_module(hidden=8, layers_per_stage=1, stage_index=1, seed=0)
     assert isinstance(first, ToyModel) and isinstance(last, heads.LinearHead)
-    assert all(torch.equal(a, b) for a, b in zip(last.parameters(), again.parameters()))  # seeded, not global RNG
+    assert all(
+        torch.equal(a, b) for a, b in zip(last.parameters(), again.parameters())
+    )  # seeded, not global RNG
     x, y = worker.make_batch(rows=4, seq_len=3, hidden=8, step=0, seed=0)
     assert x.shape == y.shape == (12, 8)
     h = x.clone().requires_grad_(True)
@@ -271,5 +429,10 @@ def test_the_linear_prelude_refuses_a_process_without_the_zygote_arguments(monke
 def test_variants_are_stock_then_each_slack_with_the_release_on_and_off():
     got = variants((0, 2))
     assert [v.pooled for v in got] == [False, True, True, True, True]
-    assert [(v.config.slack, v.config.release) for v in got[1:]] == [(0, True), (0, False), (2, True), (2, False)]
+    assert [(v.config.slack, v.config.release) for v in got[1:]] == [
+        (0, True),
+        (0, False),
+        (2, True),
+        (2, False),
+    ]
     assert len({v.name for v in got}) == len(got)

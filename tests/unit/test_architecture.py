@@ -23,8 +23,21 @@ STDLIB = set(sys.stdlib_module_names)
 # the schedule analysis below it (torch-only at import: the slack and stock rules, schedule names,
 # and schedule="auto" ring plans).
 POOL_MAY_IMPORT = ("pooltk.config", "pooltk._validate", "pooltk.pool", "pooltk.analysis")
-HEAVY = ("pandas", "numpy", "matplotlib", "seaborn", "ipywidgets", "IPython", "jupyterlab", "nbformat", "nbclient",
-         "nbconvert", "yaml", "pyarrow", "polars")
+HEAVY = (
+    "pandas",
+    "numpy",
+    "matplotlib",
+    "seaborn",
+    "ipywidgets",
+    "IPython",
+    "jupyterlab",
+    "nbformat",
+    "nbclient",
+    "nbconvert",
+    "yaml",
+    "pyarrow",
+    "polars",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +81,15 @@ def _imports(path: Path) -> list[Import]:
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
-            out.append(Import(name, node.lineno, module, tuple(a.name for a in node.names), id(node) in guarded))
+            out.append(
+                Import(
+                    name,
+                    node.lineno,
+                    module,
+                    tuple(a.name for a in node.names),
+                    id(node) in guarded,
+                )
+            )
     return out
 
 
@@ -104,16 +125,24 @@ def test_the_analysis_the_pool_calls_imports_nothing_heavy_at_module_level() -> 
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 mod = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
                 if mod and _top(mod) in HEAVY:
-                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {mod} at module level")
+                    bad.append(
+                        f"{path.relative_to(ROOT)}:{node.lineno} imports {mod} at module level"
+                    )
     assert not bad, "\n".join(bad)
 
 
 def test_nothing_outside_the_cli_imports_the_cli_but_the_package_entry_point() -> None:
-    bad = [f"{name}:{imp.line} imports {imp.module}"
-           for name, imports in ALL.items() for imp in imports
-           if _within(imp.module, ("pooltk.cli",)) and not _within(name, ("pooltk.cli",))
-           and name != "pooltk.__main__"]  # ``python -m pooltk`` is the CLI's own entry point
-    assert not bad, "arrows point down: the CLI calls the library, never the reverse:\n" + "\n".join(bad)
+    bad = [
+        f"{name}:{imp.line} imports {imp.module}"
+        for name, imports in ALL.items()
+        for imp in imports
+        if _within(imp.module, ("pooltk.cli",))
+        and not _within(name, ("pooltk.cli",))
+        and name != "pooltk.__main__"
+    ]  # ``python -m pooltk`` is the CLI's own entry point
+    assert not bad, (
+        "arrows point down: the CLI calls the library, never the reverse:\n" + "\n".join(bad)
+    )
 
 
 # The layer order of docs/architecture.md, lowest first. A module may import its own package and any
@@ -123,7 +152,10 @@ def test_nothing_outside_the_cli_imports_the_cli_but_the_package_entry_point() -
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("pooltk._validate",),
     ("pooltk.config",),
-    ("pooltk.analysis", "pooltk.logs"),  # logs is independent of the pool: numpy and pandas, nothing of pooltk's
+    (
+        "pooltk.analysis",
+        "pooltk.logs",
+    ),  # logs is independent of the pool: numpy and pandas, nothing of pooltk's
     ("pooltk.pool",),
     ("pooltk",),
     ("pooltk.memory",),
@@ -146,9 +178,12 @@ def _layer_of(module: str) -> tuple[int, str]:
         for prefix in layer:
             exact_root = prefix == "pooltk" and module == "pooltk"
             if (exact_root or (prefix != "pooltk" and _within(module, (prefix,)))) and (
-                    best is None or len(prefix) > len(best[1])):
+                best is None or len(prefix) > len(best[1])
+            ):
                 best = (index, prefix)
-    assert best is not None, f"{module} is on no layer: add its package to LAYERS (and to docs/architecture.md)"
+    assert best is not None, (
+        f"{module} is on no layer: add its package to LAYERS (and to docs/architecture.md)"
+    )
     return best
 
 
@@ -174,7 +209,9 @@ def _upward_arrows(modules: dict[str, list[Import]]) -> tuple[list[str], set[tup
             if (name, imp.module) in KNOWN_UPWARD:
                 used.add((name, imp.module))
                 continue
-            bad.append(f"{name}:{imp.line} ({my_home}, layer {mine}) imports {imp.module} ({their_home}, layer {theirs})")
+            bad.append(
+                f"{name}:{imp.line} ({my_home}, layer {mine}) imports {imp.module} ({their_home}, layer {theirs})"
+            )
     return bad, used
 
 
@@ -183,18 +220,31 @@ def test_no_import_runs_up_the_layers() -> None:
     # drawn only for a type checker still ties the lower package to the upper one.
     bad, used = _upward_arrows(ALL)
     assert not bad, "arrows point down only (docs/architecture.md, the house):\n" + "\n".join(bad)
-    assert used == KNOWN_UPWARD, f"these known upward arrows are gone: drop them from KNOWN_UPWARD: {sorted(KNOWN_UPWARD - used)}"
+    assert used == KNOWN_UPWARD, (
+        f"these known upward arrows are gone: drop them from KNOWN_UPWARD: {sorted(KNOWN_UPWARD - used)}"
+    )
 
 
 def test_the_layer_check_refuses_an_upward_and_a_sideways_import() -> None:
     # The check itself can fail: the analysis importing the pool (the arrow issue 22 removed) runs up;
     # logs and analysis are peers on one layer, so neither may import the other.
-    fake = {"pooltk.analysis.lifetimes": [Import("pooltk.analysis.lifetimes", 1, "pooltk.pool.sizing", ("ring_from_live",), False)],
-            "pooltk.logs.reader": [Import("pooltk.logs.reader", 2, "pooltk.analysis.lifetimes", (), True)],
-            "pooltk.memory.model": [Import("pooltk.memory.model", 3, "pooltk.pool.sizing", (), False)]}
+    fake = {
+        "pooltk.analysis.lifetimes": [
+            Import("pooltk.analysis.lifetimes", 1, "pooltk.pool.sizing", ("ring_from_live",), False)
+        ],
+        "pooltk.logs.reader": [
+            Import("pooltk.logs.reader", 2, "pooltk.analysis.lifetimes", (), True)
+        ],
+        "pooltk.memory.model": [Import("pooltk.memory.model", 3, "pooltk.pool.sizing", (), False)],
+    }
     bad, _ = _upward_arrows(fake)
-    assert [b.split(" ")[0] for b in bad] == ["pooltk.analysis.lifetimes:1", "pooltk.logs.reader:2"], bad
-    assert _layer_of("pooltk")[1] == "pooltk" and _layer_of("pooltk.__main__")[1] == "pooltk.__main__"
+    assert [b.split(" ")[0] for b in bad] == [
+        "pooltk.analysis.lifetimes:1",
+        "pooltk.logs.reader:2",
+    ], bad
+    assert (
+        _layer_of("pooltk")[1] == "pooltk" and _layer_of("pooltk.__main__")[1] == "pooltk.__main__"
+    )
 
 
 def _package_of(module: str) -> str:
@@ -217,7 +267,9 @@ def test_no_module_imports_a_private_name_of_another_package() -> None:
             theirs = _package_of(imp.module)
             if theirs == "pooltk" or theirs == mine:
                 continue  # root helpers (pooltk._validate) are every package's; a package's own privates are its own
-            private_module = any(p.startswith("_") and not p.startswith("__") for p in imp.module.split("."))
+            private_module = any(
+                p.startswith("_") and not p.startswith("__") for p in imp.module.split(".")
+            )
             private_names = [n for n in imp.names if n.startswith("_") and not n.startswith("__")]
             if (private_module or private_names) and (name, imp.module) not in SEAM:
                 bad.append(f"{name}:{imp.line} takes {imp.module} {private_names or ''}")
@@ -235,11 +287,24 @@ def test_no_library_module_builds_a_path_from_its_own_location() -> None:
 
 
 # torch and what torch itself needs: the whole environment a pool-only user has.
-TORCH_ENV = ("torch", "torchgen", "functorch", "typing_extensions", "sympy", "mpmath", "networkx", "jinja2",
-             "markupsafe", "fsspec", "filelock")
+TORCH_ENV = (
+    "torch",
+    "torchgen",
+    "functorch",
+    "typing_extensions",
+    "sympy",
+    "mpmath",
+    "networkx",
+    "jinja2",
+    "markupsafe",
+    "fsspec",
+    "filelock",
+)
 
 
-def test_import_pooltk_and_plan_auto_rings_in_an_environment_with_torch_alone(tmp_path: Path) -> None:
+def test_import_pooltk_and_plan_auto_rings_in_an_environment_with_torch_alone(
+    tmp_path: Path,
+) -> None:
     import importlib.util
 
     site = tmp_path / "site"
@@ -263,9 +328,20 @@ def test_import_pooltk_and_plan_auto_rings_in_an_environment_with_torch_alone(tm
         print("ok", report.layout, heavy)
     """)
     # -I: isolated (no user site, no PYTHONPATH from outside); -S: no site-packages at all.
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {str(site)!r}); "
-                          + program, *HEAVY],
-                         capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            f"import sys; sys.path.insert(0, {str(site)!r}); " + program,
+            *HEAVY,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("ok ") and out.stdout.rstrip().endswith("[]"), out.stdout
 
@@ -285,4 +361,6 @@ def test_the_two_directions_are_spelled_once_in_analysis_lifetimes() -> None:
     found = {str(p.relative_to(ROOT)) for p in files if spelled.search(p.read_text())}
     assert home in found, "Direction / DIRECTIONS live in pooltk.analysis.lifetimes"
     new = sorted(found - {home} - DIRECTIONS_STILL_SPELLED)
-    assert not new, f"import DIRECTIONS (and Direction) from pooltk.analysis.lifetimes instead of spelling them: {new}"
+    assert not new, (
+        f"import DIRECTIONS (and Direction) from pooltk.analysis.lifetimes instead of spelling them: {new}"
+    )

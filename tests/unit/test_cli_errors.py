@@ -17,11 +17,22 @@ CASES = [
     (["parity", "--steps", "0"], "--steps", "0"),
     (["parity", "--timeout", "0"], "--timeout", "0.0"),
     (["parity", "--schedule", "NoSuchSchedule"], "--schedule", "'NoSuchSchedule'"),
-    (["parity", "--schedule", "ZBVZeroBubble", "--vpp", "1"], "--vpp", "1 with --schedule ZBVZeroBubble"),
+    (
+        ["parity", "--schedule", "ZBVZeroBubble", "--vpp", "1"],
+        "--vpp",
+        "1 with --schedule ZBVZeroBubble",
+    ),
     (["parity", "--schedule", "1F1B", "--vpp", "2"], "--vpp", "2 with --schedule 1F1B"),
-    (["parity", "--schedule", "Interleaved1F1B", "--frontend", "both"], "--frontend", "'both' with --vpp 2"),
-    (["parity", "--schedule", "DualPipeV", "--pp", "4", "--microbatches", "4"], "--microbatches",
-     "4 with --schedule DualPipeV --pp 4 --vpp 2"),
+    (
+        ["parity", "--schedule", "Interleaved1F1B", "--frontend", "both"],
+        "--frontend",
+        "'both' with --vpp 2",
+    ),
+    (
+        ["parity", "--schedule", "DualPipeV", "--pp", "4", "--microbatches", "4"],
+        "--microbatches",
+        "4 with --schedule DualPipeV --pp 4 --vpp 2",
+    ),
     (["report", "--jobs", "0"], "--jobs", "0"),
     (["report", "--timeout", "-5"], "--timeout", "-5.0"),
     (["report", "--parity-steps", "0"], "--parity-steps", "0"),
@@ -39,7 +50,9 @@ def test_a_bad_flag_value_names_the_flag_the_value_and_a_fix_and_exits_2(argv, f
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(f"pooltk {argv[0]}: {flag}: found {found}; required "), err
     fix = err.split(" Fix: ", 1)[1]
-    assert re.search(r"--[a-z]", fix) or "leave it" in fix, err  # the fix speaks in flags, not library fields
+    assert re.search(r"--[a-z]", fix) or "leave it" in fix, (
+        err
+    )  # the fix speaks in flags, not library fields
     assert "Spec." not in err and "PoolConfig." not in err, err
 
 
@@ -58,7 +71,11 @@ def test_flag_errors_carry_their_fields():
     with pytest.raises(FlagError) as info:
         check_flag_int("--jobs", 0, low=1, fix="--jobs 1")
     assert (info.value.what, info.value.found, info.value.required, info.value.fix) == (
-        "--jobs", "0", "an integer >= 1", "--jobs 1")
+        "--jobs",
+        "0",
+        "an integer >= 1",
+        "--jobs 1",
+    )
 
 
 def test_a_multi_stage_schedule_defaults_to_two_stages_per_rank_and_pools_with_auto():
@@ -68,8 +85,19 @@ def test_a_multi_stage_schedule_defaults_to_two_stages_per_rank_and_pools_with_a
 
     parser = argparse.ArgumentParser()
     register(parser)
-    args = parser.parse_args(["--schedule", "Interleaved1F1B", "--pp", "2", "--microbatches", "4", "--auto",
-                              "--sharing", "stage"])
+    args = parser.parse_args(
+        [
+            "--schedule",
+            "Interleaved1F1B",
+            "--pp",
+            "2",
+            "--microbatches",
+            "4",
+            "--auto",
+            "--sharing",
+            "stage",
+        ]
+    )
     check_args(args)
     spec = spec_from_args(args)
     assert args.vpp == 2 and {v.stages_per_rank for v in spec.variants} == {2}
@@ -80,9 +108,11 @@ def test_a_multi_stage_schedule_defaults_to_two_stages_per_rank_and_pools_with_a
 def test_torch_2_11s_v_schedule_warm_up_failure_on_gloo_is_named_and_nothing_else_is():
     from pooltk.parity.worker import known_cause
 
-    text = ('  File ".../schedules.py", line 1526, in _initialize_stages\n    _wait_batch_p2p(_batch_p2p(all_ops))\n'
-            "RuntimeError: [enforce fail at pair.cc:789] state_ >= CONNECTED. 1 vs 4. Pair is not connected "
-            "([127.0.0.1]:55202$1 <--> [none])\n")
+    text = (
+        '  File ".../schedules.py", line 1526, in _initialize_stages\n    _wait_batch_p2p(_batch_p2p(all_ops))\n'
+        "RuntimeError: [enforce fail at pair.cc:789] state_ >= CONNECTED. 1 vs 4. Pair is not connected "
+        "([127.0.0.1]:55202$1 <--> [none])\n"
+    )
     assert "same rank (a V schedule)" in known_cause(text) and "NCCL" in known_cause(text)
     assert known_cause(text.replace("_initialize_stages", "_step_microbatches")) == ""
     assert known_cause("RuntimeError: Connection reset by peer") == ""

@@ -13,7 +13,12 @@ def test_shipped_cpu_runs_are_four_readable_runs_with_sidecars(repo_root):
     folder = repo_root / "data" / "cpu_runs"
     table = read_logs([folder])
     counts = table.steps.groupby("run").size().to_dict()
-    assert set(counts) == {"cpu_seq16384_stock", "cpu_seq16384_pooled", "cpu_seq32768_stock", "cpu_seq32768_pooled"}
+    assert set(counts) == {
+        "cpu_seq16384_stock",
+        "cpu_seq16384_pooled",
+        "cpu_seq32768_stock",
+        "cpu_seq32768_pooled",
+    }
     for run, n in counts.items():
         meta = json.loads((folder / f"{run}_training.meta.json").read_text())
         assert n == meta["steps"]

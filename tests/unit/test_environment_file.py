@@ -30,7 +30,9 @@ def test_environment_yml_specifiers_match_pyproject_and_torch_pin_is_in_range(re
     for name, req in pyp.items():
         if name == "torch":
             pin = next(iter(env[name].specifier)).version
-            assert Version(pin) in req.specifier, f"environment.yml pins torch {pin} outside {req.specifier}"
+            assert Version(pin) in req.specifier, (
+                f"environment.yml pins torch {pin} outside {req.specifier}"
+            )
         else:
             assert env[name].specifier == req.specifier, name
 

@@ -25,12 +25,16 @@ def test_live_linear3d_last_stage_with_the_release_rehomes_nothing_and_stays_bit
 
     layout = detect().layout
     if layout is None or layout.per_receive:
-        pytest.skip("no rings on this torch (lazy layout): the compat matrix counts its live receive buffers instead")
+        pytest.skip(
+            "no rings on this torch (lazy layout): the compat matrix counts its live receive buffers instead"
+        )
 
     rows = measure("linear3d", 8, slacks=(2,), steps=2, hidden=16, seq_len=4, timeout_s=120)
     last = {r.release: r for r in rows if r.variant == "pooled" and r.stage == 1}
     assert last[True].rehomes == 0 and last[True].bitwise_equal is True
     assert last[False].bitwise_equal is True
-    if last[True].ring_sets:  # eager layout (torch <= 2.14): the ring's slots; the kept graphs re-home them
+    if last[
+        True
+    ].ring_sets:  # eager layout (torch <= 2.14): the ring's slots; the kept graphs re-home them
         assert last[True].storages == last[True].ring_sets
         assert last[False].rehomes > 0

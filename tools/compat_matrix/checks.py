@@ -31,28 +31,41 @@ ENV_VAR = "POOLTK_COMPAT_ENV"
 """Set by the matrix to the throwaway env it built; the checks run only under that env's python."""
 PRELUDE = "tools.compat_matrix.live_buffers"
 # Tests that check this tool or its published output, not the release under test.
-NOT_RELEASE_TESTS = ("tests/compat/test_published_matrix.py", "tests/compat/test_compat_matrix_tool.py")
+NOT_RELEASE_TESTS = (
+    "tests/compat/test_published_matrix.py",
+    "tests/compat/test_compat_matrix_tool.py",
+)
 
 
 def refusal(prefix: str, environ: Mapping[str, str]) -> str | None:
     """Why the checks must not run under the interpreter at ``prefix`` (None when it is the matrix's throwaway env)."""
     env = environ.get(ENV_VAR)
     if not env:
-        return (f"tools.compat_matrix.checks: found ${ENV_VAR} unset (interpreter {prefix}); required: run under "
-                f"the throwaway venv that the matrix builds for one torch release, which sets it. "
-                f"Fix: {COMMAND} --releases X.Y.Z (add --keep-envs to keep that venv; to rerun the checks "
-                f"in a kept venv: {ENV_VAR}=CACHE/envs/torch-X.Y.Z CACHE/envs/torch-X.Y.Z/bin/python "
-                f"-m tools.compat_matrix.checks OUT.json).")
+        return (
+            f"tools.compat_matrix.checks: found ${ENV_VAR} unset (interpreter {prefix}); required: run under "
+            f"the throwaway venv that the matrix builds for one torch release, which sets it. "
+            f"Fix: {COMMAND} --releases X.Y.Z (add --keep-envs to keep that venv; to rerun the checks "
+            f"in a kept venv: {ENV_VAR}=CACHE/envs/torch-X.Y.Z CACHE/envs/torch-X.Y.Z/bin/python "
+            f"-m tools.compat_matrix.checks OUT.json)."
+        )
     if Path(prefix).resolve() != Path(env).resolve():
-        return (f"tools.compat_matrix.checks: found interpreter prefix {prefix}; required the env "
-                f"${ENV_VAR}={env}. Fix: run that env's bin/python, or {COMMAND} --releases X.Y.Z.")
+        return (
+            f"tools.compat_matrix.checks: found interpreter prefix {prefix}; required the env "
+            f"${ENV_VAR}={env}. Fix: run that env's bin/python, or {COMMAND} --releases X.Y.Z."
+        )
     return None
 
 
 def junit_counts(path: Path) -> dict[str, Any]:
     """passed / failed / errors / skipped and the failure messages of a pytest JUnit XML report."""
     if not path.exists():
-        return {"passed": 0, "failed": 0, "errors": 1, "skipped": 0, "failures": ["pytest wrote no report"]}
+        return {
+            "passed": 0,
+            "failed": 0,
+            "errors": 1,
+            "skipped": 0,
+            "failures": ["pytest wrote no report"],
+        }
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root)
     out: dict[str, Any] = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "failures": []}
@@ -76,8 +89,23 @@ def junit_counts(path: Path) -> dict[str, Any]:
 def _pytest(paths: list[str], tmp: Path, name: str, extra: list[str]) -> dict[str, Any]:
     xml = tmp / f"{name}.xml"
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
-                           *extra, *paths], cwd=REPO, capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={xml}",
+            *extra,
+            *paths,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     res = junit_counts(xml)
     res["seconds"] = round(time.perf_counter() - t0, 1)
     res["exit"] = proc.returncode
@@ -91,8 +119,10 @@ def _variant_facts(v: Any, boundary: int, installed: bool) -> dict[str, Any]:
 
     sets = {str(s): [v.recv[s][d]["sets"] for d in DIRECTIONS] for s in sorted(v.recv)}
     # the ring's own storages (K sets); storages copy on conflict re-homed are counted apart
-    nbytes = {str(s): [v.recv[s][d].get("ring_bytes", v.recv[s][d]["bytes"]) for d in DIRECTIONS]
-              for s in sorted(v.recv)}
+    nbytes = {
+        str(s): [v.recv[s][d].get("ring_bytes", v.recv[s][d]["bytes"]) for d in DIRECTIONS]
+        for s in sorted(v.recv)
+    }
     rehomes = {str(s): [v.recv[s][d].get("rehomes", 0) for d in DIRECTIONS] for s in sorted(v.recv)}
     expect = None
     if v.pooled and installed:
@@ -102,16 +132,27 @@ def _variant_facts(v: Any, boundary: int, installed: bool) -> dict[str, Any]:
         expect = {str(s): stock_sets(PP, s, MICROBATCHES) for s in v.recv}
     bytes_exact = alloc_exact = None
     if expect is not None:
-        bytes_exact = all(nbytes[s] == [k.forward * boundary, k.grad * boundary] for s, k in expect.items())
-        alloc_exact = all(v.setup_alloc_bytes[int(s)] == k.total * boundary for s, k in expect.items())
+        bytes_exact = all(
+            nbytes[s] == [k.forward * boundary, k.grad * boundary] for s, k in expect.items()
+        )
+        alloc_exact = all(
+            v.setup_alloc_bytes[int(s)] == k.total * boundary for s, k in expect.items()
+        )
     return {
-        "name": v.name, "pooled": v.pooled, "frontend": v.frontend, "schedule": v.schedule,
-        "bitwise_equal": v.bitwise_equal, "params_max_abs_diff": v.params_max_abs_diff,
+        "name": v.name,
+        "pooled": v.pooled,
+        "frontend": v.frontend,
+        "schedule": v.schedule,
+        "bitwise_equal": v.bitwise_equal,
+        "params_max_abs_diff": v.params_max_abs_diff,
         "losses_max_abs_diff": v.losses_max_abs_diff,
-        "sets": sets, "bytes": nbytes, "rehomes": rehomes,
+        "sets": sets,
+        "bytes": nbytes,
+        "rehomes": rehomes,
         "setup_alloc_bytes": {str(s): b for s, b in v.setup_alloc_bytes.items()},
         "rings": {str(s): r for s, r in v.rings.items()},
-        "bytes_exact": bytes_exact, "alloc_exact": alloc_exact,
+        "bytes_exact": bytes_exact,
+        "alloc_exact": alloc_exact,
         "median_step_ms": round(v.median_step_time_s * 1e3, 2),
     }
 
@@ -135,11 +176,17 @@ def _negative(report: Any, schedule: str | None = None) -> dict[str, Any]:
     """Outcome of a negative-control launch (an error, or the pooled variants of ``schedule``)."""
     if isinstance(report, dict):
         return report
-    pooled = [v for v in report.variants if v.pooled and (schedule is None or v.schedule.lower() == schedule)]
-    return {"bitwise_equal": all(v.bitwise_equal for v in pooled),
-            "max_abs_diff": max((v.params_max_abs_diff or 0.0) for v in pooled),
-            "pooled": any(any(r for r in v.rings.values()) for v in pooled),
-            "variants": [v.name for v in pooled]}
+    pooled = [
+        v
+        for v in report.variants
+        if v.pooled and (schedule is None or v.schedule.lower() == schedule)
+    ]
+    return {
+        "bitwise_equal": all(v.bitwise_equal for v in pooled),
+        "max_abs_diff": max((v.params_max_abs_diff or 0.0) for v in pooled),
+        "pooled": any(any(r for r in v.rings.values()) for v in pooled),
+        "variants": [v.name for v in pooled],
+    }
 
 
 def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
@@ -152,10 +199,14 @@ def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
     live_dir.mkdir()
     os.environ[LIVE_DIR_ENV] = str(live_dir)
     configs = [Rings(slack=2), Rings(slack=0, grad_slack=0), Rings(policy="automodel")]
-    variants = (default_variants(configs, frontends=("manual",))
-                + default_variants([Rings(slack=2)], frontends=("tracing",))
-                + default_variants([Rings(slack=1)], eval_between_steps=True))
-    spec = ParitySpec(pp=PP, microbatches=MICROBATCHES, steps=STEPS, timeout_s=600, variants=variants)
+    variants = (
+        default_variants(configs, frontends=("manual",))
+        + default_variants([Rings(slack=2)], frontends=("tracing",))
+        + default_variants([Rings(slack=1)], eval_between_steps=True)
+    )
+    spec = ParitySpec(
+        pp=PP, microbatches=MICROBATCHES, steps=STEPS, timeout_s=600, variants=variants
+    )
     report, secs = _launch(spec, prelude=PRELUDE)
     res["check_seconds"]["parity"] = round(secs, 1)
     if isinstance(report, dict):
@@ -163,8 +214,12 @@ def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
         return
     boundary = report.boundary_bytes
     facts = [_variant_facts(v, boundary, installed) for v in report.variants]
-    res["parity"] = {"bitwise_equal": report.bitwise_equal, "wall_s": round(report.wall_s, 1),
-                     "boundary_bytes": boundary, "variants": facts}
+    res["parity"] = {
+        "bitwise_equal": report.bitwise_equal,
+        "wall_s": round(report.wall_s, 1),
+        "boundary_bytes": boundary,
+        "variants": facts,
+    }
     live = {}
     for r in range(PP):
         p = live_dir / f"rank{r}.json"
@@ -177,24 +232,36 @@ def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
         # Per receive allocation: what stock holds is the peak of live buffers, not what is left after.
         # Variants run one after another, one stage per rank each: the n-th stage built is variant n.
         def peaks(gen: int) -> dict[str, list[int]]:
-            return {str(s): [live.get(str(s), {}).get("peak", {}).get(f"{gen}/{d}", 0) for d in DIRECTIONS]
-                    for s in range(PP)}
+            return {
+                str(s): [
+                    live.get(str(s), {}).get("peak", {}).get(f"{gen}/{d}", 0) for d in DIRECTIONS
+                ]
+                for s in range(PP)
+            }
 
         sets = peaks(0)
         released = {f["name"]: peaks(i) for i, f in enumerate(facts) if f["pooled"]}
         stocks = {f["name"]: peaks(i) for i, f in enumerate(facts) if not f["pooled"]}
-        res["bytes"] = {"stock_method": "peak live (allocate_buffer to release, measured in the ranks)",
-                        "stock": {"sets": sets, "total": sum(f + g for f, g in sets.values()) * boundary},
-                        "pooled": None,
-                        "released": {name: {"sets": p, "total": sum(f + g for f, g in p.values()) * boundary}
-                                     for name, p in released.items()},
-                        "stock_variants": {name: {"sets": p} for name, p in stocks.items()}}
+        res["bytes"] = {
+            "stock_method": "peak live (allocate_buffer to release, measured in the ranks)",
+            "stock": {"sets": sets, "total": sum(f + g for f, g in sets.values()) * boundary},
+            "pooled": None,
+            "released": {
+                name: {"sets": p, "total": sum(f + g for f, g in p.values()) * boundary}
+                for name, p in released.items()
+            },
+            "stock_variants": {name: {"sets": p} for name, p in stocks.items()},
+        }
     else:
         res["bytes"] = {
             "stock_method": "distinct receive storages held after the step",
             "stock": {"sets": stock["sets"], "total": sum(sum(b) for b in stock["bytes"].values())},
-            "pooled": {"sets": pooled["sets"], "total": sum(sum(b) for b in pooled["bytes"].values())}
-            if installed else None,
+            "pooled": {
+                "sets": pooled["sets"],
+                "total": sum(sum(b) for b in pooled["bytes"].values()),
+            }
+            if installed
+            else None,
         }
 
 
@@ -206,15 +273,31 @@ def _negative_controls() -> dict[str, Any]:
     short_off = Rings(slack=0, guard=False, forward_shortfall=1)
     gpipe_off = Rings(slack=0, guard=False)
     neg: dict[str, Any] = {}
-    report, _ = _launch(ParitySpec(pp=PP, microbatches=MICROBATCHES, steps=STEPS, timeout_s=600,
-                                   variants=default_variants([short_off], force=True)
-                                   + default_variants([gpipe_off], schedule="GPipe", force=True)))
+    report, _ = _launch(
+        ParitySpec(
+            pp=PP,
+            microbatches=MICROBATCHES,
+            steps=STEPS,
+            timeout_s=600,
+            variants=default_variants([short_off], force=True)
+            + default_variants([gpipe_off], schedule="GPipe", force=True),
+        )
+    )
     neg["guard_off_short"] = _negative(report, "1f1b")
     neg["guard_off_gpipe"] = _negative(report, "gpipe")
-    for key, cfg, sched in (("guard_on_short", Rings(slack=0, forward_shortfall=1), "1F1B"),
-                            ("guard_on_gpipe", Rings(slack=0), "GPipe")):
-        report, _ = _launch(ParitySpec(pp=PP, microbatches=MICROBATCHES, steps=1, timeout_s=600,
-                                       variants=default_variants([cfg], schedule=sched, force=True)))
+    for key, cfg, sched in (
+        ("guard_on_short", Rings(slack=0, forward_shortfall=1), "1F1B"),
+        ("guard_on_gpipe", Rings(slack=0), "GPipe"),
+    ):
+        report, _ = _launch(
+            ParitySpec(
+                pp=PP,
+                microbatches=MICROBATCHES,
+                steps=1,
+                timeout_s=600,
+                variants=default_variants([cfg], schedule=sched, force=True),
+            )
+        )
         neg[key] = _negative(report)
     return neg
 
@@ -227,8 +310,12 @@ def run_checks(out_path: Path) -> None:
 
     import pooltk
 
-    res: dict[str, Any] = {"torch_version": torch.__version__, "python": platform.python_version(),
-                           "pooltk_file": pooltk.__file__, "check_seconds": {}}
+    res: dict[str, Any] = {
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+        "pooltk_file": pooltk.__file__,
+        "check_seconds": {},
+    }
     # The parity ranks import PRELUDE from this repository.
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(REPO) not in paths:
@@ -236,9 +323,16 @@ def run_checks(out_path: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="pooltk-compat-inner-") as t:
         tmp = Path(t)
         t0 = time.perf_counter()
-        probe = subprocess.run([sys.executable, "-m", "pooltk", "probe", "--json"], capture_output=True, text=True,
-                               timeout=300, cwd=REPO)
-        res["probe"] = json.loads(probe.stdout) if probe.returncode == 0 else {"error": probe.stderr[-2000:]}
+        probe = subprocess.run(
+            [sys.executable, "-m", "pooltk", "probe", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
+        )
+        res["probe"] = (
+            json.loads(probe.stdout) if probe.returncode == 0 else {"error": probe.stderr[-2000:]}
+        )
         res["probe_exit"] = probe.returncode
         res["check_seconds"]["probe"] = round(time.perf_counter() - t0, 1)
         installed = bool(res["probe"].get("installed"))
@@ -250,10 +344,21 @@ def run_checks(out_path: Path) -> None:
             # test_environment_file needs the lab extra; test_slow_marker checks the suite's own pytest
             # set-up (progress output of a nested pytest run), which says nothing about a torch release and
             # did not reproduce its output inside the matrix's checks process
-            "unit": _pytest(["tests/unit"], tmp, "unit", ["--ignore", "tests/unit/test_environment_file.py",
-                                                          "--ignore", "tests/unit/test_slow_marker.py"]),
+            "unit": _pytest(
+                ["tests/unit"],
+                tmp,
+                "unit",
+                [
+                    "--ignore",
+                    "tests/unit/test_environment_file.py",
+                    "--ignore",
+                    "tests/unit/test_slow_marker.py",
+                ],
+            ),
         }
-        res["check_seconds"]["pytest"] = round(res["tests"]["compat"]["seconds"] + res["tests"]["unit"]["seconds"], 1)
+        res["check_seconds"]["pytest"] = round(
+            res["tests"]["compat"]["seconds"] + res["tests"]["unit"]["seconds"], 1
+        )
 
         _parity(res, tmp, installed)
         t0 = time.perf_counter()
@@ -265,8 +370,11 @@ def run_checks(out_path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print(f"usage: python -m tools.compat_matrix.checks OUT.json (found arguments {args}); "
-              f"normally run by {COMMAND}", file=sys.stderr)
+        print(
+            f"usage: python -m tools.compat_matrix.checks OUT.json (found arguments {args}); "
+            f"normally run by {COMMAND}",
+            file=sys.stderr,
+        )
         return 2
     why = refusal(sys.prefix, os.environ)
     if why:

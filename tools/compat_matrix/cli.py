@@ -19,23 +19,60 @@ class UsageError(ValueError):
 def parser() -> argparse.ArgumentParser:
     import tools.compat_matrix as pkg
 
-    p = argparse.ArgumentParser(prog=COMMAND, description=(pkg.__doc__ or "").split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--releases", nargs="+", default=list(DEFAULT_RELEASES), metavar="X.Y.Z",
-                   help=f"torch releases, run one at a time (default: {' '.join(DEFAULT_RELEASES)})")
-    p.add_argument("--cache-dir", type=Path, default=None,
-                   help=f"wheel cache and env folder, outside the repo (default ${CACHE_ENV}, else "
-                        "$XDG_CACHE_HOME/pooltk-compat, else ~/.cache/pooltk-compat)")
-    p.add_argument("--keep-envs", action="store_true", help="keep each venv under CACHE/envs (default: delete after use)")
-    p.add_argument("--find-links", action="append", type=Path, default=None, metavar="DIR",
-                   help=f"a local wheel folder for pip, repeatable (default: ${FIND_LINKS_ENV}, "
-                        f"'{os.pathsep}'-separated; else none)")
-    p.add_argument("--python", default=None, help="interpreter for the venvs (default: the one running this)")
-    p.add_argument("--check-timeout", type=float, default=2400, help="seconds for one release's checks (default 2400)")
-    p.add_argument("--no-publish", dest="publish", action="store_false",
-                   help="print the matrix only; do not write docs/compat/ or docs/torch-compat.md")
-    p.add_argument("--record-shape", type=Path, metavar="WHEEL",
-                   help="record a torch wheel's pipelining shape into tests/compat/layouts/ and exit")
+    p = argparse.ArgumentParser(
+        prog=COMMAND,
+        description=(pkg.__doc__ or "").split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--releases",
+        nargs="+",
+        default=list(DEFAULT_RELEASES),
+        metavar="X.Y.Z",
+        help=f"torch releases, run one at a time (default: {' '.join(DEFAULT_RELEASES)})",
+    )
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help=f"wheel cache and env folder, outside the repo (default ${CACHE_ENV}, else "
+        "$XDG_CACHE_HOME/pooltk-compat, else ~/.cache/pooltk-compat)",
+    )
+    p.add_argument(
+        "--keep-envs",
+        action="store_true",
+        help="keep each venv under CACHE/envs (default: delete after use)",
+    )
+    p.add_argument(
+        "--find-links",
+        action="append",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"a local wheel folder for pip, repeatable (default: ${FIND_LINKS_ENV}, "
+        f"'{os.pathsep}'-separated; else none)",
+    )
+    p.add_argument(
+        "--python", default=None, help="interpreter for the venvs (default: the one running this)"
+    )
+    p.add_argument(
+        "--check-timeout",
+        type=float,
+        default=2400,
+        help="seconds for one release's checks (default 2400)",
+    )
+    p.add_argument(
+        "--no-publish",
+        dest="publish",
+        action="store_false",
+        help="print the matrix only; do not write docs/compat/ or docs/torch-compat.md",
+    )
+    p.add_argument(
+        "--record-shape",
+        type=Path,
+        metavar="WHEEL",
+        help="record a torch wheel's pipelining shape into tests/compat/layouts/ and exit",
+    )
     return p
 
 
@@ -59,23 +96,38 @@ def find_links(flags: list[Path] | None, environ: Mapping[str, str]) -> tuple[Pa
         source = f"${FIND_LINKS_ENV}"
     missing = [str(d) for d in dirs if not d.is_dir()]
     if missing:
-        raise UsageError(f"{source}: found {missing}, which are not folders; required folders of wheels. "
-                         "Fix: pass only folders that exist.")
+        raise UsageError(
+            f"{source}: found {missing}, which are not folders; required folders of wheels. "
+            "Fix: pass only folders that exist."
+        )
     return tuple(d.resolve() for d in dirs)
 
 
 def options(args: argparse.Namespace, argv: list[str], environ: Mapping[str, str]) -> Options:
     """Resolve parsed flags and the environment into :class:`Options`; raises UsageError."""
-    bad = [r for r in args.releases if len(r.split(".")) != 3 or not all(x.isdigit() for x in r.split("."))]
+    bad = [
+        r
+        for r in args.releases
+        if len(r.split(".")) != 3 or not all(x.isdigit() for x in r.split("."))
+    ]
     if bad:
         raise UsageError(f"--releases: found {bad}; required exact releases like 2.14.1")
     cache = (args.cache_dir or default_cache_dir(environ)).expanduser().resolve()
     if cache == REPO or REPO in cache.parents:
-        raise UsageError(f"--cache-dir: found {cache}, inside the repository; required a folder outside it "
-                         f"(wheels are never committed). Fix: --cache-dir elsewhere or unset ${CACHE_ENV}.")
-    return Options(releases=tuple(args.releases), cache_dir=cache, find_links=find_links(args.find_links, environ),
-                   keep_envs=args.keep_envs, python=args.python or getattr(sys, "_base_executable", sys.executable),
-                   check_timeout=args.check_timeout, publish=args.publish, argv=tuple(argv))
+        raise UsageError(
+            f"--cache-dir: found {cache}, inside the repository; required a folder outside it "
+            f"(wheels are never committed). Fix: --cache-dir elsewhere or unset ${CACHE_ENV}."
+        )
+    return Options(
+        releases=tuple(args.releases),
+        cache_dir=cache,
+        find_links=find_links(args.find_links, environ),
+        keep_envs=args.keep_envs,
+        python=args.python or getattr(sys, "_base_executable", sys.executable),
+        check_timeout=args.check_timeout,
+        publish=args.publish,
+        argv=tuple(argv),
+    )
 
 
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:

@@ -40,17 +40,44 @@ def build_env(release: str, cache: Path, env: Path, python: str) -> EnvResult:
         shutil.rmtree(env)
     run([python, "-m", "venv", str(env)], timeout=600)
     py = env / "bin" / "python"
-    run([str(py), "-m", "pip", "install", "-q", "--no-compile", "--no-index", "--find-links",
-         str(wheel_dir(cache, release)), *requirements(release)], timeout=3600, env=pip_env())
+    run(
+        [
+            str(py),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-compile",
+            "--no-index",
+            "--find-links",
+            str(wheel_dir(cache, release)),
+            *requirements(release),
+        ],
+        timeout=3600,
+        env=pip_env(),
+    )
     # pooltk from this working tree, as a development install: a .pth entry for the repo root
     # (no build backend needed, nothing written into the repo; pooltk needs torch alone).
-    site = run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=120).stdout.strip()
+    site = run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=120
+    ).stdout.strip()
     Path(site, PTH_NAME).write_text(str(REPO) + "\n")
-    where = run([str(py), "-c", "import pooltk; print(pooltk.__file__)"], timeout=300, cwd=Path(site)).stdout.strip()
+    where = run(
+        [str(py), "-c", "import pooltk; print(pooltk.__file__)"], timeout=300, cwd=Path(site)
+    ).stdout.strip()
     if Path(where).resolve().parent.parent != REPO:
         raise RuntimeError(f"pooltk in the env resolves to {where}, not this working tree {REPO}")
-    listing = json.loads(run([str(py), "-m", "pip", "list", "--format", "json"], timeout=120, env=pip_env()).stdout)
-    runtime = sorted(f"{p['name']}=={p['version']}" for p in listing
-                     if p["name"].lower().startswith(("nvidia", "cuda", "triton")))
-    return EnvResult(seconds=round(time.perf_counter() - t0, 1), env_bytes=dir_bytes(env), runtime_wheels=runtime,
-                     python=py)
+    listing = json.loads(
+        run([str(py), "-m", "pip", "list", "--format", "json"], timeout=120, env=pip_env()).stdout
+    )
+    runtime = sorted(
+        f"{p['name']}=={p['version']}"
+        for p in listing
+        if p["name"].lower().startswith(("nvidia", "cuda", "triton"))
+    )
+    return EnvResult(
+        seconds=round(time.perf_counter() - t0, 1),
+        env_bytes=dir_bytes(env),
+        runtime_wheels=runtime,
+        python=py,
+    )

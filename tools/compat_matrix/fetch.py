@@ -58,7 +58,11 @@ def wheel_dir(cache: Path, release: str) -> Path:
 
 def constraints_without_torch(tmp: Path) -> Path:
     """requirements/constraints.txt without its torch pin (each env pins its own torch), written into ``tmp``."""
-    lines = [ln for ln in CONSTRAINTS.read_text().splitlines() if not ln.strip().lower().startswith("torch==")]
+    lines = [
+        ln
+        for ln in CONSTRAINTS.read_text().splitlines()
+        if not ln.strip().lower().startswith("torch==")
+    ]
     path = tmp / "constraints-notorch.txt"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -75,13 +79,36 @@ def fetch(release: str, cache: Path, find_links: tuple[Path, ...], tmp: Path) ->
     before = dir_bytes(dest)
     t0 = time.perf_counter()
     if stamp.exists() and stamp.read_text().strip() == key:
-        return FetchResult(seconds=0.0, downloaded_bytes=0, cached=True, wheel_dir_bytes=before, dir=dest)
+        return FetchResult(
+            seconds=0.0, downloaded_bytes=0, cached=True, wheel_dir_bytes=before, dir=dest
+        )
     links = ["--find-links", str(dest)]
     for d in find_links:
         links += ["--find-links", str(d)]
-    run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(dest), *links,
-         "-c", str(constraints), *reqs], timeout=3600, env=pip_env())
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--only-binary=:all:",
+            "-d",
+            str(dest),
+            *links,
+            "-c",
+            str(constraints),
+            *reqs,
+        ],
+        timeout=3600,
+        env=pip_env(),
+    )
     stamp.write_text(key + "\n")
     after = dir_bytes(dest)
-    return FetchResult(seconds=round(time.perf_counter() - t0, 1), downloaded_bytes=after - before, cached=False,
-                       wheel_dir_bytes=after, dir=dest)
+    return FetchResult(
+        seconds=round(time.perf_counter() - t0, 1),
+        downloaded_bytes=after - before,
+        cached=False,
+        wheel_dir_bytes=after,
+        dir=dest,
+    )

@@ -56,22 +56,37 @@ def judge(row: dict[str, Any]) -> Verdict:
     layout, installed = probe.get("layout"), bool(probe.get("installed"))
 
     def verdict(outcome: str) -> Verdict:
-        return Verdict(outcome=outcome if not problems else "FAIL", problems=problems, layout=layout,
-                       installed=installed)
+        return Verdict(
+            outcome=outcome if not problems else "FAIL",
+            problems=problems,
+            layout=layout,
+            installed=installed,
+        )
 
     wrong_layout = layout != row["expected_layout"]
     if wrong_layout:
-        problems.append(f"layout {layout!r} detected, {row['expected_layout']!r} expected for this release")
-    for name in ("compat", "unit"):  # the release's own venv runs both; a failure there is a failure
+        problems.append(
+            f"layout {layout!r} detected, {row['expected_layout']!r} expected for this release"
+        )
+    for name in (
+        "compat",
+        "unit",
+    ):  # the release's own venv runs both; a failure there is a failure
         res = row["tests"][name]
         if res.get("failed") or res.get("errors") or not res.get("passed"):
             problems.append(f"tests/{name}: {res}")
     pos, neg = row["parity"], row["negative"]
-    raised = [f"{name}: {res['error']}: {res.get('message', '')[:300]}" for name, res in [("parity", pos), *neg.items()]
-              if "error" in res and not (name.startswith("guard_on") and res.get("error") == "PoolOverrunError")]
+    raised = [
+        f"{name}: {res['error']}: {res.get('message', '')[:300]}"
+        for name, res in [("parity", pos), *neg.items()]
+        if "error" in res
+        and not (name.startswith("guard_on") and res.get("error") == "PoolOverrunError")
+    ]
     problems += raised
     if raised or wrong_layout:
-        return verdict("FAIL")  # nothing to judge past a run that raised; a failed test hides no other problem
+        return verdict(
+            "FAIL"
+        )  # nothing to judge past a run that raised; a failed test hides no other problem
     if installed and probe.get("mode") == "release":
         return _judge_release(row, pos, neg, problems, verdict)
     if installed:
@@ -94,7 +109,13 @@ def judge(row: dict[str, Any]) -> Verdict:
         return verdict("pooled-bitwise")
     if not layout or not probe.get("reason"):
         problems.append("not installed without a known layout and a reason")
-    for res in [pos, neg["guard_off_short"], neg["guard_off_gpipe"], neg["guard_on_short"], neg["guard_on_gpipe"]]:
+    for res in [
+        pos,
+        neg["guard_off_short"],
+        neg["guard_off_gpipe"],
+        neg["guard_on_short"],
+        neg["guard_on_gpipe"],
+    ]:
         if res.get("error"):
             problems.append(f"stood down but a run raised {res['error']}")
         elif res.get("bitwise_equal") is not True:
@@ -104,7 +125,9 @@ def judge(row: dict[str, Any]) -> Verdict:
     return verdict("stands-down")
 
 
-def _judge_release(row: dict[str, Any], pos: dict, neg: dict, problems: list[str], verdict: Any) -> Verdict:
+def _judge_release(
+    row: dict[str, Any], pos: dict, neg: dict, problems: list[str], verdict: Any
+) -> Verdict:
     """The lazy layout with the release installed (see the module docstring)."""
     if not pos["bitwise_equal"]:
         problems.append("released runs are not bitwise equal to stock")
@@ -122,13 +145,17 @@ def _judge_release(row: dict[str, Any], pos: dict, neg: dict, problems: list[str
         last = str(max(int(s) for s in stock))
         own = (row.get("bytes") or {}).get("stock_variants") or {}
         for name, counted in released.items():
-            twin = "stock/" + name.split("/", 1)[1] if "/" in name else ""  # the stock run of the same frontend
+            twin = (
+                "stock/" + name.split("/", 1)[1] if "/" in name else ""
+            )  # the stock run of the same frontend
             was = (own.get(twin) or {}).get("sets", stock)[last][0]
             peak = counted["sets"][last][0]
             # an eval step between training steps computes losses whose graphs (no backward ever runs) keep
             # that step's inputs: the bound is the training step's, checked on the training-only variants
             bound = RELEASED_LAST_STAGE_PEAK if not name.endswith("+eval") else was - 1
             if not peak or peak > bound or peak >= was:
-                problems.append(f"{name}: last stage peak {peak} live forward buffers with the release "
-                                f"(its stock run {was}); required <= {bound} and below stock")
+                problems.append(
+                    f"{name}: last stage peak {peak} live forward buffers with the release "
+                    f"(its stock run {was}); required <= {bound} and below stock"
+                )
     return verdict("released-bitwise")

@@ -45,13 +45,16 @@ def install(out: Path) -> bool:
     for name, direction in (("get_fwd_recv_ops", "forward"), ("get_bwd_recv_ops", "grad")):
         orig = getattr(sm._PipelineStageBase, name)
 
-        @functools.wraps(orig)  # keeps torch's signature visible (pooltk checks the arguments it reads)
+        @functools.wraps(
+            orig
+        )  # keeps torch's signature visible (pooltk checks the arguments it reads)
         def wrapped(self, *a, _orig=orig, _dir=direction, **k):
             state["dir"] = _dir
             try:
                 return _orig(self, *a, **k)
             finally:
                 state["dir"] = None
+
         setattr(sm._PipelineStageBase, name, wrapped)
     alloc = info.allocate_buffer
 
@@ -64,7 +67,9 @@ def install(out: Path) -> bool:
         state["live"][key] = state["live"].get(key, 0) + 1
         if state["live"][key] > state["peak"].get(key, 0):
             state["peak"][key] = state["live"][key]
-            out.write_text(json.dumps({"peak": state["peak"], "bytes": t.untyped_storage().nbytes()}))
+            out.write_text(
+                json.dumps({"peak": state["peak"], "bytes": t.untyped_storage().nbytes()})
+            )
         weakref.finalize(t, dead, key)  # tensors keep their Python object while torch holds them
         return t
 

@@ -21,8 +21,12 @@ def run_matrix(opts: Options) -> int:
     """Run the matrix; exit status 0 only when no release run FAILed (2 when the cache has no room)."""
     opts.cache_dir.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(opts.cache_dir).free
-    short = shortfall_message(free, release_needs(opts.releases, opts.cache_dir), keep_envs=opts.keep_envs,
-                              cache=opts.cache_dir)
+    short = shortfall_message(
+        free,
+        release_needs(opts.releases, opts.cache_dir),
+        keep_envs=opts.keep_envs,
+        cache=opts.cache_dir,
+    )
     if short:
         print(short, file=sys.stderr)
         return 2
@@ -32,13 +36,18 @@ def run_matrix(opts: Options) -> int:
         for release in opts.releases:
             row = run_release(release, opts, Path(t))
             rows.append(row)
-            log(f"{release}: {row['outcome']} in {row['timings_s']['total']:.0f} s"
-                + ("" if row["outcome"] != "FAIL" else f": {row['problems']}"))
+            log(
+                f"{release}: {row['outcome']} in {row['timings_s']['total']:.0f} s"
+                + ("" if row["outcome"] != "FAIL" else f": {row['problems']}")
+            )
     all_rows = merge_rows(rows, earlier_rows(date) if opts.publish else [])
     doc = matrix_doc(all_rows, date=date, argv=list(opts.argv))
     print()
     print(table(all_rows))
     if opts.publish:
         path, updated = publish(doc)
-        print(f"\nwrote {path.relative_to(REPO)}" + (f" and the table in {DOC.relative_to(REPO)}" if updated else ""))
+        print(
+            f"\nwrote {path.relative_to(REPO)}"
+            + (f" and the table in {DOC.relative_to(REPO)}" if updated else "")
+        )
     return 0 if all(r["outcome"] != "FAIL" for r in rows) else 1

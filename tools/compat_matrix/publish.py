@@ -8,7 +8,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tools.compat_matrix.spec import BEGIN, COMMAND, DOC, END, MICROBATCHES, OUT_DIR, PP, REPO, STEPS
+from tools.compat_matrix.spec import (
+    BEGIN,
+    COMMAND,
+    DOC,
+    END,
+    MICROBATCHES,
+    OUT_DIR,
+    PP,
+    REPO,
+    STEPS,
+)
 from tools.compat_matrix.table import table
 
 
@@ -19,18 +29,29 @@ def release_key(release: str) -> tuple[int, ...]:
 def merge_rows(rows: list[dict[str, Any]], earlier: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` plus the ``earlier`` rows of releases not run again, in release order."""
     run = {r["release"] for r in rows}
-    return sorted([r for r in earlier if r["release"] not in run] + rows, key=lambda r: release_key(r["release"]))
+    return sorted(
+        [r for r in earlier if r["release"] not in run] + rows,
+        key=lambda r: release_key(r["release"]),
+    )
 
 
 def matrix_doc(rows: list[dict[str, Any]], *, date: str, argv: list[str]) -> dict[str, Any]:
     """The published JSON object for judged ``rows`` measured on this host on ``date`` by ``argv``."""
-    boundary = next((r["parity"]["boundary_bytes"] for r in rows if "boundary_bytes" in r.get("parity", {})), None)
+    boundary = next(
+        (r["parity"]["boundary_bytes"] for r in rows if "boundary_bytes" in r.get("parity", {})),
+        None,
+    )
     return {
         "schema": 1,
         "date": date,
         "host": f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, gloo on 127.0.0.1",
         "command": " ".join([COMMAND, *argv]),
-        "spec": {"pp": PP, "microbatches": MICROBATCHES, "steps": STEPS, "boundary_bytes": boundary},
+        "spec": {
+            "pp": PP,
+            "microbatches": MICROBATCHES,
+            "steps": STEPS,
+            "boundary_bytes": boundary,
+        },
         "releases": rows,
     }
 
@@ -59,10 +80,12 @@ def publish(doc: dict[str, Any], *, out_dir: Path = OUT_DIR, page: Path = DOC) -
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     if not page.exists():
         return path, False
-    body = (f"\nMeasured {doc['date']} with `{COMMAND}` ({doc['host']}; parity pp{doc['spec']['pp']}, "
-            f"{doc['spec']['microbatches']} microbatches, {doc['spec']['steps']} steps, boundary tensor "
-            f"{doc['spec']['boundary_bytes']} bytes per microbatch). Source: `{_shown(path)}`.\n\n"
-            f"{table(doc['releases'])}\n")
+    body = (
+        f"\nMeasured {doc['date']} with `{COMMAND}` ({doc['host']}; parity pp{doc['spec']['pp']}, "
+        f"{doc['spec']['microbatches']} microbatches, {doc['spec']['steps']} steps, boundary tensor "
+        f"{doc['spec']['boundary_bytes']} bytes per microbatch). Source: `{_shown(path)}`.\n\n"
+        f"{table(doc['releases'])}\n"
+    )
     new = replace_block(page.read_text(), body)
     if new is None:
         return path, False
@@ -79,7 +102,9 @@ def earlier_rows(date: str, out_dir: Path = OUT_DIR) -> list[dict[str, Any]]:
     previous = out_dir / f"matrix-{date}.json"
     if previous.exists():
         return json.loads(previous.read_text())["releases"]
-    older = sorted(p for p in out_dir.glob("matrix-*.json") if p.stem.removeprefix("matrix-") < date)
+    older = sorted(
+        p for p in out_dir.glob("matrix-*.json") if p.stem.removeprefix("matrix-") < date
+    )
     if not older:
         return []
     doc = json.loads(older[-1].read_text())

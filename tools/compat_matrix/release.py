@@ -23,22 +23,37 @@ from tools.compat_matrix.spec import REPO
 def checks_env(env: Path) -> dict[str, str]:
     """Environment of the checks process: the repo on PYTHONPATH, no user site, and the env it may run in."""
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(REPO)]
-    return dict(os.environ, PYTHONNOUSERSITE="1", PYTHONPATH=os.pathsep.join([str(REPO), *paths]),
-                **{ENV_VAR: str(env)})
+    return dict(
+        os.environ,
+        PYTHONNOUSERSITE="1",
+        PYTHONPATH=os.pathsep.join([str(REPO), *paths]),
+        **{ENV_VAR: str(env)},
+    )
 
 
 def run_release(release: str, opts: Options, tmp: Path) -> dict[str, Any]:
     """The judged row of one release."""
-    row: dict[str, Any] = {"release": release, "expected_layout": expected_family(release), "timings_s": {}}
+    row: dict[str, Any] = {
+        "release": release,
+        "expected_layout": expected_family(release),
+        "timings_s": {},
+    }
     env = env_dir(opts.cache_dir, release)
     t_all = time.perf_counter()
     try:
         log(f"{release}: fetch")
         f = fetch(release, opts.cache_dir, opts.find_links, tmp)
         row["timings_s"]["download"] = f.seconds
-        row["download"] = {"downloaded_bytes": f.downloaded_bytes, "cached": f.cached,
-                           "wheel_dir_bytes": f.wheel_dir_bytes}
-        got = "wheels cached" if f.cached else f"downloaded {f.downloaded_bytes / 1e9:.2f} GB in {f.seconds} s"
+        row["download"] = {
+            "downloaded_bytes": f.downloaded_bytes,
+            "cached": f.cached,
+            "wheel_dir_bytes": f.wheel_dir_bytes,
+        }
+        got = (
+            "wheels cached"
+            if f.cached
+            else f"downloaded {f.downloaded_bytes / 1e9:.2f} GB in {f.seconds} s"
+        )
         log(f"{release}: env ({got})")
         e = build_env(release, opts.cache_dir, env, opts.python)
         row["timings_s"]["env"] = e.seconds
@@ -47,14 +62,24 @@ def run_release(release: str, opts: Options, tmp: Path) -> dict[str, Any]:
         log(f"{release}: checks (env {e.env_bytes / 1e9:.2f} GB built in {e.seconds} s)")
         t0 = time.perf_counter()
         out = tmp / f"inner-{release}.json"
-        proc = subprocess.run([str(e.python), "-m", "tools.compat_matrix.checks", str(out)], cwd=REPO,
-                              capture_output=True, text=True, timeout=opts.check_timeout, env=checks_env(env))
+        proc = subprocess.run(
+            [str(e.python), "-m", "tools.compat_matrix.checks", str(out)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=opts.check_timeout,
+            env=checks_env(env),
+        )
         row["timings_s"]["checks"] = round(time.perf_counter() - t0, 1)
         if not out.exists():
-            raise RuntimeError(f"checks under {release} wrote no result (exit {proc.returncode}):\n"
-                               f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+            raise RuntimeError(
+                f"checks under {release} wrote no result (exit {proc.returncode}):\n"
+                f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+            )
         row.update(json.loads(out.read_text()))
-    except Exception as exc:  # a broken env or check is a row that says so, not a crash of the matrix
+    except (
+        Exception
+    ) as exc:  # a broken env or check is a row that says so, not a crash of the matrix
         row["error"] = f"{type(exc).__name__}: {exc}"
     finally:
         t0 = time.perf_counter()
@@ -62,7 +87,9 @@ def run_release(release: str, opts: Options, tmp: Path) -> dict[str, Any]:
             shutil.rmtree(env, ignore_errors=True)
         row["timings_s"]["cleanup"] = round(time.perf_counter() - t0, 1)
         row["timings_s"]["total"] = round(time.perf_counter() - t_all, 1)
-        row["timings_s"]["total_without_download"] = round(row["timings_s"]["total"] - row["timings_s"].get("download", 0), 1)
+        row["timings_s"]["total_without_download"] = round(
+            row["timings_s"]["total"] - row["timings_s"].get("download", 0), 1
+        )
         row["env_kept"] = str(env) if opts.keep_envs and env.exists() else None
     row.update(judge(row).row_fields())
     return row

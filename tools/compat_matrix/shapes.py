@@ -30,12 +30,17 @@ def record_shape(wheel: Path) -> int:
     shapes = shapes_module()
     name = wheel.name
     if not name.startswith("torch-"):
-        print(f"--record-shape: found {name}; required a torch wheel (torch-VERSION-...whl).", file=sys.stderr)
+        print(
+            f"--record-shape: found {name}; required a torch wheel (torch-VERSION-...whl).",
+            file=sys.stderr,
+        )
         return 2
     release = name.split("-")[1].split("+")[0]
     shape = {"release": release, **shapes.shape_from_wheel(wheel)}
     path = shapes.LAYOUTS / f"torch-{release}.json"
     path.write_text(json.dumps(shape, indent=1, sort_keys=True) + "\n")
     fam = shapes.expected_family(release)
-    print(f"wrote {path.relative_to(REPO)} ({', '.join(shape['modules'])}); expected family: {fam or 'unknown'}")
+    print(
+        f"wrote {path.relative_to(REPO)} ({', '.join(shape['modules'])}); expected family: {fam or 'unknown'}"
+    )
     return 0

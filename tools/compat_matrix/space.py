@@ -46,27 +46,42 @@ def measured_sizes(out_dir: Path = OUT_DIR) -> dict[str, tuple[int, int]]:
     return sizes
 
 
-def release_needs(releases: tuple[str, ...], cache: Path, out_dir: Path = OUT_DIR) -> list[ReleaseNeed]:
+def release_needs(
+    releases: tuple[str, ...], cache: Path, out_dir: Path = OUT_DIR
+) -> list[ReleaseNeed]:
     sizes = measured_sizes(out_dir)
-    worst = (max((w for w, _ in sizes.values()), default=3_100_000_000),
-             max((e for _, e in sizes.values()), default=5_600_000_000))
+    worst = (
+        max((w for w, _ in sizes.values()), default=3_100_000_000),
+        max((e for _, e in sizes.values()), default=5_600_000_000),
+    )
     needs = []
     for release in releases:
         wheels, env = sizes.get(release, worst)
         complete = (wheel_dir(cache, release) / COMPLETE_STAMP).exists()
-        needs.append(ReleaseNeed(release=release, wheel_bytes=0 if complete else wheels, env_bytes=env,
-                                 measured=release in sizes))
+        needs.append(
+            ReleaseNeed(
+                release=release,
+                wheel_bytes=0 if complete else wheels,
+                env_bytes=env,
+                measured=release in sizes,
+            )
+        )
     return needs
 
 
 def required_bytes(needs: list[ReleaseNeed], *, keep_envs: bool) -> int:
     """Peak bytes of the run (see [Note: disk need])."""
     envs = [n.env_bytes for n in needs]
-    return (sum(n.wheel_bytes for n in needs) + (sum(envs) if keep_envs else max(envs, default=0))
-            + HEADROOM_BYTES)
+    return (
+        sum(n.wheel_bytes for n in needs)
+        + (sum(envs) if keep_envs else max(envs, default=0))
+        + HEADROOM_BYTES
+    )
 
 
-def shortfall_message(free: int, needs: list[ReleaseNeed], *, keep_envs: bool, cache: Path) -> str | None:
+def shortfall_message(
+    free: int, needs: list[ReleaseNeed], *, keep_envs: bool, cache: Path
+) -> str | None:
     """None when ``free`` covers the run; else what was found, what is required and why, and the fix."""
     need = required_bytes(needs, keep_envs=keep_envs)
     if free >= need:
@@ -74,7 +89,10 @@ def shortfall_message(free: int, needs: list[ReleaseNeed], *, keep_envs: bool, c
     parts = ", ".join(
         f"{n.release}: wheels {n.wheel_bytes / 1e9:.1f} GB{' (cached)' if n.wheel_bytes == 0 else ''}"
         f" + env {n.env_bytes / 1e9:.1f} GB{'' if n.measured else ' (unmeasured: the largest measured)'}"
-        for n in needs)
+        for n in needs
+    )
     envs = "every env kept (--keep-envs)" if keep_envs else "one env at a time"
-    return (f"compat_matrix: found {free / 1e9:.1f} GB free under {cache}; required {need / 1e9:.1f} GB "
-            f"({parts}; {envs}; 1 GB headroom). Fix: free space on that disk or pass --cache-dir elsewhere.")
+    return (
+        f"compat_matrix: found {free / 1e9:.1f} GB free under {cache}; required {need / 1e9:.1f} GB "
+        f"({parts}; {envs}; 1 GB headroom). Fix: free space on that disk or pass --cache-dir elsewhere."
+    )

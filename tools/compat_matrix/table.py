@@ -6,8 +6,10 @@ from typing import Any
 
 from tools.compat_matrix.judge import pooled_variants
 
-HEADER = ("| release | torch build | layout | outcome | parity | receive buffers per stage, fwd+grad sets "
-          "(s0 s1 s2 s3), bytes | guard catches | tests | time |")
+HEADER = (
+    "| release | torch build | layout | outcome | parity | receive buffers per stage, fwd+grad sets "
+    "(s0 s1 s2 s3), bytes | guard catches | tests | time |"
+)
 
 
 def _kib(n: int | None) -> str:
@@ -23,15 +25,21 @@ def bytes_cell(row: dict[str, Any]) -> str:
     if not b:
         return "-"
     stock, pooled, released = b.get("stock"), b.get("pooled"), b.get("released")
-    if released:  # the default policy's run where there is one; a stable pick either way (JSON sorts keys)
+    if (
+        released
+    ):  # the default policy's run where there is one; a stable pick either way (JSON sorts keys)
         name = next((n for n in sorted(released) if n.startswith("tight-s2")), min(released))
         first = released[name]
-        return (f"stock {b['stock_method']}: {_sets_cell(stock['sets'])} = {_kib(stock['total'])} KiB; "
-                f"released ({name}): {_sets_cell(first['sets'])} = {_kib(first['total'])} KiB")
+        return (
+            f"stock {b['stock_method']}: {_sets_cell(stock['sets'])} = {_kib(stock['total'])} KiB; "
+            f"released ({name}): {_sets_cell(first['sets'])} = {_kib(first['total'])} KiB"
+        )
     if pooled is None:
         return f"stock {b['stock_method']}: {_sets_cell(stock['sets'])} = {_kib(stock['total'])} KiB; pooled: none (stood down)"
-    return (f"stock {_sets_cell(stock['sets'])} = {_kib(stock['total'])} KiB; "
-            f"pooled {_sets_cell(pooled['sets'])} = {_kib(pooled['total'])} KiB")
+    return (
+        f"stock {_sets_cell(stock['sets'])} = {_kib(stock['total'])} KiB; "
+        f"pooled {_sets_cell(pooled['sets'])} = {_kib(pooled['total'])} KiB"
+    )
 
 
 def guard_cell(row: dict[str, Any]) -> str:
@@ -43,7 +51,9 @@ def guard_cell(row: dict[str, Any]) -> str:
 
     def one(key_off: str, key_on: str) -> str:
         off, on = neg[key_off], neg[key_on]
-        caught = "PoolOverrunError" if on.get("error") == "PoolOverrunError" else f"NOT caught ({on})"
+        caught = (
+            "PoolOverrunError" if on.get("error") == "PoolOverrunError" else f"NOT caught ({on})"
+        )
         return f"guard off: diverged {off.get('max_abs_diff', 0):.1e}; guard on: {caught}"
 
     return f"short ring: {one('guard_off_short', 'guard_on_short')}. GPipe forced: {one('guard_off_gpipe', 'guard_on_gpipe')}"
@@ -78,8 +88,10 @@ def tests_cell(row: dict[str, Any]) -> str:
 def timing_cell(row: dict[str, Any]) -> str:
     t = row["timings_s"]
     dl = t.get("download", 0)
-    return (f"{t['total_without_download']:.0f} s (env {t.get('env', 0):.0f}, checks {t.get('checks', 0):.0f}); "
-            f"download {dl:.0f} s" + (" (cached)" if row.get("download", {}).get("cached") else ""))
+    return (
+        f"{t['total_without_download']:.0f} s (env {t.get('env', 0):.0f}, checks {t.get('checks', 0):.0f}); "
+        f"download {dl:.0f} s" + (" (cached)" if row.get("download", {}).get("cached") else "")
+    )
 
 
 def cell(text: str, limit: int) -> str:
@@ -95,7 +107,9 @@ def layout_cell(row: dict[str, Any]) -> str:
     if row.get("installed") and row.get("probe", {}).get("mode") == "release":
         layout += ", installed (release only: no rings)"
     elif row.get("installed"):
-        layout += ", installed" + (" (K sets only)" if row.get("alloc_free") else " (all M made, K kept)")
+        layout += ", installed" + (
+            " (K sets only)" if row.get("alloc_free") else " (all M made, K kept)"
+        )
     elif row.get("layout"):
         layout += ", stood down"
     return layout
@@ -105,8 +119,12 @@ def table(rows: list[dict[str, Any]]) -> str:
     """The Markdown table of judged rows (each with ``outcome`` and ``problems``), in the given order."""
     lines = [HEADER, "|" + "---|" * 9]
     for r in rows:
-        outcome = r["outcome"] + (": " + cell("; ".join(r["problems"]), 400) if r["outcome"] == "FAIL" else "")
+        outcome = r["outcome"] + (
+            ": " + cell("; ".join(r["problems"]), 400) if r["outcome"] == "FAIL" else ""
+        )
         release = r["release"] + (f" (measured {r['measured']})" if r.get("measured") else "")
-        lines.append(f"| {release} | {r.get('torch_version', '-')} | {layout_cell(r)} | {outcome} | "
-                     f"{parity_cell(r)} | {bytes_cell(r)} | {guard_cell(r)} | {tests_cell(r)} | {timing_cell(r)} |")
+        lines.append(
+            f"| {release} | {r.get('torch_version', '-')} | {layout_cell(r)} | {outcome} | "
+            f"{parity_cell(r)} | {bytes_cell(r)} | {guard_cell(r)} | {tests_cell(r)} | {timing_cell(r)} |"
+        )
     return "\n".join(lines)

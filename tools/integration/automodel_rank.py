@@ -45,26 +45,36 @@ def variant_spec(name: str) -> dict:
         # a model that hooks its received input's gradient (ranks.hook_received_inputs, pytorch issue #185331)
         "stock_input_hook": dict(schedule="1f1b", pool="stock", input_hook=True),
         "fresh_input_hook": dict(schedule="1f1b", pool="fresh", input_hook=True),
-        "pooltk_input_hook": dict(schedule="1f1b", pool="pooltk", slack=2, grad_slack=1,
-                                  input_hook=True),
+        "pooltk_input_hook": dict(
+            schedule="1f1b", pool="pooltk", slack=2, grad_slack=1, input_hook=True
+        ),
         "automodel_pool_s2": dict(schedule="1f1b", pool="automodel", slack=2),
         "automodel_pool_s0": dict(schedule="1f1b", pool="automodel", slack=0),
         "pooltk_tight": dict(schedule="1f1b", pool="pooltk", slack=2, grad_slack=1),
         "pooltk_live": dict(schedule="1f1b", pool="pooltk", slack=0, grad_slack=0),
         # Automodel's single ring built by pooltk for A/B: a ring no user chooses (the harness seam, below)
-        "pooltk_automodel_policy": dict(schedule="1f1b", pool="pooltk", slack=2, rings={"policy": "automodel"}),
+        "pooltk_automodel_policy": dict(
+            schedule="1f1b", pool="pooltk", slack=2, rings={"policy": "automodel"}
+        ),
         "stock_interleaved": dict(schedule="Interleaved1F1B", pool="stock"),
-        "pooltk_auto_interleaved": dict(schedule="Interleaved1F1B", pool="pooltk", slack=0,
-                                        grad_slack=0, gate="auto"),
+        "pooltk_auto_interleaved": dict(
+            schedule="Interleaved1F1B", pool="pooltk", slack=0, grad_slack=0, gate="auto"
+        ),
         "stock_gpipe": dict(schedule="gpipe", pool="stock"),
-        "automodel_pool_gpipe_forced": dict(schedule="gpipe", pool="automodel", slack=0, forced=True),
-        "pooltk_gpipe_forced": dict(schedule="gpipe", pool="pooltk", slack=0, grad_slack=0,
-                                    gate="gpipe", forced=True),
+        "automodel_pool_gpipe_forced": dict(
+            schedule="gpipe", pool="automodel", slack=0, forced=True
+        ),
+        "pooltk_gpipe_forced": dict(
+            schedule="gpipe", pool="pooltk", slack=0, grad_slack=0, gate="gpipe", forced=True
+        ),
         # a forward-only step whose last stage returns a view of its received input (alias_eval)
         "stock_alias_eval": dict(schedule="1f1b", pool="stock", alias_eval=True),
-        "automodel_pool_alias_eval": dict(schedule="1f1b", pool="automodel", slack=2, alias_eval=True),
-        "pooltk_alias_eval": dict(schedule="1f1b", pool="pooltk", slack=0, grad_slack=0,
-                                  alias_eval=True),
+        "automodel_pool_alias_eval": dict(
+            schedule="1f1b", pool="automodel", slack=2, alias_eval=True
+        ),
+        "pooltk_alias_eval": dict(
+            schedule="1f1b", pool="pooltk", slack=0, grad_slack=0, alias_eval=True
+        ),
     }
     return specs[name]
 
@@ -90,10 +100,18 @@ def alias_eval(info, inputs: torch.Tensor, target: torch.Tensor) -> str | None:
     """
 
     def passthrough(_module, args, kwargs, _output):
-        x = next(t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.is_floating_point())
+        x = next(
+            t
+            for t in (*args, *kwargs.values())
+            if isinstance(t, torch.Tensor) and t.is_floating_point()
+        )
         return x.view(x.shape)
 
-    handles = [s.submod.register_forward_hook(passthrough, with_kwargs=True) for s in info.stages if s.is_last]
+    handles = [
+        s.submod.register_forward_hook(passthrough, with_kwargs=True)
+        for s in info.stages
+        if s.is_last
+    ]
     try:
         with torch.no_grad():
             if info.has_first_stage:
@@ -130,31 +148,46 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
     record: dict = {"variant": name, "rank": rank, "pp": args.pp, **spec}
     interleaved = spec["schedule"].lower().startswith("interleaved")
     layers = args.pp * (2 if interleaved else 1)  # one decoder layer per stage
-    pipeline = {"pp_schedule": spec["schedule"], "pp_microbatch_size": 1, "pp_batch_size": args.microbatches,
-                "pp_recv_buffer_pool": spec["pool"] in ("automodel", "pooltk"), "pp_recv_buffer_pool_slack": spec.get("slack", 2)}
+    pipeline = {
+        "pp_schedule": spec["schedule"],
+        "pp_microbatch_size": 1,
+        "pp_batch_size": args.microbatches,
+        "pp_recv_buffer_pool": spec["pool"] in ("automodel", "pooltk"),
+        "pp_recv_buffer_pool_slack": spec.get("slack", 2),
+    }
     if interleaved:
         pipeline["layers_per_stage"] = layers // (2 * args.pp)
     if spec["pool"] == "pooltk":
-        pipeline["pooltk"] = {"grad_slack": spec.get("grad_slack", 1),
-                              "schedule": "auto" if spec.get("gate") == "auto" else "1f1b"}
-    if spec.get("rings"):  # the plan stays the user's; the install takes the harness's rings instead
+        pipeline["pooltk"] = {
+            "grad_slack": spec.get("grad_slack", 1),
+            "schedule": "auto" if spec.get("gate") == "auto" else "1f1b",
+        }
+    if spec.get(
+        "rings"
+    ):  # the plan stays the user's; the install takes the harness's rings instead
         from pooltk.parity import experiments
         from pooltk.parity.experiments import Rings
 
         am_integration.enable = lambda choice: experiments.install(
             Rings(slack=choice.config.slack, grad_slack=choice.config.grad_slack, **spec["rings"]),
-            schedule=choice.schedule)
+            schedule=choice.schedule,
+        )
     if spec.get("forced"):
         # Negative control: each pool forced under GPipe, outside its own gate.
         pipeline["pp_recv_buffer_pool"] = False
         pipeline.pop("pooltk", None)
         if spec["pool"] == "automodel":
-            from nemo_automodel.components.distributed.pipelining.recv_buffer_pool import install_recv_buffer_pool
+            from nemo_automodel.components.distributed.pipelining.recv_buffer_pool import (
+                install_recv_buffer_pool,
+            )
 
             install_recv_buffer_pool(slack=spec["slack"])
         else:
-            pooltk.install(pooltk.PoolConfig(slack=spec["slack"], grad_slack=spec["grad_slack"]),
-                           schedule="gpipe", force=True)
+            pooltk.install(
+                pooltk.PoolConfig(slack=spec["slack"], grad_slack=spec["grad_slack"]),
+                schedule="gpipe",
+                force=True,
+            )
         choice = am_integration.plan(pipeline)
     else:
         choice, report = am_integration.apply({"distributed": {"pipeline": pipeline}})
@@ -163,9 +196,16 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
         if report is not None:
             record["install"] = f"installed={report.installed} layout={report.layout}"
     torch.manual_seed(args.seed)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
-                         max_position_embeddings=SEQ, tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=2 * HIDDEN,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=SEQ,
+        tie_word_embeddings=False,
+    )
     config._attn_implementation = "sdpa"
     model = LlamaForCausalLM(config)
 
@@ -173,10 +213,21 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
         logits = logits if isinstance(logits, torch.Tensor) else logits[0]
         return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1))
 
-    keys = ("pp_schedule", "pp_microbatch_size", "pp_batch_size", "layers_per_stage",
-            "pp_recv_buffer_pool", "pp_recv_buffer_pool_slack")
-    ap = AutoPipeline(world_mesh=mesh, pp_axis_name="pp", dp_axis_names=("dp",), device=torch.device("cpu"),
-                      **{k: pipeline[k] for k in keys if k in pipeline})
+    keys = (
+        "pp_schedule",
+        "pp_microbatch_size",
+        "pp_batch_size",
+        "layers_per_stage",
+        "pp_recv_buffer_pool",
+        "pp_recv_buffer_pool_slack",
+    )
+    ap = AutoPipeline(
+        world_mesh=mesh,
+        pp_axis_name="pp",
+        dp_axis_names=("dp",),
+        device=torch.device("cpu"),
+        **{k: pipeline[k] for k in keys if k in pipeline},
+    )
     ap.build(model, loss_fn=loss_fn)
     info = ap.info
     if spec.get("input_hook"):
@@ -209,18 +260,30 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
         opt.step()
         times.append(time.perf_counter() - t0)
         if losses is not None:
-            losses_all.append(torch.stack([torch.as_tensor(x).float() for x in losses]).sum().item().hex())
+            losses_all.append(
+                torch.stack([torch.as_tensor(x).float() for x in losses]).sum().item().hex()
+            )
     if spec.get("alias_eval"):
         tokens = torch.randint(0, VOCAB, (args.microbatches, SEQ), generator=gen)
         target = torch.randint(0, HIDDEN, (args.microbatches, SEQ), generator=gen)
         record["eval_sha256"] = alias_eval(info, tokens, target)
-    record.update(losses=losses_all, params_sha256=params_hash(parts), step_s=times,
-                  recv={str(s.stage_index): measure_recv_storage(s) for s in info.stages},
-                  rank_recv=measure_rank_recv_storage(list(info.stages)),
-                  rings={str(s.stage_index): {d: {"size": getattr(r, "size", None), "rehomes": getattr(r, "rehomes", None)}
-                                              for d, r in pooltk.stage_rings(s).items()} for s in info.stages},
-                  hooks={str(s.stage_index): max_hooks(s) for s in info.stages},
-                  torch=torch.__version__, ok=True)
+    record.update(
+        losses=losses_all,
+        params_sha256=params_hash(parts),
+        step_s=times,
+        recv={str(s.stage_index): measure_recv_storage(s) for s in info.stages},
+        rank_recv=measure_rank_recv_storage(list(info.stages)),
+        rings={
+            str(s.stage_index): {
+                d: {"size": getattr(r, "size", None), "rehomes": getattr(r, "rehomes", None)}
+                for d, r in pooltk.stage_rings(s).items()
+            }
+            for s in info.stages
+        },
+        hooks={str(s.stage_index): max_hooks(s) for s in info.stages},
+        torch=torch.__version__,
+        ok=True,
+    )
     if fresh:
         record["fresh"] = {str(i): fresh_posts(f, posted[i]) for i, f in fresh.items()}
     return record
@@ -228,8 +291,12 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
 
 def fresh_posts(report, posted: list) -> dict:
     """What fresh_stage did on one stage, and the buffers it handed to receives: count and distinct storages."""
-    return {"layout": report.layout, "bound": report.bound, "posts": len(posted),
-            "post_storages": len({b.untyped_storage().data_ptr() for _, b in posted})}
+    return {
+        "layout": report.layout,
+        "bound": report.bound,
+        "posts": len(posted),
+        "post_storages": len({b.untyped_storage().data_ptr() for _, b in posted}),
+    }
 
 
 def main() -> None:
@@ -255,9 +322,16 @@ def main() -> None:
 
             pooltk.uninstall()
         except Exception as exc:  # noqa: BLE001 - the error is the variant's outcome
-            record = {"variant": name, "rank": dist.get_rank(), "pp": args.pp, **variant_spec(name), "ok": False,
-                      "error_type": type(exc).__name__, "error": str(exc)[:600],
-                      "traceback": traceback.format_exc()[-1500:]}
+            record = {
+                "variant": name,
+                "rank": dist.get_rank(),
+                "pp": args.pp,
+                **variant_spec(name),
+                "ok": False,
+                "error_type": type(exc).__name__,
+                "error": str(exc)[:600],
+                "traceback": traceback.format_exc()[-1500:],
+            }
             out.write(json.dumps(record) + "\n")
             out.flush()
             os._exit(3)

@@ -58,18 +58,44 @@ BOS, EOS, PAD, UNK = "<s>", "</s>", "<pad>", "<unk>"
 POOLS: dict[str, dict] = {
     "stock": {"pp_recv_buffer_pool": False},
     "automodel_pool": {"pp_recv_buffer_pool": True, "pp_recv_buffer_pool_slack": 2},
-    "pooltk": {"pp_recv_buffer_pool": True, "pp_recv_buffer_pool_slack": 2,
-               "pooltk": {"grad_slack": 1}},
+    "pooltk": {
+        "pp_recv_buffer_pool": True,
+        "pp_recv_buffer_pool_slack": 2,
+        "pooltk": {"grad_slack": 1},
+    },
 }
 """Pool name -> its ``distributed.pipeline`` keys, as a user writes them (Automodel's own keys, and
 the ``pooltk`` block of :mod:`pooltk.integrations.automodel`)."""
 
 
 def _rows(rng: random.Random) -> list[dict[str, str]]:
-    syllables = ["ka", "lo", "mi", "ne", "tu", "ra", "si", "po", "ve", "da", "gri", "sto", "ul", "an", "er"]
-    words = sorted({"".join(rng.choice(syllables) for _ in range(rng.randint(1, 3))) for _ in range(400)})[:VOCAB - 8]
-    return [{"question": " ".join(rng.choice(words) for _ in range(WORDS_Q)),
-             "answer": " ".join(rng.choice(words) for _ in range(WORDS_A))} for _ in range(ROWS)]
+    syllables = [
+        "ka",
+        "lo",
+        "mi",
+        "ne",
+        "tu",
+        "ra",
+        "si",
+        "po",
+        "ve",
+        "da",
+        "gri",
+        "sto",
+        "ul",
+        "an",
+        "er",
+    ]
+    words = sorted(
+        {"".join(rng.choice(syllables) for _ in range(rng.randint(1, 3))) for _ in range(400)}
+    )[: VOCAB - 8]
+    return [
+        {
+            "question": " ".join(rng.choice(words) for _ in range(WORDS_Q)),
+            "answer": " ".join(rng.choice(words) for _ in range(WORDS_A)),
+        }
+        for _ in range(ROWS)
+    ]
 
 
 def write_assets(out: Path) -> Path:
@@ -85,43 +111,79 @@ def write_assets(out: Path) -> Path:
             f.write(json.dumps(row) + "\n")
     tok = Tokenizer(models.WordLevel(unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    trainer = trainers.WordLevelTrainer(vocab_size=VOCAB, special_tokens=[PAD, BOS, EOS, UNK], show_progress=False)
+    trainer = trainers.WordLevelTrainer(
+        vocab_size=VOCAB, special_tokens=[PAD, BOS, EOS, UNK], show_progress=False
+    )
     tok.train_from_iterator((f"{r['question']} {r['answer']}" for r in rows), trainer=trainer)
     tok.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A {EOS}", pair=f"{BOS} $A $B {EOS}",
-        special_tokens=[(BOS, tok.token_to_id(BOS)), (EOS, tok.token_to_id(EOS))])
+        single=f"{BOS} $A {EOS}",
+        pair=f"{BOS} $A $B {EOS}",
+        special_tokens=[(BOS, tok.token_to_id(BOS)), (EOS, tok.token_to_id(EOS))],
+    )
     if tok.get_vocab_size() > VOCAB:
-        raise RuntimeError(f"producers_assets: tokenizer has {tok.get_vocab_size()} entries, more than VOCAB={VOCAB}")
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK)
+        raise RuntimeError(
+            f"producers_assets: tokenizer has {tok.get_vocab_size()} entries, more than VOCAB={VOCAB}"
+        )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK
+    )
     fast.save_pretrained(str(out / "model"))
-    LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=LAYERS,
-                num_attention_heads=HEADS, num_key_value_heads=HEADS, max_position_embeddings=64,
-                bos_token_id=tok.token_to_id(BOS), eos_token_id=tok.token_to_id(EOS),
-                pad_token_id=tok.token_to_id(PAD), tie_word_embeddings=False,
-                torch_dtype="float32").save_pretrained(str(out / "model"))
+    LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=2 * HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=HEADS,
+        max_position_embeddings=64,
+        bos_token_id=tok.token_to_id(BOS),
+        eos_token_id=tok.token_to_id(EOS),
+        pad_token_id=tok.token_to_id(PAD),
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    ).save_pretrained(str(out / "model"))
     return out
 
 
 def recipe(pool: str, assets: Path, run_dir: Path, *, pp: int, steps: int) -> dict:
     """The recipe config with the pool keys of ``pool`` (a :data:`POOLS` name), as a dict (the YAML)."""
-    dataset = {"_target_": "nemo_automodel.components.datasets.llm.column_mapped_text_instruction_dataset."
-                           "ColumnMappedTextInstructionDataset",
-               "path_or_dataset_id": str(assets / "data" / "train.jsonl"),
-               "column_mapping": {"question": "question", "answer": "answer"}, "answer_only_loss_mask": True}
+    dataset = {
+        "_target_": "nemo_automodel.components.datasets.llm.column_mapped_text_instruction_dataset."
+        "ColumnMappedTextInstructionDataset",
+        "path_or_dataset_id": str(assets / "data" / "train.jsonl"),
+        "column_mapping": {"question": "question", "answer": "answer"},
+        "answer_only_loss_mask": True,
+    }
     collate = {"_target_": "nemo_automodel.components.datasets.utils.default_collater"}
     loader = "torchdata.stateful_dataloader.StatefulDataLoader"
     return {
-        "step_scheduler": {"global_batch_size": LOCAL_BATCH, "local_batch_size": LOCAL_BATCH, "max_steps": steps,
-                           "ckpt_every_steps": 10**6, "val_every_steps": VAL_EVERY, "num_epochs": 1},
+        "step_scheduler": {
+            "global_batch_size": LOCAL_BATCH,
+            "local_batch_size": LOCAL_BATCH,
+            "max_steps": steps,
+            "ckpt_every_steps": 10**6,
+            "val_every_steps": VAL_EVERY,
+            "num_epochs": 1,
+        },
         "dist_env": {"backend": "gloo", "timeout_minutes": 2},
         "seed": 42,
-        "model": {"_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_config",
-                  "config": {"_target_": "transformers.AutoConfig.from_pretrained",
-                             "pretrained_model_name_or_path": str(assets / "model")},
-                  "torch_dtype": "float32"},
+        "model": {
+            "_target_": "nemo_automodel.NeMoAutoModelForCausalLM.from_config",
+            "config": {
+                "_target_": "transformers.AutoConfig.from_pretrained",
+                "pretrained_model_name_or_path": str(assets / "model"),
+            },
+            "torch_dtype": "float32",
+        },
         "checkpoint": {"enabled": False, "checkpoint_dir": str(run_dir)},
-        "distributed": {"strategy": "fsdp2", "dp_size": None, "tp_size": 1, "cp_size": 1, "pp_size": pp,
-                        "pipeline": {"pp_schedule": "1f1b", "pp_microbatch_size": 1, **POOLS[pool]}},
+        "distributed": {
+            "strategy": "fsdp2",
+            "dp_size": None,
+            "tp_size": 1,
+            "cp_size": 1,
+            "pp_size": pp,
+            "pipeline": {"pp_schedule": "1f1b", "pp_microbatch_size": 1, **POOLS[pool]},
+        },
         "loss_fn": {"_target_": "nemo_automodel.components.loss.masked_ce.MaskedCrossEntropy"},
         "dataset": dataset,
         "dataloader": {"_target_": loader, "collate_fn": collate, "shuffle": False},

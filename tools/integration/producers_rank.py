@@ -34,7 +34,10 @@ import functools
 import runpy
 import sys
 
-ENTRIES = {"stock": "nemo_automodel.recipes.llm.train_ft", "pooltk": "pooltk.integrations.automodel"}
+ENTRIES = {
+    "stock": "nemo_automodel.recipes.llm.train_ft",
+    "pooltk": "pooltk.integrations.automodel",
+}
 """--entry -> the module run as __main__."""
 
 
@@ -68,8 +71,10 @@ def cpu_shim() -> bool:
     torch.cuda.current_device = lambda: 0
     import nemo_automodel._transformers.infrastructure as infrastructure
 
-    originals = {name: getattr(infrastructure, name) for name in ("instantiate_infrastructure",
-                                                                 "apply_model_infrastructure")}
+    originals = {
+        name: getattr(infrastructure, name)
+        for name in ("instantiate_infrastructure", "apply_model_infrastructure")
+    }
     for name, fn in originals.items():
         setattr(infrastructure, name, _on_cpu(fn))
     # modules that bound the originals at import (a module run later as __main__ binds the wrapped ones)

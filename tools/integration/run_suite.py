@@ -50,10 +50,25 @@ ROOT = Path(__file__).resolve().parents[2]
 
 LAUNCHES: dict[str, list[list[str]]] = {
     "automodel": [
-        ["stock", "fresh", "pooltk_tight", "pooltk_live", "pooltk_automodel_policy", "stock_interleaved",
-         "fresh_interleaved", "pooltk_auto_interleaved", "stock_gpipe", "fresh_gpipe", "stock_alias_eval",
-         "fresh_alias_eval", "pooltk_alias_eval", "stock_input_hook", "fresh_input_hook", "pooltk_input_hook",
-         "automodel_pool_s2"],
+        [
+            "stock",
+            "fresh",
+            "pooltk_tight",
+            "pooltk_live",
+            "pooltk_automodel_policy",
+            "stock_interleaved",
+            "fresh_interleaved",
+            "pooltk_auto_interleaved",
+            "stock_gpipe",
+            "fresh_gpipe",
+            "stock_alias_eval",
+            "fresh_alias_eval",
+            "pooltk_alias_eval",
+            "stock_input_hook",
+            "fresh_input_hook",
+            "pooltk_input_hook",
+            "automodel_pool_s2",
+        ],
         ["automodel_pool_s0", "automodel_pool_gpipe_forced"],
         ["automodel_pool_alias_eval"],
         ["pooltk_gpipe_forced"],
@@ -72,15 +87,43 @@ REFERENCES = frozenset([*BASELINE.values(), *FRESH.values(), *HOOKED, EVAL_BASEL
 """Variants that are judged against, not judged (no verdict)."""
 EXPECT = {
     # variant -> what a correct run shows (the claims the suite checks); every other variant: "bitwise"
-    "automodel_pool_gpipe_forced": "silent",       # the original, forced outside its gate: differs from fresh
-    "pooltk_gpipe_forced": "PoolOverrunError",     # pooltk's guard stops it: loud
-    "automodel_pool_alias_eval": "silent",         # the original hands out outputs it then overwrites
+    "automodel_pool_gpipe_forced": "silent",  # the original, forced outside its gate: differs from fresh
+    "pooltk_gpipe_forced": "PoolOverrunError",  # pooltk's guard stops it: loud
+    "automodel_pool_alias_eval": "silent",  # the original hands out outputs it then overwrites
 }
-COLUMNS = ["trainer", "trainer_version", "torch", "pp", "microbatches", "steps", "variant", "schedule",
-           "pool_impl", "stage", "recv_forward_bytes", "recv_grad_bytes", "recv_bytes", "stock_recv_bytes",
-           "losses_equal_stock", "params_equal_stock", "step_time_ratio", "outcome", "claim_ok", "eval_equal_stock",
-           "ring_sets", "rehomes", "equal_stock", "equal_fresh", "stock_equal_fresh", "verdict", "reason",
-           "posts", "post_storages", "rank_recv_bytes", "stock_rank_recv_bytes"]
+COLUMNS = [
+    "trainer",
+    "trainer_version",
+    "torch",
+    "pp",
+    "microbatches",
+    "steps",
+    "variant",
+    "schedule",
+    "pool_impl",
+    "stage",
+    "recv_forward_bytes",
+    "recv_grad_bytes",
+    "recv_bytes",
+    "stock_recv_bytes",
+    "losses_equal_stock",
+    "params_equal_stock",
+    "step_time_ratio",
+    "outcome",
+    "claim_ok",
+    "eval_equal_stock",
+    "ring_sets",
+    "rehomes",
+    "equal_stock",
+    "equal_fresh",
+    "stock_equal_fresh",
+    "verdict",
+    "reason",
+    "posts",
+    "post_storages",
+    "rank_recv_bytes",
+    "stock_rank_recv_bytes",
+]
 
 
 def _records(out: Path) -> list[dict]:
@@ -99,12 +142,22 @@ def _steady(times: list[float]) -> float:
     return statistics.median(times[1:] if len(times) > 1 else times)
 
 
-def _refs(by: dict, pp: int, r: dict, rank: int) -> tuple[dict | None, dict | None, dict | None, dict | None]:
+def _refs(
+    by: dict, pp: int, r: dict, rank: int
+) -> tuple[dict | None, dict | None, dict | None, dict | None]:
     """The stock and fresh runs ``r`` is judged against: (train stock, train fresh, eval stock, eval fresh)."""
     schedule = r.get("schedule", "")
-    stock, fresh = HOOKED if r.get("input_hook") else (BASELINE.get(schedule, "stock"), FRESH.get(schedule, "fresh"))
-    return (by.get((pp, stock, rank)), by.get((pp, fresh, rank)),
-            by.get((pp, EVAL_BASELINE, rank)), by.get((pp, EVAL_FRESH, rank)))
+    stock, fresh = (
+        HOOKED
+        if r.get("input_hook")
+        else (BASELINE.get(schedule, "stock"), FRESH.get(schedule, "fresh"))
+    )
+    return (
+        by.get((pp, stock, rank)),
+        by.get((pp, fresh, rank)),
+        by.get((pp, EVAL_BASELINE, rank)),
+        by.get((pp, EVAL_FRESH, rank)),
+    )
 
 
 def equal(r: dict | None, base: dict | None, eval_base: dict | None) -> dict | None:
@@ -115,7 +168,10 @@ def equal(r: dict | None, base: dict | None, eval_base: dict | None) -> dict | N
     """
     if not (r and r.get("ok") and base and base.get("ok")):
         return None
-    out = {"losses": r["losses"] == base["losses"], "params": r["params_sha256"] == base["params_sha256"]}
+    out = {
+        "losses": r["losses"] == base["losses"],
+        "params": r["params_sha256"] == base["params_sha256"],
+    }
     if r.get("eval_sha256"):
         if not (eval_base and eval_base.get("ok") and eval_base.get("eval_sha256")):
             return None
@@ -128,7 +184,9 @@ def _all(parts: dict | None) -> bool | None:
 
 
 def _most_hooks(records: list[dict]) -> int:
-    return max((n for r in records for per in r.get("hooks", {}).values() for n in per.values()), default=0)
+    return max(
+        (n for r in records for per in r.get("hooks", {}).values() for n in per.values()), default=0
+    )
 
 
 def reuse_reason(stocks: list[dict], freshes: list[dict], steps: int) -> str:
@@ -140,8 +198,10 @@ def reuse_reason(stocks: list[dict], freshes: list[dict], steps: int) -> str:
     """
     hooks, fresh_hooks = _most_hooks(stocks), _most_hooks(freshes)
     if hooks > max(1, fresh_hooks):
-        return (f"{HOOKS_REASON}: {hooks} hooks on one stock buffer after {steps} steps, "
-                f"{fresh_hooks} on a fresh one")
+        return (
+            f"{HOOKS_REASON}: {hooks} hooks on one stock buffer after {steps} steps, "
+            f"{fresh_hooks} on a fresh one"
+        )
     return KEPT_REASON + " (what it was, pooltk cannot name from the run)"
 
 
@@ -154,21 +214,46 @@ def judge(r: dict, stage: str, refs: tuple, steps: int) -> dict:
     stock, fresh, eval_stock, eval_fresh = refs
     vs_stock, vs_fresh = equal(r, stock, eval_stock), equal(r, fresh, eval_fresh)
     stock_fresh = equal(fresh, stock, None)  # the two references' training runs
-    if stock_fresh is not None and r.get("eval_sha256"):  # and, where r is judged on it, their eval step
-        digests = [ref.get("eval_sha256") if ref and ref.get("ok") else None for ref in (eval_fresh, eval_stock)]
+    if stock_fresh is not None and r.get(
+        "eval_sha256"
+    ):  # and, where r is judged on it, their eval step
+        digests = [
+            ref.get("eval_sha256") if ref and ref.get("ok") else None
+            for ref in (eval_fresh, eval_stock)
+        ]
         stock_fresh = None if None in digests else {**stock_fresh, "eval": digests[0] == digests[1]}
-    out = {"equal_stock": _all(vs_stock), "equal_fresh": _all(vs_fresh), "stock_equal_fresh": _all(stock_fresh)}
+    out = {
+        "equal_stock": _all(vs_stock),
+        "equal_fresh": _all(vs_fresh),
+        "stock_equal_fresh": _all(stock_fresh),
+    }
     if r["variant"] in REFERENCES:
         return {**out, "verdict": "", "reason": ""}
     if vs_stock is None or vs_fresh is None or stock_fresh is None:
-        missing = [n for n, ref in (("stock", stock), ("fresh", fresh)) if not (ref and ref.get("ok"))]
-        return {**out, "verdict": "invalid", "reason": f"no {' or '.join(missing) or 'eval'} reference ran"}
+        missing = [
+            n for n, ref in (("stock", stock), ("fresh", fresh)) if not (ref and ref.get("ok"))
+        ]
+        return {
+            **out,
+            "verdict": "invalid",
+            "reason": f"no {' or '.join(missing) or 'eval'} reference ran",
+        }
     if out["equal_stock"]:
         return {**out, "verdict": "equal", "reason": ""}
     if out["equal_fresh"] and not out["stock_equal_fresh"]:
-        return {**out, "verdict": "explained", "reason": ""}  # the reason is the case's: see claim()
-    context = "stock and fresh agree" if out["stock_equal_fresh"] else "stock differs from fresh too"
-    return {**out, "verdict": "silent", "reason": f"differs from fresh ({_differs(vs_fresh)}); {context}"}
+        return {
+            **out,
+            "verdict": "explained",
+            "reason": "",
+        }  # the reason is the case's: see claim()
+    context = (
+        "stock and fresh agree" if out["stock_equal_fresh"] else "stock differs from fresh too"
+    )
+    return {
+        **out,
+        "verdict": "silent",
+        "reason": f"differs from fresh ({_differs(vs_fresh)}); {context}",
+    }
 
 
 def judge_failed(mine: list[dict]) -> tuple[str, str]:
@@ -180,7 +265,9 @@ def judge_failed(mine: list[dict]) -> tuple[str, str]:
     return ("loud" if named else "unnamed"), why
 
 
-def compare(records: list[dict], *, trainer: str, version: str, steps: int, microbatches: int) -> list[dict]:
+def compare(
+    records: list[dict], *, trainer: str, version: str, steps: int, microbatches: int
+) -> list[dict]:
     by = {(r["pp"], r["variant"], r["rank"]): r for r in records}
     rows = []
     for (pp, variant, rank), r in sorted(by.items()):
@@ -191,22 +278,45 @@ def compare(records: list[dict], *, trainer: str, version: str, steps: int, micr
         else:
             stages = r["recv"]
         for stage, recv in stages.items():
-            row = {"trainer": trainer, "trainer_version": version, "torch": r.get("torch", ""), "pp": pp,
-                   "microbatches": microbatches, "steps": steps, "variant": variant,
-                   "schedule": r.get("schedule", ""), "pool_impl": r.get("pool", ""), "stage": stage}
+            row = {
+                "trainer": trainer,
+                "trainer_version": version,
+                "torch": r.get("torch", ""),
+                "pp": pp,
+                "microbatches": microbatches,
+                "steps": steps,
+                "variant": variant,
+                "schedule": r.get("schedule", ""),
+                "pool_impl": r.get("pool", ""),
+                "stage": stage,
+            }
             if r.get("ok") and base and base.get("ok"):
-                fwd, grad = recv.get("forward", {}).get("bytes", 0), recv.get("grad", {}).get("bytes", 0)
-                row.update(recv_forward_bytes=fwd, recv_grad_bytes=grad, recv_bytes=fwd + grad,
-                           stock_recv_bytes=_bytes(base["recv"].get(stage, {})),
-                           losses_equal_stock=r["losses"] == base["losses"],
-                           params_equal_stock=r["params_sha256"] == base["params_sha256"],
-                           step_time_ratio=round(_steady(r["step_s"]) / _steady(base["step_s"]), 3),
-                           outcome="ok")
-                if "rank_recv" in r and "rank_recv" in base:  # the rank's stages together, each storage once
-                    row.update(rank_recv_bytes=_bytes(r["rank_recv"]), stock_rank_recv_bytes=_bytes(base["rank_recv"]))
+                fwd, grad = (
+                    recv.get("forward", {}).get("bytes", 0),
+                    recv.get("grad", {}).get("bytes", 0),
+                )
+                row.update(
+                    recv_forward_bytes=fwd,
+                    recv_grad_bytes=grad,
+                    recv_bytes=fwd + grad,
+                    stock_recv_bytes=_bytes(base["recv"].get(stage, {})),
+                    losses_equal_stock=r["losses"] == base["losses"],
+                    params_equal_stock=r["params_sha256"] == base["params_sha256"],
+                    step_time_ratio=round(_steady(r["step_s"]) / _steady(base["step_s"]), 3),
+                    outcome="ok",
+                )
+                if (
+                    "rank_recv" in r and "rank_recv" in base
+                ):  # the rank's stages together, each storage once
+                    row.update(
+                        rank_recv_bytes=_bytes(r["rank_recv"]),
+                        stock_rank_recv_bytes=_bytes(base["rank_recv"]),
+                    )
                 rings = r.get("rings", {}).get(stage, {})
                 if rings:  # pooled: sets per ring and copy-on-conflict re-homes over the run (all directions)
-                    row["ring_sets"] = " ".join(f"{d}:{v['size']}" for d, v in sorted(rings.items()))
+                    row["ring_sets"] = " ".join(
+                        f"{d}:{v['size']}" for d, v in sorted(rings.items())
+                    )
                     row["rehomes"] = sum(v.get("rehomes") or 0 for v in rings.values())
                 eval_base = by.get((pp, EVAL_BASELINE, rank))
                 if r.get("eval_sha256") and eval_base and eval_base.get("eval_sha256"):
@@ -215,15 +325,31 @@ def compare(records: list[dict], *, trainer: str, version: str, steps: int, micr
                 if fresh:
                     row.update(posts=fresh["posts"], post_storages=fresh["post_storages"])
             else:
-                row.update(outcome=r.get("error_type", "no baseline") if not r.get("ok") else "no baseline",
-                           losses_equal_stock="", params_equal_stock="")
-            row.update(judge(r, stage, refs, steps) if r.get("ok") else
-                       {"equal_stock": None, "equal_fresh": None, "stock_equal_fresh": None, "verdict": "",
-                        "reason": ""})  # a case that raised is judged as a whole: see claim()
+                row.update(
+                    outcome=r.get("error_type", "no baseline")
+                    if not r.get("ok")
+                    else "no baseline",
+                    losses_equal_stock="",
+                    params_equal_stock="",
+                )
+            row.update(
+                judge(r, stage, refs, steps)
+                if r.get("ok")
+                else {
+                    "equal_stock": None,
+                    "equal_fresh": None,
+                    "stock_equal_fresh": None,
+                    "verdict": "",
+                    "reason": "",
+                }
+            )  # a case that raised is judged as a whole: see claim()
             if r.get("pool") == "fresh":
                 fresh = r.get("fresh", {}).get(stage) or {}
-                row["reason"] = (f"fresh_stage: layout {fresh.get('layout')!r}, bound={fresh.get('bound')}"
-                                 if fresh else "")
+                row["reason"] = (
+                    f"fresh_stage: layout {fresh.get('layout')!r}, bound={fresh.get('bound')}"
+                    if fresh
+                    else ""
+                )
             rows.append(row)
     return claim(rows, by, steps)
 
@@ -246,13 +372,17 @@ def claim(rows: list[dict], by: dict, steps: int) -> list[dict]:
                     row["reason"] = why
         ran = all(r["outcome"] == "ok" for r in mine)
         if not ran:
-            refs_ok = all((ref or {}).get("ok") for r in records for ref in _refs(by, pp, r, r["rank"])[:2])
+            refs_ok = all(
+                (ref or {}).get("ok") for r in records for ref in _refs(by, pp, r, r["rank"])[:2]
+            )
             failed = [r for r in records if not r.get("ok")]
             if failed and refs_ok and variant not in REFERENCES:
                 verdict, why = judge_failed(records)
             else:  # a reference itself failed, or this case has nothing to be judged against
                 verdict = "invalid"
-                why = judge_failed(records)[1] if failed else "a stock or fresh reference did not run"
+                why = (
+                    judge_failed(records)[1] if failed else "a stock or fresh reference did not run"
+                )
             for row in mine:
                 row.update(verdict=verdict, reason=why)
         expected = EXPECT.get(variant, "bitwise")
@@ -261,11 +391,16 @@ def claim(rows: list[dict], by: dict, steps: int) -> list[dict]:
             if any(r.get("pool") == "fresh" for r in records):
                 ok = ok and all(_fresh_ok(r) for r in records)
         elif expected == "bitwise":
-            ok = ran and all(row["verdict"] in ("equal", "explained") and row["equal_fresh"] is True for row in mine)
+            ok = ran and all(
+                row["verdict"] in ("equal", "explained") and row["equal_fresh"] is True
+                for row in mine
+            )
         elif expected == "silent":
             ok = ran and any(row["verdict"] == "silent" for row in mine)
         else:  # an error class some rank must raise, which names pooltk
-            ok = any(row["outcome"] == expected for row in mine) and all(row["verdict"] == "loud" for row in mine)
+            ok = any(row["outcome"] == expected for row in mine) and all(
+                row["verdict"] == "loud" for row in mine
+            )
         for row in mine:
             row["claim_ok"] = ok
     return rows
@@ -276,29 +411,55 @@ def _fresh_ok(record: dict) -> bool:
     stages = record.get("fresh") or {}
     if not stages or set(stages) != set(record.get("recv", {})):
         return False
-    return all((f["bound"] and f["posts"] > 0 and f["post_storages"] == f["posts"]) or
-               (not f["bound"] and f["layout"] == "lazy") for f in stages.values())
+    return all(
+        (f["bound"] and f["posts"] > 0 and f["post_storages"] == f["posts"])
+        or (not f["bound"] and f["layout"] == "lazy")
+        for f in stages.values()
+    )
 
 
-def run_trainer(trainer: str, pps: list[int], out: Path, python: str, steps: int, microbatches: int,
-                timeout_s: float) -> tuple[list[dict], list[str]]:
+def run_trainer(
+    trainer: str,
+    pps: list[int],
+    out: Path,
+    python: str,
+    steps: int,
+    microbatches: int,
+    timeout_s: float,
+) -> tuple[list[dict], list[str]]:
     problems: list[str] = []
     for pp in pps:
         for i, variants in enumerate(LAUNCHES[trainer]):
             ldir = out / f"pp{pp}" / f"launch{i}"
             ldir.mkdir(parents=True, exist_ok=True)
             (ldir / "records.jsonl").unlink(missing_ok=True)
-            argv = [str(ROOT / "tools/integration" / f"{trainer}_rank.py"), "--pp", str(pp),
-                    "--variants", ",".join(variants), "--out", str(ldir / "records.jsonl"),
-                    "--steps", str(steps), "--microbatches", str(microbatches)]
+            argv = [
+                str(ROOT / "tools/integration" / f"{trainer}_rank.py"),
+                "--pp",
+                str(pp),
+                "--variants",
+                ",".join(variants),
+                "--out",
+                str(ldir / "records.jsonl"),
+                "--steps",
+                str(steps),
+                "--microbatches",
+                str(microbatches),
+            ]
             codes, wall = launch(argv, world=pp, timeout_s=timeout_s, log_dir=ldir, python=python)
             expect_fail = any(EXPECT.get(v) == "PoolOverrunError" for v in variants)
-            print(f"[integration] {trainer} pp{pp} launch{i} ({','.join(variants)}): exit {codes}, {wall:.1f} s",
-                  flush=True)
+            print(
+                f"[integration] {trainer} pp{pp} launch{i} ({','.join(variants)}): exit {codes}, {wall:.1f} s",
+                flush=True,
+            )
             if None in codes:
-                problems.append(f"{trainer} pp{pp} launch{i}: timed out after {timeout_s:.0f} s (see {ldir})")
+                problems.append(
+                    f"{trainer} pp{pp} launch{i}: timed out after {timeout_s:.0f} s (see {ldir})"
+                )
             elif any(codes) and not expect_fail:
-                problems.append(f"{trainer} pp{pp} launch{i}: rank exit codes {codes} (see {ldir}/rank*.log)")
+                problems.append(
+                    f"{trainer} pp{pp} launch{i}: rank exit codes {codes} (see {ldir}/rank*.log)"
+                )
     records = []
     for pp in pps:
         records += _records(out / f"pp{pp}")
@@ -314,9 +475,14 @@ def write_rows(out: Path, rows: list[dict], trainer: str) -> list[str]:
             w.writerow({k: row.get(k, "") for k in COLUMNS})
     unknown = sorted({r.get("verdict") for r in rows} - {"", None, *VERDICTS})
     if unknown:
-        raise ValueError(f"run_suite: verdicts {unknown} are not pooltk.parity.summary.VERDICTS {VERDICTS}")
+        raise ValueError(
+            f"run_suite: verdicts {unknown} are not pooltk.parity.summary.VERDICTS {VERDICTS}"
+        )
     failed = sorted({(r["pp"], r["variant"]) for r in rows if r["claim_ok"] is not True})
-    return [f"{trainer} pp{pp} {variant}: claim failed (see {out / 'rows.csv'})" for pp, variant in failed]
+    return [
+        f"{trainer} pp{pp} {variant}: claim failed (see {out / 'rows.csv'})"
+        for pp, variant in failed
+    ]
 
 
 def finish(problems: list[str]) -> int:
@@ -338,10 +504,16 @@ def main() -> int:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     out = args.out / args.trainer
-    records, problems = run_trainer(args.trainer, args.pp, out, args.python, args.steps, args.microbatches,
-                                    args.timeout)
-    rows = compare(records, trainer=args.trainer, version=args.version, steps=args.steps,
-                   microbatches=args.microbatches)
+    records, problems = run_trainer(
+        args.trainer, args.pp, out, args.python, args.steps, args.microbatches, args.timeout
+    )
+    rows = compare(
+        records,
+        trainer=args.trainer,
+        version=args.version,
+        steps=args.steps,
+        microbatches=args.microbatches,
+    )
     problems += write_rows(out, rows, args.trainer)
     print(f"[integration] {args.trainer}: {len(rows)} rows -> {out / 'rows.csv'}")
     return finish(problems)

@@ -34,9 +34,27 @@ BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
 
 
 def _text(rng: random.Random) -> list[str]:
-    syllables = ["ka", "lo", "mi", "ne", "tu", "ra", "si", "po", "ve", "da", "gri", "sto", "ul", "an", "er"]
+    syllables = [
+        "ka",
+        "lo",
+        "mi",
+        "ne",
+        "tu",
+        "ra",
+        "si",
+        "po",
+        "ve",
+        "da",
+        "gri",
+        "sto",
+        "ul",
+        "an",
+        "er",
+    ]
     words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(600)]
-    return [" ".join(rng.choice(words) for _ in range(rng.randint(40, 120))) + "." for _ in range(ROWS)]
+    return [
+        " ".join(rng.choice(words) for _ in range(rng.randint(40, 120))) + "." for _ in range(ROWS)
+    ]
 
 
 def write_assets(out: Path) -> Path:
@@ -52,12 +70,19 @@ def write_assets(out: Path) -> Path:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=[BOS, EOS],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=[BOS, EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(rows, trainer=trainer)
     tok.save(str(out / "tokenizer" / "tokenizer.json"))
-    (out / "tokenizer" / "tokenizer_config.json").write_text(json.dumps(
-        {"bos_token": BOS, "eos_token": EOS, "add_bos_token": True, "add_eos_token": True}))
+    (out / "tokenizer" / "tokenizer_config.json").write_text(
+        json.dumps(
+            {"bos_token": BOS, "eos_token": EOS, "add_bos_token": True, "add_eos_token": True}
+        )
+    )
     return out
 
 

@@ -33,7 +33,9 @@ import time
 import traceback
 
 
-def _observe(stages: list, logged: list, fresh: dict | None = None, input_hook: bool = False) -> None:
+def _observe(
+    stages: list, logged: list, fresh: dict | None = None, input_hook: bool = False
+) -> None:
     import torch.distributed.pipelining.stage as stage_mod
     from torchtitan.components.metrics import MetricsProcessor
 
@@ -42,7 +44,9 @@ def _observe(stages: list, logged: list, fresh: dict | None = None, input_hook: 
     def init(self, *args, **kwargs):
         base_init(self, *args, **kwargs)
         stages.append(self)
-        if fresh is not None:  # the wrappers live on the stage object; the subclass's __init__ leaves them
+        if (
+            fresh is not None
+        ):  # the wrappers live on the stage object; the subclass's __init__ leaves them
             from pooltk.parity.fresh import fresh_stage
 
             posted: list = []
@@ -56,8 +60,14 @@ def _observe(stages: list, logged: list, fresh: dict | None = None, input_hook: 
     base_log = MetricsProcessor.log
 
     def log(self, step, global_avg_loss, global_max_loss, grad_norm, *args, **kwargs):
-        logged.append({"step": int(step), "loss": float(global_avg_loss).hex(),
-                       "grad_norm": float(grad_norm).hex(), "t": time.perf_counter()})
+        logged.append(
+            {
+                "step": int(step),
+                "loss": float(global_avg_loss).hex(),
+                "grad_norm": float(grad_norm).hex(),
+                "t": time.perf_counter(),
+            }
+        )
         return base_log(self, step, global_avg_loss, global_max_loss, grad_norm, *args, **kwargs)
 
     MetricsProcessor.log = log
@@ -78,15 +88,21 @@ def _params_sha256(stages: list) -> str:
 
 def _fresh_posts(report, posted: list) -> dict:
     """What fresh_stage did on one stage, and the buffers it handed to receives: count and distinct storages."""
-    return {"layout": report.layout, "bound": report.bound, "posts": len(posted),
-            "post_storages": len({b.untyped_storage().data_ptr() for _, b in posted})}
+    return {
+        "layout": report.layout,
+        "bound": report.bound,
+        "posts": len(posted),
+        "post_storages": len({b.untyped_storage().data_ptr() for _, b in posted}),
+    }
 
 
 def main() -> None:
     args = sys.argv[1:]
     if len(args) < 2 or args[0] != "--record":
-        raise SystemExit("usage: titan_rank.py --record FILE [--fresh] [--input-hook] [--rings JSON] "
-                         "<pooltk.integrations.torchtitan arguments>")
+        raise SystemExit(
+            "usage: titan_rank.py --record FILE [--fresh] [--input-hook] [--rings JSON] "
+            "<pooltk.integrations.torchtitan arguments>"
+        )
     record_path, entry_args = args[1], args[2:]
     use_fresh = entry_args[:1] == ["--fresh"]
     entry_args = entry_args[1:] if use_fresh else entry_args
@@ -101,10 +117,15 @@ def main() -> None:
         from pooltk.parity.experiments import Rings
 
         entry.install = lambda options: experiments.install(
-            Rings(**{"slack": options.config.slack, "grad_slack": options.config.grad_slack, **rings}),
-            schedule=options.schedule)
+            Rings(
+                **{"slack": options.config.slack, "grad_slack": options.config.grad_slack, **rings}
+            ),
+            schedule=options.schedule,
+        )
     options, _ = entry.options_from(entry_args)
-    entry.force_device(options.device)  # what main() does first; here so the observers can import torchtitan
+    entry.force_device(
+        options.device
+    )  # what main() does first; here so the observers can import torchtitan
     stages: list = []
     logged: list = []
     fresh: dict | None = {} if use_fresh else None
@@ -114,8 +135,12 @@ def main() -> None:
     try:
         entry.main(entry_args)
     except BaseException as exc:  # noqa: BLE001 - the error is the variant's outcome
-        record.update(ok=False, error_type=type(exc).__name__, error=str(exc)[:600],
-                      traceback=traceback.format_exc()[-1500:])
+        record.update(
+            ok=False,
+            error_type=type(exc).__name__,
+            error=str(exc)[:600],
+            traceback=traceback.format_exc()[-1500:],
+        )
         with open(record_path, "a") as f:
             f.write(json.dumps(record) + "\n")
         os._exit(3)
@@ -125,14 +150,23 @@ def main() -> None:
     from pooltk.parity.worker import max_hooks, measure_rank_recv_storage
 
     report = pooltk.installed()
-    record.update(ok=True, torch=torch.__version__, logged=logged,
-                  installed=bool(report is not None and report.installed),
-                  recv={str(s.stage_index): measure_recv_storage(s) for s in stages},
-                  rank_recv=measure_rank_recv_storage(list(stages)),
-                  rings={str(s.stage_index): {d: {"size": getattr(r, "size", None), "rehomes": getattr(r, "rehomes", None)}
-                                              for d, r in pooltk.stage_rings(s).items()} for s in stages},
-                  hooks={str(s.stage_index): max_hooks(s) for s in stages},
-                  params_sha256=_params_sha256(stages))
+    record.update(
+        ok=True,
+        torch=torch.__version__,
+        logged=logged,
+        installed=bool(report is not None and report.installed),
+        recv={str(s.stage_index): measure_recv_storage(s) for s in stages},
+        rank_recv=measure_rank_recv_storage(list(stages)),
+        rings={
+            str(s.stage_index): {
+                d: {"size": getattr(r, "size", None), "rehomes": getattr(r, "rehomes", None)}
+                for d, r in pooltk.stage_rings(s).items()
+            }
+            for s in stages
+        },
+        hooks={str(s.stage_index): max_hooks(s) for s in stages},
+        params_sha256=_params_sha256(stages),
+    )
     if fresh is not None:
         record["fresh"] = {str(s.stage_index): _fresh_posts(*fresh[id(s)]) for s in stages}
     with open(record_path, "a") as f:

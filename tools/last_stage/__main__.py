@@ -14,8 +14,22 @@ import time
 from tools.last_stage.claims import Grid, check
 from tools.last_stage.records import MODELS, FIELDS, code_version, measure, read_csv, write_csv
 
-SHOWN = ("model", "microbatches", "variant", "slack", "release", "stage", "direction", "rehomes", "rehomed_bytes",
-         "ring_sets", "storages", "counted_bytes", "peak_live", "bitwise_equal")
+SHOWN = (
+    "model",
+    "microbatches",
+    "variant",
+    "slack",
+    "release",
+    "stage",
+    "direction",
+    "rehomes",
+    "rehomed_bytes",
+    "ring_sets",
+    "storages",
+    "counted_bytes",
+    "peak_live",
+    "bitwise_equal",
+)
 PROG = "python -m tools.last_stage"
 
 
@@ -26,22 +40,40 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--microbatches", nargs="+", type=int, default=list(grid.microbatches))
     p.add_argument("--slack", nargs="+", type=int, default=list(grid.slacks))
     p.add_argument("--steps", type=int, default=grid.steps)
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per launch (all ranks killed after)")
+    p.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds per launch (all ranks killed after)"
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--csv", help="write the records here (only if every claim holds)")
-    out.add_argument("--check", metavar="CSV", help="check a written table against the grid of the other flags; "
-                     "measure nothing")
-    p.add_argument("--allow-dirty", action="store_true", help="with --csv: write even from uncommitted code "
-                   "(the code column says +dirty, and --check will say so)")
+    out.add_argument(
+        "--check",
+        metavar="CSV",
+        help="check a written table against the grid of the other flags; measure nothing",
+    )
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="with --csv: write even from uncommitted code "
+        "(the code column says +dirty, and --check will say so)",
+    )
     return p
 
 
 def _print_table(records: list) -> None:
-    widths = {k: max([len(k), *(len("" if getattr(r, k) is None else str(getattr(r, k))) for r in records)])
-              for k in SHOWN}
+    widths = {
+        k: max(
+            [len(k), *(len("" if getattr(r, k) is None else str(getattr(r, k))) for r in records)]
+        )
+        for k in SHOWN
+    }
     print("  ".join(k.rjust(widths[k]) for k in SHOWN))
     for r in records:
-        print("  ".join(("" if getattr(r, k) is None else str(getattr(r, k))).rjust(widths[k]) for k in SHOWN))
+        print(
+            "  ".join(
+                ("" if getattr(r, k) is None else str(getattr(r, k))).rjust(widths[k])
+                for k in SHOWN
+            )
+        )
 
 
 def _report(broken: list[str], *, what: str, unwritten: str | None) -> int:
@@ -52,30 +84,43 @@ def _report(broken: list[str], *, what: str, unwritten: str | None) -> int:
     print(f"{PROG}: error: {what} breaks {len(broken)} claim(s){tail}:", file=sys.stderr)
     for line in broken:
         print(f"  {line}", file=sys.stderr)
-    print("Fix: find the cause in the rows named (see [Note: the claims of a last-stage table] in "
-          "tools/last_stage/claims.py); a record holds every claim.", file=sys.stderr)
+    print(
+        "Fix: find the cause in the rows named (see [Note: the claims of a last-stage table] in "
+        "tools/last_stage/claims.py); a record holds every claim.",
+        file=sys.stderr,
+    )
     return 1
 
 
 def main(argv: list[str] | None = None) -> int:
     a = _parser().parse_args(argv)
-    grid = Grid(models=tuple(a.models), microbatches=tuple(a.microbatches), slacks=tuple(a.slack), steps=a.steps)
+    grid = Grid(
+        models=tuple(a.models),
+        microbatches=tuple(a.microbatches),
+        slacks=tuple(a.slack),
+        steps=a.steps,
+    )
     if a.check:
         try:
             records = read_csv(a.check)
         except ValueError as exc:
             print(f"{PROG}: error: {str(exc).removeprefix('tools.last_stage: ')}", file=sys.stderr)
             return 2
-        status = _report(check(records, grid), what=f"{a.check} ({len(records)} records)", unwritten=None)
+        status = _report(
+            check(records, grid), what=f"{a.check} ({len(records)} records)", unwritten=None
+        )
         if not status:
             print(f"{a.check}: {len(records)} records hold every claim")
         return status
     clean = bool(a.csv) and not a.allow_dirty
     code = code_version()
     if clean and (code == "unknown" or code.endswith("+dirty")):
-        print(f"{PROG}: error: --csv: found code {code} (uncommitted edits under pooltk/ or tools/last_stage/, or no "
-              "git); required a committed tree. Fix: commit, or measure an export (git archive COMMIT) with "
-              "POOLTK_CODE_VERSION=COMMIT, or pass --allow-dirty.", file=sys.stderr)
+        print(
+            f"{PROG}: error: --csv: found code {code} (uncommitted edits under pooltk/ or tools/last_stage/, or no "
+            "git); required a committed tree. Fix: commit, or measure an export (git archive COMMIT) with "
+            "POOLTK_CODE_VERSION=COMMIT, or pass --allow-dirty.",
+            file=sys.stderr,
+        )
         return 2
     records = []
     for model in a.models:

@@ -57,11 +57,21 @@ class Grid:
 
     def keys(self) -> set[tuple]:
         """(model, M, variant, slack, release, stage, direction) of every row the grid makes."""
-        receives = [(0, "grad")] + [(s, d) for s in range(1, self.pp - 1) for d in DIRECTIONS] + \
-                   [(self.pp - 1, "forward")]
-        configs = [("stock", None, None)] + [("pooled", s, r) for s in self.slacks for r in (True, False)]
-        return {(mo, m, v, s, r, st, d) for mo in self.models for m in self.microbatches for v, s, r in configs
-                for st, d in receives}
+        receives = (
+            [(0, "grad")]
+            + [(s, d) for s in range(1, self.pp - 1) for d in DIRECTIONS]
+            + [(self.pp - 1, "forward")]
+        )
+        configs = [("stock", None, None)] + [
+            ("pooled", s, r) for s in self.slacks for r in (True, False)
+        ]
+        return {
+            (mo, m, v, s, r, st, d)
+            for mo in self.models
+            for m in self.microbatches
+            for v, s, r in configs
+            for st, d in receives
+        }
 
 
 def _key(r: Record) -> tuple:
@@ -74,9 +84,19 @@ def _label(r: Record | tuple) -> str:
     return f"{model} M{m} {variant}{config} stage {stage} {direction}"
 
 
-def _last(records: Sequence[Record], grid: Grid, *, release: bool, slack: Callable[[int], bool]) -> list[Record]:
-    return [r for r in records if r.variant == "pooled" and r.stage == grid.pp - 1 and r.direction == "forward"
-            and r.release is release and r.slack is not None and slack(r.slack)]
+def _last(
+    records: Sequence[Record], grid: Grid, *, release: bool, slack: Callable[[int], bool]
+) -> list[Record]:
+    return [
+        r
+        for r in records
+        if r.variant == "pooled"
+        and r.stage == grid.pp - 1
+        and r.direction == "forward"
+        and r.release is release
+        and r.slack is not None
+        and slack(r.slack)
+    ]
 
 
 def _covers_the_grid(records: Sequence[Record], grid: Grid) -> list[str]:
@@ -84,21 +104,34 @@ def _covers_the_grid(records: Sequence[Record], grid: Grid) -> list[str]:
     want = grid.keys()
     out = [f"{_label(k)} missing" for k in sorted(want - set(seen), key=str)]
     out += [f"{_label(k)} not asked for" for k in sorted(set(seen) - want, key=str)]
-    out += [f"{_label(k)} {seen.count(k)} times" for k in sorted(set(seen), key=str) if seen.count(k) > 1]
-    out += [f"{_label(r)}: pp {r.pp}, {r.schedule}, {r.steps} steps" for r in records
-            if (r.pp, r.schedule.lower(), r.steps) != (grid.pp, grid.schedule.lower(), grid.steps)]
+    out += [
+        f"{_label(k)} {seen.count(k)} times"
+        for k in sorted(set(seen), key=str)
+        if seen.count(k) > 1
+    ]
+    out += [
+        f"{_label(r)}: pp {r.pp}, {r.schedule}, {r.steps} steps"
+        for r in records
+        if (r.pp, r.schedule.lower(), r.steps) != (grid.pp, grid.schedule.lower(), grid.steps)
+    ]
     return out
 
 
 def _one_code_version(records: Sequence[Record], grid: Grid) -> list[str]:
-    codes, torches = sorted({r.code or "" for r in records}), sorted({r.torch or "" for r in records})
+    codes, torches = (
+        sorted({r.code or "" for r in records}),
+        sorted({r.torch or "" for r in records}),
+    )
     out = [f"code versions {codes}"] if len(codes) > 1 or codes == [""] else []
     return out + ([f"torch versions {torches}"] if len(torches) > 1 or torches == [""] else [])
 
 
 def _clean_code(records: Sequence[Record], grid: Grid) -> list[str]:
-    return [f"code {c}" for c in sorted({r.code or "" for r in records}) if not c or c == "unknown" or
-            c.endswith("+dirty")]
+    return [
+        f"code {c}"
+        for c in sorted({r.code or "" for r in records})
+        if not c or c == "unknown" or c.endswith("+dirty")
+    ]
 
 
 def _bytes_add_up(records: Sequence[Record], grid: Grid) -> list[str]:
@@ -106,32 +139,49 @@ def _bytes_add_up(records: Sequence[Record], grid: Grid) -> list[str]:
     for r in records:
         found = []
         if r.set_bytes != r.rows_per_microbatch * r.seq_len * r.hidden * 4:
-            found.append(f"set_bytes {r.set_bytes} for {r.rows_per_microbatch}x{r.seq_len}x{r.hidden} float32")
+            found.append(
+                f"set_bytes {r.set_bytes} for {r.rows_per_microbatch}x{r.seq_len}x{r.hidden} float32"
+            )
         if r.storage_bytes != r.storages * r.set_bytes:
             found.append(f"storage_bytes {r.storage_bytes} for {r.storages} storages")
         if r.rehomed_bytes != r.rehomes * r.set_bytes:
             found.append(f"rehomed_bytes {r.rehomed_bytes} for {r.rehomes} re-homes")
         if r.counted_bytes != r.storage_bytes + r.rehomed_bytes:
-            found.append(f"counted_bytes {r.counted_bytes} != {r.storage_bytes} + {r.rehomed_bytes}")
+            found.append(
+                f"counted_bytes {r.counted_bytes} != {r.storage_bytes} + {r.rehomed_bytes}"
+            )
         out += [f"{_label(r)}: {', '.join(found)}"] if found else []
     return out
 
 
 def _stock_holds_one_storage_per_microbatch(records: Sequence[Record], grid: Grid) -> list[str]:
-    return [f"{_label(r)}: {r.storages} storages, {r.rehomes} re-homes, ring {r.ring_sets}, peak {r.peak_live}, "
-            f"bitwise {r.bitwise_equal}" for r in records if r.variant == "stock" and
-            (r.storages, r.rehomes, r.ring_sets, r.peak_live, r.bitwise_equal) != (r.microbatches, 0, None, None, None)]
+    return [
+        f"{_label(r)}: {r.storages} storages, {r.rehomes} re-homes, ring {r.ring_sets}, peak {r.peak_live}, "
+        f"bitwise {r.bitwise_equal}"
+        for r in records
+        if r.variant == "stock"
+        and (r.storages, r.rehomes, r.ring_sets, r.peak_live, r.bitwise_equal)
+        != (r.microbatches, 0, None, None, None)
+    ]
 
 
 def _every_pooled_run_bitwise_equal(records: Sequence[Record], grid: Grid) -> list[str]:
-    return [f"{_label(r)}: bitwise_equal {r.bitwise_equal}" for r in records
-            if r.variant == "pooled" and r.bitwise_equal is not True]
+    return [
+        f"{_label(r)}: bitwise_equal {r.bitwise_equal}"
+        for r in records
+        if r.variant == "pooled" and r.bitwise_equal is not True
+    ]
 
 
 def _first_stage_grad_ring_never_rehomes(records: Sequence[Record], grid: Grid) -> list[str]:
-    return [f"{_label(r)}: {r.rehomes} re-homes, ring {r.ring_sets}, {r.storages} storages" for r in records
-            if r.variant == "pooled" and r.stage == 0 and
-            (r.direction, r.rehomes, r.ring_sets, r.storages) != ("grad", 0, min(r.microbatches, 2), min(r.microbatches, 2))]
+    return [
+        f"{_label(r)}: {r.rehomes} re-homes, ring {r.ring_sets}, {r.storages} storages"
+        for r in records
+        if r.variant == "pooled"
+        and r.stage == 0
+        and (r.direction, r.rehomes, r.ring_sets, r.storages)
+        != ("grad", 0, min(r.microbatches, 2), min(r.microbatches, 2))
+    ]
 
 
 def _release_leaves_the_last_stage_no_rehome(records: Sequence[Record], grid: Grid) -> list[str]:
@@ -139,19 +189,30 @@ def _release_leaves_the_last_stage_no_rehome(records: Sequence[Record], grid: Gr
     for r in _last(records, grid, release=True, slack=lambda s: s >= 2):
         k = min(r.microbatches, 1 + r.slack)
         if (r.rehomes, r.ring_sets, r.storages, r.counted_bytes) != (0, k, k, k * r.set_bytes):
-            out.append(f"{_label(r)}: {r.rehomes} re-homes, ring {r.ring_sets}, {r.storages} storages, "
-                       f"{r.counted_bytes} counted bytes (ring {k})")
+            out.append(
+                f"{_label(r)}: {r.rehomes} re-homes, ring {r.ring_sets}, {r.storages} storages, "
+                f"{r.counted_bytes} counted bytes (ring {k})"
+            )
     return out
 
 
 def _without_release_the_last_stage_rehomes(records: Sequence[Record], grid: Grid) -> list[str]:
     rows = _last(records, grid, release=False, slack=lambda s: s >= 2)
-    out = [f"{_label(r)}: {r.rehomes} re-homes" for r in rows
-           if r.microbatches > min(r.microbatches, 1 + r.slack) and r.rehomes <= 0]
+    out = [
+        f"{_label(r)}: {r.rehomes} re-homes"
+        for r in rows
+        if r.microbatches > min(r.microbatches, 1 + r.slack) and r.rehomes <= 0
+    ]
     for model, slack in sorted({(r.model, r.slack) for r in rows}):
-        counts = [r.rehomes for r in sorted(rows, key=lambda r: r.microbatches) if (r.model, r.slack) == (model, slack)]
+        counts = [
+            r.rehomes
+            for r in sorted(rows, key=lambda r: r.microbatches)
+            if (r.model, r.slack) == (model, slack)
+        ]
         if len(counts) > 1 and not (counts == sorted(counts) and counts[0] < counts[-1]):
-            out.append(f"{model} s{slack} norelease: re-homes {counts} over M {sorted(grid.microbatches)}")
+            out.append(
+                f"{model} s{slack} norelease: re-homes {counts} over M {sorted(grid.microbatches)}"
+            )
     return out
 
 
@@ -159,36 +220,64 @@ def _at_slack_0_only_a_view_output_rehomes(records: Sequence[Record], grid: Grid
     out = []
     for r in _last(records, grid, release=True, slack=lambda s: s == 0):
         view = r.steps * (r.microbatches - 1) if r.model == "linear3d" else 0
-        if (r.ring_sets, r.storages, r.rehomes, r.counted_bytes) != (1, 1, view, r.set_bytes * (1 + view)):
-            out.append(f"{_label(r)}: ring {r.ring_sets}, {r.storages} storages, {r.rehomes} re-homes (view rule "
-                       f"{view}), {r.counted_bytes} counted bytes")
+        if (r.ring_sets, r.storages, r.rehomes, r.counted_bytes) != (
+            1,
+            1,
+            view,
+            r.set_bytes * (1 + view),
+        ):
+            out.append(
+                f"{_label(r)}: ring {r.ring_sets}, {r.storages} storages, {r.rehomes} re-homes (view rule "
+                f"{view}), {r.counted_bytes} counted bytes"
+            )
     for r in _last(records, grid, release=False, slack=lambda s: s == 0):
         if r.rehomes < r.steps * (r.microbatches - 2):
-            out.append(f"{_label(r)}: {r.rehomes} re-homes, fewer than {r.steps * (r.microbatches - 2)}")
+            out.append(
+                f"{_label(r)}: {r.rehomes} re-homes, fewer than {r.steps * (r.microbatches - 2)}"
+            )
     return out
 
 
 CLAIMS: dict[str, tuple[str, Callable[[Sequence[Record], Grid], list[str]]]] = {
-    "covers_the_grid": ("one row per model, M, variant, slack, release, stage and direction asked for", _covers_the_grid),
+    "covers_the_grid": (
+        "one row per model, M, variant, slack, release, stage and direction asked for",
+        _covers_the_grid,
+    ),
     "one_code_version": ("one pooltk code version and one torch version", _one_code_version),
     "clean_code": ("a committed code version (no +dirty, not unknown)", _clean_code),
-    "bytes_add_up": ("set = rows x seq x hidden x 4; storage = storages x set; re-homed = re-homes x set; "
-                     "counted = storage + re-homed", _bytes_add_up),
-    "stock_holds_one_storage_per_microbatch": ("stock: M storages, 0 re-homes, no ring, no peak, no bitwise "
-                                               "verdict", _stock_holds_one_storage_per_microbatch),
-    "every_pooled_run_bitwise_equal": ("bitwise_equal True on every pooled row", _every_pooled_run_bitwise_equal),
-    "first_stage_grad_ring_never_rehomes": ("stage 0 pooled: grad only, 0 re-homes, ring = storages = min(M, 2)",
-                                            _first_stage_grad_ring_never_rehomes),
-    "release_leaves_the_last_stage_no_rehome": ("last stage, release, slack >= 2: 0 re-homes, ring = storages = "
-                                                "min(M, 1 + slack), counted = the ring's bytes",
-                                                _release_leaves_the_last_stage_no_rehome),
-    "without_release_the_last_stage_rehomes": ("last stage, no release, slack >= 2: re-homes where M > the ring, "
-                                               "never fewer at a larger M, more at the largest than the smallest",
-                                               _without_release_the_last_stage_rehomes),
-    "at_slack_0_only_a_view_output_rehomes": ("last stage, slack 0: release: ring = storages = 1, re-homes "
-                                              "steps x (M - 1) for linear3d else 0, counted = set x (1 + re-homes); "
-                                              "no release: re-homes >= steps x (M - 2)",
-                                              _at_slack_0_only_a_view_output_rehomes),
+    "bytes_add_up": (
+        "set = rows x seq x hidden x 4; storage = storages x set; re-homed = re-homes x set; "
+        "counted = storage + re-homed",
+        _bytes_add_up,
+    ),
+    "stock_holds_one_storage_per_microbatch": (
+        "stock: M storages, 0 re-homes, no ring, no peak, no bitwise verdict",
+        _stock_holds_one_storage_per_microbatch,
+    ),
+    "every_pooled_run_bitwise_equal": (
+        "bitwise_equal True on every pooled row",
+        _every_pooled_run_bitwise_equal,
+    ),
+    "first_stage_grad_ring_never_rehomes": (
+        "stage 0 pooled: grad only, 0 re-homes, ring = storages = min(M, 2)",
+        _first_stage_grad_ring_never_rehomes,
+    ),
+    "release_leaves_the_last_stage_no_rehome": (
+        "last stage, release, slack >= 2: 0 re-homes, ring = storages = "
+        "min(M, 1 + slack), counted = the ring's bytes",
+        _release_leaves_the_last_stage_no_rehome,
+    ),
+    "without_release_the_last_stage_rehomes": (
+        "last stage, no release, slack >= 2: re-homes where M > the ring, "
+        "never fewer at a larger M, more at the largest than the smallest",
+        _without_release_the_last_stage_rehomes,
+    ),
+    "at_slack_0_only_a_view_output_rehomes": (
+        "last stage, slack 0: release: ring = storages = 1, re-homes "
+        "steps x (M - 1) for linear3d else 0, counted = set x (1 + re-homes); "
+        "no release: re-homes >= steps x (M - 2)",
+        _at_slack_0_only_a_view_output_rehomes,
+    ),
 }
 """Claim name -> (what it requires, the rows that break it). See [Note: the claims of a last-stage table]."""
 

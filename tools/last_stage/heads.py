@@ -57,10 +57,14 @@ def patch(*, two_d: bool) -> None:
     world = _world()
     original_module, original_batch = worker.make_stage_module, worker.make_batch
 
-    def make_stage_module(*, hidden: int, layers_per_stage: int, stage_index: int, seed: int) -> nn.Module:
+    def make_stage_module(
+        *, hidden: int, layers_per_stage: int, stage_index: int, seed: int
+    ) -> nn.Module:
         if stage_index == world - 1:
             return LinearHead(hidden, seed)
-        return original_module(hidden=hidden, layers_per_stage=layers_per_stage, stage_index=stage_index, seed=seed)
+        return original_module(
+            hidden=hidden, layers_per_stage=layers_per_stage, stage_index=stage_index, seed=seed
+        )
 
     def make_batch(*, rows: int, seq_len: int, hidden: int, step: int, seed: int):
         x, y = original_batch(rows=rows, seq_len=seq_len, hidden=hidden, step=step, seed=seed)

@@ -33,7 +33,16 @@ from pooltk.config import PoolConfig
 from pooltk.parity.experiments import Rings
 from pooltk.parity.spec import ParitySpec, Variant
 
-__all__ = ["FIELDS", "MODELS", "Record", "code_version", "measure", "read_csv", "variants", "write_csv"]
+__all__ = [
+    "FIELDS",
+    "MODELS",
+    "Record",
+    "code_version",
+    "measure",
+    "read_csv",
+    "variants",
+    "write_csv",
+]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -110,10 +119,20 @@ def code_version() -> str:
     if given:
         return given
     try:
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=30, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "pooltk", "tools/last_stage"],
-                               capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--", "pooltk", "tools/last_stage"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head + ("+dirty" if dirty else "")
@@ -124,8 +143,14 @@ def variants(slacks: Sequence[int], *, schedule: str = "1F1B") -> tuple[Variant,
     out = [Variant(name="stock", schedule=schedule)]
     for slack in slacks:
         for release in (True, False):
-            out.append(Variant(name=f"tight-s{slack}-{'release' if release else 'norelease'}", schedule=schedule,
-                               pooled=True, config=PoolConfig(slack=slack, release=release)))
+            out.append(
+                Variant(
+                    name=f"tight-s{slack}-{'release' if release else 'norelease'}",
+                    schedule=schedule,
+                    pooled=True,
+                    config=PoolConfig(slack=slack, release=release),
+                )
+            )
     return tuple(out)
 
 
@@ -144,24 +169,46 @@ def _restore(env: dict[str, str | None]) -> None:
             os.environ[k] = v
 
 
-def measure(model: str, microbatches: int, *, slacks: Sequence[int] = (0, 2), steps: int = 3, pp: int = 2,
-            hidden: int = 64, seq_len: int = 8, rows_per_microbatch: int = 2, timeout_s: float = 300.0) -> list[Record]:
+def measure(
+    model: str,
+    microbatches: int,
+    *,
+    slacks: Sequence[int] = (0, 2),
+    steps: int = 3,
+    pp: int = 2,
+    hidden: int = 64,
+    seq_len: int = 8,
+    rows_per_microbatch: int = 2,
+    timeout_s: float = 300.0,
+) -> list[Record]:
     """One launch of ``model`` at ``microbatches``: stock and every pooled variant, one record per stage and direction."""
     import torch
 
     from pooltk.parity import run_parity
 
     if model not in MODELS:
-        raise ValueError(f"tools.last_stage: model found {model!r}; required one of {sorted(MODELS)}.")
-    spec = ParitySpec(pp=pp, microbatches=microbatches, steps=steps, hidden=hidden, seq_len=seq_len,
-                      rows_per_microbatch=rows_per_microbatch, layers_per_stage=1, variants=variants(slacks),
-                      timeout_s=timeout_s)
+        raise ValueError(
+            f"tools.last_stage: model found {model!r}; required one of {sorted(MODELS)}."
+        )
+    spec = ParitySpec(
+        pp=pp,
+        microbatches=microbatches,
+        steps=steps,
+        hidden=hidden,
+        seq_len=seq_len,
+        rows_per_microbatch=rows_per_microbatch,
+        layers_per_stage=1,
+        variants=variants(slacks),
+        timeout_s=timeout_s,
+    )
     env = _with_repo_on_path()
     try:
         report = run_parity(spec, prelude=MODELS[model])
     finally:
         _restore(env)
-    return list(records_of(report, model=model, torch_version=torch.__version__, code=code_version()))
+    return list(
+        records_of(report, model=model, torch_version=torch.__version__, code=code_version())
+    )
 
 
 def records_of(report: Any, *, model: str, torch_version: str, code: str) -> Iterable[Record]:
@@ -178,17 +225,31 @@ def records_of(report: Any, *, model: str, torch_version: str, code: str) -> Ite
                     continue  # the stage receives nothing in this direction
                 rehomed = int(m.get("rehomed_bytes", 0))
                 yield Record(
-                    model=model, pp=spec.pp, schedule=v.schedule, microbatches=spec.microbatches, steps=spec.steps,
-                    variant="pooled" if v.pooled else "stock", policy=cfg.policy if cfg else "",
-                    slack=cfg.slack if cfg else None, release=cfg.release if cfg else None,
-                    stage=stage, direction=direction, rehomes=int(m.get("rehomes", 0)), rehomed_bytes=rehomed,
+                    model=model,
+                    pp=spec.pp,
+                    schedule=v.schedule,
+                    microbatches=spec.microbatches,
+                    steps=spec.steps,
+                    variant="pooled" if v.pooled else "stock",
+                    policy=cfg.policy if cfg else "",
+                    slack=cfg.slack if cfg else None,
+                    release=cfg.release if cfg else None,
+                    stage=stage,
+                    direction=direction,
+                    rehomes=int(m.get("rehomes", 0)),
+                    rehomed_bytes=rehomed,
                     ring_sets=res.rings.get(stage, {}).get(direction) if v.pooled else None,
-                    storages=int(m["storages"]), storage_bytes=int(m.get("ring_bytes", m["bytes"])),
+                    storages=int(m["storages"]),
+                    storage_bytes=int(m.get("ring_bytes", m["bytes"])),
                     counted_bytes=int(m["bytes"]) + rehomed,
                     peak_live=res.peak_live.get(stage, {}).get(direction) if v.pooled else None,
                     bitwise_equal=res.bitwise_equal,
-                    hidden=spec.hidden, seq_len=spec.seq_len, rows_per_microbatch=spec.rows_per_microbatch,
-                    set_bytes=report.boundary_bytes, torch=torch_version, code=code,
+                    hidden=spec.hidden,
+                    seq_len=spec.seq_len,
+                    rows_per_microbatch=spec.rows_per_microbatch,
+                    set_bytes=report.boundary_bytes,
+                    torch=torch_version,
+                    code=code,
                 )
 
 
@@ -205,8 +266,24 @@ def write_csv(records: Iterable[Record], path: str | Path) -> None:
             w.writerow([_cell(getattr(r, k)) for k in FIELDS])
 
 
-_INT = {"pp", "microbatches", "steps", "slack", "stage", "rehomes", "rehomed_bytes", "ring_sets", "storages",
-        "storage_bytes", "counted_bytes", "peak_live", "hidden", "seq_len", "rows_per_microbatch", "set_bytes"}
+_INT = {
+    "pp",
+    "microbatches",
+    "steps",
+    "slack",
+    "stage",
+    "rehomes",
+    "rehomed_bytes",
+    "ring_sets",
+    "storages",
+    "storage_bytes",
+    "counted_bytes",
+    "peak_live",
+    "hidden",
+    "seq_len",
+    "rows_per_microbatch",
+    "set_bytes",
+}
 _BOOL = {"release", "bitwise_equal"}
 
 
@@ -217,10 +294,14 @@ def _parse(key: str, text: str) -> Any:
         try:
             return int(text)
         except ValueError:
-            raise ValueError(f"tools.last_stage: column {key} found {text!r}; required a whole number or empty.") from None
+            raise ValueError(
+                f"tools.last_stage: column {key} found {text!r}; required a whole number or empty."
+            ) from None
     if key in _BOOL:
         if text not in ("True", "False"):
-            raise ValueError(f"tools.last_stage: column {key} found {text!r}; required True, False or empty.")
+            raise ValueError(
+                f"tools.last_stage: column {key} found {text!r}; required True, False or empty."
+            )
         return text == "True"
     return text
 
@@ -231,9 +312,13 @@ def read_csv(path: str | Path) -> list[Record]:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
     except FileNotFoundError:
-        raise ValueError(f"tools.last_stage: {path}: found no such file; required a CSV written by "
-                         "python -m tools.last_stage --csv PATH.") from None
+        raise ValueError(
+            f"tools.last_stage: {path}: found no such file; required a CSV written by "
+            "python -m tools.last_stage --csv PATH."
+        ) from None
     if rows and set(rows[0]) != set(FIELDS):
-        raise ValueError(f"tools.last_stage: {path}: columns found {sorted(rows[0])}; required {sorted(FIELDS)}. "
-                         "Fix: regenerate it with python -m tools.last_stage --csv ...")
+        raise ValueError(
+            f"tools.last_stage: {path}: columns found {sorted(rows[0])}; required {sorted(FIELDS)}. "
+            "Fix: regenerate it with python -m tools.last_stage --csv ..."
+        )
     return [Record(**{k: _parse(k, row[k]) for k in FIELDS}) for row in rows]

@@ -39,8 +39,12 @@ class DecoderBuilder:
         positive_int("ep", self.ep, "give the expert-parallel size, e.g. 1.")
         moe = self.config.moe
         if moe is not None and moe.experts % self.ep:
-            raise MemoryModelError("ep", found=f"{self.ep} for {moe.experts} experts", required="a divisor of the routed experts",
-                                   fix="choose an expert-parallel size that divides the experts.")
+            raise MemoryModelError(
+                "ep",
+                found=f"{self.ep} for {moe.experts} experts",
+                required="a divisor of the routed experts",
+                fix="choose an expert-parallel size that divides the experts.",
+            )
         if not isinstance(self.split, str):
             object.__setattr__(self, "split", tuple(self.split))
 
@@ -52,31 +56,61 @@ class DecoderBuilder:
         """The decoder, its split and its checkpointing, in one line."""
         split = self.split if isinstance(self.split, str) else ",".join(map(str, self.split))
         extra = f", ep {self.ep}" if self.ep > 1 else ""
-        return (f"{self.config.describe()}; {self.rows} x {self.seq_len} tokens per microbatch; {split} split; "
-                f"activation checkpointing {'full' if self.checkpointing else 'off'}{extra}")
+        return (
+            f"{self.config.describe()}; {self.rows} x {self.seq_len} tokens per microbatch; {split} split; "
+            f"activation checkpointing {'full' if self.checkpointing else 'off'}{extra}"
+        )
 
     def stage_inputs(self, stage: int, num_stages: int) -> tuple[torch.Tensor, ...]:
         """One microbatch's inputs to ``stage`` (meta tensors): token ids on stage 0, the hidden state elsewhere."""
         shape = (self.rows, self.seq_len)
         if self.plans(num_stages)[stage].embedding:
             return (torch.empty(shape, dtype=torch.long, device="meta"),)
-        return (torch.empty(*shape, self.config.hidden, dtype=getattr(torch, self.config.dtype), device="meta"),)
+        return (
+            torch.empty(
+                *shape, self.config.hidden, dtype=getattr(torch, self.config.dtype), device="meta"
+            ),
+        )
 
     def __call__(self, stage: int, num_stages: int) -> StageSpec:
         plan = self.plans(num_stages)[stage]
         cfg = self.config
-        module = DecoderStage(cfg, layers=plan.layers, embedding=plan.embedding, head=plan.head, seq_len=self.seq_len,
-                              checkpointing=self.checkpointing, ep=self.ep)
+        module = DecoderStage(
+            cfg,
+            layers=plan.layers,
+            embedding=plan.embedding,
+            head=plan.head,
+            seq_len=self.seq_len,
+            checkpointing=self.checkpointing,
+            ep=self.ep,
+        )
         shape = (self.rows, self.seq_len)
         inputs = self.stage_inputs(stage, num_stages)
         last = stage == num_stages - 1
-        return StageSpec(module=module, inputs=inputs, name=plan.describe(),
-                         target=torch.empty(shape, dtype=torch.long, device="meta") if last else None,
-                         loss_fn=cross_entropy if last else None)
+        return StageSpec(
+            module=module,
+            inputs=inputs,
+            name=plan.describe(),
+            target=torch.empty(shape, dtype=torch.long, device="meta") if last else None,
+            loss_fn=cross_entropy if last else None,
+        )
 
 
-def decoder_builder(config: DecoderConfig, *, rows: int, seq_len: int, checkpointing: bool = False,
-                    split: str | Sequence[int] = "automodel", ep: int = 1) -> DecoderBuilder:
+def decoder_builder(
+    config: DecoderConfig,
+    *,
+    rows: int,
+    seq_len: int,
+    checkpointing: bool = False,
+    split: str | Sequence[int] = "automodel",
+    ep: int = 1,
+) -> DecoderBuilder:
     """A :class:`DecoderBuilder`; see its fields."""
-    return DecoderBuilder(config=config, rows=rows, seq_len=seq_len, checkpointing=checkpointing,
-                          split=split if isinstance(split, str) else tuple(split), ep=ep)
+    return DecoderBuilder(
+        config=config,
+        rows=rows,
+        seq_len=seq_len,
+        checkpointing=checkpointing,
+        split=split if isinstance(split, str) else tuple(split),
+        ep=ep,
+    )

@@ -66,7 +66,11 @@ class MoeConfig:
 
     def is_moe(self, layer: int) -> bool:
         """Whether ``layer`` (0-based) has routed experts."""
-        return layer >= self.first_dense and (layer + 1) % self.every == 0 and layer not in self.dense_layers
+        return (
+            layer >= self.first_dense
+            and (layer + 1) % self.every == 0
+            and layer not in self.dense_layers
+        )
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -110,16 +114,29 @@ class DecoderConfig:
         for name in ("hidden", "layers", "heads", "kv_heads", "head_dim", "intermediate", "vocab"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise MemoryModelError(f"DecoderConfig.{name}", found=repr(value), required="an integer >= 1",
-                                       fix="give the model's dimension as a whole number.")
+                raise MemoryModelError(
+                    f"DecoderConfig.{name}",
+                    found=repr(value),
+                    required="an integer >= 1",
+                    fix="give the model's dimension as a whole number.",
+                )
         if self.heads % self.kv_heads:
-            raise MemoryModelError("DecoderConfig.kv_heads", found=f"{self.kv_heads} with {self.heads} heads",
-                                   required="a divisor of the attention heads (grouped-query attention)",
-                                   fix="check num_key_value_heads against num_attention_heads.")
-        dtype = DTYPE_ALIASES.get(str(self.dtype).removeprefix("torch."), str(self.dtype).removeprefix("torch."))
+            raise MemoryModelError(
+                "DecoderConfig.kv_heads",
+                found=f"{self.kv_heads} with {self.heads} heads",
+                required="a divisor of the attention heads (grouped-query attention)",
+                fix="check num_key_value_heads against num_attention_heads.",
+            )
+        dtype = DTYPE_ALIASES.get(
+            str(self.dtype).removeprefix("torch."), str(self.dtype).removeprefix("torch.")
+        )
         if dtype not in DTYPE_BYTES or not dtype.startswith(("float", "bfloat")):
-            raise MemoryModelError("DecoderConfig.dtype", found=repr(self.dtype), required="a floating dtype (bfloat16, float16, float32)",
-                                   fix="give torch_dtype as e.g. bfloat16.")
+            raise MemoryModelError(
+                "DecoderConfig.dtype",
+                found=repr(self.dtype),
+                required="a floating dtype (bfloat16, float16, float32)",
+                fix="give torch_dtype as e.g. bfloat16.",
+            )
         object.__setattr__(self, "dtype", dtype)
 
     def with_layers(self, layers: int) -> DecoderConfig:
@@ -128,8 +145,10 @@ class DecoderConfig:
 
     def describe(self) -> str:
         """One line: family, widths, MoE."""
-        text = (f"{self.family or 'decoder'}: hidden {self.hidden}, {self.layers} layers, {self.heads} heads "
-                f"({self.kv_heads} kv, head dim {self.head_dim}), FFN {self.intermediate}, vocab {self.vocab}, {self.dtype}")
+        text = (
+            f"{self.family or 'decoder'}: hidden {self.hidden}, {self.layers} layers, {self.heads} heads "
+            f"({self.kv_heads} kv, head dim {self.head_dim}), FFN {self.intermediate}, vocab {self.vocab}, {self.dtype}"
+        )
         if self.tie_embeddings:
             text += ", tied embeddings"
         if self.moe is not None:
@@ -147,7 +166,10 @@ _MISSING = object()
 
 def _get(cfg: dict, *keys: str, default: Any = _MISSING) -> tuple[str, Any]:
     for key in keys:
-        for scope in (cfg, cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None):
+        for scope in (
+            cfg,
+            cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None,
+        ):
             if scope is not None and key in scope and scope[key] is not None:
                 return key, scope[key]
     return keys[0], default
@@ -156,11 +178,19 @@ def _get(cfg: dict, *keys: str, default: Any = _MISSING) -> tuple[str, Any]:
 def _int(cfg: dict, *keys: str, meaning: str, example: int, default: Any = _MISSING) -> int:
     key, value = _get(cfg, *keys, default=default)
     if value is _MISSING:
-        raise MemoryModelError(f"config key {key!r}", found="nothing (missing)", required=f"{meaning}, an integer >= 1",
-                               fix=f"add \"{key}\": {example} to the config.json.")
+        raise MemoryModelError(
+            f"config key {key!r}",
+            found="nothing (missing)",
+            required=f"{meaning}, an integer >= 1",
+            fix=f'add "{key}": {example} to the config.json.',
+        )
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise MemoryModelError(f"config key {key!r}", found=f"{value!r} ({type(value).__name__})",
-                               required=f"{meaning}, a whole number", fix=f"write it as an integer, e.g. {example}.")
+        raise MemoryModelError(
+            f"config key {key!r}",
+            found=f"{value!r} ({type(value).__name__})",
+            required=f"{meaning}, a whole number",
+            fix=f"write it as an integer, e.g. {example}.",
+        )
     return value
 
 
@@ -177,48 +207,137 @@ def decoder_config(source: str | Path | dict, *, dtype: str | None = None) -> De
         try:
             cfg = json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
-            raise MemoryModelError("config.json", found=f"{str(path)!r} ({exc.strerror or exc})", required="a readable file",
-                                   fix="check the path.") from None
+            raise MemoryModelError(
+                "config.json",
+                found=f"{str(path)!r} ({exc.strerror or exc})",
+                required="a readable file",
+                fix="check the path.",
+            ) from None
         except json.JSONDecodeError as exc:
-            raise MemoryModelError("config.json", found=f"{str(path)!r}: not JSON at line {exc.lineno} ({exc.msg})",
-                                   required="a Hugging Face config.json", fix="fix the syntax at the position given.") from None
+            raise MemoryModelError(
+                "config.json",
+                found=f"{str(path)!r}: not JSON at line {exc.lineno} ({exc.msg})",
+                required="a Hugging Face config.json",
+                fix="fix the syntax at the position given.",
+            ) from None
         where = str(path)
         if not isinstance(cfg, dict):
-            raise MemoryModelError("config.json", found=f"{where} holds a {type(cfg).__name__}", required="a JSON object",
-                                   fix="give the model's config.json.")
+            raise MemoryModelError(
+                "config.json",
+                found=f"{where} holds a {type(cfg).__name__}",
+                required="a JSON object",
+                fix="give the model's config.json.",
+            )
     family = str(_get(cfg, "model_type", default="")[1] or "")
     hidden = _int(cfg, "hidden_size", "n_embd", "d_model", meaning="the hidden size", example=4096)
     heads = _int(cfg, "num_attention_heads", "n_head", meaning="attention heads", example=32)
     kv = _int(cfg, "num_key_value_heads", meaning="key/value heads", example=8, default=heads)
     if hidden % heads and _get(cfg, "head_dim", "v_head_dim", default=None)[1] is None:
-        raise MemoryModelError("config key 'head_dim'", found=f"nothing, and hidden {hidden} / {heads} heads = {hidden / heads:g}",
-                               required="a head width (head_dim or v_head_dim) when the heads do not divide the hidden size",
-                               fix="add \"head_dim\": 128 (the model's attention head width) to the config.json.")
-    head_dim = _int(cfg, "head_dim", "v_head_dim", meaning="the head width", example=128, default=hidden // heads)
+        raise MemoryModelError(
+            "config key 'head_dim'",
+            found=f"nothing, and hidden {hidden} / {heads} heads = {hidden / heads:g}",
+            required="a head width (head_dim or v_head_dim) when the heads do not divide the hidden size",
+            fix='add "head_dim": 128 (the model\'s attention head width) to the config.json.',
+        )
+    head_dim = _int(
+        cfg,
+        "head_dim",
+        "v_head_dim",
+        meaning="the head width",
+        example=128,
+        default=hidden // heads,
+    )
     layers = _int(cfg, "num_hidden_layers", "n_layer", meaning="decoder layers", example=32)
     inter = _int(cfg, "intermediate_size", "ffn_dim", meaning="the FFN width", example=14336)
     vocab = _int(cfg, "vocab_size", meaning="the vocabulary size", example=32000)
     tie = bool(_get(cfg, "tie_word_embeddings", default=False)[1])
-    qkv_bias = bool(_get(cfg, "attention_bias", default=False)[1]) or family in ("qwen2", "qwen2_moe")
-    experts = _int(cfg, "num_local_experts", "num_experts", "n_routed_experts", meaning="routed experts", example=8, default=0)
+    qkv_bias = bool(_get(cfg, "attention_bias", default=False)[1]) or family in (
+        "qwen2",
+        "qwen2_moe",
+    )
+    experts = _int(
+        cfg,
+        "num_local_experts",
+        "num_experts",
+        "n_routed_experts",
+        meaning="routed experts",
+        example=8,
+        default=0,
+    )
     moe = None
     if experts:
-        top_k = _int(cfg, "num_experts_per_tok", "num_experts_per_token", meaning="experts per token", example=2)
-        width = _int(cfg, "moe_intermediate_size", meaning="a routed expert's FFN width", example=inter, default=inter)
-        n_shared = _int(cfg, "n_shared_experts", "num_shared_experts", meaning="shared experts", example=1, default=0)
-        shared = _int(cfg, "shared_expert_intermediate_size", meaning="the shared expert's width", example=width,
-                      default=n_shared * width)
-        first = _int(cfg, "first_k_dense_replace", "first_k_dense", meaning="leading dense layers", example=1, default=0)
-        every = _int(cfg, "decoder_sparse_step", meaning="the MoE layer step", example=1, default=1) or 1
+        top_k = _int(
+            cfg,
+            "num_experts_per_tok",
+            "num_experts_per_token",
+            meaning="experts per token",
+            example=2,
+        )
+        width = _int(
+            cfg,
+            "moe_intermediate_size",
+            meaning="a routed expert's FFN width",
+            example=inter,
+            default=inter,
+        )
+        n_shared = _int(
+            cfg,
+            "n_shared_experts",
+            "num_shared_experts",
+            meaning="shared experts",
+            example=1,
+            default=0,
+        )
+        shared = _int(
+            cfg,
+            "shared_expert_intermediate_size",
+            meaning="the shared expert's width",
+            example=width,
+            default=n_shared * width,
+        )
+        first = _int(
+            cfg,
+            "first_k_dense_replace",
+            "first_k_dense",
+            meaning="leading dense layers",
+            example=1,
+            default=0,
+        )
+        every = (
+            _int(cfg, "decoder_sparse_step", meaning="the MoE layer step", example=1, default=1)
+            or 1
+        )
         dense = tuple(_get(cfg, "mlp_only_layers", default=())[1] or ())
-        moe = MoeConfig(experts=experts, top_k=top_k, intermediate=width, shared_intermediate=shared, first_dense=first,
-                        every=every, dense_layers=dense)
+        moe = MoeConfig(
+            experts=experts,
+            top_k=top_k,
+            intermediate=width,
+            shared_intermediate=shared,
+            first_dense=first,
+            every=every,
+            dense_layers=dense,
+        )
     file_dtype = _get(cfg, "torch_dtype", "dtype", default=None)[1]
-    ignored = tuple(f"{k} ({why})" for k, why in _IGNORED_KEYS.items() if _get(cfg, k, default=None)[1] not in (None, 0, False))
+    ignored = tuple(
+        f"{k} ({why})"
+        for k, why in _IGNORED_KEYS.items()
+        if _get(cfg, k, default=None)[1] not in (None, 0, False)
+    )
     return DecoderConfig(
-        hidden=hidden, layers=layers, heads=heads, kv_heads=kv, head_dim=head_dim, intermediate=inter, vocab=vocab,
-        tie_embeddings=tie, qkv_bias=qkv_bias, qk_norm=family in ("qwen3", "qwen3_moe"),
-        dtype=str(dtype or file_dtype or "bfloat16"), moe=moe, family=family, not_modelled=ignored, source=where,
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv,
+        head_dim=head_dim,
+        intermediate=inter,
+        vocab=vocab,
+        tie_embeddings=tie,
+        qkv_bias=qkv_bias,
+        qk_norm=family in ("qwen3", "qwen3_moe"),
+        dtype=str(dtype or file_dtype or "bfloat16"),
+        moe=moe,
+        family=family,
+        not_modelled=ignored,
+        source=where,
         rope_theta=float(_get(cfg, "rope_theta", default=10000.0)[1]),
     )
-

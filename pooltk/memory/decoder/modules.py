@@ -74,7 +74,10 @@ class RMSNorm(nn.Module):
 
 def _freqs_cis(head_dim: int, seq_len: int, theta: float) -> torch.Tensor:
     # theta ** (-2j / d), written without lifting a Python float into a tensor (a fake mode caches such constants)
-    freqs = torch.exp(torch.arange(0, head_dim, 2, dtype=torch.float32)[: head_dim // 2] * (-math.log(theta) / head_dim))
+    freqs = torch.exp(
+        torch.arange(0, head_dim, 2, dtype=torch.float32)[: head_dim // 2]
+        * (-math.log(theta) / head_dim)
+    )
     angles = torch.outer(torch.arange(seq_len, dtype=torch.float32), freqs)
     return torch.polar(torch.ones_like(angles), angles)  # complex64, (seq, head_dim / 2)
 
@@ -112,7 +115,9 @@ class Attention(nn.Module):
         q, k = _rotary(self.q_norm(q), freqs), _rotary(self.k_norm(k), freqs)
         rep = self.heads // self.kv_heads
         k, v = _repeat_kv(k, rep), _repeat_kv(v, rep)
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+        )
         return self.wo(out.transpose(1, 2).contiguous().view(b, s, -1))
 
 
@@ -140,7 +145,9 @@ class MoE(nn.Module):
         self.w1 = nn.Parameter(torch.empty(self.local, hidden, moe.intermediate, dtype=dtype))
         self.w2 = nn.Parameter(torch.empty(self.local, moe.intermediate, hidden, dtype=dtype))
         self.w3 = nn.Parameter(torch.empty(self.local, hidden, moe.intermediate, dtype=dtype))
-        self.shared = FeedForward(hidden, moe.shared_intermediate, dtype) if moe.shared_intermediate else None
+        self.shared = (
+            FeedForward(hidden, moe.shared_intermediate, dtype) if moe.shared_intermediate else None
+        )
         for w in (self.w1, self.w2, self.w3):
             nn.init.normal_(w, std=0.02)
 
@@ -174,7 +181,11 @@ class Layer(nn.Module):
         self.attention = Attention(cfg, dtype)
         self.ffn_norm = RMSNorm(cfg.hidden, dtype=dtype)
         moe = cfg.moe is not None and cfg.moe.is_moe(index)
-        self.feed_forward = MoE(cfg.hidden, cfg.moe, ep, dtype) if moe else FeedForward(cfg.hidden, cfg.intermediate, dtype)  # type: ignore[arg-type]
+        self.feed_forward = (
+            MoE(cfg.hidden, cfg.moe, ep, dtype)
+            if moe
+            else FeedForward(cfg.hidden, cfg.intermediate, dtype)
+        )  # type: ignore[arg-type]
 
     def forward(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), freqs)
@@ -184,16 +195,29 @@ class Layer(nn.Module):
 class DecoderStage(nn.Module):
     """The part of the decoder one pipeline stage holds: maybe the embedding, some layers, maybe the head."""
 
-    def __init__(self, cfg: DecoderConfig, *, layers: range, embedding: bool, head: bool, seq_len: int,
-                 checkpointing: bool, ep: int = 1) -> None:
+    def __init__(
+        self,
+        cfg: DecoderConfig,
+        *,
+        layers: range,
+        embedding: bool,
+        head: bool,
+        seq_len: int,
+        checkpointing: bool,
+        ep: int = 1,
+    ) -> None:
         super().__init__()
         dtype = _dtype(cfg.dtype)
         self.checkpointing = checkpointing
-        self.tok_embeddings = nn.Embedding(cfg.vocab, cfg.hidden, dtype=dtype) if embedding else None
+        self.tok_embeddings = (
+            nn.Embedding(cfg.vocab, cfg.hidden, dtype=dtype) if embedding else None
+        )
         self.layers = nn.ModuleDict({str(i): Layer(cfg, i, ep, dtype) for i in layers})
         self.norm = RMSNorm(cfg.hidden, dtype=dtype) if head else None
         self.output = nn.Linear(cfg.hidden, cfg.vocab, bias=False, dtype=dtype) if head else None
-        self.register_buffer("freqs_cis", _freqs_cis(cfg.head_dim, seq_len, cfg.rope_theta), persistent=True)
+        self.register_buffer(
+            "freqs_cis", _freqs_cis(cfg.head_dim, seq_len, cfg.rope_theta), persistent=True
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.tok_embeddings(x) if self.tok_embeddings is not None else x

@@ -46,13 +46,19 @@ class StagePlan:
         """e.g. ``embedding + layers 0-9``."""
         parts = ["embedding"] if self.embedding else []
         if len(self.layers):
-            parts.append(f"layers {self.layers.start}-{self.layers.stop - 1}" if len(self.layers) > 1 else f"layer {self.layers.start}")
+            parts.append(
+                f"layers {self.layers.start}-{self.layers.stop - 1}"
+                if len(self.layers) > 1
+                else f"layer {self.layers.start}"
+            )
         if self.head:
             parts.append("norm + head")
         return " + ".join(parts) or "nothing"
 
 
-def torchtitan_split(num_layers: int, num_stages: int, input_weight: int = 1, output_weight: int = 1) -> tuple[int, ...]:
+def torchtitan_split(
+    num_layers: int, num_stages: int, input_weight: int = 1, output_weight: int = 1
+) -> tuple[int, ...]:
     """Decoder layers per stage as torchtitan deals them out. See [Note: stage splits]."""
     layers = positive_int("num_layers", num_layers, "give the model's layer count.")
     stages = positive_int("num_stages", num_stages, "give the pipeline's stage count.")
@@ -61,30 +67,50 @@ def torchtitan_split(num_layers: int, num_stages: int, input_weight: int = 1, ou
     effective = layers + input_weight + output_weight
     each, extra = divmod(effective, stages)
     if each < max(1, input_weight, output_weight):
-        raise MemoryModelError("stage split", found=f"{layers} layers (+{input_weight} embedding, +{output_weight} head) over {stages} stages",
-                               required="at least one layer per stage and no more weight than a stage's share",
-                               fix="use fewer stages, or the automodel split.")
+        raise MemoryModelError(
+            "stage split",
+            found=f"{layers} layers (+{input_weight} embedding, +{output_weight} head) over {stages} stages",
+            required="at least one layer per stage and no more weight than a stage's share",
+            fix="use fewer stages, or the automodel split.",
+        )
     shares = [each + (i < extra) for i in range(stages)]
     shares[0] -= input_weight
     shares[-1] -= output_weight
     return tuple(shares)
 
 
-def stage_plans(num_layers: int, num_stages: int, split: str | Sequence[int] = "automodel") -> tuple[StagePlan, ...]:
+def stage_plans(
+    num_layers: int, num_stages: int, split: str | Sequence[int] = "automodel"
+) -> tuple[StagePlan, ...]:
     """One :class:`StagePlan` per stage. See [Note: stage splits]."""
     if isinstance(split, str):
         if split not in SPLITS:
-            raise MemoryModelError("split", found=repr(split), required=f"one of {', '.join(SPLITS)} or layers per stage",
-                                   fix="use 'automodel' (default) or 'torchtitan'.")
-        counts = layer_split(num_layers, num_stages) if split == "automodel" else torchtitan_split(num_layers, num_stages)
+            raise MemoryModelError(
+                "split",
+                found=repr(split),
+                required=f"one of {', '.join(SPLITS)} or layers per stage",
+                fix="use 'automodel' (default) or 'torchtitan'.",
+            )
+        counts = (
+            layer_split(num_layers, num_stages)
+            if split == "automodel"
+            else torchtitan_split(num_layers, num_stages)
+        )
     else:
         counts = tuple(split)
         if len(counts) != num_stages or sum(counts) != num_layers or any(c < 0 for c in counts):
-            raise MemoryModelError("split", found=f"{counts} ({sum(counts)} layers over {len(counts)} stages)",
-                                   required=f"{num_stages} non-negative counts summing to {num_layers}",
-                                   fix="give one layer count per stage, or a named split.")
+            raise MemoryModelError(
+                "split",
+                found=f"{counts} ({sum(counts)} layers over {len(counts)} stages)",
+                required=f"{num_stages} non-negative counts summing to {num_layers}",
+                fix="give one layer count per stage, or a named split.",
+            )
     plans, start = [], 0
     for i, c in enumerate(counts):
-        plans.append(StagePlan(stage=i, layers=range(start, start + c), embedding=i == 0, head=i == num_stages - 1))
+        plans.append(
+            StagePlan(
+                stage=i, layers=range(start, start + c), embedding=i == 0, head=i == num_stages - 1
+            )
+        )
         start += c
     return tuple(plans)

@@ -60,7 +60,12 @@ VARIANT_TITLES: dict[str, str] = {
 }
 """One label per replayed variant, for tables and legends."""
 
-_MODEL_VARIANT = {"stock": "stock", "stock_lazy": "stock_lazy", "pooled": "pooled", "live_set": "pooled"}
+_MODEL_VARIANT = {
+    "stock": "stock",
+    "stock_lazy": "stock_lazy",
+    "pooled": "pooled",
+    "live_set": "pooled",
+}
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -107,9 +112,12 @@ class MemoryEstimate:
         for r in self.replays:
             if r.rank == rank and r.variant == variant:
                 return r
-        raise MemoryModelError("replay", found=f"rank {rank!r}, variant {variant!r}",
-                               required=f"a replayed rank ({self.ranks}) and variant ({', '.join(self.variants)})",
-                               fix="ask for a rank and variant the estimate ran.")
+        raise MemoryModelError(
+            "replay",
+            found=f"rank {rank!r}, variant {variant!r}",
+            required=f"a replayed rank ({self.ranks}) and variant ({', '.join(self.variants)})",
+            fix="ask for a rank and variant the estimate ran.",
+        )
 
     def worst(self, variant: str) -> RankReplay:
         """The rank with the highest peak under ``variant``."""
@@ -131,10 +139,17 @@ class MemoryEstimate:
         scale = _scale(unit)
         rows = []
         for r in self.replays:
-            row: dict[str, Any] = {"rank": r.rank, "stages": ",".join(map(str, r.stages)), "variant": r.variant,
-                                   f"peak_{unit}": r.peak.bytes / scale, "peak_bytes": r.peak.bytes,
-                                   "where": r.peak.describe(), "phase": r.peak.phase, "microbatch": r.peak.microbatch,
-                                   "wall_s": r.wall_s}
+            row: dict[str, Any] = {
+                "rank": r.rank,
+                "stages": ",".join(map(str, r.stages)),
+                "variant": r.variant,
+                f"peak_{unit}": r.peak.bytes / scale,
+                "peak_bytes": r.peak.bytes,
+                "where": r.peak.describe(),
+                "phase": r.peak.phase,
+                "microbatch": r.peak.microbatch,
+                "wall_s": r.wall_s,
+            }
             row.update({f"{c}_{unit}": r.at_peak[c] / scale for c in CATEGORIES})
             rows.append(row)
         return pd.DataFrame.from_records(rows)
@@ -145,11 +160,20 @@ class MemoryEstimate:
         import pandas as pd
 
         scale = _scale(unit)
-        return pd.DataFrame.from_records([
-            {"rank": r.rank, "stages": ",".join(map(str, r.stages)), "variant": r.variant, "category": c,
-             "bytes": r.at_peak[c], unit: r.at_peak[c] / scale}
-            for r in self.replays for c in CATEGORIES
-        ])
+        return pd.DataFrame.from_records(
+            [
+                {
+                    "rank": r.rank,
+                    "stages": ",".join(map(str, r.stages)),
+                    "variant": r.variant,
+                    "category": c,
+                    "bytes": r.at_peak[c],
+                    unit: r.at_peak[c] / scale,
+                }
+                for r in self.replays
+                for c in CATEGORIES
+            ]
+        )
 
     def timeline_frame(self, unit: str = "gib") -> pd.DataFrame:
         """Tidy: ``rank``, ``variant``, ``step``, ``action`` (``forward``/``backward``/``optimizer``/``step_end``),
@@ -157,11 +181,24 @@ class MemoryEstimate:
         import pandas as pd
 
         scale = _scale(unit)
-        return pd.DataFrame.from_records([
-            {"rank": r.rank, "variant": r.variant, "step": p.step, "action": p.phase, "stage": p.stage,
-             "microbatch": p.microbatch, "position": p.position, "category": c, unit: p.by_category[c] / scale}
-            for r in self.replays for p in r.timeline for c in CATEGORIES
-        ])
+        return pd.DataFrame.from_records(
+            [
+                {
+                    "rank": r.rank,
+                    "variant": r.variant,
+                    "step": p.step,
+                    "action": p.phase,
+                    "stage": p.stage,
+                    "microbatch": p.microbatch,
+                    "position": p.position,
+                    "category": c,
+                    unit: p.by_category[c] / scale,
+                }
+                for r in self.replays
+                for p in r.timeline
+                for c in CATEGORIES
+            ]
+        )
 
     def receive_frame(self) -> pd.DataFrame:
         """One row per (rank, variant): the replay's receive-buffer maximum beside the analytic model's bytes.
@@ -172,27 +209,53 @@ class MemoryEstimate:
         """
         import pandas as pd
 
-        return pd.DataFrame.from_records([
-            {"rank": r.rank, "variant": r.variant, "replayed_bytes": r.category_max["recv_buffers"],
-             "modelled_bytes": self.modelled_receive_bytes(r.rank, r.variant),
-             "difference_bytes": r.category_max["recv_buffers"] - self.modelled_receive_bytes(r.rank, r.variant)}
-            for r in self.replays
-        ])
+        return pd.DataFrame.from_records(
+            [
+                {
+                    "rank": r.rank,
+                    "variant": r.variant,
+                    "replayed_bytes": r.category_max["recv_buffers"],
+                    "modelled_bytes": self.modelled_receive_bytes(r.rank, r.variant),
+                    "difference_bytes": r.category_max["recv_buffers"]
+                    - self.modelled_receive_bytes(r.rank, r.variant),
+                }
+                for r in self.replays
+            ]
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict: inputs, every replay's peak and categories, the receive check."""
         return {
-            "shape": dataclasses.asdict(self.shape), "config": self.config.to_dict(),
-            "training": dataclasses.asdict(self.training), "model": self.model, "fake": self.fake,
-            "stage_names": list(self.stage_names), "notes": list(self.notes), "not_modelled": list(self.not_modelled),
+            "shape": dataclasses.asdict(self.shape),
+            "config": self.config.to_dict(),
+            "training": dataclasses.asdict(self.training),
+            "model": self.model,
+            "fake": self.fake,
+            "stage_names": list(self.stage_names),
+            "notes": list(self.notes),
+            "not_modelled": list(self.not_modelled),
             "categories": {c: CATEGORY_LABELS[c] for c in CATEGORIES},
             "replays": [
-                {"rank": r.rank, "stages": list(r.stages), "variant": r.variant, "peak_bytes": r.peak.bytes,
-                 "peak": {"step": r.peak.step, "phase": r.peak.phase, "stage": r.peak.stage,
-                          "microbatch": r.peak.microbatch, "op": r.peak.op, "where": r.peak.describe()},
-                 "at_peak_bytes": dict(r.at_peak), "category_max_bytes": dict(r.category_max),
-                 "between_steps_bytes": dict(r.between_steps), "wall_s": r.wall_s, "storages": r.storages,
-                 "modelled_receive_bytes": self.modelled_receive_bytes(r.rank, r.variant)}
+                {
+                    "rank": r.rank,
+                    "stages": list(r.stages),
+                    "variant": r.variant,
+                    "peak_bytes": r.peak.bytes,
+                    "peak": {
+                        "step": r.peak.step,
+                        "phase": r.peak.phase,
+                        "stage": r.peak.stage,
+                        "microbatch": r.peak.microbatch,
+                        "op": r.peak.op,
+                        "where": r.peak.describe(),
+                    },
+                    "at_peak_bytes": dict(r.at_peak),
+                    "category_max_bytes": dict(r.category_max),
+                    "between_steps_bytes": dict(r.between_steps),
+                    "wall_s": r.wall_s,
+                    "storages": r.storages,
+                    "modelled_receive_bytes": self.modelled_receive_bytes(r.rank, r.variant),
+                }
                 for r in self.replays
             ],
         }
@@ -205,11 +268,21 @@ def _scale(unit: str) -> int:
 
 def _replay_task(args: tuple[Any, ...]) -> RankReplay:
     builder, shape, rank, variant, config, training, fake = args
-    return replay_rank(builder, shape, rank, variant=variant, config=config, training=training, fake=fake)
+    return replay_rank(
+        builder, shape, rank, variant=variant, config=config, training=training, fake=fake
+    )
 
 
-def _in_processes(builder: StageBuilder, shape: PipelineShape, tasks: list[tuple[int, str]], config: PoolConfig,
-                  training: Training, fake: bool, jobs: int, progress: Callable[[RankReplay], None] | None) -> list[RankReplay]:
+def _in_processes(
+    builder: StageBuilder,
+    shape: PipelineShape,
+    tasks: list[tuple[int, str]],
+    config: PoolConfig,
+    training: Training,
+    fake: bool,
+    jobs: int,
+    progress: Callable[[RankReplay], None] | None,
+) -> list[RankReplay]:
     """Each (rank, variant) replayed in a fresh ``spawn`` process, ``jobs`` at once; results in ``tasks`` order."""
     import multiprocessing
     import pickle
@@ -218,12 +291,20 @@ def _in_processes(builder: StageBuilder, shape: PipelineShape, tasks: list[tuple
     try:
         pickle.dumps(builder)
     except Exception as exc:  # noqa: BLE001 - any pickling failure means: it cannot cross to a worker
-        raise MemoryModelError("jobs", found=f"a builder that does not pickle ({type(exc).__name__}: {exc})",
-                               required="a module-level function or a DecoderBuilder for jobs > 1",
-                               fix="define the builder at module level, or use jobs=1.") from None
+        raise MemoryModelError(
+            "jobs",
+            found=f"a builder that does not pickle ({type(exc).__name__}: {exc})",
+            required="a module-level function or a DecoderBuilder for jobs > 1",
+            fix="define the builder at module level, or use jobs=1.",
+        ) from None
     out: dict[tuple[int, str], RankReplay] = {}
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_replay_task, (builder, shape, r, v, config, training, fake)): (r, v) for r, v in tasks}
+    with ProcessPoolExecutor(
+        max_workers=jobs, mp_context=multiprocessing.get_context("spawn")
+    ) as pool:
+        futures = {
+            pool.submit(_replay_task, (builder, shape, r, v, config, training, fake)): (r, v)
+            for r, v in tasks
+        }
         for fut in as_completed(futures):
             done = fut.result()
             out[futures[fut]] = done
@@ -232,7 +313,9 @@ def _in_processes(builder: StageBuilder, shape: PipelineShape, tasks: list[tuple
     return [out[t] for t in tasks]
 
 
-def _boundaries(builder: StageBuilder, shape: PipelineShape, known: Mapping[int, tuple[Any, ...]]) -> list[Boundary]:
+def _boundaries(
+    builder: StageBuilder, shape: PipelineShape, known: Mapping[int, tuple[Any, ...]]
+) -> list[Boundary]:
     """Boundary ``b`` carries what stage ``b + 1`` takes as input: from the replays, or asked of the builder."""
     n = shape.num_stages
     inputs = dict(known)
@@ -241,23 +324,35 @@ def _boundaries(builder: StageBuilder, shape: PipelineShape, known: Mapping[int,
         inputs.update(_declared_inputs(builder, missing, n))
     out = []
     for s in range(1, n):
-        specs = tuple(TensorSpec(shape=sh, dtype=dt, name=f"stage {s} input {j}") for j, (sh, dt) in enumerate(inputs[s]))
+        specs = tuple(
+            TensorSpec(shape=sh, dtype=dt, name=f"stage {s} input {j}")
+            for j, (sh, dt) in enumerate(inputs[s])
+        )
         grads = tuple(t for t in specs if t.dtype.startswith(("float", "bfloat")))
-        out.append(Boundary(activations=specs, grads=grads if grads and len(grads) != len(specs) else None))
+        out.append(
+            Boundary(activations=specs, grads=grads if grads and len(grads) != len(specs) else None)
+        )
     return out
 
 
-def _declared_inputs(builder: StageBuilder, stages: Sequence[int], n: int) -> dict[int, tuple[Any, ...]]:
+def _declared_inputs(
+    builder: StageBuilder, stages: Sequence[int], n: int
+) -> dict[int, tuple[Any, ...]]:
     declared = getattr(builder, "stage_inputs", None)
     if callable(declared):
-        return {s: tuple((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in declared(s, n)) for s in stages}
+        return {
+            s: tuple((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in declared(s, n))
+            for s in stages
+        }
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     out = {}
     with FakeTensorMode(allow_non_fake_inputs=True):
         for s in stages:
             spec = builder(s, n)
-            out[s] = tuple((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in spec.inputs)
+            out[s] = tuple(
+                (tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in spec.inputs
+            )
             del spec
     return out
 
@@ -284,39 +379,67 @@ def estimate_memory(
     the result is the same, in the same order.
     """
     if not isinstance(shape, PipelineShape):
-        raise MemoryModelError("shape", found=type(shape).__name__, required="a PipelineShape",
-                               fix="build PipelineShape(pp=..., n_microbatches=..., schedule=...).")
+        raise MemoryModelError(
+            "shape",
+            found=type(shape).__name__,
+            required="a PipelineShape",
+            fix="build PipelineShape(pp=..., n_microbatches=..., schedule=...).",
+        )
     config = config or PoolConfig()
     training = training or Training()
     wanted = list(dict.fromkeys(variants))
     bad = [v for v in wanted if v not in REPLAY_VARIANTS]
     if bad or not wanted:
-        raise MemoryModelError("variants", found=repr(bad or wanted), required=f"some of {', '.join(REPLAY_VARIANTS)}",
-                               fix="e.g. variants=('stock', 'pooled').")
+        raise MemoryModelError(
+            "variants",
+            found=repr(bad or wanted),
+            required=f"some of {', '.join(REPLAY_VARIANTS)}",
+            fix="e.g. variants=('stock', 'pooled').",
+        )
     notes: list[str] = []
     if not shape.poolable and any(v in ("pooled", "live_set") for v in wanted):
         wanted = [v for v in wanted if v not in ("pooled", "live_set")]
-        notes.append(f"no pooled or live-set replay: {shape.schedule_name} keeps every forward buffer live until the "
-                     "backwards start, so pooltk leaves it stock")
+        notes.append(
+            f"no pooled or live-set replay: {shape.schedule_name} keeps every forward buffer live until the "
+            "backwards start, so pooltk leaves it stock"
+        )
         if not wanted:
-            raise MemoryModelError("variants", found="only pooled variants", required=f"stock or stock_lazy under {shape.schedule_name}",
-                                   fix="add 'stock' to the variants.")
+            raise MemoryModelError(
+                "variants",
+                found="only pooled variants",
+                required=f"stock or stock_lazy under {shape.schedule_name}",
+                fix="add 'stock' to the variants.",
+            )
     chosen = list(range(shape.pp)) if ranks is None else list(dict.fromkeys(ranks))
     for r in chosen:
         if not (isinstance(r, int) and 0 <= r < shape.pp):
-            raise MemoryModelError("ranks", found=repr(r), required=f"ranks in 0..{shape.pp - 1}", fix="pick existing ranks.")
-    jobs_n = check_int("jobs", jobs, low=1, fix="give how many processes replay at once, e.g. 4 (1: this process).",
-                       error=MemoryModelError)
+            raise MemoryModelError(
+                "ranks",
+                found=repr(r),
+                required=f"ranks in 0..{shape.pp - 1}",
+                fix="pick existing ranks.",
+            )
+    jobs_n = check_int(
+        "jobs",
+        jobs,
+        low=1,
+        fix="give how many processes replay at once, e.g. 4 (1: this process).",
+        error=MemoryModelError,
+    )
     tasks = [(r, v) for r in chosen for v in wanted]
     replays: list[RankReplay] = []
     if jobs_n == 1 or len(tasks) == 1:
         for r, v in tasks:
-            done = replay_rank(builder, shape, r, variant=v, config=config, training=training, fake=fake)
+            done = replay_rank(
+                builder, shape, r, variant=v, config=config, training=training, fake=fake
+            )
             replays.append(done)
             if progress is not None:
                 progress(done)
     else:
-        replays = _in_processes(builder, shape, tasks, config, training, fake, min(jobs_n, len(tasks)), progress)
+        replays = _in_processes(
+            builder, shape, tasks, config, training, fake, min(jobs_n, len(tasks)), progress
+        )
     known: dict[int, tuple[Any, ...]] = {}
     names = [""] * shape.num_stages
     for rep in replays:
@@ -326,9 +449,18 @@ def estimate_memory(
     receive = model_memory(shape, bounds, config, unpoolable="stock")
     live_cfg = dataclasses.replace(config, slack=0, grad_slack=0)
     described = getattr(builder, "describe", None)
-    label = model or (described() if callable(described) else getattr(builder, "__name__", type(builder).__name__))
-    return MemoryEstimate(shape=shape, config=config, training=training, model=label,
-                          stage_names=tuple(names), replays=tuple(replays), receive=receive,
-                          receive_live=model_memory(shape, bounds, live_cfg, unpoolable="stock"), fake=fake,
-                          notes=tuple(notes))
-
+    label = model or (
+        described() if callable(described) else getattr(builder, "__name__", type(builder).__name__)
+    )
+    return MemoryEstimate(
+        shape=shape,
+        config=config,
+        training=training,
+        model=label,
+        stage_names=tuple(names),
+        replays=tuple(replays),
+        receive=receive,
+        receive_live=model_memory(shape, bounds, live_cfg, unpoolable="stock"),
+        fake=fake,
+        notes=tuple(notes),
+    )

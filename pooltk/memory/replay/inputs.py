@@ -30,7 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from pooltk.config import PoolConfig
-from pooltk.memory.configs import ConfigKeyError, Overrides, load_automodel_config, pipeline_from_overrides
+from pooltk.memory.configs import (
+    ConfigKeyError,
+    Overrides,
+    load_automodel_config,
+    pipeline_from_overrides,
+)
 from pooltk.memory.decoder.builder import decoder_builder
 from pooltk.memory.decoder.config import DecoderConfig, decoder_config
 from pooltk.memory.errors import MemoryModelError
@@ -60,18 +65,33 @@ class EstimateInputs:
 def _with_vpp(shape: PipelineShape, vpp: int | None) -> PipelineShape:
     if vpp is None:
         return shape
-    return PipelineShape(pp=shape.pp, n_microbatches=shape.n_microbatches, schedule=shape.schedule, stages_per_rank=vpp,
-                         global_batch=shape.global_batch, micro_batch=shape.micro_batch, dp=shape.dp)
+    return PipelineShape(
+        pp=shape.pp,
+        n_microbatches=shape.n_microbatches,
+        schedule=shape.schedule,
+        stages_per_rank=vpp,
+        global_batch=shape.global_batch,
+        micro_batch=shape.micro_batch,
+        dp=shape.dp,
+    )
 
 
-def _model_from_json(model_config: str | Path | None, *, dtype: str | None, why: str) -> DecoderConfig:
+def _model_from_json(
+    model_config: str | Path | None, *, dtype: str | None, why: str
+) -> DecoderConfig:
     if model_config is None:
-        raise MemoryModelError("model", found=f"no model dimensions ({why})", required="a Hugging Face config.json of the model",
-                               fix="give --model-config PATH/config.json (the model's config.json).")
+        raise MemoryModelError(
+            "model",
+            found=f"no model dimensions ({why})",
+            required="a Hugging Face config.json of the model",
+            fix="give --model-config PATH/config.json (the model's config.json).",
+        )
     return decoder_config(model_config, dtype=dtype)
 
 
-def _automodel_model(cfg: dict, model_config: str | Path | None, dtype: str | None) -> tuple[DecoderConfig, str]:
+def _automodel_model(
+    cfg: dict, model_config: str | Path | None, dtype: str | None
+) -> tuple[DecoderConfig, str]:
     if model_config is not None:
         return decoder_config(model_config, dtype=dtype), f"model: {model_config}"
     section = (cfg.get("model") or {}).get("config") or {}
@@ -80,10 +100,17 @@ def _automodel_model(cfg: dict, model_config: str | Path | None, dtype: str | No
     known = known_model_config(target) if target else None
     merged = known.with_args(args) if known is not None else args
     if "hidden_size" not in merged or "num_hidden_layers" not in merged:
-        raise MemoryModelError("model", found=f"model.config of the YAML ({target or 'no _target_'}): not enough dimensions",
-                               required="hidden_size, num_hidden_layers, heads, FFN width and vocabulary, or a class pooltk knows",
-                               fix="give --model-config PATH/config.json (the model's config.json).")
-    where = f"model: {target} defaults from pooltk's table ({known.source})" if known is not None else "model: model.config keys"
+        raise MemoryModelError(
+            "model",
+            found=f"model.config of the YAML ({target or 'no _target_'}): not enough dimensions",
+            required="hidden_size, num_hidden_layers, heads, FFN width and vocabulary, or a class pooltk knows",
+            fix="give --model-config PATH/config.json (the model's config.json).",
+        )
+    where = (
+        f"model: {target} defaults from pooltk's table ({known.source})"
+        if known is not None
+        else "model: model.config keys"
+    )
     return decoder_config(merged, dtype=dtype), where
 
 
@@ -96,46 +123,72 @@ def _lookup(cfg: dict, dotted: str) -> Any:
     return node
 
 
-def _torchtitan(path: Path, o: Overrides, model_config: str | Path | None, dtype: str | None,
-                checkpointing: bool | None) -> tuple[PipelineShape, int, int, DecoderConfig, bool, int, list[str]]:
+def _torchtitan(
+    path: Path,
+    o: Overrides,
+    model_config: str | Path | None,
+    dtype: str | None,
+    checkpointing: bool | None,
+) -> tuple[PipelineShape, int, int, DecoderConfig, bool, int, list[str]]:
     try:
         cfg = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise MemoryModelError("config file", found=f"{str(path)!r} ({exc.strerror or exc})", required="a readable TOML file",
-                               fix="check the path.") from None
+        raise MemoryModelError(
+            "config file",
+            found=f"{str(path)!r} ({exc.strerror or exc})",
+            required="a readable TOML file",
+            fix="check the path.",
+        ) from None
     except tomllib.TOMLDecodeError as exc:
-        raise MemoryModelError("config file", found=f"{str(path)!r}: not valid TOML ({exc})", required="a torchtitan job config",
-                               fix="fix the syntax at the position given.") from None
+        raise MemoryModelError(
+            "config file",
+            found=f"{str(path)!r}: not valid TOML ({exc})",
+            required="a torchtitan job config",
+            fix="fix the syntax at the position given.",
+        ) from None
     par, train = cfg.get("parallelism") or {}, cfg.get("training") or {}
 
     def need(table: dict, key: str, section: str, flag: int | None, example: int) -> int:
         value = flag if flag is not None else table.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigKeyError(f"{section}.{key}", found=repr(value), required="an integer >= 1",
-                                 fix=f"write `{key} = {example}` under [{section}].")
+            raise ConfigKeyError(
+                f"{section}.{key}",
+                found=repr(value),
+                required="an integer >= 1",
+                fix=f"write `{key} = {example}` under [{section}].",
+            )
         return value
 
     pp = need(par, "pipeline_parallel_degree", "parallelism", o.pp, 8)
-    rows = need(par, "pipeline_parallel_microbatch_size", "parallelism", o.micro_batch, 1) if (
-        o.micro_batch or "pipeline_parallel_microbatch_size" in par) else 1
+    rows = (
+        need(par, "pipeline_parallel_microbatch_size", "parallelism", o.micro_batch, 1)
+        if (o.micro_batch or "pipeline_parallel_microbatch_size" in par)
+        else 1
+    )
     seq = need(train, "seq_len", "training", o.seq_len, 4096)
     if o.microbatches is not None:
         m = o.microbatches
     else:
         local = need(train, "local_batch_size", "training", None, 8)
         if local % rows:
-            raise ConfigKeyError("training.local_batch_size", found=f"{local}, not a multiple of the microbatch size {rows}",
-                                 required="local_batch_size = microbatches x pipeline_parallel_microbatch_size",
-                                 fix="make the local batch a multiple of the microbatch size.")
+            raise ConfigKeyError(
+                "training.local_batch_size",
+                found=f"{local}, not a multiple of the microbatch size {rows}",
+                required="local_batch_size = microbatches x pipeline_parallel_microbatch_size",
+                fix="make the local batch a multiple of the microbatch size.",
+            )
         m = local // rows
     schedule = o.schedule or par.get("pipeline_parallel_schedule") or "1F1B"
     shape = PipelineShape(pp=pp, n_microbatches=m, schedule=str(schedule))
     mode = str((cfg.get("activation_checkpoint") or {}).get("mode", "none")).lower()
     if checkpointing is None:
         if mode == "selective":
-            raise ConfigKeyError("activation_checkpoint.mode", found="'selective'",
-                                 required="'full' or 'none' (selective checkpointing is not modelled)",
-                                 fix="pass --checkpointing full or --checkpointing none to say which to estimate.")
+            raise ConfigKeyError(
+                "activation_checkpoint.mode",
+                found="'selective'",
+                required="'full' or 'none' (selective checkpointing is not modelled)",
+                fix="pass --checkpointing full or --checkpointing none to say which to estimate.",
+            )
         checkpointing = mode == "full"
     ep = int(par.get("expert_parallel_degree", 1) or 1)
     sources = [str(path)]
@@ -146,8 +199,11 @@ def _torchtitan(path: Path, o: Overrides, model_config: str | Path | None, dtype
             if candidate is not None and candidate.is_file():
                 model_config = candidate
                 break
-    model = _model_from_json(model_config, dtype=dtype or train.get("mixed_precision_param"),
-                             why="torchtitan names its model by flavor; the dimensions are in the hf_assets_path's config.json")
+    model = _model_from_json(
+        model_config,
+        dtype=dtype or train.get("mixed_precision_param"),
+        why="torchtitan names its model by flavor; the dimensions are in the hf_assets_path's config.json",
+    )
     sources.append(f"model: {model_config}")
     return shape, rows, seq, model, checkpointing, ep, sources
 
@@ -167,47 +223,85 @@ def estimate_inputs(
     """The :class:`EstimateInputs` a config file (or a builder) and the overrides describe. See [Note: estimate inputs]."""
     o = overrides or Overrides()
     if (source is None) == (builder is None) and not (source is None and model_config is not None):
-        raise MemoryModelError("estimate source", found="both a config file and a builder" if source else "neither",
-                               required="exactly one of a config file (config.json, Automodel YAML, torchtitan TOML) "
-                               "or a stage builder (package.module:function)",
-                               fix="e.g. --config config.json --pp 8 --microbatches 32 --seq-len 4096, or --builder pkg.mod:build --pp 4 --microbatches 8.")
+        raise MemoryModelError(
+            "estimate source",
+            found="both a config file and a builder" if source else "neither",
+            required="exactly one of a config file (config.json, Automodel YAML, torchtitan TOML) "
+            "or a stage builder (package.module:function)",
+            fix="e.g. --config config.json --pp 8 --microbatches 32 --seq-len 4096, or --builder pkg.mod:build --pp 4 --microbatches 8.",
+        )
     if builder is not None:
         fn = load_builder(builder) if isinstance(builder, str) else builder
         if o.microbatches is None or o.pp is None:
-            raise MemoryModelError("pipeline shape for a stage builder", found="no --pp or no --microbatches",
-                                   required="--pp and --microbatches (the builder gives the stages, not the pipeline)",
-                                   fix="e.g. --pp 4 --microbatches 16.")
-        shape = _with_vpp(PipelineShape(pp=o.pp, n_microbatches=o.microbatches, schedule=o.schedule or "1f1b"), vpp)
-        return EstimateInputs(builder=fn, shape=shape, config=config or PoolConfig(), sources=(f"builder: {builder}",),
-                              description=getattr(fn, "__name__", str(builder)))
+            raise MemoryModelError(
+                "pipeline shape for a stage builder",
+                found="no --pp or no --microbatches",
+                required="--pp and --microbatches (the builder gives the stages, not the pipeline)",
+                fix="e.g. --pp 4 --microbatches 16.",
+            )
+        shape = _with_vpp(
+            PipelineShape(pp=o.pp, n_microbatches=o.microbatches, schedule=o.schedule or "1f1b"),
+            vpp,
+        )
+        return EstimateInputs(
+            builder=fn,
+            shape=shape,
+            config=config or PoolConfig(),
+            sources=(f"builder: {builder}",),
+            description=getattr(fn, "__name__", str(builder)),
+        )
     path = Path(source) if source is not None else Path(model_config)  # type: ignore[arg-type]
     suffix = path.suffix.lower()
     pool = config or PoolConfig()
     if suffix == ".toml":
-        shape, rows, seq, model, ckpt, file_ep, sources = _torchtitan(path, o, model_config, o.dtype, checkpointing)
+        shape, rows, seq, model, ckpt, file_ep, sources = _torchtitan(
+            path, o, model_config, o.dtype, checkpointing
+        )
     elif suffix in (".yaml", ".yml"):
         import yaml
 
-        preset = load_automodel_config(path, o)  # reads and checks the file first: its errors name the keys
+        preset = load_automodel_config(
+            path, o
+        )  # reads and checks the file first: its errors name the keys
         cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
         model, where = _automodel_model(cfg, model_config, o.dtype)
         shape = preset.shape
         rows = preset.boundary.activations[0].shape[0]
         seq = preset.seq_len
-        found = next((v for v in (_lookup(cfg, "distributed.activation_checkpointing"),
-                                  _lookup(cfg, "distributed.fsdp.activation_checkpointing")) if v is not None), False)
+        found = next(
+            (
+                v
+                for v in (
+                    _lookup(cfg, "distributed.activation_checkpointing"),
+                    _lookup(cfg, "distributed.fsdp.activation_checkpointing"),
+                )
+                if v is not None
+            ),
+            False,
+        )
         ckpt = bool(found) if checkpointing is None else checkpointing
         file_ep = int(_lookup(cfg, "distributed.ep_size") or 1)
         pool = config or PoolConfig(slack=preset.config.slack)
         sources = [str(path), where]
     else:
         model = decoder_config(path, dtype=o.dtype)
-        shape, rows = pipeline_from_overrides(o, what="pipeline shape for a config.json",
-                                              why="a config.json describes the model, not the pipeline")
+        shape, rows = pipeline_from_overrides(
+            o,
+            what="pipeline shape for a config.json",
+            why="a config.json describes the model, not the pipeline",
+        )
         seq = int(o.seq_len)  # pipeline_from_overrides required it
         ckpt = bool(checkpointing)
         file_ep = 1
         sources = [str(path), f"pipeline from flags: {', '.join(o.given())}"]
     shape = _with_vpp(shape, vpp)
-    built = decoder_builder(model, rows=rows, seq_len=seq, checkpointing=ckpt, split=split, ep=ep or file_ep)
-    return EstimateInputs(builder=built, shape=shape, config=pool, description=built.describe(), sources=tuple(sources))
+    built = decoder_builder(
+        model, rows=rows, seq_len=seq, checkpointing=ckpt, split=split, ep=ep or file_ep
+    )
+    return EstimateInputs(
+        builder=built,
+        shape=shape,
+        config=pool,
+        description=built.describe(),
+        sources=tuple(sources),
+    )

@@ -50,25 +50,38 @@ def _infos(stage: Any, direction: str, chunk: int) -> tuple[Any, ...]:
 
 def _to_placeholders(stage: Any, direction: str, chunk: int) -> None:
     for info in _infos(stage, direction, chunk):
-        if not seams.is_root_info(info) and isinstance(info.buffer, torch.Tensor) and info.buffer.device.type != "meta":
+        if (
+            not seams.is_root_info(info)
+            and isinstance(info.buffer, torch.Tensor)
+            and info.buffer.device.type != "meta"
+        ):
             info.buffer = _placeholder(info.buffer)
 
 
 def _fresh(stage: Any, direction: str, chunk: int) -> None:
     device = torch.device(stage.device)
     for info in _infos(stage, direction, chunk):
-        if not seams.is_root_info(info) and isinstance(info.buffer, torch.Tensor) and info.buffer.device.type == "meta":
+        if (
+            not seams.is_root_info(info)
+            and isinstance(info.buffer, torch.Tensor)
+            and info.buffer.device.type == "meta"
+        ):
             ph = info.buffer
-            info.buffer = torch.empty(ph.shape, dtype=ph.dtype, device=device).requires_grad_(ph.requires_grad)
+            info.buffer = torch.empty(ph.shape, dtype=ph.dtype, device=device).requires_grad_(
+                ph.requires_grad
+            )
 
 
 def emulate_lazy(stage: Any, log: StorageLog) -> None:
     """Bind [Note: emulating lazy receive buffers]'s wrappers on ``stage`` (an object of torch's stage classes)."""
     lacking = seams.missing(stage, lazy=True)
     if lacking:
-        raise MemoryModelError("stock-lazy replay", found=f"this torch's stage has no {', '.join(lacking)}",
-                               required="torch 2.11-2.14's receive infos (the emulation of torch 2.15 needs them)",
-                               fix="leave stock_lazy out of the variants on this torch (on 2.15 the stock replay is lazy).")
+        raise MemoryModelError(
+            "stock-lazy replay",
+            found=f"this torch's stage has no {', '.join(lacking)}",
+            required="torch 2.11-2.14's receive infos (the emulation of torch 2.15 needs them)",
+            fix="leave stock_lazy out of the variants on this torch (on 2.15 the stock replay is lazy).",
+        )
 
     def setup(name: str, direction: str) -> None:
         original = getattr(stage, name)
@@ -86,9 +99,12 @@ def emulate_lazy(stage: Any, log: StorageLog) -> None:
             alive = sum(ref() is not None for ref in log.skipped)
             if alive:
                 raise MemoryModelError(
-                    "stock-lazy replay", found=f"{alive} buffer(s) made at stage {stage.stage_index}'s setup still held "
-                    "after the emulation dropped them", required="no holder but the receive infos",
-                    fix="report this: the installed torch keeps setup buffers elsewhere, so the emulation would undercount.")
+                    "stock-lazy replay",
+                    found=f"{alive} buffer(s) made at stage {stage.stage_index}'s setup still held "
+                    "after the emulation dropped them",
+                    required="no holder but the receive infos",
+                    fix="report this: the installed torch keeps setup buffers elsewhere, so the emulation would undercount.",
+                )
             return out
 
         setattr(stage, name, wrapper)

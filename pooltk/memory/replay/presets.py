@@ -20,12 +20,25 @@ from pooltk.memory.shape import PipelineShape
 
 __all__ = ["ESTIMATE_PRESETS", "EstimatePreset", "LLAMA3_70B", "K3_WIDTHS", "estimate_preset"]
 
-LLAMA3_70B: MappingProxyType = MappingProxyType({
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": False, "hidden_act": "silu",
-    "hidden_size": 8192, "intermediate_size": 28672, "max_position_embeddings": 8192, "num_attention_heads": 64,
-    "num_hidden_layers": 80, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
-    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 128256,
-})
+LLAMA3_70B: MappingProxyType = MappingProxyType(
+    {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "attention_bias": False,
+        "hidden_act": "silu",
+        "hidden_size": 8192,
+        "intermediate_size": 28672,
+        "max_position_embeddings": 8192,
+        "num_attention_heads": 64,
+        "num_hidden_layers": 80,
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "vocab_size": 128256,
+    }
+)
 """Meta-Llama-3-70B's config.json values (its Hugging Face model card; data/configs/README.md gives the source)."""
 
 _K3_CLASS = "nemo_automodel.components.models.kimi_k3.config.KimiK3TextConfig"
@@ -34,7 +47,13 @@ _K3_CLASS = "nemo_automodel.components.models.kimi_k3.config.KimiK3TextConfig"
 def _k3_widths() -> dict[str, Any]:
     known = known_model_config(_K3_CLASS)
     assert known is not None
-    return {**known.defaults, "model_type": "kimi_k3", "v_head_dim": 128, "first_k_dense": 1, "torch_dtype": "bfloat16"}
+    return {
+        **known.defaults,
+        "model_type": "kimi_k3",
+        "v_head_dim": 128,
+        "first_k_dense": 1,
+        "torch_dtype": "bfloat16",
+    }
 
 
 K3_WIDTHS: MappingProxyType = MappingProxyType(_k3_widths())
@@ -72,28 +91,65 @@ class EstimatePreset:
 
     def inputs(self) -> EstimateInputs:
         """What :func:`pooltk.memory.replay.estimate.estimate_memory` replays for this preset."""
-        builder = decoder_builder(decoder_config(dict(self.config)), rows=self.rows, seq_len=self.seq_len,
-                                  checkpointing=self.checkpointing, ep=self.ep)
-        return EstimateInputs(builder=builder, shape=PipelineShape(pp=self.pp, n_microbatches=self.microbatches),
-                              config=PoolConfig(slack=self.slack), description=builder.describe(), sources=(self.source,))
+        builder = decoder_builder(
+            decoder_config(dict(self.config)),
+            rows=self.rows,
+            seq_len=self.seq_len,
+            checkpointing=self.checkpointing,
+            ep=self.ep,
+        )
+        return EstimateInputs(
+            builder=builder,
+            shape=PipelineShape(pp=self.pp, n_microbatches=self.microbatches),
+            config=PoolConfig(slack=self.slack),
+            description=builder.describe(),
+            sources=(self.source,),
+        )
 
 
-ESTIMATE_PRESETS: MappingProxyType = MappingProxyType({p.name: p for p in (
-    EstimatePreset(name="llama3-70b-pp8", config=LLAMA3_70B, pp=8, microbatches=32, rows=1, seq_len=4096,
-                   checkpointing=False, ep=1, slack=2,
-                   source="Meta-Llama-3-70B's config.json (Hugging Face model card); pp 8, 32 microbatches of 1 x 4096 "
-                   "tokens: the shape of pooltk issue 29"),
-    EstimatePreset(name="kimi-k3-gb200-2k", config=K3_WIDTHS, pp=8, microbatches=64, rows=2, seq_len=2048,
-                   checkpointing=True, ep=32, slack=2,
-                   source="Kimi-K3's published widths (K3_WIDTHS); NVIDIA-NeMo/Automodel PR #3780 and kimi_k3_gb200_2k.yaml: "
-                   "pp 8, ep 32, 64 microbatches of 2 x 2048 tokens, activation checkpointing on, pool slack 2"),
-)})
+ESTIMATE_PRESETS: MappingProxyType = MappingProxyType(
+    {
+        p.name: p
+        for p in (
+            EstimatePreset(
+                name="llama3-70b-pp8",
+                config=LLAMA3_70B,
+                pp=8,
+                microbatches=32,
+                rows=1,
+                seq_len=4096,
+                checkpointing=False,
+                ep=1,
+                slack=2,
+                source="Meta-Llama-3-70B's config.json (Hugging Face model card); pp 8, 32 microbatches of 1 x 4096 "
+                "tokens: the shape of pooltk issue 29",
+            ),
+            EstimatePreset(
+                name="kimi-k3-gb200-2k",
+                config=K3_WIDTHS,
+                pp=8,
+                microbatches=64,
+                rows=2,
+                seq_len=2048,
+                checkpointing=True,
+                ep=32,
+                slack=2,
+                source="Kimi-K3's published widths (K3_WIDTHS); NVIDIA-NeMo/Automodel PR #3780 and kimi_k3_gb200_2k.yaml: "
+                "pp 8, ep 32, 64 microbatches of 2 x 2048 tokens, activation checkpointing on, pool slack 2",
+            ),
+        )
+    }
+)
 """The named estimates (``pooltk memory --estimate --preset NAME``)."""
 
 
 def estimate_preset(name: str) -> EstimatePreset:
     """The preset called ``name``."""
     if name not in ESTIMATE_PRESETS:
-        raise MemoryModelError("preset", found=repr(name), required=f"one of {', '.join(ESTIMATE_PRESETS)} with --estimate",
-                               fix="pick a listed name, or give --config / --builder.")
+        raise MemoryModelError(
+            "preset",
+            found=repr(name),
+            required=f"one of {', '.join(ESTIMATE_PRESETS)} with --estimate",
+            fix="pick a listed name, or give --config / --builder.",
+        )
     return ESTIMATE_PRESETS[name]

@@ -44,8 +44,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.distributed.pipelining import PipelineStage  # imported here, never under a tensor mode: torch makes
-from torch.distributed.pipelining.schedules import get_schedule_class  # module-level tensors at import
+from torch.distributed.pipelining import (
+    PipelineStage,
+)  # imported here, never under a tensor mode: torch makes
+from torch.distributed.pipelining.schedules import (
+    get_schedule_class,
+)  # module-level tensors at import
 
 import pooltk
 from pooltk.analysis.catalog import CATALOG
@@ -58,7 +62,15 @@ from pooltk.memory.replay.tracker import CATEGORIES, FakeTracker, PeakPoint, Rea
 from pooltk.memory.replay.world import fake_world
 from pooltk.memory.shape import PipelineShape
 
-__all__ = ["OPTIMIZERS", "REPLAY_VARIANTS", "RankReplay", "TimelinePoint", "Training", "rank_stages", "replay_rank"]
+__all__ = [
+    "OPTIMIZERS",
+    "REPLAY_VARIANTS",
+    "RankReplay",
+    "TimelinePoint",
+    "Training",
+    "rank_stages",
+    "replay_rank",
+]
 
 REPLAY_VARIANTS: tuple[str, ...] = ("stock", "stock_lazy", "pooled", "live_set")
 """What a replay can run: torch <= 2.14 as shipped, torch 2.15's per-receive buffers, pooltk's rings, the smallest rings."""
@@ -83,11 +95,19 @@ class Training:
     def __post_init__(self) -> None:
         positive_int("Training.steps", self.steps, "replay at least one step (1 is the default).")
         if self.optimizer not in OPTIMIZERS:
-            raise MemoryModelError("Training.optimizer", found=repr(self.optimizer), required=f"one of {', '.join(OPTIMIZERS)}",
-                                   fix="use 'adamw' (default).")
+            raise MemoryModelError(
+                "Training.optimizer",
+                found=repr(self.optimizer),
+                required=f"one of {', '.join(OPTIMIZERS)}",
+                fix="use 'adamw' (default).",
+            )
         if self.optimizer_impl not in ("fused", "foreach", "for-loop"):
-            raise MemoryModelError("Training.optimizer_impl", found=repr(self.optimizer_impl),
-                                   required="'fused', 'foreach' or 'for-loop'", fix="use 'fused' (default).")
+            raise MemoryModelError(
+                "Training.optimizer_impl",
+                found=repr(self.optimizer_impl),
+                required="'fused', 'foreach' or 'for-loop'",
+                fix="use 'fused' (default).",
+            )
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -192,7 +212,9 @@ def _wrap_compute(stage: Any, run: _Run) -> None:
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             chunk = seams.chunk_of(args, kwargs)
-            if log.context.phase == "setup":  # the step's setup is over once its first action starts
+            if (
+                log.context.phase == "setup"
+            ):  # the step's setup is over once its first action starts
                 log.context.phase = "schedule"
             with _phase(log, phase, index, chunk):
                 out = original(*args, **kwargs)
@@ -239,7 +261,9 @@ def _optimizer(run: _Run) -> Any:
     t = run.training
     if t.optimizer == "none" or not run.params:
         return None
-    impl = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[t.optimizer_impl]
+    impl = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[
+        t.optimizer_impl
+    ]
     if t.optimizer == "adamw":
         return torch.optim.AdamW(run.params, lr=1e-4, **impl)
     return torch.optim.SGD(run.params, lr=1e-4, **impl)
@@ -250,21 +274,35 @@ def _optimizer_step(run: _Run) -> None:
     with _phase(log, "optimizer"):
         if opt is not None:
             opt.step()
-            log.label([v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor)], "optimizer")
+            log.label(
+                [
+                    v
+                    for state in opt.state.values()
+                    for v in state.values()
+                    if isinstance(v, torch.Tensor)
+                ],
+                "optimizer",
+            )
             opt.zero_grad(set_to_none=True)
         else:
             for p in run.params:
                 p.grad = None
 
 
-def _pool(variant: str, config: PoolConfig, shape: PipelineShape) -> contextlib.AbstractContextManager:
+def _pool(
+    variant: str, config: PoolConfig, shape: PipelineShape
+) -> contextlib.AbstractContextManager:
     if variant not in ("pooled", "live_set"):
         return contextlib.nullcontext()
     import dataclasses
 
     if pooltk.installed() is not None:
-        raise MemoryModelError("pooltk", found="installed in this process already", required="not installed: the replay "
-                               "installs and uninstalls it for each pooled variant", fix="call pooltk.uninstall() first.")
+        raise MemoryModelError(
+            "pooltk",
+            found="installed in this process already",
+            required="not installed: the replay installs and uninstalls it for each pooled variant",
+            fix="call pooltk.uninstall() first.",
+        )
     cfg = dataclasses.replace(config, slack=0, grad_slack=0) if variant == "live_set" else config
     return pooltk.pooled(cfg, schedule="auto" if shape.multi_stage else "1f1b")
 
@@ -272,8 +310,12 @@ def _pool(variant: str, config: PoolConfig, shape: PipelineShape) -> contextlib.
 def _fake_failure(exc: BaseException) -> BaseException | None:
     from torch._subclasses import fake_tensor as ft
 
-    kinds = (ft.UnsupportedOperatorException, ft.DynamicOutputShapeException, ft.DataDependentOutputException,
-             ft.UnsupportedFakeTensorException)
+    kinds = (
+        ft.UnsupportedOperatorException,
+        ft.DynamicOutputShapeException,
+        ft.DataDependentOutputException,
+        ft.UnsupportedFakeTensorException,
+    )
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, kinds):
@@ -282,22 +324,42 @@ def _fake_failure(exc: BaseException) -> BaseException | None:
     return None
 
 
-def replay_rank(builder: StageBuilder, shape: PipelineShape, rank: int, *, variant: str = "stock",
-                config: PoolConfig | None = None, training: Training | None = None, fake: bool = True) -> RankReplay:
+def replay_rank(
+    builder: StageBuilder,
+    shape: PipelineShape,
+    rank: int,
+    *,
+    variant: str = "stock",
+    config: PoolConfig | None = None,
+    training: Training | None = None,
+    fake: bool = True,
+) -> RankReplay:
     """Replay ``rank`` of ``shape`` under ``variant``. See [Note: one rank's replay].
 
     Raises :class:`MemoryModelError` for a bad variant or rank, a process that already has a
     process group or pooltk installed, and an op the fake tensors cannot run (naming the op and the stage).
     """
     if variant not in REPLAY_VARIANTS:
-        raise MemoryModelError("variant", found=repr(variant), required=f"one of {', '.join(REPLAY_VARIANTS)}",
-                               fix="use 'stock', 'stock_lazy', 'pooled' or 'live_set'.")
+        raise MemoryModelError(
+            "variant",
+            found=repr(variant),
+            required=f"one of {', '.join(REPLAY_VARIANTS)}",
+            fix="use 'stock', 'stock_lazy', 'pooled' or 'live_set'.",
+        )
     if not (isinstance(rank, int) and 0 <= rank < shape.pp):
-        raise MemoryModelError("rank", found=repr(rank), required=f"a rank in 0..{shape.pp - 1}", fix="pick an existing rank.")
+        raise MemoryModelError(
+            "rank",
+            found=repr(rank),
+            required=f"a rank in 0..{shape.pp - 1}",
+            fix="pick an existing rank.",
+        )
     if variant in ("pooled", "live_set") and not shape.poolable:
-        raise MemoryModelError(f"{variant} replay", found=f"schedule {shape.schedule_name}",
-                               required="a schedule pooltk pools (its forward buffers are not all live until the backwards)",
-                               fix="replay stock and stock_lazy only for this schedule.")
+        raise MemoryModelError(
+            f"{variant} replay",
+            found=f"schedule {shape.schedule_name}",
+            required="a schedule pooltk pools (its forward buffers are not all live until the backwards)",
+            fix="replay stock and stock_lazy only for this schedule.",
+        )
     config = config or PoolConfig()
     training = training or Training()
     _ = pooltk.pooled  # import the pool now, never under a tensor mode (see the imports above)
@@ -327,7 +389,8 @@ def replay_rank(builder: StageBuilder, shape: PipelineShape, rank: int, *, varia
                     found=f"op {op} has no fake-tensor implementation usable here ({type(cause).__name__}) in its {where.phase}",
                     required="ops with fake (meta) kernels and outputs whose shapes do not depend on values",
                     fix="replace the op in the stage's module (e.g. a static-shape alternative), or register a fake kernel "
-                    "for it with torch.library.register_fake.") from exc
+                    "for it with torch.library.register_fake.",
+                ) from exc
             finally:
                 log.measuring = False
                 run.params.clear()
@@ -336,11 +399,20 @@ def replay_rank(builder: StageBuilder, shape: PipelineShape, rank: int, *, varia
     finally:
         if was_enabled:
             gc.enable()
-    return _result(result, log, run, rank, stages_idx, variant, fake, training, time.perf_counter() - started)
+    return _result(
+        result, log, run, rank, stages_idx, variant, fake, training, time.perf_counter() - started
+    )
 
 
-def _replay(builder: StageBuilder, shape: PipelineShape, rank: int, stages_idx: tuple[int, ...], variant: str,
-            run: _Run, fake: bool) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+def _replay(
+    builder: StageBuilder,
+    shape: PipelineShape,
+    rank: int,
+    stages_idx: tuple[int, ...],
+    variant: str,
+    run: _Run,
+    fake: bool,
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     log, n, m = run.log, shape.num_stages, shape.n_microbatches
     device = torch.device("cpu")
     stages, names, inputs_meta, specs = [], [], [], []
@@ -352,12 +424,21 @@ def _replay(builder: StageBuilder, shape: PipelineShape, rank: int, stages_idx: 
             out = spec.module(*example)
             del example
         outs = out if isinstance(out, tuple) else (out,)
-        out_meta = tuple(torch.empty(o.shape, dtype=o.dtype, device="meta").requires_grad_(o.is_floating_point()) for o in outs)
+        out_meta = tuple(
+            torch.empty(o.shape, dtype=o.dtype, device="meta").requires_grad_(o.is_floating_point())
+            for o in outs
+        )
         del out, outs
-        in_meta = tuple(torch.empty(t.shape, dtype=t.dtype, device="meta").requires_grad_(s > 0 and t.is_floating_point())
-                        for t in spec.inputs)
+        in_meta = tuple(
+            torch.empty(t.shape, dtype=t.dtype, device="meta").requires_grad_(
+                s > 0 and t.is_floating_point()
+            )
+            for t in spec.inputs
+        )
         with _phase(log, "build", s):
-            stage = PipelineStage(spec.module, s, n, device, input_args=in_meta, output_args=out_meta)
+            stage = PipelineStage(
+                spec.module, s, n, device, input_args=in_meta, output_args=out_meta
+            )
         seams.set_static(stage)
         if variant == "stock_lazy":
             emulate_lazy(stage, log)
@@ -375,9 +456,23 @@ def _replay(builder: StageBuilder, shape: PipelineShape, rank: int, stages_idx: 
     schedule = cls(stages if shape.multi_stage else stages[0], n_microbatches=m, loss_fn=loss)
     seams.skip_vote(schedule)
     with _phase(log, "inputs"):
-        args = tuple(torch.zeros((m * t.shape[0], *t.shape[1:]), dtype=t.dtype, device=device) for t in first.inputs) if first else ()
-        target = torch.zeros((m * last.target.shape[0], *last.target.shape[1:]), dtype=last.target.dtype,
-                             device=device) if last is not None else None
+        args = (
+            tuple(
+                torch.zeros((m * t.shape[0], *t.shape[1:]), dtype=t.dtype, device=device)
+                for t in first.inputs
+            )
+            if first
+            else ()
+        )
+        target = (
+            torch.zeros(
+                (m * last.target.shape[0], *last.target.shape[1:]),
+                dtype=last.target.dtype,
+                device=device,
+            )
+            if last is not None
+            else None
+        )
     run.optimizer = _optimizer(run)
     with _phase(log, "optimizer"):
         for p in run.params:
@@ -390,7 +485,9 @@ def _replay(builder: StageBuilder, shape: PipelineShape, rank: int, stages_idx: 
         with _phase(log, "setup"):
             kwargs = {"target": target} if target is not None else {}
             merged = schedule.step(*args, return_outputs=run.training.return_outputs, **kwargs)
-            log.label(merged, "kept_outputs")  # the last stage's outputs merged for the caller (return_outputs)
+            log.label(
+                merged, "kept_outputs"
+            )  # the last stage's outputs merged for the caller (return_outputs)
             del merged  # a trainer that asks for them uses them and lets them go
         _optimizer_step(run)
         run.marks.append((step, "optimizer", -1, -1, log.position()))
@@ -400,21 +497,50 @@ def _replay(builder: StageBuilder, shape: PipelineShape, rank: int, stages_idx: 
     return tuple(names), tuple(inputs_meta)
 
 
-def _result(result: tuple[tuple[str, ...], tuple[Any, ...]], log: StorageLog, run: _Run, rank: int,
-            stages: tuple[int, ...], variant: str, fake: bool, training: Training, wall: float) -> RankReplay:
+def _result(
+    result: tuple[tuple[str, ...], tuple[Any, ...]],
+    log: StorageLog,
+    run: _Run,
+    rank: int,
+    stages: tuple[int, ...],
+    variant: str,
+    fake: bool,
+    training: Training,
+    wall: float,
+) -> RankReplay:
     names, inputs = result
-    if log.peak is None:  # nothing was allocated while measuring: the peak is what was live when it started
-        raise MemoryModelError("replay", found="no allocation during the measured steps", required="a step that computes",
-                               fix="check the stage builder returns modules with parameters.")
+    if (
+        log.peak is None
+    ):  # nothing was allocated while measuring: the peak is what was live when it started
+        raise MemoryModelError(
+            "replay",
+            found="no allocation during the measured steps",
+            required="a step that computes",
+            fix="check the stage builder returns modules with parameters.",
+        )
     marks = sorted(run.marks, key=lambda mk: mk[4])
     points = log.sweep([mk[4] for mk in marks])
     at_peak = log.at(log.peak.position)
-    timeline = tuple(TimelinePoint(step=st, phase=ph, stage=sg, microbatch=mb, position=pos, by_category=tot)
-                     for (st, ph, sg, mb, pos), tot in zip(marks, points))
-    return RankReplay(rank=rank, stages=stages, stage_names=names, variant=variant, fake=fake,
-                      steps=training.steps, peak=log.peak, at_peak=at_peak, category_max=_category_max(log),
-                      between_steps=timeline[-1].by_category if timeline else dict.fromkeys(CATEGORIES, 0),
-                      timeline=timeline, inputs=inputs, wall_s=wall, storages=len(log.records))
+    timeline = tuple(
+        TimelinePoint(step=st, phase=ph, stage=sg, microbatch=mb, position=pos, by_category=tot)
+        for (st, ph, sg, mb, pos), tot in zip(marks, points)
+    )
+    return RankReplay(
+        rank=rank,
+        stages=stages,
+        stage_names=names,
+        variant=variant,
+        fake=fake,
+        steps=training.steps,
+        peak=log.peak,
+        at_peak=at_peak,
+        category_max=_category_max(log),
+        between_steps=timeline[-1].by_category if timeline else dict.fromkeys(CATEGORIES, 0),
+        timeline=timeline,
+        inputs=inputs,
+        wall_s=wall,
+        storages=len(log.records),
+    )
 
 
 def _category_max(log: StorageLog) -> dict[str, int]:

@@ -24,7 +24,16 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CHUNK_ARGS", "RECV_INFOS", "SETUP_METHODS", "chunk_of", "is_root_info", "missing", "set_static", "skip_vote"]
+__all__ = [
+    "CHUNK_ARGS",
+    "RECV_INFOS",
+    "SETUP_METHODS",
+    "chunk_of",
+    "is_root_info",
+    "missing",
+    "set_static",
+    "skip_vote",
+]
 
 RECV_INFOS: dict[str, str] = {"forward": "args_recv_info", "grad": "grad_recv_info"}
 """Per direction, the stage attribute mapping chunk -> tuple of ``_RecvInfo`` (torch 2.11-2.14)."""
@@ -44,7 +53,9 @@ def chunk_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     for name in CHUNK_ARGS:
         if name in kwargs:
             return int(kwargs[name])
-    raise TypeError(f"a stage method was called without a microbatch index (found keywords {sorted(kwargs)})")
+    raise TypeError(
+        f"a stage method was called without a microbatch index (found keywords {sorted(kwargs)})"
+    )
 
 
 def _inference_mode() -> Any:

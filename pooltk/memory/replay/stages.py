@@ -53,18 +53,29 @@ def load_builder(entry: str) -> StageBuilder:
     """The stage builder an entry point ``package.module:function`` names (the CLI's ``--builder``)."""
     module_name, sep, attr = str(entry).partition(":")
     if not sep or not module_name or not attr:
-        raise MemoryModelError("--builder", found=repr(entry), required="a Python entry point 'package.module:function'",
-                               fix="e.g. --builder mypkg.stages:build_stage (build_stage(stage_index, num_stages) -> StageSpec).")
+        raise MemoryModelError(
+            "--builder",
+            found=repr(entry),
+            required="a Python entry point 'package.module:function'",
+            fix="e.g. --builder mypkg.stages:build_stage (build_stage(stage_index, num_stages) -> StageSpec).",
+        )
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - any import failure is the user's module not importing
-        raise MemoryModelError("--builder", found=f"{entry!r}: importing {module_name} raised {type(exc).__name__}: {exc}",
-                               required="an importable module", fix="check the module path and that it imports on its own.") from None
+        raise MemoryModelError(
+            "--builder",
+            found=f"{entry!r}: importing {module_name} raised {type(exc).__name__}: {exc}",
+            required="an importable module",
+            fix="check the module path and that it imports on its own.",
+        ) from None
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise MemoryModelError("--builder", found=f"{entry!r}: {module_name} has no callable {attr!r}",
-                               required="a function build(stage_index, num_stages) -> StageSpec",
-                               fix=f"define {attr} in {module_name}, or name another function.")
+        raise MemoryModelError(
+            "--builder",
+            found=f"{entry!r}: {module_name} has no callable {attr!r}",
+            required="a function build(stage_index, num_stages) -> StageSpec",
+            fix=f"define {attr} in {module_name}, or name another function.",
+        )
     return fn
 
 
@@ -72,25 +83,45 @@ def checked_spec(spec: Any, stage: int, num_stages: int, *, fake: bool) -> Stage
     """``spec`` if it is a usable :class:`StageSpec` for ``stage``; else a one-line error saying what is wrong."""
     where = f"stage builder for stage {stage}"
     if not isinstance(spec, StageSpec):
-        raise MemoryModelError(where, found=f"a {type(spec).__name__}", required="a pooltk.memory.replay.StageSpec",
-                               fix="return StageSpec(module=..., inputs=(...,), target=..., loss_fn=...).")
+        raise MemoryModelError(
+            where,
+            found=f"a {type(spec).__name__}",
+            required="a pooltk.memory.replay.StageSpec",
+            fix="return StageSpec(module=..., inputs=(...,), target=..., loss_fn=...).",
+        )
     if not isinstance(spec.module, nn.Module):
-        raise MemoryModelError(f"{where}: module", found=type(spec.module).__name__, required="a torch.nn.Module",
-                               fix="return the stage's module.")
+        raise MemoryModelError(
+            f"{where}: module",
+            found=type(spec.module).__name__,
+            required="a torch.nn.Module",
+            fix="return the stage's module.",
+        )
     inputs = tuple(spec.inputs) if isinstance(spec.inputs, (tuple, list)) else (spec.inputs,)
     if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
-        raise MemoryModelError(f"{where}: inputs", found=repr(spec.inputs)[:80], required="a tuple of tensors (one microbatch)",
-                               fix="e.g. inputs=(torch.empty(1, 4096, 8192, device='meta', dtype=torch.bfloat16),).")
+        raise MemoryModelError(
+            f"{where}: inputs",
+            found=repr(spec.inputs)[:80],
+            required="a tuple of tensors (one microbatch)",
+            fix="e.g. inputs=(torch.empty(1, 4096, 8192, device='meta', dtype=torch.bfloat16),).",
+        )
     spec.inputs = inputs
-    real = [n for n, p in spec.module.named_parameters() if not _is_fake(p) and p.device.type != "meta"]
+    real = [
+        n for n, p in spec.module.named_parameters() if not _is_fake(p) and p.device.type != "meta"
+    ]
     if real and fake:
-        raise MemoryModelError(f"{where}: module", found=f"real parameters ({real[0]}, ...) made before the replay",
-                               required="a module built inside the builder, where the replay's fake mode makes it free",
-                               fix="build the module in the builder function, not before it.")
+        raise MemoryModelError(
+            f"{where}: module",
+            found=f"real parameters ({real[0]}, ...) made before the replay",
+            required="a module built inside the builder, where the replay's fake mode makes it free",
+            fix="build the module in the builder function, not before it.",
+        )
     if stage == num_stages - 1 and (spec.loss_fn is None or spec.target is None):
-        raise MemoryModelError(f"{where}: loss", found="no loss_fn or no target on the last stage",
-                               required="loss_fn(output, target) and one microbatch's target",
-                               fix="give the last stage's StageSpec a loss_fn and a target tensor (shape and dtype).")
+        raise MemoryModelError(
+            f"{where}: loss",
+            found="no loss_fn or no target on the last stage",
+            required="loss_fn(output, target) and one microbatch's target",
+            fix="give the last stage's StageSpec a loss_fn and a target tensor (shape and dtype).",
+        )
     return spec
 
 

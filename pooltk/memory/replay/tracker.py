@@ -33,15 +33,33 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import _DISPATCH_META_HANDLERS as _META_HANDLERS  # torch's own table
+from torch._subclasses.fake_tensor import (
+    _DISPATCH_META_HANDLERS as _META_HANDLERS,
+)  # torch's own table
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["CATEGORIES", "CATEGORY_LABELS", "Context", "FakeTracker", "PeakPoint", "RealTracker", "StorageLog"]
+__all__ = [
+    "CATEGORIES",
+    "CATEGORY_LABELS",
+    "Context",
+    "FakeTracker",
+    "PeakPoint",
+    "RealTracker",
+    "StorageLog",
+]
 
-CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer", "activations", "recv_buffers", "kept_outputs",
-                               "transient", "inputs")
+CATEGORIES: tuple[str, ...] = (
+    "parameters",
+    "gradients",
+    "optimizer",
+    "activations",
+    "recv_buffers",
+    "kept_outputs",
+    "transient",
+    "inputs",
+)
 """What a storage holds, in the order the figures stack them."""
 
 CATEGORY_LABELS: dict[str, str] = {
@@ -108,7 +126,9 @@ class PeakPoint:
 
     def describe(self) -> str:
         """e.g. ``step 0, backward of microbatch 3 on stage 1 (aten.mm.default)``."""
-        what = self.phase if self.microbatch < 0 else f"{self.phase} of microbatch {self.microbatch}"
+        what = (
+            self.phase if self.microbatch < 0 else f"{self.phase} of microbatch {self.microbatch}"
+        )
         where = f" on stage {self.stage}" if self.stage >= 0 else ""
         return f"step {self.step}, {what}{where} ({self.op})"
 
@@ -156,7 +176,9 @@ class StorageLog:
         """Log every storage among ``out`` not seen before (see [Note: tracking storages])."""
         if isinstance(out, torch.Tensor):
             outs: Any = (out,)
-        elif isinstance(out, (tuple, list)) and all(isinstance(t, torch.Tensor) or t is None for t in out):
+        elif isinstance(out, (tuple, list)) and all(
+            isinstance(t, torch.Tensor) or t is None for t in out
+        ):
             outs = out
         else:
             outs = tree_flatten(out)[0]
@@ -180,8 +202,15 @@ class StorageLog:
             self.current += n
             if self.measuring and self.current > self._peak_bytes:
                 self._peak_bytes = self.current
-                self.peak = PeakPoint(bytes=self.current, position=len(self.events), phase=ctx.phase, stage=ctx.stage,
-                                      microbatch=ctx.microbatch, step=ctx.step, op=str(func))
+                self.peak = PeakPoint(
+                    bytes=self.current,
+                    position=len(self.events),
+                    phase=ctx.phase,
+                    stage=ctx.stage,
+                    microbatch=ctx.microbatch,
+                    step=ctx.step,
+                    op=str(func),
+                )
 
     def log_op(self, func: Any, args: Any, out: Any) -> None:
         """Log ``func``'s outputs; a receive's target buffers are re-labelled receive buffers, whoever allocated them."""
@@ -257,7 +286,9 @@ class FakeTracker(FakeTensorMode):
         self.depth = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        handler = _META_HANDLERS.get(func)  # attribute queries (device, sizes): answered as the fake mode would, at once
+        handler = _META_HANDLERS.get(
+            func
+        )  # attribute queries (device, sizes): answered as the fake mode would, at once
         if handler is not None:
             return handler(args)
         # Only ops the program calls are logged: a fake mode re-dispatches a decomposition's inner ops to

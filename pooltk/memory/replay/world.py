@@ -27,14 +27,21 @@ def fake_world(rank: int, world_size: int) -> Iterator[None]:
     import torch.distributed as dist
 
     if not dist.is_available():
-        raise MemoryModelError("torch.distributed", found="not available in this torch build", required="a build with distributed",
-                               fix="install a torch wheel from pytorch.org (the CPU wheel has it).")
+        raise MemoryModelError(
+            "torch.distributed",
+            found="not available in this torch build",
+            required="a build with distributed",
+            fix="install a torch wheel from pytorch.org (the CPU wheel has it).",
+        )
     if dist.is_initialized():
         raise MemoryModelError(
-            "process group", found=f"a default process group already initialised here (backend {dist.get_backend()}, "
-            f"world size {dist.get_world_size()})", required="none: the replay makes its own fake one for each rank",
+            "process group",
+            found=f"a default process group already initialised here (backend {dist.get_backend()}, "
+            f"world size {dist.get_world_size()})",
+            required="none: the replay makes its own fake one for each rank",
             fix="run the estimate in a fresh process (`pooltk memory --estimate`), or call "
-            "torch.distributed.destroy_process_group() first.")
+            "torch.distributed.destroy_process_group() first.",
+        )
     import torch.distributed._tools.fake_collectives  # noqa: F401 - registers the c10d ops' fake kernels
     from torch.testing._internal.distributed.fake_pg import FakeStore
 

@@ -58,11 +58,20 @@ def detect() -> Layout:
         except Exception as exc:  # an unknown torch must never make install raise
             found = f"{module.FAMILY}: probe failed ({type(exc).__name__}: {exc})"
         if isinstance(found, Layout):
-            return Layout(name=found.name, setup_targets=found.setup_targets, per_receive=found.per_receive,
-                          reason=found.reason or f"layout {found.name!r} detected", tried=tuple(tried))
+            return Layout(
+                name=found.name,
+                setup_targets=found.setup_targets,
+                per_receive=found.per_receive,
+                reason=found.reason or f"layout {found.name!r} detected",
+                tried=tuple(tried),
+            )
         tried.append(found)
-    return Layout(name=None, tried=tuple(tried),
-                  reason="no known receive-buffer layout in this torch.distributed.pipelining: " + "; ".join(tried))
+    return Layout(
+        name=None,
+        tried=tuple(tried),
+        reason="no known receive-buffer layout in this torch.distributed.pipelining: "
+        + "; ".join(tried),
+    )
 
 
 def stage_classes(family: str) -> tuple[object, tuple[type, ...]] | str:
@@ -74,10 +83,18 @@ def stage_classes(family: str) -> tuple[object, tuple[type, ...]] | str:
     return f"{family}: stage classes not found" if None in found else (stage_mod, found)  # type: ignore[return-value]
 
 
-def eager_layout(family: str, stage_mod: object, *, manual_forward: str, traced_forward: str, grad: str) -> Layout | str:
+def eager_layout(
+    family: str, stage_mod: object, *, manual_forward: str, traced_forward: str, grad: str
+) -> Layout | str:
     """The layout of a family whose setup methods make every receive buffer eagerly, or why it does not fit."""
-    base, manual, traced = (getattr(stage_mod, n) for n in ("_PipelineStageBase", "PipelineStage", "_PipelineStage"))
-    needed = [(manual, manual_forward, "forward"), (traced, traced_forward, "forward"), (base, grad, "grad")]
+    base, manual, traced = (
+        getattr(stage_mod, n) for n in ("_PipelineStageBase", "PipelineStage", "_PipelineStage")
+    )
+    needed = [
+        (manual, manual_forward, "forward"),
+        (traced, traced_forward, "forward"),
+        (base, grad, "grad"),
+    ]
     missing = [f"{cls.__name__}.{name}" for cls, name, _ in needed if name not in cls.__dict__]
     if missing:
         return f"{family}: missing {', '.join(missing)}"
@@ -85,8 +102,24 @@ def eager_layout(family: str, stage_mod: object, *, manual_forward: str, traced_
     if hot:
         return f"{family}: stage base lacks {', '.join(hot)}"
     alloc_free = callable(getattr(stage_mod, "_make_tensor_from_meta", None))
-    return Layout(name=family, setup_targets=tuple(
-        SetupTarget(owner=cls, name=name, direction=d, infos_attr=RECV_INFO_ATTRS[d], alloc_free=alloc_free)
-        for cls, name, d in needed), reason=(
-        f"layout {family!r}: PipelineStage.{manual_forward}, _PipelineStage.{traced_forward}, _PipelineStageBase.{grad}"
-        + ("" if alloc_free else " (no _make_tensor_from_meta: all M sets are made, then K kept)")))
+    return Layout(
+        name=family,
+        setup_targets=tuple(
+            SetupTarget(
+                owner=cls,
+                name=name,
+                direction=d,
+                infos_attr=RECV_INFO_ATTRS[d],
+                alloc_free=alloc_free,
+            )
+            for cls, name, d in needed
+        ),
+        reason=(
+            f"layout {family!r}: PipelineStage.{manual_forward}, _PipelineStage.{traced_forward}, _PipelineStageBase.{grad}"
+            + (
+                ""
+                if alloc_free
+                else " (no _make_tensor_from_meta: all M sets are made, then K kept)"
+            )
+        ),
+    )

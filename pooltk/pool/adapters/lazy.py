@@ -19,11 +19,20 @@ FAMILY = "lazy"
 def detect() -> Layout | str:
     for name in ("stage", "_recv_buffers"):
         try:
-            info = getattr(importlib.import_module(f"torch.distributed.pipelining.{name}"), "_RecvInfo", None)
+            info = getattr(
+                importlib.import_module(f"torch.distributed.pipelining.{name}"), "_RecvInfo", None
+            )
         except ImportError:
             continue
-        if isinstance(info, type) and all(callable(getattr(info, m, None)) for m in ("allocate_buffer", "take_buffer")):
-            return Layout(name=FAMILY, per_receive=True, reason=(
-                f"layout {FAMILY!r}: torch allocates each receive buffer right before its receive "
-                f"({info.__module__}._RecvInfo.allocate_buffer) and hands it over when consumed (take_buffer)"))
+        if isinstance(info, type) and all(
+            callable(getattr(info, m, None)) for m in ("allocate_buffer", "take_buffer")
+        ):
+            return Layout(
+                name=FAMILY,
+                per_receive=True,
+                reason=(
+                    f"layout {FAMILY!r}: torch allocates each receive buffer right before its receive "
+                    f"({info.__module__}._RecvInfo.allocate_buffer) and hands it over when consumed (take_buffer)"
+                ),
+            )
     return f"{FAMILY}: no _RecvInfo with allocate_buffer/take_buffer (receive buffers are made at setup)"

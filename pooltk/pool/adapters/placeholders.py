@@ -31,14 +31,21 @@ class PlaceholderFactory(TorchFunctionMode):
         self.made: dict[int, tuple[tuple, torch.device]] = {}
         """id(placeholder) -> (the maker's arguments, the device it asked for)."""
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         frame = sys._getframe(1)
         code = frame.f_code
         if func in _FACTORIES and (code.co_filename, code.co_name) in self._makers:
-            maker_args = tuple(frame.f_locals[name] for name in code.co_varnames[:code.co_argcount])
+            maker_args = tuple(
+                frame.f_locals[name] for name in code.co_varnames[: code.co_argcount]
+            )
             t = func(*args, **{**kwargs, "device": "meta"})
-            self.made[id(t)] = (maker_args, torch.device(kwargs.get("device") or torch.get_default_device()))
+            self.made[id(t)] = (
+                maker_args,
+                torch.device(kwargs.get("device") or torch.get_default_device()),
+            )
             return t
         return func(*args, **kwargs)
 

@@ -31,5 +31,10 @@ def detect() -> Layout | str:
         params = {}
     if "buffer" not in params or "tensor_meta" in params:
         return f"{FAMILY}: _RecvInfo is not built around an eager buffer argument"
-    return eager_layout(FAMILY, stage_mod, manual_forward="_prepare_forward_infra",
-                        traced_forward="_prepare_forward_infra", grad="_prepare_backward_infra")
+    return eager_layout(
+        FAMILY,
+        stage_mod,
+        manual_forward="_prepare_forward_infra",
+        traced_forward="_prepare_forward_infra",
+        grad="_prepare_backward_infra",
+    )

@@ -21,5 +21,10 @@ def detect() -> Layout | str:
         return f"{FAMILY}: _RecvInfo has no tensor_meta (older layout)"
     if "buffer" not in params:
         return f"{FAMILY}: _RecvInfo takes no buffer (buffers are not made at setup)"
-    return eager_layout(FAMILY, stage_mod, manual_forward="_setup_forward_recv_info",
-                        traced_forward="_prepare_forward_infra", grad="_setup_backward_recv_info")
+    return eager_layout(
+        FAMILY,
+        stage_mod,
+        manual_forward="_setup_forward_recv_info",
+        traced_forward="_prepare_forward_infra",
+        grad="_setup_backward_recv_info",
+    )

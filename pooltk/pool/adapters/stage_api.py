@@ -10,12 +10,31 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-__all__ = ["GUARDED_STAGE_METHODS", "HANDOFF_METHODS", "HOT_METHODS", "OPTIONAL_HOT_METHODS", "RECV_INFO_ATTRS",
-           "RUNTIME_ARGS", "SEND_METHODS", "cached_forward", "call_arg", "defining_class", "originals_of",
-           "output_chunks", "schedule_losses", "signature_problems", "stage_base"]
+__all__ = [
+    "GUARDED_STAGE_METHODS",
+    "HANDOFF_METHODS",
+    "HOT_METHODS",
+    "OPTIONAL_HOT_METHODS",
+    "RECV_INFO_ATTRS",
+    "RUNTIME_ARGS",
+    "SEND_METHODS",
+    "cached_forward",
+    "call_arg",
+    "defining_class",
+    "originals_of",
+    "output_chunks",
+    "schedule_losses",
+    "signature_problems",
+    "stage_base",
+]
 
-HOT_METHODS: tuple[str, ...] = ("get_fwd_recv_ops", "get_bwd_recv_ops", "forward_one_chunk", "backward_one_chunk",
-                                "clear_runtime_states")
+HOT_METHODS: tuple[str, ...] = (
+    "get_fwd_recv_ops",
+    "get_bwd_recv_ops",
+    "forward_one_chunk",
+    "backward_one_chunk",
+    "clear_runtime_states",
+)
 """Wrapped in every eager family: receive posts, compute steps, the reset."""
 
 OPTIONAL_HOT_METHODS: tuple[str, ...] = ("backward_weight_one_chunk",)
@@ -27,18 +46,26 @@ SEND_METHODS: tuple[str, ...] = ("get_fwd_send_ops",)
 HANDOFF_METHODS: tuple[str, ...] = ("set_local_bwd_input",)
 """Wrapped on eager layouts where torch has it: a V schedule's same-rank gradient handoff."""
 
-GUARDED_STAGE_METHODS: tuple[str, ...] = (HOT_METHODS + OPTIONAL_HOT_METHODS + HANDOFF_METHODS
-                                          + ("_retrieve_recv_activations", "_retrieve_recv_grads"))
+GUARDED_STAGE_METHODS: tuple[str, ...] = (
+    HOT_METHODS
+    + OPTIONAL_HOT_METHODS
+    + HANDOFF_METHODS
+    + ("_retrieve_recv_activations", "_retrieve_recv_grads")
+)
 """Methods a pooled stage's class may not override ([Note: refusals]): the wrapped ones and the readers."""
 
 RECV_INFO_ATTRS: dict[str, str] = {"forward": "args_recv_info", "grad": "grad_recv_info"}
 """Direction -> the stage attribute holding each chunk's recv infos."""
 
 RUNTIME_ARGS: dict[str, tuple[str, ...]] = {
-    "get_fwd_recv_ops": ("fwd_chunk_id",), "get_bwd_recv_ops": ("bwd_chunk_id",), "get_fwd_send_ops": ("fwd_chunk_id",),
+    "get_fwd_recv_ops": ("fwd_chunk_id",),
+    "get_bwd_recv_ops": ("bwd_chunk_id",),
+    "get_fwd_send_ops": ("fwd_chunk_id",),
     "forward_one_chunk": ("fwd_chunk_id", "args", "kwargs"),
-    "backward_one_chunk": ("bwd_chunk_id", "loss", "full_backward"), "backward_weight_one_chunk": ("bwd_chunk_id",),
-    "set_local_bwd_input": ("next_stage_bwd_outputs", "mb_index")}
+    "backward_one_chunk": ("bwd_chunk_id", "loss", "full_backward"),
+    "backward_weight_one_chunk": ("bwd_chunk_id",),
+    "set_local_bwd_input": ("next_stage_bwd_outputs", "mb_index"),
+}
 """The leading parameters (after ``self``) of each wrapped method, in torch's order."""
 
 _DEFAULTS: dict[str, Any] = {"loss": None, "full_backward": True, "kwargs": None, "args": ()}
@@ -71,7 +98,9 @@ def signature_problems(base: type, methods: tuple[str, ...]) -> list[str]:
             problems.append(f"{method} has no readable signature")
             continue
         if tuple(params[: len(names)]) != names:
-            problems.append(f"{method}({', '.join(params[:len(names)])}) where pooltk expects ({', '.join(names)})")
+            problems.append(
+                f"{method}({', '.join(params[: len(names)])}) where pooltk expects ({', '.join(names)})"
+            )
     return problems
 
 
@@ -101,7 +130,9 @@ def schedule_losses(schedule: Any) -> list | None:
 
 def originals_of(base: type, names: tuple[str, ...]) -> dict[str, Callable]:
     """``{name: function}`` for each method of ``names`` that ``base`` has, from its defining class."""
-    return {n: defining_class(base, n).__dict__[n] for n in names if callable(getattr(base, n, None))}
+    return {
+        n: defining_class(base, n).__dict__[n] for n in names if callable(getattr(base, n, None))
+    }
 
 
 def defining_class(base: type, name: str) -> type:

@@ -28,7 +28,12 @@ from pooltk.logs.metrics import (
     headroom,
     mfu,
 )
-from pooltk.studies.kimi_k3.constants import GB200_DATASHEET, GB200_TORCH_REPORTED, PEAK_GB200_2250, PEAK_GB200_2500
+from pooltk.studies.kimi_k3.constants import (
+    GB200_DATASHEET,
+    GB200_TORCH_REPORTED,
+    PEAK_GB200_2250,
+    PEAK_GB200_2500,
+)
 
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,7 +69,9 @@ class Published:
         """The value of figure ``fig_id``."""
         rows = self.frame[self.frame["id"] == fig_id]
         if rows.empty:
-            raise KeyError(f"published figure {fig_id!r} not found; ids: {', '.join(self.frame['id'])}")
+            raise KeyError(
+                f"published figure {fig_id!r} not found; ids: {', '.join(self.frame['id'])}"
+            )
         return float(rows["value"].iloc[0])
 
     def source(self, fig_id: str) -> str:
@@ -138,10 +145,20 @@ class Ledger:
         """claim, source, inputs, published, pooltk, agrees ('yes', 'no', '-'), rule."""
         import pandas as pd
 
-        return pd.DataFrame([{
-            "claim": c.claim, "source": c.source, "inputs": c.inputs, "published": c.published, "pooltk": c.pooltk,
-            "agrees": "-" if c.agrees is None else ("yes" if c.agrees else "no"), "rule": c.rule,
-        } for c in self.claims])
+        return pd.DataFrame(
+            [
+                {
+                    "claim": c.claim,
+                    "source": c.source,
+                    "inputs": c.inputs,
+                    "published": c.published,
+                    "pooltk": c.pooltk,
+                    "agrees": "-" if c.agrees is None else ("yes" if c.agrees else "no"),
+                    "rule": c.rule,
+                }
+                for c in self.claims
+            ]
+        )
 
     def __getitem__(self, claim_start: str) -> Claim:
         for c in self.claims:
@@ -177,112 +194,183 @@ def claims_ledger(
     capacity = capacity or GB200_TORCH_REPORTED
     claims: list[Claim] = []
 
-    for key, label in (("1k_seed", "1k x GBS4096"), ("2k_seed", "2k x GBS4096 + pool"), ("2k_aligned", "2k aligned 104B"),
-                       ("1k_later", "1k later tree")):
+    for key, label in (
+        ("1k_seed", "1k x GBS4096"),
+        ("2k_seed", "2k x GBS4096 + pool"),
+        ("2k_aligned", "2k aligned 104B"),
+        ("1k_later", "1k later tree"),
+    ):
         rate = v(f"k3_{key}_tok")
         fig = mfu(rate, flops, peak)
         pub_mfu = v(f"k3_{key}_mfu")
         ok = _rounds_to(fig.mfu_pct, pub_mfu, 1)
         rule = "rounds to the published figure (0.05 pp)"
         if key == "2k_aligned":
-            rule = ("published 17.5% is the recipe's MFU on config-derived FLOPs; on 6 x 104e9 it must round to it "
-                    "within 0.15 pp (the two bases differ by ~0.3%)")
+            rule = (
+                "published 17.5% is the recipe's MFU on config-derived FLOPs; on 6 x 104e9 it must round to it "
+                "within 0.15 pp (the two bases differ by ~0.3%)"
+            )
             ok = abs(fig.mfu_pct - pub_mfu) <= 0.15
-        claims.append(Claim(
-            claim=f"MFU of {label} = {pub_mfu:g}%", source=src(f"k3_{key}_mfu"), inputs=fig.basis,
-            published=f"{pub_mfu:g}%", pooltk=f"{fig.mfu_pct:.2f}% (at {other_peak.name}: {mfu(rate, flops, other_peak).mfu_pct:.2f}%)",
-            agrees=ok, rule=rule,
-        ))
+        claims.append(
+            Claim(
+                claim=f"MFU of {label} = {pub_mfu:g}%",
+                source=src(f"k3_{key}_mfu"),
+                inputs=fig.basis,
+                published=f"{pub_mfu:g}%",
+                pooltk=f"{fig.mfu_pct:.2f}% (at {other_peak.name}: {mfu(rate, flops, other_peak).mfu_pct:.2f}%)",
+                agrees=ok,
+                rule=rule,
+            )
+        )
 
     r1, r2 = v("k3_1k_seed_tok"), v("k3_2k_seed_tok")
     gain = 100 * (r2 / r1 - 1)
-    claims.append(Claim(
-        claim="2k rows give +24% tok/s/GPU over 1k", source="derived from the PR #3780 Validation table",
-        inputs=f"{r2:g} / {r1:g} - 1", published="+24%", pooltk=f"+{gain:.2f}%", agrees=round(gain) == 24,
-        rule="rounds to the whole percent stated",
-    ))
+    claims.append(
+        Claim(
+            claim="2k rows give +24% tok/s/GPU over 1k",
+            source="derived from the PR #3780 Validation table",
+            inputs=f"{r2:g} / {r1:g} - 1",
+            published="+24%",
+            pooltk=f"+{gain:.2f}%",
+            agrees=round(gain) == 24,
+            rule="rounds to the whole percent stated",
+        )
+    )
 
     gbs, mbs, dp = int(v("k3_cfg_gbs")), int(v("k3_cfg_mbs")), int(v("k3_cfg_dp"))
     b = k3_bubble(pub)
-    claims.append(Claim(
-        claim="64 microbatches per step", source=src("k3_2k_seed_bubble"), inputs=f"GBS {gbs} / (mbs {mbs} x dp {dp})",
-        published="64", pooltk=str(b.microbatches), agrees=b.microbatches == 64 and gbs % (mbs * dp) == 0, rule="exact",
-    ))
-    claims.append(Claim(
-        claim="PP bubble 9.9% (pp8, 64 microbatches)", source=src("k3_2k_seed_bubble"), inputs=f"1F1B bubble {b.formula}",
-        published=f"{v('k3_2k_seed_bubble'):g}%", pooltk=f"{100 * b.fraction:.2f}%",
-        agrees=_rounds_to(100 * b.fraction, v("k3_2k_seed_bubble"), 1), rule="rounds to the published figure (0.05 pp)",
-    ))
+    claims.append(
+        Claim(
+            claim="64 microbatches per step",
+            source=src("k3_2k_seed_bubble"),
+            inputs=f"GBS {gbs} / (mbs {mbs} x dp {dp})",
+            published="64",
+            pooltk=str(b.microbatches),
+            agrees=b.microbatches == 64 and gbs % (mbs * dp) == 0,
+            rule="exact",
+        )
+    )
+    claims.append(
+        Claim(
+            claim="PP bubble 9.9% (pp8, 64 microbatches)",
+            source=src("k3_2k_seed_bubble"),
+            inputs=f"1F1B bubble {b.formula}",
+            published=f"{v('k3_2k_seed_bubble'):g}%",
+            pooltk=f"{100 * b.fraction:.2f}%",
+            agrees=_rounds_to(100 * b.fraction, v("k3_2k_seed_bubble"), 1),
+            rule="rounds to the published figure (0.05 pp)",
+        )
+    )
 
     peak_mem, room = v("k3_2k_seed_mem"), v("k3_2k_seed_headroom")
     implied = peak_mem + room
     judged = headroom(peak_mem, capacity)
     sheet = headroom(peak_mem, GB200_DATASHEET)
-    claims.append(Claim(
-        claim="44 GiB headroom at 139.6 GiB peak", source=src("k3_2k_seed_headroom"),
-        inputs=(f"implied capacity {peak_mem:g} + {room:g} = {implied:.1f} GiB ({implied * 2**30 / 1e9:.1f} GB); "
+    claims.append(
+        Claim(
+            claim="44 GiB headroom at 139.6 GiB peak",
+            source=src("k3_2k_seed_headroom"),
+            inputs=(
+                f"implied capacity {peak_mem:g} + {room:g} = {implied:.1f} GiB ({implied * 2**30 / 1e9:.1f} GB); "
                 f"device: {capacity.gib:.2f} GiB = {capacity.gb:.1f} GB ({capacity.source}); "
-                f"alternative: datasheet {GB200_DATASHEET.gb:.0f} GB = {GB200_DATASHEET.gib:.1f} GiB"),
-        published=f"{room:g} GiB", pooltk=(f"{judged.headroom_gib:.1f} GiB against {capacity.gib:.2f} GiB; "
-                                           f"{sheet.headroom_gib:.1f} GiB against the datasheet's {GB200_DATASHEET.gib:.1f} GiB"),
-        agrees=abs(judged.headroom_gib - room) <= 1.0,
-        rule="within 1 GiB against the device capacity given (default: what torch reports usable on GB200, 184.31 GiB)",
-    ))
+                f"alternative: datasheet {GB200_DATASHEET.gb:.0f} GB = {GB200_DATASHEET.gib:.1f} GiB"
+            ),
+            published=f"{room:g} GiB",
+            pooltk=(
+                f"{judged.headroom_gib:.1f} GiB against {capacity.gib:.2f} GiB; "
+                f"{sheet.headroom_gib:.1f} GiB against the datasheet's {GB200_DATASHEET.gib:.1f} GiB"
+            ),
+            agrees=abs(judged.headroom_gib - room) <= 1.0,
+            rule="within 1 GiB against the device capacity given (default: what torch reports usable on GB200, 184.31 GiB)",
+        )
+    )
 
     a_old, a_new = v("k3_active_pre3792"), v("k3_active_aligned")
     align = alignment_expectation(pub).set_index("figure")
     expected = float(align["tok_per_s_per_gpu"].iloc[1])
     measured = v("k3_2k_aligned_tok")
     change = float(align["change_pct"].iloc[-1])
-    claims.append(Claim(
-        claim="~2% fewer tok/s after the 101.5B -> 104B alignment", source=src("k3_2k_expect_tok"),
-        inputs=f"expected {r2:g} x {a_old / 1e9:g}/{a_new / 1e9:g} = {expected:.1f} ({100 * (expected / r2 - 1):+.1f}%); measured {measured:g}",
-        published=f"{v('k3_2k_expect_tok'):+g}%", pooltk=f"{change:+.2f}% measured ({measured:g} vs {r2:g})",
-        agrees=change < 0 and abs(change - v("k3_2k_expect_tok")) <= 1.0,
-        rule="the measured change is negative and within 1 pp of -2%",
-    ))
+    claims.append(
+        Claim(
+            claim="~2% fewer tok/s after the 101.5B -> 104B alignment",
+            source=src("k3_2k_expect_tok"),
+            inputs=f"expected {r2:g} x {a_old / 1e9:g}/{a_new / 1e9:g} = {expected:.1f} ({100 * (expected / r2 - 1):+.1f}%); measured {measured:g}",
+            published=f"{v('k3_2k_expect_tok'):+g}%",
+            pooltk=f"{change:+.2f}% measured ({measured:g} vs {r2:g})",
+            agrees=change < 0 and abs(change - v("k3_2k_expect_tok")) <= 1.0,
+            rule="the measured change is negative and within 1 pp of -2%",
+        )
+    )
     mfu_new = mfu(measured, flops, peak).mfu_pct
     mfu_old = mfu(r2, flops, peak).mfu_pct
-    claims.append(Claim(
-        claim="about the same MFU on the aligned shape", source=src("k3_2k_expect_mfu"),
-        inputs=f"{measured:g} and {r2:g} tok/s/GPU on {flops.name} / {peak.name}",
-        published=f"{v('k3_2k_seed_mfu'):g}% -> about the same", pooltk=f"{mfu_old:.2f}% -> {mfu_new:.2f}% ({mfu_new - mfu_old:+.2f} pp)",
-        agrees=abs(mfu_new - mfu_old) <= 0.5, rule="within 0.5 pp",
-    ))
+    claims.append(
+        Claim(
+            claim="about the same MFU on the aligned shape",
+            source=src("k3_2k_expect_mfu"),
+            inputs=f"{measured:g} and {r2:g} tok/s/GPU on {flops.name} / {peak.name}",
+            published=f"{v('k3_2k_seed_mfu'):g}% -> about the same",
+            pooltk=f"{mfu_old:.2f}% -> {mfu_new:.2f}% ({mfu_new - mfu_old:+.2f} pp)",
+            agrees=abs(mfu_new - mfu_old) <= 0.5,
+            rule="within 0.5 pp",
+        )
+    )
     mem_change = v("k3_2k_aligned_mem") - peak_mem
-    claims.append(Claim(
-        claim="~1 GiB more per GPU on the aligned shape", source=src("k3_2k_expect_mem"),
-        inputs=f"{v('k3_2k_aligned_mem'):g} - {peak_mem:g} GiB", published=f"+{v('k3_2k_expect_mem'):g} GiB",
-        pooltk=f"{mem_change:+.1f} GiB", agrees=abs(mem_change - v("k3_2k_expect_mem")) <= 1.0, rule="within 1 GiB of +1 GiB",
-    ))
+    claims.append(
+        Claim(
+            claim="~1 GiB more per GPU on the aligned shape",
+            source=src("k3_2k_expect_mem"),
+            inputs=f"{v('k3_2k_aligned_mem'):g} - {peak_mem:g} GiB",
+            published=f"+{v('k3_2k_expect_mem'):g} GiB",
+            pooltk=f"{mem_change:+.1f} GiB",
+            agrees=abs(mem_change - v("k3_2k_expect_mem")) <= 1.0,
+            rule="within 1 GiB of +1 GiB",
+        )
+    )
 
     world, seq2 = int(v("k3_cfg_world")), int(v("k3_cfg_seq_2k"))
     it = v("k3_2k_aligned_iter")
     rate_from_time = gbs * seq2 / (it * world)
-    claims.append(Claim(
-        claim="627.3 tok/s/GPU at 52.2 s/iteration", source=src("k3_2k_aligned_iter"),
-        inputs=f"GBS x seq / (iteration time x world) = {gbs} x {seq2} / ({it:g} x {world})",
-        published=f"{measured:g} tok/s/GPU", pooltk=f"{rate_from_time:.1f} tok/s/GPU",
-        agrees=abs(rate_from_time / measured - 1) <= 0.05 / it + 1e-9,
-        rule=f"within the rounding of 52.2 s (+-0.05 s = +-{100 * 0.05 / it:.2f}%)",
-    ))
+    claims.append(
+        Claim(
+            claim="627.3 tok/s/GPU at 52.2 s/iteration",
+            source=src("k3_2k_aligned_iter"),
+            inputs=f"GBS x seq / (iteration time x world) = {gbs} x {seq2} / ({it:g} x {world})",
+            published=f"{measured:g} tok/s/GPU",
+            pooltk=f"{rate_from_time:.1f} tok/s/GPU",
+            agrees=abs(rate_from_time / measured - 1) <= 0.05 / it + 1e-9,
+            rule=f"within the rounding of 52.2 s (+-0.05 s = +-{100 * 0.05 / it:.2f}%)",
+        )
+    )
     later = headroom(v("k3_2k_aligned_mem"), capacity)
-    claims.append(Claim(
-        claim="headroom on the aligned 2k shape (informational)", source=src("k3_2k_aligned_mem"),
-        inputs=f"{v('k3_2k_aligned_mem'):g} GiB peak; device {capacity.gib:.2f} GiB; implied capacity from the 44 GiB claim {implied:.1f} GiB",
-        published="", pooltk=f"{later.headroom_gib:.1f} GiB (device); {implied - v('k3_2k_aligned_mem'):.1f} GiB (implied capacity)",
-        agrees=None, rule="no published figure",
-    ))
+    claims.append(
+        Claim(
+            claim="headroom on the aligned 2k shape (informational)",
+            source=src("k3_2k_aligned_mem"),
+            inputs=f"{v('k3_2k_aligned_mem'):g} GiB peak; device {capacity.gib:.2f} GiB; implied capacity from the 44 GiB claim {implied:.1f} GiB",
+            published="",
+            pooltk=f"{later.headroom_gib:.1f} GiB (device); {implied - v('k3_2k_aligned_mem'):.1f} GiB (implied capacity)",
+            agrees=None,
+            rule="no published figure",
+        )
+    )
     r1_later = v("k3_1k_later_tok")
-    claims.append(Claim(
-        claim="CROSS-TREE: aligned 2k re-run over the 2026-09-04 tree's 1k (informational, not like for like)",
-        source=f"{src('k3_2k_aligned_tok')}; {src('k3_1k_later_tok')}",
-        inputs=f"{measured:g} / {r1_later:g} - 1: two measurements from different code trees",
-        published="", pooltk=f"+{100 * (measured / r1_later - 1):.1f}% (cross-tree; the same-tree figure is the seed's +{gain:.0f}%)",
-        agrees=None, rule="no published figure; a ratio across code trees mixes the code change with the shape change",
-    ))
-    if not all(math.isfinite(x) for x in (gain, change, mem_change)):  # pragma: no cover - CSV sanity
-        raise ValueError("claims_ledger: a published figure is not a number; check data/published/kimi_k3_gb200.csv")
+    claims.append(
+        Claim(
+            claim="CROSS-TREE: aligned 2k re-run over the 2026-09-04 tree's 1k (informational, not like for like)",
+            source=f"{src('k3_2k_aligned_tok')}; {src('k3_1k_later_tok')}",
+            inputs=f"{measured:g} / {r1_later:g} - 1: two measurements from different code trees",
+            published="",
+            pooltk=f"+{100 * (measured / r1_later - 1):.1f}% (cross-tree; the same-tree figure is the seed's +{gain:.0f}%)",
+            agrees=None,
+            rule="no published figure; a ratio across code trees mixes the code change with the shape change",
+        )
+    )
+    if not all(
+        math.isfinite(x) for x in (gain, change, mem_change)
+    ):  # pragma: no cover - CSV sanity
+        raise ValueError(
+            "claims_ledger: a published figure is not a number; check data/published/kimi_k3_gb200.csv"
+        )
     return Ledger(claims=tuple(claims))
 
 
@@ -291,9 +379,18 @@ def published_table(published: Published | None = None) -> pd.DataFrame:
     pub = published or load_published()
     f = pub.table("measured")
     f = f[f["id"].str.startswith("k3_")]
-    wide = f.pivot_table(index="shape", columns="quantity", values="value", aggfunc="first", sort=False)
-    wide = wide.rename(columns={"tok_per_s_per_gpu": "tok_per_s_per_gpu", "mfu": "mfu_pct", "peak_mem": "peak_mem_gib",
-                                "iteration_time": "iteration_time_s", "headroom": "headroom_gib"})
+    wide = f.pivot_table(
+        index="shape", columns="quantity", values="value", aggfunc="first", sort=False
+    )
+    wide = wide.rename(
+        columns={
+            "tok_per_s_per_gpu": "tok_per_s_per_gpu",
+            "mfu": "mfu_pct",
+            "peak_mem": "peak_mem_gib",
+            "iteration_time": "iteration_time_s",
+            "headroom": "headroom_gib",
+        }
+    )
     return wide.reset_index()
 
 
@@ -306,8 +403,10 @@ SHAPE_LABELS: dict[str, str] = {
 """Short labels of the measured shapes, by the key in their figure ids (``k3_<key>_tok``)."""
 
 
-def published_figures(published: Published | None = None,
-                      quantities: tuple[str, ...] = ("tok_per_s_per_gpu", "mfu", "peak_mem")) -> pd.DataFrame:
+def published_figures(
+    published: Published | None = None,
+    quantities: tuple[str, ...] = ("tok_per_s_per_gpu", "mfu", "peak_mem"),
+) -> pd.DataFrame:
     """The measured figures of each shape, one row per (shape, quantity), for drawing next to a user's runs.
 
     Columns: id, label (:data:`SHAPE_LABELS`), quantity, value, unit, approximate (stated with ``~``
@@ -322,17 +421,36 @@ def published_figures(published: Published | None = None,
         for q in quantities:
             hit = f[(f["id"].str.startswith(f"k3_{key}_")) & (f["quantity"] == q)]
             for r in hit.itertuples():
-                rows.append({"id": r.id, "label": label, "quantity": q, "value": float(r.value), "unit": r.unit,
-                             "approximate": pub.approximate(r.id), "source": r.source})
-    return pd.DataFrame(rows, columns=["id", "label", "quantity", "value", "unit", "approximate", "source"])
+                rows.append(
+                    {
+                        "id": r.id,
+                        "label": label,
+                        "quantity": q,
+                        "value": float(r.value),
+                        "unit": r.unit,
+                        "approximate": pub.approximate(r.id),
+                        "source": r.source,
+                    }
+                )
+    return pd.DataFrame(
+        rows, columns=["id", "label", "quantity", "value", "unit", "approximate", "source"]
+    )
 
 
-_SHAPES = (("1k_seed", "1k x GBS4096 (seed)"), ("2k_seed", "2k x GBS4096 + pool (seed)"),
-           ("2k_aligned", "2k aligned 104B (later)"), ("1k_later", "1k (later tree)"))
+_SHAPES = (
+    ("1k_seed", "1k x GBS4096 (seed)"),
+    ("2k_seed", "2k x GBS4096 + pool (seed)"),
+    ("2k_aligned", "2k aligned 104B (later)"),
+    ("1k_later", "1k (later tree)"),
+)
 
 
-def mfu_by_shape(published: Published | None = None, *, flops: FlopsBasis | None = None,
-                 peaks: tuple[PeakBasis, ...] = (PEAK_GB200_2250, PEAK_GB200_2500)) -> pd.DataFrame:
+def mfu_by_shape(
+    published: Published | None = None,
+    *,
+    flops: FlopsBasis | None = None,
+    peaks: tuple[PeakBasis, ...] = (PEAK_GB200_2250, PEAK_GB200_2500),
+) -> pd.DataFrame:
     """MFU of every published shape on one FLOPs basis against each peak, next to the published MFU."""
     import pandas as pd
 
@@ -343,19 +461,31 @@ def mfu_by_shape(published: Published | None = None, *, flops: FlopsBasis | None
         rate = pub.value(f"k3_{key}_tok")
         for peak in peaks:
             fig = mfu(rate, flops, peak)
-            rows.append({"shape": label, "tok_per_s_per_gpu": rate, "flops_per_token": flops.flops_per_token,
-                         "peak_tflops": peak.flops_per_s / 1e12, "mfu_pct": fig.mfu_pct,
-                         "published_mfu_pct": pub.value(f"k3_{key}_mfu"), "basis": fig.basis})
+            rows.append(
+                {
+                    "shape": label,
+                    "tok_per_s_per_gpu": rate,
+                    "flops_per_token": flops.flops_per_token,
+                    "peak_tflops": peak.flops_per_s / 1e12,
+                    "mfu_pct": fig.mfu_pct,
+                    "published_mfu_pct": pub.value(f"k3_{key}_mfu"),
+                    "basis": fig.basis,
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def headroom_by_capacity(published: Published | None = None, *, capacities: tuple[DeviceCapacity, ...] | None = None) -> pd.DataFrame:
+def headroom_by_capacity(
+    published: Published | None = None, *, capacities: tuple[DeviceCapacity, ...] | None = None
+) -> pd.DataFrame:
     """Headroom of the 2k shape's 139.6 GiB peak against each capacity; the 44 GiB claim's implied capacity first."""
     import pandas as pd
 
     pub = published or load_published()
     peak, room = pub.value("k3_2k_seed_mem"), pub.value("k3_2k_seed_headroom")
-    implied = DeviceCapacity.from_gib(peak + room, source=f"implied by the claim: {peak:g} GiB peak + {room:g} GiB headroom")
+    implied = DeviceCapacity.from_gib(
+        peak + room, source=f"implied by the claim: {peak:g} GiB peak + {room:g} GiB headroom"
+    )
     caps = (implied, *(capacities or (GB200_TORCH_REPORTED, GB200_DATASHEET)))
     return pd.concat([headroom(peak, c).to_frame() for c in caps], ignore_index=True)
 
@@ -365,21 +495,43 @@ def alignment_expectation(published: Published | None = None) -> pd.DataFrame:
     import pandas as pd
 
     pub = published or load_published()
-    r2, a_old, a_new = pub.value("k3_2k_seed_tok"), pub.value("k3_active_pre3792"), pub.value("k3_active_aligned")
+    r2, a_old, a_new = (
+        pub.value("k3_2k_seed_tok"),
+        pub.value("k3_active_pre3792"),
+        pub.value("k3_active_aligned"),
+    )
     expected = r2 * a_old / a_new
     measured = pub.value("k3_2k_aligned_tok")
-    return pd.DataFrame([
-        {"figure": "seed measurement (101.5B active)", "tok_per_s_per_gpu": r2, "change_pct": 0.0},
-        {"figure": f"expected on 104B: {r2:g} x {a_old / 1e9:g}/{a_new / 1e9:g}", "tok_per_s_per_gpu": expected,
-         "change_pct": 100 * (expected / r2 - 1)},
-        {"figure": "PR's stated expectation", "tok_per_s_per_gpu": r2 * (1 + pub.value("k3_2k_expect_tok") / 100),
-         "change_pct": pub.value("k3_2k_expect_tok")},
-        {"figure": "later measurement (aligned 104B)", "tok_per_s_per_gpu": measured, "change_pct": 100 * (measured / r2 - 1)},
-    ])
+    return pd.DataFrame(
+        [
+            {
+                "figure": "seed measurement (101.5B active)",
+                "tok_per_s_per_gpu": r2,
+                "change_pct": 0.0,
+            },
+            {
+                "figure": f"expected on 104B: {r2:g} x {a_old / 1e9:g}/{a_new / 1e9:g}",
+                "tok_per_s_per_gpu": expected,
+                "change_pct": 100 * (expected / r2 - 1),
+            },
+            {
+                "figure": "PR's stated expectation",
+                "tok_per_s_per_gpu": r2 * (1 + pub.value("k3_2k_expect_tok") / 100),
+                "change_pct": pub.value("k3_2k_expect_tok"),
+            },
+            {
+                "figure": "later measurement (aligned 104B)",
+                "tok_per_s_per_gpu": measured,
+                "change_pct": 100 * (measured / r2 - 1),
+            },
+        ]
+    )
 
 
 def k3_bubble(published: Published | None = None):  # noqa: ANN201 - returns metrics.Bubble
     """The 1F1B bubble of the 2k shape from its config (pp, GBS / (mbs x dp) microbatches)."""
     pub = published or load_published()
-    pp, gbs, mbs, dp = (int(pub.value(k)) for k in ("k3_cfg_pp", "k3_cfg_gbs", "k3_cfg_mbs", "k3_cfg_dp"))
+    pp, gbs, mbs, dp = (
+        int(pub.value(k)) for k in ("k3_cfg_pp", "k3_cfg_gbs", "k3_cfg_mbs", "k3_cfg_dp")
+    )
     return bubble_1f1b(pp, gbs // (mbs * dp))

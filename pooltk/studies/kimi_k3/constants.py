@@ -30,23 +30,35 @@ __all__ = [
     "PEAK_GB200_2500",
 ]
 
-K3_ACTIVE_6N = FlopsBasis.six_n(104e9, source="Automodel PR #3780: 'MFU basis tok/s/GPU x 6 x 104e9 / 2.25e15'")
+K3_ACTIVE_6N = FlopsBasis.six_n(
+    104e9, source="Automodel PR #3780: 'MFU basis tok/s/GPU x 6 x 104e9 / 2.25e15'"
+)
 """The Kimi-K3 report's FLOPs basis: 6 x 104e9 active parameters per token."""
-PEAK_GB200_2250 = PeakBasis(name="GB200 2250 TFLOP/s (K3 configs)", flops_per_s=2.25e15,
-                            source="kimi_k3_gb200*.yaml benchmark.peak_tflops: 2250; PR #3780 MFU basis")
+PEAK_GB200_2250 = PeakBasis(
+    name="GB200 2250 TFLOP/s (K3 configs)",
+    flops_per_s=2.25e15,
+    source="kimi_k3_gb200*.yaml benchmark.peak_tflops: 2250; PR #3780 MFU basis",
+)
 """GB200 peak as the K3 configs state it."""
-PEAK_GB200_2500 = PeakBasis(name="GB200 2500 TFLOP/s (other GB200 configs, Automodel table)", flops_per_s=2.5e15,
-                            source="other GB200 configs' peak_tflops: 2500; Automodel's device table GB200 2.5e15")
+PEAK_GB200_2500 = PeakBasis(
+    name="GB200 2500 TFLOP/s (other GB200 configs, Automodel table)",
+    flops_per_s=2.5e15,
+    source="other GB200 configs' peak_tflops: 2500; Automodel's device table GB200 2.5e15",
+)
 """GB200 peak as other GB200 configs and Automodel's device table state it."""
 GB200_TORCH_REPORTED = DeviceCapacity.from_gib(
-    184.31, source="torch on GB200: 'GPU 0 has a total capacity of 184.31 GiB' (CUDA out-of-memory messages)"
+    184.31,
+    source="torch on GB200: 'GPU 0 has a total capacity of 184.31 GiB' (CUDA out-of-memory messages)",
 )
 """GB200 memory as torch reports it usable (see [Note: GB200 memory]); the ledger's default capacity."""
-GB200_DATASHEET = DeviceCapacity.from_gb(186, source="NVIDIA GB200 NVL72 datasheet: 13.4 TB HBM3e over 72 GPUs = 186 GB per GPU")
+GB200_DATASHEET = DeviceCapacity.from_gb(
+    186, source="NVIDIA GB200 NVL72 datasheet: 13.4 TB HBM3e over 72 GPUs = 186 GB per GPU"
+)
 """GB200 HBM per GPU as the datasheet states it (GB): the stated alternative."""
 GB200_NOMINAL = GB200_DATASHEET
 """The datasheet figure under its earlier name."""
 GB200_TORCHTITAN_CAPACITY = DeviceCapacity.from_gib(
-    187.28, source="torchtitan log on GB200: 'CUDA capacity: NVIDIA GB200 with 187.28GiB memory' (device properties)"
+    187.28,
+    source="torchtitan log on GB200: 'CUDA capacity: NVIDIA GB200 with 187.28GiB memory' (device properties)",
 )
 """GB200 memory as torchtitan's setup line prints it (device properties' total)."""

@@ -48,20 +48,48 @@ _CONFIG = "NVIDIA-NeMo/Automodel KimiK3TextConfig (hidden_size 7168, bfloat16)"
 _HIDDEN = 7168
 _ROWS = 2
 _CAL_SET_BYTES_2K = 52 * 2**30 // 128  # 416 MiB: see [Note: the Kimi-K3 boundary calibration]
-_CAL_WIDTH = _CAL_SET_BYTES_2K // (_ROWS * 2048 * 2)  # bf16 elements per token: 53248 = 7168 + 46080
+_CAL_WIDTH = _CAL_SET_BYTES_2K // (
+    _ROWS * 2048 * 2
+)  # bf16 elements per token: 53248 = 7168 + 46080
 
 
 def _shape() -> PipelineShape:
-    return PipelineShape.from_batch(pp=8, global_batch=4096, micro_batch=_ROWS, dp=32, schedule="1f1b")
+    return PipelineShape.from_batch(
+        pp=8, global_batch=4096, micro_batch=_ROWS, dp=32, schedule="1f1b"
+    )
 
 
 def _published_2k() -> tuple[Figure, ...]:
     return (
         Figure(name="sets_per_direction", value=64, unit="sets", kind="published", source=_PR),
-        Figure(name="stock_middle_stage_gib", value=52, unit="gib", kind="published", source=f"{_PR}: '~52 GiB on middle stages'"),
-        Figure(name="saved_middle_stage_gib", value=45, unit="gib", kind="published", source=f"{_PR}: '~45 GiB saved on middle stages' (slack 2)"),
-        Figure(name="oom_margin_mib", value=56, unit="mib", kind="published", source=f"{_PR}: stock OOMs in step 1 'by only 56 MiB, measured'"),
-        Figure(name="peak_memory_pooled_gib", value=139.6, unit="gib", kind="published", source=f"{_PR}: validation table, 2k x GBS4096 + recv pool"),
+        Figure(
+            name="stock_middle_stage_gib",
+            value=52,
+            unit="gib",
+            kind="published",
+            source=f"{_PR}: '~52 GiB on middle stages'",
+        ),
+        Figure(
+            name="saved_middle_stage_gib",
+            value=45,
+            unit="gib",
+            kind="published",
+            source=f"{_PR}: '~45 GiB saved on middle stages' (slack 2)",
+        ),
+        Figure(
+            name="oom_margin_mib",
+            value=56,
+            unit="mib",
+            kind="published",
+            source=f"{_PR}: stock OOMs in step 1 'by only 56 MiB, measured'",
+        ),
+        Figure(
+            name="peak_memory_pooled_gib",
+            value=139.6,
+            unit="gib",
+            kind="published",
+            source=f"{_PR}: validation table, 2k x GBS4096 + recv pool",
+        ),
     )
 
 
@@ -101,7 +129,9 @@ def _calibrated_preset(seq_len: int, tag: str, yaml_source: str) -> Preset:
     boundary = Boundary(
         activations=(
             TensorSpec(shape=(_ROWS, seq_len, _HIDDEN), dtype="bfloat16", name="hidden_states"),
-            TensorSpec(shape=(_ROWS, seq_len, extra), dtype="bfloat16", name="calibrated_remainder"),
+            TensorSpec(
+                shape=(_ROWS, seq_len, extra), dtype="bfloat16", name="calibrated_remainder"
+            ),
         )
     )
     mib = boundary.forward_bytes / 2**20
@@ -142,7 +172,9 @@ PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
         _calibrated_preset(2048, "2k", _YAML_2K),
-        k3_widths_preset(_calibrated_preset(2048, "2k", _YAML_2K)),  # boundaries from the published widths
+        k3_widths_preset(
+            _calibrated_preset(2048, "2k", _YAML_2K)
+        ),  # boundaries from the published widths
         _hidden_preset(2048, "2k", _YAML_2K),
         _calibrated_preset(1024, "1k", _YAML_1K),
         _hidden_preset(1024, "1k", _YAML_1K),
@@ -158,8 +190,13 @@ def preset_names() -> list[str]:
 
 def get_preset(name: str) -> Preset:
     """The preset called ``name``; a clear error listing the names otherwise."""
-    check_choice("preset", name, PRESETS, fix="run `pooltk memory --list-presets` to see them with their provenance.",
-                 error=MemoryModelError)
+    check_choice(
+        "preset",
+        name,
+        PRESETS,
+        fix="run `pooltk memory --list-presets` to see them with their provenance.",
+        error=MemoryModelError,
+    )
     return PRESETS[name]
 
 
@@ -179,8 +216,14 @@ def published_vs_model(preset: Preset) -> Any:
     mid = middle_stage(preset.shape.pp)
     inner = range(1, preset.shape.pp - 1) or range(preset.shape.pp)
     measures = {
-        "sets_per_direction": ("stock buffer sets per direction", lambda i: model.row(i, "forward").stock_sets),
-        "stock_middle_stage_gib": ("stock receive buffers per stage (GiB)", lambda i: model.stage_gib(i, "stock")),
+        "sets_per_direction": (
+            "stock buffer sets per direction",
+            lambda i: model.row(i, "forward").stock_sets,
+        ),
+        "stock_middle_stage_gib": (
+            "stock receive buffers per stage (GiB)",
+            lambda i: model.stage_gib(i, "stock"),
+        ),
         "saved_middle_stage_gib": (
             f"saved by the ring ({preset.config.policy}, slack {preset.config.slack}) per stage (GiB)",
             lambda i: model.saved_gib(i, "pooled"),
