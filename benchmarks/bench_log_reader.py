@@ -207,7 +207,9 @@ def _staged(path: Path) -> dict[str, float]:
         fn = getattr(mod, fn_name)
         saved.append((mod, fn_name, fn))
 
-        def timed(*a, _fn=fn, _label=label.strip(), **k):  # noqa: ANN002, ANN003
+        stripped = label.strip()
+
+        def timed(*a, _fn=fn, _label=stripped, **k):  # noqa: ANN002, ANN003
             c0 = time.process_time()
             try:
                 return _fn(*a, **k)
@@ -263,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                     wall, cpu = _cpu(read)
                     t_reader.append(wall)
                     c_reader.append(cpu)
-                    wall_csv, cpu_csv = _cpu(lambda: pd.read_csv(csv))
+                    wall_csv, cpu_csv = _cpu(lambda path=csv: pd.read_csv(path))
                     t_csv.append(wall_csv)
                     c_csv.append(cpu_csv)
                     assert table is not None and len(table.steps) == args.lines, "reader lost rows"

@@ -98,7 +98,7 @@ def main() -> None:
 
     us_on, us_off = host_us_per_receive(True), host_us_per_receive(False)
 
-    print(f"[bench] timing the pp4 parity check (pooltk parity defaults) ...", flush=True)
+    print("[bench] timing the pp4 parity check (pooltk parity defaults) ...", flush=True)
     t0 = time.perf_counter()
     check = run_parity(
         ParitySpec(pp=4, microbatches=16, steps=3, variants=default_variants([Rings()]))

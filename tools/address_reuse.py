@@ -67,13 +67,21 @@ def rank_main(rank: int, world: int, port: int, out: Path) -> None:
         stage = PipelineStage(_module(kind, hidden, rank), rank, world, torch.device("cpu"))
         state = {"step": -1, "live": {}, "seen": {}}
 
-        def freed(key: int) -> None:
+        def freed(key: int, state=state) -> None:
             state["live"].pop(key, None)
 
         for method, direction in (("get_fwd_recv_ops", "forward"), ("get_bwd_recv_ops", "grad")):
             original = getattr(stage, method)
 
-            def recorded(chunk: int, *a: Any, _orig=original, _dir=direction, **k: Any) -> Any:
+            def recorded(
+                chunk: int,
+                *a: Any,
+                _orig=original,
+                _dir=direction,
+                state=state,
+                name=name,
+                **k: Any,
+            ) -> Any:
                 ops = _orig(chunk, *a, **k)
                 for op in ops or ():
                     t = op.tensor

@@ -57,7 +57,6 @@ from pooltk.analysis.catalog import (  # re-exported: programs were the catalog'
     CatalogEntry,
     ScheduleAnalysisError,
     Style,
-    _pipelining,
     analysable_schedules,
     is_single_stage,
     resolve_schedule,

@@ -179,9 +179,10 @@ def run(args: argparse.Namespace) -> int:
             "unrecognised": table.unrecognised,
             "run_sources": table.run_sources,
         }
-        for r, row in zip(summary.runs, frame.to_dict(orient="records"), strict=True):
+        for r, record in zip(summary.runs, frame.to_dict(orient="records"), strict=True):
             row = {
-                k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()
+                k: (None if isinstance(v, float) and math.isnan(v) else v)
+                for k, v in record.items()
             }
             if flops is not None and math.isfinite(r.tok_per_s_per_gpu):
                 row["mfu_by_peak"] = (

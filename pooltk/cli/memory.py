@@ -502,7 +502,7 @@ def _compare_table(model: Any, other_preset: Any, other: Any, unit: str) -> str:
         )
     per_rank = model.shape.multi_stage
     n = model.shape.pp if per_rank else model.shape.num_stages
-    at = (lambda m, i, v: m.rank_bytes(i, v)) if per_rank else (lambda m, i, v: m.stage_bytes(i, v))  # noqa: E731
+    at = (lambda m, i, v: m.rank_bytes(i, v)) if per_rank else (lambda m, i, v: m.stage_bytes(i, v))
     rows = []
     for i in range(n):
         a_st, b_st, a_po, b_po = (
@@ -534,7 +534,7 @@ def _compare_table(model: Any, other_preset: Any, other: Any, unit: str) -> str:
     ]
     return "\n".join(
         [
-            f"",
+            "",
             f"beside {other_preset.name} (other), {unit.upper()}, per {what}; difference = this - other:",
             *_render(header, rows),
         ]
@@ -742,7 +742,6 @@ def _csv_ints(flag: str, text: str | None) -> list[int] | None:
 
 
 def _estimate_inputs(args: argparse.Namespace) -> Any:
-    from pooltk.analysis.rings import RingRule
     from pooltk.memory.configs import Overrides
     from pooltk.memory.replay.inputs import estimate_inputs
     from pooltk.memory.replay.presets import estimate_preset

@@ -117,9 +117,10 @@ def columns(prefixes: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
             groups = prefixes.str.extract_groups(pattern).struct.unnest()
             got = {c: groups[g] for c, g in zip(cols, groups.columns, strict=True) if c is not None}
         seen = False
-        for col, values in got.items():
-            if col in ("rank", "task"):
-                values = values.cast(pl.Int64, strict=False)
+        for col, extracted in got.items():
+            values = (
+                extracted.cast(pl.Int64, strict=False) if col in ("rank", "task") else extracted
+            )
             if values.null_count() == values.len():
                 continue
             seen = True

@@ -253,7 +253,7 @@ def _launches(plan: dict[Path, tuple[str, int | None, str]]) -> None:
     from datetime import datetime
 
     groups: dict[tuple[Path, str], list[tuple[datetime, int | None, Path]]] = defaultdict(list)
-    for f, (name, rank, _) in plan.items():
+    for f, (name, _rank, _) in plan.items():
         if m := _STAMP_IN_NAME_RE.search(_plain_name(f)[0].rsplit(".", 1)[0]):
             groups[(f.resolve().parent, name)].append(
                 (datetime.strptime(m.group(1), "%Y%m%d-%H%M%S"), rank_in_name(f), f)

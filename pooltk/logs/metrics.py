@@ -67,8 +67,6 @@ __all__ = [
 ]
 
 from pooltk.logs.bases import (  # noqa: E402 - the bases live in their own module; re-exported here
-    GB,
-    GIB,
     Bubble,
     DeviceCapacity,
     FlopsBasis,
@@ -516,8 +514,8 @@ def summarize(
     steps = collapse_ranks(rates.steps)
     steps = steps.astype({"step_time_basis": "object"})
     out: list[RunSummary] = []
-    for run, rows in steps.groupby("run", sort=False, observed=True):
-        run = str(run)
+    for key, rows in steps.groupby("run", sort=False, observed=True):
+        run = str(key)
         times, time_basis = step_times(rows)
         steps.loc[times.index, "step_time_s"] = times
         steps.loc[times.index, "step_time_basis"] = time_basis

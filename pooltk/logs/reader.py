@@ -239,9 +239,9 @@ def detect_format(lines: Sequence[str], *, path: str = "<lines>", text: str | No
 def read_log_file(
     path: str | Path,
     *,
-    format: str = "auto",
+    format: str = "auto",  # noqa: A002 - the public keyword, as pandas names it
     run: str | None = None,
-    strict: bool = False,  # noqa: A002
+    strict: bool = False,
     max_bytes: int = MAX_BYTES,
     engine: str = "auto",
 ) -> LogTable:
@@ -265,10 +265,10 @@ def read_log_file(
 def _read_one(
     p: Path,
     *,
-    format: str,
+    format: str,  # noqa: A002
     run: str | None,
     strict: bool,
-    max_bytes: int = MAX_BYTES,  # noqa: A002
+    max_bytes: int = MAX_BYTES,
     engine: str = "auto",
     rank: int | None = None,
 ) -> tuple[LogTable | None, LogFormatError | None]:
@@ -469,8 +469,8 @@ class _PythonOnly:
 def read_logs(
     paths: str | Path | Iterable[str | Path],
     *,
-    format: str = "auto",
-    strict: bool = False,  # noqa: A002
+    format: str = "auto",  # noqa: A002 - the public keyword, as pandas names it
+    strict: bool = False,
     max_bytes: int = MAX_BYTES,
     engine: str = "auto",
 ) -> LogTable:

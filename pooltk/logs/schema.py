@@ -178,7 +178,7 @@ class RowBuilder:
                 col = self._cols[key] = [None] * n
             col.append(value)
         self._n = n + 1
-        for key, col in self._cols.items():
+        for col in self._cols.values():
             if len(col) < n + 1:
                 col.append(None)
 

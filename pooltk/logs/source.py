@@ -349,18 +349,18 @@ def _cloud(records: list[Any], kind: str) -> Source:
             stamp = rec.get("timestamp")
             rows.append((stamp, str(rec.get("message", "")), rec.get("logStreamName"), None))
     if all(r[0] is not None for r in rows):
-        rows.sort(
-            key=lambda r: r[0]
-        )  # gcloud lists newest first; a stable sort keeps equal stamps in order
+        # gcloud lists newest first; a stable sort keeps equal stamps in order
+        rows.sort(key=lambda r: r[0])
     cols: dict[str, list[Any]] = {"time": [], "host": [], "pod": []}
     parts = []
-    for stamp, msg, host, pod in rows:
-        msg = msg.rstrip("\n")
+    for raw_stamp, raw_msg, host, pod in rows:
+        msg = raw_msg.rstrip("\n")
         n = msg.count("\n") + 1
-        if kind == "cloudwatch" and isinstance(stamp, (int, float)):
+        stamp = raw_stamp
+        if kind == "cloudwatch" and isinstance(raw_stamp, (int, float)):
             import datetime as _dt
 
-            stamp = _dt.datetime.fromtimestamp(stamp / 1000, tz=_dt.timezone.utc).strftime(
+            stamp = _dt.datetime.fromtimestamp(raw_stamp / 1000, tz=_dt.timezone.utc).strftime(
                 "%Y-%m-%dT%H:%M:%S.%fZ"
             )
         cols["time"] += [stamp] * n

@@ -228,7 +228,7 @@ def k3_story(
         sentence = (
             "They differ: "
             + "; ".join(reasons)
-            + f", against the PR's measured OOM, because the model assumes "
+            + ", against the PR's measured OOM, because the model assumes "
             "every stage holds the anchor's non-buffer memory and the overhead is the stated default, not this run's."
         )
     return K3Story(device=dev, overhead=overhead, rows=tuple(rows), sentence=sentence)

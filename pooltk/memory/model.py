@@ -85,8 +85,8 @@ __all__ = [
     "TensorSpec",
     "UnpoolableScheduleError",
     "automodel_ring",
-    "compare_configs",
-    "compare_models",
+    "compare_configs",  # noqa: F822 - from memory.sweeps, on first use (__getattr__ below)
+    "compare_models",  # noqa: F822 - from memory.sweeps, on first use (__getattr__ below)
     "expected_bytes",
     "harness_boundary",
     "live_sets_for",
@@ -95,7 +95,7 @@ __all__ = [
     "middle_stage",
     "model_memory",
     "modelled_schedule",
-    "slack_sweep",
+    "slack_sweep",  # noqa: F822 - from memory.sweeps, on first use (__getattr__ below)
     "to_unit",
 ]
 

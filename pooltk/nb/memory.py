@@ -761,7 +761,6 @@ def measured_vs_modelled_figure(table: Any) -> Figure:
     The measured saving is each rank's peak resident memory (``VmHWM``), stock minus pooled: process
     memory, not a device allocator's figure. Each pair of bars carries the relative difference.
     """
-    import numpy as np
 
     shapes = list(dict.fromkeys(table["shape"]))
     fig, axes = canvas.subplots(

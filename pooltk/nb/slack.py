@@ -84,7 +84,7 @@ def slack_needs(
         n = pp * vpp
         worst: dict[tuple[str, str], tuple[int, int]] = {}
 
-        def note(rule: str, direction: str, s: int, stage: int) -> None:
+        def note(rule: str, direction: str, s: int, stage: int, worst=worst) -> None:
             if s > worst.get((rule, direction), (-1, -1))[0]:
                 worst[(rule, direction)] = (s, stage)
 

@@ -49,8 +49,8 @@ def schedule_timeline(rp: Replay, *, title: str | None = None) -> Figure:
     fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.6 * pp + 1.9))
     ph = phases(rp)
     present: list[str] = []
-    for stage, group in frame.groupby("stage"):
-        group = group[group.kind != "W"].sort_values("start")
+    for stage, rows in frame.groupby("stage"):
+        group = rows[rows.kind != "W"].sort_values("start")
         times = list(zip(group.start, group.end))
         for name, (a, b) in ph.get(stage, {}).items():
             ax.axvspan(

@@ -142,15 +142,14 @@ def _wrap(module: nn.Module, case: Composition, dp_mesh: Any) -> nn.Module:
 
 def _digest(items: list) -> str:
     h = hashlib.sha1()
-    for t in items:
-        if isinstance(t, torch.Tensor):
-            if hasattr(t, "to_local"):
-                t = t.to_local()
-            t = t.detach().contiguous().reshape(-1)
+    for item in items:
+        if isinstance(item, torch.Tensor):
+            local = item.to_local() if hasattr(item, "to_local") else item
+            t = local.detach().contiguous().reshape(-1)
             h.update(f"{t.dtype}{tuple(t.shape)}".encode())
             h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-        elif isinstance(t, (tuple, list)):
-            h.update(_digest(list(t)).encode())
+        elif isinstance(item, (tuple, list)):
+            h.update(_digest(list(item)).encode())
     return h.hexdigest()
 
 
@@ -337,14 +336,14 @@ def _rows(
     targets: list[tuple[int | None, str]] = [(s, "stages") for s in mine]
     if case.stages_per_rank > 1:
         targets.append((None, "rank"))
-    for stage, where in targets:
+    for stage, _ in targets:
         for direction in DIRECTIONS:
-
-            def pick(v: str) -> dict[str, int]:
-                r = results[v]
-                return (r["stages"][stage] if stage is not None else r["rank"])[direction]
-
-            pooled, stock, fresh = pick("pooled"), pick("stock"), pick("fresh")
+            pooled, stock, fresh = (
+                (results[v]["stages"][stage] if stage is not None else results[v]["rank"])[
+                    direction
+                ]
+                for v in ("pooled", "stock", "fresh")
+            )
             tensors = max(pooled["tensors"], stock["tensors"])
             if not stock["receives"]:
                 continue

@@ -31,9 +31,8 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 __all__ = ["CASES", "Composition", "CompositionRow", "run_compositions", "rows_frame"]
 

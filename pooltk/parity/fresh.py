@@ -84,8 +84,8 @@ def _swap_buffers(infos: Any, posted: list | None = None, direction: str = "forw
 
 def _bind(stage: Any, posted: list | None) -> None:
     cls = type(stage)
-    get_fwd = getattr(cls, "get_fwd_recv_ops")
-    get_bwd = getattr(cls, "get_bwd_recv_ops")
+    get_fwd = cls.get_fwd_recv_ops
+    get_bwd = cls.get_bwd_recv_ops
 
     @functools.wraps(get_fwd)
     def get_fwd_recv_ops(*args: Any, **kwargs: Any) -> Any:

@@ -236,13 +236,15 @@ def measured_vs_modelled(raw: pd.DataFrame, *, goal: float = GOAL) -> pd.DataFra
             hidden=int(first.hidden),
         )
         model = model_memory(shape, boundary, config)
-        for stage, srows in rows.groupby("stage"):
-            stage = int(stage)
+        for key, srows in rows.groupby("stage"):
+            stage = int(key)
             by = {v: srows[srows.variant == v].set_index("rep") for v in ("stock", "pooled")}
             stock_med = float(by["stock"].peak_delta_bytes.median())
             pooled_med = float(by["pooled"].peak_delta_bytes.median())
             pairs = (by["stock"].peak_delta_bytes - by["pooled"].peak_delta_bytes).dropna()
-            counted = lambda v: float((by[v].recv_forward_bytes + by[v].recv_grad_bytes).median())  # noqa: E731
+            counted = {
+                v: float((by[v].recv_forward_bytes + by[v].recv_grad_bytes).median()) for v in by
+            }
             modelled = model.saved_bytes(stage, "pooled")
             measured = stock_med - pooled_med
             rel = measured / modelled - 1 if modelled else float("nan")
@@ -254,7 +256,7 @@ def measured_vs_modelled(raw: pd.DataFrame, *, goal: float = GOAL) -> pd.DataFra
                     "modelled_stock_mib": model.stage_bytes(stage, "stock") / 2**20,
                     "modelled_pooled_mib": model.stage_bytes(stage, "pooled") / 2**20,
                     "modelled_saving_mib": modelled / 2**20,
-                    "counted_saving_mib": (counted("stock") - counted("pooled")) / 2**20,
+                    "counted_saving_mib": (counted["stock"] - counted["pooled"]) / 2**20,
                     "measured_stock_peak_mib": stock_med / 2**20,
                     "measured_pooled_peak_mib": pooled_med / 2**20,
                     "measured_saving_mib": measured / 2**20,

@@ -251,7 +251,7 @@ def _check_stage_kind(v: Variant) -> None:
 
 
 def default_variants(
-    configs: list[Rings | PoolConfig] | tuple[Rings | PoolConfig, ...] = (Rings(),),
+    configs: list[Rings | PoolConfig] | tuple[Rings | PoolConfig, ...] | None = None,
     *,
     frontends: tuple[str, ...] = ("manual",),
     schedule: str = "1f1b",
@@ -274,7 +274,7 @@ def default_variants(
                 stages_per_rank=stages_per_rank,
             )
         )
-        for cfg in map(as_rings, configs):
+        for cfg in map(as_rings, configs or (Rings(),)):
             out.append(
                 Variant(
                     name=f"{_config_label(cfg)}/{sched}/{fe}{suffix}",

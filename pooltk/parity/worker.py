@@ -159,13 +159,13 @@ def _digest(obj: Any) -> str:
 
     h = hashlib.sha1()
     items = obj if isinstance(obj, (tuple, list)) else (obj,)
-    for t in items:
-        if isinstance(t, torch.Tensor):
-            t = t.detach().cpu().contiguous()
+    for item in items:
+        if isinstance(item, torch.Tensor):
+            t = item.detach().cpu().contiguous()
             h.update(f"{t.dtype}{tuple(t.shape)}".encode())
             h.update(t.numpy().tobytes())
         else:
-            h.update(repr(t).encode())
+            h.update(repr(item).encode())
     return h.hexdigest()
 
 

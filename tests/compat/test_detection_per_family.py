@@ -123,7 +123,6 @@ def test_lazy_family_installs_the_release_alone_and_says_so(fake_torch):
         False,
     )
     assert report.events[0].fields["mode"] == "release"
-    base = mods["stage"]._PipelineStageBase
     wrapped = {
         m
         for (c, m), v in _snapshot(mods).items()

@@ -382,7 +382,7 @@ def test_a_dst_fall_back_and_an_eight_second_node_skew_do_not_split_a_run_but_a_
         ]
     skew = [ln.replace(",000 - root", ",000 - root") for ln in skew]
     skewed = [
-        ln if "[rank0]" in ln else ln.replace(f" 2026-11-01 01:", " 2026-11-01 00:") for ln in skew
+        ln if "[rank0]" in ln else ln.replace(" 2026-11-01 01:", " 2026-11-01 00:") for ln in skew
     ]
     assert read_log_file(_write(tmp_path / "skew.log", skewed)).files[0].runs == ["skew"]
     restart = [_titan(s, f"01:00:{s:02d}") for s in range(1, 10)] + [

@@ -7,7 +7,6 @@ tests/logs/fixtures. Decorated copies are generated here (never committed).
 from __future__ import annotations
 
 import gzip
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

@@ -9,7 +9,6 @@ identical tables and identical per-file reports.
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 from pathlib import Path
 

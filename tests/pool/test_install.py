@@ -150,10 +150,14 @@ def _fake_setup(self, n_mb):
     }
 
 
-def _setup(monkeypatch, config=PoolConfig(), pool=True, plan=None, report=None):
+def _setup(monkeypatch, config=None, pool=True, plan=None, report=None):
     """The grad setup of ``_FakeStage`` wrapped by a test install, the gate answering ``pool``."""
     install = report or make_report(
-        installed=True, layout=_LAYOUT, reason="test", config=config, schedule="1f1b"
+        installed=True,
+        layout=_LAYOUT,
+        reason="test",
+        config=config or PoolConfig(),
+        schedule="1f1b",
     )
     monkeypatch.setattr(patch_mod, "decide", lambda **_: (pool, "test", "1f1b", plan, None))
     target = SetupTarget(
@@ -252,7 +256,7 @@ def test_install_and_uninstall_wait_for_the_one_lock_another_thread_holds(clean_
 
     for call in (lambda: pooltk.install(slack=1), pooltk.uninstall):
         done = threading.Event()
-        worker = threading.Thread(target=lambda: (call(), done.set()))
+        worker = threading.Thread(target=lambda call=call, done=done: (call(), done.set()))
         with LOCK:
             worker.start()
             worker.join(0.3)

@@ -47,8 +47,8 @@ def test_stock_lazy_is_the_live_set_but_all_m_forward_on_every_schedules_last_st
     t = allowlist_table(
         ["1F1B", "Interleaved1F1B", "ZBVZeroBubble"], pp=4, n_microbatches=8, slack=2
     )
-    for name, part in t.groupby("schedule"):
-        part = part.set_index("stage")
+    for name, rows in t.groupby("schedule"):
+        part = rows.set_index("stage")
         last = int(part.index.max())
         live = live_sets(name, pp=4, n_microbatches=8, stages_per_rank=int(part.vpp.iloc[0]))
         assert (part.drop(index=last).stock_lazy == part.drop(index=last).live_peak).all(), name

@@ -247,7 +247,7 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
     opt = torch.optim.SGD([p for part in parts for p in part.parameters()], lr=0.05)
     gen = torch.Generator().manual_seed(args.seed + 1)
     losses_all, times = [], []
-    for step in range(args.steps):
+    for _ in range(args.steps):
         tokens = torch.randint(0, VOCAB, (args.microbatches, SEQ + 1), generator=gen)
         inputs, target = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
         losses: list = [] if info.has_last_stage else None
