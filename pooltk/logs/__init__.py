@@ -1,4 +1,5 @@
-"""Run-log analysis: Automodel and torchtitan logs into one tidy table, and metrics on a stated basis.
+"""Run-log analysis: Automodel and torchtitan logs into one tidy table, and metrics on a stated
+basis.
 
 Reading::
 
@@ -13,8 +14,8 @@ any prefix; :mod:`pooltk.logs.records`); what stands before it becomes ``rank``/
 (:mod:`pooltk.logs.decoration`). Compressed files, UTF-16 and log envelopes (docker, CloudWatch,
 GCP) are opened by :mod:`pooltk.logs.source`; per-rank files, job folders, torchrun ``--log-dir``
 trees and rotated files become runs by :mod:`pooltk.logs.files`; restarts and pasted runs inside a
-file become separate runs and pool install lines become ``pooled``/``pool_impl``/``slack``/``layout``
-(:mod:`pooltk.logs.runs`).
+file become separate runs and pool install lines become
+``pooled``/``pool_impl``/``slack``/``layout`` (:mod:`pooltk.logs.runs`).
 
 Metrics (tok/s per physical GPU, steady-state windows, MFU with its basis, headroom, the 1F1B
 bubble) live in :mod:`pooltk.logs.metrics`; the published Kimi-K3 figures and their claims in

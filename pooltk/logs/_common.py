@@ -125,9 +125,11 @@ class ParseResult:
     meta_lines: dict[str, int] = field(default_factory=dict)
     """Line each run fact came from (0: the file as a whole)."""
     n_placeholder_loss: int = 0
-    """Rows whose logged loss was a placeholder stored as NaN (torchtitan's -1 on non-last PP stages)."""
+    """Rows whose logged loss was a placeholder stored as NaN (torchtitan's -1 on non-last PP
+    stages)."""
     notes: list[str] = field(default_factory=list)
-    """Things a reader of the table must know (e.g. 'loss -1 on a non-last PP stage stored as NaN')."""
+    """Things a reader of the table must know (e.g. 'loss -1 on a non-last PP stage stored as
+    NaN')."""
 
     skip_lines: set[int] = field(default_factory=set)
     """Lines holding a skipped record."""

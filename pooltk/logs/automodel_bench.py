@@ -1,4 +1,5 @@
-"""NeMo Automodel's benchmark recipe (``nemo_automodel/recipes/llm/benchmark.py``): its log and JSON summary.
+"""NeMo Automodel's benchmark recipe (``nemo_automodel/recipes/llm/benchmark.py``): its log and JSON
+summary.
 
 No public sample of this output exists; this reader is built from the recipe's format strings
 (Automodel @05de44f, read in the ``search`` corpus; see docs/logs.md):
@@ -56,7 +57,8 @@ _ROW_RE = re.compile(
 _CANDIDATE_RE = re.compile(r"Iteration \d+ \| num_label_tokens=")
 _ITER_START_RE = re.compile(r"^Rank \d+ \| Iteration \d+\s*$")
 DETECT = (
-    r"Rank \d+ \| Iteration \d+ \| num_label_tokens=|Benchmarking Summary|GA steps: \d+, DP size: \d+"
+    r"Rank \d+ \| Iteration \d+ \| num_label_tokens="
+    r"|Benchmarking Summary|GA steps: \d+, DP size: \d+"
     r"|Running \d+ iterations with \d+ warmup steps"
 )
 """The recipe's signature, wherever it stands in a line (format detection)."""
@@ -208,7 +210,8 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
         result.rows.add(**values)
     if rows:
         result.notes.append(
-            "Automodel's benchmark prints no token rate; tok/s per GPU = GBS x seq_len / (iteration time x world size)"
+            "Automodel's benchmark prints no token rate; tok/s per GPU = GBS x seq_len / "
+            "(iteration time x world size)"
         )
     return result
 
@@ -216,7 +219,8 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
 def _attach(
     current: dict[str, Any] | None, column: str, text: str, n: int, raw: str, result: ParseResult
 ) -> bool:
-    """Put a per-iteration figure on the latest iteration row; count it as skipped when impossible."""
+    """Put a per-iteration figure on the latest iteration row; count it as skipped when
+    impossible."""
     if current is None:
         result.skip(n, f"{column} line before any iteration line", raw)
         return False
@@ -264,7 +268,8 @@ def _meta(msg: str, n: int, result: ParseResult) -> bool:
 
 
 def read_all(lines: Any, result: ParseResult) -> Any:
-    """The recipe's output read block by block (its figures span lines); each line cut where its record starts."""
+    """The recipe's output read block by block (its figures span lines); each line cut where its
+    record starts."""
     from pooltk.logs.frames import from_result
 
     texts = lines.to_list()

@@ -4,8 +4,9 @@ One JSON object per line: ``step, epoch, timestamp`` (ISO 8601, UTC, millisecond
 the metrics ``loss, grad_norm, lr, mem`` (GiB, ``max_memory_allocated``), ``tps`` (tokens/s of
 the whole job), ``tps_per_gpu`` (``tps / cp / dp``: ignores PP and TP), ``mfu`` (%, may be
 ``null`` or absent in older files), ``num_tokens_per_step``, ``num_label_tokens``. Validation
-files may name the loss ``val_loss``. Keys are read by name; extra keys are ignored. A record is found wherever it stands (``{"step":``
-after a prefix, several on a line); one cut before its closing brace is counted as truncated.
+files may name the loss ``val_loss``. Keys are read by name; extra keys are ignored. A record is
+found wherever it stands (``{"step":`` after a prefix, several on a line); one cut before its
+closing brace is counted as truncated.
 
 The step time is the log's own: ``num_tokens_per_step / tps`` (Automodel computes ``tps`` from
 exactly that token count and the step's wall time).
@@ -50,7 +51,8 @@ _INTS = (
 
 
 def val_name_from_path(stem: str) -> str | None:
-    """'default' for ``validation.jsonl``, 'squad' for ``validation_squad.jsonl``; None for training files."""
+    """'default' for ``validation.jsonl``, 'squad' for ``validation_squad.jsonl``; None for training
+    files."""
     m = _VAL_FILE_RE.search(stem)
     if m is None:
         return None
@@ -115,9 +117,8 @@ def parse_line(line: str) -> list[Rec | Skip]:
         except ValueError as err:
             pos = getattr(err, "pos", 0)
             after = next((s for s in starts[k + 1 :] if s > start), None)
-            if (
-                after is not None
-            ):  # the next record on the line is read on its own ([Note: a cut record is never a value])
+            if after is not None:  # the next record on the line is read on its own
+                # ([Note: a cut record is never a value])
                 whole = (
                     line[start:after].rstrip().endswith("}")
                 )  # ends as a record does, yet is not JSON: garbled
@@ -178,7 +179,8 @@ def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:
     found.frame = frame
     if val_name is None:
         result.notes.append(
-            "tok_per_s_per_gpu_logged is Automodel's tps_per_gpu = tps/cp/dp: it ignores PP and TP; "
+            "tok_per_s_per_gpu_logged is Automodel's tps_per_gpu = tps/cp/dp: "
+            "it ignores PP and TP; "
             "use pooltk.logs.metrics for a per-physical-GPU basis"
         )
 
@@ -186,7 +188,8 @@ def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:
 # --------------------------------------------------------------------------- the engine's path
 
 _JNUM = r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?"
-"""A JSON number; an infinite result (an integer too long for a float, ``1e400``) is left to the definition."""
+"""A JSON number; an infinite result (an integer too long for a float, ``1e400``) is left to the
+definition."""
 _COLUMNS: dict[str, tuple[str | None, str]] = {
     "step": ("step", "int"),
     "epoch": ("epoch", "int"),
@@ -226,7 +229,8 @@ def _layout(sample: list[str]) -> tuple[str, ...] | None:
 
 
 def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
-    """The file's usual layout (``json.dumps`` spacing, the same keys in the same order) read by polars."""
+    """The file's usual layout (``json.dumps`` spacing, the same keys in the same order) read by
+    polars."""
     import polars as pl
 
     keys = _layout(body.head(200).to_list())

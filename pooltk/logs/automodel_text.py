@@ -6,8 +6,9 @@ Forms read (the record, after any logging prefix):
   tps {:.2f}({:.2f}/gpu) | num_label_tokens {}``
 - 2025-08: the same without ``({}/gpu)`` after ``tps``;
 - 2025-07: ``step {} | epoch {} | loss {} | grad_norm {} | mem: {} GiB | tps {}`` (no lr);
-- validation: ``[val] name "{}" | step {} | epoch {} | loss {:.4f} | lr {:.2e} | num_label_tokens {}``
-  and the 2025-07 ``[val] step {} | epoch {} | loss {}``.
+- validation:
+  ``[val] name "{}" | step {} | epoch {} | loss {:.4f} | lr {:.2e} | num_label_tokens {}`` and the
+  2025-07 ``[val] step {} | epoch {} | loss {}``.
 
 The record's own logging prefix is part of it: ``%(asctime)s | %(levelname)s | %(name)s | ``
 (datefmt ``%Y-%m-%d %H:%M:%S``), Python's default ``INFO:root:``, or none. The signature
@@ -55,7 +56,8 @@ CANDIDATE = (
     + _VAL
     + r"step \d+ \| epoch "
 )
-"""Where a record starts (also an interleaved one that cannot be read: it is then counted as skipped)."""
+"""Where a record starts (also an interleaved one that cannot be read: it is then counted as
+skipped)."""
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)|N/A|None"
 _FIELD = r" \| (?!step \d)[a-z_]+:? (?:" + _NUM + r")(?:\((?:" + _NUM + r")/gpu\)| GiB)?"
 _RECORD_RE = re.compile(
@@ -70,9 +72,11 @@ META_HINTS = ("World size: ",)
 
 
 def _RUNS_ON(ch: str) -> bool:  # noqa: N802 - reads as a predicate on the character after a record
-    """Whether a record's last value directly followed by ``ch`` may have been cut: ``ch`` could continue a number.
+    """Whether a record's last value directly followed by ``ch`` may have been cut: ``ch`` could
+    continue a number.
 
-    (``9328.79Saving checkpoint`` is a whole value and a print; ``6553`` + ``6...`` is not knowable.)
+    (``9328.79Saving checkpoint`` is a whole value and a print; ``6553`` + ``6...`` is not
+    knowable.)
     """
     return ch.isdigit() or ch in ".-+_,"
 
@@ -126,7 +130,8 @@ def _fields(body: str) -> tuple[dict[str, Any], tuple[str, ...]]:
 
 
 def parse_line(line: str) -> list[Rec | Skip]:
-    """Every record on ``line`` (the definition of the format); candidates that do not read are Skips."""
+    """Every record on ``line`` (the definition of the format); candidates that do not read are
+    Skips."""
     out: list[Rec | Skip] = []
     cands = list(_CAND_RE.finditer(line))
     for k, cand in enumerate(cands):
@@ -188,7 +193,8 @@ def finish(found: Any, result: Any, *, stem: str = "") -> None:  # noqa: ARG001
     ):
         result.notes.append(
             "tok_per_s_per_gpu_logged is Automodel's tps/cp/dp: it ignores PP and TP "
-            "(with pp8 it is 8x the rate per physical GPU); use pooltk.logs.metrics for a physical basis"
+            "(with pp8 it is 8x the rate per physical GPU); "
+            "use pooltk.logs.metrics for a physical basis"
         )
 
 

@@ -1,5 +1,6 @@
 """The stated bases figures are computed on: FLOPs per token, peak FLOP/s, device capacity; and the
-figures made from them alone (MFU, headroom, the 1F1B bubble). See [Note: MFU] in :mod:`pooltk.logs.metrics`.
+figures made from them alone (MFU, headroom, the 1F1B bubble). See [Note: MFU] in
+:mod:`pooltk.logs.metrics`.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class FlopsBasis:
         """The 6 x N rule for N active parameters."""
         if not (active_params > 0 and math.isfinite(active_params)):
             raise ValueError(
-                f"FlopsBasis.six_n: found active_params={active_params!r}; required a positive number of parameters."
+                f"FlopsBasis.six_n: found active_params={active_params!r}; "
+                "required a positive number of parameters."
             )
         label = f"{active_params / 1e9:g}e9" if active_params >= 1e9 else f"{active_params:g}"
         return cls(
@@ -83,7 +85,8 @@ class PeakBasis:
         """From TFLOP/s."""
         if not (value > 0 and math.isfinite(value)):
             raise ValueError(
-                f"PeakBasis.tflops: found {value!r}; required a positive TFLOP/s figure such as 2250."
+                f"PeakBasis.tflops: found {value!r}; "
+                "required a positive TFLOP/s figure such as 2250."
             )
         return cls(name=name or f"{value:g} TFLOP/s", flops_per_s=value * 1e12, source=source)
 
@@ -183,7 +186,8 @@ class MfuTable:
 
 
 def mfu_table(tok_per_s_per_gpu: float, flops: FlopsBasis, peaks: Sequence[PeakBasis]) -> MfuTable:
-    """MFU against each peak (a study's peaks, e.g. pooltk.studies.kimi_k3.constants' two GB200 figures)."""
+    """MFU against each peak (a study's peaks, e.g. pooltk.studies.kimi_k3.constants' two GB200
+    figures)."""
     return MfuTable(figures=tuple(mfu(tok_per_s_per_gpu, flops, p) for p in peaks))
 
 
@@ -232,7 +236,8 @@ class Headroom:
 
 
 def headroom(peak_gib: float, capacity: DeviceCapacity) -> Headroom:
-    """Headroom of a peak (GiB) against a capacity (give it with DeviceCapacity.from_gib / from_gb)."""
+    """Headroom of a peak (GiB) against a capacity (give it with DeviceCapacity.from_gib /
+    from_gb)."""
     return Headroom(
         peak_gib=float(peak_gib), capacity_gib=capacity.gib, capacity_source=capacity.source
     )
@@ -255,7 +260,10 @@ class Bubble:
     @property
     def formula(self) -> str:
         """The arithmetic, spelled out."""
-        return f"({self.pp} - 1) / ({self.microbatches} + {self.pp} - 1) = {self.pp - 1}/{self.microbatches + self.pp - 1}"
+        return (
+            f"({self.pp} - 1) / ({self.microbatches} + {self.pp} - 1) "
+            f"= {self.pp - 1}/{self.microbatches + self.pp - 1}"
+        )
 
     def to_frame(self) -> pd.DataFrame:
         """One row."""

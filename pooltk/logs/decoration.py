@@ -9,15 +9,19 @@ each tool's documented output:
 
 - torchrun ``--tee`` / ``--role NAME``: ``[rank3]:``, ``[default3]:``, ``[NAME3]:`` (``rank``; when
   stacked, the one nearest the record wins, so a file's own ``[rank0]:`` stays rank 0);
-- ``mpirun --tag-output``: ``[1,3]<stdout>:``; SageMaker's MPI launcher ``[1,mpirank:3,algo-2]<stdout>:``
-  (``rank``, ``host``);
-- SkyPilot: ``(worker1, rank=1, pid=2367, ip=10.0.0.2)``; Ray: ``(RayTrainWorker pid=1234, ip=10.0.0.2)``
-  (``rank`` where given, ``host`` = the ip);
-- Slurm ``srun --label``: ``  3: `` (``task``); docker compose ``trainer-3  | `` (``task`` = replica);
-- ``kubectl logs --prefix``: ``[pod/NAME/CONTAINER] `` (``pod``); stern: ``POD CONTAINER `` (``pod``);
-- ``kubectl logs --timestamps`` / CRI files / CloudWatch text exports: an RFC 3339 time (``collector_time``);
+- ``mpirun --tag-output``: ``[1,3]<stdout>:``; SageMaker's MPI launcher
+  ``[1,mpirank:3,algo-2]<stdout>:`` (``rank``, ``host``);
+- SkyPilot: ``(worker1, rank=1, pid=2367, ip=10.0.0.2)``; Ray:
+  ``(RayTrainWorker pid=1234, ip=10.0.0.2)`` (``rank`` where given, ``host`` = the ip);
+- Slurm ``srun --label``: ``  3: `` (``task``); docker compose ``trainer-3  | `` (``task`` =
+  replica);
+- ``kubectl logs --prefix``: ``[pod/NAME/CONTAINER] `` (``pod``); stern: ``POD CONTAINER ``
+  (``pod``);
+- ``kubectl logs --timestamps`` / CRI files / CloudWatch text exports: an RFC 3339 time
+  (``collector_time``);
 - journald ``-o short-iso`` (``2026-05-20T02:22:58+0000 host ident[pid]: ``) and ``-o short`` /
-  RFC 3164 syslog (``<34>May 20 02:22:58 host ident[pid]: ``): ``host`` (and the time when it has a year);
+  RFC 3164 syslog (``<34>May 20 02:22:58 host ident[pid]: ``): ``host`` (and the time when it has a
+  year);
 - RFC 5424 syslog: ``<165>1 TIME HOST APP PROCID MSGID [SD] `` (``collector_time``, ``host``);
 - pdsh: ``host: `` (``host``).
 
@@ -76,12 +80,14 @@ PATTERNS: tuple[tuple[str, str, str, tuple[str | None, ...]], ...] = (
 """Known prefixes; for each column the first pattern (in this order) that fills it wins."""
 
 _LAST = frozenset({"torchrun"})
-"""Patterns whose last match in a prefix counts (the innermost ``[rankN]:``), its digits the value: all
-matches, then the last (a backtracking ``.*`` before the pattern cost about 1 s per 1 M prefixes)."""
+"""Patterns whose last match in a prefix counts (the innermost ``[rankN]:``), its digits the value:
+all matches, then the last (a backtracking ``.*`` before the pattern cost about 1 s per 1 M
+prefixes)."""
 
 
 def columns(prefixes: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """Decoration columns of a polars string Series of prefixes: ({column: Series}, names of the kinds seen).
+    """Decoration columns of a polars string Series of prefixes: ({column: Series}, names of the
+    kinds seen).
 
     ``rank`` and ``task`` are Int64, the others strings; a column no prefix fills is left out.
     """

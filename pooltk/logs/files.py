@@ -4,15 +4,16 @@
 - A file's run is its stem without ``_training`` / ``_validation*`` / ``_summary``, a rank in the
   name and a rotation number, or, for generic names (``training.jsonl``, ``stdout.log``), its
   folder's name, climbing over rank folders, ``attempt_N`` and ``logs``-like folders.
-- *torchrun's ``--log-dir`` tree* (``DefaultLogsSpecs``: ``<log_dir>/<rdzv_id>_<random>/attempt_<restart>/
-  <local_rank>/{stdout,stderr}.log``, ``error.json`` where a worker raised, and ``filtered_{stdout,stderr}.log``
-  in the attempt folder: the tee'd ranks' lines matching ``duplicate_*_filters``): the run is the
-  ``<rdzv_id>_<random>`` folder; rows that name no rank take the folder's *local* rank (torchrun
-  numbers the folders, and its ``[<role><local_rank>]:`` console prefixes, so); each attempt (an
-  elastic restart) is its own launch, ``<run>#k`` in attempt order when the tree holds several.
-  ``error.json``, empty stream files and the filtered copies (beside the rank folders they copy)
-  are left out and listed with why. Several nodes' trees are several runs: each node's folder has
-  its own random suffix, and the local ranks repeat.
+- *torchrun's ``--log-dir`` tree* (``DefaultLogsSpecs``:
+  ``<log_dir>/<rdzv_id>_<random>/attempt_<restart>/<local_rank>/{stdout,stderr}.log``,
+  ``error.json`` where a worker raised, and ``filtered_{stdout,stderr}.log`` in the attempt folder:
+  the tee'd ranks' lines matching ``duplicate_*_filters``): the run is the ``<rdzv_id>_<random>``
+  folder; rows that name no rank take the folder's *local* rank (torchrun numbers the folders, and
+  its ``[<role><local_rank>]:`` console prefixes, so); each attempt (an elastic restart) is its own
+  launch, ``<run>#k`` in attempt order when the tree holds several. ``error.json``, empty stream
+  files and the filtered copies (beside the rank folders they copy) are left out and listed with
+  why. Several nodes' trees are several runs: each node's folder has its own random suffix, and the
+  local ranks repeat.
 - *Per-rank files*: files of one folder whose names differ only in one number (``rank_0.log`` ..
   ``rank_7.log``, ``rankN.log``, ``srun -o out-%j-%t.txt``, Azure ML's ``std_log_process_N.txt``)
   are one run; the number is the rank of rows that name none.
@@ -70,7 +71,8 @@ _TORCHRUN_FILTERED = frozenset({"filtered_stdout.log", "filtered_stderr.log"})
 
 
 def _plain_name(path: Path) -> tuple[str, int]:
-    """(the name without compression and rotation suffixes, the rotation number: 0 for the live file)."""
+    """(the name without compression and rotation suffixes, the rotation number: 0 for the live
+    file)."""
     name = path.name
     for ext in _COMPRESSED:
         if name.endswith(ext):
@@ -81,14 +83,15 @@ def _plain_name(path: Path) -> tuple[str, int]:
 
 
 def rank_in_name(path: str | Path) -> int | None:
-    """The rank a per-rank file's name states (``rank3.log``, ``training.global_rank_3.<stamp>.jsonl``), or None."""
+    """The rank a per-rank file's name states (``rank3.log``,
+    ``training.global_rank_3.<stamp>.jsonl``), or None."""
     m = _RANK_IN_NAME_RE.search(_plain_name(Path(path))[0])
     return int(m.group(1)) if m else None
 
 
 def torchrun_place(path: str | Path) -> tuple[int, int | None] | None:
-    """(attempt, local rank) of a file in torchrun's ``--log-dir`` tree (rank None for the attempt's filtered
-    copies), or None for any other file; see [Note: files into runs]."""
+    """(attempt, local rank) of a file in torchrun's ``--log-dir`` tree (rank None for the attempt's
+    filtered copies), or None for any other file; see [Note: files into runs]."""
     p = Path(path)
     name = _plain_name(p)[0]
     if (
@@ -103,8 +106,8 @@ def torchrun_place(path: str | Path) -> tuple[int, int | None] | None:
 
 
 def left_out(files: list[Path]) -> dict[Path, str]:
-    """Files of a folder that are not read, with why: torchrun's error files, and its filtered copies of lines the
-    rank folders beside them hold."""
+    """Files of a folder that are not read, with why: torchrun's error files, and its filtered
+    copies of lines the rank folders beside them hold."""
     out: dict[Path, str] = {}
     ranked = {
         f.resolve().parent.parent
@@ -117,15 +120,18 @@ def left_out(files: list[Path]) -> dict[Path, str]:
             continue
         if _plain_name(f)[0] == "error.json":
             out[f] = (
-                f"torchrun's error file of local rank {at[1]} (the worker's exception, written when it raised): not a log"
+                f"torchrun's error file of local rank {at[1]} "
+                "(the worker's exception, written when it raised): not a log"
             )
         elif at[1] is not None and f.stat().st_size == 0:
             out[f] = (
-                f"empty: local rank {at[1]} wrote nothing to this stream (torchrun makes the file either way)"
+                f"empty: local rank {at[1]} wrote nothing to this stream "
+                "(torchrun makes the file either way)"
             )
         elif at[1] is None and f.resolve().parent in ranked:
             out[f] = (
-                "torchrun's filtered copy of the tee'd ranks' lines (--log-dir with duplicate filters): "
+                "torchrun's filtered copy of the tee'd ranks' lines "
+                "(--log-dir with duplicate filters): "
                 "the same lines are read from the rank folders beside it"
             )
     return out
@@ -243,13 +249,15 @@ def unique_runs(files: list[Path]) -> dict[Path, tuple[str, int | None, str]]:
 
 
 LAUNCH_GAP_S = 60.0
-"""Start stamps of one launch's ranks (torchtitan's structured logs) lie within this of the one before."""
+"""Start stamps of one launch's ranks (torchtitan's structured logs) lie within this of the one
+before."""
 
 
 def _launches(plan: dict[Path, tuple[str, int | None, str]]) -> None:
-    """Stamped per-rank files of one folder and run (``<source>.global_rank_R.<YYYYmmdd-HHMMSS>-<6>.jsonl``)
-    grouped into launches, each its own run ``<run>#k``: in stamp order, a file starts a new launch when
-    its stamp is more than :data:`LAUNCH_GAP_S` after the previous file's or its rank is already in the launch."""
+    """Stamped per-rank files of one folder and run
+    (``<source>.global_rank_R.<YYYYmmdd-HHMMSS>-<6>.jsonl``) grouped into launches, each its own run
+    ``<run>#k``: in stamp order, a file starts a new launch when its stamp is more than
+    :data:`LAUNCH_GAP_S` after the previous file's or its rank is already in the launch."""
     from datetime import datetime
 
     groups: dict[tuple[Path, str], list[tuple[datetime, int | None, Path]]] = defaultdict(list)
@@ -277,7 +285,8 @@ def _launches(plan: dict[Path, tuple[str, int | None, str]]) -> None:
 
 
 def _attempts(plan: dict[Path, tuple[str, int | None, str]]) -> None:
-    """torchrun tree files: the rank from the folder, and each attempt its own launch when the tree holds several."""
+    """torchrun tree files: the rank from the folder, and each attempt its own launch when the tree
+    holds several."""
     attempts: dict[tuple[Path, str], set[int]] = defaultdict(set)
     for f, (name, rank, why) in list(plan.items()):
         if (at := torchrun_place(f)) is None:
@@ -308,7 +317,8 @@ _RANK_WORDS = ("rank", "process", "proc", "worker", "task", "node", "gpu", "devi
 
 
 def _per_rank(head: str, numbers: list[int]) -> bool:
-    """Whether files differing only in these numbers are one job's ranks (0..N-1, or a rank word before them)."""
+    """Whether files differing only in these numbers are one job's ranks (0..N-1, or a rank word
+    before them)."""
     if len(numbers) < 2 or len(set(numbers)) != len(numbers):
         return False
     return sorted(numbers) == list(range(len(numbers))) or head.lower().rstrip("_-.").endswith(
@@ -334,7 +344,8 @@ def _order(f: Path) -> tuple[str, int, str]:
 
 
 def expand(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
-    """Files to read: (path, named explicitly). Folders are walked recursively, sidecars left out."""
+    """Files to read: (path, named explicitly). Folders are walked recursively, sidecars left
+    out."""
     out: list[tuple[Path, bool]] = []
     for raw in paths:
         p = Path(raw)
@@ -354,7 +365,8 @@ def expand(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
                 raise LogFormatError(
                     str(p),
                     0,
-                    found="a folder with no log files (.log .txt .out .jsonl .json, rotated .log.N, "
+                    found="a folder with no log files "
+                    "(.log .txt .out .jsonl .json, rotated .log.N, "
                     "or compressed .gz .bz2 .xz .zst of them)",
                     required="log files",
                     fix="point at the folder the run wrote its logs to",

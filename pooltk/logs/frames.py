@@ -1,4 +1,5 @@
-"""From found records to the step table: decoration columns, pandas dtypes, runs, folded copies, pool columns."""
+"""From found records to the step table: decoration columns, pandas dtypes, runs, folded copies,
+pool columns."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ __all__ = ["constant_where", "from_result", "split_runs", "to_pandas"]
 
 
 def from_result(result: ParseResult) -> Found:
-    """Rows a per-file reader (the benchmark summary) collected in ``result.rows``, as found records."""
+    """Rows a per-file reader (the benchmark summary) collected in ``result.rows``, as found
+    records."""
     import polars as pl
 
     cols = result.rows.columns()
@@ -28,9 +30,9 @@ _FIXED = {
     "%Y-%m-%dT%H:%M:%S%.fZ": ("%Y-%m-%dT%H:%M:%S", ".", "Z", range(1, 10)),
     "%Y-%m-%d %H:%M:%S,%3f": ("%Y-%m-%d %H:%M:%S", ",", "", range(3, 4)),
 }
-"""Formats read as fixed-width seconds (the engine's fast path) plus the fraction's digits when every
-value has the same width: Automodel JSONL's ``...T10:00:00.123Z``, torchtitan's ``,123``, RFC 3339
-collector times ``...T10:00:00.123456789Z``."""
+"""Formats read as fixed-width seconds (the engine's fast path) plus the fraction's digits when
+every value has the same width: Automodel JSONL's ``...T10:00:00.123Z``, torchtitan's ``,123``,
+RFC 3339 collector times ``...T10:00:00.123456789Z``."""
 
 
 def _fixed_width(values: Any, fmt: str | None) -> Any:
@@ -65,7 +67,8 @@ def _fixed_width(values: Any, fmt: str | None) -> Any:
 
 
 def _times(values: Any, fmt: str | None) -> Any:
-    """Strings (or datetimes) as naive UTC/host-clock datetime64[ns] numpy values (NaT where unreadable)."""
+    """Strings (or datetimes) as naive UTC/host-clock datetime64[ns] numpy values (NaT where
+    unreadable)."""
     import polars as pl
 
     fixed = _fixed_width(values, fmt)
@@ -208,7 +211,8 @@ def _per_run_categorical(values: list[str | None], run_index: Any) -> Any:
 
 
 def _other_lines(lines: Any, record_lines: Any) -> Any:
-    """0-based indices of the lines that hold no record (where banners and pool lines are looked for)."""
+    """0-based indices of the lines that hold no record (where banners and pool lines are looked
+    for)."""
     import numpy as np
     import polars as pl
 
@@ -238,7 +242,8 @@ def _banners(lines: Any, other: Any) -> tuple[list[int], Any]:
 def split_runs(
     frame: Any, lines: Any, report: Any, info: Any, run_id: str, n_placeholder: int
 ) -> tuple[Any, dict[str, Any]]:
-    """Runs split at restarts, rank copies folded, pool columns; see [Note: run boundaries] in pooltk.logs.runs."""
+    """Runs split at restarts, rank copies folded, pool columns; see [Note: run boundaries] in
+    pooltk.logs.runs."""
     import numpy as np
     import pandas as pd
 
@@ -290,7 +295,8 @@ def split_runs(
         if mine:
             chosen = mine[-1]
             stages = [pl.facts for pl in pool if lo < pl.line <= hi and pl.kind == "stage"]
-            # Installed, but every stage that reported kept stock (a schedule the gate refused): not pooled.
+            # Installed, but every stage that reported kept stock (a schedule the gate refused): not
+            # pooled.
             is_pooled = chosen.kind == "installed" and not (
                 stages and not any(s.get("pooled") for s in stages)
             )
@@ -351,7 +357,8 @@ def split_runs(
             )
             report.n_folded = n
             report.notes.append(
-                f"{n} row(s) were copies of another row of the same run (several ranks printing one line; "
+                f"{n} row(s) were copies of another row of the same run "
+                "(several ranks printing one line; "
                 "timestamps may differ by the nodes' clock skew) and were folded"
             )
     return frame, run_infos

@@ -2,8 +2,8 @@
 
 One JSON object per line, keys in Automodel's order::
 
-    {"step": 0, "epoch": 0, "timestamp": "2026-02-17T05:19:31.963Z", "loss": 4.70, "grad_norm": 74.3,
-     "lr": 1.4e-05, "mem": 22.1, "tps": 10.29, "tps_per_gpu": 1.28, "mfu": null,
+    {"step": 0, "epoch": 0, "timestamp": "2026-02-17T05:19:31.963Z", "loss": 4.70,
+     "grad_norm": 74.3, "lr": 1.4e-05, "mem": 22.1, "tps": 10.29, "tps_per_gpu": 1.28, "mfu": null,
      "num_tokens_per_step": 1483, "num_label_tokens": 112}
 
 ``timestamp`` is ISO 8601 UTC with milliseconds and ``Z``; ``mem`` is GiB (2**30 B, Automodel's
@@ -69,25 +69,29 @@ def _bad(index: int, key: str, value: Any, required: str, fix: str) -> ValueErro
 
 
 def validate_record(record: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
-    """A copy of ``record`` in Automodel's key order with the timestamp formatted; raises ValueError.
+    """A copy of ``record`` in Automodel's key order with the timestamp formatted; raises
+    ValueError.
 
     ``mfu`` may be missing or None (written as null); every other key is required. Unknown keys
     are refused (they would not be Automodel's schema).
     """
     if not isinstance(record, Mapping):
         raise ValueError(
-            f"record {index}: found {type(record).__name__}; required a mapping of {', '.join(TRAINING_KEYS)}."
+            f"record {index}: found {type(record).__name__}; "
+            f"required a mapping of {', '.join(TRAINING_KEYS)}."
         )
     unknown = sorted(set(record) - set(TRAINING_KEYS))
     if unknown:
         raise ValueError(
-            f"record {index}: unknown key(s) {unknown}; required exactly {', '.join(TRAINING_KEYS)}. "
+            f"record {index}: unknown key(s) {unknown}; "
+            f"required exactly {', '.join(TRAINING_KEYS)}. "
             "Fix: drop them (Automodel's training.jsonl has no other keys)."
         )
     missing = [k for k in TRAINING_KEYS if k != "mfu" and k not in record]
     if missing:
         raise ValueError(
-            f"record {index}: missing key(s) {missing}. Fix: give every key of {', '.join(TRAINING_KEYS)} (mfu may be None)."
+            f"record {index}: missing key(s) {missing}. "
+            f"Fix: give every key of {', '.join(TRAINING_KEYS)} (mfu may be None)."
         )
     out: dict[str, Any] = {}
     for key in _INT_KEYS:
@@ -148,7 +152,8 @@ def validate_record(record: Mapping[str, Any], index: int = 0) -> dict[str, Any]
 def write_training_jsonl(
     path: str | os.PathLike[str], records: Iterable[Mapping[str, Any]]
 ) -> Path:
-    """Validate every record, then write them to ``path`` (one JSON object per line). Returns the path.
+    """Validate every record, then write them to ``path`` (one JSON object per line). Returns the
+    path.
 
     Steps must be strictly increasing (a training log never repeats or reorders steps). Nothing
     is written when any record is invalid.
@@ -156,12 +161,14 @@ def write_training_jsonl(
     checked = [validate_record(r, i) for i, r in enumerate(records)]
     if not checked:
         raise ValueError(
-            "write_training_jsonl: found no records; required at least one. Fix: pass the run's step records."
+            "write_training_jsonl: found no records; required at least one. "
+            "Fix: pass the run's step records."
         )
     for i in range(1, len(checked)):
         if checked[i]["step"] <= checked[i - 1]["step"]:
             raise ValueError(
-                f"record {i}: 'step' found {checked[i]['step']} after {checked[i - 1]['step']}; required strictly increasing steps. "
+                f"record {i}: 'step' found {checked[i]['step']} after {checked[i - 1]['step']}; "
+                "required strictly increasing steps. "
                 "Fix: write one record per optimizer step, in order."
             )
     out = Path(path)

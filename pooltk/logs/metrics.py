@@ -1,4 +1,5 @@
-"""Figures from a step table on a stated basis: tok/s per physical GPU, steady windows, MFU, headroom, bubble.
+"""Figures from a step table on a stated basis: tok/s per physical GPU, steady windows, MFU,
+headroom, bubble.
 
 Every result carries the inputs and the basis it was computed on, and turns into a tidy
 DataFrame with ``to_frame()``.
@@ -105,7 +106,8 @@ class PerGpuRates:
 def per_gpu_rates(
     steps: pd.DataFrame, runs: Mapping[str, RunInfo] | None = None, *, warn: bool = True
 ) -> PerGpuRates:
-    """Add ``tok_per_s_per_gpu`` (tokens/s per physical GPU) to every row; see [Note: per-GPU bases]."""
+    """Add ``tok_per_s_per_gpu`` (tokens/s per physical GPU) to every row; see
+    [Note: per-GPU bases]."""
     import numpy as np
 
     runs = dict(runs or {})
@@ -134,7 +136,8 @@ def per_gpu_rates(
                         else "PP/TP not stated"
                     )
                     msg = (
-                        f"run {run}: the log's own per-GPU figure is {ratio:.3g}x the rate per physical GPU "
+                        f"run {run}: the log's own per-GPU figure is {ratio:.3g}x "
+                        "the rate per physical GPU "
                         f"(Automodel's tps_per_gpu = tps/cp/dp ignores PP and TP; {why}); "
                         "tok_per_s_per_gpu is per physical GPU"
                     )
@@ -161,12 +164,14 @@ def _rate_for(fmt: str, rows: pd.DataFrame, info: RunInfo) -> tuple[Any, str]:
         if missing:
             return (
                 None,
-                f"unknown: needs {', '.join(missing)} (GBS x seq_len / (iteration time x world size))",
+                f"unknown: needs {', '.join(missing)} "
+                "(GBS x seq_len / (iteration time x world size))",
             )
         t = rows["step_time_s"].to_numpy(dtype=float)
         return (
             gbs * seq / (t * world),
-            f"GBS x seq_len / (iteration time x world) = {gbs} x {seq} / (t x {world}); world from {world_basis}",
+            f"GBS x seq_len / (iteration time x world) = {gbs} x {seq} / (t x {world}); "
+            f"world from {world_basis}",
         )
     tps = rows["tok_per_s_logged"].to_numpy(dtype=float)
     if world is not None:
@@ -344,7 +349,8 @@ def step_times(run_steps: pd.DataFrame) -> tuple[pd.Series, str]:
         resolution = "ms" if frac else "1 s"
         return (
             per,
-            f"timestamp differences / steps between logged lines ({resolution} resolution; includes logging)",
+            "timestamp differences / steps between logged lines "
+            f"({resolution} resolution; includes logging)",
         )
     return pd.Series(
         np.nan, index=train.index
@@ -461,7 +467,8 @@ class Summary:
     runs: tuple[RunSummary, ...]
     """Per run, in the order the runs were read."""
     steps: pd.DataFrame
-    """The step rows (ranks combined) with ``tok_per_s_per_gpu`` and ``step_time_s`` on each run's stated basis."""
+    """The step rows (ranks combined) with ``tok_per_s_per_gpu`` and ``step_time_s`` on each run's
+    stated basis."""
 
     def to_frame(self) -> pd.DataFrame:
         """One row per run."""
@@ -495,7 +502,8 @@ def summarize(
     warmup_steps: int | None = None,
     warn: bool = True,
 ) -> Summary:
-    """Per-run figures: steps, steady window, step time, tok/s per physical GPU, MFU, peak memory, headroom.
+    """Per-run figures: steps, steady window, step time, tok/s per physical GPU, MFU, peak memory,
+    headroom.
 
     ``run_info`` adds or overrides facts (one RunInfo for every run, or a mapping by run);
     ``flops`` is the FLOPs-per-token basis for MFU (none: only the log's own MFU is shown);

@@ -80,7 +80,8 @@ class FileReport:
     n_row_lines: int = 0
     """Lines holding at least one row (fewer than n_rows where a line holds several records)."""
     n_skipped_lines: int = 0
-    """Lines holding a skipped record and no row. n_row_lines + n_skipped_lines + n_meta + n_other == n_lines."""
+    """Lines holding a skipped record and no row. n_row_lines + n_skipped_lines + n_meta + n_other
+    == n_lines."""
     n_skipped: int
     """Records that could not be read (see skipped_by_reason)."""
     skipped_by_reason: dict[str, int]
@@ -98,10 +99,11 @@ class FileReport:
     meta: dict[str, Any]
     """Run facts found in the file."""
     n_folded: int = 0
-    """Rows folded into a copy of the same run (one line printed by several ranks, timestamps within the nodes'
-    skew; counted in n_rows; see [Note: run boundaries])."""
+    """Rows folded into a copy of the same run (one line printed by several ranks, timestamps within
+    the nodes' skew; counted in n_rows; see [Note: run boundaries])."""
     runs: list[str] = field(default_factory=list)
-    """The runs the file's rows belong to (more than one when it holds a restart; see pooltk.logs.runs)."""
+    """The runs the file's rows belong to (more than one when it holds a restart; see
+    pooltk.logs.runs)."""
     run_boundaries: list[str] = field(default_factory=list)
     """Where and why each run after the first began."""
     decorations: tuple[str, ...] = ()
@@ -184,7 +186,8 @@ class LogTable:
 
 
 def _first_hits(lines: Any, head: int = 200_000) -> dict[str, int]:
-    """For each format, the first line (0-based) holding its signature: in the head, else anywhere."""
+    """For each format, the first line (0-based) holding its signature: in the head, else
+    anywhere."""
     for part in (lines.head(head), lines) if lines.len() > head else (lines,):
         hits: dict[str, int] = {}
         for mod in _DETECT_ORDER:
@@ -201,13 +204,20 @@ def _no_format(path: str, lines: Any, src: Source | None, n: int) -> LogFormatEr
     env = f"; envelope: {src.envelope}" if src is not None and src.envelope else ""
     if first.lstrip().startswith(("{", "[")) and (src is None or not src.envelope):
         found = (
-            f"JSON records of no known kind in {n} line(s) (first: {first[:80]!r}): not an Automodel or torchtitan "
+            f"JSON records of no known kind in {n} line(s) (first: {first[:80]!r}): "
+            "not an Automodel or torchtitan "
             "metrics record, nor a known log envelope (docker json-file, CloudWatch, GCP)"
         )
-        fix = "if it wraps log lines in another envelope, extract the message field (jq -r .FIELD) and read that; or pass --format"
+        fix = (
+            "if it wraps log lines in another envelope, extract the message field (jq -r .FIELD) "
+            "and read that; or pass --format"
+        )
     else:
         found = f"no record of a supported format in {n} line(s){env} (first line: {first[:80]!r})"
-        fix = "check this is a training log; pass --format (format= in Python) if detection is wrong, or report the format"
+        fix = (
+            "check this is a training log; pass --format (format= in Python) if detection is "
+            "wrong, or report the format"
+        )
     return LogFormatError(path, 0, found=found, required=f"one of {', '.join(FORMATS)}", fix=fix)
 
 
@@ -350,14 +360,16 @@ def _read_one(
                 found=f"no complete {fmt} record in {result.n_lines} line(s): {why} "
                 f"(skipped {result.n_skipped}: {ex.reason} at line {ex.line})",
                 required="at least one complete step record",
-                fix="read the file again once the run has logged a step, or check the copy is whole",
+                fix="read the file again once the run has logged a step, "
+                "or check the copy is whole",
             )
         return None, LogFormatError(
             str(p),
             0,
             found=f"no complete step record in {result.n_lines} line(s) of {fmt}",
             required="at least one step record",
-            fix="check the run got past its first step, or pass --format (format=) if this is another family",
+            fix="check the run got past its first step, "
+            "or pass --format (format=) if this is another family",
         )
     frame, kinds, n_decorated = frames.to_pandas(
         found.frame, result, src, run=run_id, path=str(p), fmt=fmt, file_rank=rank
@@ -405,10 +417,11 @@ def _read_one(
 
 
 def _join_validation(tables: list[LogTable]) -> None:
-    """[Note: validation joins its launch] A file of val rows only (Automodel's ``validation.jsonl``) whose run
-    ``X`` a sibling file of its folder splits (``X#1``, ``X#2``: a relaunch) has each row put in the latest of
-    those runs whose first train step is not later than the row (the same launch); without timestamps its
-    own split (its val step going back) stands, named in order."""
+    """[Note: validation joins its launch] A file of val rows only (Automodel's
+    ``validation.jsonl``) whose run ``X`` a sibling file of its folder splits (``X#1``, ``X#2``: a
+    relaunch) has each row put in the latest of those runs whose first train step is not later than
+    the row (the same launch); without timestamps its own split (its val step going back) stands,
+    named in order."""
     import pandas as pd
 
     starts: dict[tuple[Path, str], pd.Timestamp] = {}

@@ -1,4 +1,5 @@
-"""Find every record of a format wherever it stands in a line, and read it: one driver for every format.
+"""Find every record of a format wherever it stands in a line, and read it: one driver for every
+format.
 
 [Note: a record, not a line]
 A format (:mod:`pooltk.logs.automodel_text`, ...) defines its record by a signature regex
@@ -75,7 +76,8 @@ class Found:
 
 
 def _slice(strings: Any, start: Any, length: Any = None) -> Any:
-    """``strings`` cut at byte offsets (polars' ``str.find`` gives bytes; ``str.slice`` counts characters)."""
+    """``strings`` cut at byte offsets (polars' ``str.find`` gives bytes; ``str.slice`` counts
+    characters)."""
     import polars as pl
 
     return strings.cast(pl.Binary).bin.slice(start, length).cast(pl.String)
@@ -83,7 +85,8 @@ def _slice(strings: Any, start: Any, length: Any = None) -> Any:
 
 def to_lines(data: bytes) -> Any:
     """The lines of UTF-8 ``data`` as a polars String Series (newline-split, no trailing empty line;
-    undecodable bytes replaced). polars' CSV reader splits them, with a separator byte the data lacks."""
+    undecodable bytes replaced). polars' CSV reader splits them, with a separator byte the data
+    lacks."""
     import polars as pl
 
     if not data:
@@ -167,7 +170,8 @@ def read_records(fmt: Any, lines: Any, result: ParseResult, *, cut_last: bool) -
                 continue
             pending.append((i + 1, prev, text, item))
             prev = item.end
-    # cut records: the layout is a strict prefix of the usual one, or the file ends inside the record
+    # cut records: the layout is a strict prefix of the usual one, or the file ends inside the
+    # record
     usual = _usual_layouts(pending, fast_frame, fast_keys)
     kept: list[tuple[int, str, Rec]] = []
     for ln, prev, text, rec in pending:
@@ -240,7 +244,8 @@ def _usual_layouts(
     for _, _, _, rec in pending:
         if rec.keys:
             by_kind.setdefault(str(rec.values.get("kind")), Counter())[rec.keys] += 1
-    # the most common layout; a tie goes to the longest (a cut record is a shorter copy of a whole one)
+    # the most common layout; a tie goes to the longest (a cut record is a shorter copy of a whole
+    # one)
     return {
         kind: max(counts, key=lambda k: (counts[k], len(k))) for kind, counts in by_kind.items()
     }

@@ -158,7 +158,8 @@ def _cast(key: str, value: Any, where: str) -> Any:
     if key in _INT_FIELDS:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise ValueError(
-                f"RunInfo.{key}: found {value!r} from {where}; required an integer. Fix: correct the source."
+                f"RunInfo.{key}: found {value!r} from {where}; required an integer. "
+                "Fix: correct the source."
             )
         number = float(value)
         if not number.is_integer() or number < 0:
@@ -178,7 +179,8 @@ def _from_mesh(
     source: str,
     lines: dict[str, int] | None,
 ) -> None:
-    """torchtitan's 'pp=1, dp_replicate=1, dp_shard=8, cp=1, tp=1, ep=1' -> pp, dp, cp, tp, world."""
+    """torchtitan's 'pp=1, dp_replicate=1, dp_shard=8, cp=1, tp=1, ep=1' -> pp, dp, cp, tp,
+    world."""
     where = f"{source}:{lines.get('mesh_pp', 0)}" if lines else source
     pp, tp, cp = mesh.get("pp", 1), mesh.get("tp", 1), mesh.get("cp", 1)
     dp = mesh.get("dp_replicate", 1) * mesh.get("dp_shard", 1)
@@ -191,7 +193,8 @@ def _from_mesh(
 
 
 def sidecar_paths(log_path: Path, run: str) -> list[Path]:
-    """Where a ``*.meta.json`` sidecar for ``log_path`` may be: next to it, by file stem or run name."""
+    """Where a ``*.meta.json`` sidecar for ``log_path`` may be: next to it, by file stem or run
+    name."""
     name = log_path.name
     for suffix in (".gz", ".jsonl", ".json", ".log", ".txt", ".out"):
         name = name.removesuffix(suffix)

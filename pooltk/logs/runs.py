@@ -46,7 +46,8 @@ re-homed ...`` / ``... ring saved nothing ...`` / ``stage I kept graph ...``; ra
 to its ``pool_warnings``).
 The last one in a run's span of lines sets its ``pooled``, ``pool_impl``, ``slack``, ``layout``
 columns; a run with none has them missing (unknown: the log does not say), never False. A run whose
-install line is followed only by ``kept stock`` stage lines (the gate refused its schedule) is not pooled.
+install line is followed only by ``kept stock`` stage lines (the gate refused its schedule) is not
+pooled.
 """
 
 from __future__ import annotations
@@ -92,15 +93,21 @@ BANNERS: tuple[bytes, ...] = (
 the benchmark recipe)."""
 
 POOL_RE = re.compile(
-    r"(?m)^[^\n]*?(?:(?P<am>recv_buffer_pool: installed \(slack=(?P<am_slack>-?\d+), layout=(?P<am_layout>[^)\n]*)\))"
-    r"|(?P<pk>pooltk: installed \(policy=(?P<pk_policy>[^,\n]*), slack=(?P<pk_slack>-?\d+), grad_slack=(?P<pk_grad>-?\d+), "
+    r"(?m)^[^\n]*?(?:(?P<am>recv_buffer_pool: installed "
+    r"\(slack=(?P<am_slack>-?\d+), layout=(?P<am_layout>[^)\n]*)\))"
+    r"|(?P<pk>pooltk: installed \(policy=(?P<pk_policy>[^,\n]*), "
+    r"slack=(?P<pk_slack>-?\d+), grad_slack=(?P<pk_grad>-?\d+), "
     r"schedule=(?P<pk_schedule>[^,\n]*), layout=(?P<pk_layout>[^,)\n]*)(?:, [a-z_]+=[^,)\n]*)*\))"
     r"|(?P<no>pooltk: not installed \(reason=(?P<no_reason>[^\n]*)\))"
-    r"|(?P<am_no>recv_buffer_pool: (?:torch internals mismatch, not installing|no known recv-infra entry points)[^\n]*)"
-    r"|(?P<stage>pooltk: stage (?P<st_i>\d+) pooled \(fwd ring (?P<st_fk>\d+)/(?P<st_fm>\d+), grad ring (?P<st_gk>\d+)/(?P<st_gm>\d+)\))"
+    r"|(?P<am_no>recv_buffer_pool: "
+    r"(?:torch internals mismatch, not installing|no known recv-infra entry points)[^\n]*)"
+    r"|(?P<stage>pooltk: stage (?P<st_i>\d+) pooled "
+    r"\(fwd ring (?P<st_fk>\d+)/(?P<st_fm>\d+), grad ring (?P<st_gk>\d+)/(?P<st_gm>\d+)\))"
     r"|(?P<kept>pooltk: stage (?P<kp_i>\d+) kept stock \(reason=(?P<kp_reason>[^\n]*)\))"
-    r"|(?P<rehome>pooltk: stage (?P<rh_i>\d+) (?P<rh_dir>\w+) slot \d+ re-homed \((?P<rh_bytes>\d+) bytes\))"
-    r"|(?P<nosave>pooltk: stage (?P<ns_i>\d+) (?P<ns_dir>\w+) ring saved nothing \(held (?P<ns_held>\d+) sets"
+    r"|(?P<rehome>pooltk: stage (?P<rh_i>\d+) (?P<rh_dir>\w+) slot \d+ re-homed "
+    r"\((?P<rh_bytes>\d+) bytes\))"
+    r"|(?P<nosave>pooltk: stage (?P<ns_i>\d+) (?P<ns_dir>\w+) ring saved nothing "
+    r"\(held (?P<ns_held>\d+) sets"
     r" at once, stock holds (?P<ns_stock>\d+))"
     r"|(?P<graph>pooltk: stage (?P<kg_i>\d+) kept graph \(reason=(?P<kg_reason>[^\n]*)\)))"
 )
@@ -114,7 +121,8 @@ class PoolLine:
     line: int
     """1-based line number."""
     kind: str
-    """'installed', 'not_installed', 'stage' or 'warning' (a ring re-homed, saved nothing, kept a graph)."""
+    """'installed', 'not_installed', 'stage' or 'warning' (a ring re-homed, saved nothing, kept a
+    graph)."""
     impl: str
     """'automodel' or 'pooltk'."""
     facts: dict[str, Any] = field(default_factory=dict)
@@ -126,8 +134,8 @@ _MARKS = ["recv_buffer_pool: ", "pooltk: "]
 
 
 def find_pool_lines(lines: Any, among: Any = None) -> list[PoolLine]:
-    """Every pool line among ``lines`` (a polars String Series; ``among``: the 0-based indices to look at),
-    wherever it stands in its line, in file order."""
+    """Every pool line among ``lines`` (a polars String Series; ``among``: the 0-based indices to
+    look at), wherever it stands in its line, in file order."""
     if among is None:
         hit = lines.str.contains_any(_MARKS).arg_true()
     else:
@@ -245,7 +253,8 @@ def segment(
     """Split a file's rows (sorted by ``line``) into runs; see [Note: run boundaries].
 
     ``banners``: 1-based lines of start-up banners; ``banner_ranks``: the rank each banner line
-    named (-1 or None for none); ``one_writer``: one process wrote the file (JSONL), so no row is a rank's late print.
+    named (-1 or None for none); ``one_writer``: one process wrote the file (JSONL), so no row is a
+    rank's late print.
     """
     import numpy as np
 
@@ -269,7 +278,8 @@ def segment(
         if banner_ranks is None
         else np.asarray(banner_ranks, dtype=np.int64)
     )
-    # quick exit: no step goes back, no clock goes back past the bound, no banner after a step in any stream
+    # quick exit: no step goes back, no clock goes back past the bound, no banner after a step in
+    # any stream
     order = np.lexsort((lines, stream))
     s_stream, s_step, s_train, s_ts, s_has = (
         stream[order],
@@ -294,14 +304,17 @@ def segment(
         where = np.flatnonzero(clock)
         worst = float(s_back_ns[where].max() / 1e9)
         notes.append(
-            f"timestamps went back {where.size} time(s) (by up to {worst:,.0f} s; first at line {int(lines[order][where].min())}) "
-            "while the steps went on: a clock change or skew between nodes, not a restart, so no run boundary"
+            f"timestamps went back {where.size} time(s) (by up to {worst:,.0f} s; "
+            f"first at line {int(lines[order][where].min())}) "
+            "while the steps went on: a clock change or skew between nodes, not a restart, "
+            "so no run boundary"
         )
     late_banner = (
         banner_lines.size > 0 and bool(train.any()) and banner_lines.max() > lines[train].min()
     )
-    # a clock boundary needs a row further back than the bound from some earlier row of the file (the latest so far
-    # bounds every stream's and every run's latest, so this one cumulative maximum rules all of them out)
+    # a clock boundary needs a row further back than the bound from some earlier row of the file
+    # (the latest so far bounds every stream's and every run's latest, so this one cumulative
+    # maximum rules all of them out)
     far_back = False
     if has_ts.any():
         t = ts[has_ts]
@@ -329,7 +342,8 @@ def segment(
 
 
 def _clock(frame: Any) -> tuple[Any, Any]:
-    """(int64 ns per row, which rows have one): the record's timestamp, or the collector's where no row has one."""
+    """(int64 ns per row, which rows have one): the record's timestamp, or the collector's where no
+    row has one."""
     import numpy as np
 
     nat = np.iinfo(np.int64).min
@@ -364,9 +378,9 @@ def _segment_slow(
     exact: bool = False,
     again: bool = False,
 ) -> Segments:
-    """Walk the rows in line order (only for files where a boundary is possible); ``exact``: no lag tolerated;
-    ``again``: a train step logged again is a restart; ``ts``: the clock (int64 ns, ``has_ts`` where present) when it
-    may go back past the bound, else None."""
+    """Walk the rows in line order (only for files where a boundary is possible); ``exact``: no lag
+    tolerated; ``again``: a train step logged again is a restart; ``ts``: the clock (int64 ns,
+    ``has_ts`` where present) when it may go back past the bound, else None."""
     import numpy as np
 
     order = np.argsort(lines, kind="stable")
@@ -389,7 +403,8 @@ def _segment_slow(
     def start_new(s: int, why: str, at: int) -> None:
         nonlocal n_runs
         current = seg_of_stream.get(s, 0)
-        # the stream joins the next run (a later stream restarting joins the run another stream already began)
+        # the stream joins the next run (a later stream restarting joins the run another stream
+        # already began)
         target = current + 1
         if target >= n_runs:
             n_runs = target + 1
@@ -456,8 +471,8 @@ def _segment_slow(
 
 
 def fold_copies(frame: Any, skew_s: float = NODE_SKEW_MAX_S) -> tuple[Any, int]:
-    """Rows identical in every column but ``line``, ``collector_time`` and a ``timestamp`` within ``skew_s``
-    (within one run) folded into the first; (frame, folded)."""
+    """Rows identical in every column but ``line``, ``collector_time`` and a ``timestamp`` within
+    ``skew_s`` (within one run) folded into the first; (frame, folded)."""
     import numpy as np
     import pandas as pd
 
@@ -480,8 +495,9 @@ def fold_copies(frame: Any, skew_s: float = NODE_SKEW_MAX_S) -> tuple[Any, int]:
         if skew_s > 0
         else np.zeros(rest.size, bool)
     )
-    if loose.any():  # copies whose clocks differ: within a group of equal values, a clock within the skew of the one
-        # before (in time order) is the same cluster; the first row of each cluster in file order is kept
+    if loose.any():  # copies whose clocks differ: within a group of equal values, a clock
+        # within the skew of the one before (in time order) is the same cluster; the first row of
+        # each cluster in file order is kept
         idx = rest[loose]
         sub = frame.iloc[idx]
         ts = sub["timestamp"].to_numpy(dtype="datetime64[ns]").astype(np.int64)

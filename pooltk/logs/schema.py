@@ -57,7 +57,8 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec(
         name="host",
         dtype="category",
-        doc="host the line came from, where a launcher or collector says (pdsh, journald, syslog, SageMaker, Ray, SkyPilot, CloudWatch stream, GCP instance)",
+        doc="host the line came from, where a launcher or collector says "
+        "(pdsh, journald, syslog, SageMaker, Ray, SkyPilot, CloudWatch stream, GCP instance)",
     ),
     ColumnSpec(
         name="pod",
@@ -67,7 +68,8 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec(
         name="collector_time",
         dtype="datetime64[ns]",
-        doc="when the launcher or collector stamped the line (kubectl --timestamps, journald, RFC 5424, envelopes), UTC",
+        doc="when the launcher or collector stamped the line "
+        "(kubectl --timestamps, journald, RFC 5424, envelopes), UTC",
     ),
     ColumnSpec(
         name="step", dtype="int64", doc="optimizer step (benchmark: iteration index, from 0)"
@@ -151,7 +153,8 @@ _NAMES = tuple(c.name for c in COLUMNS)
 
 
 class RowBuilder:
-    """Column-wise accumulator: a per-file reader appends values, :func:`pooltk.logs.frames.from_result` takes the columns.
+    """Column-wise accumulator: a per-file reader appends values,
+    :func:`pooltk.logs.frames.from_result` takes the columns.
 
     Only the columns a reader fills are stored; the rest come out missing.
     """
@@ -208,7 +211,8 @@ def _missing(dtype: str, n: int) -> Any:
 
 
 def _str_categorical(cat: Any) -> Any:
-    """``cat`` with categories of pandas' ``str`` dtype (so categoricals of different files unite)."""
+    """``cat`` with categories of pandas' ``str`` dtype (so categoricals of different files
+    unite)."""
     import pandas as pd
 
     if cat.categories.dtype == "str":

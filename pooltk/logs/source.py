@@ -39,7 +39,8 @@ __all__ = ["MAX_BYTES", "Source", "load", "unwrap"]
 
 MAX_BYTES = 1 << 30
 """Largest file (after decompression) read in one piece: 1 GiB. The reader holds a file's text, its
-lines and its rows at once (several times the file's size), so a larger file is refused with a fix."""
+lines and its rows at once (several times the file's size), so a larger file is refused with a
+fix."""
 
 _ANSI_RE = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
@@ -56,7 +57,8 @@ class Source:
     """A file's text and what its container said about each line."""
 
     data: bytes
-    """The log text as UTF-8 (LF line ends, no BOM, no colour); undecodable bytes are replaced when read."""
+    """The log text as UTF-8 (LF line ends, no BOM, no colour); undecodable bytes are replaced when
+    read."""
     compression: str | None = None
     """'gzip', 'bz2', 'xz', 'zstd' or None."""
     encoding: str = "utf-8"
@@ -64,7 +66,8 @@ class Source:
     envelope: str | None = None
     """'docker', 'cloudwatch', 'gcp' or None."""
     columns: dict[str, list[Any]] = field(default_factory=dict)
-    """Per line of the text, decoration columns the envelope gave ('time', 'host', 'pod', 'stream')."""
+    """Per line of the text, decoration columns the envelope gave ('time', 'host', 'pod',
+    'stream')."""
 
     @property
     def text(self) -> str:
@@ -149,7 +152,8 @@ def _decompress(path: Path, data: bytes, max_bytes: int) -> tuple[bytes, str | N
 
 
 def _decode(path: Path, data: bytes) -> tuple[bytes, str]:
-    """(UTF-8 bytes, the encoding found); UTF-8 is checked byte-wise later (undecodable bytes replaced)."""
+    """(UTF-8 bytes, the encoding found); UTF-8 is checked byte-wise later (undecodable bytes
+    replaced)."""
     if data[:3] == b"\xef\xbb\xbf":
         return data[3:], "utf-8-sig"
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
@@ -233,7 +237,8 @@ def _kind(record: Any) -> str | None:
 
 
 def _records(text: str, first: Any) -> list[Any]:
-    """The envelope's records: one JSON value per line, or a whole-text array / {"events": [...]}."""
+    """The envelope's records: one JSON value per line, or a whole-text array /
+    {"events": [...]}."""
     if isinstance(first, list) or (
         isinstance(first, dict) and isinstance(first.get("events"), list)
     ):

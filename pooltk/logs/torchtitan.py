@@ -2,9 +2,11 @@
 
 The record: optional ``[titan] ``, ``{date time,ms} - {logger} - {LEVEL} - `` and the metric
 message, wherever it stands in a line (torchrun's ``[rankN]:`` and any other prefix before it are
-decoration; a second record on the same line is its own row). Messages read (field order confirmed in torchtitan's source, see docs/logs.md):
+decoration; a second record on the same line is its own row). Messages read (field order confirmed
+in torchtitan's source, see docs/logs.md):
 
-- 2024 ``train.py``: ``step: {:2}  loss: {:7.4f}  memory: {:5.2f}GiB({:.2f}%)  wps: {:,}  mfu: {:.2f}%``
+- 2024 ``train.py``:
+  ``step: {:2}  loss: {:7.4f}  memory: {:5.2f}GiB({:.2f}%)  wps: {:,}  mfu: {:.2f}%``
 - ``components/metrics.py``: ``... tps: {:,}  tflops: {:,.2f}  mfu: {:.2f}%`` (tps replaces wps);
 - later: ``grad_norm: {:7.4f}`` after loss; newest: ``loss: {:8.5f}`` and ``mfu: N/A`` when the
   device's peak FLOP/s is unknown;
@@ -34,7 +36,8 @@ MEM_BASIS = "max_reserved"
 _TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
 _PREFIX = r"(?:\[titan\] )?" + _TS + r" - [^ \n]+ - [A-Z]+ - "
 CANDIDATE = r"(?:" + _PREFIX + r"(?:validate )?step:|(?:validate )?step:\s*\d+\S*\s+loss:)"
-"""Where a record starts; a bare ``step: N  loss:`` without the logging prefix is counted as skipped."""
+"""Where a record starts; a bare ``step: N  loss:`` without the logging prefix is counted as
+skipped."""
 DETECT = r"(?:^|\s|- )(?:validate )?step:\s*\d+(?:/\d+)?\s.*?\bloss:\s"
 _CAND_RE = re.compile(CANDIDATE)
 _RECORD_RE = re.compile(
@@ -161,7 +164,8 @@ def parse_line(line: str) -> list[Rec | Skip]:
             out.append(
                 Skip(
                     start=cand.start(),
-                    reason="step fields without torchtitan's logging prefix (interleaved or garbled)",
+                    reason="step fields without torchtitan's logging prefix "
+                    "(interleaved or garbled)",
                     end=cand.end(),
                 )
             )
@@ -201,7 +205,8 @@ def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:  # noqa:
         result.n_placeholder_loss = minus
         if minus:
             result.notes.append(
-                f"{minus} row(s) printed loss -1 (a non-last pipeline stage has no loss): stored as NaN"
+                f"{minus} row(s) printed loss -1 (a non-last pipeline stage has no loss): "
+                "stored as NaN"
             )
     found.frame = frame
 

@@ -1,4 +1,5 @@
-"""torchtitan's structured per-rank JSONL (``structured_logs/<source>.global_rank_<N>.<stamp>.jsonl``).
+"""torchtitan's structured per-rank JSONL
+(``structured_logs/<source>.global_rank_<N>.<stamp>.jsonl``).
 
 Written by ``TraceJsonlFormatter`` (torchtitan/observability/structured_logger/jsonl_handler.py,
 read in the search corpus): one JSON object per event with ``rank``/``global_rank``,
@@ -51,7 +52,8 @@ SCALARS: dict[str, str] = {
 
 
 def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
-    """Read numbered records into ``result``: rows from ``step_end``, scalars joined by (rank, step)."""
+    """Read numbered records into ``result``: rows from ``step_end``, scalars joined by (rank,
+    step)."""
     result.mem_basis = "max_reserved"
     rows: dict[tuple[int, int], dict[str, Any]] = {}
     scalars: dict[tuple[int, int], dict[str, float]] = {}
@@ -122,7 +124,8 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
         result.rows.add(**values)
     if rows:
         result.notes.append(
-            f"torchtitan structured log: step time from each rank's 'step' span; {n_scalar} scalar record(s) "
+            "torchtitan structured log: step time from each rank's 'step' span; "
+            f"{n_scalar} scalar record(s) "
             "joined to their step (counted as other lines)"
         )
         if not any("loss" in s for s in scalars.values()):

@@ -102,7 +102,8 @@ def free_port() -> int:
 
 
 class JupyterLabServer:
-    """JupyterLab serving ``root_dir`` on 127.0.0.1 for one test session. Use as a context manager."""
+    """JupyterLab serving ``root_dir`` on 127.0.0.1 for one test session. Use as a context
+    manager."""
 
     def __init__(
         self,
@@ -198,7 +199,8 @@ class JupyterLabServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise BrowserUnavailable(
-                    f"JupyterLab exited with {self.proc.returncode} while starting:\n{self.log_tail()}"
+                    f"JupyterLab exited with {self.proc.returncode} while starting:\n"
+                    f"{self.log_tail()}"
                 )
             with contextlib.suppress(OSError, urllib.error.URLError):
                 with urllib.request.urlopen(f"{self.url}/api/status", timeout=2) as r:
@@ -222,7 +224,8 @@ class JupyterLabServer:
         return list(self._api("GET", "/api/kernels") or [])
 
     def stop(self) -> None:
-        """Shut the kernels down, end the server (SIGTERM, then SIGKILL of its session), remove the temp dirs."""
+        """Shut the kernels down, end the server (SIGTERM, then SIGKILL of its session), remove the
+        temp dirs."""
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(OSError, urllib.error.URLError, ValueError):
                 for k in self.kernels():
@@ -270,7 +273,8 @@ def chromium_page(*, width: int = 1440, height: int = 1800) -> Iterator[Any]:
             browser.close()
 
 
-# JavaScript run in the page against the exposed JupyterLab app (see [Note: what the assertions read]).
+# JavaScript run in the page against the exposed JupyterLab app (see
+# [Note: what the assertions read]).
 _JS_STATE = """
 (path) => {
   const app = window.jupyterapp;
@@ -289,7 +293,8 @@ _JS_STATE = """
     const outputs = (j.outputs || []).map(o => ({
       type: o.output_type, ename: o.ename || null, evalue: o.evalue || null,
       text: o.output_type === 'stream' ? String(o.text).slice(0, 2000) : null}));
-    cells.push({type: c.type, count: j.execution_count === undefined ? null : j.execution_count, outputs: outputs});
+    cells.push({type: c.type, \
+count: j.execution_count === undefined ? null : j.execution_count, outputs: outputs});
   }
   return {ready: true, kernel: kernel ? kernel.status : null, cells: cells};
 }
@@ -303,7 +308,8 @@ class LabNotebook:
         self.page, self.server, self.name = page, server, name
 
     def state(self) -> dict[str, Any]:
-        """Kernel status and, per cell, type, execution count and outputs, from the notebook model."""
+        """Kernel status and, per cell, type, execution count and outputs, from the notebook
+        model."""
         return self.page.evaluate(_JS_STATE, self.name)
 
     def _wait(
@@ -325,7 +331,8 @@ class LabNotebook:
 
     def open(self, *, timeout_s: float = 120.0) -> None:
         """Open the notebook and wait until its kernel is idle (status bar and model agree)."""
-        # ?reset: start from an empty workspace, so no notebook of an earlier test is restored next to it
+        # ?reset: start from an empty workspace, so no notebook of an earlier test is restored next
+        # to it
         self.page.goto(
             f"{self.server.url}/lab/tree/{self.name}?reset", wait_until="domcontentloaded"
         )
@@ -338,7 +345,8 @@ class LabNotebook:
         ).first.wait_for(timeout=timeout_s * 1000)
 
     def run_all(self, *, timeout_s: float = 300.0) -> dict[str, Any]:
-        """Run > Run All Cells from the menu bar; wait until every code cell has run and the kernel is idle."""
+        """Run > Run All Cells from the menu bar; wait until every code cell has run and the kernel
+        is idle."""
         self.page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).first.click()
         self.page.locator(
             ".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")
@@ -355,7 +363,8 @@ class LabNotebook:
         return self._wait("Run All to finish", finished, timeout_s)
 
     def close(self) -> None:
-        """Shut this notebook's kernel down (REST: delete its session); the page is left as it is."""
+        """Shut this notebook's kernel down (REST: delete its session); the page is left as it
+        is."""
         for session in self.server._api("GET", "/api/sessions") or []:
             if session.get("path") == self.name:
                 self.server._api("DELETE", f"/api/sessions/{session['id']}")
@@ -400,11 +409,13 @@ class LabNotebook:
         return out.inner_text(), (img.first.get_attribute("src") if img.count() else None)
 
     def widget_figure_shown(self, *, timeout_s: float = 30.0) -> dict[str, Any]:
-        """Wait until the first image of the last widget Output area is decoded and painted; describe it.
+        """Wait until the first image of the last widget Output area is decoded and painted;
+        describe it.
 
-        Returns ``complete``, ``natural_width``, ``height`` (its box on the page, px) and ``ink`` (the share
-        of its on-screen pixels that are not background white, from an element screenshot): an image that
-        is in the page but blank on screen (not decoded yet, zero-sized, or covered) has ``ink`` near 0.
+        Returns ``complete``, ``natural_width``, ``height`` (its box on the page, px) and ``ink``
+        (the share of its on-screen pixels that are not background white, from an element
+        screenshot): an image that is in the page but blank on screen (not decoded yet, zero-sized,
+        or covered) has ``ink`` near 0.
         """
         import io
 

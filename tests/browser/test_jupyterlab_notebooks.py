@@ -1,4 +1,5 @@
-"""Every notebook works in a real JupyterLab in headless Chromium, and the sliders drive the figures.
+"""Every notebook works in a real JupyterLab in headless Chromium, and the sliders drive the
+figures.
 
 For each ``notebooks/*.ipynb`` (one glob): open it, wait for the kernel to be idle, Run All
 from the menu, wait for every cell, assert no error outputs (read from the notebook model),
@@ -57,7 +58,8 @@ SLIDER_CHECKS: dict[str, tuple[str, str, str]] = {
 def _unavailable(exc: Exception) -> None:
     if browser_required():
         pytest.fail(
-            f"the browser is required here (CI or POOLTK_REQUIRE_BROWSER=1) but cannot be had: {exc}",
+            "the browser is required here (CI or POOLTK_REQUIRE_BROWSER=1) "
+            f"but cannot be had: {exc}",
             pytrace=False,
         )
     pytest.skip(f"browser unavailable (set POOLTK_REQUIRE_BROWSER=1 to make this fail): {exc}")
@@ -120,12 +122,14 @@ def test_the_glob_finds_notebooks_and_every_slider_check_names_one() -> None:
 def _wait_for_change(
     nbk: LabNotebook, text0: str, src0: str | None, timeout_s: float
 ) -> tuple[str, str | None]:
-    """The explorer's text and figure once they changed AND settled (the same on two polls, kernel idle).
+    """The explorer's text and figure once they changed AND settled (the same on two polls, kernel
+    idle).
 
-    A frame caught while the browser re-renders the output (the figure swapped, the text not yet) is not
-    judged. Once, with two suites running at once, notebook 01's figure-of-merit check failed (its message
-    was lost; it passed in every other run): a transient frame is the likely cause, so the check now waits
-    for the output to settle and still times out (and fails) if it never shows the asserted change.
+    A frame caught while the browser re-renders the output (the figure swapped, the text not yet) is
+    not judged. Once, with two suites running at once, notebook 01's figure-of-merit check failed
+    (its message was lost; it passed in every other run): a transient frame is the likely cause, so
+    the check now waits for the output to settle and still times out (and fails) if it never shows
+    the asserted change.
     """
     deadline = time.monotonic() + timeout_s
     text, src = text0, src0
@@ -145,7 +149,8 @@ def _slider_check(nbk: LabNotebook, stem: str) -> None:
     text0, src0 = nbk.widget_text_and_image()
     m0 = re.search(value_re, text0)
     assert m0 and src0, (
-        f"{stem}: before the move the explorer shows no line matching {value_re!r} or no figure:\n{text0}"
+        f"{stem}: before the move the explorer shows no line matching {value_re!r} "
+        f"or no figure:\n{text0}"
     )
     nbk.nudge_slider(label)
     text1, src1 = _wait_for_change(nbk, text0, src0, timeout_s=90)

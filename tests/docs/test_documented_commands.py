@@ -47,7 +47,8 @@ def documented_commands(paths: list[Path] = DOCS) -> list[Command]:
             if text.startswith("pooltk "):
                 out.append(
                     Command(
-                        f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}:{lineno}",
+                        f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}"
+                        f":{lineno}",
                         tuple(shlex.split(text, comments=True)),
                     )
                 )
@@ -66,7 +67,8 @@ def test_the_documents_show_commands_to_run() -> None:
 def test_the_reader_finds_commands_only_inside_shell_fences(tmp_path: Path) -> None:
     doc = tmp_path / "doc.md"
     doc.write_text(
-        "pooltk outside\n```bash\n$ pooltk probe  # a comment\n```\n```text\npooltk logs PATH...\n```\n"
+        "pooltk outside\n```bash\n$ pooltk probe  # a comment\n```\n"
+        "```text\npooltk logs PATH...\n```\n"
         "```\npooltk memory --list-presets\n```\n"
     )
     got = documented_commands([doc])

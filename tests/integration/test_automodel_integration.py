@@ -1,4 +1,5 @@
-"""pooltk.integrations.automodel without Automodel installed: key translation, refusal, lazy import."""
+"""pooltk.integrations.automodel without Automodel installed: key translation, refusal, lazy
+import."""
 
 from __future__ import annotations
 

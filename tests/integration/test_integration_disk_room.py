@@ -1,7 +1,8 @@
-"""scripts/integration refuses to build a trainer venv the disk cannot hold, before pip writes anything.
+"""scripts/integration refuses to build a trainer venv the disk cannot hold, before pip writes
+anything.
 
-The script runs from a copy of the repository's scripts in a temporary tree (no venv there, so it must
-build one), with ``df`` replaced on PATH by one that reports the free space the test chooses.
+The script runs from a copy of the repository's scripts in a temporary tree (no venv there, so it
+must build one), with ``df`` replaced on PATH by one that reports the free space the test chooses.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def test_a_venv_build_the_disk_cannot_hold_is_refused_naming_found_required_and_
     )
     assert r.returncode == 2, r.stderr
     assert (
-        f"found 2 GB free under {root}/.venvs; required about {need_gb} GB to build .venvs/{trainer}"
-        in r.stderr
+        f"found 2 GB free under {root}/.venvs; "
+        f"required about {need_gb} GB to build .venvs/{trainer}" in r.stderr
     )
     assert "Fix: free space" in r.stderr
     assert "python3 called" not in r.stderr

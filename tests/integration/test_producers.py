@@ -1,4 +1,5 @@
-"""NeMo Automodel's own LLM recipe and torchtitan's trainer as log producers (tools/integration/producers.py).
+"""NeMo Automodel's own LLM recipe and torchtitan's trainer as log producers
+(tools/integration/producers.py).
 
 The verdicts on what ``pooltk logs`` read need no trainer; the runs themselves need .venvs/automodel
 and .venvs/torchtitan (built by scripts/integration) and skip with the reason where they are absent.
@@ -324,17 +325,19 @@ def test_two_launches_in_one_folder_must_read_as_two_runs():
     assert not merged["ok"] and merged["claim"] == "relaunch"
 
 
-# --- the recipe itself, in the Automodel venv -------------------------------------------------------------
+# --- the recipe itself, in the Automodel venv -----------------------------------------------------
 
 KNOWN: dict[tuple[str, str], str] = {}
-"""Claims that fail today and why (strict xfail: they fail this test the day they hold, so the mark goes)."""
+"""Claims that fail today and why (strict xfail: they fail this test the day they hold, so the mark
+goes)."""
 
 
 @pytest.fixture(scope="module")
 def recipe_claims(tmp_path_factory):
     if not AUTOMODEL.exists():
         pytest.skip(
-            f"{AUTOMODEL.parent.parent} absent: build it with `bash scripts/integration` (needs pip access)"
+            f"{AUTOMODEL.parent.parent} absent: build it with `bash scripts/integration` "
+            "(needs pip access)"
         )
     out = tmp_path_factory.mktemp("producers")
     proc = subprocess.run(
@@ -385,14 +388,15 @@ def test_automodel_s_own_recipe_on_cpu_writes_logs_pooltk_logs_reads_to_its_step
     )
 
 
-# --- torchtitan's trainer, in the torchtitan venv --------------------------------------------------------
+# --- torchtitan's trainer, in the torchtitan venv -------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def titan_claims(tmp_path_factory):
     if not TORCHTITAN.exists():
         pytest.skip(
-            f"{TORCHTITAN.parent.parent} absent: build it with `TRAINERS=torchtitan bash scripts/integration`"
+            f"{TORCHTITAN.parent.parent} absent: "
+            "build it with `TRAINERS=torchtitan bash scripts/integration`"
         )
     out = tmp_path_factory.mktemp("titan_producers")
     proc = subprocess.run(

@@ -194,11 +194,12 @@ def test_every_recorded_torchtitan_log_was_read_with_all_steps_and_the_right_poo
     assert logs["variant"].str.startswith("fresh").sum() == 2 * 4
 
 
-def test_each_ranks_receive_bytes_in_both_trainers_are_the_analysed_rank_shared_rings_for_interleaved_1f1b(
+def test_each_ranks_receive_bytes_in_both_trainers_are_the_analysed_rank_shared_rings_for_interleaved_1f1b(  # noqa: E501
     table,
 ):
-    """Inside the real trainers, what each rank holds (distinct storages over its two stages) is exactly the
-    rank-shared rings the schedule's own action order gives at slack 0, times one buffer set's bytes."""
+    """Inside the real trainers, what each rank holds (distinct storages over its two stages) is
+    exactly the rank-shared rings the schedule's own action order gives at slack 0, times one buffer
+    set's bytes."""
     from pooltk.analysis.lifetimes import ScheduleShape, analyse
     from pooltk.analysis.sharing import rank_rings
     from pooltk.config import PoolConfig

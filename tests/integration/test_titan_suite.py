@@ -1,4 +1,5 @@
-"""titan_suite.py's verdicts on what `pooltk logs` read; run_suite.py's three-way verdicts (no trainer needed)."""
+"""titan_suite.py's verdicts on what `pooltk logs` read; run_suite.py's three-way verdicts (no
+trainer needed)."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def test_every_variant_passes_the_device_and_its_pool_flags_to_the_entry():
     assert args[args.index("--parallelism.pipeline_parallel_schedule") + 1] == "Interleaved1F1B"
 
 
-# --- run_suite's three-way verdicts (pooled vs stock vs fresh), on records written here -------------------------
+# --- run_suite's three-way verdicts (pooled vs stock vs fresh), on records written here -----------
 
 from pooltk.parity.summary import HOOKS_REASON, KEPT_REASON, VERDICTS  # noqa: E402
 

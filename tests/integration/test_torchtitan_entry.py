@@ -1,4 +1,5 @@
-"""pooltk.integrations.torchtitan on a fake torchtitan: options, install-before-train, argv untouched."""
+"""pooltk.integrations.torchtitan on a fake torchtitan: options, install-before-train, argv
+untouched."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from pooltk.integrations import torchtitan as tt
 FAKE_LOGGING = textwrap.dedent("""
     import logging, sys
     def init_logger():
-        logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="[titan] %(name)s - %(message)s")
+        logging.basicConfig(stream=sys.stdout, level=logging.INFO, \
+format="[titan] %(name)s - %(message)s")
 """)
 
 FAKE_TRAIN = textwrap.dedent("""

@@ -22,7 +22,8 @@ def test_pooltk_tight_inside_automodel_autopipeline_is_bitwise_equal_to_stock_wi
 ):
     if not AUTOMODEL.exists():
         pytest.skip(
-            f"{AUTOMODEL.parent.parent} absent: build it with `bash scripts/integration` (needs pip access)"
+            f"{AUTOMODEL.parent.parent} absent: build it with `bash scripts/integration` "
+            "(needs pip access)"
         )
     sys.path.insert(0, str(ROOT / "tools" / "integration"))
     try:
@@ -66,7 +67,8 @@ def test_pooltk_tight_inside_torchtitan_trainer_is_bitwise_equal_to_stock_and_it
 ):
     if not TORCHTITAN.exists():
         pytest.skip(
-            f"{TORCHTITAN.parent.parent} absent: build it with `TRAINERS=torchtitan bash scripts/integration`"
+            f"{TORCHTITAN.parent.parent} absent: "
+            "build it with `TRAINERS=torchtitan bash scripts/integration`"
         )
     import csv
     import subprocess

@@ -22,7 +22,8 @@ VALUES = [
 
 
 def repo_logs() -> list[Path]:
-    """The shipped format fixtures to build variants from: text logs and Automodel's training.jsonl."""
+    """The shipped format fixtures to build variants from: text logs and Automodel's
+    training.jsonl."""
     return sorted(
         [
             *(p for p in FIX.iterdir() if p.suffix == ".log"),
@@ -40,6 +41,7 @@ def shared_logs(shared_dir: Path) -> list[Path]:
 
 
 def run_of(path: Path) -> str:
-    """The run a variant's file names: its stem, less the ``_training`` Automodel's JSONL names carry
-    (``cpu_seq512_stock_training.jsonl`` is run ``cpu_seq512_stock``, as its writer names it)."""
+    """The run a variant's file names: its stem, less the ``_training`` Automodel's JSONL names
+    carry (``cpu_seq512_stock_training.jsonl`` is run ``cpu_seq512_stock``, as its writer names
+    it)."""
     return path.stem.removesuffix("_training")

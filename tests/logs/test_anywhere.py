@@ -1,5 +1,6 @@
-"""Issue 19: a record is read wherever it stands -- behind any launcher's or collector's prefix, inside an
-envelope, compressed, in UTF-16, several to a line -- and files become runs as a user means them.
+"""Issue 19: a record is read wherever it stands -- behind any launcher's or collector's prefix,
+inside an envelope, compressed, in UTF-16, several to a line -- and files become runs as a user
+means them.
 
 Variants are generated here from the real logs under ../shared/reference/logs (the format fixtures
 when it is absent), each written from the tool's documented output (journald's short and short-iso
@@ -123,7 +124,8 @@ def test_two_ranks_records_on_one_physical_line_are_two_rows(base_logs, tmp_path
         plain_file = read_log_file(src)
         plain = plain_file.steps
         if len(plain) < 2 or plain_file.files[0].n_skipped:
-            continue  # a record glued to a line already garbled (digits run into digits) is cut, by construction
+            continue  # a record glued to a line already garbled (digits run into digits) is cut,
+            # by construction
         lines, newline = _lines(src)
         for joiner in (" ", "", "[rank1]:"):
             pairs = [joiner.join(lines[i : i + 2]) for i in range(0, len(lines), 2)]
@@ -236,7 +238,8 @@ def test_an_archive_or_utf16_without_bom_is_an_error_naming_it(tmp_path):
 
 def test_a_job_killed_mid_number_is_counted_as_truncated_never_a_value(tmp_path):
     whole = (
-        "2025-08-22 02:40:40 | INFO | root | step {s} | epoch 0 | loss 2.4001 | grad_norm 1.7001 | lr 1.00e-05 | "
+        "2025-08-22 02:40:40 | INFO | root | step {s} | epoch 0 | loss 2.4001 | "
+        "grad_norm 1.7001 | lr 1.00e-05 | "
         "mem 32.39 GiB | tps 9196.97(4598.48/gpu) | num_label_tokens 524288"
     )
     text = (
@@ -263,7 +266,10 @@ def test_a_job_killed_mid_number_is_counted_as_truncated_never_a_value(tmp_path)
 def test_the_cli_says_how_many_records_were_cut(tmp_path, capsys):
     from pooltk.cli import main
 
-    whole = "2025-08-22 02:40:40 | INFO | root | step {s} | epoch 0 | loss 2.4001 | mem 32.39 GiB | num_label_tokens 524288"
+    whole = (
+        "2025-08-22 02:40:40 | INFO | root | step {s} | epoch 0 | loss 2.4001 | "
+        "mem 32.39 GiB | num_label_tokens 524288"
+    )
     path = _write(
         tmp_path / "killed.log",
         [whole.format(s=s) for s in range(1, 5)] + [whole.format(s=5)[:-3]],
@@ -295,7 +301,8 @@ def test_an_unknown_envelope_gets_an_error_that_names_it_and_the_format_flag(tmp
 
 def test_an_sbatch_output_whose_srun_section_starts_late_is_read(tmp_path):
     setup = [
-        f"+ module load cuda/12.{i % 9}  # sbatch preamble line {i}, long enough to fill space quickly"
+        f"+ module load cuda/12.{i % 9}  # sbatch preamble line {i}, "
+        "long enough to fill space quickly"
         for i in range(260_000)
     ]
     records = [f"{s % 4:3d}: " + _titan(s, f"01:00:{s % 60:02d}") for s in range(1, 41)]
@@ -310,13 +317,14 @@ def test_an_sbatch_output_whose_srun_section_starts_late_is_read(tmp_path):
     }
 
 
-# --------------------------------------------------------------------------- runs as a user means them
+# ------------------------------------------------------------------------ runs as a user means them
 
 
 def _titan(step: int, clock: str, rank: int | None = None) -> str:
     pre = f"[rank{rank}]:" if rank is not None else ""
     return (
-        f"{pre}[titan] 2026-11-01 {clock},000 - root - INFO - step: {step:2}  loss: {10 - step / 10:7.4f}  "
+        f"{pre}[titan] 2026-11-01 {clock},000 - root - INFO - step: {step:2}  "
+        f"loss: {10 - step / 10:7.4f}  "
         "memory: 10.00GiB(5.00%)  tps: 1,000  mfu: 1.00%"
     )
 
@@ -394,7 +402,7 @@ def test_a_dst_fall_back_and_an_eight_second_node_skew_do_not_split_a_run_but_a_
     )
 
 
-# --------------------------------------------------------------------------- any prefix, the same steps
+# ----------------------------------------------------------------------- any prefix, the same steps
 
 _PREFIX_TEXT = st.text(
     alphabet=st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters='{"'),

@@ -1,4 +1,5 @@
-"""The published Kimi-K3 figures carry sources, and the claims ledger recomputes each derived claim."""
+"""The published Kimi-K3 figures carry sources, and the claims ledger recomputes each derived
+claim."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``pooltk logs``: a summary row per run, CSV and JSON output, and a clear non-zero exit on bad input."""
+"""``pooltk logs``: a summary row per run, CSV and JSON output, and a clear non-zero exit on bad
+input."""
 
 from __future__ import annotations
 
@@ -114,7 +115,10 @@ def test_json_and_csv_carry_each_runs_pool_columns(tmp_path, capsys):
     prefix = "2026-09-14 10:00:00,000 - pooltk - INFO - "
     (tmp_path / "pooled.log").write_text(
         prefix
-        + "pooltk: installed (policy=tight, slack=2, grad_slack=1, schedule=1f1b, layout=setup-recv-info)\n"
+        + (
+            "pooltk: installed (policy=tight, slack=2, grad_slack=1, schedule=1f1b, "
+            "layout=setup-recv-info)\n"
+        )
         + body
     )
     (tmp_path / "unsaid.log").write_text(body)
@@ -134,7 +138,8 @@ def test_json_and_csv_carry_each_runs_pool_columns(tmp_path, capsys):
 
 
 def test_every_pool_warning_pooltk_logs_is_read_back_with_its_rank_and_stage():
-    """The contract with pooltk/pool/events.py: each WARNING a ring logs, from rank 0 and from another rank."""
+    """The contract with pooltk/pool/events.py: each WARNING a ring logs, from rank 0 and from
+    another rank."""
     import polars as pl
 
     from pooltk.logs import runs

@@ -1,4 +1,5 @@
-"""pooltk's own CPU runs (data/cpu_runs, written by ``pooltk cpu-runs``) read through the same code as real logs."""
+"""pooltk's own CPU runs (data/cpu_runs, written by ``pooltk cpu-runs``) read through the same code
+as real logs."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ CPU_RUNS = Path(__file__).resolve().parents[2] / "data" / "cpu_runs"
 def table():
     if not any(CPU_RUNS.glob("*_training.jsonl")):
         pytest.skip(
-            f"no *_training.jsonl in {CPU_RUNS} (regenerate with: pooltk cpu-runs --out data/cpu_runs)"
+            f"no *_training.jsonl in {CPU_RUNS} "
+            "(regenerate with: pooltk cpu-runs --out data/cpu_runs)"
         )
     return read_logs(CPU_RUNS)
 
@@ -89,7 +91,8 @@ def test_bubble_of_each_run_from_its_shape(table):
 
 
 def test_pooled_runs_read_as_pooled_and_stock_runs_as_not_pooled_from_their_sidecars(table):
-    # pooltk cpu-runs writes no pool log lines; the sidecar's pooled / pool_config are the run's pool facts
+    # pooltk cpu-runs writes no pool log lines; the sidecar's pooled / pool_config are the run's
+    # pool facts
     for run, meta in _sidecars().items():
         rows = table.steps[table.steps["run"] == run]
         assert set(rows["pooled"].astype(object)) == {meta["pooled"]}, run

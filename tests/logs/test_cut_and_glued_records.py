@@ -1,10 +1,11 @@
-"""Issue 27: a record cut by a kill, with the restart's first record appended on the same line, is counted as cut
-and the restart's first record is read: no step of the restart is lost and no cut value is read.
+"""Issue 27: a record cut by a kill, with the restart's first record appended on the same line, is
+counted as cut and the restart's first record is read: no step of the restart is lost and no cut
+value is read.
 
-Variants are built here from the real Automodel JSONL logs under ../shared/reference/logs (the training.jsonl
-fixture when it is absent) and from the real torchtitan text logs: record k cut at many points, the restart's
-records appended from that point (a restart from scratch, or a resume from the checkpoint at step k). Each run must
-read to the undecorated original's steps.
+Variants are built here from the real Automodel JSONL logs under ../shared/reference/logs (the
+training.jsonl fixture when it is absent) and from the real torchtitan text logs: record k cut at
+many points, the restart's records appended from that point (a restart from scratch, or a resume
+from the checkpoint at step k). Each run must read to the undecorated original's steps.
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def _jsonl_bases(base_logs: list[Path]) -> list[Path]:
 
 
 def _cuts(record: str) -> list[int]:
-    """Where a kill may cut a record: just after its brace, inside a key, after a colon, inside a number, inside the
-    timestamp string, before the closing brace, and evenly between."""
+    """Where a kill may cut a record: just after its brace, inside a key, after a colon, inside a
+    number, inside the timestamp string, before the closing brace, and evenly between."""
     points = {1, 3, record.index(":") + 1, record.index(":") + 2, len(record) - 1, len(record) - 2}
     points |= {m.start() + 2 for m in re.finditer(r'"timestamp": "', record)} | {
         m.end() + 5 for m in re.finditer(r'"timestamp": "', record)
@@ -100,7 +101,10 @@ def test_a_jsonl_record_cut_by_a_kill_with_the_restarts_first_record_glued_loses
             )
             table = read_log_file(path)
             f, s = table.files[0], table.steps
-            what = f"{src.name}: record {k} cut at {cut} ({lines[k][max(0, cut - 12) : cut]!r}), restart {resume}"
+            what = (
+                f"{src.name}: record {k} cut at {cut} ({lines[k][max(0, cut - 12) : cut]!r}), "
+                f"restart {resume}"
+            )
             signed = cut >= len(
                 '{"step":'
             )  # shorter, the piece holds no record's signature: text before a record
@@ -113,7 +117,8 @@ def test_a_jsonl_record_cut_by_a_kill_with_the_restarts_first_record_glued_loses
                 assert len(f.runs) == 2, (what, f.runs)
                 _same(s[s["run"] == f.runs[0]], plain.iloc[:k], what + ": the killed run")
                 _same(s[s["run"] == f.runs[1]], want_restart, what + ": the restart")
-            else:  # the steps go on from the checkpoint: one run, the cut step read once, from the restart
+            else:  # the steps go on from the checkpoint: one run, the cut step read once, from the
+                # restart
                 assert len(f.runs) == 1, (what, f.runs)
                 _same(s, pd.concat([plain.iloc[:k], want_restart]), what)
 
@@ -121,7 +126,8 @@ def test_a_jsonl_record_cut_by_a_kill_with_the_restarts_first_record_glued_loses
 def test_a_cut_record_followed_by_a_record_on_its_line_is_never_read_as_a_value(
     base_logs, tmp_path
 ):
-    """The cut one is counted as cut wherever the cut fell, including inside a value that still parses."""
+    """The cut one is counted as cut wherever the cut fell, including inside a value that still
+    parses."""
     for src in _jsonl_bases(base_logs):
         lines = _lines(src)
         record = json.loads(lines[1])
@@ -176,7 +182,8 @@ def test_a_validation_jsonl_record_cut_with_the_restarts_record_glued_keeps_the_
 def test_a_jsonl_run_killed_in_its_second_record_and_restarted_from_scratch_is_two_runs(
     base_logs, tmp_path
 ):
-    # one process writes the file: a step one below the last is a restart, never another rank's late print
+    # one process writes the file: a step one below the last is a restart, never another rank's late
+    # print
     for src in _jsonl_bases(base_logs):
         plain, lines = _read(src), _lines(src)
         restart = [_later(ln, RESTART_S) for ln in lines]
@@ -199,7 +206,7 @@ def _titan_bases(base_logs: list[Path]) -> list[Path]:
     return [p for p in base_logs if "titan" in p.name and p.suffix == ".log"]
 
 
-def test_a_torchtitan_step_line_cut_by_a_kill_with_the_restarts_first_step_line_glued_is_counted_cut(
+def test_a_torchtitan_step_line_cut_by_a_kill_with_the_restarts_first_step_line_glued_is_counted_cut(  # noqa: E501
     base_logs, tmp_path
 ):
     titan = _titan_bases(base_logs)
@@ -214,7 +221,8 @@ def test_a_torchtitan_step_line_cut_by_a_kill_with_the_restarts_first_step_line_
         begin = record.index("step:")
         for cut in range(begin + 6, len(record) - 1, 3):
             if record[cut - 1] == "%" or record[cut:].lstrip("\x1b[0123456789;m") == "":
-                continue  # the cut fell after the record's last character (only a colour reset lost): whole
+                continue  # the cut fell after the record's last character (only a colour reset
+                # lost): whole
             path = tmp_path / f"titan_{cut}.log"
             path.write_text(
                 "\n".join(lines[:last] + [record[:cut] + first]) + "\n", encoding="utf-8"

@@ -1,4 +1,5 @@
-"""Logs as launchers and collectors write them: every decoration reads to the same steps, ranks kept.
+"""Logs as launchers and collectors write them: every decoration reads to the same steps, ranks
+kept.
 
 Sources: the real logs under ../shared/reference/logs when present, else the format fixtures in
 tests/logs/fixtures. Decorated copies are generated here (never committed).
@@ -184,8 +185,9 @@ def test_concatenated_gzip_members_read_as_one_file(tmp_path):
 
 
 def test_a_file_of_few_distinct_prefixes_reads_each_prefix_as_alone():
-    """Over 10,000 prefixes of a few kinds are read once per distinct prefix; the columns must be those of
-    reading the prefixes in pieces small enough to be read one by one (torchrun, srun, mpirun, pdsh, kubectl)."""
+    """Over 10,000 prefixes of a few kinds are read once per distinct prefix; the columns must be
+    those of reading the prefixes in pieces small enough to be read one by one (torchrun, srun,
+    mpirun, pdsh, kubectl)."""
     import polars as pl
 
     kinds = [

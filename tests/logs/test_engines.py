@@ -60,7 +60,8 @@ def _text_line(
 ):
     stamp = stamp or f"2026-10-01 10:{step // 60 % 60:02d}:{step % 60:02d}"
     return (
-        f"{stamp} | INFO | root | step {step} | epoch {epoch} | loss {loss} | grad_norm 2.2188 | lr {lr} | "
+        f"{stamp} | INFO | root | step {step} | epoch {epoch} | loss {loss} | "
+        f"grad_norm 2.2188 | lr {lr} | "
         f"mem 40.25 GiB | tps {tps} | num_label_tokens {nlt}"
     )
 
@@ -170,7 +171,8 @@ def test_the_fixtures_read_the_same_both_ways():
 
 
 def test_the_fast_path_really_reads_canonical_lines():
-    """Guard against a fast path that silently declines everything (the equality tests would still pass)."""
+    """Guard against a fast path that silently declines everything (the equality tests would still
+    pass)."""
     import polars as pl
 
     from pooltk.logs import automodel_jsonl, automodel_text
@@ -243,7 +245,8 @@ def test_carriage_returns_read_the_same_both_ways(where):
 
 
 def test_a_cut_short_layout_in_the_head_is_skipped_when_the_file_goes_on_in_full():
-    """The first 1000 step lines lack num_label_tokens, the next 1500 have it: the short ones are truncated."""
+    """The first 1000 step lines lack num_label_tokens, the next 1500 have it: the short ones are
+    truncated."""
     short = [_text_line(i).rsplit(" | ", 1)[0] for i in range(1, 1001)]
     full = [_text_line(i) for i in range(1001, 2501)]
     slow, fast = _both("\n".join(short + full) + "\n", "cut.log")
@@ -267,7 +270,8 @@ def _titan_line(
 ):
     stamp = stamp or f"2026-05-20 02:{step // 60 % 60:02d}:{step % 60:02d},212"
     return (
-        f"[titan] {stamp} - {name} - INFO - step: {step:2}  loss: {loss}  grad_norm: {gn}  memory: {mem}  "
+        f"[titan] {stamp} - {name} - INFO - step: {step:2}  loss: {loss}  "
+        f"grad_norm: {gn}  memory: {mem}  "
         f"tps: {tps}  tflops: {tflops}  mfu: {mfu}"
     )
 

@@ -1,4 +1,5 @@
-"""Each log family's reader on fixtures written from the format strings (tests/logs/fixtures/README.md).
+"""Each log family's reader on fixtures written from the format strings
+(tests/logs/fixtures/README.md).
 
 The fixtures are not real runs; their numbers are invented. These tests pin what each reader
 makes of every line form: the values, the units, the bases, and what is skipped and why.
@@ -70,7 +71,8 @@ def test_automodel_2025_08_form_without_per_gpu_figure_and_garbled_line():
     assert list(train["tok_per_s_logged"]) == [14611.54, 20321.85, 20400.0]
     assert train["tok_per_s_per_gpu_logged"].isna().all()
     rep = t.files[0]
-    # line 6 holds two cut records (two writes garbled into one line): each is found and counted as cut, none is a value
+    # line 6 holds two cut records (two writes garbled into one line): each is found and counted as
+    # cut, none is a value
     assert rep.skipped_by_reason == {
         "truncated: ends after 'loss' (the file's lines go on to 'num_label_tokens')": 2
     }
@@ -121,7 +123,8 @@ def test_benchmark_log_and_summary_make_one_run_with_gib_memory_and_seconds_time
         139.9,
         139.9,
     ]  # printed "GB", computed / 1024**3
-    # iteration 3 has no 'Max iter time' line: its time comes from the timer block (seconds despite "(ms)")
+    # iteration 3 has no 'Max iter time' line: its time comes from the timer block (seconds despite
+    # "(ms)")
     assert list(s["step_time_s"]) == [100.0, 60.0, 50.0, 50.0, 50.0, 50.0]
     assert s["step_time_basis"].iloc[3].startswith("benchmark timer block")
     assert list(s["mfu_pct_logged"].fillna(-1)) == [9.0, 15.0, 18.0, -1, 18.0, 18.0]

@@ -58,8 +58,9 @@ def step_records(draw, min_size=1, max_size=12):
 def automodel_line(r, *, colour=False):
     level = "\x1b[32mINFO\x1b[0m" if colour else "INFO"
     return (
-        f"2026-10-01 10:00:{r['step'] % 60:02d} | {level} | root | step {r['step']} | epoch 0 | loss {r['loss']:.4f} | "
-        f"grad_norm {r['grad_norm']:.4f} | lr {r['lr']:.2e} | mem {r['mem']:.2f} GiB | tps {r['tps']:.2f}({r['per']:.2f}/gpu) | "
+        f"2026-10-01 10:00:{r['step'] % 60:02d} | {level} | root | step {r['step']} | epoch 0 | "
+        f"loss {r['loss']:.4f} | grad_norm {r['grad_norm']:.4f} | lr {r['lr']:.2e} | "
+        f"mem {r['mem']:.2f} GiB | tps {r['tps']:.2f}({r['per']:.2f}/gpu) | "
         f"num_label_tokens {r['nlt']}"
     )
 
@@ -68,9 +69,11 @@ def torchtitan_line(r, *, rank=0, colour=False):
     c = ANSI if colour else [""] * 5
     loss = "-1.00000" if r.get("placeholder") else f"{r['loss']:8.5f}"
     return (
-        f"[rank{rank}]:[titan] 2026-10-02 08:00:{r['step'] % 60:02d},{r['step'] % 1000:03d} - root - INFO - "
+        f"[rank{rank}]:[titan] 2026-10-02 08:00:{r['step'] % 60:02d},{r['step'] % 1000:03d} - "
+        "root - INFO - "
         f"{c[0]}step: {r['step']:2}  {c[1]}loss: {loss}  grad_norm: {r['grad_norm']:7.4f}  "
-        f"{c[4]}memory: {r['mem']:5.2f}GiB({r['mem'] / 1.87:.2f}%)  tps: {round(r['tps']):,}  tflops: {r['per']:,.2f}  mfu: 1.00%{c[2]}"
+        f"{c[4]}memory: {r['mem']:5.2f}GiB({r['mem'] / 1.87:.2f}%)  tps: {round(r['tps']):,}  "
+        f"tflops: {r['per']:,.2f}  mfu: 1.00%{c[2]}"
     )
 
 
@@ -191,7 +194,8 @@ def test_automodel_lines_round_trip_their_printed_values(records, colour, data):
     records=step_records(max_size=8), nranks=st.integers(1, 4), colour=st.booleans(), data=st.data()
 )
 def test_torchtitan_interleaved_ranks_keep_each_ranks_rows(records, nranks, colour, data):
-    """All ranks logging to one stream, in any interleaving: one row per (rank, step), values intact."""
+    """All ranks logging to one stream, in any interleaving: one row per (rank, step), values
+    intact."""
     streams = []
     for rank in range(nranks):
         rows = [{**r, "placeholder": rank < nranks - 1} for r in records]

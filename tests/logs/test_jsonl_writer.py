@@ -1,4 +1,5 @@
-"""write_training_jsonl writes Automodel's training.jsonl schema exactly, and refuses bad records clearly."""
+"""write_training_jsonl writes Automodel's training.jsonl schema exactly, and refuses bad records
+clearly."""
 
 from __future__ import annotations
 
@@ -37,11 +38,13 @@ def _record(step: int = 0, **over):
 
 
 def test_a_record_is_written_byte_for_byte_like_automodels(tmp_path):
-    """The first record of Automodel's Llama-3.1-8B golden values file, re-serialised, is identical."""
+    """The first record of Automodel's Llama-3.1-8B golden values file, re-serialised, is
+    identical."""
     line = (
-        '{"step": 0, "epoch": 0, "timestamp": "2026-04-01T16:04:59.626Z", "loss": 2.506679058074951, '
-        '"grad_norm": 12.939839363098145, "lr": 1e-05, "mem": 23.14392375946045, "tps": 1028.1208917097622, '
-        '"tps_per_gpu": 257.03022292744055, "mfu": 0.5780967452709216, "num_tokens_per_step": 20776, "num_label_tokens": 8209}'
+        '{"step": 0, "epoch": 0, "timestamp": "2026-04-01T16:04:59.626Z", '
+        '"loss": 2.506679058074951, "grad_norm": 12.939839363098145, "lr": 1e-05, '
+        '"mem": 23.14392375946045, "tps": 1028.1208917097622, "tps_per_gpu": 257.03022292744055, '
+        '"mfu": 0.5780967452709216, "num_tokens_per_step": 20776, "num_label_tokens": 8209}'
     )
     path = write_training_jsonl(tmp_path / "training.jsonl", [json.loads(line)])
     assert path.read_text() == line + "\n"

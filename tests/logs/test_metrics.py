@@ -1,4 +1,5 @@
-"""Metrics on a stated basis: per-physical-GPU rates, steady windows, step times, MFU, headroom, bubble.
+"""Metrics on a stated basis: per-physical-GPU rates, steady windows, step times, MFU, headroom,
+bubble.
 
 Worked numbers are the Kimi-K3 report's (tests/logs/fixtures/bench_run is shaped like it) and
 hand arithmetic; each test states the formula it checks.

@@ -1,10 +1,11 @@
-"""Issue 27: two runs pasted into one file are two runs when the clock goes back further than a real run's clock can
-(a DST fall-back plus two nodes' skew); the DST and skew cases stay one run; copies of one line printed by ranks on
-nodes whose clocks differ fold into one row.
+"""Issue 27: two runs pasted into one file are two runs when the clock goes back further than a real
+run's clock can (a DST fall-back plus two nodes' skew); the DST and skew cases stay one run; copies
+of one line printed by ranks on nodes whose clocks differ fold into one row.
 
-Variants are built here from the real logs under ../shared/reference/logs (the format fixtures when it is absent):
-an excerpt of a log ending at a step, then another run's records (the same log's, its steps moved on, its clock moved
-back by a chosen amount, under another prefix or indentation). Each run must read to the undecorated original's steps.
+Variants are built here from the real logs under ../shared/reference/logs (the format fixtures when
+it is absent): an excerpt of a log ending at a step, then another run's records (the same log's, its
+steps moved on, its clock moved back by a chosen amount, under another prefix or indentation). Each
+run must read to the undecorated original's steps.
 """
 
 from __future__ import annotations
@@ -77,9 +78,10 @@ def _timed_bases(base_logs: list[Path]) -> list[Path]:
 def _pasted(
     src: Path, folder: Path, *, back_s: float, prefix: str | None, n_first: int = 4
 ) -> tuple[Path, dict]:
-    """An excerpt of ``src`` ending at its ``n_first``-th record, then another run: every record of ``src``, its steps
-    moved on past the excerpt's (4 -> 640 as in the issue), its first record ``back_s`` before the excerpt's last,
-    each line behind ``prefix`` (None: the original's own prefix)."""
+    """An excerpt of ``src`` ending at its ``n_first``-th record, then another run: every record of
+    ``src``, its steps moved on past the excerpt's (4 -> 640 as in the issue), its first record
+    ``back_s`` before the excerpt's last, each line behind ``prefix`` (None: the original's own
+    prefix)."""
     text = src.read_text(encoding="utf-8")
     lines = text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
     plain = _read(src)
@@ -108,7 +110,7 @@ PREFIXES = {
 """How the pasted run's lines are decorated (the issue's case: another prefix and indentation)."""
 
 
-def test_the_issues_case_a_torchtitan_excerpt_then_another_runs_step_640_86_days_earlier_is_two_runs(
+def test_the_issues_case_a_torchtitan_excerpt_then_another_runs_step_640_86_days_earlier_is_two_runs(  # noqa: E501
     base_logs, tmp_path
 ):
     titan = [p for p in _timed_bases(base_logs) if "titan" in p.name and p.suffix == ".log"]
@@ -215,7 +217,8 @@ def test_a_clock_going_back_by_a_dst_shift_or_node_skew_while_the_steps_go_on_st
 
 
 def test_a_clock_going_forward_by_86_days_is_time_passing_not_another_run(base_logs, tmp_path):
-    # a suspended job (scontrol suspend) resumes the same processes days later: only a clock going back is impossible
+    # a suspended job (scontrol suspend) resumes the same processes days later: only a clock going
+    # back is impossible
     for src in _timed_bases(base_logs):
         path, ref = _pasted(src, tmp_path, back_s=-86 * 86400, prefix=None)
         table = read_log_file(path)
@@ -234,7 +237,8 @@ def test_the_bound_is_a_dst_fall_back_plus_two_nodes_each_within_ntpds_panic_thr
 
 
 def test_a_later_stream_pasted_after_a_restart_starts_a_third_run_not_the_second(tmp_path):
-    # run 1 (rank 0), its restart (steps back: run 2), then another run 86 days earlier under no prefix: run 3
+    # run 1 (rank 0), its restart (steps back: run 2), then another run 86 days earlier under no
+    # prefix: run 3
     src = FIX / "torchtitan_wps_2024.log"
     lines = [ln for ln in src.read_text().splitlines() if "step:" in ln]
     first = [f"[rank0]:{ln}" for ln in lines]
@@ -247,20 +251,22 @@ def test_a_later_stream_pasted_after_a_restart_starts_a_third_run_not_the_second
     assert "step went back" in f.run_boundaries[0] and "clock went back" in f.run_boundaries[1]
 
 
-# --------------------------------------------------------------------------- copies from nodes whose clocks differ
+# ------------------------------------------------------------ copies from nodes whose clocks differ
 
 
 def _text_bases(base_logs: list[Path]) -> list[Path]:
-    """Text logs: what ranks print to a shared stdout (a JSONL file has one writer, so no copies from other nodes)."""
+    """Text logs: what ranks print to a shared stdout (a JSONL file has one writer, so no copies
+    from other nodes)."""
     out = [p for p in base_logs if p.suffix == ".log"]
     assert out, "no text base"
     return out
 
 
 def _two_nodes(src: Path, folder: Path, *, skews: tuple[float, ...], late: bool) -> Path:
-    """``src`` as ranks without a prefix on several nodes print it: every line once per node, node k's clock
-    ``skews[k - 1]`` s off node 0's; ``late``: the other nodes' copy of a step line comes after node 0's next one
-    (start-up lines all come before the first step: every rank prints them before the first collective)."""
+    """``src`` as ranks without a prefix on several nodes print it: every line once per node, node
+    k's clock ``skews[k - 1]`` s off node 0's; ``late``: the other nodes' copy of a step line comes
+    after node 0's next one (start-up lines all come before the first step: every rank prints them
+    before the first collective)."""
     text = src.read_text(encoding="utf-8")
     lines = [
         _RANKS.sub("", ln)
@@ -294,7 +300,7 @@ def _two_nodes(src: Path, folder: Path, *, skews: tuple[float, ...], late: bool)
     ],
     ids=["8s_ahead", "8s_behind", "8s_behind_a_line_late", "four_nodes", "skew_bound"],
 )
-def test_one_line_printed_by_ranks_on_nodes_whose_clocks_differ_is_one_row_with_the_first_copys_values(
+def test_one_line_printed_by_ranks_on_nodes_whose_clocks_differ_is_one_row_with_the_first_copys_values(  # noqa: E501
     base_logs, tmp_path, skews, late
 ):
     for src in _text_bases(base_logs):
@@ -312,7 +318,8 @@ def test_copies_from_two_nodes_that_differ_in_a_value_are_both_kept(base_logs, t
         plain = _read(src)
         path = _two_nodes(src, tmp_path, skews=(8.0,), late=False)
         lines = path.read_text(encoding="utf-8").split("\n")
-        # node 1's copies (every second line) name another step: a different record, never folded into node 0's
+        # node 1's copies (every second line) name another step: a different record, never folded
+        # into node 0's
         path.write_text(
             "\n".join(ln if i % 2 == 0 else _bump(ln, 1_000_000) for i, ln in enumerate(lines)),
             encoding="utf-8",

@@ -1,4 +1,5 @@
-"""The readers on real Automodel and torchtitan logs (../shared/reference/logs; skipped where absent).
+"""The readers on real Automodel and torchtitan logs (../shared/reference/logs; skipped where
+absent).
 
 Each test pins concrete values (first and last step, a known loss, a rate, a memory figure) and
 a cross-check between two fields the log computes from each other, so a reader that shifts a
@@ -183,7 +184,8 @@ def test_torchtitan_crash_log_keeps_its_one_step_and_reads_mfu_na(table):
 
 
 def test_per_gpu_basis_warning_for_automodel_pp2_log(table):
-    """Llama-3.1-8B golden values: PP2 x DP4 on 8 GPUs; tps_per_gpu = tps/4 is 2x the physical rate."""
+    """Llama-3.1-8B golden values: PP2 x DP4 on 8 GPUs; tps_per_gpu = tps/4 is 2x the physical
+    rate."""
     with pytest.warns(
         PerGpuBasisWarning, match=r"automodel-jsonl-2: the log's own per-GPU figure is 2x"
     ):

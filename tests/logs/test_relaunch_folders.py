@@ -25,7 +25,8 @@ def _iso(t: datetime) -> str:
 def _automodel_folder(
     root: Path, *, train: list[tuple[int, list[int]]], val: list[tuple[int, list[int]]]
 ) -> Path:
-    """(launch start in s, steps) per launch, for training.jsonl and validation.jsonl of one folder."""
+    """(launch start in s, steps) per launch, for training.jsonl and validation.jsonl of one
+    folder."""
     run = root / "out_relaunch"
     run.mkdir()
     with open(run / "training.jsonl", "w") as f:
@@ -85,7 +86,7 @@ def test_a_relaunch_folders_validation_file_splits_into_the_same_two_runs_as_its
         assert (val["timestamp"] >= (T0 + timedelta(seconds=start)).replace(tzinfo=None)).all()
 
 
-def test_validation_rows_join_the_launch_that_was_training_at_their_time_when_only_one_launch_validated(
+def test_validation_rows_join_the_launch_that_was_training_at_their_time_when_only_one_launch_validated(  # noqa: E501
     tmp_path,
 ):
     run = _automodel_folder(tmp_path, train=[(0, [0, 1, 2]), (300, [0, 1, 2])], val=[(300, [1, 2])])
@@ -218,14 +219,16 @@ def test_a_torchtitan_relaunch_within_seconds_splits_where_a_rank_starts_again(t
 
 
 def _titan_text_launch(prefixes: list[str], start_h: int, steps: int) -> list[str]:
-    """torchtitan's text log of one launch: the start-up banner, then one step line per step per prefix."""
+    """torchtitan's text log of one launch: the start-up banner, then one step line per step per
+    prefix."""
     out = [
         f"{p}[titan] 2026-10-02 {start_h:02d}:00:00,000 - root - INFO - Starting job: llama3 debug"
         for p in prefixes
     ]
     for s in range(1, steps + 1):
         out += [
-            f"{p}[titan] 2026-10-02 {start_h:02d}:00:{10 + s:02d},000 - root - INFO - step: {s:2}  loss: {4 - 0.1 * s:8.5f}  "
+            f"{p}[titan] 2026-10-02 {start_h:02d}:00:{10 + s:02d},000 - root - INFO - "
+            f"step: {s:2}  loss: {4 - 0.1 * s:8.5f}  "
             f"grad_norm:  1.0000  memory: 61.00GiB(32.57%)  tps: 20,000  tflops: 200.00  mfu: 8.00%"
             for p in prefixes
         ]

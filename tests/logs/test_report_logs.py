@@ -1,4 +1,5 @@
-"""``pooltk report --logs DIR --run-info FILE``: notebook 03 on the user's logs, runs compared side by side."""
+"""``pooltk report --logs DIR --run-info FILE``: notebook 03 on the user's logs, runs compared side
+by side."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def test_runs_side_by_side_with_ratios_to_the_baseline(tmp_path):
         shutil.copy(FIX / "torchtitan_wps_2024.log", tmp_path / f"{name}.log")
     text = (tmp_path / "pooled.log").read_text()
     (tmp_path / "pooled.log").write_text(
-        "2026-09-14 10:00:00,000 - pooltk - INFO - pooltk: installed (policy=tight, slack=1, grad_slack=1, "
+        "2026-09-14 10:00:00,000 - pooltk - INFO - "
+        "pooltk: installed (policy=tight, slack=1, grad_slack=1, "
         "schedule=Schedule1F1B, layout=lazy)\n" + re.sub(r"memory:\s+(\d)", r"memory: 1\1", text)
     )
     logs = read_logs(tmp_path)

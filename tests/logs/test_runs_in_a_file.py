@@ -1,4 +1,5 @@
-"""Runs, not files: restarts come back as separate runs with every step; copies fold only within a run.
+"""Runs, not files: restarts come back as separate runs with every step; copies fold only within a
+run.
 
 Also the pool a run used: Automodel's and pooltk's install lines become the pooled columns.
 """
@@ -38,7 +39,10 @@ def test_a_log_concatenated_with_itself_is_two_runs_with_all_steps(base_logs, tm
 
 def test_a_restart_that_resumes_later_is_split_at_its_start_up_banner(tmp_path):
     head = "2026-09-14 10:00:00,000 - root - INFO - torchtitan version: 0.3.0\n"
-    line = "2026-09-14 10:00:{s:02d},000 - torchtitan.trainer - INFO - step: {s:2}  loss: {l:7.4f}  memory: 10.00GiB(5.00%)  tps: 1,000  tflops: 1.00  mfu: 1.00%\n"
+    line = (
+        "2026-09-14 10:00:{s:02d},000 - torchtitan.trainer - INFO - step: {s:2}  loss: {l:7.4f}  "
+        "memory: 10.00GiB(5.00%)  tps: 1,000  tflops: 1.00  mfu: 1.00%\n"
+    )
     first = head + "".join(line.format(s=s, l=10 - s / 10) for s in range(1, 8))
     second = head.replace("10:00:00", "10:01:00") + "".join(
         line.format(s=s, l=9 - s / 10).replace("10:00:", "10:01:") for s in range(8, 15)
@@ -54,7 +58,10 @@ def test_a_restart_that_resumes_later_is_split_at_its_start_up_banner(tmp_path):
 
 
 def test_identical_copies_from_ranks_without_a_prefix_fold_within_a_run_only(tmp_path):
-    line = "2026-09-14 10:00:{s:02d},000 - root - INFO - step: {s:2}  loss: 5.0000  memory: 10.00GiB(5.00%)  tps: 1,000  mfu: 1.00%\n"
+    line = (
+        "2026-09-14 10:00:{s:02d},000 - root - INFO - step: {s:2}  loss: 5.0000  "
+        "memory: 10.00GiB(5.00%)  tps: 1,000  mfu: 1.00%\n"
+    )
     run = "".join(line.format(s=s) * 4 for s in range(1, 6))  # 4 ranks print each step identically
     path = tmp_path / "copies.log"
     path.write_text(run + run.replace("10:00:", "10:02:"))
@@ -66,7 +73,10 @@ def test_identical_copies_from_ranks_without_a_prefix_fold_within_a_run_only(tmp
 
 
 def test_rows_that_differ_are_never_folded(tmp_path):
-    line = "2026-09-14 10:00:{s:02d},000 - root - INFO - step: {s:2}  loss: {l}  memory: 10.00GiB(5.00%)  tps: 1,000  mfu: 1.00%\n"
+    line = (
+        "2026-09-14 10:00:{s:02d},000 - root - INFO - step: {s:2}  loss: {l}  "
+        "memory: 10.00GiB(5.00%)  tps: 1,000  mfu: 1.00%\n"
+    )
     path = tmp_path / "pp.log"
     path.write_text(
         "".join(line.format(s=s, l="-1.0000") + line.format(s=s, l="4.5000") for s in range(1, 4))
@@ -90,15 +100,27 @@ def test_one_rank_per_file_joins_into_one_run(tmp_path):
     assert set(table.steps["run"]) == {"plain"} and set(table.steps["rank"]) == {0, 1}
 
 
-AUTOMODEL_POOL = "2026-09-14 10:00:00 | INFO | nemo_automodel.components.distributed.pipelining.recv_buffer_pool | recv_buffer_pool: installed (slack=2, layout=per-direction-setup)\n"
-POOLTK_POOL = "2026-09-14 10:00:00 | INFO | pooltk | pooltk: installed (policy=tight, slack=1, grad_slack=1, schedule=Schedule1F1B, layout=setup-recv-info)\n"
+AUTOMODEL_POOL = (
+    "2026-09-14 10:00:00 | INFO | nemo_automodel.components.distributed.pipelining.recv_buffer_pool"
+    " | recv_buffer_pool: installed (slack=2, layout=per-direction-setup)\n"
+)
+POOLTK_POOL = (
+    "2026-09-14 10:00:00 | INFO | pooltk | "
+    "pooltk: installed (policy=tight, slack=1, grad_slack=1, schedule=Schedule1F1B, "
+    "layout=setup-recv-info)\n"
+)
 POOLTK_STAGE = (
     "2026-09-14 10:00:00 | INFO | pooltk | pooltk: stage 0 pooled (fwd ring 2/8, grad ring 2/8)\n"
 )
-NOT_POOLED = "2026-09-14 10:00:00 | WARNING | pooltk | pooltk: not installed (reason=schedule ZBV has no bounded in-flight depth)\n"
+NOT_POOLED = (
+    "2026-09-14 10:00:00 | WARNING | pooltk | "
+    "pooltk: not installed (reason=schedule ZBV has no bounded in-flight depth)\n"
+)
 KEPT_STOCK = (
-    "2026-09-14 10:00:00 | WARNING | pooltk | pooltk: stage 0 kept stock (reason=schedule 'gpipe' is not allowlisted)\n"
-    "2026-09-14 10:00:00 | WARNING | pooltk | pooltk: stage 1 kept stock (reason=schedule 'gpipe' is not allowlisted)\n"
+    "2026-09-14 10:00:00 | WARNING | pooltk | "
+    "pooltk: stage 0 kept stock (reason=schedule 'gpipe' is not allowlisted)\n"
+    "2026-09-14 10:00:00 | WARNING | pooltk | "
+    "pooltk: stage 1 kept stock (reason=schedule 'gpipe' is not allowlisted)\n"
 )
 
 
@@ -153,7 +175,10 @@ def test_a_stock_run_and_a_pooled_run_in_one_file_keep_their_own_pool(tmp_path):
         + "pooltk: not installed (reason=stock comparison)\n"
         + body
         + prefix
-        + "pooltk: installed (policy=automodel, slack=2, grad_slack=2, schedule=Schedule1F1B, layout=lazy)\n"
+        + (
+            "pooltk: installed (policy=automodel, slack=2, grad_slack=2, schedule=Schedule1F1B, "
+            "layout=lazy)\n"
+        )
         + body
     )
     s = read_log_file(path).steps
@@ -163,13 +188,15 @@ def test_a_stock_run_and_a_pooled_run_in_one_file_keep_their_own_pool(tmp_path):
 
 def _titan(step, minute, loss=5.0):
     return (
-        f"2026-09-14 10:{minute:02d}:{step % 60:02d},000 - root - INFO - step: {step:2}  loss: {loss:7.4f}  "
+        f"2026-09-14 10:{minute:02d}:{step % 60:02d},000 - root - INFO - step: {step:2}  "
+        f"loss: {loss:7.4f}  "
         "memory: 10.00GiB(5.00%)  tps: 1,000  mfu: 1.00%\n"
     )
 
 
 def test_a_clock_that_goes_back_while_the_steps_go_on_is_one_run_with_a_note(tmp_path):
-    # issue 19: a DST fall-back or a node's skewed clock is not a restart; only steps going back (or a banner) split
+    # issue 19: a DST fall-back or a node's skewed clock is not a restart; only steps going back (or
+    # a banner) split
     path = tmp_path / "clock.log"
     path.write_text(
         "".join(_titan(s, 30) for s in range(1, 8)) + "".join(_titan(s, 10) for s in range(8, 15))
@@ -207,7 +234,8 @@ def test_a_rank_whose_own_stream_restarts_splits_only_its_rows(tmp_path):
 
 
 def test_pooltks_own_install_line_as_the_pool_logs_it_is_read_back(tmp_path):
-    """The contract with pooltk.pool.events: a real install's line, through a user's logging format, tags the run."""
+    """The contract with pooltk.pool.events: a real install's line, through a user's logging format,
+    tags the run."""
     import logging
 
     import pooltk

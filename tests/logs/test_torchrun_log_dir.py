@@ -1,11 +1,14 @@
-"""Issue 27: torchrun's ``--log-dir`` tree is read as the run it is: the rank from each file's folder, each attempt
-(an elastic restart) its own launch, torchrun's error files and filtered copies left out with the reason.
+"""Issue 27: torchrun's ``--log-dir`` tree is read as the run it is: the rank from each file's
+folder, each attempt (an elastic restart) its own launch, torchrun's error files and filtered copies
+left out with the reason.
 
-The trees are written here in the layout torch's ``DefaultLogsSpecs.reify`` documents (torch/distributed/elastic/
-multiprocessing/api.py): ``<log_dir>/<rdzv_id>_<random>/attempt_<restart>/<local_rank>/{stdout,stderr}.log``,
-``error.json`` where a worker raised, and ``attempt_<restart>/filtered_{stdout,stderr}.log`` holding the tee'd ranks'
-lines that match the duplicate filters, each behind ``[<role><local_rank>]:``. Each rank's file holds a real log
-from ../shared/reference/logs (the format fixtures when it is absent); every rank must read to its steps.
+The trees are written here in the layout torch's ``DefaultLogsSpecs.reify`` documents
+(torch/distributed/elastic/multiprocessing/api.py):
+``<log_dir>/<rdzv_id>_<random>/attempt_<restart>/<local_rank>/{stdout,stderr}.log``, ``error.json``
+where a worker raised, and ``attempt_<restart>/filtered_{stdout,stderr}.log`` holding the tee'd
+ranks' lines that match the duplicate filters, each behind ``[<role><local_rank>]:``. Each rank's
+file holds a real log from ../shared/reference/logs (the format fixtures when it is absent); every
+rank must read to its steps.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ def _read(src: Path) -> pd.DataFrame:
 
 
 def _bare(src: Path) -> str:
-    """The log as the worker wrote it to its own stream: no console prefix (torchrun adds it only when tee-ing)."""
+    """The log as the worker wrote it to its own stream: no console prefix (torchrun adds it only
+    when tee-ing)."""
     return "".join(
         _RANKS.sub("", ln) for ln in src.read_text(encoding="utf-8").splitlines(keepends=True)
     )
@@ -101,7 +105,7 @@ def _per_rank(table, what: str, src: Path, ranks: int) -> None:
 
 
 @pytest.mark.parametrize("stream", ["stderr.log", "stdout.log"])
-def test_each_ranks_stream_in_a_torchrun_log_dir_tree_reads_to_its_steps_with_the_rank_from_its_folder(
+def test_each_ranks_stream_in_a_torchrun_log_dir_tree_reads_to_its_steps_with_the_rank_from_its_folder(  # noqa: E501
     base_logs, tmp_path, stream
 ):
     for src in base_logs:

@@ -5,8 +5,9 @@ prints for that step (``validate step: {:2}  loss: {:7.4f}  memory: {:5.2f}GiB({
 form of issue 32: ``validate step: 1 loss: 12.4699 memory: 69.81GiB(88.17%)``). The file is then
 decorated the way each launcher family decorates it, the validation line by the same rank as the
 step lines or by another one (the last PP stage logs the loss). Each line keeps torchrun's own
-``[rankN]:`` where the log has it, and the launcher's prefix names that rank. The decorated file must read to
-the plain file's rows: the same steps, the same kinds, the validation lines never training steps.
+``[rankN]:`` where the log has it, and the launcher's prefix names that rank. The decorated file
+must read to the plain file's rows: the same steps, the same kinds, the validation lines never
+training steps.
 """
 
 from __future__ import annotations

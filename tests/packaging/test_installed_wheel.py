@@ -9,7 +9,8 @@
   points back at the checkout); the log readers and the claims ledger run there.
 
 Every command runs with a temporary folder as its working directory, so no module may read a path
-inside the checkout. The wheel's metadata is checked too: only torch, PyYAML and numpy unconditionally.
+inside the checkout. The wheel's metadata is checked too: only torch, PyYAML and numpy
+unconditionally.
 """
 
 from __future__ import annotations
@@ -139,7 +140,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> dict[str
 
 @pytest.fixture(scope="module")
 def torch_only(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> dict[str, Path]:
-    """``pip install pooltk``: the wheel, seeing torch, torch's own dependencies and PyYAML alone."""
+    """``pip install pooltk``: the wheel, seeing torch, torch's own dependencies and PyYAML
+    alone."""
     import importlib.util
 
     tmp = tmp_path_factory.mktemp("torch_only")
@@ -193,7 +195,8 @@ def test_the_wheel_asks_for_torch_pyyaml_and_numpy_alone_and_puts_the_lab_stack_
 def test_the_torch_only_install_has_no_lab_stack(torch_only: dict[str, Path]) -> None:
     program = (
         "import importlib.util, pooltk; "
-        f"print([m for m in {LAB_ONLY!r} if importlib.util.find_spec(m) is not None], pooltk.__file__)"
+        f"print([m for m in {LAB_ONLY!r} if importlib.util.find_spec(m) is not None], "
+        "pooltk.__file__)"
     )
     out = subprocess.run(
         [str(torch_only["python"]), "-c", program],
@@ -230,7 +233,8 @@ def test_probe_and_the_memory_model_run_in_the_torch_only_install(
 def test_a_pooled_pipeline_runs_in_the_torch_only_install_bitwise_equal_to_stock(
     torch_only: dict[str, Path],
 ) -> None:
-    """Two gloo ranks, stock then pooled, torch's own shape inference (which needs numpy) included."""
+    """Two gloo ranks, stock then pooled, torch's own shape inference (which needs numpy)
+    included."""
     out = _run(torch_only, "parity", "--pp", "2", "--microbatches", "4", "--steps", "2", "--json")
     assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-2000:])
     import json
