@@ -56,7 +56,7 @@ def _schedule(index: int, n: int, m: int, hidden: int, tokens: int, *, variant: 
     elif (
         variant == "unguarded"
     ):  # the harness's ring without ownership, holders' check or version bump
-        experiments.pool_stage(stage, experiments.Rings(guard=False))
+        experiments.pool_stage(stage, experiments.Harness(guard=False))
     schedule = Schedule1F1B(stage, n_microbatches=m, loss_fn=lambda o, t: ((o - t) ** 2).mean())
     schedule.pooltk_stage = stage
 

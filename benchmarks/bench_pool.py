@@ -19,7 +19,7 @@ import argparse
 import statistics
 import time
 
-from pooltk.parity.experiments import Rings
+from pooltk.parity.experiments import Harness
 from pooltk.parity import ParitySpec, Variant, default_variants, run_parity
 
 
@@ -62,7 +62,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=256)
     args = ap.parse_args()
 
-    tight, noguard = Rings(slack=2), Rings(slack=2, guard=False)
+    tight, noguard = Harness(slack=2), Harness(slack=2, guard=False)
     variants = []
     for r in range(args.rounds):
         variants += [
@@ -71,8 +71,8 @@ def main() -> None:
             Variant(name=f"noguard#{r}", pooled=True, config=noguard),
         ]
     variants += [
-        Variant(name="automodel", pooled=True, config=Rings(policy="automodel")),
-        Variant(name="liveset", pooled=True, config=Rings(slack=0, grad_slack=0)),
+        Variant(name="automodel", pooled=True, config=Harness(policy="automodel")),
+        Variant(name="liveset", pooled=True, config=Harness(slack=0, grad_slack=0)),
     ]
     spec = ParitySpec(
         pp=args.pp,
@@ -101,7 +101,7 @@ def main() -> None:
     print("[bench] timing the pp4 parity check (pooltk parity defaults) ...", flush=True)
     t0 = time.perf_counter()
     check = run_parity(
-        ParitySpec(pp=4, microbatches=16, steps=3, variants=default_variants([Rings()]))
+        ParitySpec(pp=4, microbatches=16, steps=3, variants=default_variants([Harness()]))
     )
     parity_wall = time.perf_counter() - t0
 

@@ -29,7 +29,7 @@ import csv
 import sys
 import time
 
-from pooltk.parity.experiments import Rings
+from pooltk.parity.experiments import Harness
 from pooltk.analysis.lifetimes import DIRECTIONS, ScheduleShape, analyse
 from pooltk.analysis.programs import resolve_schedule
 from pooltk.analysis.sharing import rank_rings
@@ -40,10 +40,15 @@ from pooltk.parity import ParitySpec, Variant, run_parity
 SCHEDULES = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 VPP = 2
 CONFIGS = {
-    "per-stage": Rings(sharing="stage"),
-    "rank": Rings(sharing="rank"),
-    "rank0": Rings(slack=0, grad_slack=0, sharing="rank"),
+    "per-stage": Harness(sharing="stage"),
+    "rank": Harness(sharing="rank"),
+    "rank0": Harness(slack=0, grad_slack=0, sharing="rank"),
 }
+
+
+def _rank0_size(live: int, receives: int, direction: str) -> int:
+    """K of a rank-shared ring at slack 0 (what the ``rank0`` variant keeps)."""
+    return CONFIGS["rank0"].ring_size(live=live, receives=receives, direction=direction)
 
 
 def _variants(name: str) -> tuple[Variant, ...]:
@@ -93,14 +98,15 @@ def main(argv: list[str] | None = None) -> int:
                         stages_per_rank=VPP,
                     )
                 )
-                live = rank_rings(prog, spans, CONFIGS["rank0"])
+                live = rank_rings(prog, spans, _rank0_size)
                 boundary = harness_boundary(
                     rows=spec.rows_per_microbatch, seq_len=spec.seq_len, hidden=spec.hidden
                 )
                 model = model_memory(
                     PipelineShape(pp=pp, n_microbatches=m, schedule=name, stages_per_rank=VPP),
                     boundary,
-                    CONFIGS["rank"],
+                    CONFIGS["rank"].config,
+                    sharing=CONFIGS["rank"].sharing,
                 ).expected_rank_bytes()
                 for rank in sorted(got["stock"].rank_recv):
                     row = {

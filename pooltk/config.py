@@ -1,8 +1,9 @@
 """PoolConfig: what a user chooses for the ring pool, validated at construction (found / required / fix).
 
-The schedule is chosen at install (``pooltk.install(schedule=...)``). What the proofs also build (rings
-without the guard, a set short, K = M, Automodel's single ring, one ring per stage) is the harness's:
-:class:`pooltk.parity.experiments.Rings`; what the memory model sizes by: :class:`pooltk.analysis.rings.RingRule`.
+The schedule is chosen at install (``pooltk.install(schedule=...)``). It is the one config type: the memory
+model takes it with the ring policy to model as keywords; what the proofs also build (rings without the
+guard, a set short, K = M, Automodel's single ring, one ring per stage) is the harness's, private to it:
+:class:`pooltk.parity.experiments.Harness`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ __all__ = ["PoolConfig"]
 class PoolConfig:
     """How many receive-buffer sets each pooled stage keeps beyond its live set, and the last-stage release.
 
-    Sizes come from :mod:`pooltk.analysis.rings` ([Note: ring sizes]): forward ``min(M, live + slack)``,
+    Sizes come from :func:`pooltk.pool.ring.ring_size` ([Note: ring sizes]): forward ``min(M, live + slack)``,
     grad ``min(M, live + grad_slack)``.
     """
 

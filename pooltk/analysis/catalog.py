@@ -101,7 +101,7 @@ def schedule_key(schedule: str | type | object | None) -> str | None:
 
 ALLOWLIST: frozenset[str] = frozenset({schedule_key("1F1B")})
 """Schedule keys pooltk pools by name alone: torch's ``Schedule1F1B``, the one schedule whose in-flight
-depth pooltk proves in closed form ([Note: ring sizes] in :mod:`pooltk.analysis.rings`). Others are pooled
+depth pooltk proves in closed form ([Note: ring sizes] in :mod:`pooltk.pool.ring`). Others are pooled
 only from their analysed action order (``schedule="auto"``)."""
 
 

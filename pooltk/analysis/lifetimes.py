@@ -86,7 +86,6 @@ __all__ = [
     "resolve_schedule",
     "shared_slots",
     "sweep_table",
-    "tight_rings",
 ]
 
 Direction = Literal["forward", "grad"]
@@ -423,8 +422,8 @@ def lifetime_frame(spans: Iterable[BufferLifetime]) -> pd.DataFrame:
 
 
 def _stock(prog: Program, stage: int, direction: Direction) -> int:
-    """Sets stock torch 2.11-2.14 preallocates (:func:`pooltk.analysis.rings.stock_count`)."""
-    from pooltk.analysis.rings import stock_count
+    """Sets stock torch 2.11-2.14 preallocates (:func:`pooltk.analysis.stage_sets.stock_count`)."""
+    from pooltk.analysis.stage_sets import stock_count
 
     return stock_count(
         prog.num_stages, stage, direction, prog.n_microbatches, forward_only=prog.forward_only
@@ -495,27 +494,6 @@ def _shapes_of(
     if name in v_schedules():
         return [2], sorted(set(defers))
     return sorted(set(vpps)), sorted(set(defers))
-
-
-def tight_rings(table: pd.DataFrame, *, slack: int, grad_slack: int) -> pd.DataFrame:
-    """Add ``tight``: the ring a pool would keep, ``min(M, ring_min + slack)`` (grad: ``grad_slack``).
-
-    Rows with no receives (ring_min 0) keep 0. ``slack`` / ``grad_slack`` mean what they
-    mean in :class:`pooltk.config.PoolConfig`.
-    """
-    import pandas as pd
-
-    from pooltk.analysis.rings import ring_from_live
-    from pooltk.config import PoolConfig
-
-    config = PoolConfig(
-        slack=slack, grad_slack=grad_slack
-    )  # validates both: found / required / fix
-    tight = [
-        ring_from_live(int(k0), int(m), d, config)
-        for k0, m, d in zip(table["ring_min"], table["n_microbatches"], table["direction"])
-    ]
-    return table.assign(tight=pd.Series(tight, index=table.index, dtype=int))
 
 
 def sweep_table(

@@ -1,9 +1,10 @@
-"""Ring sizes for a running schedule object, from its own action order (``install(schedule="auto")``).
+"""Live sets for a running schedule object, from its own action order (``install(schedule="auto")``).
 
 [Note: auto rings]
 A schedule outside the allowlist is pooled when pooltk can analyse it: the receive lifetimes of its
 lowered action order (:mod:`pooltk.analysis.lifetimes`) give, per (stage, direction), the smallest ring
-K whose ``c mod K`` slots never overwrite a live buffer; the ring is that plus slack (at most M). The
+K whose ``c mod K`` slots never overwrite a live buffer; the pool's ring is that plus slack (at most M,
+:func:`pooltk.pool.ring.ring_size`, [Note: ring sizes]). The
 analysis runs for the schedule's class and shape, then is checked against the object's own
 ``pipeline_order_with_comms`` where it has one, so an object whose order was replaced (a CSV, a
 hand-edited list) is refused. A (stage, direction) fed by a same-rank handoff gets no buffers at all.
@@ -17,21 +18,19 @@ from typing import Any
 from pooltk.analysis.catalog import ScheduleAnalysisError, resolve_schedule
 from pooltk.analysis.lifetimes import DIRECTIONS, ScheduleShape, analyse, min_safe_ring
 from pooltk.analysis.programs import INERT_KINDS
-from pooltk.analysis.rings import ring_from_live
 
 __all__ = ["RingPlan", "plan_rings"]
 
 
 @dataclass(frozen=True, slots=True)
 class RingPlan:
-    """Ring sizes for every stage of one schedule shape, derived from its action order."""
+    """What every stage of one schedule shape needs, derived from its action order (the pool sizes K from it)."""
 
     schedule: str
     n_microbatches: int
-    sizes: dict
-    """K per (stage, direction); 0 means that direction stays stock."""
     min_safe: dict
-    """Smallest safe ``c mod K`` ring per (stage, direction) (0: no receives): the live set K is sized from."""
+    """Smallest safe ``c mod K`` ring per (stage, direction) (0: no receives, the direction stays stock): the
+    live set K is sized from (:func:`pooltk.pool.ring.ring_size`)."""
     handoff: frozenset = frozenset()
     """(stage, direction) pairs fed by a same-rank handoff (V schedules): no receive buffers at all."""
     program: Any = field(default=None, compare=False, repr=False)
@@ -52,8 +51,8 @@ def _order_events(order: dict, rank: int) -> list[tuple[str, int, int]]:
     return out
 
 
-def plan_rings(schedule: object, rule: Any) -> RingPlan:
-    """Analyse the schedule object driving a setup; ``rule`` sizes rings (a PoolConfig). See [Note: auto rings].
+def plan_rings(schedule: object) -> RingPlan:
+    """Analyse the schedule object driving a setup. See [Note: auto rings].
 
     Raises:
         ScheduleAnalysisError: the schedule cannot be analysed (the message says why).
@@ -85,13 +84,11 @@ def plan_rings(schedule: object, rule: Any) -> RingPlan:
                 f"{cls.__name__}: found an action order on rank {rank} that differs from the one torch builds for "
                 "its class and shape (a custom or loaded list?); required torch's own order to vouch for it."
             )
-    sizes, safe, handoff = {}, {}, set()
+    safe, handoff = {}, set()
     s2r = prog.stage_to_rank
     for stage in range(prog.num_stages):
         for direction in DIRECTIONS:
-            k0 = min_safe_ring(spans, stage, direction, n_mb)
-            safe[(stage, direction)] = k0
-            sizes[(stage, direction)] = ring_from_live(k0, n_mb, direction, rule)
+            safe[(stage, direction)] = min_safe_ring(spans, stage, direction, n_mb)
             neighbour = stage - 1 if direction == "forward" else stage + 1
             if (
                 neighbour in s2r
@@ -102,7 +99,6 @@ def plan_rings(schedule: object, rule: Any) -> RingPlan:
     return RingPlan(
         schedule=cls.__name__,
         n_microbatches=n_mb,
-        sizes=sizes,
         min_safe=safe,
         handoff=frozenset(handoff),
         program=prog,

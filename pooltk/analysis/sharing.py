@@ -28,7 +28,7 @@ joins no ring; the pool gives it no receive buffers at all.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,11 +39,9 @@ from pooltk.analysis.lifetimes import (
     min_safe_ring,
     peak_overlap,
 )
-from pooltk.analysis.rings import ring_from_live
 
 if TYPE_CHECKING:
     from pooltk.analysis.programs import Program
-    from pooltk.config import PoolConfig
 
 __all__ = ["RankRing", "colour", "rank_rings"]
 
@@ -63,7 +61,8 @@ class RankRing:
     receives: int
     """Receives into this ring in one step (sum over its stages of their microbatches)."""
     size: int
-    """K: the slots kept (``ring_from_live(live, receives, direction, config)``; per-stage rule for one stage)."""
+    """K: the slots kept (the caller's ``size(live, receives, direction)``; for one stage, its smallest safe
+    ``c mod K`` ring and ``M`` receives)."""
     slots: Mapping[tuple[int, int], int]
     """(stage, microbatch) -> slot."""
     shared: bool
@@ -104,7 +103,7 @@ def colour(spans: Sequence[BufferLifetime], size: int) -> dict[tuple[int, int], 
 def rank_rings(
     prog: Program,
     spans: Sequence[BufferLifetime],
-    config: PoolConfig,
+    size: Callable[[int, int, str], int],
     *,
     groups: Mapping[tuple[int, Direction], Hashable] | None = None,
 ) -> list[RankRing]:
@@ -112,7 +111,9 @@ def rank_rings(
 
     Args:
         prog, spans: from :func:`pooltk.analysis.lifetimes.analyse`.
-        config: the slack rule's inputs (:func:`pooltk.analysis.rings.ring_from_live`).
+        size: ``size(live, receives, direction)`` -> K, the caller's slack rule (the pool's is
+            :func:`pooltk.pool.ring.ring_size`); ``receives`` is M for a one-stage ring, else the
+            receives into the shared ring.
         groups: (stage, direction) -> boundary key; a rank's stages share a ring only where their
             keys are equal. Default: every stage of a rank shares, per direction.
 
@@ -130,8 +131,8 @@ def rank_rings(
         stages = tuple(sorted({b.stage for b in group}))
         if len(stages) == 1:
             k0 = min_safe_ring(group, stages[0], direction, n_mb)
-            size = ring_from_live(k0, n_mb, direction, config)
-            slots = {(b.stage, b.microbatch): b.microbatch % size for b in group}
+            k = size(k0, n_mb, direction)
+            slots = {(b.stage, b.microbatch): b.microbatch % k for b in group}
             live = peak_overlap((b.post, b.release) for b in group)
             out.append(
                 RankRing(
@@ -140,14 +141,14 @@ def rank_rings(
                     stages=stages,
                     live=live,
                     receives=len(group),
-                    size=size,
+                    size=k,
                     slots=slots,
                     shared=False,
                 )
             )
             continue
         live = peak_overlap((b.post, b.release) for b in group)
-        size = ring_from_live(live, len(group), direction, config)
+        k = size(live, len(group), direction)
         out.append(
             RankRing(
                 rank=rank,
@@ -155,8 +156,8 @@ def rank_rings(
                 stages=stages,
                 live=live,
                 receives=len(group),
-                size=size,
-                slots=colour(group, size),
+                size=k,
+                slots=colour(group, k),
                 shared=True,
             )
         )

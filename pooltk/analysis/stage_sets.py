@@ -4,7 +4,7 @@
 Every number of receive-buffer *sets* pooltk shows comes from :func:`receive_sets`, which returns one
 :class:`ReceiveSets` per (stage, direction), stage-major, forward before grad:
 
-- ``stock``: what torch 2.11-2.14 pre-allocates (:func:`pooltk.analysis.rings.stock_count`);
+- ``stock``: what torch 2.11-2.14 pre-allocates (:func:`stock_count`);
 - ``live``: the most receive buffers live at once, walked from the schedule's own action order
   (:func:`pooltk.analysis.lifetimes.live_sets_of`), or from the closed forms the walk reproduces
   (``source="formula"``: 1F1B forward ``W = min(M, N - i)`` (0 on stage 0), grad 1 (0 on the last
@@ -14,7 +14,7 @@ Every number of receive-buffer *sets* pooltk shows comes from :func:`receive_set
 - ``stock_lazy`` / ``lazy_released``: what torch 2.15's per-receive buffers hold, without and
   with pooltk's last-stage release (:func:`pooltk.analysis.lazy.lazy_holds`).
 
-The ring a pool keeps is :func:`pooltk.analysis.rings.ring_from_live` of ``ring_min``; bytes are
+The ring a pool keeps is :func:`pooltk.pool.ring.ring_size` of ``ring_min``; bytes are
 sets times the set bytes of the boundary (the memory model, :mod:`pooltk.memory.model`, and the
 whole-stage replay, :mod:`pooltk.memory.replay`, both read these records). It lives here, below the
 pool, so the pool, the memory model and the analysis tables all ask one function.
@@ -30,7 +30,6 @@ from pooltk._validate import InputError, check_choice, check_int
 from pooltk.analysis.lazy import lazy_holds
 from pooltk.analysis.lifetimes import DIRECTIONS, Direction, analyse, live_sets_of, min_safe_ring
 from pooltk.analysis.programs import ScheduleShape
-from pooltk.analysis.rings import stock_count
 
 if TYPE_CHECKING:
     from pooltk.analysis.lifetimes import BufferLifetime
@@ -43,6 +42,7 @@ __all__ = [
     "cache_clear",
     "formula_live",
     "receive_sets",
+    "stock_count",
 ]
 
 LiveSource = Literal["schedule", "formula"]
@@ -74,6 +74,24 @@ class ReceiveSets:
     """Sets torch >= 2.15 holds at its peak: the live set, but all ``M`` forward on the last stage."""
     lazy_released: int
     """Sets torch >= 2.15 holds with pooltk's last-stage release: the live set."""
+
+
+def stock_count(
+    num_stages: int,
+    stage_index: int,
+    direction: Direction | str,
+    n_microbatches: int,
+    *,
+    forward_only: bool = False,
+) -> int:
+    """Sets stock torch 2.11-2.14 pre-allocates for a (stage, direction): ``M``, or 0 where nothing is received.
+
+    Stage 0 receives no activations (its inputs are the root arguments), the last stage no
+    gradients (it computes them from the loss), and a forward-only step no gradients at all.
+    """
+    if direction == "forward":
+        return 0 if stage_index == 0 else n_microbatches
+    return 0 if (forward_only or stage_index == num_stages - 1) else n_microbatches
 
 
 def formula_live(

@@ -279,8 +279,10 @@ _FIELDS = {
     "reference stage": "--reference-stage",
     "weights": "--weights-gib",
     "stages_per_rank": "--vpp",
-    "RingRule.slack": "--slack",
-    "RingRule.grad_slack": "--grad-slack",
+    "PoolConfig.slack": "--slack",
+    "PoolConfig.grad_slack": "--grad-slack",
+    "policy": "--policy",
+    "sharing": "--sharing",
 }
 """Library fields this command fills from a flag, always ([Note: command-line errors] in :mod:`pooltk.cli.errors`)."""
 
@@ -332,16 +334,14 @@ def _model(args: argparse.Namespace, preset: Any = None) -> tuple[Any, Any]:
     import dataclasses
 
     from pooltk.analysis.catalog import schedule_key
-    from pooltk.analysis.rings import RingRule
+    from pooltk.config import PoolConfig
     from pooltk.memory.model import Boundary, model_memory
 
     preset = _source(args) if preset is None else preset
     base = preset.config
-    config = RingRule(
+    config = PoolConfig(
         slack=base.slack if args.slack is None else args.slack,
         grad_slack=base.grad_slack if args.grad_slack is None else args.grad_slack,
-        policy=base.policy if args.policy is None else args.policy,
-        sharing=base.sharing if args.sharing is None else args.sharing,
     )
     shape = preset.shape
     changes: dict[str, Any] = {}
@@ -365,7 +365,12 @@ def _model(args: argparse.Namespace, preset: Any = None) -> tuple[Any, Any]:
             )
         boundaries = Boundary.opaque(round(args.boundary_mib * 2**20), name="boundary_override")
     model = model_memory(
-        shape, boundaries, config, unpoolable="stock" if args.allow_unpoolable else "error"
+        shape,
+        boundaries,
+        config,
+        policy=preset.policy if args.policy is None else args.policy,
+        sharing="rank" if args.sharing is None else args.sharing,
+        unpoolable="stock" if args.allow_unpoolable else "error",
     )
     return preset, model
 
@@ -384,12 +389,12 @@ def _table(preset: Any, model: Any, unit: str) -> str:
         preset.title,
         f"  shape: {model.shape.describe()}"
         + (
-            f"; pooled as install(schedule='auto') pools it, sharing={cfg.sharing}"
+            f"; pooled as install(schedule='auto') pools it, sharing={model.sharing}"
             if model.shape.pool_mode == "auto"
             else ""
         ),
         *_boundary_lines(model),
-        f"  config: policy={cfg.policy} slack={cfg.slack} grad_slack={cfg.grad_slack}"
+        f"  config: policy={model.policy} slack={cfg.slack} grad_slack={cfg.grad_slack}"
         + (
             "" if model.pool_active else "  (schedule cannot be pooled: every ring column is stock)"
         ),
@@ -426,7 +431,7 @@ def _table(preset: Any, model: Any, unit: str) -> str:
     header = (
         ["stage"]
         + [VARIANT_LABELS[v] for v in _SHOWN]
-        + ["saved (per-stage auto rings)" if multi else f"saved ({cfg.policy})"]
+        + ["saved (per-stage auto rings)" if multi else f"saved ({model.policy})"]
     )
     out = lines + _render(header, rows)
     if multi:
@@ -476,7 +481,7 @@ def _rank_table(model: Any, unit: str) -> list[str]:
     header = (
         ["rank", "stages"]
         + [VARIANT_LABELS[v] for v in _RANK_SHOWN]
-        + [f"saved (sharing={model.config.sharing})", "rings: dir stages: live->K"]
+        + [f"saved (sharing={model.sharing})", "rings: dir stages: live->K"]
     )
     return [
         f"per rank, {unit.upper()}: a rank holds all its stages; rank-shared: one ring per (rank, direction, boundary "
@@ -577,7 +582,7 @@ def _fits(args: argparse.Namespace, preset: Any, model: Any) -> Any:
     kwargs: dict[str, Any] = {}
     if args.reference_peak_gib is not None:
         gib, source = args.reference_peak_gib, "--reference-peak-gib"
-        kwargs["config"] = model.config
+        kwargs.update(config=model.config, policy=model.policy, sharing=model.sharing)
     else:
         figure = published_peak(preset)
         if figure is None:
@@ -588,7 +593,7 @@ def _fits(args: argparse.Namespace, preset: Any, model: Any) -> Any:
                 fix="add --reference-peak-gib GIB (and --reference-variant if it was not pooled).",
             )
         gib, source = figure.value, figure.source
-        kwargs["config"] = preset.config
+        kwargs.update(config=preset.config, policy=preset.policy)
     if args.reference_variant is not None:
         kwargs["variant"] = args.reference_variant
     if args.weights_gib is not None:
@@ -610,10 +615,20 @@ def _fits(args: argparse.Namespace, preset: Any, model: Any) -> Any:
             model.config,
             args.capacity,
             reference,
+            policy=model.policy,
+            sharing=model.sharing,
             reference_shape=preset.shape,
             reference_boundary=list(preset.boundaries_for(preset.shape)),
         )
-    return fit_report(model.shape, list(model.boundaries), model.config, args.capacity, reference)
+    return fit_report(
+        model.shape,
+        list(model.boundaries),
+        model.config,
+        args.capacity,
+        reference,
+        policy=model.policy,
+        sharing=model.sharing,
+    )
 
 
 def _fits_table(report: Any, *, multi: bool = False) -> str:
@@ -623,7 +638,7 @@ def _fits_table(report: Any, *, multi: bool = False) -> str:
     lines = [
         "",
         f"fits on {report.device.name}: {report.device.gib:.2f} GiB ({report.device.source})",
-        f"  reference: {ref.peak_bytes / 2**30:.2f} GiB peak of {ref.variant} (slack {ref.config.slack}, {ref.config.policy}) "
+        f"  reference: {ref.peak_bytes / 2**30:.2f} GiB peak of {ref.variant} (slack {ref.config.slack}, {ref.policy}) "
         f"on {'rank' if multi else 'stage'} {report.reference_stage} of its own run; {ref.source}",
         f"  assumed: every stage holds the same {report.base_bytes / 2**30:.2f} GiB besides receive buffers "
         "(see pooltk.memory.fits, [Note: the fits model])",

@@ -3,7 +3,7 @@
 For each schedule x (pp, vpp, M[, defer_pp_recv]) prints one block: per stage and
 direction the buffer sets stock torch allocates, the live peak (the smallest safe ring)
 and the tight ring with slack; then per rank the same summed over the rank's stages, the
-rank-shared rings (``RingRule(sharing="rank")``: one ring per rank and direction, K = the
+rank-shared rings (``sharing="rank"``: one ring per rank and direction, K = the
 rank's live set + slack, from :func:`pooltk.analysis.sharing.rank_rings`) and the rank's live
 set; under each block the slot totals when a rank's stages share pools (the granularities of
 the upstream proposal). ``--set-mib MIB`` adds bytes (sets x MIB, one boundary size for every
@@ -121,9 +121,12 @@ def _label(r: dict[str, Any]) -> str:
 
 def _ranks(table: Any, prog: Any, spans: Any, config: Any) -> list[dict[str, Any]]:
     """Per rank: its stages, per-stage sets summed, the rank-shared rings and the rank's live set."""
-    from pooltk.analysis.sharing import rank_rings
+    from functools import partial
 
-    rings = rank_rings(prog, spans, config)
+    from pooltk.analysis.sharing import rank_rings
+    from pooltk.pool.ring import ring_size
+
+    rings = rank_rings(prog, spans, partial(ring_size, config=config))
     out = []
     for rank in sorted(set(prog.stage_to_rank.values())):
         part = table[table["rank"] == rank]
@@ -164,7 +167,7 @@ def _totals(
     config: Any = None,
 ) -> dict[str, Any]:
     from pooltk.analysis.lifetimes import ScheduleShape, analyse, shared_slots
-    from pooltk.analysis.rings import RingRule
+    from pooltk.config import PoolConfig
 
     prog, spans = analyse(
         ScheduleShape(
@@ -177,7 +180,7 @@ def _totals(
         )
     )
     slots = shared_slots(spans)
-    ranks = _ranks(table, prog, spans, config or RingRule())
+    ranks = _ranks(table, prog, spans, config or PoolConfig())
     return {
         "schedule": name,
         "pp": pp,
@@ -311,11 +314,11 @@ def run(args: argparse.Namespace) -> int:
         analysable_schedules,
         resolve_schedule,
         sweep_table,
-        tight_rings,
     )
-    from pooltk.analysis.rings import RingRule
+    from pooltk.config import PoolConfig
+    from pooltk.memory.sweeps import tight_rings
 
-    defaults = RingRule()
+    defaults = PoolConfig()
     slack = defaults.slack if args.slack is None else args.slack
     grad_slack = defaults.grad_slack if args.grad_slack is None else args.grad_slack
     for flag, values, low in (
@@ -357,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail("no schedule shape could be analysed (reasons above).")
     table = tight_rings(table, slack=slack, grad_slack=grad_slack)
     keys = ["schedule", "pp", "vpp", "n_microbatches", "defer_pp_recv"]
-    config = RingRule(slack=slack, grad_slack=grad_slack)
+    config = PoolConfig(slack=slack, grad_slack=grad_slack)
     totals = [
         _totals(group, *key, args.forward_only, config)  # type: ignore[misc]
         for key, group in table.groupby(keys, sort=False)

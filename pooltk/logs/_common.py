@@ -15,6 +15,8 @@ A file that yields no row at all is an error (:class:`LogFormatError`), never an
 
 from __future__ import annotations
 
+import bisect
+
 import math
 import re
 from collections import Counter
@@ -137,12 +139,15 @@ class ParseResult:
     """Lines holding at least one row (None: one per row, for readers with one record per line)."""
 
     def skip(self, line: int, reason: str, text: str) -> None:
-        """Count a skipped record (and keep it if fewer than MAX_KEPT_SKIPS are kept)."""
+        """Count a skipped record, and keep it if it is among the first MAX_KEPT_SKIPS by line
+        (whatever order a reading engine meets them in)."""
         self.skipped[reason] += 1
         self.skip_lines.add(line)
-        if len(self.skipped_examples) < MAX_KEPT_SKIPS:
+        kept = self.skipped_examples
+        if len(kept) < MAX_KEPT_SKIPS or line < kept[-1].line:
             shown = text if len(text) <= 200 else text[:200] + "..."
-            self.skipped_examples.append(SkippedLine(line=line, reason=reason, text=shown))
+            bisect.insort(kept, SkippedLine(line=line, reason=reason, text=shown), key=_line)
+            del kept[MAX_KEPT_SKIPS:]
 
     def set_meta(self, key: str, value: Any, line: int) -> None:
         """Record a run fact; the first occurrence wins (later lines repeat per rank)."""
@@ -154,3 +159,7 @@ class ParseResult:
     def n_skipped(self) -> int:
         """Total skipped lines."""
         return sum(self.skipped.values())
+
+
+def _line(skipped: SkippedLine) -> int:
+    return skipped.line

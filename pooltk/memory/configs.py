@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.memory.known_models import KNOWN_MODEL_CONFIGS, known_model_config
 from pooltk.memory.model import Boundary, MemoryModelError, PipelineShape
 from pooltk.memory.source import Preset
@@ -448,7 +448,8 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
         title=f"{where}: pp {pp}, {shape.n_microbatches} microbatches, {micro} x {seq} x {hidden} {boundary.activations[0].dtype}",
         shape=shape,
         boundary=boundary,
-        config=RingRule(slack=slack, policy="automodel"),
+        config=PoolConfig(slack=slack),
+        policy="automodel",
         seq_len=seq,
         hidden=hidden,
         assumption=(
@@ -507,7 +508,7 @@ def load_hf_config(source: str | Path | dict, overrides: Overrides | None = None
         f"{boundary.activations[0].dtype}",
         shape=shape,
         boundary=boundary,
-        config=RingRule(),
+        config=PoolConfig(),
         seq_len=o.seq_len,
         hidden=hidden,
         assumption=f"Each boundary carries one hidden state ({micro}, {o.seq_len}, {hidden}) per microbatch and direction.",
@@ -586,7 +587,7 @@ def load_overrides(o: Overrides) -> Preset:
         title=f"explicit flags: {shape.describe()}",
         shape=shape,
         boundary=boundary,
-        config=RingRule(),
+        config=PoolConfig(),
         seq_len=o.seq_len,
         hidden=o.hidden,
         assumption=f"one hidden state ({rows}, {o.seq_len}, {o.hidden}) per microbatch and direction",

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.memory.model import VARIANTS, Boundary, MemoryModelError, PipelineShape, model_memory
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -178,10 +178,12 @@ class ReferencePeak:
     """The peak, bytes (e.g. 139.6 GiB)."""
     variant: str = "pooled"
     """Which variant the peak was measured under: ``stock``, ``automodel``, ``tight`` or ``pooled`` (``config``'s policy)."""
-    config: RingRule = dataclasses.field(
-        default_factory=lambda: RingRule(slack=2, policy="automodel")
-    )
+    config: PoolConfig = dataclasses.field(default_factory=lambda: PoolConfig(slack=2))
     """The pool config of the reference run."""
+    policy: str = "automodel"
+    """The ring policy of the reference run (:data:`pooltk.memory.model.POLICIES`)."""
+    sharing: str = "rank"
+    """Whether the reference run's rank shared its rings (``rank``) or kept them per stage (``stage``)."""
     stage: int | None = None
     """The stage the peak describes; ``None``: the fullest stage of the reference variant."""
     weights_bytes: int | None = None
@@ -267,8 +269,12 @@ class FitReport:
     """Non-buffer memory per stage implied by the reference."""
     rows: tuple[FitRow, ...]
     """One row per (stage, variant)."""
-    config: RingRule
+    config: PoolConfig
     """The pool config of the variants shown."""
+    policy: str = "tight"
+    """The ring policy of the ``pooled`` variant shown."""
+    sharing: str = "rank"
+    """The ring sharing of the ``pooled`` variant shown."""
     per: str = "stage"
     """What a row's ``stage`` is: ``"stage"`` (single-stage schedules) or ``"rank"`` (multi-stage ones)."""
     variants: tuple[str, ...] = FIT_VARIANTS
@@ -320,21 +326,28 @@ def verdict(margin_bytes: int) -> str:
 def fit_report(
     shape: PipelineShape,
     boundary: Boundary | list[Boundary],
-    config: RingRule,
+    config: PoolConfig,
     device: Device | str | float | None,
     reference: ReferencePeak,
     *,
+    policy: str = "tight",
+    sharing: str = "rank",
     reference_shape: PipelineShape | None = None,
     reference_boundary: Boundary | list[Boundary] | None = None,
 ) -> FitReport:
     """Per stage and variant, the modelled peak on ``device`` and its margin. See [Note: the fits model].
 
     ``reference_shape`` / ``reference_boundary`` describe the run the reference peak was taken
-    from when it differs from the shape being asked about (default: the same shape).
+    from when it differs from the shape being asked about (default: the same shape). ``policy`` and
+    ``sharing`` are the ``pooled`` variant's, as in :func:`~pooltk.memory.model.model_memory`.
     """
     dev = get_device(device)
     ref_model = model_memory(
-        reference_shape or shape, reference_boundary or boundary, reference.config
+        reference_shape or shape,
+        reference_boundary or boundary,
+        reference.config,
+        policy=reference.policy,
+        sharing=reference.sharing,
     )
     n_ref = ref_model.shape.pp
     if reference.stage is None:
@@ -367,7 +380,7 @@ def fit_report(
             f"({floor / GIB:.2f} GiB): no receive-buffer policy can make up for that",
             fix="choose a larger device, or shard the weights further (more pipeline or expert parallelism).",
         )
-    model = model_memory(shape, boundary, config)
+    model = model_memory(shape, boundary, config, policy=policy, sharing=sharing)
     variants = FIT_VARIANTS + (("shared",) if model.shape.multi_stage else ())
     rows = tuple(
         FitRow(
@@ -387,6 +400,8 @@ def fit_report(
         base_bytes=base,
         rows=rows,
         config=config,
+        policy=policy,
+        sharing=sharing,
         per="rank" if model.shape.multi_stage else "stage",
         variants=variants,
     )
@@ -399,6 +414,7 @@ PUBLISHED_PEAK = "peak_memory_pooled_gib"
 def published_peak(preset: Any) -> Any:
     """The :class:`~pooltk.memory.source.Figure` of ``preset``'s published pooled peak, or ``None`` if it has none.
 
-    Its value is in GiB and describes ``preset.config`` (the published run's policy and slack).
+    Its value is in GiB and describes ``preset.config`` and ``preset.policy`` (the published run's slack
+    and policy).
     """
     return next((f for f in preset.figures if f.name == PUBLISHED_PEAK), None)

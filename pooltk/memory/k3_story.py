@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.memory.fits import GB200, Device, ReferencePeak, fit_report, get_device
 from pooltk.memory.model import MemoryModel, PipelineShape, model_memory
 from pooltk.memory.replay.estimate import MemoryEstimate
@@ -68,7 +68,8 @@ def k3_receive_model() -> MemoryModel:
     return model_memory(
         shape,
         Boundary.opaque(per_set, name="k3_boundary_52gib_over_128"),
-        RingRule(slack=2, policy="automodel"),
+        PoolConfig(slack=2),
+        policy="automodel",
     )
 
 
@@ -142,9 +143,23 @@ def _stock_worst(
 ) -> tuple[int, int, int]:
     """(worst stage, its stock peak, the base) with the pooled peak anchored on ``stage`` (None: the fullest)."""
     ref = ReferencePeak(
-        peak_bytes=peak_bytes, variant="pooled", config=receive.config, stage=stage, source=PR
+        peak_bytes=peak_bytes,
+        variant="pooled",
+        config=receive.config,
+        policy=receive.policy,
+        sharing=receive.sharing,
+        stage=stage,
+        source=PR,
     )
-    report = fit_report(receive.shape, list(receive.boundaries), receive.config, device, ref)
+    report = fit_report(
+        receive.shape,
+        list(receive.boundaries),
+        receive.config,
+        device,
+        ref,
+        policy=receive.policy,
+        sharing=receive.sharing,
+    )
     worst = report.worst("stock")
     return worst.stage, worst.peak_bytes, report.base_bytes
 

@@ -1,7 +1,8 @@
 """The receive-buffer memory model: bytes per stage, direction and rank, stock vs pooled.
 
 Given a pipeline shape (pp ranks, stages per rank, microbatches ``M``, schedule), the tensors that
-cross each stage boundary (they may differ per boundary) and a :class:`~pooltk.config.RingRule`,
+cross each stage boundary (they may differ per boundary), a :class:`~pooltk.config.PoolConfig` and the
+ring policy (``tight``, pooltk's; ``automodel``, Automodel's single ring) and sharing to model,
 :func:`model_memory` gives for every stage and direction how many receive-buffer sets, and how many
 bytes, each variant holds (:data:`~pooltk.memory.results.VARIANTS`: stock torch <= 2.14 and >= 2.15,
 2.15 with pooltk's last-stage release, the two ring policies, the live set, the config's policy),
@@ -19,8 +20,8 @@ the others, so ``from pooltk.memory.model import ...`` keeps working.
 Every set count starts from one record per (stage, direction),
 :class:`pooltk.analysis.stage_sets.ReceiveSets` ([Note: one source of live sets]): stock, the live
 set walked from the schedule's own action order, the smallest safe ring, and what torch >= 2.15
-holds. Rings are the one slack rule on the smallest safe ring
-(:func:`pooltk.analysis.rings.ring_from_live`), the arithmetic the pool itself runs, so the model
+holds. The rings are the one slack rule on the smallest safe ring
+(:func:`pooltk.pool.ring.ring_size`), the arithmetic the pool itself runs, so the model
 cannot drift from the pool; Automodel's single ring is asked of :func:`automodel_ring` alone.
 Nothing here hard-codes an in-flight depth. The whole-stage replay (:mod:`pooltk.memory.replay`)
 reads the same records. Bytes are ``sets x set_bytes`` where a set is every tensor crossing one boundary for
@@ -31,20 +32,20 @@ forward receives and the last stage no gradient receives.
 Multi-stage schedules (Interleaved1F1B, LoopedBFS, zero-bubble, V) are modelled as
 ``pooltk.install(schedule="auto")`` pools them: per (stage, direction) the smallest safe
 ``c mod K`` ring of the analysed action order (:func:`pooltk.analysis.lifetimes.min_safe_ring`)
-plus the one slack rule (:func:`pooltk.analysis.rings.ring_from_live`), exactly what
-:func:`pooltk.pool.gating.plan_rings` computes. A (stage, direction) fed by a same-rank handoff
+plus the one slack rule (:func:`pooltk.pool.ring.ring_size`), exactly what the pool keeps from
+:func:`pooltk.analysis.plans.plan_rings`. A (stage, direction) fed by a same-rank handoff
 (the V schedules' turn) receives nothing: 0 pooled sets, while stock torch <= 2.14 still
 allocates its ``M``. Automodel's released pool pools 1F1B only, so its column is stock there.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Literal
 
+from pooltk._validate import check_choice, check_int
 from pooltk.analysis.lifetimes import DIRECTIONS, Direction
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError, UnpoolableScheduleError
 from pooltk.memory.live import LIVE_SOURCES, LiveSource, ReceiveSets, live_sets_for, receive_rows
 from pooltk.memory.ranks import RANK_VARIANTS, RingMemory, rank_rings_for
@@ -63,8 +64,7 @@ from pooltk.memory.shape import (
 )
 from pooltk.memory.tensors import Boundary, TensorSpec, harness_boundary
 from pooltk.memory.units import BYTES_PER_UNIT, DTYPE_BYTES, to_unit
-from pooltk.analysis.rings import ring_from_live
-from pooltk.analysis.rings import automodel_ring_size
+from pooltk.pool.ring import ring_size
 
 __all__ = [
     "BYTES_PER_UNIT",
@@ -75,7 +75,9 @@ __all__ = [
     "Boundary",
     "Direction",
     "LIVE_SOURCES",
+    "POLICIES",
     "RANK_VARIANTS",
+    "SHARINGS",
     "RingMemory",
     "DirectionMemory",
     "ExpectedBytes",
@@ -120,45 +122,60 @@ def _boundaries(boundaries: Boundary | Sequence[Boundary], n_stages: int) -> tup
     return found
 
 
-def automodel_ring(num_stages: int, stage: int, n_microbatches: int, config: RingRule) -> int:
-    """Sets of Automodel's released single ring for one stage (both directions): the ONE place the model asks for it.
+POLICIES: tuple[str, ...] = ("tight", "automodel")
+"""Ring policies the model's ``pooled`` column can follow: ``tight`` (pooltk's rule, per direction,
+:func:`pooltk.pool.ring.ring_size`) or ``automodel`` (Automodel's single ring, :func:`automodel_ring`;
+1F1B only)."""
+SHARINGS: tuple[str, ...] = ("rank", "stage")
+"""``rank``: a rank's stages with the same boundary tensors share one ring per direction ([Note: rank-shared
+rings]); ``stage``: one ring per (stage, direction)."""
 
-    ``max(2, min(M, max(1, N - i) + slack))`` (:func:`pooltk.analysis.rings.automodel_ring_size`), less
-    ``forward_shortfall`` forward (negative controls) in :func:`_sizes`. Repoint this function, and only
-    this one, when the ring's home moves.
+
+def automodel_ring(num_stages: int, stage: int, n_microbatches: int, slack: int) -> int:
+    """Sets of Automodel's released single ring for one stage (both directions): the ONE place it is computed.
+
+    ``max(2, min(M, max(1, N - i) + slack))``. Raises ValueError (an :class:`~pooltk._validate.InputError`)
+    unless (N, i, M) describe a real stage and ``slack`` is an integer >= 0.
     """
-    return automodel_ring_size(num_stages, stage, n_microbatches, config.slack)
+    check_int("num_stages", num_stages, low=1)
+    check_int("n_microbatches", n_microbatches, low=1)
+    check_int(
+        "stage_index",
+        stage,
+        low=0,
+        high=num_stages - 1,
+        fix=f"stages of a {num_stages}-stage pipeline are 0..{num_stages - 1}.",
+    )
+    check_int("slack", slack, low=0, fix="pass slack=0 for the live-set limit, or e.g. 2.")
+    return max(2, min(n_microbatches, max(1, num_stages - stage) + slack))
 
 
 def _sizes(
-    shape: PipelineShape, rows: Sequence[ReceiveSets], config: RingRule
+    shape: PipelineShape, rows: Sequence[ReceiveSets], config: PoolConfig, policy: str
 ) -> list[dict[str, int]]:
     """Sets per variant of every receive record. See [Note: where the numbers come from].
 
-    ``tight`` and ``pooled`` are the one slack rule on the smallest safe ring
-    (:func:`pooltk.analysis.rings.ring_from_live`), exactly what the pool keeps; ``automodel`` is
-    :func:`automodel_ring` on 1F1B and stock elsewhere (Automodel's pool pools 1F1B only); where the
-    pool stands down (GPipe) every ring column is stock.
+    ``tight`` is the one slack rule on the smallest safe ring (:func:`pooltk.pool.ring.ring_size`),
+    exactly what the pool keeps; ``automodel`` is :func:`automodel_ring` on 1F1B and stock elsewhere
+    (Automodel's pool pools 1F1B only); ``pooled`` is the one ``policy`` names. Where the pool stands
+    down (GPipe) every ring column is stock.
     """
     n, m = shape.num_stages, shape.n_microbatches
-    policy = RingRule.of(config).policy
-    tight_cfg = dataclasses.replace(config, policy="tight") if policy != "tight" else config
-    shortfall = RingRule.of(config).forward_shortfall
     out = []
     for r in rows:
         if not shape.poolable:
             out.append({"automodel": r.stock, "tight": r.stock, "pooled": r.stock})
             continue
-        tight = ring_from_live(r.ring_min, m, r.direction, tight_cfg)
+        tight = ring_size(r.ring_min, m, r.direction, config)
         if shape.multi_stage:
             am = r.stock
         elif r.ring_min == 0:
             am = 0
         else:
-            k = automodel_ring(n, r.stage, m, config)
-            am = max(1, k - shortfall) if r.direction == "forward" else k
-        pooled = am if policy == "automodel" else ring_from_live(r.ring_min, m, r.direction, config)
-        out.append({"automodel": am, "tight": tight, "pooled": pooled})
+            am = automodel_ring(n, r.stage, m, config.slack)
+        out.append(
+            {"automodel": am, "tight": tight, "pooled": am if policy == "automodel" else tight}
+        )
     return out
 
 
@@ -179,8 +196,10 @@ def _lifetimes(shape: PipelineShape) -> tuple[object, tuple[object, ...]]:
 def model_memory(
     shape: PipelineShape,
     boundaries: Boundary | Sequence[Boundary],
-    config: RingRule | None = None,
+    config: PoolConfig | None = None,
     *,
+    policy: str = "tight",
+    sharing: str = "rank",
     unpoolable: Literal["error", "stock"] = "error",
     live_source: LiveSource = "schedule",
 ) -> MemoryModel:
@@ -190,7 +209,11 @@ def model_memory(
         shape: pp, stages per rank, microbatches and schedule.
         boundaries: one :class:`Boundary` for all ``stages - 1`` boundaries, or a list of them
             (boundary ``b`` carries stage ``b`` -> ``b + 1``; they may differ per boundary).
-        config: slack, grad slack, policy and sharing (default :class:`RingRule()`).
+        config: slack and grad slack (default ``PoolConfig()``).
+        policy: the ring the ``pooled`` column keeps: ``"tight"`` (pooltk's rule) or ``"automodel"``
+            (Automodel's single ring, 1F1B only); see :data:`POLICIES`.
+        sharing: ``"rank"`` (a rank's stages share rings where their boundaries carry the same tensors)
+            or ``"stage"`` (one ring per stage and direction); see :data:`SHARINGS`.
         unpoolable: for a schedule the pool must not touch (GPipe): ``"error"`` raises
             :class:`UnpoolableScheduleError`; ``"stock"`` models the pool standing down
             (every ring column equals stock), as Automodel does when it warns and skips.
@@ -204,9 +227,18 @@ def model_memory(
             required="a PipelineShape",
             fix="build PipelineShape(pp=..., n_microbatches=...).",
         )
-    config = (
-        RingRule() if config is None else RingRule.of(config)
-    )  # a user's PoolConfig is the tight rule
+    config = PoolConfig() if config is None else config
+    if not isinstance(config, PoolConfig):
+        raise MemoryModelError(
+            "config",
+            found=type(config).__name__,
+            required="a pooltk.PoolConfig",
+            fix="pass PoolConfig(slack=..., grad_slack=...) and the ring policy as policy=...",
+        )
+    check_choice("policy", policy, POLICIES, fix=f"use one of {POLICIES}.", error=MemoryModelError)
+    check_choice(
+        "sharing", sharing, SHARINGS, fix=f"use one of {SHARINGS}.", error=MemoryModelError
+    )
     if unpoolable not in ("error", "stock"):
         raise MemoryModelError(
             "unpoolable",
@@ -225,7 +257,7 @@ def model_memory(
     bounds = _boundaries(boundaries, n)
     records = receive_rows(shape, live_source)
     rows: list[DirectionMemory] = []
-    for r, sizes in zip(records, _sizes(shape, records, config)):
+    for r, sizes in zip(records, _sizes(shape, records, config, policy)):
         i, d = r.stage, r.direction
         if d == "forward":
             set_bytes = bounds[i - 1].forward_bytes if i > 0 else 0
@@ -254,6 +286,8 @@ def model_memory(
     return MemoryModel(
         shape=shape,
         config=config,
+        policy=policy,
+        sharing=sharing,
         boundaries=bounds,
         rows=tuple(rows),
         rings=rings,
@@ -267,7 +301,9 @@ def expected_bytes(
     pp: int,
     n_microbatches: int,
     boundaries: Boundary | Sequence[Boundary],
-    config: RingRule,
+    config: PoolConfig,
+    policy: str = "tight",
+    sharing: str = "rank",
     schedule: str = "1f1b",
     stages_per_rank: int | None = None,
 ) -> dict[tuple[int, str], ExpectedBytes]:
@@ -279,7 +315,7 @@ def expected_bytes(
     shape = PipelineShape(
         pp=pp, n_microbatches=n_microbatches, schedule=schedule, stages_per_rank=stages_per_rank
     )
-    return model_memory(shape, boundaries, config).expected_bytes()
+    return model_memory(shape, boundaries, config, policy=policy, sharing=sharing).expected_bytes()
 
 
 def __getattr__(name: str):  # the sweeps build on model_memory, so they are imported on first use

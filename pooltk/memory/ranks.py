@@ -3,7 +3,7 @@
 [Note: bytes per rank]
 A rank runs one stage under 1F1B and GPipe, several under the multi-stage schedules. What it
 holds is the sum over its stages for every per-stage variant (stock, the per-stage rings, the
-per-stage live sets). Under ``RingRule(sharing="rank")`` the pool keeps one ring per (rank,
+per-stage live sets). Under ``sharing="rank"`` the pool keeps one ring per (rank,
 direction, boundary tensors) instead ([Note: rank-shared rings] in
 :mod:`pooltk.analysis.sharing`): stages of one rank whose receives have the same tensors (shapes
 and dtypes; boundaries that differ, such as Kimi-K3's widening ones, get a ring each) share a
@@ -14,7 +14,7 @@ Per stage, a shared ring has no honest share: a slot serves whichever of the ran
 receives next, so the model gives rank-shared rings at the rank only (variants
 :data:`RANK_VARIANTS`), never split over stages. The per-stage ``pooled`` column is the
 per-stage ring (what ``sharing="stage"`` keeps); the rank's ``pooled`` follows
-``config.sharing``. A ring with one stage (every single-stage schedule, or a boundary only one of
+the model's ``sharing``. A ring with one stage (every single-stage schedule, or a boundary only one of
 the rank's stages has) is that stage's per-stage ring, so for 1F1B both views agree.
 
 A (stage, direction) fed by a same-rank handoff (the V schedules' turn) receives nothing and
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pooltk.analysis.lifetimes import DIRECTIONS, Direction
-from pooltk.analysis.rings import RingRule
 from pooltk.memory.tensors import Boundary, TensorSpec
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pooltk.config import PoolConfig
     from pooltk.memory.results import DirectionMemory
     from pooltk.memory.shape import PipelineShape
 
@@ -89,7 +89,7 @@ def _tensors(bounds: Sequence[Boundary], stage: int, direction: str) -> tuple[Te
 def rank_rings_for(
     shape: PipelineShape,
     bounds: Sequence[Boundary],
-    config: RingRule,
+    config: PoolConfig,
     rows: Sequence[DirectionMemory],
     analysed: Callable[[PipelineShape], tuple[Any, Any]] | None,
 ) -> tuple[RingMemory, ...]:
@@ -117,7 +117,10 @@ def rank_rings_for(
             if r.stock_sets and r.set_bytes
         ]
         return tuple(out)
+    from functools import partial
+
     from pooltk.analysis.sharing import rank_rings
+    from pooltk.pool.ring import ring_size
 
     prog, spans = analysed(shape)
     groups = {
@@ -128,7 +131,7 @@ def rank_rings_for(
     }
     by_key = {(r.stage, r.direction): r for r in rows}
     out = []
-    for ring in rank_rings(prog, spans, config, groups=groups):
+    for ring in rank_rings(prog, spans, partial(ring_size, config=config), groups=groups):
         first = by_key[(ring.stages[0], ring.direction)]
         out.append(
             RingMemory(

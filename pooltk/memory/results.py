@@ -10,7 +10,7 @@ Variants (:data:`VARIANTS`) say what holds the buffers:
 - ``tight``          pooltk's per-direction rings,
 - ``live_set``       the most sets ever live at once, walked from the schedule's action order: no pool
                      can hold fewer,
-- ``pooled``         per stage: the ring the config's policy keeps for the stage alone (1F1B: ``automodel`` or
+- ``pooled``         per stage: the ring the model's policy keeps for the stage alone (1F1B: ``automodel`` or
                      ``tight``; multi-stage schedules: ``install(schedule="auto")``'s ring); per rank: the
                      rank-shared rings under ``sharing="rank"``, the per-stage rings under ``"stage"``.
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pooltk._validate import check_choice
 from pooltk.analysis.lifetimes import DIRECTIONS, Direction
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.ranks import RANK_VARIANTS, RingMemory
 from pooltk.memory.shape import PipelineShape
@@ -48,7 +48,7 @@ VARIANTS: tuple[str, ...] = (
     "pooled",
 )
 """What holds the buffers: stock torch (<= 2.14 and >= 2.15), 2.15 with the last-stage release, the two
-ring policies, the live-set minimum, and the config's policy."""
+ring policies, the live-set minimum, and the model's policy."""
 
 VARIANT_LABELS: dict[str, str] = {
     "stock": "stock",
@@ -93,7 +93,7 @@ class DirectionMemory:
     lazy_released_sets: int
     """Sets torch >= 2.15 holds once pooltk's last-stage release drops what the schedule keeps: the live set."""
     pooled_sets: int
-    """Sets of the stage's own ring under the config's policy (stock, when the schedule cannot be pooled).
+    """Sets of the stage's own ring under the model's policy (stock, when the schedule cannot be pooled).
     Under ``sharing="rank"`` a rank's stages may share rings instead: see :meth:`MemoryModel.rank_bytes`."""
 
     def sets(self, variant: str) -> int:
@@ -157,8 +157,12 @@ class MemoryModel:
 
     shape: PipelineShape
     """The pipeline modelled."""
-    config: RingRule
-    """Slack, grad slack and policy; ``pooled`` follows ``config.policy``."""
+    config: PoolConfig
+    """Slack and grad slack the rings are sized with."""
+    policy: str
+    """``tight`` or ``automodel``: the ring the per-stage ``pooled`` column keeps."""
+    sharing: str
+    """``rank`` or ``stage``: whether a rank's ``pooled`` is its rank-shared rings or its stages' own."""
     boundaries: tuple[Boundary, ...]
     """Boundary ``b`` (``N - 1`` of them) carries stage ``b`` -> ``b + 1``."""
     rows: tuple[DirectionMemory, ...]
@@ -169,6 +173,13 @@ class MemoryModel:
     """False when the schedule cannot be pooled and the model shows the pool standing down."""
     live_source: str = "schedule"
     """Where ``live_sets`` came from: ``"schedule"`` (walked) or ``"formula"``."""
+
+    def describe(self) -> str:
+        """One line such as ``tight slack=2 grad_slack=1`` (``sharing=stage`` added when not per rank)."""
+        text = f"{self.policy} slack={self.config.slack}" + (
+            f" grad_slack={self.config.grad_slack}" if self.policy == "tight" else ""
+        )
+        return text + (f" sharing={self.sharing}" if self.sharing != "rank" else "")
 
     def row(self, stage: int, direction: str) -> DirectionMemory:
         """The row of ``stage`` in ``direction``."""
@@ -228,10 +239,10 @@ class MemoryModel:
         """What ``rank`` holds under ``variant`` (:data:`VARIANTS` or :data:`RANK_VARIANTS`), both directions.
 
         Per-stage variants sum the rank's stages; ``shared`` and ``rank_live`` sum its rings;
-        ``pooled`` is ``shared`` under ``config.sharing == "rank"``, else the per-stage rings.
+        ``pooled`` is ``shared`` under ``sharing == "rank"``, else the per-stage rings.
         """
         variant = _rank_variant(variant)
-        if variant == "pooled" and self.config.sharing == "rank" and self.pool_active:
+        if variant == "pooled" and self.sharing == "rank" and self.pool_active:
             variant = "shared"
         if variant == "shared":
             return sum(g.bytes for g in self.rank_rings(rank))
@@ -265,13 +276,13 @@ class MemoryModel:
 
     def expected_rank_bytes(self) -> dict[int, ExpectedBytes]:
         """``{rank: ExpectedBytes}``: what a per-rank measurement (distinct storages over the rank's stages)
-        should find; ``pooled`` follows ``config.sharing`` ([Note: bytes per rank] in :mod:`pooltk.memory.ranks`)."""
+        should find; ``pooled`` follows ``sharing`` ([Note: bytes per rank] in :mod:`pooltk.memory.ranks`)."""
         out = {}
         for rank in range(self.shape.pp):
             stock = sum(
                 self.row(i, d).stock_sets for i in self.rank_stages(rank) for d in DIRECTIONS
             )
-            shared = self.config.sharing == "rank" and self.pool_active
+            shared = self.sharing == "rank" and self.pool_active
             pooled = (
                 sum(g.size for g in self.rank_rings(rank))
                 if shared
@@ -339,7 +350,7 @@ class MemoryModel:
 
     def per_rank_frame(self, unit: str = "gib") -> pd.DataFrame:
         """Wide: one row per rank with its ``stages``, memory per variant in ``unit`` (``<variant>_<unit>``
-        for :data:`VARIANTS` and :data:`RANK_VARIANTS`; ``pooled`` follows ``config.sharing``),
+        for :data:`VARIANTS` and :data:`RANK_VARIANTS`; ``pooled`` follows ``sharing``),
         ``rings`` and ``shared_slots`` (sets of the rank-shared rings), and ``saved_<unit>`` (stock - pooled)."""
         import pandas as pd
 
@@ -407,7 +418,7 @@ class MemoryModel:
         """Plain JSON-able dict: inputs, one entry per stage and direction, totals."""
         return {
             "shape": dataclasses.asdict(self.shape),
-            "config": self.config.to_dict(),
+            "config": {**self.config.to_dict(), "policy": self.policy, "sharing": self.sharing},
             "pool_active": self.pool_active,
             "live_source": self.live_source,
             "boundaries": [

@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pooltk.analysis.rings import RingRule
+from pooltk._validate import check_choice
+from pooltk.config import PoolConfig
 from pooltk.memory.model import (
+    POLICIES,
     Boundary,
     MemoryModel,
     MemoryModelError,
@@ -56,8 +58,11 @@ class Preset:
     boundary: Boundary
     """What one microbatch sends across a stage boundary: every boundary's, unless ``boundaries`` says
     otherwise (then the first one's, for one-line summaries)."""
-    config: RingRule
-    """The pool config the published figures refer to."""
+    config: PoolConfig
+    """The pool config the published figures refer to (slack, grad slack)."""
+    policy: str = "tight"
+    """The ring the published run kept: ``tight`` (pooltk's) or ``automodel`` (Automodel's single ring);
+    see :data:`pooltk.memory.model.POLICIES`."""
     seq_len: int
     """Tokens per row."""
     hidden: int
@@ -76,6 +81,13 @@ class Preset:
     of ``n`` stages (so another stage count, e.g. more stages per rank, gets its own); ``None``: fixed."""
 
     def __post_init__(self) -> None:
+        check_choice(
+            f"Preset {self.name!r} policy",
+            self.policy,
+            POLICIES,
+            fix=f"use one of {POLICIES}.",
+            error=MemoryModelError,
+        )
         if self.boundaries is not None:
             object.__setattr__(self, "boundaries", tuple(self.boundaries))
             if len(self.boundaries) != self.shape.num_stages - 1 or not all(
@@ -114,10 +126,13 @@ class Preset:
         """True when the boundaries differ along the pipeline."""
         return len(set(self.boundary_list)) > 1
 
-    def model(self, config: RingRule | None = None) -> MemoryModel:
-        """The memory model of this preset (its own config unless another is given)."""
+    def model(self, config: PoolConfig | None = None, *, policy: str | None = None) -> MemoryModel:
+        """The memory model of this preset (its own config and policy unless others are given)."""
         return model_memory(
-            self.shape, self.boundary_list, self.config if config is None else config
+            self.shape,
+            self.boundary_list,
+            self.config if config is None else config,
+            policy=self.policy if policy is None else policy,
         )
 
     def resized(

@@ -1,4 +1,5 @@
-"""Sweeps over one shape: pooled bytes per slack, named configs side by side on one stage, models side by side."""
+"""Sweeps over one shape: pooled bytes per slack, named configs side by side on one stage, models side by
+side; the pool's rings beside an analysed live-set table."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.live import LiveSource
 from pooltk.memory.model import MemoryModel, model_memory
@@ -16,23 +17,25 @@ from pooltk.memory.tensors import Boundary
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-__all__ = ["compare_configs", "compare_models", "slack_sweep"]
+__all__ = ["compare_configs", "compare_models", "slack_sweep", "tight_rings"]
 
 
 def slack_sweep(
     shape: PipelineShape,
     boundaries: Boundary | Sequence[Boundary],
     slacks: Iterable[int],
-    config: RingRule | None = None,
+    config: PoolConfig | None = None,
     *,
+    policy: str = "tight",
     vary: Literal["slack", "grad_slack", "both"] = "slack",
     live_source: LiveSource = "schedule",
 ) -> pd.DataFrame:
     """Pooled bytes per stage for each slack: columns ``stage``, ``slack``, ``pooled_bytes``,
-    ``pooled_gib``, ``stock_gib``, ``saved_gib``. ``vary`` picks which slack moves."""
+    ``pooled_gib``, ``stock_gib``, ``saved_gib``. ``vary`` picks which slack moves; ``policy`` as in
+    :func:`~pooltk.memory.model.model_memory`."""
     import pandas as pd
 
-    config = RingRule() if config is None else config
+    config = PoolConfig() if config is None else config
     if vary not in ("slack", "grad_slack", "both"):
         raise MemoryModelError(
             "vary",
@@ -48,7 +51,11 @@ def slack_sweep(
             "both": {"slack": s, "grad_slack": s},
         }[vary]
         result = model_memory(
-            shape, boundaries, dataclasses.replace(config, **changes), live_source=live_source
+            shape,
+            boundaries,
+            dataclasses.replace(config, **changes),
+            policy=policy,
+            live_source=live_source,
         )
         for i in range(shape.pp):
             pooled = result.stage_bytes(i, "pooled")
@@ -69,22 +76,25 @@ def slack_sweep(
 def compare_configs(
     shape: PipelineShape,
     boundaries: Boundary | Sequence[Boundary],
-    configs: Mapping[str, RingRule],
+    configs: Mapping[str, tuple[PoolConfig, str] | PoolConfig],
     *,
     stage: int,
     baseline: str | None = None,
 ) -> pd.DataFrame:
     """One row per named config on ``stage``: ``label``, ``policy``, ``slack``, ``grad_slack``,
     ``forward_sets``, ``grad_sets``, ``stock_gib``, ``pooled_gib``, ``saved_gib`` and
-    ``saved_beyond_baseline_gib`` (extra saving over the config named ``baseline``, default the first)."""
+    ``saved_beyond_baseline_gib`` (extra saving over the config named ``baseline``, default the first).
+
+    Each config is a ``(PoolConfig, policy)`` pair (``policy`` as in
+    :func:`~pooltk.memory.model.model_memory`), or a PoolConfig alone for the ``tight`` policy."""
     import pandas as pd
 
     if not configs:
         raise MemoryModelError(
             "configs",
             found="none",
-            required="at least one named RingRule",
-            fix="pass {'label': RingRule(...)}.",
+            required="at least one named (PoolConfig, policy) pair",
+            fix="pass {'label': (PoolConfig(...), 'tight')}.",
         )
     baseline = next(iter(configs)) if baseline is None else baseline
     if baseline not in configs:
@@ -94,7 +104,11 @@ def compare_configs(
             required=f"one of {list(configs)}",
             fix="name one of the configs.",
         )
-    models = {label: model_memory(shape, boundaries, cfg) for label, cfg in configs.items()}
+    pairs = {label: _pair(label, spec) for label, spec in configs.items()}
+    models = {
+        label: model_memory(shape, boundaries, cfg, policy=policy)
+        for label, (cfg, policy) in pairs.items()
+    }
     base_saved = models[baseline].saved_bytes(stage)
     records = []
     for label, m in models.items():
@@ -102,9 +116,9 @@ def compare_configs(
         records.append(
             {
                 "label": label,
-                "policy": cfg.policy,
+                "policy": m.policy,
                 "slack": cfg.slack,
-                "grad_slack": cfg.grad_slack if cfg.policy == "tight" else None,
+                "grad_slack": cfg.grad_slack if m.policy == "tight" else None,
                 "forward_sets": m.row(stage, "forward").pooled_sets,
                 "grad_sets": m.row(stage, "grad").pooled_sets,
                 "stock_gib": m.stage_gib(stage, "stock"),
@@ -114,6 +128,41 @@ def compare_configs(
             }
         )
     return pd.DataFrame.from_records(records)
+
+
+def _pair(label: str, spec: object) -> tuple[PoolConfig, str]:
+    """A named config of :func:`compare_configs` as ``(PoolConfig, policy)``."""
+    if isinstance(spec, PoolConfig):
+        return spec, "tight"
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], PoolConfig):
+        return spec[0], spec[1]
+    raise MemoryModelError(
+        f"configs[{label!r}]",
+        found=type(spec).__name__,
+        required="a (PoolConfig, policy) pair, or a PoolConfig (the tight policy)",
+        fix="e.g. (PoolConfig(slack=2), 'automodel').",
+    )
+
+
+def tight_rings(table: pd.DataFrame, *, slack: int, grad_slack: int) -> pd.DataFrame:
+    """Add ``tight`` to a live-set table (:func:`pooltk.analysis.lifetimes.live_table`): the ring a pool
+    would keep, ``min(M, ring_min + slack)`` (grad: ``grad_slack``), by :func:`pooltk.pool.ring.ring_size`.
+
+    Rows with no receives (ring_min 0) keep 0. ``slack`` / ``grad_slack`` mean what they
+    mean in :class:`pooltk.config.PoolConfig`.
+    """
+    import pandas as pd
+
+    from pooltk.pool.ring import ring_size
+
+    config = PoolConfig(
+        slack=slack, grad_slack=grad_slack
+    )  # validates both: found / required / fix
+    tight = [
+        ring_size(int(k0), int(m), d, config)
+        for k0, m, d in zip(table["ring_min"], table["n_microbatches"], table["direction"])
+    ]
+    return table.assign(tight=pd.Series(tight, index=table.index, dtype=int))
 
 
 def compare_models(

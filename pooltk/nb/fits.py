@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pooltk.memory.fits import FitReport, ReferencePeak, fit_report, published_peak
 from pooltk.memory.model import Boundary, PipelineShape
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.memory.verdict import DEFAULT_OVERHEAD, FitsVerdict, Overhead, RankVerdict
 from pooltk.nb import canvas, style
 
@@ -71,7 +71,7 @@ ANCHORED_NOT_MODELLED: tuple[str, ...] = (
 def anchored_verdict(
     shape: PipelineShape,
     boundaries: Boundary | Sequence[Boundary],
-    config: RingRule,
+    config: PoolConfig,
     device: Any,
     reference: ReferencePeak,
     *,
@@ -270,7 +270,13 @@ def k3_story_figure(story: K3Story, receive: Any = None) -> Figure:
         axes, (("the fullest pooled stage", None), ("stage 0 (the rank that logs)", 0))
     ):
         ref = ReferencePeak.from_gib(
-            peak_gib, variant="pooled", config=receive.config, stage=stage, source=peak_source
+            peak_gib,
+            variant="pooled",
+            config=receive.config,
+            policy=receive.policy,
+            sharing=receive.sharing,
+            stage=stage,
+            source=peak_source,
         )
         report, verdict = anchored_verdict(
             receive.shape,
@@ -279,6 +285,8 @@ def k3_story_figure(story: K3Story, receive: Any = None) -> Figure:
             story.device,
             ref,
             overhead=story.overhead,
+            policy=receive.policy,
+            sharing=receive.sharing,
         )
         frame = report.to_frame()
         grouped_bars(ax, frame, "peak_gib", ("stock", "automodel"))

@@ -1,7 +1,7 @@
 """How the ring works, computed from torch's own schedule order (notebook 00).
 
 Everything here is derived from :mod:`pooltk.analysis` (the recorded action order of a torch
-schedule, its receive-buffer lifetimes, the one slack rule :func:`pooltk.analysis.rings.ring_from_live`);
+schedule, its receive-buffer lifetimes, the one slack rule :func:`pooltk.pool.ring.ring_size`);
 nothing is drawn by hand, and nothing reaches into the pool's internals:
 
 - :func:`replay` puts one step of a schedule on a common clock (:class:`Replay`), :func:`phases`
@@ -53,8 +53,8 @@ from pooltk.analysis.lifetimes import (
     live_sets,
 )
 from pooltk.analysis.programs import Program, ScheduleAnalysisError, program
-from pooltk.analysis.rings import ring_from_live
 from pooltk import PoolConfig
+from pooltk.pool.ring import ring_size
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -80,7 +80,7 @@ __all__ = [
     "slot_table",
 ]
 
-Rings = Mapping[tuple[int, Direction], int]
+RingSizes = Mapping[tuple[int, Direction], int]
 
 
 # --------------------------------------------------------------------------- replay
@@ -254,20 +254,20 @@ def inflight_depth(pp: int, stage: int, n_microbatches: int) -> int:
 def rings_for(pp: int, n_microbatches: int, config: PoolConfig) -> dict[tuple[int, Direction], int]:
     """The ring the pool keeps per (stage, direction) under ``config`` (0: the stage receives nothing).
 
-    Sized for 1F1B from its walked live sets through :func:`pooltk.analysis.rings.ring_from_live`
+    Sized for 1F1B from its walked live sets through :func:`pooltk.pool.ring.ring_size`
     (the one slack rule the pool uses), whatever schedule it is then run under: that is what
     ``force=True`` does.
     """
     live = live_sets("1F1B", pp=pp, n_microbatches=n_microbatches)
-    return {key: ring_from_live(k, n_microbatches, key[1], config) for key, k in live.items()}
+    return {key: ring_size(k, n_microbatches, key[1], config) for key, k in live.items()}
 
 
-def one_short(rings: Rings) -> dict[tuple[int, Direction], int]:
+def one_short(rings: RingSizes) -> dict[tuple[int, Direction], int]:
     """The negative control: every forward ring one set smaller (never below 1); grad rings as they are."""
     return {(s, d): (max(1, k - 1) if d == "forward" and k else k) for (s, d), k in rings.items()}
 
 
-def ring_summary(rings: Rings) -> str:
+def ring_summary(rings: RingSizes) -> str:
     """``act [- 3 2 1] grad [1 1 1 -]``: ring per stage, ``-`` where a stage has no receives."""
     stages = range(1 + max(s for s, _ in rings))
     fwd = " ".join(str(rings.get((s, "forward")) or "-") for s in stages)
@@ -275,7 +275,7 @@ def ring_summary(rings: Rings) -> str:
     return f"act [{fwd}] grad [{grad}]"
 
 
-def _ring_k(rings: Rings, stage: int, direction: Direction) -> int:
+def _ring_k(rings: RingSizes, stage: int, direction: Direction) -> int:
     k = rings.get((stage, direction))
     if not k:
         raise ValueError(
@@ -285,7 +285,7 @@ def _ring_k(rings: Rings, stage: int, direction: Direction) -> int:
     return k
 
 
-def overwritten_receives(rp: Replay, rings: Rings) -> list[Overwrite]:
+def overwritten_receives(rp: Replay, rings: RingSizes) -> list[Overwrite]:
     """Every receive posted into a slot whose previous buffer is still held ([Note: counting overwrites]).
 
     One :class:`~pooltk.analysis.lifetimes.Overwrite` per such receive: ``overwritten_by`` is the
@@ -310,7 +310,7 @@ def overwritten_receives(rp: Replay, rings: Rings) -> list[Overwrite]:
     return found
 
 
-def slot_table(rp: Replay, rings: Rings) -> pd.DataFrame:
+def slot_table(rp: Replay, rings: RingSizes) -> pd.DataFrame:
     """One row per receive buffer: its slot ``microbatch mod K`` and the actions that post, read and free it.
 
     Columns: stage, direction, microbatch, ring, slot, posted_after (the compute action the rank
@@ -407,13 +407,13 @@ class GuardReplay:
         )
 
 
-def guard_replay(rp: Replay, rings: Rings) -> GuardReplay:
+def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
     """Replay the guard's ownership rule over every rank's order.
 
     A receive post claims slot ``microbatch mod K`` of its ring; a full backward (or a weight
     step) of the microbatch frees its forward and grad slots; in a forward-only step the forward
     frees. A post into a slot another microbatch still owns is where the real guard raises
-    ``PoolOverrunError`` (notebook 02 shows it on real ranks); the replay stops there. Rings belong
+    ``PoolOverrunError`` (notebook 02 shows it on real ranks); the replay stops there. The rings belong
     to one stage, so ranks are replayed one after the other.
     """
     ring_map = {(b.stage, b.direction): _ring_k(rings, b.stage, b.direction) for b in rp.spans}

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.memory.configs import Overrides, load_config
 from pooltk.memory.fits import FitReport, ReferencePeak, get_device, published_peak
 from pooltk.memory.model import (
@@ -122,15 +122,16 @@ def stage_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None) 
 def slack_heatmap(
     shape: PipelineShape,
     boundaries: Boundary | Sequence[Boundary],
-    config: RingRule,
+    config: PoolConfig,
     *,
+    policy: str = "tight",
     slacks: Iterable[int] = range(0, 9),
     ax: Any = None,
 ) -> Figure:
-    """Stage x slack heatmap of pooled GiB per stage under ``config``'s ring size."""
+    """Stage x slack heatmap of pooled GiB per stage under ``policy``'s ring size (``tight`` or ``automodel``)."""
     import seaborn as sns
 
-    sweep = slack_sweep(shape, boundaries, list(slacks), config)
+    sweep = slack_sweep(shape, boundaries, list(slacks), config, policy=policy)
     grid = sweep.pivot(index="stage", columns="slack", values="pooled_gib")
     if ax is None:
         fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.42 * shape.pp + 2.2))
@@ -146,7 +147,7 @@ def slack_heatmap(
     )
     ring = (
         "Automodel's ring size"
-        if config.policy == "automodel"
+        if policy == "automodel"
         else f"pooltk tight, grad slack {config.grad_slack}"
     )
     stock = sweep[sweep.stage == middle_stage(shape.pp)].stock_gib.iloc[0]
@@ -339,6 +340,8 @@ def _fits(
                 reference_peak_gib,
                 variant=reference_variant,
                 config=model.config,
+                policy=model.policy,
+                sharing=model.sharing,
                 source="your peak (explorer field)",
             )
         elif reference_log:
@@ -347,6 +350,8 @@ def _fits(
                 gib,
                 variant=reference_variant,
                 config=model.config,
+                policy=model.policy,
+                sharing=model.sharing,
                 source=f"your run log {reference_log} ({basis})",
             )
     except (MemoryModelError, OSError, ValueError) as exc:
@@ -376,11 +381,21 @@ def _fits(
             )
             return
         reference = ReferencePeak.from_gib(
-            figure.value, variant="pooled", config=q.config, source=figure.source
+            figure.value,
+            variant="pooled",
+            config=q.config,
+            policy=q.policy,
+            source=figure.source,
         )
     try:
         state.fits_report, state.fits = anchored_verdict(
-            q.shape, list(boundaries), model.config, dev, reference
+            q.shape,
+            list(boundaries),
+            model.config,
+            dev,
+            reference,
+            policy=model.policy,
+            sharing=model.sharing,
         )
     except MemoryModelError as exc:
         state.fits_note = f"reference: {exc}"
@@ -479,11 +494,11 @@ def explore(
                 Boundary.opaque(round(boundary_mib * 2**20), name="boundary_from_widget")
             ] * (q.shape.num_stages - 1)
             opaque = True
-        config = RingRule(slack=slack, grad_slack=grad_slack, policy=policy)  # type: ignore[arg-type]
+        config = PoolConfig(slack=slack, grad_slack=grad_slack)
         # The closed forms equal the walked live sets for 1F1B and GPipe (tests/memory prove it
         # over a grid of shapes); using them keeps a pp/M slider move under 50 ms at N=16, M=256,
         # where a cold walk of the schedule takes about a second.
-        model = model_memory(q.shape, boundaries, config, live_source="formula")
+        model = model_memory(q.shape, boundaries, config, policy=policy, live_source="formula")
         state.origin, state.source = origin, q
         state.boundary_note = _boundary_note(origin, q, boundaries, opaque)
         _fits(
@@ -498,7 +513,7 @@ def explore(
             reference_variant,
             config_path,
         )
-    except ValueError as exc:  # MemoryModelError, ConfigKeyError and RingRule's ValueError
+    except ValueError as exc:  # MemoryModelError, ConfigKeyError and PoolConfig's ValueError
         state.last_result, state.last_error = None, str(exc)
         state.fits = state.fits_report = state.fits_basis = None
         return None
@@ -666,7 +681,7 @@ def explorer_controls(preset: str | None = None) -> dict[str, Any]:
         ),
         "policy": w.Dropdown(
             options=["automodel", "tight"],
-            value=p.config.policy,
+            value=p.policy,
             description="policy",
             style=wide,
             layout=layout,
@@ -721,7 +736,7 @@ def explorer_controls(preset: str | None = None) -> dict[str, Any]:
         controls["dtype"].value = x.dtype
         controls["slack"].value = q.config.slack
         controls["grad_slack"].value = q.config.grad_slack
-        controls["policy"].value = q.config.policy
+        controls["policy"].value = q.policy
         controls["boundary_mib"].value = _set_bytes(q) / 2**20
 
     def _reset(change: dict[str, Any]) -> None:

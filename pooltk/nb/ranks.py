@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.memory.model import Boundary, MemoryModel, PipelineShape, model_memory
 from pooltk.nb import canvas, style
 
@@ -91,7 +91,7 @@ def boundary_figure(models: Mapping[str, MemoryModel]) -> Figure:
     left.set_title("what crosses each boundary", fontsize=10)
     right.set_xlabel("stage (index)")
     right.set_ylabel("receive buffers per stage (GiB)")
-    policy = next(iter(models.values())).config.policy
+    policy = next(iter(models.values())).policy
     right.set_title(f"per stage: stock solid, pooled dashed ({policy})", fontsize=10)
     handles = [
         Line2D([], [], color=colours[k], marker="o", label=f"{k} boundaries") for k in models
@@ -113,7 +113,7 @@ def schedule_ranks(
     rank-shared rings and the rank's live set, from the memory model (one set = 1 byte without ``boundary``)."""
     import pandas as pd
 
-    config = RingRule(slack=slack, grad_slack=grad_slack)
+    config = PoolConfig(slack=slack, grad_slack=grad_slack)
     frames = []
     for name in schedules:
         model = model_memory(

@@ -477,10 +477,14 @@ def _parity_section(config: ReportConfig, out: Path) -> tuple[list[str], Any, st
         default_variants,
         run_parity,
     )
-    from pooltk.parity.experiments import Rings
+    from pooltk.parity.experiments import Harness
     from pooltk.parity.tables import bytes_frame
 
-    configs = [Rings(slack=2), Rings(slack=0, grad_slack=0), Rings(slack=2, policy="automodel")]
+    configs = [
+        Harness(slack=2),
+        Harness(slack=0, grad_slack=0),
+        Harness(slack=2, policy="automodel"),
+    ]
     spec = ParitySpec(
         pp=config.parity_pp,
         microbatches=config.parity_microbatches,
@@ -529,7 +533,8 @@ def _memory_section(out: Path) -> list[str]:
     from pooltk.studies.kimi_k3.presets import get_preset
 
     preset = get_preset("kimi-k3-gb200-2k-calibrated")
-    frame = preset.model().per_stage_frame("gib")
+    model = preset.model()
+    frame = model.per_stage_frame("gib")
     cols = [
         "stage",
         "stock_forward_sets",
@@ -543,8 +548,8 @@ def _memory_section(out: Path) -> list[str]:
     frame[cols].to_csv(out / "memory_kimi_k3_2k.csv", index=False)
     return [
         f"## Per-stage receive buffers, {preset.name} (modelled)\n",
-        f"{preset.shape.describe()}; pool {preset.config.describe()}; boundary {preset.boundary.describe()}. "
-        f"GiB = 2**30 B; saved = stock - {preset.config.policy}.\n",
+        f"{preset.shape.describe()}; pool {model.describe()}; boundary {preset.boundary.describe()}. "
+        f"GiB = 2**30 B; saved = stock - {model.policy}.\n",
         _md_table(frame[cols]),
         "",
     ]

@@ -1,7 +1,7 @@
 """Figures and tables for pooling beyond 1F1B: per-schedule buffer lifetimes and ring sizes.
 
 Everything is computed from :mod:`pooltk.analysis.lifetimes` (the schedules' own action orders) and
-:func:`pooltk.analysis.rings.ring_from_live` (the one slack rule the pool uses), so the notebook only calls.
+:func:`pooltk.pool.ring.ring_size` (the one slack rule the pool uses), so the notebook only calls.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pooltk.analysis.lifetimes import DIRECTIONS
-from pooltk.analysis.rings import ring_from_live
 from pooltk import PoolConfig
 from pooltk.nb import canvas, style
 from pooltk.nb.slack import pr_ring_size
+from pooltk.pool.ring import ring_size
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -121,7 +121,7 @@ def allowlist_table(
             config = PoolConfig(slack=slack, grad_slack=grad_slack)
             for d in DIRECTIONS:
                 k0 = int(part.loc[d, "ring_min"])
-                auto += ring_from_live(
+                auto += ring_size(
                     k0, n_microbatches, d, config
                 )  # 0 where nothing is received, handoffs included
             if name == "1F1B":

@@ -15,7 +15,7 @@ from pooltk.nb import canvas, style
 from pooltk.nb.mechanism import (
     GuardReplay,
     Replay,
-    Rings,
+    RingSizes,
     inflight_depth,
     overwritten_receives,
     phases,
@@ -200,7 +200,7 @@ def _sub_rows(
 
 def slot_chart(
     rp: Replay,
-    rings: Rings,
+    rings: RingSizes,
     *,
     stages: Sequence[int] | None = None,
     guard: GuardReplay | None = None,

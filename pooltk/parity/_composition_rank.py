@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from pooltk.analysis.lifetimes import DIRECTIONS
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.parity.compositions import VARIANTS, Composition
 from pooltk.parity.recv_counter import RecvCounter
 
@@ -195,6 +196,7 @@ def _bounds(case: Composition, rank_stages: list[int], pp_rank: int) -> dict[str
     case that ``schedule="auto"`` pools, those of the forward-only action order its rings are planned from."""
     from pooltk.analysis.lifetimes import ScheduleShape, analyse
     from pooltk.analysis.sharing import rank_rings
+    from pooltk.pool.ring import ring_size
 
     forward_only = case.eval_only and case.install_schedule == "auto"
     prog, spans = analyse(
@@ -207,7 +209,7 @@ def _bounds(case: Composition, rank_stages: list[int], pp_rank: int) -> dict[str
         )
     )
     out = dict.fromkeys(DIRECTIONS, 0)
-    for ring in rank_rings(prog, spans, RingRule()):
+    for ring in rank_rings(prog, spans, partial(ring_size, config=PoolConfig())):
         if ring.rank == pp_rank:
             out[ring.direction] += ring.size
     return out

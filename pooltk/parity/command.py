@@ -122,10 +122,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 FIELDS = {
-    "RingRule.slack": "--slack",
-    "RingRule.grad_slack": "--grad-slack",
-    "RingRule.forward_shortfall": "--shortfall",
-    "RingRule.policy": "--policy",
+    "Harness.slack": "--slack",
+    "Harness.grad_slack": "--grad-slack",
+    "Harness.forward_shortfall": "--shortfall",
+    "Harness.policy": "--policy",
+    "Harness.sharing": "--sharing",
     "PoolConfig.slack": "--slack",
     "PoolConfig.grad_slack": "--grad-slack",
 }
@@ -251,9 +252,9 @@ def _check_stages_per_rank(args: argparse.Namespace) -> None:
 
 def spec_from_args(args: argparse.Namespace):
     from pooltk.parity import ParitySpec, default_variants
-    from pooltk.parity.experiments import Rings
+    from pooltk.parity.experiments import Harness
 
-    config = Rings(
+    config = Harness(
         slack=args.slack,
         grad_slack=args.grad_slack,
         policy=args.policy,

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from pooltk.parity.experiments import Rings
+from pooltk.parity.experiments import Harness
 from pooltk.parity.launch import ParityRankError, ParityReport, ParityTimeoutError, run_parity
 from pooltk.parity.spec import ParitySpec, default_variants, with_fresh
 from pooltk.parity.summary import Judgement, judge, names_pooltk
@@ -105,7 +105,7 @@ def control_variants(*, guard: bool, controls: tuple[str, ...] = tuple(CONTROLS)
     out: tuple = ()
     for name in controls:
         schedule, fields = CONTROLS[name]
-        out += default_variants([Rings(guard=guard, **fields)], schedule=schedule, force=True)
+        out += default_variants([Harness(guard=guard, **fields)], schedule=schedule, force=True)
     return out
 
 

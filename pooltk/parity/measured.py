@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from pooltk.parity.experiments import Rings
+from pooltk.config import PoolConfig
 from pooltk.memory.model import MemoryModelError, PipelineShape, harness_boundary, model_memory
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -201,7 +201,8 @@ def shipped_measurement() -> pd.DataFrame:
     return read_measured(io.StringIO(text))
 
 
-def _config_of(rows: pd.DataFrame) -> Rings:
+def _config_of(rows: pd.DataFrame) -> tuple[PoolConfig, str]:
+    """The pooled launches' config and ring policy (the memory model's inputs)."""
     pooled = rows[rows.variant == "pooled"]
     if pooled.empty:
         raise MemoryModelError(
@@ -211,7 +212,7 @@ def _config_of(rows: pd.DataFrame) -> Rings:
             fix="rerun `pooltk memory --measure`.",
         )
     first = pooled.iloc[0]
-    return Rings(slack=int(first.slack), grad_slack=int(first.grad_slack), policy=str(first.policy))
+    return PoolConfig(slack=int(first.slack), grad_slack=int(first.grad_slack)), str(first.policy)
 
 
 def measured_vs_modelled(raw: pd.DataFrame, *, goal: float = GOAL) -> pd.DataFrame:
@@ -228,14 +229,14 @@ def measured_vs_modelled(raw: pd.DataFrame, *, goal: float = GOAL) -> pd.DataFra
     records = []
     for shape_label, rows in raw.groupby("shape", sort=False):
         first = rows.iloc[0]
-        config = _config_of(rows)
+        config, policy = _config_of(rows)
         shape = PipelineShape(pp=int(first.pp), n_microbatches=int(first.microbatches))
         boundary = harness_boundary(
             rows=int(first.rows_per_microbatch),
             seq_len=int(first.seq_len),
             hidden=int(first.hidden),
         )
-        model = model_memory(shape, boundary, config)
+        model = model_memory(shape, boundary, config, policy=policy)
         for key, srows in rows.groupby("stage"):
             stage = int(key)
             by = {v: srows[srows.variant == v].set_index("rep") for v in ("stock", "pooled")}

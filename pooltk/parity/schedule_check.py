@@ -37,7 +37,7 @@ from typing import Any
 
 from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.analysis.programs import CATALOG
-from pooltk.parity.experiments import Rings
+from pooltk.parity.experiments import Harness
 from pooltk.pool.guard import PoolOverrunError
 from pooltk.parity.launch import ParityRankError, ParityTimeoutError, run_parity
 from pooltk.parity.spec import ParitySpec, Variant
@@ -57,9 +57,9 @@ __all__ = [
 STAGES_PER_RANK: dict[str, int] = {name: entry.stages_per_rank for name, entry in CATALOG.items()}
 """Stages per rank each schedule is validated with (from the one catalog, :data:`pooltk.analysis.programs.CATALOG`)."""
 
-_MEASURE = Rings(policy="measure", sharing="stage")
-_TIGHT0 = Rings(slack=0, grad_slack=0, sharing="stage")
-_RANK0 = Rings(slack=0, grad_slack=0, sharing="rank")
+_MEASURE = Harness(policy="measure", sharing="stage")
+_TIGHT0 = Harness(slack=0, grad_slack=0, sharing="stage")
+_RANK0 = Harness(slack=0, grad_slack=0, sharing="rank")
 
 
 def _variants(schedule: str) -> list[Variant]:
@@ -424,7 +424,11 @@ def _rank_rows(
             stages_per_rank=STAGES_PER_RANK[name],
         )
     )
-    rings = rank_rings(prog, spans, _RANK0)
+    rings = rank_rings(
+        prog,
+        spans,
+        lambda live, receives, d: _RANK0.ring_size(live=live, receives=receives, direction=d),
+    )
     rows = []
     for rank in sorted(rank0.rank_recv):
         for d in DIRECTIONS:
@@ -465,7 +469,7 @@ def guard_catch(schedule: str, *, timeout_s: float = 300.0) -> str:
             break
     else:
         return "n/a: every forward live set is 1 at pp2/pp4, no smaller ring exists"
-    cfg = Rings(slack=0, grad_slack=0, forward_shortfall=1)
+    cfg = Harness(slack=0, grad_slack=0, forward_shortfall=1)
     spec = ParitySpec(
         pp=pp,
         microbatches=m,

@@ -6,14 +6,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from pooltk.config import PoolConfig
-from pooltk.parity.experiments import Rings
+from pooltk.parity.experiments import Harness
 
 __all__ = [
     "BUFFERS",
     "FRONTENDS",
     "ParitySpec",
     "Variant",
-    "as_rings",
+    "as_harness",
     "default_variants",
     "with_fresh",
 ]
@@ -35,8 +35,8 @@ class Variant:
     """torch schedule name as ``get_schedule_class`` takes it (``1F1B``, ``GPipe``)."""
     pooled: bool = False
     """False: stock torch (the reference). True: pooltk installed with ``config``."""
-    config: Rings | None = None
-    """What the pooled variant pools with (a PoolConfig given is taken as the Rings a user chooses)."""
+    config: Harness | None = None
+    """What the pooled variant pools with (a PoolConfig given is taken as the Harness a user's config builds)."""
     force: bool = False
     """Pool even if the schedule is not allowlisted (negative controls)."""
     eval_between_steps: bool = False
@@ -69,7 +69,7 @@ class Variant:
 
     def __post_init__(self) -> None:
         if isinstance(self.config, PoolConfig):
-            object.__setattr__(self, "config", as_rings(self.config))
+            object.__setattr__(self, "config", as_harness(self.config))
 
     @property
     def run_key(self) -> tuple:
@@ -93,7 +93,7 @@ class Variant:
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "Variant":
         d = dict(d)
-        d["config"] = Rings(**d["config"]) if d.get("config") else None
+        d["config"] = Harness(**d["config"]) if d.get("config") else None
         return Variant(**d)
 
 
@@ -208,14 +208,14 @@ class ParitySpec:
         return ParitySpec(**d)
 
 
-def as_rings(config: Rings | PoolConfig) -> Rings:
-    """A PoolConfig as the Rings it builds; Rings as they are."""
+def as_harness(config: Harness | PoolConfig) -> Harness:
+    """A PoolConfig as the Harness it builds; a Harness as it is."""
     if isinstance(config, PoolConfig):
-        return Rings(slack=config.slack, grad_slack=config.grad_slack, release=config.release)
+        return Harness(slack=config.slack, grad_slack=config.grad_slack, release=config.release)
     return config
 
 
-def _config_label(config: Rings) -> str:
+def _config_label(config: Harness) -> str:
     label = config.policy
     if config.policy == "measure":
         return label
@@ -251,7 +251,7 @@ def _check_stage_kind(v: Variant) -> None:
 
 
 def default_variants(
-    configs: list[Rings | PoolConfig] | tuple[Rings | PoolConfig, ...] | None = None,
+    configs: list[Harness | PoolConfig] | tuple[Harness | PoolConfig, ...] | None = None,
     *,
     frontends: tuple[str, ...] = ("manual",),
     schedule: str = "1f1b",
@@ -274,7 +274,7 @@ def default_variants(
                 stages_per_rank=stages_per_rank,
             )
         )
-        for cfg in map(as_rings, configs or (Rings(),)):
+        for cfg in map(as_harness, configs or (Harness(),)):
             out.append(
                 Variant(
                     name=f"{_config_label(cfg)}/{sched}/{fe}{suffix}",

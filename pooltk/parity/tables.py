@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pooltk.analysis.lifetimes import DIRECTIONS
-from pooltk.parity.experiments import Rings
+from pooltk.parity.experiments import Harness
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -35,11 +35,13 @@ def bytes_frame(report: ParityReport) -> pd.DataFrame:
     pooled = next(v for v in report.variants if v.pooled)
     stock = stock_of(report, pooled.name)
     spec = report.spec
-    config = Rings(**pooled.config) if pooled.config else Rings()
-    model = expected_bytes(
+    harness = Harness(**pooled.config) if pooled.config else Harness()
+    model = expected_bytes(  # the model knows tight and automodel rings; measure is the tight rule's run
         pp=spec.pp,
         n_microbatches=spec.microbatches,
-        config=config,
+        config=harness.config,
+        policy="tight" if harness.policy == "measure" else harness.policy,
+        sharing=harness.sharing,
         schedule=pooled.schedule,
         boundaries=harness_boundary(
             rows=spec.rows_per_microbatch, seq_len=spec.seq_len, hidden=spec.hidden

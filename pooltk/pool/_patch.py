@@ -13,7 +13,6 @@ from typing import Any, Callable
 
 import torch
 
-from pooltk.analysis.rings import ring_and_live
 from pooltk.pool import events
 from pooltk.pool import release as rel
 from pooltk.pool.adapters import SetupTarget
@@ -22,7 +21,7 @@ from pooltk.pool.adapters.stage_api import RECV_INFO_ATTRS, cached_forward, call
 from pooltk.pool.gating import PoolSetupError, decide, refusal
 from pooltk.pool.guard import is_version_error, name_reuse
 from pooltk.pool.handoff import drop_handed, drop_handoff_buffers, real_buffer, template
-from pooltk.pool.ring import DirectionRing, recv_positions
+from pooltk.pool.ring import DirectionRing, live_1f1b, recv_positions
 from pooltk.pool.report import InstallReport
 from pooltk.pool.state import LATE, LOCK, NEW, RUNNING, SET_UP, StageState, stage_state, state_for
 
@@ -57,9 +56,15 @@ def _build(
     me, direction = stage.stage_index, target.direction
     if not positions:
         return None
-    k, live = ring_and_live(
-        stage.num_stages, me, st.n_microbatches, direction, install.rule, st.plan
-    )
+    m = st.n_microbatches
+    if st.plan is not None:  # [Note: auto rings]
+        live = st.plan.min_safe.get((me, direction), 0)
+        k = install.ring_size(live=live, receives=m, direction=direction)
+    else:  # the 1F1B closed form, [Note: ring sizes]
+        live = live_1f1b(stage.num_stages, me, m, direction)
+        k = install.ring_size(
+            live=live, receives=m, direction=direction, stage=me, num_stages=stage.num_stages
+        )
     if k <= 0:
         return None
     members = {me: (stage, positions)}
@@ -78,7 +83,14 @@ def _build(
         spans = [b for b in st.plan.spans if (b.stage, b.direction) in keys]
         (mine,) = [
             r
-            for r in rank_rings(st.plan.program, spans, install.rule, groups=keys)
+            for r in rank_rings(
+                st.plan.program,
+                spans,
+                lambda live, receives, d: install.ring_size(
+                    live=live, receives=receives, direction=d
+                ),
+                groups=keys,
+            )
             if me in r.stages
         ]
         k, live, slot_map = mine.size, mine.live, dict(mine.slots) if mine.shared else None
@@ -181,7 +193,6 @@ def setup_wrapper(original: Callable, target: SetupTarget, install: InstallRepor
             pool, reason, name, plan, observed = decide(
                 install_schedule=install.schedule,
                 force=install.force,
-                rule=install.rule,
                 stage=self,
             )
         except PoolSetupError as exc:

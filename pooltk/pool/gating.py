@@ -16,7 +16,6 @@ Checked at every setup.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from pooltk.analysis.catalog import ALLOWLIST, ScheduleAnalysisError, schedule_key
 from pooltk.pool.adapters.stage_api import GUARDED_STAGE_METHODS
@@ -92,7 +91,7 @@ def refusal(stage: object | None, schedule: object | None) -> str | None:
     return None
 
 
-def decide(*, install_schedule: str | None, force: bool, rule: Any, stage: object | None) -> tuple:
+def decide(*, install_schedule: str | None, force: bool, stage: object | None) -> tuple:
     """For the stage being set up now: ``(pool, reason, schedule name, plan or None, observed schedule)``."""
     observed = observe_schedule()
     name = schedule_key(observed if observed is not None else install_schedule)
@@ -106,10 +105,10 @@ def decide(*, install_schedule: str | None, force: bool, rule: Any, stage: objec
         from pooltk.analysis.plans import plan_rings
 
         cache = observed.__dict__.setdefault("_pooltk_plans", {})
-        key = (bool(getattr(observed, "_has_backward", True)), rule)
+        key = bool(getattr(observed, "_has_backward", True))
         try:
             if key not in cache:
-                cache[key] = plan_rings(observed, rule)
+                cache[key] = plan_rings(observed)
         except ScheduleAnalysisError as exc:
             return (
                 False,

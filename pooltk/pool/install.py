@@ -187,7 +187,7 @@ def _install(
             prepared.events,
             events.event(
                 "installed",
-                policy=getattr(getattr(experiment, "rule", None), "policy", "tight"),
+                policy="tight" if experiment is None else experiment.policy,
                 slack=cfg.slack,
                 grad_slack=cfg.grad_slack,
                 schedule=prepared.schedule,

@@ -10,6 +10,7 @@ import torch
 
 from pooltk.config import PoolConfig
 from pooltk.pool.events import PoolEvent
+from pooltk.pool.ring import ring_size
 
 __all__ = ["InstallReport", "PoolWarning", "make_report"]
 
@@ -49,7 +50,8 @@ class InstallReport:
     active: bool = False
     """True while this install's wrappers act (an uninstalled one's wrappers pass through)."""
     experiment: Any = field(default=None, repr=False)
-    """The harness's rings (pooltk.parity.experiments): guard, ring rule, sharing. None for users."""
+    """The harness's rings (:class:`pooltk.parity.experiments.Harness`): guard, ring sizes, sharing. None for
+    users."""
     found: Any = field(default=None, repr=False)
     """The :class:`~pooltk.pool.adapters.Layout` installed on."""
     originals: list = field(default_factory=list, repr=False)
@@ -71,10 +73,26 @@ class InstallReport:
     def sharing(self) -> str:
         return getattr(self.experiment, "sharing", "rank")
 
-    @property
-    def rule(self) -> Any:
-        """What sizes rings from live sets: the user's config, or the harness's rule."""
-        return getattr(self.experiment, "rule", None) or self.config
+    def ring_size(
+        self,
+        *,
+        live: int,
+        receives: int,
+        direction: str,
+        stage: int | None = None,
+        num_stages: int | None = None,
+    ) -> int:
+        """K for a ring whose live set is ``live``: the harness's rings where one is set, else the user's
+        config by the one slack rule (:func:`pooltk.pool.ring.ring_size`, [Note: ring sizes])."""
+        if self.experiment is not None:
+            return self.experiment.ring_size(
+                live=live,
+                receives=receives,
+                direction=direction,
+                stage=stage,
+                num_stages=num_stages,
+            )
+        return ring_size(live, receives, direction, self.config)
 
     def usage(self) -> list:
         """One :class:`~pooltk.pool.ring.RingUse` per live pooled stage and direction: what it held in its last step.

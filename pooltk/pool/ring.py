@@ -15,9 +15,43 @@ from typing import Callable
 
 import torch
 
+from pooltk.analysis.stage_sets import formula_live
+from pooltk.config import PoolConfig
 from pooltk.pool.guard import PoolOverrunError, bump_version
 
-__all__ = ["DirectionRing", "RingUse", "recv_positions"]
+__all__ = ["DirectionRing", "RingUse", "live_1f1b", "recv_positions", "ring_size"]
+
+# [Note: ring sizes]
+# Under torch's ``Schedule1F1B`` stage ``i`` of ``N`` runs ``W = min(M, N - i)`` warmup forwards; the
+# forward receive for microbatch ``k + W`` is posted only after the backward of microbatch ``k``. So at
+# most ``W`` activation buffers are live on stage ``i`` (none on stage 0, whose inputs are the root
+# arguments) and one gradient buffer (none on the last stage): :func:`live_1f1b`. Chunk ``c`` uses slot
+# ``c mod K``, safe exactly when ``K`` is at least the live set. :func:`ring_size` is the one slack rule
+# that turns a live set into ``K``: ``min(receives, live + slack)`` forward, ``min(receives, live +
+# grad_slack)`` grad, 0 (stock) where nothing is received. ``receives`` is ``M`` for a per-stage ring,
+# or the receives into a rank-shared ring ([Note: rank-shared rings]). Other schedules bring their
+# smallest safe ring from their own action order (:mod:`pooltk.analysis.plans`, [Note: auto rings]),
+# sized by the same :func:`ring_size`. Stock keeps ``M`` each; Automodel's single ring
+# ``max(2, min(M, max(1, N - i) + slack))`` for both directions is the memory model's
+# (:func:`pooltk.memory.model.automodel_ring`) and the harness's, never the pool's.
+
+
+def live_1f1b(num_stages: int, stage_index: int, n_microbatches: int, direction: str) -> int:
+    """1F1B's live set: forward W = min(M, N - i) (0 on stage 0), grad 1 (0 on the last stage).
+
+    Raises ValueError (an :class:`~pooltk._validate.InputError`) unless (N, i, M) describe a real stage.
+    See [Note: ring sizes].
+    """
+    return formula_live(num_stages, stage_index, direction, n_microbatches)
+
+
+def ring_size(live: int, receives: int, direction: str, config: PoolConfig) -> int:
+    """The one slack rule: 0 where nothing is received (live == 0), else min(receives, live + slack)
+    with config.slack forward and config.grad_slack for "grad". See [Note: ring sizes]."""
+    if live == 0:
+        return 0
+    return min(receives, live + (config.slack if direction == "forward" else config.grad_slack))
+
 
 # [Note: fresh aliases]
 # Chunks that map to one slot share the slot's *storage*, never a tensor object or a ``_RecvInfo``.

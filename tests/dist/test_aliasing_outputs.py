@@ -6,14 +6,14 @@ microbatches overwritten); now the slot is re-homed (copy on conflict) and the r
 
 import pytest
 
-from pooltk.parity.experiments import Rings
+from pooltk.parity.experiments import Harness
 from pooltk.parity import ParitySpec, Variant, run_parity
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(600)]
 
 
 def _pair(name, **kw):
-    cfg = kw.pop("config", Rings())
+    cfg = kw.pop("config", Harness())
     return (Variant(name=f"stock/{name}", **kw), Variant(name=f"pooled/{name}", pooled=True, config=cfg, **kw))
 
 
@@ -29,7 +29,7 @@ def test_class1_last_stage_output_viewing_its_input_is_equal_in_eval_and_train_a
 
 
 def test_class2_input_gradient_viewing_the_received_gradient_is_equal_with_grad_slack_0(no_leftover_ranks):
-    variants = _pair("grad-view", bodies=("block", "transpose", "block"), config=Rings(slack=0, grad_slack=0))
+    variants = _pair("grad-view", bodies=("block", "transpose", "block"), config=Harness(slack=0, grad_slack=0))
     report = run_parity(ParitySpec(pp=3, microbatches=6, steps=2, hidden=16, seq_len=4, variants=variants,
                                    timeout_s=300))
     v = report.variant("pooled/grad-view")
@@ -49,7 +49,7 @@ def _three(models, *, eval_only=False, pp=3, microbatches=6):
 
     variants = ()
     for key, bodies in models.items():
-        variants += _pair(key, bodies=bodies, eval_only=eval_only, config=Rings(slack=0, grad_slack=0))
+        variants += _pair(key, bodies=bodies, eval_only=eval_only, config=Harness(slack=0, grad_slack=0))
     return run_three_way(ParitySpec(pp=pp, microbatches=microbatches, steps=3, hidden=8, seq_len=3,
                                     variants=variants, timeout_s=300))
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pooltk.parity.experiments import Rings
+from pooltk.parity.experiments import Harness
 from pooltk.parity import ParityRankError, ParitySpec, ParityTimeoutError, default_variants, run_parity
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(300)]
@@ -29,7 +29,7 @@ def test_unknown_layout_in_the_ranks_fails_open_and_the_run_is_stock_and_correct
         delattr(m.PipelineStage, "_setup_forward_recv_info")
         m._PipelineStageBase._setup_forward_recv_info = fn
     """)
-    spec = ParitySpec(pp=2, microbatches=4, steps=2, timeout_s=200, variants=default_variants([Rings()]))
+    spec = ParitySpec(pp=2, microbatches=4, steps=2, timeout_s=200, variants=default_variants([Harness()]))
     report = run_parity(spec, prelude=prelude)
     pooled = report.variants[1]
     assert pooled.bitwise_equal
@@ -43,7 +43,7 @@ def test_a_rank_that_raises_is_reported_as_the_root_cause(tmp_path, monkeypatch,
         if sys.argv[1] == "1":
             raise RuntimeError("rank one exploded on purpose")
     """)
-    spec = ParitySpec(pp=2, microbatches=4, steps=1, timeout_s=120, variants=default_variants([Rings()]))
+    spec = ParitySpec(pp=2, microbatches=4, steps=1, timeout_s=120, variants=default_variants([Harness()]))
     with pytest.raises(ParityRankError) as info:
         run_parity(spec, prelude=prelude)
     assert info.value.rank == 1 and "exploded on purpose" in info.value.message
@@ -56,7 +56,7 @@ def test_a_hung_rank_ends_the_launch_at_the_timeout_with_every_rank_killed(tmp_p
         if sys.argv[1] == "1":
             time.sleep(3600)
     """)
-    spec = ParitySpec(pp=2, microbatches=4, steps=1, timeout_s=10, variants=default_variants([Rings()]))
+    spec = ParitySpec(pp=2, microbatches=4, steps=1, timeout_s=10, variants=default_variants([Harness()]))
     t0 = time.monotonic()
     with pytest.raises(ParityTimeoutError, match="timeout_s=10"):
         run_parity(spec, prelude=prelude)

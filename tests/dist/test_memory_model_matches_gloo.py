@@ -6,17 +6,17 @@ pooled). Modelled: pooltk.memory.model.expected_bytes for the same shape, bounda
 
 import pytest
 
-from pooltk.parity.experiments import Rings
+from pooltk.parity.experiments import Harness
 from pooltk.memory.model import expected_bytes, harness_boundary
 from pooltk.parity import ParitySpec, default_variants, run_parity
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(600)]
 
 CASES = [
-    (4, 8, [Rings(slack=2), Rings(slack=0, grad_slack=0), Rings(policy="automodel", slack=0),
-            Rings(policy="automodel", slack=2)]),
-    (2, 6, [Rings(slack=1, grad_slack=0), Rings(policy="automodel", slack=1)]),
-    (3, 3, [Rings(slack=0), Rings(slack=5, grad_slack=3)]),
+    (4, 8, [Harness(slack=2), Harness(slack=0, grad_slack=0), Harness(policy="automodel", slack=0),
+            Harness(policy="automodel", slack=2)]),
+    (2, 6, [Harness(slack=1, grad_slack=0), Harness(policy="automodel", slack=1)]),
+    (3, 3, [Harness(slack=0), Harness(slack=5, grad_slack=3)]),
 ]
 
 
@@ -30,7 +30,9 @@ def test_modelled_bytes_equal_measured_bytes_on_real_stages(pp, m, configs, no_l
     stock = report.variants[0]
     checked = 0
     for v in report.variants[1:]:
-        model = expected_bytes(pp=pp, n_microbatches=m, boundaries=boundary, config=Rings(**v.config))
+        h = Harness(**v.config)
+        model = expected_bytes(pp=pp, n_microbatches=m, boundaries=boundary, config=h.config, policy=h.policy,
+                               sharing=h.sharing)
         for stage in range(pp):
             for d in ("forward", "grad"):
                 exp = model[(stage, d)]
@@ -51,7 +53,7 @@ def test_modelled_rank_bytes_equal_the_distinct_storages_each_rank_holds(schedul
     from pooltk.memory.shape import PipelineShape
     from pooltk.parity import Variant
 
-    configs = {"rank": Rings(), "rank0": Rings(slack=0, grad_slack=0), "stage": Rings(sharing="stage")}
+    configs = {"rank": Harness(), "rank0": Harness(slack=0, grad_slack=0), "stage": Harness(sharing="stage")}
     base = dict(schedule=schedule, stages_per_rank=2)
     variants = (Variant(name="stock", **base),) + tuple(
         Variant(name=k, pooled=True, config=c, install_schedule="auto", **base) for k, c in configs.items())
@@ -63,7 +65,8 @@ def test_modelled_rank_bytes_equal_the_distinct_storages_each_rank_holds(schedul
     shape = PipelineShape(pp=pp, n_microbatches=m, schedule=schedule, stages_per_rank=2)
     for name, config in configs.items():
         measured = report.variant(name).rank_recv
-        expected = model_memory(shape, boundary, config).expected_rank_bytes()
+        expected = model_memory(shape, boundary, config.config, policy=config.policy,
+                                sharing=config.sharing).expected_rank_bytes()
         for rank in range(pp):
             got = sum(measured[rank][d]["bytes"] for d in ("forward", "grad"))
             assert got == expected[rank].pooled_bytes, (name, rank, got, expected[rank])
@@ -75,6 +78,6 @@ def test_modelled_rank_bytes_equal_the_distinct_storages_each_rank_holds(schedul
         for rank in range(pp):
             f, g = (report.variant(name).rank_recv[rank][d]["sets"] for d in ("forward", "grad"))
             assert f"r{rank} {f}+{g} " in rank_line, (name, rank_line)
-    shared = model_memory(shape, boundary, configs["rank"]).expected_rank_bytes()
-    per_stage = model_memory(shape, boundary, configs["stage"]).expected_rank_bytes()
+    shared = model_memory(shape, boundary, configs["rank"].config, sharing="rank").expected_rank_bytes()
+    per_stage = model_memory(shape, boundary, configs["stage"].config, sharing="stage").expected_rank_bytes()
     assert sum(e.pooled_bytes for e in shared.values()) <= sum(e.pooled_bytes for e in per_stage.values())

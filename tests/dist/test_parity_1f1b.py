@@ -6,13 +6,24 @@ Each test is one launch (startup of 4 ranks dominates: 5-8 s here), bounded by t
 import pytest
 
 from pooltk import PoolOverrunError
-from pooltk.parity.experiments import Rings
+from pooltk.analysis.stage_sets import stock_count
+from pooltk.parity.experiments import Harness
 from pooltk.parity import ParitySpec, default_variants, run_parity
-from pooltk.analysis.rings import ring_sizes, stock_sets
+from pooltk.pool.ring import live_1f1b
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(400)]
 
-CONFIGS = [Rings(slack=2), Rings(slack=0, grad_slack=0), Rings(policy="automodel")]
+CONFIGS = [Harness(slack=2), Harness(slack=0, grad_slack=0), Harness(policy="automodel")]
+
+
+def _sets(n: int, s: int, m: int, h: Harness | None) -> tuple[int, int]:
+    """(forward, grad) sets stage ``s`` of a 1F1B pipeline keeps: the harness's rings, or stock (None)."""
+    if h is None:
+        return stock_count(n, s, "forward", m), stock_count(n, s, "grad", m)
+    return tuple(  # type: ignore[return-value]
+        h.ring_size(live=live_1f1b(n, s, m, d), receives=m, direction=d, stage=s, num_stages=n)
+        for d in ("forward", "grad")
+    )
 
 
 def test_pooled_1f1b_is_bitwise_equal_to_stock_for_each_policy_and_both_frontends(no_leftover_ranks):
@@ -36,19 +47,19 @@ def test_pooled_bytes_per_stage_are_exactly_ring_sets_times_set_bytes_and_only_t
     report = run_parity(spec)
     set_bytes = report.boundary_bytes
     for v in report.variants:
-        cfg = Rings(**v.config) if v.config else None
+        cfg = Harness(**v.config) if v.config else None
         for s in range(4):
-            k = ring_sizes(4, s, 16, cfg) if cfg else stock_sets(4, s, 16)
-            assert v.recv[s]["forward"]["bytes"] == k.forward * set_bytes, (v.name, s)
-            assert v.recv[s]["grad"]["bytes"] == k.grad * set_bytes, (v.name, s)
-            assert v.recv[s]["forward"]["sets"] == k.forward and v.recv[s]["grad"]["sets"] == k.grad
+            forward, grad = _sets(4, s, 16, cfg)
+            assert v.recv[s]["forward"]["bytes"] == forward * set_bytes, (v.name, s)
+            assert v.recv[s]["grad"]["bytes"] == grad * set_bytes, (v.name, s)
+            assert v.recv[s]["forward"]["sets"] == forward and v.recv[s]["grad"]["sets"] == grad
             # No transient: setup made exactly the K sets (stock makes all M).
-            assert v.setup_alloc_bytes[s] == (k.forward + k.grad) * set_bytes, (v.name, s)
+            assert v.setup_alloc_bytes[s] == (forward + grad) * set_bytes, (v.name, s)
 
 
 def test_negative_controls_diverge_silently_without_the_guard(no_leftover_ranks):
-    short = Rings(slack=0, guard=False, forward_shortfall=1)
-    gpipe = Rings(slack=0, guard=False)
+    short = Harness(slack=0, guard=False, forward_shortfall=1)
+    gpipe = Harness(slack=0, guard=False)
     variants = default_variants([short], force=True) + default_variants([gpipe], schedule="GPipe", force=True)
     report = run_parity(ParitySpec(pp=4, microbatches=8, steps=2, timeout_s=300, variants=variants))
     assert not report.bitwise_equal
@@ -59,7 +70,7 @@ def test_negative_controls_diverge_silently_without_the_guard(no_leftover_ranks)
 
 
 def test_ring_one_short_is_caught_by_the_guard_and_its_fields_reach_the_launcher(no_leftover_ranks):
-    cfg = Rings(slack=0, forward_shortfall=1)
+    cfg = Harness(slack=0, forward_shortfall=1)
     spec = ParitySpec(pp=4, microbatches=8, steps=1, timeout_s=300, variants=default_variants([cfg], force=True))
     with pytest.raises(PoolOverrunError) as caught:
         run_parity(spec)
@@ -76,14 +87,14 @@ def test_ring_one_short_is_caught_by_the_guard_and_its_fields_reach_the_launcher
 
 def test_gpipe_with_the_pool_forced_is_caught_by_the_guard(no_leftover_ranks):
     spec = ParitySpec(pp=4, microbatches=8, steps=1, timeout_s=300,
-                      variants=default_variants([Rings(slack=0)], schedule="GPipe", force=True))
+                      variants=default_variants([Harness(slack=0)], schedule="GPipe", force=True))
     with pytest.raises(PoolOverrunError):
         run_parity(spec)
 
 
 def test_gpipe_without_force_is_not_pooled_and_stays_stock(no_leftover_ranks):
     spec = ParitySpec(pp=2, microbatches=4, steps=1, timeout_s=200,
-                      variants=default_variants([Rings()], schedule="GPipe"))
+                      variants=default_variants([Harness()], schedule="GPipe"))
     report = run_parity(spec)
     pooled = report.variants[1]
     assert pooled.bitwise_equal
@@ -93,25 +104,25 @@ def test_gpipe_without_force_is_not_pooled_and_stays_stock(no_leftover_ranks):
 
 
 def test_eval_train_switch_and_repeated_steps_keep_the_pool_and_parity(no_leftover_ranks):
-    variants = default_variants([Rings(slack=1), Rings(policy="automodel")], eval_between_steps=True)
+    variants = default_variants([Harness(slack=1), Harness(policy="automodel")], eval_between_steps=True)
     report = run_parity(ParitySpec(pp=4, microbatches=8, steps=3, timeout_s=300, variants=variants))
     assert report.bitwise_equal
     for v in report.variants:
         if v.pooled:
-            assert v.rings[1]["forward"] == ring_sizes(4, 1, 8, Rings(**v.config)).forward
+            assert v.rings[1]["forward"] == _sets(4, 1, 8, Harness(**v.config))[0]
             assert v.recv[1]["forward"]["sets"] < 8
 
 
 def test_per_stage_form_pools_only_the_stages_given_and_is_bitwise_equal(no_leftover_ranks):
     from pooltk.parity import Variant
 
-    variants = (Variant(name="stock"), Variant(name="per-stage", pooled=True, config=Rings(slack=1), scope="stage"))
+    variants = (Variant(name="stock"), Variant(name="per-stage", pooled=True, config=Harness(slack=1), scope="stage"))
     report = run_parity(ParitySpec(pp=4, microbatches=8, steps=2, timeout_s=300, variants=variants))
     v = report.variant("per-stage")
     assert v.bitwise_equal
     for s in range(4):
-        k = ring_sizes(4, s, 8, Rings(slack=1))
-        assert v.recv[s]["forward"]["sets"] == k.forward and v.recv[s]["grad"]["sets"] == k.grad
+        forward, grad = _sets(4, s, 8, Harness(slack=1))
+        assert v.recv[s]["forward"]["sets"] == forward and v.recv[s]["grad"]["sets"] == grad
 
 
 def test_fresh_lands_every_receive_in_a_new_storage_and_a_model_keeping_nothing_is_equal_three_ways(
@@ -120,7 +131,7 @@ def test_fresh_lands_every_receive_in_a_new_storage_and_a_model_keeping_nothing_
     from pooltk.parity.summary import exit_code, run_three_way, same
 
     spec = ParitySpec(pp=3, microbatches=6, steps=2, timeout_s=300,
-                      variants=default_variants([Rings(slack=0, grad_slack=0)], frontends=("manual", "tracing")))
+                      variants=default_variants([Harness(slack=0, grad_slack=0)], frontends=("manual", "tracing")))
     three = run_three_way(spec)
     fresh = [v for v in three.report.variants if v.name.startswith("fresh/")]
     assert len(fresh) == 2 and three.followup is None

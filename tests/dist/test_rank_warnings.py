@@ -15,7 +15,7 @@ import pytest
 from pooltk.cli import main
 from pooltk.logs import runs
 from pooltk.parity import ParitySpec, Variant, run_parity
-from pooltk.parity.experiments import Rings
+from pooltk.parity.experiments import Harness
 
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(300)]
 
@@ -35,7 +35,7 @@ def captured(tmp_path_factory):
     log = tmp / "train.log"
     bodies = ("block", "block", "block", "keep_prev")
     variants = (Variant(name="stock/keep-prev", bodies=bodies),
-                Variant(name="pooled/keep-prev", pooled=True, bodies=bodies, config=Rings(slack=0, grad_slack=0)))
+                Variant(name="pooled/keep-prev", pooled=True, bodies=bodies, config=Harness(slack=0, grad_slack=0)))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", f"{tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
         mp.setenv("POOLTK_TEST_LOG", str(log))

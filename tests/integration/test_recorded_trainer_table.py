@@ -203,7 +203,9 @@ def test_each_ranks_receive_bytes_in_both_trainers_are_the_analysed_rank_shared_
     from pooltk.analysis.lifetimes import ScheduleShape, analyse
     from pooltk.analysis.sharing import rank_rings
     from pooltk.config import PoolConfig
+    from pooltk.pool.ring import ring_size
 
+    slack0 = PoolConfig(slack=0, grad_slack=0)
     checked = 0
     for trainer in TRAINERS:
         for pp in (2, 4):
@@ -220,7 +222,7 @@ def test_each_ranks_receive_bytes_in_both_trainers_are_the_analysed_rank_shared_
                 )
             )
             sets: dict[int, int] = {}
-            for ring in rank_rings(prog, spans, PoolConfig(slack=0, grad_slack=0)):
+            for ring in rank_rings(prog, spans, lambda k, n, d: ring_size(k, n, d, slack0)):
                 sets[ring.rank] = sets.get(ring.rank, 0) + ring.size
             for stage, row in zip(auto["stage"].astype(int), auto.itertuples()):
                 rank = stage % pp  # Interleaved1F1B places stages in a loop

@@ -43,7 +43,7 @@ def test_example_config_reads_as_the_published_2k_shape():
     p = load_automodel_config(EXAMPLE)
     assert (p.shape.pp, p.shape.n_microbatches, p.shape.schedule) == (8, 64, "1f1b")
     assert p.boundary.forward_bytes == 56 * 2**20
-    assert (p.config.slack, p.config.policy) == (2, "automodel")
+    assert (p.config.slack, p.policy) == (2, "automodel")
     assert p.model().stage_gib(3, "stock") == 7.0
 
 

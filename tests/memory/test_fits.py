@@ -7,17 +7,17 @@ from pathlib import Path
 import pytest
 
 from pooltk.cli import main
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.memory.fits import DEVICES, ReferencePeak, fit_report, get_device, verdict
 from pooltk.memory.model import MemoryModelError
 from pooltk.studies.kimi_k3.presets import get_preset
 
 CAL = get_preset("kimi-k3-gb200-2k-calibrated")
-PUBLISHED = ReferencePeak.from_gib(139.6, config=RingRule(slack=2, policy="automodel"))
+PUBLISHED = ReferencePeak.from_gib(139.6, config=PoolConfig(slack=2), policy="automodel")
 
 
 def _report(device, reference=PUBLISHED, config=CAL.config):
-    return fit_report(CAL.shape, CAL.boundary, config, device, reference)
+    return fit_report(CAL.shape, CAL.boundary, config, device, reference, policy=CAL.policy)
 
 
 def test_the_reference_run_reproduces_its_own_peak_and_headroom():
@@ -43,7 +43,7 @@ def test_the_seed_story_on_stated_assumptions():
     # anchored on stage 0 (only rank 0 logs): stock OOMs by 3.23 GiB (receive buffers alone, no overhead)
     rank0 = _report(
         "gb200",
-        ReferencePeak.from_gib(139.6, config=RingRule(slack=2, policy="automodel"), stage=0),
+        ReferencePeak.from_gib(139.6, config=PoolConfig(slack=2), policy="automodel", stage=0),
     ).worst("stock")
     assert not rank0.fits and rank0.margin_bytes / 2**30 == pytest.approx(-3.23, abs=0.01)
 
@@ -67,7 +67,7 @@ def test_bad_capacities_and_references_are_named():
     with pytest.raises(MemoryModelError, match=r"^capacity: found -1.*required a capacity > 0"):
         get_device(-1)
     heavy = ReferencePeak.from_gib(
-        139.6, config=RingRule(slack=2, policy="automodel"), weights_bytes=100 * 2**30
+        139.6, config=PoolConfig(slack=2), policy="automodel", weights_bytes=100 * 2**30
     )
     with pytest.raises(
         MemoryModelError, match=r"more than the model's weights per GPU \(100.00 GiB\)"
@@ -192,12 +192,12 @@ def test_a_published_reference_peak_below_the_buffers_is_not_blamed_on_a_flag():
     # the peak came from the preset, not from --reference-peak-gib: the message must not name that flag
     from pooltk.memory.fits import fit_report
 
-    tiny = ReferencePeak.from_gib(1, config=RingRule(slack=2, policy="automodel"))
+    tiny = ReferencePeak.from_gib(1, config=PoolConfig(slack=2), policy="automodel")
     with pytest.raises(MemoryModelError, match=r"^reference peak: found 1.00 GiB"):
         fit_report(
             get_preset("kimi-k3-gb200-2k-calibrated").shape,
             get_preset("kimi-k3-gb200-2k-calibrated").boundary,
-            RingRule(),
+            PoolConfig(),
             "gb200",
             tiny,
         )

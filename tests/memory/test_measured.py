@@ -15,7 +15,7 @@ import pytest
 pd = pytest.importorskip("pandas")
 
 from pooltk.memory.model import PipelineShape, harness_boundary, model_memory  # noqa: E402
-from pooltk.parity.experiments import Rings  # noqa: E402
+from pooltk.config import PoolConfig  # noqa: E402
 from pooltk.parity.measured import (  # noqa: E402
     CLAIMS,
     DEFAULT_SHAPES,
@@ -44,7 +44,7 @@ def good_frame(specs=SMALL, *, reps: int = 2) -> pd.DataFrame:
             harness_boundary(
                 rows=spec.rows_per_microbatch, seq_len=spec.seq_len, hidden=spec.hidden
             ),
-            Rings(slack=2, grad_slack=1),
+            PoolConfig(slack=2, grad_slack=1),
         )
         for rep in range(reps):
             for variant in ("stock", "pooled"):
@@ -225,7 +225,7 @@ def test_each_default_shape_holds_one_gib_of_stock_receive_buffers_on_the_middle
             harness_boundary(
                 rows=spec.rows_per_microbatch, seq_len=spec.seq_len, hidden=spec.hidden
             ),
-            Rings(),
+            PoolConfig(),
         )
         assert [model.stage_bytes(s, "stock") for s in range(1, spec.pp - 1)] == [2**30] * (
             spec.pp - 2

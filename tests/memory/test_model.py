@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.memory.model import (
     Boundary,
     MemoryModelError,
@@ -28,7 +28,7 @@ HAND_AUTOMODEL_S2 = [(0, 6), (5, 5), (4, 4), (3, 0)]  # max(2, min(8, max(1, 4 -
 HAND_LIVE = [(0, 1), (3, 1), (2, 1), (1, 0)]
 
 
-def _small(config: RingRule, **kw):
+def _small(config: PoolConfig, **kw):
     shape = PipelineShape(pp=4, n_microbatches=8)
     return model_memory(shape, harness_boundary(rows=2, seq_len=16, hidden=32), config, **kw)
 
@@ -41,7 +41,7 @@ def _pairs(model, variant):
 
 
 def test_small_pipeline_matches_hand_computed_sets_and_bytes():
-    m = _small(RingRule(slack=2, grad_slack=1, policy="tight"))
+    m = _small(PoolConfig(slack=2, grad_slack=1), policy="tight")
     assert _pairs(m, "stock") == HAND_STOCK
     assert _pairs(m, "tight") == HAND_TIGHT_S2_G1
     assert _pairs(m, "automodel") == HAND_AUTOMODEL_S2
@@ -56,13 +56,13 @@ def test_small_pipeline_matches_hand_computed_sets_and_bytes():
 
 
 def test_pooled_column_follows_the_policy():
-    m = _small(RingRule(slack=2, policy="automodel"))
+    m = _small(PoolConfig(slack=2), policy="automodel")
     assert _pairs(m, "pooled") == HAND_AUTOMODEL_S2
     assert m.saved_bytes(1) == (16 - 10) * SET
 
 
 def test_slack_zero_tight_ring_equals_the_live_set():
-    m = _small(RingRule(slack=0, grad_slack=0))
+    m = _small(PoolConfig(slack=0, grad_slack=0))
     assert _pairs(m, "tight") == HAND_LIVE
     assert m.total_bytes("pooled") == m.total_bytes("live_set")
 
@@ -72,7 +72,7 @@ def test_automodel_ring_matches_the_original_prs_unit_test_figures():
     b = Boundary.opaque(1)
     assert (
         model_memory(
-            PipelineShape(pp=8, n_microbatches=64), b, RingRule(slack=2, policy="automodel")
+            PipelineShape(pp=8, n_microbatches=64), b, PoolConfig(slack=2), policy="automodel"
         )
         .row(0, "grad")
         .pooled_sets
@@ -80,7 +80,7 @@ def test_automodel_ring_matches_the_original_prs_unit_test_figures():
     )
     assert (
         model_memory(
-            PipelineShape(pp=8, n_microbatches=64), b, RingRule(slack=0, policy="automodel")
+            PipelineShape(pp=8, n_microbatches=64), b, PoolConfig(slack=0), policy="automodel"
         )
         .row(7, "forward")
         .pooled_sets
@@ -88,7 +88,7 @@ def test_automodel_ring_matches_the_original_prs_unit_test_figures():
     )
     assert (
         model_memory(
-            PipelineShape(pp=4, n_microbatches=4), b, RingRule(slack=2, policy="automodel")
+            PipelineShape(pp=4, n_microbatches=4), b, PoolConfig(slack=2), policy="automodel"
         )
         .row(0, "grad")
         .pooled_sets
@@ -111,7 +111,7 @@ def test_each_boundary_sizes_the_receives_on_both_sides():
             )
         ),
     ]
-    m = model_memory(PipelineShape(pp=4, n_microbatches=4), bounds, RingRule())
+    m = model_memory(PipelineShape(pp=4, n_microbatches=4), bounds, PoolConfig())
     assert [m.row(i, "forward").set_bytes for i in range(4)] == [0, 10, 20, 36]
     assert [m.row(i, "grad").set_bytes for i in range(4)] == [10, 28, 36, 0]
 
@@ -140,7 +140,7 @@ def test_units_are_binary_and_decimal_as_named():
 
 
 def test_expected_bytes_covers_every_stage_and_direction_for_the_harness_boundary():
-    cfg = RingRule(slack=0, grad_slack=0)
+    cfg = PoolConfig(slack=0, grad_slack=0)
     exp = expected_bytes(
         pp=4,
         n_microbatches=8,
@@ -155,7 +155,7 @@ def test_expected_bytes_covers_every_stage_and_direction_for_the_harness_boundar
 
 
 def test_tidy_frame_has_one_row_per_stage_direction_variant_and_explicit_units():
-    m = _small(RingRule())
+    m = _small(PoolConfig())
     frame = m.to_frame()
     assert (
         len(frame) == 4 * 2 * 7
@@ -184,20 +184,41 @@ def test_schedule_walk_and_closed_form_give_the_same_live_sets():
 
 def test_no_pooled_ring_is_smaller_than_the_walked_live_set():
     for n, m in ((2, 2), (4, 8), (5, 7), (8, 64)):
-        for cfg in (
-            RingRule(slack=0, grad_slack=0),
-            RingRule(slack=0, policy="automodel"),
-            RingRule(),
+        for cfg, policy in (
+            (PoolConfig(slack=0, grad_slack=0), "tight"),
+            (PoolConfig(slack=0), "automodel"),
+            (PoolConfig(), "tight"),
         ):
-            model = model_memory(PipelineShape(pp=n, n_microbatches=m), Boundary.opaque(1), cfg)
-            assert all(r.pooled_sets >= r.live_sets for r in model.rows), (n, m, cfg)
+            model = model_memory(
+                PipelineShape(pp=n, n_microbatches=m), Boundary.opaque(1), cfg, policy=policy
+            )
+            assert all(r.pooled_sets >= r.live_sets for r in model.rows), (n, m, cfg, policy)
+
+
+def test_policy_sharing_and_config_are_checked_with_found_required_fix():
+    shape = PipelineShape(pp=4, n_microbatches=8)
+    for kw, what in (({"policy": "measure"}, "policy"), ({"sharing": "node"}, "sharing")):
+        with pytest.raises(MemoryModelError, match=rf"{what}: found .*required .*Fix:") as err:
+            model_memory(shape, Boundary.opaque(1), PoolConfig(), **kw)
+        assert err.value.what == what
+    with pytest.raises(MemoryModelError, match=r"config: found dict; required a pooltk.PoolConfig"):
+        model_memory(shape, Boundary.opaque(1), {"slack": 2})  # type: ignore[arg-type]
+    m = model_memory(shape, Boundary.opaque(1), PoolConfig(slack=1), policy="automodel")
+    assert (m.policy, m.sharing, m.describe()) == ("automodel", "rank", "automodel slack=1")
+    assert m.to_dict()["config"] == {
+        "slack": 1,
+        "grad_slack": 1,
+        "release": True,
+        "policy": "automodel",
+        "sharing": "rank",
+    }
 
 
 def test_gpipe_is_refused_unless_the_pool_is_asked_to_stand_down():
     shape = PipelineShape(pp=4, n_microbatches=8, schedule="GPipe")
     with pytest.raises(UnpoolableScheduleError, match=r"required '1f1b'.*Fix:.*unpoolable='stock'"):
-        model_memory(shape, Boundary.opaque(1), RingRule())
-    m = model_memory(shape, Boundary.opaque(1), RingRule(), unpoolable="stock")
+        model_memory(shape, Boundary.opaque(1), PoolConfig())
+    m = model_memory(shape, Boundary.opaque(1), PoolConfig(), unpoolable="stock")
     assert not m.pool_active
     assert _pairs(m, "pooled") == _pairs(m, "stock") == HAND_STOCK
     assert _pairs(m, "live_set") == [(0, 1), (8, 1), (8, 1), (8, 0)]

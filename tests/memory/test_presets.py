@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.memory.model import MemoryModelError, compare_configs, middle_stage
 from pooltk.studies.kimi_k3.presets import PRESETS, get_preset, published_vs_model
 
@@ -23,7 +23,7 @@ def test_the_seed_shape_has_64_microbatches_and_64_stock_sets_per_direction_on_m
 
 def test_calibrated_preset_reproduces_52_gib_stock_and_45_gib_saved_within_5_percent():
     p = get_preset(CAL)
-    assert p.config == RingRule(slack=2, policy="automodel")  # the published run's ring
+    assert (p.config, p.policy) == (PoolConfig(slack=2), "automodel")  # the published run's ring
     m = p.model()
     for stage in (3, 4):  # the two middle stages of eight
         assert m.stage_gib(stage, "stock") == pytest.approx(52, rel=0.05)
@@ -60,9 +60,9 @@ def test_tight_and_slack_zero_save_beyond_the_published_policy():
         p.shape,
         p.boundary,
         {
-            "automodel s2": RingRule(slack=2, policy="automodel"),
-            "tight s2 g1": RingRule(slack=2, grad_slack=1),
-            "tight s0 g0": RingRule(slack=0, grad_slack=0),
+            "automodel s2": (PoolConfig(slack=2), "automodel"),
+            "tight s2 g1": (PoolConfig(slack=2, grad_slack=1), "tight"),
+            "tight s0 g0": PoolConfig(slack=0, grad_slack=0),  # a PoolConfig alone: tight
         },
         stage=3,
     ).set_index("label")

@@ -11,15 +11,15 @@ from __future__ import annotations
 import pytest
 
 from pooltk.analysis.lifetimes import lifetimes, shared_slots
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.memory.model import Boundary, MemoryModelError, PipelineShape, TensorSpec, model_memory
 
 ONE = Boundary.opaque(1)
 
 
-def _interleaved(m: int, vpp: int, boundaries=ONE, config: RingRule | None = None):
+def _interleaved(m: int, vpp: int, boundaries=ONE, config: PoolConfig | None = None, **kw):
     shape = PipelineShape(pp=4, n_microbatches=m, schedule="Interleaved1F1B", stages_per_rank=vpp)
-    return model_memory(shape, boundaries, config)
+    return model_memory(shape, boundaries, config, **kw)
 
 
 @pytest.mark.parametrize(
@@ -44,7 +44,7 @@ def test_rank_live_sets_reproduce_the_published_interleaved_slot_counts(
 def test_a_rank_shared_ring_is_the_ranks_live_set_plus_slack_and_never_more_than_per_stage_rings(
     schedule,
 ):
-    config = RingRule(slack=2, grad_slack=1)
+    config = PoolConfig(slack=2, grad_slack=1)
     model = model_memory(PipelineShape(pp=4, n_microbatches=8, schedule=schedule), ONE, config)
     for g in model.rings:
         extra = config.slack if g.direction == "forward" else config.grad_slack
@@ -63,8 +63,8 @@ def test_a_rank_shared_ring_is_the_ranks_live_set_plus_slack_and_never_more_than
 
 
 def test_the_ranks_pooled_bytes_follow_the_configs_sharing():
-    rank = _interleaved(8, 2, config=RingRule(sharing="rank"))
-    stage = _interleaved(8, 2, config=RingRule(sharing="stage"))
+    rank = _interleaved(8, 2, sharing="rank")
+    stage = _interleaved(8, 2, sharing="stage")
     for r in range(4):
         assert rank.rank_bytes(r, "pooled") == rank.rank_bytes(r, "shared")
         assert stage.rank_bytes(r, "pooled") == sum(
@@ -79,7 +79,8 @@ def test_under_single_stage_schedules_a_rank_is_its_stage_for_every_variant():
     model = model_memory(
         PipelineShape(pp=4, n_microbatches=8),
         Boundary.hidden_state(rows=2, seq_len=16, hidden=32),
-        RingRule(policy="automodel"),
+        PoolConfig(),
+        policy="automodel",
     )
     for r in range(4):
         assert model.rank_stages(r) == (r,)
@@ -144,7 +145,7 @@ def test_expected_rank_bytes_are_what_a_per_rank_measurement_should_find():
     bounds = Boundary.hidden_state(rows=2, seq_len=4, hidden=8)
     for sharing in ("rank", "stage"):
         model = _interleaved(
-            8, 2, boundaries=bounds, config=RingRule(slack=0, grad_slack=0, sharing=sharing)
+            8, 2, boundaries=bounds, config=PoolConfig(slack=0, grad_slack=0), sharing=sharing
         )
         expected = model.expected_rank_bytes()
         assert sorted(expected) == [0, 1, 2, 3]
@@ -160,7 +161,7 @@ def test_expected_rank_bytes_are_what_a_per_rank_measurement_should_find():
                 == e.stock_sets * bounds.forward_bytes
             )
     # slack 0, rank sharing: the pooled sets are the rank's live set (issue #21's done-when, modelled side)
-    model = _interleaved(8, 2, boundaries=bounds, config=RingRule(slack=0, grad_slack=0))
+    model = _interleaved(8, 2, boundaries=bounds, config=PoolConfig(slack=0, grad_slack=0))
     all_shared = [r for r in range(4) if all(g.shared for g in model.rank_rings(r))]
     assert all_shared == [
         1,

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from pooltk._validate import InputError
 from pooltk.analysis.lifetimes import DIRECTIONS, live_sets, min_safe_ring, lifetimes
-from pooltk.analysis.rings import ring_from_live
-from pooltk.analysis.stage_sets import formula_live, receive_sets
-from pooltk.analysis.rings import RingRule
+from pooltk.analysis.stage_sets import formula_live, receive_sets, stock_count
+from pooltk.config import PoolConfig
 from pooltk.memory.model import Boundary, PipelineShape, automodel_ring, model_memory
-from pooltk.analysis.rings import automodel_ring_size, live_set_1f1b, ring_sizes, stock_sets
+from pooltk.parity.experiments import Harness
+from pooltk.pool.ring import live_1f1b, ring_size
 
 
 @pytest.mark.parametrize("schedule", ["1F1B", "GPipe"])
@@ -41,20 +39,25 @@ def test_the_record_is_the_walk_the_pool_plans_from():
 
 
 def test_the_pools_1f1b_arithmetic_agrees_with_the_record():
-    # analysis/rings.py still writes the 1F1B closed form itself; until it reads the record, they must agree
+    # the pool sizes a 1F1B stage from its closed form (pool/ring.py), the model from the record
     for n, m in ((4, 8), (8, 64), (3, 3)):
         for r in receive_sets("1F1B", pp=n, n_microbatches=m):
-            assert getattr(live_set_1f1b(n, r.stage, m), r.direction) == r.live == r.ring_min
-            assert getattr(stock_sets(n, r.stage, m), r.direction) == r.stock
-            cfg = RingRule(slack=2, grad_slack=1)
-            assert getattr(ring_sizes(n, r.stage, m, cfg), r.direction) == ring_from_live(
-                r.ring_min, m, r.direction, cfg
+            assert live_1f1b(n, r.stage, m, r.direction) == r.live == r.ring_min
+            assert stock_count(n, r.stage, r.direction, m) == r.stock
+            cfg = Harness(slack=2, grad_slack=1)
+            closed = cfg.ring_size(
+                live=live_1f1b(n, r.stage, m, r.direction),
+                receives=m,
+                direction=r.direction,
+                stage=r.stage,
+                num_stages=n,
             )
+            assert closed == ring_size(r.ring_min, m, r.direction, cfg.config)
 
 
 def test_every_column_of_the_model_is_read_from_the_record():
     shape = PipelineShape(pp=4, n_microbatches=8, schedule="interleaved1f1b")
-    model = model_memory(shape, Boundary.opaque(1024), RingRule(slack=1, grad_slack=0))
+    model = model_memory(shape, Boundary.opaque(1024), PoolConfig(slack=1, grad_slack=0))
     for row, rec in zip(
         model.rows, receive_sets("Interleaved1F1B", pp=4, n_microbatches=8, stages_per_rank=2)
     ):
@@ -70,27 +73,27 @@ def test_every_column_of_the_model_is_read_from_the_record():
             rec.stock_lazy,
             rec.lazy_released,
         )
-        assert row.pooled_sets == ring_from_live(rec.ring_min, 8, rec.direction, model.config)
+        assert row.pooled_sets == ring_size(rec.ring_min, 8, rec.direction, model.config)
 
 
 def test_automodels_ring_is_asked_of_one_helper():
-    cfg = RingRule(slack=2, policy="automodel")
-    model = model_memory(PipelineShape(pp=8, n_microbatches=64), Boundary.opaque(1), cfg)
+    cfg = PoolConfig(slack=2)
+    model = model_memory(
+        PipelineShape(pp=8, n_microbatches=64), Boundary.opaque(1), cfg, policy="automodel"
+    )
     for i in range(8):
-        assert automodel_ring(8, i, 64, cfg) == automodel_ring_size(8, i, 64, 2)
+        assert automodel_ring(8, i, 64, 2) == max(2, min(64, max(1, 8 - i) + 2))
         for d in DIRECTIONS:
             expect = (
                 0
                 if (d == "forward" and i == 0) or (d == "grad" and i == 7)
-                else automodel_ring(8, i, 64, cfg)
+                else automodel_ring(8, i, 64, cfg.slack)
             )
             assert model.row(i, d).automodel_sets == expect == model.row(i, d).pooled_sets
-    shortfall = model_memory(
-        PipelineShape(pp=4, n_microbatches=8),
-        Boundary.opaque(1),
-        dataclasses.replace(cfg, forward_shortfall=1),
-    )
-    assert shortfall.row(1, "forward").automodel_sets == automodel_ring(4, 1, 8, cfg) - 1
+    # a ring a set short is the harness's alone (negative controls), from the same helper
+    short = Harness(slack=2, policy="automodel", forward_shortfall=1)
+    closed = dict(receives=8, direction="forward", stage=1, num_stages=4)
+    assert short.ring_size(live=3, **closed) == automodel_ring(4, 1, 8, 2) - 1
 
 
 def test_the_closed_forms_refuse_a_multi_stage_schedule_and_say_what_to_use():

@@ -45,7 +45,6 @@ def test_the_schedule_seen_driving_the_setup_decides_over_the_install_name():
         object.__new__(ScheduleGPipe),
         install_schedule="1f1b",
         force=False,
-        rule=pooltk.PoolConfig(),
         stage=None,
     )
     assert not pool and name == "gpipe" and observed is not None
@@ -53,7 +52,6 @@ def test_the_schedule_seen_driving_the_setup_decides_over_the_install_name():
         object.__new__(Schedule1F1B),
         install_schedule="gpipe",
         force=False,
-        rule=pooltk.PoolConfig(),
         stage=None,
     )
     assert pool and name == "1f1b"
@@ -61,7 +59,7 @@ def test_the_schedule_seen_driving_the_setup_decides_over_the_install_name():
 
 def test_unseen_setups_follow_the_install_name_and_force_overrides_it():
     def pool(**kw):
-        return decide(rule=pooltk.PoolConfig(), stage=None, **kw)[0]
+        return decide(stage=None, **kw)[0]
 
     assert pool(install_schedule="1f1b", force=False) and pool(install_schedule="gpipe", force=True)
     assert not pool(install_schedule="gpipe", force=False) and not pool(
@@ -71,7 +69,7 @@ def test_unseen_setups_follow_the_install_name_and_force_overrides_it():
 
 
 def test_auto_keeps_the_closed_form_for_1f1b_and_refuses_a_custom_runtime_schedule():
-    kw = dict(install_schedule="auto", force=False, rule=pooltk.PoolConfig(), stage=None)
+    kw = dict(install_schedule="auto", force=False, stage=None)
     pool, _, _, plan, _ = _setup_as(object.__new__(Schedule1F1B), **kw)
     assert pool and plan is None
     pool, reason, _, plan, _ = _setup_as(

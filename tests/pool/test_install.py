@@ -191,7 +191,6 @@ def test_a_direction_planned_without_a_ring_gets_real_stock_buffers_not_placehol
     plan = RingPlan(
         schedule="ZBVZeroBubble",
         n_microbatches=4,
-        sizes={(1, "grad"): 0},
         min_safe={(1, "grad"): 0},
     )
     setup, _ = _setup(monkeypatch, plan=plan)

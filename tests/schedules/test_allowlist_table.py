@@ -9,7 +9,8 @@ import pytest
 pytest.importorskip("pandas")
 
 from pooltk import PoolConfig  # noqa: E402
-from pooltk.analysis.rings import automodel_ring_size, stock_sets  # noqa: E402
+from pooltk.analysis.stage_sets import stock_count  # noqa: E402
+from pooltk.memory.model import automodel_ring  # noqa: E402
 from pooltk.nb.schedules import allowlist_table  # noqa: E402
 
 
@@ -19,9 +20,9 @@ def test_seed_allowlist_pools_1f1b_only_and_pooltk_auto_sits_between_live_set_an
     )
     one = t[t.schedule == "1F1B"].set_index("stage")
     for s in range(4):
-        k = automodel_ring_size(4, s, 8, 2)
-        st = stock_sets(4, s, 8)
-        assert one.loc[s, "seed_allowlist"] == k * ((st.forward > 0) + (st.grad > 0))
+        k = automodel_ring(4, s, 8, 2)
+        receiving = sum(stock_count(4, s, d, 8) > 0 for d in ("forward", "grad"))
+        assert one.loc[s, "seed_allowlist"] == k * receiving
     others = t[t.schedule != "1F1B"]
     assert (others.seed_allowlist == others.stock).all()
     assert (t.live_peak <= t.pooltk_auto).all() and (t.pooltk_auto <= t.stock).all()
@@ -30,13 +31,13 @@ def test_seed_allowlist_pools_1f1b_only_and_pooltk_auto_sits_between_live_set_an
 
 
 def test_tight_1f1b_column_matches_the_pools_own_ring_sizes():
-    from pooltk.analysis.rings import ring_sizes
+    from pooltk.pool.ring import live_1f1b, ring_size
 
+    config = PoolConfig(slack=2, grad_slack=1)
     t = allowlist_table(["1F1B"], pp=4, n_microbatches=8, slack=2, grad_slack=1).set_index("stage")
     for s in range(4):
-        assert (
-            t.loc[s, "pooltk_auto"] == ring_sizes(4, s, 8, PoolConfig(slack=2, grad_slack=1)).total
-        )
+        total = sum(ring_size(live_1f1b(4, s, 8, d), 8, d, config) for d in ("forward", "grad"))
+        assert t.loc[s, "pooltk_auto"] == total
 
 
 def test_stock_lazy_is_the_live_set_but_all_m_forward_on_every_schedules_last_stage():

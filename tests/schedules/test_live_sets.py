@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from pooltk.analysis.rings import live_set_1f1b
 from pooltk.analysis.lifetimes import (
     DIRECTIONS,
     BufferLifetime,
@@ -22,8 +21,8 @@ from pooltk.analysis.lifetimes import (
     overwrites,
     peak_overlap,
     shared_slots,
-    tight_rings,
 )
+from pooltk.pool.ring import live_1f1b
 
 GRID_1F1B = [(n, m) for n in (2, 3, 4, 5, 8) for m in sorted({n, n + 1, 2 * n, 3 * n + 1})]
 
@@ -39,8 +38,8 @@ def test_1f1b_live_sets_are_min_m_n_minus_i_forward_and_one_grad(n: int, m: int)
     assert _row(peaks, n, "grad") == [1] * (n - 1) + [0]
     # the schedule analysis and the ring's closed form agree stage by stage
     for i in range(n):
-        closed = live_set_1f1b(n, i, m)
-        assert (peaks[(i, "forward")], peaks[(i, "grad")]) == (closed.forward, closed.grad)
+        closed = (live_1f1b(n, i, m, "forward"), live_1f1b(n, i, m, "grad"))
+        assert (peaks[(i, "forward")], peaks[(i, "grad")]) == closed
 
 
 @pytest.mark.parametrize(("n", "m"), [(2, 2), (3, 5), (4, 8), (5, 16)])
@@ -219,6 +218,8 @@ def test_live_table_is_tidy_with_stock_m_per_receiving_stage() -> None:
     assert len(table) == 8
     stock = {(r.stage, r.direction): r.stock_buffers for r in table.itertuples()}
     assert stock[(0, "forward")] == 0 and stock[(3, "grad")] == 0 and stock[(1, "forward")] == 8
+    from pooltk.memory.sweeps import tight_rings
+
     tight = tight_rings(table, slack=2, grad_slack=1)
     got = {(r.stage, r.direction): r.tight for r in tight.itertuples()}
     assert (

@@ -17,11 +17,18 @@ from pooltk.analysis.lifetimes import (
     min_safe_ring,
     shared_slots,
 )
-from pooltk.analysis.rings import ring_from_live
-from pooltk.analysis.sharing import colour, rank_rings
-from pooltk.analysis.rings import RingRule
+from functools import partial
 
-TIGHT0 = RingRule(slack=0, grad_slack=0)
+from pooltk.analysis.sharing import colour, rank_rings
+from pooltk.config import PoolConfig
+from pooltk.pool.ring import ring_size
+
+TIGHT0 = PoolConfig(slack=0, grad_slack=0)
+
+
+def _rings(prog, spans, config, **kw):
+    """The pool's rank-shared rings under ``config`` (the one slack rule sizes them)."""
+    return rank_rings(prog, spans, partial(ring_size, config=config), **kw)
 
 
 def _shapes():
@@ -58,10 +65,10 @@ def _clashes(spans, ring):
 
 
 @pytest.mark.parametrize("name,pp,vpp,m", list(_shapes()))
-@pytest.mark.parametrize("config", [TIGHT0, RingRule()], ids=["slack0", "default"])
+@pytest.mark.parametrize("config", [TIGHT0, PoolConfig()], ids=["slack0", "default"])
 def test_no_two_live_receives_of_a_rank_share_a_slot(name, pp, vpp, m, config):
     prog, spans = _analysed(name, pp, vpp, m)
-    rings = rank_rings(prog, spans, config)
+    rings = _rings(prog, spans, config)
     assert rings, "every analysed pipeline receives something"
     for ring in rings:
         assert not _clashes(spans, ring), (name, pp, vpp, m, ring.rank, ring.direction)
@@ -74,12 +81,10 @@ def test_no_two_live_receives_of_a_rank_share_a_slot(name, pp, vpp, m, config):
 @pytest.mark.parametrize("name,pp,vpp,m", list(_shapes()))
 def test_a_rank_shared_ring_never_holds_more_than_its_stages_rings(name, pp, vpp, m):
     prog, spans = _analysed(name, pp, vpp, m)
-    for config in (TIGHT0, RingRule()):
-        for ring in rank_rings(prog, spans, config):
+    for config in (TIGHT0, PoolConfig()):
+        for ring in _rings(prog, spans, config):
             per_stage = sum(
-                ring_from_live(
-                    min_safe_ring(spans, s, ring.direction, m), m, ring.direction, config
-                )
+                ring_size(min_safe_ring(spans, s, ring.direction, m), m, ring.direction, config)
                 for s in ring.stages
             )
             assert ring.size <= per_stage
@@ -89,7 +94,7 @@ def test_a_rank_shared_ring_never_holds_more_than_its_stages_rings(name, pp, vpp
 
 def test_slack_zero_rank_rings_are_the_per_rank_direction_live_sets():
     prog, spans = _analysed("Interleaved1F1B", 4, 4, 8)
-    rings = rank_rings(prog, spans, TIGHT0)
+    rings = _rings(prog, spans, TIGHT0)
     # upstream review of pytorch PR #196465: 112 per (stage, direction), 69 per (rank, direction)
     assert (
         sum(
@@ -104,11 +109,11 @@ def test_slack_zero_rank_rings_are_the_per_rank_direction_live_sets():
 
 def test_a_rank_with_one_stage_keeps_the_per_stage_ring():
     prog, spans = _analysed("1F1B", 4, 1, 8)
-    config = RingRule()
-    for ring in rank_rings(prog, spans, config):
+    config = PoolConfig()
+    for ring in _rings(prog, spans, config):
         assert not ring.shared and len(ring.stages) == 1
         (stage,) = ring.stages
-        assert ring.size == ring_from_live(
+        assert ring.size == ring_size(
             min_safe_ring(spans, stage, ring.direction, 8), 8, ring.direction, config
         )
         assert all(slot == mb % ring.size for (_, mb), slot in ring.slots.items())
@@ -116,13 +121,13 @@ def test_a_rank_with_one_stage_keeps_the_per_stage_ring():
 
 def test_boundary_keys_split_a_rank_ring():
     prog, spans = _analysed("Interleaved1F1B", 2, 2, 8)
-    one = {(r.rank, r.direction): r for r in rank_rings(prog, spans, TIGHT0)}
+    one = {(r.rank, r.direction): r for r in _rings(prog, spans, TIGHT0)}
     keys = {
         (s, d): ("wide" if s >= 2 else "narrow")
         for s in range(prog.num_stages)
         for d in ("forward", "grad")
     }
-    split = rank_rings(prog, spans, TIGHT0, groups=keys)
+    split = _rings(prog, spans, TIGHT0, groups=keys)
     assert len(split) > len(one)
     assert all(len({keys[(s, r.direction)] for s in r.stages}) == 1 for r in split)
 
@@ -130,7 +135,7 @@ def test_boundary_keys_split_a_rank_ring():
 def test_an_undersized_ring_is_coloured_with_clashes_the_guard_must_catch():
     prog, spans = _analysed("Interleaved1F1B", 2, 2, 8)
     group = [b for b in spans if b.rank == 1 and b.direction == "forward"]
-    full = rank_rings(prog, spans, TIGHT0)
+    full = _rings(prog, spans, TIGHT0)
     live = next(r.live for r in full if r.rank == 1 and r.direction == "forward")
     slots = colour(group, live - 1)
     clashes = [
@@ -146,8 +151,16 @@ def test_an_undersized_ring_is_coloured_with_clashes_the_guard_must_catch():
         colour(group, 0)
 
 
-def test_sharing_is_a_validated_config_field():
-    assert RingRule().sharing == "rank"
-    assert "sharing=stage" in RingRule(sharing="stage").describe()
-    with pytest.raises(ValueError, match="RingRule.sharing"):
-        RingRule(sharing="node")
+def test_sharing_is_a_validated_field_of_the_harness_and_the_memory_model():
+    from pooltk.memory.model import Boundary, PipelineShape, model_memory
+    from pooltk.parity.experiments import Harness
+
+    assert Harness().sharing == "rank"
+    assert "sharing=stage" in Harness(sharing="stage").describe()
+    with pytest.raises(ValueError, match="Harness.sharing"):
+        Harness(sharing="node")
+    shape = PipelineShape(pp=4, n_microbatches=8)
+    assert model_memory(shape, Boundary.opaque(1)).sharing == "rank"
+    assert "sharing=stage" in model_memory(shape, Boundary.opaque(1), sharing="stage").describe()
+    with pytest.raises(ValueError, match="sharing"):
+        model_memory(shape, Boundary.opaque(1), sharing="node")

@@ -230,7 +230,7 @@ def test_the_layer_check_refuses_an_upward_and_a_sideways_import() -> None:
     # logs and analysis are peers on one layer, so neither may import the other.
     fake = {
         "pooltk.analysis.lifetimes": [
-            Import("pooltk.analysis.lifetimes", 1, "pooltk.pool.sizing", ("ring_from_live",), False)
+            Import("pooltk.analysis.lifetimes", 1, "pooltk.pool.ring", ("ring_size",), False)
         ],
         "pooltk.logs.reader": [
             Import("pooltk.logs.reader", 2, "pooltk.analysis.lifetimes", (), True)
@@ -244,6 +244,31 @@ def test_the_layer_check_refuses_an_upward_and_a_sideways_import() -> None:
     ], bad
     assert (
         _layer_of("pooltk")[1] == "pooltk" and _layer_of("pooltk.__main__")[1] == "pooltk.__main__"
+    )
+
+
+def test_pool_config_is_the_one_config_type_and_the_ring_rule_lives_in_the_pool() -> None:
+    # Issue #41: the rule and the harness's rings were three types; now a user's PoolConfig, the
+    # pool's ring_size, and the harness's private Harness. The old names are spelled in pieces here so
+    # that a search of the tree for them finds nothing.
+    gone = ("Ring" + "Rule", "Ring" + "s(")
+    assert not (PKG / "analysis" / "rings.py").exists()
+    files = [
+        p
+        for folder in ("pooltk", "tools", "benchmarks", "notebooks")
+        for p in sorted((ROOT / folder).rglob("*"))
+        if p.suffix in (".py", ".ipynb") and ".ipynb_checkpoints" not in p.parts
+    ]
+    assert files
+    bad = [
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+        for p in files
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if any(name in line for name in gone)
+    ]
+    assert not bad, (
+        "the old config types are gone; use PoolConfig (or the harness's Harness):\n"
+        + "\n".join(bad)
     )
 
 

@@ -113,9 +113,10 @@ def _pytest(paths: list[str], tmp: Path, name: str, extra: list[str]) -> dict[st
 
 
 def _variant_facts(v: Any, boundary: int, installed: bool) -> dict[str, Any]:
-    from pooltk.parity.experiments import Rings
     from pooltk.analysis.lifetimes import DIRECTIONS
-    from pooltk.analysis.rings import ring_sizes, stock_sets
+    from pooltk.analysis.stage_sets import stock_count
+    from pooltk.parity.experiments import Harness
+    from pooltk.pool.ring import live_1f1b
 
     sets = {str(s): [v.recv[s][d]["sets"] for d in DIRECTIONS] for s in sorted(v.recv)}
     # the ring's own storages (K sets); storages copy on conflict re-homed are counted apart
@@ -124,19 +125,29 @@ def _variant_facts(v: Any, boundary: int, installed: bool) -> dict[str, Any]:
         for s in sorted(v.recv)
     }
     rehomes = {str(s): [v.recv[s][d].get("rehomes", 0) for d in DIRECTIONS] for s in sorted(v.recv)}
-    expect = None
+    expect = None  # sets per stage, [forward, grad]
     if v.pooled and installed:
-        cfg = Rings(**v.config)
-        expect = {str(s): ring_sizes(PP, s, MICROBATCHES, cfg) for s in v.recv}
+        cfg = Harness(**v.config)
+        expect = {
+            str(s): [
+                cfg.ring_size(
+                    live=live_1f1b(PP, s, MICROBATCHES, d),
+                    receives=MICROBATCHES,
+                    direction=d,
+                    stage=s,
+                    num_stages=PP,
+                )
+                for d in DIRECTIONS
+            ]
+            for s in v.recv
+        }
     elif not v.pooled:
-        expect = {str(s): stock_sets(PP, s, MICROBATCHES) for s in v.recv}
+        expect = {str(s): [stock_count(PP, s, d, MICROBATCHES) for d in DIRECTIONS] for s in v.recv}
     bytes_exact = alloc_exact = None
     if expect is not None:
-        bytes_exact = all(
-            nbytes[s] == [k.forward * boundary, k.grad * boundary] for s, k in expect.items()
-        )
+        bytes_exact = all(nbytes[s] == [k * boundary for k in ks] for s, ks in expect.items())
         alloc_exact = all(
-            v.setup_alloc_bytes[int(s)] == k.total * boundary for s, k in expect.items()
+            v.setup_alloc_bytes[int(s)] == sum(ks) * boundary for s, ks in expect.items()
         )
     return {
         "name": v.name,
@@ -191,18 +202,18 @@ def _negative(report: Any, schedule: str | None = None) -> dict[str, Any]:
 
 def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
     """Positive: every policy, both frontends, an eval/train switch; one launch, live buffers counted in the ranks."""
-    from pooltk.parity.experiments import Rings
+    from pooltk.parity.experiments import Harness
     from pooltk.analysis.lifetimes import DIRECTIONS
     from pooltk.parity import ParitySpec, default_variants
 
     live_dir = tmp / "live"
     live_dir.mkdir()
     os.environ[LIVE_DIR_ENV] = str(live_dir)
-    configs = [Rings(slack=2), Rings(slack=0, grad_slack=0), Rings(policy="automodel")]
+    configs = [Harness(slack=2), Harness(slack=0, grad_slack=0), Harness(policy="automodel")]
     variants = (
         default_variants(configs, frontends=("manual",))
-        + default_variants([Rings(slack=2)], frontends=("tracing",))
-        + default_variants([Rings(slack=1)], eval_between_steps=True)
+        + default_variants([Harness(slack=2)], frontends=("tracing",))
+        + default_variants([Harness(slack=1)], eval_between_steps=True)
     )
     spec = ParitySpec(
         pp=PP, microbatches=MICROBATCHES, steps=STEPS, timeout_s=600, variants=variants
@@ -267,11 +278,11 @@ def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
 
 def _negative_controls() -> dict[str, Any]:
     """Guard off: one launch, both controls, must diverge when pooled. Guard on: each must raise PoolOverrunError."""
-    from pooltk.parity.experiments import Rings
+    from pooltk.parity.experiments import Harness
     from pooltk.parity import ParitySpec, default_variants
 
-    short_off = Rings(slack=0, guard=False, forward_shortfall=1)
-    gpipe_off = Rings(slack=0, guard=False)
+    short_off = Harness(slack=0, guard=False, forward_shortfall=1)
+    gpipe_off = Harness(slack=0, guard=False)
     neg: dict[str, Any] = {}
     report, _ = _launch(
         ParitySpec(
@@ -286,8 +297,8 @@ def _negative_controls() -> dict[str, Any]:
     neg["guard_off_short"] = _negative(report, "1f1b")
     neg["guard_off_gpipe"] = _negative(report, "gpipe")
     for key, cfg, sched in (
-        ("guard_on_short", Rings(slack=0, forward_shortfall=1), "1F1B"),
-        ("guard_on_gpipe", Rings(slack=0), "GPipe"),
+        ("guard_on_short", Harness(slack=0, forward_shortfall=1), "1F1B"),
+        ("guard_on_gpipe", Harness(slack=0), "GPipe"),
     ):
         report, _ = _launch(
             ParitySpec(

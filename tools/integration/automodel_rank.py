@@ -166,10 +166,12 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
         "rings"
     ):  # the plan stays the user's; the install takes the harness's rings instead
         from pooltk.parity import experiments
-        from pooltk.parity.experiments import Rings
+        from pooltk.parity.experiments import Harness
 
         am_integration.enable = lambda choice: experiments.install(
-            Rings(slack=choice.config.slack, grad_slack=choice.config.grad_slack, **spec["rings"]),
+            Harness(
+                slack=choice.config.slack, grad_slack=choice.config.grad_slack, **spec["rings"]
+            ),
             schedule=choice.schedule,
         )
     if spec.get("forced"):

@@ -19,7 +19,7 @@ per stage what ``fresh_stage`` found, how many buffers were posted to receives a
 distinct storages those were (all kept alive until the run ends, so a reused storage would show).
 ``--input-hook``: every stage but the first hooks its received input's gradient
 (``ranks.hook_received_inputs``, the pattern of pytorch issue #185331).
-``--rings JSON``: the entry installs pooltk with these ``pooltk.parity.experiments.Rings`` (a ring no user
+``--rings JSON``: the entry installs pooltk with this ``pooltk.parity.experiments.Harness`` (a ring no user
 chooses, such as Automodel's single ring) through the harness seam, in place of its own config.
 """
 
@@ -114,10 +114,10 @@ def main() -> None:
 
     if rings is not None:  # [Note: the harness seam]: the same entry, the harness's rings
         from pooltk.parity import experiments
-        from pooltk.parity.experiments import Rings
+        from pooltk.parity.experiments import Harness
 
         entry.install = lambda options: experiments.install(
-            Rings(
+            Harness(
                 **{"slack": options.config.slack, "grad_slack": options.config.grad_slack, **rings}
             ),
             schedule=options.schedule,

@@ -30,7 +30,7 @@ from typing import Any
 
 from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.config import PoolConfig
-from pooltk.parity.experiments import Rings
+from pooltk.parity.experiments import Harness
 from pooltk.parity.spec import ParitySpec, Variant
 
 __all__ = [
@@ -217,7 +217,7 @@ def records_of(report: Any, *, model: str, torch_version: str, code: str) -> Ite
     by_name = {v.name: v for v in spec.variants}
     for res in report.variants:
         v = by_name[res.name]
-        cfg: Rings | None = v.config  # a Variant takes the PoolConfig of variants() as Rings
+        cfg: Harness | None = v.config  # a Variant takes the PoolConfig of variants() as a Harness
         for stage in sorted(res.recv):
             for direction in DIRECTIONS:
                 m = res.recv[stage][direction]

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from pooltk._validate import check_choice
-from pooltk.analysis.rings import RingRule
+from pooltk.config import PoolConfig
 from pooltk.memory.known_boundaries import k3_widths_preset
 from pooltk.memory.model import Boundary, MemoryModelError, PipelineShape, TensorSpec
 from pooltk.memory.source import Figure, Preset
@@ -110,7 +110,8 @@ def _hidden_preset(seq_len: int, tag: str, yaml_source: str) -> Preset:
         title=f"Kimi-K3 GB200 {tag} rows, hidden state only ({mib:g} MiB/set)",
         shape=_shape(),
         boundary=boundary,
-        config=RingRule(slack=2, policy="automodel"),
+        config=PoolConfig(slack=2),
+        policy="automodel",
         seq_len=seq_len,
         hidden=_HIDDEN,
         assumption=(
@@ -159,7 +160,8 @@ def _calibrated_preset(seq_len: int, tag: str, yaml_source: str) -> Preset:
         title=f"Kimi-K3 GB200 {tag} rows, calibrated to the published ~52 GiB ({mib:g} MiB/set)",
         shape=_shape(),
         boundary=boundary,
-        config=RingRule(slack=2, policy="automodel"),
+        config=PoolConfig(slack=2),
+        policy="automodel",
         seq_len=seq_len,
         hidden=_HIDDEN,
         assumption=assumption,
@@ -225,7 +227,7 @@ def published_vs_model(preset: Preset) -> Any:
             lambda i: model.stage_gib(i, "stock"),
         ),
         "saved_middle_stage_gib": (
-            f"saved by the ring ({preset.config.policy}, slack {preset.config.slack}) per stage (GiB)",
+            f"saved by the ring ({preset.policy}, slack {preset.config.slack}) per stage (GiB)",
             lambda i: model.saved_gib(i, "pooled"),
         ),
     }
