@@ -48,7 +48,8 @@ def _schedule(index: int, n: int, m: int, hidden: int, tokens: int, *, variant: 
     import pooltk
     from pooltk.parity import experiments
     from torch.distributed.pipelining import Schedule1F1B
-    from torch.distributed.pipelining._utils import InferenceMode
+
+    from pooltk.memory.replay.seams import set_static, skip_vote
 
     stage = _stage(index, n, hidden, tokens)
     if variant == "pooled":  # this stage object only: the stock one beside it stays stock
@@ -60,11 +61,8 @@ def _schedule(index: int, n: int, m: int, hidden: int, tokens: int, *, variant: 
     schedule = Schedule1F1B(stage, n_microbatches=m, loss_fn=lambda o, t: ((o - t) ** 2).mean())
     schedule.pooltk_stage = stage
 
-    def static(stages, *_):  # noqa: ANN001, ANN002, ANN202 - the peers' vote needs real peers: choose static
-        for st in stages:
-            st._inference_mode = InferenceMode.STATIC
-
-    schedule._warmup_p2p = static
+    set_static(stage)  # the peers' vote needs real peers: answer it "static"
+    skip_vote(schedule)
     return schedule
 
 

@@ -27,7 +27,7 @@ def host_us_per_receive(guard: bool, *, k: int = 3, m: int = 16, reps: int = 200
     """Median over 5 runs of microseconds per (post + release) on a ring of ``k`` over ``m`` microbatches."""
     import torch
 
-    from pooltk.pool.ring import DirectionRing
+    from pooltk.pool.ring import Ring
 
     class Info:
         def __init__(self, buffer):
@@ -35,8 +35,14 @@ def host_us_per_receive(guard: bool, *, k: int = 3, m: int = 16, reps: int = 200
 
     slots = [[torch.zeros(2, 8, 256)] for _ in range(k)]
     infos = {c: (Info(torch.zeros(2, 8, 256)),) for c in range(m)}
-    ring = DirectionRing(
-        stage=1, direction="forward", live=k, n_microbatches=m, slots=slots, guard=guard
+    ring = Ring(
+        stage=1,
+        direction="forward",
+        live=k,
+        n_microbatches=m,
+        sets=slots,
+        requires_grad=[False],
+        guard=guard,
     )
     ring.bind(1, infos, [0])
     runs = []

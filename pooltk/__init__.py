@@ -20,16 +20,14 @@ from typing import Any
 
 _EXPORTS: dict[str, str] = {
     "PoolConfig": "pooltk.config",
-    "PoolSetupError": "pooltk.pool.gating",
-    "PoolOverrunError": "pooltk.pool.guard",
-    "PoolReuseError": "pooltk.pool.guard",
-    "StageState": "pooltk.pool.state",
-    "stage_state": "pooltk.pool.state",
-    **{
-        name: "pooltk.pool.install"
-        for name in (
+    **dict.fromkeys(
+        ("PoolOverrunError", "PoolReuseError", "PoolSetupError", "PoolWarning"),
+        "pooltk.pool.errors",
+    ),
+    **dict.fromkeys(("StageState", "stage_state"), "pooltk.pool.stage"),
+    **dict.fromkeys(
+        (
             "InstallReport",
-            "PoolWarning",
             "install",
             "installed",
             "pool_stage",
@@ -38,8 +36,9 @@ _EXPORTS: dict[str, str] = {
             "stage_rings",
             "uninstall",
             "unpool_stage",
-        )
-    },
+        ),
+        "pooltk.pool.install",
+    ),
 }
 """Public name -> the module that defines it."""
 

@@ -32,6 +32,42 @@ MODELS = {
 PP, MICROBATCHES, STEPS, ROWS, SEQ = 4, 8, 3, 2, 4
 
 
+def _recorder(rows: list, state: dict, name: str, rank: int, direction: str) -> Any:
+    """An after-hook on a receive-ops method: one row per receive, its address and storage."""
+    import torch
+
+    def freed(key: int) -> None:
+        state["live"].pop(key, None)
+
+    def after(stage: Any, call: Any, ops: Any) -> Any:
+        for op in ops or ():
+            t = op.tensor
+            storage = t.untyped_storage()
+            addr, key = t.data_ptr(), storage._cdata
+            earlier = state["seen"].get((direction, addr))
+            new_storage = key not in state["live"]
+            if new_storage:
+                state["live"][key] = weakref.finalize(storage, freed, key)
+            rows.append(
+                {
+                    "torch": torch.__version__,
+                    "model": name,
+                    "stage": rank,
+                    "direction": direction,
+                    "step": state["step"],
+                    "microbatch": call.chunk,
+                    "address": addr,
+                    "bytes": storage.nbytes(),
+                    "new_storage": new_storage,
+                    "address_seen_this_step_for": -1 if earlier is None else earlier,
+                }
+            )
+            state["seen"][(direction, addr)] = call.chunk
+        return ops
+
+    return after
+
+
 def _module(kind: str, hidden: int, stage: int):  # noqa: ANN202
     import torch
     from torch import nn
@@ -58,6 +94,8 @@ def rank_main(rank: int, world: int, port: int, out: Path) -> None:
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
+    from pooltk.pool.torch_compat.bind import Hooks, bind
+
     torch.set_num_threads(1)
     timeout = datetime.timedelta(seconds=300)
     store = dist.TCPStore("127.0.0.1", port, world + 1, is_master=False, timeout=timeout)
@@ -66,49 +104,11 @@ def rank_main(rank: int, world: int, port: int, out: Path) -> None:
     for name, (hidden, kind) in MODELS.items():
         stage = PipelineStage(_module(kind, hidden, rank), rank, world, torch.device("cpu"))
         state = {"step": -1, "live": {}, "seen": {}}
-
-        def freed(key: int, state=state) -> None:
-            state["live"].pop(key, None)
-
-        for method, direction in (("get_fwd_recv_ops", "forward"), ("get_bwd_recv_ops", "grad")):
-            original = getattr(stage, method)
-
-            def recorded(
-                chunk: int,
-                *a: Any,
-                _orig=original,
-                _dir=direction,
-                state=state,
-                name=name,
-                **k: Any,
-            ) -> Any:
-                ops = _orig(chunk, *a, **k)
-                for op in ops or ():
-                    t = op.tensor
-                    storage = t.untyped_storage()
-                    addr, key = t.data_ptr(), storage._cdata
-                    earlier = state["seen"].get((_dir, addr))
-                    new_storage = key not in state["live"]
-                    if new_storage:
-                        state["live"][key] = weakref.finalize(storage, freed, key)
-                    rows.append(
-                        {
-                            "torch": torch.__version__,
-                            "model": name,
-                            "stage": rank,
-                            "direction": _dir,
-                            "step": state["step"],
-                            "microbatch": chunk,
-                            "address": addr,
-                            "bytes": storage.nbytes(),
-                            "new_storage": new_storage,
-                            "address_seen_this_step_for": -1 if earlier is None else earlier,
-                        }
-                    )
-                    state["seen"][(_dir, addr)] = chunk
-                return ops
-
-            stage.__dict__[method] = recorded
+        hooks = {
+            method: Hooks(after=_recorder(rows, state, name, rank, direction))
+            for method, direction in (("get_fwd_recv_ops", "forward"), ("get_bwd_recv_ops", "grad"))
+        }
+        bind(stage, hooks, tag="address-reuse")
         schedule = Schedule1F1B(
             stage,
             n_microbatches=MICROBATCHES,

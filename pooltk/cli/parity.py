@@ -18,7 +18,7 @@ __all__ = ["register", "run", "spec_from_args"]
 
 
 def run(args: argparse.Namespace) -> int:
-    from pooltk.pool.guard import PoolOverrunError
+    from pooltk.pool.errors import PoolOverrunError
     from pooltk.parity import ParityRankError, ParityTimeoutError, format_report
     from pooltk.parity.summary import run_three_way
 

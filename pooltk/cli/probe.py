@@ -11,7 +11,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pooltk.pool.adapters import detect
+    from pooltk.pool.torch_compat.layouts import detect
     from pooltk.pool.install import probe
 
     report = probe()
@@ -30,10 +30,9 @@ def run(args: argparse.Namespace) -> int:
             "release": "the last-stage release alone (torch already allocates each buffer per receive)",
         }
         print(f"pooltk installs  {what.get(report.mode, report.mode)}")
-        if report.rings:
-            print(
-                f"buffers made     {'only K sets (lazy during setup)' if report.alloc_free else 'all M, then K kept'}"
-            )
+        if "rings" in report.mode:
+            made = "only K sets (lazy during setup)" if report.alloc_free else "all M, then K kept"
+            print(f"buffers made     {made}")
         else:
             print("buffers made     by torch, one per receive, dropped when consumed")
     print(f"why              {report.reason}")

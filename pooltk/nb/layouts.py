@@ -79,7 +79,7 @@ ROLES: tuple[str, ...] = (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Family:
-    """A torch layout family as pooltk's adapters know it."""
+    """A torch layout family as pooltk.pool.torch_compat knows it."""
 
     name: str
     """The adapter's layout name (``Layout.name``)."""
@@ -94,7 +94,7 @@ class Family:
     stage0: Marker | str
     """What stands for stage 0's inputs (the fourth role): a marker, or the form of ``_RecvInfo``."""
     told_apart_by: str
-    """The features detection checks (``pooltk.pool.adapters.<family>.detect``)."""
+    """The features detection checks (``pooltk.pool.torch_compat.layouts.detect``)."""
     note: str = ""
     """What else is known of the family's releases (see [Note: the PR's 2.12 line])."""
 

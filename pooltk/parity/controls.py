@@ -19,7 +19,7 @@ from pooltk.parity.experiments import Harness
 from pooltk.parity.launch import ParityRankError, ParityReport, ParityTimeoutError, run_parity
 from pooltk.parity.spec import ParitySpec, default_variants, with_fresh
 from pooltk.parity.summary import Judgement, judge, names_pooltk
-from pooltk.pool.guard import PoolOverrunError
+from pooltk.pool.errors import PoolOverrunError
 
 __all__ = [
     "CONTROLS",

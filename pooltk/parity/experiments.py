@@ -7,7 +7,7 @@ user should build: without the guard (negative controls), a set short of the liv
 the live set a run really has, Automodel's single ring for A/B, one ring per stage where a rank would
 share. :class:`Harness` says which, and sizes them (:meth:`Harness.ring_size`); :func:`install` and
 :func:`pool_stage` hand it to the pool through ``pooltk.pool.install._install`` / ``_pool_stage``, the
-one place the pool takes it (``InstallReport.experiment``: the pool reads ``guard``, ``sharing``,
+one place the pool takes it (the private install's ``harness``: the pool reads ``guard``, ``sharing``,
 ``policy`` and ``ring_size``, nothing else). A :class:`Harness` a user's config builds exactly
 (:attr:`Harness.users`) is installed as that plain ``PoolConfig`` (no experiment at all).
 """

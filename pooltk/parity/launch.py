@@ -260,7 +260,7 @@ def _root_cause(errors: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _overrun_from(err: dict[str, Any]) -> BaseException:
     """The PoolOverrunError a rank raised, rebuilt from its fields with the rank filled in."""
-    from pooltk.pool.guard import PoolOverrunError
+    from pooltk.pool.errors import PoolOverrunError
 
     return PoolOverrunError.from_dict({**err["overrun"], "rank": err["rank"]})
 

@@ -18,6 +18,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from pooltk.memory.replay.seams import set_static, skip_vote
+
 __all__ = ["fake_group", "run_steps", "static_schedule", "static_stage"]
 
 
@@ -84,16 +86,8 @@ def static_schedule(
     schedule = (schedule_class or Schedule1F1B)(
         stage, n_microbatches=n_microbatches, loss_fn=loss_fn
     )
-    try:
-        from torch.distributed.pipelining._utils import InferenceMode
-    except ImportError:  # torch before the warm-up vote: given shapes are static already
-        return schedule
-
-    def vote(stages: list, *_: Any) -> None:
-        for st in stages:
-            st._inference_mode = InferenceMode.STATIC
-
-    schedule._warmup_p2p = vote
+    set_static(stage)  # the peers' vote needs real peers: answer it "static" here
+    skip_vote(schedule)
     return schedule
 
 

@@ -1,9 +1,9 @@
 """Receive storages counted outside the pool: what each receive op of a stage lands in, by weak reference.
 
 [Note: counting receive storages]
-The proof that a pool saves memory must not ask the pool. :class:`RecvCounter` wraps a stage
-*object*'s ``get_fwd_recv_ops`` / ``get_bwd_recv_ops`` (instance attributes over whatever the class
-has, pooltk's wrappers included) and looks at the ``P2POp`` objects torch builds: for every receive
+The proof that a pool saves memory must not ask the pool. :class:`RecvCounter` binds after-hooks
+on a stage *object*'s ``get_fwd_recv_ops`` / ``get_bwd_recv_ops`` (over whatever the class has,
+pooltk's wrappers included; pooltk.pool.torch_compat.bind) and looks at the ``P2POp`` objects torch builds: for every receive
 op, the untyped storage of its tensor. A storage is *live* from the first receive into it until it
 is freed, seen by ``weakref.finalize`` on the storage (torch keeps a storage's Python object for as
 long as the storage lives, so the finalizer runs exactly when the last holder lets go). Per
@@ -18,10 +18,11 @@ many as are alive.
 
 from __future__ import annotations
 
-import functools
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
+
+from pooltk.pool.torch_compat.bind import Hooks, bind
 
 __all__ = ["DirectionCount", "RecvCounter"]
 
@@ -78,28 +79,27 @@ class RecvCounter:
     _live: dict[int, list] = field(default_factory=dict)
     """storage ``_cdata`` -> [direction, finalizer, step it was last received into] for storages alive now."""
     _step: int = 0
+    _bindings: list = field(default_factory=list)
 
     def watch(self, stage: Any) -> None:
-        """Count every receive ``stage`` posts from now on."""
-        for direction, name in _METHODS.items():
-            original = getattr(stage, name)
+        """Count every receive ``stage`` posts from now on (until :meth:`close`)."""
+        hooks = {name: Hooks(after=self._counting(d)) for d, name in _METHODS.items()}
+        self._bindings.append(bind(stage, hooks, tag=f"pooltk-recv-counter-{id(self)}"))
 
-            @functools.wraps(original)
-            def counted(*args: Any, _orig=original, _dir=direction, **kwargs: Any) -> Any:
-                ops = _orig(*args, **kwargs)
-                n = 0
-                for op in ops or ():
-                    tensor = getattr(op, "tensor", None)
-                    if tensor is not None and "recv" in getattr(
-                        getattr(op, "op", None), "__name__", ""
-                    ):
-                        self._saw(_dir, tensor)
-                        n += 1
-                c = self.counts[_dir]
-                c.tensors = max(c.tensors, n)
-                return ops
+    def _counting(self, direction: str) -> Any:
+        def after(stage: Any, call: Any, ops: Any) -> Any:
+            n = 0
+            for op in ops or ():
+                tensor = getattr(op, "tensor", None)
+                if tensor is not None and "recv" in getattr(
+                    getattr(op, "op", None), "__name__", ""
+                ):
+                    self._saw(direction, tensor)
+                    n += 1
+            self.counts[direction].tensors = max(self.counts[direction].tensors, n)
+            return ops
 
-            stage.__dict__[name] = counted
+        return after
 
     def start_step(self) -> None:
         """A new step: the per-step peak starts from what is alive now."""
@@ -138,7 +138,10 @@ class RecvCounter:
         c._live_bytes -= nbytes
 
     def close(self) -> None:
-        """Stop the finalizers (the counts stay as they are)."""
+        """Stop counting: unbind from every stage, stop the finalizers (the counts stay)."""
+        for binding in reversed(self._bindings):
+            binding.undo()
+        self._bindings.clear()
         for _, fin, _ in self._live.values():
             fin.detach()
         self._live.clear()

@@ -38,7 +38,7 @@ from typing import Any
 from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.analysis.programs import CATALOG
 from pooltk.parity.experiments import Harness
-from pooltk.pool.guard import PoolOverrunError
+from pooltk.pool.errors import PoolOverrunError
 from pooltk.parity.launch import ParityRankError, ParityTimeoutError, run_parity
 from pooltk.parity.spec import ParitySpec, Variant
 

@@ -8,6 +8,8 @@ stage), per-step parameter sums, step times, and the receive-buffer bytes its st
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import resource
@@ -24,8 +26,9 @@ from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.parity import experiments
 from pooltk.parity.models import FuzzStage, ToyModel, fuzz_loss, make_batch, make_stage_module
 from pooltk.parity.spec import ParitySpec, Variant
-from pooltk.pool.adapters.stage_api import RECV_INFO_ATTRS
-from pooltk.pool.guard import PoolOverrunError
+from pooltk.pool.torch_compat.placeholders import MakerCount
+from pooltk.pool.torch_compat.stage_api import RECV_INFO_ATTRS
+from pooltk.pool.errors import PoolOverrunError
 
 __all__ = ["max_hooks", "measure_recv_storage", "run_in_group", "spawn_entry"]
 
@@ -66,36 +69,6 @@ def measure_rank_recv_storage(stages: list[Any]) -> dict[str, dict[str, int]]:
             "sets": len(seen) // per_chunk if per_chunk else 0,
         }
     return out
-
-
-class _AllocationCounter:
-    """Counts real (non-meta) tensors torch's stage module makes from metadata."""
-
-    def __init__(self) -> None:
-        from torch.distributed.pipelining import stage as stage_mod
-
-        self.mod, self.orig = stage_mod, getattr(stage_mod, "_make_tensor_from_meta", None)
-        self.bytes = 0
-        self.count = 0
-
-    def __enter__(self) -> "_AllocationCounter":
-        if self.orig is None:
-            return self
-        orig = self.orig
-
-        def counting(meta: Any, device: Any) -> torch.Tensor:
-            t = orig(meta, device)
-            if not t.is_meta:
-                self.bytes += t.untyped_storage().nbytes()
-                self.count += 1
-            return t
-
-        self.mod._make_tensor_from_meta = counting
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.orig is not None:
-            self.mod._make_tensor_from_meta = self.orig
 
 
 def stage_indices(pp: int, stages_per_rank: int, schedule: str, rank: int) -> list[int]:
@@ -194,7 +167,7 @@ def _run_variant(
     if variant.pooled and variant.scope == "process":
         report = experiments.install(variant.config, schedule=sched_name, force=variant.force)
     try:
-        counter = _AllocationCounter()
+        counter = MakerCount()  # what torch makes from metadata at setup (no patching)
         stages = _build_stages(spec, variant, rank, world, device)
         if variant.pooled and variant.scope == "stage":
             for st in stages:
@@ -245,7 +218,7 @@ def _run_variant(
             args = (x,) if has_first else ()
             kwargs: dict[str, Any] = {"target": y, "losses": losses} if has_last else {}
             t0 = time.perf_counter()
-            with counter if step == 0 else _nullctx():
+            with counter if step == 0 else contextlib.nullcontext():
                 out = (schedule.eval if variant.eval_only else schedule.step)(*args, **kwargs)
             if has_last:
                 digests.append(_digest(out))
@@ -405,14 +378,6 @@ def _distinct_rings(stages: list[Any]) -> dict[str, list[Any]]:
         for d, ring in pooltk.stage_rings(st).items():
             out.setdefault(d, {})[id(ring)] = ring
     return {d: list(rings.values()) for d, rings in out.items()}
-
-
-class _nullctx:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _compare(records: list[dict[str, Any]], variants: tuple[Variant, ...]) -> None:

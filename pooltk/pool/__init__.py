@@ -1,8 +1,8 @@
-"""The pool: torch, the standard library and pooltk's pure arithmetic (``config``, ``analysis``) only.
+"""The pool: torch, the standard library, ``pooltk.config`` and the schedule catalog only.
 
-Reading order, following one install: :mod:`~pooltk.pool.install` (the public surface),
-:mod:`~pooltk.pool.adapters` (where this torch makes receive buffers), :mod:`~pooltk.pool._patch` (the
-wrappers; ``_build`` makes a ring), :mod:`~pooltk.pool.gating` (may this stage be pooled),
-:mod:`~pooltk.pool.ring` (K sets, slots, ownership, copy on conflict), :mod:`~pooltk.pool.guard` (the loud
-errors), then :mod:`~pooltk.pool.release` and :mod:`~pooltk.pool.handoff`. This package re-exports nothing.
+Reading order: ``ring`` (K sets, the invariant, a slot's ownership), ``holders`` (copy on
+conflict), ``stage`` (what each torch stage method does under the pool), ``gating`` (may a stage
+be pooled), ``release`` and ``handoff``, ``install`` (the public surface and the report),
+``events`` and ``errors``; ``torch_compat`` is the only home of torch's names. This package
+re-exports nothing (``pooltk`` itself does).
 """

@@ -1,13 +1,13 @@
 """What the pool decided, as report entries and as lines in the training log.
 
 [Note: pool log lines]
-Every decision and per-stage outcome goes into ``InstallReport.events`` (:class:`PoolEvent`) and to the
-``pooltk`` logger, so ``pooltk logs`` reads it back from the training log. Rank 0 (or a single
-process) logs every level; in a group of more than one rank the others log all but INFO, naming
-themselves: ``pooltk: [rank R] stage 3 forward slot 0 re-homed ...``. The stages that re-home or save
-nothing mostly run on ranks other than 0; INFO would repeat rank 0's decisions once per rank; DEBUG
-is shown only to whoever turns it on. :data:`LINES` is every
-line's form; ``installed``, ``not installed``, ``pooled`` and ``kept stock`` are a contract with
+Every decision and per-stage outcome goes into ``InstallReport.events`` (:class:`PoolEvent`) and
+to the ``pooltk`` logger, so ``pooltk logs`` reads it back from the training log. Rank 0 (or a
+single process) logs every level; in a group of more than one rank the others log all but INFO,
+naming themselves: ``pooltk: [rank R] stage 3 forward slot 0 re-homed ...``. The stages that
+re-home or save nothing mostly run on ranks other than 0; INFO would repeat rank 0's decisions
+once per rank; DEBUG is shown only to whoever turns it on. :data:`LINES` is every line's form;
+``installed``, ``not installed``, ``pooled`` and ``kept stock`` are a contract with
 ``pooltk/logs/runs.py``. A ring's first ``re-homed`` line is a WARNING, later ones DEBUG.
 """
 
@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
-__all__ = ["LINES", "LOGGER", "PoolEvent", "emit", "event", "say"]
 
 LOGGER = logging.getLogger("pooltk")
 _INFO, _WARN = logging.INFO, logging.WARNING
@@ -33,7 +31,8 @@ LINES: dict[str, tuple[int, str]] = {
     "not-installed": (_WARN, "not installed (reason={reason})"),
     "pooled": (
         _INFO,
-        "stage {stage} pooled (fwd ring {forward}/{n_microbatches}, grad ring {grad}/{n_microbatches})",
+        "stage {stage} pooled (fwd ring {forward}/{n_microbatches}, grad ring "
+        "{grad}/{n_microbatches})",
     ),
     "kept-stock": (_WARN, "stage {stage} kept stock (reason={reason})"),
     "unpooled": (_INFO, "stage {stage} unpooled (reason={reason})"),
@@ -49,35 +48,41 @@ LINES: dict[str, tuple[int, str]] = {
     ),
     "released": (
         _INFO,
-        "stage {stage} releases kept graphs (layout={layout}: after each microbatch's backward the "
-        "schedule's kept loss and output stay as values without their graph, so the received input is "
-        "not held until the step ends)",
+        "stage {stage} releases kept graphs (layout={layout}: after each microbatch's backward "
+        "the schedule's kept loss and output stay as values without their graph, so the "
+        "received input is not held until the step ends)",
     ),
     "kept-graph": (_WARN, "stage {stage} kept graph (reason={reason})"),
     "re-homed": (
         _WARN,
-        "stage {stage} {direction} slot {slot} re-homed ({bytes} bytes): {holders} {holder} outside "
-        "the pool still hold it when microbatch {incoming} posts its receive; the holders keep the old "
-        "storage, the tensor gets a fresh one (copy on conflict); later re-homes of this ring are "
-        "logged at DEBUG and counted",
+        "stage {stage} {direction} slot {slot} re-homed ({bytes} bytes): {holders} {holder} "
+        "outside the pool still hold it when microbatch {incoming} posts its receive; the holders "
+        "keep the old storage, the tensor gets a fresh one (copy on conflict); later re-homes of "
+        "this ring are logged at DEBUG and counted",
     ),
     "no-saving": (
         _WARN,
-        "stage {stage} {direction} ring saved nothing (held {held} sets at once, stock holds {stock}; "
-        "ring {ring}, {rehomes} re-homes this step: {holder} kept received tensors). Fix: {fix}.",
+        "stage {stage} {direction} ring saved nothing (held {held} sets at once, stock holds "
+        "{stock}; ring {ring}, {rehomes} re-homes this step: {holder} kept received tensors). "
+        "Fix: {fix}.",
     ),
 }
 """kind -> (level, the line after ``pooltk: ``)."""
 
 _HOLDER = {
-    "views": "view(s) or tensor(s) sharing its storage (an output that is a view of it, a send in flight)",
-    "python": "Python reference(s) to the received tensor (a hook, a list, an output kept past its backward)",
-    "c++": "C++ reference(s) to the received tensor (a DLPack export, a saved tensor of a graph still alive)",
+    "views": "view(s) or tensor(s) sharing its storage (an output that is a view of it, a send "
+    "in flight)",
+    "python": "Python reference(s) to the received tensor (a hook, a list, an output kept past "
+    "its backward)",
+    "c++": "C++ reference(s) to the received tensor (a DLPack export, a saved tensor of a graph "
+    "still alive)",
 }
 _FIX = {
-    "views": "return or keep a copy (x.clone()) rather than a view of the received tensor; a forward-only step "
-    "keeps every send until the step ends, so a tensor passed on unchanged stays held there",
-    "python": "drop references to the received tensor once its microbatch is done (keep x.detach().clone())",
+    "views": "return or keep a copy (x.clone()) rather than a view of the received tensor; a "
+    "forward-only step keeps every send until the step ends, so a tensor passed on unchanged stays "
+    "held there",
+    "python": "drop references to the received tensor once its microbatch is done (keep "
+    "x.detach().clone())",
     "c++": "let go of DLPack exports and graphs of earlier microbatches (keep x.detach().clone())",
 }
 
@@ -149,11 +154,10 @@ def emit(sink: list | None, ev: PoolEvent) -> PoolEvent:
 
 
 def say(state: Any, key: tuple, kind: str, *, again: bool = False, **fields: Any) -> None:
-    """Emit ``kind`` for the stage whose pool state is ``state``, once per ``key`` (``again``: later ones at DEBUG)."""
+    """Emit ``kind`` for the stage whose pool state is ``state``, once per ``key`` (``again``:
+    later ones too, at DEBUG)."""
     first = key not in state.said
     if first or again:
         state.said.add(key)
-        emit(
-            state.report.events if state.report is not None else None,
-            event(kind, quiet=not first, **fields),
-        )
+        sink = state.install.events if state.install is not None else None
+        emit(sink, event(kind, quiet=not first, **fields))

@@ -1,42 +1,50 @@
-"""Which stages may be pooled: the allowlist, the schedule observed driving a setup, and the refusals.
+"""May this stage be pooled: the allowlist, the schedule seen driving a setup, and the refusals.
 
 [Note: gating]
 A ring is safe only when it covers the schedule's live set, proven in closed form for torch's
-``Schedule1F1B`` alone ([Note: ring sizes]): the allowlist is ``1f1b`` (name or the class itself).
-``schedule="auto"`` also pools any schedule pooltk can analyse, with rings from its action order ([Note:
-auto rings]). The schedule seen setting a stage up (on the call stack) decides over the install's default.
+``Schedule1F1B`` alone ([Note: ring sizes]): the allowlist is ``1f1b`` (its name, or the class
+itself). ``schedule="auto"`` also pools any schedule pooltk can analyse, with live sets from its
+own action order ([Note: auto rings]). The schedule seen setting a stage up (on the call stack)
+decides over the install's default.
 
 [Note: refusals]
-The pool sees a microbatch's buffer only through the stage methods it wraps, so a stage stays stock,
-with the reason, when something bypasses them: a custom function registered for a compute action (F,
-B, I, W, OVERLAP_F_B), or a stage class outside torch overriding a wrapped or buffer-reading method.
-Checked at every setup.
+The pool sees a microbatch's buffer only through the stage methods it wraps, so a stage stays
+stock, with the reason, when something bypasses them: a custom function registered for a compute
+action (F, B, I, W, OVERLAP_F_B), or a stage class outside torch overriding a wrapped or
+buffer-reading method. Checked at every setup.
 """
 
 from __future__ import annotations
 
 import sys
+import weakref
+from dataclasses import dataclass
+from typing import Any
 
 from pooltk.analysis.catalog import ALLOWLIST, ScheduleAnalysisError, schedule_key
-from pooltk.pool.adapters.stage_api import GUARDED_STAGE_METHODS
-
-__all__ = ["AUTO", "PoolSetupError", "decide", "observe_schedule", "refusal", "schedule_allowed"]
+from pooltk.pool.errors import PoolSetupError
+from pooltk.pool.torch_compat.stage_api import GUARDED_STAGE_METHODS
 
 AUTO = "auto"
+_COMPUTE_ACTIONS = frozenset({"F", "B", "I", "W", "OVERLAP_F_B"})
 
 
-class PoolSetupError(RuntimeError):
-    """pooltk failed inside a layout it recognises (never a silent fallback); ``stage``, ``direction``, ``cause``."""
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The gate's answer for one stage at one setup."""
 
-    def __init__(
-        self, *, stage: int | None, direction: str | None, cause: BaseException, what: str
-    ) -> None:
-        self.stage, self.direction, self.cause = stage, direction, cause
-        where = f"stage {stage}" + (f" {direction}" if direction else "")
-        super().__init__(
-            f"pooltk: {what} failed for {where}: found {type(cause).__name__}: {cause}.\n"
-            "Fix: report it with the traceback; to train now, run without pooltk.install()."
-        )
+    pooled: bool
+    reason: str
+    schedule: str | None
+    """The schedule that decided (seen driving the setup, or given at install)."""
+    plan: Any = None
+    """Under ``schedule="auto"``: the :class:`~pooltk.analysis.plans.RingPlan` of its live sets."""
+    observed: weakref.ref | None = None
+    """The schedule object seen driving the setup, by weak reference (a stage must not keep it)."""
+
+    def schedule_object(self) -> Any:
+        """The schedule object seen driving the setup, while it lives; None otherwise."""
+        return self.observed() if self.observed is not None else None
 
 
 def schedule_allowed(schedule: str | type | object | None) -> bool:
@@ -64,9 +72,6 @@ def observe_schedule(max_depth: int = 24) -> object | None:
     return None
 
 
-_COMPUTE_ACTIONS = frozenset({"F", "B", "I", "W", "OVERLAP_F_B"})
-
-
 def refusal(stage: object | None, schedule: object | None) -> str | None:
     """Why ``stage`` (driven by ``schedule``) must stay stock, or None. See [Note: refusals]."""
     custom = getattr(schedule, "_comp_type_to_function_map", None) or {}
@@ -75,83 +80,74 @@ def refusal(stage: object | None, schedule: object | None) -> str | None:
     )
     if kinds:
         return (
-            f"found custom functions for {', '.join(kinds)} on {type(schedule).__name__}, which can compute "
-            "without the stage methods the guard watches; fix: register them only for "
-            "UNSHARD/RESHARD/REDUCE_GRAD, or run this schedule unpooled"
+            f"found custom functions for {', '.join(kinds)} on {type(schedule).__name__}, which "
+            "can compute without the stage methods the guard watches; fix: register them only "
+            "for UNSHARD/RESHARD/REDUCE_GRAD, or run this schedule unpooled"
         )
     for klass in type(stage).__mro__ if stage is not None else ():
         if klass.__module__.startswith("torch."):
             break
-        overridden = [m for m in GUARDED_STAGE_METHODS if m in klass.__dict__]
+        overridden = [m for m in GUARDED_STAGE_METHODS if m in vars(klass)]
         if overridden:
             return (
-                f"found {klass.__qualname__} overriding {', '.join(overridden)}, which would run instead of the "
-                "guarded wrapper; fix: wrap the module instead of overriding these, or run it unpooled"
+                f"found {klass.__qualname__} overriding {', '.join(overridden)}, which would run "
+                "instead of the guarded wrapper; fix: wrap the module instead of overriding "
+                "these, or run it unpooled"
             )
     return None
 
 
-def decide(*, install_schedule: str | None, force: bool, stage: object | None) -> tuple:
-    """For the stage being set up now: ``(pool, reason, schedule name, plan or None, observed schedule)``."""
-    observed = observe_schedule()
-    name = schedule_key(observed if observed is not None else install_schedule)
-    how = "observed" if observed is not None else "given at install"
-    refused = refusal(stage, observed)
-    if refused is not None:
-        return False, refused, name, None, observed
-    if schedule_allowed(observed if observed is not None else install_schedule):
-        return True, f"schedule {name!r} ({how}) is allowlisted", name, None, observed
-    if schedule_key(install_schedule) == AUTO and observed is not None:
-        from pooltk.analysis.plans import plan_rings
+def decide_lazy(stage: object) -> Decision:
+    """The lazy layout (torch 2.15) pools by the release alone; no call-stack look at compute time
+    (it would pin a running frame's locals)."""
+    refused = refusal(stage, None)
+    return Decision(refused is None, refused or "the lazy layout: the release alone", None)
 
-        cache = observed.__dict__.setdefault("_pooltk_plans", {})
-        key = bool(getattr(observed, "_has_backward", True))
-        try:
-            if key not in cache:
-                cache[key] = plan_rings(observed)
-        except ScheduleAnalysisError as exc:
-            return (
-                False,
-                f"schedule {name!r} (observed) cannot be analysed: {exc}",
-                name,
-                None,
-                observed,
-            )
-        except (
-            Exception
-        ) as exc:  # a bug inside a recognised layout: loud, never a silent stock fallback
-            raise PoolSetupError(
-                stage=None, direction=None, cause=exc, what=f"ring planning for {name!r}"
-            ) from exc
-        return (
-            True,
-            f"schedule {name!r} (observed) analysed from its action order",
-            name,
-            cache[key],
-            observed,
-        )
+
+def decide(*, install_schedule: str | None, force: bool, stage: object | None) -> Decision:
+    """The gate's answer for the stage being set up now ([Note: gating], [Note: refusals])."""
+    seen = observe_schedule()
+    observed = weakref.ref(seen) if seen is not None else None
+    name = schedule_key(seen if seen is not None else install_schedule)
+    how = "observed" if seen is not None else "given at install"
+    refused = refusal(stage, seen)
+    if refused is not None:
+        return Decision(False, refused, name, observed=observed)
+    if schedule_allowed(seen if seen is not None else install_schedule):
+        return Decision(True, f"schedule {name!r} ({how}) is allowlisted", name, observed=observed)
     if schedule_key(install_schedule) == AUTO:
-        return (
-            False,
-            "found no schedule on the call stack at setup, which schedule='auto' needs; fix: let the "
-            "schedule set the stage up (its first step), or install with schedule='1f1b'",
-            name,
-            None,
-            None,
-        )
+        return _decide_auto(name, seen)
     if force:
-        return (
-            True,
-            f"schedule {name!r} ({how}) is not allowlisted; pooled because force=True",
-            name,
-            None,
-            observed,
-        )
-    return (
-        False,
-        f"found schedule {name!r} ({how}) with no proven in-flight bound (allowlist {sorted(ALLOWLIST)}); "
-        "fix: install(schedule='auto') to pool schedules pooltk can analyse",
-        name,
-        None,
-        observed,
+        reason = f"schedule {name!r} ({how}) is not allowlisted; pooled because force=True"
+        return Decision(True, reason, name, observed=observed)
+    reason = (
+        f"found schedule {name!r} ({how}) with no proven in-flight bound (allowlist "
+        f"{sorted(ALLOWLIST)}); fix: install(schedule='auto') to pool schedules pooltk can analyse"
     )
+    return Decision(False, reason, name, observed=observed)
+
+
+def _decide_auto(name: str | None, seen: object | None) -> Decision:
+    """``schedule="auto"``: pool what can be analysed, with its plan (cached on the schedule)."""
+    if seen is None:
+        reason = (
+            "found no schedule on the call stack at setup, which schedule='auto' needs; fix: let "
+            "the schedule set the stage up (its first step), or install with schedule='1f1b'"
+        )
+        return Decision(False, reason, name)
+    from pooltk.analysis.plans import plan_rings
+
+    plans = vars(seen).setdefault("_pooltk_plans", {})
+    training = bool(getattr(seen, "_has_backward", True))
+    observed = weakref.ref(seen)
+    try:
+        if training not in plans:
+            plans[training] = plan_rings(seen)
+    except ScheduleAnalysisError as exc:
+        reason = f"schedule {name!r} (observed) cannot be analysed: {exc}"
+        return Decision(False, reason, name, observed=observed)
+    except Exception as exc:  # a bug inside a recognised layout: loud, never a silent fallback
+        what = f"ring planning for {name!r}"
+        raise PoolSetupError(stage=None, direction=None, cause=exc, what=what) from exc
+    reason = f"schedule {name!r} (observed) analysed from its action order"
+    return Decision(True, reason, name, plan=plans[training], observed=observed)

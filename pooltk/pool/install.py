@@ -1,129 +1,169 @@
-"""The pool's public surface: install, uninstall, pooled, pool_stage, probe (the wrappers are _patch.py's).
+"""The pool's public surface: install, uninstall, pooled, pool_stage, probe, and the report.
 
 [Note: what install does]
-``install()`` detects the layout (by feature) and replaces, on the classes that define them, only the stage
-methods the adapters name: the setups that make receive buffers (rebuilt onto rings) and the runtime methods
-that post receives, send, compute and reset; on the lazy layout only compute and reset (the release).
-``uninstall()`` puts torch's own objects back and gives live pooled stages stock buffers; ``pool_stage``
-binds the same wrappers on one stage object. One install per process: after ``importlib.reload`` restart
-the interpreter.
+``install()`` finds this torch's layout by feature and binds the pool's hooks
+(pooltk/pool/stage.py) on the classes that define them: the setups that make receive buffers,
+and the runtime methods that post receives, send, compute and reset; on the lazy layout only
+compute and reset (the release). Nothing else of torch changes. ``uninstall()`` undoes the
+bindings (torch's own objects back) and gives live pooled stages stock buffers; ``pool_stage``
+binds the same hooks on one stage object. One install per process.
 
 [Note: fail-open only for unknown layouts]
-pooltk stands down (``installed=False``, one warning, nothing changed) only on a layout or runtime signature
-it does not recognise. Inside a recognised layout an error raises ``PoolSetupError``; a deliberate refusal
-keeps a stage stock and says why ([Note: refusals]).
+pooltk stands down (``installed=False``, one :class:`PoolWarning`, nothing changed) only on a
+layout or runtime signature it does not recognise. Inside a recognised layout an error raises
+``PoolSetupError``; a deliberate refusal keeps a stage stock and says why ([Note: refusals]).
 
 [Note: stream ordering]
-On GPUs a slot is re-posted only after its previous user's last read was queued, and torch's NCCL group
-makes the receive's stream wait on the current stream, so kernels queued earlier read it first (a forward
-send the ring does not count finished earlier still: [Note: finished sends]). What breaks this: kernels on a
-side stream reading a received tensor; make the current stream wait on side streams before the stage returns.
+On GPUs a slot is re-posted only after its previous user's last read was queued, and torch's NCCL
+group makes the receive's stream wait on the current stream, so kernels queued earlier read it
+first. What breaks this: kernels on a side stream reading a received tensor; make the current
+stream wait on side streams before the stage returns.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
-from typing import Any, Callable, Iterator
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
 
 from pooltk.analysis.catalog import schedule_key
 from pooltk.config import PoolConfig
 from pooltk.pool import events
-from pooltk.pool._patch import give_back_stock_buffers, kept_stock, runtime_wrappers, setup_wrapper
-from pooltk.pool.adapters import Layout, detect
-from pooltk.pool.adapters.stage_api import (
-    HANDOFF_METHODS,
-    HOT_METHODS,
-    OPTIONAL_HOT_METHODS,
-    SEND_METHODS,
-    defining_class,
-    originals_of,
-    signature_problems,
-    stage_base,
+from pooltk.pool.errors import (
+    CONFIG_AND_FIELDS,
+    NOT_A_CONFIG,
+    SECOND_INSTALL,
+    STAGE_UNDER_PROCESS,
+    PoolWarning,
 )
-from pooltk.pool.gating import PoolSetupError, refusal
-from pooltk.pool.report import InstallReport, PoolWarning, make_report
-from pooltk.pool.state import CURRENT, LOCK, MISSING, stage_state, state_for
+from pooltk.pool.gating import refusal
+from pooltk.pool.ring import Ring, RingUse, ring_size
+from pooltk.pool.stage import (
+    give_back_stock,
+    kept_stock,
+    runtime_hooks,
+    runtime_names,
+    setup_hooks,
+    stage_state,
+    state_for,
+)
+from pooltk.pool.torch_compat.bind import Binding, bind, bound
+from pooltk.pool.torch_compat.layouts import Layout, detect
+from pooltk.pool.torch_compat.stage_api import signature_problems, stage_base
 
-__all__ = [
-    "InstallReport",
-    "PoolSetupError",
-    "PoolWarning",
-    "install",
-    "installed",
-    "pool_stage",
-    "pooled",
-    "probe",
-    "stage_rings",
-    "uninstall",
-    "unpool_stage",
-]
-
-_RELEASE_METHODS = ("forward_one_chunk", "backward_one_chunk", "clear_runtime_states")
-"""What the lazy layout wraps: compute steps and the reset (no receive posts: no rings)."""
+_TAG = "pooltk"
+_UNINSTALLED = (
+    "found pooltk.uninstall(): the rings were replaced by stock buffers, one set per microbatch"
+)
+_UNPOOLED = "found pooltk.unpool_stage(): the rings were replaced by stock buffers"
 
 
-def _layout() -> tuple[Layout | None, str]:
-    """The layout install would use and why; None where pooltk does not recognise this torch."""
-    found = detect()
-    if found.layout is None:
-        return None, found.reason
-    problems = signature_problems(stage_base(), _runtime_names(found.layout))
-    if problems:
-        return (
-            None,
-            f"found layout {found.layout.name!r} with runtime methods pooltk does not know: {'; '.join(problems)}",
+@dataclass(frozen=True, slots=True, eq=False)
+class InstallReport:
+    """What an install (process-wide, one stage's, or a probe) found, does, and has seen."""
+
+    installed: bool
+    """True when pooltk acts: rings for allowlisted schedules and/or the last-stage release."""
+    mode: str
+    """``rings+release``, ``rings``, ``release`` or ``stock``: what pooltk does, in one word."""
+    layout: str | None
+    """The layout family found (``prepare-infra``, ``setup-recv-info``, ``lazy``), or None."""
+    reason: str
+    """Why: the layout's description when installed, else why not."""
+    torch_version: str
+    alloc_free: bool = False
+    """True when only K buffer sets are ever made (no transient of all M at setup)."""
+    config: PoolConfig | None = None
+    schedule: str | None = None
+    """The schedule given at install (the schedule seen driving a setup decides where there is
+    one)."""
+    scope: str = "process"
+    """``process`` (the classes), ``stage`` (one stage object) or ``probe``."""
+    events: list = field(default_factory=list)
+    """Every decision and per-stage outcome, in order ([Note: pool log lines])."""
+    _stages: weakref.WeakSet = field(default_factory=weakref.WeakSet, repr=False)
+
+    def usage(self) -> list[RingUse]:
+        """One :class:`RingUse` per live pooled stage and direction: what it held in its last step.
+
+        A row whose ``held_sets`` reaches ``stock`` saved nothing (a WARNING said why)."""
+        rows = []
+        for stage in sorted(self._stages, key=lambda s: getattr(s, "stage_index", 0)):
+            state = stage_state(stage)
+            rows.extend(state.usage(stage.stage_index) if state is not None else ())
+        return rows
+
+    def stage_events(self, kind: str | None = None) -> list[events.PoolEvent]:
+        """Per-stage events, optionally of one ``kind`` (``pooled``, ``kept-stock``, ...)."""
+        return [e for e in self.events if e.stage is not None and kind in (None, e.kind)]
+
+    def to_dict(self) -> dict[str, Any]:
+        names = (
+            "installed",
+            "layout",
+            "reason",
+            "torch_version",
+            "schedule",
+            "alloc_free",
+            "scope",
+            "mode",
         )
-    return found.layout, found.reason
+        config = self.config.to_dict() if self.config else None
+        events_ = [e.to_dict() for e in self.events]
+        return {**{n: getattr(self, n) for n in names}, "config": config, "events": events_}
 
 
-def _runtime_names(layout: Layout) -> tuple[str, ...]:
-    eager = HOT_METHODS + SEND_METHODS + HANDOFF_METHODS
-    return (_RELEASE_METHODS if layout.per_receive else eager) + OPTIONAL_HOT_METHODS
+@dataclass(eq=False)
+class _Install:
+    """The install in force: what its hooks read, and the bindings that undo it."""
 
+    config: PoolConfig
+    harness: Any
+    """The proofs' rings (pooltk.parity.experiments.Harness), or None: a user's config."""
+    schedule: str | None
+    force: bool
+    layout: Layout
+    report: InstallReport
+    bindings: list[Binding] = field(default_factory=list)
+    groups: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+    """schedule object -> its rank-shared ring groups ([Note: rank-shared rings])."""
 
-def _prepare(
-    config: PoolConfig | None,
-    fields: dict,
-    schedule: str | None,
-    force: bool,
-    scope: str,
-    experiment: Any,
-) -> InstallReport:
-    """What every install form does first: the config, the layout, the report (``installed`` False: stands down)."""
-    if config is not None and fields:
-        raise ValueError(
-            f"pooltk: found config= and fields {sorted(fields)}; required one or the other.\n"
-            "Fix: pass PoolConfig(...) or keyword fields such as slack=2."
+    events = property(lambda self: self.report.events)
+    stages = property(lambda self: self.report._stages, doc="The live stages given a ring.")
+    guard = property(lambda self: self.harness.guard if self.harness is not None else True)
+    sharing = property(lambda self: self.harness.sharing if self.harness is not None else "rank")
+
+    def ring_size(
+        self,
+        *,
+        live: int,
+        receives: int,
+        direction: str,
+        stage: int | None = None,
+        num_stages: int | None = None,
+    ) -> int:
+        """K for a live set: the user's rule ([Note: ring sizes]), or the harness's."""
+        if self.harness is None:
+            return ring_size(live, receives, direction, self.config)
+        return self.harness.ring_size(
+            live=live, receives=receives, direction=direction, stage=stage, num_stages=num_stages
         )
-    if config is not None and not isinstance(config, PoolConfig):
-        raise ValueError(
-            f"pooltk: config found {type(config).__name__}; required pooltk.PoolConfig."
-        )
-    cfg = config if config is not None else PoolConfig(**fields)
-    sched = schedule_key(schedule)
-    layout, reason = _layout()
-    if layout is not None and layout.per_receive:
-        reason += (
-            "; pooltk installs the last-stage release alone"
-            if cfg.release
-            else "; release=False leaves nothing to do here"
-        )
-    installed = layout is not None and not (layout.per_receive and not cfg.release)
-    report = make_report(
-        installed=installed,
-        layout=layout,
-        reason=reason,
-        config=cfg,
-        schedule=sched,
-        force=force,
-        scope=scope,
-        experiment=experiment,
-    )
-    if not installed:
-        events.emit(report.events, events.event("not-installed", reason=report.reason))
-        warnings.warn(f"pooltk: not installed: {report.reason}", PoolWarning, stacklevel=4)
-    return report
+
+    def undo(self) -> None:
+        for binding in reversed(self.bindings):
+            binding.undo()
+
+
+_LOCK = threading.RLock()
+"""Guards install, uninstall, pool_stage and unpool_stage."""
+_current: _Install | None = None
+"""The process-wide install in force."""
 
 
 def install(
@@ -137,13 +177,13 @@ def install(
 
     Args:
         config: a :class:`PoolConfig`, or its fields as keywords (``slack=2``).
-        schedule: the schedule assumed where none is seen driving a setup ([Note: gating]); ``"auto"``
-            pools every schedule pooltk can analyse ([Note: auto rings]).
+        schedule: the schedule assumed where none is seen driving a setup ([Note: gating]);
+            ``"auto"`` pools every schedule pooltk can analyse ([Note: auto rings]).
         force: pool schedules outside the allowlist (experiments).
 
     Returns:
-        An :class:`InstallReport`: ``installed`` False (with a :class:`PoolWarning`) on an unknown layout;
-        ``mode`` says what is installed; ``events`` and :meth:`InstallReport.usage` grow as stages run.
+        An :class:`InstallReport`: ``installed`` False (with a :class:`PoolWarning`) on an unknown
+        layout; ``events`` and :meth:`InstallReport.usage` grow as stages run.
 
     Raises:
         ValueError: bad config values, or pooltk already installed with other settings.
@@ -152,77 +192,138 @@ def install(
 
 
 def _install(
-    config: PoolConfig | None, fields: dict, schedule: str | None, force: bool, experiment: Any
+    config: PoolConfig | None, fields: dict, schedule: str | None, force: bool, harness: Any
 ) -> InstallReport:
-    """``install`` with the harness's rings (the one private seam: :mod:`pooltk.parity.experiments`)."""
-    with LOCK:
-        current = CURRENT[0]
-        if current is not None:
-            same = (config or PoolConfig(**fields), schedule_key(schedule), bool(force), experiment)
-            if same == (current.config, current.schedule, current.force, current.experiment):
-                return current
-            raise ValueError(
-                f"pooltk: found a second install ({same[0].describe()}, schedule={same[1]!r}) while "
-                f"one is in force ({current.config.describe()}, schedule={current.schedule!r}).\n"
-                "Fix: pooltk.uninstall() first, or use the pooltk.pooled(...) context manager."
-            )
-        prepared = _prepare(config, fields, schedule, force, "process", experiment)
-        if not prepared.installed:
-            return prepared
-        originals = originals_of(stage_base(), _runtime_names(prepared.found))
-        patches = [
-            (t.owner, t.name, setup_wrapper(t.owner.__dict__[t.name], t, prepared))
-            for t in prepared.found.setup_targets
-        ]
-        patches += [
-            (defining_class(stage_base(), name), name, fn)
-            for name, fn in runtime_wrappers(originals, prepared).items()
-        ]
-        for owner, name, fn in patches:
-            prepared.originals.append((owner, name, owner.__dict__.get(name, MISSING)))
-            setattr(owner, name, fn)
-        CURRENT[0] = prepared
-        cfg = prepared.config
-        events.emit(
-            prepared.events,
-            events.event(
-                "installed",
-                policy="tight" if experiment is None else experiment.policy,
-                slack=cfg.slack,
-                grad_slack=cfg.grad_slack,
-                schedule=prepared.schedule,
-                layout=prepared.layout,
-                mode=prepared.mode,
-            ),
+    """``install`` with the harness's rings: the one private seam (pooltk.parity.experiments)."""
+    global _current
+    with _LOCK:
+        if _current is not None:
+            return _same_install(_current, config or PoolConfig(**fields), schedule, force, harness)
+        report, layout = _prepare(config, fields, schedule, force, "process")
+        if layout is None:
+            return report
+        live = _Install(report.config, harness, report.schedule, bool(force), layout, report)
+        hooks_by_target = {stage_base(): runtime_hooks(layout, live)}
+        for target in layout.setup_targets:
+            hooks_by_target.setdefault(target.owner, {})[target.name] = setup_hooks(target, live)
+        live.bindings = [bind(t, hooks, tag=_TAG) for t, hooks in hooks_by_target.items()]
+        _current = live
+        _say_installed(report, harness)
+        return report
+
+
+def _say_installed(report: InstallReport, harness: Any) -> None:
+    cfg, policy = report.config, getattr(harness, "policy", "tight")
+    said = events.event(
+        "installed",
+        policy=policy,
+        slack=cfg.slack,
+        grad_slack=cfg.grad_slack,
+        schedule=report.schedule,
+        layout=report.layout,
+        mode=report.mode,
+    )
+    events.emit(report.events, said)
+
+
+def _same_install(
+    live: _Install, config: PoolConfig, schedule: str | None, force: bool, harness: Any
+) -> InstallReport:
+    """A second install: the one in force if it asks the same, else refused."""
+    asked = (config, schedule_key(schedule), bool(force), harness)
+    if asked == (live.config, live.schedule, live.force, live.harness):
+        return live.report
+    text = SECOND_INSTALL.format(
+        config=config.describe(),
+        schedule=asked[1],
+        current=live.config.describe(),
+        current_schedule=live.schedule,
+    )
+    raise ValueError(text)
+
+
+def _prepare(
+    config: PoolConfig | None, fields: dict, schedule: str | None, force: bool, scope: str
+) -> tuple[InstallReport, Layout | None]:
+    """What every install form does first: the config, the layout, the report; the layout is
+    None where pooltk stands down ([Note: fail-open only for unknown layouts])."""
+    if config is not None and fields:
+        raise ValueError(CONFIG_AND_FIELDS.format(fields=sorted(fields)))
+    if config is not None and not isinstance(config, PoolConfig):
+        raise ValueError(NOT_A_CONFIG.format(kind=type(config).__name__))
+    cfg = config if config is not None else PoolConfig(**fields)
+    layout, reason = _layout()
+    if layout is not None and layout.per_receive:
+        reason += (
+            "; pooltk installs the last-stage release alone"
+            if cfg.release
+            else "; release=False leaves nothing to do here"
         )
-        return prepared
+    installed = layout is not None and not (layout.per_receive and not cfg.release)
+    report = _report(installed, layout, reason, cfg, schedule_key(schedule), scope)
+    if not installed:
+        events.emit(report.events, events.event("not-installed", reason=report.reason))
+        warnings.warn(f"pooltk: not installed: {report.reason}", PoolWarning, stacklevel=4)
+    return report, layout if installed else None
+
+
+def _layout() -> tuple[Layout | None, str]:
+    """The layout install would use and why; None where pooltk does not recognise this torch."""
+    found = detect()
+    if found.layout is None:
+        return None, found.reason
+    problems = signature_problems(stage_base(), runtime_names(found.layout))
+    if problems:
+        name = found.layout.name
+        return None, (
+            f"found layout {name!r} with runtime methods pooltk does not know: "
+            + "; ".join(problems)
+        )
+    return found.layout, found.reason
+
+
+def _report(
+    installed: bool,
+    layout: Layout | None,
+    reason: str,
+    config: PoolConfig | None,
+    schedule: str | None,
+    scope: str,
+) -> InstallReport:
+    eager = installed and layout is not None and not layout.per_receive
+    release = installed and (config is None or config.release)
+    mode = "+".join(p for p, on in (("rings", eager), ("release", release)) if on) or "stock"
+    targets = layout.setup_targets if eager else ()
+    return InstallReport(
+        installed=installed,
+        mode=mode,
+        layout=layout.name if layout is not None else None,
+        reason=reason,
+        torch_version=torch.__version__,
+        alloc_free=bool(targets) and all(t.alloc_free for t in targets),
+        config=config,
+        schedule=schedule,
+        scope=scope,
+    )
 
 
 def uninstall() -> bool:
-    """Put torch's own methods back; live pooled stages get stock buffers (``unpooled``). True if anything was undone."""
-    with LOCK:
-        current, CURRENT[0] = CURRENT[0], None
-        if current is None:
+    """Put torch's own methods back; live pooled stages get stock buffers. True if anything was
+    undone."""
+    global _current
+    with _LOCK:
+        live, _current = _current, None
+        if live is None:
             return False
-        current.active = False
-        for owner, name, original in reversed(current.originals):
-            if original is MISSING:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
-        for stage in list(current.stages):
-            give_back_stock_buffers(
-                stage,
-                current,
-                "found pooltk.uninstall(): the rings were replaced by stock "
-                "buffers, one set per microbatch",
-            )
+        live.undo()
+        for stage in list(live.stages):
+            give_back_stock(stage, live, _UNINSTALLED)
         return True
 
 
 def installed() -> InstallReport | None:
-    """The process-wide install report in force, or None."""
-    return CURRENT[0]
+    """The process-wide install in force, or None."""
+    return _current.report if _current is not None else None
 
 
 @contextlib.contextmanager
@@ -234,7 +335,7 @@ def pooled(
     **fields: Any,
 ) -> Iterator[InstallReport]:
     """``with pooltk.pooled(slack=2) as report:`` install for the block, uninstall after."""
-    was = CURRENT[0] is not None
+    was = _current is not None
     report = install(config, schedule=schedule, force=force, **fields)
     try:
         yield report
@@ -251,7 +352,8 @@ def pool_stage(
     force: bool = False,
     **fields: Any,
 ) -> InstallReport:
-    """Pool one stage object (for code that builds its own stages), from its next setup; classes are untouched."""
+    """Pool one stage object (for code that builds its own stages), from its next setup; torch's
+    classes are untouched."""
     return _pool_stage(stage, config, fields, schedule, force, None)
 
 
@@ -261,70 +363,50 @@ def _pool_stage(
     fields: dict,
     schedule: str | None,
     force: bool,
-    experiment: Any,
+    harness: Any,
 ) -> InstallReport:
-    with LOCK:
-        if CURRENT[0] is not None:
-            raise ValueError(
-                "pooltk.pool_stage: found pooltk installed process-wide, which pools every stage.\n"
-                "Fix: pooltk.uninstall() first, or rely on the process-wide install."
-            )
-        prepared = _prepare(config, fields, schedule, force, "stage", experiment)
-        if not prepared.installed:
-            return prepared
-        refused = refusal(stage, None)
-        if (
-            refused is not None
-        ):  # binding would bypass the subclass's own methods ([Note: refusals])
-            report = make_report(
-                installed=False,
-                layout=prepared.found,
-                reason=refused,
-                config=prepared.config,
-                schedule=prepared.schedule,
-                force=force,
-                scope="stage",
-            )
-            kept_stock(stage, report, refused)
+    with _LOCK:
+        if _current is not None:
+            raise ValueError(STAGE_UNDER_PROCESS)
+        report, layout = _prepare(config, fields, schedule, force, "stage")
+        if layout is None:
             return report
-        base = stage_base()
-        bound: dict[str, Callable] = runtime_wrappers(
-            originals_of(base, _runtime_names(prepared.found)), prepared
-        )
-        for t in prepared.found.setup_targets:
-            if isinstance(stage, t.owner):
-                bound[t.name] = setup_wrapper(t.owner.__dict__[t.name], t, prepared)
-        for name, fn in bound.items():
-            stage.__dict__[name] = fn.__get__(stage)
-        st = state_for(stage)
-        st.instance_methods, st.bound, st.report = tuple(bound), prepared, prepared
-        return prepared
+        refused = refusal(stage, None)
+        if refused is not None:  # binding would bypass the subclass's own methods
+            report = _report(False, layout, refused, report.config, report.schedule, "stage")
+            kept_stock(
+                stage, _Install(report.config, harness, None, force, layout, report), refused
+            )
+            return report
+        live = _Install(report.config, harness, report.schedule, bool(force), layout, report)
+        hooks = runtime_hooks(layout, live)
+        for target in layout.setup_targets:
+            if isinstance(stage, target.owner):
+                hooks[target.name] = setup_hooks(target, live)
+        live.bindings = [bind(stage, hooks, tag=_TAG)]
+        state_for(stage).install = live
+        return report
 
 
 def unpool_stage(stage: Any) -> bool:
-    """Remove what pool_stage bound on ``stage``; a ring it holds is replaced by stock buffers now."""
-    with LOCK:
-        st = stage_state(stage)
-        if st is None or st.bound is None:
+    """Remove what pool_stage bound on ``stage``; a ring it holds is replaced by stock buffers."""
+    with _LOCK:
+        binding = bound(stage, _TAG)
+        if binding is None:
             return False
-        prepared, st.bound = st.bound, None
-        prepared.active = False
-        for name in st.instance_methods:
-            stage.__dict__.pop(name, None)
-        st.instance_methods = ()
-        give_back_stock_buffers(
-            stage, prepared, "found pooltk.unpool_stage(): the rings were replaced by stock buffers"
-        )
+        binding.undo()
+        state = stage_state(stage)
+        give_back_stock(stage, state.install if state is not None else None, _UNPOOLED)
         return True
 
 
 def probe() -> InstallReport:
     """What install() would do here (with the default config), without changing anything."""
     layout, reason = _layout()
-    return make_report(installed=layout is not None, layout=layout, reason=reason, scope="probe")
+    return _report(layout is not None, layout, reason, None, None, "probe")
 
 
-def stage_rings(stage: Any) -> dict:
+def stage_rings(stage: Any) -> dict[str, Ring]:
     """The rings a stage holds now, by direction (empty for a stock stage)."""
-    st = stage_state(stage)
-    return st.rings() if st is not None else {}
+    state = stage_state(stage)
+    return dict(state.rings) if state is not None else {}

@@ -1,25 +1,23 @@
-"""After a last-stage microbatch's backward, let what the schedule keeps drop its autograd graph.
+"""What the schedule keeps to the step's end, let go of its graph once nothing needs it.
 
 [Note: releasing what the schedule keeps]
-torch's schedules keep every microbatch's loss (``_internal_losses``) and the last stage every output
-(``output_chunks``) until the step ends; their graphs' ``AccumulateGrad`` nodes hold the received input
-(all M inputs on torch 2.15, re-homed slots on a ring). Invariant: right after a chunk's backward (its
-weight pass, if split) the kept loss and output are the same values without their graph. The loss is
-detached in place, or replaced in the schedule's list if it is a view (else kept, reason logged once);
-outputs are replaced in ``output_chunks``, so an output the model itself kept keeps its graph (a real
-holder). ``PoolConfig(release=False)`` turns it off.
+torch's schedules keep every microbatch's loss (``_internal_losses``) and the last stage every
+output (``output_chunks``) until the step ends; their graphs' ``AccumulateGrad`` nodes hold the
+received input (all M inputs on torch 2.15, re-homed slots on a ring). Right after a chunk's
+backward (its weight pass, if split) the kept loss and output become the same values without
+their graph. The loss is detached in place, or replaced in the schedule's list if it is a view
+(else kept, the reason logged once); outputs are replaced in ``output_chunks``, so an output the
+model itself kept keeps its graph (a real holder). ``PoolConfig(release=False)`` turns it off.
 
 [Note: forward-only steps]
-``schedule.eval()`` outside ``no_grad`` still builds every microbatch's graph, and torch keeps it to
-the step's end: each stage's ``fwd_cache`` entry (no backward pops it), the last stage's
-``output_chunks`` and losses. Those graphs hold the received inputs (a weight's gradient needs them),
-so slots were re-homed at every post and the ring saved nothing (measured, 1F1B pp4 M8: in an eval
-step stages 1-3 received into 8 storages each, as many as stock, against rings of 5, 4 and 3).
-Nothing runs backward through them, so on every pooled stage, right after a chunk's forward, the
-output the schedule gets (and computes the loss from), the one ``fwd_cache`` keeps and the last
-stage's ``output_chunks`` entry become the same values without the graph. The values, the sends, the losses and the merged outputs are
-unchanged; the outputs and losses an eval step returns carry no graph, as a training step's do
-under the release.
+``schedule.eval()`` outside ``no_grad`` still builds every microbatch's graph, and torch keeps it
+to the step's end: each stage's ``fwd_cache`` entry (no backward pops it), the last stage's
+``output_chunks`` and losses. Those graphs hold the received inputs, so every post re-homed and
+the ring saved nothing (measured, 1F1B pp4 M8: in an eval step stages 1-3 received into 8
+storages each, as many as stock, against rings of 5, 4 and 3). Nothing runs backward through
+them, so on every pooled stage, right after a chunk's forward, the output the schedule gets, the
+one ``fwd_cache`` keeps and the last stage's ``output_chunks`` entry become the same values
+without the graph. Values, sends, losses and merged outputs are unchanged.
 """
 
 from __future__ import annotations
@@ -28,11 +26,14 @@ from typing import Any
 
 import torch
 
-from pooltk.pool.adapters.stage_api import output_chunks, schedule_losses
 from pooltk.pool.events import say
-from pooltk.pool.state import StageState
+from pooltk.pool.torch_compat.stage_api import output_chunks, replace_by_identity, schedule_losses
 
-__all__ = ["detached", "forward_only", "release_chunk", "start"]
+_VIEW_LOSS = (
+    "the loss is a view and the schedule that keeps it was not seen, so its graph holds the "
+    "received input until the step ends (copy on conflict re-homes the slot); fix: return a loss "
+    "that is not a view from loss_fn (e.g. .sum() or .mean())"
+)
 
 
 def detached(value: Any) -> Any:
@@ -49,57 +50,36 @@ def detached(value: Any) -> Any:
     return value
 
 
-def start(stage: Any, state: StageState, layout: str | None) -> None:
-    """Turn the release on for a last stage with a backward (logged once per stage)."""
+def start(stage: Any, state: Any, layout: str | None) -> None:
+    """Turn the release on for a last stage with a backward (said once per stage)."""
     state.release = True
     say(state, ("released",), "released", stage=stage.stage_index, layout=layout)
 
 
-def _replace_by_identity(kept: list | None, old: Any, new: Any) -> bool:
-    if kept is None:
-        return False
-    for i in range(len(kept) - 1, -1, -1):
-        if kept[i] is old:
-            kept[i] = new
-            return True
-    return False
-
-
-def _keep(stage: Any, state: StageState, reason: str) -> None:
-    state.kept_graphs += 1
-    say(state, ("kept-graph", reason), "kept-graph", stage=stage.stage_index, reason=reason)
-
-
-def release_chunk(stage: Any, state: StageState, chunk: int, loss: Any) -> None:
-    """``chunk``'s backward is complete: drop the graph of its kept loss and kept output."""
+def release_chunk(stage: Any, state: Any, chunk: int, loss: Any) -> None:
+    """``chunk``'s backward is complete: its kept loss and output let go of their graph."""
     output = state.outputs.pop(chunk, None)
     if output is not None:
-        _replace_by_identity(output_chunks(stage), output, detached(output))
+        replace_by_identity(output_chunks(stage), output, detached(output))
     if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
-        if (
-            not loss._is_view()
-        ):  # the object itself: the schedule's list and its step's local both hold it
+        if not loss._is_view():  # the object itself: the schedule's list and its step both hold it
             loss.detach_()
         else:
-            schedule = state.observed() if state.observed is not None else None
-            losses = schedule_losses(schedule) if schedule is not None else None
-            if not _replace_by_identity(losses, loss, loss.detach()):
-                return _keep(
-                    stage,
-                    state,
-                    "the loss is a view and the schedule that keeps it was not seen, so its "
-                    "graph holds the received input until the step ends (copy on conflict re-homes the "
-                    "slot); fix: return a loss that is not a view from loss_fn (e.g. .sum() or .mean())",
-                )
+            schedule = state.decision.schedule_object() if state.decision is not None else None
+            if not replace_by_identity(schedule_losses(schedule), loss, loss.detach()):
+                state.kept_graphs += 1
+                key = ("kept-graph", _VIEW_LOSS)
+                say(state, key, "kept-graph", stage=stage.stage_index, reason=_VIEW_LOSS)
+                return
     state.released += 1
 
 
 def forward_only(stage: Any, chunk: int, cached: tuple[tuple, list] | None, output: Any) -> Any:
-    """A forward-only step ran ``chunk``: ``output`` and its ``fwd_cache`` entry ``cached`` without their graph;
-    the detached output, to hand the schedule in its place ([Note: forward-only steps])."""
+    """A forward-only step ran ``chunk``: its output without the graph, to hand the schedule, and
+    its ``fwd_cache`` entry ``cached`` likewise ([Note: forward-only steps])."""
     if cached is not None:
         stage.fwd_cache[chunk] = (detached(cached[0]), cached[1])
     values = detached(output)
     if stage.is_last:
-        _replace_by_identity(output_chunks(stage), output, values)
+        replace_by_identity(output_chunks(stage), output, values)
     return values

@@ -1,103 +1,72 @@
-"""The ring: K buffer sets for one direction, the fresh alias each receive gets, and who owns each slot.
+"""The ring: K buffer sets one direction of a stage receives into, in turn.
 
-A ring serves one stage (chunk ``c`` uses slot ``c mod K``) or several stages of one rank (a slot map
-coloured from the schedule's action order: [Note: rank-shared rings] in pooltk/analysis/sharing.py).
-A *user* is one (stage, microbatch); every record below is per slot, so stages that share a slot share
-its owner, its holders' check and its re-homes.
+[Note: the ring]
+slot(c) = c mod K, and chunk c is posted only after chunk c - K released it.
+
+Stock torch keeps one set of receive buffers per microbatch (chunk) and direction, M in all. Only
+the live set is ever in use at once, so the ring keeps K = live + slack sets ([Note: ring sizes])
+and chunk c receives into slot c mod K. A slot is claimed when its receive is posted and released
+once the stage is done reading it ([Note: slot ownership]); a post into a slot another chunk still
+owns raises :class:`PoolOverrunError` before anything is received, so a ring too small is loud,
+never silent. Under ``schedule="auto"`` a rank's stages with the same boundary tensors share one
+ring, its slots coloured from the schedule's action order instead of c mod K ([Note: rank-shared
+rings] in pooltk/analysis/sharing.py); the invariant is the same.
+
+[Note: ring sizes]
+Under torch's ``Schedule1F1B`` stage i of N runs W = min(M, N - i) forwards before its first
+backward, and the receive for chunk k + W is posted only after chunk k's backward: at most W
+activation sets are live (none on stage 0, whose inputs are the data) and one gradient set (none
+on the last stage). The ring keeps ``min(M, live + slack)`` forward and ``min(M, live +
+grad_slack)`` grad. Other schedules bring their live sets from their own action order
+(pooltk/analysis/plans.py); the same :func:`ring_size` turns them into K.
+
+[Note: fresh aliases]
+Chunks that map to one slot share its storage, never a tensor object: each receive hands its
+``_RecvInfo`` a fresh ``detach()`` alias of the slot's tensor (same storage and version counter,
+its own ``.grad``, ``requires_grad`` and hooks), so a hook on chunk k never fires for k + K.
+Between uses a chunk's ``_RecvInfo`` holds the slot's one resting alias, never read.
+
+[Note: slot ownership]
+A forward slot is owned from its receive post until the chunk's backward (its weight pass, if
+split; its forward, in a forward-only step); a grad slot until the backward returns. Receives do
+not bump the version counter, so a post into an owned slot would overwrite silently.
 """
 
 from __future__ import annotations
 
-import sys
 import weakref
-from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from pooltk.analysis.stage_sets import formula_live
+from pooltk._validate import check_int
 from pooltk.config import PoolConfig
-from pooltk.pool.guard import PoolOverrunError, bump_version
+from pooltk.pool import holders
+from pooltk.pool.errors import PoolOverrunError, bump_version
+from pooltk.pool.torch_compat.placeholders import real_buffer
+from pooltk.pool.torch_compat.stage_api import replace_by_identity
 
-__all__ = ["DirectionRing", "RingUse", "live_1f1b", "recv_positions", "ring_size"]
-
-# [Note: ring sizes]
-# Under torch's ``Schedule1F1B`` stage ``i`` of ``N`` runs ``W = min(M, N - i)`` warmup forwards; the
-# forward receive for microbatch ``k + W`` is posted only after the backward of microbatch ``k``. So at
-# most ``W`` activation buffers are live on stage ``i`` (none on stage 0, whose inputs are the root
-# arguments) and one gradient buffer (none on the last stage): :func:`live_1f1b`. Chunk ``c`` uses slot
-# ``c mod K``, safe exactly when ``K`` is at least the live set. :func:`ring_size` is the one slack rule
-# that turns a live set into ``K``: ``min(receives, live + slack)`` forward, ``min(receives, live +
-# grad_slack)`` grad, 0 (stock) where nothing is received. ``receives`` is ``M`` for a per-stage ring,
-# or the receives into a rank-shared ring ([Note: rank-shared rings]). Other schedules bring their
-# smallest safe ring from their own action order (:mod:`pooltk.analysis.plans`, [Note: auto rings]),
-# sized by the same :func:`ring_size`. Stock keeps ``M`` each; Automodel's single ring
-# ``max(2, min(M, max(1, N - i) + slack))`` for both directions is the memory model's
-# (:func:`pooltk.memory.model.automodel_ring`) and the harness's, never the pool's.
+User = tuple[int, int]
+"""(stage, chunk): who receives into a slot."""
 
 
 def live_1f1b(num_stages: int, stage_index: int, n_microbatches: int, direction: str) -> int:
-    """1F1B's live set: forward W = min(M, N - i) (0 on stage 0), grad 1 (0 on the last stage).
-
-    Raises ValueError (an :class:`~pooltk._validate.InputError`) unless (N, i, M) describe a real stage.
-    See [Note: ring sizes].
-    """
-    return formula_live(num_stages, stage_index, direction, n_microbatches)
+    """1F1B's live set: forward W = min(M, N - i) (0 on stage 0), grad 1 (0 on the last stage)."""
+    check_int("num_stages", num_stages, low=1)
+    check_int("n_microbatches", n_microbatches, low=1)
+    check_int("stage_index", stage_index, low=0, high=num_stages - 1)
+    if direction == "forward":
+        return 0 if stage_index == 0 else min(n_microbatches, num_stages - stage_index)
+    return 0 if stage_index == num_stages - 1 else 1
 
 
 def ring_size(live: int, receives: int, direction: str, config: PoolConfig) -> int:
-    """The one slack rule: 0 where nothing is received (live == 0), else min(receives, live + slack)
-    with config.slack forward and config.grad_slack for "grad". See [Note: ring sizes]."""
+    """K for a live set ([Note: ring sizes]): 0 where nothing is received, else live + slack."""
     if live == 0:
         return 0
     return min(receives, live + (config.slack if direction == "forward" else config.grad_slack))
-
-
-# [Note: fresh aliases]
-# Chunks that map to one slot share the slot's *storage*, never a tensor object or a ``_RecvInfo``.
-# Each receive hands its ``_RecvInfo`` a fresh ``detach()`` alias of the slot tensor: same storage and
-# version counter (so the version bump reaches it), its own ``.grad``, ``requires_grad`` and hooks. A
-# hook on microbatch k's input never fires for k + K. Between uses a chunk's ``_RecvInfo`` holds the
-# slot's one *resting* alias, never read (the chunk's next post replaces it first).
-#
-# [Note: slot ownership]
-# A slot is owned from its receive post until the stage is done reading it: a forward slot until that
-# microbatch's backward (its weight pass, if split; its forward, in a forward-only step), a grad slot until
-# the backward returns (or the weight pass). Receives do not bump the version counter, so a post into a
-# slot another user owns would overwrite silently: :class:`PoolOverrunError` is raised before it.
-#
-# [Note: copy on conflict]
-# A receive never lands in storage something outside the pool still holds. Right before a re-post the ring
-# counts, per tensor, who holds the previous user's data now: tensors on the storage beyond the pool's three
-# (slot, resting alias, previous alias), and Python and C++ references to the previous alias (bases
-# calibrated once per ring on an anchor's ``.grad``). A held tensor is re-homed alone: the holders keep the
-# old storage, the slot gets a new one. Not holders: torch's receive ops (pointed back at the resting alias)
-# and [Note: finished sends]. An address is not a holder (docs/safety.md, "The contract"). Every other
-# re-post bumps the version counter, so a reader nothing counts fails in autograd ([Note: naming the reuse]).
-#
-# [Note: finished sends]. An address is not a holder (docs/safety.md, "The contract"). Every other
-# re-post bumps the slot's version counter, so a reader the counts cannot see (a Python
-# ``UntypedStorage`` object kept by user code) fails in autograd, named by [Note: naming the reuse].
-#
-# [Note: finished sends]
-# Multi-stage schedules keep every send's work, and its tensor, until the step ends. On the forward
-# ring of a training step the previous user's sends are finished when its slot is re-posted: the slot
-# was released after its backward, which needed the gradient the next stage computed from that very
-# activation. So those send tensors (recorded by weak reference) are not counted. In a forward-only
-# step, and on the grad ring (its sends go upstream), nothing proves a send finished: there it holds.
-
-_OWN = 3
-"""Tensors the pool itself keeps on a slot's storage at a re-post: slot, resting alias, previous alias."""
-
-
-def recv_positions(infos: tuple) -> list[int]:
-    """Indices of a chunk's recv infos that receive into a tensor (root arguments and absent grads skipped)."""
-    return [
-        j
-        for j, info in enumerate(infos)
-        if not getattr(info, "is_root_arg", False)
-        and isinstance(getattr(info, "buffer", None), torch.Tensor)
-    ]
 
 
 def _alias(t: torch.Tensor, requires_grad: bool) -> torch.Tensor:
@@ -105,27 +74,93 @@ def _alias(t: torch.Tensor, requires_grad: bool) -> torch.Tensor:
     return alias.requires_grad_(True) if requires_grad else alias
 
 
+@dataclass(slots=True, eq=False)
+class Slot:
+    """One buffer set and who uses it: claimed at a receive post, released once read."""
+
+    tensors: list[torch.Tensor]
+    requires_grad: list[bool]
+    resting: list[torch.Tensor] = field(init=False)
+    """What every chunk's ``_RecvInfo`` holds between its uses ([Note: fresh aliases])."""
+    anchors: list[torch.Tensor] = field(init=False)
+    owner: User | None = None
+    """Who owns the slot now ([Note: slot ownership])."""
+    user: User | None = None
+    """Who the last aliases were handed to: whose data a re-post checks."""
+    aliases: list[torch.Tensor] = field(default_factory=list)
+    training: bool = False
+    """The last post was a training step's (its sends finish before the next: [Note: finished
+    sends])."""
+    recv_ops: list = field(default_factory=list)
+    """The receive ops torch built for the last post (re-pointed before the next one)."""
+    sends: list[list[weakref.ref]] | None = None
+    """Per tensor, the last user's forward sends that carry it."""
+
+    def __post_init__(self) -> None:
+        self.resting = self.fresh_aliases()
+        self.anchors = holders.anchors_for(self.tensors)
+
+    def fresh_aliases(self) -> list[torch.Tensor]:
+        return [_alias(t, rg) for t, rg in zip(self.tensors, self.requires_grad)]
+
+    def claim(self, user: User) -> None:
+        self.owner = user
+
+    def release(self, user: User) -> bool:
+        """``user`` is done reading the slot; False if it did not own it."""
+        if self.owner != user:
+            return False
+        self.owner = None
+        return True
+
+    def take(self, user: User, training: bool, anchored: bool) -> list[torch.Tensor]:
+        """The fresh aliases ``user``'s receive gets (anchored for the holders' count)."""
+        self.user, self.aliases, self.training = user, self.fresh_aliases(), training
+        if anchored:
+            holders.anchor(self.anchors, self.aliases)
+        return self.aliases
+
+    def rehome(self, k: int) -> None:
+        """Tensor ``k`` gets a new storage; its holders keep the old one."""
+        self.tensors[k] = real_buffer(self.tensors[k])
+        self.resting[k] = _alias(self.tensors[k], self.requires_grad[k])
+
+
+@dataclass(slots=True)
+class _Stats:
+    """What a ring counts: ownership now and at its peak, bumps and re-homes this step."""
+
+    owned: int = 0
+    peak_owned: int = 0
+    bumps: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """slot -> (chunk that re-used it, its previous chunk), this step ([Note: naming the reuse])."""
+    rehomes: int = 0
+    step_rehomes: int = 0
+    rehomed_alive: int = 0
+    """Re-homed storages someone outside the pool still holds."""
+    step_peak: int = 0
+    """The most storages held at once this step (K sets plus re-homed ones alive)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RingUse:
     """What one ring held during the last step, beside what stock and the live set would hold."""
 
     stage: int
-    """The stage asked about."""
     direction: str
     stages: tuple[int, ...]
     """Every stage receiving into this ring (more than one for a rank-shared ring)."""
     ring: int
     """K: the sets the ring keeps."""
     live: int
-    """The live set: the most sets the schedule can need at once (K is ``live`` plus slack, at most ``stock``)."""
+    """The live set K was sized from."""
     stock: int
     """Sets stock torch keeps for the same receives (one per microbatch and stage)."""
     tensors: int
     """Tensors per set."""
     held_sets: int
-    """The most sets held at once during the last step: K plus re-homed storages still held, rounded up."""
+    """The most sets held at once during the last step: K plus re-homed storages, rounded up."""
     held_bytes: int
-    """Bytes of the storages held at that peak."""
     rehomes: int
     """Tensors re-homed during the last step (copy on conflict)."""
 
@@ -140,37 +175,22 @@ class RingUse:
         }
 
 
-class DirectionRing:
-    """K buffer sets for one direction of one stage, or of a rank's stages (see the module docstring)."""
+class Ring:
+    """K buffer sets for one direction of one stage, or of a rank's stages ([Note: the ring])."""
 
     __slots__ = (
         "stage",
         "direction",
-        "size",
         "live",
         "n_microbatches",
         "slots",
         "slot_map",
         "members",
+        "infos",
         "guard",
-        "owners",
-        "_owned",
-        "peak_owned",
-        "bumps",
-        "rehomes",
-        "step_rehomes",
         "say",
-        "_infos",
-        "_resting",
-        "_current",
-        "_anchors",
-        "_requires_grad",
-        "_ops",
-        "_sends",
-        "_py_base",
-        "_cpp_base",
-        "_rehomed_alive",
-        "_step_peak",
+        "calibration",
+        "stats",
         "__weakref__",
     )
 
@@ -181,244 +201,193 @@ class DirectionRing:
         direction: str,
         live: int,
         n_microbatches: int,
-        slots: list[list[torch.Tensor]],
-        slot_map: dict[tuple[int, int], int] | None = None,
+        sets: list[list[torch.Tensor]],
+        requires_grad: list[bool],
+        slot_map: dict[User, int] | None = None,
         guard: bool = True,
         say: Callable[..., None] | None = None,
     ) -> None:
-        self.stage, self.direction, self.size, self.live = stage, direction, len(slots), live
-        """``stage``: the first member; ``live``: the live set K was sized from."""
-        self.n_microbatches, self.slots, self.slot_map = n_microbatches, slots, slot_map
+        self.stage, self.direction, self.live = stage, direction, live
+        self.n_microbatches = n_microbatches
+        self.slots = [Slot(tensors, requires_grad) for tensors in sets]
+        self.slot_map = slot_map
+        """(stage, chunk) -> slot for a rank-shared ring; None: chunk mod K."""
         self.members: dict[int, list[int]] = {}
         """stage -> positions of its recv infos that receive into this ring."""
+        self.infos: dict[User, tuple] = {}
         self.guard = guard
-        """False only for negative controls (pooltk.parity): no ownership, no holders' check, no version bump."""
-        self.owners: list[tuple[int, int] | None] = [None] * self.size
-        self._owned = 0
-        self.peak_owned = 0
-        """Most slots owned at once: the live set this run really had."""
-        self.bumps: dict[int, tuple[int, int]] = {}
-        """slot -> (microbatch that re-used it, its previous owner), this step ([Note: naming the reuse])."""
-        self.rehomes = self.step_rehomes = self._rehomed_alive = 0
+        """False only for negative controls: no ownership, no holders' check, no version bump."""
         self.say = say
-        """``say(kind, **fields)``: a ``re-homed`` or ``no-saving`` event (pooltk.pool.events.LINES)."""
-        self._infos: dict[tuple[int, int], tuple] = {}
-        self._resting: list[list[torch.Tensor]] = []
-        self._current: list[tuple | None] = [None] * self.size
-        """slot -> (user, aliases handed out, trained) of its last post."""
-        self._anchors: list[list[torch.Tensor]] = []
-        self._requires_grad: list[bool] = []
-        self._ops: dict[int, list] = {}
-        self._sends: dict[int, list[list[weakref.ref]]] = {}
-        self._py_base = self._cpp_base = 0
-        self._step_peak = self.size * self.tensors
+        """``say(kind, **fields)``: a ``re-homed`` or ``no-saving`` event (events.LINES)."""
+        self.calibration = holders.calibrate(self.slots[0])
+        self.stats = _Stats(step_peak=self.size * self.tensors)
+
+    size = property(lambda self: len(self.slots), doc="K: the sets the ring keeps.")
+    tensors = property(lambda self: len(self.slots[0].tensors), doc="Tensors per set.")
+    shared = property(lambda self: len(self.members) > 1, doc="More than one stage receives here.")
+    peak_owned = property(lambda self: self.stats.peak_owned, doc="The live set this run had.")
+    rehomes = property(lambda self: self.stats.rehomes, doc="Tensors re-homed over the run.")
 
     @property
-    def tensors(self) -> int:
-        return len(self.slots[0]) if self.slots else 0
-
-    @property
-    def shared(self) -> bool:
-        return len(self.members) > 1
+    def stock_sets(self) -> int:
+        """Sets stock torch keeps for this ring's receives (one per microbatch of each member)."""
+        return self.n_microbatches * max(1, len(self.members))
 
     def slot_of(self, chunk: int, stage: int) -> int:
-        """The slot (``stage``, ``chunk``) receives into: ``chunk mod K``, or the rank-shared ring's colouring."""
         return chunk % self.size if self.slot_map is None else self.slot_map[(stage, chunk)]
 
     def bind(self, stage: int, infos_by_chunk: dict[int, tuple], positions: list[int]) -> None:
         """Point every chunk's recv infos of ``stage`` at its slot's resting alias."""
         self.members[stage] = positions
-        if not self._resting:
-            self._requires_grad = [
-                bool(infos_by_chunk[0][j].buffer.requires_grad) for j in positions
-            ]
-            self._resting = [self._hand_out(s) for s in range(self.size)]
-            self._anchors = [
-                [torch.empty((), dtype=t.dtype, device=t.device).expand(t.shape) for t in ts]
-                for ts in self.slots
-            ]
-            probe = self._hand_out(0)
-            self._anchors[0][0].grad = probe[0]
-            self._py_base, self._cpp_base = sys.getrefcount(probe[0]), probe[0]._use_count()
-            self._anchors[0][0].grad = None
         for chunk, infos in infos_by_chunk.items():
-            self._infos[(stage, chunk)] = infos
-            for r, j in zip(self._resting[self.slot_of(chunk, stage)], positions):
-                infos[j].buffer = r
+            self.infos[(stage, chunk)] = infos
+            for alias, j in zip(self.slots[self.slot_of(chunk, stage)].resting, positions):
+                infos[j].buffer = alias
 
-    def _hand_out(self, slot: int) -> list[torch.Tensor]:
-        return [_alias(t, rg) for t, rg in zip(self.slots[slot], self._requires_grad)]
-
-    # -- the receive: claim, check the previous user, hand out ------------------------------
     def post(self, chunk: int, stage: int, infos: tuple, *, training: bool) -> None:
-        """A receive for (``stage``, ``chunk``) is about to be posted into ``infos``."""
-        slot = self.slot_of(chunk, stage)
+        """Chunk ``chunk`` of ``stage`` is about to post its receive into ``infos``."""
+        index = self.slot_of(chunk, stage)
+        slot = self.slots[index]
         if self.guard:
-            owner = self.owners[slot]
-            if owner is not None and owner != (stage, chunk):
-                raise PoolOverrunError(
-                    stage=stage,
-                    direction=self.direction,
-                    slot=slot,
-                    ring=self.size,
-                    owner=owner[1],
-                    incoming=chunk,
-                    owner_stage=owner[0] if owner[0] != stage else None,
-                )
-            if owner is None:
-                self.owners[slot] = (stage, chunk)
-                self._owned += 1
-                self.peak_owned = max(self.peak_owned, self._owned)
-            if self._current[slot] is not None:
+            self._claim(index, (stage, chunk))
+            if slot.user is not None:
                 self._retire(slot)
-                self._check(slot, chunk)
-        aliases = self._hand_out(slot)
-        self._current[slot] = ((stage, chunk), aliases, training)
-        if self.guard:
-            for anchor, a in zip(self._anchors[slot], aliases):
-                anchor.grad = a
-        for a, j in zip(aliases, self.members[stage]):
-            infos[j].buffer = a
+                self._check(index, incoming=chunk)
+        for alias, j in zip(slot.take((stage, chunk), training, self.guard), self.members[stage]):
+            infos[j].buffer = alias
 
-    def note_ops(self, chunk: int, stage: int, recvs: object = None, sends: object = None) -> None:
-        """Remember the receive ops torch built for the chunk, or the tensors of its forward sends on its slot."""
-        if not self.guard:
+    def _claim(self, index: int, user: User) -> None:
+        owner = self.slots[index].owner
+        if owner == user:
             return
-        slot = self.slot_of(chunk, stage)
-        if recvs is not None:
-            self._ops[slot] = list(recvs)
-            return
-        cur = self._current[slot]
-        if cur is None or cur[0] != (stage, chunk):
-            return
-        storages = [t.untyped_storage()._cdata for t in self.slots[slot]]
-        kept: list[list[weakref.ref]] = [[] for _ in storages]
-        for op in sends or ():
-            t = getattr(op, "tensor", None)
-            if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata in storages:
-                kept[storages.index(t.untyped_storage()._cdata)].append(weakref.ref(t))
-        self._sends[slot] = kept
+        if owner is not None:
+            raise PoolOverrunError(
+                stage=user[0],
+                direction=self.direction,
+                slot=index,
+                ring=self.size,
+                owner=owner[1],
+                incoming=user[1],
+                owner_stage=None if owner[0] == user[0] else owner[0],
+            )
+        self.slots[index].claim(user)
+        self.stats.owned += 1
+        self.stats.peak_owned = max(self.stats.peak_owned, self.stats.owned)
+
+    def note_recvs(self, chunk: int, stage: int, ops: Any) -> None:
+        """The receive ops torch built for the chunk's post (they hold its aliases)."""
+        if self.guard:
+            self.slots[self.slot_of(chunk, stage)].recv_ops = list(ops or ())
+
+    def note_sends(self, chunk: int, stage: int, ops: Any) -> None:
+        """The chunk's forward sends that carry its received tensors on ([Note: finished sends])."""
+        slot = self.slots[self.slot_of(chunk, stage)]
+        if self.guard and slot.user == (stage, chunk):
+            slot.sends = holders.sends_on(slot.tensors, ops)
 
     def release(self, chunk: int, stage: int) -> None:
-        """(``stage``, ``chunk``) is done reading its slot (see [Note: slot ownership])."""
-        slot = self.slot_of(chunk, stage)
-        if self.owners[slot] == (stage, chunk):
-            self.owners[slot] = None
-            self._owned -= 1
+        """(``stage``, ``chunk``) is done reading its slot ([Note: slot ownership])."""
+        if self.slots[self.slot_of(chunk, stage)].release((stage, chunk)):
+            self.stats.owned -= 1
 
     def retire_inputs(self, chunk: int, stage: int, values: list) -> None:
-        """Swap the aliases handed to the chunk in ``values`` (a list torch keeps) for the resting alias."""
-        slot = self.slot_of(chunk, stage)
-        cur = self._current[slot]
-        if cur is not None and cur[0] == (stage, chunk):
-            for i, v in enumerate(values):
-                for a, r in zip(cur[1], self._resting[slot]):
-                    if v is a:
-                        values[i] = r
+        """In ``values`` (a list torch keeps), the chunk's aliases become the resting ones."""
+        slot = self.slots[self.slot_of(chunk, stage)]
+        if slot.user == (stage, chunk):
+            for k in range(self.tensors):
+                replace_by_identity(values, slot.aliases[k], slot.resting[k])
 
     def reset(self) -> None:
-        """A new step: nobody owns a slot, every alias handed out is retired, the step's counts restart."""
-        self.owners, self._owned = [None] * self.size, 0
-        for slot, cur in enumerate(self._current):
-            if cur is not None:
+        """A new step: no slot is owned, every alias handed out is retired, the counts restart."""
+        self.stats.owned = 0
+        for slot in self.slots:
+            slot.owner = None
+            if slot.user is not None:
                 self._retire(slot)
-        self.bumps.clear()
-        self.step_rehomes = 0
-        self._step_peak = self.size * self.tensors + self._rehomed_alive
+        self.stats.bumps.clear()
+        self.stats.step_rehomes = 0
+        self.stats.step_peak = self.size * self.tensors + self.stats.rehomed_alive
 
-    def _retire(self, slot: int) -> None:
-        (stage, chunk), aliases, _ = self._current[slot]
-        infos = self._infos.get((stage, chunk))
-        for a, r, j in zip(aliases, self._resting[slot], self.members.get(stage, ())):
-            if infos is not None and infos[j].buffer is a:
-                infos[j].buffer = r
+    def _retire(self, slot: Slot) -> None:
+        """The previous user's recv infos go back to the resting aliases."""
+        stage, chunk = slot.user
+        infos = self.infos.get((stage, chunk))
+        for k, j in enumerate(self.members.get(stage, ())):
+            if infos is not None and infos[j].buffer is slot.aliases[k]:
+                infos[j].buffer = slot.resting[k]
 
-    def _check(self, slot: int, incoming: int) -> None:
-        """[Note: copy on conflict]: re-home each tensor of the slot someone outside the pool still holds."""
-        (stage, previous), aliases, trained = self._current[slot]
-        for op in self._ops.pop(slot, ()):
-            for k in range(
-                len(aliases)
-            ):  # an index loop: a loop variable bound to an alias would count
-                if getattr(op, "tensor", None) is aliases[k]:
-                    op.tensor = self._resting[slot][k]
-        sends = self._sends.pop(slot, None)
+    def _check(self, index: int, *, incoming: int) -> None:
+        """[Note: copy on conflict]: re-home what is still held, bump the rest."""
+        slot = self.slots[index]
+        previous = slot.user
         reused = []
-        for k, t in enumerate(self.slots[slot]):
-            finished = (
-                sum(r() is not None for r in sends[k]) if sends is not None and trained else 0
-            )
-            views = torch._C._storage_Use_Count(t.untyped_storage()._cdata) - 1 - _OWN - finished
-            held = sys.getrefcount(aliases[k]) - self._py_base
-            cpp = aliases[k]._use_count() - self._cpp_base
-            why = "views" if views > 0 else "python" if held > 0 else "c++" if cpp > 0 else ""
+        for k, (count, why) in enumerate(holders.count(slot, self.calibration)):
             if why:
-                self._rehome(
-                    slot, k, stage, incoming, max(views, 0) + max(held, 0) + max(cpp, 0), why
-                )
+                self._rehome(index, k, previous[0], incoming, count, why)
             else:
-                reused.append(t)
+                reused.append(slot.tensors[k])
         if reused:
-            self.bumps[slot] = (incoming, previous)
+            self.stats.bumps[index] = (incoming, previous[1])
             bump_version(reused)
 
-    def _rehome(self, slot: int, k: int, stage: int, incoming: int, holders: int, why: str) -> None:
-        old, old_resting = self.slots[slot][k], self._resting[slot][k]
-        new = self.slots[slot][k] = torch.empty_like(old, memory_format=torch.preserve_format)
-        new_resting = self._resting[slot][k] = _alias(new, self._requires_grad[k])
-        for (user_stage, _), infos in self._infos.items():
-            j = self.members[user_stage][k]
+    def _rehome(self, index: int, k: int, stage: int, incoming: int, count: int, why: str) -> None:
+        slot = self.slots[index]
+        old, old_resting = slot.tensors[k], slot.resting[k]
+        slot.rehome(k)
+        for (member, _), infos in self.infos.items():
+            j = self.members[member][k]
             if infos[j].buffer is old_resting:
-                infos[j].buffer = new_resting
-        self.rehomes += 1
-        self.step_rehomes += 1
-        self._rehomed_alive += 1
+                infos[j].buffer = slot.resting[k]
+        self.stats.rehomes += 1
+        self.stats.step_rehomes += 1
+        self.stats.rehomed_alive += 1
         weakref.finalize(old.untyped_storage(), _let_go, weakref.ref(self))
-        held = self.size * self.tensors + self._rehomed_alive
-        if held > self._step_peak:
-            self._step_peak = held
-            if (
-                self.say is not None
-                and -(-held // self.tensors) >= self.stock_sets
-                and (self.size < self.stock_sets or held > self.size * self.tensors)
-            ):
-                use = self.usage(self.stage)
-                self.say(
-                    "no-saving",
-                    stage=self.stage,
-                    direction=self.direction,
-                    held=use.held_sets,
-                    stock=use.stock,
-                    ring=use.ring,
-                    rehomes=use.rehomes,
-                    check=why,
-                )
+        self._say_if_no_saving(why)
         if self.say is not None:
+            nbytes = slot.tensors[k].untyped_storage().nbytes()
             self.say(
                 "re-homed",
                 stage=stage,
                 direction=self.direction,
-                slot=slot,
+                slot=index,
                 position=self.members[stage][k],
                 incoming=incoming,
-                bytes=new.untyped_storage().nbytes(),
-                holders=holders,
+                bytes=nbytes,
+                holders=count,
                 check=why,
             )
 
-    # -- what it holds --------------------------------------------------------------------
-    @property
-    def stock_sets(self) -> int:
-        """Sets stock torch would keep for this ring's receives (one per microbatch of each member)."""
-        return self.n_microbatches * max(1, len(self.members))
+    def _say_if_no_saving(self, why: str) -> None:
+        """Say once per step peak that the ring now holds as much as stock would."""
+        held = self.size * self.tensors + self.stats.rehomed_alive
+        if held <= self.stats.step_peak:
+            return
+        self.stats.step_peak = held
+        reaches_stock = -(-held // self.tensors) >= self.stock_sets
+        beyond_ring = self.size < self.stock_sets or held > self.size * self.tensors
+        if self.say is not None and reaches_stock and beyond_ring:
+            use = self.usage(self.stage)
+            self.say(
+                "no-saving",
+                stage=self.stage,
+                direction=self.direction,
+                held=use.held_sets,
+                stock=use.stock,
+                ring=use.ring,
+                rehomes=use.rehomes,
+                check=why,
+            )
 
-    @property
-    def set_bytes(self) -> int:
-        return sum(t.untyped_storage().nbytes() for t in self.slots[0]) if self.slots else 0
+    def bumped(self, version: int | None) -> list[tuple[int, int, int]]:
+        """(slot, reused by, previous) bumped this step; those at ``version`` where one is."""
+        bumped = [(s, r, p) for s, (r, p) in sorted(self.stats.bumps.items())]
+        at = [b for b in bumped if any(t._version == version for t in self.slots[b[0]].tensors)]
+        return at or bumped
 
     def usage(self, stage: int) -> RingUse:
         """What the ring held during the last step (see :class:`RingUse`)."""
-        per = self.tensors or 1
+        peak, per = self.stats.step_peak, self.tensors or 1
+        set_bytes = sum(t.untyped_storage().nbytes() for t in self.slots[0].tensors)
         return RingUse(
             stage=stage,
             direction=self.direction,
@@ -427,9 +396,9 @@ class DirectionRing:
             live=self.live,
             stock=self.stock_sets,
             tensors=self.tensors,
-            held_sets=-(-self._step_peak // per),
-            held_bytes=self._step_peak * self.set_bytes // per,
-            rehomes=self.step_rehomes,
+            held_sets=-(-peak // per),
+            held_bytes=peak * set_bytes // per,
+            rehomes=self.stats.step_rehomes,
         )
 
 
@@ -437,4 +406,4 @@ def _let_go(ring_ref: weakref.ref) -> None:
     """A re-homed storage's last holder let go of it."""
     ring = ring_ref()
     if ring is not None:
-        ring._rehomed_alive -= 1
+        ring.stats.rehomed_alive -= 1

@@ -55,8 +55,8 @@ def _changed(before: dict, after: dict) -> set[tuple[str, str]]:
 
 def _named_sites() -> set[tuple[str, str]]:
     """The layout's setup methods and every runtime method the adapters name, where their classes define them."""
-    from pooltk.pool.adapters import detect
-    from pooltk.pool.adapters.stage_api import (
+    from pooltk.pool.torch_compat.layouts import detect
+    from pooltk.pool.torch_compat.stage_api import (
         HANDOFF_METHODS,
         HOT_METHODS,
         OPTIONAL_HOT_METHODS,
@@ -112,7 +112,7 @@ def test_a_pooled_step_on_the_real_torch_changes_nothing_but_the_stage_methods()
             stage = static_stage(torch.nn.Linear(4, 4), 1, 3, torch.zeros(2, 4))
             schedule = static_schedule(stage, 8, loss)
             # the forward setup method this layout family wraps (torch 2.15's lazy layout wraps none)
-            from pooltk.pool.adapters import detect
+            from pooltk.pool.torch_compat.layouts import detect
 
             names = [
                 t.name

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 import pooltk
-from pooltk.pool.adapters import HOT_METHODS, detect
-from pooltk.pool.install import PoolWarning
+from pooltk.pool.torch_compat.layouts import detect
+from pooltk.pool.torch_compat.stage_api import HOT_METHODS
+from pooltk.pool.errors import PoolWarning
 
 from _shapes import LAYOUTS, expected_family, load_shape, relevant, shape_from_live
 
@@ -87,7 +88,7 @@ MOVE_AND_INSTALL = textwrap.dedent(
     """
     import warnings
     from torch.distributed.pipelining import stage as m
-    from pooltk.pool.adapters import detect
+    from pooltk.pool.torch_compat.layouts import detect
     layout = detect().layout
     # Simulate a torch whose private layout moved: the first frontend-specific setup method
     # is no longer defined on its class (it still resolves through the base, so torch works).

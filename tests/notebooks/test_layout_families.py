@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pooltk.pool.adapters import detect
+from pooltk.pool.torch_compat.layouts import detect
 from pooltk.nb.layouts import FAMILIES
 
 

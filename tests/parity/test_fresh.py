@@ -54,9 +54,9 @@ class Stage:
 
 
 def _eager(monkeypatch, name):
-    layout = SimpleNamespace(name=name, setup_targets=(), note="")
+    layout = SimpleNamespace(name=name, setup_targets=(), per_receive=False)
     monkeypatch.setattr(
-        "pooltk.pool.adapters.detect", lambda: SimpleNamespace(layout=layout, reason="test")
+        "pooltk.parity.fresh.detect", lambda: SimpleNamespace(layout=layout, reason="test")
     )
 
 
@@ -125,7 +125,7 @@ def test_on_the_lazy_family_stock_already_is_fresh_and_nothing_is_bound(monkeypa
         name="lazy", setup_targets=(), per_receive=True, stands_down=True, note=""
     )
     monkeypatch.setattr(
-        "pooltk.pool.adapters.detect", lambda: SimpleNamespace(layout=layout, reason="lazy")
+        "pooltk.parity.fresh.detect", lambda: SimpleNamespace(layout=layout, reason="lazy")
     )
     st = _stage(Info212)
     out = fresh_stage(st)
@@ -135,7 +135,7 @@ def test_on_the_lazy_family_stock_already_is_fresh_and_nothing_is_bound(monkeypa
 
 def test_an_unknown_layout_a_pooled_stage_or_a_second_call_is_refused_naming_pooltk(monkeypatch):
     monkeypatch.setattr(
-        "pooltk.pool.adapters.detect", lambda: SimpleNamespace(layout=None, reason="no markers")
+        "pooltk.parity.fresh.detect", lambda: SimpleNamespace(layout=None, reason="no markers")
     )
     with pytest.raises(
         FreshError, match=r"pooltk fresh: stage 1: found no known receive-buffer layout.*Fix:"
@@ -143,9 +143,9 @@ def test_an_unknown_layout_a_pooled_stage_or_a_second_call_is_refused_naming_poo
         fresh_stage(_stage(Info212))
     _eager(monkeypatch, "setup-recv-info")
     pooled = _stage(Info212)
-    from pooltk.pool.state import state_for
+    from pooltk.pool.stage import state_for
 
-    state_for(pooled).forward = object()  # a ring the pool holds on this stage
+    state_for(pooled).rings["forward"] = object()  # a ring the pool holds on this stage
     with pytest.raises(FreshError, match="found a pooltk ring on it.*Fix: pooltk.uninstall"):
         fresh_stage(pooled)
     st = _stage(Info212)
@@ -166,7 +166,7 @@ def test_unfresh_restores_the_stage_exactly(monkeypatch):
 
 
 def test_the_real_torch_here_is_an_eager_family_fresh_binds_on():
-    from pooltk.pool.adapters import detect
+    from pooltk.pool.torch_compat.layouts import detect
 
     found = detect()
     assert found.layout is not None and found.layout.name in (

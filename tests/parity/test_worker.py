@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pooltk.parity.worker import find_overrun
-from pooltk.pool.guard import PoolOverrunError
+from pooltk.pool.errors import PoolOverrunError
 
 
 def test_an_overrun_wrapped_by_a_schedule_is_found_by_its_type_not_its_text():

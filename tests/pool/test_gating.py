@@ -1,4 +1,5 @@
-"""pooltk.pool.gating: the allowlist matched like get_schedule_class, the observed schedule decides, refusals."""
+"""pooltk.pool.gating: the allowlist matched like get_schedule_class, the observed schedule
+decides, refusals."""
 
 from __future__ import annotations
 
@@ -41,25 +42,18 @@ def _setup_as(schedule_obj, **kw):
 
 
 def test_the_schedule_seen_driving_the_setup_decides_over_the_install_name():
-    pool, _, name, _, observed = _setup_as(
-        object.__new__(ScheduleGPipe),
-        install_schedule="1f1b",
-        force=False,
-        stage=None,
-    )
-    assert not pool and name == "gpipe" and observed is not None
-    pool, _, name, _, _ = _setup_as(
-        object.__new__(Schedule1F1B),
-        install_schedule="gpipe",
-        force=False,
-        stage=None,
-    )
-    assert pool and name == "1f1b"
+    gpipe = object.__new__(ScheduleGPipe)
+    decision = _setup_as(gpipe, install_schedule="1f1b", force=False, stage=None)
+    assert not decision.pooled and decision.schedule == "gpipe"
+    assert decision.schedule_object() is gpipe  # by weak reference: a stage must not keep it
+    one = object.__new__(Schedule1F1B)
+    decision = _setup_as(one, install_schedule="gpipe", force=False, stage=None)
+    assert decision.pooled and decision.schedule == "1f1b"
 
 
 def test_unseen_setups_follow_the_install_name_and_force_overrides_it():
     def pool(**kw):
-        return decide(stage=None, **kw)[0]
+        return decide(stage=None, **kw).pooled
 
     assert pool(install_schedule="1f1b", force=False) and pool(install_schedule="gpipe", force=True)
     assert not pool(install_schedule="gpipe", force=False) and not pool(
@@ -70,12 +64,10 @@ def test_unseen_setups_follow_the_install_name_and_force_overrides_it():
 
 def test_auto_keeps_the_closed_form_for_1f1b_and_refuses_a_custom_runtime_schedule():
     kw = dict(install_schedule="auto", force=False, stage=None)
-    pool, _, _, plan, _ = _setup_as(object.__new__(Schedule1F1B), **kw)
-    assert pool and plan is None
-    pool, reason, _, plan, _ = _setup_as(
-        object.__new__(_PipelineScheduleRuntime), **kw
-    )  # what a CSV schedule is
-    assert not pool and plan is None and reason
+    decision = _setup_as(object.__new__(Schedule1F1B), **kw)
+    assert decision.pooled and decision.plan is None
+    decision = _setup_as(object.__new__(_PipelineScheduleRuntime), **kw)  # what a CSV schedule is
+    assert not decision.pooled and decision.plan is None and decision.reason
 
 
 def test_an_overriding_stage_class_and_custom_compute_functions_keep_the_stage_stock(clean_install):

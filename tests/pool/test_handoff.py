@@ -1,4 +1,5 @@
-"""pooltk.pool.handoff: a same-rank handoff needs no receive buffers, and what it gave a chunk goes after its backward."""
+"""pooltk.pool.handoff: a same-rank handoff needs no receive buffers, what it gave a chunk goes
+after its backward, and a None gradient reads a new zero buffer."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import weakref
 import pytest
 import torch
 
-from pooltk.pool.handoff import drop_handed
-from pooltk.pool.state import state_for
+from pooltk.pool.handoff import drop_handed, template, zero_for_none
+from pooltk.pool.torch_compat.stage_api import Call
 
 
 class _Info:
@@ -23,12 +24,12 @@ def test_what_a_handoff_gave_a_chunk_is_let_go_after_its_backward():
     stage = Stage()
     handed = [torch.ones(2, 3), torch.ones(2, 3)]
     stage.args_recv_info = {c: (_Info(handed[c]),) for c in range(2)}
-    st = state_for(stage)
-    st.handoff["forward"] = {0: ((2, 3), torch.float32, torch.device("cpu"), True)}
+    templates = {"forward": {0: template(torch.ones(2, 3, requires_grad=True), None)}}
     handed[1].data_ptr()  # an address read holds nothing: no reason to keep the tensor
+    kept = [handed[0]]  # torch's fwd_cache inputs, in a forward-only step
     for c in range(2):
-        drop_handed(stage, st, c)
-    assert all(stage.args_recv_info[c][0].buffer.is_meta for c in range(2))
+        drop_handed(stage, templates, c, kept if c == 0 else None)
+    assert all(stage.args_recv_info[c][0].buffer.is_meta for c in range(2)) and kept[0].is_meta
     alive = [weakref.ref(t) for t in handed]
     del handed
     assert [r() is None for r in alive] == [True, True]  # nothing of the pool keeps them
@@ -40,53 +41,37 @@ def _handoff_stage(buffer):
     class Stage:
         has_backward, is_last, stage_index = True, False, 1
 
-    stage, info = (
-        Stage(),
-        _RecvInfo.__new__(_RecvInfo),
-    )  # a real _RecvInfo: torch checks the type on some releases
-    info.input_name, info.source, info.buffer, info.tensor_meta, info.is_root_arg = (
-        "x",
-        2,
-        buffer,
-        None,
-        False,
-    )
+    stage, info = Stage(), _RecvInfo.__new__(_RecvInfo)  # a real _RecvInfo: torch checks the type
+    info.input_name, info.source, info.buffer = "x", 2, buffer
+    info.tensor_meta, info.is_root_arg = None, False
     stage.grad_recv_info = {0: (info,)}
-    state_for(stage).handoff["grad"] = {0: ((2, 3), torch.float32, torch.device("cpu"), False)}
     return stage, info
 
 
-def test_a_none_gradient_handed_over_locally_reads_a_fresh_zero_buffer_or_is_refused_as_stock_refuses_it():
+def test_a_none_gradient_handed_over_locally_reads_a_fresh_zero_buffer_or_is_refused_as_stock():
     from torch.distributed.pipelining.stage import _PipelineStageBase
 
-    from pooltk.pool._patch import runtime_wrappers
-    from pooltk.pool.report import make_report
-
-    originals = {
-        n: getattr(_PipelineStageBase, n)
-        for n in (
-            "set_local_bwd_input",
-            "forward_one_chunk",
-            "backward_one_chunk",
-            "clear_runtime_states",
-        )
-    }
-    install = make_report(installed=True, layout=None, reason="test")
-    wrapped = runtime_wrappers(originals, install)["set_local_bwd_input"]
+    torchs = _PipelineStageBase.set_local_bwd_input
+    templates = {0: template(torch.empty(2, 3), None)}
     stock_stage, _ = _handoff_stage(torch.ones(2, 3))
     try:
-        originals["set_local_bwd_input"](stock_stage, (None,), 0)
+        torchs(stock_stage, (None,), 0)
         stock_refusal = None
     except AssertionError as e:  # torch <= 2.11 refuses a None gradient itself
         stock_refusal = str(e)
     stage, info = _handoff_stage(torch.empty(2, 3, device="meta"))
+
+    def set_local(grads):
+        zero_for_none(stage, Call("set_local_bwd_input", (grads, 0), {}), templates)
+        torchs(stage, grads, 0)
+
     if stock_refusal is None:
-        wrapped(stage, (None,), 0)
+        set_local((None,))
         assert not info.buffer.is_meta and torch.equal(info.buffer, torch.zeros(2, 3))
     else:
         with pytest.raises(AssertionError) as refused:
-            wrapped(stage, (None,), 0)
+            set_local((None,))
         assert str(refused.value) == stock_refusal
     g = torch.ones(2, 3)
-    wrapped(stage, (g,), 0)
+    set_local((g,))
     assert info.buffer is g

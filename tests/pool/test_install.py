@@ -12,10 +12,12 @@ import pytest
 import torch
 
 import pooltk
-import pooltk.pool._patch as patch_mod
+import pooltk.pool.install as install_mod
+import pooltk.pool.stage as stage_mod
 from pooltk import PoolConfig
-from pooltk.pool.adapters import SetupTarget, detect
-from pooltk.pool.report import make_report
+from pooltk.pool.gating import Decision
+from pooltk.pool.torch_compat.layouts import SetupTarget, detect
+from pooltk.pool.torch_compat.stage_api import Call
 
 _LAYOUT = detect().layout
 pytestmark = pytest.mark.skipif(
@@ -94,7 +96,7 @@ def test_probe_changes_nothing_and_warns_nothing(clean_install):
 FAIL_OPEN = textwrap.dedent("""
     import warnings
     from torch.distributed.pipelining import stage as m
-    from pooltk.pool.adapters import detect
+    from pooltk.pool.torch_compat.layouts import detect
     # a torch whose private layout moved: the manual frontend's setup method now lives on the base
     name = next(t.name for t in detect().layout.setup_targets if t.owner is m.PipelineStage)
     fn = m.PipelineStage.__dict__[name]
@@ -150,24 +152,31 @@ def _fake_setup(self, n_mb):
     }
 
 
-def _setup(monkeypatch, config=None, pool=True, plan=None, report=None):
-    """The grad setup of ``_FakeStage`` wrapped by a test install, the gate answering ``pool``."""
-    install = report or make_report(
-        installed=True,
-        layout=_LAYOUT,
-        reason="test",
-        config=config or PoolConfig(),
-        schedule="1f1b",
-    )
-    monkeypatch.setattr(patch_mod, "decide", lambda **_: (pool, "test", "1f1b", plan, None))
+def _live(config=None):
+    """A process install as the hooks see it (not bound: the test calls the setup hook itself)."""
+    config = config or PoolConfig()
+    report = install_mod._report(True, _LAYOUT, "test", config, "1f1b", "process")
+    return install_mod._Install(config, None, "1f1b", False, _LAYOUT, report)
+
+
+def _setup(monkeypatch, config=None, pool=True, plan=None, live=None):
+    """The grad setup of ``_FakeStage`` under the pool's setup hook, the gate answering ``pool``."""
+    live = live or _live(config)
+    monkeypatch.setattr(stage_mod, "decide", lambda **_: Decision(pool, "test", "1f1b", plan))
+    name = "_setup_backward_recv_info"
     target = SetupTarget(
-        owner=_FakeStage,
-        name="setup",
-        direction="grad",
-        infos_attr="grad_recv_info",
-        alloc_free=True,
+        owner=_FakeStage, name=name, direction="grad", infos_attr="grad_recv_info", alloc_free=True
     )
-    return patch_mod.setup_wrapper(_fake_setup, target, install), install
+
+    def setup(stage, n_mb):
+        def proceed():
+            return _fake_setup(stage, n_mb)
+
+        return stage_mod.on_setup(
+            stage, Call(name, (n_mb,), {}), proceed, target=target, install=live
+        )
+
+    return setup, live
 
 
 def _storages(stage):
@@ -209,7 +218,7 @@ def test_an_error_inside_a_recognised_layout_raises_pool_setup_error_with_stage_
         raise KeyError("boom")
 
     setup, _ = _setup(monkeypatch)
-    monkeypatch.setattr(patch_mod, "_build", broken)
+    monkeypatch.setattr(stage_mod, "build_ring", broken)
     with pytest.raises(pooltk.PoolSetupError) as info:
         setup(_FakeStage(), 4)
     assert (info.value.stage, info.value.direction) == (1, "grad") and isinstance(
@@ -220,13 +229,11 @@ def test_an_error_inside_a_recognised_layout_raises_pool_setup_error_with_stage_
 def test_uninstall_gives_a_live_pooled_stage_stock_buffers_and_says_unpooled(
     monkeypatch, clean_install
 ):
-    from pooltk.pool.state import CURRENT
-
     report = pooltk.install(grad_slack=0)
-    setup, install = _setup(monkeypatch, PoolConfig(grad_slack=0), report=report)
+    setup, live = _setup(monkeypatch, PoolConfig(grad_slack=0), live=install_mod._current)
     stage = _FakeStage(stage_index=0)
     setup(stage, 4)
-    assert stage in CURRENT[0].stages
+    assert stage in live.stages
     assert pooltk.stage_rings(stage)["grad"].size == 1
     pooltk.uninstall()
     assert pooltk.stage_rings(stage) == {} and len(_storages(stage)) == 4
@@ -251,7 +258,7 @@ def test_a_stage_set_up_before_install_is_reported_kept_stock_once(clean_install
 def test_install_and_uninstall_wait_for_the_one_lock_another_thread_holds(clean_install):
     import threading
 
-    from pooltk.pool.state import LOCK
+    from pooltk.pool.install import _LOCK as LOCK
 
     for call in (lambda: pooltk.install(slack=1), pooltk.uninstall):
         done = threading.Event()

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from pooltk.pool import release as rel
-from pooltk.pool.state import StageState
+from pooltk.pool.gating import Decision
+from pooltk.pool.stage import StageState
 
 
 class _Stage:
@@ -45,9 +46,8 @@ def _microbatch(
 
 
 def _state(stage: _Stage, schedule: _Schedule | None) -> StageState:
-    st = StageState(release=True)
-    st.observed = weakref.ref(schedule) if schedule is not None else None
-    return st
+    observed = weakref.ref(schedule) if schedule is not None else None
+    return StageState(decision=Decision(True, "test", "1f1b", observed=observed), release=True)
 
 
 def test_after_the_release_nothing_of_the_schedule_holds_the_received_input():
@@ -112,7 +112,7 @@ def test_a_view_loss_without_a_known_schedule_keeps_its_graph_and_says_why_once(
     stage = _Stage()
     st = _state(stage, None)
     events: list = []
-    st.report = type("R", (), {"events": events})()
+    st.install = type("Install", (), {"events": events})()
     for chunk in range(2):
         x = torch.randn(4, 3, requires_grad=True)
         loss = x.sum(0)[:1]

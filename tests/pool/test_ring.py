@@ -1,4 +1,4 @@
-"""pooltk.pool.ring: slots, fresh aliases, ownership, copy on conflict per tensor, finished sends, what a ring held."""
+"""pooltk.pool.ring: slot c mod K, a slot's ownership verbs, fresh aliases, what a ring held."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import weakref
 
 import pytest
 import torch
-import torch.distributed as dist
 
-from pooltk.pool.guard import PoolOverrunError
-from pooltk.pool.ring import DirectionRing
+from pooltk import PoolConfig
+from pooltk.pool.errors import PoolOverrunError
+from pooltk.pool.ring import Ring, Slot, live_1f1b, ring_size
 
 
 class _Info:
@@ -17,38 +17,41 @@ class _Info:
         self.buffer, self.is_root_arg = buffer, False
 
 
-class _Op:
-    def __init__(self, op, tensor):
-        self.op, self.tensor = op, tensor
-
-
 def _ring(k=2, m=4, tensors=1, guard=True, **kw):
-    slots = [[torch.zeros(3) for _ in range(tensors)] for _ in range(k)]
+    sets = [[torch.zeros(3) for _ in range(tensors)] for _ in range(k)]
     infos = {c: tuple(_Info(torch.zeros(3)) for _ in range(tensors)) for c in range(m)}
-    ring = DirectionRing(
-        stage=1, direction="forward", live=k, n_microbatches=m, slots=slots, guard=guard, **kw
+    ring = Ring(
+        stage=1,
+        direction="forward",
+        live=k,
+        n_microbatches=m,
+        sets=sets,
+        requires_grad=[False] * tensors,
+        guard=guard,
+        **kw,
     )
     ring.bind(1, infos, list(range(tensors)))
     return ring, infos
 
 
 def _use(ring, infos, chunk, training=True):
-    """Post the chunk's receive, then release its slot (its backward ran); a weak reference to what it got."""
+    """Post the chunk's receive, then release its slot (its backward ran); a weak reference to what it got."""  # noqa: E501
     ring.post(chunk, 1, infos[chunk], training=training)
     ring.release(chunk, 1)
     return weakref.ref(infos[chunk][0].buffer)
 
 
-def test_chunks_k_apart_share_a_slots_storage_but_never_a_tensor_object():
+def _storage(t):
+    return t.untyped_storage().data_ptr()
+
+
+def test_chunk_c_receives_into_slot_c_mod_k_through_its_own_alias():
     ring, infos = _ring()
     a = _use(ring, infos, 0)
     b = _use(ring, infos, 2)
     assert a() is not b() and infos[0][0].buffer is not b()  # chunk 0 rests on another object
-    assert b().untyped_storage().data_ptr() == ring.slots[0][0].untyped_storage().data_ptr()
-    assert (
-        _use(ring, infos, 1)().untyped_storage().data_ptr()
-        == ring.slots[1][0].untyped_storage().data_ptr()
-    )
+    assert _storage(b()) == _storage(ring.slots[0].tensors[0])
+    assert _storage(_use(ring, infos, 1)()) == _storage(ring.slots[1].tensors[0])
     assert ring.rehomes == 0
 
 
@@ -75,108 +78,66 @@ def test_posting_into_a_slot_still_owned_raises_before_the_receive_and_unguarded
     with pytest.raises(PoolOverrunError) as info:
         ring.post(2, 1, infos[2], training=True)
     assert (info.value.slot, info.value.owner, info.value.incoming) == (0, 0, 2)
+    assert ring.peak_owned == 2
     loose, loose_infos = _ring(k=2, guard=False)
     for c in range(3):
-        loose.post(
-            c, 1, loose_infos[c], training=True
-        )  # silently reuses slot 0: what the guard exists to stop
+        loose.post(c, 1, loose_infos[c], training=True)  # silently reuses slot 0: the guard's job
+
+
+def test_a_slot_is_owned_from_its_claim_until_its_release_by_the_same_user():
+    slot = Slot([torch.zeros(2)], [False])
+    slot.claim((1, 0))
+    assert slot.owner == (1, 0) and not slot.release((1, 4)) and slot.owner == (1, 0)
+    assert slot.release((1, 0)) and slot.owner is None
+
+
+def test_each_take_hands_out_new_aliases_of_the_same_storage_and_the_resting_ones_stay():
+    slot = Slot([torch.zeros(2), torch.zeros(3)], [True, False])
+    first, second = slot.take((1, 0), True, False), slot.take((1, 2), True, False)
+    assert all(a is not b for a, b in zip(first, second))
+    assert [_storage(a) for a in second] == [_storage(t) for t in slot.tensors]
+    assert [a.requires_grad for a in second] == [True, False]
+    assert slot.user == (1, 2) and slot.aliases is second
+    assert all(r is not a for r, a in zip(slot.resting, second))
 
 
 def test_a_reused_slot_is_bumped_so_autograd_refuses_stale_reads():
     ring, infos = _ring(k=1)
     _use(ring, infos, 0)
-    version = ring.slots[0][0]._version
+    version = ring.slots[0].tensors[0]._version
     _use(ring, infos, 1)
-    assert (
-        ring.slots[0][0]._version == version + 1 and ring.bumps[0] == (1, 0) and ring.rehomes == 0
-    )
+    assert ring.slots[0].tensors[0]._version == version + 1
+    assert ring.stats.bumps[0] == (1, 0) and ring.rehomes == 0
+    assert ring.bumped(None) == [(0, 1, 0)]
 
 
-def test_a_tensor_kept_past_its_use_is_re_homed_alone_and_keeps_its_values():
-    ring, infos = _ring(k=1, tensors=2)
-    ring.post(0, 1, infos[0], training=True)
-    kept = infos[0][
-        1
-    ].buffer  # a model keeps the second received tensor (a mask, say) across microbatches
-    kept.fill_(7.0)
-    ring.release(0, 1)
-    first = ring.slots[0][0]
-    ring.post(1, 1, infos[1], training=True)
-    assert ring.rehomes == 1 and ring.slots[0][0] is first  # the other tensor keeps its storage
-    assert ring.slots[0][1].untyped_storage().data_ptr() != kept.untyped_storage().data_ptr()
-    assert torch.equal(kept, torch.full((3,), 7.0))
-
-
-def test_a_view_an_output_that_is_the_input_and_a_graph_are_holders():
-    for keep in (lambda a: a[1:], lambda a: (a,), lambda a: a.requires_grad_(True) * 2):
-        ring, infos = _ring(k=1)
-        ring.post(0, 1, infos[0], training=True)
-        held = keep(infos[0][0].buffer)
-        ring.release(0, 1)
-        ring.post(1, 1, infos[1], training=True)
-        assert ring.rehomes == 1, keep
-        del held
-
-
-def test_reading_an_address_or_passing_a_tensor_on_costs_nothing_once_nobody_holds_it():
+def test_retire_inputs_gives_torchs_kept_list_the_resting_alias_instead_of_the_chunks():
     ring, infos = _ring(k=2)
-    for c in range(4):
-        ring.post(c, 1, infos[c], training=True)
-        x = infos[c][0].buffer
-        x.data_ptr(), x.untyped_storage().data_ptr()  # a kernel launcher reads the addresses
-        out = (x,)  # the stage hands it on unchanged
-        ring.release(c, 1)
-        del x, out
-    assert ring.rehomes == 0
+    ring.post(0, 1, infos[0], training=False)
+    kept = [infos[0][0].buffer, "other"]
+    ring.retire_inputs(0, 1, kept)
+    assert kept[0] is ring.slots[0].resting[0] and kept[1] == "other"
 
 
-def test_finished_forward_sends_are_not_holders_in_training_but_are_in_a_forward_only_step():
-    for training, rehomes in ((True, 0), (False, 1)):
-        ring, infos = _ring(k=1)
-        ring.post(0, 1, infos[0], training=training)
-        sends = [
-            _Op(dist.isend, infos[0][0].buffer.detach())
-        ]  # torch keeps its send works until the step ends
-        ring.note_ops(0, 1, sends=sends)
-        ring.release(0, 1)
-        ring.post(1, 1, infos[1], training=training)
-        assert ring.rehomes == rehomes, training
-        del sends
-
-
-def test_what_a_ring_held_is_its_k_sets_plus_re_homed_storages_still_held_and_saving_nothing_is_called_out():
-    full = []
-    ring, infos = _ring(k=1, m=3, say=lambda kind, **f: full.append((kind, f["check"])))
-    kept = []
-    for c in range(3):
-        ring.post(c, 1, infos[c], training=True)
-        kept.append(infos[c][0].buffer)  # a model keeps every received input: each reuse re-homes
-        ring.release(c, 1)
-    use = ring.usage(1)
-    assert (use.ring, use.live, use.stock, use.held_sets, use.rehomes) == (
-        1,
-        1,
-        3,
-        3,
-        2,
-    ) and use.saved_sets == 0
-    assert full == [("re-homed", "python"), ("no-saving", "python"), ("re-homed", "python")]
-    del kept
+def test_reset_frees_every_slot_and_points_every_chunk_back_at_its_resting_alias():
+    ring, infos = _ring(k=2)
+    ring.post(0, 1, infos[0], training=True)
+    ring.post(1, 1, infos[1], training=True)
     ring.reset()
-    assert (
-        ring.usage(1).held_sets == 1 and ring.usage(1).rehomes == 0
-    )  # the next step starts from the ring
+    assert all(s.owner is None for s in ring.slots) and ring.stats.owned == 0
+    assert infos[0][0].buffer is ring.slots[0].resting[0]
+    ring.post(2, 1, infos[2], training=True)  # slot 0 is free again: no overrun
 
 
 def _shared(k=2, m=2):
     """Stages 1 and 3 share one ring; stage 3's received tensor sits at position 1 of its infos."""
-    slots = [[torch.zeros(3)] for _ in range(k)]
-    ring = DirectionRing(
+    ring = Ring(
         stage=1,
         direction="forward",
         live=k,
         n_microbatches=m,
-        slots=slots,
+        sets=[[torch.zeros(3)] for _ in range(k)],
+        requires_grad=[False],
         slot_map={(1, 0): 0, (1, 1): 1, (3, 0): 1, (3, 1): 0},
     )
     infos1 = {c: (_Info(torch.zeros(3)),) for c in range(m)}
@@ -186,25 +147,20 @@ def _shared(k=2, m=2):
     return ring, infos1, infos3
 
 
-def test_a_shared_ring_gives_each_stage_the_slot_its_colouring_names_and_refuses_one_owned_by_the_other():
+def test_a_shared_ring_gives_each_stage_the_slot_its_colouring_names_and_refuses_an_owned_one():
     ring, infos1, infos3 = _shared()
     assert ring.shared and ring.stock_sets == 4
     ring.post(0, 1, infos1[0], training=True)
-    assert (
-        infos1[0][0].buffer.untyped_storage().data_ptr()
-        == ring.slots[0][0].untyped_storage().data_ptr()
-    )
+    assert _storage(infos1[0][0].buffer) == _storage(ring.slots[0].tensors[0])
     with pytest.raises(PoolOverrunError) as info:
-        ring.post(
-            1, 3, infos3[1], training=True
-        )  # stage 3 microbatch 1 is coloured into slot 0 too
+        ring.post(1, 3, infos3[1], training=True)  # stage 3 microbatch 1 is coloured into slot 0
     assert (info.value.stage, info.value.owner_stage) == (3, 1)
     ring.release(0, 3)  # the wrong stage's release gives nothing back
     with pytest.raises(PoolOverrunError):
         ring.post(1, 3, infos3[1], training=True)
     ring.release(0, 1)
     ring.post(1, 3, infos3[1], training=True)
-    assert infos3[1][0].buffer is None and ring.bumps[0] == (1, 0)
+    assert infos3[1][0].buffer is None and ring.stats.bumps[0] == (1, 0)
 
 
 def test_a_re_homed_shared_slot_rebinds_every_stage_that_rests_on_it():
@@ -213,6 +169,31 @@ def test_a_re_homed_shared_slot_rebinds_every_stage_that_rests_on_it():
     kept = infos1[0][0].buffer
     ring.release(0, 1)
     ring.post(1, 3, infos3[1], training=True)
-    new = ring.slots[0][0].untyped_storage().data_ptr()
-    assert ring.rehomes == 1 and kept.untyped_storage().data_ptr() != new
-    assert infos1[0][0].buffer.untyped_storage().data_ptr() == new
+    new = _storage(ring.slots[0].tensors[0])
+    assert ring.rehomes == 1 and _storage(kept) != new
+    assert _storage(infos1[0][0].buffer) == new
+
+
+def test_what_a_ring_held_is_its_k_sets_plus_re_homed_storages_and_saving_nothing_is_said():
+    said = []
+    ring, infos = _ring(k=1, m=3, say=lambda kind, **f: said.append((kind, f["check"])))
+    kept = []
+    for c in range(3):
+        ring.post(c, 1, infos[c], training=True)
+        kept.append(infos[c][0].buffer)  # a model keeps every received input: each reuse re-homes
+        ring.release(c, 1)
+    use = ring.usage(1)
+    assert (use.ring, use.live, use.stock, use.held_sets, use.rehomes) == (1, 1, 3, 3, 2)
+    assert use.saved_sets == 0 and use.to_dict()["saved_sets"] == 0
+    assert said == [("re-homed", "python"), ("no-saving", "python"), ("re-homed", "python")]
+    del kept
+    ring.reset()
+    assert ring.usage(1).held_sets == 1 and ring.usage(1).rehomes == 0  # the next step: the ring
+
+
+def test_1f1b_rings_are_the_live_set_plus_slack_never_above_m_and_none_where_nothing_is_received():
+    config = PoolConfig(slack=2, grad_slack=1)
+    forward = [ring_size(live_1f1b(4, i, 8, "forward"), 8, "forward", config) for i in range(4)]
+    grad = [ring_size(live_1f1b(4, i, 8, "grad"), 8, "grad", config) for i in range(4)]
+    assert forward == [0, 5, 4, 3] and grad == [2, 2, 2, 0]
+    assert ring_size(live_1f1b(8, 1, 4, "forward"), 4, "forward", config) == 4

@@ -8,14 +8,15 @@ from pooltk import PoolConfig
 from pooltk.analysis.stage_sets import formula_live, stock_count
 from pooltk.memory.model import automodel_ring
 from pooltk.parity.experiments import Harness
-from pooltk.pool.report import make_report
+from pooltk.pool import install as install_mod
 from pooltk.pool.ring import live_1f1b, ring_size
 
 DIRECTIONS = ("forward", "grad")
 
 
-def _user_install(config: PoolConfig):  # noqa: ANN202 - an InstallReport with no harness set
-    return make_report(installed=False, layout=None, reason="test", config=config)
+def _user_install(config: PoolConfig):  # noqa: ANN202 - an install with no harness set
+    report = install_mod._report(False, None, "test", config, "1f1b", "process")
+    return install_mod._Install(config, None, "1f1b", False, None, report)
 
 
 def test_the_original_single_ring_matches_the_original_implementations_cases():

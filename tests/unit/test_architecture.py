@@ -389,3 +389,208 @@ def test_the_two_directions_are_spelled_once_in_analysis_lifetimes() -> None:
     assert not new, (
         f"import DIRECTIONS (and Direction) from pooltk.analysis.lifetimes instead of spelling them: {new}"
     )
+
+
+# --------------------------------------------------------------------- one binder ([Note: binding])
+
+BINDER = "pooltk/pool/torch_compat/bind.py"
+
+
+def _bound_names() -> frozenset[str]:
+    """Every torch method pooltk wraps somewhere, and the other names only the binder may assign."""
+    from pooltk.pool.torch_compat import stage_api as api
+
+    wrapped = (
+        api.HOT_METHODS
+        + api.OPTIONAL_HOT_METHODS
+        + api.SEND_METHODS
+        + api.HANDOFF_METHODS
+        + api.SETUP_METHODS
+        + api.GUARDED_STAGE_METHODS
+    )
+    return frozenset(wrapped) | {
+        "_warmup_p2p",
+        "allocate_buffer",
+        "take_buffer",
+        "_make_tensor_from_meta",
+        "__init__",
+    }
+
+
+# Dynamic (non-constant) names assigned on purpose, none of them a torch stage method.
+DYNAMIC_ASSIGNMENTS = {
+    "tools/integration/producers_rank.py": "torch.cuda shims for a CPU run (not stage methods)",
+    "benchmarks/bench_log_reader.py": "times pooltk's own log-reading stages",
+}
+
+
+def _constants(tree: ast.Module) -> dict[str, str]:
+    """Module-level names bound to a string constant."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and isinstance(node.value.value, str):
+                    out[target.id] = node.value.value
+    return out
+
+
+def _assigned_names(path: Path) -> list[tuple[int, str | None]]:
+    """(line, name) of every attribute set with ``x.name =``, ``setattr`` / ``delattr``, or
+    ``x.__dict__[...]`` / ``vars(x)[...]`` stores; name None where it is not a constant."""
+    tree = ast.parse(path.read_text())
+    constants = _constants(tree)
+
+    def name_of(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        return constants.get(node.id) if isinstance(node, ast.Name) else None
+
+    out = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        targets += [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            if isinstance(t, ast.Attribute):
+                out.append((node.lineno, t.attr))
+            elif isinstance(t, ast.Subscript) and (
+                (isinstance(t.value, ast.Attribute) and t.value.attr == "__dict__")
+                or (isinstance(t.value, ast.Call) and getattr(t.value.func, "id", "") == "vars")
+            ):
+                out.append((node.lineno, name_of(t.slice)))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("setattr", "delattr"):
+            out.append((node.lineno, name_of(node.args[1]) if len(node.args) > 1 else None))
+    return out
+
+
+def _binder_breaches(files: list[Path]) -> list[str]:
+    names = _bound_names()
+    bad = []
+    for path in files:
+        rel = str(path.relative_to(ROOT))
+        for line, name in _assigned_names(path):
+            if name in names or (name is None and rel not in DYNAMIC_ASSIGNMENTS):
+                bad.append(f"{rel}:{line} assigns {name or 'a name it computes'}")
+    return bad
+
+
+def test_only_the_binder_assigns_torchs_stage_methods() -> None:
+    files = [
+        p
+        for top in (PKG, ROOT / "tools", ROOT / "benchmarks")
+        for p in sorted(top.rglob("*.py"))
+        if str(p.relative_to(ROOT)) != BINDER
+    ]
+    bad = _binder_breaches(files)
+    assert not bad, "wrap torch's methods with pooltk.pool.torch_compat.bind:\n" + "\n".join(bad)
+
+
+def test_the_binder_rule_catches_each_way_of_assigning_a_method(tmp_path: Path) -> None:
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text(
+        "NAME = 'get_fwd_recv_ops'\n"
+        "stage.forward_one_chunk = f\n"
+        "setattr(stage, NAME, f)\n"
+        "stage.__dict__['clear_runtime_states'] = f\n"
+        "vars(schedule)['_warmup_p2p'] = f\n"
+        "setattr(module, name, f)\n"
+        "stage.harmless = 1\n"
+    )
+    lines = sorted(int(b.split(":")[1].split(" ")[0]) for b in _binder_breaches_at(sneaky))
+    assert lines == [2, 3, 4, 5, 6]
+
+
+def _binder_breaches_at(path: Path) -> list[str]:
+    names = _bound_names()
+    return [
+        f"x:{line} {name}" for line, name in _assigned_names(path) if name in names or name is None
+    ]
+
+
+# ------------------------------------------------- install loads the pool, not the analysis or the lab
+
+LAB = ("pooltk.memory", "pooltk.parity", "pooltk.logs", "pooltk.nb", "pooltk.studies",
+       "pooltk.integrations", "pooltk.cli")  # fmt: skip
+
+
+def test_import_pooltk_and_install_load_no_analysis_beyond_the_catalog_and_no_lab_package() -> None:
+    program = textwrap.dedent("""
+        import sys
+        import pooltk
+        pooltk.install()
+        pooltk.uninstall()
+        print(sorted(m for m in sys.modules if m.startswith("pooltk.")))
+    """)
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=240, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    loaded = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own list literal
+    analysis = [m for m in loaded if _within(m, ("pooltk.analysis",))]
+    assert analysis == ["pooltk.analysis", "pooltk.analysis.catalog"], analysis
+    assert not [m for m in loaded if _within(m, LAB)], loaded
+
+
+# ------------------------------------------------------------ the pool a reviewer reads in a sitting
+
+MAX_FUNCTION_LINES = 50
+MAX_CLASS_ATTRIBUTES = 12
+
+
+def _pool_files() -> list[Path]:
+    return sorted((PKG / "pool").rglob("*.py"))
+
+
+def test_the_pool_is_held_to_100_columns_by_the_linter() -> None:
+    exempt = [k for k in _ruff_per_file_ignores() if k.startswith("pooltk/pool")]
+    assert not exempt, f"pool files exempt from the 100-column rule: {exempt}"
+
+
+def _ruff_per_file_ignores() -> dict[str, list[str]]:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return config["tool"]["ruff"]["lint"].get("per-file-ignores", {})
+
+
+def test_no_pool_function_is_over_50_lines() -> None:
+    long = []
+    for path in _pool_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, "\n".join(long)
+
+
+def _attributes(cls: ast.ClassDef) -> set[str]:
+    """A class's data attributes: its fields and slots, and what its methods set on ``self``."""
+    names: set[str] = set()
+    for node in cls.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Assign) and not (
+            isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "property"
+        ):
+            for t in node.targets:
+                if isinstance(t, ast.Name) and t.id == "__slots__":
+                    names |= {e.value for e in ast.walk(node.value) if isinstance(e, ast.Constant)}
+                elif isinstance(t, ast.Name) and not t.id.startswith("__"):
+                    names.add(t.id)
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id == "self":
+                names.add(node.attr)
+    return names - {"__weakref__"}
+
+
+def test_no_pool_class_has_more_than_12_attributes() -> None:
+    big = []
+    for path in _pool_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and len(_attributes(node)) > MAX_CLASS_ATTRIBUTES:
+                big.append(
+                    f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {sorted(_attributes(node))}"
+                )  # noqa: E501
+    assert not big, "\n".join(big)

@@ -20,7 +20,7 @@ if str(REPO) not in sys.path:
 
 @pytest.mark.dist
 def test_live_linear3d_last_stage_with_the_release_rehomes_nothing_and_stays_bitwise_equal():
-    from pooltk.pool.adapters import detect
+    from pooltk.pool.torch_compat.layouts import detect
     from tools.last_stage.records import measure
 
     layout = detect().layout

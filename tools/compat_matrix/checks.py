@@ -170,7 +170,7 @@ def _variant_facts(v: Any, boundary: int, installed: bool) -> dict[str, Any]:
 
 def _launch(spec: Any, prelude: str | None = None) -> tuple[Any, float]:
     from pooltk.parity import ParityRankError, ParityTimeoutError, run_parity
-    from pooltk.pool.guard import PoolOverrunError
+    from pooltk.pool.errors import PoolOverrunError
 
     t0 = time.perf_counter()
     try:

@@ -16,7 +16,7 @@ allocated. Whenever a peak rises, ``rank<r>.json`` in the live dir is rewritten 
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import json
 import os
 import weakref
@@ -28,52 +28,50 @@ RANK_ENV = "POOLTK_PARITY_RANK"
 
 
 def install(out: Path) -> bool:
-    """Wrap torch's stage so live receive buffers are counted into ``out``; False where torch has no allocate_buffer."""
+    """Count torch's live receive buffers into ``out``; False where torch has no allocate_buffer."""
     from torch.distributed.pipelining import stage as sm
+
+    from pooltk.pool.torch_compat.bind import Hooks, bind
 
     info = getattr(sm, "_RecvInfo", None)
     if info is None or not callable(getattr(info, "allocate_buffer", None)):
         return False
     state: dict[str, Any] = {"gen": -1, "dir": None, "live": {}, "peak": {}}
-    init = sm._PipelineStageBase.__init__
 
-    def __init__(self, *a, **k):
+    def built(stage: Any, call: Any) -> None:
         state["gen"] += 1  # variants run one after another: the n-th stage built is variant n
-        init(self, *a, **k)
 
-    sm._PipelineStageBase.__init__ = __init__
-    for name, direction in (("get_fwd_recv_ops", "forward"), ("get_bwd_recv_ops", "grad")):
-        orig = getattr(sm._PipelineStageBase, name)
-
-        @functools.wraps(
-            orig
-        )  # keeps torch's signature visible (pooltk checks the arguments it reads)
-        def wrapped(self, *a, _orig=orig, _dir=direction, **k):
-            state["dir"] = _dir
+    def receiving(direction: str) -> Any:
+        @contextlib.contextmanager
+        def around(stage: Any, call: Any) -> Any:
+            state["dir"] = direction
             try:
-                return _orig(self, *a, **k)
+                yield
             finally:
                 state["dir"] = None
 
-        setattr(sm._PipelineStageBase, name, wrapped)
-    alloc = info.allocate_buffer
+        return around
 
     def dead(key: str) -> None:
         state["live"][key] -= 1
 
-    def allocate_buffer(self, *a, **k):
-        t = alloc(self, *a, **k)
+    def allocated(recv_info: Any, call: Any, t: Any) -> Any:
         key = "%d/%s" % (state["gen"], state["dir"] or "other")
         state["live"][key] = state["live"].get(key, 0) + 1
         if state["live"][key] > state["peak"].get(key, 0):
             state["peak"][key] = state["live"][key]
-            out.write_text(
-                json.dumps({"peak": state["peak"], "bytes": t.untyped_storage().nbytes()})
-            )
+            peak = {"peak": state["peak"], "bytes": t.untyped_storage().nbytes()}
+            out.write_text(json.dumps(peak))
         weakref.finalize(t, dead, key)  # tensors keep their Python object while torch holds them
         return t
 
-    info.allocate_buffer = allocate_buffer
+    stage_hooks = {
+        "__init__": Hooks(before=built),
+        "get_fwd_recv_ops": Hooks(around=receiving("forward")),
+        "get_bwd_recv_ops": Hooks(around=receiving("grad")),
+    }
+    bind(sm._PipelineStageBase, stage_hooks, tag="compat-live-buffers")
+    bind(info, {"allocate_buffer": Hooks(after=allocated)}, tag="compat-live-buffers")
     return True
 
 

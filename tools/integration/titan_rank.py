@@ -39,24 +39,21 @@ def _observe(
     import torch.distributed.pipelining.stage as stage_mod
     from torchtitan.components.metrics import MetricsProcessor
 
-    base_init = stage_mod._PipelineStageBase.__init__
+    from pooltk.pool.torch_compat.bind import Hooks, bind
 
-    def init(self, *args, **kwargs):
-        base_init(self, *args, **kwargs)
-        stages.append(self)
-        if (
-            fresh is not None
-        ):  # the wrappers live on the stage object; the subclass's __init__ leaves them
+    def init(stage: object, call: object, result: None) -> None:
+        stages.append(stage)
+        if fresh is not None:  # on the stage object: the subclass's __init__ leaves it
             from pooltk.parity.fresh import fresh_stage
 
             posted: list = []
-            fresh[id(self)] = (fresh_stage(self, posted=posted), posted)
-        if input_hook and not self.is_first:
+            fresh[id(stage)] = (fresh_stage(stage, posted=posted), posted)
+        if input_hook and not stage.is_first:
             from ranks import hook_received_inputs  # tools/integration: this script's folder
 
-            hook_received_inputs(self.submod)
+            hook_received_inputs(stage.submod)
 
-    stage_mod._PipelineStageBase.__init__ = init
+    bind(stage_mod._PipelineStageBase, {"__init__": Hooks(after=init)}, tag="titan-observe")
     base_log = MetricsProcessor.log
 
     def log(self, step, global_avg_loss, global_max_loss, grad_norm, *args, **kwargs):

@@ -36,7 +36,6 @@ fake replays must agree byte for byte).
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import time
 from collections.abc import Iterator, Mapping
@@ -61,6 +60,8 @@ from pooltk.memory.replay.stages import StageBuilder, checked_spec
 from pooltk.memory.replay.tracker import CATEGORIES, FakeTracker, PeakPoint, RealTracker, StorageLog
 from pooltk.memory.replay.world import fake_world
 from pooltk.memory.shape import PipelineShape
+from pooltk.pool.torch_compat.bind import Hooks, bind
+from pooltk.pool.torch_compat.stage_api import Call
 
 __all__ = [
     "OPTIMIZERS",
@@ -201,43 +202,38 @@ def _phase(log: StorageLog, phase: str, stage: int = -1, microbatch: int = -1) -
 
 
 def _wrap_compute(stage: Any, run: _Run) -> None:
-    """Phase and re-labelling wrappers on one stage object. See [Note: one rank's replay], step 5."""
+    """Phase and re-labelling hooks on one stage object. See [Note: one rank's replay], step 5."""
     log, index = run.log, stage.stage_index
 
-    def wrap(name: str, phase: str, after: Any = None) -> None:
-        original = getattr(stage, name, None)
-        if original is None:
-            return
-
-        @functools.wraps(original)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            chunk = seams.chunk_of(args, kwargs)
-            if (
-                log.context.phase == "setup"
-            ):  # the step's setup is over once its first action starts
+    def phase(name: str) -> Any:
+        @contextlib.contextmanager
+        def around(obj: Any, call: Call) -> Iterator[None]:
+            if log.context.phase == "setup":  # the step's setup is over once an action starts
                 log.context.phase = "schedule"
-            with _phase(log, phase, index, chunk):
-                out = original(*args, **kwargs)
-                if after is not None:
-                    after(out)
-            if phase in ("forward", "backward"):
-                run.marks.append((log.context.step, phase, index, chunk, log.position()))
-            return out
+            with _phase(log, name, index, call.chunk):
+                yield
+            if name in ("forward", "backward"):
+                run.marks.append((log.context.step, name, index, call.chunk, log.position()))
 
-        setattr(stage, name, wrapper)
+        return around
 
-    def after_forward(out: Any) -> None:
+    def kept_outputs(obj: Any, call: Call, out: Any) -> Any:
         if stage.is_last and run.training.return_outputs:
             log.label(out, "kept_outputs")
+        return out
 
-    def after_backward(_: Any) -> None:
+    def gradients(obj: Any, call: Call, out: Any) -> Any:
         log.label([p.grad for p in stage.submod.parameters() if p.grad is not None], "gradients")
+        return out
 
-    wrap("get_fwd_recv_ops", "post")
-    wrap("get_bwd_recv_ops", "post")
-    wrap("forward_one_chunk", "forward", after_forward)
-    wrap("backward_one_chunk", "backward", after_backward)
-    wrap("backward_weight_one_chunk", "backward", after_backward)
+    hooks = {
+        "get_fwd_recv_ops": Hooks(around=phase("post")),
+        "get_bwd_recv_ops": Hooks(around=phase("post")),
+        "forward_one_chunk": Hooks(around=phase("forward"), after=kept_outputs),
+        "backward_one_chunk": Hooks(around=phase("backward"), after=gradients),
+        "backward_weight_one_chunk": Hooks(around=phase("backward"), after=gradients),
+    }
+    bind(stage, hooks, tag="pooltk-replay")
 
 
 def _loss(spec_loss: Any, run: _Run) -> Any:

@@ -1,0 +1,105 @@
+"""Copy on conflict: who still holds a slot's previous data when the slot is posted again.
+
+[Note: copy on conflict]
+A receive never lands in storage something outside the pool still holds. Right before a re-post
+the ring counts, per tensor of the slot, who holds the previous user's data now: tensors on the
+storage beyond the pool's own three (the slot's tensor, its resting alias, the previous alias),
+and Python and C++ references to the previous alias beyond [Note: calibration]'s baselines. A
+held tensor is re-homed alone: its holders keep the old storage, the slot gets a new one. Not
+holders: torch's receive ops (pointed back at the resting alias first) and [Note: finished
+sends]. An address is not a holder: a freed storage's address goes to the next allocation (as
+under torch 2.15), so reading ``data_ptr()`` holds nothing. Every other re-post bumps the version
+counter ([Note: version bump]), so a reader nothing counts (a Python ``UntypedStorage`` kept by
+user code) fails in autograd, named by [Note: naming the reuse].
+
+[Note: calibration]
+Each alias handed out is also kept as an anchor's ``.grad`` (an anchor: a tiny tensor expanded
+to the slot's shape, so ``.grad`` accepts the alias). That puts every alias in one state of
+torch's Python-object bookkeeping, whatever the model did with it, so its Python reference count
+and its C++ use count at a re-post compare with fixed baselines. The baselines are measured once
+per ring on a probe alias held exactly as a handed-out alias is (one list, one anchor): any count
+above them is a holder outside the pool.
+
+[Note: finished sends]
+Multi-stage schedules keep every send's work, and its tensor, until the step ends. On the forward
+ring of a training step the previous user's sends are finished when its slot is re-posted: the
+slot was released after its backward, which needed the gradient the next stage computed from that
+very activation. So those send tensors (recorded by weak reference) are not counted. In a
+forward-only step, and on the grad ring (its sends go upstream), nothing proves a send finished:
+there a send holds.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from pooltk.pool.ring import Slot
+
+OWN = 3
+"""Tensors the pool keeps on a slot's storage at a re-post: slot, resting alias, previous alias."""
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Reference counts of an alias nobody outside the pool holds ([Note: calibration])."""
+
+    python: int
+    cpp: int
+
+
+def anchors_for(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """One anchor per tensor: a one-element tensor expanded to its shape (no storage of its own)."""
+    return [torch.empty((), dtype=t.dtype, device=t.device).expand(t.shape) for t in tensors]
+
+
+def anchor(anchors: list[torch.Tensor], aliases: list[torch.Tensor]) -> None:
+    for k in range(len(aliases)):
+        anchors[k].grad = aliases[k]
+
+
+def calibrate(slot: Slot) -> Calibration:
+    """The baselines, on a probe alias held as a handed-out one is ([Note: calibration])."""
+    probe = slot.fresh_aliases()
+    slot.anchors[0].grad = probe[0]
+    baseline = Calibration(python=sys.getrefcount(probe[0]), cpp=probe[0]._use_count())
+    slot.anchors[0].grad = None
+    return baseline
+
+
+def sends_on(tensors: list[torch.Tensor], ops: Any) -> list[list[weakref.ref]]:
+    """Per slot tensor, weak references to the send ops' tensors on its storage."""
+    storages = [t.untyped_storage()._cdata for t in tensors]
+    kept: list[list[weakref.ref]] = [[] for _ in storages]
+    for op in ops or ():
+        t = getattr(op, "tensor", None)
+        if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata in storages:
+            kept[storages.index(t.untyped_storage()._cdata)].append(weakref.ref(t))
+    return kept
+
+
+def count(slot: Slot, calibration: Calibration) -> list[tuple[int, str]]:
+    """Per tensor, (holders outside the pool, which check found them: "views", "python", "c++"
+    or "" for none), right before ``slot`` is posted again ([Note: copy on conflict])."""
+    for op in slot.recv_ops:  # torch's receive ops hold the previous aliases: not holders
+        for k in range(len(slot.aliases)):  # index loops: a loop variable would hold an alias
+            if getattr(op, "tensor", None) is slot.aliases[k]:
+                op.tensor = slot.resting[k]
+    slot.recv_ops = []
+    sends = slot.sends if slot.training else None
+    slot.sends = None
+    out = []
+    for k in range(len(slot.tensors)):
+        finished = sum(r() is not None for r in sends[k]) if sends is not None else 0
+        storage_users = torch._C._storage_Use_Count(slot.tensors[k].untyped_storage()._cdata)
+        views = storage_users - 1 - OWN - finished  # 1: the storage object asked
+        python = sys.getrefcount(slot.aliases[k]) - calibration.python
+        cpp = slot.aliases[k]._use_count() - calibration.cpp
+        why = "views" if views > 0 else "python" if python > 0 else "c++" if cpp > 0 else ""
+        out.append((max(views, 0) + max(python, 0) + max(cpp, 0), why))
+    return out

@@ -1,0 +1,159 @@
+"""The one way pooltk wraps torch's methods: on a class or on one object, with exact undo.
+
+[Note: binding]
+``bind(target, {name: Hooks(...)}, tag=...)`` wraps each named method of ``target``:
+- a class: the method is replaced on the class in its MRO that defines it (``stage_base()``'s
+  runtime methods live on ``_PipelineStageBase``), so every instance sees the wrapper;
+- an object: the wrapper goes into the object's ``__dict__``, bound to it; its class is untouched.
+A wrapper runs ``before(obj, call)``, then the call inside ``around(obj, call)`` (a context), then
+returns ``after(obj, call, result)``; or ``raw(obj, call, proceed)`` alone, which decides whether
+and how to ``proceed()``. ``call`` is a :class:`~pooltk.pool.torch_compat.stage_api.Call`, so no
+hook reads positional arguments. A binding wraps whatever the attribute is now (torch's method or
+an earlier binding), keeps ``functools.wraps`` (torch's signature stays readable), and
+:meth:`Binding.undo` puts back the very objects it replaced. A binding undone while a later one
+still wraps it stays in that chain as a pass-through: undo in reverse order to restore exactly.
+One binding per (target, tag). Names the target lacks are skipped and listed in ``missing``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pooltk.pool.torch_compat.stage_api import Call
+
+_ABSENT = object()
+_ON_CLASSES: dict[type, dict[str, Binding]] = {}
+"""class -> {tag: Binding}; an object keeps its own under :data:`_ON_OBJECT` (no leak: it goes
+with the object)."""
+_ON_OBJECT = "_pooltk_bindings"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hooks:
+    """What runs around one method (see [Note: binding])."""
+
+    before: Callable[[Any, Call], None] | None = None
+    around: Callable[[Any, Call], contextlib.AbstractContextManager] | None = None
+    after: Callable[[Any, Call, Any], Any] | None = None
+    raw: Callable[[Any, Call, Callable[[], Any]], Any] | None = None
+
+
+@dataclass(eq=False, slots=True)
+class Binding:
+    """What one :func:`bind` replaced; ``active`` False once undone (its wrappers pass through)."""
+
+    tag: str
+    target: Any
+    missing: tuple[str, ...] = ()
+    active: bool = True
+    replaced: list[tuple[Any, str, Any, Any]] = field(default_factory=list)
+    """(owner, name, what was there or absent, the wrapper put there), in binding order."""
+
+    def undo(self) -> bool:
+        """Put back what this binding replaced; False if it was already undone."""
+        if not self.active:
+            return False
+        self.active = False
+        for owner, name, previous, wrapper in reversed(self.replaced):
+            if vars(owner).get(name) is not wrapper:
+                continue  # a later binding wraps this one: it stays, passing through
+            _put(owner, name, _skip_undone(previous))
+        bindings = _bindings(self.target)
+        bindings.pop(self.tag, None)
+        if not bindings and not isinstance(self.target, type):
+            vars(self.target).pop(_ON_OBJECT, None)
+        return True
+
+
+def bound(target: Any, tag: str) -> Binding | None:
+    """The binding ``tag`` has on ``target`` now, if any."""
+    if isinstance(target, type):
+        return _ON_CLASSES.get(target, {}).get(tag)
+    return getattr(target, "__dict__", {}).get(_ON_OBJECT, {}).get(tag)
+
+
+def _bindings(target: Any) -> dict[str, Binding]:
+    if isinstance(target, type):
+        return _ON_CLASSES.setdefault(target, {})
+    return vars(target).setdefault(_ON_OBJECT, {})
+
+
+def bind(target: Any, hooks: Mapping[str, Hooks], *, tag: str) -> Binding:
+    """Wrap the methods ``hooks`` names on ``target`` (a class or one object); see [Note: binding].
+
+    Raises:
+        ValueError: ``target`` already has a binding tagged ``tag``.
+    """
+    if bound(target, tag) is not None:
+        raise ValueError(f"pooltk: found {tag!r} already bound on {target!r}; undo it first.")
+    binding = Binding(tag=tag, target=target)
+    binding.missing = tuple(n for n in hooks if not callable(getattr(target, n, None)))
+    for name, hook in hooks.items():
+        if name in binding.missing:
+            continue
+        owner, original = _current(target, name)
+        wrapper = _wrapper(binding, name, original, hook)
+        previous = vars(owner).get(name, _ABSENT)
+        wrapper.__pooltk_binding__ = (binding, previous)
+        if not isinstance(owner, type):
+            wrapper = wrapper.__get__(owner)  # bound to the object, as its own attribute
+        binding.replaced.append((owner, name, previous, wrapper))
+        _put(owner, name, wrapper)
+    _bindings(target)[tag] = binding
+    return binding
+
+
+def _skip_undone(value: Any) -> Any:
+    """What to put back: past wrappers of bindings undone out of order, to the first live one."""
+    found = getattr(getattr(value, "__func__", value), "__pooltk_binding__", None)
+    while found is not None and not found[0].active:
+        value = found[1]
+        found = getattr(getattr(value, "__func__", value), "__pooltk_binding__", None)
+    return value
+
+
+def _put(owner: Any, name: str, value: Any) -> None:
+    """Set (or, for ``_ABSENT``, remove) ``owner``'s own attribute ``name``."""
+    if isinstance(owner, type) and value is _ABSENT:
+        delattr(owner, name)
+    elif isinstance(owner, type):
+        setattr(owner, name, value)
+    elif value is _ABSENT:
+        vars(owner).pop(name, None)
+    else:
+        vars(owner)[name] = value
+
+
+def _current(target: Any, name: str) -> tuple[Any, Callable]:
+    """(where the wrapper goes, what it wraps, called as ``fn(obj, *args, **kwargs)``)."""
+    if isinstance(target, type):
+        owner = next(k for k in target.__mro__ if name in vars(k))
+        return owner, vars(owner)[name]
+    method = getattr(target, name)  # torch's method, or an earlier binding on this object
+
+    @functools.wraps(method)
+    def unbound(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        return method(*args, **kwargs)
+
+    return target, unbound
+
+
+def _wrapper(binding: Binding, name: str, original: Callable, hooks: Hooks) -> Callable:
+    @functools.wraps(original)
+    def pooltk_wrapper(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        if not binding.active:
+            return original(obj, *args, **kwargs)
+        call = Call(name, args, kwargs)
+        if hooks.raw is not None:
+            return hooks.raw(obj, call, lambda: original(obj, *args, **kwargs))
+        if hooks.before is not None:
+            hooks.before(obj, call)
+        with hooks.around(obj, call) if hooks.around is not None else contextlib.nullcontext():
+            result = original(obj, *args, **kwargs)
+        return result if hooks.after is None else hooks.after(obj, call, result)
+
+    return pooltk_wrapper

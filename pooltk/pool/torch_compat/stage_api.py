@@ -1,0 +1,160 @@
+"""torch's stage runtime as pooltk reads it: every method and attribute name, in one place.
+
+Relied on in every layout family: the runtime methods of ``_PipelineStageBase`` and their leading
+arguments (checked at install: a renamed one is an unknown layout), ``args_recv_info`` /
+``grad_recv_info`` (per chunk, a tuple of ``_RecvInfo`` whose ``buffer`` is the receive buffer),
+``fwd_cache[chunk] = (outputs, inputs)`` until the chunk's backward, the last stage's
+``output_chunks`` and the schedule's ``_internal_losses`` (both kept until the step ends).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+HOT_METHODS = (
+    "get_fwd_recv_ops",
+    "get_bwd_recv_ops",
+    "forward_one_chunk",
+    "backward_one_chunk",
+    "clear_runtime_states",
+)
+"""Wrapped on every eager layout: receive posts, compute steps, the reset."""
+OPTIONAL_HOT_METHODS = ("backward_weight_one_chunk",)
+"""Wrapped where torch has them (a split backward)."""
+SEND_METHODS = ("get_fwd_send_ops",)
+"""Wrapped on eager layouts ([Note: finished sends])."""
+HANDOFF_METHODS = ("set_local_bwd_input",)
+"""Wrapped on eager layouts where torch has it: a V schedule's same-rank gradient handoff."""
+RELEASE_METHODS = ("forward_one_chunk", "backward_one_chunk", "clear_runtime_states")
+"""What the lazy layout (torch 2.15) needs wrapped: compute steps and the reset."""
+INFRA_METHODS = ("_prepare_forward_infra", "_prepare_backward_infra")
+"""The stage methods that fill the receive infos, forward then grad (every eager family)."""
+SETUP_METHODS = INFRA_METHODS + ("_setup_forward_recv_info", "_setup_backward_recv_info")
+"""Every method that makes receive buffers in some family (pooltk.pool.torch_compat.layouts)."""
+GUARDED_STAGE_METHODS = (
+    HOT_METHODS
+    + OPTIONAL_HOT_METHODS
+    + HANDOFF_METHODS
+    + ("_retrieve_recv_activations", "_retrieve_recv_grads")
+)
+"""What a pooled stage's class may not override ([Note: refusals]): the wrapped, the readers."""
+
+RECV_INFO_ATTRS = {"forward": "args_recv_info", "grad": "grad_recv_info"}
+"""Direction -> the stage attribute holding each chunk's recv infos."""
+
+RUNTIME_ARGS = {
+    "get_fwd_recv_ops": ("fwd_chunk_id",),
+    "get_bwd_recv_ops": ("bwd_chunk_id",),
+    "get_fwd_send_ops": ("fwd_chunk_id",),
+    "forward_one_chunk": ("fwd_chunk_id", "args", "kwargs"),
+    "backward_one_chunk": ("bwd_chunk_id", "loss", "full_backward"),
+    "backward_weight_one_chunk": ("bwd_chunk_id",),
+    "set_local_bwd_input": ("next_stage_bwd_outputs", "mb_index"),
+    **{name: ("num_microbatches",) for name in SETUP_METHODS},
+}
+"""The leading parameters (after ``self``) of each wrapped method, in torch's order."""
+_CHUNK_ARGS = ("fwd_chunk_id", "bwd_chunk_id", "mb_index")
+_DEFAULTS = {"loss": None, "full_backward": True, "kwargs": None, "args": ()}
+
+
+def call_arg(method: str, name: str, args: tuple, kwargs: dict) -> Any:
+    """Parameter ``name`` of a call of ``method``: positional or keyword, else torch's default."""
+    if name in kwargs:
+        return kwargs[name]
+    position = RUNTIME_ARGS[method].index(name)
+    if position < len(args):
+        return args[position]
+    if name in _DEFAULTS:
+        return _DEFAULTS[name]
+    raise TypeError(f"pooltk: {method}() was called without its {name!r} argument")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call of a torch stage method, as a hook sees it (the arguments read by name)."""
+
+    method: str
+    args: tuple
+    kwargs: dict
+
+    @property
+    def chunk(self) -> int | None:
+        """The microbatch the call acts on; None for a method without one (setup, reset)."""
+        names = RUNTIME_ARGS.get(self.method, ())
+        name = next((n for n in names if n in _CHUNK_ARGS), None)
+        return None if name is None else call_arg(self.method, name, self.args, self.kwargs)
+
+    def arg(self, name: str) -> Any:
+        return call_arg(self.method, name, self.args, self.kwargs)
+
+
+def recv_positions(infos: tuple) -> list[int]:
+    """Positions of a chunk's recv infos that receive into a tensor (root arguments skipped)."""
+    return [j for j, info in enumerate(infos) if isinstance(receive_buffer(info), torch.Tensor)]
+
+
+def receive_buffer(info: Any) -> Any:
+    """The buffer a recv info receives into; None for a stage-0 root argument (2.12+ or <= 2.11)."""
+    return None if getattr(info, "is_root_arg", False) else getattr(info, "buffer", None)
+
+
+def recv_infos(stage: Any, direction: str) -> dict[int, tuple]:
+    """``{chunk: recv infos}`` of one direction of ``stage`` (empty before its setup)."""
+    return getattr(stage, RECV_INFO_ATTRS[direction], None) or {}
+
+
+def cached_forward(stage: Any, chunk: int) -> tuple[tuple, list] | None:
+    """``(outputs, inputs)`` torch keeps for ``chunk`` between its forward and backward."""
+    return getattr(stage, "fwd_cache", {}).get(chunk)
+
+
+def output_chunks(stage: Any) -> list | None:
+    """The last stage's kept outputs (merged at step end), or None where torch keeps none."""
+    kept = getattr(stage, "output_chunks", None)
+    return kept if isinstance(kept, list) else None
+
+
+def schedule_losses(schedule: Any) -> list | None:
+    """The schedule's per-microbatch losses, kept until the step ends, or None."""
+    kept = getattr(schedule, "_internal_losses", None)
+    return kept if isinstance(kept, list) else None
+
+
+def replace_by_identity(kept: list | None, old: Any, new: Any) -> bool:
+    """Put ``new`` wherever ``kept`` holds the object ``old`` itself; False if it holds none."""
+    found = False
+    for i in range(len(kept or ())):
+        if kept[i] is old:
+            kept[i], found = new, True
+    return found
+
+
+def stage_base() -> type:
+    """``_PipelineStageBase``, the class that defines the runtime methods."""
+    from torch.distributed.pipelining import stage
+
+    return stage._PipelineStageBase
+
+
+def signature_problems(base: type, methods: tuple[str, ...]) -> list[str]:
+    """Methods of ``base`` whose leading parameters are not those :data:`RUNTIME_ARGS` names."""
+    problems = []
+    for method in methods:
+        names, fn = RUNTIME_ARGS.get(method), getattr(base, method, None)
+        if fn is None and method in HOT_METHODS:
+            problems.append(f"{method} missing")
+        if names is None or fn is None:
+            continue
+        try:
+            params = [p for p in inspect.signature(fn).parameters if p != "self"][: len(names)]
+        except (TypeError, ValueError):
+            problems.append(f"{method} has no readable signature")
+            continue
+        if tuple(params) != names:
+            found, expected = ", ".join(params), ", ".join(names)
+            problems.append(f"{method}({found}) where pooltk expects ({expected})")
+    return problems
