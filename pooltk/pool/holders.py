@@ -21,12 +21,13 @@ per ring on a probe alias held exactly as a handed-out alias is (one list, one a
 above them is a holder outside the pool.
 
 [Note: finished sends]
-Multi-stage schedules keep every send's work, and its tensor, until the step ends. On the forward
-ring of a training step the previous user's sends are finished when its slot is re-posted: the
-slot was released after its backward, which needed the gradient the next stage computed from that
-very activation. So those send tensors (recorded by weak reference) are not counted. In a
-forward-only step, and on the grad ring (its sends go upstream), nothing proves a send finished:
-there a send holds.
+torch keeps a send's work, and its tensor, past the send: multi-stage schedules until the step
+ends, and ``Schedule1F1B`` its last warm-up send's until the cooldown, so a tensor a stage passes
+on unchanged (int64 positions, a mask) stays held by sends long finished. On the forward ring of a
+training step every earlier user's sends are finished when its slot is re-posted: the slot was
+released after that user's backward, which needed the gradient the next stage computed from that
+very activation. So the sends of training steps (recorded by weak reference, per slot, until they
+go) are not counted. In a forward-only step nothing proves a send finished: there a send holds.
 """
 
 from __future__ import annotations
@@ -72,15 +73,16 @@ def calibrate(slot: Slot) -> Calibration:
     return baseline
 
 
-def sends_on(tensors: list[torch.Tensor], ops: Any) -> list[list[weakref.ref]]:
-    """Per slot tensor, weak references to the send ops' tensors on its storage."""
-    storages = [t.untyped_storage()._cdata for t in tensors]
-    kept: list[list[weakref.ref]] = [[] for _ in storages]
+def note_sends(slot: Slot, ops: Any) -> None:
+    """Remember, by weak reference, the forward sends of a training step that carry the slot's
+    storage on ([Note: finished sends]); references to sends gone are dropped."""
+    storages = [t.untyped_storage()._cdata for t in slot.tensors]
+    for k in range(len(storages)):
+        slot.sends[k] = [r for r in slot.sends[k] if r() is not None]
     for op in ops or ():
         t = getattr(op, "tensor", None)
         if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata in storages:
-            kept[storages.index(t.untyped_storage()._cdata)].append(weakref.ref(t))
-    return kept
+            slot.sends[storages.index(t.untyped_storage()._cdata)].append(weakref.ref(t))
 
 
 def count(slot: Slot, calibration: Calibration) -> list[tuple[int, str]]:
@@ -91,11 +93,9 @@ def count(slot: Slot, calibration: Calibration) -> list[tuple[int, str]]:
             if getattr(op, "tensor", None) is slot.aliases[k]:
                 op.tensor = slot.resting[k]
     slot.recv_ops = []
-    sends = slot.sends if slot.training else None
-    slot.sends = None
     out = []
     for k in range(len(slot.tensors)):
-        finished = sum(r() is not None for r in sends[k]) if sends is not None else 0
+        finished = sum(r() is not None for r in slot.sends[k])
         storage_users = torch._C._storage_Use_Count(slot.tensors[k].untyped_storage()._cdata)
         views = storage_users - 1 - OWN - finished  # 1: the storage object asked
         python = sys.getrefcount(slot.aliases[k]) - calibration.python

@@ -89,16 +89,16 @@ class Slot:
     """Who the last aliases were handed to: whose data a re-post checks."""
     aliases: list[torch.Tensor] = field(default_factory=list)
     training: bool = False
-    """The last post was a training step's (its sends finish before the next: [Note: finished
-    sends])."""
+    """The last post was a training step's."""
     recv_ops: list = field(default_factory=list)
     """The receive ops torch built for the last post (re-pointed before the next one)."""
-    sends: list[list[weakref.ref]] | None = None
-    """Per tensor, the last user's forward sends that carry it."""
+    sends: list[list[weakref.ref]] = field(init=False)
+    """Per tensor, the finished forward sends that still carry it ([Note: finished sends])."""
 
     def __post_init__(self) -> None:
         self.resting = self.fresh_aliases()
         self.anchors = holders.anchors_for(self.tensors)
+        self.sends = [[] for _ in self.tensors]
 
     def fresh_aliases(self) -> list[torch.Tensor]:
         return [_alias(t, rg) for t, rg in zip(self.tensors, self.requires_grad)]
@@ -124,6 +124,7 @@ class Slot:
         """Tensor ``k`` gets a new storage; its holders keep the old one."""
         self.tensors[k] = real_buffer(self.tensors[k])
         self.resting[k] = _alias(self.tensors[k], self.requires_grad[k])
+        self.sends[k] = []  # they carry the old storage
 
 
 @dataclass(slots=True)
@@ -282,8 +283,8 @@ class Ring:
     def note_sends(self, chunk: int, stage: int, ops: Any) -> None:
         """The chunk's forward sends that carry its received tensors on ([Note: finished sends])."""
         slot = self.slots[self.slot_of(chunk, stage)]
-        if self.guard and slot.user == (stage, chunk):
-            slot.sends = holders.sends_on(slot.tensors, ops)
+        if self.guard and slot.user == (stage, chunk) and slot.training:
+            holders.note_sends(slot, ops)
 
     def release(self, chunk: int, stage: int) -> None:
         """(``stage``, ``chunk``) is done reading its slot ([Note: slot ownership])."""

@@ -111,3 +111,18 @@ def test_finished_forward_sends_are_not_holders_in_training_but_are_in_a_forward
         ring.post(1, 1, infos[1], training=training)
         assert ring.rehomes == rehomes, training
         del sends
+
+
+def test_a_finished_send_kept_past_later_uses_of_its_slot_is_not_a_holder():
+    # Schedule1F1B keeps its last warm-up send's work (and tensor) until the cooldown: a tensor the
+    # stage passes on unchanged stays held by a send that finished two uses of its slot ago.
+    ring, infos = _ring(k=1)
+    ring.post(0, 1, infos[0], training=True)
+    stale = [_Op(dist.isend, infos[0][0].buffer.detach())]
+    ring.note_sends(0, 1, stale)
+    ring.release(0, 1)
+    for c in (1, 2):
+        ring.post(c, 1, infos[c], training=True)
+        ring.release(c, 1)
+    assert ring.rehomes == 0
+    del stale
