@@ -443,14 +443,14 @@ def live_table(schedule: str | type | ScheduleShape, /, **shape: Any) -> pd.Data
 
     Columns: schedule, pp, vpp, n_microbatches, defer_pp_recv, forward_only, stage, rank,
     direction, stock_buffers (what stock torch 2.11-2.14 allocates), lazy_buffers (what stock torch
-    >= 2.15 holds: :func:`pooltk.analysis.lazy.lazy_holds`, measured for training steps), live_peak (peak live buffers),
+    >= 2.15 holds: :func:`pooltk.analysis.stage_sets.lazy_holds`, measured for training steps), live_peak (peak live buffers),
     ring_min (smallest safe ``c mod K`` ring; equals live_peak when receives are posted
     and released in microbatch order), handoff (True where the input arrives by a
     same-rank V-schedule handoff, not a receive). Arguments as for :func:`lifetimes`.
     """
     import pandas as pd
 
-    from pooltk.analysis.lazy import lazy_holds
+    from pooltk.analysis.stage_sets import lazy_holds
 
     prog, spans = analyse(as_shape(schedule, **shape))
     peaks = live_sets_of(prog, spans)

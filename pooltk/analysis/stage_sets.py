@@ -12,7 +12,7 @@ Every number of receive-buffer *sets* pooltk shows comes from :func:`receive_set
 - ``ring_min``: the smallest safe ``c mod K`` ring (:func:`pooltk.analysis.lifetimes.min_safe_ring`;
   the live set wherever buffers are posted and released in microbatch order, as under 1F1B);
 - ``stock_lazy`` / ``lazy_released``: what torch 2.15's per-receive buffers hold, without and
-  with pooltk's last-stage release (:func:`pooltk.analysis.lazy.lazy_holds`).
+  with pooltk's last-stage release (:func:`lazy_holds`, [Note: lazy receive buffers]).
 
 The ring a pool keeps is :func:`pooltk.pool.ring.ring_size` of ``ring_min``; bytes are
 sets times the set bytes of the boundary (the memory model, :mod:`pooltk.memory.model`, and the
@@ -23,11 +23,11 @@ pool, so the pool, the memory model and the analysis tables all ask one function
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from pooltk._validate import InputError, check_choice, check_int
-from pooltk.analysis.lazy import lazy_holds
 from pooltk.analysis.lifetimes import DIRECTIONS, Direction, analyse, live_sets_of, min_safe_ring
 from pooltk.analysis.programs import ScheduleShape
 
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LIVE_SOURCES",
+    "lazy_holds",
     "LiveSource",
     "ReceiveSets",
     "cache_clear",
@@ -121,6 +122,38 @@ def formula_live(
             return 0
         return n_microbatches if gpipe else min(n_microbatches, num_stages - stage)
     return 0 if stage == num_stages - 1 else 1
+
+
+# [Note: lazy receive buffers]
+# From torch 2.15 each receive buffer is allocated right before its receive and let go once the
+# stage consumed it ([Note: per-receive buffers] in pooltk/pool/torch_compat/per_receive.py), so
+# stock torch holds only the receive live set, except on the last stage's forward direction,
+# which holds all M: the schedule keeps every microbatch's loss (``_internal_losses``) until the
+# step ends, and the loss's graph keeps the ``AccumulateGrad`` node of the received leaf, and so
+# its storage. pooltk's last-stage release leaves the live set everywhere. The live set is a lower
+# bound by at most one buffer: torch's step binds each ``get_*_recv_ops`` result to a local that
+# still holds the previous op while the next buffer is made (tests/schedules/
+# test_lazy_step_holder.py reproduces it on the installed torch). Measured on torch 2.15.0 with
+# the compat matrix's counter (tools/compat_matrix/live_buffers.py, docs/torch-compat.md): 1F1B
+# pp4 M8 forward 3, 2, 8 on stages 1..3 (live 3, 2, 1) and gradient 2, 2, 1 on stages 0..2.
+
+
+def lazy_holds(
+    live: Mapping[tuple[int, Direction], int],
+    num_stages: int,
+    n_microbatches: int,
+    *,
+    released: bool = False,
+) -> dict[tuple[int, Direction], int]:
+    """Receive buffers torch 2.15 holds per (stage, direction), from the live sets; ``released``:
+    with pooltk's last-stage release. See [Note: lazy receive buffers]."""
+    last = num_stages - 1
+    return {
+        (stage, d): (
+            n_microbatches if (d == "forward" and stage == last and k and not released) else k
+        )
+        for (stage, d), k in live.items()
+    }
 
 
 def receive_sets(

@@ -4,7 +4,7 @@ Variants (:data:`VARIANTS`) say what holds the buffers:
 
 - ``stock``          stock ``torch.distributed.pipelining`` <= 2.14: one set per microbatch, allocated up front,
 - ``stock_lazy``     stock torch >= 2.15 (lazy receive buffers): the live set, but all ``M`` forward on
-                     the last stage ([Note: lazy receive buffers] in :mod:`pooltk.analysis.lazy`),
+                     the last stage ([Note: lazy receive buffers] in :mod:`pooltk.analysis.stage_sets`),
 - ``lazy_released``  torch >= 2.15 with pooltk's last-stage release: the live set everywhere,
 - ``automodel``      the original single-ring policy (one ``K`` for both directions),
 - ``tight``          pooltk's per-direction rings,
@@ -89,7 +89,7 @@ class DirectionMemory:
     """Most sets live at once, walked from the schedule (:func:`pooltk.analysis.lifetimes.live_sets`)."""
     stock_lazy_sets: int
     """Sets stock torch >= 2.15 holds at its peak (lazy receive buffers): the live set, except all ``M``
-    forward on the last stage. See [Note: lazy receive buffers] in :mod:`pooltk.analysis.lazy`."""
+    forward on the last stage. See [Note: lazy receive buffers] in :mod:`pooltk.analysis.stage_sets`."""
     lazy_released_sets: int
     """Sets torch >= 2.15 holds once pooltk's last-stage release drops what the schedule keeps: the live set."""
     pooled_sets: int

@@ -97,7 +97,7 @@ def allowlist_table(
 
     ``stock``: torch <= 2.14 (``M`` per direction up front). ``stock_lazy``: torch >= 2.15, which
     allocates per receive: the live set, except all ``M`` forward on the last stage
-    (:func:`pooltk.analysis.lazy.lazy_holds`). ``seed_allowlist``: the original implementation pools only 1F1B (one ring
+    (:func:`pooltk.analysis.stage_sets.lazy_holds`). ``seed_allowlist``: the original implementation pools only 1F1B (one ring
     ``max(2, min(M, N - i + slack))`` for both directions) and leaves every other schedule stock.
     ``pooltk_auto``: ``install(schedule="auto", sharing="stage")``, smallest safe ``c mod K`` ring plus
     slack, capped at M (0 where the stage receives nothing, same-rank V handoffs included: the pool

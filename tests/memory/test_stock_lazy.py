@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from pooltk.analysis.lazy import lazy_holds
+from pooltk.analysis.stage_sets import lazy_holds
 from pooltk.analysis.lifetimes import live_sets
 from pooltk.config import PoolConfig
 from pooltk.memory.model import PipelineShape, harness_boundary, model_memory
@@ -70,7 +70,7 @@ def test_the_gradient_direction_is_a_lower_bound_one_short_on_stages_0_and_1():
     # The receive lifetime (post to the backward that reads it) has one gradient buffer live on every
     # 1F1B stage; 2.15.0 measured 2, 2, 1. The model is exact on stage 2 and one short on stages 0 and 1,
     # where torch's 1F1B step still holds the previous receive op while it allocates the next (see
-    # [Note: lazy receive buffers] in pooltk.analysis.lazy and tests/schedules/test_lazy_step_holder.py).
+    # [Note: lazy receive buffers] in pooltk.analysis.stage_sets and tests/schedules/test_lazy_step_holder.py).
     # This test fails if either side changes.
     model = _model(8)
     modelled = {i: model.row(i, "grad").sets("stock_lazy") for i in (0, 1, 2)}

@@ -6,7 +6,7 @@ stage) binds each call's op list to a local (``bwd_recvs`` / ``fwd_recvs``) that
 PREVIOUS microbatch's op, hence its buffer, at the moment the next one is allocated. So a per-receive
 allocation on that code holds the live set plus one where the live set is 1: every stage's gradient
 direction and the released last stage's forward direction. Measured on 2.15.0 (sources in
-tests/memory/test_stock_lazy.py and pooltk.analysis.lazy): gradient 2, 2, 1 on stages 0..2 of pp4 M8 and
+tests/memory/test_stock_lazy.py and pooltk.analysis.stage_sets): gradient 2, 2, 1 on stages 0..2 of pp4 M8 and
 the released last stage 2 -- this holder matches all but stage 2's gradient, which 2.15's step must
 release earlier. The memory model's lazy columns stay the receive live set (a lower bound).
 """

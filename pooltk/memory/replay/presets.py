@@ -59,7 +59,8 @@ def _k3_widths() -> dict[str, Any]:
 K3_WIDTHS: MappingProxyType = MappingProxyType(_k3_widths())
 """Kimi-K3's published widths as a decoder config: KimiK3TextConfig's defaults (pooltk's table of known model
 configs: hidden 7168, 93 layers, 96 heads, FFN 33792, 896 experts top-16 x 3072, 2 shared, vocab 163840) and, from
-the same class as ``../shared/reference/automodel-formats.md`` lists it, v head dim 128 and the first layer dense.
+the same class (NeMo Automodel's ``nemo_automodel.components.models.kimi_k3.config``), v head dim 128 and the first
+layer dense.
 K3's KDA and MLA attention and its attention-residual boundary are not what the decoder builds (its attention is
 96 heads x 128, key/value heads 96)."""
 
