@@ -27,7 +27,7 @@ def host_us_per_receive(guard: bool, *, k: int = 3, m: int = 16, reps: int = 200
     """Median over 5 runs of microseconds per (post + release) on a ring of ``k`` over ``m`` microbatches."""
     import torch
 
-    from pooltk.pool.ring import Ring
+    from pooltk.pool.ring import Ring, Slot
 
     class Info:
         def __init__(self, buffer):
@@ -40,8 +40,7 @@ def host_us_per_receive(guard: bool, *, k: int = 3, m: int = 16, reps: int = 200
         direction="forward",
         live=k,
         n_microbatches=m,
-        sets=slots,
-        requires_grad=[False],
+        slots=[Slot(ts, [False]) for ts in slots],
         guard=guard,
     )
     ring.bind(1, infos, [0])

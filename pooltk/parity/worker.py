@@ -26,7 +26,7 @@ from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.parity import experiments
 from pooltk.parity.models import FuzzStage, ToyModel, fuzz_loss, make_batch, make_stage_module
 from pooltk.parity.spec import ParitySpec, Variant
-from pooltk.pool.torch_compat.placeholders import MakerCount
+from pooltk.pool.torch_compat.placeholders import PlaceholderFactory
 from pooltk.pool.torch_compat.stage_api import RECV_INFO_ATTRS
 from pooltk.pool.errors import PoolOverrunError
 
@@ -167,7 +167,9 @@ def _run_variant(
     if variant.pooled and variant.scope == "process":
         report = experiments.install(variant.config, schedule=sched_name, force=variant.force)
     try:
-        counter = MakerCount()  # what torch makes from metadata at setup (no patching)
+        counter = PlaceholderFactory(
+            count_only=True
+        )  # what torch makes from metadata at setup (no patching)
         stages = _build_stages(spec, variant, rank, world, device)
         if variant.pooled and variant.scope == "stage":
             for st in stages:

@@ -55,7 +55,8 @@ class PoolWarning(UserWarning):
 
 
 class _Fields:
-    """Keyword fields that survive pickling and ``to_dict`` / ``from_dict`` across processes."""
+    """Keyword fields that survive pickling and ``to_dict`` / ``from_dict``: a rank's error
+    reaches its launcher whole."""
 
     FIELDS: tuple[str, ...] = ()
 
@@ -74,7 +75,7 @@ def _rebuild(cls: type, fields: dict) -> Any:
     return cls.from_dict(fields)
 
 
-def _rank_prefix(rank: int | None) -> str:
+def _where(rank: int | None) -> str:
     return "" if rank is None else f"[rank {rank}] "
 
 
@@ -98,7 +99,7 @@ class PoolOverrunError(_Fields, RuntimeError):
         self.stage, self.direction, self.slot, self.ring = stage, direction, slot, ring
         self.owner, self.incoming, self.rank, self.owner_stage = owner, incoming, rank, owner_stage
         whose = "" if owner_stage is None else f" of stage {owner_stage}"
-        super().__init__(OVERRUN.format(where=_rank_prefix(rank), whose=whose, **self.to_dict()))
+        super().__init__(OVERRUN.format(where=_where(rank), whose=whose, **self.to_dict()))
 
 
 class PoolReuseError(_Fields, RuntimeError):
@@ -122,7 +123,7 @@ class PoolReuseError(_Fields, RuntimeError):
         self.stage, self.direction, self.slots = stage, direction, [tuple(s) for s in slots]
         self.microbatch, self.cause, self.rank = microbatch, cause, rank
         which = "; ".join(f"slot {s} re-used by microbatch {r} after {p}" for s, r, p in self.slots)
-        super().__init__(REUSE.format(where=_rank_prefix(rank), which=which, **self.to_dict()))
+        super().__init__(REUSE.format(where=_where(rank), which=which, **self.to_dict()))
 
 
 class PoolSetupError(RuntimeError):
@@ -145,12 +146,10 @@ def is_version_error(exc: BaseException) -> bool:
 def name_reuse(exc: RuntimeError, *, stage: int, rings: dict, microbatch: int | None) -> Any:
     """The :class:`PoolReuseError` for autograd's ``exc`` on a stage; None if no slot was bumped."""
     quoted = re.search(r"is at version (\d+); expected version (\d+)", str(exc))
-    version = int(quoted.group(1)) if quoted else None
     for direction, ring in rings.items():
-        bumped = ring.bumped(version)
+        bumped = ring.bumped(int(quoted.group(1)) if quoted else None)
         if bumped:
-            text = str(exc).strip()
-            cause = text.splitlines()[0] if text else type(exc).__name__
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return PoolReuseError(
                 stage=stage, direction=direction, slots=bumped, microbatch=microbatch, cause=cause
             )

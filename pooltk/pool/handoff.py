@@ -25,6 +25,13 @@ def template(buf: torch.Tensor, factory: PlaceholderFactory | None) -> Template:
     return placeholder(buf), torch.device(device)
 
 
+def boundary_key(buf: torch.Tensor, factory: PlaceholderFactory | None) -> tuple:
+    """What stages must share to share a ring: the shape, dtype, device and ``requires_grad`` of
+    the buffer ``buf`` is, or stands for."""
+    like, device = template(buf, factory)
+    return tuple(like.shape), like.dtype, device, bool(like.requires_grad)
+
+
 def drop_handoff_buffers(stage: Any, direction: str, factory: PlaceholderFactory | None) -> dict:
     """Leave a handoff-fed direction placeholders; ``{position: Template}`` for the one read
     torch makes (``set_local_bwd_input`` zeroes a None gradient's buffer: :func:`zero_for_none`)."""

@@ -34,33 +34,18 @@ import torch
 
 from pooltk.analysis.catalog import schedule_key
 from pooltk.config import PoolConfig
-from pooltk.pool import events
-from pooltk.pool.errors import (
-    CONFIG_AND_FIELDS,
-    NOT_A_CONFIG,
-    SECOND_INSTALL,
-    STAGE_UNDER_PROCESS,
-    PoolWarning,
-)
+from pooltk.pool import errors, events
 from pooltk.pool.gating import refusal
 from pooltk.pool.ring import Ring, RingUse, ring_size
-from pooltk.pool.stage import (
-    give_back_stock,
-    kept_stock,
-    runtime_hooks,
-    runtime_names,
-    setup_hooks,
-    stage_state,
-    state_for,
-)
+from pooltk.pool.stage import give_back_stock, kept_stock, setup_hooks, stage_state, state_for
+from pooltk.pool.stage import runtime_hooks, runtime_names
 from pooltk.pool.torch_compat.bind import Binding, bind, bound
 from pooltk.pool.torch_compat.layouts import Layout, detect
 from pooltk.pool.torch_compat.stage_api import signature_problems, stage_base
 
 _TAG = "pooltk"
-_UNINSTALLED = (
-    "found pooltk.uninstall(): the rings were replaced by stock buffers, one set per microbatch"
-)
+_UNINSTALLED = "found pooltk.uninstall(): the rings were replaced by stock buffers, one set per "
+_UNINSTALLED += "microbatch"
 _UNPOOLED = "found pooltk.unpool_stage(): the rings were replaced by stock buffers"
 
 
@@ -78,21 +63,40 @@ class InstallReport:
     """Why: the layout's description when installed, else why not."""
     torch_version: str
     alloc_free: bool = False
-    """True when only K buffer sets are ever made (no transient of all M at setup)."""
+    """Only K buffer sets are ever made (no transient of all M at setup)."""
     config: PoolConfig | None = None
     schedule: str | None = None
-    """The schedule given at install (the schedule seen driving a setup decides where there is
-    one)."""
+    """The schedule given at install (one seen driving a setup decides over it)."""
     scope: str = "process"
     """``process`` (the classes), ``stage`` (one stage object) or ``probe``."""
     events: list = field(default_factory=list)
     """Every decision and per-stage outcome, in order ([Note: pool log lines])."""
     _stages: weakref.WeakSet = field(default_factory=weakref.WeakSet, repr=False)
 
-    def usage(self) -> list[RingUse]:
-        """One :class:`RingUse` per live pooled stage and direction: what it held in its last step.
+    @classmethod
+    def of(
+        cls,
+        layout: Layout | None,
+        reason: str,
+        config: PoolConfig | None,
+        *,
+        installed: bool,
+        schedule: str | None = None,
+        scope: str = "process",
+    ) -> InstallReport:
+        eager = installed and layout is not None and not layout.per_receive
+        release = installed and (config is None or config.release)
+        mode = "+".join(p for p, on in (("rings", eager), ("release", release)) if on) or "stock"
+        targets = layout.setup_targets if eager else ()
+        alloc_free = bool(targets) and all(t.alloc_free for t in targets)
+        name = layout.name if layout is not None else None
+        return cls(
+            installed, mode, name, reason, torch.__version__, alloc_free, config, schedule, scope
+        )
 
-        A row whose ``held_sets`` reaches ``stock`` saved nothing (a WARNING said why)."""
+    def usage(self) -> list[RingUse]:
+        """One :class:`RingUse` per live pooled stage and direction: what it held in its last
+        step. A row whose ``held_sets`` reaches ``stock`` saved nothing (a WARNING said why)."""
         rows = []
         for stage in sorted(self._stages, key=lambda s: getattr(s, "stage_index", 0)):
             state = stage_state(stage)
@@ -104,19 +108,15 @@ class InstallReport:
         return [e for e in self.events if e.stage is not None and kind in (None, e.kind)]
 
     def to_dict(self) -> dict[str, Any]:
-        names = (
-            "installed",
-            "layout",
-            "reason",
-            "torch_version",
-            "schedule",
-            "alloc_free",
-            "scope",
-            "mode",
-        )
+        names = ("installed", "layout", "reason", "torch_version", "schedule", "alloc_free")
         config = self.config.to_dict() if self.config else None
-        events_ = [e.to_dict() for e in self.events]
-        return {**{n: getattr(self, n) for n in names}, "config": config, "events": events_}
+        return {
+            **{n: getattr(self, n) for n in names},
+            "scope": self.scope,
+            "mode": self.mode,
+            "config": config,
+            "events": [e.to_dict() for e in self.events],
+        }
 
 
 @dataclass(eq=False)
@@ -132,32 +132,21 @@ class _Install:
     report: InstallReport
     bindings: list[Binding] = field(default_factory=list)
     groups: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
-    """schedule object -> its rank-shared ring groups ([Note: rank-shared rings])."""
+    """schedule object -> its rank-shared rings ([Note: rank-shared rings])."""
 
     events = property(lambda self: self.report.events)
     stages = property(lambda self: self.report._stages, doc="The live stages given a ring.")
     guard = property(lambda self: self.harness.guard if self.harness is not None else True)
     sharing = property(lambda self: self.harness.sharing if self.harness is not None else "rank")
 
-    def ring_size(
-        self,
-        *,
-        live: int,
-        receives: int,
-        direction: str,
-        stage: int | None = None,
-        num_stages: int | None = None,
-    ) -> int:
-        """K for a live set: the user's rule ([Note: ring sizes]), or the harness's."""
+    def ring_size(self, *, live: int, receives: int, direction: str, **closed_form: int) -> int:
+        """K for a live set: the user's rule ([Note: ring sizes]), or the harness's (which may
+        read the 1F1B stage and pipeline, ``stage`` and ``num_stages``)."""
         if self.harness is None:
             return ring_size(live, receives, direction, self.config)
         return self.harness.ring_size(
-            live=live, receives=receives, direction=direction, stage=stage, num_stages=num_stages
+            live=live, receives=receives, direction=direction, **closed_form
         )
-
-    def undo(self) -> None:
-        for binding in reversed(self.bindings):
-            binding.undo()
 
 
 _LOCK = threading.RLock()
@@ -175,18 +164,12 @@ def install(
 ) -> InstallReport:
     """Pool receive buffers process-wide, for stages set up from now on.
 
-    Args:
-        config: a :class:`PoolConfig`, or its fields as keywords (``slack=2``).
-        schedule: the schedule assumed where none is seen driving a setup ([Note: gating]);
-            ``"auto"`` pools every schedule pooltk can analyse ([Note: auto rings]).
-        force: pool schedules outside the allowlist (experiments).
-
-    Returns:
-        An :class:`InstallReport`: ``installed`` False (with a :class:`PoolWarning`) on an unknown
-        layout; ``events`` and :meth:`InstallReport.usage` grow as stages run.
-
-    Raises:
-        ValueError: bad config values, or pooltk already installed with other settings.
+    ``config`` is a :class:`PoolConfig`, or its fields as keywords (``slack=2``). ``schedule`` is
+    assumed where none is seen driving a setup ([Note: gating]); ``"auto"`` pools every schedule
+    pooltk can analyse ([Note: auto rings]). ``force`` pools schedules outside the allowlist.
+    The report's ``installed`` is False (with a :class:`PoolWarning`) on an unknown layout; its
+    ``events`` and :meth:`InstallReport.usage` grow as stages run. Raises ValueError for bad
+    config values, or when pooltk is already installed with other settings.
     """
     return _install(config, fields, schedule, force, None)
 
@@ -199,31 +182,25 @@ def _install(
     with _LOCK:
         if _current is not None:
             return _same_install(_current, config or PoolConfig(**fields), schedule, force, harness)
-        report, layout = _prepare(config, fields, schedule, force, "process")
-        if layout is None:
+        report, live = _prepare(config, fields, schedule, force, harness, "process")
+        if live is None:
             return report
-        live = _Install(report.config, harness, report.schedule, bool(force), layout, report)
-        hooks_by_target = {stage_base(): runtime_hooks(layout, live)}
-        for target in layout.setup_targets:
+        hooks_by_target = {stage_base(): runtime_hooks(live.layout, live)}
+        for target in live.layout.setup_targets:
             hooks_by_target.setdefault(target.owner, {})[target.name] = setup_hooks(target, live)
         live.bindings = [bind(t, hooks, tag=_TAG) for t, hooks in hooks_by_target.items()]
         _current = live
-        _say_installed(report, harness)
+        said = events.event(
+            "installed",
+            policy=getattr(harness, "policy", "tight"),
+            schedule=report.schedule,
+            layout=report.layout,
+            mode=report.mode,
+            slack=live.config.slack,
+            grad_slack=live.config.grad_slack,
+        )
+        events.emit(report.events, said)
         return report
-
-
-def _say_installed(report: InstallReport, harness: Any) -> None:
-    cfg, policy = report.config, getattr(harness, "policy", "tight")
-    said = events.event(
-        "installed",
-        policy=policy,
-        slack=cfg.slack,
-        grad_slack=cfg.grad_slack,
-        schedule=report.schedule,
-        layout=report.layout,
-        mode=report.mode,
-    )
-    events.emit(report.events, said)
 
 
 def _same_install(
@@ -233,7 +210,7 @@ def _same_install(
     asked = (config, schedule_key(schedule), bool(force), harness)
     if asked == (live.config, live.schedule, live.force, live.harness):
         return live.report
-    text = SECOND_INSTALL.format(
+    text = errors.SECOND_INSTALL.format(
         config=config.describe(),
         schedule=asked[1],
         current=live.config.describe(),
@@ -243,28 +220,32 @@ def _same_install(
 
 
 def _prepare(
-    config: PoolConfig | None, fields: dict, schedule: str | None, force: bool, scope: str
-) -> tuple[InstallReport, Layout | None]:
-    """What every install form does first: the config, the layout, the report; the layout is
+    config: PoolConfig | None,
+    fields: dict,
+    schedule: str | None,
+    force: bool,
+    harness: Any,
+    scope: str,
+) -> tuple[InstallReport, _Install | None]:
+    """What every install form does first: the config, the layout, the report, and the install;
     None where pooltk stands down ([Note: fail-open only for unknown layouts])."""
     if config is not None and fields:
-        raise ValueError(CONFIG_AND_FIELDS.format(fields=sorted(fields)))
+        raise ValueError(errors.CONFIG_AND_FIELDS.format(fields=sorted(fields)))
     if config is not None and not isinstance(config, PoolConfig):
-        raise ValueError(NOT_A_CONFIG.format(kind=type(config).__name__))
+        raise ValueError(errors.NOT_A_CONFIG.format(kind=type(config).__name__))
     cfg = config if config is not None else PoolConfig(**fields)
     layout, reason = _layout()
     if layout is not None and layout.per_receive:
-        reason += (
-            "; pooltk installs the last-stage release alone"
-            if cfg.release
-            else "; release=False leaves nothing to do here"
-        )
+        release_only = "; pooltk installs the last-stage release alone"
+        reason += release_only if cfg.release else "; release=False leaves nothing to do here"
     installed = layout is not None and not (layout.per_receive and not cfg.release)
-    report = _report(installed, layout, reason, cfg, schedule_key(schedule), scope)
+    sched = schedule_key(schedule)
+    report = InstallReport.of(layout, reason, cfg, installed=installed, schedule=sched, scope=scope)
     if not installed:
         events.emit(report.events, events.event("not-installed", reason=report.reason))
-        warnings.warn(f"pooltk: not installed: {report.reason}", PoolWarning, stacklevel=4)
-    return report, layout if installed else None
+        warnings.warn(f"pooltk: not installed: {reason}", errors.PoolWarning, stacklevel=4)
+        return report, None
+    return report, _Install(cfg, harness, sched, bool(force), layout, report)
 
 
 def _layout() -> tuple[Layout | None, str]:
@@ -274,37 +255,12 @@ def _layout() -> tuple[Layout | None, str]:
         return None, found.reason
     problems = signature_problems(stage_base(), runtime_names(found.layout))
     if problems:
-        name = found.layout.name
-        return None, (
-            f"found layout {name!r} with runtime methods pooltk does not know: "
-            + "; ".join(problems)
+        name, problems_text = found.layout.name, "; ".join(problems)
+        return (
+            None,
+            f"found layout {name!r} with runtime methods pooltk does not know: " + problems_text,
         )
     return found.layout, found.reason
-
-
-def _report(
-    installed: bool,
-    layout: Layout | None,
-    reason: str,
-    config: PoolConfig | None,
-    schedule: str | None,
-    scope: str,
-) -> InstallReport:
-    eager = installed and layout is not None and not layout.per_receive
-    release = installed and (config is None or config.release)
-    mode = "+".join(p for p, on in (("rings", eager), ("release", release)) if on) or "stock"
-    targets = layout.setup_targets if eager else ()
-    return InstallReport(
-        installed=installed,
-        mode=mode,
-        layout=layout.name if layout is not None else None,
-        reason=reason,
-        torch_version=torch.__version__,
-        alloc_free=bool(targets) and all(t.alloc_free for t in targets),
-        config=config,
-        schedule=schedule,
-        scope=scope,
-    )
 
 
 def uninstall() -> bool:
@@ -315,7 +271,8 @@ def uninstall() -> bool:
         live, _current = _current, None
         if live is None:
             return False
-        live.undo()
+        for binding in reversed(live.bindings):
+            binding.undo()
         for stage in list(live.stages):
             give_back_stock(stage, live, _UNINSTALLED)
         return True
@@ -367,24 +324,27 @@ def _pool_stage(
 ) -> InstallReport:
     with _LOCK:
         if _current is not None:
-            raise ValueError(STAGE_UNDER_PROCESS)
-        report, layout = _prepare(config, fields, schedule, force, "stage")
-        if layout is None:
-            return report
-        refused = refusal(stage, None)
+            raise ValueError(errors.STAGE_UNDER_PROCESS)
+        report, live = _prepare(config, fields, schedule, force, harness, "stage")
+        refused = refusal(stage, None) if live is not None else None
         if refused is not None:  # binding would bypass the subclass's own methods
-            report = _report(False, layout, refused, report.config, report.schedule, "stage")
-            kept_stock(
-                stage, _Install(report.config, harness, None, force, layout, report), refused
+            report = InstallReport.of(
+                live.layout,
+                refused,
+                live.config,
+                installed=False,
+                schedule=live.schedule,
+                scope="stage",
             )
-            return report
-        live = _Install(report.config, harness, report.schedule, bool(force), layout, report)
-        hooks = runtime_hooks(layout, live)
-        for target in layout.setup_targets:
-            if isinstance(stage, target.owner):
-                hooks[target.name] = setup_hooks(target, live)
-        live.bindings = [bind(stage, hooks, tag=_TAG)]
-        state_for(stage).install = live
+            live.report = report
+            kept_stock(stage, live, refused)
+        elif live is not None:
+            hooks = runtime_hooks(live.layout, live)
+            for target in live.layout.setup_targets:
+                if isinstance(stage, target.owner):
+                    hooks[target.name] = setup_hooks(target, live)
+            live.bindings = [bind(stage, hooks, tag=_TAG)]
+            state_for(stage).install = live
         return report
 
 
@@ -403,7 +363,7 @@ def unpool_stage(stage: Any) -> bool:
 def probe() -> InstallReport:
     """What install() would do here (with the default config), without changing anything."""
     layout, reason = _layout()
-    return _report(layout is not None, layout, reason, None, None, "probe")
+    return InstallReport.of(layout, reason, None, installed=layout is not None, scope="probe")
 
 
 def stage_rings(stage: Any) -> dict[str, Ring]:

@@ -53,7 +53,7 @@ def detached(value: Any) -> Any:
 def start(stage: Any, state: Any, layout: str | None) -> None:
     """Turn the release on for a last stage with a backward (said once per stage)."""
     state.release = True
-    say(state, ("released",), "released", stage=stage.stage_index, layout=layout)
+    say(state, "released", stage=stage.stage_index, layout=layout)
 
 
 def release_chunk(stage: Any, state: Any, chunk: int, loss: Any) -> None:
@@ -68,8 +68,7 @@ def release_chunk(stage: Any, state: Any, chunk: int, loss: Any) -> None:
             schedule = state.decision.schedule_object() if state.decision is not None else None
             if not replace_by_identity(schedule_losses(schedule), loss, loss.detach()):
                 state.kept_graphs += 1
-                key = ("kept-graph", _VIEW_LOSS)
-                say(state, key, "kept-graph", stage=stage.stage_index, reason=_VIEW_LOSS)
+                say(state, "kept-graph", stage=stage.stage_index, reason=_VIEW_LOSS)
                 return
     state.released += 1
 

@@ -142,6 +142,10 @@ class _Stats:
     step_peak: int = 0
     """The most storages held at once this step (K sets plus re-homed ones alive)."""
 
+    def let_go(self) -> None:
+        """A re-homed storage's last holder let go of it (a finalizer on the storage)."""
+        self.rehomed_alive -= 1
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RingUse:
@@ -154,7 +158,6 @@ class RingUse:
     ring: int
     """K: the sets the ring keeps."""
     live: int
-    """The live set K was sized from."""
     stock: int
     """Sets stock torch keeps for the same receives (one per microbatch and stage)."""
     tensors: int
@@ -171,55 +174,34 @@ class RingUse:
         return self.stock - self.held_sets
 
     def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__slots__} | {
-            "saved_sets": self.saved_sets
-        }
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        return fields | {"saved_sets": self.saved_sets}
 
 
+@dataclass(eq=False, slots=True, kw_only=True)
 class Ring:
     """K buffer sets for one direction of one stage, or of a rank's stages ([Note: the ring])."""
 
-    __slots__ = (
-        "stage",
-        "direction",
-        "live",
-        "n_microbatches",
-        "slots",
-        "slot_map",
-        "members",
-        "infos",
-        "guard",
-        "say",
-        "calibration",
-        "stats",
-        "__weakref__",
-    )
+    stage: int
+    """The first stage receiving into the ring."""
+    direction: str
+    live: int
+    """The live set K was sized from."""
+    n_microbatches: int
+    slots: list[Slot]
+    slot_map: dict[User, int] | None = None
+    """(stage, chunk) -> slot for a rank-shared ring; None: chunk mod K."""
+    guard: bool = True
+    """False only for negative controls: no ownership, no holders' check, no version bump."""
+    say: Callable[..., None] | None = None
+    """``say(kind, **fields)``: a ``re-homed`` or ``no-saving`` event (pool/events.py)."""
+    members: dict[int, list[int]] = field(default_factory=dict)
+    """stage -> positions of its recv infos that receive into this ring."""
+    infos: dict[User, tuple] = field(default_factory=dict)
+    calibration: holders.Calibration = field(init=False)
+    stats: _Stats = field(init=False)
 
-    def __init__(
-        self,
-        *,
-        stage: int,
-        direction: str,
-        live: int,
-        n_microbatches: int,
-        sets: list[list[torch.Tensor]],
-        requires_grad: list[bool],
-        slot_map: dict[User, int] | None = None,
-        guard: bool = True,
-        say: Callable[..., None] | None = None,
-    ) -> None:
-        self.stage, self.direction, self.live = stage, direction, live
-        self.n_microbatches = n_microbatches
-        self.slots = [Slot(tensors, requires_grad) for tensors in sets]
-        self.slot_map = slot_map
-        """(stage, chunk) -> slot for a rank-shared ring; None: chunk mod K."""
-        self.members: dict[int, list[int]] = {}
-        """stage -> positions of its recv infos that receive into this ring."""
-        self.infos: dict[User, tuple] = {}
-        self.guard = guard
-        """False only for negative controls: no ownership, no holders' check, no version bump."""
-        self.say = say
-        """``say(kind, **fields)``: a ``re-homed`` or ``no-saving`` event (events.LINES)."""
+    def __post_init__(self) -> None:
         self.calibration = holders.calibrate(self.slots[0])
         self.stats = _Stats(step_peak=self.size * self.tensors)
 
@@ -342,7 +324,7 @@ class Ring:
         self.stats.rehomes += 1
         self.stats.step_rehomes += 1
         self.stats.rehomed_alive += 1
-        weakref.finalize(old.untyped_storage(), _let_go, weakref.ref(self))
+        weakref.finalize(old.untyped_storage(), self.stats.let_go)
         self._say_if_no_saving(why)
         if self.say is not None:
             nbytes = slot.tensors[k].untyped_storage().nbytes()
@@ -401,10 +383,3 @@ class Ring:
             held_bytes=peak * set_bytes // per,
             rehomes=self.stats.step_rehomes,
         )
-
-
-def _let_go(ring_ref: weakref.ref) -> None:
-    """A re-homed storage's last holder let go of it."""
-    ring = ring_ref()
-    if ring is not None:
-        ring.stats.rehomed_alive -= 1

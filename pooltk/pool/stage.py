@@ -15,9 +15,9 @@ passes straight through for a stage the pool does not manage.
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -25,22 +25,12 @@ import torch
 from pooltk.pool import events, handoff, release
 from pooltk.pool.errors import PoolSetupError, is_version_error, name_reuse
 from pooltk.pool.gating import Decision, decide, decide_lazy
-from pooltk.pool.ring import Ring, RingUse, live_1f1b
+from pooltk.pool.ring import Ring, RingUse, Slot, live_1f1b
+from pooltk.pool.torch_compat import stage_api as api
 from pooltk.pool.torch_compat.bind import Hooks
 from pooltk.pool.torch_compat.layouts import Layout, SetupTarget
 from pooltk.pool.torch_compat.placeholders import PlaceholderFactory, real_buffer
-from pooltk.pool.torch_compat.stage_api import (
-    HANDOFF_METHODS,
-    HOT_METHODS,
-    OPTIONAL_HOT_METHODS,
-    RECV_INFO_ATTRS,
-    RELEASE_METHODS,
-    SEND_METHODS,
-    Call,
-    cached_forward,
-    recv_infos,
-    recv_positions,
-)
+from pooltk.pool.torch_compat.stage_api import Call, recv_infos, recv_positions
 
 _ATTR = "_pooltk"
 NEW, SET_UP, RUNNING, LATE = "new", "set-up", "running", "late"
@@ -56,31 +46,26 @@ class StageState:
 
     phase: str = NEW
     decision: Decision | None = None
-    """The gate's answer at the last setup (or first compute, on the lazy layout)."""
+    """The gate's answer at the last setup (or the first compute, on the lazy layout)."""
     install: Any = None
-    """The install whose hooks set this stage up (its events, config and harness)."""
+    """The install whose hooks set the stage up: its config, harness and events."""
     n_microbatches: int | None = None
     rings: dict[str, Ring] = field(default_factory=dict)
     handoff: dict[str, dict] = field(default_factory=dict)
     """direction -> {position: handoff.Template} where a same-rank handoff feeds the stage."""
     release: bool = False
-    """The last stage lets the schedule's kept graphs go after each backward (release.py)."""
+    """A last stage lets the schedule's kept graphs go after each backward (release.py)."""
     outputs: dict[int, Any] = field(default_factory=dict)
-    """chunk -> the output its forward returned, until its backward (the release)."""
+    """chunk -> its forward's output, until its backward (the release)."""
     losses: dict[int, Any] = field(default_factory=dict)
     """chunk -> the loss of a split backward, until its weight pass (the release)."""
     released: int = 0
     kept_graphs: int = 0
     said: set = field(default_factory=set)
-    """Log lines already said for this stage (each is said once)."""
+    """What was said of this stage (each line once)."""
 
-    @property
-    def pooled(self) -> bool:
-        return self.decision is not None and self.decision.pooled
-
-    @property
-    def reason(self) -> str:
-        return self.decision.reason if self.decision is not None else ""
+    pooled = property(lambda self: self.decision is not None and self.decision.pooled)
+    reason = property(lambda self: self.decision.reason if self.decision is not None else "")
 
     def usage(self, stage: int | None = None) -> list[RingUse]:
         """What each ring held during the last step, beside stock and the live set."""
@@ -100,21 +85,21 @@ def state_for(stage: Any) -> StageState:
     return state
 
 
-# -- setup: decide, let torch set up (its buffers placeholders), build the ring ----------------
+# -- setup: decide, let torch set up (its buffers placeholders), build the ring -------------------
 
 
 def on_setup(stage: Any, call: Call, proceed: Any, *, target: SetupTarget, install: Any) -> Any:
     """A setup method that makes receive buffers ([Note: placeholders without patching])."""
-    where = getattr(stage, "stage_index", None)
+    where, direction = getattr(stage, "stage_index", None), target.direction
     try:
         decision = decide(install_schedule=install.schedule, force=install.force, stage=stage)
     except PoolSetupError as exc:
-        exc.stage, exc.direction = where, target.direction
+        exc.stage, exc.direction = where, direction
         raise
     state = state_for(stage)
     state.phase, state.decision, state.install = SET_UP, decision, install
-    state.rings.pop(target.direction, None)
-    state.handoff.pop(target.direction, None)
+    state.rings.pop(direction, None)
+    state.handoff.pop(direction, None)
     if not decision.pooled:
         kept_stock(stage, install, decision.reason)
         return proceed()
@@ -123,189 +108,135 @@ def on_setup(stage: Any, call: Call, proceed: Any, *, target: SetupTarget, insta
     with factory if factory is not None else contextlib.nullcontext():
         result = proceed()  # on this thread only, for this call
     try:
-        ring = _after_setup(stage, target.direction, state, install, factory)
+        if decision.plan is not None and (stage.stage_index, direction) in decision.plan.handoff:
+            state.handoff[direction] = handoff.drop_handoff_buffers(stage, direction, factory)
+        else:
+            _build_ring(stage, direction, state, factory)
     except Exception as exc:  # inside a recognised layout: loud, never a silent fallback
-        what = f"building the {target.direction} ring"
-        raise PoolSetupError(stage=where, direction=target.direction, cause=exc, what=what) from exc
-    if ring is not None:
-        state.rings[target.direction] = ring
-        install.stages.add(stage)
+        what = f"building the {direction} ring"
+        raise PoolSetupError(stage=where, direction=direction, cause=exc, what=what) from exc
     return result
 
 
-def _after_setup(stage: Any, direction: str, state: StageState, install: Any, factory: Any) -> Any:
-    """The ring the direction receives into (None: a handoff, or stock), every buffer made real."""
-    plan = state.decision.plan
-    if plan is not None and (stage.stage_index, direction) in plan.handoff:
-        state.handoff[direction] = handoff.drop_handoff_buffers(stage, direction, factory)
-        return None
-    ring = build_ring(stage, direction, state, install, factory)
-    for infos in recv_infos(stage, direction).values():  # what has no ring is stock
-        for info in infos:
-            if factory is not None and factory.is_placeholder(getattr(info, "buffer", None)):
-                info.buffer = real_buffer(info.buffer, factory=factory)
-    return ring
+@dataclass(eq=False)
+class _Members:
+    """The stages one ring serves, and its size: one stage, or a rank's stages that share it
+    ([Note: rank-shared rings]; their ring is rebuilt over every member as each sets up)."""
+
+    stages: dict[int, tuple[Any, list[int]]]
+    """stage index -> (the stage, the positions of its recv infos that receive into the ring)."""
+    live: int
+    size: int
+    slot_map: dict | None = None
+    plan: Any = None
+    ring: Ring | None = None
 
 
-def build_ring(stage: Any, direction: str, state: StageState, install: Any, factory: Any) -> Any:
-    """The ring one direction of a just-set-up stage receives into, bound on its recv infos.
-
-    1F1B: K from the closed form ([Note: ring sizes]), slot ``c mod K``. A plan (``"auto"``): K
-    from its live sets; a rank's stages whose boundaries carry the same tensors share one ring
-    ([Note: rank-shared rings]).
-    """
-    infos = recv_infos(stage, direction)
+def _build_ring(stage: Any, direction: str, state: StageState, factory: Any) -> None:
+    """The ring a just-set-up direction receives into, bound on its recv infos; buffers it does
+    not take are made real (stock). 1F1B: K from the closed form ([Note: ring sizes]), slot
+    ``c mod K``; a plan (``"auto"``): K from its live sets, shared across a rank's stages."""
+    infos, index, m = recv_infos(stage, direction), stage.stage_index, state.n_microbatches
     positions = recv_positions(infos[0]) if infos else []
-    if not positions:
-        return None
     if any(len(chunk_infos) != len(infos[0]) for chunk_infos in infos.values()):
         raise RuntimeError("recv infos differ in structure between microbatches")
-    index, n, m, plan = (
-        stage.stage_index,
-        stage.num_stages,
-        state.n_microbatches,
-        state.decision.plan,
-    )
+    plan, install = state.decision.plan, state.install
     if plan is None:
+        n = stage.num_stages
         live = live_1f1b(n, index, m, direction)
         k = install.ring_size(live=live, receives=m, direction=direction, stage=index, num_stages=n)
     else:
         live = plan.min_safe.get((index, direction), 0)
         k = install.ring_size(live=live, receives=m, direction=direction)
-    if k <= 0:
-        return None
-    if plan is not None and install.sharing == "rank":
-        return _join_rank_ring(stage, direction, positions, state, install, factory)
-    ring = _new_ring(index, direction, live, k, infos[0], positions, state, install, factory)
-    ring.bind(index, infos, positions)
-    return ring
+    if positions and k > 0:
+        members = _Members({index: (stage, positions)}, live, k)
+        if plan is not None and install.sharing == "rank":
+            members = _rank_members(stage, direction, state, factory)
+        _bind_ring(stage, direction, members, state, factory)
+    for chunk_infos in infos.values():
+        for info in chunk_infos:
+            if factory is not None and factory.is_placeholder(getattr(info, "buffer", None)):
+                info.buffer = real_buffer(info.buffer, factory=factory)
 
 
-def _new_ring(
-    stage_index: int,
-    direction: str,
-    live: int,
-    k: int,
-    first: tuple,
-    positions: list[int],
-    state: StageState,
-    install: Any,
-    factory: Any,
-    reuse: list | None = None,
-    slot_map: dict | None = None,
-) -> Ring:
-    """K sets shaped like ``first``'s buffers (``reuse``: an earlier ring's sets, kept)."""
-    sets = [list(tensors) for tensors in (reuse or [])[:k]]
-    while len(sets) < k:  # a slot's tensors are never leaves of a graph: their aliases are
-        sets.append([real_buffer(first[j].buffer, factory=factory).detach() for j in positions])
-    requires_grad = [bool(first[j].buffer.requires_grad) for j in positions]
-    return Ring(
-        stage=stage_index,
-        direction=direction,
-        live=live,
-        sets=sets,
-        n_microbatches=state.n_microbatches,
-        requires_grad=requires_grad,
-        slot_map=slot_map,
-        guard=install.guard,
-        say=_said(state),
+def _bind_ring(
+    stage: Any, direction: str, members: _Members, state: StageState, factory: Any
+) -> None:
+    """K sets shaped like this stage's buffers (an earlier ring's kept), bound on every member."""
+    first, positions = recv_infos(stage, direction)[0], members.stages[stage.stage_index][1]
+    sets = (
+        [list(slot.tensors) for slot in members.ring.slots[: members.size]] if members.ring else []
     )
+    while len(sets) < members.size:  # a slot's tensors are never leaves of a graph: its aliases are
+        sets.append([real_buffer(first[j].buffer, factory=factory).detach() for j in positions])
+    ring = Ring(
+        stage=min(members.stages),
+        direction=direction,
+        live=members.live,
+        n_microbatches=state.n_microbatches,
+        slots=[
+            Slot(tensors, [bool(first[j].buffer.requires_grad) for j in positions])
+            for tensors in sets
+        ],
+        slot_map=members.slot_map,
+        guard=state.install.guard,
+        say=partial(_ring_said, state),
+    )
+    for index, (member, member_positions) in sorted(members.stages.items()):
+        ring.bind(index, recv_infos(member, direction), member_positions)
+        state_for(member).rings[direction] = ring
+    members.ring = ring
+    state.install.stages.add(stage)
 
 
-@dataclass(eq=False)
-class _RankGroup:
-    """A rank's stages that share one ring for one direction and boundary ([Note: rank-shared
-    rings]); ``ring`` is rebuilt over every member as each stage sets up."""
-
-    plan: Any
-    members: dict[int, tuple[Any, list[int]]] = field(default_factory=dict)
-    ring: Ring | None = None
-
-
-def _join_rank_ring(
-    stage: Any, direction: str, positions: list[int], state: StageState, install: Any, factory: Any
-) -> Ring:
+def _rank_members(stage: Any, direction: str, state: StageState, factory: Any) -> _Members:
+    """This stage joins its rank's stages with the same boundary tensors on one ring, its slots
+    coloured from the schedule's action order ([Note: rank-shared rings])."""
     from pooltk.analysis.sharing import rank_rings
 
-    infos, plan, me = recv_infos(stage, direction), state.decision.plan, stage.stage_index
-    key = (direction, tuple(_boundary_key(infos[0][j].buffer, factory) for j in positions))
+    plan, me, install = state.decision.plan, stage.stage_index, state.install
+    first = recv_infos(stage, direction)[0]
+    positions = recv_positions(first)
+    key = (direction, tuple(handoff.boundary_key(first[j].buffer, factory) for j in positions))
     groups = install.groups.setdefault(state.decision.schedule_object(), {})
-    group = groups.get(key)
-    if group is None or me in group.members or group.plan is not plan:
-        group = groups[key] = _RankGroup(plan)
-    group.members[me] = (stage, positions)
-    keys = {(s, direction): key for s in group.members}
+    members = groups.get(key)
+    if members is None or me in members.stages or members.plan is not plan:
+        members = groups[key] = _Members({}, 0, 0, plan=plan)
+    members.stages[me] = (stage, positions)
+    keys = {(s, direction): key for s in members.stages}
     spans = [b for b in plan.spans if (b.stage, b.direction) in keys]
 
     def size(live: int, receives: int, d: str) -> int:
         return install.ring_size(live=live, receives=receives, direction=d)
 
     (mine,) = [r for r in rank_rings(plan.program, spans, size, groups=keys) if me in r.stages]
-    reuse = [slot.tensors for slot in group.ring.slots] if group.ring is not None else None
-    slot_map = dict(mine.slots) if mine.shared else None
-    ring = _new_ring(
-        min(group.members),
-        direction,
-        mine.live,
-        mine.size,
-        infos[0],
-        positions,
-        state,
-        install,
-        factory,
-        reuse,
-        slot_map,
-    )
-    for member_index, (member, member_positions) in sorted(group.members.items()):
-        ring.bind(member_index, recv_infos(member, direction), member_positions)
-        if member is not stage:
-            state_for(member).rings[direction] = ring
-    group.ring = ring
-    return ring
+    members.live, members.size = mine.live, mine.size
+    members.slot_map = dict(mine.slots) if mine.shared else None
+    return members
 
 
-def _boundary_key(buf: Any, factory: Any) -> tuple:
-    """What stages must share to share a ring: shape, dtype, device, ``requires_grad``."""
-    like, device = handoff.template(buf, factory)
-    return tuple(like.shape), like.dtype, device, bool(like.requires_grad)
-
-
-def _said(state: StageState) -> Any:
+def _ring_said(state: StageState, kind: str, **fields: Any) -> None:
     """What a ring says: each re-home (the first per direction a WARNING), and once that it saved
     nothing."""
-
-    def say(kind: str, **fields: Any) -> None:
-        key = (kind, fields["direction"])
-        events.say(state, key, kind, again=kind == "re-homed", **fields)
-
-    return say
+    key = (kind, fields["direction"])
+    events.say(state, kind, key=key, again=kind == "re-homed", **fields)
 
 
 def kept_stock(stage: Any, install: Any, reason: str) -> None:
     """Say (once per stage and reason) that ``stage`` keeps torch's buffers, and why."""
     state = state_for(stage)
     state.install = state.install or install
-    where = getattr(stage, "stage_index", "?")
-    events.say(state, ("stock", reason), "kept-stock", stage=where, reason=reason)
+    events.say(state, "kept-stock", stage=getattr(stage, "stage_index", "?"), reason=reason)
 
 
-# -- compute: the first one after a setup, then each forward and backward ----------------------
+# -- compute: the first one after a setup, then each forward and backward -------------------------
 
 
 def before_forward(stage: Any, call: Call, *, install: Any) -> None:
-    """The stage's first compute after a setup: say its rings, start the release."""
+    """Once per setup ([Note: a stage's life]): say the rings, decide the release."""
     state = stage_state(stage)
-    if state is None or state.phase in (NEW, SET_UP) or _release_due(stage, state, install):
-        _first_use(stage, install)
-
-
-def _release_due(stage: Any, state: StageState, install: Any) -> bool:
-    last_with_backward = stage.is_last and stage.has_backward
-    return state.pooled and not state.release and install.config.release and last_with_backward
-
-
-def _first_use(stage: Any, install: Any) -> None:
-    """Once per setup ([Note: a stage's life])."""
+    if state is not None and state.phase not in (NEW, SET_UP) and not _release_due(stage, state):
+        return
     state = state_for(stage)
     state.install = state.install or install
     if state.phase == SET_UP and state.pooled:
@@ -320,57 +251,54 @@ def _first_use(stage: Any, install: Any) -> None:
             kept_stock(stage, install, _SET_UP_EARLY)
         return
     state.phase = RUNNING
-    if _release_due(stage, state, install):
+    if _release_due(stage, state):
         release.start(stage, state, install.layout.name)
+
+
+def _release_due(stage: Any, state: StageState) -> bool:
+    due = state.pooled and not state.release and stage.is_last and stage.has_backward
+    return due and state.install is not None and state.install.config.release
 
 
 def _say_pooled(stage: Any, state: StageState) -> None:
     """``stage I pooled (fwd ring K/M, grad ring K/M)``, then shared and handoff lines."""
-    m, sizes = state.n_microbatches, []
-    for direction in RECV_INFO_ATTRS:
+    m, index, sizes = state.n_microbatches, stage.stage_index, []
+    for direction in api.RECV_INFO_ATTRS:
         first = recv_infos(stage, direction).get(0)
         stock = m if first and recv_positions(first) and direction not in state.handoff else 0
         sizes.append(state.rings[direction].size if direction in state.rings else stock)
-    index = stage.stage_index
-    events.say(
-        state,
-        ("pooled", m, tuple(sizes)),
-        "pooled",
-        stage=index,
-        forward=sizes[0],
-        grad=sizes[1],
-        n_microbatches=m,
-    )
+    events.say(state, "pooled", stage=index, forward=sizes[0], grad=sizes[1], n_microbatches=m)
     for direction, ring in state.rings.items():
         if ring.shared:
+            stages, receives = sorted(ring.members), m * len(ring.members)
             events.say(
                 state,
-                ("shared", direction, ring.size),
                 "shared",
                 stage=index,
                 direction=direction,
-                stages=sorted(ring.members),
+                stages=stages,
                 size=ring.size,
-                receives=m * len(ring.members),
+                receives=receives,
             )
     for direction in state.handoff:
-        events.say(state, ("handoff", direction), "handoff", stage=index, direction=direction)
+        events.say(state, "handoff", stage=index, direction=direction)
 
 
 def after_forward(stage: Any, call: Call, output: Any, *, install: Any) -> Any:
     """Keep the output for the release; in a forward-only step the chunk is done now."""
     state, chunk = stage_state(stage), call.chunk
-    if state.release and stage.has_backward:
-        state.outputs[chunk] = output
     if stage.has_backward:
+        if state.release:
+            state.outputs[chunk] = output
         return output
-    cached = cached_forward(stage, chunk)
+    cached = api.cached_forward(stage, chunk)
     if state.pooled and install.config.release:
         output = release.forward_only(stage, chunk, cached, output)
-    if "forward" in state.rings:
-        if cached is not None:
-            state.rings["forward"].retire_inputs(chunk, stage.stage_index, cached[1])
-        state.rings["forward"].release(chunk, stage.stage_index)
+    ring = state.rings.get("forward")
+    if ring is not None and cached is not None:
+        ring.retire_inputs(chunk, stage.stage_index, cached[1])
+    if ring is not None:
+        ring.release(chunk, stage.stage_index)
     if state.handoff:
         handoff.drop_handed(stage, state.handoff, chunk, cached[1] if cached is not None else None)
     return output
@@ -384,15 +312,16 @@ def naming_reuse(stage: Any, call: Call) -> Iterator[None]:
     except RuntimeError as exc:
         state = stage_state(stage)
         if state is not None and is_version_error(exc):
-            index, chunk = stage.stage_index, call.chunk
-            named = name_reuse(exc, stage=index, rings=state.rings, microbatch=chunk)
+            named = name_reuse(
+                exc, stage=stage.stage_index, rings=state.rings, microbatch=call.chunk
+            )
             if named is not None:
                 raise named from exc
         raise
 
 
 def after_backward(stage: Any, call: Call, result: Any) -> Any:
-    """A full backward frees the chunk; a split one waits for its weight pass."""
+    """A full backward is done with its chunk; a split one waits for its weight pass."""
     state = stage_state(stage)
     if state is not None and stage.has_backward:
         if call.arg("full_backward"):
@@ -410,8 +339,8 @@ def after_weight(stage: Any, call: Call, result: Any) -> Any:
 
 
 def _done(stage: Any, state: StageState, chunk: int, loss: Any) -> None:
-    """The chunk's backward is complete (its weight pass too): its slots, handoffs and kept graph
-    go ([Note: slot ownership])."""
+    """The chunk's backward is complete: its slots ([Note: slot ownership]), what a handoff gave
+    it and its kept graph go."""
     for ring in state.rings.values():
         ring.release(chunk, stage.stage_index)
     if state.handoff:
@@ -420,35 +349,36 @@ def _done(stage: Any, state: StageState, chunk: int, loss: Any) -> None:
         release.release_chunk(stage, state, chunk, loss)
 
 
-# -- receives, sends, a local gradient, the reset ------------------------------------------------
+# -- receives, sends, a local gradient, the reset, giving stock back ------------------------------
 
 
-def _ring_posting(stage: Any, direction: str) -> Ring | None:
+def _posting(stage: Any, direction: str) -> Ring | None:
     state = stage_state(stage)
-    ring = state.rings.get(direction) if state is not None else None
-    return None if direction == "grad" and not stage.has_backward else ring
+    if state is None or (direction == "grad" and not stage.has_backward):
+        return None
+    return state.rings.get(direction)
 
 
 def before_recv(stage: Any, call: Call, *, direction: str) -> None:
     """Claim the chunk's slot and hand its receive fresh aliases ([Note: the ring])."""
-    ring = _ring_posting(stage, direction)
+    ring = _posting(stage, direction)
     if ring is not None:
         infos = recv_infos(stage, direction)[call.chunk]
         ring.post(call.chunk, stage.stage_index, infos, training=stage.has_backward)
 
 
 def after_recv(stage: Any, call: Call, ops: Any, *, direction: str) -> Any:
-    ring = _ring_posting(stage, direction)
+    ring = _posting(stage, direction)
     if ring is not None:
         ring.note_recvs(call.chunk, stage.stage_index, ops)
     return ops
 
 
 def after_send(stage: Any, call: Call, ops: Any) -> Any:
-    """Remember the forward sends that pass received tensors on ([Note: finished sends])."""
-    state = stage_state(stage)
-    if state is not None and "forward" in state.rings:
-        state.rings["forward"].note_sends(call.chunk, stage.stage_index, ops)
+    """Remember the sends that pass received tensors on ([Note: finished sends])."""
+    ring = _posting(stage, "forward")
+    if ring is not None:
+        ring.note_sends(call.chunk, stage.stage_index, ops)
     return ops
 
 
@@ -470,7 +400,7 @@ def after_reset(stage: Any, call: Call, result: Any) -> Any:
 
 
 def give_back_stock(stage: Any, install: Any, why: str) -> bool:
-    """Replace a live stage's rings and handoff placeholders by stock buffers (one per chunk)."""
+    """A live stage's rings and handoff placeholders become stock buffers (one per chunk)."""
     state = stage_state(stage)
     if state is None:
         return False
@@ -485,40 +415,32 @@ def give_back_stock(stage: Any, install: Any, why: str) -> bool:
             for j in ring.members.get(stage.stage_index, ()):
                 if isinstance(infos[j].buffer, torch.Tensor):
                     infos[j].buffer = real_buffer(infos[j].buffer)
-    state.rings.clear()
-    state.handoff.clear()
     state.phase, state.decision, state.release = NEW, None, False
-    state.outputs.clear()
-    state.losses.clear()
+    for kept in (state.rings, state.handoff, state.outputs, state.losses):
+        kept.clear()
     if had:
-        where = getattr(stage, "stage_index", "?")
-        sink = install.events if install is not None else None
-        events.emit(sink, events.event("unpooled", stage=where, reason=why))
+        said = events.event("unpooled", stage=getattr(stage, "stage_index", "?"), reason=why)
+        events.emit(install.events if install is not None else None, said)
     return had
 
 
-# -- the hook table ------------------------------------------------------------------------------
+# -- the hook table: which function runs around which torch method ([Note: binding]) --------------
 
 
 def setup_hooks(target: SetupTarget, install: Any) -> Hooks:
-    return Hooks(raw=functools.partial(on_setup, target=target, install=install))
+    return Hooks(raw=partial(on_setup, target=target, install=install))
 
 
 def runtime_hooks(layout: Layout, install: Any) -> dict[str, Hooks]:
-    """The hooks of every runtime method this layout needs wrapped ([Note: binding])."""
+    forward = partial(before_recv, direction="forward"), partial(after_recv, direction="forward")
+    grad = partial(before_recv, direction="grad"), partial(after_recv, direction="grad")
     table = {
-        "get_fwd_recv_ops": Hooks(
-            before=functools.partial(before_recv, direction="forward"),
-            after=functools.partial(after_recv, direction="forward"),
-        ),
-        "get_bwd_recv_ops": Hooks(
-            before=functools.partial(before_recv, direction="grad"),
-            after=functools.partial(after_recv, direction="grad"),
-        ),
+        "get_fwd_recv_ops": Hooks(before=forward[0], after=forward[1]),
+        "get_bwd_recv_ops": Hooks(before=grad[0], after=grad[1]),
         "get_fwd_send_ops": Hooks(after=after_send),
         "forward_one_chunk": Hooks(
-            before=functools.partial(before_forward, install=install),
-            after=functools.partial(after_forward, install=install),
+            before=partial(before_forward, install=install),
+            after=partial(after_forward, install=install),
         ),
         "backward_one_chunk": Hooks(around=naming_reuse, after=after_backward),
         "backward_weight_one_chunk": Hooks(around=naming_reuse, after=after_weight),
@@ -530,5 +452,5 @@ def runtime_hooks(layout: Layout, install: Any) -> dict[str, Hooks]:
 
 def runtime_names(layout: Layout) -> tuple[str, ...]:
     """The runtime methods the pool wraps on ``layout`` (the lazy layout: compute and reset)."""
-    eager = HOT_METHODS + SEND_METHODS + HANDOFF_METHODS
-    return (RELEASE_METHODS if layout.per_receive else eager) + OPTIONAL_HOT_METHODS
+    eager = api.HOT_METHODS + api.SEND_METHODS + api.HANDOFF_METHODS
+    return (api.RELEASE_METHODS if layout.per_receive else eager) + api.OPTIONAL_HOT_METHODS

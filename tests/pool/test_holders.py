@@ -26,8 +26,10 @@ def _ring(k=1, m=4, tensors=1):
         direction="forward",
         live=k,
         n_microbatches=m,
-        sets=[[torch.zeros(3) for _ in range(tensors)] for _ in range(k)],
-        requires_grad=[False] * tensors,
+        slots=[
+            Slot(ts, [False] * tensors)
+            for ts in [[torch.zeros(3) for _ in range(tensors)] for _ in range(k)]
+        ],
     )
     infos = {c: tuple(_Info(torch.zeros(3)) for _ in range(tensors)) for c in range(m)}
     ring.bind(1, infos, list(range(tensors)))

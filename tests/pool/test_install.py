@@ -155,7 +155,7 @@ def _fake_setup(self, n_mb):
 def _live(config=None):
     """A process install as the hooks see it (not bound: the test calls the setup hook itself)."""
     config = config or PoolConfig()
-    report = install_mod._report(True, _LAYOUT, "test", config, "1f1b", "process")
+    report = install_mod.InstallReport.of(_LAYOUT, "test", config, installed=True, schedule="1f1b")
     return install_mod._Install(config, None, "1f1b", False, _LAYOUT, report)
 
 
@@ -218,7 +218,7 @@ def test_an_error_inside_a_recognised_layout_raises_pool_setup_error_with_stage_
         raise KeyError("boom")
 
     setup, _ = _setup(monkeypatch)
-    monkeypatch.setattr(stage_mod, "build_ring", broken)
+    monkeypatch.setattr(stage_mod, "_build_ring", broken)
     with pytest.raises(pooltk.PoolSetupError) as info:
         setup(_FakeStage(), 4)
     assert (info.value.stage, info.value.direction) == (1, "grad") and isinstance(

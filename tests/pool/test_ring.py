@@ -25,8 +25,7 @@ def _ring(k=2, m=4, tensors=1, guard=True, **kw):
         direction="forward",
         live=k,
         n_microbatches=m,
-        sets=sets,
-        requires_grad=[False] * tensors,
+        slots=[Slot(ts, [False] * tensors) for ts in sets],
         guard=guard,
         **kw,
     )
@@ -136,8 +135,7 @@ def _shared(k=2, m=2):
         direction="forward",
         live=k,
         n_microbatches=m,
-        sets=[[torch.zeros(3)] for _ in range(k)],
-        requires_grad=[False],
+        slots=[Slot([torch.zeros(3)], [False]) for _ in range(k)],
         slot_map={(1, 0): 0, (1, 1): 1, (3, 0): 1, (3, 1): 0},
     )
     infos1 = {c: (_Info(torch.zeros(3)),) for c in range(m)}

@@ -15,7 +15,7 @@ DIRECTIONS = ("forward", "grad")
 
 
 def _user_install(config: PoolConfig):  # noqa: ANN202 - an install with no harness set
-    report = install_mod._report(False, None, "test", config, "1f1b", "process")
+    report = install_mod.InstallReport.of(None, "test", config, installed=False)
     return install_mod._Install(config, None, "1f1b", False, None, report)
 
 

@@ -7,8 +7,7 @@ thread: a tensor factory called from that maker's own frame (known by torch's fi
 name, so a profiler's wrapper around it changes nothing) makes a ``meta`` tensor instead, its
 arguments recorded; every other call passes through. The ring then makes its K real sets by calling
 the maker again with those arguments, and placeholders it does not take are made real the same way
-(stock). Nothing of torch is assigned anywhere. :class:`MakerCount` watches the same frame to count
-the buffers a stock setup makes.
+(stock). Nothing of torch is assigned anywhere. The same watch counts the buffers a setup makes.
 """
 
 from __future__ import annotations
@@ -37,45 +36,44 @@ def _maker_codes() -> frozenset[tuple[str, str]]:
     return frozenset(codes)
 
 
-class _MakerWatch(TorchFunctionMode):
-    """Sees each tensor factory called from torch's receive-buffer maker (a context manager)."""
+class PlaceholderFactory(TorchFunctionMode):
+    """While active (a context manager, this thread only), what torch's receive-buffer maker makes
+    becomes a ``meta`` placeholder, its arguments recorded; ``count_only``: it is made as usual and
+    counted, if torch's stage made it (``_TensorMeta.to_tensor`` beside the maker is not counted).
+    """
 
-    def __init__(self) -> None:
+    def __init__(self, *, count_only: bool = False) -> None:
         super().__init__()
+        self.count_only, self.count, self.bytes = count_only, 0, 0
+        self.made: dict[int, tuple[tuple, torch.device]] = {}
+        """id(placeholder) -> (the maker's arguments, the device it asked for)."""
         self._makers = _maker_codes()
 
     def __torch_function__(
         self, func: Any, types: Any, args: tuple = (), kwargs: Any = None
     ) -> Any:
-        kwargs = kwargs or {}
-        frame = sys._getframe(1)
+        kwargs, frame = kwargs or {}, sys._getframe(1)
         code = frame.f_code
-        if func in _FACTORIES and (code.co_filename, code.co_name) in self._makers:
-            maker_args = tuple(frame.f_locals[n] for n in code.co_varnames[: code.co_argcount])
-            return self.made_by_maker(func, args, kwargs, maker_args, frame)
-        return func(*args, **kwargs)
-
-    def made_by_maker(
-        self, func: Any, args: tuple, kwargs: dict, maker_args: tuple, maker: Any
-    ) -> Any:
-        return func(*args, **kwargs)
-
-
-class PlaceholderFactory(_MakerWatch):
-    """While active, the receive-buffer maker's allocations become ``meta`` placeholders."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.made: dict[int, tuple[tuple, torch.device]] = {}
-        """id(placeholder) -> (the maker's arguments, the device it asked for)."""
-
-    def made_by_maker(
-        self, func: Any, args: tuple, kwargs: dict, maker_args: tuple, maker: Any
-    ) -> Any:
-        t = func(*args, **{**kwargs, "device": "meta"})
-        device = torch.device(kwargs.get("device") or torch.get_default_device())
-        self.made[id(t)] = (maker_args, device)
-        return t
+        if func not in _FACTORIES or (code.co_filename, code.co_name) not in self._makers:
+            return func(*args, **kwargs)
+        if self.count_only:
+            made = func(*args, **kwargs)
+            caller = frame.f_back
+            if not made.is_meta and (
+                caller is None or caller.f_code.co_filename != code.co_filename
+            ):
+                self.count, self.bytes = (
+                    self.count + 1,
+                    self.bytes + made.untyped_storage().nbytes(),
+                )
+            return made
+        made = func(*args, **{**kwargs, "device": "meta"})
+        maker_args = tuple(frame.f_locals[n] for n in code.co_varnames[: code.co_argcount])
+        self.made[id(made)] = (
+            maker_args,
+            torch.device(kwargs.get("device") or torch.get_default_device()),
+        )
+        return made
 
     def is_placeholder(self, t: Any) -> bool:
         return isinstance(t, torch.Tensor) and t.is_meta and id(t) in self.made
@@ -90,27 +88,6 @@ class PlaceholderFactory(_MakerWatch):
 
         made = stage._make_tensor_from_meta(*self.made[id(placeholder)][0])
         return made.requires_grad_(True) if placeholder.requires_grad else made
-
-
-class MakerCount(_MakerWatch):
-    """Counts the real buffers made with torch's receive-buffer maker while active: torch's stage
-    and the pool's rings, not what ``_TensorMeta.to_tensor`` makes beside the maker."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-        self.bytes = 0
-
-    def made_by_maker(
-        self, func: Any, args: tuple, kwargs: dict, maker_args: tuple, maker: Any
-    ) -> Any:
-        t = func(*args, **kwargs)
-        caller = maker.f_back
-        beside = caller is not None and caller.f_code.co_filename == maker.f_code.co_filename
-        if not t.is_meta and not beside:
-            self.count += 1
-            self.bytes += t.untyped_storage().nbytes()
-        return t
 
 
 def real_buffer(
