@@ -43,7 +43,7 @@ def host_us_per_receive(guard: bool, *, k: int = 3, m: int = 16, reps: int = 200
         slots=[Slot(ts, [False]) for ts in slots],
         guard=guard,
     )
-    ring.bind(1, infos, [0])
+    ring.add_member(1, infos, [0])
     runs = []
     for _ in range(5):
         t0 = time.perf_counter()

@@ -23,7 +23,7 @@ from typing import Any
 
 from pooltk.analysis.catalog import ALLOWLIST, ScheduleAnalysisError, schedule_key
 from pooltk.pool.errors import PoolSetupError
-from pooltk.pool.torch_compat.stage_api import GUARDED_STAGE_METHODS
+from pooltk.pool.torch_compat.stage_api import GUARDED_STAGE_METHODS, schedule_classes
 
 AUTO = "auto"
 _COMPUTE_ACTIONS = frozenset({"F", "B", "I", "W", "OVERLAP_F_B"})
@@ -53,20 +53,17 @@ def schedule_allowed(schedule: str | type | object | None) -> bool:
         return False
     if isinstance(schedule, str):
         return schedule_key(schedule) in ALLOWLIST
-    from torch.distributed.pipelining.schedules import Schedule1F1B
-
-    return (schedule if isinstance(schedule, type) else type(schedule)) is Schedule1F1B
+    return (schedule if isinstance(schedule, type) else type(schedule)) is schedule_classes()[1]
 
 
 def observe_schedule(max_depth: int = 24) -> object | None:
     """The torch pipeline schedule object on the current call stack, if any."""
-    from torch.distributed.pipelining.schedules import _PipelineSchedule
-
+    any_schedule = schedule_classes()[0]
     frame = sys._getframe(1)
     for _ in range(max_depth):
         if frame is None:
             return None
-        if isinstance(frame.f_locals.get("self"), _PipelineSchedule):
+        if isinstance(frame.f_locals.get("self"), any_schedule):
             return frame.f_locals["self"]
         frame = frame.f_back
     return None

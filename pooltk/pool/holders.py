@@ -75,13 +75,17 @@ def calibrate(slot: Slot) -> Calibration:
 
 def note_sends(slot: Slot, ops: Any) -> None:
     """Remember, by weak reference, the forward sends of a training step that carry the slot's
-    storage on ([Note: finished sends]); references to sends gone are dropped."""
+    storage on ([Note: finished sends]); references to sends gone are dropped. A send of the
+    alias object itself is not one: it adds no tensor on the storage, and its references to the
+    alias are counted as holders (the safe side)."""
     storages = [t.untyped_storage()._cdata for t in slot.tensors]
     for k in range(len(storages)):
         slot.sends[k] = [r for r in slot.sends[k] if r() is not None]
     for op in ops or ():
         t = getattr(op, "tensor", None)
-        if isinstance(t, torch.Tensor) and t.untyped_storage()._cdata in storages:
+        if not isinstance(t, torch.Tensor) or any(t is alias for alias in slot.aliases):
+            continue
+        if t.untyped_storage()._cdata in storages:
             slot.sends[storages.index(t.untyped_storage()._cdata)].append(weakref.ref(t))
 
 
@@ -95,9 +99,9 @@ def count(slot: Slot, calibration: Calibration) -> list[tuple[int, str]]:
     slot.recv_ops = []
     out = []
     for k in range(len(slot.tensors)):
-        finished = sum(r() is not None for r in slot.sends[k])
+        finished_sends = sum(r() is not None for r in slot.sends[k])
         storage_users = torch._C._storage_Use_Count(slot.tensors[k].untyped_storage()._cdata)
-        views = storage_users - 1 - OWN - finished  # 1: the storage object asked
+        views = storage_users - 1 - OWN - finished_sends  # 1: the storage object asked
         python = sys.getrefcount(slot.aliases[k]) - calibration.python
         cpp = slot.aliases[k]._use_count() - calibration.cpp
         why = "views" if views > 0 else "python" if python > 0 else "c++" if cpp > 0 else ""

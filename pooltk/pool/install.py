@@ -37,8 +37,15 @@ from pooltk.config import PoolConfig
 from pooltk.pool import errors, events
 from pooltk.pool.gating import refusal
 from pooltk.pool.ring import Ring, RingUse, ring_size
-from pooltk.pool.stage import give_back_stock, kept_stock, setup_hooks, stage_state, state_for
-from pooltk.pool.stage import runtime_hooks, runtime_names
+from pooltk.pool.stage import (
+    give_back_stock,
+    kept_stock,
+    runtime_hooks,
+    runtime_names,
+    setup_hooks,
+    stage_state,
+    state_for,
+)
 from pooltk.pool.torch_compat.bind import Binding, bind, bound
 from pooltk.pool.torch_compat.layouts import Layout, detect
 from pooltk.pool.torch_compat.stage_api import signature_problems, stage_base
@@ -181,40 +188,40 @@ def _install(
     global _current
     with _LOCK:
         if _current is not None:
-            return _same_install(_current, config or PoolConfig(**fields), schedule, force, harness)
-        report, live = _prepare(config, fields, schedule, force, harness, "process")
-        if live is None:
+            return _same_install(_current, _config(config, fields), schedule, force, harness)
+        report, inst = _prepare(config, fields, schedule, force, harness, "process")
+        if inst is None:
             return report
-        hooks_by_target = {stage_base(): runtime_hooks(live.layout, live)}
-        for target in live.layout.setup_targets:
-            hooks_by_target.setdefault(target.owner, {})[target.name] = setup_hooks(target, live)
-        live.bindings = [bind(t, hooks, tag=_TAG) for t, hooks in hooks_by_target.items()]
-        _current = live
+        hooks_by_target = {stage_base(): runtime_hooks(inst.layout, inst)}
+        for target in inst.layout.setup_targets:
+            hooks_by_target.setdefault(target.owner, {})[target.name] = setup_hooks(target, inst)
+        inst.bindings = [bind(t, hooks, tag=_TAG) for t, hooks in hooks_by_target.items()]
+        _current = inst
         said = events.event(
             "installed",
             policy=getattr(harness, "policy", "tight"),
             schedule=report.schedule,
             layout=report.layout,
             mode=report.mode,
-            slack=live.config.slack,
-            grad_slack=live.config.grad_slack,
+            slack=inst.config.slack,
+            grad_slack=inst.config.grad_slack,
         )
         events.emit(report.events, said)
         return report
 
 
 def _same_install(
-    live: _Install, config: PoolConfig, schedule: str | None, force: bool, harness: Any
+    inst: _Install, config: PoolConfig, schedule: str | None, force: bool, harness: Any
 ) -> InstallReport:
     """A second install: the one in force if it asks the same, else refused."""
     asked = (config, schedule_key(schedule), bool(force), harness)
-    if asked == (live.config, live.schedule, live.force, live.harness):
-        return live.report
+    if asked == (inst.config, inst.schedule, inst.force, inst.harness):
+        return inst.report
     text = errors.SECOND_INSTALL.format(
         config=config.describe(),
         schedule=asked[1],
-        current=live.config.describe(),
-        current_schedule=live.schedule,
+        current=inst.config.describe(),
+        current_schedule=inst.schedule,
     )
     raise ValueError(text)
 
@@ -229,11 +236,7 @@ def _prepare(
 ) -> tuple[InstallReport, _Install | None]:
     """What every install form does first: the config, the layout, the report, and the install;
     None where pooltk stands down ([Note: fail-open only for unknown layouts])."""
-    if config is not None and fields:
-        raise ValueError(errors.CONFIG_AND_FIELDS.format(fields=sorted(fields)))
-    if config is not None and not isinstance(config, PoolConfig):
-        raise ValueError(errors.NOT_A_CONFIG.format(kind=type(config).__name__))
-    cfg = config if config is not None else PoolConfig(**fields)
+    cfg = _config(config, fields)
     layout, reason = _layout()
     if layout is not None and layout.per_receive:
         release_only = "; pooltk installs the last-stage release alone"
@@ -246,6 +249,15 @@ def _prepare(
         warnings.warn(f"pooltk: not installed: {reason}", errors.PoolWarning, stacklevel=4)
         return report, None
     return report, _Install(cfg, harness, sched, bool(force), layout, report)
+
+
+def _config(config: PoolConfig | None, fields: dict) -> PoolConfig:
+    """The one config an install form asks for: ``config`` or its fields, never both."""
+    if config is not None and fields:
+        raise ValueError(errors.CONFIG_AND_FIELDS.format(fields=sorted(fields)))
+    if config is not None and not isinstance(config, PoolConfig):
+        raise ValueError(errors.NOT_A_CONFIG.format(kind=type(config).__name__))
+    return config if config is not None else PoolConfig(**fields)
 
 
 def _layout() -> tuple[Layout | None, str]:
@@ -268,13 +280,13 @@ def uninstall() -> bool:
     undone."""
     global _current
     with _LOCK:
-        live, _current = _current, None
-        if live is None:
+        inst, _current = _current, None
+        if inst is None:
             return False
-        for binding in reversed(live.bindings):
+        for binding in reversed(inst.bindings):
             binding.undo()
-        for stage in list(live.stages):
-            give_back_stock(stage, live, _UNINSTALLED)
+        for stage in list(inst.stages):
+            give_back_stock(stage, inst, _UNINSTALLED)
         return True
 
 
@@ -292,8 +304,9 @@ def pooled(
     **fields: Any,
 ) -> Iterator[InstallReport]:
     """``with pooltk.pooled(slack=2) as report:`` install for the block, uninstall after."""
-    was = _current is not None
-    report = install(config, schedule=schedule, force=force, **fields)
+    with _LOCK:
+        was = _current is not None
+        report = install(config, schedule=schedule, force=force, **fields)
     try:
         yield report
     finally:
@@ -325,26 +338,26 @@ def _pool_stage(
     with _LOCK:
         if _current is not None:
             raise ValueError(errors.STAGE_UNDER_PROCESS)
-        report, live = _prepare(config, fields, schedule, force, harness, "stage")
-        refused = refusal(stage, None) if live is not None else None
+        report, inst = _prepare(config, fields, schedule, force, harness, "stage")
+        refused = refusal(stage, None) if inst is not None else None
         if refused is not None:  # binding would bypass the subclass's own methods
             report = InstallReport.of(
-                live.layout,
+                inst.layout,
                 refused,
-                live.config,
+                inst.config,
                 installed=False,
-                schedule=live.schedule,
+                schedule=inst.schedule,
                 scope="stage",
             )
-            live.report = report
-            kept_stock(stage, live, refused)
-        elif live is not None:
-            hooks = runtime_hooks(live.layout, live)
-            for target in live.layout.setup_targets:
+            inst.report = report
+            kept_stock(stage, inst, refused)
+        elif inst is not None:
+            hooks = runtime_hooks(inst.layout, inst)
+            for target in inst.layout.setup_targets:
                 if isinstance(stage, target.owner):
-                    hooks[target.name] = setup_hooks(target, live)
-            live.bindings = [bind(stage, hooks, tag=_TAG)]
-            state_for(stage).install = live
+                    hooks[target.name] = setup_hooks(target, inst)
+            inst.bindings = [bind(stage, hooks, tag=_TAG)]
+            state_for(stage).install = inst
         return report
 
 

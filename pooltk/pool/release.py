@@ -27,7 +27,12 @@ from typing import Any
 import torch
 
 from pooltk.pool.events import say
-from pooltk.pool.torch_compat.stage_api import output_chunks, replace_by_identity, schedule_losses
+from pooltk.pool.torch_compat.stage_api import (
+    keep_forward,
+    output_chunks,
+    replace_by_identity,
+    schedule_losses,
+)
 
 _VIEW_LOSS = (
     "the loss is a view and the schedule that keeps it was not seen, so its graph holds the "
@@ -77,7 +82,7 @@ def forward_only(stage: Any, chunk: int, cached: tuple[tuple, list] | None, outp
     """A forward-only step ran ``chunk``: its output without the graph, to hand the schedule, and
     its ``fwd_cache`` entry ``cached`` likewise ([Note: forward-only steps])."""
     if cached is not None:
-        stage.fwd_cache[chunk] = (detached(cached[0]), cached[1])
+        keep_forward(stage, chunk, (detached(cached[0]), cached[1]))
     values = detached(output)
     if stage.is_last:
         replace_by_identity(output_chunks(stage), output, values)

@@ -85,8 +85,8 @@ class Slot:
     anchors: list[torch.Tensor] = field(init=False)
     owner: User | None = None
     """Who owns the slot now ([Note: slot ownership])."""
-    user: User | None = None
-    """Who the last aliases were handed to: whose data a re-post checks."""
+    handed_to: User | None = None
+    """Who the last aliases went to (it stays after its release): whose data a re-post checks."""
     aliases: list[torch.Tensor] = field(default_factory=list)
     training: bool = False
     """The last post was a training step's."""
@@ -115,7 +115,7 @@ class Slot:
 
     def take(self, user: User, training: bool, anchored: bool) -> list[torch.Tensor]:
         """The fresh aliases ``user``'s receive gets (anchored for the holders' count)."""
-        self.user, self.aliases, self.training = user, self.fresh_aliases(), training
+        self.handed_to, self.aliases, self.training = user, self.fresh_aliases(), training
         if anchored:
             holders.anchor(self.anchors, self.aliases)
         return self.aliases
@@ -139,7 +139,7 @@ class _Stats:
     step_rehomes: int = 0
     rehomed_alive: int = 0
     """Re-homed storages someone outside the pool still holds."""
-    step_peak: int = 0
+    step_peak_tensors: int = 0
     """The most storages held at once this step (K sets plus re-homed ones alive)."""
 
     def let_go(self) -> None:
@@ -203,7 +203,7 @@ class Ring:
 
     def __post_init__(self) -> None:
         self.calibration = holders.calibrate(self.slots[0])
-        self.stats = _Stats(step_peak=self.size * self.tensors)
+        self.stats = _Stats(step_peak_tensors=self.size * self.tensors)
 
     size = property(lambda self: len(self.slots), doc="K: the sets the ring keeps.")
     tensors = property(lambda self: len(self.slots[0].tensors), doc="Tensors per set.")
@@ -219,8 +219,10 @@ class Ring:
     def slot_of(self, chunk: int, stage: int) -> int:
         return chunk % self.size if self.slot_map is None else self.slot_map[(stage, chunk)]
 
-    def bind(self, stage: int, infos_by_chunk: dict[int, tuple], positions: list[int]) -> None:
-        """Point every chunk's recv infos of ``stage`` at its slot's resting alias."""
+    def add_member(
+        self, stage: int, infos_by_chunk: dict[int, tuple], positions: list[int]
+    ) -> None:
+        """``stage`` receives into this ring: every chunk's recv infos rest on its slot's alias."""
         self.members[stage] = positions
         for chunk, infos in infos_by_chunk.items():
             self.infos[(stage, chunk)] = infos
@@ -233,7 +235,7 @@ class Ring:
         slot = self.slots[index]
         if self.guard:
             self._claim(index, (stage, chunk))
-            if slot.user is not None:
+            if slot.handed_to is not None:
                 self._retire(slot)
                 self._check(index, incoming=chunk)
         for alias, j in zip(slot.take((stage, chunk), training, self.guard), self.members[stage]):
@@ -265,7 +267,7 @@ class Ring:
     def note_sends(self, chunk: int, stage: int, ops: Any) -> None:
         """The chunk's forward sends that carry its received tensors on ([Note: finished sends])."""
         slot = self.slots[self.slot_of(chunk, stage)]
-        if self.guard and slot.user == (stage, chunk) and slot.training:
+        if self.guard and slot.handed_to == (stage, chunk) and slot.training:
             holders.note_sends(slot, ops)
 
     def release(self, chunk: int, stage: int) -> None:
@@ -276,7 +278,7 @@ class Ring:
     def retire_inputs(self, chunk: int, stage: int, values: list) -> None:
         """In ``values`` (a list torch keeps), the chunk's aliases become the resting ones."""
         slot = self.slots[self.slot_of(chunk, stage)]
-        if slot.user == (stage, chunk):
+        if slot.handed_to == (stage, chunk):
             for k in range(self.tensors):
                 replace_by_identity(values, slot.aliases[k], slot.resting[k])
 
@@ -285,15 +287,15 @@ class Ring:
         self.stats.owned = 0
         for slot in self.slots:
             slot.owner = None
-            if slot.user is not None:
+            if slot.handed_to is not None:
                 self._retire(slot)
         self.stats.bumps.clear()
         self.stats.step_rehomes = 0
-        self.stats.step_peak = self.size * self.tensors + self.stats.rehomed_alive
+        self.stats.step_peak_tensors = self.size * self.tensors + self.stats.rehomed_alive
 
     def _retire(self, slot: Slot) -> None:
         """The previous user's recv infos go back to the resting aliases."""
-        stage, chunk = slot.user
+        stage, chunk = slot.handed_to
         infos = self.infos.get((stage, chunk))
         for k, j in enumerate(self.members.get(stage, ())):
             if infos is not None and infos[j].buffer is slot.aliases[k]:
@@ -302,7 +304,7 @@ class Ring:
     def _check(self, index: int, *, incoming: int) -> None:
         """[Note: copy on conflict]: re-home what is still held, bump the rest."""
         slot = self.slots[index]
-        previous = slot.user
+        previous = slot.handed_to
         reused = []
         for k, (count, why) in enumerate(holders.count(slot, self.calibration)):
             if why:
@@ -343,9 +345,9 @@ class Ring:
     def _say_if_no_saving(self, why: str) -> None:
         """Say once per step peak that the ring now holds as much as stock would."""
         held = self.size * self.tensors + self.stats.rehomed_alive
-        if held <= self.stats.step_peak:
+        if held <= self.stats.step_peak_tensors:
             return
-        self.stats.step_peak = held
+        self.stats.step_peak_tensors = held
         reaches_stock = -(-held // self.tensors) >= self.stock_sets
         beyond_ring = self.size < self.stock_sets or held > self.size * self.tensors
         if self.say is not None and reaches_stock and beyond_ring:
@@ -369,7 +371,7 @@ class Ring:
 
     def usage(self, stage: int) -> RingUse:
         """What the ring held during the last step (see :class:`RingUse`)."""
-        peak, per = self.stats.step_peak, self.tensors or 1
+        peak, per = self.stats.step_peak_tensors, self.tensors or 1
         set_bytes = sum(t.untyped_storage().nbytes() for t in self.slots[0].tensors)
         return RingUse(
             stage=stage,

@@ -152,14 +152,14 @@ def _build_ring(stage: Any, direction: str, state: StageState, factory: Any) -> 
         members = _Members({index: (stage, positions)}, live, k)
         if plan is not None and install.sharing == "rank":
             members = _rank_members(stage, direction, state, factory)
-        _bind_ring(stage, direction, members, state, factory)
+        _make_ring(stage, direction, members, state, factory)
     for chunk_infos in infos.values():
         for info in chunk_infos:
             if factory is not None and factory.is_placeholder(getattr(info, "buffer", None)):
                 info.buffer = real_buffer(info.buffer, factory=factory)
 
 
-def _bind_ring(
+def _make_ring(
     stage: Any, direction: str, members: _Members, state: StageState, factory: Any
 ) -> None:
     """K sets shaped like this stage's buffers (an earlier ring's kept), bound on every member."""
@@ -183,7 +183,7 @@ def _bind_ring(
         say=partial(_ring_said, state),
     )
     for index, (member, member_positions) in sorted(members.stages.items()):
-        ring.bind(index, recv_infos(member, direction), member_positions)
+        ring.add_member(index, recv_infos(member, direction), member_positions)
         state_for(member).rings[direction] = ring
     members.ring = ring
     state.install.stages.add(stage)

@@ -32,7 +32,7 @@ def _ring(k=1, m=4, tensors=1):
         ],
     )
     infos = {c: tuple(_Info(torch.zeros(3)) for _ in range(tensors)) for c in range(m)}
-    ring.bind(1, infos, list(range(tensors)))
+    ring.add_member(1, infos, list(range(tensors)))
     return ring, infos
 
 

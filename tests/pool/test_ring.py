@@ -29,7 +29,7 @@ def _ring(k=2, m=4, tensors=1, guard=True, **kw):
         guard=guard,
         **kw,
     )
-    ring.bind(1, infos, list(range(tensors)))
+    ring.add_member(1, infos, list(range(tensors)))
     return ring, infos
 
 
@@ -96,7 +96,7 @@ def test_each_take_hands_out_new_aliases_of_the_same_storage_and_the_resting_one
     assert all(a is not b for a, b in zip(first, second))
     assert [_storage(a) for a in second] == [_storage(t) for t in slot.tensors]
     assert [a.requires_grad for a in second] == [True, False]
-    assert slot.user == (1, 2) and slot.aliases is second
+    assert slot.handed_to == (1, 2) and slot.aliases is second
     assert all(r is not a for r, a in zip(slot.resting, second))
 
 
@@ -140,8 +140,8 @@ def _shared(k=2, m=2):
     )
     infos1 = {c: (_Info(torch.zeros(3)),) for c in range(m)}
     infos3 = {c: (_Info(None), _Info(torch.zeros(3))) for c in range(m)}
-    ring.bind(1, infos1, [0])
-    ring.bind(3, infos3, [1])
+    ring.add_member(1, infos1, [0])
+    ring.add_member(3, infos3, [1])
     return ring, infos1, infos3
 
 

@@ -95,7 +95,7 @@ def bind(target: Any, hooks: Mapping[str, Hooks], *, tag: str) -> Binding:
     for name, hook in hooks.items():
         if name in binding.missing:
             continue
-        owner, original = _current(target, name)
+        owner, original = _wrapped(target, name)
         wrapper = _wrapper(binding, name, original, hook)
         previous = vars(owner).get(name, _ABSENT)
         wrapper.__pooltk_binding__ = (binding, previous)
@@ -128,7 +128,7 @@ def _put(owner: Any, name: str, value: Any) -> None:
         vars(owner)[name] = value
 
 
-def _current(target: Any, name: str) -> tuple[Any, Callable]:
+def _wrapped(target: Any, name: str) -> tuple[Any, Callable]:
     """(where the wrapper goes, what it wraps, called as ``fn(obj, *args, **kwargs)``)."""
     if isinstance(target, type):
         owner = next(k for k in target.__mro__ if name in vars(k))

@@ -112,6 +112,11 @@ def cached_forward(stage: Any, chunk: int) -> tuple[tuple, list] | None:
     return getattr(stage, "fwd_cache", {}).get(chunk)
 
 
+def keep_forward(stage: Any, chunk: int, cached: tuple[tuple, list]) -> None:
+    """Replace what torch keeps for ``chunk`` between its forward and backward."""
+    stage.fwd_cache[chunk] = cached
+
+
 def output_chunks(stage: Any) -> list | None:
     """The last stage's kept outputs (merged at step end), or None where torch keeps none."""
     kept = getattr(stage, "output_chunks", None)
@@ -131,6 +136,13 @@ def replace_by_identity(kept: list | None, old: Any, new: Any) -> bool:
         if kept[i] is old:
             kept[i], found = new, True
     return found
+
+
+def schedule_classes() -> tuple[type, type]:
+    """(``_PipelineSchedule``, ``Schedule1F1B``): every torch schedule, and the one allowlisted."""
+    from torch.distributed.pipelining.schedules import Schedule1F1B, _PipelineSchedule
+
+    return _PipelineSchedule, Schedule1F1B
 
 
 def stage_base() -> type:
