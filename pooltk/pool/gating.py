@@ -23,7 +23,12 @@ from typing import Any
 
 from pooltk.analysis.catalog import ALLOWLIST, ScheduleAnalysisError, schedule_key
 from pooltk.pool.errors import PoolSetupError
-from pooltk.pool.torch_compat.stage_api import GUARDED_STAGE_METHODS, schedule_classes
+from pooltk.pool.torch_compat.stage_api import (
+    GUARDED_STAGE_METHODS,
+    custom_compute,
+    runs_backward,
+    schedule_classes,
+)
 
 AUTO = "auto"
 _COMPUTE_ACTIONS = frozenset({"F", "B", "I", "W", "OVERLAP_F_B"})
@@ -71,10 +76,7 @@ def observe_schedule(max_depth: int = 24) -> object | None:
 
 def refusal(stage: object | None, schedule: object | None) -> str | None:
     """Why ``stage`` (driven by ``schedule``) must stay stock, or None. See [Note: refusals]."""
-    custom = getattr(schedule, "_comp_type_to_function_map", None) or {}
-    kinds = sorted(
-        v for v in (str(getattr(k, "value", k)) for k in custom) if v in _COMPUTE_ACTIONS
-    )
+    kinds = [kind for kind in custom_compute(schedule) if kind in _COMPUTE_ACTIONS]
     if kinds:
         return (
             f"found custom functions for {', '.join(kinds)} on {type(schedule).__name__}, which "
@@ -135,7 +137,7 @@ def _decide_auto(name: str | None, seen: object | None) -> Decision:
     from pooltk.analysis.plans import plan_rings
 
     plans = vars(seen).setdefault("_pooltk_plans", {})
-    training = bool(getattr(seen, "_has_backward", True))
+    training = runs_backward(seen)
     observed = weakref.ref(seen)
     try:
         if training not in plans:

@@ -18,7 +18,8 @@ to the slot's shape, so ``.grad`` accepts the alias). That puts every alias in o
 torch's Python-object bookkeeping, whatever the model did with it, so its Python reference count
 and its C++ use count at a re-post compare with fixed baselines. The baselines are measured once
 per ring on a probe alias held exactly as a handed-out alias is (one list, one anchor): any count
-above them is a holder outside the pool.
+above them is a holder outside the pool. They count references, not bytes, so they are the same
+for every tensor of a set.
 
 [Note: finished sends]
 torch keeps a send's work, and its tensor, past the send: multi-stage schedules until the step
@@ -89,14 +90,19 @@ def note_sends(slot: Slot, ops: Any) -> None:
             slot.sends[storages.index(t.untyped_storage()._cdata)].append(weakref.ref(t))
 
 
-def count(slot: Slot, calibration: Calibration) -> list[tuple[int, str]]:
-    """Per tensor, (holders outside the pool, which check found them: "views", "python", "c++"
-    or "" for none), right before ``slot`` is posted again ([Note: copy on conflict])."""
-    for op in slot.recv_ops:  # torch's receive ops hold the previous aliases: not holders
+def let_go_of_recv_ops(slot: Slot) -> None:
+    """torch's receive ops of the last post hold its aliases, and are not holders: they point at
+    the resting aliases from now on."""
+    for op in slot.recv_ops:
         for k in range(len(slot.aliases)):  # index loops: a loop variable would hold an alias
             if getattr(op, "tensor", None) is slot.aliases[k]:
                 op.tensor = slot.resting[k]
     slot.recv_ops = []
+
+
+def count(slot: Slot, calibration: Calibration) -> list[tuple[int, str]]:
+    """Per tensor, (holders outside the pool, the check that found them: "views", "python",
+    "c++", or "" for none), right before ``slot`` is posted again ([Note: copy on conflict])."""
     out = []
     for k in range(len(slot.tensors)):
         finished_sends = sum(r() is not None for r in slot.sends[k])

@@ -98,7 +98,15 @@ class InstallReport:
         alloc_free = bool(targets) and all(t.alloc_free for t in targets)
         name = layout.name if layout is not None else None
         return cls(
-            installed, mode, name, reason, torch.__version__, alloc_free, config, schedule, scope
+            installed=installed,
+            mode=mode,
+            layout=name,
+            reason=reason,
+            torch_version=torch.__version__,
+            alloc_free=alloc_free,
+            config=config,
+            schedule=schedule,
+            scope=scope,
         )
 
     def usage(self) -> list[RingUse]:
@@ -195,7 +203,12 @@ def _install(
         hooks_by_target = {stage_base(): runtime_hooks(inst.layout, inst)}
         for target in inst.layout.setup_targets:
             hooks_by_target.setdefault(target.owner, {})[target.name] = setup_hooks(target, inst)
-        inst.bindings = [bind(t, hooks, tag=_TAG) for t, hooks in hooks_by_target.items()]
+        try:
+            for target, hooks in hooks_by_target.items():
+                inst.bindings.append(bind(target, hooks, tag=_TAG))
+        except BaseException:
+            _undo(inst)
+            raise
         _current = inst
         said = events.event(
             "installed",
@@ -283,11 +296,15 @@ def uninstall() -> bool:
         inst, _current = _current, None
         if inst is None:
             return False
-        for binding in reversed(inst.bindings):
-            binding.undo()
+        _undo(inst)
         for stage in list(inst.stages):
             give_back_stock(stage, inst, _UNINSTALLED)
         return True
+
+
+def _undo(inst: _Install) -> None:
+    for binding in reversed(inst.bindings):
+        binding.undo()
 
 
 def installed() -> InstallReport | None:

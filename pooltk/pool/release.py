@@ -55,7 +55,7 @@ def detached(value: Any) -> Any:
     return value
 
 
-def start(stage: Any, state: Any, layout: str | None) -> None:
+def start_release(stage: Any, state: Any, layout: str | None) -> None:
     """Turn the release on for a last stage with a backward (said once per stage)."""
     state.release = True
     say(state, "released", stage=stage.stage_index, layout=layout)

@@ -306,9 +306,10 @@ class Ring:
         slot = self.slots[index]
         previous = slot.handed_to
         reused = []
-        for k, (count, why) in enumerate(holders.count(slot, self.calibration)):
+        holders.let_go_of_recv_ops(slot)
+        for k, (held_by, why) in enumerate(holders.count(slot, self.calibration)):
             if why:
-                self._rehome(index, k, previous[0], incoming, count, why)
+                self._rehome(index, k, previous[0], incoming, held_by, why)
             else:
                 reused.append(slot.tensors[k])
         if reused:

@@ -22,9 +22,10 @@ from typing import Any
 
 import torch
 
-from pooltk.pool import events, handoff, release
+from pooltk.pool import events, handoff
 from pooltk.pool.errors import PoolSetupError, is_version_error, name_reuse
 from pooltk.pool.gating import Decision, decide, decide_lazy
+from pooltk.pool.release import forward_only, release_chunk, start_release
 from pooltk.pool.ring import Ring, RingUse, Slot, live_1f1b
 from pooltk.pool.torch_compat import stage_api as api
 from pooltk.pool.torch_compat.bind import Hooks
@@ -233,10 +234,16 @@ def kept_stock(stage: Any, install: Any, reason: str) -> None:
 
 
 def before_forward(stage: Any, call: Call, *, install: Any) -> None:
-    """Once per setup ([Note: a stage's life]): say the rings, decide the release."""
+    """The first compute after a setup says the rings; a last stage's release starts once."""
     state = stage_state(stage)
-    if state is not None and state.phase not in (NEW, SET_UP) and not _release_due(stage, state):
-        return
+    if state is None or state.phase in (NEW, SET_UP):
+        _first_use(stage, install)
+    elif _release_due(stage, state):
+        start_release(stage, state, install.layout.name)
+
+
+def _first_use(stage: Any, install: Any) -> None:
+    """Once per setup ([Note: a stage's life])."""
     state = state_for(stage)
     state.install = state.install or install
     if state.phase == SET_UP and state.pooled:
@@ -252,7 +259,7 @@ def before_forward(stage: Any, call: Call, *, install: Any) -> None:
         return
     state.phase = RUNNING
     if _release_due(stage, state):
-        release.start(stage, state, install.layout.name)
+        start_release(stage, state, install.layout.name)
 
 
 def _release_due(stage: Any, state: StageState) -> bool:
@@ -287,13 +294,15 @@ def _say_pooled(stage: Any, state: StageState) -> None:
 def after_forward(stage: Any, call: Call, output: Any, *, install: Any) -> Any:
     """Keep the output for the release; in a forward-only step the chunk is done now."""
     state, chunk = stage_state(stage), call.chunk
+    if state is None:
+        return output
     if stage.has_backward:
         if state.release:
             state.outputs[chunk] = output
         return output
     cached = api.cached_forward(stage, chunk)
     if state.pooled and install.config.release:
-        output = release.forward_only(stage, chunk, cached, output)
+        output = forward_only(stage, chunk, cached, output)
     ring = state.rings.get("forward")
     if ring is not None and cached is not None:
         ring.retire_inputs(chunk, stage.stage_index, cached[1])
@@ -346,7 +355,7 @@ def _done(stage: Any, state: StageState, chunk: int, loss: Any) -> None:
     if state.handoff:
         handoff.drop_handed(stage, state.handoff, chunk)
     if state.release:
-        release.release_chunk(stage, state, chunk, loss)
+        release_chunk(stage, state, chunk, loss)
 
 
 # -- receives, sends, a local gradient, the reset, giving stock back ------------------------------

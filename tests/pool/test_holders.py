@@ -62,6 +62,7 @@ def test_torchs_receive_ops_are_pointed_back_at_the_resting_alias_not_counted():
     slot.take((1, 0), True, True)
     slot.recv_ops = [_Op(dist.irecv, slot.aliases[0])]
     ops = slot.recv_ops
+    holders.let_go_of_recv_ops(slot)
     assert _counted(slot, baseline) == [""] and ops[0].tensor is slot.resting[0]
 
 

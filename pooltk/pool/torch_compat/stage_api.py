@@ -138,6 +138,16 @@ def replace_by_identity(kept: list | None, old: Any, new: Any) -> bool:
     return found
 
 
+def custom_compute(schedule: Any) -> list[str]:
+    """The compute actions a schedule runs with functions of its own (``F``, ``B``, ``I``, ...)."""
+    custom = getattr(schedule, "_comp_type_to_function_map", None) or {}
+    return sorted(str(getattr(kind, "value", kind)) for kind in custom)
+
+
+def runs_backward(schedule: Any) -> bool:
+    return bool(getattr(schedule, "_has_backward", True))
+
+
 def schedule_classes() -> tuple[type, type]:
     """(``_PipelineSchedule``, ``Schedule1F1B``): every torch schedule, and the one allowlisted."""
     from torch.distributed.pipelining.schedules import Schedule1F1B, _PipelineSchedule
