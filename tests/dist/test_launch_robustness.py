@@ -145,9 +145,13 @@ def test_the_clean_exit_check_sees_a_process_group_something_still_holds(tmp_pat
         dist.init_process_group("gloo")
         held = dist.group.WORLD  # a reference of our own keeps the C++ group (and its threads) alive
         dist.destroy_process_group()
-        print("HELD", group_threads_left(), flush=True)
+        # one write per line: the ranks share one stdout, and print() writes the line and its
+        # end separately, so two ranks' lines interleaved ("FREEDFREED  []")
+        sys.stdout.write(f"HELD {group_threads_left()}\\n")
+        sys.stdout.flush()
         del held
-        print("FREED", group_threads_left(), flush=True)
+        sys.stdout.write(f"FREED {group_threads_left()}\\n")
+        sys.stdout.flush()
     """))
     out = _torchrun(str(script), timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
