@@ -68,6 +68,7 @@ SLOW_TESTS: dict[str, str] = {
     "memory/test_cli_memory.py::test_installed_entry_point_runs_the_command": "runs the installed pooltk in a subprocess",
     "parity/test_gpu_check.py": "compiles a stage with inductor in a subprocess",
     "memory/test_replay_real_equals_fake.py": "replays torch's schedule on real and fake tensors, stage by stage",
+    "memory/test_replay_workers_end_with_their_parent.py": "starts a replay's worker processes, kills their parent",
     "memory/test_replay_estimate.py::test_each_category_holds_what_it_says_on_every_rank": "replays every rank of a pipeline on fake tensors",
 }
 """Path under tests/ (a file, or file::test-name, parametrized cases included) -> why it is slow."""

@@ -22,6 +22,9 @@ have the model's one dtype).
 from __future__ import annotations
 
 import dataclasses
+import os
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -273,6 +276,19 @@ def _replay_task(args: tuple[Any, ...]) -> RankReplay:
     )
 
 
+def end_with_parent(parent: int) -> None:
+    """In a replay worker: end the moment the process that started it is gone, so a killed
+    kernel or a killed ``pooltk estimate`` leaves no worker (each holds hundreds of MB, and the
+    workers' resource trackers stay while they run). A thread checks the parent once a second."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="pooltk-end-with-parent", daemon=True).start()
+
+
 def _in_processes(
     builder: StageBuilder,
     shape: PipelineShape,
@@ -299,7 +315,10 @@ def _in_processes(
         ) from None
     out: dict[tuple[int, str], RankReplay] = {}
     with ProcessPoolExecutor(
-        max_workers=jobs, mp_context=multiprocessing.get_context("spawn")
+        max_workers=jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=end_with_parent,
+        initargs=(os.getpid(),),
     ) as pool:
         futures = {
             pool.submit(_replay_task, (builder, shape, r, v, config, training, fake)): (r, v)
