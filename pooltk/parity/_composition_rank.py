@@ -1,21 +1,13 @@
-"""``python -m pooltk.parity._composition_rank RANK WORLD OUT PORT``: one rank of a composition launch.
+"""What each rank runs in a composition launch (kind ``compositions`` of [Note: one rank entry]).
 
-Runs every case of ``OUT/cases.json`` (see [Note: composition verdicts] in compositions.py) three
-times, fresh, stock and pooled, on stages built from the same seeds, and writes its rows to
-``OUT/rank{RANK}.json``; on an error, the traceback goes to its log and it exits non-zero.
+Runs every case (see [Note: composition verdicts] in compositions.py) three times, fresh, stock
+and pooled, on stages built from the same seeds, and returns its rows.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
-import hashlib
-import json
-import os
-import sys
-import traceback
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,6 +17,7 @@ from torch import nn
 from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.config import PoolConfig
 from pooltk.parity.compositions import VARIANTS, Composition
+from pooltk.parity.rank import digest, now_running, rehomes
 from pooltk.parity.recv_counter import RecvCounter
 
 HIDDEN, SEQ, ROWS, RANK_LORA = 16, 8, 2, 4
@@ -141,19 +134,6 @@ def _wrap(module: nn.Module, case: Composition, dp_mesh: Any) -> nn.Module:
     raise ValueError(f"compositions: wrap found {case.wrap!r}")
 
 
-def _digest(items: list) -> str:
-    h = hashlib.sha1()
-    for item in items:
-        if isinstance(item, torch.Tensor):
-            local = item.to_local() if hasattr(item, "to_local") else item
-            t = local.detach().contiguous().reshape(-1)
-            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-        elif isinstance(item, (tuple, list)):
-            h.update(_digest(list(item)).encode())
-    return h.hexdigest()
-
-
 def _evidence(case: Composition, stages: list, reads: int) -> str:
     """What shows this case ran as described (a composition silently not applied would read differently).
 
@@ -180,15 +160,6 @@ def _evidence(case: Composition, stages: list, reads: int) -> str:
     if case.frozen:
         parts.append(f"frozen={sum(not p.requires_grad for m in modules for p in m.parameters())}")
     return "; ".join(parts)
-
-
-def _rehomes(report: Any) -> dict[int, dict[str, int]]:
-    out: dict[int, dict[str, int]] = {}
-    for e in getattr(report, "events", ()) or ():
-        if e.kind == "re-homed" and e.stage is not None:
-            d = out.setdefault(e.stage, {})
-            d[e.fields["direction"]] = d.get(e.fields["direction"], 0) + 1
-    return out
 
 
 def _bounds(case: Composition, rank_stages: list[int], pp_rank: int) -> dict[str, int]:
@@ -226,7 +197,7 @@ def _forward_only(
         out = schedule.eval(
             *((x,) if first else ()), **({"target": y, "losses": losses} if last else {})
         )
-    return [_digest([out, *losses])] if last else []
+    return [digest([out, *losses])] if last else []
 
 
 def run_case(case: Composition, rank: int, mesh: Any) -> list[dict[str, Any]]:
@@ -290,7 +261,7 @@ def run_case(case: Composition, rank: int, mesh: Any) -> list[dict[str, Any]]:
                     *((x,) if first else ()), **({"target": y, "losses": losses} if last else {})
                 )
                 if last:
-                    digests.append(_digest([out, *losses]))
+                    digests.append(digest([out, *losses]))
                 if (step + 1) % case.accumulate == 0:
                     opt.step()
                     opt.zero_grad(set_to_none=True)
@@ -298,12 +269,12 @@ def run_case(case: Composition, rank: int, mesh: Any) -> list[dict[str, Any]]:
                     for c in counters:
                         c.start_step()
                     digests.extend(_forward_only(case, schedule, x, y, first, last))
-            digests.append(_digest([p for st in stages for p in st.submod.parameters()]))
+            digests.append(digest([p for st in stages for p in st.submod.parameters()]))
             results[variant] = {
                 "digests": digests,
                 "stages": {s: c.as_dict() for s, c in per_stage.items()},
                 "rank": whole.as_dict(),
-                "rehomes": _rehomes(report),
+                "rehomes": rehomes(report),
                 "evidence": _evidence(case, stages, ADDRESS_READS[0] - reads0),
             }
             for c in counters:
@@ -349,8 +320,8 @@ def _rows(
             tensors = max(pooled["tensors"], stock["tensors"])
             if not stock["receives"]:
                 continue
-            rehomes = sum(
-                results["pooled"]["rehomes"].get(s, {}).get(direction, 0)
+            rehomed = sum(
+                results["pooled"]["rehomes"].get(s, {}).get(direction, {}).get("rehomes", 0)
                 for s in ([stage] if stage is not None else mine)
             )
             row_detail = detail
@@ -360,12 +331,12 @@ def _rows(
             else:
                 judged, bound = "ring", tensors * bounds[direction]
                 within = (
-                    pooled["peak"] <= bound and pooled["max_step_distinct"] <= bound and not rehomes
+                    pooled["peak"] <= bound and pooled["max_step_distinct"] <= bound and not rehomed
                 )
-                if rehomes:
+                if rehomed:
                     row_detail = (
                         row_detail + "; " if row_detail else ""
-                    ) + f"{rehomes} re-homes where none were expected"
+                    ) + f"{rehomed} re-homes where none were expected"
             rows.append(
                 {
                     "case": case.name,
@@ -381,7 +352,7 @@ def _rows(
                     "fresh_peak": fresh["peak"],
                     "pooled_peak": pooled["peak"],
                     "pooled_distinct": pooled["max_step_distinct"],
-                    "rehomes": rehomes,
+                    "rehomes": rehomed,
                     "within_bound": within,
                     "evidence": evidence,
                     "detail": row_detail,
@@ -390,35 +361,17 @@ def _rows(
     return rows
 
 
-def main() -> int:
-    rank, world, out, port = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
-    torch.set_num_threads(1)
-    timeout = datetime.timedelta(seconds=600)
-    store = dist.TCPStore("127.0.0.1", port, world + 1, is_master=False, timeout=timeout)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
+def rank_body(rank: int, world: int, payload: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A composition rank's job ([Note: one rank entry]): every case in ``payload``, in order."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    cases = [
-        Composition(**{**c, "features": tuple(c["features"])})
-        for c in json.loads((out / "cases.json").read_text())
-    ]
     rows: list[dict[str, Any]] = []
     meshes: dict[tuple[int, int], Any] = {}
-    for case in cases:
+    for case in (Composition(**{**c, "features": tuple(c["features"])}) for c in payload):
         key = (case.pp, case.dp)
         if key not in meshes:
             meshes[key] = init_device_mesh("cpu", key, mesh_dim_names=("pp", "dp"))
-        try:
-            rows.extend(run_case(case, rank, meshes[key]))
-        except Exception:
-            text = traceback.format_exc()
-            sys.stderr.write(f"compositions: case {case.name} failed on rank {rank}:\n{text}")
-            sys.stderr.flush()
-            os._exit(1)
-    (out / f"rank{rank}.json").write_text(json.dumps(rows))
-    dist.destroy_process_group()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        now_running(f"case {case.name}")
+        rows.extend(run_case(case, rank, meshes[key]))
+    now_running(None)
+    return rows

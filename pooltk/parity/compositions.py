@@ -26,10 +26,7 @@ semantics hold there (``judged == "fresh"``).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -219,57 +216,31 @@ def run_compositions(
 
 
 def _launch(cases: tuple[Composition, ...], world: int, timeout_s: float) -> list[CompositionRow]:
-    import torch.distributed as dist
+    from pooltk.parity.rank import launch_ranks
 
-    from pooltk.parity.procs import run_processes
-
-    store = dist.TCPStore("127.0.0.1", 0, world + 1, is_master=True, wait_for_workers=False)
-    env = dict(
-        os.environ,
-        GLOO_SOCKET_IFNAME="lo",
-        OMP_NUM_THREADS="1",
-        PYTHONUNBUFFERED="1",
-        TORCHINDUCTOR_COMPILE_THREADS="1",
+    ranks = launch_ranks(
+        "compositions",
+        [asdict(c) for c in cases],
+        world=world,
+        timeout_s=timeout_s,
+        grace_s=5.0,
+        fork=False,
+        env={"TORCHINDUCTOR_COMPILE_THREADS": "1"},
     )
-    with tempfile.TemporaryDirectory(prefix="pooltk-compositions-") as tmp:
-        out = Path(tmp)
-        (out / "cases.json").write_text(json.dumps([asdict(c) for c in cases]))
-        argvs = [
-            [
-                sys.executable,
-                "-m",
-                "pooltk.parity._composition_rank",
-                str(r),
-                str(world),
-                str(out),
-                str(store.port),
-            ]
-            for r in range(world)
-        ]
-        try:
-            launch = run_processes(
-                argvs,
-                logs=[out / f"rank{r}.log" for r in range(world)],
-                env=env,
-                timeout_s=timeout_s,
-                grace_s=5.0,
-                new_session=True,
-            )
-        finally:
-            del store
-        missing = [r for r in range(world) if not (out / f"rank{r}.json").exists()]
-        if missing:
-            texts = {r: (out / f"rank{r}.log").read_text(errors="replace") for r in missing}
-            # a failing rank makes its peers fail with gloo connection errors: name the rank's own error
-            own = [r for r in missing if "failed on rank" in texts[r] and "by peer" not in texts[r]]
-            cause = (own or missing)[0]
-            why = "timed out" if launch.timed_out else f"exit codes {launch.codes}"
+    if ranks.missing:
+        cause = ranks.cause()
+        why = "timed out" if ranks.launch.timed_out else f"exit codes {ranks.launch.codes}"
+        if cause is None:
+            first = ranks.missing[0]
             raise RuntimeError(
-                f"compositions: ranks {missing} wrote no results ({why}); rank {cause} "
-                f"printed:\n{texts[cause][-4000:]}"
+                f"compositions: ranks {ranks.missing} wrote no results ({why}); rank {first} "
+                f"printed:\n{ranks.tails[first]}"
             )
-        per_rank = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
-    return [CompositionRow(**row) for rank_rows in per_rank for row in rank_rows]
+        raise RuntimeError(
+            f"compositions: {cause['running']} failed on rank {cause['rank']} ({why}): "
+            f"{cause['type']}: {cause['message']}\n{cause['traceback'][-4000:]}"
+        )
+    return [CompositionRow(**row) for rank_rows in ranks.results for row in rank_rows]
 
 
 def rows_frame(rows: list[CompositionRow]):  # -> pandas.DataFrame

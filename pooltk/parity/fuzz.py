@@ -40,7 +40,7 @@ from pooltk.parity.summary import (
     names_pooltk,
     needs_fresh_comparison,
 )
-from pooltk.parity.worker import failed_variant
+from pooltk.parity.rank import failed_variant
 
 __all__ = [
     "SCHEDULES",

@@ -1,33 +1,20 @@
 """Launch a parity run on real gloo ranks (127.0.0.1), bounded in time, and read the results.
 
-[Note: launching]
-The launcher owns a ``TCPStore`` on 127.0.0.1 with port 0, so the OS picks a free port
-and no other process can race for it; ranks are forked from one fresh Python process
-(``python -m pooltk.parity._zygote``, see [Note: one import, many ranks]; no caller's
-``__main__`` is re-imported, from scripts and notebooks alike) and join through it
-and run gloo over loopback (``GLOO_SOCKET_IFNAME=lo``). Each rank writes its records, or
-its own error, as JSON into a temporary folder. The launcher polls (through the one rank
-launcher, :func:`pooltk.parity.procs.run_processes`): when a rank fails it gives the others a
-short grace period, then kills whatever still runs; at the deadline it kills everything. A rank that raises makes its peers fail with gloo connection errors, so
-the *root cause* reported is the failing rank's own error (an overrun first, then the
-earliest error that is not a peer-connection error), never the peers' echoes.
+The ranks are forked from one process that imported torch once and start through the one rank
+entry ([Note: one rank entry] in pooltk/parity/rank.py); a failed launch raises the root cause
+(an overrun first, then the earliest error that is no peer's echo), never the peers' echoes.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import statistics
-import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pooltk.analysis.lifetimes import DIRECTIONS
-from pooltk.parity.procs import run_processes
+from pooltk.parity.rank import launch_ranks
 from pooltk.parity.spec import ParitySpec
 
 __all__ = [
@@ -246,18 +233,6 @@ class ParityReport:
         return pd.DataFrame(rows)
 
 
-def _read_errors(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(out.glob("rank*.error.json"))]
-
-
-def _root_cause(errors: list[dict[str, Any]]) -> dict[str, Any]:
-    overruns = [e for e in errors if e["overrun"]]
-    if overruns:
-        return min(overruns, key=lambda e: e["time"])
-    own = [e for e in errors if not e["peer_connection"]]
-    return min(own or errors, key=lambda e: e["time"])
-
-
 def _overrun_from(err: dict[str, Any]) -> BaseException:
     """The PoolOverrunError a rank raised, rebuilt from its fields with the rank filled in."""
     from pooltk.pool.errors import PoolOverrunError
@@ -275,76 +250,49 @@ def run_parity(
         ParityRankError: a rank failed for another reason (root cause, not peer echoes).
         ParityTimeoutError: the launch ran past ``spec.timeout_s``; all ranks were killed.
 
-    ``prelude`` names a module every rank imports before it starts (see ``spawn_entry``).
-    The zygote runs under :func:`pooltk.parity.procs.run_processes` in its own session, so
-    ending its process group ends every rank it forked ([Note: one rank launcher]).
+    ``prelude`` names a module every rank imports before it starts (to register models, or to
+    simulate a torch whose layout pooltk does not know); its errors are the rank's errors.
     """
-    import torch.distributed as dist
-
-    world = spec.pp
     t0 = time.perf_counter()
-    store = dist.TCPStore("127.0.0.1", 0, world + 1, is_master=True, wait_for_workers=False)
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    with tempfile.TemporaryDirectory(prefix="pooltk-parity-") as tmp:
-        out = Path(tmp)
-        (out / "spec.json").write_text(json.dumps(spec.to_dict()))
-        try:
-            launch = run_processes(
-                [
-                    [
-                        sys.executable,
-                        "-m",
-                        "pooltk.parity._zygote",
-                        str(world),
-                        str(out),
-                        str(store.port),
-                    ]
-                    + ([prelude] if prelude else [])
-                ],
-                logs=[out / "zygote.log"],
-                env=env,
-                timeout_s=spec.timeout_s,
-                grace_s=grace_s,
-                failed=lambda: any(out.glob("rank*.error.json")),
-            )
-        finally:
-            del store
-        errors = _read_errors(out)
-        if errors:
-            cause = _root_cause(errors)
-            if cause["overrun"]:
-                raise _overrun_from(cause)
-            raise ParityRankError(
-                rank=cause["rank"],
-                error_type=cause["type"],
-                message=cause["message"],
-                traceback_text=cause["traceback"],
-                overrun=False,
-            )
-        if launch.timed_out:
-            stuck = [r for r in range(world) if not (out / f"rank{r}.json").exists()]
-            raise ParityTimeoutError(
-                f"parity launch exceeded timeout_s={spec.timeout_s:g}s; ranks {stuck} had not finished and all ranks "
-                "were killed. Fix: raise ParitySpec.timeout_s (--timeout) or use fewer microbatches/steps."
-            )
-        missing = [r for r in range(world) if not (out / f"rank{r}.json").exists()]
-        if missing:
-            rank_log = out / f"rank{missing[0]}.log"
-            tail = (rank_log if rank_log.exists() else out / "zygote.log").read_text(
-                errors="replace"
-            )[-3000:]
-            code = launch.codes[0] if launch.codes[0] is not None else -signal.SIGKILL
-            raise ParityRankError(
-                rank=missing[0],
-                error_type="ProcessDied",
-                message=f"ranks {missing} exited without results (launcher exit code "
-                f"{code}); "
-                f"rank {missing[0]} printed:\n{tail}",
-                traceback_text=tail,
-                overrun=False,
-            )
-        per_rank = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
-    return gather_report(spec, per_rank, time.perf_counter() - t0)
+    ranks = launch_ranks(
+        "parity",
+        spec.to_dict(),
+        world=spec.pp,
+        timeout_s=spec.timeout_s,
+        grace_s=grace_s,
+        fork=True,
+        prelude=prelude,
+    )
+    cause = ranks.cause()
+    if cause is not None:
+        if cause["overrun"]:
+            raise _overrun_from(cause)
+        raise ParityRankError(
+            rank=cause["rank"],
+            error_type=cause["type"],
+            message=cause["message"],
+            traceback_text=cause["traceback"],
+            overrun=False,
+        )
+    if ranks.launch.timed_out:
+        raise ParityTimeoutError(
+            f"parity launch exceeded timeout_s={spec.timeout_s:g}s; ranks {ranks.missing} had not "
+            "finished and all ranks were killed. Fix: raise ParitySpec.timeout_s (--timeout) or "
+            "use fewer microbatches/steps."
+        )
+    if ranks.missing:
+        first = ranks.missing[0]
+        code = ranks.launch.codes[0]
+        raise ParityRankError(
+            rank=first,
+            error_type="ProcessDied",
+            message=f"ranks {ranks.missing} exited without results (launcher exit code "
+            f"{code if code is not None else -signal.SIGKILL}); rank {first} printed:\n"
+            f"{ranks.tails[first]}",
+            traceback_text=ranks.tails[first],
+            overrun=False,
+        )
+    return gather_report(spec, ranks.results, time.perf_counter() - t0)
 
 
 def gather_report(

@@ -8,8 +8,8 @@ non-zero exit, or ``failed()`` turning true: a rank's error file). With ``new_se
 process leads its own session and the whole process group is killed (a zygote's forked ranks,
 a trainer's workers); without it, only the process itself. :class:`Launch` gives each exit
 status, ``None`` for a process the launcher ended, so callers tell "failed" from "cut short".
-Users: :func:`pooltk.parity.launch.run_parity` (one zygote that forks every rank),
-:func:`pooltk.parity.rss.launch_rss` (one fresh interpreter per rank) and
+Users: :func:`pooltk.parity.rank.launch_ranks` (parity, composition and resident-memory ranks:
+one process that forks every rank, or one fresh interpreter per rank) and
 ``tools/integration/ranks.py`` (trainer ranks with torchrun's environment). Standard library only.
 """
 

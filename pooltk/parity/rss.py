@@ -35,19 +35,12 @@ from step 1 on all ``M`` sets are resident; the peak of a two-step run sees them
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pooltk._validate import InputError, check_int
 from pooltk.config import PoolConfig
-from pooltk.parity.procs import run_processes
 
 __all__ = [
     "RankMemory",
@@ -226,14 +219,11 @@ def _fix_mmap_threshold(n_bytes: int) -> None:
         pass
 
 
-def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
-    """A rank: join the group, build a stage, train, write ``rank{r}.json``."""
-    out = Path(out_dir)
-    job = json.loads((out / "job.json").read_text())
-    spec = RssSpec(**job["spec"])
-    config = PoolConfig(**job["config"]) if job["config"] else None
+def rank_body(rank: int, world: int, payload: dict[str, Any]) -> dict[str, Any]:
+    """A resident-memory rank's job ([Note: one rank entry]): build a stage, train, measure."""
+    spec = RssSpec(**payload["spec"])
+    config = PoolConfig(**payload["config"]) if payload["config"] else None
     _fix_mmap_threshold(spec.mmap_threshold)
-    import datetime
     import resource
 
     import torch
@@ -244,21 +234,6 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
     from pooltk.parity import measure_recv_storage
     from pooltk.parity.models import make_stage_module
 
-    torch.set_num_threads(1)
-    store = dist.TCPStore(
-        "127.0.0.1",
-        port,
-        world + 1,
-        is_master=False,
-        timeout=datetime.timedelta(seconds=spec.timeout_s),
-    )
-    dist.init_process_group(
-        "gloo",
-        store=store,
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=spec.timeout_s),
-    )
     dist.barrier()
     baseline = proc_status().get("VmRSS", 0)
     reset = _reset_hwm()
@@ -327,10 +302,9 @@ def _rank_main(rank: int, world: int, port: int, out_dir: str) -> None:
         installed=installed,
     )
     dist.barrier()
-    (out / f"rank{rank}.json").write_text(json.dumps(rec))
-    dist.destroy_process_group()
     if config is not None:
         pooltk.uninstall()
+    return rec
 
 
 def launch_rss(
@@ -339,67 +313,30 @@ def launch_rss(
     """One launch of ``spec`` on ``spec.pp`` fresh processes: stock when ``config`` is None, else pooled.
 
     Ranks are separate interpreters (each imports torch itself, so no rank inherits another
-    variant's memory), joined through a ``TCPStore`` on 127.0.0.1 with an OS-chosen port, each
-    in its own process group, started by the one rank launcher
-    (:func:`pooltk.parity.procs.run_processes`); on failure or past ``spec.timeout_s`` every
-    rank is killed.
+    variant's memory) started through the one rank entry ([Note: one rank entry]); on failure
+    or past ``spec.timeout_s`` every rank is killed.
     """
-    import torch.distributed as dist
+    from pooltk.parity.rank import launch_ranks
 
-    world = spec.pp
     t0, started = time.perf_counter(), time.time()
-    store = dist.TCPStore("127.0.0.1", 0, world + 1, is_master=True, wait_for_workers=False)
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    with tempfile.TemporaryDirectory(prefix="pooltk-rss-") as tmp:
-        out = Path(tmp)
-        (out / "job.json").write_text(
-            json.dumps({"spec": spec.to_dict(), "config": config.to_dict() if config else None})
+    payload = {"spec": spec.to_dict(), "config": config.to_dict() if config else None}
+    ranks = launch_ranks(
+        "rss", payload, world=spec.pp, timeout_s=spec.timeout_s, grace_s=grace_s, fork=False
+    )
+    if ranks.missing:
+        cause = ranks.cause()
+        bad = cause["rank"] if cause is not None else ranks.missing[0]
+        text = cause["traceback"][-3000:] if cause is not None else ranks.tails[bad][-3000:]
+        why = f"ran past timeout_s={spec.timeout_s:g}s" if ranks.launch.timed_out else "failed"
+        raise RssLaunchError(
+            f"memory launch {spec.label()} ({'pooled' if config else 'stock'}) {why}; "
+            f"ranks {ranks.missing} wrote no result; rank {bad} printed:\n{text}"
         )
-        try:
-            launch = run_processes(
-                [
-                    [
-                        sys.executable,
-                        "-m",
-                        "pooltk.parity.rss",
-                        str(rank),
-                        str(world),
-                        str(store.port),
-                        str(out),
-                    ]
-                    for rank in range(world)
-                ],
-                logs=[out / f"rank{rank}.log" for rank in range(world)],
-                env=env,
-                timeout_s=spec.timeout_s,
-                grace_s=grace_s,
-                poll_s=0.05,
-            )
-        finally:
-            del store
-        missing = [r for r in range(world) if not (out / f"rank{r}.json").exists()]
-        if missing:
-            bad = next(
-                (
-                    r
-                    for r, code in enumerate(launch.codes)
-                    if code not in (0, None, -signal.SIGKILL)
-                ),
-                missing[0],
-            )
-            tail = (out / f"rank{bad}.log").read_text(errors="replace")[-3000:]
-            why = f"ran past timeout_s={spec.timeout_s:g}s" if launch.timed_out else "failed"
-            raise RssLaunchError(
-                f"memory launch {spec.label()} ({'pooled' if config else 'stock'}) {why}; "
-                f"ranks {missing} wrote no result; rank {bad} printed:\n{tail}"
-            )
-        recs = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
-    ranks = [RankMemory(**{k: r[k] for k in RankMemory.__slots__}) for r in recs]
     return RssLaunch(
         spec=spec,
         variant="pooled" if config else "stock",
         config=config,
-        ranks=ranks,
+        ranks=[RankMemory(**{k: r[k] for k in RankMemory.__slots__}) for r in ranks.results],
         wall_s=time.perf_counter() - t0,
         started_unix=started,
     )
@@ -425,7 +362,3 @@ def measure_rss(
                     )
                 launches.append(launch_rss(spec, cfg))
     return launches
-
-
-if __name__ == "__main__":  # a rank: python -m pooltk.parity.rss RANK WORLD PORT OUT_DIR
-    _rank_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

@@ -1,4 +1,4 @@
-"""What each rank runs in a parity launch. Importable, so spawned ranks can load it.
+"""What each rank runs in a parity launch (kind ``parity`` of [Note: one rank entry]).
 
 One process group; the variants of a spec run one after another on fresh stages built
 from the same seeds. Each rank compares its own final parameters of every variant with
@@ -9,14 +9,8 @@ stage), per-step parameter sums, step times, and the receive-buffer bytes its st
 from __future__ import annotations
 
 import contextlib
-
-import json
-import os
 import resource
-import sys
 import time
-import traceback
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,12 +19,12 @@ import torch.distributed as dist
 from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.parity import experiments
 from pooltk.parity.models import FuzzStage, ToyModel, fuzz_loss, make_batch, make_stage_module
+from pooltk.parity.rank import digest, now_running, rehomes
 from pooltk.parity.spec import ParitySpec, Variant
 from pooltk.pool.torch_compat.placeholders import PlaceholderFactory
 from pooltk.pool.torch_compat.stage_api import RECV_INFO_ATTRS
-from pooltk.pool.errors import PoolOverrunError
 
-__all__ = ["max_hooks", "measure_recv_storage", "run_in_group", "spawn_entry"]
+__all__ = ["max_hooks", "measure_recv_storage", "rank_body", "run_in_group"]
 
 
 def measure_recv_storage(stage: Any) -> dict[str, dict[str, int]]:
@@ -126,36 +120,6 @@ def _loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.mse_loss(output, target)
 
 
-def _digest(obj: Any) -> str:
-    """sha1 over the bytes (and dtype, shape) of every tensor in ``obj`` (a tensor, tuple or list)."""
-    import hashlib
-
-    h = hashlib.sha1()
-    items = obj if isinstance(obj, (tuple, list)) else (obj,)
-    for item in items:
-        if isinstance(item, torch.Tensor):
-            t = item.detach().cpu().contiguous()
-            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.numpy().tobytes())
-        else:
-            h.update(repr(item).encode())
-    return h.hexdigest()
-
-
-def _rehomes_by_stage(report: Any) -> dict[int, dict[str, dict[str, int]]]:
-    """Per stage and direction: copy-on-conflict re-homes recorded in an install report, and their bytes."""
-    out: dict[int, dict[str, dict[str, int]]] = {}
-    for e in getattr(report, "events", ()) or ():
-        if e.kind != "re-homed" or e.stage is None:
-            continue
-        d = out.setdefault(e.stage, {}).setdefault(
-            e.fields["direction"], {"rehomes": 0, "rehomed_bytes": 0}
-        )
-        d["rehomes"] += 1
-        d["rehomed_bytes"] += int(e.fields["bytes"])
-    return out
-
-
 def _run_variant(
     spec: ParitySpec, variant: Variant, rank: int, world: int, device: torch.device
 ) -> dict[str, Any]:
@@ -223,9 +187,9 @@ def _run_variant(
             with counter if step == 0 else contextlib.nullcontext():
                 out = (schedule.eval if variant.eval_only else schedule.step)(*args, **kwargs)
             if has_last:
-                digests.append(_digest(out))
+                digests.append(digest(out))
                 digests.append(
-                    _digest([v.detach() for v in losses])
+                    digest([v.detach() for v in losses])
                 )  # losses, bitwise, in the record's comparison
             for st in stages:
                 kept = getattr(st.submod, "kept", None)
@@ -233,7 +197,7 @@ def _run_variant(
                     # Step 0 also runs torch's shape inference, whose forward reads uninitialised example
                     # inputs: what a hook kept then differs run to run, stock included. Digest later steps.
                     if step > 0:
-                        digests.append(_digest(kept))
+                        digests.append(digest(kept))
                     kept.clear()
             _step_end(stages)
             step_times.append(time.perf_counter() - t0)
@@ -264,10 +228,10 @@ def _run_variant(
                             )
                         )
                     )
-                    digests.append(_digest(out))
+                    digests.append(digest(out))
         final = [p.detach().clone() for p in params]
         per_stage = {}
-        rehomed = _rehomes_by_stage(report)
+        rehomed = rehomes(report)
         for st in stages:
             pool_state = pooltk.stage_state(st)
             gate = (
@@ -418,21 +382,6 @@ def _compare(records: list[dict[str, Any]], variants: tuple[Variant, ...]) -> No
         rec["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-_RUNNING: list[str | None] = [None]
-"""The variant this rank is running (named in its error record, so a launch's failure has an owner)."""
-
-VARIANT_LINE = "pooltk parity: the rank was running variant "
-"""Prefix of the last line of a failed rank's traceback text: the variant it was running."""
-
-
-def failed_variant(traceback_text: str) -> str | None:
-    """The variant a failed rank was running, from its traceback text (None when it failed outside one)."""
-    for line in reversed(traceback_text.splitlines()):
-        if line.startswith(VARIANT_LINE):
-            return line[len(VARIANT_LINE) :].strip()
-    return None
-
-
 def run_in_group(
     spec: ParitySpec, rank: int, world: int, device: torch.device | None = None
 ) -> list[dict[str, Any]]:
@@ -446,106 +395,14 @@ def run_in_group(
     torch.manual_seed(spec.seed)
     records = []
     for variant in spec.variants:
-        _RUNNING[0] = variant.name
+        now_running(f"variant {variant.name}")
         records.append(_run_variant(spec, variant, rank, world, device))
         dist.barrier()
-    _RUNNING[0] = None
+    now_running(None)
     _compare(records, spec.variants)
     return records
 
 
-def _is_peer_connection_error(text: str) -> bool:
-    return any(
-        s in text
-        for s in (
-            "Connection reset by peer",
-            "Connection closed by peer",
-            "Broken pipe",
-            "Socket Timeout",
-            "Connection refused",
-            "connectFullMesh",
-        )
-    )
-
-
-def known_cause(text: str) -> str:
-    """A cause pooltk can name for a rank's failure (its formatted traceback), or ''.
-
-    torch 2.11's multi-stage schedules open their P2P links by sending to both neighbour stages,
-    and a V schedule's neighbour can be on the same rank: gloo cannot send to itself ("Pair is not
-    connected"), so stock V schedules do not start on gloo there. torch 2.13.0 opens the links with
-    a vote instead and runs them (measured, ZBVZeroBubble pp2, both releases).
-    """
-    if "Pair is not connected" in text and "_initialize_stages" in text:
-        return (
-            "torch's multi-stage warm-up sent to a neighbour stage on the same rank (a V schedule), which gloo "
-            "cannot do; stock fails the same way on this torch. Fix: run V schedules on torch 2.13 or later, "
-            "or under NCCL."
-        )
-    return ""
-
-
-def find_overrun(exc: BaseException | None) -> PoolOverrunError | None:
-    """The :class:`PoolOverrunError` ``exc`` is or was raised from (its cause/context chain), else None."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, PoolOverrunError):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def spawn_entry(
-    rank: int, world: int, spec_json: str, out_dir: str, store_port: int, prelude: str | None = None
-) -> None:
-    """Entry point of a launched rank: join the group through the launcher's TCPStore, run, write JSON.
-
-    ``prelude`` names a module imported first in the rank (e.g. to register models, or to
-    simulate a torch whose layout pooltk does not know); its errors are the rank's errors.
-    """
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    out = Path(out_dir)
-    try:
-        if prelude:
-            __import__("importlib").import_module(prelude)
-        torch.set_num_threads(1)
-        spec = ParitySpec.from_dict(json.loads(spec_json))
-        store = dist.TCPStore(
-            "127.0.0.1",
-            store_port,
-            world + 1,
-            is_master=False,
-            timeout=__import__("datetime").timedelta(seconds=spec.timeout_s),
-        )
-        dist.init_process_group(
-            "gloo",
-            store=store,
-            rank=rank,
-            world_size=world,
-            timeout=__import__("datetime").timedelta(seconds=spec.timeout_s),
-        )
-        records = run_in_group(spec, rank, world)
-        (out / f"rank{rank}.json").write_text(json.dumps(records))
-        dist.destroy_process_group()
-    except BaseException as exc:  # report the rank's own error, then exit non-zero
-        text = "".join(traceback.format_exception(exc))
-        if _RUNNING[0] is not None:
-            text += f"{VARIANT_LINE}{_RUNNING[0]}\n"
-        overrun = find_overrun(exc)
-        (out / f"rank{rank}.error.json").write_text(
-            json.dumps(
-                {
-                    "rank": rank,
-                    "type": type(exc).__name__,
-                    "message": " ".join(filter(None, (str(exc), known_cause(text)))),
-                    "traceback": text,
-                    "time": time.time(),
-                    "overrun": overrun.to_dict() if overrun is not None else None,
-                    "peer_connection": _is_peer_connection_error(text),
-                }
-            )
-        )
-        sys.stderr.write(text)
-        sys.stderr.flush()
-        os._exit(1)
+def rank_body(rank: int, world: int, payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """A parity rank's job ([Note: one rank entry]): every variant of the spec in ``payload``."""
+    return run_in_group(ParitySpec.from_dict(payload), rank, world)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pooltk.parity.worker import find_overrun
+from pooltk.parity.rank import find_overrun
 from pooltk.pool.errors import PoolOverrunError
 
 

@@ -106,7 +106,7 @@ def test_a_multi_stage_schedule_defaults_to_two_stages_per_rank_and_pools_with_a
 
 
 def test_torch_2_11s_v_schedule_warm_up_failure_on_gloo_is_named_and_nothing_else_is():
-    from pooltk.parity.worker import known_cause
+    from pooltk.parity.rank import known_cause
 
     text = (
         '  File ".../schedules.py", line 1526, in _initialize_stages\n    _wait_batch_p2p(_batch_p2p(all_ops))\n'

@@ -45,7 +45,7 @@ def _world() -> int:
     except (IndexError, ValueError):
         raise RuntimeError(
             "tools.last_stage.heads: found no world size in sys.argv[2]; required a rank started by "
-            "pooltk.parity._zygote (argv = [prog, rank, world, out_dir, port]). Fix: launch through "
+            "pooltk.parity.rank (argv = [prog, rank, world, out_dir, port]). Fix: launch through "
             "pooltk.parity.run_parity(spec, prelude='tools.last_stage.prelude_linear3d')."
         ) from None
 
