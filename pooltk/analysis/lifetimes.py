@@ -77,6 +77,7 @@ __all__ = [
     "lifetime_frame",
     "lifetimes",
     "lifetimes_of",
+    "live_rows",
     "live_sets",
     "live_sets_of",
     "live_table",
@@ -85,6 +86,7 @@ __all__ = [
     "peak_overlap",
     "resolve_schedule",
     "shared_slots",
+    "sweep_rows",
     "sweep_table",
 ]
 
@@ -450,6 +452,11 @@ def live_table(schedule: str | type | ScheduleShape, /, **shape: Any) -> pd.Data
     """
     import pandas as pd
 
+    return pd.DataFrame(live_rows(schedule, **shape))
+
+
+def live_rows(schedule: str | type | ScheduleShape, /, **shape: Any) -> list[dict[str, Any]]:
+    """:func:`live_table`'s rows as plain records (no pandas: the command line's tables)."""
     from pooltk.analysis.stage_sets import lazy_holds
 
     prog, spans = analyse(as_shape(schedule, **shape))
@@ -476,7 +483,7 @@ def live_table(schedule: str | type | ScheduleShape, /, **shape: Any) -> pd.Data
                     "handoff": _handoff(prog, stage, d),
                 }
             )
-    return pd.DataFrame(rows)
+    return rows
 
 
 def _shapes_of(
@@ -513,7 +520,28 @@ def sweep_table(
     """
     import pandas as pd
 
-    frames: list[pd.DataFrame] = []
+    rows, refused = sweep_rows(
+        schedules,
+        pps=pps,
+        vpps=vpps,
+        microbatches=microbatches,
+        defer_pp_recv=defer_pp_recv,
+        forward_only=forward_only,
+    )
+    return (pd.DataFrame(rows) if rows else pd.DataFrame()), refused
+
+
+def sweep_rows(
+    schedules: Sequence[str | type],
+    *,
+    pps: Sequence[int],
+    vpps: Sequence[int] = (1,),
+    microbatches: Sequence[int],
+    defer_pp_recv: Sequence[bool] = (False,),
+    forward_only: bool = False,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """:func:`sweep_table` as plain records: (:func:`live_rows` of every shape, the refusals)."""
+    rows: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
     resolved = [
         resolve_schedule(s) for s in schedules
@@ -525,15 +553,13 @@ def sweep_table(
                 for m in microbatches:
                     for defer in defers:
                         try:
-                            frames.append(
-                                live_table(
-                                    cls,
-                                    pp=pp,
-                                    n_microbatches=m,
-                                    stages_per_rank=vpp,
-                                    forward_only=forward_only,
-                                    defer_pp_recv=defer,
-                                ).assign(schedule=name)
+                            shape_rows = live_rows(
+                                cls,
+                                pp=pp,
+                                n_microbatches=m,
+                                stages_per_rank=vpp,
+                                forward_only=forward_only,
+                                defer_pp_recv=defer,
                             )
                         except ScheduleAnalysisError as exc:
                             refused.append(
@@ -546,5 +572,6 @@ def sweep_table(
                                     "reason": str(exc),
                                 }
                             )
-    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return table, refused
+                            continue
+                        rows += [{**row, "schedule": name} for row in shape_rows]
+    return rows, refused

@@ -21,7 +21,8 @@ __all__ = ["cli_started_s", "main"]
 
 
 def cli_started_s() -> float:
-    """Seconds since ``pooltk.cli`` was imported (what the closing wall-time lines count as pooltk's)."""
+    """Seconds since ``pooltk.cli`` was imported (what the closing wall-time lines count as
+    pooltk's)."""
     return time.perf_counter() - _IMPORTED
 
 
@@ -30,11 +31,18 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("pooltk.cli.probe", "which torch layout is here and whether the pool would install"),
     "parity": (
         "pooltk.cli.parity",
-        "stock, fresh and pooled on real gloo ranks: three-way verdicts, bytes per stage and rank, step times",
+        "stock, fresh and pooled on real gloo ranks: three-way verdicts, bytes per stage and "
+        "rank, step times",
     ),
     "memory": (
         "pooltk.cli.memory",
-        "receive-buffer memory per stage and per rank: stock, automodel policy, tight, live set, rank-shared",
+        "receive-buffer memory per stage and per rank: stock, automodel policy, tight, live "
+        "set, rank-shared",
+    ),
+    "estimate": (
+        "pooltk.cli.estimate",
+        "the whole stage per rank by replay on fake tensors: parameters, gradients, optimizer, "
+        "activations, receive buffers; fits or OOM",
     ),
     "schedules": (
         "pooltk.cli.schedules",
@@ -48,7 +56,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "fuzz": (
         "pooltk.cli.fuzz",
-        "random models on every poolable schedule, pooled vs stock on gloo: zero silent differences",
+        "random models on every poolable schedule, pooled vs stock on gloo: zero silent "
+        "differences",
     ),
 }
 
@@ -57,7 +66,8 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """Build the parser; with ``only``, import just that subcommand's module (fast path)."""
     parser = argparse.ArgumentParser(
         prog="pooltk",
-        description="Receive-buffer memory of torch.distributed.pipelining: ring pool, memory model, parity, logs.",
+        description="Receive-buffer memory of torch.distributed.pipelining: ring pool, memory "
+        "model, parity, logs.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in _COMMANDS.items():
@@ -71,8 +81,25 @@ def _build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# (command, flag) -> the command that took the job over. The old spelling keeps working: its
+# flag is dropped, the rest runs under the new command, and one line on stderr says so.
+_MOVED: dict[tuple[str, str], str] = {("memory", "--estimate"): "estimate"}
+
+
+def _forward_moved(argv: list[str]) -> list[str]:
+    """``pooltk memory --estimate ...`` as ``pooltk estimate ...``, saying where it moved."""
+    for (command, flag), new_command in _MOVED.items():
+        if argv[:1] == [command] and flag in argv[1:]:
+            print(
+                f"pooltk: `pooltk {command} {flag}` is now `pooltk {new_command}`; running it",
+                file=sys.stderr,
+            )
+            return [new_command, *(arg for arg in argv[1:] if arg != flag)]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = _forward_moved(sys.argv[1:] if argv is None else list(argv))
     only = argv[0] if argv and argv[0] in _COMMANDS else None
     parser = _build_parser(only)
     args = parser.parse_args(argv)

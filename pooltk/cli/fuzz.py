@@ -1,4 +1,5 @@
-"""``pooltk fuzz``: random models, every poolable schedule, pooled vs stock on gloo ranks; zero silent differences."""
+"""``pooltk fuzz``: random models, every poolable schedule, pooled vs stock on gloo ranks; zero
+silent differences."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import argparse
 import csv
 import sys
 from pathlib import Path
+from typing import Any
 
 from pooltk.cli.errors import check_flag_int, fail
+from pooltk.cli.tables import Column, render
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -54,17 +57,28 @@ def run(args: argparse.Namespace) -> int:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
-    s = summarize(results)
-    from pooltk.parity.fuzz import VERDICTS
-
-    print(f"{'schedule':24} {'cases':>6} " + " ".join(f"{v:>9}" for v in VERDICTS))
-    for name, row in s.by_schedule.items():
-        print(f"{name:24} {row['cases']:>6} " + " ".join(f"{row.get(v, 0):>9}" for v in VERDICTS))
-    print(f"{'all':24} {s.cases:>6} " + " ".join(f"{getattr(s, v):>9}" for v in VERDICTS))
+    summary = summarize(results)
+    print("\n".join(_verdict_table(summary)))
     print(
-        f"copy on conflict: {s.rehomed_cases} cases re-homed {s.rehomes} slots, {s.rehomed_bytes} bytes"
+        f"copy on conflict: {summary.rehomed_cases} cases re-homed {summary.rehomes} slots, "
+        f"{summary.rehomed_bytes} bytes"
     )
     for r in results:
         if r.verdict in ("silent", "unnamed"):
             print(f"{r.verdict.upper()} {r.case.label}: {r.detail}")
-    return 1 if s.silent or s.unnamed else 0
+    return 1 if summary.silent or summary.unnamed else 0
+
+
+def _verdict_table(summary: Any) -> list[str]:
+    """Cases per schedule and verdict, then all of them."""
+    from pooltk.parity.fuzz import VERDICTS
+
+    columns = [
+        Column("schedule", align="left", width=24),
+        Column("cases", width=6),
+        *(Column(verdict, width=9) for verdict in VERDICTS),
+    ]
+    records = [{"schedule": name, **counts} for name, counts in summary.by_schedule.items()]
+    every_case = {verdict: getattr(summary, verdict) for verdict in VERDICTS}
+    records.append({"schedule": "all", "cases": summary.cases, **every_case})
+    return render(records, columns, gap=" ")

@@ -16,6 +16,8 @@ import sys
 import warnings
 from typing import Any
 
+from pooltk.cli.tables import Column, render
+
 __all__ = ["register", "run"]
 
 
@@ -40,7 +42,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--engine",
         default="auto",
         choices=("auto", "python"),
-        help="'python' reads every record with the format's Python definition (slower; for checking)",
+        help="'python' reads every record with the format's Python definition "
+        "(slower; for checking)",
     )
     parser.add_argument(
         "--list-formats", action="store_true", help="list the formats read and exit"
@@ -48,20 +51,28 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--strict", action="store_true", help="fail on the first step line that does not parse"
     )
-    shape = parser.add_argument_group("run facts (override what the logs say; apply to every run)")
-    shape.add_argument("--world-size", type=int, help="physical GPUs in the job")
-    shape.add_argument("--pp", type=int, help="pipeline-parallel size")
-    shape.add_argument("--tp", type=int, help="tensor-parallel size")
-    shape.add_argument(
+    _add_run_fact_flags(
+        parser.add_argument_group("run facts (override what the logs say; apply to every run)")
+    )
+    _add_basis_flags(parser.add_argument_group("bases"))
+
+
+def _add_run_fact_flags(facts: Any) -> None:
+    facts.add_argument("--world-size", type=int, help="physical GPUs in the job")
+    facts.add_argument("--pp", type=int, help="pipeline-parallel size")
+    facts.add_argument("--tp", type=int, help="tensor-parallel size")
+    facts.add_argument(
         "--global-batch", type=int, help="global batch size in rows (benchmark logs)"
     )
-    shape.add_argument("--seq-len", type=int, help="tokens per row (benchmark logs)")
-    shape.add_argument(
+    facts.add_argument("--seq-len", type=int, help="tokens per row (benchmark logs)")
+    facts.add_argument(
         "--warmup-steps",
         type=int,
         help="logged steps to exclude from the steady window (default: the run's own, else 10%%)",
     )
-    basis = parser.add_argument_group("bases")
+
+
+def _add_basis_flags(basis: Any) -> None:
     basis.add_argument(
         "--active-params",
         type=float,
@@ -76,7 +87,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=[2250.0, 2500.0],
         metavar="TFLOPS",
-        help="peak TFLOP/s per GPU; the first is used in the table, all in --json (default: 2250 2500, GB200)",
+        help="peak TFLOP/s per GPU; the first is used in the table, all in --json "
+        "(default: 2250 2500, GB200)",
     )
     cap = basis.add_mutually_exclusive_group()
     cap.add_argument(
@@ -99,8 +111,7 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pooltk.logs import FORMATS, LogFormatError, RunInfo, read_logs
-    from pooltk.logs.metrics import DeviceCapacity, FlopsBasis, PeakBasis, mfu_table, summarize
+    from pooltk.logs import FORMATS, LogFormatError, read_logs
 
     if args.list_formats:
         print("\n".join(FORMATS))
@@ -110,104 +121,122 @@ def run(args: argparse.Namespace) -> int:
             f"--format: found {args.format!r}; required 'auto' or one of {', '.join(FORMATS)}."
         )
     try:
-        flops = None
-        if args.flops_per_token is not None:
-            flops = FlopsBasis(
-                name=f"{args.flops_per_token:g} FLOPs/token",
-                flops_per_token=args.flops_per_token,
-                source="--flops-per-token",
-            )
-        elif args.active_params is not None:
-            flops = FlopsBasis.six_n(args.active_params, source="--active-params")
-        peaks = [
-            PeakBasis.tflops(p, name=f"{p:g} TFLOP/s", source="--peak-tflops")
-            for p in args.peak_tflops
-        ]
-        capacity = None
-        if args.device_capacity_gib is not None:
-            capacity = DeviceCapacity.from_gib(
-                args.device_capacity_gib, source="--device-capacity-gib"
-            )
-        elif args.device_capacity_gb is not None:
-            capacity = DeviceCapacity.from_gb(
-                args.device_capacity_gb, source="--device-capacity-gb"
-            )
-        facts = {
-            k: v
-            for k, v in (
-                ("world_size", args.world_size),
-                ("pp", args.pp),
-                ("tp", args.tp),
-                ("global_batch_size", args.global_batch),
-                ("seq_len", args.seq_len),
-            )
-            if v is not None
-        }
-        info = RunInfo.from_facts(facts, source="command line") if facts else None
+        bases = _bases(args)
     except ValueError as err:
         return _fail(str(err))
     try:
         table = read_logs(args.paths, format=args.format, strict=args.strict, engine=args.engine)
     except LogFormatError as err:
         return _fail(str(err))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # basis warnings are shown in the table's notes instead
-        summary = summarize(
-            table,
-            run_info=info,
-            flops=flops,
-            peaks=peaks,
-            capacity=capacity,
-            warmup_steps=args.warmup_steps,
-            warn=False,
-        )
+    summary = _summary(table, args, bases)
     frame = summary.to_frame()
-    skipped = {f.run: 0 for f in table.files}
-    for f in table.files:
-        skipped[f.run] += f.n_skipped
-    for f in (
-        table.files
-    ):  # a file split into runs: its skipped lines are shown against each of its runs
-        for name in f.runs:
-            skipped[name] = skipped.get(name, 0) + (f.n_skipped if name != f.run else 0)
-    frame["skipped_lines"] = frame["run"].map(skipped).fillna(0).astype(int)
+    frame["skipped_lines"] = frame["run"].map(_skipped(table)).fillna(0).astype(int)
     frame = _with_pool_columns(frame, table)
     if args.json:
-        payload = {
-            "runs": [],
-            "files": [f.to_dict() for f in table.files],
-            "unrecognised": table.unrecognised,
-            "run_sources": table.run_sources,
-        }
-        for r, record in zip(summary.runs, frame.to_dict(orient="records"), strict=True):
-            row = {
-                k: (None if isinstance(v, float) and math.isnan(v) else v)
-                for k, v in record.items()
-            }
-            if flops is not None and math.isfinite(r.tok_per_s_per_gpu):
-                row["mfu_by_peak"] = (
-                    mfu_table(r.tok_per_s_per_gpu, flops, peaks)
-                    .to_frame()
-                    .to_dict(orient="records")
-                )
-            row["run_facts"] = {k: v for k, v in table.runs.get(r.run, RunInfo()).to_dict().items()}
-            row["pool_warnings"] = _pool_warnings(table, r.run)
-            payload["runs"].append(row)
-        print(json.dumps(payload, indent=2, default=str))
+        _print_json(summary, frame, table, bases)
         return 0
     if args.csv:
         frame.to_csv(args.csv, index=False)
         print(f"wrote {len(frame)} run(s) to {args.csv}")
         return 0
-    _print_table(summary, frame, table, peaks)
+    _print_table(summary, frame, table)
     return 0
+
+
+def _bases(args: argparse.Namespace) -> dict[str, Any]:
+    """The stated bases the flags give: FLOPs per token, peaks, device capacity, run facts."""
+    from pooltk.logs import RunInfo
+    from pooltk.logs.metrics import DeviceCapacity, FlopsBasis, PeakBasis
+
+    flops = None
+    if args.flops_per_token is not None:
+        flops = FlopsBasis(
+            name=f"{args.flops_per_token:g} FLOPs/token",
+            flops_per_token=args.flops_per_token,
+            source="--flops-per-token",
+        )
+    elif args.active_params is not None:
+        flops = FlopsBasis.six_n(args.active_params, source="--active-params")
+    peaks = [
+        PeakBasis.tflops(p, name=f"{p:g} TFLOP/s", source="--peak-tflops") for p in args.peak_tflops
+    ]
+    capacity = None
+    if args.device_capacity_gib is not None:
+        capacity = DeviceCapacity.from_gib(args.device_capacity_gib, source="--device-capacity-gib")
+    elif args.device_capacity_gb is not None:
+        capacity = DeviceCapacity.from_gb(args.device_capacity_gb, source="--device-capacity-gb")
+    facts = {
+        k: v
+        for k, v in (
+            ("world_size", args.world_size),
+            ("pp", args.pp),
+            ("tp", args.tp),
+            ("global_batch_size", args.global_batch),
+            ("seq_len", args.seq_len),
+        )
+        if v is not None
+    }
+    info = RunInfo.from_facts(facts, source="command line") if facts else None
+    return {"flops": flops, "peaks": peaks, "capacity": capacity, "run_info": info}
+
+
+def _summary(table: Any, args: argparse.Namespace, bases: dict[str, Any]) -> Any:
+    from pooltk.logs.metrics import summarize
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # basis warnings are shown in the table's notes instead
+        return summarize(
+            table,
+            run_info=bases["run_info"],
+            flops=bases["flops"],
+            peaks=bases["peaks"],
+            capacity=bases["capacity"],
+            warmup_steps=args.warmup_steps,
+            warn=False,
+        )
+
+
+def _skipped(table: Any) -> dict[str, int]:
+    """Lines skipped per run; a file split into runs has its skipped lines shown against each."""
+    skipped = {f.run: 0 for f in table.files}
+    for f in table.files:
+        skipped[f.run] += f.n_skipped
+    for f in table.files:
+        for name in f.runs:
+            skipped[name] = skipped.get(name, 0) + (f.n_skipped if name != f.run else 0)
+    return skipped
+
+
+def _print_json(summary: Any, frame: Any, table: Any, bases: dict[str, Any]) -> None:
+    from pooltk.logs import RunInfo
+    from pooltk.logs.metrics import mfu_table
+
+    flops, peaks = bases["flops"], bases["peaks"]
+    payload: dict[str, Any] = {
+        "runs": [],
+        "files": [f.to_dict() for f in table.files],
+        "unrecognised": table.unrecognised,
+        "run_sources": table.run_sources,
+    }
+    for r, record in zip(summary.runs, frame.to_dict(orient="records"), strict=True):
+        row = {
+            k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in record.items()
+        }
+        if flops is not None and math.isfinite(r.tok_per_s_per_gpu):
+            mfu = mfu_table(r.tok_per_s_per_gpu, flops, peaks)
+            row["mfu_by_peak"] = mfu.to_frame().to_dict(orient="records")
+        row["run_facts"] = {k: v for k, v in table.runs.get(r.run, RunInfo()).to_dict().items()}
+        row["pool_warnings"] = _pool_warnings(table, r.run)
+        payload["runs"].append(row)
+    print(json.dumps(payload, indent=2, default=str))
 
 
 _POOL_COLUMNS = ("pooled", "pool_impl", "slack", "layout")
 
 
 def _with_pool_columns(frame: Any, table: Any) -> Any:
-    """The per-run frame with each run's pool columns (missing where the log says nothing), for --json / --csv."""
+    """The per-run frame with each run's pool columns (missing where the log says nothing), for
+    --json / --csv."""
     steps = table.steps
     if any(c not in steps.columns for c in _POOL_COLUMNS):
         return frame.assign(**{c: None for c in _POOL_COLUMNS})
@@ -225,7 +254,8 @@ def _with_pool_columns(frame: Any, table: Any) -> Any:
 
 
 def _pool_label(table: Any) -> dict[str, str]:
-    """Per run: 'stock' (logged not installed), '<impl> slack N <layout>' (installed), '-' (the log does not say)."""
+    """Per run: 'stock' (logged not installed), '<impl> slack N <layout>' (installed), '-' (the
+    log does not say)."""
     first = table.steps.groupby("run", observed=True, sort=False)[
         ["pooled", "pool_impl", "slack", "layout"]
     ].first()
@@ -262,92 +292,105 @@ def _warning_text(w: dict[str, Any]) -> str:
     where = f"line {w['line']}" + (f", rank {w['rank']}" if "rank" in w else "")
     what = f"stage {w['stage']} " + {
         "re-homed": f"{w.get('direction')} ring re-homed a slot ({w.get('bytes')} bytes)",
-        "saved nothing": f"{w.get('direction')} ring saved nothing (held {w.get('held')} sets, stock "
-        f"{w.get('stock')})",
+        "saved nothing": f"{w.get('direction')} ring saved nothing "
+        f"(held {w.get('held')} sets, stock {w.get('stock')})",
     }.get(w["what"], f"kept graph ({w.get('reason')})")
     return f"pooltk warning ({where}): {what}"
 
 
-def _print_table(summary: Any, frame: Any, table: Any, peaks: list[Any]) -> None:
-    headers = (
-        "run",
-        "format",
-        "steps",
-        "window",
-        "tok/s/GPU",
-        "MFU %",
-        "peak GiB",
-        "headroom GiB",
-        "pool",
-        "skipped",
-    )
+_SUMMARY_COLUMNS = (
+    Column("run", align="left"),
+    Column("format", align="left"),
+    Column("steps", align="left"),
+    Column("window", align="left"),
+    Column("tok_per_s", "tok/s/GPU", align="left"),
+    Column("mfu", "MFU %", align="left"),
+    Column("peak", "peak GiB", align="left"),
+    Column("headroom", "headroom GiB", align="left"),
+    Column("pool", align="left"),
+    Column("skipped", align="left"),
+)
+
+
+def _print_table(summary: Any, frame: Any, table: Any) -> None:
     pools = _pool_label(table)
-    rows = []
-    for r, skipped in zip(summary.runs, frame["skipped_lines"], strict=True):
-        rows.append(
-            (
-                r.run,
-                r.format,
-                f"{r.n_steps} ({r.first_step}..{r.last_step})",
-                f"{r.window.first_step}..{r.window.last_step}",
-                _fmt(r.tok_per_s_per_gpu, ",.1f"),
-                _fmt(
-                    r.mfu.mfu_pct
-                    if r.mfu
-                    else (r.mfu_logged_pct if not math.isnan(r.mfu_logged_pct) else None),
-                    ".2f",
-                )
-                + ("" if r.mfu else (" (log)" if not math.isnan(r.mfu_logged_pct) else "")),
-                _fmt(r.peak_mem_gib, ".2f"),
-                _fmt(r.headroom.headroom_gib if r.headroom else None, ".1f"),
-                pools.get(r.run, "-"),
-                str(skipped),
-            )
-        )
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
-    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+    records = [
+        _summary_record(r, pools.get(r.run, "-"), skipped)
+        for r, skipped in zip(summary.runs, frame["skipped_lines"], strict=True)
+    ]
+    print("\n".join(render(records, _SUMMARY_COLUMNS)))
     print()
     for r in summary.runs:
-        notes = [f"tok/s/GPU: {r.tok_per_s_per_gpu_basis}", f"window: {r.window.rule}"]
-        if r.mfu:
-            notes.append(f"MFU basis: {r.mfu.basis}")
-        elif not math.isnan(r.mfu_logged_pct):
-            notes.append(
-                "MFU: as logged, on the framework's own basis (give --active-params for a stated basis)"
-            )
-        if r.mem_basis:
-            notes.append(f"memory: peak {r.mem_basis}")
-        if r.headroom:
-            notes.append(
-                f"headroom against {r.headroom.capacity_gib:.2f} GiB = {r.headroom.capacity_gb:.2f} GB"
-            )
-        notes.extend(r.warnings)
-        print(f"{r.run}: " + "; ".join(notes))
+        print(f"{r.run}: " + "; ".join(_notes(r)))
         for w in _pool_warnings(table, r.run):
             print(f"{r.run}: {_warning_text(w)}")
     for f in table.files:
-        if f.decorations:
-            print(
-                f"{f.path}: line decorations removed: {', '.join(f.decorations)} ({f.n_decorated} line(s))"
-            )
-        if len(f.runs) > 1:
-            print(
-                f"{f.path}: {len(f.runs)} runs ({', '.join(f.runs)}): "
-                + "; ".join(f.run_boundaries)
-            )
-        if f.n_folded:
-            print(
-                f"{f.path}: {f.n_folded} copies of a row printed by several ranks folded (their clocks may differ by the nodes' skew)"
-            )
-        if f.n_truncated:
-            print(
-                f"{f.path}: {f.n_truncated} record(s) cut short (truncated: the job was killed mid-write, or the copy "
-                "is incomplete): counted, never read as values"
-            )
-        if f.n_skipped:
-            reasons = ", ".join(f"{k} x{v}" for k, v in f.skipped_by_reason.items())
-            print(f"{f.path}: skipped {f.n_skipped} record(s): {reasons}")
+        for line in _file_lines(f):
+            print(f"{f.path}: {line}")
     for u in table.unrecognised:
         print(f"not read: {u}")
+
+
+def _summary_record(r: Any, pool: str, skipped: int) -> dict[str, str]:
+    """One run's row of the summary table, as text."""
+    logged_mfu = not math.isnan(r.mfu_logged_pct)
+    if r.mfu:
+        mfu = _fmt(r.mfu.mfu_pct, ".2f")
+    else:
+        mfu = _fmt(r.mfu_logged_pct if logged_mfu else None, ".2f") + (
+            " (log)" if logged_mfu else ""
+        )
+    return {
+        "run": r.run,
+        "format": r.format,
+        "steps": f"{r.n_steps} ({r.first_step}..{r.last_step})",
+        "window": f"{r.window.first_step}..{r.window.last_step}",
+        "tok_per_s": _fmt(r.tok_per_s_per_gpu, ",.1f"),
+        "mfu": mfu,
+        "peak": _fmt(r.peak_mem_gib, ".2f"),
+        "headroom": _fmt(r.headroom.headroom_gib if r.headroom else None, ".1f"),
+        "pool": pool,
+        "skipped": str(skipped),
+    }
+
+
+def _notes(r: Any) -> list[str]:
+    """The bases of one run's figures, and its warnings."""
+    notes = [f"tok/s/GPU: {r.tok_per_s_per_gpu_basis}", f"window: {r.window.rule}"]
+    if r.mfu:
+        notes.append(f"MFU basis: {r.mfu.basis}")
+    elif not math.isnan(r.mfu_logged_pct):
+        notes.append(
+            "MFU: as logged, on the framework's own basis (give --active-params for a stated basis)"
+        )
+    if r.mem_basis:
+        notes.append(f"memory: peak {r.mem_basis}")
+    if r.headroom:
+        notes.append(
+            f"headroom against {r.headroom.capacity_gib:.2f} GiB = {r.headroom.capacity_gb:.2f} GB"
+        )
+    return notes + list(r.warnings)
+
+
+def _file_lines(f: Any) -> list[str]:
+    """What reading one file changed or left out: decorations, runs, folded rows, cut records."""
+    lines = []
+    if f.decorations:
+        decorations = ", ".join(f.decorations)
+        lines.append(f"line decorations removed: {decorations} ({f.n_decorated} line(s))")
+    if len(f.runs) > 1:
+        lines.append(f"{len(f.runs)} runs ({', '.join(f.runs)}): " + "; ".join(f.run_boundaries))
+    if f.n_folded:
+        lines.append(
+            f"{f.n_folded} copies of a row printed by several ranks folded (their clocks may "
+            "differ by the nodes' skew)"
+        )
+    if f.n_truncated:
+        lines.append(
+            f"{f.n_truncated} record(s) cut short (truncated: the job was killed mid-write, or "
+            "the copy is incomplete): counted, never read as values"
+        )
+    if f.n_skipped:
+        reasons = ", ".join(f"{k} x{v}" for k, v in f.skipped_by_reason.items())
+        lines.append(f"skipped {f.n_skipped} record(s): {reasons}")
+    return lines

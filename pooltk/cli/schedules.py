@@ -13,19 +13,44 @@ stage; ``pooltk memory`` models boundaries that differ). ``--json`` prints every
 Single-stage schedules (1F1B, GPipe) always run vpp 1 and the V schedules (ZBVZeroBubble,
 DualPipeV) vpp 2, whatever ``--vpp`` says; ``--defer-pp-recv`` applies to the multi-stage
 runtime schedules only.
+
+The tables are records through :func:`pooltk.cli.tables.render` (no pandas: the torch-only
+install runs this command); only ``--validate``, which trains on gloo, needs the lab extra.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from typing import Any
 
+from pooltk.cli.tables import Column, render
+
 __all__ = ["register", "run"]
 
 
+# ---- flags -------------------------------------------------------------------------------------
+
+
 def register(parser: argparse.ArgumentParser) -> None:
+    _add_shape_flags(parser)
+    _add_ring_flags(parser)
+    _add_validate_flags(parser)
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument(
+        "--json", action="store_true", help="print tables, slot totals and refusals as JSON"
+    )
+    out.add_argument(
+        "--csv",
+        metavar="FILE",
+        help="also write the tidy per-stage table to FILE (with --validate: only if "
+        "every claim holds; python -m pooltk.parity.schedule_check --check FILE re-checks one)",
+    )
+
+
+def _add_shape_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--schedule",
         nargs="+",
@@ -61,6 +86,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--forward-only", action="store_true", help="an eval step: no backward, no grad receives"
     )
+
+
+def _add_ring_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--slack",
         type=int,
@@ -80,11 +108,15 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="MIB",
         help="bytes of one buffer set, MiB: adds GiB per stage and per rank (sets x MIB)",
     )
+
+
+def _add_validate_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--validate",
         action="store_true",
-        help="run every selected schedule on real gloo ranks with schedule='auto' (stock / measure / slack-0 "
-        "ring per --pp and M = factor x pp) and a ring one short that the guard must stop; prints the table",
+        help="run every selected schedule on real gloo ranks with schedule='auto' (stock / "
+        "measure / slack-0 ring per --pp and M = factor x pp) and a ring one short that the "
+        "guard must stop; prints the table",
     )
     parser.add_argument(
         "--factors",
@@ -97,16 +129,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-guard-checks", action="store_true", help="with --validate: skip the guard launches"
     )
-    out = parser.add_mutually_exclusive_group()
-    out.add_argument(
-        "--json", action="store_true", help="print tables, slot totals and refusals as JSON"
-    )
-    out.add_argument(
-        "--csv",
-        metavar="FILE",
-        help="also write the tidy per-stage table to FILE (with --validate: only if "
-        "every claim holds; python -m pooltk.parity.schedule_check --check FILE re-checks one)",
-    )
 
 
 def _fail(message: str) -> int:
@@ -114,61 +136,166 @@ def _fail(message: str) -> int:
     return 2
 
 
+# ---- the layout the tables always had ----------------------------------------------------------
+
+
+def _number(key: str, header: str, text: Any = str) -> Column:
+    """A column of counts or GiB: right-aligned, with a place for a sign before its header."""
+    return Column(key, " " + header, text=text)
+
+
+def _gib(value: float) -> str:
+    return f"{value:,.2f}"
+
+
+def _table(records: list[dict[str, Any]], columns: list[Column]) -> str:
+    return "\n".join(render(records, columns, gap=" "))
+
+
+# ---- the command -------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "validate", False):
+        missing = _without_pandas()
+        return missing if missing is not None else _validate(args)
+    from pooltk.analysis.lifetimes import ScheduleAnalysisError
+    from pooltk.config import PoolConfig
+
+    defaults = PoolConfig()
+    slack = defaults.slack if args.slack is None else args.slack
+    grad_slack = defaults.grad_slack if args.grad_slack is None else args.grad_slack
+    problem = _flag_problem(args, slack, grad_slack)
+    if problem is not None:
+        return _fail(problem)
+    config = PoolConfig(slack=slack, grad_slack=grad_slack)
+    try:
+        rows, refused = _sweep(args, config)
+    except ScheduleAnalysisError as exc:  # an unknown schedule name
+        return _fail(str(exc))
+    if not rows:
+        for r in refused:
+            print(f"refused {_label(r)}: {r['reason']}", file=sys.stderr)
+        return _fail("no schedule shape could be analysed (reasons above).")
+    blocks = _blocks(rows)
+    totals = [_totals(block, key, args.forward_only, config) for key, block in blocks.items()]
+    if args.csv:
+        _write_csv(rows, args.csv)
+    if args.json:
+        _print_json(rows, totals, refused, config, args.set_mib)
+        return 0
+    for total, (key, block) in zip(totals, blocks.items()):
+        _print_block(key, block, total, args, config)
+    for r in refused:
+        print(f"refused {_label(r)}: {r['reason']}")
+    if args.csv:
+        print(f"wrote {args.csv}")
+    return 0
+
+
+def _flag_problem(args: argparse.Namespace, slack: int, grad_slack: int) -> str | None:
+    """What is wrong with the flags, in found / required / fix words; None: nothing."""
+    from pooltk.cli.errors import FlagError, check_flag_positive
+
+    for flag, values, low in (
+        ("--pp", args.pp, 1),
+        ("--vpp", args.vpp, 1),
+        ("--microbatches", args.microbatches, 1),
+        ("--slack", [slack], 0),
+        ("--grad-slack", [grad_slack], 0),
+    ):
+        bad = [v for v in values if v < low]
+        if bad:
+            return f"{flag}: found {bad[0]}; required an integer >= {low}."
+    if args.set_mib is None:
+        return None
+    try:
+        check_flag_positive(
+            "--set-mib", args.set_mib, fix="give the MiB of one receive-buffer set, e.g. 416."
+        )
+    except FlagError as exc:
+        return str(exc)
+    return None
+
+
+def _sweep(args: argparse.Namespace, config: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+    """One record per (shape, stage, direction), each with its tight ring; and the refusals."""
+    from pooltk.analysis.lifetimes import analysable_schedules, resolve_schedule, sweep_rows
+    from pooltk.pool.ring import ring_size
+
+    names = args.schedule or list(analysable_schedules())
+    defers = {"off": [False], "on": [True], "both": [False, True]}[args.defer_pp_recv]
+    rows, refused = sweep_rows(
+        [resolve_schedule(n)[0] for n in names],
+        pps=args.pp,
+        vpps=args.vpp,
+        microbatches=args.microbatches,
+        defer_pp_recv=defers,
+        forward_only=args.forward_only,
+    )
+    for row in rows:  # the pool's one slack rule: min(M, ring_min + slack), 0 with no receives
+        row["tight"] = ring_size(
+            int(row["ring_min"]), int(row["n_microbatches"]), row["direction"], config
+        )
+    return rows, refused
+
+
+_BLOCK_KEYS = ("schedule", "pp", "vpp", "n_microbatches", "defer_pp_recv")
+
+
+def _blocks(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    """The records of each shape, in the order the sweep met them."""
+    blocks: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        blocks.setdefault(tuple(row[k] for k in _BLOCK_KEYS), []).append(row)
+    return blocks
+
+
 def _label(r: dict[str, Any]) -> str:
     defer = " defer_pp_recv" if r["defer_pp_recv"] else ""
     return f"{r['schedule']} pp{r['pp']} vpp{r['vpp']} M{r['n_microbatches']}{defer}"
 
 
-def _ranks(table: Any, prog: Any, spans: Any, config: Any) -> list[dict[str, Any]]:
-    """Per rank: its stages, per-stage sets summed, the rank-shared rings and the rank's live set."""
-    from functools import partial
+def _write_csv(rows: list[dict[str, Any]], path: str) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
 
-    from pooltk.analysis.sharing import rank_rings
-    from pooltk.pool.ring import ring_size
 
-    rings = rank_rings(prog, spans, partial(ring_size, config=config))
-    out = []
-    for rank in sorted(set(prog.stage_to_rank.values())):
-        part = table[table["rank"] == rank]
-        mine = [r for r in rings if r.rank == rank]
-        out.append(
-            {
-                "rank": rank,
-                "stages": sorted(int(s) for s in part["stage"].unique()),
-                "stock": int(part["stock_buffers"].sum()),
-                "stock_lazy": int(part["lazy_buffers"].sum()),
-                "tight": int(part["tight"].sum()),
-                "live_per_stage": int(part["live_peak"].sum()),
-                "shared": sum(r.size for r in mine),
-                "rank_live": sum(r.live for r in mine),
-                "rings": [
-                    {
-                        "direction": r.direction,
-                        "stages": list(r.stages),
-                        "live": r.live,
-                        "size": r.size,
-                        "shared": len(r.stages) > 1,
-                    }
-                    for r in mine
-                ],
-            }
-        )
-    return out
+def _print_json(
+    rows: list[dict[str, Any]],
+    totals: list[dict[str, Any]],
+    refused: list[Any],
+    config: Any,
+    set_mib: float | None,
+) -> None:
+    document = {
+        "slack": config.slack,
+        "grad_slack": config.grad_slack,
+        "set_mib": set_mib,
+        "rows": rows,
+        "totals": totals,
+        "refused": refused,
+    }
+    print(json.dumps(document, indent=2, default=_plain))
+
+
+def _plain(value: Any) -> Any:
+    """A value JSON does not know: a NumPy scalar as its Python value, anything else as text."""
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+# ---- totals per shape and per rank -------------------------------------------------------------
 
 
 def _totals(
-    table: Any,
-    name: str,
-    pp: int,
-    vpp: int,
-    m: int,
-    defer: bool,
-    forward_only: bool,
-    config: Any = None,
+    rows: list[dict[str, Any]], key: tuple[Any, ...], forward_only: bool, config: Any
 ) -> dict[str, Any]:
+    """One shape's sets summed, its shared slots at the live peak, and its ranks."""
     from pooltk.analysis.lifetimes import ScheduleShape, analyse, shared_slots
-    from pooltk.config import PoolConfig
 
+    name, pp, vpp, m, defer = key
     prog, spans = analyse(
         ScheduleShape(
             schedule=name,
@@ -180,56 +307,150 @@ def _totals(
         )
     )
     slots = shared_slots(spans)
-    ranks = _ranks(table, prog, spans, config or PoolConfig())
+    ranks = _ranks(rows, prog, spans, config)
     return {
-        "schedule": name,
-        "pp": pp,
-        "vpp": vpp,
-        "n_microbatches": m,
-        "defer_pp_recv": defer,
-        "stock": int(table["stock_buffers"].sum()),
-        "stock_lazy": int(table["lazy_buffers"].sum()),
+        **dict(zip(_BLOCK_KEYS, key)),
+        "stock": sum(r["stock_buffers"] for r in rows),
+        "stock_lazy": sum(r["lazy_buffers"] for r in rows),
         "per_stage_direction": slots.per_stage_direction,
         "per_rank_direction": slots.per_rank_direction,
         "per_rank": slots.per_rank,
-        "tight": int(table["tight"].sum()),
+        "tight": sum(r["tight"] for r in rows),
         "shared": sum(r["shared"] for r in ranks),
         "ranks": ranks,
     }
 
 
-def _rank_view(ranks: list[dict[str, Any]], set_mib: float | None) -> str:
-    """The per-rank lines of one block: sets (and GiB with ``--set-mib``) for every policy."""
-    import pandas as pd
+def _ranks(rows: list[dict[str, Any]], prog: Any, spans: Any, config: Any) -> list[dict[str, Any]]:
+    """Per rank: its stages, per-stage sets summed, the rank-shared rings and the rank's live
+    set."""
+    from functools import partial
 
-    view = pd.DataFrame(
-        [
+    from pooltk.analysis.sharing import rank_rings
+    from pooltk.pool.ring import ring_size
+
+    rings = rank_rings(prog, spans, partial(ring_size, config=config))
+    out = []
+    for rank in sorted(set(prog.stage_to_rank.values())):
+        part = [r for r in rows if r["rank"] == rank]
+        mine = [ring for ring in rings if ring.rank == rank]
+        out.append(
             {
-                "rank": r["rank"],
-                "stages": ",".join(map(str, r["stages"])),
-                "stock": r["stock"],
-                "stock-lazy": r["stock_lazy"],
-                "tight": r["tight"],
-                "live": r["live_per_stage"],
-                "rank-shared": r["shared"],
-                "rank live": r["rank_live"],
-                "rings (dir stages: live->K)": " ".join(
-                    f"{g['direction'][0]}{'+'.join(map(str, g['stages']))}:{g['live']}->{g['size']}"
-                    for g in r["rings"]
-                ),
+                "rank": rank,
+                "stages": sorted({int(r["stage"]) for r in part}),
+                "stock": sum(r["stock_buffers"] for r in part),
+                "stock_lazy": sum(r["lazy_buffers"] for r in part),
+                "tight": sum(r["tight"] for r in part),
+                "live_per_stage": sum(r["live_peak"] for r in part),
+                "shared": sum(ring.size for ring in mine),
+                "rank_live": sum(ring.live for ring in mine),
+                "rings": [_ring_record(ring) for ring in mine],
             }
-            for r in ranks
-        ]
+        )
+    return out
+
+
+def _ring_record(ring: Any) -> dict[str, Any]:
+    return {
+        "direction": ring.direction,
+        "stages": list(ring.stages),
+        "live": ring.live,
+        "size": ring.size,
+        "shared": len(ring.stages) > 1,
+    }
+
+
+# ---- one block of text -------------------------------------------------------------------------
+
+
+def _print_block(
+    key: tuple[Any, ...], rows: list[dict[str, Any]], total: dict[str, Any], args: Any, config: Any
+) -> None:
+    name, pp, vpp, m, defer = key
+    print(
+        f"== {name}  pp={pp} vpp={vpp} M={m}"
+        + ("  defer_pp_recv" if defer else "")
+        + ("  forward-only" if args.forward_only else "")
+        + f"  (tight = live + slack {config.slack} / grad slack {config.grad_slack}, at most M)"
     )
+    print(_stage_view(rows, args.set_mib))
+    print(_rank_view(total["ranks"], args.set_mib))
+    print(
+        f"   sets: stock {total['stock']}, stock-lazy (torch >= 2.15) {total['stock_lazy']}, "
+        f"tight {total['tight']}, rank-shared {total['shared']}; slots at the live peak: "
+        f"per stage+direction {total['per_stage_direction']}, shared per rank+direction "
+        f"{total['per_rank_direction']}, shared per rank {total['per_rank']}\n"
+    )
+
+
+def _stage_view(rows: list[dict[str, Any]], set_mib: float | None) -> str:
+    """Per stage and direction: stock, stock-lazy, live and tight sets (and GiB)."""
+    columns = [
+        _number("stage", "stage"),
+        _number("rank", "rank"),
+        Column("direction"),
+        _number("stock_buffers", "stock"),
+        _number("lazy_buffers", "stock-lazy"),
+        _number("live_peak", "live"),
+        _number("tight", "tight"),
+        Column("handoff", text=lambda handoff: "local" if handoff else ""),
+    ]
     if set_mib is not None:
         gib = set_mib / 1024
-        view = view.assign(
-            **{f"{c} GiB": view[c] * gib for c in ("stock", "tight", "rank-shared", "rank live")}
-        )
+        columns += [
+            _number("stock_buffers", "stock GiB", text=lambda sets: _gib(sets * gib)),
+            _number("tight", "tight GiB", text=lambda sets: _gib(sets * gib)),
+        ]
+    return _table(rows, columns)
+
+
+def _rank_view(ranks: list[dict[str, Any]], set_mib: float | None) -> str:
+    """The per-rank lines of one block: sets (and GiB with ``--set-mib``) for every policy."""
+    columns = [
+        _number("rank", "rank"),
+        Column("stages", text=lambda stages: ",".join(map(str, stages))),
+        _number("stock", "stock"),
+        _number("stock_lazy", "stock-lazy"),
+        _number("tight", "tight"),
+        _number("live_per_stage", "live"),
+        _number("shared", "rank-shared"),
+        _number("rank_live", "rank live"),
+        Column("rings", "rings (dir stages: live->K)", text=_rings_text),
+    ]
+    if set_mib is not None:
+        gib = set_mib / 1024
+        for key, header in (
+            ("stock", "stock GiB"),
+            ("tight", "tight GiB"),
+            ("shared", "rank-shared GiB"),
+            ("rank_live", "rank live GiB"),
+        ):
+            columns.append(_number(key, header, text=lambda sets: _gib(sets * gib)))
     return (
-        "   per rank (a rank holds all its stages; rank-shared: one ring per rank and direction, K = the rank's "
-        "live set + slack; rank live: that live set):\n"
-        + view.to_string(index=False, float_format=lambda x: f"{x:,.2f}")
+        "   per rank (a rank holds all its stages; rank-shared: one ring per rank and direction, "
+        "K = the rank's live set + slack; rank live: that live set):\n" + _table(ranks, columns)
+    )
+
+
+def _rings_text(rings: list[dict[str, Any]]) -> str:
+    return " ".join(
+        f"{g['direction'][0]}{'+'.join(map(str, g['stages']))}:{g['live']}->{g['size']}"
+        for g in rings
+    )
+
+
+# ---- --validate (gloo runs; the lab extra) -----------------------------------------------------
+
+
+def _without_pandas() -> int | None:
+    """The exit status when pandas is missing (the torch-only install), else None."""
+    import importlib.util
+
+    if importlib.util.find_spec("pandas") is not None:
+        return None
+    return _fail(
+        "pandas: found not installed; required: pandas for --validate's records (the lab "
+        "extra; the schedule tables themselves need torch alone). Fix: pip install 'pooltk[lab]'."
     )
 
 
@@ -248,179 +469,43 @@ def _validate(args: argparse.Namespace) -> int:
         guard_checks=not args.no_guard_checks,
         progress=lambda msg: print(f"[validate] {msg}", file=sys.stderr, flush=True),
     )
-    summary = result.summary()
-    broken = (
-        result.broken()
-    )  # [Note: the claims of a validation]: a table written holds every claim
+    summary = result.summary().to_dict(orient="records")
+    broken = result.broken()  # [Note: the claims of a validation]: a table written holds them all
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "ok": not broken,
-                    "broken": broken,
-                    "summary": summary.to_dict(orient="records"),
-                    "rows": result.rows,
-                    "guard": result.guard,
-                    "skipped": result.skipped,
-                },
-                indent=2,
-                default=str,
-            )
-        )
+        _print_validation_json(result, summary, broken)
     else:
-        print(summary.to_string(index=False))
+        print(_table(summary, _summary_columns(summary)))
         for sk in result.skipped:
             print(f"not run: {sk['schedule']} pp{sk['pp']} M{sk['n_microbatches']}: {sk['reason']}")
         print(
-            f"\nall pooled runs bitwise equal, measured peaks = analysed, guard catches: {not broken}"
+            "\nall pooled runs bitwise equal, measured peaks = analysed, guard catches: "
+            f"{not broken}"
         )
     if broken:
         tail = f"; nothing written to {args.csv}" if args.csv else ""
-        print(
-            "\n".join(
-                [
-                    f"pooltk schedules: error: --validate breaks {len(broken)} claim(s){tail}:",
-                    *(f"  {b}" for b in broken),
-                ]
-            ),
-            file=sys.stderr,
-        )
+        heading = f"pooltk schedules: error: --validate breaks {len(broken)} claim(s){tail}:"
+        print("\n".join([heading, *(f"  {b}" for b in broken)]), file=sys.stderr)
         return 1
     if args.csv:
         result.to_frame().to_csv(args.csv, index=False)
     return 0
 
 
-def _without_pandas() -> int | None:
-    """The exit status when pandas is missing (the torch-only install), else None."""
-    import importlib.util
-
-    if importlib.util.find_spec("pandas") is not None:
-        return None
-    return _fail(
-        "pandas: found not installed; required: pandas for the schedule tables (the lab extra; the analysis "
-        "itself, pooltk.analysis.lifetimes.live_sets, needs torch alone). Fix: pip install 'pooltk[lab]'."
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    missing = _without_pandas()
-    if missing is not None:
-        return missing
-    if getattr(args, "validate", False):
-        return _validate(args)
-    from pooltk.analysis.lifetimes import (
-        ScheduleAnalysisError,
-        analysable_schedules,
-        resolve_schedule,
-        sweep_table,
-    )
-    from pooltk.config import PoolConfig
-    from pooltk.memory.sweeps import tight_rings
-
-    defaults = PoolConfig()
-    slack = defaults.slack if args.slack is None else args.slack
-    grad_slack = defaults.grad_slack if args.grad_slack is None else args.grad_slack
-    for flag, values, low in (
-        ("--pp", args.pp, 1),
-        ("--vpp", args.vpp, 1),
-        ("--microbatches", args.microbatches, 1),
-        ("--slack", [slack], 0),
-        ("--grad-slack", [grad_slack], 0),
-    ):
-        bad = [v for v in values if v < low]
-        if bad:
-            return _fail(f"{flag}: found {bad[0]}; required an integer >= {low}.")
-    if args.set_mib is not None:
-        from pooltk.cli.errors import FlagError, check_flag_positive
-
-        try:
-            check_flag_positive(
-                "--set-mib", args.set_mib, fix="give the MiB of one receive-buffer set, e.g. 416."
-            )
-        except FlagError as exc:
-            return _fail(str(exc))
-    names = args.schedule or list(analysable_schedules())
-    try:
-        resolved = [resolve_schedule(n)[0] for n in names]
-    except ScheduleAnalysisError as exc:
-        return _fail(str(exc))
-    defers = {"off": [False], "on": [True], "both": [False, True]}[args.defer_pp_recv]
-    table, refused = sweep_table(
-        resolved,
-        pps=args.pp,
-        vpps=args.vpp,
-        microbatches=args.microbatches,
-        defer_pp_recv=defers,
-        forward_only=args.forward_only,
-    )
-    if table.empty:
-        for r in refused:
-            print(f"refused {_label(r)}: {r['reason']}", file=sys.stderr)
-        return _fail("no schedule shape could be analysed (reasons above).")
-    table = tight_rings(table, slack=slack, grad_slack=grad_slack)
-    keys = ["schedule", "pp", "vpp", "n_microbatches", "defer_pp_recv"]
-    config = PoolConfig(slack=slack, grad_slack=grad_slack)
-    totals = [
-        _totals(group, *key, args.forward_only, config)  # type: ignore[misc]
-        for key, group in table.groupby(keys, sort=False)
+def _summary_columns(summary: list[dict[str, Any]]) -> list[Column]:
+    """The validation summary's columns: text as it is, numbers and verdicts as numbers."""
+    first = summary[0] if summary else {}
+    return [
+        Column(key) if isinstance(value, str) else _number(key, key) for key, value in first.items()
     ]
-    if args.csv:
-        table.to_csv(args.csv, index=False)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "slack": slack,
-                    "grad_slack": grad_slack,
-                    "set_mib": args.set_mib,
-                    "rows": table.to_dict(orient="records"),
-                    "totals": totals,
-                    "refused": refused,
-                },
-                indent=2,
-                default=lambda o: o.item() if hasattr(o, "item") else str(o),
-            )
-        )
-        return 0
-    shown = [
-        "stage",
-        "rank",
-        "direction",
-        "stock_buffers",
-        "lazy_buffers",
-        "live_peak",
-        "tight",
-        "handoff",
-    ]
-    for total, (key, group) in zip(totals, table.groupby(keys, sort=False)):
-        name, pp, vpp, m, defer = key  # type: ignore[misc]
-        print(
-            f"== {name}  pp={pp} vpp={vpp} M={m}"
-            + ("  defer_pp_recv" if defer else "")
-            + ("  forward-only" if args.forward_only else "")
-            + f"  (tight = live + slack {slack} / grad slack {grad_slack}, at most M)"
-        )
-        view = group[shown].rename(
-            columns={"stock_buffers": "stock", "lazy_buffers": "stock-lazy", "live_peak": "live"}
-        )
-        view = view.assign(handoff=view["handoff"].map({True: "local", False: ""}))
-        if args.set_mib is not None:
-            gib = args.set_mib / 1024
-            view = view.assign(
-                **{"stock GiB": view["stock"] * gib, "tight GiB": view["tight"] * gib}
-            )
-        print(view.to_string(index=False, float_format=lambda x: f"{x:,.2f}"))
-        print(_rank_view(total["ranks"], args.set_mib))
-        print(
-            f"   sets: stock {total['stock']}, stock-lazy (torch >= 2.15) {total['stock_lazy']}, tight {total['tight']}, "
-            f"rank-shared {total['shared']}; "
-            "slots at the live peak: "
-            f"per stage+direction {total['per_stage_direction']}, shared per rank+direction "
-            f"{total['per_rank_direction']}, shared per rank {total['per_rank']}\n"
-        )
-    for r in refused:
-        print(f"refused {_label(r)}: {r['reason']}")
-    if args.csv:
-        print(f"wrote {args.csv}")
-    return 0
+
+
+def _print_validation_json(result: Any, summary: list[dict[str, Any]], broken: list[str]) -> None:
+    document = {
+        "ok": not broken,
+        "broken": broken,
+        "summary": summary,
+        "rows": result.rows,
+        "guard": result.guard,
+        "skipped": result.skipped,
+    }
+    print(json.dumps(document, indent=2, default=str))

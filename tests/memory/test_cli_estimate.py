@@ -1,4 +1,5 @@
-"""`pooltk memory --estimate`: the whole-stage table, the verdict against a named capacity, JSON, and errors naming flags."""
+"""`pooltk estimate`: the whole-stage table, the verdict against a named capacity, JSON, errors
+naming flags, and `pooltk memory --estimate` still running it."""
 
 from __future__ import annotations
 
@@ -33,8 +34,7 @@ def tiny(tmp_path):
 def test_the_estimate_prints_every_rank_category_and_a_verdict_on_a_named_capacity(tiny, capsys):
     rc = main(
         [
-            "memory",
-            "--estimate",
+            "estimate",
             "--config",
             tiny,
             "--pp",
@@ -70,8 +70,7 @@ def test_the_estimate_prints_every_rank_category_and_a_verdict_on_a_named_capaci
 def test_the_estimate_as_json_carries_the_replays_the_receive_check_and_the_verdict(tiny, capsys):
     rc = main(
         [
-            "memory",
-            "--estimate",
+            "estimate",
             "--config",
             tiny,
             "--pp",
@@ -99,24 +98,54 @@ def test_the_estimate_as_json_carries_the_replays_the_receive_check_and_the_verd
 @pytest.mark.parametrize(
     "argv,needle",
     [
-        (["--estimate"], "estimate source: found neither"),
-        (["--estimate", "--variants", "stock,fresh"], "variants: found ['fresh']"),
-        (["--estimate", "--ranks", "0,x"], "--ranks: found '0,x'"),
-        (
-            ["--estimate", "--preset", "kimi-k3-gb200-2k-calibrated"],
-            "required one of llama3-70b-pp8",
-        ),
+        ([], "estimate source: found neither"),
+        (["--variants", "stock,fresh"], "variants: found ['fresh']"),
+        (["--ranks", "0,x"], "--ranks: found '0,x'"),
+        (["--split", "1,x"], "--split: found '1,x'"),
+        (["--overhead-gib", "-1"], "--overhead-gib: found -1.0; required >= 0"),
+        (["--sharing", "stage"], "--sharing: found 'stage'; required rank"),
+        (["--preset", "kimi-k3-gb200-2k-calibrated"], "required one of llama3-70b-pp8"),
     ],
 )
 def test_bad_input_exits_2_naming_what_to_change(tiny, capsys, argv, needle):
     extra = (
         ["--config", tiny, "--pp", "2", "--microbatches", "2", "--seq-len", "8"]
-        if "--variants" in argv or "--ranks" in argv
+        if argv and argv[0] != "--preset"
         else []
     )
-    rc = main(["memory", *argv, *extra])
+    rc = main(["estimate", *argv, *extra])
     err = capsys.readouterr().err
-    assert rc == 2 and needle in err and "Traceback" not in err
+    last = err.splitlines()[-1]  # after the replays' progress, where the verdict needs them
+    assert rc == 2 and last.startswith("pooltk estimate: error: ") and "Traceback" not in err
+    assert needle in last and "Fix:" in last
+
+
+def test_memory_estimate_says_where_it_moved_and_runs_it(tiny, capsys):
+    argv = ["--config", tiny, "--pp", "2", "--microbatches", "2", "--seq-len", "8"]
+    argv += ["--variants", "stock", "--ranks", "1", "--json"]
+    rc = main(["memory", "--estimate", *argv])
+    moved = capsys.readouterr()
+    assert rc == 0 and main(["estimate", *argv]) == 0
+    direct = capsys.readouterr()
+    assert moved.err.splitlines()[0] == (
+        "pooltk: `pooltk memory --estimate` is now `pooltk estimate`; running it"
+    )
+    assert "memory --estimate" not in direct.err
+
+    def without_times(text: str) -> dict:
+        data = json.loads(text)
+        for replay in data["replays"]:
+            replay.pop("wall_s", None)
+        return data
+
+    assert without_times(moved.out) == without_times(direct.out)
+
+
+def test_memory_estimate_errors_name_the_new_command(capsys):
+    rc = main(["memory", "--estimate"])
+    err = capsys.readouterr().err.splitlines()
+    assert rc == 2 and err[0].startswith("pooltk: `pooltk memory --estimate` is now")
+    assert err[1].startswith("pooltk estimate: error: estimate source: found neither")
 
 
 def test_the_k3_story_prints_the_published_figures_beside_the_model(capsys):
@@ -128,3 +157,10 @@ def test_the_k3_story_prints_the_published_figures_beside_the_model(capsys):
         and "They agree:" in out
         and "184.31 GiB" in out
     )
+
+
+def test_an_abbreviated_estimate_flag_on_memory_names_the_new_command(capsys):
+    rc = main(["memory", "--estim"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("pooltk memory: error: --estimate: found")
+    assert "Fix: run `pooltk estimate` with the same flags" in err

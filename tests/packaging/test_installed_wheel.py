@@ -210,9 +210,11 @@ def test_the_torch_only_install_has_no_lab_stack(torch_only: dict[str, Path]) ->
     assert present == "[]" and Path(where.strip()).is_relative_to(torch_only["site"]), out.stdout
 
 
-def test_probe_and_the_memory_model_run_in_the_torch_only_install(
+def test_probe_the_memory_model_and_the_schedules_run_in_the_torch_only_install(
     torch_only: dict[str, Path],
 ) -> None:
+    out = _run(torch_only, "schedules", "--schedule", "1F1B", "--pp", "2", "--microbatches", "4")
+    assert out.returncode == 0 and "1F1B" in out.stdout, out.stderr[-2000:]
     out = _run(torch_only, "probe")
     assert out.returncode == 0 and "layout" in out.stdout, out.stderr[-2000:]
     out = _run(
@@ -250,7 +252,7 @@ def test_a_pooled_pipeline_runs_in_the_torch_only_install_bitwise_equal_to_stock
 def test_what_needs_the_lab_stack_says_so_in_the_torch_only_install(
     torch_only: dict[str, Path],
 ) -> None:
-    out = _run(torch_only, "schedules", "--schedule", "1F1B", "--pp", "2", "--microbatches", "4")
+    out = _run(torch_only, "schedules", "--validate", "--schedule", "1F1B", "--pp", "2")
     assert out.returncode == 2 and "pooltk[lab]" in out.stderr and "Traceback" not in out.stderr, (
         out.stderr[-2000:]
     )
