@@ -294,7 +294,7 @@ def _replay_hint(
             q.boundary.activations[0].shape[-3] if len(q.boundary.activations[0].shape) >= 3 else 1
         )
         return (
-            f"pooltk memory --estimate --config {config_path} --pp {shape.pp} --microbatches {shape.n_microbatches} "
+            f"pooltk estimate --config {config_path} --pp {shape.pp} --microbatches {shape.n_microbatches} "
             f"--micro-batch {rows} --seq-len {q.seq_len} --capacity {device}"
         )
     models = explorer_models()
@@ -305,14 +305,14 @@ def _replay_hint(
     )
     if named is not None:
         if q is origin:
-            return f"pooltk memory --estimate --preset {named.name} --capacity {device}"
+            return f"pooltk estimate --preset {named.name} --capacity {device}"
         return (
             f"whole_stage.whole_stage_estimate({named.name!r}, microbatches={shape.n_microbatches}, "
             f"seq_len={q.seq_len}), passed as ExplorerState(replayed=...)"
         )
     return (
         "pooltk builds no model of Kimi-K3's own layers; its published widths replay as "
-        "pooltk memory --estimate --preset kimi-k3-gb200-2k --capacity " + device
+        "pooltk estimate --preset kimi-k3-gb200-2k --capacity " + device
     )
 
 

@@ -26,8 +26,9 @@ def executed(tmp_path_factory: pytest.TempPathFactory):
             _CACHE[path] = load_lab_record(path, LAB_RECORDS[path])
         if path not in _CACHE:
             probe = PROBES.get(path.stem)
-            _CACHE[path] = execute_notebook(path, tmp_path_factory.mktemp(path.stem),
-                                            probe[0] if probe is not None else None)
+            _CACHE[path] = execute_notebook(
+                path, tmp_path_factory.mktemp(path.stem), probe[0] if probe is not None else None
+            )
         return _CACHE[path]
 
     return run

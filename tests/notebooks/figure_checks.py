@@ -55,7 +55,9 @@ class FigureRecord:
     """Label -> colour (hex) of every labelled series it drew."""
 
     def name(self) -> str:
-        return (self.saved_as[-1] if self.saved_as else f"figure of cell {self.cell}") + f" ({self.title[:70]!r})"
+        return (
+            self.saved_as[-1] if self.saved_as else f"figure of cell {self.cell}"
+        ) + f" ({self.title[:70]!r})"
 
 
 # --------------------------------------------------------------------------- the checks
@@ -92,18 +94,26 @@ def _twin_host(ax: Any, axes: list[Any]) -> Any:
     for other in axes:
         if other is ax or other.get_position().bounds != pos:
             continue
-        if ax in other.get_shared_x_axes().get_siblings(other) or ax in other.get_shared_y_axes().get_siblings(other):
+        if ax in other.get_shared_x_axes().get_siblings(
+            other
+        ) or ax in other.get_shared_y_axes().get_siblings(other):
             return other if axes.index(other) < axes.index(ax) else None
     return None
 
 
 def _overlap(a: Any, b: Any) -> bool:
-    return (min(a.x1, b.x1) - max(a.x0, b.x0) > TOL_PX) and (min(a.y1, b.y1) - max(a.y0, b.y0) > TOL_PX)
+    return (min(a.x1, b.x1) - max(a.x0, b.x0) > TOL_PX) and (
+        min(a.y1, b.y1) - max(a.y0, b.y0) > TOL_PX
+    )
 
 
 def _inside(inner: Any, outer: Any) -> bool:
-    return (inner.x0 >= outer.x0 - TOL_PX and inner.x1 <= outer.x1 + TOL_PX and inner.y0 >= outer.y0 - TOL_PX
-            and inner.y1 <= outer.y1 + TOL_PX)
+    return (
+        inner.x0 >= outer.x0 - TOL_PX
+        and inner.x1 <= outer.x1 + TOL_PX
+        and inner.y0 >= outer.y0 - TOL_PX
+        and inner.y1 <= outer.y1 + TOL_PX
+    )
 
 
 def _short(text: str) -> str:
@@ -121,7 +131,9 @@ def _data_boxes(ax: Any, renderer: Any) -> list[tuple[str, Any]]:
     for container in ax.containers:
         for patch in getattr(container, "patches", []) or []:
             if patch.get_visible() and (patch.get_width() != 0 and patch.get_height() != 0):
-                boxes.append((f"bar of {container.get_label()!r}", patch.get_window_extent(renderer)))
+                boxes.append(
+                    (f"bar of {container.get_label()!r}", patch.get_window_extent(renderer))
+                )
     for line in ax.get_lines():
         if not line.get_visible():
             continue
@@ -145,13 +157,23 @@ def _data_boxes(ax: Any, renderer: Any) -> list[tuple[str, Any]]:
             offsets = coll.get_offset_transform().transform(coll.get_offsets())
             for p in offsets:
                 if np.isfinite(p).all():
-                    boxes.append((f"marker of {coll.get_label()!r}", Bbox.from_bounds(p[0] - 3, p[1] - 3, 6, 6)))
+                    boxes.append(
+                        (
+                            f"marker of {coll.get_label()!r}",
+                            Bbox.from_bounds(p[0] - 3, p[1] - 3, 6, 6),
+                        )
+                    )
         elif isinstance(coll, (PolyCollection, QuadMesh, LineCollection)):
             for path in coll.get_paths():
                 verts = coll.get_transform().transform(path.vertices)
                 verts = verts[np.isfinite(verts).all(axis=1)]
                 if len(verts):
-                    boxes.append((f"area of {coll.get_label()!r}", Bbox.from_extents(*verts.min(0), *verts.max(0))))
+                    boxes.append(
+                        (
+                            f"area of {coll.get_label()!r}",
+                            Bbox.from_extents(*verts.min(0), *verts.max(0)),
+                        )
+                    )
     for patch in ax.patches:  # e.g. barh drawn outside containers, fill spans
         if patch.get_visible() and patch.get_label().startswith("_") is False:
             boxes.append((f"patch {patch.get_label()!r}", patch.get_window_extent(renderer)))
@@ -169,7 +191,12 @@ def _handle_colour(handle: Any) -> str | None:
     from matplotlib.patches import Patch
 
     if isinstance(handle, Line2D):
-        if handle.get_linestyle() in ("None", "none", "", " ") and handle.get_marker() not in (None, "None", "", " "):
+        if handle.get_linestyle() in ("None", "none", "", " ") and handle.get_marker() not in (
+            None,
+            "None",
+            "",
+            " ",
+        ):
             face = handle.get_markerfacecolor()
             return _hex(handle.get_markeredgecolor() if str(face).lower() in ("none", "") else face)
         return _hex(handle.get_color())
@@ -189,8 +216,12 @@ def _handle_colour(handle: Any) -> str | None:
 
 def _look(handle: Any) -> tuple:
     """What tells two legend entries apart: colour, marker, line style, hatch."""
-    return (_handle_colour(handle), str(getattr(handle, "get_marker", lambda: "")()),
-            str(getattr(handle, "get_linestyle", lambda: "")()), str(getattr(handle, "get_hatch", lambda: "")()))
+    return (
+        _handle_colour(handle),
+        str(getattr(handle, "get_marker", lambda: "")()),
+        str(getattr(handle, "get_linestyle", lambda: "")()),
+        str(getattr(handle, "get_hatch", lambda: "")()),
+    )
 
 
 def _drawn_colours(fig: Any) -> set[str]:
@@ -243,7 +274,9 @@ def series_colours(fig: Any) -> tuple[dict[str, set[str]], list[str]]:
             add(line.get_label(), _handle_colour(line))
         for coll in ax.collections:
             add(coll.get_label(), _handle_colour(coll))
-    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None] + list(fig.legends)
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None] + list(
+        fig.legends
+    )
     for legend in legends:
         handles = getattr(legend, "legend_handles", None) or getattr(legend, "legendHandles", [])
         looks: dict[tuple, str] = {}
@@ -251,7 +284,9 @@ def series_colours(fig: Any) -> tuple[dict[str, set[str]], list[str]]:
             add(text.get_text(), _handle_colour(handle))
             look = _look(handle)
             if look in looks and look[0] is not None:
-                alike.append(f"legend entries {looks[look]!r} and {text.get_text()!r} look alike ({look[0]})")
+                alike.append(
+                    f"legend entries {looks[look]!r} and {text.get_text()!r} look alike ({look[0]})"
+                )
             looks[look] = text.get_text()
     return seen, alike
 
@@ -284,7 +319,9 @@ def figure_problems(fig: Any) -> list[str]:
             if not text:
                 problems.append(f"{where}: no {name} label")
             elif not UNIT.search(text):
-                problems.append(f"{where}: {name} label {_short(text)!r} names no unit in parentheses")
+                problems.append(
+                    f"{where}: {name} label {_short(text)!r} names no unit in parentheses"
+                )
     for ax in all_axes:
         if _is_colorbar(ax):
             cb_axis = ax.yaxis if ax.get_position().height >= ax.get_position().width else ax.xaxis
@@ -301,10 +338,14 @@ def figure_problems(fig: Any) -> list[str]:
         scale = ax.get_xscale() if horizontal else ax.get_yscale()
         low, high = ax.get_xlim() if horizontal else ax.get_ylim()
         if scale != "linear":
-            problems.append(f"axes {i}: bars on a {scale} value axis (bars need a linear axis from zero)")
+            problems.append(
+                f"axes {i}: bars on a {scale} value axis (bars need a linear axis from zero)"
+            )
         elif min(low, high) > 0 or max(low, high) < 0:
-            problems.append(f"axes {i}: bars on a value axis from {min(low, high):.3g} to {max(low, high):.3g}, "
-                            "which leaves out zero")
+            problems.append(
+                f"axes {i}: bars on a value axis from {min(low, high):.3g} to {max(low, high):.3g}, "
+                "which leaves out zero"
+            )
 
     # texts: inside the figure, in-axes texts inside their axes, none overlapping
     owned: list[tuple[str, Any, Any]] = []  # (what, bbox, owner key)
@@ -312,32 +353,56 @@ def figure_problems(fig: Any) -> list[str]:
         owned.append(("suptitle", fig._suptitle.get_window_extent(renderer), "suptitle"))
     for i, ax in enumerate(all_axes):
         for loc in ("left", "center", "right"):
-            t = ax._left_title if loc == "left" else ax.title if loc == "center" else ax._right_title
+            t = (
+                ax._left_title
+                if loc == "left"
+                else ax.title
+                if loc == "center"
+                else ax._right_title
+            )
             if t.get_visible() and t.get_text().strip():
-                owned.append((f"title {_short(t.get_text())!r}", t.get_window_extent(renderer), ("title", i)))
+                owned.append(
+                    (f"title {_short(t.get_text())!r}", t.get_window_extent(renderer), ("title", i))
+                )
         for axis, name in ((ax.xaxis, "x"), (ax.yaxis, "y")):
             if not axis.get_visible():
                 continue
             lab = axis.label
             if lab.get_visible() and lab.get_text().strip():
-                owned.append((f"{name} label {_short(lab.get_text())!r}", lab.get_window_extent(renderer),
-                              ("label", i, name)))
+                owned.append(
+                    (
+                        f"{name} label {_short(lab.get_text())!r}",
+                        lab.get_window_extent(renderer),
+                        ("label", i, name),
+                    )
+                )
             ticks = _visible_ticklabels(axis)
             for t in ticks:
-                owned.append((f"{name} tick label {_short(t.get_text())!r} of axes {i}", t.get_window_extent(renderer),
-                              ("ticks", i, name, id(t))))
+                owned.append(
+                    (
+                        f"{name} tick label {_short(t.get_text())!r} of axes {i}",
+                        t.get_window_extent(renderer),
+                        ("ticks", i, name, id(t)),
+                    )
+                )
             boxes = [t.get_window_extent(renderer) for t in ticks]
             for a in range(len(boxes)):
                 for b in range(a + 1, len(boxes)):
                     if _overlap(boxes[a], boxes[b]):
-                        problems.append(f"axes {i}: {name} tick labels {_short(ticks[a].get_text())!r} and "
-                                        f"{_short(ticks[b].get_text())!r} overlap")
+                        problems.append(
+                            f"axes {i}: {name} tick labels {_short(ticks[a].get_text())!r} and "
+                            f"{_short(ticks[b].get_text())!r} overlap"
+                        )
         for t in ax.texts:
             if t.get_visible() and t.get_text().strip():
                 box = t.get_window_extent(renderer)
                 if not _is_colorbar(ax) and not _inside(box, ax.bbox):
-                    problems.append(f"axes {i}: text {_short(t.get_text())!r} spills out of its axes")
-    legends = [(f"legend of axes {i}", ax.get_legend()) for i, ax in enumerate(all_axes) if ax.get_legend()]
+                    problems.append(
+                        f"axes {i}: text {_short(t.get_text())!r} spills out of its axes"
+                    )
+    legends = [
+        (f"legend of axes {i}", ax.get_legend()) for i, ax in enumerate(all_axes) if ax.get_legend()
+    ]
     legends += [(f"figure legend {j}", lg) for j, lg in enumerate(fig.legends)]
     for what, lg in legends:
         if lg.get_visible():
@@ -349,8 +414,12 @@ def figure_problems(fig: Any) -> list[str]:
         for b in range(a + 1, len(owned)):
             wa, ba, ka = owned[a]
             wb, bb, kb = owned[b]
-            same_axis_ticks = (isinstance(ka, tuple) and isinstance(kb, tuple) and ka[0] == kb[0] == "ticks"
-                               and ka[1:3] == kb[1:3])
+            same_axis_ticks = (
+                isinstance(ka, tuple)
+                and isinstance(kb, tuple)
+                and ka[0] == kb[0] == "ticks"
+                and ka[1:3] == kb[1:3]
+            )
             if same_axis_ticks:
                 continue  # checked above, with the tick texts named
             if _overlap(ba, bb):
@@ -359,8 +428,11 @@ def figure_problems(fig: Any) -> list[str]:
         if not (isinstance(key, tuple) and key[0] in ("title", "label")):
             continue
         for j, ax in enumerate(data_axes):
-            if ax is all_axes[key[1]] or _twin_host(ax, data_axes) is all_axes[key[1]] \
-                    or _twin_host(all_axes[key[1]], data_axes) is ax:
+            if (
+                ax is all_axes[key[1]]
+                or _twin_host(ax, data_axes) is all_axes[key[1]]
+                or _twin_host(all_axes[key[1]], data_axes) is ax
+            ):
                 continue
             if _overlap(box, ax.bbox):
                 problems.append(f"{what} of axes {key[1]} runs into axes {j}")
@@ -373,8 +445,10 @@ def figure_problems(fig: Any) -> list[str]:
         for j, ax in enumerate(data_axes):
             hits = [w for w, box in _data_boxes(ax, renderer) if _overlap(lbox, box)]
             if hits:
-                problems.append(f"{what} covers data of axes {j}: {hits[0]}" + (f" (+{len(hits) - 1} more)"
-                                                                                 if len(hits) > 1 else ""))
+                problems.append(
+                    f"{what} covers data of axes {j}: {hits[0]}"
+                    + (f" (+{len(hits) - 1} more)" if len(hits) > 1 else "")
+                )
 
     # one colour per series; distinguishable legend entries
     seen, alike = series_colours(fig)
@@ -388,12 +462,16 @@ def figure_problems(fig: Any) -> list[str]:
         for handle, text in zip(handles, lg.get_texts()):
             col = _handle_colour(handle)
             if col is not None and col not in drawn and text.get_text().strip():
-                problems.append(f"{what}: entry {_short(text.get_text())!r} ({col}) matches nothing drawn")
+                problems.append(
+                    f"{what}: entry {_short(text.get_text())!r} ({col}) matches nothing drawn"
+                )
 
     width = fig.get_tightbbox(renderer).width
     if width > MAX_WIDTH_IN:
-        problems.append(f"the figure is {width:.1f} in wide with its legends; required <= {MAX_WIDTH_IN:g} in "
-                        "(JupyterLab crops wider figures)")
+        problems.append(
+            f"the figure is {width:.1f} in wide with its legends; required <= {MAX_WIDTH_IN:g} in "
+            "(JupyterLab crops wider figures)"
+        )
     return problems
 
 
@@ -419,7 +497,9 @@ def _record(fig: Any, target: Any) -> None:
         rec.saved_as.append(Path(target).stem)
     try:
         rec.problems = figure_problems(fig)
-    except Exception as exc:  # a check that cannot run is a problem to report, not a crash of the notebook
+    except (
+        Exception
+    ) as exc:  # a check that cannot run is a problem to report, not a crash of the notebook
         rec.problems = [f"the figure check failed: {type(exc).__name__}: {exc}"]
     seen, _ = series_colours(fig)
     rec.series = {lab: sorted(cols)[0] for lab, cols in seen.items()}

@@ -73,8 +73,14 @@ def _stream_after(nb: Any, mark: str) -> str | None:
     return None
 
 
-def execute_notebook(path: Path, out_dir: Path, probe: str | None, *, timeout_s: float = 540,
-                     parameters: dict[str, Any] | None = None) -> Executed:
+def execute_notebook(
+    path: Path,
+    out_dir: Path,
+    probe: str | None,
+    *,
+    timeout_s: float = 540,
+    parameters: dict[str, Any] | None = None,
+) -> Executed:
     """Run ``path`` headless with the recorder, ``probe`` (an expression) and the dump added."""
     import nbclient
     import nbformat
@@ -85,12 +91,19 @@ def execute_notebook(path: Path, out_dir: Path, probe: str | None, *, timeout_s:
     nb = nbformat.read(path, as_version=4)
     if parameters:
         inject_parameters(nb, parameters)
-    nb.cells.insert(0, nbformat.v4.new_code_cell(
-        f"import sys as _sys\n_sys.path.insert(0, {str(HERE)!r})\nimport figure_checks as _figure_checks\n"
-        "_figure_checks.install()"))
+    nb.cells.insert(
+        0,
+        nbformat.v4.new_code_cell(
+            f"import sys as _sys\n_sys.path.insert(0, {str(HERE)!r})\nimport figure_checks as _figure_checks\n"
+            "_figure_checks.install()"
+        ),
+    )
     if probe is not None:
-        nb.cells.append(nbformat.v4.new_code_cell(
-            f"import json as _json\nprint({PROBE_MARK!r} + _json.dumps({probe}, default=str))"))
+        nb.cells.append(
+            nbformat.v4.new_code_cell(
+                f"import json as _json\nprint({PROBE_MARK!r} + _json.dumps({probe}, default=str))"
+            )
+        )
     nb.cells.append(nbformat.v4.new_code_cell("_figure_checks.dump()"))
     out_dir.mkdir(parents=True, exist_ok=True)
     old = os.environ.get("POOLTK_REPORT_DIR")
@@ -110,8 +123,15 @@ def execute_notebook(path: Path, out_dir: Path, probe: str | None, *, timeout_s:
     figures = figure_checks.read_dump(dumped) if dumped else []
     probed = _stream_after(nb, PROBE_MARK)
     value = json.loads(probed.split(PROBE_MARK, 1)[1]) if probed else None
-    return Executed(path=path, nb=nb, error=error, errors=error_outputs(nb), figures_dir=out_dir,
-                    figures=figures, probe=value)
+    return Executed(
+        path=path,
+        nb=nb,
+        error=error,
+        errors=error_outputs(nb),
+        figures_dir=out_dir,
+        figures=figures,
+        probe=value,
+    )
 
 
 def record_this_kernel() -> None:
@@ -137,12 +157,17 @@ def record_this_kernel() -> None:
         error = result.error_in_exec or result.error_before_exec
         if error is not None:
             errors.append(f"cell {result.execution_count}: {type(error).__name__}: {error}")
-        record: dict[str, Any] = {"cell": result.execution_count, "errors": errors,
-                                  "figures": figure_checks.records_as_json()}
+        record: dict[str, Any] = {
+            "cell": result.execution_count,
+            "errors": errors,
+            "figures": figure_checks.records_as_json(),
+        }
         if probe is not None:
             try:
                 record["probe"] = json.loads(json.dumps(eval(probe, ip.user_ns), default=str))
-            except Exception as exc:  # not defined yet, or the notebook changed: the last cell's wins
+            except (
+                Exception
+            ) as exc:  # not defined yet, or the notebook changed: the last cell's wins
                 record["probe_error"] = f"{type(exc).__name__}: {exc}"
         tmp = folder / "record.json.tmp"
         tmp.write_text(json.dumps(record))
@@ -159,10 +184,15 @@ def load_lab_record(path: Path, folder: Path) -> Executed:
     errors = list(record["errors"])
     if "probe_error" in record:
         errors.append(f"the probe failed after the last cell: {record['probe_error']}")
-    return Executed(path=path, nb=None, error="\n".join(errors) or None, errors=errors,
-                    figures_dir=folder / "figures",
-                    figures=[figure_checks.FigureRecord(**d) for d in record["figures"]],
-                    probe=record.get("probe"))
+    return Executed(
+        path=path,
+        nb=None,
+        error="\n".join(errors) or None,
+        errors=errors,
+        figures_dir=folder / "figures",
+        figures=[figure_checks.FigureRecord(**d) for d in record["figures"]],
+        probe=record.get("probe"),
+    )
 
 
 def error_outputs(nb: Any) -> list[str]:

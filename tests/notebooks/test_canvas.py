@@ -47,13 +47,21 @@ def test_a_figure_made_off_pyplot_is_unknown_to_pyplot_and_one_made_in_a_cell_is
         fig, axes = canvas.subplots(1, 2, figsize=(4, 2), sharey=True)
         bare = canvas.figure(figsize=(3, 2))
         assert plt.get_fignums() == [], "a figure made inside off_pyplot was registered with pyplot"
-        assert len(axes) == 2 and fig.get_size_inches().tolist() == [4.0, 2.0] and bare.get_figwidth() == 3.0
-        assert fig.canvas.get_renderer() is not None  # an Agg canvas, as the figure checks and users expect
+        assert (
+            len(axes) == 2
+            and fig.get_size_inches().tolist() == [4.0, 2.0]
+            and bare.get_figwidth() == 3.0
+        )
+        assert (
+            fig.canvas.get_renderer() is not None
+        )  # an Agg canvas, as the figure checks and users expect
         png = io.BytesIO()
         fig.savefig(png, format="png")  # drawable without pyplot
         assert png.getvalue().startswith(b"\x89PNG")
     cell_fig, _ = canvas.subplots(figsize=(4, 2))
-    assert plt.get_fignums() == [cell_fig.number], "outside off_pyplot a figure must stay on pyplot (cells show it)"
+    assert plt.get_fignums() == [cell_fig.number], (
+        "outside off_pyplot a figure must stay on pyplot (cells show it)"
+    )
 
 
 def test_off_pyplot_is_per_thread_so_a_flush_elsewhere_keeps_its_own_figures():
@@ -93,8 +101,16 @@ def test_notebook_01s_explorer_shows_figures_pyplot_never_held(monkeypatch):
 
     shown = _shown(monkeypatch)
     state = mp.ExplorerState()
-    mp.explore(state, preset="kimi-k3-gb200-2k-calibrated", pp=8, microbatches=64, slack=2, grad_slack=1,
-               policy="automodel", boundary_mib=416.0)
+    mp.explore(
+        state,
+        preset="kimi-k3-gb200-2k-calibrated",
+        pp=8,
+        microbatches=64,
+        slack=2,
+        grad_slack=1,
+        policy="automodel",
+        boundary_mib=416.0,
+    )
     assert mp.render_explorer(state, save=False) is not None
     figures = [(obj, nums) for obj, nums in shown if isinstance(obj, mpl.figure.Figure)]
     assert figures, shown
@@ -103,6 +119,11 @@ def test_notebook_01s_explorer_shows_figures_pyplot_never_held(monkeypatch):
 
 def test_every_figure_pooltk_nb_makes_goes_through_canvas():
     direct = re.compile(r"\bplt\.(subplots|figure|subplot|axes|gcf|gca)\(")
-    offenders = [f"{p.name}:{i}" for p in sorted(NB.glob("*.py")) if p.name != "canvas.py"
-                 for i, line in enumerate(p.read_text().splitlines(), 1) if direct.search(line)]
+    offenders = [
+        f"{p.name}:{i}"
+        for p in sorted(NB.glob("*.py"))
+        if p.name != "canvas.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if direct.search(line)
+    ]
     assert not offenders, f"figures made on pyplot directly (use pooltk.nb.canvas): {offenders}"

@@ -30,8 +30,12 @@ POOL = dict(slack=2, grad_slack=1, policy="tight")
 def _llama_sets_and_no_k3(state: mp.ExplorerState) -> None:
     model = state.last_result
     assert model is not None, state.last_error
-    assert {b.forward_bytes for b in model.boundaries} == {64 * 2**20}  # 1 x 4096 x 8192 bf16: 64 MiB a set
-    assert state.figure_of_merit.stage == 3 and state.figure_of_merit.stock_gib == 4.0  # 32 + 32 sets on stage 3
+    assert {b.forward_bytes for b in model.boundaries} == {
+        64 * 2**20
+    }  # 1 x 4096 x 8192 bf16: 64 MiB a set
+    assert (
+        state.figure_of_merit.stage == 3 and state.figure_of_merit.stock_gib == 4.0
+    )  # 32 + 32 sets on stage 3
     names = {t.name for b in model.boundaries for t in b.activations}
     assert names == {"hidden_states"}, names  # no calibrated_remainder
     assert state.source.figures == ()  # no published figure of another run
@@ -46,9 +50,14 @@ def _fits_borrow_nothing(state: mp.ExplorerState) -> None:
 
 def test_llama_dimensions_on_the_k3_preset_give_64_mib_a_set_and_drop_k3s_calibration() -> None:
     state = mp.ExplorerState()
-    mp.explore(state, preset=CAL, **LLAMA_DIMS, **POOL, boundary_mib=416.0, device="gb200")  # 416: the K3 preset's set
+    mp.explore(
+        state, preset=CAL, **LLAMA_DIMS, **POOL, boundary_mib=416.0, device="gb200"
+    )  # 416: the K3 preset's set
     _llama_sets_and_no_k3(state)
-    assert "calibrated_remainder" in state.boundary_note and "no calibration carried" in state.boundary_note
+    assert (
+        "calibrated_remainder" in state.boundary_note
+        and "no calibration carried" in state.boundary_note
+    )
     _fits_borrow_nothing(state)
     assert "describes its own run" in state.fits_note
 
@@ -61,15 +70,23 @@ def test_llama_chosen_by_name_is_its_config_json_with_no_published_peak() -> Non
     mp.explore(state, **values)
     _llama_sets_and_no_k3(state)
     _fits_borrow_nothing(state)
-    assert "pooltk memory --estimate --preset llama3-70b-pp8" in state.fits_note
+    assert "pooltk estimate --preset llama3-70b-pp8" in state.fits_note
 
 
 def test_llama_from_its_config_file_gives_the_same_sets_and_no_borrowed_peak() -> None:
     state = mp.ExplorerState()
-    mp.explore(state, preset=CAL, config_path=str(LLAMA_CONFIG), **LLAMA_DIMS, **POOL, boundary_mib=64.0, device="gb200")
+    mp.explore(
+        state,
+        preset=CAL,
+        config_path=str(LLAMA_CONFIG),
+        **LLAMA_DIMS,
+        **POOL,
+        boundary_mib=64.0,
+        device="gb200",
+    )
     _llama_sets_and_no_k3(state)
     _fits_borrow_nothing(state)
-    assert "--estimate --config" in state.fits_note and "--seq-len 4096" in state.fits_note
+    assert "pooltk estimate --config" in state.fits_note and "--seq-len 4096" in state.fits_note
 
 
 def test_the_widgets_moved_from_the_k3_preset_to_llama_follow_with_the_set_size() -> None:
@@ -78,7 +95,9 @@ def test_the_widgets_moved_from_the_k3_preset_to_llama_follow_with_the_set_size(
     assert controls["boundary_mib"].value == 416.0
     for name, value in LLAMA_DIMS.items():
         controls[name].value = value
-    assert controls["boundary_mib"].value == 64.0  # the field follows the resized set, so it is no stale choice
+    assert (
+        controls["boundary_mib"].value == 64.0
+    )  # the field follows the resized set, so it is no stale choice
     state = mp.ExplorerState()
     mp.explore(state, **{name: c.value for name, c in controls.items()})
     _llama_sets_and_no_k3(state)
@@ -89,12 +108,23 @@ def test_the_widgets_moved_from_the_k3_preset_to_llama_follow_with_the_set_size(
 
 def test_a_reference_the_user_gives_anchors_the_fits_view_and_says_so() -> None:
     state = mp.ExplorerState()
-    mp.explore(state, preset="llama3-70b-pp8", **LLAMA_DIMS, **POOL, boundary_mib=64.0, device="gb200",
-               reference_peak_gib=150.0, reference_variant="stock")
+    mp.explore(
+        state,
+        preset="llama3-70b-pp8",
+        **LLAMA_DIMS,
+        **POOL,
+        boundary_mib=64.0,
+        device="gb200",
+        reference_peak_gib=150.0,
+        reference_variant="stock",
+    )
     ref = state.fits_report.reference
     assert ref.peak_bytes == 150 * 2**30 and ref.variant == "stock" and "your peak" in ref.source
     stock = state.fits.worst("stock")
-    assert stock.estimate_bytes == 150 * 2**30 and stock.overhead_bytes == state.fits.overhead.total_bytes
+    assert (
+        stock.estimate_bytes == 150 * 2**30
+        and stock.overhead_bytes == state.fits.overhead.total_bytes
+    )
     assert stock.capacity_bytes == GB200.capacity_bytes
     printed = "\n".join(mp.explorer_lines(state))
     assert "your peak" in printed and f"{K3_PEAK_GIB}" not in printed
@@ -104,7 +134,9 @@ def test_a_run_log_without_peak_memory_is_named_in_the_fits_note(tmp_path: Path)
     log = tmp_path / "run.log"
     log.write_text("nothing a trainer wrote\n")
     state = mp.ExplorerState()
-    model = mp.explore(state, preset="llama3-70b-pp8", **LLAMA_DIMS, **POOL, device="gb200", reference_log=str(log))
+    model = mp.explore(
+        state, preset="llama3-70b-pp8", **LLAMA_DIMS, **POOL, device="gb200", reference_log=str(log)
+    )
     assert model is not None and state.fits is None
     assert state.fits_note.startswith("reference: ") and str(log) in state.fits_note
 
@@ -113,9 +145,25 @@ def test_the_k3_preset_at_its_own_shape_keeps_its_calibration_and_its_own_publis
     from pooltk.memory.k3_story import k3_story
 
     state = mp.ExplorerState()
-    mp.explore(state, preset=CAL, pp=8, microbatches=64, rows=2, seq_len=2048, hidden=7168, dtype="bfloat16",
-               slack=2, grad_slack=1, policy="automodel", boundary_mib=416.0, device="gb200")
-    assert state.source is state.origin and state.last_result.boundaries[0].forward_bytes == 416 * 2**20
+    mp.explore(
+        state,
+        preset=CAL,
+        pp=8,
+        microbatches=64,
+        rows=2,
+        seq_len=2048,
+        hidden=7168,
+        dtype="bfloat16",
+        slack=2,
+        grad_slack=1,
+        policy="automodel",
+        boundary_mib=416.0,
+        device="gb200",
+    )
+    assert (
+        state.source is state.origin
+        and state.last_result.boundaries[0].forward_bytes == 416 * 2**20
+    )
     assert state.fits_report.reference.peak_bytes == round(K3_PEAK_GIB * 2**30)
     # the explorer's verdict is the K3 story's (one rule, one capacity): stock OOMs by the story's margin
     story_row = k3_story().rows[1]

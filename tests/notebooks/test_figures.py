@@ -30,11 +30,18 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_figure_of_the_notebook_passes_the_figure_checks(executed, path: Path) -> None:
     run = executed(path)
-    assert run.error is None, f"{path.name} failed before its figures could be checked:\n{run.error}"
+    assert run.error is None, (
+        f"{path.name} failed before its figures could be checked:\n{run.error}"
+    )
     if "save_figure(" in path.read_text():
         assert run.figures, f"{path.name} draws figures, but the recorder saw none"
-    bad = [f"{rec.name()}:\n    " + "\n    ".join(rec.problems) for rec in run.figures if rec.problems]
-    assert not bad, f"{path.name}: {len(bad)} of {len(run.figures)} figure(s) fail the checks:\n" + "\n".join(bad)
+    bad = [
+        f"{rec.name()}:\n    " + "\n    ".join(rec.problems) for rec in run.figures if rec.problems
+    ]
+    assert not bad, (
+        f"{path.name}: {len(bad)} of {len(run.figures)} figure(s) fail the checks:\n"
+        + "\n".join(bad)
+    )
 
 
 @pytest.mark.notebook
@@ -51,7 +58,9 @@ def test_a_series_has_one_colour_in_every_notebook(executed) -> None:
                     colours.setdefault(lab, {}).setdefault(col, f"{path.stem}: {rec.name()}")
     split = {lab: where for lab, where in colours.items() if len(where) > 1}
     assert not split, "series drawn in more than one colour across notebooks:\n" + "\n".join(
-        f"{lab!r}: " + "; ".join(f"{c} in {w}" for c, w in where.items()) for lab, where in split.items())
+        f"{lab!r}: " + "; ".join(f"{c} in {w}" for c, w in where.items())
+        for lab, where in split.items()
+    )
     assert colours, "no figure drew a series of pooltk.nb.style.SERIES"
 
 
@@ -87,7 +96,9 @@ def test_missing_titles_labels_and_units_are_named() -> None:
     ax.set_xlabel("stage")
     fig.tight_layout()
     problems = "\n".join(figure_checks.figure_problems(fig))
-    assert "no title" in problems and "no y label" in problems and "'stage' names no unit" in problems
+    assert (
+        "no title" in problems and "no y label" in problems and "'stage' names no unit" in problems
+    )
 
 
 def test_a_legend_over_bars_is_caught() -> None:
@@ -117,7 +128,11 @@ def test_colliding_labels_and_a_clipped_title_are_caught() -> None:
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(4, 2))
     for ax in (a, b):
-        _good(ax, title="a long title that cannot fit its panel at all", yl="a long y label (KiB) " * 3)
+        _good(
+            ax,
+            title="a long title that cannot fit its panel at all",
+            yl="a long y label (KiB) " * 3,
+        )
     problems = "\n".join(figure_checks.figure_problems(fig))
     assert "overlap" in problems or "runs into" in problems, problems
     assert "clipped" in problems, problems

@@ -29,8 +29,11 @@ def _defined(marker: Marker, release: str) -> bool:
     if module is None:
         return False
     if not marker.owner:
-        return marker.attr in module.get("classes", {}) or marker.attr in module.get("functions", {}) \
+        return (
+            marker.attr in module.get("classes", {})
+            or marker.attr in module.get("functions", {})
             or marker.attr in module.get("names", [])
+        )
     return marker.attr in module.get("classes", {}).get(marker.owner, {}).get("methods", {})
 
 
@@ -41,7 +44,9 @@ def test_every_cell_of_a_family_is_defined_in_every_release_it_lists(family) -> 
         assert not missing, f"{family.name}: {missing} not in torch {release}'s recorded shape"
 
 
-def test_the_methods_that_tell_the_eager_families_apart_are_absent_where_the_other_family_ships() -> None:
+def test_the_methods_that_tell_the_eager_families_apart_are_absent_where_the_other_family_ships() -> (
+    None
+):
     prepare, setup, lazy = FAMILIES
     own = [m for m in setup.makes if m not in prepare.makes]
     assert own, "setup-recv-info has no method of its own"
@@ -56,14 +61,21 @@ def test_the_released_2_12_line_makes_its_buffers_in_the_setup_methods_not_prepa
     prepare, setup, _ = FAMILIES
     assert "2.12.1" in setup.releases and all(_defined(m, "2.12.1") for m in setup.makes)
     assert "NGC" in prepare.note and "2.12" in prepare.note
-    assert not _defined(Marker(module="torch.distributed.pipelining.stage", owner="", attr="_RootArgPlaceholder"), "2.12.1")
+    assert not _defined(
+        Marker(module="torch.distributed.pipelining.stage", owner="", attr="_RootArgPlaceholder"),
+        "2.12.1",
+    )
 
 
 def test_one_method_shared_by_two_families_is_one_row_said_so_and_no_row_repeats() -> None:
     rows = layout_rows()
     names = [r[""] for r in rows]
     assert len(names) == len(set(names)) and names[: len(ROLES)] == list(ROLES)
-    shared = [r for r in rows if r[""] in ROLES and r["prepare-infra"].split(" ")[0] == r["setup-recv-info"].split(" ")[0]]
+    shared = [
+        r
+        for r in rows
+        if r[""] in ROLES and r["prepare-infra"].split(" ")[0] == r["setup-recv-info"].split(" ")[0]
+    ]
     assert [r[""] for r in shared] == ["forward buffers, tracing frontend (pipeline())"]
     assert "same method" in shared[0]["setup-recv-info"]
 

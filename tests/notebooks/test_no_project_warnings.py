@@ -27,11 +27,26 @@ def test_the_notebook_reads_and_validates_without_a_warning(path):
 def test_the_schedule_check_summary_warns_of_nothing_with_and_without_guard_results():
     from pooltk.parity.schedule_check import ScheduleCheck
 
-    row = dict(schedule="1F1B", pp=2, vpp=1, n_microbatches=4, stage=0, direction="forward", stock=4, pooltk=1,
-               analysed_peak=0, analysed_min=1, measured_peak=0, peak_matches=True, parity=True)
+    row = dict(
+        schedule="1F1B",
+        pp=2,
+        vpp=1,
+        n_microbatches=4,
+        stage=0,
+        direction="forward",
+        stock=4,
+        pooltk=1,
+        analysed_peak=0,
+        analysed_min=1,
+        measured_peak=0,
+        peak_matches=True,
+        parity=True,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         plain = ScheduleCheck(rows=[row]).summary()  # guard checks off: no guard results at all
-        mixed = ScheduleCheck(rows=[row, dict(row, schedule="GPipe")], guard={"1F1B": "caught (pp2 M4)"}).summary()
+        mixed = ScheduleCheck(
+            rows=[row, dict(row, schedule="GPipe")], guard={"1F1B": "caught (pp2 M4)"}
+        ).summary()
     assert list(plain["guard"]) == ["not run"]
     assert list(mixed["guard"]) == ["caught (pp2 M4)", "not run"]

@@ -21,9 +21,14 @@ def test_1f1b_warmup_is_w_forwards_per_stage_and_gpipe_has_no_steady_phase(pp: i
     ph = mp.phases(mp.replay("1F1B", pp=pp, n_microbatches=m))
     for stage in range(pp):
         first, last = ph[stage]["warmup"]
-        assert last - first + 1 == mp.inflight_depth(pp, stage, m) == min(m, pp - stage), (stage, ph[stage])
+        assert last - first + 1 == mp.inflight_depth(pp, stage, m) == min(m, pp - stage), (
+            stage,
+            ph[stage],
+        )
     gp = mp.phases(mp.replay("GPipe", pp=pp, n_microbatches=m))
-    assert all(set(p) == {"warmup", "cooldown"} and p["warmup"] == (0, m - 1) for p in gp.values()), gp
+    assert all(
+        set(p) == {"warmup", "cooldown"} and p["warmup"] == (0, m - 1) for p in gp.values()
+    ), gp
 
 
 def test_replay_respects_cross_stage_dependencies() -> None:
@@ -35,11 +40,17 @@ def test_replay_respects_cross_stage_dependencies() -> None:
             assert frame.loc[("B", s - 1, mb), "start"] >= frame.loc[("B", s, mb), "end"]
 
 
-@pytest.mark.parametrize(("pp", "m", "slack", "grad_slack"), [(4, 8, 0, 0), (4, 8, 2, 1), (5, 7, 1, 0), (3, 3, 4, 2)])
-def test_the_ring_is_w_plus_slack_forward_and_one_plus_grad_slack_capped_at_m(pp, m, slack, grad_slack) -> None:
+@pytest.mark.parametrize(
+    ("pp", "m", "slack", "grad_slack"), [(4, 8, 0, 0), (4, 8, 2, 1), (5, 7, 1, 0), (3, 3, 4, 2)]
+)
+def test_the_ring_is_w_plus_slack_forward_and_one_plus_grad_slack_capped_at_m(
+    pp, m, slack, grad_slack
+) -> None:
     rings = mp.rings_for(pp, m, PoolConfig(slack=slack, grad_slack=grad_slack))
     for stage in range(pp):
-        assert rings[(stage, "forward")] == (0 if stage == 0 else min(m, min(m, pp - stage) + slack))
+        assert rings[(stage, "forward")] == (
+            0 if stage == 0 else min(m, min(m, pp - stage) + slack)
+        )
         assert rings[(stage, "grad")] == (0 if stage == pp - 1 else min(m, 1 + grad_slack))
     short = mp.one_short(rings)
     assert all(short[(s, "forward")] == max(1, rings[(s, "forward")] - 1) for s in range(1, pp))
@@ -66,7 +77,9 @@ def test_an_overwrite_is_counted_once_per_receive_into_a_held_slot() -> None:
 @pytest.mark.parametrize("schedule", ["1F1B", "GPipe"])
 @pytest.mark.parametrize(("pp", "m"), [(3, 6), (4, 8)])
 @pytest.mark.parametrize(("slack", "short"), [(0, False), (0, True), (1, False), (2, False)])
-def test_the_guard_replay_stops_exactly_when_a_receive_lands_on_a_held_slot(schedule, pp, m, slack, short) -> None:
+def test_the_guard_replay_stops_exactly_when_a_receive_lands_on_a_held_slot(
+    schedule, pp, m, slack, short
+) -> None:
     rp = mp.replay(schedule, pp=pp, n_microbatches=m)
     rings = mp.rings_for(pp, m, PoolConfig(slack=slack, grad_slack=0))
     rings = mp.one_short(rings) if short else rings
@@ -79,8 +92,9 @@ def test_the_guard_replay_stops_exactly_when_a_receive_lands_on_a_held_slot(sche
         assert guard.ok == (not short)
     if guard.stop is not None:  # the first premature post the guard meets is one the lifetimes list
         e = guard.stop
-        assert (e.stage, e.direction, e.owner, e.incoming) in {(o.stage, o.direction, o.microbatch, o.overwritten_by)
-                                                                for o in found}
+        assert (e.stage, e.direction, e.owner, e.incoming) in {
+            (o.stage, o.direction, o.microbatch, o.overwritten_by) for o in found
+        }
         assert e.slot == e.incoming % e.ring == e.owner % e.ring
 
 
@@ -92,14 +106,18 @@ def test_the_layout_table_marks_exactly_the_family_probe_finds() -> None:
     assert list(frame.columns) == ["receive buffers", *(f.name for f in FAMILIES)]
     marked = frame.iloc[-1]
     found = pooltk.probe().layout
-    assert [f.name for f in FAMILIES if marked[f.name] == "detected here"] == ([found] if found else [])
+    assert [f.name for f in FAMILIES if marked[f.name] == "detected here"] == (
+        [found] if found else []
+    )
 
 
 def test_the_explorer_records_rejected_shapes_instead_of_raising() -> None:
     state = mp.MechanismState()
     assert mp.explore(state, schedule="1F1B", pp=4, microbatches=2, slack=0, grad_slack=0) is None
     assert state.last_error and "microbatches" in state.last_error.lower()
-    assert mp.explore(state, schedule="GPipe", pp=4, microbatches=8, slack=0, grad_slack=0) is not None
+    assert (
+        mp.explore(state, schedule="GPipe", pp=4, microbatches=8, slack=0, grad_slack=0) is not None
+    )
     assert state.last_error is None and len(state.overwrites) == 18 and not state.guard.ok
     assert "18 receive(s) into a slot still held" in state.line()
 
@@ -111,26 +129,39 @@ def test_slack_needed_is_zero_for_1f1b_and_m_minus_one_for_gpipe_under_the_1f1b_
     from pooltk.nb.slack import slack_needs
 
     frame = slack_needs(["1F1B", "GPipe", "Interleaved1F1B"], pp=4, n_microbatches=8).set_index(
-        ["schedule", "rule", "direction"])
+        ["schedule", "rule", "direction"]
+    )
     assert (frame.loc["1F1B"].slack_needed == 0).all()
     gpipe = frame.loc[("GPipe", "1F1B formula", "forward")]
-    assert gpipe.slack_needed == 8 - 1 and gpipe.worst_stage == 3  # the last stage: W = 1, all 8 held
+    assert (
+        gpipe.slack_needed == 8 - 1 and gpipe.worst_stage == 3
+    )  # the last stage: W = 1, all 8 held
     assert not frame.loc[("GPipe", "PR #3780 ring", "both")].covered_by_pr_default
     assert frame.loc[("Interleaved1F1B", "first read to release", "forward")].slack_needed >= 1
 
 
-def test_a_received_input_overwritten_before_its_backward_changes_gradients_and_after_it_changes_none() -> None:
+def test_a_received_input_overwritten_before_its_backward_changes_gradients_and_after_it_changes_none() -> (
+    None
+):
     from pooltk.nb import lifetime_facts as lf
 
     rows = {(r.case, r.gradient): r for r in lf.reuse_point()}
     assert all(rows[("after", g)].max_abs_diff == 0 for g in lf.GRADIENTS)
     assert rows[("before", "layer 1 weight")].max_abs_diff > 0
-    assert rows[("before", "input (sent upstream)")].max_abs_diff == 0  # without AC the input grad needs W1 only
-    assert rows[("before_ac", "input (sent upstream)")].max_abs_diff > 0  # AC recomputes the forward from it
-    assert all(rows[("bumped", g)].error and "inplace" in rows[("bumped", g)].error for g in lf.GRADIENTS)
+    assert (
+        rows[("before", "input (sent upstream)")].max_abs_diff == 0
+    )  # without AC the input grad needs W1 only
+    assert (
+        rows[("before_ac", "input (sent upstream)")].max_abs_diff > 0
+    )  # AC recomputes the forward from it
+    assert all(
+        rows[("bumped", g)].error and "inplace" in rows[("bumped", g)].error for g in lf.GRADIENTS
+    )
 
 
-def test_torchs_stage_backward_resets_the_leafs_grad_so_a_reused_buffer_accumulates_nothing() -> None:
+def test_torchs_stage_backward_resets_the_leafs_grad_so_a_reused_buffer_accumulates_nothing() -> (
+    None
+):
     from pooltk.nb import lifetime_facts as lf
 
     got = lf.leaf_reuse()
@@ -147,7 +178,9 @@ pq = pytest.importorskip("pooltk.nb.parity")
 def test_a_guarded_control_outcome_carries_the_overruns_own_fields(monkeypatch) -> None:
     import pooltk.parity.controls as controls
 
-    exc = PoolOverrunError(stage=2, direction="forward", slot=1, ring=3, owner=4, incoming=7, rank=2)
+    exc = PoolOverrunError(
+        stage=2, direction="forward", slot=1, ring=3, owner=4, incoming=7, rank=2
+    )
 
     def raise_overrun(spec):
         raise exc
@@ -157,8 +190,15 @@ def test_a_guarded_control_outcome_carries_the_overruns_own_fields(monkeypatch) 
     assert out.unguarded is None and "PoolOverrunError" in (out.unguarded_error or "")
     for outcome in out.guarded:
         assert outcome.caught and outcome.error_type == "PoolOverrunError"
-        assert (outcome.rank, outcome.stage, outcome.direction, outcome.slot, outcome.ring, outcome.owner,
-                outcome.incoming) == (2, 2, "forward", 1, 3, 4, 7)
+        assert (
+            outcome.rank,
+            outcome.stage,
+            outcome.direction,
+            outcome.slot,
+            outcome.ring,
+            outcome.owner,
+            outcome.incoming,
+        ) == (2, 2, "forward", 1, 3, 4, 7)
 
 
 def test_the_parity_panel_rejects_bad_inputs_before_launching() -> None:

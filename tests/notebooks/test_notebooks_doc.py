@@ -16,7 +16,7 @@ def _table(header_start: str) -> list[list[str]]:
     lines = DOC.read_text().splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith(header_start))
     rows = []
-    for ln in lines[start + 2:]:
+    for ln in lines[start + 2 :]:
         if not ln.startswith("|"):
             break
         rows.append([c.strip() for c in ln.strip().strip("|").split("|")])
@@ -34,7 +34,9 @@ def test_the_notebook_table_has_one_row_per_notebook_titled_as_the_notebook_itse
     rows = _table("| notebook | title")
     assert [r[0].strip("`") for r in rows] == [p.name for p in NOTEBOOKS]
     for row, path in zip(rows, NOTEBOOKS):
-        assert row[1] == _title(path), f"{path.name}: docs say {row[1]!r}, the notebook says {_title(path)!r}"
+        assert row[1] == _title(path), (
+            f"{path.name}: docs say {row[1]!r}, the notebook says {_title(path)!r}"
+        )
 
 
 def test_the_timing_table_covers_every_notebook():

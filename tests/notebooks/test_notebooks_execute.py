@@ -31,7 +31,9 @@ MAX_MEAN_CODE_LINES = 25
 """Thin notebooks: the average code cell stays under this many lines (logic lives in pooltk)."""
 NB_IMPORT = "from pooltk.nb import common as nb"
 """The one way a notebook imports the shared helpers (topic modules: ``from pooltk.nb import <topic> as <alias>``)."""
-TIMING = re.compile(r"\b\d+(?:\.\d+)?(?:\s*[-–]\s*\d+(?:\.\d+)?)?\s*(?:s|secs?|seconds?|CPU-seconds|min|mins|minutes?)\b")
+TIMING = re.compile(
+    r"\b\d+(?:\.\d+)?(?:\s*[-–]\s*\d+(?:\.\d+)?)?\s*(?:s|secs?|seconds?|CPU-seconds|min|mins|minutes?)\b"
+)
 """A machine timing in prose (``25-60 s``, ``12 minutes``): the notebooks point to docs/notebooks.md instead."""
 
 
@@ -39,9 +41,15 @@ def _check_00(v: dict[str, Any]) -> None:
     assert v["live_forward_1f1b"] == [0, 3, 2, 1], v  # W = min(M, N - i), none on stage 0
     assert v["overwrites_1f1b"] == 0
     assert v["overwrites_gpipe_forced"] == 18  # one per receive into a held slot: 5 + 6 + 7
-    assert v["guard"] == {"1F1B, ring = live set": True, "1F1B, ring one short": False, "GPipe, ring forced": False}
-    assert v["explorer"].startswith("1F1B pp=4 M=8 slack=0 grad_slack=0: rings act [- 3 2 1] grad [1 1 1 -], "
-                                    "the pool keeps 9 of 48 stock buffer sets; 0 receive(s)"), v["explorer"]
+    assert v["guard"] == {
+        "1F1B, ring = live set": True,
+        "1F1B, ring one short": False,
+        "GPipe, ring forced": False,
+    }
+    assert v["explorer"].startswith(
+        "1F1B pp=4 M=8 slack=0 grad_slack=0: rings act [- 3 2 1] grad [1 1 1 -], "
+        "the pool keeps 9 of 48 stock buffer sets; 0 receive(s)"
+    ), v["explorer"]
     assert v["slack_1f1b"] == 0 and v["leaf_stage_backward"] == [0.0, 0.0]
 
 
@@ -55,11 +63,17 @@ def _check_01(v: dict[str, Any]) -> None:
     assert abs(v["saved_gib"] - 45) <= 0.05 * 45, v
     # One capacity everywhere: the K3 story, the whole stage's verdict and the explorer's fits view.
     assert v["story_gib"] == v["whole_gib"] == v["explorer_gib"] == GB200.gib, v
-    assert v["story_agrees"] == [True, True, True] and v["story_sentence"].startswith("They agree"), v
+    assert v["story_agrees"] == [True, True, True] and v["story_sentence"].startswith(
+        "They agree"
+    ), v
     # The PR's OOM beside the verdict: the explorer's stock verdict on the K3 preset is an OOM too.
     assert v["explorer_stock_fits"] is False, v
     # The whole stage ran quick under the suite, every replayed rank and variant judged, stock receive exact.
-    assert v["whole_quick"] is True and v["whole_rows"] == 12 and v["whole_stock_recv_diff"] == [0, 0, 0], v
+    assert (
+        v["whole_quick"] is True
+        and v["whole_rows"] == 12
+        and v["whole_stock_recv_diff"] == [0, 0, 0]
+    ), v
 
 
 def _check_02(v: dict[str, Any]) -> None:
@@ -77,7 +91,11 @@ def _check_03(v: dict[str, Any]) -> None:
     assert v["ledger_agrees"] >= 8, v
     # notebook 01's one GB200 capacity, and the PR's OOM beside the model's verdict
     assert v["capacity_gib"] == v["story_gib"] == GB200.gib, v
-    assert "OOM in step 1" in v["story_published"] and v["story_agrees"][:3] == [True, True, True], v
+    assert "OOM in step 1" in v["story_published"] and v["story_agrees"][:3] == [
+        True,
+        True,
+        True,
+    ], v
 
 
 def _check_04(v: dict[str, Any]) -> None:
@@ -157,24 +175,35 @@ def test_the_glob_finds_the_notebooks_and_every_notebook_has_a_probe() -> None:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
 def test_committed_notebook_has_no_outputs(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
-    dirty = [i for i, c in enumerate(nb.cells)
-             if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count"))]
+    dirty = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count"))
+    ]
     assert not dirty, (
         f"{path.name}: code cells {dirty} carry outputs or execution counts; required none (the no-outputs policy). "
         "Fix: jupyter nbconvert --clear-output --inplace " + str(path.relative_to(ROOT))
     )
-    assert "widgets" not in nb.metadata, f"{path.name}: saved widget state in metadata; clear it (no-outputs policy)."
+    assert "widgets" not in nb.metadata, (
+        f"{path.name}: saved widget state in metadata; clear it (no-outputs policy)."
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
 def test_notebook_opens_with_markdown_saying_question_and_time(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     first = nb.cells[0] if nb.cells else None
-    assert first is not None and first.cell_type == "markdown", f"{path.name}: the first cell must be markdown"
+    assert first is not None and first.cell_type == "markdown", (
+        f"{path.name}: the first cell must be markdown"
+    )
     text = first.source
     assert re.match(r"\s*# \S", text), f"{path.name}: the opening cell must start with a '# ' title"
-    assert re.search(r"question", text, re.I), f"{path.name}: the opening must say what question it answers"
-    assert re.search(r"\*\*Time:\*\*", text), f"{path.name}: the opening must say how long it takes (**Time:** ...)"
+    assert re.search(r"question", text, re.I), (
+        f"{path.name}: the opening must say what question it answers"
+    )
+    assert re.search(r"\*\*Time:\*\*", text), (
+        f"{path.name}: the opening must say how long it takes (**Time:** ...)"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
@@ -193,23 +222,38 @@ def test_notebook_code_cells_are_thin(path: Path) -> None:
 def test_notebook_imports_nb_one_way_and_gathers_nothing_only_tests_read(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert NB_IMPORT in code and "nb.setup()" in code, f"{path.name}: required `{NB_IMPORT}` and `nb.setup()`"
-    other = re.findall(r"^\s*(from pooltk import .*\bnb\b.*|from pooltk\.nb\.\w+ import .*|import pooltk\.nb.*)$", code,
-                       re.M)
-    assert not other, f"{path.name}: another import form of pooltk.nb: {other}; required `{NB_IMPORT}` and " \
-                      "`from pooltk.nb import <topic> as <alias>`"
+    assert NB_IMPORT in code and "nb.setup()" in code, (
+        f"{path.name}: required `{NB_IMPORT}` and `nb.setup()`"
+    )
+    other = re.findall(
+        r"^\s*(from pooltk import .*\bnb\b.*|from pooltk\.nb\.\w+ import .*|import pooltk\.nb.*)$",
+        code,
+        re.M,
+    )
+    assert not other, (
+        f"{path.name}: another import form of pooltk.nb: {other}; required `{NB_IMPORT}` and "
+        "`from pooltk.nb import <topic> as <alias>`"
+    )
     gathered = re.findall(r"^(summary|results)\s*=\s*\{", code, re.M)
-    assert not gathered, f"{path.name}: a `{gathered[0]} = {{...}}` cell gathers values for tests; the tests read " \
-                         "the kernel (PROBES) instead"
+    assert not gathered, (
+        f"{path.name}: a `{gathered[0]} = {{...}}` cell gathers values for tests; the tests read "
+        "the kernel (PROBES) instead"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
 def test_notebook_prose_quotes_no_machine_timing(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
-    found = [(i, m.group(0)) for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
-             for m in TIMING.finditer(c.source)]
-    assert not found, f"{path.name}: machine timings in markdown {found}; say what the cost is made of and point " \
-                      "to docs/notebooks.md's measured table"
+    found = [
+        (i, m.group(0))
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "markdown"
+        for m in TIMING.finditer(c.source)
+    ]
+    assert not found, (
+        f"{path.name}: machine timings in markdown {found}; say what the cost is made of and point "
+        "to docs/notebooks.md's measured table"
+    )
 
 
 @pytest.mark.notebook
@@ -222,10 +266,14 @@ def test_notebook_runs_headless_top_to_bottom(executed, path: Path) -> None:
     assert not errors, f"{path.name}: error outputs:\n" + "\n".join(errors)
     pngs = sorted(run.figures_dir.glob("*.png"))
     if "save_figure(" in path.read_text():
-        assert pngs, f"{path.name} saves figures, but none landed in POOLTK_REPORT_DIR={run.figures_dir}"
+        assert pngs, (
+            f"{path.name} saves figures, but none landed in POOLTK_REPORT_DIR={run.figures_dir}"
+        )
     assert all(p.stat().st_size > 1000 for p in pngs), [(p.name, p.stat().st_size) for p in pngs]
     number = path.stem.split("_", 1)[0]
     strays = [p.name for p in pngs if not p.name.startswith(number + "_")]
-    assert not strays, f"{path.name}: figures not named after the notebook's number {number!r}: {strays}"
+    assert not strays, (
+        f"{path.name}: figures not named after the notebook's number {number!r}: {strays}"
+    )
     assert run.probe is not None, f"{path.name}: the probe printed nothing readable"
     PROBES[path.stem][1](run.probe)

@@ -24,7 +24,9 @@ class MissedWakeupChannel:
 
     async def get_msg(self, timeout: float | None = None) -> dict:
         self.polls.append(timeout)
-        await asyncio.sleep(3600 if timeout is None else timeout)  # no wakeup: only the timeout ends the poll
+        await asyncio.sleep(
+            3600 if timeout is None else timeout
+        )  # no wakeup: only the timeout ends the poll
         if self.arrives_at is not None and time.monotonic() >= self.arrives_at:  # the final poll(0)
             return {"msg_type": "execute_reply"}
         raise Empty
@@ -60,14 +62,18 @@ def test_a_wait_for_ever_is_sliced_too_and_a_wait_with_nothing_coming_still_ends
 
 def _notebook(tmp_path, *sources: str):
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# a stall")] + [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.cells = [nbformat.v4.new_markdown_cell("# a stall")] + [
+        nbformat.v4.new_code_cell(s) for s in sources
+    ]
     path = tmp_path / "99_stalls.ipynb"
     nbformat.write(nb, path)
     return path
 
 
 @pytest.mark.notebook
-def test_a_cell_past_the_timeout_fails_naming_the_notebook_the_cell_and_what_it_waited_for(tmp_path):
+def test_a_cell_past_the_timeout_fails_naming_the_notebook_the_cell_and_what_it_waited_for(
+    tmp_path,
+):
     path = _notebook(tmp_path, "x = 1", "import time\ntime.sleep(120)")
     run = run_notebook(path, tmp_path / "out", timeout_s=5)
     assert not run.ok
@@ -89,7 +95,10 @@ def test_nbclient_runs_as_it_is_with_its_kernel_channels_polled_in_slices(tmp_pa
     nb = nbformat.read(_notebook(tmp_path, "x = 1"), as_version=4)
     client = notebook_client(nb, cwd=tmp_path, timeout_s=60, on_notebook_start=started)
     client.execute()
-    assert seen == ["get_msg_in_slices", "get_msg_in_slices"]  # the caller's hook ran after the slicing
+    assert seen == [
+        "get_msg_in_slices",
+        "get_msg_in_slices",
+    ]  # the caller's hook ran after the slicing
     assert nb.cells[1].outputs == [] and nb.cells[1].execution_count == 1
 
 
@@ -101,7 +110,16 @@ def test_the_closing_lines_give_each_notebook_its_wall_time(tmp_path):
     progress = []
     run = run_notebook(path, tmp_path / "out", timeout_s=60, progress=progress.append)
     assert run.ok, run.error
-    assert progress == ["  99_stalls.ipynb: cell 1/2", "  99_stalls.ipynb: cell 2/2"]  # the empty cell is not run
-    result = ReportResult(out=tmp_path / "out", summary_md=tmp_path / "out" / "summary.md", notebooks=[run],
-                          parity_equal=None, parity_error=None, timings={"total": run.seconds})
+    assert progress == [
+        "  99_stalls.ipynb: cell 1/2",
+        "  99_stalls.ipynb: cell 2/2",
+    ]  # the empty cell is not run
+    result = ReportResult(
+        out=tmp_path / "out",
+        summary_md=tmp_path / "out" / "summary.md",
+        notebooks=[run],
+        parity_equal=None,
+        parity_error=None,
+        timings={"total": run.seconds},
+    )
     assert f"99_stalls.html ({run.seconds:.1f} s)" in describe(result)

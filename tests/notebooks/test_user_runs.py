@@ -36,7 +36,9 @@ def run(tmp_path_factory):
     from pooltk.nb.report import ReportConfig, logs_parameters
 
     config = ReportConfig(logs=(FOLDER,), expected=FOLDER / "expected.csv")
-    return execute_notebook(NOTEBOOK, tmp_path_factory.mktemp("two_users"), PROBE, parameters=logs_parameters(config))
+    return execute_notebook(
+        NOTEBOOK, tmp_path_factory.mktemp("two_users"), PROBE, parameters=logs_parameters(config)
+    )
 
 
 @pytest.mark.notebook
@@ -47,19 +49,26 @@ def test_notebook_03_reads_both_users_runs_and_draws_them_beside_the_published_b
     assert set(run.probe["beside"]) == RUNS
     drawn = [rec for rec in run.figures if "03_runs_beside_published" in rec.saved_as]
     assert drawn and not drawn[0].problems, [rec.problems for rec in drawn]
-    assert {"your runs (logs read)", "published (PR #3780 / Automodel configs)"} <= set(drawn[0].series)
+    assert {"your runs (logs read)", "published (PR #3780 / Automodel configs)"} <= set(
+        drawn[0].series
+    )
 
 
 @pytest.mark.notebook
 def test_the_decorated_copy_reads_to_the_undecorated_runs_steps(run) -> None:
     steps = run.probe["steps"]
-    assert steps["cpu_seq8192_stock_kubectl"] == steps["cpu_seq8192_stock"] and len(steps["cpu_seq8192_stock"]) == 5
+    assert (
+        steps["cpu_seq8192_stock_kubectl"] == steps["cpu_seq8192_stock"]
+        and len(steps["cpu_seq8192_stock"]) == 5
+    )
 
 
 @pytest.mark.notebook
 def test_the_users_table_is_judged_row_by_row_and_only_their_rows(run) -> None:
     judged = dict(run.probe["judged"])
-    assert run.probe["expected_figures_inline"] == 0  # --logs leaves the notebook's own example rows out
+    assert (
+        run.probe["expected_figures_inline"] == 0
+    )  # --logs leaves the notebook's own example rows out
     assert len(judged) == 5 and all(judged.values()), judged
 
 
@@ -82,36 +91,65 @@ def test_an_expected_figure_for_a_run_not_read_is_refused_naming_the_runs() -> N
     summary = summarize(read_logs([FOLDER]), warn=False)
     rows = expected.load_expected(FOLDER / "expected.csv")
     assert all(expected.judge(rows, summary).to_frame().agrees == "yes")
-    bad = [dict(name="typo", run="cpu_seq8192_pooled_", quantity="final_loss", value="5.8", unit="loss", source="x")]
+    bad = [
+        dict(
+            name="typo",
+            run="cpu_seq8192_pooled_",
+            quantity="final_loss",
+            value="5.8",
+            unit="loss",
+            source="x",
+        )
+    ]
     with pytest.raises(InputError, match="cpu_seq8192_pooled_.*required one of"):
         expected.judge(expected.load_expected(bad), summary)
     with pytest.raises(InputError, match="unit"):
-        expected.load_expected([{**bad[0], "run": "cpu_seq8192_pooled", "quantity": "peak_mem_gib", "unit": "GB"}])
+        expected.load_expected(
+            [{**bad[0], "run": "cpu_seq8192_pooled", "quantity": "peak_mem_gib", "unit": "GB"}]
+        )
     with pytest.raises(InputError, match="quantity"):
         expected.load_expected([{**bad[0], "quantity": "speed"}])
 
 
-def test_an_expected_figure_agrees_at_its_written_precision_approximately_or_within_its_tolerance() -> None:
+def test_an_expected_figure_agrees_at_its_written_precision_approximately_or_within_its_tolerance() -> (
+    None
+):
     from pooltk.nb.expected import ExpectedFigure
 
     def allowed(value: str, tolerance: str = "") -> float:
-        return ExpectedFigure(name="n", run="r", quantity="peak_mem_gib", value=value, unit="GiB", source="s",
-                              tolerance=tolerance).rule()[1]
+        return ExpectedFigure(
+            name="n",
+            run="r",
+            quantity="peak_mem_gib",
+            value=value,
+            unit="GiB",
+            source="s",
+            tolerance=tolerance,
+        ).rule()[1]
 
     assert abs(0.6454 - 0.645) <= allowed("0.645") < abs(0.6456 - 0.645)
     assert allowed("~135") == pytest.approx(135 * 0.05) and allowed("135") == pytest.approx(0.5)
-    assert allowed("8.76", "10%") == pytest.approx(0.876) and allowed("8.76", "0.1") == pytest.approx(0.1)
+    assert allowed("8.76", "10%") == pytest.approx(0.876) and allowed(
+        "8.76", "0.1"
+    ) == pytest.approx(0.1)
 
 
 @pytest.mark.notebook
 @pytest.mark.timeout(600)
-def test_notebook_03_with_only_log_paths_changed_lists_the_example_figures_as_not_applicable(tmp_path) -> None:
+def test_notebook_03_with_only_log_paths_changed_lists_the_example_figures_as_not_applicable(
+    tmp_path,
+) -> None:
     probe = "[(c.claim, c.agrees, c.pooltk) for c in expected.judge(EXPECTED, summary, absent_runs=absent).claims]"
     run = execute_notebook(NOTEBOOK, tmp_path, probe, parameters={"LOG_PATHS": [str(FOLDER)]})
     assert run.error is None and not error_outputs(run.nb), run.error or error_outputs(run.nb)
-    assert len(run.probe) == 3, run.probe  # the notebook's three example rows, about pooltk's own CPU runs
+    assert len(run.probe) == 3, (
+        run.probe
+    )  # the notebook's three example rows, about pooltk's own CPU runs
     for claim, agrees, said in run.probe:
-        assert agrees is None and said.startswith("not applicable: the logs read have no run"), (claim, said)
+        assert agrees is None and said.startswith("not applicable: the logs read have no run"), (
+            claim,
+            said,
+        )
         assert "cpu_seq8192_pooled" in said  # it names the runs that were read
 
 
@@ -122,8 +160,18 @@ def test_an_absent_run_is_refused_or_not_applicable_as_asked_and_nothing_else_is
     from pooltk.nb import expected
 
     summary = summarize(read_logs([FOLDER]), warn=False)
-    rows = expected.load_expected([dict(name="elsewhere", run="cpu_seq32768_pooled", quantity="final_loss",
-                                        value="5.6", unit="loss", source="x")])
+    rows = expected.load_expected(
+        [
+            dict(
+                name="elsewhere",
+                run="cpu_seq32768_pooled",
+                quantity="final_loss",
+                value="5.6",
+                unit="loss",
+                source="x",
+            )
+        ]
+    )
     with pytest.raises(InputError, match="cpu_seq32768_pooled"):
         expected.judge(rows, summary)
     (claim,) = expected.judge(rows, summary, absent_runs="not applicable").claims

@@ -27,10 +27,25 @@ from pooltk.nb import memory as mp  # noqa: E402
 from pooltk.nb import whole_stage as ws  # noqa: E402
 
 TINY = dataclasses.replace(
-    estimate_preset("llama3-70b-pp8"), name="tiny-llama",
-    config=MappingProxyType({**LLAMA3_70B, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
-                             "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 256}),
-    pp=4, microbatches=16, rows=1, seq_len=1024, source="a four-layer Llama-3-shaped decoder (test)")
+    estimate_preset("llama3-70b-pp8"),
+    name="tiny-llama",
+    config=MappingProxyType(
+        {
+            **LLAMA3_70B,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "num_hidden_layers": 4,
+            "vocab_size": 256,
+        }
+    ),
+    pp=4,
+    microbatches=16,
+    rows=1,
+    seq_len=1024,
+    source="a four-layer Llama-3-shaped decoder (test)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +54,10 @@ def whole() -> ws.WholeStage:
 
 
 def test_quick_replays_fewer_microbatches_and_tokens_and_says_so(whole: ws.WholeStage) -> None:
-    assert (whole.preset.microbatches, whole.preset.seq_len) == (8, 512)  # max(pp, 8) microbatches, 512 tokens
+    assert (whole.preset.microbatches, whole.preset.seq_len) == (
+        8,
+        512,
+    )  # max(pp, 8) microbatches, 512 tokens
     assert (whole.estimate.shape.n_microbatches, whole.estimate.ranks) == (8, (0, 2))
     assert "quick" in whole.scale and "the preset is 16 of 1 x 1024" in whole.scale
     assert whole.inputs()["replayed"] == whole.scale
@@ -47,15 +65,21 @@ def test_quick_replays_fewer_microbatches_and_tokens_and_says_so(whole: ws.Whole
     assert "the preset's own shape" in full.scale and full.estimate.shape.n_microbatches == 16
 
 
-def test_the_verdict_is_on_the_one_gb200_capacity_with_the_stated_overhead(whole: ws.WholeStage) -> None:
+def test_the_verdict_is_on_the_one_gb200_capacity_with_the_stated_overhead(
+    whole: ws.WholeStage,
+) -> None:
     v = whole.verdict
     assert v.device is GB200 and v.overhead.total_bytes > 0
-    assert {(r.rank, r.variant) for r in v.rows} == {(r, x) for r in (0, 2) for x in whole.estimate.variants}
+    assert {(r.rank, r.variant) for r in v.rows} == {
+        (r, x) for r in (0, 2) for x in whole.estimate.variants
+    }
     for r in v.rows:
         assert r.estimate_bytes == whole.estimate.replay(r.rank, r.variant).peak.bytes
 
 
-def test_the_tables_name_what_each_rank_holds_and_the_receive_check_is_exact_for_stock(whole: ws.WholeStage) -> None:
+def test_the_tables_name_what_each_rank_holds_and_the_receive_check_is_exact_for_stock(
+    whole: ws.WholeStage,
+) -> None:
     peaks = whole.peak_table()
     assert set(peaks.holds) == {"embedding + layer 0", "layer 2"}
     check = whole.receive_check()
@@ -70,7 +94,9 @@ def test_the_stacked_and_timeline_figures_pass_the_figure_checks(whole: ws.Whole
     ax = stacked.axes[0]
     labels = {t.get_text() for t in ax.get_xticklabels()}
     assert labels == {ws.VARIANT_TICKS[v] for v in whole.estimate.variants}
-    heights = sum(p.get_height() for p in ax.patches if p.get_x() < 0.5)  # the stock bar of rank 0, stacked
+    heights = sum(
+        p.get_height() for p in ax.patches if p.get_x() < 0.5
+    )  # the stock bar of rank 0, stacked
     assert heights == pytest.approx(whole.estimate.replay(0, "stock").peak.bytes / 2**30, rel=1e-9)
     capacity = [ln for ln in ax.get_lines() if ln.get_label().startswith("gb200 capacity")]
     assert capacity and capacity[0].get_ydata()[0] == pytest.approx(GB200.gib)
@@ -81,15 +107,37 @@ def test_the_stacked_and_timeline_figures_pass_the_figure_checks(whole: ws.Whole
     plt.close("all")
 
 
-def test_the_explorer_stands_on_the_replay_only_for_the_replayed_model_and_shape(whole: ws.WholeStage) -> None:
+def test_the_explorer_stands_on_the_replay_only_for_the_replayed_model_and_shape(
+    whole: ws.WholeStage,
+) -> None:
     state = mp.ExplorerState(replayed=whole)
     dims = dict(pp=4, microbatches=8, rows=1, seq_len=512, hidden=64, dtype="bfloat16")
-    mp.explore(state, preset=TINY.name, **dims, slack=2, grad_slack=1, policy="tight", device="gb200")
-    assert state.fits is not None and state.fits_report is None and "whole-stage replay" in state.fits_basis
-    assert {r.estimate_bytes for r in state.fits.rows} == {r.peak.bytes for r in whole.estimate.replays}
-    assert state.last_result.stage_bytes(2, "stock") == 8 * 2 * 512 * 64 * 2  # 8 sets each way, 1 x 512 x 64 bf16
-    mp.explore(state, preset=TINY.name, **{**dims, "seq_len": 1024}, slack=2, grad_slack=1, policy="tight", device="gb200")
-    assert state.fits is None and "no reference peak" in state.fits_note  # another shape: the replay is not its own
+    mp.explore(
+        state, preset=TINY.name, **dims, slack=2, grad_slack=1, policy="tight", device="gb200"
+    )
+    assert (
+        state.fits is not None
+        and state.fits_report is None
+        and "whole-stage replay" in state.fits_basis
+    )
+    assert {r.estimate_bytes for r in state.fits.rows} == {
+        r.peak.bytes for r in whole.estimate.replays
+    }
+    assert (
+        state.last_result.stage_bytes(2, "stock") == 8 * 2 * 512 * 64 * 2
+    )  # 8 sets each way, 1 x 512 x 64 bf16
+    mp.explore(
+        state,
+        preset=TINY.name,
+        **{**dims, "seq_len": 1024},
+        slack=2,
+        grad_slack=1,
+        policy="tight",
+        device="gb200",
+    )
+    assert (
+        state.fits is None and "no reference peak" in state.fits_note
+    )  # another shape: the replay is not its own
     assert "whole_stage_estimate('tiny-llama', microbatches=8, seq_len=1024)" in state.fits_note
 
 
@@ -103,7 +151,10 @@ def test_the_k3_story_figure_draws_the_story_on_its_capacity() -> None:
     assert figure_checks.figure_problems(fig) == []
     titles = [ax.get_title() for ax in fig.axes[:2]]
     margins = [r.modelled.rsplit(": ", 1)[-1] for r in story.rows[1:3]]
-    assert all(m in t for m, t in zip(margins, titles)), (titles, margins)  # each panel's verdict is the story's
+    assert all(m in t for m, t in zip(margins, titles)), (
+        titles,
+        margins,
+    )  # each panel's verdict is the story's
     assert story.device is GB200
     plt.close(fig)
 

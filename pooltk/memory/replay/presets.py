@@ -141,7 +141,7 @@ ESTIMATE_PRESETS: MappingProxyType = MappingProxyType(
         )
     }
 )
-"""The named estimates (``pooltk memory --estimate --preset NAME``)."""
+"""The named estimates (``pooltk estimate --preset NAME``)."""
 
 
 def estimate_preset(name: str) -> EstimatePreset:
@@ -150,7 +150,7 @@ def estimate_preset(name: str) -> EstimatePreset:
         raise MemoryModelError(
             "preset",
             found=repr(name),
-            required=f"one of {', '.join(ESTIMATE_PRESETS)} with --estimate",
+            required=f"one of {', '.join(ESTIMATE_PRESETS)} (pooltk estimate --preset)",
             fix="pick a listed name, or give --config / --builder.",
         )
     return ESTIMATE_PRESETS[name]

@@ -39,7 +39,7 @@ def fake_world(rank: int, world_size: int) -> Iterator[None]:
             found=f"a default process group already initialised here (backend {dist.get_backend()}, "
             f"world size {dist.get_world_size()})",
             required="none: the replay makes its own fake one for each rank",
-            fix="run the estimate in a fresh process (`pooltk memory --estimate`), or call "
+            fix="run the estimate in a fresh process (`pooltk estimate`), or call "
             "torch.distributed.destroy_process_group() first.",
         )
     import torch.distributed._tools.fake_collectives  # noqa: F401 - registers the c10d ops' fake kernels
