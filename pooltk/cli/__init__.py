@@ -50,10 +50,6 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "logs": ("pooltk.cli.logs", "read Automodel / torchtitan run logs into a per-run summary"),
     "report": ("pooltk.cli.report", "run every notebook headless and write HTML + PNG reports"),
-    "cpu-runs": (
-        "pooltk.cli.cpu_runs",
-        "write real training.jsonl logs of pooltk's own CPU parity runs",
-    ),
     "fuzz": (
         "pooltk.cli.fuzz",
         "random models on every poolable schedule, pooled vs stock on gloo: zero silent "

@@ -1,7 +1,7 @@
 """Notebook 03 on a folder of two users' runs draws them beside the published bars and judges their table.
 
-``data/two_users`` holds real logs made with pooltk's own tooling (``pooltk cpu-runs``, its README
-says how): alice's pooled run, bob's stock run, and bob's log again as ``kubectl logs --timestamps
+``data/two_users`` holds real logs made with pooltk's own tooling (``python -m tools.cpu_runs``,
+then ``pooltk cpu-runs``; its README says how): alice's pooled run, bob's stock run, and bob's log again as ``kubectl logs --timestamps
 --prefix`` prints it, plus their expected figures (``expected.csv``). The notebook runs as
 ``pooltk report --logs DIR --expected FILE`` runs it (the same parameter injection).
 """

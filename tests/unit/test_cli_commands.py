@@ -148,7 +148,6 @@ FLAGS: dict[str, tuple[str, ...]] = {
         "--run-info",
         "--expected",
     ),
-    "cpu-runs": ("--out", "--seq-lens", "--pp", "--microbatches", "--steps", "--hidden"),
     "fuzz": ("--cases", "--seed", "--steps", "--batch", "--pp", "--csv"),
 }
 """Each command's flags (a positional by its metavar), in the order its ``--help`` lists them."""

@@ -36,9 +36,6 @@ CASES = [
     (["report", "--jobs", "0"], "--jobs", "0"),
     (["report", "--timeout", "-5"], "--timeout", "-5.0"),
     (["report", "--parity-steps", "0"], "--parity-steps", "0"),
-    (["cpu-runs", "--pp", "1"], "--pp", "1"),
-    (["cpu-runs", "--microbatches", "2"], "--microbatches", "2"),
-    (["cpu-runs", "--seq-lens", "16384", "0"], "--seq-lens", "0"),
     (["fuzz", "--pp", "2", "1"], "--pp", "1"),
     (["fuzz", "--cases", "0"], "--cases", "0"),
 ]

@@ -1,11 +1,16 @@
 """Real training logs of pooltk's own CPU runs, in NeMo Automodel's ``training.jsonl`` schema.
 
+    python -m tools.cpu_runs [--out data/cpu_runs] [--seq-lens 16384 32768] [--pp 4]
+        [--microbatches 16] [--steps 6] [--hidden 64]
+
+Regenerates the shipped logs of ``data/cpu_runs/`` (about 10 minutes on 2 cores).
+
 A 1F1B pipeline of residual blocks trains on 4 gloo ranks at two row lengths, stock and
 pooled, each variant in its own fresh processes (:func:`pooltk.parity.rss.launch_rss`), the
 launches interleaved stock, pooled, stock, pooled. Rows are long (16k and 32k tokens of a
 64-wide hidden state) so that the receive buffers are a large part of each rank's memory and
 the ``mem`` column shows what the pool changes. Every optimizer step becomes one Automodel
-training record; regenerate with ``pooltk cpu-runs``.
+training record.
 
 [Note: CPU log fields]
 - ``loss``: mean of the last stage's per-microbatch MSE losses of the step.
@@ -24,6 +29,7 @@ training record; regenerate with ``pooltk cpu-runs``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -36,7 +42,7 @@ from typing import Any
 from pooltk.config import PoolConfig
 from pooltk.parity.rss import RssLaunch, RssSpec, launch_rss
 
-__all__ = ["write_cpu_runs"]
+__all__ = ["main", "write_cpu_runs"]
 
 
 def _records(launch: RssLaunch) -> list[dict[str, Any]]:
@@ -158,9 +164,61 @@ def write_cpu_runs(
                     "cpus": os.cpu_count(),
                     "system": platform.system(),
                 },
-                "command": " ".join(shlex.quote(a) for a in sys.argv) or "pooltk cpu-runs",
+                "command": " ".join(shlex.quote(a) for a in sys.argv) or "python -m tools.cpu_runs",
                 "written": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             }
             (out / f"{stem}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
             written += [path, out / f"{stem}.meta.json"]
     return written
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.cpu_runs", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--out", default="data/cpu_runs", help="output folder (data/cpu_runs)")
+    parser.add_argument(
+        "--seq-lens", nargs="+", type=int, default=[16384, 32768], help="row lengths"
+    )
+    parser.add_argument("--pp", type=int, default=4, help="stages, one gloo rank each")
+    parser.add_argument("--microbatches", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--hidden", type=int, default=64)
+    return parser
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit 2 naming the flag, what it found, what it needs and a fix, before any rank starts."""
+    lows = {"--pp": 2, "--microbatches": max(args.pp, 2), "--steps": 1, "--hidden": 1}
+    found = {"--pp": args.pp, "--microbatches": args.microbatches, "--steps": args.steps}
+    found["--hidden"] = args.hidden
+    for flag, value in [*found.items(), *(("--seq-lens", n) for n in args.seq_lens)]:
+        low = lows.get(flag, 1)
+        if value < low:
+            parser.error(
+                f"{flag}: found {value}; required {low} or more"
+                + (" (1F1B needs one microbatch per stage)" if flag == "--microbatches" else "")
+                + f". Fix: {flag} {low} or more, or leave it out for the default."
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _check(parser, args)
+    paths = write_cpu_runs(
+        args.out,
+        seq_lens=tuple(args.seq_lens),
+        pp=args.pp,
+        microbatches=args.microbatches,
+        steps=args.steps,
+        hidden=args.hidden,
+        progress=lambda m: print(f"[cpu-runs] {m}", file=sys.stderr, flush=True),
+    )
+    for path in paths:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
