@@ -14,24 +14,43 @@ pytestmark = [pytest.mark.dist, pytest.mark.timeout(600)]
 
 def _pair(name, **kw):
     cfg = kw.pop("config", Harness())
-    return (Variant(name=f"stock/{name}", **kw), Variant(name=f"pooled/{name}", pooled=True, config=cfg, **kw))
+    return (
+        Variant(name=f"stock/{name}", **kw),
+        Variant(name=f"pooled/{name}", pooled=True, config=cfg, **kw),
+    )
 
 
-def test_class1_last_stage_output_viewing_its_input_is_equal_in_eval_and_train_and_re_homed(no_leftover_ranks):
-    variants = _pair("view-eval", bodies=("block", "view"), eval_only=True) + _pair("view-train", bodies=("block", "view"))
-    report = run_parity(ParitySpec(pp=2, microbatches=8, steps=2, hidden=16, seq_len=4, variants=variants,
-                                   timeout_s=300))
+def test_class1_last_stage_output_viewing_its_input_is_equal_in_eval_and_train_and_re_homed(
+    no_leftover_ranks,
+):
+    variants = _pair("view-eval", bodies=("block", "view"), eval_only=True) + _pair(
+        "view-train", bodies=("block", "view")
+    )
+    report = run_parity(
+        ParitySpec(
+            pp=2, microbatches=8, steps=2, hidden=16, seq_len=4, variants=variants, timeout_s=300
+        )
+    )
     for name in ("view-eval", "view-train"):
         v = report.variant(f"pooled/{name}")
         assert v.bitwise_equal and v.outputs_bitwise_equal, name
-        assert v.recv[1]["forward"].get("rehomes", 0) > 0, name  # the aliasing was seen and paid for
+        assert v.recv[1]["forward"].get("rehomes", 0) > 0, (
+            name
+        )  # the aliasing was seen and paid for
         assert v.rings[1]["forward"] < 8  # still a ring, not M sets
 
 
-def test_class2_input_gradient_viewing_the_received_gradient_is_equal_with_grad_slack_0(no_leftover_ranks):
-    variants = _pair("grad-view", bodies=("block", "transpose", "block"), config=Harness(slack=0, grad_slack=0))
-    report = run_parity(ParitySpec(pp=3, microbatches=6, steps=2, hidden=16, seq_len=4, variants=variants,
-                                   timeout_s=300))
+def test_class2_input_gradient_viewing_the_received_gradient_is_equal_with_grad_slack_0(
+    no_leftover_ranks,
+):
+    variants = _pair(
+        "grad-view", bodies=("block", "transpose", "block"), config=Harness(slack=0, grad_slack=0)
+    )
+    report = run_parity(
+        ParitySpec(
+            pp=3, microbatches=6, steps=2, hidden=16, seq_len=4, variants=variants, timeout_s=300
+        )
+    )
     v = report.variant("pooled/grad-view")
     assert v.bitwise_equal and v.outputs_bitwise_equal
     assert v.recv[1]["grad"].get("rehomes", 0) > 0  # stage 1 sends a view of its grad slot upstream
@@ -40,8 +59,11 @@ def test_class2_input_gradient_viewing_the_received_gradient_is_equal_with_grad_
 # Issue #18: models that keep something of their received input, judged against fresh (a new buffer per
 # receive, torch 2.15's semantics). pp3 1F1B, slack 0: the middle stage's forward ring is 2 sets for 6 microbatches.
 
-KEEPERS = {"hooks": ("block", "grad_hook", "block"), "window": ("block", "keep_window", "block"),
-           "prev": ("block", "keep_prev", "block")}
+KEEPERS = {
+    "hooks": ("block", "grad_hook", "block"),
+    "window": ("block", "keep_window", "block"),
+    "prev": ("block", "keep_prev", "block"),
+}
 
 
 def _three(models, *, eval_only=False, pp=3, microbatches=6):
@@ -49,9 +71,20 @@ def _three(models, *, eval_only=False, pp=3, microbatches=6):
 
     variants = ()
     for key, bodies in models.items():
-        variants += _pair(key, bodies=bodies, eval_only=eval_only, config=Harness(slack=0, grad_slack=0))
-    return run_three_way(ParitySpec(pp=pp, microbatches=microbatches, steps=3, hidden=8, seq_len=3,
-                                    variants=variants, timeout_s=300))
+        variants += _pair(
+            key, bodies=bodies, eval_only=eval_only, config=Harness(slack=0, grad_slack=0)
+        )
+    return run_three_way(
+        ParitySpec(
+            pp=pp,
+            microbatches=microbatches,
+            steps=3,
+            hidden=8,
+            seq_len=3,
+            variants=variants,
+            timeout_s=300,
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,24 +93,41 @@ def keepers():
     return {j.variant.split("/", 1)[1]: j for j in three.judgements}, three
 
 
-def test_hooks_on_received_inputs_pile_up_in_stock_and_pooled_equals_fresh_reported_as_explained(keepers):
+def test_hooks_on_received_inputs_pile_up_in_stock_and_pooled_equals_fresh_reported_as_explained(
+    keepers,
+):
     j, three = keepers
-    assert j["hooks"].verdict == "explained" and j["hooks"].equal_fresh and not j["hooks"].stock_equal_fresh
-    assert "pile up across steps (pytorch issue #185331): 3 hooks on one stock buffer" in j["hooks"].reason
+    assert (
+        j["hooks"].verdict == "explained"
+        and j["hooks"].equal_fresh
+        and not j["hooks"].stock_equal_fresh
+    )
+    assert (
+        "pile up across steps (pytorch issue #185331): 3 hooks on one stock buffer"
+        in j["hooks"].reason
+    )
     assert three.report.variant("stock/hooks").recv[1]["forward"]["max_hooks"] == 3  # one per step
     assert three.report.variant("fresh/hooks").recv[1]["forward"]["max_hooks"] == 1
 
 
-def test_inputs_kept_across_a_step_are_overwritten_in_stock_and_pooled_equals_fresh_reported_as_explained(keepers):
+def test_inputs_kept_across_a_step_are_overwritten_in_stock_and_pooled_equals_fresh_reported_as_explained(
+    keepers,
+):
     j, _ = keepers
-    assert j["window"].verdict == "explained" and j["window"].equal_fresh and not j["window"].stock_equal_fresh
+    assert (
+        j["window"].verdict == "explained"
+        and j["window"].equal_fresh
+        and not j["window"].stock_equal_fresh
+    )
     assert "previous step's inputs kept in a list" in j["window"].reason
 
 
 def test_the_previous_microbatchs_input_kept_without_its_graph_is_equal_in_all_three(keepers):
     j, three = keepers
     assert j["prev"].verdict == "equal" and j["prev"].stock_equal_fresh
-    assert three.report.variant("pooled/prev").recv[1]["forward"].get("rehomes", 0) > 0  # seen and re-homed
+    assert (
+        three.report.variant("pooled/prev").recv[1]["forward"].get("rehomes", 0) > 0
+    )  # seen and re-homed
 
 
 def test_the_previous_input_kept_with_its_graph_is_equal_to_fresh_or_stops_with_an_error_naming_pooltk(
@@ -98,7 +148,8 @@ def test_the_previous_input_kept_with_its_graph_is_equal_to_fresh_or_stops_with_
 
 
 def test_a_cache_keyed_by_the_received_inputs_data_ptr_is_judged_outside_the_contract_with_its_reason(
-        no_leftover_ranks):
+    no_leftover_ranks,
+):
     three = _three({"ptr": ("block", "ptr_cache", "block")})
     j = three.judgements[0]
     # an address is not an identity: the pool no longer spends its saving on address reads, so the ring's reused
@@ -109,6 +160,11 @@ def test_a_cache_keyed_by_the_received_inputs_data_ptr_is_judged_outside_the_con
     assert not v.recv[1]["forward"].get("rehomes", 0)  # and it cost no re-home
 
 
-def test_dlpack_exports_of_the_received_input_kept_in_eval_are_never_silently_wrong(no_leftover_ranks):
-    three = _three({"dl": ("block", "dlpack", "block"), "np": ("block", "dlpack_numpy", "block")}, eval_only=True)
+def test_dlpack_exports_of_the_received_input_kept_in_eval_are_never_silently_wrong(
+    no_leftover_ranks,
+):
+    three = _three(
+        {"dl": ("block", "dlpack", "block"), "np": ("block", "dlpack_numpy", "block")},
+        eval_only=True,
+    )
     assert all(j.verdict in ("equal", "explained", "loud") for j in three.judgements), three.line

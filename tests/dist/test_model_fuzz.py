@@ -23,7 +23,11 @@ def fuzzed():
 
 
 def _bad(results, keep, verdicts=("silent",)):
-    return [f"{r.verdict} {r.case.label}: {r.detail}" for r in results if r.verdict in verdicts and keep(r)]
+    return [
+        f"{r.verdict} {r.case.label}: {r.detail}"
+        for r in results
+        if r.verdict in verdicts and keep(r)
+    ]
 
 
 def test_seeded_random_models_are_never_silently_different_from_fresh(fuzzed):
@@ -33,7 +37,9 @@ def test_seeded_random_models_are_never_silently_different_from_fresh(fuzzed):
     s = summarize(fuzzed)
     assert s.cases == 30 and sum(getattr(s, k) for k in VERDICTS) == 30
     # The draw exercised every poolable schedule, and the models that alias their buffers were re-homed.
-    assert {r.case.schedule for r in fuzzed if r.verdict in ("equal", "explained")} == {n for n, _, _ in SCHEDULES}
+    assert {r.case.schedule for r in fuzzed if r.verdict in ("equal", "explained")} == {
+        n for n, _, _ in SCHEDULES
+    }
     assert s.rehomed_cases > 0
 
 
@@ -41,23 +47,31 @@ def test_every_error_a_pooled_run_raises_names_pooltk(fuzzed):
     assert _bad(fuzzed, lambda r: True, verdicts=("unnamed",)) == []
 
 
-def test_only_models_outside_the_contract_are_judged_outside_and_dlpack_exports_are_never_silent(fuzzed):
+def test_only_models_outside_the_contract_are_judged_outside_and_dlpack_exports_are_never_silent(
+    fuzzed,
+):
     from pooltk.parity.models import OUTSIDE_CONTRACT
 
     outside = [r for r in fuzzed if r.verdict == "outside"]
-    assert all(set(r.case.bodies) & set(OUTSIDE_CONTRACT) for r in outside), [r.case.label for r in outside]
+    assert all(set(r.case.bodies) & set(OUTSIDE_CONTRACT) for r in outside), [
+        r.case.label for r in outside
+    ]
     assert _bad(fuzzed, lambda r: bool(set(r.case.bodies) & set(_CPP_HOLDERS))) == []
 
 
 def test_the_draw_holds_only_bodies_torch_accepts_so_no_case_is_invalid(fuzzed):
     assert [f"{r.case.label}: {r.detail}" for r in fuzzed if r.verdict == "invalid"] == []
-    split_train = [r.case for r in fuzzed if r.case.schedule in SPLIT_BACKWARD and not r.case.eval_only]
+    split_train = [
+        r.case for r in fuzzed if r.case.schedule in SPLIT_BACKWARD and not r.case.eval_only
+    ]
     assert split_train and not any(set(c.bodies) & set(VIEW_OUTPUT_BODIES) for c in split_train)
 
 
 def test_stock_reuse_effects_are_reported_as_explained_with_their_reason(fuzzed):
     explained = [r for r in fuzzed if r.verdict == "explained"]
-    assert explained, "the seeded draw should hold a model whose stock numbers depend on buffer reuse"
+    assert explained, (
+        "the seeded draw should hold a model whose stock numbers depend on buffer reuse"
+    )
     for r in explained:
         assert r.stock_equal_fresh is False and r.equal_fresh is True and r.equal_stock is False
         assert "pile up" in r.detail or "kept" in r.detail, r.detail

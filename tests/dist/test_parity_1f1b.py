@@ -26,9 +26,16 @@ def _sets(n: int, s: int, m: int, h: Harness | None) -> tuple[int, int]:
     )
 
 
-def test_pooled_1f1b_is_bitwise_equal_to_stock_for_each_policy_and_both_frontends(no_leftover_ranks):
-    spec = ParitySpec(pp=4, microbatches=16, steps=3, timeout_s=300,
-                      variants=default_variants(CONFIGS, frontends=("manual", "tracing")))
+def test_pooled_1f1b_is_bitwise_equal_to_stock_for_each_policy_and_both_frontends(
+    no_leftover_ranks,
+):
+    spec = ParitySpec(
+        pp=4,
+        microbatches=16,
+        steps=3,
+        timeout_s=300,
+        variants=default_variants(CONFIGS, frontends=("manual", "tracing")),
+    )
     report = run_parity(spec)
     assert report.bitwise_equal
     pooled = [v for v in report.variants if v.pooled]
@@ -42,8 +49,13 @@ def test_pooled_1f1b_is_bitwise_equal_to_stock_for_each_policy_and_both_frontend
 def test_pooled_bytes_per_stage_are_exactly_ring_sets_times_set_bytes_and_only_those_are_allocated(
     no_leftover_ranks,
 ):
-    spec = ParitySpec(pp=4, microbatches=16, steps=1, timeout_s=300,
-                      variants=default_variants(CONFIGS, frontends=("manual",)))
+    spec = ParitySpec(
+        pp=4,
+        microbatches=16,
+        steps=1,
+        timeout_s=300,
+        variants=default_variants(CONFIGS, frontends=("manual",)),
+    )
     report = run_parity(spec)
     set_bytes = report.boundary_bytes
     for v in report.variants:
@@ -60,7 +72,9 @@ def test_pooled_bytes_per_stage_are_exactly_ring_sets_times_set_bytes_and_only_t
 def test_negative_controls_diverge_silently_without_the_guard(no_leftover_ranks):
     short = Harness(slack=0, guard=False, forward_shortfall=1)
     gpipe = Harness(slack=0, guard=False)
-    variants = default_variants([short], force=True) + default_variants([gpipe], schedule="GPipe", force=True)
+    variants = default_variants([short], force=True) + default_variants(
+        [gpipe], schedule="GPipe", force=True
+    )
     report = run_parity(ParitySpec(pp=4, microbatches=8, steps=2, timeout_s=300, variants=variants))
     assert not report.bitwise_equal
     for v in report.variants:
@@ -71,14 +85,18 @@ def test_negative_controls_diverge_silently_without_the_guard(no_leftover_ranks)
 
 def test_ring_one_short_is_caught_by_the_guard_and_its_fields_reach_the_launcher(no_leftover_ranks):
     cfg = Harness(slack=0, forward_shortfall=1)
-    spec = ParitySpec(pp=4, microbatches=8, steps=1, timeout_s=300, variants=default_variants([cfg], force=True))
+    spec = ParitySpec(
+        pp=4, microbatches=8, steps=1, timeout_s=300, variants=default_variants([cfg], force=True)
+    )
     with pytest.raises(PoolOverrunError) as caught:
         run_parity(spec)
     exc = caught.value
     # Structured, not parsed: every field arrives from the rank that raised it.
     assert exc.direction == "forward"
     assert exc.rank == exc.stage  # one stage per rank
-    assert 1 <= exc.stage <= 2  # stage 0 receives nothing; the last stage's live set is 1 (no ring is one short)
+    assert (
+        1 <= exc.stage <= 2
+    )  # stage 0 receives nothing; the last stage's live set is 1 (no ring is one short)
     assert exc.ring == 4 - exc.stage - 1  # W - 1 with W = N - i
     assert exc.slot == exc.incoming % exc.ring == exc.owner % exc.ring
     assert exc.incoming - exc.owner == exc.ring
@@ -86,15 +104,25 @@ def test_ring_one_short_is_caught_by_the_guard_and_its_fields_reach_the_launcher
 
 
 def test_gpipe_with_the_pool_forced_is_caught_by_the_guard(no_leftover_ranks):
-    spec = ParitySpec(pp=4, microbatches=8, steps=1, timeout_s=300,
-                      variants=default_variants([Harness(slack=0)], schedule="GPipe", force=True))
+    spec = ParitySpec(
+        pp=4,
+        microbatches=8,
+        steps=1,
+        timeout_s=300,
+        variants=default_variants([Harness(slack=0)], schedule="GPipe", force=True),
+    )
     with pytest.raises(PoolOverrunError):
         run_parity(spec)
 
 
 def test_gpipe_without_force_is_not_pooled_and_stays_stock(no_leftover_ranks):
-    spec = ParitySpec(pp=2, microbatches=4, steps=1, timeout_s=200,
-                      variants=default_variants([Harness()], schedule="GPipe"))
+    spec = ParitySpec(
+        pp=2,
+        microbatches=4,
+        steps=1,
+        timeout_s=200,
+        variants=default_variants([Harness()], schedule="GPipe"),
+    )
     report = run_parity(spec)
     pooled = report.variants[1]
     assert pooled.bitwise_equal
@@ -104,7 +132,9 @@ def test_gpipe_without_force_is_not_pooled_and_stays_stock(no_leftover_ranks):
 
 
 def test_eval_train_switch_and_repeated_steps_keep_the_pool_and_parity(no_leftover_ranks):
-    variants = default_variants([Harness(slack=1), Harness(policy="automodel")], eval_between_steps=True)
+    variants = default_variants(
+        [Harness(slack=1), Harness(policy="automodel")], eval_between_steps=True
+    )
     report = run_parity(ParitySpec(pp=4, microbatches=8, steps=3, timeout_s=300, variants=variants))
     assert report.bitwise_equal
     for v in report.variants:
@@ -116,7 +146,10 @@ def test_eval_train_switch_and_repeated_steps_keep_the_pool_and_parity(no_leftov
 def test_per_stage_form_pools_only_the_stages_given_and_is_bitwise_equal(no_leftover_ranks):
     from pooltk.parity import Variant
 
-    variants = (Variant(name="stock"), Variant(name="per-stage", pooled=True, config=Harness(slack=1), scope="stage"))
+    variants = (
+        Variant(name="stock"),
+        Variant(name="per-stage", pooled=True, config=Harness(slack=1), scope="stage"),
+    )
     report = run_parity(ParitySpec(pp=4, microbatches=8, steps=2, timeout_s=300, variants=variants))
     v = report.variant("per-stage")
     assert v.bitwise_equal
@@ -130,26 +163,45 @@ def test_fresh_lands_every_receive_in_a_new_storage_and_a_model_keeping_nothing_
 ):
     from pooltk.parity.summary import exit_code, run_three_way, same
 
-    spec = ParitySpec(pp=3, microbatches=6, steps=2, timeout_s=300,
-                      variants=default_variants([Harness(slack=0, grad_slack=0)], frontends=("manual", "tracing")))
+    spec = ParitySpec(
+        pp=3,
+        microbatches=6,
+        steps=2,
+        timeout_s=300,
+        variants=default_variants(
+            [Harness(slack=0, grad_slack=0)], frontends=("manual", "tracing")
+        ),
+    )
     three = run_three_way(spec)
     fresh = [v for v in three.report.variants if v.name.startswith("fresh/")]
     assert len(fresh) == 2 and three.followup is None
     for v in fresh:
         assert same(v), v.name  # the toy model keeps nothing: stock's reuse changes no number
         for s in (1, 2):  # receives activations: one new storage per post, 6 microbatches x 2 steps
-            assert v.recv[s]["forward"]["posts"] == v.recv[s]["forward"]["post_storages"] == 12, (v.name, s)
+            assert v.recv[s]["forward"]["posts"] == v.recv[s]["forward"]["post_storages"] == 12, (
+                v.name,
+                s,
+            )
         for s in (0, 1):  # receives gradients
-            assert v.recv[s]["grad"]["posts"] == v.recv[s]["grad"]["post_storages"] == 12, (v.name, s)
+            assert v.recv[s]["grad"]["posts"] == v.recv[s]["grad"]["post_storages"] == 12, (
+                v.name,
+                s,
+            )
     assert [j.verdict for j in three.judgements] == ["equal", "equal"]
     assert exit_code(three.judgements) == 0 and three.line == "verdict: 2 equal"
 
 
-def test_negative_controls_are_silent_against_fresh_with_the_guard_off_and_loud_with_it_on(no_leftover_ranks):
+def test_negative_controls_are_silent_against_fresh_with_the_guard_off_and_loud_with_it_on(
+    no_leftover_ranks,
+):
     from pooltk.parity.controls import run_negative_controls
 
     out = run_negative_controls(pp=3, microbatches=6, steps=2)
-    assert out.verdicts() == {("ring one short", "guard off"): "silent", ("GPipe forced", "guard off"): "silent",
-                              ("ring one short", "guard on"): "loud", ("GPipe forced", "guard on"): "loud"}
+    assert out.verdicts() == {
+        ("ring one short", "guard off"): "silent",
+        ("GPipe forced", "guard off"): "silent",
+        ("ring one short", "guard on"): "loud",
+        ("GPipe forced", "guard on"): "loud",
+    }
     for j in out.judgements:  # the divergence is the pool's: stock and fresh agree
         assert j.stock_equal_fresh is True and j.equal_fresh is False

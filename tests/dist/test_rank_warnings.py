@@ -34,13 +34,24 @@ def captured(tmp_path_factory):
     (tmp / "log_every_rank.py").write_text(textwrap.dedent(PRELUDE))
     log = tmp / "train.log"
     bodies = ("block", "block", "block", "keep_prev")
-    variants = (Variant(name="stock/keep-prev", bodies=bodies),
-                Variant(name="pooled/keep-prev", pooled=True, bodies=bodies, config=Harness(slack=0, grad_slack=0)))
+    variants = (
+        Variant(name="stock/keep-prev", bodies=bodies),
+        Variant(
+            name="pooled/keep-prev",
+            pooled=True,
+            bodies=bodies,
+            config=Harness(slack=0, grad_slack=0),
+        ),
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", f"{tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
         mp.setenv("POOLTK_TEST_LOG", str(log))
-        report = run_parity(ParitySpec(pp=4, microbatches=8, steps=2, hidden=8, seq_len=3, variants=variants,
-                                       timeout_s=240), prelude="log_every_rank")
+        report = run_parity(
+            ParitySpec(
+                pp=4, microbatches=8, steps=2, hidden=8, seq_len=3, variants=variants, timeout_s=240
+            ),
+            prelude="log_every_rank",
+        )
     return report, log.read_text().splitlines()
 
 
@@ -51,7 +62,9 @@ def test_a_stage_3_re_home_is_in_the_captured_log_with_rank_3(captured, no_lefto
     assert rehomed and all(ln.startswith("[rank3]:") and " - WARNING - " in ln for ln in rehomed)
     assert "pooltk: [rank 3] stage 3 forward slot" in rehomed[0]
     facts = [p.facts for p in runs.find_pool_lines(pl.Series(lines)) if p.kind == "warning"]
-    assert {(f["rank"], f["stage"], f["direction"], f["what"]) for f in facts} >= {(3, 3, "forward", "re-homed")}
+    assert {(f["rank"], f["stage"], f["direction"], f["what"]) for f in facts} >= {
+        (3, 3, "forward", "re-homed")
+    }
 
 
 def test_info_lines_come_from_rank_0_only(captured):

@@ -13,11 +13,20 @@ from pooltk.parity.schedule_check import check_schedules, guard_catch
 pytestmark = [pytest.mark.dist, pytest.mark.timeout(900)]
 
 
-def test_every_schedule_pooled_auto_is_bitwise_equal_with_rings_per_stage_and_per_rank_and_peaks_equal_the_analysis(no_leftover_ranks):
+def test_every_schedule_pooled_auto_is_bitwise_equal_with_rings_per_stage_and_per_rank_and_peaks_equal_the_analysis(
+    no_leftover_ranks,
+):
     result = check_schedules(pps=(2,), factors=(1,), guard_checks=False)
     df = result.to_frame()
-    assert set(df.schedule) >= {"1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
-                                "ZBVZeroBubble", "DualPipeV"}
+    assert set(df.schedule) >= {
+        "1F1B",
+        "GPipe",
+        "Interleaved1F1B",
+        "LoopedBFS",
+        "InterleavedZeroBubble",
+        "ZBVZeroBubble",
+        "DualPipeV",
+    }
     assert df.parity.all(), df[~df.parity]
     bad = df[df.measured_peak != df.analysed_peak]
     assert bad.empty, bad
@@ -27,16 +36,26 @@ def test_every_schedule_pooled_auto_is_bitwise_equal_with_rings_per_stage_and_pe
     assert (df.pooltk <= df.stock).all()
     # and it saves memory on the schedules whose live set is below M
     summary = result.summary().set_index("schedule")
-    assert summary.loc["Interleaved1F1B", "pooltk_buffers"] < summary.loc["Interleaved1F1B", "stock_buffers"]
+    assert (
+        summary.loc["Interleaved1F1B", "pooltk_buffers"]
+        < summary.loc["Interleaved1F1B", "stock_buffers"]
+    )
     # rank-shared rings: each rank's distinct receive storages are the analysed rank rings (its live set at
     # slack 0), the shared ring's guard saw exactly the rank's live set owned, and the run is bitwise equal
     ranks = result.rank_frame()
-    assert set(ranks.schedule) >= {"Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble",
-                                   "DualPipeV"}
+    assert set(ranks.schedule) >= {
+        "Interleaved1F1B",
+        "LoopedBFS",
+        "InterleavedZeroBubble",
+        "ZBVZeroBubble",
+        "DualPipeV",
+    }
     assert ranks.parity.all(), ranks[~ranks.parity]
     assert (ranks.rank_shared == ranks.analysed).all(), ranks[ranks.rank_shared != ranks.analysed]
     assert (ranks.rank_shared == ranks.rank_live).all()
-    assert (ranks.measured_peak == ranks.rank_live).all(), ranks[ranks.measured_peak != ranks.rank_live]
+    assert (ranks.measured_peak == ranks.rank_live).all(), ranks[
+        ranks.measured_peak != ranks.rank_live
+    ]
     assert (ranks.rank_shared <= ranks.per_stage).all()
     totals = ranks.groupby("schedule")[["rank_shared", "per_stage"]].sum()
     assert totals.loc["Interleaved1F1B", "rank_shared"] < totals.loc["Interleaved1F1B", "per_stage"]
@@ -44,13 +63,21 @@ def test_every_schedule_pooled_auto_is_bitwise_equal_with_rings_per_stage_and_pe
     from pooltk.analysis.lifetimes import live_table
 
     for name in ("ZBVZeroBubble", "DualPipeV"):
-        mine = df[df.schedule == name].merge(live_table(name, pp=2, n_microbatches=4, stages_per_rank=2)[
-            ["stage", "direction", "handoff"]], on=["stage", "direction"])
+        mine = df[df.schedule == name].merge(
+            live_table(name, pp=2, n_microbatches=4, stages_per_rank=2)[
+                ["stage", "direction", "handoff"]
+            ],
+            on=["stage", "direction"],
+        )
         handoffs = mine[mine.handoff]
-        assert len(handoffs) == 2, mine  # stage 1's gradient and stage 2's activation arrive on the same rank
+        assert len(handoffs) == 2, (
+            mine
+        )  # stage 1's gradient and stage 2's activation arrive on the same rank
         assert (handoffs.pooltk == 0).all() and (handoffs.stock > 0).all(), handoffs
 
 
 @pytest.mark.parametrize("schedule", ["Interleaved1F1B", "ZBVZeroBubble"])
-def test_a_ring_one_short_of_the_analysed_minimum_is_caught_by_the_guard(schedule, no_leftover_ranks):
+def test_a_ring_one_short_of_the_analysed_minimum_is_caught_by_the_guard(
+    schedule, no_leftover_ranks
+):
     assert guard_catch(schedule).startswith("caught")

@@ -42,3 +42,17 @@ def test_the_lint_rules_in_force_catch_an_unused_import_a_loop_closure_and_a_lon
     assert {"F401", "B023", "E501"} <= {
         line.split()[1] for line in out.stdout.splitlines() if ": " in line
     }
+
+
+def test_every_python_file_of_those_folders_is_one_ruff_reads():
+    """A folder ruff skips is a folder nothing holds: its default exclude names ``dist`` anywhere
+    (it skipped tests/dist) and a bare ``notebooks`` pattern skipped tests/notebooks."""
+    out = _ruff("check", "--show-files", *FOLDERS)
+    read = {Path(line.strip()).resolve() for line in out.stdout.splitlines() if line.strip()}
+    on_disk = {
+        p.resolve()
+        for folder in FOLDERS
+        for p in (ROOT / folder).rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    assert sorted(str(p.relative_to(ROOT)) for p in on_disk - read) == []
