@@ -4,7 +4,8 @@ One JSON object per line: ``step, epoch, timestamp`` (ISO 8601, UTC, millisecond
 the metrics ``loss, grad_norm, lr, mem`` (GiB, ``max_memory_allocated``), ``tps`` (tokens/s of
 the whole job), ``tps_per_gpu`` (``tps / cp / dp``: ignores PP and TP), ``mfu`` (%, may be
 ``null`` or absent in older files), ``num_tokens_per_step``, ``num_label_tokens``. Validation
-files may name the loss ``val_loss``. Keys are read by name; extra keys are ignored. A record is
+files may name the loss ``val_loss``. Keys are read by name through :data:`FIELDS`; extra keys are
+ignored. A record is
 found wherever it stands (``{"step":`` after a prefix, several on a line); one cut before its
 closing brace is counted as truncated.
 
@@ -16,38 +17,61 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from typing import Any
 
 from pooltk.logs._common import ParseResult
-from pooltk.logs.records import Rec, Skip
+from pooltk.logs.records import Field, Rec, Skip
 
-__all__ = ["CANDIDATE", "DETECT", "FORMAT", "fast", "finish", "parse_line", "val_name_from_path"]
+__all__ = [
+    "CANDIDATE",
+    "DETECT",
+    "FIELDS",
+    "FORMAT",
+    "finish",
+    "pattern",
+    "records_in",
+    "split",
+    "val_name_from_path",
+]
 
 FORMAT = "automodel_jsonl"
 TS_FORMAT = "%Y-%m-%dT%H:%M:%S%.fZ"
 MEM_BASIS = "max_allocated"
+
+FIELDS: dict[str, Field] = {
+    "step": Field("step", "int"),
+    "loss": Field("loss"),
+    "grad_norm": Field("grad_norm"),
+    "lr": Field("lr"),
+    "mem": Field("mem_gib"),
+    "tps": Field("tok_per_s_logged"),
+    "tps_per_gpu": Field("tok_per_s_per_gpu_logged"),
+    "mfu": Field("mfu_pct_logged"),
+    "val_loss": Field("loss"),
+    "epoch": Field("epoch", "int"),
+    "num_tokens_per_step": Field("num_tokens", "int"),
+    "num_label_tokens": Field("num_label_tokens", "int"),
+    "timestamp": Field("timestamp", "str"),
+}
+"""The field table: key -> column and type. A column two keys fill takes the first one present
+(``val_loss`` where there is no ``loss``); values are checked in this order (the first wrong one
+is the skip's reason)."""
+
 CANDIDATE = r'\{\s*"step"\s*:'
 """Where a record starts."""
 DETECT = CANDIDATE
 _CAND_RE = re.compile(CANDIDATE)
 _DECODER = json.JSONDecoder()
 _VAL_FILE_RE = re.compile(r"(?:^|[_-])validation(?:[_-](?P<name>[^.]+))?$")
-
-_FLOATS = (
-    ("loss", "loss"),
-    ("grad_norm", "grad_norm"),
-    ("lr", "lr"),
-    ("mem", "mem_gib"),
-    ("tps", "tok_per_s_logged"),
-    ("tps_per_gpu", "tok_per_s_per_gpu_logged"),
-    ("mfu", "mfu_pct_logged"),
-)
-_INTS = (
-    ("epoch", "epoch"),
-    ("num_tokens_per_step", "num_tokens"),
-    ("num_label_tokens", "num_label_tokens"),
-)
+_FRACTION = r"(?:\.\d+)?(?:[eE][-+]?\d+)?"
+_FAST = {
+    "int": r"-?(?:0|[1-9]\d{0,17})",
+    "float": r"(?:0|-?[1-9]\d*)" + _FRACTION + r"|-0(?:\.\d+(?:[eE][-+]?\d+)?|[eE][-+]?\d+)",
+    "str": r'"[^"\\,\x00-\x1f]*"',
+}
+"""The values the fast path reads (each also ``null``): JSON numbers (not the integer ``-0``, which
+:mod:`json` reads as 0) and strings without escapes, control characters or commas, which polars and
+:mod:`json` read alike."""
 
 
 def val_name_from_path(stem: str) -> str | None:
@@ -81,31 +105,27 @@ def _number(record: dict[str, Any], key: str, *, integer: bool) -> Any:
 
 
 def _values(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's values by column, read by :data:`FIELDS`; raises ValueError naming what is
+    wrong."""
     step = record.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or not -(2**63) <= step < 2**63:
         raise ValueError("no int64 'step'")
-    values: dict[str, Any] = {"kind": "train", "step": step}
-    for key, column in _FLOATS:
-        number = _number(record, key, integer=False)
-        if number is not None:
-            values[column] = number
-    if "loss" not in values:
-        alt = _number(record, "val_loss", integer=False)
-        if alt is not None:
-            values["loss"] = alt
-    for key, column in _INTS:
-        number = _number(record, key, integer=True)
-        if number is not None:
-            values[column] = number
-    stamp = record.get("timestamp")
-    values["timestamp"] = stamp if isinstance(stamp, str) else None
-    if "loss" not in values:
+    values: dict[str, Any] = {"kind": "train", "step": step, "timestamp": None}
+    for key, field in FIELDS.items():
+        if field.kind == "str":
+            value = record.get(key)
+            values[field.column] = value if isinstance(value, str) else None
+        elif key != "step" and values.get(field.column) is None:
+            number = _number(record, key, integer=field.kind == "int")
+            if number is not None:
+                values[field.column] = number
+    if values.get("loss") is None:
         raise ValueError("no 'loss' (or 'val_loss')")
     return values
 
 
-def parse_line(line: str) -> list[Rec | Skip]:
-    """Every record on ``line`` (the definition of the format)."""
+def records_in(line: str) -> list[Rec | Skip]:
+    """Every record on ``line``, read by :data:`FIELDS`."""
     out: list[Rec | Skip] = []
     end = 0
     starts = [m.start() for m in _CAND_RE.finditer(line)]
@@ -115,40 +135,67 @@ def parse_line(line: str) -> list[Rec | Skip]:
         try:
             record, end = _DECODER.raw_decode(line, start)
         except ValueError as err:
-            pos = getattr(err, "pos", 0)
             after = next((s for s in starts[k + 1 :] if s > start), None)
-            if after is not None:  # the next record on the line is read on its own
-                # ([Note: a cut record is never a value])
-                whole = (
-                    line[start:after].rstrip().endswith("}")
-                )  # ends as a record does, yet is not JSON: garbled
-                out.append(
-                    Skip(
-                        start=start,
-                        end=after,
-                        reason=f"not JSON ({err.msg})"
-                        if whole
-                        else "truncated JSON record (cut where the next record begins)",
-                    )
-                )
-                end = after
-                continue
-            cut = pos >= len(line.rstrip()) or "}" not in line[start:]
-            out.append(
-                Skip(
-                    start=start,
-                    reason=f"truncated JSON record ({err.msg})" if cut else f"not JSON ({err.msg})",
-                )
-            )
-            end = len(line)
+            out.append(_broken(line, start, after, err))
+            end = len(line) if after is None else after
             continue
         if not isinstance(record, dict):
             continue
         try:
-            out.append(Rec(start=start, end=end, values=_values(record)))
+            values = _values(record)
         except ValueError as err:
             out.append(Skip(start=start, reason=str(err), end=end))
+            continue
+        canonical = json.dumps(record) == line[start:end]
+        layout = tuple(record) if canonical else None
+        out.append(Rec(start=start, end=end, values=values, layout=layout))
     return out
+
+
+def _broken(line: str, start: int, after: int | None, err: ValueError) -> Skip:
+    """The skip for a record at ``start`` that is not JSON: cut (where the next record on its line
+    begins, ``after``, or at the line's end) or garbled."""
+    msg = getattr(err, "msg", str(err))
+    if after is not None:  # the next record on the line is read on its own
+        # ([Note: a cut record is never a value])
+        whole = line[start:after].rstrip().endswith("}")  # ends as a record does, yet is not JSON
+        reason = "not JSON" if whole else "truncated JSON record"
+        why = f"({msg})" if whole else "(cut where the next record begins)"
+        return Skip(start=start, end=after, reason=f"{reason} {why}")
+    cut = getattr(err, "pos", 0) >= len(line.rstrip()) or "}" not in line[start:]
+    return Skip(
+        start=start, reason=f"truncated JSON record ({msg})" if cut else f"not JSON ({msg})"
+    )
+
+
+def pattern(layout: tuple[str, ...]) -> str | None:
+    """The regex of a record whose keys are ``layout`` as ``json.dumps`` writes it (values in
+    :data:`_FAST`'s classes or ``null``; a key the table does not read holds any of them); None
+    where the record does not start with its step or two keys fill one column."""
+    columns = [FIELDS[key].column for key in layout if key in FIELDS]
+    if not layout or layout[0] != "step" or len(set(columns)) != len(columns):
+        return None
+    anything = "|".join(_FAST.values())
+    values = (_FAST[FIELDS[key].kind] if key in FIELDS else anything for key in layout)
+    return (
+        r"\{" + ", ".join(f'"{re.escape(k)}": (?:{v}|null)' for k, v in zip(layout, values)) + r"\}"
+    )
+
+
+def split(layout: tuple[str, ...]) -> tuple[list, list, Any]:
+    """How records of ``layout`` (the column ``body``) are cut, as polars expressions: (columns to
+    make first, (key, form, value text) per field, the timestamps: None, a field holds them)."""
+    import polars as pl
+
+    parts = pl.col("parts")
+    texts = []
+    for j, key in enumerate(layout):
+        value = parts.struct.field(f"field_{j}").str.strip_prefix(
+            f'"{key}": ' if j else f'{{"{key}": '
+        )
+        if key in FIELDS:
+            texts.append((key, 0, value.str.strip_suffix("}") if j == len(layout) - 1 else value))
+    return [("parts", pl.col("body").str.split_exact(", ", len(layout) - 1))], texts, None
 
 
 def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:
@@ -183,89 +230,3 @@ def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:
             "it ignores PP and TP; "
             "use pooltk.logs.metrics for a per-physical-GPU basis"
         )
-
-
-# --------------------------------------------------------------------------- the engine's path
-
-_JNUM = r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?"
-"""A JSON number; an infinite result (an integer too long for a float, ``1e400``) is left to the
-definition."""
-_COLUMNS: dict[str, tuple[str | None, str]] = {
-    "step": ("step", "int"),
-    "epoch": ("epoch", "int"),
-    "timestamp": ("timestamp", "str"),
-    "loss": ("loss", "float"),
-    "val_loss": (None, "float"),
-    "grad_norm": ("grad_norm", "float"),
-    "lr": ("lr", "float"),
-    "mem": ("mem_gib", "float"),
-    "tps": ("tok_per_s_logged", "float"),
-    "tps_per_gpu": ("tok_per_s_per_gpu_logged", "float"),
-    "mfu": ("mfu_pct_logged", "float"),
-    "num_tokens_per_step": ("num_tokens", "int"),
-    "num_label_tokens": ("num_label_tokens", "int"),
-}
-
-
-def _layout(sample: list[str]) -> tuple[str, ...] | None:
-    seen: Counter[tuple[str, ...]] = Counter()
-    for text in sample:
-        try:
-            record = json.loads(text)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and json.dumps(record) == text:
-            seen[tuple(record)] += 1
-    if not seen:
-        return None
-    keys = seen.most_common(1)[0][0]
-    if (
-        keys[0] != "step"
-        or any(k not in _COLUMNS for k in keys)
-        or ("loss" not in keys and "val_loss" not in keys)
-    ):
-        return None
-    return keys
-
-
-def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
-    """The file's usual layout (``json.dumps`` spacing, the same keys in the same order) read by
-    polars."""
-    import polars as pl
-
-    keys = _layout(body.head(200).to_list())
-    if keys is None:
-        return None
-    loss_key = "loss" if "loss" in keys else "val_loss"
-    pattern = []
-    for key in keys:
-        kind = _COLUMNS[key][1]
-        value = {"int": r"-?(?:0|[1-9]\d*)", "str": r'"[^"\\,]*"', "float": _JNUM}[kind]
-        if kind == "float" and key != loss_key:
-            value = f"(?:{value}|null)"
-        pattern.append(f'"{key}": {value}')
-    ok = body.str.contains("^\\{" + ", ".join(pattern) + "\\}$")
-    parts = (
-        body.str.strip_prefix("{")
-        .str.strip_suffix("}")
-        .str.split_exact(", ", len(keys) - 1)
-        .struct.unnest()
-    )
-    cols: dict[str, Any] = {}
-    for j, key in enumerate(keys):
-        text = parts[f"field_{j}"].str.strip_prefix(f'"{key}": ')
-        column, kind = _COLUMNS[key]
-        if key == "val_loss":
-            column = "loss" if loss_key == "val_loss" else None
-        if column is None:
-            continue
-        if kind == "str":
-            cols[column] = text.str.strip_chars('"')
-        else:
-            cols[column] = text.cast(pl.Int64 if kind == "int" else pl.Float64, strict=False)
-            if column in ("step", "loss") or kind == "int":
-                ok = ok & cols[column].is_not_null()
-            if kind == "float":
-                ok = ok & ~cols[column].is_infinite().fill_null(False)
-    cols["kind"] = pl.repeat("train", body.len(), dtype=pl.String, eager=True)
-    return cols, ok.fill_null(False), ()

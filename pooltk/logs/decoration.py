@@ -21,7 +21,7 @@ each tool's documented output:
   (``collector_time``);
 - journald ``-o short-iso`` (``2026-05-20T02:22:58+0000 host ident[pid]: ``) and ``-o short`` /
   RFC 3164 syslog (``<34>May 20 02:22:58 host ident[pid]: ``): ``host`` (and the time when it has a
-  year);
+  year; the ``[pid]`` glued to the ident is no torchrun rank);
 - RFC 5424 syslog: ``<165>1 TIME HOST APP PROCID MSGID [SD] `` (``collector_time``, ``host``);
 - pdsh: ``host: `` (``host``).
 
@@ -43,7 +43,7 @@ _IDENT = r"[^\s:\[\]]+(?:\[\d+\])?: "
 
 PATTERNS: tuple[tuple[str, str, str, tuple[str | None, ...]], ...] = (
     # (name, literal hint, Rust/Python regex, the column each group fills)
-    ("torchrun", "]:", r"\[[A-Za-z_]*\d{1,7}\]:", ("rank",)),  # the last one: see _LAST
+    ("torchrun", "]:", r"\w?\[[A-Za-z_]*\d{1,7}\]:", ("rank",)),  # the last one: see _LAST
     (
         "mpirun",
         "]<std",
@@ -82,7 +82,8 @@ PATTERNS: tuple[tuple[str, str, str, tuple[str | None, ...]], ...] = (
 _LAST = frozenset({"torchrun"})
 """Patterns whose last match in a prefix counts (the innermost ``[rankN]:``), its digits the value:
 all matches, then the last (a backtracking ``.*`` before the pattern cost about 1 s per 1 M
-prefixes)."""
+prefixes). A match glued to a word (journald's and syslog's ``python3[4242]: ``: a pid) names no
+rank."""
 
 
 def columns(prefixes: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -103,36 +104,45 @@ def columns(prefixes: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
                 distinct, pl.int_range(distinct.len(), eager=True, dtype=pl.UInt32)
             )
             return {k: v.gather(codes) for k, v in cols.items()}, kinds
+    nonempty = prefixes.filter(prefixes.str.len_bytes() > 0)
+    hinted = [p for p in PATTERNS if nonempty.str.contains(p[1], literal=True).any()]
+    if nonempty.len() == 0 or not hinted:
+        return {}, ()
+    got = pl.LazyFrame({"p": prefixes}).select(_extracted(hinted)).collect()  # in parallel
     out: dict[str, Any] = {}
     kinds: list[str] = []
-    nonempty = prefixes.filter(prefixes.str.len_bytes() > 0)
-    if nonempty.len() == 0:
-        return out, ()
-    for name, hint, pattern, cols in PATTERNS:
-        if not nonempty.str.contains(hint, literal=True).any():
-            continue
-        if not nonempty.str.contains(pattern).any():
-            continue
-        if name in _LAST:
-            got = {
-                cols[0]: prefixes.str.extract_all(pattern).list.last().str.extract(r"(\d+)\]:$", 1)
-            }
-        elif len(cols) == 1:
-            got = {cols[0]: prefixes.str.extract(pattern, 1)}
-        else:
-            groups = prefixes.str.extract_groups(pattern).struct.unnest()
-            got = {c: groups[g] for c, g in zip(cols, groups.columns, strict=True) if c is not None}
-        seen = False
-        for col, extracted in got.items():
-            values = (
-                extracted.cast(pl.Int64, strict=False) if col in ("rank", "task") else extracted
-            )
-            if values.null_count() == values.len():
-                continue
-            seen = True
+    for name, _, _, cols in hinted:  # the first pattern (in PATTERNS' order) to fill a column wins
+        filled = [
+            (c, got[f"{name}:{c}"])
+            for c in cols
+            if c and got[f"{name}:{c}"].null_count() < got.height
+        ]
+        for col, values in filled:
             out[col] = (
                 values if col not in out else pl.select(pl.coalesce(out[col], values)).to_series()
             )
-        if seen:
+        if filled:
             kinds.append(name)
     return out, tuple(kinds)
+
+
+def _extracted(patterns: Any) -> list[Any]:
+    """polars expressions on the prefixes (column ``p``): each pattern's columns, named
+    ``<pattern>:<column>``; ``rank`` and ``task`` Int64."""
+    import polars as pl
+
+    exprs = []
+    for name, _, pattern, cols in patterns:
+        if name in _LAST:
+            last = pl.col("p").str.extract_all(pattern).list.last()
+            values = [last.str.extract(r"^\[[A-Za-z_]*(\d+)\]:$", 1)]
+        elif len(cols) == 1:
+            values = [pl.col("p").str.extract(pattern, 1)]
+        else:
+            groups = pl.col("p").str.extract_groups(pattern)
+            values = [groups.struct.field(str(g)) for g in range(1, len(cols) + 1)]
+        for col, value in zip(cols, values):
+            if col is not None:
+                typed = value.cast(pl.Int64, strict=False) if col in ("rank", "task") else value
+                exprs.append(typed.alias(f"{name}:{col}"))
+    return exprs

@@ -247,23 +247,15 @@ def split_runs(
     import numpy as np
     import pandas as pd
 
-    from pooltk.logs.runinfo import RunInfo
-
     report.n_nonfinite = (
         int((~np.isfinite(frame["loss"].to_numpy(dtype=float))).sum()) - n_placeholder
     )
     other = _other_lines(lines, frame["line"].to_numpy(dtype=np.int64))
     banners, b_rank = _banners(lines, other)
-    one_writer = report.format.endswith(
-        "jsonl"
-    )  # Automodel's rank 0, or one torchtitan rank: no late prints, no copies
+    # one writer (Automodel's rank 0, or one torchtitan rank): no late prints, no copies
+    one_writer = report.format.endswith("jsonl")
     seg = runs.segment(frame, banners=banners, banner_ranks=b_rank, one_writer=one_writer)
     report.notes.extend(seg.notes)
-    pool = runs.find_pool_lines(lines, other)
-    if pool:  # readers counted these lines as 'other'; they are run facts
-        moved = min(len(pool), report.n_other)
-        report.n_other -= moved
-        report.n_meta += moved
     names = [run_id] if seg.n_runs == 1 else [f"{run_id}#{k + 1}" for k in range(seg.n_runs)]
     report.runs = names
     report.run_boundaries = list(seg.reasons)
@@ -275,6 +267,37 @@ def split_runs(
         frame["run"] = pd.Categorical.from_codes(
             seg.index.astype(np.int32), categories=pd.Index(names, dtype="str")
         )
+    run_infos = _pool_columns(frame, runs.find_pool_lines(lines, other), seg, names, info, report)
+    several = frame["rank"].isna() | frame["rank"].isin(list(seg.shared))  # writers per stream
+    folded, n = runs.fold_copies(frame[several], 0.0 if one_writer else runs.NODE_SKEW_MAX_S)
+    if n:
+        frame = concat_frames([frame[~several], folded]).sort_values(
+            "line", kind="stable", ignore_index=True
+        )
+        report.n_folded = n
+        report.notes.append(
+            f"{n} row(s) were copies of another row of the same run "
+            "(several ranks printing one line; "
+            "timestamps may differ by the nodes' clock skew) and were folded"
+        )
+    return frame, run_infos
+
+
+def _pool_columns(
+    frame: Any, pool: list, seg: Any, names: list[str], info: Any, report: Any
+) -> dict:
+    """Each run's facts, with its pool lines' (the last install line in its span of lines sets
+    ``pooled``, ``pool_impl``, ``slack``, ``layout``; a sidecar says where no line does); the pool
+    columns filled in ``frame``. See [Note: pooled runs] in pooltk.logs.runs."""
+    import numpy as np
+    import pandas as pd
+
+    from pooltk.logs.runinfo import RunInfo
+
+    if pool:  # readers counted these lines as 'other'; they are run facts
+        moved = min(len(pool), report.n_other)
+        report.n_other -= moved
+        report.n_meta += moved
     lines_col = frame["line"].to_numpy(dtype=np.int64)
     last_line = [
         int(lines_col[seg.index == k].max()) if (seg.index == k).any() else 0
@@ -288,56 +311,25 @@ def split_runs(
     for k, name in enumerate(names):
         lo = last_line[k - 1] if k else 0
         hi = last_line[k] if k + 1 < seg.n_runs else 1 << 62
-        mine = [
-            pl for pl in pool if lo < pl.line <= hi and pl.kind in ("installed", "not_installed")
-        ]
-        facts: dict[str, Any] = {}
-        if mine:
-            chosen = mine[-1]
-            stages = [pl.facts for pl in pool if lo < pl.line <= hi and pl.kind == "stage"]
-            # Installed, but every stage that reported kept stock (a schedule the gate refused): not
-            # pooled.
-            is_pooled = chosen.kind == "installed" and not (
-                stages and not any(s.get("pooled") for s in stages)
-            )
-            facts = {
-                "pooled": is_pooled,
-                "pool_impl": chosen.impl,
-                **{f"pool_{k2}": v for k2, v in chosen.facts.items()},
-            }
-            pooled[seg.index == k] = 1 if is_pooled else 0
+        facts, chosen = _run_pool_facts([pl for pl in pool if lo < pl.line <= hi])
+        if chosen is not None:
+            pooled[seg.index == k] = 1 if facts["pooled"] else 0
             impl[k] = chosen.impl
-            if "slack" in chosen.facts:
-                slack[k] = chosen.facts["slack"]
+            slack[k] = chosen.facts.get("slack", -1)
             layout[k] = chosen.facts.get("layout")
-            if stages:
-                facts["pool_stages"] = stages
-        warned = [
-            {"line": pl.line, **pl.facts}
-            for pl in pool
-            if lo < pl.line <= hi and pl.kind == "warning"
-        ]
-        if warned:
-            facts["pool_warnings"] = warned
         run_infos[name] = (
             info.merged(RunInfo.from_facts(facts, source=report.path)) if facts else info
         )
     sidecar_pooled = info.extra.get("pooled") if info is not None else None
-    if not pool and isinstance(
-        sidecar_pooled, bool
-    ):  # no pool lines: the run's sidecar says (e.g. pooltk cpu-runs)
-        config = (
-            info.extra.get("pool_config") if isinstance(info.extra.get("pool_config"), dict) else {}
-        )
+    if not pool and isinstance(sidecar_pooled, bool):  # the run's sidecar says (pooltk cpu-runs)
+        config = info.extra.get("pool_config")
+        config = config if isinstance(config, dict) else {}
         pooled[:] = 1 if sidecar_pooled else 0
         impl = ["pooltk" if sidecar_pooled else None] * seg.n_runs
         if isinstance(config.get("slack"), int):
             slack[:] = config["slack"]
-        layout = [
-            info.extra.get("pool_layout")
-            if isinstance(info.extra.get("pool_layout"), str)
-            else None
-        ] * seg.n_runs
+        given = info.extra.get("pool_layout")
+        layout = [given if isinstance(given, str) else None] * seg.n_runs
         report.notes.append(f"pool facts from the sidecar: pooled={sidecar_pooled}")
     if pool or isinstance(sidecar_pooled, bool):
         frame["pooled"] = pd.array(
@@ -348,17 +340,29 @@ def split_runs(
             np.where(slack[seg.index] < 0, np.nan, slack[seg.index]), dtype="Float64"
         ).astype("Int64")
         frame["layout"] = _per_run_categorical(layout, seg.index)
-    unranked = frame["rank"].isna().to_numpy()
-    if unranked.sum() > 1:
-        folded, n = runs.fold_copies(frame[unranked], 0.0 if one_writer else runs.NODE_SKEW_MAX_S)
-        if n:
-            frame = concat_frames([frame[~unranked], folded]).sort_values(
-                "line", kind="stable", ignore_index=True
-            )
-            report.n_folded = n
-            report.notes.append(
-                f"{n} row(s) were copies of another row of the same run "
-                "(several ranks printing one line; "
-                "timestamps may differ by the nodes' clock skew) and were folded"
-            )
-    return frame, run_infos
+    return run_infos
+
+
+def _run_pool_facts(pool: list) -> tuple[dict[str, Any], Any]:
+    """(the facts of one run's pool lines, the install line that sets its columns or None)."""
+    facts: dict[str, Any] = {}
+    installs = [pl for pl in pool if pl.kind in ("installed", "not_installed")]
+    chosen = installs[-1] if installs else None
+    if chosen is not None:
+        stages = [pl.facts for pl in pool if pl.kind == "stage"]
+        # Installed, but every stage that reported kept stock (a schedule the gate refused): not
+        # pooled.
+        is_pooled = chosen.kind == "installed" and not (
+            stages and not any(s.get("pooled") for s in stages)
+        )
+        facts = {
+            "pooled": is_pooled,
+            "pool_impl": chosen.impl,
+            **{f"pool_{k}": v for k, v in chosen.facts.items()},
+        }
+        if stages:
+            facts["pool_stages"] = stages
+    warned = [{"line": pl.line, **pl.facts} for pl in pool if pl.kind == "warning"]
+    if warned:
+        facts["pool_warnings"] = warned
+    return facts, chosen

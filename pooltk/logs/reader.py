@@ -185,10 +185,11 @@ class LogTable:
         return sum(f.n_skipped for f in self.files)
 
 
-def _first_hits(lines: Any, head: int = 200_000) -> dict[str, int]:
-    """For each format, the first line (0-based) holding its signature: in the head, else
-    anywhere."""
-    for part in (lines.head(head), lines) if lines.len() > head else (lines,):
+def _first_hits(lines: Any) -> dict[str, int]:
+    """For each format, the first line (0-based) holding its signature: in the first thousand
+    lines, else the first 200,000, else anywhere (the earliest hit of any format is in the first
+    window that holds one)."""
+    for part in (lines.head(1000), lines.head(200_000), lines):
         hits: dict[str, int] = {}
         for mod in _DETECT_ORDER:
             found = part.str.contains(mod.DETECT).arg_true()
@@ -233,13 +234,7 @@ def detect_format(lines: Sequence[str], *, path: str = "<lines>", text: str | No
         return automodel_bench.SUMMARY_FORMAT
     series = pl.Series("l", list(lines), dtype=pl.String)
     if not any(t.strip() for t in series.head(100_000).to_list()):
-        raise LogFormatError(
-            path,
-            0,
-            found="an empty file (no non-blank line)",
-            required="log lines",
-            fix="point at the run's log (it may not have been flushed yet)",
-        )
+        raise _empty(path)
     hits = _first_hits(series)
     if not hits:
         raise _no_format(path, series, None, series.len())
@@ -259,8 +254,9 @@ def read_log_file(
 
     ``strict=True`` turns the first skipped record into a :class:`LogFormatError`; by default
     skipped records are counted in the file's report. ``engine="python"`` reads every record
-    with the format's Python definition (``parse_line``); ``"auto"`` lets polars read the
-    file's usual layout (the same values; tests/logs/test_engines.py compares them).
+    with the format's Python reader of one line (``records_in``, the one the fast path leaves
+    damaged lines to); ``"auto"`` lets polars read the file's usual layout (the same values:
+    tests/logs/test_engines.py compares them).
     """
     p = Path(path)
     table, problem = _read_one(
@@ -282,8 +278,7 @@ def _read_one(
     engine: str = "auto",
     rank: int | None = None,
 ) -> tuple[LogTable | None, LogFormatError | None]:
-    from pooltk.logs import frames
-    from pooltk.logs.records import read_records, to_lines
+    from pooltk.logs import frames, records
 
     if format != "auto" and format not in FORMATS:
         raise ValueError(
@@ -294,51 +289,73 @@ def _read_one(
         raise ValueError(f"engine: found {engine!r}; required 'auto' or 'python'.")
     try:
         src = load(p, check_int("max_bytes", max_bytes, low=1, error=ValueError))
+        lines = records.to_lines(src.data)
+        fmt = format if format != "auto" else _detect(p, src, lines)
+        found, result = _records(p, fmt, src, lines, engine)
+        _check_rows(p, fmt, found, result, strict)
     except LogFormatError as err:
         return None, err
-    lines = to_lines(src.data)
-    fmt = format
-    if fmt == "auto":
-        if src.data[:4096].lstrip()[:1] == b"{" and automodel_bench.looks_like_summary(src.text):
-            fmt = automodel_bench.SUMMARY_FORMAT
-        elif src.data.isspace() or not src.data:
-            return None, LogFormatError(
-                str(p),
-                0,
-                found="an empty file (no non-blank line)",
-                required="log lines",
-                fix="point at the run's log (it may not have been flushed yet)",
-            )
-        else:
-            hits = _first_hits(lines)
-            if not hits:
-                return None, _no_format(str(p), lines, src, lines.len())
-            fmt = min(hits, key=lambda f: (hits[f], [m.FORMAT for m in _DETECT_ORDER].index(f)))
+    run_id = run or run_name(p)
+    frame, kinds, n_decorated = frames.to_pandas(
+        found.frame, result, src, run=run_id, path=str(p), fmt=fmt, file_rank=rank
+    )
+    report = _report(p, run_id, fmt, frame, result, src, kinds, n_decorated)
+    info = _sidecar_facts(p, run_id, frame, report, result)
+    frame, run_infos = frames.split_runs(
+        frame, lines, report, info, run_id, result.n_placeholder_loss
+    )
+    return LogTable(steps=frame, files=[report], runs=run_infos), None
+
+
+def _empty(path: str) -> LogFormatError:
+    return LogFormatError(
+        path,
+        0,
+        found="an empty file (no non-blank line)",
+        required="log lines",
+        fix="point at the run's log (it may not have been flushed yet)",
+    )
+
+
+def _detect(p: Path, src: Source, lines: Any) -> str:
+    """The file's format: the benchmark's JSON summary, else the earliest record signature."""
+    if src.data[:4096].lstrip()[:1] == b"{" and automodel_bench.looks_like_summary(src.text):
+        return automodel_bench.SUMMARY_FORMAT
+    if src.data.isspace() or not src.data:
+        raise _empty(str(p))
+    hits = _first_hits(lines)
+    if not hits:
+        raise _no_format(str(p), lines, src, lines.len())
+    return min(hits, key=lambda f: (hits[f], [m.FORMAT for m in _DETECT_ORDER].index(f)))
+
+
+def _records(p: Path, fmt: str, src: Source, lines: Any, engine: str) -> tuple[Any, ParseResult]:
+    """(the file's records, what was made of each line) as its format reads them."""
+    from pooltk.logs import frames, records
+
     result = ParseResult()
     if fmt == automodel_bench.SUMMARY_FORMAT:
         try:
             automodel_bench.parse_summary(src.text, result)
         except ValueError as err:
-            return None, LogFormatError(
+            raise LogFormatError(
                 str(p), 0, found=str(err), required=f"a {fmt} file", fix="check the file"
-            )
-        found = frames.from_result(result)
-    else:
-        mod = _MODULES[fmt]
-        if hasattr(mod, "read_all"):
-            found = mod.read_all(lines, result)
-        else:
-            found = read_records(
-                mod if engine == "auto" else _PythonOnly(mod),
-                lines,
-                result,
-                cut_last=bool(src.data) and not src.data.endswith(b"\n"),
-            )
-            mod.finish(found, result, stem=p.name.split(".")[0] if "." in p.name else p.name)
-    run_id = run or run_name(p)
+            ) from None
+        return frames.from_result(result), result
+    mod = _MODULES[fmt]
+    if hasattr(mod, "read_all"):
+        return mod.read_all(lines, result), result
+    cut_last = bool(src.data) and not src.data.endswith(b"\n")
+    found = records.read_records(mod, lines, result, cut_last=cut_last, fast=engine == "auto")
+    mod.finish(found, result, stem=p.name.split(".")[0] if "." in p.name else p.name)
+    return found, result
+
+
+def _check_rows(p: Path, fmt: str, found: Any, result: ParseResult, strict: bool) -> None:
+    """Raise where ``strict`` meets a skipped record, or where no record was read."""
     if strict and result.skipped_examples:
         first = result.skipped_examples[0]
-        return None, LogFormatError(
+        raise LogFormatError(
             str(p),
             first.line,
             found=f"a step line that does not parse ({first.reason})",
@@ -346,46 +363,54 @@ def _read_one(
             fix="drop --strict (strict=False) to skip and count such records",
             text=first.text,
         )
-    if found.frame.height == 0 and fmt != automodel_bench.SUMMARY_FORMAT:
-        if result.skipped_examples:
-            ex = result.skipped_examples[0]
-            why = (
-                "the only records are cut short (the job was killed mid-write)"
-                if ex.reason.startswith("truncated")
-                else f"every {fmt} record is damaged"
-            )
-            return None, LogFormatError(
-                str(p),
-                ex.line,
-                found=f"no complete {fmt} record in {result.n_lines} line(s): {why} "
-                f"(skipped {result.n_skipped}: {ex.reason} at line {ex.line})",
-                required="at least one complete step record",
-                fix="read the file again once the run has logged a step, "
-                "or check the copy is whole",
-            )
-        return None, LogFormatError(
-            str(p),
-            0,
-            found=f"no complete step record in {result.n_lines} line(s) of {fmt}",
-            required="at least one step record",
-            fix="check the run got past its first step, "
-            "or pass --format (format=) if this is another family",
+    if found.frame.height or fmt == automodel_bench.SUMMARY_FORMAT:
+        return
+    if result.skipped_examples:
+        ex = result.skipped_examples[0]
+        why = (
+            "the only records are cut short (the job was killed mid-write)"
+            if ex.reason.startswith("truncated")
+            else f"every {fmt} record is damaged"
         )
-    frame, kinds, n_decorated = frames.to_pandas(
-        found.frame, result, src, run=run_id, path=str(p), fmt=fmt, file_rank=rank
+        raise LogFormatError(
+            str(p),
+            ex.line,
+            found=f"no complete {fmt} record in {result.n_lines} line(s): {why} "
+            f"(skipped {result.n_skipped}: {ex.reason} at line {ex.line})",
+            required="at least one complete step record",
+            fix="read the file again once the run has logged a step, or check the copy is whole",
+        )
+    raise LogFormatError(
+        str(p),
+        0,
+        found=f"no complete step record in {result.n_lines} line(s) of {fmt}",
+        required="at least one step record",
+        fix="check the run got past its first step, "
+        "or pass --format (format=) if this is another family",
     )
-    report = FileReport(
+
+
+def _report(
+    p: Path,
+    run_id: str,
+    fmt: str,
+    frame: Any,
+    result: ParseResult,
+    src: Source,
+    kinds: tuple[str, ...],
+    n_decorated: int,
+) -> FileReport:
+    row_lines = None if result.n_row_lines is None else set(frame["line"].tolist())
+    return FileReport(
         path=str(p),
         run=run_id,
         format=fmt,
         n_lines=result.n_lines,
         n_rows=len(frame),
         n_skipped=result.n_skipped,
-        n_row_lines=len(frame) if result.n_row_lines is None else result.n_row_lines,
+        n_row_lines=len(frame) if row_lines is None else result.n_row_lines,
         n_skipped_lines=(
-            result.n_skipped
-            if result.n_row_lines is None
-            else len(result.skip_lines - set(frame["line"].tolist()))
+            result.n_skipped if row_lines is None else len(result.skip_lines - row_lines)
         ),
         skipped_by_reason=dict(result.skipped),
         skipped_examples=list(result.skipped_examples),
@@ -399,21 +424,25 @@ def _read_one(
         compression=src.compression,
         encoding=src.encoding,
     )
+
+
+def _sidecar_facts(
+    p: Path, run_id: str, frame: Any, report: FileReport, result: ParseResult
+) -> RunInfo:
+    """The run's facts from its log, merged with its ``*.meta.json`` sidecar where there is one."""
+    from pooltk.logs import frames
+
     info = RunInfo.from_facts(result.meta, source=str(p), lines=result.meta_lines)
     for sidecar in sidecar_paths(p, run_id.rsplit("/", 1)[-1]):
         if sidecar.is_file():
             facts = read_sidecar(sidecar)
-            info = info.merged(facts)
             report.notes.append(f"run facts from sidecar {sidecar.name}")
             basis = facts.extra.get("mem_basis")
             if isinstance(basis, str) and basis:  # the sidecar knows what its 'mem' measures
                 frame["mem_basis"] = frames.constant_where(frame["mem_gib"].notna(), basis)
                 report.notes.append(f"mem_gib basis from the sidecar: {basis}")
-            break
-    frame, run_infos = frames.split_runs(
-        frame, lines, report, info, run_id, result.n_placeholder_loss
-    )
-    return LogTable(steps=frame, files=[report], runs=run_infos), None
+            return info.merged(facts)
+    return info
 
 
 def _join_validation(tables: list[LogTable]) -> None:
@@ -463,20 +492,6 @@ def _join_validation(tables: list[LogTable]) -> None:
             + ", ".join(n for _, n in mine)
             + " (the same launch)"
         )
-
-
-class _PythonOnly:
-    """A format with its engine path switched off (``engine="python"``)."""
-
-    def __init__(self, mod: Any) -> None:
-        self._mod = mod
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._mod, name)
-
-    @staticmethod
-    def fast(body: Any) -> None:  # noqa: ARG004
-        return None
 
 
 def read_logs(

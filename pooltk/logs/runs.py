@@ -15,6 +15,15 @@ without a rank) and a stream starts a new run where:
   a rank applies to every stream, one with a rank to its stream and the rank-less one: a plain
   launch then a ``[rankN]:`` one). A stream first seen after a boundary is in the newest run.
 
+A rank whose rows hold copies (one record, the same kind, step and loss, three times or more, or
+several records twice) is a prefix several ranks' output carries alike: ``srun -l`` of one task,
+``mpirun --tag-output`` or SkyPilot naming the launcher's process, one torchrun role, every rank
+printing the same unprefixed lines behind it. Its stream is read as the rank-less one is (a step
+one logging interval late starts no run; copies fold), so the decorated log reads as the same log
+undecorated (tests/logs/test_shared_prefixes.py). One record logged twice is what a restart does:
+a rank stays one writer. Each stream is cut where its first boundary falls, then from there again
+(numpy over its rows, one pass per run it starts); the cuts are then numbered in line order.
+
 The clock rule: within one run a clock goes back at most by a daylight-saving fall-back plus the
 disagreement of two nodes. :data:`DST_SHIFT_MAX_S` (2 h) is the largest fall-back in the tz
 database (Antarctica/Troll, +02 to +00; 1 h nearly everywhere); :data:`NODE_SKEW_MAX_S` is two
@@ -28,10 +37,11 @@ collector's time where no record has one).
 
 A row belongs to the run its stream is in at that line; runs are numbered in file order and
 named ``<run>#1``, ``<run>#2`` when there is more than one. Two runs are never merged and a step
-is never deduplicated across runs. Within a run, rows identical in every column but the line, the
-collector's time and a timestamp within :data:`NODE_SKEW_MAX_S` of each other (one line printed
-by several ranks without a prefix, on nodes whose clocks differ) are folded into the first and
-counted (``FileReport.n_folded``); rows that differ in any other value are all kept. A JSONL file
+is never deduplicated across runs. Within a run, rows without a rank (or of a rank holding
+copies) identical in every column but the line, the collector's time and a timestamp within
+:data:`NODE_SKEW_MAX_S` of each other (one line printed by several ranks, on nodes whose clocks
+differ) are folded into the first and counted (``FileReport.n_folded``); rows that differ in any
+other value are all kept. A JSONL file
 has one writer (Automodel's rank 0, one torchtitan rank), so there only rows equal in their
 timestamp too fold: the same values logged later are a relaunch's, never a copy.
 
@@ -240,6 +250,9 @@ class Segments:
     """One line per boundary: 'line N: <why>'."""
     notes: list[str] = field(default_factory=list)
     """Clock anomalies that were not made boundaries (the steps went on)."""
+    shared: frozenset[int] = frozenset()
+    """Ranks whose rows are several writers' copies (one prefix on several ranks' output): read
+    like the rows without a rank."""
 
     @property
     def n_runs(self) -> int:
@@ -249,7 +262,7 @@ class Segments:
 
 def segment(
     frame: Any, *, banners: list[int] = (), banner_ranks: Any = None, one_writer: bool = False
-) -> Segments:  # noqa: C901
+) -> Segments:
     """Split a file's rows (sorted by ``line``) into runs; see [Note: run boundaries].
 
     ``banners``: 1-based lines of start-up banners; ``banner_ranks``: the rank each banner line
@@ -258,87 +271,247 @@ def segment(
     """
     import numpy as np
 
-    n = len(frame)
-    if n == 0:
+    if len(frame) == 0:
         return Segments(index=np.zeros(0, dtype=np.int64), reasons=[])
-    lines = frame["line"].to_numpy(dtype=np.int64)
-    rank = frame["rank"].to_numpy(dtype=np.float64, na_value=np.nan)
-    stream = np.where(np.isnan(rank), -1, rank).astype(np.int64)
-    step = frame["step"].to_numpy(dtype=np.int64)
-    train = (frame["kind"] == "train").to_numpy()
-    val_only = not train.any()
-    if (
-        val_only
-    ):  # a validation file (Automodel's validation.jsonl): its val steps going back split it
-        train = (frame["kind"] == "val").to_numpy()
-    ts, has_ts = _clock(frame)
-    banner_lines = np.asarray(sorted(banners), dtype=np.int64)
-    b_rank = (
-        np.full(banner_lines.size, -1, dtype=np.int64)
-        if banner_ranks is None
-        else np.asarray(banner_ranks, dtype=np.int64)
-    )
-    # quick exit: no step goes back, no clock goes back past the bound, no banner after a step in
-    # any stream
-    order = np.lexsort((lines, stream))
-    s_stream, s_step, s_train, s_ts, s_has = (
-        stream[order],
-        step[order],
-        train[order],
-        ts[order],
-        has_ts[order],
-    )
-    same = np.r_[False, s_stream[1:] == s_stream[:-1]]
-    again = (
-        one_writer and not val_only
-    )  # one process logs each train step once: the same step again is a restart
-    d_step = np.r_[1, np.diff(s_step)]
-    back = same & s_train & np.r_[False, s_train[:-1]] & ((d_step < 0) | ((d_step == 0) & again))
-    s_back_ns = np.r_[0, -np.diff(s_ts)]
-    clock = same & s_has & np.r_[False, s_has[:-1]] & (s_back_ns > int(CLOCK_SLACK_S * 1e9))
-    clock &= (
-        s_back_ns <= int(CLOCK_BACK_MAX_S * 1e9)
-    ) & ~back  # a step going back is a restart, noted as one
-    notes = []
-    if clock.any():
-        where = np.flatnonzero(clock)
-        worst = float(s_back_ns[where].max() / 1e9)
-        notes.append(
-            f"timestamps went back {where.size} time(s) (by up to {worst:,.0f} s; "
-            f"first at line {int(lines[order][where].min())}) "
-            "while the steps went on: a clock change or skew between nodes, not a restart, "
-            "so no run boundary"
+    rows = _Rows.of(frame, one_writer)
+    b_lines = np.asarray(sorted(banners), dtype=np.int64)
+    b_rank = np.full(b_lines.size, -1) if banner_ranks is None else np.asarray(banner_ranks)
+    notes = _clock_notes(rows)
+    epochs: list[_Epoch] = []
+    shared = set()
+    by_stream = np.argsort(rows.stream, kind="stable")
+    streams = np.split(by_stream, np.flatnonzero(np.diff(rows.stream[by_stream])) + 1)
+    for mine in sorted(streams, key=lambda rows_of: rows_of[0]):  # in the order they first log
+        s = int(rows.stream[mine[0]])
+        if s >= 0 and _holds_copies(rows, mine):
+            shared.add(s)
+        heard = b_lines[(b_rank < 0) | (b_rank == s) | (s < 0)]  # a rank's banner: its stream's
+        heard = heard[heard < rows.line.max()]  # and the rank-less one's; read before a row
+        epochs += _epochs(rows, s, mine, heard, one_writer=s >= 0 and s not in shared)
+    index, reasons = _number(rows, epochs)
+    return Segments(index=index, reasons=reasons, notes=notes, shared=frozenset(shared))
+
+
+@dataclass(kw_only=True, slots=True)
+class _Rows:
+    """A file's rows as the segmenter reads them (numpy arrays, one value per row)."""
+
+    line: Any
+    """1-based line numbers (non-decreasing)."""
+    stream: Any
+    """The rank, or -1 for rows without one."""
+    step: Any
+    """Steps (int64)."""
+    loss: Any
+    """Losses (float64)."""
+    train: Any
+    """Rows whose step counts (train rows; a validation file's val rows)."""
+    clock: Any
+    """int64 ns of each row's time (see :func:`_clock`), where ``timed``."""
+    timed: Any
+    """Rows with a time."""
+    clock_back: bool
+    """Whether any row is more than :data:`CLOCK_BACK_MAX_S` below the latest before it (the only
+    case the clock rule can split; it is not applied otherwise)."""
+    exact: bool
+    """No lag tolerated (one writer, or a validation file)."""
+    again: bool
+    """A train step logged again is a restart (one writer logs each train step once)."""
+
+    @classmethod
+    def of(cls, frame: Any, one_writer: bool) -> _Rows:
+        import numpy as np
+
+        rank = frame["rank"].to_numpy(dtype=np.float64, na_value=np.nan)
+        train = (frame["kind"] == "train").to_numpy()
+        val_only = not train.any()
+        if val_only:  # a validation file (Automodel's validation.jsonl): its val steps split it
+            train = (frame["kind"] == "val").to_numpy()
+        clock, timed = _clock(frame)
+        t = clock[timed]
+        bound = int(CLOCK_BACK_MAX_S * 1e9)
+        back = t.size > 1 and bool((t[1:] < np.maximum.accumulate(t)[:-1] - bound).any())
+        return cls(
+            line=frame["line"].to_numpy(dtype=np.int64),
+            stream=np.where(np.isnan(rank), -1, rank).astype(np.int64),
+            step=frame["step"].to_numpy(dtype=np.int64),
+            loss=frame["loss"].to_numpy(dtype=np.float64, na_value=np.nan),
+            train=train,
+            clock=clock,
+            timed=timed,
+            clock_back=back,
+            exact=val_only or one_writer,
+            again=one_writer and not val_only,
         )
-    late_banner = (
-        banner_lines.size > 0 and bool(train.any()) and banner_lines.max() > lines[train].min()
+
+
+@dataclass(kw_only=True, slots=True)
+class _Epoch:
+    """A stretch of one stream's rows inside one run, and what began it."""
+
+    stream: int
+    rows: Any
+    """The rows (frame positions, in line order)."""
+    line: int
+    """Where it began: the line of its first row, or of the banner that began it."""
+    order: tuple[int, int]
+    """Ties at one line: a banner before the rows after it, then rows in frame order."""
+    reason: str | None = None
+    """Why the run before it ended (None: the stream's first rows)."""
+
+
+def _epochs(rows: _Rows, s: int, mine: Any, banners: Any, *, one_writer: bool) -> list[_Epoch]:
+    """The stream ``s`` (rows ``mine``) cut where a boundary falls: from each epoch's start, the
+    first row whose clock or step goes back, or the first banner after it logged a step. Several
+    writers' rows (``one_writer`` False) may print a step one logging interval late."""
+    import numpy as np
+
+    line, step, train = rows.line[mine], rows.step[mine], rows.train[mine]
+    gaps = np.diff(step[train])
+    gaps = gaps[gaps > 0]
+    lag = 0 if rows.exact or one_writer else int(np.median(gaps)) if gaps.size else 1
+    first = int(mine[0])
+    out = [_Epoch(stream=s, rows=None, line=int(line[0]), order=(1, first))]
+    k0 = 0
+    while k0 < mine.size:
+        k, why = _first_back(rows, mine[k0:], lag, s)
+        end = k0 + k if k is not None else mine.size
+        stepped = np.flatnonzero(train[k0:end])
+        after = banners[banners > line[k0 + stepped[0]]] if stepped.size else banners[:0]
+        if after.size and (end == mine.size or after[0] < line[end]):
+            b = int(after[0])
+            out[-1].rows = mine[k0 : k0 + int(np.searchsorted(line[k0:], b))]
+            k0 += out[-1].rows.size
+            why = f"start-up banner at line {b} after steps were logged"
+            out.append(_Epoch(stream=s, rows=None, line=b, order=(0, first), reason=why))
+            continue
+        out[-1].rows = mine[k0:end]
+        if k is None:
+            break
+        at = int(mine[end])
+        out.append(_Epoch(stream=s, rows=None, line=int(line[end]), order=(1, at), reason=why))
+        k0 = end
+    out[-1].rows = mine[k0:] if out[-1].rows is None else out[-1].rows
+    return out
+
+
+def _first_back(rows: _Rows, mine: Any, lag: int, s: int) -> tuple[int | None, str]:
+    """(the first of the rows ``mine`` after the first whose clock goes back past the bound or
+    whose train step goes back more than ``lag`` below the highest before it (or is logged again
+    where ``rows.again``), and why), from a fresh state at ``mine[0]``."""
+    import numpy as np
+
+    none = np.iinfo(np.int64).min
+    step, train = rows.step[mine], rows.train[mine]
+    top = np.maximum.accumulate(np.where(train, step, none))
+    top = np.r_[none, top[:-1]]
+    fire = train & (top != none) & ((step < top - lag) | (rows.again & (step == top)))
+    clock = np.zeros(mine.size, dtype=bool)
+    if rows.clock_back:
+        t, timed = rows.clock[mine], rows.timed[mine]
+        latest = np.maximum.accumulate(np.where(timed, t, none))
+        latest = np.r_[none, latest[:-1]]
+        clock = timed & (latest != none) & (t < latest - int(CLOCK_BACK_MAX_S * 1e9))
+    hit = np.flatnonzero(fire | clock)
+    if hit.size == 0:
+        return None, ""
+    k = int(hit[0])
+    rank = f" (rank {s})" if s >= 0 else ""
+    if clock[k]:
+        return k, _clock_reason(int(latest[k]) - int(rows.clock[mine[k]]), rank)
+    was, now = int(top[k]), int(step[k])
+    why = f"step went back from {was} to {now}" if now < was else f"step {was} logged again"
+    return k, why + rank
+
+
+def _clock_reason(back_ns: int, rank: str) -> str:
+    return (
+        f"the clock went back {_span(back_ns)} (more than a DST shift plus node skew, "
+        f"{CLOCK_BACK_MAX_S / 3600:.2f} h){rank}: another run"
     )
-    # a clock boundary needs a row further back than the bound from some earlier row of the file
-    # (the latest so far bounds every stream's and every run's latest, so this one cumulative
-    # maximum rules all of them out)
-    far_back = False
-    if has_ts.any():
-        t = ts[has_ts]
-        far_back = (
-            bool((t[1:] < np.maximum.accumulate(t)[:-1] - int(CLOCK_BACK_MAX_S * 1e9)).any())
-            if t.size > 1
-            else False
-        )
-    if not back.any() and not late_banner and not far_back:
-        return Segments(index=np.zeros(n, dtype=np.int64), reasons=[], notes=notes)
-    seg = _segment_slow(
-        lines,
-        stream,
-        step,
-        train,
-        banner_lines,
-        b_rank,
-        ts if far_back else None,
-        has_ts,
-        exact=val_only or one_writer,
-        again=again,
-    )
-    seg.notes = notes
-    return seg
+
+
+def _holds_copies(rows: _Rows, mine: Any) -> bool:
+    """Whether a rank's rows hold copies (the same kind, step and loss): one record three times or
+    more, or several records twice. That is a prefix every copy of a line carries alike (``srun
+    -l`` of one task, a launcher's rank, a torchrun role) on several ranks' output; one record
+    logged twice is what a restart does."""
+    import numpy as np
+
+    step, train = rows.step[mine], rows.train[mine]
+    if all((np.diff(step[kind]) > 0).all() for kind in (train, ~train)):  # no step twice
+        return False
+    keys = np.stack([train, step, rows.loss[mine].view(np.int64)], axis=1)
+    counts = np.unique(keys, axis=0, return_counts=True)[1]
+    return bool(counts.max() > 2 or (counts > 1).sum() > 1)
+
+
+def _number(rows: _Rows, epochs: list[_Epoch]) -> tuple[Any, list[str]]:
+    """(the run of each row, why each run after the first began): the epochs in line order, each
+    boundary moving its stream one run on (a new run where it passes the newest); a stream's
+    first rows join the newest run, or start the next where their clock is further back than the
+    bound from that run's latest time (another run pasted below)."""
+    import numpy as np
+
+    index = np.zeros(rows.line.size, dtype=np.int64)
+    reasons: list[str] = []
+    n_runs, run_of = 1, {}
+    for e in sorted(epochs, key=lambda e: (e.line, *e.order)):
+        if e.reason is None:  # the stream's first rows
+            k = n_runs - 1
+            first = int(e.rows[0])
+            if rows.clock_back and rows.timed[first]:
+                top = _latest(rows, run_of, k, first)
+                if top is not None and rows.clock[first] < top - int(CLOCK_BACK_MAX_S * 1e9):
+                    rank = f" (rank {e.stream})" if e.stream >= 0 else ""
+                    reasons.append(f"line {e.line}: {_clock_reason(top - rows.clock[first], rank)}")
+                    k = n_runs
+                    n_runs += 1
+        else:
+            k = run_of[e.stream][-1][1] + 1
+            if k >= n_runs:
+                n_runs = k + 1
+                reasons.append(f"line {e.line}: {e.reason}")
+        run_of.setdefault(e.stream, []).append((e, k))
+        index[e.rows] = k
+    return index, reasons
+
+
+def _latest(rows: _Rows, run_of: dict, k: int, before: int) -> int | None:
+    """The latest time of run ``k`` over the rows before row ``before`` (in line order) of the
+    epochs placed so far."""
+    import numpy as np
+
+    placed = [e.rows for runs_of_stream in run_of.values() for e, run in runs_of_stream if run == k]
+    mine = np.concatenate(placed) if placed else np.zeros(0, dtype=np.int64)
+    mine = mine[(mine < before) & rows.timed[mine]]  # rows are in line order
+    return int(rows.clock[mine].max()) if mine.size else None
+
+
+def _clock_notes(rows: _Rows) -> list[str]:
+    """A note where a stream's clock goes back more than :data:`CLOCK_SLACK_S` (and at most the
+    bound) while its steps go on: a clock change or skew, no boundary."""
+    import numpy as np
+
+    one = (rows.stream == rows.stream[0]).all()
+    order = np.arange(rows.line.size) if one else np.lexsort((rows.line, rows.stream))
+    s, step, train = rows.stream[order], rows.step[order], rows.train[order]
+    t, timed = rows.clock[order], rows.timed[order]
+    same = np.r_[False, s[1:] == s[:-1]]
+    d_step = np.r_[1, np.diff(step)]
+    back = same & train & np.r_[False, train[:-1]] & ((d_step < 0) | ((d_step == 0) & rows.again))
+    back_ns = np.r_[0, -np.diff(t)]
+    clock = same & timed & np.r_[False, timed[:-1]] & (back_ns > int(CLOCK_SLACK_S * 1e9))
+    clock &= (back_ns <= int(CLOCK_BACK_MAX_S * 1e9)) & ~back
+    if not clock.any():
+        return []
+    where = np.flatnonzero(clock)
+    worst = float(back_ns[where].max() / 1e9)
+    return [
+        f"timestamps went back {where.size} time(s) (by up to {worst:,.0f} s; first at line "
+        f"{int(rows.line[order][where].min())}) while the steps went on: a clock change or skew "
+        "between nodes, not a restart, so no run boundary"
+    ]
 
 
 def _clock(frame: Any) -> tuple[Any, Any]:
@@ -363,111 +536,6 @@ def _span(ns: int) -> str:
     if s >= 2 * 3600:
         return f"{s / 3600:.1f} h"
     return f"{s / 60:.0f} min" if s >= 120 else f"{s:.0f} s"
-
-
-def _segment_slow(
-    lines: Any,
-    stream: Any,
-    step: Any,
-    train: Any,
-    banner_lines: Any,
-    b_rank: Any,
-    ts: Any = None,  # noqa: C901
-    has_ts: Any = None,
-    *,
-    exact: bool = False,
-    again: bool = False,
-) -> Segments:
-    """Walk the rows in line order (only for files where a boundary is possible); ``exact``: no lag
-    tolerated; ``again``: a train step logged again is a restart; ``ts``: the clock (int64 ns,
-    ``has_ts`` where present) when it may go back past the bound, else None."""
-    import numpy as np
-
-    order = np.argsort(lines, kind="stable")
-    state: dict[int, dict[str, Any]] = {}
-    seg_of_stream: dict[int, int] = {}
-    run_latest: dict[int, int] = {}  # the latest clock of each run so far
-    index = np.zeros(lines.size, dtype=np.int64)
-    reasons: list[str] = []
-    n_runs = 1
-    bi = 0
-    bound = int(CLOCK_BACK_MAX_S * 1e9)
-    # interval per stream (for rank-less streams, which tolerate one interval of lag)
-    interval: dict[int, int] = {}
-    for s in np.unique(stream):
-        st = step[(stream == s) & train]
-        d = np.diff(st)
-        d = d[d > 0]
-        interval[int(s)] = int(np.median(d)) if d.size else 1
-
-    def start_new(s: int, why: str, at: int) -> None:
-        nonlocal n_runs
-        current = seg_of_stream.get(s, 0)
-        # the stream joins the next run (a later stream restarting joins the run another stream
-        # already began)
-        target = current + 1
-        if target >= n_runs:
-            n_runs = target + 1
-            reasons.append(f"line {at}: {why}")
-        seg_of_stream[s] = target
-        state[s] = {}
-
-    for i in order.tolist():
-        ln = int(lines[i])
-        while bi < banner_lines.size and banner_lines[bi] < ln:
-            br = int(b_rank[bi])
-            for s, st in list(state.items()):
-                if st.get("stepped") and (
-                    br < 0 or br == s or s < 0
-                ):  # a rank's banner restarts the rank-less stream too
-                    start_new(
-                        s,
-                        f"start-up banner at line {int(banner_lines[bi])} after steps were logged",
-                        int(banner_lines[bi]),
-                    )
-            bi += 1
-        s = int(stream[i])
-        st = state.setdefault(s, {})
-        if ts is not None and has_ts[i]:
-            t = int(ts[i])
-            fresh = s not in seg_of_stream
-            if fresh:  # a stream's first row joins the newest run: held to that run's latest clock
-                seg_of_stream[s] = n_runs - 1
-            top = st.get("latest") if not fresh else run_latest.get(n_runs - 1)
-            if top is not None and t < top - bound:
-                start_new(
-                    s,
-                    f"the clock went back {_span(top - t)} (more than a DST shift plus node skew, "
-                    f"{CLOCK_BACK_MAX_S / 3600:.2f} h)"
-                    + (f" (rank {s})" if s >= 0 else "")
-                    + ": another run",
-                    ln,
-                )
-                st = state[s]
-            st["latest"] = t if st.get("latest") is None else max(st["latest"], t)
-            k = seg_of_stream[s]
-            run_latest[k] = t if k not in run_latest else max(run_latest[k], t)
-        if train[i]:
-            top = st.get("max_step")
-            tol = 0 if s >= 0 or exact else interval.get(s, 1)
-            if top is not None and (step[i] < top - tol or (again and step[i] == top)):
-                why = (
-                    f"step went back from {top} to {int(step[i])}"
-                    if step[i] < top
-                    else f"step {top} logged again"
-                )
-                start_new(s, why + (f" (rank {s})" if s >= 0 else ""), ln)
-                st = state[s]
-                if ts is not None and has_ts[i]:
-                    st["latest"] = int(ts[i])
-            st["max_step"] = (
-                int(step[i]) if st.get("max_step") is None else max(st["max_step"], int(step[i]))
-            )
-            st["stepped"] = True
-        index[i] = seg_of_stream.setdefault(
-            s, n_runs - 1
-        )  # a stream first seen after a boundary is in the newest run
-    return Segments(index=index, reasons=reasons)
 
 
 def fold_copies(frame: Any, skew_s: float = NODE_SKEW_MAX_S) -> tuple[Any, int]:

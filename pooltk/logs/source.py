@@ -258,7 +258,9 @@ def _records(text: str, first: Any) -> list[Any]:
 
 def unwrap(data: bytes) -> Source:
     """``data`` with its envelope removed (or unchanged when it has none); see the Note above."""
-    if data[:4096].lstrip()[:1] not in (b"{", b"["):
+    start = data[:4096].lstrip()
+    opens_records = start[:1] == b"{" or start[1:].lstrip()[:1] in (b"{", b"]", b"")
+    if start[:1] not in (b"{", b"[") or not opens_records:  # [rank0]:, [1,0]<stdout>: ...
         return Source(data=data)
     head = data[: data.find(b"\n", 0, 1 << 20) if b"\n" in data[: 1 << 20] else 1 << 20]
     first = _first_json(head.decode("utf-8", errors="replace"))

@@ -13,7 +13,8 @@ in torchtitan's source, see docs/logs.md):
 - ``validate step: {:2}  loss: {:7.4f}  memory: ...  tps: {:,}``;
 - progress forms such as ``step: 640/644 = 99.38%`` (the step is the number before the slash).
 
-Fields are read as ``key: value`` pairs by name. Colour escapes are stripped first. A non-last
+Fields are read as ``key: value`` pairs by name through :data:`FIELDS`. Colour escapes are stripped
+first. A non-last
 pipeline stage prints ``loss: -1.0000`` (it has no loss); that is stored as NaN and noted.
 torchtitan's ``tps`` is per device already: tokens / (time x non-data-parallel size).
 """
@@ -21,17 +22,40 @@ torchtitan's ``tps`` is per device already: tokens / (time x non-data-parallel s
 from __future__ import annotations
 
 import re
-from collections import Counter
 from typing import Any
 
 from pooltk.logs._common import ParseResult, parse_float, parse_int
-from pooltk.logs.records import Rec, Skip
+from pooltk.logs.records import Field, Rec, Skip, form_numbers, form_pattern
 
-__all__ = ["CANDIDATE", "DETECT", "FORMAT", "META_HINTS", "fast", "finish", "meta", "parse_line"]
+__all__ = [
+    "CANDIDATE",
+    "DETECT",
+    "FIELDS",
+    "FORMAT",
+    "META_HINTS",
+    "finish",
+    "meta",
+    "pattern",
+    "records_in",
+    "split",
+]
 
 FORMAT = "torchtitan"
 TS_FORMAT = "%Y-%m-%d %H:%M:%S,%3f"
 MEM_BASIS = "max_reserved"
+
+FIELDS: dict[str, Field] = {
+    "step": Field("step", "int"),
+    "loss": Field("loss"),
+    "grad_norm": Field("grad_norm"),
+    "lr": Field("lr"),
+    "memory": Field("mem_gib", forms=("{}GiB({}%)", "{}GiB"), also="mem_pct"),
+    "tps": Field("tok_per_s_logged", "count"),
+    "wps": Field("tok_per_s_logged", "count"),
+    "tflops": Field("tflops_per_gpu_logged", "count"),
+    "mfu": Field("mfu_pct_logged", forms=("{}%", "N/A")),
+}
+"""The field table: key as written -> column, type, form (``N/A``: no number)."""
 
 _TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
 _PREFIX = r"(?:\[titan\] )?" + _TS + r" - [^ \n]+ - [A-Z]+ - "
@@ -45,7 +69,11 @@ _RECORD_RE = re.compile(
     r"(?P<msg>(?:validate )?step:\s*\d+(?:/\d+)?(?: = [\d.]+%)?(?:\s+[A-Za-z_]+:\s+[^\s\[]+)*)"
 )
 _KV_RE = re.compile(r"([A-Za-z_]+):\s+(\S+)")
-_MEM_RE = re.compile(r"^(?P<gib>[-+0-9.naif]+)GiB(?:\((?P<pct>[-+0-9.naif]+)%\))?$")
+_MEM_NUMBER = re.compile(r"[-+0-9.naif]+")
+"""What a memory figure may hold (the digits, sign and point of a number, ``nan``, ``inf``)."""
+_FAST = {"int": r"\d{1,18}", "float": r"-?\d+(?:\.\d+)?", "count": r"\d{1,3}(?:,\d{3})*(?:\.\d+)?"}
+"""The numbers the fast path reads: what polars and :func:`parse_float` read alike, within
+:data:`_MEM_NUMBER` (no exponent)."""
 META_HINTS = (
     "Peak FLOPS used",
     " capacity: ",
@@ -70,8 +98,8 @@ _META_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 def meta(message: str, n: int, result: ParseResult) -> bool:
     """Take run facts from a setup line; True when one was found."""
     found = False
-    for key, pattern in _META_PATTERNS:
-        m = pattern.search(message)
+    for key, regex in _META_PATTERNS:
+        m = regex.search(message)
         if m is None:
             continue
         found = True
@@ -101,8 +129,33 @@ class _Bad(ValueError):
     """A candidate line that does not parse; the message is the skip reason."""
 
 
-def _fields(message: str) -> tuple[str, int, dict[str, object], tuple[str, ...]]:
-    """Parse a metric message into (kind, step, values by column, field order)."""
+def _value(key: str, text: str, values: dict[str, Any]) -> int | None:
+    """Put the value of ``key`` into ``values`` as :data:`FIELDS` says; the form it was written in
+    (None: a key the table does not read)."""
+    field = FIELDS.get(key) if key != "step" else None  # a second step: read by no one
+    if field is None:
+        return None
+    for form, written in enumerate(field.forms):
+        numbers = form_numbers(written, text)
+        if numbers is None:
+            continue
+        if key == "memory" and not all(_MEM_NUMBER.fullmatch(x) for x in numbers):
+            break
+        try:
+            for column, number in zip((field.column, field.also), numbers):
+                values[column] = parse_float(number)
+        except ValueError:
+            raise _Bad(f"field {key!r}: {text[:30]!r} is not a number") from None
+        return form
+    if key == "memory":
+        raise _Bad(f"memory {text[:30]!r} is not '<n>GiB(<p>%)'")
+    unit = field.forms[0].replace("{}", "")  # torchtitan always writes it: the value was cut
+    raise _Bad(f"truncated: {key} {text[:30]!r} without its {unit!r}")
+
+
+def _fields(message: str) -> tuple[str, int, dict[str, Any], tuple[str, ...], Any]:
+    """Parse a metric message into (kind, step, values by column, keys in order, layout fields:
+    (key, form) per field after the step, None for a progress step)."""
     if message.startswith("validate step:"):
         kind, body = "val", message[len("validate ") :]
     elif message.startswith("step:"):
@@ -112,46 +165,19 @@ def _fields(message: str) -> tuple[str, int, dict[str, object], tuple[str, ...]]
     pairs = _KV_RE.findall(body)
     if not pairs or pairs[0][0] != "step":
         raise _Bad("no 'step: N' field")
-    step_text = pairs[0][1].split("/", 1)[0]
     try:
-        step = parse_int(step_text)
+        step = parse_int(pairs[0][1].split("/", 1)[0])
     except ValueError:
         raise _Bad("step is not an integer") from None
-    values: dict[str, object] = {}
-    keys: list[str] = ["step"]
-    for key, value in pairs[1:]:
-        keys.append(key)
-        try:
-            if key == "loss":
-                values["loss"] = parse_float(value)
-            elif key == "grad_norm":
-                values["grad_norm"] = parse_float(value)
-            elif key == "memory":
-                m = _MEM_RE.match(value)
-                if m is None:
-                    raise _Bad(f"memory {value[:30]!r} is not '<n>GiB(<p>%)'")
-                values["mem_gib"] = float(m.group("gib"))
-                if m.group("pct") is not None:
-                    values["mem_pct"] = float(m.group("pct"))
-            elif key in ("tps", "wps"):
-                values["tok_per_s_logged"] = parse_float(value)
-            elif key == "tflops":
-                values["tflops_per_gpu_logged"] = parse_float(value)
-            elif key == "mfu":
-                if value != "N/A" and not value.endswith(
-                    "%"
-                ):  # torchtitan always writes the sign: cut short
-                    raise _Bad(f"truncated: mfu {value[:30]!r} without its '%'")
-                values["mfu_pct_logged"] = parse_float(value.removesuffix("%"))
-            elif key == "lr":
-                values["lr"] = parse_float(value)
-        except ValueError:
-            raise _Bad(f"field {key!r}: {value[:30]!r} is not a number") from None
-    return kind, step, values, tuple(keys)
+    values: dict[str, Any] = {}
+    written = tuple((key, _value(key, text, values)) for key, text in pairs[1:])
+    plain = pairs[0][1].isdigit() and not body.split(None, 2)[-1].startswith("= ")
+    keys = ("step", *(key for key, _ in written))
+    return kind, step, values, keys, written if plain else None
 
 
-def parse_line(line: str) -> list[Rec | Skip]:
-    """Every record on ``line`` (the definition of the format); bare or damaged ones are Skips."""
+def records_in(line: str) -> list[Rec | Skip]:
+    """Every record on ``line``, read by :data:`FIELDS`; bare or damaged ones are Skips."""
     out: list[Rec | Skip] = []
     end = 0
     cands = list(_CAND_RE.finditer(line))
@@ -161,19 +187,13 @@ def parse_line(line: str) -> list[Rec | Skip]:
         stop = cands[k + 1].start() if k + 1 < len(cands) else len(line)
         m = _RECORD_RE.match(line, cand.start(), stop)  # a record ends where the next one starts
         if m is None:
-            out.append(
-                Skip(
-                    start=cand.start(),
-                    reason="step fields without torchtitan's logging prefix "
-                    "(interleaved or garbled)",
-                    end=cand.end(),
-                )
-            )
+            reason = "step fields without torchtitan's logging prefix (interleaved or garbled)"
+            out.append(Skip(start=cand.start(), reason=reason, end=cand.end()))
             end = cand.end()
             continue
         end = m.end()
         try:
-            kind, step, values, keys = _fields(m.group("msg"))
+            kind, step, values, keys, written = _fields(m.group("msg"))
         except _Bad as bad:
             out.append(Skip(start=cand.start(), reason=str(bad), end=m.end()))
             continue
@@ -181,8 +201,47 @@ def parse_line(line: str) -> list[Rec | Skip]:
             out.append(Skip(start=cand.start(), reason="no loss field", end=m.end()))
             continue
         values.update(kind=kind, step=step, timestamp=m.group("ts"))
-        out.append(Rec(start=cand.start(), end=m.end(), values=values, keys=keys))
+        titan = m.group(0).startswith("[titan] ")
+        layout = (titan, written) if kind == "train" and written is not None else None
+        out.append(Rec(start=cand.start(), end=m.end(), values=values, keys=keys, layout=layout))
     return out
+
+
+def pattern(layout: tuple[bool, tuple[tuple[str, Any], ...]]) -> str | None:
+    """The regex of a train record written as ``layout`` (values in :data:`_FAST`'s classes);
+    None where a key is one the table does not read or two keys fill one column."""
+    titan, written = layout
+    if any(form is None for _, form in written):
+        return None
+    columns = [FIELDS[key].column for key, _ in written]
+    if len(set(columns)) != len(columns):
+        return None
+    out = (r"\[titan\] " if titan else "") + _TS + r" - [^ \n]+ - [A-Z]+ - step: *" + _FAST["int"]
+    for key, form in written:
+        field = FIELDS[key]
+        out += r"  +" + key + r": +" + form_pattern(field.forms[form], _FAST[field.kind])
+    return out
+
+
+def split(layout: tuple[bool, tuple[tuple[str, Any], ...]]) -> tuple[list, list, Any]:
+    """How records of ``layout`` (the column ``body``, from the record's start) are cut, as polars
+    expressions: (columns to make first, (key, form, value text) per field, the timestamps)."""
+    import polars as pl
+
+    _, written = layout
+    keys = ["step", *(key for key, _ in written)]
+    forms = [0, *(form for _, form in written)]
+    stages = [
+        ("head", pl.col("body").str.splitn(" - ", 4)),  # no field of the logging prefix has " - "
+        ("parts", pl.col("head").struct.field("field_3").str.split_exact(":", len(keys))),
+    ]
+    texts = []
+    for j, key in enumerate(keys, start=1):  # "  7.3  grad_norm": a value, then the next key
+        value = pl.col("parts").struct.field(f"field_{j}")
+        if j < len(keys):
+            value = value.str.strip_suffix(keys[j])
+        texts.append((key, forms[j - 1], value.str.strip_chars(" ")))
+    return stages, texts, pl.col("head").struct.field("field_0").str.slice(-23)
 
 
 def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:  # noqa: ARG001
@@ -209,87 +268,3 @@ def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:  # noqa:
                 "stored as NaN"
             )
     found.frame = frame
-
-
-# --------------------------------------------------------------------------- the engine's path
-
-_FNUM = r"-?\d+(?:\.\d+)?"
-_VALUE = {
-    "loss": _FNUM,
-    "grad_norm": _FNUM,
-    "memory": _FNUM + r"GiB\(" + _FNUM + r"%\)",
-    "tps": r"\d{1,3}(?:,\d{3})*",
-    "wps": r"\d{1,3}(?:,\d{3})*",
-    "tflops": r"\d{1,3}(?:,\d{3})*(?:\.\d+)?",
-    "mfu": _FNUM + "%|N/A",
-}
-
-
-def _layout(sample: list[str]) -> tuple[str, ...] | None:
-    seen: Counter[tuple[str, ...]] = Counter()
-    for text in sample:
-        recs = parse_line(text)
-        if (
-            len(recs) == 1
-            and isinstance(recs[0], Rec)
-            and recs[0].end == len(text)
-            and recs[0].values["kind"] == "train"
-        ):
-            seen[recs[0].keys] += 1
-    if not seen:
-        return None
-    keys = seen.most_common(1)[0][0]
-    if (
-        keys[:2] != ("step", "loss")
-        or any(k not in _VALUE for k in keys[1:])
-        or len(set(keys)) != len(keys)
-    ):
-        return None
-    return keys
-
-
-def fast(body: Any) -> tuple[dict[str, Any], Any, tuple[str, ...]] | None:
-    """The file's usual layout read by polars: (columns, which bodies were read, field names)."""
-    import polars as pl
-
-    keys = _layout(body.head(1000).to_list())
-    if keys is None:
-        return None
-    pattern = r"^" + _PREFIX + r"step: *\d+"
-    for key in keys[1:]:
-        pattern += r"  +" + key + r": +(?:" + _VALUE[key] + ")"
-    ok = body.str.contains(pattern + "$")
-    head = body.str.splitn(" - ", 4).struct.unnest()
-    stamps = head["field_0"].str.slice(-23)
-    parts = head["field_3"].str.split_exact(":", len(keys)).struct.unnest()
-
-    def value(j: int) -> Any:
-        text = parts[f"field_{j}"]
-        if j < len(keys):
-            text = text.str.strip_suffix(keys[j])
-        return text.str.strip_chars(" ")
-
-    cols: dict[str, Any] = {"step": value(1).cast(pl.Int64, strict=False)}
-    for j, key in enumerate(keys[1:], start=2):
-        text = value(j)
-        if key == "memory":
-            two = text.str.strip_suffix("%)").str.split_exact("GiB(", 1).struct.unnest()
-            cols["mem_gib"] = two["field_0"].cast(pl.Float64, strict=False)
-            cols["mem_pct"] = two["field_1"].cast(pl.Float64, strict=False)
-        elif key in ("tps", "wps", "tflops"):
-            cols["tflops_per_gpu_logged" if key == "tflops" else "tok_per_s_logged"] = (
-                text.str.replace_all(",", "", literal=True).cast(pl.Float64, strict=False)
-            )
-        elif key == "mfu":
-            cols["mfu_pct_logged"] = pl.select(
-                pl.when(text == "N/A")
-                .then(float("nan"))
-                .otherwise(text.str.strip_suffix("%").cast(pl.Float64, strict=False))
-            ).to_series()
-        else:
-            cols[key] = text.cast(pl.Float64, strict=False)
-    for values in cols.values():
-        ok = ok & values.is_not_null()
-    cols["kind"] = pl.repeat("train", body.len(), dtype=pl.String, eager=True)
-    cols["timestamp"] = stamps
-    return cols, ok.fill_null(False), keys

@@ -1,23 +1,26 @@
-"""The engine's reading gives exactly what the Python definition gives (engine='auto' vs 'python').
+"""The fast reader gives exactly what the per-line definitions it was built from give
+([Note: the oracle] in tests/logs/oracle.py), and ``engine="python"`` (every line read by the
+format's Python reader of one line) gives the same too.
 
-Each format's ``parse_line`` defines it; polars only reads the file's usual layout faster
-([Note: a record, not a line] in pooltk/logs/records.py). These tests read the same bytes
-both ways, on generated logs with damaged lines and on hand-picked awkward numbers, and require
-identical tables and identical per-file reports.
+These tests read the same bytes three ways, on generated logs with damaged lines, on hand-picked
+awkward numbers and on the fixtures and real logs, and require identical tables and identical
+per-file reports.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
+import oracle  # noqa: E402  (tests/logs/oracle.py)
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pooltk.logs import LogFormatError, read_log_file
+from pooltk.logs import LogFormatError, read_log_file, records
 
 SETTINGS = settings(
     max_examples=50,
@@ -27,18 +30,41 @@ SETTINGS = settings(
 FIX = Path(__file__).resolve().parent / "fixtures"
 
 
+@contextmanager
+def _per_line_definitions():
+    """Records read by the oracle's per-line definitions instead of pooltk's reader."""
+    saved = records.read_records
+    records.read_records = oracle.read_records
+    try:
+        yield
+    finally:
+        records.read_records = saved
+
+
+def _read(path: Path, engine: str = "auto", *, by_oracle: bool = False):
+    """The table read from ``path``, or the error's text."""
+    try:
+        if not by_oracle:
+            return read_log_file(path, engine=engine)
+        with _per_line_definitions():
+            return read_log_file(path)
+    except LogFormatError as err:
+        return str(err)
+
+
+def _three_ways(path: Path):
+    """(the oracle's reading, pooltk's); ``engine="python"`` is required to equal pooltk's."""
+    by_oracle, python, auto = _read(path, by_oracle=True), _read(path, "python"), _read(path)
+    _assert_same(python, auto)
+    return by_oracle, auto
+
+
 def _both(text: str, name: str):
-    """Read ``text`` with both engines; returns ((table or error), (table or error))."""
-    out = []
+    """Read ``text`` by the oracle and by pooltk; returns ((table or error), (table or error))."""
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / name
         p.write_text(text, encoding="utf-8", errors="surrogateescape")
-        for engine in ("python", "auto"):
-            try:
-                out.append(read_log_file(p, engine=engine))
-            except LogFormatError as err:
-                out.append(str(err))
-    return out
+        return _three_ways(p)
 
 
 def _assert_same(slow, fast):
@@ -167,22 +193,39 @@ def test_awkward_json_values_read_the_same_both_ways(field):
 def test_the_fixtures_read_the_same_both_ways():
     for path in sorted(FIX.rglob("*")):
         if path.suffix in (".log", ".jsonl", ".json"):
-            _assert_same(read_log_file(path, engine="python"), read_log_file(path))
+            _assert_same(*_three_ways(path))
 
 
-def test_the_fast_path_really_reads_canonical_lines():
+def _python_reads(mod, lines: list[str], tmp_path: Path, name: str):
+    """(the table, how many lines the format's Python reader of one line was given)."""
+    calls = []
+    saved = mod.records_in
+    mod.records_in = lambda line: calls.append(line) or saved(line)
+    try:
+        path = tmp_path / name
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return read_log_file(path), len(calls)
+    finally:
+        mod.records_in = saved
+
+
+def test_the_fast_path_really_reads_canonical_lines(tmp_path):
     """Guard against a fast path that silently declines everything (the equality tests would still
-    pass)."""
-    import polars as pl
+    pass): of 500 lines of a format's usual layout, Python reads only the sample that chose it."""
+    from pooltk.logs import automodel_jsonl, automodel_text, torchtitan
 
-    from pooltk.logs import automodel_jsonl, automodel_text
-
-    text = pl.Series([_text_line(i) for i in range(1, 101)])
-    cols, ok, _ = automodel_text.fast(text)
-    assert ok.all() and cols["loss"].head(2).to_list() == [9.5, 9.5]
-    js = pl.Series([_json_line(i) for i in range(100)])
-    cols, ok, _ = automodel_jsonl.fast(js)
-    assert ok.all() and cols["mfu_pct_logged"][0] is None
+    cases = [
+        (automodel_text, [_text_line(i) for i in range(1, 501)], "a.log"),
+        (automodel_jsonl, [_json_line(i) for i in range(500)], "a_training.jsonl"),
+        (torchtitan, [_titan_line(s, mfu="N/A") for s in range(1, 501)], "titan.log"),
+    ]
+    for mod, lines, name in cases:
+        table, calls = _python_reads(mod, lines, tmp_path, name)
+        assert len(table.steps) == 500 and calls <= records._SAMPLE, (mod.FORMAT, calls)
+    steps = _python_reads(torchtitan, cases[2][1], tmp_path, "titan.log")[0].steps
+    assert steps["mfu_pct_logged"].isna().all() and steps["mem_gib"].iloc[0] == 169.10
+    steps = _python_reads(automodel_jsonl, cases[1][1], tmp_path, "b_training.jsonl")[0].steps
+    assert steps["mfu_pct_logged"].isna().all() and steps["loss"].iloc[0] == 2.5
 
 
 finite = st.floats(min_value=-1e12, max_value=1e12, allow_nan=False, allow_infinity=False)
@@ -297,6 +340,15 @@ _TITAN_AWKWARD = [
     {"stamp": "2026-02-30 01:02:03,004"},
     {"stamp": "2026-05-20 02:22:58,21"},
     {"loss": "99999999999999999999.5"},
+    {"mem": "1e5GiB"},
+    {"mem": "1,000GiB(5%)"},
+    {"mem": "5GiB(nan%)"},
+    {"mfu": "37.04"},
+    {"mfu": "N/A%"},
+    {"tps": "N/A"},
+    {"gn": "1_000"},
+    {"gn": "NaN"},
+    {"tflops": "1e3"},
 ]
 
 
@@ -338,21 +390,36 @@ def test_random_torchtitan_logs_read_the_same_both_ways(rows):
     _assert_same(*_both("\n".join(out) + "\n", "titan.log"))
 
 
-def test_torchtitan_logs_read_the_same_both_ways(base_logs):
+def test_the_base_logs_read_the_same_both_ways(base_logs):
     for p in base_logs:
-        if "titan" in p.name and p.suffix == ".log":
-            _assert_same(read_log_file(p, engine="python"), read_log_file(p, engine="auto"))
+        _assert_same(*_three_ways(p))
 
 
-def test_the_torchtitan_fast_path_reads_every_canonical_line():
-    import polars as pl
-
+def test_the_torchtitan_fast_path_reads_every_canonical_line(tmp_path):
     from pooltk.logs import torchtitan
 
-    body = pl.Series(
-        [_titan_line(s, tps=f"{s * 1001:,}", tflops=f"{s * 37.5:,.2f}") for s in range(1, 500)]
-    )
-    cols, ok, _ = torchtitan.fast(body)
-    assert ok.all()
-    assert cols["tok_per_s_logged"].head(3).to_list() == [1001.0, 2002.0, 3003.0]
-    assert cols["tflops_per_gpu_logged"][99] == float(f"{100 * 37.5:,.2f}".replace(",", ""))
+    lines = [_titan_line(s, tps=f"{s * 1001:,}", tflops=f"{s * 37.5:,.2f}") for s in range(1, 500)]
+    table, calls = _python_reads(torchtitan, lines, tmp_path, "titan.log")
+    steps = table.steps
+    assert calls <= records._SAMPLE and len(steps) == 499
+    assert steps["tok_per_s_logged"].head(3).to_list() == [1001.0, 2002.0, 3003.0]
+    assert steps["tflops_per_gpu_logged"][99] == float(f"{100 * 37.5:,.2f}".replace(",", ""))
+
+
+@SETTINGS
+@given(tokens=st.lists(st.tuples(token, token, token, token), min_size=1, max_size=8))
+def test_random_numbers_in_torchtitan_lines_read_the_same_both_ways(tokens):
+    lines = [
+        _titan_line(i + 1, loss=a, mem=f"{b}GiB({c}%)", mfu=f"{d}%" if i % 2 else d)
+        for i, (a, b, c, d) in enumerate(tokens)
+    ]
+    lines += [_titan_line(len(lines) + 1)]
+    _assert_same(*_both("\n".join(lines) + "\n", "titan.log"))
+
+
+def test_a_torchtitan_mfu_cut_before_its_percent_sign_is_counted_truncated(tmp_path):
+    lines = [_titan_line(s) for s in range(1, 5)]
+    path = tmp_path / "titan.log"
+    path.write_text("\n".join([*lines, lines[-1].removesuffix("%")]) + "\n", encoding="utf-8")
+    table = read_log_file(path)
+    assert len(table.steps) == 4 and table.files[0].n_truncated == 1
