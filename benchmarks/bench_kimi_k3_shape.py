@@ -32,7 +32,7 @@ from pooltk import PoolConfig
 from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.memory.model import harness_boundary, model_memory
 from pooltk.parity import ParitySpec, Variant, run_parity
-from pooltk.studies.kimi_k3.presets import get_preset
+from pooltk.studies.kimi_k3 import get_preset
 
 PRESET = "kimi-k3-gb200-2k-hidden"
 

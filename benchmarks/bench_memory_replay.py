@@ -3,9 +3,9 @@
 Run: ``.venv/bin/python benchmarks/bench_memory_replay.py [--preset kimi-k3-gb200-2k] [--ranks 0,3,7]
 [--variants stock,pooled] [--microbatches 64]``
 
-Replays each rank of a named estimate (:data:`pooltk.memory.replay.presets.ESTIMATE_PRESETS`; by default
-Kimi-K3's published widths at pp 8 x 64 microbatches, 2 x 2048 tokens, ep 32, activation checkpointing on)
-on fake tensors and prints, per stage and variant: the wall time and this process's CPU time of the
+Replays each rank of a named estimate (:data:`pooltk.memory.replay.presets.ESTIMATE_PRESETS`, or the
+Kimi-K3 study's :data:`pooltk.studies.kimi_k3.ESTIMATE`, the default: K3's published widths at pp 8 x
+64 microbatches, 2 x 2048 tokens, ep 32, activation checkpointing on) on fake tensors and prints, per stage and variant: the wall time and this process's CPU time of the
 replay, the storages it logged, the peak and where in the step it is, and the receive buffers
 against the analytic model. Wall time depends on what else the machine runs; CPU time less so.
 """
@@ -18,11 +18,14 @@ import time
 
 from pooltk.memory.replay.estimate import estimate_memory
 from pooltk.memory.replay.presets import ESTIMATE_PRESETS, estimate_preset
+from pooltk.studies.kimi_k3 import ESTIMATE
+
+NAMED = {**ESTIMATE_PRESETS, ESTIMATE.name: ESTIMATE}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="kimi-k3-gb200-2k", choices=sorted(ESTIMATE_PRESETS))
+    parser.add_argument("--preset", default=ESTIMATE.name, choices=sorted(NAMED))
     parser.add_argument("--ranks", default=None, help="comma-separated (default: every rank)")
     parser.add_argument("--variants", default="stock,pooled")
     parser.add_argument(
@@ -30,7 +33,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    inputs = estimate_preset(args.preset).inputs()
+    inputs = estimate_preset(args.preset, NAMED).inputs()
     shape = (
         inputs.shape
         if args.microbatches is None

@@ -253,8 +253,10 @@ def _estimate(args: argparse.Namespace) -> int:
         return 0
     print("\n".join(_estimate_lines(estimate, inputs, args.unit)))
     if verdict is not None:
+        from pooltk.memory.replay.estimate import VARIANT_TITLES
+
         print("")
-        print("\n".join(verdict.lines()))
+        print("\n".join(verdict.lines(VARIANT_TITLES)))
     else:
         print("\n(add --capacity gb200|h100|GIB for a fits verdict)")
     return 0
@@ -293,9 +295,14 @@ def _inputs(args: argparse.Namespace) -> Any:
     pool's slack from the flags."""
     from pooltk._validate import InputError
     from pooltk.config import PoolConfig
-    from pooltk.memory.replay.presets import estimate_preset
+    from pooltk.memory.replay.presets import ESTIMATE_PRESETS, estimate_preset
+    from pooltk.studies.kimi_k3 import ESTIMATE
 
-    inputs = estimate_preset(args.preset).inputs() if args.preset else _file_inputs(args)
+    if args.preset:
+        named = {**ESTIMATE_PRESETS, ESTIMATE.name: ESTIMATE}
+        inputs = estimate_preset(args.preset, named).inputs()
+    else:
+        inputs = _file_inputs(args)
     if args.sharing not in (None, "rank"):
         raise InputError(
             "--sharing",
@@ -335,8 +342,8 @@ def _file_inputs(args: argparse.Namespace) -> Any:
 
 def _verdict(args: argparse.Namespace, estimate: Any) -> Any:
     """The fits verdict, when a capacity, an overhead or a run log is given."""
+    from pooltk.memory.fits import DEFAULT_OVERHEAD, Overhead, of_estimate
     from pooltk.memory.model import MemoryModelError
-    from pooltk.memory.verdict import DEFAULT_OVERHEAD, Overhead, fits_verdict, overhead_from_log
 
     if args.capacity is None and not args.run_log and args.overhead_gib is None:
         return None
@@ -356,8 +363,33 @@ def _verdict(args: argparse.Namespace, estimate: Any) -> Any:
             source="--overhead-gib",
         )
     if args.run_log:
-        overhead = overhead_from_log(args.run_log, estimate)
-    return fits_verdict(estimate, args.capacity or "gb200", overhead=overhead)
+        overhead = _logged_overhead(args.run_log, estimate)
+    return of_estimate(estimate, args.capacity or "gb200", overhead=overhead)
+
+
+def _logged_overhead(path: str, estimate: Any) -> Any:
+    """The overhead calibrated from a run log's peak (its largest ``mem_gib``: rank 0's, as these
+    trainers log it) against the replay of the rank holding stage 0, pooled if replayed."""
+    from pooltk.logs import read_logs
+    from pooltk.memory.fits import GIB, calibrated_overhead
+    from pooltk.memory.model import MemoryModelError
+
+    table = read_logs(path).steps
+    mem = table["mem_gib"].dropna() if "mem_gib" in table else None
+    if mem is None or mem.empty:
+        raise MemoryModelError(
+            "run log",
+            found=f"{path}: no peak memory column (mem_gib) in its steps",
+            required="a log whose steps report peak memory",
+            fix="give an Automodel or torchtitan training log.",
+        )
+    chosen = "pooled" if "pooled" in estimate.variants else "stock"
+    return calibrated_overhead(
+        logged_peak_bytes=round(float(mem.max()) * GIB),
+        basis=str(table.loc[mem.idxmax(), "mem_basis"]),
+        estimate_peak_bytes=estimate.replay(0, chosen).peak.bytes,
+        source=f"{path}, rank 0, {chosen}",
+    )
 
 
 # ---- tables ------------------------------------------------------------------------------------

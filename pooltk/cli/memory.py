@@ -18,10 +18,11 @@ every rank: its stages, each per-stage variant summed, the rank-shared rings and
 set ([Note: bytes per rank] in :mod:`pooltk.memory.ranks`). ``--compare NAME`` shows another
 preset's stock and pooled bytes beside this one's, per stage (rank), with the difference.
 
-``--capacity DEVICE|GIB`` adds the fits view: per stage, the peak of stock, the automodel policy,
-tight and the live set on that device, anchored to a reference peak (the preset's published one,
-or ``--reference-peak-gib``). ``--measure`` runs stock and pooled pipelines on gloo and prints
-measured vs modelled saving per stage. ``--k3-story`` prints the Kimi-K3 PR's figures beside the
+``--capacity DEVICE|GIB`` adds the fits view (:func:`pooltk.memory.fits.anchored`, the tensors
+alone): per stage, the peak of stock, the automodel policy, tight and the live set on that device,
+anchored to a reference peak (the preset's published one, or ``--reference-peak-gib``).
+``--measure`` runs stock and pooled pipelines on gloo and prints measured vs modelled saving per
+stage. ``--k3-story`` prints the Kimi-K3 PR's figures beside the
 model. The whole-stage estimate is ``pooltk estimate`` (:mod:`pooltk.cli.estimate`); ``pooltk
 memory --estimate ...`` runs it and says so.
 
@@ -335,7 +336,7 @@ def _model_command(args: argparse.Namespace) -> int:
     if comparison:
         print("\n".join(comparison))
     if fits is not None:
-        print(_fits_table(fits, multi=model.shape.multi_stage))
+        print(_fits_table(fits))
     return 0
 
 
@@ -358,16 +359,7 @@ def _payload(preset: Any, model: Any, compared: Any, fits: Any) -> dict[str, Any
             **other_model.to_dict(),
         }
     if fits is not None:
-        payload["fits"] = {
-            "device": {
-                "name": fits.device.name,
-                "capacity_bytes": fits.device.capacity_bytes,
-                "source": fits.device.source,
-            },
-            "reference_stage": fits.reference_stage,
-            "base_bytes": fits.base_bytes,
-            "rows": fits.to_records(),
-        }
+        payload["fits"] = fits.to_dict()
     return payload
 
 
@@ -378,7 +370,7 @@ def _source(args: argparse.Namespace) -> Any:
     """The Preset the arguments describe (preset, config file with flag overrides, or flags)."""
     from pooltk.memory.configs import Overrides, load_config, load_overrides
     from pooltk.memory.model import MemoryModelError
-    from pooltk.studies.kimi_k3.presets import get_preset
+    from pooltk.studies.kimi_k3 import get_preset
 
     explicit = [flag_of(f) for f in SHAPE_FLAGS if getattr(args, f) is not None]
     chosen = [name for name, on in (("--preset", args.preset), ("--config", args.config)) if on]
@@ -606,7 +598,7 @@ def _rank_record(model: Any, rank: int, unit: str) -> dict[str, str]:
 def _compared(args: argparse.Namespace) -> tuple[Any, Any]:
     """The ``--compare`` preset and its model, under this command's overrides."""
     from pooltk.memory.model import MemoryModelError
-    from pooltk.studies.kimi_k3.presets import get_preset
+    from pooltk.studies.kimi_k3 import get_preset
 
     try:
         other = get_preset(args.compare)
@@ -665,7 +657,7 @@ def _compare_record(model: Any, other: Any, what: str, at: int, unit: str) -> di
 
 
 def _list_presets() -> str:
-    from pooltk.studies.kimi_k3.presets import PRESETS
+    from pooltk.studies.kimi_k3 import PRESETS
 
     out = []
     for p in PRESETS.values():
@@ -688,8 +680,8 @@ def _list_devices() -> str:
 
 
 def _fits(args: argparse.Namespace, preset: Any, model: Any) -> Any:
-    """The fits report on ``--capacity``, anchored to the reference peak."""
-    from pooltk.memory.fits import fit_report
+    """The verdict on ``--capacity`` of the tensors alone, anchored to the reference peak."""
+    from pooltk.memory.fits import anchored
 
     reference = _reference(args, preset, model)
     own_run = {}
@@ -697,18 +689,9 @@ def _fits(args: argparse.Namespace, preset: Any, model: Any) -> Any:
         # the published peak is of the preset's own run
         own_run = {
             "reference_shape": preset.shape,
-            "reference_boundary": list(preset.boundaries_for(preset.shape)),
+            "reference_boundaries": preset.boundaries_for(preset.shape),
         }
-    return fit_report(
-        model.shape,
-        list(model.boundaries),
-        model.config,
-        args.capacity,
-        reference,
-        policy=model.policy,
-        sharing=model.sharing,
-        **own_run,
-    )
+    return anchored(model, args.capacity, reference, overhead=None, **own_run)
 
 
 def _reference(args: argparse.Namespace, preset: Any, model: Any) -> Any:
@@ -745,45 +728,45 @@ def _reference(args: argparse.Namespace, preset: Any, model: Any) -> Any:
     return ReferencePeak.from_gib(gib, stage=args.reference_stage, source=source, **kwargs)
 
 
-def _fits_table(report: Any, *, multi: bool = False) -> str:
+def _fits_table(verdict: Any) -> str:
+    """The anchored verdict: the device, the reference, each stage's (rank's) peaks, the fullest."""
     from pooltk.memory.model import VARIANT_LABELS
 
-    reference = report.reference
-    where = "rank" if multi else "stage"
+    reference, where = verdict.reference, verdict.per
     lines = [
         "",
-        f"fits on {report.device.name}: {report.device.gib:.2f} GiB ({report.device.source})",
+        f"fits on {verdict.device.name}: {verdict.device.gib:.2f} GiB ({verdict.device.source})",
         f"  reference: {reference.peak_bytes / 2**30:.2f} GiB peak of {reference.variant} "
         f"(slack {reference.config.slack}, {reference.policy}) on {where} "
-        f"{report.reference_stage} of its own run; {reference.source}",
-        f"  assumed: every stage holds the same {report.base_bytes / 2**30:.2f} GiB besides "
+        f"{verdict.reference_stage} of its own run; {reference.source}",
+        f"  assumed: every stage holds the same {verdict.base_bytes / 2**30:.2f} GiB besides "
         "receive buffers (see pooltk.memory.fits, [Note: the fits model])",
         "",
     ]
-    columns = [Column("at", where), *(Column(v, VARIANT_LABELS[v]) for v in report.variants)]
-    lines += render(_fits_records(report), columns, rule_under_header=True)
+    columns = [Column("at", where), *(Column(v, VARIANT_LABELS[v]) for v in verdict.variants)]
+    lines += render(_fits_records(verdict), columns, rule_under_header=True)
     lines.append("  peak GiB, fits (ok) or not (OOM), margin GiB = capacity - peak")
-    width = max(len(VARIANT_LABELS[v]) for v in report.variants)
-    for v, text in report.summary().items():
+    width = max(len(VARIANT_LABELS[v]) for v in verdict.variants)
+    for v, text in verdict.summary().items():
         lines.append(f"  {VARIANT_LABELS[v]:{width}} fullest {text}")
     return "\n".join(lines)
 
 
-def _fits_records(report: Any) -> list[dict[str, str]]:
+def _fits_records(verdict: Any) -> list[dict[str, str]]:
     """One record per stage (rank): each variant's peak, whether it fits, and the margin."""
     records: dict[int, dict[str, str]] = {}
-    for row in report.rows:
-        verdict = "ok" if row.fits else "OOM"
-        cell = f"{row.peak_bytes / 2**30:,.2f} {verdict} {row.margin_bytes / 2**30:+,.2f}"
-        records.setdefault(row.stage, {"at": str(row.stage)})[row.variant] = cell
-    return [records[stage] for stage in sorted(records)]
+    for row in verdict.rows:
+        fits = "ok" if row.fits else "OOM"
+        cell = f"{row.tensor_bytes / 2**30:,.2f} {fits} {row.margin_bytes / 2**30:+,.2f}"
+        records.setdefault(row.rank, {"at": str(row.rank)})[row.variant] = cell
+    return [records[rank] for rank in sorted(records)]
 
 
 # ---- the Kimi-K3 story -------------------------------------------------------------------------
 
 
 def _k3_story(args: argparse.Namespace) -> int:
-    from pooltk.memory.k3_story import k3_story
+    from pooltk.studies.kimi_k3 import k3_story
 
     story = k3_story(device=args.capacity or "gb200")
     if args.json:
@@ -800,7 +783,7 @@ def _k3_story(args: argparse.Namespace) -> int:
         Column("modelled"),
         Column("agrees", "", text=agreement.__getitem__),
     ]
-    print("\n".join(render(story.rows, columns, rule_under_header=True)))
+    print("\n".join(render(story.records(), columns, rule_under_header=True)))
     print(story.sentence)
     return 0
 

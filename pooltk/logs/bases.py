@@ -186,7 +186,7 @@ class MfuTable:
 
 
 def mfu_table(tok_per_s_per_gpu: float, flops: FlopsBasis, peaks: Sequence[PeakBasis]) -> MfuTable:
-    """MFU against each peak (a study's peaks, e.g. pooltk.studies.kimi_k3.constants' two GB200
+    """MFU against each peak (a study's peaks, e.g. pooltk.studies.kimi_k3's two GB200
     figures)."""
     return MfuTable(figures=tuple(mfu(tok_per_s_per_gpu, flops, p) for p in peaks))
 

@@ -22,7 +22,7 @@ MFU = tok/s per physical GPU x FLOPs per token / peak FLOP/s per GPU. The FLOPs 
 the peak are inputs, never assumed: the Kimi-K3 report used 6 x 104e9 (active parameters) and a
 GB200 peak of 2250 TFLOP/s (the K3 configs' ``peak_tflops``); other GB200 configs and Automodel's
 device table use 2500. :func:`mfu_table` shows every peak side by side. A study's constants
-(FLOPs bases, peaks, capacities) live with the study (``pooltk.studies.kimi_k3.constants``).
+(FLOPs bases, peaks, capacities) live with the study (``pooltk.studies.kimi_k3``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,19 @@
-"""Does it fit, and by how much: per rank (per stage under single-stage schedules) peaks on a device, stock vs the ring policies.
+"""Does it fit: one verdict per rank and variant, tensor peak plus overhead against one capacity.
+
+[Note: one verdict]
+A rank fits when ``tensor peak + overhead <= capacity``; its margin is ``capacity - tensor peak -
+overhead`` (>= 0: headroom; < 0: OOM by that much). One record holds every answer
+(:class:`Verdict`, one :class:`VerdictRow` per rank and variant), made by one of two builders
+that differ only in where the tensor peak comes from (the verdict's ``basis``):
+
+- :func:`of_estimate`: the whole-stage replay's peak of each rank and variant
+  ([Note: the whole-stage estimate]), handed in as an object: this module imports neither the
+  replay nor the log reader (a run log's peak reaches it as a number, :func:`calibrated_overhead`);
+- :func:`anchored`: the receive-buffer model anchored on a reference peak ([Note: the fits model]).
+
+The capacity is one :class:`Device` (GB200: :data:`GB200`, 184.31 GiB). The overhead is an
+:class:`Overhead` stated with its sources ([Note: an honest verdict]), or ``None`` for a view of
+the tensors alone (``pooltk memory --capacity``, which knows receive buffers only).
 
 [Note: the fits model]
 The memory model knows only receive buffers. Everything else a stage holds at its peak
@@ -9,45 +24,64 @@ change with the pool, so
 
     base         = reference peak - reference variant's receive buffers on the reference stage
     peak(i, v)   = base + receive buffers of variant v on stage i
-    margin(i, v) = capacity - peak(i, v)        (>= 0: fits; < 0: OOM by -margin)
 
 A GPU is a rank: under multi-stage schedules ``i`` is a rank and its receive buffers are the
 sum over its stages (:meth:`~pooltk.memory.results.MemoryModel.rank_bytes`); under single-stage
 schedules rank and stage coincide. The reference stage is the fullest stage of the reference
-variant unless given (a log that only rank 0 writes describes stage 0). Every number is exact bytes; GiB = 2**30 bytes.
-Where the assumption is wrong (first and last stages hold embeddings and the head; the
-allocator's reserved memory, the CUDA context and communication buffers are not in
-``max_memory_allocated``), the margins are off by exactly that difference.
+variant unless given (a log that only rank 0 writes describes stage 0). Where the assumption is
+wrong (first and last stages hold embeddings and the head), the margins are off by exactly
+that difference; the whole-stage replay models it.
+
+[Note: an honest verdict]
+The overhead is what a GPU process holds outside the tensors torch's operators allocate: the
+CUDA context, NCCL's communicator buffers, and the caching allocator's rounding and
+fragmentation (reserved but not allocated). :data:`DEFAULT_OVERHEAD` states each part with its
+source and leaves the allocator's share at 0, because it depends on the run;
+:func:`calibrated_overhead` takes it from the user's own run: the peak a log reports for the same
+configuration, minus the estimate. No verdict borrows another model's peak: a reference peak
+counts only when it is the source's own at its own shape, or the user gives it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from pooltk.config import PoolConfig
-from pooltk.memory.model import VARIANTS, Boundary, MemoryModelError, PipelineShape, model_memory
+from pooltk.memory.errors import MemoryModelError
+from pooltk.memory.model import VARIANTS, MemoryModel, model_memory
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from pooltk.memory.shape import PipelineShape
+    from pooltk.memory.tensors import Boundary
+
 __all__ = [
+    "ANCHORED_NOT_MODELLED",
+    "DEFAULT_OVERHEAD",
     "DEVICES",
     "FIT_VARIANTS",
     "GB200",
     "PUBLISHED_PEAK",
     "Device",
-    "FitReport",
-    "FitRow",
+    "Overhead",
     "ReferencePeak",
-    "fit_report",
+    "Verdict",
+    "VerdictRow",
+    "anchored",
+    "calibrated_overhead",
     "get_device",
+    "margin_text",
+    "of_estimate",
     "published_peak",
 ]
 
 GIB = 2**30
+MIB = 2**20
 
 FIT_VARIANTS: tuple[str, ...] = (
     "stock",
@@ -57,7 +91,27 @@ FIT_VARIANTS: tuple[str, ...] = (
     "tight",
     "live_set",
 )
-"""What the fits view compares: stock torch, the original policy, pooltk's tight policy, the live-set floor."""
+"""What an anchored verdict compares, in drawing order: stock torch (<= 2.14, >= 2.15, 2.15 with
+pooltk's release), the original ring policy, pooltk's tight policy, the live-set floor."""
+
+ANCHORED_NOT_MODELLED: tuple[str, ...] = (
+    "everything but receive buffers: taken from the reference peak and assumed the same on every "
+    "stage (1F1B keeps min(M, N - i) microbatches of activations on stage i, and the first and "
+    "last stages hold the embedding and head: the whole-stage replay models that)",
+)
+"""What an anchored verdict leaves out ([Note: the fits model])."""
+
+PUBLISHED_PEAK = "peak_memory_pooled_gib"
+"""The name of a preset's published pooled peak (what ``pooltk memory --capacity`` anchors on)."""
+
+
+def _positive_gib(what: str, gib: Any, required: str, fix: str) -> float:
+    if not (isinstance(gib, (int, float)) and not isinstance(gib, bool) and gib > 0):
+        raise MemoryModelError(what, found=repr(gib), required=required, fix=fix)
+    return float(gib)
+
+
+# --------------------------------------------------------------------------- the capacity
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -79,25 +133,21 @@ class Device:
     @classmethod
     def from_gib(cls, name: str, gib: float, source: str) -> Device:
         """From a GiB figure (what torch and torchtitan print)."""
-        if not (isinstance(gib, (int, float)) and not isinstance(gib, bool) and gib > 0):
-            raise MemoryModelError(
-                "capacity",
-                found=repr(gib),
-                required="a capacity > 0 GiB",
-                fix="give a device name (gb200, h100) or a number of GiB, e.g. 79.18.",
-            )
+        fix = "give a device name (gb200, h100) or a number of GiB, e.g. 79.18."
+        gib = _positive_gib("capacity", gib, "a capacity > 0 GiB", fix)
         return cls(name=name, capacity_bytes=round(gib * GIB), source=source)
 
 
 GB200 = Device.from_gib(
     "gb200",
     184.31,
-    "torch's CUDA out-of-memory message on a GB200: 'GPU 0 has a total capacity of 184.31 GiB' (the total the caching "
-    "allocator runs out against; seen in several public GB200 training and serving logs, 2026). It is the one GB200 "
-    "capacity pooltk judges against: the published 139.6 GiB pooled peak + '44 GiB headroom' = 183.6 GiB agrees with "
-    "it. Not used: 187.28 GiB, torch's device-properties total_memory as torchtitan's setup line prints it "
-    "('CUDA capacity: NVIDIA GB200 with 187.28GiB memory', a public torchtitan log of 2026-05-04), which counts memory "
-    "torch cannot allocate; and the datasheet's 186 GB (173.2 GiB).",
+    "torch's CUDA out-of-memory message on a GB200: 'GPU 0 has a total capacity of 184.31 GiB' "
+    "(the total the caching allocator runs out against; seen in several public GB200 training "
+    "and serving logs, 2026). It is the one GB200 capacity pooltk judges against: the published "
+    "139.6 GiB pooled peak + '44 GiB headroom' = 183.6 GiB agrees with it. Not used: 187.28 GiB, "
+    "torch's device-properties total_memory as torchtitan's setup line prints it ('CUDA capacity: "
+    "NVIDIA GB200 with 187.28GiB memory', a public torchtitan log of 2026-05-04), which counts "
+    "memory torch cannot allocate; and the datasheet's 186 GB (173.2 GiB).",
 )
 """The one GB200 capacity, with its source (see its ``source`` for the two figures it is not)."""
 
@@ -106,10 +156,11 @@ DEVICES: MappingProxyType = MappingProxyType(
         d.name: d
         for d in (
             GB200,
-            Device(
+            dataclasses.replace(
+                GB200,
                 name="gb200-184.31",
-                capacity_bytes=GB200.capacity_bytes,
-                source="the same capacity as gb200 under its earlier name (kept until callers name gb200)",
+                source="the same capacity as gb200 under its earlier name (kept until callers "
+                "name gb200)",
             ),
             Device.from_gib(
                 "b200",
@@ -138,56 +189,371 @@ def get_device(spec: str | float | int | Device | None = None) -> Device:
     if isinstance(spec, Device):
         return spec
     if spec is None or (isinstance(spec, str) and spec.strip().lower() == "auto"):
-        import torch
+        return _this_gpu()
+    if not isinstance(spec, str):
+        return Device.from_gib(f"{spec:g} GiB", spec, "given as a number")
+    key = spec.strip().lower()
+    if key in DEVICES:
+        return DEVICES[key]
+    try:
+        value = float(key.removesuffix("gib"))
+    except ValueError:
+        raise MemoryModelError(
+            "capacity",
+            found=repr(spec),
+            required=f"one of {', '.join(DEVICES)}, 'auto', or a number of GiB",
+            fix="e.g. gb200, or 79.18 for 79.18 GiB.",
+        ) from None
+    return Device.from_gib(f"{value:g} GiB", value, "given on the command line")
 
-        if torch.cuda.is_available():
-            props = torch.cuda.get_device_properties(0)
-            return Device(
-                name=props.name,
-                capacity_bytes=int(props.total_memory),
-                source="torch.cuda.get_device_properties(0).total_memory on this machine",
-            )
+
+def _this_gpu() -> Device:
+    import torch
+
+    if not torch.cuda.is_available():
         raise MemoryModelError(
             "capacity",
             found="no GPU on this machine (torch.cuda.is_available() is False)",
             required="a device to compare against",
             fix=f"name one of {', '.join(DEVICES)} or give a GiB figure.",
         )
-    if isinstance(spec, str):
-        key = spec.strip().lower()
-        if key in DEVICES:
-            return DEVICES[key]
-        try:
-            value = float(key.removesuffix("gib"))
-        except ValueError:
+    props = torch.cuda.get_device_properties(0)
+    return Device(
+        name=props.name,
+        capacity_bytes=int(props.total_memory),
+        source="torch.cuda.get_device_properties(0).total_memory on this machine",
+    )
+
+
+# --------------------------------------------------------------------------- the overhead
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Overhead:
+    """GPU memory a process holds outside the tensors counted. See [Note: an honest verdict]."""
+
+    cuda_context_bytes: int
+    """The CUDA context (driver, loaded kernels)."""
+    nccl_bytes: int
+    """NCCL's communicator buffers."""
+    allocator_bytes: int
+    """The caching allocator's reserved-but-unallocated memory (rounding, fragmentation)."""
+    source: str
+    """Where each part comes from."""
+
+    def __post_init__(self) -> None:
+        for name in ("cuda_context_bytes", "nccl_bytes", "allocator_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise MemoryModelError(
+                    f"Overhead.{name}",
+                    found=repr(value),
+                    required="bytes >= 0",
+                    fix="give a whole number of bytes, e.g. 400 * 2**20.",
+                )
+
+    @property
+    def total_bytes(self) -> int:
+        """All three parts."""
+        return self.cuda_context_bytes + self.nccl_bytes + self.allocator_bytes
+
+    def describe(self) -> str:
+        """e.g. ``2.29 GiB = CUDA context 0.39 + NCCL 1.49 + allocator 0.41 (sources)``."""
+        return (
+            f"{self.total_bytes / GIB:.2f} GiB = CUDA context {self.cuda_context_bytes / GIB:.2f} "
+            f"+ NCCL {self.nccl_bytes / GIB:.2f} + allocator {self.allocator_bytes / GIB:.2f} "
+            f"({self.source})"
+        )
+
+
+DEFAULT_OVERHEAD = Overhead(
+    cuda_context_bytes=400 * MIB,
+    nccl_bytes=round(1.6e9),
+    allocator_bytes=0,
+    source="CUDA context about 400 MB with CUDA >= 11.7's lazy module loading "
+    "(pytorch/pytorch#109888, a PyTorch maintainer); one NCCL communicator after an all-reduce "
+    "about 1.6 GB (NVIDIA/nccl#864; more communicators, all-to-all and more channels use more: "
+    "NVIDIA/nccl#986, #1685); the allocator's rounding and fragmentation depend on the run and "
+    "are 0 here until calibrated from a run log",
+)
+"""The stated default overhead ([Note: an honest verdict])."""
+
+
+def calibrated_overhead(
+    *,
+    logged_peak_bytes: int,
+    basis: str,
+    estimate_peak_bytes: int,
+    source: str,
+    base: Overhead = DEFAULT_OVERHEAD,
+) -> Overhead:
+    """The overhead with its allocator share from a run's logged peak of the same configuration.
+
+    ``basis`` says which peak the log reports: ``max_reserved`` (torchtitan's ``memory:`` column;
+    the allocator share is ``logged - estimate``) or ``max_allocated`` (Automodel's ``mem``; the
+    allocator's share is not in it, so ``base``'s is kept and the difference is the estimate's
+    error, reported in the source). A reserved peak below the estimate means the estimate is high
+    for this run: the share is 0 and the source says by how much.
+    """
+    if basis not in ("max_reserved", "max_allocated"):
+        raise MemoryModelError(
+            "basis",
+            found=repr(basis),
+            required="'max_reserved' or 'max_allocated'",
+            fix="say which peak the log reports (torchtitan: max_reserved; Automodel: "
+            "max_allocated).",
+        )
+    diff = int(logged_peak_bytes) - int(estimate_peak_bytes)
+    if basis == "max_allocated":
+        note = (
+            f"; allocator share not in an allocated peak: kept at {base.allocator_bytes / GIB:.2f} "
+            f"GiB (the log's {logged_peak_bytes / GIB:.2f} GiB allocated is {diff / GIB:+.2f} GiB "
+            f"from the estimate); {source}"
+        )
+        return dataclasses.replace(base, source=base.source + note)
+    note = (
+        f"allocator share {max(0, diff) / GIB:.2f} GiB = the log's max reserved "
+        f"{logged_peak_bytes / GIB:.2f} GiB - the estimate {estimate_peak_bytes / GIB:.2f} GiB"
+        + ("" if diff >= 0 else " (the estimate is higher: share 0)")
+    )
+    return dataclasses.replace(
+        base,
+        allocator_bytes=max(0, diff),
+        source=f"{base.source.split('; the allocator')[0]}; {note} ({source})",
+    )
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+def margin_text(margin_bytes: int) -> str:
+    """``fits, 44.71 GiB free`` or ``OOM by 56 MiB`` (MiB below 1 GiB, else GiB)."""
+    size = abs(margin_bytes)
+    text = f"{size / MIB:.0f} MiB" if size < GIB else f"{size / GIB:.2f} GiB"
+    return f"fits, {text} free" if margin_bytes >= 0 else f"OOM by {text}"
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class VerdictRow:
+    """One rank under one variant on one device. See [Note: one verdict]."""
+
+    rank: int
+    """The rank (one GPU, all its stages); under single-stage schedules also its stage."""
+    variant: str
+    """The replayed or modelled variant."""
+    tensor_bytes: int
+    """The tensor peak: the replay's, or the anchored model's (base + receive buffers)."""
+    recv_bytes: int
+    """Receive buffers in that peak (the replay's at its peak; the model's for the variant)."""
+    overhead_bytes: int
+    """What is added for memory outside the tensors (0 for a view of the tensors alone)."""
+    capacity_bytes: int
+    """The device's capacity."""
+
+    @property
+    def needed_bytes(self) -> int:
+        """``tensor peak + overhead``."""
+        return self.tensor_bytes + self.overhead_bytes
+
+    @property
+    def margin_bytes(self) -> int:
+        """``capacity - needed``: headroom when >= 0, the OOM shortfall when < 0."""
+        return self.capacity_bytes - self.needed_bytes
+
+    @property
+    def fits(self) -> bool:
+        """Whether the rank fits."""
+        return self.margin_bytes >= 0
+
+    @property
+    def text(self) -> str:
+        """``fits, 12.3 GiB free`` / ``OOM by 56 MiB``."""
+        return margin_text(self.margin_bytes)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Verdict:
+    """Every rank and variant against one device. See [Note: one verdict]."""
+
+    device: Device
+    """The capacity and its source."""
+    overhead: Overhead | None
+    """What is added to every tensor peak, and why; ``None``: the tensors alone."""
+    rows: tuple[VerdictRow, ...]
+    """One per (rank, variant)."""
+    basis: str
+    """What the tensor peaks stand on: the replay, or the reference peak they are anchored on."""
+    not_modelled: tuple[str, ...]
+    """What the tensor peaks leave out."""
+    per: str = "rank"
+    """What a row's ``rank`` is called in text: ``rank``, or ``stage`` (one stage per rank)."""
+    reference: ReferencePeak | None = None
+    """The anchoring peak (:func:`anchored` only)."""
+    reference_stage: int | None = None
+    """The stage (rank) the reference describes, resolved (:func:`anchored` only)."""
+    base_bytes: int | None = None
+    """Non-buffer memory per stage implied by the reference (:func:`anchored` only)."""
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """The rows' variants, in order."""
+        return tuple(dict.fromkeys(r.variant for r in self.rows))
+
+    def worst(self, variant: str) -> VerdictRow:
+        """The rank with the least margin under ``variant``."""
+        rows = [r for r in self.rows if r.variant == variant]
+        if not rows:
             raise MemoryModelError(
-                "capacity",
-                found=repr(spec),
-                required=f"one of {', '.join(DEVICES)}, 'auto', or a number of GiB",
-                fix="e.g. gb200, or 79.18 for 79.18 GiB.",
-            ) from None
-        return Device.from_gib(f"{value:g} GiB", value, "given on the command line")
-    return Device.from_gib(f"{spec:g} GiB", spec, "given as a number")
+                "variant",
+                found=repr(variant),
+                required=f"one of {list(self.variants)}",
+                fix="ask for a variant the verdict holds.",
+            )
+        return min(rows, key=lambda r: r.margin_bytes)
+
+    def summary(self) -> dict[str, str]:
+        """Per variant, its fullest rank: ``rank 1: fits, ... free`` (and the sum, given an
+        overhead)."""
+        out = {}
+        for v in self.variants:
+            w = self.worst(v)
+            out[v] = f"{self.per} {w.rank}: {w.text}"
+            if self.overhead is not None:
+                out[v] += (
+                    f" (estimate {w.tensor_bytes / GIB:.2f} GiB + overhead "
+                    f"{w.overhead_bytes / GIB:.2f} GiB)"
+                )
+        return out
+
+    def lines(self, titles: Mapping[str, str] = MappingProxyType({})) -> list[str]:
+        """As text: the device, the overhead, each variant's fullest rank (``titles`` name the
+        variants), what is not modelled."""
+        over = self.overhead.describe() if self.overhead is not None else "none (tensors alone)"
+        out = [
+            f"fits on {self.device.name}: {self.device.gib:.2f} GiB ({self.device.source})",
+            f"  overhead added to every estimate: {over}",
+        ]
+        out += [f"  {titles.get(v, v):38} fullest {text}" for v, text in self.summary().items()]
+        return out + ["  not modelled: " + "; ".join(self.not_modelled)]
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One plain dict per row, in GiB: the columns of :meth:`to_frame` (no pandas needed)."""
+        return [
+            {
+                "rank": r.rank,
+                "variant": r.variant,
+                "tensor_gib": r.tensor_bytes / GIB,
+                "recv_gib": r.recv_bytes / GIB,
+                "overhead_gib": r.overhead_bytes / GIB,
+                "needed_gib": r.needed_bytes / GIB,
+                "capacity_gib": r.capacity_bytes / GIB,
+                "margin_gib": r.margin_bytes / GIB,
+                "fits": r.fits,
+                "verdict": r.text,
+            }
+            for r in self.rows
+        ]
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per (rank, variant), the columns of :meth:`to_records`."""
+        import pandas as pd
+
+        return pd.DataFrame.from_records(self.to_records())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict, in bytes."""
+        fields = ("tensor", "recv", "overhead", "needed", "capacity", "margin")
+        rows = [
+            {
+                "rank": r.rank,
+                "variant": r.variant,
+                **{f"{f}_bytes": getattr(r, f"{f}_bytes") for f in fields},
+                "fits": r.fits,
+                "verdict": r.text,
+            }
+            for r in self.rows
+        ]
+        return {
+            "device": dataclasses.asdict(self.device),
+            "overhead": None if self.overhead is None else dataclasses.asdict(self.overhead),
+            "basis": self.basis,
+            "per": self.per,
+            "reference": None if self.reference is None else dataclasses.asdict(self.reference),
+            "reference_stage": self.reference_stage,
+            "base_bytes": self.base_bytes,
+            "rows": rows,
+            "not_modelled": list(self.not_modelled),
+        }
+
+
+# --------------------------------------------------------------------------- builder 1: a replay
+
+
+def of_estimate(
+    estimate: Any,
+    device: Device | str | float | None = "gb200",
+    *,
+    overhead: Overhead = DEFAULT_OVERHEAD,
+    variants: Sequence[str] | None = None,
+) -> Verdict:
+    """Every replayed rank and variant of ``estimate`` (a
+    :class:`~pooltk.memory.replay.estimate.MemoryEstimate`) on ``device``.
+
+    See [Note: one verdict].
+    """
+    if not hasattr(estimate, "replays") or not hasattr(estimate, "not_modelled"):
+        raise MemoryModelError(
+            "estimate",
+            found=type(estimate).__name__,
+            required="a MemoryEstimate (estimate_memory(...))",
+            fix="replay the stages first: pooltk.memory.replay.estimate.estimate_memory(...).",
+        )
+    dev = get_device(device)
+    rows = tuple(
+        VerdictRow(
+            rank=r.rank,
+            variant=r.variant,
+            tensor_bytes=r.peak.bytes,
+            recv_bytes=r.at_peak.get("recv_buffers", 0),
+            overhead_bytes=overhead.total_bytes,
+            capacity_bytes=dev.capacity_bytes,
+        )
+        for r in estimate.replays
+        if variants is None or r.variant in variants
+    )
+    return Verdict(
+        device=dev,
+        overhead=overhead,
+        rows=rows,
+        basis="the whole-stage replay: each rank's tensor peak under each variant",
+        not_modelled=tuple(estimate.not_modelled),
+    )
+
+
+# --------------------------------------------------------------------------- builder 2: an anchor
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class ReferencePeak:
-    """A measured or published peak of one configuration: what anchors everything that is not a receive buffer."""
+    """A measured or published peak of one configuration: what anchors everything that is not a
+    receive buffer ([Note: the fits model])."""
 
     peak_bytes: int
     """The peak, bytes (e.g. 139.6 GiB)."""
     variant: str = "pooled"
-    """Which variant the peak was measured under: ``stock``, ``automodel``, ``tight`` or ``pooled`` (``config``'s policy)."""
+    """Which variant the peak was measured under: ``stock``, ``automodel``, ``tight`` or
+    ``pooled`` (``config``'s policy)."""
     config: PoolConfig = dataclasses.field(default_factory=lambda: PoolConfig(slack=2))
     """The pool config of the reference run."""
     policy: str = "automodel"
     """The ring policy of the reference run (:data:`pooltk.memory.model.POLICIES`)."""
     sharing: str = "rank"
-    """Whether the reference run's rank shared its rings (``rank``) or kept them per stage (``stage``)."""
+    """Whether the reference run's rank shared its rings (``rank``) or kept one per stage."""
     stage: int | None = None
     """The stage the peak describes; ``None``: the fullest stage of the reference variant."""
     weights_bytes: int | None = None
-    """Per-GPU memory that no configuration can shed (weights), when known: a capacity below it is an error."""
+    """Per-GPU memory no configuration can shed (weights), when known: a capacity below it is
+    an error."""
     source: str = ""
     """Where the peak comes from."""
 
@@ -206,12 +572,13 @@ class ReferencePeak:
                 required=f"one of {', '.join(VARIANTS)}",
                 fix="say which variant the reference peak was measured under.",
             )
-        if self.weights_bytes is not None and not (
-            isinstance(self.weights_bytes, int) and 0 < self.weights_bytes <= self.peak_bytes
+        weights = self.weights_bytes
+        if weights is not None and not (
+            isinstance(weights, int) and 0 < weights <= self.peak_bytes
         ):
             raise MemoryModelError(
                 "weights",
-                found=repr(self.weights_bytes),
+                found=repr(weights),
                 required="> 0 and not above the reference peak",
                 fix="give the per-GPU weight bytes, or leave them out.",
             )
@@ -219,202 +586,108 @@ class ReferencePeak:
     @classmethod
     def from_gib(cls, gib: float, **kwargs: Any) -> ReferencePeak:
         """From GiB (2**30 bytes)."""
-        if not (isinstance(gib, (int, float)) and not isinstance(gib, bool) and gib > 0):
-            raise MemoryModelError(
-                "reference peak",
-                found=repr(gib),
-                required="a peak > 0 GiB",
-                fix="give the measured or published peak in GiB, e.g. 139.6.",
-            )
+        fix = "give the measured or published peak in GiB, e.g. 139.6."
+        gib = _positive_gib("reference peak", gib, "a peak > 0 GiB", fix)
         return cls(peak_bytes=round(gib * GIB), **kwargs)
 
 
-@dataclass(kw_only=True, slots=True, frozen=True)
-class FitRow:
-    """One stage under one variant on one device."""
+def published_peak(preset: Any) -> Any:
+    """The :class:`~pooltk.memory.source.Figure` of ``preset``'s published pooled peak, or ``None``.
 
-    stage: int
-    """Stage index under single-stage schedules; under multi-stage ones the rank (one GPU, all its stages)."""
-    variant: str
-    """One of :data:`FIT_VARIANTS`."""
-    recv_bytes: int
-    """Receive buffers of this variant on this stage (both directions)."""
-    peak_bytes: int
-    """``base + recv_bytes``: the modelled peak."""
-    capacity_bytes: int
-    """The device's capacity."""
-
-    @property
-    def margin_bytes(self) -> int:
-        """``capacity - peak``: headroom when >= 0, the OOM shortfall when < 0."""
-        return self.capacity_bytes - self.peak_bytes
-
-    @property
-    def fits(self) -> bool:
-        """Whether the peak is within the capacity."""
-        return self.margin_bytes >= 0
+    Its value is in GiB and describes ``preset.config`` and ``preset.policy`` (the published
+    run's slack and policy).
+    """
+    return next((f for f in preset.figures if f.name == PUBLISHED_PEAK), None)
 
 
-@dataclass(kw_only=True, slots=True)
-class FitReport:
-    """Every stage and variant on one device, anchored to one reference. See [Note: the fits model]."""
-
-    device: Device
-    """The device compared against."""
-    reference: ReferencePeak
-    """The anchoring peak."""
-    reference_stage: int
-    """The stage the reference describes (resolved)."""
-    base_bytes: int
-    """Non-buffer memory per stage implied by the reference."""
-    rows: tuple[FitRow, ...]
-    """One row per (stage, variant)."""
-    config: PoolConfig
-    """The pool config of the variants shown."""
-    policy: str = "tight"
-    """The ring policy of the ``pooled`` variant shown."""
-    sharing: str = "rank"
-    """The ring sharing of the ``pooled`` variant shown."""
-    per: str = "stage"
-    """What a row's ``stage`` is: ``"stage"`` (single-stage schedules) or ``"rank"`` (multi-stage ones)."""
-    variants: tuple[str, ...] = FIT_VARIANTS
-    """The variants of the rows: :data:`FIT_VARIANTS`, plus the rank-shared rings (``shared``) per rank."""
-
-    def to_records(self) -> list[dict[str, Any]]:
-        """One plain dict per (stage, variant): the columns of :meth:`to_frame` (no pandas needed)."""
-        return [
-            {
-                "stage": r.stage,
-                "variant": r.variant,
-                "recv_gib": r.recv_bytes / GIB,
-                "peak_gib": r.peak_bytes / GIB,
-                "capacity_gib": r.capacity_bytes / GIB,
-                "margin_gib": r.margin_bytes / GIB,
-                "margin_mib": r.margin_bytes / 2**20,
-                "fits": r.fits,
-                "verdict": verdict(r.margin_bytes),
-            }
-            for r in self.rows
-        ]
-
-    def to_frame(self) -> pd.DataFrame:
-        """Tidy: ``stage``, ``variant``, ``recv_gib``, ``peak_gib``, ``capacity_gib``, ``margin_gib``,
-        ``margin_mib``, ``fits``, ``verdict`` (e.g. ``fits, 44.7 GiB free`` / ``OOM by 56 MiB``)."""
-        import pandas as pd
-
-        return pd.DataFrame.from_records(self.to_records())
-
-    def worst(self, variant: str) -> FitRow:
-        """The stage with the least margin under ``variant``."""
-        return min((r for r in self.rows if r.variant == variant), key=lambda r: r.margin_bytes)
-
-    def summary(self) -> dict[str, str]:
-        """Per variant, the verdict on its fullest stage."""
-        return {
-            v: f"{self.per} {self.worst(v).stage}: {verdict(self.worst(v).margin_bytes)}"
-            for v in self.variants
-        }
-
-
-def verdict(margin_bytes: int) -> str:
-    """``fits, 44.71 GiB free`` or ``OOM by 56 MiB`` (MiB below 1 GiB, else GiB)."""
-    size = abs(margin_bytes)
-    text = f"{size / 2**20:.0f} MiB" if size < GIB else f"{size / GIB:.2f} GiB"
-    return f"fits, {text} free" if margin_bytes >= 0 else f"OOM by {text}"
-
-
-def fit_report(
-    shape: PipelineShape,
-    boundary: Boundary | list[Boundary],
-    config: PoolConfig,
+def anchored(
+    model: MemoryModel,
     device: Device | str | float | None,
     reference: ReferencePeak,
     *,
-    policy: str = "tight",
-    sharing: str = "rank",
+    overhead: Overhead | None = DEFAULT_OVERHEAD,
     reference_shape: PipelineShape | None = None,
-    reference_boundary: Boundary | list[Boundary] | None = None,
-) -> FitReport:
-    """Per stage and variant, the modelled peak on ``device`` and its margin. See [Note: the fits model].
+    reference_boundaries: Sequence[Boundary] | None = None,
+    variants: Sequence[str] | None = None,
+) -> Verdict:
+    """Per rank (stage) and variant of ``model``, its receive buffers on top of the non-buffer
+    memory ``reference`` implies, on ``device``. See [Note: the fits model].
 
-    ``reference_shape`` / ``reference_boundary`` describe the run the reference peak was taken
-    from when it differs from the shape being asked about (default: the same shape). ``policy`` and
-    ``sharing`` are the ``pooled`` variant's, as in :func:`~pooltk.memory.model.model_memory`.
+    ``reference_shape`` / ``reference_boundaries`` describe the run the reference peak was taken
+    from when it differs from ``model``'s. ``variants`` default to :data:`FIT_VARIANTS`, and the
+    rank-shared rings (``shared``) under a multi-stage schedule.
     """
     dev = get_device(device)
-    ref_model = model_memory(
-        reference_shape or shape,
-        reference_boundary or boundary,
-        reference.config,
-        policy=reference.policy,
-        sharing=reference.sharing,
+    run = (reference_shape or model.shape, list(reference_boundaries or model.boundaries))
+    stage, base = _base(reference, *run)
+    _check_weights(dev, reference)
+    multi = model.shape.multi_stage
+    shown = variants or FIT_VARIANTS + (("shared",) if multi else ())
+    over = 0 if overhead is None else overhead.total_bytes
+    rows = tuple(
+        VerdictRow(
+            rank=i,
+            variant=v,
+            tensor_bytes=base + model.rank_bytes(i, v),
+            recv_bytes=model.rank_bytes(i, v),
+            overhead_bytes=over,
+            capacity_bytes=dev.capacity_bytes,
+        )
+        for i in range(model.shape.pp)
+        for v in shown
     )
-    n_ref = ref_model.shape.pp
-    if reference.stage is None:
-        ref_stage = max(range(n_ref), key=lambda i: ref_model.rank_bytes(i, reference.variant))
-    else:
-        if not (isinstance(reference.stage, int) and 0 <= reference.stage < n_ref):
-            raise MemoryModelError(
-                "reference stage",
-                found=repr(reference.stage),
-                required=f"a stage (rank) in 0..{n_ref - 1}",
-                fix="give the stage the reference peak was logged on (rank 0 logs stage 0).",
-            )
-        ref_stage = reference.stage
-    ref_recv = ref_model.rank_bytes(ref_stage, reference.variant)
-    base = reference.peak_bytes - ref_recv
-    if base < 0:
+    return Verdict(
+        device=dev,
+        overhead=overhead,
+        rows=rows,
+        basis=f"anchored on {reference.peak_bytes / GIB:.2f} GiB, a {reference.variant} peak on "
+        f"stage {stage} ({reference.source or 'no source given'}); receive buffers modelled",
+        not_modelled=ANCHORED_NOT_MODELLED,
+        per="rank" if multi else "stage",
+        reference=reference,
+        reference_stage=stage,
+        base_bytes=base,
+    )
+
+
+def _base(
+    reference: ReferencePeak, shape: PipelineShape, boundaries: list[Boundary]
+) -> tuple[int, int]:
+    """(the reference stage, the non-buffer memory its peak implies) on the reference run's
+    receive buffers: ``shape`` and ``boundaries`` under the reference's config and policy."""
+    kw = {"policy": reference.policy, "sharing": reference.sharing}
+    ref_model = model_memory(shape, boundaries, reference.config, **kw)
+    n = ref_model.shape.pp
+    stage = reference.stage
+    if stage is None:
+        stage = max(range(n), key=lambda i: ref_model.rank_bytes(i, reference.variant))
+    elif not (isinstance(stage, int) and 0 <= stage < n):
+        raise MemoryModelError(
+            "reference stage",
+            found=repr(stage),
+            required=f"a stage (rank) in 0..{n - 1}",
+            fix="give the stage the reference peak was logged on (rank 0 logs stage 0).",
+        )
+    recv = ref_model.rank_bytes(stage, reference.variant)
+    if reference.peak_bytes < recv:
         raise MemoryModelError(
             "reference peak",
             found=f"{reference.peak_bytes / GIB:.2f} GiB, below its own receive buffers "
-            f"({ref_recv / GIB:.2f} GiB on stage {ref_stage}, {reference.variant})",
+            f"({recv / GIB:.2f} GiB on stage {stage}, {reference.variant})",
             required="a peak that includes the receive buffers",
             fix="check the peak's unit (GiB) and the reference config.",
         )
+    return stage, reference.peak_bytes - recv
+
+
+def _check_weights(dev: Device, reference: ReferencePeak) -> None:
     floor = reference.weights_bytes
     if floor is not None and dev.capacity_bytes <= floor:
         raise MemoryModelError(
             "capacity",
             found=f"{dev.name}: {dev.gib:.2f} GiB",
-            required=f"more than the model's weights per GPU "
-            f"({floor / GIB:.2f} GiB): no receive-buffer policy can make up for that",
-            fix="choose a larger device, or shard the weights further (more pipeline or expert parallelism).",
+            required=f"more than the model's weights per GPU ({floor / GIB:.2f} GiB): no "
+            "receive-buffer policy can make up for that",
+            fix="choose a larger device, or shard the weights further (more pipeline or expert "
+            "parallelism).",
         )
-    model = model_memory(shape, boundary, config, policy=policy, sharing=sharing)
-    variants = FIT_VARIANTS + (("shared",) if model.shape.multi_stage else ())
-    rows = tuple(
-        FitRow(
-            stage=i,
-            variant=v,
-            recv_bytes=model.rank_bytes(i, v),
-            peak_bytes=base + model.rank_bytes(i, v),
-            capacity_bytes=dev.capacity_bytes,
-        )
-        for i in range(shape.pp)
-        for v in variants
-    )
-    return FitReport(
-        device=dev,
-        reference=reference,
-        reference_stage=ref_stage,
-        base_bytes=base,
-        rows=rows,
-        config=config,
-        policy=policy,
-        sharing=sharing,
-        per="rank" if model.shape.multi_stage else "stage",
-        variants=variants,
-    )
-
-
-PUBLISHED_PEAK = "peak_memory_pooled_gib"
-"""The name of the figure a preset's published pooled peak goes by (the fits view's default anchor)."""
-
-
-def published_peak(preset: Any) -> Any:
-    """The :class:`~pooltk.memory.source.Figure` of ``preset``'s published pooled peak, or ``None`` if it has none.
-
-    Its value is in GiB and describes ``preset.config`` and ``preset.policy`` (the published run's slack
-    and policy).
-    """
-    return next((f for f in preset.figures if f.name == PUBLISHED_PEAK), None)

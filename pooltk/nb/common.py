@@ -5,11 +5,13 @@ Stable names (other notebooks call them; keep their signatures):
 - :func:`setup` -- figure style and pandas display options; returns :class:`NotebookEnv`
   (``IN_CI``, ``REPORT_DIR``).
 - :func:`save_figure` -- writes ``<REPORT_DIR>/<name>.png`` when ``POOLTK_REPORT_DIR`` is set
-  (``pooltk report`` sets it); does nothing otherwise. Returns nothing, so a cell ending with it
-  shows the figure and no path.
-- :func:`show_frame` -- display a DataFrame with a caption and fixed float format.
+  (``pooltk report`` sets it); does nothing otherwise. Returns the path as a :class:`SavedFigure`,
+  which a notebook does not print, so a cell ending with it shows the figure and no path.
+- :func:`show_frame` -- display a DataFrame with a caption and fixed float format; a named index
+  (a ``groupby`` result's labels) is shown as columns, never dropped.
 - :func:`show_inputs` -- display the inputs a result was computed from, as a two-column table.
-- :func:`show_figure` -- display a figure once, now, and close it (what widget callbacks draw with).
+- :func:`show_figure` -- display a figure once, now, as a PNG image, and close it (what widget
+  callbacks draw with; [Note: a figure shown off pyplot is sent as a PNG]).
 
 Imports matplotlib, seaborn and pandas: notebooks only, never the core package.
 """
@@ -32,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "REPORT_DIR_ENV",
     "NotebookEnv",
+    "SavedFigure",
     "report_dir",
     "save_figure",
     "setup",
@@ -54,7 +57,7 @@ class NotebookEnv:
     """True under CI (``CI``, ``GITHUB_ACTIONS`` or ``POOLTK_CI`` set to a true value) or when
     writing a report: notebooks may pick smaller sweeps, never different claims."""
     REPORT_DIR: Path | None
-    """Folder :func:`save_figure` writes PNGs to, from ``POOLTK_REPORT_DIR``; ``None`` when unset."""
+    """Folder :func:`save_figure` writes PNGs to (``POOLTK_REPORT_DIR``); ``None`` when unset."""
 
 
 def _truthy(value: str | None) -> bool:
@@ -94,12 +97,24 @@ def setup(*, context: str = "notebook", font_scale: float = 1.0) -> NotebookEnv:
     return NotebookEnv(IN_CI=in_ci, REPORT_DIR=out)
 
 
-def save_figure(fig: Figure, name: str) -> "Path | None":
-    """Write ``fig`` as ``<POOLTK_REPORT_DIR>/<name>.png`` when the variable is set; do nothing otherwise.
+class SavedFigure(type(Path())):  # type: ignore[misc]
+    """The path :func:`save_figure` wrote: a :class:`~pathlib.Path` that IPython does not print.
+
+    A cell ending with ``nb.save_figure(...)`` shows the figure and nothing else: the report's HTML
+    once carried a ``PosixPath('...png')`` under every figure of notebook 00.
+    """
+
+    def _ipython_display_(self) -> None:
+        """Display nothing: the figure is the cell's output, not where it was saved."""
+
+
+def save_figure(fig: Figure, name: str) -> SavedFigure | None:
+    """Write ``fig`` as ``<POOLTK_REPORT_DIR>/<name>.png`` when the variable is set, else nothing.
 
     ``name`` should start with the notebook's number (``01_stage_bars``) so reports from
     several notebooks do not collide; characters other than letters, digits, ``-``, ``_``
-    and ``.`` become ``_``. The figure itself is shown by the notebook as usual.
+    and ``.`` become ``_``. The figure itself is shown by the notebook as usual; the path
+    returned is not printed (:class:`SavedFigure`).
     """
     out = report_dir()
     if out is None:
@@ -107,10 +122,11 @@ def save_figure(fig: Figure, name: str) -> "Path | None":
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._")
     if not safe:
         raise ValueError(
-            f"save_figure name: found {name!r}; required letters or digits. Fix: name it like '01_stage_bars'."
+            f"save_figure name: found {name!r}; required letters or digits. "
+            "Fix: name it like '01_stage_bars'."
         )
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{safe.removesuffix('.png')}.png"
+    path = SavedFigure(out / f"{safe.removesuffix('.png')}.png")
     fig.savefig(path)
     return path
 
@@ -127,7 +143,13 @@ def _display(obj: Any) -> None:
 def show_frame(
     frame: pd.DataFrame, caption: str | None = None, *, float_format: str = "{:,.2f}"
 ) -> None:
-    """Display ``frame`` without its index, floats formatted, with an optional caption."""
+    """Display ``frame`` without its index, floats formatted, with an optional caption.
+
+    A named index (the labels of a ``groupby`` result, such as each row's schedule) becomes
+    columns first, so a table never loses its row labels.
+    """
+    if any(name is not None for name in frame.index.names):
+        frame = frame.reset_index()
     styler = frame.style.hide(axis="index").format(
         float_format, subset=frame.select_dtypes("float").columns
     )
@@ -137,20 +159,42 @@ def show_frame(
 
 
 def show_inputs(inputs: Mapping[str, Any], caption: str = "inputs") -> None:
-    """Display the inputs a result was computed from as a two-column table (``input``, ``value``)."""
+    """Display the inputs a result was computed from, a two-column table (``input``, ``value``)."""
     import pandas as pd
 
     frame = pd.DataFrame({"input": list(inputs), "value": [str(v) for v in inputs.values()]})
     show_frame(frame, caption)
 
 
+# [Note: a figure shown off pyplot is sent as a PNG]
+# A figure made off pyplot ([Note: widget callbacks draw off pyplot] in pooltk/nb/canvas.py) is a
+# bare matplotlib Figure. IPython turns a Figure into an image only once matplotlib-inline has
+# registered its PNG formatter, which happens when pyplot first loads the inline backend (its
+# first figure on pyplot). Notebook 02 draws its first figures inside the parity panel, off pyplot,
+# so IPython had only the Figure's text to send: the report's HTML read
+# ``<Figure size 950x520 with 2 Axes>`` where the parity figures belong. show_figure renders the
+# PNG itself (at the figure's own dpi, cropped as the inline backend crops) and displays that, so
+# a figure shows as an image in JupyterLab, under nbconvert and in the report, whatever pyplot
+# has loaded. tests/notebooks/test_rendered_html.py checks every notebook's HTML for it.
+
+
 def show_figure(fig: Figure) -> None:
-    """Display ``fig`` now, as one image, and close it.
+    """Display ``fig`` now, as one PNG image, and close it.
 
     A widget callback draws into its ``Output`` area with this: the image is sent once, complete,
-    and the figure is closed, so no later ``plt.show()`` or cell end sends it a second time.
+    and the figure is closed, so no later ``plt.show()`` or cell end sends it a second time. It is
+    sent as a PNG, never as the figure object ([Note: a figure shown off pyplot is sent as a PNG]).
     """
+    import io
+
     import matplotlib.pyplot as plt
 
-    _display(fig)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=fig.dpi, bbox_inches="tight")
+    try:
+        from IPython.display import Image
+    except ImportError:  # pragma: no cover - outside IPython
+        _display(fig)
+    else:
+        _display(Image(data=png.getvalue(), format="png"))
     plt.close(fig)

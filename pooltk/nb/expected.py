@@ -5,11 +5,11 @@ A small table, one row per figure: ``name`` (what you expect, in words), ``run``
 it: ``495.7``, ``~135``), ``unit``, ``source`` (where the number comes from) and, optionally,
 ``tolerance`` (``5%`` relative, or an absolute amount in the unit). Rows come from a CSV file or a
 list of dicts (notebook 03's ``EXPECTED_FIGURES``); :func:`judge` reads each figure off the run's
-summary (:func:`pooltk.logs.metrics.summarize`) and returns the same :class:`~pooltk.studies.kimi_k3.claims.Ledger`
+summary (:func:`pooltk.logs.metrics.summarize`) and returns the same :class:`~pooltk.studies.kimi_k3.Ledger`
 the K3 claims use, so both tables read alike.
 
 [Note: agreement of expected figures]
-As in the claims ledger ([Note: agreement] in :mod:`pooltk.studies.kimi_k3.claims`): a plain number
+As in the claims ledger ([Note: agreement] in :mod:`pooltk.studies.kimi_k3`): a plain number
 agrees when the run's figure rounds to it at the precision it was written with (half a unit in
 its last digit: ``0.645`` is met by 0.6446 and 0.6454); a number written with ``~`` or ``about``
 agrees within 5 %; a ``tolerance`` given in the row replaces either rule. The rule applied is
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pooltk._validate import InputError
-from pooltk.studies.kimi_k3.claims import Claim, Ledger
+from pooltk.studies.kimi_k3 import Claim, Ledger
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

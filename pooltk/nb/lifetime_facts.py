@@ -1,4 +1,4 @@
-"""The original PR's two lifetime facts, each shown by a small in-process torch computation (notebook 00).
+"""The original PR's two lifetime facts, each shown by a small in-process torch run (notebook 00).
 
 Automodel PR #3780 states two facts its ring rests on:
 
@@ -71,9 +71,11 @@ class ReuseRow:
     gradient: str
     """One of :data:`GRADIENTS`."""
     max_abs_diff: float | None
-    """Largest |this case's gradient - a fresh buffer's|; ``None`` when autograd refused the backward."""
+    """Largest |this case's gradient - a fresh buffer's|; ``None`` when autograd refused."""
     error: str | None
     """Autograd's error (first line) when it refused, else ``None``."""
+    scale: float = 0.0
+    """Largest |gradient| of a fresh buffer: the scale ``max_abs_diff`` is read against."""
 
 
 def _stage(hidden: int) -> object:
@@ -85,7 +87,8 @@ def _stage(hidden: int) -> object:
 
 
 def reuse_point(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> list[ReuseRow]:
-    """Overwrite a received input at two points of its life and compare every gradient with a fresh buffer's.
+    """Overwrite a received input at two points of its life; compare every gradient with a fresh
+    one.
 
     One stage (Linear, Tanh, Linear) receives microbatch ``a`` into a leaf buffer, runs its forward,
     then gets the next stage's output gradient and runs its backward. The next receive into the same
@@ -128,8 +131,11 @@ def reuse_point(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> list[ReuseR
     for case in REUSE_CASES:
         got = run(case)
         for i, name in enumerate(GRADIENTS):
+            scale = float(fresh[i].abs().max())
             if isinstance(got, str):
-                rows_out.append(ReuseRow(case=case, gradient=name, max_abs_diff=None, error=got))
+                rows_out.append(
+                    ReuseRow(case=case, gradient=name, max_abs_diff=None, error=got, scale=scale)
+                )
             else:
                 rows_out.append(
                     ReuseRow(
@@ -137,16 +143,27 @@ def reuse_point(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> list[ReuseR
                         gradient=name,
                         error=None,
                         max_abs_diff=float((got[i] - fresh[i]).abs().max()),
+                        scale=scale,
                     )
                 )
     return rows_out
 
 
 def reuse_frame(rows: list[ReuseRow]) -> pd.DataFrame:
-    """One row per case: max |difference from a fresh buffer| per gradient, or what autograd said."""
+    """One row per case: max |difference from a fresh buffer| per gradient, or what autograd said.
+
+    The first row is the scale: the largest |gradient| a fresh buffer gives, per gradient.
+    """
     import pandas as pd
 
-    out = []
+    scale = {r.gradient: r.scale for r in rows}
+    out = [
+        {
+            "case": "scale: max |gradient| with a fresh buffer",
+            **{g: f"{scale[g]:.3g}" for g in GRADIENTS},
+            "autograd": "ran",
+        }
+    ]
     for case, text in REUSE_CASES.items():
         mine = {r.gradient: r for r in rows if r.case == case}
         error = next((r.error for r in mine.values() if r.error), None)
@@ -161,7 +178,8 @@ def reuse_frame(rows: list[ReuseRow]) -> pd.DataFrame:
 
 
 def reuse_point_figure(rows: list[ReuseRow]) -> Figure:
-    """Grouped bars: per gradient, how far each silent-reuse case is from a fresh buffer (0: bitwise equal)."""
+    """Grouped bars: per gradient, how far each silent-reuse case is from a fresh buffer (0:
+    equal)."""
     import numpy as np
 
     cases = [c for c in REUSE_CASES if all(r.error is None for r in rows if r.case == c)]
@@ -184,14 +202,15 @@ def reuse_point_figure(rows: list[ReuseRow]) -> Figure:
             label=REUSE_CASES[case],
         )
         style.bar_value_labels(ax, bars, labels=["0" if v == 0 else f"{v:.2g}" for v in values])
-    ax.set_xticks(x, list(GRADIENTS), fontsize=8)
+    scale = {r.gradient: r.scale for r in rows}
+    ax.set_xticks(x, [f"{g}\n(|gradient| up to {scale[g]:.2g})" for g in GRADIENTS], fontsize=7.5)
     ax.set_ylim(0, top * 1.2 or 1)
-    ax.set_xlabel("gradient of the stage (microbatch a)")
+    ax.set_xlabel("gradient of the stage (microbatch a), with its own scale")
     ax.set_ylabel("max |Δ gradient| (abs.)")
     note = "; ".join(f"{REUSE_CASES[c]}: autograd refuses the backward" for c in refused)
     ax.set_title(
-        "overwriting the received input before its backward changes the gradients "
-        "(Δ: against a fresh buffer)\n" + (note or "every case ran"),
+        "Overwriting the received input before its backward changes the gradients; after it, "
+        "nothing (Δ: against a fresh buffer)\n" + (note or "every case ran"),
         fontsize=9.5,
     )
     handles, _ = ax.get_legend_handles_labels()
@@ -204,15 +223,18 @@ class LeafReuse:
     """One reused leaf, two microbatches, torch's ``stage_backward`` against a plain backward."""
 
     diff_stage_backward: tuple[float, float]
-    """Per use (first, reuse): max |gradient handed upstream - a fresh leaf's|, through torch's ``stage_backward``."""
+    """Per use (first, reuse): max |gradient sent upstream - a fresh leaf's|, via
+    ``stage_backward``."""
     diff_plain: tuple[float, float]
     """The same through ``torch.autograd.backward`` reading ``.grad`` (no reset between uses)."""
     grad_after_stage_backward: str
     """What ``leaf.grad`` is after torch's ``stage_backward`` returned (``None``: reset)."""
+    scale: float = 0.0
+    """Largest |gradient| a fresh leaf sends upstream (either microbatch): the diffs' scale."""
 
 
 def leaf_reuse(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> LeafReuse:
-    """Reuse one leaf buffer for two microbatches and compare the gradients handed upstream with fresh leaves'.
+    """Reuse one leaf for two microbatches; compare the gradients sent upstream with fresh leaves'.
 
     Raises:
         ImportError: this torch has no ``torch.distributed.pipelining._backward.stage_backward`` (it
@@ -259,11 +281,12 @@ def leaf_reuse(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> LeafReuse:
         diff_stage_backward=tuple(out["stage_backward"]),
         diff_plain=tuple(out["plain"]),
         grad_after_stage_backward=after,
+        scale=max(float(w.abs().max()) for w in want),
     )
 
 
 def leaf_reuse_figure(result: LeafReuse) -> Figure:
-    """Bars per use of the leaf: torch's stage_backward (0 both times) against a plain backward (accumulates)."""
+    """Bars per use of the leaf: torch's stage_backward (0 both times) against a plain backward."""
     import numpy as np
 
     fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.2))
@@ -282,8 +305,9 @@ def leaf_reuse_figure(result: LeafReuse) -> Figure:
     ax.set_xlabel("use of one receive buffer (a leaf of the stage's autograd graph)")
     ax.set_ylabel("max |Δ grad sent| (abs.)")
     ax.set_title(
-        f"Δ: against a fresh leaf. torch's stage_backward sets the leaf's grad to None after each chunk (= "
-        f"{result.grad_after_stage_backward}):\nnothing accumulates on a reused buffer",
+        "A reused buffer accumulates nothing: torch's stage_backward sets the leaf's grad to "
+        f"None after each chunk (= {result.grad_after_stage_backward})\n(Δ: against a fresh "
+        f"leaf; the gradient sent upstream is up to {result.scale:.2g} in size)",
         fontsize=9.5,
     )
     handles, _ = ax.get_legend_handles_labels()

@@ -1,8 +1,10 @@
-"""Notebook 03's views of run logs: runs beside the published figures, per-step panels, pooled vs stock speed.
+"""Notebook 03's views of run logs: runs beside the published figures, per-step panels, pooled vs
+stock speed.
 
 - :func:`beside_published` / :func:`beside_figure`: the user's runs drawn next to the published
-  Kimi-K3 bars on the same axes (tok/s per GPU, MFU, peak memory), approximate figures drawn as
-  such, memory bases told apart (a device allocator's peak vs a process's resident memory);
+  Kimi-K3 bars (tok/s per GPU, MFU, peak memory): on the same axes when they are on the same basis,
+  on axes of their own when not (a CPU process's tokens/s and resident memory), approximate
+  figures drawn as such;
 - :func:`plot_steps`: one panel per figure against the step, one colour per run in every panel;
 - :func:`speed_pairs`: each pooled run against its stock twin, and why the pooled one is slower
   when it is ([Note: pooled vs stock speed]).
@@ -37,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "COMPARED",
+    "OTHER_BASIS_AXES",
     "QUANTITY_AXES",
     "Beside",
     "beside_figure",
@@ -55,7 +58,8 @@ __all__ = [
 
 def capacity_device(gib: float | None = None) -> Any:
     """The device notebook 03 judges memory against: pooltk's one GB200 capacity
-    (:data:`pooltk.memory.fits.GB200`, 184.31 GiB with its source) unless you give a capacity in GiB."""
+    (:data:`pooltk.memory.fits.GB200`, 184.31 GiB with its source) unless you give a capacity in
+    GiB."""
     from pooltk.memory.fits import GB200, Device
 
     if gib is None:
@@ -64,7 +68,8 @@ def capacity_device(gib: float | None = None) -> Any:
 
 
 def device_capacity(device: Any) -> Any:
-    """``device`` (a :class:`pooltk.memory.fits.Device`) as the log metrics' :class:`pooltk.logs.metrics.DeviceCapacity`."""
+    """``device`` (a :class:`pooltk.memory.fits.Device`) as the log metrics'
+    :class:`pooltk.logs.metrics.DeviceCapacity`."""
     from pooltk.logs.metrics import DeviceCapacity
 
     return DeviceCapacity(gib=device.gib, source=device.source)
@@ -98,7 +103,8 @@ def _is_resident(basis: str) -> bool:
 
 
 def mem_label(bases: Sequence[str]) -> str:
-    """The axis label of a memory figure, saying what was measured: resident memory, device memory, or both."""
+    """The axis label of a memory figure, saying what was measured: resident memory, device memory,
+    or both."""
     bases = [str(b) for b in bases if str(b).strip()]
     resident = [b for b in bases if _is_resident(b)]
     if resident and len(resident) == len(bases):
@@ -108,6 +114,31 @@ def mem_label(bases: Sequence[str]) -> str:
     return "peak device memory, as logged (GiB)"
 
 
+def _step_label(col: str, resident: bool) -> str:
+    if col == "mem_gib":
+        return "peak resident memory, process (GiB)" if resident else mem_label(["device"])
+    if col == "tok_per_s_per_gpu" and resident:
+        return "tokens/s per rank process (tok/s)"
+    return _LABELS.get(col, f"{col} (as logged)")
+
+
+def _steps_headline(train: pd.DataFrame, hue: str, runs: list[str]) -> str:
+    """What the per-step panels show: the fastest and slowest run by median step time."""
+    import math
+
+    med = {
+        run: float(train.loc[train[hue].astype(str) == run, "step_time_s"].median()) for run in runs
+    }
+    med = {run: t for run, t in med.items() if not math.isnan(t)}
+    if len(med) < 2:
+        return f"{len(runs)} run(s) step by step: step time, throughput and memory as logged"
+    fast, slow = min(med, key=med.get), max(med, key=med.get)
+    return (
+        f"Step by step, {slow} is the slowest run ({med[slow]:.3g} s per step, median) and "
+        f"{fast} the fastest ({med[fast]:.3g} s)"
+    )
+
+
 def plot_steps(
     steps: pd.DataFrame,
     columns: Sequence[str] = ("step_time_s", "tok_per_s_per_gpu", "mem_gib"),
@@ -115,47 +146,55 @@ def plot_steps(
     hue: str = "run",
     title: str | None = None,
 ) -> Figure:
-    """One panel per column against ``step`` (train rows), a line per run in one colour across the panels.
+    """One panel per column against ``step`` (train rows), a line per run in one colour across the
+    panels.
 
-    The memory panel says what the logs measured (``mem_basis``): a process's resident memory is
-    labelled so, never as device memory.
+    Runs whose memory is a process's resident memory (CPU runs: their tokens/s are per rank
+    process) and runs measured on a device get a row of panels each, so no axis holds two kinds of
+    figure; the memory panel says what the logs measured (``mem_basis``). ``title`` defaults to
+    the takeaway (the slowest and fastest run by median step time).
     """
     train = steps[steps["kind"] == "train"]
     runs = [str(r) for r in dict.fromkeys(train[hue])]
     colours = style.run_colours(runs)
+    basis = train.groupby(train[hue].astype(str))["mem_basis"].first().astype(str)
+    resident = {run: _is_resident(basis.get(run, "")) for run in runs}
+    groups = [flag for flag in (False, True) if any(resident[r] == flag for r in runs)]
     fig, axes = canvas.subplots(
-        1, len(columns), figsize=(style.FIGURE_WIDTH_IN, 3.6), squeeze=False
+        len(groups),
+        len(columns),
+        figsize=(style.FIGURE_WIDTH_IN, 3.0 * len(groups) + 0.9),
+        squeeze=False,
     )
-    for ax, col in zip(axes[0], columns, strict=True):
-        for run in runs:
-            part = train[train[hue].astype(str) == run].sort_values("step")
-            ax.plot(part["step"], part[col], marker="o", ms=3.5, color=colours[run], label=run)
-        if col == "mem_gib":
-            ax.set_ylabel(
-                mem_label(list(dict.fromkeys(train["mem_basis"].dropna().astype(str)))),
-                fontsize=8.5,
-            )
-        else:
-            ax.set_ylabel(_LABELS.get(col, f"{col} (as logged)"), fontsize=8.5)
-        ax.set_ylim(bottom=0)
-        ax.set_xlabel("step (index)")
-        ax.set_title(_TITLES.get(col, col), fontsize=10)
-    if title:
-        fig.suptitle(title, fontsize=10.5)
-    handles, _ = axes[0][0].get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=min(3, len(handles)))
+    for row, flag in enumerate(groups):
+        for ax, col in zip(axes[row], columns, strict=True):
+            for run in (r for r in runs if resident[r] == flag):
+                part = train[train[hue].astype(str) == run].sort_values("step")
+                ax.plot(part["step"], part[col], marker="o", ms=3.5, color=colours[run], label=run)
+            ax.set_ylabel(_step_label(col, flag), fontsize=8.5)
+            ax.set_ylim(bottom=0)
+            ax.set_xlabel("step (index)")
+            where = " (CPU runs)" if flag and len(groups) > 1 else ""
+            ax.set_title(_TITLES.get(col, col) + where, fontsize=10)
+    fig.suptitle(title or _steps_headline(train, hue, runs), fontsize=10)
+    handles = [h for ax in axes[:, 0] for h in ax.get_legend_handles_labels()[0]]
+    style.legend_below(fig, handles, ncol=min(3, len(handles)), top=0.93)
     return fig
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Beside:
-    """The published figures and the user's runs in one table, ready to draw on the same axes."""
+    """The published figures and the user's runs in one table, ready to draw, each on axes of its
+    kind."""
 
     frame: pd.DataFrame
-    """One row per (bar, quantity): label, who (``published`` / ``your_runs``), quantity, value, approximate,
-    basis (memory: ``device`` or ``resident``), source."""
+    """One row per (bar, quantity): label, who (``published`` / ``your_runs``), quantity, value,
+    approximate,
+    basis (memory: ``device`` or ``resident``), same_basis (on the published figures' basis),
+    source."""
     capacity: Any
-    """The device capacity drawn on the memory panel (a :class:`pooltk.logs.metrics.DeviceCapacity`), or None."""
+    """The device capacity drawn on the memory panel (a
+    :class:`pooltk.logs.metrics.DeviceCapacity`), or None."""
 
     @property
     def runs(self) -> tuple[str, ...]:
@@ -164,20 +203,29 @@ class Beside:
 
 
 QUANTITY_AXES: dict[str, tuple[str, str]] = {
-    "tok_per_s_per_gpu": ("throughput", "tokens/s per GPU (tok/s)"),
+    "tok_per_s_per_gpu": ("throughput per GPU", "tokens/s per GPU (tok/s)"),
     "mfu": ("MFU", "MFU (% of peak FLOP/s)"),
-    "peak_mem": ("peak memory", "peak memory (GiB)"),
+    "peak_mem": ("peak device memory", "peak device memory (GiB)"),
 }
-"""The three panels of :func:`beside_figure`: quantity -> (title, axis label)."""
+"""The panels of :func:`beside_figure` on the published basis: quantity -> (title, axis label)."""
+OTHER_BASIS_AXES: dict[str, tuple[str, str]] = {
+    "tok_per_s_per_gpu": ("throughput of a rank process", "tokens/s per process (tok/s)"),
+    "mfu": ("MFU", "MFU (% of peak FLOP/s)"),
+    "peak_mem": ("resident memory", "peak resident memory (GiB)"),
+}
+"""The panels of :func:`beside_figure` for runs on another basis than the published GB200 figures:
+a process's tokens/s and resident memory (pooltk's CPU runs), never drawn on a GPU's axes."""
 
 
 def beside_published(published: Any, summary: Any, *, capacity: Any = None) -> Beside:
-    """The published measured figures (:func:`pooltk.studies.kimi_k3.claims.published_figures`) and each
-    run of ``summary`` (None: the published figures alone) on one table, quantity by quantity; a run's memory
-    basis is kept (resident or device)."""
+    """The published measured figures (:func:`pooltk.studies.kimi_k3.published_figures`) and each
+    run of ``summary`` (None: the published figures alone) on one table, quantity by quantity; a
+    run's memory basis is kept (resident or device), and so is whether the run is on the published
+    basis at all (``same_basis``: tokens/s per GPU and a device's memory; a run whose memory is a
+    process's resident memory is a CPU run, its tokens/s per process)."""
     import pandas as pd
 
-    from pooltk.studies.kimi_k3.claims import published_figures
+    from pooltk.studies.kimi_k3 import published_figures
 
     rows = [
         {
@@ -187,18 +235,20 @@ def beside_published(published: Any, summary: Any, *, capacity: Any = None) -> B
             "value": r.value,
             "approximate": bool(r.approximate),
             "basis": "device",
+            "same_basis": True,
             "source": r.source,
         }
         for r in published_figures(published).itertuples()
     ]
     for r in summary.runs if summary is not None else ():
         mfu = r.mfu.mfu_pct if r.mfu is not None else float("nan")
+        same = not _is_resident(r.mem_basis)
         for q, value in (
             ("tok_per_s_per_gpu", r.tok_per_s_per_gpu),
             ("mfu", mfu),
             ("peak_mem", r.peak_mem_gib),
         ):
-            basis = "resident" if (q == "peak_mem" and _is_resident(r.mem_basis)) else "device"
+            basis = "resident" if (q == "peak_mem" and not same) else "device"
             rows.append(
                 {
                     "label": str(r.run),
@@ -207,84 +257,99 @@ def beside_published(published: Any, summary: Any, *, capacity: Any = None) -> B
                     "value": float(value),
                     "approximate": False,
                     "basis": basis,
-                    "source": f"{r.format} log ({r.mem_basis if q == 'peak_mem' else r.tok_per_s_per_gpu_basis})",
+                    "same_basis": same,
+                    "source": f"{r.format} log "
+                    f"({r.mem_basis if q == 'peak_mem' else r.tok_per_s_per_gpu_basis})",
                 }
             )
     return Beside(frame=pd.DataFrame(rows), capacity=capacity)
 
 
-def _bar_text(value: float, approximate: bool, resident: bool) -> str:
+def _bar_text(value: float, approximate: bool) -> str:
     import math
 
     if math.isnan(value):
         return "n/a"
     text = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-    if approximate:
-        return f"~{text}"
-    return text + (" (resident)" if resident else "")
+    return f"~{text}" if approximate else text
+
+
+def _beside_panels(ax: Any, part: Any, labels: list[str], capacity: Any, q: str) -> None:
+    """One panel: a bar per label of ``part`` (published blue, runs orange), ``~`` hatched, from
+    zero."""
+    import numpy as np
+
+    rows = part.set_index("label").reindex(labels)
+    values = rows["value"].astype(float).to_numpy()
+    approx = rows["approximate"].fillna(False).astype(bool).to_numpy()
+    who = rows["who"].to_numpy()
+    y = np.arange(len(labels))
+    for key in ("published", "your_runs"):
+        idx = [i for i in range(len(labels)) if who[i] == key]
+        if not idx:
+            continue
+        bars = ax.barh(
+            y[idx],
+            np.nan_to_num(values[idx]),
+            height=0.7,
+            color=style.colour(key),
+            label=style.label(key),
+        )
+        for bar, i in zip(bars, idx):
+            if approx[i]:
+                bar.set_hatch("///")
+                bar.set_edgecolor("white")
+        style.bar_value_labels(ax, bars, labels=[_bar_text(values[i], approx[i]) for i in idx])
+    top = float(np.nanmax(values)) if np.isfinite(values).any() else 1.0
+    if q == "peak_mem" and capacity is not None:
+        ax.axvline(capacity.gib, color="black", ls="--", lw=1.2)
+        top = max(top, capacity.gib)
+    ax.set_xlim(0, top * 1.7)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.tick_params(axis="x", labelsize=8)
 
 
 def beside_figure(beside: Beside) -> Figure:
-    """Three panels on shared rows: each published bar and each of the user's runs, on the same axes.
+    """The published bars and each of the user's runs, each on the axes of its own kind and scale.
 
-    Published bars in one colour, the user's runs in another; a figure the source states as
-    approximate (``~135 GiB``) is hatched and labelled ``~``; a run's resident memory is
-    cross-hatched and labelled so (a process's memory, not a device allocator's); the device
-    capacity is a line on the memory panel, with its source; a figure a run lacks (no MFU basis)
-    reads ``n/a``.
+    Runs on the published basis (tokens/s per GPU, a device's memory) share the published panels;
+    runs on another basis (pooltk's CPU runs: tokens/s per rank process, a process's resident
+    memory) get their own row of panels, their own axes and units, so a CPU process's 16-22k
+    tokens/s never stands on the axis of a GB200's 392-627 per GPU. Published bars in one colour,
+    the user's runs in another; a figure the source states as approximate (``~135 GiB``) is
+    hatched and labelled ``~``; the device capacity is a line on the device-memory panel, with its
+    source; a figure a run lacks (no MFU basis) reads ``n/a``.
     """
-    import numpy as np
     from matplotlib.patches import Patch
 
     frame = beside.frame
-    labels = list(dict.fromkeys(frame["label"]))
-    who = [frame.loc[frame.label == lab, "who"].iloc[0] for lab in labels]
-    y = np.arange(len(labels))
+    same = frame[frame["same_basis"].astype(bool)]
+    other = frame[~frame["same_basis"].astype(bool)]
+    rows = [(same, QUANTITY_AXES)] + ([(other, OTHER_BASIS_AXES)] if len(other) else [])
+    heights = [len(dict.fromkeys(part["label"])) for part, _ in rows]
     fig, axes = canvas.subplots(
-        1, 3, figsize=(style.FIGURE_WIDTH_IN, 0.42 * len(labels) + 2.9), sharey=True
+        len(rows),
+        3,
+        figsize=(style.FIGURE_WIDTH_IN, 0.42 * sum(heights) + 1.9 * len(rows) + 1.5),
+        squeeze=False,
+        gridspec_kw={"height_ratios": [h + 1.5 for h in heights]},
     )
-    for ax, (q, (title, axis_label)) in zip(axes, QUANTITY_AXES.items()):
-        part = frame[frame.quantity == q].set_index("label").reindex(labels)
-        values = part["value"].astype(float).to_numpy()
-        approx = part["approximate"].fillna(False).astype(bool).to_numpy()
-        resident = (part["basis"] == "resident").to_numpy()
-        for key in ("published", "your_runs"):
-            idx = [i for i in range(len(labels)) if who[i] == key]
-            if not idx:
-                continue
-            bars = ax.barh(
-                y[idx],
-                np.nan_to_num(values[idx]),
-                height=0.7,
-                color=style.colour(key),
-                label=style.label(key),
-            )
-            for bar, i in zip(bars, idx):
-                if approx[i] or resident[i]:
-                    bar.set_hatch("///" if approx[i] else "xx")
-                    bar.set_edgecolor("white")
-            style.bar_value_labels(
-                ax, bars, labels=[_bar_text(values[i], approx[i], resident[i]) for i in idx]
-            )
-        top = float(np.nanmax(values)) if np.isfinite(values).any() else 1.0
-        if q == "peak_mem" and beside.capacity is not None:
-            cap = beside.capacity.gib
-            ax.axvline(cap, color="black", ls="--", lw=1.2)
-            top = max(top, cap)
-        ax.set_xlim(0, top * 1.7)
-        ax.set_xlabel(axis_label, fontsize=9)
-        ax.set_title(title, fontsize=10)
-        ax.tick_params(axis="x", labelsize=8)
-    axes[0].set_yticks(y, labels, fontsize=8)
-    axes[0].invert_yaxis()
-    axes[0].set_ylabel("published shape or your run (name)", fontsize=9)
-    mine = "your_runs" in who
-    fig.suptitle(
-        "your runs beside the published Kimi-K3 GB200 figures, on the same axes"
-        if mine
-        else "the published Kimi-K3 GB200 figures",
-        fontsize=10.5,
-    )
+    for r, (part, axes_text) in enumerate(rows):
+        labels = list(dict.fromkeys(part["label"]))
+        for c, (q, (title, axis_label)) in enumerate(axes_text.items()):
+            ax = axes[r, c]
+            capacity = beside.capacity if r == 0 else None  # a device's, never on resident memory
+            _beside_panels(ax, part[part.quantity == q], labels, capacity, q)
+            ax.set_xlabel(axis_label, fontsize=9)
+            ax.set_title(title, fontsize=10)
+            if c:
+                ax.tick_params(axis="y", labelleft=False)
+        axes[r, 0].set_ylabel(
+            "published shape or run (name)" if r == 0 else "your run (name)", fontsize=9
+        )
+    fig.suptitle(_beside_headline(frame, beside.capacity), fontsize=10)
+    who = list(dict.fromkeys(frame["who"]))
     handles = [
         Patch(facecolor=style.colour(k), label=style.label(k))
         for k in ("published", "your_runs")
@@ -297,15 +362,6 @@ def beside_figure(beside: Beside) -> Figure:
                 hatch="///",
                 edgecolor="white",
                 label="stated as approximate (~) by its source",
-            )
-        )
-    if (frame["basis"] == "resident").any():
-        handles.append(
-            Patch(
-                facecolor=style.colour("your_runs"),
-                hatch="xx",
-                edgecolor="white",
-                label="a process's resident memory, not device memory",
             )
         )
     if beside.capacity is not None:
@@ -323,12 +379,35 @@ def beside_figure(beside: Beside) -> Figure:
                 label=f"device capacity {beside.capacity.gib:.2f} GiB (source: {source})",
             )
         )
-    style.legend_below(fig, handles, ncol=2)
+    lines = fig._suptitle.get_text().count("\n") + 1
+    style.legend_below(fig, handles, ncol=2, top=1 - (0.2 + 0.17 * lines) / fig.get_figheight())
     return fig
 
 
+def _beside_headline(frame: Any, capacity: Any) -> str:
+    """The figure's takeaway: the published range, and where the user's runs stand against it."""
+    pub = frame[frame.who == "published"]
+    tok = pub[pub.quantity == "tok_per_s_per_gpu"]["value"]
+    mem = pub[pub.quantity == "peak_mem"]["value"].dropna()
+    head = (
+        f"Published Kimi-K3 on GB200: {tok.min():.0f}-{tok.max():.0f} tokens/s per GPU, peaks up "
+        f"to {mem.max():.1f} GiB" + (f" of {capacity.gib:.2f}" if capacity is not None else "")
+    )
+    runs = frame[frame.who == "your_runs"]
+    if not len(runs):
+        return head
+    other = sorted(set(runs.loc[~runs["same_basis"].astype(bool), "label"]))
+    if not other:
+        return head + ";\nyour runs are on the same basis and share its axes"
+    return (
+        head + f";\n{len(other)} of your runs are measured otherwise (a CPU rank process's "
+        "tokens/s and resident memory):\ndrawn on axes of their own below, not bar to bar"
+    )
+
+
 def speed_pairs(summary: Any, steps: pd.DataFrame, run_info: Any) -> pd.DataFrame:
-    """Each pooled run against its stock twin (the same facts but the pool), and why it is slower when it is.
+    """Each pooled run against its stock twin (the same facts but the pool), and why it is slower
+    when it is.
 
     See [Note: pooled vs stock speed]. Columns: pooled, stock, step_time_ratio (pooled / stock
     medians, steady window), pooled_range_s, stock_range_s (step to step, steady window),
@@ -430,9 +509,10 @@ def _why(ratio: float, overlap: bool, together: bool, per_cpu: float, release: A
     parts = [f"{100 * (ratio - 1):.0f} % slower"]
     if release is None:
         parts.append(
-            "written before pooltk released the last stage's kept graphs: that stage then re-homed most "
-            "of its slots every step, a fresh allocation and copy of a whole set each "
-            "(data/validation/last_stage_rehomes_2026-12-01.csv), a cost that grows with the set's size"
+            "written before pooltk released the last stage's kept graphs: that stage then "
+            "re-homed most of its slots every step, a fresh allocation and copy of a whole set "
+            "each (data/validation/last_stage_rehomes_2026-12-01.csv), a cost that grows with "
+            "the set's size"
         )
     parts.append(
         "within the two runs' own step-to-step spread"
@@ -444,13 +524,15 @@ def _why(ratio: float, overlap: bool, together: bool, per_cpu: float, release: A
     if per_cpu == per_cpu and per_cpu > 1:
         parts.append(f"{per_cpu:g} ranks per CPU share cores")
     parts.append(
-        "the pool's own cost is measured with variants alternating in one launch (benchmarks/bench_pool.py)"
+        "the pool's own cost is measured with variants alternating in one launch "
+        "(benchmarks/bench_pool.py)"
     )
     return "; ".join(parts)
 
 
 def load_run_info(path: str | Path | None) -> Any:
-    """Run facts from a JSON file: one object of facts for every run, or ``{run: {facts}}`` per run; None for None.
+    """Run facts from a JSON file: one object of facts for every run, or ``{run: {facts}}`` per
+    run; None for None.
 
     Returns a RunInfo or a dict of them (what :func:`pooltk.logs.metrics.summarize` takes).
     """
@@ -476,7 +558,8 @@ def load_run_info(path: str | Path | None) -> Any:
             "run info file",
             found=f"invalid JSON in {p} ({err})",
             required="a JSON object of run facts",
-            fix='write e.g. {"world_size": 256, "pp": 8, "global_batch_size": 4096, "seq_len": 2048}',
+            fix='write e.g. {"world_size": 256, "pp": 8, "global_batch_size": 4096, '
+            '"seq_len": 2048}',
         ) from None
     if not isinstance(obj, dict):
         raise InputError(
@@ -491,14 +574,16 @@ def load_run_info(path: str | Path | None) -> Any:
 
 
 def pool_by_run(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per run: whether it was pooled, whose pool, slack and layout (missing where the log does not say)."""
+    """Per run: whether it was pooled, whose pool, slack and layout (missing where the log does not
+    say)."""
     cols = ["pooled", "pool_impl", "slack", "layout"]
     first = steps.groupby("run", observed=True, sort=False)[cols].first()
     return first.reset_index()
 
 
 def compare_runs(summary: Any, steps: pd.DataFrame, *, baseline: str | None = None) -> pd.DataFrame:
-    """Runs side by side: each figure of :data:`COMPARED` and its ratio to ``baseline`` (default: the first run).
+    """Runs side by side: each figure of :data:`COMPARED` and its ratio to ``baseline`` (default:
+    the first run).
 
     The ratio is run / baseline on the same basis (the ``basis`` row of each figure is in
     :data:`COMPARED`); pool columns say which runs used which pool.
@@ -511,7 +596,8 @@ def compare_runs(summary: Any, steps: pd.DataFrame, *, baseline: str | None = No
     runs = [str(r) for r in frame["run"]]
     if not runs:
         raise ValueError(
-            "compare_runs: found no run in the summary; required at least one. Fix: read some logs first."
+            "compare_runs: found no run in the summary; required at least one. "
+            "Fix: read some logs first."
         )
     base = runs[0] if baseline is None else check_choice("baseline run", baseline, runs)
     ref = frame.set_index("run").loc[base]
@@ -525,8 +611,10 @@ def compare_runs(summary: Any, steps: pd.DataFrame, *, baseline: str | None = No
 
 
 def per_rank(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per run and rank, from the step table as read (where the logs name ranks): rows, step range, peak memory,
-    median logged step time, mean logged per-GPU rate, and the timestamp spread of the rank's lines."""
+    """Per run and rank, from the step table as read (where the logs name ranks): rows, step range,
+    peak memory,
+    median logged step time, mean logged per-GPU rate, and the timestamp spread of the rank's
+    lines."""
     have = steps[steps["rank"].notna() & (steps["kind"] == "train")]
     cols = [
         "run",

@@ -12,6 +12,7 @@ nothing is drawn by hand, and nothing reaches into the pool's internals:
   ([Note: counting overwrites]); :func:`slot_table` lists every receive with its slot;
 - :func:`guard_replay` replays the guard's rule (a post claims slot ``c mod K``; a post into a slot
   another microbatch still owns stops the step) over the order; notebook 02 runs the real guard;
+- :func:`sets_by_version` is what torch <= 2.14, torch 2.15 and pooltk keep per stage;
 - :func:`layout_families` is the torch layout table (:mod:`pooltk.nb.layouts`);
 - :func:`explore` / :func:`render_explorer` / :func:`explorer_controls`: the notebook's explorer,
   recording what it computed in a :class:`MechanismState`.
@@ -71,12 +72,14 @@ __all__ = [
     "inflight_depth",
     "layout_families",
     "one_short",
+    "ordinal",
     "overwritten_receives",
     "phases",
     "render_explorer",
     "replay",
     "ring_summary",
     "rings_for",
+    "sets_by_version",
     "slot_table",
 ]
 
@@ -144,10 +147,15 @@ def replay(
     *,
     pp: int,
     n_microbatches: int,
+    stages_per_rank: int = 1,
     forward_ticks: float = 1.0,
     backward_ticks: float = 2.0,
 ) -> Replay:
-    """Analyse ``schedule`` (torch's name) and put its step on a clock. See [Note: unit-time replay].
+    """Analyse ``schedule`` (torch's name) and put its step on a clock. See [Note: unit-time
+    replay].
+
+    ``stages_per_rank`` is the shape's stages per rank (2 for the interleaved and V schedules'
+    usual shape); the clock is the same for every schedule.
 
     Raises:
         ScheduleAnalysisError: the schedule or shape cannot be analysed (torch's reason quoted).
@@ -156,7 +164,7 @@ def replay(
     for name, v in (("forward_ticks", forward_ticks), ("backward_ticks", backward_ticks)):
         if not v > 0:
             raise ValueError(f"replay {name}: found {v!r}; required > 0.")
-    prog = program(schedule, pp=pp, n_microbatches=n_microbatches)
+    prog = program(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=stages_per_rank)
     spans = tuple(lifetimes_of(prog))
     durations = {
         "F": forward_ticks,
@@ -205,7 +213,8 @@ def replay(
                 if pointer[r] < len(prog.events[r])
             }
             raise ScheduleAnalysisError(
-                f"{prog.schedule}: the unit-time replay cannot make progress; ranks wait on {stuck}. "
+                f"{prog.schedule}: the unit-time replay cannot make progress; "
+                f"ranks wait on {stuck}. "
                 "The action order is not one pooltk can draw."
             )
     return Replay(
@@ -247,12 +256,14 @@ def phases(rp: Replay) -> dict[int, dict[str, tuple[int, int]]]:
 
 
 def inflight_depth(pp: int, stage: int, n_microbatches: int) -> int:
-    """``W = min(M, N - i)``: forwards stage ``i`` of ``N`` runs before its first backward under 1F1B."""
+    """``W = min(M, N - i)``: forwards stage ``i`` of ``N`` runs before its first backward under
+    1F1B."""
     return min(n_microbatches, pp - stage)
 
 
 def rings_for(pp: int, n_microbatches: int, config: PoolConfig) -> dict[tuple[int, Direction], int]:
-    """The ring the pool keeps per (stage, direction) under ``config`` (0: the stage receives nothing).
+    """The ring the pool keeps per (stage, direction) under ``config`` (0: the stage receives
+    nothing).
 
     Sized for 1F1B from its walked live sets through :func:`pooltk.pool.ring.ring_size`
     (the one slack rule the pool uses), whatever schedule it is then run under: that is what
@@ -263,7 +274,8 @@ def rings_for(pp: int, n_microbatches: int, config: PoolConfig) -> dict[tuple[in
 
 
 def one_short(rings: RingSizes) -> dict[tuple[int, Direction], int]:
-    """The negative control: every forward ring one set smaller (never below 1); grad rings as they are."""
+    """The negative control: every forward ring one set smaller (never below 1); grad rings as they
+    are."""
     return {(s, d): (max(1, k - 1) if d == "forward" and k else k) for (s, d), k in rings.items()}
 
 
@@ -286,7 +298,8 @@ def _ring_k(rings: RingSizes, stage: int, direction: Direction) -> int:
 
 
 def overwritten_receives(rp: Replay, rings: RingSizes) -> list[Overwrite]:
-    """Every receive posted into a slot whose previous buffer is still held ([Note: counting overwrites]).
+    """Every receive posted into a slot whose previous buffer is still held ([Note: counting
+    overwrites]).
 
     One :class:`~pooltk.analysis.lifetimes.Overwrite` per such receive: ``overwritten_by`` is the
     microbatch posting, ``microbatch`` the slot's previous occupant (the latest earlier buffer of
@@ -311,7 +324,8 @@ def overwritten_receives(rp: Replay, rings: RingSizes) -> list[Overwrite]:
 
 
 def slot_table(rp: Replay, rings: RingSizes) -> pd.DataFrame:
-    """One row per receive buffer: its slot ``microbatch mod K`` and the actions that post, read and free it.
+    """One row per receive buffer: its slot ``microbatch mod K`` and the actions that post, read
+    and free it.
 
     Columns: stage, direction, microbatch, ring, slot, posted_after (the compute action the rank
     ran just before posting, or ``start``), read_by, freed_by, post_t, release_t, overwrites (the
@@ -353,12 +367,13 @@ def slot_table(rp: Replay, rings: RingSizes) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# --------------------------------------------------------------------------- the guard's rule, replayed
+# --------------------------------------------------------------------- the guard's rule, replayed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GuardStop:
-    """Where the guard's rule stops a step: the first post into a slot another microbatch still owns."""
+    """Where the guard's rule stops a step: the first post into a slot another microbatch still
+    owns."""
 
     stage: int
     """The receiving stage."""
@@ -376,6 +391,8 @@ class GuardStop:
     """The rank that posted it."""
     time: float
     """When, on the replay clock."""
+    ring_post: int
+    """Which post of this (stage, direction) ring it was: 1 for the ring's first receive."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -387,74 +404,130 @@ class GuardReplay:
     rings: dict[tuple[int, Direction], int]
     """Ring per (stage, direction) that was checked."""
     posts_checked: int
-    """Receive posts checked before the rule stopped the step (or all of them)."""
+    """Receive posts checked, over every stage in time order, before the rule stopped the step
+    (or all of them)."""
     stop: GuardStop | None
     """Where it stopped, or ``None`` when every post found its slot free."""
+    makespan: float = 0.0
+    """The step's length on the replay clock (the scale of :attr:`GuardStop.time`)."""
 
     @property
     def ok(self) -> bool:
         return self.stop is None
 
     def line(self) -> str:
-        """One readable line: passed, or where it stopped."""
+        """One readable line: passed, or where it stopped (which stage's which receive, and
+        when)."""
         if self.stop is None:
             return f"{self.schedule}: the guard passes all {self.posts_checked} receive posts"
         e = self.stop
+        what = "activation" if e.direction == "forward" else "gradient"
         return (
-            f"{self.schedule}: the guard stops the step at post {self.posts_checked} (PoolOverrunError): stage "
-            f"{e.stage} {e.direction} slot {e.slot} of {e.ring} still owned by microbatch {e.owner}, microbatch "
-            f"{e.incoming} posting"
+            f"{self.schedule}: the guard stops the step (PoolOverrunError) at tick {e.time:g} of "
+            f"{self.makespan:g}: stage {e.stage}'s {ordinal(e.ring_post)} {what} receive "
+            f"(microbatch {e.incoming}) finds slot {e.slot} of {e.ring} still owned by microbatch "
+            f"{e.owner}"
         )
 
 
+def ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``11th``: how the guard's line counts a ring's receives."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
-    """Replay the guard's ownership rule over every rank's order.
+    """Replay the guard's ownership rule over every rank's order, in the order of the replay clock.
 
     A receive post claims slot ``microbatch mod K`` of its ring; a full backward (or a weight
     step) of the microbatch frees its forward and grad slots; in a forward-only step the forward
     frees. A post into a slot another microbatch still owns is where the real guard raises
-    ``PoolOverrunError`` (notebook 02 shows it on real ranks); the replay stops there. The rings belong
-    to one stage, so ranks are replayed one after the other.
+    ``PoolOverrunError`` (notebook 02 shows it on real ranks); the replay stops at the first such
+    post in time (ties: the lower rank). Each ring belongs to one stage, so the ranks' orders
+    interleave by the clock without changing what any ring sees.
     """
     ring_map = {(b.stage, b.direction): _ring_k(rings, b.stage, b.direction) for b in rp.spans}
     owners: dict[tuple[int, Direction], list[int | None]] = {
         key: [None] * k for key, k in ring_map.items()
     }
+    posted: dict[tuple[int, Direction], int] = {}
+    events = sorted(
+        (
+            (rp.start[(r, e.step)], r, e.step, e)
+            for r, evs in rp.program.events.items()
+            for e in evs
+        ),
+        key=lambda t: t[:3],
+    )
     checked = 0
-    for r in sorted(rp.program.events):
-        for e in rp.program.events[r]:
-            if e.kind in ("RECV_F", "RECV_B"):
-                key = (e.stage, "forward" if e.kind == "RECV_F" else "grad")
-                slots, k = owners[key], ring_map[key]
-                slot = e.microbatch % k
-                checked += 1
-                if slots[slot] is not None and slots[slot] != e.microbatch:
-                    stop = GuardStop(
-                        stage=e.stage,
-                        direction=key[1],
-                        slot=slot,
-                        ring=k,
-                        owner=slots[slot],
-                        incoming=e.microbatch,
-                        rank=r,
-                        time=rp.start[(r, e.step)],
-                    )
-                    return GuardReplay(
-                        schedule=rp.program.schedule,
-                        rings=ring_map,
-                        posts_checked=checked,
-                        stop=stop,
-                    )
-                slots[slot] = e.microbatch
-            elif e.kind in ("B", "W") or (e.kind == "F" and rp.program.forward_only):
-                for d in DIRECTIONS:
-                    slots = owners.get((e.stage, d))
-                    if slots is not None:
-                        k = ring_map[(e.stage, d)]
-                        if slots[e.microbatch % k] == e.microbatch:
-                            slots[e.microbatch % k] = None
+    for time, r, _, e in events:
+        if e.kind in ("RECV_F", "RECV_B"):
+            key = (e.stage, "forward" if e.kind == "RECV_F" else "grad")
+            slots, k = owners[key], ring_map[key]
+            slot = e.microbatch % k
+            checked += 1
+            posted[key] = posted.get(key, 0) + 1
+            if slots[slot] is not None and slots[slot] != e.microbatch:
+                stop = GuardStop(
+                    stage=e.stage,
+                    direction=key[1],
+                    slot=slot,
+                    ring=k,
+                    owner=slots[slot],
+                    incoming=e.microbatch,
+                    rank=r,
+                    time=time,
+                    ring_post=posted[key],
+                )
+                return GuardReplay(
+                    schedule=rp.program.schedule,
+                    rings=ring_map,
+                    posts_checked=checked,
+                    stop=stop,
+                    makespan=rp.makespan,
+                )
+            slots[slot] = e.microbatch
+        elif e.kind in ("B", "W") or (e.kind == "F" and rp.program.forward_only):
+            for d in DIRECTIONS:
+                slots = owners.get((e.stage, d))
+                if slots is not None:
+                    k = ring_map[(e.stage, d)]
+                    if slots[e.microbatch % k] == e.microbatch:
+                        slots[e.microbatch % k] = None
     return GuardReplay(
-        schedule=rp.program.schedule, rings=ring_map, posts_checked=checked, stop=None
+        schedule=rp.program.schedule,
+        rings=ring_map,
+        posts_checked=checked,
+        stop=None,
+        makespan=rp.makespan,
+    )
+
+
+def sets_by_version(pp: int, n_microbatches: int) -> pd.DataFrame:
+    """Receive-buffer sets per (stage, direction) under 1F1B: what torch <= 2.14 and torch 2.15
+    keep, and pooltk.
+
+    Columns: stage, direction, n_microbatches, stock (torch 2.11-2.14: ``M`` up front), stock_lazy
+    (torch 2.15 at its peak: the live set, but all ``M`` activations on the last stage: [Note: lazy
+    receive buffers] in :mod:`pooltk.analysis.stage_sets`), ring (pooltk's slack-0 ring on torch
+    <= 2.14), lazy_released (torch 2.15 with pooltk's last-stage release: the live set).
+    """
+    import pandas as pd
+
+    from pooltk.analysis.stage_sets import receive_sets
+
+    rings = rings_for(pp, n_microbatches, PoolConfig(slack=0, grad_slack=0))
+    return pd.DataFrame(
+        {
+            "stage": r.stage,
+            "direction": r.direction,
+            "n_microbatches": n_microbatches,
+            "stock": r.stock,
+            "stock_lazy": r.stock_lazy,
+            "ring": rings[(r.stage, r.direction)],
+            "lazy_released": r.lazy_released,
+        }
+        for r in receive_sets("1F1B", pp=pp, n_microbatches=n_microbatches)
     )
 
 
@@ -462,9 +535,12 @@ def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
 
 
 def layout_families() -> pd.DataFrame:
-    """The torch layout table: one row per kind of receive buffer (and releases, how detection tells the
-    families apart, what pooltk does, notes), one column per family, and a last row marking the family
-    this torch has (``pooltk.probe()``). See [Note: one method, two families] in the families module."""
+    """The torch layout table: one row per kind of receive buffer (and releases, how detection
+    tells the
+    families apart, what pooltk does, notes), one column per family, and a last row marking the
+    family
+    this torch has (``pooltk.probe()``). See [Note: one method, two families] in the families
+    module."""
     import pandas as pd
 
     import pooltk
@@ -493,7 +569,8 @@ class MechanismState:
     rings: dict[tuple[int, Direction], int] | None = None
     """Ring per (stage, direction) the pool would keep for those inputs."""
     overwrites: list[Overwrite] = field(default_factory=list)
-    """The receives that ring would post into a slot still held (empty: safe; [Note: counting overwrites])."""
+    """The receives that ring would post into a slot still held (empty: safe; [Note: counting
+    overwrites])."""
     guard: GuardReplay | None = None
     """What the guard does on that step."""
     last_error: str | None = None
@@ -511,8 +588,9 @@ class MechanismState:
         kept, stock = sum(self.rings.values()), 2 * (pp - 1) * m
         return (
             f"{self.last_inputs['schedule']} pp={pp} M={m} slack={self.last_inputs['slack']} "
-            f"grad_slack={self.last_inputs['grad_slack']}: rings {ring_summary(self.rings)}, the pool keeps "
-            f"{kept} of {stock} stock buffer sets; {len(self.overwrites)} receive(s) into a slot still held; "
+            f"grad_slack={self.last_inputs['grad_slack']}: rings {ring_summary(self.rings)}, "
+            f"the pool keeps {kept} of {stock} stock buffer sets; "
+            f"{len(self.overwrites)} receive(s) into a slot still held; "
             f"{self.guard.line()}"
         )
 
@@ -520,7 +598,8 @@ class MechanismState:
 def explore(
     state: MechanismState, *, schedule: str, pp: int, microbatches: int, slack: int, grad_slack: int
 ) -> Replay | None:
-    """One explorer update: replay ``schedule`` with the ring for ``slack``; record it in ``state``."""
+    """One explorer update: replay ``schedule`` with the ring for ``slack``; record it in
+    ``state``."""
     state.last_inputs = dict(
         schedule=schedule, pp=pp, microbatches=microbatches, slack=slack, grad_slack=grad_slack
     )
@@ -549,8 +628,8 @@ def render_explorer(state: MechanismState) -> Figure | None:
     print(state.line())
     if state.replay is None or state.rings is None:
         return None
-    with off_pyplot():
-        fig = slot_chart(state.replay, state.rings, guard=state.guard)
+    with off_pyplot():  # every overwrite drawn; where the guard would stop is in the line above
+        fig = slot_chart(state.replay, state.rings)
         show_figure(fig)
     return fig
 

@@ -4,7 +4,7 @@ The notebook stays thin: every figure is one call here, and the widget callback 
 :func:`explore` (compute, record in an :class:`ExplorerState`) followed by
 :func:`render_explorer` (print the lines, draw, save). Tests call :func:`explore` directly and
 assert on what it recorded. The whole-stage replay is :mod:`pooltk.nb.whole_stage`; the fits views
-(one rule, one capacity) are :mod:`pooltk.nb.fits`.
+(one verdict, one capacity) are drawn by :mod:`pooltk.nb.fits`.
 
 [Note: the explorer carries no calibration]
 The explorer models what the user chose, never another model's calibration or measurements:
@@ -33,7 +33,16 @@ from typing import TYPE_CHECKING, Any
 
 from pooltk.config import PoolConfig
 from pooltk.memory.configs import Overrides, load_config
-from pooltk.memory.fits import FitReport, ReferencePeak, get_device, published_peak
+from pooltk.memory.fits import (
+    DEVICES,
+    FIT_VARIANTS,
+    ReferencePeak,
+    Verdict,
+    anchored,
+    get_device,
+    of_estimate,
+    published_peak,
+)
 from pooltk.memory.model import (
     Boundary,
     MemoryModel,
@@ -45,18 +54,10 @@ from pooltk.memory.model import (
 )
 from pooltk.memory.replay.estimate import VARIANT_TITLES
 from pooltk.memory.source import Preset
-from pooltk.memory.verdict import FitsVerdict, fits_verdict
 from pooltk.nb import canvas, style
-from pooltk.nb.fits import (
-    anchored_verdict,
-    device_choices,
-    fits_bars,
-    grouped_bars,
-    pr_figures,
-    short_source,
-)
+from pooltk.nb.fits import fits_bars, grouped_bars, short_source
 from pooltk.nb.whole_stage import WholeStage, explorer_models, receive_source
-from pooltk.studies.kimi_k3.presets import PRESETS, get_preset
+from pooltk.studies.kimi_k3 import PRESETS, get_preset
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -75,15 +76,9 @@ __all__ = [
     "stage_bars",
 ]
 
-VARIANTS: tuple[str, ...] = (
-    "stock",
-    "stock_lazy",
-    "lazy_released",
-    "automodel",
-    "tight",
-    "live_set",
-)
-"""The variants the per-stage bars and the fits view draw, in drawing order (keys of :data:`pooltk.nb.style.SERIES`)."""
+VARIANTS: tuple[str, ...] = FIT_VARIANTS
+"""The variants the per-stage bars and the fits view draw, in drawing order (keys of
+:data:`pooltk.nb.style.SERIES`)."""
 VARIANT_LABELS: dict[str, str] = {key: style.label(key) for key in VARIANTS}
 """Legend label of each variant (from the one series map)."""
 
@@ -213,10 +208,9 @@ class ExplorerState:
     """What the last update modelled: ``origin`` resized to the widgets (no calibration or published figure carried)."""
     boundary_note: str | None = None
     """What one buffer set is, and what the resize dropped, in one line."""
-    fits: FitsVerdict | None = None
-    """The fits view of the last update (tensor peak + stated overhead against one capacity), or ``None``."""
-    fits_report: FitReport | None = None
-    """The anchored receive-buffer model behind ``fits`` (``None`` when ``fits`` is the whole-stage replay's)."""
+    fits: Verdict | None = None
+    """The fits view of the last update (tensor peak + stated overhead against one capacity): the
+    replay's, or anchored (its ``reference`` set); ``None`` when there is none."""
     fits_basis: str | None = None
     """What the fits view stands on: the reference peak and its source, or the replay."""
     fits_note: str | None = None
@@ -316,6 +310,37 @@ def _replay_hint(
     )
 
 
+def _user_reference(
+    model: MemoryModel, peak_gib: float | None, log: str | None, variant: str
+) -> ReferencePeak | None:
+    """The peak the user gave, measured under ``variant`` of this config: a number, or the largest
+    ``mem_gib`` of a run log; ``None`` when neither."""
+    if peak_gib:
+        gib, source = peak_gib, "your peak (explorer field)"
+    elif log:
+        gib, basis = _log_peak(log)
+        source = f"your run log {log} ({basis})"
+    else:
+        return None
+    own = {"config": model.config, "policy": model.policy, "sharing": model.sharing}
+    return ReferencePeak.from_gib(gib, variant=variant, source=source, **own)
+
+
+def _no_reference(
+    state: ExplorerState, origin: Preset, q: Preset, config_path: str | None, device: str
+) -> str:
+    """Why there is no fits view, and how to get one."""
+    why = (
+        f"{origin.name}'s published peak describes its own run, not this one (not carried)"
+        if published_peak(origin) is not None
+        else f"{q.name} has no published peak"
+    )
+    return (
+        f"no reference peak for {q.name!r}: {why}. Give your run's peak (GiB) or a run log, "
+        f"or replay the whole stage: {_replay_hint(state, origin, q, config_path, device)}"
+    )
+
+
 def _fits(
     state: ExplorerState,
     origin: Preset,
@@ -328,75 +353,31 @@ def _fits(
     reference_variant: str,
     config_path: str | None,
 ) -> None:
-    state.fits = state.fits_report = state.fits_basis = state.fits_note = None
+    """The fits view of the update: on the user's peak, the matching replay, or the source's own
+    published peak, in that order ([Note: the explorer carries no calibration])."""
+    state.fits = state.fits_basis = state.fits_note = None
     if not device or device == "none":
         state.fits_note = "no device chosen"
         return
-    dev = get_device(device)
-    reference = None
+    dev, replayed = get_device(device), state.replayed
     try:
-        if reference_peak_gib:
-            reference = ReferencePeak.from_gib(
-                reference_peak_gib,
-                variant=reference_variant,
-                config=model.config,
-                policy=model.policy,
-                sharing=model.sharing,
-                source="your peak (explorer field)",
-            )
-        elif reference_log:
-            gib, basis = _log_peak(reference_log)
-            reference = ReferencePeak.from_gib(
-                gib,
-                variant=reference_variant,
-                config=model.config,
-                policy=model.policy,
-                sharing=model.sharing,
-                source=f"your run log {reference_log} ({basis})",
-            )
+        reference = _user_reference(model, reference_peak_gib, reference_log, reference_variant)
     except (MemoryModelError, OSError, ValueError) as exc:
         state.fits_note = f"reference: {exc}"
         return
-    if (
-        reference is None
-        and state.replayed is not None
-        and state.replayed.matches(origin.name, q.shape, boundaries)
-    ):
-        state.fits = fits_verdict(state.replayed.estimate, dev)
-        state.fits_basis = (
-            f"the whole-stage replay of {state.replayed.named.name} ({state.replayed.scale})"
-        )
+    if reference is None and replayed and replayed.matches(origin.name, q.shape, boundaries):
+        state.fits = of_estimate(replayed.estimate, dev)
+        state.fits_basis = f"the whole-stage replay of {replayed.named.name} ({replayed.scale})"
         return
-    if reference is None:
-        figure = published_peak(q)
-        if figure is None:
-            why = (
-                f"{origin.name}'s published peak describes its own run, not this one (not carried)"
-                if published_peak(origin) is not None
-                else f"{q.name} has no published peak"
-            )
-            state.fits_note = (
-                f"no reference peak for {q.name!r}: {why}. Give your run's peak (GiB) or a run log, "
-                f"or replay the whole stage: {_replay_hint(state, origin, q, config_path, dev.name)}"
-            )
-            return
-        reference = ReferencePeak.from_gib(
-            figure.value,
-            variant="pooled",
-            config=q.config,
-            policy=q.policy,
-            source=figure.source,
-        )
+    figure = published_peak(q)
+    if reference is None and figure is None:
+        state.fits_note = _no_reference(state, origin, q, config_path, dev.name)
+        return
+    reference = reference or ReferencePeak.from_gib(
+        figure.value, variant="pooled", config=q.config, policy=q.policy, source=figure.source
+    )
     try:
-        state.fits_report, state.fits = anchored_verdict(
-            q.shape,
-            list(boundaries),
-            model.config,
-            dev,
-            reference,
-            policy=model.policy,
-            sharing=model.sharing,
-        )
+        state.fits = anchored(model, dev, reference, variants=FIT_VARIANTS)
     except MemoryModelError as exc:
         state.fits_note = f"reference: {exc}"
         return
@@ -404,6 +385,29 @@ def _fits(
         f"anchored on {reference.peak_bytes / 2**30:.1f} GiB, a {reference.variant} peak "
         f"({short_source(reference.source)}); receive buffers modelled"
     )
+
+
+def _modelled(
+    state: ExplorerState,
+    preset: str,
+    config_path: str | None,
+    boundary_mib: float | None,
+    dims: dict[str, Any],
+) -> tuple[Preset, Preset, list[Boundary], bool]:
+    """(the source, it resized to ``dims``, its boundaries, whether ``boundary_mib`` replaced them
+    by an opaque set). See [Note: the explorer carries no calibration]."""
+    overrides = Overrides(**{("micro_batch" if k == "rows" else k): v for k, v in dims.items()})
+    origin = _origin(state, preset, config_path, overrides)
+    q = origin.resized(**dims)
+    boundaries = list(q.boundaries_for(q.shape))
+    if boundary_mib is None or round(boundary_mib * 2**20) in (_set_bytes(origin), _set_bytes(q)):
+        return origin, q, boundaries, False
+    if not boundary_mib > 0:
+        raise MemoryModelError(
+            "boundary MiB", found=repr(boundary_mib), required="> 0", fix="pick a positive size."
+        )
+    opaque = Boundary.opaque(round(boundary_mib * 2**20), name="boundary_from_widget")
+    return origin, q, [opaque] * (q.shape.num_stages - 1), True
 
 
 def explore(
@@ -439,24 +443,8 @@ def explore(
     published peak. Rejected inputs (e.g. M < pp under 1F1B, an unknown config class) are recorded in
     ``state.last_error`` and return ``None``.
     """
-    state.last_inputs = dict(
-        preset=preset,
-        pp=pp,
-        microbatches=microbatches,
-        slack=slack,
-        grad_slack=grad_slack,
-        policy=policy,
-        boundary_mib=boundary_mib,
-        config_path=config_path,
-        rows=rows,
-        seq_len=seq_len,
-        hidden=hidden,
-        dtype=dtype,
-        device=device,
-        reference_peak_gib=reference_peak_gib,
-        reference_log=reference_log,
-        reference_variant=reference_variant,
-    )
+    state.last_inputs = {name: value for name, value in locals().items() if name != "state"}
+    dims = dict(pp=pp, microbatches=microbatches, rows=rows, seq_len=seq_len, hidden=hidden)
     try:
         if reference_variant not in ("stock", "pooled"):
             raise MemoryModelError(
@@ -465,35 +453,9 @@ def explore(
                 required="'stock' or 'pooled'",
                 fix="say whether your reference run was stock torch or pooled with this config.",
             )
-        overrides = Overrides(
-            pp=pp,
-            microbatches=microbatches,
-            micro_batch=rows,
-            seq_len=seq_len,
-            hidden=hidden,
-            dtype=dtype,
+        origin, q, boundaries, opaque = _modelled(
+            state, preset, config_path, boundary_mib, {**dims, "dtype": dtype}
         )
-        origin = _origin(state, preset, config_path, overrides)
-        q = origin.resized(
-            pp=pp, microbatches=microbatches, rows=rows, seq_len=seq_len, hidden=hidden, dtype=dtype
-        )
-        boundaries: list[Boundary] = list(q.boundaries_for(q.shape))
-        opaque = False
-        if boundary_mib is not None and round(boundary_mib * 2**20) not in (
-            _set_bytes(origin),
-            _set_bytes(q),
-        ):
-            if not boundary_mib > 0:
-                raise MemoryModelError(
-                    "boundary MiB",
-                    found=repr(boundary_mib),
-                    required="> 0",
-                    fix="pick a positive size.",
-                )
-            boundaries = [
-                Boundary.opaque(round(boundary_mib * 2**20), name="boundary_from_widget")
-            ] * (q.shape.num_stages - 1)
-            opaque = True
         config = PoolConfig(slack=slack, grad_slack=grad_slack)
         # The closed forms equal the walked live sets for 1F1B and GPipe (tests/memory prove it
         # over a grid of shapes); using them keeps a pp/M slider move under 50 ms at N=16, M=256,
@@ -501,21 +463,11 @@ def explore(
         model = model_memory(q.shape, boundaries, config, policy=policy, live_source="formula")
         state.origin, state.source = origin, q
         state.boundary_note = _boundary_note(origin, q, boundaries, opaque)
-        _fits(
-            state,
-            origin,
-            q,
-            model,
-            boundaries,
-            device,
-            reference_peak_gib,
-            reference_log,
-            reference_variant,
-            config_path,
-        )
+        references = (reference_peak_gib, reference_log, reference_variant)
+        _fits(state, origin, q, model, boundaries, device, *references, config_path)
     except ValueError as exc:  # MemoryModelError, ConfigKeyError and PoolConfig's ValueError
         state.last_result, state.last_error = None, str(exc)
-        state.fits = state.fits_report = state.fits_basis = None
+        state.fits = state.fits_basis = None
         return None
     stage = middle_stage(pp)
     fom = FigureOfMerit(
@@ -545,7 +497,7 @@ def explorer_lines(state: ExplorerState) -> list[str]:
             f"  fits on {f.device.name} ({f.device.gib:.2f} GiB, {short_source(f.device.source)}), tensor peak + "
             f"{f.overhead.total_bytes / 2**30:.2f} GiB stated overhead; {state.fits_basis}:"
         )
-        titles = VARIANT_LABELS if state.fits_report is not None else VARIANT_TITLES
+        titles = VARIANT_LABELS if f.reference is not None else VARIANT_TITLES
         out += [f"    {titles.get(v, v)}: fullest {text}" for v, text in f.summary().items()]
     elif state.fits_note:
         out.append(f"  fits: {state.fits_note}")
@@ -573,8 +525,8 @@ def _draw_explorer(state: ExplorerState, result: Any, *, save: bool) -> Figure:
         nb.save_figure(fig, "01_explorer_stage_bars")
     nb.show_figure(fig)
     fits_fig = None
-    if state.fits_report is not None and state.fits is not None:
-        fits_fig = fits_bars(state.fits_report, state.fits, published=pr_figures(state.source))
+    if state.fits is not None and state.fits.reference is not None:
+        fits_fig = fits_bars(state.fits, published=_published_figures(state.source))
     elif state.fits is not None and state.replayed is not None:
         from pooltk.nb.whole_stage import stacked_figure
 
@@ -586,6 +538,105 @@ def _draw_explorer(state: ExplorerState, result: Any, *, save: bool) -> Figure:
     return fig
 
 
+def _published_figures(preset: Preset | None) -> dict[str, Any]:
+    """The preset's own published peak and OOM margin (``peak`` GiB, ``oom`` MiB), each a
+    :class:`~pooltk.memory.source.Figure`; none for a resized preset or a config file."""
+    found = {"peak": published_peak(preset) if preset is not None else None}
+    found["oom"] = next(
+        (f for f in getattr(preset, "figures", ()) if f.name == "oom_margin_mib"), None
+    )
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _device_choices() -> list[str]:
+    """``none`` and one name per capacity (no alias of the same capacity)."""
+    first = {}
+    for name, dev in DEVICES.items():
+        first.setdefault(dev.capacity_bytes, name)
+    return ["none", *first.values()]
+
+
+def _widget(kind: str, description: str, **kwargs: Any) -> Any:
+    """One explorer control (``ipywidgets.<kind>``), laid out like the others."""
+    import ipywidgets as w
+
+    style, layout = {"description_width": "170px"}, w.Layout(width="540px")
+    return getattr(w, kind)(description=description, style=style, layout=layout, **kwargs)
+
+
+def _hidden_tensor(q: Preset) -> Any:
+    """The hidden-state tensor of ``q``'s boundary (its first tensor if none is named so)."""
+    acts = q.boundary.activations
+    return next((x for x in acts if x.name == "hidden_states"), acts[0])
+
+
+def _source_values(q: Preset) -> dict[str, Any]:
+    """The control values of a source: its shape, dtype, pool and set size."""
+    t = _hidden_tensor(q)
+    return {
+        "pp": q.shape.pp,
+        "microbatches": q.shape.n_microbatches,
+        "rows": t.shape[-3] if len(t.shape) >= 3 else 1,
+        "seq_len": q.seq_len,
+        "hidden": q.hidden,
+        "dtype": t.dtype,
+        "slack": q.config.slack,
+        "grad_slack": q.config.grad_slack,
+        "policy": q.policy,
+        "boundary_mib": _set_bytes(q) / 2**20,
+    }
+
+
+def _controls(sources: list[str], source: str, values: dict[str, Any]) -> dict[str, Any]:
+    """Every control: ``source`` chosen among ``sources``, the rest set to its ``values``."""
+    from pooltk.memory.model import DTYPE_BYTES
+
+    v, stops = values, {"continuous_update": False}  # pp, M: a cold schedule walk, on release
+    return {
+        "preset": _widget("Dropdown", "preset or model", options=sources, value=source),
+        "config_path": _widget("Text", "config file", value="", placeholder=_CONFIG_HINT, **stops),
+        "pp": _widget("IntSlider", "pp (stages)", value=v["pp"], min=2, max=16, **stops),
+        "microbatches": _widget(
+            "IntSlider", "microbatches M", value=v["microbatches"], min=1, max=256, **stops
+        ),
+        "rows": _widget("BoundedIntText", "rows / microbatch", value=v["rows"], min=1, max=1024),
+        "seq_len": _widget(
+            "BoundedIntText", "seq (tokens / row)", value=v["seq_len"], min=1, max=2**22
+        ),
+        "hidden": _widget("BoundedIntText", "hidden", value=v["hidden"], min=1, max=2**20),
+        "dtype": _widget("Dropdown", "dtype", options=list(DTYPE_BYTES), value=v["dtype"]),
+        "slack": _widget("IntSlider", "slack", value=v["slack"], min=0, max=8),
+        "grad_slack": _widget(
+            "IntSlider", "grad slack (tight)", value=v["grad_slack"], min=0, max=4
+        ),
+        "policy": _widget("Dropdown", "policy", options=["automodel", "tight"], value=v["policy"]),
+        # A text field, not a slider: a slider's step would round the set size the dimensions give.
+        "boundary_mib": _widget(
+            "BoundedFloatText", "boundary MiB / set", value=v["boundary_mib"], min=0.0, max=2.0**20
+        ),
+        **_fits_controls(),
+    }
+
+
+_CONFIG_HINT = "path to an Automodel YAML or config.json (Enter)"
+
+
+def _fits_controls() -> dict[str, Any]:
+    """The device and the user's reference: a peak, a run log, and what that run was."""
+    was = [("stock torch", "stock"), ("pooled, this config", "pooled")]
+    log = "your run log (Automodel / torchtitan) for its peak (Enter)"
+    return {
+        "device": _widget("Dropdown", "device", options=_device_choices(), value="gb200"),
+        "reference_peak_gib": _widget(
+            "BoundedFloatText", "your peak GiB (0: none)", value=0.0, min=0.0, max=1e4, step=0.1
+        ),
+        "reference_log": _widget(
+            "Text", "your run log", value="", placeholder=log, continuous_update=False
+        ),
+        "reference_variant": _widget("Dropdown", "your run was", options=was, value="stock"),
+    }
+
+
 def explorer_controls(preset: str | None = None) -> dict[str, Any]:
     """ipywidgets for :func:`explore`'s keyword arguments, set to ``preset``'s values.
 
@@ -594,150 +645,16 @@ def explorer_controls(preset: str | None = None) -> dict[str, Any]:
     changing rows, seq, hidden or dtype sets boundary MiB to the resized set ([Note: the explorer
     carries no calibration]). Pass the dict to ``ipywidgets.interactive_output``.
     """
-    import ipywidgets as w
-
-    from pooltk.memory.model import DTYPE_BYTES
-
     sources = explorer_sources()
     name = preset or next(iter(sources))
     p = sources[name] if name in sources else get_preset(name)
-    wide = {"description_width": "170px"}
-    layout = w.Layout(width="540px")
-
-    def hidden_tensor(q: Preset) -> Any:
-        return next(
-            (x for x in q.boundary.activations if x.name == "hidden_states"),
-            q.boundary.activations[0],
-        )
-
-    t = hidden_tensor(p)
-    controls: dict[str, Any] = {
-        "preset": w.Dropdown(
-            options=list(dict.fromkeys([*sources, p.name])),
-            value=p.name,
-            description="preset or model",
-            style=wide,
-            layout=layout,
-        ),
-        "config_path": w.Text(
-            value="",
-            placeholder="path to an Automodel YAML or config.json (Enter)",
-            description="config file",
-            continuous_update=False,
-            style=wide,
-            layout=layout,
-        ),
-        # pp and M re-walk the schedule for an unseen shape (up to ~1 s at N=16, M=256): update on release.
-        "pp": w.IntSlider(
-            value=p.shape.pp,
-            min=2,
-            max=16,
-            description="pp (stages)",
-            continuous_update=False,
-            style=wide,
-            layout=layout,
-        ),
-        "microbatches": w.IntSlider(
-            value=p.shape.n_microbatches,
-            min=1,
-            max=256,
-            description="microbatches M",
-            continuous_update=False,
-            style=wide,
-            layout=layout,
-        ),
-        "rows": w.BoundedIntText(
-            value=t.shape[-3] if len(t.shape) >= 3 else 1,
-            min=1,
-            max=1024,
-            description="rows / microbatch",
-            style=wide,
-            layout=layout,
-        ),
-        "seq_len": w.BoundedIntText(
-            value=p.seq_len,
-            min=1,
-            max=2**22,
-            description="seq (tokens / row)",
-            style=wide,
-            layout=layout,
-        ),
-        "hidden": w.BoundedIntText(
-            value=p.hidden, min=1, max=2**20, description="hidden", style=wide, layout=layout
-        ),
-        "dtype": w.Dropdown(
-            options=list(DTYPE_BYTES), value=t.dtype, description="dtype", style=wide, layout=layout
-        ),
-        "slack": w.IntSlider(
-            value=p.config.slack, min=0, max=8, description="slack", style=wide, layout=layout
-        ),
-        "grad_slack": w.IntSlider(
-            value=p.config.grad_slack,
-            min=0,
-            max=4,
-            description="grad slack (tight)",
-            style=wide,
-            layout=layout,
-        ),
-        "policy": w.Dropdown(
-            options=["automodel", "tight"],
-            value=p.policy,
-            description="policy",
-            style=wide,
-            layout=layout,
-        ),
-        # A text field, not a slider: a slider's step would round the set size the dimensions give.
-        "boundary_mib": w.BoundedFloatText(
-            value=_set_bytes(p) / 2**20,
-            min=0.0,
-            max=2.0**20,
-            description="boundary MiB / set",
-            style=wide,
-            layout=layout,
-        ),
-        "device": w.Dropdown(
-            options=device_choices(), value="gb200", description="device", style=wide, layout=layout
-        ),
-        "reference_peak_gib": w.BoundedFloatText(
-            value=0.0,
-            min=0.0,
-            max=1e4,
-            step=0.1,
-            description="your peak GiB (0: none)",
-            style=wide,
-            layout=layout,
-        ),
-        "reference_log": w.Text(
-            value="",
-            placeholder="your run log (Automodel / torchtitan) for its peak (Enter)",
-            description="your run log",
-            continuous_update=False,
-            style=wide,
-            layout=layout,
-        ),
-        "reference_variant": w.Dropdown(
-            options=[("stock torch", "stock"), ("pooled, this config", "pooled")],
-            value="stock",
-            description="your run was",
-            style=wide,
-            layout=layout,
-        ),
-    }
+    controls = _controls(list(dict.fromkeys([*sources, p.name])), p.name, _source_values(p))
     current: dict[str, Preset] = {"origin": p}
 
     def _set_from(q: Preset) -> None:
         current["origin"] = q
-        x = hidden_tensor(q)
-        controls["pp"].value = q.shape.pp
-        controls["microbatches"].value = q.shape.n_microbatches
-        controls["rows"].value = x.shape[-3] if len(x.shape) >= 3 else 1
-        controls["seq_len"].value = q.seq_len
-        controls["hidden"].value = q.hidden
-        controls["dtype"].value = x.dtype
-        controls["slack"].value = q.config.slack
-        controls["grad_slack"].value = q.config.grad_slack
-        controls["policy"].value = q.policy
-        controls["boundary_mib"].value = _set_bytes(q) / 2**20
+        for key, value in _source_values(q).items():
+            controls[key].value = value
 
     def _reset(change: dict[str, Any]) -> None:
         controls["config_path"].value = ""
@@ -752,13 +669,9 @@ def explorer_controls(preset: str | None = None) -> dict[str, Any]:
                 pass  # explore() records the error for the cell to print
 
     def _resize(change: dict[str, Any]) -> None:
+        dims = {k: controls[k].value for k in ("rows", "seq_len", "hidden", "dtype")}
         try:
-            q = current["origin"].resized(
-                rows=controls["rows"].value,
-                seq_len=controls["seq_len"].value,
-                hidden=controls["hidden"].value,
-                dtype=controls["dtype"].value,
-            )
+            q = current["origin"].resized(**dims)
         except ValueError:
             return  # explore() records the error for the cell to print
         controls["boundary_mib"].value = _set_bytes(q) / 2**20

@@ -101,7 +101,8 @@ class ParitySummary:
     pooled_bytes: int
     """Receive-buffer bytes the pool held, same sum."""
     matches_model: bool
-    """Measured pooled bytes equal :func:`pooltk.memory.model.expected_bytes` for every stage and direction."""
+    """Measured pooled bytes equal :func:`pooltk.memory.model.expected_bytes` for every stage and
+    direction."""
     wall_s: float
     """Wall time of the launch (spawn, init, all variants)."""
 
@@ -116,8 +117,10 @@ class ParitySummary:
             else f"NOT EQUAL (max |dparam| {self.params_max_abs_diff:.3g})"
         )
         return (
-            f"pp{self.pp} x {self.microbatches} microbatches x {self.steps} steps, {self.config}: {verdict}; "
-            f"receive buffers {self.stock_bytes / 2**10:,.0f} KiB stock -> {self.pooled_bytes / 2**10:,.0f} KiB "
+            f"pp{self.pp} x {self.microbatches} microbatches x {self.steps} steps, "
+            f"{self.config}: {verdict}; "
+            f"receive buffers {self.stock_bytes / 2**10:,.0f} KiB stock -> "
+            f"{self.pooled_bytes / 2**10:,.0f} KiB "
             f"pooled (saved {self.saved_bytes / 2**10:,.0f} KiB, "
             f"model {'matches' if self.matches_model else 'DIFFERS'}); "
             f"wall {self.wall_s:.1f} s"
@@ -150,7 +153,8 @@ def parity_spec(
     frontend: str = "manual",
     timeout_s: float = 180.0,
 ) -> ParitySpec:
-    """Stock vs pooled (one config) under 1F1B for ``frontend`` (``manual``, ``tracing`` or ``both``).
+    """Stock vs pooled (one config) under 1F1B for ``frontend`` (``manual``, ``tracing`` or
+    ``both``).
 
     Raises:
         ValueError: a bad field (named, with what is required), including M < pp.
@@ -333,7 +337,8 @@ class ParityPanel:
 
 
 def param_sum_frame(report: ParityReport) -> pd.DataFrame:
-    """Per pooled variant, stage and step: stock and pooled parameter sums, bitwise equal, difference."""
+    """Per pooled variant, stage and step: stock and pooled parameter sums, bitwise equal,
+    difference."""
     import pandas as pd
 
     rows = []
@@ -362,7 +367,8 @@ def _mb_losses(v) -> list[float]:
 
 
 def loss_figure(report: ParityReport) -> Figure:
-    """Top: every microbatch's loss, stock as a line, each pooled variant as circles. Bottom: pooled - stock.
+    """Top: every microbatch's loss, stock as a line, each pooled variant as circles. Bottom:
+    pooled - stock.
 
     A line on a plot cannot show bitwise equality; the difference can: exactly 0 at every
     microbatch is what "bitwise equal" means for the losses.
@@ -413,9 +419,14 @@ def loss_figure(report: ParityReport) -> Figure:
     if worst == 0:
         diff.set_ylim(-1, 1)
     top.set_ylabel("loss (last stage, MSE)")
+    verdict = (
+        "Pooled training is bitwise equal to stock: every microbatch's loss matches exactly"
+        if worst == 0
+        else f"Pooled training differs from stock: max |pooled - stock| loss {worst:.3g}"
+    )
     top.set_title(
-        f"stock vs pooled, pp{report.spec.pp} 1F1B, {report.spec.steps} steps of {m} microbatches "
-        "(dotted: optimizer step)",
+        f"{verdict}\n(pp{report.spec.pp} 1F1B, {report.spec.steps} steps of {m} microbatches; "
+        "dotted: optimizer step)",
         fontsize=10,
     )
     diff.set_ylabel("pooled - stock (loss)")
@@ -432,7 +443,8 @@ def loss_figure(report: ParityReport) -> Figure:
 
 
 def bytes_figure(report: ParityReport) -> Figure:
-    """Measured receive-buffer KiB per stage (both directions), stock and pooled, with the model's pooled KiB."""
+    """Measured receive-buffer KiB per stage (both directions), stock and pooled, with the model's
+    pooled KiB."""
     import numpy as np
 
     frame = (
@@ -468,9 +480,16 @@ def bytes_figure(report: ParityReport) -> Figure:
     ax.set_ylabel("receive buffers (KiB, 2**10 B)")
     saved = (frame.stock_bytes - frame.pooled_bytes).sum() / 2**10
     same = bool((frame.pooled_bytes == frame.model_pooled_bytes).all())
+    stock = frame["stock_bytes"].sum() / 2**10
     ax.set_title(
-        f"receive buffers per stage, both directions: saved {saved:,.0f} KiB in total; "
-        f"the model {'matches every stage' if same else 'DIFFERS'}",
+        f"The pool holds {stock - saved:,.0f} of stock's {stock:,.0f} KiB of receive buffers "
+        f"(saves {saved:,.0f} KiB);\n"
+        + (
+            "the model predicts every stage's pooled bytes exactly"
+            if same
+            else "the model DIFFERS from the measured pooled bytes"
+        )
+        + " (both directions per stage)",
         fontsize=10,
     )
     handles, _ = ax.get_legend_handles_labels()
@@ -486,7 +505,8 @@ def _control_of(variant_name: str) -> str:
 
 
 def divergence_frame(report: ParityReport) -> pd.DataFrame:
-    """Per control, step and stage: |pooled - stock| parameter sum, and the step's max |loss difference|."""
+    """Per control, step and stage: |pooled - stock| parameter sum, and the step's max |loss
+    difference|."""
     import pandas as pd
 
     rows = []
@@ -516,40 +536,51 @@ _CONTROL_KEYS = {"ring one short": "ring_one_short", "GPipe forced": "gpipe_forc
 
 
 def divergence_figure(report: ParityReport) -> Figure:
-    """Guard off: how far each control's parameters (the stage furthest off) and losses drift from stock, per step."""
+    """Guard off: each control's loss per step beside stock's, and how far it drifted, in % of the
+    loss.
 
-    frame = divergence_frame(report)
-    fig, axes = canvas.subplots(1, 2, figsize=(style.FIGURE_WIDTH_IN, 3.9), sharey=True)
-    params = frame.groupby(["control", "step"], as_index=False).param_sum_abs_diff.max()
-    losses = frame.drop_duplicates(["control", "step"])
-    for control in dict.fromkeys(frame["control"]):
-        key = _CONTROL_KEYS[control]
-        p, q = params[params.control == control], losses[losses.control == control]
-        axes[0].plot(
-            p.step,
-            p.param_sum_abs_diff,
-            marker="o",
-            color=style.colour(key),
-            label=style.label(key),
-        )
-        axes[1].plot(
-            q.step, q.loss_max_abs_diff, marker="o", color=style.colour(key), label=style.label(key)
-        )
-    for ax in axes:
-        ax.set_yscale("symlog", linthresh=1e-9)
-        ax.set_ylim(bottom=0)
-        ax.set_xticks(range(report.spec.steps))
+    Both axes are linear. Left: the mean loss of each step's microbatches, stock as a line and each
+    control as markers, on the loss's own scale. Right: the largest |control - stock| microbatch
+    loss of each step, as a percentage of stock's mean loss that step (0: bitwise equal).
+    """
+    stock = next(v for v in report.variants if not v.pooled)
+    stock_mean = [sum(step) / len(step) for step in stock.losses]
+    steps = list(range(report.spec.steps))
+    fig, (losses, drift) = canvas.subplots(1, 2, figsize=(style.FIGURE_WIDTH_IN, 4.0))
+    losses.plot(steps, stock_mean, lw=3, color=style.colour("stock"), label=style.label("stock"))
+    worst = 0.0
+    markers = iter("osD^v")
+    for v in report.variants:
+        if not v.pooled:
+            continue
+        key = _CONTROL_KEYS[_control_of(v.name)]
+        ref = stock_of(report, v.name)
+        mean = [sum(step) / len(step) for step in v.losses]
+        pct = [
+            100 * max(abs(a - b) for a, b in zip(mine, theirs)) / (sum(theirs) / len(theirs))
+            for mine, theirs in zip(v.losses, ref.losses)
+        ]
+        worst = max(worst, *pct)
+        mk = next(markers)
+        common = dict(marker=mk, color=style.colour(key), label=style.label(key))
+        losses.plot(steps, mean, ls="--", ms=7, mfc="none", mew=1.8, **common)
+        drift.plot(steps, pct, lw=1.5, ms=5, **common)
+    losses.set_ylabel("loss, step mean (MSE)")
+    losses.set_title("the loss on its own scale", fontsize=9.5)
+    drift.set_ylabel("max |Δ loss| (% of stock's loss)")
+    drift.set_title("the drift, as a share of the loss (0: bitwise equal)", fontsize=9.5)
+    drift.set_ylim(0, max(worst, 0.1) * 1.2)
+    for ax in (losses, drift):
+        ax.set_xticks(steps)
         ax.set_xlabel("optimizer step (index)")
-    axes[0].set_ylabel("|pooled - stock| (abs., symlog)")
-    axes[0].set_title("parameter sums, the stage furthest off", fontsize=10)
-    axes[1].set_title("losses (step 0 runs on identical weights)", fontsize=10)
     fig.suptitle(
-        f"negative controls, guard off: pp{report.spec.pp}, M={report.spec.microbatches}: "
-        "silent divergence (0 = bitwise equal)",
-        fontsize=10.5,
+        f"Guard off, nothing fails: from step 1 both controls' losses drift from stock's, by up to "
+        f"{worst:.2g}% by step {steps[-1]}\n(pp{report.spec.pp}, M={report.spec.microbatches}; "
+        "step 0 matches: its forwards read each buffer before the overwrite)",
+        fontsize=10,
     )
-    handles, _ = axes[0].get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=2)
+    handles, _ = losses.get_legend_handles_labels()
+    style.legend_below(fig, handles, ncol=3, top=0.9)
     return fig
 
 
@@ -573,7 +604,7 @@ def outcome_frame(outcomes: list[ControlOutcome]) -> pd.DataFrame:
     return pd.DataFrame([{c: getattr(o, c) for c in cols} for o in outcomes], columns=cols)
 
 
-# --------------------------------------------------------------------------- three ways: stock, fresh, pooled
+# ---------------------------------------------------------------- three ways: stock, fresh, pooled
 
 THREE_WAY_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "plain": ("residual blocks, nothing kept", ("block", "block", "block")),
@@ -595,7 +626,8 @@ def run_three_way_models(
     models: tuple[str, ...] = tuple(THREE_WAY_MODELS),
     timeout_s: float = 300.0,
 ):
-    """Stock, fresh (a new buffer per receive) and pooled for each model of :data:`THREE_WAY_MODELS`, judged.
+    """Stock, fresh (a new buffer per receive) and pooled for each model of
+    :data:`THREE_WAY_MODELS`, judged.
 
     One launch (pp3, 1F1B) for all models, and a second one, pooled vs fresh, for the models
     whose stock numbers differ from fresh. Returns a :class:`pooltk.parity.summary.ThreeWay`.
@@ -650,7 +682,8 @@ def three_way_frame(three_way) -> pd.DataFrame:  # noqa: ANN001 - a ThreeWay
 
 
 def three_way_figure(three_way) -> Figure:  # noqa: ANN001 - a ThreeWay
-    """Per model and step: how far stock and pooled are from fresh (largest |parameter-sum difference| over ranks)."""
+    """Per model and step: how far stock and pooled are from fresh (largest |parameter-sum
+    difference| over ranks)."""
 
     report = three_way.report
     keys = [j.variant.split("/", 1)[1] for j in three_way.judgements]
@@ -674,18 +707,27 @@ def three_way_figure(three_way) -> Figure:  # noqa: ANN001 - a ThreeWay
             ]
             text = "|stock - fresh|" if prefix == "stock" else "|pooled - fresh|"
             ax.plot(range(report.spec.steps), dist, color=style.colour(prefix), label=text, **look)
-        ax.set_yscale("symlog", linthresh=1e-9)
         ax.set_ylim(bottom=0)
         ax.set_title(f"{key}: {j.verdict}", fontsize=9)
         ax.set_xticks(range(report.spec.steps))
     for ax in axes.flat[len(keys) :]:
         ax.set_visible(False)
+    size = max(
+        abs(x)
+        for key in keys
+        for sums in report.variant(f"fresh/{key}").param_sums.values()
+        for x in sums
+    )
+    top = max(max(line.get_ydata()) for ax in axes.flat for line in ax.get_lines()) or 1.0
+    axes[0, 0].set_ylim(0, top * 1.2)
     for ax in axes[:, 0]:
-        ax.set_ylabel("from fresh (abs., symlog)")
+        ax.set_ylabel("|Δ param. sum| (abs.)", fontsize=9)
     for ax in axes[-1, :]:
         ax.set_xlabel("optimizer step (index)")
     fig.suptitle(
-        "stock and pooled vs fresh (a new buffer per receive), pp3 1F1B: parameter sums, 0 = bitwise equal",
+        "Pooled stays bitwise equal to fresh (a new buffer per receive) for every model; stock "
+        "drifts where a model keeps\nsomething of its received input (largest |Δ| over ranks; "
+        f"the parameter sums are up to {size:.2g} in size; pp3 1F1B)",
         fontsize=10,
     )
     handles, _ = axes[0, 0].get_legend_handles_labels()

@@ -26,7 +26,8 @@ RANK_BARS: tuple[tuple[str, str, str], ...] = (
     ("shared", "shared", "pooltk, rank-shared rings"),
     ("rank_live", "rank_live", "rank live set (floor)"),
 )
-"""Variant column, series key (:mod:`pooltk.nb.style`) and legend label of each bar :func:`rank_bars` draws."""
+"""Variant column, series key (:mod:`pooltk.nb.style`) and legend label of each bar
+:func:`rank_bars` draws."""
 
 
 def rank_bars(
@@ -37,7 +38,8 @@ def rank_bars(
     unit: str = "gib",
     ylabel: str | None = None,
 ) -> Figure:
-    """Per rank, from zero: stock, the per-stage rings summed, the rank-shared rings and the rank's live set."""
+    """Per rank, from zero: stock, the per-stage rings summed, the rank-shared rings and the rank's
+    live set."""
     import numpy as np
 
     frame = model.per_rank_frame(unit)
@@ -72,7 +74,8 @@ def rank_bars(
 
 
 def boundary_figure(models: Mapping[str, MemoryModel]) -> Figure:
-    """Left: MiB per forward set at each boundary; right: stock and pooled GiB per stage, one colour per model."""
+    """Left: MiB per forward set at each boundary; right: stock and pooled GiB per stage, one
+    colour per model."""
     from matplotlib.lines import Line2D
 
     colours = style.run_colours(models)
@@ -96,8 +99,20 @@ def boundary_figure(models: Mapping[str, MemoryModel]) -> Figure:
     handles = [
         Line2D([], [], color=colours[k], marker="o", label=f"{k} boundaries") for k in models
     ]
-    style.legend_below(fig, handles, ncol=len(handles))
+    fig.suptitle(_boundary_headline(models), fontsize=10)
+    style.legend_below(fig, handles, ncol=len(handles), top=0.88)
     return fig
+
+
+def _boundary_headline(models: Mapping[str, MemoryModel]) -> str:
+    """The takeaway: each model's largest stock stage, in GiB, and the pooled one beside it."""
+    parts = []
+    for label, m in models.items():
+        stages = range(m.shape.num_stages)
+        stock = max(m.stage_gib(i, "stock") for i in stages)
+        pooled = max(m.stage_gib(i, "pooled") for i in stages)
+        parts.append(f"{label}: {stock:.1f} GiB stock, {pooled:.1f} pooled")
+    return "The boundaries set the receive buffers; the fullest stage holds\n" + "; ".join(parts)
 
 
 def schedule_ranks(
@@ -110,7 +125,8 @@ def schedule_ranks(
     boundary: Boundary | None = None,
 ) -> pd.DataFrame:
     """Per schedule and rank, buffer sets (bytes with ``boundary``): stock, the per-stage rings, the
-    rank-shared rings and the rank's live set, from the memory model (one set = 1 byte without ``boundary``)."""
+    rank-shared rings and the rank's live set, from the memory model (one set = 1 byte without
+    ``boundary``)."""
     import pandas as pd
 
     config = PoolConfig(slack=slack, grad_slack=grad_slack)

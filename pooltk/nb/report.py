@@ -542,7 +542,7 @@ def _parity_lines(spec: Any, report: Any, out: Path) -> list[str]:
 
 
 def _memory_lines(out: Path) -> list[str]:
-    from pooltk.studies.kimi_k3.presets import get_preset
+    from pooltk.studies.kimi_k3 import get_preset
 
     preset = get_preset("kimi-k3-gb200-2k-calibrated")
     model = preset.model()

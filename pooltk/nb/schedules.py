@@ -22,16 +22,33 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["VALIDATION_CSV", "allowlist_table", "lifetime_chart", "validation_summary"]
+__all__ = [
+    "VALIDATION_CSV",
+    "allowlist_table",
+    "lifetime_chart",
+    "rank_figure",
+    "validation_summary",
+]
 
 VALIDATION_CSV = files("pooltk.analysis").joinpath("data", "schedules_gloo_2026-11-30.csv")
-"""The recorded every-schedule gloo validation, shipped as package data (``data/validation/`` in the repository)."""
+"""The recorded every-schedule gloo validation, shipped as package data (``data/validation/``)."""
 
 
 def _stages_per_rank(schedule: str) -> int:
     from pooltk.analysis.programs import CATALOG
 
     return CATALOG[schedule].stages_per_rank
+
+
+def _peak_window(intervals: list[tuple[float, float]]) -> tuple[int, float, float]:
+    """The most half-open intervals ``[start, end)`` live at once, and the first span they are."""
+    times = sorted({t for iv in intervals for t in iv})
+    best, where = 0, (0.0, 0.0)
+    for a, b in zip(times, times[1:]):
+        n = sum(s <= a < e for s, e in intervals)
+        if n > best:
+            best, where = n, (a, b)
+    return best, where[0], where[1]
 
 
 def lifetime_chart(
@@ -42,40 +59,60 @@ def lifetime_chart(
     stages_per_rank: int | None = None,
     direction: str = "forward",
 ) -> "Figure":
-    """One row per stage: each microbatch's receive buffer from post to release, in its rank's action order.
+    """One row per stage: each microbatch's receive buffer, post to release, on notebook 00's clock.
 
-    Each line is one microbatch's buffer, in that microbatch's colour (the legend under the figure);
-    within a stage's row the microbatches are stacked in order, so overlapping lines are buffers
-    live at the same time.
+    The clock is :func:`pooltk.nb.mechanism.replay`'s (forward 1 tick, backward 2, each half of a
+    split backward 1; [Note: unit-time replay]), the one notebook 00 draws 1F1B and GPipe on. Each
+    line is one microbatch's buffer, in that microbatch's colour; within a stage's row the
+    microbatches are stacked in order, so overlapping lines are buffers live at the same time. Each
+    stage's peak overlap is shaded and written at the row's right: the most buffers it holds at
+    once, which is what its ring must hold (the receive lifetimes' live set), not ``M``.
     """
     from matplotlib.lines import Line2D
 
-    from pooltk.analysis.lifetimes import lifetime_frame, lifetimes
+    from pooltk.nb.mechanism import replay
+    from pooltk.nb.timelines import CLOCK_LABEL
 
     vpp = stages_per_rank or _stages_per_rank(schedule)
-    df = lifetime_frame(
-        lifetimes(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp)
-    )
-    df = df[df.direction == direction]
-    stages = sorted(df.stage.unique())
-    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.5 * max(len(stages), 2) + 2.0))
+    rp = replay(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp)
+    spans = [b for b in rp.spans if b.direction == direction]
+    stages = sorted({b.stage for b in spans})
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.55 * max(len(stages), 2) + 2.2))
+    peaks: dict[int, int] = {}
     for row, stage in enumerate(stages):
-        part = df[df.stage == stage].sort_values("microbatch")
-        n = len(part)
-        for j, b in enumerate(part.itertuples()):
-            y = row + (j / max(n, 1)) * 0.8 - 0.4
-            ax.plot([b.post, b.release], [y, y], color=style.microbatch_colour(b.microbatch), lw=2)
+        part = sorted((b for b in spans if b.stage == stage), key=lambda b: b.microbatch)
+        intervals = [(rp.time_of_post(b), rp.time_of_release(b)) for b in part]
+        n, t0, t1 = _peak_window(intervals)
+        peaks[stage] = n
+        ax.axvspan(
+            t0,
+            t1,
+            ymin=1 - (row + 0.95) / len(stages),
+            ymax=1 - (row + 0.05) / len(stages),
+            color=style.colour("peak_overlap"),
+            zorder=0,
+        )
+        for j, (b, (a, e)) in enumerate(zip(part, intervals)):
+            y = row + (j / max(len(part), 1)) * 0.8 - 0.4
+            ax.plot([a, e], [y, y], color=style.microbatch_colour(b.microbatch), lw=2, zorder=2)
     ax.set_yticks(range(len(stages)))
-    rank_of = df.groupby("stage")["rank"].first().to_dict()
-    ax.set_yticklabels([f"stage {s} (rank {int(rank_of[s])})" for s in stages])
+    rank_of = {b.stage: b.rank for b in spans}
+    ax.set_yticklabels([f"stage {s} (rank {rank_of[s]})" for s in stages], fontsize=8.5)
     ax.set_ylabel("stage (index; its rank)")
-    ax.invert_yaxis()
-    ax.set_xlim(left=0)
-    ax.set_xlabel("position in the rank's action order (actions; receive post -> release)")
+    ax.set_ylim(len(stages) - 0.5, -0.5)
+    right = ax.secondary_yaxis("right")
+    right.set_yticks(range(len(stages)), [f"peak {peaks[s]}" for s in stages], fontsize=8.5)
+    right.set_ylabel("most held at once (buffers)", fontsize=8.5)
+    ax.set_xlim(0, rp.makespan)
+    ax.set_xlabel(CLOCK_LABEL + "; split backward halves 1 each")
+    ax.grid(axis="y", visible=False)
+    most = max(peaks.values(), default=0)
+    what = "activation" if direction == "forward" else "gradient"
     ax.set_title(
-        f"{schedule}, pp{pp} x {vpp} stage(s)/rank, M={n_microbatches}: {direction} receive buffers "
-        "(colour: microbatch, mb)",
-        fontsize=10,
+        f"{schedule}: a stage holds at most {most} {what} receive buffers at once (shaded: each "
+        f"stage's peak), of M = {n_microbatches}\n(pp{pp} x {vpp} stage(s) per rank; line: one "
+        "microbatch's buffer, from its receive post to its release)",
+        fontsize=9.5,
     )
     handles = [
         Line2D([], [], color=style.microbatch_colour(mb), lw=2, label=f"mb {mb}")
@@ -83,6 +120,31 @@ def lifetime_chart(
     ]
     style.legend_below(fig, handles, ncol=min(n_microbatches, 8))
     return fig
+
+
+def rank_figure(schedule: str, *, pp: int, n_microbatches: int) -> "Figure":
+    """Buffer sets per rank, both directions (:func:`pooltk.nb.ranks.rank_bars`), titled by totals.
+
+    Counted with one byte per set (``Boundary.opaque(1)``), so the bars are counts of sets, under
+    pooltk's default :class:`~pooltk.PoolConfig` (slack 2, grad slack 1).
+    """
+    from pooltk.memory.model import Boundary, PipelineShape, model_memory
+    from pooltk.nb.ranks import rank_bars
+
+    vpp = _stages_per_rank(schedule)
+    model = model_memory(
+        PipelineShape(pp=pp, n_microbatches=n_microbatches, schedule=schedule), Boundary.opaque(1)
+    )
+    frame = model.per_rank_frame("bytes")
+    stock, tight, shared = (int(frame[f"{c}_bytes"].sum()) for c in ("stock", "tight", "shared"))
+    return rank_bars(
+        model,
+        unit="bytes",
+        ylabel="receive buffers per rank (buffer sets)",
+        title=f"{schedule}: rings shared by a rank's stages keep {shared} sets, one ring per stage "
+        f"{tight}, stock {stock}\n(pp{pp} x {vpp} stages per rank, M={n_microbatches}, both "
+        "directions, slack 2 and grad slack 1)",
+    )
 
 
 def allowlist_table(
@@ -93,13 +155,16 @@ def allowlist_table(
     slack: int = 2,
     grad_slack: int = 1,
 ) -> "pd.DataFrame":
-    """Per schedule and stage: sets stock torch keeps, the original allowlisted pool, pooltk ``auto``, the live set.
+    """Per schedule and stage: sets of stock torch, the original allowlisted pool, ``auto``, the
+    live set.
 
     ``stock``: torch <= 2.14 (``M`` per direction up front). ``stock_lazy``: torch >= 2.15, which
     allocates per receive: the live set, except all ``M`` forward on the last stage
-    (:func:`pooltk.analysis.stage_sets.lazy_holds`). ``seed_allowlist``: the original implementation pools only 1F1B (one ring
+    (:func:`pooltk.analysis.stage_sets.lazy_holds`). ``seed_allowlist``: the original implementation
+    pools only 1F1B (one ring
     ``max(2, min(M, N - i + slack))`` for both directions) and leaves every other schedule stock.
-    ``pooltk_auto``: ``install(schedule="auto", sharing="stage")``, smallest safe ``c mod K`` ring plus
+    ``pooltk_auto``: ``install(schedule="auto", sharing="stage")``, smallest safe ``c mod K`` ring
+    plus
     slack, capped at M (0 where the stage receives nothing, same-rank V handoffs included: the pool
     gives them no receive buffers). ``live_peak``: most buffers live at once. The rank-shared rings
     (``sharing="rank"``, the default) are per rank: :func:`pooltk.nb.ranks.schedule_ranks`.
@@ -147,7 +212,7 @@ def allowlist_table(
 
 
 def validation_summary(path: "Path | Traversable" = VALIDATION_CSV) -> "pd.DataFrame":
-    """The recorded real-gloo validation (``pooltk schedules --validate``), one row per schedule and shape."""
+    """The recorded real-gloo validation (``pooltk schedules --validate``): a row per shape."""
     import pandas as pd
 
     if not path.is_file():

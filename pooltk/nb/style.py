@@ -1,6 +1,6 @@
-"""One colour per series, everywhere: the series every notebook figure draws, and small drawing helpers.
+"""One colour per series, everywhere: the series every notebook figure draws, small drawing helpers.
 
-Every figure in :mod:`pooltk.nb` takes its colours from :data:`SERIES` (a fixed series -> colour map)
+Every figure in :mod:`pooltk.nb` takes its colours from :data:`SERIES` (a series -> colour map)
 or from :func:`microbatch_colour` / :func:`run_colours`, never from matplotlib's colour cycle, so a
 series keeps its colour across the panels of one figure and across figures and notebooks.
 
@@ -41,7 +41,8 @@ __all__ = [
 
 FIGURE_WIDTH_IN = 9.5
 """The widest figure, inches, legend included: at the notebooks' 100 dpi it fits JupyterLab's output
-area unscaled and uncropped (a wider figure lost its legend's right side in the browser screenshots)."""
+area unscaled and uncropped (a wider one lost its legend's right side in the browser
+screenshots)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,7 +113,8 @@ SERIES: dict[str, Series] = _series(
     # in-flight depth
     ("in_flight", "microbatches in flight (forward started, backward not finished)", "#4C72B0"),
     ("held_buffers", "receive buffers held", "#DD8452"),
-    # what a stage holds (the whole-stage replay's categories, pooltk.memory.replay.tracker.CATEGORIES)
+    ("peak_overlap", "a stage's peak overlap (most buffers live at once)", "#F3E3A3"),
+    # what a stage holds (the whole-stage replay's categories: pooltk.memory.replay.tracker)
     ("parameters", "parameters (and module buffers)", "#2F4B7C"),
     ("gradients", "gradients (.grad)", "#7EA6E0"),
     ("optimizer", "optimizer states", "#A0522D"),
@@ -126,7 +128,7 @@ SERIES: dict[str, Series] = _series(
     ("capacity_less_overhead", "capacity less the stated overhead", "#6F6F6F"),
     ("measured_peak", "measured peak (published)", "#1B7837"),
 )
-"""Every series a notebook figure draws: key -> label and colour (see [Note: one colour per series])."""
+"""Every series a notebook figure draws: key -> label and colour ([Note: one colour per series])."""
 
 _MICROBATCH = (
     "#4C72B0",
@@ -186,7 +188,7 @@ def microbatch_colour(microbatch: int) -> str:
 
 
 def run_colours(runs: Iterable[str]) -> dict[str, str]:
-    """One colour per run name, in the order given (distinct for up to 12 runs): build it once per figure."""
+    """One colour per run name, in order (distinct for up to 12 runs): build it once per figure."""
     names = list(dict.fromkeys(str(r) for r in runs))
     return {name: _RUNS[i % len(_RUNS)] for i, name in enumerate(names)}
 
@@ -194,7 +196,8 @@ def run_colours(runs: Iterable[str]) -> dict[str, str]:
 def legend_handles(
     keys: Sequence[str], *, kind: str = "patch", labels: dict[str, str] | None = None
 ) -> list[Any]:
-    """Legend handles for ``keys`` in the map's colours (``kind``: ``patch`` for bars, ``line`` for lines)."""
+    """Legend handles for ``keys`` in the map's colours (``kind``: ``patch`` bars, ``line``
+    lines)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -209,11 +212,17 @@ def legend_handles(
 
 
 def legend_below(
-    fig: Any, handles: Sequence[Any], *, ncol: int | None = None, fontsize: str = "small"
+    fig: Any,
+    handles: Sequence[Any],
+    *,
+    ncol: int | None = None,
+    fontsize: str = "small",
+    top: float = 1.0,
 ) -> Any:
-    """One legend for the whole figure, under the panels (never over data); call before ``tight_layout``.
+    """One legend for the whole figure, under the panels (never over data), before ``tight_layout``.
 
-    Returns the legend; ``fig.tight_layout`` is then asked to leave room for it.
+    Returns the legend; ``fig.tight_layout`` is then asked to leave room for it, and above ``top``
+    (a fraction of the figure's height) for a headline of more than one line.
     """
     ncol = ncol or min(len(handles), 3)
     rows = -(-len(handles) // ncol)
@@ -226,7 +235,7 @@ def legend_below(
         bbox_to_anchor=(0.5, 0.0),
     )
     height = fig.get_figheight()
-    fig.tight_layout(rect=(0, min(0.45, (0.28 * rows + 0.1) / height), 1, 1))
+    fig.tight_layout(rect=(0, min(0.45, (0.28 * rows + 0.1) / height), 1, top))
     return legend
 
 
@@ -289,6 +298,6 @@ def bar_value_labels(
     fontsize: str = "x-small",
     labels: Sequence[str] | None = None,
 ) -> None:
-    """Dark value labels just past each bar's end (readable on any bar colour; never white on white)."""
+    """Dark value labels just past each bar's end (readable on any bar colour, never white)."""
     texts = labels if labels is not None else [fmt.format(v) for v in container.datavalues]
     ax.bar_label(container, labels=list(texts), padding=2, fontsize=fontsize, color="#222222")

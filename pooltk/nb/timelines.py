@@ -1,8 +1,15 @@
-"""The schedule figures of notebook 00: the timeline, the in-flight depth per stage, the ring's slots.
+"""Notebook 00's figures: timelines, the in-flight depth per stage, the ring's slots, torch 2.15.
 
-Each takes a :class:`pooltk.nb.mechanism.Replay` (a step of torch's own schedule on a common
-clock) and draws it; colours come from :mod:`pooltk.nb.style` (one colour per microbatch in every
-figure). Overwrites are counted as [Note: counting overwrites] in :mod:`pooltk.nb.mechanism` says.
+Each schedule figure takes a :class:`pooltk.nb.mechanism.Replay` (a step of torch's own schedule on
+a common clock) and draws it; colours come from :mod:`pooltk.nb.style` (one colour per microbatch in
+every figure). Overwrites are counted as [Note: counting overwrites] in :mod:`pooltk.nb.mechanism`
+says. Every title states what the figure shows first, and the setting after it.
+
+- :func:`primer_timelines`: 1F1B above GPipe on one clock (the primer);
+- :func:`schedule_timeline`: one schedule's timeline;
+- :func:`inflight_figure`: microbatches in flight and receive buffers held, per stage, against W;
+- :func:`slot_chart`: which ring slot holds which microbatch; with a guard, cut where it stops;
+- :func:`versions_figure`: the receive-buffer sets per stage of torch 2.14, torch 2.15 and pooltk.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from pooltk.nb.mechanism import (
     Replay,
     RingSizes,
     inflight_depth,
+    ordinal,
     overwritten_receives,
     phases,
     ring_summary,
@@ -25,9 +33,17 @@ from pooltk.nb.mechanism import (
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-__all__ = ["inflight_figure", "schedule_timeline", "slot_chart"]
+__all__ = [
+    "CLOCK_LABEL",
+    "inflight_figure",
+    "primer_timelines",
+    "schedule_timeline",
+    "slot_chart",
+    "versions_figure",
+]
 
-CLOCK_LABEL = "replay clock (ticks: forward 1, backward 2)"
+CLOCK_LABEL = "time in the step (ticks: forward 1, backward 2)"
+"""The one clock every schedule figure uses (notebooks 00 and 04; [Note: unit-time replay])."""
 
 
 def _compute_spans(rp: Replay) -> Any:
@@ -35,18 +51,10 @@ def _compute_spans(rp: Replay) -> Any:
     return frame[frame.kind != "W"]
 
 
-def schedule_timeline(rp: Replay, *, title: str | None = None) -> Figure:
-    """Per stage, every forward (light) and backward (full colour) on the replay clock, phases shaded.
-
-    The label in each box is the action and microbatch (``F3``, ``B3``); the background band of a
-    stage shows its phases read off the order itself (:func:`pooltk.nb.mechanism.phases`). The
-    legend lists only the phases this schedule has (GPipe has no steady phase).
-    """
-    from matplotlib.patches import Patch
-
+def _draw_timeline(ax: Any, rp: Replay, *, xmax: float | None = None) -> list[str]:
+    """Draw ``rp``'s compute actions and phase bands into ``ax``; return the phases drawn."""
     frame = rp.compute_frame()
     pp = rp.program.num_stages
-    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.6 * pp + 1.9))
     ph = phases(rp)
     present: list[str] = []
     for stage, rows in frame.groupby("stage"):
@@ -88,10 +96,25 @@ def schedule_timeline(rp: Replay, *, title: str | None = None) -> Figure:
     ax.set_ylim(pp - 0.5, -0.5)
     ax.set_yticks(range(pp), [f"stage {s}" for s in range(pp)])
     ax.set_ylabel("pipeline stage (one rank each)")
-    ax.set_xlim(0, rp.makespan)
-    ax.set_xlabel(CLOCK_LABEL)
+    ax.set_xlim(0, xmax if xmax is not None else rp.makespan)
     ax.grid(axis="y", visible=False)
-    order = [p for p in ("warmup", "steady", "cooldown") if p in present]
+    return [p for p in ("warmup", "steady", "cooldown") if p in present]
+
+
+def schedule_timeline(rp: Replay, *, title: str | None = None) -> Figure:
+    """Per stage, every forward (light) and backward (full colour) on the replay clock, phases
+    shaded.
+
+    The label in each box is the action and microbatch (``F3``, ``B3``); the background band of a
+    stage shows its phases read off the order itself (:func:`pooltk.nb.mechanism.phases`). The
+    legend lists only the phases this schedule has (GPipe has no steady phase).
+    """
+    from matplotlib.patches import Patch
+
+    pp = rp.program.num_stages
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.6 * pp + 1.9))
+    order = _draw_timeline(ax, rp)
+    ax.set_xlabel(CLOCK_LABEL)
     handles = [Patch(color=style.colour(p), label=style.label(p)) for p in order]
     m = rp.program.n_microbatches
     ax.set_title(
@@ -104,13 +127,67 @@ def schedule_timeline(rp: Replay, *, title: str | None = None) -> Figure:
     return fig
 
 
+def _most_in_flight(rp: Replay) -> list[int]:
+    """Per stage, the most microbatches in flight at once (forward started, backward not
+    finished)."""
+    comp = _compute_spans(rp)
+    end, most = rp.makespan, []
+    for _, part in comp.groupby("stage"):
+        first_f = part[part.kind == "F"].groupby("microbatch").start.min()
+        last_b = part[part.kind != "F"].groupby("microbatch").end.max()
+        flight = [(first_f[mb], last_b.get(mb, end)) for mb in first_f.index]
+        times = sorted({t for iv in flight for t in iv})
+        most.append(max(_step_counts(flight, times), default=0))
+    return most
+
+
+def primer_timelines(one_f_one_b: Replay, gpipe: Replay) -> Figure:
+    """1F1B above GPipe, one stage per row, on one clock: what each stage runs when (the primer).
+
+    Light boxes are forwards, full ones backwards (label: action and microbatch); the background
+    bands are each stage's warmup, steady and cooldown phases. The title says how many
+    microbatches each schedule keeps in flight on a stage at most.
+    """
+    from matplotlib.patches import Patch
+
+    pp = one_f_one_b.program.num_stages
+    m = one_f_one_b.program.n_microbatches
+    xmax = max(one_f_one_b.makespan, gpipe.makespan)
+    fig, axes = canvas.subplots(
+        2, 1, figsize=(style.FIGURE_WIDTH_IN, 1.2 * pp + 3.2), sharex=True, squeeze=False
+    )
+    present: list[str] = []
+    for ax, rp in zip(axes[:, 0], (one_f_one_b, gpipe)):
+        for p in _draw_timeline(ax, rp, xmax=xmax):
+            if p not in present:
+                present.append(p)
+        most = _most_in_flight(rp)
+        ax.set_title(
+            f"{rp.program.schedule}: stages 0-{pp - 1} each hold at most "
+            f"{', '.join(str(k) for k in most)} microbatches between forward and backward",
+            fontsize=9.5,
+            loc="left",
+        )
+    axes[-1, 0].set_xlabel(CLOCK_LABEL)
+    fig.suptitle(
+        f"1F1B starts each backward as early as it can and holds fewer microbatches than GPipe,\n"
+        f"which runs all {m} forwards first "
+        f"(pp={pp}, M={m}; light box: forward F, full: backward B)",
+        fontsize=10,
+    )
+    order = [p for p in ("warmup", "steady", "cooldown") if p in present]
+    handles = [Patch(color=style.colour(p), label=style.label(p)) for p in order]
+    style.legend_below(fig, handles, ncol=len(handles))
+    return fig
+
+
 def _step_counts(intervals: Sequence[tuple[float, float]], times: Sequence[float]) -> list[int]:
     """How many half-open intervals ``[start, end)`` contain each time."""
     return [sum(a <= t < b for a, b in intervals) for t in times]
 
 
 def inflight_figure(rp: Replay) -> Figure:
-    """One panel per stage: microbatches in flight and receive buffers held over the step, against W.
+    """One panel per stage: microbatches in flight and receive buffers held, against W.
 
     In flight: forward started, backward not finished. Held: a forward receive buffer from its
     post to its release. The dashed line is 1F1B's in-flight depth ``W = min(M, N - i)``, written in
@@ -125,6 +202,7 @@ def inflight_figure(rp: Replay) -> Figure:
         pp, 1, figsize=(style.FIGURE_WIDTH_IN, 1.25 * pp + 1.3), sharex=True, squeeze=False
     )
     end = rp.makespan
+    held_peaks: list[int] = []
     for stage, ax in enumerate(axes[:, 0]):
         part = comp[comp.stage == stage]
         first_f = part[part.kind == "F"].groupby("microbatch").start.min()
@@ -156,6 +234,7 @@ def inflight_figure(rp: Replay) -> Figure:
         w = inflight_depth(pp, stage, m)
         ax.axhline(w, color="black", lw=1, ls=":", zorder=1)
         held_peak = max(_step_counts(held, times), default=0)
+        held_peaks.append(held_peak)
         ax.set_ylim(0, max(w, held_peak, max(_step_counts(flight, times), default=0)) + 1.2)
         ax.set_ylabel("microbatches (count)", fontsize=7.5)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=3))
@@ -168,7 +247,19 @@ def inflight_figure(rp: Replay) -> Figure:
     axes[-1, 0].set_xlabel(CLOCK_LABEL)
     axes[-1, 0].set_xlim(0, end)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.suptitle(f"{rp.program.schedule}, pp={pp}, M={m}: in-flight depth per stage", fontsize=10)
+    within = all(h <= inflight_depth(pp, i, m) for i, h in enumerate(held_peaks))
+    fig.suptitle(
+        (
+            f"{rp.program.schedule}: no stage holds more activation buffers than its in-flight "
+            "depth W = min(M, N - i)"
+            if within
+            else f"{rp.program.schedule}: some stage holds more activation buffers than "
+            "W = min(M, N - i)"
+        )
+        + f"\n(held at most: {', '.join(str(h) for h in held_peaks)} on stages 0-{pp - 1}; "
+        f"pp=N={pp}, M={m})",
+        fontsize=10,
+    )
     style.legend_below(fig, handles, ncol=2)
     return fig
 
@@ -178,8 +269,9 @@ def _sub_rows(
 ) -> dict[tuple[int, Direction, int], int]:
     """Sub-row of each buffer inside its slot's lane: the lowest row free at its post time.
 
-    A receive posted after the previous buffer is freed (in the rank's order) reuses its row. In a safe ring every buffer
-    of a slot fits in row 0; each extra row is a buffer that shares its slot with one still held.
+    A receive posted after the previous buffer is freed (in the rank's order) reuses its row. In a
+    safe ring every buffer of a slot fits in row 0; each extra row is a buffer that shares its slot
+    with one still held.
     """
     rows: dict[tuple[int, Direction, int], int] = {}
     busy: dict[
@@ -198,6 +290,40 @@ def _sub_rows(
     return rows
 
 
+def _slot_chart_title(
+    rp: Replay, ring_map: dict[tuple[int, Direction], int], bad: list[Any], guard: Any
+) -> str:
+    """The takeaway first (safe, how many overwrites, where the guard stopped), then the setting."""
+    setting = (
+        f"{rp.program.schedule}, pp={rp.program.num_stages}, M={rp.program.n_microbatches}, "
+        f"rings {ring_summary(ring_map)}"
+    )
+    if guard is not None and guard.stop is not None:
+        e = guard.stop
+        return (
+            f"The guard stops the step at tick {e.time:g} of {rp.makespan:g}, before anything is "
+            f"overwritten: stage {e.stage}'s {ordinal(e.ring_post)} {_WHAT[e.direction]} receive "
+            f"(microbatch {e.incoming})\nfinds slot {e.slot} still owned by microbatch {e.owner}. "
+            f"{setting}; drawn up to the stop"
+        )
+    if not bad:
+        return (
+            "Every receive lands in a slot already freed: microbatch c takes slot c mod K, which "
+            f"microbatch c - K left at its backward\n({setting})"
+        )
+    per_stage: dict[int, int] = {}
+    for o in bad:
+        per_stage[o.stage] = per_stage.get(o.stage, 0) + 1
+    where = ", ".join(f"stage {s}: {n}" for s, n in sorted(per_stage.items()))
+    return (
+        f"{len(bad)} receives land in a slot whose buffer is still held (red x; {where})\n"
+        f"({setting})"
+    )
+
+
+_WHAT = {"forward": "activation", "grad": "gradient"}
+
+
 def slot_chart(
     rp: Replay,
     rings: RingSizes,
@@ -214,24 +340,46 @@ def slot_chart(
     safe ring a slot's buffers follow one another on one row. A receive posted while the slot's
     previous buffer is still held gets a row of its own, a red cross at its post and a red hatched
     span until the older buffer is freed: it writes over live data (silently, on gloo and NCCL).
-    With ``guard``, a vertical line marks where the guard stops the step.
+
+    With a ``guard`` that stops the step, the chart ends where it stops: nothing after the stop is
+    drawn (no later receive, no bar past the stop, no lane that had no receive yet), and the red
+    cross is the post the guard refused.
     """
     from matplotlib.lines import Line2D
 
     ring_map = {(b.stage, b.direction): rings[(b.stage, b.direction)] for b in rp.spans}
     keep = set(range(rp.program.num_stages)) if stages is None else set(stages)
+    stop = guard.stop if guard is not None and guard.stop is not None else None
+    cut = stop.time if stop is not None else None
+    by_key = {(b.stage, b.direction, b.microbatch): b for b in rp.spans}
+    refused = (stop.stage, stop.direction, stop.incoming) if stop is not None else None
+
+    def drawn(b: Any) -> bool:
+        if b.stage not in keep:
+            return False
+        if cut is None:
+            return True
+        return rp.time_of_post(b) < cut or (b.stage, b.direction, b.microbatch) == refused
+
+    spans = [b for b in rp.spans if drawn(b)]
     sub = _sub_rows(rp, ring_map)
+    used = {(b.stage, b.direction) for b in spans}
     lanes: list[tuple[int, Direction, int]] = [
         (s, d, j)
         for d in DIRECTIONS
         for s in range(rp.program.num_stages)
-        if (s, d) in ring_map and s in keep
+        if (s, d) in ring_map and s in keep and (cut is None or (s, d) in used)
         for j in range(ring_map[(s, d)])
     ]
     depth = {
         lane: 1
         + max(
-            (r for (s, d, mb), r in sub.items() if (s, d, mb % ring_map[(s, d)]) == lane), default=0
+            (
+                sub[(b.stage, b.direction, b.microbatch)]
+                for b in spans
+                if (b.stage, b.direction, b.microbatch % ring_map[(b.stage, b.direction)]) == lane
+            ),
+            default=0,
         )
         for lane in lanes
     }
@@ -241,29 +389,29 @@ def slot_chart(
     for lane in lanes:
         top[lane] = y
         y += depth[lane] * row_h + gap
-    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.5 * y + 2.0))
-    by_key = {(b.stage, b.direction, b.microbatch): b for b in rp.spans}
-    bad = [o for o in overwritten_receives(rp, rings) if o.stage in keep]
-    for b in rp.spans:
-        if b.stage not in keep:
-            continue
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.5 * y + 2.2))
+    end = cut if cut is not None else rp.makespan
+    for b in spans:
         lane = (b.stage, b.direction, b.microbatch % ring_map[(b.stage, b.direction)])
         yb = top[lane] + (sub[(b.stage, b.direction, b.microbatch)] + 0.5) * row_h
-        t_post, t_read, t_free = rp.time_of_post(b), rp.time_of_consume(b), rp.time_of_release(b)
+        t_post = rp.time_of_post(b)
+        t_read = min(rp.time_of_consume(b), end)
+        t_free = min(rp.time_of_release(b), end)
         c = style.microbatch_colour(b.microbatch)
         ax.plot([t_post, t_read], [yb, yb], color=c, lw=1.5, solid_capstyle="butt", zorder=2)
-        ax.barh(
-            yb,
-            t_free - t_read,
-            left=t_read,
-            height=row_h * 0.8,
-            color=c,
-            edgecolor="black",
-            linewidth=0.4,
-            zorder=2,
-        )
+        if t_free > t_read:
+            ax.barh(
+                yb,
+                t_free - t_read,
+                left=t_read,
+                height=row_h * 0.8,
+                color=c,
+                edgecolor="black",
+                linewidth=0.4,
+                zorder=2,
+            )
         ax.text(
-            (t_read + t_free) / 2,
+            (t_read + t_free) / 2 if t_free > t_read else (t_post + t_read) / 2,
             yb,
             str(b.microbatch),
             ha="center",
@@ -271,27 +419,35 @@ def slot_chart(
             fontsize=7,
             zorder=3,
         )
+    all_bad = [o for o in overwritten_receives(rp, rings) if o.stage in keep]
+    bad = (
+        all_bad
+        if cut is None
+        else [o for o in all_bad if (o.stage, o.direction, o.overwritten_by) == refused]
+    )
     for o in bad:
         old, new = (
             by_key[(o.stage, o.direction, o.microbatch)],
             by_key[(o.stage, o.direction, o.overwritten_by)],
         )
         lane = (o.stage, o.direction, o.microbatch % ring_map[(o.stage, o.direction)])
-        t0, t1 = rp.time_of_post(new), rp.time_of_release(old)
-        ax.fill_between(
-            [t0, max(t1, t0 + 0.15)],
-            top[lane],
-            top[lane] + depth[lane] * row_h,
-            facecolor="none",
-            edgecolor="#C44E52",
-            hatch="///",
-            linewidth=0.0,
-            zorder=1,
-        )
+        t0 = rp.time_of_post(new)
+        if cut is None:
+            t1 = rp.time_of_release(old)
+            ax.fill_between(
+                [t0, max(t1, t0 + 0.15)],
+                top[lane],
+                top[lane] + depth[lane] * row_h,
+                facecolor="none",
+                edgecolor="#C44E52",
+                hatch="///",
+                linewidth=0.0,
+                zorder=1,
+            )
         yn = top[lane] + (sub[(o.stage, o.direction, o.overwritten_by)] + 0.5) * row_h
         ax.plot(t0, yn, marker="x", color="#C44E52", ms=8, mew=2.0, zorder=4, ls="none")
     marks = []
-    if bad:
+    if bad and cut is None:
         marks.append(
             Line2D(
                 [],
@@ -303,17 +459,19 @@ def slot_chart(
                 label="a receive into a slot still held (hatched until the older buffer is freed)",
             )
         )
-    if guard is not None and guard.stop is not None and guard.stop.stage in keep:
-        stop = guard.stop
+    if stop is not None and stop.stage in keep:
         ax.axvline(stop.time, color="#C44E52", lw=1.5, zorder=4)
         marks.append(
             Line2D(
                 [],
                 [],
                 color="#C44E52",
+                marker="x",
+                mew=2,
                 lw=1.5,
-                label=f"the guard stops the step here: microbatch {stop.incoming} posting into stage "
-                f"{stop.stage}'s {stop.direction} slot {stop.slot}, still owned by {stop.owner}",
+                label=f"the guard refuses this post and the step stops (PoolOverrunError):\n"
+                f"microbatch {stop.incoming} into stage {stop.stage}'s {_WHAT[stop.direction]} "
+                f"slot {stop.slot}, still owned by microbatch {stop.owner}",
             )
         )
     ax.set_yticks(
@@ -322,30 +480,59 @@ def slot_chart(
         fontsize=7.5,
     )
     ax.set_ylim(y - gap / 2, -gap / 2)
-    ax.set_xlim(0, rp.makespan)
+    ax.set_xlim(0, end + (0.04 * end + 0.2 if cut is not None else 0))
     ax.set_xlabel(CLOCK_LABEL + "; thin line: posted, not yet read; bar: held")
     ax.set_ylabel("ring slot (stage, direction, slot)")
     ax.grid(axis="y", visible=False)
-    per_stage: dict[int, int] = {}
-    for o in bad:
-        per_stage[o.stage] = per_stage.get(o.stage, 0) + 1
-    verdict = (
-        f"{len(bad)} receive(s) into a slot still held (red; "
-        + ", ".join(f"stage {s}: {n}" for s, n in sorted(per_stage.items()))
-        + ")"
-        if bad
-        else "every receive finds its slot free"
-    )
-    ax.set_title(
-        title
-        or (
-            f"{rp.program.schedule}, pp={rp.program.num_stages}, M={rp.program.n_microbatches}, "
-            f"rings {ring_summary(ring_map)}:\n{verdict}"
-        ),
-        fontsize=9.5,
-    )
+    ax.set_title(title or _slot_chart_title(rp, ring_map, all_bad, guard), fontsize=9.5)
     if marks:
         style.legend_below(fig, marks, ncol=1)
     else:
         fig.tight_layout()
+    return fig
+
+
+def versions_figure(sets: Any) -> Figure:
+    """Receive-buffer sets per stage (both directions): torch <= 2.14, torch 2.15, pooltk on each.
+
+    ``sets`` is :func:`pooltk.nb.mechanism.sets_by_version`'s frame. Bars from zero, one colour per
+    series (:mod:`pooltk.nb.style`), the total of each series in its legend entry.
+    """
+    import numpy as np
+
+    series = (
+        ("stock", "stock", "stock torch (<= 2.14)"),
+        ("stock_lazy", "stock_lazy", "stock torch >= 2.15 (lazy buffers)"),
+        ("ring", "tight", "pooltk ring, slack 0 (torch <= 2.14)"),
+        ("lazy_released", "lazy_released", "torch >= 2.15 + pooltk release"),
+    )
+    per_stage = sets.groupby("stage", as_index=False)[[c for c, _, _ in series]].sum()
+    totals = {c: int(per_stage[c].sum()) for c, _, _ in series}
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.2))
+    x = np.arange(len(per_stage))
+    width = 0.8 / len(series)
+    for k, (col, key, text) in enumerate(series):
+        bars = ax.bar(
+            x + (k - (len(series) - 1) / 2) * width,
+            per_stage[col],
+            width,
+            color=style.colour(key),
+            label=f"{text}: {totals[col]} sets",
+        )
+        style.bar_value_labels(ax, bars, "{:,.0f}")
+    ax.set_xticks(x, [f"stage {s}" for s in per_stage["stage"]])
+    ax.set_xlabel("stage (index)")
+    ax.set_ylabel("receive buffer sets held (count)")
+    ax.set_ylim(0, float(per_stage["stock"].max()) * 1.2)
+    last = int(per_stage["stage"].max())
+    m = int(sets["n_microbatches"].iloc[0])
+    ax.set_title(
+        f"torch 2.15 allocates each receive when it comes: {totals['stock_lazy']} of "
+        f"{totals['stock']} sets, but the last stage still keeps all {m} activations\n"
+        f"(its kept losses hold them); pooltk's release frees those: {totals['lazy_released']} "
+        f"sets, as many as the ring on torch <= 2.14 (1F1B, pp={last + 1}, M={m})",
+        fontsize=9.5,
+    )
+    handles, _ = ax.get_legend_handles_labels()
+    style.legend_below(fig, handles, ncol=2)
     return fig

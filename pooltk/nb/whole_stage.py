@@ -3,7 +3,7 @@
 One call, :func:`whole_stage_estimate`, replays the chosen ranks of an estimate preset
 (:data:`pooltk.memory.replay.presets.ESTIMATE_PRESETS`) under every variant
 (:func:`pooltk.memory.replay.estimate.estimate_memory`) and judges them on one device
-(:func:`pooltk.memory.verdict.fits_verdict`). The figures draw what it holds:
+(:func:`pooltk.memory.fits.of_estimate`). The figures draw what it holds:
 :func:`stacked_figure` (per rank, one bar per variant stacked by what holds the memory at the
 rank's peak, against the capacity and the capacity less the stated overhead) and
 :func:`timeline_figure` (one rank through the step, stock beside pooled).
@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.replay.estimate import VARIANT_TITLES, MemoryEstimate, estimate_memory
+from pooltk.memory.fits import Verdict, of_estimate
 from pooltk.memory.replay.presets import ESTIMATE_PRESETS, EstimatePreset, estimate_preset
 from pooltk.memory.replay.run import REPLAY_VARIANTS
 from pooltk.memory.replay.tracker import CATEGORIES
-from pooltk.memory.verdict import FitsVerdict, fits_verdict
 from pooltk.nb import canvas, style
 from pooltk.nb.fits import capacity_lines
+from pooltk.studies.kimi_k3 import ESTIMATE
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -87,7 +88,7 @@ class WholeStage:
     """Whether the replay is the suite's smaller step ([Note: the quick whole stage])."""
     estimate: MemoryEstimate
     """Every replayed rank and variant."""
-    verdict: FitsVerdict
+    verdict: Verdict
     """The verdict on the chosen device, with the stated overhead."""
 
     @property
@@ -163,9 +164,10 @@ class WholeStage:
 
 
 def _named(preset: str | EstimatePreset) -> EstimatePreset:
+    """A named estimate: a model of the explorer's, or Kimi-K3's widths (its study's)."""
     if isinstance(preset, EstimatePreset):
         return preset
-    return estimate_preset(preset)
+    return estimate_preset(preset, {**ESTIMATE_PRESETS, ESTIMATE.name: ESTIMATE})
 
 
 def whole_stage_estimate(
@@ -212,7 +214,7 @@ def whole_stage_estimate(
         jobs=max(1, min(jobs, tasks)),
     )
     return WholeStage(
-        preset=replayed, named=named, quick=quick, estimate=est, verdict=fits_verdict(est, device)
+        preset=replayed, named=named, quick=quick, estimate=est, verdict=of_estimate(est, device)
     )
 
 
@@ -236,9 +238,7 @@ def receive_source(preset: str | EstimatePreset) -> Preset:
 
 def explorer_models() -> dict[str, EstimatePreset]:
     """The estimate presets the explorer offers as models (Kimi-K3 is offered by its study presets)."""
-    return {
-        name: p for name, p in ESTIMATE_PRESETS.items() if p.config.get("model_type") != "kimi_k3"
-    }
+    return dict(ESTIMATE_PRESETS)
 
 
 # --------------------------------------------------------------------------- figures

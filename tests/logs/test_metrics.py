@@ -28,7 +28,7 @@ from pooltk.logs.metrics import (
     steady_window,
     summarize,
 )
-from pooltk.studies.kimi_k3.constants import (
+from pooltk.studies.kimi_k3 import (
     GB200_NOMINAL,
     K3_ACTIVE_6N,
     PEAK_GB200_2250,

@@ -385,14 +385,11 @@ def test_v_schedule_handoffs_show_stock_m_and_nothing_pooled(capsys):
 
 
 @pytest.fixture
-def widths_preset(monkeypatch):
-    """The published-widths preset, registered as `pooltk memory --preset` finds presets."""
-    from pooltk.memory.known_boundaries import k3_widths_preset
-    from pooltk.studies.kimi_k3 import presets
+def widths_preset():
+    """The published-widths preset, as `pooltk memory --preset` finds it."""
+    from pooltk.studies.kimi_k3 import get_preset
 
-    preset = k3_widths_preset(presets.get_preset("kimi-k3-gb200-2k-calibrated"))
-    monkeypatch.setitem(presets.PRESETS, preset.name, preset)
-    return preset
+    return get_preset("kimi-k3-gb200-2k-widths")
 
 
 def test_the_widths_preset_prints_every_boundary_and_its_difference_from_the_calibration(

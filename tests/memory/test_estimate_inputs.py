@@ -12,6 +12,7 @@ from pooltk.memory.configs import Overrides
 from pooltk.memory.model import MemoryModelError
 from pooltk.memory.replay.inputs import estimate_inputs
 from pooltk.memory.replay.presets import ESTIMATE_PRESETS, LLAMA3_70B, estimate_preset
+from pooltk.studies.kimi_k3 import ESTIMATE
 
 CONFIGS = Path(__file__).resolve().parents[2] / "data" / "configs"
 TINY = {
@@ -80,7 +81,7 @@ def test_the_k3_automodel_yaml_gives_its_pipeline_checkpointing_and_experts_and_
         MemoryModelError, match=r"^config key 'head_dim': found nothing, and hidden 7168 / 96 heads"
     ):
         estimate_inputs(CONFIGS / "kimi_k3_gb200_2k_automodel.yaml")
-    k3 = estimate_preset("kimi-k3-gb200-2k").inputs()
+    k3 = ESTIMATE.inputs()
     assert (k3.shape.pp, k3.shape.n_microbatches, k3.builder.ep, k3.builder.checkpointing) == (
         8,
         64,
@@ -114,7 +115,7 @@ def test_a_builder_entry_point_is_loaded_or_refused_by_name():
 
 def test_the_named_llama_estimate_is_the_committed_config():
     assert dict(LLAMA3_70B) == json.loads((CONFIGS / "llama3_70b_config.json").read_text())
-    assert set(ESTIMATE_PRESETS) == {"llama3-70b-pp8", "kimi-k3-gb200-2k"}
+    assert set(ESTIMATE_PRESETS) == {"llama3-70b-pp8"}  # Kimi-K3's is its study's ESTIMATE
     with pytest.raises(
         MemoryModelError,
         match=r"^preset: found 'kimi-k3-gb200-2k-calibrated'; required one of llama3-70b-pp8",

@@ -1,4 +1,4 @@
-"""Notebook 01's widget callback path (pooltk.nb.memory.explore) computes what the notebook shows."""
+"""Notebook 01's widget callback (pooltk.nb.memory.explore) computes what the notebook shows."""
 
 from __future__ import annotations
 
@@ -136,12 +136,10 @@ def test_an_unknown_config_class_is_an_error_in_the_explorer_not_a_traceback(tmp
     assert "model.config._target_" in state.last_error and "Overrides.hidden" in state.last_error
 
 
-def test_a_preset_whose_boundaries_differ_is_explored_boundary_by_boundary(monkeypatch):
-    from pooltk.memory.known_boundaries import k3_widths_preset
-    from pooltk.studies.kimi_k3 import presets
+def test_a_preset_whose_boundaries_differ_is_explored_boundary_by_boundary():
+    from pooltk.studies.kimi_k3 import get_preset
 
-    widths = k3_widths_preset(presets.get_preset("kimi-k3-gb200-2k-calibrated"))
-    monkeypatch.setitem(presets.PRESETS, widths.name, widths)
+    widths = get_preset("kimi-k3-gb200-2k-widths")
     state = mp.ExplorerState()
     model = mp.explore(state, **{**BASE, "preset": widths.name, "boundary_mib": None})
     assert (

@@ -1,4 +1,4 @@
-"""Overriding a preset's dimensions never carries another model's calibration or published figures."""
+"""Overriding a preset's dimensions carries no other model's calibration or published figures."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import pytest
 from pooltk.memory.fits import published_peak
 from pooltk.memory.model import MemoryModelError
 from pooltk.memory.tensors import Boundary
-from pooltk.studies.kimi_k3.presets import get_preset
+from pooltk.studies.kimi_k3 import get_preset
 
 CAL = get_preset("kimi-k3-gb200-2k-calibrated")
 
 
 def test_llama_on_the_calibrated_k3_preset_gets_64_mib_a_set_not_k3s_remainder():
-    # the trap of issue 29: hidden, rows and seq overridden on the calibrated preset kept a 360 MiB remainder
+    # the trap of issue 29: hidden, rows and seq overridden on the calibrated preset kept a 360 MiB
+    # remainder
     llama = CAL.resized(pp=8, microbatches=32, rows=1, seq_len=4096, hidden=8192)
     assert llama.boundary.forward_bytes == 64 * 2**20
     assert [t.name for t in llama.boundary.activations] == ["hidden_states"]

@@ -1,4 +1,5 @@
-"""What can be checked mechanically about a drawn matplotlib figure, and a recorder for a notebook kernel.
+"""What can be checked mechanically about a drawn matplotlib figure, and a recorder for a notebook
+kernel.
 
 :func:`figure_problems` draws a figure and lists what is wrong with it, one line per problem:
 
@@ -13,10 +14,16 @@
 - one colour per series: a label (a legend entry, a labelled bar group, line or collection) has one
   colour across every panel of the figure, and one legend never shows two entries that look alike;
 - bars start at zero: an axes with bars is linear and its value axis includes 0;
+- axes are linear, or say why not: an axis on a log, symlog or other non-linear scale names that
+  scale in its label with the reason (``(log scale: spans five decades)``, :data:`JUSTIFIED_SCALE`),
+  and the figure's headline (its suptitle or first title) states the takeaway in at least
+  :data:`MIN_HEADLINE_WORDS` words;
 - the figure with its legends fits :data:`MAX_WIDTH_IN` inches (JupyterLab shows it uncropped).
 
 :func:`install` records every figure a kernel prints (an inline display or a ``savefig``), with its
-problems and its series colours, in :data:`RECORDED`; :func:`dump` prints them as JSON after a mark.
+problems, its series colours and how often it was shown as an image (a print to a file-like object:
+an inline display or :func:`pooltk.nb.common.show_figure`) or saved (a print to a path), in
+:data:`RECORDED`; :func:`dump` prints them as JSON after a mark.
 ``tests/notebooks/conftest.py`` runs each notebook once with this recorder prepended.
 """
 
@@ -29,9 +36,16 @@ from pathlib import Path
 from typing import Any
 
 MAX_WIDTH_IN = 10.0
-"""The widest a figure may be with its legends, inches (pooltk.nb.style.FIGURE_WIDTH_IN plus slack)."""
+"""The widest a figure may be with its legends, inches (pooltk.nb.style.FIGURE_WIDTH_IN plus
+slack)."""
 UNIT = re.compile(r"\([^()]*[^\s()][^()]*\)|\[[^\[\]]+\]")
 """A unit in parentheses (or brackets) somewhere in an axis label."""
+JUSTIFIED_SCALE = re.compile(r"\b(sym)?log(it)? scale\b\s*[:;,-]\s*\S+", re.I)
+"""How a non-linear axis says what it is and why: ``(log scale: spans five decades)`` in its
+label."""
+MIN_HEADLINE_WORDS = 5
+"""A figure's headline is a statement (what the figure shows), not a bare name like
+``throughput``."""
 DUMP_MARK = "__POOLTK_FIGURES__"
 TOL_PX = 1.5
 """Pixels two boxes may share before they count as overlapping (anti-aliasing, rounding)."""
@@ -53,6 +67,9 @@ class FigureRecord:
     """What :func:`figure_problems` found."""
     series: dict[str, str] = field(default_factory=dict)
     """Label -> colour (hex) of every labelled series it drew."""
+    shown: int = 0
+    """How many times it was printed as an image to show (inline display, ``show_figure``), not
+    saved."""
 
     def name(self) -> str:
         return (
@@ -122,7 +139,8 @@ def _short(text: str) -> str:
 
 
 def _data_boxes(ax: Any, renderer: Any) -> list[tuple[str, Any]]:
-    """(what, display bbox) of every drawn datum in ``ax``: bars, line points, markers, areas, texts."""
+    """(what, display bbox) of every drawn datum in ``ax``: bars, line points, markers, areas,
+    texts."""
     import numpy as np
     from matplotlib.collections import LineCollection, PathCollection, PolyCollection, QuadMesh
     from matplotlib.transforms import Bbox
@@ -225,7 +243,8 @@ def _look(handle: Any) -> tuple:
 
 
 def _drawn_colours(fig: Any) -> set[str]:
-    """Every colour an artist of the figure's axes is drawn in (faces and edges; patches, lines, collections)."""
+    """Every colour an artist of the figure's axes is drawn in (faces and edges; patches, lines,
+    collections)."""
     import numpy as np
 
     out: set[str] = set()
@@ -256,7 +275,8 @@ def _drawn_colours(fig: Any) -> set[str]:
 
 
 def series_colours(fig: Any) -> tuple[dict[str, set[str]], list[str]]:
-    """Label -> the colours it is drawn in over the whole figure; and legend entries that look alike."""
+    """Label -> the colours it is drawn in over the whole figure; and legend entries that look
+    alike."""
     seen: dict[str, set[str]] = {}
     alike: list[str] = []
 
@@ -292,7 +312,8 @@ def series_colours(fig: Any) -> tuple[dict[str, set[str]], list[str]]:
 
 
 def figure_problems(fig: Any) -> list[str]:
-    """Everything mechanically wrong with ``fig`` (see the module docstring); empty when it is fine."""
+    """Everything mechanically wrong with ``fig`` (see the module docstring); empty when it is
+    fine."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     problems: list[str] = []
@@ -302,7 +323,16 @@ def figure_problems(fig: Any) -> list[str]:
     if not data_axes:
         return ["the figure has no axes"]
 
-    # titles, labels, units
+    # a headline that states something
+    headline = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    headline = headline or next((ax.get_title() for ax in data_axes if ax.get_title()), "")
+    if headline.strip() and len(headline.split()) < MIN_HEADLINE_WORDS:
+        problems.append(
+            f"the headline {_short(headline)!r} has {len(headline.split())} words; required a "
+            f"statement of what the figure shows (>= {MIN_HEADLINE_WORDS} words)"
+        )
+
+    # titles, labels, units, scales
     for i, ax in enumerate(data_axes):
         where = f"axes {i}"
         twin = _twin_host(ax, data_axes)
@@ -321,6 +351,12 @@ def figure_problems(fig: Any) -> list[str]:
             elif not UNIT.search(text):
                 problems.append(
                     f"{where}: {name} label {_short(text)!r} names no unit in parentheses"
+                )
+            scale = axis.get_scale()
+            if scale != "linear" and not JUSTIFIED_SCALE.search(text):
+                problems.append(
+                    f"{where}: the {name} axis is on a {scale} scale and its label does not say so "
+                    f"and why; required a linear axis, or '({scale} scale: <why>)' in its label"
                 )
     for ax in all_axes:
         if _is_colorbar(ax):
@@ -343,7 +379,8 @@ def figure_problems(fig: Any) -> list[str]:
             )
         elif min(low, high) > 0 or max(low, high) < 0:
             problems.append(
-                f"axes {i}: bars on a value axis from {min(low, high):.3g} to {max(low, high):.3g}, "
+                f"axes {i}: bars on a value axis from {min(low, high):.3g} to "
+                f"{max(low, high):.3g}, "
                 "which leaves out zero"
             )
 
@@ -495,6 +532,8 @@ def _record(fig: Any, target: Any) -> None:
         rec = RECORDED[id(fig)] = FigureRecord(key=id(fig), cell=cell, title=title)
     if isinstance(target, (str, Path)):
         rec.saved_as.append(Path(target).stem)
+    else:  # a file-like object: IPython's inline display, or show_figure's PNG
+        rec.shown += 1
     try:
         rec.problems = figure_problems(fig)
     except (
@@ -506,7 +545,8 @@ def _record(fig: Any, target: Any) -> None:
 
 
 def install() -> None:
-    """Record every figure printed from now on (inline display and savefig both go through print_figure)."""
+    """Record every figure printed from now on (inline display and savefig both go through
+    print_figure)."""
     from matplotlib.backend_bases import FigureCanvasBase
 
     if getattr(FigureCanvasBase.print_figure, "_pooltk_recorder", False):

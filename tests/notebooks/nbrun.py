@@ -14,7 +14,8 @@ has finished, the browser test hands the folder over (:data:`LAB_RECORDS`), and
 ``pooltk.nb.report.notebook_client``, working directory ``notebooks/``, ``POOLTK_REPORT_DIR`` a
 temporary folder) on an in-memory copy with three cells added: the figure recorder first
 (``figure_checks.install()``), then, at the end, the notebook's probe (``PROBES`` in
-test_notebooks_execute.py: values the notebook computed, read from its kernel) and the recorder's dump.
+test_notebooks_execute.py: values the notebook computed, read from its kernel) and the recorder's
+dump.
 The committed file is never changed.
 """
 
@@ -31,11 +32,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 PROBE_MARK = "__POOLTK_PROBE__"
+ADDED_TAG = "pooltk-test-added"
+"""The tag of the cells :func:`execute_notebook` adds (the recorder, the probe, the dump)."""
 RECORD_ENV = "POOLTK_NB_RECORD_DIR"
-"""The folder a recording kernel writes ``<stem>/record.json`` under (set on the JupyterLab server)."""
+"""The folder a recording kernel writes ``<stem>/record.json`` under (set on the JupyterLab
+server)."""
 LAB_RECORDS: dict[Path, Path] = {}
 """Notebook path -> its finished JupyterLab run's record folder (filled by tests/browser)."""
-KERNEL_STARTUP = f"""# pooltk's test recorder: an IPython startup file of the suite's JupyterLab (tests/notebooks/nbrun.py)
+KERNEL_STARTUP = f"""# pooltk's test recorder: an IPython startup file of the suite's JupyterLab
+# (tests/notebooks/nbrun.py)
 import os as _os
 if _os.environ.get({RECORD_ENV!r}) and _os.environ.get("JPY_SESSION_NAME"):
     import sys as _sys
@@ -91,20 +96,25 @@ def execute_notebook(
     nb = nbformat.read(path, as_version=4)
     if parameters:
         inject_parameters(nb, parameters)
+
+    def added(source: str) -> Any:
+        return nbformat.v4.new_code_cell(source, metadata={"tags": [ADDED_TAG]})
+
     nb.cells.insert(
         0,
-        nbformat.v4.new_code_cell(
-            f"import sys as _sys\n_sys.path.insert(0, {str(HERE)!r})\nimport figure_checks as _figure_checks\n"
+        added(
+            f"import sys as _sys\n_sys.path.insert(0, {str(HERE)!r})\n"
+            "import figure_checks as _figure_checks\n"
             "_figure_checks.install()"
         ),
     )
     if probe is not None:
         nb.cells.append(
-            nbformat.v4.new_code_cell(
+            added(
                 f"import json as _json\nprint({PROBE_MARK!r} + _json.dumps({probe}, default=str))"
             )
         )
-    nb.cells.append(nbformat.v4.new_code_cell("_figure_checks.dump()"))
+    nb.cells.append(added("_figure_checks.dump()"))
     out_dir.mkdir(parents=True, exist_ok=True)
     old = os.environ.get("POOLTK_REPORT_DIR")
     os.environ["POOLTK_REPORT_DIR"] = str(out_dir)
@@ -193,6 +203,16 @@ def load_lab_record(path: Path, folder: Path) -> Executed:
         figures=[figure_checks.FigureRecord(**d) for d in record["figures"]],
         probe=record.get("probe"),
     )
+
+
+def without_added_cells(nb: Any) -> Any:
+    """A copy of an executed notebook without the cells :func:`execute_notebook` added: what
+    ``pooltk report`` would have run and rendered."""
+    import copy
+
+    out = copy.deepcopy(nb)
+    out.cells = [c for c in out.cells if ADDED_TAG not in c.get("metadata", {}).get("tags", [])]
+    return out
 
 
 def error_outputs(nb: Any) -> list[str]:

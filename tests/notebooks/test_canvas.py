@@ -1,4 +1,5 @@
-"""Widget callbacks draw off pyplot, so no other thread's figure flush can draw their figures (pooltk.nb.canvas).
+"""Widget callbacks draw off pyplot, so no other thread's figure flush can draw their figures
+(pooltk.nb.canvas).
 
 [Note: widget callbacks draw off pyplot] in pooltk/nb/canvas.py: JupyterLab 4.6 handles widget
 messages on ipykernel subshells, and matplotlib-inline's flush on one thread drew (and tore) the
@@ -34,7 +35,12 @@ def _no_open_figures():
 
 
 def _shown(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, list[int]]]:
-    """Every object the notebooks' display helper shows, with pyplot's figure numbers at that moment."""
+    """Every object the notebooks' display helper shows, with pyplot's figure numbers at that
+    moment.
+
+    ``show_figure`` shows a figure as its PNG (an ``IPython.display.Image``), never the figure
+    object ([Note: a figure shown off pyplot is sent as a PNG] in pooltk/nb/common.py).
+    """
     from pooltk.nb import common
 
     shown: list[tuple[Any, list[int]]] = []
@@ -86,14 +92,16 @@ def test_notebook_00s_explorer_shows_a_figure_pyplot_never_held(monkeypatch):
 
     shown = _shown(monkeypatch)
     state = mp.MechanismState()
+    drawn = []
     for slack in (0, 1):
         mp.explore(state, schedule="1F1B", pp=4, microbatches=8, slack=slack, grad_slack=0)
         fig = mp.render_explorer(state)
-        assert fig is not None
-    figures = [(obj, nums) for obj, nums in shown if isinstance(obj, mpl.figure.Figure)]
-    assert len(figures) == 2, shown
-    for fig, nums in figures:
-        assert nums == [] and fig.axes, f"shown while pyplot held figures {nums}, or empty"
+        assert fig is not None and fig.axes
+        drawn.append(fig)
+    images = [(obj, nums) for obj, nums in shown if _is_png(obj)]
+    assert len(images) == len(drawn) == 2, shown
+    for _, nums in images:
+        assert nums == [], f"shown while pyplot held figures {nums}"
 
 
 def test_notebook_01s_explorer_shows_figures_pyplot_never_held(monkeypatch):
@@ -112,9 +120,28 @@ def test_notebook_01s_explorer_shows_figures_pyplot_never_held(monkeypatch):
         boundary_mib=416.0,
     )
     assert mp.render_explorer(state, save=False) is not None
-    figures = [(obj, nums) for obj, nums in shown if isinstance(obj, mpl.figure.Figure)]
-    assert figures, shown
-    assert all(nums == [] and fig.axes for fig, nums in figures), figures
+    images = [(obj, nums) for obj, nums in shown if _is_png(obj)]
+    assert images, shown
+    assert all(nums == [] for _, nums in images), images
+
+
+def _is_png(obj: Any) -> bool:
+    from IPython.display import Image
+
+    return isinstance(obj, Image) and bytes(obj.data).startswith(b"\x89PNG")
+
+
+def test_show_figure_sends_a_png_even_before_pyplot_has_loaded_the_inline_backend(monkeypatch):
+    """Notebook 02 drew its first figures off pyplot, so IPython had no image formatter for them and
+    the report showed ``<Figure size 950x520 with 2 Axes>``; show_figure sends the PNG itself."""
+    from pooltk.nb import common
+
+    shown = _shown(monkeypatch)
+    with canvas.off_pyplot():
+        fig, ax = canvas.subplots(figsize=(3, 2))
+        ax.plot([0, 1], [1, 0])
+        common.show_figure(fig)
+    assert len(shown) == 1 and _is_png(shown[0][0]), shown
 
 
 def test_every_figure_pooltk_nb_makes_goes_through_canvas():

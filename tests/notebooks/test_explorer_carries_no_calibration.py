@@ -1,4 +1,4 @@
-"""Notebook 01's explorer models what the user chose: no other model's calibration, no other run's peak.
+"""Notebook 01's explorer models what the user chose: no other model's calibration or run's peak.
 
 The trap of issue 29: Llama-3-70B (pp 8, M 32, 1 x 4096 tokens, hidden 8192, bf16) entered on the
 default Kimi-K3 preset kept K3's fitted 360 MiB remainder (26.5 GiB stock on a middle stage where
@@ -42,7 +42,7 @@ def _llama_sets_and_no_k3(state: mp.ExplorerState) -> None:
 
 
 def _fits_borrow_nothing(state: mp.ExplorerState) -> None:
-    assert state.fits is None and state.fits_report is None
+    assert state.fits is None
     assert "no reference peak" in state.fits_note and "run log" in state.fits_note
     printed = "\n".join(mp.explorer_lines(state))
     assert f"{K3_PEAK_GIB}" not in printed and "fits on" not in printed, printed
@@ -118,11 +118,11 @@ def test_a_reference_the_user_gives_anchors_the_fits_view_and_says_so() -> None:
         reference_peak_gib=150.0,
         reference_variant="stock",
     )
-    ref = state.fits_report.reference
+    ref = state.fits.reference
     assert ref.peak_bytes == 150 * 2**30 and ref.variant == "stock" and "your peak" in ref.source
     stock = state.fits.worst("stock")
     assert (
-        stock.estimate_bytes == 150 * 2**30
+        stock.tensor_bytes == 150 * 2**30
         and stock.overhead_bytes == state.fits.overhead.total_bytes
     )
     assert stock.capacity_bytes == GB200.capacity_bytes
@@ -142,7 +142,7 @@ def test_a_run_log_without_peak_memory_is_named_in_the_fits_note(tmp_path: Path)
 
 
 def test_the_k3_preset_at_its_own_shape_keeps_its_calibration_and_its_own_published_peak() -> None:
-    from pooltk.memory.k3_story import k3_story
+    from pooltk.studies.kimi_k3 import k3_story
 
     state = mp.ExplorerState()
     mp.explore(
@@ -164,11 +164,12 @@ def test_the_k3_preset_at_its_own_shape_keeps_its_calibration_and_its_own_publis
         state.source is state.origin
         and state.last_result.boundaries[0].forward_bytes == 416 * 2**20
     )
-    assert state.fits_report.reference.peak_bytes == round(K3_PEAK_GIB * 2**30)
-    # the explorer's verdict is the K3 story's (one rule, one capacity): stock OOMs by the story's margin
-    story_row = k3_story().rows[1]
+    assert state.fits.reference.peak_bytes == round(K3_PEAK_GIB * 2**30)
+    # the explorer's verdict is the K3 story's (one verdict, one capacity): stock OOMs by its margin
+    story = k3_story()
     stock = state.fits.worst("stock")
-    assert not stock.fits and f"OOM by {-stock.margin_bytes / 2**30:.2f} GiB" in story_row.modelled
+    assert stock == story.anchored[0][1].worst("stock") and not stock.fits
+    assert f"OOM by {-stock.margin_bytes / 2**30:.2f} GiB" in story.rows[1].pooltk
     assert state.fits.worst("automodel").fits
 
 

@@ -1,9 +1,10 @@
 """Every figure every notebook draws passes the mechanical checks of figure_checks.py.
 
 Each notebook runs once (the session's shared execution, conftest.py), with a recorder that checks
-each figure as the kernel prints it: titles, axis labels with units, no clipped or overlapping
-label, no legend over data, one colour per series, bars from zero, a width JupyterLab shows whole.
-Across notebooks a series keeps its colour too.
+each figure as the kernel prints it: a headline that states something and a title on every panel,
+axis labels with units, linear axes (or a label saying which scale and why), no clipped or
+overlapping label, no legend over data, one colour per series, bars from zero, a width JupyterLab
+shows whole. Across notebooks a series keeps its colour too.
 
 The checker is tested here as well, on figures built to break each rule, so a check that cannot
 fail would show.
@@ -74,7 +75,9 @@ def _fig(**kw):
     return fig, ax
 
 
-def _good(ax, title="t", xl="stage (index)", yl="receive buffers (GiB)"):
+def _good(
+    ax, title="stage 3 holds the most buffers", xl="stage (index)", yl="receive buffers (GiB)"
+):
     ax.set_title(title)
     ax.set_xlabel(xl)
     ax.set_ylabel(yl)
@@ -171,3 +174,30 @@ def test_two_legend_entries_that_look_alike_are_caught() -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     assert any("look alike" in p for p in figure_checks.figure_problems(fig))
+
+
+def test_a_log_axis_must_say_so_and_why_and_a_linear_one_need_not() -> None:
+    fig, ax = _fig()
+    ax.plot([1, 2, 3], [1e-6, 1e-2, 1.0], color="#4C72B0", label="a")
+    _good(ax, yl="difference (abs.)")
+    ax.set_yscale("log")
+    fig.tight_layout()
+    assert any("on a log scale" in p for p in figure_checks.figure_problems(fig))
+    ax.set_ylabel("diff. (log scale: 6 decades)")
+    fig.tight_layout()
+    assert figure_checks.figure_problems(fig) == []
+    ax.set_yscale("symlog", linthresh=1e-9)
+    ax.set_ylabel("difference (abs., symlog)")  # names the scale, not why
+    fig.tight_layout()
+    assert any("on a symlog scale" in p for p in figure_checks.figure_problems(fig))
+
+
+def test_a_headline_that_only_names_the_figure_is_caught() -> None:
+    fig, ax = _fig()
+    ax.plot([0, 1], [0, 1], color="#4C72B0", label="a")
+    _good(ax, title="throughput")
+    fig.tight_layout()
+    assert any("the headline 'throughput'" in p for p in figure_checks.figure_problems(fig))
+    fig.suptitle("the pool keeps 9 of 48 sets")
+    fig.tight_layout()
+    assert not any("headline" in p for p in figure_checks.figure_problems(fig))

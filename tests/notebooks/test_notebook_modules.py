@@ -58,7 +58,8 @@ def test_the_ring_is_w_plus_slack_forward_and_one_plus_grad_slack_capped_at_m(
 
 
 def test_an_overwrite_is_counted_once_per_receive_into_a_held_slot() -> None:
-    """GPipe pp4 M8 with the 1F1B ring [- 3 2 1]: on stage i every receive after the first K lands on a held buffer."""
+    """GPipe pp4 M8 with the 1F1B ring [- 3 2 1]: on stage i every receive after the first K lands
+    on a held buffer."""
     from pooltk.analysis.lifetimes import overwrites
 
     gp = mp.replay("GPipe", pp=4, n_microbatches=8)
@@ -122,7 +123,7 @@ def test_the_explorer_records_rejected_shapes_instead_of_raising() -> None:
     assert "18 receive(s) into a slot still held" in state.line()
 
 
-# --------------------------------------------------------------------------- what slack buys, the lifetime facts
+# ----------------------------------------------------------- what slack buys, the lifetime facts
 
 
 def test_slack_needed_is_zero_for_1f1b_and_m_minus_one_for_gpipe_under_the_1f1b_formula() -> None:
@@ -140,9 +141,7 @@ def test_slack_needed_is_zero_for_1f1b_and_m_minus_one_for_gpipe_under_the_1f1b_
     assert frame.loc[("Interleaved1F1B", "first read to release", "forward")].slack_needed >= 1
 
 
-def test_a_received_input_overwritten_before_its_backward_changes_gradients_and_after_it_changes_none() -> (
-    None
-):
+def test_an_input_overwritten_before_its_backward_changes_gradients_and_after_it_none() -> None:
     from pooltk.nb import lifetime_facts as lf
 
     rows = {(r.case, r.gradient): r for r in lf.reuse_point()}
@@ -209,3 +208,116 @@ def test_the_parity_panel_rejects_bad_inputs_before_launching() -> None:
     assert "slack" in (state.last_error or "")
     with pytest.raises(ValueError, match="pp: found 2"):
         pq.run_negative_controls(pp=2)
+
+
+# ------------------------------------------------------------------- notebook 00's lesson figures
+
+
+@pytest.mark.parametrize(("schedule", "short"), [("1F1B", True), ("GPipe", False)])
+def test_the_guard_stops_at_the_first_premature_post_in_time_and_counts_it_within_its_ring(
+    schedule, short
+) -> None:
+    rp = mp.replay(schedule, pp=4, n_microbatches=8)
+    rings = mp.rings_for(4, 8, PoolConfig(slack=0, grad_slack=0))
+    rings = mp.one_short(rings) if short else rings
+    guard = mp.guard_replay(rp, rings)
+    by_key = {(b.stage, b.direction, b.microbatch): b for b in rp.spans}
+    posts = [
+        rp.time_of_post(by_key[(o.stage, o.direction, o.overwritten_by)])
+        for o in mp.overwritten_receives(rp, rings)
+    ]
+    e = guard.stop
+    assert e is not None and e.time == min(posts) and guard.makespan == rp.makespan
+    ring_posts = sorted(
+        rp.time_of_post(b) for b in rp.spans if (b.stage, b.direction) == (e.stage, e.direction)
+    )
+    assert ring_posts.index(e.time) + 1 == e.ring_post  # "stage 1's 3rd activation receive"
+    assert f"stage {e.stage}'s {mp.ordinal(e.ring_post)} activation receive" in guard.line()
+
+
+def test_the_guard_chart_draws_nothing_after_the_stop() -> None:
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    from pooltk.nb import timelines as tl
+
+    rp = mp.replay("1F1B", pp=4, n_microbatches=8)
+    short = mp.one_short(mp.rings_for(4, 8, PoolConfig(slack=0, grad_slack=0)))
+    guard = mp.guard_replay(rp, short)
+    fig = tl.slot_chart(rp, short, guard=guard)
+    (ax,) = fig.axes
+    stop = guard.stop.time
+    xs = [x for line in ax.get_lines() for x in np.atleast_1d(line.get_xdata())]
+    bars = [p for p in ax.patches if isinstance(p, Rectangle)]
+    assert max(xs) <= stop and all(p.get_x() + p.get_width() <= stop + 1e-9 for p in bars)
+    assert ax.get_xlim()[1] < rp.makespan / 4 and "tick 3 of 33" in ax.get_title()
+    full = tl.slot_chart(rp, short)  # without the guard: every overwrite, to the step's end
+    assert full.axes[0].get_xlim()[1] == rp.makespan
+
+
+@pytest.mark.parametrize(
+    "schedule", ["1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "ZBVZeroBubble"]
+)
+def test_the_lifetime_charts_peak_on_notebook_00s_clock_is_the_analysed_live_set(schedule) -> None:
+    from pooltk.analysis.lifetimes import live_table
+    from pooltk.analysis.programs import CATALOG
+    from pooltk.nb.schedules import _peak_window
+
+    vpp = CATALOG[schedule].stages_per_rank
+    rp = mp.replay(schedule, pp=4, n_microbatches=8, stages_per_rank=vpp)
+    table = live_table(schedule, pp=4, n_microbatches=8, stages_per_rank=vpp)
+    for row in table.itertuples():
+        spans = [b for b in rp.spans if (b.stage, b.direction) == (row.stage, row.direction)]
+        peak, *_ = _peak_window([(rp.time_of_post(b), rp.time_of_release(b)) for b in spans])
+        assert peak == row.live_peak, (schedule, row.stage, row.direction)
+
+
+def test_under_1f1b_slack_costs_a_set_per_receiving_stage_and_buys_tolerance_not_safety() -> None:
+    from pooltk.nb.slack import slack_sweep
+
+    sweep = slack_sweep(pp=4, n_microbatches=8)
+    assert (sweep.exact == 0).all()  # the live-set ring is safe at every slack, 0 included
+    assert list(sweep.one_short[:2]) == [13, 0]  # one set short: fixed by slack 1
+    assert list(sweep.sets_kept[:3]) == [9, 12, 15] and sweep.stock.iloc[0] == 48
+    safe = sweep[sweep.gpipe_forced == 0]
+    assert list(safe.slack) == [7] and safe.all_at_m.all()  # GPipe: only where K = M
+
+
+def test_a_slack_of_zero_that_leaves_k_equal_to_m_says_so() -> None:
+    from pooltk.nb.slack import slack_needs
+
+    frame = slack_needs(["1F1B", "GPipe"], pp=4, n_microbatches=8).set_index(
+        ["schedule", "rule", "direction"]
+    )
+    gpipe = frame.loc[("GPipe", "first read to release", "forward")]
+    assert gpipe.slack_needed == 0 and gpipe.ring_at_m  # not "GPipe is tight": every slot is M
+    assert not frame.loc["1F1B"].ring_at_m.any()
+
+
+def test_torch_2_15_keeps_the_live_set_but_all_m_activations_on_the_last_stage() -> None:
+    sets = mp.sets_by_version(4, 8)
+    totals = sets[["stock", "stock_lazy", "ring", "lazy_released"]].sum().to_dict()
+    assert totals == {"stock": 48, "stock_lazy": 16, "ring": 9, "lazy_released": 9}
+    last = sets[(sets.stage == 3) & (sets.direction == "forward")].iloc[0]
+    assert (last.stock_lazy, last.lazy_released) == (8, 1)
+
+
+def test_a_table_keeps_its_row_labels_and_a_saved_figure_prints_no_path(
+    monkeypatch, tmp_path
+) -> None:
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from pooltk.nb import common
+
+    shown = []
+    monkeypatch.setattr(common, "_display", shown.append)
+    totals = pd.DataFrame({"schedule": ["1F1B", "GPipe"], "stock": [48, 48]}).groupby("schedule")
+    common.show_frame(totals.sum(), "totals")
+    assert list(shown[0].data.columns) == ["schedule", "stock"]  # notebook 04's totals
+    monkeypatch.setenv("POOLTK_REPORT_DIR", str(tmp_path))
+    fig, ax = plt.subplots()
+    path = common.save_figure(fig, "00_x")
+    plt.close(fig)
+    assert path == tmp_path / "00_x.png" and path.is_file()
+    assert path._ipython_display_() is None  # IPython shows nothing for it (no PosixPath)

@@ -1,4 +1,5 @@
-"""Every notebook under notebooks/ runs headless top to bottom, and the committed files follow the policy.
+"""Every notebook under notebooks/ runs headless top to bottom, and the committed files follow the
+policy.
 
 The notebooks are found by one glob (``notebooks/*.ipynb``); there is no second list. Each runs once
 per session (conftest.py: nbclient, working directory ``notebooks/``, ``POOLTK_REPORT_DIR`` a
@@ -30,11 +31,19 @@ NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 MAX_MEAN_CODE_LINES = 25
 """Thin notebooks: the average code cell stays under this many lines (logic lives in pooltk)."""
 NB_IMPORT = "from pooltk.nb import common as nb"
-"""The one way a notebook imports the shared helpers (topic modules: ``from pooltk.nb import <topic> as <alias>``)."""
+"""The one way a notebook imports the shared helpers (topic modules: ``from pooltk.nb import
+<topic> as <alias>``)."""
 TIMING = re.compile(
     r"\b\d+(?:\.\d+)?(?:\s*[-–]\s*\d+(?:\.\d+)?)?\s*(?:s|secs?|seconds?|CPU-seconds|min|mins|minutes?)\b"
 )
-"""A machine timing in prose (``25-60 s``, ``12 minutes``): the notebooks point to docs/notebooks.md instead."""
+"""A machine timing in prose (``25-60 s``, ``12 minutes``): the notebooks point to
+docs/notebooks.md instead."""
+
+
+def _markdown(stem: str) -> str:
+    """The notebook's markdown, as committed: the prose its numbers are checked against."""
+    nb = nbformat.read(NOTEBOOK_DIR / f"{stem}.ipynb", as_version=4)
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
 
 
 def _check_00(v: dict[str, Any]) -> None:
@@ -50,7 +59,20 @@ def _check_00(v: dict[str, Any]) -> None:
         "1F1B pp=4 M=8 slack=0 grad_slack=0: rings act [- 3 2 1] grad [1 1 1 -], "
         "the pool keeps 9 of 48 stock buffer sets; 0 receive(s)"
     ), v["explorer"]
-    assert v["slack_1f1b"] == 0 and v["leaf_stage_backward"] == [0.0, 0.0]
+    assert v["leaf_stage_backward"] == [0.0, 0.0]
+    # the prose says what the cells computed: the saving, where the guard stops, what slack buys
+    prose = " ".join(_markdown("00_how_the_ring_works").split())
+    assert (v["stock"], v["kept"]) == (48, 9), v
+    assert f"stock keeps {v['stock']} sets and the pool {v['kept']}" in prose
+    stage, post, tick, makespan = v["guard_stop"]
+    nth = {1: "first", 2: "second", 3: "third", 4: "fourth", 5: "fifth"}[post]
+    assert f"tick {tick:g} of {makespan:g}: stage {stage}'s {nth} activation receive" in prose, v
+    sweep = v["sweep"]
+    assert not any(sweep["exact"]), sweep  # under 1F1B slack 0 is already safe
+    short_ok = next(s for s, n in zip(sweep["slack"], sweep["one_short"]) if n == 0)
+    gpipe_ok = next(s for s, n in zip(sweep["slack"], sweep["gpipe_forced"]) if n == 0)
+    assert sweep["all_at_m"][sweep["slack"].index(gpipe_ok)], sweep  # GPipe: only once K = M
+    assert f"safe again at slack {short_ok}" in prose and f"needs slack {gpipe_ok}" in prose
 
 
 def _check_01(v: dict[str, Any]) -> None:
@@ -102,6 +124,15 @@ def _check_04(v: dict[str, Any]) -> None:
     assert v["all_bitwise_equal"] and v["all_peaks_match"], v
     shared, per_stage = v["interleaved_rank_shared_vs_per_stage"]
     assert shared < per_stage, v
+    # the slack section's prose names what the heatmap shows
+    prose = " ".join(_markdown("04_beyond_1f1b").split())
+    short = v["pr_default_short"]
+    assert short == ["GPipe", "LoopedBFS", "InterleavedZeroBubble"], v
+    assert f"not {short[0]}, {short[1]} or {short[2]}" in prose
+    assert v["first_read_forward_one"] == ["Interleaved1F1B", "ZBVZeroBubble", "DualPipeV"], v
+    assert v["first_read_grad_most"] == ["LoopedBFS", 7], v
+    assert "up to 7 gradient sets (LoopedBFS)" in prose
+    assert "weight step `W`" not in prose  # W is notebook 00's in-flight depth, nothing else
 
 
 def _check_05(v: dict[str, Any]) -> None:
@@ -119,7 +150,11 @@ PROBES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
         "'overwrites_1f1b': len(mp.overwritten_receives(rp, rings)), "
         "'overwrites_gpipe_forced': len(mp.overwritten_receives(gp, rings)), "
         "'guard': {name: g.ok for name, g in guard.items()}, 'explorer': state.line(), "
-        "'slack_1f1b': int(needs[needs.schedule == '1F1B'].slack_needed.max()), "
+        "'stock': int(live.stock_buffers.sum()), 'kept': int(live.ring.sum()), "
+        "'guard_stop': [(g := guard['1F1B, ring one short']).stop.stage, g.stop.ring_post, "
+        "g.stop.time, g.makespan], "
+        "'sweep': sweep[['slack', 'exact', 'one_short', 'gpipe_forced', 'all_at_m']]"
+        ".astype(object).to_dict('list'), "
         "'leaf_stage_backward': list(leaf.diff_stage_backward)}",
         _check_00,
     ),
@@ -150,7 +185,12 @@ PROBES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
     "04_beyond_1f1b": (
         "{'all_bitwise_equal': bool(recorded.parity.all()), 'all_peaks_match': bool(recorded.peaks_match.all()), "
         "'interleaved_rank_shared_vs_per_stage': (int(rank_totals.loc['Interleaved1F1B', 'rank_shared']), "
-        "int(rank_totals.loc['Interleaved1F1B', 'per_stage_rings']))}",
+        "int(rank_totals.loc['Interleaved1F1B', 'per_stage_rings'])), "
+        "'pr_default_short': list(needs[(needs.rule == 'PR #3780 ring') & ~needs.covered_by_pr_default].schedule), "
+        "'first_read_forward_one': list(needs[(needs.rule == 'first read to release') & "
+        "(needs.direction == 'forward') & (needs.slack_needed == 1)].schedule), "
+        "'first_read_grad_most': (lambda g: [g.loc[g.slack_needed.idxmax(), 'schedule'], "
+        "int(g.slack_needed.max())])(needs[(needs.rule == 'first read to release') & (needs.direction == 'grad')])}",
         _check_04,
     ),
     "05_trainers_side_by_side": (

@@ -1,10 +1,10 @@
-"""Notebook 01's whole-stage section and the fits views, checked without a kernel on a small decoder.
+"""Notebook 01's whole-stage section and the fits views, checked without a kernel, small decoder.
 
-A four-layer Llama-shaped decoder (hidden 64) replays in seconds; what it checks is what the notebook
-does with Llama-3-70B: the quick switch, the stacked and timeline figures (through the same figure
-checks every notebook figure passes), the verdict on the one GB200 capacity, and the explorer's fits
-view standing on the replay only when the model and shape are the replayed ones. Notebook 03's
-capacity is the same GB200.
+A four-layer Llama-shaped decoder (hidden 64) replays in seconds; what it checks is what the
+notebook does with Llama-3-70B: the quick switch, the stacked and timeline figures (through the
+same figure checks every notebook figure passes), the verdict on the one GB200 capacity, and the
+explorer's fits view standing on the replay only when the model and shape are the replayed ones.
+Notebook 03's capacity is the same GB200.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def test_the_verdict_is_on_the_one_gb200_capacity_with_the_stated_overhead(
         (r, x) for r in (0, 2) for x in whole.estimate.variants
     }
     for r in v.rows:
-        assert r.estimate_bytes == whole.estimate.replay(r.rank, r.variant).peak.bytes
+        assert r.tensor_bytes == whole.estimate.replay(r.rank, r.variant).peak.bytes
 
 
 def test_the_tables_name_what_each_rank_holds_and_the_receive_check_is_exact_for_stock(
@@ -117,10 +117,10 @@ def test_the_explorer_stands_on_the_replay_only_for_the_replayed_model_and_shape
     )
     assert (
         state.fits is not None
-        and state.fits_report is None
+        and state.fits.reference is None
         and "whole-stage replay" in state.fits_basis
     )
-    assert {r.estimate_bytes for r in state.fits.rows} == {
+    assert {r.tensor_bytes for r in state.fits.rows} == {
         r.peak.bytes for r in whole.estimate.replays
     }
     assert (
@@ -144,13 +144,13 @@ def test_the_explorer_stands_on_the_replay_only_for_the_replayed_model_and_shape
 def test_the_k3_story_figure_draws_the_story_on_its_capacity() -> None:
     import matplotlib.pyplot as plt
 
-    from pooltk.memory.k3_story import k3_story
+    from pooltk.studies.kimi_k3 import k3_story
 
     story = k3_story()
     fig = fv.k3_story_figure(story)
     assert figure_checks.figure_problems(fig) == []
     titles = [ax.get_title() for ax in fig.axes[:2]]
-    margins = [r.modelled.rsplit(": ", 1)[-1] for r in story.rows[1:3]]
+    margins = [r.pooltk.rsplit(": ", 1)[-1] for r in story.rows[1:3]]
     assert all(m in t for m, t in zip(margins, titles)), (
         titles,
         margins,

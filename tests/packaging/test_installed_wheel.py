@@ -305,7 +305,7 @@ def test_the_claims_ledger_reads_its_published_figures_from_the_installed_wheel(
     installed: dict[str, Path],
 ) -> None:
     program = (
-        "from pooltk.studies.kimi_k3.claims import load_published; from pooltk.nb.schedules import "
+        "from pooltk.studies.kimi_k3 import load_published; from pooltk.nb.schedules import "
         "validation_summary; print(len(load_published().frame), len(validation_summary()))"
     )
     out = subprocess.run(

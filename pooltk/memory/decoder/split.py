@@ -1,10 +1,10 @@
-"""Which layers each pipeline stage holds: Automodel's split and torchtitan's, the embedding first, the head last.
+"""Which layers each pipeline stage holds: Automodel's split and torchtitan's, embedding first.
 
 [Note: stage splits]
 - ``"automodel"`` (Automodel's ``generate_hf_model_fqn_per_model_part`` when no split is given):
   ``divmod(layers, stages)``, the first ``layers % stages`` stages one layer more; the embedding
   joins stage 0 and the final norm and head the last stage, counting for no layer
-  (:func:`pooltk.memory.known_boundaries.layer_split`; 93 layers at pp8: 12, 12, 12, 12, 12, 11, 11, 11).
+  (:func:`layer_split`; 93 layers at pp8: 12, 12, 12, 12, 12, 11, 11, 11).
 - ``"torchtitan"`` (torchtitan's ``generate_llm_fqn_per_model_part``, read 2026-12): the embedding
   and the head each count as ``input_weight`` / ``output_weight`` layers (default 1); the
   ``layers + weights`` effective layers are dealt out by ``divmod``, the first stages one more;
@@ -21,9 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pooltk.memory.errors import MemoryModelError, positive_int
-from pooltk.memory.known_boundaries import layer_split
 
-__all__ = ["SPLITS", "StagePlan", "stage_plans", "torchtitan_split"]
+__all__ = [
+    "SPLITS",
+    "StagePlan",
+    "boundary_layers",
+    "layer_split",
+    "stage_plans",
+    "torchtitan_split",
+]
 
 SPLITS: tuple[str, ...] = ("automodel", "torchtitan")
 """The named splits of [Note: stage splits]."""
@@ -56,6 +62,28 @@ class StagePlan:
         return " + ".join(parts) or "nothing"
 
 
+def layer_split(num_layers: int, num_stages: int) -> tuple[int, ...]:
+    """Layers per stage as Automodel splits them by default: ``divmod``, the remainder to the first
+    stages. See [Note: stage splits]."""
+    layers = positive_int("num_layers", num_layers, "give the model's layer count, e.g. 93.")
+    stages = positive_int("num_stages", num_stages, "give the pipeline's stage count.")
+    if stages > layers:
+        raise MemoryModelError(
+            "num_stages",
+            found=str(stages),
+            required=f"at most the layers ({layers})",
+            fix="use fewer stages than layers.",
+        )
+    each, extra = divmod(layers, stages)
+    return tuple(each + (i < extra) for i in range(stages))
+
+
+def boundary_layers(num_layers: int, num_stages: int) -> tuple[int, ...]:
+    """Layers before each of the ``num_stages - 1`` boundaries under :func:`layer_split`."""
+    split = layer_split(num_layers, num_stages)
+    return tuple(sum(split[: b + 1]) for b in range(num_stages - 1))
+
+
 def torchtitan_split(
     num_layers: int, num_stages: int, input_weight: int = 1, output_weight: int = 1
 ) -> tuple[int, ...]:
@@ -69,7 +97,8 @@ def torchtitan_split(
     if each < max(1, input_weight, output_weight):
         raise MemoryModelError(
             "stage split",
-            found=f"{layers} layers (+{input_weight} embedding, +{output_weight} head) over {stages} stages",
+            found=f"{layers} layers (+{input_weight} embedding, +{output_weight} head) over "
+            f"{stages} stages",
             required="at least one layer per stage and no more weight than a stage's share",
             fix="use fewer stages, or the automodel split.",
         )

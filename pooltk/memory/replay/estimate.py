@@ -12,7 +12,7 @@ inputs each stage's builder declares), so the two share one record per stage and
 What the estimate measures: every storage the stage's program allocates through torch's
 operators, with what holds it. What it does not: memory outside those storages (the CUDA context,
 NCCL's buffers, the caching allocator's rounding and fragmentation, kernels' internal
-workspaces: see :mod:`pooltk.memory.verdict`, which adds them as a stated overhead); data parallelism
+workspaces: see :mod:`pooltk.memory.fits`, whose verdict adds them as a stated overhead); data parallelism
 (gradient all-reduce buckets, FSDP or ZeRO sharding of parameters, gradients and optimizer
 states: every rank here holds its stages' whole parameters); tensor and context parallelism;
 and mixed precision with float32 master weights (parameters, gradients and optimizer states

@@ -1,24 +1,24 @@
-"""Named whole-stage estimates: a published model at a published pipeline shape, each number with its source.
+"""Named whole-stage estimates: a published model at a published pipeline shape, with sources.
 
 The decoder dimensions are written here (the wheel carries no ``data/configs``); the test
-``tests/memory/test_replay_presets.py`` holds the Llama entry equal to ``data/configs/llama3_70b_config.json``.
+``tests/memory/test_estimate_inputs.py`` holds the Llama entry equal to
+``data/configs/llama3_70b_config.json``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
 
 from pooltk.config import PoolConfig
 from pooltk.memory.decoder.builder import decoder_builder
 from pooltk.memory.decoder.config import decoder_config
 from pooltk.memory.errors import MemoryModelError
-from pooltk.memory.known_models import known_model_config
 from pooltk.memory.replay.inputs import EstimateInputs
 from pooltk.memory.shape import PipelineShape
 
-__all__ = ["ESTIMATE_PRESETS", "EstimatePreset", "LLAMA3_70B", "K3_WIDTHS", "estimate_preset"]
+__all__ = ["ESTIMATE_PRESETS", "LLAMA3_70B", "EstimatePreset", "estimate_preset"]
 
 LLAMA3_70B: MappingProxyType = MappingProxyType(
     {
@@ -39,30 +39,8 @@ LLAMA3_70B: MappingProxyType = MappingProxyType(
         "vocab_size": 128256,
     }
 )
-"""Meta-Llama-3-70B's config.json values (its Hugging Face model card; data/configs/README.md gives the source)."""
-
-_K3_CLASS = "nemo_automodel.components.models.kimi_k3.config.KimiK3TextConfig"
-
-
-def _k3_widths() -> dict[str, Any]:
-    known = known_model_config(_K3_CLASS)
-    assert known is not None
-    return {
-        **known.defaults,
-        "model_type": "kimi_k3",
-        "v_head_dim": 128,
-        "first_k_dense": 1,
-        "torch_dtype": "bfloat16",
-    }
-
-
-K3_WIDTHS: MappingProxyType = MappingProxyType(_k3_widths())
-"""Kimi-K3's published widths as a decoder config: KimiK3TextConfig's defaults (pooltk's table of known model
-configs: hidden 7168, 93 layers, 96 heads, FFN 33792, 896 experts top-16 x 3072, 2 shared, vocab 163840) and, from
-the same class (NeMo Automodel's ``nemo_automodel.components.models.kimi_k3.config``), v head dim 128 and the first
-layer dense.
-K3's KDA and MLA attention and its attention-residual boundary are not what the decoder builds (its attention is
-96 heads x 128, key/value heads 96)."""
+"""Meta-Llama-3-70B's config.json values (its Hugging Face model card; data/configs/README.md gives
+the source)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -122,35 +100,25 @@ ESTIMATE_PRESETS: MappingProxyType = MappingProxyType(
                 checkpointing=False,
                 ep=1,
                 slack=2,
-                source="Meta-Llama-3-70B's config.json (Hugging Face model card); pp 8, 32 microbatches of 1 x 4096 "
-                "tokens: the shape of pooltk issue 29",
-            ),
-            EstimatePreset(
-                name="kimi-k3-gb200-2k",
-                config=K3_WIDTHS,
-                pp=8,
-                microbatches=64,
-                rows=2,
-                seq_len=2048,
-                checkpointing=True,
-                ep=32,
-                slack=2,
-                source="Kimi-K3's published widths (K3_WIDTHS); NVIDIA-NeMo/Automodel PR #3780 and kimi_k3_gb200_2k.yaml: "
-                "pp 8, ep 32, 64 microbatches of 2 x 2048 tokens, activation checkpointing on, pool slack 2",
+                source="Meta-Llama-3-70B's config.json (Hugging Face model card); pp 8, 32 "
+                "microbatches of 1 x 4096 tokens: the shape of pooltk issue 29",
             ),
         )
     }
 )
-"""The named estimates (``pooltk estimate --preset NAME``)."""
+"""The named estimates of models pooltk's decoder builds from their own config.json; a study adds
+its own (Kimi-K3's published widths: :data:`pooltk.studies.kimi_k3.ESTIMATE`)."""
 
 
-def estimate_preset(name: str) -> EstimatePreset:
-    """The preset called ``name``."""
-    if name not in ESTIMATE_PRESETS:
+def estimate_preset(
+    name: str, presets: Mapping[str, EstimatePreset] = ESTIMATE_PRESETS
+) -> EstimatePreset:
+    """The preset called ``name`` among ``presets`` (``pooltk estimate --preset NAME``)."""
+    if name not in presets:
         raise MemoryModelError(
             "preset",
             found=repr(name),
-            required=f"one of {', '.join(ESTIMATE_PRESETS)} (pooltk estimate --preset)",
+            required=f"one of {', '.join(presets)} (pooltk estimate --preset)",
             fix="pick a listed name, or give --config / --builder.",
         )
-    return ESTIMATE_PRESETS[name]
+    return presets[name]

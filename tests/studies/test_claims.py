@@ -6,14 +6,14 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from pooltk.studies.kimi_k3.claims import (
+from pooltk.studies.kimi_k3 import (
+    GB200_DATASHEET,
     PUBLISHED_CSV,
     claims_ledger,
     load_published,
     published_table,
 )
 from pooltk.logs.metrics import DeviceCapacity
-from pooltk.studies.kimi_k3.constants import GB200_DATASHEET
 
 
 def test_every_published_figure_has_a_source_and_a_unit():
