@@ -102,7 +102,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return int(args._module.run(args) or 0)
+    try:
+        return int(args._module.run(args) or 0)
+    except ModuleNotFoundError as exc:  # a lab command in the core install ([Note: core and lab])
+        if not exc.name or exc.name.partition(".")[0] == "pooltk":
+            raise
+        print(
+            f"pooltk {args.command}: {exc.name}: found not installed; required: the lab stack "
+            "(pooltk's core is the pool, probe, memory and schedules). Fix: pip install "
+            "'pooltk[lab]'.",
+            file=sys.stderr,
+        )
+        return 2
 
 
 if __name__ == "__main__":

@@ -7,24 +7,41 @@ a user typed flags. So a subcommand checks the flags it passes on with :func:`ch
 and a fix in flag terms), and prints every error through :func:`fail`, which also re-words a
 library :class:`~pooltk._validate.InputError` that names a field the command maps to a flag
 (``fields``: ``{"PoolConfig.slack": "--slack"}``), from the error's own fields, never its text.
+
+[Note: core and lab]
+``pip install pooltk`` (torch, PyYAML, numpy) holds the core: the pool, ``PoolConfig``, the
+receive-buffer model, the schedule analysis and the ``probe``, ``memory`` and ``schedules``
+commands. The rest (logs, notebook helpers, the replay, parity, the studies, the integrations and
+their commands) is the lab, whose stack comes with the ``lab`` extra. No core module imports a lab
+module (tests/unit/test_architecture.py marks every module). Where a core command's flag does lab
+work (``memory --preset`` reads the Kimi-K3 study, ``memory --measure`` launches ranks,
+``schedules --validate`` runs gloo proofs), it imports that module by name through
+:func:`from_lab`, which names the extra when the stack is missing; the test lists each crossing.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import sys
 from collections.abc import Iterable, Mapping
+from types import ModuleType
 from typing import Any
 
 from pooltk._validate import InputError, check_choice, check_int, problem
 
 __all__ = [
+    "LAB_EXTRA",
     "FlagError",
     "check_flag_choice",
     "check_flag_int",
     "check_flag_positive",
     "fail",
+    "from_lab",
     "message",
 ]
+
+LAB_EXTRA = "pip install 'pooltk[lab]'"
 
 
 class FlagError(InputError):
@@ -75,3 +92,25 @@ def fail(
     """Print ``pooltk <command>: <message>`` on stderr and return ``code`` (2: bad input)."""
     print(f"pooltk {command}: {message(exc, fields)}", file=sys.stderr)
     return code
+
+
+def from_lab(module: str, *, flag: str, needs: Iterable[str] = ()) -> ModuleType:
+    """The lab module ``module``, imported for ``flag`` of a core command ([Note: core and lab]).
+
+    ``needs`` names the third-party packages the flag's work uses; any that is not installed, or
+    one the import itself misses, is a :class:`FlagError` naming the flag and the extra, never a
+    traceback."""
+    missing = [name for name in needs if importlib.util.find_spec(name) is None]
+    if not missing:
+        try:
+            return importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if not exc.name or exc.name.partition(".")[0] == "pooltk":
+                raise
+            missing = [exc.name]
+    raise FlagError(
+        flag,
+        found=f"{', '.join(missing)} not installed",
+        required=f"the lab stack ({module} does this flag's work)",
+        fix=f"{LAB_EXTRA}.",
+    )

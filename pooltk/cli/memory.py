@@ -40,6 +40,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from pooltk.cli.errors import from_lab
 from pooltk.cli.tables import RULE, Column, render
 
 __all__ = [
@@ -312,23 +313,18 @@ def _moved_estimate() -> Exception:
 
 def _model_command(args: argparse.Namespace) -> int:
     """The model (and its fits, and another preset beside it) as tables or JSON."""
-    from pooltk.parity.rss import RssLaunchError
-
     fields = dict(FIELDS)
     if args.reference_peak_gib is not None:  # a peak the user typed; a preset's is not a flag
         fields["reference peak"] = "--reference-peak-gib"
+    if args.measure:
+        return _measure(args)
     try:
-        if args.measure:
-            return _measure(args)
         preset, model = _model(args)
         fits = _fits(args, preset, model) if args.capacity is not None else None
         compared = _compared(args) if args.compare else None
         comparison = _compare_lines(model, *compared, args.unit) if compared else []
     except ValueError as exc:
         return print_error("memory", exc, fields)
-    except RssLaunchError as exc:
-        print(f"pooltk memory: {exc}", file=sys.stderr)
-        return 1
     if args.json:
         print(json.dumps(_payload(preset, model, compared, fits), indent=2))
         return 0
@@ -363,6 +359,11 @@ def _payload(preset: Any, model: Any, compared: Any, fits: Any) -> dict[str, Any
     return payload
 
 
+def _study(flag: str) -> Any:
+    """The Kimi-K3 study (its presets and story: torch-only at import), for ``flag``."""
+    return from_lab("pooltk.studies.kimi_k3", flag=flag)
+
+
 # ---- the model ---------------------------------------------------------------------------------
 
 
@@ -370,7 +371,6 @@ def _source(args: argparse.Namespace) -> Any:
     """The Preset the arguments describe (preset, config file with flag overrides, or flags)."""
     from pooltk.memory.configs import Overrides, load_config, load_overrides
     from pooltk.memory.model import MemoryModelError
-    from pooltk.studies.kimi_k3 import get_preset
 
     explicit = [flag_of(f) for f in SHAPE_FLAGS if getattr(args, f) is not None]
     chosen = [name for name, on in (("--preset", args.preset), ("--config", args.config)) if on]
@@ -385,7 +385,7 @@ def _source(args: argparse.Namespace) -> Any:
             "--hidden 7168, or --pp 8 --microbatches 64 --seq-len 2048 --hidden 7168.",
         )
     if args.preset:
-        return get_preset(args.preset)
+        return _study("--preset").get_preset(args.preset)
     overrides = Overrides(**{f: getattr(args, f) for f in SHAPE_FLAGS}, schedule=args.schedule)
     return load_config(args.config, overrides) if args.config else load_overrides(overrides)
 
@@ -598,10 +598,9 @@ def _rank_record(model: Any, rank: int, unit: str) -> dict[str, str]:
 def _compared(args: argparse.Namespace) -> tuple[Any, Any]:
     """The ``--compare`` preset and its model, under this command's overrides."""
     from pooltk.memory.model import MemoryModelError
-    from pooltk.studies.kimi_k3 import get_preset
 
     try:
-        other = get_preset(args.compare)
+        other = _study("--compare").get_preset(args.compare)
     except MemoryModelError as exc:
         raise MemoryModelError(
             "--compare", found=exc.found, required=exc.required, fix=exc.fix
@@ -657,10 +656,8 @@ def _compare_record(model: Any, other: Any, what: str, at: int, unit: str) -> di
 
 
 def _list_presets() -> str:
-    from pooltk.studies.kimi_k3 import PRESETS
-
     out = []
-    for p in PRESETS.values():
+    for p in _study("--list-presets").PRESETS.values():
         where = "boundaries differ per stage; the first: " if p.varies else ""
         out.append(f"{p.name}\n  {p.title}\n  {p.shape.describe()}; {where}{p.boundary.describe()}")
         out.append(f"  assumption: {p.assumption}")
@@ -766,9 +763,7 @@ def _fits_records(verdict: Any) -> list[dict[str, str]]:
 
 
 def _k3_story(args: argparse.Namespace) -> int:
-    from pooltk.studies.kimi_k3 import k3_story
-
-    story = k3_story(device=args.capacity or "gb200")
+    story = _study("--k3-story").k3_story(device=args.capacity or "gb200")
     if args.json:
         print(json.dumps(story.to_dict(), indent=2))
         return 0
@@ -792,47 +787,44 @@ def _k3_story(args: argparse.Namespace) -> int:
 
 
 def _measure(args: argparse.Namespace) -> int:
-    from pooltk.parity.measured import (
-        check_measurement,
-        format_comparison,
-        launches_frame,
-        measured_vs_modelled,
-        refusal,
-        write_measured,
-    )
-    from pooltk.parity.rss import measure_rss
-
-    specs, config = _measured_shapes(args)
-    launches = measure_rss(
-        specs,
-        config,
-        reps=args.reps,
-        progress=lambda m: print(f"[measure] {m}", file=sys.stderr, flush=True),
-    )
-    frame = launches_frame(launches)
-    table = measured_vs_modelled(frame)
+    try:
+        measured = from_lab("pooltk.parity.measured", flag="--measure", needs=("pandas",))
+        rss = from_lab("pooltk.parity.rss", flag="--measure")
+        specs, config = _measured_shapes(args, measured.default_specs, rss.RssSpec)
+    except ValueError as exc:
+        return print_error("memory", exc, FIELDS)
+    try:
+        launches = rss.measure_rss(
+            specs,
+            config,
+            reps=args.reps,
+            progress=lambda m: print(f"[measure] {m}", file=sys.stderr, flush=True),
+        )
+    except rss.RssLaunchError as exc:
+        print(f"pooltk memory: {exc}", file=sys.stderr)
+        return 1
+    frame = measured.launches_frame(launches)
+    table = measured.measured_vs_modelled(frame)
     if args.json:
         print(table.to_json(orient="records", indent=2))
     else:
-        print(format_comparison(table))
-    broken = check_measurement(
-        frame, shapes=[s.label() for s in specs]
-    )  # a record holds every claim
+        print(measured.format_comparison(table))
+    broken = measured.check_measurement(frame, shapes=[s.label() for s in specs])
     if broken:
-        what = refusal(broken, what="the measurement", unwritten=args.csv)
+        what = measured.refusal(broken, what="the measurement", unwritten=args.csv)
         print(f"pooltk memory: error: {what}", file=sys.stderr)
         return 1
     if args.csv:
-        write_measured(frame, args.csv)
+        measured.write_measured(frame, args.csv)
     return 0
 
 
-def _measured_shapes(args: argparse.Namespace) -> tuple[list[Any], Any]:
+def _measured_shapes(
+    args: argparse.Namespace, default_specs: Any, spec_type: Any
+) -> tuple[list[Any], Any]:
     """The shapes ``--measure`` launches (the flags' one, else the shipped ones) and the pool."""
     from pooltk.config import PoolConfig
     from pooltk.memory.model import MemoryModelError
-    from pooltk.parity.measured import default_specs
-    from pooltk.parity.rss import RssSpec
 
     if args.policy not in (None, "tight"):  # the ranks install the pool as users do: the tight rule
         raise MemoryModelError(
@@ -843,7 +835,7 @@ def _measured_shapes(args: argparse.Namespace) -> tuple[list[Any], Any]:
         )
     flags = ("pp", "microbatches", "seq_len", "hidden", "micro_batch")
     if any(getattr(args, f) is not None for f in flags):
-        spec = RssSpec(
+        spec = spec_type(
             pp=args.pp or 4,
             microbatches=args.microbatches or 16,
             seq_len=args.seq_len or 65536,

@@ -26,6 +26,7 @@ import json
 import sys
 from typing import Any
 
+from pooltk.cli.errors import FlagError, from_lab
 from pooltk.cli.tables import Column, render
 
 __all__ = ["register", "run"]
@@ -157,8 +158,7 @@ def _table(records: list[dict[str, Any]], columns: list[Column]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "validate", False):
-        missing = _without_pandas()
-        return missing if missing is not None else _validate(args)
+        return _validate(args)
     from pooltk.analysis.lifetimes import ScheduleAnalysisError
     from pooltk.config import PoolConfig
 
@@ -442,27 +442,15 @@ def _rings_text(rings: list[dict[str, Any]]) -> str:
 # ---- --validate (gloo runs; the lab extra) -----------------------------------------------------
 
 
-def _without_pandas() -> int | None:
-    """The exit status when pandas is missing (the torch-only install), else None."""
-    import importlib.util
-
-    if importlib.util.find_spec("pandas") is not None:
-        return None
-    return _fail(
-        "pandas: found not installed; required: pandas for --validate's records (the lab "
-        "extra; the schedule tables themselves need torch alone). Fix: pip install 'pooltk[lab]'."
-    )
-
-
 def _validate(args: argparse.Namespace) -> int:
     from pooltk.analysis.programs import ScheduleAnalysisError, resolve_schedule
-    from pooltk.parity.schedule_check import check_schedules
 
     try:
+        check = from_lab("pooltk.parity.schedule_check", flag="--validate", needs=("pandas",))
         names = tuple(resolve_schedule(n)[0] for n in args.schedule) if args.schedule else None
-    except ScheduleAnalysisError as exc:
+    except (FlagError, ScheduleAnalysisError) as exc:
         return _fail(str(exc))
-    result = check_schedules(
+    result = check.check_schedules(
         pps=tuple(args.pp),
         factors=tuple(args.factors),
         schedules=names,

@@ -252,10 +252,15 @@ def test_a_pooled_pipeline_runs_in_the_torch_only_install_bitwise_equal_to_stock
 def test_what_needs_the_lab_stack_says_so_in_the_torch_only_install(
     torch_only: dict[str, Path],
 ) -> None:
-    out = _run(torch_only, "schedules", "--validate", "--schedule", "1F1B", "--pp", "2")
-    assert out.returncode == 2 and "pooltk[lab]" in out.stderr and "Traceback" not in out.stderr, (
-        out.stderr[-2000:]
-    )
+    log = ROOT / "data" / "cpu_runs"
+    for argv in (
+        ("schedules", "--validate", "--schedule", "1F1B", "--pp", "2"),
+        ("memory", "--measure", "--pp", "2", "--microbatches", "4"),
+        ("logs", str(log)),
+    ):
+        out = _run(torch_only, *argv)
+        named = "pooltk[lab]" in out.stderr and "Traceback" not in out.stderr
+        assert out.returncode == 2 and named, (argv, out.stderr[-2000:])
 
 
 def test_the_wheel_ships_the_package_data_as_files_not_links(wheel: Path) -> None:
