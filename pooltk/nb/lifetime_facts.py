@@ -300,13 +300,14 @@ def leaf_reuse_figure(result: LeafReuse) -> Figure:
             x + (k - 0.5) * 0.38, values, 0.38, color=style.colour(key), label=style.label(key)
         )
         style.bar_value_labels(ax, bars, labels=["0" if v == 0 else f"{v:.2g}" for v in values])
-    ax.set_xticks(x, ["microbatch 0 (first use of the slot)", "microbatch K (the slot reused)"])
+    ax.set_xticks(x, ["first microbatch in the slot", "next microbatch in the same slot"])
     ax.set_ylim(0, max(*result.diff_plain, *result.diff_stage_backward) * 1.25 or 1)
     ax.set_xlabel("use of one receive buffer (a leaf of the stage's autograd graph)")
     ax.set_ylabel("max |Δ grad sent| (abs.)")
     ax.set_title(
-        "A reused buffer accumulates nothing: torch's stage_backward sets the leaf's grad to "
-        f"None after each chunk (= {result.grad_after_stage_backward})\n(Δ: against a fresh "
+        "A reused buffer accumulates nothing: torch's stage_backward sets the leaf's .grad to "
+        f"None after each microbatch (.grad after it: {result.grad_after_stage_backward})\n"
+        "(Δ: against a fresh "
         f"leaf; the gradient sent upstream is up to {result.scale:.2g} in size)",
         fontsize=9.5,
     )

@@ -297,7 +297,10 @@ def slack_sweep_figure(sweep: pd.DataFrame, *, pp: int, n_microbatches: int) -> 
     cost.set_xlabel("slack (extra buffer sets per stage)")
     cost.set_ylabel("buffer sets the pool keeps (count)")
     per = int(sweep["sets_kept"].iloc[1] - sweep["sets_kept"].iloc[0]) if len(sweep) > 1 else 0
-    cost.set_title(f"cost: +{per} sets per unit of slack ({per} receiving stages)", fontsize=9.5)
+    cost.set_title(
+        f"cost: +{per} sets per unit of slack\n({per} receiving stages), until a ring reaches M",
+        fontsize=9.5,
+    )
     lines = (
         ("exact", "tight", "1F1B, ring = live set"),
         ("one_short", "ring_one_short", "1F1B, ring sized one set short"),
@@ -331,9 +334,9 @@ def slack_sweep_figure(sweep: pd.DataFrame, *, pp: int, n_microbatches: int) -> 
         ax.set_xticks(list(x))
     short_ok = int(sweep.loc[sweep["one_short"] == 0, "slack"].min())
     fig.suptitle(
-        "Under 1F1B slack costs one set per stage and buys tolerance, not safety: the exact ring "
-        f"is safe at slack 0,\na ring one set short is safe from slack {short_ok}, and GPipe on "
-        f"the 1F1B ring only at slack {gpipe_ok}, where no saving is left "
+        "Under 1F1B slack costs one set per receiving stage and buys tolerance, not safety: the "
+        f"exact ring is safe at slack 0,\na ring one set short is safe from slack {short_ok}, and "
+        f"GPipe on the 1F1B ring only at slack {gpipe_ok}, where every activation ring is M "
         f"(pp={pp}, M={n_microbatches})",
         fontsize=9.5,
     )

@@ -106,13 +106,13 @@ SERIES: dict[str, Series] = _series(
     ),
     (
         "leaf_stage_backward",
-        "torch's stage_backward (grad set to None after each chunk)",
+        "torch's stage_backward (.grad set to None after each microbatch)",
         "#55A868",
     ),
     ("leaf_plain", "plain backward reading .grad (no reset)", "#C44E52"),
     # in-flight depth
     ("in_flight", "microbatches in flight (forward started, backward not finished)", "#4C72B0"),
-    ("held_buffers", "receive buffers held", "#DD8452"),
+    ("held_buffers", "receive buffers posted or held", "#DD8452"),
     ("peak_overlap", "a stage's peak overlap (most buffers live at once)", "#F3E3A3"),
     # what a stage holds (the whole-stage replay's categories: pooltk.memory.replay.tracker)
     ("parameters", "parameters (and module buffers)", "#2F4B7C"),
