@@ -95,7 +95,7 @@ def write_cpu_runs(
     """
     import torch
 
-    from pooltk.logs.jsonl_writer import write_training_jsonl
+    from tools.jsonl_writer import write_training_jsonl
 
     config = config or PoolConfig()
     out = Path(out_dir)

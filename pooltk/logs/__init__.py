@@ -19,7 +19,8 @@ file become separate runs and pool install lines become
 
 Metrics (tok/s per physical GPU, steady-state windows, MFU with its basis, headroom, the 1F1B
 bubble) live in :mod:`pooltk.logs.metrics`; the published Kimi-K3 figures and their claims in
-:mod:`pooltk.studies.kimi_k3`; Automodel's JSONL writer in :mod:`pooltk.logs.jsonl_writer`.
+:mod:`pooltk.studies.kimi_k3`. (Automodel's JSONL writer, which regenerates shipped runs, is
+``tools/jsonl_writer.py``.)
 
 Needs pandas, numpy and polars (the ``lab`` extra; zstandard for ``.zst``); imports no torch
 (the core ``pooltk`` package never imports this).

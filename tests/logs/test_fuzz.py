@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pooltk.logs import LogFormatError, read_log_file
-from pooltk.logs.jsonl_writer import write_training_jsonl
+from tools.jsonl_writer import write_training_jsonl
 
 SETTINGS = settings(
     max_examples=60,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pooltk.logs import read_log_file
-from pooltk.logs.jsonl_writer import (
+from tools.jsonl_writer import (
     TRAINING_KEYS,
     format_timestamp,
     validate_record,
