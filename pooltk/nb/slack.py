@@ -294,7 +294,7 @@ def slack_sweep_figure(sweep: pd.DataFrame, *, pp: int, n_microbatches: int) -> 
         above=False,
     )
     cost.set_ylim(0, stock * 1.1)
-    cost.set_xlabel("slack (extra buffer sets per stage)")
+    cost.set_xlabel("slack (extra sets per activation ring)")
     cost.set_ylabel("buffer sets the pool keeps (count)")
     per = int(sweep["sets_kept"].iloc[1] - sweep["sets_kept"].iloc[0]) if len(sweep) > 1 else 0
     cost.set_title(
@@ -313,7 +313,7 @@ def slack_sweep_figure(sweep: pd.DataFrame, *, pp: int, n_microbatches: int) -> 
             x, sweep[col], marker=marker, ls=ls, lw=lw, ms=ms, color=style.colour(key), label=text
         )
     hurt.set_ylim(0, max(1, int(sweep["gpipe_forced"].max())) * 1.15)
-    hurt.set_xlabel("slack (extra buffer sets per stage)")
+    hurt.set_xlabel("slack (extra sets per activation ring)")
     hurt.set_ylabel("receives into a slot still held (count)")
     hurt.set_title("tolerance: receives that would overwrite live data", fontsize=9.5)
     full = sweep[sweep["all_at_m"]]
@@ -323,7 +323,7 @@ def slack_sweep_figure(sweep: pd.DataFrame, *, pp: int, n_microbatches: int) -> 
         for ax in (cost, hurt):
             ax.axvline(at, color="black", ls=":", lw=1)
         hurt.annotate(
-            f"slack {at}: every activation\nring is M = {n_microbatches}: no saving left",
+            f"slack {at}: every activation\nring is M = {n_microbatches}: no activation saving left",
             xy=(at, 0.55 * hurt.get_ylim()[1]),
             xytext=(-6, 0),
             textcoords="offset points",
