@@ -321,3 +321,30 @@ def test_a_table_keeps_its_row_labels_and_a_saved_figure_prints_no_path(
     plt.close(fig)
     assert path == tmp_path / "00_x.png" and path.is_file()
     assert path._ipython_display_() is None  # IPython shows nothing for it (no PosixPath)
+
+
+def test_cpu_runs_never_share_an_axis_with_the_published_gb200_figures() -> None:
+    import warnings
+    from pathlib import Path
+
+    from pooltk.logs import read_logs
+    from pooltk.logs.metrics import summarize
+    from pooltk.nb import logs as lv
+    from pooltk.studies.kimi_k3 import load_published
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the CPU logs' own per-GPU basis, said elsewhere
+        summary = summarize(read_logs([Path(__file__).resolve().parents[2] / "data" / "cpu_runs"]))
+    beside = lv.beside_published(load_published(), summary)
+    frame = beside.frame
+    published = set(frame[frame["same_basis"].astype(bool)]["label"])
+    cpu = set(frame[~frame["same_basis"].astype(bool)]["label"])
+    assert published and cpu, (published, cpu)  # the CPU runs are per process, not per GPU
+    fig = lv.beside_figure(beside)
+    units = {}
+    for ax in fig.axes:
+        labels = {t.get_text() for t in ax.get_yticklabels()} - {""}
+        assert not (labels & published and labels & cpu), (ax.get_title(), labels)
+        if labels:
+            units["cpu" if labels <= cpu else "published"] = ax.get_xlabel()
+    assert units["cpu"] != units["published"] and "per process" in units["cpu"], units
