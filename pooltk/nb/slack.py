@@ -323,7 +323,7 @@ def slack_sweep_figure(sweep: pd.DataFrame, *, pp: int, n_microbatches: int) -> 
         for ax in (cost, hurt):
             ax.axvline(at, color="black", ls=":", lw=1)
         hurt.annotate(
-            f"slack {at}: every activation\nring is M = {n_microbatches}: no activation saving left",
+            f"slack {at}: every activation ring\nis M = {n_microbatches}: no activation saving",
             xy=(at, 0.55 * hurt.get_ylim()[1]),
             xytext=(-6, 0),
             textcoords="offset points",

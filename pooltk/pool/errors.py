@@ -132,7 +132,7 @@ class PoolSetupError(RuntimeError):
     def __init__(
         self, *, stage: int | None, direction: str | None, cause: BaseException, what: str
     ) -> None:
-        self.stage, self.direction, self.cause = stage, direction, cause
+        self.stage, self.direction, self.cause, self.what = stage, direction, cause, what
         where = f"stage {stage}" + (f" {direction}" if direction else "")
         kind = type(cause).__name__
         super().__init__(SETUP_FAILED.format(what=what, where=where, kind=kind, cause=cause))

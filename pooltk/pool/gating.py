@@ -27,11 +27,11 @@ from pooltk.pool.torch_compat.stage_api import (
     GUARDED_STAGE_METHODS,
     custom_compute,
     runs_backward,
-    schedule_classes,
+    schedule_1f1b,
+    schedule_base,
 )
 
 AUTO = "auto"
-_COMPUTE_ACTIONS = frozenset({"F", "B", "I", "W", "OVERLAP_F_B"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +58,12 @@ def schedule_allowed(schedule: str | type | object | None) -> bool:
         return False
     if isinstance(schedule, str):
         return schedule_key(schedule) in ALLOWLIST
-    return (schedule if isinstance(schedule, type) else type(schedule)) is schedule_classes()[1]
+    return (schedule if isinstance(schedule, type) else type(schedule)) is schedule_1f1b()
 
 
 def observe_schedule(max_depth: int = 24) -> object | None:
     """The torch pipeline schedule object on the current call stack, if any."""
-    any_schedule = schedule_classes()[0]
+    any_schedule = schedule_base()
     frame = sys._getframe(1)
     for _ in range(max_depth):
         if frame is None:
@@ -76,7 +76,7 @@ def observe_schedule(max_depth: int = 24) -> object | None:
 
 def refusal(stage: object | None, schedule: object | None) -> str | None:
     """Why ``stage`` (driven by ``schedule``) must stay stock, or None. See [Note: refusals]."""
-    kinds = [kind for kind in custom_compute(schedule) if kind in _COMPUTE_ACTIONS]
+    kinds = custom_compute(schedule)
     if kinds:
         return (
             f"found custom functions for {', '.join(kinds)} on {type(schedule).__name__}, which "

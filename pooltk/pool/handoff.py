@@ -63,7 +63,7 @@ def drop_handed(stage: Any, handoff: dict, chunk: int, kept: list | None = None)
 def zero_for_none(stage: Any, call: Call, templates: dict) -> None:
     """Before ``set_local_bwd_input``: a None gradient makes torch zero the buffer it reads, so a
     position that holds a placeholder gets a real buffer first."""
-    grads = call.arg("next_stage_bwd_outputs")
+    grads = call.local_grads
     infos = recv_infos(stage, "grad").get(call.chunk, ()) if isinstance(grads, tuple) else ()
     for j, info in enumerate(infos):
         meta = getattr(info.buffer, "is_meta", False)

@@ -94,9 +94,10 @@ def on_setup(stage: Any, call: Call, proceed: Any, *, target: SetupTarget, insta
     where, direction = getattr(stage, "stage_index", None), target.direction
     try:
         decision = decide(install_schedule=install.schedule, force=install.force, stage=stage)
-    except PoolSetupError as exc:
-        exc.stage, exc.direction = where, direction
-        raise
+    except PoolSetupError as exc:  # raised before the stage was known: named here, text included
+        raise PoolSetupError(
+            stage=where, direction=direction, cause=exc.cause, what=exc.what
+        ) from exc.cause
     state = state_for(stage)
     state.phase, state.decision, state.install = SET_UP, decision, install
     state.rings.pop(direction, None)
@@ -104,7 +105,7 @@ def on_setup(stage: Any, call: Call, proceed: Any, *, target: SetupTarget, insta
     if not decision.pooled:
         kept_stock(stage, install, decision.reason)
         return proceed()
-    state.n_microbatches = int(call.arg("num_microbatches"))
+    state.n_microbatches = call.n_microbatches
     factory = PlaceholderFactory() if target.alloc_free else None
     with factory if factory is not None else contextlib.nullcontext():
         result = proceed()  # on this thread only, for this call
@@ -333,10 +334,10 @@ def after_backward(stage: Any, call: Call, result: Any) -> Any:
     """A full backward is done with its chunk; a split one waits for its weight pass."""
     state = stage_state(stage)
     if state is not None and stage.has_backward:
-        if call.arg("full_backward"):
-            _done(stage, state, call.chunk, call.arg("loss"))
+        if call.full_backward:
+            _done(stage, state, call.chunk, call.loss)
         elif state.release:  # the weight pass still walks this graph
-            state.losses[call.chunk] = call.arg("loss")
+            state.losses[call.chunk] = call.loss
     return result
 
 
@@ -444,17 +445,17 @@ def runtime_hooks(layout: Layout, install: Any) -> dict[str, Hooks]:
     forward = partial(before_recv, direction="forward"), partial(after_recv, direction="forward")
     grad = partial(before_recv, direction="grad"), partial(after_recv, direction="grad")
     table = {
-        "get_fwd_recv_ops": Hooks(before=forward[0], after=forward[1]),
-        "get_bwd_recv_ops": Hooks(before=grad[0], after=grad[1]),
-        "get_fwd_send_ops": Hooks(after=after_send),
-        "forward_one_chunk": Hooks(
+        api.POST_FORWARD_RECV: Hooks(before=forward[0], after=forward[1]),
+        api.POST_GRAD_RECV: Hooks(before=grad[0], after=grad[1]),
+        api.POST_FORWARD_SEND: Hooks(after=after_send),
+        api.FORWARD: Hooks(
             before=partial(before_forward, install=install),
             after=partial(after_forward, install=install),
         ),
-        "backward_one_chunk": Hooks(around=naming_reuse, after=after_backward),
-        "backward_weight_one_chunk": Hooks(around=naming_reuse, after=after_weight),
-        "set_local_bwd_input": Hooks(before=before_local_grad),
-        "clear_runtime_states": Hooks(after=after_reset),
+        api.BACKWARD: Hooks(around=naming_reuse, after=after_backward),
+        api.BACKWARD_WEIGHT: Hooks(around=naming_reuse, after=after_weight),
+        api.LOCAL_GRAD: Hooks(before=before_local_grad),
+        api.RESET: Hooks(after=after_reset),
     }
     return {name: table[name] for name in runtime_names(layout)}
 

@@ -226,6 +226,21 @@ def test_an_error_inside_a_recognised_layout_raises_pool_setup_error_with_stage_
     )
 
 
+def test_a_planning_error_names_the_stage_and_direction_in_its_fields_and_its_text(monkeypatch):
+    from pooltk.pool.errors import PoolSetupError
+
+    def unplannable(**_):
+        raise PoolSetupError(stage=None, direction=None, cause=KeyError("boom"), what="planning")
+
+    setup, _ = _setup(monkeypatch)
+    monkeypatch.setattr(stage_mod, "decide", unplannable)
+    with pytest.raises(pooltk.PoolSetupError) as info:
+        setup(_FakeStage(), 4)
+    error = info.value
+    assert (error.stage, error.direction, type(error.cause)) == (1, "grad", KeyError)
+    assert "stage 1 grad" in str(error) and "None" not in str(error), str(error)
+
+
 def test_uninstall_gives_a_live_pooled_stage_stock_buffers_and_says_unpooled(
     monkeypatch, clean_install
 ):

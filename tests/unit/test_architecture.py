@@ -594,3 +594,31 @@ def test_no_pool_class_has_more_than_12_attributes() -> None:
                     f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {sorted(_attributes(node))}"
                 )  # noqa: E501
     assert not big, "\n".join(big)
+
+
+def _torch_names() -> set[str]:
+    """torch's method, parameter, attribute and action names as pooltk's adapters spell them."""
+    from pooltk.pool.torch_compat import stage_api as api
+
+    names = set(api.RUNTIME_ARGS) | set(api.SETUP_METHODS) | set(api.GUARDED_STAGE_METHODS)
+    names |= {n for params in api.RUNTIME_ARGS.values() for n in params}
+    names |= set(api.RECV_INFO_ATTRS.values()) | set(api.COMPUTE_ACTIONS) - {"F", "B", "I", "W"}
+    return names | {"fwd_cache", "output_chunks", "_internal_losses", "_comp_type_to_function_map"}
+
+
+def _torch_names_spelled(path: Path, names: set[str]) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in names
+    ]
+
+
+def test_torchs_names_are_spelled_only_in_the_adapters() -> None:
+    names = _torch_names()
+    assert {"get_fwd_recv_ops", "num_microbatches", "args_recv_info", "fwd_cache"} <= names
+    outside = [p for p in _pool_files() if "torch_compat" not in p.parts]
+    spelled = [hit for path in outside for hit in _torch_names_spelled(path, names)]
+    assert not spelled, "torch's names live in pool/torch_compat/ alone:\n" + "\n".join(spelled)
+    adapter = PKG / "pool" / "torch_compat" / "stage_api.py"
+    assert _torch_names_spelled(adapter, names), "the check finds the adapters' own spellings"

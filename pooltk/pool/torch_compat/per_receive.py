@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from pooltk.pool.torch_compat import stage_api as api
 from pooltk.pool.torch_compat.bind import Hooks
 from pooltk.pool.torch_compat.placeholders import placeholder, real_buffer
 from pooltk.pool.torch_compat.stage_api import Call, receive_buffer, recv_infos
@@ -53,7 +54,7 @@ def drop_buffers(stage: Any, direction: str, chunk: int) -> None:
 
 def _fresh_for_none_grads(stage: Any, call: Call, posted: Posted | None) -> None:
     """A V schedule's same-rank handoff zeroes the buffer of a None gradient: a new one first."""
-    grads = call.arg("next_stage_bwd_outputs") or ()
+    grads = call.local_grads or ()
     infos = recv_infos(stage, "grad").get(call.chunk, ())
     for info, grad in zip(infos, grads):
         buf = receive_buffer(info)
@@ -72,15 +73,15 @@ def per_receive_hooks(*, drop_after_use: bool, posted: Posted | None = None) -> 
         return hook
 
     hooks = {
-        "get_fwd_recv_ops": Hooks(before=before_recv("forward")),
-        "get_bwd_recv_ops": Hooks(before=before_recv("grad")),
-        "set_local_bwd_input": Hooks(before=lambda s, c: _fresh_for_none_grads(s, c, posted)),
+        api.POST_FORWARD_RECV: Hooks(before=before_recv("forward")),
+        api.POST_GRAD_RECV: Hooks(before=before_recv("grad")),
+        api.LOCAL_GRAD: Hooks(before=lambda s, c: _fresh_for_none_grads(s, c, posted)),
     }
     if drop_after_use:
         for name, direction in (
-            ("forward_one_chunk", "forward"),
-            ("backward_one_chunk", "grad"),
-            ("backward_weight_one_chunk", "grad"),
+            (api.FORWARD, "forward"),
+            (api.BACKWARD, "grad"),
+            (api.BACKWARD_WEIGHT, "grad"),
         ):
             hooks[name] = Hooks(after=_dropping(direction))
     return hooks

@@ -15,21 +15,33 @@ from typing import Any
 
 import torch
 
-HOT_METHODS = (
-    "get_fwd_recv_ops",
-    "get_bwd_recv_ops",
-    "forward_one_chunk",
-    "backward_one_chunk",
-    "clear_runtime_states",
-)
+POST_FORWARD_RECV = "get_fwd_recv_ops"
+"""Posts a chunk's activation receives (after its buffers are in the recv infos)."""
+POST_GRAD_RECV = "get_bwd_recv_ops"
+"""Posts a chunk's gradient receives."""
+POST_FORWARD_SEND = "get_fwd_send_ops"
+"""Posts a chunk's activation sends."""
+FORWARD = "forward_one_chunk"
+BACKWARD = "backward_one_chunk"
+"""A chunk's backward: full, or its input-gradient step when split (``full_backward=False``)."""
+BACKWARD_WEIGHT = "backward_weight_one_chunk"
+"""A split backward's weight-gradient step."""
+LOCAL_GRAD = "set_local_bwd_input"
+"""A V schedule's same-rank gradient handoff (no receive)."""
+RESET = "clear_runtime_states"
+"""The end-of-step reset of the stage's runtime state."""
+POST_RECV = {"forward": POST_FORWARD_RECV, "grad": POST_GRAD_RECV}
+"""Direction -> the method that posts its receives."""
+
+HOT_METHODS = (POST_FORWARD_RECV, POST_GRAD_RECV, FORWARD, BACKWARD, RESET)
 """Wrapped on every eager layout: receive posts, compute steps, the reset."""
-OPTIONAL_HOT_METHODS = ("backward_weight_one_chunk",)
+OPTIONAL_HOT_METHODS = (BACKWARD_WEIGHT,)
 """Wrapped where torch has them (a split backward)."""
-SEND_METHODS = ("get_fwd_send_ops",)
+SEND_METHODS = (POST_FORWARD_SEND,)
 """Wrapped on eager layouts ([Note: finished sends])."""
-HANDOFF_METHODS = ("set_local_bwd_input",)
+HANDOFF_METHODS = (LOCAL_GRAD,)
 """Wrapped on eager layouts where torch has it: a V schedule's same-rank gradient handoff."""
-RELEASE_METHODS = ("forward_one_chunk", "backward_one_chunk", "clear_runtime_states")
+RELEASE_METHODS = (FORWARD, BACKWARD, RESET)
 """What the lazy layout (torch 2.15) needs wrapped: compute steps and the reset."""
 INFRA_METHODS = ("_prepare_forward_infra", "_prepare_backward_infra")
 """The stage methods that fill the receive infos, forward then grad (every eager family)."""
@@ -47,13 +59,13 @@ RECV_INFO_ATTRS = {"forward": "args_recv_info", "grad": "grad_recv_info"}
 """Direction -> the stage attribute holding each chunk's recv infos."""
 
 RUNTIME_ARGS = {
-    "get_fwd_recv_ops": ("fwd_chunk_id",),
-    "get_bwd_recv_ops": ("bwd_chunk_id",),
-    "get_fwd_send_ops": ("fwd_chunk_id",),
-    "forward_one_chunk": ("fwd_chunk_id", "args", "kwargs"),
-    "backward_one_chunk": ("bwd_chunk_id", "loss", "full_backward"),
-    "backward_weight_one_chunk": ("bwd_chunk_id",),
-    "set_local_bwd_input": ("next_stage_bwd_outputs", "mb_index"),
+    POST_FORWARD_RECV: ("fwd_chunk_id",),
+    POST_GRAD_RECV: ("bwd_chunk_id",),
+    POST_FORWARD_SEND: ("fwd_chunk_id",),
+    FORWARD: ("fwd_chunk_id", "args", "kwargs"),
+    BACKWARD: ("bwd_chunk_id", "loss", "full_backward"),
+    BACKWARD_WEIGHT: ("bwd_chunk_id",),
+    LOCAL_GRAD: ("next_stage_bwd_outputs", "mb_index"),
     **{name: ("num_microbatches",) for name in SETUP_METHODS},
 }
 """The leading parameters (after ``self``) of each wrapped method, in torch's order."""
@@ -90,6 +102,26 @@ class Call:
 
     def arg(self, name: str) -> Any:
         return call_arg(self.method, name, self.args, self.kwargs)
+
+    @property
+    def n_microbatches(self) -> int:
+        """A setup call's microbatch count."""
+        return int(self.arg("num_microbatches"))
+
+    @property
+    def full_backward(self) -> bool:
+        """A backward call that is whole (False: a split backward's input-gradient step)."""
+        return bool(self.arg("full_backward"))
+
+    @property
+    def loss(self) -> Any:
+        """A backward call's loss (the last stage's; None elsewhere)."""
+        return self.arg("loss")
+
+    @property
+    def local_grads(self) -> Any:
+        """A same-rank gradient handoff's gradients (the next stage's input gradients)."""
+        return self.arg("next_stage_bwd_outputs")
 
 
 def recv_positions(infos: tuple) -> list[int]:
@@ -138,21 +170,33 @@ def replace_by_identity(kept: list | None, old: Any, new: Any) -> bool:
     return found
 
 
+COMPUTE_ACTIONS = frozenset({"F", "B", "I", "W", "OVERLAP_F_B"})
+"""torch's schedule actions that compute (the rest move data or shard)."""
+
+
 def custom_compute(schedule: Any) -> list[str]:
     """The compute actions a schedule runs with functions of its own (``F``, ``B``, ``I``, ...)."""
     custom = getattr(schedule, "_comp_type_to_function_map", None) or {}
-    return sorted(str(getattr(kind, "value", kind)) for kind in custom)
+    kinds = (str(getattr(kind, "value", kind)) for kind in custom)
+    return sorted(kind for kind in kinds if kind in COMPUTE_ACTIONS)
 
 
 def runs_backward(schedule: Any) -> bool:
     return bool(getattr(schedule, "_has_backward", True))
 
 
-def schedule_classes() -> tuple[type, type]:
-    """(``_PipelineSchedule``, ``Schedule1F1B``): every torch schedule, and the one allowlisted."""
-    from torch.distributed.pipelining.schedules import Schedule1F1B, _PipelineSchedule
+def schedule_base() -> type:
+    """``_PipelineSchedule``: the base of every torch schedule."""
+    from torch.distributed.pipelining.schedules import _PipelineSchedule
 
-    return _PipelineSchedule, Schedule1F1B
+    return _PipelineSchedule
+
+
+def schedule_1f1b() -> type:
+    """``Schedule1F1B``: the schedule on the allowlist."""
+    from torch.distributed.pipelining.schedules import Schedule1F1B
+
+    return Schedule1F1B
 
 
 def stage_base() -> type:
