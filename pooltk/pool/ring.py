@@ -34,6 +34,7 @@ not bump the version counter, so a post into an owned slot would overwrite silen
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,7 +64,8 @@ def live_1f1b(num_stages: int, stage_index: int, n_microbatches: int, direction:
 
 
 def ring_size(live: int, receives: int, direction: str, config: PoolConfig) -> int:
-    """K for a live set ([Note: ring sizes]): 0 where nothing is received, else live + slack."""
+    """K for a live set ([Note: ring sizes]): live + slack, at most ``receives`` (the microbatches
+    received); 0 for a live set of 0 (nothing received: no ring, the stage keeps stock)."""
     if live == 0:
         return 0
     return min(receives, live + (config.slack if direction == "forward" else config.grad_slack))
@@ -113,10 +115,10 @@ class Slot:
         self.owner = None
         return True
 
-    def take(self, user: User, training: bool, anchored: bool) -> list[torch.Tensor]:
-        """The fresh aliases ``user``'s receive gets (anchored for the holders' count)."""
+    def take(self, user: User, training: bool, count_holders: bool) -> list[torch.Tensor]:
+        """The fresh aliases ``user``'s receive gets (anchored where the holders are counted)."""
         self.handed_to, self.aliases, self.training = user, self.fresh_aliases(), training
-        if anchored:
+        if count_holders:
             holders.anchor(self.anchors, self.aliases)
         return self.aliases
 
@@ -203,10 +205,10 @@ class Ring:
 
     def __post_init__(self) -> None:
         self.calibration = holders.calibrate(self.slots[0])
-        self.stats = _Stats(step_peak_tensors=self.size * self.tensors)
+        self.stats = _Stats(step_peak_tensors=self.size * self.per_set)
 
     size = property(lambda self: len(self.slots), doc="K: the sets the ring keeps.")
-    tensors = property(lambda self: len(self.slots[0].tensors), doc="Tensors per set.")
+    per_set = property(lambda self: len(self.slots[0].tensors), doc="Tensors per buffer set.")
     shared = property(lambda self: len(self.members) > 1, doc="More than one stage receives here.")
     peak_owned = property(lambda self: self.stats.peak_owned, doc="The live set this run had.")
     rehomes = property(lambda self: self.stats.rehomes, doc="Tensors re-homed over the run.")
@@ -238,7 +240,8 @@ class Ring:
             if slot.handed_to is not None:
                 self._retire(slot)
                 self._check(index, incoming=chunk)
-        for alias, j in zip(slot.take((stage, chunk), training, self.guard), self.members[stage]):
+        aliases = slot.take((stage, chunk), training, count_holders=self.guard)
+        for alias, j in zip(aliases, self.members[stage]):
             infos[j].buffer = alias
 
     def _claim(self, index: int, user: User) -> None:
@@ -279,7 +282,7 @@ class Ring:
         """In ``values`` (a list torch keeps), the chunk's aliases become the resting ones."""
         slot = self.slots[self.slot_of(chunk, stage)]
         if slot.handed_to == (stage, chunk):
-            for k in range(self.tensors):
+            for k in range(self.per_set):
                 replace_by_identity(values, slot.aliases[k], slot.resting[k])
 
     def reset(self) -> None:
@@ -291,7 +294,7 @@ class Ring:
                 self._retire(slot)
         self.stats.bumps.clear()
         self.stats.step_rehomes = 0
-        self.stats.step_peak_tensors = self.size * self.tensors + self.stats.rehomed_alive
+        self.stats.step_peak_tensors = self.size * self.per_set + self.stats.rehomed_alive
 
     def _retire(self, slot: Slot) -> None:
         """The previous user's recv infos go back to the resting aliases."""
@@ -307,16 +310,21 @@ class Ring:
         previous = slot.handed_to
         reused = []
         holders.let_go_of_recv_ops(slot)
-        for k, (held_by, why) in enumerate(holders.count(slot, self.calibration)):
+        for k, (n_holders, why) in enumerate(holders.count(slot, self.calibration)):
             if why:
-                self._rehome(index, k, previous[0], incoming, held_by, why)
+                self._rehome(
+                    index, k, stage=previous[0], incoming=incoming, n_holders=n_holders, why=why
+                )
             else:
                 reused.append(slot.tensors[k])
         if reused:
             self.stats.bumps[index] = (incoming, previous[1])
             bump_version(reused)
 
-    def _rehome(self, index: int, k: int, stage: int, incoming: int, count: int, why: str) -> None:
+    def _rehome(
+        self, index: int, k: int, *, stage: int, incoming: int, n_holders: int, why: str
+    ) -> None:
+        """Tensor ``k`` of slot ``index`` is still held (``stage``'s previous user): a new one."""
         slot = self.slots[index]
         old, old_resting = slot.tensors[k], slot.resting[k]
         slot.rehome(k)
@@ -328,7 +336,8 @@ class Ring:
         self.stats.step_rehomes += 1
         self.stats.rehomed_alive += 1
         weakref.finalize(old.untyped_storage(), self.stats.let_go)
-        self._say_if_no_saving(why)
+        if self._held_more():
+            self._say_if_no_saving(why)
         if self.say is not None:
             nbytes = slot.tensors[k].untyped_storage().nbytes()
             self.say(
@@ -339,19 +348,25 @@ class Ring:
                 position=self.members[stage][k],
                 incoming=incoming,
                 bytes=nbytes,
-                holders=count,
+                holders=n_holders,
                 check=why,
             )
 
-    def _say_if_no_saving(self, why: str) -> None:
-        """Say once per step peak that the ring now holds as much as stock would."""
-        held = self.size * self.tensors + self.stats.rehomed_alive
+    def _held_more(self) -> bool:
+        """Raise the step's peak of tensors held (the ring's and re-homed ones still alive, what
+        :meth:`usage` reports); True if it rose."""
+        held = self.size * self.per_set + self.stats.rehomed_alive
         if held <= self.stats.step_peak_tensors:
-            return
+            return False
         self.stats.step_peak_tensors = held
-        reaches_stock = -(-held // self.tensors) >= self.stock_sets
-        beyond_ring = self.size < self.stock_sets or held > self.size * self.tensors
-        if self.say is not None and reaches_stock and beyond_ring:
+        return True
+
+    def _say_if_no_saving(self, why: str) -> None:
+        """Say, at a new step peak, that the ring now holds as many sets as stock would."""
+        held = self.stats.step_peak_tensors
+        held_sets = math.ceil(held / self.per_set)
+        beyond_ring = self.size < self.stock_sets or held > self.size * self.per_set
+        if self.say is not None and held_sets >= self.stock_sets and beyond_ring:
             use = self.usage(self.stage)
             self.say(
                 "no-saving",
@@ -372,7 +387,7 @@ class Ring:
 
     def usage(self, stage: int) -> RingUse:
         """What the ring held during the last step (see :class:`RingUse`)."""
-        peak, per = self.stats.step_peak_tensors, self.tensors or 1
+        peak, per = self.stats.step_peak_tensors, self.per_set or 1
         set_bytes = sum(t.untyped_storage().nbytes() for t in self.slots[0].tensors)
         return RingUse(
             stage=stage,
@@ -381,8 +396,8 @@ class Ring:
             ring=self.size,
             live=self.live,
             stock=self.stock_sets,
-            tensors=self.tensors,
-            held_sets=-(-peak // per),
+            tensors=self.per_set,
+            held_sets=math.ceil(peak / per),
             held_bytes=peak * set_bytes // per,
             rehomes=self.stats.step_rehomes,
         )
