@@ -218,8 +218,9 @@ class Ring:
         """Sets stock torch keeps for this ring's receives (one per microbatch of each member)."""
         return self.n_microbatches * max(1, len(self.members))
 
-    def slot_of(self, chunk: int, stage: int) -> int:
-        return chunk % self.size if self.slot_map is None else self.slot_map[(stage, chunk)]
+    def slot_of(self, user: User) -> int:
+        """The slot of (stage, chunk): chunk mod K, or the rank-shared ring's map."""
+        return user[1] % self.size if self.slot_map is None else self.slot_map[user]
 
     def add_member(
         self, stage: int, infos_by_chunk: dict[int, tuple], positions: list[int]
@@ -228,20 +229,20 @@ class Ring:
         self.members[stage] = positions
         for chunk, infos in infos_by_chunk.items():
             self.infos[(stage, chunk)] = infos
-            for alias, j in zip(self.slots[self.slot_of(chunk, stage)].resting, positions):
+            for alias, j in zip(self.slots[self.slot_of((stage, chunk))].resting, positions):
                 infos[j].buffer = alias
 
-    def post(self, chunk: int, stage: int, infos: tuple, *, training: bool) -> None:
-        """Chunk ``chunk`` of ``stage`` is about to post its receive into ``infos``."""
-        index = self.slot_of(chunk, stage)
+    def post(self, user: User, infos: tuple, *, training: bool) -> None:
+        """``user`` (stage, chunk) is about to post its receive into ``infos``."""
+        index = self.slot_of(user)
         slot = self.slots[index]
         if self.guard:
-            self._claim(index, (stage, chunk))
+            self._claim(index, user)
             if slot.handed_to is not None:
                 self._retire(slot)
-                self._check(index, incoming=chunk)
-        aliases = slot.take((stage, chunk), training, count_holders=self.guard)
-        for alias, j in zip(aliases, self.members[stage]):
+                self._check(index, incoming=user[1])
+        aliases = slot.take(user, training, count_holders=self.guard)
+        for alias, j in zip(aliases, self.members[user[0]]):
             infos[j].buffer = alias
 
     def _claim(self, index: int, user: User) -> None:
@@ -262,26 +263,26 @@ class Ring:
         self.stats.owned += 1
         self.stats.peak_owned = max(self.stats.peak_owned, self.stats.owned)
 
-    def note_recvs(self, chunk: int, stage: int, ops: Any) -> None:
-        """The receive ops torch built for the chunk's post (they hold its aliases)."""
+    def note_recvs(self, user: User, ops: Any) -> None:
+        """The receive ops torch built for ``user``'s post (they hold its aliases)."""
         if self.guard:
-            self.slots[self.slot_of(chunk, stage)].recv_ops = list(ops or ())
+            self.slots[self.slot_of(user)].recv_ops = list(ops or ())
 
-    def note_sends(self, chunk: int, stage: int, ops: Any) -> None:
-        """The chunk's forward sends that carry its received tensors on ([Note: finished sends])."""
-        slot = self.slots[self.slot_of(chunk, stage)]
-        if self.guard and slot.handed_to == (stage, chunk) and slot.training:
+    def note_sends(self, user: User, ops: Any) -> None:
+        """``user``'s forward sends that carry its received tensors on ([Note: finished sends])."""
+        slot = self.slots[self.slot_of(user)]
+        if self.guard and slot.handed_to == user and slot.training:
             holders.note_sends(slot, ops)
 
-    def release(self, chunk: int, stage: int) -> None:
-        """(``stage``, ``chunk``) is done reading its slot ([Note: slot ownership])."""
-        if self.slots[self.slot_of(chunk, stage)].release((stage, chunk)):
+    def release(self, user: User) -> None:
+        """``user`` (stage, chunk) is done reading its slot ([Note: slot ownership])."""
+        if self.slots[self.slot_of(user)].release(user):
             self.stats.owned -= 1
 
-    def retire_inputs(self, chunk: int, stage: int, values: list) -> None:
-        """In ``values`` (a list torch keeps), the chunk's aliases become the resting ones."""
-        slot = self.slots[self.slot_of(chunk, stage)]
-        if slot.handed_to == (stage, chunk):
+    def retire_inputs(self, user: User, values: list) -> None:
+        """In ``values`` (a list torch keeps), ``user``'s aliases become the resting ones."""
+        slot = self.slots[self.slot_of(user)]
+        if slot.handed_to == user:
             for k in range(self.per_set):
                 replace_by_identity(values, slot.aliases[k], slot.resting[k])
 

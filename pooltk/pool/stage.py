@@ -306,9 +306,9 @@ def after_forward(stage: Any, call: Call, output: Any, *, install: Any) -> Any:
         output = forward_only(stage, chunk, cached, output)
     ring = state.rings.get("forward")
     if ring is not None and cached is not None:
-        ring.retire_inputs(chunk, stage.stage_index, cached[1])
+        ring.retire_inputs((stage.stage_index, chunk), cached[1])
     if ring is not None:
-        ring.release(chunk, stage.stage_index)
+        ring.release((stage.stage_index, chunk))
     if state.handoff:
         handoff.drop_handed(stage, state.handoff, chunk, cached[1] if cached is not None else None)
     return output
@@ -352,7 +352,7 @@ def _done(stage: Any, state: StageState, chunk: int, loss: Any) -> None:
     """The chunk's backward is complete: its slots ([Note: slot ownership]), what a handoff gave
     it and its kept graph go."""
     for ring in state.rings.values():
-        ring.release(chunk, stage.stage_index)
+        ring.release((stage.stage_index, chunk))
     if state.handoff:
         handoff.drop_handed(stage, state.handoff, chunk)
     if state.release:
@@ -374,13 +374,13 @@ def before_recv(stage: Any, call: Call, *, direction: str) -> None:
     ring = _posting(stage, direction)
     if ring is not None:
         infos = recv_infos(stage, direction)[call.chunk]
-        ring.post(call.chunk, stage.stage_index, infos, training=stage.has_backward)
+        ring.post((stage.stage_index, call.chunk), infos, training=stage.has_backward)
 
 
 def after_recv(stage: Any, call: Call, ops: Any, *, direction: str) -> Any:
     ring = _posting(stage, direction)
     if ring is not None:
-        ring.note_recvs(call.chunk, stage.stage_index, ops)
+        ring.note_recvs((stage.stage_index, call.chunk), ops)
     return ops
 
 
@@ -388,7 +388,7 @@ def after_send(stage: Any, call: Call, ops: Any) -> Any:
     """Remember the sends that pass received tensors on ([Note: finished sends])."""
     ring = _posting(stage, "forward")
     if ring is not None:
-        ring.note_sends(call.chunk, stage.stage_index, ops)
+        ring.note_sends((stage.stage_index, call.chunk), ops)
     return ops
 
 

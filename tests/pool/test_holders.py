@@ -68,12 +68,12 @@ def test_torchs_receive_ops_are_pointed_back_at_the_resting_alias_not_counted():
 
 def test_a_tensor_kept_past_its_use_is_re_homed_alone_and_keeps_its_values():
     ring, infos = _ring(k=1, tensors=2)
-    ring.post(0, 1, infos[0], training=True)
+    ring.post((1, 0), infos[0], training=True)
     kept = infos[0][1].buffer  # a model keeps the second received tensor (a mask) across chunks
     kept.fill_(7.0)
-    ring.release(0, 1)
+    ring.release((1, 0))
     first = ring.slots[0].tensors[0]
-    ring.post(1, 1, infos[1], training=True)
+    ring.post((1, 1), infos[1], training=True)
     assert ring.rehomes == 1 and ring.slots[0].tensors[0] is first  # the other keeps its storage
     assert (
         ring.slots[0].tensors[1].untyped_storage().data_ptr() != kept.untyped_storage().data_ptr()
@@ -84,10 +84,10 @@ def test_a_tensor_kept_past_its_use_is_re_homed_alone_and_keeps_its_values():
 def test_a_view_an_output_that_is_the_input_and_a_graph_are_holders():
     for keep in (lambda a: a[1:], lambda a: (a,), lambda a: a.requires_grad_(True) * 2):
         ring, infos = _ring(k=1)
-        ring.post(0, 1, infos[0], training=True)
+        ring.post((1, 0), infos[0], training=True)
         held = keep(infos[0][0].buffer)
-        ring.release(0, 1)
-        ring.post(1, 1, infos[1], training=True)
+        ring.release((1, 0))
+        ring.post((1, 1), infos[1], training=True)
         assert ring.rehomes == 1, keep
         del held
 
@@ -95,11 +95,11 @@ def test_a_view_an_output_that_is_the_input_and_a_graph_are_holders():
 def test_reading_an_address_or_passing_a_tensor_on_costs_nothing_once_nobody_holds_it():
     ring, infos = _ring(k=2)
     for c in range(4):
-        ring.post(c, 1, infos[c], training=True)
+        ring.post((1, c), infos[c], training=True)
         x = infos[c][0].buffer
         x.data_ptr(), x.untyped_storage().data_ptr()  # a kernel launcher reads the addresses
         out = (x,)  # the stage hands it on unchanged
-        ring.release(c, 1)
+        ring.release((1, c))
         del x, out
     assert ring.rehomes == 0
 
@@ -107,11 +107,11 @@ def test_reading_an_address_or_passing_a_tensor_on_costs_nothing_once_nobody_hol
 def test_finished_forward_sends_are_not_holders_in_training_but_are_in_a_forward_only_step():
     for training, rehomes in ((True, 0), (False, 1)):
         ring, infos = _ring(k=1)
-        ring.post(0, 1, infos[0], training=training)
+        ring.post((1, 0), infos[0], training=training)
         sends = [_Op(dist.isend, infos[0][0].buffer.detach())]  # torch keeps sends to step end
-        ring.note_sends(0, 1, sends)
-        ring.release(0, 1)
-        ring.post(1, 1, infos[1], training=training)
+        ring.note_sends((1, 0), sends)
+        ring.release((1, 0))
+        ring.post((1, 1), infos[1], training=training)
         assert ring.rehomes == rehomes, training
         del sends
 
@@ -120,12 +120,12 @@ def test_a_finished_send_kept_past_later_uses_of_its_slot_is_not_a_holder():
     # Schedule1F1B keeps its last warm-up send's work (and tensor) until the cooldown: a tensor the
     # stage passes on unchanged stays held by a send that finished two uses of its slot ago.
     ring, infos = _ring(k=1)
-    ring.post(0, 1, infos[0], training=True)
+    ring.post((1, 0), infos[0], training=True)
     stale = [_Op(dist.isend, infos[0][0].buffer.detach())]
-    ring.note_sends(0, 1, stale)
-    ring.release(0, 1)
+    ring.note_sends((1, 0), stale)
+    ring.release((1, 0))
     for c in (1, 2):
-        ring.post(c, 1, infos[c], training=True)
-        ring.release(c, 1)
+        ring.post((1, c), infos[c], training=True)
+        ring.release((1, c))
     assert ring.rehomes == 0
     del stale

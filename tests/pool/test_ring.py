@@ -35,8 +35,8 @@ def _ring(k=2, m=4, tensors=1, guard=True, **kw):
 
 def _use(ring, infos, chunk, training=True):
     """Post the chunk's receive, then release its slot (its backward ran); a weak reference to what it got."""  # noqa: E501
-    ring.post(chunk, 1, infos[chunk], training=training)
-    ring.release(chunk, 1)
+    ring.post((1, chunk), infos[chunk], training=training)
+    ring.release((1, chunk))
     return weakref.ref(infos[chunk][0].buffer)
 
 
@@ -57,14 +57,14 @@ def test_chunk_c_receives_into_slot_c_mod_k_through_its_own_alias():
 def test_a_hook_on_microbatch_k_never_fires_for_k_plus_the_ring():
     ring, infos = _ring(k=2)
     fired = []
-    ring.post(0, 1, infos[0], training=True)
+    ring.post((1, 0), infos[0], training=True)
     a = infos[0][0].buffer.requires_grad_(True)
     handle = a.register_hook(lambda g: fired.append("k"))
     (a * 2).sum().backward()
     handle.remove()
     del a, handle
-    ring.release(0, 1)
-    ring.post(2, 1, infos[2], training=True)
+    ring.release((1, 0))
+    ring.post((1, 2), infos[2], training=True)
     b = infos[2][0].buffer.requires_grad_(True)
     (b * 3).sum().backward()
     assert fired == ["k"] and torch.equal(b.grad, torch.full((3,), 3.0))
@@ -72,15 +72,15 @@ def test_a_hook_on_microbatch_k_never_fires_for_k_plus_the_ring():
 
 def test_posting_into_a_slot_still_owned_raises_before_the_receive_and_unguarded_rings_do_not():
     ring, infos = _ring(k=2)
-    ring.post(0, 1, infos[0], training=True)
-    ring.post(1, 1, infos[1], training=True)
+    ring.post((1, 0), infos[0], training=True)
+    ring.post((1, 1), infos[1], training=True)
     with pytest.raises(PoolOverrunError) as info:
-        ring.post(2, 1, infos[2], training=True)
+        ring.post((1, 2), infos[2], training=True)
     assert (info.value.slot, info.value.owner, info.value.incoming) == (0, 0, 2)
     assert ring.peak_owned == 2
     loose, loose_infos = _ring(k=2, guard=False)
     for c in range(3):
-        loose.post(c, 1, loose_infos[c], training=True)  # silently reuses slot 0: the guard's job
+        loose.post((1, c), loose_infos[c], training=True)  # silently reuses slot 0: the guard's job
 
 
 def test_a_slot_is_owned_from_its_claim_until_its_release_by_the_same_user():
@@ -112,20 +112,20 @@ def test_a_reused_slot_is_bumped_so_autograd_refuses_stale_reads():
 
 def test_retire_inputs_gives_torchs_kept_list_the_resting_alias_instead_of_the_chunks():
     ring, infos = _ring(k=2)
-    ring.post(0, 1, infos[0], training=False)
+    ring.post((1, 0), infos[0], training=False)
     kept = [infos[0][0].buffer, "other"]
-    ring.retire_inputs(0, 1, kept)
+    ring.retire_inputs((1, 0), kept)
     assert kept[0] is ring.slots[0].resting[0] and kept[1] == "other"
 
 
 def test_reset_frees_every_slot_and_points_every_chunk_back_at_its_resting_alias():
     ring, infos = _ring(k=2)
-    ring.post(0, 1, infos[0], training=True)
-    ring.post(1, 1, infos[1], training=True)
+    ring.post((1, 0), infos[0], training=True)
+    ring.post((1, 1), infos[1], training=True)
     ring.reset()
     assert all(s.owner is None for s in ring.slots) and ring.stats.owned == 0
     assert infos[0][0].buffer is ring.slots[0].resting[0]
-    ring.post(2, 1, infos[2], training=True)  # slot 0 is free again: no overrun
+    ring.post((1, 2), infos[2], training=True)  # slot 0 is free again: no overrun
 
 
 def _shared(k=2, m=2):
@@ -148,25 +148,25 @@ def _shared(k=2, m=2):
 def test_a_shared_ring_gives_each_stage_the_slot_its_colouring_names_and_refuses_an_owned_one():
     ring, infos1, infos3 = _shared()
     assert ring.shared and ring.stock_sets == 4
-    ring.post(0, 1, infos1[0], training=True)
+    ring.post((1, 0), infos1[0], training=True)
     assert _storage(infos1[0][0].buffer) == _storage(ring.slots[0].tensors[0])
     with pytest.raises(PoolOverrunError) as info:
-        ring.post(1, 3, infos3[1], training=True)  # stage 3 microbatch 1 is coloured into slot 0
+        ring.post((3, 1), infos3[1], training=True)  # stage 3 microbatch 1 is coloured into slot 0
     assert (info.value.stage, info.value.owner_stage) == (3, 1)
-    ring.release(0, 3)  # the wrong stage's release gives nothing back
+    ring.release((3, 0))  # the wrong stage's release gives nothing back
     with pytest.raises(PoolOverrunError):
-        ring.post(1, 3, infos3[1], training=True)
-    ring.release(0, 1)
-    ring.post(1, 3, infos3[1], training=True)
+        ring.post((3, 1), infos3[1], training=True)
+    ring.release((1, 0))
+    ring.post((3, 1), infos3[1], training=True)
     assert infos3[1][0].buffer is None and ring.stats.bumps[0] == (1, 0)
 
 
 def test_a_re_homed_shared_slot_rebinds_every_stage_that_rests_on_it():
     ring, infos1, infos3 = _shared()
-    ring.post(0, 1, infos1[0], training=True)
+    ring.post((1, 0), infos1[0], training=True)
     kept = infos1[0][0].buffer
-    ring.release(0, 1)
-    ring.post(1, 3, infos3[1], training=True)
+    ring.release((1, 0))
+    ring.post((3, 1), infos3[1], training=True)
     new = _storage(ring.slots[0].tensors[0])
     assert ring.rehomes == 1 and _storage(kept) != new
     assert _storage(infos1[0][0].buffer) == new
@@ -177,9 +177,9 @@ def test_what_a_ring_held_is_its_k_sets_plus_re_homed_storages_and_saving_nothin
     ring, infos = _ring(k=1, m=3, say=lambda kind, **f: said.append((kind, f["check"])))
     kept = []
     for c in range(3):
-        ring.post(c, 1, infos[c], training=True)
+        ring.post((1, c), infos[c], training=True)
         kept.append(infos[c][0].buffer)  # a model keeps every received input: each reuse re-homes
-        ring.release(c, 1)
+        ring.release((1, c))
     use = ring.usage(1)
     assert (use.ring, use.live, use.stock, use.held_sets, use.rehomes) == (1, 1, 3, 3, 2)
     assert use.saved_sets == 0 and use.to_dict()["saved_sets"] == 0
