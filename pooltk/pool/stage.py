@@ -136,25 +136,35 @@ class _Members:
 
 def _build_ring(stage: Any, direction: str, state: StageState, factory: Any) -> None:
     """The ring a just-set-up direction receives into, bound on its recv infos; buffers it does
-    not take are made real (stock). 1F1B: K from the closed form ([Note: ring sizes]), slot
-    ``c mod K``; a plan (``"auto"``): K from its live sets, shared across a rank's stages."""
-    infos, index, m = recv_infos(stage, direction), stage.stage_index, state.n_microbatches
+    not take are made real (stock). A plan (``"auto"``) may share it across a rank's stages."""
+    infos = recv_infos(stage, direction)
     positions = recv_positions(infos[0]) if infos else []
     if any(len(chunk_infos) != len(infos[0]) for chunk_infos in infos.values()):
         raise RuntimeError("recv infos differ in structure between microbatches")
-    plan, install = state.decision.plan, state.install
+    live, k = _live_and_size(stage, direction, state)
+    if positions and k > 0:
+        members = _Members({stage.stage_index: (stage, positions)}, live, k)
+        if state.decision.plan is not None and state.install.sharing == "rank":
+            members = _rank_members(stage, direction, state, factory)
+        _make_ring(stage, direction, members, state, factory)
+    _make_the_rest_real(infos, factory)
+
+
+def _live_and_size(stage: Any, direction: str, state: StageState) -> tuple[int, int]:
+    """(live set, K) of one direction of this stage: 1F1B's closed form ([Note: ring sizes], slot
+    ``c mod K``), or the live set a plan analysed from the schedule's action order."""
+    index, m, plan = stage.stage_index, state.n_microbatches, state.decision.plan
     if plan is None:
         n = stage.num_stages
         live = live_1f1b(n, index, m, direction)
-        k = install.ring_size(live=live, receives=m, direction=direction, stage=index, num_stages=n)
+        sized = {"stage": index, "num_stages": n}  # a harness may size a stage its own way
     else:
-        live = plan.min_safe.get((index, direction), 0)
-        k = install.ring_size(live=live, receives=m, direction=direction)
-    if positions and k > 0:
-        members = _Members({index: (stage, positions)}, live, k)
-        if plan is not None and install.sharing == "rank":
-            members = _rank_members(stage, direction, state, factory)
-        _make_ring(stage, direction, members, state, factory)
+        live, sized = plan.min_safe.get((index, direction), 0), {}
+    return live, state.install.ring_size(live=live, receives=m, direction=direction, **sized)
+
+
+def _make_the_rest_real(infos: dict[int, tuple], factory: Any) -> None:
+    """The placeholders no ring took become real buffers: what stock torch would have made."""
     for chunk_infos in infos.values():
         for info in chunk_infos:
             if factory is not None and factory.is_placeholder(getattr(info, "buffer", None)):
@@ -297,10 +307,16 @@ def after_forward(stage: Any, call: Call, output: Any, *, install: Any) -> Any:
     state, chunk = stage_state(stage), call.chunk
     if state is None:
         return output
-    if stage.has_backward:
-        if state.release:
-            state.outputs[chunk] = output
-        return output
+    if not stage.has_backward:
+        return _forward_only_done(stage, state, chunk, output, install)
+    if state.release:
+        state.outputs[chunk] = output
+    return output
+
+
+def _forward_only_done(stage: Any, state: StageState, chunk: int, output: Any, install: Any) -> Any:
+    """A forward-only step's chunk: its kept graph goes ([Note: forward-only steps]), its inputs
+    rest again, its slot and what a handoff gave it are free."""
     cached = api.cached_forward(stage, chunk)
     if state.pooled and install.config.release:
         output = forward_only(stage, chunk, cached, output)
@@ -335,7 +351,7 @@ def after_backward(stage: Any, call: Call, result: Any) -> Any:
     state = stage_state(stage)
     if state is not None and stage.has_backward:
         if call.full_backward:
-            _done(stage, state, call.chunk, call.loss)
+            _backward_finished(stage, state, call.chunk, call.loss)
         elif state.release:  # the weight pass still walks this graph
             state.losses[call.chunk] = call.loss
     return result
@@ -344,11 +360,11 @@ def after_backward(stage: Any, call: Call, result: Any) -> Any:
 def after_weight(stage: Any, call: Call, result: Any) -> Any:
     state = stage_state(stage)
     if state is not None:
-        _done(stage, state, call.chunk, state.losses.pop(call.chunk, None))
+        _backward_finished(stage, state, call.chunk, state.losses.pop(call.chunk, None))
     return result
 
 
-def _done(stage: Any, state: StageState, chunk: int, loss: Any) -> None:
+def _backward_finished(stage: Any, state: StageState, chunk: int, loss: Any) -> None:
     """The chunk's backward is complete: its slots ([Note: slot ownership]), what a handoff gave
     it and its kept graph go."""
     for ring in state.rings.values():
@@ -362,7 +378,8 @@ def _done(stage: Any, state: StageState, chunk: int, loss: Any) -> None:
 # -- receives, sends, a local gradient, the reset, giving stock back ------------------------------
 
 
-def _posting(stage: Any, direction: str) -> Ring | None:
+def _receiving_ring(stage: Any, direction: str) -> Ring | None:
+    """The ring this direction's receives post into now (None: stock, or no gradients)."""
     state = stage_state(stage)
     if state is None or (direction == "grad" and not stage.has_backward):
         return None
@@ -371,14 +388,14 @@ def _posting(stage: Any, direction: str) -> Ring | None:
 
 def before_recv(stage: Any, call: Call, *, direction: str) -> None:
     """Claim the chunk's slot and hand its receive fresh aliases ([Note: the ring])."""
-    ring = _posting(stage, direction)
+    ring = _receiving_ring(stage, direction)
     if ring is not None:
         infos = recv_infos(stage, direction)[call.chunk]
         ring.post((stage.stage_index, call.chunk), infos, training=stage.has_backward)
 
 
 def after_recv(stage: Any, call: Call, ops: Any, *, direction: str) -> Any:
-    ring = _posting(stage, direction)
+    ring = _receiving_ring(stage, direction)
     if ring is not None:
         ring.note_recvs((stage.stage_index, call.chunk), ops)
     return ops
@@ -386,7 +403,7 @@ def after_recv(stage: Any, call: Call, ops: Any, *, direction: str) -> Any:
 
 def after_send(stage: Any, call: Call, ops: Any) -> Any:
     """Remember the sends that pass received tensors on ([Note: finished sends])."""
-    ring = _posting(stage, "forward")
+    ring = _receiving_ring(stage, "forward")
     if ring is not None:
         ring.note_sends((stage.stage_index, call.chunk), ops)
     return ops
