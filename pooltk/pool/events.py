@@ -38,9 +38,9 @@ LINES: dict[str, str] = {
     "received input is not held until the step ends)",
     "kept-graph": "stage {stage} kept graph (reason={reason})",
     "re-homed": "stage {stage} {direction} slot {slot} re-homed ({bytes} bytes): {holders} "
-    "{holder} outside the pool still hold it when microbatch {incoming} posts its receive; the "
-    "holders keep the old storage, the tensor gets a fresh one (copy on conflict); later re-homes "
-    "of this ring are logged at DEBUG and counted",
+    "{holder} outside the pool still hold it when microbatch {incoming}{whose} posts its "
+    "receive; the holders keep the old storage, the tensor gets a fresh one (copy on conflict); "
+    "later re-homes of this ring are logged at DEBUG and counted",
     "no-saving": "stage {stage} {direction} ring saved nothing (held {held} sets at once, stock "
     "holds {stock}; ring {ring}, {rehomes} re-homes this step: {holder} kept received tensors). "
     "Fix: {fix}.",
@@ -86,8 +86,10 @@ class PoolEvent:
 def event(kind: str, *, stage: Any = None, quiet: bool = False, **fields: Any) -> PoolEvent:
     """The :class:`PoolEvent` of ``kind`` (``quiet``: at DEBUG, as a ring's later re-homes are)."""
     check, forward = fields.get("check", ""), fields.get("direction") == "forward"
+    poster = fields.get("incoming_stage", stage)  # a rank-shared ring: another stage may post
     text = LINES[kind].format(
         stage=stage,
+        whose="" if poster == stage else f" of stage {poster}",
         holder=_HOLDER.get(check, "holders"),
         peer="previous" if forward else "next",
         fix=_FIX.get(check, "let go of received tensors once used"),

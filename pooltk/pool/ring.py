@@ -240,7 +240,7 @@ class Ring:
             self._claim(index, user)
             if slot.handed_to is not None:
                 self._retire(slot)
-                self._check(index, incoming=user[1])
+                self._check(index, incoming=user)
         aliases = slot.take(user, training, count_holders=self.guard)
         for alias, j in zip(aliases, self.members[user[0]]):
             infos[j].buffer = alias
@@ -305,7 +305,7 @@ class Ring:
             if infos is not None and infos[j].buffer is slot.aliases[k]:
                 infos[j].buffer = slot.resting[k]
 
-    def _check(self, index: int, *, incoming: int) -> None:
+    def _check(self, index: int, *, incoming: User) -> None:
         """[Note: copy on conflict]: re-home what is still held, bump the rest."""
         slot = self.slots[index]
         previous = slot.handed_to
@@ -319,11 +319,11 @@ class Ring:
             else:
                 reused.append(slot.tensors[k])
         if reused:
-            self.stats.bumps[index] = (incoming, previous[1])
+            self.stats.bumps[index] = (incoming[1], previous[1])
             bump_version(reused)
 
     def _rehome(
-        self, index: int, k: int, *, stage: int, incoming: int, n_holders: int, why: str
+        self, index: int, k: int, *, stage: int, incoming: User, n_holders: int, why: str
     ) -> None:
         """Tensor ``k`` of slot ``index`` is still held (``stage``'s previous user): a new one."""
         slot = self.slots[index]
@@ -347,7 +347,8 @@ class Ring:
                 direction=self.direction,
                 slot=index,
                 position=self.members[stage][k],
-                incoming=incoming,
+                incoming=incoming[1],
+                incoming_stage=incoming[0],
                 bytes=nbytes,
                 holders=n_holders,
                 check=why,

@@ -172,6 +172,24 @@ def test_a_re_homed_shared_slot_rebinds_every_stage_that_rests_on_it():
     assert _storage(infos1[0][0].buffer) == new
 
 
+def test_a_shared_ring_re_home_line_names_the_holding_stage_and_the_posting_one():
+    from pooltk.pool.events import event
+
+    ring, infos1, infos3 = _shared()
+    said = []
+    ring.say = lambda kind, **fields: said.append(event(kind, **fields).message)
+    ring.post((1, 0), infos1[0], training=True)
+    kept = infos1[0][0].buffer  # stage 1 keeps its input: stage 3's post into the slot re-homes
+    ring.release((1, 0))
+    ring.post((3, 1), infos3[1], training=True)
+    assert said and said[0].startswith("pooltk: stage 1 forward slot 0 re-homed"), said
+    assert "when microbatch 1 of stage 3 posts" in said[0], said[0]
+    del kept
+    fields = dict(direction="forward", slot=0, bytes=12, holders=1, check="python", incoming=2)
+    own = event("re-homed", stage=1, incoming_stage=1, **fields).message
+    assert "when microbatch 2 posts" in own and "of stage" not in own, own
+
+
 def test_what_a_ring_held_is_its_k_sets_plus_re_homed_storages_and_saving_nothing_is_said():
     said = []
     ring, infos = _ring(k=1, m=3, say=lambda kind, **f: said.append((kind, f["check"])))
