@@ -1,9 +1,9 @@
 """Every error and warning the pool raises, each text a named constant.
 
 [Note: version bump]
-Every re-post of a slot bumps its storage's version counter: a graph that still saved the old
-contents fails in backward with "modified by an inplace operation" instead of reading the next
-microbatch's data.
+A re-post of a slot bumps the version counter of each tensor it reuses (not of one it re-homes;
+never with the guard off): a graph that still saved the old contents fails in backward with
+"modified by an inplace operation" instead of reading the next microbatch's data.
 
 [Note: naming the reuse]
 Autograd's version error names neither pooltk nor the slot. When a backward on a pooled stage

@@ -7,8 +7,8 @@ single process) logs every level; in a group of more than one rank the others lo
 naming themselves: ``pooltk: [rank R] stage 3 forward slot 0 re-homed ...`` (the stages that
 re-home or save nothing mostly run on other ranks; INFO would repeat rank 0's decisions).
 :data:`LINES` is every line's form; ``installed``, ``not installed``, ``pooled`` and ``kept
-stock`` are a contract with ``pooltk/logs/runs.py``. A ring's first ``re-homed`` line is a
-WARNING, later ones DEBUG.
+stock`` are a contract with ``pooltk/logs/runs.py``. The first ``re-homed`` line of a stage's
+direction is a WARNING, later ones DEBUG.
 """
 
 from __future__ import annotations

@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from pooltk.pool.torch_compat.tensor_counts import cpp_users, storage_key, storage_users
+
 if TYPE_CHECKING:
     from pooltk.pool.ring import Slot
 
@@ -56,7 +58,8 @@ class Calibration:
 
 
 def anchors_for(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """One anchor per tensor: a one-element tensor expanded to its shape (no storage of its own)."""
+    """One anchor per tensor: a one-element tensor expanded to its shape (no share of the slot's
+    storage)."""
     return [torch.empty((), dtype=t.dtype, device=t.device).expand(t.shape) for t in tensors]
 
 
@@ -69,7 +72,7 @@ def calibrate(slot: Slot) -> Calibration:
     """The baselines, on a probe alias held as a handed-out one is ([Note: calibration])."""
     probe = slot.fresh_aliases()
     slot.anchors[0].grad = probe[0]
-    baseline = Calibration(python=sys.getrefcount(probe[0]), cpp=probe[0]._use_count())
+    baseline = Calibration(python=sys.getrefcount(probe[0]), cpp=cpp_users(probe[0]))
     slot.anchors[0].grad = None
     return baseline
 
@@ -79,15 +82,15 @@ def note_sends(slot: Slot, ops: Any) -> None:
     storage on ([Note: finished sends]); references to sends gone are dropped. A send of the
     alias object itself is not one: it adds no tensor on the storage, and its references to the
     alias are counted as holders (the safe side)."""
-    storages = [t.untyped_storage()._cdata for t in slot.tensors]
+    storages = [storage_key(t) for t in slot.tensors]
     for k in range(len(storages)):
         slot.sends[k] = [r for r in slot.sends[k] if r() is not None]
     for op in ops or ():
         t = getattr(op, "tensor", None)
         if not isinstance(t, torch.Tensor) or any(t is alias for alias in slot.aliases):
             continue
-        if t.untyped_storage()._cdata in storages:
-            slot.sends[storages.index(t.untyped_storage()._cdata)].append(weakref.ref(t))
+        if storage_key(t) in storages:
+            slot.sends[storages.index(storage_key(t))].append(weakref.ref(t))
 
 
 def let_go_of_recv_ops(slot: Slot) -> None:
@@ -106,10 +109,9 @@ def count(slot: Slot, calibration: Calibration) -> list[tuple[int, str]]:
     out = []
     for k in range(len(slot.tensors)):
         finished_sends = sum(r() is not None for r in slot.sends[k])
-        storage_users = torch._C._storage_Use_Count(slot.tensors[k].untyped_storage()._cdata)
-        views = storage_users - 1 - OWN - finished_sends  # 1: the storage object asked
+        views = storage_users(slot.tensors[k]) - 1 - OWN - finished_sends  # 1: the asking call's
         python = sys.getrefcount(slot.aliases[k]) - calibration.python
-        cpp = slot.aliases[k]._use_count() - calibration.cpp
+        cpp = cpp_users(slot.aliases[k]) - calibration.cpp
         why = "views" if views > 0 else "python" if python > 0 else "c++" if cpp > 0 else ""
         out.append((max(views, 0) + max(python, 0) + max(cpp, 0), why))
     return out

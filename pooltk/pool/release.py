@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from pooltk.pool.events import say
+from pooltk.pool.torch_compat.tensor_counts import is_view
 from pooltk.pool.torch_compat.stage_api import (
     keep_forward,
     output_chunks,
@@ -67,7 +68,7 @@ def release_chunk(stage: Any, state: Any, chunk: int, loss: Any) -> None:
     if output is not None:
         replace_by_identity(output_chunks(stage), output, detached(output))
     if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
-        if not loss._is_view():  # the object itself: the schedule's list and its step both hold it
+        if not is_view(loss):  # the object itself: the schedule's list and its step both hold it
             loss.detach_()
         else:
             schedule = state.decision.schedule_object() if state.decision is not None else None

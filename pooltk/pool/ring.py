@@ -27,8 +27,8 @@ its own ``.grad``, ``requires_grad`` and hooks), so a hook on chunk k never fire
 Between uses a chunk's ``_RecvInfo`` holds the slot's one resting alias, never read.
 
 [Note: slot ownership]
-A forward slot is owned from its receive post until the chunk's backward (its weight pass, if
-split; its forward, in a forward-only step); a grad slot until the backward returns. Receives do
+A slot is owned from its receive post until the chunk's backward is done (its weight pass, if
+split), a forward slot in a forward-only step until its forward is. Receives do
 not bump the version counter, so a post into an owned slot would overwrite silently.
 """
 
@@ -46,6 +46,7 @@ from pooltk._validate import check_int
 from pooltk.config import PoolConfig
 from pooltk.pool import holders
 from pooltk.pool.errors import PoolOverrunError, bump_version
+from pooltk.pool.torch_compat import tensor_counts as tc
 from pooltk.pool.torch_compat.placeholders import real_buffer
 from pooltk.pool.torch_compat.stage_api import replace_by_identity
 
@@ -384,7 +385,7 @@ class Ring:
     def bumped(self, version: int | None) -> list[tuple[int, int, int]]:
         """(slot, reused by, previous) bumped this step; those at ``version`` where one is."""
         bumped = [(s, r, p) for s, (r, p) in sorted(self.stats.bumps.items())]
-        at = [b for b in bumped if any(t._version == version for t in self.slots[b[0]].tensors)]
+        at = [b for b in bumped if any(tc.version(t) == version for t in self.slots[b[0]].tensors)]
         return at or bumped
 
     def usage(self, stage: int) -> RingUse:

@@ -15,7 +15,8 @@ verbs on a chunk's recv infos: :func:`fresh_buffers` before its receive is built
 :func:`drop_buffers` after the compute that consumes it. The fresh-buffer reference
 (:mod:`pooltk.parity.fresh`) uses the first: every receive lands in a storage nothing else has
 seen, which is what the pool must be bitwise equal to. The whole-stage replay's stock-lazy
-column uses both, to count what 2.15 holds. ``per_receive_hooks`` binds them where torch calls.
+column uses both, to count what 2.15 holds. ``per_receive_hooks`` returns them as the binder's
+hooks.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def drop_buffers(stage: Any, direction: str, chunk: int) -> None:
             info.buffer = placeholder(buf)
 
 
-def _fresh_for_none_grads(stage: Any, call: Call, posted: Posted | None) -> None:
+def _fresh_for_none_grads(stage: Any, call: Call) -> None:
     """A V schedule's same-rank handoff zeroes the buffer of a None gradient: a new one first."""
     grads = call.local_grads or ()
     infos = recv_infos(stage, "grad").get(call.chunk, ())
@@ -75,7 +76,7 @@ def per_receive_hooks(*, drop_after_use: bool, posted: Posted | None = None) -> 
     hooks = {
         api.POST_FORWARD_RECV: Hooks(before=before_recv("forward")),
         api.POST_GRAD_RECV: Hooks(before=before_recv("grad")),
-        api.LOCAL_GRAD: Hooks(before=lambda s, c: _fresh_for_none_grads(s, c, posted)),
+        api.LOCAL_GRAD: Hooks(before=_fresh_for_none_grads),
     }
     if drop_after_use:
         for name, direction in (
