@@ -338,7 +338,7 @@ class Ring:
         self.stats.step_rehomes += 1
         self.stats.rehomed_alive += 1
         weakref.finalize(old.untyped_storage(), self.stats.let_go)
-        if self._held_more():
+        if self._raise_step_peak():
             self._say_if_no_saving(why)
         if self.say is not None:
             nbytes = slot.tensors[k].untyped_storage().nbytes()
@@ -355,7 +355,7 @@ class Ring:
                 check=why,
             )
 
-    def _held_more(self) -> bool:
+    def _raise_step_peak(self) -> bool:
         """Raise the step's peak of tensors held (the ring's and re-homed ones still alive, what
         :meth:`usage` reports); True if it rose."""
         held = self.size * self.per_set + self.stats.rehomed_alive

@@ -509,7 +509,7 @@ def _binder_breaches_at(path: Path) -> list[str]:
 
 # ------------------------------------------------- install loads the pool, not the analysis or the lab
 
-LAB = ("pooltk.memory", "pooltk.parity", "pooltk.logs", "pooltk.nb", "pooltk.studies",
+NOT_LOADED_BY_INSTALL = ("pooltk.memory", "pooltk.parity", "pooltk.logs", "pooltk.nb", "pooltk.studies",
        "pooltk.integrations", "pooltk.cli")  # fmt: skip
 
 
@@ -528,7 +528,7 @@ def test_import_pooltk_and_install_load_no_analysis_beyond_the_catalog_and_no_la
     loaded = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own list literal
     analysis = [m for m in loaded if _within(m, ("pooltk.analysis",))]
     assert analysis == ["pooltk.analysis", "pooltk.analysis.catalog"], analysis
-    assert not [m for m in loaded if _within(m, LAB)], loaded
+    assert not [m for m in loaded if _within(m, NOT_LOADED_BY_INSTALL)], loaded
 
 
 # ------------------------------------------------------------ the pool a reviewer reads in a sitting

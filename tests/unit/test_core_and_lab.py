@@ -71,8 +71,7 @@ def _lab_stack() -> set[str]:
         r.split(">")[0].split("=")[0].split("[")[0].strip()
         for r in extra["optional-dependencies"]["lab"]
     }
-    spelled = {"jupyterlab": "jupyterlab", "ipykernel": "ipykernel"}
-    return {spelled.get(n, n).replace("-", "_") for n in names} | {"IPython"}
+    return {n.replace("-", "_") for n in names} | {"IPython"}
 
 
 def _import_time_lines(path) -> set[int]:

@@ -12,7 +12,7 @@ def storage_key(t: torch.Tensor) -> int:
 
 
 def storage_users(t: torch.Tensor) -> int:
-    """How many tensors and storage objects use ``t``'s storage (this call's own included)."""
+    """The use count of ``t``'s storage (its tensors, and the storage object asked)."""
     return torch._C._storage_Use_Count(storage_key(t))
 
 
