@@ -15,6 +15,7 @@ quotes by version where it can be read).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -54,76 +55,72 @@ class PoolWarning(UserWarning):
     """pooltk left stock behaviour in place (an unknown torch layout, or nothing to do)."""
 
 
-class _Fields:
-    """Keyword fields that survive pickling and ``to_dict`` / ``from_dict``: a rank's error
-    reaches its launcher whole."""
+@dataclass(kw_only=True, eq=False, repr=False)
+class _PoolError(RuntimeError):
+    """A pool error whose fields survive pickling and ``to_dict`` / ``from_dict``: a rank's error
+    reaches its launcher whole. Its text is :meth:`message` of those fields."""
 
-    FIELDS: tuple[str, ...] = ()
+    def __post_init__(self) -> None:
+        super().__init__(self.message())
+
+    def message(self) -> str:
+        raise NotImplementedError
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.FIELDS}
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_dict(cls, fields: dict) -> Any:
-        return cls(**{name: fields.get(name) for name in cls.FIELDS})
+    def from_dict(cls, found: dict) -> Any:
+        return cls(**{f.name: found.get(f.name) for f in fields(cls)})
 
     def __reduce__(self) -> tuple:
         return _rebuild, (type(self), self.to_dict())
 
 
-def _rebuild(cls: type, fields: dict) -> Any:
-    return cls.from_dict(fields)
+def _rebuild(cls: type, found: dict) -> Any:
+    return cls.from_dict(found)
 
 
 def _where(rank: int | None) -> str:
     return "" if rank is None else f"[rank {rank}] "
 
 
-class PoolOverrunError(_Fields, RuntimeError):
+@dataclass(kw_only=True, eq=False, repr=False)
+class PoolOverrunError(_PoolError):
     """A receive was about to land in a slot another chunk still owns ([Note: slot ownership])."""
 
-    FIELDS = ("stage", "direction", "slot", "ring", "owner", "incoming", "rank", "owner_stage")
+    stage: int
+    direction: str
+    slot: int
+    ring: int
+    owner: int  # the chunk that owns the slot
+    incoming: int  # the chunk posting into it
+    rank: int | None = None
+    owner_stage: int | None = None  # the owner's stage, where another shares the ring
 
-    def __init__(
-        self,
-        *,
-        stage: int,
-        direction: str,
-        slot: int,
-        ring: int,
-        owner: int,
-        incoming: int,
-        rank: int | None = None,
-        owner_stage: int | None = None,
-    ) -> None:
-        self.stage, self.direction, self.slot, self.ring = stage, direction, slot, ring
-        self.owner, self.incoming, self.rank, self.owner_stage = owner, incoming, rank, owner_stage
-        whose = "" if owner_stage is None else f" of stage {owner_stage}"
-        super().__init__(OVERRUN.format(where=_where(rank), whose=whose, **self.to_dict()))
+    def message(self) -> str:
+        whose = "" if self.owner_stage is None else f" of stage {self.owner_stage}"
+        return OVERRUN.format(where=_where(self.rank), whose=whose, **self.to_dict())
 
 
-class PoolReuseError(_Fields, RuntimeError):
-    """A backward read a received tensor after its slot was re-used ([Note: naming the reuse]).
+@dataclass(kw_only=True, eq=False, repr=False)
+class PoolReuseError(_PoolError):
+    """A backward read a received tensor after its slot was re-used ([Note: naming the reuse])."""
 
-    ``slots``: ``[(slot, reused_by, previous)]``; ``cause``: autograd's first line.
-    """
+    stage: int
+    direction: str
+    slots: list  # [(slot, reused_by, previous)]
+    microbatch: int | None
+    cause: str  # autograd's first line
+    rank: int | None = None
 
-    FIELDS = ("stage", "direction", "slots", "microbatch", "cause", "rank")
+    def __post_init__(self) -> None:
+        self.slots = [tuple(s) for s in self.slots]
+        super().__post_init__()
 
-    def __init__(
-        self,
-        *,
-        stage: int,
-        direction: str,
-        slots: list,
-        microbatch: int | None,
-        cause: str,
-        rank: int | None = None,
-    ) -> None:
-        self.stage, self.direction, self.slots = stage, direction, [tuple(s) for s in slots]
-        self.microbatch, self.cause, self.rank = microbatch, cause, rank
+    def message(self) -> str:
         which = "; ".join(f"slot {s} re-used by microbatch {r} after {p}" for s, r, p in self.slots)
-        super().__init__(REUSE.format(where=_where(rank), which=which, **self.to_dict()))
+        return REUSE.format(where=_where(self.rank), which=which, **self.to_dict())
 
 
 class PoolSetupError(RuntimeError):

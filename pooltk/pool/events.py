@@ -29,7 +29,7 @@ LINES: dict[str, str] = {
     "{grad}/{n_microbatches})",
     "kept-stock": "stage {stage} kept stock (reason={reason})",
     "unpooled": "stage {stage} unpooled (reason={reason})",
-    "shared": "stage {stage} {direction} ring shared (stages {names} on this rank, {size} sets for "
+    "shared": "stage {stage} {direction} ring shared (stages {names} on this rank, {ring} sets for "
     "{receives} receives)",
     "handoff": "stage {stage} {direction} handoff (no receive buffers: the {peer} stage runs on "
     "this rank and hands its tensors over locally)",
@@ -41,9 +41,9 @@ LINES: dict[str, str] = {
     "{holder} outside the pool still hold it when microbatch {incoming}{whose} posts its "
     "receive; the holders keep the old storage, the tensor gets a fresh one (copy on conflict); "
     "later re-homes of this ring are logged at DEBUG and counted",
-    "no-saving": "stage {stage} {direction} ring saved nothing (held {held} sets at once, stock "
-    "holds {stock}; ring {ring}, {rehomes} re-homes this step: {holder} kept received tensors). "
-    "Fix: {fix}.",
+    "no-saving": "stage {stage} {direction} ring saved nothing (held {held_sets} sets at once, "
+    "stock holds {stock}; ring {ring}, {rehomes} re-homes this step: {holder} kept received "
+    "tensors). Fix: {fix}.",
 }
 """kind -> the line after ``pooltk: ``."""
 WARNINGS = frozenset({"not-installed", "kept-stock", "kept-graph", "re-homed", "no-saving"})

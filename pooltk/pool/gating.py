@@ -40,12 +40,9 @@ class Decision:
 
     pooled: bool
     reason: str
-    schedule: str | None
-    """The schedule that decided (seen driving the setup, or given at install)."""
-    plan: Any = None
-    """Under ``schedule="auto"``: the :class:`~pooltk.analysis.plans.RingPlan` of its live sets."""
-    observed: weakref.ref | None = None
-    """The schedule object seen driving the setup, by weak reference (a stage must not keep it)."""
+    schedule: str | None  # the schedule that decided (seen driving the setup, or the install's)
+    plan: Any = None  # under schedule="auto": the RingPlan of its live sets (analysis/plans.py)
+    observed: weakref.ref | None = None  # the schedule seen at setup (weak: stages never keep it)
 
     def schedule_object(self) -> Any:
         """The schedule object seen driving the setup, while it lives; None otherwise."""

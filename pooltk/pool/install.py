@@ -60,24 +60,16 @@ _UNPOOLED = "found pooltk.unpool_stage(): the rings were replaced by stock buffe
 class InstallReport:
     """What an install (process-wide, one stage's, or a probe) found, does, and has seen."""
 
-    installed: bool
-    """True when pooltk acts: rings for allowlisted schedules and/or the last-stage release."""
-    mode: str
-    """``rings+release``, ``rings``, ``release`` or ``stock``: what pooltk does, in one word."""
-    layout: str | None
-    """The layout family found (``prepare-infra``, ``setup-recv-info``, ``lazy``), or None."""
-    reason: str
-    """Why: the layout's description when installed, else why not."""
+    installed: bool  # pooltk acts: rings for allowlisted schedules and/or the last-stage release
+    mode: str  # rings+release, rings, release or stock: what pooltk does, in one word
+    layout: str | None  # the layout family found (prepare-infra, setup-recv-info, lazy), or None
+    reason: str  # the layout's description when installed, else why not
     torch_version: str
-    alloc_free: bool = False
-    """Only K buffer sets are ever made (no transient of all M at setup)."""
+    alloc_free: bool = False  # only K buffer sets are ever made (no transient of all M at setup)
     config: PoolConfig | None = None
-    schedule: str | None = None
-    """The schedule given at install (one seen driving a setup decides over it)."""
-    scope: str = "process"
-    """``process`` (the classes), ``stage`` (one stage object) or ``probe``."""
-    events: list = field(default_factory=list)
-    """Every decision and per-stage outcome, in order ([Note: pool log lines])."""
+    schedule: str | None = None  # given at install; one seen driving a setup decides over it
+    scope: str = "process"  # process (the classes), stage (one stage object) or probe
+    events: list = field(default_factory=list)  # every decision and outcome: [Note: pool log lines]
     _stages: weakref.WeakSet = field(default_factory=weakref.WeakSet, repr=False)
 
     @classmethod
@@ -124,14 +116,9 @@ class InstallReport:
 
     def to_dict(self) -> dict[str, Any]:
         names = ("installed", "layout", "reason", "torch_version", "schedule", "alloc_free")
-        config = self.config.to_dict() if self.config else None
-        return {
-            **{n: getattr(self, n) for n in names},
-            "scope": self.scope,
-            "mode": self.mode,
-            "config": config,
-            "events": [e.to_dict() for e in self.events],
-        }
+        out = {n: getattr(self, n) for n in (*names, "scope", "mode")}
+        out["config"] = self.config.to_dict() if self.config else None
+        return out | {"events": [e.to_dict() for e in self.events]}
 
 
 @dataclass(eq=False)
@@ -139,8 +126,7 @@ class _Install:
     """The install in force: what its hooks read, and the bindings that undo it."""
 
     config: PoolConfig
-    harness: Any
-    """The proofs' rings (pooltk.parity.experiments.Harness), or None: a user's config."""
+    harness: Any  # the proofs' rings (pooltk.parity.experiments.Harness), or None: a user's
     schedule: str | None
     force: bool
     layout: Layout
@@ -200,27 +186,29 @@ def _install(
         report, inst = _prepare(config, fields, schedule, force, harness, "process")
         if inst is None:
             return report
-        hooks_by_target = {stage_base(): runtime_hooks(inst.layout, inst)}
-        for target in inst.layout.setup_targets:
-            hooks_by_target.setdefault(target.owner, {})[target.name] = setup_hooks(target, inst)
-        try:
-            for target, hooks in hooks_by_target.items():
-                inst.bindings.append(bind(target, hooks, tag=_TAG))
-        except BaseException:
-            _undo(inst)
-            raise
+        _bind(inst, None)
         _current = inst
-        said = events.event(
-            "installed",
-            policy=getattr(harness, "policy", "tight"),
-            schedule=report.schedule,
-            layout=report.layout,
-            mode=report.mode,
-            slack=inst.config.slack,
-            grad_slack=inst.config.grad_slack,
-        )
+        policy, cfg = getattr(harness, "policy", "tight"), inst.config.to_dict()
+        fields = {"policy": policy, "schedule": report.schedule, "layout": report.layout}
+        said = events.event("installed", mode=report.mode, **fields, **cfg)
         events.emit(report.events, said)
         return report
+
+
+def _bind(inst: _Install, stage: Any) -> None:
+    """Bind the hooks on torch's classes (``stage`` None) or on one stage object; all or none."""
+    by_target = {stage_base() if stage is None else stage: runtime_hooks(inst.layout, inst)}
+    for target in inst.layout.setup_targets:
+        if stage is None:
+            by_target.setdefault(target.owner, {})[target.name] = setup_hooks(target, inst)
+        elif isinstance(stage, target.owner):
+            by_target[stage][target.name] = setup_hooks(target, inst)
+    try:
+        for target, hooks in by_target.items():
+            inst.bindings.append(bind(target, hooks, tag=_TAG))
+    except BaseException:
+        _undo(inst)
+        raise
 
 
 def _same_install(
@@ -369,11 +357,7 @@ def _pool_stage(
             inst.report = report
             kept_stock(stage, inst, refused)
         elif inst is not None:
-            hooks = runtime_hooks(inst.layout, inst)
-            for target in inst.layout.setup_targets:
-                if isinstance(stage, target.owner):
-                    hooks[target.name] = setup_hooks(target, inst)
-            inst.bindings = [bind(stage, hooks, tag=_TAG)]
+            _bind(inst, stage)
             state_for(stage).install = inst
         return report
 

@@ -4,32 +4,31 @@
 slot(c) = c mod K, and chunk c is posted only after chunk c - K released it.
 
 Stock torch keeps one set of receive buffers per microbatch (chunk) and direction, M in all. Only
-the live set is ever in use at once, so the ring keeps K = live + slack sets ([Note: ring sizes])
-and chunk c receives into slot c mod K. A slot is claimed when its receive is posted and released
-once the stage is done reading it ([Note: slot ownership]); a post into a slot another chunk still
-owns raises :class:`PoolOverrunError` before anything is received, so a ring too small is loud,
-never silent. Under ``schedule="auto"`` a rank's stages with the same boundary tensors share one
-ring, its slots coloured from the schedule's action order instead of c mod K ([Note: rank-shared
-rings] in pooltk/analysis/sharing.py); the invariant is the same.
+the live set is in use at once, so the ring keeps K = live + slack sets ([Note: ring sizes]). A
+slot is claimed when its receive is posted and released once the stage is done reading it
+([Note: slot ownership]); a post into a slot another chunk still owns raises
+:class:`PoolOverrunError` before anything is received, so a ring too small is loud, never silent.
+Under ``schedule="auto"`` a rank's stages with the same boundary tensors may share one ring, its
+slots coloured from the schedule's action order instead of c mod K ([Note: rank-shared rings] in
+pooltk/analysis/sharing.py); the invariant is the same.
 
 [Note: ring sizes]
 Under torch's ``Schedule1F1B`` stage i of N runs W = min(M, N - i) forwards before its first
-backward, and the receive for chunk k + W is posted only after chunk k's backward: at most W
-activation sets are live (none on stage 0, whose inputs are the data) and one gradient set (none
-on the last stage). The ring keeps ``min(M, live + slack)`` forward and ``min(M, live +
-grad_slack)`` grad. Other schedules bring their live sets from their own action order
-(pooltk/analysis/plans.py); the same :func:`ring_size` turns them into K.
+backward, and chunk k + W's receive is posted only after chunk k's backward: at most W activation
+sets are live (none on stage 0, whose inputs are the data) and one gradient set (none on the last
+stage). K is ``min(M, live + slack)`` forward and ``min(M, live + grad_slack)`` grad. Other
+schedules bring their live sets from their own action order (pooltk/analysis/plans.py).
 
 [Note: fresh aliases]
-Chunks that map to one slot share its storage, never a tensor object: each receive hands its
-``_RecvInfo`` a fresh ``detach()`` alias of the slot's tensor (same storage and version counter,
-its own ``.grad``, ``requires_grad`` and hooks), so a hook on chunk k never fires for k + K.
-Between uses a chunk's ``_RecvInfo`` holds the slot's one resting alias, never read.
+Chunks that map to one slot share its storage, never a tensor object: each receive gets a fresh
+``detach()`` alias of the slot's tensor (same storage and version counter, its own ``.grad``,
+``requires_grad`` and hooks), so a hook on chunk k never fires for k + K. Between uses a chunk's
+``_RecvInfo`` holds the slot's one resting alias, never read.
 
 [Note: slot ownership]
 A slot is owned from its receive post until the chunk's backward is done (its weight pass, if
-split), a forward slot in a forward-only step until its forward is. Receives do
-not bump the version counter, so a post into an owned slot would overwrite silently.
+split), in a forward-only step until its forward is. Receives do not bump the version counter, so
+a post into an owned slot would overwrite silently.
 """
 
 from __future__ import annotations
@@ -65,8 +64,8 @@ def live_1f1b(num_stages: int, stage_index: int, n_microbatches: int, direction:
 
 
 def ring_size(live: int, receives: int, direction: str, config: PoolConfig) -> int:
-    """K for a live set ([Note: ring sizes]): live + slack, at most ``receives`` (the microbatches
-    received); 0 for a live set of 0 (nothing received: no ring, the stage keeps stock)."""
+    """K = live + slack, at most ``receives``; 0 for a live set of 0 (no ring: the stage keeps
+    stock)."""
     if live == 0:
         return 0
     return min(receives, live + (config.slack if direction == "forward" else config.grad_slack))
@@ -83,20 +82,14 @@ class Slot:
 
     tensors: list[torch.Tensor]
     requires_grad: list[bool]
-    resting: list[torch.Tensor] = field(init=False)
-    """What every chunk's ``_RecvInfo`` holds between its uses ([Note: fresh aliases])."""
-    anchors: list[torch.Tensor] = field(init=False)
-    owner: User | None = None
-    """Who owns the slot now ([Note: slot ownership])."""
-    handed_to: User | None = None
-    """Who the last aliases went to (it stays after its release): whose data a re-post checks."""
+    resting: list[torch.Tensor] = field(init=False)  # what a chunk's _RecvInfo holds between uses
+    anchors: list[torch.Tensor] = field(init=False)  # [Note: calibration]
+    owner: User | None = None  # [Note: slot ownership]
+    handed_to: User | None = None  # who got the last aliases: whose data a re-post checks
     aliases: list[torch.Tensor] = field(default_factory=list)
-    training: bool = False
-    """The last post was a training step's."""
-    recv_ops: list = field(default_factory=list)
-    """The receive ops torch built for the last post (re-pointed before the next one)."""
-    sends: list[list[weakref.ref]] = field(init=False)
-    """Per tensor, the finished forward sends that still carry it ([Note: finished sends])."""
+    training: bool = False  # the last post was a training step's
+    recv_ops: list = field(default_factory=list)  # torch's receive ops of the last post
+    sends: list[list[weakref.ref]] = field(init=False)  # [Note: finished sends], per tensor
 
     def __post_init__(self) -> None:
         self.resting = self.fresh_aliases()
@@ -117,7 +110,7 @@ class Slot:
         return True
 
     def take(self, user: User, training: bool, count_holders: bool) -> list[torch.Tensor]:
-        """The fresh aliases ``user``'s receive gets (anchored where the holders are counted)."""
+        """The fresh aliases ``user``'s receive gets (anchored where holders are counted)."""
         self.handed_to, self.aliases, self.training = user, self.fresh_aliases(), training
         if count_holders:
             holders.anchor(self.anchors, self.aliases)
@@ -132,21 +125,24 @@ class Slot:
 
 @dataclass(slots=True)
 class _Stats:
-    """What a ring counts: ownership now and at its peak, bumps and re-homes this step."""
+    """Ownership now and at its peak; this step's bumps, re-homes and peak of storages held."""
 
     owned: int = 0
     peak_owned: int = 0
-    bumps: dict[int, tuple[int, int]] = field(default_factory=dict)
-    """slot -> (chunk that re-used it, its previous chunk), this step ([Note: naming the reuse])."""
+    bumps: dict[int, tuple[int, int]] = field(default_factory=dict)  # slot -> (chunk, previous)
     rehomes: int = 0
     step_rehomes: int = 0
-    rehomed_alive: int = 0
-    """Re-homed storages someone outside the pool still holds."""
-    step_peak_tensors: int = 0
-    """The most storages held at once this step (K sets plus re-homed ones alive)."""
+    rehomed_alive: int = 0  # re-homed storages someone outside the pool still holds
+    step_peak_tensors: int = 0  # K sets' tensors plus re-homed ones alive, at most, this step
 
-    def let_go(self) -> None:
-        """A re-homed storage's last holder let go of it (a finalizer on the storage)."""
+    def count_rehome(self, old: torch.UntypedStorage) -> None:
+        """A tensor was re-homed: its old storage is held until its last holder lets go."""
+        self.rehomes += 1
+        self.step_rehomes += 1
+        self.rehomed_alive += 1
+        weakref.finalize(old, self._let_go)
+
+    def _let_go(self) -> None:
         self.rehomed_alive -= 1
 
 
@@ -156,50 +152,39 @@ class RingUse:
 
     stage: int
     direction: str
-    stages: tuple[int, ...]
-    """Every stage receiving into this ring (more than one for a rank-shared ring)."""
-    ring: int
-    """K: the sets the ring keeps."""
+    stages: tuple[int, ...]  # every stage receiving into the ring (several: rank-shared)
+    ring: int  # K
     live: int
-    stock: int
-    """Sets stock torch keeps for the same receives (one per microbatch and stage)."""
-    tensors: int
-    """Tensors per set."""
-    held_sets: int
-    """The most sets held at once during the last step: K plus re-homed storages, rounded up."""
+    stock: int  # sets stock torch keeps for the same receives
+    tensors: int  # per set
+    held_sets: int  # the most sets held at once: K plus re-homed storages, rounded up
     held_bytes: int
-    rehomes: int
-    """Tensors re-homed during the last step (copy on conflict)."""
+    rehomes: int  # tensors re-homed (copy on conflict)
 
     @property
     def saved_sets(self) -> int:
-        """Sets stock would hold beyond what the ring held (0 or less: the ring saved nothing)."""
+        """Sets stock would hold beyond what the ring held (0 or less: it saved nothing)."""
         return self.stock - self.held_sets
 
     def to_dict(self) -> dict:
-        fields = {name: getattr(self, name) for name in self.__slots__}
-        return fields | {"saved_sets": self.saved_sets}
+        return {name: getattr(self, name) for name in self.__slots__} | {
+            "saved_sets": self.saved_sets
+        }
 
 
 @dataclass(eq=False, slots=True, kw_only=True)
 class Ring:
     """K buffer sets for one direction of one stage, or of a rank's stages ([Note: the ring])."""
 
-    stage: int
-    """The first stage receiving into the ring."""
+    stage: int  # the first stage receiving into the ring
     direction: str
-    live: int
-    """The live set K was sized from."""
+    live: int  # the live set K was sized from
     n_microbatches: int
     slots: list[Slot]
-    slot_map: dict[User, int] | None = None
-    """(stage, chunk) -> slot for a rank-shared ring; None: chunk mod K."""
-    guard: bool = True
-    """False only for negative controls: no ownership, no holders' check, no version bump."""
-    say: Callable[..., None] | None = None
-    """``say(kind, **fields)``: a ``re-homed`` or ``no-saving`` event (pool/events.py)."""
-    members: dict[int, list[int]] = field(default_factory=dict)
-    """stage -> positions of its recv infos that receive into this ring."""
+    slot_map: dict[User, int] | None = None  # a rank-shared ring's colouring; None: chunk mod K
+    guard: bool = True  # False only for negative controls: no ownership, holders or bump
+    say: Callable[..., None] | None = None  # say(kind, **fields): pooltk/pool/events.py
+    members: dict[int, list[int]] = field(default_factory=dict)  # stage -> its infos' positions
     infos: dict[User, tuple] = field(default_factory=dict)
     calibration: holders.Calibration = field(init=False)
     stats: _Stats = field(init=False)
@@ -211,16 +196,11 @@ class Ring:
     size = property(lambda self: len(self.slots), doc="K: the sets the ring keeps.")
     per_set = property(lambda self: len(self.slots[0].tensors), doc="Tensors per buffer set.")
     shared = property(lambda self: len(self.members) > 1, doc="More than one stage receives here.")
+    stock_sets = property(lambda self: self.n_microbatches * max(1, len(self.members)))
     peak_owned = property(lambda self: self.stats.peak_owned, doc="The live set this run had.")
     rehomes = property(lambda self: self.stats.rehomes, doc="Tensors re-homed over the run.")
 
-    @property
-    def stock_sets(self) -> int:
-        """Sets stock torch keeps for this ring's receives (one per microbatch of each member)."""
-        return self.n_microbatches * max(1, len(self.members))
-
     def slot_of(self, user: User) -> int:
-        """The slot of (stage, chunk): chunk mod K, or the rank-shared ring's map."""
         return user[1] % self.size if self.slot_map is None else self.slot_map[user]
 
     def add_member(
@@ -234,7 +214,7 @@ class Ring:
                 infos[j].buffer = alias
 
     def post(self, user: User, infos: tuple, *, training: bool) -> None:
-        """``user`` (stage, chunk) is about to post its receive into ``infos``."""
+        """``user`` is about to post its receive into ``infos``: claim, check, hand out."""
         index = self.slot_of(user)
         slot = self.slots[index]
         if self.guard:
@@ -251,14 +231,15 @@ class Ring:
         if owner == user:
             return
         if owner is not None:
+            stage, owner_stage = user[0], None if owner[0] == user[0] else owner[0]
             raise PoolOverrunError(
-                stage=user[0],
+                stage=stage,
                 direction=self.direction,
                 slot=index,
                 ring=self.size,
                 owner=owner[1],
                 incoming=user[1],
-                owner_stage=None if owner[0] == user[0] else owner[0],
+                owner_stage=owner_stage,
             )
         self.slots[index].claim(user)
         self.stats.owned += 1
@@ -270,13 +251,12 @@ class Ring:
             self.slots[self.slot_of(user)].recv_ops = list(ops or ())
 
     def note_sends(self, user: User, ops: Any) -> None:
-        """``user``'s forward sends that carry its received tensors on ([Note: finished sends])."""
+        """``user``'s forward sends that pass its received tensors on ([Note: finished sends])."""
         slot = self.slots[self.slot_of(user)]
         if self.guard and slot.handed_to == user and slot.training:
             holders.note_sends(slot, ops)
 
     def release(self, user: User) -> None:
-        """``user`` (stage, chunk) is done reading its slot ([Note: slot ownership])."""
         if self.slots[self.slot_of(user)].release(user):
             self.stats.owned -= 1
 
@@ -289,14 +269,14 @@ class Ring:
 
     def reset(self) -> None:
         """A new step: no slot is owned, every alias handed out is retired, the counts restart."""
-        self.stats.owned = 0
         for slot in self.slots:
             slot.owner = None
             if slot.handed_to is not None:
                 self._retire(slot)
-        self.stats.bumps.clear()
-        self.stats.step_rehomes = 0
-        self.stats.step_peak_tensors = self.size * self.per_set + self.stats.rehomed_alive
+        stats = self.stats
+        stats.owned, stats.step_rehomes = 0, 0
+        stats.bumps.clear()
+        stats.step_peak_tensors = self.size * self.per_set + stats.rehomed_alive
 
     def _retire(self, slot: Slot) -> None:
         """The previous user's recv infos go back to the resting aliases."""
@@ -309,39 +289,32 @@ class Ring:
     def _check(self, index: int, *, incoming: User) -> None:
         """[Note: copy on conflict]: re-home what is still held, bump the rest."""
         slot = self.slots[index]
-        previous = slot.handed_to
         reused = []
         holders.let_go_of_recv_ops(slot)
         for k, (n_holders, why) in enumerate(holders.count(slot, self.calibration)):
             if why:
-                self._rehome(
-                    index, k, stage=previous[0], incoming=incoming, n_holders=n_holders, why=why
-                )
+                self._rehome(index, k, incoming=incoming, n_holders=n_holders, why=why)
             else:
                 reused.append(slot.tensors[k])
         if reused:
-            self.stats.bumps[index] = (incoming[1], previous[1])
+            self.stats.bumps[index] = (incoming[1], slot.handed_to[1])
             bump_version(reused)
 
-    def _rehome(
-        self, index: int, k: int, *, stage: int, incoming: User, n_holders: int, why: str
-    ) -> None:
-        """Tensor ``k`` of slot ``index`` is still held (``stage``'s previous user): a new one."""
-        slot = self.slots[index]
-        old, old_resting = slot.tensors[k], slot.resting[k]
+    def _rehome(self, index: int, k: int, *, incoming: User, n_holders: int, why: str) -> None:
+        """Tensor ``k`` of slot ``index`` is still held: the slot gets a new one."""
+        slot, stats = self.slots[index], self.stats
+        old, old_resting, stage = slot.tensors[k], slot.resting[k], slot.handed_to[0]
         slot.rehome(k)
         for (member, _), infos in self.infos.items():
             j = self.members[member][k]
             if infos[j].buffer is old_resting:
                 infos[j].buffer = slot.resting[k]
-        self.stats.rehomes += 1
-        self.stats.step_rehomes += 1
-        self.stats.rehomed_alive += 1
-        weakref.finalize(old.untyped_storage(), self.stats.let_go)
-        if self._raise_step_peak():
+        stats.count_rehome(old.untyped_storage())
+        held = self.size * self.per_set + stats.rehomed_alive
+        if held > stats.step_peak_tensors:
+            stats.step_peak_tensors = held
             self._say_if_no_saving(why)
         if self.say is not None:
-            nbytes = slot.tensors[k].untyped_storage().nbytes()
             self.say(
                 "re-homed",
                 stage=stage,
@@ -350,37 +323,17 @@ class Ring:
                 position=self.members[stage][k],
                 incoming=incoming[1],
                 incoming_stage=incoming[0],
-                bytes=nbytes,
+                bytes=slot.tensors[k].untyped_storage().nbytes(),
                 holders=n_holders,
                 check=why,
             )
 
-    def _raise_step_peak(self) -> bool:
-        """Raise the step's peak of tensors held (the ring's and re-homed ones still alive, what
-        :meth:`usage` reports); True if it rose."""
-        held = self.size * self.per_set + self.stats.rehomed_alive
-        if held <= self.stats.step_peak_tensors:
-            return False
-        self.stats.step_peak_tensors = held
-        return True
-
     def _say_if_no_saving(self, why: str) -> None:
-        """Say, at a new step peak, that the ring now holds as many sets as stock would."""
-        held = self.stats.step_peak_tensors
-        held_sets = math.ceil(held / self.per_set)
-        beyond_ring = self.size < self.stock_sets or held > self.size * self.per_set
-        if self.say is not None and held_sets >= self.stock_sets and beyond_ring:
-            use = self.usage(self.stage)
-            self.say(
-                "no-saving",
-                stage=self.stage,
-                direction=self.direction,
-                held=use.held_sets,
-                stock=use.stock,
-                ring=use.ring,
-                rehomes=use.rehomes,
-                check=why,
-            )
+        """At a new step peak: say once the ring holds as many sets as stock would."""
+        use = self.usage(self.stage)
+        beyond_ring = self.size < self.stock_sets or use.held_sets > self.size
+        if self.say is not None and use.held_sets >= self.stock_sets and beyond_ring:
+            self.say("no-saving", check=why, **use.to_dict())
 
     def bumped(self, version: int | None) -> list[tuple[int, int, int]]:
         """(slot, reused by, previous) bumped this step; those at ``version`` where one is."""

@@ -46,24 +46,17 @@ class StageState:
     """The pool's view of one stage (see [Note: a stage's life])."""
 
     phase: str = NEW
-    decision: Decision | None = None
-    """The gate's answer at the last setup (or the first compute, on the lazy layout)."""
-    install: Any = None
-    """The install whose hooks set the stage up: its config, harness and events."""
+    decision: Decision | None = None  # the gate's, at the last setup (lazy: the first compute)
+    install: Any = None  # the install whose hooks set the stage up: config, harness, events
     n_microbatches: int | None = None
     rings: dict[str, Ring] = field(default_factory=dict)
-    handoff: dict[str, dict] = field(default_factory=dict)
-    """direction -> {position: handoff.Template} where a same-rank handoff feeds the stage."""
-    release: bool = False
-    """A last stage lets the schedule's kept graphs go after each backward (release.py)."""
-    outputs: dict[int, Any] = field(default_factory=dict)
-    """chunk -> its forward's output, until its backward (the release)."""
-    losses: dict[int, Any] = field(default_factory=dict)
-    """chunk -> the loss of a split backward, until its weight pass (the release)."""
+    handoff: dict[str, dict] = field(default_factory=dict)  # direction -> {position: Template}
+    release: bool = False  # a last stage lets kept graphs go after each backward (release.py)
+    outputs: dict[int, Any] = field(default_factory=dict)  # chunk -> output, until its backward
+    losses: dict[int, Any] = field(default_factory=dict)  # chunk -> split backward's loss
     released: int = 0
     kept_graphs: int = 0
-    said: set = field(default_factory=set)
-    """What was said of this stage (each line once)."""
+    said: set = field(default_factory=set)  # what was said of this stage (each line once)
 
     pooled = property(lambda self: self.decision is not None and self.decision.pooled)
     reason = property(lambda self: self.decision.reason if self.decision is not None else "")
@@ -125,8 +118,7 @@ class _Members:
     """The stages one ring serves, and its size: one stage, or a rank's stages that share it
     ([Note: rank-shared rings]; their ring is rebuilt over every member as each sets up)."""
 
-    stages: dict[int, tuple[Any, list[int]]]
-    """stage index -> (the stage, the positions of its recv infos that receive into the ring)."""
+    stages: dict[int, tuple[Any, list[int]]]  # index -> (stage, its infos' positions)
     live: int
     size: int
     slot_map: dict | None = None
@@ -176,20 +168,17 @@ def _make_ring(
 ) -> None:
     """K sets shaped like this stage's buffers (an earlier ring's kept), bound on every member."""
     first, positions = recv_infos(stage, direction)[0], members.stages[stage.stage_index][1]
-    sets = (
-        [list(slot.tensors) for slot in members.ring.slots[: members.size]] if members.ring else []
-    )
+    kept = members.ring.slots[: members.size] if members.ring else []
+    sets = [list(slot.tensors) for slot in kept]
     while len(sets) < members.size:  # a slot's tensors are never leaves of a graph: its aliases are
         sets.append([real_buffer(first[j].buffer, factory=factory).detach() for j in positions])
+    requires_grad = [bool(first[j].buffer.requires_grad) for j in positions]
     ring = Ring(
         stage=min(members.stages),
         direction=direction,
         live=members.live,
         n_microbatches=state.n_microbatches,
-        slots=[
-            Slot(tensors, [bool(first[j].buffer.requires_grad) for j in positions])
-            for tensors in sets
-        ],
+        slots=[Slot(tensors, list(requires_grad)) for tensors in sets],
         slot_map=members.slot_map,
         guard=state.install.guard,
         say=partial(_ring_said, state),
@@ -286,18 +275,10 @@ def _say_pooled(stage: Any, state: StageState) -> None:
         stock = m if first and recv_positions(first) and direction not in state.handoff else 0
         sizes.append(state.rings[direction].size if direction in state.rings else stock)
     events.say(state, "pooled", stage=index, forward=sizes[0], grad=sizes[1], n_microbatches=m)
-    for direction, ring in state.rings.items():
+    for ring in state.rings.values():
         if ring.shared:
-            stages, receives = sorted(ring.members), m * len(ring.members)
-            events.say(
-                state,
-                "shared",
-                stage=index,
-                direction=direction,
-                stages=stages,
-                size=ring.size,
-                receives=receives,
-            )
+            use = ring.usage(index)
+            events.say(state, "shared", **use.to_dict(), receives=use.stock)
     for direction in state.handoff:
         events.say(state, "handoff", stage=index, direction=direction)
 
@@ -459,11 +440,15 @@ def setup_hooks(target: SetupTarget, install: Any) -> Hooks:
 
 
 def runtime_hooks(layout: Layout, install: Any) -> dict[str, Hooks]:
-    forward = partial(before_recv, direction="forward"), partial(after_recv, direction="forward")
-    grad = partial(before_recv, direction="grad"), partial(after_recv, direction="grad")
+    def recv(direction: str) -> Hooks:
+        return Hooks(
+            before=partial(before_recv, direction=direction),
+            after=partial(after_recv, direction=direction),
+        )
+
     table = {
-        api.POST_FORWARD_RECV: Hooks(before=forward[0], after=forward[1]),
-        api.POST_GRAD_RECV: Hooks(before=grad[0], after=grad[1]),
+        api.POST_FORWARD_RECV: recv("forward"),
+        api.POST_GRAD_RECV: recv("grad"),
         api.POST_FORWARD_SEND: Hooks(after=after_send),
         api.FORWARD: Hooks(
             before=partial(before_forward, install=install),

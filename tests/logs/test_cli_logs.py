@@ -157,7 +157,14 @@ def test_every_pool_warning_pooltk_logs_is_read_back_with_its_rank_and_stage():
             incoming=3,
         ),
         events.event(
-            "no-saving", stage=2, direction="grad", held=4, stock=4, ring=3, rehomes=1, check="c++"
+            "no-saving",
+            stage=2,
+            direction="grad",
+            held_sets=4,
+            stock=4,
+            ring=3,
+            rehomes=1,
+            check="c++",
         ),
         events.event("kept-graph", stage=1, reason="the loss is a view"),
     ]

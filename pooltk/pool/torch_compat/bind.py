@@ -26,10 +26,8 @@ from typing import Any
 from pooltk.pool.torch_compat.stage_api import Call
 
 _ABSENT = object()
-_ON_CLASSES: dict[type, dict[str, Binding]] = {}
-"""class -> {tag: Binding}; an object keeps its own under :data:`_ON_OBJECT` (no leak: it goes
-with the object)."""
-_ON_OBJECT = "_pooltk_bindings"
+_ON_CLASSES: dict[type, dict[str, Binding]] = {}  # class -> {tag: Binding}
+_ON_OBJECT = "_pooltk_bindings"  # an object's own {tag: Binding}: it goes with the object
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,8 +48,8 @@ class Binding:
     target: Any
     missing: tuple[str, ...] = ()
     active: bool = True
+    # (owner, name, what was there or _ABSENT, the wrapper put there), in binding order
     replaced: list[tuple[Any, str, Any, Any]] = field(default_factory=list)
-    """(owner, name, what was there or absent, the wrapper put there), in binding order."""
 
     def undo(self) -> bool:
         """Put back what this binding replaced; False if it was already undone."""
@@ -59,9 +57,8 @@ class Binding:
             return False
         self.active = False
         for owner, name, previous, wrapper in reversed(self.replaced):
-            if vars(owner).get(name) is not wrapper:
-                continue  # a later binding wraps this one: it stays, passing through
-            _put(owner, name, _skip_undone(previous))
+            if vars(owner).get(name) is wrapper:  # else a later binding wraps it: it passes through
+                _put(owner, name, _skip_undone(previous))
         bindings = _bindings(self.target)
         bindings.pop(self.tag, None)
         if not bindings and not isinstance(self.target, type):
@@ -109,19 +106,17 @@ def bind(target: Any, hooks: Mapping[str, Hooks], *, tag: str) -> Binding:
 
 def _skip_undone(value: Any) -> Any:
     """What to put back: past wrappers of bindings undone out of order, to the first live one."""
-    found = getattr(getattr(value, "__func__", value), "__pooltk_binding__", None)
+    found = getattr(value, "__pooltk_binding__", None)  # a bound method reads its function's
     while found is not None and not found[0].active:
         value = found[1]
-        found = getattr(getattr(value, "__func__", value), "__pooltk_binding__", None)
+        found = getattr(value, "__pooltk_binding__", None)
     return value
 
 
 def _put(owner: Any, name: str, value: Any) -> None:
     """Set (or, for ``_ABSENT``, remove) ``owner``'s own attribute ``name``."""
-    if isinstance(owner, type) and value is _ABSENT:
-        delattr(owner, name)
-    elif isinstance(owner, type):
-        setattr(owner, name, value)
+    if isinstance(owner, type):
+        setattr(owner, name, value)  # never _ABSENT: the wrapper went on a class that had it
     elif value is _ABSENT:
         vars(owner).pop(name, None)
     else:

@@ -22,21 +22,18 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from pooltk.pool.torch_compat.stage_api import HOT_METHODS, RECV_INFO_ATTRS
+from pooltk.pool.torch_compat.stage_api import HOT_METHODS, INFRA_METHODS, RECV_INFO_ATTRS
 
 
 @dataclass(frozen=True, slots=True)
 class SetupTarget:
-    """One setup method that fills a recv-info map with newly made buffers."""
+    """One setup method that fills a recv-info map (``infos_attr``) with newly made buffers."""
 
-    owner: type
-    """The class whose ``__dict__`` defines the method (wrapped and restored there)."""
+    owner: type  # the class whose ``__dict__`` defines the method (wrapped and restored there)
     name: str
     direction: str
     infos_attr: str
-    """The stage attribute holding ``{chunk: tuple[_RecvInfo, ...]}`` after the call."""
-    alloc_free: bool
-    """True when the buffers can be made shape-only during the call (only K sets ever exist)."""
+    alloc_free: bool  # the buffers can be made shape-only during the call: only K sets exist
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +42,7 @@ class Layout:
 
     name: str
     setup_targets: tuple[SetupTarget, ...] = ()
-    per_receive: bool = False
-    """True where torch allocates each buffer per receive (``lazy``): no rings, the release only."""
+    per_receive: bool = False  # torch allocates each buffer per receive (lazy): the release only
     reason: str = ""
 
 
@@ -59,18 +55,11 @@ class Found:
     tried: tuple[str, ...] = ()
 
 
+_FORWARD_INFRA, _GRAD_INFRA = INFRA_METHODS
 # family -> (forward setup on PipelineStage, on _PipelineStage, grad setup on _PipelineStageBase)
 _EAGER = {
-    "setup-recv-info": (
-        "_setup_forward_recv_info",
-        "_prepare_forward_infra",
-        "_setup_backward_recv_info",
-    ),
-    "prepare-infra": (
-        "_prepare_forward_infra",
-        "_prepare_forward_infra",
-        "_prepare_backward_infra",
-    ),
+    "setup-recv-info": ("_setup_forward_recv_info", _FORWARD_INFRA, "_setup_backward_recv_info"),
+    "prepare-infra": (_FORWARD_INFRA, _FORWARD_INFRA, _GRAD_INFRA),
 }
 
 
@@ -118,12 +107,8 @@ def _eager(family: str) -> Layout | str:
     wrong = _wrong_recv_info(family, stage_mod, base, info)
     if wrong:
         return wrong
-    forward_manual, forward_traced, grad = _EAGER[family]
-    needed = [
-        (manual, forward_manual, "forward"),
-        (traced, forward_traced, "forward"),
-        (base, grad, "grad"),
-    ]
+    owners = ((manual, "forward"), (traced, "forward"), (base, "grad"))
+    needed = [(cls, name, d) for (cls, d), name in zip(owners, _EAGER[family])]
     missing = [f"{cls.__name__}.{name}" for cls, name, _ in needed if name not in vars(cls)]
     if missing:
         return f"missing {', '.join(missing)}"
@@ -152,11 +137,9 @@ def _wrong_recv_info(family: str, stage_mod: Any, base: type, info: type) -> str
             return "_RecvInfo allocates lazily (that is the lazy layout)"
         if "tensor_meta" not in params:
             return "_RecvInfo has no tensor_meta (older layout)"
-        return (
-            ""
-            if "buffer" in params
-            else "_RecvInfo takes no buffer (buffers are not made at setup)"
-        )
+        if "buffer" not in params:
+            return "_RecvInfo takes no buffer (buffers are not made at setup)"
+        return ""
     if "_setup_backward_recv_info" in vars(base):
         return "_setup_backward_recv_info present (newer layout)"
     if not hasattr(stage_mod, "_RootArgPlaceholder"):

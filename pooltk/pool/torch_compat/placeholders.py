@@ -45,8 +45,7 @@ class PlaceholderFactory(TorchFunctionMode):
     def __init__(self, *, count_only: bool = False) -> None:
         super().__init__()
         self.count_only, self.count, self.bytes = count_only, 0, 0
-        self.made: dict[int, tuple[tuple, torch.device]] = {}
-        """id(placeholder) -> (the maker's arguments, the device it asked for)."""
+        self.made: dict[int, tuple[tuple, torch.device]] = {}  # id -> (maker's args, its device)
         self._makers = _maker_codes()
 
     def __torch_function__(
@@ -58,21 +57,16 @@ class PlaceholderFactory(TorchFunctionMode):
             return func(*args, **kwargs)
         if self.count_only:
             made = func(*args, **kwargs)
-            caller = frame.f_back
-            if not made.is_meta and (
-                caller is None or caller.f_code.co_filename != code.co_filename
-            ):
-                self.count, self.bytes = (
-                    self.count + 1,
-                    self.bytes + made.untyped_storage().nbytes(),
-                )
+            caller = frame.f_back  # ``_TensorMeta.to_tensor``, beside the maker, is not counted
+            beside = caller is not None and caller.f_code.co_filename == code.co_filename
+            if not made.is_meta and not beside:
+                self.count += 1
+                self.bytes += made.untyped_storage().nbytes()
             return made
         made = func(*args, **{**kwargs, "device": "meta"})
         maker_args = tuple(frame.f_locals[n] for n in code.co_varnames[: code.co_argcount])
-        self.made[id(made)] = (
-            maker_args,
-            torch.device(kwargs.get("device") or torch.get_default_device()),
-        )
+        device = torch.device(kwargs.get("device") or torch.get_default_device())
+        self.made[id(made)] = (maker_args, device)
         return made
 
     def is_placeholder(self, t: Any) -> bool:
@@ -97,12 +91,9 @@ def real_buffer(
     device: Any = None,
     zero: bool = False,
 ) -> torch.Tensor:
-    """The one way pooltk makes a receive buffer: shaped like ``like`` (a buffer, or a placeholder).
-
-    A placeholder ``factory`` made is made real by torch's own maker; otherwise a new storage of
-    ``like``'s shape, dtype and ``requires_grad`` on ``device`` (default: ``like``'s own), zeroed
-    if asked.
-    """
+    """The one way pooltk makes a receive buffer shaped like ``like`` (a buffer, or a placeholder):
+    torch's own maker for a placeholder ``factory`` made, else a new storage of ``like``'s shape,
+    dtype and ``requires_grad`` on ``device`` (default: ``like``'s own), zeroed if asked."""
     if factory is not None and factory.is_placeholder(like):
         return factory.real(like)
     make = torch.zeros_like if zero else torch.empty_like

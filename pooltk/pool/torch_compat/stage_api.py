@@ -15,49 +15,31 @@ from typing import Any
 
 import torch
 
-POST_FORWARD_RECV = "get_fwd_recv_ops"
-"""Posts a chunk's activation receives (after its buffers are in the recv infos)."""
+POST_FORWARD_RECV = "get_fwd_recv_ops"  # after a chunk's buffers are in its recv infos
 POST_GRAD_RECV = "get_bwd_recv_ops"
-"""Posts a chunk's gradient receives."""
 POST_FORWARD_SEND = "get_fwd_send_ops"
-"""Posts a chunk's activation sends."""
 FORWARD = "forward_one_chunk"
-BACKWARD = "backward_one_chunk"
-"""A chunk's backward: full, or its input-gradient step when split (``full_backward=False``)."""
-BACKWARD_WEIGHT = "backward_weight_one_chunk"
-"""A split backward's weight-gradient step."""
-LOCAL_GRAD = "set_local_bwd_input"
-"""A V schedule's same-rank gradient handoff (no receive)."""
-RESET = "clear_runtime_states"
-"""The end-of-step reset of the stage's runtime state."""
-POST_RECV = {"forward": POST_FORWARD_RECV, "grad": POST_GRAD_RECV}
-"""Direction -> the method that posts its receives."""
+BACKWARD = "backward_one_chunk"  # whole, or a split backward's input-gradient step
+BACKWARD_WEIGHT = "backward_weight_one_chunk"  # a split backward's weight-gradient step
+LOCAL_GRAD = "set_local_bwd_input"  # a V schedule's same-rank gradient handoff (no receive)
+RESET = "clear_runtime_states"  # the end-of-step reset
 
+# What the pool wraps: on an eager layout the hot, send ([Note: finished sends]) and handoff
+# methods; on the lazy one (torch 2.15) the release methods; on both the optional ones and the
+# handoff only where torch has them. Then the methods that make receive buffers in some family.
 HOT_METHODS = (POST_FORWARD_RECV, POST_GRAD_RECV, FORWARD, BACKWARD, RESET)
-"""Wrapped on every eager layout: receive posts, compute steps, the reset."""
 OPTIONAL_HOT_METHODS = (BACKWARD_WEIGHT,)
-"""Wrapped where torch has them (a split backward)."""
 SEND_METHODS = (POST_FORWARD_SEND,)
-"""Wrapped on eager layouts ([Note: finished sends])."""
 HANDOFF_METHODS = (LOCAL_GRAD,)
-"""Wrapped on eager layouts where torch has it: a V schedule's same-rank gradient handoff."""
 RELEASE_METHODS = (FORWARD, BACKWARD, RESET)
-"""What the lazy layout (torch 2.15) needs wrapped: compute steps and the reset."""
-INFRA_METHODS = ("_prepare_forward_infra", "_prepare_backward_infra")
-"""The stage methods that fill the receive infos, forward then grad (every eager family)."""
+INFRA_METHODS = ("_prepare_forward_infra", "_prepare_backward_infra")  # every eager family's
 SETUP_METHODS = INFRA_METHODS + ("_setup_forward_recv_info", "_setup_backward_recv_info")
-"""Every method that makes receive buffers in some family (pooltk.pool.torch_compat.layouts)."""
-GUARDED_STAGE_METHODS = (
-    HOT_METHODS
-    + OPTIONAL_HOT_METHODS
-    + HANDOFF_METHODS
-    + ("_retrieve_recv_activations", "_retrieve_recv_grads")
-)
-"""What a pooled stage's class may not override ([Note: refusals]): the wrapped, the readers."""
-
+# What a pooled stage's class may not override ([Note: refusals]): the wrapped, the readers.
+_READERS = ("_retrieve_recv_activations", "_retrieve_recv_grads")
+GUARDED_STAGE_METHODS = HOT_METHODS + OPTIONAL_HOT_METHODS + HANDOFF_METHODS + _READERS
 RECV_INFO_ATTRS = {"forward": "args_recv_info", "grad": "grad_recv_info"}
-"""Direction -> the stage attribute holding each chunk's recv infos."""
 
+# The leading parameters (after ``self``) of each wrapped method, in torch's order.
 RUNTIME_ARGS = {
     POST_FORWARD_RECV: ("fwd_chunk_id",),
     POST_GRAD_RECV: ("bwd_chunk_id",),
@@ -68,21 +50,8 @@ RUNTIME_ARGS = {
     LOCAL_GRAD: ("next_stage_bwd_outputs", "mb_index"),
     **{name: ("num_microbatches",) for name in SETUP_METHODS},
 }
-"""The leading parameters (after ``self``) of each wrapped method, in torch's order."""
 _CHUNK_ARGS = ("fwd_chunk_id", "bwd_chunk_id", "mb_index")
 _DEFAULTS = {"loss": None, "full_backward": True, "kwargs": None, "args": ()}
-
-
-def call_arg(method: str, name: str, args: tuple, kwargs: dict) -> Any:
-    """Parameter ``name`` of a call of ``method``: positional or keyword, else torch's default."""
-    if name in kwargs:
-        return kwargs[name]
-    position = RUNTIME_ARGS[method].index(name)
-    if position < len(args):
-        return args[position]
-    if name in _DEFAULTS:
-        return _DEFAULTS[name]
-    raise TypeError(f"pooltk: {method}() was called without its {name!r} argument")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,34 +62,41 @@ class Call:
     args: tuple
     kwargs: dict
 
+    def arg(self, name: str) -> Any:
+        """Parameter ``name``: positional or keyword, else torch's default."""
+        if name in self.kwargs:
+            return self.kwargs[name]
+        position = RUNTIME_ARGS[self.method].index(name)
+        if position < len(self.args):
+            return self.args[position]
+        if name in _DEFAULTS:
+            return _DEFAULTS[name]
+        raise TypeError(f"pooltk: {self.method}() was called without its {name!r} argument")
+
     @property
     def chunk(self) -> int | None:
         """The microbatch the call acts on; None for a method without one (setup, reset)."""
         names = RUNTIME_ARGS.get(self.method, ())
         name = next((n for n in names if n in _CHUNK_ARGS), None)
-        return None if name is None else call_arg(self.method, name, self.args, self.kwargs)
-
-    def arg(self, name: str) -> Any:
-        return call_arg(self.method, name, self.args, self.kwargs)
+        return None if name is None else self.arg(name)
 
     @property
     def n_microbatches(self) -> int:
-        """A setup call's microbatch count."""
         return int(self.arg("num_microbatches"))
 
     @property
     def full_backward(self) -> bool:
-        """A backward call that is whole (False: a split backward's input-gradient step)."""
+        """False: a split backward's input-gradient step."""
         return bool(self.arg("full_backward"))
 
     @property
     def loss(self) -> Any:
-        """A backward call's loss (the last stage's; None elsewhere)."""
+        """The last stage's loss (None elsewhere)."""
         return self.arg("loss")
 
     @property
     def local_grads(self) -> Any:
-        """A same-rank gradient handoff's gradients (the next stage's input gradients)."""
+        """A same-rank handoff's gradients (the next stage's input gradients)."""
         return self.arg("next_stage_bwd_outputs")
 
 
@@ -145,7 +121,6 @@ def cached_forward(stage: Any, chunk: int) -> tuple[tuple, list] | None:
 
 
 def keep_forward(stage: Any, chunk: int, cached: tuple[tuple, list]) -> None:
-    """Replace what torch keeps for ``chunk`` between its forward and backward."""
     stage.fwd_cache[chunk] = cached
 
 
@@ -170,8 +145,7 @@ def replace_by_identity(kept: list | None, old: Any, new: Any) -> bool:
     return found
 
 
-COMPUTE_ACTIONS = frozenset({"F", "B", "I", "W", "OVERLAP_F_B"})
-"""torch's schedule actions that compute (the rest move data or shard)."""
+COMPUTE_ACTIONS = frozenset({"F", "B", "I", "W", "OVERLAP_F_B"})  # the rest move data or shard
 
 
 def custom_compute(schedule: Any) -> list[str]:
