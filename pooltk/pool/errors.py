@@ -141,15 +141,22 @@ def is_version_error(exc: BaseException) -> bool:
 
 
 def name_reuse(exc: RuntimeError, *, stage: int, rings: dict, microbatch: int | None) -> Any:
-    """The :class:`PoolReuseError` for autograd's ``exc`` on a stage; None if no slot was bumped."""
+    """The :class:`PoolReuseError` for autograd's ``exc`` on a stage; None if no slot was bumped.
+    The slot autograd quotes by version is named where one is at it, else every bumped slot."""
     quoted = re.search(r"is at version (\d+); expected version (\d+)", str(exc))
-    for direction, ring in rings.items():
-        bumped = ring.bumped(int(quoted.group(1)) if quoted else None)
-        if bumped:
-            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return PoolReuseError(
-                stage=stage, direction=direction, slots=bumped, microbatch=microbatch, cause=cause
-            )
+    versions = (int(quoted.group(1)), None) if quoted else (None,)
+    cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    for version in versions:
+        for direction, ring in rings.items():
+            bumped = ring.bumped(version)
+            if bumped:
+                return PoolReuseError(
+                    stage=stage,
+                    direction=direction,
+                    slots=bumped,
+                    microbatch=microbatch,
+                    cause=cause,
+                )
     return None
 
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from pooltk.pool.torch_compat.stage_api import op_tensor, point_op_at
 from pooltk.pool.torch_compat.tensor_counts import cpp_users, storage_key, storage_users
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def note_sends(slot: Slot, ops: Any) -> None:
     for k in range(len(storages)):
         slot.sends[k] = [r for r in slot.sends[k] if r() is not None]
     for op in ops or ():
-        t = getattr(op, "tensor", None)
+        t = op_tensor(op)
         if not isinstance(t, torch.Tensor) or any(t is alias for alias in slot.aliases):
             continue
         if storage_key(t) in storages:
@@ -98,8 +99,8 @@ def let_go_of_recv_ops(slot: Slot) -> None:
     the resting aliases from now on."""
     for op in slot.recv_ops:
         for k in range(len(slot.aliases)):  # index loops: a loop variable would hold an alias
-            if getattr(op, "tensor", None) is slot.aliases[k]:
-                op.tensor = slot.resting[k]
+            if op_tensor(op) is slot.aliases[k]:
+                point_op_at(op, slot.resting[k])
     slot.recv_ops = []
 
 

@@ -136,7 +136,7 @@ class _Install:
     """schedule object -> its rank-shared rings ([Note: rank-shared rings])."""
 
     events = property(lambda self: self.report.events)
-    stages = property(lambda self: self.report._stages, doc="The live stages given a ring.")
+    stages = property(lambda self: self.report._stages, doc="Live stages with a ring or handoff.")
     guard = property(lambda self: self.harness.guard if self.harness is not None else True)
     sharing = property(lambda self: self.harness.sharing if self.harness is not None else "rank")
 
@@ -189,8 +189,8 @@ def _install(
         _bind(inst, None)
         _current = inst
         policy, cfg = getattr(harness, "policy", "tight"), inst.config.to_dict()
-        fields = {"policy": policy, "schedule": report.schedule, "layout": report.layout}
-        said = events.event("installed", mode=report.mode, **fields, **cfg)
+        what = {"policy": policy, "schedule": report.schedule, "layout": report.layout}
+        said = events.event("installed", mode=report.mode, **what, **cfg)
         events.emit(report.events, said)
         return report
 

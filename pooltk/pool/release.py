@@ -36,9 +36,9 @@ from pooltk.pool.torch_compat.stage_api import (
 )
 
 _VIEW_LOSS = (
-    "the loss is a view and the schedule that keeps it was not seen, so its graph holds the "
-    "received input until the step ends (copy on conflict re-homes the slot); fix: return a loss "
-    "that is not a view from loss_fn (e.g. .sum() or .mean())"
+    "the loss is a view that pooltk found in no list of the schedule's kept losses, so its graph "
+    "holds the received input until the step ends (copy on conflict re-homes the slot); fix: "
+    "return a loss that is not a view from loss_fn (e.g. .sum() or .mean())"
 )
 
 

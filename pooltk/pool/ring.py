@@ -17,7 +17,8 @@ Under torch's ``Schedule1F1B`` stage i of N runs W = min(M, N - i) forwards befo
 backward, and chunk k + W's receive is posted only after chunk k's backward: at most W activation
 sets are live (none on stage 0, whose inputs are the data) and one gradient set (none on the last
 stage). K is ``min(M, live + slack)`` forward and ``min(M, live + grad_slack)`` grad. Other
-schedules bring their live sets from their own action order (pooltk/analysis/plans.py).
+schedules bring, as their live set, the smallest safe c-mod-K ring of their own action order
+(pooltk/analysis/plans.py: the peak of receives in use at once, or more where c mod K needs it).
 
 [Note: fresh aliases]
 Chunks that map to one slot share its storage, never a tensor object: each receive gets a fresh
@@ -78,7 +79,8 @@ def _alias(t: torch.Tensor, requires_grad: bool) -> torch.Tensor:
 
 @dataclass(slots=True, eq=False)
 class Slot:
-    """One buffer set and who uses it: claimed at a receive post, released once read."""
+    """One buffer set and who uses it: claimed at a receive post, released when its chunk is done
+    with it ([Note: slot ownership])."""
 
     tensors: list[torch.Tensor]
     requires_grad: list[bool]
@@ -140,7 +142,7 @@ class _Stats:
         self.rehomes += 1
         self.step_rehomes += 1
         self.rehomed_alive += 1
-        weakref.finalize(old, self._let_go)
+        weakref.finalize(old, self._let_go)  # torch keeps a storage's Python object while it lives
 
     def _let_go(self) -> None:
         self.rehomed_alive -= 1
@@ -270,7 +272,8 @@ class Ring:
     def reset(self) -> None:
         """A new step: no slot is owned, every alias handed out is retired, the counts restart."""
         for slot in self.slots:
-            slot.owner = None
+            if slot.owner is not None:
+                slot.release(slot.owner)
             if slot.handed_to is not None:
                 self._retire(slot)
         stats = self.stats
@@ -335,11 +338,14 @@ class Ring:
         if self.say is not None and use.held_sets >= self.stock_sets and beyond_ring:
             self.say("no-saving", check=why, **use.to_dict())
 
-    def bumped(self, version: int | None) -> list[tuple[int, int, int]]:
-        """(slot, reused by, previous) bumped this step; those at ``version`` where one is."""
+    def bumped(self, version: int | None = None) -> list[tuple[int, int, int]]:
+        """(slot, reused by, previous) bumped this step; with ``version``, only slots at it."""
         bumped = [(s, r, p) for s, (r, p) in sorted(self.stats.bumps.items())]
-        at = [b for b in bumped if any(tc.version(t) == version for t in self.slots[b[0]].tensors)]
-        return at or bumped
+        if version is None:
+            return bumped
+        return [
+            b for b in bumped if any(tc.version(t) == version for t in self.slots[b[0]].tensors)
+        ]
 
     def usage(self, stage: int) -> RingUse:
         """What the ring held during the last step (see :class:`RingUse`)."""

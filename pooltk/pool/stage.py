@@ -110,6 +110,7 @@ def on_setup(stage: Any, call: Call, proceed: Any, *, target: SetupTarget, insta
     except Exception as exc:  # inside a recognised layout: loud, never a silent fallback
         what = f"building the {direction} ring"
         raise PoolSetupError(stage=where, direction=direction, cause=exc, what=what) from exc
+    install.stages.add(stage)  # what uninstall gives stock buffers back to
     return result
 
 
@@ -144,7 +145,7 @@ def _build_ring(stage: Any, direction: str, state: StageState, factory: Any) -> 
 
 def _live_and_size(stage: Any, direction: str, state: StageState) -> tuple[int, int]:
     """(live set, K) of one direction of this stage: 1F1B's closed form ([Note: ring sizes], slot
-    ``c mod K``), or the live set a plan analysed from the schedule's action order."""
+    ``c mod K``), or a plan's smallest safe ring from the schedule's action order (slack added)."""
     index, m, plan = stage.stage_index, state.n_microbatches, state.decision.plan
     if plan is None:
         n = stage.num_stages
@@ -187,7 +188,6 @@ def _make_ring(
         ring.add_member(index, recv_infos(member, direction), member_positions)
         state_for(member).rings[direction] = ring
     members.ring = ring
-    state.install.stages.add(stage)
 
 
 def _rank_members(stage: Any, direction: str, state: StageState, factory: Any) -> _Members:

@@ -323,3 +323,23 @@ def test_a_wrapper_around_torchs_buffer_maker_keeps_setup_at_the_ring_sets(
     assert made == [2 * 4 * 4] * 6, (
         f"setup made {len(made)} real buffers through the wrapper; the rings hold 6"
     )
+
+
+def test_uninstall_gives_a_handoff_fed_stage_real_buffers_for_its_placeholders(
+    monkeypatch, clean_install
+):
+    """A V schedule's stage fed by a same-rank handoff holds placeholders and no ring; uninstall
+    must make them real buffers as well (torch reads one to zero a None gradient)."""
+    from pooltk.analysis.plans import RingPlan
+
+    pooltk.install(grad_slack=0)
+    plan = RingPlan(
+        schedule="ZBVZeroBubble", n_microbatches=4, min_safe={}, handoff=frozenset({(1, "grad")})
+    )
+    setup, live = _setup(monkeypatch, plan=plan, live=install_mod._current)
+    stage = _FakeStage()
+    setup(stage, 4)
+    assert all(infos[0].buffer.is_meta for infos in stage.grad_recv_info.values())
+    assert stage in live.stages
+    pooltk.uninstall()
+    assert not any(infos[0].buffer.is_meta for infos in stage.grad_recv_info.values())

@@ -213,3 +213,21 @@ def test_1f1b_rings_are_the_live_set_plus_slack_never_above_m_and_none_where_not
     grad = [ring_size(live_1f1b(4, i, 8, "grad"), 8, "grad", config) for i in range(4)]
     assert forward == [0, 5, 4, 3] and grad == [2, 2, 2, 0]
     assert ring_size(live_1f1b(8, 1, 4, "forward"), 4, "forward", config) == 4
+
+
+def test_a_reuse_error_names_the_ring_whose_slot_autograd_quotes_not_the_first_one_bumped():
+    from pooltk.pool.errors import name_reuse
+
+    forward, f_infos = _ring(k=1)
+    grad, g_infos = _ring(k=1)
+    grad.direction = "grad"
+    for c in range(2):
+        _use(forward, f_infos, c)  # forward slot 0: bumped once, at version 1
+    for c in range(3):
+        _use(grad, g_infos, c)  # grad slot 0: bumped twice, at version 2
+    text = "modified by an inplace operation: [Tensor [3]] is at version {}; expected version 0"
+    rings = {"forward": forward, "grad": grad}
+    named = name_reuse(RuntimeError(text.format(2)), stage=1, rings=rings, microbatch=2)
+    assert (named.direction, named.slots) == ("grad", [(0, 2, 1)])
+    named = name_reuse(RuntimeError(text.format(9)), stage=1, rings=rings, microbatch=2)
+    assert named.direction == "forward"  # no slot at the quoted version: every bump, first ring

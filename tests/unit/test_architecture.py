@@ -603,14 +603,25 @@ def _torch_names() -> set[str]:
     names = set(api.RUNTIME_ARGS) | set(api.SETUP_METHODS) | set(api.GUARDED_STAGE_METHODS)
     names |= {n for params in api.RUNTIME_ARGS.values() for n in params}
     names |= set(api.RECV_INFO_ATTRS.values()) | set(api.COMPUTE_ACTIONS) - {"F", "B", "I", "W"}
-    return names | {"fwd_cache", "output_chunks", "_internal_losses", "_comp_type_to_function_map"}
+    return names | TORCH_ATTRIBUTES
+
+
+TORCH_ATTRIBUTES = {
+    "fwd_cache",
+    "output_chunks",
+    "_internal_losses",
+    "_comp_type_to_function_map",
+    "tensor",  # a P2P op's
+}
+"""Attributes of torch's objects the pool reads: spelled as strings or as attribute access."""
 
 
 def _torch_names_spelled(path: Path, names: set[str]) -> list[str]:
     return [
-        f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}"
+        f"{path.relative_to(ROOT)}:{node.lineno} {getattr(node, 'attr', None) or node.value!r}"
         for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Constant) and node.value in names
+        if (isinstance(node, ast.Constant) and node.value in names)
+        or (isinstance(node, ast.Attribute) and node.attr in TORCH_ATTRIBUTES & names)
     ]
 
 

@@ -45,7 +45,9 @@ class PlaceholderFactory(TorchFunctionMode):
     def __init__(self, *, count_only: bool = False) -> None:
         super().__init__()
         self.count_only, self.count, self.bytes = count_only, 0, 0
-        self.made: dict[int, tuple[tuple, torch.device]] = {}  # id -> (maker's args, its device)
+        self.made: dict[int, tuple[tuple, torch.device, torch.Tensor]] = {}
+        """id(placeholder) -> (the maker's arguments, the device it asked for, the placeholder:
+        kept, so that no other tensor takes its id while the factory lives)."""
         self._makers = _maker_codes()
 
     def __torch_function__(
@@ -66,11 +68,12 @@ class PlaceholderFactory(TorchFunctionMode):
         made = func(*args, **{**kwargs, "device": "meta"})
         maker_args = tuple(frame.f_locals[n] for n in code.co_varnames[: code.co_argcount])
         device = torch.device(kwargs.get("device") or torch.get_default_device())
-        self.made[id(made)] = (maker_args, device)
+        self.made[id(made)] = (maker_args, device, made)
         return made
 
     def is_placeholder(self, t: Any) -> bool:
-        return isinstance(t, torch.Tensor) and t.is_meta and id(t) in self.made
+        entry = self.made.get(id(t))
+        return entry is not None and entry[2] is t
 
     def device_of(self, placeholder: torch.Tensor) -> torch.device:
         """The device torch asked for."""

@@ -136,6 +136,16 @@ def schedule_losses(schedule: Any) -> list | None:
     return kept if isinstance(kept, list) else None
 
 
+def op_tensor(op: Any) -> Any:
+    """The tensor a P2P op (``torch.distributed.P2POp``) sends, or receives into."""
+    return getattr(op, "tensor", None)
+
+
+def point_op_at(op: Any, tensor: torch.Tensor) -> None:
+    """Make a P2P op hold ``tensor`` instead of the one it was built with."""
+    op.tensor = tensor
+
+
 def replace_by_identity(kept: list | None, old: Any, new: Any) -> bool:
     """Put ``new`` wherever ``kept`` holds the object ``old`` itself; False if it holds none."""
     found = False
