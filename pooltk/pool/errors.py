@@ -141,22 +141,18 @@ def is_version_error(exc: BaseException) -> bool:
 
 
 def name_reuse(exc: RuntimeError, *, stage: int, rings: dict, microbatch: int | None) -> Any:
-    """The :class:`PoolReuseError` for autograd's ``exc`` on a stage; None if no slot was bumped.
-    The slot autograd quotes by version is named where one is at it, else every bumped slot."""
+    """The :class:`PoolReuseError` for autograd's ``exc`` on a stage, naming the bumped slots at the
+    version autograd quotes (a slot's aliases share its version counter); every bumped slot where
+    no version is quoted. None where no slot is at it: the model's own in-place write, not ours."""
     quoted = re.search(r"is at version (\d+); expected version (\d+)", str(exc))
-    versions = (int(quoted.group(1)), None) if quoted else (None,)
+    version = int(quoted.group(1)) if quoted else None
     cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    for version in versions:
-        for direction, ring in rings.items():
-            bumped = ring.bumped(version)
-            if bumped:
-                return PoolReuseError(
-                    stage=stage,
-                    direction=direction,
-                    slots=bumped,
-                    microbatch=microbatch,
-                    cause=cause,
-                )
+    for direction, ring in rings.items():
+        bumped = ring.bumped(version)
+        if bumped:
+            return PoolReuseError(
+                stage=stage, direction=direction, slots=bumped, microbatch=microbatch, cause=cause
+            )
     return None
 
 

@@ -58,13 +58,12 @@ def schedule_allowed(schedule: str | type | object | None) -> bool:
     return (schedule if isinstance(schedule, type) else type(schedule)) is schedule_1f1b()
 
 
-def observe_schedule(max_depth: int = 24) -> object | None:
-    """The torch pipeline schedule object on the current call stack, if any."""
+def observe_schedule() -> object | None:
+    """The innermost torch pipeline schedule object on the current call stack, if any (the whole
+    stack: wrappers between a schedule and its stage's setup cannot hide it)."""
     any_schedule = schedule_base()
     frame = sys._getframe(1)
-    for _ in range(max_depth):
-        if frame is None:
-            return None
+    while frame is not None:
         if isinstance(frame.f_locals.get("self"), any_schedule):
             return frame.f_locals["self"]
         frame = frame.f_back

@@ -22,6 +22,7 @@ without the graph. Values, sends, losses and merged outputs are unchanged.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -52,7 +53,10 @@ def detached(value: Any) -> Any:
     if isinstance(value, list):
         return [detached(v) for v in value]
     if isinstance(value, dict):
-        return type(value)((k, detached(v)) for k, v in value.items())
+        out = copy.copy(value)  # its own type and extras (a defaultdict's factory)
+        for k, v in value.items():
+            out[k] = detached(v)
+        return out
     return value
 
 

@@ -135,17 +135,32 @@ class _Stats:
     rehomes: int = 0
     step_rehomes: int = 0
     rehomed_alive: int = 0  # re-homed storages someone outside the pool still holds
+    rehomed_alive_bytes: int = 0
     step_peak_tensors: int = 0  # K sets' tensors plus re-homed ones alive, at most, this step
+    step_peak_bytes: int = 0  # their bytes, at most, this step
 
     def count_rehome(self, old: torch.UntypedStorage) -> None:
         """A tensor was re-homed: its old storage is held until its last holder lets go."""
         self.rehomes += 1
         self.step_rehomes += 1
         self.rehomed_alive += 1
-        weakref.finalize(old, self._let_go)  # torch keeps a storage's Python object while it lives
+        self.rehomed_alive_bytes += old.nbytes()
+        # torch keeps a storage's Python object while the storage lives
+        weakref.finalize(old, self._let_go, old.nbytes())
 
-    def _let_go(self) -> None:
+    def _let_go(self, nbytes: int) -> None:
         self.rehomed_alive -= 1
+        self.rehomed_alive_bytes -= nbytes
+
+    def raise_peaks(self, ring_tensors: int, ring_bytes: int, *, new_step: bool = False) -> bool:
+        """The step's peaks of storages held (the ring's and re-homed ones still alive), started
+        again at a ``new_step``; True if the count rose."""
+        held, held_bytes = ring_tensors + self.rehomed_alive, ring_bytes + self.rehomed_alive_bytes
+        self.step_peak_bytes = held_bytes if new_step else max(self.step_peak_bytes, held_bytes)
+        rose = held > self.step_peak_tensors
+        if new_step or rose:
+            self.step_peak_tensors = held
+        return rose
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -193,7 +208,8 @@ class Ring:
 
     def __post_init__(self) -> None:
         self.calibration = holders.calibrate(self.slots[0])
-        self.stats = _Stats(step_peak_tensors=self.size * self.per_set)
+        self.stats = _Stats()
+        self.stats.raise_peaks(self.size * self.per_set, self.ring_bytes, new_step=True)
 
     size = property(lambda self: len(self.slots), doc="K: the sets the ring keeps.")
     per_set = property(lambda self: len(self.slots[0].tensors), doc="Tensors per buffer set.")
@@ -201,6 +217,11 @@ class Ring:
     stock_sets = property(lambda self: self.n_microbatches * max(1, len(self.members)))
     peak_owned = property(lambda self: self.stats.peak_owned, doc="The live set this run had.")
     rehomes = property(lambda self: self.stats.rehomes, doc="Tensors re-homed over the run.")
+
+    @property
+    def ring_bytes(self) -> int:
+        """The K sets' bytes (a re-home keeps each tensor's size)."""
+        return sum(t.untyped_storage().nbytes() for slot in self.slots for t in slot.tensors)
 
     def slot_of(self, user: User) -> int:
         return user[1] % self.size if self.slot_map is None else self.slot_map[user]
@@ -279,7 +300,7 @@ class Ring:
         stats = self.stats
         stats.owned, stats.step_rehomes = 0, 0
         stats.bumps.clear()
-        stats.step_peak_tensors = self.size * self.per_set + stats.rehomed_alive
+        stats.raise_peaks(self.size * self.per_set, self.ring_bytes, new_step=True)
 
     def _retire(self, slot: Slot) -> None:
         """The previous user's recv infos go back to the resting aliases."""
@@ -313,9 +334,7 @@ class Ring:
             if infos[j].buffer is old_resting:
                 infos[j].buffer = slot.resting[k]
         stats.count_rehome(old.untyped_storage())
-        held = self.size * self.per_set + stats.rehomed_alive
-        if held > stats.step_peak_tensors:
-            stats.step_peak_tensors = held
+        if stats.raise_peaks(self.size * self.per_set, self.ring_bytes):
             self._say_if_no_saving(why)
         if self.say is not None:
             self.say(
@@ -350,7 +369,6 @@ class Ring:
     def usage(self, stage: int) -> RingUse:
         """What the ring held during the last step (see :class:`RingUse`)."""
         peak, per = self.stats.step_peak_tensors, self.per_set or 1
-        set_bytes = sum(t.untyped_storage().nbytes() for t in self.slots[0].tensors)
         return RingUse(
             stage=stage,
             direction=self.direction,
@@ -360,6 +378,6 @@ class Ring:
             stock=self.stock_sets,
             tensors=self.per_set,
             held_sets=math.ceil(peak / per),
-            held_bytes=peak * set_bytes // per,
+            held_bytes=self.stats.step_peak_bytes,
             rehomes=self.stats.step_rehomes,
         )

@@ -88,3 +88,21 @@ def test_an_overriding_stage_class_and_custom_compute_functions_keep_the_stage_s
     assert (
         not report.installed and "get_fwd_recv_ops" not in stage.__dict__
     )  # nothing bound over its own method
+
+
+def _called_through(depth: int):  # noqa: ANN202 - a stack of wrappers, then the setup's look
+    from pooltk.pool.gating import observe_schedule
+
+    return observe_schedule() if depth == 0 else _called_through(depth - 1)
+
+
+def test_the_schedule_driving_a_setup_is_seen_below_any_number_of_wrappers():
+    from torch.distributed.pipelining.schedules import Schedule1F1B
+
+    class Driver(Schedule1F1B):
+        def step(self, depth):  # noqa: ANN001, ANN201
+            return _called_through(depth)
+
+    driver = object.__new__(Driver)
+    assert driver.step(3) is driver and driver.step(40) is driver
+    assert _called_through(3) is None

@@ -10,7 +10,7 @@ import logging
 
 import gc
 import weakref
-from collections import OrderedDict, namedtuple
+from collections import OrderedDict, defaultdict, namedtuple
 
 import pytest
 import torch
@@ -149,6 +149,7 @@ def test_an_output_the_model_kept_itself_keeps_its_graph():
         lambda t: [t, {"a": t}],
         lambda t: OrderedDict(a=t, b=(t,)),
         lambda t: namedtuple("Out", "a b")(t, t + 1),
+        lambda t: defaultdict(list, a=t, b=[t]),
     ],
 )
 def test_detached_keeps_the_structure_and_values_of_any_output(make):
@@ -156,6 +157,7 @@ def test_detached_keeps_the_structure_and_values_of_any_output(make):
     value = make(t)
     out = rel.detached(value)
     assert type(out) is type(value)
+    assert getattr(out, "default_factory", None) is getattr(value, "default_factory", None)
     flat_in, flat_out = [], []
 
     def walk(v, acc):

@@ -215,7 +215,7 @@ def test_1f1b_rings_are_the_live_set_plus_slack_never_above_m_and_none_where_not
     assert ring_size(live_1f1b(8, 1, 4, "forward"), 4, "forward", config) == 4
 
 
-def test_a_reuse_error_names_the_ring_whose_slot_autograd_quotes_not_the_first_one_bumped():
+def test_a_reuse_error_names_the_ring_autograd_quotes_and_leaves_a_models_own_write_alone():
     from pooltk.pool.errors import name_reuse
 
     forward, f_infos = _ring(k=1)
@@ -229,5 +229,22 @@ def test_a_reuse_error_names_the_ring_whose_slot_autograd_quotes_not_the_first_o
     rings = {"forward": forward, "grad": grad}
     named = name_reuse(RuntimeError(text.format(2)), stage=1, rings=rings, microbatch=2)
     assert (named.direction, named.slots) == ("grad", [(0, 2, 1)])
-    named = name_reuse(RuntimeError(text.format(9)), stage=1, rings=rings, microbatch=2)
-    assert named.direction == "forward"  # no slot at the quoted version: every bump, first ring
+    own = RuntimeError(text.format(9))  # no slot is at version 9: the model wrote in place itself
+    assert name_reuse(own, stage=1, rings=rings, microbatch=2) is None
+    unquoted = RuntimeError("modified by an inplace operation")
+    assert name_reuse(unquoted, stage=1, rings=rings, microbatch=2).direction == "forward"
+
+
+def test_the_bytes_a_ring_held_count_each_re_homed_storage_at_its_own_size():
+    slots = [Slot([torch.zeros(3), torch.zeros(1, dtype=torch.int64)], [False, False])]
+    ring = Ring(stage=1, direction="forward", live=1, n_microbatches=3, slots=slots)
+    infos = {c: (_Info(torch.zeros(3)), _Info(torch.zeros(1, dtype=torch.int64))) for c in range(3)}
+    ring.add_member(1, infos, [0, 1])
+    kept = []
+    for c in range(3):
+        ring.post((1, c), infos[c], training=True)
+        kept.append(infos[c][1].buffer)  # the model keeps each microbatch's positions (int64) only
+        ring.release((1, c))
+    use = ring.usage(1)
+    assert (use.rehomes, use.held_sets) == (2, 2)
+    assert use.held_bytes == 12 + 8 + 2 * 8  # the ring's set, then two 8-byte storages re-homed
