@@ -358,7 +358,7 @@ def _pool_stage(
             kept_stock(stage, inst, refused)
         elif inst is not None:
             _bind(inst, stage)
-            state_for(stage).install = inst
+            state_for(stage, inst)
         return report
 
 

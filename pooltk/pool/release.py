@@ -15,9 +15,10 @@ to the step's end: each stage's ``fwd_cache`` entry (no backward pops it), the l
 ``output_chunks`` and losses. Those graphs hold the received inputs, so every post re-homed and
 the ring saved nothing (measured, 1F1B pp4 M8: in an eval step stages 1-3 received into 8
 storages each, as many as stock, against rings of 5, 4 and 3). Nothing runs backward through
-them, so on every pooled stage, right after a chunk's forward, the output the schedule gets, the
-one ``fwd_cache`` keeps and the last stage's ``output_chunks`` entry become the same values
-without the graph. Values, sends, losses and merged outputs are unchanged.
+them, so on every pooled stage (unless ``PoolConfig(release=False)``), right after a chunk's
+forward, the output the schedule gets, the one ``fwd_cache`` keeps and the last stage's
+``output_chunks`` entry become the same values without the graph. Values, sends, losses and
+merged outputs are unchanged.
 """
 
 from __future__ import annotations

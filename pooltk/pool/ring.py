@@ -131,7 +131,7 @@ class _Stats:
 
     owned: int = 0
     peak_owned: int = 0
-    bumps: dict[int, tuple[int, int]] = field(default_factory=dict)  # slot -> (chunk, previous)
+    bumps: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # slot -> [(c, prev)]
     rehomes: int = 0
     step_rehomes: int = 0
     rehomed_alive: int = 0  # re-homed storages someone outside the pool still holds
@@ -321,7 +321,7 @@ class Ring:
             else:
                 reused.append(slot.tensors[k])
         if reused:
-            self.stats.bumps[index] = (incoming[1], slot.handed_to[1])
+            self.stats.bumps.setdefault(index, []).append((incoming[1], slot.handed_to[1]))
             bump_version(reused)
 
     def _rehome(self, index: int, k: int, *, incoming: User, n_holders: int, why: str) -> None:
@@ -359,7 +359,7 @@ class Ring:
 
     def bumped(self, version: int | None = None) -> list[tuple[int, int, int]]:
         """(slot, reused by, previous) bumped this step; with ``version``, only slots at it."""
-        bumped = [(s, r, p) for s, (r, p) in sorted(self.stats.bumps.items())]
+        bumped = [(s, r, p) for s, pairs in sorted(self.stats.bumps.items()) for r, p in pairs]
         if version is None:
             return bumped
         return [

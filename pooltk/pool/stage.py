@@ -3,9 +3,10 @@
 [Note: a stage's life]
 A stage's :class:`StageState` lives in its ``__dict__``. Its phase: ``new`` (first met by a hook);
 ``set-up`` (a setup ran under pooltk and the gate decided: the first compute logs the rings and
-decides the release); ``running``; ``late`` (computing without a setup under pooltk: set up
-before ``install()``, stock until its next setup). Every setup (each eval/train switch) starts
-again at ``set-up``.
+decides the release); ``running``; ``late`` (computing without a setup under this install: set
+up before ``install()``, or under an earlier one; stock until its next setup). Every setup (each
+eval/train switch) starts again at ``set-up``. The state belongs to one install at a time: what
+it said is said again under the next one, into that install's report.
 
 :func:`runtime_hooks` and :func:`setup_hooks` are the hook table: for each torch method, the
 functions below that run around it (pooltk.pool.torch_compat.bind makes the wrappers). Each one
@@ -71,11 +72,14 @@ def stage_state(stage: Any) -> StageState | None:
     return getattr(stage, "__dict__", {}).get(_ATTR)
 
 
-def state_for(stage: Any) -> StageState:
-    """The state of ``stage``, made on first use."""
+def state_for(stage: Any, install: Any = None) -> StageState:
+    """The state of ``stage``, made on first use; under ``install`` where one is given (what an
+    earlier install said of the stage is forgotten: each install's report hears every line)."""
     state = stage_state(stage)
     if state is None:
         state = vars(stage)[_ATTR] = StageState()
+    if install is not None and state.install is not install:
+        state.install, state.said = install, set()
     return state
 
 
@@ -91,8 +95,8 @@ def on_setup(stage: Any, call: Call, proceed: Any, *, target: SetupTarget, insta
         raise PoolSetupError(
             stage=where, direction=direction, cause=exc.cause, what=exc.what
         ) from exc.cause
-    state = state_for(stage)
-    state.phase, state.decision, state.install = SET_UP, decision, install
+    state = state_for(stage, install)
+    state.phase, state.decision, state.release = SET_UP, decision, False  # the release: see below
     state.rings.pop(direction, None)
     state.handoff.pop(direction, None)
     if not decision.pooled:
@@ -217,16 +221,15 @@ def _rank_members(stage: Any, direction: str, state: StageState, factory: Any) -
 
 
 def _ring_said(state: StageState, kind: str, **fields: Any) -> None:
-    """What a ring says: each re-home (the first per direction a WARNING), and once that it saved
-    nothing."""
-    key = (kind, fields["direction"])
+    """What a ring says: each re-home (the first of each stage's direction a WARNING), and once
+    that it saved nothing."""
+    key = (kind, fields["stage"], fields["direction"])
     events.say(state, kind, key=key, again=kind == "re-homed", **fields)
 
 
 def kept_stock(stage: Any, install: Any, reason: str) -> None:
     """Say (once per stage and reason) that ``stage`` keeps torch's buffers, and why."""
-    state = state_for(stage)
-    state.install = state.install or install
+    state = state_for(stage, install)
     events.say(state, "kept-stock", stage=getattr(stage, "stage_index", "?"), reason=reason)
 
 
@@ -236,23 +239,25 @@ def kept_stock(stage: Any, install: Any, reason: str) -> None:
 def before_forward(stage: Any, call: Call, *, install: Any) -> None:
     """The first compute after a setup says the rings; a last stage's release starts once."""
     state = stage_state(stage)
-    if state is None or state.phase in (NEW, SET_UP):
+    if state is None or state.phase in (NEW, SET_UP) or state.install is not install:
         _first_use(stage, install)
     elif _release_due(stage, state):
         start_release(stage, state, install.layout.name)
 
 
 def _first_use(stage: Any, install: Any) -> None:
-    """Once per setup ([Note: a stage's life])."""
-    state = state_for(stage)
-    state.install = state.install or install
+    """Once per setup, and at the first compute under another install ([Note: a stage's life])."""
+    state = stage_state(stage)
+    another = state is None or state.install is not install
+    state = state_for(stage, install)
     if state.phase == SET_UP and state.pooled:
         _say_pooled(stage, state)
-    elif state.phase == NEW and install.layout.per_receive:  # the release is the whole pool
-        state.decision = decide_lazy(stage)
+    elif install.layout.per_receive:  # the release is the whole pool
+        state.decision, state.release = decide_lazy(stage), False
+        install.stages.add(stage)  # what uninstall gives back
         if not state.pooled:
             kept_stock(stage, install, state.reason)
-    elif state.phase == NEW:  # set up before install: stock until its next setup
+    elif state.phase == NEW or another:  # set up before this install: stock until its next setup
         state.phase = LATE
         if recv_infos(stage, "forward"):
             kept_stock(stage, install, _SET_UP_EARLY)

@@ -90,3 +90,20 @@ def test_around_wraps_the_call_and_raw_decides_whether_to_proceed():
     bind(stage, {"clear_runtime_states": Hooks(raw=lambda s, c, proceed: "skipped")}, tag="r")
     assert stage.forward_one_chunk(0, ()) == ("forward", 0) and log == ["in", "out"]
     assert stage.clear_runtime_states() == "skipped"
+
+
+def test_a_binding_that_fails_part_way_leaves_nothing_bound():
+    class Meta(type):
+        def __getattr__(cls, name):  # noqa: ANN001, ANN204 - a method no class of the MRO defines
+            if name == "from_meta":
+                return lambda *a: None
+            raise AttributeError(name)
+
+    class Odd(metaclass=Meta):
+        def clear_runtime_states(self):  # noqa: ANN201
+            return "cleared"
+
+    before = vars(Odd)["clear_runtime_states"]
+    with pytest.raises(TypeError, match="from_meta"):
+        bind(Odd, {"clear_runtime_states": Hooks(), "from_meta": Hooks()}, tag="t")
+    assert vars(Odd)["clear_runtime_states"] is before and bound(Odd, "t") is None

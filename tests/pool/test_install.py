@@ -343,3 +343,57 @@ def test_uninstall_gives_a_handoff_fed_stage_real_buffers_for_its_placeholders(
     assert stage in live.stages
     pooltk.uninstall()
     assert not any(infos[0].buffer.is_meta for infos in stage.grad_recv_info.values())
+
+
+def _forward(stage, install):  # noqa: ANN001, ANN202 - the pool's hook before a forward
+    stage_mod.before_forward(stage, Call("forward_one_chunk", (0, ()), {}), install=install)
+
+
+def test_a_stage_pooled_again_under_a_second_install_is_said_in_that_installs_report(monkeypatch):
+    stage = _FakeStage()
+    for _ in range(2):  # install, step, uninstall; then the same again
+        setup, live = _setup(monkeypatch)
+        setup(stage, 4)
+        _forward(stage, live)
+        assert [e.kind for e in live.report.stage_events()] == ["pooled"]
+        stage_mod.give_back_stock(stage, live, "uninstalled")
+
+
+def test_a_last_stage_kept_stock_at_its_next_setup_stops_releasing(monkeypatch):
+    stage = _FakeStage()
+    stage.is_last = True
+    setup, live = _setup(monkeypatch)
+    setup(stage, 4)
+    _forward(stage, live)
+    assert pooltk.stage_state(stage).release
+    setup, _ = _setup(monkeypatch, pool=False, live=live)  # e.g. a GPipe schedule sets it up now
+    setup(stage, 4)
+    _forward(stage, live)
+    assert not pooltk.stage_state(stage).release
+
+
+def test_on_the_lazy_layout_uninstall_gives_a_stage_back_and_the_next_install_decides_again():
+    from pooltk.pool.torch_compat.layouts import Layout
+
+    lazy = Layout(name="lazy", per_receive=True)
+    stage, installs = _FakeStage(), []
+    stage.is_last = True
+    for _ in range(2):
+        report = install_mod.InstallReport.of(lazy, "test", PoolConfig(), installed=True)
+        installs.append(install_mod._Install(PoolConfig(), None, "1f1b", False, lazy, report))
+        _forward(stage, installs[-1])
+        assert stage in installs[-1].stages and pooltk.stage_state(stage).release
+        assert [e.kind for e in report.stage_events()] == ["released"]
+        stage_mod.give_back_stock(stage, installs[-1], "uninstalled")
+        assert not pooltk.stage_state(stage).release
+
+
+def test_a_shared_rings_first_re_home_of_each_stage_is_a_warning(caplog):
+    from types import SimpleNamespace
+
+    state = stage_mod.StageState(install=SimpleNamespace(events=[]))
+    fields = dict(direction="forward", slot=0, bytes=8, holders=1, check="python", incoming=2)
+    with caplog.at_level(logging.DEBUG, logger="pooltk"):
+        for stage in (1, 3, 1):
+            stage_mod._ring_said(state, "re-homed", stage=stage, incoming_stage=stage, **fields)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.WARNING, logging.DEBUG]

@@ -106,7 +106,7 @@ def test_a_reused_slot_is_bumped_so_autograd_refuses_stale_reads():
     version = ring.slots[0].tensors[0]._version
     _use(ring, infos, 1)
     assert ring.slots[0].tensors[0]._version == version + 1
-    assert ring.stats.bumps[0] == (1, 0) and ring.rehomes == 0
+    assert ring.stats.bumps[0] == [(1, 0)] and ring.rehomes == 0
     assert ring.bumped(None) == [(0, 1, 0)]
 
 
@@ -158,7 +158,7 @@ def test_a_shared_ring_gives_each_stage_the_slot_its_colouring_names_and_refuses
         ring.post((3, 1), infos3[1], training=True)
     ring.release((1, 0))
     ring.post((3, 1), infos3[1], training=True)
-    assert infos3[1][0].buffer is None and ring.stats.bumps[0] == (1, 0)
+    assert infos3[1][0].buffer is None and ring.stats.bumps[0] == [(1, 0)]
 
 
 def test_a_re_homed_shared_slot_rebinds_every_stage_that_rests_on_it():
@@ -228,7 +228,7 @@ def test_a_reuse_error_names_the_ring_autograd_quotes_and_leaves_a_models_own_wr
     text = "modified by an inplace operation: [Tensor [3]] is at version {}; expected version 0"
     rings = {"forward": forward, "grad": grad}
     named = name_reuse(RuntimeError(text.format(2)), stage=1, rings=rings, microbatch=2)
-    assert (named.direction, named.slots) == ("grad", [(0, 2, 1)])
+    assert (named.direction, named.slots) == ("grad", [(0, 1, 0), (0, 2, 1)])  # each overwrite
     own = RuntimeError(text.format(9))  # no slot is at version 9: the model wrote in place itself
     assert name_reuse(own, stage=1, rings=rings, microbatch=2) is None
     unquoted = RuntimeError("modified by an inplace operation")

@@ -84,24 +84,32 @@ def bind(target: Any, hooks: Mapping[str, Hooks], *, tag: str) -> Binding:
 
     Raises:
         ValueError: ``target`` already has a binding tagged ``tag``.
+        TypeError: a class's method is defined on no class of its MRO (nothing stays bound).
     """
     if bound(target, tag) is not None:
         raise ValueError(f"pooltk: found {tag!r} already bound on {target!r}; undo it first.")
     binding = Binding(tag=tag, target=target)
     binding.missing = tuple(n for n in hooks if not callable(getattr(target, n, None)))
-    for name, hook in hooks.items():
-        if name in binding.missing:
-            continue
-        owner, original = _wrapped(target, name)
-        wrapper = _wrapper(binding, name, original, hook)
-        previous = vars(owner).get(name, _ABSENT)
-        wrapper.__pooltk_binding__ = (binding, previous)
-        if not isinstance(owner, type):
-            wrapper = wrapper.__get__(owner)  # bound to the object, as its own attribute
-        binding.replaced.append((owner, name, previous, wrapper))
-        _put(owner, name, wrapper)
     _bindings(target)[tag] = binding
+    try:
+        for name, hook in hooks.items():
+            if name not in binding.missing:
+                _bind_one(binding, name, hook)
+    except BaseException:
+        binding.undo()  # all or none
+        raise
     return binding
+
+
+def _bind_one(binding: Binding, name: str, hook: Hooks) -> None:
+    owner, original = _wrapped(binding.target, name)
+    wrapper = _wrapper(binding, name, original, hook)
+    previous = vars(owner).get(name, _ABSENT)
+    wrapper.__pooltk_binding__ = (binding, previous)
+    if not isinstance(owner, type):
+        wrapper = wrapper.__get__(owner)  # bound to the object, as its own attribute
+    binding.replaced.append((owner, name, previous, wrapper))
+    _put(owner, name, wrapper)
 
 
 def _skip_undone(value: Any) -> Any:
@@ -126,7 +134,9 @@ def _put(owner: Any, name: str, value: Any) -> None:
 def _wrapped(target: Any, name: str) -> tuple[Any, Callable]:
     """(where the wrapper goes, what it wraps, called as ``fn(obj, *args, **kwargs)``)."""
     if isinstance(target, type):
-        owner = next(k for k in target.__mro__ if name in vars(k))
+        owner = next((k for k in target.__mro__ if name in vars(k)), None)
+        if owner is None:
+            raise TypeError(f"pooltk: found {target.__name__}.{name} on no class of its MRO")
         return owner, vars(owner)[name]
     method = getattr(target, name)  # torch's method, or an earlier binding on this object
 
