@@ -38,9 +38,10 @@ from pooltk.pool.torch_compat.stage_api import (
 )
 
 _VIEW_LOSS = (
-    "the loss is a view that pooltk found in no list of the schedule's kept losses, so its graph "
-    "holds the received input until the step ends (copy on conflict re-homes the slot); fix: "
-    "return a loss that is not a view from loss_fn (e.g. .sum() or .mean())"
+    "the loss is a view, and pooltk cannot replace it where the schedule keeps it (the schedule "
+    "was not seen at setup, or its list does not hold this loss), so its graph holds the received "
+    "input until the step ends (copy on conflict re-homes the slot); fix: return a loss that is "
+    "not a view from loss_fn (e.g. .sum() or .mean())"
 )
 
 

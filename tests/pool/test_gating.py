@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import types
 
+import pytest
+
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import (
     Schedule1F1B,
@@ -106,3 +108,15 @@ def test_the_schedule_driving_a_setup_is_seen_below_any_number_of_wrappers():
     driver = object.__new__(Driver)
     assert driver.step(3) is driver and driver.step(40) is driver
     assert _called_through(3) is None
+
+
+def test_a_stage_class_overriding_any_method_the_pool_wraps_keeps_the_stage_stock():
+    from pooltk.pool.stage import runtime_names
+    from pooltk.pool.torch_compat.layouts import detect
+
+    layout = detect().layout
+    if layout is None:
+        pytest.skip("this torch's layout is not recognised")
+    for name in runtime_names(layout):
+        own = type("Own", (PipelineStage,), {name: lambda self, *a, **k: None})
+        assert name in (refusal(own.__new__(own), None) or ""), name

@@ -36,7 +36,9 @@ INFRA_METHODS = ("_prepare_forward_infra", "_prepare_backward_infra")  # every e
 SETUP_METHODS = INFRA_METHODS + ("_setup_forward_recv_info", "_setup_backward_recv_info")
 # What a pooled stage's class may not override ([Note: refusals]): the wrapped, the readers.
 _READERS = ("_retrieve_recv_activations", "_retrieve_recv_grads")
-GUARDED_STAGE_METHODS = HOT_METHODS + OPTIONAL_HOT_METHODS + HANDOFF_METHODS + _READERS
+GUARDED_STAGE_METHODS = (
+    HOT_METHODS + OPTIONAL_HOT_METHODS + SEND_METHODS + HANDOFF_METHODS + _READERS
+)
 RECV_INFO_ATTRS = {"forward": "args_recv_info", "grad": "grad_recv_info"}
 
 # The leading parameters (after ``self``) of each wrapped method, in torch's order.
