@@ -103,7 +103,8 @@ class InstallReport:
 
     def usage(self) -> list[RingUse]:
         """One :class:`RingUse` per live pooled stage and direction: what it held in its last
-        step. A row whose ``held_sets`` reaches ``stock`` saved nothing (a WARNING said why)."""
+        step. A row whose ``held_sets`` reaches ``stock`` saved nothing: a ring of K = M by its
+        size, or re-homes (then a WARNING said why)."""
         rows = []
         for stage in sorted(self._stages, key=lambda s: getattr(s, "stage_index", 0)):
             state = stage_state(stage)

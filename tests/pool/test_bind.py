@@ -107,3 +107,12 @@ def test_a_binding_that_fails_part_way_leaves_nothing_bound():
     with pytest.raises(TypeError, match="from_meta"):
         bind(Odd, {"clear_runtime_states": Hooks(), "from_meta": Hooks()}, tag="t")
     assert vars(Odd)["clear_runtime_states"] is before and bound(Odd, "t") is None
+
+
+def test_an_object_binding_keeps_the_methods_signature_through_several_bindings():
+    stage = Stage()
+    before = inspect.signature(stage.forward_one_chunk)
+    for tag in ("first", "second"):
+        bind(stage, {"forward_one_chunk": Hooks()}, tag=tag)
+        assert inspect.signature(stage.forward_one_chunk) == before, tag
+    assert stage.forward_one_chunk(3, ()) == ("forward", 3)

@@ -144,6 +144,8 @@ def _wrapped(target: Any, name: str) -> tuple[Any, Callable]:
     def unbound(obj: Any, *args: Any, **kwargs: Any) -> Any:
         return method(*args, **kwargs)
 
+    # the signature is the function's, self included: the wrapper is bound to the object again
+    unbound.__wrapped__ = getattr(method, "__func__", method)
     return target, unbound
 
 
