@@ -35,6 +35,17 @@ every value has the same width: Automodel JSONL's ``...T10:00:00.123Z``, torchti
 RFC 3339 collector times ``...T10:00:00.123456789Z``."""
 
 
+def _as_written(parsed: Any, values: Any) -> Any:
+    """Parsed datetimes whose year is not the four digits their text starts with become null (the
+    formats that start with ``%Y``): polars reads ``%Y`` from any number of digits (a cut
+    ``026-10-01`` is year 26), and at nanoseconds a year outside 1678-2261 wraps to a wrong date.
+    Python's ``strptime`` reads four digits, and the oracle with it."""
+    import polars as pl
+
+    written = values.str.slice(0, 4).cast(pl.Int32, strict=False)
+    return pl.select(pl.when(parsed.dt.year() == written).then(parsed)).to_series()
+
+
 def _fixed_width(values: Any, fmt: str | None) -> Any:
     """``values`` as datetime64[ns] by the fixed-width path, or None where it does not apply."""
     import polars as pl
@@ -56,6 +67,7 @@ def _fixed_width(values: Any, fmt: str | None) -> Any:
     if tail and not whole.str.ends_with(tail).all():
         return None
     secs = values.str.slice(0, 19).str.to_datetime(head, strict=False, time_unit="ns")
+    secs = _as_written(secs, values)
     frac = values.str.slice(20, digits)
     if not frac.drop_nulls().str.contains(r"^\d+$").all():
         return None
@@ -76,12 +88,16 @@ def _times(values: Any, fmt: str | None) -> Any:
         return fixed
     if values.dtype == pl.String:
         parsed = values.str.to_datetime(fmt, strict=False, time_unit="ns") if fmt else None
+        if parsed is not None and fmt.startswith("%Y"):
+            parsed = _as_written(parsed, values)
         if parsed is None or parsed.null_count() > values.null_count():
-            try:
-                guess = values.str.to_datetime(strict=False, time_unit="ns", time_zone="UTC")
+            try:  # at microseconds, then datetime64[ns]'s years alone (no wrapped dates)
+                guess = values.str.to_datetime(strict=False, time_unit="us", time_zone="UTC")
             except Exception:  # noqa: BLE001 - polars cannot infer a format from these strings
-                guess = pl.Series([None] * values.len(), dtype=pl.Datetime("ns", "UTC"))
+                guess = pl.Series([None] * values.len(), dtype=pl.Datetime("us", "UTC"))
             guess = guess.dt.replace_time_zone(None)
+            guess = pl.select(pl.when(guess.dt.year().is_between(1678, 2261)).then(guess))
+            guess = guess.to_series().cast(pl.Datetime("ns"))
             parsed = guess if parsed is None else pl.select(pl.coalesce(parsed, guess)).to_series()
         values = parsed
     if values.dtype == pl.Null:

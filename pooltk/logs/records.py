@@ -230,7 +230,9 @@ def _read_usual(fmt: Any, lines: Any, layout: Any) -> tuple[Any, Any]:
             "prefix": text.bin.slice(0, head).cast(pl.String),
             "body": text.bin.slice(head).cast(pl.String),
         }
-        clear = ~pl.col("prefix").str.contains(fmt.CANDIDATE)
+        # the line's first candidate starts the record: a prefix holding another record's start,
+        # or the record's own logging head (a line the usual layout reads without it), is Python's
+        clear = pl.col("text").str.find(fmt.CANDIDATE) == head
     else:
         cut, clear = {"prefix": pl.lit("", dtype=pl.String), "body": pl.col("text")}, pl.lit(True)
     stages, texts, stamps = fmt.split(layout)

@@ -141,3 +141,30 @@ def test_the_segmenter_places_rows_as_the_walk_over_rows_did(rows, banners, one_
         shared=seg.shared,
     )
     assert seg.index.tolist() == index.tolist() and seg.reasons == reasons, (seg.reasons, reasons)
+
+
+def test_a_damaged_first_record_does_not_make_the_usual_layout_drop_later_timestamps():
+    """Found by the random test above: the first line lost its year's first digit, so the usual
+    layout was read as a record without its logging head, and the next line's timestamp went
+    into its prefix (NaT). Now a line whose first record start is not the record's is Python's."""
+    whole = (
+        "2026-10-01 10:00:02 | INFO | root | step 2 | epoch 0 | loss 1.0000 | grad_norm 1.0000 | "
+        "lr 7.81e-03 | mem 1.00 GiB | tps 1.00(1.00/gpu) | num_label_tokens 1"
+    )
+    cut = whole.replace("2026-10-01 10:00:02", "026-10-01 10:00:00").replace("step 2", "step 0")
+    slow, fast = _both("\n".join([cut, "", whole]) + "\n", "fuzz.log")
+    _assert_same(slow, fast)
+    assert str(fast.steps["timestamp"].iloc[1]) == "2026-10-01 10:00:02"
+
+
+def test_a_timestamp_with_a_short_year_is_unreadable_never_a_wrapped_date():
+    import polars as pl
+
+    from pooltk.logs.frames import _times
+
+    texts = ["026-10-01 10:00:00", "0026-10-01 10:00:00", "2026-10-01 10:00:02", None]
+    got = _times(pl.Series(texts), "%Y-%m-%d %H:%M:%S")
+    assert [str(t) for t in got] == ["NaT", "NaT", "2026-10-01T10:00:02.000000000", "NaT"]
+    stamps = ["0026-10-01T10:00:00.123Z", "2026-10-01T10:00:02.456Z"]
+    got = _times(pl.Series(stamps), "%Y-%m-%dT%H:%M:%S%.fZ")
+    assert [str(t) for t in got] == ["NaT", "2026-10-01T10:00:02.456000000"]
