@@ -110,9 +110,8 @@ def count(slot: Slot, calibration: Calibration) -> list[tuple[int, str]]:
     out = []
     for k in range(len(slot.tensors)):
         finished_sends = sum(r() is not None for r in slot.sends[k])
-        views = (
-            storage_users(slot.tensors[k]) - 1 - OWN - finished_sends
-        )  # 1: the storage object asked
+        # 1: the storage object asked
+        views = storage_users(slot.tensors[k]) - 1 - OWN - finished_sends
         python = sys.getrefcount(slot.aliases[k]) - calibration.python
         cpp = cpp_users(slot.aliases[k]) - calibration.cpp
         why = "views" if views > 0 else "python" if python > 0 else "c++" if cpp > 0 else ""

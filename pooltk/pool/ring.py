@@ -184,9 +184,8 @@ class RingUse:
         return self.stock - self.held_sets
 
     def to_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__slots__} | {
-            "saved_sets": self.saved_sets
-        }
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        return fields | {"saved_sets": self.saved_sets}
 
 
 @dataclass(eq=False, slots=True, kw_only=True)
@@ -209,7 +208,7 @@ class Ring:
     def __post_init__(self) -> None:
         self.calibration = holders.calibrate(self.slots[0])
         self.stats = _Stats()
-        self.stats.raise_peaks(self.size * self.per_set, self.ring_bytes, new_step=True)
+        self._raise_peaks(new_step=True)
 
     size = property(lambda self: len(self.slots), doc="K: the sets the ring keeps.")
     per_set = property(lambda self: len(self.slots[0].tensors), doc="Tensors per buffer set.")
@@ -254,15 +253,14 @@ class Ring:
         if owner == user:
             return
         if owner is not None:
-            stage, owner_stage = user[0], None if owner[0] == user[0] else owner[0]
             raise PoolOverrunError(
-                stage=stage,
+                stage=user[0],
                 direction=self.direction,
                 slot=index,
                 ring=self.size,
                 owner=owner[1],
                 incoming=user[1],
-                owner_stage=owner_stage,
+                owner_stage=None if owner[0] == user[0] else owner[0],
             )
         self.slots[index].claim(user)
         self.stats.owned += 1
@@ -300,7 +298,11 @@ class Ring:
         stats = self.stats
         stats.owned, stats.step_rehomes = 0, 0
         stats.bumps.clear()
-        stats.raise_peaks(self.size * self.per_set, self.ring_bytes, new_step=True)
+        self._raise_peaks(new_step=True)
+
+    def _raise_peaks(self, *, new_step: bool = False) -> bool:
+        """The step's peaks of what the ring holds (see :meth:`_Stats.raise_peaks`)."""
+        return self.stats.raise_peaks(self.size * self.per_set, self.ring_bytes, new_step=new_step)
 
     def _retire(self, slot: Slot) -> None:
         """The previous user's recv infos go back to the resting aliases."""
@@ -334,7 +336,7 @@ class Ring:
             if infos[j].buffer is old_resting:
                 infos[j].buffer = slot.resting[k]
         stats.count_rehome(old.untyped_storage())
-        if stats.raise_peaks(self.size * self.per_set, self.ring_bytes):
+        if self._raise_peaks():
             self._say_if_no_saving(why)
         if self.say is not None:
             self.say(

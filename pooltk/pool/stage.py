@@ -96,7 +96,8 @@ def on_setup(stage: Any, call: Call, proceed: Any, *, target: SetupTarget, insta
             stage=where, direction=direction, cause=exc.cause, what=exc.what
         ) from exc.cause
     state = state_for(stage, install)
-    state.phase, state.decision, state.release = SET_UP, decision, False  # the release: see below
+    state.phase, state.decision = SET_UP, decision
+    state.release = False  # a pooled last stage starts it again at its first compute
     state.rings.pop(direction, None)
     state.handoff.pop(direction, None)
     if not decision.pooled:
@@ -239,16 +240,16 @@ def kept_stock(stage: Any, install: Any, reason: str) -> None:
 def before_forward(stage: Any, call: Call, *, install: Any) -> None:
     """The first compute after a setup says the rings; a last stage's release starts once."""
     state = stage_state(stage)
-    if state is None or state.phase in (NEW, SET_UP) or state.install is not install:
-        _first_use(stage, install)
+    another = state is None or state.install is not install
+    if another or state.phase in (NEW, SET_UP):
+        _first_use(stage, install, another=another)
     elif _release_due(stage, state):
         start_release(stage, state, install.layout.name)
 
 
-def _first_use(stage: Any, install: Any) -> None:
-    """Once per setup, and at the first compute under another install ([Note: a stage's life])."""
-    state = stage_state(stage)
-    another = state is None or state.install is not install
+def _first_use(stage: Any, install: Any, *, another: bool) -> None:
+    """Once per setup, and at the first compute under ``another`` install ([Note: a stage's
+    life])."""
     state = state_for(stage, install)
     if state.phase == SET_UP and state.pooled:
         _say_pooled(stage, state)
