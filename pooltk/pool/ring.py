@@ -281,6 +281,11 @@ class Ring:
         if self.slots[self.slot_of(user)].release(user):
             self.stats.owned -= 1
 
+    def unread(self, user: User) -> list[torch.Tensor]:
+        """The aliases ``user`` was handed and still owns: its received data, not yet read."""
+        slot = self.slots[self.slot_of(user)]
+        return slot.aliases if slot.owner == user and slot.handed_to == user else []
+
     def retire_inputs(self, user: User, values: list) -> None:
         """In ``values`` (a list torch keeps), ``user``'s aliases become the resting ones."""
         slot = self.slots[self.slot_of(user)]

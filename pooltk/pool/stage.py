@@ -414,7 +414,8 @@ def after_reset(stage: Any, call: Call, result: Any) -> Any:
 
 
 def give_back_stock(stage: Any, install: Any, why: str) -> bool:
-    """A live stage's rings and handoff placeholders become stock buffers (one per chunk)."""
+    """A live stage's rings and handoff placeholders become stock buffers (one per chunk); a chunk
+    that received and has not read yet keeps its slot's storage, now its own."""
     state = stage_state(stage)
     if state is None:
         return False
@@ -425,10 +426,12 @@ def give_back_stock(stage: Any, install: Any, why: str) -> bool:
                 if getattr(infos[j].buffer, "is_meta", False):
                     infos[j].buffer = handoff.real(template)
     for direction, ring in state.rings.items():
-        for infos in recv_infos(stage, direction).values():
+        for chunk, infos in recv_infos(stage, direction).items():
+            unread = ring.unread((stage.stage_index, chunk))  # mid-step: it keeps its data
             for j in ring.members.get(stage.stage_index, ()):
-                if isinstance(infos[j].buffer, torch.Tensor):
-                    infos[j].buffer = real_buffer(infos[j].buffer)
+                buffer = infos[j].buffer
+                if isinstance(buffer, torch.Tensor) and not any(buffer is t for t in unread):
+                    infos[j].buffer = real_buffer(buffer)
     state.phase, state.decision, state.release = NEW, None, False
     for kept in (state.rings, state.handoff, state.outputs, state.losses):
         kept.clear()

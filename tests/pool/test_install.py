@@ -255,6 +255,26 @@ def test_uninstall_gives_a_live_pooled_stage_stock_buffers_and_says_unpooled(
     assert [e.kind for e in report.stage_events()] == ["unpooled"]
 
 
+def test_uninstall_mid_step_keeps_what_a_chunk_received_and_has_not_yet_read(
+    monkeypatch, clean_install
+):
+    """Received into its slot, not yet read by its backward: the chunk keeps its data (a stock
+    buffer in its place would be read as garbage); the other chunks get stock buffers."""
+    pooltk.install(grad_slack=0)
+    setup, _ = _setup(monkeypatch, PoolConfig(grad_slack=0), live=install_mod._current)
+    stage = _FakeStage(stage_index=0)
+    setup(stage, 4)
+    ring = pooltk.stage_rings(stage)["grad"]
+    for chunk in (0, 1):  # chunk 0 is done; chunk 1's gradient has arrived
+        ring.post((0, chunk), stage.grad_recv_info[chunk], training=True)
+        stage.grad_recv_info[chunk][0].buffer.fill_(chunk + 1.0)
+        if chunk == 0:
+            ring.release((0, 0))
+    pooltk.uninstall()
+    assert torch.equal(stage.grad_recv_info[1][0].buffer, torch.full((2, 3), 2.0))
+    assert len(_storages(stage)) == 4
+
+
 def test_a_stage_set_up_before_install_is_reported_kept_stock_once(clean_install, caplog):
     report = pooltk.install(slack=1)
     stage = _FakeStage()
