@@ -45,6 +45,7 @@ The first stage has no activation receives and the last none for gradients.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -423,23 +424,6 @@ def lifetime_frame(spans: Iterable[BufferLifetime]) -> pd.DataFrame:
     return pd.DataFrame([[getattr(b, c) for c in cols] for b in spans], columns=cols)
 
 
-def _stock(prog: Program, stage: int, direction: Direction) -> int:
-    """Sets stock torch 2.11-2.14 preallocates (:func:`pooltk.analysis.stage_sets.stock_count`)."""
-    from pooltk.analysis.stage_sets import stock_count
-
-    return stock_count(
-        prog.num_stages, stage, direction, prog.n_microbatches, forward_only=prog.forward_only
-    )
-
-
-def _handoff(prog: Program, stage: int, direction: Direction) -> bool:
-    neighbour = stage - 1 if direction == "forward" else stage + 1
-    return (
-        neighbour in prog.stage_to_rank
-        and prog.stage_to_rank[neighbour] == prog.stage_to_rank[stage]
-    )
-
-
 def live_table(schedule: str | type | ScheduleShape, /, **shape: Any) -> pd.DataFrame:
     """Tidy per-stage table for one schedule shape, one row per (stage, direction).
 
@@ -456,34 +440,33 @@ def live_table(schedule: str | type | ScheduleShape, /, **shape: Any) -> pd.Data
 
 
 def live_rows(schedule: str | type | ScheduleShape, /, **shape: Any) -> list[dict[str, Any]]:
-    """:func:`live_table`'s rows as plain records (no pandas: the command line's tables)."""
-    from pooltk.analysis.stage_sets import lazy_holds
+    """:func:`live_table`'s rows as plain records (no pandas: the command line's tables), from
+    :func:`pooltk.analysis.stage_sets.receive_sets`'s records of the same walk."""
+    from pooltk.analysis.stage_sets import from_program
 
     prog, spans = analyse(as_shape(schedule, **shape))
-    peaks = live_sets_of(prog, spans)
-    lazy = lazy_holds(peaks, prog.num_stages, prog.n_microbatches)
-    rows = []
-    for stage in range(prog.num_stages):
-        for d in DIRECTIONS:
-            rows.append(
-                {
-                    "schedule": prog.schedule,
-                    "pp": prog.pp,
-                    "vpp": prog.stages_per_rank,
-                    "n_microbatches": prog.n_microbatches,
-                    "defer_pp_recv": prog.defer_pp_recv,
-                    "forward_only": prog.forward_only,
-                    "stage": stage,
-                    "rank": prog.stage_to_rank[stage],
-                    "direction": d,
-                    "stock_buffers": _stock(prog, stage, d),
-                    "lazy_buffers": lazy[(stage, d)],
-                    "live_peak": peaks[(stage, d)],
-                    "ring_min": min_safe_ring(spans, stage, d, prog.n_microbatches),
-                    "handoff": _handoff(prog, stage, d),
-                }
-            )
-    return rows
+    head = {
+        "schedule": prog.schedule,
+        "pp": prog.pp,
+        "vpp": prog.stages_per_rank,
+        "n_microbatches": prog.n_microbatches,
+        "defer_pp_recv": prog.defer_pp_recv,
+        "forward_only": prog.forward_only,
+    }
+    return [
+        head
+        | {
+            "stage": sets.stage,
+            "rank": sets.rank,
+            "direction": sets.direction,
+            "stock_buffers": sets.stock,
+            "lazy_buffers": sets.stock_lazy,
+            "live_peak": sets.live,
+            "ring_min": sets.ring_min,
+            "handoff": sets.handoff,
+        }
+        for sets in from_program(prog, spans)
+    ]
 
 
 def _shapes_of(
@@ -543,35 +526,22 @@ def sweep_rows(
     """:func:`sweep_table` as plain records: (:func:`live_rows` of every shape, the refusals)."""
     rows: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
-    resolved = [
-        resolve_schedule(s) for s in schedules
-    ]  # unknown names fail loudly, before the sweep
+    resolved = [resolve_schedule(s) for s in schedules]  # unknown names fail before the sweep
     for name, cls in resolved:
         own_vpps, defers = _shapes_of(name, cls, vpps, defer_pp_recv)
-        for pp in pps:
-            for vpp in own_vpps:
-                for m in microbatches:
-                    for defer in defers:
-                        try:
-                            shape_rows = live_rows(
-                                cls,
-                                pp=pp,
-                                n_microbatches=m,
-                                stages_per_rank=vpp,
-                                forward_only=forward_only,
-                                defer_pp_recv=defer,
-                            )
-                        except ScheduleAnalysisError as exc:
-                            refused.append(
-                                {
-                                    "schedule": name,
-                                    "pp": pp,
-                                    "vpp": vpp,
-                                    "n_microbatches": m,
-                                    "defer_pp_recv": defer,
-                                    "reason": str(exc),
-                                }
-                            )
-                            continue
-                        rows += [{**row, "schedule": name} for row in shape_rows]
+        for pp, vpp, m, defer in itertools.product(pps, own_vpps, microbatches, defers):
+            shape = {"pp": pp, "vpp": vpp, "n_microbatches": m, "defer_pp_recv": defer}
+            try:
+                shape_rows = live_rows(
+                    cls,
+                    pp=pp,
+                    n_microbatches=m,
+                    stages_per_rank=vpp,
+                    forward_only=forward_only,
+                    defer_pp_recv=defer,
+                )
+            except ScheduleAnalysisError as exc:
+                refused.append({"schedule": name, **shape, "reason": str(exc)})
+                continue
+            rows += [{**row, "schedule": name} for row in shape_rows]
     return rows, refused

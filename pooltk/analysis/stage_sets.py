@@ -232,10 +232,11 @@ def _walked_sets(schedule: str, pp: int, m: int, vpp: int) -> tuple[ReceiveSets,
     prog, spans = analyse(
         ScheduleShape(schedule=schedule, pp=pp, n_microbatches=m, stages_per_rank=vpp)
     )
-    return _from_program(prog, spans)
+    return from_program(prog, spans)
 
 
-def _from_program(prog: Program, spans: tuple[BufferLifetime, ...]) -> tuple[ReceiveSets, ...]:
+def from_program(prog: Program, spans: tuple[BufferLifetime, ...]) -> tuple[ReceiveSets, ...]:
+    """The records of an already-walked program (what :func:`receive_sets` walks and caches)."""
     n, m, s2r = prog.num_stages, prog.n_microbatches, prog.stage_to_rank
     live = live_sets_of(prog, spans)
     by_key: dict[tuple[int, Direction], list[BufferLifetime]] = {k: [] for k in live}
