@@ -20,7 +20,14 @@ import json
 import sys
 from typing import Any
 
-from pooltk.cli.memory import FIELDS, SHAPE_FLAGS, add_pipeline_flags, print_error
+from pooltk.cli.memory import (
+    FIELDS,
+    SHAPE_FLAGS,
+    add_pipeline_flags,
+    add_schedule_flags,
+    in_unit,
+    print_error,
+)
 from pooltk.cli.tables import Column, render
 
 __all__ = ["register", "run"]
@@ -33,7 +40,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     _add_source_flags(parser.add_argument_group("what to replay (one of)"))
     pipeline = parser.add_argument_group("pipeline (overrides the file)")
     add_pipeline_flags(pipeline, hidden=False, dtype_help="the model's dtype (default: the file's)")
-    _add_schedule_flags(pipeline)
+    add_schedule_flags(pipeline)
     _add_pool_flags(parser.add_argument_group("the pooled variants"))
     _add_model_flags(parser.add_argument_group("the model and its split"))
     replay = parser.add_argument_group("the replay")
@@ -63,21 +70,6 @@ def _add_source_flags(group: Any) -> None:
         "--model-config",
         metavar="FILE",
         help="the model's config.json (for a YAML or TOML without the dimensions)",
-    )
-
-
-def _add_schedule_flags(group: Any) -> None:
-    group.add_argument(
-        "--schedule",
-        default=None,
-        help="1f1b (default), gpipe, or a multi-stage schedule (interleaved1f1b, loopedbfs, "
-        "interleavedzerobubble, zbvzerobubble, dualpipev: pooled as schedule='auto' pools them)",
-    )
-    group.add_argument(
-        "--vpp",
-        type=int,
-        default=None,
-        help="stages per rank for a multi-stage schedule (default 2)",
     )
 
 
@@ -421,12 +413,6 @@ def _estimate_lines(estimate: Any, inputs: Any, unit: str) -> list[str]:
     return lines + ["", "stages:", *names]
 
 
-def _in_unit(n_bytes: float, unit: str) -> str:
-    from pooltk.memory.model import to_unit
-
-    return f"{to_unit(n_bytes, unit):,.2f}"
-
-
 def _peak_table(estimate: Any, unit: str) -> list[str]:
     """One row per rank: its stages and each variant's peak."""
     variants = estimate.variants
@@ -435,7 +421,7 @@ def _peak_table(estimate: Any, unit: str) -> list[str]:
         stages = estimate.replay(rank, variants[0]).stages
         record = {"rank": str(rank), "stages": ",".join(map(str, stages))}
         for v in variants:
-            record[v] = _in_unit(estimate.replay(rank, v).peak.bytes, unit)
+            record[v] = in_unit(estimate.replay(rank, v).peak.bytes, unit)
         records.append(record)
     columns = [Column("rank"), Column("stages"), *(Column(v) for v in variants)]
     return render(records, columns, rule_under_header=True)
@@ -448,7 +434,7 @@ def _category_table(estimate: Any, unit: str) -> list[str]:
     columns = [
         Column("rank"),
         Column("variant"),
-        *(Column(c, text=lambda n: _in_unit(n, unit)) for c in CATEGORIES),
+        *(Column(c, text=lambda n: in_unit(n, unit)) for c in CATEGORIES),
         Column("wall_s", "wall s", text=lambda s: f"{s:.1f}"),
         Column("peak_at", "peak at"),
     ]
@@ -474,19 +460,17 @@ def _receive_table(estimate: Any) -> list[str]:
         Column("modelled", text="{:,}".format),
         Column("difference", text="{:+,}".format),
     ]
-    records = []
-    for replay in estimate.replays:
-        replayed = replay.category_max["recv_buffers"]
-        modelled = estimate.modelled_receive_bytes(replay.rank, replay.variant)
-        records.append(
-            {
-                "rank": replay.rank,
-                "variant": replay.variant,
-                "replayed": replayed,
-                "modelled": modelled,
-                "difference": replayed - modelled,
-            }
-        )
+    records = [
+        {
+            "rank": replay.rank,
+            "variant": replay.variant,
+            "replayed": replay.category_max["recv_buffers"],
+            "modelled": estimate.modelled_receive_bytes(replay.rank, replay.variant),
+        }
+        for replay in estimate.replays
+    ]
+    for record in records:
+        record["difference"] = record["replayed"] - record["modelled"]
     return [
         "receive buffers: the replay's maximum against the analytic model (bytes; the pool adds a "
         "0-d anchor per slot; torch 2.15 may hold one set more than the live set; per-stage maxima "

@@ -256,9 +256,7 @@ def _with_pool_columns(frame: Any, table: Any) -> Any:
 def _pool_label(table: Any) -> dict[str, str]:
     """Per run: 'stock' (logged not installed), '<impl> slack N <layout>' (installed), '-' (the
     log does not say)."""
-    first = table.steps.groupby("run", observed=True, sort=False)[
-        ["pooled", "pool_impl", "slack", "layout"]
-    ].first()
+    first = table.steps.groupby("run", observed=True, sort=False)[list(_POOL_COLUMNS)].first()
     out: dict[str, str] = {}
 
     def known(value: Any) -> bool:

@@ -47,7 +47,9 @@ __all__ = [
     "FIELDS",
     "SHAPE_FLAGS",
     "add_pipeline_flags",
+    "add_schedule_flags",
     "flag_of",
+    "in_unit",
     "print_error",
     "register",
     "run",
@@ -73,7 +75,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     _add_source_flags(parser.add_argument_group("shape source (one of)"))
     add_pipeline_flags(parser.add_argument_group("explicit shape"), hidden=True)
     pool = parser.add_argument_group("pool and overrides")
-    _add_schedule_flags(pool)
+    add_schedule_flags(pool)
     _add_ring_flags(pool)
     _add_fits_flags(parser.add_argument_group("fits or OOM"))
     _add_measure_flags(parser.add_argument_group("physical measurement"))
@@ -120,7 +122,8 @@ def add_pipeline_flags(
     group.add_argument("--dtype", default=None, help=dtype_help)
 
 
-def _add_schedule_flags(group: Any) -> None:
+def add_schedule_flags(group: Any) -> None:
+    """``--schedule`` and ``--vpp``, as ``pooltk memory`` and ``pooltk estimate`` read them."""
     group.add_argument(
         "--schedule",
         default=None,
@@ -133,6 +136,9 @@ def _add_schedule_flags(group: Any) -> None:
         default=None,
         help="stages per rank for a multi-stage schedule (default 2)",
     )
+
+
+def _add_ring_flags(group: Any) -> None:
     group.add_argument(
         "--sharing",
         choices=("rank", "stage"),
@@ -144,9 +150,6 @@ def _add_schedule_flags(group: Any) -> None:
         action="store_true",
         help="model a GPipe shape with the pool standing down",
     )
-
-
-def _add_ring_flags(group: Any) -> None:
     group.add_argument(
         "--slack", type=int, default=None, help="forward ring slack (default: the source's, else 2)"
     )
@@ -441,8 +444,8 @@ def _boundaries(args: argparse.Namespace, preset: Any, shape: Any) -> Any:
     return Boundary.opaque(round(args.boundary_mib * 2**20), name="boundary_override")
 
 
-def _in_unit(n_bytes: float, unit: str) -> str:
-    """One format for every cell of the model's tables."""
+def in_unit(n_bytes: float, unit: str) -> str:
+    """One format for every byte cell of ``pooltk memory``'s and ``pooltk estimate``'s tables."""
     from pooltk.memory.model import to_unit
 
     return f"{to_unit(n_bytes, unit):,.2f}"
@@ -527,15 +530,15 @@ def _stage_records(model: Any, unit: str) -> list[dict[str, str] | None]:
         forward, grad = model.row(stage, "forward"), model.row(stage, "grad")
         record = {"stage": _stage_label(stage, forward, grad, model.shape.multi_stage)}
         for v in _SHOWN:
-            stage_bytes = _in_unit(model.stage_bytes(stage, v), unit)
+            stage_bytes = in_unit(model.stage_bytes(stage, v), unit)
             record[v] = f"{forward.sets(v)}+{grad.sets(v)} = {stage_bytes}"
-        record["saved"] = _in_unit(model.saved_bytes(stage), unit)
+        record["saved"] = in_unit(model.saved_bytes(stage), unit)
         records.append(record)
     saved_in_all = model.total_bytes("stock") - model.total_bytes("pooled")
-    total = {v: _in_unit(model.total_bytes(v), unit) for v in _SHOWN}
-    peak = {v: _in_unit(model.peak_stage_bytes(v), unit) for v in _SHOWN}
+    total = {v: in_unit(model.total_bytes(v), unit) for v in _SHOWN}
+    peak = {v: in_unit(model.peak_stage_bytes(v), unit) for v in _SHOWN}
     records.append(RULE)
-    records.append({"stage": "total", **total, "saved": _in_unit(saved_in_all, unit)})
+    records.append({"stage": "total", **total, "saved": in_unit(saved_in_all, unit)})
     records.append({"stage": "peak stage", **peak, "saved": ""})
     return records
 
@@ -564,7 +567,7 @@ def _rank_table(model: Any, unit: str) -> list[str]:
         Column("saved", f"saved (sharing={model.sharing})"),
         Column("rings", "rings: dir stages: live->K"),
     ]
-    peak = {v: _in_unit(model.peak_rank_bytes(v), unit) for v in _RANK_SHOWN}
+    peak = {v: in_unit(model.peak_rank_bytes(v), unit) for v in _RANK_SHOWN}
     records = [_rank_record(model, rank, unit) for rank in range(model.shape.pp)]
     records += [RULE, {"rank": "peak rank", "stages": "", **peak, "saved": "", "rings": ""}]
     return [
@@ -586,8 +589,8 @@ def _rank_record(model: Any, rank: int, unit: str) -> dict[str, str]:
     return {
         "rank": str(rank),
         "stages": ",".join(map(str, model.rank_stages(rank))),
-        **{v: _in_unit(model.rank_bytes(rank, v), unit) for v in _RANK_SHOWN},
-        "saved": _in_unit(saved, unit),
+        **{v: in_unit(model.rank_bytes(rank, v), unit) for v in _RANK_SHOWN},
+        "saved": in_unit(saved, unit),
         "rings": rings,
     }
 
@@ -642,13 +645,11 @@ def _compare_record(model: Any, other: Any, what: str, at: int, unit: str) -> di
     """One stage (or rank) of both models: stock and pooled bytes and their differences."""
     record = {"at": str(at)}
     for variant in ("stock", "pooled"):
-        if what == "rank":
-            mine, theirs = model.rank_bytes(at, variant), other.rank_bytes(at, variant)
-        else:
-            mine, theirs = model.stage_bytes(at, variant), other.stage_bytes(at, variant)
-        record[variant] = _in_unit(mine, unit)
-        record[f"{variant} (other)"] = _in_unit(theirs, unit)
-        record[f"{variant} difference"] = _in_unit(mine - theirs, unit)
+        mine = getattr(model, f"{what}_bytes")(at, variant)  # rank_bytes or stage_bytes
+        theirs = getattr(other, f"{what}_bytes")(at, variant)
+        record[variant] = in_unit(mine, unit)
+        record[f"{variant} (other)"] = in_unit(theirs, unit)
+        record[f"{variant} difference"] = in_unit(mine - theirs, unit)
     return record
 
 
