@@ -74,16 +74,13 @@ def _add_source_flags(group: Any) -> None:
 
 
 def _add_pool_flags(group: Any) -> None:
+    group.add_argument("--slack", type=int, help="forward ring slack (default: the file's, else 2)")
     group.add_argument(
-        "--slack", type=int, default=None, help="forward ring slack (default: the file's, else 2)"
-    )
-    group.add_argument(
-        "--grad-slack", type=int, default=None, help="grad ring slack (default: the file's, else 1)"
+        "--grad-slack", type=int, help="grad ring slack (default: the file's, else 1)"
     )
     group.add_argument(
         "--sharing",
         choices=("rank", "stage"),
-        default=None,
         help="rank (the default, and the only one: the estimate replays the pool as users "
         "install it)",
     )
@@ -93,7 +90,6 @@ def _add_model_flags(group: Any) -> None:
     group.add_argument(
         "--checkpointing",
         choices=("full", "none"),
-        default=None,
         help="activation checkpointing (default: the file's, else none)",
     )
     group.add_argument(
@@ -102,7 +98,7 @@ def _add_model_flags(group: Any) -> None:
         help="layers per stage: automodel (default), torchtitan, or counts 10,11,...",
     )
     group.add_argument(
-        "--ep", type=int, default=None, help="expert parallelism (experts per rank = experts / ep)"
+        "--ep", type=int, help="expert parallelism (experts per rank = experts / ep)"
     )
 
 
@@ -112,9 +108,7 @@ def _add_replay_flags(group: Any) -> None:
         default="stock,stock_lazy,pooled,live_set",
         help="replayed variants, comma-separated",
     )
-    group.add_argument(
-        "--ranks", default=None, help="ranks to replay, comma-separated (default: all)"
-    )
+    group.add_argument("--ranks", help="ranks to replay, comma-separated (default: all)")
     group.add_argument(
         "--optimizer",
         choices=("adamw", "sgd", "none"),
@@ -133,10 +127,7 @@ def _add_replay_flags(group: Any) -> None:
         help="the step returns the merged outputs (torch's default; torchtitan's trainer does not)",
     )
     group.add_argument(
-        "--steps",
-        type=int,
-        default=None,
-        help="measured steps after the optimizer warm-up (default 1)",
+        "--steps", type=int, help="measured steps after the optimizer warm-up (default 1)"
     )
 
 
@@ -163,7 +154,6 @@ def _add_verdict_flags(group: Any) -> None:
     group.add_argument(
         "--overhead-gib",
         type=float,
-        default=None,
         help="memory outside torch's tensors, GiB (default: "
         "CUDA context + NCCL, stated with sources)",
     )

@@ -119,22 +119,18 @@ def add_pipeline_flags(
     group.add_argument("--seq-len", type=int, help="tokens per row")
     if hidden:
         group.add_argument("--hidden", type=int, help="hidden size")
-    group.add_argument("--dtype", default=None, help=dtype_help)
+    group.add_argument("--dtype", help=dtype_help)
 
 
 def add_schedule_flags(group: Any) -> None:
     """``--schedule`` and ``--vpp``, as ``pooltk memory`` and ``pooltk estimate`` read them."""
     group.add_argument(
         "--schedule",
-        default=None,
         help="1f1b (default), gpipe, or a multi-stage schedule (interleaved1f1b, loopedbfs, "
         "interleavedzerobubble, zbvzerobubble, dualpipev: pooled as schedule='auto' pools them)",
     )
     group.add_argument(
-        "--vpp",
-        type=int,
-        default=None,
-        help="stages per rank for a multi-stage schedule (default 2)",
+        "--vpp", type=int, help="stages per rank for a multi-stage schedule (default 2)"
     )
 
 
@@ -142,7 +138,6 @@ def _add_ring_flags(group: Any) -> None:
     group.add_argument(
         "--sharing",
         choices=("rank", "stage"),
-        default=None,
         help="rings shared by a rank's stages (rank, default) or one per stage (stage)",
     )
     group.add_argument(
@@ -151,19 +146,14 @@ def _add_ring_flags(group: Any) -> None:
         help="model a GPipe shape with the pool standing down",
     )
     group.add_argument(
-        "--slack", type=int, default=None, help="forward ring slack (default: the source's, else 2)"
+        "--slack", type=int, help="forward ring slack (default: the source's, else 2)"
+    )
+    group.add_argument("--grad-slack", type=int, help="grad ring slack, tight policy (default 1)")
+    group.add_argument(
+        "--policy", choices=("tight", "automodel"), help="policy for the saved column"
     )
     group.add_argument(
-        "--grad-slack", type=int, default=None, help="grad ring slack, tight policy (default 1)"
-    )
-    group.add_argument(
-        "--policy", choices=("tight", "automodel"), default=None, help="policy for the saved column"
-    )
-    group.add_argument(
-        "--boundary-mib",
-        type=float,
-        default=None,
-        help="override bytes per buffer set, in MiB (2**20)",
+        "--boundary-mib", type=float, help="override bytes per buffer set, in MiB (2**20)"
     )
 
 
@@ -178,19 +168,16 @@ def _add_fits_flags(group: Any) -> None:
     )
     group.add_argument(
         "--reference-variant",
-        default=None,
         help="variant of the reference peak: pooled (default), stock, automodel, tight",
     )
     group.add_argument(
         "--reference-stage",
         type=int,
-        default=None,
         help="stage the reference peak describes (default: the fullest)",
     )
     group.add_argument(
         "--weights-gib",
         type=float,
-        default=None,
         help="per-GPU weights no policy can shed, GiB (checked against capacity)",
     )
 
@@ -210,7 +197,7 @@ def _add_measure_flags(group: Any) -> None:
         help="write the raw per-rank measurements here, if every claim holds "
         "(python -m pooltk.parity.measured --check PATH re-checks one)",
     )
-    group.add_argument("--steps", type=int, default=None, help="steps per launch (default 2)")
+    group.add_argument("--steps", type=int, help="steps per launch (default 2)")
 
 
 def _add_story_flags(group: Any) -> None:

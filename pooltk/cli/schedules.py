@@ -56,7 +56,6 @@ def _add_shape_flags(parser: argparse.ArgumentParser) -> None:
         "--schedule",
         nargs="+",
         metavar="NAME",
-        default=None,
         help="torch schedule names, case-insensitive (default: every schedule this torch ships)",
     )
     parser.add_argument(
@@ -91,21 +90,14 @@ def _add_shape_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_ring_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--slack",
-        type=int,
-        default=None,
-        help="forward ring slack for the tight column (default 2)",
+        "--slack", type=int, help="forward ring slack for the tight column (default 2)"
     )
     parser.add_argument(
-        "--grad-slack",
-        type=int,
-        default=None,
-        help="grad ring slack for the tight column (default 1)",
+        "--grad-slack", type=int, help="grad ring slack for the tight column (default 1)"
     )
     parser.add_argument(
         "--set-mib",
         type=float,
-        default=None,
         metavar="MIB",
         help="bytes of one buffer set, MiB: adds GiB per stage and per rank (sets x MIB)",
     )
