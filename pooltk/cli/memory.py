@@ -40,7 +40,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pooltk.cli.errors import from_lab
+from pooltk.cli.errors import FlagError, from_lab, message
 from pooltk.cli.tables import RULE, Column, render
 
 __all__ = [
@@ -250,8 +250,6 @@ FIELDS = {
 
 def print_error(command: str, exc: BaseException, fields: Mapping[str, str]) -> int:
     """Print ``pooltk <command>: error: <message>`` in flags, never library fields; return 2."""
-    from pooltk.cli.errors import message
-
     print(f"pooltk {command}: error: {_flags_in(message(exc, fields))}", file=sys.stderr)
     return 2
 
@@ -278,7 +276,13 @@ def run(args: argparse.Namespace) -> int:
     if args.estimate:
         # `pooltk memory --estimate` is forwarded before parsing (pooltk.cli.main); an
         # abbreviation of the flag is not, and is told where the estimate went
-        return print_error("memory", _moved_estimate(), FIELDS)
+        moved = FlagError(
+            "--estimate",
+            found="`pooltk memory --estimate`",
+            required="`pooltk estimate` (the whole-stage estimate's own command)",
+            fix="run `pooltk estimate` with the same flags, without --estimate.",
+        )
+        return print_error("memory", moved, FIELDS)
     if args.k3_story:
         try:
             return _k3_story(args)
@@ -288,17 +292,6 @@ def run(args: argparse.Namespace) -> int:
         print(_list_devices())
         return 0
     return _model_command(args)
-
-
-def _moved_estimate() -> Exception:
-    from pooltk.cli.errors import FlagError
-
-    return FlagError(
-        "--estimate",
-        found="`pooltk memory --estimate`",
-        required="`pooltk estimate` (the whole-stage estimate's own command)",
-        fix="run `pooltk estimate` with the same flags, without --estimate.",
-    )
 
 
 def _model_command(args: argparse.Namespace) -> int:
