@@ -43,9 +43,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_schedule_flags(pipeline)
     _add_pool_flags(parser.add_argument_group("the pooled variants"))
     _add_model_flags(parser.add_argument_group("the model and its split"))
-    replay = parser.add_argument_group("the replay")
-    _add_replay_flags(replay)
-    _add_run_flags(replay)
+    _add_replay_flags(parser.add_argument_group("the replay"))
     _add_verdict_flags(parser.add_argument_group("fits or OOM"))
     _add_output_flags(parser.add_argument_group("output"))
 
@@ -129,9 +127,6 @@ def _add_replay_flags(group: Any) -> None:
     group.add_argument(
         "--steps", type=int, help="measured steps after the optimizer warm-up (default 1)"
     )
-
-
-def _add_run_flags(group: Any) -> None:
     group.add_argument(
         "--real",
         action="store_true",
@@ -450,17 +445,19 @@ def _receive_table(estimate: Any) -> list[str]:
         Column("modelled", text="{:,}".format),
         Column("difference", text="{:+,}".format),
     ]
-    records = [
-        {
-            "rank": replay.rank,
-            "variant": replay.variant,
-            "replayed": replay.category_max["recv_buffers"],
-            "modelled": estimate.modelled_receive_bytes(replay.rank, replay.variant),
-        }
-        for replay in estimate.replays
-    ]
-    for record in records:
-        record["difference"] = record["replayed"] - record["modelled"]
+    records = []
+    for replay in estimate.replays:
+        replayed = replay.category_max["recv_buffers"]
+        modelled = estimate.modelled_receive_bytes(replay.rank, replay.variant)
+        records.append(
+            {
+                "rank": replay.rank,
+                "variant": replay.variant,
+                "replayed": replayed,
+                "modelled": modelled,
+                "difference": replayed - modelled,
+            }
+        )
     return [
         "receive buffers: the replay's maximum against the analytic model (bytes; the pool adds a "
         "0-d anchor per slot; torch 2.15 may hold one set more than the live set; per-stage maxima "
