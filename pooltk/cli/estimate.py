@@ -26,6 +26,7 @@ from pooltk.cli.memory import (
     add_pipeline_flags,
     add_schedule_flags,
     in_unit,
+    pool_config,
     print_error,
 )
 from pooltk.cli.tables import Column, render
@@ -271,7 +272,6 @@ def _inputs(args: argparse.Namespace) -> Any:
     """The estimate's inputs (a named estimate, or a file or builder under the flags), with the
     pool's slack from the flags."""
     from pooltk._validate import InputError
-    from pooltk.config import PoolConfig
     from pooltk.memory.replay.presets import ESTIMATE_PRESETS, estimate_preset
     from pooltk.studies.kimi_k3 import ESTIMATE
 
@@ -287,12 +287,7 @@ def _inputs(args: argparse.Namespace) -> Any:
             required="rank: the estimate replays the pool as users install it",
             fix="drop --sharing (per-stage rings: `pooltk memory --sharing stage`).",
         )
-    base = inputs.config
-    config = PoolConfig(
-        slack=base.slack if args.slack is None else args.slack,
-        grad_slack=base.grad_slack if args.grad_slack is None else args.grad_slack,
-    )
-    return dataclasses.replace(inputs, config=config)
+    return dataclasses.replace(inputs, config=pool_config(args, inputs.config))
 
 
 def _file_inputs(args: argparse.Namespace) -> Any:

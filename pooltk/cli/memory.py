@@ -50,6 +50,7 @@ __all__ = [
     "add_schedule_flags",
     "flag_of",
     "in_unit",
+    "pool_config",
     "print_error",
     "register",
     "run",
@@ -375,14 +376,10 @@ def _source(args: argparse.Namespace) -> Any:
 
 def _model(args: argparse.Namespace, preset: Any = None) -> tuple[Any, Any]:
     """The preset (``--preset``, ``--config`` or flags) and its model under the overrides."""
-    from pooltk.config import PoolConfig
     from pooltk.memory.model import model_memory
 
     preset = _source(args) if preset is None else preset
-    config = PoolConfig(
-        slack=preset.config.slack if args.slack is None else args.slack,
-        grad_slack=preset.config.grad_slack if args.grad_slack is None else args.grad_slack,
-    )
+    config = pool_config(args, preset.config)  # first: a bad slack is the error a user sees first
     shape = _shape(args, preset.shape)
     model = model_memory(
         shape,
@@ -393,6 +390,17 @@ def _model(args: argparse.Namespace, preset: Any = None) -> tuple[Any, Any]:
         unpoolable="stock" if args.allow_unpoolable else "error",
     )
     return preset, model
+
+
+def pool_config(args: argparse.Namespace, base: Any) -> Any:
+    """A :class:`~pooltk.config.PoolConfig` of ``base``'s slacks, ``--slack`` and ``--grad-slack``
+    where given."""
+    from pooltk.config import PoolConfig
+
+    return PoolConfig(
+        slack=base.slack if args.slack is None else args.slack,
+        grad_slack=base.grad_slack if args.grad_slack is None else args.grad_slack,
+    )
 
 
 def _shape(args: argparse.Namespace, shape: Any) -> Any:
@@ -827,8 +835,4 @@ def _measured_shapes(
         specs = [spec]
     else:
         specs = default_specs(steps=args.steps or 2)
-    config = PoolConfig(
-        slack=2 if args.slack is None else args.slack,
-        grad_slack=1 if args.grad_slack is None else args.grad_slack,
-    )
-    return specs, config
+    return specs, pool_config(args, PoolConfig())
