@@ -14,7 +14,7 @@ import sys
 from pooltk.cli.errors import fail
 from pooltk.parity.command import FIELDS, check_args, register, spec_from_args
 
-__all__ = ["register", "run", "spec_from_args"]
+__all__ = ["register", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
