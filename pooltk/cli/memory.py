@@ -77,7 +77,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_pipeline_flags(parser.add_argument_group("explicit shape"), hidden=True)
     pool = parser.add_argument_group("pool and overrides")
     add_schedule_flags(pool)
-    _add_ring_flags(pool)
+    _add_pool_flags(pool)
     _add_fits_flags(parser.add_argument_group("fits or OOM"))
     _add_measure_flags(parser.add_argument_group("physical measurement"))
     _add_story_flags(parser.add_argument_group("the whole stage"))
@@ -135,7 +135,7 @@ def add_schedule_flags(group: Any) -> None:
     )
 
 
-def _add_ring_flags(group: Any) -> None:
+def _add_pool_flags(group: Any) -> None:
     group.add_argument(
         "--sharing",
         choices=("rank", "stage"),
