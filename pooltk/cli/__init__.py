@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import time
 
-_IMPORTED = (
-    time.perf_counter()
-)  # when pooltk's command line was imported: the start of pooltk's own time
+# when pooltk's command line was imported: the start of pooltk's own time
+_IMPORTED = time.perf_counter()
 
 import argparse  # noqa: E402
 import importlib  # noqa: E402

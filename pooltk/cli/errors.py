@@ -3,7 +3,7 @@
 [Note: command-line errors]
 The library names its own fields (``ParitySpec.pp: found 0; ...``, through :mod:`pooltk._validate`);
 a user typed flags. So a subcommand checks the flags it passes on with :func:`check_flag_int` /
-:func:`check_flag_choice` before it builds library objects (the message names ``--pp``, the value
+:func:`check_flag_positive` before it builds library objects (the message names ``--pp``, the value
 and a fix in flag terms), and prints every error through :func:`fail`, which also re-words a
 library :class:`~pooltk._validate.InputError` that names a field the command maps to a flag
 (``fields``: ``{"PoolConfig.slack": "--slack"}``), from the error's own fields, never its text.
@@ -28,12 +28,11 @@ from collections.abc import Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
-from pooltk._validate import InputError, check_choice, check_int, problem
+from pooltk._validate import InputError, check_int, problem
 
 __all__ = [
     "LAB_EXTRA",
     "FlagError",
-    "check_flag_choice",
     "check_flag_int",
     "check_flag_positive",
     "fail",
@@ -65,13 +64,6 @@ def check_flag_positive(flag: str, value: float, *, fix: str | None = None) -> f
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise FlagError(flag, found=repr(value), required="a number > 0", fix=fix)
     return value
-
-
-def check_flag_choice(
-    flag: str, value: Any, choices: Iterable[str], *, fix: str | None = None
-) -> str:
-    """``value`` if it is one of ``choices``, else :class:`FlagError` naming ``flag``."""
-    return check_choice(flag, value, choices, fix=fix, error=FlagError)
 
 
 def message(exc: BaseException, fields: Mapping[str, str] | None = None) -> str:

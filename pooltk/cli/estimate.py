@@ -20,7 +20,15 @@ import json
 import sys
 from typing import Any
 
-from pooltk.cli.memory import FIELDS, SHAPE_FLAGS, add_pipeline_flags, print_error
+from pooltk.cli.memory import (
+    FIELDS,
+    SHAPE_FLAGS,
+    add_pipeline_flags,
+    add_schedule_flags,
+    in_unit,
+    pool_config,
+    print_error,
+)
 from pooltk.cli.tables import Column, render
 
 __all__ = ["register", "run"]
@@ -33,12 +41,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     _add_source_flags(parser.add_argument_group("what to replay (one of)"))
     pipeline = parser.add_argument_group("pipeline (overrides the file)")
     add_pipeline_flags(pipeline, hidden=False, dtype_help="the model's dtype (default: the file's)")
-    _add_schedule_flags(pipeline)
+    add_schedule_flags(pipeline)
     _add_pool_flags(parser.add_argument_group("the pooled variants"))
     _add_model_flags(parser.add_argument_group("the model and its split"))
-    replay = parser.add_argument_group("the replay")
-    _add_replay_flags(replay)
-    _add_run_flags(replay)
+    _add_replay_flags(parser.add_argument_group("the replay"))
     _add_verdict_flags(parser.add_argument_group("fits or OOM"))
     _add_output_flags(parser.add_argument_group("output"))
 
@@ -66,32 +72,14 @@ def _add_source_flags(group: Any) -> None:
     )
 
 
-def _add_schedule_flags(group: Any) -> None:
-    group.add_argument(
-        "--schedule",
-        default=None,
-        help="1f1b (default), gpipe, or a multi-stage schedule (interleaved1f1b, loopedbfs, "
-        "interleavedzerobubble, zbvzerobubble, dualpipev: pooled as schedule='auto' pools them)",
-    )
-    group.add_argument(
-        "--vpp",
-        type=int,
-        default=None,
-        help="stages per rank for a multi-stage schedule (default 2)",
-    )
-
-
 def _add_pool_flags(group: Any) -> None:
+    group.add_argument("--slack", type=int, help="forward ring slack (default: the file's, else 2)")
     group.add_argument(
-        "--slack", type=int, default=None, help="forward ring slack (default: the file's, else 2)"
-    )
-    group.add_argument(
-        "--grad-slack", type=int, default=None, help="grad ring slack (default: the file's, else 1)"
+        "--grad-slack", type=int, help="grad ring slack (default: the file's, else 1)"
     )
     group.add_argument(
         "--sharing",
         choices=("rank", "stage"),
-        default=None,
         help="rank (the default, and the only one: the estimate replays the pool as users "
         "install it)",
     )
@@ -101,7 +89,6 @@ def _add_model_flags(group: Any) -> None:
     group.add_argument(
         "--checkpointing",
         choices=("full", "none"),
-        default=None,
         help="activation checkpointing (default: the file's, else none)",
     )
     group.add_argument(
@@ -110,7 +97,7 @@ def _add_model_flags(group: Any) -> None:
         help="layers per stage: automodel (default), torchtitan, or counts 10,11,...",
     )
     group.add_argument(
-        "--ep", type=int, default=None, help="expert parallelism (experts per rank = experts / ep)"
+        "--ep", type=int, help="expert parallelism (experts per rank = experts / ep)"
     )
 
 
@@ -120,9 +107,7 @@ def _add_replay_flags(group: Any) -> None:
         default="stock,stock_lazy,pooled,live_set",
         help="replayed variants, comma-separated",
     )
-    group.add_argument(
-        "--ranks", default=None, help="ranks to replay, comma-separated (default: all)"
-    )
+    group.add_argument("--ranks", help="ranks to replay, comma-separated (default: all)")
     group.add_argument(
         "--optimizer",
         choices=("adamw", "sgd", "none"),
@@ -141,14 +126,8 @@ def _add_replay_flags(group: Any) -> None:
         help="the step returns the merged outputs (torch's default; torchtitan's trainer does not)",
     )
     group.add_argument(
-        "--steps",
-        type=int,
-        default=None,
-        help="measured steps after the optimizer warm-up (default 1)",
+        "--steps", type=int, help="measured steps after the optimizer warm-up (default 1)"
     )
-
-
-def _add_run_flags(group: Any) -> None:
     group.add_argument(
         "--real",
         action="store_true",
@@ -171,7 +150,6 @@ def _add_verdict_flags(group: Any) -> None:
     group.add_argument(
         "--overhead-gib",
         type=float,
-        default=None,
         help="memory outside torch's tensors, GiB (default: "
         "CUDA context + NCCL, stated with sources)",
     )
@@ -294,7 +272,6 @@ def _inputs(args: argparse.Namespace) -> Any:
     """The estimate's inputs (a named estimate, or a file or builder under the flags), with the
     pool's slack from the flags."""
     from pooltk._validate import InputError
-    from pooltk.config import PoolConfig
     from pooltk.memory.replay.presets import ESTIMATE_PRESETS, estimate_preset
     from pooltk.studies.kimi_k3 import ESTIMATE
 
@@ -310,12 +287,7 @@ def _inputs(args: argparse.Namespace) -> Any:
             required="rank: the estimate replays the pool as users install it",
             fix="drop --sharing (per-stage rings: `pooltk memory --sharing stage`).",
         )
-    base = inputs.config
-    config = PoolConfig(
-        slack=base.slack if args.slack is None else args.slack,
-        grad_slack=base.grad_slack if args.grad_slack is None else args.grad_slack,
-    )
-    return dataclasses.replace(inputs, config=config)
+    return dataclasses.replace(inputs, config=pool_config(args, inputs.config))
 
 
 def _file_inputs(args: argparse.Namespace) -> Any:
@@ -421,12 +393,6 @@ def _estimate_lines(estimate: Any, inputs: Any, unit: str) -> list[str]:
     return lines + ["", "stages:", *names]
 
 
-def _in_unit(n_bytes: float, unit: str) -> str:
-    from pooltk.memory.model import to_unit
-
-    return f"{to_unit(n_bytes, unit):,.2f}"
-
-
 def _peak_table(estimate: Any, unit: str) -> list[str]:
     """One row per rank: its stages and each variant's peak."""
     variants = estimate.variants
@@ -435,7 +401,7 @@ def _peak_table(estimate: Any, unit: str) -> list[str]:
         stages = estimate.replay(rank, variants[0]).stages
         record = {"rank": str(rank), "stages": ",".join(map(str, stages))}
         for v in variants:
-            record[v] = _in_unit(estimate.replay(rank, v).peak.bytes, unit)
+            record[v] = in_unit(estimate.replay(rank, v).peak.bytes, unit)
         records.append(record)
     columns = [Column("rank"), Column("stages"), *(Column(v) for v in variants)]
     return render(records, columns, rule_under_header=True)
@@ -448,7 +414,7 @@ def _category_table(estimate: Any, unit: str) -> list[str]:
     columns = [
         Column("rank"),
         Column("variant"),
-        *(Column(c, text=lambda n: _in_unit(n, unit)) for c in CATEGORIES),
+        *(Column(c, text=lambda n: in_unit(n, unit)) for c in CATEGORIES),
         Column("wall_s", "wall s", text=lambda s: f"{s:.1f}"),
         Column("peak_at", "peak at"),
     ]

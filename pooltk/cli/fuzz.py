@@ -23,7 +23,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pp", type=int, nargs="+", default=[2, 3, 4], help="rank counts to draw from"
     )
-    parser.add_argument("--csv", type=Path, default=None, help="write one row per case to this CSV")
+    parser.add_argument("--csv", type=Path, help="write one row per case to this CSV")
 
 
 def run(args: argparse.Namespace) -> int:

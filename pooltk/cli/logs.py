@@ -198,12 +198,10 @@ def _summary(table: Any, args: argparse.Namespace, bases: dict[str, Any]) -> Any
 
 def _skipped(table: Any) -> dict[str, int]:
     """Lines skipped per run; a file split into runs has its skipped lines shown against each."""
-    skipped = {f.run: 0 for f in table.files}
+    skipped: dict[str, int] = {}
     for f in table.files:
-        skipped[f.run] += f.n_skipped
-    for f in table.files:
-        for name in f.runs:
-            skipped[name] = skipped.get(name, 0) + (f.n_skipped if name != f.run else 0)
+        for name in {f.run, *f.runs}:
+            skipped[name] = skipped.get(name, 0) + f.n_skipped
     return skipped
 
 
@@ -256,16 +254,14 @@ def _with_pool_columns(frame: Any, table: Any) -> Any:
 def _pool_label(table: Any) -> dict[str, str]:
     """Per run: 'stock' (logged not installed), '<impl> slack N <layout>' (installed), '-' (the
     log does not say)."""
-    first = table.steps.groupby("run", observed=True, sort=False)[
-        ["pooled", "pool_impl", "slack", "layout"]
-    ].first()
+    first = table.steps.groupby("run", observed=True, sort=False)[list(_POOL_COLUMNS)].first()
     out: dict[str, str] = {}
 
     def known(value: Any) -> bool:
         return value is not None and str(value) not in ("nan", "<NA>", "None", "")
 
     for run, row in first.iterrows():
-        if row["pooled"] is True or str(row["pooled"]) == "True":
+        if str(row["pooled"]) == "True":
             label = (
                 f"{row['pool_impl']} slack {row['slack']}"
                 if known(row["slack"])

@@ -40,14 +40,17 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pooltk.cli.errors import from_lab
+from pooltk.cli.errors import FlagError, from_lab, message
 from pooltk.cli.tables import RULE, Column, render
 
 __all__ = [
     "FIELDS",
     "SHAPE_FLAGS",
     "add_pipeline_flags",
+    "add_schedule_flags",
     "flag_of",
+    "in_unit",
+    "pool_config",
     "print_error",
     "register",
     "run",
@@ -73,8 +76,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     _add_source_flags(parser.add_argument_group("shape source (one of)"))
     add_pipeline_flags(parser.add_argument_group("explicit shape"), hidden=True)
     pool = parser.add_argument_group("pool and overrides")
-    _add_schedule_flags(pool)
-    _add_ring_flags(pool)
+    add_schedule_flags(pool)
+    _add_pool_flags(pool)
     _add_fits_flags(parser.add_argument_group("fits or OOM"))
     _add_measure_flags(parser.add_argument_group("physical measurement"))
     _add_story_flags(parser.add_argument_group("the whole stage"))
@@ -117,26 +120,25 @@ def add_pipeline_flags(
     group.add_argument("--seq-len", type=int, help="tokens per row")
     if hidden:
         group.add_argument("--hidden", type=int, help="hidden size")
-    group.add_argument("--dtype", default=None, help=dtype_help)
+    group.add_argument("--dtype", help=dtype_help)
 
 
-def _add_schedule_flags(group: Any) -> None:
+def add_schedule_flags(group: Any) -> None:
+    """``--schedule`` and ``--vpp``, as ``pooltk memory`` and ``pooltk estimate`` read them."""
     group.add_argument(
         "--schedule",
-        default=None,
         help="1f1b (default), gpipe, or a multi-stage schedule (interleaved1f1b, loopedbfs, "
         "interleavedzerobubble, zbvzerobubble, dualpipev: pooled as schedule='auto' pools them)",
     )
     group.add_argument(
-        "--vpp",
-        type=int,
-        default=None,
-        help="stages per rank for a multi-stage schedule (default 2)",
+        "--vpp", type=int, help="stages per rank for a multi-stage schedule (default 2)"
     )
+
+
+def _add_pool_flags(group: Any) -> None:
     group.add_argument(
         "--sharing",
         choices=("rank", "stage"),
-        default=None,
         help="rings shared by a rank's stages (rank, default) or one per stage (stage)",
     )
     group.add_argument(
@@ -144,23 +146,15 @@ def _add_schedule_flags(group: Any) -> None:
         action="store_true",
         help="model a GPipe shape with the pool standing down",
     )
-
-
-def _add_ring_flags(group: Any) -> None:
     group.add_argument(
-        "--slack", type=int, default=None, help="forward ring slack (default: the source's, else 2)"
+        "--slack", type=int, help="forward ring slack (default: the source's, else 2)"
+    )
+    group.add_argument("--grad-slack", type=int, help="grad ring slack, tight policy (default 1)")
+    group.add_argument(
+        "--policy", choices=("tight", "automodel"), help="policy for the saved column"
     )
     group.add_argument(
-        "--grad-slack", type=int, default=None, help="grad ring slack, tight policy (default 1)"
-    )
-    group.add_argument(
-        "--policy", choices=("tight", "automodel"), default=None, help="policy for the saved column"
-    )
-    group.add_argument(
-        "--boundary-mib",
-        type=float,
-        default=None,
-        help="override bytes per buffer set, in MiB (2**20)",
+        "--boundary-mib", type=float, help="override bytes per buffer set, in MiB (2**20)"
     )
 
 
@@ -175,19 +169,16 @@ def _add_fits_flags(group: Any) -> None:
     )
     group.add_argument(
         "--reference-variant",
-        default=None,
         help="variant of the reference peak: pooled (default), stock, automodel, tight",
     )
     group.add_argument(
         "--reference-stage",
         type=int,
-        default=None,
         help="stage the reference peak describes (default: the fullest)",
     )
     group.add_argument(
         "--weights-gib",
         type=float,
-        default=None,
         help="per-GPU weights no policy can shed, GiB (checked against capacity)",
     )
 
@@ -207,7 +198,7 @@ def _add_measure_flags(group: Any) -> None:
         help="write the raw per-rank measurements here, if every claim holds "
         "(python -m pooltk.parity.measured --check PATH re-checks one)",
     )
-    group.add_argument("--steps", type=int, default=None, help="steps per launch (default 2)")
+    group.add_argument("--steps", type=int, help="steps per launch (default 2)")
 
 
 def _add_story_flags(group: Any) -> None:
@@ -260,8 +251,6 @@ FIELDS = {
 
 def print_error(command: str, exc: BaseException, fields: Mapping[str, str]) -> int:
     """Print ``pooltk <command>: error: <message>`` in flags, never library fields; return 2."""
-    from pooltk.cli.errors import message
-
     print(f"pooltk {command}: error: {_flags_in(message(exc, fields))}", file=sys.stderr)
     return 2
 
@@ -288,7 +277,13 @@ def run(args: argparse.Namespace) -> int:
     if args.estimate:
         # `pooltk memory --estimate` is forwarded before parsing (pooltk.cli.main); an
         # abbreviation of the flag is not, and is told where the estimate went
-        return print_error("memory", _moved_estimate(), FIELDS)
+        moved = FlagError(
+            "--estimate",
+            found="`pooltk memory --estimate`",
+            required="`pooltk estimate` (the whole-stage estimate's own command)",
+            fix="run `pooltk estimate` with the same flags, without --estimate.",
+        )
+        return print_error("memory", moved, FIELDS)
     if args.k3_story:
         try:
             return _k3_story(args)
@@ -298,17 +293,6 @@ def run(args: argparse.Namespace) -> int:
         print(_list_devices())
         return 0
     return _model_command(args)
-
-
-def _moved_estimate() -> Exception:
-    from pooltk.cli.errors import FlagError
-
-    return FlagError(
-        "--estimate",
-        found="`pooltk memory --estimate`",
-        required="`pooltk estimate` (the whole-stage estimate's own command)",
-        fix="run `pooltk estimate` with the same flags, without --estimate.",
-    )
 
 
 def _model_command(args: argparse.Namespace) -> int:
@@ -392,14 +376,10 @@ def _source(args: argparse.Namespace) -> Any:
 
 def _model(args: argparse.Namespace, preset: Any = None) -> tuple[Any, Any]:
     """The preset (``--preset``, ``--config`` or flags) and its model under the overrides."""
-    from pooltk.config import PoolConfig
     from pooltk.memory.model import model_memory
 
     preset = _source(args) if preset is None else preset
-    config = PoolConfig(
-        slack=preset.config.slack if args.slack is None else args.slack,
-        grad_slack=preset.config.grad_slack if args.grad_slack is None else args.grad_slack,
-    )
+    config = pool_config(args, preset.config)  # first: a bad slack is the error a user sees first
     shape = _shape(args, preset.shape)
     model = model_memory(
         shape,
@@ -410,6 +390,17 @@ def _model(args: argparse.Namespace, preset: Any = None) -> tuple[Any, Any]:
         unpoolable="stock" if args.allow_unpoolable else "error",
     )
     return preset, model
+
+
+def pool_config(args: argparse.Namespace, base: Any) -> Any:
+    """A :class:`~pooltk.config.PoolConfig` of ``base``'s slacks, ``--slack`` and ``--grad-slack``
+    where given."""
+    from pooltk.config import PoolConfig
+
+    return PoolConfig(
+        slack=base.slack if args.slack is None else args.slack,
+        grad_slack=base.grad_slack if args.grad_slack is None else args.grad_slack,
+    )
 
 
 def _shape(args: argparse.Namespace, shape: Any) -> Any:
@@ -441,8 +432,8 @@ def _boundaries(args: argparse.Namespace, preset: Any, shape: Any) -> Any:
     return Boundary.opaque(round(args.boundary_mib * 2**20), name="boundary_override")
 
 
-def _in_unit(n_bytes: float, unit: str) -> str:
-    """One format for every cell of the model's tables."""
+def in_unit(n_bytes: float, unit: str) -> str:
+    """One format for every byte cell of ``pooltk memory``'s and ``pooltk estimate``'s tables."""
     from pooltk.memory.model import to_unit
 
     return f"{to_unit(n_bytes, unit):,.2f}"
@@ -527,15 +518,15 @@ def _stage_records(model: Any, unit: str) -> list[dict[str, str] | None]:
         forward, grad = model.row(stage, "forward"), model.row(stage, "grad")
         record = {"stage": _stage_label(stage, forward, grad, model.shape.multi_stage)}
         for v in _SHOWN:
-            stage_bytes = _in_unit(model.stage_bytes(stage, v), unit)
+            stage_bytes = in_unit(model.stage_bytes(stage, v), unit)
             record[v] = f"{forward.sets(v)}+{grad.sets(v)} = {stage_bytes}"
-        record["saved"] = _in_unit(model.saved_bytes(stage), unit)
+        record["saved"] = in_unit(model.saved_bytes(stage), unit)
         records.append(record)
     saved_in_all = model.total_bytes("stock") - model.total_bytes("pooled")
-    total = {v: _in_unit(model.total_bytes(v), unit) for v in _SHOWN}
-    peak = {v: _in_unit(model.peak_stage_bytes(v), unit) for v in _SHOWN}
+    total = {v: in_unit(model.total_bytes(v), unit) for v in _SHOWN}
+    peak = {v: in_unit(model.peak_stage_bytes(v), unit) for v in _SHOWN}
     records.append(RULE)
-    records.append({"stage": "total", **total, "saved": _in_unit(saved_in_all, unit)})
+    records.append({"stage": "total", **total, "saved": in_unit(saved_in_all, unit)})
     records.append({"stage": "peak stage", **peak, "saved": ""})
     return records
 
@@ -564,7 +555,7 @@ def _rank_table(model: Any, unit: str) -> list[str]:
         Column("saved", f"saved (sharing={model.sharing})"),
         Column("rings", "rings: dir stages: live->K"),
     ]
-    peak = {v: _in_unit(model.peak_rank_bytes(v), unit) for v in _RANK_SHOWN}
+    peak = {v: in_unit(model.peak_rank_bytes(v), unit) for v in _RANK_SHOWN}
     records = [_rank_record(model, rank, unit) for rank in range(model.shape.pp)]
     records += [RULE, {"rank": "peak rank", "stages": "", **peak, "saved": "", "rings": ""}]
     return [
@@ -586,8 +577,8 @@ def _rank_record(model: Any, rank: int, unit: str) -> dict[str, str]:
     return {
         "rank": str(rank),
         "stages": ",".join(map(str, model.rank_stages(rank))),
-        **{v: _in_unit(model.rank_bytes(rank, v), unit) for v in _RANK_SHOWN},
-        "saved": _in_unit(saved, unit),
+        **{v: in_unit(model.rank_bytes(rank, v), unit) for v in _RANK_SHOWN},
+        "saved": in_unit(saved, unit),
         "rings": rings,
     }
 
@@ -642,13 +633,11 @@ def _compare_record(model: Any, other: Any, what: str, at: int, unit: str) -> di
     """One stage (or rank) of both models: stock and pooled bytes and their differences."""
     record = {"at": str(at)}
     for variant in ("stock", "pooled"):
-        if what == "rank":
-            mine, theirs = model.rank_bytes(at, variant), other.rank_bytes(at, variant)
-        else:
-            mine, theirs = model.stage_bytes(at, variant), other.stage_bytes(at, variant)
-        record[variant] = _in_unit(mine, unit)
-        record[f"{variant} (other)"] = _in_unit(theirs, unit)
-        record[f"{variant} difference"] = _in_unit(mine - theirs, unit)
+        mine = getattr(model, f"{what}_bytes")(at, variant)  # rank_bytes or stage_bytes
+        theirs = getattr(other, f"{what}_bytes")(at, variant)
+        record[variant] = in_unit(mine, unit)
+        record[f"{variant} (other)"] = in_unit(theirs, unit)
+        record[f"{variant} difference"] = in_unit(mine - theirs, unit)
     return record
 
 
@@ -846,8 +835,4 @@ def _measured_shapes(
         specs = [spec]
     else:
         specs = default_specs(steps=args.steps or 2)
-    config = PoolConfig(
-        slack=2 if args.slack is None else args.slack,
-        grad_slack=1 if args.grad_slack is None else args.grad_slack,
-    )
-    return specs, config
+    return specs, pool_config(args, PoolConfig())

@@ -14,7 +14,7 @@ import sys
 from pooltk.cli.errors import fail
 from pooltk.parity.command import FIELDS, check_args, register, spec_from_args
 
-__all__ = ["register", "run", "spec_from_args"]
+__all__ = ["register", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,23 +29,12 @@ def run(args: argparse.Namespace) -> int:
         return fail("parity", exc, fields=FIELDS)
     try:
         three = run_three_way(spec)
-    except PoolOverrunError as exc:
-        print(f"pooltk parity: the guard stopped the run.\n{exc}", file=sys.stderr)
+    except (PoolOverrunError, ParityRankError, ParityTimeoutError) as exc:
+        stopped = "the guard stopped the run.\n" if isinstance(exc, PoolOverrunError) else ""
+        print(f"pooltk parity: {stopped}{exc}", file=sys.stderr)
         if args.json:
-            print(
-                json.dumps(
-                    {"bitwise_equal": False, "error": "PoolOverrunError", "message": str(exc)}
-                )
-            )
-        return 1
-    except (ParityRankError, ParityTimeoutError) as exc:
-        print(f"pooltk parity: {exc}", file=sys.stderr)
-        if args.json:
-            print(
-                json.dumps(
-                    {"bitwise_equal": False, "error": type(exc).__name__, "message": str(exc)}
-                )
-            )
+            error = {"bitwise_equal": False, "error": type(exc).__name__, "message": str(exc)}
+            print(json.dumps(error))
         return 1
     report = three.report
     if args.json:

@@ -99,7 +99,7 @@ def _check(args: argparse.Namespace) -> None:
     check_flag_positive(
         "--timeout", args.timeout, fix="--timeout 600 (the default, seconds per cell)."
     )
-    if getattr(args, "expected", None) is not None and not args.logs:
+    if args.expected is not None and not args.logs:
         raise ValueError(
             "--expected: found it without --logs; required --logs PATH (the runs the figures are about). "
             "Fix: pooltk report --logs DIR --expected FILE."

@@ -56,7 +56,6 @@ def _add_shape_flags(parser: argparse.ArgumentParser) -> None:
         "--schedule",
         nargs="+",
         metavar="NAME",
-        default=None,
         help="torch schedule names, case-insensitive (default: every schedule this torch ships)",
     )
     parser.add_argument(
@@ -91,21 +90,14 @@ def _add_shape_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_ring_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--slack",
-        type=int,
-        default=None,
-        help="forward ring slack for the tight column (default 2)",
+        "--slack", type=int, help="forward ring slack for the tight column (default 2)"
     )
     parser.add_argument(
-        "--grad-slack",
-        type=int,
-        default=None,
-        help="grad ring slack for the tight column (default 1)",
+        "--grad-slack", type=int, help="grad ring slack for the tight column (default 1)"
     )
     parser.add_argument(
         "--set-mib",
         type=float,
-        default=None,
         metavar="MIB",
         help="bytes of one buffer set, MiB: adds GiB per stage and per rank (sets x MIB)",
     )
@@ -145,8 +137,12 @@ def _number(key: str, header: str, text: Any = str) -> Column:
     return Column(key, " " + header, text=text)
 
 
-def _gib(value: float) -> str:
-    return f"{value:,.2f}"
+def _gib_columns(set_mib: float | None, headers: tuple[tuple[str, str], ...]) -> list[Column]:
+    """With ``--set-mib``, a GiB column (sets x MIB) per ``(key, header)``; none without it."""
+    if set_mib is None:
+        return []
+    gib = set_mib / 1024
+    return [_number(key, header, text=lambda sets: f"{sets * gib:,.2f}") for key, header in headers]
 
 
 def _table(records: list[dict[str, Any]], columns: list[Column]) -> str:
@@ -157,7 +153,7 @@ def _table(records: list[dict[str, Any]], columns: list[Column]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "validate", False):
+    if args.validate:
         return _validate(args)
     from pooltk.analysis.lifetimes import ScheduleAnalysisError
     from pooltk.config import PoolConfig
@@ -394,13 +390,8 @@ def _stage_view(rows: list[dict[str, Any]], set_mib: float | None) -> str:
         _number("live_peak", "live"),
         _number("tight", "tight"),
         Column("handoff", text=lambda handoff: "local" if handoff else ""),
+        *_gib_columns(set_mib, (("stock_buffers", "stock GiB"), ("tight", "tight GiB"))),
     ]
-    if set_mib is not None:
-        gib = set_mib / 1024
-        columns += [
-            _number("stock_buffers", "stock GiB", text=lambda sets: _gib(sets * gib)),
-            _number("tight", "tight GiB", text=lambda sets: _gib(sets * gib)),
-        ]
     return _table(rows, columns)
 
 
@@ -416,16 +407,16 @@ def _rank_view(ranks: list[dict[str, Any]], set_mib: float | None) -> str:
         _number("shared", "rank-shared"),
         _number("rank_live", "rank live"),
         Column("rings", "rings (dir stages: live->K)", text=_rings_text),
+        *_gib_columns(
+            set_mib,
+            (
+                ("stock", "stock GiB"),
+                ("tight", "tight GiB"),
+                ("shared", "rank-shared GiB"),
+                ("rank_live", "rank live GiB"),
+            ),
+        ),
     ]
-    if set_mib is not None:
-        gib = set_mib / 1024
-        for key, header in (
-            ("stock", "stock GiB"),
-            ("tight", "tight GiB"),
-            ("shared", "rank-shared GiB"),
-            ("rank_live", "rank live GiB"),
-        ):
-            columns.append(_number(key, header, text=lambda sets: _gib(sets * gib)))
     return (
         "   per rank (a rank holds all its stages; rank-shared: one ring per rank and direction, "
         "K = the rank's live set + slack; rank live: that live set):\n" + _table(ranks, columns)

@@ -146,7 +146,6 @@ class Published:
     """Its rows, every field as written."""
 
     def row(self, fig_id: str) -> Mapping[str, str]:
-        """The row of figure ``fig_id``."""
         found = next((r for r in self.rows if r["id"] == fig_id), None)
         if found is None:
             ids = ", ".join(r["id"] for r in self.rows)
@@ -154,11 +153,9 @@ class Published:
         return found
 
     def value(self, fig_id: str) -> float:
-        """The value of figure ``fig_id``."""
         return float(self.row(fig_id)["value"])
 
     def source(self, fig_id: str) -> str:
-        """Where figure ``fig_id`` comes from."""
         return self.row(fig_id)["source"]
 
     def approximate(self, fig_id: str) -> bool:
@@ -212,19 +209,16 @@ _PRESET_ROWS = _read(DATA.joinpath("kimi_k3_presets.csv"), ("preset", "name", "v
 _WIDTH_ROWS = _read(DATA.joinpath("kimi_k3_boundary_widths.csv"), ("id", "value", "source"))
 
 
+def _as_figure(row: Mapping[str, str], *, name: str, source: str) -> Figure:
+    return Figure(
+        name=name, value=float(row["value"]), unit=row["unit"], kind=row["kind"], source=source
+    )
+
+
 def _figures(preset: str) -> tuple[Figure, ...]:
     """The figures ``kimi_k3_presets.csv`` gives ``preset`` (a preset, a run, or the study)."""
-    return tuple(
-        Figure(
-            name=r["name"],
-            value=float(r["value"]),
-            unit=r["unit"],
-            kind=r["kind"],
-            source=r["source"],
-        )
-        for r in _PRESET_ROWS.rows
-        if r["preset"] == preset
-    )
+    rows = [r for r in _PRESET_ROWS.rows if r["preset"] == preset]
+    return tuple(_as_figure(r, name=r["name"], source=r["source"]) for r in rows)
 
 
 def _figure(preset: str, name: str) -> Figure:
@@ -234,13 +228,7 @@ def _figure(preset: str, name: str) -> Figure:
 def published_widths() -> tuple[Figure, ...]:
     """Every published Kimi-K3 boundary width (``kimi_k3_boundary_widths.csv``), named by its id."""
     return tuple(
-        Figure(
-            name=r["id"],
-            value=float(r["value"]),
-            unit=r["unit"],
-            kind=r["kind"],
-            source=f"{r['source']} ({r['setting']})",
-        )
+        _as_figure(r, name=r["id"], source=f"{r['source']} ({r['setting']})")
         for r in _WIDTH_ROWS.rows
     )
 
@@ -637,17 +625,14 @@ class Claim:
     """One published claim, recomputed by pooltk."""
 
     claim: str
-    """The claim as made."""
     source: str
-    """Where it was made."""
     inputs: str
     """The inputs pooltk's figure is computed from."""
     published: str
     """The published figure ('' for claims with none)."""
     pooltk: str
-    """pooltk's figure."""
     agrees: bool | None
-    """True / False; None when there is nothing to agree with (informational rows)."""
+    """None when there is nothing to agree with (informational rows)."""
     rule: str
     """How agreement was judged ([Note: agreement])."""
 
@@ -657,7 +642,6 @@ class Ledger:
     """The claims ledger."""
 
     claims: tuple[Claim, ...]
-    """One row per claim."""
 
     def to_frame(self) -> pd.DataFrame:
         """claim, source, inputs, published, pooltk, agrees ('yes', 'no', '-'), rule."""
@@ -669,10 +653,10 @@ class Ledger:
         )
 
     def __getitem__(self, claim_start: str) -> Claim:
-        for c in self.claims:
-            if c.claim.startswith(claim_start):
-                return c
-        raise KeyError(f"no claim starting with {claim_start!r}")
+        found = next((c for c in self.claims if c.claim.startswith(claim_start)), None)
+        if found is None:
+            raise KeyError(f"no claim starting with {claim_start!r}")
+        return found
 
 
 def _rounds_to(value: float, published: float, decimals: int) -> bool:
