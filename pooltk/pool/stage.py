@@ -145,7 +145,10 @@ def _build_ring(stage: Any, direction: str, state: StageState, factory: Any) -> 
         if state.decision.plan is not None and state.install.sharing == "rank":
             members = _rank_members(stage, direction, state, factory)
         _make_ring(stage, direction, members, state, factory)
-    _make_the_rest_real(infos, factory)
+    for chunk_infos in infos.values():  # placeholders no ring took: what stock torch would make
+        for info in chunk_infos:
+            if factory is not None and factory.is_placeholder(getattr(info, "buffer", None)):
+                info.buffer = real_buffer(info.buffer, factory=factory)
 
 
 def _live_and_size(stage: Any, direction: str, state: StageState) -> tuple[int, int]:
@@ -159,14 +162,6 @@ def _live_and_size(stage: Any, direction: str, state: StageState) -> tuple[int, 
     else:
         live, sized = plan.min_safe.get((index, direction), 0), {}
     return live, state.install.ring_size(live=live, receives=m, direction=direction, **sized)
-
-
-def _make_the_rest_real(infos: dict[int, tuple], factory: Any) -> None:
-    """The placeholders no ring took become real buffers: what stock torch would have made."""
-    for chunk_infos in infos.values():
-        for info in chunk_infos:
-            if factory is not None and factory.is_placeholder(getattr(info, "buffer", None)):
-                info.buffer = real_buffer(info.buffer, factory=factory)
 
 
 def _make_ring(
@@ -238,39 +233,30 @@ def kept_stock(stage: Any, install: Any, reason: str) -> None:
 
 
 def before_forward(stage: Any, call: Call, *, install: Any) -> None:
-    """The first compute after a setup says the rings; a last stage's release starts once."""
+    """The first compute after a setup, or under another install, says the rings ([Note: a stage's
+    life]); a last stage's release starts once."""
     state = stage_state(stage)
     another = state is None or state.install is not install
-    if another or state.phase in (NEW, SET_UP):
-        _first_use(stage, install, another=another)
-    elif _release_due(stage, state):
-        start_release(stage, state, install.layout.name)
-
-
-def _first_use(stage: Any, install: Any, *, another: bool) -> None:
-    """Once per setup, and at the first compute under ``another`` install ([Note: a stage's
-    life])."""
     state = state_for(stage, install)
-    if state.phase == SET_UP and state.pooled:
-        _say_pooled(stage, state)
-    elif install.layout.per_receive:  # the release is the whole pool
-        state.decision, state.release = decide_lazy(stage), False
-        install.stages.add(stage)  # what uninstall gives back
-        if not state.pooled:
-            kept_stock(stage, install, state.reason)
-    elif state.phase == NEW or another:  # set up before this install: stock until its next setup
-        state.phase = LATE
-        if recv_infos(stage, "forward"):
-            kept_stock(stage, install, _SET_UP_EARLY)
-        return
-    state.phase = RUNNING
-    if _release_due(stage, state):
+    if another or state.phase in (NEW, SET_UP):
+        if state.phase == SET_UP and state.pooled:
+            _say_pooled(stage, state)
+        elif install.layout.per_receive:  # the release is the whole pool
+            state.decision, state.release = decide_lazy(stage), False
+            install.stages.add(stage)  # what uninstall gives back
+            if not state.pooled:
+                kept_stock(stage, install, state.reason)
+        elif (
+            state.phase == NEW or another
+        ):  # set up before this install: stock until its next setup
+            state.phase = LATE
+            if recv_infos(stage, "forward"):
+                kept_stock(stage, install, _SET_UP_EARLY)
+            return
+        state.phase = RUNNING
+    last = stage.is_last and stage.has_backward
+    if state.pooled and not state.release and last and install.config.release:
         start_release(stage, state, install.layout.name)
-
-
-def _release_due(stage: Any, state: StageState) -> bool:
-    due = state.pooled and not state.release and stage.is_last and stage.has_backward
-    return due and state.install is not None and state.install.config.release
 
 
 def _say_pooled(stage: Any, state: StageState) -> None:
