@@ -152,16 +152,6 @@ class _Stats:
         self.rehomed_alive -= 1
         self.rehomed_alive_bytes -= nbytes
 
-    def raise_peaks(self, ring_tensors: int, ring_bytes: int, *, new_step: bool = False) -> bool:
-        """The step's peaks of storages held (the ring's and re-homed ones still alive), started
-        again at a ``new_step``; True if the count rose."""
-        held, held_bytes = ring_tensors + self.rehomed_alive, ring_bytes + self.rehomed_alive_bytes
-        self.step_peak_bytes = held_bytes if new_step else max(self.step_peak_bytes, held_bytes)
-        rose = held > self.step_peak_tensors
-        if new_step or rose:
-            self.step_peak_tensors = held
-        return rose
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RingUse:
@@ -306,8 +296,16 @@ class Ring:
         self._raise_peaks(new_step=True)
 
     def _raise_peaks(self, *, new_step: bool = False) -> bool:
-        """The step's peaks of what the ring holds (see :meth:`_Stats.raise_peaks`)."""
-        return self.stats.raise_peaks(self.size * self.per_set, self.ring_bytes, new_step=new_step)
+        """The step's peaks of storages held (the K sets' and re-homed ones still alive), started
+        again at a ``new_step``; True if the count rose."""
+        stats = self.stats
+        held = self.size * self.per_set + stats.rehomed_alive
+        held_bytes = self.ring_bytes + stats.rehomed_alive_bytes
+        stats.step_peak_bytes = held_bytes if new_step else max(stats.step_peak_bytes, held_bytes)
+        rose = held > stats.step_peak_tensors
+        if new_step or rose:
+            stats.step_peak_tensors = held
+        return rose
 
     def _retire(self, slot: Slot) -> None:
         """The previous user's recv infos go back to the resting aliases."""
