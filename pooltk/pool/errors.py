@@ -74,11 +74,7 @@ class _PoolError(RuntimeError):
         return cls(**{f.name: found.get(f.name) for f in fields(cls)})
 
     def __reduce__(self) -> tuple:
-        return _rebuild, (type(self), self.to_dict())
-
-
-def _rebuild(cls: type, found: dict) -> Any:
-    return cls.from_dict(found)
+        return type(self).from_dict, (self.to_dict(),)
 
 
 def _where(rank: int | None) -> str:
