@@ -82,24 +82,16 @@ class Call:
         name = next((n for n in names if n in _CHUNK_ARGS), None)
         return None if name is None else self.arg(name)
 
-    @property
-    def n_microbatches(self) -> int:
-        return int(self.arg("num_microbatches"))
-
-    @property
-    def full_backward(self) -> bool:
-        """False: a split backward's input-gradient step."""
-        return bool(self.arg("full_backward"))
-
-    @property
-    def loss(self) -> Any:
-        """The last stage's loss (None elsewhere)."""
-        return self.arg("loss")
-
-    @property
-    def local_grads(self) -> Any:
-        """A same-rank handoff's gradients (the next stage's input gradients)."""
-        return self.arg("next_stage_bwd_outputs")
+    n_microbatches = property(lambda self: int(self.arg("num_microbatches")))
+    full_backward = property(
+        lambda self: bool(self.arg("full_backward")),
+        doc="False: a split backward's input-gradient step.",
+    )
+    loss = property(lambda self: self.arg("loss"), doc="The last stage's loss (None elsewhere).")
+    local_grads = property(
+        lambda self: self.arg("next_stage_bwd_outputs"),
+        doc="A same-rank handoff's gradients (the next stage's input gradients).",
+    )
 
 
 def recv_positions(infos: tuple) -> list[int]:
