@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 import weakref
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pooltk.analysis.catalog import ALLOWLIST, ScheduleAnalysisError, schedule_key
@@ -102,24 +103,27 @@ def decide_lazy(stage: object) -> Decision:
 def decide(*, install_schedule: str | None, force: bool, stage: object | None) -> Decision:
     """The gate's answer for the stage being set up now ([Note: gating], [Note: refusals])."""
     seen = observe_schedule()
-    observed = weakref.ref(seen) if seen is not None else None
-    name = schedule_key(seen if seen is not None else install_schedule)
+    schedule = install_schedule if seen is None else seen
+    name = schedule_key(schedule)
     how = "observed" if seen is not None else "given at install"
+    observed = weakref.ref(seen) if seen is not None else None
+    answer = partial(Decision, schedule=name, observed=observed)
     refused = refusal(stage, seen)
     if refused is not None:
-        return Decision(False, refused, name, observed=observed)
-    if schedule_allowed(seen if seen is not None else install_schedule):
-        return Decision(True, f"schedule {name!r} ({how}) is allowlisted", name, observed=observed)
+        return answer(False, refused)
+    if schedule_allowed(schedule):
+        return answer(True, f"schedule {name!r} ({how}) is allowlisted")
     if schedule_key(install_schedule) == AUTO:
         return _decide_auto(name, seen)
     if force:
-        reason = f"schedule {name!r} ({how}) is not allowlisted; pooled because force=True"
-        return Decision(True, reason, name, observed=observed)
-    reason = (
+        return answer(
+            True, f"schedule {name!r} ({how}) is not allowlisted; pooled because force=True"
+        )
+    return answer(
+        False,
         f"found schedule {name!r} ({how}) with no proven in-flight bound (allowlist "
-        f"{sorted(ALLOWLIST)}); fix: install(schedule='auto') to pool schedules pooltk can analyse"
+        f"{sorted(ALLOWLIST)}); fix: install(schedule='auto') to pool schedules pooltk can analyse",
     )
-    return Decision(False, reason, name, observed=observed)
 
 
 def _decide_auto(name: str | None, seen: object | None) -> Decision:
@@ -132,17 +136,16 @@ def _decide_auto(name: str | None, seen: object | None) -> Decision:
         return Decision(False, reason, name)
     from pooltk.analysis.plans import plan_rings
 
+    answer = partial(Decision, schedule=name, observed=weakref.ref(seen))
     plans = vars(seen).setdefault("_pooltk_plans", {})
     training = runs_backward(seen)
-    observed = weakref.ref(seen)
     try:
         if training not in plans:
             plans[training] = plan_rings(seen)
     except ScheduleAnalysisError as exc:
-        reason = f"schedule {name!r} (observed) cannot be analysed: {exc}"
-        return Decision(False, reason, name, observed=observed)
+        return answer(False, f"schedule {name!r} (observed) cannot be analysed: {exc}")
     except Exception as exc:  # a bug inside a recognised layout: loud, never a silent fallback
         what = f"ring planning for {name!r}"
         raise PoolSetupError(stage=None, direction=None, cause=exc, what=what) from exc
     reason = f"schedule {name!r} (observed) analysed from its action order"
-    return Decision(True, reason, name, plan=plans[training], observed=observed)
+    return answer(True, reason, plan=plans[training])
