@@ -102,9 +102,8 @@ class InstallReport:
         )
 
     def usage(self) -> list[RingUse]:
-        """One :class:`RingUse` per live pooled stage and direction: what it held in its last
-        step. A row whose ``held_sets`` reaches ``stock`` saved nothing: a ring of K = M by its
-        size, or re-homes (then a WARNING said why)."""
+        """One :class:`RingUse` per live pooled stage and direction, of its last step (``held_sets``
+        reaching ``stock``: it saved nothing; re-homes, if so, were a WARNING)."""
         rows = []
         for stage in sorted(self._stages, key=lambda s: getattr(s, "stage_index", 0)):
             state = stage_state(stage)
@@ -118,8 +117,8 @@ class InstallReport:
     def to_dict(self) -> dict[str, Any]:
         names = ("installed", "layout", "reason", "torch_version", "schedule", "alloc_free")
         out = {n: getattr(self, n) for n in (*names, "scope", "mode")}
-        out["config"] = self.config.to_dict() if self.config else None
-        return out | {"events": [e.to_dict() for e in self.events]}
+        config = self.config.to_dict() if self.config else None
+        return out | {"config": config, "events": [e.to_dict() for e in self.events]}
 
 
 @dataclass(eq=False)
@@ -189,9 +188,9 @@ def _install(
             return report
         _bind(inst, None)
         _current = inst
-        policy, cfg = getattr(harness, "policy", "tight"), inst.config.to_dict()
+        policy = getattr(harness, "policy", "tight")
         what = {"policy": policy, "schedule": report.schedule, "layout": report.layout}
-        said = events.event("installed", mode=report.mode, **what, **cfg)
+        said = events.event("installed", mode=report.mode, **what, **inst.config.to_dict())
         events.emit(report.events, said)
         return report
 
@@ -267,13 +266,10 @@ def _layout() -> tuple[Layout | None, str]:
     found = detect()
     if found.layout is None:
         return None, found.reason
-    problems = signature_problems(stage_base(), runtime_names(found.layout))
+    problems = "; ".join(signature_problems(stage_base(), runtime_names(found.layout)))
     if problems:
-        name, problems_text = found.layout.name, "; ".join(problems)
-        return (
-            None,
-            f"found layout {name!r} with runtime methods pooltk does not know: " + problems_text,
-        )
+        unknown = f"found layout {found.layout.name!r} with runtime methods pooltk does not know: "
+        return None, unknown + problems
     return found.layout, found.reason
 
 
@@ -347,7 +343,7 @@ def _pool_stage(
         report, inst = _prepare(config, fields, schedule, force, harness, "stage")
         refused = refusal(stage, None) if inst is not None else None
         if refused is not None:  # binding would bypass the subclass's own methods
-            report = InstallReport.of(
+            report = inst.report = InstallReport.of(
                 inst.layout,
                 refused,
                 inst.config,
@@ -355,7 +351,6 @@ def _pool_stage(
                 schedule=inst.schedule,
                 scope="stage",
             )
-            inst.report = report
             kept_stock(stage, inst, refused)
         elif inst is not None:
             _bind(inst, stage)
