@@ -62,9 +62,9 @@ class StageState:
     pooled = property(lambda self: self.decision is not None and self.decision.pooled)
     reason = property(lambda self: self.decision.reason if self.decision is not None else "")
 
-    def usage(self, stage: int | None = None) -> list[RingUse]:
+    def usage(self, stage: int) -> list[RingUse]:
         """What each ring held during the last step, beside stock and the live set."""
-        return [r.usage(r.stage if stage is None else stage) for r in self.rings.values()]
+        return [r.usage(stage) for r in self.rings.values()]
 
 
 def stage_state(stage: Any) -> StageState | None:
@@ -246,9 +246,7 @@ def before_forward(stage: Any, call: Call, *, install: Any) -> None:
             install.stages.add(stage)  # what uninstall gives back
             if not state.pooled:
                 kept_stock(stage, install, state.reason)
-        elif (
-            state.phase == NEW or another
-        ):  # set up before this install: stock until its next setup
+        elif state.phase == NEW or another:  # set up before this install: stock until set up
             state.phase = LATE
             if recv_infos(stage, "forward"):
                 kept_stock(stage, install, _SET_UP_EARLY)
