@@ -72,8 +72,7 @@ class PlaceholderFactory(TorchFunctionMode):
         return made
 
     def is_placeholder(self, t: Any) -> bool:
-        entry = self.made.get(id(t))
-        return entry is not None and entry[2] is t
+        return id(t) in self.made  # each placeholder is kept: no other object has its id
 
     def device_of(self, placeholder: torch.Tensor) -> torch.device:
         """The device torch asked for."""
