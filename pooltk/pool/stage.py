@@ -141,10 +141,13 @@ def _build_ring(stage: Any, direction: str, state: StageState, factory: Any) -> 
         raise RuntimeError("recv infos differ in structure between microbatches")
     live, k = _live_and_size(stage, direction, state)
     if positions and k > 0:
-        members = _Members({stage.stage_index: (stage, positions)}, live, k)
+        buffers = [infos[0][j].buffer for j in positions]  # what every slot's set is shaped like
         if state.decision.plan is not None and state.install.sharing == "rank":
-            members = _rank_members(stage, direction, state, factory)
-        _make_ring(stage, direction, members, state, factory)
+            boundary = tuple(handoff.boundary_key(b, factory) for b in buffers)
+            members = _rank_members(stage, direction, positions, boundary, state)
+        else:
+            members = _Members({stage.stage_index: (stage, positions)}, live, k)
+        _make_ring(direction, members, buffers, state, factory)
     for chunk_infos in infos.values():  # placeholders no ring took: what stock torch would make
         for info in chunk_infos:
             if factory is not None and factory.is_placeholder(getattr(info, "buffer", None)):
@@ -165,15 +168,14 @@ def _live_and_size(stage: Any, direction: str, state: StageState) -> tuple[int, 
 
 
 def _make_ring(
-    stage: Any, direction: str, members: _Members, state: StageState, factory: Any
+    direction: str, members: _Members, buffers: list, state: StageState, factory: Any
 ) -> None:
-    """K sets shaped like this stage's buffers (an earlier ring's kept), bound on every member."""
-    first, positions = recv_infos(stage, direction)[0], members.stages[stage.stage_index][1]
+    """K sets shaped like ``buffers`` (an earlier ring's kept), bound on every member."""
     kept = members.ring.slots[: members.size] if members.ring else []
     sets = [list(slot.tensors) for slot in kept]
     while len(sets) < members.size:  # a slot's tensors are never leaves of a graph: its aliases are
-        sets.append([real_buffer(first[j].buffer, factory=factory).detach() for j in positions])
-    requires_grad = [bool(first[j].buffer.requires_grad) for j in positions]
+        sets.append([real_buffer(b, factory=factory).detach() for b in buffers])
+    requires_grad = [bool(b.requires_grad) for b in buffers]
     ring = Ring(
         stage=min(members.stages),
         direction=direction,
@@ -190,15 +192,15 @@ def _make_ring(
     members.ring = ring
 
 
-def _rank_members(stage: Any, direction: str, state: StageState, factory: Any) -> _Members:
-    """This stage joins its rank's stages with the same boundary tensors on one ring, its slots
-    coloured from the schedule's action order ([Note: rank-shared rings])."""
+def _rank_members(
+    stage: Any, direction: str, positions: list[int], boundary: tuple, state: StageState
+) -> _Members:
+    """This stage joins its rank's stages with the same ``boundary`` tensors on one ring, its
+    slots coloured from the schedule's action order ([Note: rank-shared rings])."""
     from pooltk.analysis.sharing import rank_rings
 
     plan, me, install = state.decision.plan, stage.stage_index, state.install
-    first = recv_infos(stage, direction)[0]
-    positions = recv_positions(first)
-    key = (direction, tuple(handoff.boundary_key(first[j].buffer, factory) for j in positions))
+    key = (direction, boundary)
     groups = install.groups.setdefault(state.decision.schedule_object(), {})
     members = groups.get(key)
     if members is None or me in members.stages or members.plan is not plan:
