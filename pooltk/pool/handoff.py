@@ -68,9 +68,5 @@ def zero_for_none(stage: Any, call: Call, templates: dict) -> None:
     for j, info in enumerate(infos):
         meta = getattr(info.buffer, "is_meta", False)
         if j < len(grads) and grads[j] is None and j in templates and meta:
-            info.buffer = real(templates[j], zero=True)
-
-
-def real(template: Template, *, zero: bool = False) -> torch.Tensor:
-    """A real buffer from a :data:`Template`."""
-    return real_buffer(template[0], device=template[1], zero=zero)
+            like, device = templates[j]
+            info.buffer = real_buffer(like, device=device, zero=True)

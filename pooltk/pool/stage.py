@@ -26,7 +26,7 @@ import torch
 from pooltk.pool import events, handoff
 from pooltk.pool.errors import PoolSetupError, is_version_error, name_reuse
 from pooltk.pool.gating import Decision, decide, decide_lazy
-from pooltk.pool.release import forward_only, release_chunk, start_release
+from pooltk.pool.release import forward_only, release_chunk
 from pooltk.pool.ring import Ring, RingUse, Slot, live_1f1b
 from pooltk.pool.torch_compat import stage_api as api
 from pooltk.pool.torch_compat.bind import Hooks
@@ -256,7 +256,8 @@ def before_forward(stage: Any, call: Call, *, install: Any) -> None:
         state.phase = RUNNING
     last = stage.is_last and stage.has_backward
     if state.pooled and not state.release and last and install.config.release:
-        start_release(stage, state, install.layout.name)
+        state.release = True
+        events.say(state, "released", stage=stage.stage_index, layout=install.layout.name)
 
 
 def _say_pooled(stage: Any, state: StageState) -> None:
@@ -408,9 +409,9 @@ def give_back_stock(stage: Any, install: Any, why: str) -> bool:
     had = bool(state.handoff or state.rings)
     for direction, templates in state.handoff.items():
         for infos in recv_infos(stage, direction).values():
-            for j, template in templates.items():
+            for j, (like, device) in templates.items():
                 if getattr(infos[j].buffer, "is_meta", False):
-                    infos[j].buffer = handoff.real(template)
+                    infos[j].buffer = real_buffer(like, device=device)
     for direction, ring in state.rings.items():
         for chunk, infos in recv_infos(stage, direction).items():
             unread = ring.unread((stage.stage_index, chunk))  # mid-step: it keeps its data
