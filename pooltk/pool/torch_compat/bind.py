@@ -88,8 +88,8 @@ def bind(target: Any, hooks: Mapping[str, Hooks], *, tag: str) -> Binding:
     """
     if bound(target, tag) is not None:
         raise ValueError(f"pooltk: found {tag!r} already bound on {target!r}; undo it first.")
-    binding = Binding(tag=tag, target=target)
-    binding.missing = tuple(n for n in hooks if not callable(getattr(target, n, None)))
+    missing = tuple(n for n in hooks if not callable(getattr(target, n, None)))
+    binding = Binding(tag=tag, target=target, missing=missing)
     _bindings(target)[tag] = binding
     try:
         for name, hook in hooks.items():
