@@ -235,29 +235,46 @@ def kept_stock(stage: Any, install: Any, reason: str) -> None:
 
 
 def before_forward(stage: Any, call: Call, *, install: Any) -> None:
-    """The first compute after a setup, or under another install, says the rings ([Note: a stage's
-    life]); a last stage's release starts once."""
+    """The first compute after a setup says the rings; a last stage's release starts once."""
     state = stage_state(stage)
     another = state is None or state.install is not install
-    state = state_for(stage, install)
     if another or state.phase in (NEW, SET_UP):
-        if state.phase == SET_UP and state.pooled:
-            _say_pooled(stage, state)
-        elif install.layout.per_receive:  # the release is the whole pool
-            state.decision, state.release = decide_lazy(stage), False
-            install.stages.add(stage)  # what uninstall gives back
-            if not state.pooled:
-                kept_stock(stage, install, state.reason)
-        elif state.phase == NEW or another:  # set up before this install: stock until set up
-            state.phase = LATE
-            if recv_infos(stage, "forward"):
-                kept_stock(stage, install, _SET_UP_EARLY)
-            return
-        state.phase = RUNNING
-    last = stage.is_last and stage.has_backward
-    if state.pooled and not state.release and last and install.config.release:
-        state.release = True
-        events.say(state, "released", stage=stage.stage_index, layout=install.layout.name)
+        _first_use(stage, install, another=another)
+    elif _release_due(stage, state):
+        _start_release(stage, state, install)
+
+
+def _first_use(stage: Any, install: Any, *, another: bool) -> None:
+    """Once per setup, and at the first compute under ``another`` install ([Note: a stage's
+    life])."""
+    state = state_for(stage, install)
+    if state.phase == SET_UP and state.pooled:
+        _say_pooled(stage, state)
+    elif install.layout.per_receive:  # the release is the whole pool
+        state.decision, state.release = decide_lazy(stage), False
+        install.stages.add(stage)  # what uninstall gives back
+        if not state.pooled:
+            kept_stock(stage, install, state.reason)
+    elif state.phase == NEW or another:  # set up before this install: stock until its next setup
+        state.phase = LATE
+        if recv_infos(stage, "forward"):
+            kept_stock(stage, install, _SET_UP_EARLY)
+        return
+    state.phase = RUNNING
+    if _release_due(stage, state):
+        _start_release(stage, state, install)
+
+
+def _release_due(stage: Any, state: StageState) -> bool:
+    due = state.pooled and not state.release and stage.is_last and stage.has_backward
+    return due and state.install is not None and state.install.config.release
+
+
+def _start_release(stage: Any, state: StageState, install: Any) -> None:
+    """A pooled last stage lets kept graphs go from now on ([Note: releasing what the schedule
+    keeps]), said once."""
+    state.release = True
+    events.say(state, "released", stage=stage.stage_index, layout=install.layout.name)
 
 
 def _say_pooled(stage: Any, state: StageState) -> None:
