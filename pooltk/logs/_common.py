@@ -33,6 +33,7 @@ __all__ = [
     "clean_line",
     "parse_float",
     "parse_int",
+    "read_facts",
 ]
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -88,6 +89,19 @@ def parse_int(text: str) -> int:
     if not _INT64[0] <= value <= _INT64[1]:
         raise ValueError(f"{value} is outside int64")
     return value
+
+
+def read_facts(table: Any, text: str, n: int, result: ParseResult) -> bool:
+    """Run facts from line ``n`` by a table of (regex, (fact, type) per group); True when one was
+    found."""
+    found = False
+    for regex, facts in table:
+        m = regex.search(text)
+        if m is not None:
+            found = True
+            for (key, cast), value in zip(facts, m.groups(), strict=True):
+                result.set_meta(key, cast(value), n)
+    return found
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from pooltk.logs._common import ParseResult, clean_line, parse_float
+from pooltk.logs._common import ParseResult, clean_line, parse_float, read_facts
 
 __all__ = [
     "DETECT",
@@ -39,14 +39,13 @@ __all__ = [
     "looks_like_summary",
     "parse",
     "parse_summary",
-    "read_all",
 ]
 
 FORMAT = "automodel_bench"
 SUMMARY_FORMAT = "automodel_bench_summary"
 
-_TS_FORMAT = "%Y-%m-%d %H:%M:%S"
-TS_FORMAT = _TS_FORMAT
+TS_FORMAT = "%Y-%m-%d %H:%M:%S"
+MEM_BASIS = "max_allocated"
 _PREFIX_RE = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:,\d{3})? \| [^|]*? \| [^|]*? \| (?P<msg>.*)$"
 )
@@ -139,13 +138,14 @@ def _message(line: str) -> tuple[str | None, str]:
 
 
 def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
-    """Read benchmark-recipe output into ``result`` (one row per logged iteration)."""
-    result.timestamp_format = _TS_FORMAT
-    result.mem_basis = "max_allocated"
+    """Read benchmark-recipe output into ``result`` (one row per logged iteration; each line cut
+    where its record starts: its figures span lines)."""
     current: dict[str, Any] | None = None
     rows: list[dict[str, Any]] = []
     in_timers = False
-    for n, raw in lines:
+    for n, text in lines:
+        start = _START_RE.search(text)  # what stands before the record is decoration
+        raw = text[start.start() :] if start is not None else text
         line, _ = clean_line(raw)
         ts, msg = _message(line)
         if in_timers:
@@ -202,7 +202,7 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
                 result,
             )
             continue
-        if _meta(msg, n, result) or _ITER_START_RE.match(msg):
+        if read_facts(_META_RES, msg, n, result) or _ITER_START_RE.match(msg):
             result.n_meta += 1
             continue
         result.n_other += 1
@@ -254,34 +254,6 @@ def _timer_row(
         current["step_time_basis"] = (
             "benchmark timer block, max across ranks (seconds despite '(ms)')"
         )
-
-
-def _meta(msg: str, n: int, result: ParseResult) -> bool:
-    for pattern, fields in _META_RES:
-        m = pattern.match(msg)
-        if m is None:
-            continue
-        for (key, cast), text in zip(fields, m.groups(), strict=True):
-            result.set_meta(key, cast(text), n)
-        return True
-    return False
-
-
-def read_all(lines: Any, result: ParseResult) -> Any:
-    """The recipe's output read block by block (its figures span lines); each line cut where its
-    record starts."""
-    from pooltk.logs.frames import from_result
-
-    texts = lines.to_list()
-    result.n_lines = len(texts)
-
-    def located() -> Iterable[tuple[int, str]]:
-        for n, raw in enumerate(texts, start=1):
-            m = _START_RE.search(raw)
-            yield n, raw[m.start() :] if m is not None else raw
-
-    parse(located(), result)
-    return from_result(result)
 
 
 def parse_summary(text: str, result: ParseResult) -> ParseResult:

@@ -202,8 +202,6 @@ def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:
     """File-level columns: train or validation (from the file name), the step time, notes."""
     import polars as pl
 
-    result.timestamp_format = TS_FORMAT
-    result.mem_basis = MEM_BASIS
     frame = found.frame
     val_name = val_name_from_path(stem)
     if not frame.height:

@@ -28,7 +28,7 @@ from pooltk.logs import (
 )
 from pooltk.logs._common import ParseResult, SkippedLine
 from pooltk.logs.errors import LogFormatError
-from pooltk.logs.files import expand, left_out, rank_in_name, run_name, unique_runs
+from pooltk.logs.files import expand, left_out, run_name, unique_runs
 from pooltk.logs.runinfo import RunInfo, read_sidecar, sidecar_paths
 from pooltk.logs.source import MAX_BYTES, Source, load
 
@@ -185,19 +185,19 @@ class LogTable:
         return sum(f.n_skipped for f in self.files)
 
 
-def _first_hits(lines: Any) -> dict[str, int]:
-    """For each format, the first line (0-based) holding its signature: in the first thousand
-    lines, else the first 200,000, else anywhere (the earliest hit of any format is in the first
-    window that holds one)."""
+def _earliest(path: str, lines: Any, src: Source | None) -> str:
+    """The format whose signature is on the earliest line (a tie: :data:`_DETECT_ORDER`), looked
+    for in the first thousand lines, else the first 200,000, else anywhere (the earliest hit of any
+    format is in the first window that holds one)."""
     for part in (lines.head(1000), lines.head(200_000), lines):
-        hits: dict[str, int] = {}
+        best: tuple[int, str] | None = None
         for mod in _DETECT_ORDER:
             found = part.str.contains(mod.DETECT).arg_true()
-            if found.len():
-                hits[mod.FORMAT] = int(found[0])
-        if hits:
-            return hits
-    return {}
+            if found.len() and (best is None or found[0] < best[0]):
+                best = (int(found[0]), mod.FORMAT)
+        if best is not None:
+            return best[1]
+    raise _no_format(path, lines, src, lines.len())
 
 
 def _no_format(path: str, lines: Any, src: Source | None, n: int) -> LogFormatError:
@@ -235,10 +235,7 @@ def detect_format(lines: Sequence[str], *, path: str = "<lines>", text: str | No
     series = pl.Series("l", list(lines), dtype=pl.String)
     if not any(t.strip() for t in series.head(100_000).to_list()):
         raise _empty(path)
-    hits = _first_hits(series)
-    if not hits:
-        raise _no_format(path, series, None, series.len())
-    return min(hits, key=lambda f: (hits[f], [m.FORMAT for m in _DETECT_ORDER].index(f)))
+    return _earliest(path, series, None)
 
 
 def read_log_file(
@@ -323,10 +320,7 @@ def _detect(p: Path, src: Source, lines: Any) -> str:
         return automodel_bench.SUMMARY_FORMAT
     if src.data.isspace() or not src.data:
         raise _empty(str(p))
-    hits = _first_hits(lines)
-    if not hits:
-        raise _no_format(str(p), lines, src, lines.len())
-    return min(hits, key=lambda f: (hits[f], [m.FORMAT for m in _DETECT_ORDER].index(f)))
+    return _earliest(str(p), lines, src)
 
 
 def _records(p: Path, fmt: str, src: Source, lines: Any, engine: str) -> tuple[Any, ParseResult]:
@@ -343,8 +337,12 @@ def _records(p: Path, fmt: str, src: Source, lines: Any, engine: str) -> tuple[A
             ) from None
         return frames.from_result(result), result
     mod = _MODULES[fmt]
-    if hasattr(mod, "read_all"):
-        return mod.read_all(lines, result), result
+    result.timestamp_format, result.mem_basis = mod.TS_FORMAT, mod.MEM_BASIS
+    if hasattr(mod, "parse"):  # a format read line by line in Python
+        texts = lines.to_list()
+        result.n_lines = len(texts)
+        mod.parse(enumerate(texts, start=1), result)
+        return frames.from_result(result), result
     cut_last = bool(src.data) and not src.data.endswith(b"\n")
     found = records.read_records(mod, lines, result, cut_last=cut_last, fast=engine == "auto")
     mod.finish(found, result, stem=p.name.split(".")[0] if "." in p.name else p.name)
@@ -556,6 +554,3 @@ def read_logs(
     files = [f for t in tables for f in t.files]
     why = {run: reason for run, _, reason in plan.values() if reason}
     return LogTable(steps=steps, files=files, runs=runs, unrecognised=unrecognised, run_sources=why)
-
-
-__all__ += ["rank_in_name"]

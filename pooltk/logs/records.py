@@ -42,9 +42,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from pooltk.logs._common import ParseResult
+from pooltk.logs._common import ParseResult, parse_float, parse_int
 
 __all__ = [
+    "BadRecord",
     "Field",
     "Found",
     "Rec",
@@ -52,6 +53,7 @@ __all__ = [
     "TRUNCATED_EOF",
     "form_numbers",
     "form_pattern",
+    "read_form",
     "read_records",
     "to_lines",
 ]
@@ -75,6 +77,8 @@ class Field:
     ``"{}({}/gpu)"``); a form without ``{}`` is a word meaning no number (torchtitan's ``N/A``)."""
     also: str = ""
     """The column of a form's second number."""
+    number: str = ""
+    """A regex each number text must match whole (empty: any text the number parser reads)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -113,6 +117,10 @@ class Found:
     """polars DataFrame: ``line`` (1-based), ``prefix`` and the value columns."""
 
 
+class BadRecord(ValueError):
+    """A record that does not parse; the message is the skip reason."""
+
+
 def form_numbers(form: str, text: str) -> list[str] | None:
     """The number texts of ``text`` written in ``form`` (see :attr:`Field.forms`), or None."""
     pieces = form.split("{}")
@@ -126,6 +134,28 @@ def form_numbers(form: str, text: str) -> list[str] | None:
         return [inner]
     first, sep, second = inner.partition(pieces[1])
     return [first, second] if sep else None
+
+
+def read_form(key: str, field: Field, text: str, values: dict[str, Any]) -> int | None:
+    """The form (index into ``field.forms``) ``text`` is written in, its numbers put into
+    ``values`` by column; None where no form fits. A number that does not parse raises
+    :class:`BadRecord`."""
+    import re
+
+    parse = parse_int if field.kind == "int" else parse_float
+    for form, written in enumerate(field.forms):
+        numbers = form_numbers(written, text)
+        if numbers is None:
+            continue
+        if field.number and not all(re.fullmatch(field.number, x) for x in numbers):
+            return None
+        try:
+            for column, number in zip((field.column, field.also), numbers):
+                values[column] = parse(number)
+        except ValueError:
+            raise BadRecord(f"field {key!r}: {text[:30]!r} is not a number") from None
+        return form
+    return None
 
 
 def to_lines(data: bytes) -> Any:

@@ -27,9 +27,11 @@ from typing import Any
 
 from pooltk.logs._common import ParseResult
 
-__all__ = ["DETECT", "FORMAT", "SCALARS", "parse", "read_all"]
+__all__ = ["DETECT", "FORMAT", "SCALARS", "parse"]
 
 FORMAT = "torchtitan_jsonl"
+TS_FORMAT = None  # time_us is read into datetimes
+MEM_BASIS = "max_reserved"
 DETECT = r'\{.*"log_type_name".*"time_us"|\{.*"time_us".*"log_type_name"'
 """The structured logger's record signature, wherever it stands in a line (format detection)."""
 
@@ -54,7 +56,6 @@ SCALARS: dict[str, str] = {
 def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
     """Read numbered records into ``result``: rows from ``step_end``, scalars joined by (rank,
     step)."""
-    result.mem_basis = "max_reserved"
     rows: dict[tuple[int, int], dict[str, Any]] = {}
     scalars: dict[tuple[int, int], dict[str, float]] = {}
     n_scalar = 0
@@ -142,13 +143,3 @@ def _utc(time_us: Any) -> Any:
     if not isinstance(time_us, int) or isinstance(time_us, bool):
         return None
     return dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=time_us)
-
-
-def read_all(lines: Any, result: ParseResult) -> Any:
-    """Every event of the file, joined into one row per step span (see the module's docstring)."""
-    from pooltk.logs.frames import from_result
-
-    texts = lines.to_list()
-    result.n_lines = len(texts)
-    parse(enumerate(texts, start=1), result)
-    return from_result(result)
