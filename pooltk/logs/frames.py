@@ -20,7 +20,7 @@ def from_result(result: ParseResult) -> Found:
     import polars as pl
 
     cols = result.rows.columns()
-    frame = pl.DataFrame({k: v for k, v in cols.items()}, strict=False) if cols else pl.DataFrame()
+    frame = pl.DataFrame(cols, strict=False) if cols else pl.DataFrame()
     if "line" not in frame.columns:
         frame = frame.with_columns(pl.lit(0, dtype=pl.Int64).alias("line"))
     return Found(frame=frame.with_columns(pl.lit("", dtype=pl.String).alias("prefix")))
@@ -134,6 +134,25 @@ def _column(values: Any, dtype: str) -> Any:
     raise ValueError(dtype)
 
 
+def _decorations(found: Any, src: Any) -> tuple[dict[str, Any], tuple[str, ...], int]:
+    """(decoration columns, the kinds seen, rows with a prefix) of one file's found records: what
+    their prefixes say, then what the envelope says where they say nothing."""
+    import polars as pl
+
+    n = found.height
+    if not n:
+        return {}, (), 0
+    deco, kinds = decoration.columns(found["prefix"])
+    if src.columns:
+        at = (found["line"] - 1).clip(0, max(len(next(iter(src.columns.values()))) - 1, 0))
+        for key, col in (("collector_time", "time"), ("host", "host"), ("pod", "pod")):
+            if col in src.columns and any(v is not None for v in src.columns[col]):
+                values = pl.Series(src.columns[col], dtype=pl.String).gather(at)
+                deco[key] = deco[key].fill_null(values) if key in deco else values
+        kinds = (src.envelope, *kinds)
+    return deco, kinds, int((found["prefix"].str.len_bytes() > 0).sum())
+
+
 def to_pandas(
     found: Any,
     result: ParseResult,
@@ -152,32 +171,10 @@ def to_pandas(
     from pooltk.logs.schema import _missing
 
     n = found.height
-    deco, kinds = decoration.columns(found["prefix"]) if n else ({}, ())
-    n_decorated = int((found["prefix"].str.len_bytes() > 0).sum()) if n else 0
-    if src.columns and n:
-        at = (found["line"] - 1).clip(0, max(len(next(iter(src.columns.values()))) - 1, 0))
-        for key, col in (("collector_time", "time"), ("host", "host"), ("pod", "pod")):
-            if col in src.columns and any(v is not None for v in src.columns[col]):
-                values = pl.Series(src.columns[col], dtype=pl.String).gather(at)
-                deco[key] = (
-                    values
-                    if key not in deco
-                    else pl.select(pl.coalesce(deco[key], values)).to_series()
-                )
-        kinds = (src.envelope, *kinds)
+    deco, kinds, n_decorated = _decorations(found, src)
     cols = {c: found[c] for c in found.columns}
-    for key in ("rank", "task"):
-        if key in deco:
-            cols[key] = (
-                deco[key]
-                if key not in cols
-                else pl.select(pl.coalesce(cols[key].cast(pl.Int64), deco[key])).to_series()
-            )
-    for key in ("host", "pod"):
-        if key in deco:
-            cols[key] = deco[key]
-    if "collector_time" in deco:
-        cols["collector_time"] = deco["collector_time"]
+    for key, values in deco.items():  # readers fill only rank of these: a record's own wins
+        cols[key] = cols[key].cast(pl.Int64).fill_null(values) if key in cols else values
     named = file_rank if file_rank is not None else rank_in_name(path)
     if named is not None and n and ("rank" not in cols or cols["rank"].null_count() == n):
         cols["rank"] = pl.Series([named] * n, dtype=pl.Int64)
