@@ -162,45 +162,17 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
         m = _ROW_RE.match(msg)
         if m is not None:
             try:
-                values = {
-                    "kind": "train",
-                    "line": n,
-                    "rank": int(m.group("rank")),
-                    "step": int(m.group("it")),
-                    "num_label_tokens": int(m.group("nlt")),
-                    "mem_gib": parse_float(m.group("mem")),
-                    "loss": parse_float(m.group("loss")),
-                    "timestamp": ts,
-                }
+                current = _iteration(m, n, ts)
             except ValueError:
                 result.skip(n, "iteration line with a field that is not a number", raw)
                 continue
-            current = values
-            rows.append(values)
+            rows.append(current)
             continue
         if _CANDIDATE_RE.search(msg):
             result.skip(n, "iteration line that does not match the recipe's format", raw)
             continue
-        if msg.startswith("Max iter time: "):
-            if _attach(
-                current,
-                "step_time_s",
-                msg[len("Max iter time: ") :].removesuffix(" seconds"),
-                n,
-                raw,
-                result,
-            ):
-                current["step_time_basis"] = "benchmark 'Max iter time' (slowest rank)"  # type: ignore[index]
-            continue
-        if msg.startswith("MFU: "):
-            _attach(
-                current,
-                "mfu_pct_logged",
-                msg[len("MFU: ") :].rstrip().removesuffix("%"),
-                n,
-                raw,
-                result,
-            )
+        if msg.startswith(("Max iter time: ", "MFU: ")):
+            _attach(current, msg, n, raw, result)
             continue
         if read_facts(_META_RES, msg, n, result) or _ITER_START_RE.match(msg):
             result.n_meta += 1
@@ -216,25 +188,44 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
     return result
 
 
+def _iteration(m: re.Match[str], n: int, ts: str | None) -> dict[str, Any]:
+    """The row of an iteration line; raises ValueError for a figure that is not a number."""
+    return {
+        "kind": "train",
+        "line": n,
+        "rank": int(m.group("rank")),
+        "step": int(m.group("it")),
+        "num_label_tokens": int(m.group("nlt")),
+        "mem_gib": parse_float(m.group("mem")),
+        "loss": parse_float(m.group("loss")),
+        "timestamp": ts,
+    }
+
+
 def _attach(
-    current: dict[str, Any] | None, column: str, text: str, n: int, raw: str, result: ParseResult
-) -> bool:
-    """Put a per-iteration figure on the latest iteration row; count it as skipped when
-    impossible."""
+    current: dict[str, Any] | None, msg: str, n: int, raw: str, result: ParseResult
+) -> None:
+    """Put a per-iteration figure (``Max iter time``, ``MFU``) on the latest iteration row; count
+    it as skipped when impossible."""
+    if msg.startswith("MFU: "):
+        column, text = "mfu_pct_logged", msg[len("MFU: ") :].rstrip().removesuffix("%")
+    else:
+        column, text = "step_time_s", msg[len("Max iter time: ") :].removesuffix(" seconds")
     if current is None:
         result.skip(n, f"{column} line before any iteration line", raw)
-        return False
+        return
     try:
         value = parse_float(text)
     except ValueError:
         result.skip(n, f"{column} is not a number", raw)
-        return False
+        return
     if current.get(column) is not None:
         result.skip(n, f"second {column} line for iteration {current['step']}", raw)
-        return False
+        return
     current[column] = value
+    if column == "step_time_s":
+        current["step_time_basis"] = "benchmark 'Max iter time' (slowest rank)"
     result.n_meta += 1
-    return True
 
 
 def _timer_row(
