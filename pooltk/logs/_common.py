@@ -39,30 +39,21 @@ __all__ = [
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 """CSI escape sequences (colours such as ESC[31m, ESC[38;2;R;G;Bm, ESC[39m)."""
 
-_RANK_PREFIX_RE = re.compile(r"^(?:\[(?:rank|default)?(\d+)\]:)+")
+_RANK_PREFIX_RE = re.compile(r"^(?:\[(?:rank|default)?\d+\]:)+")
 """torchrun ``--tee`` prefixes, possibly repeated (``[rank0]:[rank0]:``)."""
 
 MAX_KEPT_SKIPS = 20
 """How many skipped lines a parse result keeps verbatim (all are counted)."""
 
 
-def clean_line(raw: str) -> tuple[str, int | None]:
-    """Strip colour escapes, carriage returns and torchrun rank prefixes.
-
-    Returns the cleaned text and the rank from the prefix (``None`` without one).
-    """
+def clean_line(raw: str) -> str:
+    """``raw`` without colour escapes, carriage returns and torchrun rank prefixes."""
     line = raw.rstrip("\r\n")
     if "\x1b" in line:
         line = ANSI_RE.sub("", line)
     if "\r" in line:  # progress bars redraw with CR: the last redraw is what was shown
         line = line.rsplit("\r", 1)[-1]
-    rank: int | None = None
-    if line.startswith("["):
-        m = _RANK_PREFIX_RE.match(line)
-        if m is not None:
-            rank = int(m.group(1))
-            line = line[m.end() :]
-    return line, rank
+    return _RANK_PREFIX_RE.sub("", line, count=1)
 
 
 def parse_float(text: str) -> float:

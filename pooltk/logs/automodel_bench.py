@@ -146,7 +146,7 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
     for n, text in lines:
         start = _START_RE.search(text)  # what stands before the record is decoration
         raw = text[start.start() :] if start is not None else text
-        line, _ = clean_line(raw)
+        line = clean_line(raw)
         ts, msg = _message(line)
         if in_timers:
             m = _TIMER_ROW_RE.match(msg)
