@@ -198,9 +198,8 @@ def to_pandas(
             data[spec.name] = pd.array(cols[spec.name].to_list(), dtype="boolean")
         else:
             data[spec.name] = _column(cols[spec.name], spec.dtype)
-    frame = pd.DataFrame(
-        data, index=pd.RangeIndex(n), copy=False
-    )  # no consolidation copy (0.5 s per 1 M rows)
+    # copy=False: no consolidation copy (0.5 s per 1 M rows)
+    frame = pd.DataFrame(data, index=pd.RangeIndex(n), copy=False)
     frame["mem_basis"] = frame["mem_basis"].where(frame["mem_gib"].notna(), pd.NA)
     return frame, tuple(dict.fromkeys(k for k in kinds if k)), n_decorated
 
@@ -303,7 +302,6 @@ def _pool_columns(
     ``pooled``, ``pool_impl``, ``slack``, ``layout``; a sidecar says where no line does); the pool
     columns filled in ``frame``. See [Note: pooled runs] in pooltk.logs.runs."""
     import numpy as np
-    import pandas as pd
 
     from pooltk.logs.runinfo import RunInfo
 
@@ -345,15 +343,22 @@ def _pool_columns(
         layout = [given if isinstance(given, str) else None] * seg.n_runs
         report.notes.append(f"pool facts from the sidecar: pooled={sidecar_pooled}")
     if pool or isinstance(sidecar_pooled, bool):
-        frame["pooled"] = pd.array(
-            np.where(pooled < 0, None, pooled == 1).tolist(), dtype="boolean"
-        )
-        frame["pool_impl"] = _per_run_categorical(impl, seg.index)
-        frame["slack"] = pd.array(
-            np.where(slack[seg.index] < 0, np.nan, slack[seg.index]), dtype="Float64"
-        ).astype("Int64")
-        frame["layout"] = _per_run_categorical(layout, seg.index)
+        _set_pool_columns(frame, seg.index, pooled, impl, slack[seg.index], layout)
     return run_infos
+
+
+def _set_pool_columns(
+    frame: Any, run_index: Any, pooled: Any, impl: list, slack: Any, layout: list
+) -> None:
+    """The pool columns of ``frame``: ``pooled`` (per row; -1 missing), ``slack`` (per row; -1
+    missing), ``pool_impl`` and ``layout`` (per run)."""
+    import numpy as np
+    import pandas as pd
+
+    frame["pooled"] = pd.array(np.where(pooled < 0, None, pooled == 1).tolist(), dtype="boolean")
+    frame["pool_impl"] = _per_run_categorical(impl, run_index)
+    frame["slack"] = pd.array(np.where(slack < 0, np.nan, slack), dtype="Float64").astype("Int64")
+    frame["layout"] = _per_run_categorical(layout, run_index)
 
 
 def _run_pool_facts(pool: list) -> tuple[dict[str, Any], Any]:

@@ -68,7 +68,6 @@ class FileReport:
     """How one file was read: its format and what became of each of its lines."""
 
     path: str
-    """The file."""
     run: str
     """Run the rows were tagged with."""
     format: str
@@ -507,8 +506,6 @@ def read_logs(
     is two runs; rotated files (``train.log.1``) join their run in order. ``engine`` as in
     :func:`read_log_file`.
     """
-    from pooltk.logs.schema import concat_frames
-
     if isinstance(paths, (str, Path)):
         paths = [paths]
     paths = list(paths)
@@ -546,11 +543,23 @@ def read_logs(
             fix="point at the run's log files",
         )
     _join_validation(tables)
-    steps = concat_frames([t.steps for t in tables])
+    return _merged(tables, unrecognised, plan)
+
+
+def _merged(
+    tables: list[LogTable], unrecognised: list[str], plan: dict[Path, tuple[str, int | None, str]]
+) -> LogTable:
+    """The files' tables as one (a run's facts merged over its files)."""
+    from pooltk.logs.schema import concat_frames
+
     runs: dict[str, RunInfo] = {}
     for t in tables:
         for name, info in t.runs.items():
             runs[name] = runs[name].merged(info) if name in runs else info
-    files = [f for t in tables for f in t.files]
-    why = {run: reason for run, _, reason in plan.values() if reason}
-    return LogTable(steps=steps, files=files, runs=runs, unrecognised=unrecognised, run_sources=why)
+    return LogTable(
+        steps=concat_frames([t.steps for t in tables]),
+        files=[f for t in tables for f in t.files],
+        runs=runs,
+        unrecognised=unrecognised,
+        run_sources={run: reason for run, _, reason in plan.values() if reason},
+    )
