@@ -220,7 +220,6 @@ class SteadyWindow:
     """The steps a steady-state figure is averaged over."""
 
     run: str
-    """Run."""
     first_step: int | None
     """First step in the window (None when the run has no train step)."""
     last_step: int | None
@@ -299,21 +298,15 @@ class StepTimeStats:
     """Seconds per step over a window, with how they were measured."""
 
     run: str
-    """Run."""
     n: int
     """Step times used."""
     mean_s: float
-    """Mean seconds per step."""
     median_s: float
-    """Median seconds per step."""
     p90_s: float
-    """90th percentile."""
     std_s: float
     """Standard deviation (0 for one value)."""
     min_s: float
-    """Fastest step."""
     max_s: float
-    """Slowest step."""
     basis: str
     """Where the step times come from."""
 
@@ -387,9 +380,7 @@ class RunSummary:
     """The usual figures of one run, each with its basis."""
 
     run: str
-    """Run."""
     format: str
-    """Detected format."""
     n_steps: int
     """Logged train steps."""
     first_step: int | None
@@ -397,7 +388,6 @@ class RunSummary:
     last_step: int | None
     """Last logged train step."""
     window: SteadyWindow
-    """Steady-state window."""
     step_time: StepTimeStats
     """Step-time statistics over the window."""
     tok_per_s_per_gpu: float

@@ -511,19 +511,16 @@ def fold_copies(frame: Any, skew_s: float = NODE_SKEW_MAX_S) -> tuple[Any, int]:
     import numpy as np
     import pandas as pd
 
-    for kind in (
-        "train",
-        "val",
-    ):  # no step logged twice: no copies to fold (the usual case, checked cheaply)
+    # no step logged twice: no copies to fold (the usual case, checked cheaply)
+    for kind in ("train", "val"):
         steps = frame["step"].to_numpy(dtype=np.int64)[(frame["kind"] == kind).to_numpy()]
         if steps.size > 1 and not (np.diff(steps) > 0).all() and np.unique(steps).size < steps.size:
             break
     else:
         return frame, 0
     cols = [c for c in frame.columns if c not in ("line", "collector_time", "timestamp")]
-    dup = frame.duplicated(subset=[*cols, "timestamp"], keep="first").to_numpy(
-        copy=True
-    )  # copies stamped alike (usual)
+    # copies stamped alike (usual)
+    dup = frame.duplicated(subset=[*cols, "timestamp"], keep="first").to_numpy(copy=True)
     rest = np.flatnonzero(~dup)
     loose = (
         frame.iloc[rest].duplicated(subset=cols, keep=False).to_numpy()
@@ -543,9 +540,8 @@ def fold_copies(frame: Any, skew_s: float = NODE_SKEW_MAX_S) -> tuple[Any, int]:
         gap = (np.diff(t) > int(skew_s * 1e9)) | ((t[1:] == nat) != (t[:-1] == nat))
         cluster = np.empty(idx.size, dtype=np.int64)
         cluster[order] = np.cumsum(np.r_[True, (g[1:] != g[:-1]) | gap])
-        dup[idx] = (
-            sub[cols].assign(_cluster=cluster).duplicated(keep="first").to_numpy()
-        )  # every value compared here
+        # every value compared here
+        dup[idx] = sub[cols].assign(_cluster=cluster).duplicated(keep="first").to_numpy()
     n = int(dup.sum())
     if n == 0:
         return frame, 0
