@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pooltk.logs._common import ParseResult, parse_float, parse_int
+from pooltk.logs.schema import RowBuilder
 
 __all__ = [
     "BadRecord",
@@ -393,15 +394,10 @@ def _rows(kept: list[tuple[int, str, Rec]]) -> Any:
     """The leftovers' records as a polars frame (``rec`` orders the records of one line)."""
     import polars as pl
 
-    cols: dict[str, list[Any]] = {"line": [], "rec": [], "prefix": []}
+    rows = RowBuilder(also=("rec", "prefix"))
     for j, (ln, prefix, rec) in enumerate(kept):
-        row = {"line": ln, "rec": j + 1, "prefix": prefix, **rec.values}
-        for key in row:
-            if key not in cols:
-                cols[key] = [None] * j
-        for key, col in cols.items():
-            col.append(row.get(key))
-    return pl.DataFrame(cols, strict=False, infer_schema_length=None) if kept else None
+        rows.add(line=ln, rec=j + 1, prefix=prefix, **rec.values)
+    return pl.DataFrame(rows.columns(), strict=False, infer_schema_length=None) if kept else None
 
 
 def _cut_after(keys: tuple[str, ...], full: tuple[str, ...]) -> str:
