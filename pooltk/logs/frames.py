@@ -181,12 +181,8 @@ def to_pandas(
     constants = {"run": run, "source_file": path, "format": fmt, "mem_basis": result.mem_basis}
     data: dict[str, Any] = {}
     for spec in COLUMNS:
-        if spec.name in constants:
-            value = constants[spec.name]
-            data[spec.name] = pd.Categorical.from_codes(
-                np.full(n, -1 if value is None else 0, dtype=np.int8),
-                categories=pd.Index([] if value is None else [value], dtype="str"),
-            )
+        if constants.get(spec.name) is not None:
+            data[spec.name] = constant_where(np.ones(n, dtype=bool), constants[spec.name])
         elif spec.name not in cols:
             data[spec.name] = _missing(spec.dtype, n)
         elif spec.dtype == "datetime64[ns]":
