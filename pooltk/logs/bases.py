@@ -278,11 +278,8 @@ def bubble_table(runs: Mapping[str, RunInfo]) -> pd.DataFrame:
         for r, i in runs.items()
         if i.pp and i.microbatches
     ]
-    if not rows:
-        return pd.DataFrame(columns=["run", "pp", "microbatches", "bubble_pct", "formula"])
-    return pd.concat(rows, ignore_index=True)[
-        ["run", "pp", "microbatches", "bubble_pct", "formula"]
-    ]
+    columns = ["run", "pp", "microbatches", "bubble_pct", "formula"]
+    return pd.concat(rows, ignore_index=True)[columns] if rows else pd.DataFrame(columns=columns)
 
 
 def bubble_1f1b(pp: int, microbatches: int) -> Bubble:

@@ -33,10 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["COLUMNS", "PATTERNS", "columns"]
-
-COLUMNS = ("rank", "task", "host", "pod", "collector_time")
-"""Decoration columns, in the order they are filled."""
+__all__ = ["PATTERNS", "columns"]
 
 _TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
 _IDENT = r"[^\s:\[\]]+(?:\[\d+\])?: "
