@@ -23,6 +23,8 @@ from pooltk.logs import (
     automodel_bench,
     automodel_jsonl,
     automodel_text,
+    frames,
+    records,
     torchtitan,
     torchtitan_jsonl,
 )
@@ -30,6 +32,7 @@ from pooltk.logs._common import ParseResult, SkippedLine
 from pooltk.logs.errors import LogFormatError
 from pooltk.logs.files import expand, left_out, run_name, unique_runs
 from pooltk.logs.runinfo import RunInfo, read_sidecar, sidecar_paths
+from pooltk.logs.schema import concat_frames
 from pooltk.logs.source import MAX_BYTES, Source, load
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -274,8 +277,6 @@ def _read_one(
     engine: str = "auto",
     rank: int | None = None,
 ) -> tuple[LogTable | None, LogFormatError | None]:
-    from pooltk.logs import frames, records
-
     if format != "auto" and format not in FORMATS:
         raise ValueError(
             f"format: found {format!r}; required 'auto' or one of {', '.join(FORMATS)}. "
@@ -324,8 +325,6 @@ def _detect(p: Path, src: Source, lines: Any) -> str:
 
 def _records(p: Path, fmt: str, src: Source, lines: Any, engine: str) -> tuple[Any, ParseResult]:
     """(the file's records, what was made of each line) as its format reads them."""
-    from pooltk.logs import frames, records
-
     result = ParseResult()
     if fmt == automodel_bench.SUMMARY_FORMAT:
         try:
@@ -344,7 +343,7 @@ def _records(p: Path, fmt: str, src: Source, lines: Any, engine: str) -> tuple[A
         return frames.from_result(result), result
     cut_last = bool(src.data) and not src.data.endswith(b"\n")
     found = records.read_records(mod, lines, result, cut_last=cut_last, fast=engine == "auto")
-    mod.finish(found, result, stem=p.name.split(".")[0] if "." in p.name else p.name)
+    mod.finish(found, result, stem=p.name.split(".")[0])
     return found, result
 
 
@@ -427,8 +426,6 @@ def _sidecar_facts(
     p: Path, run_id: str, frame: Any, report: FileReport, result: ParseResult
 ) -> RunInfo:
     """The run's facts from its log, merged with its ``*.meta.json`` sidecar where there is one."""
-    from pooltk.logs import frames
-
     info = RunInfo.from_facts(result.meta, source=str(p), lines=result.meta_lines)
     for sidecar in sidecar_paths(p, run_id.rsplit("/", 1)[-1]):
         if sidecar.is_file():
@@ -550,8 +547,6 @@ def _merged(
     tables: list[LogTable], unrecognised: list[str], plan: dict[Path, tuple[str, int | None, str]]
 ) -> LogTable:
     """The files' tables as one (a run's facts merged over its files)."""
-    from pooltk.logs.schema import concat_frames
-
     runs: dict[str, RunInfo] = {}
     for t in tables:
         for name, info in t.runs.items():
