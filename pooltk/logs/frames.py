@@ -234,13 +234,13 @@ def _banners(lines: Any, other: Any) -> tuple[list[int], Any]:
     import numpy as np
     import polars as pl
 
-    hit = other.filter(lines.gather(other).str.contains_any([b.decode() for b in runs.BANNERS]))
+    hit = other.filter(lines.gather(other).str.contains_any(list(runs.BANNERS)))
     if hit.len() == 0:
         return [], None
     texts = lines.gather(hit).to_list()
     prefixes = []
     for t in texts:
-        cut = min((t.find(b.decode()) for b in runs.BANNERS if b.decode() in t), default=0)
+        cut = min((t.find(b) for b in runs.BANNERS if b in t), default=0)
         prefixes.append(t[:cut])
     deco, _ = decoration.columns(pl.Series(prefixes, dtype=pl.String))
     ranks = deco["rank"].fill_null(-1).to_numpy() if "rank" in deco else np.full(len(texts), -1)

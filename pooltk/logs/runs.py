@@ -89,15 +89,15 @@ NODE_SKEW_MAX_S = 2 * 1000.0
 CLOCK_BACK_MAX_S = DST_SHIFT_MAX_S + NODE_SKEW_MAX_S
 """The furthest a run's clock goes back (see [Note: run boundaries]); further is another run."""
 
-BANNERS: tuple[bytes, ...] = (
-    b"torchtitan version: ",
-    b"Starting job: ",
-    b"cfg-path: ",
-    b"Library versions:",
-    b"Benchmarking setup",
-    b"Running with args:",
-    b"Training starts at step ",
-    b"Launching job locally on ",
+BANNERS: tuple[str, ...] = (
+    "torchtitan version: ",
+    "Starting job: ",
+    "cfg-path: ",
+    "Library versions:",
+    "Benchmarking setup",
+    "Running with args:",
+    "Training starts at step ",
+    "Launching job locally on ",
 )
 """Text a framework prints once per process start (torchtitan, Automodel and its CLI's launch line,
 the benchmark recipe)."""
