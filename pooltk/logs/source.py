@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import datetime
 import json
 import lzma
 import re
@@ -291,19 +292,15 @@ def _docker(records: list[Any]) -> Source:
     cols: dict[str, list[Any]] = {"time": [], "stream": []}
     pending = ""
     for rec in records:
-        if not isinstance(rec, dict) or not isinstance(rec.get("log"), str):
-            piece, stamp, stream = (
-                (rec if isinstance(rec, str) else json.dumps(rec)) + "\n",
-                None,
-                None,
-            )
-        else:
+        if isinstance(rec, dict) and isinstance(rec.get("log"), str):
             piece, stamp, stream = rec["log"], rec.get("time"), rec.get("stream")
+        else:  # a cut or foreign line: its text
+            piece = (rec if isinstance(rec, str) else json.dumps(rec)) + "\n"
+            stamp = stream = None
         pending += piece
         if pending.endswith("\n"):
-            for _ in range(pending.count("\n")):
-                cols["time"].append(stamp)
-                cols["stream"].append(stream)
+            cols["time"] += [stamp] * pending.count("\n")
+            cols["stream"] += [stream] * pending.count("\n")
             parts.append(pending)
             pending = ""
     if pending:  # the last record was cut before its newline: its text stays unterminated
@@ -316,32 +313,7 @@ def _docker(records: list[Any]) -> Source:
 
 
 def _cloud(records: list[Any], kind: str) -> Source:
-    rows: list[tuple[Any, str, Any, Any]] = []
-    for rec in records:
-        if not isinstance(rec, dict):
-            rows.append((None, str(rec), None, None))
-            continue
-        if kind == "gcp":
-            msg = rec.get("textPayload")
-            if msg is None and isinstance(rec.get("jsonPayload"), dict):
-                msg = rec["jsonPayload"].get("message")
-            labels = (rec.get("resource") or {}).get("labels") or {}
-            host = (
-                labels.get("instance_id")
-                or labels.get("node_name")
-                or (rec.get("labels") or {}).get("compute.googleapis.com/resource_name")
-            )
-            rows.append(
-                (
-                    rec.get("timestamp"),
-                    "" if msg is None else str(msg),
-                    host,
-                    labels.get("pod_name"),
-                )
-            )
-        else:
-            stamp = rec.get("timestamp")
-            rows.append((stamp, str(rec.get("message", "")), rec.get("logStreamName"), None))
+    rows = [_cloud_row(rec, kind) for rec in records]
     if all(r[0] is not None for r in rows):
         # gcloud lists newest first; a stable sort keeps equal stamps in order
         rows.sort(key=lambda r: r[0])
@@ -351,12 +323,9 @@ def _cloud(records: list[Any], kind: str) -> Source:
         msg = raw_msg.rstrip("\n")
         n = msg.count("\n") + 1
         stamp = raw_stamp
-        if kind == "cloudwatch" and isinstance(raw_stamp, (int, float)):
-            import datetime as _dt
-
-            stamp = _dt.datetime.fromtimestamp(raw_stamp / 1000, tz=_dt.timezone.utc).strftime(
-                "%Y-%m-%dT%H:%M:%S.%fZ"
-            )
+        if kind == "cloudwatch" and isinstance(stamp, (int, float)):  # ms since the epoch
+            utc = datetime.datetime.fromtimestamp(stamp / 1000, tz=datetime.timezone.utc)
+            stamp = utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         cols["time"] += [stamp] * n
         cols["host"] += [host] * n
         cols["pod"] += [pod] * n
@@ -364,3 +333,21 @@ def _cloud(records: list[Any], kind: str) -> Source:
     return Source(
         data=("\n".join(parts) + "\n").encode("utf-8", "surrogatepass"), envelope=kind, columns=cols
     )
+
+
+def _cloud_row(rec: Any, kind: str) -> tuple[Any, str, Any, Any]:
+    """(time, message, host, pod) of one CloudWatch or GCP record (of a foreign one: its text)."""
+    if not isinstance(rec, dict):
+        return None, str(rec), None, None
+    if kind == "cloudwatch":
+        return rec.get("timestamp"), str(rec.get("message", "")), rec.get("logStreamName"), None
+    msg = rec.get("textPayload")
+    if msg is None and isinstance(rec.get("jsonPayload"), dict):
+        msg = rec["jsonPayload"].get("message")
+    labels = (rec.get("resource") or {}).get("labels") or {}
+    host = (
+        labels.get("instance_id")
+        or labels.get("node_name")
+        or (rec.get("labels") or {}).get("compute.googleapis.com/resource_name")
+    )
+    return rec.get("timestamp"), "" if msg is None else str(msg), host, labels.get("pod_name")
