@@ -38,6 +38,7 @@ records share a line; only the length of a number could tell them apart.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -141,8 +142,6 @@ def read_form(key: str, field: Field, text: str, values: dict[str, Any]) -> int 
     """The form (index into ``field.forms``) ``text`` is written in, its numbers put into
     ``values`` by column; None where no form fits. A number that does not parse raises
     :class:`BadRecord`."""
-    import re
-
     parse = parse_int if field.kind == "int" else parse_float
     for form, written in enumerate(field.forms):
         numbers = form_numbers(written, text)
@@ -434,6 +433,4 @@ def _meta(fmt: Any, lines: Any, cand: Any, result: ParseResult) -> None:
 
 def form_pattern(form: str, number: str) -> str:
     """The regex of a value written in ``form`` (:attr:`Field.forms`), each number ``number``."""
-    import re
-
     return f"(?:{number})".join(re.escape(piece) for piece in form.split("{}"))
