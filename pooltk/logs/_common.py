@@ -33,35 +33,27 @@ __all__ = [
     "clean_line",
     "parse_float",
     "parse_int",
+    "read_facts",
 ]
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 """CSI escape sequences (colours such as ESC[31m, ESC[38;2;R;G;Bm, ESC[39m)."""
 
-_RANK_PREFIX_RE = re.compile(r"^(?:\[(?:rank|default)?(\d+)\]:)+")
+_RANK_PREFIX_RE = re.compile(r"^(?:\[(?:rank|default)?\d+\]:)+")
 """torchrun ``--tee`` prefixes, possibly repeated (``[rank0]:[rank0]:``)."""
 
 MAX_KEPT_SKIPS = 20
 """How many skipped lines a parse result keeps verbatim (all are counted)."""
 
 
-def clean_line(raw: str) -> tuple[str, int | None]:
-    """Strip colour escapes, carriage returns and torchrun rank prefixes.
-
-    Returns the cleaned text and the rank from the prefix (``None`` without one).
-    """
+def clean_line(raw: str) -> str:
+    """``raw`` without colour escapes, carriage returns and torchrun rank prefixes."""
     line = raw.rstrip("\r\n")
     if "\x1b" in line:
         line = ANSI_RE.sub("", line)
     if "\r" in line:  # progress bars redraw with CR: the last redraw is what was shown
         line = line.rsplit("\r", 1)[-1]
-    rank: int | None = None
-    if line.startswith("["):
-        m = _RANK_PREFIX_RE.match(line)
-        if m is not None:
-            rank = int(m.group(1))
-            line = line[m.end() :]
-    return line, rank
+    return _RANK_PREFIX_RE.sub("", line, count=1)
 
 
 def parse_float(text: str) -> float:
@@ -88,6 +80,19 @@ def parse_int(text: str) -> int:
     if not _INT64[0] <= value <= _INT64[1]:
         raise ValueError(f"{value} is outside int64")
     return value
+
+
+def read_facts(table: Any, text: str, n: int, result: ParseResult) -> bool:
+    """Run facts from line ``n`` by a table of (regex, (fact, type) per group); True when one was
+    found."""
+    found = False
+    for regex, facts in table:
+        m = regex.search(text)
+        if m is not None:
+            found = True
+            for (key, cast), value in zip(facts, m.groups(), strict=True):
+                result.set_meta(key, cast(value), n)
+    return found
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

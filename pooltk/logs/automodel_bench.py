@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from pooltk.logs._common import ParseResult, clean_line, parse_float
+from pooltk.logs._common import ParseResult, clean_line, parse_float, read_facts
 
 __all__ = [
     "DETECT",
@@ -39,14 +39,13 @@ __all__ = [
     "looks_like_summary",
     "parse",
     "parse_summary",
-    "read_all",
 ]
 
 FORMAT = "automodel_bench"
 SUMMARY_FORMAT = "automodel_bench_summary"
 
-_TS_FORMAT = "%Y-%m-%d %H:%M:%S"
-TS_FORMAT = _TS_FORMAT
+TS_FORMAT = "%Y-%m-%d %H:%M:%S"
+MEM_BASIS = "max_allocated"
 _PREFIX_RE = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:,\d{3})? \| [^|]*? \| [^|]*? \| (?P<msg>.*)$"
 )
@@ -139,14 +138,15 @@ def _message(line: str) -> tuple[str | None, str]:
 
 
 def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
-    """Read benchmark-recipe output into ``result`` (one row per logged iteration)."""
-    result.timestamp_format = _TS_FORMAT
-    result.mem_basis = "max_allocated"
+    """Read benchmark-recipe output into ``result`` (one row per logged iteration; each line cut
+    where its record starts: its figures span lines)."""
     current: dict[str, Any] | None = None
     rows: list[dict[str, Any]] = []
     in_timers = False
-    for n, raw in lines:
-        line, _ = clean_line(raw)
+    for n, text in lines:
+        start = _START_RE.search(text)  # what stands before the record is decoration
+        raw = text[start.start() :] if start is not None else text
+        line = clean_line(raw)
         ts, msg = _message(line)
         if in_timers:
             m = _TIMER_ROW_RE.match(msg)
@@ -162,47 +162,19 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
         m = _ROW_RE.match(msg)
         if m is not None:
             try:
-                values = {
-                    "kind": "train",
-                    "line": n,
-                    "rank": int(m.group("rank")),
-                    "step": int(m.group("it")),
-                    "num_label_tokens": int(m.group("nlt")),
-                    "mem_gib": parse_float(m.group("mem")),
-                    "loss": parse_float(m.group("loss")),
-                    "timestamp": ts,
-                }
+                current = _iteration(m, n, ts)
             except ValueError:
                 result.skip(n, "iteration line with a field that is not a number", raw)
                 continue
-            current = values
-            rows.append(values)
+            rows.append(current)
             continue
         if _CANDIDATE_RE.search(msg):
             result.skip(n, "iteration line that does not match the recipe's format", raw)
             continue
-        if msg.startswith("Max iter time: "):
-            if _attach(
-                current,
-                "step_time_s",
-                msg[len("Max iter time: ") :].removesuffix(" seconds"),
-                n,
-                raw,
-                result,
-            ):
-                current["step_time_basis"] = "benchmark 'Max iter time' (slowest rank)"  # type: ignore[index]
+        if msg.startswith(("Max iter time: ", "MFU: ")):
+            _attach(current, msg, n, raw, result)
             continue
-        if msg.startswith("MFU: "):
-            _attach(
-                current,
-                "mfu_pct_logged",
-                msg[len("MFU: ") :].rstrip().removesuffix("%"),
-                n,
-                raw,
-                result,
-            )
-            continue
-        if _meta(msg, n, result) or _ITER_START_RE.match(msg):
+        if read_facts(_META_RES, msg, n, result) or _ITER_START_RE.match(msg):
             result.n_meta += 1
             continue
         result.n_other += 1
@@ -216,25 +188,44 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
     return result
 
 
+def _iteration(m: re.Match[str], n: int, ts: str | None) -> dict[str, Any]:
+    """The row of an iteration line; raises ValueError for a figure that is not a number."""
+    return {
+        "kind": "train",
+        "line": n,
+        "rank": int(m.group("rank")),
+        "step": int(m.group("it")),
+        "num_label_tokens": int(m.group("nlt")),
+        "mem_gib": parse_float(m.group("mem")),
+        "loss": parse_float(m.group("loss")),
+        "timestamp": ts,
+    }
+
+
 def _attach(
-    current: dict[str, Any] | None, column: str, text: str, n: int, raw: str, result: ParseResult
-) -> bool:
-    """Put a per-iteration figure on the latest iteration row; count it as skipped when
-    impossible."""
+    current: dict[str, Any] | None, msg: str, n: int, raw: str, result: ParseResult
+) -> None:
+    """Put a per-iteration figure (``Max iter time``, ``MFU``) on the latest iteration row; count
+    it as skipped when impossible."""
+    if msg.startswith("MFU: "):
+        column, text = "mfu_pct_logged", msg[len("MFU: ") :].rstrip().removesuffix("%")
+    else:
+        column, text = "step_time_s", msg[len("Max iter time: ") :].removesuffix(" seconds")
     if current is None:
         result.skip(n, f"{column} line before any iteration line", raw)
-        return False
+        return
     try:
         value = parse_float(text)
     except ValueError:
         result.skip(n, f"{column} is not a number", raw)
-        return False
+        return
     if current.get(column) is not None:
         result.skip(n, f"second {column} line for iteration {current['step']}", raw)
-        return False
+        return
     current[column] = value
+    if column == "step_time_s":
+        current["step_time_basis"] = "benchmark 'Max iter time' (slowest rank)"
     result.n_meta += 1
-    return True
 
 
 def _timer_row(
@@ -254,34 +245,6 @@ def _timer_row(
         current["step_time_basis"] = (
             "benchmark timer block, max across ranks (seconds despite '(ms)')"
         )
-
-
-def _meta(msg: str, n: int, result: ParseResult) -> bool:
-    for pattern, fields in _META_RES:
-        m = pattern.match(msg)
-        if m is None:
-            continue
-        for (key, cast), text in zip(fields, m.groups(), strict=True):
-            result.set_meta(key, cast(text), n)
-        return True
-    return False
-
-
-def read_all(lines: Any, result: ParseResult) -> Any:
-    """The recipe's output read block by block (its figures span lines); each line cut where its
-    record starts."""
-    from pooltk.logs.frames import from_result
-
-    texts = lines.to_list()
-    result.n_lines = len(texts)
-
-    def located() -> Iterable[tuple[int, str]]:
-        for n, raw in enumerate(texts, start=1):
-            m = _START_RE.search(raw)
-            yield n, raw[m.start() :] if m is not None else raw
-
-    parse(located(), result)
-    return from_result(result)
 
 
 def parse_summary(text: str, result: ParseResult) -> ParseResult:

@@ -202,8 +202,6 @@ def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:
     """File-level columns: train or validation (from the file name), the step time, notes."""
     import polars as pl
 
-    result.timestamp_format = TS_FORMAT
-    result.mem_basis = MEM_BASIS
     frame = found.frame
     val_name = val_name_from_path(stem)
     if not frame.height:
@@ -211,17 +209,13 @@ def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:
     if val_name is not None:
         frame = frame.with_columns(pl.lit("val").alias("kind"), pl.lit(val_name).alias("val_name"))
     if "num_tokens" in frame.columns and "tok_per_s_logged" in frame.columns:
-        tps, tokens = (
-            pl.col("tok_per_s_logged").cast(pl.Float64),
-            pl.col("num_tokens").cast(pl.Float64),
-        )
+        tps = pl.col("tok_per_s_logged").cast(pl.Float64)
+        tokens = pl.col("num_tokens").cast(pl.Float64)
         valid = tokens.is_not_null() & (tokens != 0) & tps.is_finite() & (tps > 0)
-        frame = frame.with_columns(
-            pl.when(valid).then(tokens / tps).otherwise(None).alias("step_time_s"),
-            pl.when(valid)
-            .then(pl.lit("num_tokens_per_step / tps (the log's own timing)"))
-            .otherwise(None)
-            .alias("step_time_basis"),
+        basis = "num_tokens_per_step / tps (the log's own timing)"
+        frame = frame.with_columns(  # null where not valid
+            pl.when(valid).then(tokens / tps).alias("step_time_s"),
+            pl.when(valid).then(pl.lit(basis)).alias("step_time_basis"),
         )
     found.frame = frame
     if val_name is None:

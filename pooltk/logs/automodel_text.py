@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pooltk.logs._common import parse_float, parse_int
-from pooltk.logs.records import Field, Rec, Skip, form_numbers, form_pattern
+from pooltk.logs._common import parse_int
+from pooltk.logs.records import BadRecord, Field, Rec, Skip, form_pattern, read_form
 
 __all__ = [
     "CANDIDATE",
@@ -105,29 +105,17 @@ def _runs_on(ch: str) -> bool:
     return ch.isdigit() or ch in ".-+_,"
 
 
-class _Bad(ValueError):
-    """A record that does not parse; the message is the skip reason."""
-
-
 def _value(key: str, text: str, values: dict[str, Any]) -> int | None:
     """Put the value of ``key`` into ``values`` as :data:`FIELDS` says; the form it was written in
     (None: a key the table does not read)."""
     field = FIELDS.get(key) if key != "step" else None  # a second step: read by no one
     if field is None:
         return None
-    parse = parse_int if field.kind == "int" else parse_float
-    for form, written in enumerate(field.forms):
-        numbers = form_numbers(written, text)
-        if numbers is None:
-            continue
-        try:
-            for column, number in zip((field.column, field.also), numbers):
-                values[column] = parse(number)
-        except ValueError:
-            raise _Bad(f"field {key!r}: {text[:30]!r} is not a number") from None
-        return form
-    unit = field.forms[0].replace("{}", "").strip()
-    raise _Bad(f"truncated or garbled: {key} without its unit {unit}")
+    form = read_form(key, field, text, values)
+    if form is None:
+        unit = field.forms[0].replace("{}", "").strip()
+        raise BadRecord(f"truncated or garbled: {key} without its unit {unit}")
+    return form
 
 
 def _fields(body: str) -> tuple[dict[str, Any], tuple[str, ...], tuple[tuple[str, Any], ...]]:
@@ -136,7 +124,7 @@ def _fields(body: str) -> tuple[dict[str, Any], tuple[str, ...], tuple[tuple[str
     try:
         values: dict[str, Any] = {"step": parse_int(parts[0][5:])}
     except ValueError:
-        raise _Bad("step is not an int64") from None
+        raise BadRecord("step is not an int64") from None
     keys, written = ["step"], []
     for part in parts[1:]:
         label, _, text = part.partition(" ")
@@ -162,7 +150,7 @@ def records_in(line: str) -> list[Rec | Skip]:
             continue
         try:
             values, keys, written = _fields(m.group("body"))
-        except _Bad as bad:
+        except BadRecord as bad:
             out.append(Skip(start=cand.start(), reason=str(bad), end=m.end()))
             continue
         if "loss" not in values:
@@ -231,9 +219,7 @@ def meta(line: str, n: int, result: Any) -> bool:
 
 
 def finish(found: Any, result: Any, *, stem: str = "") -> None:  # noqa: ARG001
-    """File-level facts: the timestamp format, the memory basis, the per-GPU figure's basis."""
-    result.timestamp_format = TS_FORMAT
-    result.mem_basis = MEM_BASIS
+    """File-level facts: the per-GPU figure's basis."""
     frame = found.frame
     if (
         "tok_per_s_per_gpu_logged" in frame.columns

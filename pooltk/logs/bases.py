@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from pooltk._validate import check_int
@@ -96,7 +96,6 @@ class DeviceCapacity:
     """Device memory, with its unit made explicit (GiB = 2**30 B, GB = 1e9 B)."""
 
     gib: float
-    """Capacity in GiB."""
     source: str = ""
     """Where the figure comes from."""
 
@@ -128,7 +127,6 @@ class MfuFigure:
     """One MFU figure and the three numbers it is made of."""
 
     mfu_pct: float
-    """MFU in %."""
     tok_per_s_per_gpu: float
     """Tokens/s per physical GPU."""
     flops_per_token: float
@@ -136,9 +134,7 @@ class MfuFigure:
     peak_flops_per_s: float
     """Peak FLOP/s per GPU used."""
     flops_basis: str
-    """Label of the FLOPs basis."""
     peak_basis: str
-    """Label of the peak."""
 
     @property
     def basis(self) -> str:
@@ -164,7 +160,6 @@ class MfuTable:
     """MFU of one rate on one FLOPs basis against several peaks."""
 
     figures: tuple[MfuFigure, ...]
-    """One figure per peak."""
 
     def to_frame(self) -> pd.DataFrame:
         """One row per peak."""
@@ -270,14 +265,7 @@ class Bubble:
         import pandas as pd
 
         return pd.DataFrame(
-            [
-                {
-                    "pp": self.pp,
-                    "microbatches": self.microbatches,
-                    "bubble_pct": 100 * self.fraction,
-                    "formula": self.formula,
-                }
-            ]
+            [{**asdict(self), "bubble_pct": 100 * self.fraction, "formula": self.formula}]
         )
 
 
@@ -290,11 +278,8 @@ def bubble_table(runs: Mapping[str, RunInfo]) -> pd.DataFrame:
         for r, i in runs.items()
         if i.pp and i.microbatches
     ]
-    if not rows:
-        return pd.DataFrame(columns=["run", "pp", "microbatches", "bubble_pct", "formula"])
-    return pd.concat(rows, ignore_index=True)[
-        ["run", "pp", "microbatches", "bubble_pct", "formula"]
-    ]
+    columns = ["run", "pp", "microbatches", "bubble_pct", "formula"]
+    return pd.concat(rows, ignore_index=True)[columns] if rows else pd.DataFrame(columns=columns)
 
 
 def bubble_1f1b(pp: int, microbatches: int) -> Bubble:

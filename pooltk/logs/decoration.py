@@ -33,10 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["COLUMNS", "PATTERNS", "columns"]
-
-COLUMNS = ("rank", "task", "host", "pod", "collector_time")
-"""Decoration columns, in the order they are filled."""
+__all__ = ["PATTERNS", "columns"]
 
 _TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
 _IDENT = r"[^\s:\[\]]+(?:\[\d+\])?: "
@@ -94,9 +91,8 @@ def columns(prefixes: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
     """
     import polars as pl
 
-    if (
-        prefixes.len() > 10_000 and prefixes.head(10_000).n_unique() <= 256
-    ):  # one launcher's few prefixes: read each once
+    # one launcher's few prefixes: read each once
+    if prefixes.len() > 10_000 and prefixes.head(10_000).n_unique() <= 256:
         distinct = prefixes.unique()
         if distinct.len() <= 4096:
             cols, kinds = columns(distinct)
@@ -118,9 +114,7 @@ def columns(prefixes: Any) -> tuple[dict[str, Any], tuple[str, ...]]:
             if c and got[f"{name}:{c}"].null_count() < got.height
         ]
         for col, values in filled:
-            out[col] = (
-                values if col not in out else pl.select(pl.coalesce(out[col], values)).to_series()
-            )
+            out[col] = out[col].fill_null(values) if col in out else values
         if filled:
             kinds.append(name)
     return out, tuple(kinds)

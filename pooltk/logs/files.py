@@ -64,6 +64,12 @@ _STAMP_IN_NAME_RE = re.compile(r"\.(\d{8}-\d{6})(?:-[A-Z0-9]{6})?$")
 _ROTATED_RE = re.compile(
     r"^(?P<base>.+?\.(?:log|txt|out|err|jsonl|stdout|stderr))\.(?P<n>\d{1,4})$"
 )
+_MARKERS = (
+    *(sep + word for word in ("training", "validation") for sep in "_-."),
+    "_summary",
+    "-summary",
+)
+"""What a run's stem ends before (the first in this order found after its first character)."""
 _LAST_NUMBER_RE = re.compile(r"^(?P<head>.*?)(?P<n>\d+)(?P<tail>\D*)$")
 _ATTEMPT_RE = re.compile(r"^attempt_(\d+)$")
 _TORCHRUN_RANK_FILES = frozenset({"stdout.log", "stderr.log", "error.json"})
@@ -137,11 +143,18 @@ def left_out(files: list[Path]) -> dict[Path, str]:
     return out
 
 
-def _folder_name(path: Path) -> str:
-    parent = path.resolve().parent
+def _run_root(f: Path) -> Path:
+    """The folder a file's run is named after: its own, climbing over rank folders,
+    ``attempt_N`` and ``logs``-like folders."""
+    parent = f.resolve().parent
     while parent.name and _CLIMB_DIRS.match(parent.name) and parent.parent != parent:
         parent = parent.parent
-    return parent.name
+    return parent
+
+
+def _joined(why: str, more: str) -> str:
+    """Why a file is in its run, ``more`` added."""
+    return f"{why}; {more}" if why else more
 
 
 def run_name(path: Path) -> str:
@@ -154,23 +167,14 @@ def run_name(path: Path) -> str:
     stem = name.rsplit(".", 1)[0] if "." in name else name
     stem = _STAMP_IN_NAME_RE.sub("", _RANK_IN_NAME_RE.sub("", stem)) or stem
     lowered = stem.lower()
-    for marker in (
-        "_training",
-        "-training",
-        ".training",
-        "_validation",
-        "-validation",
-        ".validation",
-        "_summary",
-        "-summary",
-    ):
+    for marker in _MARKERS:
         i = lowered.find(marker)
         if i > 0:
             stem = stem[:i]
             break
     low = stem.lower().rstrip("_-.")
     if low in _GENERIC_STEMS or low.startswith("validation"):
-        return _folder_name(Path(path)) or stem
+        return _run_root(Path(path)).name or stem
     return stem
 
 
@@ -180,51 +184,52 @@ def unique_runs(files: list[Path]) -> dict[Path, tuple[str, int | None, str]]:
     for f in files:
         per_folder[f.resolve().parent].append(f)
     plan: dict[Path, tuple[str, int | None, str]] = {}
-    key_of: dict[Path, Path] = {}
-    for folder, group in per_folder.items():
-        shapes: dict[tuple[str, str], list[tuple[Path, int]]] = defaultdict(list)
-        for f in group:
-            m = _LAST_NUMBER_RE.match(_plain_name(f)[0])
-            if m and _plain_name(f)[1] == 0:
-                shapes[(m.group("head"), m.group("tail"))].append((f, int(m.group("n"))))
-        ranked = {
-            f: (n, head)
-            for (head, _), members in shapes.items()
-            if _per_rank(head, [n for _, n in members])
-            for f, n in members
-        }
-        for f in group:
-            if f in ranked:
-                n, head = ranked[f]
-                stem = head.rstrip("_-.")
-                stem = re.sub(
-                    r"[._-]?(?:global_|local_)?(?:" + "|".join(_RANK_WORDS) + r")$",
-                    "",
-                    stem,
-                    flags=re.IGNORECASE,
-                )
-                generic = (
-                    not stem
-                    or stem.lower() in _GENERIC_STEMS
-                    or stem.lower().endswith(("rank", "process"))
-                )
-                name = (_folder_name(f) or stem) if generic else stem
-                plan[f] = (
-                    name,
-                    n,
-                    f"per-rank files of one folder ({head}N{f.suffix}): rank from the file name",
-                )
-            else:
-                base, rot = _plain_name(f)
-                plan[f] = (
-                    run_name(f),
-                    None,
-                    f"rotated files of {base} joined in order" if rot else "",
-                )
-            key_of[f] = folder
+    for group in per_folder.values():
+        plan.update(_folder_plan(group))
     _launches(plan)
     _attempts(plan)
-    # the same run name from two folders: two runs, each named by its path
+    _named_by_path(plan)
+    for f, (name, rank, why) in plan.items():
+        if rank is None and (r := rank_in_name(f)) is not None:
+            plan[f] = (name, r, why)
+    return plan
+
+
+def _folder_plan(group: list[Path]) -> dict[Path, tuple[str, int | None, str]]:
+    """The plan of one folder's files: per-rank files one run, each other file its own."""
+    shapes: dict[tuple[str, str], list[tuple[Path, int]]] = defaultdict(list)
+    for f in group:
+        m = _LAST_NUMBER_RE.match(_plain_name(f)[0])
+        if m and _plain_name(f)[1] == 0:
+            shapes[(m.group("head"), m.group("tail"))].append((f, int(m.group("n"))))
+    ranked = {
+        f: (n, head)
+        for (head, _), members in shapes.items()
+        if _per_rank(head, [n for _, n in members])
+        for f, n in members
+    }
+    plan: dict[Path, tuple[str, int | None, str]] = {}
+    for f in group:
+        if f in ranked:
+            n, head = ranked[f]
+            stem = _RANK_WORD_RE.sub("", head.rstrip("_-."))
+            generic = (
+                not stem
+                or stem.lower() in _GENERIC_STEMS
+                or stem.lower().endswith(("rank", "process"))
+            )
+            name = (_run_root(f).name or stem) if generic else stem
+            why = f"per-rank files of one folder ({head}N{f.suffix}): rank from the file name"
+            plan[f] = (name, n, why)
+        else:
+            base, rot = _plain_name(f)
+            plan[f] = (run_name(f), None, f"rotated files of {base} joined in order" if rot else "")
+    return plan
+
+
+def _named_by_path(plan: dict[Path, tuple[str, int | None, str]]) -> None:
+    """The same run name from two folders: two runs, each named by its path from their common
+    folder."""
     folders_of: dict[str, set[Path]] = defaultdict(set)
     for f, (name, _, _) in plan.items():
         folders_of[name].add(_run_root(f))
@@ -240,12 +245,8 @@ def unique_runs(files: list[Path]) -> dict[Path, tuple[str, int | None, str]]:
                     if rel not in (".", name) and not rel.endswith("/" + name)
                     else rel or name,
                     rank,
-                    (why + "; " if why else "") + "the same name in another folder is another run",
+                    _joined(why, "the same name in another folder is another run"),
                 )
-    for f, (name, rank, why) in plan.items():
-        if rank is None and (r := rank_in_name(f)) is not None:
-            plan[f] = (name, r, why)
-    return plan
 
 
 LAUNCH_GAP_S = 60.0
@@ -277,11 +278,8 @@ def _launches(plan: dict[Path, tuple[str, int | None, str]]) -> None:
         if k > 1:
             for f, i in of.items():
                 _, rank, why = plan[f]
-                plan[f] = (
-                    f"{name}#{i}",
-                    rank,
-                    (why + "; " if why else "") + f"launch {i} of {k} by the files' start stamps",
-                )
+                why = _joined(why, f"launch {i} of {k} by the files' start stamps")
+                plan[f] = (f"{name}#{i}", rank, why)
 
 
 def _attempts(plan: dict[Path, tuple[str, int | None, str]]) -> None:
@@ -293,27 +291,22 @@ def _attempts(plan: dict[Path, tuple[str, int | None, str]]) -> None:
             continue
         attempts[(_run_root(f), name)].add(at[0])
         if at[1] is not None and rank is None:
-            plan[f] = (
-                name,
-                at[1],
-                (why + "; " if why else "")
-                + "torchrun --log-dir tree: each file's rank from its folder (local rank)",
-            )
+            from_folder = "torchrun --log-dir tree: each file's rank from its folder (local rank)"
+            plan[f] = (name, at[1], _joined(why, from_folder))
     for f, (name, rank, why) in list(plan.items()):
         if (at := torchrun_place(f)) is None or len(
             seen := sorted(attempts[(_run_root(f), name)])
         ) < 2:
             continue
         k = seen.index(at[0]) + 1
-        plan[f] = (
-            f"{name}#{k}",
-            rank,
-            (why + "; " if why else "")
-            + f"attempt_{at[0]}: launch {k} of {len(seen)} (an elastic restart)",
-        )
+        launch = f"attempt_{at[0]}: launch {k} of {len(seen)} (an elastic restart)"
+        plan[f] = (f"{name}#{k}", rank, _joined(why, launch))
 
 
 _RANK_WORDS = ("rank", "process", "proc", "worker", "task", "node", "gpu", "device")
+_RANK_WORD_RE = re.compile(
+    r"[._-]?(?:global_|local_)?(?:" + "|".join(_RANK_WORDS) + r")$", re.IGNORECASE
+)
 
 
 def _per_rank(head: str, numbers: list[int]) -> bool:
@@ -324,13 +317,6 @@ def _per_rank(head: str, numbers: list[int]) -> bool:
     return sorted(numbers) == list(range(len(numbers))) or head.lower().rstrip("_-.").endswith(
         _RANK_WORDS
     )
-
-
-def _run_root(f: Path) -> Path:
-    parent = f.resolve().parent
-    while parent.name and _CLIMB_DIRS.match(parent.name) and parent.parent != parent:
-        parent = parent.parent
-    return parent
 
 
 def _is_log(f: Path) -> bool:

@@ -20,7 +20,7 @@ def from_result(result: ParseResult) -> Found:
     import polars as pl
 
     cols = result.rows.columns()
-    frame = pl.DataFrame({k: v for k, v in cols.items()}, strict=False) if cols else pl.DataFrame()
+    frame = pl.DataFrame(cols, strict=False) if cols else pl.DataFrame()
     if "line" not in frame.columns:
         frame = frame.with_columns(pl.lit(0, dtype=pl.Int64).alias("line"))
     return Found(frame=frame.with_columns(pl.lit("", dtype=pl.String).alias("prefix")))
@@ -134,6 +134,25 @@ def _column(values: Any, dtype: str) -> Any:
     raise ValueError(dtype)
 
 
+def _decorations(found: Any, src: Any) -> tuple[dict[str, Any], tuple[str, ...], int]:
+    """(decoration columns, the kinds seen, rows with a prefix) of one file's found records: what
+    their prefixes say, then what the envelope says where they say nothing."""
+    import polars as pl
+
+    n = found.height
+    if not n:
+        return {}, (), 0
+    deco, kinds = decoration.columns(found["prefix"])
+    if src.columns:
+        at = (found["line"] - 1).clip(0, max(len(next(iter(src.columns.values()))) - 1, 0))
+        for key, col in (("collector_time", "time"), ("host", "host"), ("pod", "pod")):
+            if col in src.columns and any(v is not None for v in src.columns[col]):
+                values = pl.Series(src.columns[col], dtype=pl.String).gather(at)
+                deco[key] = deco[key].fill_null(values) if key in deco else values
+        kinds = (src.envelope, *kinds)
+    return deco, kinds, int((found["prefix"].str.len_bytes() > 0).sum())
+
+
 def to_pandas(
     found: Any,
     result: ParseResult,
@@ -152,44 +171,18 @@ def to_pandas(
     from pooltk.logs.schema import _missing
 
     n = found.height
-    deco, kinds = decoration.columns(found["prefix"]) if n else ({}, ())
-    n_decorated = int((found["prefix"].str.len_bytes() > 0).sum()) if n else 0
-    if src.columns and n:
-        at = (found["line"] - 1).clip(0, max(len(next(iter(src.columns.values()))) - 1, 0))
-        for key, col in (("collector_time", "time"), ("host", "host"), ("pod", "pod")):
-            if col in src.columns and any(v is not None for v in src.columns[col]):
-                values = pl.Series(src.columns[col], dtype=pl.String).gather(at)
-                deco[key] = (
-                    values
-                    if key not in deco
-                    else pl.select(pl.coalesce(deco[key], values)).to_series()
-                )
-        kinds = (src.envelope, *kinds)
+    deco, kinds, n_decorated = _decorations(found, src)
     cols = {c: found[c] for c in found.columns}
-    for key in ("rank", "task"):
-        if key in deco:
-            cols[key] = (
-                deco[key]
-                if key not in cols
-                else pl.select(pl.coalesce(cols[key].cast(pl.Int64), deco[key])).to_series()
-            )
-    for key in ("host", "pod"):
-        if key in deco:
-            cols[key] = deco[key]
-    if "collector_time" in deco:
-        cols["collector_time"] = deco["collector_time"]
+    for key, values in deco.items():  # readers fill only rank of these: a record's own wins
+        cols[key] = cols[key].cast(pl.Int64).fill_null(values) if key in cols else values
     named = file_rank if file_rank is not None else rank_in_name(path)
     if named is not None and n and ("rank" not in cols or cols["rank"].null_count() == n):
         cols["rank"] = pl.Series([named] * n, dtype=pl.Int64)
     constants = {"run": run, "source_file": path, "format": fmt, "mem_basis": result.mem_basis}
     data: dict[str, Any] = {}
     for spec in COLUMNS:
-        if spec.name in constants:
-            value = constants[spec.name]
-            data[spec.name] = pd.Categorical.from_codes(
-                np.full(n, -1 if value is None else 0, dtype=np.int8),
-                categories=pd.Index([] if value is None else [value], dtype="str"),
-            )
+        if constants.get(spec.name) is not None:
+            data[spec.name] = constant_where(np.ones(n, dtype=bool), constants[spec.name])
         elif spec.name not in cols:
             data[spec.name] = _missing(spec.dtype, n)
         elif spec.dtype == "datetime64[ns]":
@@ -201,9 +194,8 @@ def to_pandas(
             data[spec.name] = pd.array(cols[spec.name].to_list(), dtype="boolean")
         else:
             data[spec.name] = _column(cols[spec.name], spec.dtype)
-    frame = pd.DataFrame(
-        data, index=pd.RangeIndex(n), copy=False
-    )  # no consolidation copy (0.5 s per 1 M rows)
+    # copy=False: no consolidation copy (0.5 s per 1 M rows)
+    frame = pd.DataFrame(data, index=pd.RangeIndex(n), copy=False)
     frame["mem_basis"] = frame["mem_basis"].where(frame["mem_gib"].notna(), pd.NA)
     return frame, tuple(dict.fromkeys(k for k in kinds if k)), n_decorated
 
@@ -242,13 +234,13 @@ def _banners(lines: Any, other: Any) -> tuple[list[int], Any]:
     import numpy as np
     import polars as pl
 
-    hit = other.filter(lines.gather(other).str.contains_any([b.decode() for b in runs.BANNERS]))
+    hit = other.filter(lines.gather(other).str.contains_any(list(runs.BANNERS)))
     if hit.len() == 0:
         return [], None
     texts = lines.gather(hit).to_list()
     prefixes = []
     for t in texts:
-        cut = min((t.find(b.decode()) for b in runs.BANNERS if b.decode() in t), default=0)
+        cut = min((t.find(b) for b in runs.BANNERS if b in t), default=0)
         prefixes.append(t[:cut])
     deco, _ = decoration.columns(pl.Series(prefixes, dtype=pl.String))
     ranks = deco["rank"].fill_null(-1).to_numpy() if "rank" in deco else np.full(len(texts), -1)
@@ -306,7 +298,6 @@ def _pool_columns(
     ``pooled``, ``pool_impl``, ``slack``, ``layout``; a sidecar says where no line does); the pool
     columns filled in ``frame``. See [Note: pooled runs] in pooltk.logs.runs."""
     import numpy as np
-    import pandas as pd
 
     from pooltk.logs.runinfo import RunInfo
 
@@ -348,15 +339,22 @@ def _pool_columns(
         layout = [given if isinstance(given, str) else None] * seg.n_runs
         report.notes.append(f"pool facts from the sidecar: pooled={sidecar_pooled}")
     if pool or isinstance(sidecar_pooled, bool):
-        frame["pooled"] = pd.array(
-            np.where(pooled < 0, None, pooled == 1).tolist(), dtype="boolean"
-        )
-        frame["pool_impl"] = _per_run_categorical(impl, seg.index)
-        frame["slack"] = pd.array(
-            np.where(slack[seg.index] < 0, np.nan, slack[seg.index]), dtype="Float64"
-        ).astype("Int64")
-        frame["layout"] = _per_run_categorical(layout, seg.index)
+        _set_pool_columns(frame, seg.index, pooled, impl, slack[seg.index], layout)
     return run_infos
+
+
+def _set_pool_columns(
+    frame: Any, run_index: Any, pooled: Any, impl: list, slack: Any, layout: list
+) -> None:
+    """The pool columns of ``frame``: ``pooled`` (per row; -1 missing), ``slack`` (per row; -1
+    missing), ``pool_impl`` and ``layout`` (per run)."""
+    import numpy as np
+    import pandas as pd
+
+    frame["pooled"] = pd.array(np.where(pooled < 0, None, pooled == 1).tolist(), dtype="boolean")
+    frame["pool_impl"] = _per_run_categorical(impl, run_index)
+    frame["slack"] = pd.array(np.where(slack < 0, np.nan, slack), dtype="Float64").astype("Int64")
+    frame["layout"] = _per_run_categorical(layout, run_index)
 
 
 def _run_pool_facts(pool: list) -> tuple[dict[str, Any], Any]:

@@ -151,9 +151,8 @@ def _rate_for(fmt: str, rows: pd.DataFrame, info: RunInfo) -> tuple[Any, str]:
     """(per-physical-GPU rate per row or None, basis sentence)."""
     world, world_basis = info.derived_world_size()
     if fmt == "torchtitan":
-        return rows["tok_per_s_logged"].to_numpy(
-            dtype=float
-        ), "torchtitan tps: tokens / (time x non-DP size), per device as logged"
+        basis = "torchtitan tps: tokens / (time x non-DP size), per device as logged"
+        return rows["tok_per_s_logged"].to_numpy(dtype=float), basis
     if fmt == "automodel_bench":
         gbs, seq = info.global_batch_size, info.seq_len
         missing = [
@@ -178,9 +177,8 @@ def _rate_for(fmt: str, rows: pd.DataFrame, info: RunInfo) -> tuple[Any, str]:
         return tps / world, f"tps / world size ({world}; {world_basis})"
     logged = rows["tok_per_s_per_gpu_logged"].to_numpy(dtype=float)
     if info.pp is not None and info.tp is not None and not all(math.isnan(x) for x in logged):
-        return logged / (
-            info.pp * info.tp
-        ), f"log's tps_per_gpu / (pp x tp) = / ({info.pp} x {info.tp})"
+        basis = f"log's tps_per_gpu / (pp x tp) = / ({info.pp} x {info.tp})"
+        return logged / (info.pp * info.tp), basis
     return None, "unknown: world size not known (give RunInfo(world_size=...) or a sidecar)"
 
 
@@ -222,7 +220,6 @@ class SteadyWindow:
     """The steps a steady-state figure is averaged over."""
 
     run: str
-    """Run."""
     first_step: int | None
     """First step in the window (None when the run has no train step)."""
     last_step: int | None
@@ -301,21 +298,15 @@ class StepTimeStats:
     """Seconds per step over a window, with how they were measured."""
 
     run: str
-    """Run."""
     n: int
     """Step times used."""
     mean_s: float
-    """Mean seconds per step."""
     median_s: float
-    """Median seconds per step."""
     p90_s: float
-    """90th percentile."""
     std_s: float
     """Standard deviation (0 for one value)."""
     min_s: float
-    """Fastest step."""
     max_s: float
-    """Slowest step."""
     basis: str
     """Where the step times come from."""
 
@@ -366,18 +357,8 @@ def step_time_stats(run_steps: pd.DataFrame, window: SteadyWindow) -> StepTimeSt
     values = times.reindex(in_window.index).to_numpy(dtype=float)
     values = values[np.isfinite(values)]
     if values.size == 0:
-        nan = math.nan
-        return StepTimeStats(
-            run=window.run,
-            n=0,
-            mean_s=nan,
-            median_s=nan,
-            p90_s=nan,
-            std_s=nan,
-            min_s=nan,
-            max_s=nan,
-            basis=basis,
-        )
+        figures = ("mean_s", "median_s", "p90_s", "std_s", "min_s", "max_s")
+        return StepTimeStats(run=window.run, n=0, basis=basis, **dict.fromkeys(figures, math.nan))
     return StepTimeStats(
         run=window.run,
         n=int(values.size),
@@ -399,9 +380,7 @@ class RunSummary:
     """The usual figures of one run, each with its basis."""
 
     run: str
-    """Run."""
     format: str
-    """Detected format."""
     n_steps: int
     """Logged train steps."""
     first_step: int | None
@@ -409,7 +388,6 @@ class RunSummary:
     last_step: int | None
     """Last logged train step."""
     window: SteadyWindow
-    """Steady-state window."""
     step_time: StepTimeStats
     """Step-time statistics over the window."""
     tok_per_s_per_gpu: float
@@ -475,14 +453,9 @@ class Summary:
         import pandas as pd
 
         frame = pd.DataFrame([r.to_dict() for r in self.runs])
-        for c in (
-            "first_step",
-            "last_step",
-        ):  # steps stay integers beside a run with none (not 0.0 / NaN)
+        for c in ("first_step", "last_step"):  # integers beside a run with none (not 0.0 / NaN)
             if c in frame:
-                frame[c] = pd.Series(
-                    [r.to_dict()[c] for r in self.runs], dtype=object, index=frame.index
-                )
+                frame[c] = pd.Series([getattr(r, c) for r in self.runs], dtype=object)
         return frame
 
     def __getitem__(self, run: str) -> RunSummary:
@@ -510,8 +483,6 @@ def summarize(
     ``peaks[0]`` is the peak the summary's MFU uses (:func:`mfu_table` shows all); without
     ``peaks``, a run's own logged peak FLOP/s (torchtitan's setup line) where it has one.
     """
-    import numpy as np
-
     infos: dict[str, RunInfo] = dict(table.runs)
     if isinstance(run_info, RunInfo):
         infos = {r: i.merged(run_info) for r, i in infos.items()}
@@ -519,8 +490,7 @@ def summarize(
         for r, extra in run_info.items():
             infos[r] = infos.get(r, RunInfo()).merged(extra)
     rates = per_gpu_rates(table.steps, infos, warn=warn)
-    steps = collapse_ranks(rates.steps)
-    steps = steps.astype({"step_time_basis": "object"})
+    steps = collapse_ranks(rates.steps).astype({"step_time_basis": "object"})
     out: list[RunSummary] = []
     for key, rows in steps.groupby("run", sort=False, observed=True):
         run = str(key)
@@ -528,61 +498,72 @@ def summarize(
         steps.loc[times.index, "step_time_s"] = times
         steps.loc[times.index, "step_time_basis"] = time_basis
         info = infos.get(run, RunInfo())
-        train = rows[rows["kind"] == "train"]
         window = steady_window(rows, warmup_steps=warmup_steps, declared=info.warmup_steps)
-        in_window = _in_window(rows, window)
-        stats = step_time_stats(rows, window)
-        rate = (
-            float(np.nanmean(in_window["tok_per_s_per_gpu"]))
-            if in_window["tok_per_s_per_gpu"].notna().any()
-            else math.nan
-        )
-        logged = in_window["tok_per_s_per_gpu_logged"]
-        mfu_logged = in_window["mfu_pct_logged"]
-        peak_basis = (
-            peaks[0]
-            if peaks
-            else (
-                PeakBasis(
-                    name=f"{info.peak_flops / 1e12:g} TFLOP/s (the log's own peak)",
-                    flops_per_s=info.peak_flops,
-                    source=info.sources.get("peak_flops", "the log"),
-                )
-                if info.peak_flops
-                else None
-            )
-        )
-        fig = (
-            mfu(rate, flops, peak_basis)
-            if flops is not None and math.isfinite(rate) and peak_basis is not None
-            else None
-        )
-        mem = train["mem_gib"]
-        peak = float(mem.max()) if mem.notna().any() else math.nan
-        losses = train["loss"].to_numpy(dtype=float)
-        finite = losses[np.isfinite(losses)]
-        basis_mem = train["mem_basis"].dropna()
-        out.append(
-            RunSummary(
-                run=run,
-                format=str(rows["format"].iloc[0]),
-                n_steps=int(train["step"].nunique()),
-                first_step=int(train["step"].min()) if len(train) else None,
-                last_step=int(train["step"].max()) if len(train) else None,
-                window=window,
-                step_time=stats,
-                tok_per_s_per_gpu=rate,
-                tok_per_s_per_gpu_basis=rates.bases.get(run, ""),
-                tok_per_s_per_gpu_logged=float(logged.mean()) if logged.notna().any() else math.nan,
-                mfu=fig,
-                mfu_logged_pct=float(mfu_logged.mean()) if mfu_logged.notna().any() else math.nan,
-                peak_mem_gib=peak,
-                mem_basis=str(basis_mem.iloc[0]) if len(basis_mem) else "",
-                headroom=headroom(peak, capacity)
-                if capacity is not None and math.isfinite(peak)
-                else None,
-                final_loss=float(finite[-1]) if finite.size else math.nan,
-                warnings=tuple(w for w in rates.warnings if w.startswith(f"run {run}:")),
-            )
-        )
+        peak = peaks[0] if peaks else _logged_peak(info)
+        out.append(_run_summary(run, rows, window, rates, flops, peak, capacity))
     return Summary(runs=tuple(out), steps=steps)
+
+
+def _logged_peak(info: RunInfo) -> PeakBasis | None:
+    """The run's own logged peak FLOP/s (torchtitan's setup line) as a basis, or None."""
+    if not info.peak_flops:
+        return None
+    return PeakBasis(
+        name=f"{info.peak_flops / 1e12:g} TFLOP/s (the log's own peak)",
+        flops_per_s=info.peak_flops,
+        source=info.sources.get("peak_flops", "the log"),
+    )
+
+
+def _mean(values: pd.Series) -> float:
+    """The mean of the values present, NaN where none is."""
+    return float(values.mean()) if values.notna().any() else math.nan
+
+
+def _run_summary(
+    run: str,
+    rows: pd.DataFrame,
+    window: SteadyWindow,
+    rates: PerGpuRates,
+    flops: FlopsBasis | None,
+    peak_basis: PeakBasis | None,
+    capacity: DeviceCapacity | None,
+) -> RunSummary:
+    """One run's figures over its steady ``window`` (see :func:`summarize`)."""
+    import numpy as np
+
+    train = rows[rows["kind"] == "train"]
+    in_window = _in_window(rows, window)
+    stats = step_time_stats(rows, window)
+    rate = (
+        float(np.nanmean(in_window["tok_per_s_per_gpu"]))
+        if in_window["tok_per_s_per_gpu"].notna().any()
+        else math.nan
+    )
+    fig = None
+    if flops is not None and math.isfinite(rate) and peak_basis is not None:
+        fig = mfu(rate, flops, peak_basis)
+    mem = train["mem_gib"]
+    peak = float(mem.max()) if mem.notna().any() else math.nan
+    losses = train["loss"].to_numpy(dtype=float)
+    finite = losses[np.isfinite(losses)]
+    basis_mem = train["mem_basis"].dropna()
+    return RunSummary(
+        run=run,
+        format=str(rows["format"].iloc[0]),
+        n_steps=int(train["step"].nunique()),
+        first_step=int(train["step"].min()) if len(train) else None,
+        last_step=int(train["step"].max()) if len(train) else None,
+        window=window,
+        step_time=stats,
+        tok_per_s_per_gpu=rate,
+        tok_per_s_per_gpu_basis=rates.bases.get(run, ""),
+        tok_per_s_per_gpu_logged=_mean(in_window["tok_per_s_per_gpu_logged"]),
+        mfu=fig,
+        mfu_logged_pct=_mean(in_window["mfu_pct_logged"]),
+        peak_mem_gib=peak,
+        mem_basis=str(basis_mem.iloc[0]) if len(basis_mem) else "",
+        headroom=headroom(peak, capacity) if capacity is not None and math.isfinite(peak) else None,
+        final_loss=float(finite[-1]) if finite.size else math.nan,
+        warnings=tuple(w for w in rates.warnings if w.startswith(f"run {run}:")),
+    )

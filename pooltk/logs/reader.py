@@ -23,13 +23,16 @@ from pooltk.logs import (
     automodel_bench,
     automodel_jsonl,
     automodel_text,
+    frames,
+    records,
     torchtitan,
     torchtitan_jsonl,
 )
 from pooltk.logs._common import ParseResult, SkippedLine
 from pooltk.logs.errors import LogFormatError
-from pooltk.logs.files import expand, left_out, rank_in_name, run_name, unique_runs
+from pooltk.logs.files import expand, left_out, run_name, unique_runs
 from pooltk.logs.runinfo import RunInfo, read_sidecar, sidecar_paths
+from pooltk.logs.schema import concat_frames
 from pooltk.logs.source import MAX_BYTES, Source, load
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,7 +71,6 @@ class FileReport:
     """How one file was read: its format and what became of each of its lines."""
 
     path: str
-    """The file."""
     run: str
     """Run the rows were tagged with."""
     format: str
@@ -185,19 +187,19 @@ class LogTable:
         return sum(f.n_skipped for f in self.files)
 
 
-def _first_hits(lines: Any) -> dict[str, int]:
-    """For each format, the first line (0-based) holding its signature: in the first thousand
-    lines, else the first 200,000, else anywhere (the earliest hit of any format is in the first
-    window that holds one)."""
+def _earliest(path: str, lines: Any, src: Source | None) -> str:
+    """The format whose signature is on the earliest line (a tie: :data:`_DETECT_ORDER`), looked
+    for in the first thousand lines, else the first 200,000, else anywhere (the earliest hit of any
+    format is in the first window that holds one)."""
     for part in (lines.head(1000), lines.head(200_000), lines):
-        hits: dict[str, int] = {}
+        best: tuple[int, str] | None = None
         for mod in _DETECT_ORDER:
             found = part.str.contains(mod.DETECT).arg_true()
-            if found.len():
-                hits[mod.FORMAT] = int(found[0])
-        if hits:
-            return hits
-    return {}
+            if found.len() and (best is None or found[0] < best[0]):
+                best = (int(found[0]), mod.FORMAT)
+        if best is not None:
+            return best[1]
+    raise _no_format(path, lines, src, lines.len())
 
 
 def _no_format(path: str, lines: Any, src: Source | None, n: int) -> LogFormatError:
@@ -235,10 +237,7 @@ def detect_format(lines: Sequence[str], *, path: str = "<lines>", text: str | No
     series = pl.Series("l", list(lines), dtype=pl.String)
     if not any(t.strip() for t in series.head(100_000).to_list()):
         raise _empty(path)
-    hits = _first_hits(series)
-    if not hits:
-        raise _no_format(path, series, None, series.len())
-    return min(hits, key=lambda f: (hits[f], [m.FORMAT for m in _DETECT_ORDER].index(f)))
+    return _earliest(path, series, None)
 
 
 def read_log_file(
@@ -278,8 +277,6 @@ def _read_one(
     engine: str = "auto",
     rank: int | None = None,
 ) -> tuple[LogTable | None, LogFormatError | None]:
-    from pooltk.logs import frames, records
-
     if format != "auto" and format not in FORMATS:
         raise ValueError(
             f"format: found {format!r}; required 'auto' or one of {', '.join(FORMATS)}. "
@@ -323,16 +320,11 @@ def _detect(p: Path, src: Source, lines: Any) -> str:
         return automodel_bench.SUMMARY_FORMAT
     if src.data.isspace() or not src.data:
         raise _empty(str(p))
-    hits = _first_hits(lines)
-    if not hits:
-        raise _no_format(str(p), lines, src, lines.len())
-    return min(hits, key=lambda f: (hits[f], [m.FORMAT for m in _DETECT_ORDER].index(f)))
+    return _earliest(str(p), lines, src)
 
 
 def _records(p: Path, fmt: str, src: Source, lines: Any, engine: str) -> tuple[Any, ParseResult]:
     """(the file's records, what was made of each line) as its format reads them."""
-    from pooltk.logs import frames, records
-
     result = ParseResult()
     if fmt == automodel_bench.SUMMARY_FORMAT:
         try:
@@ -343,11 +335,15 @@ def _records(p: Path, fmt: str, src: Source, lines: Any, engine: str) -> tuple[A
             ) from None
         return frames.from_result(result), result
     mod = _MODULES[fmt]
-    if hasattr(mod, "read_all"):
-        return mod.read_all(lines, result), result
+    result.timestamp_format, result.mem_basis = mod.TS_FORMAT, mod.MEM_BASIS
+    if hasattr(mod, "parse"):  # a format read line by line in Python
+        texts = lines.to_list()
+        result.n_lines = len(texts)
+        mod.parse(enumerate(texts, start=1), result)
+        return frames.from_result(result), result
     cut_last = bool(src.data) and not src.data.endswith(b"\n")
     found = records.read_records(mod, lines, result, cut_last=cut_last, fast=engine == "auto")
-    mod.finish(found, result, stem=p.name.split(".")[0] if "." in p.name else p.name)
+    mod.finish(found, result, stem=p.name.split(".")[0])
     return found, result
 
 
@@ -430,8 +426,6 @@ def _sidecar_facts(
     p: Path, run_id: str, frame: Any, report: FileReport, result: ParseResult
 ) -> RunInfo:
     """The run's facts from its log, merged with its ``*.meta.json`` sidecar where there is one."""
-    from pooltk.logs import frames
-
     info = RunInfo.from_facts(result.meta, source=str(p), lines=result.meta_lines)
     for sidecar in sidecar_paths(p, run_id.rsplit("/", 1)[-1]):
         if sidecar.is_file():
@@ -509,8 +503,6 @@ def read_logs(
     is two runs; rotated files (``train.log.1``) join their run in order. ``engine`` as in
     :func:`read_log_file`.
     """
-    from pooltk.logs.schema import concat_frames
-
     if isinstance(paths, (str, Path)):
         paths = [paths]
     paths = list(paths)
@@ -548,14 +540,21 @@ def read_logs(
             fix="point at the run's log files",
         )
     _join_validation(tables)
-    steps = concat_frames([t.steps for t in tables])
+    return _merged(tables, unrecognised, plan)
+
+
+def _merged(
+    tables: list[LogTable], unrecognised: list[str], plan: dict[Path, tuple[str, int | None, str]]
+) -> LogTable:
+    """The files' tables as one (a run's facts merged over its files)."""
     runs: dict[str, RunInfo] = {}
     for t in tables:
         for name, info in t.runs.items():
             runs[name] = runs[name].merged(info) if name in runs else info
-    files = [f for t in tables for f in t.files]
-    why = {run: reason for run, _, reason in plan.values() if reason}
-    return LogTable(steps=steps, files=files, runs=runs, unrecognised=unrecognised, run_sources=why)
-
-
-__all__ += ["rank_in_name"]
+    return LogTable(
+        steps=concat_frames([t.steps for t in tables]),
+        files=[f for t in tables for f in t.files],
+        runs=runs,
+        unrecognised=unrecognised,
+        run_sources={run: reason for run, _, reason in plan.values() if reason},
+    )

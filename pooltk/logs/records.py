@@ -38,13 +38,16 @@ records share a line; only the length of a number could tell them apart.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from pooltk.logs._common import ParseResult
+from pooltk.logs._common import ParseResult, parse_float, parse_int
+from pooltk.logs.schema import RowBuilder
 
 __all__ = [
+    "BadRecord",
     "Field",
     "Found",
     "Rec",
@@ -52,6 +55,7 @@ __all__ = [
     "TRUNCATED_EOF",
     "form_numbers",
     "form_pattern",
+    "read_form",
     "read_records",
     "to_lines",
 ]
@@ -75,6 +79,8 @@ class Field:
     ``"{}({}/gpu)"``); a form without ``{}`` is a word meaning no number (torchtitan's ``N/A``)."""
     also: str = ""
     """The column of a form's second number."""
+    number: str = ""
+    """A regex each number text must match whole (empty: any text the number parser reads)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -113,6 +119,10 @@ class Found:
     """polars DataFrame: ``line`` (1-based), ``prefix`` and the value columns."""
 
 
+class BadRecord(ValueError):
+    """A record that does not parse; the message is the skip reason."""
+
+
 def form_numbers(form: str, text: str) -> list[str] | None:
     """The number texts of ``text`` written in ``form`` (see :attr:`Field.forms`), or None."""
     pieces = form.split("{}")
@@ -126,6 +136,26 @@ def form_numbers(form: str, text: str) -> list[str] | None:
         return [inner]
     first, sep, second = inner.partition(pieces[1])
     return [first, second] if sep else None
+
+
+def read_form(key: str, field: Field, text: str, values: dict[str, Any]) -> int | None:
+    """The form (index into ``field.forms``) ``text`` is written in, its numbers put into
+    ``values`` by column; None where no form fits. A number that does not parse raises
+    :class:`BadRecord`."""
+    parse = parse_int if field.kind == "int" else parse_float
+    for form, written in enumerate(field.forms):
+        numbers = form_numbers(written, text)
+        if numbers is None:
+            continue
+        if field.number and not all(re.fullmatch(field.number, x) for x in numbers):
+            return None
+        try:
+            for column, number in zip((field.column, field.also), numbers):
+                values[column] = parse(number)
+        except ValueError:
+            raise BadRecord(f"field {key!r}: {text[:30]!r} is not a number") from None
+        return form
+    return None
 
 
 def to_lines(data: bytes) -> Any:
@@ -363,15 +393,10 @@ def _rows(kept: list[tuple[int, str, Rec]]) -> Any:
     """The leftovers' records as a polars frame (``rec`` orders the records of one line)."""
     import polars as pl
 
-    cols: dict[str, list[Any]] = {"line": [], "rec": [], "prefix": []}
+    rows = RowBuilder(also=("rec", "prefix"))
     for j, (ln, prefix, rec) in enumerate(kept):
-        row = {"line": ln, "rec": j + 1, "prefix": prefix, **rec.values}
-        for key in row:
-            if key not in cols:
-                cols[key] = [None] * j
-        for key, col in cols.items():
-            col.append(row.get(key))
-    return pl.DataFrame(cols, strict=False, infer_schema_length=None) if kept else None
+        rows.add(line=ln, rec=j + 1, prefix=prefix, **rec.values)
+    return pl.DataFrame(rows.columns(), strict=False, infer_schema_length=None) if kept else None
 
 
 def _cut_after(keys: tuple[str, ...], full: tuple[str, ...]) -> str:
@@ -408,6 +433,4 @@ def _meta(fmt: Any, lines: Any, cand: Any, result: ParseResult) -> None:
 
 def form_pattern(form: str, number: str) -> str:
     """The regex of a value written in ``form`` (:attr:`Field.forms`), each number ``number``."""
-    import re
-
     return f"(?:{number})".join(re.escape(piece) for piece in form.split("{}"))

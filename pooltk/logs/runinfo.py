@@ -17,22 +17,6 @@ from pooltk.logs.errors import LogFormatError
 
 __all__ = ["RunInfo", "read_sidecar", "sidecar_paths"]
 
-_INT_FIELDS = (
-    "world_size",
-    "pp",
-    "tp",
-    "cp",
-    "dp",
-    "microbatches",
-    "global_batch_size",
-    "local_batch_size",
-    "micro_batch_size",
-    "seq_len",
-    "grad_acc_steps",
-    "warmup_steps",
-    "hidden",
-)
-
 _ALIASES = {
     "num_stages": "pp",
     "pp_size": "pp",
@@ -155,7 +139,9 @@ class RunInfo:
 
 
 def _cast(key: str, value: Any, where: str) -> Any:
-    if key in _INT_FIELDS:
+    """``value`` as the type :class:`RunInfo` declares for ``key``."""
+    declared = _TYPES[key]
+    if declared == "int | None":
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise ValueError(
                 f"RunInfo.{key}: found {value!r} from {where}; required an integer. "
@@ -167,9 +153,13 @@ def _cast(key: str, value: Any, where: str) -> Any:
                 f"RunInfo.{key}: found {value!r} from {where}; required a non-negative integer."
             )
         return int(number)
-    if key in ("peak_flops", "device_capacity_gib"):
+    if declared == "float | None":
         return float(value)
     return value
+
+
+_TYPES = {f.name: f.type for f in fields(RunInfo)}
+"""Each fact's declared type, as written (``from __future__ import annotations``)."""
 
 
 def _from_mesh(
@@ -199,11 +189,7 @@ def sidecar_paths(log_path: Path, run: str) -> list[Path]:
     for suffix in (".gz", ".jsonl", ".json", ".log", ".txt", ".out"):
         name = name.removesuffix(suffix)
     candidates = [log_path.with_name(f"{name}.meta.json"), log_path.with_name(f"{run}.meta.json")]
-    seen: list[Path] = []
-    for c in candidates:
-        if c not in seen:
-            seen.append(c)
-    return seen
+    return list(dict.fromkeys(candidates))
 
 
 def read_sidecar(path: Path) -> RunInfo:

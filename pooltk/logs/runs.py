@@ -89,15 +89,15 @@ NODE_SKEW_MAX_S = 2 * 1000.0
 CLOCK_BACK_MAX_S = DST_SHIFT_MAX_S + NODE_SKEW_MAX_S
 """The furthest a run's clock goes back (see [Note: run boundaries]); further is another run."""
 
-BANNERS: tuple[bytes, ...] = (
-    b"torchtitan version: ",
-    b"Starting job: ",
-    b"cfg-path: ",
-    b"Library versions:",
-    b"Benchmarking setup",
-    b"Running with args:",
-    b"Training starts at step ",
-    b"Launching job locally on ",
+BANNERS: tuple[str, ...] = (
+    "torchtitan version: ",
+    "Starting job: ",
+    "cfg-path: ",
+    "Library versions:",
+    "Benchmarking setup",
+    "Running with args:",
+    "Training starts at step ",
+    "Launching job locally on ",
 )
 """Text a framework prints once per process start (torchtitan, Automodel and its CLI's launch line,
 the benchmark recipe)."""
@@ -106,20 +106,21 @@ POOL_RE = re.compile(
     r"(?m)^[^\n]*?(?:(?P<am>recv_buffer_pool: installed "
     r"\(slack=(?P<am_slack>-?\d+), layout=(?P<am_layout>[^)\n]*)\))"
     r"|(?P<pk>pooltk: installed \(policy=(?P<pk_policy>[^,\n]*), "
-    r"slack=(?P<pk_slack>-?\d+), grad_slack=(?P<pk_grad>-?\d+), "
+    r"slack=(?P<pk_slack>-?\d+), grad_slack=(?P<pk_grad_slack>-?\d+), "
     r"schedule=(?P<pk_schedule>[^,\n]*), layout=(?P<pk_layout>[^,)\n]*)(?:, [a-z_]+=[^,)\n]*)*\))"
     r"|(?P<no>pooltk: not installed \(reason=(?P<no_reason>[^\n]*)\))"
-    r"|(?P<am_no>recv_buffer_pool: "
-    r"(?:torch internals mismatch, not installing|no known recv-infra entry points)[^\n]*)"
-    r"|(?P<stage>pooltk: stage (?P<st_i>\d+) pooled "
-    r"\(fwd ring (?P<st_fk>\d+)/(?P<st_fm>\d+), grad ring (?P<st_gk>\d+)/(?P<st_gm>\d+)\))"
-    r"|(?P<kept>pooltk: stage (?P<kp_i>\d+) kept stock \(reason=(?P<kp_reason>[^\n]*)\))"
-    r"|(?P<rehome>pooltk: stage (?P<rh_i>\d+) (?P<rh_dir>\w+) slot \d+ re-homed "
-    r"\((?P<rh_bytes>\d+) bytes\))"
-    r"|(?P<nosave>pooltk: stage (?P<ns_i>\d+) (?P<ns_dir>\w+) ring saved nothing "
-    r"\(held (?P<ns_held>\d+) sets"
-    r" at once, stock holds (?P<ns_stock>\d+))"
-    r"|(?P<graph>pooltk: stage (?P<kg_i>\d+) kept graph \(reason=(?P<kg_reason>[^\n]*)\)))"
+    r"|(?P<am_no>(?P<am_no_reason>recv_buffer_pool: "
+    r"(?:torch internals mismatch, not installing|no known recv-infra entry points)[^\n]*))"
+    r"|(?P<stage>pooltk: stage (?P<stage_stage>\d+) pooled "
+    r"\(fwd ring (?P<stage_fwd_ring>\d+/\d+), grad ring (?P<stage_grad_ring>\d+/\d+)\))"
+    r"|(?P<kept>pooltk: stage (?P<kept_stage>\d+) kept stock \(reason=(?P<kept_reason>[^\n]*)\))"
+    r"|(?P<rehome>pooltk: stage (?P<rehome_stage>\d+) (?P<rehome_direction>\w+) slot \d+ re-homed "
+    r"\((?P<rehome_bytes>\d+) bytes\))"
+    r"|(?P<nosave>pooltk: stage (?P<nosave_stage>\d+) (?P<nosave_direction>\w+) ring saved nothing "
+    r"\(held (?P<nosave_held>\d+) sets"
+    r" at once, stock holds (?P<nosave_stock>\d+))"
+    r"|(?P<graph>pooltk: stage (?P<graph_stage>\d+) kept graph "
+    r"\(reason=(?P<graph_reason>[^\n]*)\)))"
 )
 """Pool install lines of NeMo Automodel and pooltk (see [Note: pooled runs])."""
 
@@ -171,73 +172,39 @@ _RANK_RE = re.compile(r"pooltk: \[rank (?P<rank>\d+)\] ")
 """The rank pooltk names in a line logged on a rank other than 0 ([Note: pool log lines])."""
 
 
-def _pool_line(n: int, g: dict[str, Any]) -> PoolLine:  # noqa: C901
+_POOL_LINES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "am": ("installed", "automodel", ("slack", "layout")),
+    "pk": ("installed", "pooltk", ("slack", "layout", "policy", "grad_slack", "schedule")),
+    "no": ("not_installed", "pooltk", ("reason",)),
+    "am_no": ("not_installed", "automodel", ("reason",)),
+    "kept": ("stage", "pooltk", ("stage", "pooled", "reason")),
+    "stage": ("stage", "pooltk", ("stage", "pooled", "fwd_ring", "grad_ring")),
+    "rehome": ("warning", "pooltk", ("what", "stage", "direction", "bytes")),
+    "nosave": ("warning", "pooltk", ("what", "stage", "direction", "held", "stock")),
+    "graph": ("warning", "pooltk", ("what", "stage", "reason")),
+}
+"""Per :data:`POOL_RE` alternative: its kind, whose pool, and its facts in order (each fact read
+from the group ``<alternative>_<fact>``, or a constant of :data:`_POOL_CONSTANTS`)."""
+_POOL_CONSTANTS: dict[str, dict[str, Any]] = {
+    "kept": {"pooled": False},
+    "stage": {"pooled": True},
+    "rehome": {"what": "re-homed"},
+    "nosave": {"what": "saved nothing"},
+    "graph": {"what": "kept graph"},
+}
+_POOL_INTS = frozenset({"slack", "grad_slack", "stage", "bytes", "held", "stock"})
+
+
+def _pool_line(n: int, g: dict[str, Any]) -> PoolLine:
     """The :class:`PoolLine` at 1-based line ``n`` whose :data:`POOL_RE` groups are ``g``."""
-    if g["am"]:
-        return PoolLine(
-            line=n,
-            kind="installed",
-            impl="automodel",
-            facts={"slack": int(g["am_slack"]), "layout": g["am_layout"]},
-        )
-    if g["pk"]:
-        return PoolLine(
-            line=n,
-            kind="installed",
-            impl="pooltk",
-            facts={
-                "slack": int(g["pk_slack"]),
-                "layout": g["pk_layout"],
-                "policy": g["pk_policy"],
-                "grad_slack": int(g["pk_grad"]),
-                "schedule": g["pk_schedule"],
-            },
-        )
-    if g["no"]:
-        return PoolLine(
-            line=n, kind="not_installed", impl="pooltk", facts={"reason": g["no_reason"]}
-        )
-    if g["am_no"]:
-        return PoolLine(
-            line=n, kind="not_installed", impl="automodel", facts={"reason": g["am_no"]}
-        )
-    if g["kept"]:
-        return PoolLine(
-            line=n,
-            kind="stage",
-            impl="pooltk",
-            facts={"stage": int(g["kp_i"]), "pooled": False, "reason": g["kp_reason"]},
-        )
-    if g["stage"]:
-        return PoolLine(
-            line=n,
-            kind="stage",
-            impl="pooltk",
-            facts={
-                "stage": int(g["st_i"]),
-                "pooled": True,
-                "fwd_ring": f"{g['st_fk']}/{g['st_fm']}",
-                "grad_ring": f"{g['st_gk']}/{g['st_gm']}",
-            },
-        )
-    if g["rehome"]:
-        facts = {
-            "what": "re-homed",
-            "stage": int(g["rh_i"]),
-            "direction": g["rh_dir"],
-            "bytes": int(g["rh_bytes"]),
-        }
-    elif g["nosave"]:
-        facts = {
-            "what": "saved nothing",
-            "stage": int(g["ns_i"]),
-            "direction": g["ns_dir"],
-            "held": int(g["ns_held"]),
-            "stock": int(g["ns_stock"]),
-        }
-    else:
-        facts = {"what": "kept graph", "stage": int(g["kg_i"]), "reason": g["kg_reason"]}
-    return PoolLine(line=n, kind="warning", impl="pooltk", facts=facts)
+    alt = next(a for a in _POOL_LINES if g[a])
+    kind, impl, names = _POOL_LINES[alt]
+    constants = _POOL_CONSTANTS.get(alt, {})
+    facts = {}
+    for name in names:
+        value = constants[name] if name in constants else g[f"{alt}_{name}"]
+        facts[name] = int(value) if name in _POOL_INTS else value
+    return PoolLine(line=n, kind=kind, impl=impl, facts=facts)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -544,19 +511,16 @@ def fold_copies(frame: Any, skew_s: float = NODE_SKEW_MAX_S) -> tuple[Any, int]:
     import numpy as np
     import pandas as pd
 
-    for kind in (
-        "train",
-        "val",
-    ):  # no step logged twice: no copies to fold (the usual case, checked cheaply)
+    # no step logged twice: no copies to fold (the usual case, checked cheaply)
+    for kind in ("train", "val"):
         steps = frame["step"].to_numpy(dtype=np.int64)[(frame["kind"] == kind).to_numpy()]
         if steps.size > 1 and not (np.diff(steps) > 0).all() and np.unique(steps).size < steps.size:
             break
     else:
         return frame, 0
     cols = [c for c in frame.columns if c not in ("line", "collector_time", "timestamp")]
-    dup = frame.duplicated(subset=[*cols, "timestamp"], keep="first").to_numpy(
-        copy=True
-    )  # copies stamped alike (usual)
+    # copies stamped alike (usual)
+    dup = frame.duplicated(subset=[*cols, "timestamp"], keep="first").to_numpy(copy=True)
     rest = np.flatnonzero(~dup)
     loose = (
         frame.iloc[rest].duplicated(subset=cols, keep=False).to_numpy()
@@ -576,9 +540,8 @@ def fold_copies(frame: Any, skew_s: float = NODE_SKEW_MAX_S) -> tuple[Any, int]:
         gap = (np.diff(t) > int(skew_s * 1e9)) | ((t[1:] == nat) != (t[:-1] == nat))
         cluster = np.empty(idx.size, dtype=np.int64)
         cluster[order] = np.cumsum(np.r_[True, (g[1:] != g[:-1]) | gap])
-        dup[idx] = (
-            sub[cols].assign(_cluster=cluster).duplicated(keep="first").to_numpy()
-        )  # every value compared here
+        # every value compared here
+        dup[idx] = sub[cols].assign(_cluster=cluster).duplicated(keep="first").to_numpy()
     n = int(dup.sum())
     if n == 0:
         return frame, 0

@@ -20,7 +20,7 @@ from typing import Any
 __all__ = ["COLUMNS", "ColumnSpec", "RowBuilder", "concat_frames"]
 
 
-@dataclass(kw_only=True, slots=True, frozen=True)
+@dataclass(slots=True, frozen=True)
 class ColumnSpec:
     """One column of the step table."""
 
@@ -34,139 +34,110 @@ class ColumnSpec:
 
 COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec(
-        name="run",
-        dtype="category",
-        doc="run name: the file stem, or its folder for generic names (training.jsonl)",
+        "run",
+        "category",
+        "run name: the file stem, or its folder for generic names (training.jsonl)",
     ),
-    ColumnSpec(name="source_file", dtype="category", doc="path of the file the row was read from"),
+    ColumnSpec("source_file", "category", "path of the file the row was read from"),
+    ColumnSpec("format", "category", "detected log family (see pooltk.logs.FORMATS)"),
+    ColumnSpec("kind", "category", "'train' or 'val'"),
+    ColumnSpec("line", "int64", "1-based line number of the row in source_file"),
     ColumnSpec(
-        name="format", dtype="category", doc="detected log family (see pooltk.logs.FORMATS)"
-    ),
-    ColumnSpec(name="kind", dtype="category", doc="'train' or 'val'"),
-    ColumnSpec(name="line", dtype="int64", doc="1-based line number of the row in source_file"),
-    ColumnSpec(
-        name="rank",
-        dtype="Int64",
-        doc="rank that printed the line when the log says so ([rankN]:, 'Rank N |', a JSONL rank)",
+        "rank",
+        "Int64",
+        "rank that printed the line when the log says so ([rankN]:, 'Rank N |', a JSONL rank)",
     ),
     ColumnSpec(
-        name="task",
-        dtype="Int64",
-        doc="launcher task of the line: srun --label task id or docker compose replica",
+        "task",
+        "Int64",
+        "launcher task of the line: srun --label task id or docker compose replica",
     ),
     ColumnSpec(
-        name="host",
-        dtype="category",
-        doc="host the line came from, where a launcher or collector says "
-        "(pdsh, journald, syslog, SageMaker, Ray, SkyPilot, CloudWatch stream, GCP instance)",
+        "host",
+        "category",
+        "host the line came from, where a launcher or collector says (pdsh, journald, syslog, "
+        "SageMaker, Ray, SkyPilot, CloudWatch stream, GCP instance)",
     ),
     ColumnSpec(
-        name="pod",
-        dtype="category",
-        doc="Kubernetes pod, where kubectl --prefix, stern or a GCP export says",
+        "pod",
+        "category",
+        "Kubernetes pod, where kubectl --prefix, stern or a GCP export says",
     ),
     ColumnSpec(
-        name="collector_time",
-        dtype="datetime64[ns]",
-        doc="when the launcher or collector stamped the line "
+        "collector_time",
+        "datetime64[ns]",
+        "when the launcher or collector stamped the line "
         "(kubectl --timestamps, journald, RFC 5424, envelopes), UTC",
     ),
+    ColumnSpec("step", "int64", "optimizer step (benchmark: iteration index, from 0)"),
+    ColumnSpec("epoch", "Int64", "epoch, where logged"),
     ColumnSpec(
-        name="step", dtype="int64", doc="optimizer step (benchmark: iteration index, from 0)"
+        "timestamp",
+        "datetime64[ns]",
+        "when the line was logged (JSONL: UTC; text: host clock)",
     ),
-    ColumnSpec(name="epoch", dtype="Int64", doc="epoch, where logged"),
+    ColumnSpec("loss", "float64", "loss as logged; NaN where a non-last PP stage printed -1"),
+    ColumnSpec("grad_norm", "float64", "gradient norm as logged"),
+    ColumnSpec("lr", "float64", "learning rate as logged"),
+    ColumnSpec("mem_gib", "float64", "peak device memory, GiB (2**30 B); see mem_basis"),
     ColumnSpec(
-        name="timestamp",
-        dtype="datetime64[ns]",
-        doc="when the line was logged (JSONL: UTC; text: host clock)",
-    ),
-    ColumnSpec(
-        name="loss", dtype="float64", doc="loss as logged; NaN where a non-last PP stage printed -1"
-    ),
-    ColumnSpec(name="grad_norm", dtype="float64", doc="gradient norm as logged"),
-    ColumnSpec(name="lr", dtype="float64", doc="learning rate as logged"),
-    ColumnSpec(
-        name="mem_gib", dtype="float64", doc="peak device memory, GiB (2**30 B); see mem_basis"
-    ),
-    ColumnSpec(
-        name="mem_basis",
-        dtype="category",
-        doc="which peak: 'max_allocated' (Automodel) or 'max_reserved' (torchtitan)",
+        "mem_basis",
+        "category",
+        "which peak: 'max_allocated' (Automodel) or 'max_reserved' (torchtitan)",
     ),
     ColumnSpec(
-        name="mem_pct",
-        dtype="float64",
-        doc="peak memory as % of device capacity, where logged (torchtitan)",
+        "mem_pct",
+        "float64",
+        "peak memory as % of device capacity, where logged (torchtitan)",
     ),
     ColumnSpec(
-        name="tok_per_s_logged",
-        dtype="float64",
-        doc="the log's own token rate (Automodel: whole job; torchtitan: per device)",
+        "tok_per_s_logged",
+        "float64",
+        "the log's own token rate (Automodel: whole job; torchtitan: per device)",
     ),
     ColumnSpec(
-        name="tok_per_s_per_gpu_logged",
-        dtype="float64",
-        doc="the log's own per-GPU rate (Automodel: tps/cp/dp, ignores PP and TP)",
+        "tok_per_s_per_gpu_logged",
+        "float64",
+        "the log's own per-GPU rate (Automodel: tps/cp/dp, ignores PP and TP)",
     ),
     ColumnSpec(
-        name="tflops_per_gpu_logged",
-        dtype="float64",
-        doc="achieved TFLOP/s per device, where logged (torchtitan)",
+        "tflops_per_gpu_logged",
+        "float64",
+        "achieved TFLOP/s per device, where logged (torchtitan)",
     ),
+    ColumnSpec("mfu_pct_logged", "float64", "MFU in %, as logged on the framework's own basis"),
+    ColumnSpec("num_tokens", "Int64", "tokens in the step's global batch, where logged"),
+    ColumnSpec("num_label_tokens", "Int64", "label (loss) tokens in the step, where logged"),
+    ColumnSpec("step_time_s", "float64", "seconds per step from the log; basis in step_time_basis"),
+    ColumnSpec("step_time_basis", "category", "how step_time_s was obtained"),
+    ColumnSpec("val_name", "category", "validation set name for kind == 'val'"),
     ColumnSpec(
-        name="mfu_pct_logged",
-        dtype="float64",
-        doc="MFU in %, as logged on the framework's own basis",
+        "pooled",
+        "boolean",
+        "whether the run logged a receive-buffer pool install; missing when it logged neither",
     ),
-    ColumnSpec(
-        name="num_tokens", dtype="Int64", doc="tokens in the step's global batch, where logged"
-    ),
-    ColumnSpec(
-        name="num_label_tokens", dtype="Int64", doc="label (loss) tokens in the step, where logged"
-    ),
-    ColumnSpec(
-        name="step_time_s",
-        dtype="float64",
-        doc="seconds per step from the log; basis in step_time_basis",
-    ),
-    ColumnSpec(name="step_time_basis", dtype="category", doc="how step_time_s was obtained"),
-    ColumnSpec(name="val_name", dtype="category", doc="validation set name for kind == 'val'"),
-    ColumnSpec(
-        name="pooled",
-        dtype="boolean",
-        doc="whether the run logged a receive-buffer pool install; missing when it logged neither",
-    ),
-    ColumnSpec(
-        name="pool_impl",
-        dtype="category",
-        doc="whose pool: 'automodel' (recv_buffer_pool) or 'pooltk'",
-    ),
-    ColumnSpec(name="slack", dtype="Int64", doc="the pool's slack as its install line states it"),
-    ColumnSpec(
-        name="layout",
-        dtype="category",
-        doc="the torch layout the pool installed against, as logged",
-    ),
+    ColumnSpec("pool_impl", "category", "whose pool: 'automodel' (recv_buffer_pool) or 'pooltk'"),
+    ColumnSpec("slack", "Int64", "the pool's slack as its install line states it"),
+    ColumnSpec("layout", "category", "the torch layout the pool installed against, as logged"),
 )
 
 _NAMES = tuple(c.name for c in COLUMNS)
 
 
 class RowBuilder:
-    """Column-wise accumulator: a per-file reader appends values,
-    :func:`pooltk.logs.frames.from_result` takes the columns.
+    """Column-wise accumulator: a reader appends values, :func:`pooltk.logs.frames.from_result`
+    (or :func:`pooltk.logs.records.read_records`) takes the columns.
 
-    Only the columns a reader fills are stored; the rest come out missing.
+    Only the columns a reader fills are stored; the rest come out missing. ``also``: names beside
+    the step table's columns that rows may hold.
     """
 
-    __slots__ = ("_cols", "_n")
+    __slots__ = ("_cols", "_n", "_names")
 
-    def __init__(self) -> None:
+    def __init__(self, also: tuple[str, ...] = ()) -> None:
         self._cols: dict[str, list[Any]] = {}
         self._n = 0
-
-    def __len__(self) -> int:
-        return self._n
+        self._names = (*_NAMES, *also)
 
     def add(self, **values: Any) -> None:
         """Append one row; unknown column names are a programming error."""
@@ -174,10 +145,9 @@ class RowBuilder:
         for key, value in values.items():
             col = self._cols.get(key)
             if col is None:
-                if key not in _NAMES:
-                    raise KeyError(
-                        f"RowBuilder.add: unknown column {key!r}; known: {', '.join(_NAMES)}"
-                    )
+                if key not in self._names:
+                    known = ", ".join(self._names)
+                    raise KeyError(f"RowBuilder.add: unknown column {key!r}; known: {known}")
                 col = self._cols[key] = [None] * n
             col.append(value)
         self._n = n + 1

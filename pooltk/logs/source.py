@@ -25,6 +25,8 @@
 from __future__ import annotations
 
 import bz2
+import contextlib
+import datetime
 import json
 import lzma
 import re
@@ -89,57 +91,27 @@ def _too_big(path: Path, size: int, limit: int, what: str) -> LogFormatError:
     )
 
 
+_STREAMS = (
+    (b"\x1f\x8b", "gzip", lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)),
+    (b"BZh", "bz2", bz2.BZ2Decompressor),
+    (b"\xfd7zXZ\x00", "xz", lzma.LZMADecompressor),
+)
+"""Compressions read by the standard library: magic bytes, name, a new decompressor."""
+
+
 def _decompress(path: Path, data: bytes, max_bytes: int) -> tuple[bytes, str | None]:
     """(plain bytes, the compression found by magic bytes)."""
-    kind = None
+    for magic, what, fix in _REFUSED_MAGIC:
+        if data.startswith(magic):
+            required = "a text log, or one compressed with gzip, bzip2, xz or zstd"
+            raise _fail(path, what, required, fix)
+    kind = next((k for magic, k, _ in _STREAMS if data.startswith(magic)), None)
+    if data[:4] == b"\x28\xb5\x2f\xfd":
+        kind = "zstd"
+    if kind is None:
+        return data, None
     try:
-        if data[:2] == b"\x1f\x8b":
-            kind, out = "gzip", b""
-            while data:
-                inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                out += inflate.decompress(data, max_bytes + 1 - len(out))
-                if len(out) > max_bytes:
-                    raise _too_big(path, len(out), max_bytes, "decompressed content of more than")
-                if not inflate.eof:
-                    raise EOFError("the compressed stream ends before its end marker")
-                data = inflate.unused_data  # concatenated members (cat a.gz b.gz)
-            return out, kind
-        if data[:3] == b"BZh":
-            kind, unpack = "bz2", bz2.BZ2Decompressor()
-        elif data[:6] == b"\xfd7zXZ\x00":
-            kind, unpack = "xz", lzma.LZMADecompressor()
-        elif data[:4] == b"\x28\xb5\x2f\xfd":
-            kind = "zstd"
-            try:
-                import zstandard
-            except ImportError:
-                raise _fail(
-                    path,
-                    "zstd-compressed data and no 'zstandard' package",
-                    "the zstandard package to read .zst",
-                    "pip install zstandard (it is in pooltk's lab extra), or zstd -d FILE",
-                ) from None
-            reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
-            out = reader.read(max_bytes + 1)
-            if len(out) > max_bytes:
-                raise _too_big(path, len(out), max_bytes, "decompressed content of more than")
-            return out, kind
-        else:
-            for magic, what, fix in _REFUSED_MAGIC:
-                if data.startswith(magic):
-                    raise _fail(
-                        path,
-                        what,
-                        "a text log, or one compressed with gzip, bzip2, xz or zstd",
-                        fix,
-                    )
-            return data, None
-        out = unpack.decompress(data, max_length=max_bytes + 1)
-        if len(out) > max_bytes:
-            raise _too_big(path, len(out), max_bytes, "decompressed content of more than")
-        if not unpack.eof:
-            raise EOFError("the compressed stream ends before its end marker")
-        return out, kind
+        out = _zstd(path, data, max_bytes) if kind == "zstd" else _inflate(data, kind, max_bytes)
     except LogFormatError:
         raise
     except Exception as err:  # noqa: BLE001 - each library has its own error type for damaged input
@@ -149,6 +121,38 @@ def _decompress(path: Path, data: bytes, max_bytes: int) -> tuple[bytes, str | N
             f"a complete {kind} file",
             f"re-copy the file, or decompress what is left ({kind} -dc) and read the plain text",
         ) from None
+    if len(out) > max_bytes:
+        raise _too_big(path, len(out), max_bytes, "decompressed content of more than")
+    return out, kind
+
+
+def _inflate(data: bytes, kind: str, max_bytes: int) -> bytes:
+    """``data`` decompressed, at most ``max_bytes + 1`` bytes (gzip: every concatenated member, as
+    ``cat a.gz b.gz`` makes)."""
+    new = next(make for _, k, make in _STREAMS if k == kind)
+    out = b""
+    while data and len(out) <= max_bytes:
+        unpack = new()
+        out += unpack.decompress(data, max_bytes + 1 - len(out))
+        if len(out) <= max_bytes and not unpack.eof:
+            raise EOFError("the compressed stream ends before its end marker")
+        data = unpack.unused_data if kind == "gzip" else b""
+    return out
+
+
+def _zstd(path: Path, data: bytes, max_bytes: int) -> bytes:
+    """``data`` decompressed by the ``zstandard`` package, at most ``max_bytes + 1`` bytes."""
+    try:
+        import zstandard
+    except ImportError:
+        raise _fail(
+            path,
+            "zstd-compressed data and no 'zstandard' package",
+            "the zstandard package to read .zst",
+            "pip install zstandard (it is in pooltk's lab extra), or zstd -d FILE",
+        ) from None
+    reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
+    return reader.read(max_bytes + 1)
 
 
 def _decode(path: Path, data: bytes) -> tuple[bytes, str]:
@@ -207,21 +211,17 @@ def load(path: Path, max_bytes: int = MAX_BYTES) -> Source:
 
 
 def _first_json(text: str) -> Any:
-    start = text.lstrip()[:1]
-    if start not in ("{", "["):
-        return None
+    """The JSON value on the first line of ``text`` (of the whole text where that line opens a
+    pretty-printed export), or None."""
     line = text.lstrip().split("\n", 1)[0]
-    try:
-        return json.loads(line)
-    except ValueError:
-        if (
-            start == "[" or line.strip() == "{"
-        ):  # a pretty-printed export: the whole text is one JSON value
-            try:
-                return json.loads(text)
-            except ValueError:
-                return None
+    if line[:1] not in ("{", "["):
         return None
+    with contextlib.suppress(ValueError):
+        return json.loads(line)
+    if line[:1] == "[" or line.strip() == "{":
+        with contextlib.suppress(ValueError):
+            return json.loads(text)
+    return None
 
 
 def _kind(record: Any) -> str | None:
@@ -264,22 +264,10 @@ def unwrap(data: bytes) -> Source:
         return Source(data=data)
     head = data[: data.find(b"\n", 0, 1 << 20) if b"\n" in data[: 1 << 20] else 1 << 20]
     first = _first_json(head.decode("utf-8", errors="replace"))
-    if first is None and head.strip() in (
-        b"[",
-        b"{",
-    ):  # a pretty-printed export: the whole text is one JSON value
-        first = _first_json(data.decode("utf-8", errors="replace"))
-    elif (
-        first is not None
-        and _kind(first) is None
-        and not isinstance(first, list)
-        and "events" not in first
-    ):
-        return Source(
-            data=data
-        )  # one JSON record per line, of no envelope kind: the log itself (JSONL)
+    if isinstance(first, dict) and _kind(first) is None and "events" not in first:
+        return Source(data=data)  # one JSON record per line, of no envelope kind: the log (JSONL)
     text = data.decode("utf-8", errors="replace")
-    if first is None:
+    if first is None:  # a pretty-printed export: the whole text is one JSON value
         first = _first_json(text)
     if isinstance(first, list):
         sample = first[0] if first else None
@@ -304,19 +292,15 @@ def _docker(records: list[Any]) -> Source:
     cols: dict[str, list[Any]] = {"time": [], "stream": []}
     pending = ""
     for rec in records:
-        if not isinstance(rec, dict) or not isinstance(rec.get("log"), str):
-            piece, stamp, stream = (
-                (rec if isinstance(rec, str) else json.dumps(rec)) + "\n",
-                None,
-                None,
-            )
-        else:
+        if isinstance(rec, dict) and isinstance(rec.get("log"), str):
             piece, stamp, stream = rec["log"], rec.get("time"), rec.get("stream")
+        else:  # a cut or foreign line: its text
+            piece = (rec if isinstance(rec, str) else json.dumps(rec)) + "\n"
+            stamp = stream = None
         pending += piece
         if pending.endswith("\n"):
-            for _ in range(pending.count("\n")):
-                cols["time"].append(stamp)
-                cols["stream"].append(stream)
+            cols["time"] += [stamp] * pending.count("\n")
+            cols["stream"] += [stream] * pending.count("\n")
             parts.append(pending)
             pending = ""
     if pending:  # the last record was cut before its newline: its text stays unterminated
@@ -329,32 +313,7 @@ def _docker(records: list[Any]) -> Source:
 
 
 def _cloud(records: list[Any], kind: str) -> Source:
-    rows: list[tuple[Any, str, Any, Any]] = []
-    for rec in records:
-        if not isinstance(rec, dict):
-            rows.append((None, str(rec), None, None))
-            continue
-        if kind == "gcp":
-            msg = rec.get("textPayload")
-            if msg is None and isinstance(rec.get("jsonPayload"), dict):
-                msg = rec["jsonPayload"].get("message")
-            labels = (rec.get("resource") or {}).get("labels") or {}
-            host = (
-                labels.get("instance_id")
-                or labels.get("node_name")
-                or (rec.get("labels") or {}).get("compute.googleapis.com/resource_name")
-            )
-            rows.append(
-                (
-                    rec.get("timestamp"),
-                    "" if msg is None else str(msg),
-                    host,
-                    labels.get("pod_name"),
-                )
-            )
-        else:
-            stamp = rec.get("timestamp")
-            rows.append((stamp, str(rec.get("message", "")), rec.get("logStreamName"), None))
+    rows = [_cloud_row(rec, kind) for rec in records]
     if all(r[0] is not None for r in rows):
         # gcloud lists newest first; a stable sort keeps equal stamps in order
         rows.sort(key=lambda r: r[0])
@@ -364,12 +323,9 @@ def _cloud(records: list[Any], kind: str) -> Source:
         msg = raw_msg.rstrip("\n")
         n = msg.count("\n") + 1
         stamp = raw_stamp
-        if kind == "cloudwatch" and isinstance(raw_stamp, (int, float)):
-            import datetime as _dt
-
-            stamp = _dt.datetime.fromtimestamp(raw_stamp / 1000, tz=_dt.timezone.utc).strftime(
-                "%Y-%m-%dT%H:%M:%S.%fZ"
-            )
+        if kind == "cloudwatch" and isinstance(stamp, (int, float)):  # ms since the epoch
+            utc = datetime.datetime.fromtimestamp(stamp / 1000, tz=datetime.timezone.utc)
+            stamp = utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         cols["time"] += [stamp] * n
         cols["host"] += [host] * n
         cols["pod"] += [pod] * n
@@ -377,3 +333,21 @@ def _cloud(records: list[Any], kind: str) -> Source:
     return Source(
         data=("\n".join(parts) + "\n").encode("utf-8", "surrogatepass"), envelope=kind, columns=cols
     )
+
+
+def _cloud_row(rec: Any, kind: str) -> tuple[Any, str, Any, Any]:
+    """(time, message, host, pod) of one CloudWatch or GCP record (of a foreign one: its text)."""
+    if not isinstance(rec, dict):
+        return None, str(rec), None, None
+    if kind == "cloudwatch":
+        return rec.get("timestamp"), str(rec.get("message", "")), rec.get("logStreamName"), None
+    msg = rec.get("textPayload")
+    if msg is None and isinstance(rec.get("jsonPayload"), dict):
+        msg = rec["jsonPayload"].get("message")
+    labels = (rec.get("resource") or {}).get("labels") or {}
+    host = (
+        labels.get("instance_id")
+        or labels.get("node_name")
+        or (rec.get("labels") or {}).get("compute.googleapis.com/resource_name")
+    )
+    return rec.get("timestamp"), "" if msg is None else str(msg), host, labels.get("pod_name")

@@ -24,8 +24,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pooltk.logs._common import ParseResult, parse_float, parse_int
-from pooltk.logs.records import Field, Rec, Skip, form_numbers, form_pattern
+from pooltk.logs._common import ParseResult, parse_int, read_facts
+from pooltk.logs.records import BadRecord, Field, Rec, Skip, form_pattern, read_form
 
 __all__ = [
     "CANDIDATE",
@@ -49,13 +49,16 @@ FIELDS: dict[str, Field] = {
     "loss": Field("loss"),
     "grad_norm": Field("grad_norm"),
     "lr": Field("lr"),
-    "memory": Field("mem_gib", forms=("{}GiB({}%)", "{}GiB"), also="mem_pct"),
+    "memory": Field(
+        "mem_gib", forms=("{}GiB({}%)", "{}GiB"), also="mem_pct", number=r"[-+0-9.naif]+"
+    ),
     "tps": Field("tok_per_s_logged", "count"),
     "wps": Field("tok_per_s_logged", "count"),
     "tflops": Field("tflops_per_gpu_logged", "count"),
     "mfu": Field("mfu_pct_logged", forms=("{}%", "N/A")),
 }
-"""The field table: key as written -> column, type, form (``N/A``: no number)."""
+"""The field table: key as written -> column, type, form (``N/A``: no number); a memory figure
+holds only the digits, sign and point of a number, ``nan`` or ``inf``."""
 
 _TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
 _PREFIX = r"(?:\[titan\] )?" + _TS + r" - [^ \n]+ - [A-Z]+ - "
@@ -69,11 +72,9 @@ _RECORD_RE = re.compile(
     r"(?P<msg>(?:validate )?step:\s*\d+(?:/\d+)?(?: = [\d.]+%)?(?:\s+[A-Za-z_]+:\s+[^\s\[]+)*)"
 )
 _KV_RE = re.compile(r"([A-Za-z_]+):\s+(\S+)")
-_MEM_NUMBER = re.compile(r"[-+0-9.naif]+")
-"""What a memory figure may hold (the digits, sign and point of a number, ``nan``, ``inf``)."""
 _FAST = {"int": r"\d{1,18}", "float": r"-?\d+(?:\.\d+)?", "count": r"\d{1,3}(?:,\d{3})*(?:\.\d+)?"}
 """The numbers the fast path reads: what polars and :func:`parse_float` read alike, within
-:data:`_MEM_NUMBER` (no exponent)."""
+what a memory figure may hold (no exponent)."""
 META_HINTS = (
     "Peak FLOPS used",
     " capacity: ",
@@ -84,49 +85,35 @@ META_HINTS = (
     "torchtitan version: ",
 )
 
-_META_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("peak_flops", re.compile(r"Peak FLOPS used for computing MFU: ([0-9.e+]+)")),
-    ("device_name", re.compile(r"(?:CUDA|GPU|XPU|NPU) capacity: (.+?) with ([0-9.]+)GiB memory")),
-    ("mesh", re.compile(r"Building (?:\d+-D )?device mesh with parallelism: (.+)$")),
-    ("batch", re.compile(r"local batch size (\d+), global batch size (\d+)")),
-    ("seq_len", re.compile(r"sequence length (\d+)")),
-    ("grad_acc", re.compile(r"gradient accumulation steps (\d+)")),
-    ("version", re.compile(r"torchtitan version: (\S+)")),
+_META: tuple[tuple[re.Pattern[str], tuple[tuple[str, type], ...]], ...] = (
+    (re.compile(r"Peak FLOPS used for computing MFU: ([0-9.e+]+)"), (("peak_flops", float),)),
+    (
+        re.compile(r"(?:CUDA|GPU|XPU|NPU) capacity: (.+?) with ([0-9.]+)GiB memory"),
+        (("device_name", str), ("device_capacity_gib", float)),
+    ),
+    (
+        re.compile(r"local batch size (\d+), global batch size (\d+)"),
+        (("local_batch_size", int), ("global_batch_size", int)),
+    ),
+    (re.compile(r"sequence length (\d+)"), (("seq_len", int),)),
+    (re.compile(r"gradient accumulation steps (\d+)"), (("grad_acc_steps", int),)),
+    (re.compile(r"torchtitan version: (\S+)"), (("framework_version", str),)),
 )
+"""Setup lines: regex -> the run fact (and its type) each group gives."""
+_MESH_RE = re.compile(r"Building (?:\d+-D )?device mesh with parallelism: (.+)$")
 
 
 def meta(message: str, n: int, result: ParseResult) -> bool:
     """Take run facts from a setup line; True when one was found."""
-    found = False
-    for key, regex in _META_PATTERNS:
-        m = regex.search(message)
-        if m is None:
-            continue
-        found = True
-        if key == "peak_flops":
-            result.set_meta("peak_flops", float(m.group(1)), n)
-        elif key == "device_name":
-            result.set_meta("device_name", m.group(1), n)
-            result.set_meta("device_capacity_gib", float(m.group(2)), n)
-        elif key == "mesh":
-            for part in m.group(1).split(","):
-                name, _, value = part.strip().partition("=")
-                if value.strip().isdigit():
-                    result.set_meta(f"mesh_{name.strip()}", int(value), n)
-        elif key == "batch":
-            result.set_meta("local_batch_size", int(m.group(1)), n)
-            result.set_meta("global_batch_size", int(m.group(2)), n)
-        elif key == "seq_len":
-            result.set_meta("seq_len", int(m.group(1)), n)
-        elif key == "grad_acc":
-            result.set_meta("grad_acc_steps", int(m.group(1)), n)
-        elif key == "version":
-            result.set_meta("framework_version", m.group(1), n)
-    return found
-
-
-class _Bad(ValueError):
-    """A candidate line that does not parse; the message is the skip reason."""
+    found = read_facts(_META, message, n, result)
+    m = _MESH_RE.search(message)
+    if m is None:
+        return found
+    for part in m.group(1).split(","):
+        name, _, value = part.strip().partition("=")
+        if value.strip().isdigit():
+            result.set_meta(f"mesh_{name.strip()}", int(value), n)
+    return True
 
 
 def _value(key: str, text: str, values: dict[str, Any]) -> int | None:
@@ -135,22 +122,13 @@ def _value(key: str, text: str, values: dict[str, Any]) -> int | None:
     field = FIELDS.get(key) if key != "step" else None  # a second step: read by no one
     if field is None:
         return None
-    for form, written in enumerate(field.forms):
-        numbers = form_numbers(written, text)
-        if numbers is None:
-            continue
-        if key == "memory" and not all(_MEM_NUMBER.fullmatch(x) for x in numbers):
-            break
-        try:
-            for column, number in zip((field.column, field.also), numbers):
-                values[column] = parse_float(number)
-        except ValueError:
-            raise _Bad(f"field {key!r}: {text[:30]!r} is not a number") from None
+    form = read_form(key, field, text, values)
+    if form is not None:
         return form
     if key == "memory":
-        raise _Bad(f"memory {text[:30]!r} is not '<n>GiB(<p>%)'")
+        raise BadRecord(f"memory {text[:30]!r} is not '<n>GiB(<p>%)'")
     unit = field.forms[0].replace("{}", "")  # torchtitan always writes it: the value was cut
-    raise _Bad(f"truncated: {key} {text[:30]!r} without its {unit!r}")
+    raise BadRecord(f"truncated: {key} {text[:30]!r} without its {unit!r}")
 
 
 def _fields(message: str) -> tuple[str, int, dict[str, Any], tuple[str, ...], Any]:
@@ -161,14 +139,14 @@ def _fields(message: str) -> tuple[str, int, dict[str, Any], tuple[str, ...], An
     elif message.startswith("step:"):
         kind, body = "train", message
     else:
-        raise _Bad("no 'step:' at the start of the message")
+        raise BadRecord("no 'step:' at the start of the message")
     pairs = _KV_RE.findall(body)
     if not pairs or pairs[0][0] != "step":
-        raise _Bad("no 'step: N' field")
+        raise BadRecord("no 'step: N' field")
     try:
         step = parse_int(pairs[0][1].split("/", 1)[0])
     except ValueError:
-        raise _Bad("step is not an integer") from None
+        raise BadRecord("step is not an integer") from None
     values: dict[str, Any] = {}
     written = tuple((key, _value(key, text, values)) for key, text in pairs[1:])
     plain = pairs[0][1].isdigit() and not body.split(None, 2)[-1].startswith("= ")
@@ -194,7 +172,7 @@ def records_in(line: str) -> list[Rec | Skip]:
         end = m.end()
         try:
             kind, step, values, keys, written = _fields(m.group("msg"))
-        except _Bad as bad:
+        except BadRecord as bad:
             out.append(Skip(start=cand.start(), reason=str(bad), end=m.end()))
             continue
         if "loss" not in values:
@@ -248,8 +226,6 @@ def finish(found: Any, result: ParseResult, *, stem: str = "") -> None:  # noqa:
     """The file-level columns and notes: loss -1 (a non-last PP stage) as NaN, tps per device."""
     import polars as pl
 
-    result.timestamp_format = TS_FORMAT
-    result.mem_basis = MEM_BASIS
     frame = found.frame
     if frame.height and "loss" in frame.columns:
         minus = int((frame["loss"] == -1.0).sum())

@@ -27,9 +27,11 @@ from typing import Any
 
 from pooltk.logs._common import ParseResult
 
-__all__ = ["DETECT", "FORMAT", "SCALARS", "parse", "read_all"]
+__all__ = ["DETECT", "FORMAT", "SCALARS", "parse"]
 
 FORMAT = "torchtitan_jsonl"
+TS_FORMAT = None  # time_us is read into datetimes
+MEM_BASIS = "max_reserved"
 DETECT = r'\{.*"log_type_name".*"time_us"|\{.*"time_us".*"log_type_name"'
 """The structured logger's record signature, wherever it stands in a line (format detection)."""
 
@@ -54,66 +56,70 @@ SCALARS: dict[str, str] = {
 def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
     """Read numbered records into ``result``: rows from ``step_end``, scalars joined by (rank,
     step)."""
-    result.mem_basis = "max_reserved"
     rows: dict[tuple[int, int], dict[str, Any]] = {}
     scalars: dict[tuple[int, int], dict[str, float]] = {}
     n_scalar = 0
     for n, raw in lines:
-        text = raw.strip()
-        if "{" in text:  # what stands before the record is decoration
-            text = text[text.find("{") :]
-        if not text:
-            result.n_other += 1
+        record = _record(n, raw, result)
+        if record is None:
             continue
-        try:
-            record = json.loads(text)
-        except ValueError:
-            if '"log_type_name"' in text:
-                result.skip(n, "not a complete JSON record (cut or garbled)", raw)
-            else:
-                result.n_other += 1
-            continue
-        if not isinstance(record, dict) or "log_type_name" not in record:
-            result.n_other += 1
-            continue
-        kind, step, rank = (
-            record.get("log_type_name"),
-            record.get("step"),
-            record.get("global_rank", record.get("rank")),
-        )
+        kind, step = record["log_type_name"], record.get("step")
+        rank, value = record.get("global_rank", record.get("rank")), record.get("value")
         if kind == "step_end":
-            value, stamp = record.get("value"), record.get("time_us")
             if not isinstance(step, int) or isinstance(step, bool) or not isinstance(rank, int):
                 result.skip(n, "step_end without an integer step and rank", raw)
-                continue
-            if (
-                not isinstance(value, (int, float))
-                or isinstance(value, bool)
-                or not math.isfinite(value)
-            ):
+            elif not _is_number(value) or not math.isfinite(value):
                 result.skip(n, "step_end without a duration", raw)
-                continue
-            rows[(rank, step)] = {
-                "line": n,
-                "step": step,
-                "rank": rank,
-                "kind": "train",
-                "timestamp": _utc(stamp),
-                "step_time_s": float(value) / 1000.0,
-                "step_time_basis": "torchtitan structured log: step span (ms)",
-            }
+            else:
+                rows[(rank, step)] = {
+                    "line": n,
+                    "step": step,
+                    "rank": rank,
+                    "kind": "train",
+                    "timestamp": _utc(record.get("time_us")),
+                    "step_time_s": float(value) / 1000.0,
+                    "step_time_basis": "torchtitan structured log: step span (ms)",
+                }
             continue
-        if (
-            kind == "metric_value"
-            and record.get("event_name") in SCALARS
-            and isinstance(step, int)
-            and isinstance(rank, int)
-        ):
-            value = record.get("value")
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                scalars.setdefault((rank, step), {})[SCALARS[record["event_name"]]] = float(value)
+        name = record.get("event_name")
+        if kind == "metric_value" and name in SCALARS and isinstance(step, int):
+            if isinstance(rank, int) and _is_number(value):
+                scalars.setdefault((rank, step), {})[SCALARS[name]] = float(value)
                 n_scalar += 1
         result.n_other += 1
+    _join(rows, scalars, n_scalar, result)
+    return result
+
+
+def _record(n: int, raw: str, result: ParseResult) -> dict[str, Any] | None:
+    """The structured record on line ``n``, or None (the line counted as other or skipped)."""
+    text = raw.strip()
+    if "{" in text:  # what stands before the record is decoration
+        text = text[text.find("{") :]
+    try:
+        record = json.loads(text) if text else None
+    except ValueError:
+        if '"log_type_name"' in text:
+            result.skip(n, "not a complete JSON record (cut or garbled)", raw)
+            return None
+        record = None
+    if not isinstance(record, dict) or "log_type_name" not in record:
+        result.n_other += 1
+        return None
+    return record
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _join(
+    rows: dict[tuple[int, int], dict[str, Any]],
+    scalars: dict[tuple[int, int], dict[str, float]],
+    n_scalar: int,
+    result: ParseResult,
+) -> None:
+    """The step rows, in line order, with the scalars of their (rank, step), into ``result``."""
     for key in sorted(rows, key=lambda k: rows[k]["line"]):
         values = rows[key]
         for column, value in scalars.get(key, {}).items():
@@ -132,7 +138,6 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
             result.notes.append(
                 "no loss scalar in this structured log: loss is missing (read the text log for it)"
             )
-    return result
 
 
 def _utc(time_us: Any) -> Any:
@@ -142,13 +147,3 @@ def _utc(time_us: Any) -> Any:
     if not isinstance(time_us, int) or isinstance(time_us, bool):
         return None
     return dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=time_us)
-
-
-def read_all(lines: Any, result: ParseResult) -> Any:
-    """Every event of the file, joined into one row per step span (see the module's docstring)."""
-    from pooltk.logs.frames import from_result
-
-    texts = lines.to_list()
-    result.n_lines = len(texts)
-    parse(enumerate(texts, start=1), result)
-    return from_result(result)
