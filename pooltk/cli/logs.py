@@ -129,6 +129,12 @@ def run(args: argparse.Namespace) -> int:
     except LogFormatError as err:
         return _fail(str(err))
     summary = _summary(table, args, bases)
+    if not summary.runs:  # e.g. a benchmark's JSON summary alone: run facts, no step
+        read = ", ".join(f"{f.path} ({f.format})" for f in table.files)
+        return _fail(
+            f"found no step records in the files read ({read}); required a log with steps. "
+            "Fix: point at the run's log as well (a summary file only adds facts to it)."
+        )
     frame = summary.to_frame()
     frame["skipped_lines"] = frame["run"].map(_skipped(table)).fillna(0).astype(int)
     frame = _with_pool_columns(frame, table)

@@ -104,6 +104,16 @@ def test_unreadable_input_exits_2_with_file_and_reason(tmp_path, capsys):
     assert "automodel_text_current.log:12" in capsys.readouterr().err
 
 
+def test_a_benchmark_summary_alone_exits_2_naming_it_and_asking_for_the_log(tmp_path, capsys):
+    summary = tmp_path / "k3_like_summary.json"
+    summary.write_bytes((FIX / "bench_run" / "k3_like_summary.json").read_bytes())
+    for extra in ([], ["--json"], ["--csv", str(tmp_path / "out.csv")]):
+        assert main(["logs", str(tmp_path), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("pooltk logs: error: found no step records") and str(summary) in err
+        assert "Traceback" not in err and "point at the run's log" in err
+
+
 def test_bad_flags_exit_2(capsys):
     assert main(["logs", str(FIX / "torchtitan_wps_2024.log"), "--format", "megatron"]) == 2
     assert "--format: found 'megatron'" in capsys.readouterr().err
