@@ -314,7 +314,9 @@ def _docker(records: list[Any]) -> Source:
 
 def _cloud(records: list[Any], kind: str) -> Source:
     rows = [_cloud_row(rec, kind) for rec in records]
-    if all(r[0] is not None for r in rows):
+    stamps = [r[0] for r in rows]
+    numbers = all(isinstance(t, (int, float)) for t in stamps)
+    if numbers or all(isinstance(t, str) for t in stamps):  # stamps of one kind: comparable
         # gcloud lists newest first; a stable sort keeps equal stamps in order
         rows.sort(key=lambda r: r[0])
     cols: dict[str, list[Any]] = {"time": [], "host": [], "pod": []}

@@ -205,6 +205,25 @@ def test_cloudwatch_and_gcp_exports_are_unwrapped_and_put_in_time_order(base_log
         _same(plain, read_log_file(sink).steps, f"gcp jsonPayload {src.name}")
 
 
+def test_a_cloudwatch_export_mixing_number_and_text_stamps_reads_in_its_own_order(
+    base_logs, tmp_path
+):
+    """Stamps of two kinds cannot be ordered against each other: the export's order is kept."""
+    for src in base_logs:
+        lines, _ = _lines(src)
+        events = [
+            {
+                "timestamp": f"2026-05-20T02:22:{i % 60:02d}Z" if i % 2 else 1_747_700_000_000 + i,
+                "message": ln,
+                "logStreamName": "algo-1",
+            }
+            for i, ln in enumerate(lines)
+        ]
+        cw = tmp_path / f"{src.stem}.mixed.cloudwatch.json"
+        cw.write_text(json.dumps({"events": events}))
+        _same(read_log_file(src).steps, read_log_file(cw).steps, f"mixed stamps {src.name}")
+
+
 @pytest.mark.parametrize("how", ["bom", "utf-16-le", "utf-16-be", "gzip", "bz2", "xz", "zstd"])
 def test_bom_utf16_and_every_compression_by_magic_bytes(base_logs, tmp_path, how):
     for src in base_logs:
