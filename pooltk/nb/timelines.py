@@ -6,7 +6,6 @@ every figure). Overwrites are counted as [Note: counting overwrites] in :mod:`po
 says. Every title states what the figure shows first, and the setting after it.
 
 - :func:`primer_timelines`: 1F1B above GPipe on one clock (the primer);
-- :func:`schedule_timeline`: one schedule's timeline;
 - :func:`inflight_figure`: microbatches in flight and receive buffers held, per stage, against W;
 - :func:`slot_chart`: which ring slot holds which microbatch; with a guard, cut where it stops;
 - :func:`versions_figure`: the receive-buffer sets per stage of torch 2.14, torch 2.15 and pooltk.
@@ -37,7 +36,6 @@ __all__ = [
     "CLOCK_LABEL",
     "inflight_figure",
     "primer_timelines",
-    "schedule_timeline",
     "slot_chart",
     "versions_figure",
 ]
@@ -46,9 +44,16 @@ CLOCK_LABEL = "time in the step (ticks: forward 1, backward 2)"
 """The one clock every schedule figure uses (notebooks 00 and 04; [Note: unit-time replay])."""
 
 
-def _compute_spans(rp: Replay) -> Any:
+def _in_flight(rp: Replay) -> dict[int, list[tuple[float, float]]]:
+    """Per stage, each microbatch in flight: from its forward's start to its backward's end."""
     frame = rp.compute_frame()
-    return frame[frame.kind != "W"]
+    frame = frame[frame.kind != "W"]
+    out = {}
+    for stage, part in frame.groupby("stage"):
+        first_f = part[part.kind == "F"].groupby("microbatch").start.min()
+        last_b = part[part.kind != "F"].groupby("microbatch").end.max()
+        out[stage] = [(first_f[mb], last_b.get(mb, rp.makespan)) for mb in first_f.index]
+    return out
 
 
 def _draw_timeline(ax: Any, rp: Replay, *, xmax: float | None = None) -> list[str]:
@@ -101,41 +106,11 @@ def _draw_timeline(ax: Any, rp: Replay, *, xmax: float | None = None) -> list[st
     return [p for p in ("warmup", "steady", "cooldown") if p in present]
 
 
-def schedule_timeline(rp: Replay, *, title: str | None = None) -> Figure:
-    """Per stage, every forward (light) and backward (full colour) on the replay clock, phases
-    shaded.
-
-    The label in each box is the action and microbatch (``F3``, ``B3``); the background band of a
-    stage shows its phases read off the order itself (:func:`pooltk.nb.mechanism.phases`). The
-    legend lists only the phases this schedule has (GPipe has no steady phase).
-    """
-    from matplotlib.patches import Patch
-
-    pp = rp.program.num_stages
-    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.6 * pp + 1.9))
-    order = _draw_timeline(ax, rp)
-    ax.set_xlabel(CLOCK_LABEL)
-    handles = [Patch(color=style.colour(p), label=style.label(p)) for p in order]
-    m = rp.program.n_microbatches
-    ax.set_title(
-        title
-        or f"{rp.program.schedule}, pp={pp}, M={m}: light = forward F, full = backward B "
-        "(label: action and microbatch)",
-        fontsize=10,
-    )
-    style.legend_below(fig, handles, ncol=len(handles))
-    return fig
-
-
 def _most_in_flight(rp: Replay) -> list[int]:
     """Per stage, the most microbatches in flight at once (forward started, backward not
     finished)."""
-    comp = _compute_spans(rp)
-    end, most = rp.makespan, []
-    for _, part in comp.groupby("stage"):
-        first_f = part[part.kind == "F"].groupby("microbatch").start.min()
-        last_b = part[part.kind != "F"].groupby("microbatch").end.max()
-        flight = [(first_f[mb], last_b.get(mb, end)) for mb in first_f.index]
+    most = []
+    for flight in _in_flight(rp).values():
         times = sorted({t for iv in flight for t in iv})
         most.append(max(_step_counts(flight, times), default=0))
     return most
@@ -196,7 +171,7 @@ def inflight_figure(rp: Replay) -> Figure:
     """
     from matplotlib.ticker import MaxNLocator
 
-    comp = _compute_spans(rp)
+    in_flight = _in_flight(rp)
     pp, m = rp.program.num_stages, rp.program.n_microbatches
     fig, axes = canvas.subplots(
         pp, 1, figsize=(style.FIGURE_WIDTH_IN, 1.25 * pp + 1.3), sharex=True, squeeze=False
@@ -204,10 +179,7 @@ def inflight_figure(rp: Replay) -> Figure:
     end = rp.makespan
     held_peaks: list[int] = []
     for stage, ax in enumerate(axes[:, 0]):
-        part = comp[comp.stage == stage]
-        first_f = part[part.kind == "F"].groupby("microbatch").start.min()
-        last_b = part[part.kind != "F"].groupby("microbatch").end.max()
-        flight = [(first_f[mb], last_b.get(mb, end)) for mb in first_f.index]
+        flight = in_flight.get(stage, [])
         held = [
             (rp.time_of_post(b), rp.time_of_release(b))
             for b in rp.spans
@@ -264,6 +236,11 @@ def inflight_figure(rp: Replay) -> Figure:
     return fig
 
 
+def _lane(b: Any, ring_map: dict[tuple[int, Direction], int]) -> tuple[int, Direction, int]:
+    """The lane of buffer ``b``: its (stage, direction, slot)."""
+    return (b.stage, b.direction, b.microbatch % ring_map[(b.stage, b.direction)])
+
+
 def _sub_rows(
     rp: Replay, ring_map: dict[tuple[int, Direction], int]
 ) -> dict[tuple[int, Direction, int], int]:
@@ -274,15 +251,13 @@ def _sub_rows(
     with one still held.
     """
     rows: dict[tuple[int, Direction, int], int] = {}
-    busy: dict[
-        tuple[int, Direction, int], list[int]
-    ] = {}  # lane -> release position per row (one rank per lane)
+    # lane -> release position per row (one rank per lane)
+    busy: dict[tuple[int, Direction, int], list[int]] = {}
     for b in sorted(rp.spans, key=lambda b: (b.post, b.microbatch)):
-        lane = (b.stage, b.direction, b.microbatch % ring_map[(b.stage, b.direction)])
+        lane = _lane(b, ring_map)
         ends = busy.setdefault(lane, [])
-        row = next(
-            (i for i, e in enumerate(ends) if e < b.post), len(ends)
-        )  # as overwritten_receives judges
+        # as overwritten_receives judges
+        row = next((i for i, e in enumerate(ends) if e < b.post), len(ends))
         if row == len(ends):
             ends.append(-1)
         ends[row] = b.release
@@ -328,9 +303,7 @@ def slot_chart(
     rp: Replay,
     rings: RingSizes,
     *,
-    stages: Sequence[int] | None = None,
     guard: GuardReplay | None = None,
-    title: str | None = None,
 ) -> Figure:
     """Which ring slot each microbatch's receive buffer occupies, on the replay clock.
 
@@ -348,15 +321,12 @@ def slot_chart(
     from matplotlib.lines import Line2D
 
     ring_map = {(b.stage, b.direction): rings[(b.stage, b.direction)] for b in rp.spans}
-    keep = set(range(rp.program.num_stages)) if stages is None else set(stages)
-    stop = guard.stop if guard is not None and guard.stop is not None else None
+    stop = guard.stop if guard is not None else None
     cut = stop.time if stop is not None else None
     by_key = {(b.stage, b.direction, b.microbatch): b for b in rp.spans}
     refused = (stop.stage, stop.direction, stop.incoming) if stop is not None else None
 
     def drawn(b: Any) -> bool:
-        if b.stage not in keep:
-            return False
         if cut is None:
             return True
         return rp.time_of_post(b) < cut or (b.stage, b.direction, b.microbatch) == refused
@@ -368,7 +338,7 @@ def slot_chart(
         (s, d, j)
         for d in DIRECTIONS
         for s in range(rp.program.num_stages)
-        if (s, d) in ring_map and s in keep and (cut is None or (s, d) in used)
+        if (s, d) in ring_map and (cut is None or (s, d) in used)
         for j in range(ring_map[(s, d)])
     ]
     depth = {
@@ -377,7 +347,7 @@ def slot_chart(
             (
                 sub[(b.stage, b.direction, b.microbatch)]
                 for b in spans
-                if (b.stage, b.direction, b.microbatch % ring_map[(b.stage, b.direction)]) == lane
+                if _lane(b, ring_map) == lane
             ),
             default=0,
         )
@@ -392,7 +362,7 @@ def slot_chart(
     fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.5 * y + 2.2))
     end = cut if cut is not None else rp.makespan
     for b in spans:
-        lane = (b.stage, b.direction, b.microbatch % ring_map[(b.stage, b.direction)])
+        lane = _lane(b, ring_map)
         yb = top[lane] + (sub[(b.stage, b.direction, b.microbatch)] + 0.5) * row_h
         t_post = rp.time_of_post(b)
         t_read = min(rp.time_of_consume(b), end)
@@ -419,7 +389,7 @@ def slot_chart(
             fontsize=7,
             zorder=3,
         )
-    all_bad = [o for o in overwritten_receives(rp, rings) if o.stage in keep]
+    all_bad = overwritten_receives(rp, rings)
     bad = (
         all_bad
         if cut is None
@@ -430,7 +400,7 @@ def slot_chart(
             by_key[(o.stage, o.direction, o.microbatch)],
             by_key[(o.stage, o.direction, o.overwritten_by)],
         )
-        lane = (o.stage, o.direction, o.microbatch % ring_map[(o.stage, o.direction)])
+        lane = _lane(old, ring_map)
         t0 = rp.time_of_post(new)
         if cut is None:
             t1 = rp.time_of_release(old)
@@ -459,7 +429,7 @@ def slot_chart(
                 label="a receive into a slot still held (hatched until the older buffer is freed)",
             )
         )
-    if stop is not None and stop.stage in keep:
+    if stop is not None:
         ax.axvline(stop.time, color="#C44E52", lw=1.5, zorder=4)
         marks.append(
             Line2D(
@@ -484,7 +454,7 @@ def slot_chart(
     ax.set_xlabel(CLOCK_LABEL + "; thin line: posted, not yet read; bar: held")
     ax.set_ylabel("ring slot (stage, direction, slot)")
     ax.grid(axis="y", visible=False)
-    ax.set_title(title or _slot_chart_title(rp, ring_map, all_bad, guard), fontsize=9.5)
+    ax.set_title(_slot_chart_title(rp, ring_map, all_bad, guard), fontsize=9.5)
     if marks:
         style.legend_below(fig, marks, ncol=1)
     else:
