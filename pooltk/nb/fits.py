@@ -85,21 +85,13 @@ def grouped_bars(
     ax.set_xticks(x, [str(g) for g in groups])
 
 
-def fits_bars(
-    verdict: Verdict,
-    *,
-    published: dict[str, Any] | None = None,
-    variants: Sequence[str] = FIT_VARIANTS,
-    ax: Any = None,
-    title: str | None = None,
-) -> Figure:
+def fits_bars(verdict: Verdict, *, published: dict[str, Any] | None = None) -> Figure:
     """An anchored verdict's tensor peak per stage and variant, from zero, against the capacity,
     the capacity less the overhead and the reference peak it is anchored to (each labelled with
     its source); with ``published["oom"]`` (the source's own OOM) a note where stock stopped."""
     frame = verdict.to_frame()
-    own = ax is None
-    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 5.0)) if own else (ax.figure, ax)
-    drawn = [v for v in variants if v in set(frame.variant)]
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 5.0))
+    drawn = [v for v in FIT_VARIANTS if v in set(frame.variant)]
     grouped_bars(ax, frame, "tensor_gib", drawn, at="rank")
     dev, ref = verdict.device, verdict.reference
     ax.set_ylim(0, max(frame.tensor_gib.max(), dev.gib) * 1.12)
@@ -124,14 +116,12 @@ def fits_bars(
     ax.set_ylabel("tensor peak per stage, anchored (GiB)")
     ax.set_xlabel(f"stage (index; pp={frame['rank'].nunique()})")
     ax.set_title(
-        title
-        or f"does each stage fit on {dev.name}? Receive buffers modelled,\nthe rest from the "
+        f"does each stage fit on {dev.name}? Receive buffers modelled,\nthe rest from the "
         "anchor (assumed the same on every stage)",
         fontsize=9.5,
     )
-    if own:
-        handles = [*style.legend_handles(drawn), *lines, anchor]
-        style.legend_below(fig, handles, ncol=2, fontsize="x-small")
+    handles = [*style.legend_handles(drawn), *lines, anchor]
+    style.legend_below(fig, handles, ncol=2, fontsize="x-small")
     return fig
 
 

@@ -27,6 +27,7 @@ The explorer models what the user chose, never another model's calibration or me
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,7 @@ from pooltk.memory.model import (
 from pooltk.memory.replay.estimate import VARIANT_TITLES
 from pooltk.memory.source import Preset
 from pooltk.nb import canvas, style
+from pooltk.nb.common import control
 from pooltk.nb.fits import fits_bars, grouped_bars, short_source
 from pooltk.nb.whole_stage import WholeStage, explorer_models, receive_source
 from pooltk.studies.kimi_k3 import PRESETS, get_preset
@@ -86,31 +88,24 @@ VARIANT_LABELS: dict[str, str] = {key: style.label(key) for key in VARIANTS}
 # --------------------------------------------------------------------------- figures
 
 
-def stage_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None) -> Figure:
+def stage_bars(model: MemoryModel) -> Figure:
     """Per-stage receive-buffer GiB (both directions) of each variant of :data:`VARIANTS`, from zero."""
-
     frame = model.to_frame()
     frame = frame[frame.variant.isin(VARIANTS)]
     per_stage = frame.groupby(["stage", "variant"], as_index=False, sort=False)["gib"].sum()
-    own = ax is None
-    if own:
-        fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.6))
-    else:
-        fig = ax.figure
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.6))
     grouped_bars(ax, per_stage, "gib", VARIANTS)
     cfg, shape = model.config, model.shape
     ax.set_ylim(0, per_stage["gib"].max() * 1.08)
     ax.set_ylabel("receive buffers per stage (GiB)")
     ax.set_xlabel(f"stage (index; pp={shape.pp}, M={shape.n_microbatches}, {shape.schedule})")
     ax.set_title(
-        title
-        or f"receive buffers per stage, both directions: slack {cfg.slack} (Automodel's ring and "
+        f"receive buffers per stage, both directions: slack {cfg.slack} (Automodel's ring and "
         f"pooltk's), grad slack {cfg.grad_slack} (pooltk)",
         fontsize=10,
     )
-    if own:
-        handles, _ = ax.get_legend_handles_labels()
-        style.legend_below(fig, handles, ncol=3)
+    handles, _ = ax.get_legend_handles_labels()
+    style.legend_below(fig, handles, ncol=3)
     return fig
 
 
@@ -121,17 +116,13 @@ def slack_heatmap(
     *,
     policy: str = "tight",
     slacks: Iterable[int] = range(0, 9),
-    ax: Any = None,
 ) -> Figure:
     """Stage x slack heatmap of pooled GiB per stage under ``policy``'s ring size (``tight`` or ``automodel``)."""
     import seaborn as sns
 
     sweep = slack_sweep(shape, boundaries, list(slacks), config, policy=policy)
     grid = sweep.pivot(index="stage", columns="slack", values="pooled_gib")
-    if ax is None:
-        fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.42 * shape.pp + 2.2))
-    else:
-        fig = ax.figure
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.42 * shape.pp + 2.2))
     sns.heatmap(
         grid,
         annot=True,
@@ -556,12 +547,8 @@ def _device_choices() -> list[str]:
     return ["none", *first.values()]
 
 
-def _widget(kind: str, description: str, **kwargs: Any) -> Any:
-    """One explorer control (``ipywidgets.<kind>``), laid out like the others."""
-    import ipywidgets as w
-
-    style, layout = {"description_width": "170px"}, w.Layout(width="540px")
-    return getattr(w, kind)(description=description, style=style, layout=layout, **kwargs)
+_widget = functools.partial(control, label_px=170, width_px=540)
+"""One explorer control (``ipywidgets.<kind>``), laid out like the others."""
 
 
 def _hidden_tensor(q: Preset) -> Any:
