@@ -12,6 +12,7 @@ Stable names (other notebooks call them; keep their signatures):
 - :func:`show_inputs` -- display the inputs a result was computed from, as a two-column table.
 - :func:`show_figure` -- display a figure once, now, as a PNG image, and close it (what widget
   callbacks draw with; [Note: a figure shown off pyplot is sent as a PNG]).
+- :func:`control` -- one ipywidgets control, laid out like the others of its panel.
 
 Imports matplotlib, seaborn and pandas: notebooks only, never the core package.
 """
@@ -35,6 +36,7 @@ __all__ = [
     "REPORT_DIR_ENV",
     "NotebookEnv",
     "SavedFigure",
+    "control",
     "report_dir",
     "save_figure",
     "setup",
@@ -198,3 +200,12 @@ def show_figure(fig: Figure) -> None:
     else:
         _display(Image(data=png.getvalue(), format="png"))
     plt.close(fig)
+
+
+def control(kind: str, description: str, *, label_px: int, width_px: int, **kwargs: Any) -> Any:
+    """``ipywidgets.<kind>(**kwargs)`` with its ``description``, the label ``label_px`` wide and the
+    whole control ``width_px`` (one panel's controls share both)."""
+    import ipywidgets as w
+
+    style, layout = {"description_width": f"{label_px}px"}, w.Layout(width=f"{width_px}px")
+    return getattr(w, kind)(description=description, style=style, layout=layout, **kwargs)

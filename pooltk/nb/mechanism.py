@@ -636,28 +636,15 @@ def render_explorer(state: MechanismState) -> Figure | None:
 
 def explorer_controls() -> dict[str, Any]:
     """ipywidgets for :func:`explore`'s keyword arguments (1F1B, pp 4, M 8, slack 0)."""
-    import ipywidgets as w
+    from pooltk.nb.common import control
 
-    style = {"description_width": "110px"}
-    layout = w.Layout(width="420px")
+    size = {"label_px": 110, "width_px": 420}
     return {
-        "schedule": w.Dropdown(
-            options=["1F1B", "GPipe"],
-            value="1F1B",
-            description="schedule",
-            style=style,
-            layout=layout,
+        "schedule": control(
+            "Dropdown", "schedule", options=["1F1B", "GPipe"], value="1F1B", **size
         ),
-        "pp": w.IntSlider(
-            value=4, min=2, max=8, description="pp (stages)", style=style, layout=layout
-        ),
-        "microbatches": w.IntSlider(
-            value=8, min=2, max=24, description="microbatches M", style=style, layout=layout
-        ),
-        "slack": w.IntSlider(
-            value=0, min=0, max=4, description="slack", style=style, layout=layout
-        ),
-        "grad_slack": w.IntSlider(
-            value=0, min=0, max=2, description="grad slack", style=style, layout=layout
-        ),
+        "pp": control("IntSlider", "pp (stages)", value=4, min=2, max=8, **size),
+        "microbatches": control("IntSlider", "microbatches M", value=8, min=2, max=24, **size),
+        "slack": control("IntSlider", "slack", value=0, min=0, max=4, **size),
+        "grad_slack": control("IntSlider", "grad slack", value=0, min=0, max=2, **size),
     }

@@ -265,48 +265,26 @@ class ParityPanel:
     def __init__(self, **defaults: Any) -> None:
         import ipywidgets as w
 
+        from pooltk.nb.common import control
+
         d = {**DEFAULTS, **defaults}
-        look, layout = {"description_width": "130px"}, w.Layout(width="440px")
+        size = {"label_px": 130, "width_px": 440}
+        sliders = {
+            "pp": ("pp (ranks)", 2, 6),
+            "microbatches": ("microbatches M", 2, 32),
+            "steps": ("optimizer steps", 1, 5),
+            "slack": ("slack", 0, 4),
+            "grad_slack": ("grad slack", 0, 2),
+        }
         self.state = ParityState()
         self.controls: dict[str, Any] = {
-            "pp": w.IntSlider(
-                value=d["pp"], min=2, max=6, description="pp (ranks)", style=look, layout=layout
-            ),
-            "microbatches": w.IntSlider(
-                value=d["microbatches"],
-                min=2,
-                max=32,
-                description="microbatches M",
-                style=look,
-                layout=layout,
-            ),
-            "steps": w.IntSlider(
-                value=d["steps"],
-                min=1,
-                max=5,
-                description="optimizer steps",
-                style=look,
-                layout=layout,
-            ),
-            "slack": w.IntSlider(
-                value=d["slack"], min=0, max=4, description="slack", style=look, layout=layout
-            ),
-            "grad_slack": w.IntSlider(
-                value=d["grad_slack"],
-                min=0,
-                max=2,
-                description="grad slack",
-                style=look,
-                layout=layout,
-            ),
-            "frontend": w.Dropdown(
-                options=["manual", "tracing", "both"],
-                value=d["frontend"],
-                description="frontend",
-                style=look,
-                layout=layout,
-            ),
+            key: control("IntSlider", text, value=d[key], min=low, max=high, **size)
+            for key, (text, low, high) in sliders.items()
         }
+        frontends = ["manual", "tracing", "both"]
+        self.controls["frontend"] = control(
+            "Dropdown", "frontend", options=frontends, value=d["frontend"], **size
+        )
         self.button = w.Button(description="run parity", button_style="primary", icon="play")
         self.out = w.Output()
         self.button.on_click(self._clicked)
