@@ -54,11 +54,12 @@ from pooltk.memory.model import (
     slack_sweep,
 )
 from pooltk.memory.replay.estimate import VARIANT_TITLES
+from pooltk.memory.replay.presets import ESTIMATE_PRESETS
 from pooltk.memory.source import Preset
 from pooltk.nb import canvas, style
 from pooltk.nb.common import control
 from pooltk.nb.fits import fits_bars, grouped_bars, short_source
-from pooltk.nb.whole_stage import WholeStage, explorer_models, receive_source
+from pooltk.nb.whole_stage import WholeStage, receive_source
 from pooltk.studies.kimi_k3 import PRESETS, get_preset
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -213,7 +214,7 @@ class ExplorerState:
 def explorer_sources() -> dict[str, Preset]:
     """Every source the explorer offers by name: the Kimi-K3 study presets, then the estimate presets' models."""
     out = dict(PRESETS)
-    out.update({name: receive_source(p) for name, p in explorer_models().items()})
+    out.update({name: receive_source(p) for name, p in ESTIMATE_PRESETS.items()})
     return out
 
 
@@ -222,15 +223,11 @@ def _origin(
 ) -> Preset:
     if config_path:  # named by its path (what the user typed), not by the reader's guess
         return dataclasses.replace(load_config(config_path, overrides), name=str(config_path))
-    if preset in explorer_models():
+    if preset in ESTIMATE_PRESETS:
         return receive_source(preset)
     if state.replayed is not None and preset == state.replayed.named.name:
         return receive_source(state.replayed.named)
     return get_preset(preset)
-
-
-def _set_bytes(p: Preset) -> int:
-    return p.boundary.forward_bytes
 
 
 def _boundary_note(origin: Preset, q: Preset, boundaries: Sequence[Boundary], opaque: bool) -> str:
@@ -282,8 +279,7 @@ def _replay_hint(
             f"pooltk estimate --config {config_path} --pp {shape.pp} --microbatches {shape.n_microbatches} "
             f"--micro-batch {rows} --seq-len {q.seq_len} --capacity {device}"
         )
-    models = explorer_models()
-    named = models.get(origin.name) or (
+    named = ESTIMATE_PRESETS.get(origin.name) or (
         state.replayed.named
         if state.replayed is not None and state.replayed.named.name == origin.name
         else None
@@ -391,7 +387,10 @@ def _modelled(
     origin = _origin(state, preset, config_path, overrides)
     q = origin.resized(**dims)
     boundaries = list(q.boundaries_for(q.shape))
-    if boundary_mib is None or round(boundary_mib * 2**20) in (_set_bytes(origin), _set_bytes(q)):
+    if boundary_mib is None or round(boundary_mib * 2**20) in (
+        origin.boundary.forward_bytes,
+        q.boundary.forward_bytes,
+    ):
         return origin, q, boundaries, False
     if not boundary_mib > 0:
         raise MemoryModelError(
@@ -570,7 +569,7 @@ def _source_values(q: Preset) -> dict[str, Any]:
         "slack": q.config.slack,
         "grad_slack": q.config.grad_slack,
         "policy": q.policy,
-        "boundary_mib": _set_bytes(q) / 2**20,
+        "boundary_mib": q.boundary.forward_bytes / 2**20,
     }
 
 
@@ -646,7 +645,7 @@ def explorer_controls(preset: str | None = None) -> dict[str, Any]:
     def _reset(change: dict[str, Any]) -> None:
         controls["config_path"].value = ""
         name = change["new"]
-        _set_from(receive_source(name) if name in explorer_models() else get_preset(name))
+        _set_from(receive_source(name) if name in ESTIMATE_PRESETS else get_preset(name))
 
     def _load(change: dict[str, Any]) -> None:
         if change["new"]:
@@ -661,7 +660,7 @@ def explorer_controls(preset: str | None = None) -> dict[str, Any]:
             q = current["origin"].resized(**dims)
         except ValueError:
             return  # explore() records the error for the cell to print
-        controls["boundary_mib"].value = _set_bytes(q) / 2**20
+        controls["boundary_mib"].value = q.boundary.forward_bytes / 2**20
 
     controls["preset"].observe(_reset, names="value")
     controls["config_path"].observe(_load, names="value")

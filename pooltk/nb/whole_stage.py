@@ -236,11 +236,6 @@ def receive_source(preset: str | EstimatePreset) -> Preset:
     )
 
 
-def explorer_models() -> dict[str, EstimatePreset]:
-    """The estimate presets the explorer offers as models (Kimi-K3 is offered by its study presets)."""
-    return dict(ESTIMATE_PRESETS)
-
-
 # --------------------------------------------------------------------------- figures
 
 
