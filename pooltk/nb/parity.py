@@ -161,9 +161,8 @@ def parity_spec(
     """
     from pooltk.memory.model import PipelineShape
 
-    PipelineShape(
-        pp=pp, n_microbatches=microbatches, schedule="1f1b"
-    )  # M >= pp, positive sizes: clear errors
+    # M >= pp, positive sizes: clear errors
+    PipelineShape(pp=pp, n_microbatches=microbatches, schedule="1f1b")
     config = PoolConfig(slack=slack, grad_slack=grad_slack)
     if frontend not in ("manual", "tracing", "both"):
         raise ValueError(f"frontend: found {frontend!r}; required 'manual', 'tracing' or 'both'.")
@@ -216,16 +215,11 @@ def run_check(state: ParityState, **inputs: Any) -> ParityReport | None:
     return report
 
 
-def render_check(state: ParityState, *, save: bool = True) -> None:
+def render_check(state: ParityState) -> None:
     """Print the headline (or the error), show the tables and draw the figures of the last run.
 
     Drawn off pyplot: a widget callback (see [Note: widget callbacks draw off pyplot]).
     """
-    with canvas.off_pyplot():
-        _render_check(state, save=save)
-
-
-def _render_check(state: ParityState, *, save: bool) -> None:
     from pooltk.nb import common as nb
 
     if state.last_report is None:
@@ -233,25 +227,24 @@ def _render_check(state: ParityState, *, save: bool) -> None:
         return
     report = state.last_report
     print(state.summary.line())  # type: ignore[union-attr]
-    fig = loss_figure(report)
-    if save:
+    with canvas.off_pyplot():
+        fig = loss_figure(report)
         nb.save_figure(fig, "02_parity_losses")
-    nb.show_figure(fig)
-    nb.show_frame(
-        param_sum_frame(report),
-        "parameter sum per stage after each step: stock vs pooled",
-        float_format="{:.9g}",
-    )
-    nb.show_frame(
-        bytes_frame(report),
-        "receive-buffer bytes per stage and direction, measured, and the model's "
-        "pooled bytes (pooltk.memory.model.expected_bytes)",
-        float_format="{:,.0f}",
-    )
-    fig = bytes_figure(report)
-    if save:
+        nb.show_figure(fig)
+        nb.show_frame(
+            param_sum_frame(report),
+            "parameter sum per stage after each step: stock vs pooled",
+            float_format="{:.9g}",
+        )
+        nb.show_frame(
+            bytes_frame(report),
+            "receive-buffer bytes per stage and direction, measured, and the model's "
+            "pooled bytes (pooltk.memory.model.expected_bytes)",
+            float_format="{:,.0f}",
+        )
+        fig = bytes_figure(report)
         nb.save_figure(fig, "02_parity_bytes")
-    nb.show_figure(fig)
+        nb.show_figure(fig)
 
 
 class ParityPanel:
@@ -293,12 +286,11 @@ class ParityPanel:
     def values(self) -> dict[str, Any]:
         return {k: c.value for k, c in self.controls.items()}
 
-    def run(self, *, render: bool = True) -> ParityReport | None:
-        """Run with the current widget values; print and draw the result unless ``render=False``."""
+    def run(self) -> ParityReport | None:
+        """Run with the current widget values; print and draw the result."""
         print(f"launching {self.values()['pp']} gloo ranks ...", flush=True)
         report = run_check(self.state, **self.values())
-        if render:
-            render_check(self.state)
+        render_check(self.state)
         return report
 
     def _clicked(self, _button: Any) -> None:
