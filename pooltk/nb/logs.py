@@ -48,7 +48,6 @@ __all__ = [
     "compare_runs",
     "device_capacity",
     "load_run_info",
-    "mem_label",
     "per_rank",
     "plot_steps",
     "pool_by_run",
@@ -102,21 +101,13 @@ def _is_resident(basis: str) -> bool:
     return any(k in text for k in _RESIDENT)
 
 
-def mem_label(bases: Sequence[str]) -> str:
-    """The axis label of a memory figure, saying what was measured: resident memory, device memory,
-    or both."""
-    bases = [str(b) for b in bases if str(b).strip()]
-    resident = [b for b in bases if _is_resident(b)]
-    if resident and len(resident) == len(bases):
-        return "peak resident memory, process (GiB)"
-    if resident:
-        return "peak memory: device or resident, per run (GiB)"
-    return "peak device memory, as logged (GiB)"
-
-
 def _step_label(col: str, resident: bool) -> str:
     if col == "mem_gib":
-        return "peak resident memory, process (GiB)" if resident else mem_label(["device"])
+        return (
+            "peak resident memory, process (GiB)"
+            if resident
+            else "peak device memory, as logged (GiB)"
+        )
     if col == "tok_per_s_per_gpu" and resident:
         return "tokens/s per rank process (tok/s)"
     return _LABELS.get(col, f"{col} (as logged)")
@@ -350,11 +341,7 @@ def beside_figure(beside: Beside) -> Figure:
         )
     fig.suptitle(_beside_headline(frame, beside.capacity), fontsize=10)
     who = list(dict.fromkeys(frame["who"]))
-    handles = [
-        Patch(facecolor=style.colour(k), label=style.label(k))
-        for k in ("published", "your_runs")
-        if k in who
-    ]
+    handles = style.legend_handles([k for k in ("published", "your_runs") if k in who])
     if frame["approximate"].fillna(False).astype(bool).any():
         handles.append(
             Patch(
@@ -612,9 +599,8 @@ def compare_runs(summary: Any, steps: pd.DataFrame, *, baseline: str | None = No
 
 def per_rank(steps: pd.DataFrame) -> pd.DataFrame:
     """Per run and rank, from the step table as read (where the logs name ranks): rows, step range,
-    peak memory,
-    median logged step time, mean logged per-GPU rate, and the timestamp spread of the rank's
-    lines."""
+    peak memory, median logged step time, mean logged per-GPU rate, and the timestamp spread of the
+    rank's lines."""
     have = steps[steps["rank"].notna() & (steps["kind"] == "train")]
     cols = [
         "run",
