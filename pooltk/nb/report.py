@@ -155,22 +155,6 @@ class ReportResult:
         notebooks_ok = all(n.ok for n in self.notebooks)
         return notebooks_ok and self.parity_error is None and self.parity_equal is not False
 
-    def to_frame(self) -> Any:  # -> pandas.DataFrame
-        import pandas as pd
-
-        rows = [
-            {
-                "notebook": n.path.name,
-                "ok": n.ok,
-                "seconds": round(n.seconds, 1),
-                "html": str(n.html) if n.html else None,
-                "figures": len(n.figures),
-                "error": n.error,
-            }
-            for n in self.notebooks
-        ]
-        return pd.DataFrame(rows)
-
 
 # --------------------------------------------------------------------------- one notebook
 
