@@ -130,22 +130,13 @@ def reuse_point(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> list[ReuseR
     rows_out = []
     for case in REUSE_CASES:
         got = run(case)
+        refused = got if isinstance(got, str) else None
         for i, name in enumerate(GRADIENTS):
+            diff = None if refused is not None else float((got[i] - fresh[i]).abs().max())
             scale = float(fresh[i].abs().max())
-            if isinstance(got, str):
-                rows_out.append(
-                    ReuseRow(case=case, gradient=name, max_abs_diff=None, error=got, scale=scale)
-                )
-            else:
-                rows_out.append(
-                    ReuseRow(
-                        case=case,
-                        gradient=name,
-                        error=None,
-                        max_abs_diff=float((got[i] - fresh[i]).abs().max()),
-                        scale=scale,
-                    )
-                )
+            rows_out.append(
+                ReuseRow(case=case, gradient=name, max_abs_diff=diff, error=refused, scale=scale)
+            )
     return rows_out
 
 

@@ -459,7 +459,7 @@ def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
         ),
         key=lambda t: t[:3],
     )
-    checked = 0
+    checked, stop = 0, None
     for time, r, _, e in events:
         if e.kind in ("RECV_F", "RECV_B"):
             key = (e.stage, "forward" if e.kind == "RECV_F" else "grad")
@@ -479,13 +479,7 @@ def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
                     time=time,
                     ring_post=posted[key],
                 )
-                return GuardReplay(
-                    schedule=rp.program.schedule,
-                    rings=ring_map,
-                    posts_checked=checked,
-                    stop=stop,
-                    makespan=rp.makespan,
-                )
+                break
             slots[slot] = e.microbatch
         elif e.kind in ("B", "W") or (e.kind == "F" and rp.program.forward_only):
             for d in DIRECTIONS:
@@ -498,7 +492,7 @@ def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
         schedule=rp.program.schedule,
         rings=ring_map,
         posts_checked=checked,
-        stop=None,
+        stop=stop,
         makespan=rp.makespan,
     )
 
@@ -535,11 +529,9 @@ def sets_by_version(pp: int, n_microbatches: int) -> pd.DataFrame:
 
 
 def layout_families() -> pd.DataFrame:
-    """The torch layout table: one row per kind of receive buffer (and releases, how detection
-    tells the
-    families apart, what pooltk does, notes), one column per family, and a last row marking the
-    family
-    this torch has (``pooltk.probe()``). See [Note: one method, two families] in the families
+    """The torch layout table: one row per kind of receive buffer (and releases, how detection tells
+    the families apart, what pooltk does, notes), one column per family, and a last row marking the
+    family this torch has (``pooltk.probe()``). See [Note: one method, two families] in the families
     module."""
     import pandas as pd
 

@@ -56,12 +56,12 @@ def _in_flight(rp: Replay) -> dict[int, list[tuple[float, float]]]:
     return out
 
 
-def _draw_timeline(ax: Any, rp: Replay, *, xmax: float | None = None) -> list[str]:
+def _draw_timeline(ax: Any, rp: Replay, *, xmax: float) -> set[str]:
     """Draw ``rp``'s compute actions and phase bands into ``ax``; return the phases drawn."""
     frame = rp.compute_frame()
     pp = rp.program.num_stages
     ph = phases(rp)
-    present: list[str] = []
+    present: set[str] = set()
     for stage, rows in frame.groupby("stage"):
         group = rows[rows.kind != "W"].sort_values("start")
         times = list(zip(group.start, group.end))
@@ -74,8 +74,7 @@ def _draw_timeline(ax: Any, rp: Replay, *, xmax: float | None = None) -> list[st
                 color=style.colour(name),
                 zorder=0,
             )
-            if name not in present:
-                present.append(name)
+            present.add(name)
     for row in frame.itertuples():
         forward = row.kind == "F"
         ax.barh(
@@ -101,9 +100,9 @@ def _draw_timeline(ax: Any, rp: Replay, *, xmax: float | None = None) -> list[st
     ax.set_ylim(pp - 0.5, -0.5)
     ax.set_yticks(range(pp), [f"stage {s}" for s in range(pp)])
     ax.set_ylabel("pipeline stage (one rank each)")
-    ax.set_xlim(0, xmax if xmax is not None else rp.makespan)
+    ax.set_xlim(0, xmax)
     ax.grid(axis="y", visible=False)
-    return [p for p in ("warmup", "steady", "cooldown") if p in present]
+    return present
 
 
 def _most_in_flight(rp: Replay) -> list[int]:
@@ -131,11 +130,9 @@ def primer_timelines(one_f_one_b: Replay, gpipe: Replay) -> Figure:
     fig, axes = canvas.subplots(
         2, 1, figsize=(style.FIGURE_WIDTH_IN, 1.2 * pp + 3.2), sharex=True, squeeze=False
     )
-    present: list[str] = []
+    present: set[str] = set()
     for ax, rp in zip(axes[:, 0], (one_f_one_b, gpipe)):
-        for p in _draw_timeline(ax, rp, xmax=xmax):
-            if p not in present:
-                present.append(p)
+        present |= _draw_timeline(ax, rp, xmax=xmax)
         most = _most_in_flight(rp)
         ax.set_title(
             f"{rp.program.schedule}: stages 0-{pp - 1} each hold at most "
