@@ -22,11 +22,12 @@ two lifetime facts in :mod:`pooltk.nb.lifetime_facts`.
 
 [Note: unit-time replay]
 The analysis gives each rank's actions in order, not when they run. :func:`replay` gives every
-compute action a duration (forward 1 tick, backward 2 by default) and starts it as soon as its
-rank is free and its input exists: ``F`` of stage ``s`` after ``F`` of stage ``s - 1`` (same
-microbatch), ``B`` / ``I`` of stage ``s`` after ``B`` / ``I`` of stage ``s + 1``. A receive is
-posted when its rank reaches it in its order (the rank's clock then); sends take no time. The
-clock only draws the order on a shared axis; which buffers overlap comes from the lifetimes.
+compute action a duration (forward 1 tick, backward 2, each half of a split backward 1) and starts
+it as soon as its rank is free and its input exists: ``F`` of stage ``s`` after ``F`` of stage
+``s - 1`` (same microbatch), ``B`` / ``I`` of stage ``s`` after ``B`` / ``I`` of stage ``s + 1``.
+A receive is posted when its rank reaches it in its order (the rank's clock then); sends take no
+time. The clock only draws the order on a shared axis; which buffers overlap comes from the
+lifetimes.
 
 [Note: counting overwrites]
 An overwrite is a receive posted into a ring slot whose previous buffer is still held: that
@@ -85,6 +86,9 @@ __all__ = [
 
 RingSizes = Mapping[tuple[int, Direction], int]
 
+_TICKS = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
+"""Each compute action's duration ([Note: unit-time replay]): a split backward's halves 1 each."""
+
 
 # --------------------------------------------------------------------------- replay
 
@@ -101,10 +105,6 @@ class Replay:
     """``(rank, position) -> time`` an event starts (a receive: when it is posted)."""
     end: dict[tuple[int, int], float]
     """``(rank, position) -> time`` an event ends (receives and sends: same as start)."""
-    forward_ticks: float
-    """Duration of one forward."""
-    backward_ticks: float
-    """Duration of one full backward."""
 
     @property
     def makespan(self) -> float:
@@ -148,8 +148,6 @@ def replay(
     pp: int,
     n_microbatches: int,
     stages_per_rank: int = 1,
-    forward_ticks: float = 1.0,
-    backward_ticks: float = 2.0,
 ) -> Replay:
     """Analyse ``schedule`` (torch's name) and put its step on a clock. See [Note: unit-time
     replay].
@@ -159,19 +157,9 @@ def replay(
 
     Raises:
         ScheduleAnalysisError: the schedule or shape cannot be analysed (torch's reason quoted).
-        ValueError: a duration is not positive.
     """
-    for name, v in (("forward_ticks", forward_ticks), ("backward_ticks", backward_ticks)):
-        if not v > 0:
-            raise ValueError(f"replay {name}: found {v!r}; required > 0.")
     prog = program(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=stages_per_rank)
     spans = tuple(lifetimes_of(prog))
-    durations = {
-        "F": forward_ticks,
-        "B": backward_ticks,
-        "I": backward_ticks / 2,
-        "W": backward_ticks / 2,
-    }
     last = prog.num_stages - 1
     done: dict[tuple[str, int, int], float] = {}  # (kind, stage, microbatch) -> end time
     start: dict[tuple[int, int], float] = {}
@@ -193,12 +181,12 @@ def replay(
         for r, events in prog.events.items():
             while pointer[r] < len(events):
                 e = events[pointer[r]]
-                if e.kind in durations:
+                if e.kind in _TICKS:
                     ready = _ready(e.kind, e.stage, e.microbatch)
                     if ready is None:
                         break
                     t0 = max(clock[r], ready)
-                    clock[r] = t0 + durations[e.kind]
+                    clock[r] = t0 + _TICKS[e.kind]
                     done[(e.kind, e.stage, e.microbatch)] = clock[r]
                     start[(r, e.step)], end[(r, e.step)] = t0, clock[r]
                 else:  # receive posts and sends: at the rank's clock, no duration
@@ -222,8 +210,6 @@ def replay(
         spans=spans,
         start=start,
         end=end,
-        forward_ticks=forward_ticks,
-        backward_ticks=backward_ticks,
     )
 
 
