@@ -113,12 +113,13 @@ def _step_label(col: str, resident: bool) -> str:
     return _LABELS.get(col, f"{col} (as logged)")
 
 
-def _steps_headline(train: pd.DataFrame, hue: str, runs: list[str]) -> str:
+def _steps_headline(train: pd.DataFrame, runs: list[str]) -> str:
     """What the per-step panels show: the fastest and slowest run by median step time."""
     import math
 
     med = {
-        run: float(train.loc[train[hue].astype(str) == run, "step_time_s"].median()) for run in runs
+        run: float(train.loc[train["run"].astype(str) == run, "step_time_s"].median())
+        for run in runs
     }
     med = {run: t for run, t in med.items() if not math.isnan(t)}
     if len(med) < 2:
@@ -133,22 +134,19 @@ def _steps_headline(train: pd.DataFrame, hue: str, runs: list[str]) -> str:
 def plot_steps(
     steps: pd.DataFrame,
     columns: Sequence[str] = ("step_time_s", "tok_per_s_per_gpu", "mem_gib"),
-    *,
-    hue: str = "run",
-    title: str | None = None,
 ) -> Figure:
     """One panel per column against ``step`` (train rows), a line per run in one colour across the
     panels.
 
     Runs whose memory is a process's resident memory (CPU runs: their tokens/s are per rank
     process) and runs measured on a device get a row of panels each, so no axis holds two kinds of
-    figure; the memory panel says what the logs measured (``mem_basis``). ``title`` defaults to
-    the takeaway (the slowest and fastest run by median step time).
+    figure; the memory panel says what the logs measured (``mem_basis``). The title is the
+    takeaway (the slowest and fastest run by median step time).
     """
     train = steps[steps["kind"] == "train"]
-    runs = [str(r) for r in dict.fromkeys(train[hue])]
+    runs = [str(r) for r in dict.fromkeys(train["run"])]
     colours = style.run_colours(runs)
-    basis = train.groupby(train[hue].astype(str))["mem_basis"].first().astype(str)
+    basis = train.groupby(train["run"].astype(str))["mem_basis"].first().astype(str)
     resident = {run: _is_resident(basis.get(run, "")) for run in runs}
     groups = [flag for flag in (False, True) if any(resident[r] == flag for r in runs)]
     fig, axes = canvas.subplots(
@@ -160,14 +158,14 @@ def plot_steps(
     for row, flag in enumerate(groups):
         for ax, col in zip(axes[row], columns, strict=True):
             for run in (r for r in runs if resident[r] == flag):
-                part = train[train[hue].astype(str) == run].sort_values("step")
+                part = train[train["run"].astype(str) == run].sort_values("step")
                 ax.plot(part["step"], part[col], marker="o", ms=3.5, color=colours[run], label=run)
             ax.set_ylabel(_step_label(col, flag), fontsize=8.5)
             ax.set_ylim(bottom=0)
             ax.set_xlabel("step (index)")
             where = " (CPU runs)" if flag and len(groups) > 1 else ""
             ax.set_title(_TITLES.get(col, col) + where, fontsize=10)
-    fig.suptitle(title or _steps_headline(train, hue, runs), fontsize=10)
+    fig.suptitle(_steps_headline(train, runs), fontsize=10)
     handles = [h for ax in axes[:, 0] for h in ax.get_legend_handles_labels()[0]]
     style.legend_below(fig, handles, ncol=min(3, len(handles)), top=0.93)
     return fig

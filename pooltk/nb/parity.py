@@ -593,7 +593,6 @@ def run_three_way_models(
     microbatches: int = 6,
     steps: int = 3,
     slack: int = 0,
-    models: tuple[str, ...] = tuple(THREE_WAY_MODELS),
     timeout_s: float = 300.0,
 ):
     """Stock, fresh (a new buffer per receive) and pooled for each model of
@@ -606,8 +605,7 @@ def run_three_way_models(
     from pooltk.parity.summary import run_three_way
 
     variants: tuple = ()
-    for key in models:
-        bodies = THREE_WAY_MODELS[key][1]
+    for key, (_, bodies) in THREE_WAY_MODELS.items():
         variants += (
             Variant(name=f"stock/{key}", bodies=bodies),
             Variant(

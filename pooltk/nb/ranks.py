@@ -116,11 +116,9 @@ def schedule_ranks(
     n_microbatches: int,
     slack: int = 2,
     grad_slack: int = 1,
-    boundary: Boundary | None = None,
 ) -> pd.DataFrame:
-    """Per schedule and rank, buffer sets (bytes with ``boundary``): stock, the per-stage rings, the
-    rank-shared rings and the rank's live set, from the memory model (one set = 1 byte without
-    ``boundary``)."""
+    """Per schedule and rank, buffer sets: stock, the per-stage rings, the rank-shared rings and the
+    rank's live set, from the memory model (one set counted as 1 byte)."""
     import pandas as pd
 
     config = PoolConfig(slack=slack, grad_slack=grad_slack)
@@ -128,7 +126,7 @@ def schedule_ranks(
     for name in schedules:
         model = model_memory(
             PipelineShape(pp=pp, n_microbatches=n_microbatches, schedule=name),
-            boundary or Boundary.opaque(1),
+            Boundary.opaque(1),
             config,
             unpoolable="stock",
         )

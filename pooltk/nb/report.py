@@ -561,9 +561,9 @@ def _notebook_lines(runs: list[NotebookRun], out: Path) -> list[str]:
 # --------------------------------------------------------------------------- the job
 
 
-def _printer(stream: Any = None) -> Progress:
+def _printer() -> Progress:
     """Progress lines; on a terminal, cell counters overwrite one line."""
-    stream = stream or sys.stdout
+    stream = sys.stdout
     tty = hasattr(stream, "isatty") and stream.isatty()
     lock = threading.Lock()
 
