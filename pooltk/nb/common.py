@@ -1,20 +1,7 @@
 """What every pooltk notebook shares: setup, figure saving, small display helpers.
 
-Stable names (other notebooks call them; keep their signatures):
-
-- :func:`setup` -- figure style and pandas display options; returns :class:`NotebookEnv`
-  (``IN_CI``, ``REPORT_DIR``).
-- :func:`save_figure` -- writes ``<REPORT_DIR>/<name>.png`` when ``POOLTK_REPORT_DIR`` is set
-  (``pooltk report`` sets it); does nothing otherwise. Returns the path as a :class:`SavedFigure`,
-  which a notebook does not print, so a cell ending with it shows the figure and no path.
-- :func:`show_frame` -- display a DataFrame with a caption and fixed float format; a named index
-  (a ``groupby`` result's labels) is shown as columns, never dropped.
-- :func:`show_inputs` -- display the inputs a result was computed from, as a two-column table.
-- :func:`show_figure` -- display a figure once, now, as a PNG image, and close it (what widget
-  callbacks draw with; [Note: a figure shown off pyplot is sent as a PNG]).
-- :func:`control` -- one ipywidgets control, laid out like the others of its panel.
-
-Imports matplotlib, seaborn and pandas: notebooks only, never the core package.
+Stable names: other notebooks call them; keep their signatures. Imports matplotlib, seaborn and
+pandas: notebooks only, never the core package.
 """
 
 from __future__ import annotations
