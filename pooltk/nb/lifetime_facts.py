@@ -204,8 +204,7 @@ def reuse_point_figure(rows: list[ReuseRow]) -> Figure:
         "nothing (Δ: against a fresh buffer)\n" + (note or "every case ran"),
         fontsize=9.5,
     )
-    handles, _ = ax.get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=1)
+    style.legend_below(fig, ax.get_legend_handles_labels()[0], ncol=1)
     return fig
 
 
@@ -302,6 +301,5 @@ def leaf_reuse_figure(result: LeafReuse) -> Figure:
         f"leaf; the gradient sent upstream is up to {result.scale:.2g} in size)",
         fontsize=9.5,
     )
-    handles, _ = ax.get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=1)
+    style.legend_below(fig, ax.get_legend_handles_labels()[0], ncol=1)
     return fig

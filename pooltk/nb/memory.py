@@ -105,8 +105,7 @@ def stage_bars(model: MemoryModel) -> Figure:
         f"pooltk's), grad slack {cfg.grad_slack} (pooltk)",
         fontsize=10,
     )
-    handles, _ = ax.get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=3)
+    style.legend_below(fig, ax.get_legend_handles_labels()[0], ncol=3)
     return fig
 
 
@@ -715,6 +714,5 @@ def measured_vs_modelled_figure(table: Any) -> Figure:
         "(pp4 1F1B, gloo, slack 2; label: measured vs modelled)",
         fontsize=9.5,
     )
-    handles, _ = axes[0][0].get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=1)
+    style.legend_below(fig, axes[0][0].get_legend_handles_labels()[0], ncol=1)
     return fig

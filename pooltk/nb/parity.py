@@ -462,8 +462,7 @@ def bytes_figure(report: ParityReport) -> Figure:
         + " (both directions per stage)",
         fontsize=10,
     )
-    handles, _ = ax.get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=2)
+    style.legend_below(fig, ax.get_legend_handles_labels()[0], ncol=2)
     return fig
 
 
@@ -549,8 +548,7 @@ def divergence_figure(report: ParityReport) -> Figure:
         "step 0 matches: its forwards read each buffer before the overwrite)",
         fontsize=10,
     )
-    handles, _ = losses.get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=3, top=0.9)
+    style.legend_below(fig, losses.get_legend_handles_labels()[0], ncol=3, top=0.9)
     return fig
 
 
@@ -698,6 +696,5 @@ def three_way_figure(three_way) -> Figure:  # noqa: ANN001 - a ThreeWay
         f"the parameter sums are up to {size:.2g} in size; pp3 1F1B)",
         fontsize=10,
     )
-    handles, _ = axes[0, 0].get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=2)
+    style.legend_below(fig, axes[0, 0].get_legend_handles_labels()[0], ncol=2)
     return fig

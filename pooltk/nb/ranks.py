@@ -62,8 +62,7 @@ def rank_bars(
     ax.set_ylabel(ylabel or f"receive buffers per rank ({'GiB' if unit == 'gib' else unit})")
     ax.set_ylim(0, float(frame[f"stock_{unit}"].max()) * 1.15)
     ax.set_title(title or f"{model.shape.describe()}: per rank", fontsize=10)
-    handles, _ = ax.get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=2)
+    style.legend_below(fig, ax.get_legend_handles_labels()[0], ncol=2)
     return fig
 
 

@@ -500,6 +500,5 @@ def versions_figure(sets: Any) -> Figure:
         f"sets, as many as the ring on torch <= 2.14 (1F1B, pp={last + 1}, M={m})",
         fontsize=9.5,
     )
-    handles, _ = ax.get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=2)
+    style.legend_below(fig, ax.get_legend_handles_labels()[0], ncol=2)
     return fig
