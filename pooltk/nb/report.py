@@ -3,7 +3,7 @@
 Writes under the output folder (default ``reports/``): ``summary.md`` (the probe, the parity
 verdict and tables, one line per notebook), ``parity_pp4.json``, ``buffers_pp4.csv``,
 ``memory_kimi_k3_2k.csv``, ``<notebook>.html`` (a failed notebook too, with its error),
-``figures/*.png`` (saved by the notebooks through :func:`pooltk.nb.save_figure`:
+``figures/*.png`` (saved by the notebooks through :func:`pooltk.nb.common.save_figure`:
 ``POOLTK_REPORT_DIR`` points there while they run) and ``logs/<notebook>.kernel.log``.
 Progress is one line per step; on a terminal, a live cell counter.
 
