@@ -445,10 +445,9 @@ def speed_pairs(summary: Any, steps: pd.DataFrame, run_info: Any) -> pd.DataFram
         span = {n: (f.timestamp.min(), f.timestamp.max()) for n, f in w.items()}
         together = bool(span[run][0] <= span[stock][1] and span[stock][0] <= span[run][1])
         info = infos.get(run)
-        extra = (getattr(info, "extra", None) or {}) if info is not None else {}
-        cpus = (
-            (extra.get("host") or {}).get("cpus") if isinstance(extra.get("host"), dict) else None
-        )
+        extra = getattr(info, "extra", None) or {}
+        host = extra.get("host")
+        cpus = host.get("cpus") if isinstance(host, dict) else None
         world = getattr(info, "world_size", None)
         per_cpu = world / cpus if cpus and world else math.nan
         config = extra.get("pool_config")

@@ -665,14 +665,17 @@ def three_way_figure(three_way) -> Figure:  # noqa: ANN001 - a ThreeWay
     )
     for ax, key, j in zip(axes.flat, keys, three_way.judgements):
         fresh = report.variant(f"fresh/{key}")
-        for prefix, look in (("stock", dict(lw=3, alpha=0.6)), ("tight", dict(lw=1.5, marker="o"))):
-            v = report.variant(f"{'stock' if prefix == 'stock' else 'pooled'}/{key}")
+        for name, series, look in (
+            ("stock", "stock", dict(lw=3, alpha=0.6)),
+            ("pooled", "tight", dict(lw=1.5, marker="o")),
+        ):
+            v = report.variant(f"{name}/{key}")
             dist = [
                 max(abs(v.param_sums[r][s] - fresh.param_sums[r][s]) for r in v.param_sums)
                 for s in range(report.spec.steps)
             ]
-            text = "|stock - fresh|" if prefix == "stock" else "|pooled - fresh|"
-            ax.plot(range(report.spec.steps), dist, color=style.colour(prefix), label=text, **look)
+            color, text = style.colour(series), f"|{name} - fresh|"
+            ax.plot(range(report.spec.steps), dist, color=color, label=text, **look)
         ax.set_ylim(bottom=0)
         ax.set_title(f"{key}: {j.verdict}", fontsize=9)
         ax.set_xticks(range(report.spec.steps))

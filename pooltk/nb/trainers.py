@@ -157,7 +157,7 @@ def claims(table: "pd.DataFrame") -> "pd.DataFrame":
 
     def _all(s):
         vals = [v for v in s if v == v and v != ""]
-        return bool(vals) and all(str(v) == "True" for v in vals) if vals else None
+        return all(str(v) == "True" for v in vals) if vals else None
 
     def _worst(s):
         from pooltk.parity.summary import VERDICTS

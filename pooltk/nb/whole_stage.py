@@ -249,7 +249,7 @@ def _rank_title(est: MemoryEstimate, rank: int) -> str:
     return f"rank {rank}: " + " | ".join(est.stage_names[s] for s in stages)
 
 
-def stacked_figure(whole: WholeStage, *, ranks: Sequence[int] | None = None) -> Figure:
+def stacked_figure(whole: WholeStage) -> Figure:
     """Per rank, one bar per variant, stacked by what holds the memory at the rank's peak (GiB, from zero).
 
     Lines: the device's capacity and the capacity less the stated overhead (their sources in the
@@ -259,8 +259,8 @@ def stacked_figure(whole: WholeStage, *, ranks: Sequence[int] | None = None) -> 
 
     est, verdict = whole.estimate, whole.verdict
     frame = est.stacked_frame("gib")
-    shown = list(ranks) if ranks is not None else list(est.ranks)
-    cats = _drawn_categories(frame[frame["rank"].isin(shown)])
+    shown = list(est.ranks)
+    cats = _drawn_categories(frame)
     variants = list(est.variants)
     fig, axes = canvas.subplots(
         1, len(shown), figsize=(style.FIGURE_WIDTH_IN, 5.2), sharey=True, squeeze=False
