@@ -515,7 +515,7 @@ def _draw_explorer(state: ExplorerState, result: Any, *, save: bool) -> Figure:
     nb.show_figure(fig)
     fits_fig = None
     if state.fits is not None and state.fits.reference is not None:
-        fits_fig = fits_bars(state.fits, published=_published_figures(state.source))
+        fits_fig = fits_bars(state.fits, oom=_oom_margin(state.source))
     elif state.fits is not None and state.replayed is not None:
         from pooltk.nb.whole_stage import stacked_figure
 
@@ -527,14 +527,10 @@ def _draw_explorer(state: ExplorerState, result: Any, *, save: bool) -> Figure:
     return fig
 
 
-def _published_figures(preset: Preset | None) -> dict[str, Any]:
-    """The preset's own published peak and OOM margin (``peak`` GiB, ``oom`` MiB), each a
-    :class:`~pooltk.memory.source.Figure`; none for a resized preset or a config file."""
-    found = {"peak": published_peak(preset) if preset is not None else None}
-    found["oom"] = next(
-        (f for f in getattr(preset, "figures", ()) if f.name == "oom_margin_mib"), None
-    )
-    return {k: v for k, v in found.items() if v is not None}
+def _oom_margin(preset: Preset | None) -> Any:
+    """The preset's own published OOM margin (MiB, a :class:`~pooltk.memory.source.Figure`);
+    none for a resized preset or a config file."""
+    return next((f for f in getattr(preset, "figures", ()) if f.name == "oom_margin_mib"), None)
 
 
 def _device_choices() -> list[str]:
