@@ -33,13 +33,7 @@ from pooltk.parity import (
     default_variants,
     run_parity,
 )
-from pooltk.parity.controls import (
-    CONTROLS,
-    ControlOutcome,
-    NegativeControls,
-    control_variants,
-    run_negative_controls,
-)
+from pooltk.parity.controls import ControlOutcome, run_negative_controls
 from pooltk.parity.tables import bytes_frame, stock_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,16 +41,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
 __all__ = [
-    "CONTROLS",
     "DEFAULTS",
-    "ControlOutcome",
-    "NegativeControls",
     "ParityPanel",
     "ParityState",
     "ParitySummary",
     "bytes_figure",
     "bytes_frame",
-    "control_variants",
     "divergence_figure",
     "divergence_frame",
     "loss_figure",
