@@ -42,6 +42,7 @@ Imports pandas / ipywidgets inside the functions that need them.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
 __all__ = [
+    "RECEIVED",
     "GuardReplay",
     "GuardStop",
     "MechanismState",
@@ -85,6 +87,9 @@ __all__ = [
 ]
 
 RingSizes = Mapping[tuple[int, Direction], int]
+
+RECEIVED = {"forward": "activation", "grad": "gradient"}
+"""What a receive of each direction carries, as every line and figure says it."""
 
 _TICKS = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
 """Each compute action's duration ([Note: unit-time replay]): a split backward's halves 1 each."""
@@ -291,11 +296,10 @@ def overwritten_receives(rp: Replay, rings: RingSizes) -> list[Overwrite]:
     microbatch posting, ``microbatch`` the slot's previous occupant (the latest earlier buffer of
     that slot still held when the receive is posted). Ordered by stage, direction and microbatch.
     """
-    by_slot: dict[tuple[int, Direction, int], list[BufferLifetime]] = {}
+    by_slot: dict[tuple[int, Direction, int], list[BufferLifetime]] = defaultdict(list)
     for b in rp.spans:
-        by_slot.setdefault(
-            (b.stage, b.direction, b.microbatch % _ring_k(rings, b.stage, b.direction)), []
-        ).append(b)
+        slot = b.microbatch % _ring_k(rings, b.stage, b.direction)
+        by_slot[(b.stage, b.direction, slot)].append(b)
     found = []
     for group in by_slot.values():
         group.sort(key=lambda b: (b.post, b.microbatch))
@@ -407,12 +411,11 @@ class GuardReplay:
         if self.stop is None:
             return f"{self.schedule}: the guard passes all {self.posts_checked} receive posts"
         e = self.stop
-        what = "activation" if e.direction == "forward" else "gradient"
         return (
             f"{self.schedule}: the guard stops the step (PoolOverrunError) at tick {e.time:g} of "
-            f"{self.makespan:g}: stage {e.stage}'s {ordinal(e.ring_post)} {what} receive "
-            f"(microbatch {e.incoming}) finds slot {e.slot} of {e.ring} still owned by microbatch "
-            f"{e.owner}"
+            f"{self.makespan:g}: stage {e.stage}'s {ordinal(e.ring_post)} "
+            f"{RECEIVED[e.direction]} receive (microbatch {e.incoming}) finds slot {e.slot} of "
+            f"{e.ring} still owned by microbatch {e.owner}"
         )
 
 

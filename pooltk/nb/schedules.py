@@ -70,7 +70,7 @@ def lifetime_chart(
     """
     from matplotlib.lines import Line2D
 
-    from pooltk.nb.mechanism import replay
+    from pooltk.nb.mechanism import RECEIVED, replay
     from pooltk.nb.timelines import CLOCK_LABEL
 
     vpp = stages_per_rank or _stages_per_rank(schedule)
@@ -107,11 +107,10 @@ def lifetime_chart(
     ax.set_xlabel(CLOCK_LABEL + "; split backward halves 1 each")
     ax.grid(axis="y", visible=False)
     most = max(peaks.values(), default=0)
-    what = "activation" if direction == "forward" else "gradient"
     ax.set_title(
-        f"{schedule}: a stage holds at most {most} {what} receive buffers at once (shaded: each "
-        f"stage's peak), of M = {n_microbatches}\n(pp{pp} x {vpp} stage(s) per rank; line: one "
-        "microbatch's buffer, from its receive post to its release)",
+        f"{schedule}: a stage holds at most {most} {RECEIVED[direction]} receive buffers at once "
+        f"(shaded: each stage's peak), of M = {n_microbatches}\n(pp{pp} x {vpp} stage(s) per rank; "
+        "line: one microbatch's buffer, from its receive post to its release)",
         fontsize=9.5,
     )
     handles = [

@@ -72,10 +72,10 @@ def _safe(group: Sequence[BufferLifetime], k: int) -> bool:
     return not overwrites(group, k)
 
 
-def _needed(group: Sequence[BufferLifetime], ring_of_slack, m: int) -> int:  # noqa: ANN001 - slack -> K
-    """The smallest slack ``s`` whose ring ``ring_of_slack(s)`` (in ``[1, M]``) is safe."""
+def _needed(group: Sequence[BufferLifetime], ring: int, m: int) -> int:
+    """The smallest slack ``s`` whose ring ``ring + s`` (in ``[1, M]``) is safe."""
     for s in range(m + 1):
-        if _safe(group, max(1, min(m, ring_of_slack(s)))):
+        if _safe(group, max(1, min(m, ring + s))):
             return s
     return m  # unreachable: K = M gives every microbatch its own slot
 
@@ -117,11 +117,9 @@ def slack_needs(
                 if not group:
                     continue
                 read = peak_overlap((b.consume, b.release) for b in group)
-                need = _needed(group, lambda s, k=read: k + s, m)
-                note("first read to release", d, need, stage, read)
+                note("first read to release", d, _needed(group, read, m), stage, read)
                 formula = min(m, n - stage) if d == "forward" else 1
-                need = _needed(group, lambda s, k=formula: k + s, m)
-                note("1F1B formula", d, need, stage, formula)
+                note("1F1B formula", d, _needed(group, formula, m), stage, formula)
             both = [g for g in groups.values() if g]
             if both:
                 s = next(

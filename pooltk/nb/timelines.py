@@ -13,12 +13,14 @@ says. Every title states what the figure shows first, and the setting after it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pooltk.analysis.lifetimes import DIRECTIONS, Direction
 from pooltk.nb import canvas, style
 from pooltk.nb.mechanism import (
+    RECEIVED,
     GuardReplay,
     Replay,
     RingSizes,
@@ -274,8 +276,9 @@ def _slot_chart_title(
         e = guard.stop
         return (
             f"The guard stops the step at tick {e.time:g} of {rp.makespan:g}, before anything is "
-            f"overwritten: stage {e.stage}'s {ordinal(e.ring_post)} {_WHAT[e.direction]} receive "
-            f"(microbatch {e.incoming})\nfinds slot {e.slot} still owned by microbatch {e.owner}. "
+            f"overwritten: stage {e.stage}'s {ordinal(e.ring_post)} {RECEIVED[e.direction]} "
+            f"receive (microbatch {e.incoming})\nfinds slot {e.slot} still owned by microbatch "
+            f"{e.owner}. "
             f"{setting}; drawn up to the stop"
         )
     if not bad:
@@ -283,17 +286,12 @@ def _slot_chart_title(
             "Every receive lands in a slot already freed: microbatch c takes slot c mod K, which "
             f"microbatch c - K left at its backward\n({setting})"
         )
-    per_stage: dict[int, int] = {}
-    for o in bad:
-        per_stage[o.stage] = per_stage.get(o.stage, 0) + 1
+    per_stage = Counter(o.stage for o in bad)
     where = ", ".join(f"stage {s}: {n}" for s, n in sorted(per_stage.items()))
     return (
         f"{len(bad)} receives land in a slot whose buffer is still held (red x; {where})\n"
         f"({setting})"
     )
-
-
-_WHAT = {"forward": "activation", "grad": "gradient"}
 
 
 def slot_chart(
@@ -437,7 +435,7 @@ def slot_chart(
                 mew=2,
                 lw=1.5,
                 label=f"the guard refuses this post and the step stops (PoolOverrunError):\n"
-                f"microbatch {stop.incoming} into stage {stop.stage}'s {_WHAT[stop.direction]} "
+                f"microbatch {stop.incoming} into stage {stop.stage}'s {RECEIVED[stop.direction]} "
                 f"slot {stop.slot}, still owned by microbatch {stop.owner}",
             )
         )
