@@ -146,20 +146,8 @@ _MICROBATCH = (
 )
 """Microbatch colours, in order (``microbatch mod 12``): one palette for every schedule figure."""
 
-_RUNS = (
-    "#4C72B0",
-    "#DD8452",
-    "#55A868",
-    "#C44E52",
-    "#8172B3",
-    "#937860",
-    "#DA8BC3",
-    "#CCB974",
-    "#64B5CD",
-    "#1B7837",
-    "#B07AA1",
-    "#8C8C8C",
-)
+_RUNS = (*(c for c in _MICROBATCH if c != "#8C8C8C"), "#8C8C8C")
+"""Run colours, in order: the microbatch palette, its grey last (only a 12th run is grey)."""
 
 
 def _get(key: str) -> Series:

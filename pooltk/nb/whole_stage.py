@@ -119,7 +119,7 @@ class WholeStage:
     def peak_table(self) -> pd.DataFrame:
         """One row per (rank, variant): what the rank holds, its peak (GiB) and where in the step it happens."""
         frame = self.estimate.peak_frame("gib")
-        names = dict(zip(range(len(self.estimate.stage_names)), self.estimate.stage_names))
+        names = self.estimate.stage_names
         frame["holds"] = [
             " | ".join(names[int(s)] for s in str(st).split(",")) for st in frame["stages"]
         ]
