@@ -46,12 +46,10 @@ __all__ = [
 ]
 
 REUSE_CASES: dict[str, str] = {
-    "after": "slot reused after the backward (the ring's rule)",
-    "before": "slot reused between forward and backward",
-    "before_ac": "slot reused between forward and backward, activation checkpointing on",
-    "bumped": "reused between forward and backward, version bumped (pooltk's guard)",
+    case: style.label(f"reuse_{case}") for case in ("after", "before", "before_ac", "bumped")
 }
-"""The cases of :func:`reuse_point`: key -> what happened to the received buffer."""
+"""The cases of :func:`reuse_point`: key -> what happened to the received buffer (its series'
+label in :mod:`pooltk.nb.style`)."""
 GRADIENTS: tuple[str, ...] = (
     "layer 1 weight",
     "layer 1 bias",

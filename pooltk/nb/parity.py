@@ -460,7 +460,8 @@ def bytes_figure(report: ParityReport) -> Figure:
 
 
 def _control_of(variant_name: str) -> str:
-    return "GPipe forced" if "/gpipe/" in variant_name else "ring one short"
+    """The series of a negative control's variant (its label names the control in tables too)."""
+    return "gpipe_forced" if "/gpipe/" in variant_name else "ring_one_short"
 
 
 def divergence_frame(report: ParityReport) -> pd.DataFrame:
@@ -478,7 +479,7 @@ def divergence_frame(report: ParityReport) -> pd.DataFrame:
             for stage in sorted(v.param_sums):
                 rows.append(
                     {
-                        "control": _control_of(v.name),
+                        "control": style.label(_control_of(v.name)),
                         "variant": v.name,
                         "step": step,
                         "stage": stage,
@@ -489,9 +490,6 @@ def divergence_frame(report: ParityReport) -> pd.DataFrame:
                     }
                 )
     return pd.DataFrame(rows)
-
-
-_CONTROL_KEYS = {"ring one short": "ring_one_short", "GPipe forced": "gpipe_forced"}
 
 
 def divergence_figure(report: ParityReport) -> Figure:
@@ -512,7 +510,7 @@ def divergence_figure(report: ParityReport) -> Figure:
     for v in report.variants:
         if not v.pooled:
             continue
-        key = _CONTROL_KEYS[_control_of(v.name)]
+        key = _control_of(v.name)
         ref = stock_of(report, v.name)
         mean = [sum(step) / len(step) for step in v.losses]
         pct = [

@@ -299,14 +299,13 @@ def slack_sweep_figure(sweep: pd.DataFrame, *, pp: int, n_microbatches: int) -> 
         f"cost: +{per} sets per unit of slack\n({per} receiving stages), until a ring reaches M",
         fontsize=9.5,
     )
-    lines = (
-        ("exact", "tight", "1F1B, ring = live set"),
-        ("one_short", "ring_one_short", "1F1B, ring sized one set short"),
-        ("gpipe_forced", "gpipe_forced", "GPipe on the 1F1B ring"),
+    lines = (  # column, series, label, marker, line style, width, marker size
+        ("exact", "tight", "1F1B, ring = live set", "s", "-", 3, 6),
+        ("one_short", "ring_one_short", "1F1B, ring sized one set short", "o", "--", 1.5, 4),
+        ("gpipe_forced", "gpipe_forced", "GPipe on the 1F1B ring", "o", "-", 1.5, 4),
     )
-    looks = {"exact": ("s", "-", 3, 6), "one_short": ("o", "--", 1.5, 4)}
-    for col, key, text in reversed(lines):  # the exact ring last: on top where the lines meet at 0
-        marker, ls, lw, ms = looks.get(col, ("o", "-", 1.5, 4))
+    # the exact ring last: on top where the lines meet at 0
+    for col, key, text, marker, ls, lw, ms in reversed(lines):
         hurt.plot(
             x, sweep[col], marker=marker, ls=ls, lw=lw, ms=ms, color=style.colour(key), label=text
         )
