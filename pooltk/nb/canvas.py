@@ -48,9 +48,8 @@ def figure(**fig_kw: Any) -> Figure:
         from matplotlib.figure import Figure
 
         fig = Figure(**fig_kw)
-        FigureCanvasAgg(
-            fig
-        )  # matplotlib's own recipe for a figure without pyplot: an Agg canvas to draw on
+        # matplotlib's own recipe for a figure without pyplot: an Agg canvas to draw on
+        FigureCanvasAgg(fig)
         return fig
     import matplotlib.pyplot as plt
 

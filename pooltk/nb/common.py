@@ -1,19 +1,7 @@
 """What every pooltk notebook shares: setup, figure saving, small display helpers.
 
-Stable names (other notebooks call them; keep their signatures):
-
-- :func:`setup` -- figure style and pandas display options; returns :class:`NotebookEnv`
-  (``IN_CI``, ``REPORT_DIR``).
-- :func:`save_figure` -- writes ``<REPORT_DIR>/<name>.png`` when ``POOLTK_REPORT_DIR`` is set
-  (``pooltk report`` sets it); does nothing otherwise. Returns the path as a :class:`SavedFigure`,
-  which a notebook does not print, so a cell ending with it shows the figure and no path.
-- :func:`show_frame` -- display a DataFrame with a caption and fixed float format; a named index
-  (a ``groupby`` result's labels) is shown as columns, never dropped.
-- :func:`show_inputs` -- display the inputs a result was computed from, as a two-column table.
-- :func:`show_figure` -- display a figure once, now, as a PNG image, and close it (what widget
-  callbacks draw with; [Note: a figure shown off pyplot is sent as a PNG]).
-
-Imports matplotlib, seaborn and pandas: notebooks only, never the core package.
+Stable names: other notebooks call them; keep their signatures. Imports matplotlib, seaborn and
+pandas: notebooks only, never the core package.
 """
 
 from __future__ import annotations
@@ -35,6 +23,7 @@ __all__ = [
     "REPORT_DIR_ENV",
     "NotebookEnv",
     "SavedFigure",
+    "control",
     "report_dir",
     "save_figure",
     "setup",
@@ -198,3 +187,12 @@ def show_figure(fig: Figure) -> None:
     else:
         _display(Image(data=png.getvalue(), format="png"))
     plt.close(fig)
+
+
+def control(kind: str, description: str, *, label_px: int, width_px: int, **kwargs: Any) -> Any:
+    """``ipywidgets.<kind>(**kwargs)`` with its ``description``, the label ``label_px`` wide and the
+    whole control ``width_px`` (one panel's controls share both)."""
+    import ipywidgets as w
+
+    style, layout = {"description_width": f"{label_px}px"}, w.Layout(width=f"{width_px}px")
+    return getattr(w, kind)(description=description, style=style, layout=layout, **kwargs)

@@ -100,14 +100,12 @@ class ExpectedFigure:
         if tol:
             return f"within {tol} {self.unit} (given)".replace("  ", " "), float(tol)
         if self.approximate:
-            return f"within {APPROX_TOLERANCE:.0%} (written approximate)", abs(
-                self.number
-            ) * APPROX_TOLERANCE
+            allowed = abs(self.number) * APPROX_TOLERANCE
+            return f"within {APPROX_TOLERANCE:.0%} (written approximate)", allowed
         digits = _NUMBER.search(self.value).group(0)  # type: ignore[union-attr]
         decimals = len(digits.split(".", 1)[1]) if "." in digits else 0
-        return f"rounds to {digits} (half a unit in the last digit written)", 0.5 * 10 ** (
-            -decimals
-        ) + 1e-12
+        allowed = 0.5 * 10 ** (-decimals) + 1e-12
+        return f"rounds to {digits} (half a unit in the last digit written)", allowed
 
 
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -223,31 +221,23 @@ def judge(
             said = (
                 f"not applicable: the logs read have no run {fig.run!r} (runs: {', '.join(runs)})"
             )
-            claims.append(
-                Claim(
-                    claim=fig.name,
-                    source=fig.source,
-                    inputs=f"{fig.quantity} of {fig.run}",
-                    published=f"{fig.value} {fig.unit}".strip(),
-                    pooltk=said,
-                    agrees=None,
-                    rule="-",
-                )
-            )
-            continue
-        got = float(frame.loc[fig.run, fig.quantity])
-        rule, allowed = fig.rule()
-        basis = QUANTITIES[fig.quantity][0]
-        if fig.quantity == "peak_mem_gib":
-            basis = f"peak memory: {frame.loc[fig.run, 'mem_basis']}"
-        agrees = None if math.isnan(got) else abs(got - fig.number) <= allowed
+            inputs, rule, agrees = f"{fig.quantity} of {fig.run}", "-", None
+        else:
+            got = float(frame.loc[fig.run, fig.quantity])
+            rule, allowed = fig.rule()
+            basis = QUANTITIES[fig.quantity][0]
+            if fig.quantity == "peak_mem_gib":
+                basis = f"peak memory: {frame.loc[fig.run, 'mem_basis']}"
+            inputs = f"{fig.quantity} of {fig.run} ({basis})"
+            agrees = None if math.isnan(got) else abs(got - fig.number) <= allowed
+            said = "not in the log" if math.isnan(got) else f"{got:.10g} {fig.unit}".strip()
         claims.append(
             Claim(
                 claim=fig.name,
                 source=fig.source,
-                inputs=f"{fig.quantity} of {fig.run} ({basis})",
+                inputs=inputs,
                 published=f"{fig.value} {fig.unit}".strip(),
-                pooltk="not in the log" if math.isnan(got) else f"{got:.10g} {fig.unit}".strip(),
+                pooltk=said,
                 agrees=agrees,
                 rule=rule,
             )

@@ -64,6 +64,12 @@ def capacity_lines(ax: Any, verdict: Verdict) -> list[Any]:
     return [cap, low]
 
 
+def _peak_line(ax: Any, ref: Any, label: str) -> Any:
+    """The reference peak a verdict is anchored to, dash-dotted, labelled ``label``."""
+    color = style.colour("measured_peak")
+    return ax.axhline(ref.peak_bytes / GIB, color=color, ls="-.", lw=1.1, zorder=4, label=label)
+
+
 def grouped_bars(
     ax: Any, frame: Any, value: str, variants: Sequence[str], *, at: str = "stage"
 ) -> None:
@@ -85,35 +91,23 @@ def grouped_bars(
     ax.set_xticks(x, [str(g) for g in groups])
 
 
-def fits_bars(
-    verdict: Verdict,
-    *,
-    published: dict[str, Any] | None = None,
-    variants: Sequence[str] = FIT_VARIANTS,
-    ax: Any = None,
-    title: str | None = None,
-) -> Figure:
+def fits_bars(verdict: Verdict, *, oom: Any = None) -> Figure:
     """An anchored verdict's tensor peak per stage and variant, from zero, against the capacity,
     the capacity less the overhead and the reference peak it is anchored to (each labelled with
-    its source); with ``published["oom"]`` (the source's own OOM) a note where stock stopped."""
+    its source); with ``oom`` (the source's own OOM margin) a note where stock stopped."""
     frame = verdict.to_frame()
-    own = ax is None
-    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 5.0)) if own else (ax.figure, ax)
-    drawn = [v for v in variants if v in set(frame.variant)]
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 5.0))
+    drawn = [v for v in FIT_VARIANTS if v in set(frame.variant)]
     grouped_bars(ax, frame, "tensor_gib", drawn, at="rank")
     dev, ref = verdict.device, verdict.reference
     ax.set_ylim(0, max(frame.tensor_gib.max(), dev.gib) * 1.12)
     lines = capacity_lines(ax, verdict)
-    anchor = ax.axhline(
-        ref.peak_bytes / GIB,
-        color=style.colour("measured_peak"),
-        ls="-.",
-        lw=1.1,
-        zorder=4,
-        label=f"anchor: {ref.variant} peak {ref.peak_bytes / GIB:.1f} GiB on stage "
+    anchor = _peak_line(
+        ax,
+        ref,
+        f"anchor: {ref.variant} peak {ref.peak_bytes / GIB:.1f} GiB on stage "
         f"{verdict.reference_stage} ({short_source(ref.source)})",
     )
-    oom = (published or {}).get("oom")
     if oom is not None:
         text = (
             f"{short_source(oom.source)} measured: the stock run went out of memory in step 1 "
@@ -124,14 +118,12 @@ def fits_bars(
     ax.set_ylabel("tensor peak per stage, anchored (GiB)")
     ax.set_xlabel(f"stage (index; pp={frame['rank'].nunique()})")
     ax.set_title(
-        title
-        or f"does each stage fit on {dev.name}? Receive buffers modelled,\nthe rest from the "
+        f"does each stage fit on {dev.name}? Receive buffers modelled,\nthe rest from the "
         "anchor (assumed the same on every stage)",
         fontsize=9.5,
     )
-    if own:
-        handles = [*style.legend_handles(drawn), *lines, anchor]
-        style.legend_below(fig, handles, ncol=2, fontsize="x-small")
+    handles = [*style.legend_handles(drawn), *lines, anchor]
+    style.legend_below(fig, handles, ncol=2, fontsize="x-small")
     return fig
 
 
@@ -144,13 +136,10 @@ def k3_story_figure(story: K3Story) -> Figure:
         grouped_bars(ax, verdict.to_frame(), "tensor_gib", ("stock", "automodel"), at="rank")
         lines = capacity_lines(ax, verdict)
         ref = verdict.reference
-        measured = ax.axhline(
-            ref.peak_bytes / GIB,
-            color=style.colour("measured_peak"),
-            ls="-.",
-            lw=1.1,
-            zorder=4,
-            label=f"measured pooled peak {ref.peak_bytes / GIB:g} GiB ({short_source(ref.source)})",
+        measured = _peak_line(
+            ax,
+            ref,
+            f"measured pooled peak {ref.peak_bytes / GIB:g} GiB ({short_source(ref.source)})",
         )
         worst = verdict.worst("stock")
         ax.set_title(f"anchored on {label}:\nstock stage {worst.rank} {worst.text}", fontsize=9)

@@ -196,11 +196,7 @@ def markdown_table() -> str:
     lines = ["| | " + " | ".join(f"`{n}`" for n in names) + " |", "|---|" + "---|" * len(names)]
     for row in layout_rows():
         cells = [row[n] for n in names]
-        if row[""] in ROLES:
-            cells = [
-                f"`{c.split(' (the same', 1)[0]}`"
-                + (" (the same" + c.split(" (the same", 1)[1] if " (the same" in c else "")
-                for c in cells
-            ]
+        if row[""] in ROLES:  # the method in code font, a note on it after
+            cells = ["`{}`{}{}".format(*c.partition(" (the same")) for c in cells]
         lines.append(f"| {row['']} | " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines)

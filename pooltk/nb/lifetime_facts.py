@@ -46,12 +46,10 @@ __all__ = [
 ]
 
 REUSE_CASES: dict[str, str] = {
-    "after": "slot reused after the backward (the ring's rule)",
-    "before": "slot reused between forward and backward",
-    "before_ac": "slot reused between forward and backward, activation checkpointing on",
-    "bumped": "reused between forward and backward, version bumped (pooltk's guard)",
+    case: style.label(f"reuse_{case}") for case in ("after", "before", "before_ac", "bumped")
 }
-"""The cases of :func:`reuse_point`: key -> what happened to the received buffer."""
+"""The cases of :func:`reuse_point`: key -> what happened to the received buffer (its series'
+label in :mod:`pooltk.nb.style`)."""
 GRADIENTS: tuple[str, ...] = (
     "layer 1 weight",
     "layer 1 bias",
@@ -130,22 +128,13 @@ def reuse_point(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> list[ReuseR
     rows_out = []
     for case in REUSE_CASES:
         got = run(case)
+        refused = got if isinstance(got, str) else None
         for i, name in enumerate(GRADIENTS):
+            diff = None if refused is not None else float((got[i] - fresh[i]).abs().max())
             scale = float(fresh[i].abs().max())
-            if isinstance(got, str):
-                rows_out.append(
-                    ReuseRow(case=case, gradient=name, max_abs_diff=None, error=got, scale=scale)
-                )
-            else:
-                rows_out.append(
-                    ReuseRow(
-                        case=case,
-                        gradient=name,
-                        error=None,
-                        max_abs_diff=float((got[i] - fresh[i]).abs().max()),
-                        scale=scale,
-                    )
-                )
+            rows_out.append(
+                ReuseRow(case=case, gradient=name, max_abs_diff=diff, error=refused, scale=scale)
+            )
     return rows_out
 
 
@@ -213,8 +202,7 @@ def reuse_point_figure(rows: list[ReuseRow]) -> Figure:
         "nothing (Δ: against a fresh buffer)\n" + (note or "every case ran"),
         fontsize=9.5,
     )
-    handles, _ = ax.get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=1)
+    style.legend_below(fig, ax.get_legend_handles_labels()[0], ncol=1)
     return fig
 
 
@@ -311,6 +299,5 @@ def leaf_reuse_figure(result: LeafReuse) -> Figure:
         f"leaf; the gradient sent upstream is up to {result.scale:.2g} in size)",
         fontsize=9.5,
     )
-    handles, _ = ax.get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=1)
+    style.legend_below(fig, ax.get_legend_handles_labels()[0], ncol=1)
     return fig

@@ -48,7 +48,6 @@ __all__ = [
     "compare_runs",
     "device_capacity",
     "load_run_info",
-    "mem_label",
     "per_rank",
     "plot_steps",
     "pool_by_run",
@@ -102,32 +101,25 @@ def _is_resident(basis: str) -> bool:
     return any(k in text for k in _RESIDENT)
 
 
-def mem_label(bases: Sequence[str]) -> str:
-    """The axis label of a memory figure, saying what was measured: resident memory, device memory,
-    or both."""
-    bases = [str(b) for b in bases if str(b).strip()]
-    resident = [b for b in bases if _is_resident(b)]
-    if resident and len(resident) == len(bases):
-        return "peak resident memory, process (GiB)"
-    if resident:
-        return "peak memory: device or resident, per run (GiB)"
-    return "peak device memory, as logged (GiB)"
-
-
 def _step_label(col: str, resident: bool) -> str:
     if col == "mem_gib":
-        return "peak resident memory, process (GiB)" if resident else mem_label(["device"])
+        return (
+            "peak resident memory, process (GiB)"
+            if resident
+            else "peak device memory, as logged (GiB)"
+        )
     if col == "tok_per_s_per_gpu" and resident:
         return "tokens/s per rank process (tok/s)"
     return _LABELS.get(col, f"{col} (as logged)")
 
 
-def _steps_headline(train: pd.DataFrame, hue: str, runs: list[str]) -> str:
+def _steps_headline(train: pd.DataFrame, runs: list[str]) -> str:
     """What the per-step panels show: the fastest and slowest run by median step time."""
     import math
 
     med = {
-        run: float(train.loc[train[hue].astype(str) == run, "step_time_s"].median()) for run in runs
+        run: float(train.loc[train["run"].astype(str) == run, "step_time_s"].median())
+        for run in runs
     }
     med = {run: t for run, t in med.items() if not math.isnan(t)}
     if len(med) < 2:
@@ -142,22 +134,19 @@ def _steps_headline(train: pd.DataFrame, hue: str, runs: list[str]) -> str:
 def plot_steps(
     steps: pd.DataFrame,
     columns: Sequence[str] = ("step_time_s", "tok_per_s_per_gpu", "mem_gib"),
-    *,
-    hue: str = "run",
-    title: str | None = None,
 ) -> Figure:
     """One panel per column against ``step`` (train rows), a line per run in one colour across the
     panels.
 
     Runs whose memory is a process's resident memory (CPU runs: their tokens/s are per rank
     process) and runs measured on a device get a row of panels each, so no axis holds two kinds of
-    figure; the memory panel says what the logs measured (``mem_basis``). ``title`` defaults to
-    the takeaway (the slowest and fastest run by median step time).
+    figure; the memory panel says what the logs measured (``mem_basis``). The title is the
+    takeaway (the slowest and fastest run by median step time).
     """
     train = steps[steps["kind"] == "train"]
-    runs = [str(r) for r in dict.fromkeys(train[hue])]
+    runs = [str(r) for r in dict.fromkeys(train["run"])]
     colours = style.run_colours(runs)
-    basis = train.groupby(train[hue].astype(str))["mem_basis"].first().astype(str)
+    basis = train.groupby(train["run"].astype(str))["mem_basis"].first().astype(str)
     resident = {run: _is_resident(basis.get(run, "")) for run in runs}
     groups = [flag for flag in (False, True) if any(resident[r] == flag for r in runs)]
     fig, axes = canvas.subplots(
@@ -169,14 +158,14 @@ def plot_steps(
     for row, flag in enumerate(groups):
         for ax, col in zip(axes[row], columns, strict=True):
             for run in (r for r in runs if resident[r] == flag):
-                part = train[train[hue].astype(str) == run].sort_values("step")
+                part = train[train["run"].astype(str) == run].sort_values("step")
                 ax.plot(part["step"], part[col], marker="o", ms=3.5, color=colours[run], label=run)
             ax.set_ylabel(_step_label(col, flag), fontsize=8.5)
             ax.set_ylim(bottom=0)
             ax.set_xlabel("step (index)")
             where = " (CPU runs)" if flag and len(groups) > 1 else ""
             ax.set_title(_TITLES.get(col, col) + where, fontsize=10)
-    fig.suptitle(title or _steps_headline(train, hue, runs), fontsize=10)
+    fig.suptitle(_steps_headline(train, runs), fontsize=10)
     handles = [h for ax in axes[:, 0] for h in ax.get_legend_handles_labels()[0]]
     style.legend_below(fig, handles, ncol=min(3, len(handles)), top=0.93)
     return fig
@@ -350,11 +339,7 @@ def beside_figure(beside: Beside) -> Figure:
         )
     fig.suptitle(_beside_headline(frame, beside.capacity), fontsize=10)
     who = list(dict.fromkeys(frame["who"]))
-    handles = [
-        Patch(facecolor=style.colour(k), label=style.label(k))
-        for k in ("published", "your_runs")
-        if k in who
-    ]
+    handles = style.legend_handles([k for k in ("published", "your_runs") if k in who])
     if frame["approximate"].fillna(False).astype(bool).any():
         handles.append(
             Patch(
@@ -460,10 +445,9 @@ def speed_pairs(summary: Any, steps: pd.DataFrame, run_info: Any) -> pd.DataFram
         span = {n: (f.timestamp.min(), f.timestamp.max()) for n, f in w.items()}
         together = bool(span[run][0] <= span[stock][1] and span[stock][0] <= span[run][1])
         info = infos.get(run)
-        extra = (getattr(info, "extra", None) or {}) if info is not None else {}
-        cpus = (
-            (extra.get("host") or {}).get("cpus") if isinstance(extra.get("host"), dict) else None
-        )
+        extra = getattr(info, "extra", None) or {}
+        host = extra.get("host")
+        cpus = host.get("cpus") if isinstance(host, dict) else None
         world = getattr(info, "world_size", None)
         per_cpu = world / cpus if cpus and world else math.nan
         config = extra.get("pool_config")
@@ -612,9 +596,8 @@ def compare_runs(summary: Any, steps: pd.DataFrame, *, baseline: str | None = No
 
 def per_rank(steps: pd.DataFrame) -> pd.DataFrame:
     """Per run and rank, from the step table as read (where the logs name ranks): rows, step range,
-    peak memory,
-    median logged step time, mean logged per-GPU rate, and the timestamp spread of the rank's
-    lines."""
+    peak memory, median logged step time, mean logged per-GPU rate, and the timestamp spread of the
+    rank's lines."""
     have = steps[steps["rank"].notna() & (steps["kind"] == "train")]
     cols = [
         "run",

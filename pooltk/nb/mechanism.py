@@ -22,11 +22,12 @@ two lifetime facts in :mod:`pooltk.nb.lifetime_facts`.
 
 [Note: unit-time replay]
 The analysis gives each rank's actions in order, not when they run. :func:`replay` gives every
-compute action a duration (forward 1 tick, backward 2 by default) and starts it as soon as its
-rank is free and its input exists: ``F`` of stage ``s`` after ``F`` of stage ``s - 1`` (same
-microbatch), ``B`` / ``I`` of stage ``s`` after ``B`` / ``I`` of stage ``s + 1``. A receive is
-posted when its rank reaches it in its order (the rank's clock then); sends take no time. The
-clock only draws the order on a shared axis; which buffers overlap comes from the lifetimes.
+compute action a duration (forward 1 tick, backward 2, each half of a split backward 1) and starts
+it as soon as its rank is free and its input exists: ``F`` of stage ``s`` after ``F`` of stage
+``s - 1`` (same microbatch), ``B`` / ``I`` of stage ``s`` after ``B`` / ``I`` of stage ``s + 1``.
+A receive is posted when its rank reaches it in its order (the rank's clock then); sends take no
+time. The clock only draws the order on a shared axis; which buffers overlap comes from the
+lifetimes.
 
 [Note: counting overwrites]
 An overwrite is a receive posted into a ring slot whose previous buffer is still held: that
@@ -41,6 +42,7 @@ Imports pandas / ipywidgets inside the functions that need them.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -62,6 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
 __all__ = [
+    "RECEIVED",
     "GuardReplay",
     "GuardStop",
     "MechanismState",
@@ -85,6 +88,12 @@ __all__ = [
 
 RingSizes = Mapping[tuple[int, Direction], int]
 
+RECEIVED = {"forward": "activation", "grad": "gradient"}
+"""What a receive of each direction carries, as every line and figure says it."""
+
+_TICKS = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}
+"""Each compute action's duration ([Note: unit-time replay]): a split backward's halves 1 each."""
+
 
 # --------------------------------------------------------------------------- replay
 
@@ -101,10 +110,6 @@ class Replay:
     """``(rank, position) -> time`` an event starts (a receive: when it is posted)."""
     end: dict[tuple[int, int], float]
     """``(rank, position) -> time`` an event ends (receives and sends: same as start)."""
-    forward_ticks: float
-    """Duration of one forward."""
-    backward_ticks: float
-    """Duration of one full backward."""
 
     @property
     def makespan(self) -> float:
@@ -148,8 +153,6 @@ def replay(
     pp: int,
     n_microbatches: int,
     stages_per_rank: int = 1,
-    forward_ticks: float = 1.0,
-    backward_ticks: float = 2.0,
 ) -> Replay:
     """Analyse ``schedule`` (torch's name) and put its step on a clock. See [Note: unit-time
     replay].
@@ -159,19 +162,9 @@ def replay(
 
     Raises:
         ScheduleAnalysisError: the schedule or shape cannot be analysed (torch's reason quoted).
-        ValueError: a duration is not positive.
     """
-    for name, v in (("forward_ticks", forward_ticks), ("backward_ticks", backward_ticks)):
-        if not v > 0:
-            raise ValueError(f"replay {name}: found {v!r}; required > 0.")
     prog = program(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=stages_per_rank)
     spans = tuple(lifetimes_of(prog))
-    durations = {
-        "F": forward_ticks,
-        "B": backward_ticks,
-        "I": backward_ticks / 2,
-        "W": backward_ticks / 2,
-    }
     last = prog.num_stages - 1
     done: dict[tuple[str, int, int], float] = {}  # (kind, stage, microbatch) -> end time
     start: dict[tuple[int, int], float] = {}
@@ -193,12 +186,12 @@ def replay(
         for r, events in prog.events.items():
             while pointer[r] < len(events):
                 e = events[pointer[r]]
-                if e.kind in durations:
+                if e.kind in _TICKS:
                     ready = _ready(e.kind, e.stage, e.microbatch)
                     if ready is None:
                         break
                     t0 = max(clock[r], ready)
-                    clock[r] = t0 + durations[e.kind]
+                    clock[r] = t0 + _TICKS[e.kind]
                     done[(e.kind, e.stage, e.microbatch)] = clock[r]
                     start[(r, e.step)], end[(r, e.step)] = t0, clock[r]
                 else:  # receive posts and sends: at the rank's clock, no duration
@@ -222,8 +215,6 @@ def replay(
         spans=spans,
         start=start,
         end=end,
-        forward_ticks=forward_ticks,
-        backward_ticks=backward_ticks,
     )
 
 
@@ -305,11 +296,10 @@ def overwritten_receives(rp: Replay, rings: RingSizes) -> list[Overwrite]:
     microbatch posting, ``microbatch`` the slot's previous occupant (the latest earlier buffer of
     that slot still held when the receive is posted). Ordered by stage, direction and microbatch.
     """
-    by_slot: dict[tuple[int, Direction, int], list[BufferLifetime]] = {}
+    by_slot: dict[tuple[int, Direction, int], list[BufferLifetime]] = defaultdict(list)
     for b in rp.spans:
-        by_slot.setdefault(
-            (b.stage, b.direction, b.microbatch % _ring_k(rings, b.stage, b.direction)), []
-        ).append(b)
+        slot = b.microbatch % _ring_k(rings, b.stage, b.direction)
+        by_slot[(b.stage, b.direction, slot)].append(b)
     found = []
     for group in by_slot.values():
         group.sort(key=lambda b: (b.post, b.microbatch))
@@ -421,12 +411,11 @@ class GuardReplay:
         if self.stop is None:
             return f"{self.schedule}: the guard passes all {self.posts_checked} receive posts"
         e = self.stop
-        what = "activation" if e.direction == "forward" else "gradient"
         return (
             f"{self.schedule}: the guard stops the step (PoolOverrunError) at tick {e.time:g} of "
-            f"{self.makespan:g}: stage {e.stage}'s {ordinal(e.ring_post)} {what} receive "
-            f"(microbatch {e.incoming}) finds slot {e.slot} of {e.ring} still owned by microbatch "
-            f"{e.owner}"
+            f"{self.makespan:g}: stage {e.stage}'s {ordinal(e.ring_post)} "
+            f"{RECEIVED[e.direction]} receive (microbatch {e.incoming}) finds slot {e.slot} of "
+            f"{e.ring} still owned by microbatch {e.owner}"
         )
 
 
@@ -459,7 +448,7 @@ def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
         ),
         key=lambda t: t[:3],
     )
-    checked = 0
+    checked, stop = 0, None
     for time, r, _, e in events:
         if e.kind in ("RECV_F", "RECV_B"):
             key = (e.stage, "forward" if e.kind == "RECV_F" else "grad")
@@ -479,13 +468,7 @@ def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
                     time=time,
                     ring_post=posted[key],
                 )
-                return GuardReplay(
-                    schedule=rp.program.schedule,
-                    rings=ring_map,
-                    posts_checked=checked,
-                    stop=stop,
-                    makespan=rp.makespan,
-                )
+                break
             slots[slot] = e.microbatch
         elif e.kind in ("B", "W") or (e.kind == "F" and rp.program.forward_only):
             for d in DIRECTIONS:
@@ -498,7 +481,7 @@ def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
         schedule=rp.program.schedule,
         rings=ring_map,
         posts_checked=checked,
-        stop=None,
+        stop=stop,
         makespan=rp.makespan,
     )
 
@@ -535,11 +518,9 @@ def sets_by_version(pp: int, n_microbatches: int) -> pd.DataFrame:
 
 
 def layout_families() -> pd.DataFrame:
-    """The torch layout table: one row per kind of receive buffer (and releases, how detection
-    tells the
-    families apart, what pooltk does, notes), one column per family, and a last row marking the
-    family
-    this torch has (``pooltk.probe()``). See [Note: one method, two families] in the families
+    """The torch layout table: one row per kind of receive buffer (and releases, how detection tells
+    the families apart, what pooltk does, notes), one column per family, and a last row marking the
+    family this torch has (``pooltk.probe()``). See [Note: one method, two families] in the families
     module."""
     import pandas as pd
 
@@ -636,28 +617,15 @@ def render_explorer(state: MechanismState) -> Figure | None:
 
 def explorer_controls() -> dict[str, Any]:
     """ipywidgets for :func:`explore`'s keyword arguments (1F1B, pp 4, M 8, slack 0)."""
-    import ipywidgets as w
+    from pooltk.nb.common import control
 
-    style = {"description_width": "110px"}
-    layout = w.Layout(width="420px")
+    size = {"label_px": 110, "width_px": 420}
     return {
-        "schedule": w.Dropdown(
-            options=["1F1B", "GPipe"],
-            value="1F1B",
-            description="schedule",
-            style=style,
-            layout=layout,
+        "schedule": control(
+            "Dropdown", "schedule", options=["1F1B", "GPipe"], value="1F1B", **size
         ),
-        "pp": w.IntSlider(
-            value=4, min=2, max=8, description="pp (stages)", style=style, layout=layout
-        ),
-        "microbatches": w.IntSlider(
-            value=8, min=2, max=24, description="microbatches M", style=style, layout=layout
-        ),
-        "slack": w.IntSlider(
-            value=0, min=0, max=4, description="slack", style=style, layout=layout
-        ),
-        "grad_slack": w.IntSlider(
-            value=0, min=0, max=2, description="grad slack", style=style, layout=layout
-        ),
+        "pp": control("IntSlider", "pp (stages)", value=4, min=2, max=8, **size),
+        "microbatches": control("IntSlider", "microbatches M", value=8, min=2, max=24, **size),
+        "slack": control("IntSlider", "slack", value=0, min=0, max=4, **size),
+        "grad_slack": control("IntSlider", "grad slack", value=0, min=0, max=2, **size),
     }

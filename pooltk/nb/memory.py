@@ -27,6 +27,7 @@ The explorer models what the user chose, never another model's calibration or me
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -53,10 +54,12 @@ from pooltk.memory.model import (
     slack_sweep,
 )
 from pooltk.memory.replay.estimate import VARIANT_TITLES
+from pooltk.memory.replay.presets import ESTIMATE_PRESETS
 from pooltk.memory.source import Preset
 from pooltk.nb import canvas, style
+from pooltk.nb.common import control
 from pooltk.nb.fits import fits_bars, grouped_bars, short_source
-from pooltk.nb.whole_stage import WholeStage, explorer_models, receive_source
+from pooltk.nb.whole_stage import WholeStage, receive_source
 from pooltk.studies.kimi_k3 import PRESETS, get_preset
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,31 +89,23 @@ VARIANT_LABELS: dict[str, str] = {key: style.label(key) for key in VARIANTS}
 # --------------------------------------------------------------------------- figures
 
 
-def stage_bars(model: MemoryModel, *, ax: Any = None, title: str | None = None) -> Figure:
+def stage_bars(model: MemoryModel) -> Figure:
     """Per-stage receive-buffer GiB (both directions) of each variant of :data:`VARIANTS`, from zero."""
-
     frame = model.to_frame()
     frame = frame[frame.variant.isin(VARIANTS)]
     per_stage = frame.groupby(["stage", "variant"], as_index=False, sort=False)["gib"].sum()
-    own = ax is None
-    if own:
-        fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.6))
-    else:
-        fig = ax.figure
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.6))
     grouped_bars(ax, per_stage, "gib", VARIANTS)
     cfg, shape = model.config, model.shape
     ax.set_ylim(0, per_stage["gib"].max() * 1.08)
     ax.set_ylabel("receive buffers per stage (GiB)")
     ax.set_xlabel(f"stage (index; pp={shape.pp}, M={shape.n_microbatches}, {shape.schedule})")
     ax.set_title(
-        title
-        or f"receive buffers per stage, both directions: slack {cfg.slack} (Automodel's ring and "
+        f"receive buffers per stage, both directions: slack {cfg.slack} (Automodel's ring and "
         f"pooltk's), grad slack {cfg.grad_slack} (pooltk)",
         fontsize=10,
     )
-    if own:
-        handles, _ = ax.get_legend_handles_labels()
-        style.legend_below(fig, handles, ncol=3)
+    style.legend_below(fig, ax.get_legend_handles_labels()[0], ncol=3)
     return fig
 
 
@@ -121,17 +116,13 @@ def slack_heatmap(
     *,
     policy: str = "tight",
     slacks: Iterable[int] = range(0, 9),
-    ax: Any = None,
 ) -> Figure:
     """Stage x slack heatmap of pooled GiB per stage under ``policy``'s ring size (``tight`` or ``automodel``)."""
     import seaborn as sns
 
     sweep = slack_sweep(shape, boundaries, list(slacks), config, policy=policy)
     grid = sweep.pivot(index="stage", columns="slack", values="pooled_gib")
-    if ax is None:
-        fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.42 * shape.pp + 2.2))
-    else:
-        fig = ax.figure
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.42 * shape.pp + 2.2))
     sns.heatmap(
         grid,
         annot=True,
@@ -222,7 +213,7 @@ class ExplorerState:
 def explorer_sources() -> dict[str, Preset]:
     """Every source the explorer offers by name: the Kimi-K3 study presets, then the estimate presets' models."""
     out = dict(PRESETS)
-    out.update({name: receive_source(p) for name, p in explorer_models().items()})
+    out.update({name: receive_source(p) for name, p in ESTIMATE_PRESETS.items()})
     return out
 
 
@@ -231,15 +222,11 @@ def _origin(
 ) -> Preset:
     if config_path:  # named by its path (what the user typed), not by the reader's guess
         return dataclasses.replace(load_config(config_path, overrides), name=str(config_path))
-    if preset in explorer_models():
+    if preset in ESTIMATE_PRESETS:
         return receive_source(preset)
     if state.replayed is not None and preset == state.replayed.named.name:
         return receive_source(state.replayed.named)
     return get_preset(preset)
-
-
-def _set_bytes(p: Preset) -> int:
-    return p.boundary.forward_bytes
 
 
 def _boundary_note(origin: Preset, q: Preset, boundaries: Sequence[Boundary], opaque: bool) -> str:
@@ -291,8 +278,7 @@ def _replay_hint(
             f"pooltk estimate --config {config_path} --pp {shape.pp} --microbatches {shape.n_microbatches} "
             f"--micro-batch {rows} --seq-len {q.seq_len} --capacity {device}"
         )
-    models = explorer_models()
-    named = models.get(origin.name) or (
+    named = ESTIMATE_PRESETS.get(origin.name) or (
         state.replayed.named
         if state.replayed is not None and state.replayed.named.name == origin.name
         else None
@@ -400,7 +386,10 @@ def _modelled(
     origin = _origin(state, preset, config_path, overrides)
     q = origin.resized(**dims)
     boundaries = list(q.boundaries_for(q.shape))
-    if boundary_mib is None or round(boundary_mib * 2**20) in (_set_bytes(origin), _set_bytes(q)):
+    if boundary_mib is None or round(boundary_mib * 2**20) in (
+        origin.boundary.forward_bytes,
+        q.boundary.forward_bytes,
+    ):
         return origin, q, boundaries, False
     if not boundary_mib > 0:
         raise MemoryModelError(
@@ -526,7 +515,7 @@ def _draw_explorer(state: ExplorerState, result: Any, *, save: bool) -> Figure:
     nb.show_figure(fig)
     fits_fig = None
     if state.fits is not None and state.fits.reference is not None:
-        fits_fig = fits_bars(state.fits, published=_published_figures(state.source))
+        fits_fig = fits_bars(state.fits, oom=_oom_margin(state.source))
     elif state.fits is not None and state.replayed is not None:
         from pooltk.nb.whole_stage import stacked_figure
 
@@ -538,14 +527,10 @@ def _draw_explorer(state: ExplorerState, result: Any, *, save: bool) -> Figure:
     return fig
 
 
-def _published_figures(preset: Preset | None) -> dict[str, Any]:
-    """The preset's own published peak and OOM margin (``peak`` GiB, ``oom`` MiB), each a
-    :class:`~pooltk.memory.source.Figure`; none for a resized preset or a config file."""
-    found = {"peak": published_peak(preset) if preset is not None else None}
-    found["oom"] = next(
-        (f for f in getattr(preset, "figures", ()) if f.name == "oom_margin_mib"), None
-    )
-    return {k: v for k, v in found.items() if v is not None}
+def _oom_margin(preset: Preset | None) -> Any:
+    """The preset's own published OOM margin (MiB, a :class:`~pooltk.memory.source.Figure`);
+    none for a resized preset or a config file."""
+    return next((f for f in getattr(preset, "figures", ()) if f.name == "oom_margin_mib"), None)
 
 
 def _device_choices() -> list[str]:
@@ -556,12 +541,8 @@ def _device_choices() -> list[str]:
     return ["none", *first.values()]
 
 
-def _widget(kind: str, description: str, **kwargs: Any) -> Any:
-    """One explorer control (``ipywidgets.<kind>``), laid out like the others."""
-    import ipywidgets as w
-
-    style, layout = {"description_width": "170px"}, w.Layout(width="540px")
-    return getattr(w, kind)(description=description, style=style, layout=layout, **kwargs)
+_widget = functools.partial(control, label_px=170, width_px=540)
+"""One explorer control (``ipywidgets.<kind>``), laid out like the others."""
 
 
 def _hidden_tensor(q: Preset) -> Any:
@@ -583,7 +564,7 @@ def _source_values(q: Preset) -> dict[str, Any]:
         "slack": q.config.slack,
         "grad_slack": q.config.grad_slack,
         "policy": q.policy,
-        "boundary_mib": _set_bytes(q) / 2**20,
+        "boundary_mib": q.boundary.forward_bytes / 2**20,
     }
 
 
@@ -659,7 +640,7 @@ def explorer_controls(preset: str | None = None) -> dict[str, Any]:
     def _reset(change: dict[str, Any]) -> None:
         controls["config_path"].value = ""
         name = change["new"]
-        _set_from(receive_source(name) if name in explorer_models() else get_preset(name))
+        _set_from(receive_source(name) if name in ESTIMATE_PRESETS else get_preset(name))
 
     def _load(change: dict[str, Any]) -> None:
         if change["new"]:
@@ -674,7 +655,7 @@ def explorer_controls(preset: str | None = None) -> dict[str, Any]:
             q = current["origin"].resized(**dims)
         except ValueError:
             return  # explore() records the error for the cell to print
-        controls["boundary_mib"].value = _set_bytes(q) / 2**20
+        controls["boundary_mib"].value = q.boundary.forward_bytes / 2**20
 
     controls["preset"].observe(_reset, names="value")
     controls["config_path"].observe(_load, names="value")
@@ -729,6 +710,5 @@ def measured_vs_modelled_figure(table: Any) -> Figure:
         "(pp4 1F1B, gloo, slack 2; label: measured vs modelled)",
         fontsize=9.5,
     )
-    handles, _ = axes[0][0].get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=1)
+    style.legend_below(fig, axes[0][0].get_legend_handles_labels()[0], ncol=1)
     return fig

@@ -33,13 +33,7 @@ from pooltk.parity import (
     default_variants,
     run_parity,
 )
-from pooltk.parity.controls import (
-    CONTROLS,
-    ControlOutcome,
-    NegativeControls,
-    control_variants,
-    run_negative_controls,
-)
+from pooltk.parity.controls import ControlOutcome, run_negative_controls
 from pooltk.parity.tables import bytes_frame, stock_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,16 +41,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
 __all__ = [
-    "CONTROLS",
     "DEFAULTS",
-    "ControlOutcome",
-    "NegativeControls",
     "ParityPanel",
     "ParityState",
     "ParitySummary",
     "bytes_figure",
     "bytes_frame",
-    "control_variants",
     "divergence_figure",
     "divergence_frame",
     "loss_figure",
@@ -161,9 +151,8 @@ def parity_spec(
     """
     from pooltk.memory.model import PipelineShape
 
-    PipelineShape(
-        pp=pp, n_microbatches=microbatches, schedule="1f1b"
-    )  # M >= pp, positive sizes: clear errors
+    # M >= pp, positive sizes: clear errors
+    PipelineShape(pp=pp, n_microbatches=microbatches, schedule="1f1b")
     config = PoolConfig(slack=slack, grad_slack=grad_slack)
     if frontend not in ("manual", "tracing", "both"):
         raise ValueError(f"frontend: found {frontend!r}; required 'manual', 'tracing' or 'both'.")
@@ -216,16 +205,11 @@ def run_check(state: ParityState, **inputs: Any) -> ParityReport | None:
     return report
 
 
-def render_check(state: ParityState, *, save: bool = True) -> None:
+def render_check(state: ParityState) -> None:
     """Print the headline (or the error), show the tables and draw the figures of the last run.
 
     Drawn off pyplot: a widget callback (see [Note: widget callbacks draw off pyplot]).
     """
-    with canvas.off_pyplot():
-        _render_check(state, save=save)
-
-
-def _render_check(state: ParityState, *, save: bool) -> None:
     from pooltk.nb import common as nb
 
     if state.last_report is None:
@@ -233,25 +217,24 @@ def _render_check(state: ParityState, *, save: bool) -> None:
         return
     report = state.last_report
     print(state.summary.line())  # type: ignore[union-attr]
-    fig = loss_figure(report)
-    if save:
+    with canvas.off_pyplot():
+        fig = loss_figure(report)
         nb.save_figure(fig, "02_parity_losses")
-    nb.show_figure(fig)
-    nb.show_frame(
-        param_sum_frame(report),
-        "parameter sum per stage after each step: stock vs pooled",
-        float_format="{:.9g}",
-    )
-    nb.show_frame(
-        bytes_frame(report),
-        "receive-buffer bytes per stage and direction, measured, and the model's "
-        "pooled bytes (pooltk.memory.model.expected_bytes)",
-        float_format="{:,.0f}",
-    )
-    fig = bytes_figure(report)
-    if save:
+        nb.show_figure(fig)
+        nb.show_frame(
+            param_sum_frame(report),
+            "parameter sum per stage after each step: stock vs pooled",
+            float_format="{:.9g}",
+        )
+        nb.show_frame(
+            bytes_frame(report),
+            "receive-buffer bytes per stage and direction, measured, and the model's "
+            "pooled bytes (pooltk.memory.model.expected_bytes)",
+            float_format="{:,.0f}",
+        )
+        fig = bytes_figure(report)
         nb.save_figure(fig, "02_parity_bytes")
-    nb.show_figure(fig)
+        nb.show_figure(fig)
 
 
 class ParityPanel:
@@ -265,48 +248,26 @@ class ParityPanel:
     def __init__(self, **defaults: Any) -> None:
         import ipywidgets as w
 
+        from pooltk.nb.common import control
+
         d = {**DEFAULTS, **defaults}
-        look, layout = {"description_width": "130px"}, w.Layout(width="440px")
+        size = {"label_px": 130, "width_px": 440}
+        sliders = {
+            "pp": ("pp (ranks)", 2, 6),
+            "microbatches": ("microbatches M", 2, 32),
+            "steps": ("optimizer steps", 1, 5),
+            "slack": ("slack", 0, 4),
+            "grad_slack": ("grad slack", 0, 2),
+        }
         self.state = ParityState()
         self.controls: dict[str, Any] = {
-            "pp": w.IntSlider(
-                value=d["pp"], min=2, max=6, description="pp (ranks)", style=look, layout=layout
-            ),
-            "microbatches": w.IntSlider(
-                value=d["microbatches"],
-                min=2,
-                max=32,
-                description="microbatches M",
-                style=look,
-                layout=layout,
-            ),
-            "steps": w.IntSlider(
-                value=d["steps"],
-                min=1,
-                max=5,
-                description="optimizer steps",
-                style=look,
-                layout=layout,
-            ),
-            "slack": w.IntSlider(
-                value=d["slack"], min=0, max=4, description="slack", style=look, layout=layout
-            ),
-            "grad_slack": w.IntSlider(
-                value=d["grad_slack"],
-                min=0,
-                max=2,
-                description="grad slack",
-                style=look,
-                layout=layout,
-            ),
-            "frontend": w.Dropdown(
-                options=["manual", "tracing", "both"],
-                value=d["frontend"],
-                description="frontend",
-                style=look,
-                layout=layout,
-            ),
+            key: control("IntSlider", text, value=d[key], min=low, max=high, **size)
+            for key, (text, low, high) in sliders.items()
         }
+        frontends = ["manual", "tracing", "both"]
+        self.controls["frontend"] = control(
+            "Dropdown", "frontend", options=frontends, value=d["frontend"], **size
+        )
         self.button = w.Button(description="run parity", button_style="primary", icon="play")
         self.out = w.Output()
         self.button.on_click(self._clicked)
@@ -315,12 +276,11 @@ class ParityPanel:
     def values(self) -> dict[str, Any]:
         return {k: c.value for k, c in self.controls.items()}
 
-    def run(self, *, render: bool = True) -> ParityReport | None:
-        """Run with the current widget values; print and draw the result unless ``render=False``."""
+    def run(self) -> ParityReport | None:
+        """Run with the current widget values; print and draw the result."""
         print(f"launching {self.values()['pp']} gloo ranks ...", flush=True)
         report = run_check(self.state, **self.values())
-        if render:
-            render_check(self.state)
+        render_check(self.state)
         return report
 
     def _clicked(self, _button: Any) -> None:
@@ -492,8 +452,7 @@ def bytes_figure(report: ParityReport) -> Figure:
         + " (both directions per stage)",
         fontsize=10,
     )
-    handles, _ = ax.get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=2)
+    style.legend_below(fig, ax.get_legend_handles_labels()[0], ncol=2)
     return fig
 
 
@@ -501,7 +460,8 @@ def bytes_figure(report: ParityReport) -> Figure:
 
 
 def _control_of(variant_name: str) -> str:
-    return "GPipe forced" if "/gpipe/" in variant_name else "ring one short"
+    """The series of a negative control's variant (its label names the control in tables too)."""
+    return "gpipe_forced" if "/gpipe/" in variant_name else "ring_one_short"
 
 
 def divergence_frame(report: ParityReport) -> pd.DataFrame:
@@ -519,7 +479,7 @@ def divergence_frame(report: ParityReport) -> pd.DataFrame:
             for stage in sorted(v.param_sums):
                 rows.append(
                     {
-                        "control": _control_of(v.name),
+                        "control": style.label(_control_of(v.name)),
                         "variant": v.name,
                         "step": step,
                         "stage": stage,
@@ -530,9 +490,6 @@ def divergence_frame(report: ParityReport) -> pd.DataFrame:
                     }
                 )
     return pd.DataFrame(rows)
-
-
-_CONTROL_KEYS = {"ring one short": "ring_one_short", "GPipe forced": "gpipe_forced"}
 
 
 def divergence_figure(report: ParityReport) -> Figure:
@@ -553,7 +510,7 @@ def divergence_figure(report: ParityReport) -> Figure:
     for v in report.variants:
         if not v.pooled:
             continue
-        key = _CONTROL_KEYS[_control_of(v.name)]
+        key = _control_of(v.name)
         ref = stock_of(report, v.name)
         mean = [sum(step) / len(step) for step in v.losses]
         pct = [
@@ -579,8 +536,7 @@ def divergence_figure(report: ParityReport) -> Figure:
         "step 0 matches: its forwards read each buffer before the overwrite)",
         fontsize=10,
     )
-    handles, _ = losses.get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=3, top=0.9)
+    style.legend_below(fig, losses.get_legend_handles_labels()[0], ncol=3, top=0.9)
     return fig
 
 
@@ -623,7 +579,6 @@ def run_three_way_models(
     microbatches: int = 6,
     steps: int = 3,
     slack: int = 0,
-    models: tuple[str, ...] = tuple(THREE_WAY_MODELS),
     timeout_s: float = 300.0,
 ):
     """Stock, fresh (a new buffer per receive) and pooled for each model of
@@ -636,8 +591,7 @@ def run_three_way_models(
     from pooltk.parity.summary import run_three_way
 
     variants: tuple = ()
-    for key in models:
-        bodies = THREE_WAY_MODELS[key][1]
+    for key, (_, bodies) in THREE_WAY_MODELS.items():
         variants += (
             Variant(name=f"stock/{key}", bodies=bodies),
             Variant(
@@ -699,14 +653,17 @@ def three_way_figure(three_way) -> Figure:  # noqa: ANN001 - a ThreeWay
     )
     for ax, key, j in zip(axes.flat, keys, three_way.judgements):
         fresh = report.variant(f"fresh/{key}")
-        for prefix, look in (("stock", dict(lw=3, alpha=0.6)), ("tight", dict(lw=1.5, marker="o"))):
-            v = report.variant(f"{'stock' if prefix == 'stock' else 'pooled'}/{key}")
+        for name, series, look in (
+            ("stock", "stock", dict(lw=3, alpha=0.6)),
+            ("pooled", "tight", dict(lw=1.5, marker="o")),
+        ):
+            v = report.variant(f"{name}/{key}")
             dist = [
                 max(abs(v.param_sums[r][s] - fresh.param_sums[r][s]) for r in v.param_sums)
                 for s in range(report.spec.steps)
             ]
-            text = "|stock - fresh|" if prefix == "stock" else "|pooled - fresh|"
-            ax.plot(range(report.spec.steps), dist, color=style.colour(prefix), label=text, **look)
+            color, text = style.colour(series), f"|{name} - fresh|"
+            ax.plot(range(report.spec.steps), dist, color=color, label=text, **look)
         ax.set_ylim(bottom=0)
         ax.set_title(f"{key}: {j.verdict}", fontsize=9)
         ax.set_xticks(range(report.spec.steps))
@@ -730,6 +687,5 @@ def three_way_figure(three_way) -> Figure:  # noqa: ANN001 - a ThreeWay
         f"the parameter sums are up to {size:.2g} in size; pp3 1F1B)",
         fontsize=10,
     )
-    handles, _ = axes[0, 0].get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=2)
+    style.legend_below(fig, axes[0, 0].get_legend_handles_labels()[0], ncol=2)
     return fig

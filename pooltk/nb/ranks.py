@@ -8,7 +8,7 @@ Everything comes from :func:`pooltk.memory.model.model_memory` (rank-shared ring
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pooltk.config import PoolConfig
 from pooltk.memory.model import Boundary, MemoryModel, PipelineShape, model_memory
@@ -33,7 +33,6 @@ RANK_BARS: tuple[tuple[str, str, str], ...] = (
 def rank_bars(
     model: MemoryModel,
     *,
-    ax: Any = None,
     title: str | None = None,
     unit: str = "gib",
     ylabel: str | None = None,
@@ -43,11 +42,7 @@ def rank_bars(
     import numpy as np
 
     frame = model.per_rank_frame(unit)
-    own = ax is None
-    if own:
-        fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.2))
-    else:
-        fig = ax.figure
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 4.2))
     x = np.arange(len(frame))
     width = 0.8 / len(RANK_BARS)
     for k, (variant, key, label) in enumerate(RANK_BARS):
@@ -67,9 +62,7 @@ def rank_bars(
     ax.set_ylabel(ylabel or f"receive buffers per rank ({'GiB' if unit == 'gib' else unit})")
     ax.set_ylim(0, float(frame[f"stock_{unit}"].max()) * 1.15)
     ax.set_title(title or f"{model.shape.describe()}: per rank", fontsize=10)
-    if own:
-        handles, _ = ax.get_legend_handles_labels()
-        style.legend_below(fig, handles, ncol=2)
+    style.legend_below(fig, ax.get_legend_handles_labels()[0], ncol=2)
     return fig
 
 
@@ -122,11 +115,9 @@ def schedule_ranks(
     n_microbatches: int,
     slack: int = 2,
     grad_slack: int = 1,
-    boundary: Boundary | None = None,
 ) -> pd.DataFrame:
-    """Per schedule and rank, buffer sets (bytes with ``boundary``): stock, the per-stage rings, the
-    rank-shared rings and the rank's live set, from the memory model (one set = 1 byte without
-    ``boundary``)."""
+    """Per schedule and rank, buffer sets: stock, the per-stage rings, the rank-shared rings and the
+    rank's live set, from the memory model (one set counted as 1 byte)."""
     import pandas as pd
 
     config = PoolConfig(slack=slack, grad_slack=grad_slack)
@@ -134,7 +125,7 @@ def schedule_ranks(
     for name in schedules:
         model = model_memory(
             PipelineShape(pp=pp, n_microbatches=n_microbatches, schedule=name),
-            boundary or Boundary.opaque(1),
+            Boundary.opaque(1),
             config,
             unpoolable="stock",
         )

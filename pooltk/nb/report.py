@@ -3,7 +3,7 @@
 Writes under the output folder (default ``reports/``): ``summary.md`` (the probe, the parity
 verdict and tables, one line per notebook), ``parity_pp4.json``, ``buffers_pp4.csv``,
 ``memory_kimi_k3_2k.csv``, ``<notebook>.html`` (a failed notebook too, with its error),
-``figures/*.png`` (saved by the notebooks through :func:`pooltk.nb.save_figure`:
+``figures/*.png`` (saved by the notebooks through :func:`pooltk.nb.common.save_figure`:
 ``POOLTK_REPORT_DIR`` points there while they run) and ``logs/<notebook>.kernel.log``.
 Progress is one line per step; on a terminal, a live cell counter.
 
@@ -154,22 +154,6 @@ class ReportResult:
     def ok(self) -> bool:
         notebooks_ok = all(n.ok for n in self.notebooks)
         return notebooks_ok and self.parity_error is None and self.parity_equal is not False
-
-    def to_frame(self) -> Any:  # -> pandas.DataFrame
-        import pandas as pd
-
-        rows = [
-            {
-                "notebook": n.path.name,
-                "ok": n.ok,
-                "seconds": round(n.seconds, 1),
-                "html": str(n.html) if n.html else None,
-                "figures": len(n.figures),
-                "error": n.error,
-            }
-            for n in self.notebooks
-        ]
-        return pd.DataFrame(rows)
 
 
 # --------------------------------------------------------------------------- one notebook
@@ -577,9 +561,9 @@ def _notebook_lines(runs: list[NotebookRun], out: Path) -> list[str]:
 # --------------------------------------------------------------------------- the job
 
 
-def _printer(stream: Any = None) -> Progress:
+def _printer() -> Progress:
     """Progress lines; on a terminal, cell counters overwrite one line."""
-    stream = stream or sys.stdout
+    stream = sys.stdout
     tty = hasattr(stream, "isatty") and stream.isatty()
     lock = threading.Lock()
 

@@ -70,7 +70,7 @@ def lifetime_chart(
     """
     from matplotlib.lines import Line2D
 
-    from pooltk.nb.mechanism import replay
+    from pooltk.nb.mechanism import RECEIVED, replay
     from pooltk.nb.timelines import CLOCK_LABEL
 
     vpp = stages_per_rank or _stages_per_rank(schedule)
@@ -107,11 +107,10 @@ def lifetime_chart(
     ax.set_xlabel(CLOCK_LABEL + "; split backward halves 1 each")
     ax.grid(axis="y", visible=False)
     most = max(peaks.values(), default=0)
-    what = "activation" if direction == "forward" else "gradient"
     ax.set_title(
-        f"{schedule}: a stage holds at most {most} {what} receive buffers at once (shaded: each "
-        f"stage's peak), of M = {n_microbatches}\n(pp{pp} x {vpp} stage(s) per rank; line: one "
-        "microbatch's buffer, from its receive post to its release)",
+        f"{schedule}: a stage holds at most {most} {RECEIVED[direction]} receive buffers at once "
+        f"(shaded: each stage's peak), of M = {n_microbatches}\n(pp{pp} x {vpp} stage(s) per rank; "
+        "line: one microbatch's buffer, from its receive post to its release)",
         fontsize=9.5,
     )
     handles = [
@@ -160,19 +159,19 @@ def allowlist_table(
 
     ``stock``: torch <= 2.14 (``M`` per direction up front). ``stock_lazy``: torch >= 2.15, which
     allocates per receive: the live set, except all ``M`` forward on the last stage
-    (:func:`pooltk.analysis.stage_sets.lazy_holds`). ``seed_allowlist``: the original implementation
-    pools only 1F1B (one ring
-    ``max(2, min(M, N - i + slack))`` for both directions) and leaves every other schedule stock.
-    ``pooltk_auto``: ``install(schedule="auto", sharing="stage")``, smallest safe ``c mod K`` ring
-    plus
-    slack, capped at M (0 where the stage receives nothing, same-rank V handoffs included: the pool
-    gives them no receive buffers). ``live_peak``: most buffers live at once. The rank-shared rings
-    (``sharing="rank"``, the default) are per rank: :func:`pooltk.nb.ranks.schedule_ranks`.
+    (:func:`pooltk.analysis.stage_sets.lazy_holds`). ``seed_allowlist``: the original
+    implementation pools only 1F1B (one ring ``max(2, min(M, N - i + slack))`` for both
+    directions) and leaves every other schedule stock. ``pooltk_auto``: ``install(schedule="auto",
+    sharing="stage")``, smallest safe ``c mod K`` ring plus slack, capped at M (0 where the stage
+    receives nothing, same-rank V handoffs included: the pool gives them no receive buffers).
+    ``live_peak``: most buffers live at once. The rank-shared rings (``sharing="rank"``, the
+    default) are per rank: :func:`pooltk.nb.ranks.schedule_ranks`.
     """
     import pandas as pd
 
     from pooltk.analysis.lifetimes import live_table
 
+    config = PoolConfig(slack=slack, grad_slack=grad_slack)
     rows = []
     for name in schedules:
         vpp = _stages_per_rank(name)
@@ -181,14 +180,11 @@ def allowlist_table(
         for stage in range(n_stages):
             part = table[table.stage == stage].set_index("direction")
             stock = int(part.stock_buffers.sum())
-            live = int(part.live_peak.sum())
-            auto = 0
-            config = PoolConfig(slack=slack, grad_slack=grad_slack)
-            for d in DIRECTIONS:
-                k0 = int(part.loc[d, "ring_min"])
-                auto += ring_size(
-                    k0, n_microbatches, d, config
-                )  # 0 where nothing is received, handoffs included
+            # 0 where nothing is received, handoffs included
+            auto = sum(
+                ring_size(int(part.loc[d, "ring_min"]), n_microbatches, d, config)
+                for d in DIRECTIONS
+            )
             if name == "1F1B":
                 k = pr_ring_size(n_stages, stage, n_microbatches, slack)
                 seed = sum(k for d in DIRECTIONS if int(part.loc[d, "stock_buffers"]))
@@ -205,7 +201,7 @@ def allowlist_table(
                     "stock_lazy": int(part.lazy_buffers.sum()),
                     "seed_allowlist": seed,
                     "pooltk_auto": auto,
-                    "live_peak": live,
+                    "live_peak": int(part.live_peak.sum()),
                 }
             )
     return pd.DataFrame(rows)

@@ -72,10 +72,10 @@ def _safe(group: Sequence[BufferLifetime], k: int) -> bool:
     return not overwrites(group, k)
 
 
-def _needed(group: Sequence[BufferLifetime], ring_of_slack, m: int) -> int:  # noqa: ANN001 - slack -> K
-    """The smallest slack ``s`` whose ring ``ring_of_slack(s)`` (in ``[1, M]``) is safe."""
+def _needed(group: Sequence[BufferLifetime], ring: int, m: int) -> int:
+    """The smallest slack ``s`` whose ring ``ring + s`` (in ``[1, M]``) is safe."""
     for s in range(m + 1):
-        if _safe(group, max(1, min(m, ring_of_slack(s)))):
+        if _safe(group, max(1, min(m, ring + s))):
             return s
     return m  # unreachable: K = M gives every microbatch its own slot
 
@@ -117,11 +117,9 @@ def slack_needs(
                 if not group:
                     continue
                 read = peak_overlap((b.consume, b.release) for b in group)
-                need = _needed(group, lambda s, k=read: k + s, m)
-                note("first read to release", d, need, stage, read)
+                note("first read to release", d, _needed(group, read, m), stage, read)
                 formula = min(m, n - stage) if d == "forward" else 1
-                need = _needed(group, lambda s, k=formula: k + s, m)
-                note("1F1B formula", d, need, stage, formula)
+                note("1F1B formula", d, _needed(group, formula, m), stage, formula)
             both = [g for g in groups.values() if g]
             if both:
                 s = next(
@@ -301,14 +299,13 @@ def slack_sweep_figure(sweep: pd.DataFrame, *, pp: int, n_microbatches: int) -> 
         f"cost: +{per} sets per unit of slack\n({per} receiving stages), until a ring reaches M",
         fontsize=9.5,
     )
-    lines = (
-        ("exact", "tight", "1F1B, ring = live set"),
-        ("one_short", "ring_one_short", "1F1B, ring sized one set short"),
-        ("gpipe_forced", "gpipe_forced", "GPipe on the 1F1B ring"),
+    lines = (  # column, series, label, marker, line style, width, marker size
+        ("exact", "tight", "1F1B, ring = live set", "s", "-", 3, 6),
+        ("one_short", "ring_one_short", "1F1B, ring sized one set short", "o", "--", 1.5, 4),
+        ("gpipe_forced", "gpipe_forced", "GPipe on the 1F1B ring", "o", "-", 1.5, 4),
     )
-    looks = {"exact": ("s", "-", 3, 6), "one_short": ("o", "--", 1.5, 4)}
-    for col, key, text in reversed(lines):  # the exact ring last: on top where the lines meet at 0
-        marker, ls, lw, ms = looks.get(col, ("o", "-", 1.5, 4))
+    # the exact ring last: on top where the lines meet at 0
+    for col, key, text, marker, ls, lw, ms in reversed(lines):
         hurt.plot(
             x, sweep[col], marker=marker, ls=ls, lw=lw, ms=ms, color=style.colour(key), label=text
         )

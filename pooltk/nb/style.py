@@ -146,20 +146,8 @@ _MICROBATCH = (
 )
 """Microbatch colours, in order (``microbatch mod 12``): one palette for every schedule figure."""
 
-_RUNS = (
-    "#4C72B0",
-    "#DD8452",
-    "#55A868",
-    "#C44E52",
-    "#8172B3",
-    "#937860",
-    "#DA8BC3",
-    "#CCB974",
-    "#64B5CD",
-    "#1B7837",
-    "#B07AA1",
-    "#8C8C8C",
-)
+_RUNS = (*(c for c in _MICROBATCH if c != "#8C8C8C"), "#8C8C8C")
+"""Run colours, in order: the microbatch palette, its grey last (only a 12th run is grey)."""
 
 
 def _get(key: str) -> Series:
@@ -193,29 +181,18 @@ def run_colours(runs: Iterable[str]) -> dict[str, str]:
     return {name: _RUNS[i % len(_RUNS)] for i, name in enumerate(names)}
 
 
-def legend_handles(
-    keys: Sequence[str], *, kind: str = "patch", labels: dict[str, str] | None = None
-) -> list[Any]:
-    """Legend handles for ``keys`` in the map's colours (``kind``: ``patch`` bars, ``line``
-    lines)."""
-    from matplotlib.lines import Line2D
+def legend_handles(keys: Sequence[str]) -> list[Any]:
+    """Legend patches for ``keys``, in the map's colours and labels."""
     from matplotlib.patches import Patch
 
-    out = []
-    for key in keys:
-        text = (labels or {}).get(key, label(key))
-        if kind == "line":
-            out.append(Line2D([], [], color=colour(key), marker="o", label=text))
-        else:
-            out.append(Patch(facecolor=colour(key), label=text))
-    return out
+    return [Patch(facecolor=colour(key), label=label(key)) for key in keys]
 
 
 def legend_below(
     fig: Any,
     handles: Sequence[Any],
     *,
-    ncol: int | None = None,
+    ncol: int,
     fontsize: str = "small",
     top: float = 1.0,
 ) -> Any:
@@ -224,7 +201,6 @@ def legend_below(
     Returns the legend; ``fig.tight_layout`` is then asked to leave room for it, and above ``top``
     (a fraction of the figure's height) for a headline of more than one line.
     """
-    ncol = ncol or min(len(handles), 3)
     rows = -(-len(handles) // ncol)
     legend = fig.legend(
         handles=handles,
@@ -246,48 +222,26 @@ def reference_line(
     text: str,
     source: str,
     colour_: str = "black",
-    ls: str = "--",
-    where: str = "right",
     above: bool = True,
-    horizontal: bool = True,
 ) -> None:
-    """A labelled reference line: ``text`` and ``(source)`` written on the line, inside the axes."""
+    """A labelled horizontal reference line: ``text`` and ``(source)`` written on the line, at the
+    right inside the axes."""
     from matplotlib.patheffects import withStroke
 
-    line = ax.axhline if horizontal else ax.axvline
-    line(value, color=colour_, ls=ls, lw=1.2, zorder=4)
-    words = f"{text} ({source})" if source else text
-    halo = [withStroke(linewidth=3, foreground="white")]
-    if horizontal:
-        x = 0.99 if where == "right" else 0.01
-        ax.annotate(
-            words,
-            xy=(x, value),
-            xycoords=("axes fraction", "data"),
-            xytext=(0, 3 if above else -3),
-            textcoords="offset points",
-            ha="right" if where == "right" else "left",
-            va="bottom" if above else "top",
-            fontsize="x-small",
-            color=colour_,
-            zorder=5,
-            path_effects=halo,
-        )
-    else:
-        ax.annotate(
-            words,
-            xy=(value, 0.98),
-            xycoords=("data", "axes fraction"),
-            xytext=(3, 0),
-            textcoords="offset points",
-            ha="left",
-            va="top",
-            rotation=90,
-            fontsize="x-small",
-            color=colour_,
-            zorder=5,
-            path_effects=halo,
-        )
+    ax.axhline(value, color=colour_, ls="--", lw=1.2, zorder=4)
+    ax.annotate(
+        f"{text} ({source})" if source else text,
+        xy=(0.99, value),
+        xycoords=("axes fraction", "data"),
+        xytext=(0, 3 if above else -3),
+        textcoords="offset points",
+        ha="right",
+        va="bottom" if above else "top",
+        fontsize="x-small",
+        color=colour_,
+        zorder=5,
+        path_effects=[withStroke(linewidth=3, foreground="white")],
+    )
 
 
 def bar_value_labels(
@@ -295,9 +249,8 @@ def bar_value_labels(
     container: Any,
     fmt: str = "{:,.1f}",
     *,
-    fontsize: str = "x-small",
     labels: Sequence[str] | None = None,
 ) -> None:
     """Dark value labels just past each bar's end (readable on any bar colour, never white)."""
     texts = labels if labels is not None else [fmt.format(v) for v in container.datavalues]
-    ax.bar_label(container, labels=list(texts), padding=2, fontsize=fontsize, color="#222222")
+    ax.bar_label(container, labels=list(texts), padding=2, fontsize="x-small", color="#222222")

@@ -6,7 +6,6 @@ every figure). Overwrites are counted as [Note: counting overwrites] in :mod:`po
 says. Every title states what the figure shows first, and the setting after it.
 
 - :func:`primer_timelines`: 1F1B above GPipe on one clock (the primer);
-- :func:`schedule_timeline`: one schedule's timeline;
 - :func:`inflight_figure`: microbatches in flight and receive buffers held, per stage, against W;
 - :func:`slot_chart`: which ring slot holds which microbatch; with a guard, cut where it stops;
 - :func:`versions_figure`: the receive-buffer sets per stage of torch 2.14, torch 2.15 and pooltk.
@@ -14,12 +13,14 @@ says. Every title states what the figure shows first, and the setting after it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pooltk.analysis.lifetimes import DIRECTIONS, Direction
 from pooltk.nb import canvas, style
 from pooltk.nb.mechanism import (
+    RECEIVED,
     GuardReplay,
     Replay,
     RingSizes,
@@ -37,7 +38,6 @@ __all__ = [
     "CLOCK_LABEL",
     "inflight_figure",
     "primer_timelines",
-    "schedule_timeline",
     "slot_chart",
     "versions_figure",
 ]
@@ -46,17 +46,24 @@ CLOCK_LABEL = "time in the step (ticks: forward 1, backward 2)"
 """The one clock every schedule figure uses (notebooks 00 and 04; [Note: unit-time replay])."""
 
 
-def _compute_spans(rp: Replay) -> Any:
+def _in_flight(rp: Replay) -> dict[int, list[tuple[float, float]]]:
+    """Per stage, each microbatch in flight: from its forward's start to its backward's end."""
     frame = rp.compute_frame()
-    return frame[frame.kind != "W"]
+    frame = frame[frame.kind != "W"]
+    out = {}
+    for stage, part in frame.groupby("stage"):
+        first_f = part[part.kind == "F"].groupby("microbatch").start.min()
+        last_b = part[part.kind != "F"].groupby("microbatch").end.max()
+        out[stage] = [(first_f[mb], last_b.get(mb, rp.makespan)) for mb in first_f.index]
+    return out
 
 
-def _draw_timeline(ax: Any, rp: Replay, *, xmax: float | None = None) -> list[str]:
+def _draw_timeline(ax: Any, rp: Replay, *, xmax: float) -> set[str]:
     """Draw ``rp``'s compute actions and phase bands into ``ax``; return the phases drawn."""
     frame = rp.compute_frame()
     pp = rp.program.num_stages
     ph = phases(rp)
-    present: list[str] = []
+    present: set[str] = set()
     for stage, rows in frame.groupby("stage"):
         group = rows[rows.kind != "W"].sort_values("start")
         times = list(zip(group.start, group.end))
@@ -69,8 +76,7 @@ def _draw_timeline(ax: Any, rp: Replay, *, xmax: float | None = None) -> list[st
                 color=style.colour(name),
                 zorder=0,
             )
-            if name not in present:
-                present.append(name)
+            present.add(name)
     for row in frame.itertuples():
         forward = row.kind == "F"
         ax.barh(
@@ -96,46 +102,16 @@ def _draw_timeline(ax: Any, rp: Replay, *, xmax: float | None = None) -> list[st
     ax.set_ylim(pp - 0.5, -0.5)
     ax.set_yticks(range(pp), [f"stage {s}" for s in range(pp)])
     ax.set_ylabel("pipeline stage (one rank each)")
-    ax.set_xlim(0, xmax if xmax is not None else rp.makespan)
+    ax.set_xlim(0, xmax)
     ax.grid(axis="y", visible=False)
-    return [p for p in ("warmup", "steady", "cooldown") if p in present]
-
-
-def schedule_timeline(rp: Replay, *, title: str | None = None) -> Figure:
-    """Per stage, every forward (light) and backward (full colour) on the replay clock, phases
-    shaded.
-
-    The label in each box is the action and microbatch (``F3``, ``B3``); the background band of a
-    stage shows its phases read off the order itself (:func:`pooltk.nb.mechanism.phases`). The
-    legend lists only the phases this schedule has (GPipe has no steady phase).
-    """
-    from matplotlib.patches import Patch
-
-    pp = rp.program.num_stages
-    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.6 * pp + 1.9))
-    order = _draw_timeline(ax, rp)
-    ax.set_xlabel(CLOCK_LABEL)
-    handles = [Patch(color=style.colour(p), label=style.label(p)) for p in order]
-    m = rp.program.n_microbatches
-    ax.set_title(
-        title
-        or f"{rp.program.schedule}, pp={pp}, M={m}: light = forward F, full = backward B "
-        "(label: action and microbatch)",
-        fontsize=10,
-    )
-    style.legend_below(fig, handles, ncol=len(handles))
-    return fig
+    return present
 
 
 def _most_in_flight(rp: Replay) -> list[int]:
     """Per stage, the most microbatches in flight at once (forward started, backward not
     finished)."""
-    comp = _compute_spans(rp)
-    end, most = rp.makespan, []
-    for _, part in comp.groupby("stage"):
-        first_f = part[part.kind == "F"].groupby("microbatch").start.min()
-        last_b = part[part.kind != "F"].groupby("microbatch").end.max()
-        flight = [(first_f[mb], last_b.get(mb, end)) for mb in first_f.index]
+    most = []
+    for flight in _in_flight(rp).values():
         times = sorted({t for iv in flight for t in iv})
         most.append(max(_step_counts(flight, times), default=0))
     return most
@@ -156,11 +132,9 @@ def primer_timelines(one_f_one_b: Replay, gpipe: Replay) -> Figure:
     fig, axes = canvas.subplots(
         2, 1, figsize=(style.FIGURE_WIDTH_IN, 1.2 * pp + 3.2), sharex=True, squeeze=False
     )
-    present: list[str] = []
+    present: set[str] = set()
     for ax, rp in zip(axes[:, 0], (one_f_one_b, gpipe)):
-        for p in _draw_timeline(ax, rp, xmax=xmax):
-            if p not in present:
-                present.append(p)
+        present |= _draw_timeline(ax, rp, xmax=xmax)
         most = _most_in_flight(rp)
         ax.set_title(
             f"{rp.program.schedule}: stages 0-{pp - 1} each hold at most "
@@ -196,7 +170,7 @@ def inflight_figure(rp: Replay) -> Figure:
     """
     from matplotlib.ticker import MaxNLocator
 
-    comp = _compute_spans(rp)
+    in_flight = _in_flight(rp)
     pp, m = rp.program.num_stages, rp.program.n_microbatches
     fig, axes = canvas.subplots(
         pp, 1, figsize=(style.FIGURE_WIDTH_IN, 1.25 * pp + 1.3), sharex=True, squeeze=False
@@ -204,10 +178,7 @@ def inflight_figure(rp: Replay) -> Figure:
     end = rp.makespan
     held_peaks: list[int] = []
     for stage, ax in enumerate(axes[:, 0]):
-        part = comp[comp.stage == stage]
-        first_f = part[part.kind == "F"].groupby("microbatch").start.min()
-        last_b = part[part.kind != "F"].groupby("microbatch").end.max()
-        flight = [(first_f[mb], last_b.get(mb, end)) for mb in first_f.index]
+        flight = in_flight.get(stage, [])
         held = [
             (rp.time_of_post(b), rp.time_of_release(b))
             for b in rp.spans
@@ -264,6 +235,11 @@ def inflight_figure(rp: Replay) -> Figure:
     return fig
 
 
+def _lane(b: Any, ring_map: dict[tuple[int, Direction], int]) -> tuple[int, Direction, int]:
+    """The lane of buffer ``b``: its (stage, direction, slot)."""
+    return (b.stage, b.direction, b.microbatch % ring_map[(b.stage, b.direction)])
+
+
 def _sub_rows(
     rp: Replay, ring_map: dict[tuple[int, Direction], int]
 ) -> dict[tuple[int, Direction, int], int]:
@@ -274,15 +250,13 @@ def _sub_rows(
     with one still held.
     """
     rows: dict[tuple[int, Direction, int], int] = {}
-    busy: dict[
-        tuple[int, Direction, int], list[int]
-    ] = {}  # lane -> release position per row (one rank per lane)
+    # lane -> release position per row (one rank per lane)
+    busy: dict[tuple[int, Direction, int], list[int]] = {}
     for b in sorted(rp.spans, key=lambda b: (b.post, b.microbatch)):
-        lane = (b.stage, b.direction, b.microbatch % ring_map[(b.stage, b.direction)])
+        lane = _lane(b, ring_map)
         ends = busy.setdefault(lane, [])
-        row = next(
-            (i for i, e in enumerate(ends) if e < b.post), len(ends)
-        )  # as overwritten_receives judges
+        # as overwritten_receives judges
+        row = next((i for i, e in enumerate(ends) if e < b.post), len(ends))
         if row == len(ends):
             ends.append(-1)
         ends[row] = b.release
@@ -302,8 +276,9 @@ def _slot_chart_title(
         e = guard.stop
         return (
             f"The guard stops the step at tick {e.time:g} of {rp.makespan:g}, before anything is "
-            f"overwritten: stage {e.stage}'s {ordinal(e.ring_post)} {_WHAT[e.direction]} receive "
-            f"(microbatch {e.incoming})\nfinds slot {e.slot} still owned by microbatch {e.owner}. "
+            f"overwritten: stage {e.stage}'s {ordinal(e.ring_post)} {RECEIVED[e.direction]} "
+            f"receive (microbatch {e.incoming})\nfinds slot {e.slot} still owned by microbatch "
+            f"{e.owner}. "
             f"{setting}; drawn up to the stop"
         )
     if not bad:
@@ -311,9 +286,7 @@ def _slot_chart_title(
             "Every receive lands in a slot already freed: microbatch c takes slot c mod K, which "
             f"microbatch c - K left at its backward\n({setting})"
         )
-    per_stage: dict[int, int] = {}
-    for o in bad:
-        per_stage[o.stage] = per_stage.get(o.stage, 0) + 1
+    per_stage = Counter(o.stage for o in bad)
     where = ", ".join(f"stage {s}: {n}" for s, n in sorted(per_stage.items()))
     return (
         f"{len(bad)} receives land in a slot whose buffer is still held (red x; {where})\n"
@@ -321,16 +294,11 @@ def _slot_chart_title(
     )
 
 
-_WHAT = {"forward": "activation", "grad": "gradient"}
-
-
 def slot_chart(
     rp: Replay,
     rings: RingSizes,
     *,
-    stages: Sequence[int] | None = None,
     guard: GuardReplay | None = None,
-    title: str | None = None,
 ) -> Figure:
     """Which ring slot each microbatch's receive buffer occupies, on the replay clock.
 
@@ -348,15 +316,12 @@ def slot_chart(
     from matplotlib.lines import Line2D
 
     ring_map = {(b.stage, b.direction): rings[(b.stage, b.direction)] for b in rp.spans}
-    keep = set(range(rp.program.num_stages)) if stages is None else set(stages)
-    stop = guard.stop if guard is not None and guard.stop is not None else None
+    stop = guard.stop if guard is not None else None
     cut = stop.time if stop is not None else None
     by_key = {(b.stage, b.direction, b.microbatch): b for b in rp.spans}
     refused = (stop.stage, stop.direction, stop.incoming) if stop is not None else None
 
     def drawn(b: Any) -> bool:
-        if b.stage not in keep:
-            return False
         if cut is None:
             return True
         return rp.time_of_post(b) < cut or (b.stage, b.direction, b.microbatch) == refused
@@ -368,7 +333,7 @@ def slot_chart(
         (s, d, j)
         for d in DIRECTIONS
         for s in range(rp.program.num_stages)
-        if (s, d) in ring_map and s in keep and (cut is None or (s, d) in used)
+        if (s, d) in ring_map and (cut is None or (s, d) in used)
         for j in range(ring_map[(s, d)])
     ]
     depth = {
@@ -377,7 +342,7 @@ def slot_chart(
             (
                 sub[(b.stage, b.direction, b.microbatch)]
                 for b in spans
-                if (b.stage, b.direction, b.microbatch % ring_map[(b.stage, b.direction)]) == lane
+                if _lane(b, ring_map) == lane
             ),
             default=0,
         )
@@ -392,7 +357,7 @@ def slot_chart(
     fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.5 * y + 2.2))
     end = cut if cut is not None else rp.makespan
     for b in spans:
-        lane = (b.stage, b.direction, b.microbatch % ring_map[(b.stage, b.direction)])
+        lane = _lane(b, ring_map)
         yb = top[lane] + (sub[(b.stage, b.direction, b.microbatch)] + 0.5) * row_h
         t_post = rp.time_of_post(b)
         t_read = min(rp.time_of_consume(b), end)
@@ -419,7 +384,7 @@ def slot_chart(
             fontsize=7,
             zorder=3,
         )
-    all_bad = [o for o in overwritten_receives(rp, rings) if o.stage in keep]
+    all_bad = overwritten_receives(rp, rings)
     bad = (
         all_bad
         if cut is None
@@ -430,7 +395,7 @@ def slot_chart(
             by_key[(o.stage, o.direction, o.microbatch)],
             by_key[(o.stage, o.direction, o.overwritten_by)],
         )
-        lane = (o.stage, o.direction, o.microbatch % ring_map[(o.stage, o.direction)])
+        lane = _lane(old, ring_map)
         t0 = rp.time_of_post(new)
         if cut is None:
             t1 = rp.time_of_release(old)
@@ -459,7 +424,7 @@ def slot_chart(
                 label="a receive into a slot still held (hatched until the older buffer is freed)",
             )
         )
-    if stop is not None and stop.stage in keep:
+    if stop is not None:
         ax.axvline(stop.time, color="#C44E52", lw=1.5, zorder=4)
         marks.append(
             Line2D(
@@ -470,7 +435,7 @@ def slot_chart(
                 mew=2,
                 lw=1.5,
                 label=f"the guard refuses this post and the step stops (PoolOverrunError):\n"
-                f"microbatch {stop.incoming} into stage {stop.stage}'s {_WHAT[stop.direction]} "
+                f"microbatch {stop.incoming} into stage {stop.stage}'s {RECEIVED[stop.direction]} "
                 f"slot {stop.slot}, still owned by microbatch {stop.owner}",
             )
         )
@@ -484,7 +449,7 @@ def slot_chart(
     ax.set_xlabel(CLOCK_LABEL + "; thin line: posted, not yet read; bar: held")
     ax.set_ylabel("ring slot (stage, direction, slot)")
     ax.grid(axis="y", visible=False)
-    ax.set_title(title or _slot_chart_title(rp, ring_map, all_bad, guard), fontsize=9.5)
+    ax.set_title(_slot_chart_title(rp, ring_map, all_bad, guard), fontsize=9.5)
     if marks:
         style.legend_below(fig, marks, ncol=1)
     else:
@@ -533,6 +498,5 @@ def versions_figure(sets: Any) -> Figure:
         f"sets, as many as the ring on torch <= 2.14 (1F1B, pp={last + 1}, M={m})",
         fontsize=9.5,
     )
-    handles, _ = ax.get_legend_handles_labels()
-    style.legend_below(fig, handles, ncol=2)
+    style.legend_below(fig, ax.get_legend_handles_labels()[0], ncol=2)
     return fig

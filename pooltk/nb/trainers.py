@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "COLUMNS_SIDE_BY_SIDE",
-    "EXPECTED_TO_DIFFER",
     "bytes_figure",
     "claims",
     "load_logs",
@@ -42,31 +41,17 @@ __all__ = [
     "side_by_side",
 ]
 
-EXPECTED_TO_DIFFER = (
-    "automodel_pool_gpipe_forced",
-    "pooltk_gpipe_forced",
-    "automodel_pool_alias_eval",
-)
-"""Negative controls: variants whose claim is a divergence or an error, not bitwise equality."""
-
-SIDE_BY_SIDE: dict[str, str] = {
-    "stock": "stock",
-    "automodel_pool_s2": "automodel pool (slack 2)",
-    "automodel_pool_s0": "automodel pool (slack 0)",
-    "pooltk_tight": "pooltk tight (slack 2, grad 1)",
-    "pooltk_automodel_policy": "pooltk automodel policy",
-    "pooltk_live": "live set (pooltk slack 0)",
+SIDE_BY_SIDE: dict[str, tuple[str, str]] = {
+    "stock": ("stock", "stock"),
+    "automodel_pool_s2": ("automodel pool (slack 2)", "automodel"),
+    "automodel_pool_s0": ("automodel pool (slack 0)", "automodel_s0"),
+    "pooltk_tight": ("pooltk tight (slack 2, grad 1)", "tight"),
+    "pooltk_automodel_policy": ("pooltk automodel policy", "pooltk_automodel"),
+    "pooltk_live": ("live set (pooltk slack 0)", "live_set"),
 }
-SERIES_OF: dict[str, str] = {
-    "stock": "stock",
-    "automodel pool (slack 2)": "automodel",
-    "automodel pool (slack 0)": "automodel_s0",
-    "pooltk tight (slack 2, grad 1)": "tight",
-    "pooltk automodel policy": "pooltk_automodel",
-    "live set (pooltk slack 0)": "live_set",
-}
-"""Each column of :func:`side_by_side` -> its series in :mod:`pooltk.nb.style` (one colour in every panel)."""
-COLUMNS_SIDE_BY_SIDE = list(SIDE_BY_SIDE.values())
+"""Each variant :func:`side_by_side` shows -> its column and its series in :mod:`pooltk.nb.style`
+(one colour in every panel)."""
+COLUMNS_SIDE_BY_SIDE = [column for column, _ in SIDE_BY_SIDE.values()]
 REQUIRED = (
     "trainer",
     "pp",
@@ -108,29 +93,32 @@ def recorded_tables(kind: str = "rows") -> list[str]:
     return sorted(n for n in names if n.endswith("_logs.csv") == (kind == "logs"))
 
 
-def load_logs() -> "pd.DataFrame":
-    """The newest recorded logs table: per torchtitan launch, the steps and pool tag ``pooltk logs`` read."""
+def _newest(kind: str, what: str, required: str, fix: str) -> "pd.DataFrame":
+    """The newest recorded table of ``kind`` (:func:`recorded_tables`); refused when none ships."""
     import pandas as pd
 
-    names = recorded_tables("logs")
+    names = recorded_tables(kind)
     if not names:
-        raise InputError(
-            "recorded logs table",
-            found="none shipped",
-            required="a trainers_*_logs.csv",
-            fix="run TRAINERS=torchtitan bash scripts/integration; read reports/integration/torchtitan/logs.csv.",
-        )
+        raise InputError(what, found="none shipped", required=required, fix=fix)
     with (resources.files("pooltk.integrations") / "data" / names[-1]).open() as f:
-        table = pd.read_csv(f)
-    missing = [c for c in LOG_REQUIRED if c not in table.columns]
+        return pd.read_csv(f)
+
+
+def _checked(
+    table: "pd.DataFrame", what: str, columns: tuple[str, ...], fix: str
+) -> "pd.DataFrame":
+    missing = [c for c in columns if c not in table.columns]
     if missing:
-        raise InputError(
-            "logs table columns",
-            found=f"missing {missing}",
-            required=", ".join(LOG_REQUIRED),
-            fix="record logs.csv written by tools/integration/titan_suite.py.",
-        )
+        raise InputError(what, found=f"missing {missing}", required=", ".join(columns), fix=fix)
     return table
+
+
+def load_logs() -> "pd.DataFrame":
+    """The newest recorded logs table: per torchtitan launch, the steps and pool tag ``pooltk logs`` read."""
+    run = "run TRAINERS=torchtitan bash scripts/integration; read reports/integration/torchtitan/logs.csv."
+    table = _newest("logs", "recorded logs table", "a trainers_*_logs.csv", run)
+    record = "record logs.csv written by tools/integration/titan_suite.py."
+    return _checked(table, "logs table columns", LOG_REQUIRED, record)
 
 
 def load_table(path: str | Path | None = None) -> "pd.DataFrame":
@@ -138,16 +126,8 @@ def load_table(path: str | Path | None = None) -> "pd.DataFrame":
     import pandas as pd
 
     if path is None:
-        names = recorded_tables()
-        if not names:
-            raise InputError(
-                "recorded trainer table",
-                found="none shipped",
-                required="a trainers_*.csv",
-                fix="run bash scripts/integration and pass reports/integration/<trainer>/rows.csv.",
-            )
-        with (resources.files("pooltk.integrations") / "data" / names[-1]).open() as f:
-            table = pd.read_csv(f)
+        fix = "run bash scripts/integration and pass reports/integration/<trainer>/rows.csv."
+        table = _newest("rows", "recorded trainer table", "a trainers_*.csv", fix)
     else:
         path = Path(path)
         if not path.is_file():
@@ -158,21 +138,14 @@ def load_table(path: str | Path | None = None) -> "pd.DataFrame":
                 fix="run bash scripts/integration first, or call load_table() for the recorded run.",
             )
         table = pd.read_csv(path)
-    missing = [c for c in REQUIRED if c not in table.columns]
-    if missing:
-        raise InputError(
-            "trainer table columns",
-            found=f"missing {missing}",
-            required=", ".join(REQUIRED),
-            fix="pass a rows.csv written by tools/integration/run_suite.py.",
-        )
-    return table
+    fix = "pass a rows.csv written by tools/integration/run_suite.py."
+    return _checked(table, "trainer table columns", REQUIRED, fix)
 
 
 def side_by_side(table: "pd.DataFrame") -> "pd.DataFrame":
     """Receive bytes per stage: stock, Automodel's pool, pooltk, the live set (one row per stage)."""
     rows = table[table["variant"].isin(SIDE_BY_SIDE) & (table["outcome"] == "ok")].copy()
-    rows["column"] = rows["variant"].map(SIDE_BY_SIDE)
+    rows["column"] = rows["variant"].map({v: c for v, (c, _) in SIDE_BY_SIDE.items()})
     wide = rows.pivot_table(
         index=["trainer", "pp", "stage"], columns="column", values="recv_bytes", aggfunc="first"
     )
@@ -184,7 +157,7 @@ def claims(table: "pd.DataFrame") -> "pd.DataFrame":
 
     def _all(s):
         vals = [v for v in s if v == v and v != ""]
-        return bool(vals) and all(str(v) == "True" for v in vals) if vals else None
+        return all(str(v) == "True" for v in vals) if vals else None
 
     def _worst(s):
         from pooltk.parity.summary import VERDICTS
@@ -229,13 +202,14 @@ def bytes_figure(table: "pd.DataFrame") -> "Figure":
     fig, axes = canvas.subplots(
         rows, cols, figsize=(style.FIGURE_WIDTH_IN, 2.9 * rows + 1.3), squeeze=False
     )
+    series_of = dict(SIDE_BY_SIDE.values())
     drawn: list[str] = []
     for ax, ((trainer, pp), part) in zip(axes.flat, groups):
         present = [c for c in COLUMNS_SIDE_BY_SIDE if c in part.columns and part[c].notna().any()]
         x = np.arange(len(part))
         width = 0.84 / len(present)
         for k, column in enumerate(present):
-            key = SERIES_OF[column]
+            key = series_of[column]
             ax.bar(
                 x + (k - (len(present) - 1) / 2) * width,
                 part[column].fillna(0) / 2**10,

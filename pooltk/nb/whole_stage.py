@@ -119,7 +119,7 @@ class WholeStage:
     def peak_table(self) -> pd.DataFrame:
         """One row per (rank, variant): what the rank holds, its peak (GiB) and where in the step it happens."""
         frame = self.estimate.peak_frame("gib")
-        names = dict(zip(range(len(self.estimate.stage_names)), self.estimate.stage_names))
+        names = self.estimate.stage_names
         frame["holds"] = [
             " | ".join(names[int(s)] for s in str(st).split(",")) for st in frame["stages"]
         ]
@@ -236,11 +236,6 @@ def receive_source(preset: str | EstimatePreset) -> Preset:
     )
 
 
-def explorer_models() -> dict[str, EstimatePreset]:
-    """The estimate presets the explorer offers as models (Kimi-K3 is offered by its study presets)."""
-    return dict(ESTIMATE_PRESETS)
-
-
 # --------------------------------------------------------------------------- figures
 
 
@@ -254,7 +249,7 @@ def _rank_title(est: MemoryEstimate, rank: int) -> str:
     return f"rank {rank}: " + " | ".join(est.stage_names[s] for s in stages)
 
 
-def stacked_figure(whole: WholeStage, *, ranks: Sequence[int] | None = None) -> Figure:
+def stacked_figure(whole: WholeStage) -> Figure:
     """Per rank, one bar per variant, stacked by what holds the memory at the rank's peak (GiB, from zero).
 
     Lines: the device's capacity and the capacity less the stated overhead (their sources in the
@@ -264,8 +259,8 @@ def stacked_figure(whole: WholeStage, *, ranks: Sequence[int] | None = None) -> 
 
     est, verdict = whole.estimate, whole.verdict
     frame = est.stacked_frame("gib")
-    shown = list(ranks) if ranks is not None else list(est.ranks)
-    cats = _drawn_categories(frame[frame["rank"].isin(shown)])
+    shown = list(est.ranks)
+    cats = _drawn_categories(frame)
     variants = list(est.variants)
     fig, axes = canvas.subplots(
         1, len(shown), figsize=(style.FIGURE_WIDTH_IN, 5.2), sharey=True, squeeze=False
