@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -61,10 +61,9 @@ def format_report(report: ParityReport) -> str:
                 f, g = (v.rank_recv[r].get(d, {"sets": 0, "bytes": 0}) for d in DIRECTIONS)
                 cells.append(f"r{r} {f['sets']}+{g['sets']} {_fmt_bytes(f['bytes'] + g['bytes'])}")
             lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
+    # what each ring held at once in the last step, beside stock and the schedule's live set
     used = [v for v in report.variants if any(v.usage.values())]
-    if (
-        used
-    ):  # what each ring held at once in the last step, beside stock and the schedule's live set
+    if used:
         lines.append(
             "\nsets held at once in the last step (pooled rings; fwd / grad: held of stock, live set + slack):"
         )
@@ -176,15 +175,8 @@ class Judgement:
     """Largest parameter difference pooled vs stock."""
 
     def row(self) -> dict:
-        return {
-            "variant": self.variant,
-            "verdict": self.verdict,
-            "reason": self.reason,
-            "equal_stock": self.equal_stock,
-            "equal_fresh": self.equal_fresh,
-            "stock_equal_fresh": self.stock_equal_fresh,
-            "max_abs_diff_stock": self.max_abs_diff_stock,
-        }
+        """Every field but the names of the stock and fresh variants compared with."""
+        return {k: v for k, v in asdict(self).items() if k not in ("stock", "fresh")}
 
 
 def same(v) -> bool:  # noqa: ANN001 - a VariantResult with a reference
