@@ -25,6 +25,14 @@ def _fmt_bytes(n: int) -> str:
     return f"{n / 2**10:.1f} KiB" if n < 2**20 else f"{n / 2**20:.2f} MiB"
 
 
+def _sets_cell(label: str, recv: dict[str, dict[str, int]]) -> str:
+    """``s1 4+4 1.5 KiB``: the sets held forward + grad and their bytes (a direction absent: 0)."""
+    from pooltk.analysis.lifetimes import DIRECTIONS
+
+    f, g = (recv.get(d, {"sets": 0, "bytes": 0}) for d in DIRECTIONS)
+    return f"{label} {f['sets']}+{g['sets']} {_fmt_bytes(f['bytes'] + g['bytes'])}"
+
+
 def format_report(report: ParityReport) -> str:
     """The parity report as the text table ``pooltk parity`` prints."""
     lines: list[str] = []
@@ -43,23 +51,15 @@ def format_report(report: ParityReport) -> str:
         lines.append(f"{v.name:{w}} {bw:>8} {dp:>12} {dl:>11} {v.median_step_time_s * 1e3:8.1f}")
     lines.append("\nreceive buffers per stage (sets fwd+grad, bytes):")
     for v in report.variants:
-        cells = []
-        for s in sorted(v.recv):
-            f, g = v.recv[s]["forward"], v.recv[s]["grad"]
-            cells.append(f"s{s} {f['sets']}+{g['sets']} {_fmt_bytes(f['bytes'] + g['bytes'])}")
+        cells = [_sets_cell(f"s{s}", v.recv[s]) for s in sorted(v.recv)]
         lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
     multi = [v for v in report.variants if v.rank_recv and len(v.recv) > len(v.rank_recv)]
     if multi:  # several stages per rank: what the rank holds, each storage once (a rank-shared ring's slots too)
-        from pooltk.analysis.lifetimes import DIRECTIONS
-
         lines.append(
             "\nreceive buffers per rank (distinct storages over the rank's stages, sets fwd+grad, bytes):"
         )
         for v in multi:
-            cells = []
-            for r in sorted(v.rank_recv):
-                f, g = (v.rank_recv[r].get(d, {"sets": 0, "bytes": 0}) for d in DIRECTIONS)
-                cells.append(f"r{r} {f['sets']}+{g['sets']} {_fmt_bytes(f['bytes'] + g['bytes'])}")
+            cells = [_sets_cell(f"r{r}", v.rank_recv[r]) for r in sorted(v.rank_recv)]
             lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
     # what each ring held at once in the last step, beside stock and the schedule's live set
     used = [v for v in report.variants if any(v.usage.values())]
