@@ -131,24 +131,21 @@ def _run_variant(
                 report = experiments.pool_stage(
                     st, variant.config, schedule=sched_name, force=variant.force
                 )
-        posted: dict[int, list] = {st.stage_index: [] for st in stages}
+        posted: dict[int, list] | None = None  # fresh variants: every buffer handed to a receive
         if variant.buffers == "fresh":
             from pooltk.parity.fresh import fresh_stage
 
+            posted = {st.stage_index: [] for st in stages}
             for st in stages:
                 fresh_stage(st, posted=posted[st.stage_index])
         peak_owned: dict[int, dict[str, int]] = {st.stage_index: {} for st in stages}
         record = _train(spec, variant, stages, device, peak_owned)
         rehomed = rehomes(report)
-        fresh = variant.buffers == "fresh"
         record.update(
             variant=variant.name,
             rank=rank,
             stages={
-                st.stage_index: _stage_record(
-                    st, rehomed, posted[st.stage_index] if fresh else None, peak_owned
-                )
-                for st in stages
+                st.stage_index: _stage_record(st, rehomed, posted, peak_owned) for st in stages
             },
             rank_recv=measure_rank_recv_storage(stages),
             rank_rings={
@@ -245,7 +242,7 @@ def _digest_kept(stages: list[Any], digests: list[str], step: int) -> None:
 def _stage_record(
     stage: Any,
     rehomed: dict[int, dict[str, dict[str, int]]],
-    posted: list | None,
+    posted: dict[int, list] | None,
     peak_owned: dict[int, dict[str, int]],
 ) -> dict[str, Any]:
     """One stage's part of the record: receive storages, re-homes, hooks, fresh posts, rings, gate."""
@@ -263,7 +260,7 @@ def _stage_record(
         recv[d]["max_hooks"] = n
     if posted is not None:  # every buffer handed to a receive, all kept alive until here
         for d in DIRECTIONS:
-            bufs = [b for direction, b in posted if direction == d]
+            bufs = [b for direction, b in posted[index] if direction == d]
             recv[d]["posts"] = len(bufs)
             recv[d]["post_storages"] = len({b.untyped_storage().data_ptr() for b in bufs})
     gate = state.reason if state is not None and state.phase != "new" else None
