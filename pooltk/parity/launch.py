@@ -15,6 +15,7 @@ from typing import Any
 
 from pooltk.parity.rank import launch_ranks
 from pooltk.parity.spec import ParitySpec, Variant
+from pooltk.pool.errors import PoolOverrunError
 
 __all__ = [
     "ParityRankError",
@@ -29,11 +30,9 @@ __all__ = [
 class ParityRankError(RuntimeError):
     """A rank of a parity launch failed; ``rank``, ``error_type`` and ``message`` describe the root cause."""
 
-    def __init__(
-        self, *, rank: int, error_type: str, message: str, traceback_text: str, overrun: bool
-    ) -> None:
+    def __init__(self, *, rank: int, error_type: str, message: str, traceback_text: str) -> None:
         self.rank, self.error_type, self.message = rank, error_type, message
-        self.traceback_text, self.overrun = traceback_text, overrun
+        self.traceback_text = traceback_text
         where = _last_frame(traceback_text)
         super().__init__(
             f"parity rank {rank} failed with {error_type}: {message}"
@@ -121,7 +120,6 @@ class ParityReport:
     wall_s: float
     boundary_bytes: int
     """Bytes of the one tensor crossing each stage boundary (per microbatch, per direction)."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def bitwise_equal(self) -> bool:
@@ -185,13 +183,6 @@ class ParityReport:
         return out
 
 
-def _overrun_from(err: dict[str, Any]) -> BaseException:
-    """The PoolOverrunError a rank raised, rebuilt from its fields with the rank filled in."""
-    from pooltk.pool.errors import PoolOverrunError
-
-    return PoolOverrunError.from_dict({**err["overrun"], "rank": err["rank"]})
-
-
 def run_parity(
     spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = None
 ) -> ParityReport:
@@ -218,13 +209,13 @@ def run_parity(
     cause = ranks.cause()
     if cause is not None:
         if cause["overrun"]:
-            raise _overrun_from(cause)
+            # the rank's own error, rebuilt from its fields with the rank filled in
+            raise PoolOverrunError.from_dict({**cause["overrun"], "rank": cause["rank"]})
         raise ParityRankError(
             rank=cause["rank"],
             error_type=cause["type"],
             message=cause["message"],
             traceback_text=cause["traceback"],
-            overrun=False,
         )
     if ranks.launch.timed_out:
         raise ParityTimeoutError(
@@ -242,7 +233,6 @@ def run_parity(
             f"{code if code is not None else -signal.SIGKILL}); rank {first} printed:\n"
             f"{ranks.tails[first]}",
             traceback_text=ranks.tails[first],
-            overrun=False,
         )
     return gather_report(spec, ranks.results, time.perf_counter() - t0)
 
