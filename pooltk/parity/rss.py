@@ -36,7 +36,7 @@ from step 1 on all ``M`` sets are resident; the peak of a two-step run sees them
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pooltk._validate import InputError, check_int
@@ -179,8 +179,6 @@ class RssLaunch:
     """One record per rank, by rank."""
     wall_s: float
     """Seconds from launch to the last rank's result."""
-    started_unix: float = field(default=0.0)
-    """When the launch started (Unix seconds)."""
 
 
 class RssLaunchError(RuntimeError):
@@ -301,7 +299,7 @@ def launch_rss(
     """
     from pooltk.parity.rank import launch_ranks
 
-    t0, started = time.perf_counter(), time.time()
+    t0 = time.perf_counter()
     payload = {"spec": spec.to_dict(), "config": config.to_dict() if config else None}
     ranks = launch_ranks(
         "rss", payload, world=spec.pp, timeout_s=spec.timeout_s, grace_s=grace_s, fork=False
@@ -321,7 +319,6 @@ def launch_rss(
         config=config,
         ranks=[RankMemory(**{k: r[k] for k in RankMemory.__slots__}) for r in ranks.results],
         wall_s=time.perf_counter() - t0,
-        started_unix=started,
     )
 
 
