@@ -53,10 +53,9 @@ __all__ = [
     "planned_shapes",
 ]
 
-# Stages per rank used for each schedule: single-stage schedules run 1, the others 2
-# (V schedules require 2; the looped ones are run interleaved).
 STAGES_PER_RANK: dict[str, int] = {name: entry.stages_per_rank for name, entry in CATALOG.items()}
-"""Stages per rank each schedule is validated with (from the one catalog, :data:`pooltk.analysis.programs.CATALOG`)."""
+"""Stages per rank each schedule is validated with (from the one catalog, :data:`pooltk.analysis.programs.CATALOG`):
+single-stage schedules 1, the others 2 (V schedules require 2; the looped ones run interleaved)."""
 
 _POOLED: dict[str, Harness] = {
     "measure": Harness(policy="measure", sharing="stage"),
