@@ -260,6 +260,9 @@ def judge(
         if not v.pooled or v.reference is None:
             continue
         f = fresh_of(report, v.reference)
+        mine = (bodies or {}).get(v.name, ())
+        wanted = f"{v.name}|vs-fresh"
+        vf = next((x for x in (followup.variants if followup else ()) if x.name == wanted), None)
         j = Judgement(
             variant=v.name,
             verdict="equal",
@@ -272,31 +275,22 @@ def judge(
         if j.equal_stock:
             j.equal_fresh = j.stock_equal_fresh
         elif f is None:
-            j.verdict, j.reason = (
-                "silent",
-                "differs from stock; no fresh reference was run to tell why",
-            )
+            j.verdict = "silent"
+            j.reason = "differs from stock; no fresh reference was run to tell why"
         elif j.stock_equal_fresh:
             j.equal_fresh, j.verdict = False, "silent"
             j.reason = _difference(v, "stock and fresh agree")
+        elif vf is None:
+            j.verdict = "silent"
+            j.reason = "differs from stock and fresh differs too; pooled vs fresh not measured"
+        elif same(vf):
+            j.equal_fresh, j.verdict = True, "explained"
+            j.reason = reuse_reason(report, v.reference, mine)
         else:
-            vf = None
-            if followup is not None:
-                vf = next((x for x in followup.variants if x.name == f"{v.name}|vs-fresh"), None)
-            if vf is None:
-                j.verdict, j.reason = (
-                    "silent",
-                    "differs from stock and fresh differs too; pooled vs fresh not measured",
-                )
-            else:
-                j.equal_fresh = same(vf)
-                if j.equal_fresh:
-                    j.verdict = "explained"
-                    j.reason = reuse_reason(report, v.reference, (bodies or {}).get(v.name, ()))
-                else:
-                    j.verdict, j.reason = "silent", _difference(vf, "differs from fresh too")
+            j.equal_fresh, j.verdict = False, "silent"
+            j.reason = _difference(vf, "differs from fresh too")
         if j.verdict == "silent":
-            _outside(j, (bodies or {}).get(v.name, ()))
+            _outside(j, mine)
         out.append(j)
     return out
 
