@@ -150,8 +150,7 @@ def check_args(args: argparse.Namespace) -> None:
         "--microbatches",
         args.microbatches,
         low=1,
-        fix=f"--microbatches {max(args.pp, 1) if isinstance(args.pp, int) else 4} or more (1F1B needs at least "
-        "one per stage).",
+        fix=f"--microbatches {args.pp} or more (1F1B needs at least one per stage).",
     )
     for flag, value in (
         ("--steps", args.steps),
