@@ -108,8 +108,7 @@ class VariantResult:
     @property
     def median_step_time_s(self) -> float:
         """Median over steps after the first (which includes setup) of the slowest rank's time."""
-        steps = len(next(iter(self.step_times_s.values())))
-        per_step = [max(t[s] for t in self.step_times_s.values()) for s in range(steps)]
+        per_step = [max(ranks) for ranks in zip(*self.step_times_s.values())]
         return statistics.median(per_step[1:] if len(per_step) > 1 else per_step)
 
 
