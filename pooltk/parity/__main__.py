@@ -1,10 +1,5 @@
-"""``torchrun --nproc-per-node N -m pooltk.parity [pooltk parity flags]``.
-
-The launcher multi-node users already have: torchrun sets RANK / WORLD_SIZE / MASTER_*;
-this joins with ``env://`` (NCCL when CUDA is available, else gloo), runs the same
-variants as ``pooltk parity`` on this rank's stage, gathers on rank 0, and rank 0 prints
-the report (``--json`` for machine-readable). Exit status 1 on every rank unless bitwise equal.
-"""
+"""``torchrun --nproc-per-node N -m pooltk.parity [pooltk parity flags]``: the multi-node launcher
+users already have runs the parity check (see :func:`pooltk.parity.command.torchrun_main`)."""
 
 import sys
 

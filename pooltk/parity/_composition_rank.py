@@ -240,7 +240,7 @@ def run_case(case: Composition, rank: int, mesh: Any) -> list[dict[str, Any]]:
             schedule = cls(
                 stages if case.stages_per_rank > 1 else stages[0],
                 n_microbatches=case.microbatches,
-                loss_fn=lambda out, target: torch.nn.functional.mse_loss(out, target),
+                loss_fn=torch.nn.functional.mse_loss,
             )
             params = [p for st in stages for p in st.submod.parameters() if p.requires_grad]
             opt = torch.optim.SGD(params, lr=0.05)
@@ -306,15 +306,11 @@ def _rows(
     bounds = _bounds(case, mine, pp_rank)
     evidence = results["pooled"]["evidence"]
     rows = []
-    targets: list[tuple[int | None, str]] = [(s, "stages") for s in mine]
-    if case.stages_per_rank > 1:
-        targets.append((None, "rank"))
-    for stage, _ in targets:
+    # the rank's own row (stage None) where it holds several stages
+    for stage in [*mine, None] if case.stages_per_rank > 1 else mine:
         for direction in DIRECTIONS:
             pooled, stock, fresh = (
-                (results[v]["stages"][stage] if stage is not None else results[v]["rank"])[
-                    direction
-                ]
+                (results[v]["rank"] if stage is None else results[v]["stages"][stage])[direction]
                 for v in ("pooled", "stock", "fresh")
             )
             tensors = max(pooled["tensors"], stock["tensors"])
@@ -322,7 +318,7 @@ def _rows(
                 continue
             rehomed = sum(
                 results["pooled"]["rehomes"].get(s, {}).get(direction, {}).get("rehomes", 0)
-                for s in ([stage] if stage is not None else mine)
+                for s in (mine if stage is None else [stage])
             )
             row_detail = detail
             if case.expect_rehomes:  # a real holder: judged against torch's own fresh semantics
@@ -334,9 +330,8 @@ def _rows(
                     pooled["peak"] <= bound and pooled["max_step_distinct"] <= bound and not rehomed
                 )
                 if rehomed:
-                    row_detail = (
-                        row_detail + "; " if row_detail else ""
-                    ) + f"{rehomed} re-homes where none were expected"
+                    unexpected = f"{rehomed} re-homes where none were expected"
+                    row_detail = "; ".join(filter(None, (detail, unexpected)))
             rows.append(
                 {
                     "case": case.name,

@@ -150,8 +150,7 @@ def check_args(args: argparse.Namespace) -> None:
         "--microbatches",
         args.microbatches,
         low=1,
-        fix=f"--microbatches {max(args.pp, 1) if isinstance(args.pp, int) else 4} or more (1F1B needs at least "
-        "one per stage).",
+        fix=f"--microbatches {args.pp} or more (1F1B needs at least one per stage).",
     )
     for flag, value in (
         ("--steps", args.steps),
@@ -186,7 +185,7 @@ def check_args(args: argparse.Namespace) -> None:
     from pooltk.analysis.catalog import CATALOG
 
     try:
-        get_schedule_class(args.schedule)
+        cls = get_schedule_class(args.schedule)
     except ValueError:
         raise InputError(
             "--schedule",
@@ -195,22 +194,19 @@ def check_args(args: argparse.Namespace) -> None:
             fix="--schedule 1F1B (the default); other schedules are kept stock "
             "unless --auto or --force is given.",
         ) from None
-    _check_stages_per_rank(args)
+    _check_stages_per_rank(args, cls)
 
 
-def _check_stages_per_rank(args: argparse.Namespace) -> None:
+def _check_stages_per_rank(args: argparse.Namespace, cls: type) -> None:
     """``--vpp`` against the schedule's kind, then the whole shape against torch's own constructor.
 
     Sets ``args.vpp`` where it was left to its default (2 for a multi-stage schedule, else 1), so a
     shape torch refuses is named here, in flag terms, and not by a rank's traceback.
     """
-    from torch.distributed.pipelining.schedules import get_schedule_class
-
     from pooltk._validate import InputError, check_int
     from pooltk.analysis.catalog import ScheduleAnalysisError, is_single_stage
     from pooltk.analysis.programs import program
 
-    cls = get_schedule_class(args.schedule)
     single = is_single_stage(cls)
     if args.vpp is None:
         args.vpp = 1 if single else 2
@@ -350,12 +346,9 @@ def torchrun_main(argv: list[str] | None = None) -> int:
     use_cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if use_cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = (
-        torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
-        if use_cuda
-        else torch.device("cpu")
-    )
+    device = torch.device("cpu")
     if use_cuda:
+        device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}")
         torch.cuda.set_device(device)
     records = run_in_group(spec, rank, world, device)
     gathered: list = [None] * world if rank == 0 else None  # type: ignore[assignment]

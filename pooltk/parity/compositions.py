@@ -266,13 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     rows = run_compositions(cases, timeout_s=args.timeout)
     frame = rows_frame(rows)
-    with_rank = frame[frame["stage"].isna()] if frame["stage"].isna().any() else frame.iloc[0:0]
+    with_rank = int(frame["stage"].isna().sum())
     print(frame.to_string(index=False))
     if args.csv is not None:
         frame.to_csv(args.csv, index=False)
     bad = frame[(frame["verdict"].isin(["different", "error"])) | (~frame["within_bound"])]
     print(
-        f"\n{len(cases)} cases, {len(frame)} rows ({len(with_rank)} per-rank), {len(bad)} failing; "
+        f"\n{len(cases)} cases, {len(frame)} rows ({with_rank} per-rank), {len(bad)} failing; "
         f"{time.perf_counter() - t0:.0f} s"
     )
     return 1 if len(bad) else 0

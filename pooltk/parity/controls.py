@@ -123,29 +123,16 @@ def _guarded(
     try:
         report = run_parity(spec)
     except PoolOverrunError as exc:
-        return ControlOutcome(
-            control=name,
-            caught=True,
-            error_type=type(exc).__name__,
-            message=str(exc),
-            wall_s=time.perf_counter() - t0,
-            **exc.to_dict(),
-        )
+        ended = dict(caught=True, error_type=type(exc).__name__, message=str(exc), **exc.to_dict())
     except (ParityRankError, ParityTimeoutError) as exc:
-        return ControlOutcome(
-            control=name,
+        ended = dict(caught=False, error_type=type(exc).__name__, message=str(exc))
+    else:
+        ended = dict(
             caught=False,
-            error_type=type(exc).__name__,
-            message=str(exc),
-            wall_s=time.perf_counter() - t0,
+            error_type=None,
+            message=f"the run completed with the guard on; bitwise_equal={report.bitwise_equal}",
         )
-    return ControlOutcome(
-        control=name,
-        caught=False,
-        error_type=None,
-        wall_s=time.perf_counter() - t0,
-        message=f"the run completed with the guard on; bitwise_equal={report.bitwise_equal}",
-    )
+    return ControlOutcome(control=name, wall_s=time.perf_counter() - t0, **ended)
 
 
 def run_negative_controls(

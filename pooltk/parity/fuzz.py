@@ -242,9 +242,15 @@ def _spec(pp: int, variants: tuple[Variant, ...], steps: int, timeout_s: float) 
     )
 
 
-def _launch_error(exc: Exception) -> tuple[str, str]:
+def _failed(case: FuzzCase, exc: Exception, variant: int = 2) -> FuzzResult:
+    """The verdict of a case whose ``variant`` (0 fresh, 1 stock, 2 pooled) made its launch fail."""
     kind = exc.error_type if isinstance(exc, ParityRankError) else type(exc).__name__
-    return kind, str(exc)
+    detail = f"{kind}: {exc}"
+    if variant < 2:
+        detail = f"{('fresh', 'stock')[variant]} run failed: {detail}"
+        return FuzzResult(case=case, verdict="invalid", detail=detail[:400])
+    verdict = "loud" if names_pooltk(kind, str(exc)) else "unnamed"
+    return FuzzResult(case=case, verdict=verdict, detail=detail[:400])
 
 
 def _followups(cases: list[FuzzCase], report: Any, steps: int, timeout_s: float) -> dict[int, Any]:
@@ -280,10 +286,8 @@ def _run_one(case: FuzzCase, steps: int, timeout_s: float) -> FuzzResult:
         )
     try:
         report = run_parity(_spec(case.pp, (fresh, stock, pooled), steps, timeout_s))
-    except Exception as exc:  # noqa: BLE001 - classified below; the verdict keeps the type and message
-        kind, message = _launch_error(exc)
-        verdict = "loud" if names_pooltk(kind, message) else "unnamed"
-        return FuzzResult(case=case, verdict=verdict, detail=f"{kind}: {message}"[:400])
+    except Exception as exc:  # noqa: BLE001 - classified: the verdict keeps the type and message
+        return _failed(case, exc)
     follow = _followups([case], report, steps, timeout_s)
     return _verdict(case, report, follow.get(case.case))
 
@@ -324,18 +328,7 @@ def _run_chunk(
             _run_chunk(chunk[half:], steps, timeout_s, results)
             return
         case, k = owner
-        kind, message = _launch_error(exc)
-        if k < 2:
-            results[case.case] = FuzzResult(
-                case=case,
-                verdict="invalid",
-                detail=f"{('fresh', 'stock')[k]} run failed: {kind}: {message}"[:400],
-            )
-        else:
-            verdict = "loud" if names_pooltk(kind, message) else "unnamed"
-            results[case.case] = FuzzResult(
-                case=case, verdict=verdict, detail=f"{kind}: {message}"[:400]
-            )
+        results[case.case] = _failed(case, exc, k)
         _run_chunk([c for c in chunk if c is not case], steps, timeout_s, results)
         return
     follow = _followups(chunk, report, steps, timeout_s)

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk.parity.rank import launch_ranks
-from pooltk.parity.spec import ParitySpec
+from pooltk.parity.spec import ParitySpec, Variant
+from pooltk.pool.errors import PoolOverrunError
 
 __all__ = [
     "ParityRankError",
@@ -30,11 +30,9 @@ __all__ = [
 class ParityRankError(RuntimeError):
     """A rank of a parity launch failed; ``rank``, ``error_type`` and ``message`` describe the root cause."""
 
-    def __init__(
-        self, *, rank: int, error_type: str, message: str, traceback_text: str, overrun: bool
-    ) -> None:
+    def __init__(self, *, rank: int, error_type: str, message: str, traceback_text: str) -> None:
         self.rank, self.error_type, self.message = rank, error_type, message
-        self.traceback_text, self.overrun = traceback_text, overrun
+        self.traceback_text = traceback_text
         where = _last_frame(traceback_text)
         super().__init__(
             f"parity rank {rank} failed with {error_type}: {message}"
@@ -81,11 +79,6 @@ class VariantResult:
     losses_bitwise_equal: bool | None
     losses_max_abs_diff: float | None
     gate: dict[int, str | None]
-    peak_rss_bytes: dict[int, int]
-    step_end_unix: list[float] = field(default_factory=list)
-    """Per step, wall-clock time (Unix seconds) when the rank holding the last stage finished it."""
-    peak_rss_by_step: dict[int, list[int]] = field(default_factory=dict)
-    """Per rank, peak resident set size (bytes) of the rank's process after each step."""
     peak_live: dict[int, dict[str, int]] = field(default_factory=dict)
     """Per stage and direction, the most buffers the guard saw owned at once (pooled, guard on):
     the live set measured in this run."""
@@ -115,8 +108,7 @@ class VariantResult:
     @property
     def median_step_time_s(self) -> float:
         """Median over steps after the first (which includes setup) of the slowest rank's time."""
-        steps = len(next(iter(self.step_times_s.values())))
-        per_step = [max(t[s] for t in self.step_times_s.values()) for s in range(steps)]
+        per_step = [max(ranks) for ranks in zip(*self.step_times_s.values())]
         return statistics.median(per_step[1:] if len(per_step) > 1 else per_step)
 
 
@@ -127,7 +119,6 @@ class ParityReport:
     wall_s: float
     boundary_bytes: int
     """Bytes of the one tensor crossing each stage boundary (per microbatch, per direction)."""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def bitwise_equal(self) -> bool:
@@ -190,55 +181,6 @@ class ParityReport:
             )
         return out
 
-    def to_frame(self):  # -> pandas.DataFrame
-        """Tidy receive-buffer table: one row per variant, stage and direction."""
-        import pandas as pd
-
-        rows = []
-        for v in self.variants:
-            for s in sorted(v.recv):
-                for d in DIRECTIONS:
-                    m = v.recv[s][d]
-                    rows.append(
-                        {
-                            "variant": v.name,
-                            "frontend": v.frontend,
-                            "schedule": v.schedule,
-                            "pooled": v.pooled,
-                            "stage": s,
-                            "direction": d,
-                            "sets": m["sets"],
-                            "bytes": m["bytes"],
-                            "ring": v.rings.get(s, {}).get(d),
-                        }
-                    )
-        return pd.DataFrame(rows)
-
-    def losses_frame(self):  # -> pandas.DataFrame
-        """One row per variant and step: mean microbatch loss and its bitwise status."""
-        import pandas as pd
-
-        rows = []
-        for v in self.variants:
-            for step, mb in enumerate(v.losses):
-                rows.append(
-                    {
-                        "variant": v.name,
-                        "pooled": v.pooled,
-                        "step": step,
-                        "loss": sum(mb) / len(mb) if mb else float("nan"),
-                        "grad_norm": v.grad_norm[step] if step < len(v.grad_norm) else float("nan"),
-                    }
-                )
-        return pd.DataFrame(rows)
-
-
-def _overrun_from(err: dict[str, Any]) -> BaseException:
-    """The PoolOverrunError a rank raised, rebuilt from its fields with the rank filled in."""
-    from pooltk.pool.errors import PoolOverrunError
-
-    return PoolOverrunError.from_dict({**err["overrun"], "rank": err["rank"]})
-
 
 def run_parity(
     spec: ParitySpec, *, grace_s: float = 3.0, prelude: str | None = None
@@ -266,13 +208,13 @@ def run_parity(
     cause = ranks.cause()
     if cause is not None:
         if cause["overrun"]:
-            raise _overrun_from(cause)
+            # the rank's own error, rebuilt from its fields with the rank filled in
+            raise PoolOverrunError.from_dict({**cause["overrun"], "rank": cause["rank"]})
         raise ParityRankError(
             rank=cause["rank"],
             error_type=cause["type"],
             message=cause["message"],
             traceback_text=cause["traceback"],
-            overrun=False,
         )
     if ranks.launch.timed_out:
         raise ParityTimeoutError(
@@ -290,7 +232,6 @@ def run_parity(
             f"{code if code is not None else -signal.SIGKILL}); rank {first} printed:\n"
             f"{ranks.tails[first]}",
             traceback_text=ranks.tails[first],
-            overrun=False,
         )
     return gather_report(spec, ranks.results, time.perf_counter() - t0)
 
@@ -299,61 +240,61 @@ def gather_report(
     spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s: float
 ) -> ParityReport:
     """Build the report from every rank's records (as the launcher or a torchrun rank 0 gathered them)."""
-    world = len(per_rank)
-    variants: list[VariantResult] = []
-    # Per variant: per-microbatch losses of every step, then per-step eval sums, of the last stage.
-    flat_losses: list[list[float]] = []
-    for vi, v in enumerate(spec.variants):
-        recs = [per_rank[r][vi] for r in range(world)]
-        last = next(r for r in recs if r["has_last"])
-        flat_losses.append([x for step in last["losses"] for x in step] + last["eval_sums"])
-        ref_name = recs[0]["reference"]
-        n_steps = len(recs[0]["grad_sq"])
-        stages = {int(s): d for r in recs for s, d in r["stages"].items()}
-        variants.append(
-            VariantResult(
-                name=v.name,
-                frontend=v.frontend,
-                schedule=v.schedule,
-                pooled=v.pooled,
-                config=v.config.to_dict() if v.config else None,
-                reference=ref_name,
-                losses=last["losses"],
-                param_sums={r["rank"]: r["param_sums"] for r in recs},
-                grad_norm=[sum(r["grad_sq"][s] for r in recs) ** 0.5 for s in range(n_steps)],
-                step_times_s={r["rank"]: r["step_times_s"] for r in recs},
-                recv={s: d["recv"] for s, d in sorted(stages.items())},
-                rings={s: d["rings"] for s, d in sorted(stages.items())},
-                peak_live={s: d["peak_live"] for s, d in sorted(stages.items())},
-                usage={s: d.get("usage", []) for s, d in sorted(stages.items())},
-                setup_alloc_bytes={r["rank"]: r["setup_alloc_bytes"] for r in recs},
-                params_bitwise_equal=None
-                if ref_name is None
-                else all(r["params_bitwise_equal"] for r in recs),
-                outputs_bitwise_equal=None
-                if ref_name is None
-                else all(r.get("outputs_bitwise_equal", True) for r in recs),
-                params_max_abs_diff=None
-                if ref_name is None
-                else max(r["params_max_abs_diff"] for r in recs),
-                losses_bitwise_equal=None,
-                losses_max_abs_diff=None,
-                gate={s: d["gate"] for s, d in sorted(stages.items())},
-                peak_rss_bytes={r["rank"]: r["peak_rss_bytes"] for r in recs},
-                stages_per_rank=v.stages_per_rank,
-                rank_recv={r["rank"]: r.get("rank_recv", {}) for r in recs},
-                rank_rings={r["rank"]: r.get("rank_rings", {}) for r in recs},
-                rank_peak_live={r["rank"]: r.get("rank_peak_live", {}) for r in recs},
-                step_end_unix=last["step_end_unix"],
-                peak_rss_by_step={r["rank"]: r["peak_rss_by_step"] for r in recs},
-            )
-        )
-    stock_losses = {v.run_key: flat for v, flat in zip(spec.variants, flat_losses) if not v.pooled}
-    for res, v, mine in zip(variants, spec.variants, flat_losses):
+    results = [
+        _variant_result(v, [records[vi] for records in per_rank])
+        for vi, v in enumerate(spec.variants)
+    ]
+    # the losses' reference: the last unpooled variant of a run key
+    stock_losses = {v.run_key: flat for v, (_, flat) in zip(spec.variants, results) if not v.pooled}
+    for v, (res, mine) in zip(spec.variants, results):
         if res.reference is None:
             continue
         ref = stock_losses.get(v.run_key)
         res.losses_bitwise_equal = ref is not None and mine == ref
         res.losses_max_abs_diff = max((abs(a - b) for a, b in zip(mine, ref or [])), default=0.0)
     boundary = spec.rows_per_microbatch * spec.seq_len * spec.hidden * 4
-    return ParityReport(spec=spec, variants=variants, wall_s=wall_s, boundary_bytes=boundary)
+    return ParityReport(
+        spec=spec, variants=[res for res, _ in results], wall_s=wall_s, boundary_bytes=boundary
+    )
+
+
+def _variant_result(v: Variant, recs: list[dict[str, Any]]) -> tuple[VariantResult, list[float]]:
+    """One variant over every rank's record, and the last stage's losses and eval sums, flat."""
+    last = next(r for r in recs if r["has_last"])
+    ref_name = recs[0]["reference"]
+    params_equal = outputs_equal = max_diff = None
+    if ref_name is not None:
+        params_equal = all(r["params_bitwise_equal"] for r in recs)
+        outputs_equal = all(r.get("outputs_bitwise_equal", True) for r in recs)
+        max_diff = max(r["params_max_abs_diff"] for r in recs)
+    stages = {int(s): d for r in recs for s, d in r["stages"].items()}
+    stages = dict(sorted(stages.items()))
+    by_rank = {r["rank"]: r for r in recs}
+    result = VariantResult(
+        name=v.name,
+        frontend=v.frontend,
+        schedule=v.schedule,
+        pooled=v.pooled,
+        config=v.config.to_dict() if v.config else None,
+        reference=ref_name,
+        losses=last["losses"],
+        param_sums={rank: r["param_sums"] for rank, r in by_rank.items()},
+        grad_norm=[sum(step) ** 0.5 for step in zip(*(r["grad_sq"] for r in recs))],
+        step_times_s={rank: r["step_times_s"] for rank, r in by_rank.items()},
+        recv={s: d["recv"] for s, d in stages.items()},
+        rings={s: d["rings"] for s, d in stages.items()},
+        peak_live={s: d["peak_live"] for s, d in stages.items()},
+        usage={s: d.get("usage", []) for s, d in stages.items()},
+        setup_alloc_bytes={rank: r["setup_alloc_bytes"] for rank, r in by_rank.items()},
+        params_bitwise_equal=params_equal,
+        outputs_bitwise_equal=outputs_equal,
+        params_max_abs_diff=max_diff,
+        losses_bitwise_equal=None,
+        losses_max_abs_diff=None,
+        gate={s: d["gate"] for s, d in stages.items()},
+        stages_per_rank=v.stages_per_rank,
+        rank_recv={rank: r.get("rank_recv", {}) for rank, r in by_rank.items()},
+        rank_rings={rank: r.get("rank_rings", {}) for rank, r in by_rank.items()},
+        rank_peak_live={rank: r.get("rank_peak_live", {}) for rank, r in by_rank.items()},
+    )
+    return result, [x for step in last["losses"] for x in step] + last["eval_sums"]

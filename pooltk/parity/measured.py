@@ -282,10 +282,19 @@ CLAIMS: dict[str, str] = {
 """Claim name -> what it requires. See [Note: the claims of a measurement]."""
 
 
-def _true(value: Any) -> bool:
-    return (
-        str(value) == "True"
-    )  # a frame holds bools, a CSV read back the text, stock's `installed` empty
+def is_true(value: Any) -> bool:
+    # a frame holds bools, a CSV read back the text, stock's `installed` empty
+    return str(value) == "True"
+
+
+def claim_lines(claims: dict[str, str], found: dict[str, list[str]]) -> list[str]:
+    """One line per broken claim, in ``claims``' order: ``name: found ... (and N more); required ...``."""
+    out = []
+    for name, required in claims.items():
+        if found.get(name):
+            more = f" (and {len(found[name]) - 1} more)" if len(found[name]) > 1 else ""
+            out.append(f"{name}: found {found[name][0]}{more}; required {required}")
+    return out
 
 
 def _coverage(raw: pd.DataFrame, shapes: Sequence[str] | None) -> tuple[list[str], list[str]]:
@@ -339,12 +348,12 @@ def check_measurement(
     found["peaks_start_at_the_baseline"] = [
         f"{r.shape} launch {r.launch} stage {r.stage}: hwm_reset {r.hwm_reset}"
         for r in raw.itertuples()
-        if not _true(r.hwm_reset)
+        if not is_true(r.hwm_reset)
     ]
     found["pooled_launches_installed"] = [
         f"{r.shape} launch {r.launch} stage {r.stage}: installed {r.installed}"
         for r in raw.itertuples()
-        if r.variant == "pooled" and not _true(r.installed)
+        if r.variant == "pooled" and not is_true(r.installed)
     ]
     if comparable:
         table = measured_vs_modelled(raw[raw["shape"].isin(comparable)], goal=goal)
@@ -361,12 +370,7 @@ def check_measurement(
                     f"{where}: measured {r.measured_saving_mib:.1f} MiB of {r.modelled_saving_mib:.1f} modelled "
                     f"({r.relative_difference:+.2%}, goal {goal:.0%})"
                 )
-    out = []
-    for name, required in CLAIMS.items():
-        if found[name]:
-            more = f" (and {len(found[name]) - 1} more)" if len(found[name]) > 1 else ""
-            out.append(f"{name}: found {found[name][0]}{more}; required {required}")
-    return out
+    return claim_lines(CLAIMS, found)
 
 
 def refusal(broken: Sequence[str], *, what: str, unwritten: Any = None) -> str:

@@ -36,7 +36,7 @@ from step 1 on all ``M`` sets are resident; the peak of a two-step run sees them
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pooltk._validate import InputError, check_int
@@ -179,8 +179,6 @@ class RssLaunch:
     """One record per rank, by rank."""
     wall_s: float
     """Seconds from launch to the last rank's result."""
-    started_unix: float = field(default=0.0)
-    """When the launch started (Unix seconds)."""
 
 
 class RssLaunchError(RuntimeError):
@@ -237,45 +235,25 @@ def rank_body(rank: int, world: int, payload: dict[str, Any]) -> dict[str, Any]:
     dist.barrier()
     baseline = proc_status().get("VmRSS", 0)
     reset = _reset_hwm()
-    installed = None
-    if config is not None:
-        installed = pooltk.install(config).installed
+    installed = pooltk.install(config).installed if config is not None else None
     module = make_stage_module(
         hidden=spec.hidden, layers_per_stage=spec.layers_per_stage, stage_index=rank, seed=spec.seed
     )
     stage = PipelineStage(module, rank, world, torch.device("cpu"))
-    losses_fn = torch.nn.functional.mse_loss
-    schedule = Schedule1F1B(stage, n_microbatches=spec.microbatches, loss_fn=losses_fn)
+    loss_fn = torch.nn.functional.mse_loss
+    schedule = Schedule1F1B(stage, n_microbatches=spec.microbatches, loss_fn=loss_fn)
     opt = torch.optim.SGD(list(module.parameters()), lr=spec.lr)
     shape = (spec.rows, spec.seq_len, spec.hidden)
-    rec: dict[str, Any] = {
-        k: []
-        for k in (
-            "hwm_by_step",
-            "rss_by_step",
-            "maxrss_by_step",
-            "losses",
-            "grad_sq",
-            "step_times_s",
-            "step_end_unix",
-        )
-    }
+    series = "hwm_by_step rss_by_step maxrss_by_step losses grad_sq step_times_s step_end_unix"
+    rec: dict[str, Any] = {k: [] for k in series.split()}
     for step in range(spec.steps):
         opt.zero_grad(set_to_none=True)
-        args: tuple = ()
-        kwargs: dict[str, Any] = {}
-        if stage.is_first:
-            args = (
-                torch.randn(
-                    shape, generator=torch.Generator().manual_seed(spec.seed * 7919 + 2 * step)
-                ),
-            )
+        seed = spec.seed * 7919 + 2 * step  # the input's; the target's is the next
         losses: list[torch.Tensor] = []
-        if stage.is_last:
-            target = torch.randn(
-                shape, generator=torch.Generator().manual_seed(spec.seed * 7919 + 2 * step + 1)
-            )
-            kwargs = {"target": target, "losses": losses}
+        args = (_randn(shape, seed),) if stage.is_first else ()
+        # the target outlives the step, until the next one's is made: as the measurements were taken
+        target = _randn(shape, seed + 1) if stage.is_last else None
+        kwargs = {"target": target, "losses": losses} if stage.is_last else {}
         t0 = time.perf_counter()
         schedule.step(*args, **kwargs)
         rec["step_times_s"].append(time.perf_counter() - t0)
@@ -284,11 +262,8 @@ def rank_body(rank: int, world: int, payload: dict[str, Any]) -> dict[str, Any]:
         rec["hwm_by_step"].append(status.get("VmHWM", 0))
         rec["rss_by_step"].append(status.get("VmRSS", 0))
         rec["maxrss_by_step"].append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-        rec["grad_sq"].append(
-            float(
-                sum((p.grad.double() ** 2).sum() for p in module.parameters() if p.grad is not None)
-            )
-        )
+        grads = (p.grad for p in module.parameters() if p.grad is not None)
+        rec["grad_sq"].append(float(sum((g.double() ** 2).sum() for g in grads)))
         opt.step()
         if stage.is_last:
             rec["losses"].append([float(v.detach()) for v in losses])
@@ -307,6 +282,12 @@ def rank_body(rank: int, world: int, payload: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
+def _randn(shape: tuple[int, ...], seed: int) -> Any:
+    import torch
+
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
 def launch_rss(
     spec: RssSpec, config: PoolConfig | None = None, *, grace_s: float = 3.0
 ) -> RssLaunch:
@@ -318,7 +299,7 @@ def launch_rss(
     """
     from pooltk.parity.rank import launch_ranks
 
-    t0, started = time.perf_counter(), time.time()
+    t0 = time.perf_counter()
     payload = {"spec": spec.to_dict(), "config": config.to_dict() if config else None}
     ranks = launch_ranks(
         "rss", payload, world=spec.pp, timeout_s=spec.timeout_s, grace_s=grace_s, fork=False
@@ -338,7 +319,6 @@ def launch_rss(
         config=config,
         ranks=[RankMemory(**{k: r[k] for k in RankMemory.__slots__}) for r in ranks.results],
         wall_s=time.perf_counter() - t0,
-        started_unix=started,
     )
 
 

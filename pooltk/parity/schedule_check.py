@@ -40,6 +40,7 @@ from pooltk.analysis.programs import CATALOG
 from pooltk.parity.experiments import Harness
 from pooltk.pool.errors import PoolOverrunError
 from pooltk.parity.launch import ParityRankError, ParityTimeoutError, run_parity
+from pooltk.parity.measured import claim_lines, is_true
 from pooltk.parity.spec import ParitySpec, Variant
 
 __all__ = [
@@ -52,38 +53,30 @@ __all__ = [
     "planned_shapes",
 ]
 
-# Stages per rank used for each schedule: single-stage schedules run 1, the others 2
-# (V schedules require 2; the looped ones are run interleaved).
 STAGES_PER_RANK: dict[str, int] = {name: entry.stages_per_rank for name, entry in CATALOG.items()}
-"""Stages per rank each schedule is validated with (from the one catalog, :data:`pooltk.analysis.programs.CATALOG`)."""
+"""Stages per rank each schedule is validated with (from the one catalog, :data:`pooltk.analysis.programs.CATALOG`):
+single-stage schedules 1, the others 2 (V schedules require 2; the looped ones run interleaved)."""
 
-_MEASURE = Harness(policy="measure", sharing="stage")
-_TIGHT0 = Harness(slack=0, grad_slack=0, sharing="stage")
-_RANK0 = Harness(slack=0, grad_slack=0, sharing="rank")
+_POOLED: dict[str, Harness] = {
+    "measure": Harness(policy="measure", sharing="stage"),
+    "tight0": Harness(slack=0, grad_slack=0, sharing="stage"),
+    "rank0": Harness(slack=0, grad_slack=0, sharing="rank"),
+}
+"""The pooled variants of each schedule beside stock, by the name's suffix."""
 
 
 def _variants(schedule: str) -> list[Variant]:
     vpp = STAGES_PER_RANK[schedule]
     base = dict(schedule=schedule, stages_per_rank=vpp)
-    out = [
-        Variant(name=f"{schedule}/stock", **base),
-        Variant(
-            name=f"{schedule}/measure",
-            pooled=True,
-            config=_MEASURE,
-            install_schedule="auto",
-            **base,
-        ),
-        Variant(
-            name=f"{schedule}/tight0", pooled=True, config=_TIGHT0, install_schedule="auto", **base
-        ),
-    ]
-    if vpp > 1:  # one stage per rank: the rank ring is the stage ring
+    out = [Variant(name=f"{schedule}/stock", **base)]
+    for key, harness in _POOLED.items():
+        if key == "rank0" and vpp == 1:  # one stage per rank: the rank ring is the stage ring
+            continue
         out.append(
             Variant(
-                name=f"{schedule}/rank0",
+                name=f"{schedule}/{key}",
                 pooled=True,
-                config=_RANK0,
+                config=harness,
                 install_schedule="auto",
                 **base,
             )
@@ -177,7 +170,7 @@ class ScheduleCheck:
         found["guard_catches_a_short_ring"] = [
             f"{k}: {v}" for k, v in self.guard.items() if v.startswith("NOT")
         ]
-        return _lines(found)
+        return claim_lines(CLAIMS, found)
 
     @property
     def ok(self) -> bool:
@@ -216,15 +209,6 @@ _ROW_COLUMNS = (
 )
 
 
-def _lines(found: dict[str, list[str]]) -> list[str]:
-    out = []
-    for name, required in CLAIMS.items():
-        if found.get(name):
-            more = f" (and {len(found[name]) - 1} more)" if len(found[name]) > 1 else ""
-            out.append(f"{name}: found {found[name][0]}{more}; required {required}")
-    return out
-
-
 def _row_findings(frame: Any, shapes: Any) -> dict[str, list[str]]:
     """Per claim, what each row that breaks it found (the claims a per-stage table can hold)."""
     from pooltk.analysis.lifetimes import lifetimes, live_sets, min_safe_ring
@@ -258,9 +242,9 @@ def _row_findings(frame: Any, shapes: Any) -> dict[str, list[str]]:
             spans = live = None
         for r in part.itertuples():
             where = f"{_shape(key)} stage {r.stage} {r.direction}"
-            if not _true(r.parity):
+            if not is_true(r.parity):
                 found["every_pooled_run_bitwise_equal"].append(f"{where}: parity {r.parity}")
-            if r.measured_peak != r.analysed_peak or not _true(r.peak_matches):
+            if r.measured_peak != r.analysed_peak or not is_true(r.peak_matches):
                 found["measured_peaks_equal_the_analysis"].append(
                     f"{where}: measured {r.measured_peak}, analysed {r.analysed_peak}, peak_matches {r.peak_matches}"
                 )
@@ -289,16 +273,12 @@ def _shape(key: Any) -> str:
     return f"{name} pp{pp} vpp{vpp} M{m}"
 
 
-def _true(value: Any) -> bool:
-    return str(value) == "True"  # a frame holds bools, a CSV read back may hold text
-
-
 def check_rows(frame: Any, shapes: Any = None) -> list[str]:
     """The broken claims of a per-stage validation table (``ScheduleCheck.to_frame()`` or its CSV), one line each.
 
     ``shapes``: the (schedule, pp, vpp, M) the table must cover (:func:`planned_shapes`); None: those it holds.
     """
-    return _lines(_row_findings(frame, shapes))
+    return claim_lines(CLAIMS, _row_findings(frame, shapes))
 
 
 def planned_shapes(
@@ -383,7 +363,7 @@ def check_schedules(
                             {
                                 "schedule": name,
                                 "pp": pp,
-                                "vpp": STAGES_PER_RANK[name],
+                                "vpp": vpp,
                                 "n_microbatches": m,
                                 "stage": stage,
                                 "direction": d,
@@ -396,7 +376,7 @@ def check_schedules(
                                 "parity": bool(tight.bitwise_equal and meas.bitwise_equal),
                             }
                         )
-                if STAGES_PER_RANK[name] > 1:
+                if vpp > 1:
                     result.rank_rows.extend(
                         _rank_rows(name, pp, m, stock, tight, report.variant(f"{name}/rank0"))
                     )
@@ -427,7 +407,9 @@ def _rank_rows(
     rings = rank_rings(
         prog,
         spans,
-        lambda live, receives, d: _RANK0.ring_size(live=live, receives=receives, direction=d),
+        lambda live, receives, d: _POOLED["rank0"].ring_size(
+            live=live, receives=receives, direction=d
+        ),
     )
     rows = []
     for rank in sorted(rank0.rank_recv):

@@ -144,10 +144,7 @@ class ParitySpec:
                 )
             _check_stage_kind(v)
             m = v.microbatches or self.microbatches
-            if (
-                m < self.pp * (v.stages_per_rank if v.stages_per_rank > 1 else 1)
-                and v.schedule.lower() == "1f1b"
-            ):
+            if v.schedule.lower() == "1f1b" and m < self.pp:  # one stage per rank (checked above)
                 raise ValueError(
                     f"Variant {v.name}: 1F1B needs microbatches >= pp; found {m} < "
                     f"{self.pp}. Fix: --microbatches {self.pp} or more."
@@ -265,27 +262,22 @@ def default_variants(
     sched = schedule.lower() + (f"x{stages_per_rank}" if stages_per_rank > 1 else "")
     suffix = "+eval" if eval_between_steps else ""
     for fe in frontends:
-        out.append(
-            Variant(
-                name=f"stock/{sched}/{fe}{suffix}",
-                frontend=fe,
-                schedule=schedule,
-                eval_between_steps=eval_between_steps,
-                stages_per_rank=stages_per_rank,
-            )
+        common: dict[str, Any] = dict(
+            frontend=fe,
+            schedule=schedule,
+            eval_between_steps=eval_between_steps,
+            stages_per_rank=stages_per_rank,
         )
+        out.append(Variant(name=f"stock/{sched}/{fe}{suffix}", **common))
         for cfg in map(as_harness, configs or (Harness(),)):
             out.append(
                 Variant(
                     name=f"{_config_label(cfg)}/{sched}/{fe}{suffix}",
-                    frontend=fe,
-                    schedule=schedule,
                     pooled=True,
                     config=cfg,
                     force=force,
-                    eval_between_steps=eval_between_steps,
-                    stages_per_rank=stages_per_rank,
                     install_schedule=install_schedule,
+                    **common,
                 )
             )
     return tuple(out)

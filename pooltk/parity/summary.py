@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -25,6 +25,14 @@ def _fmt_bytes(n: int) -> str:
     return f"{n / 2**10:.1f} KiB" if n < 2**20 else f"{n / 2**20:.2f} MiB"
 
 
+def _sets_cell(label: str, recv: dict[str, dict[str, int]]) -> str:
+    """``s1 4+4 1.5 KiB``: the sets held forward + grad and their bytes (a direction absent: 0)."""
+    from pooltk.analysis.lifetimes import DIRECTIONS
+
+    f, g = (recv.get(d, {"sets": 0, "bytes": 0}) for d in DIRECTIONS)
+    return f"{label} {f['sets']}+{g['sets']} {_fmt_bytes(f['bytes'] + g['bytes'])}"
+
+
 def format_report(report: ParityReport) -> str:
     """The parity report as the text table ``pooltk parity`` prints."""
     lines: list[str] = []
@@ -43,28 +51,19 @@ def format_report(report: ParityReport) -> str:
         lines.append(f"{v.name:{w}} {bw:>8} {dp:>12} {dl:>11} {v.median_step_time_s * 1e3:8.1f}")
     lines.append("\nreceive buffers per stage (sets fwd+grad, bytes):")
     for v in report.variants:
-        cells = []
-        for s in sorted(v.recv):
-            f, g = v.recv[s]["forward"], v.recv[s]["grad"]
-            cells.append(f"s{s} {f['sets']}+{g['sets']} {_fmt_bytes(f['bytes'] + g['bytes'])}")
+        cells = [_sets_cell(f"s{s}", v.recv[s]) for s in sorted(v.recv)]
         lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
     multi = [v for v in report.variants if v.rank_recv and len(v.recv) > len(v.rank_recv)]
     if multi:  # several stages per rank: what the rank holds, each storage once (a rank-shared ring's slots too)
-        from pooltk.analysis.lifetimes import DIRECTIONS
-
         lines.append(
             "\nreceive buffers per rank (distinct storages over the rank's stages, sets fwd+grad, bytes):"
         )
         for v in multi:
-            cells = []
-            for r in sorted(v.rank_recv):
-                f, g = (v.rank_recv[r].get(d, {"sets": 0, "bytes": 0}) for d in DIRECTIONS)
-                cells.append(f"r{r} {f['sets']}+{g['sets']} {_fmt_bytes(f['bytes'] + g['bytes'])}")
+            cells = [_sets_cell(f"r{r}", v.rank_recv[r]) for r in sorted(v.rank_recv)]
             lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
+    # what each ring held at once in the last step, beside stock and the schedule's live set
     used = [v for v in report.variants if any(v.usage.values())]
-    if (
-        used
-    ):  # what each ring held at once in the last step, beside stock and the schedule's live set
+    if used:
         lines.append(
             "\nsets held at once in the last step (pooled rings; fwd / grad: held of stock, live set + slack):"
         )
@@ -176,15 +175,8 @@ class Judgement:
     """Largest parameter difference pooled vs stock."""
 
     def row(self) -> dict:
-        return {
-            "variant": self.variant,
-            "verdict": self.verdict,
-            "reason": self.reason,
-            "equal_stock": self.equal_stock,
-            "equal_fresh": self.equal_fresh,
-            "stock_equal_fresh": self.stock_equal_fresh,
-            "max_abs_diff_stock": self.max_abs_diff_stock,
-        }
+        """Every field but the names of the stock and fresh variants compared with."""
+        return {k: v for k, v in asdict(self).items() if k not in ("stock", "fresh")}
 
 
 def same(v) -> bool:  # noqa: ANN001 - a VariantResult with a reference
@@ -268,6 +260,9 @@ def judge(
         if not v.pooled or v.reference is None:
             continue
         f = fresh_of(report, v.reference)
+        mine = (bodies or {}).get(v.name, ())
+        wanted = f"{v.name}|vs-fresh"
+        vf = next((x for x in (followup.variants if followup else ()) if x.name == wanted), None)
         j = Judgement(
             variant=v.name,
             verdict="equal",
@@ -280,31 +275,22 @@ def judge(
         if j.equal_stock:
             j.equal_fresh = j.stock_equal_fresh
         elif f is None:
-            j.verdict, j.reason = (
-                "silent",
-                "differs from stock; no fresh reference was run to tell why",
-            )
+            j.verdict = "silent"
+            j.reason = "differs from stock; no fresh reference was run to tell why"
         elif j.stock_equal_fresh:
             j.equal_fresh, j.verdict = False, "silent"
             j.reason = _difference(v, "stock and fresh agree")
+        elif vf is None:
+            j.verdict = "silent"
+            j.reason = "differs from stock and fresh differs too; pooled vs fresh not measured"
+        elif same(vf):
+            j.equal_fresh, j.verdict = True, "explained"
+            j.reason = reuse_reason(report, v.reference, mine)
         else:
-            vf = None
-            if followup is not None:
-                vf = next((x for x in followup.variants if x.name == f"{v.name}|vs-fresh"), None)
-            if vf is None:
-                j.verdict, j.reason = (
-                    "silent",
-                    "differs from stock and fresh differs too; pooled vs fresh not measured",
-                )
-            else:
-                j.equal_fresh = same(vf)
-                if j.equal_fresh:
-                    j.verdict = "explained"
-                    j.reason = reuse_reason(report, v.reference, (bodies or {}).get(v.name, ()))
-                else:
-                    j.verdict, j.reason = "silent", _difference(vf, "differs from fresh too")
+            j.equal_fresh, j.verdict = False, "silent"
+            j.reason = _difference(vf, "differs from fresh too")
         if j.verdict == "silent":
-            _outside(j, (bodies or {}).get(v.name, ()))
+            _outside(j, mine)
         out.append(j)
     return out
 

@@ -9,7 +9,6 @@ stage), per-step parameter sums, step times, and the receive-buffer bytes its st
 from __future__ import annotations
 
 import contextlib
-import resource
 import time
 from typing import Any
 
@@ -92,15 +91,15 @@ def _build_stages(
                     seed=spec.seed * 1009 + s,
                     first=s == 0,
                     aux=variant.aux,
-                ).to(device)
+                )
             else:
                 module = make_stage_module(
                     hidden=spec.hidden,
                     layers_per_stage=spec.layers_per_stage,
                     stage_index=s,
                     seed=spec.seed,
-                ).to(device)
-            out.append(PipelineStage(module, s, n_stages, device))
+                )
+            out.append(PipelineStage(module.to(device), s, n_stages, device))
         return out
     if variant.stages_per_rank != 1:
         raise ValueError(
@@ -116,189 +115,180 @@ def _build_stages(
     return [pipe.build_stage(rank, device)]
 
 
-def _loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.mse_loss(output, target)
-
-
 def _run_variant(
     spec: ParitySpec, variant: Variant, rank: int, world: int, device: torch.device
 ) -> dict[str, Any]:
     import pooltk
-    from torch.distributed.pipelining.schedules import get_schedule_class
 
     report = None
     sched_name = variant.install_schedule or variant.schedule
     if variant.pooled and variant.scope == "process":
         report = experiments.install(variant.config, schedule=sched_name, force=variant.force)
     try:
-        counter = PlaceholderFactory(
-            count_only=True
-        )  # what torch makes from metadata at setup (no patching)
         stages = _build_stages(spec, variant, rank, world, device)
         if variant.pooled and variant.scope == "stage":
             for st in stages:
                 report = experiments.pool_stage(
                     st, variant.config, schedule=sched_name, force=variant.force
                 )
-        posted: dict[int, list] = {st.stage_index: [] for st in stages}
-        fresh_layout = None
+        posted: dict[int, list] | None = None  # fresh variants: every buffer handed to a receive
         if variant.buffers == "fresh":
             from pooltk.parity.fresh import fresh_stage
 
+            posted = {st.stage_index: [] for st in stages}
             for st in stages:
-                fresh_layout = fresh_stage(st, posted=posted[st.stage_index]).layout
-        params = [p for st in stages for p in st.submod.parameters()]
-        opt = torch.optim.SGD(params, lr=spec.lr) if params else None
-        cls = get_schedule_class(variant.schedule)
-        n_mb = variant.microbatches or spec.microbatches
-        schedule = cls(
-            stages if variant.stages_per_rank > 1 else stages[0],
-            n_microbatches=n_mb,
-            loss_fn=fuzz_loss if variant.bodies else _loss_fn,
-        )
-        digests: list[str] = []
-        has_first = any(st.is_first for st in stages)
-        has_last = any(st.is_last for st in stages)
-        losses_by_step: list[list[float]] = []
-        eval_by_step: list[float] = []
-        param_sums: list[float] = []
-        grad_sq: list[float] = []
-        step_times: list[float] = []
-        step_end_unix: list[float] = []
-        rss_by_step: list[int] = []
+                fresh_stage(st, posted=posted[st.stage_index])
         peak_owned: dict[int, dict[str, int]] = {st.stage_index: {} for st in stages}
-        rank_peak_owned: dict[str, int] = {}
-        setup_alloc_bytes = None
-        for step in range(spec.steps):
-            x, y = make_batch(
-                rows=spec.rows_per_microbatch * n_mb,
-                seq_len=spec.seq_len,
-                hidden=spec.hidden,
-                step=step,
-                seed=spec.seed,
-            )
-            x, y = x.to(device), y.to(device)
-            if opt is not None:
-                opt.zero_grad(set_to_none=True)
-            losses: list[torch.Tensor] = []
-            args = (x,) if has_first else ()
-            kwargs: dict[str, Any] = {"target": y, "losses": losses} if has_last else {}
-            t0 = time.perf_counter()
-            with counter if step == 0 else contextlib.nullcontext():
-                out = (schedule.eval if variant.eval_only else schedule.step)(*args, **kwargs)
-            if has_last:
-                digests.append(digest(out))
-                digests.append(
-                    digest([v.detach() for v in losses])
-                )  # losses, bitwise, in the record's comparison
-            for st in stages:
-                kept = getattr(st.submod, "kept", None)
-                if kept:
-                    # Step 0 also runs torch's shape inference, whose forward reads uninitialised example
-                    # inputs: what a hook kept then differs run to run, stock included. Digest later steps.
-                    if step > 0:
-                        digests.append(digest(kept))
-                    kept.clear()
-            _step_end(stages)
-            step_times.append(time.perf_counter() - t0)
-            step_end_unix.append(time.time())
-            rss_by_step.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-            if step == 0:
-                setup_alloc_bytes = counter.bytes
-            _record_peaks(stages, peak_owned, rank_peak_owned)
-            grad_sq.append(
-                float(sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None))
-            )
-            if opt is not None:
-                opt.step()
-            param_sums.append(float(sum(p.detach().double().sum() for p in params)))
-            if has_last:
-                losses_by_step.append([float(v.detach()) for v in losses])
-            if variant.eval_between_steps:
-                ekw: dict[str, Any] = {"target": y, "losses": []} if has_last else {}
-                out = schedule.eval(*args, **ekw)
-                _step_end(stages)
-                _record_peaks(stages, peak_owned, rank_peak_owned)
-                if has_last:
-                    eval_by_step.append(
-                        float(
-                            sum(
-                                t.double().sum()
-                                for t in (out if isinstance(out, tuple) else (out,))
-                            )
-                        )
-                    )
-                    digests.append(digest(out))
-        final = [p.detach().clone() for p in params]
-        per_stage = {}
+        record = _train(spec, variant, stages, device, peak_owned)
         rehomed = rehomes(report)
-        for st in stages:
-            pool_state = pooltk.stage_state(st)
-            gate = (
-                pool_state.reason if pool_state is not None and pool_state.phase != "new" else None
-            )
-            recv = measure_recv_storage(st)
-            for d, counts in rehomed.get(st.stage_index, {}).items():
-                recv[d].update(counts)  # rehomes, rehomed_bytes (copy on conflict)
-                # what the tables report counts every storage a re-home allocated, on top of the ring's
-                recv[d]["ring_bytes"] = recv[d]["bytes"]
-                recv[d]["bytes"] = recv[d]["ring_bytes"] + counts.get("rehomed_bytes", 0)
-            for d, n in max_hooks(st).items():
-                recv[d]["max_hooks"] = n
-            if variant.buffers == "fresh":
-                for d in DIRECTIONS:
-                    bufs = [b for direction, b in posted[st.stage_index] if direction == d]
-                    recv[d]["posts"] = len(
-                        bufs
-                    )  # every buffer handed to a receive, all kept alive here:
-                    recv[d]["post_storages"] = len(
-                        {b.untyped_storage().data_ptr() for b in bufs}
-                    )  # distinct
-            posted[st.stage_index] = []
-            per_stage[st.stage_index] = {
-                "recv": recv,
-                "usage": [u.to_dict() for u in pool_state.usage(st.stage_index)]
-                if pool_state is not None
-                else [],
-                "rings": {d: r.size for d, r in pooltk.stage_rings(st).items()},
-                "peak_live": peak_owned[st.stage_index],
-                "gate": gate or None,
-            }
-        return {
-            "variant": variant.name,
-            "rank": rank,
-            "has_last": has_last,
-            "stages": per_stage,
-            "rank_recv": measure_rank_recv_storage(stages),
-            "rank_rings": {
+        record.update(
+            variant=variant.name,
+            rank=rank,
+            stages={
+                st.stage_index: _stage_record(st, rehomed, posted, peak_owned) for st in stages
+            },
+            rank_recv=measure_rank_recv_storage(stages),
+            rank_rings={
                 d: [{"stages": sorted(r.members), "size": r.size} for r in rings]
                 for d, rings in _distinct_rings(stages).items()
             },
-            "rank_peak_live": rank_peak_owned,
-            "losses": losses_by_step,
-            "eval_sums": eval_by_step,
-            "param_sums": param_sums,
-            "grad_sq": grad_sq,
-            "step_times_s": step_times,
-            "step_end_unix": step_end_unix,
-            "peak_rss_by_step": rss_by_step,
-            "setup_alloc_bytes": setup_alloc_bytes,
-            "install": report.to_dict() if report is not None else None,
-            "fresh_layout": fresh_layout,
-            "_final": final,
-            "_digests": digests,
-        }
+        )
+        return record
     finally:
         if variant.pooled and variant.scope == "process":
             pooltk.uninstall()
 
 
-def _step_end(stages: list[Any]) -> None:
-    """Tell each fuzz stage module a step ended (its window moves on, its address cache clears)."""
+def _train(
+    spec: ParitySpec,
+    variant: Variant,
+    stages: list[Any],
+    device: torch.device,
+    peak_owned: dict[int, dict[str, int]],
+) -> dict[str, Any]:
+    """Run the variant's steps on ``stages``: the record's per-step series, final parameters, digests."""
+    from torch.distributed.pipelining.schedules import get_schedule_class
+
+    params = [p for st in stages for p in st.submod.parameters()]
+    opt = torch.optim.SGD(params, lr=spec.lr) if params else None
+    n_mb = variant.microbatches or spec.microbatches
+    schedule = get_schedule_class(variant.schedule)(
+        stages if variant.stages_per_rank > 1 else stages[0],
+        n_microbatches=n_mb,
+        loss_fn=fuzz_loss if variant.bodies else torch.nn.functional.mse_loss,
+    )
+    has_first = any(st.is_first for st in stages)
+    has_last = any(st.is_last for st in stages)
+    counter = PlaceholderFactory(count_only=True)  # what torch makes from metadata at setup
+    names = ("losses", "eval_sums", "param_sums", "grad_sq", "step_times_s", "_digests")
+    rec: dict[str, Any] = {name: [] for name in names}
+    rec.update(has_last=has_last, rank_peak_live={})
+    for step in range(spec.steps):
+        x, y = make_batch(
+            rows=spec.rows_per_microbatch * n_mb,
+            seq_len=spec.seq_len,
+            hidden=spec.hidden,
+            step=step,
+            seed=spec.seed,
+        )
+        x, y = x.to(device), y.to(device)
+        if opt is not None:
+            opt.zero_grad(set_to_none=True)
+        losses: list[torch.Tensor] = []
+        args = (x,) if has_first else ()
+        kwargs: dict[str, Any] = {"target": y, "losses": losses} if has_last else {}
+        t0 = time.perf_counter()
+        with counter if step == 0 else contextlib.nullcontext():
+            out = (schedule.eval if variant.eval_only else schedule.step)(*args, **kwargs)
+        if has_last:
+            rec["_digests"] += [digest(out), digest(losses)]
+        _digest_kept(stages, rec["_digests"], step)
+        _step_end(stages, peak_owned, rec["rank_peak_live"])
+        rec["step_times_s"].append(time.perf_counter() - t0)
+        if step == 0:
+            rec["setup_alloc_bytes"] = counter.bytes
+        grad_sq = sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None)
+        rec["grad_sq"].append(float(grad_sq))
+        if opt is not None:
+            opt.step()
+        rec["param_sums"].append(float(sum(p.detach().double().sum() for p in params)))
+        if has_last:
+            rec["losses"].append([float(v.detach()) for v in losses])
+        if variant.eval_between_steps:
+            out = schedule.eval(*args, **({"target": y, "losses": []} if has_last else {}))
+            _step_end(stages, peak_owned, rec["rank_peak_live"])
+            if has_last:
+                outs = out if isinstance(out, tuple) else (out,)
+                rec["eval_sums"].append(float(sum(t.double().sum() for t in outs)))
+                rec["_digests"].append(digest(out))
+    rec["_final"] = [p.detach().clone() for p in params]
+    return rec
+
+
+def _digest_kept(stages: list[Any], digests: list[str], step: int) -> None:
+    """Digest and clear what each stage's hook kept this step (fuzz ``hook`` bodies).
+
+    Step 0 also runs torch's shape inference, whose forward reads uninitialised example inputs:
+    what a hook kept then differs run to run, stock included. Only later steps are digested.
+    """
+    for st in stages:
+        kept = getattr(st.submod, "kept", None)
+        if kept:
+            if step > 0:
+                digests.append(digest(kept))
+            kept.clear()
+
+
+def _stage_record(
+    stage: Any,
+    rehomed: dict[int, dict[str, dict[str, int]]],
+    posted: dict[int, list] | None,
+    peak_owned: dict[int, dict[str, int]],
+) -> dict[str, Any]:
+    """One stage's part of the record: receive storages, re-homes, hooks, fresh posts, rings, gate."""
+    import pooltk
+
+    index = stage.stage_index
+    state = pooltk.stage_state(stage)
+    recv = measure_recv_storage(stage)
+    for d, counts in rehomed.get(index, {}).items():
+        recv[d].update(counts)  # rehomes, rehomed_bytes (copy on conflict)
+        # what the tables report counts every storage a re-home allocated, on top of the ring's
+        recv[d]["ring_bytes"] = recv[d]["bytes"]
+        recv[d]["bytes"] += counts["rehomed_bytes"]
+    for d, n in max_hooks(stage).items():
+        recv[d]["max_hooks"] = n
+    if posted is not None:  # every buffer handed to a receive, all kept alive until here
+        for d in DIRECTIONS:
+            bufs = [b for direction, b in posted[index] if direction == d]
+            recv[d]["posts"] = len(bufs)
+            recv[d]["post_storages"] = len({b.untyped_storage().data_ptr() for b in bufs})
+    gate = state.reason if state is not None and state.phase != "new" else None
+    return {
+        "recv": recv,
+        "usage": [u.to_dict() for u in state.usage(index)] if state is not None else [],
+        "rings": {d: r.size for d, r in pooltk.stage_rings(stage).items()},
+        "peak_live": peak_owned[index],
+        "gate": gate or None,
+    }
+
+
+def _step_end(
+    stages: list[Any], peaks: dict[int, dict[str, int]], by_direction: dict[str, int]
+) -> None:
+    """A step ended: each fuzz stage module's window moves on and its address cache clears; keep the
+    largest ``peak_owned`` each ring reached (rings are rebuilt on an eval/train switch), per stage and
+    over the rank's distinct rings."""
+    import pooltk
+
     for st in stages:
         end = getattr(st.submod, "step_end", None)
         if callable(end):
             end()
+        for d, ring in pooltk.stage_rings(st).items():
+            peaks[st.stage_index][d] = max(peaks[st.stage_index].get(d, 0), ring.peak_owned)
+    for d, rings in _distinct_rings(stages).items():
+        by_direction[d] = max(by_direction.get(d, 0), sum(r.peak_owned for r in rings))
 
 
 def max_hooks(stage: Any) -> dict[str, int]:
@@ -317,22 +307,6 @@ def max_hooks(stage: Any) -> dict[str, int]:
                     n = max(n, len(buf._backward_hooks or {}))
         out[direction] = n
     return out
-
-
-def _record_peaks(
-    stages: list[Any], peaks: dict[int, dict[str, int]], by_direction: dict[str, int] | None = None
-) -> None:
-    """Keep the largest ``peak_owned`` each ring reached (rings are rebuilt on an eval/train switch)."""
-    import pooltk
-
-    for st in stages:
-        for d, ring in pooltk.stage_rings(st).items():
-            peaks[st.stage_index][d] = max(peaks[st.stage_index].get(d, 0), ring.peak_owned)
-    if (
-        by_direction is not None
-    ):  # the rank's rings now, each once (rebuilt at an eval/train switch)
-        for d, rings in _distinct_rings(stages).items():
-            by_direction[d] = max(by_direction.get(d, 0), sum(r.peak_owned for r in rings))
 
 
 def _distinct_rings(stages: list[Any]) -> dict[str, list[Any]]:
@@ -361,25 +335,24 @@ def _compare(records: list[dict[str, Any]], variants: tuple[Variant, ...]) -> No
             None,
         )
         if ref is None or ref is rec:
-            rec["reference"] = None
-            rec["params_bitwise_equal"] = None
-            rec["params_max_abs_diff"] = None
-            rec["outputs_bitwise_equal"] = None
+            rec.update(
+                reference=None,
+                params_bitwise_equal=None,
+                params_max_abs_diff=None,
+                outputs_bitwise_equal=None,
+            )
             continue
-        rec["outputs_bitwise_equal"] = rec["_digests"] == ref["_digests"]
-        diffs = [
-            float((a - b).abs().max()) if a.numel() else 0.0
-            for a, b in zip(rec["_final"], ref["_final"])
-        ]
-        rec["reference"] = ref["variant"]
-        rec["params_bitwise_equal"] = all(
-            torch.equal(a, b) for a, b in zip(rec["_final"], ref["_final"])
+        pairs = list(zip(rec["_final"], ref["_final"]))
+        rec.update(
+            reference=ref["variant"],
+            outputs_bitwise_equal=rec["_digests"] == ref["_digests"],
+            params_bitwise_equal=all(torch.equal(a, b) for a, b in pairs),
+            params_max_abs_diff=max(
+                (float((a - b).abs().max()) if a.numel() else 0.0 for a, b in pairs), default=0.0
+            ),
         )
-        rec["params_max_abs_diff"] = max(diffs) if diffs else 0.0
     for rec in records:
-        rec.pop("_final", None)
-        rec.pop("_digests", None)
-        rec["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        del rec["_final"], rec["_digests"]
 
 
 def run_in_group(
