@@ -329,7 +329,6 @@ def check_schedules(
 
     shapes, skipped = planned_shapes(pps, factors, schedules)
     result = ScheduleCheck(skipped=skipped, shapes=shapes)
-    names: list[str] = []
     for pp in pps:
         for factor in factors:
             m = factor * pp * 2
@@ -380,8 +379,8 @@ def check_schedules(
                     result.rank_rows.extend(
                         _rank_rows(name, pp, m, stock, tight, report.variant(f"{name}/rank0"))
                     )
-    if guard_checks:
-        for name in names:
+    if guard_checks:  # once per schedule the grid launched
+        for name in dict.fromkeys(name for name, *_ in shapes):
             if progress:
                 progress(f"guard check: {name} with the forward ring one short")
             result.guard[name] = guard_catch(name, timeout_s=timeout_s)

@@ -255,3 +255,24 @@ def test_validate_writes_nothing_when_a_claim_breaks_and_says_which(tmp_path, va
         f"nothing written to {out}" in err
         and "guard_catches_a_short_ring: found Interleaved1F1B" in err
     )
+
+
+def test_the_guard_is_checked_for_every_schedule_of_the_grid_not_only_the_last_shapes(
+    monkeypatch,
+):
+    """The grid's last shape may hold none of its schedules (torch refuses it): the guard check
+    still runs once per schedule the grid launched."""
+    from types import SimpleNamespace
+
+    from pooltk.parity import schedule_check
+
+    quiet = SimpleNamespace(recv={}, peak_live={}, bitwise_equal=True)
+    monkeypatch.setattr(
+        schedule_check, "planned_shapes", lambda *a: ([("1F1B", 2, 1, 4), ("GPipe", 2, 1, 4)], [])
+    )
+    monkeypatch.setattr(
+        schedule_check, "run_parity", lambda spec: SimpleNamespace(variant=lambda name: quiet)
+    )
+    monkeypatch.setattr(schedule_check, "guard_catch", lambda name, **kw: f"caught {name}")
+    check = schedule_check.check_schedules(pps=(2,), factors=(1, 2))
+    assert check.guard == {"1F1B": "caught 1F1B", "GPipe": "caught GPipe"}
