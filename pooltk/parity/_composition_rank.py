@@ -256,6 +256,11 @@ def run_case(case: Composition, rank: int, mesh: Any) -> list[dict[str, Any]]:
                 if case.eval_only:
                     digests.extend(_forward_only(case, schedule, x, y, first, last))
                     continue
+                # [Note: what a case keeps alive] The counters record peaks of storages alive, so
+                # the records depend on what this loop holds: ``out`` and ``losses`` stay bound
+                # through an ``eval_between`` step and until the next step replaces them. Moving
+                # them into a helper changed stock_peak and fresh_peak (eval-passon-pp4, rank 3
+                # forward: 32 -> 24); a change here must be re-recorded, never assumed neutral.
                 losses: list[torch.Tensor] = []
                 out = schedule.step(
                     *((x,) if first else ()), **({"target": y, "losses": losses} if last else {})
