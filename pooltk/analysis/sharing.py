@@ -17,7 +17,7 @@ same map. An undersized ring (``forward_shortfall``, negative controls only) tak
 assigned longest ago when none is free, and the guard's ownership reports the overrun.
 
 A group holding one stage (every single-stage schedule, or a boundary shape only one of the
-rank's stages has) keeps the per-stage ring of [Note: auto rings] (gating.py): size from the
+rank's stages has) keeps the per-stage ring of [Note: auto rings] (plans.py): size from the
 smallest safe ``c mod K`` ring plus slack, slot ``c mod K``. So a rank-shared plan differs from
 a per-stage plan only where a rank really shares.
 

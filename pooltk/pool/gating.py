@@ -4,14 +4,14 @@
 A ring is safe only when it covers the schedule's live set, proven in closed form for torch's
 ``Schedule1F1B`` alone ([Note: ring sizes]): the allowlist is ``1f1b`` (its name, or the class
 itself). ``schedule="auto"`` also pools any schedule pooltk can analyse, with live sets from its
-own action order ([Note: auto rings]). The schedule seen setting a stage up (on the call stack)
-decides over the install's default.
+own action order ([Note: auto rings] in pooltk/analysis/plans.py). The schedule seen setting a
+stage up (on the call stack) decides over the install's default.
 
 [Note: refusals]
 The pool sees a microbatch's buffer only through the stage methods it wraps, so a stage stays
 stock, with the reason, when something bypasses them: a custom function registered for a compute
 action (F, B, I, W, OVERLAP_F_B), or a stage class outside torch overriding a wrapped or
-buffer-reading method. Checked at every setup.
+buffer-reading method. Checked at every setup (on the lazy layout, at a stage's first compute).
 """
 
 from __future__ import annotations

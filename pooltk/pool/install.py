@@ -103,7 +103,8 @@ class InstallReport:
 
     def usage(self) -> list[RingUse]:
         """One :class:`RingUse` per live pooled stage and direction, of its last step (``held_sets``
-        reaching ``stock``: it saved nothing; re-homes, if so, were a WARNING)."""
+        reaching ``stock``: it saved nothing; re-homes, if so, were a WARNING). A rank-shared ring
+        is a row per member stage (``stages`` names them): count its sets and bytes once."""
         rows = []
         for stage in sorted(self._stages, key=lambda s: getattr(s, "stage_index", 0)):
             state = stage_state(stage)
@@ -136,7 +137,10 @@ class _Install:
     """schedule object -> its rank-shared rings ([Note: rank-shared rings])."""
 
     events = property(lambda self: self.report.events)
-    stages = property(lambda self: self.report._stages, doc="Live stages with a ring or handoff.")
+    stages = property(
+        lambda self: self.report._stages,
+        doc="Live stages pooltk acts on: what uninstall gives back.",
+    )
     guard = property(lambda self: self.harness.guard if self.harness is not None else True)
     sharing = property(lambda self: self.harness.sharing if self.harness is not None else "rank")
 
@@ -167,10 +171,10 @@ def install(
 
     ``config`` is a :class:`PoolConfig`, or its fields as keywords (``slack=2``). ``schedule`` is
     assumed where none is seen driving a setup ([Note: gating]); ``"auto"`` pools every schedule
-    pooltk can analyse ([Note: auto rings]). ``force`` pools schedules outside the allowlist.
-    The report's ``installed`` is False (with a :class:`PoolWarning`) on an unknown layout; its
-    ``events`` and :meth:`InstallReport.usage` grow as stages run. Raises ValueError for bad
-    config values, or when pooltk is already installed with other settings.
+    pooltk can analyse ([Note: auto rings] in pooltk/analysis/plans.py). ``force`` pools schedules
+    outside the allowlist. The report's ``installed`` is False (with a :class:`PoolWarning`) on an
+    unknown layout; its ``events`` and :meth:`InstallReport.usage` grow as stages run. Raises
+    ValueError for bad config values, or when pooltk is already installed with other settings.
     """
     return _install(config, fields, schedule, force, None)
 
@@ -266,10 +270,13 @@ def _layout() -> tuple[Layout | None, str]:
     found = detect()
     if found.layout is None:
         return None, found.reason
-    problems = "; ".join(signature_problems(stage_base(), runtime_names(found.layout)))
+    layout = found.layout
+    problems = signature_problems(stage_base(), runtime_names(layout))
+    for target in layout.setup_targets:  # the microbatch count is read from them by name too
+        problems += signature_problems(target.owner, (target.name,))
     if problems:
-        unknown = f"found layout {found.layout.name!r} with runtime methods pooltk does not know: "
-        return None, unknown + problems
+        unknown = f"found layout {layout.name!r} with stage methods pooltk does not know: "
+        return None, unknown + "; ".join(problems)
     return found.layout, found.reason
 
 

@@ -114,6 +114,20 @@ FAIL_OPEN = textwrap.dedent("""
 """)
 
 
+def test_a_setup_method_whose_microbatch_count_is_renamed_is_an_unknown_layout(monkeypatch):
+    """The setup hooks read ``num_microbatches`` by name: a torch that renames it fails open at
+    install, never with a TypeError in the middle of a setup."""
+    target = _LAYOUT.setup_targets[0]
+
+    def renamed(self, n_microbatches, *args, **kwargs):  # noqa: ANN001, ANN202
+        return None
+
+    monkeypatch.setattr(target.owner, target.name, renamed)
+    layout, reason = install_mod._layout()
+    assert layout is None and f"{target.name}(n_microbatches)" in reason, reason
+    assert "num_microbatches" in reason and "pooltk does not know" in reason
+
+
 def test_an_unknown_layout_fails_open_with_a_warning_and_touches_nothing(tmp_path):
     script = tmp_path / "failopen.py"
     script.write_text(FAIL_OPEN)
