@@ -28,8 +28,10 @@ Chunks that map to one slot share its storage, never a tensor object: each recei
 
 [Note: slot ownership]
 A slot is owned from its receive post until the chunk's backward is done (its weight pass, if
-split), in a forward-only step until its forward is. Receives do not bump the version counter, so
-a post into an owned slot would overwrite silently.
+split), in a forward-only step until its forward is; each step's reset releases every slot (a step
+aborted midway owns nothing into the next: what still holds its data is a holder, [Note: copy on
+conflict]). Receives do not bump the version counter, so a post into an owned slot would overwrite
+silently.
 """
 
 from __future__ import annotations
