@@ -26,7 +26,7 @@ attention of ``heads x head_dim``, which is what the estimate then measures.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -138,10 +138,6 @@ class DecoderConfig:
                 fix="give torch_dtype as e.g. bfloat16.",
             )
         object.__setattr__(self, "dtype", dtype)
-
-    def with_layers(self, layers: int) -> DecoderConfig:
-        """The same widths with ``layers`` decoder layers (small replays, tests)."""
-        return replace(self, layers=layers)
 
     def describe(self) -> str:
         """One line: family, widths, MoE."""
