@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,11 +117,12 @@ def field(name: str) -> str:
 _MISSING = object()
 
 
-def _lookup(cfg: dict, dotted: str) -> Any:
+def lookup(cfg: dict, dotted: str, missing: Any = _MISSING) -> Any:
+    """The value at the dotted path ``a.b.c`` of ``cfg``, or ``missing`` where a part is absent."""
     node: Any = cfg
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
-            return _MISSING
+            return missing
         node = node[part]
     return node
 
@@ -128,7 +130,7 @@ def _lookup(cfg: dict, dotted: str) -> Any:
 def _first(cfg: dict, keys: tuple[str, ...]) -> tuple[str, Any]:
     """(key, value) of the first of ``keys`` present; (keys[0], _MISSING) if none is."""
     for key in keys:
-        value = _lookup(cfg, key)
+        value = lookup(cfg, key)
         if value is not _MISSING:
             return key, value
     return keys[0], _MISSING
@@ -167,7 +169,10 @@ def _int_key(
     return value
 
 
-def _read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
+def read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
+    """``(the parsed mapping, where it came from)`` of a ``JSON``, ``YAML`` or ``TOML`` file (or a
+    dict, as is); an unreadable or unparsable file, or one that is not a mapping, is a
+    :class:`MemoryModelError` naming the file and the position."""
     if isinstance(source, dict):
         return source, "<dict>"
     path = Path(source)
@@ -188,6 +193,16 @@ def _read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
                 "config file",
                 found=f"{str(path)!r}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})",
                 required="a JSON object (a Hugging Face config.json)",
+                fix="fix the syntax at the position given.",
+            ) from None
+    elif kind == "TOML":
+        try:
+            cfg = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise MemoryModelError(
+                "config file",
+                found=f"{str(path)!r}: not valid TOML ({exc})",
+                required="a torchtitan job config",
                 fix="fix the syntax at the position given.",
             ) from None
     else:
@@ -222,7 +237,7 @@ def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
 
     See [Note: where the hidden size comes from], steps 3-5.
     """
-    target = _lookup(cfg, "model.config._target_")
+    target = lookup(cfg, "model.config._target_")
     if target is _MISSING or target is None:
         return None
     if not isinstance(target, str) or "." not in target:
@@ -233,7 +248,7 @@ def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
             "nemo_automodel.components.models.kimi_k3.config.KimiK3TextConfig",
             fix=f"write the class's full import path, or give {field('hidden')}.",
         )
-    args = {k: v for k, v in (_lookup(cfg, "model.config") or {}).items() if k != "_target_"}
+    args = {k: v for k, v in (lookup(cfg, "model.config") or {}).items() if k != "_target_"}
     module_name, _, cls_name = target.rpartition(".")
     why = ""
     try:
@@ -334,9 +349,9 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
     raise :class:`ConfigKeyError` naming the key and the fix.
     """
     o = overrides or Overrides()
-    cfg, where = _read_file(source, "YAML")
+    cfg, where = read_file(source, "YAML")
     pp_keys = ("distributed.pp_size", "distributed.pipeline.pp_size")
-    found_pp = {k: _lookup(cfg, k) for k in pp_keys if _lookup(cfg, k) is not _MISSING}
+    found_pp = {k: lookup(cfg, k) for k in pp_keys if lookup(cfg, k) is not _MISSING}
     if o.pp is None and len(set(map(repr, found_pp.values()))) > 1:
         raise ConfigKeyError(
             pp_keys[1],
@@ -345,14 +360,14 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
             fix="keep distributed.pp_size (Automodel's key) and drop the other.",
         )
     pp = o.pp or _int_key(cfg, pp_keys, "the pipeline-parallel size", 8, override="pp")
-    if _lookup(cfg, "distributed.pipeline.pp_schedule_csv") not in (_MISSING, None):
+    if lookup(cfg, "distributed.pipeline.pp_schedule_csv") not in (_MISSING, None):
         raise ConfigKeyError(
             "distributed.pipeline.pp_schedule_csv",
-            found=repr(_lookup(cfg, "distributed.pipeline.pp_schedule_csv")),
+            found=repr(lookup(cfg, "distributed.pipeline.pp_schedule_csv")),
             required="no CSV schedule (a custom action list has no bounded in-flight depth proof)",
             fix="use distributed.pipeline.pp_schedule: 1f1b to model a pooled pipeline.",
         )
-    schedule = o.schedule or _lookup(cfg, "distributed.pipeline.pp_schedule")
+    schedule = o.schedule or lookup(cfg, "distributed.pipeline.pp_schedule")
     if schedule is _MISSING or schedule is None:
         schedule = "1f1b"
     elif not isinstance(schedule, str):
@@ -370,7 +385,7 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
         override="micro_batch",
     )
     slack_key = "distributed.pipeline.pp_recv_buffer_pool_slack"
-    slack = _lookup(cfg, slack_key)
+    slack = lookup(cfg, slack_key)
     if slack is _MISSING or slack is None:
         slack = 2
     elif isinstance(slack, bool) or not isinstance(slack, int) or slack < 0:
@@ -436,7 +451,7 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
             required=exc.required,
             fix=exc.fix,
         ) from None
-    pool_on = _lookup(cfg, "distributed.pipeline.pp_recv_buffer_pool")
+    pool_on = lookup(cfg, "distributed.pipeline.pp_recv_buffer_pool")
     note = (
         ""
         if pool_on is True
@@ -477,7 +492,7 @@ def load_hf_config(source: str | Path | dict, overrides: Overrides | None = None
     ``microbatches`` or ``global_batch`` + ``micro_batch`` + ``dp`` (rows per microbatch default 1).
     """
     o = overrides or Overrides()
-    cfg, where = _read_file(source, "JSON")
+    cfg, where = read_file(source, "JSON")
     if o.hidden is not None:
         hidden, hidden_source = o.hidden, f"{field('hidden')} = {o.hidden} (overrides the file)"
     else:
