@@ -43,12 +43,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.distributed.pipelining import (
-    PipelineStage,
-)  # imported here, never under a tensor mode: torch makes
-from torch.distributed.pipelining.schedules import (
-    get_schedule_class,
-)  # module-level tensors at import
+
+# Imported here, never under a tensor mode: torch makes module-level tensors at import.
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.schedules import get_schedule_class
 
 import pooltk
 from pooltk.analysis.catalog import CATALOG
@@ -481,9 +479,8 @@ def _replay(
         with _phase(log, "setup"):
             kwargs = {"target": target} if target is not None else {}
             merged = schedule.step(*args, return_outputs=run.training.return_outputs, **kwargs)
-            log.label(
-                merged, "kept_outputs"
-            )  # the last stage's outputs merged for the caller (return_outputs)
+            # The last stage's outputs merged for the caller (return_outputs).
+            log.label(merged, "kept_outputs")
             del merged  # a trainer that asks for them uses them and lets them go
         _optimizer_step(run)
         run.marks.append((step, "optimizer", -1, -1, log.position()))
@@ -505,9 +502,7 @@ def _result(
     wall: float,
 ) -> RankReplay:
     names, inputs = result
-    if (
-        log.peak is None
-    ):  # nothing was allocated while measuring: the peak is what was live when it started
+    if log.peak is None:  # nothing was allocated while measuring
         raise MemoryModelError(
             "replay",
             found="no allocation during the measured steps",
