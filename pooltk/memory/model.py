@@ -150,33 +150,50 @@ def automodel_ring(num_stages: int, stage: int, n_microbatches: int, slack: int)
     return max(2, min(n_microbatches, max(1, num_stages - stage) + slack))
 
 
-def _sizes(
-    shape: PipelineShape, rows: Sequence[ReceiveSets], config: PoolConfig, policy: str
-) -> list[dict[str, int]]:
-    """Sets per variant of every receive record. See [Note: where the numbers come from].
+def _row(
+    shape: PipelineShape,
+    r: ReceiveSets,
+    bounds: Sequence[Boundary],
+    config: PoolConfig,
+    policy: str,
+) -> DirectionMemory:
+    """The sets per variant of one receive record. See [Note: where the numbers come from].
 
     ``tight`` is the one slack rule on the smallest safe ring (:func:`pooltk.pool.ring.ring_size`),
     exactly what the pool keeps; ``automodel`` is :func:`automodel_ring` on 1F1B and stock elsewhere
     (Automodel's pool pools 1F1B only); ``pooled`` is the one ``policy`` names. Where the pool stands
     down (GPipe) every ring column is stock.
     """
-    n, m = shape.num_stages, shape.n_microbatches
-    out = []
-    for r in rows:
-        if not shape.poolable:
-            out.append({"automodel": r.stock, "tight": r.stock, "pooled": r.stock})
-            continue
+    n, m, i = shape.num_stages, shape.n_microbatches, r.stage
+    if not shape.poolable:
+        automodel = tight = r.stock
+    else:
         tight = ring_size(r.ring_min, m, r.direction, config)
         if shape.multi_stage:
-            am = r.stock
+            automodel = r.stock
         elif r.ring_min == 0:
-            am = 0
+            automodel = 0
         else:
-            am = automodel_ring(n, r.stage, m, config.slack)
-        out.append(
-            {"automodel": am, "tight": tight, "pooled": am if policy == "automodel" else tight}
-        )
-    return out
+            automodel = automodel_ring(n, i, m, config.slack)
+    if r.direction == "forward":
+        set_bytes = bounds[i - 1].forward_bytes if i > 0 else 0
+    else:
+        set_bytes = bounds[i].grad_bytes if i < n - 1 else 0
+    return DirectionMemory(
+        stage=i,
+        direction=r.direction,
+        rank=r.rank,
+        handoff=r.handoff,
+        set_bytes=set_bytes,
+        stock_sets=r.stock,
+        automodel_sets=automodel,
+        tight_sets=tight,
+        live_sets=r.live,
+        stock_lazy_sets=r.stock_lazy,
+        # pooltk's last-stage release is part of the pool: where the pool stands down, torch keeps what it keeps.
+        lazy_released_sets=r.lazy_released if shape.poolable else r.stock_lazy,
+        pooled_sets=automodel if policy == "automodel" else tight,
+    )
 
 
 def _lifetimes(shape: PipelineShape) -> tuple[object, tuple[object, ...]]:
@@ -253,43 +270,17 @@ def model_memory(
             required="'1f1b' or a multi-stage schedule for a pooled model",
             fix="use 1f1b, or pass unpoolable='stock' (CLI: --allow-unpoolable) to see stock and live-set bytes with the pool standing down.",
         )
-    n = shape.num_stages
-    bounds = _boundaries(boundaries, n)
+    bounds = _boundaries(boundaries, shape.num_stages)
     records = receive_rows(shape, live_source)
-    rows: list[DirectionMemory] = []
-    for r, sizes in zip(records, _sizes(shape, records, config, policy)):
-        i, d = r.stage, r.direction
-        if d == "forward":
-            set_bytes = bounds[i - 1].forward_bytes if i > 0 else 0
-        else:
-            set_bytes = bounds[i].grad_bytes if i < n - 1 else 0
-        rows.append(
-            DirectionMemory(
-                stage=i,
-                direction=d,
-                rank=r.rank,
-                handoff=r.handoff,
-                set_bytes=set_bytes,
-                stock_sets=r.stock,
-                automodel_sets=sizes["automodel"],
-                tight_sets=sizes["tight"],
-                live_sets=r.live,
-                stock_lazy_sets=r.stock_lazy,
-                # pooltk's last-stage release is part of the pool: where the pool stands down, torch keeps what it keeps.
-                lazy_released_sets=r.lazy_released if shape.poolable else r.stock_lazy,
-                pooled_sets=sizes["pooled"],
-            )
-        )
-    rings = rank_rings_for(
-        shape, bounds, config, tuple(rows), _lifetimes if shape.multi_stage else None
-    )
+    rows = tuple(_row(shape, r, bounds, config, policy) for r in records)
+    rings = rank_rings_for(shape, bounds, config, rows, _lifetimes if shape.multi_stage else None)
     return MemoryModel(
         shape=shape,
         config=config,
         policy=policy,
         sharing=sharing,
         boundaries=bounds,
-        rows=tuple(rows),
+        rows=rows,
         rings=rings,
         pool_active=shape.poolable,
         live_source=live_source,
