@@ -333,6 +333,68 @@ def _dtype_of(value: Any) -> str | None:
     return str(value).removeprefix("torch.")
 
 
+def _hidden_boundary(
+    cfg: dict,
+    dtype_keys: tuple[str, ...],
+    o: Overrides,
+    dims: tuple[int, int, int],
+    fallback: Any = None,
+) -> Boundary:
+    """One ``(rows, seq_len, hidden)`` hidden state each way, in the first dtype given of: the
+    override, the file's ``dtype_keys``, ``fallback``, bfloat16. A dtype the model does not know is
+    a :class:`ConfigKeyError` on the key (or the override) that gave it."""
+    dtype_key, dtype = _first(cfg, dtype_keys)
+    dtype = o.dtype or _dtype_of(dtype) or _dtype_of(fallback) or "bfloat16"
+    rows, seq_len, hidden = dims
+    try:
+        return Boundary.hidden_state(rows=rows, seq_len=seq_len, hidden=hidden, dtype=str(dtype))
+    except MemoryModelError as exc:
+        raise ConfigKeyError(
+            field("dtype") if o.dtype else dtype_key,
+            found=repr(dtype),
+            required=exc.required,
+            fix=exc.fix,
+        ) from None
+
+
+def _batch_shape(cfg: dict, o: Overrides, *, pp: int, micro: int, schedule: str) -> PipelineShape:
+    """The shape whose ``M`` the YAML's batch sizes give: ``local / micro``, or ``global / (dp * micro)``."""
+    gbs = o.global_batch or _int_key(
+        cfg,
+        ("step_scheduler.global_batch_size",),
+        "the global batch size in rows",
+        4096,
+        override="microbatches",
+    )
+    lbs = _int_key(
+        cfg,
+        ("step_scheduler.local_batch_size",),
+        "the per-data-parallel-rank batch",
+        128,
+        default=None,
+    )
+    dp = o.dp or _int_key(cfg, ("distributed.dp_size",), "the data-parallel size", 32, default=None)
+    if lbs is None and dp is None:
+        raise ConfigKeyError(
+            "step_scheduler.local_batch_size",
+            found="nothing (missing), and no distributed.dp_size either",
+            required="step_scheduler.local_batch_size (M = local / micro) or distributed.dp_size (M = global / (dp * micro))",
+            fix=f"add `local_batch_size: 128` under step_scheduler, or give {field('microbatches')}.",
+        )
+    if dp is None:
+        if gbs % lbs:
+            raise ConfigKeyError(
+                "step_scheduler.local_batch_size",
+                found=f"{lbs} which does not divide global_batch_size {gbs}",
+                required="global_batch_size = local_batch_size x dp x gradient-accumulation steps",
+                fix="pick a local batch that divides the global batch.",
+            )
+        dp = gbs // lbs  # display only: dp x grad-accumulation steps when dp_size is not given
+    return PipelineShape.from_batch(
+        pp=pp, global_batch=gbs, micro_batch=micro, dp=dp, local_batch=lbs, schedule=schedule
+    )
+
+
 def load_automodel_config(source: str | Path | dict, overrides: Overrides | None = None) -> Preset:
     """A :class:`Preset` from an Automodel-style YAML config (a path, or the parsed dict).
 
@@ -398,59 +460,13 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
     if o.microbatches is not None:
         shape = PipelineShape(pp=pp, n_microbatches=o.microbatches, schedule=schedule)
     else:
-        gbs = o.global_batch or _int_key(
-            cfg,
-            ("step_scheduler.global_batch_size",),
-            "the global batch size in rows",
-            4096,
-            override="microbatches",
-        )
-        lbs = _int_key(
-            cfg,
-            ("step_scheduler.local_batch_size",),
-            "the per-data-parallel-rank batch",
-            128,
-            default=None,
-        )
-        dp = o.dp or _int_key(
-            cfg, ("distributed.dp_size",), "the data-parallel size", 32, default=None
-        )
-        if lbs is None and dp is None:
-            raise ConfigKeyError(
-                "step_scheduler.local_batch_size",
-                found="nothing (missing), and no distributed.dp_size either",
-                required="step_scheduler.local_batch_size (M = local / micro) or distributed.dp_size (M = global / (dp * micro))",
-                fix=f"add `local_batch_size: 128` under step_scheduler, or give {field('microbatches')}.",
-            )
-        if dp is None:
-            if gbs % lbs:
-                raise ConfigKeyError(
-                    "step_scheduler.local_batch_size",
-                    found=f"{lbs} which does not divide global_batch_size {gbs}",
-                    required="global_batch_size = local_batch_size x dp x gradient-accumulation steps",
-                    fix="pick a local batch that divides the global batch.",
-                )
-            dp = gbs // lbs  # display only: dp x grad-accumulation steps when dp_size is not given
-        shape = PipelineShape.from_batch(
-            pp=pp, global_batch=gbs, micro_batch=micro, dp=dp, local_batch=lbs, schedule=schedule
-        )
+        shape = _batch_shape(cfg, o, pp=pp, micro=micro, schedule=schedule)
     seq = o.seq_len or _int_key(
         cfg, ("dataset.seq_len",), "tokens per row", 2048, override="seq_len"
     )
     hidden, class_dtype, hidden_source = _resolve_hidden(cfg, o.hidden)
-    dtype_key, dtype = _first(
-        cfg, ("model.torch_dtype", "model.config.dtype", "model.config.torch_dtype")
-    )
-    dtype = o.dtype or _dtype_of(dtype) or _dtype_of(class_dtype) or "bfloat16"
-    try:
-        boundary = Boundary.hidden_state(rows=micro, seq_len=seq, hidden=hidden, dtype=str(dtype))
-    except MemoryModelError as exc:
-        raise ConfigKeyError(
-            field("dtype") if o.dtype else dtype_key,
-            found=repr(dtype),
-            required=exc.required,
-            fix=exc.fix,
-        ) from None
+    dtype_keys = ("model.torch_dtype", "model.config.dtype", "model.config.torch_dtype")
+    boundary = _hidden_boundary(cfg, dtype_keys, o, (micro, seq, hidden), fallback=class_dtype)
     pool_on = lookup(cfg, "distributed.pipeline.pp_recv_buffer_pool")
     note = (
         ""
@@ -504,19 +520,7 @@ def load_hf_config(source: str | Path | dict, overrides: Overrides | None = None
         what="pipeline shape for a config.json",
         why="a config.json describes the model, not the pipeline",
     )
-    dtype_key, dtype = _first(cfg, _DTYPE_KEYS)
-    dtype = o.dtype or _dtype_of(dtype) or "bfloat16"
-    try:
-        boundary = Boundary.hidden_state(
-            rows=micro, seq_len=o.seq_len, hidden=hidden, dtype=str(dtype)
-        )
-    except MemoryModelError as exc:
-        raise ConfigKeyError(
-            field("dtype") if o.dtype else dtype_key,
-            found=repr(dtype),
-            required=exc.required,
-            fix=exc.fix,
-        ) from None
+    boundary = _hidden_boundary(cfg, _DTYPE_KEYS, o, (micro, o.seq_len, hidden))
     return Preset(
         name=Path(where).parent.name or Path(where).stem if where != "<dict>" else "config.json",
         title=f"{where}: pp {o.pp}, {shape.n_microbatches} microbatches, {micro} x {o.seq_len} x {hidden} "
