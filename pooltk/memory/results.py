@@ -31,7 +31,7 @@ from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.ranks import RANK_VARIANTS, RingMemory
 from pooltk.memory.shape import PipelineShape
 from pooltk.memory.tensors import Boundary
-from pooltk.memory.units import BYTES_PER_UNIT, to_unit
+from pooltk.memory.units import to_unit, unit_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -320,8 +320,7 @@ class MemoryModel:
         (``<variant>_<unit>``), and ``saved_<unit>`` (stock - pooled)."""
         import pandas as pd
 
-        to_unit(1, unit)  # validates the unit name
-        scale = BYTES_PER_UNIT[unit]
+        scale = unit_bytes(unit)
         records = []
         for i in range(self.shape.num_stages):
             f, g = self.row(i, "forward"), self.row(i, "grad")
@@ -346,8 +345,7 @@ class MemoryModel:
         ``rings`` and ``shared_slots`` (sets of the rank-shared rings), and ``saved_<unit>`` (stock - pooled)."""
         import pandas as pd
 
-        to_unit(1, unit)
-        scale = BYTES_PER_UNIT[unit]
+        scale = unit_bytes(unit)
         records = []
         for rank in range(self.shape.pp):
             rec: dict[str, Any] = {
