@@ -357,6 +357,39 @@ def _hidden_boundary(
         ) from None
 
 
+def _pp_and_schedule(cfg: dict, o: Overrides) -> tuple[int, str]:
+    """The YAML's pipeline size (one of its two keys, or both agreeing) and schedule (no CSV)."""
+    pp_keys = ("distributed.pp_size", "distributed.pipeline.pp_size")
+    found_pp = {k: lookup(cfg, k) for k in pp_keys if lookup(cfg, k) is not _MISSING}
+    if o.pp is None and len(set(map(repr, found_pp.values()))) > 1:
+        raise ConfigKeyError(
+            pp_keys[1],
+            found=", ".join(f"{k}={v!r}" for k, v in found_pp.items()),
+            required="one pipeline size",
+            fix="keep distributed.pp_size (Automodel's key) and drop the other.",
+        )
+    pp = o.pp or _int_key(cfg, pp_keys, "the pipeline-parallel size", 8, override="pp")
+    csv = lookup(cfg, "distributed.pipeline.pp_schedule_csv", None)
+    if csv is not None:
+        raise ConfigKeyError(
+            "distributed.pipeline.pp_schedule_csv",
+            found=repr(csv),
+            required="no CSV schedule (a custom action list has no bounded in-flight depth proof)",
+            fix="use distributed.pipeline.pp_schedule: 1f1b to model a pooled pipeline.",
+        )
+    schedule = o.schedule or lookup(cfg, "distributed.pipeline.pp_schedule", None)
+    if schedule is None:
+        return pp, "1f1b"
+    if not isinstance(schedule, str):
+        raise ConfigKeyError(
+            "distributed.pipeline.pp_schedule",
+            found=f"{schedule!r} ({type(schedule).__name__})",
+            required="a schedule name such as 1f1b",
+            fix="write `pp_schedule: 1f1b` under distributed.pipeline.",
+        )
+    return pp, schedule
+
+
 def _batch_shape(cfg: dict, o: Overrides, *, pp: int, micro: int, schedule: str) -> PipelineShape:
     """The shape whose ``M`` the YAML's batch sizes give: ``local / micro``, or ``global / (dp * micro)``."""
     gbs = o.global_batch or _int_key(
@@ -412,33 +445,7 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
     """
     o = overrides or Overrides()
     cfg, where = read_file(source, "YAML")
-    pp_keys = ("distributed.pp_size", "distributed.pipeline.pp_size")
-    found_pp = {k: lookup(cfg, k) for k in pp_keys if lookup(cfg, k) is not _MISSING}
-    if o.pp is None and len(set(map(repr, found_pp.values()))) > 1:
-        raise ConfigKeyError(
-            pp_keys[1],
-            found=", ".join(f"{k}={v!r}" for k, v in found_pp.items()),
-            required="one pipeline size",
-            fix="keep distributed.pp_size (Automodel's key) and drop the other.",
-        )
-    pp = o.pp or _int_key(cfg, pp_keys, "the pipeline-parallel size", 8, override="pp")
-    if lookup(cfg, "distributed.pipeline.pp_schedule_csv") not in (_MISSING, None):
-        raise ConfigKeyError(
-            "distributed.pipeline.pp_schedule_csv",
-            found=repr(lookup(cfg, "distributed.pipeline.pp_schedule_csv")),
-            required="no CSV schedule (a custom action list has no bounded in-flight depth proof)",
-            fix="use distributed.pipeline.pp_schedule: 1f1b to model a pooled pipeline.",
-        )
-    schedule = o.schedule or lookup(cfg, "distributed.pipeline.pp_schedule")
-    if schedule is _MISSING or schedule is None:
-        schedule = "1f1b"
-    elif not isinstance(schedule, str):
-        raise ConfigKeyError(
-            "distributed.pipeline.pp_schedule",
-            found=f"{schedule!r} ({type(schedule).__name__})",
-            required="a schedule name such as 1f1b",
-            fix="write `pp_schedule: 1f1b` under distributed.pipeline.",
-        )
+    pp, schedule = _pp_and_schedule(cfg, o)
     micro = o.micro_batch or _int_key(
         cfg,
         ("distributed.pipeline.pp_microbatch_size",),
@@ -447,8 +454,8 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
         override="micro_batch",
     )
     slack_key = "distributed.pipeline.pp_recv_buffer_pool_slack"
-    slack = lookup(cfg, slack_key)
-    if slack is _MISSING or slack is None:
+    slack = lookup(cfg, slack_key, None)
+    if slack is None:
         slack = 2
     elif isinstance(slack, bool) or not isinstance(slack, int) or slack < 0:
         raise ConfigKeyError(
