@@ -10,11 +10,11 @@ and for every rank the rings it keeps when its stages share them (:mod:`~pooltk.
 :data:`~pooltk.memory.ranks.RANK_VARIANTS`).
 
 The model is split by job: units and dtypes (:mod:`~pooltk.memory.units`), boundary tensors
-(:mod:`~pooltk.memory.tensors`), the pipeline shape (:mod:`~pooltk.memory.shape`), live sets
-(:mod:`~pooltk.memory.live`), rank-shared rings (:mod:`~pooltk.memory.ranks`), results
-(:mod:`~pooltk.memory.results`), sweeps
-(:mod:`~pooltk.memory.sweeps`). This module builds the model and re-exports the public names of
-the others, so ``from pooltk.memory.model import ...`` keeps working.
+(:mod:`~pooltk.memory.tensors`), the pipeline shape (:mod:`~pooltk.memory.shape`), rank-shared
+rings (:mod:`~pooltk.memory.ranks`), results (:mod:`~pooltk.memory.results`), sweeps
+(:mod:`~pooltk.memory.sweeps`). This module asks for the live sets ([Note: live-set sources]),
+builds the model and re-exports the public names of the others, so ``from pooltk.memory.model
+import ...`` keeps working.
 
 [Note: where the numbers come from]
 Every set count starts from one record per (stage, direction),
@@ -36,6 +36,13 @@ plus the one slack rule (:func:`pooltk.pool.ring.ring_size`), exactly what the p
 :func:`pooltk.analysis.plans.plan_rings`. A (stage, direction) fed by a same-rank handoff
 (the V schedules' turn) receives nothing: 0 pooled sets, while stock torch <= 2.14 still
 allocates its ``M``. Automodel's released pool pools 1F1B only, so its column is stock there.
+
+[Note: live-set sources]
+``"schedule"`` (the default) walks the schedule's own action order: nothing is assumed about the
+schedule; the walk is cached per (schedule, N, M, vpp) and costs about a second cold at N=16,
+M=256. ``"formula"`` uses the closed forms the walk reproduces (1F1B: forward ``W = min(M, N - i)``,
+grad 1; GPipe: forward ``M``, grad 1; :func:`pooltk.analysis.stage_sets.formula_live`) for sweeps
+over thousands of shapes. ``tests/memory`` checks that both sources agree on a grid of shapes.
 """
 
 from __future__ import annotations
@@ -43,11 +50,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from pooltk._validate import check_choice, check_int
+from pooltk._validate import InputError, check_choice, check_int
+from pooltk.analysis.catalog import ScheduleAnalysisError
 from pooltk.analysis.lifetimes import DIRECTIONS, Direction
+from pooltk.analysis.stage_sets import LIVE_SOURCES, LiveSource, ReceiveSets, receive_sets
 from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError, UnpoolableScheduleError
-from pooltk.memory.live import LIVE_SOURCES, LiveSource, ReceiveSets, live_sets_for, receive_rows
 from pooltk.memory.ranks import RANK_VARIANTS, RingMemory, rank_rings_for
 from pooltk.memory.results import (
     VARIANT_LABELS,
@@ -100,6 +108,41 @@ __all__ = [
     "slack_sweep",  # noqa: F822 - from memory.sweeps, on first use (__getattr__ below)
     "to_unit",
 ]
+
+
+def receive_rows(shape: PipelineShape, source: LiveSource = "schedule") -> tuple[ReceiveSets, ...]:
+    """The :class:`~pooltk.analysis.stage_sets.ReceiveSets` of every (stage, direction) of ``shape``.
+
+    See [Note: live-set sources]. A shape torch's schedule refuses, an unknown source, or the
+    closed forms asked of a multi-stage schedule is a :class:`MemoryModelError` naming the reason.
+    """
+    try:
+        return receive_sets(
+            shape.schedule_name,
+            pp=shape.pp,
+            n_microbatches=shape.n_microbatches,
+            stages_per_rank=int(shape.stages_per_rank or 1),
+            source=source,
+        )
+    except ScheduleAnalysisError as exc:
+        raise MemoryModelError(
+            f"shape under {shape.schedule_name}",
+            found=shape.describe(),
+            required=f"a shape torch's schedule accepts ({exc})",
+            fix="change the microbatches or stages per rank as the reason says.",
+        ) from exc
+    except InputError as exc:
+        raise MemoryModelError(
+            "live_source", found=exc.found, required=exc.required, fix=exc.fix or ""
+        ) from None
+
+
+def live_sets_for(
+    shape: PipelineShape, source: LiveSource = "schedule"
+) -> tuple[tuple[int, int], ...]:
+    """Per stage ``(forward, grad)`` live sets of ``shape``: a view of :func:`receive_rows`."""
+    rows = receive_rows(shape, source)
+    return tuple((rows[2 * i].live, rows[2 * i + 1].live) for i in range(len(rows) // 2))
 
 
 def _boundaries(boundaries: Boundary | Sequence[Boundary], n_stages: int) -> tuple[Boundary, ...]:
