@@ -77,6 +77,13 @@ REPLAY_VARIANTS: tuple[str, ...] = ("stock", "stock_lazy", "pooled", "live_set")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd", "none")
 """Optimizers a replay steps: AdamW (two states per parameter), SGD without momentum (none), or no optimizer step."""
 
+_IMPL_KWARGS = {
+    "fused": {"fused": True},
+    "foreach": {"foreach": True},
+    "for-loop": {"foreach": False},
+}
+"""What each ``Training.optimizer_impl`` passes to the optimizer."""
+
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Training:
@@ -100,7 +107,7 @@ class Training:
                 required=f"one of {', '.join(OPTIMIZERS)}",
                 fix="use 'adamw' (default).",
             )
-        if self.optimizer_impl not in ("fused", "foreach", "for-loop"):
+        if self.optimizer_impl not in _IMPL_KWARGS:
             raise MemoryModelError(
                 "Training.optimizer_impl",
                 found=repr(self.optimizer_impl),
@@ -255,9 +262,7 @@ def _optimizer(run: _Run) -> Any:
     t = run.training
     if t.optimizer == "none" or not run.params:
         return None
-    impl = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[
-        t.optimizer_impl
-    ]
+    impl = _IMPL_KWARGS[t.optimizer_impl]
     if t.optimizer == "adamw":
         return torch.optim.AdamW(run.params, lr=1e-4, **impl)
     return torch.optim.SGD(run.params, lr=1e-4, **impl)
