@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from pooltk.config import PoolConfig
+from pooltk.memory.errors import MemoryModelError, is_positive_int
 from pooltk.memory.known_models import KNOWN_MODEL_CONFIGS, known_model_config
-from pooltk.memory.model import Boundary, MemoryModelError, PipelineShape
+from pooltk.memory.model import Boundary, PipelineShape
 from pooltk.memory.source import Preset
 
 __all__ = [
@@ -232,6 +233,35 @@ def read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
     return cfg, str(path)
 
 
+def _imported_hidden(target: str, args: dict) -> tuple[tuple[int, Any, str] | None, str]:
+    """``((hidden, dtype or None, provenance), "")`` from the class ``target`` names, built with
+    the YAML's ``args``; ``(None, why not)`` when it does not import or has no hidden size."""
+    module_name, _, cls_name = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except AttributeError:
+        return None, f"module {module_name} has no {cls_name}"
+    except Exception as exc:  # noqa: BLE001 - any import failure means: not importable here
+        return None, f"{type(exc).__name__}: {exc}"
+    try:
+        obj = cls(**args)
+    except Exception as exc:  # noqa: BLE001 - the class rejects the YAML's arguments
+        raise ConfigKeyError(
+            "model.config",
+            found=f"{target}({', '.join(f'{k}={v!r}' for k, v in args.items())}) raised "
+            f"{type(exc).__name__}: {exc}",
+            required="arguments the config class accepts",
+            fix=f"fix the arguments under model.config, or give {field('hidden')}.",
+        ) from None
+    hidden = getattr(obj, "hidden_size", None)
+    if not is_positive_int(hidden):
+        return None, f"{cls_name}() has no integer hidden_size (found {hidden!r})"
+    package = target.split(".")[0]
+    version = getattr(importlib.import_module(package), "__version__", "unknown version")
+    provenance = f"{target} imported ({package} {version}): hidden_size {hidden}"
+    return (hidden, getattr(obj, "torch_dtype", None), provenance), ""
+
+
 def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
     """``(hidden, dtype or None, provenance)`` from ``model.config._target_``; None when there is no target.
 
@@ -249,36 +279,9 @@ def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
             fix=f"write the class's full import path, or give {field('hidden')}.",
         )
     args = {k: v for k, v in (lookup(cfg, "model.config") or {}).items() if k != "_target_"}
-    module_name, _, cls_name = target.rpartition(".")
-    why = ""
-    try:
-        cls = getattr(importlib.import_module(module_name), cls_name)
-    except AttributeError:
-        cls, why = None, f"module {module_name} has no {cls_name}"
-    except Exception as exc:  # noqa: BLE001 - any import failure means: not importable here
-        cls, why = None, f"{type(exc).__name__}: {exc}"
-    if cls is not None:
-        try:
-            obj = cls(**args)
-        except Exception as exc:  # noqa: BLE001 - the class rejects the YAML's arguments
-            raise ConfigKeyError(
-                "model.config",
-                found=f"{target}({', '.join(f'{k}={v!r}' for k, v in args.items())}) raised "
-                f"{type(exc).__name__}: {exc}",
-                required="arguments the config class accepts",
-                fix=f"fix the arguments under model.config, or give {field('hidden')}.",
-            ) from None
-        hidden = getattr(obj, "hidden_size", None)
-        if isinstance(hidden, int) and not isinstance(hidden, bool) and hidden >= 1:
-            version = getattr(
-                importlib.import_module(target.split(".")[0]), "__version__", "unknown version"
-            )
-            return (
-                hidden,
-                getattr(obj, "torch_dtype", None),
-                f"{target} imported ({target.split('.')[0]} {version}): hidden_size {hidden}",
-            )
-        why = f"{cls_name}() has no integer hidden_size (found {hidden!r})"
+    imported, why = _imported_hidden(target, args)
+    if imported is not None:
+        return imported
     known = known_model_config(target)
     if known is not None:
         values = known.with_args(args)
@@ -522,11 +525,7 @@ def load_hf_config(source: str | Path | dict, overrides: Overrides | None = None
         key, _ = _first(cfg, _HIDDEN_KEYS)
         hidden = _int_key(cfg, _HIDDEN_KEYS, "the model hidden size", 7168, override="hidden")
         hidden_source = f"{key} in the file"
-    shape, micro = pipeline_from_overrides(
-        o,
-        what="pipeline shape for a config.json",
-        why="a config.json describes the model, not the pipeline",
-    )
+    shape, micro = config_json_pipeline(o)
     boundary = _hidden_boundary(cfg, _DTYPE_KEYS, o, (micro, o.seq_len, hidden))
     return Preset(
         name=Path(where).parent.name or Path(where).stem if where != "<dict>" else "config.json",
@@ -597,6 +596,12 @@ def pipeline_from_overrides(
         pp=o.pp, global_batch=o.global_batch, micro_batch=o.micro_batch, dp=o.dp, schedule=schedule
     )
     return shape, o.micro_batch
+
+
+def config_json_pipeline(o: Overrides) -> tuple[PipelineShape, int]:
+    """:func:`pipeline_from_overrides` for a config.json, which describes the model, not the pipeline."""
+    why = "a config.json describes the model, not the pipeline"
+    return pipeline_from_overrides(o, what="pipeline shape for a config.json", why=why)
 
 
 def load_overrides(o: Overrides) -> Preset:

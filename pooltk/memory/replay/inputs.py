@@ -33,9 +33,9 @@ from pooltk.config import PoolConfig
 from pooltk.memory.configs import (
     ConfigKeyError,
     Overrides,
+    config_json_pipeline,
     load_automodel_config,
     lookup,
-    pipeline_from_overrides,
     read_file,
 )
 from pooltk.memory.decoder.builder import decoder_builder
@@ -250,12 +250,8 @@ def estimate_inputs(
         sources = [str(path), where]
     else:
         model = decoder_config(path, dtype=o.dtype)
-        shape, rows = pipeline_from_overrides(
-            o,
-            what="pipeline shape for a config.json",
-            why="a config.json describes the model, not the pipeline",
-        )
-        seq = int(o.seq_len)  # pipeline_from_overrides required it
+        shape, rows = config_json_pipeline(o)
+        seq = int(o.seq_len)  # config_json_pipeline required it
         ckpt = bool(checkpointing)
         file_ep = 1
         sources = [str(path), f"pipeline from flags: {', '.join(o.given())}"]
