@@ -306,7 +306,10 @@ def _pool(
     return pooltk.pooled(cfg, schedule="auto" if shape.multi_stage else "1f1b")
 
 
-def _fake_failure(exc: BaseException) -> BaseException | None:
+def _fake_failure(
+    exc: BaseException, log: StorageLog, first_stage: int, rank: int
+) -> MemoryModelError | None:
+    """The error naming the op and the stage when the fake tensors caused ``exc``, else ``None``."""
     from torch._subclasses import fake_tensor as ft
 
     kinds = (
@@ -315,12 +318,21 @@ def _fake_failure(exc: BaseException) -> BaseException | None:
         ft.DataDependentOutputException,
         ft.UnsupportedFakeTensorException,
     )
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, kinds):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, kinds):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return None
+    where = log.context
+    stage = where.stage if where.stage >= 0 else first_stage
+    op = getattr(cause, "func", None)
+    return MemoryModelError(
+        f"replay of stage {stage} (rank {rank})",
+        found=f"op {op} has no fake-tensor implementation usable here ({type(cause).__name__}) in its {where.phase}",
+        required="ops with fake (meta) kernels and outputs whose shapes do not depend on values",
+        fix="replace the op in the stage's module (e.g. a static-shape alternative), or register a fake kernel "
+        "for it with torch.library.register_fake.",
+    )
 
 
 def replay_rank(
@@ -377,19 +389,10 @@ def replay_rank(
             except MemoryModelError:
                 raise
             except Exception as exc:  # noqa: BLE001 - name the op and the stage when the fake tensors are the cause
-                cause = _fake_failure(exc)
-                if cause is None:
+                error = _fake_failure(exc, log, stages_idx[0], rank)
+                if error is None:
                     raise
-                where = log.context
-                stage = where.stage if where.stage >= 0 else stages_idx[0]
-                op = getattr(cause, "func", None)
-                raise MemoryModelError(
-                    f"replay of stage {stage} (rank {rank})",
-                    found=f"op {op} has no fake-tensor implementation usable here ({type(cause).__name__}) in its {where.phase}",
-                    required="ops with fake (meta) kernels and outputs whose shapes do not depend on values",
-                    fix="replace the op in the stage's module (e.g. a static-shape alternative), or register a fake kernel "
-                    "for it with torch.library.register_fake.",
-                ) from exc
+                raise error from exc
             finally:
                 log.measuring = False
                 run.params.clear()
@@ -455,23 +458,8 @@ def _replay(
     schedule = cls(stages if shape.multi_stage else stages[0], n_microbatches=m, loss_fn=loss)
     seams.skip_vote(schedule)
     with _phase(log, "inputs"):
-        args = (
-            tuple(
-                torch.zeros((m * t.shape[0], *t.shape[1:]), dtype=t.dtype, device=device)
-                for t in first.inputs
-            )
-            if first
-            else ()
-        )
-        target = (
-            torch.zeros(
-                (m * last.target.shape[0], *last.target.shape[1:]),
-                dtype=last.target.dtype,
-                device=device,
-            )
-            if last is not None
-            else None
-        )
+        args = tuple(_batch(t, m, device) for t in first.inputs) if first else ()
+        target = _batch(last.target, m, device) if last is not None else None
     run.optimizer = _optimizer(run)
     with _phase(log, "optimizer"):
         for p in run.params:
@@ -493,6 +481,11 @@ def _replay(
         run.marks.append((step, "step_end", -1, -1, log.position()))
     del schedule, stages, args, target, loss
     return tuple(names), tuple(inputs_meta)
+
+
+def _batch(one: torch.Tensor, m: int, device: torch.device) -> torch.Tensor:
+    """The step's ``m`` microbatches of ``one`` (one microbatch's tensor), stacked along rows."""
+    return torch.zeros((m * one.shape[0], *one.shape[1:]), dtype=one.dtype, device=device)
 
 
 def _result(
