@@ -52,11 +52,10 @@ from typing import Literal
 
 from pooltk._validate import InputError, check_choice, check_int
 from pooltk.analysis.catalog import ScheduleAnalysisError
-from pooltk.analysis.lifetimes import DIRECTIONS, Direction
-from pooltk.analysis.stage_sets import LIVE_SOURCES, LiveSource, ReceiveSets, receive_sets
+from pooltk.analysis.stage_sets import LiveSource, ReceiveSets, receive_sets
 from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError, UnpoolableScheduleError
-from pooltk.memory.ranks import RANK_VARIANTS, RingMemory, rank_rings_for
+from pooltk.memory.ranks import rank_rings_for
 from pooltk.memory.results import (
     VARIANT_LABELS,
     VARIANTS,
@@ -64,29 +63,18 @@ from pooltk.memory.results import (
     ExpectedBytes,
     MemoryModel,
 )
-from pooltk.memory.shape import (
-    PipelineShape,
-    microbatches_from_batch,
-    middle_stage,
-    modelled_schedule,
-)
+from pooltk.memory.shape import PipelineShape, microbatches_from_batch, middle_stage
 from pooltk.memory.tensors import Boundary, TensorSpec, harness_boundary
-from pooltk.memory.units import BYTES_PER_UNIT, DTYPE_BYTES, to_unit
+from pooltk.memory.units import DTYPE_BYTES, to_unit
 from pooltk.pool.ring import ring_size
 
 __all__ = [
-    "BYTES_PER_UNIT",
-    "DIRECTIONS",
     "DTYPE_BYTES",
     "VARIANTS",
     "VARIANT_LABELS",
     "Boundary",
-    "Direction",
-    "LIVE_SOURCES",
     "POLICIES",
-    "RANK_VARIANTS",
     "SHARINGS",
-    "RingMemory",
     "DirectionMemory",
     "ExpectedBytes",
     "MemoryModel",
@@ -104,7 +92,6 @@ __all__ = [
     "receive_rows",
     "middle_stage",
     "model_memory",
-    "modelled_schedule",
     "slack_sweep",  # noqa: F822 - from memory.sweeps, on first use (__getattr__ below)
     "to_unit",
 ]
