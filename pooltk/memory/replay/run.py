@@ -54,7 +54,7 @@ from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError, positive_int
 from pooltk.memory.replay import seams
 from pooltk.memory.replay.lazy import emulate_lazy
-from pooltk.memory.replay.stages import StageBuilder, checked_spec
+from pooltk.memory.replay.stages import StageBuilder, StageSpec, checked_spec
 from pooltk.memory.replay.tracker import CATEGORIES, FakeTracker, PeakPoint, RealTracker, StorageLog
 from pooltk.memory.replay.world import fake_world
 from pooltk.memory.shape import PipelineShape
@@ -406,6 +406,44 @@ def replay_rank(
     )
 
 
+def _stage(
+    builder: StageBuilder,
+    s: int,
+    n: int,
+    device: torch.device,
+    variant: str,
+    run: _Run,
+    fake: bool,
+) -> tuple[PipelineStage, StageSpec]:
+    """Stage ``s`` built, its outputs learnt, wrapped for the replay ([Note: one rank's replay], step 2)."""
+    log = run.log
+    with _phase(log, "build", s):
+        spec = checked_spec(builder(s, n), s, n, fake=fake)
+    with _phase(log, "schedule", s), torch.no_grad():
+        example = tuple(torch.zeros(t.shape, dtype=t.dtype, device=device) for t in spec.inputs)
+        out = spec.module(*example)
+        del example
+    outs = out if isinstance(out, tuple) else (out,)
+    out_meta = tuple(
+        torch.empty(o.shape, dtype=o.dtype, device="meta").requires_grad_(o.is_floating_point())
+        for o in outs
+    )
+    del out, outs
+    in_meta = tuple(
+        torch.empty(t.shape, dtype=t.dtype, device="meta").requires_grad_(
+            s > 0 and t.is_floating_point()
+        )
+        for t in spec.inputs
+    )
+    with _phase(log, "build", s):
+        stage = PipelineStage(spec.module, s, n, device, input_args=in_meta, output_args=out_meta)
+    seams.set_static(stage)
+    if variant == "stock_lazy":
+        emulate_lazy(stage, log)
+    _wrap_compute(stage, run)
+    return stage, spec
+
+
 def _replay(
     builder: StageBuilder,
     shape: PipelineShape,
@@ -419,32 +457,7 @@ def _replay(
     device = torch.device("cpu")
     stages, names, inputs_meta, specs = [], [], [], []
     for s in stages_idx:
-        with _phase(log, "build", s):
-            spec = checked_spec(builder(s, n), s, n, fake=fake)
-        with _phase(log, "schedule", s), torch.no_grad():
-            example = tuple(torch.zeros(t.shape, dtype=t.dtype, device=device) for t in spec.inputs)
-            out = spec.module(*example)
-            del example
-        outs = out if isinstance(out, tuple) else (out,)
-        out_meta = tuple(
-            torch.empty(o.shape, dtype=o.dtype, device="meta").requires_grad_(o.is_floating_point())
-            for o in outs
-        )
-        del out, outs
-        in_meta = tuple(
-            torch.empty(t.shape, dtype=t.dtype, device="meta").requires_grad_(
-                s > 0 and t.is_floating_point()
-            )
-            for t in spec.inputs
-        )
-        with _phase(log, "build", s):
-            stage = PipelineStage(
-                spec.module, s, n, device, input_args=in_meta, output_args=out_meta
-            )
-        seams.set_static(stage)
-        if variant == "stock_lazy":
-            emulate_lazy(stage, log)
-        _wrap_compute(stage, run)
+        stage, spec = _stage(builder, s, n, device, variant, run, fake)
         stages.append(stage)
         specs.append(spec)
         names.append(spec.name)
