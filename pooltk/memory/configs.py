@@ -170,6 +170,43 @@ def _int_key(
     return value
 
 
+def _parse(text: str, path: Path, kind: str) -> Any:
+    """``text`` parsed as ``kind``; a syntax error names the file and the position."""
+    if kind == "JSON":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise MemoryModelError(
+                "config file",
+                found=f"{str(path)!r}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})",
+                required="a JSON object (a Hugging Face config.json)",
+                fix="fix the syntax at the position given.",
+            ) from None
+    if kind == "TOML":
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise MemoryModelError(
+                "config file",
+                found=f"{str(path)!r}: not valid TOML ({exc})",
+                required="a torchtitan job config",
+                fix="fix the syntax at the position given.",
+            ) from None
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        raise MemoryModelError(
+            "config file",
+            found=f"{str(path)!r}: not valid YAML{at} ({getattr(exc, 'problem', None) or exc})",
+            required="YAML that yaml.safe_load reads",
+            fix="fix the syntax at the position given.",
+        ) from None
+
+
 def read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
     """``(the parsed mapping, where it came from)`` of a ``JSON``, ``YAML`` or ``TOML`` file (or a
     dict, as is); an unreadable or unparsable file, or one that is not a mapping, is a
@@ -186,42 +223,7 @@ def read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
             required=f"a readable {kind} file",
             fix="check the path.",
         ) from None
-    if kind == "JSON":
-        try:
-            cfg = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise MemoryModelError(
-                "config file",
-                found=f"{str(path)!r}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})",
-                required="a JSON object (a Hugging Face config.json)",
-                fix="fix the syntax at the position given.",
-            ) from None
-    elif kind == "TOML":
-        try:
-            cfg = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise MemoryModelError(
-                "config file",
-                found=f"{str(path)!r}: not valid TOML ({exc})",
-                required="a torchtitan job config",
-                fix="fix the syntax at the position given.",
-            ) from None
-    else:
-        import yaml
-
-        try:
-            cfg = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            where = getattr(exc, "problem_mark", None)
-            at = (
-                f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
-            )
-            raise MemoryModelError(
-                "config file",
-                found=f"{str(path)!r}: not valid YAML{at} ({getattr(exc, 'problem', None) or exc})",
-                required="YAML that yaml.safe_load reads",
-                fix="fix the syntax at the position given.",
-            ) from None
+    cfg = _parse(text, path, kind)
     if not isinstance(cfg, dict):
         raise MemoryModelError(
             "config file",
