@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import importlib
 import json
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pooltk.config import PoolConfig
+from pooltk.memory.errors import MemoryModelError, is_positive_int
 from pooltk.memory.known_models import KNOWN_MODEL_CONFIGS, known_model_config
-from pooltk.memory.model import Boundary, MemoryModelError, PipelineShape
+from pooltk.memory.model import Boundary, PipelineShape
 from pooltk.memory.source import Preset
 
 __all__ = [
@@ -116,11 +118,12 @@ def field(name: str) -> str:
 _MISSING = object()
 
 
-def _lookup(cfg: dict, dotted: str) -> Any:
+def lookup(cfg: dict, dotted: str, missing: Any = _MISSING) -> Any:
+    """The value at the dotted path ``a.b.c`` of ``cfg``, or ``missing`` where a part is absent."""
     node: Any = cfg
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
-            return _MISSING
+            return missing
         node = node[part]
     return node
 
@@ -128,7 +131,7 @@ def _lookup(cfg: dict, dotted: str) -> Any:
 def _first(cfg: dict, keys: tuple[str, ...]) -> tuple[str, Any]:
     """(key, value) of the first of ``keys`` present; (keys[0], _MISSING) if none is."""
     for key in keys:
-        value = _lookup(cfg, key)
+        value = lookup(cfg, key)
         if value is not _MISSING:
             return key, value
     return keys[0], _MISSING
@@ -167,7 +170,47 @@ def _int_key(
     return value
 
 
-def _read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
+def _parse(text: str, path: Path, kind: str) -> Any:
+    """``text`` parsed as ``kind``; a syntax error names the file and the position."""
+    if kind == "JSON":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise MemoryModelError(
+                "config file",
+                found=f"{str(path)!r}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})",
+                required="a JSON object (a Hugging Face config.json)",
+                fix="fix the syntax at the position given.",
+            ) from None
+    if kind == "TOML":
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise MemoryModelError(
+                "config file",
+                found=f"{str(path)!r}: not valid TOML ({exc})",
+                required="a torchtitan job config",
+                fix="fix the syntax at the position given.",
+            ) from None
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        raise MemoryModelError(
+            "config file",
+            found=f"{str(path)!r}: not valid YAML{at} ({getattr(exc, 'problem', None) or exc})",
+            required="YAML that yaml.safe_load reads",
+            fix="fix the syntax at the position given.",
+        ) from None
+
+
+def read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
+    """``(the parsed mapping, where it came from)`` of a ``JSON``, ``YAML`` or ``TOML`` file (or a
+    dict, as is); an unreadable or unparsable file, or one that is not a mapping, is a
+    :class:`MemoryModelError` naming the file and the position."""
     if isinstance(source, dict):
         return source, "<dict>"
     path = Path(source)
@@ -180,32 +223,7 @@ def _read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
             required=f"a readable {kind} file",
             fix="check the path.",
         ) from None
-    if kind == "JSON":
-        try:
-            cfg = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise MemoryModelError(
-                "config file",
-                found=f"{str(path)!r}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})",
-                required="a JSON object (a Hugging Face config.json)",
-                fix="fix the syntax at the position given.",
-            ) from None
-    else:
-        import yaml
-
-        try:
-            cfg = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            where = getattr(exc, "problem_mark", None)
-            at = (
-                f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
-            )
-            raise MemoryModelError(
-                "config file",
-                found=f"{str(path)!r}: not valid YAML{at} ({getattr(exc, 'problem', None) or exc})",
-                required="YAML that yaml.safe_load reads",
-                fix="fix the syntax at the position given.",
-            ) from None
+    cfg = _parse(text, path, kind)
     if not isinstance(cfg, dict):
         raise MemoryModelError(
             "config file",
@@ -217,12 +235,41 @@ def _read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
     return cfg, str(path)
 
 
+def _imported_hidden(target: str, args: dict) -> tuple[tuple[int, Any, str] | None, str]:
+    """``((hidden, dtype or None, provenance), "")`` from the class ``target`` names, built with
+    the YAML's ``args``; ``(None, why not)`` when it does not import or has no hidden size."""
+    module_name, _, cls_name = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except AttributeError:
+        return None, f"module {module_name} has no {cls_name}"
+    except Exception as exc:  # noqa: BLE001 - any import failure means: not importable here
+        return None, f"{type(exc).__name__}: {exc}"
+    try:
+        obj = cls(**args)
+    except Exception as exc:  # noqa: BLE001 - the class rejects the YAML's arguments
+        raise ConfigKeyError(
+            "model.config",
+            found=f"{target}({', '.join(f'{k}={v!r}' for k, v in args.items())}) raised "
+            f"{type(exc).__name__}: {exc}",
+            required="arguments the config class accepts",
+            fix=f"fix the arguments under model.config, or give {field('hidden')}.",
+        ) from None
+    hidden = getattr(obj, "hidden_size", None)
+    if not is_positive_int(hidden):
+        return None, f"{cls_name}() has no integer hidden_size (found {hidden!r})"
+    package = target.split(".")[0]
+    version = getattr(importlib.import_module(package), "__version__", "unknown version")
+    provenance = f"{target} imported ({package} {version}): hidden_size {hidden}"
+    return (hidden, getattr(obj, "torch_dtype", None), provenance), ""
+
+
 def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
     """``(hidden, dtype or None, provenance)`` from ``model.config._target_``; None when there is no target.
 
     See [Note: where the hidden size comes from], steps 3-5.
     """
-    target = _lookup(cfg, "model.config._target_")
+    target = lookup(cfg, "model.config._target_")
     if target is _MISSING or target is None:
         return None
     if not isinstance(target, str) or "." not in target:
@@ -233,37 +280,10 @@ def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
             "nemo_automodel.components.models.kimi_k3.config.KimiK3TextConfig",
             fix=f"write the class's full import path, or give {field('hidden')}.",
         )
-    args = {k: v for k, v in (_lookup(cfg, "model.config") or {}).items() if k != "_target_"}
-    module_name, _, cls_name = target.rpartition(".")
-    why = ""
-    try:
-        cls = getattr(importlib.import_module(module_name), cls_name)
-    except AttributeError:
-        cls, why = None, f"module {module_name} has no {cls_name}"
-    except Exception as exc:  # noqa: BLE001 - any import failure means: not importable here
-        cls, why = None, f"{type(exc).__name__}: {exc}"
-    if cls is not None:
-        try:
-            obj = cls(**args)
-        except Exception as exc:  # noqa: BLE001 - the class rejects the YAML's arguments
-            raise ConfigKeyError(
-                "model.config",
-                found=f"{target}({', '.join(f'{k}={v!r}' for k, v in args.items())}) raised "
-                f"{type(exc).__name__}: {exc}",
-                required="arguments the config class accepts",
-                fix=f"fix the arguments under model.config, or give {field('hidden')}.",
-            ) from None
-        hidden = getattr(obj, "hidden_size", None)
-        if isinstance(hidden, int) and not isinstance(hidden, bool) and hidden >= 1:
-            version = getattr(
-                importlib.import_module(target.split(".")[0]), "__version__", "unknown version"
-            )
-            return (
-                hidden,
-                getattr(obj, "torch_dtype", None),
-                f"{target} imported ({target.split('.')[0]} {version}): hidden_size {hidden}",
-            )
-        why = f"{cls_name}() has no integer hidden_size (found {hidden!r})"
+    args = {k: v for k, v in (lookup(cfg, "model.config") or {}).items() if k != "_target_"}
+    imported, why = _imported_hidden(target, args)
+    if imported is not None:
+        return imported
     known = known_model_config(target)
     if known is not None:
         values = known.with_args(args)
@@ -318,6 +338,101 @@ def _dtype_of(value: Any) -> str | None:
     return str(value).removeprefix("torch.")
 
 
+def _hidden_boundary(
+    cfg: dict,
+    dtype_keys: tuple[str, ...],
+    o: Overrides,
+    dims: tuple[int, int, int],
+    fallback: Any = None,
+) -> Boundary:
+    """One ``(rows, seq_len, hidden)`` hidden state each way, in the first dtype given of: the
+    override, the file's ``dtype_keys``, ``fallback``, bfloat16. A dtype the model does not know is
+    a :class:`ConfigKeyError` on the key (or the override) that gave it."""
+    dtype_key, dtype = _first(cfg, dtype_keys)
+    dtype = o.dtype or _dtype_of(dtype) or _dtype_of(fallback) or "bfloat16"
+    rows, seq_len, hidden = dims
+    try:
+        return Boundary.hidden_state(rows=rows, seq_len=seq_len, hidden=hidden, dtype=str(dtype))
+    except MemoryModelError as exc:
+        raise ConfigKeyError(
+            field("dtype") if o.dtype else dtype_key,
+            found=repr(dtype),
+            required=exc.required,
+            fix=exc.fix,
+        ) from None
+
+
+def _pp_and_schedule(cfg: dict, o: Overrides) -> tuple[int, str]:
+    """The YAML's pipeline size (one of its two keys, or both agreeing) and schedule (no CSV)."""
+    pp_keys = ("distributed.pp_size", "distributed.pipeline.pp_size")
+    found_pp = {k: lookup(cfg, k) for k in pp_keys if lookup(cfg, k) is not _MISSING}
+    if o.pp is None and len(set(map(repr, found_pp.values()))) > 1:
+        raise ConfigKeyError(
+            pp_keys[1],
+            found=", ".join(f"{k}={v!r}" for k, v in found_pp.items()),
+            required="one pipeline size",
+            fix="keep distributed.pp_size (Automodel's key) and drop the other.",
+        )
+    pp = o.pp or _int_key(cfg, pp_keys, "the pipeline-parallel size", 8, override="pp")
+    csv = lookup(cfg, "distributed.pipeline.pp_schedule_csv", None)
+    if csv is not None:
+        raise ConfigKeyError(
+            "distributed.pipeline.pp_schedule_csv",
+            found=repr(csv),
+            required="no CSV schedule (a custom action list has no bounded in-flight depth proof)",
+            fix="use distributed.pipeline.pp_schedule: 1f1b to model a pooled pipeline.",
+        )
+    schedule = o.schedule or lookup(cfg, "distributed.pipeline.pp_schedule", None)
+    if schedule is None:
+        return pp, "1f1b"
+    if not isinstance(schedule, str):
+        raise ConfigKeyError(
+            "distributed.pipeline.pp_schedule",
+            found=f"{schedule!r} ({type(schedule).__name__})",
+            required="a schedule name such as 1f1b",
+            fix="write `pp_schedule: 1f1b` under distributed.pipeline.",
+        )
+    return pp, schedule
+
+
+def _batch_shape(cfg: dict, o: Overrides, *, pp: int, micro: int, schedule: str) -> PipelineShape:
+    """The shape whose ``M`` the YAML's batch sizes give: ``local / micro``, or ``global / (dp * micro)``."""
+    gbs = o.global_batch or _int_key(
+        cfg,
+        ("step_scheduler.global_batch_size",),
+        "the global batch size in rows",
+        4096,
+        override="microbatches",
+    )
+    lbs = _int_key(
+        cfg,
+        ("step_scheduler.local_batch_size",),
+        "the per-data-parallel-rank batch",
+        128,
+        default=None,
+    )
+    dp = o.dp or _int_key(cfg, ("distributed.dp_size",), "the data-parallel size", 32, default=None)
+    if lbs is None and dp is None:
+        raise ConfigKeyError(
+            "step_scheduler.local_batch_size",
+            found="nothing (missing), and no distributed.dp_size either",
+            required="step_scheduler.local_batch_size (M = local / micro) or distributed.dp_size (M = global / (dp * micro))",
+            fix=f"add `local_batch_size: 128` under step_scheduler, or give {field('microbatches')}.",
+        )
+    if dp is None:
+        if gbs % lbs:
+            raise ConfigKeyError(
+                "step_scheduler.local_batch_size",
+                found=f"{lbs} which does not divide global_batch_size {gbs}",
+                required="global_batch_size = local_batch_size x dp x gradient-accumulation steps",
+                fix="pick a local batch that divides the global batch.",
+            )
+        dp = gbs // lbs  # display only: dp x grad-accumulation steps when dp_size is not given
+    return PipelineShape.from_batch(
+        pp=pp, global_batch=gbs, micro_batch=micro, dp=dp, local_batch=lbs, schedule=schedule
+    )
+
+
 def load_automodel_config(source: str | Path | dict, overrides: Overrides | None = None) -> Preset:
     """A :class:`Preset` from an Automodel-style YAML config (a path, or the parsed dict).
 
@@ -334,34 +449,8 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
     raise :class:`ConfigKeyError` naming the key and the fix.
     """
     o = overrides or Overrides()
-    cfg, where = _read_file(source, "YAML")
-    pp_keys = ("distributed.pp_size", "distributed.pipeline.pp_size")
-    found_pp = {k: _lookup(cfg, k) for k in pp_keys if _lookup(cfg, k) is not _MISSING}
-    if o.pp is None and len(set(map(repr, found_pp.values()))) > 1:
-        raise ConfigKeyError(
-            pp_keys[1],
-            found=", ".join(f"{k}={v!r}" for k, v in found_pp.items()),
-            required="one pipeline size",
-            fix="keep distributed.pp_size (Automodel's key) and drop the other.",
-        )
-    pp = o.pp or _int_key(cfg, pp_keys, "the pipeline-parallel size", 8, override="pp")
-    if _lookup(cfg, "distributed.pipeline.pp_schedule_csv") not in (_MISSING, None):
-        raise ConfigKeyError(
-            "distributed.pipeline.pp_schedule_csv",
-            found=repr(_lookup(cfg, "distributed.pipeline.pp_schedule_csv")),
-            required="no CSV schedule (a custom action list has no bounded in-flight depth proof)",
-            fix="use distributed.pipeline.pp_schedule: 1f1b to model a pooled pipeline.",
-        )
-    schedule = o.schedule or _lookup(cfg, "distributed.pipeline.pp_schedule")
-    if schedule is _MISSING or schedule is None:
-        schedule = "1f1b"
-    elif not isinstance(schedule, str):
-        raise ConfigKeyError(
-            "distributed.pipeline.pp_schedule",
-            found=f"{schedule!r} ({type(schedule).__name__})",
-            required="a schedule name such as 1f1b",
-            fix="write `pp_schedule: 1f1b` under distributed.pipeline.",
-        )
+    cfg, where = read_file(source, "YAML")
+    pp, schedule = _pp_and_schedule(cfg, o)
     micro = o.micro_batch or _int_key(
         cfg,
         ("distributed.pipeline.pp_microbatch_size",),
@@ -370,8 +459,8 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
         override="micro_batch",
     )
     slack_key = "distributed.pipeline.pp_recv_buffer_pool_slack"
-    slack = _lookup(cfg, slack_key)
-    if slack is _MISSING or slack is None:
+    slack = lookup(cfg, slack_key, None)
+    if slack is None:
         slack = 2
     elif isinstance(slack, bool) or not isinstance(slack, int) or slack < 0:
         raise ConfigKeyError(
@@ -383,60 +472,14 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
     if o.microbatches is not None:
         shape = PipelineShape(pp=pp, n_microbatches=o.microbatches, schedule=schedule)
     else:
-        gbs = o.global_batch or _int_key(
-            cfg,
-            ("step_scheduler.global_batch_size",),
-            "the global batch size in rows",
-            4096,
-            override="microbatches",
-        )
-        lbs = _int_key(
-            cfg,
-            ("step_scheduler.local_batch_size",),
-            "the per-data-parallel-rank batch",
-            128,
-            default=None,
-        )
-        dp = o.dp or _int_key(
-            cfg, ("distributed.dp_size",), "the data-parallel size", 32, default=None
-        )
-        if lbs is None and dp is None:
-            raise ConfigKeyError(
-                "step_scheduler.local_batch_size",
-                found="nothing (missing), and no distributed.dp_size either",
-                required="step_scheduler.local_batch_size (M = local / micro) or distributed.dp_size (M = global / (dp * micro))",
-                fix=f"add `local_batch_size: 128` under step_scheduler, or give {field('microbatches')}.",
-            )
-        if dp is None:
-            if gbs % lbs:
-                raise ConfigKeyError(
-                    "step_scheduler.local_batch_size",
-                    found=f"{lbs} which does not divide global_batch_size {gbs}",
-                    required="global_batch_size = local_batch_size x dp x gradient-accumulation steps",
-                    fix="pick a local batch that divides the global batch.",
-                )
-            dp = gbs // lbs  # display only: dp x grad-accumulation steps when dp_size is not given
-        shape = PipelineShape.from_batch(
-            pp=pp, global_batch=gbs, micro_batch=micro, dp=dp, local_batch=lbs, schedule=schedule
-        )
+        shape = _batch_shape(cfg, o, pp=pp, micro=micro, schedule=schedule)
     seq = o.seq_len or _int_key(
         cfg, ("dataset.seq_len",), "tokens per row", 2048, override="seq_len"
     )
     hidden, class_dtype, hidden_source = _resolve_hidden(cfg, o.hidden)
-    dtype_key, dtype = _first(
-        cfg, ("model.torch_dtype", "model.config.dtype", "model.config.torch_dtype")
-    )
-    dtype = o.dtype or _dtype_of(dtype) or _dtype_of(class_dtype) or "bfloat16"
-    try:
-        boundary = Boundary.hidden_state(rows=micro, seq_len=seq, hidden=hidden, dtype=str(dtype))
-    except MemoryModelError as exc:
-        raise ConfigKeyError(
-            field("dtype") if o.dtype else dtype_key,
-            found=repr(dtype),
-            required=exc.required,
-            fix=exc.fix,
-        ) from None
-    pool_on = _lookup(cfg, "distributed.pipeline.pp_recv_buffer_pool")
+    dtype_keys = ("model.torch_dtype", "model.config.dtype", "model.config.torch_dtype")
+    boundary = _hidden_boundary(cfg, dtype_keys, o, (micro, seq, hidden), fallback=class_dtype)
+    pool_on = lookup(cfg, "distributed.pipeline.pp_recv_buffer_pool")
     note = (
         ""
         if pool_on is True
@@ -477,31 +520,15 @@ def load_hf_config(source: str | Path | dict, overrides: Overrides | None = None
     ``microbatches`` or ``global_batch`` + ``micro_batch`` + ``dp`` (rows per microbatch default 1).
     """
     o = overrides or Overrides()
-    cfg, where = _read_file(source, "JSON")
+    cfg, where = read_file(source, "JSON")
     if o.hidden is not None:
         hidden, hidden_source = o.hidden, f"{field('hidden')} = {o.hidden} (overrides the file)"
     else:
         key, _ = _first(cfg, _HIDDEN_KEYS)
         hidden = _int_key(cfg, _HIDDEN_KEYS, "the model hidden size", 7168, override="hidden")
         hidden_source = f"{key} in the file"
-    shape, micro = pipeline_from_overrides(
-        o,
-        what="pipeline shape for a config.json",
-        why="a config.json describes the model, not the pipeline",
-    )
-    dtype_key, dtype = _first(cfg, _DTYPE_KEYS)
-    dtype = o.dtype or _dtype_of(dtype) or "bfloat16"
-    try:
-        boundary = Boundary.hidden_state(
-            rows=micro, seq_len=o.seq_len, hidden=hidden, dtype=str(dtype)
-        )
-    except MemoryModelError as exc:
-        raise ConfigKeyError(
-            field("dtype") if o.dtype else dtype_key,
-            found=repr(dtype),
-            required=exc.required,
-            fix=exc.fix,
-        ) from None
+    shape, micro = config_json_pipeline(o)
+    boundary = _hidden_boundary(cfg, _DTYPE_KEYS, o, (micro, o.seq_len, hidden))
     return Preset(
         name=Path(where).parent.name or Path(where).stem if where != "<dict>" else "config.json",
         title=f"{where}: pp {o.pp}, {shape.n_microbatches} microbatches, {micro} x {o.seq_len} x {hidden} "
@@ -571,6 +598,12 @@ def pipeline_from_overrides(
         pp=o.pp, global_batch=o.global_batch, micro_batch=o.micro_batch, dp=o.dp, schedule=schedule
     )
     return shape, o.micro_batch
+
+
+def config_json_pipeline(o: Overrides) -> tuple[PipelineShape, int]:
+    """:func:`pipeline_from_overrides` for a config.json, which describes the model, not the pipeline."""
+    why = "a config.json describes the model, not the pipeline"
+    return pipeline_from_overrides(o, what="pipeline shape for a config.json", why=why)
 
 
 def load_overrides(o: Overrides) -> Preset:

@@ -30,8 +30,5 @@ def positive_int(what: str, value: Any, fix: str) -> int:
 
 
 def is_positive_int(value: Any) -> bool:
-    try:
-        check_int("size", value, low=1)
-    except InputError:
-        return False
-    return True
+    """Whether ``value`` is an integer >= 1 (never a ``bool``), as :func:`positive_int` requires."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1

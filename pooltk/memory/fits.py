@@ -436,18 +436,20 @@ class Verdict:
         out += [f"  {titles.get(v, v):38} fullest {text}" for v, text in self.summary().items()]
         return out + ["  not modelled: " + "; ".join(self.not_modelled)]
 
-    def to_records(self) -> list[dict[str, Any]]:
-        """One plain dict per row, in GiB: the columns of :meth:`to_frame` (no pandas needed)."""
+    def to_records(self, unit: str = "gib") -> list[dict[str, Any]]:
+        """One plain dict per row (no pandas needed): sizes in GiB, the columns of
+        :meth:`to_frame` (``tensor_gib``), or with ``unit="bytes"`` exact, the rows of
+        :meth:`to_dict` (``tensor_bytes``)."""
+
+        def size(n_bytes: int) -> float:
+            return n_bytes / GIB if unit == "gib" else n_bytes
+
+        sizes = ("tensor", "recv", "overhead", "needed", "capacity", "margin")
         return [
             {
                 "rank": r.rank,
                 "variant": r.variant,
-                "tensor_gib": r.tensor_bytes / GIB,
-                "recv_gib": r.recv_bytes / GIB,
-                "overhead_gib": r.overhead_bytes / GIB,
-                "needed_gib": r.needed_bytes / GIB,
-                "capacity_gib": r.capacity_bytes / GIB,
-                "margin_gib": r.margin_bytes / GIB,
+                **{f"{f}_{unit}": size(getattr(r, f"{f}_bytes")) for f in sizes},
                 "fits": r.fits,
                 "verdict": r.text,
             }
@@ -462,17 +464,6 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict, in bytes."""
-        fields = ("tensor", "recv", "overhead", "needed", "capacity", "margin")
-        rows = [
-            {
-                "rank": r.rank,
-                "variant": r.variant,
-                **{f"{f}_bytes": getattr(r, f"{f}_bytes") for f in fields},
-                "fits": r.fits,
-                "verdict": r.text,
-            }
-            for r in self.rows
-        ]
         return {
             "device": dataclasses.asdict(self.device),
             "overhead": None if self.overhead is None else dataclasses.asdict(self.overhead),
@@ -481,7 +472,7 @@ class Verdict:
             "reference": None if self.reference is None else dataclasses.asdict(self.reference),
             "reference_stage": self.reference_stage,
             "base_bytes": self.base_bytes,
-            "rows": rows,
+            "rows": self.to_records("bytes"),
             "not_modelled": list(self.not_modelled),
         }
 

@@ -10,11 +10,11 @@ and for every rank the rings it keeps when its stages share them (:mod:`~pooltk.
 :data:`~pooltk.memory.ranks.RANK_VARIANTS`).
 
 The model is split by job: units and dtypes (:mod:`~pooltk.memory.units`), boundary tensors
-(:mod:`~pooltk.memory.tensors`), the pipeline shape (:mod:`~pooltk.memory.shape`), live sets
-(:mod:`~pooltk.memory.live`), rank-shared rings (:mod:`~pooltk.memory.ranks`), results
-(:mod:`~pooltk.memory.results`), sweeps
-(:mod:`~pooltk.memory.sweeps`). This module builds the model and re-exports the public names of
-the others, so ``from pooltk.memory.model import ...`` keeps working.
+(:mod:`~pooltk.memory.tensors`), the pipeline shape (:mod:`~pooltk.memory.shape`), rank-shared
+rings (:mod:`~pooltk.memory.ranks`), results (:mod:`~pooltk.memory.results`), sweeps
+(:mod:`~pooltk.memory.sweeps`). This module asks for the live sets ([Note: live-set sources]),
+builds the model and re-exports the public names of the others, so ``from pooltk.memory.model
+import ...`` keeps working.
 
 [Note: where the numbers come from]
 Every set count starts from one record per (stage, direction),
@@ -36,6 +36,13 @@ plus the one slack rule (:func:`pooltk.pool.ring.ring_size`), exactly what the p
 :func:`pooltk.analysis.plans.plan_rings`. A (stage, direction) fed by a same-rank handoff
 (the V schedules' turn) receives nothing: 0 pooled sets, while stock torch <= 2.14 still
 allocates its ``M``. Automodel's released pool pools 1F1B only, so its column is stock there.
+
+[Note: live-set sources]
+``"schedule"`` (the default) walks the schedule's own action order: nothing is assumed about the
+schedule; the walk is cached per (schedule, N, M, vpp) and costs about a second cold at N=16,
+M=256. ``"formula"`` uses the closed forms the walk reproduces (1F1B: forward ``W = min(M, N - i)``,
+grad 1; GPipe: forward ``M``, grad 1; :func:`pooltk.analysis.stage_sets.formula_live`) for sweeps
+over thousands of shapes. ``tests/memory`` checks that both sources agree on a grid of shapes.
 """
 
 from __future__ import annotations
@@ -43,12 +50,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from pooltk._validate import check_choice, check_int
-from pooltk.analysis.lifetimes import DIRECTIONS, Direction
+from pooltk._validate import InputError, check_choice, check_int
+from pooltk.analysis.catalog import ScheduleAnalysisError
+from pooltk.analysis.stage_sets import LiveSource, ReceiveSets, receive_sets
 from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError, UnpoolableScheduleError
-from pooltk.memory.live import LIVE_SOURCES, LiveSource, ReceiveSets, live_sets_for, receive_rows
-from pooltk.memory.ranks import RANK_VARIANTS, RingMemory, rank_rings_for
+from pooltk.memory.ranks import rank_rings_for
 from pooltk.memory.results import (
     VARIANT_LABELS,
     VARIANTS,
@@ -56,29 +63,18 @@ from pooltk.memory.results import (
     ExpectedBytes,
     MemoryModel,
 )
-from pooltk.memory.shape import (
-    PipelineShape,
-    microbatches_from_batch,
-    middle_stage,
-    modelled_schedule,
-)
+from pooltk.memory.shape import PipelineShape, microbatches_from_batch, middle_stage
 from pooltk.memory.tensors import Boundary, TensorSpec, harness_boundary
-from pooltk.memory.units import BYTES_PER_UNIT, DTYPE_BYTES, to_unit
+from pooltk.memory.units import DTYPE_BYTES, to_unit
 from pooltk.pool.ring import ring_size
 
 __all__ = [
-    "BYTES_PER_UNIT",
-    "DIRECTIONS",
     "DTYPE_BYTES",
     "VARIANTS",
     "VARIANT_LABELS",
     "Boundary",
-    "Direction",
-    "LIVE_SOURCES",
     "POLICIES",
-    "RANK_VARIANTS",
     "SHARINGS",
-    "RingMemory",
     "DirectionMemory",
     "ExpectedBytes",
     "MemoryModel",
@@ -96,10 +92,44 @@ __all__ = [
     "receive_rows",
     "middle_stage",
     "model_memory",
-    "modelled_schedule",
     "slack_sweep",  # noqa: F822 - from memory.sweeps, on first use (__getattr__ below)
     "to_unit",
 ]
+
+
+def receive_rows(shape: PipelineShape, source: LiveSource = "schedule") -> tuple[ReceiveSets, ...]:
+    """The :class:`~pooltk.analysis.stage_sets.ReceiveSets` of every (stage, direction) of ``shape``.
+
+    See [Note: live-set sources]. A shape torch's schedule refuses, an unknown source, or the
+    closed forms asked of a multi-stage schedule is a :class:`MemoryModelError` naming the reason.
+    """
+    try:
+        return receive_sets(
+            shape.schedule_name,
+            pp=shape.pp,
+            n_microbatches=shape.n_microbatches,
+            stages_per_rank=int(shape.stages_per_rank or 1),
+            source=source,
+        )
+    except ScheduleAnalysisError as exc:
+        raise MemoryModelError(
+            f"shape under {shape.schedule_name}",
+            found=shape.describe(),
+            required=f"a shape torch's schedule accepts ({exc})",
+            fix="change the microbatches or stages per rank as the reason says.",
+        ) from exc
+    except InputError as exc:
+        raise MemoryModelError(
+            "live_source", found=exc.found, required=exc.required, fix=exc.fix or ""
+        ) from None
+
+
+def live_sets_for(
+    shape: PipelineShape, source: LiveSource = "schedule"
+) -> tuple[tuple[int, int], ...]:
+    """Per stage ``(forward, grad)`` live sets of ``shape``: a view of :func:`receive_rows`."""
+    rows = receive_rows(shape, source)
+    return tuple((rows[2 * i].live, rows[2 * i + 1].live) for i in range(len(rows) // 2))
 
 
 def _boundaries(boundaries: Boundary | Sequence[Boundary], n_stages: int) -> tuple[Boundary, ...]:
@@ -150,33 +180,50 @@ def automodel_ring(num_stages: int, stage: int, n_microbatches: int, slack: int)
     return max(2, min(n_microbatches, max(1, num_stages - stage) + slack))
 
 
-def _sizes(
-    shape: PipelineShape, rows: Sequence[ReceiveSets], config: PoolConfig, policy: str
-) -> list[dict[str, int]]:
-    """Sets per variant of every receive record. See [Note: where the numbers come from].
+def _row(
+    shape: PipelineShape,
+    r: ReceiveSets,
+    bounds: Sequence[Boundary],
+    config: PoolConfig,
+    policy: str,
+) -> DirectionMemory:
+    """The sets per variant of one receive record. See [Note: where the numbers come from].
 
     ``tight`` is the one slack rule on the smallest safe ring (:func:`pooltk.pool.ring.ring_size`),
     exactly what the pool keeps; ``automodel`` is :func:`automodel_ring` on 1F1B and stock elsewhere
     (Automodel's pool pools 1F1B only); ``pooled`` is the one ``policy`` names. Where the pool stands
     down (GPipe) every ring column is stock.
     """
-    n, m = shape.num_stages, shape.n_microbatches
-    out = []
-    for r in rows:
-        if not shape.poolable:
-            out.append({"automodel": r.stock, "tight": r.stock, "pooled": r.stock})
-            continue
+    n, m, i = shape.num_stages, shape.n_microbatches, r.stage
+    if not shape.poolable:
+        automodel = tight = r.stock
+    else:
         tight = ring_size(r.ring_min, m, r.direction, config)
         if shape.multi_stage:
-            am = r.stock
+            automodel = r.stock
         elif r.ring_min == 0:
-            am = 0
+            automodel = 0
         else:
-            am = automodel_ring(n, r.stage, m, config.slack)
-        out.append(
-            {"automodel": am, "tight": tight, "pooled": am if policy == "automodel" else tight}
-        )
-    return out
+            automodel = automodel_ring(n, i, m, config.slack)
+    if r.direction == "forward":
+        set_bytes = bounds[i - 1].forward_bytes if i > 0 else 0
+    else:
+        set_bytes = bounds[i].grad_bytes if i < n - 1 else 0
+    return DirectionMemory(
+        stage=i,
+        direction=r.direction,
+        rank=r.rank,
+        handoff=r.handoff,
+        set_bytes=set_bytes,
+        stock_sets=r.stock,
+        automodel_sets=automodel,
+        tight_sets=tight,
+        live_sets=r.live,
+        stock_lazy_sets=r.stock_lazy,
+        # pooltk's last-stage release is part of the pool: where the pool stands down, torch keeps what it keeps.
+        lazy_released_sets=r.lazy_released if shape.poolable else r.stock_lazy,
+        pooled_sets=automodel if policy == "automodel" else tight,
+    )
 
 
 def _lifetimes(shape: PipelineShape) -> tuple[object, tuple[object, ...]]:
@@ -253,43 +300,17 @@ def model_memory(
             required="'1f1b' or a multi-stage schedule for a pooled model",
             fix="use 1f1b, or pass unpoolable='stock' (CLI: --allow-unpoolable) to see stock and live-set bytes with the pool standing down.",
         )
-    n = shape.num_stages
-    bounds = _boundaries(boundaries, n)
+    bounds = _boundaries(boundaries, shape.num_stages)
     records = receive_rows(shape, live_source)
-    rows: list[DirectionMemory] = []
-    for r, sizes in zip(records, _sizes(shape, records, config, policy)):
-        i, d = r.stage, r.direction
-        if d == "forward":
-            set_bytes = bounds[i - 1].forward_bytes if i > 0 else 0
-        else:
-            set_bytes = bounds[i].grad_bytes if i < n - 1 else 0
-        rows.append(
-            DirectionMemory(
-                stage=i,
-                direction=d,
-                rank=r.rank,
-                handoff=r.handoff,
-                set_bytes=set_bytes,
-                stock_sets=r.stock,
-                automodel_sets=sizes["automodel"],
-                tight_sets=sizes["tight"],
-                live_sets=r.live,
-                stock_lazy_sets=r.stock_lazy,
-                # pooltk's last-stage release is part of the pool: where the pool stands down, torch keeps what it keeps.
-                lazy_released_sets=r.lazy_released if shape.poolable else r.stock_lazy,
-                pooled_sets=sizes["pooled"],
-            )
-        )
-    rings = rank_rings_for(
-        shape, bounds, config, tuple(rows), _lifetimes if shape.multi_stage else None
-    )
+    rows = tuple(_row(shape, r, bounds, config, policy) for r in records)
+    rings = rank_rings_for(shape, bounds, config, rows, _lifetimes if shape.multi_stage else None)
     return MemoryModel(
         shape=shape,
         config=config,
         policy=policy,
         sharing=sharing,
         boundaries=bounds,
-        rows=tuple(rows),
+        rows=rows,
         rings=rings,
         pool_active=shape.poolable,
         live_source=live_source,

@@ -31,7 +31,7 @@ from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.ranks import RANK_VARIANTS, RingMemory
 from pooltk.memory.shape import PipelineShape
 from pooltk.memory.tensors import Boundary
-from pooltk.memory.units import BYTES_PER_UNIT, to_unit
+from pooltk.memory.units import to_unit, unit_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -250,17 +250,9 @@ class MemoryModel:
             return sum(g.live_bytes for g in self.rank_rings(rank))
         return sum(self.stage_bytes(i, variant) for i in self.rank_stages(rank))
 
-    def rank_gib(self, rank: int, variant: str = "pooled") -> float:
-        """:meth:`rank_bytes` in GiB (2**30)."""
-        return to_unit(self.rank_bytes(rank, variant), "gib")
-
     def peak_rank_bytes(self, variant: str = "pooled") -> int:
         """The largest per-rank total: what decides whether the fullest GPU fits."""
         return max(self.rank_bytes(r, variant) for r in range(self.shape.pp))
-
-    def total_rank_bytes(self, variant: str = "pooled") -> int:
-        """Sum over ranks (equals :meth:`total_bytes` for per-stage variants)."""
-        return sum(self.rank_bytes(r, variant) for r in range(self.shape.pp))
 
     def expected_bytes(self) -> dict[tuple[int, str], ExpectedBytes]:
         """``{(stage, direction): ExpectedBytes}`` for every stage and direction."""
@@ -328,8 +320,7 @@ class MemoryModel:
         (``<variant>_<unit>``), and ``saved_<unit>`` (stock - pooled)."""
         import pandas as pd
 
-        to_unit(1, unit)  # validates the unit name
-        scale = BYTES_PER_UNIT[unit]
+        scale = unit_bytes(unit)
         records = []
         for i in range(self.shape.num_stages):
             f, g = self.row(i, "forward"), self.row(i, "grad")
@@ -354,8 +345,7 @@ class MemoryModel:
         ``rings`` and ``shared_slots`` (sets of the rank-shared rings), and ``saved_<unit>`` (stock - pooled)."""
         import pandas as pd
 
-        to_unit(1, unit)
-        scale = BYTES_PER_UNIT[unit]
+        scale = unit_bytes(unit)
         records = []
         for rank in range(self.shape.pp):
             rec: dict[str, Any] = {
@@ -372,29 +362,6 @@ class MemoryModel:
             ) / scale
             records.append(rec)
         return pd.DataFrame.from_records(records)
-
-    def rings_frame(self) -> pd.DataFrame:
-        """Tidy: one row per rank-shared ring: rank, direction, stages, shared, live, size, receives,
-        set_bytes, bytes and gib."""
-        import pandas as pd
-
-        return pd.DataFrame.from_records(
-            [
-                {
-                    "rank": g.rank,
-                    "direction": g.direction,
-                    "stages": ",".join(map(str, g.stages)),
-                    "shared": g.shared,
-                    "live": g.live,
-                    "size": g.size,
-                    "receives": g.receives,
-                    "set_bytes": g.set_bytes,
-                    "bytes": g.bytes,
-                    "gib": g.bytes / 2**30,
-                }
-                for g in self.rings
-            ]
-        )
 
     def boundaries_frame(self) -> pd.DataFrame:
         """One row per boundary ``b`` (stage ``b`` -> ``b + 1``): forward and grad MiB per set and the tensors."""

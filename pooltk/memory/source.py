@@ -163,17 +163,13 @@ class Preset:
         - any change drops the published figures (no fits view borrows another run's peak) and says
           so in ``assumption``. ``None`` keeps a value; no change returns the preset itself.
         """
-        changes = {
-            k: v
-            for k, v in (
-                ("pp", pp),
-                ("microbatches", microbatches),
-                ("rows", rows),
-                ("seq_len", seq_len),
-                ("hidden", hidden),
-                ("dtype", dtype),
-            )
-            if v is not None
+        asked = {
+            "pp": pp,
+            "microbatches": microbatches,
+            "rows": rows,
+            "seq_len": seq_len,
+            "hidden": hidden,
+            "dtype": dtype,
         }
         own = {
             "pp": self.shape.pp,
@@ -182,7 +178,7 @@ class Preset:
             "hidden": self.hidden,
             **self._own_rows_and_dtype(),
         }
-        changes = {k: v for k, v in changes.items() if own.get(k, object()) != v}
+        changes = {k: v for k, v in asked.items() if v is not None and own.get(k) != v}
         if not changes:
             return self
         import dataclasses

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError
-from pooltk.memory.live import LiveSource
-from pooltk.memory.model import MemoryModel, model_memory
+from pooltk.memory.model import LiveSource, MemoryModel, model_memory
 from pooltk.memory.shape import PipelineShape
 from pooltk.memory.tensors import Boundary
 
@@ -180,7 +179,7 @@ def compare_models(
     """
     import pandas as pd
 
-    from pooltk.memory.units import BYTES_PER_UNIT, to_unit
+    from pooltk.memory.units import unit_bytes
 
     if not models:
         raise MemoryModelError(
@@ -189,7 +188,7 @@ def compare_models(
             required="at least one named MemoryModel",
             fix="pass {'label': model}.",
         )
-    to_unit(1, unit)
+    scale = unit_bytes(unit)
     labels = list(models)
     first = models[labels[0]]
     shapes = {(m.shape.pp, m.shape.num_stages) for m in models.values()}
@@ -201,7 +200,6 @@ def compare_models(
             fix="compare models of the same pipeline.",
         )
     per_rank = first.shape.multi_stage
-    scale = BYTES_PER_UNIT[unit]
     n = first.shape.pp if per_rank else first.shape.num_stages
     records = []
     for i in range(n):

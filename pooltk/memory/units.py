@@ -9,7 +9,7 @@ from __future__ import annotations
 from pooltk._validate import check_choice
 from pooltk.memory.errors import MemoryModelError
 
-__all__ = ["BYTES_PER_UNIT", "DTYPE_ALIASES", "DTYPE_BYTES", "to_unit"]
+__all__ = ["BYTES_PER_UNIT", "DTYPE_ALIASES", "DTYPE_BYTES", "to_unit", "unit_bytes"]
 
 BYTES_PER_UNIT: dict[str, int] = {
     "bytes": 1,
@@ -52,8 +52,8 @@ DTYPE_ALIASES: dict[str, str] = {
 }
 
 
-def to_unit(n_bytes: float, unit: str) -> float:
-    """``n_bytes`` expressed in ``unit`` (one of :data:`BYTES_PER_UNIT`)."""
+def unit_bytes(unit: str) -> int:
+    """Bytes in one ``unit`` (one of :data:`BYTES_PER_UNIT`)."""
     check_choice(
         "unit",
         unit,
@@ -61,4 +61,9 @@ def to_unit(n_bytes: float, unit: str) -> float:
         fix="use 'gib' (2**30 bytes) or 'gb' (1e9 bytes).",
         error=MemoryModelError,
     )
-    return n_bytes / BYTES_PER_UNIT[unit]
+    return BYTES_PER_UNIT[unit]
+
+
+def to_unit(n_bytes: float, unit: str) -> float:
+    """``n_bytes`` expressed in ``unit`` (one of :data:`BYTES_PER_UNIT`)."""
+    return n_bytes / unit_bytes(unit)

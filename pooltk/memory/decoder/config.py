@@ -26,7 +26,7 @@ attention of ``heads x head_dim``, which is what the estimate then measures.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -139,10 +139,6 @@ class DecoderConfig:
             )
         object.__setattr__(self, "dtype", dtype)
 
-    def with_layers(self, layers: int) -> DecoderConfig:
-        """The same widths with ``layers`` decoder layers (small replays, tests)."""
-        return replace(self, layers=layers)
-
     def describe(self) -> str:
         """One line: family, widths, MoE."""
         text = (
@@ -194,40 +190,110 @@ def _int(cfg: dict, *keys: str, meaning: str, example: int, default: Any = _MISS
     return value
 
 
+def _moe_config(cfg: dict, inter: int) -> MoeConfig | None:
+    """The MoE part of a config.json (``None``: no routed experts). See [Note: decoder config keys]."""
+    experts = _int(
+        cfg,
+        "num_local_experts",
+        "num_experts",
+        "n_routed_experts",
+        meaning="routed experts",
+        example=8,
+        default=0,
+    )
+    if not experts:
+        return None
+    top_k = _int(
+        cfg,
+        "num_experts_per_tok",
+        "num_experts_per_token",
+        meaning="experts per token",
+        example=2,
+    )
+    width = _int(
+        cfg,
+        "moe_intermediate_size",
+        meaning="a routed expert's FFN width",
+        example=inter,
+        default=inter,
+    )
+    n_shared = _int(
+        cfg,
+        "n_shared_experts",
+        "num_shared_experts",
+        meaning="shared experts",
+        example=1,
+        default=0,
+    )
+    shared = _int(
+        cfg,
+        "shared_expert_intermediate_size",
+        meaning="the shared expert's width",
+        example=width,
+        default=n_shared * width,
+    )
+    first = _int(
+        cfg,
+        "first_k_dense_replace",
+        "first_k_dense",
+        meaning="leading dense layers",
+        example=1,
+        default=0,
+    )
+    every = (
+        _int(cfg, "decoder_sparse_step", meaning="the MoE layer step", example=1, default=1) or 1
+    )
+    dense = tuple(_get(cfg, "mlp_only_layers", default=())[1] or ())
+    return MoeConfig(
+        experts=experts,
+        top_k=top_k,
+        intermediate=width,
+        shared_intermediate=shared,
+        first_dense=first,
+        every=every,
+        dense_layers=dense,
+    )
+
+
+def _read_json(source: str | Path | dict) -> tuple[dict, str]:
+    """``(the config, where it came from)``: the dict as is, or the file parsed."""
+    if isinstance(source, dict):
+        return source, "<dict>"
+    path = Path(source)
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise MemoryModelError(
+            "config.json",
+            found=f"{str(path)!r} ({exc.strerror or exc})",
+            required="a readable file",
+            fix="check the path.",
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise MemoryModelError(
+            "config.json",
+            found=f"{str(path)!r}: not JSON at line {exc.lineno} ({exc.msg})",
+            required="a Hugging Face config.json",
+            fix="fix the syntax at the position given.",
+        ) from None
+    where = str(path)
+    if not isinstance(cfg, dict):
+        raise MemoryModelError(
+            "config.json",
+            found=f"{where} holds a {type(cfg).__name__}",
+            required="a JSON object",
+            fix="give the model's config.json.",
+        )
+    return cfg, where
+
+
 def decoder_config(source: str | Path | dict, *, dtype: str | None = None) -> DecoderConfig:
     """A :class:`DecoderConfig` from a Hugging Face ``config.json`` (a path or the parsed dict).
 
     See [Note: decoder config keys]. Missing or mistyped keys raise :class:`MemoryModelError`
     naming the key and the fix; ``dtype`` overrides the file's ``torch_dtype``.
     """
-    if isinstance(source, dict):
-        cfg, where = source, "<dict>"
-    else:
-        path = Path(source)
-        try:
-            cfg = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise MemoryModelError(
-                "config.json",
-                found=f"{str(path)!r} ({exc.strerror or exc})",
-                required="a readable file",
-                fix="check the path.",
-            ) from None
-        except json.JSONDecodeError as exc:
-            raise MemoryModelError(
-                "config.json",
-                found=f"{str(path)!r}: not JSON at line {exc.lineno} ({exc.msg})",
-                required="a Hugging Face config.json",
-                fix="fix the syntax at the position given.",
-            ) from None
-        where = str(path)
-        if not isinstance(cfg, dict):
-            raise MemoryModelError(
-                "config.json",
-                found=f"{where} holds a {type(cfg).__name__}",
-                required="a JSON object",
-                fix="give the model's config.json.",
-            )
+    cfg, where = _read_json(source)
     family = str(_get(cfg, "model_type", default="")[1] or "")
     hidden = _int(cfg, "hidden_size", "n_embd", "d_model", meaning="the hidden size", example=4096)
     heads = _int(cfg, "num_attention_heads", "n_head", meaning="attention heads", example=32)
@@ -255,68 +321,7 @@ def decoder_config(source: str | Path | dict, *, dtype: str | None = None) -> De
         "qwen2",
         "qwen2_moe",
     )
-    experts = _int(
-        cfg,
-        "num_local_experts",
-        "num_experts",
-        "n_routed_experts",
-        meaning="routed experts",
-        example=8,
-        default=0,
-    )
-    moe = None
-    if experts:
-        top_k = _int(
-            cfg,
-            "num_experts_per_tok",
-            "num_experts_per_token",
-            meaning="experts per token",
-            example=2,
-        )
-        width = _int(
-            cfg,
-            "moe_intermediate_size",
-            meaning="a routed expert's FFN width",
-            example=inter,
-            default=inter,
-        )
-        n_shared = _int(
-            cfg,
-            "n_shared_experts",
-            "num_shared_experts",
-            meaning="shared experts",
-            example=1,
-            default=0,
-        )
-        shared = _int(
-            cfg,
-            "shared_expert_intermediate_size",
-            meaning="the shared expert's width",
-            example=width,
-            default=n_shared * width,
-        )
-        first = _int(
-            cfg,
-            "first_k_dense_replace",
-            "first_k_dense",
-            meaning="leading dense layers",
-            example=1,
-            default=0,
-        )
-        every = (
-            _int(cfg, "decoder_sparse_step", meaning="the MoE layer step", example=1, default=1)
-            or 1
-        )
-        dense = tuple(_get(cfg, "mlp_only_layers", default=())[1] or ())
-        moe = MoeConfig(
-            experts=experts,
-            top_k=top_k,
-            intermediate=width,
-            shared_intermediate=shared,
-            first_dense=first,
-            every=every,
-            dense_layers=dense,
-        )
+    moe = _moe_config(cfg, inter)
     file_dtype = _get(cfg, "torch_dtype", "dtype", default=None)[1]
     ignored = tuple(
         f"{k} ({why})"

@@ -38,7 +38,7 @@ from pooltk.memory.replay.stages import StageBuilder
 from pooltk.memory.replay.tracker import CATEGORIES, CATEGORY_LABELS
 from pooltk.memory.shape import PipelineShape
 from pooltk.memory.tensors import Boundary, TensorSpec
-from pooltk.memory.units import BYTES_PER_UNIT, to_unit
+from pooltk.memory.units import unit_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -139,7 +139,7 @@ class MemoryEstimate:
         microbatch, stage, op), ``wall_s``, and ``<category>_<unit>`` at the peak."""
         import pandas as pd
 
-        scale = _scale(unit)
+        scale = unit_bytes(unit)
         rows = []
         for r in self.replays:
             row: dict[str, Any] = {
@@ -162,7 +162,7 @@ class MemoryEstimate:
         ``<unit>`` at each (rank, variant)'s peak; categories in :data:`CATEGORIES` order."""
         import pandas as pd
 
-        scale = _scale(unit)
+        scale = unit_bytes(unit)
         return pd.DataFrame.from_records(
             [
                 {
@@ -183,7 +183,7 @@ class MemoryEstimate:
         ``stage``, ``microbatch``, ``position``, ``category``, ``<unit>``: bytes live after every action."""
         import pandas as pd
 
-        scale = _scale(unit)
+        scale = unit_bytes(unit)
         return pd.DataFrame.from_records(
             [
                 {
@@ -262,11 +262,6 @@ class MemoryEstimate:
                 for r in self.replays
             ],
         }
-
-
-def _scale(unit: str) -> int:
-    to_unit(1, unit)  # validates the unit's name
-    return BYTES_PER_UNIT[unit]
 
 
 def _replay_task(args: tuple[Any, ...]) -> RankReplay:
@@ -376,6 +371,35 @@ def _declared_inputs(
     return out
 
 
+def _variants(variants: Sequence[str], shape: PipelineShape) -> tuple[list[str], list[str]]:
+    """The variants to replay, and a note for each left out (no pooled replay where pooltk leaves
+    the schedule stock)."""
+    wanted = list(dict.fromkeys(variants))
+    bad = [v for v in wanted if v not in REPLAY_VARIANTS]
+    if bad or not wanted:
+        raise MemoryModelError(
+            "variants",
+            found=repr(bad or wanted),
+            required=f"some of {', '.join(REPLAY_VARIANTS)}",
+            fix="e.g. variants=('stock', 'pooled').",
+        )
+    if shape.poolable or not any(v in ("pooled", "live_set") for v in wanted):
+        return wanted, []
+    wanted = [v for v in wanted if v not in ("pooled", "live_set")]
+    if not wanted:
+        raise MemoryModelError(
+            "variants",
+            found="only pooled variants",
+            required=f"stock or stock_lazy under {shape.schedule_name}",
+            fix="add 'stock' to the variants.",
+        )
+    note = (
+        f"no pooled or live-set replay: {shape.schedule_name} keeps every forward buffer live until "
+        "the backwards start, so pooltk leaves it stock"
+    )
+    return wanted, [note]
+
+
 def estimate_memory(
     builder: StageBuilder,
     shape: PipelineShape,
@@ -406,29 +430,7 @@ def estimate_memory(
         )
     config = config or PoolConfig()
     training = training or Training()
-    wanted = list(dict.fromkeys(variants))
-    bad = [v for v in wanted if v not in REPLAY_VARIANTS]
-    if bad or not wanted:
-        raise MemoryModelError(
-            "variants",
-            found=repr(bad or wanted),
-            required=f"some of {', '.join(REPLAY_VARIANTS)}",
-            fix="e.g. variants=('stock', 'pooled').",
-        )
-    notes: list[str] = []
-    if not shape.poolable and any(v in ("pooled", "live_set") for v in wanted):
-        wanted = [v for v in wanted if v not in ("pooled", "live_set")]
-        notes.append(
-            f"no pooled or live-set replay: {shape.schedule_name} keeps every forward buffer live until the "
-            "backwards start, so pooltk leaves it stock"
-        )
-        if not wanted:
-            raise MemoryModelError(
-                "variants",
-                found="only pooled variants",
-                required=f"stock or stock_lazy under {shape.schedule_name}",
-                fix="add 'stock' to the variants.",
-            )
+    wanted, notes = _variants(variants, shape)
     chosen = list(range(shape.pp)) if ranks is None else list(dict.fromkeys(ranks))
     for r in chosen:
         if not (isinstance(r, int) and 0 <= r < shape.pp):

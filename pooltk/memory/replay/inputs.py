@@ -24,7 +24,7 @@ Overrides (the CLI's flags) beat every file, as in [Note: where the hidden size 
 
 from __future__ import annotations
 
-import tomllib
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,10 @@ from pooltk.config import PoolConfig
 from pooltk.memory.configs import (
     ConfigKeyError,
     Overrides,
+    config_json_pipeline,
     load_automodel_config,
-    pipeline_from_overrides,
+    lookup,
+    read_file,
 )
 from pooltk.memory.decoder.builder import decoder_builder
 from pooltk.memory.decoder.config import DecoderConfig, decoder_config
@@ -60,20 +62,6 @@ class EstimateInputs:
     """One line: the model and its micro batch."""
     sources: tuple[str, ...]
     """Where each part came from."""
-
-
-def _with_vpp(shape: PipelineShape, vpp: int | None) -> PipelineShape:
-    if vpp is None:
-        return shape
-    return PipelineShape(
-        pp=shape.pp,
-        n_microbatches=shape.n_microbatches,
-        schedule=shape.schedule,
-        stages_per_rank=vpp,
-        global_batch=shape.global_batch,
-        micro_batch=shape.micro_batch,
-        dp=shape.dp,
-    )
 
 
 def _model_from_json(
@@ -114,15 +102,6 @@ def _automodel_model(
     return decoder_config(merged, dtype=dtype), where
 
 
-def _lookup(cfg: dict, dotted: str) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 def _torchtitan(
     path: Path,
     o: Overrides,
@@ -130,22 +109,7 @@ def _torchtitan(
     dtype: str | None,
     checkpointing: bool | None,
 ) -> tuple[PipelineShape, int, int, DecoderConfig, bool, int, list[str]]:
-    try:
-        cfg = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise MemoryModelError(
-            "config file",
-            found=f"{str(path)!r} ({exc.strerror or exc})",
-            required="a readable TOML file",
-            fix="check the path.",
-        ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise MemoryModelError(
-            "config file",
-            found=f"{str(path)!r}: not valid TOML ({exc})",
-            required="a torchtitan job config",
-            fix="fix the syntax at the position given.",
-        ) from None
+    cfg, _ = read_file(path, "TOML")
     par, train = cfg.get("parallelism") or {}, cfg.get("training") or {}
 
     def need(table: dict, key: str, section: str, flag: int | None, example: int) -> int:
@@ -208,6 +172,29 @@ def _torchtitan(
     return shape, rows, seq, model, checkpointing, ep, sources
 
 
+def _builder_inputs(
+    builder: str | StageBuilder, o: Overrides, vpp: int | None, config: PoolConfig | None
+) -> EstimateInputs:
+    fn = load_builder(builder) if isinstance(builder, str) else builder
+    if o.microbatches is None or o.pp is None:
+        raise MemoryModelError(
+            "pipeline shape for a stage builder",
+            found="no --pp or no --microbatches",
+            required="--pp and --microbatches (the builder gives the stages, not the pipeline)",
+            fix="e.g. --pp 4 --microbatches 16.",
+        )
+    shape = PipelineShape(
+        pp=o.pp, n_microbatches=o.microbatches, schedule=o.schedule or "1f1b", stages_per_rank=vpp
+    )
+    return EstimateInputs(
+        builder=fn,
+        shape=shape,
+        config=config or PoolConfig(),
+        sources=(f"builder: {builder}",),
+        description=getattr(fn, "__name__", str(builder)),
+    )
+
+
 def estimate_inputs(
     source: str | Path | None = None,
     overrides: Overrides | None = None,
@@ -231,25 +218,7 @@ def estimate_inputs(
             fix="e.g. --config config.json --pp 8 --microbatches 32 --seq-len 4096, or --builder pkg.mod:build --pp 4 --microbatches 8.",
         )
     if builder is not None:
-        fn = load_builder(builder) if isinstance(builder, str) else builder
-        if o.microbatches is None or o.pp is None:
-            raise MemoryModelError(
-                "pipeline shape for a stage builder",
-                found="no --pp or no --microbatches",
-                required="--pp and --microbatches (the builder gives the stages, not the pipeline)",
-                fix="e.g. --pp 4 --microbatches 16.",
-            )
-        shape = _with_vpp(
-            PipelineShape(pp=o.pp, n_microbatches=o.microbatches, schedule=o.schedule or "1f1b"),
-            vpp,
-        )
-        return EstimateInputs(
-            builder=fn,
-            shape=shape,
-            config=config or PoolConfig(),
-            sources=(f"builder: {builder}",),
-            description=getattr(fn, "__name__", str(builder)),
-        )
+        return _builder_inputs(builder, o, vpp, config)
     path = Path(source) if source is not None else Path(model_config)  # type: ignore[arg-type]
     suffix = path.suffix.lower()
     pool = config or PoolConfig()
@@ -258,12 +227,8 @@ def estimate_inputs(
             path, o, model_config, o.dtype, checkpointing
         )
     elif suffix in (".yaml", ".yml"):
-        import yaml
-
-        preset = load_automodel_config(
-            path, o
-        )  # reads and checks the file first: its errors name the keys
-        cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+        preset = load_automodel_config(path, o)  # checks the file first: its errors name the keys
+        cfg, _ = read_file(path, "YAML")
         model, where = _automodel_model(cfg, model_config, o.dtype)
         shape = preset.shape
         rows = preset.boundary.activations[0].shape[0]
@@ -272,29 +237,26 @@ def estimate_inputs(
             (
                 v
                 for v in (
-                    _lookup(cfg, "distributed.activation_checkpointing"),
-                    _lookup(cfg, "distributed.fsdp.activation_checkpointing"),
+                    lookup(cfg, "distributed.activation_checkpointing", None),
+                    lookup(cfg, "distributed.fsdp.activation_checkpointing", None),
                 )
                 if v is not None
             ),
             False,
         )
         ckpt = bool(found) if checkpointing is None else checkpointing
-        file_ep = int(_lookup(cfg, "distributed.ep_size") or 1)
+        file_ep = int(lookup(cfg, "distributed.ep_size", None) or 1)
         pool = config or PoolConfig(slack=preset.config.slack)
         sources = [str(path), where]
     else:
         model = decoder_config(path, dtype=o.dtype)
-        shape, rows = pipeline_from_overrides(
-            o,
-            what="pipeline shape for a config.json",
-            why="a config.json describes the model, not the pipeline",
-        )
-        seq = int(o.seq_len)  # pipeline_from_overrides required it
+        shape, rows = config_json_pipeline(o)
+        seq = int(o.seq_len)  # config_json_pipeline required it
         ckpt = bool(checkpointing)
         file_ep = 1
         sources = [str(path), f"pipeline from flags: {', '.join(o.given())}"]
-    shape = _with_vpp(shape, vpp)
+    if vpp is not None:
+        shape = dataclasses.replace(shape, stages_per_rank=vpp)
     built = decoder_builder(
         model, rows=rows, seq_len=seq, checkpointing=ckpt, split=split, ep=ep or file_ep
     )

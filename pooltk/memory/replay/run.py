@@ -43,12 +43,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.distributed.pipelining import (
-    PipelineStage,
-)  # imported here, never under a tensor mode: torch makes
-from torch.distributed.pipelining.schedules import (
-    get_schedule_class,
-)  # module-level tensors at import
+
+# Imported here, never under a tensor mode: torch makes module-level tensors at import.
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.schedules import get_schedule_class
 
 import pooltk
 from pooltk.analysis.catalog import CATALOG
@@ -56,7 +54,7 @@ from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError, positive_int
 from pooltk.memory.replay import seams
 from pooltk.memory.replay.lazy import emulate_lazy
-from pooltk.memory.replay.stages import StageBuilder, checked_spec
+from pooltk.memory.replay.stages import StageBuilder, StageSpec, checked_spec
 from pooltk.memory.replay.tracker import CATEGORIES, FakeTracker, PeakPoint, RealTracker, StorageLog
 from pooltk.memory.replay.world import fake_world
 from pooltk.memory.shape import PipelineShape
@@ -78,6 +76,13 @@ REPLAY_VARIANTS: tuple[str, ...] = ("stock", "stock_lazy", "pooled", "live_set")
 
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd", "none")
 """Optimizers a replay steps: AdamW (two states per parameter), SGD without momentum (none), or no optimizer step."""
+
+_IMPL_KWARGS = {
+    "fused": {"fused": True},
+    "foreach": {"foreach": True},
+    "for-loop": {"foreach": False},
+}
+"""What each ``Training.optimizer_impl`` passes to the optimizer."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -102,7 +107,7 @@ class Training:
                 required=f"one of {', '.join(OPTIMIZERS)}",
                 fix="use 'adamw' (default).",
             )
-        if self.optimizer_impl not in ("fused", "foreach", "for-loop"):
+        if self.optimizer_impl not in _IMPL_KWARGS:
             raise MemoryModelError(
                 "Training.optimizer_impl",
                 found=repr(self.optimizer_impl),
@@ -257,9 +262,7 @@ def _optimizer(run: _Run) -> Any:
     t = run.training
     if t.optimizer == "none" or not run.params:
         return None
-    impl = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[
-        t.optimizer_impl
-    ]
+    impl = _IMPL_KWARGS[t.optimizer_impl]
     if t.optimizer == "adamw":
         return torch.optim.AdamW(run.params, lr=1e-4, **impl)
     return torch.optim.SGD(run.params, lr=1e-4, **impl)
@@ -303,7 +306,10 @@ def _pool(
     return pooltk.pooled(cfg, schedule="auto" if shape.multi_stage else "1f1b")
 
 
-def _fake_failure(exc: BaseException) -> BaseException | None:
+def _fake_failure(
+    exc: BaseException, log: StorageLog, first_stage: int, rank: int
+) -> MemoryModelError | None:
+    """The error naming the op and the stage when the fake tensors caused ``exc``, else ``None``."""
     from torch._subclasses import fake_tensor as ft
 
     kinds = (
@@ -312,12 +318,21 @@ def _fake_failure(exc: BaseException) -> BaseException | None:
         ft.DataDependentOutputException,
         ft.UnsupportedFakeTensorException,
     )
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, kinds):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, kinds):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return None
+    where = log.context
+    stage = where.stage if where.stage >= 0 else first_stage
+    op = getattr(cause, "func", None)
+    return MemoryModelError(
+        f"replay of stage {stage} (rank {rank})",
+        found=f"op {op} has no fake-tensor implementation usable here ({type(cause).__name__}) in its {where.phase}",
+        required="ops with fake (meta) kernels and outputs whose shapes do not depend on values",
+        fix="replace the op in the stage's module (e.g. a static-shape alternative), or register a fake kernel "
+        "for it with torch.library.register_fake.",
+    )
 
 
 def replay_rank(
@@ -374,19 +389,10 @@ def replay_rank(
             except MemoryModelError:
                 raise
             except Exception as exc:  # noqa: BLE001 - name the op and the stage when the fake tensors are the cause
-                cause = _fake_failure(exc)
-                if cause is None:
+                error = _fake_failure(exc, log, stages_idx[0], rank)
+                if error is None:
                     raise
-                where = log.context
-                stage = where.stage if where.stage >= 0 else stages_idx[0]
-                op = getattr(cause, "func", None)
-                raise MemoryModelError(
-                    f"replay of stage {stage} (rank {rank})",
-                    found=f"op {op} has no fake-tensor implementation usable here ({type(cause).__name__}) in its {where.phase}",
-                    required="ops with fake (meta) kernels and outputs whose shapes do not depend on values",
-                    fix="replace the op in the stage's module (e.g. a static-shape alternative), or register a fake kernel "
-                    "for it with torch.library.register_fake.",
-                ) from exc
+                raise error from exc
             finally:
                 log.measuring = False
                 run.params.clear()
@@ -398,6 +404,44 @@ def replay_rank(
     return _result(
         result, log, run, rank, stages_idx, variant, fake, training, time.perf_counter() - started
     )
+
+
+def _stage(
+    builder: StageBuilder,
+    s: int,
+    n: int,
+    device: torch.device,
+    variant: str,
+    run: _Run,
+    fake: bool,
+) -> tuple[PipelineStage, StageSpec]:
+    """Stage ``s`` built, its outputs learnt, wrapped for the replay ([Note: one rank's replay], step 2)."""
+    log = run.log
+    with _phase(log, "build", s):
+        spec = checked_spec(builder(s, n), s, n, fake=fake)
+    with _phase(log, "schedule", s), torch.no_grad():
+        example = tuple(torch.zeros(t.shape, dtype=t.dtype, device=device) for t in spec.inputs)
+        out = spec.module(*example)
+        del example
+    outs = out if isinstance(out, tuple) else (out,)
+    out_meta = tuple(
+        torch.empty(o.shape, dtype=o.dtype, device="meta").requires_grad_(o.is_floating_point())
+        for o in outs
+    )
+    del out, outs
+    in_meta = tuple(
+        torch.empty(t.shape, dtype=t.dtype, device="meta").requires_grad_(
+            s > 0 and t.is_floating_point()
+        )
+        for t in spec.inputs
+    )
+    with _phase(log, "build", s):
+        stage = PipelineStage(spec.module, s, n, device, input_args=in_meta, output_args=out_meta)
+    seams.set_static(stage)
+    if variant == "stock_lazy":
+        emulate_lazy(stage, log)
+    _wrap_compute(stage, run)
+    return stage, spec
 
 
 def _replay(
@@ -413,32 +457,7 @@ def _replay(
     device = torch.device("cpu")
     stages, names, inputs_meta, specs = [], [], [], []
     for s in stages_idx:
-        with _phase(log, "build", s):
-            spec = checked_spec(builder(s, n), s, n, fake=fake)
-        with _phase(log, "schedule", s), torch.no_grad():
-            example = tuple(torch.zeros(t.shape, dtype=t.dtype, device=device) for t in spec.inputs)
-            out = spec.module(*example)
-            del example
-        outs = out if isinstance(out, tuple) else (out,)
-        out_meta = tuple(
-            torch.empty(o.shape, dtype=o.dtype, device="meta").requires_grad_(o.is_floating_point())
-            for o in outs
-        )
-        del out, outs
-        in_meta = tuple(
-            torch.empty(t.shape, dtype=t.dtype, device="meta").requires_grad_(
-                s > 0 and t.is_floating_point()
-            )
-            for t in spec.inputs
-        )
-        with _phase(log, "build", s):
-            stage = PipelineStage(
-                spec.module, s, n, device, input_args=in_meta, output_args=out_meta
-            )
-        seams.set_static(stage)
-        if variant == "stock_lazy":
-            emulate_lazy(stage, log)
-        _wrap_compute(stage, run)
+        stage, spec = _stage(builder, s, n, device, variant, run, fake)
         stages.append(stage)
         specs.append(spec)
         names.append(spec.name)
@@ -452,23 +471,8 @@ def _replay(
     schedule = cls(stages if shape.multi_stage else stages[0], n_microbatches=m, loss_fn=loss)
     seams.skip_vote(schedule)
     with _phase(log, "inputs"):
-        args = (
-            tuple(
-                torch.zeros((m * t.shape[0], *t.shape[1:]), dtype=t.dtype, device=device)
-                for t in first.inputs
-            )
-            if first
-            else ()
-        )
-        target = (
-            torch.zeros(
-                (m * last.target.shape[0], *last.target.shape[1:]),
-                dtype=last.target.dtype,
-                device=device,
-            )
-            if last is not None
-            else None
-        )
+        args = tuple(_batch(t, m, device) for t in first.inputs) if first else ()
+        target = _batch(last.target, m, device) if last is not None else None
     run.optimizer = _optimizer(run)
     with _phase(log, "optimizer"):
         for p in run.params:
@@ -481,9 +485,8 @@ def _replay(
         with _phase(log, "setup"):
             kwargs = {"target": target} if target is not None else {}
             merged = schedule.step(*args, return_outputs=run.training.return_outputs, **kwargs)
-            log.label(
-                merged, "kept_outputs"
-            )  # the last stage's outputs merged for the caller (return_outputs)
+            # The last stage's outputs merged for the caller (return_outputs).
+            log.label(merged, "kept_outputs")
             del merged  # a trainer that asks for them uses them and lets them go
         _optimizer_step(run)
         run.marks.append((step, "optimizer", -1, -1, log.position()))
@@ -491,6 +494,11 @@ def _replay(
         run.marks.append((step, "step_end", -1, -1, log.position()))
     del schedule, stages, args, target, loss
     return tuple(names), tuple(inputs_meta)
+
+
+def _batch(one: torch.Tensor, m: int, device: torch.device) -> torch.Tensor:
+    """The step's ``m`` microbatches of ``one`` (one microbatch's tensor), stacked along rows."""
+    return torch.zeros((m * one.shape[0], *one.shape[1:]), dtype=one.dtype, device=device)
 
 
 def _result(
@@ -505,9 +513,7 @@ def _result(
     wall: float,
 ) -> RankReplay:
     names, inputs = result
-    if (
-        log.peak is None
-    ):  # nothing was allocated while measuring: the peak is what was live when it started
+    if log.peak is None:  # nothing was allocated while measuring
         raise MemoryModelError(
             "replay",
             found="no allocation during the measured steps",

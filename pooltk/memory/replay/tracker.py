@@ -33,9 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import (
-    _DISPATCH_META_HANDLERS as _META_HANDLERS,
-)  # torch's own table
+from torch._subclasses.fake_tensor import _DISPATCH_META_HANDLERS as _META_HANDLERS
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
@@ -244,16 +242,7 @@ class StorageLog:
 
     def at(self, position: int) -> dict[str, int]:
         """Bytes per category live just after ``position`` events, with the final labels."""
-        totals = dict.fromkeys(CATEGORIES, 0)
-        records = self.records
-        for e in self.events[:position]:
-            if e >= 0:
-                r = records[e]
-                totals[r.category] += r.nbytes
-            else:
-                r = records[~e]
-                totals[r.category] -= r.nbytes
-        return totals
+        return self.sweep([position])[0]
 
     def sweep(self, positions: list[int]) -> list[dict[str, int]]:
         """:meth:`at` for many ascending positions in one pass."""
@@ -272,10 +261,6 @@ class StorageLog:
             out.append(dict(totals))
         return out
 
-    def live_bytes(self) -> int:
-        """Bytes live now."""
-        return self.current
-
 
 class FakeTracker(FakeTensorMode):
     """A ``FakeTensorMode`` that logs every storage it makes (no memory is allocated)."""
@@ -286,9 +271,8 @@ class FakeTracker(FakeTensorMode):
         self.depth = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        handler = _META_HANDLERS.get(
-            func
-        )  # attribute queries (device, sizes): answered as the fake mode would, at once
+        # Attribute queries (device, sizes): answered as the fake mode would, at once, from torch's table.
+        handler = _META_HANDLERS.get(func)
         if handler is not None:
             return handler(args)
         # Only ops the program calls are logged: a fake mode re-dispatches a decomposition's inner ops to
