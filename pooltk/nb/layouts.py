@@ -33,6 +33,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+from pooltk.pool.torch_compat.layouts import EAGER_SETUP
+
 __all__ = ["FAMILIES", "ROLES", "Family", "Marker", "layout_rows", "markdown_table"]
 
 
@@ -107,8 +109,16 @@ class Family:
 
 _STAGE = "torch.distributed.pipelining.stage"
 _LAZY = "torch.distributed.pipelining._recv_buffers"
-_TRACED_FORWARD = Marker(module=_STAGE, owner="_PipelineStage", attr="_prepare_forward_infra")
 _ALLOCATE = Marker(module=_LAZY, owner="_RecvInfo", attr="allocate_buffer")
+
+
+def _made_by(family: str) -> tuple[Marker, Marker, Marker]:
+    """Where an eager family makes the buffers of the first three :data:`ROLES`: the adapter's own
+    table (``pooltk.pool.torch_compat.layouts.EAGER_SETUP``), never restated here."""
+    owners = ("PipelineStage", "_PipelineStage", "_PipelineStageBase")
+    made = zip(owners, EAGER_SETUP[family], strict=True)
+    return tuple(Marker(module=_STAGE, owner=owner, attr=attr) for owner, attr in made)
+
 
 FAMILIES: tuple[Family, ...] = (
     Family(
@@ -116,11 +126,7 @@ FAMILIES: tuple[Family, ...] = (
         torch="<= 2.11",
         releases=("2.11.0",),
         what_pooltk_does="all M sets made while the stage infers shapes; pooltk makes only K of them",
-        makes=(
-            Marker(module=_STAGE, owner="PipelineStage", attr="_prepare_forward_infra"),
-            _TRACED_FORWARD,
-            Marker(module=_STAGE, owner="_PipelineStageBase", attr="_prepare_backward_infra"),
-        ),
+        makes=_made_by("prepare-infra"),
         stage0=Marker(module=_STAGE, owner="", attr="_RootArgPlaceholder"),
         told_apart_by="_RecvInfo(input_name, source, buffer); no _setup_backward_recv_info",
         note="Automodel PR #3780 puts 'the 2.12 line in current NGC containers' here: a pre-release build "
@@ -132,11 +138,7 @@ FAMILIES: tuple[Family, ...] = (
         torch="2.12 - 2.14",
         releases=("2.12.1", "2.13.0", "2.14.1"),
         what_pooltk_does="per-direction setup methods; pooltk makes only K sets and shares them across chunks",
-        makes=(
-            Marker(module=_STAGE, owner="PipelineStage", attr="_setup_forward_recv_info"),
-            _TRACED_FORWARD,
-            Marker(module=_STAGE, owner="_PipelineStageBase", attr="_setup_backward_recv_info"),
-        ),
+        makes=_made_by("setup-recv-info"),
         stage0="_RecvInfo(..., is_root_arg=True)",
         told_apart_by="_RecvInfo(input_name, source, buffer, tensor_meta, *, is_root_arg); "
         "PipelineStage._setup_forward_recv_info",

@@ -56,17 +56,18 @@ class Found:
 
 
 _FORWARD_INFRA, _GRAD_INFRA = INFRA_METHODS
-# family -> (forward setup on PipelineStage, on _PipelineStage, grad setup on _PipelineStageBase)
-_EAGER = {
+EAGER_SETUP = {
     "setup-recv-info": ("_setup_forward_recv_info", _FORWARD_INFRA, "_setup_backward_recv_info"),
     "prepare-infra": (_FORWARD_INFRA, _FORWARD_INFRA, _GRAD_INFRA),
 }
+"""Eager family -> the methods that make its buffers: the forward ones on ``PipelineStage`` and on
+``_PipelineStage`` (the tracing frontend), the grad one on ``_PipelineStageBase``."""
 
 
 def detect() -> Found:
     """The layout of the installed torch, or why none fits. Never raises."""
     tried = []
-    for family, probe in (("lazy", _lazy), *((f, _eager) for f in _EAGER)):
+    for family, probe in (("lazy", _lazy), *((f, _eager) for f in EAGER_SETUP)):
         try:
             found = probe(family)
         except Exception as exc:  # an unknown torch must never make install raise
@@ -108,7 +109,7 @@ def _eager(family: str) -> Layout | str:
     if wrong:
         return wrong
     owners = ((manual, "forward"), (traced, "forward"), (base, "grad"))
-    needed = [(cls, name, d) for (cls, d), name in zip(owners, _EAGER[family])]
+    needed = [(cls, name, d) for (cls, d), name in zip(owners, EAGER_SETUP[family])]
     missing = [f"{cls.__name__}.{name}" for cls, name, _ in needed if name not in vars(cls)]
     if missing:
         return f"missing {', '.join(missing)}"
