@@ -145,7 +145,7 @@ def _timed(fn) -> tuple[float, float]:
 STAGES = (
     ("pooltk.logs.reader", "load", "load"),
     ("pooltk.logs.records", "to_lines", "lines"),
-    ("pooltk.logs.reader", "_first_hits", "detect"),
+    ("pooltk.logs.reader", "_earliest", "detect"),
     ("pooltk.logs.records", "read_records", "records"),
     ("pooltk.logs.records", "_usual_layout", "  layout"),
     ("pooltk.logs.records", "_read_usual", "  fast"),

@@ -423,3 +423,22 @@ def test_a_torchtitan_mfu_cut_before_its_percent_sign_is_counted_truncated(tmp_p
     path.write_text("\n".join([*lines, lines[-1].removesuffix("%")]) + "\n", encoding="utf-8")
     table = read_log_file(path)
     assert len(table.steps) == 4 and table.files[0].n_truncated == 1
+
+
+def test_the_reader_benchmarks_stages_name_functions_the_reader_has():
+    """``bench_log_reader.py --stages`` times the reader's stages by name: a renamed stage would
+    break the benchmark, not the suite, so the suite checks the names."""
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_log_reader.py"
+    spec = importlib.util.spec_from_file_location("bench_log_reader", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    missing = [
+        f"{module}.{name}"
+        for module, name, _ in bench.STAGES
+        if not callable(getattr(importlib.import_module(module), name, None))
+    ]
+    assert not missing, missing
