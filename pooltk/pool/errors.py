@@ -14,11 +14,10 @@ quotes by version where it can be read).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-import torch
+from pooltk.pool.torch_compat.tensor_counts import quoted_version
 
 OVERRUN = (
     "{where}pooltk: stage {stage} {direction} ring overrun: found slot {slot} of {ring} still "
@@ -131,17 +130,11 @@ class PoolSetupError(RuntimeError):
         super().__init__(SETUP_FAILED.format(what=what, where=where, kind=kind, cause=cause))
 
 
-def is_version_error(exc: BaseException) -> bool:
-    """True for autograd's "modified by an inplace operation" error."""
-    return isinstance(exc, RuntimeError) and "modified by an inplace operation" in str(exc)
-
-
 def name_reuse(exc: RuntimeError, *, stage: int, rings: dict, microbatch: int | None) -> Any:
     """The :class:`PoolReuseError` for autograd's ``exc`` on a stage, naming the bumped slots at the
     version autograd quotes (a slot's aliases share its version counter); every bumped slot where
     no version is quoted. None where no slot is at it: the model's own in-place write, not ours."""
-    quoted = re.search(r"is at version (\d+); expected version (\d+)", str(exc))
-    version = int(quoted.group(1)) if quoted else None
+    version = quoted_version(exc)
     cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     for direction, ring in rings.items():
         bumped = ring.bumped(version)
@@ -150,9 +143,3 @@ def name_reuse(exc: RuntimeError, *, stage: int, rings: dict, microbatch: int | 
                 stage=stage, direction=direction, slots=bumped, microbatch=microbatch, cause=cause
             )
     return None
-
-
-def bump_version(tensors: list[torch.Tensor]) -> None:
-    """Bump each tensor's version counter (see [Note: version bump])."""
-    for t in tensors:
-        torch.autograd.graph.increment_version(t)

@@ -27,6 +27,7 @@ from pooltk.pool.errors import PoolSetupError
 from pooltk.pool.torch_compat.stage_api import (
     GUARDED_STAGE_METHODS,
     custom_compute,
+    is_torch_class,
     runs_backward,
     schedule_1f1b,
     schedule_base,
@@ -81,7 +82,7 @@ def refusal(stage: object | None, schedule: object | None) -> str | None:
             "for UNSHARD/RESHARD/REDUCE_GRAD, or run this schedule unpooled"
         )
     for klass in type(stage).__mro__ if stage is not None else ():
-        if klass.__module__.startswith("torch."):
+        if is_torch_class(klass):
             break
         overridden = [m for m in GUARDED_STAGE_METHODS if m in vars(klass)]
         if overridden:

@@ -47,7 +47,7 @@ import torch
 from pooltk._validate import check_int
 from pooltk.config import PoolConfig
 from pooltk.pool import holders
-from pooltk.pool.errors import PoolOverrunError, bump_version
+from pooltk.pool.errors import PoolOverrunError
 from pooltk.pool.torch_compat import tensor_counts as tc
 from pooltk.pool.torch_compat.placeholders import real_buffer
 from pooltk.pool.torch_compat.stage_api import replace_by_identity
@@ -329,7 +329,7 @@ class Ring:
                 reused.append(slot.tensors[k])
         if reused:
             self.stats.bumps.setdefault(index, []).append((incoming[1], slot.handed_to[1]))
-            bump_version(reused)
+            tc.bump_version(reused)
 
     def _rehome(self, index: int, k: int, *, incoming: User, n_holders: int, why: str) -> None:
         """Tensor ``k`` of slot ``index`` is still held: the slot gets a new one."""

@@ -24,11 +24,12 @@ from typing import Any
 import torch
 
 from pooltk.pool import events, handoff
-from pooltk.pool.errors import PoolSetupError, is_version_error, name_reuse
+from pooltk.pool.errors import PoolSetupError, name_reuse
 from pooltk.pool.gating import Decision, decide, decide_lazy
 from pooltk.pool.release import forward_only, release_chunk
 from pooltk.pool.ring import Ring, RingUse, Slot, live_1f1b
 from pooltk.pool.torch_compat import stage_api as api
+from pooltk.pool.torch_compat import tensor_counts as tc
 from pooltk.pool.torch_compat.bind import Hooks
 from pooltk.pool.torch_compat.layouts import Layout, SetupTarget
 from pooltk.pool.torch_compat.placeholders import PlaceholderFactory, real_buffer
@@ -37,8 +38,9 @@ from pooltk.pool.torch_compat.stage_api import Call, recv_infos, recv_positions
 _ATTR = "_pooltk"
 NEW, SET_UP, RUNNING, LATE = "new", "set-up", "running", "late"
 _SET_UP_EARLY = (
-    "found it set up before pooltk.install(), so its buffers are torch's until its next setup; "
-    "fix: call pooltk.install() before the first step"
+    "found it set up before pooltk.install() (or by a stage subclass's setup that does not call "
+    "torch's), so its buffers are torch's until a setup pooltk sees; fix: call pooltk.install() "
+    "before the first step, and super() in an overriding setup"
 )
 
 
@@ -328,7 +330,7 @@ def naming_reuse(stage: Any, call: Call) -> Iterator[None]:
         yield
     except RuntimeError as exc:
         state = stage_state(stage)
-        if state is not None and is_version_error(exc):
+        if state is not None and tc.is_version_error(exc):
             named = name_reuse(
                 exc, stage=stage.stage_index, rings=state.rings, microbatch=call.chunk
             )

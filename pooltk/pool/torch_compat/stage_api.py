@@ -24,9 +24,9 @@ BACKWARD_WEIGHT = "backward_weight_one_chunk"  # a split backward's weight-gradi
 LOCAL_GRAD = "set_local_bwd_input"  # a V schedule's same-rank gradient handoff (no receive)
 RESET = "clear_runtime_states"  # the end-of-step reset
 
-# What the pool wraps: on an eager layout the hot, send ([Note: finished sends]) and handoff
-# methods; on the lazy one (torch 2.15) the release methods; on both the optional ones and the
-# handoff only where torch has them. Then the methods that make receive buffers in some family.
+# What the pool wraps (stage.runtime_names): on an eager layout the hot, send ([Note: finished
+# sends]) and handoff methods; on the lazy one (torch 2.15) the release methods alone; on both the
+# optional ones where torch has them. Then the methods that make receive buffers in some family.
 HOT_METHODS = (POST_FORWARD_RECV, POST_GRAD_RECV, FORWARD, BACKWARD, RESET)
 OPTIONAL_HOT_METHODS = (BACKWARD_WEIGHT,)
 SEND_METHODS = (POST_FORWARD_SEND,)
@@ -157,6 +157,11 @@ def custom_compute(schedule: Any) -> list[str]:
     custom = getattr(schedule, "_comp_type_to_function_map", None) or {}
     kinds = (str(getattr(kind, "value", kind)) for kind in custom)
     return sorted(kind for kind in kinds if kind in COMPUTE_ACTIONS)
+
+
+def is_torch_class(klass: type) -> bool:
+    """True for a class torch itself defines (a stage class's MRO stops being a user's there)."""
+    return klass.__module__.startswith("torch.")
 
 
 def runs_backward(schedule: Any) -> bool:
