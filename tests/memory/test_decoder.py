@@ -142,3 +142,17 @@ def test_the_committed_llama_config_is_the_model_cards():
         cfg["vocab_size"],
         cfg["tie_word_embeddings"],
     ) == (8192, 80, 64, 8, 28672, 128256, False)
+
+
+def test_a_config_file_that_is_not_a_json_object_is_named_with_its_position(tmp_path):
+    """The decoder reads config.json through the one config-file reader (pooltk.memory.configs)."""
+    broken = tmp_path / "config.json"
+    broken.write_text('{"hidden_size": 64,\n "vocab_size": }')
+    with pytest.raises(MemoryModelError, match=r"not valid JSON at line 2, column \d+"):
+        decoder_config(broken)
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    with pytest.raises(MemoryModelError, match=r"holds a list, not a mapping"):
+        decoder_config(listed)
+    with pytest.raises(MemoryModelError, match=r"missing\.json.*readable JSON file"):
+        decoder_config(tmp_path / "missing.json")

@@ -25,7 +25,6 @@ attention of ``heads x head_dim``, which is what the estimate then measures.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -255,45 +254,15 @@ def _moe_config(cfg: dict, inter: int) -> MoeConfig | None:
     )
 
 
-def _read_json(source: str | Path | dict) -> tuple[dict, str]:
-    """``(the config, where it came from)``: the dict as is, or the file parsed."""
-    if isinstance(source, dict):
-        return source, "<dict>"
-    path = Path(source)
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise MemoryModelError(
-            "config.json",
-            found=f"{str(path)!r} ({exc.strerror or exc})",
-            required="a readable file",
-            fix="check the path.",
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise MemoryModelError(
-            "config.json",
-            found=f"{str(path)!r}: not JSON at line {exc.lineno} ({exc.msg})",
-            required="a Hugging Face config.json",
-            fix="fix the syntax at the position given.",
-        ) from None
-    where = str(path)
-    if not isinstance(cfg, dict):
-        raise MemoryModelError(
-            "config.json",
-            found=f"{where} holds a {type(cfg).__name__}",
-            required="a JSON object",
-            fix="give the model's config.json.",
-        )
-    return cfg, where
-
-
 def decoder_config(source: str | Path | dict, *, dtype: str | None = None) -> DecoderConfig:
     """A :class:`DecoderConfig` from a Hugging Face ``config.json`` (a path or the parsed dict).
 
     See [Note: decoder config keys]. Missing or mistyped keys raise :class:`MemoryModelError`
     naming the key and the fix; ``dtype`` overrides the file's ``torch_dtype``.
     """
-    cfg, where = _read_json(source)
+    from pooltk.memory.configs import read_file  # the one reader of config files
+
+    cfg, where = read_file(source, "JSON")
     family = str(_get(cfg, "model_type", default="")[1] or "")
     hidden = _int(cfg, "hidden_size", "n_embd", "d_model", meaning="the hidden size", example=4096)
     heads = _int(cfg, "num_attention_heads", "n_head", meaning="attention heads", example=32)
