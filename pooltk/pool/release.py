@@ -62,6 +62,12 @@ def detached(value: Any) -> Any:
     return value
 
 
+def start_release(stage: Any, state: Any, layout: str | None) -> None:
+    """Turn the release on for a last stage with a backward (said once per stage)."""
+    state.release = True
+    say(state, "released", stage=stage.stage_index, layout=layout)
+
+
 def release_chunk(stage: Any, state: Any, chunk: int, loss: Any) -> None:
     """``chunk``'s backward is complete: its kept loss and output let go of their graph."""
     output = state.outputs.pop(chunk, None)

@@ -26,7 +26,7 @@ import torch
 from pooltk.pool import events, handoff
 from pooltk.pool.errors import PoolSetupError, name_reuse
 from pooltk.pool.gating import Decision, decide, decide_lazy
-from pooltk.pool.release import forward_only, release_chunk
+from pooltk.pool.release import forward_only, release_chunk, start_release
 from pooltk.pool.ring import Ring, RingUse, Slot, live_1f1b
 from pooltk.pool.torch_compat import stage_api as api
 from pooltk.pool.torch_compat import tensor_counts as tc
@@ -243,7 +243,7 @@ def before_forward(stage: Any, call: Call, *, install: Any) -> None:
     if another or state.phase in (NEW, SET_UP):
         _first_use(stage, install, another=another)
     elif _release_due(stage, state):
-        _start_release(stage, state, install)
+        start_release(stage, state, install.layout.name)
 
 
 def _first_use(stage: Any, install: Any, *, another: bool) -> None:
@@ -264,19 +264,12 @@ def _first_use(stage: Any, install: Any, *, another: bool) -> None:
         return
     state.phase = RUNNING
     if _release_due(stage, state):
-        _start_release(stage, state, install)
+        start_release(stage, state, install.layout.name)
 
 
 def _release_due(stage: Any, state: StageState) -> bool:
     due = state.pooled and not state.release and stage.is_last and stage.has_backward
     return due and state.install is not None and state.install.config.release
-
-
-def _start_release(stage: Any, state: StageState, install: Any) -> None:
-    """A pooled last stage lets kept graphs go from now on ([Note: releasing what the schedule
-    keeps]), said once."""
-    state.release = True
-    events.say(state, "released", stage=stage.stage_index, layout=install.layout.name)
 
 
 def _say_pooled(stage: Any, state: StageState) -> None:
