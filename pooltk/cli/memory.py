@@ -434,7 +434,7 @@ def _boundaries(args: argparse.Namespace, preset: Any, shape: Any) -> Any:
 
 def in_unit(n_bytes: float, unit: str) -> str:
     """One format for every byte cell of ``pooltk memory``'s and ``pooltk estimate``'s tables."""
-    from pooltk.memory.model import to_unit
+    from pooltk.memory.units import to_unit
 
     return f"{to_unit(n_bytes, unit):,.2f}"
 

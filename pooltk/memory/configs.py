@@ -36,12 +36,15 @@ from pooltk.memory.source import Preset
 __all__ = [
     "ConfigKeyError",
     "Overrides",
+    "config_json_pipeline",
     "field",
     "load_automodel_config",
     "load_config",
     "load_hf_config",
     "load_overrides",
+    "lookup",
     "pipeline_from_overrides",
+    "read_file",
 ]
 
 
@@ -269,8 +272,8 @@ def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
 
     See [Note: where the hidden size comes from], steps 3-5.
     """
-    target = lookup(cfg, "model.config._target_")
-    if target is _MISSING or target is None:
+    target = lookup(cfg, "model.config._target_", None)
+    if target is None:
         return None
     if not isinstance(target, str) or "." not in target:
         raise ConfigKeyError(

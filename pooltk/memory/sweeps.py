@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError
-from pooltk.memory.model import LiveSource, MemoryModel, model_memory
+from pooltk.analysis.stage_sets import LiveSource
+from pooltk.memory.model import MemoryModel, model_memory
 from pooltk.memory.shape import PipelineShape
 from pooltk.memory.tensors import Boundary
 

@@ -227,8 +227,8 @@ def estimate_inputs(
             path, o, model_config, o.dtype, checkpointing
         )
     elif suffix in (".yaml", ".yml"):
-        preset = load_automodel_config(path, o)  # checks the file first: its errors name the keys
         cfg, _ = read_file(path, "YAML")
+        preset = load_automodel_config(cfg, o)  # checks the file first: its errors name the keys
         model, where = _automodel_model(cfg, model_config, o.dtype)
         shape = preset.shape
         rows = preset.boundary.activations[0].shape[0]

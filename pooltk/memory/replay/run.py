@@ -108,10 +108,11 @@ class Training:
                 fix="use 'adamw' (default).",
             )
         if self.optimizer_impl not in _IMPL_KWARGS:
+            names = [repr(name) for name in _IMPL_KWARGS]
             raise MemoryModelError(
                 "Training.optimizer_impl",
                 found=repr(self.optimizer_impl),
-                required="'fused', 'foreach' or 'for-loop'",
+                required=f"{', '.join(names[:-1])} or {names[-1]}",
                 fix="use 'fused' (default).",
             )
 
