@@ -1,7 +1,8 @@
 """The three torch layout families as facts: which method makes each kind of receive buffer.
 
 The one home of these facts outside the adapter modules themselves (which detect a family by
-its distinguishing features, ``told_apart_by``): the mechanism notebook and docs/torch-compat.md
+its distinguishing features, ``told_apart_by``, and whose table of the methods that make buffers
+the eager families' cells read): the mechanism notebook and docs/torch-compat.md
 show them as one table, a row per kind of receive buffer (:data:`ROLES`) and a column per family
 (:func:`layout_rows`).
 
@@ -33,7 +34,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from pooltk.pool.torch_compat.layouts import EAGER_SETUP
+from pooltk.pool.torch_compat.layouts import EAGER_OWNERS, EAGER_SETUP
 
 __all__ = ["FAMILIES", "ROLES", "Family", "Marker", "layout_rows", "markdown_table"]
 
@@ -114,9 +115,9 @@ _ALLOCATE = Marker(module=_LAZY, owner="_RecvInfo", attr="allocate_buffer")
 
 def _made_by(family: str) -> tuple[Marker, Marker, Marker]:
     """Where an eager family makes the buffers of the first three :data:`ROLES`: the adapter's own
-    table (``pooltk.pool.torch_compat.layouts.EAGER_SETUP``), never restated here."""
-    owners = ("PipelineStage", "_PipelineStage", "_PipelineStageBase")
-    made = zip(owners, EAGER_SETUP[family], strict=True)
+    table (``EAGER_OWNERS`` and ``EAGER_SETUP`` of ``pooltk.pool.torch_compat.layouts``), never
+    restated here."""
+    made = zip(EAGER_OWNERS, EAGER_SETUP[family], strict=True)
     return tuple(Marker(module=_STAGE, owner=owner, attr=attr) for owner, attr in made)
 
 
@@ -192,6 +193,12 @@ def layout_rows() -> list[dict[str, str]]:
     return rows
 
 
+def _code_then_note(cell: str) -> str:
+    """A method cell in code font, the note :func:`layout_rows` may add after it left as text."""
+    method, note, rest = cell.partition(" (the same")
+    return f"`{method}`{note}{rest}"
+
+
 def markdown_table() -> str:
     """:func:`layout_rows` as a markdown table (docs/torch-compat.md holds this text)."""
     names = [f.name for f in FAMILIES]
@@ -199,6 +206,6 @@ def markdown_table() -> str:
     for row in layout_rows():
         cells = [row[n] for n in names]
         if row[""] in ROLES:  # the method in code font, a note on it after
-            cells = ["`{}`{}{}".format(*c.partition(" (the same")) for c in cells]
+            cells = [_code_then_note(c) for c in cells]
         lines.append(f"| {row['']} | " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines)

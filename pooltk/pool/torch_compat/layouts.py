@@ -60,8 +60,9 @@ EAGER_SETUP = {
     "setup-recv-info": ("_setup_forward_recv_info", _FORWARD_INFRA, "_setup_backward_recv_info"),
     "prepare-infra": (_FORWARD_INFRA, _FORWARD_INFRA, _GRAD_INFRA),
 }
-"""Eager family -> the methods that make its buffers: the forward ones on ``PipelineStage`` and on
-``_PipelineStage`` (the tracing frontend), the grad one on ``_PipelineStageBase``."""
+"""Eager family -> the methods that make its buffers, one per class of :data:`EAGER_OWNERS`."""
+EAGER_OWNERS = ("PipelineStage", "_PipelineStage", "_PipelineStageBase")
+"""The classes defining them: the manual frontend's forward, the tracing one's, the grads'."""
 
 
 def detect() -> Found:
@@ -101,8 +102,8 @@ def _lazy(family: str) -> Layout | str:
 def _eager(family: str) -> Layout | str:
     from torch.distributed.pipelining import stage as stage_mod
 
-    names = ("_PipelineStageBase", "PipelineStage", "_PipelineStage", "_RecvInfo")
-    base, manual, traced, info = (getattr(stage_mod, n, None) for n in names)
+    manual, traced, base = (getattr(stage_mod, name, None) for name in EAGER_OWNERS)
+    info = getattr(stage_mod, "_RecvInfo", None)
     if None in (base, manual, traced, info):
         return "stage classes not found"
     wrong = _wrong_recv_info(family, stage_mod, base, info)
