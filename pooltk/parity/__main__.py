@@ -1,5 +1,5 @@
 """``torchrun --nproc-per-node N -m pooltk.parity [pooltk parity flags]``: the multi-node launcher
-users already have runs the parity check (see :func:`pooltk.parity.command.torchrun_main`)."""
+users already have runs the parity check (see :mod:`pooltk.parity.command`)."""
 
 import sys
 

@@ -203,8 +203,9 @@ def _train(
         if has_last:
             rec["_digests"] += [digest(out), digest(losses)]
         _digest_kept(stages, rec["_digests"], step)
-        _step_end(stages, peak_owned, rec["rank_peak_live"])
+        _step_end(stages)
         rec["step_times_s"].append(time.perf_counter() - t0)
+        _record_peaks(stages, peak_owned, rec["rank_peak_live"])  # after the step's time
         if step == 0:
             rec["setup_alloc_bytes"] = counter.bytes
         grad_sq = sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None)
@@ -216,7 +217,8 @@ def _train(
             rec["losses"].append([float(v.detach()) for v in losses])
         if variant.eval_between_steps:
             out = schedule.eval(*args, **({"target": y, "losses": []} if has_last else {}))
-            _step_end(stages, peak_owned, rec["rank_peak_live"])
+            _step_end(stages)
+            _record_peaks(stages, peak_owned, rec["rank_peak_live"])
             if has_last:
                 outs = out if isinstance(out, tuple) else (out,)
                 rec["eval_sums"].append(float(sum(t.double().sum() for t in outs)))
@@ -273,18 +275,22 @@ def _stage_record(
     }
 
 
-def _step_end(
-    stages: list[Any], peaks: dict[int, dict[str, int]], by_direction: dict[str, int]
-) -> None:
-    """A step ended: each fuzz stage module's window moves on and its address cache clears; keep the
-    largest ``peak_owned`` each ring reached (rings are rebuilt on an eval/train switch), per stage and
-    over the rank's distinct rings."""
-    import pooltk
-
+def _step_end(stages: list[Any]) -> None:
+    """Tell each fuzz stage module a step ended (its window moves on, its address cache clears)."""
     for st in stages:
         end = getattr(st.submod, "step_end", None)
         if callable(end):
             end()
+
+
+def _record_peaks(
+    stages: list[Any], peaks: dict[int, dict[str, int]], by_direction: dict[str, int]
+) -> None:
+    """Keep the largest ``peak_owned`` each ring reached (rings are rebuilt on an eval/train
+    switch), per stage and over the rank's distinct rings."""
+    import pooltk
+
+    for st in stages:
         for d, ring in pooltk.stage_rings(st).items():
             peaks[st.stage_index][d] = max(peaks[st.stage_index].get(d, 0), ring.peak_owned)
     for d, rings in _distinct_rings(stages).items():
