@@ -65,7 +65,12 @@ _ROTATED_RE = re.compile(
     r"^(?P<base>.+?\.(?:log|txt|out|err|jsonl|stdout|stderr))\.(?P<n>\d{1,4})$"
 )
 _MARKERS = (
-    *(sep + word for word in ("training", "validation") for sep in "_-."),
+    "_training",
+    "-training",
+    ".training",
+    "_validation",
+    "-validation",
+    ".validation",
     "_summary",
     "-summary",
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+import typing
 from typing import Any
 
 from pooltk.logs.errors import LogFormatError
@@ -83,14 +84,13 @@ class RunInfo:
         cls, facts: dict[str, Any], *, source: str, lines: dict[str, int] | None = None
     ) -> RunInfo:
         """Build from a flat dict of facts (reader meta, sidecar JSON, user values)."""
-        known = {f.name for f in fields(cls)} - {"extra", "sources"}
         values: dict[str, Any] = {}
         extra: dict[str, Any] = {}
         sources: dict[str, str] = {}
         for raw_key, value in facts.items():
             key = _ALIASES.get(raw_key, raw_key)
             where = f"{source}:{lines[raw_key]}" if lines and lines.get(raw_key) else source
-            if key in known and value is not None:
+            if key in _FACTS and value is not None:
                 values[key] = _cast(key, value, where)
                 sources[key] = where
             else:
@@ -141,7 +141,7 @@ class RunInfo:
 def _cast(key: str, value: Any, where: str) -> Any:
     """``value`` as the type :class:`RunInfo` declares for ``key``."""
     declared = _TYPES[key]
-    if declared == "int | None":
+    if declared == int | None:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise ValueError(
                 f"RunInfo.{key}: found {value!r} from {where}; required an integer. "
@@ -153,13 +153,15 @@ def _cast(key: str, value: Any, where: str) -> Any:
                 f"RunInfo.{key}: found {value!r} from {where}; required a non-negative integer."
             )
         return int(number)
-    if declared == "float | None":
+    if declared == float | None:
         return float(value)
     return value
 
 
-_TYPES = {f.name: f.type for f in fields(RunInfo)}
-"""Each fact's declared type, as written (``from __future__ import annotations``)."""
+_TYPES = typing.get_type_hints(RunInfo)
+"""Each fact's declared type (resolved: ``from __future__ import annotations`` leaves text)."""
+_FACTS = frozenset(_TYPES) - {"extra", "sources"}
+"""The facts :meth:`RunInfo.from_facts` sets; the rest go to ``extra``."""
 
 
 def _from_mesh(

@@ -95,8 +95,9 @@ _STREAMS = (
     (b"\x1f\x8b", "gzip", lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)),
     (b"BZh", "bz2", bz2.BZ2Decompressor),
     (b"\xfd7zXZ\x00", "xz", lzma.LZMADecompressor),
+    (b"\x28\xb5\x2f\xfd", "zstd", None),  # read by the zstandard package (_zstd)
 )
-"""Compressions read by the standard library: magic bytes, name, a new decompressor."""
+"""Compressions by magic bytes: magic, name, a new standard-library decompressor (zstd: none)."""
 
 
 def _decompress(path: Path, data: bytes, max_bytes: int) -> tuple[bytes, str | None]:
@@ -105,13 +106,14 @@ def _decompress(path: Path, data: bytes, max_bytes: int) -> tuple[bytes, str | N
         if data.startswith(magic):
             required = "a text log, or one compressed with gzip, bzip2, xz or zstd"
             raise _fail(path, what, required, fix)
-    kind = next((k for magic, k, _ in _STREAMS if data.startswith(magic)), None)
-    if data[:4] == b"\x28\xb5\x2f\xfd":
-        kind = "zstd"
+    _, kind, new = next((s for s in _STREAMS if data.startswith(s[0])), (None, None, None))
     if kind is None:
         return data, None
     try:
-        out = _zstd(path, data, max_bytes) if kind == "zstd" else _inflate(data, kind, max_bytes)
+        if new is None:
+            out = _zstd(path, data, max_bytes)
+        else:
+            out = _inflate(data, new, max_bytes, members=kind == "gzip")
     except LogFormatError:
         raise
     except Exception as err:  # noqa: BLE001 - each library has its own error type for damaged input
@@ -126,17 +128,16 @@ def _decompress(path: Path, data: bytes, max_bytes: int) -> tuple[bytes, str | N
     return out, kind
 
 
-def _inflate(data: bytes, kind: str, max_bytes: int) -> bytes:
-    """``data`` decompressed, at most ``max_bytes + 1`` bytes (gzip: every concatenated member, as
-    ``cat a.gz b.gz`` makes)."""
-    new = next(make for _, k, make in _STREAMS if k == kind)
+def _inflate(data: bytes, new: Any, max_bytes: int, *, members: bool) -> bytes:
+    """``data`` decompressed by ``new()`` decompressors, at most ``max_bytes + 1`` bytes
+    (``members``: every concatenated member, as ``cat a.gz b.gz`` makes)."""
     out = b""
     while data and len(out) <= max_bytes:
         unpack = new()
         out += unpack.decompress(data, max_bytes + 1 - len(out))
         if len(out) <= max_bytes and not unpack.eof:
             raise EOFError("the compressed stream ends before its end marker")
-        data = unpack.unused_data if kind == "gzip" else b""
+        data = unpack.unused_data if members else b""
     return out
 
 
