@@ -243,10 +243,7 @@ def _prepare(
     None where pooltk stands down ([Note: fail-open only for unknown layouts])."""
     cfg = _config(config, fields)
     layout, reason = _layout()
-    if layout is not None and layout.per_receive:
-        release_only = "; pooltk installs the last-stage release alone"
-        reason += release_only if cfg.release else "; release=False leaves nothing to do here"
-    installed = layout is not None and not (layout.per_receive and not cfg.release)
+    installed, reason = _acts(layout, reason, cfg)
     sched = schedule_key(schedule)
     report = InstallReport.of(layout, reason, cfg, installed=installed, schedule=sched, scope=scope)
     if not installed:
@@ -278,6 +275,18 @@ def _layout() -> tuple[Layout | None, str]:
         unknown = f"found layout {layout.name!r} with stage methods pooltk does not know: "
         return None, unknown + "; ".join(problems)
     return found.layout, found.reason
+
+
+def _acts(layout: Layout | None, reason: str, config: PoolConfig) -> tuple[bool, str]:
+    """Whether pooltk acts on ``layout`` under ``config``, and why: on the lazy layout the
+    last-stage release is all there is to do."""
+    if layout is None:
+        return False, reason
+    if not layout.per_receive:
+        return True, reason
+    if config.release:
+        return True, reason + "; pooltk installs the last-stage release alone"
+    return False, reason + "; release=False leaves nothing to do here"
 
 
 def uninstall() -> bool:
@@ -380,7 +389,8 @@ def unpool_stage(stage: Any) -> bool:
 def probe() -> InstallReport:
     """What install() would do here (with the default config), without changing anything."""
     layout, reason = _layout()
-    return InstallReport.of(layout, reason, None, installed=layout is not None, scope="probe")
+    installed, reason = _acts(layout, reason, PoolConfig())
+    return InstallReport.of(layout, reason, None, installed=installed, scope="probe")
 
 
 def stage_rings(stage: Any) -> dict[str, Ring]:

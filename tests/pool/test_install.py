@@ -431,3 +431,15 @@ def test_a_shared_rings_first_re_home_of_each_stage_is_a_warning(caplog):
         for stage in (1, 3, 1):
             stage_mod._ring_said(state, "re-homed", stage=stage, incoming_stage=stage, **fields)
     assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.WARNING, logging.DEBUG]
+
+
+def test_probe_reports_what_install_would_do_on_the_lazy_layout(clean_install, monkeypatch):
+    from pooltk.pool.torch_compat.layouts import Layout
+
+    lazy = Layout(name="lazy", per_receive=True)
+    monkeypatch.setattr(install_mod, "_layout", lambda: (lazy, "torch 2.15 allocates per receive"))
+    monkeypatch.setattr(install_mod, "_bind", lambda inst, stage: None)  # nothing of torch changes
+    probed = pooltk.probe()
+    report = pooltk.install()
+    assert (probed.installed, probed.mode, probed.reason) == (True, "release", report.reason)
+    assert report.reason.endswith("installs the last-stage release alone")
