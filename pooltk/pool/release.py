@@ -79,10 +79,7 @@ def release_chunk(stage: Any, state: Any, chunk: int, loss: Any) -> None:
         else:
             schedule = state.decision.schedule_object() if state.decision is not None else None
             if not replace_by_identity(schedule_losses(schedule), loss, loss.detach()):
-                state.kept_graphs += 1
                 say(state, "kept-graph", stage=stage.stage_index, reason=_VIEW_LOSS)
-                return
-    state.released += 1
 
 
 def forward_only(stage: Any, chunk: int, cached: tuple[tuple, list] | None, output: Any) -> Any:

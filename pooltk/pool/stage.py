@@ -57,8 +57,6 @@ class StageState:
     release: bool = False  # a last stage lets kept graphs go after each backward (release.py)
     outputs: dict[int, Any] = field(default_factory=dict)  # chunk -> output, until its backward
     losses: dict[int, Any] = field(default_factory=dict)  # chunk -> split backward's loss
-    released: int = 0
-    kept_graphs: int = 0
     said: set = field(default_factory=set)  # what was said of this stage (each line once)
 
     pooled = property(lambda self: self.decision is not None and self.decision.pooled)
