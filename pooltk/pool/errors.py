@@ -104,18 +104,30 @@ class PoolReuseError(_PoolError):
 
     stage: int
     direction: str
-    slots: list  # [(slot, reused_by, previous)]
+    slots: list  # [(slot, reused_by, previous)], each user (stage, microbatch)
     microbatch: int | None
     cause: str  # autograd's first line
     rank: int | None = None
 
     def __post_init__(self) -> None:
-        self.slots = [tuple(s) for s in self.slots]
+        self.slots = [(slot, tuple(by), tuple(prev)) for slot, by, prev in self.slots]
         super().__post_init__()
 
     def message(self) -> str:
-        which = "; ".join(f"slot {s} re-used by microbatch {r} after {p}" for s, r, p in self.slots)
+        which = "; ".join(
+            f"slot {s} re-used by {self._who(by)} after {self._who(prev)}"
+            for s, by, prev in self.slots
+        )
         return REUSE.format(where=_where(self.rank), which=which, **self.to_dict())
+
+    def _who(self, user: tuple[int, int]) -> str:
+        """A user of the slot: its microbatch, and its stage where another shares the ring."""
+        stage, microbatch = user
+        return (
+            f"microbatch {microbatch}"
+            if stage == self.stage
+            else f"stage {stage} microbatch {microbatch}"
+        )
 
 
 class PoolSetupError(RuntimeError):

@@ -133,7 +133,7 @@ class _Stats:
 
     owned: int = 0
     peak_owned: int = 0
-    bumps: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # slot -> [(c, prev)]
+    bumps: dict[int, list[tuple[User, User]]] = field(default_factory=dict)  # slot -> [(by, prev)]
     rehomes: int = 0
     step_rehomes: int = 0
     rehomed_alive: int = 0  # re-homed storages someone outside the pool still holds
@@ -328,7 +328,7 @@ class Ring:
             else:
                 reused.append(slot.tensors[k])
         if reused:
-            self.stats.bumps.setdefault(index, []).append((incoming[1], slot.handed_to[1]))
+            self.stats.bumps.setdefault(index, []).append((incoming, slot.handed_to))
             tc.bump_version(reused)
 
     def _rehome(self, index: int, k: int, *, incoming: User, n_holders: int, why: str) -> None:
@@ -364,8 +364,8 @@ class Ring:
         if self.say is not None and use.held_sets >= self.stock_sets and beyond_ring:
             self.say("no-saving", check=why, **use.to_dict())
 
-    def bumped(self, version: int | None = None) -> list[tuple[int, int, int]]:
-        """(slot, reused by, previous) bumped this step; with ``version``, only slots at it."""
+    def bumped(self, version: int | None = None) -> list[tuple[int, User, User]]:
+        """(slot, reused by, previous user) bumped this step; with ``version``, only slots at it."""
         bumped = [(s, r, p) for s, pairs in sorted(self.stats.bumps.items()) for r, p in pairs]
         if version is None:
             return bumped

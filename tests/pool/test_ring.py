@@ -106,8 +106,8 @@ def test_a_reused_slot_is_bumped_so_autograd_refuses_stale_reads():
     version = ring.slots[0].tensors[0]._version
     _use(ring, infos, 1)
     assert ring.slots[0].tensors[0]._version == version + 1
-    assert ring.stats.bumps[0] == [(1, 0)] and ring.rehomes == 0
-    assert ring.bumped(None) == [(0, 1, 0)]
+    assert ring.stats.bumps[0] == [((1, 1), (1, 0))] and ring.rehomes == 0
+    assert ring.bumped(None) == [(0, (1, 1), (1, 0))]
 
 
 def test_retire_inputs_gives_torchs_kept_list_the_resting_alias_instead_of_the_chunks():
@@ -158,7 +158,22 @@ def test_a_shared_ring_gives_each_stage_the_slot_its_colouring_names_and_refuses
         ring.post((3, 1), infos3[1], training=True)
     ring.release((1, 0))
     ring.post((3, 1), infos3[1], training=True)
-    assert infos3[1][0].buffer is None and ring.stats.bumps[0] == [(1, 0)]
+    assert infos3[1][0].buffer is None and ring.stats.bumps[0] == [((3, 1), (1, 0))]
+
+
+def test_a_reuse_error_on_a_shared_ring_names_the_other_stage_that_reused_the_slot():
+    import pickle
+
+    from pooltk.pool.errors import name_reuse
+
+    ring, infos1, infos3 = _shared()
+    ring.post((1, 0), infos1[0], training=True)
+    ring.release((1, 0))
+    ring.post((3, 1), infos3[1], training=True)  # bumps slot 0: stage 1's microbatch 0 had it
+    autograd = RuntimeError("modified by an inplace operation")
+    named = name_reuse(autograd, stage=1, rings={"forward": ring}, microbatch=0)
+    assert "slot 0 re-used by stage 3 microbatch 1 after microbatch 0" in str(named)
+    assert str(pickle.loads(pickle.dumps(named))) == str(named)
 
 
 def test_a_re_homed_shared_slot_rebinds_every_stage_that_rests_on_it():
@@ -228,7 +243,9 @@ def test_a_reuse_error_names_the_ring_autograd_quotes_and_leaves_a_models_own_wr
     text = "modified by an inplace operation: [Tensor [3]] is at version {}; expected version 0"
     rings = {"forward": forward, "grad": grad}
     named = name_reuse(RuntimeError(text.format(2)), stage=1, rings=rings, microbatch=2)
-    assert (named.direction, named.slots) == ("grad", [(0, 1, 0), (0, 2, 1)])  # each overwrite
+    overwrites = [(0, (1, 1), (1, 0)), (0, (1, 2), (1, 1))]
+    assert (named.direction, named.slots) == ("grad", overwrites)
+    assert "slot 0 re-used by microbatch 2 after microbatch 1" in str(named)
     own = RuntimeError(text.format(9))  # no slot is at version 9: the model wrote in place itself
     assert name_reuse(own, stage=1, rings=rings, microbatch=2) is None
     unquoted = RuntimeError("modified by an inplace operation")
