@@ -123,11 +123,9 @@ class PoolReuseError(_PoolError):
     def _who(self, user: tuple[int, int]) -> str:
         """A user of the slot: its microbatch, and its stage where another shares the ring."""
         stage, microbatch = user
-        return (
-            f"microbatch {microbatch}"
-            if stage == self.stage
-            else f"stage {stage} microbatch {microbatch}"
-        )
+        if stage == self.stage:
+            return f"microbatch {microbatch}"
+        return f"stage {stage} microbatch {microbatch}"
 
 
 class PoolSetupError(RuntimeError):
