@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pooltk._validate import check_int
 from pooltk.analysis.programs import (
+    Event,
     Program,
     ScheduleAnalysisError,
     ScheduleShape,
@@ -145,51 +146,9 @@ def lifetimes_of(prog: Program) -> list[BufferLifetime]:
         ScheduleAnalysisError: a receive posted twice, a compute action that reads a buffer
             never posted, or a buffer never consumed or released.
     """
-    s2r = prog.stage_to_rank
-    last = prog.num_stages - 1
     out: list[BufferLifetime] = []
     for rank in sorted(prog.events):
-        post: dict[tuple[int, Direction, int], int] = {}
-        consume: dict[tuple[int, Direction, int], int] = {}
-        release: dict[tuple[int, Direction, int], int] = {}
-
-        def _fail(why: str, t: int, _rank: int = rank) -> ScheduleAnalysisError:
-            return ScheduleAnalysisError(f"{prog.schedule}: rank {_rank} step {t}: {why}")
-
-        for e in prog.events[rank]:
-            key_f = (e.stage, "forward", e.microbatch)
-            key_g = (e.stage, "grad", e.microbatch)
-            if e.kind in ("RECV_F", "RECV_B"):
-                key = (e.stage, _direction_of_recv(e.kind), e.microbatch)
-                if key in post:
-                    raise _fail(
-                        f"receive {e.kind} for stage {e.stage} microbatch {e.microbatch} posted twice",
-                        e.step,
-                    )
-                post[key] = e.step
-            elif e.kind == "F":
-                if key_f in post:
-                    consume.setdefault(key_f, e.step)
-                    if prog.forward_only:
-                        release[key_f] = e.step
-                elif e.stage != 0 and s2r.get(e.stage - 1) != rank:
-                    raise _fail(
-                        f"F for stage {e.stage} microbatch {e.microbatch} runs before its receive",
-                        e.step,
-                    )
-            elif e.kind in ("B", "I", "W"):
-                if e.kind in ("B", "I"):
-                    if key_g in post:
-                        consume.setdefault(key_g, e.step)
-                    elif e.stage != last and s2r.get(e.stage + 1) != rank:
-                        raise _fail(
-                            f"{e.kind} for stage {e.stage} microbatch {e.microbatch} runs before its gradient receive",
-                            e.step,
-                        )
-                if e.kind in ("B", "W"):  # I alone keeps both buffers held until W
-                    for key in (key_f, key_g):
-                        if key in post:
-                            release[key] = e.step
+        post, consume, release = _rank_steps(prog, rank)
         for key, p in post.items():
             stage, direction, mb = key
             if key not in consume or key not in release:
@@ -210,6 +169,57 @@ def lifetimes_of(prog: Program) -> list[BufferLifetime]:
             )
     out.sort(key=lambda b: (b.stage, DIRECTIONS.index(b.direction), b.microbatch))
     return out
+
+
+_Steps = dict[tuple[int, Direction, int], int]
+"""(stage, direction, microbatch) -> the step of one rank's action list."""
+
+
+def _rank_steps(prog: Program, rank: int) -> tuple[_Steps, _Steps, _Steps]:
+    """Where each receive buffer of ``rank`` is posted, first consumed and released."""
+    post: _Steps = {}
+    consume: _Steps = {}
+    release: _Steps = {}
+    for e in prog.events[rank]:
+        key_f = (e.stage, "forward", e.microbatch)
+        key_g = (e.stage, "grad", e.microbatch)
+        if e.kind in ("RECV_F", "RECV_B"):
+            key = (e.stage, _direction_of_recv(e.kind), e.microbatch)
+            if key in post:
+                raise _failed(prog, rank, e, f"receive {e.kind} for {_whose(e)} posted twice")
+            post[key] = e.step
+        elif e.kind == "F":
+            if key_f in post:
+                consume.setdefault(key_f, e.step)
+                if prog.forward_only:
+                    release[key_f] = e.step
+            elif not _local(prog, rank, e.stage - 1):
+                raise _failed(prog, rank, e, f"F for {_whose(e)} runs before its receive")
+        elif e.kind in ("B", "I", "W"):
+            if e.kind in ("B", "I"):
+                if key_g in post:
+                    consume.setdefault(key_g, e.step)
+                elif not _local(prog, rank, e.stage + 1):
+                    why = f"{e.kind} for {_whose(e)} runs before its gradient receive"
+                    raise _failed(prog, rank, e, why)
+            if e.kind in ("B", "W"):  # I alone keeps both buffers held until W
+                for key in (key_f, key_g):
+                    if key in post:
+                        release[key] = e.step
+    return post, consume, release
+
+
+def _local(prog: Program, rank: int, neighbour: int) -> bool:
+    """A neighbour stage outside the pipeline, or on ``rank``: nothing is received from it."""
+    return not 0 <= neighbour < prog.num_stages or prog.stage_to_rank.get(neighbour) == rank
+
+
+def _whose(e: Event) -> str:
+    return f"stage {e.stage} microbatch {e.microbatch}"
+
+
+def _failed(prog: Program, rank: int, e: Event, why: str) -> ScheduleAnalysisError:
+    return ScheduleAnalysisError(f"{prog.schedule}: rank {rank} step {e.step}: {why}")
 
 
 def _analyse(shape: ScheduleShape) -> tuple[Program, tuple[BufferLifetime, ...]]:

@@ -125,6 +125,36 @@ def test_receive_never_consumed_is_refused() -> None:
         lifetimes_of(prog)
 
 
+def _hand_made(events: tuple) -> Program:
+    return Program(
+        schedule="hand-made",
+        pp=2,
+        stages_per_rank=1,
+        n_microbatches=1,
+        forward_only=False,
+        defer_pp_recv=False,
+        stage_to_rank={0: 0, 1: 1},
+        events={0: (), 1: events},
+        source="test",
+    )
+
+
+def test_a_receive_posted_twice_is_refused_naming_the_rank_and_step() -> None:
+    twice = _hand_made((Event(0, "RECV_F", 1, 0), Event(1, "RECV_F", 1, 0)))
+    with pytest.raises(
+        ScheduleAnalysisError, match="rank 1 step 1: receive RECV_F .* posted twice"
+    ):
+        lifetimes_of(twice)
+
+
+def test_a_compute_before_its_receive_is_refused() -> None:
+    forward = _hand_made((Event(0, "F", 1, 0),))
+    with pytest.raises(ScheduleAnalysisError, match="F for stage 1 microbatch 0 runs before"):
+        lifetimes_of(forward)
+    last_is_fine = _hand_made((Event(0, "RECV_F", 1, 0), Event(1, "F", 1, 0), Event(2, "B", 1, 0)))
+    assert [b.release for b in lifetimes_of(last_is_fine)] == [2]
+
+
 def test_shapes_torch_rejects_are_refused_with_torchs_reason() -> None:
     with pytest.raises(
         ScheduleAnalysisError, match="greater than or equal to the number of stages"
