@@ -17,7 +17,7 @@ from typing import Any
 
 from pooltk.analysis.catalog import ScheduleAnalysisError, resolve_schedule
 from pooltk.analysis.lifetimes import DIRECTIONS, ScheduleShape, analyse, min_safe_ring
-from pooltk.analysis.programs import INERT_KINDS
+from pooltk.analysis.programs import rank_events
 
 __all__ = ["RingPlan", "plan_rings"]
 
@@ -37,18 +37,6 @@ class RingPlan:
     """The analysed :class:`~pooltk.analysis.programs.Program` (for rank-shared rings)."""
     spans: tuple = field(default=(), compare=False, repr=False)
     """Its receive lifetimes."""
-
-
-def _order_events(order: dict, rank: int) -> list[tuple[str, int, int]]:
-    out = []
-    for action in order.get(rank, []):
-        if action is None:
-            continue
-        for a in action.sub_actions if getattr(action, "sub_actions", None) else (action,):
-            kind = a.computation_type.value
-            if kind not in INERT_KINDS:
-                out.append((kind, a.stage_index, a.microbatch_index))
-    return out
 
 
 def plan_rings(schedule: object) -> RingPlan:
@@ -76,10 +64,8 @@ def plan_rings(schedule: object) -> RingPlan:
     order = getattr(schedule, "pipeline_order_with_comms", None)
     if isinstance(order, dict) and order:
         rank = int(getattr(schedule, "rank", 0))
-        mine = _order_events(order, rank)
-        if forward_only:
-            mine = [e for e in mine if e[0] not in ("RECV_B", "SEND_B", "B", "I", "W")]
-        if mine != [(e.kind, e.stage, e.microbatch) for e in prog.events.get(rank, ())]:
+        mine = rank_events(cls.__name__, rank, order.get(rank, []), forward_only=forward_only)
+        if _actions(mine) != _actions(prog.events.get(rank, ())):
             raise ScheduleAnalysisError(
                 f"{cls.__name__}: found an action order on rank {rank} that differs from the one torch builds for "
                 "its class and shape (a custom or loaded list?); required torch's own order to vouch for it."
@@ -104,3 +90,8 @@ def plan_rings(schedule: object) -> RingPlan:
         program=prog,
         spans=tuple(spans),
     )
+
+
+def _actions(events: tuple) -> list[tuple[str, int, int]]:
+    """What a rank does, in order, without the step positions (sub-actions share one)."""
+    return [(e.kind, e.stage, e.microbatch) for e in events]

@@ -90,7 +90,9 @@ INERT_KINDS: frozenset[str] = frozenset(
 )
 """Action kinds that neither post, consume nor release a receive buffer: FSDP unshard / reshard / gradient
 reduction, and torch 2.15's waits on sends and reductions."""
-_INERT_KINDS = INERT_KINDS
+_BACKWARD_KINDS = frozenset({"RECV_B", "SEND_B", "B", "I", "W"})
+"""What a forward-only step skips: eval()'s get_bwd_*_ops return [] and backward_one_chunk returns
+at once."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -408,71 +410,76 @@ def _check_against_torch_order(
 
 def _runtime_program(name: str, cls: type, shape: ScheduleShape, style: Style) -> Program:
     """Read ``pipeline_order_with_comms`` of a runtime schedule built on stand-in stages (``style`` resolved)."""
-    pp, stages_per_rank, n_microbatches = shape.pp, shape.stages_per_rank, shape.n_microbatches
-    forward_only, defer_pp_recv, kwargs = (
-        shape.forward_only,
-        shape.defer_pp_recv,
-        dict(shape.schedule_kwargs),
-    )
     from torch.distributed.pipelining._utils import generate_stage_to_rank_mapping
 
-    num_stages = pp * stages_per_rank
+    num_stages = shape.pp * shape.stages_per_rank
     try:
-        mapping = generate_stage_to_rank_mapping(pp, num_stages, style=style)
+        mapping = generate_stage_to_rank_mapping(shape.pp, num_stages, style=style)
     except ValueError as exc:
         raise ScheduleAnalysisError(f"{name}: {exc}") from exc
-    stages = [_StandInStage(i, num_stages, 0, pp) for i in range(num_stages) if mapping[i] == 0]
-    if defer_pp_recv:
-        params = inspect.signature(cls.__init__).parameters
-        if "defer_pp_recv" not in params:
+    stages = [
+        _StandInStage(i, num_stages, 0, shape.pp) for i in range(num_stages) if mapping[i] == 0
+    ]
+    kwargs = dict(shape.schedule_kwargs)
+    if shape.defer_pp_recv:
+        if "defer_pp_recv" not in inspect.signature(cls.__init__).parameters:
             raise ScheduleAnalysisError(
                 f"defer_pp_recv=True: {cls.__name__} on this torch does not accept it (torch 2.13+ runtime "
                 "schedules do). Fix: drop defer_pp_recv, or use torch >= 2.13."
             )
-        kwargs = {**kwargs, "defer_pp_recv": True}
-    sched = _construct(cls, stages, n_microbatches, forward_only, kwargs)
+        kwargs["defer_pp_recv"] = True
+    sched = _construct(cls, stages, shape.n_microbatches, shape.forward_only, kwargs)
     order = getattr(sched, "pipeline_order_with_comms", None)
     if not isinstance(order, dict) or not order:
         raise ScheduleAnalysisError(
             f"{name}: no pipeline_order_with_comms after construction; a runtime schedule without a lowered "
             "action list (e.g. one meant to load a CSV) cannot be analysed."
         )
-    stage_to_rank = dict(getattr(sched, "stage_index_to_group_rank", mapping))
-    events: dict[int, tuple[Event, ...]] = {}
-    for rank, actions in order.items():
-        out: list[Event] = []
-        for t, action in enumerate(actions):
-            if action is None:
-                continue
-            subs = action.sub_actions if getattr(action, "sub_actions", None) else (action,)
-            for a in subs:
-                kind = a.computation_type.value
-                if kind in _INERT_KINDS:
-                    continue
-                if kind not in EVENT_KINDS:
-                    raise ScheduleAnalysisError(
-                        f"{name}: rank {rank} step {t} has action {a!r} of kind {kind!r}, which pooltk does not "
-                        f"model (known: {', '.join(EVENT_KINDS + tuple(sorted(_INERT_KINDS)))})."
-                    )
-                if a.microbatch_index is None:
-                    raise ScheduleAnalysisError(
-                        f"{name}: rank {rank} step {t}: action {a!r} has no microbatch."
-                    )
-                if forward_only and kind in ("RECV_B", "SEND_B", "B", "I", "W"):
-                    continue  # eval(): get_bwd_*_ops return [] and backward_one_chunk returns at once
-                out.append(Event(t, kind, a.stage_index, a.microbatch_index))
-        events[rank] = tuple(out)
+    events = {
+        rank: rank_events(name, rank, actions, forward_only=shape.forward_only)
+        for rank, actions in order.items()
+    }
     return Program(
         schedule=name,
-        pp=pp,
-        stages_per_rank=stages_per_rank,
-        n_microbatches=n_microbatches,
-        forward_only=forward_only,
-        defer_pp_recv=defer_pp_recv,
-        stage_to_rank=stage_to_rank,
+        pp=shape.pp,
+        stages_per_rank=shape.stages_per_rank,
+        n_microbatches=shape.n_microbatches,
+        forward_only=shape.forward_only,
+        defer_pp_recv=shape.defer_pp_recv,
+        stage_to_rank=dict(getattr(sched, "stage_index_to_group_rank", mapping)),
         events=events,
-        source="pipeline_order_with_comms" + (" after _defer_recv_ops" if defer_pp_recv else ""),
+        source="pipeline_order_with_comms"
+        + (" after _defer_recv_ops" if shape.defer_pp_recv else ""),
     )
+
+
+def rank_events(name: str, rank: int, actions: list, *, forward_only: bool) -> tuple[Event, ...]:
+    """One rank's lowered actions as events: an overlap's sub-actions in turn, inert kinds dropped,
+    and in a forward-only step the backward's.
+
+    Raises:
+        ScheduleAnalysisError: an action of a kind pooltk does not model, or without a microbatch.
+    """
+    out: list[Event] = []
+    for t, action in enumerate(actions):
+        if action is None:
+            continue
+        for a in action.sub_actions if getattr(action, "sub_actions", None) else (action,):
+            kind = a.computation_type.value
+            if kind in INERT_KINDS:
+                continue
+            if kind not in EVENT_KINDS:
+                raise ScheduleAnalysisError(
+                    f"{name}: rank {rank} step {t} has action {a!r} of kind {kind!r}, which pooltk does not "
+                    f"model (known: {', '.join(EVENT_KINDS + tuple(sorted(INERT_KINDS)))})."
+                )
+            if a.microbatch_index is None:
+                raise ScheduleAnalysisError(
+                    f"{name}: rank {rank} step {t}: action {a!r} has no microbatch."
+                )
+            if not (forward_only and kind in _BACKWARD_KINDS):
+                out.append(Event(t, kind, a.stage_index, a.microbatch_index))
+    return tuple(out)
 
 
 def program(schedule: str | type | ScheduleShape, /, **shape: Any) -> Program:

@@ -147,12 +147,28 @@ def test_a_receive_posted_twice_is_refused_naming_the_rank_and_step() -> None:
         lifetimes_of(twice)
 
 
-def test_a_compute_before_its_receive_is_refused() -> None:
-    forward = _hand_made((Event(0, "F", 1, 0),))
-    with pytest.raises(ScheduleAnalysisError, match="F for stage 1 microbatch 0 runs before"):
-        lifetimes_of(forward)
-    last_is_fine = _hand_made((Event(0, "RECV_F", 1, 0), Event(1, "F", 1, 0), Event(2, "B", 1, 0)))
-    assert [b.release for b in lifetimes_of(last_is_fine)] == [2]
+def test_a_last_stages_backward_needs_no_gradient_receive() -> None:
+    last = _hand_made((Event(0, "RECV_F", 1, 0), Event(1, "F", 1, 0), Event(2, "B", 1, 0)))
+    assert [(b.direction, b.release) for b in lifetimes_of(last)] == [("forward", 2)]
+
+
+def test_auto_refuses_a_schedule_object_whose_action_order_was_replaced() -> None:
+    from pooltk.analysis.plans import plan_rings
+    from pooltk.analysis.programs import _StandInStage
+
+    def built():
+        stages = [_StandInStage(i, 8, 0, 4) for i in (0, 4)]  # rank 0's stages at pp4, 2 per rank
+        return torch_schedules.ScheduleInterleaved1F1B(stages, 8, loss_fn=lambda *a: None)
+
+    assert plan_rings(built()).schedule == "ScheduleInterleaved1F1B"  # torch's own order: vouched
+    edited = built()
+    order = edited.pipeline_order_with_comms[0]
+    first, second = [t for t, a in enumerate(order) if a is not None and a.microbatch_index == 0][
+        :2
+    ]
+    order[first], order[second] = order[second], order[first]
+    with pytest.raises(ScheduleAnalysisError, match="differs from the one torch builds"):
+        plan_rings(edited)
 
 
 def test_shapes_torch_rejects_are_refused_with_torchs_reason() -> None:
