@@ -125,41 +125,41 @@ def rank_rings(
     for b in spans:
         key = None if groups is None else groups.get((b.stage, b.direction))
         by_ring[(b.rank, b.direction, key)].append(b)
-    n_mb = prog.n_microbatches
-    out: list[RankRing] = []
-    for (rank, direction, _key), group in by_ring.items():
-        stages = tuple(sorted({b.stage for b in group}))
-        if len(stages) == 1:
-            k0 = min_safe_ring(group, stages[0], direction, n_mb)
-            k = size(k0, n_mb, direction)
-            slots = {(b.stage, b.microbatch): b.microbatch % k for b in group}
-            live = peak_overlap((b.post, b.release) for b in group)
-            out.append(
-                RankRing(
-                    rank=rank,
-                    direction=direction,
-                    stages=stages,
-                    live=live,
-                    receives=len(group),
-                    size=k,
-                    slots=slots,
-                    shared=False,
-                )
-            )
-            continue
-        live = peak_overlap((b.post, b.release) for b in group)
-        k = size(live, len(group), direction)
-        out.append(
-            RankRing(
-                rank=rank,
-                direction=direction,
-                stages=stages,
-                live=live,
-                receives=len(group),
-                size=k,
-                slots=colour(group, k),
-                shared=True,
-            )
-        )
+    out = [
+        _ring(rank, direction, group, size, prog.n_microbatches)
+        for (rank, direction, _key), group in by_ring.items()
+    ]
     out.sort(key=lambda r: (r.rank, DIRECTIONS.index(r.direction), r.stages))
     return out
+
+
+def _ring(
+    rank: int,
+    direction: Direction,
+    group: list[BufferLifetime],
+    size: Callable[[int, int, str], int],
+    n_microbatches: int,
+) -> RankRing:
+    """The ring ``group``'s receives share: one stage's ``c mod K`` ring sized from its smallest
+    safe ring, or several stages' ring sized from their peak overlap and coloured."""
+    stages = tuple(sorted({b.stage for b in group}))
+    live = peak_overlap((b.post, b.release) for b in group)
+    shared = len(stages) > 1
+    if shared:
+        k = size(live, len(group), direction)
+        slots = colour(group, k)
+    else:
+        k = size(
+            min_safe_ring(group, stages[0], direction, n_microbatches), n_microbatches, direction
+        )
+        slots = {(b.stage, b.microbatch): b.microbatch % k for b in group}
+    return RankRing(
+        rank=rank,
+        direction=direction,
+        stages=stages,
+        live=live,
+        receives=len(group),
+        size=k,
+        slots=slots,
+        shared=shared,
+    )
