@@ -140,28 +140,38 @@ def resolve_schedule(schedule: str | type) -> tuple[str, type]:
         ScheduleAnalysisError: unknown names, base classes, custom runtime (CSV) schedules,
             and subclasses that replace the step logic the analysis relies on.
     """
-    s = _pipelining()
-    known = _schedule_map()
     if isinstance(schedule, str):
-        keyed = {schedule_key(k): k for k in known}
-        if schedule_key(schedule) in keyed:
-            name = keyed[schedule_key(schedule)]
-            return name, known[name]
-        for base, why in _REFUSED_BASES.items():
-            if schedule_key(schedule) == schedule_key(base):
-                raise ScheduleAnalysisError(f"schedule {schedule!r} cannot be analysed: {why}.")
-        raise ScheduleAnalysisError(
-            f"schedule: found {schedule!r}; required one of {', '.join(known)} (case-insensitive). "
-            "Fix: pass a schedule name torch's get_schedule_class knows."
-        )
+        return _resolve_name(schedule)
     if not isinstance(schedule, type):
         raise ScheduleAnalysisError(
             f"schedule: found {schedule!r} ({type(schedule).__name__}); required a torch schedule name or class."
         )
-    for name, cls in known.items():
+    for name, cls in _schedule_map().items():
         if schedule is cls:
             return name, cls
-    label = schedule.__qualname__
+    return schedule.__qualname__, _analysable_class(schedule)
+
+
+def _resolve_name(schedule: str) -> tuple[str, type]:
+    """A name torch's ``get_schedule_class`` knows, in any case; a base class's is refused."""
+    known = _schedule_map()
+    keyed = {schedule_key(k): k for k in known}
+    if schedule_key(schedule) in keyed:
+        name = keyed[schedule_key(schedule)]
+        return name, known[name]
+    for base, why in _REFUSED_BASES.items():
+        if schedule_key(schedule) == schedule_key(base):
+            raise ScheduleAnalysisError(f"schedule {schedule!r} cannot be analysed: {why}.")
+    raise ScheduleAnalysisError(
+        f"schedule: found {schedule!r}; required one of {', '.join(known)} (case-insensitive). "
+        "Fix: pass a schedule name torch's get_schedule_class knows."
+    )
+
+
+def _analysable_class(schedule: type) -> type:
+    """``schedule``, a class outside the catalog: a runtime or single-stage subclass that keeps
+    torch's step; anything else is refused."""
+    s, known, label = _pipelining(), _schedule_map(), schedule.__qualname__
     for base, why in _REFUSED_BASES.items():
         base_cls = getattr(s, base, None)
         if base_cls is not None and schedule is base_cls:
@@ -173,7 +183,7 @@ def resolve_schedule(schedule: str | type) -> tuple[str, type]:
                 f"schedule {label} overrides _step_microbatches, so its receives need not follow "
                 "pipeline_order_with_comms; pooltk refuses to pool it."
             )
-        return label, schedule
+        return schedule
     for name, cls in known.items():
         if issubclass(schedule, cls) and is_single_stage(cls):
             if schedule._step_microbatches is not cls._step_microbatches:
@@ -181,7 +191,7 @@ def resolve_schedule(schedule: str | type) -> tuple[str, type]:
                     f"schedule {label} subclasses {name} but overrides _step_microbatches; "
                     "its receive order is unknown, so pooltk refuses to pool it."
                 )
-            return label, schedule
+            return schedule
     raise ScheduleAnalysisError(
         f"schedule {label} is not one pooltk can analyse: required one of {', '.join(known)}, "
         "or a _PipelineScheduleRuntime subclass that builds its order in __init__ (not loaded from CSV)."
