@@ -70,11 +70,25 @@ def plan_rings(schedule: object) -> RingPlan:
                 f"{cls.__name__}: found an action order on rank {rank} that differs from the one torch builds for "
                 "its class and shape (a custom or loaded list?); required torch's own order to vouch for it."
             )
+    safe, handoff = _stage_needs(prog, spans, forward_only)
+    return RingPlan(
+        schedule=cls.__name__,
+        n_microbatches=n_mb,
+        min_safe=safe,
+        handoff=handoff,
+        program=prog,
+        spans=tuple(spans),
+    )
+
+
+def _stage_needs(prog: Any, spans: tuple, forward_only: bool) -> tuple[dict, frozenset]:
+    """Per (stage, direction): its smallest safe ring; and which are fed by a same-rank handoff
+    (a neighbour stage on the same rank; none for gradients in a forward-only step)."""
     safe, handoff = {}, set()
     s2r = prog.stage_to_rank
     for stage in range(prog.num_stages):
         for direction in DIRECTIONS:
-            safe[(stage, direction)] = min_safe_ring(spans, stage, direction, n_mb)
+            safe[(stage, direction)] = min_safe_ring(spans, stage, direction, prog.n_microbatches)
             neighbour = stage - 1 if direction == "forward" else stage + 1
             if (
                 neighbour in s2r
@@ -82,14 +96,7 @@ def plan_rings(schedule: object) -> RingPlan:
                 and not (forward_only and direction == "grad")
             ):
                 handoff.add((stage, direction))
-    return RingPlan(
-        schedule=cls.__name__,
-        n_microbatches=n_mb,
-        min_safe=safe,
-        handoff=frozenset(handoff),
-        program=prog,
-        spans=tuple(spans),
-    )
+    return safe, frozenset(handoff)
 
 
 def _actions(events: tuple) -> list[tuple[str, int, int]]:
