@@ -93,38 +93,6 @@ def test_unknown_action_in_the_lowered_order_is_refused() -> None:
         lifetimes(WithOddAction, pp=4, n_microbatches=8, stages_per_rank=2)
 
 
-def test_compute_before_its_receive_is_refused() -> None:
-    prog = Program(
-        schedule="hand-made",
-        pp=2,
-        stages_per_rank=1,
-        n_microbatches=1,
-        forward_only=False,
-        defer_pp_recv=False,
-        stage_to_rank={0: 0, 1: 1},
-        events={0: (), 1: (Event(0, "F", 1, 0), Event(1, "RECV_F", 1, 0))},
-        source="test",
-    )
-    with pytest.raises(ScheduleAnalysisError, match="before its receive"):
-        lifetimes_of(prog)
-
-
-def test_receive_never_consumed_is_refused() -> None:
-    prog = Program(
-        schedule="hand-made",
-        pp=2,
-        stages_per_rank=1,
-        n_microbatches=1,
-        forward_only=False,
-        defer_pp_recv=False,
-        stage_to_rank={0: 0, 1: 1},
-        events={0: (), 1: (Event(0, "RECV_F", 1, 0),)},
-        source="test",
-    )
-    with pytest.raises(ScheduleAnalysisError, match="never consumed"):
-        lifetimes_of(prog)
-
-
 def _hand_made(events: tuple) -> Program:
     return Program(
         schedule="hand-made",
@@ -137,6 +105,18 @@ def _hand_made(events: tuple) -> Program:
         events={0: (), 1: events},
         source="test",
     )
+
+
+def test_compute_before_its_receive_is_refused() -> None:
+    prog = _hand_made((Event(0, "F", 1, 0), Event(1, "RECV_F", 1, 0)))
+    with pytest.raises(ScheduleAnalysisError, match="before its receive"):
+        lifetimes_of(prog)
+
+
+def test_receive_never_consumed_is_refused() -> None:
+    prog = _hand_made((Event(0, "RECV_F", 1, 0),))
+    with pytest.raises(ScheduleAnalysisError, match="never consumed"):
+        lifetimes_of(prog)
 
 
 def test_a_receive_posted_twice_is_refused_naming_the_rank_and_step() -> None:
