@@ -35,73 +35,95 @@ def _sets_cell(label: str, recv: dict[str, dict[str, int]]) -> str:
 
 def format_report(report: ParityReport) -> str:
     """The parity report as the text table ``pooltk parity`` prints."""
-    lines: list[str] = []
     w = max([34] + [len(v.name) + 1 for v in report.variants])
-    lines.append(
-        f"parity pp{report.spec.pp} x {report.spec.microbatches} microbatches x {report.spec.steps} steps "
-        f"(boundary tensor {_fmt_bytes(report.boundary_bytes)} per microbatch), wall {report.wall_s:.1f} s"
-    )
-    lines.append(
-        f"{'variant':{w}} {'bitwise':>8} {'max|dparam|':>12} {'max|dloss|':>11} {'step ms':>8}"
-    )
+    lines = _verdict_lines(report, w) + _buffer_lines(report, w) + _usage_lines(report, w)
+    lines += _notes(report)
+    lines.append(f"\nbitwise_equal: {report.bitwise_equal}")
+    return "\n".join(lines)
+
+
+def _verdict_lines(report: ParityReport, w: int) -> list[str]:
+    """The shape, then one row per variant: bitwise, max differences, step time."""
+    spec = report.spec
+    lines = [
+        f"parity pp{spec.pp} x {spec.microbatches} microbatches x {spec.steps} steps "
+        f"(boundary tensor {_fmt_bytes(report.boundary_bytes)} per microbatch), wall {report.wall_s:.1f} s",
+        f"{'variant':{w}} {'bitwise':>8} {'max|dparam|':>12} {'max|dloss|':>11} {'step ms':>8}",
+    ]
     for v in report.variants:
         bw = "ref" if v.reference is None else ("yes" if v.bitwise_equal else "NO")
         dp = "" if v.params_max_abs_diff is None else f"{v.params_max_abs_diff:.3g}"
         dl = "" if v.losses_max_abs_diff is None else f"{v.losses_max_abs_diff:.3g}"
         lines.append(f"{v.name:{w}} {bw:>8} {dp:>12} {dl:>11} {v.median_step_time_s * 1e3:8.1f}")
-    lines.append("\nreceive buffers per stage (sets fwd+grad, bytes):")
+    return lines
+
+
+def _buffer_lines(report: ParityReport, w: int) -> list[str]:
+    """Receive storages per stage, and per rank where a rank runs several stages (each storage
+    once: a rank-shared ring's slots too)."""
+    lines = ["\nreceive buffers per stage (sets fwd+grad, bytes):"]
     for v in report.variants:
         cells = [_sets_cell(f"s{s}", v.recv[s]) for s in sorted(v.recv)]
         lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
     multi = [v for v in report.variants if v.rank_recv and len(v.recv) > len(v.rank_recv)]
-    if multi:  # several stages per rank: what the rank holds, each storage once (a rank-shared ring's slots too)
+    if multi:
         lines.append(
             "\nreceive buffers per rank (distinct storages over the rank's stages, sets fwd+grad, bytes):"
         )
         for v in multi:
             cells = [_sets_cell(f"r{r}", v.rank_recv[r]) for r in sorted(v.rank_recv)]
             lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
-    # what each ring held at once in the last step, beside stock and the schedule's live set
+    return lines
+
+
+def _usage_lines(report: ParityReport, w: int) -> list[str]:
+    """What each ring held at once in the last step, beside stock and the live set; a WARNING
+    where a ring saved nothing."""
     used = [v for v in report.variants if any(v.usage.values())]
-    if used:
-        lines.append(
-            "\nsets held at once in the last step (pooled rings; fwd / grad: held of stock, live set + slack):"
+    if not used:
+        return []
+    lines = [
+        "\nsets held at once in the last step (pooled rings; fwd / grad: held of stock, live set + slack):"
+    ]
+    for v in used:
+        cells = [f"s{s} " + _usage_cell(v.usage[s]) for s in sorted(v.usage)]
+        lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
+        for s in sorted(v.usage):
+            for u in v.usage[s]:
+                if u["held_sets"] >= u["stock"] and u["ring"] < u["stock"]:
+                    lines.append(
+                        f"  WARNING {v.name} stage {s} {u['direction']}: the ring saved nothing "
+                        f"({u['held_sets']} sets held, stock {u['stock']}; {u['rehomes']} re-homes); "
+                        "the pooltk log names the holder and the fix"
+                    )
+    return lines
+
+
+def _usage_cell(rows: list[dict]) -> str:
+    """``held/stock (live L, ring K)`` forward ; grad, ``-`` for a direction without a ring."""
+    by = {u["direction"]: u for u in rows}
+    parts = []
+    for u in (by.get("forward"), by.get("grad")):
+        parts.append(
+            f"{u['held_sets']}/{u['stock']} (live {u['live']}, ring {u['ring']})" if u else "-"
         )
-        for v in used:
-            cells = []
-            for s in sorted(v.usage):
-                by = {u["direction"]: u for u in v.usage[s]}
-                parts = [
-                    f"{u['held_sets']}/{u['stock']} (live {u['live']}, ring {u['ring']})"
-                    if u
-                    else "-"
-                    for u in (by.get("forward"), by.get("grad"))
-                ]
-                cells.append(f"s{s} " + " ; ".join(parts))
-            lines.append(f"  {v.name:{w - 2}} " + " | ".join(cells))
-            for s in sorted(v.usage):
-                for u in v.usage[s]:
-                    if u["held_sets"] >= u["stock"] and u["ring"] < u["stock"]:
-                        lines.append(
-                            f"  WARNING {v.name} stage {s} {u['direction']}: the ring saved nothing "
-                            f"({u['held_sets']} sets held, stock {u['stock']}; {u['rehomes']} re-homes); "
-                            "the pooltk log names the holder and the fix"
-                        )
+    return " ; ".join(parts)
+
+
+def _notes(report: ParityReport) -> list[str]:
+    """A pooled variant that held no ring (and why); what the fresh variant compares."""
+    lines = []
     for v in report.variants:
         if v.pooled and all(not r for r in v.rings.values()):
-            why = (
-                next((g for g in v.gate.values() if g), None)
-                or "install() did not pool on this torch (run `pooltk probe` for why)"
-            )
+            why = next((g for g in v.gate.values() if g), None)
+            why = why or "install() did not pool on this torch (run `pooltk probe` for why)"
             lines.append(f"note: {v.name} held no ring on any stage (ran stock): {why}")
-    fresh = [v.name for v in report.variants if not v.pooled and v.reference is not None]
-    if fresh:
+    if any(not v.pooled and v.reference is not None for v in report.variants):
         lines.append(
             "note: fresh/... is stock torch with a new buffer per receive (torch 2.15's semantics); its "
             "'bitwise' column compares it with stock (NO: stock's numbers depend on its buffer reuse)"
         )
-    lines.append(f"\nbitwise_equal: {report.bitwise_equal}")
-    return "\n".join(lines)
+    return lines
 
 
 # ---------------------------------------------------------------------------------------
