@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Any
 
 __all__ = [
     "FIELDS",
@@ -308,13 +309,9 @@ def group_threads_left() -> list[str]:
 
 
 def torchrun_main(argv: list[str] | None = None) -> int:
-    import torch
     import torch.distributed as dist
 
     _import_before_group()
-    from pooltk.parity import format_report, gather_report
-    from pooltk.parity.worker import run_in_group
-
     if "RANK" not in os.environ:
         print(
             "pooltk.parity: RANK is not set; run under torchrun (torchrun --nproc-per-node N -m pooltk.parity), "
@@ -322,14 +319,8 @@ def torchrun_main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    parser = argparse.ArgumentParser(prog="python -m pooltk.parity")
-    register(parser)
-    args = parser.parse_args(argv)
-    if "--pp" not in (argv if argv is not None else sys.argv[1:]):
-        args.pp = int(os.environ["WORLD_SIZE"])
     try:
-        check_args(args)
-        spec = spec_from_args(args)
+        args, spec = _torchrun_spec(argv)
     except ValueError as exc:
         from pooltk._validate import InputError, problem
 
@@ -340,7 +331,42 @@ def torchrun_main(argv: list[str] | None = None) -> int:
         )
         print(f"python -m pooltk.parity: {text}", file=sys.stderr)
         return 2
+    status = _run_in_torchrun_group(spec, as_json=args.json)
+    dist.destroy_process_group()
+    left = group_threads_left()
+    if left:
+        print(
+            f"pooltk.parity: rank {int(os.environ['RANK'])}: gloo threads {left} outlived "
+            "destroy_process_group(): something still holds the process group (a torch module "
+            "imported after init_process_group, or a kept work object), and the rank may abort at "
+            "exit. Fix: see [Note: a rank's clean exit] in pooltk/parity/command.py.",
+            file=sys.stderr,
+        )
+    return status
+
+
+def _torchrun_spec(argv: list[str] | None) -> tuple[argparse.Namespace, Any]:
+    """The flags and the spec; ``--pp`` defaults to torchrun's world size."""
+    parser = argparse.ArgumentParser(prog="python -m pooltk.parity")
+    register(parser)
+    args = parser.parse_args(argv)
+    if "--pp" not in (argv if argv is not None else sys.argv[1:]):
+        args.pp = int(os.environ["WORLD_SIZE"])
+    check_args(args)
+    return args, spec_from_args(args)
+
+
+def _run_in_torchrun_group(spec: Any, *, as_json: bool) -> int:
+    """Join torchrun's group (NCCL on GPUs, else gloo), run this rank, and on rank 0 print the
+    report; every rank returns 0 only if it is bitwise equal. What held the group is gone on
+    return (the caller destroys it)."""
     import time
+
+    import torch
+    import torch.distributed as dist
+
+    from pooltk.parity import format_report, gather_report
+    from pooltk.parity.worker import run_in_group
 
     t0 = time.perf_counter()
     use_cuda = torch.cuda.is_available()
@@ -356,22 +382,7 @@ def torchrun_main(argv: list[str] | None = None) -> int:
     ok = torch.tensor([1], device=device)
     if rank == 0:
         report = gather_report(spec, gathered, wall_s=time.perf_counter() - t0)
-        if args.json:
-            print(json.dumps(report.to_dict(), indent=2))
-        else:
-            print(format_report(report))
+        print(json.dumps(report.to_dict(), indent=2) if as_json else format_report(report))
         ok[0] = int(report.bitwise_equal)
     dist.broadcast(ok, src=0)
-    status = 0 if int(ok[0]) else 1
-    del records, gathered, ok
-    dist.destroy_process_group()
-    left = group_threads_left()
-    if left:
-        print(
-            f"pooltk.parity: rank {rank}: gloo threads {left} outlived destroy_process_group(): something still "
-            "holds the process group (a torch module imported after init_process_group, or a kept work "
-            "object), and the rank may abort at exit. Fix: see [Note: a rank's clean exit] in "
-            "pooltk/parity/command.py.",
-            file=sys.stderr,
-        )
-    return status
+    return 0 if int(ok[0]) else 1
