@@ -181,8 +181,14 @@ def check_args(args: argparse.Namespace) -> None:
             required="a number of seconds > 0",
             fix="--timeout 120 (the default) or more for big shapes.",
         )
+    _check_schedule(args)
+
+
+def _check_schedule(args: argparse.Namespace) -> None:
+    """``--schedule`` names a torch schedule, and ``--vpp`` suits it."""
     from torch.distributed.pipelining.schedules import get_schedule_class
 
+    from pooltk._validate import InputError
     from pooltk.analysis.catalog import CATALOG
 
     try:
