@@ -325,8 +325,6 @@ def check_schedules(
     schedules (DualPipeV needs M >= stages), so M is N, 2N, 4N for those and 2N, 4N, 8N
     for 1F1B and GPipe. A shape torch rejects for a schedule is recorded in ``skipped``.
     """
-    from pooltk.analysis.lifetimes import lifetimes, live_sets, min_safe_ring
-
     shapes, skipped = planned_shapes(pps, factors, schedules)
     result = ScheduleCheck(skipped=skipped, shapes=shapes)
     for pp in pps:
@@ -348,37 +346,9 @@ def check_schedules(
                 )
             )
             for name in names:
-                stock, meas, tight = (
-                    report.variant(f"{name}/{k}") for k in ("stock", "measure", "tight0")
-                )
-                vpp = STAGES_PER_RANK[name]
-                spans = lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=vpp)
-                live = live_sets(name, pp=pp, n_microbatches=m, stages_per_rank=vpp)
-                for stage in sorted(stock.recv):
-                    for d in DIRECTIONS:
-                        analysed = min_safe_ring(spans, stage, d, m)
-                        peak = meas.peak_live.get(stage, {}).get(d, 0)
-                        result.rows.append(
-                            {
-                                "schedule": name,
-                                "pp": pp,
-                                "vpp": vpp,
-                                "n_microbatches": m,
-                                "stage": stage,
-                                "direction": d,
-                                "stock": stock.recv[stage][d]["sets"],
-                                "pooltk": tight.recv[stage][d]["sets"],
-                                "analysed_peak": live[(stage, d)],
-                                "analysed_min": analysed,
-                                "measured_peak": peak,
-                                "peak_matches": peak == live[(stage, d)],
-                                "parity": bool(tight.bitwise_equal and meas.bitwise_equal),
-                            }
-                        )
-                if vpp > 1:
-                    result.rank_rows.extend(
-                        _rank_rows(name, pp, m, stock, tight, report.variant(f"{name}/rank0"))
-                    )
+                result.rows.extend(_stage_rows(name, pp, m, report))
+                if STAGES_PER_RANK[name] > 1:
+                    result.rank_rows.extend(_rank_rows(name, pp, m, report))
     if guard_checks:  # once per schedule the grid launched
         for name in dict.fromkeys(name for name, *_ in shapes):
             if progress:
@@ -387,9 +357,40 @@ def check_schedules(
     return result
 
 
-def _rank_rows(
-    name: str, pp: int, m: int, stock: Any, tight: Any, rank0: Any
-) -> list[dict[str, Any]]:
+def _stage_rows(name: str, pp: int, m: int, report: Any) -> list[dict[str, Any]]:
+    """Per (stage, direction): stock and slack-0 buffers, the analysed live set and minimum ring,
+    and the peak the measure variant's guard saw owned."""
+    from pooltk.analysis.lifetimes import lifetimes, live_sets, min_safe_ring
+
+    stock, meas, tight = (report.variant(f"{name}/{k}") for k in ("stock", "measure", "tight0"))
+    vpp = STAGES_PER_RANK[name]
+    spans = lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=vpp)
+    live = live_sets(name, pp=pp, n_microbatches=m, stages_per_rank=vpp)
+    rows = []
+    for stage in sorted(stock.recv):
+        for d in DIRECTIONS:
+            peak = meas.peak_live.get(stage, {}).get(d, 0)
+            rows.append(
+                {
+                    "schedule": name,
+                    "pp": pp,
+                    "vpp": vpp,
+                    "n_microbatches": m,
+                    "stage": stage,
+                    "direction": d,
+                    "stock": stock.recv[stage][d]["sets"],
+                    "pooltk": tight.recv[stage][d]["sets"],
+                    "analysed_peak": live[(stage, d)],
+                    "analysed_min": min_safe_ring(spans, stage, d, m),
+                    "measured_peak": peak,
+                    "peak_matches": peak == live[(stage, d)],
+                    "parity": bool(tight.bitwise_equal and meas.bitwise_equal),
+                }
+            )
+    return rows
+
+
+def _rank_rows(name: str, pp: int, m: int, report: Any) -> list[dict[str, Any]]:
     """Per (rank, direction): the rank-shared ring measured against the analysis ([Note: rank-shared rings])."""
     from pooltk.analysis.lifetimes import ScheduleShape, analyse
     from pooltk.analysis.programs import resolve_schedule
@@ -410,6 +411,7 @@ def _rank_rows(
             live=live, receives=receives, direction=d
         ),
     )
+    stock, tight, rank0 = (report.variant(f"{name}/{k}") for k in ("stock", "tight0", "rank0"))
     rows = []
     for rank in sorted(rank0.rank_recv):
         for d in DIRECTIONS:
