@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pooltk.analysis.lifetimes import DIRECTIONS
+from pooltk.analysis.lifetimes import DIRECTIONS, min_safe_ring
 from pooltk.analysis.programs import CATALOG
 from pooltk.parity.experiments import Harness
 from pooltk.pool.errors import PoolOverrunError
@@ -211,7 +211,7 @@ _ROW_COLUMNS = (
 
 def _row_findings(frame: Any, shapes: Any) -> dict[str, list[str]]:
     """Per claim, what each row that breaks it found (the claims a per-stage table can hold)."""
-    from pooltk.analysis.lifetimes import lifetimes, live_sets, min_safe_ring
+    from pooltk.analysis.lifetimes import lifetimes, live_sets
     from pooltk.analysis.programs import ScheduleAnalysisError
 
     found: dict[str, list[str]] = {name: [] for name in CLAIMS}
@@ -241,31 +241,34 @@ def _row_findings(frame: Any, shapes: Any) -> dict[str, list[str]]:
             )
             spans = live = None
         for r in part.itertuples():
-            where = f"{_shape(key)} stage {r.stage} {r.direction}"
-            if not is_true(r.parity):
-                found["every_pooled_run_bitwise_equal"].append(f"{where}: parity {r.parity}")
-            if r.measured_peak != r.analysed_peak or not is_true(r.peak_matches):
-                found["measured_peaks_equal_the_analysis"].append(
-                    f"{where}: measured {r.measured_peak}, analysed {r.analysed_peak}, peak_matches {r.peak_matches}"
-                )
-            if r.analysed_min > 0 and r.pooltk != r.analysed_min:
-                found["slack0_ring_is_the_analysed_minimum"].append(
-                    f"{where}: {r.pooltk} sets, minimum {r.analysed_min}"
-                )
-            if r.pooltk > r.stock:
-                found["pooled_never_holds_more_than_stock"].append(
-                    f"{where}: {r.pooltk} sets, stock {r.stock}"
-                )
-            if live is not None and (r.stage, r.direction) in live:
-                want_peak, want_min = (
-                    live[(r.stage, r.direction)],
-                    min_safe_ring(spans, r.stage, r.direction, int(m)),
-                )
-                if (r.analysed_peak, r.analysed_min) != (want_peak, want_min):
-                    found["analysed_columns_equal_the_analysis"].append(
-                        f"{where}: peak {r.analysed_peak}, minimum {r.analysed_min} (analysis {want_peak}, {want_min})"
-                    )
+            _check_row(found, f"{_shape(key)} stage {r.stage} {r.direction}", r, spans, live)
     return found
+
+
+def _check_row(found: dict[str, list[str]], where: str, r: Any, spans: Any, live: Any) -> None:
+    """What one (stage, direction) row breaks, added to ``found`` per claim; ``spans`` and
+    ``live`` are its shape's analysis (None: not analysable here)."""
+    if not is_true(r.parity):
+        found["every_pooled_run_bitwise_equal"].append(f"{where}: parity {r.parity}")
+    if r.measured_peak != r.analysed_peak or not is_true(r.peak_matches):
+        found["measured_peaks_equal_the_analysis"].append(
+            f"{where}: measured {r.measured_peak}, analysed {r.analysed_peak}, peak_matches {r.peak_matches}"
+        )
+    if r.analysed_min > 0 and r.pooltk != r.analysed_min:
+        found["slack0_ring_is_the_analysed_minimum"].append(
+            f"{where}: {r.pooltk} sets, minimum {r.analysed_min}"
+        )
+    if r.pooltk > r.stock:
+        found["pooled_never_holds_more_than_stock"].append(
+            f"{where}: {r.pooltk} sets, stock {r.stock}"
+        )
+    if live is not None and (r.stage, r.direction) in live:
+        want_peak = live[(r.stage, r.direction)]
+        want_min = min_safe_ring(spans, r.stage, r.direction, int(r.n_microbatches))
+        if (r.analysed_peak, r.analysed_min) != (want_peak, want_min):
+            found["analysed_columns_equal_the_analysis"].append(
+                f"{where}: peak {r.analysed_peak}, minimum {r.analysed_min} (analysis {want_peak}, {want_min})"
+            )
 
 
 def _shape(key: Any) -> str:
