@@ -74,48 +74,12 @@ def run_processes(
         )
     start = time.monotonic()
     procs: list[subprocess.Popen] = []
-    ended: set[int] = set()
-    timed_out = seen_failure = False
     try:
         for argv, log, environ in zip(argvs, logs, envs):
-            with open(log, "wb") as out:
-                procs.append(
-                    subprocess.Popen(
-                        list(argv),
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        env=dict(environ),
-                        start_new_session=new_session,
-                    )
-                )
-        deadline = start + timeout_s
-        failed_at = None
-        while any(p.poll() is None for p in procs):
-            now = time.monotonic()
-            if failed_at is None and (
-                any(p.poll() not in (None, 0) for p in procs) or (failed and failed())
-            ):
-                failed_at, seen_failure = now, True
-            if grace_s is not None and failed_at is not None and now - failed_at > grace_s:
-                break
-            if now > deadline:
-                timed_out = True
-                break
-            time.sleep(poll_s)
-        if not seen_failure and failed is not None and failed():
-            seen_failure = True
+            procs.append(_start(argv, log, environ, new_session))
+        timed_out, seen_failure = _wait(procs, start + timeout_s, grace_s, failed, poll_s)
     finally:
-        for i, p in enumerate(procs):
-            if p.poll() is None:
-                ended.add(i)
-            _end(p, new_session)
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # pragma: no cover - the kernel did not reap in time
-                p.kill()
-                p.wait()
+        ended = _end_all(procs, new_session)
     codes = [None if i in ended else p.returncode for i, p in enumerate(procs)]
     return Launch(
         codes=codes,
@@ -123,3 +87,59 @@ def run_processes(
         failed=seen_failure or any(c not in (0, None) for c in codes),
         wall_s=time.monotonic() - start,
     )
+
+
+def _start(
+    argv: Sequence[str], log: Path, environ: Mapping[str, str], new_session: bool
+) -> subprocess.Popen:
+    """One process, its output into ``log`` (truncated first)."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            list(argv),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(environ),
+            start_new_session=new_session,
+        )
+
+
+def _wait(
+    procs: list[subprocess.Popen],
+    deadline: float,
+    grace_s: float | None,
+    failed: Callable[[], bool] | None,
+    poll_s: float,
+) -> tuple[bool, bool]:
+    """Wait until every process has ended, the deadline passes, or ``grace_s`` after the first
+    failure (a non-zero exit, or ``failed()``); (timed out, a failure seen)."""
+    failed_at, timed_out = None, False
+    while any(p.poll() is None for p in procs):
+        now = time.monotonic()
+        if failed_at is None and (
+            any(p.poll() not in (None, 0) for p in procs) or (failed and failed())
+        ):
+            failed_at = now
+        if grace_s is not None and failed_at is not None and now - failed_at > grace_s:
+            break
+        if now > deadline:
+            timed_out = True
+            break
+        time.sleep(poll_s)
+    return timed_out, failed_at is not None or (failed is not None and failed())
+
+
+def _end_all(procs: list[subprocess.Popen], new_session: bool) -> set[int]:
+    """End and reap every process; the indices of those still running when asked to end."""
+    ended = set()
+    for i, p in enumerate(procs):
+        if p.poll() is None:
+            ended.add(i)
+        _end(p, new_session)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - the kernel did not reap in time
+            p.kill()
+            p.wait()
+    return ended
