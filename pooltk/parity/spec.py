@@ -138,56 +138,60 @@ class ParitySpec:
                 "ParitySpec.variants: found none; required at least one. Fix: use default_variants(...)."
             )
         for v in self.variants:
-            if v.stages_per_rank < 1:
-                raise ValueError(
-                    f"Variant {v.name}: stages_per_rank found {v.stages_per_rank}; required >= 1."
-                )
-            _check_stage_kind(v)
-            m = v.microbatches or self.microbatches
-            if v.schedule.lower() == "1f1b" and m < self.pp:  # one stage per rank (checked above)
-                raise ValueError(
-                    f"Variant {v.name}: 1F1B needs microbatches >= pp; found {m} < "
-                    f"{self.pp}. Fix: --microbatches {self.pp} or more."
-                )
+            self._check_shape(v)
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"ParitySpec.variants: names must be unique, found {names}.")
         for v in self.variants:
-            if v.bodies and (
-                v.frontend != "manual" or len(v.bodies) != self.pp * v.stages_per_rank
-            ):
-                raise ValueError(
-                    f"Variant {v.name}: bodies found {len(v.bodies)} for frontend {v.frontend!r}; "
-                    f"required one per stage ({self.pp * v.stages_per_rank}) with frontend='manual'."
-                )
-            if v.microbatches is not None and (
-                isinstance(v.microbatches, bool) or v.microbatches < 1
-            ):
-                raise ValueError(
-                    f"Variant {v.name}: microbatches found {v.microbatches!r}; required >= 1 or None."
-                )
-            if v.frontend not in FRONTENDS:
-                raise ValueError(
-                    f"Variant {v.name}: frontend found {v.frontend!r}; required one of {FRONTENDS}."
-                )
-            if v.scope not in ("process", "stage"):
-                raise ValueError(
-                    f"Variant {v.name}: scope found {v.scope!r}; required 'process' or 'stage'."
-                )
-            if v.pooled and v.config is None:
-                raise ValueError(f"Variant {v.name}: pooled=True needs a PoolConfig.")
-            for attr in ("buffers", "compare_to"):
-                if getattr(v, attr) not in BUFFERS:
-                    raise ValueError(
-                        f"Variant {v.name}: {attr} found {getattr(v, attr)!r}; required one of {BUFFERS}."
-                    )
-            if v.pooled and v.buffers != "stock":
-                raise ValueError(
-                    f"Variant {v.name}: buffers found {v.buffers!r} on a pooled variant; required "
-                    "'stock' (fresh is an unpooled reference). Fix: a separate Variant(buffers='fresh')."
-                )
+            self._check_fields(v)
         if self.timeout_s <= 0:
             raise ValueError(f"ParitySpec.timeout_s: found {self.timeout_s}; required > 0.")
+
+    def _check_shape(self, v: Variant) -> None:
+        """``v``'s stages per rank suit its schedule, and 1F1B has a microbatch per stage."""
+        if v.stages_per_rank < 1:
+            raise ValueError(
+                f"Variant {v.name}: stages_per_rank found {v.stages_per_rank}; required >= 1."
+            )
+        _check_stage_kind(v)
+        m = v.microbatches or self.microbatches
+        if v.schedule.lower() == "1f1b" and m < self.pp:  # one stage per rank (checked above)
+            raise ValueError(
+                f"Variant {v.name}: 1F1B needs microbatches >= pp; found {m} < "
+                f"{self.pp}. Fix: --microbatches {self.pp} or more."
+            )
+
+    def _check_fields(self, v: Variant) -> None:
+        """``v``'s bodies, microbatches, frontend, scope, config and buffers."""
+        if v.bodies and (v.frontend != "manual" or len(v.bodies) != self.pp * v.stages_per_rank):
+            raise ValueError(
+                f"Variant {v.name}: bodies found {len(v.bodies)} for frontend {v.frontend!r}; "
+                f"required one per stage ({self.pp * v.stages_per_rank}) with frontend='manual'."
+            )
+        if v.microbatches is not None and (isinstance(v.microbatches, bool) or v.microbatches < 1):
+            raise ValueError(
+                f"Variant {v.name}: microbatches found {v.microbatches!r}; required >= 1 or None."
+            )
+        if v.frontend not in FRONTENDS:
+            raise ValueError(
+                f"Variant {v.name}: frontend found {v.frontend!r}; required one of {FRONTENDS}."
+            )
+        if v.scope not in ("process", "stage"):
+            raise ValueError(
+                f"Variant {v.name}: scope found {v.scope!r}; required 'process' or 'stage'."
+            )
+        if v.pooled and v.config is None:
+            raise ValueError(f"Variant {v.name}: pooled=True needs a PoolConfig.")
+        for attr in ("buffers", "compare_to"):
+            if getattr(v, attr) not in BUFFERS:
+                raise ValueError(
+                    f"Variant {v.name}: {attr} found {getattr(v, attr)!r}; required one of {BUFFERS}."
+                )
+        if v.pooled and v.buffers != "stock":
+            raise ValueError(
+                f"Variant {v.name}: buffers found {v.buffers!r} on a pooled variant; required "
+                "'stock' (fresh is an unpooled reference). Fix: a separate Variant(buffers='fresh')."
+            )
 
     @property
     def rows(self) -> int:
