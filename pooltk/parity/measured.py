@@ -237,37 +237,37 @@ def measured_vs_modelled(raw: pd.DataFrame, *, goal: float = GOAL) -> pd.DataFra
             hidden=int(first.hidden),
         )
         model = model_memory(shape, boundary, config, policy=policy)
-        for key, srows in rows.groupby("stage"):
-            stage = int(key)
-            by = {v: srows[srows.variant == v].set_index("rep") for v in ("stock", "pooled")}
-            stock_med = float(by["stock"].peak_delta_bytes.median())
-            pooled_med = float(by["pooled"].peak_delta_bytes.median())
-            pairs = (by["stock"].peak_delta_bytes - by["pooled"].peak_delta_bytes).dropna()
-            counted = {
-                v: float((by[v].recv_forward_bytes + by[v].recv_grad_bytes).median()) for v in by
-            }
-            modelled = model.saved_bytes(stage, "pooled")
-            measured = stock_med - pooled_med
-            rel = measured / modelled - 1 if modelled else float("nan")
-            records.append(
-                {
-                    "shape": shape_label,
-                    "stage": stage,
-                    "reps": int(len(pairs)),
-                    "modelled_stock_mib": model.stage_bytes(stage, "stock") / 2**20,
-                    "modelled_pooled_mib": model.stage_bytes(stage, "pooled") / 2**20,
-                    "modelled_saving_mib": modelled / 2**20,
-                    "counted_saving_mib": (counted["stock"] - counted["pooled"]) / 2**20,
-                    "measured_stock_peak_mib": stock_med / 2**20,
-                    "measured_pooled_peak_mib": pooled_med / 2**20,
-                    "measured_saving_mib": measured / 2**20,
-                    "saving_min_mib": float(pairs.min()) / 2**20 if len(pairs) else float("nan"),
-                    "saving_max_mib": float(pairs.max()) / 2**20 if len(pairs) else float("nan"),
-                    "relative_difference": rel,
-                    "within_goal": bool(abs(rel) <= goal),
-                }
-            )
+        for key, stage_rows in rows.groupby("stage"):
+            records.append(_stage_record(shape_label, int(key), stage_rows, model, goal))
     return pd.DataFrame.from_records(records)
+
+
+def _stage_record(shape: str, stage: int, rows: pd.DataFrame, model: Any, goal: float) -> dict:
+    """One stage's row of :func:`measured_vs_modelled`: medians over its repetitions."""
+    by = {v: rows[rows.variant == v].set_index("rep") for v in ("stock", "pooled")}
+    stock_med = float(by["stock"].peak_delta_bytes.median())
+    pooled_med = float(by["pooled"].peak_delta_bytes.median())
+    pairs = (by["stock"].peak_delta_bytes - by["pooled"].peak_delta_bytes).dropna()
+    counted = {v: float((by[v].recv_forward_bytes + by[v].recv_grad_bytes).median()) for v in by}
+    modelled = model.saved_bytes(stage, "pooled")
+    measured = stock_med - pooled_med
+    rel = measured / modelled - 1 if modelled else float("nan")
+    return {
+        "shape": shape,
+        "stage": stage,
+        "reps": int(len(pairs)),
+        "modelled_stock_mib": model.stage_bytes(stage, "stock") / 2**20,
+        "modelled_pooled_mib": model.stage_bytes(stage, "pooled") / 2**20,
+        "modelled_saving_mib": modelled / 2**20,
+        "counted_saving_mib": (counted["stock"] - counted["pooled"]) / 2**20,
+        "measured_stock_peak_mib": stock_med / 2**20,
+        "measured_pooled_peak_mib": pooled_med / 2**20,
+        "measured_saving_mib": measured / 2**20,
+        "saving_min_mib": float(pairs.min()) / 2**20 if len(pairs) else float("nan"),
+        "saving_max_mib": float(pairs.max()) / 2**20 if len(pairs) else float("nan"),
+        "relative_difference": rel,
+        "within_goal": bool(abs(rel) <= goal),
+    }
 
 
 CLAIMS: dict[str, str] = {
