@@ -46,7 +46,18 @@ _GLOO_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("shape")
+    _shape_flags(parser.add_argument_group("shape"))
+    _pool_flags(parser.add_argument_group("pool"))
+    o = parser.add_argument_group("output")
+    o.add_argument(
+        "--json", action="store_true", help="machine-readable report (top-level bitwise_equal)"
+    )
+    o.add_argument(
+        "--timeout", type=float, default=120.0, help="wall-clock bound in seconds (default 120)"
+    )
+
+
+def _shape_flags(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--pp", type=int, default=4, help="pipeline stages = ranks (default 4)")
     g.add_argument(
         "--microbatches", type=int, default=16, help="microbatches per step (default 16)"
@@ -64,7 +75,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="stages per rank for multi-stage schedules (Interleaved1F1B, ZBVZeroBubble, ...; default 2 "
         "for those, 1 for single-stage schedules)",
     )
-    p = parser.add_argument_group("pool")
+
+
+def _pool_flags(p: argparse._ArgumentGroup) -> None:
     p.add_argument(
         "--slack", type=int, default=2, help="forward ring sets beyond the live set (default 2)"
     )
@@ -112,13 +125,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--eval-between-steps", action="store_true", help="run schedule.eval after each step"
-    )
-    o = parser.add_argument_group("output")
-    o.add_argument(
-        "--json", action="store_true", help="machine-readable report (top-level bitwise_equal)"
-    )
-    o.add_argument(
-        "--timeout", type=float, default=120.0, help="wall-clock bound in seconds (default 120)"
     )
 
 
