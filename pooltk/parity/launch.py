@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pooltk.parity.rank import launch_ranks
+from pooltk.parity.rank import RankLaunch, launch_ranks
 from pooltk.parity.spec import ParitySpec, Variant
 from pooltk.pool.errors import PoolOverrunError
 
@@ -205,6 +205,13 @@ def run_parity(
         fork=True,
         prelude=prelude,
     )
+    _raise_if_failed(ranks, spec.timeout_s)
+    return gather_report(spec, ranks.results, time.perf_counter() - t0)
+
+
+def _raise_if_failed(ranks: RankLaunch, timeout_s: float) -> None:
+    """The launch's failure as the error of its root cause: an overrun, a rank's error, the
+    timeout, or ranks that died without results."""
     cause = ranks.cause()
     if cause is not None:
         if cause["overrun"]:
@@ -218,7 +225,7 @@ def run_parity(
         )
     if ranks.launch.timed_out:
         raise ParityTimeoutError(
-            f"parity launch exceeded timeout_s={spec.timeout_s:g}s; ranks {ranks.missing} had not "
+            f"parity launch exceeded timeout_s={timeout_s:g}s; ranks {ranks.missing} had not "
             "finished and all ranks were killed. Fix: raise ParitySpec.timeout_s (--timeout) or "
             "use fewer microbatches/steps."
         )
@@ -233,7 +240,6 @@ def run_parity(
             f"{ranks.tails[first]}",
             traceback_text=ranks.tails[first],
         )
-    return gather_report(spec, ranks.results, time.perf_counter() - t0)
 
 
 def gather_report(
