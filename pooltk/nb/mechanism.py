@@ -147,6 +147,67 @@ class Replay:
         return self.end[(b.rank, b.release)]
 
 
+def _ready_time(
+    done: dict[tuple[str, int, int], float], last: int, kind: str, stage: int, mb: int
+) -> float | None:
+    """When the action ``kind`` of (stage, microbatch) may start: its input's end, else ``None``.
+
+    ``done`` maps (kind, stage, microbatch) to the end time of actions already run; ``last`` is
+    the last stage. A forward waits on the previous stage's forward, a backward (or its input
+    half) on the next stage's, the last stage's on its own forward, a weight step on its input
+    half.
+    """
+    if kind == "F":
+        return 0.0 if stage == 0 else done.get(("F", stage - 1, mb))
+    if kind in ("B", "I"):
+        if stage == last:
+            return done.get(("F", stage, mb))
+        return done.get(("B", stage + 1, mb), done.get(("I", stage + 1, mb)))
+    return done.get(("I", stage, mb), done.get(("B", stage, mb)))  # W after its I
+
+
+def _stuck(prog: Program, pointer: dict[int, int]) -> ScheduleAnalysisError:
+    """The error of a replay where every rank waits: each rank's next action, named."""
+    stuck = {r: prog.events[r][pointer[r]] for r in prog.events if pointer[r] < len(prog.events[r])}
+    return ScheduleAnalysisError(
+        f"{prog.schedule}: the unit-time replay cannot make progress; "
+        f"ranks wait on {stuck}. "
+        "The action order is not one pooltk can draw."
+    )
+
+
+def _clock(prog: Program) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], float]]:
+    """Every event's start and end, ``(rank, position) -> time``: each rank runs its order as soon
+    as each action's input is ready ([Note: unit-time replay])."""
+    last = prog.num_stages - 1
+    done: dict[tuple[str, int, int], float] = {}  # (kind, stage, microbatch) -> end time
+    start: dict[tuple[int, int], float] = {}
+    end: dict[tuple[int, int], float] = {}
+    pointer = {r: 0 for r in prog.events}
+    clock = {r: 0.0 for r in prog.events}
+    while any(pointer[r] < len(prog.events[r]) for r in prog.events):
+        progressed = False
+        for r, events in prog.events.items():
+            while pointer[r] < len(events):
+                e = events[pointer[r]]
+                if e.kind in _TICKS:
+                    ready = _ready_time(done, last, e.kind, e.stage, e.microbatch)
+                    if ready is None:
+                        break
+                    t0 = max(clock[r], ready)
+                    clock[r] = t0 + _TICKS[e.kind]
+                    done[(e.kind, e.stage, e.microbatch)] = clock[r]
+                    start[(r, e.step)], end[(r, e.step)] = t0, clock[r]
+                else:  # receive posts and sends: at the rank's clock, no duration
+                    start.setdefault((r, e.step), clock[r])
+                    end.setdefault((r, e.step), clock[r])
+                pointer[r] += 1
+                progressed = True
+        if not progressed:
+            raise _stuck(prog, pointer)
+    return start, end
+
+
 def replay(
     schedule: str,
     *,
@@ -165,57 +226,8 @@ def replay(
     """
     prog = program(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=stages_per_rank)
     spans = tuple(lifetimes_of(prog))
-    last = prog.num_stages - 1
-    done: dict[tuple[str, int, int], float] = {}  # (kind, stage, microbatch) -> end time
-    start: dict[tuple[int, int], float] = {}
-    end: dict[tuple[int, int], float] = {}
-    pointer = {r: 0 for r in prog.events}
-    clock = {r: 0.0 for r in prog.events}
-
-    def _ready(kind: str, stage: int, mb: int) -> float | None:
-        if kind == "F":
-            return 0.0 if stage == 0 else done.get(("F", stage - 1, mb))
-        if kind in ("B", "I"):
-            if stage == last:
-                return done.get(("F", stage, mb))
-            return done.get(("B", stage + 1, mb), done.get(("I", stage + 1, mb)))
-        return done.get(("I", stage, mb), done.get(("B", stage, mb)))  # W after its I
-
-    while any(pointer[r] < len(prog.events[r]) for r in prog.events):
-        progressed = False
-        for r, events in prog.events.items():
-            while pointer[r] < len(events):
-                e = events[pointer[r]]
-                if e.kind in _TICKS:
-                    ready = _ready(e.kind, e.stage, e.microbatch)
-                    if ready is None:
-                        break
-                    t0 = max(clock[r], ready)
-                    clock[r] = t0 + _TICKS[e.kind]
-                    done[(e.kind, e.stage, e.microbatch)] = clock[r]
-                    start[(r, e.step)], end[(r, e.step)] = t0, clock[r]
-                else:  # receive posts and sends: at the rank's clock, no duration
-                    start.setdefault((r, e.step), clock[r])
-                    end.setdefault((r, e.step), clock[r])
-                pointer[r] += 1
-                progressed = True
-        if not progressed:
-            stuck = {
-                r: prog.events[r][pointer[r]]
-                for r in prog.events
-                if pointer[r] < len(prog.events[r])
-            }
-            raise ScheduleAnalysisError(
-                f"{prog.schedule}: the unit-time replay cannot make progress; "
-                f"ranks wait on {stuck}. "
-                "The action order is not one pooltk can draw."
-            )
-    return Replay(
-        program=prog,
-        spans=spans,
-        start=start,
-        end=end,
-    )
+    start, end = _clock(prog)
+    return Replay(program=prog, spans=spans, start=start, end=end)
 
 
 def phases(rp: Replay) -> dict[int, dict[str, tuple[int, int]]]:
@@ -425,6 +437,34 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def _events_in_time(rp: Replay) -> list[tuple[float, int, Any]]:
+    """Every rank's events as (start, rank, event), by start time, then rank, then position."""
+    events = sorted(
+        (
+            (rp.start[(r, e.step)], r, e.step, e)
+            for r, evs in rp.program.events.items()
+            for e in evs
+        ),
+        key=lambda t: t[:3],
+    )
+    return [(time, r, e) for time, r, _, e in events]
+
+
+def _free_slots(
+    owners: dict[tuple[int, Direction], list[int | None]],
+    ring_map: dict[tuple[int, Direction], int],
+    stage: int,
+    microbatch: int,
+) -> None:
+    """``microbatch`` gives up the slots it owns in ``stage``'s forward and grad rings."""
+    for d in DIRECTIONS:
+        slots = owners.get((stage, d))
+        if slots is not None:
+            k = ring_map[(stage, d)]
+            if slots[microbatch % k] == microbatch:
+                slots[microbatch % k] = None
+
+
 def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
     """Replay the guard's ownership rule over every rank's order, in the order of the replay clock.
 
@@ -440,16 +480,8 @@ def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
         key: [None] * k for key, k in ring_map.items()
     }
     posted: dict[tuple[int, Direction], int] = {}
-    events = sorted(
-        (
-            (rp.start[(r, e.step)], r, e.step, e)
-            for r, evs in rp.program.events.items()
-            for e in evs
-        ),
-        key=lambda t: t[:3],
-    )
     checked, stop = 0, None
-    for time, r, _, e in events:
+    for time, r, e in _events_in_time(rp):
         if e.kind in ("RECV_F", "RECV_B"):
             key = (e.stage, "forward" if e.kind == "RECV_F" else "grad")
             slots, k = owners[key], ring_map[key]
@@ -471,12 +503,7 @@ def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
                 break
             slots[slot] = e.microbatch
         elif e.kind in ("B", "W") or (e.kind == "F" and rp.program.forward_only):
-            for d in DIRECTIONS:
-                slots = owners.get((e.stage, d))
-                if slots is not None:
-                    k = ring_map[(e.stage, d)]
-                    if slots[e.microbatch % k] == e.microbatch:
-                        slots[e.microbatch % k] = None
+            _free_slots(owners, ring_map, e.stage, e.microbatch)
     return GuardReplay(
         schedule=rp.program.schedule,
         rings=ring_map,
