@@ -7,7 +7,10 @@ nothing is drawn by hand, and nothing reaches into the pool's internals:
 - :func:`replay` puts one step of a schedule on a common clock (:class:`Replay`), :func:`phases`
   reads its warmup / steady / cooldown phases off the order;
 - :func:`rings_for` is the ring the pool keeps per (stage, direction), :func:`one_short` the
-  negative control's ring one set short;
+  negative control's ring one set short; :func:`ring_slot` is the slot a receive lands in
+  (``c mod K``, as the pool's one-stage ring places it) and :func:`receiving_rings` the checked
+  ring of every (stage, direction) a replay receives into: every figure and table here reads
+  slots from these two;
 - :func:`overwritten_receives` counts overwrites the one way every notebook counts them
   ([Note: counting overwrites]); :func:`slot_table` lists every receive with its slot;
 - :func:`guard_replay` replays the guard's rule (a post claims slot ``c mod K``; a post into a slot
@@ -78,8 +81,10 @@ __all__ = [
     "ordinal",
     "overwritten_receives",
     "phases",
+    "receiving_rings",
     "render_explorer",
     "replay",
+    "ring_slot",
     "ring_summary",
     "rings_for",
     "sets_by_version",
@@ -300,6 +305,26 @@ def _ring_k(rings: RingSizes, stage: int, direction: Direction) -> int:
     return k
 
 
+def ring_slot(rings: RingSizes, stage: int, direction: Direction, microbatch: int) -> int:
+    """The slot ``microbatch``'s receive lands in: ``microbatch mod K`` of its (stage, direction)
+    ring, as the pool's one-stage ring places it (:meth:`pooltk.pool.ring.Ring.slot_of` without a
+    slot map).
+
+    Raises:
+        ValueError: ``rings`` has no ring (or a ring of 0) for that (stage, direction).
+    """
+    return microbatch % _ring_k(rings, stage, direction)
+
+
+def receiving_rings(rp: Replay, rings: RingSizes) -> dict[tuple[int, Direction], int]:
+    """K of every ring ``rp`` receives into, per (stage, direction), each checked to be at least 1.
+
+    Raises:
+        ValueError: a receiving (stage, direction) has no ring in ``rings`` (the fix named).
+    """
+    return {(b.stage, b.direction): _ring_k(rings, b.stage, b.direction) for b in rp.spans}
+
+
 def overwritten_receives(rp: Replay, rings: RingSizes) -> list[Overwrite]:
     """Every receive posted into a slot whose previous buffer is still held ([Note: counting
     overwrites]).
@@ -310,7 +335,7 @@ def overwritten_receives(rp: Replay, rings: RingSizes) -> list[Overwrite]:
     """
     by_slot: dict[tuple[int, Direction, int], list[BufferLifetime]] = defaultdict(list)
     for b in rp.spans:
-        slot = b.microbatch % _ring_k(rings, b.stage, b.direction)
+        slot = ring_slot(rings, b.stage, b.direction, b.microbatch)
         by_slot[(b.stage, b.direction, slot)].append(b)
     found = []
     for group in by_slot.values():
@@ -357,7 +382,7 @@ def slot_table(rp: Replay, rings: RingSizes) -> pd.DataFrame:
                 "direction": b.direction,
                 "microbatch": b.microbatch,
                 "ring": k,
-                "slot": b.microbatch % k,
+                "slot": ring_slot(rings, b.stage, b.direction, b.microbatch),
                 "posted_after": label[(b.rank, b.post, "before")],
                 "read_by": label[(b.rank, b.consume, "self")],
                 "freed_by": label[(b.rank, b.release, "self")],
@@ -460,9 +485,9 @@ def _free_slots(
     for d in DIRECTIONS:
         slots = owners.get((stage, d))
         if slots is not None:
-            k = ring_map[(stage, d)]
-            if slots[microbatch % k] == microbatch:
-                slots[microbatch % k] = None
+            slot = ring_slot(ring_map, stage, d, microbatch)
+            if slots[slot] == microbatch:
+                slots[slot] = None
 
 
 def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
@@ -475,7 +500,7 @@ def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
     post in time (ties: the lower rank). Each ring belongs to one stage, so the ranks' orders
     interleave by the clock without changing what any ring sees.
     """
-    ring_map = {(b.stage, b.direction): _ring_k(rings, b.stage, b.direction) for b in rp.spans}
+    ring_map = receiving_rings(rp, rings)
     owners: dict[tuple[int, Direction], list[int | None]] = {
         key: [None] * k for key, k in ring_map.items()
     }
@@ -485,7 +510,7 @@ def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
         if e.kind in ("RECV_F", "RECV_B"):
             key = (e.stage, "forward" if e.kind == "RECV_F" else "grad")
             slots, k = owners[key], ring_map[key]
-            slot = e.microbatch % k
+            slot = ring_slot(ring_map, *key, e.microbatch)
             checked += 1
             posted[key] = posted.get(key, 0) + 1
             if slots[slot] is not None and slots[slot] != e.microbatch:

@@ -29,6 +29,8 @@ from pooltk.nb.mechanism import (
     ordinal,
     overwritten_receives,
     phases,
+    receiving_rings,
+    ring_slot,
     ring_summary,
 )
 
@@ -259,7 +261,7 @@ OVERWRITE_RED = "#C44E52"
 
 def _lane(b: Any, ring_map: dict[tuple[int, Direction], int]) -> Lane:
     """The lane of buffer ``b``: its (stage, direction, slot)."""
-    return (b.stage, b.direction, b.microbatch % ring_map[(b.stage, b.direction)])
+    return (b.stage, b.direction, ring_slot(ring_map, b.stage, b.direction, b.microbatch))
 
 
 def _sub_rows(
@@ -341,7 +343,7 @@ class _SlotRows:
 
 def _slot_rows(rp: Replay, rings: RingSizes, spans: list[Any], cut: float | None) -> _SlotRows:
     """The lanes of every ring the replay receives into (up to the cut: those with a receive)."""
-    ring_map = {(b.stage, b.direction): rings[(b.stage, b.direction)] for b in rp.spans}
+    ring_map = receiving_rings(rp, rings)
     sub = _sub_rows(rp, ring_map)
     used = {(b.stage, b.direction) for b in spans}
     lanes: list[Lane] = [
