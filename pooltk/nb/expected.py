@@ -115,6 +115,76 @@ def _fail(row: int, field: str, found: str, required: str, fix: str) -> InputErr
     return InputError(f"expected figure {row} {field}", found=found, required=required, fix=fix)
 
 
+def _records(source: str | Path | Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of a CSV file (every field text) or of a list of dicts."""
+    if not isinstance(source, (str, Path)):
+        return [dict(r) for r in source]
+    import pandas as pd
+
+    path = Path(source)
+    if not path.is_file():
+        raise InputError(
+            "expected figures file",
+            found=repr(str(path)),
+            required="a CSV file with columns " + ", ".join(COLUMNS),
+            fix="check EXPECTED_FILE / --expected",
+        )
+    return pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
+
+
+def _row_figure(i: int, rec: Mapping[str, Any]) -> ExpectedFigure:
+    """Row ``i`` as a figure, its fields stripped; every column of :data:`COLUMNS` required."""
+    missing = [c for c in COLUMNS if c not in rec]
+    if missing:
+        raise _fail(
+            i,
+            "columns",
+            f"missing {missing}",
+            f"{', '.join(COLUMNS)} (and optionally tolerance)",
+            "add the missing fields",
+        )
+    return ExpectedFigure(
+        **{k: str(rec[k]).strip() for k in COLUMNS},
+        tolerance=str(rec.get("tolerance", "") or "").strip(),
+    )
+
+
+def _check_figure(i: int, fig: ExpectedFigure) -> None:
+    """Row ``i``'s quantity, unit, value, tolerance and source are ones :func:`judge` can use."""
+    if fig.quantity not in QUANTITIES:
+        raise _fail(
+            i,
+            "quantity",
+            repr(fig.quantity),
+            f"one of {', '.join(QUANTITIES)}",
+            "use a summary column",
+        )
+    units = QUANTITIES[fig.quantity][1]
+    if fig.unit not in units:
+        raise _fail(
+            i,
+            "unit",
+            f"{fig.unit!r} for {fig.quantity}",
+            f"one of {units}",
+            "convert the value to the quantity's unit",
+        )
+    if not _NUMBER.fullmatch(re.sub(r"^(~|about)\s*", "", fig.value.strip(), flags=re.I)):
+        raise _fail(
+            i,
+            "value",
+            repr(fig.value),
+            "a number, optionally written ~N or about N",
+            "write e.g. 0.645",
+        )
+    tol = fig.tolerance
+    if tol and not _NUMBER.fullmatch(tol.removesuffix("%")):
+        raise _fail(i, "tolerance", repr(tol), "N% or an absolute amount", "write e.g. 5% or 0.01")
+    if not fig.source:
+        raise _fail(
+            i, "source", "empty", "where the number comes from", "name the log, run or document"
+        )
+
+
 def load_expected(source: str | Path | Iterable[Mapping[str, Any]] | None) -> list[ExpectedFigure]:
     """Your expected figures from a CSV file (the :data:`COLUMNS`, optionally ``tolerance``) or a list of dicts.
 
@@ -122,69 +192,10 @@ def load_expected(source: str | Path | Iterable[Mapping[str, Any]] | None) -> li
     """
     if source is None:
         return []
-    if isinstance(source, (str, Path)):
-        import pandas as pd
-
-        path = Path(source)
-        if not path.is_file():
-            raise InputError(
-                "expected figures file",
-                found=repr(str(path)),
-                required="a CSV file with columns " + ", ".join(COLUMNS),
-                fix="check EXPECTED_FILE / --expected",
-            )
-        records = pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
-    else:
-        records = [dict(r) for r in source]
     out = []
-    for i, rec in enumerate(records, 1):
-        missing = [c for c in COLUMNS if c not in rec]
-        if missing:
-            raise _fail(
-                i,
-                "columns",
-                f"missing {missing}",
-                f"{', '.join(COLUMNS)} (and optionally tolerance)",
-                "add the missing fields",
-            )
-        fig = ExpectedFigure(
-            **{k: str(rec[k]).strip() for k in COLUMNS},
-            tolerance=str(rec.get("tolerance", "") or "").strip(),
-        )
-        if fig.quantity not in QUANTITIES:
-            raise _fail(
-                i,
-                "quantity",
-                repr(fig.quantity),
-                f"one of {', '.join(QUANTITIES)}",
-                "use a summary column",
-            )
-        units = QUANTITIES[fig.quantity][1]
-        if fig.unit not in units:
-            raise _fail(
-                i,
-                "unit",
-                f"{fig.unit!r} for {fig.quantity}",
-                f"one of {units}",
-                "convert the value to the quantity's unit",
-            )
-        if not _NUMBER.fullmatch(re.sub(r"^(~|about)\s*", "", fig.value.strip(), flags=re.I)):
-            raise _fail(
-                i,
-                "value",
-                repr(fig.value),
-                "a number, optionally written ~N or about N",
-                "write e.g. 0.645",
-            )
-        tol = fig.tolerance
-        if tol and not _NUMBER.fullmatch(tol.removesuffix("%")):
-            raise _fail(
-                i, "tolerance", repr(tol), "N% or an absolute amount", "write e.g. 5% or 0.01"
-            )
-        if not fig.source:
-            raise _fail(
-                i, "source", "empty", "where the number comes from", "name the log, run or document"
-            )
+    for i, rec in enumerate(_records(source), 1):
+        fig = _row_figure(i, rec)
+        _check_figure(i, fig)
         out.append(fig)
     return out
 

@@ -25,7 +25,7 @@ Each run is a few small CPU tensors (no process group); seeds are fixed, so the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pooltk.nb import canvas, style
 
@@ -84,6 +84,35 @@ def _stage(hidden: int) -> object:
     )
 
 
+def _gradients_after(
+    stage: Any, x_a: Any, x_b: Any, grad_out: Any, case: str | None
+) -> list[Any] | str:
+    """Run ``stage`` on ``x_a`` received into a leaf buffer, overwrite that buffer with ``x_b``
+    where ``case`` says, and backward ``grad_out``.
+
+    Returns every parameter's gradient and the buffer's, or autograd's error (its first line)
+    when it refuses. ``case`` ``None`` never overwrites: the fresh buffer.
+    """
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    stage.zero_grad(set_to_none=True)
+    buffer = x_a.clone().requires_grad_(True)
+    out = checkpoint(stage, buffer, use_reentrant=False) if case == "before_ac" else stage(buffer)
+    if case in ("before", "before_ac"):
+        buffer.data.copy_(x_b)  # a receive: same storage, no version bump
+    elif case == "bumped":
+        with torch.no_grad():
+            buffer.copy_(x_b)  # bumps the version counter, as the guard does
+    try:
+        out.backward(grad_out)
+    except RuntimeError as exc:
+        return str(exc).splitlines()[0]
+    if case == "after":
+        buffer.data.copy_(x_b)  # the ring's rule: the next receive lands after the backward
+    return [p.grad.clone() for p in stage.parameters()] + [buffer.grad.clone()]
+
+
 def reuse_point(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> list[ReuseRow]:
     """Overwrite a received input at two points of its life; compare every gradient with a fresh
     one.
@@ -94,7 +123,6 @@ def reuse_point(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> list[ReuseR
     backward ([Note: a receive does not bump the version counter]).
     """
     import torch
-    from torch.utils.checkpoint import checkpoint
 
     torch.manual_seed(seed)
     stage = _stage(hidden)
@@ -103,31 +131,11 @@ def reuse_point(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> list[ReuseR
         torch.randn(rows, hidden),
         torch.randn(rows, hidden),
     )
-
-    def run(case: str | None) -> list[torch.Tensor] | str:
-        stage.zero_grad(set_to_none=True)
-        buffer = x_a.clone().requires_grad_(True)
-        out = (
-            checkpoint(stage, buffer, use_reentrant=False) if case == "before_ac" else stage(buffer)
-        )
-        if case in ("before", "before_ac"):
-            buffer.data.copy_(x_b)  # a receive: same storage, no version bump
-        elif case == "bumped":
-            with torch.no_grad():
-                buffer.copy_(x_b)  # bumps the version counter, as the guard does
-        try:
-            out.backward(grad_out)
-        except RuntimeError as exc:
-            return str(exc).splitlines()[0]
-        if case == "after":
-            buffer.data.copy_(x_b)  # the ring's rule: the next receive lands after the backward
-        return [p.grad.clone() for p in stage.parameters()] + [buffer.grad.clone()]
-
-    fresh = run(None)
+    fresh = _gradients_after(stage, x_a, x_b, grad_out, None)
     assert not isinstance(fresh, str)
     rows_out = []
     for case in REUSE_CASES:
-        got = run(case)
+        got = _gradients_after(stage, x_a, x_b, grad_out, case)
         refused = got if isinstance(got, str) else None
         for i, name in enumerate(GRADIENTS):
             diff = None if refused is not None else float((got[i] - fresh[i]).abs().max())

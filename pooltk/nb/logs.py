@@ -310,8 +310,6 @@ def beside_figure(beside: Beside) -> Figure:
     hatched and labelled ``~``; the device capacity is a line on the device-memory panel, with its
     source; a figure a run lacks (no MFU basis) reads ``n/a``.
     """
-    from matplotlib.patches import Patch
-
     frame = beside.frame
     same = frame[frame["same_basis"].astype(bool)]
     other = frame[~frame["same_basis"].astype(bool)]
@@ -338,6 +336,17 @@ def beside_figure(beside: Beside) -> Figure:
             "published shape or run (name)" if r == 0 else "your run (name)", fontsize=9
         )
     fig.suptitle(_beside_headline(frame, beside.capacity), fontsize=10)
+    handles = _beside_legend(frame, beside.capacity)
+    lines = fig._suptitle.get_text().count("\n") + 1
+    style.legend_below(fig, handles, ncol=2, top=1 - (0.2 + 0.17 * lines) / fig.get_figheight())
+    return fig
+
+
+def _beside_legend(frame: Any, capacity: Any) -> list[Any]:
+    """The legend entries: who drew (published, your runs), the approximate hatch where a figure
+    is approximate, and the device capacity's line with its source."""
+    from matplotlib.patches import Patch
+
     who = list(dict.fromkeys(frame["who"]))
     handles = style.legend_handles([k for k in ("published", "your_runs") if k in who])
     if frame["approximate"].fillna(False).astype(bool).any():
@@ -349,24 +358,22 @@ def beside_figure(beside: Beside) -> Figure:
                 label="stated as approximate (~) by its source",
             )
         )
-    if beside.capacity is not None:
+    if capacity is not None:
         from matplotlib.lines import Line2D
 
         from pooltk.nb.fits import short_source
 
-        source = short_source(beside.capacity.source)
+        source = short_source(capacity.source)
         handles.append(
             Line2D(
                 [],
                 [],
                 color="black",
                 ls="--",
-                label=f"device capacity {beside.capacity.gib:.2f} GiB (source: {source})",
+                label=f"device capacity {capacity.gib:.2f} GiB (source: {source})",
             )
         )
-    lines = fig._suptitle.get_text().count("\n") + 1
-    style.legend_below(fig, handles, ncol=2, top=1 - (0.2 + 0.17 * lines) / fig.get_figheight())
-    return fig
+    return handles
 
 
 def _beside_headline(frame: Any, capacity: Any) -> str:
@@ -390,6 +397,92 @@ def _beside_headline(frame: Any, capacity: Any) -> str:
     )
 
 
+_TWIN_FACTS = (
+    "pp",
+    "seq_len",
+    "microbatches",
+    "global_batch_size",
+    "micro_batch_size",
+    "hidden",
+    "world_size",
+)
+"""The run facts a stock twin shares with its pooled run (all of them: only the pool differs)."""
+_SPEED_PAIR_COLUMNS = [
+    "pooled",
+    "stock",
+    "step_time_ratio",
+    "pooled_range_s",
+    "stock_range_s",
+    "ranges_overlap",
+    "order",
+    "ranks_per_cpu",
+    "release",
+    "why",
+]
+"""The columns of :func:`speed_pairs`."""
+
+
+def _twin_key(run: str, infos: dict) -> tuple:
+    """What a run's twin must share: its :data:`_TWIN_FACTS`, or (no facts) the run itself."""
+    info = infos.get(run)
+    return tuple(getattr(info, f, None) for f in _TWIN_FACTS) if info is not None else (run,)
+
+
+def _is_pooled(run: str, pool: pd.DataFrame, infos: dict) -> bool:
+    """Whether the run pooled: as its logs say, else as its facts' ``extra`` say."""
+    import pandas as pd
+
+    if run in pool.index and not pd.isna(pool.loc[run, "pooled"]):
+        return bool(pool.loc[run, "pooled"])
+    info = infos.get(run)
+    return bool(info is not None and (info.extra or {}).get("pooled"))
+
+
+def _steady_steps(steps: pd.DataFrame, r: Any) -> pd.DataFrame:
+    """Run ``r``'s training steps inside its steady window (all of them when it has none)."""
+    run = str(r.run)
+    first = getattr(r.window, "first_step", None)
+    last = getattr(r.window, "last_step", None)
+    part = steps[(steps.run.astype(str) == run) & (steps.kind == "train")]
+    return part if first is None or last is None else part[part.step.between(first, last)]
+
+
+def _pair_row(pooled: Any, stock: Any, steps: pd.DataFrame, info: Any) -> dict[str, Any]:
+    """One row of :func:`speed_pairs`: the pooled run ``pooled`` against its stock twin."""
+    import math
+
+    run, twin = str(pooled.run), str(stock.run)
+    w = {run: _steady_steps(steps, pooled), twin: _steady_steps(steps, stock)}
+    ranges = {n: (float(f.step_time_s.min()), float(f.step_time_s.max())) for n, f in w.items()}
+    overlap = ranges[run][0] <= ranges[twin][1] and ranges[twin][0] <= ranges[run][1]
+    span = {n: (f.timestamp.min(), f.timestamp.max()) for n, f in w.items()}
+    together = bool(span[run][0] <= span[twin][1] and span[twin][0] <= span[run][1])
+    extra = getattr(info, "extra", None) or {}
+    host = extra.get("host")
+    cpus = host.get("cpus") if isinstance(host, dict) else None
+    world = getattr(info, "world_size", None)
+    per_cpu = world / cpus if cpus and world else math.nan
+    config = extra.get("pool_config")
+    release = config.get("release") if isinstance(config, dict) else None
+    ratio = pooled.step_time.median_s / stock.step_time.median_s
+    return {
+        "pooled": run,
+        "stock": twin,
+        "step_time_ratio": ratio,
+        "pooled_range_s": f"{ranges[run][0]:.2f}-{ranges[run][1]:.2f}",
+        "stock_range_s": f"{ranges[twin][0]:.2f}-{ranges[twin][1]:.2f}",
+        "ranges_overlap": overlap,
+        "order": "at the same time" if together else "one after the other",
+        "ranks_per_cpu": per_cpu,
+        "release": (
+            "not in its pool config: written before the release"
+            if release is None
+            else str(release)
+        ),
+        "why": _why(ratio, overlap, together, per_cpu, release),
+    }
+
+
 def speed_pairs(summary: Any, steps: pd.DataFrame, run_info: Any) -> pd.DataFrame:
     """Each pooled run against its stock twin (the same facts but the pool), and why it is slower
     when it is.
@@ -399,91 +492,25 @@ def speed_pairs(summary: Any, steps: pd.DataFrame, run_info: Any) -> pd.DataFram
     ranges_overlap, order (one after the other, or at the same time), ranks_per_cpu, release (the
     pooled run's pool config), why.
     """
-    import math
-
     import pandas as pd
 
-    facts = (
-        "pp",
-        "seq_len",
-        "microbatches",
-        "global_batch_size",
-        "micro_batch_size",
-        "hidden",
-        "world_size",
-    )
     by_run = {str(r.run): r for r in summary.runs}
     infos = dict(run_info or {})
     pool = pool_by_run(steps).assign(run=lambda f: f["run"].astype(str)).set_index("run")
-
-    def twin_key(run: str) -> tuple:
-        info = infos.get(run)
-        return tuple(getattr(info, f, None) for f in facts) if info is not None else (run,)
-
-    def pooled(run: str) -> bool:
-        if run in pool.index and not pd.isna(pool.loc[run, "pooled"]):
-            return bool(pool.loc[run, "pooled"])
-        info = infos.get(run)
-        return bool(info is not None and (info.extra or {}).get("pooled"))
-
-    def window(run: str) -> pd.DataFrame:
-        r = by_run[run]
-        first = getattr(r.window, "first_step", None)
-        last = getattr(r.window, "last_step", None)
-        part = steps[(steps.run.astype(str) == run) & (steps.kind == "train")]
-        return part if first is None or last is None else part[part.step.between(first, last)]
-
     rows = []
     for run, r in by_run.items():
-        twins = [s for s in by_run if s != run and not pooled(s) and twin_key(s) == twin_key(run)]
-        if not pooled(run) or not twins:
+        if not _is_pooled(run, pool, infos):
             continue
-        stock = twins[0]
-        w = {n: window(n) for n in (run, stock)}
-        ranges = {n: (float(f.step_time_s.min()), float(f.step_time_s.max())) for n, f in w.items()}
-        overlap = ranges[run][0] <= ranges[stock][1] and ranges[stock][0] <= ranges[run][1]
-        span = {n: (f.timestamp.min(), f.timestamp.max()) for n, f in w.items()}
-        together = bool(span[run][0] <= span[stock][1] and span[stock][0] <= span[run][1])
-        info = infos.get(run)
-        extra = getattr(info, "extra", None) or {}
-        host = extra.get("host")
-        cpus = host.get("cpus") if isinstance(host, dict) else None
-        world = getattr(info, "world_size", None)
-        per_cpu = world / cpus if cpus and world else math.nan
-        config = extra.get("pool_config")
-        release = config.get("release") if isinstance(config, dict) else None
-        ratio = r.step_time.median_s / by_run[stock].step_time.median_s
-        rows.append(
-            {
-                "pooled": run,
-                "stock": stock,
-                "step_time_ratio": ratio,
-                "pooled_range_s": f"{ranges[run][0]:.2f}-{ranges[run][1]:.2f}",
-                "stock_range_s": f"{ranges[stock][0]:.2f}-{ranges[stock][1]:.2f}",
-                "ranges_overlap": overlap,
-                "order": "at the same time" if together else "one after the other",
-                "ranks_per_cpu": per_cpu,
-                "release": (
-                    "not in its pool config: written before the release"
-                    if release is None
-                    else str(release)
-                ),
-                "why": _why(ratio, overlap, together, per_cpu, release),
-            }
-        )
-    cols = [
-        "pooled",
-        "stock",
-        "step_time_ratio",
-        "pooled_range_s",
-        "stock_range_s",
-        "ranges_overlap",
-        "order",
-        "ranks_per_cpu",
-        "release",
-        "why",
-    ]
-    return pd.DataFrame(rows, columns=cols)
+        twins = [
+            s
+            for s in by_run
+            if s != run
+            and not _is_pooled(s, pool, infos)
+            and _twin_key(s, infos) == _twin_key(run, infos)
+        ]
+        if twins:
+            rows.append(_pair_row(r, by_run[twins[0]], steps, infos.get(run)))
+    return pd.DataFrame(rows, columns=_SPEED_PAIR_COLUMNS)
 
 
 def _why(ratio: float, overlap: bool, together: bool, per_cpu: float, release: Any) -> str:

@@ -7,7 +7,10 @@ nothing is drawn by hand, and nothing reaches into the pool's internals:
 - :func:`replay` puts one step of a schedule on a common clock (:class:`Replay`), :func:`phases`
   reads its warmup / steady / cooldown phases off the order;
 - :func:`rings_for` is the ring the pool keeps per (stage, direction), :func:`one_short` the
-  negative control's ring one set short;
+  negative control's ring one set short; :func:`ring_slot` is the slot a receive lands in
+  (``c mod K``, as the pool's one-stage ring places it) and :func:`receiving_rings` the checked
+  ring of every (stage, direction) a replay receives into: every figure and table here reads
+  slots from these two;
 - :func:`overwritten_receives` counts overwrites the one way every notebook counts them
   ([Note: counting overwrites]); :func:`slot_table` lists every receive with its slot;
 - :func:`guard_replay` replays the guard's rule (a post claims slot ``c mod K``; a post into a slot
@@ -78,8 +81,10 @@ __all__ = [
     "ordinal",
     "overwritten_receives",
     "phases",
+    "receiving_rings",
     "render_explorer",
     "replay",
+    "ring_slot",
     "ring_summary",
     "rings_for",
     "sets_by_version",
@@ -147,6 +152,67 @@ class Replay:
         return self.end[(b.rank, b.release)]
 
 
+def _ready_time(
+    done: dict[tuple[str, int, int], float], last: int, kind: str, stage: int, mb: int
+) -> float | None:
+    """When the action ``kind`` of (stage, microbatch) may start: its input's end, else ``None``.
+
+    ``done`` maps (kind, stage, microbatch) to the end time of actions already run; ``last`` is
+    the last stage. A forward waits on the previous stage's forward, a backward (or its input
+    half) on the next stage's, the last stage's on its own forward, a weight step on its input
+    half.
+    """
+    if kind == "F":
+        return 0.0 if stage == 0 else done.get(("F", stage - 1, mb))
+    if kind in ("B", "I"):
+        if stage == last:
+            return done.get(("F", stage, mb))
+        return done.get(("B", stage + 1, mb), done.get(("I", stage + 1, mb)))
+    return done.get(("I", stage, mb), done.get(("B", stage, mb)))  # W after its I
+
+
+def _stuck(prog: Program, pointer: dict[int, int]) -> ScheduleAnalysisError:
+    """The error of a replay where every rank waits: each rank's next action, named."""
+    stuck = {r: prog.events[r][pointer[r]] for r in prog.events if pointer[r] < len(prog.events[r])}
+    return ScheduleAnalysisError(
+        f"{prog.schedule}: the unit-time replay cannot make progress; "
+        f"ranks wait on {stuck}. "
+        "The action order is not one pooltk can draw."
+    )
+
+
+def _clock(prog: Program) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], float]]:
+    """Every event's start and end, ``(rank, position) -> time``: each rank runs its order as soon
+    as each action's input is ready ([Note: unit-time replay])."""
+    last = prog.num_stages - 1
+    done: dict[tuple[str, int, int], float] = {}  # (kind, stage, microbatch) -> end time
+    start: dict[tuple[int, int], float] = {}
+    end: dict[tuple[int, int], float] = {}
+    pointer = {r: 0 for r in prog.events}
+    clock = {r: 0.0 for r in prog.events}
+    while any(pointer[r] < len(prog.events[r]) for r in prog.events):
+        progressed = False
+        for r, events in prog.events.items():
+            while pointer[r] < len(events):
+                e = events[pointer[r]]
+                if e.kind in _TICKS:
+                    ready = _ready_time(done, last, e.kind, e.stage, e.microbatch)
+                    if ready is None:
+                        break
+                    t0 = max(clock[r], ready)
+                    clock[r] = t0 + _TICKS[e.kind]
+                    done[(e.kind, e.stage, e.microbatch)] = clock[r]
+                    start[(r, e.step)], end[(r, e.step)] = t0, clock[r]
+                else:  # receive posts and sends: at the rank's clock, no duration
+                    start.setdefault((r, e.step), clock[r])
+                    end.setdefault((r, e.step), clock[r])
+                pointer[r] += 1
+                progressed = True
+        if not progressed:
+            raise _stuck(prog, pointer)
+    return start, end
+
+
 def replay(
     schedule: str,
     *,
@@ -165,57 +231,8 @@ def replay(
     """
     prog = program(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=stages_per_rank)
     spans = tuple(lifetimes_of(prog))
-    last = prog.num_stages - 1
-    done: dict[tuple[str, int, int], float] = {}  # (kind, stage, microbatch) -> end time
-    start: dict[tuple[int, int], float] = {}
-    end: dict[tuple[int, int], float] = {}
-    pointer = {r: 0 for r in prog.events}
-    clock = {r: 0.0 for r in prog.events}
-
-    def _ready(kind: str, stage: int, mb: int) -> float | None:
-        if kind == "F":
-            return 0.0 if stage == 0 else done.get(("F", stage - 1, mb))
-        if kind in ("B", "I"):
-            if stage == last:
-                return done.get(("F", stage, mb))
-            return done.get(("B", stage + 1, mb), done.get(("I", stage + 1, mb)))
-        return done.get(("I", stage, mb), done.get(("B", stage, mb)))  # W after its I
-
-    while any(pointer[r] < len(prog.events[r]) for r in prog.events):
-        progressed = False
-        for r, events in prog.events.items():
-            while pointer[r] < len(events):
-                e = events[pointer[r]]
-                if e.kind in _TICKS:
-                    ready = _ready(e.kind, e.stage, e.microbatch)
-                    if ready is None:
-                        break
-                    t0 = max(clock[r], ready)
-                    clock[r] = t0 + _TICKS[e.kind]
-                    done[(e.kind, e.stage, e.microbatch)] = clock[r]
-                    start[(r, e.step)], end[(r, e.step)] = t0, clock[r]
-                else:  # receive posts and sends: at the rank's clock, no duration
-                    start.setdefault((r, e.step), clock[r])
-                    end.setdefault((r, e.step), clock[r])
-                pointer[r] += 1
-                progressed = True
-        if not progressed:
-            stuck = {
-                r: prog.events[r][pointer[r]]
-                for r in prog.events
-                if pointer[r] < len(prog.events[r])
-            }
-            raise ScheduleAnalysisError(
-                f"{prog.schedule}: the unit-time replay cannot make progress; "
-                f"ranks wait on {stuck}. "
-                "The action order is not one pooltk can draw."
-            )
-    return Replay(
-        program=prog,
-        spans=spans,
-        start=start,
-        end=end,
-    )
+    start, end = _clock(prog)
+    return Replay(program=prog, spans=spans, start=start, end=end)
 
 
 def phases(rp: Replay) -> dict[int, dict[str, tuple[int, int]]]:
@@ -288,6 +305,26 @@ def _ring_k(rings: RingSizes, stage: int, direction: Direction) -> int:
     return k
 
 
+def ring_slot(rings: RingSizes, stage: int, direction: Direction, microbatch: int) -> int:
+    """The slot ``microbatch``'s receive lands in: ``microbatch mod K`` of its (stage, direction)
+    ring, as the pool's one-stage ring places it (:meth:`pooltk.pool.ring.Ring.slot_of` without a
+    slot map).
+
+    Raises:
+        ValueError: ``rings`` has no ring (or a ring of 0) for that (stage, direction).
+    """
+    return microbatch % _ring_k(rings, stage, direction)
+
+
+def receiving_rings(rp: Replay, rings: RingSizes) -> dict[tuple[int, Direction], int]:
+    """K of every ring ``rp`` receives into, per (stage, direction), each checked to be at least 1.
+
+    Raises:
+        ValueError: a receiving (stage, direction) has no ring in ``rings`` (the fix named).
+    """
+    return {(b.stage, b.direction): _ring_k(rings, b.stage, b.direction) for b in rp.spans}
+
+
 def overwritten_receives(rp: Replay, rings: RingSizes) -> list[Overwrite]:
     """Every receive posted into a slot whose previous buffer is still held ([Note: counting
     overwrites]).
@@ -298,7 +335,7 @@ def overwritten_receives(rp: Replay, rings: RingSizes) -> list[Overwrite]:
     """
     by_slot: dict[tuple[int, Direction, int], list[BufferLifetime]] = defaultdict(list)
     for b in rp.spans:
-        slot = b.microbatch % _ring_k(rings, b.stage, b.direction)
+        slot = ring_slot(rings, b.stage, b.direction, b.microbatch)
         by_slot[(b.stage, b.direction, slot)].append(b)
     found = []
     for group in by_slot.values():
@@ -345,7 +382,7 @@ def slot_table(rp: Replay, rings: RingSizes) -> pd.DataFrame:
                 "direction": b.direction,
                 "microbatch": b.microbatch,
                 "ring": k,
-                "slot": b.microbatch % k,
+                "slot": ring_slot(rings, b.stage, b.direction, b.microbatch),
                 "posted_after": label[(b.rank, b.post, "before")],
                 "read_by": label[(b.rank, b.consume, "self")],
                 "freed_by": label[(b.rank, b.release, "self")],
@@ -425,6 +462,34 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def _events_in_time(rp: Replay) -> list[tuple[float, int, Any]]:
+    """Every rank's events as (start, rank, event), by start time, then rank, then position."""
+    events = sorted(
+        (
+            (rp.start[(r, e.step)], r, e.step, e)
+            for r, evs in rp.program.events.items()
+            for e in evs
+        ),
+        key=lambda t: t[:3],
+    )
+    return [(time, r, e) for time, r, _, e in events]
+
+
+def _free_slots(
+    owners: dict[tuple[int, Direction], list[int | None]],
+    ring_map: dict[tuple[int, Direction], int],
+    stage: int,
+    microbatch: int,
+) -> None:
+    """``microbatch`` gives up the slots it owns in ``stage``'s forward and grad rings."""
+    for d in DIRECTIONS:
+        slots = owners.get((stage, d))
+        if slots is not None:
+            slot = ring_slot(ring_map, stage, d, microbatch)
+            if slots[slot] == microbatch:
+                slots[slot] = None
+
+
 def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
     """Replay the guard's ownership rule over every rank's order, in the order of the replay clock.
 
@@ -435,25 +500,17 @@ def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
     post in time (ties: the lower rank). Each ring belongs to one stage, so the ranks' orders
     interleave by the clock without changing what any ring sees.
     """
-    ring_map = {(b.stage, b.direction): _ring_k(rings, b.stage, b.direction) for b in rp.spans}
+    ring_map = receiving_rings(rp, rings)
     owners: dict[tuple[int, Direction], list[int | None]] = {
         key: [None] * k for key, k in ring_map.items()
     }
     posted: dict[tuple[int, Direction], int] = {}
-    events = sorted(
-        (
-            (rp.start[(r, e.step)], r, e.step, e)
-            for r, evs in rp.program.events.items()
-            for e in evs
-        ),
-        key=lambda t: t[:3],
-    )
     checked, stop = 0, None
-    for time, r, _, e in events:
+    for time, r, e in _events_in_time(rp):
         if e.kind in ("RECV_F", "RECV_B"):
             key = (e.stage, "forward" if e.kind == "RECV_F" else "grad")
             slots, k = owners[key], ring_map[key]
-            slot = e.microbatch % k
+            slot = ring_slot(ring_map, *key, e.microbatch)
             checked += 1
             posted[key] = posted.get(key, 0) + 1
             if slots[slot] is not None and slots[slot] != e.microbatch:
@@ -471,12 +528,7 @@ def guard_replay(rp: Replay, rings: RingSizes) -> GuardReplay:
                 break
             slots[slot] = e.microbatch
         elif e.kind in ("B", "W") or (e.kind == "F" and rp.program.forward_only):
-            for d in DIRECTIONS:
-                slots = owners.get((e.stage, d))
-                if slots is not None:
-                    k = ring_map[(e.stage, d)]
-                    if slots[e.microbatch % k] == e.microbatch:
-                        slots[e.microbatch % k] = None
+            _free_slots(owners, ring_map, e.stage, e.microbatch)
     return GuardReplay(
         schedule=rp.program.schedule,
         rings=ring_map,

@@ -399,6 +399,55 @@ def _modelled(
     return origin, q, [opaque] * (q.shape.num_stages - 1), True
 
 
+def _check_reference_variant(reference_variant: str) -> None:
+    """A reference run was measured under stock torch or pooled with this config."""
+    if reference_variant not in ("stock", "pooled"):
+        raise MemoryModelError(
+            "reference variant",
+            found=repr(reference_variant),
+            required="'stock' or 'pooled'",
+            fix="say whether your reference run was stock torch or pooled with this config.",
+        )
+
+
+def _closed_form_model(
+    q: Preset, boundaries: list[Boundary], *, slack: int, grad_slack: int, policy: str
+) -> MemoryModel:
+    """The memory model of ``q``'s shape, its live sets from the closed forms.
+
+    The closed forms equal the walked live sets for 1F1B and GPipe (tests/memory prove it over a
+    grid of shapes); using them keeps a pp/M slider move under 50 ms at N=16, M=256, where a cold
+    walk of the schedule takes about a second.
+    """
+    config = PoolConfig(slack=slack, grad_slack=grad_slack)
+    return model_memory(q.shape, boundaries, config, policy=policy, live_source="formula")
+
+
+def _record_rejection(state: ExplorerState, exc: ValueError) -> None:
+    """A rejected update: no result, no fits view, the error's message."""
+    state.last_result, state.last_error = None, str(exc)
+    state.fits = state.fits_basis = None
+
+
+def _record_result(
+    state: ExplorerState, model: MemoryModel, *, pp: int, policy: str, slack: int, grad_slack: int
+) -> None:
+    """A modelled update: the result and its figure of merit (the middle stage's stock, pooled and
+    saved GiB), which joins the history."""
+    stage = middle_stage(pp)
+    fom = FigureOfMerit(
+        stage=stage,
+        stock_gib=model.stage_gib(stage, "stock"),
+        pooled_gib=model.stage_gib(stage, "pooled"),
+        saved_gib=model.saved_gib(stage),
+        policy=policy,
+        slack=slack,
+        grad_slack=grad_slack,
+    )
+    state.last_result, state.last_error, state.figure_of_merit = model, None, fom
+    state.history.append(fom)
+
+
 def explore(
     state: ExplorerState,
     *,
@@ -435,41 +484,19 @@ def explore(
     state.last_inputs = {name: value for name, value in locals().items() if name != "state"}
     dims = dict(pp=pp, microbatches=microbatches, rows=rows, seq_len=seq_len, hidden=hidden)
     try:
-        if reference_variant not in ("stock", "pooled"):
-            raise MemoryModelError(
-                "reference variant",
-                found=repr(reference_variant),
-                required="'stock' or 'pooled'",
-                fix="say whether your reference run was stock torch or pooled with this config.",
-            )
+        _check_reference_variant(reference_variant)
         origin, q, boundaries, opaque = _modelled(
             state, preset, config_path, boundary_mib, {**dims, "dtype": dtype}
         )
-        config = PoolConfig(slack=slack, grad_slack=grad_slack)
-        # The closed forms equal the walked live sets for 1F1B and GPipe (tests/memory prove it
-        # over a grid of shapes); using them keeps a pp/M slider move under 50 ms at N=16, M=256,
-        # where a cold walk of the schedule takes about a second.
-        model = model_memory(q.shape, boundaries, config, policy=policy, live_source="formula")
+        model = _closed_form_model(q, boundaries, slack=slack, grad_slack=grad_slack, policy=policy)
         state.origin, state.source = origin, q
         state.boundary_note = _boundary_note(origin, q, boundaries, opaque)
         references = (reference_peak_gib, reference_log, reference_variant)
         _fits(state, origin, q, model, boundaries, device, *references, config_path)
     except ValueError as exc:  # MemoryModelError, ConfigKeyError and PoolConfig's ValueError
-        state.last_result, state.last_error = None, str(exc)
-        state.fits = state.fits_basis = None
+        _record_rejection(state, exc)
         return None
-    stage = middle_stage(pp)
-    fom = FigureOfMerit(
-        stage=stage,
-        stock_gib=model.stage_gib(stage, "stock"),
-        pooled_gib=model.stage_gib(stage, "pooled"),
-        saved_gib=model.saved_gib(stage),
-        policy=policy,
-        slack=slack,
-        grad_slack=grad_slack,
-    )
-    state.last_result, state.last_error, state.figure_of_merit = model, None, fom
-    state.history.append(fom)
+    _record_result(state, model, pp=pp, policy=policy, slack=slack, grad_slack=grad_slack)
     return model
 
 

@@ -326,30 +326,18 @@ def _mb_losses(v) -> list[float]:
     return [x for step in v.losses for x in step]
 
 
-def loss_figure(report: ParityReport) -> Figure:
-    """Top: every microbatch's loss, stock as a line, each pooled variant as circles. Bottom:
-    pooled - stock.
-
-    A line on a plot cannot show bitwise equality; the difference can: exactly 0 at every
-    microbatch is what "bitwise equal" means for the losses.
-    """
-    m = report.spec.microbatches
-    fig, (top, diff) = canvas.subplots(
-        2,
-        1,
-        figsize=(style.FIGURE_WIDTH_IN, 5.2),
-        sharex=True,
-        gridspec_kw={"height_ratios": [2, 1]},
-    )
-    pooled = [v for v in report.variants if v.pooled]
+def _draw_losses(top: Any, diff: Any, report: ParityReport) -> float:
+    """Stock's losses as lines and each pooled variant's as circles (``top``), pooled - stock
+    (``diff``); returns the largest |pooled - stock|."""
     worst = 0.0
     for v in report.variants:
-        ys = _mb_losses(v)
-        if v.pooled:
-            continue
-        top.plot(range(len(ys)), ys, lw=2, color=style.colour("stock"), label=f"stock ({v.name})")
+        if not v.pooled:
+            ys = _mb_losses(v)
+            top.plot(
+                range(len(ys)), ys, lw=2, color=style.colour("stock"), label=f"stock ({v.name})"
+            )
     markers = iter("osD^v<>")
-    for v in pooled:
+    for v in (v for v in report.variants if v.pooled):
         ys, ref = _mb_losses(v), _mb_losses(stock_of(report, v.name))
         mk = next(markers)
         top.plot(
@@ -373,9 +361,11 @@ def loss_figure(report: ParityReport) -> Figure:
             color=style.colour("tight"),
             label=f"pooled ({v.name})",
         )
-    for ax in (top, diff):
-        for s in range(1, report.spec.steps):
-            ax.axvline(s * m - 0.5, color="grey", lw=0.8, ls=":")
+    return worst
+
+
+def _label_losses(top: Any, diff: Any, report: ParityReport, worst: float) -> None:
+    """The verdict (bitwise equal or the largest difference) in both panels' titles, the labels."""
     if worst == 0:
         diff.set_ylim(-1, 1)
     top.set_ylabel("loss (last stage, MSE)")
@@ -385,8 +375,8 @@ def loss_figure(report: ParityReport) -> Figure:
         else f"Pooled training differs from stock: max |pooled - stock| loss {worst:.3g}"
     )
     top.set_title(
-        f"{verdict}\n(pp{report.spec.pp} 1F1B, {report.spec.steps} steps of {m} microbatches; "
-        "dotted: optimizer step)",
+        f"{verdict}\n(pp{report.spec.pp} 1F1B, {report.spec.steps} steps of "
+        f"{report.spec.microbatches} microbatches; dotted: optimizer step)",
         fontsize=10,
     )
     diff.set_ylabel("pooled - stock (loss)")
@@ -397,9 +387,46 @@ def loss_figure(report: ParityReport) -> Figure:
         fontsize=9.5,
     )
     diff.set_xlabel("microbatch (index, steps in order)")
+
+
+def loss_figure(report: ParityReport) -> Figure:
+    """Top: every microbatch's loss, stock as a line, each pooled variant as circles. Bottom:
+    pooled - stock.
+
+    A line on a plot cannot show bitwise equality; the difference can: exactly 0 at every
+    microbatch is what "bitwise equal" means for the losses.
+    """
+    m = report.spec.microbatches
+    fig, (top, diff) = canvas.subplots(
+        2,
+        1,
+        figsize=(style.FIGURE_WIDTH_IN, 5.2),
+        sharex=True,
+        gridspec_kw={"height_ratios": [2, 1]},
+    )
+    worst = _draw_losses(top, diff, report)
+    for ax in (top, diff):
+        for s in range(1, report.spec.steps):
+            ax.axvline(s * m - 0.5, color="grey", lw=0.8, ls=":")
+    _label_losses(top, diff, report, worst)
     handles, _ = top.get_legend_handles_labels()
     style.legend_below(fig, handles, ncol=min(3, len(handles)))
     return fig
+
+
+def _bytes_title(frame: pd.DataFrame) -> str:
+    """What the pool holds of stock's receive bytes, and whether the model predicts it exactly."""
+    saved = (frame.stock_bytes - frame.pooled_bytes).sum() / 2**10
+    same = bool((frame.pooled_bytes == frame.model_pooled_bytes).all())
+    stock = frame["stock_bytes"].sum() / 2**10
+    if same:
+        model = "the model predicts every stage's pooled bytes exactly"
+    else:
+        model = "the model DIFFERS from the measured pooled bytes"
+    return (
+        f"The pool holds {stock - saved:,.0f} of stock's {stock:,.0f} KiB of receive buffers "
+        f"(saves {saved:,.0f} KiB);\n" + model + " (both directions per stage)"
+    )
 
 
 def bytes_figure(report: ParityReport) -> Figure:
@@ -414,12 +441,11 @@ def bytes_figure(report: ParityReport) -> Figure:
     )
     fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 3.8))
     x = np.arange(len(frame))
-    for k, (key, col, text) in enumerate(
-        (
-            ("stock", "stock_bytes", "stock torch, measured"),
-            ("tight", "pooled_bytes", "pooled, measured"),
-        )
-    ):
+    measured = (
+        ("stock", "stock_bytes", "stock torch, measured"),
+        ("tight", "pooled_bytes", "pooled, measured"),
+    )
+    for k, (key, col, text) in enumerate(measured):
         bars = ax.bar(
             x + (k - 0.5) * 0.38, frame[col] / 2**10, 0.38, color=style.colour(key), label=text
         )
@@ -438,20 +464,7 @@ def bytes_figure(report: ParityReport) -> Figure:
     ax.set_ylim(0, frame["stock_bytes"].max() / 2**10 * 1.2)
     ax.set_xlabel("stage (index)")
     ax.set_ylabel("receive buffers (KiB, 2**10 B)")
-    saved = (frame.stock_bytes - frame.pooled_bytes).sum() / 2**10
-    same = bool((frame.pooled_bytes == frame.model_pooled_bytes).all())
-    stock = frame["stock_bytes"].sum() / 2**10
-    ax.set_title(
-        f"The pool holds {stock - saved:,.0f} of stock's {stock:,.0f} KiB of receive buffers "
-        f"(saves {saved:,.0f} KiB);\n"
-        + (
-            "the model predicts every stage's pooled bytes exactly"
-            if same
-            else "the model DIFFERS from the measured pooled bytes"
-        )
-        + " (both directions per stage)",
-        fontsize=10,
-    )
+    ax.set_title(_bytes_title(frame), fontsize=10)
     style.legend_below(fig, ax.get_legend_handles_labels()[0], ncol=2)
     return fig
 
@@ -635,6 +648,25 @@ def three_way_frame(three_way) -> pd.DataFrame:  # noqa: ANN001 - a ThreeWay
     return pd.DataFrame(rows)
 
 
+def _draw_three_way_panel(ax: Any, report: ParityReport, key: str, verdict: str) -> None:
+    """One model: per step, the largest |stock - fresh| and |pooled - fresh| parameter sum."""
+    fresh = report.variant(f"fresh/{key}")
+    for name, series, look in (
+        ("stock", "stock", dict(lw=3, alpha=0.6)),
+        ("pooled", "tight", dict(lw=1.5, marker="o")),
+    ):
+        v = report.variant(f"{name}/{key}")
+        dist = [
+            max(abs(v.param_sums[r][s] - fresh.param_sums[r][s]) for r in v.param_sums)
+            for s in range(report.spec.steps)
+        ]
+        color, text = style.colour(series), f"|{name} - fresh|"
+        ax.plot(range(report.spec.steps), dist, color=color, label=text, **look)
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{key}: {verdict}", fontsize=9)
+    ax.set_xticks(range(report.spec.steps))
+
+
 def three_way_figure(three_way) -> Figure:  # noqa: ANN001 - a ThreeWay
     """Per model and step: how far stock and pooled are from fresh (largest |parameter-sum
     difference| over ranks)."""
@@ -652,21 +684,7 @@ def three_way_figure(three_way) -> Figure:  # noqa: ANN001 - a ThreeWay
         sharex=True,
     )
     for ax, key, j in zip(axes.flat, keys, three_way.judgements):
-        fresh = report.variant(f"fresh/{key}")
-        for name, series, look in (
-            ("stock", "stock", dict(lw=3, alpha=0.6)),
-            ("pooled", "tight", dict(lw=1.5, marker="o")),
-        ):
-            v = report.variant(f"{name}/{key}")
-            dist = [
-                max(abs(v.param_sums[r][s] - fresh.param_sums[r][s]) for r in v.param_sums)
-                for s in range(report.spec.steps)
-            ]
-            color, text = style.colour(series), f"|{name} - fresh|"
-            ax.plot(range(report.spec.steps), dist, color=color, label=text, **look)
-        ax.set_ylim(bottom=0)
-        ax.set_title(f"{key}: {j.verdict}", fontsize=9)
-        ax.set_xticks(range(report.spec.steps))
+        _draw_three_way_panel(ax, report, key, j.verdict)
     for ax in axes.flat[len(keys) :]:
         ax.set_visible(False)
     size = max(

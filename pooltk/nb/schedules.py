@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk import PoolConfig
@@ -51,6 +51,43 @@ def _peak_window(intervals: list[tuple[float, float]]) -> tuple[int, float, floa
     return best, where[0], where[1]
 
 
+def _draw_stage_lifetimes(ax: Any, rp: Any, part: list[Any], row: int, n_rows: int) -> int:
+    """One stage's row: its peak window shaded, each microbatch's buffer a line from post to
+    release, stacked in microbatch order; returns the peak overlap."""
+    intervals = [(rp.time_of_post(b), rp.time_of_release(b)) for b in part]
+    n, t0, t1 = _peak_window(intervals)
+    ax.axvspan(
+        t0,
+        t1,
+        ymin=1 - (row + 0.95) / n_rows,
+        ymax=1 - (row + 0.05) / n_rows,
+        color=style.colour("peak_overlap"),
+        zorder=0,
+    )
+    for j, (b, (a, e)) in enumerate(zip(part, intervals)):
+        y = row + (j / max(len(part), 1)) * 0.8 - 0.4
+        ax.plot([a, e], [y, y], color=style.microbatch_colour(b.microbatch), lw=2, zorder=2)
+    return n
+
+
+def _label_lifetime_axes(
+    ax: Any, stages: list[int], rank_of: dict[int, int], peaks: dict[int, int], makespan: float
+) -> None:
+    """A row per stage named with its rank, its peak on the right, the clock on x."""
+    from pooltk.nb.timelines import CLOCK_LABEL
+
+    ax.set_yticks(range(len(stages)))
+    ax.set_yticklabels([f"stage {s} (rank {rank_of[s]})" for s in stages], fontsize=8.5)
+    ax.set_ylabel("stage (index; its rank)")
+    ax.set_ylim(len(stages) - 0.5, -0.5)
+    right = ax.secondary_yaxis("right")
+    right.set_yticks(range(len(stages)), [f"peak {peaks[s]}" for s in stages], fontsize=8.5)
+    right.set_ylabel("most held at once (buffers)", fontsize=8.5)
+    ax.set_xlim(0, makespan)
+    ax.set_xlabel(CLOCK_LABEL + "; split backward halves 1 each")
+    ax.grid(axis="y", visible=False)
+
+
 def lifetime_chart(
     schedule: str,
     *,
@@ -71,7 +108,6 @@ def lifetime_chart(
     from matplotlib.lines import Line2D
 
     from pooltk.nb.mechanism import RECEIVED, replay
-    from pooltk.nb.timelines import CLOCK_LABEL
 
     vpp = stages_per_rank or _stages_per_rank(schedule)
     rp = replay(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp)
@@ -81,31 +117,9 @@ def lifetime_chart(
     peaks: dict[int, int] = {}
     for row, stage in enumerate(stages):
         part = sorted((b for b in spans if b.stage == stage), key=lambda b: b.microbatch)
-        intervals = [(rp.time_of_post(b), rp.time_of_release(b)) for b in part]
-        n, t0, t1 = _peak_window(intervals)
-        peaks[stage] = n
-        ax.axvspan(
-            t0,
-            t1,
-            ymin=1 - (row + 0.95) / len(stages),
-            ymax=1 - (row + 0.05) / len(stages),
-            color=style.colour("peak_overlap"),
-            zorder=0,
-        )
-        for j, (b, (a, e)) in enumerate(zip(part, intervals)):
-            y = row + (j / max(len(part), 1)) * 0.8 - 0.4
-            ax.plot([a, e], [y, y], color=style.microbatch_colour(b.microbatch), lw=2, zorder=2)
-    ax.set_yticks(range(len(stages)))
+        peaks[stage] = _draw_stage_lifetimes(ax, rp, part, row, len(stages))
     rank_of = {b.stage: b.rank for b in spans}
-    ax.set_yticklabels([f"stage {s} (rank {rank_of[s]})" for s in stages], fontsize=8.5)
-    ax.set_ylabel("stage (index; its rank)")
-    ax.set_ylim(len(stages) - 0.5, -0.5)
-    right = ax.secondary_yaxis("right")
-    right.set_yticks(range(len(stages)), [f"peak {peaks[s]}" for s in stages], fontsize=8.5)
-    right.set_ylabel("most held at once (buffers)", fontsize=8.5)
-    ax.set_xlim(0, rp.makespan)
-    ax.set_xlabel(CLOCK_LABEL + "; split backward halves 1 each")
-    ax.grid(axis="y", visible=False)
+    _label_lifetime_axes(ax, stages, rank_of, peaks, rp.makespan)
     most = max(peaks.values(), default=0)
     ax.set_title(
         f"{schedule}: a stage holds at most {most} {RECEIVED[direction]} receive buffers at once "
@@ -146,6 +160,45 @@ def rank_figure(schedule: str, *, pp: int, n_microbatches: int) -> "Figure":
     )
 
 
+def _schedule_rows(
+    name: str, *, pp: int, n_microbatches: int, config: PoolConfig
+) -> list[dict[str, Any]]:
+    """:func:`allowlist_table`'s rows of one schedule, a row per stage."""
+    from pooltk.analysis.lifetimes import live_table
+
+    vpp = _stages_per_rank(name)
+    table = live_table(name, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp)
+    n_stages = pp * vpp
+    rows = []
+    for stage in range(n_stages):
+        part = table[table.stage == stage].set_index("direction")
+        stock = int(part.stock_buffers.sum())
+        # 0 where nothing is received, handoffs included
+        auto = sum(
+            ring_size(int(part.loc[d, "ring_min"]), n_microbatches, d, config) for d in DIRECTIONS
+        )
+        if name == "1F1B":
+            k = pr_ring_size(n_stages, stage, n_microbatches, config.slack)
+            seed = sum(k for d in DIRECTIONS if int(part.loc[d, "stock_buffers"]))
+        else:
+            seed = stock
+        rows.append(
+            {
+                "schedule": name,
+                "pp": pp,
+                "vpp": vpp,
+                "n_microbatches": n_microbatches,
+                "stage": stage,
+                "stock": stock,
+                "stock_lazy": int(part.lazy_buffers.sum()),
+                "seed_allowlist": seed,
+                "pooltk_auto": auto,
+                "live_peak": int(part.live_peak.sum()),
+            }
+        )
+    return rows
+
+
 def allowlist_table(
     schedules: list[str] | tuple[str, ...],
     *,
@@ -169,41 +222,10 @@ def allowlist_table(
     """
     import pandas as pd
 
-    from pooltk.analysis.lifetimes import live_table
-
     config = PoolConfig(slack=slack, grad_slack=grad_slack)
     rows = []
     for name in schedules:
-        vpp = _stages_per_rank(name)
-        table = live_table(name, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp)
-        n_stages = pp * vpp
-        for stage in range(n_stages):
-            part = table[table.stage == stage].set_index("direction")
-            stock = int(part.stock_buffers.sum())
-            # 0 where nothing is received, handoffs included
-            auto = sum(
-                ring_size(int(part.loc[d, "ring_min"]), n_microbatches, d, config)
-                for d in DIRECTIONS
-            )
-            if name == "1F1B":
-                k = pr_ring_size(n_stages, stage, n_microbatches, slack)
-                seed = sum(k for d in DIRECTIONS if int(part.loc[d, "stock_buffers"]))
-            else:
-                seed = stock
-            rows.append(
-                {
-                    "schedule": name,
-                    "pp": pp,
-                    "vpp": vpp,
-                    "n_microbatches": n_microbatches,
-                    "stage": stage,
-                    "stock": stock,
-                    "stock_lazy": int(part.lazy_buffers.sum()),
-                    "seed_allowlist": seed,
-                    "pooltk_auto": auto,
-                    "live_peak": int(part.live_peak.sum()),
-                }
-            )
+        rows += _schedule_rows(name, pp=pp, n_microbatches=n_microbatches, config=config)
     return pd.DataFrame(rows)
 
 

@@ -30,7 +30,7 @@ equal to stock on real gloo ranks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pooltk.analysis.lifetimes import (
     DIRECTIONS,
@@ -80,6 +80,65 @@ def _needed(group: Sequence[BufferLifetime], ring: int, m: int) -> int:
     return m  # unreachable: K = M gives every microbatch its own slot
 
 
+def _stage_needs(
+    spans: Sequence[BufferLifetime], stage: int, n: int, m: int
+) -> list[tuple[str, str, int, int]]:
+    """Each rule's (rule, direction, slack needed, ring before slack) on one stage of ``n``."""
+    out = []
+    groups = {d: [b for b in spans if b.stage == stage and b.direction == d] for d in DIRECTIONS}
+    for d, group in groups.items():
+        if not group:
+            continue
+        read = peak_overlap((b.consume, b.release) for b in group)
+        out.append(("first read to release", d, _needed(group, read, m), read))
+        formula = min(m, n - stage) if d == "forward" else 1
+        out.append(("1F1B formula", d, _needed(group, formula, m), formula))
+    both = [g for g in groups.values() if g]
+    if both:
+        s = next(
+            s for s in range(m + 1) if all(_safe(g, pr_ring_size(n, stage, m, s)) for g in both)
+        )
+        out.append(("PR #3780 ring", "both", s, pr_ring_size(n, stage, m, 0)))
+    return out
+
+
+def _schedule_needs(name: str, pp: int, m: int) -> list[dict]:
+    """:func:`slack_needs`' rows of one schedule: per rule and direction, the most over stages."""
+    vpp = CATALOG[name].stages_per_rank
+    spans = lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=vpp)
+    n = pp * vpp
+    worst: dict[tuple[str, str], tuple[int, int]] = {}
+    base: dict[tuple[str, str], list[int]] = {}  # the rule's ring per stage before slack
+    for stage in range(n):
+        for rule, direction, s, k in _stage_needs(spans, stage, n, m):
+            base.setdefault((rule, direction), []).append(k)
+            if s > worst.get((rule, direction), (-1, -1))[0]:
+                worst[(rule, direction)] = (s, stage)
+    rows = []
+    for rule in RULES:
+        for direction in (*DIRECTIONS, "both"):
+            if (rule, direction) not in worst:
+                continue
+            s, stage = worst[(rule, direction)]
+            if rule == "PR #3780 ring":
+                at_m = any(pr_ring_size(n, i, m, s) >= m for i in range(n))
+            else:
+                at_m = any(k + s >= m for k in base[(rule, direction)])
+            rows.append(
+                {
+                    "schedule": name,
+                    "vpp": vpp,
+                    "rule": rule,
+                    "direction": direction,
+                    "slack_needed": s,
+                    "worst_stage": stage,
+                    "covered_by_pr_default": s <= PR_DEFAULT_SLACK,
+                    "ring_at_m": at_m,
+                }
+            )
+    return rows
+
+
 def slack_needs(
     schedules: Sequence[str] | None = None, *, pp: int = 4, n_microbatches: int = 8
 ) -> pd.DataFrame:
@@ -93,61 +152,9 @@ def slack_needs(
     """
     import pandas as pd
 
-    m = n_microbatches
     rows = []
     for name in schedules or analysable_schedules():
-        vpp = CATALOG[name].stages_per_rank
-        spans = lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=vpp)
-        n = pp * vpp
-        worst: dict[tuple[str, str], tuple[int, int]] = {}
-        base: dict[tuple[str, str], list[int]] = {}  # the rule's ring per stage before slack
-
-        def note(
-            rule: str, direction: str, s: int, stage: int, k: int, worst=worst, base=base
-        ) -> None:
-            base.setdefault((rule, direction), []).append(k)
-            if s > worst.get((rule, direction), (-1, -1))[0]:
-                worst[(rule, direction)] = (s, stage)
-
-        for stage in range(n):
-            groups = {
-                d: [b for b in spans if b.stage == stage and b.direction == d] for d in DIRECTIONS
-            }
-            for d, group in groups.items():
-                if not group:
-                    continue
-                read = peak_overlap((b.consume, b.release) for b in group)
-                note("first read to release", d, _needed(group, read, m), stage, read)
-                formula = min(m, n - stage) if d == "forward" else 1
-                note("1F1B formula", d, _needed(group, formula, m), stage, formula)
-            both = [g for g in groups.values() if g]
-            if both:
-                s = next(
-                    s
-                    for s in range(m + 1)
-                    if all(_safe(g, pr_ring_size(n, stage, m, s)) for g in both)
-                )
-                note("PR #3780 ring", "both", s, stage, pr_ring_size(n, stage, m, 0))
-        for rule in RULES:
-            for direction in (*DIRECTIONS, "both"):
-                if (rule, direction) in worst:
-                    s, stage = worst[(rule, direction)]
-                    if rule == "PR #3780 ring":
-                        at_m = any(pr_ring_size(n, i, m, s) >= m for i in range(n))
-                    else:
-                        at_m = any(k + s >= m for k in base[(rule, direction)])
-                    rows.append(
-                        {
-                            "schedule": name,
-                            "vpp": vpp,
-                            "rule": rule,
-                            "direction": direction,
-                            "slack_needed": s,
-                            "worst_stage": stage,
-                            "covered_by_pr_default": s <= PR_DEFAULT_SLACK,
-                            "ring_at_m": at_m,
-                        }
-                    )
+        rows += _schedule_needs(name, pp, n_microbatches)
     return pd.DataFrame(rows)
 
 
@@ -161,16 +168,9 @@ _COLUMN_TEXT = {
 """Each heatmap column as a reader names it (the rule, what it counts, the direction)."""
 
 
-def slack_needs_figure(frame: pd.DataFrame, *, pp: int, n_microbatches: int) -> Figure:
-    """Heatmap: schedule x sizing rule -> slack needed; ``K = M`` where it leaves a stage no saving.
-
-    A black frame marks where the PR's default slack 2 falls short. A cell whose ring reaches
-    ``M`` on some stage says so (``K = M``): a 0 there means the rule already gives every
-    microbatch its own buffer, not that it is tight.
-    """
+def _needs_grid(frame: pd.DataFrame) -> tuple[list, list[str], Any, list[list[str]]]:
+    """The heatmap's columns (rule, direction), rows (schedules), slack grid and cell texts."""
     import numpy as np
-    import seaborn as sns
-    from matplotlib.patches import Rectangle
 
     keys = [k for k in _COLUMN_TEXT if ((frame.rule == k[0]) & (frame.direction == k[1])).any()]
     schedules = list(dict.fromkeys(frame["schedule"]))
@@ -181,6 +181,37 @@ def slack_needs_figure(frame: pd.DataFrame, *, pp: int, n_microbatches: int) -> 
         [f"{int(v)}\n(K = M)" if m else f"{int(v)}" for v, m in zip(row, ms)]
         for row, ms in zip(grid, at_m)
     ]
+    return keys, schedules, grid, notes
+
+
+def _frame_pr_shortfalls(ax: Any, keys: list, grid: Any) -> int:
+    """Frame in black each PR-ring cell needing more than the PR's default slack; return how
+    many."""
+    from matplotlib.patches import Rectangle
+
+    pr = [j for j, k in enumerate(keys) if k[0] == "PR #3780 ring"]
+    short = 0
+    for i in range(len(grid)):
+        for j in pr:
+            if grid[i, j] > PR_DEFAULT_SLACK:
+                short += 1
+                ax.add_patch(
+                    Rectangle((j + 0.04, i + 0.04), 0.92, 0.92, fill=False, edgecolor="black", lw=2)
+                )
+    return short
+
+
+def slack_needs_figure(frame: pd.DataFrame, *, pp: int, n_microbatches: int) -> Figure:
+    """Heatmap: schedule x sizing rule -> slack needed; ``K = M`` where it leaves a stage no saving.
+
+    A black frame marks where the PR's default slack 2 falls short. A cell whose ring reaches
+    ``M`` on some stage says so (``K = M``): a 0 there means the rule already gives every
+    microbatch its own buffer, not that it is tight.
+    """
+    import numpy as np
+    import seaborn as sns
+
+    keys, schedules, grid, notes = _needs_grid(frame)
     vpp = dict(zip(frame["schedule"], frame["vpp"]))
     fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.5 * len(schedules) + 2.9))
     sns.heatmap(
@@ -198,15 +229,7 @@ def slack_needs_figure(frame: pd.DataFrame, *, pp: int, n_microbatches: int) -> 
         xticklabels=[_COLUMN_TEXT[k] for k in keys],
         yticklabels=[f"{s} ({vpp[s]} stage{'s' if vpp[s] > 1 else ''}/rank)" for s in schedules],
     )
-    pr = [j for j, k in enumerate(keys) if k[0] == "PR #3780 ring"]
-    short = 0
-    for i in range(len(schedules)):
-        for j in pr:
-            if grid[i, j] > PR_DEFAULT_SLACK:
-                short += 1
-                ax.add_patch(
-                    Rectangle((j + 0.04, i + 0.04), 0.92, 0.92, fill=False, edgecolor="black", lw=2)
-                )
+    short = _frame_pr_shortfalls(ax, keys, grid)
     ax.set_xlabel(
         "how the ring was sized (black frame: the PR's default slack 2 is not enough)", fontsize=9
     )
@@ -264,6 +287,81 @@ def slack_sweep(*, pp: int, n_microbatches: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _draw_cost(ax: Any, sweep: pd.DataFrame) -> None:
+    """Left panel: the sets the pool keeps per slack, against stock's."""
+    stock = int(sweep["stock"].iloc[0])
+    ax.plot(
+        sweep["slack"],
+        sweep["sets_kept"],
+        marker="o",
+        ms=4,
+        color=style.colour("tight"),
+        label="1F1B, ring = live set",
+    )
+    style.reference_line(
+        ax,
+        stock,
+        text=f"stock torch (<= 2.14): {stock}",
+        source="",
+        colour_=style.colour("stock"),
+        above=False,
+    )
+    ax.set_ylim(0, stock * 1.1)
+    ax.set_xlabel("slack (extra sets per activation ring)")
+    ax.set_ylabel("buffer sets the pool keeps (count)")
+    per = int(sweep["sets_kept"].iloc[1] - sweep["sets_kept"].iloc[0]) if len(sweep) > 1 else 0
+    ax.set_title(
+        f"cost: +{per} sets per unit of slack\n({per} receiving stages), until a ring reaches M",
+        fontsize=9.5,
+    )
+
+
+_SWEEP_RINGS = (  # column, series, label, marker, line style, width, marker size
+    ("exact", "tight", "1F1B, ring = live set", "s", "-", 3, 6),
+    ("one_short", "ring_one_short", "1F1B, ring sized one set short", "o", "--", 1.5, 4),
+    ("gpipe_forced", "gpipe_forced", "GPipe on the 1F1B ring", "o", "-", 1.5, 4),
+)
+"""The right panel's three rings and how each is drawn."""
+
+
+def _draw_hurt(ax: Any, sweep: pd.DataFrame) -> None:
+    """Right panel: per ring, the receives into a slot still held, per slack."""
+    # the exact ring last: on top where the lines meet at 0
+    for col, key, text, marker, ls, lw, ms in reversed(_SWEEP_RINGS):
+        ax.plot(
+            sweep["slack"],
+            sweep[col],
+            marker=marker,
+            ls=ls,
+            lw=lw,
+            ms=ms,
+            color=style.colour(key),
+            label=text,
+        )
+    ax.set_ylim(0, max(1, int(sweep["gpipe_forced"].max())) * 1.15)
+    ax.set_xlabel("slack (extra sets per activation ring)")
+    ax.set_ylabel("receives into a slot still held (count)")
+    ax.set_title("tolerance: receives that would overwrite live data", fontsize=9.5)
+
+
+def _mark_all_at_m(cost: Any, hurt: Any, sweep: pd.DataFrame, n_microbatches: int) -> None:
+    """A dotted line on both panels at the first slack where every activation ring is ``M``."""
+    full = sweep[sweep["all_at_m"]]
+    if not len(full):
+        return
+    at = int(full["slack"].iloc[0])
+    for ax in (cost, hurt):
+        ax.axvline(at, color="black", ls=":", lw=1)
+    hurt.annotate(
+        f"slack {at}: every activation ring\nis M = {n_microbatches}: no activation saving",
+        xy=(at, 0.55 * hurt.get_ylim()[1]),
+        xytext=(-6, 0),
+        textcoords="offset points",
+        ha="right",
+        fontsize="x-small",
+    )
+
+
 def slack_sweep_figure(sweep: pd.DataFrame, *, pp: int, n_microbatches: int) -> Figure:
     """Left: the sets the pool keeps per slack, against stock. Right: receives into slots still
     held.
@@ -273,62 +371,12 @@ def slack_sweep_figure(sweep: pd.DataFrame, *, pp: int, n_microbatches: int) -> 
     (no saving left) is marked on both panels.
     """
     fig, (cost, hurt) = canvas.subplots(1, 2, figsize=(style.FIGURE_WIDTH_IN, 4.0))
-    x = sweep["slack"]
-    stock = int(sweep["stock"].iloc[0])
-    cost.plot(
-        x,
-        sweep["sets_kept"],
-        marker="o",
-        ms=4,
-        color=style.colour("tight"),
-        label="1F1B, ring = live set",
-    )
-    style.reference_line(
-        cost,
-        stock,
-        text=f"stock torch (<= 2.14): {stock}",
-        source="",
-        colour_=style.colour("stock"),
-        above=False,
-    )
-    cost.set_ylim(0, stock * 1.1)
-    cost.set_xlabel("slack (extra sets per activation ring)")
-    cost.set_ylabel("buffer sets the pool keeps (count)")
-    per = int(sweep["sets_kept"].iloc[1] - sweep["sets_kept"].iloc[0]) if len(sweep) > 1 else 0
-    cost.set_title(
-        f"cost: +{per} sets per unit of slack\n({per} receiving stages), until a ring reaches M",
-        fontsize=9.5,
-    )
-    lines = (  # column, series, label, marker, line style, width, marker size
-        ("exact", "tight", "1F1B, ring = live set", "s", "-", 3, 6),
-        ("one_short", "ring_one_short", "1F1B, ring sized one set short", "o", "--", 1.5, 4),
-        ("gpipe_forced", "gpipe_forced", "GPipe on the 1F1B ring", "o", "-", 1.5, 4),
-    )
-    # the exact ring last: on top where the lines meet at 0
-    for col, key, text, marker, ls, lw, ms in reversed(lines):
-        hurt.plot(
-            x, sweep[col], marker=marker, ls=ls, lw=lw, ms=ms, color=style.colour(key), label=text
-        )
-    hurt.set_ylim(0, max(1, int(sweep["gpipe_forced"].max())) * 1.15)
-    hurt.set_xlabel("slack (extra sets per activation ring)")
-    hurt.set_ylabel("receives into a slot still held (count)")
-    hurt.set_title("tolerance: receives that would overwrite live data", fontsize=9.5)
-    full = sweep[sweep["all_at_m"]]
+    _draw_cost(cost, sweep)
+    _draw_hurt(hurt, sweep)
     gpipe_ok = int(sweep.loc[sweep["gpipe_forced"] == 0, "slack"].min())
-    if len(full):
-        at = int(full["slack"].iloc[0])
-        for ax in (cost, hurt):
-            ax.axvline(at, color="black", ls=":", lw=1)
-        hurt.annotate(
-            f"slack {at}: every activation ring\nis M = {n_microbatches}: no activation saving",
-            xy=(at, 0.55 * hurt.get_ylim()[1]),
-            xytext=(-6, 0),
-            textcoords="offset points",
-            ha="right",
-            fontsize="x-small",
-        )
+    _mark_all_at_m(cost, hurt, sweep, n_microbatches)
     for ax in (cost, hurt):
-        ax.set_xticks(list(x))
+        ax.set_xticks(list(sweep["slack"]))
     short_ok = int(sweep.loc[sweep["one_short"] == 0, "slack"].min())
     fig.suptitle(
         "Under 1F1B slack costs one set per receiving stage and buys tolerance, not safety: the "

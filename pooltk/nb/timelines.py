@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pooltk.analysis.lifetimes import DIRECTIONS, Direction
@@ -28,6 +29,8 @@ from pooltk.nb.mechanism import (
     ordinal,
     overwritten_receives,
     phases,
+    receiving_rings,
+    ring_slot,
     ring_summary,
 )
 
@@ -160,6 +163,69 @@ def _step_counts(intervals: Sequence[tuple[float, float]], times: Sequence[float
     return [sum(a <= t < b for a, b in intervals) for t in times]
 
 
+def _inflight_panel(ax: Any, rp: Replay, stage: int, flight: list[tuple[float, float]]) -> int:
+    """Draw ``stage``'s microbatches in flight, receive buffers held and W; return the most held."""
+    from matplotlib.ticker import MaxNLocator
+
+    pp, m = rp.program.num_stages, rp.program.n_microbatches
+    held = [
+        (rp.time_of_post(b), rp.time_of_release(b))
+        for b in rp.spans
+        if b.stage == stage and b.direction == "forward"
+    ]
+    times = sorted({0.0, rp.makespan, *(t for iv in flight + held for t in iv)})
+    ax.step(
+        times,
+        _step_counts(flight, times),
+        where="post",
+        color=style.colour("in_flight"),
+        lw=2,
+        label=style.label("in_flight"),
+    )
+    ax.step(
+        times,
+        _step_counts(held, times),
+        where="post",
+        color=style.colour("held_buffers"),
+        lw=2,
+        ls="--",
+        label=style.label("held_buffers"),
+    )
+    w = inflight_depth(pp, stage, m)
+    ax.axhline(w, color="black", lw=1, ls=":", zorder=1)
+    held_peak = max(_step_counts(held, times), default=0)
+    ax.set_ylim(0, max(w, held_peak, max(_step_counts(flight, times), default=0)) + 1.2)
+    ax.set_ylabel("microbatches (count)", fontsize=7.5)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=3))
+    ax.set_title(
+        f"stage {stage}: W = min(M, N - i) = min({m}, {pp} - {stage}) = {w} (dotted); "
+        f"receive buffers held at most {held_peak}",
+        fontsize=9,
+        loc="left",
+    )
+    return held_peak
+
+
+def _inflight_headline(rp: Replay, held_peaks: list[int]) -> str:
+    """Whether every stage holds at most W activation buffers, then the peaks and the shape."""
+    pp, m = rp.program.num_stages, rp.program.n_microbatches
+    within = all(h <= inflight_depth(pp, i, m) for i, h in enumerate(held_peaks))
+    if within:
+        verdict = (
+            f"{rp.program.schedule}: no stage holds more activation buffers than its in-flight "
+            "depth W = min(M, N - i)"
+        )
+    else:
+        verdict = (
+            f"{rp.program.schedule}: some stage holds more activation buffers than "
+            "W = min(M, N - i)"
+        )
+    return verdict + (
+        f"\n(held at most: {', '.join(str(h) for h in held_peaks)} on stages 0-{pp - 1}; "
+        f"pp=N={pp}, M={m})"
+    )
+
+
 def inflight_figure(rp: Replay) -> Figure:
     """One panel per stage: microbatches in flight and receive buffers held, against W.
 
@@ -168,76 +234,34 @@ def inflight_figure(rp: Replay) -> Figure:
     each panel's title: under 1F1B no stage goes past it, and stage 0 holds no receive buffer at
     all (its inputs are the data, not a receive).
     """
-    from matplotlib.ticker import MaxNLocator
-
     in_flight = _in_flight(rp)
-    pp, m = rp.program.num_stages, rp.program.n_microbatches
+    pp = rp.program.num_stages
     fig, axes = canvas.subplots(
         pp, 1, figsize=(style.FIGURE_WIDTH_IN, 1.25 * pp + 1.3), sharex=True, squeeze=False
     )
-    end = rp.makespan
-    held_peaks: list[int] = []
-    for stage, ax in enumerate(axes[:, 0]):
-        flight = in_flight.get(stage, [])
-        held = [
-            (rp.time_of_post(b), rp.time_of_release(b))
-            for b in rp.spans
-            if b.stage == stage and b.direction == "forward"
-        ]
-        times = sorted({0.0, end, *(t for iv in flight + held for t in iv)})
-        ax.step(
-            times,
-            _step_counts(flight, times),
-            where="post",
-            color=style.colour("in_flight"),
-            lw=2,
-            label=style.label("in_flight"),
-        )
-        ax.step(
-            times,
-            _step_counts(held, times),
-            where="post",
-            color=style.colour("held_buffers"),
-            lw=2,
-            ls="--",
-            label=style.label("held_buffers"),
-        )
-        w = inflight_depth(pp, stage, m)
-        ax.axhline(w, color="black", lw=1, ls=":", zorder=1)
-        held_peak = max(_step_counts(held, times), default=0)
-        held_peaks.append(held_peak)
-        ax.set_ylim(0, max(w, held_peak, max(_step_counts(flight, times), default=0)) + 1.2)
-        ax.set_ylabel("microbatches (count)", fontsize=7.5)
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=3))
-        ax.set_title(
-            f"stage {stage}: W = min(M, N - i) = min({m}, {pp} - {stage}) = {w} (dotted); "
-            f"receive buffers held at most {held_peak}",
-            fontsize=9,
-            loc="left",
-        )
+    held_peaks = [
+        _inflight_panel(ax, rp, stage, in_flight.get(stage, []))
+        for stage, ax in enumerate(axes[:, 0])
+    ]
     axes[-1, 0].set_xlabel(CLOCK_LABEL)
-    axes[-1, 0].set_xlim(0, end)
+    axes[-1, 0].set_xlim(0, rp.makespan)
     handles, labels = axes[0, 0].get_legend_handles_labels()
-    within = all(h <= inflight_depth(pp, i, m) for i, h in enumerate(held_peaks))
-    fig.suptitle(
-        (
-            f"{rp.program.schedule}: no stage holds more activation buffers than its in-flight "
-            "depth W = min(M, N - i)"
-            if within
-            else f"{rp.program.schedule}: some stage holds more activation buffers than "
-            "W = min(M, N - i)"
-        )
-        + f"\n(held at most: {', '.join(str(h) for h in held_peaks)} on stages 0-{pp - 1}; "
-        f"pp=N={pp}, M={m})",
-        fontsize=10,
-    )
+    fig.suptitle(_inflight_headline(rp, held_peaks), fontsize=10)
     style.legend_below(fig, handles, ncol=2)
     return fig
 
 
-def _lane(b: Any, ring_map: dict[tuple[int, Direction], int]) -> tuple[int, Direction, int]:
+Lane = tuple[int, Direction, int]
+"""A slot chart's lane: (stage, direction, slot)."""
+ROW_H, LANE_GAP = 0.32, 0.3
+"""A slot chart's row height and the gap between two lanes (y units)."""
+OVERWRITE_RED = "#C44E52"
+"""The colour of an overwrite and of the guard's stop in a slot chart."""
+
+
+def _lane(b: Any, ring_map: dict[tuple[int, Direction], int]) -> Lane:
     """The lane of buffer ``b``: its (stage, direction, slot)."""
-    return (b.stage, b.direction, b.microbatch % ring_map[(b.stage, b.direction)])
+    return (b.stage, b.direction, ring_slot(ring_map, b.stage, b.direction, b.microbatch))
 
 
 def _sub_rows(
@@ -251,7 +275,7 @@ def _sub_rows(
     """
     rows: dict[tuple[int, Direction, int], int] = {}
     # lane -> release position per row (one rank per lane)
-    busy: dict[tuple[int, Direction, int], list[int]] = {}
+    busy: dict[Lane, list[int]] = {}
     for b in sorted(rp.spans, key=lambda b: (b.post, b.microbatch)):
         lane = _lane(b, ring_map)
         ends = busy.setdefault(lane, [])
@@ -294,6 +318,171 @@ def _slot_chart_title(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _SlotRows:
+    """Where a slot chart draws: its lanes top to bottom, each as deep as the buffers it holds at
+    once."""
+
+    ring_map: dict[tuple[int, Direction], int]
+    """(stage, direction) -> K, for the rings the replay receives into."""
+    sub: dict[tuple[int, Direction, int], int]
+    """(stage, direction, microbatch) -> the buffer's row inside its lane."""
+    lanes: list[Lane]
+    """The lanes drawn, top to bottom."""
+    depth: dict[Lane, int]
+    """Rows per lane."""
+    top: dict[Lane, float]
+    """The y of each lane's top edge."""
+    height: float
+    """The y below the last lane."""
+
+    def y_of(self, lane: Lane, microbatch: int) -> float:
+        """The y of the middle of the row that ``microbatch``'s buffer takes in ``lane``."""
+        return self.top[lane] + (self.sub[(lane[0], lane[1], microbatch)] + 0.5) * ROW_H
+
+
+def _slot_rows(rp: Replay, rings: RingSizes, spans: list[Any], cut: float | None) -> _SlotRows:
+    """The lanes of every ring the replay receives into (up to the cut: those with a receive)."""
+    ring_map = receiving_rings(rp, rings)
+    sub = _sub_rows(rp, ring_map)
+    used = {(b.stage, b.direction) for b in spans}
+    lanes: list[Lane] = [
+        (s, d, j)
+        for d in DIRECTIONS
+        for s in range(rp.program.num_stages)
+        if (s, d) in ring_map and (cut is None or (s, d) in used)
+        for j in range(ring_map[(s, d)])
+    ]
+    rows_used: dict[Lane, list[int]] = {lane: [] for lane in lanes}
+    for b in spans:
+        rows_used[_lane(b, ring_map)].append(sub[(b.stage, b.direction, b.microbatch)])
+    depth = {lane: 1 + max(rows_used[lane], default=0) for lane in lanes}
+    top: dict[Lane, float] = {}
+    y = 0.0
+    for lane in lanes:
+        top[lane] = y
+        y += depth[lane] * ROW_H + LANE_GAP
+    return _SlotRows(ring_map, sub, lanes, depth, top, y)
+
+
+def _drawn_spans(rp: Replay, stop: Any) -> list[Any]:
+    """The buffers a slot chart draws: all, or with a guard's ``stop`` those posted before it and
+    the post it refused."""
+    if stop is None:
+        return list(rp.spans)
+    refused = (stop.stage, stop.direction, stop.incoming)
+    return [
+        b
+        for b in rp.spans
+        if rp.time_of_post(b) < stop.time or (b.stage, b.direction, b.microbatch) == refused
+    ]
+
+
+def _draw_buffers(ax: Any, rp: Replay, spans: list[Any], rows: _SlotRows, end: float) -> None:
+    """Each buffer: a thin line from its post to its first read, a bar while held, its
+    microbatch."""
+    for b in spans:
+        yb = rows.y_of(_lane(b, rows.ring_map), b.microbatch)
+        t_post = rp.time_of_post(b)
+        t_read = min(rp.time_of_consume(b), end)
+        t_free = min(rp.time_of_release(b), end)
+        c = style.microbatch_colour(b.microbatch)
+        ax.plot([t_post, t_read], [yb, yb], color=c, lw=1.5, solid_capstyle="butt", zorder=2)
+        if t_free > t_read:
+            ax.barh(
+                yb,
+                t_free - t_read,
+                left=t_read,
+                height=ROW_H * 0.8,
+                color=c,
+                edgecolor="black",
+                linewidth=0.4,
+                zorder=2,
+            )
+        ax.text(
+            (t_read + t_free) / 2 if t_free > t_read else (t_post + t_read) / 2,
+            yb,
+            str(b.microbatch),
+            ha="center",
+            va="center",
+            fontsize=7,
+            zorder=3,
+        )
+
+
+def _draw_overwrites(ax: Any, rp: Replay, bad: list[Any], rows: _SlotRows, *, hatch: bool) -> None:
+    """A red cross at each overwriting post; with ``hatch``, a red hatched span over its lane until
+    the older buffer is freed."""
+    by_key = {(b.stage, b.direction, b.microbatch): b for b in rp.spans}
+    for o in bad:
+        old = by_key[(o.stage, o.direction, o.microbatch)]
+        new = by_key[(o.stage, o.direction, o.overwritten_by)]
+        lane = _lane(old, rows.ring_map)
+        t0 = rp.time_of_post(new)
+        if hatch:
+            t1 = rp.time_of_release(old)
+            ax.fill_between(
+                [t0, max(t1, t0 + 0.15)],
+                rows.top[lane],
+                rows.top[lane] + rows.depth[lane] * ROW_H,
+                facecolor="none",
+                edgecolor=OVERWRITE_RED,
+                hatch="///",
+                linewidth=0.0,
+                zorder=1,
+            )
+        yn = rows.y_of(lane, o.overwritten_by)
+        ax.plot(t0, yn, marker="x", color=OVERWRITE_RED, ms=8, mew=2.0, zorder=4, ls="none")
+
+
+def _overwrite_mark() -> Any:
+    """The legend entry of an overwrite drawn to the step's end."""
+    from matplotlib.lines import Line2D
+
+    return Line2D(
+        [],
+        [],
+        color=OVERWRITE_RED,
+        marker="x",
+        ls="none",
+        mew=2,
+        label="a receive into a slot still held (hatched until the older buffer is freed)",
+    )
+
+
+def _draw_stop(ax: Any, stop: Any) -> Any:
+    """The guard's stop: a red vertical line; returns its legend entry, which names the post
+    refused."""
+    from matplotlib.lines import Line2D
+
+    ax.axvline(stop.time, color=OVERWRITE_RED, lw=1.5, zorder=4)
+    return Line2D(
+        [],
+        [],
+        color=OVERWRITE_RED,
+        marker="x",
+        mew=2,
+        lw=1.5,
+        label=f"the guard refuses this post and the step stops (PoolOverrunError):\n"
+        f"microbatch {stop.incoming} into stage {stop.stage}'s {RECEIVED[stop.direction]} "
+        f"slot {stop.slot}, still owned by microbatch {stop.owner}",
+    )
+
+
+def _label_slot_axes(ax: Any, rows: _SlotRows, end: float, *, cut: bool) -> None:
+    """One tick per lane, the clock on x (a margin past a cut), the axis labels."""
+    ax.set_yticks(
+        [rows.top[lane] + rows.depth[lane] * ROW_H / 2 for lane in rows.lanes],
+        [f"s{s} {'act' if d == 'forward' else 'grad'} slot {j}" for s, d, j in rows.lanes],
+        fontsize=7.5,
+    )
+    ax.set_ylim(rows.height - LANE_GAP / 2, -LANE_GAP / 2)
+    ax.set_xlim(0, end + (0.04 * end + 0.2 if cut else 0))
+    ax.set_xlabel(CLOCK_LABEL + "; thin line: posted, not yet read; bar: held")
+    ax.set_ylabel("ring slot (stage, direction, slot)")
+    ax.grid(axis="y", visible=False)
+
+
 def slot_chart(
     rp: Replay,
     rings: RingSizes,
@@ -313,143 +502,26 @@ def slot_chart(
     drawn (no later receive, no bar past the stop, no lane that had no receive yet), and the red
     cross is the post the guard refused.
     """
-    from matplotlib.lines import Line2D
-
-    ring_map = {(b.stage, b.direction): rings[(b.stage, b.direction)] for b in rp.spans}
     stop = guard.stop if guard is not None else None
     cut = stop.time if stop is not None else None
-    by_key = {(b.stage, b.direction, b.microbatch): b for b in rp.spans}
-    refused = (stop.stage, stop.direction, stop.incoming) if stop is not None else None
-
-    def drawn(b: Any) -> bool:
-        if cut is None:
-            return True
-        return rp.time_of_post(b) < cut or (b.stage, b.direction, b.microbatch) == refused
-
-    spans = [b for b in rp.spans if drawn(b)]
-    sub = _sub_rows(rp, ring_map)
-    used = {(b.stage, b.direction) for b in spans}
-    lanes: list[tuple[int, Direction, int]] = [
-        (s, d, j)
-        for d in DIRECTIONS
-        for s in range(rp.program.num_stages)
-        if (s, d) in ring_map and (cut is None or (s, d) in used)
-        for j in range(ring_map[(s, d)])
-    ]
-    depth = {
-        lane: 1
-        + max(
-            (
-                sub[(b.stage, b.direction, b.microbatch)]
-                for b in spans
-                if _lane(b, ring_map) == lane
-            ),
-            default=0,
-        )
-        for lane in lanes
-    }
-    row_h, gap = 0.32, 0.3
-    top: dict[tuple[int, Direction, int], float] = {}
-    y = 0.0
-    for lane in lanes:
-        top[lane] = y
-        y += depth[lane] * row_h + gap
-    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.5 * y + 2.2))
+    spans = _drawn_spans(rp, stop)
+    rows = _slot_rows(rp, rings, spans, cut)
+    fig, ax = canvas.subplots(figsize=(style.FIGURE_WIDTH_IN, 0.5 * rows.height + 2.2))
     end = cut if cut is not None else rp.makespan
-    for b in spans:
-        lane = _lane(b, ring_map)
-        yb = top[lane] + (sub[(b.stage, b.direction, b.microbatch)] + 0.5) * row_h
-        t_post = rp.time_of_post(b)
-        t_read = min(rp.time_of_consume(b), end)
-        t_free = min(rp.time_of_release(b), end)
-        c = style.microbatch_colour(b.microbatch)
-        ax.plot([t_post, t_read], [yb, yb], color=c, lw=1.5, solid_capstyle="butt", zorder=2)
-        if t_free > t_read:
-            ax.barh(
-                yb,
-                t_free - t_read,
-                left=t_read,
-                height=row_h * 0.8,
-                color=c,
-                edgecolor="black",
-                linewidth=0.4,
-                zorder=2,
-            )
-        ax.text(
-            (t_read + t_free) / 2 if t_free > t_read else (t_post + t_read) / 2,
-            yb,
-            str(b.microbatch),
-            ha="center",
-            va="center",
-            fontsize=7,
-            zorder=3,
-        )
+    _draw_buffers(ax, rp, spans, rows, end)
     all_bad = overwritten_receives(rp, rings)
-    bad = (
-        all_bad
-        if cut is None
-        else [o for o in all_bad if (o.stage, o.direction, o.overwritten_by) == refused]
-    )
-    for o in bad:
-        old, new = (
-            by_key[(o.stage, o.direction, o.microbatch)],
-            by_key[(o.stage, o.direction, o.overwritten_by)],
-        )
-        lane = _lane(old, ring_map)
-        t0 = rp.time_of_post(new)
-        if cut is None:
-            t1 = rp.time_of_release(old)
-            ax.fill_between(
-                [t0, max(t1, t0 + 0.15)],
-                top[lane],
-                top[lane] + depth[lane] * row_h,
-                facecolor="none",
-                edgecolor="#C44E52",
-                hatch="///",
-                linewidth=0.0,
-                zorder=1,
-            )
-        yn = top[lane] + (sub[(o.stage, o.direction, o.overwritten_by)] + 0.5) * row_h
-        ax.plot(t0, yn, marker="x", color="#C44E52", ms=8, mew=2.0, zorder=4, ls="none")
+    bad = all_bad
     marks = []
-    if bad and cut is None:
-        marks.append(
-            Line2D(
-                [],
-                [],
-                color="#C44E52",
-                marker="x",
-                ls="none",
-                mew=2,
-                label="a receive into a slot still held (hatched until the older buffer is freed)",
-            )
-        )
     if stop is not None:
-        ax.axvline(stop.time, color="#C44E52", lw=1.5, zorder=4)
-        marks.append(
-            Line2D(
-                [],
-                [],
-                color="#C44E52",
-                marker="x",
-                mew=2,
-                lw=1.5,
-                label=f"the guard refuses this post and the step stops (PoolOverrunError):\n"
-                f"microbatch {stop.incoming} into stage {stop.stage}'s {RECEIVED[stop.direction]} "
-                f"slot {stop.slot}, still owned by microbatch {stop.owner}",
-            )
-        )
-    ax.set_yticks(
-        [top[lane] + depth[lane] * row_h / 2 for lane in lanes],
-        [f"s{s} {'act' if d == 'forward' else 'grad'} slot {j}" for s, d, j in lanes],
-        fontsize=7.5,
-    )
-    ax.set_ylim(y - gap / 2, -gap / 2)
-    ax.set_xlim(0, end + (0.04 * end + 0.2 if cut is not None else 0))
-    ax.set_xlabel(CLOCK_LABEL + "; thin line: posted, not yet read; bar: held")
-    ax.set_ylabel("ring slot (stage, direction, slot)")
-    ax.grid(axis="y", visible=False)
-    ax.set_title(_slot_chart_title(rp, ring_map, all_bad, guard), fontsize=9.5)
+        refused = (stop.stage, stop.direction, stop.incoming)
+        bad = [o for o in all_bad if (o.stage, o.direction, o.overwritten_by) == refused]
+    _draw_overwrites(ax, rp, bad, rows, hatch=stop is None)
+    if bad and stop is None:
+        marks.append(_overwrite_mark())
+    if stop is not None:
+        marks.append(_draw_stop(ax, stop))
+    _label_slot_axes(ax, rows, end, cut=stop is not None)
+    ax.set_title(_slot_chart_title(rp, rows.ring_map, all_bad, guard), fontsize=9.5)
     if marks:
         style.legend_below(fig, marks, ncol=1)
     else:

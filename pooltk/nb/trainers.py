@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pooltk._validate import InputError
 
@@ -184,6 +184,33 @@ def claims(table: "pd.DataFrame") -> "pd.DataFrame":
     return out.reset_index()
 
 
+def _draw_trainer_panel(ax: Any, trainer: str, pp: int, part: "pd.DataFrame") -> list[str]:
+    """One (trainer, pp): a bar group per stage of every series it has (KiB); returns those
+    series' columns."""
+    import numpy as np
+
+    from pooltk.nb import style
+
+    series_of = dict(SIDE_BY_SIDE.values())
+    present = [c for c in COLUMNS_SIDE_BY_SIDE if c in part.columns and part[c].notna().any()]
+    x = np.arange(len(part))
+    width = 0.84 / len(present)
+    for k, column in enumerate(present):
+        ax.bar(
+            x + (k - (len(present) - 1) / 2) * width,
+            part[column].fillna(0) / 2**10,
+            width,
+            color=style.colour(series_of[column]),
+            label=column,
+        )
+    ax.set_xticks(x, [str(s) for s in part["stage"]])
+    ax.set_ylim(0, float(part[present].max().max()) / 2**10 * 1.1)
+    ax.set_title(f"{trainer}, pp{pp}", fontsize=10)
+    ax.set_xlabel("stage (index)")
+    ax.set_ylabel("receive buffers (KiB)")
+    return present
+
+
 def bytes_figure(table: "pd.DataFrame") -> "Figure":
     """Receive KiB per stage, one panel per (trainer, pp): stock, Automodel's pool, pooltk, the live set.
 
@@ -191,8 +218,6 @@ def bytes_figure(table: "pd.DataFrame") -> "Figure":
     :mod:`pooltk.nb.style`); a panel leaves out what its trainer lacks (Automodel's pool has no
     torchtitan column) and the one legend lists every series any panel drew.
     """
-    import numpy as np
-
     from pooltk.nb import canvas, style
 
     wide = side_by_side(table)
@@ -202,28 +227,9 @@ def bytes_figure(table: "pd.DataFrame") -> "Figure":
     fig, axes = canvas.subplots(
         rows, cols, figsize=(style.FIGURE_WIDTH_IN, 2.9 * rows + 1.3), squeeze=False
     )
-    series_of = dict(SIDE_BY_SIDE.values())
-    drawn: list[str] = []
+    drawn: set[str] = set()
     for ax, ((trainer, pp), part) in zip(axes.flat, groups):
-        present = [c for c in COLUMNS_SIDE_BY_SIDE if c in part.columns and part[c].notna().any()]
-        x = np.arange(len(part))
-        width = 0.84 / len(present)
-        for k, column in enumerate(present):
-            key = series_of[column]
-            ax.bar(
-                x + (k - (len(present) - 1) / 2) * width,
-                part[column].fillna(0) / 2**10,
-                width,
-                color=style.colour(key),
-                label=column,
-            )
-            if column not in drawn:
-                drawn.append(column)
-        ax.set_xticks(x, [str(s) for s in part["stage"]])
-        ax.set_ylim(0, float(part[present].max().max()) / 2**10 * 1.1)
-        ax.set_title(f"{trainer}, pp{pp}", fontsize=10)
-        ax.set_xlabel("stage (index)")
-        ax.set_ylabel("receive buffers (KiB)")
+        drawn.update(_draw_trainer_panel(ax, trainer, pp, part))
     for ax in axes.flat[len(groups) :]:
         ax.set_visible(False)
     order = [c for c in COLUMNS_SIDE_BY_SIDE if c in drawn]

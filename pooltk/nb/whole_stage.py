@@ -299,19 +299,10 @@ def stacked_figure(whole: WholeStage) -> Figure:
     return fig
 
 
-def timeline_figure(
-    whole: WholeStage, *, rank: int | None = None, variants: Sequence[str] = ("stock", "pooled")
-) -> Figure:
-    """One rank through the measured step: bytes live after every action, stacked by category, one panel per variant
-    of ``variants``; below, the receive buffers alone (MiB), every replayed variant on one axis.
-
-    ``rank`` defaults to the rank with the highest stock peak (the one that decides). Each panel's
-    title carries its peak (inside an action, so above the curve's highest point) and where it happens.
-    """
-    import numpy as np
-    from matplotlib.lines import Line2D
-
-    est, verdict = whole.estimate, whole.verdict
+def _timeline_rank(
+    est: MemoryEstimate, rank: int | None, variants: Sequence[str]
+) -> tuple[int, list[str]]:
+    """The rank to draw (default: the worst stock peak) and the variants of ``variants`` replayed."""
     if rank is None:
         rank = est.worst("stock" if "stock" in est.variants else est.variants[0]).rank
     drawn = [v for v in variants if v in est.variants]
@@ -322,6 +313,95 @@ def timeline_figure(
             required=f"a replayed rank ({est.ranks}) and some of {', '.join(est.variants)}",
             fix="draw a rank and variants the estimate replayed.",
         )
+    return rank, drawn
+
+
+def _wide_of(frame: Any, variant: str) -> Any:
+    """One variant's timeline: one row per point of the step, one column per category (GiB)."""
+    import numpy as np
+
+    part = frame[frame.variant == variant]
+    # one row per category per timeline point, in the step's order (two points may share a storage position)
+    part = part.assign(point=np.arange(len(part)) // len(CATEGORIES))
+    return part.pivot(index="point", columns="category", values="gib")
+
+
+def _draw_stack_panel(
+    ax: Any, whole: WholeStage, wide: Any, cats: list[str], rank: int, variant: str
+) -> list[Any]:
+    """One variant's bytes live after every action, stacked by category, with its peak in the
+    title; returns the capacity lines' legend entries."""
+    import numpy as np
+
+    verdict = whole.verdict
+    x = np.arange(len(wide))
+    ax.stackplot(
+        x,
+        *[wide[c].to_numpy() if c in wide else np.zeros(len(wide)) for c in cats],
+        colors=[style.colour(c) for c in cats],
+        labels=[style.label(c) for c in cats],
+        alpha=0.9,
+    )
+    lines = capacity_lines(ax, verdict)
+    rep = whole.estimate.replay(rank, variant)
+    ax.set_title(
+        f"{VARIANT_TITLES[variant]}: peak {rep.peak.bytes / GIB:.1f} GiB\n"
+        f"({rep.peak.phase} of microbatch {rep.peak.microbatch})",
+        fontsize=8.5,
+    )
+    ax.set_xlabel("action of the step (index)", fontsize=8.5)
+    ax.set_xlim(0, max(1, len(wide) - 1))
+    ax.set_ylim(0, verdict.device.gib * 1.1)
+    return lines
+
+
+def _draw_receive_panel(ax: Any, est: MemoryEstimate, frame: Any) -> list[Any]:
+    """Every replayed variant's receive buffers (MiB) on one axis; returns their legend entries."""
+    import numpy as np
+    from matplotlib.lines import Line2D
+
+    handles, top = [], 0.0
+    for variant in est.variants:
+        wide = _wide_of(frame, variant)
+        recv = (
+            wide["recv_buffers"].to_numpy() * 1024
+            if "recv_buffers" in wide
+            else np.zeros(len(wide))
+        )
+        top = max(top, float(recv.max()))
+        colour = style.colour(VARIANT_SERIES[variant])
+        ax.plot(np.arange(len(wide)), recv, color=colour, marker="o", ms=3, drawstyle="steps-post")
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color=colour,
+                marker="o",
+                ms=3,
+                label=f"receive buffers, {VARIANT_TITLES[variant]}",
+            )
+        )
+    ax.set_ylim(0, max(top, 1.0) * 1.2)
+    ax.set_xlim(0, max(1, len(wide) - 1))  # the last variant's step
+    ax.set_xlabel(
+        "action of the step (index: forwards, backwards, then the optimizer step)", fontsize=8.5
+    )
+    ax.set_ylabel("receive buffers (MiB)", fontsize=9)
+    ax.set_title("the receive buffers alone, after each action", fontsize=8.5)
+    return handles
+
+
+def timeline_figure(
+    whole: WholeStage, *, rank: int | None = None, variants: Sequence[str] = ("stock", "pooled")
+) -> Figure:
+    """One rank through the measured step: bytes live after every action, stacked by category, one panel per variant
+    of ``variants``; below, the receive buffers alone (MiB), every replayed variant on one axis.
+
+    ``rank`` defaults to the rank with the highest stock peak (the one that decides). Each panel's
+    title carries its peak (inside an action, so above the curve's highest point) and where it happens.
+    """
+    est = whole.estimate
+    rank, drawn = _timeline_rank(est, rank, variants)
     frame = est.timeline_frame("gib")
     frame = frame[frame["rank"] == rank]
     cats = _drawn_categories(est.stacked_frame("gib").query("rank == @rank"))
@@ -333,71 +413,12 @@ def timeline_figure(
         ax.tick_params(labelleft=False)
     recv_ax = fig.add_subplot(grid[1, :])
     lines: list[Any] = []
-
-    def wide_of(variant: str) -> Any:
-        part = frame[frame.variant == variant]
-        # one row per category per timeline point, in the step's order (two points may share a storage position)
-        part = part.assign(point=np.arange(len(part)) // len(CATEGORIES))
-        return part.pivot(index="point", columns="category", values="gib")
-
     for ax, variant in zip(tops, drawn):
-        wide = wide_of(variant)
-        x = np.arange(len(wide))
-        ax.stackplot(
-            x,
-            *[wide[c].to_numpy() if c in wide else np.zeros(len(wide)) for c in cats],
-            colors=[style.colour(c) for c in cats],
-            labels=[style.label(c) for c in cats],
-            alpha=0.9,
-        )
-        lines = capacity_lines(ax, verdict)
-        rep = est.replay(rank, variant)
-        ax.set_title(
-            f"{VARIANT_TITLES[variant]}: peak {rep.peak.bytes / GIB:.1f} GiB\n"
-            f"({rep.peak.phase} of microbatch {rep.peak.microbatch})",
-            fontsize=8.5,
-        )
-        ax.set_xlabel("action of the step (index)", fontsize=8.5)
-        ax.set_xlim(0, max(1, len(wide) - 1))
-        ax.set_ylim(0, verdict.device.gib * 1.1)
-    recv_handles, top = [], 0.0
-    for variant in est.variants:  # every replayed variant's receive buffers on one axis
-        wide = wide_of(variant)
-        recv = (
-            wide["recv_buffers"].to_numpy() * 1024
-            if "recv_buffers" in wide
-            else np.zeros(len(wide))
-        )
-        top = max(top, float(recv.max()))
-        key = VARIANT_SERIES[variant]
-        recv_ax.plot(
-            np.arange(len(wide)),
-            recv,
-            color=style.colour(key),
-            marker="o",
-            ms=3,
-            drawstyle="steps-post",
-        )
-        recv_handles.append(
-            Line2D(
-                [],
-                [],
-                color=style.colour(key),
-                marker="o",
-                ms=3,
-                label=f"receive buffers, {VARIANT_TITLES[variant]}",
-            )
-        )
+        lines = _draw_stack_panel(ax, whole, _wide_of(frame, variant), cats, rank, variant)
+    recv_handles = _draw_receive_panel(recv_ax, est, frame)
     tops[0].set_ylabel("tensors live (GiB)", fontsize=9)
-    recv_ax.set_ylim(0, max(top, 1.0) * 1.2)
-    recv_ax.set_xlim(0, max(1, len(wide) - 1))
     for ax in (*tops, recv_ax):
         ax.xaxis.get_major_locator().set_params(integer=True)
-    recv_ax.set_xlabel(
-        "action of the step (index: forwards, backwards, then the optimizer step)", fontsize=8.5
-    )
-    recv_ax.set_ylabel("receive buffers (MiB)", fontsize=9)
-    recv_ax.set_title("the receive buffers alone, after each action", fontsize=8.5)
     fig.suptitle(
         f"{whole.named.name}, {_rank_title(est, rank)}, through one step\n{whole.scale}", fontsize=9
     )
