@@ -118,7 +118,13 @@ def _fail(row: int, field: str, found: str, required: str, fix: str) -> InputErr
 def _records(source: str | Path | Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The rows of a CSV file (every field text) or of a list of dicts."""
     if not isinstance(source, (str, Path)):
-        return [dict(r) for r in source]
+        if not isinstance(source, Iterable):
+            raise _not_rows(type(source).__name__)
+        rows = list(source)
+        odd = sorted({type(r).__name__ for r in rows if not isinstance(r, Mapping)})
+        if odd:
+            raise _not_rows(f"{type(source).__name__} holding {', '.join(odd)}")
+        return [dict(r) for r in rows]
     import pandas as pd
 
     path = Path(source)
@@ -130,6 +136,15 @@ def _records(source: str | Path | Iterable[Mapping[str, Any]]) -> list[dict[str,
             fix="check EXPECTED_FILE / --expected",
         )
     return pd.read_csv(path, dtype=str, keep_default_na=False).to_dict("records")
+
+
+def _not_rows(found: str) -> InputError:
+    return InputError(
+        "expected figures",
+        found=found,
+        required="a CSV file's path, or a list of dicts with columns " + ", ".join(COLUMNS),
+        fix="pass EXPECTED_FILE as a path, or one dict per figure",
+    )
 
 
 def _row_figure(i: int, rec: Mapping[str, Any]) -> ExpectedFigure:

@@ -111,6 +111,17 @@ def test_an_expected_figure_for_a_run_not_read_is_refused_naming_the_runs() -> N
         expected.load_expected([{**bad[0], "quantity": "speed"}])
 
 
+@pytest.mark.parametrize("source", [3, ["name,run"], [{"name": "a"}, 5]])
+def test_expected_figures_that_are_neither_a_file_nor_rows_are_refused_naming_the_fix(
+    source,
+) -> None:
+    from pooltk._validate import InputError
+    from pooltk.nb import expected
+
+    with pytest.raises(InputError, match="expected figures.*Fix"):
+        expected.load_expected(source)
+
+
 def test_an_expected_figure_agrees_at_its_written_precision_approximately_or_within_its_tolerance() -> (
     None
 ):
