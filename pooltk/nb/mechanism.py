@@ -297,10 +297,11 @@ def ring_summary(rings: RingSizes) -> str:
 
 def _ring_k(rings: RingSizes, stage: int, direction: Direction) -> int:
     k = rings.get((stage, direction))
-    if not k:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        found = "no ring" if k is None else f"a ring of {k!r}"
         raise ValueError(
-            f"rings: no ring for stage {stage} {direction}; required an integer >= 1 per receiving "
-            "(stage, direction). Fix: build them with rings_for(pp, M, PoolConfig(...))."
+            f"rings: found {found} for stage {stage} {direction}; required an integer >= 1 per "
+            "receiving (stage, direction). Fix: build them with rings_for(pp, M, PoolConfig(...))."
         )
     return k
 

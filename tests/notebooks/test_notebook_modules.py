@@ -255,19 +255,22 @@ def test_the_guard_chart_draws_nothing_after_the_stop() -> None:
     assert full.axes[0].get_xlim()[1] == rp.makespan
 
 
-@pytest.mark.parametrize("broken", ["missing", "zero"])
+@pytest.mark.parametrize(
+    "ring, found",
+    [(None, "no ring"), (0, "a ring of 0"), (-2, "a ring of -2"), (2.0, "a ring of 2.0")],
+)
 def test_the_slot_chart_refuses_rings_without_a_ring_for_a_receiving_stage_naming_the_fix(
-    broken,
+    ring, found
 ) -> None:
     from pooltk.nb import timelines as tl
 
     rp = mp.replay("1F1B", pp=4, n_microbatches=8)
     rings = dict(mp.rings_for(4, 8, PoolConfig(slack=0, grad_slack=0)))
-    if broken == "missing":
+    if ring is None:
         del rings[(1, "forward")]
     else:
-        rings[(1, "forward")] = 0
-    with pytest.raises(ValueError, match=r"no ring for stage 1 forward.*Fix: build them with"):
+        rings[(1, "forward")] = ring
+    with pytest.raises(ValueError, match=rf"found {found}.*stage 1 forward.*Fix: build them with"):
         tl.slot_chart(rp, rings)
 
 
