@@ -245,9 +245,8 @@ def inflight_figure(rp: Replay) -> Figure:
     ]
     axes[-1, 0].set_xlabel(CLOCK_LABEL)
     axes[-1, 0].set_xlim(0, rp.makespan)
-    handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.suptitle(_inflight_headline(rp, held_peaks), fontsize=10)
-    style.legend_below(fig, handles, ncol=2)
+    style.legend_below(fig, axes[0, 0].get_legend_handles_labels()[0], ncol=2)
     return fig
 
 
