@@ -240,7 +240,7 @@ _POOL_COLUMNS = ("pooled", "pool_impl", "slack", "layout")
 
 def _with_pool_columns(frame: Any, table: Any) -> Any:
     """The per-run frame with each run's pool columns (missing where the log says nothing), for
-    --json / --csv."""
+    the table's pool label, --json and --csv."""
     steps = table.steps
     if any(c not in steps.columns for c in _POOL_COLUMNS):
         return frame.assign(**{c: None for c in _POOL_COLUMNS})
@@ -257,30 +257,23 @@ def _with_pool_columns(frame: Any, table: Any) -> Any:
     return out
 
 
-def _pool_label(table: Any) -> dict[str, str]:
-    """Per run: 'stock' (logged not installed), '<impl> slack N <layout>' (installed), '-' (the
-    log does not say)."""
-    first = table.steps.groupby("run", observed=True, sort=False)[list(_POOL_COLUMNS)].first()
-    out: dict[str, str] = {}
+def _pool_label(run: dict[str, Any]) -> str:
+    """A run's pool from its pool columns (:func:`_with_pool_columns`): '<impl> slack N <layout>'
+    (installed), 'not pooled (<impl>)' (logged not installed), '-' (the log does not say)."""
 
     def known(value: Any) -> bool:
         return value is not None and str(value) not in ("nan", "<NA>", "None", "")
 
-    for run, row in first.iterrows():
-        if str(row["pooled"]) == "True":
-            label = (
-                f"{row['pool_impl']} slack {row['slack']}"
-                if known(row["slack"])
-                else str(row["pool_impl"])
-            )
-            out[str(run)] = label + (f" {row['layout']}" if known(row["layout"]) else "")
-        elif str(row["pooled"]) == "False":
-            out[str(run)] = "not pooled" + (
-                f" ({row['pool_impl']})" if known(row["pool_impl"]) else ""
-            )
-        else:
-            out[str(run)] = "-"
-    return out
+    if str(run["pooled"]) == "True":
+        label = (
+            f"{run['pool_impl']} slack {int(run['slack'])}"  # a float where a run has none
+            if known(run["slack"])
+            else str(run["pool_impl"])
+        )
+        return label + (f" {run['layout']}" if known(run["layout"]) else "")
+    if str(run["pooled"]) == "False":
+        return "not pooled" + (f" ({run['pool_impl']})" if known(run["pool_impl"]) else "")
+    return "-"
 
 
 def _pool_warnings(table: Any, run: str) -> list[dict[str, Any]]:
@@ -315,10 +308,9 @@ _SUMMARY_COLUMNS = (
 
 
 def _print_table(summary: Any, frame: Any, table: Any) -> None:
-    pools = _pool_label(table)
     records = [
-        _summary_record(r, pools.get(r.run, "-"), skipped)
-        for r, skipped in zip(summary.runs, frame["skipped_lines"], strict=True)
+        _summary_record(r, _pool_label(row), row["skipped_lines"])
+        for r, row in zip(summary.runs, frame.to_dict(orient="records"), strict=True)
     ]
     print("\n".join(render(records, _SUMMARY_COLUMNS)))
     print()

@@ -43,6 +43,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout", type=float, default=600.0, help="per-cell time bound in seconds (default 600)"
     )
+    _add_log_flags(parser)
+
+
+def _add_log_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``--logs`` mode: the log-analysis notebook on the user's runs."""
     parser.add_argument(
         "--logs",
         type=Path,

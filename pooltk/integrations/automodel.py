@@ -127,6 +127,33 @@ def plan(pipeline: Mapping[str, Any] | None) -> AutomodelPoolPlan:
             schedule=None,
             pipeline=block,
         )
+    implementation, grad_slack, release, schedule = _pooltk_options(extra)
+    if not on:
+        return AutomodelPoolPlan(implementation="stock", config=None, schedule=None, pipeline=block)
+    if implementation == "automodel":
+        return AutomodelPoolPlan(
+            implementation="automodel", config=None, schedule=None, pipeline=block
+        )
+    if block.get("pp_schedule_csv") is not None:
+        raise InputError(
+            f"{_KEY}.pp_schedule_csv",
+            found=repr(block["pp_schedule_csv"]),
+            required="a named schedule when pooltk implements the pool",
+            fix="use pp_schedule (e.g. 1f1b), or set pp_recv_buffer_pool: false for a CSV schedule.",
+        )
+    config = PoolConfig(slack=slack, grad_slack=grad_slack, release=release)
+    gate = "auto" if schedule == "auto" else str(block.get("pp_schedule") or "1f1b").lower()
+    block["pp_recv_buffer_pool"] = False
+    return AutomodelPoolPlan(implementation="pooltk", config=config, schedule=gate, pipeline=block)
+
+
+def _pooltk_options(extra: Any) -> tuple[str, int, bool, str]:
+    """The ``pooltk`` block's (implementation, grad_slack, release, schedule), checked, with their
+    defaults.
+
+    Raises:
+        InputError: not a mapping, an unknown key, or a bad value (found / required / fix).
+    """
     if not isinstance(extra, Mapping):
         raise InputError(
             f"{_KEY}.pooltk",
@@ -162,23 +189,7 @@ def plan(pipeline: Mapping[str, Any] | None) -> AutomodelPoolPlan:
         SCHEDULES,
         fix="use '1f1b' (pool 1F1B only, like Automodel) or 'auto' (every schedule pooltk can analyse).",
     )
-    if not on:
-        return AutomodelPoolPlan(implementation="stock", config=None, schedule=None, pipeline=block)
-    if implementation == "automodel":
-        return AutomodelPoolPlan(
-            implementation="automodel", config=None, schedule=None, pipeline=block
-        )
-    if block.get("pp_schedule_csv") is not None:
-        raise InputError(
-            f"{_KEY}.pp_schedule_csv",
-            found=repr(block["pp_schedule_csv"]),
-            required="a named schedule when pooltk implements the pool",
-            fix="use pp_schedule (e.g. 1f1b), or set pp_recv_buffer_pool: false for a CSV schedule.",
-        )
-    config = PoolConfig(slack=slack, grad_slack=grad_slack, release=release)
-    gate = "auto" if schedule == "auto" else str(block.get("pp_schedule") or "1f1b").lower()
-    block["pp_recv_buffer_pool"] = False
-    return AutomodelPoolPlan(implementation="pooltk", config=config, schedule=gate, pipeline=block)
+    return implementation, grad_slack, release, schedule
 
 
 def original_pool_installed() -> bool:

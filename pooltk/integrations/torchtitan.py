@@ -104,33 +104,7 @@ def options_from(
     """
     env = os.environ if env is None else env
     raw = {f: env[f"POOLTK_{f.upper()}"] for f in FIELDS if f"POOLTK_{f.upper()}" in env}
-    rest: list[str] = []
-    args = list(argv)
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg.startswith("--pooltk."):
-            key, eq, value = arg[len("--pooltk.") :].partition("=")
-            key = key.replace("-", "_")
-            check_choice(
-                "--pooltk.<field>",
-                key,
-                FIELDS,
-                fix="use one of the fields listed, e.g. --pooltk.slack 2.",
-            )
-            if not eq:
-                if i + 1 >= len(args):
-                    raise InputError(
-                        f"--pooltk.{key}",
-                        found="no value",
-                        required="a value after the flag",
-                        fix=f"write --pooltk.{key} VALUE.",
-                    )
-                value, i = args[i + 1], i + 1
-            raw[key] = value
-        else:
-            rest.append(arg)
-        i += 1
+    rest = _take_pooltk_flags(list(argv), raw)
     enable = _bool("--pooltk.enable", raw.get("enable", "true"))
     ints = {}
     for key, default in (("slack", 2), ("grad_slack", 1)):
@@ -156,6 +130,42 @@ def options_from(
     )
     config = PoolConfig(slack=ints["slack"], grad_slack=ints["grad_slack"], release=release)
     return TitanPoolOptions(enable=enable, config=config, schedule=schedule, device=device), rest
+
+
+def _take_pooltk_flags(args: list[str], raw: dict[str, str]) -> list[str]:
+    """The arguments that are not ``--pooltk.<field>`` flags, in their order; each flag's value
+    text goes into ``raw`` by field (a later flag wins, and flags win over the environment).
+
+    Raises:
+        InputError: an unknown field, or a flag without a value.
+    """
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--pooltk."):
+            key, eq, value = arg[len("--pooltk.") :].partition("=")
+            key = key.replace("-", "_")
+            check_choice(
+                "--pooltk.<field>",
+                key,
+                FIELDS,
+                fix="use one of the fields listed, e.g. --pooltk.slack 2.",
+            )
+            if not eq:
+                if i + 1 >= len(args):
+                    raise InputError(
+                        f"--pooltk.{key}",
+                        found="no value",
+                        required="a value after the flag",
+                        fix=f"write --pooltk.{key} VALUE.",
+                    )
+                value, i = args[i + 1], i + 1
+            raw[key] = value
+        else:
+            rest.append(arg)
+        i += 1
+    return rest
 
 
 def force_device(device: str) -> None:

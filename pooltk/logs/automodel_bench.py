@@ -64,6 +64,12 @@ DETECT = (
 _START_RE = re.compile(
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d{3})? \| |Rank \d+ \| Iteration |Max iter time: |MFU: "
 )
+_FIGURES: dict[str, tuple[str, str]] = {
+    "Max iter time: ": ("step_time_s", " seconds"),
+    "MFU: ": ("mfu_pct_logged", "%"),
+}
+"""The lines that follow an iteration line with one of its figures: label -> (column, the unit
+written after the number)."""
 _TIMER_HEAD_RE = re.compile(r"^(?:\(min, max\) |max )time across ranks \(ms\):\s*$")
 _TIMER_ROW_RE = re.compile(
     r"^\s*(?P<name>\S+) \.*: (?:\((?P<min>[0-9.]+), (?P<max>[0-9.]+)\)|(?P<only>[0-9.]+))\s*$"
@@ -171,8 +177,9 @@ def parse(lines: Iterable[tuple[int, str]], result: ParseResult) -> ParseResult:
         if _CANDIDATE_RE.search(msg):
             result.skip(n, "iteration line that does not match the recipe's format", raw)
             continue
-        if msg.startswith(("Max iter time: ", "MFU: ")):
-            _attach(current, msg, n, raw, result)
+        label = next((label for label in _FIGURES if msg.startswith(label)), None)
+        if label is not None:
+            _attach(current, label, msg, n, raw, result)
             continue
         if read_facts(_META_RES, msg, n, result) or _ITER_START_RE.match(msg):
             result.n_meta += 1
@@ -203,14 +210,12 @@ def _iteration(m: re.Match[str], n: int, ts: str | None) -> dict[str, Any]:
 
 
 def _attach(
-    current: dict[str, Any] | None, msg: str, n: int, raw: str, result: ParseResult
+    current: dict[str, Any] | None, label: str, msg: str, n: int, raw: str, result: ParseResult
 ) -> None:
-    """Put a per-iteration figure (``Max iter time``, ``MFU``) on the latest iteration row; count
-    it as skipped when impossible."""
-    if msg.startswith("MFU: "):
-        column, text = "mfu_pct_logged", msg[len("MFU: ") :].rstrip().removesuffix("%")
-    else:
-        column, text = "step_time_s", msg[len("Max iter time: ") :].removesuffix(" seconds")
+    """Put the figure of ``msg``, a line that starts with ``label`` (see :data:`_FIGURES`), on the
+    latest iteration row; count it as skipped when impossible."""
+    column, unit = _FIGURES[label]
+    text = msg[len(label) :].rstrip().removesuffix(unit)
     if current is None:
         result.skip(n, f"{column} line before any iteration line", raw)
         return

@@ -178,7 +178,7 @@ def to_pandas(
     named = file_rank if file_rank is not None else rank_in_name(path)
     if named is not None and n and ("rank" not in cols or cols["rank"].null_count() == n):
         cols["rank"] = pl.Series([named] * n, dtype=pl.Int64)
-    constants = {"run": run, "source_file": path, "format": fmt, "mem_basis": result.mem_basis}
+    constants = {"run": run, "source_file": path, "format": fmt}
     data: dict[str, Any] = {}
     for spec in COLUMNS:
         if constants.get(spec.name) is not None:
@@ -196,7 +196,8 @@ def to_pandas(
             data[spec.name] = _column(cols[spec.name], spec.dtype)
     # copy=False: no consolidation copy (0.5 s per 1 M rows)
     frame = pd.DataFrame(data, index=pd.RangeIndex(n), copy=False)
-    frame["mem_basis"] = frame["mem_basis"].where(frame["mem_gib"].notna(), pd.NA)
+    if result.mem_basis is not None:  # the format's basis, on each row with a memory figure
+        frame["mem_basis"] = constant_where(frame["mem_gib"].notna(), result.mem_basis)
     return frame, tuple(dict.fromkeys(k for k in kinds if k)), n_decorated
 
 

@@ -516,7 +516,9 @@ def _logged_peak(info: RunInfo) -> PeakBasis | None:
 
 
 def _mean(values: pd.Series) -> float:
-    """The mean of the values present, NaN where none is."""
+    """The mean of the values present, NaN where none is (every windowed rate and MFU of a
+    summary: torchtitan's ``tok_per_s_per_gpu`` and ``tok_per_s_per_gpu_logged`` hold the same
+    values and come out as the same float)."""
     return float(values.mean()) if values.notna().any() else math.nan
 
 
@@ -535,11 +537,7 @@ def _run_summary(
     train = rows[rows["kind"] == "train"]
     in_window = _in_window(rows, window)
     stats = step_time_stats(rows, window)
-    rate = (
-        float(np.nanmean(in_window["tok_per_s_per_gpu"]))
-        if in_window["tok_per_s_per_gpu"].notna().any()
-        else math.nan
-    )
+    rate = _mean(in_window["tok_per_s_per_gpu"])
     fig = None
     if flops is not None and math.isfinite(rate) and peak_basis is not None:
         fig = mfu(rate, flops, peak_basis)

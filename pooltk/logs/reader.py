@@ -531,16 +531,21 @@ def read_logs(
         assert table is not None
         tables.append(table)
     if not tables:
-        shown = "; ".join(unrecognised[:3])
-        raise LogFormatError(
-            ", ".join(str(p) for p in paths),
-            0,
-            found=f"no readable log among the files ({shown})",
-            required="at least one log of a supported format",
-            fix="point at the run's log files",
-        )
+        raise _none_readable(paths, unrecognised)
     _join_validation(tables)
     return _merged(tables, unrecognised, plan)
+
+
+def _none_readable(paths: list[str | Path], unrecognised: list[str]) -> LogFormatError:
+    """The error for paths among which no file was a log (the first reasons named)."""
+    shown = "; ".join(unrecognised[:3])
+    return LogFormatError(
+        ", ".join(str(p) for p in paths),
+        0,
+        found=f"no readable log among the files ({shown})",
+        required="at least one log of a supported format",
+        fix="point at the run's log files",
+    )
 
 
 def _merged(

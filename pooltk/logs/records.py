@@ -253,18 +253,7 @@ def _read_usual(fmt: Any, lines: Any, layout: Any) -> tuple[Any, Any]:
     found = pl.collect_all(
         [p.with_columns(start).filter(pl.col("start").is_not_null()) for p in parts]
     )
-    if any(f["start"].max() or 0 for f in found):  # a prefix, which may hide another record
-        text = pl.col("text").cast(pl.Binary)  # str.find gives bytes; str.slice counts characters
-        head = pl.col("start")
-        cut = {
-            "prefix": text.bin.slice(0, head).cast(pl.String),
-            "body": text.bin.slice(head).cast(pl.String),
-        }
-        # the line's first candidate starts the record: a prefix holding another record's start,
-        # or the record's own logging head (a line the usual layout reads without it), is Python's
-        clear = pl.col("text").str.find(fmt.CANDIDATE) == head
-    else:
-        cut, clear = {"prefix": pl.lit("", dtype=pl.String), "body": pl.col("text")}, pl.lit(True)
+    cut, clear = _prefix_and_body(fmt, prefixed=any(f["start"].max() or 0 for f in found))
     stages, texts, stamps = fmt.split(layout)
     typed = _typed(fmt, texts)
     checked = [c for c, v in typed.items() if v is not None]  # numbers read (not words)
@@ -293,6 +282,25 @@ def _read_usual(fmt: Any, lines: Any, layout: Any) -> tuple[Any, Any]:
     frame = frame.filter(pl.all_horizontal(*fine, *required))  # else Python reads the line
     done = pl.repeat(False, n, eager=True).scatter(frame["line"] - 1, True)
     return done, frame
+
+
+def _prefix_and_body(fmt: Any, *, prefixed: bool) -> tuple[dict[str, Any], Any]:
+    """(the expressions cutting a found line at its record's ``start`` into ``prefix`` and
+    ``body``, the filter keeping the lines whose prefix Python need not read); ``prefixed``: some
+    record starts after its line's start (a prefix may hide another record)."""
+    import polars as pl
+
+    if not prefixed:
+        return {"prefix": pl.lit("", dtype=pl.String), "body": pl.col("text")}, pl.lit(True)
+    text = pl.col("text").cast(pl.Binary)  # str.find gives bytes; str.slice counts characters
+    head = pl.col("start")
+    cut = {
+        "prefix": text.bin.slice(0, head).cast(pl.String),
+        "body": text.bin.slice(head).cast(pl.String),
+    }
+    # the line's first candidate starts the record: a prefix holding another record's start, or
+    # the record's own logging head (a line the usual layout reads without it), is Python's
+    return cut, pl.col("text").str.find(fmt.CANDIDATE) == head
 
 
 def _parts(frame: Any, n: int) -> list[Any]:

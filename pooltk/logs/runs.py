@@ -172,39 +172,52 @@ _RANK_RE = re.compile(r"pooltk: \[rank (?P<rank>\d+)\] ")
 """The rank pooltk names in a line logged on a rank other than 0 ([Note: pool log lines])."""
 
 
-_POOL_LINES: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "am": ("installed", "automodel", ("slack", "layout")),
-    "pk": ("installed", "pooltk", ("slack", "layout", "policy", "grad_slack", "schedule")),
-    "no": ("not_installed", "pooltk", ("reason",)),
-    "am_no": ("not_installed", "automodel", ("reason",)),
-    "kept": ("stage", "pooltk", ("stage", "pooled", "reason")),
-    "stage": ("stage", "pooltk", ("stage", "pooled", "fwd_ring", "grad_ring")),
-    "rehome": ("warning", "pooltk", ("what", "stage", "direction", "bytes")),
-    "nosave": ("warning", "pooltk", ("what", "stage", "direction", "held", "stock")),
-    "graph": ("warning", "pooltk", ("what", "stage", "reason")),
+@dataclass(frozen=True, slots=True)
+class _PoolForm:
+    """One :data:`POOL_RE` alternative: what kind of line it is, whose pool, and its facts."""
+
+    kind: str
+    impl: str
+    facts: tuple[str, ...]
+    """Fact names in order, each read from the group ``<alternative>_<fact>`` unless ``fixed``
+    gives it."""
+    fixed: dict[str, Any] = field(default_factory=dict)
+    """Facts the alternative itself states (a 'kept stock' line is ``pooled=False``)."""
+
+
+_POOL_FORMS: dict[str, _PoolForm] = {
+    "am": _PoolForm("installed", "automodel", ("slack", "layout")),
+    "pk": _PoolForm("installed", "pooltk", ("slack", "layout", "policy", "grad_slack", "schedule")),
+    "no": _PoolForm("not_installed", "pooltk", ("reason",)),
+    "am_no": _PoolForm("not_installed", "automodel", ("reason",)),
+    "kept": _PoolForm("stage", "pooltk", ("stage", "pooled", "reason"), {"pooled": False}),
+    "stage": _PoolForm(
+        "stage", "pooltk", ("stage", "pooled", "fwd_ring", "grad_ring"), {"pooled": True}
+    ),
+    "rehome": _PoolForm(
+        "warning", "pooltk", ("what", "stage", "direction", "bytes"), {"what": "re-homed"}
+    ),
+    "nosave": _PoolForm(
+        "warning",
+        "pooltk",
+        ("what", "stage", "direction", "held", "stock"),
+        {"what": "saved nothing"},
+    ),
+    "graph": _PoolForm("warning", "pooltk", ("what", "stage", "reason"), {"what": "kept graph"}),
 }
-"""Per :data:`POOL_RE` alternative: its kind, whose pool, and its facts in order (each fact read
-from the group ``<alternative>_<fact>``, or a constant of :data:`_POOL_CONSTANTS`)."""
-_POOL_CONSTANTS: dict[str, dict[str, Any]] = {
-    "kept": {"pooled": False},
-    "stage": {"pooled": True},
-    "rehome": {"what": "re-homed"},
-    "nosave": {"what": "saved nothing"},
-    "graph": {"what": "kept graph"},
-}
+"""Each :data:`POOL_RE` alternative by its group name."""
 _POOL_INTS = frozenset({"slack", "grad_slack", "stage", "bytes", "held", "stock"})
 
 
 def _pool_line(n: int, g: dict[str, Any]) -> PoolLine:
     """The :class:`PoolLine` at 1-based line ``n`` whose :data:`POOL_RE` groups are ``g``."""
-    alt = next(a for a in _POOL_LINES if g[a])
-    kind, impl, names = _POOL_LINES[alt]
-    constants = _POOL_CONSTANTS.get(alt, {})
+    alt = next(a for a in _POOL_FORMS if g[a])
+    form = _POOL_FORMS[alt]
     facts = {}
-    for name in names:
-        value = constants[name] if name in constants else g[f"{alt}_{name}"]
+    for name in form.facts:
+        value = form.fixed[name] if name in form.fixed else g[f"{alt}_{name}"]
         facts[name] = int(value) if name in _POOL_INTS else value
-    return PoolLine(line=n, kind=kind, impl=impl, facts=facts)
+    return PoolLine(line=n, kind=form.kind, impl=form.impl, facts=facts)
 
 
 @dataclass(kw_only=True, slots=True)

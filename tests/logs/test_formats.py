@@ -109,6 +109,20 @@ def test_jsonl_run_in_a_folder_takes_the_folder_name_and_reads_null_and_missing_
     assert next(iter(rep.skipped_by_reason)).startswith("truncated JSON record")
 
 
+def test_a_benchmark_figure_line_with_spaces_after_its_unit_reads_like_one_without(tmp_path):
+    # 'MFU: 9.0%  ' was read while 'Max iter time: 100.0 seconds  ' was skipped as not a number
+    log = (FIX / "bench_run" / "k3_like.log").read_text(encoding="utf-8")
+    spaced = tmp_path / "k3_like.log"
+    spaced.write_text(
+        log.replace(" seconds\n", " seconds  \n").replace("%\n", "%  \n"), encoding="utf-8"
+    )
+    plain = read_log_file(FIX / "bench_run" / "k3_like.log")
+    got = read_log_file(spaced)
+    for column in ("step_time_s", "step_time_basis", "mfu_pct_logged"):
+        assert list(got.steps[column].fillna(-1)) == list(plain.steps[column].fillna(-1)), column
+    assert got.files[0].n_skipped == plain.files[0].n_skipped == 0
+
+
 def test_benchmark_log_and_summary_make_one_run_with_gib_memory_and_seconds_timers():
     t = read_logs(FIX / "bench_run")
     assert {f.format for f in t.files} == {"automodel_bench", "automodel_bench_summary"}
