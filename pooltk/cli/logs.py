@@ -241,6 +241,8 @@ _POOL_COLUMNS = ("pooled", "pool_impl", "slack", "layout")
 def _with_pool_columns(frame: Any, table: Any) -> Any:
     """The per-run frame with each run's pool columns (missing where the log says nothing), for
     the table's pool label, --json and --csv."""
+    import pandas as pd
+
     steps = table.steps
     if any(c not in steps.columns for c in _POOL_COLUMNS):
         return frame.assign(**{c: None for c in _POOL_COLUMNS})
@@ -248,12 +250,13 @@ def _with_pool_columns(frame: Any, table: Any) -> Any:
     first.index = first.index.astype(str)
     out = frame.copy()
     for c in _POOL_COLUMNS:
-        out[c] = [
+        values = [
             None
             if str(v) == "<NA>"
             else (bool(v) if c == "pooled" else (int(v) if c == "slack" else v))
             for v in out["run"].astype(str).map(first[c].astype(object))
         ]
+        out[c] = pd.Series(values, index=out.index, dtype=object)  # an int stays one beside None
     return out
 
 

@@ -141,10 +141,12 @@ def test_json_and_csv_carry_each_runs_pool_columns(tmp_path, capsys):
         "layout": "setup-recv-info",
     }
     assert runs["unsaid"]["pooled"] is None  # the log does not say: missing, never False
+    assert type(runs["pooled"]["slack"]) is int and runs["unsaid"]["slack"] is None  # not 2.0
     out = tmp_path / "runs.csv"
     assert main(["logs", str(tmp_path), "--csv", str(out)]) == 0
-    frame = pd.read_csv(out).set_index("run")
-    assert bool(frame.loc["pooled", "pooled"]) and frame.loc["pooled", "pool_impl"] == "pooltk"
+    frame = pd.read_csv(out, dtype=str, keep_default_na=False).set_index("run")
+    assert frame.loc["pooled", "pooled"] == "True" and frame.loc["pooled", "pool_impl"] == "pooltk"
+    assert (frame.loc["pooled", "slack"], frame.loc["unsaid", "slack"]) == ("2", "")
 
 
 def test_every_pool_warning_pooltk_logs_is_read_back_with_its_rank_and_stage():
