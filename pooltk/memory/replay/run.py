@@ -336,21 +336,8 @@ def _fake_failure(
     )
 
 
-def replay_rank(
-    builder: StageBuilder,
-    shape: PipelineShape,
-    rank: int,
-    *,
-    variant: str = "stock",
-    config: PoolConfig | None = None,
-    training: Training | None = None,
-    fake: bool = True,
-) -> RankReplay:
-    """Replay ``rank`` of ``shape`` under ``variant``. See [Note: one rank's replay].
-
-    Raises :class:`MemoryModelError` for a bad variant or rank, a process that already has a
-    process group or pooltk installed, and an op the fake tensors cannot run (naming the op and the stage).
-    """
+def _check_replay(shape: PipelineShape, rank: int, variant: str) -> None:
+    """:func:`replay_rank`'s variant and rank, each error naming its fix."""
     if variant not in REPLAY_VARIANTS:
         raise MemoryModelError(
             "variant",
@@ -372,6 +359,24 @@ def replay_rank(
             required="a schedule pooltk pools (its forward buffers are not all live until the backwards)",
             fix="replay stock and stock_lazy only for this schedule.",
         )
+
+
+def replay_rank(
+    builder: StageBuilder,
+    shape: PipelineShape,
+    rank: int,
+    *,
+    variant: str = "stock",
+    config: PoolConfig | None = None,
+    training: Training | None = None,
+    fake: bool = True,
+) -> RankReplay:
+    """Replay ``rank`` of ``shape`` under ``variant``. See [Note: one rank's replay].
+
+    Raises :class:`MemoryModelError` for a bad variant or rank, a process that already has a
+    process group or pooltk installed, and an op the fake tensors cannot run (naming the op and the stage).
+    """
+    _check_replay(shape, rank, variant)
     config = config or PoolConfig()
     training = training or Training()
     _ = pooltk.pooled  # import the pool now, never under a tensor mode (see the imports above)
