@@ -33,7 +33,14 @@ from pooltk._validate import check_int
 from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.model import MemoryModel, model_memory
-from pooltk.memory.replay.run import REPLAY_VARIANTS, RankReplay, Training, replay_rank
+from pooltk.memory.replay.run import (
+    POOLED_VARIANTS,
+    REPLAY_VARIANTS,
+    RankReplay,
+    Training,
+    pool_config,
+    replay_rank,
+)
 from pooltk.memory.replay.stages import StageBuilder
 from pooltk.memory.replay.tracker import CATEGORIES, CATEGORY_LABELS
 from pooltk.memory.shape import PipelineShape
@@ -383,9 +390,9 @@ def _variants(variants: Sequence[str], shape: PipelineShape) -> tuple[list[str],
             required=f"some of {', '.join(REPLAY_VARIANTS)}",
             fix="e.g. variants=('stock', 'pooled').",
         )
-    if shape.poolable or not any(v in ("pooled", "live_set") for v in wanted):
+    if shape.poolable or not any(v in POOLED_VARIANTS for v in wanted):
         return wanted, []
-    wanted = [v for v in wanted if v not in ("pooled", "live_set")]
+    wanted = [v for v in wanted if v not in POOLED_VARIANTS]
     if not wanted:
         raise MemoryModelError(
             "variants",
@@ -434,7 +441,7 @@ def estimate_memory(
     tasks = [(r, v) for r in _ranks(ranks, shape) for v in wanted]
     replays = _replays(builder, shape, tasks, config, training, fake, jobs, progress)
     names, bounds = _stages_seen(builder, shape, replays)
-    live_cfg = dataclasses.replace(config, slack=0, grad_slack=0)
+    live_cfg = pool_config("live_set", config)
     return MemoryEstimate(
         shape=shape,
         config=config,
