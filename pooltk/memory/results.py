@@ -307,9 +307,7 @@ class MemoryModel:
                         "sets": r.sets(v),
                         "set_bytes": r.set_bytes,
                         "bytes": b,
-                        "mib": b / 2**20,
-                        "gib": b / 2**30,
-                        "gb": b / 1e9,
+                        **{unit: to_unit(b, unit) for unit in ("mib", "gib", "gb")},
                     }
                 )
         return pd.DataFrame.from_records(records)
@@ -327,8 +325,8 @@ class MemoryModel:
             rec: dict[str, Any] = {
                 "stage": i,
                 "rank": f.rank,
-                "forward_set_mib": f.set_bytes / 2**20,
-                "grad_set_mib": g.set_bytes / 2**20,
+                "forward_set_mib": to_unit(f.set_bytes, "mib"),
+                "grad_set_mib": to_unit(g.set_bytes, "mib"),
                 "handoff": f.handoff or g.handoff,
             }
             for v in VARIANTS:
@@ -373,8 +371,8 @@ class MemoryModel:
                     "boundary": b,
                     "from_stage": b,
                     "to_stage": b + 1,
-                    "forward_set_mib": bd.forward_bytes / 2**20,
-                    "grad_set_mib": bd.grad_bytes / 2**20,
+                    "forward_set_mib": to_unit(bd.forward_bytes, "mib"),
+                    "grad_set_mib": to_unit(bd.grad_bytes, "mib"),
                     "tensors": " + ".join(t.describe() for t in bd.activations),
                 }
                 for b, bd in enumerate(self.boundaries)

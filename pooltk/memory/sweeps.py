@@ -13,6 +13,7 @@ from pooltk.analysis.stage_sets import LiveSource
 from pooltk.memory.model import MemoryModel, model_memory
 from pooltk.memory.shape import PipelineShape
 from pooltk.memory.tensors import Boundary
+from pooltk.memory.units import to_unit, unit_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -73,9 +74,9 @@ def _slack_record(result: MemoryModel, stage: int, slack: int) -> dict[str, obje
         "stage": stage,
         "slack": slack,
         "pooled_bytes": pooled,
-        "pooled_gib": pooled / 2**30,
-        "stock_gib": stock / 2**30,
-        "saved_gib": (stock - pooled) / 2**30,
+        "pooled_gib": to_unit(pooled, "gib"),
+        "stock_gib": to_unit(stock, "gib"),
+        "saved_gib": to_unit(stock - pooled, "gib"),
     }
 
 
@@ -139,7 +140,7 @@ def _config_record(label: str, m: MemoryModel, stage: int, base_saved: int) -> d
         "stock_gib": m.stage_gib(stage, "stock"),
         "pooled_gib": m.stage_gib(stage, "pooled"),
         "saved_gib": m.saved_gib(stage),
-        "saved_beyond_baseline_gib": (m.saved_bytes(stage) - base_saved) / 2**30,
+        "saved_beyond_baseline_gib": to_unit(m.saved_bytes(stage) - base_saved, "gib"),
     }
 
 
@@ -193,8 +194,6 @@ def compare_models(
     """
     import pandas as pd
 
-    from pooltk.memory.units import unit_bytes
-
     if not models:
         raise MemoryModelError(
             "models",
@@ -237,7 +236,7 @@ def _side_by_side(
     rec: dict[str, object] = {"rank" if per_rank else "stage": i}
     for label, m in models.items():
         if not per_rank:
-            rec[f"{label} forward set MiB"] = m.row(i, "forward").set_bytes / 2**20
+            rec[f"{label} forward set MiB"] = to_unit(m.row(i, "forward").set_bytes, "mib")
         for v in variants:
             b = m.rank_bytes(i, v) if per_rank else m.stage_bytes(i, v)
             rec[f"{label} {v} {unit}"] = b / scale
