@@ -399,7 +399,10 @@ def _pp_and_schedule(cfg: dict, o: Overrides) -> tuple[int, str]:
 
 
 def _batch_shape(cfg: dict, o: Overrides, *, pp: int, micro: int, schedule: str) -> PipelineShape:
-    """The shape whose ``M`` the YAML's batch sizes give: ``local / micro``, or ``global / (dp * micro)``."""
+    """The shape whose ``M`` the overrides give, or the YAML's batch sizes: ``local / micro``, or
+    ``global / (dp * micro)``."""
+    if o.microbatches is not None:
+        return PipelineShape(pp=pp, n_microbatches=o.microbatches, schedule=schedule)
     gbs = o.global_batch or _int_key(
         cfg,
         ("step_scheduler.global_batch_size",),
@@ -454,44 +457,20 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
     o = overrides or Overrides()
     cfg, where = read_file(source, "YAML")
     pp, schedule = _pp_and_schedule(cfg, o)
-    micro = o.micro_batch or _int_key(
-        cfg,
-        ("distributed.pipeline.pp_microbatch_size",),
-        "rows per pipeline microbatch",
-        2,
-        override="micro_batch",
-    )
-    slack_key = "distributed.pipeline.pp_recv_buffer_pool_slack"
-    slack = lookup(cfg, slack_key, None)
-    if slack is None:
-        slack = 2
-    elif isinstance(slack, bool) or not isinstance(slack, int) or slack < 0:
-        raise ConfigKeyError(
-            slack_key,
-            found=f"{slack!r} ({type(slack).__name__})",
-            required="an integer >= 0 (extra buffer sets beyond the in-flight depth)",
-            fix="write e.g. `pp_recv_buffer_pool_slack: 2` under distributed.pipeline.",
-        )
-    if o.microbatches is not None:
-        shape = PipelineShape(pp=pp, n_microbatches=o.microbatches, schedule=schedule)
-    else:
-        shape = _batch_shape(cfg, o, pp=pp, micro=micro, schedule=schedule)
+    micro = o.micro_batch or _micro_batch(cfg)
+    slack = _pool_slack(cfg)
+    shape = _batch_shape(cfg, o, pp=pp, micro=micro, schedule=schedule)
     seq = o.seq_len or _int_key(
         cfg, ("dataset.seq_len",), "tokens per row", 2048, override="seq_len"
     )
     hidden, class_dtype, hidden_source = _resolve_hidden(cfg, o.hidden)
     dtype_keys = ("model.torch_dtype", "model.config.dtype", "model.config.torch_dtype")
     boundary = _hidden_boundary(cfg, dtype_keys, o, (micro, seq, hidden), fallback=class_dtype)
-    pool_on = lookup(cfg, "distributed.pipeline.pp_recv_buffer_pool")
-    note = (
-        ""
-        if pool_on is True
-        else " The config does not enable distributed.pipeline.pp_recv_buffer_pool: its run allocates stock."
-    )
+    dtype = boundary.activations[0].dtype
     given = o.given()
     return Preset(
         name=Path(where).stem if where != "<dict>" else "config",
-        title=f"{where}: pp {pp}, {shape.n_microbatches} microbatches, {micro} x {seq} x {hidden} {boundary.activations[0].dtype}",
+        title=f"{where}: pp {pp}, {shape.n_microbatches} microbatches, {micro} x {seq} x {hidden} {dtype}",
         shape=shape,
         boundary=boundary,
         config=PoolConfig(slack=slack),
@@ -499,15 +478,49 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
         seq_len=seq,
         hidden=hidden,
         assumption=(
-            f"Each boundary carries one hidden state ({micro}, {seq}, {hidden}) {boundary.activations[0].dtype} per "
+            f"Each boundary carries one hidden state ({micro}, {seq}, {hidden}) {dtype} per "
             "microbatch and direction (a lower bound when the model sends more across a stage boundary)."
-            + note
+            + _pool_note(cfg)
         ),
         figures=(),
         sources=(where,)
         + ((f"hidden size: {hidden_source}",) if hidden_source else ())
         + ((f"overridden: {', '.join(given)}",) if given else ()),
     )
+
+
+def _micro_batch(cfg: dict) -> int:
+    """The YAML's rows per pipeline microbatch."""
+    return _int_key(
+        cfg,
+        ("distributed.pipeline.pp_microbatch_size",),
+        "rows per pipeline microbatch",
+        2,
+        override="micro_batch",
+    )
+
+
+def _pool_slack(cfg: dict) -> int:
+    """The YAML's ``pp_recv_buffer_pool_slack`` (2 when it has none), an integer >= 0."""
+    slack_key = "distributed.pipeline.pp_recv_buffer_pool_slack"
+    slack = lookup(cfg, slack_key, None)
+    if slack is None:
+        return 2
+    if isinstance(slack, bool) or not isinstance(slack, int) or slack < 0:
+        raise ConfigKeyError(
+            slack_key,
+            found=f"{slack!r} ({type(slack).__name__})",
+            required="an integer >= 0 (extra buffer sets beyond the in-flight depth)",
+            fix="write e.g. `pp_recv_buffer_pool_slack: 2` under distributed.pipeline.",
+        )
+    return slack
+
+
+def _pool_note(cfg: dict) -> str:
+    """What the preset's assumption adds when the YAML does not turn the pool on."""
+    if lookup(cfg, "distributed.pipeline.pp_recv_buffer_pool") is True:
+        return ""
+    return " The config does not enable distributed.pipeline.pp_recv_buffer_pool: its run allocates stock."
 
 
 _HIDDEN_KEYS = ("hidden_size", "text_config.hidden_size", "n_embd", "d_model")

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.model import VARIANTS, MemoryModel, model_memory
+from pooltk.memory.units import unit_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -437,12 +438,14 @@ class Verdict:
         return out + ["  not modelled: " + "; ".join(self.not_modelled)]
 
     def to_records(self, unit: str = "gib") -> list[dict[str, Any]]:
-        """One plain dict per row (no pandas needed): sizes in GiB, the columns of
-        :meth:`to_frame` (``tensor_gib``), or with ``unit="bytes"`` exact, the rows of
-        :meth:`to_dict` (``tensor_bytes``)."""
+        """One plain dict per row (no pandas needed): sizes in ``unit`` (one of
+        :data:`~pooltk.memory.units.BYTES_PER_UNIT`) under ``<size>_<unit>``; GiB by default, the
+        columns of :meth:`to_frame` (``tensor_gib``), or with ``unit="bytes"`` exact integers, the
+        rows of :meth:`to_dict` (``tensor_bytes``)."""
+        per_unit = unit_bytes(unit)
 
         def size(n_bytes: int) -> float:
-            return n_bytes / GIB if unit == "gib" else n_bytes
+            return n_bytes if unit == "bytes" else n_bytes / per_unit
 
         sizes = ("tensor", "recv", "overhead", "needed", "capacity", "margin")
         return [

@@ -240,33 +240,14 @@ def _lifetimes(shape: PipelineShape) -> tuple[object, tuple[object, ...]]:
     )
 
 
-def model_memory(
+def _checked(
     shape: PipelineShape,
-    boundaries: Boundary | Sequence[Boundary],
-    config: PoolConfig | None = None,
-    *,
-    policy: str = "tight",
-    sharing: str = "rank",
-    unpoolable: Literal["error", "stock"] = "error",
-    live_source: LiveSource = "schedule",
-) -> MemoryModel:
-    """Model every stage, direction and rank of ``shape``. See [Note: where the numbers come from].
-
-    Args:
-        shape: pp, stages per rank, microbatches and schedule.
-        boundaries: one :class:`Boundary` for all ``stages - 1`` boundaries, or a list of them
-            (boundary ``b`` carries stage ``b`` -> ``b + 1``; they may differ per boundary).
-        config: slack and grad slack (default ``PoolConfig()``).
-        policy: the ring the ``pooled`` column keeps: ``"tight"`` (pooltk's rule) or ``"automodel"``
-            (Automodel's single ring, 1F1B only); see :data:`POLICIES`.
-        sharing: ``"rank"`` (a rank's stages share rings where their boundaries carry the same tensors)
-            or ``"stage"`` (one ring per stage and direction); see :data:`SHARINGS`.
-        unpoolable: for a schedule the pool must not touch (GPipe): ``"error"`` raises
-            :class:`UnpoolableScheduleError`; ``"stock"`` models the pool standing down
-            (every ring column equals stock), as Automodel does when it warns and skips.
-        live_source: ``"schedule"`` (walk the action order) or ``"formula"`` (1F1B and GPipe
-            only); see [Note: live-set sources].
-    """
+    config: PoolConfig | None,
+    policy: str,
+    sharing: str,
+    unpoolable: str,
+) -> PoolConfig:
+    """:func:`model_memory`'s arguments checked, each error naming its fix; the config to use."""
     if not isinstance(shape, PipelineShape):
         raise MemoryModelError(
             "shape",
@@ -300,6 +281,37 @@ def model_memory(
             required="'1f1b' or a multi-stage schedule for a pooled model",
             fix="use 1f1b, or pass unpoolable='stock' (CLI: --allow-unpoolable) to see stock and live-set bytes with the pool standing down.",
         )
+    return config
+
+
+def model_memory(
+    shape: PipelineShape,
+    boundaries: Boundary | Sequence[Boundary],
+    config: PoolConfig | None = None,
+    *,
+    policy: str = "tight",
+    sharing: str = "rank",
+    unpoolable: Literal["error", "stock"] = "error",
+    live_source: LiveSource = "schedule",
+) -> MemoryModel:
+    """Model every stage, direction and rank of ``shape``. See [Note: where the numbers come from].
+
+    Args:
+        shape: pp, stages per rank, microbatches and schedule.
+        boundaries: one :class:`Boundary` for all ``stages - 1`` boundaries, or a list of them
+            (boundary ``b`` carries stage ``b`` -> ``b + 1``; they may differ per boundary).
+        config: slack and grad slack (default ``PoolConfig()``).
+        policy: the ring the ``pooled`` column keeps: ``"tight"`` (pooltk's rule) or ``"automodel"``
+            (Automodel's single ring, 1F1B only); see :data:`POLICIES`.
+        sharing: ``"rank"`` (a rank's stages share rings where their boundaries carry the same tensors)
+            or ``"stage"`` (one ring per stage and direction); see :data:`SHARINGS`.
+        unpoolable: for a schedule the pool must not touch (GPipe): ``"error"`` raises
+            :class:`UnpoolableScheduleError`; ``"stock"`` models the pool standing down
+            (every ring column equals stock), as Automodel does when it warns and skips.
+        live_source: ``"schedule"`` (walk the action order) or ``"formula"`` (1F1B and GPipe
+            only); see [Note: live-set sources].
+    """
+    config = _checked(shape, config, policy, sharing, unpoolable)
     bounds = _boundaries(boundaries, shape.num_stages)
     records = receive_rows(shape, live_source)
     rows = tuple(_row(shape, r, bounds, config, policy) for r in records)

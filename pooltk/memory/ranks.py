@@ -99,29 +99,48 @@ def rank_rings_for(
     lifetimes of a multi-stage shape (``None`` for single-stage schedules, whose rings are the
     rows' own per-stage rings, with no schedule walk).
     """
-    n = shape.num_stages
     if analysed is None:
-        out = [
-            RingMemory(
-                rank=r.rank,
-                direction=r.direction,
-                stages=(r.stage,),
-                set_bytes=r.set_bytes,
-                tensors=boundary_key(_tensors(bounds, r.stage, r.direction)),
-                live=r.live_sets,
-                receives=shape.n_microbatches,
-                size=r.pooled_sets,
-                shared=False,
-            )
-            for r in rows
-            if r.stock_sets and r.set_bytes
-        ]
-        return tuple(out)
+        return _stage_rings(shape, bounds, rows)
+    return _shared_rings(shape, bounds, config, rows, analysed)
+
+
+def _stage_rings(
+    shape: PipelineShape, bounds: Sequence[Boundary], rows: Sequence[DirectionMemory]
+) -> tuple[RingMemory, ...]:
+    """A single-stage schedule's rings: each row's own ring (rows without receives have none)."""
+    out = [
+        RingMemory(
+            rank=r.rank,
+            direction=r.direction,
+            stages=(r.stage,),
+            set_bytes=r.set_bytes,
+            tensors=boundary_key(_tensors(bounds, r.stage, r.direction)),
+            live=r.live_sets,
+            receives=shape.n_microbatches,
+            size=r.pooled_sets,
+            shared=False,
+        )
+        for r in rows
+        if r.stock_sets and r.set_bytes
+    ]
+    return tuple(out)
+
+
+def _shared_rings(
+    shape: PipelineShape,
+    bounds: Sequence[Boundary],
+    config: PoolConfig,
+    rows: Sequence[DirectionMemory],
+    analysed: Callable[[PipelineShape], tuple[Any, Any]],
+) -> tuple[RingMemory, ...]:
+    """A multi-stage schedule's rings, from the schedule walk: a rank's stages whose boundaries
+    carry the same tensors share one ring per direction."""
     from functools import partial
 
     from pooltk.analysis.sharing import rank_rings
     from pooltk.pool.ring import ring_size
 
+    n = shape.num_stages
     prog, spans = analysed(shape)
     groups = {
         (i, d): boundary_key(_tensors(bounds, i, d))

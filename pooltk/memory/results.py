@@ -307,9 +307,7 @@ class MemoryModel:
                         "sets": r.sets(v),
                         "set_bytes": r.set_bytes,
                         "bytes": b,
-                        "mib": b / 2**20,
-                        "gib": b / 2**30,
-                        "gb": b / 1e9,
+                        **{unit: to_unit(b, unit) for unit in ("mib", "gib", "gb")},
                     }
                 )
         return pd.DataFrame.from_records(records)
@@ -327,8 +325,8 @@ class MemoryModel:
             rec: dict[str, Any] = {
                 "stage": i,
                 "rank": f.rank,
-                "forward_set_mib": f.set_bytes / 2**20,
-                "grad_set_mib": g.set_bytes / 2**20,
+                "forward_set_mib": to_unit(f.set_bytes, "mib"),
+                "grad_set_mib": to_unit(g.set_bytes, "mib"),
                 "handoff": f.handoff or g.handoff,
             }
             for v in VARIANTS:
@@ -373,8 +371,8 @@ class MemoryModel:
                     "boundary": b,
                     "from_stage": b,
                     "to_stage": b + 1,
-                    "forward_set_mib": bd.forward_bytes / 2**20,
-                    "grad_set_mib": bd.grad_bytes / 2**20,
+                    "forward_set_mib": to_unit(bd.forward_bytes, "mib"),
+                    "grad_set_mib": to_unit(bd.grad_bytes, "mib"),
                     "tensors": " + ".join(t.describe() for t in bd.activations),
                 }
                 for b, bd in enumerate(self.boundaries)
@@ -388,71 +386,73 @@ class MemoryModel:
             "config": {**self.config.to_dict(), "policy": self.policy, "sharing": self.sharing},
             "pool_active": self.pool_active,
             "live_source": self.live_source,
-            "boundaries": [
-                {
-                    "activations": [dataclasses.asdict(t) for t in b.activations],
-                    "grads": None if b.grads is None else [dataclasses.asdict(t) for t in b.grads],
-                    "forward_set_bytes": b.forward_bytes,
-                    "grad_set_bytes": b.grad_bytes,
-                }
-                for b in self.boundaries
-            ],
-            "rows": [
-                {
-                    "stage": r.stage,
-                    "rank": r.rank,
-                    "handoff": r.handoff,
-                    "direction": r.direction,
-                    "set_bytes": r.set_bytes,
-                    **{f"{v}_sets": r.sets(v) for v in VARIANTS},
-                    **{f"{v}_bytes": r.bytes(v) for v in VARIANTS},
-                    "saved_bytes": r.saved_bytes,
-                }
-                for r in self.rows
-            ],
-            "stages": [
-                {
-                    "stage": i,
-                    **{f"{v}_bytes": self.stage_bytes(i, v) for v in VARIANTS},
-                    "saved_bytes": self.saved_bytes(i),
-                }
-                for i in range(self.shape.num_stages)
-            ],
-            "ranks": [
-                {
-                    "rank": rank,
-                    "stages": list(self.rank_stages(rank)),
-                    **{f"{v}_bytes": self.rank_bytes(rank, v) for v in VARIANTS + RANK_VARIANTS},
-                    "saved_bytes": self.rank_bytes(rank, "stock") - self.rank_bytes(rank, "pooled"),
-                }
-                for rank in range(self.shape.pp)
-            ],
-            "rings": [
-                {
-                    **{
-                        k: getattr(g, k)
-                        for k in (
-                            "rank",
-                            "direction",
-                            "live",
-                            "receives",
-                            "size",
-                            "shared",
-                            "set_bytes",
-                        )
-                    },
-                    "stages": list(g.stages),
-                    "tensors": [{"shape": list(sh), "dtype": dt} for sh, dt in g.tensors],
-                    "bytes": g.bytes,
-                }
-                for g in self.rings
-            ],
-            "totals": {
-                **{f"{v}_bytes": self.total_bytes(v) for v in VARIANTS},
-                **{f"peak_stage_{v}_bytes": self.peak_stage_bytes(v) for v in VARIANTS},
-                **{
-                    f"peak_rank_{v}_bytes": self.peak_rank_bytes(v)
-                    for v in VARIANTS + RANK_VARIANTS
-                },
-            },
+            "boundaries": [_boundary_record(b) for b in self.boundaries],
+            "rows": [_row_record(r) for r in self.rows],
+            "stages": [self._stage_record(i) for i in range(self.shape.num_stages)],
+            "ranks": [self._rank_record(rank) for rank in range(self.shape.pp)],
+            "rings": [_ring_record(g) for g in self.rings],
+            "totals": self._totals(),
         }
+
+    def _stage_record(self, stage: int) -> dict[str, Any]:
+        """:meth:`to_dict`'s entry of one stage: bytes per variant, and saved."""
+        return {
+            "stage": stage,
+            **{f"{v}_bytes": self.stage_bytes(stage, v) for v in VARIANTS},
+            "saved_bytes": self.saved_bytes(stage),
+        }
+
+    def _rank_record(self, rank: int) -> dict[str, Any]:
+        """:meth:`to_dict`'s entry of one rank: its stages, bytes per variant, and saved."""
+        return {
+            "rank": rank,
+            "stages": list(self.rank_stages(rank)),
+            **{f"{v}_bytes": self.rank_bytes(rank, v) for v in VARIANTS + RANK_VARIANTS},
+            "saved_bytes": self.rank_bytes(rank, "stock") - self.rank_bytes(rank, "pooled"),
+        }
+
+    def _totals(self) -> dict[str, int]:
+        """:meth:`to_dict`'s totals: over stages, and the fullest stage and rank, per variant."""
+        return {
+            **{f"{v}_bytes": self.total_bytes(v) for v in VARIANTS},
+            **{f"peak_stage_{v}_bytes": self.peak_stage_bytes(v) for v in VARIANTS},
+            **{f"peak_rank_{v}_bytes": self.peak_rank_bytes(v) for v in VARIANTS + RANK_VARIANTS},
+        }
+
+
+def _boundary_record(b: Boundary) -> dict[str, Any]:
+    """:meth:`MemoryModel.to_dict`'s entry of one boundary: its tensors and bytes per set."""
+    return {
+        "activations": [dataclasses.asdict(t) for t in b.activations],
+        "grads": None if b.grads is None else [dataclasses.asdict(t) for t in b.grads],
+        "forward_set_bytes": b.forward_bytes,
+        "grad_set_bytes": b.grad_bytes,
+    }
+
+
+def _row_record(r: DirectionMemory) -> dict[str, Any]:
+    """:meth:`MemoryModel.to_dict`'s entry of one stage and direction: sets and bytes per variant."""
+    return {
+        "stage": r.stage,
+        "rank": r.rank,
+        "handoff": r.handoff,
+        "direction": r.direction,
+        "set_bytes": r.set_bytes,
+        **{f"{v}_sets": r.sets(v) for v in VARIANTS},
+        **{f"{v}_bytes": r.bytes(v) for v in VARIANTS},
+        "saved_bytes": r.saved_bytes,
+    }
+
+
+_RING_FIELDS = ("rank", "direction", "live", "receives", "size", "shared", "set_bytes")
+"""The fields of a :class:`~pooltk.memory.ranks.RingMemory` its record copies as they are."""
+
+
+def _ring_record(g: RingMemory) -> dict[str, Any]:
+    """:meth:`MemoryModel.to_dict`'s entry of one ring: its fields, stages, tensors and bytes."""
+    return {
+        **{k: getattr(g, k) for k in _RING_FIELDS},
+        "stages": list(g.stages),
+        "tensors": [{"shape": list(sh), "dtype": dt} for sh, dt in g.tensors],
+        "bytes": g.bytes,
+    }

@@ -2,12 +2,28 @@
 
 Presets of a study, a config file read by :mod:`pooltk.memory.configs`, and explicit command-line
 flags all become a :class:`Preset`, so the CLI, the explorer and the fits view take one type.
+
+[Note: no calibration carried]
+A preset's calibration (a tensor fitted to its own published figures, e.g. Kimi-K3's 360 MiB
+``calibrated_remainder``) and its published figures (a peak, an OOM margin) describe one model
+at one shape. So :meth:`Preset.resized`:
+
+- ``rows`` / ``seq_len`` resize every ``(rows, seq, width)`` tensor (the last three dimensions);
+  a tensor that is not hidden-sized (:data:`HIDDEN_SIZED`) keeps its bytes per token: the same
+  model at another micro batch;
+- ``hidden`` or ``dtype`` make it another model: hidden-sized tensors take the new width and
+  dtype, and every other tensor (a calibration) is **dropped**; a boundary left with nothing
+  hidden-sized is an error;
+- ``pp`` / ``microbatches`` change the pipeline (boundaries that follow the stage count are
+  re-derived by the preset's rule);
+- any change drops the published figures (no fits view borrows another run's peak) and says
+  so in ``assumption``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from pooltk._validate import check_choice
 from pooltk.config import PoolConfig
@@ -145,24 +161,9 @@ class Preset:
         hidden: int | None = None,
         dtype: str | None = None,
     ) -> Preset:
-        """This preset with some dimensions overridden, carrying nothing that described only the original run.
-
-        [Note: no calibration carried]
-        A preset's calibration (a tensor fitted to its own published figures, e.g. Kimi-K3's 360 MiB
-        ``calibrated_remainder``) and its published figures (a peak, an OOM margin) describe one model
-        at one shape. So:
-
-        - ``rows`` / ``seq_len`` resize every ``(rows, seq, width)`` tensor (the last three dimensions);
-          a tensor that is not hidden-sized (:data:`HIDDEN_SIZED`) keeps its bytes per token: the same
-          model at another micro batch;
-        - ``hidden`` or ``dtype`` make it another model: hidden-sized tensors take the new width and
-          dtype, and every other tensor (a calibration) is **dropped**; a boundary left with nothing
-          hidden-sized is an error;
-        - ``pp`` / ``microbatches`` change the pipeline (boundaries that follow the stage count are
-          re-derived by the preset's rule);
-        - any change drops the published figures (no fits view borrows another run's peak) and says
-          so in ``assumption``. ``None`` keeps a value; no change returns the preset itself.
-        """
+        """This preset with some dimensions overridden (``None`` keeps one; no change returns the
+        preset itself), carrying nothing that described only the original run. See [Note: no
+        calibration carried]."""
         asked = {
             "pp": pp,
             "microbatches": microbatches,
@@ -171,6 +172,38 @@ class Preset:
             "hidden": hidden,
             "dtype": dtype,
         }
+        changes = self._changes(asked)
+        if not changes:
+            return self
+        shape = self._resized_shape(changes)
+        resizer = _Resizer(
+            preset=self.name,
+            rows=rows,
+            seq_len=seq_len,
+            hidden=hidden,
+            dtype=dtype,
+            other_model="hidden" in changes or "dtype" in changes,
+        )
+        bounds = tuple(resizer.boundary(b) for b in self.boundaries_for(shape))
+        what = ", ".join(f"{k} {v}" for k, v in changes.items())
+        note = resizer.note(what)  # before the replace: it lists what bounds dropped
+        return replace(
+            self,
+            name=f"{self.name} ({what})",
+            title=f"{self.title} -- resized: {what}",
+            shape=shape,
+            boundary=bounds[0] if bounds else resizer.boundary(self.boundary),
+            boundaries=bounds if len(set(bounds)) > 1 else None,
+            boundary_rule=resizer.rule(self.boundary_rule),
+            seq_len=changes.get("seq_len", self.seq_len),
+            hidden=changes.get("hidden", self.hidden),
+            assumption=self.assumption + note,
+            figures=(),
+            sources=self.sources + (f"resized: {what}",),
+        )
+
+    def _changes(self, asked: dict[str, object]) -> dict[str, object]:
+        """The asked dimensions that differ from this preset's own (``None``: not asked)."""
         own = {
             "pp": self.shape.pp,
             "microbatches": self.shape.n_microbatches,
@@ -178,77 +211,18 @@ class Preset:
             "hidden": self.hidden,
             **self._own_rows_and_dtype(),
         }
-        changes = {k: v for k, v in asked.items() if v is not None and own.get(k) != v}
-        if not changes:
-            return self
-        import dataclasses
+        return {k: v for k, v in asked.items() if v is not None and own.get(k) != v}
 
-        other_model = "hidden" in changes or "dtype" in changes
-        shape = dataclasses.replace(
+    def _resized_shape(self, changes: dict[str, object]) -> PipelineShape:
+        """The pipeline with ``changes``' ``pp`` and ``microbatches``; the batch sizes that gave
+        the old ``M`` are dropped."""
+        return replace(
             self.shape,
             pp=changes.get("pp", self.shape.pp),
             n_microbatches=changes.get("microbatches", self.shape.n_microbatches),
             global_batch=None,
             micro_batch=None,
             dp=None,
-        )
-        dropped: list[str] = []
-
-        def one(t: TensorSpec) -> TensorSpec | None:
-            dims = list(t.shape)
-            if len(dims) >= 3:
-                dims[-3] = rows or dims[-3]
-                dims[-2] = seq_len or dims[-2]
-            if t.name in HIDDEN_SIZED:
-                if hidden and len(dims) >= 3:
-                    dims[-1] = hidden
-                return TensorSpec(shape=tuple(dims), dtype=dtype or t.dtype, name=t.name)
-            if other_model:
-                dropped.append(t.name or "unnamed")
-                return None
-            return TensorSpec(shape=tuple(dims), dtype=t.dtype, name=t.name)
-
-        def resize(b: Boundary) -> Boundary:
-            acts = tuple(x for x in (one(t) for t in b.activations) if x is not None)
-            if not acts:
-                raise MemoryModelError(
-                    f"preset {self.name!r} resized",
-                    found=f"no hidden-sized tensor in {b.describe()}",
-                    required="a boundary whose tensors are the hidden state (so a new hidden size applies)",
-                    fix="give the boundary bytes explicitly (MiB per set), or start from a config file.",
-                )
-            grads = (
-                None
-                if b.grads is None
-                else tuple(x for x in (one(t) for t in b.grads) if x is not None) or None
-            )
-            return Boundary(activations=acts, grads=grads)
-
-        bounds = tuple(resize(b) for b in self.boundaries_for(shape))
-        rule = self.boundary_rule
-        new_rule = (
-            None if rule is None else (lambda n, _rule=rule: tuple(resize(b) for b in _rule(n)))
-        )
-        what = ", ".join(f"{k} {v}" for k, v in changes.items())
-        note = f" Resized ({what}) from {self.name}: its published figures describe its own run and are not carried"
-        note += (
-            f"; dropped as another model's calibration: {', '.join(sorted(set(dropped)))}."
-            if dropped
-            else "."
-        )
-        return dataclasses.replace(
-            self,
-            name=f"{self.name} ({what})",
-            title=f"{self.title} -- resized: {what}",
-            shape=shape,
-            boundary=bounds[0] if bounds else resize(self.boundary),
-            boundaries=bounds if len(set(bounds)) > 1 else None,
-            boundary_rule=new_rule,
-            seq_len=changes.get("seq_len", self.seq_len),
-            hidden=changes.get("hidden", self.hidden),
-            assumption=self.assumption + note,
-            figures=(),
-            sources=self.sources + (f"resized: {what}",),
         )
 
     def _own_rows_and_dtype(self) -> dict[str, object]:
@@ -267,3 +241,74 @@ class Preset:
         raise KeyError(
             f"preset {self.name!r} has no figure {name!r}; it has {[f.name for f in self.figures]}"
         )
+
+
+@dataclass(kw_only=True, slots=True)
+class _Resizer:
+    """One :meth:`Preset.resized` call's tensor rule ([Note: no calibration carried]); it
+    remembers the tensors it dropped as another model's calibration."""
+
+    preset: str
+    rows: int | None
+    seq_len: int | None
+    hidden: int | None
+    dtype: str | None
+    other_model: bool
+    """A new hidden size or dtype: another model, whose boundaries drop calibrations."""
+    dropped: list[str] = field(default_factory=list)
+
+    def tensor(self, t: TensorSpec) -> TensorSpec | None:
+        """``t`` resized, or ``None`` when it is a calibration another model does not carry."""
+        dims = list(t.shape)
+        if len(dims) >= 3:
+            dims[-3] = self.rows or dims[-3]
+            dims[-2] = self.seq_len or dims[-2]
+        if t.name in HIDDEN_SIZED:
+            if self.hidden and len(dims) >= 3:
+                dims[-1] = self.hidden
+            return TensorSpec(shape=tuple(dims), dtype=self.dtype or t.dtype, name=t.name)
+        if self.other_model:
+            self.dropped.append(t.name or "unnamed")
+            return None
+        return TensorSpec(shape=tuple(dims), dtype=t.dtype, name=t.name)
+
+    def _kept(self, tensors: tuple[TensorSpec, ...]) -> tuple[TensorSpec, ...]:
+        """``tensors`` resized, without the dropped ones."""
+        return tuple(x for x in (self.tensor(t) for t in tensors) if x is not None)
+
+    def boundary(self, b: Boundary) -> Boundary:
+        """``b`` with every tensor resized; an error when nothing hidden-sized is left."""
+        acts = self._kept(b.activations)
+        if not acts:
+            raise MemoryModelError(
+                f"preset {self.preset!r} resized",
+                found=f"no hidden-sized tensor in {b.describe()}",
+                required="a boundary whose tensors are the hidden state (so a new hidden size applies)",
+                fix="give the boundary bytes explicitly (MiB per set), or start from a config file.",
+            )
+        grads = None
+        if b.grads is not None:
+            grads = self._kept(b.grads) or None
+        return Boundary(activations=acts, grads=grads)
+
+    def rule(
+        self, rule: Callable[[int], tuple[Boundary, ...]] | None
+    ) -> Callable[[int], tuple[Boundary, ...]] | None:
+        """A preset's ``boundary_rule`` whose boundaries come out resized (``None`` stays ``None``)."""
+        if rule is None:
+            return None
+
+        def resized_rule(n: int) -> tuple[Boundary, ...]:
+            return tuple(self.boundary(b) for b in rule(n))
+
+        return resized_rule
+
+    def note(self, what: str) -> str:
+        """What the resized preset's ``assumption`` gains: what changed, and what was dropped."""
+        note = f" Resized ({what}) from {self.preset}: its published figures describe its own run and are not carried"
+        if self.dropped:
+            return (
+                note
+                + f"; dropped as another model's calibration: {', '.join(sorted(set(self.dropped)))}."
+            )
+        return note + "."

@@ -13,6 +13,7 @@ from pooltk.analysis.stage_sets import LiveSource
 from pooltk.memory.model import MemoryModel, model_memory
 from pooltk.memory.shape import PipelineShape
 from pooltk.memory.tensors import Boundary
+from pooltk.memory.units import to_unit, unit_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -45,11 +46,7 @@ def slack_sweep(
         )
     records = []
     for s in slacks:
-        changes: dict[str, int] = {
-            "slack": {"slack": s},
-            "grad_slack": {"grad_slack": s},
-            "both": {"slack": s, "grad_slack": s},
-        }[vary]
+        changes = dict.fromkeys(_SLACK_FIELDS[vary], s)
         result = model_memory(
             shape,
             boundaries,
@@ -57,20 +54,30 @@ def slack_sweep(
             policy=policy,
             live_source=live_source,
         )
-        for i in range(shape.pp):
-            pooled = result.stage_bytes(i, "pooled")
-            stock = result.stage_bytes(i, "stock")
-            records.append(
-                {
-                    "stage": i,
-                    "slack": s,
-                    "pooled_bytes": pooled,
-                    "pooled_gib": pooled / 2**30,
-                    "stock_gib": stock / 2**30,
-                    "saved_gib": (stock - pooled) / 2**30,
-                }
-            )
+        records += [_slack_record(result, i, s) for i in range(shape.pp)]
     return pd.DataFrame.from_records(records)
+
+
+_SLACK_FIELDS: dict[str, tuple[str, ...]] = {
+    "slack": ("slack",),
+    "grad_slack": ("grad_slack",),
+    "both": ("slack", "grad_slack"),
+}
+"""The :class:`~pooltk.config.PoolConfig` fields each ``vary`` of :func:`slack_sweep` moves."""
+
+
+def _slack_record(result: MemoryModel, stage: int, slack: int) -> dict[str, object]:
+    """:func:`slack_sweep`'s row of one stage at one slack."""
+    pooled = result.stage_bytes(stage, "pooled")
+    stock = result.stage_bytes(stage, "stock")
+    return {
+        "stage": stage,
+        "slack": slack,
+        "pooled_bytes": pooled,
+        "pooled_gib": to_unit(pooled, "gib"),
+        "stock_gib": to_unit(stock, "gib"),
+        "saved_gib": to_unit(stock - pooled, "gib"),
+    }
 
 
 def compare_configs(
@@ -89,6 +96,19 @@ def compare_configs(
     :func:`~pooltk.memory.model.model_memory`), or a PoolConfig alone for the ``tight`` policy."""
     import pandas as pd
 
+    baseline = _baseline(configs, baseline)
+    pairs = {label: _pair(label, spec) for label, spec in configs.items()}
+    models = {
+        label: model_memory(shape, boundaries, cfg, policy=policy)
+        for label, (cfg, policy) in pairs.items()
+    }
+    base_saved = models[baseline].saved_bytes(stage)
+    records = [_config_record(label, m, stage, base_saved) for label, m in models.items()]
+    return pd.DataFrame.from_records(records)
+
+
+def _baseline(configs: Mapping[str, object], baseline: str | None) -> str:
+    """The config :func:`compare_configs` measures against: ``baseline``, else the first."""
     if not configs:
         raise MemoryModelError(
             "configs",
@@ -104,30 +124,24 @@ def compare_configs(
             required=f"one of {list(configs)}",
             fix="name one of the configs.",
         )
-    pairs = {label: _pair(label, spec) for label, spec in configs.items()}
-    models = {
-        label: model_memory(shape, boundaries, cfg, policy=policy)
-        for label, (cfg, policy) in pairs.items()
+    return baseline
+
+
+def _config_record(label: str, m: MemoryModel, stage: int, base_saved: int) -> dict[str, object]:
+    """:func:`compare_configs`'s row of one named config on ``stage``."""
+    cfg = m.config
+    return {
+        "label": label,
+        "policy": m.policy,
+        "slack": cfg.slack,
+        "grad_slack": cfg.grad_slack if m.policy == "tight" else None,
+        "forward_sets": m.row(stage, "forward").pooled_sets,
+        "grad_sets": m.row(stage, "grad").pooled_sets,
+        "stock_gib": m.stage_gib(stage, "stock"),
+        "pooled_gib": m.stage_gib(stage, "pooled"),
+        "saved_gib": m.saved_gib(stage),
+        "saved_beyond_baseline_gib": to_unit(m.saved_bytes(stage) - base_saved, "gib"),
     }
-    base_saved = models[baseline].saved_bytes(stage)
-    records = []
-    for label, m in models.items():
-        cfg = m.config
-        records.append(
-            {
-                "label": label,
-                "policy": m.policy,
-                "slack": cfg.slack,
-                "grad_slack": cfg.grad_slack if m.policy == "tight" else None,
-                "forward_sets": m.row(stage, "forward").pooled_sets,
-                "grad_sets": m.row(stage, "grad").pooled_sets,
-                "stock_gib": m.stage_gib(stage, "stock"),
-                "pooled_gib": m.stage_gib(stage, "pooled"),
-                "saved_gib": m.saved_gib(stage),
-                "saved_beyond_baseline_gib": (m.saved_bytes(stage) - base_saved) / 2**30,
-            }
-        )
-    return pd.DataFrame.from_records(records)
 
 
 def _pair(label: str, spec: object) -> tuple[PoolConfig, str]:
@@ -180,8 +194,6 @@ def compare_models(
     """
     import pandas as pd
 
-    from pooltk.memory.units import unit_bytes
-
     if not models:
         raise MemoryModelError(
             "models",
@@ -190,8 +202,16 @@ def compare_models(
             fix="pass {'label': model}.",
         )
     scale = unit_bytes(unit)
-    labels = list(models)
-    first = models[labels[0]]
+    _check_one_pipeline(models)
+    first = next(iter(models.values()))
+    per_rank = first.shape.multi_stage
+    n = first.shape.pp if per_rank else first.shape.num_stages
+    records = [_side_by_side(models, i, per_rank, variants, unit, scale) for i in range(n)]
+    return pd.DataFrame.from_records(records)
+
+
+def _check_one_pipeline(models: Mapping[str, MemoryModel]) -> None:
+    """:func:`compare_models` compares models of one pipeline (ranks and stages) only."""
     shapes = {(m.shape.pp, m.shape.num_stages) for m in models.values()}
     if len(shapes) > 1:
         raise MemoryModelError(
@@ -200,21 +220,29 @@ def compare_models(
             required="one pipeline shape",
             fix="compare models of the same pipeline.",
         )
-    per_rank = first.shape.multi_stage
-    n = first.shape.pp if per_rank else first.shape.num_stages
-    records = []
-    for i in range(n):
-        rec: dict[str, object] = {"rank" if per_rank else "stage": i}
-        for label, m in models.items():
-            if not per_rank:
-                rec[f"{label} forward set MiB"] = m.row(i, "forward").set_bytes / 2**20
-            for v in variants:
-                b = m.rank_bytes(i, v) if per_rank else m.stage_bytes(i, v)
-                rec[f"{label} {v} {unit}"] = b / scale
-        for label in labels[1:]:
-            for v in variants:
-                rec[f"{v} difference {unit} ({label} - {labels[0]})"] = (
-                    rec[f"{label} {v} {unit}"] - rec[f"{labels[0]} {v} {unit}"]
-                )  # type: ignore[operator]
-        records.append(rec)
-    return pd.DataFrame.from_records(records)
+
+
+def _side_by_side(
+    models: Mapping[str, MemoryModel],
+    i: int,
+    per_rank: bool,
+    variants: Sequence[str],
+    unit: str,
+    scale: int,
+) -> dict[str, object]:
+    """:func:`compare_models`'s row of stage (or rank) ``i``: each model's bytes, then each other
+    model's difference from the first."""
+    labels = list(models)
+    rec: dict[str, object] = {"rank" if per_rank else "stage": i}
+    for label, m in models.items():
+        if not per_rank:
+            rec[f"{label} forward set MiB"] = to_unit(m.row(i, "forward").set_bytes, "mib")
+        for v in variants:
+            b = m.rank_bytes(i, v) if per_rank else m.stage_bytes(i, v)
+            rec[f"{label} {v} {unit}"] = b / scale
+    for label in labels[1:]:
+        for v in variants:
+            rec[f"{v} difference {unit} ({label} - {labels[0]})"] = (
+                rec[f"{label} {v} {unit}"] - rec[f"{labels[0]} {v} {unit}"]
+            )  # type: ignore[operator]
+    return rec

@@ -104,6 +104,24 @@ def test_both_builders_give_the_same_record_and_the_same_rule(estimate):
     assert replayed.to_frame().columns.tolist() == held.to_frame().columns.tolist()
 
 
+def test_verdict_records_hold_sizes_in_the_unit_their_columns_name():
+    verdict = anchored(CAL.model(), "gb200", PUBLISHED)
+    exact = verdict.to_records("bytes")
+    for unit, per in (("gib", 2**30), ("mib", 2**20), ("gb", 10**9)):
+        for row, bytes_row in zip(verdict.to_records(unit), exact, strict=True):
+            assert row["tensor_" + unit] == bytes_row["tensor_bytes"] / per
+            assert row["margin_" + unit] == bytes_row["margin_bytes"] / per
+    assert verdict.to_records() == verdict.to_records("gib")
+    assert all(isinstance(r["capacity_bytes"], int) for r in exact)  # bytes stay exact
+
+
+@pytest.mark.parametrize("unit", ["GiB", "tb", ""])
+def test_verdict_records_refuse_a_unit_they_cannot_express(unit):
+    verdict = anchored(CAL.model(), "gb200", PUBLISHED)
+    with pytest.raises(MemoryModelError, match=r"^unit: found .*; required one of 'bytes'.*Fix: "):
+        verdict.to_records(unit)
+
+
 # --------------------------------------------------------------------------- the replay's
 
 

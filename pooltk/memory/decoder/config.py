@@ -216,6 +216,18 @@ def _moe_config(cfg: dict, inter: int) -> MoeConfig | None:
         example=inter,
         default=inter,
     )
+    return MoeConfig(
+        experts=experts,
+        top_k=top_k,
+        intermediate=width,
+        shared_intermediate=_shared_width(cfg, width),
+        **_moe_layers(cfg),
+    )
+
+
+def _shared_width(cfg: dict, width: int) -> int:
+    """Total width of the shared experts' FFN: ``shared_expert_intermediate_size``, else that
+    many experts' ``width`` (0: none)."""
     n_shared = _int(
         cfg,
         "n_shared_experts",
@@ -224,13 +236,18 @@ def _moe_config(cfg: dict, inter: int) -> MoeConfig | None:
         example=1,
         default=0,
     )
-    shared = _int(
+    return _int(
         cfg,
         "shared_expert_intermediate_size",
         meaning="the shared expert's width",
         example=width,
         default=n_shared * width,
     )
+
+
+def _moe_layers(cfg: dict) -> dict[str, Any]:
+    """Which layers have routed experts: :class:`MoeConfig`'s ``first_dense``, ``every`` and
+    ``dense_layers``."""
     first = _int(
         cfg,
         "first_k_dense_replace",
@@ -243,27 +260,12 @@ def _moe_config(cfg: dict, inter: int) -> MoeConfig | None:
         _int(cfg, "decoder_sparse_step", meaning="the MoE layer step", example=1, default=1) or 1
     )
     dense = tuple(_get(cfg, "mlp_only_layers", default=())[1] or ())
-    return MoeConfig(
-        experts=experts,
-        top_k=top_k,
-        intermediate=width,
-        shared_intermediate=shared,
-        first_dense=first,
-        every=every,
-        dense_layers=dense,
-    )
+    return {"first_dense": first, "every": every, "dense_layers": dense}
 
 
-def decoder_config(source: str | Path | dict, *, dtype: str | None = None) -> DecoderConfig:
-    """A :class:`DecoderConfig` from a Hugging Face ``config.json`` (a path or the parsed dict).
-
-    See [Note: decoder config keys]. Missing or mistyped keys raise :class:`MemoryModelError`
-    naming the key and the fix; ``dtype`` overrides the file's ``torch_dtype``.
-    """
-    from pooltk.memory.configs import read_file  # the one reader of config files
-
-    cfg, where = read_file(source, "JSON")
-    family = str(_get(cfg, "model_type", default="")[1] or "")
+def _attention(cfg: dict) -> tuple[int, int, int, int]:
+    """``(hidden, heads, kv_heads, head_dim)``; a head width is required when the heads do not
+    divide the hidden size."""
     hidden = _int(cfg, "hidden_size", "n_embd", "d_model", meaning="the hidden size", example=4096)
     heads = _int(cfg, "num_attention_heads", "n_head", meaning="attention heads", example=32)
     kv = _int(cfg, "num_key_value_heads", meaning="key/value heads", example=8, default=heads)
@@ -282,6 +284,20 @@ def decoder_config(source: str | Path | dict, *, dtype: str | None = None) -> De
         example=128,
         default=hidden // heads,
     )
+    return hidden, heads, kv, head_dim
+
+
+def decoder_config(source: str | Path | dict, *, dtype: str | None = None) -> DecoderConfig:
+    """A :class:`DecoderConfig` from a Hugging Face ``config.json`` (a path or the parsed dict).
+
+    See [Note: decoder config keys]. Missing or mistyped keys raise :class:`MemoryModelError`
+    naming the key and the fix; ``dtype`` overrides the file's ``torch_dtype``.
+    """
+    from pooltk.memory.configs import read_file  # the one reader of config files
+
+    cfg, where = read_file(source, "JSON")
+    family = str(_get(cfg, "model_type", default="")[1] or "")
+    hidden, heads, kv, head_dim = _attention(cfg)
     layers = _int(cfg, "num_hidden_layers", "n_layer", meaning="decoder layers", example=32)
     inter = _int(cfg, "intermediate_size", "ffn_dim", meaning="the FFN width", example=14336)
     vocab = _int(cfg, "vocab_size", meaning="the vocabulary size", example=32000)

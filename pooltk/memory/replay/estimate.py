@@ -33,7 +33,14 @@ from pooltk._validate import check_int
 from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.model import MemoryModel, model_memory
-from pooltk.memory.replay.run import REPLAY_VARIANTS, RankReplay, Training, replay_rank
+from pooltk.memory.replay.run import (
+    POOLED_VARIANTS,
+    REPLAY_VARIANTS,
+    RankReplay,
+    Training,
+    pool_config,
+    replay_rank,
+)
 from pooltk.memory.replay.stages import StageBuilder
 from pooltk.memory.replay.tracker import CATEGORIES, CATEGORY_LABELS
 from pooltk.memory.shape import PipelineShape
@@ -383,9 +390,9 @@ def _variants(variants: Sequence[str], shape: PipelineShape) -> tuple[list[str],
             required=f"some of {', '.join(REPLAY_VARIANTS)}",
             fix="e.g. variants=('stock', 'pooled').",
         )
-    if shape.poolable or not any(v in ("pooled", "live_set") for v in wanted):
+    if shape.poolable or not any(v in POOLED_VARIANTS for v in wanted):
         return wanted, []
-    wanted = [v for v in wanted if v not in ("pooled", "live_set")]
+    wanted = [v for v in wanted if v not in POOLED_VARIANTS]
     if not wanted:
         raise MemoryModelError(
             "variants",
@@ -431,6 +438,26 @@ def estimate_memory(
     config = config or PoolConfig()
     training = training or Training()
     wanted, notes = _variants(variants, shape)
+    tasks = [(r, v) for r in _ranks(ranks, shape) for v in wanted]
+    replays = _replays(builder, shape, tasks, config, training, fake, jobs, progress)
+    names, bounds = _stages_seen(builder, shape, replays)
+    live_cfg = pool_config("live_set", config)
+    return MemoryEstimate(
+        shape=shape,
+        config=config,
+        training=training,
+        model=model or _label(builder),
+        stage_names=names,
+        replays=tuple(replays),
+        receive=model_memory(shape, bounds, config, unpoolable="stock"),
+        receive_live=model_memory(shape, bounds, live_cfg, unpoolable="stock"),
+        fake=fake,
+        notes=tuple(notes),
+    )
+
+
+def _ranks(ranks: Sequence[int] | None, shape: PipelineShape) -> list[int]:
+    """The ranks to replay, in the order given (every rank when ``None``), each checked."""
     chosen = list(range(shape.pp)) if ranks is None else list(dict.fromkeys(ranks))
     for r in chosen:
         if not (isinstance(r, int) and 0 <= r < shape.pp):
@@ -440,6 +467,20 @@ def estimate_memory(
                 required=f"ranks in 0..{shape.pp - 1}",
                 fix="pick existing ranks.",
             )
+    return chosen
+
+
+def _replays(
+    builder: StageBuilder,
+    shape: PipelineShape,
+    tasks: list[tuple[int, str]],
+    config: PoolConfig,
+    training: Training,
+    fake: bool,
+    jobs: int,
+    progress: Callable[[RankReplay], None] | None,
+) -> list[RankReplay]:
+    """Each (rank, variant) of ``tasks`` replayed, in this process or ``jobs`` at once in others."""
     jobs_n = check_int(
         "jobs",
         jobs,
@@ -447,41 +488,36 @@ def estimate_memory(
         fix="give how many processes replay at once, e.g. 4 (1: this process).",
         error=MemoryModelError,
     )
-    tasks = [(r, v) for r in chosen for v in wanted]
-    replays: list[RankReplay] = []
-    if jobs_n == 1 or len(tasks) == 1:
-        for r, v in tasks:
-            done = replay_rank(
-                builder, shape, r, variant=v, config=config, training=training, fake=fake
-            )
-            replays.append(done)
-            if progress is not None:
-                progress(done)
-    else:
-        replays = _in_processes(
+    if jobs_n > 1 and len(tasks) != 1:  # one task: no process to start
+        return _in_processes(
             builder, shape, tasks, config, training, fake, min(jobs_n, len(tasks)), progress
         )
+    replays = []
+    for r, v in tasks:
+        done = replay_rank(
+            builder, shape, r, variant=v, config=config, training=training, fake=fake
+        )
+        replays.append(done)
+        if progress is not None:
+            progress(done)
+    return replays
+
+
+def _stages_seen(
+    builder: StageBuilder, shape: PipelineShape, replays: list[RankReplay]
+) -> tuple[tuple[str, ...], list[Boundary]]:
+    """Every stage's name (``""`` where no replay built it) and the boundaries between stages."""
     known: dict[int, tuple[Any, ...]] = {}
     names = [""] * shape.num_stages
     for rep in replays:
         for s, name, ins in zip(rep.stages, rep.stage_names, rep.inputs):
             known[s], names[s] = ins, name
-    bounds = _boundaries(builder, shape, known)
-    receive = model_memory(shape, bounds, config, unpoolable="stock")
-    live_cfg = dataclasses.replace(config, slack=0, grad_slack=0)
+    return tuple(names), _boundaries(builder, shape, known)
+
+
+def _label(builder: StageBuilder) -> str:
+    """What the builder says it builds, else its name."""
     described = getattr(builder, "describe", None)
-    label = model or (
-        described() if callable(described) else getattr(builder, "__name__", type(builder).__name__)
-    )
-    return MemoryEstimate(
-        shape=shape,
-        config=config,
-        training=training,
-        model=label,
-        stage_names=tuple(names),
-        replays=tuple(replays),
-        receive=receive,
-        receive_live=model_memory(shape, bounds, live_cfg, unpoolable="stock"),
-        fake=fake,
-        notes=tuple(notes),
-    )
+    if callable(described):
+        return described()
+    return getattr(builder, "__name__", type(builder).__name__)

@@ -102,38 +102,50 @@ def _automodel_model(
     return decoder_config(merged, dtype=dtype), where
 
 
-def _torchtitan(
-    path: Path,
-    o: Overrides,
-    model_config: str | Path | None,
-    dtype: str | None,
-    checkpointing: bool | None,
-) -> tuple[PipelineShape, int, int, DecoderConfig, bool, int, list[str]]:
-    cfg, _ = read_file(path, "TOML")
+@dataclass(kw_only=True, slots=True, frozen=True)
+class _FileInputs:
+    """What one config file gives the estimate, before the overrides of the replay itself."""
+
+    shape: PipelineShape
+    rows: int
+    """Rows per microbatch."""
+    seq_len: int
+    model: DecoderConfig
+    checkpointing: bool
+    ep: int
+    """The file's expert parallelism (1 when it names none)."""
+    sources: list[str]
+    pool: PoolConfig | None = None
+    """The file's pool config, where it has one."""
+
+
+def _need(table: dict, key: str, section: str, flag: int | None, example: int) -> int:
+    """A torchtitan key that must be an integer >= 1 (``flag``, when given, replaces it)."""
+    value = flag if flag is not None else table.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigKeyError(
+            f"{section}.{key}",
+            found=repr(value),
+            required="an integer >= 1",
+            fix=f"write `{key} = {example}` under [{section}].",
+        )
+    return value
+
+
+def _torchtitan_pipeline(cfg: dict, o: Overrides) -> tuple[PipelineShape, int, int]:
+    """``(shape, rows per microbatch, tokens per row)`` of a torchtitan TOML."""
     par, train = cfg.get("parallelism") or {}, cfg.get("training") or {}
-
-    def need(table: dict, key: str, section: str, flag: int | None, example: int) -> int:
-        value = flag if flag is not None else table.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigKeyError(
-                f"{section}.{key}",
-                found=repr(value),
-                required="an integer >= 1",
-                fix=f"write `{key} = {example}` under [{section}].",
-            )
-        return value
-
-    pp = need(par, "pipeline_parallel_degree", "parallelism", o.pp, 8)
+    pp = _need(par, "pipeline_parallel_degree", "parallelism", o.pp, 8)
     rows = (
-        need(par, "pipeline_parallel_microbatch_size", "parallelism", o.micro_batch, 1)
+        _need(par, "pipeline_parallel_microbatch_size", "parallelism", o.micro_batch, 1)
         if (o.micro_batch or "pipeline_parallel_microbatch_size" in par)
         else 1
     )
-    seq = need(train, "seq_len", "training", o.seq_len, 4096)
+    seq = _need(train, "seq_len", "training", o.seq_len, 4096)
     if o.microbatches is not None:
         m = o.microbatches
     else:
-        local = need(train, "local_batch_size", "training", None, 8)
+        local = _need(train, "local_batch_size", "training", None, 8)
         if local % rows:
             raise ConfigKeyError(
                 "training.local_batch_size",
@@ -143,33 +155,102 @@ def _torchtitan(
             )
         m = local // rows
     schedule = o.schedule or par.get("pipeline_parallel_schedule") or "1F1B"
-    shape = PipelineShape(pp=pp, n_microbatches=m, schedule=str(schedule))
+    return PipelineShape(pp=pp, n_microbatches=m, schedule=str(schedule)), rows, seq
+
+
+def _torchtitan_checkpointing(cfg: dict, checkpointing: bool | None) -> bool:
+    """``checkpointing`` when given, else the TOML's ``activation_checkpoint.mode`` (``full`` or
+    ``none``; ``selective`` is refused)."""
     mode = str((cfg.get("activation_checkpoint") or {}).get("mode", "none")).lower()
-    if checkpointing is None:
-        if mode == "selective":
-            raise ConfigKeyError(
-                "activation_checkpoint.mode",
-                found="'selective'",
-                required="'full' or 'none' (selective checkpointing is not modelled)",
-                fix="pass --checkpointing full or --checkpointing none to say which to estimate.",
-            )
-        checkpointing = mode == "full"
-    ep = int(par.get("expert_parallel_degree", 1) or 1)
-    sources = [str(path)]
+    if checkpointing is not None:
+        return checkpointing
+    if mode == "selective":
+        raise ConfigKeyError(
+            "activation_checkpoint.mode",
+            found="'selective'",
+            required="'full' or 'none' (selective checkpointing is not modelled)",
+            fix="pass --checkpointing full or --checkpointing none to say which to estimate.",
+        )
+    return mode == "full"
+
+
+def _hf_assets(cfg: dict, path: Path) -> Path | None:
+    """The ``config.json`` in the TOML's ``[model] hf_assets_path``, relative to the TOML's
+    folder or the working folder, where there is one."""
+    assets = (cfg.get("model") or {}).get("hf_assets_path")
+    if not assets:
+        return None
+    for base in (path.parent, Path.cwd()):
+        candidate = base / assets / "config.json"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _torchtitan(
+    path: Path, o: Overrides, model_config: str | Path | None, checkpointing: bool | None
+) -> _FileInputs:
+    """What a torchtitan TOML gives. See [Note: estimate inputs]."""
+    cfg, _ = read_file(path, "TOML")
+    shape, rows, seq = _torchtitan_pipeline(cfg, o)
+    ckpt = _torchtitan_checkpointing(cfg, checkpointing)
+    ep = int((cfg.get("parallelism") or {}).get("expert_parallel_degree", 1) or 1)
     if model_config is None:
-        assets = (cfg.get("model") or {}).get("hf_assets_path")
-        for base in (path.parent, Path.cwd()):
-            candidate = (base / assets / "config.json") if assets else None
-            if candidate is not None and candidate.is_file():
-                model_config = candidate
-                break
+        model_config = _hf_assets(cfg, path)
     model = _model_from_json(
         model_config,
-        dtype=dtype or train.get("mixed_precision_param"),
+        dtype=o.dtype or (cfg.get("training") or {}).get("mixed_precision_param"),
         why="torchtitan names its model by flavor; the dimensions are in the hf_assets_path's config.json",
     )
-    sources.append(f"model: {model_config}")
-    return shape, rows, seq, model, checkpointing, ep, sources
+    sources = [str(path), f"model: {model_config}"]
+    return _FileInputs(
+        shape=shape, rows=rows, seq_len=seq, model=model, checkpointing=ckpt, ep=ep, sources=sources
+    )
+
+
+def _automodel(
+    path: Path, o: Overrides, model_config: str | Path | None, checkpointing: bool | None
+) -> _FileInputs:
+    """What an Automodel YAML gives. See [Note: estimate inputs]."""
+    cfg, _ = read_file(path, "YAML")
+    preset = load_automodel_config(cfg, o)  # checks the file first: its errors name the keys
+    model, where = _automodel_model(cfg, model_config, o.dtype)
+    found = next(
+        (
+            v
+            for v in (
+                lookup(cfg, "distributed.activation_checkpointing", None),
+                lookup(cfg, "distributed.fsdp.activation_checkpointing", None),
+            )
+            if v is not None
+        ),
+        False,
+    )
+    return _FileInputs(
+        shape=preset.shape,
+        rows=preset.boundary.activations[0].shape[0],
+        seq_len=preset.seq_len,
+        model=model,
+        checkpointing=bool(found) if checkpointing is None else checkpointing,
+        ep=int(lookup(cfg, "distributed.ep_size", None) or 1),
+        sources=[str(path), where],
+        pool=PoolConfig(slack=preset.config.slack),
+    )
+
+
+def _hf_json(path: Path, o: Overrides, checkpointing: bool | None) -> _FileInputs:
+    """What a Hugging Face config.json gives (the model), with the pipeline from ``o``."""
+    model = decoder_config(path, dtype=o.dtype)
+    shape, rows = config_json_pipeline(o)
+    return _FileInputs(
+        shape=shape,
+        rows=rows,
+        seq_len=int(o.seq_len),  # config_json_pipeline required it
+        model=model,
+        checkpointing=bool(checkpointing),
+        ep=1,
+        sources=[str(path), f"pipeline from flags: {', '.join(o.given())}"],
+    )
 
 
 def _builder_inputs(
@@ -221,49 +302,25 @@ def estimate_inputs(
         return _builder_inputs(builder, o, vpp, config)
     path = Path(source) if source is not None else Path(model_config)  # type: ignore[arg-type]
     suffix = path.suffix.lower()
-    pool = config or PoolConfig()
     if suffix == ".toml":
-        shape, rows, seq, model, ckpt, file_ep, sources = _torchtitan(
-            path, o, model_config, o.dtype, checkpointing
-        )
+        read = _torchtitan(path, o, model_config, checkpointing)
     elif suffix in (".yaml", ".yml"):
-        cfg, _ = read_file(path, "YAML")
-        preset = load_automodel_config(cfg, o)  # checks the file first: its errors name the keys
-        model, where = _automodel_model(cfg, model_config, o.dtype)
-        shape = preset.shape
-        rows = preset.boundary.activations[0].shape[0]
-        seq = preset.seq_len
-        found = next(
-            (
-                v
-                for v in (
-                    lookup(cfg, "distributed.activation_checkpointing", None),
-                    lookup(cfg, "distributed.fsdp.activation_checkpointing", None),
-                )
-                if v is not None
-            ),
-            False,
-        )
-        ckpt = bool(found) if checkpointing is None else checkpointing
-        file_ep = int(lookup(cfg, "distributed.ep_size", None) or 1)
-        pool = config or PoolConfig(slack=preset.config.slack)
-        sources = [str(path), where]
+        read = _automodel(path, o, model_config, checkpointing)
     else:
-        model = decoder_config(path, dtype=o.dtype)
-        shape, rows = config_json_pipeline(o)
-        seq = int(o.seq_len)  # config_json_pipeline required it
-        ckpt = bool(checkpointing)
-        file_ep = 1
-        sources = [str(path), f"pipeline from flags: {', '.join(o.given())}"]
-    if vpp is not None:
-        shape = dataclasses.replace(shape, stages_per_rank=vpp)
+        read = _hf_json(path, o, checkpointing)
+    shape = read.shape if vpp is None else dataclasses.replace(read.shape, stages_per_rank=vpp)
     built = decoder_builder(
-        model, rows=rows, seq_len=seq, checkpointing=ckpt, split=split, ep=ep or file_ep
+        read.model,
+        rows=read.rows,
+        seq_len=read.seq_len,
+        checkpointing=read.checkpointing,
+        split=split,
+        ep=ep or read.ep,
     )
     return EstimateInputs(
         builder=built,
         shape=shape,
-        config=pool,
+        config=config or read.pool or PoolConfig(),
         description=built.describe(),
-        sources=tuple(sources),
+        sources=tuple(read.sources),
     )

@@ -39,7 +39,7 @@ import contextlib
 import gc
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -63,16 +63,22 @@ from pooltk.pool.torch_compat.stage_api import Call
 
 __all__ = [
     "OPTIMIZERS",
+    "POOLED_VARIANTS",
     "REPLAY_VARIANTS",
     "RankReplay",
     "TimelinePoint",
     "Training",
+    "pool_config",
     "rank_stages",
     "replay_rank",
 ]
 
 REPLAY_VARIANTS: tuple[str, ...] = ("stock", "stock_lazy", "pooled", "live_set")
 """What a replay can run: torch <= 2.14 as shipped, torch 2.15's per-receive buffers, pooltk's rings, the smallest rings."""
+
+POOLED_VARIANTS: tuple[str, ...] = ("pooled", "live_set")
+"""The replay variants that install pooltk's pool (:func:`pool_config`), so they need a schedule
+pooltk pools."""
 
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd", "none")
 """Optimizers a replay steps: AdamW (two states per parameter), SGD without momentum (none), or no optimizer step."""
@@ -289,13 +295,19 @@ def _optimizer_step(run: _Run) -> None:
                 p.grad = None
 
 
+def pool_config(variant: str, config: PoolConfig) -> PoolConfig:
+    """The pool config a variant of :data:`POOLED_VARIANTS` installs: ``config`` for ``pooled``;
+    for ``live_set`` the same at slack 0 and grad slack 0 (the smallest safe rings)."""
+    if variant == "live_set":
+        return replace(config, slack=0, grad_slack=0)
+    return config
+
+
 def _pool(
     variant: str, config: PoolConfig, shape: PipelineShape
 ) -> contextlib.AbstractContextManager:
-    if variant not in ("pooled", "live_set"):
+    if variant not in POOLED_VARIANTS:
         return contextlib.nullcontext()
-    import dataclasses
-
     if pooltk.installed() is not None:
         raise MemoryModelError(
             "pooltk",
@@ -303,7 +315,7 @@ def _pool(
             required="not installed: the replay installs and uninstalls it for each pooled variant",
             fix="call pooltk.uninstall() first.",
         )
-    cfg = dataclasses.replace(config, slack=0, grad_slack=0) if variant == "live_set" else config
+    cfg = pool_config(variant, config)
     return pooltk.pooled(cfg, schedule="auto" if shape.multi_stage else "1f1b")
 
 
@@ -336,6 +348,31 @@ def _fake_failure(
     )
 
 
+def _check_replay(shape: PipelineShape, rank: int, variant: str) -> None:
+    """:func:`replay_rank`'s variant and rank, each error naming its fix."""
+    if variant not in REPLAY_VARIANTS:
+        raise MemoryModelError(
+            "variant",
+            found=repr(variant),
+            required=f"one of {', '.join(REPLAY_VARIANTS)}",
+            fix="use 'stock', 'stock_lazy', 'pooled' or 'live_set'.",
+        )
+    if not (isinstance(rank, int) and 0 <= rank < shape.pp):
+        raise MemoryModelError(
+            "rank",
+            found=repr(rank),
+            required=f"a rank in 0..{shape.pp - 1}",
+            fix="pick an existing rank.",
+        )
+    if variant in POOLED_VARIANTS and not shape.poolable:
+        raise MemoryModelError(
+            f"{variant} replay",
+            found=f"schedule {shape.schedule_name}",
+            required="a schedule pooltk pools (its forward buffers are not all live until the backwards)",
+            fix="replay stock and stock_lazy only for this schedule.",
+        )
+
+
 def replay_rank(
     builder: StageBuilder,
     shape: PipelineShape,
@@ -351,27 +388,7 @@ def replay_rank(
     Raises :class:`MemoryModelError` for a bad variant or rank, a process that already has a
     process group or pooltk installed, and an op the fake tensors cannot run (naming the op and the stage).
     """
-    if variant not in REPLAY_VARIANTS:
-        raise MemoryModelError(
-            "variant",
-            found=repr(variant),
-            required=f"one of {', '.join(REPLAY_VARIANTS)}",
-            fix="use 'stock', 'stock_lazy', 'pooled' or 'live_set'.",
-        )
-    if not (isinstance(rank, int) and 0 <= rank < shape.pp):
-        raise MemoryModelError(
-            "rank",
-            found=repr(rank),
-            required=f"a rank in 0..{shape.pp - 1}",
-            fix="pick an existing rank.",
-        )
-    if variant in ("pooled", "live_set") and not shape.poolable:
-        raise MemoryModelError(
-            f"{variant} replay",
-            found=f"schedule {shape.schedule_name}",
-            required="a schedule pooltk pools (its forward buffers are not all live until the backwards)",
-            fix="replay stock and stock_lazy only for this schedule.",
-        )
+    _check_replay(shape, rank, variant)
     config = config or PoolConfig()
     training = training or Training()
     _ = pooltk.pooled  # import the pool now, never under a tensor mode (see the imports above)
