@@ -221,3 +221,10 @@ def test_replays_in_worker_processes_are_the_same_replays_in_the_same_order():
     ]
     with pytest.raises(MemoryModelError, match=r"^jobs: found a builder that does not pickle"):
         estimate_memory(lambda s, n: None, shape, ranks=[0], variants=("stock", "pooled"), jobs=2)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_estimate_of_no_ranks_is_refused_naming_the_fix(jobs):
+    builder, shape = decoder_builder(CFG, rows=1, seq_len=8), PipelineShape(pp=2, n_microbatches=2)
+    with pytest.raises(MemoryModelError, match=r"^ranks: found \[\]; required at least one rank"):
+        estimate_memory(builder, shape, variants=("stock",), ranks=[], jobs=jobs)

@@ -459,6 +459,13 @@ def estimate_memory(
 def _ranks(ranks: Sequence[int] | None, shape: PipelineShape) -> list[int]:
     """The ranks to replay, in the order given (every rank when ``None``), each checked."""
     chosen = list(range(shape.pp)) if ranks is None else list(dict.fromkeys(ranks))
+    if not chosen:
+        raise MemoryModelError(
+            "ranks",
+            found=repr(list(ranks)),
+            required="at least one rank",
+            fix=f"pick ranks in 0..{shape.pp - 1}, or ranks=None for every rank.",
+        )
     for r in chosen:
         if not (isinstance(r, int) and 0 <= r < shape.pp):
             raise MemoryModelError(
