@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    from pooltk.memory.replay.estimate import estimate_memory
+    from pooltk.memory.replay.estimate import VARIANT_TITLES, estimate_memory
     from pooltk.memory.replay.run import Training
 
     inputs = _inputs(args)
@@ -230,20 +230,19 @@ def _estimate(args: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=2))
         return 0
     print("\n".join(_estimate_lines(estimate, inputs, args.unit)))
-    if verdict is not None:
-        from pooltk.memory.replay.estimate import VARIANT_TITLES
-
-        print("")
-        print("\n".join(verdict.lines(VARIANT_TITLES)))
-    else:
+    if verdict is None:
         print("\n(add --capacity gb200|h100|GIB for a fits verdict)")
+    else:
+        print("\n" + "\n".join(verdict.lines(VARIANT_TITLES)))
     return 0
 
 
 def _progress(replay: Any) -> None:
+    from pooltk.memory.fits import GIB
+
     print(
         f"[estimate] rank {replay.rank} {replay.variant}: "
-        f"peak {replay.peak.bytes / 2**30:.2f} GiB ({replay.wall_s:.1f} s)",
+        f"peak {replay.peak.bytes / GIB:.2f} GiB ({replay.wall_s:.1f} s)",
         file=sys.stderr,
         flush=True,
     )
@@ -314,7 +313,7 @@ def _file_inputs(args: argparse.Namespace) -> Any:
 
 def _verdict(args: argparse.Namespace, estimate: Any) -> Any:
     """The fits verdict, when a capacity, an overhead or a run log is given."""
-    from pooltk.memory.fits import DEFAULT_OVERHEAD, Overhead, of_estimate
+    from pooltk.memory.fits import DEFAULT_OVERHEAD, GIB, Overhead, of_estimate
     from pooltk.memory.model import MemoryModelError
 
     if args.capacity is None and not args.run_log and args.overhead_gib is None:
@@ -331,7 +330,7 @@ def _verdict(args: argparse.Namespace, estimate: Any) -> Any:
         overhead = Overhead(
             cuda_context_bytes=0,
             nccl_bytes=0,
-            allocator_bytes=round(args.overhead_gib * 2**30),
+            allocator_bytes=round(args.overhead_gib * GIB),
             source="--overhead-gib",
         )
     if args.run_log:
