@@ -260,7 +260,7 @@ _YAML = {
     "(@532737d)",
     "1k": "NVIDIA-NeMo/Automodel examples/llm_benchmark/kimi/kimi_k3_gb200.yaml (seq_len 1024)",
 }
-_CONFIG = "NVIDIA-NeMo/Automodel KimiK3TextConfig (hidden_size 7168, bfloat16)"
+_CONFIG = f"NVIDIA-NeMo/Automodel KimiK3TextConfig (hidden_size {HIDDEN}, bfloat16)"
 
 
 def _run_config(pub: Published, *keys: str) -> tuple[int, ...]:
