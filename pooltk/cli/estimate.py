@@ -18,7 +18,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 from pooltk.cli.memory import (
     FIELDS,
@@ -204,9 +204,10 @@ def _estimate(args: argparse.Namespace) -> int:
     training = Training(
         optimizer=args.optimizer,
         optimizer_impl=args.optimizer_impl,
-        steps=args.steps or 1,
+        steps=1 if args.steps is None else args.steps,
         return_outputs=args.return_outputs,
     )
+    against = _judged_against(args)  # checked before the replay, which may take minutes
     estimate = estimate_memory(
         inputs.builder,
         inputs.shape,
@@ -219,7 +220,7 @@ def _estimate(args: argparse.Namespace) -> int:
         progress=_progress,
         jobs=args.jobs,
     )
-    verdict = _verdict(args, estimate)
+    verdict = None if against is None else _verdict(against, estimate)
     if args.json:
         payload = {
             "inputs": {"description": inputs.description, "sources": list(inputs.sources)},
@@ -275,6 +276,7 @@ def _inputs(args: argparse.Namespace) -> Any:
     from pooltk.studies.kimi_k3 import ESTIMATE
 
     if args.preset:
+        _check_preset_alone(args)
         named = {**ESTIMATE_PRESETS, ESTIMATE.name: ESTIMATE}
         inputs = estimate_preset(args.preset, named).inputs()
     else:
@@ -287,6 +289,22 @@ def _inputs(args: argparse.Namespace) -> Any:
             fix="drop --sharing (per-stage rings: `pooltk memory --sharing stage`).",
         )
     return dataclasses.replace(inputs, config=pool_config(args, inputs.config))
+
+
+def _check_preset_alone(args: argparse.Namespace) -> None:
+    """A preset names its own model: a --config or --builder beside it is refused, not ignored."""
+    from pooltk._validate import InputError
+
+    given = [
+        flag for flag, value in (("--config", args.config), ("--builder", args.builder)) if value
+    ]
+    if given:
+        raise InputError(
+            "--preset",
+            found=f"--preset {args.preset} with {' and '.join(given)}",
+            required="exactly one of --preset, --config or --builder",
+            fix=f"drop --preset to replay {' and '.join(given)}, or drop {' and '.join(given)}.",
+        )
 
 
 def _file_inputs(args: argparse.Namespace) -> Any:
@@ -311,9 +329,20 @@ def _file_inputs(args: argparse.Namespace) -> Any:
     )
 
 
-def _verdict(args: argparse.Namespace, estimate: Any) -> Any:
-    """The fits verdict, when a capacity, an overhead or a run log is given."""
-    from pooltk.memory.fits import DEFAULT_OVERHEAD, GIB, Overhead, of_estimate
+class _JudgedAgainst(NamedTuple):
+    """What a fits verdict needs besides the replay, checked before it."""
+
+    device: Any
+    overhead: Any
+    """The stated overhead (the default, or ``--overhead-gib``'s)."""
+    run_log: str | None
+    logged_peak: tuple[int, str] | None
+    """``--run-log``'s peak bytes and its basis, to calibrate the overhead against the replay."""
+
+
+def _judged_against(args: argparse.Namespace) -> _JudgedAgainst | None:
+    """The device, overhead and logged peak of the fits verdict; None when none is asked for."""
+    from pooltk.memory.fits import DEFAULT_OVERHEAD, GIB, Overhead, get_device
     from pooltk.memory.model import MemoryModelError
 
     if args.capacity is None and not args.run_log and args.overhead_gib is None:
@@ -333,16 +362,16 @@ def _verdict(args: argparse.Namespace, estimate: Any) -> Any:
             allocator_bytes=round(args.overhead_gib * GIB),
             source="--overhead-gib",
         )
-    if args.run_log:
-        overhead = _logged_overhead(args.run_log, estimate)
-    return of_estimate(estimate, args.capacity or "gb200", overhead=overhead)
+    logged = _logged_peak(args.run_log) if args.run_log else None
+    device = get_device(args.capacity or "gb200")
+    return _JudgedAgainst(device, overhead, args.run_log, logged)
 
 
-def _logged_overhead(path: str, estimate: Any) -> Any:
-    """The overhead calibrated from a run log's peak (its largest ``mem_gib``: rank 0's, as these
-    trainers log it) against the replay of the rank holding stage 0, pooled if replayed."""
+def _logged_peak(path: str) -> tuple[int, str]:
+    """A run log's peak (its largest ``mem_gib``: rank 0's, as these trainers log it), in bytes,
+    and its basis."""
     from pooltk.logs import read_logs
-    from pooltk.memory.fits import GIB, calibrated_overhead
+    from pooltk.memory.fits import GIB
     from pooltk.memory.model import MemoryModelError
 
     table = read_logs(path).steps
@@ -354,13 +383,25 @@ def _logged_overhead(path: str, estimate: Any) -> Any:
             required="a log whose steps report peak memory",
             fix="give an Automodel or torchtitan training log.",
         )
-    chosen = "pooled" if "pooled" in estimate.variants else "stock"
-    return calibrated_overhead(
-        logged_peak_bytes=round(float(mem.max()) * GIB),
-        basis=str(table.loc[mem.idxmax(), "mem_basis"]),
-        estimate_peak_bytes=estimate.replay(0, chosen).peak.bytes,
-        source=f"{path}, rank 0, {chosen}",
-    )
+    return round(float(mem.max()) * GIB), str(table.loc[mem.idxmax(), "mem_basis"])
+
+
+def _verdict(against: _JudgedAgainst, estimate: Any) -> Any:
+    """The fits verdict; with a run log, the overhead calibrated from its peak against the replay
+    of the rank holding stage 0, pooled if replayed."""
+    from pooltk.memory.fits import calibrated_overhead, of_estimate
+
+    overhead = against.overhead
+    if against.logged_peak is not None:
+        peak_bytes, basis = against.logged_peak
+        chosen = "pooled" if "pooled" in estimate.variants else "stock"
+        overhead = calibrated_overhead(
+            logged_peak_bytes=peak_bytes,
+            basis=basis,
+            estimate_peak_bytes=estimate.replay(0, chosen).peak.bytes,
+            source=f"{against.run_log}, rank 0, {chosen}",
+        )
+    return of_estimate(estimate, against.device, overhead=overhead)
 
 
 # ---- tables ------------------------------------------------------------------------------------
