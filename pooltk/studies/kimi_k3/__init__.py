@@ -307,13 +307,13 @@ def width_boundaries(
 ) -> tuple[Boundary, ...]:
     """One bf16 :class:`Boundary` per stage boundary, :func:`k3_width` hidden states wide
     (gradients alike): the hidden state, then the other states stacked in one tensor."""
+    hidden_state = Boundary.hidden_state(rows=rows, seq_len=seq_len, hidden=hidden).activations[0]
     out = []
     for layers in boundary_layers(num_layers, num_stages):
         w = k3_width(layers)
-        hidden_state = (rows, seq_len, hidden)
-        tensors = [TensorSpec(shape=hidden_state, dtype="bfloat16", name="hidden_states")]
+        tensors = [hidden_state]
         if w > 1:
-            stacked = (w - 1, *hidden_state)
+            stacked = (w - 1, *hidden_state.shape)
             tensors.append(TensorSpec(shape=stacked, dtype="bfloat16", name="attn_res_states"))
         out.append(Boundary(activations=tuple(tensors)))
     return tuple(out)
@@ -436,10 +436,8 @@ def _calibrated(run: str) -> Preset:
     rows, seq = _shape().micro_batch, SEQ[run]
     set_mib = _figure(f"kimi-k3-gb200-{run}-calibrated", "set_mib").value
     extra = round(set_mib * MIB) // (rows * seq * 2) - HIDDEN  # bf16 elements per token beyond
-    tensors = (
-        TensorSpec(shape=(rows, seq, HIDDEN), dtype="bfloat16", name="hidden_states"),
-        TensorSpec(shape=(rows, seq, extra), dtype="bfloat16", name="calibrated_remainder"),
-    )
+    hidden_state = Boundary.hidden_state(rows=rows, seq_len=seq, hidden=HIDDEN).activations[0]
+    remainder = TensorSpec(shape=(rows, seq, extra), dtype="bfloat16", name="calibrated_remainder")
     stock = _figure("kimi-k3-gb200-2k", "stock_middle_stage_gib").value
     sets = 2 * int(_figure("kimi-k3-gb200-2k", "sets_per_direction").value)
     cal = _figure("kimi-k3-gb200-2k-calibrated", "set_mib").value
@@ -458,7 +456,8 @@ def _calibrated(run: str) -> Preset:
         )
     title = f"Kimi-K3 GB200 {run} rows, calibrated to the published ~{stock:g} GiB"
     title += f" ({set_mib:g} MiB/set)"
-    return _preset(run, "calibrated", Boundary(activations=tensors), title, assumption)
+    boundary = Boundary(activations=(hidden_state, remainder))
+    return _preset(run, "calibrated", boundary, title, assumption)
 
 
 def _presets() -> dict[str, Preset]:
