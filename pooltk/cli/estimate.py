@@ -24,6 +24,7 @@ from pooltk.cli.memory import (
     FIELDS,
     SHAPE_FLAGS,
     add_pipeline_flags,
+    flag_of,
     add_schedule_flags,
     in_unit,
     pool_config,
@@ -292,18 +293,33 @@ def _inputs(args: argparse.Namespace) -> Any:
 
 
 def _check_preset_alone(args: argparse.Namespace) -> None:
-    """A preset names its own model: a --config or --builder beside it is refused, not ignored."""
+    """A named estimate fixes its model, shape and split: a flag that would change them is
+    refused, not ignored (as ``pooltk memory --preset`` refuses shape flags)."""
     from pooltk._validate import InputError
 
     given = [
-        flag for flag, value in (("--config", args.config), ("--builder", args.builder)) if value
+        flag
+        for flag, value in (
+            ("--config", args.config),
+            ("--builder", args.builder),
+            ("--model-config", args.model_config),
+            *((flag_of(f), getattr(args, f)) for f in SHAPE_FLAGS if f != "hidden"),
+            ("--schedule", args.schedule),
+            ("--vpp", args.vpp),
+            ("--checkpointing", args.checkpointing),
+            ("--ep", args.ep),
+        )
+        if value is not None
     ]
+    if args.split != "automodel":
+        given.append("--split")
     if given:
         raise InputError(
             "--preset",
-            found=f"--preset {args.preset} with {' and '.join(given)}",
-            required="exactly one of --preset, --config or --builder",
-            fix=f"drop --preset to replay {' and '.join(given)}, or drop {' and '.join(given)}.",
+            found=f"--preset {args.preset} with {', '.join(given)}",
+            required="--preset alone: a named estimate fixes its model, shape and split (the "
+            "pool, replay and verdict flags apply)",
+            fix=f"drop {', '.join(given)}, or drop --preset and give --config or --builder.",
         )
 
 

@@ -189,3 +189,21 @@ def test_a_bad_or_conflicting_flag_is_refused_before_the_replay_never_ignored(
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("pooltk estimate: error: "), err
     assert needle in err and "Fix:" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--pp", "4"],
+        ["--seq-len", "2048", "--dtype", "float32"],
+        ["--schedule", "gpipe"],
+        ["--split", "torchtitan"],
+        ["--checkpointing", "full", "--ep", "2"],
+    ],
+)
+def test_a_preset_refuses_the_shape_and_model_flags_it_would_ignore(capsys, monkeypatch, argv):
+    monkeypatch.setattr("pooltk.memory.replay.estimate.estimate_memory", _no_replay)
+    rc = main(["estimate", "--preset", "llama3-70b-pp8", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("pooltk estimate: error: --preset: found "), err
+    assert all(flag in err for flag in argv if flag.startswith("--")) and "Fix:" in err
