@@ -675,6 +675,11 @@ def _implied_capacity_gib(pub: Published) -> float:
     return pub.value("k3_2k_seed_mem") + pub.value("k3_2k_seed_headroom")
 
 
+def _within_1_gib(pooltk_gib: float, published_gib: float) -> bool:
+    """The headroom rule of the story and the ledger: within 1 GiB of the published figure."""
+    return abs(pooltk_gib - published_gib) <= 1.0
+
+
 def _gain_2k_over_1k_pct(pub: Published) -> float:
     """The seed runs' tok/s/GPU gain of 2k rows over 1k, percent (the same code tree)."""
     return 100 * (pub.value("k3_2k_seed_tok") / pub.value("k3_1k_seed_tok") - 1)
@@ -812,7 +817,7 @@ def _headroom_claim(pub: Published, capacity: DeviceCapacity) -> Claim:
         published=f"{room:g} GiB",
         pooltk=f"{judged.headroom_gib:.1f} GiB against {capacity.gib:.2f} GiB; "
         f"{against_sheet.headroom_gib:.1f} GiB against the datasheet's {sheet.gib:.1f} GiB",
-        agrees=abs(judged.headroom_gib - room) <= 1.0,
+        agrees=_within_1_gib(judged.headroom_gib, room),
         rule="within 1 GiB against the device capacity given (default: what torch reports usable "
         "on GB200, 184.31 GiB)",
     )
@@ -1131,7 +1136,7 @@ def _headroom_row(dev: Device, overhead: Overhead, peak: int) -> Claim:
         published=f"{published:g} GiB",
         pooltk=f"{room / GIB:.2f} GiB ({(room - o) / GIB:.2f} GiB after the {o / GIB:.2f} GiB "
         "overhead)",
-        agrees=abs(room / GIB - published) < 1.0,
+        agrees=_within_1_gib(room / GIB, published),
         rule="within 1 GiB",
     )
 
