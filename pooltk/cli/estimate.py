@@ -18,12 +18,13 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 from pooltk.cli.memory import (
     FIELDS,
     SHAPE_FLAGS,
     add_pipeline_flags,
+    flag_of,
     add_schedule_flags,
     in_unit,
     pool_config,
@@ -197,16 +198,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    from pooltk.memory.replay.estimate import estimate_memory
+    from pooltk.memory.replay.estimate import VARIANT_TITLES, estimate_memory
     from pooltk.memory.replay.run import Training
 
     inputs = _inputs(args)
     training = Training(
         optimizer=args.optimizer,
         optimizer_impl=args.optimizer_impl,
-        steps=args.steps or 1,
+        steps=1 if args.steps is None else args.steps,
         return_outputs=args.return_outputs,
     )
+    against = _judged_against(args)  # checked before the replay, which may take minutes
     estimate = estimate_memory(
         inputs.builder,
         inputs.shape,
@@ -219,7 +221,7 @@ def _estimate(args: argparse.Namespace) -> int:
         progress=_progress,
         jobs=args.jobs,
     )
-    verdict = _verdict(args, estimate)
+    verdict = None if against is None else _verdict(against, estimate)
     if args.json:
         payload = {
             "inputs": {"description": inputs.description, "sources": list(inputs.sources)},
@@ -230,20 +232,19 @@ def _estimate(args: argparse.Namespace) -> int:
         print(json.dumps(payload, indent=2))
         return 0
     print("\n".join(_estimate_lines(estimate, inputs, args.unit)))
-    if verdict is not None:
-        from pooltk.memory.replay.estimate import VARIANT_TITLES
-
-        print("")
-        print("\n".join(verdict.lines(VARIANT_TITLES)))
-    else:
+    if verdict is None:
         print("\n(add --capacity gb200|h100|GIB for a fits verdict)")
+    else:
+        print("\n" + "\n".join(verdict.lines(VARIANT_TITLES)))
     return 0
 
 
 def _progress(replay: Any) -> None:
+    from pooltk.memory.fits import GIB
+
     print(
         f"[estimate] rank {replay.rank} {replay.variant}: "
-        f"peak {replay.peak.bytes / 2**30:.2f} GiB ({replay.wall_s:.1f} s)",
+        f"peak {replay.peak.bytes / GIB:.2f} GiB ({replay.wall_s:.1f} s)",
         file=sys.stderr,
         flush=True,
     )
@@ -276,6 +277,7 @@ def _inputs(args: argparse.Namespace) -> Any:
     from pooltk.studies.kimi_k3 import ESTIMATE
 
     if args.preset:
+        _check_preset_alone(args)
         named = {**ESTIMATE_PRESETS, ESTIMATE.name: ESTIMATE}
         inputs = estimate_preset(args.preset, named).inputs()
     else:
@@ -288,6 +290,37 @@ def _inputs(args: argparse.Namespace) -> Any:
             fix="drop --sharing (per-stage rings: `pooltk memory --sharing stage`).",
         )
     return dataclasses.replace(inputs, config=pool_config(args, inputs.config))
+
+
+def _check_preset_alone(args: argparse.Namespace) -> None:
+    """A named estimate fixes its model, shape and split: a flag that would change them is
+    refused, not ignored (as ``pooltk memory --preset`` refuses shape flags)."""
+    from pooltk._validate import InputError
+
+    given = [
+        flag
+        for flag, value in (
+            ("--config", args.config),
+            ("--builder", args.builder),
+            ("--model-config", args.model_config),
+            *((flag_of(f), getattr(args, f)) for f in SHAPE_FLAGS if f != "hidden"),
+            ("--schedule", args.schedule),
+            ("--vpp", args.vpp),
+            ("--checkpointing", args.checkpointing),
+            ("--ep", args.ep),
+        )
+        if value is not None
+    ]
+    if args.split != "automodel":
+        given.append("--split")
+    if given:
+        raise InputError(
+            "--preset",
+            found=f"--preset {args.preset} with {', '.join(given)}",
+            required="--preset alone: a named estimate fixes its model, shape and split (the "
+            "pool, replay and verdict flags apply)",
+            fix=f"drop {', '.join(given)}, or drop --preset and give --config or --builder.",
+        )
 
 
 def _file_inputs(args: argparse.Namespace) -> Any:
@@ -312,9 +345,20 @@ def _file_inputs(args: argparse.Namespace) -> Any:
     )
 
 
-def _verdict(args: argparse.Namespace, estimate: Any) -> Any:
-    """The fits verdict, when a capacity, an overhead or a run log is given."""
-    from pooltk.memory.fits import DEFAULT_OVERHEAD, Overhead, of_estimate
+class _JudgedAgainst(NamedTuple):
+    """What a fits verdict needs besides the replay, checked before it."""
+
+    device: Any
+    overhead: Any
+    """The stated overhead (the default, or ``--overhead-gib``'s)."""
+    run_log: str | None
+    logged_peak: tuple[int, str] | None
+    """``--run-log``'s peak bytes and its basis, to calibrate the overhead against the replay."""
+
+
+def _judged_against(args: argparse.Namespace) -> _JudgedAgainst | None:
+    """The device, overhead and logged peak of the fits verdict; None when none is asked for."""
+    from pooltk.memory.fits import DEFAULT_OVERHEAD, GIB, Overhead, get_device
     from pooltk.memory.model import MemoryModelError
 
     if args.capacity is None and not args.run_log and args.overhead_gib is None:
@@ -331,19 +375,19 @@ def _verdict(args: argparse.Namespace, estimate: Any) -> Any:
         overhead = Overhead(
             cuda_context_bytes=0,
             nccl_bytes=0,
-            allocator_bytes=round(args.overhead_gib * 2**30),
+            allocator_bytes=round(args.overhead_gib * GIB),
             source="--overhead-gib",
         )
-    if args.run_log:
-        overhead = _logged_overhead(args.run_log, estimate)
-    return of_estimate(estimate, args.capacity or "gb200", overhead=overhead)
+    logged = _logged_peak(args.run_log) if args.run_log else None
+    device = get_device(args.capacity or "gb200")
+    return _JudgedAgainst(device, overhead, args.run_log, logged)
 
 
-def _logged_overhead(path: str, estimate: Any) -> Any:
-    """The overhead calibrated from a run log's peak (its largest ``mem_gib``: rank 0's, as these
-    trainers log it) against the replay of the rank holding stage 0, pooled if replayed."""
+def _logged_peak(path: str) -> tuple[int, str]:
+    """A run log's peak (its largest ``mem_gib``: rank 0's, as these trainers log it), in bytes,
+    and its basis."""
     from pooltk.logs import read_logs
-    from pooltk.memory.fits import GIB, calibrated_overhead
+    from pooltk.memory.fits import GIB
     from pooltk.memory.model import MemoryModelError
 
     table = read_logs(path).steps
@@ -355,13 +399,25 @@ def _logged_overhead(path: str, estimate: Any) -> Any:
             required="a log whose steps report peak memory",
             fix="give an Automodel or torchtitan training log.",
         )
-    chosen = "pooled" if "pooled" in estimate.variants else "stock"
-    return calibrated_overhead(
-        logged_peak_bytes=round(float(mem.max()) * GIB),
-        basis=str(table.loc[mem.idxmax(), "mem_basis"]),
-        estimate_peak_bytes=estimate.replay(0, chosen).peak.bytes,
-        source=f"{path}, rank 0, {chosen}",
-    )
+    return round(float(mem.max()) * GIB), str(table.loc[mem.idxmax(), "mem_basis"])
+
+
+def _verdict(against: _JudgedAgainst, estimate: Any) -> Any:
+    """The fits verdict; with a run log, the overhead calibrated from its peak against the replay
+    of the rank holding stage 0, pooled if replayed."""
+    from pooltk.memory.fits import calibrated_overhead, of_estimate
+
+    overhead = against.overhead
+    if against.logged_peak is not None:
+        peak_bytes, basis = against.logged_peak
+        chosen = "pooled" if "pooled" in estimate.variants else "stock"
+        overhead = calibrated_overhead(
+            logged_peak_bytes=peak_bytes,
+            basis=basis,
+            estimate_peak_bytes=estimate.replay(0, chosen).peak.bytes,
+            source=f"{against.run_log}, rank 0, {chosen}",
+        )
+    return of_estimate(estimate, against.device, overhead=overhead)
 
 
 # ---- tables ------------------------------------------------------------------------------------

@@ -191,24 +191,22 @@ def run(args: argparse.Namespace) -> int:
 
 def _flag_problem(args: argparse.Namespace, slack: int, grad_slack: int) -> str | None:
     """What is wrong with the flags, in found / required / fix words; None: nothing."""
-    from pooltk.cli.errors import FlagError, check_flag_positive
+    from pooltk.cli.errors import check_flag_int, check_flag_positive
 
-    for flag, values, low in (
-        ("--pp", args.pp, 1),
-        ("--vpp", args.vpp, 1),
-        ("--microbatches", args.microbatches, 1),
-        ("--slack", [slack], 0),
-        ("--grad-slack", [grad_slack], 0),
-    ):
-        bad = [v for v in values if v < low]
-        if bad:
-            return f"{flag}: found {bad[0]}; required an integer >= {low}."
-    if args.set_mib is None:
-        return None
     try:
-        check_flag_positive(
-            "--set-mib", args.set_mib, fix="give the MiB of one receive-buffer set, e.g. 416."
-        )
+        for flag, values, low in (
+            ("--pp", args.pp, 1),
+            ("--vpp", args.vpp, 1),
+            ("--microbatches", args.microbatches, 1),
+            ("--slack", [slack], 0),
+            ("--grad-slack", [grad_slack], 0),
+        ):
+            for value in values:
+                check_flag_int(flag, value, low=low)
+        if args.set_mib is not None:
+            check_flag_positive(
+                "--set-mib", args.set_mib, fix="give the MiB of one receive-buffer set, e.g. 416."
+            )
     except FlagError as exc:
         return str(exc)
     return None
@@ -288,7 +286,7 @@ def _plain(value: Any) -> Any:
 def _totals(
     rows: list[dict[str, Any]], key: tuple[Any, ...], forward_only: bool, config: Any
 ) -> dict[str, Any]:
-    """One shape's sets summed, its shared slots at the live peak, and its ranks."""
+    """One shape's sets (its ranks' summed), its shared slots at the live peak, and its ranks."""
     from pooltk.analysis.lifetimes import ScheduleShape, analyse, shared_slots
 
     name, pp, vpp, m, defer = key
@@ -306,12 +304,12 @@ def _totals(
     ranks = _ranks(rows, prog, spans, config)
     return {
         **dict(zip(_BLOCK_KEYS, key)),
-        "stock": sum(r["stock_buffers"] for r in rows),
-        "stock_lazy": sum(r["lazy_buffers"] for r in rows),
+        "stock": sum(r["stock"] for r in ranks),
+        "stock_lazy": sum(r["stock_lazy"] for r in ranks),
         "per_stage_direction": slots.per_stage_direction,
         "per_rank_direction": slots.per_rank_direction,
         "per_rank": slots.per_rank,
-        "tight": sum(r["tight"] for r in rows),
+        "tight": sum(r["tight"] for r in ranks),
         "shared": sum(r["shared"] for r in ranks),
         "ranks": ranks,
     }

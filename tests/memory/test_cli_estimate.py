@@ -115,7 +115,7 @@ def test_bad_input_exits_2_naming_what_to_change(tiny, capsys, argv, needle):
     )
     rc = main(["estimate", *argv, *extra])
     err = capsys.readouterr().err
-    last = err.splitlines()[-1]  # after the replays' progress, where the verdict needs them
+    last = err.splitlines()[-1]  # after any replay progress
     assert rc == 2 and last.startswith("pooltk estimate: error: ") and "Traceback" not in err
     assert needle in last and "Fix:" in last
 
@@ -164,3 +164,46 @@ def test_an_abbreviated_estimate_flag_on_memory_names_the_new_command(capsys):
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("pooltk memory: error: --estimate: found")
     assert "Fix: run `pooltk estimate` with the same flags" in err
+
+
+def _no_replay(*args, **kwargs):
+    raise AssertionError("the replay ran: the bad flag should have been refused before it")
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--steps", "0"], "--steps: found 0; required an integer >= 1"),
+        (["--overhead-gib", "-1"], "--overhead-gib: found -1.0; required >= 0"),
+        (["--capacity", "nodevice"], "--capacity: found 'nodevice'"),
+        (["--run-log", "/nonexistent/train.log"], "/nonexistent/train.log"),
+        (["--preset", "llama3-70b-pp8"], "--preset: found --preset llama3-70b-pp8 with --config"),
+    ],
+)
+def test_a_bad_or_conflicting_flag_is_refused_before_the_replay_never_ignored(
+    tiny, capsys, monkeypatch, argv, needle
+):
+    monkeypatch.setattr("pooltk.memory.replay.estimate.estimate_memory", _no_replay)
+    shape = ["--pp", "2", "--microbatches", "2", "--seq-len", "8"]
+    rc = main(["estimate", "--config", tiny, *shape, *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("pooltk estimate: error: "), err
+    assert needle in err and "Fix:" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--pp", "4"],
+        ["--seq-len", "2048", "--dtype", "float32"],
+        ["--schedule", "gpipe"],
+        ["--split", "torchtitan"],
+        ["--checkpointing", "full", "--ep", "2"],
+    ],
+)
+def test_a_preset_refuses_the_shape_and_model_flags_it_would_ignore(capsys, monkeypatch, argv):
+    monkeypatch.setattr("pooltk.memory.replay.estimate.estimate_memory", _no_replay)
+    rc = main(["estimate", "--preset", "llama3-70b-pp8", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("pooltk estimate: error: --preset: found "), err
+    assert all(flag in err for flag in argv if flag.startswith("--")) and "Fix:" in err

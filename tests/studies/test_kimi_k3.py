@@ -10,7 +10,7 @@ import pytest
 
 from pooltk.config import PoolConfig
 from pooltk.memory.decoder.split import boundary_layers, layer_split
-from pooltk.memory.fits import GB200, Overhead
+from pooltk.memory.fits import GB200, Device, Overhead
 from pooltk.memory.model import MemoryModelError, PipelineShape, TensorSpec, compare_configs
 from pooltk.memory.model import middle_stage
 from pooltk.studies import kimi_k3 as k3
@@ -235,6 +235,20 @@ def test_the_story_shows_the_prs_oom_and_headroom_beside_the_verdict_and_says_wh
     none = Overhead(cuda_context_bytes=0, nccl_bytes=0, allocator_bytes=0, source="none")
     # anchored on the fullest stage, stock then fits by 23 MiB
     assert k3.k3_story(overhead=none).sentence.startswith("They differ:")
+
+
+def test_the_storys_headroom_agrees_within_1_gib_inclusive_as_the_ledgers_does():
+    # the ledger's "44 GiB headroom" row agrees at |pooltk - published| <= 1 GiB; the story's
+    # "pooled 2k headroom" row states the same rule ("within 1 GiB") and must judge alike
+    published = k3.load_published()
+    peak = round(published.value("k3_2k_seed_mem") * GIB)
+    room = published.value("k3_2k_seed_headroom") + 1  # exactly 1 GiB more than published
+    device = Device(name="edge", capacity_bytes=peak + round(room * GIB), source="test")
+    row = k3.k3_story(device=device).rows[0]
+    assert row.claim == "pooled 2k headroom" and row.rule == "within 1 GiB"
+    assert row.agrees is True
+    beyond = Device(name="beyond", capacity_bytes=device.capacity_bytes + 1, source="test")
+    assert k3.k3_story(device=beyond).rows[0].agrees is False
 
 
 def test_the_story_takes_a_replay_beside_the_measured_peak():

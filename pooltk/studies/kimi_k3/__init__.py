@@ -77,6 +77,8 @@ from pooltk.memory.errors import MemoryModelError, positive_int
 from pooltk.memory.fits import (
     DEFAULT_OVERHEAD,
     GB200,
+    GIB,
+    MIB,
     Device,
     Overhead,
     ReferencePeak,
@@ -126,8 +128,6 @@ __all__ = [
     "width_boundaries",
 ]
 
-GIB = 2**30
-MIB = 2**20
 DATA = files("pooltk.studies.kimi_k3").joinpath("data")
 PUBLISHED_CSV = DATA.joinpath("kimi_k3_gb200.csv")
 """The published run figures (the repository's ``data/published/kimi_k3_gb200.csv``)."""
@@ -248,6 +248,8 @@ SEQ: Mapping[str, int] = MappingProxyType(
 )
 """Tokens per row of the two published runs."""
 _SLACK = int(_figure("kimi-k3-gb200", "pool_slack").value)
+_OOM = _figure("kimi-k3-gb200-2k", "oom_margin_mib")
+"""The stock 2k run's published "by only 56 MiB" ([Note: the Kimi-K3 story])."""
 
 _PR = (
     "NVIDIA-NeMo/Automodel PR #3780 'perf(distributed): ring-pooled PP recv buffers and Kimi-K3 2k "
@@ -258,12 +260,17 @@ _YAML = {
     "(@532737d)",
     "1k": "NVIDIA-NeMo/Automodel examples/llm_benchmark/kimi/kimi_k3_gb200.yaml (seq_len 1024)",
 }
-_CONFIG = "NVIDIA-NeMo/Automodel KimiK3TextConfig (hidden_size 7168, bfloat16)"
+_CONFIG = f"NVIDIA-NeMo/Automodel KimiK3TextConfig (hidden_size {HIDDEN}, bfloat16)"
+
+
+def _run_config(pub: Published, *keys: str) -> tuple[int, ...]:
+    """The published run's config figures ``k3_cfg_<key>`` (pp, gbs, mbs, dp, ...), as integers."""
+    return tuple(int(pub.value(f"k3_cfg_{key}")) for key in keys)
 
 
 def _shape() -> PipelineShape:
     """The published pipeline (``kimi_k3_gb200.csv``'s config rows): M = GBS / (mbs x dp)."""
-    pp, gbs, mbs, dp = (int(_PUB.value(f"k3_cfg_{k}")) for k in ("pp", "gbs", "mbs", "dp"))
+    pp, gbs, mbs, dp = _run_config(_PUB, "pp", "gbs", "mbs", "dp")
     return PipelineShape.from_batch(pp=pp, global_batch=gbs, micro_batch=mbs, dp=dp)
 
 
@@ -297,25 +304,24 @@ def width_boundaries(
     seq_len: int,
     hidden: int,
     num_layers: int = K3_LAYERS,
-    dtype: str = "bfloat16",
-    at_block_end: BlockEnd = "open",
 ) -> tuple[Boundary, ...]:
-    """One :class:`Boundary` per stage boundary, :func:`k3_width` hidden states wide (gradients
-    alike): the hidden state, then the other states stacked in one tensor."""
+    """One bf16 :class:`Boundary` per stage boundary, :func:`k3_width` hidden states wide
+    (gradients alike): the hidden state, then the other states stacked in one tensor."""
+    hidden_state = Boundary.hidden_state(rows=rows, seq_len=seq_len, hidden=hidden).activations[0]
     out = []
     for layers in boundary_layers(num_layers, num_stages):
-        w = k3_width(layers, at_block_end=at_block_end)
-        tensors = [TensorSpec(shape=(rows, seq_len, hidden), dtype=dtype, name="hidden_states")]
+        w = k3_width(layers)
+        tensors = [hidden_state]
         if w > 1:
-            stacked = (w - 1, rows, seq_len, hidden)
-            tensors.append(TensorSpec(shape=stacked, dtype=dtype, name="attn_res_states"))
+            stacked = (w - 1, *hidden_state.shape)
+            tensors.append(TensorSpec(shape=stacked, dtype="bfloat16", name="attn_res_states"))
         out.append(Boundary(activations=tuple(tensors)))
     return tuple(out)
 
 
-def _width_figures(num_stages: int) -> tuple[Figure, ...]:
-    """The published widths, the inferred rule at boundary 0 and the assumed split, as figures."""
-    layers = boundary_layers(K3_LAYERS, num_stages)
+def _width_figures(num_stages: int, layers: Sequence[int]) -> tuple[Figure, ...]:
+    """The published widths, the inferred rule at boundary 0 (after ``layers[0]`` layers) and the
+    assumed split, as figures."""
     split = layer_split(K3_LAYERS, num_stages)
     return published_widths() + (
         Figure(
@@ -338,9 +344,8 @@ def _width_figures(num_stages: int) -> tuple[Figure, ...]:
     )
 
 
-def _widths_assumption(num_stages: int, hidden_mib: float) -> str:
-    layers = boundary_layers(K3_LAYERS, num_stages)
-    widths = ", ".join(str(k3_width(n)) for n in layers)
+def _widths_assumption(layers: Sequence[int], widths: Sequence[int], hidden_mib: float) -> str:
+    """What is published, inferred and assumed about boundaries after ``layers`` layers."""
     closed = ", ".join(str(k3_width(n, at_block_end="closed")) for n in layers)
     block = K3_ATTN_RES_BLOCK
     return (
@@ -349,13 +354,13 @@ def _widths_assumption(num_stages: int, hidden_mib: float) -> str:
         f"INFERRED, not published: width = 2 + floor(layers / {block}) hidden states after that "
         "many layers, which reproduces those points. ASSUMED: the "
         f"{K3_LAYERS} layers split as Automodel splits them by default, so the boundaries lie "
-        f"after {', '.join(map(str, layers))} layers -> widths {widths} x {hidden_mib:g} MiB; "
-        f"gradients have the activations' shapes. At a multiple of {block} layers no published "
-        f"point decides the rule: the other reading gives widths {closed}."
+        f"after {', '.join(map(str, layers))} layers -> widths {', '.join(map(str, widths))} x "
+        f"{hidden_mib:g} MiB; gradients have the activations' shapes. At a multiple of {block} "
+        f"layers no published point decides the rule: the other reading gives widths {closed}."
     )
 
 
-def k3_widths_preset(base: Preset, *, name: str | None = None) -> Preset:
+def k3_widths_preset(base: Preset) -> Preset:
     """``base`` (a Kimi-K3 preset) with one boundary per stage boundary from the published widths.
 
     Keeps ``base``'s shape, config and published figures; says which part is published, inferred
@@ -368,20 +373,21 @@ def k3_widths_preset(base: Preset, *, name: str | None = None) -> Preset:
         return width_boundaries(num_stages=num_stages, rows=rows, seq_len=seq, hidden=hidden)
 
     bounds = rule(shape.num_stages)
-    widths = [b.forward_bytes // bounds[0].activations[0].nbytes for b in bounds]
+    layers = boundary_layers(K3_LAYERS, shape.num_stages)
+    widths = [k3_width(n) for n in layers]
     split_source = "NVIDIA-NeMo/Automodel generate_hf_model_fqn_per_model_part (layer split)"
     own = [s for s in base.sources if "KimiK3TextConfig" in s or "yaml" in s]
     widths_sources = [r["source"] for r in _WIDTH_ROWS.rows]
     return dataclasses.replace(
         base,
         boundary_rule=rule,
-        name=name or base.name.replace("calibrated", "widths").replace("hidden", "widths"),
+        name=base.name.replace("calibrated", "widths").replace("hidden", "widths"),
         title=f"Kimi-K3 GB200 {seq // 1024}k rows, boundaries from the published widths "
         f"({min(widths)}-{max(widths)} hidden states)",
         boundary=bounds[0],
         boundaries=bounds,
-        assumption=_widths_assumption(shape.num_stages, rows * seq * hidden * 2 / MIB),
-        figures=_width_figures(shape.num_stages)
+        assumption=_widths_assumption(layers, widths, rows * seq * hidden * 2 / MIB),
+        figures=_width_figures(shape.num_stages, layers)
         + tuple(f for f in base.figures if f.kind == "published"),
         sources=tuple(dict.fromkeys([*widths_sources, split_source, *own])),
     )
@@ -430,10 +436,8 @@ def _calibrated(run: str) -> Preset:
     rows, seq = _shape().micro_batch, SEQ[run]
     set_mib = _figure(f"kimi-k3-gb200-{run}-calibrated", "set_mib").value
     extra = round(set_mib * MIB) // (rows * seq * 2) - HIDDEN  # bf16 elements per token beyond
-    tensors = (
-        TensorSpec(shape=(rows, seq, HIDDEN), dtype="bfloat16", name="hidden_states"),
-        TensorSpec(shape=(rows, seq, extra), dtype="bfloat16", name="calibrated_remainder"),
-    )
+    hidden_state = Boundary.hidden_state(rows=rows, seq_len=seq, hidden=HIDDEN).activations[0]
+    remainder = TensorSpec(shape=(rows, seq, extra), dtype="bfloat16", name="calibrated_remainder")
     stock = _figure("kimi-k3-gb200-2k", "stock_middle_stage_gib").value
     sets = 2 * int(_figure("kimi-k3-gb200-2k", "sets_per_direction").value)
     cal = _figure("kimi-k3-gb200-2k-calibrated", "set_mib").value
@@ -452,7 +456,8 @@ def _calibrated(run: str) -> Preset:
         )
     title = f"Kimi-K3 GB200 {run} rows, calibrated to the published ~{stock:g} GiB"
     title += f" ({set_mib:g} MiB/set)"
-    return _preset(run, "calibrated", Boundary(activations=tensors), title, assumption)
+    boundary = Boundary(activations=(hidden_state, remainder))
+    return _preset(run, "calibrated", boundary, title, assumption)
 
 
 def _presets() -> dict[str, Preset]:
@@ -579,17 +584,16 @@ _LAZY = (
 @functools.cache
 def _lazy() -> dict[str, Any]:
     """The names :func:`__getattr__` makes on first use, each documented in :func:`__getattr__`."""
-    from pooltk.logs.metrics import DeviceCapacity, FlopsBasis, PeakBasis
+    from pooltk.logs.metrics import DeviceCapacity, PeakBasis
 
     def peak(fig_id: str, what: str) -> PeakBasis:
         name = f"GB200 {_PUB.value(fig_id):g} TFLOP/s ({what})"
         return PeakBasis.tflops(_PUB.value(fig_id), name=name, source=_PUB.source(fig_id))
 
-    active = _PUB.value("k3_active_aligned")
     sheet = _PUB.value("gb200_hbm_nominal")
     datasheet = DeviceCapacity.from_gb(sheet, source=_PUB.source("gb200_hbm_nominal"))
     return {
-        "K3_ACTIVE_6N": FlopsBasis.six_n(active, source=_PUB.source("k3_active_aligned")),
+        "K3_ACTIVE_6N": _six_n(_PUB),
         "PEAK_GB200_2250": peak("k3_cfg_peak", "K3 configs"),
         "PEAK_GB200_2500": peak("gb200_peak_other", "other GB200 configs, Automodel table"),
         "GB200_TORCH_REPORTED": DeviceCapacity(gib=GB200.gib, source=GB200.source),
@@ -597,6 +601,13 @@ def _lazy() -> dict[str, Any]:
         "GB200_NOMINAL": datasheet,
         "ESTIMATE": _estimate(),
     }
+
+
+def _six_n(pub: Published) -> FlopsBasis:
+    """The report's FLOPs basis: 6 x the aligned active parameters per token."""
+    from pooltk.logs.metrics import FlopsBasis
+
+    return FlopsBasis.six_n(pub.value("k3_active_aligned"), source=pub.source("k3_active_aligned"))
 
 
 def __getattr__(name: str) -> Any:
@@ -659,6 +670,27 @@ class Ledger:
         return found
 
 
+def _implied_capacity_gib(pub: Published) -> float:
+    """The capacity the 44 GiB claim implies: the pooled 2k peak plus its stated headroom."""
+    return pub.value("k3_2k_seed_mem") + pub.value("k3_2k_seed_headroom")
+
+
+def _within_1_gib(pooltk_gib: float, published_gib: float) -> bool:
+    """The headroom rule of the story and the ledger: within 1 GiB of the published figure."""
+    return abs(pooltk_gib - published_gib) <= 1.0
+
+
+def _gain_2k_over_1k_pct(pub: Published) -> float:
+    """The seed runs' tok/s/GPU gain of 2k rows over 1k, percent (the same code tree)."""
+    return 100 * (pub.value("k3_2k_seed_tok") / pub.value("k3_1k_seed_tok") - 1)
+
+
+def _expected_after_alignment(pub: Published) -> float:
+    """The seed 2k rate scaled by the active parameters, 101.5B -> 104B (tok/s/GPU)."""
+    rate = pub.value("k3_2k_seed_tok")
+    return rate * pub.value("k3_active_pre3792") / pub.value("k3_active_aligned")
+
+
 def _rounds_to(value: float, published: float, decimals: int) -> bool:
     """Whether ``value`` rounds to ``published`` at ``decimals`` decimals (half a unit of slack)."""
     return abs(value - published) <= 0.5 * 10 ** (-decimals) + 1e-12
@@ -688,12 +720,8 @@ def claims_ledger(
     2250 TFLOP/s (``other_peak`` shown alongside); ``capacity`` to the one GB200 capacity (the
     datasheet shown alongside, [Note: GB200 memory]). A ratio across code trees is flagged as such.
     """
-    from pooltk.logs.metrics import FlopsBasis
-
     pub = published or load_published()
-    flops = flops or FlopsBasis.six_n(
-        pub.value("k3_active_aligned"), source=pub.source("k3_active_aligned")
-    )
+    flops = flops or _six_n(pub)
     peak, other_peak = peak or _lazy()["PEAK_GB200_2250"], other_peak or _lazy()["PEAK_GB200_2500"]
     capacity = capacity or _lazy()["GB200_TORCH_REPORTED"]
     return Ledger(
@@ -740,8 +768,8 @@ def _mfu_claims(
 
 def _step_claims(pub: Published) -> list[Claim]:
     r1, r2 = pub.value("k3_1k_seed_tok"), pub.value("k3_2k_seed_tok")
-    gain = 100 * (r2 / r1 - 1)
-    gbs, mbs, dp = (int(pub.value(f"k3_cfg_{k}")) for k in ("gbs", "mbs", "dp"))
+    gain = _gain_2k_over_1k_pct(pub)
+    gbs, mbs, dp = _run_config(pub, "gbs", "mbs", "dp")
     b, bubble = k3_bubble(pub), pub.value("k3_2k_seed_bubble")
     return [
         Claim(
@@ -778,7 +806,7 @@ def _headroom_claim(pub: Published, capacity: DeviceCapacity) -> Claim:
     peak_mem, room = pub.value("k3_2k_seed_mem"), pub.value("k3_2k_seed_headroom")
     from pooltk.logs.metrics import headroom
 
-    implied, sheet = peak_mem + room, _lazy()["GB200_DATASHEET"]
+    implied, sheet = _implied_capacity_gib(pub), _lazy()["GB200_DATASHEET"]
     judged, against_sheet = headroom(peak_mem, capacity), headroom(peak_mem, sheet)
     return Claim(
         claim="44 GiB headroom at 139.6 GiB peak",
@@ -789,7 +817,7 @@ def _headroom_claim(pub: Published, capacity: DeviceCapacity) -> Claim:
         published=f"{room:g} GiB",
         pooltk=f"{judged.headroom_gib:.1f} GiB against {capacity.gib:.2f} GiB; "
         f"{against_sheet.headroom_gib:.1f} GiB against the datasheet's {sheet.gib:.1f} GiB",
-        agrees=abs(judged.headroom_gib - room) <= 1.0,
+        agrees=_within_1_gib(judged.headroom_gib, room),
         rule="within 1 GiB against the device capacity given (default: what torch reports usable "
         "on GB200, 184.31 GiB)",
     )
@@ -800,7 +828,7 @@ def _alignment_claims(pub: Published, flops: FlopsBasis, peak: PeakBasis) -> lis
 
     r2, measured = pub.value("k3_2k_seed_tok"), pub.value("k3_2k_aligned_tok")
     a_old, a_new = pub.value("k3_active_pre3792"), pub.value("k3_active_aligned")
-    expected, change = r2 * a_old / a_new, 100 * (measured / r2 - 1)
+    expected, change = _expected_after_alignment(pub), 100 * (measured / r2 - 1)
     mfu_new, mfu_old = mfu(measured, flops, peak).mfu_pct, mfu(r2, flops, peak).mfu_pct
     mem_change = pub.value("k3_2k_aligned_mem") - pub.value("k3_2k_seed_mem")
     return [
@@ -838,11 +866,10 @@ def _alignment_claims(pub: Published, flops: FlopsBasis, peak: PeakBasis) -> lis
 def _later_claims(pub: Published, capacity: DeviceCapacity) -> list[Claim]:
     from pooltk.logs.metrics import headroom
 
-    gbs, world, seq = (int(pub.value(f"k3_cfg_{k}")) for k in ("gbs", "world", "seq_2k"))
+    gbs, world, seq = _run_config(pub, "gbs", "world", "seq_2k")
     it, measured = pub.value("k3_2k_aligned_iter"), pub.value("k3_2k_aligned_tok")
     mem, r1_later = pub.value("k3_2k_aligned_mem"), pub.value("k3_1k_later_tok")
-    implied = pub.value("k3_2k_seed_mem") + pub.value("k3_2k_seed_headroom")
-    gain = 100 * (pub.value("k3_2k_seed_tok") / pub.value("k3_1k_seed_tok") - 1)
+    implied, gain = _implied_capacity_gib(pub), _gain_2k_over_1k_pct(pub)
     rate = gbs * seq / (it * world)
     return [
         Claim(
@@ -885,7 +912,7 @@ def k3_bubble(published: Published | None = None) -> Bubble:
     from pooltk.logs.metrics import bubble_1f1b
 
     pub = published or load_published()
-    pp, gbs, mbs, dp = (int(pub.value(f"k3_cfg_{k}")) for k in ("pp", "gbs", "mbs", "dp"))
+    pp, gbs, mbs, dp = _run_config(pub, "pp", "gbs", "mbs", "dp")
     return bubble_1f1b(pp, gbs // (mbs * dp))
 
 
@@ -900,10 +927,11 @@ def published_table(published: Published | None = None) -> pd.DataFrame:
     return wide.rename(columns={**names, "headroom": "headroom_gib"}).reset_index()
 
 
-def published_figures(
-    published: Published | None = None,
-    quantities: tuple[str, ...] = ("tok_per_s_per_gpu", "mfu", "peak_mem"),
-) -> pd.DataFrame:
+_BESIDE_QUANTITIES = ("tok_per_s_per_gpu", "mfu", "peak_mem")
+"""The measured quantities drawn beside a user's runs, in this order."""
+
+
+def published_figures(published: Published | None = None) -> pd.DataFrame:
     """The measured figures of each shape, one row per (shape, quantity), for drawing beside a
     user's runs: id, label, quantity, value, unit, approximate (``~`` or "about"), source."""
     import pandas as pd
@@ -921,7 +949,7 @@ def published_figures(
             "source": r["source"],
         }
         for key, _, label in _SHAPES
-        for q in quantities
+        for q in _BESIDE_QUANTITIES
         for r in pub.rows
         if r["kind"] == "measured" and r["id"].startswith(f"k3_{key}_") and r["quantity"] == q
     ]
@@ -937,10 +965,10 @@ def mfu_by_shape(
     """MFU of every published shape on one FLOPs basis against each peak, beside the published."""
     import pandas as pd
 
-    from pooltk.logs.metrics import FlopsBasis, mfu
+    from pooltk.logs.metrics import mfu
 
     pub = published or load_published()
-    flops = flops or FlopsBasis.six_n(pub.value("k3_active_aligned"))
+    flops = flops or _six_n(pub)
     peaks = peaks or (_lazy()["PEAK_GB200_2250"], _lazy()["PEAK_GB200_2500"])
     rows = []
     for key, _, label in _SHAPES:
@@ -973,7 +1001,8 @@ def headroom_by_capacity(
     pub = published or load_published()
     peak, room = pub.value("k3_2k_seed_mem"), pub.value("k3_2k_seed_headroom")
     implied = DeviceCapacity.from_gib(
-        peak + room, source=f"implied by the claim: {peak:g} GiB peak + {room:g} GiB headroom"
+        _implied_capacity_gib(pub),
+        source=f"implied by the claim: {peak:g} GiB peak + {room:g} GiB headroom",
     )
     caps = (implied, *(capacities or (_lazy()["GB200_TORCH_REPORTED"], _lazy()["GB200_DATASHEET"])))
     return pd.concat([headroom(peak, c).to_frame() for c in caps], ignore_index=True)
@@ -989,9 +1018,10 @@ def alignment_expectation(published: Published | None = None) -> pd.DataFrame:
         pub.value(k) for k in ("k3_2k_seed_tok", "k3_active_pre3792", "k3_active_aligned")
     )
     stated, measured = pub.value("k3_2k_expect_tok"), pub.value("k3_2k_aligned_tok")
+    expected = _expected_after_alignment(pub)
     rows = [
         ("seed measurement (101.5B active)", r2),
-        (f"expected on 104B: {r2:g} x {a_old / 1e9:g}/{a_new / 1e9:g}", r2 * a_old / a_new),
+        (f"expected on 104B: {r2:g} x {a_old / 1e9:g}/{a_new / 1e9:g}", expected),
         ("PR's stated expectation", r2 * (1 + stated / 100)),
         ("later measurement (aligned 104B)", measured),
     ]
@@ -1056,20 +1086,18 @@ _ANCHORS = (("the fullest pooled stage", None), ("stage 0 (the rank that logs)",
 
 def k3_story(
     *,
-    receive: MemoryModel | None = None,
     estimate: Any = None,
     device: Device | str | float = GB200,
     overhead: Overhead = DEFAULT_OVERHEAD,
 ) -> K3Story:
     """The PR's OOM and headroom beside the model's verdicts, with one sentence.
 
-    ``receive``: the receive-buffer model of the PR's shape (default: the calibrated 2k preset's;
-    another preset's, e.g. the published widths', may be passed). ``estimate``: a whole-stage
+    The receive buffers are the calibrated 2k preset's model. ``estimate``: a whole-stage
     replay at K3's widths (:data:`ESTIMATE`), shown beside the measured peak when given. See
     [Note: the Kimi-K3 story].
     """
     dev = get_device(device)
-    receive = receive or get_preset("kimi-k3-gb200-2k-calibrated").model()
+    receive = PRESETS["kimi-k3-gb200-2k-calibrated"].model()
     peak = round(_PUB.value("k3_2k_seed_mem") * GIB)
     verdicts = tuple(
         (label, anchored(receive, dev, _published_anchor(receive, peak, stage), overhead=overhead))
@@ -1108,7 +1136,7 @@ def _headroom_row(dev: Device, overhead: Overhead, peak: int) -> Claim:
         published=f"{published:g} GiB",
         pooltk=f"{room / GIB:.2f} GiB ({(room - o) / GIB:.2f} GiB after the {o / GIB:.2f} GiB "
         "overhead)",
-        agrees=abs(room / GIB - published) < 1.0,
+        agrees=_within_1_gib(room / GIB, published),
         rule="within 1 GiB",
     )
 
@@ -1116,15 +1144,14 @@ def _headroom_row(dev: Device, overhead: Overhead, peak: int) -> Claim:
 def _stock_row(label: str, verdict: Any) -> Claim:
     """The stock run under one reading of the anchor (``verdict``: :func:`anchored`'s)."""
     worst, o = verdict.worst("stock"), verdict.overhead.total_bytes
-    oom = _figure("kimi-k3-gb200-2k", "oom_margin_mib")
     margin, ref_gib = worst.margin_bytes, verdict.reference.peak_bytes / GIB
     return Claim(
         claim=f"stock 2k, anchored on {label}",
-        source=oom.source,
+        source=_OOM.source,
         inputs=f"base {verdict.base_bytes / GIB:.2f} GiB ({ref_gib:.1f} GiB less the anchor "
         f"stage's pooled receive buffers) + stage {worst.rank}'s stock receive buffers "
         f"{worst.recv_bytes / GIB:.2f} GiB",
-        published=f"OOM in step 1 ('by only {oom.value:g} MiB')",
+        published=f"OOM in step 1 ('by only {_OOM.value:g} MiB')",
         pooltk=f"stage {worst.rank}: {worst.tensor_bytes / GIB:.2f} GiB + {o / GIB:.2f} GiB "
         "overhead: "
         + (
@@ -1178,7 +1205,7 @@ def _sentence(
         f"back the up to {saved / GIB:.1f} GiB of receive buffers the ring removes, plus the "
         f"{overhead.total_bytes / GIB:.2f} GiB the process holds outside its tensors, puts stock "
         f"{min(over):.1f} to {max(over):.1f} GiB over whichever stage the peak was logged on; the "
-        f"'{_figure('kimi-k3-gb200-2k', 'oom_margin_mib').value:g} MiB' is one "
+        f"'{_OOM.value:g} MiB' is one "
         f"{hidden.forward_bytes / MIB:.0f} MiB hidden state, most likely the allocation that "
         "failed, so only the sign of the margin can be checked."
     )
