@@ -65,7 +65,6 @@ def _add_shape_flags(parser: argparse.ArgumentParser) -> None:
         "--vpp",
         nargs="+",
         type=int,
-        default=[2],
         metavar="V",
         help="stages per rank for multi-stage schedules (default 2)",
     )
@@ -73,14 +72,12 @@ def _add_shape_flags(parser: argparse.ArgumentParser) -> None:
         "--microbatches",
         nargs="+",
         type=int,
-        default=[8],
         metavar="M",
         help="microbatches per step (default 8)",
     )
     parser.add_argument(
         "--defer-pp-recv",
         choices=("off", "on", "both"),
-        default="off",
         help="torch 2.13+'s late receive posting for runtime schedules (default off)",
     )
     parser.add_argument(
@@ -115,7 +112,6 @@ def _add_validate_flags(parser: argparse.ArgumentParser) -> None:
         "--factors",
         nargs="+",
         type=int,
-        default=[1, 2, 4],
         metavar="F",
         help="with --validate: M = F x 2pp (default 1 2 4)",
     )
@@ -152,7 +148,49 @@ def _table(records: list[dict[str, Any]], columns: list[Column]) -> str:
 # ---- the command -------------------------------------------------------------------------------
 
 
+_TABLE_FLAGS = {
+    "vpp": "--vpp",
+    "microbatches": "--microbatches",
+    "slack": "--slack",
+    "grad_slack": "--grad-slack",
+    "set_mib": "--set-mib",
+    "forward_only": "--forward-only",
+    "defer_pp_recv": "--defer-pp-recv",
+}
+"""Flags of the analysed tables; --validate runs its own grid (M = F x 2pp, each schedule's own
+stages per rank, slack 0, training steps)."""
+_VALIDATE_FLAGS = {"factors": "--factors", "no_guard_checks": "--no-guard-checks"}
+_DEFAULTS = {"vpp": [2], "microbatches": [8], "defer_pp_recv": "off", "factors": [1, 2, 4]}
+
+
+def _ignored(args: argparse.Namespace) -> str | None:
+    """The flags the chosen mode would ignore, in found / required / fix words; None: none."""
+    other = _TABLE_FLAGS if args.validate else _VALIDATE_FLAGS
+    given = [
+        flag
+        for name, flag in other.items()
+        if getattr(args, name) is not None and getattr(args, name) is not False  # 0 is given
+    ]
+    if not given:
+        return None
+    if args.validate:
+        why = (
+            "which --validate does not use (its grid: M = F x 2pp, each schedule's own stages "
+            "per rank, slack 0, training steps)"
+        )
+        fix = "drop them, or drop --validate for the analysed tables"
+    else:
+        why = "which only --validate uses"
+        fix = "add --validate, or drop them"
+    return f"found {', '.join(given)} {why}; required flags of one mode. Fix: {fix}."
+
+
 def run(args: argparse.Namespace) -> int:
+    ignored = _ignored(args)
+    if ignored is not None:
+        return _fail(ignored)
+    unset = {name: default for name, default in _DEFAULTS.items() if getattr(args, name) is None}
+    args = argparse.Namespace(**{**vars(args), **unset})
     if args.validate:
         return _validate(args)
     from pooltk.analysis.lifetimes import ScheduleAnalysisError

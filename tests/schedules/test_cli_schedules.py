@@ -79,3 +79,27 @@ def test_negative_slack_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["schedules", "--schedule", "1f1b", "--slack", "-1"])
     assert rc == 2
     assert "--slack: found -1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--factors", "1"], "--factors"),
+        (["--no-guard-checks"], "--no-guard-checks"),
+        (["--validate", "--microbatches", "8"], "--microbatches"),
+        (["--validate", "--vpp", "2"], "--vpp"),
+        (["--validate", "--slack", "0", "--grad-slack", "0"], "--slack, --grad-slack"),
+        (["--validate", "--set-mib", "416"], "--set-mib"),
+        (["--validate", "--forward-only"], "--forward-only"),
+        (["--validate", "--defer-pp-recv", "on"], "--defer-pp-recv"),
+    ],
+)
+def test_a_flag_the_chosen_mode_would_ignore_is_refused(
+    flags: list[str], named: str, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    from pooltk.cli import schedules
+
+    monkeypatch.setattr(schedules, "_validate", lambda args: pytest.fail("it ran the grid"))
+    assert main(["schedules", "--schedule", "1F1B", "--pp", "2", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pooltk schedules: error: found {named} ") and "fix:" in err.lower()
