@@ -106,14 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:  # a lab command in the core install ([Note: core and lab])
         if not exc.name or exc.name.partition(".")[0] == "pooltk":
             raise
-        from pooltk.cli.errors import LAB_EXTRA
+        from pooltk.cli.errors import LAB_EXTRA, fail
 
-        print(
-            f"pooltk {args.command}: {exc.name}: found not installed; required: the lab stack "
-            f"(pooltk's core is the pool, probe, memory and schedules). Fix: {LAB_EXTRA}.",
-            file=sys.stderr,
+        return fail(
+            args.command,
+            f"{exc.name}: found not installed; required: the lab stack (pooltk's core is the "
+            f"pool, probe, memory and schedules). Fix: {LAB_EXTRA}.",
         )
-        return 2
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
-"""One wording for a bad command line: ``pooltk CMD: --flag: found V; required R. Fix: F``.
+"""One wording for a bad command line: ``pooltk CMD: error: --flag: found V; required R. Fix: F``.
 
 [Note: command-line errors]
 The library names its own fields (``ParitySpec.pp: found 0; ...``, through :mod:`pooltk._validate`);
 a user typed flags. So a subcommand checks the flags it passes on with :func:`check_flag_int` /
 :func:`check_flag_positive` before it builds library objects (the message names ``--pp``, the value
-and a fix in flag terms), and prints every error through :func:`fail`, which also re-words a
+and a fix in flag terms), and prints every error through :func:`fail` (``pooltk CMD: error:``, as
+argparse prints its own), which also re-words a
 library :class:`~pooltk._validate.InputError` that names a field the command maps to a flag
 (``fields``: ``{"PoolConfig.slack": "--slack"}``), from the error's own fields, never its text.
 
@@ -79,10 +80,16 @@ def message(exc: BaseException, fields: Mapping[str, str] | None = None) -> str:
 
 
 def fail(
-    command: str, exc: BaseException, *, fields: Mapping[str, str] | None = None, code: int = 2
+    command: str,
+    error: BaseException | str,
+    *,
+    fields: Mapping[str, str] | None = None,
+    code: int = 2,
 ) -> int:
-    """Print ``pooltk <command>: <message>`` on stderr and return ``code`` (2: bad input)."""
-    print(f"pooltk {command}: {message(exc, fields)}", file=sys.stderr)
+    """Print ``pooltk <command>: error: <message>`` on stderr and return ``code`` (2: bad input,
+    1: the run failed). ``error`` is an exception (see :func:`message`) or the text itself."""
+    text = error if isinstance(error, str) else message(error, fields)
+    print(f"pooltk {command}: error: {text}", file=sys.stderr)
     return code
 
 

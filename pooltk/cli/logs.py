@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import warnings
 from typing import Any
 
+from pooltk.cli.errors import fail
 from pooltk.cli.tables import Column, render
 
 __all__ = ["register", "run"]
@@ -99,11 +99,6 @@ def _add_basis_flags(basis: Any) -> None:
     )
 
 
-def _fail(message: str) -> int:
-    print(f"pooltk logs: error: {message}", file=sys.stderr)
-    return 2
-
-
 def _fmt(value: Any, spec: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -117,23 +112,25 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(FORMATS))
         return 0
     if args.format != "auto" and args.format not in FORMATS:
-        return _fail(
-            f"--format: found {args.format!r}; required 'auto' or one of {', '.join(FORMATS)}."
+        return fail(
+            "logs",
+            f"--format: found {args.format!r}; required 'auto' or one of {', '.join(FORMATS)}.",
         )
     try:
         bases = _bases(args)
     except ValueError as err:
-        return _fail(str(err))
+        return fail("logs", str(err))
     try:
         table = read_logs(args.paths, format=args.format, strict=args.strict, engine=args.engine)
     except LogFormatError as err:
-        return _fail(str(err))
+        return fail("logs", str(err))
     summary = _summary(table, args, bases)
     if not summary.runs:  # e.g. a benchmark's JSON summary alone: run facts, no step
         read = ", ".join(f"{f.path} ({f.format})" for f in table.files)
-        return _fail(
+        return fail(
+            "logs",
             f"found no step records in the files read ({read}); required a log with steps. "
-            "Fix: point at the run's log as well (a summary file only adds facts to it)."
+            "Fix: point at the run's log as well (a summary file only adds facts to it).",
         )
     frame = summary.to_frame()
     frame["skipped_lines"] = frame["run"].map(_skipped(table)).fillna(0).astype(int)

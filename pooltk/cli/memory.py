@@ -40,7 +40,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pooltk.cli.errors import FlagError, from_lab, message
+from pooltk.cli.errors import FlagError, fail, from_lab, message
 from pooltk.cli.tables import RULE, Column, render
 
 __all__ = [
@@ -251,8 +251,7 @@ FIELDS = {
 
 def print_error(command: str, exc: BaseException, fields: Mapping[str, str]) -> int:
     """Print ``pooltk <command>: error: <message>`` in flags, never library fields; return 2."""
-    print(f"pooltk {command}: error: {_flags_in(message(exc, fields))}", file=sys.stderr)
-    return 2
+    return fail(command, _flags_in(message(exc, fields)))
 
 
 def flag_of(field: str) -> str:
@@ -790,8 +789,7 @@ def _measure(args: argparse.Namespace) -> int:
             progress=lambda m: print(f"[measure] {m}", file=sys.stderr, flush=True),
         )
     except rss.RssLaunchError as exc:
-        print(f"pooltk memory: {exc}", file=sys.stderr)
-        return 1
+        return fail("memory", exc, code=1)
     frame = measured.launches_frame(launches)
     table = measured.measured_vs_modelled(frame)
     if args.json:
@@ -801,8 +799,7 @@ def _measure(args: argparse.Namespace) -> int:
     broken = measured.check_measurement(frame, shapes=[s.label() for s in specs])
     if broken:
         what = measured.refusal(broken, what="the measurement", unwritten=args.csv)
-        print(f"pooltk memory: error: {what}", file=sys.stderr)
-        return 1
+        return fail("memory", what, code=1)
     if args.csv:
         measured.write_measured(frame, args.csv)
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from pooltk.cli.errors import fail
 from pooltk.parity.command import FIELDS, check_args, register, spec_from_args
@@ -31,11 +30,10 @@ def run(args: argparse.Namespace) -> int:
         three = run_three_way(spec)
     except (PoolOverrunError, ParityRankError, ParityTimeoutError) as exc:
         stopped = "the guard stopped the run.\n" if isinstance(exc, PoolOverrunError) else ""
-        print(f"pooltk parity: {stopped}{exc}", file=sys.stderr)
         if args.json:
             error = {"bitwise_equal": False, "error": type(exc).__name__, "message": str(exc)}
             print(json.dumps(error))
-        return 1
+        return fail("parity", f"{stopped}{exc}", code=1)
     report = three.report
     if args.json:
         out = report.to_dict()

@@ -26,7 +26,7 @@ import json
 import sys
 from typing import Any
 
-from pooltk.cli.errors import FlagError, from_lab
+from pooltk.cli.errors import FlagError, fail, from_lab
 from pooltk.cli.tables import Column, render
 
 __all__ = ["register", "run"]
@@ -120,11 +120,6 @@ def _add_validate_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _fail(message: str) -> int:
-    print(f"pooltk schedules: error: {message}", file=sys.stderr)
-    return 2
-
-
 # ---- the layout the tables always had ----------------------------------------------------------
 
 
@@ -188,7 +183,7 @@ def _ignored(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     ignored = _ignored(args)
     if ignored is not None:
-        return _fail(ignored)
+        return fail("schedules", ignored)
     unset = {name: default for name, default in _DEFAULTS.items() if getattr(args, name) is None}
     args = argparse.Namespace(**{**vars(args), **unset})
     if args.validate:
@@ -201,16 +196,16 @@ def run(args: argparse.Namespace) -> int:
     grad_slack = defaults.grad_slack if args.grad_slack is None else args.grad_slack
     problem = _flag_problem(args, slack, grad_slack)
     if problem is not None:
-        return _fail(problem)
+        return fail("schedules", problem)
     config = PoolConfig(slack=slack, grad_slack=grad_slack)
     try:
         rows, refused = _sweep(args, config)
     except ScheduleAnalysisError as exc:  # an unknown schedule name
-        return _fail(str(exc))
+        return fail("schedules", str(exc))
     if not rows:
         for r in refused:
             print(f"refused {_label(r)}: {r['reason']}", file=sys.stderr)
-        return _fail("no schedule shape could be analysed (reasons above).")
+        return fail("schedules", "no schedule shape could be analysed (reasons above).")
     blocks = _blocks(rows)
     totals = [_totals(block, key, args.forward_only, config) for key, block in blocks.items()]
     if args.csv:
@@ -476,7 +471,7 @@ def _validate(args: argparse.Namespace) -> int:
         check = from_lab("pooltk.parity.schedule_check", flag="--validate", needs=("pandas",))
         names = tuple(resolve_schedule(n)[0] for n in args.schedule) if args.schedule else None
     except (FlagError, ScheduleAnalysisError) as exc:
-        return _fail(str(exc))
+        return fail("schedules", str(exc))
     result = check.check_schedules(
         pps=tuple(args.pp),
         factors=tuple(args.factors),

@@ -45,7 +45,7 @@ CASES = [
 def test_a_bad_flag_value_names_the_flag_the_value_and_a_fix_and_exits_2(argv, flag, found, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith(f"pooltk {argv[0]}: {flag}: found {found}; required "), err
+    assert err.startswith(f"pooltk {argv[0]}: error: {flag}: found {found}; required "), err
     fix = err.split(" Fix: ", 1)[1]
     assert re.search(r"--[a-z]", fix) or "leave it" in fix, (
         err
