@@ -325,18 +325,10 @@ def _rows(
                 results["pooled"]["rehomes"].get(s, {}).get(direction, {}).get("rehomes", 0)
                 for s in (mine if stage is None else [stage])
             )
-            row_detail = detail
-            if case.expect_rehomes:  # a real holder: judged against torch's own fresh semantics
-                judged, bound = "fresh", fresh["peak"]
-                within = pooled["peak"] <= bound
-            else:
-                judged, bound = "ring", tensors * bounds[direction]
-                within = (
-                    pooled["peak"] <= bound and pooled["max_step_distinct"] <= bound and not rehomed
-                )
-                if rehomed:
-                    unexpected = f"{rehomed} re-homes where none were expected"
-                    row_detail = "; ".join(filter(None, (detail, unexpected)))
+            ring_bound = tensors * bounds[direction]
+            judged, bound, within, row_detail = _judged(
+                case, pooled, fresh["peak"], ring_bound, rehomed, detail
+            )
             rows.append(
                 {
                     "case": case.name,
@@ -359,6 +351,20 @@ def _rows(
                 }
             )
     return rows
+
+
+def _judged(
+    case: Composition, pooled: dict, fresh_peak: int, ring_bound: int, rehomed: int, detail: str
+) -> tuple[str, int, bool, str]:
+    """(judged against, bound, within it, detail) of one row: a case with a real holder against
+    torch's own fresh semantics, any other against its ring with no re-home."""
+    if case.expect_rehomes:
+        return "fresh", fresh_peak, pooled["peak"] <= fresh_peak, detail
+    within = pooled["peak"] <= ring_bound and pooled["max_step_distinct"] <= ring_bound
+    if not rehomed:
+        return "ring", ring_bound, within, detail
+    unexpected = f"{rehomed} re-homes where none were expected"
+    return "ring", ring_bound, False, "; ".join(filter(None, (detail, unexpected)))
 
 
 def rank_body(rank: int, world: int, payload: list[dict[str, Any]]) -> list[dict[str, Any]]:
