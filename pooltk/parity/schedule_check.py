@@ -483,12 +483,8 @@ def guard_catch(schedule: str, *, timeout_s: float = 300.0) -> str:
     return f"NOT caught (pp{pp} M{m}): the run finished"
 
 
-def main(argv: Any = None) -> int:
-    """``python -m pooltk.parity.schedule_check --check CSV``: check a written validation; 0 holds, 1 breaks, 2 unreadable."""
+def _parser() -> Any:
     import argparse
-    import sys
-
-    import pandas as pd
 
     p = argparse.ArgumentParser(
         prog="python -m pooltk.parity.schedule_check", description=main.__doc__
@@ -514,6 +510,16 @@ def main(argv: Any = None) -> int:
     p.add_argument(
         "--any-shapes", action="store_true", help="check the shapes the file holds, not a grid"
     )
+    return p
+
+
+def main(argv: Any = None) -> int:
+    """``python -m pooltk.parity.schedule_check --check CSV``: check a written validation; 0 holds, 1 breaks, 2 unreadable."""
+    import sys
+
+    import pandas as pd
+
+    p = _parser()
     a = p.parse_args(argv)
     try:
         frame = pd.read_csv(a.check)
