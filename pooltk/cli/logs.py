@@ -119,11 +119,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         bases = _bases(args)
     except ValueError as err:
-        return fail("logs", str(err))
+        return fail("logs", err)
     try:
         table = read_logs(args.paths, format=args.format, strict=args.strict, engine=args.engine)
     except LogFormatError as err:
-        return fail("logs", str(err))
+        return fail("logs", err)
     summary = _summary(table, args, bases)
     if not summary.runs:  # e.g. a benchmark's JSON summary alone: run facts, no step
         read = ", ".join(f"{f.path} ({f.format})" for f in table.files)

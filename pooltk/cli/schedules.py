@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         rows, refused = _sweep(args, config)
     except ScheduleAnalysisError as exc:  # an unknown schedule name
-        return fail("schedules", str(exc))
+        return fail("schedules", exc)
     if not rows:
         for r in refused:
             print(f"refused {_label(r)}: {r['reason']}", file=sys.stderr)
@@ -471,7 +471,7 @@ def _validate(args: argparse.Namespace) -> int:
         check = from_lab("pooltk.parity.schedule_check", flag="--validate", needs=("pandas",))
         names = tuple(resolve_schedule(n)[0] for n in args.schedule) if args.schedule else None
     except (FlagError, ScheduleAnalysisError) as exc:
-        return fail("schedules", str(exc))
+        return fail("schedules", exc)
     result = check.check_schedules(
         pps=tuple(args.pp),
         factors=tuple(args.factors),

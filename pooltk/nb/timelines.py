@@ -174,9 +174,10 @@ def _inflight_panel(ax: Any, rp: Replay, stage: int, flight: list[tuple[float, f
         if b.stage == stage and b.direction == "forward"
     ]
     times = sorted({0.0, rp.makespan, *(t for iv in flight + held for t in iv)})
+    in_flight, held_at = _step_counts(flight, times), _step_counts(held, times)
     ax.step(
         times,
-        _step_counts(flight, times),
+        in_flight,
         where="post",
         color=style.colour("in_flight"),
         lw=2,
@@ -184,7 +185,7 @@ def _inflight_panel(ax: Any, rp: Replay, stage: int, flight: list[tuple[float, f
     )
     ax.step(
         times,
-        _step_counts(held, times),
+        held_at,
         where="post",
         color=style.colour("held_buffers"),
         lw=2,
@@ -193,8 +194,8 @@ def _inflight_panel(ax: Any, rp: Replay, stage: int, flight: list[tuple[float, f
     )
     w = inflight_depth(pp, stage, m)
     ax.axhline(w, color="black", lw=1, ls=":", zorder=1)
-    held_peak = max(_step_counts(held, times), default=0)
-    ax.set_ylim(0, max(w, held_peak, max(_step_counts(flight, times), default=0)) + 1.2)
+    held_peak = max(held_at, default=0)
+    ax.set_ylim(0, max(w, held_peak, max(in_flight, default=0)) + 1.2)
     ax.set_ylabel("microbatches (count)", fontsize=7.5)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=3))
     ax.set_title(
