@@ -30,7 +30,8 @@ class InputError(ValueError):
         self.fix = fix
         super().__init__(problem(what, found=found, required=required, fix=fix))
 
-    def __reduce__(self):  # noqa: ANN204 - keyword-only fields survive pickling (process boundaries)
+    # keyword-only fields survive pickling (process boundaries)
+    def __reduce__(self):  # noqa: ANN204
         return _rebuild, (type(self), self.what, self.found, self.required, self.fix)
 
 
@@ -61,7 +62,8 @@ def check_int(
     fix: str | None = None,
     error: type[Exception] = InputError,
 ) -> int:
-    """Return ``value`` if it is an ``int`` (never a ``bool``) within ``[low, high]``, else raise ``error``.
+    """Return ``value`` if it is an ``int`` (never a ``bool``) within ``[low, high]``, else raise
+    ``error``.
 
     ``error`` is an :class:`InputError` subclass (gets the fields) or any exception class taking
     one message.

@@ -1,9 +1,10 @@
-"""PoolConfig: what a user chooses for the ring pool, validated at construction (found / required / fix).
+"""PoolConfig: what a user chooses for the ring pool, validated at construction (found / required /
+fix).
 
-The schedule is chosen at install (``pooltk.install(schedule=...)``). It is the one config type: the memory
-model takes it with the ring policy to model as keywords; what the proofs also build (rings without the
-guard, a set short, K = M, Automodel's single ring, one ring per stage) is the harness's, private to it:
-:class:`pooltk.parity.experiments.Harness`.
+The schedule is chosen at install (``pooltk.install(schedule=...)``). It is the one config type: the
+memory model takes it with the ring policy to model as keywords; what the proofs also build (rings
+without the guard, a set short, K = M, Automodel's single ring, one ring per stage) is the
+harness's, private to it: :class:`pooltk.parity.experiments.Harness`.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ __all__ = ["PoolConfig"]
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class PoolConfig:
-    """How many receive-buffer sets each pooled stage keeps beyond its live set, and the last-stage release.
+    """How many receive-buffer sets each pooled stage keeps beyond its live set, and the last-stage
+    release.
 
-    Sizes come from :func:`pooltk.pool.ring.ring_size` ([Note: ring sizes]): forward ``min(M, live + slack)``,
-    grad ``min(M, live + grad_slack)``.
+    Sizes come from :func:`pooltk.pool.ring.ring_size` ([Note: ring sizes]): forward
+    ``min(M, live + slack)``, grad ``min(M, live + grad_slack)``.
     """
 
     slack: int = 2
@@ -32,10 +34,10 @@ class PoolConfig:
     """Gradient sets beyond the live set (one under 1F1B)."""
 
     release: bool = True
-    """After each last-stage microbatch's backward, keep the schedule's loss and the stage's output as values
-    without their autograd graph, so the received input is not held until the step ends ([Note: releasing what
-    the schedule keeps]). Same bits; the returned losses and merged output carry no graph. On the lazy layout
-    (torch 2.15) this is all pooltk does."""
+    """After each last-stage microbatch's backward, keep the schedule's loss and the stage's output
+    as values without their autograd graph, so the received input is not held until the step ends
+    ([Note: releasing what the schedule keeps]). Same bits; the returned losses and merged output
+    carry no graph. On the lazy layout (torch 2.15) this is all pooltk does."""
 
     def __post_init__(self) -> None:
         check_int(

@@ -68,7 +68,8 @@ def check_flag_positive(flag: str, value: float, *, fix: str | None = None) -> f
 
 
 def message(exc: BaseException, fields: Mapping[str, str] | None = None) -> str:
-    """The user's text for ``exc``: a library field in ``fields`` becomes its flag; other errors as they are."""
+    """The user's text for ``exc``: a library field in ``fields`` becomes its flag; other errors as
+    they are."""
     if (
         isinstance(exc, InputError)
         and not isinstance(exc, FlagError)

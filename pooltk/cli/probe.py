@@ -27,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
         what = {
             "rings+release": "rings of K buffer sets, and the last-stage release",
             "rings": "rings of K buffer sets (release=False)",
-            "release": "the last-stage release alone (torch already allocates each buffer per receive)",
+            "release": "the last-stage release alone (torch already allocates each buffer per "
+            "receive)",
         }
         print(f"pooltk installs  {what.get(report.mode, report.mode)}")
         if "rings" in report.mode:

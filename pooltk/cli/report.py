@@ -60,7 +60,8 @@ def _add_log_flags(parser: argparse.ArgumentParser) -> None:
         "--run-info",
         type=Path,
         metavar="FILE",
-        help='JSON run facts for --logs: {"world_size": 256, "pp": 8, ...} or one such object per run name',
+        help='JSON run facts for --logs: {"world_size": 256, "pp": 8, ...} or one such object per '
+        "run name",
     )
     parser.add_argument(
         "--expected",
@@ -72,7 +73,8 @@ def _add_log_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _since_process_start() -> float | None:
-    """Seconds since this process started (Linux ``/proc``), so the printed wall time includes imports."""
+    """Seconds since this process started (Linux ``/proc``), so the printed wall time includes
+    imports."""
     import os
 
     try:
@@ -106,8 +108,8 @@ def _check(args: argparse.Namespace) -> None:
     )
     if args.expected is not None and not args.logs:
         raise ValueError(
-            "--expected: found it without --logs; required --logs PATH (the runs the figures are about). "
-            "Fix: pooltk report --logs DIR --expected FILE."
+            "--expected: found it without --logs; required --logs PATH (the runs the figures are "
+            "about). Fix: pooltk report --logs DIR --expected FILE."
         )
 
 
@@ -148,12 +150,13 @@ def run(args: argparse.Namespace) -> int:
 def time_split(
     work_s: float, *, since_start: float | None, cli_s: float
 ) -> dict[str, float | None]:
-    """Seconds of the report's own work, of argument parsing and imports, and before pooltk's command line.
+    """Seconds of the report's own work, of argument parsing and imports, and before pooltk's
+    command line.
 
-    ``work_s``: the report itself (probe, parity, notebooks, tables). ``cli_s``: seconds since pooltk's
-    command line was imported. ``since_start``: seconds since this *process* started, which under ``bash
-    scripts/main`` includes its setup step (bootstrap ``exec``s pooltk in the same process); that part is
-    reported as ``before``, never as pooltk's time.
+    ``work_s``: the report itself (probe, parity, notebooks, tables). ``cli_s``: seconds since
+    pooltk's command line was imported. ``since_start``: seconds since this *process* started, which
+    under ``bash scripts/main`` includes its setup step (bootstrap ``exec``s pooltk in the same
+    process); that part is reported as ``before``, never as pooltk's time.
     """
     return {
         "work": work_s,
@@ -165,11 +168,14 @@ def time_split(
 def finished_line(work_s: float, *, since_start: float | None, cli_s: float) -> str:
     """The closing wall-time line (:func:`time_split` in words)."""
     t = time_split(work_s, since_start=since_start, cli_s=cli_s)
-    line = f"pooltk report finished: {t['work']:.1f} s of report work, {t['imports']:.1f} s parsing and imports"
+    line = (
+        f"pooltk report finished: {t['work']:.1f} s of report work, {t['imports']:.1f} s parsing "
+        "and imports"
+    )
     if t["before"] is not None:
         line += (
-            f", {t['before']:.1f} s in this process before pooltk's command line was imported (Python start-up "
-            "and what it imported first; under bash scripts/main also its setup step, which execs pooltk in "
-            "the same process)"
+            f", {t['before']:.1f} s in this process before pooltk's command line was imported "
+            "(Python start-up and what it imported first; under bash scripts/main also its setup "
+            "step, which execs pooltk in the same process)"
         )
     return line

@@ -75,7 +75,8 @@ class AutomodelPoolPlan:
     """The pooltk config (``pp_recv_buffer_pool_slack`` becomes ``slack``); None unless pooltk."""
 
     schedule: str | None
-    """The schedule pooltk gates on: ``"auto"`` or the block's ``pp_schedule`` (``"1f1b"`` default)."""
+    """The schedule pooltk gates on: ``"auto"`` or the block's ``pp_schedule`` (``"1f1b"``
+    default)."""
 
     pipeline: dict[str, Any] = field(default_factory=dict)
     """The block Automodel should see: the ``pooltk`` sub-block removed and, when pooltk
@@ -139,7 +140,8 @@ def plan(pipeline: Mapping[str, Any] | None) -> AutomodelPoolPlan:
             f"{_KEY}.pp_schedule_csv",
             found=repr(block["pp_schedule_csv"]),
             required="a named schedule when pooltk implements the pool",
-            fix="use pp_schedule (e.g. 1f1b), or set pp_recv_buffer_pool: false for a CSV schedule.",
+            fix="use pp_schedule (e.g. 1f1b), or set pp_recv_buffer_pool: false for a CSV "
+            "schedule.",
         )
     config = PoolConfig(slack=slack, grad_slack=grad_slack, release=release)
     gate = "auto" if schedule == "auto" else str(block.get("pp_schedule") or "1f1b").lower()
@@ -187,7 +189,8 @@ def _pooltk_options(extra: Any) -> tuple[str, int, bool, str]:
         f"{_KEY}.pooltk.schedule",
         schedule,
         SCHEDULES,
-        fix="use '1f1b' (pool 1F1B only, like Automodel) or 'auto' (every schedule pooltk can analyse).",
+        fix="use '1f1b' (pool 1F1B only, like Automodel) or 'auto' (every schedule pooltk can "
+        "analyse).",
     )
     return implementation, grad_slack, release, schedule
 
@@ -219,11 +222,12 @@ def original_pool_installed() -> bool:
 def _refuse_if_original() -> None:
     if original_pool_installed():
         raise TwoPoolsError(
-            f"two receive-buffer pools: found Automodel's own pool ({POOL_MODULE}.install_recv_buffer_pool) "
-            "already installed on torch's PipelineStage classes; required at most one pool per class, and "
-            "Automodel's cannot be undone in this process. Fix: use pooltk through a `pooltk:` block under "
-            "distributed.pipeline (pooltk.integrations.automodel.apply turns Automodel's own flag off), or "
-            "drop the pooltk block to keep Automodel's pool; never both in one process."
+            "two receive-buffer pools: found Automodel's own pool "
+            f"({POOL_MODULE}.install_recv_buffer_pool) already installed on torch's PipelineStage "
+            "classes; required at most one pool per class, and Automodel's cannot be undone in "
+            "this process. Fix: use pooltk through a `pooltk:` block under distributed.pipeline "
+            "(pooltk.integrations.automodel.apply turns Automodel's own flag off), or drop the "
+            "pooltk block to keep Automodel's pool; never both in one process."
         )
 
 
@@ -258,7 +262,8 @@ def _pipeline_of(cfg: Any) -> Mapping[str, Any] | None:
 
 
 def apply(cfg: Any) -> tuple[AutomodelPoolPlan, Any]:
-    """Read ``distributed.pipeline`` of an Automodel config, install pooltk if asked, fix the config.
+    """Read ``distributed.pipeline`` of an Automodel config, install pooltk if asked, fix the
+    config.
 
     ``cfg`` is Automodel's ``ConfigNode`` or the YAML as a dict; it is changed in place to
     the block Automodel must see (:attr:`AutomodelPoolPlan.pipeline`), so Automodel's own
@@ -295,8 +300,9 @@ def main(argv: list[str] | None = None) -> None:
         "nemo_automodel.components.loggers.log_utils", trainer="nemo-automodel", pip=PIP
     )
     cfg = loader.parse_args_and_load_config(None, argv)
-    # Automodel sets its logging up only in the recipe's setup(), after pooltk installs: set up its format and
-    # rank-0 filter first, so pooltk's install line lands in the trainer's log (setup() does it again).
+    # Automodel sets its logging up only in the recipe's setup(), after pooltk installs: set up its
+    # format and rank-0 filter first, so pooltk's install line lands in the trainer's log (setup()
+    # does it again).
     log_utils.setup_logging()
     apply(cfg)
     trainer = recipe.TrainFinetuneRecipeForNextTokenPrediction(cfg)

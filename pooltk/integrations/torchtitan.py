@@ -169,7 +169,8 @@ def _take_pooltk_flags(args: list[str], raw: dict[str, str]) -> list[str]:
 
 
 def force_device(device: str) -> None:
-    """Make torchtitan run on ``device`` (``cpu``); ``auto`` leaves its choice. [Note: torchtitan device]
+    """Make torchtitan run on ``device`` (``cpu``); ``auto`` leaves its
+    choice. [Note: torchtitan device]
 
     Raises:
         InputError: torchtitan's device module was already imported with another device.
@@ -204,12 +205,14 @@ def force_device(device: str) -> None:
             "--pooltk.device",
             found=f"torchtitan already imported with device {found!r}",
             required=f"{device!r} chosen before torchtitan.tools.utils is imported",
-            fix="launch through python -m pooltk.integrations.torchtitan, not after importing torchtitan.",
+            fix="launch through python -m pooltk.integrations.torchtitan, not after importing "
+            "torchtitan.",
         )
 
 
 def install(options: TitanPoolOptions):
-    """Install pooltk in this rank as ``options`` say; returns the InstallReport (None if disabled)."""
+    """Install pooltk in this rank as ``options`` say; returns the InstallReport (None if
+    disabled)."""
     if not options.enable:
         return None
     import pooltk

@@ -1,9 +1,11 @@
-"""Real configs into a :class:`~pooltk.memory.source.Preset`: Automodel YAML and Hugging Face ``config.json``.
+"""Real configs into a :class:`~pooltk.memory.source.Preset`: Automodel YAML and Hugging Face
+``config.json``.
 
 [Note: where the hidden size comes from]
 In this order, the first that answers wins:
 
-1. an explicit override (``Overrides.hidden``: the CLI's ``--hidden``, the explorer's field): they always beat the file;
+1. an explicit override (``Overrides.hidden``: the CLI's ``--hidden``, the explorer's field): they
+   always beat the file;
 2. the file: ``model.config.hidden_size`` or ``model.hidden_size`` (YAML), ``hidden_size``
    (also ``text_config.hidden_size``, ``n_embd``, ``d_model``) in a ``config.json``;
 3. the config class the YAML names in ``model.config._target_``: imported, built with the
@@ -105,7 +107,8 @@ class Overrides:
                     value,
                     low=1,
                     error=MemoryModelError,
-                    fix=f"give {field(name)} as a whole number >= 1; a zero or negative size is never a shape.",
+                    fix=f"give {field(name)} as a whole number >= 1; a zero or negative size is "
+                    "never a shape.",
                 )
 
     def given(self) -> list[str]:
@@ -114,7 +117,8 @@ class Overrides:
 
 
 def field(name: str) -> str:
-    """How an error names an override: ``Overrides.hidden``. The CLI shows its flag instead (``--hidden``)."""
+    """How an error names an override: ``Overrides.hidden``. The CLI shows its flag instead
+    (``--hidden``)."""
     return f"Overrides.{name}"
 
 
@@ -181,7 +185,8 @@ def _parse(text: str, path: Path, kind: str) -> Any:
         except json.JSONDecodeError as exc:
             raise MemoryModelError(
                 "config file",
-                found=f"{str(path)!r}: not valid JSON at line {exc.lineno}, column {exc.colno} ({exc.msg})",
+                found=f"{str(path)!r}: not valid JSON at line {exc.lineno}, column {exc.colno} "
+                f"({exc.msg})",
                 required="a JSON object (a Hugging Face config.json)",
                 fix="fix the syntax at the position given.",
             ) from None
@@ -231,8 +236,8 @@ def read_file(source: str | Path | dict, kind: str) -> tuple[dict, str]:
         raise MemoryModelError(
             "config file",
             found=f"{str(path)!r} holds a {type(cfg).__name__}, not a mapping",
-            required="a mapping (Automodel YAML: distributed / step_scheduler / dataset / model sections; "
-            "config.json: an object with hidden_size)",
+            required="a mapping (Automodel YAML: distributed / step_scheduler / dataset / model "
+            "sections; config.json: an object with hidden_size)",
             fix="see data/configs/ for examples of both.",
         )
     return cfg, str(path)
@@ -268,7 +273,8 @@ def _imported_hidden(target: str, args: dict) -> tuple[tuple[int, Any, str] | No
 
 
 def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
-    """``(hidden, dtype or None, provenance)`` from ``model.config._target_``; None when there is no target.
+    """``(hidden, dtype or None, provenance)`` from ``model.config._target_``; None when there is no
+    target.
 
     See [Note: where the hidden size comes from], steps 3-5.
     """
@@ -295,17 +301,19 @@ def _class_hidden(cfg: dict) -> tuple[int, Any, str] | None:
             hidden,
             values.get("torch_dtype"),
             (
-                f"{target} not importable here ({why}); hidden_size {hidden} from pooltk's table of known model configs: "
-                f"{known.source} (read {known.read_on})"
+                f"{target} not importable here ({why}); hidden_size {hidden} from pooltk's table "
+                f"of known model configs: {known.source} (read {known.read_on})"
             ),
         )
     raise ConfigKeyError(
         "model.config._target_",
-        found=f"{target!r}: not importable here ({why}) and not in pooltk's table of known model configs",
+        found=f"{target!r}: not importable here ({why}) and not in pooltk's table of known model "
+        "configs",
         required="an importable config class, one of the known classes "
-        f"({', '.join(c.class_name for c in KNOWN_MODEL_CONFIGS.values())}), or model.config.hidden_size",
-        fix=f"give {field('hidden')} (e.g. 7168), add hidden_size under model.config, or install the package that "
-        "provides the class.",
+        f"({', '.join(c.class_name for c in KNOWN_MODEL_CONFIGS.values())}), or "
+        "model.config.hidden_size",
+        fix=f"give {field('hidden')} (e.g. 7168), add hidden_size under model.config, or install "
+        "the package that provides the class.",
     )
 
 
@@ -422,8 +430,10 @@ def _batch_shape(cfg: dict, o: Overrides, *, pp: int, micro: int, schedule: str)
         raise ConfigKeyError(
             "step_scheduler.local_batch_size",
             found="nothing (missing), and no distributed.dp_size either",
-            required="step_scheduler.local_batch_size (M = local / micro) or distributed.dp_size (M = global / (dp * micro))",
-            fix=f"add `local_batch_size: 128` under step_scheduler, or give {field('microbatches')}.",
+            required="step_scheduler.local_batch_size (M = local / micro) or distributed.dp_size "
+            "(M = global / (dp * micro))",
+            fix="add `local_batch_size: 128` under step_scheduler, or give "
+            f"{field('microbatches')}.",
         )
     if dp is None:
         if gbs % lbs:
@@ -470,7 +480,8 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
     given = o.given()
     return Preset(
         name=Path(where).stem if where != "<dict>" else "config",
-        title=f"{where}: pp {pp}, {shape.n_microbatches} microbatches, {micro} x {seq} x {hidden} {dtype}",
+        title=f"{where}: pp {pp}, {shape.n_microbatches} microbatches, {micro} x {seq} x {hidden} "
+        f"{dtype}",
         shape=shape,
         boundary=boundary,
         config=PoolConfig(slack=slack),
@@ -479,8 +490,8 @@ def load_automodel_config(source: str | Path | dict, overrides: Overrides | None
         hidden=hidden,
         assumption=(
             f"Each boundary carries one hidden state ({micro}, {seq}, {hidden}) {dtype} per "
-            "microbatch and direction (a lower bound when the model sends more across a stage boundary)."
-            + _pool_note(cfg)
+            "microbatch and direction (a lower bound when the model sends more across a stage "
+            "boundary)." + _pool_note(cfg)
         ),
         figures=(),
         sources=(where,)
@@ -520,7 +531,10 @@ def _pool_note(cfg: dict) -> str:
     """What the preset's assumption adds when the YAML does not turn the pool on."""
     if lookup(cfg, "distributed.pipeline.pp_recv_buffer_pool") is True:
         return ""
-    return " The config does not enable distributed.pipeline.pp_recv_buffer_pool: its run allocates stock."
+    return (
+        " The config does not enable distributed.pipeline.pp_recv_buffer_pool: its run allocates "
+        "stock."
+    )
 
 
 _HIDDEN_KEYS = ("hidden_size", "text_config.hidden_size", "n_embd", "d_model")
@@ -528,7 +542,8 @@ _DTYPE_KEYS = ("torch_dtype", "dtype", "text_config.torch_dtype", "text_config.d
 
 
 def load_hf_config(source: str | Path | dict, overrides: Overrides | None = None) -> Preset:
-    """A :class:`Preset` from a Hugging Face ``config.json`` plus the pipeline given in ``overrides``.
+    """A :class:`Preset` from a Hugging Face ``config.json`` plus the pipeline given in
+    ``overrides``.
 
     The file gives the hidden size (``hidden_size``, ``text_config.hidden_size``, ``n_embd`` or
     ``d_model``) and the dtype (``torch_dtype`` / ``dtype``, default bfloat16); a config.json says
@@ -547,14 +562,15 @@ def load_hf_config(source: str | Path | dict, overrides: Overrides | None = None
     boundary = _hidden_boundary(cfg, _DTYPE_KEYS, o, (micro, o.seq_len, hidden))
     return Preset(
         name=Path(where).parent.name or Path(where).stem if where != "<dict>" else "config.json",
-        title=f"{where}: pp {o.pp}, {shape.n_microbatches} microbatches, {micro} x {o.seq_len} x {hidden} "
-        f"{boundary.activations[0].dtype}",
+        title=f"{where}: pp {o.pp}, {shape.n_microbatches} microbatches, {micro} x {o.seq_len} x "
+        f"{hidden} {boundary.activations[0].dtype}",
         shape=shape,
         boundary=boundary,
         config=PoolConfig(),
         seq_len=o.seq_len,
         hidden=hidden,
-        assumption=f"Each boundary carries one hidden state ({micro}, {o.seq_len}, {hidden}) per microbatch and direction.",
+        assumption=f"Each boundary carries one hidden state ({micro}, {o.seq_len}, {hidden}) per "
+        "microbatch and direction.",
         figures=(),
         sources=(
             where,
@@ -567,12 +583,13 @@ def load_hf_config(source: str | Path | dict, overrides: Overrides | None = None
 def pipeline_from_overrides(
     o: Overrides, *, what: str = "pipeline shape", why: str = "", needs: tuple[str, ...] = ()
 ) -> tuple[PipelineShape, int]:
-    """``(shape, rows per microbatch)`` from overrides alone: the one place a shape is built from fields.
+    """``(shape, rows per microbatch)`` from overrides alone: the one place a shape is built from
+    fields.
 
     Needs ``pp`` and ``seq_len``, and either ``microbatches`` (rows default 1) or all of
-    ``global_batch``, ``micro_batch`` and ``dp`` (``M = global / (dp * micro)``), not both. Errors name
-    the fields (``Overrides.pp``); the CLI shows them as its flags. ``needs``: further fields the caller
-    requires, reported in the same error.
+    ``global_batch``, ``micro_batch`` and ``dp`` (``M = global / (dp * micro)``), not both. Errors
+    name the fields (``Overrides.pp``); the CLI shows them as its flags. ``needs``: further fields
+    the caller requires, reported in the same error.
     """
     missing = [field(f) for f in ("pp", "seq_len", *needs) if getattr(o, f) is None]
     batch = {"global_batch": o.global_batch, "micro_batch": o.micro_batch, "dp": o.dp}
@@ -583,8 +600,9 @@ def pipeline_from_overrides(
         raise MemoryModelError(
             what,
             found=f"no {', '.join(missing)}",
-            required=f"{', '.join(field(f) for f in ('pp', 'seq_len', *needs))} and {field('microbatches')}, or {field('global_batch')} + "
-            f"{field('micro_batch')} + {field('dp')}" + (f" ({why})" if why else ""),
+            required=f"{', '.join(field(f) for f in ('pp', 'seq_len', *needs))} and "
+            f"{field('microbatches')}, or {field('global_batch')} + {field('micro_batch')} + "
+            f"{field('dp')}" + (f" ({why})" if why else ""),
             fix="e.g. "
             + " ".join(
                 f"{field(f)}={v}"
@@ -617,15 +635,18 @@ def pipeline_from_overrides(
 
 
 def config_json_pipeline(o: Overrides) -> tuple[PipelineShape, int]:
-    """:func:`pipeline_from_overrides` for a config.json, which describes the model, not the pipeline."""
+    """:func:`pipeline_from_overrides` for a config.json, which describes the model, not the
+    pipeline."""
     why = "a config.json describes the model, not the pipeline"
     return pipeline_from_overrides(o, what="pipeline shape for a config.json", why=why)
 
 
 def load_overrides(o: Overrides) -> Preset:
-    """A :class:`Preset` from overrides alone (the CLI's explicit shape flags): one hidden state each way.
+    """A :class:`Preset` from overrides alone (the CLI's explicit shape flags): one hidden state
+    each way.
 
-    Needs ``hidden`` besides what :func:`pipeline_from_overrides` needs; ``dtype`` defaults to bfloat16.
+    Needs ``hidden`` besides what :func:`pipeline_from_overrides` needs; ``dtype`` defaults to
+    bfloat16.
     """
     shape, rows = pipeline_from_overrides(o, what="explicit shape", needs=("hidden",))
     boundary = Boundary.hidden_state(
@@ -639,15 +660,16 @@ def load_overrides(o: Overrides) -> Preset:
         config=PoolConfig(),
         seq_len=o.seq_len,
         hidden=o.hidden,
-        assumption=f"one hidden state ({rows}, {o.seq_len}, {o.hidden}) per microbatch and direction",
+        assumption=f"one hidden state ({rows}, {o.seq_len}, {o.hidden}) per microbatch and "
+        "direction",
         figures=(),
         sources=("command-line flags",),
     )
 
 
 def load_config(source: str | Path | dict, overrides: Overrides | None = None) -> Preset:
-    """Either reader, chosen by the file: ``.json`` (or a dict with ``hidden_size`` at the top and no
-    ``distributed`` section) is a Hugging Face config.json, anything else an Automodel YAML."""
+    """Either reader, chosen by the file: ``.json`` (or a dict with ``hidden_size`` at the top and
+    no ``distributed`` section) is a Hugging Face config.json, anything else an Automodel YAML."""
     if isinstance(source, dict):
         hf = (
             "distributed" not in source

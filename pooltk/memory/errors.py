@@ -1,4 +1,5 @@
-"""The memory model's error type and its integer check: every message says found / required / fix."""
+"""The memory model's error type and its integer check: every message says found / required /
+fix."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ __all__ = ["MemoryModelError", "UnpoolableScheduleError"]
 
 
 class MemoryModelError(InputError):
-    """Bad input to the memory model. The message says what was found, what is required, and the fix.
+    """Bad input to the memory model. The message says what was found, what is required, and the
+    fix.
 
     An :class:`pooltk._validate.InputError` (so a ``ValueError``) with the fields ``what``,
     ``found``, ``required`` and ``fix``; here the fix is never left out.

@@ -60,8 +60,8 @@ _K3 = KnownModelConfig(
         }
     ),
     source=(
-        "nemo-automodel 0.7.0 from the package index (nemo_automodel-0.7.0-py3-none-any.whl, sha256 "
-        "37b8397a73c17e4a8bffd0cd3becc0507abecc1ebfea3b3eb6468eed57ba6674), "
+        "nemo-automodel 0.7.0 from the package index (nemo_automodel-0.7.0-py3-none-any.whl, "
+        "sha256 37b8397a73c17e4a8bffd0cd3becc0507abecc1ebfea3b3eb6468eed57ba6674), "
         "nemo_automodel/components/models/kimi_k3/config.py, KimiK3TextConfig.__init__ defaults; "
         "the class sets no torch_dtype default"
     ),

@@ -1,8 +1,8 @@
 """The receive-buffer memory model: bytes per stage, direction and rank, stock vs pooled.
 
 Given a pipeline shape (pp ranks, stages per rank, microbatches ``M``, schedule), the tensors that
-cross each stage boundary (they may differ per boundary), a :class:`~pooltk.config.PoolConfig` and the
-ring policy (``tight``, pooltk's; ``automodel``, Automodel's single ring) and sharing to model,
+cross each stage boundary (they may differ per boundary), a :class:`~pooltk.config.PoolConfig` and
+the ring policy (``tight``, pooltk's; ``automodel``, Automodel's single ring) and sharing to model,
 :func:`model_memory` gives for every stage and direction how many receive-buffer sets, and how many
 bytes, each variant holds (:data:`~pooltk.memory.results.VARIANTS`: stock torch <= 2.14 and >= 2.15,
 2.15 with pooltk's last-stage release, the two ring policies, the live set, the config's policy),
@@ -24,9 +24,9 @@ holds. The rings are the one slack rule on the smallest safe ring
 (:func:`pooltk.pool.ring.ring_size`), the arithmetic the pool itself runs, so the model
 cannot drift from the pool; Automodel's single ring is asked of :func:`automodel_ring` alone.
 Nothing here hard-codes an in-flight depth. The whole-stage replay (:mod:`pooltk.memory.replay`)
-reads the same records. Bytes are ``sets x set_bytes`` where a set is every tensor crossing one boundary for
-one microbatch. Stage ``i`` receives activations over boundary ``i - 1`` (stage ``i - 1``
--> ``i``) and gradients over boundary ``i`` (stage ``i + 1`` -> ``i``): stage 0 has no
+reads the same records. Bytes are ``sets x set_bytes`` where a set is every tensor crossing one
+boundary for one microbatch. Stage ``i`` receives activations over boundary ``i - 1`` (stage
+``i - 1`` -> ``i``) and gradients over boundary ``i`` (stage ``i + 1`` -> ``i``): stage 0 has no
 forward receives and the last stage no gradient receives.
 
 Multi-stage schedules (Interleaved1F1B, LoopedBFS, zero-bubble, V) are modelled as
@@ -98,7 +98,8 @@ __all__ = [
 
 
 def receive_rows(shape: PipelineShape, source: LiveSource = "schedule") -> tuple[ReceiveSets, ...]:
-    """The :class:`~pooltk.analysis.stage_sets.ReceiveSets` of every (stage, direction) of ``shape``.
+    """The :class:`~pooltk.analysis.stage_sets.ReceiveSets` of every (stage, direction) of
+    ``shape``.
 
     See [Note: live-set sources]. A shape torch's schedule refuses, an unknown source, or the
     closed forms asked of a multi-stage schedule is a :class:`MemoryModelError` naming the reason.
@@ -145,8 +146,8 @@ def _boundaries(boundaries: Boundary | Sequence[Boundary], n_stages: int) -> tup
         raise MemoryModelError(
             "boundaries",
             found=f"{n} ({type(boundaries).__name__})",
-            required=f"one Boundary for every boundary, or a list of stages - 1 = {n_stages - 1} Boundary objects "
-            "(boundary b carries stage b -> b + 1)",
+            required=f"one Boundary for every boundary, or a list of stages - 1 = {n_stages - 1} "
+            "Boundary objects (boundary b carries stage b -> b + 1)",
             fix="pass a single Boundary when every stage boundary carries the same tensors.",
         )
     return found
@@ -154,18 +155,20 @@ def _boundaries(boundaries: Boundary | Sequence[Boundary], n_stages: int) -> tup
 
 POLICIES: tuple[str, ...] = ("tight", "automodel")
 """Ring policies the model's ``pooled`` column can follow: ``tight`` (pooltk's rule, per direction,
-:func:`pooltk.pool.ring.ring_size`) or ``automodel`` (Automodel's single ring, :func:`automodel_ring`;
-1F1B only)."""
+:func:`pooltk.pool.ring.ring_size`) or ``automodel`` (Automodel's single ring,
+:func:`automodel_ring`; 1F1B only)."""
 SHARINGS: tuple[str, ...] = ("rank", "stage")
-"""``rank``: a rank's stages with the same boundary tensors share one ring per direction ([Note: rank-shared
-rings]); ``stage``: one ring per (stage, direction)."""
+"""``rank``: a rank's stages with the same boundary tensors share one ring per direction
+([Note: rank-shared rings]); ``stage``: one ring per (stage, direction)."""
 
 
 def automodel_ring(num_stages: int, stage: int, n_microbatches: int, slack: int) -> int:
-    """Sets of Automodel's released single ring for one stage (both directions): the ONE place it is computed.
+    """Sets of Automodel's released single ring for one stage (both directions): the ONE place it is
+    computed.
 
-    ``max(2, min(M, max(1, N - i) + slack))``. Raises ValueError (an :class:`~pooltk._validate.InputError`)
-    unless (N, i, M) describe a real stage and ``slack`` is an integer >= 0.
+    ``max(2, min(M, max(1, N - i) + slack))``. Raises ValueError (an
+    :class:`~pooltk._validate.InputError`) unless (N, i, M) describe a real stage and ``slack`` is
+    an integer >= 0.
     """
     check_int("num_stages", num_stages, low=1)
     check_int("n_microbatches", n_microbatches, low=1)
@@ -191,8 +194,8 @@ def _row(
 
     ``tight`` is the one slack rule on the smallest safe ring (:func:`pooltk.pool.ring.ring_size`),
     exactly what the pool keeps; ``automodel`` is :func:`automodel_ring` on 1F1B and stock elsewhere
-    (Automodel's pool pools 1F1B only); ``pooled`` is the one ``policy`` names. Where the pool stands
-    down (GPipe) every ring column is stock.
+    (Automodel's pool pools 1F1B only); ``pooled`` is the one ``policy`` names. Where the pool
+    stands down (GPipe) every ring column is stock.
     """
     n, m, i = shape.num_stages, shape.n_microbatches, r.stage
     if not shape.poolable:
@@ -220,14 +223,16 @@ def _row(
         tight_sets=tight,
         live_sets=r.live,
         stock_lazy_sets=r.stock_lazy,
-        # pooltk's last-stage release is part of the pool: where the pool stands down, torch keeps what it keeps.
+        # pooltk's last-stage release is part of the pool: where the pool stands down, torch keeps
+        # what it keeps.
         lazy_released_sets=r.lazy_released if shape.poolable else r.stock_lazy,
         pooled_sets=automodel if policy == "automodel" else tight,
     )
 
 
 def _lifetimes(shape: PipelineShape) -> tuple[object, tuple[object, ...]]:
-    """The analysed program and lifetimes of a multi-stage shape, for the rank-shared rings (cached by the analysis)."""
+    """The analysed program and lifetimes of a multi-stage shape, for the rank-shared rings (cached
+    by the analysis)."""
     from pooltk.analysis.lifetimes import ScheduleShape, analyse
 
     return analyse(
@@ -277,9 +282,11 @@ def _checked(
     if not shape.poolable and unpoolable == "error":
         raise UnpoolableScheduleError(
             f"schedule {shape.schedule!r}",
-            found="a schedule whose in-flight depth is not bounded below M (every forward buffer stays live until the backwards start)",
+            found="a schedule whose in-flight depth is not bounded below M (every forward buffer "
+            "stays live until the backwards start)",
             required="'1f1b' or a multi-stage schedule for a pooled model",
-            fix="use 1f1b, or pass unpoolable='stock' (CLI: --allow-unpoolable) to see stock and live-set bytes with the pool standing down.",
+            fix="use 1f1b, or pass unpoolable='stock' (CLI: --allow-unpoolable) to see stock and "
+            "live-set bytes with the pool standing down.",
         )
     return config
 
@@ -303,8 +310,8 @@ def model_memory(
         config: slack and grad slack (default ``PoolConfig()``).
         policy: the ring the ``pooled`` column keeps: ``"tight"`` (pooltk's rule) or ``"automodel"``
             (Automodel's single ring, 1F1B only); see :data:`POLICIES`.
-        sharing: ``"rank"`` (a rank's stages share rings where their boundaries carry the same tensors)
-            or ``"stage"`` (one ring per stage and direction); see :data:`SHARINGS`.
+        sharing: ``"rank"`` (a rank's stages share rings where their boundaries carry the same
+            tensors) or ``"stage"`` (one ring per stage and direction); see :data:`SHARINGS`.
         unpoolable: for a schedule the pool must not touch (GPipe): ``"error"`` raises
             :class:`UnpoolableScheduleError`; ``"stock"`` models the pool standing down
             (every ring column equals stock), as Automodel does when it warns and skips.

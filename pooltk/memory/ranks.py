@@ -14,8 +14,8 @@ Per stage, a shared ring has no honest share: a slot serves whichever of the ran
 receives next, so the model gives rank-shared rings at the rank only (variants
 :data:`RANK_VARIANTS`), never split over stages. The per-stage ``pooled`` column is the
 per-stage ring (what ``sharing="stage"`` keeps); the rank's ``pooled`` follows
-the model's ``sharing``. A ring with one stage (every single-stage schedule, or a boundary only one of
-the rank's stages has) is that stage's per-stage ring, so for 1F1B both views agree.
+the model's ``sharing``. A ring with one stage (every single-stage schedule, or a boundary only one
+of the rank's stages has) is that stage's per-stage ring, so for 1F1B both views agree.
 
 A (stage, direction) fed by a same-rank handoff (the V schedules' turn) receives nothing and
 joins no ring.
@@ -38,13 +38,15 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["RANK_VARIANTS", "RingMemory", "boundary_key", "rank_rings_for"]
 
 RANK_VARIANTS: tuple[str, ...] = ("shared", "rank_live")
-"""Rank-level variants: ``shared`` the rank-shared rings (``K = live + slack`` per ring), ``rank_live``
-the rank's live set (the peak overlap of each ring's receives: no shared pool can hold fewer)."""
+"""Rank-level variants: ``shared`` the rank-shared rings (``K = live + slack`` per ring),
+``rank_live`` the rank's live set (the peak overlap of each ring's receives: no shared pool can hold
+fewer)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class RingMemory:
-    """One ring a rank keeps for one direction and one set of boundary tensors. See [Note: bytes per rank]."""
+    """One ring a rank keeps for one direction and one set of boundary tensors.
+    See [Note: bytes per rank]."""
 
     rank: int
     """Rank that holds the ring."""
@@ -57,7 +59,8 @@ class RingMemory:
     tensors: tuple[tuple[tuple[int, ...], str], ...]
     """(shape, dtype) of each tensor in a set: the key stages share a ring by."""
     live: int
-    """Peak overlap of the stages' receive lifetimes on the rank (per-stage live set for one stage)."""
+    """Peak overlap of the stages' receive lifetimes on the rank (per-stage live set for one
+    stage)."""
     receives: int
     """Receives into the ring in one step."""
     size: int
@@ -77,12 +80,14 @@ class RingMemory:
 
 
 def boundary_key(tensors: Sequence[TensorSpec]) -> tuple[tuple[tuple[int, ...], str], ...]:
-    """What decides whether two receives may share a ring: each tensor's shape and dtype (names do not matter)."""
+    """What decides whether two receives may share a ring: each tensor's shape and dtype (names do
+    not matter)."""
     return tuple((tuple(t.shape), t.dtype) for t in tensors)
 
 
 def _tensors(bounds: Sequence[Boundary], stage: int, direction: str) -> tuple[TensorSpec, ...]:
-    """The tensors (stage, direction) receives: boundary ``stage - 1`` forward, boundary ``stage`` grads."""
+    """The tensors (stage, direction) receives: boundary ``stage - 1`` forward, boundary ``stage``
+    grads."""
     return bounds[stage - 1].activations if direction == "forward" else bounds[stage].grad_tensors
 
 

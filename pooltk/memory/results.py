@@ -1,18 +1,22 @@
-"""The memory model's results: sets and bytes per (stage, direction), per rank and variant, as tables and JSON.
+"""The memory model's results: sets and bytes per (stage, direction), per rank and variant, as
+tables and JSON.
 
 Variants (:data:`VARIANTS`) say what holds the buffers:
 
-- ``stock``          stock ``torch.distributed.pipelining`` <= 2.14: one set per microbatch, allocated up front,
-- ``stock_lazy``     stock torch >= 2.15 (lazy receive buffers): the live set, but all ``M`` forward on
-                     the last stage ([Note: lazy receive buffers] in :mod:`pooltk.analysis.stage_sets`),
+- ``stock``          stock ``torch.distributed.pipelining`` <= 2.14: one set per microbatch,
+                     allocated up front,
+- ``stock_lazy``     stock torch >= 2.15 (lazy receive buffers): the live set, but all ``M`` forward
+                     on the last stage ([Note: lazy receive buffers] in
+                     :mod:`pooltk.analysis.stage_sets`),
 - ``lazy_released``  torch >= 2.15 with pooltk's last-stage release: the live set everywhere,
 - ``automodel``      the original single-ring policy (one ``K`` for both directions),
 - ``tight``          pooltk's per-direction rings,
-- ``live_set``       the most sets ever live at once, walked from the schedule's action order: no pool
-                     can hold fewer,
-- ``pooled``         per stage: the ring the model's policy keeps for the stage alone (1F1B: ``automodel`` or
-                     ``tight``; multi-stage schedules: ``install(schedule="auto")``'s ring); per rank: the
-                     rank-shared rings under ``sharing="rank"``, the per-stage rings under ``"stage"``.
+- ``live_set``       the most sets ever live at once, walked from the schedule's action order: no
+                     pool can hold fewer,
+- ``pooled``         per stage: the ring the model's policy keeps for the stage alone (1F1B:
+                     ``automodel`` or ``tight``; multi-stage schedules:
+                     ``install(schedule="auto")``'s ring); per rank: the rank-shared rings under
+                     ``sharing="rank"``, the per-stage rings under ``"stage"``.
 
 Rank-level only (:data:`~pooltk.memory.ranks.RANK_VARIANTS`, [Note: bytes per rank] in
 :mod:`pooltk.memory.ranks`): ``shared`` (rank-shared rings) and ``rank_live`` (the rank's live set).
@@ -47,8 +51,8 @@ VARIANTS: tuple[str, ...] = (
     "live_set",
     "pooled",
 )
-"""What holds the buffers: stock torch (<= 2.14 and >= 2.15), 2.15 with the last-stage release, the two
-ring policies, the live-set minimum, and the model's policy."""
+"""What holds the buffers: stock torch (<= 2.14 and >= 2.15), 2.15 with the last-stage release, the
+two ring policies, the live-set minimum, and the model's policy."""
 
 VARIANT_LABELS: dict[str, str] = {
     "stock": "stock",
@@ -61,7 +65,8 @@ VARIANT_LABELS: dict[str, str] = {
     "shared": "rank-shared",
     "rank_live": "rank live",
 }
-"""Column headers for tables (``stock-lazy``: torch >= 2.15 as shipped; ``lazy-released``: with pooltk's release)."""
+"""Column headers for tables (``stock-lazy``: torch >= 2.15 as shipped; ``lazy-released``: with
+pooltk's release)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -84,17 +89,22 @@ class DirectionMemory:
     automodel_sets: int
     """Sets of the original single ring ``max(2, min(M, max(1, N - i) + slack))``."""
     tight_sets: int
-    """Sets of pooltk's tight ring (forward ``min(M, W + slack)``, grad ``min(M, 1 + grad_slack)``)."""
+    """Sets of pooltk's tight ring (forward ``min(M, W + slack)``, grad
+    ``min(M, 1 + grad_slack)``)."""
     live_sets: int
-    """Most sets live at once, walked from the schedule (:func:`pooltk.analysis.lifetimes.live_sets`)."""
+    """Most sets live at once, walked from the schedule
+    (:func:`pooltk.analysis.lifetimes.live_sets`)."""
     stock_lazy_sets: int
-    """Sets stock torch >= 2.15 holds at its peak (lazy receive buffers): the live set, except all ``M``
-    forward on the last stage. See [Note: lazy receive buffers] in :mod:`pooltk.analysis.stage_sets`."""
+    """Sets stock torch >= 2.15 holds at its peak (lazy receive buffers): the live set, except all
+    ``M`` forward on the last stage. See [Note: lazy receive buffers] in
+    :mod:`pooltk.analysis.stage_sets`."""
     lazy_released_sets: int
-    """Sets torch >= 2.15 holds once pooltk's last-stage release drops what the schedule keeps: the live set."""
+    """Sets torch >= 2.15 holds once pooltk's last-stage release drops what the schedule keeps: the
+    live set."""
     pooled_sets: int
-    """Sets of the stage's own ring under the model's policy (stock, when the schedule cannot be pooled).
-    Under ``sharing="rank"`` a rank's stages may share rings instead: see :meth:`MemoryModel.rank_bytes`."""
+    """Sets of the stage's own ring under the model's policy (stock, when the schedule cannot be
+    pooled). Under ``sharing="rank"`` a rank's stages may share rings instead: see
+    :meth:`MemoryModel.rank_bytes`."""
 
     def sets(self, variant: str) -> int:
         """Sets held by ``variant`` (one of :data:`VARIANTS`)."""
@@ -162,20 +172,23 @@ class MemoryModel:
     policy: str
     """``tight`` or ``automodel``: the ring the per-stage ``pooled`` column keeps."""
     sharing: str
-    """``rank`` or ``stage``: whether a rank's ``pooled`` is its rank-shared rings or its stages' own."""
+    """``rank`` or ``stage``: whether a rank's ``pooled`` is its rank-shared rings or its stages'
+    own."""
     boundaries: tuple[Boundary, ...]
     """Boundary ``b`` (``N - 1`` of them) carries stage ``b`` -> ``b + 1``."""
     rows: tuple[DirectionMemory, ...]
     """One row per (stage, direction), stage-major, forward before grad."""
     rings: tuple[RingMemory, ...]
-    """Every rank's rings under rank sharing (:mod:`pooltk.memory.ranks`), by (rank, direction, first stage)."""
+    """Every rank's rings under rank sharing (:mod:`pooltk.memory.ranks`), by (rank, direction,
+    first stage)."""
     pool_active: bool
     """False when the schedule cannot be pooled and the model shows the pool standing down."""
     live_source: str = "schedule"
     """Where ``live_sets`` came from: ``"schedule"`` (walked) or ``"formula"``."""
 
     def describe(self) -> str:
-        """One line such as ``tight slack=2 grad_slack=1`` (``sharing=stage`` added when not per rank)."""
+        """One line such as ``tight slack=2 grad_slack=1`` (``sharing=stage`` added when not per
+        rank)."""
         text = f"{self.policy} slack={self.config.slack}" + (
             f" grad_slack={self.config.grad_slack}" if self.policy == "tight" else ""
         )
@@ -214,10 +227,11 @@ class MemoryModel:
         return sum(r.bytes(variant) for r in self.rows)
 
     def peak_stage_bytes(self, variant: str = "pooled") -> int:
-        """The largest per-stage total (the fullest GPU under single-stage schedules; see :meth:`peak_rank_bytes`)."""
+        """The largest per-stage total (the fullest GPU under single-stage schedules; see
+        :meth:`peak_rank_bytes`)."""
         return max(self.stage_bytes(i, variant) for i in range(self.shape.num_stages))
 
-    # ----------------------------------------------------------------- ranks ([Note: bytes per rank])
+    # --------------------------------------------------------------- ranks ([Note: bytes per rank])
 
     def rank_stages(self, rank: int) -> tuple[int, ...]:
         """The stages ``rank`` runs, ascending."""
@@ -236,7 +250,8 @@ class MemoryModel:
         return tuple(g for g in self.rings if g.rank == rank)
 
     def rank_bytes(self, rank: int, variant: str = "pooled") -> int:
-        """What ``rank`` holds under ``variant`` (:data:`VARIANTS` or :data:`RANK_VARIANTS`), both directions.
+        """What ``rank`` holds under ``variant`` (:data:`VARIANTS` or :data:`RANK_VARIANTS`), both
+        directions.
 
         Per-stage variants sum the rank's stages; ``shared`` and ``rank_live`` sum its rings;
         ``pooled`` is ``shared`` under ``sharing == "rank"``, else the per-stage rings.
@@ -267,8 +282,9 @@ class MemoryModel:
         }
 
     def expected_rank_bytes(self) -> dict[int, ExpectedBytes]:
-        """``{rank: ExpectedBytes}``: what a per-rank measurement (distinct storages over the rank's stages)
-        should find; ``pooled`` follows ``sharing`` ([Note: bytes per rank] in :mod:`pooltk.memory.ranks`)."""
+        """``{rank: ExpectedBytes}``: what a per-rank measurement (distinct storages over the rank's
+        stages) should find; ``pooled`` follows ``sharing`` ([Note: bytes per rank] in
+        :mod:`pooltk.memory.ranks`)."""
         out = {}
         for rank in range(self.shape.pp):
             stock = sum(
@@ -338,9 +354,10 @@ class MemoryModel:
         return pd.DataFrame.from_records(records)
 
     def per_rank_frame(self, unit: str = "gib") -> pd.DataFrame:
-        """Wide: one row per rank with its ``stages``, memory per variant in ``unit`` (``<variant>_<unit>``
-        for :data:`VARIANTS` and :data:`RANK_VARIANTS`; ``pooled`` follows ``sharing``),
-        ``rings`` and ``shared_slots`` (sets of the rank-shared rings), and ``saved_<unit>`` (stock - pooled)."""
+        """Wide: one row per rank with its ``stages``, memory per variant in ``unit``
+        (``<variant>_<unit>`` for :data:`VARIANTS` and :data:`RANK_VARIANTS`; ``pooled`` follows
+        ``sharing``), ``rings`` and ``shared_slots`` (sets of the rank-shared rings), and
+        ``saved_<unit>`` (stock - pooled)."""
         import pandas as pd
 
         scale = unit_bytes(unit)
@@ -362,7 +379,8 @@ class MemoryModel:
         return pd.DataFrame.from_records(records)
 
     def boundaries_frame(self) -> pd.DataFrame:
-        """One row per boundary ``b`` (stage ``b`` -> ``b + 1``): forward and grad MiB per set and the tensors."""
+        """One row per boundary ``b`` (stage ``b`` -> ``b + 1``): forward and grad MiB per set and
+        the tensors."""
         import pandas as pd
 
         return pd.DataFrame.from_records(
@@ -431,7 +449,8 @@ def _boundary_record(b: Boundary) -> dict[str, Any]:
 
 
 def _row_record(r: DirectionMemory) -> dict[str, Any]:
-    """:meth:`MemoryModel.to_dict`'s entry of one stage and direction: sets and bytes per variant."""
+    """:meth:`MemoryModel.to_dict`'s entry of one stage and direction: sets and bytes per
+    variant."""
     return {
         "stage": r.stage,
         "rank": r.rank,

@@ -2,8 +2,8 @@
 
 The schedule is spelled once (:func:`pooltk.analysis.catalog.schedule_key`). 1F1B is pooled by name
 (the pool's allowlist, :data:`pooltk.analysis.catalog.ALLOWLIST`); the multi-stage schedules of
-:data:`pooltk.analysis.catalog.CATALOG` are pooled as ``pooltk.install(schedule="auto")`` pools them,
-from their own action order; GPipe is modelled stock-only. So the model and the pool's gating
+:data:`pooltk.analysis.catalog.CATALOG` are pooled as ``pooltk.install(schedule="auto")`` pools
+them, from their own action order; GPipe is modelled stock-only. So the model and the pool's gating
 cannot disagree about which schedules are poolable.
 """
 
@@ -34,22 +34,26 @@ pooled by name, the multi-stage ones pooled from their action order (``schedule=
 stock-only (its in-flight depth is M)."""
 
 STOCK_ONLY: frozenset[str] = frozenset({schedule_key("GPipe")})
-"""Schedules the model shows with the pool standing down: every forward buffer stays live until the backwards start."""
+"""Schedules the model shows with the pool standing down: every forward buffer stays live until the
+backwards start."""
 
 
 def modelled_schedule(name: str) -> str:
-    """The :func:`~pooltk.analysis.catalog.schedule_key` of ``name`` if the model covers it (``"1f1b"``,
-    ``"interleaved1f1b"``, ``"gpipe"``, ...).
+    """The :func:`~pooltk.analysis.catalog.schedule_key` of ``name`` if the model covers it
+    (``"1f1b"``, ``"interleaved1f1b"``, ``"gpipe"``, ...).
 
-    Raises :class:`UnpoolableScheduleError` for a name outside :data:`pooltk.analysis.catalog.CATALOG`.
+    Raises :class:`UnpoolableScheduleError` for a name outside
+    :data:`pooltk.analysis.catalog.CATALOG`.
     """
     key = schedule_key(str(name))
     if key not in MODELLED:
         raise UnpoolableScheduleError(
             "schedule",
             found=repr(name),
-            required=f"one of {', '.join(CATALOG)} (any spelling torch's get_schedule_class accepts)",
-            fix="name a torch schedule pooltk analyses; `pooltk schedules` lists what this torch ships.",
+            required=f"one of {', '.join(CATALOG)} (any spelling torch's get_schedule_class "
+            "accepts)",
+            fix="name a torch schedule pooltk analyses; `pooltk schedules` lists what this torch "
+            "ships.",
         )
     return key
 
@@ -83,7 +87,8 @@ def microbatches_from_batch(
                 "global_batch / (dp * micro_batch)",
                 found=f"{gbs} / ({dp} * {mbs}) = {gbs / (dp * mbs):g}",
                 required="a whole number of microbatches",
-                fix=f"choose a global batch that is a multiple of dp * micro_batch = {dp * mbs}, or another micro batch.",
+                fix=f"choose a global batch that is a multiple of dp * micro_batch = {dp * mbs}, "
+                "or another micro batch.",
             )
         return gbs // (dp * mbs)
     lbs = positive_int(
@@ -111,16 +116,18 @@ class PipelineShape:
     """The pipeline: how many stages, how many microbatches per step, which schedule."""
 
     pp: int
-    """Pipeline-parallel size: ranks (one stage each under single-stage schedules, so ``N`` stages)."""
+    """Pipeline-parallel size: ranks (one stage each under single-stage schedules, so ``N``
+    stages)."""
     n_microbatches: int
     """Microbatches per pipeline step ``M``."""
     schedule: str = "1f1b"
-    """Any schedule of :data:`pooltk.analysis.catalog.CATALOG`, any spelling torch uses: ``"1f1b"`` (pooled),
-    multi-stage ones such as ``"interleaved1f1b"`` (pooled as ``schedule="auto"`` pools them), ``"gpipe"``
-    (stock-only)."""
+    """Any schedule of :data:`pooltk.analysis.catalog.CATALOG`, any spelling torch uses: ``"1f1b"``
+    (pooled), multi-stage ones such as ``"interleaved1f1b"`` (pooled as ``schedule="auto"`` pools
+    them), ``"gpipe"`` (stock-only)."""
     stages_per_rank: int | None = None
-    """Stages each rank runs (virtual pipeline size). ``None``: the schedule's own (1 for single-stage
-    schedules, 2 for the others); single-stage schedules take 1 only, the V schedules 2 only."""
+    """Stages each rank runs (virtual pipeline size). ``None``: the schedule's own (1 for
+    single-stage schedules, 2 for the others); single-stage schedules take 1 only, the V schedules 2
+    only."""
     global_batch: int | None = None
     """Global batch in rows, when the shape was derived from batch sizes (display only)."""
     micro_batch: int | None = None
@@ -147,8 +154,12 @@ class PipelineShape:
             raise MemoryModelError(
                 "stages_per_rank",
                 found=f"{vpp} under {_BY_KEY[canon]}",
-                required=f"{fixed} ({'a single-stage schedule' if fixed == 1 else 'a V schedule: two stages per rank'})",
-                fix=f"leave it out, or use a multi-stage schedule such as Interleaved1F1B for {vpp} stages per rank.",
+                required=f"{fixed} ("
+                f"""{
+                    "a single-stage schedule" if fixed == 1 else "a V schedule: two stages per rank"
+                })""",
+                fix="leave it out, or use a multi-stage schedule such as Interleaved1F1B for "
+                f"{vpp} stages per rank.",
             )
         object.__setattr__(self, "stages_per_rank", vpp)
         if canon == "1f1b" and self.n_microbatches < self.pp:
@@ -156,7 +167,8 @@ class PipelineShape:
                 "n_microbatches under 1F1B",
                 found=f"M={self.n_microbatches} microbatches with pp={self.pp} stages",
                 required="M >= pp (torch's Schedule1F1B refuses fewer microbatches than stages)",
-                fix=f"use at least {self.pp} microbatches (a larger global batch or a smaller micro batch), or fewer stages.",
+                fix=f"use at least {self.pp} microbatches (a larger global batch or a smaller "
+                "micro batch), or fewer stages.",
             )
 
     @classmethod
@@ -171,7 +183,8 @@ class PipelineShape:
         schedule: str = "1f1b",
         stages_per_rank: int | None = None,
     ) -> PipelineShape:
-        """The shape whose ``M`` follows from the batch sizes (see :func:`microbatches_from_batch`)."""
+        """The shape whose ``M`` follows from the batch sizes (see
+        :func:`microbatches_from_batch`)."""
         m = microbatches_from_batch(
             global_batch=global_batch, micro_batch=micro_batch, dp=dp, local_batch=local_batch
         )
@@ -193,12 +206,14 @@ class PipelineShape:
 
     @property
     def multi_stage(self) -> bool:
-        """True for schedules whose ranks run several stages (rings come from the analysed action order)."""
+        """True for schedules whose ranks run several stages (rings come from the analysed action
+        order)."""
         return CATALOG[_BY_KEY[self.schedule]].stages_per_rank > 1
 
     @property
     def pool_mode(self) -> str:
-        """How pooltk pools this schedule: ``"allowlist"`` (1F1B), ``"auto"`` (``install(schedule="auto")``) or ``"stock"``."""
+        """How pooltk pools this schedule: ``"allowlist"`` (1F1B), ``"auto"``
+        (``install(schedule="auto")``) or ``"stock"``."""
         if self.schedule in ALLOWLIST:
             return "allowlist"
         return "auto" if self.poolable else "stock"
@@ -218,7 +233,10 @@ class PipelineShape:
         if self.multi_stage:
             text += f" vpp={self.stages_per_rank} ({self.num_stages} stages)"
         if self.global_batch is not None:
-            text += f" (global batch {self.global_batch} / (dp {self.dp} x micro batch {self.micro_batch}))"
+            text += (
+                f" (global batch {self.global_batch} / (dp {self.dp} x micro batch "
+                f"{self.micro_batch}))"
+            )
         return text
 
 

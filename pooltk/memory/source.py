@@ -1,4 +1,5 @@
-"""A named shape with its provenance: what the memory model is fed, and where each number comes from.
+"""A named shape with its provenance: what the memory model is fed, and where each number comes
+from.
 
 Presets of a study, a config file read by :mod:`pooltk.memory.configs`, and explicit command-line
 flags all become a :class:`Preset`, so the CLI, the explorer and the fits view take one type.
@@ -40,7 +41,8 @@ from pooltk.memory.model import (
 __all__ = ["HIDDEN_SIZED", "Figure", "Preset"]
 
 HIDDEN_SIZED: frozenset[str] = frozenset({"hidden_states", "attn_res_states"})
-"""Boundary tensor names whose last dimension is the model's hidden size (a widths preset stacks ``attn_res_states``)."""
+"""Boundary tensor names whose last dimension is the model's hidden size (a widths preset stacks
+``attn_res_states``)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -63,7 +65,8 @@ class Figure:
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Preset:
-    """A named shape: pipeline, boundary tensors, the pool config of the published run, provenance."""
+    """A named shape: pipeline, boundary tensors, the pool config of the published run,
+    provenance."""
 
     name: str
     """CLI / widget name."""
@@ -72,13 +75,13 @@ class Preset:
     shape: PipelineShape
     """pp, microbatches (derived from the batch sizes), schedule."""
     boundary: Boundary
-    """What one microbatch sends across a stage boundary: every boundary's, unless ``boundaries`` says
-    otherwise (then the first one's, for one-line summaries)."""
+    """What one microbatch sends across a stage boundary: every boundary's, unless ``boundaries``
+    says otherwise (then the first one's, for one-line summaries)."""
     config: PoolConfig
     """The pool config the published figures refer to (slack, grad slack)."""
     policy: str = "tight"
-    """The ring the published run kept: ``tight`` (pooltk's) or ``automodel`` (Automodel's single ring);
-    see :data:`pooltk.memory.model.POLICIES`."""
+    """The ring the published run kept: ``tight`` (pooltk's) or ``automodel`` (Automodel's single
+    ring); see :data:`pooltk.memory.model.POLICIES`."""
     seq_len: int
     """Tokens per row."""
     hidden: int
@@ -90,11 +93,12 @@ class Preset:
     sources: tuple[str, ...]
     """Everything the preset is built from."""
     boundaries: tuple[Boundary, ...] | None = None
-    """Per boundary (``stages - 1`` of them, boundary ``b`` carries stage ``b`` -> ``b + 1``) when they
-    differ along the pipeline; ``None``: ``boundary`` at every boundary."""
+    """Per boundary (``stages - 1`` of them, boundary ``b`` carries stage ``b`` -> ``b + 1``) when
+    they differ along the pipeline; ``None``: ``boundary`` at every boundary."""
     boundary_rule: Callable[[int], tuple[Boundary, ...]] | None = None
     """For boundaries that depend on where the pipeline cuts the model: the boundaries of a pipeline
-    of ``n`` stages (so another stage count, e.g. more stages per rank, gets its own); ``None``: fixed."""
+    of ``n`` stages (so another stage count, e.g. more stages per rank, gets its own); ``None``:
+    fixed."""
 
     def __post_init__(self) -> None:
         check_choice(
@@ -113,18 +117,21 @@ class Preset:
                     f"Preset {self.name!r} boundaries",
                     found=f"{len(self.boundaries)} item(s)",
                     required=f"one Boundary per boundary: stages - 1 = {self.shape.num_stages - 1}",
-                    fix="give one Boundary per stage boundary, or leave boundaries out for one boundary everywhere.",
+                    fix="give one Boundary per stage boundary, or leave boundaries out for one "
+                    "boundary everywhere.",
                 )
 
     @property
     def boundary_list(self) -> tuple[Boundary, ...]:
-        """Every boundary's tensors, in order (``boundary`` repeated when the preset has one for all)."""
+        """Every boundary's tensors, in order (``boundary`` repeated when the preset has one for
+        all)."""
         if self.boundaries is not None:
             return self.boundaries
         return (self.boundary,) * (self.shape.num_stages - 1)
 
     def boundaries_for(self, shape: PipelineShape) -> tuple[Boundary, ...]:
-        """The boundaries of ``shape`` (the preset's own, or another stage count through ``boundary_rule``)."""
+        """The boundaries of ``shape`` (the preset's own, or another stage count through
+        ``boundary_rule``)."""
         n = shape.num_stages
         if self.boundary_rule is not None and n != self.shape.num_stages:
             return tuple(self.boundary_rule(n))
@@ -132,8 +139,10 @@ class Preset:
             raise MemoryModelError(
                 f"preset {self.name!r} at {n} stages",
                 found=f"boundaries for {self.shape.num_stages} stages only",
-                required="the preset's own stage count, or a preset whose boundaries follow the stage count",
-                fix="keep the preset's pipeline shape, or give the boundary bytes explicitly (boundary MiB per set).",
+                required="the preset's own stage count, or a preset whose boundaries follow the "
+                "stage count",
+                fix="keep the preset's pipeline shape, or give the boundary bytes explicitly "
+                "(boundary MiB per set).",
             )
         return self.boundary_list if self.boundaries is not None else (self.boundary,) * (n - 1)
 
@@ -226,7 +235,8 @@ class Preset:
         )
 
     def _own_rows_and_dtype(self) -> dict[str, object]:
-        """``rows`` and ``dtype`` of the first hidden-sized ``(rows, seq, width)`` tensor: asking for them is no change."""
+        """``rows`` and ``dtype`` of the first hidden-sized ``(rows, seq, width)`` tensor: asking
+        for them is no change."""
         t = next(
             (t for t in self.boundary.activations if t.name in HIDDEN_SIZED and len(t.shape) >= 3),
             None,
@@ -283,8 +293,10 @@ class _Resizer:
             raise MemoryModelError(
                 f"preset {self.preset!r} resized",
                 found=f"no hidden-sized tensor in {b.describe()}",
-                required="a boundary whose tensors are the hidden state (so a new hidden size applies)",
-                fix="give the boundary bytes explicitly (MiB per set), or start from a config file.",
+                required="a boundary whose tensors are the hidden state (so a new hidden size "
+                "applies)",
+                fix="give the boundary bytes explicitly (MiB per set), or start from a config "
+                "file.",
             )
         grads = None
         if b.grads is not None:
@@ -294,7 +306,8 @@ class _Resizer:
     def rule(
         self, rule: Callable[[int], tuple[Boundary, ...]] | None
     ) -> Callable[[int], tuple[Boundary, ...]] | None:
-        """A preset's ``boundary_rule`` whose boundaries come out resized (``None`` stays ``None``)."""
+        """A preset's ``boundary_rule`` whose boundaries come out resized (``None`` stays
+        ``None``)."""
         if rule is None:
             return None
 
@@ -305,10 +318,12 @@ class _Resizer:
 
     def note(self, what: str) -> str:
         """What the resized preset's ``assumption`` gains: what changed, and what was dropped."""
-        note = f" Resized ({what}) from {self.preset}: its published figures describe its own run and are not carried"
+        note = (
+            f" Resized ({what}) from {self.preset}: its published figures describe its own run and "
+            "are not carried"
+        )
         if self.dropped:
-            return (
-                note
-                + f"; dropped as another model's calibration: {', '.join(sorted(set(self.dropped)))}."
+            return note + (
+                f"; dropped as another model's calibration: {', '.join(sorted(set(self.dropped)))}."
             )
         return note + "."

@@ -1,5 +1,5 @@
-"""Sweeps over one shape: pooled bytes per slack, named configs side by side on one stage, models side by
-side; the pool's rings beside an analysed live-set table."""
+"""Sweeps over one shape: pooled bytes per slack, named configs side by side on one stage, models
+side by side; the pool's rings beside an analysed live-set table."""
 
 from __future__ import annotations
 
@@ -90,7 +90,8 @@ def compare_configs(
 ) -> pd.DataFrame:
     """One row per named config on ``stage``: ``label``, ``policy``, ``slack``, ``grad_slack``,
     ``forward_sets``, ``grad_sets``, ``stock_gib``, ``pooled_gib``, ``saved_gib`` and
-    ``saved_beyond_baseline_gib`` (extra saving over the config named ``baseline``, default the first).
+    ``saved_beyond_baseline_gib`` (extra saving over the config named ``baseline``, default the
+    first).
 
     Each config is a ``(PoolConfig, policy)`` pair (``policy`` as in
     :func:`~pooltk.memory.model.model_memory`), or a PoolConfig alone for the ``tight`` policy."""
@@ -159,8 +160,9 @@ def _pair(label: str, spec: object) -> tuple[PoolConfig, str]:
 
 
 def tight_rings(table: pd.DataFrame, *, slack: int, grad_slack: int) -> pd.DataFrame:
-    """Add ``tight`` to a live-set table (:func:`pooltk.analysis.lifetimes.live_table`): the ring a pool
-    would keep, ``min(M, ring_min + slack)`` (grad: ``grad_slack``), by :func:`pooltk.pool.ring.ring_size`.
+    """Add ``tight`` to a live-set table (:func:`pooltk.analysis.lifetimes.live_table`): the ring a
+    pool would keep, ``min(M, ring_min + slack)`` (grad: ``grad_slack``), by
+    :func:`pooltk.pool.ring.ring_size`.
 
     Rows with no receives (ring_min 0) keep 0. ``slack`` / ``grad_slack`` mean what they
     mean in :class:`pooltk.config.PoolConfig`.
@@ -185,12 +187,12 @@ def compare_models(
     variants: Sequence[str] = ("stock", "pooled"),
     unit: str = "gib",
 ) -> pd.DataFrame:
-    """Models of one pipeline side by side (e.g. two presets' boundaries), per stage, or per rank under a
-    multi-stage schedule, with the difference from the first.
+    """Models of one pipeline side by side (e.g. two presets' boundaries), per stage, or per rank
+    under a multi-stage schedule, with the difference from the first.
 
-    Columns: ``stage`` (or ``rank``), then per model ``<label> forward set MiB`` (per-stage rows only)
-    and ``<label> <variant> <unit>``, and per other model ``<variant> difference <unit>`` (that model
-    minus the first).
+    Columns: ``stage`` (or ``rank``), then per model ``<label> forward set MiB`` (per-stage rows
+    only) and ``<label> <variant> <unit>``, and per other model ``<variant> difference <unit>``
+    (that model minus the first).
     """
     import pandas as pd
 

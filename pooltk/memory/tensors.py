@@ -1,4 +1,5 @@
-"""What crosses a stage boundary: one tensor (:class:`TensorSpec`) and one buffer set (:class:`Boundary`)."""
+"""What crosses a stage boundary: one tensor (:class:`TensorSpec`) and one buffer set
+(:class:`Boundary`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ class TensorSpec:
     """One tensor that crosses a stage boundary, per microbatch."""
 
     shape: tuple[int, ...]
-    """Its shape for one microbatch, e.g. ``(rows_per_microbatch, seq_len, hidden)``. Every entry >= 1."""
+    """Its shape for one microbatch, e.g. ``(rows_per_microbatch, seq_len, hidden)``. Every
+    entry >= 1."""
     dtype: str = "bfloat16"
     """torch dtype name (``float32``, ``bfloat16``, ...) or a common alias (``bf16``, ``fp32``)."""
     name: str = ""
@@ -31,7 +33,8 @@ class TensorSpec:
                 f"{label}.shape",
                 found=repr(self.shape),
                 required="a non-empty tuple of integers >= 1",
-                fix="give the per-microbatch shape, e.g. (2, 2048, 7168); a zero or negative size is never a buffer.",
+                fix="give the per-microbatch shape, e.g. (2, 2048, 7168); a zero or negative size "
+                "is never a buffer.",
             )
         object.__setattr__(self, "shape", shape)
         dtype = str(self.dtype).removeprefix("torch.").strip().lower()
@@ -40,7 +43,8 @@ class TensorSpec:
             raise MemoryModelError(
                 f"{label}.dtype",
                 found=repr(self.dtype),
-                required=f"one of {', '.join(DTYPE_BYTES)} (or an alias: {', '.join(DTYPE_ALIASES)})",
+                required=f"one of {', '.join(DTYPE_BYTES)} (or an alias: "
+                f"{', '.join(DTYPE_ALIASES)})",
                 fix="use torch's dtype name, e.g. 'bfloat16' or 'float32'.",
             )
         object.__setattr__(self, "dtype", dtype)
@@ -63,7 +67,8 @@ class TensorSpec:
 
 
 def _tensor_specs(field: str, value: Any, required: str, fix: str) -> tuple[TensorSpec, ...]:
-    """``value`` as a non-empty tuple of :class:`TensorSpec`, or a :class:`MemoryModelError` on ``Boundary.<field>``."""
+    """``value`` as a non-empty tuple of :class:`TensorSpec`, or a :class:`MemoryModelError` on
+    ``Boundary.<field>``."""
     specs = tuple(value) if isinstance(value, (tuple, list)) else ()
     if not specs or not all(isinstance(t, TensorSpec) for t in specs):
         raise MemoryModelError(f"Boundary.{field}", found=repr(value), required=required, fix=fix)
@@ -88,7 +93,8 @@ class Boundary:
                 "activations",
                 self.activations,
                 "a non-empty tuple of TensorSpec",
-                "list the tensors one microbatch sends across the boundary, e.g. (TensorSpec(shape=(2, 2048, 7168)),).",
+                "list the tensors one microbatch sends across the boundary, e.g. "
+                "(TensorSpec(shape=(2, 2048, 7168)),).",
             ),
         )
         if self.grads is not None:

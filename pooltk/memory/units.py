@@ -20,7 +20,8 @@ BYTES_PER_UNIT: dict[str, int] = {
     "mb": 10**6,
     "gb": 10**9,
 }
-"""Binary (``kib``/``mib``/``gib``, powers of 2) and decimal (``kb``/``mb``/``gb``, powers of 10) units."""
+"""Binary (``kib``/``mib``/``gib``, powers of 2) and decimal (``kb``/``mb``/``gb``, powers of 10)
+units."""
 
 DTYPE_BYTES: dict[str, int] = {
     "float64": 8,

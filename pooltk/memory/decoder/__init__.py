@@ -1,1 +1,2 @@
-"""A decoder-only transformer from a Hugging Face config.json, split into pipeline stages, for the replay."""
+"""A decoder-only transformer from a Hugging Face config.json, split into pipeline stages, for the
+replay."""

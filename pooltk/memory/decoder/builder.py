@@ -1,4 +1,5 @@
-"""The stage builder for a decoder config: each stage's modules, one microbatch's inputs, the loss."""
+"""The stage builder for a decoder config: each stage's modules, one microbatch's inputs, the
+loss."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ __all__ = ["DecoderBuilder", "decoder_builder"]
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class DecoderBuilder:
-    """A stage builder ([Note: a stage builder]) for a :class:`DecoderConfig` at one micro batch shape."""
+    """A stage builder ([Note: a stage builder]) for a :class:`DecoderConfig` at one micro batch
+    shape."""
 
     config: DecoderConfig
     """The decoder's dimensions."""
@@ -57,12 +59,14 @@ class DecoderBuilder:
         split = self.split if isinstance(self.split, str) else ",".join(map(str, self.split))
         extra = f", ep {self.ep}" if self.ep > 1 else ""
         return (
-            f"{self.config.describe()}; {self.rows} x {self.seq_len} tokens per microbatch; {split} split; "
-            f"activation checkpointing {'full' if self.checkpointing else 'off'}{extra}"
+            f"{self.config.describe()}; {self.rows} x {self.seq_len} tokens per microbatch; "
+            f"{split} split; activation checkpointing "
+            f"{'full' if self.checkpointing else 'off'}{extra}"
         )
 
     def stage_inputs(self, stage: int, num_stages: int) -> tuple[torch.Tensor, ...]:
-        """One microbatch's inputs to ``stage`` (meta tensors): token ids on stage 0, the hidden state elsewhere."""
+        """One microbatch's inputs to ``stage`` (meta tensors): token ids on stage 0, the hidden
+        state elsewhere."""
         shape = (self.rows, self.seq_len)
         if self.plans(num_stages)[stage].embedding:
             return (torch.empty(shape, dtype=torch.long, device="meta"),)

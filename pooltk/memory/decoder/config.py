@@ -1,4 +1,5 @@
-"""A decoder's dimensions read from a Hugging Face ``config.json``: dense (Llama, Qwen, Mistral) and MoE.
+"""A decoder's dimensions read from a Hugging Face ``config.json``: dense (Llama, Qwen, Mistral) and
+MoE.
 
 [Note: decoder config keys]
 Read, first key that is present wins (``text_config.<key>`` too, for multimodal wrappers):
@@ -39,7 +40,8 @@ _IGNORED_KEYS: dict[str, str] = {
     "kv_lora_rank": "multi-head latent attention (low-rank kv)",
     "sliding_window": "sliding-window attention (a mask: no change to what SDPA keeps)",
     "linear_attn_config": "linear attention layers",
-    "attn_res_block_size": "attention residual blocks (the stage boundary carries more than one hidden state)",
+    "attn_res_block_size": "attention residual blocks (the stage boundary carries more than one "
+    "hidden state)",
     "num_nextn_predict_layers": "multi-token prediction layers",
 }
 
@@ -49,7 +51,8 @@ class MoeConfig:
     """The mixture-of-experts part of a decoder. See [Note: decoder config keys]."""
 
     experts: int
-    """Routed experts per MoE layer (the whole model's; divided over expert parallelism at build)."""
+    """Routed experts per MoE layer (the whole model's; divided over expert parallelism at
+    build)."""
     top_k: int
     """Experts each token is routed to."""
     intermediate: int
@@ -91,7 +94,8 @@ class DecoderConfig:
     vocab: int
     """Vocabulary size (embedding and output head rows)."""
     tie_embeddings: bool = False
-    """Whether the output head shares the embedding's weight (under PP the first and last stage each hold a copy)."""
+    """Whether the output head shares the embedding's weight (under PP the first and last stage each
+    hold a copy)."""
     qkv_bias: bool = False
     """Biases on the q, k, v projections."""
     qk_norm: bool = False
@@ -141,8 +145,9 @@ class DecoderConfig:
     def describe(self) -> str:
         """One line: family, widths, MoE."""
         text = (
-            f"{self.family or 'decoder'}: hidden {self.hidden}, {self.layers} layers, {self.heads} heads "
-            f"({self.kv_heads} kv, head dim {self.head_dim}), FFN {self.intermediate}, vocab {self.vocab}, {self.dtype}"
+            f"{self.family or 'decoder'}: hidden {self.hidden}, {self.layers} layers, {self.heads} "
+            f"heads ({self.kv_heads} kv, head dim {self.head_dim}), FFN {self.intermediate}, vocab "
+            f"{self.vocab}, {self.dtype}"
         )
         if self.tie_embeddings:
             text += ", tied embeddings"
@@ -190,7 +195,8 @@ def _int(cfg: dict, *keys: str, meaning: str, example: int, default: Any = _MISS
 
 
 def _moe_config(cfg: dict, inter: int) -> MoeConfig | None:
-    """The MoE part of a config.json (``None``: no routed experts). See [Note: decoder config keys]."""
+    """The MoE part of a config.json (``None``: no routed experts).
+    See [Note: decoder config keys]."""
     experts = _int(
         cfg,
         "num_local_experts",
@@ -273,7 +279,8 @@ def _attention(cfg: dict) -> tuple[int, int, int, int]:
         raise MemoryModelError(
             "config key 'head_dim'",
             found=f"nothing, and hidden {hidden} / {heads} heads = {hidden / heads:g}",
-            required="a head width (head_dim or v_head_dim) when the heads do not divide the hidden size",
+            required="a head width (head_dim or v_head_dim) when the heads do not divide the "
+            "hidden size",
             fix='add "head_dim": 128 (the model\'s attention head width) to the config.json.',
         )
     head_dim = _int(

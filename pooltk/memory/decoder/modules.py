@@ -1,4 +1,5 @@
-"""The decoder's modules, laid out the way torchtitan's Llama 3 lays them out, plus a balanced-routing MoE.
+"""The decoder's modules, laid out the way torchtitan's Llama 3 lays them out, plus a
+balanced-routing MoE.
 
 [Note: what the decoder computes]
 Memory follows from which tensors a forward allocates and autograd keeps, so the op sequence is
@@ -41,8 +42,9 @@ def _dtype(name: str) -> torch.dtype:
 
 
 class _FusedRMSNormFn(torch.autograd.Function):
-    """RMSNorm keeping for its backward what torch's CUDA kernel (``_fused_rms_norm``) keeps: the input, the weight
-    and the float32 ``rstd``; on the CPU ``torch.rms_norm`` is composite and keeps float32 copies besides."""
+    """RMSNorm keeping for its backward what torch's CUDA kernel (``_fused_rms_norm``) keeps: the
+    input, the weight and the float32 ``rstd``; on the CPU ``torch.rms_norm`` is composite and keeps
+    float32 copies besides."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -61,7 +63,8 @@ class _FusedRMSNormFn(torch.autograd.Function):
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm over the last dimension, with a weight (see :class:`_FusedRMSNormFn` for what it keeps)."""
+    """RMSNorm over the last dimension, with a weight (see :class:`_FusedRMSNormFn` for what it
+    keeps)."""
 
     def __init__(self, dim: int, dtype: torch.dtype, eps: float = 1e-5) -> None:
         super().__init__()
@@ -73,7 +76,8 @@ class RMSNorm(nn.Module):
 
 
 def _freqs_cis(head_dim: int, seq_len: int, theta: float) -> torch.Tensor:
-    # theta ** (-2j / d), written without lifting a Python float into a tensor (a fake mode caches such constants)
+    # theta ** (-2j / d), written without lifting a Python float into a tensor (a fake mode caches
+    # such constants)
     freqs = torch.exp(
         torch.arange(0, head_dim, 2, dtype=torch.float32)[: head_dim // 2]
         * (-math.log(theta) / head_dim)
@@ -193,7 +197,8 @@ class Layer(nn.Module):
 
 
 class DecoderStage(nn.Module):
-    """The part of the decoder one pipeline stage holds: maybe the embedding, some layers, maybe the head."""
+    """The part of the decoder one pipeline stage holds: maybe the embedding, some layers, maybe the
+    head."""
 
     def __init__(
         self,

@@ -1,4 +1,5 @@
-"""The whole-stage estimate: every rank replayed under every variant, beside the analytic receive-buffer model.
+"""The whole-stage estimate: every rank replayed under every variant, beside the analytic
+receive-buffer model.
 
 [Note: the whole-stage estimate]
 :func:`estimate_memory` replays each rank ([Note: one rank's replay]) under each variant and keeps,
@@ -12,11 +13,11 @@ inputs each stage's builder declares), so the two share one record per stage and
 What the estimate measures: every storage the stage's program allocates through torch's
 operators, with what holds it. What it does not: memory outside those storages (the CUDA context,
 NCCL's buffers, the caching allocator's rounding and fragmentation, kernels' internal
-workspaces: see :mod:`pooltk.memory.fits`, whose verdict adds them as a stated overhead); data parallelism
-(gradient all-reduce buckets, FSDP or ZeRO sharding of parameters, gradients and optimizer
-states: every rank here holds its stages' whole parameters); tensor and context parallelism;
-and mixed precision with float32 master weights (parameters, gradients and optimizer states
-have the model's one dtype).
+workspaces: see :mod:`pooltk.memory.fits`, whose verdict adds them as a stated overhead); data
+parallelism (gradient all-reduce buckets, FSDP or ZeRO sharding of parameters, gradients and
+optimizer states: every rank here holds its stages' whole parameters); tensor and context
+parallelism; and mixed precision with float32 master weights (parameters, gradients and optimizer
+states have the model's one dtype).
 """
 
 from __future__ import annotations
@@ -53,14 +54,16 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["NOT_MODELLED", "VARIANT_TITLES", "MemoryEstimate", "estimate_memory"]
 
 NOT_MODELLED: tuple[str, ...] = (
-    "memory outside torch's tensors: CUDA context, NCCL buffers, allocator rounding and fragmentation, kernel workspaces "
-    "(added as a stated overhead by the verdict)",
-    "data parallelism: all-reduce buckets, FSDP / ZeRO sharding (each rank holds its stages' whole parameters, "
-    "gradients and optimizer states)",
+    "memory outside torch's tensors: CUDA context, NCCL buffers, allocator rounding and "
+    "fragmentation, kernel workspaces (added as a stated overhead by the verdict)",
+    "data parallelism: all-reduce buckets, FSDP / ZeRO sharding (each rank holds its stages' whole "
+    "parameters, gradients and optimizer states)",
     "tensor, context and sequence parallelism",
-    "float32 master weights under mixed precision (one dtype for parameters, gradients, optimizer states and activations)",
+    "float32 master weights under mixed precision (one dtype for parameters, gradients, optimizer "
+    "states and activations)",
 )
-"""What the whole-stage estimate leaves out, in one line each (see [Note: the whole-stage estimate])."""
+"""What the whole-stage estimate leaves out, in one line each
+(see [Note: the whole-stage estimate])."""
 
 VARIANT_TITLES: dict[str, str] = {
     "stock": "stock torch <= 2.14",
@@ -80,12 +83,14 @@ _MODEL_VARIANT = {
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class MemoryEstimate:
-    """Every rank under every variant, and the analytic receive model beside them. See [Note: the whole-stage estimate]."""
+    """Every rank under every variant, and the analytic receive model beside them.
+    See [Note: the whole-stage estimate]."""
 
     shape: PipelineShape
     """The pipeline replayed."""
     config: PoolConfig
-    """The pool config of the ``pooled`` variant (``live_set`` is it at slack 0 and grad slack 0)."""
+    """The pool config of the ``pooled`` variant (``live_set`` is it at slack 0 and grad
+    slack 0)."""
     training: Training
     """Optimizer, steps, outputs returned."""
     model: str
@@ -135,15 +140,17 @@ class MemoryEstimate:
         return max((r for r in self.replays if r.variant == variant), key=lambda r: r.peak.bytes)
 
     def modelled_receive_bytes(self, rank: int, variant: str) -> int:
-        """What the analytic model gives for ``rank``'s receive buffers under a replayed ``variant``."""
+        """What the analytic model gives for ``rank``'s receive buffers under a replayed
+        ``variant``."""
         model = self.receive_live if variant == "live_set" else self.receive
         return model.rank_bytes(rank, _MODEL_VARIANT[variant])
 
     # ------------------------------------------------------------------ frames (one per figure)
 
     def peak_frame(self, unit: str = "gib") -> pd.DataFrame:
-        """One row per (rank, variant): ``rank``, ``stages``, ``variant``, ``peak_<unit>``, ``where`` (step, phase,
-        microbatch, stage, op), ``wall_s``, and ``<category>_<unit>`` at the peak."""
+        """One row per (rank, variant): ``rank``, ``stages``, ``variant``, ``peak_<unit>``,
+        ``where`` (step, phase, microbatch, stage, op), ``wall_s``, and ``<category>_<unit>`` at the
+        peak."""
         import pandas as pd
 
         scale = unit_bytes(unit)
@@ -165,8 +172,9 @@ class MemoryEstimate:
         return pd.DataFrame.from_records(rows)
 
     def stacked_frame(self, unit: str = "gib") -> pd.DataFrame:
-        """Tidy, for the per-stage stacked figure: ``rank``, ``stages``, ``variant``, ``category``, ``bytes``,
-        ``<unit>`` at each (rank, variant)'s peak; categories in :data:`CATEGORIES` order."""
+        """Tidy, for the per-stage stacked figure: ``rank``, ``stages``, ``variant``, ``category``,
+        ``bytes``, ``<unit>`` at each (rank, variant)'s peak; categories in :data:`CATEGORIES`
+        order."""
         import pandas as pd
 
         scale = unit_bytes(unit)
@@ -186,8 +194,9 @@ class MemoryEstimate:
         )
 
     def timeline_frame(self, unit: str = "gib") -> pd.DataFrame:
-        """Tidy: ``rank``, ``variant``, ``step``, ``action`` (``forward``/``backward``/``optimizer``/``step_end``),
-        ``stage``, ``microbatch``, ``position``, ``category``, ``<unit>``: bytes live after every action."""
+        """Tidy: ``rank``, ``variant``, ``step``, ``action``
+        (``forward``/``backward``/``optimizer``/``step_end``), ``stage``, ``microbatch``,
+        ``position``, ``category``, ``<unit>``: bytes live after every action."""
         import pandas as pd
 
         scale = unit_bytes(unit)
@@ -211,11 +220,13 @@ class MemoryEstimate:
         )
 
     def receive_frame(self) -> pd.DataFrame:
-        """One row per (rank, variant): the replay's receive-buffer maximum beside the analytic model's bytes.
+        """One row per (rank, variant): the replay's receive-buffer maximum beside the analytic
+        model's bytes.
 
-        ``difference_bytes`` = replayed - modelled. Stock, pooled and live set allocate their sets at setup, so
-        the maximum is what they hold; the pool adds one 0-d anchor per slot (a few bytes); torch 2.15's
-        per-receive buffers may hold one set more than the live set ([Note: lazy receive buffers]).
+        ``difference_bytes`` = replayed - modelled. Stock, pooled and live set allocate their sets
+        at setup, so the maximum is what they hold; the pool adds one 0-d anchor per slot (a few
+        bytes); torch 2.15's per-receive buffers may hold one set more than the live set
+        ([Note: lazy receive buffers]).
         """
         import pandas as pd
 
@@ -301,14 +312,16 @@ def _in_processes(
     jobs: int,
     progress: Callable[[RankReplay], None] | None,
 ) -> list[RankReplay]:
-    """Each (rank, variant) replayed in a fresh ``spawn`` process, ``jobs`` at once; results in ``tasks`` order."""
+    """Each (rank, variant) replayed in a fresh ``spawn`` process, ``jobs`` at once; results in
+    ``tasks`` order."""
     import multiprocessing
     import pickle
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     try:
         pickle.dumps(builder)
-    except Exception as exc:  # noqa: BLE001 - any pickling failure means: it cannot cross to a worker
+    # any pickling failure means: it cannot cross to a worker
+    except Exception as exc:  # noqa: BLE001
         raise MemoryModelError(
             "jobs",
             found=f"a builder that does not pickle ({type(exc).__name__}: {exc})",
@@ -337,7 +350,8 @@ def _in_processes(
 def _boundaries(
     builder: StageBuilder, shape: PipelineShape, known: Mapping[int, tuple[Any, ...]]
 ) -> list[Boundary]:
-    """Boundary ``b`` carries what stage ``b + 1`` takes as input: from the replays, or asked of the builder."""
+    """Boundary ``b`` carries what stage ``b + 1`` takes as input: from the replays, or asked of the
+    builder."""
     n = shape.num_stages
     inputs = dict(known)
     missing = [s for s in range(1, n) if s not in inputs]
@@ -401,8 +415,8 @@ def _variants(variants: Sequence[str], shape: PipelineShape) -> tuple[list[str],
             fix="add 'stock' to the variants.",
         )
     note = (
-        f"no pooled or live-set replay: {shape.schedule_name} keeps every forward buffer live until "
-        "the backwards start, so pooltk leaves it stock"
+        f"no pooled or live-set replay: {shape.schedule_name} keeps every forward buffer live "
+        "until the backwards start, so pooltk leaves it stock"
     )
     return wanted, [note]
 
@@ -420,13 +434,15 @@ def estimate_memory(
     progress: Callable[[RankReplay], None] | None = None,
     jobs: int = 1,
 ) -> MemoryEstimate:
-    """Replay every rank (or ``ranks``) of ``shape`` under each of ``variants``. See [Note: the whole-stage estimate].
+    """Replay every rank (or ``ranks``) of ``shape`` under each of ``variants``.
+    See [Note: the whole-stage estimate].
 
-    ``builder`` builds each stage ([Note: a stage builder]); ``config`` is the ``pooled`` variant's pool
-    config; ``progress`` is called after each replay (the CLI prints a line per rank and variant).
-    ``jobs`` > 1 replays that many (rank, variant) pairs at once in fresh processes (each its own fake
-    world; the builder must pickle: a module-level function or :class:`~pooltk.memory.decoder.builder.DecoderBuilder`);
-    the result is the same, in the same order.
+    ``builder`` builds each stage ([Note: a stage builder]); ``config`` is the ``pooled`` variant's
+    pool config; ``progress`` is called after each replay (the CLI prints a line per rank and
+    variant). ``jobs`` > 1 replays that many (rank, variant) pairs at once in fresh processes (each
+    its own fake world; the builder must pickle: a module-level function or
+    :class:`~pooltk.memory.decoder.builder.DecoderBuilder`); the result is the same, in the same
+    order.
     """
     if not isinstance(shape, PipelineShape):
         raise MemoryModelError(

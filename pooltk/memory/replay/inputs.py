@@ -1,4 +1,5 @@
-"""What a whole-stage estimate is asked about: a stage builder, the pipeline, the pool, where each came from.
+"""What a whole-stage estimate is asked about: a stage builder, the pipeline, the pool, where each
+came from.
 
 [Note: estimate inputs]
 Four ways in, each a :class:`EstimateInputs`:
@@ -6,18 +7,20 @@ Four ways in, each a :class:`EstimateInputs`:
 - a Hugging Face ``config.json`` (:func:`pooltk.memory.decoder.config.decoder_config`): the model;
   the pipeline from the overrides (pp, microbatches or batch sizes, rows per microbatch, tokens
   per row, schedule);
-- an Automodel YAML: the pipeline from its keys (:func:`pooltk.memory.configs.load_automodel_config`),
-  activation checkpointing from ``distributed.activation_checkpointing`` (or under
-  ``distributed.fsdp``), expert parallelism from ``distributed.ep_size``; the model from the
-  HF-style keys under ``model.config`` laid over the defaults of the class it names, when pooltk
-  knows them (:mod:`pooltk.memory.known_models`), or from ``model_config`` (a config.json);
+- an Automodel YAML: the pipeline from its keys
+  (:func:`pooltk.memory.configs.load_automodel_config`), activation checkpointing from
+  ``distributed.activation_checkpointing`` (or under ``distributed.fsdp``), expert parallelism from
+  ``distributed.ep_size``; the model from the HF-style keys under ``model.config`` laid over the
+  defaults of the class it names, when pooltk knows them (:mod:`pooltk.memory.known_models`), or
+  from ``model_config`` (a config.json);
 - a torchtitan TOML: ``[parallelism]`` ``pipeline_parallel_degree``, ``pipeline_parallel_schedule``,
   ``pipeline_parallel_microbatch_size``, ``expert_parallel_degree``; ``[training]``
   ``local_batch_size`` (``M = local / microbatch``) and ``seq_len``; ``[activation_checkpoint]``
   ``mode`` (``full``; ``selective`` is not modelled and is refused); the model from the
   ``config.json`` in ``[model] hf_assets_path`` (relative to the TOML's folder or the working
   folder), or from ``model_config``;
-- a stage builder (:func:`pooltk.memory.replay.stages.load_builder`) with the pipeline from the overrides.
+- a stage builder (:func:`pooltk.memory.replay.stages.load_builder`) with the pipeline from the
+  overrides.
 
 Overrides (the CLI's flags) beat every file, as in [Note: where the hidden size comes from].
 """
@@ -91,7 +94,8 @@ def _automodel_model(
         raise MemoryModelError(
             "model",
             found=f"model.config of the YAML ({target or 'no _target_'}): not enough dimensions",
-            required="hidden_size, num_hidden_layers, heads, FFN width and vocabulary, or a class pooltk knows",
+            required="hidden_size, num_hidden_layers, heads, FFN width and vocabulary, or a class "
+            "pooltk knows",
             fix="give --model-config PATH/config.json (the model's config.json).",
         )
     where = (
@@ -200,7 +204,8 @@ def _torchtitan(
     model = _model_from_json(
         model_config,
         dtype=o.dtype or (cfg.get("training") or {}).get("mixed_precision_param"),
-        why="torchtitan names its model by flavor; the dimensions are in the hf_assets_path's config.json",
+        why="torchtitan names its model by flavor; the dimensions are in the hf_assets_path's "
+        "config.json",
     )
     sources = [str(path), f"model: {model_config}"]
     return _FileInputs(
@@ -288,7 +293,8 @@ def estimate_inputs(
     vpp: int | None = None,
     config: PoolConfig | None = None,
 ) -> EstimateInputs:
-    """The :class:`EstimateInputs` a config file (or a builder) and the overrides describe. See [Note: estimate inputs]."""
+    """The :class:`EstimateInputs` a config file (or a builder) and the overrides describe.
+    See [Note: estimate inputs]."""
     o = overrides or Overrides()
     if (source is None) == (builder is None) and not (source is None and model_config is not None):
         raise MemoryModelError(
@@ -296,7 +302,8 @@ def estimate_inputs(
             found="both a config file and a builder" if source else "neither",
             required="exactly one of a config file (config.json, Automodel YAML, torchtitan TOML) "
             "or a stage builder (package.module:function)",
-            fix="e.g. --config config.json --pp 8 --microbatches 32 --seq-len 4096, or --builder pkg.mod:build --pp 4 --microbatches 8.",
+            fix="e.g. --config config.json --pp 8 --microbatches 32 --seq-len 4096, or --builder "
+            "pkg.mod:build --pp 4 --microbatches 8.",
         )
     if builder is not None:
         return _builder_inputs(builder, o, vpp, config)

@@ -1,14 +1,16 @@
-"""Replay one rank of a pipeline for one variant: its real stage modules, torch's own schedule, every storage logged.
+"""Replay one rank of a pipeline for one variant: its real stage modules, torch's own schedule,
+every storage logged.
 
 [Note: one rank's replay]
-In order, inside a fake world ([Note: a fake world]) and a tracking mode ([Note: tracking storages]):
+In order, inside a fake world ([Note: a fake world]) and a tracking mode
+([Note: tracking storages]):
 
 1. **variant**: ``stock`` runs torch as installed; ``stock_lazy`` binds the torch 2.15 emulation
    ([Note: emulating lazy receive buffers]); ``pooled`` runs inside ``pooltk.install(config)``
    (``schedule="auto"`` for multi-stage schedules, so rings come from the action order and, under
-   ``sharing="rank"``, a rank's stages share them); ``live_set`` the same at slack 0 and grad slack 0
-   (the smallest safe rings: the live set wherever receives are posted and released in order).
-   ``pooltk`` is uninstalled inside the fake mode, after every stage is gone;
+   ``sharing="rank"``, a rank's stages share them); ``live_set`` the same at slack 0 and grad
+   slack 0 (the smallest safe rings: the live set wherever receives are posted and released in
+   order). ``pooltk`` is uninstalled inside the fake mode, after every stage is gone;
 2. **build** (phase ``build``: parameters): the builder's module for each of the rank's stages
    ([Note: a stage builder]); the stage's outputs are learnt by one forward without gradients
    (phase ``schedule``: freed at once); ``PipelineStage`` gets static shapes and the schedule's
@@ -74,14 +76,16 @@ __all__ = [
 ]
 
 REPLAY_VARIANTS: tuple[str, ...] = ("stock", "stock_lazy", "pooled", "live_set")
-"""What a replay can run: torch <= 2.14 as shipped, torch 2.15's per-receive buffers, pooltk's rings, the smallest rings."""
+"""What a replay can run: torch <= 2.14 as shipped, torch 2.15's per-receive buffers, pooltk's
+rings, the smallest rings."""
 
 POOLED_VARIANTS: tuple[str, ...] = ("pooled", "live_set")
 """The replay variants that install pooltk's pool (:func:`pool_config`), so they need a schedule
 pooltk pools."""
 
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd", "none")
-"""Optimizers a replay steps: AdamW (two states per parameter), SGD without momentum (none), or no optimizer step."""
+"""Optimizers a replay steps: AdamW (two states per parameter), SGD without momentum (none), or no
+optimizer step."""
 
 _IMPL_KWARGS = {
     "fused": {"fused": True},
@@ -98,11 +102,13 @@ class Training:
     optimizer: str = "adamw"
     """``adamw`` (torchtitan's default optimizer), ``sgd`` or ``none``."""
     optimizer_impl: str = "fused"
-    """``fused`` (torchtitan's default ``implementation``), ``foreach`` or ``for-loop``: what temporaries the optimizer step makes."""
+    """``fused`` (torchtitan's default ``implementation``), ``foreach`` or ``for-loop``: what
+    temporaries the optimizer step makes."""
     steps: int = 1
     """Measured steps after the optimizer warm-up ([Note: one rank's replay], step 4)."""
     return_outputs: bool = False
-    """Whether ``schedule.step`` returns the merged outputs (torchtitan's trainer passes False; torch's default is True)."""
+    """Whether ``schedule.step`` returns the merged outputs (torchtitan's trainer passes False;
+    torch's default is True)."""
 
     def __post_init__(self) -> None:
         positive_int("Training.steps", self.steps, "replay at least one step (1 is the default).")
@@ -168,7 +174,8 @@ class RankReplay:
     timeline: tuple[TimelinePoint, ...]
     """Bytes per category after every action of the measured steps."""
     inputs: tuple[tuple[tuple[tuple[int, ...], str], ...], ...]
-    """Per stage, one microbatch's input tensors as (shape, dtype name): the boundaries the analytic model needs."""
+    """Per stage, one microbatch's input tensors as (shape, dtype name): the boundaries the analytic
+    model needs."""
     wall_s: float
     """Seconds the replay took on this machine."""
     storages: int
@@ -191,7 +198,8 @@ class _Run:
 
 
 def rank_stages(shape: PipelineShape, rank: int) -> tuple[int, ...]:
-    """The stages ``rank`` holds: ``rank + k * pp`` (looped schedules) or ``rank`` and ``2 pp - 1 - rank`` (V schedules)."""
+    """The stages ``rank`` holds: ``rank + k * pp`` (looped schedules) or ``rank`` and
+    ``2 pp - 1 - rank`` (V schedules)."""
     vpp = int(shape.stages_per_rank or 1)
     if CATALOG[shape.schedule_name].style == "v":
         return (rank, 2 * shape.pp - 1 - rank)
@@ -341,10 +349,11 @@ def _fake_failure(
     op = getattr(cause, "func", None)
     return MemoryModelError(
         f"replay of stage {stage} (rank {rank})",
-        found=f"op {op} has no fake-tensor implementation usable here ({type(cause).__name__}) in its {where.phase}",
+        found=f"op {op} has no fake-tensor implementation usable here ({type(cause).__name__}) in "
+        f"its {where.phase}",
         required="ops with fake (meta) kernels and outputs whose shapes do not depend on values",
-        fix="replace the op in the stage's module (e.g. a static-shape alternative), or register a fake kernel "
-        "for it with torch.library.register_fake.",
+        fix="replace the op in the stage's module (e.g. a static-shape alternative), or register a "
+        "fake kernel for it with torch.library.register_fake.",
     )
 
 
@@ -368,7 +377,8 @@ def _check_replay(shape: PipelineShape, rank: int, variant: str) -> None:
         raise MemoryModelError(
             f"{variant} replay",
             found=f"schedule {shape.schedule_name}",
-            required="a schedule pooltk pools (its forward buffers are not all live until the backwards)",
+            required="a schedule pooltk pools (its forward buffers are not all live until the "
+            "backwards)",
             fix="replay stock and stock_lazy only for this schedule.",
         )
 
@@ -386,7 +396,8 @@ def replay_rank(
     """Replay ``rank`` of ``shape`` under ``variant``. See [Note: one rank's replay].
 
     Raises :class:`MemoryModelError` for a bad variant or rank, a process that already has a
-    process group or pooltk installed, and an op the fake tensors cannot run (naming the op and the stage).
+    process group or pooltk installed, and an op the fake tensors cannot run (naming the op and the
+    stage).
     """
     _check_replay(shape, rank, variant)
     config = config or PoolConfig()
@@ -406,7 +417,8 @@ def replay_rank(
                 result = _replay(builder, shape, rank, stages_idx, variant, run, fake)
             except MemoryModelError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - name the op and the stage when the fake tensors are the cause
+            # name the op and the stage when the fake tensors are the cause
+            except Exception as exc:  # noqa: BLE001
                 error = _fake_failure(exc, log, stages_idx[0], rank)
                 if error is None:
                     raise
@@ -433,7 +445,8 @@ def _stage(
     run: _Run,
     fake: bool,
 ) -> tuple[PipelineStage, StageSpec]:
-    """Stage ``s`` built, its outputs learnt, wrapped for the replay ([Note: one rank's replay], step 2)."""
+    """Stage ``s`` built, its outputs learnt, wrapped for the replay ([Note: one rank's replay],
+    step 2)."""
     log = run.log
     with _phase(log, "build", s):
         spec = checked_spec(builder(s, n), s, n, fake=fake)
@@ -484,7 +497,8 @@ def _replay(
     last = next((sp for st, sp in zip(stages, specs) if st.is_last), None)
     first = next((sp for st, sp in zip(stages, specs) if st.is_first), None)
     cls = get_schedule_class(shape.schedule_name)
-    # Every rank's schedule gets a loss function: torch decides from it whether the step has a backward.
+    # Every rank's schedule gets a loss function: torch decides from it whether the step has a
+    # backward.
     loss = _loss(last.loss_fn, run) if last is not None else _not_this_rank
     schedule = cls(stages if shape.multi_stage else stages[0], n_microbatches=m, loss_fn=loss)
     seams.skip_vote(schedule)
@@ -564,7 +578,8 @@ def _result(
 
 
 def _category_max(log: StorageLog) -> dict[str, int]:
-    """Each category's own maximum over the measured part of the log (from where measuring started)."""
+    """Each category's own maximum over the measured part of the log (from where measuring
+    started)."""
     totals = dict.fromkeys(CATEGORIES, 0)
     best = dict.fromkeys(CATEGORIES, 0)
     records, start = log.records, log.measure_start

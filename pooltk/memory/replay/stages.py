@@ -1,4 +1,5 @@
-"""What a replay builds per stage: the user's module (or pooltk's decoder), one microbatch's inputs, the loss.
+"""What a replay builds per stage: the user's module (or pooltk's decoder), one microbatch's inputs,
+the loss.
 
 [Note: a stage builder]
 A *stage builder* is any callable ``build(stage_index, num_stages) -> StageSpec``. The replay
@@ -36,7 +37,8 @@ class StageSpec:
     module: nn.Module
     """The stage's module, built under the replay's fake mode."""
     inputs: tuple[torch.Tensor, ...]
-    """One microbatch's inputs to the stage: shapes and dtypes only (``device="meta"`` is enough)."""
+    """One microbatch's inputs to the stage: shapes and dtypes only (``device="meta"`` is
+    enough)."""
     target: torch.Tensor | None = None
     """Last stage: one microbatch's target (shape and dtype)."""
     loss_fn: Callable[[Any, Any], torch.Tensor] | None = None
@@ -50,14 +52,16 @@ StageBuilder = Callable[[int, int], StageSpec]
 
 
 def load_builder(entry: str) -> StageBuilder:
-    """The stage builder an entry point ``package.module:function`` names (the CLI's ``--builder``)."""
+    """The stage builder an entry point ``package.module:function`` names (the CLI's
+    ``--builder``)."""
     module_name, sep, attr = str(entry).partition(":")
     if not sep or not module_name or not attr:
         raise MemoryModelError(
             "--builder",
             found=repr(entry),
             required="a Python entry point 'package.module:function'",
-            fix="e.g. --builder mypkg.stages:build_stage (build_stage(stage_index, num_stages) -> StageSpec).",
+            fix="e.g. --builder mypkg.stages:build_stage (build_stage(stage_index, num_stages) -> "
+            "StageSpec).",
         )
     try:
         module = importlib.import_module(module_name)
@@ -80,7 +84,8 @@ def load_builder(entry: str) -> StageBuilder:
 
 
 def checked_spec(spec: Any, stage: int, num_stages: int, *, fake: bool) -> StageSpec:
-    """``spec`` if it is a usable :class:`StageSpec` for ``stage``; else a one-line error saying what is wrong."""
+    """``spec`` if it is a usable :class:`StageSpec` for ``stage``; else a one-line error saying
+    what is wrong."""
     where = f"stage builder for stage {stage}"
     if not isinstance(spec, StageSpec):
         raise MemoryModelError(
@@ -112,7 +117,8 @@ def checked_spec(spec: Any, stage: int, num_stages: int, *, fake: bool) -> Stage
         raise MemoryModelError(
             f"{where}: module",
             found=f"real parameters ({real[0]}, ...) made before the replay",
-            required="a module built inside the builder, where the replay's fake mode makes it free",
+            required="a module built inside the builder, where the replay's fake mode makes it "
+            "free",
             fix="build the module in the builder function, not before it.",
         )
     if stage == num_stages - 1 and (spec.loss_fn is None or spec.target is None):

@@ -1,4 +1,5 @@
-"""Every storage a replay allocates, when it is freed, and what it holds: the allocation log and its peak.
+"""Every storage a replay allocates, when it is freed, and what it holds: the allocation log and its
+peak.
 
 [Note: tracking storages]
 A dispatch mode sees every aten op's outputs. Each output tensor's untyped storage is logged once
@@ -64,7 +65,8 @@ CATEGORY_LABELS: dict[str, str] = {
     "parameters": "parameters (and module buffers)",
     "gradients": "gradients (.grad)",
     "optimizer": "optimizer states",
-    "activations": "activations (allocated in a forward or the loss, still held: saved for backward)",
+    "activations": "activations (allocated in a forward or the loss, still held: saved for "
+    "backward)",
     "recv_buffers": "receive buffers",
     "kept_outputs": "the schedule's kept losses and outputs",
     "transient": "transient (allocated in a backward, recompute or optimizer step, still live)",
@@ -83,7 +85,8 @@ _PHASE_CATEGORY: dict[str, str] = {
     "optimizer": "transient",
     "schedule": "transient",
 }
-"""The category a storage starts with, by the phase it is allocated in (re-labelled later where the replay learns more)."""
+"""The category a storage starts with, by the phase it is allocated in (re-labelled later where the
+replay learns more)."""
 
 _RECV_OPS = frozenset({torch.ops.c10d.recv_.default, torch.ops.c10d.recv_any_source_.default})
 """The c10d ops that write a receive buffer (their first argument: a list of tensors)."""
@@ -141,13 +144,15 @@ class _Record:
 
 
 def _device_type(t: torch.Tensor) -> str:
-    """A tensor's device type, read without a dispatch (a fake tensor's ``.device`` is an op of its mode)."""
+    """A tensor's device type, read without a dispatch (a fake tensor's ``.device`` is an op of its
+    mode)."""
     fake = getattr(t, "fake_device", None)
     return (fake if fake is not None else t.device).type
 
 
 class StorageLog:
-    """The allocation log: records, their alloc and free positions, the running total and the peak."""
+    """The allocation log: records, their alloc and free positions, the running total and the
+    peak."""
 
     def __init__(self) -> None:
         self.context = Context()
@@ -211,14 +216,16 @@ class StorageLog:
                 )
 
     def log_op(self, func: Any, args: Any, out: Any) -> None:
-        """Log ``func``'s outputs; a receive's target buffers are re-labelled receive buffers, whoever allocated them."""
+        """Log ``func``'s outputs; a receive's target buffers are re-labelled receive buffers,
+        whoever allocated them."""
         if func is not torch.ops.prim.device.default:
             self.log_outputs(func, out)
         if func in _RECV_OPS:
             self.label(args[0], "recv_buffers")
 
     def label(self, tensors: Any, category: str) -> int:
-        """Re-label the storages of ``tensors`` (any nesting) as ``category``; returns how many were found."""
+        """Re-label the storages of ``tensors`` (any nesting) as ``category``; returns how many were
+        found."""
         found = 0
         for t in tree_flatten(tensors)[0]:
             if isinstance(t, torch.Tensor) and _device_type(t) != "meta":
@@ -271,12 +278,13 @@ class FakeTracker(FakeTensorMode):
         self.depth = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        # Attribute queries (device, sizes): answered as the fake mode would, at once, from torch's table.
+        # Attribute queries (device, sizes): answered as the fake mode would, at once, from torch's
+        # table.
         handler = _META_HANDLERS.get(func)
         if handler is not None:
             return handler(args)
-        # Only ops the program calls are logged: a fake mode re-dispatches a decomposition's inner ops to
-        # itself (until its cache knows the op), which a real run never allocates.
+        # Only ops the program calls are logged: a fake mode re-dispatches a decomposition's inner
+        # ops to itself (until its cache knows the op), which a real run never allocates.
         self.depth += 1
         try:
             out = super().__torch_dispatch__(func, types, args, kwargs)
@@ -288,7 +296,8 @@ class FakeTracker(FakeTensorMode):
 
 
 class RealTracker(TorchDispatchMode):
-    """A dispatch mode that logs every storage real CPU tensors allocate (the replay's check at small widths)."""
+    """A dispatch mode that logs every storage real CPU tensors allocate (the replay's check at
+    small widths)."""
 
     def __init__(self, log: StorageLog) -> None:
         super().__init__()

@@ -23,7 +23,8 @@ __all__ = ["fake_world"]
 
 @contextlib.contextmanager
 def fake_world(rank: int, world_size: int) -> Iterator[None]:
-    """Be ``rank`` of ``world_size`` on a fake process group for the block. See [Note: a fake world]."""
+    """Be ``rank`` of ``world_size`` on a fake process group for the block.
+    See [Note: a fake world]."""
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -36,13 +37,14 @@ def fake_world(rank: int, world_size: int) -> Iterator[None]:
     if dist.is_initialized():
         raise MemoryModelError(
             "process group",
-            found=f"a default process group already initialised here (backend {dist.get_backend()}, "
-            f"world size {dist.get_world_size()})",
+            found="a default process group already initialised here (backend "
+            f"{dist.get_backend()}, world size {dist.get_world_size()})",
             required="none: the replay makes its own fake one for each rank",
             fix="run the estimate in a fresh process (`pooltk estimate`), or call "
             "torch.distributed.destroy_process_group() first.",
         )
-    import torch.distributed._tools.fake_collectives  # noqa: F401 - registers the c10d ops' fake kernels
+    # registers the c10d ops' fake kernels
+    import torch.distributed._tools.fake_collectives  # noqa: F401
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
