@@ -31,9 +31,12 @@ Style = Literal["loop", "v"]
 # The schedule names torch's get_schedule_class knows that are NOT analysable, with why.
 _REFUSED_BASES: dict[str, str] = {
     "PipelineScheduleSingle": "it is the abstract base of single-stage schedules, not a schedule",
-    "PipelineScheduleMulti": "it is the base of multi-stage schedules; its receive order is not a lowered action list",
+    "PipelineScheduleMulti": (
+        "it is the base of multi-stage schedules; its receive order is not a lowered action list"
+    ),
     "_PipelineScheduleRuntime": (
-        "it runs a custom action list (e.g. loaded from CSV) whose receive order pooltk cannot vouch for"
+        "it runs a custom action list (e.g. loaded from CSV) whose receive order pooltk cannot "
+        "vouch for"
     ),
 }
 
@@ -81,7 +84,8 @@ runs exactly two stages per rank; the interleaved ones any number (2 by default)
 
 
 def schedule_key(schedule: str | type | object | None) -> str | None:
-    """The one spelling of a schedule: lower case, the way torch's ``get_schedule_class`` matches names.
+    """The one spelling of a schedule: lower case, the way torch's ``get_schedule_class`` matches
+    names.
 
     A name is stripped and lower-cased, with ``_`` / ``-`` and a leading ``schedule`` dropped
     (``"1F1B"``, ``"Schedule1F1B"``, ``"schedule_1f1b"`` -> ``"1f1b"``; ``"Interleaved1F1B"`` ->
@@ -100,9 +104,9 @@ def schedule_key(schedule: str | type | object | None) -> str | None:
 
 
 ALLOWLIST: frozenset[str] = frozenset({schedule_key("1F1B")})
-"""Schedule keys pooltk pools by name alone: torch's ``Schedule1F1B``, the one schedule whose in-flight
-depth pooltk proves in closed form ([Note: ring sizes] in :mod:`pooltk.pool.ring`). Others are pooled
-only from their analysed action order (``schedule="auto"``)."""
+"""Schedule keys pooltk pools by name alone: torch's ``Schedule1F1B``, the one schedule whose
+in-flight depth pooltk proves in closed form ([Note: ring sizes] in :mod:`pooltk.pool.ring`). Others
+are pooled only from their analysed action order (``schedule="auto"``)."""
 
 
 def v_schedules() -> frozenset[str]:
@@ -111,7 +115,8 @@ def v_schedules() -> frozenset[str]:
 
 
 def _schedule_map() -> dict[str, type]:
-    """torch's name -> class table, read through ``get_schedule_class`` (names as torch spells them)."""
+    """torch's name -> class table, read through ``get_schedule_class`` (names as torch spells
+    them)."""
     s = _pipelining()
     out: dict[str, type] = {}
     for name in CATALOG:
@@ -144,7 +149,8 @@ def resolve_schedule(schedule: str | type) -> tuple[str, type]:
         return _resolve_name(schedule)
     if not isinstance(schedule, type):
         raise ScheduleAnalysisError(
-            f"schedule: found {schedule!r} ({type(schedule).__name__}); required a torch schedule name or class."
+            f"schedule: found {schedule!r} ({type(schedule).__name__}); required a torch schedule "
+            "name or class."
         )
     for name, cls in _schedule_map().items():
         if schedule is cls:
@@ -194,5 +200,6 @@ def _analysable_class(schedule: type) -> type:
             return schedule
     raise ScheduleAnalysisError(
         f"schedule {label} is not one pooltk can analyse: required one of {', '.join(known)}, "
-        "or a _PipelineScheduleRuntime subclass that builds its order in __init__ (not loaded from CSV)."
+        "or a _PipelineScheduleRuntime subclass that builds its order in __init__ (not loaded from "
+        "CSV)."
     )

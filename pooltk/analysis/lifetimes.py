@@ -153,8 +153,9 @@ def lifetimes_of(prog: Program) -> list[BufferLifetime]:
             stage, direction, mb = key
             if key not in consume or key not in release:
                 raise ScheduleAnalysisError(
-                    f"{prog.schedule}: rank {rank}: the {direction} buffer of stage {stage} microbatch {mb} is posted "
-                    "but never consumed or released; the action list is not one pooltk understands."
+                    f"{prog.schedule}: rank {rank}: the {direction} buffer of stage {stage} "
+                    f"microbatch {mb} is posted but never consumed or released; the action list is "
+                    "not one pooltk understands."
                 )
             out.append(
                 BufferLifetime(
@@ -231,7 +232,8 @@ _analyse_cached = functools.lru_cache(maxsize=512)(_analyse)
 
 
 def analyse(shape: ScheduleShape) -> tuple[Program, tuple[BufferLifetime, ...]]:
-    """Program and lifetimes of one shape, memoised per shape (a widget asks for the same shape often).
+    """Program and lifetimes of one shape, memoised per shape (a widget asks for the same shape
+    often).
 
     The cached Program is shared: callers treat it as read-only. Refusals are not cached.
     """
@@ -330,7 +332,8 @@ def _ring_of(
     k = ring_size if isinstance(ring_size, int) else ring_size.get((stage, direction))
     if k is None:
         raise ValueError(
-            f"ring_size: no entry for (stage {stage}, {direction!r}); required one per (stage, direction)."
+            f"ring_size: no entry for (stage {stage}, {direction!r}); required one per (stage, "
+            "direction)."
         )
     return check_int(f"ring_size for (stage {stage}, {direction!r})", k, low=1)
 
@@ -375,7 +378,8 @@ def overwrites(
 def min_safe_ring(
     spans: Sequence[BufferLifetime], stage: int, direction: Direction, n_microbatches: int
 ) -> int:
-    """Smallest ``K`` for which the ``c mod K`` ring of (stage, direction) overwrites nothing (0: no receives)."""
+    """Smallest ``K`` for which the ``c mod K`` ring of (stage, direction) overwrites nothing (0: no
+    receives)."""
     group = [b for b in spans if b.stage == stage and b.direction == direction]
     if not group:
         return 0
@@ -437,11 +441,11 @@ def lifetime_frame(spans: Iterable[BufferLifetime]) -> pd.DataFrame:
 def live_table(schedule: str | type | ScheduleShape, /, **shape: Any) -> pd.DataFrame:
     """Tidy per-stage table for one schedule shape, one row per (stage, direction).
 
-    Columns: schedule, pp, vpp, n_microbatches, defer_pp_recv, forward_only, stage, rank,
-    direction, stock_buffers (what stock torch 2.11-2.14 allocates), lazy_buffers (what stock torch
-    >= 2.15 holds: :func:`pooltk.analysis.stage_sets.lazy_holds`, measured for training steps), live_peak (peak live buffers),
-    ring_min (smallest safe ``c mod K`` ring; equals live_peak when receives are posted
-    and released in microbatch order), handoff (True where the input arrives by a
+    Columns: schedule, pp, vpp, n_microbatches, defer_pp_recv, forward_only, stage, rank, direction,
+    stock_buffers (what stock torch 2.11-2.14 allocates), lazy_buffers (what stock torch >= 2.15
+    holds: :func:`pooltk.analysis.stage_sets.lazy_holds`, measured for training steps), live_peak
+    (peak live buffers), ring_min (smallest safe ``c mod K`` ring; equals live_peak when receives
+    are posted and released in microbatch order), handoff (True where the input arrives by a
     same-rank V-schedule handoff, not a receive). Arguments as for :func:`lifetimes`.
     """
     import pandas as pd

@@ -1,13 +1,14 @@
-"""Live sets for a running schedule object, from its own action order (``install(schedule="auto")``).
+"""Live sets for a running schedule object, from its own action order
+(``install(schedule="auto")``).
 
 [Note: auto rings]
 A schedule outside the allowlist is pooled when pooltk can analyse it: the receive lifetimes of its
-lowered action order (:mod:`pooltk.analysis.lifetimes`) give, per (stage, direction), the smallest ring
-K whose ``c mod K`` slots never overwrite a live buffer; the pool's ring is that plus slack (at most M,
-:func:`pooltk.pool.ring.ring_size`, [Note: ring sizes]). The
-analysis runs for the schedule's class and shape, then is checked against the object's own
-``pipeline_order_with_comms`` where it has one, so an object whose order was replaced (a CSV, a
-hand-edited list) is refused. A (stage, direction) fed by a same-rank handoff gets no buffers at all.
+lowered action order (:mod:`pooltk.analysis.lifetimes`) give, per (stage, direction), the smallest
+ring K whose ``c mod K`` slots never overwrite a live buffer; the pool's ring is that plus slack (at
+most M, :func:`pooltk.pool.ring.ring_size`, [Note: ring sizes]). The analysis runs for the
+schedule's class and shape, then is checked against the object's own ``pipeline_order_with_comms``
+where it has one, so an object whose order was replaced (a CSV, a hand-edited list) is refused. A
+(stage, direction) fed by a same-rank handoff gets no buffers at all.
 """
 
 from __future__ import annotations
@@ -24,15 +25,17 @@ __all__ = ["RingPlan", "plan_rings"]
 
 @dataclass(frozen=True, slots=True)
 class RingPlan:
-    """What every stage of one schedule shape needs, derived from its action order (the pool sizes K from it)."""
+    """What every stage of one schedule shape needs, derived from its action order (the pool sizes K
+    from it)."""
 
     schedule: str
     n_microbatches: int
     min_safe: dict
-    """Smallest safe ``c mod K`` ring per (stage, direction) (0: no receives, the direction stays stock): the
-    live set K is sized from (:func:`pooltk.pool.ring.ring_size`)."""
+    """Smallest safe ``c mod K`` ring per (stage, direction) (0: no receives, the direction stays
+    stock): the live set K is sized from (:func:`pooltk.pool.ring.ring_size`)."""
     handoff: frozenset = frozenset()
-    """(stage, direction) pairs fed by a same-rank handoff (V schedules): no receive buffers at all."""
+    """(stage, direction) pairs fed by a same-rank handoff (V schedules): no receive buffers at
+    all."""
     program: Any = field(default=None, compare=False, repr=False)
     """The analysed :class:`~pooltk.analysis.programs.Program` (for rank-shared rings)."""
     spans: tuple = field(default=(), compare=False, repr=False)
@@ -67,8 +70,9 @@ def plan_rings(schedule: object) -> RingPlan:
         mine = rank_events(cls.__name__, rank, order.get(rank, []), forward_only=forward_only)
         if _actions(mine) != _actions(prog.events.get(rank, ())):
             raise ScheduleAnalysisError(
-                f"{cls.__name__}: found an action order on rank {rank} that differs from the one torch builds for "
-                "its class and shape (a custom or loaded list?); required torch's own order to vouch for it."
+                f"{cls.__name__}: found an action order on rank {rank} that differs from the one "
+                "torch builds for its class and shape (a custom or loaded list?); required torch's "
+                "own order to vouch for it."
             )
     safe, handoff = _stage_needs(prog, spans, forward_only)
     return RingPlan(

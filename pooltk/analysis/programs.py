@@ -88,8 +88,8 @@ EVENT_KINDS: tuple[str, ...] = COMPUTE_KINDS + ("RECV_F", "RECV_B", "SEND_F", "S
 INERT_KINDS: frozenset[str] = frozenset(
     {"UNSHARD", "RESHARD", "REDUCE_GRAD", "WAIT_SEND_F", "WAIT_SEND_B", "WAIT_REDUCE_GRAD"}
 )
-"""Action kinds that neither post, consume nor release a receive buffer: FSDP unshard / reshard / gradient
-reduction, and torch 2.15's waits on sends and reductions."""
+"""Action kinds that neither post, consume nor release a receive buffer: FSDP unshard / reshard /
+gradient reduction, and torch 2.15's waits on sends and reductions."""
 _BACKWARD_KINDS = frozenset({"RECV_B", "SEND_B", "B", "I", "W"})
 """What a forward-only step skips: eval()'s get_bwd_*_ops return [] and backward_one_chunk returns
 at once."""
@@ -185,7 +185,8 @@ class Program:
     events: dict[int, tuple[Event, ...]]
     """Per rank, the events in execution order."""
     source: str
-    """Where the order came from (recorded ``_step_microbatches`` or ``pipeline_order_with_comms``)."""
+    """Where the order came from (recorded ``_step_microbatches`` or
+    ``pipeline_order_with_comms``)."""
 
     @property
     def num_stages(self) -> int:
@@ -335,7 +336,8 @@ def _construct(
 
 
 def _single_stage_program(name: str, cls: type, shape: ScheduleShape) -> Program:
-    """Record torch's ``_step_microbatches`` once per stage. See [Note: recording a single-stage step]."""
+    """Record torch's ``_step_microbatches`` once per stage. See [Note: recording a single-stage
+    step]."""
     pp, n_microbatches, forward_only = shape.pp, shape.n_microbatches, shape.forward_only
     kwargs = dict(shape.schedule_kwargs)
     events: dict[int, tuple[Event, ...]] = {}
@@ -364,8 +366,9 @@ def _single_stage_program(name: str, cls: type, shape: ScheduleShape) -> Program
             raise
         except Exception as exc:  # an attribute or call the stand-in does not provide
             raise ScheduleAnalysisError(
-                f"recording {name}._step_microbatches on a stand-in stage failed ({type(exc).__name__}: {exc}); "
-                "this torch's single-stage step uses something pooltk does not model, so it refuses to analyse it."
+                f"recording {name}._step_microbatches on a stand-in stage failed "
+                f"({type(exc).__name__}: {exc}); this torch's single-stage step uses something "
+                "pooltk does not model, so it refuses to analyse it."
             ) from exc
         events[stage_index] = tuple(Event(t, kind, st, mb) for t, (kind, st, mb) in enumerate(log))
         _check_against_torch_order(name, sched, stage_index, events[stage_index], forward_only)
@@ -402,14 +405,15 @@ def _check_against_torch_order(
     ours = [e.kind for e in events if e.kind in COMPUTE_KINDS]
     if theirs != ours:
         raise ScheduleAnalysisError(
-            f"{name}: the compute order recorded from _step_microbatches on rank {rank} ({''.join(ours)}) differs "
-            f"from torch's _get_pipeline_order ({''.join(theirs)}); the derivation is not verified on this torch, "
-            "so pooltk refuses to analyse it."
+            f"{name}: the compute order recorded from _step_microbatches on rank {rank} "
+            f"({''.join(ours)}) differs from torch's _get_pipeline_order ({''.join(theirs)}); the "
+            "derivation is not verified on this torch, so pooltk refuses to analyse it."
         )
 
 
 def _runtime_program(name: str, cls: type, shape: ScheduleShape, style: Style) -> Program:
-    """Read ``pipeline_order_with_comms`` of a runtime schedule built on stand-in stages (``style`` resolved)."""
+    """Read ``pipeline_order_with_comms`` of a runtime schedule built on stand-in stages (``style``
+    resolved)."""
     from torch.distributed.pipelining._utils import generate_stage_to_rank_mapping
 
     num_stages = shape.pp * shape.stages_per_rank
@@ -424,16 +428,16 @@ def _runtime_program(name: str, cls: type, shape: ScheduleShape, style: Style) -
     if shape.defer_pp_recv:
         if "defer_pp_recv" not in inspect.signature(cls.__init__).parameters:
             raise ScheduleAnalysisError(
-                f"defer_pp_recv=True: {cls.__name__} on this torch does not accept it (torch 2.13+ runtime "
-                "schedules do). Fix: drop defer_pp_recv, or use torch >= 2.13."
+                f"defer_pp_recv=True: {cls.__name__} on this torch does not accept it (torch 2.13+ "
+                "runtime schedules do). Fix: drop defer_pp_recv, or use torch >= 2.13."
             )
         kwargs["defer_pp_recv"] = True
     sched = _construct(cls, stages, shape.n_microbatches, shape.forward_only, kwargs)
     order = getattr(sched, "pipeline_order_with_comms", None)
     if not isinstance(order, dict) or not order:
         raise ScheduleAnalysisError(
-            f"{name}: no pipeline_order_with_comms after construction; a runtime schedule without a lowered "
-            "action list (e.g. one meant to load a CSV) cannot be analysed."
+            f"{name}: no pipeline_order_with_comms after construction; a runtime schedule without "
+            "a lowered action list (e.g. one meant to load a CSV) cannot be analysed."
         )
     events = {
         rank: rank_events(name, rank, actions, forward_only=shape.forward_only)
@@ -470,8 +474,9 @@ def rank_events(name: str, rank: int, actions: list, *, forward_only: bool) -> t
                 continue
             if kind not in EVENT_KINDS:
                 raise ScheduleAnalysisError(
-                    f"{name}: rank {rank} step {t} has action {a!r} of kind {kind!r}, which pooltk does not "
-                    f"model (known: {', '.join(EVENT_KINDS + tuple(sorted(INERT_KINDS)))})."
+                    f"{name}: rank {rank} step {t} has action {a!r} of kind {kind!r}, which pooltk "
+                    "does not model (known: "
+                    f"{', '.join(EVENT_KINDS + tuple(sorted(INERT_KINDS)))})."
                 )
             if a.microbatch_index is None:
                 raise ScheduleAnalysisError(
@@ -517,18 +522,20 @@ def program_of(shape: ScheduleShape) -> Program:
         )
     if style != own_style and name in CATALOG and CATALOG[name].stages_per_rank > 1:
         raise ScheduleAnalysisError(
-            f"style: found {style!r}; {name} places stages {own_style!r}-style. Fix: pass style={own_style!r} or None."
+            f"style: found {style!r}; {name} places stages {own_style!r}-style. Fix: pass "
+            f"style={own_style!r} or None."
         )
     if is_single_stage(cls):
         if stages_per_rank != 1:
             raise ScheduleAnalysisError(
-                f"stages_per_rank: found {stages_per_rank}; {name} runs one stage per rank. Fix: pass 1, "
-                "or pick a multi-stage schedule such as Interleaved1F1B."
+                f"stages_per_rank: found {stages_per_rank}; {name} runs one stage per rank. Fix: "
+                "pass 1, or pick a multi-stage schedule such as Interleaved1F1B."
             )
         if defer_pp_recv:
             raise ScheduleAnalysisError(
-                f"defer_pp_recv=True: {name} is a single-stage schedule with no lowered receive actions to defer "
-                "(it already posts each receive right before the compute that needs it). Fix: drop defer_pp_recv."
+                f"defer_pp_recv=True: {name} is a single-stage schedule with no lowered receive "
+                "actions to defer (it already posts each receive right before the compute that "
+                "needs it). Fix: drop defer_pp_recv."
             )
         return _single_stage_program(name, cls, shape)
     return _runtime_program(name, cls, shape, style)

@@ -48,7 +48,8 @@ __all__ = ["RankRing", "colour", "rank_rings"]
 
 @dataclass(frozen=True, slots=True)
 class RankRing:
-    """One ring a rank keeps for one direction and one boundary key. See [Note: rank-shared rings]."""
+    """One ring a rank keeps for one direction and one boundary key. See [Note: rank-shared
+    rings]."""
 
     rank: int
     """Rank that holds the ring."""
@@ -57,12 +58,13 @@ class RankRing:
     stages: tuple[int, ...]
     """The rank's stages that receive into this ring, ascending."""
     live: int
-    """Peak overlap of these stages' receive lifetimes on the rank (the fewest slots that can be safe)."""
+    """Peak overlap of these stages' receive lifetimes on the rank (the fewest slots that can be
+    safe)."""
     receives: int
     """Receives into this ring in one step (sum over its stages of their microbatches)."""
     size: int
-    """K: the slots kept (the caller's ``size(live, receives, direction)``; for one stage, its smallest safe
-    ``c mod K`` ring and ``M`` receives)."""
+    """K: the slots kept (the caller's ``size(live, receives, direction)``; for one stage, its
+    smallest safe ``c mod K`` ring and ``M`` receives)."""
     slots: Mapping[tuple[int, int], int]
     """(stage, microbatch) -> slot."""
     shared: bool

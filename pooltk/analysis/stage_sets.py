@@ -1,8 +1,8 @@
 """Receive-buffer sets per (stage, direction): the one record, and the one way of getting live sets.
 
 [Note: one source of live sets]
-Every number of receive-buffer *sets* pooltk shows comes from :func:`receive_sets`, which returns one
-:class:`ReceiveSets` per (stage, direction), stage-major, forward before grad:
+Every number of receive-buffer *sets* pooltk shows comes from :func:`receive_sets`, which returns
+one :class:`ReceiveSets` per (stage, direction), stage-major, forward before grad:
 
 - ``stock``: what torch 2.11-2.14 pre-allocates (:func:`stock_count`);
 - ``live``: the most receive buffers live at once, walked from the schedule's own action order
@@ -48,7 +48,8 @@ __all__ = [
 
 LiveSource = Literal["schedule", "formula"]
 LIVE_SOURCES: tuple[str, ...] = ("schedule", "formula")
-"""Where ``live`` and ``ring_min`` come from: the walked action order, or the closed forms (1F1B, GPipe)."""
+"""Where ``live`` and ``ring_min`` come from: the walked action order, or the closed forms (1F1B,
+GPipe)."""
 
 _FORMULA_SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe"}
 
@@ -64,15 +65,18 @@ class ReceiveSets:
     rank: int
     """Rank that runs the stage."""
     handoff: bool
-    """True where a same-rank handoff (the V schedules' turn) feeds this direction: nothing is received."""
+    """True where a same-rank handoff (the V schedules' turn) feeds this direction: nothing is
+    received."""
     stock: int
-    """Sets torch 2.11-2.14 pre-allocates: ``M``, or 0 where nothing is received (a handoff included: stock still allocates)."""
+    """Sets torch 2.11-2.14 pre-allocates: ``M``, or 0 where nothing is received (a handoff
+    included: stock still allocates)."""
     live: int
     """Most sets live at once (0 where nothing is received)."""
     ring_min: int
     """Smallest safe ``c mod K`` ring (0 where nothing is received)."""
     stock_lazy: int
-    """Sets torch >= 2.15 holds at its peak: the live set, but all ``M`` forward on the last stage."""
+    """Sets torch >= 2.15 holds at its peak: the live set, but all ``M`` forward on the last
+    stage."""
     lazy_released: int
     """Sets torch >= 2.15 holds with pooltk's last-stage release: the live set."""
 
@@ -85,7 +89,8 @@ def stock_count(
     *,
     forward_only: bool = False,
 ) -> int:
-    """Sets stock torch 2.11-2.14 pre-allocates for a (stage, direction): ``M``, or 0 where nothing is received.
+    """Sets stock torch 2.11-2.14 pre-allocates for a (stage, direction): ``M``, or 0 where nothing
+    is received.
 
     Stage 0 receives no activations (its inputs are the root arguments), the last stage no
     gradients (it computes them from the loss), and a forward-only step no gradients at all.
@@ -167,11 +172,13 @@ def receive_sets(
     """One :class:`ReceiveSets` per (stage, direction), stage-major, forward before grad.
 
     Args:
-        schedule: torch's name as ``get_schedule_class`` matches it (``"1F1B"``, ``"Interleaved1F1B"``).
+        schedule: torch's name as ``get_schedule_class`` matches it (``"1F1B"``,
+            ``"Interleaved1F1B"``).
         pp: pipeline-parallel ranks.
         n_microbatches: microbatches per step ``M``.
         stages_per_rank: stages each rank runs (1 for single-stage schedules).
-        source: ``"schedule"`` (walk the action order; cached per shape) or ``"formula"`` (1F1B and GPipe only).
+        source: ``"schedule"`` (walk the action order; cached per shape) or ``"formula"`` (1F1B and
+            GPipe only).
 
     Raises:
         ScheduleAnalysisError: the schedule or shape cannot be analysed (the message says why).
@@ -184,7 +191,8 @@ def receive_sets(
             raise InputError(
                 "live source",
                 found=f"'formula' for {schedule} with {stages_per_rank} stage(s) per rank",
-                required="'schedule' for a multi-stage schedule (the closed forms cover 1F1B and GPipe only)",
+                required="'schedule' for a multi-stage schedule (the closed forms cover 1F1B and "
+                "GPipe only)",
                 fix="use source='schedule' (the default).",
             )
         return _formula_sets(_FORMULA_SCHEDULES[key], pp, n_microbatches)

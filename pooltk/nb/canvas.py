@@ -1,17 +1,17 @@
 """Where every notebook figure is made: on pyplot in a cell, off pyplot inside a widget callback.
 
 [Note: widget callbacks draw off pyplot]
-JupyterLab 4.6 sends widget messages to ipykernel 7 on subshells: a slider's update runs its callback
-on one thread while another widget message is handled on another, and ``comm`` fires IPython's
-``post_execute`` around each message. matplotlib-inline's ``flush_figures`` hangs there: it displays
-and closes every figure pyplot knows, so on the other thread it drew the figure the callback was still
-building. Two threads drawing one figure paint a torn or blank image (measured: after one slider move
-notebook 00's explorer showed an all-white 857x556 PNG, and notebook 01's too). A figure made while
-:func:`off_pyplot` is active on this thread is never registered with pyplot, so no flush on another
-thread can reach it; the callback shows it itself (:func:`pooltk.nb.common.show_figure`). In a cell,
-outside the context, figures stay on pyplot and JupyterLab shows them at the cell's end as usual.
-``tests/notebooks/test_canvas.py`` holds the rule; the browser test moves the sliders and checks the
-figure has ink on screen.
+JupyterLab 4.6 sends widget messages to ipykernel 7 on subshells: a slider's update runs its
+callback on one thread while another widget message is handled on another, and ``comm`` fires
+IPython's ``post_execute`` around each message. matplotlib-inline's ``flush_figures`` hangs there:
+it displays and closes every figure pyplot knows, so on the other thread it drew the figure the
+callback was still building. Two threads drawing one figure paint a torn or blank image (measured:
+after one slider move notebook 00's explorer showed an all-white 857x556 PNG, and notebook 01's
+too). A figure made while :func:`off_pyplot` is active on this thread is never registered with
+pyplot, so no flush on another thread can reach it; the callback shows it itself
+(:func:`pooltk.nb.common.show_figure`). In a cell, outside the context, figures stay on pyplot and
+JupyterLab shows them at the cell's end as usual. ``tests/notebooks/test_canvas.py`` holds the rule;
+the browser test moves the sliders and checks the figure has ink on screen.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ _OFF_PYPLOT: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def off_pyplot() -> Iterator[None]:
-    """Inside, :func:`subplots` and :func:`figure` make figures pyplot never sees (this thread only)."""
+    """Inside, :func:`subplots` and :func:`figure` make figures pyplot never sees (this thread
+    only)."""
     token = _OFF_PYPLOT.set(True)
     try:
         yield
@@ -42,7 +43,8 @@ def off_pyplot() -> Iterator[None]:
 
 
 def figure(**fig_kw: Any) -> Figure:
-    """``plt.figure(**fig_kw)``, or a bare :class:`~matplotlib.figure.Figure` inside :func:`off_pyplot`."""
+    """``plt.figure(**fig_kw)``, or a bare :class:`~matplotlib.figure.Figure` inside
+    :func:`off_pyplot`."""
     if _OFF_PYPLOT.get():
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure

@@ -1,12 +1,13 @@
-"""Your own expected figures, judged against your runs the way notebook 03 judges the Kimi-K3 claims.
+"""Your own expected figures, judged against your runs the way notebook 03 judges the Kimi-K3
+claims.
 
 A small table, one row per figure: ``name`` (what you expect, in words), ``run`` (the run's name as
 ``pooltk logs`` reads it), ``quantity`` (one of :data:`QUANTITIES`), ``value`` (as you would write
 it: ``495.7``, ``~135``), ``unit``, ``source`` (where the number comes from) and, optionally,
 ``tolerance`` (``5%`` relative, or an absolute amount in the unit). Rows come from a CSV file or a
 list of dicts (notebook 03's ``EXPECTED_FIGURES``); :func:`judge` reads each figure off the run's
-summary (:func:`pooltk.logs.metrics.summarize`) and returns the same :class:`~pooltk.studies.kimi_k3.Ledger`
-the K3 claims use, so both tables read alike.
+summary (:func:`pooltk.logs.metrics.summarize`) and returns the same
+:class:`~pooltk.studies.kimi_k3.Ledger` the K3 claims use, so both tables read alike.
 
 [Note: agreement of expected figures]
 As in the claims ledger ([Note: agreement] in :mod:`pooltk.studies.kimi_k3`): a plain number
@@ -55,7 +56,8 @@ QUANTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "final_loss": ("the loss of the last step", ("", "loss")),
     "n_steps": ("training steps logged", ("steps",)),
 }
-"""What a figure may be about: quantity (a column of the run summary) -> (what it is, units accepted)."""
+"""What a figure may be about: quantity (a column of the run summary) -> (what it is, units
+accepted)."""
 COLUMNS: tuple[str, ...] = ("name", "run", "quantity", "value", "unit", "source")
 """Required columns; ``tolerance`` is optional."""
 APPROX_TOLERANCE = 0.05
@@ -92,7 +94,8 @@ class ExpectedFigure:
         return self.value.strip().lower().startswith(("~", "about"))
 
     def rule(self) -> tuple[str, float]:
-        """The agreement rule in words and the largest |difference| it allows (see [Note: agreement of expected figures])."""
+        """The agreement rule in words and the largest |difference| it allows (see [Note: agreement
+        of expected figures])."""
         tol = self.tolerance.strip()
         if tol.endswith("%"):
             rel = float(tol[:-1]) / 100
@@ -201,7 +204,8 @@ def _check_figure(i: int, fig: ExpectedFigure) -> None:
 
 
 def load_expected(source: str | Path | Iterable[Mapping[str, Any]] | None) -> list[ExpectedFigure]:
-    """Your expected figures from a CSV file (the :data:`COLUMNS`, optionally ``tolerance``) or a list of dicts.
+    """Your expected figures from a CSV file (the :data:`COLUMNS`, optionally ``tolerance``) or a
+    list of dicts.
 
     ``None`` gives no figures. Every row is checked before anything is judged.
     """
@@ -223,8 +227,8 @@ error), or list it as not applicable (notebook 03's example rows, when you read 
 def judge(
     expected: Iterable[ExpectedFigure], summary: Any, *, absent_runs: str = "refuse"
 ) -> Ledger:
-    """Each expected figure against the run's figure in ``summary`` (a :class:`pooltk.logs.metrics.Summary`);
-    ``absent_runs`` is one of :data:`ABSENT_RUNS`."""
+    """Each expected figure against the run's figure in ``summary`` (a
+    :class:`pooltk.logs.metrics.Summary`); ``absent_runs`` is one of :data:`ABSENT_RUNS`."""
     if absent_runs not in ABSENT_RUNS:
         raise InputError(
             "absent_runs",
@@ -294,8 +298,8 @@ def expected_frame(expected: Iterable[ExpectedFigure]) -> pd.DataFrame:
 def judged_frame(
     expected: Iterable[ExpectedFigure], summary: Any, *, absent_runs: str = "refuse"
 ) -> pd.DataFrame:
-    """:func:`judge` as a table whose columns say what they hold: figure, source, read from, expected, your logs,
-    agrees, rule."""
+    """:func:`judge` as a table whose columns say what they hold: figure, source, read from,
+    expected, your logs, agrees, rule."""
     names = {
         "claim": "figure",
         "inputs": "read from",

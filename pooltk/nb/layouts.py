@@ -18,15 +18,15 @@ cells name where its buffers are made, which the recorded shapes of the real whe
 (``tests/compat/layouts``) confirm.
 
 [Note: the PR's 2.12 line]
-Automodel PR #3780 says its pool adapts "the torch >= 2.13 layout (_setup_forward/backward_recv_info)
-and the 2.12 line in current NGC containers (_prepare_forward/backward_infra)". The released 2.12
-wheels (2.12.0 and 2.12.1 are the same for pipelining; 2.12.1's shape is recorded) already make
-their buffers in ``_setup_forward_recv_info`` / ``_setup_backward_recv_info``, so by release the
-boundary is 2.11 -> 2.12, not 2.12 -> 2.13. The NGC "2.12" the PR met must be a pre-release
-build of the 2.12 line (NGC containers ship torch built from the main branch, versioned
-``2.12.0a0+<commit>``) from before that change; no NGC container was available here, so that
-build is not measured. pooltk detects by feature, never by version, so such a build is handled by
-the ``prepare-infra`` adapter whatever its version string says.
+Automodel PR #3780 says its pool adapts "the torch >= 2.13 layout
+(_setup_forward/backward_recv_info) and the 2.12 line in current NGC containers
+(_prepare_forward/backward_infra)". The released 2.12 wheels (2.12.0 and 2.12.1 are the same for
+pipelining; 2.12.1's shape is recorded) already make their buffers in ``_setup_forward_recv_info`` /
+``_setup_backward_recv_info``, so by release the boundary is 2.11 -> 2.12, not 2.12 -> 2.13. The NGC
+"2.12" the PR met must be a pre-release build of the 2.12 line (NGC containers ship torch built from
+the main branch, versioned ``2.12.0a0+<commit>``) from before that change; no NGC container was
+available here, so that build is not measured. pooltk detects by feature, never by version, so such
+a build is handled by the ``prepare-infra`` adapter whatever its version string says.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ __all__ = ["FAMILIES", "ROLES", "Family", "Marker", "layout_rows", "markdown_tab
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Marker:
-    """One definition a family's torch has: ``owner.attr`` in ``module`` (``owner`` empty: a module attribute)."""
+    """One definition a family's torch has: ``owner.attr`` in ``module`` (``owner`` empty: a module
+    attribute)."""
 
     module: str
     """Dotted module path inside torch."""
@@ -89,13 +90,15 @@ class Family:
     torch: str
     """The releases it covers."""
     releases: tuple[str, ...]
-    """The real releases measured to have it (docs/torch-compat.md's matrix; shapes in tests/compat/layouts)."""
+    """The real releases measured to have it (docs/torch-compat.md's matrix; shapes in
+    tests/compat/layouts)."""
     what_pooltk_does: str
     """One line: what the pool does on this family."""
     makes: tuple[Marker, Marker, Marker]
     """Where the buffers of the first three :data:`ROLES` are made, in that order."""
     stage0: Marker | str
-    """What stands for stage 0's inputs (the fourth role): a marker, or the form of ``_RecvInfo``."""
+    """What stands for stage 0's inputs (the fourth role): a marker, or the form of
+    ``_RecvInfo``."""
     told_apart_by: str
     """The features detection checks (``pooltk.pool.torch_compat.layouts.detect``)."""
     note: str = ""
@@ -126,19 +129,21 @@ FAMILIES: tuple[Family, ...] = (
         name="prepare-infra",
         torch="<= 2.11",
         releases=("2.11.0",),
-        what_pooltk_does="all M sets made while the stage infers shapes; pooltk makes only K of them",
+        what_pooltk_does="all M sets made while the stage infers shapes; pooltk makes only K of "
+        "them",
         makes=_made_by("prepare-infra"),
         stage0=Marker(module=_STAGE, owner="", attr="_RootArgPlaceholder"),
         told_apart_by="_RecvInfo(input_name, source, buffer); no _setup_backward_recv_info",
-        note="Automodel PR #3780 puts 'the 2.12 line in current NGC containers' here: a pre-release build "
-        "(2.12.0a0+...) from before 2.12's change, not measured here; detection by feature gives it this "
-        "adapter (see [Note: the PR's 2.12 line])",
+        note="Automodel PR #3780 puts 'the 2.12 line in current NGC containers' here: a "
+        "pre-release build (2.12.0a0+...) from before 2.12's change, not measured here; detection "
+        "by feature gives it this adapter (see [Note: the PR's 2.12 line])",
     ),
     Family(
         name="setup-recv-info",
         torch="2.12 - 2.14",
         releases=("2.12.1", "2.13.0", "2.14.1"),
-        what_pooltk_does="per-direction setup methods; pooltk makes only K sets and shares them across chunks",
+        what_pooltk_does="per-direction setup methods; pooltk makes only K sets and shares them "
+        "across chunks",
         makes=_made_by("setup-recv-info"),
         stage0="_RecvInfo(..., is_root_arg=True)",
         told_apart_by="_RecvInfo(input_name, source, buffer, tensor_meta, *, is_root_arg); "
@@ -150,8 +155,9 @@ FAMILIES: tuple[Family, ...] = (
         name="lazy",
         torch="2.15",
         releases=("2.15.0",),
-        what_pooltk_does="buffers made per receive and dropped when consumed, but the last stage keeps all M "
-        "through the schedule's kept graphs: pooltk installs the release alone (no rings)",
+        what_pooltk_does="buffers made per receive and dropped when consumed, but the last stage "
+        "keeps all M through the schedule's kept graphs: pooltk installs the release alone (no "
+        "rings)",
         makes=(_ALLOCATE, _ALLOCATE, _ALLOCATE),
         stage0="_RecvInfo(..., is_root_arg=True)",
         told_apart_by="_RecvInfo.allocate_buffer / take_buffer (no buffer at setup)",
@@ -161,7 +167,8 @@ FAMILIES: tuple[Family, ...] = (
 
 
 def layout_rows() -> list[dict[str, str]]:
-    """The table: one row per role, then ``torch``, ``told apart by``, ``pooltk does`` and ``note``; a column per family.
+    """The table: one row per role, then ``torch``, ``told apart by``, ``pooltk does`` and ``note``;
+    a column per family.
 
     Each row is ``{"": row name, <family name>: cell, ...}``; a marker cell is ``Class.method``.
     """

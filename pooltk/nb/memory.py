@@ -1,4 +1,5 @@
-"""Figures and the interactive explorer of notebook 01 (memory per stage), and notebook 06's measured saving.
+"""Figures and the interactive explorer of notebook 01 (memory per stage), and notebook 06's
+measured saving.
 
 The notebook stays thin: every figure is one call here, and the widget callback is
 :func:`explore` (compute, record in an :class:`ExplorerState`) followed by
@@ -90,7 +91,8 @@ VARIANT_LABELS: dict[str, str] = {key: style.label(key) for key in VARIANTS}
 
 
 def stage_bars(model: MemoryModel) -> Figure:
-    """Per-stage receive-buffer GiB (both directions) of each variant of :data:`VARIANTS`, from zero."""
+    """Per-stage receive-buffer GiB (both directions) of each variant of :data:`VARIANTS`, from
+    zero."""
     frame = model.to_frame()
     frame = frame[frame.variant.isin(VARIANTS)]
     per_stage = frame.groupby(["stage", "variant"], as_index=False, sort=False)["gib"].sum()
@@ -117,7 +119,8 @@ def slack_heatmap(
     policy: str = "tight",
     slacks: Iterable[int] = range(0, 9),
 ) -> Figure:
-    """Stage x slack heatmap of pooled GiB per stage under ``policy``'s ring size (``tight`` or ``automodel``)."""
+    """Stage x slack heatmap of pooled GiB per stage under ``policy``'s ring size (``tight`` or
+    ``automodel``)."""
     import seaborn as sns
 
     sweep = slack_sweep(shape, boundaries, list(slacks), config, policy=policy)
@@ -138,8 +141,8 @@ def slack_heatmap(
     )
     stock = sweep[sweep.stage == middle_stage(shape.pp)].stock_gib.iloc[0]
     ax.set_title(
-        f"pooled receive buffers per stage as the slack grows ({ring}); stock: {stock:.1f} GiB on the middle "
-        "stage",
+        f"pooled receive buffers per stage as the slack grows ({ring}); stock: {stock:.1f} GiB on "
+        "the middle stage",
         fontsize=10,
     )
     ax.set_xlabel("forward slack (buffer sets beyond the live set)")
@@ -171,7 +174,8 @@ class FigureOfMerit:
     """Grad slack (tight policy)."""
 
     def line(self) -> str:
-        """e.g. ``stage 3 pooled: 5.69 GiB, saved 46.31 GiB of 52.00 GiB stock (automodel, slack 2)``."""
+        """e.g.
+        ``stage 3 pooled: 5.69 GiB, saved 46.31 GiB of 52.00 GiB stock (automodel, slack 2)``."""
         extra = f", grad slack {self.grad_slack}" if self.policy == "tight" else ""
         return (
             f"stage {self.stage} pooled: {self.pooled_gib:.2f} GiB, saved {self.saved_gib:.2f} GiB "
@@ -181,7 +185,8 @@ class FigureOfMerit:
 
 @dataclass(kw_only=True, slots=True)
 class ExplorerState:
-    """What the explorer computed last; the notebook's widgets only display it. See [Note: the explorer carries no calibration]."""
+    """What the explorer computed last; the notebook's widgets only display it. See [Note: the
+    explorer carries no calibration]."""
 
     last_inputs: dict[str, Any] | None = None
     """The inputs of the last update, as passed."""
@@ -194,9 +199,11 @@ class ExplorerState:
     history: list[FigureOfMerit] = field(default_factory=list)
     """Every successful update's figure of merit, in order."""
     origin: Preset | None = None
-    """The source the last update started from (a preset, an estimate preset's model, a config file)."""
+    """The source the last update started from (a preset, an estimate preset's model, a config
+    file)."""
     source: Preset | None = None
-    """What the last update modelled: ``origin`` resized to the widgets (no calibration or published figure carried)."""
+    """What the last update modelled: ``origin`` resized to the widgets (no calibration or published
+    figure carried)."""
     boundary_note: str | None = None
     """What one buffer set is, and what the resize dropped, in one line."""
     fits: Verdict | None = None
@@ -207,11 +214,13 @@ class ExplorerState:
     fits_note: str | None = None
     """Why there is no fits view, and how to get one; else ``None``."""
     replayed: WholeStage | None = None
-    """A whole-stage replay (notebook 01's section): the fits view uses it when the explorer shows the same model and shape."""
+    """A whole-stage replay (notebook 01's section): the fits view uses it when the explorer shows
+    the same model and shape."""
 
 
 def explorer_sources() -> dict[str, Preset]:
-    """Every source the explorer offers by name: the Kimi-K3 study presets, then the estimate presets' models."""
+    """Every source the explorer offers by name: the Kimi-K3 study presets, then the estimate
+    presets' models."""
     out = dict(PRESETS)
     out.update({name: receive_source(p) for name, p in ESTIMATE_PRESETS.items()})
     return out
@@ -250,7 +259,8 @@ def _boundary_note(origin: Preset, q: Preset, boundaries: Sequence[Boundary], op
 
 
 def _log_peak(path: str) -> tuple[float, str]:
-    """The largest ``mem_gib`` a run log reports, and its basis (``max_allocated`` / ``max_reserved``)."""
+    """The largest ``mem_gib`` a run log reports, and its basis (``max_allocated`` /
+    ``max_reserved``)."""
     from pooltk.logs import read_logs
 
     steps = read_logs(path).steps
@@ -275,8 +285,8 @@ def _replay_hint(
             q.boundary.activations[0].shape[-3] if len(q.boundary.activations[0].shape) >= 3 else 1
         )
         return (
-            f"pooltk estimate --config {config_path} --pp {shape.pp} --microbatches {shape.n_microbatches} "
-            f"--micro-batch {rows} --seq-len {q.seq_len} --capacity {device}"
+            f"pooltk estimate --config {config_path} --pp {shape.pp} --microbatches "
+            f"{shape.n_microbatches} --micro-batch {rows} --seq-len {q.seq_len} --capacity {device}"
         )
     named = ESTIMATE_PRESETS.get(origin.name) or (
         state.replayed.named
@@ -287,8 +297,9 @@ def _replay_hint(
         if q is origin:
             return f"pooltk estimate --preset {named.name} --capacity {device}"
         return (
-            f"whole_stage.whole_stage_estimate({named.name!r}, microbatches={shape.n_microbatches}, "
-            f"seq_len={q.seq_len}), passed as ExplorerState(replayed=...)"
+            f"whole_stage.whole_stage_estimate({named.name!r}, "
+            f"microbatches={shape.n_microbatches}, seq_len={q.seq_len}), passed as "
+            "ExplorerState(replayed=...)"
         )
     return (
         "pooltk builds no model of Kimi-K3's own layers; its published widths replay as "
@@ -468,18 +479,19 @@ def explore(
     reference_log: str | None = None,
     reference_variant: str = "stock",
 ) -> MemoryModel | None:
-    """One widget update: model the shape and record it in ``state``. See [Note: the explorer carries no calibration].
+    """One widget update: model the shape and record it in ``state``. See [Note: the explorer
+    carries no calibration].
 
     The source is ``config_path`` (an Automodel YAML or config.json, read with the widgets as
     overrides) or ``preset`` (:func:`explorer_sources`), resized to ``pp`` / ``microbatches`` /
     ``rows`` / ``seq_len`` / ``hidden`` / ``dtype`` by :meth:`~pooltk.memory.source.Preset.resized`.
-    ``boundary_mib`` (MiB per buffer set) replaces the tensors by an opaque set when it differs
-    from both the source's set and the resized one; ``None`` keeps them. ``device`` (``none`` or a
-    name of :data:`pooltk.memory.fits.DEVICES`) adds the fits view, standing on
-    ``reference_peak_gib`` or ``reference_log`` (measured under ``reference_variant``: ``stock`` or
-    ``pooled`` with this config), else the matching whole-stage replay, else the source's own
-    published peak. Rejected inputs (e.g. M < pp under 1F1B, an unknown config class) are recorded in
-    ``state.last_error`` and return ``None``.
+    ``boundary_mib`` (MiB per buffer set) replaces the tensors by an opaque set when it differs from
+    both the source's set and the resized one; ``None`` keeps them. ``device`` (``none`` or a name
+    of :data:`pooltk.memory.fits.DEVICES`) adds the fits view, standing on ``reference_peak_gib`` or
+    ``reference_log`` (measured under ``reference_variant``: ``stock`` or ``pooled`` with this
+    config), else the matching whole-stage replay, else the source's own published peak. Rejected
+    inputs (e.g. M < pp under 1F1B, an unknown config class) are recorded in ``state.last_error``
+    and return ``None``.
     """
     state.last_inputs = {name: value for name, value in locals().items() if name != "state"}
     dims = dict(pp=pp, microbatches=microbatches, rows=rows, seq_len=seq_len, hidden=hidden)
@@ -501,7 +513,8 @@ def explore(
 
 
 def explorer_lines(state: ExplorerState) -> list[str]:
-    """What the explorer prints: the figure-of-merit line first, then the boundary and the fits view (or why none)."""
+    """What the explorer prints: the figure-of-merit line first, then the boundary and the fits view
+    (or why none)."""
     if state.last_result is None:
         return [f"rejected: {state.last_error}"]
     out = [state.figure_of_merit.line()]  # type: ignore[union-attr]
@@ -510,8 +523,9 @@ def explorer_lines(state: ExplorerState) -> list[str]:
     if state.fits is not None:
         f = state.fits
         out.append(
-            f"  fits on {f.device.name} ({f.device.gib:.2f} GiB, {short_source(f.device.source)}), tensor peak + "
-            f"{f.overhead.total_bytes / 2**30:.2f} GiB stated overhead; {state.fits_basis}:"
+            f"  fits on {f.device.name} ({f.device.gib:.2f} GiB, {short_source(f.device.source)}), "
+            f"tensor peak + {f.overhead.total_bytes / 2**30:.2f} GiB stated overhead; "
+            f"{state.fits_basis}:"
         )
         titles = VARIANT_LABELS if f.reference is not None else VARIANT_TITLES
         out += [f"    {titles.get(v, v)}: fullest {text}" for v, text in f.summary().items()]
@@ -521,7 +535,8 @@ def explorer_lines(state: ExplorerState) -> list[str]:
 
 
 def render_explorer(state: ExplorerState, *, save: bool = True) -> Figure | None:
-    """Print :func:`explorer_lines`, then show the per-stage bars and the fits view's figure, once each.
+    """Print :func:`explorer_lines`, then show the per-stage bars and the fits view's figure, once
+    each.
 
     Drawn off pyplot: a widget callback (see [Note: widget callbacks draw off pyplot]).
     """
@@ -692,7 +707,8 @@ def explorer_controls(preset: str | None = None) -> dict[str, Any]:
 
 
 def measured_vs_modelled_figure(table: Any) -> Figure:
-    """Modelled vs measured saving per stage, one panel per shape (the measured bar spans min..max over pairs).
+    """Modelled vs measured saving per stage, one panel per shape (the measured bar spans min..max
+    over pairs).
 
     The measured saving is each rank's peak resident memory (``VmHWM``), stock minus pooled: process
     memory, not a device allocator's figure. Each pair of bars carries the relative difference.

@@ -114,15 +114,20 @@ def _checked(
 
 
 def load_logs() -> "pd.DataFrame":
-    """The newest recorded logs table: per torchtitan launch, the steps and pool tag ``pooltk logs`` read."""
-    run = "run TRAINERS=torchtitan bash scripts/integration; read reports/integration/torchtitan/logs.csv."
+    """The newest recorded logs table: per torchtitan launch, the steps and pool tag ``pooltk logs``
+    read."""
+    run = (
+        "run TRAINERS=torchtitan bash scripts/integration; read "
+        "reports/integration/torchtitan/logs.csv."
+    )
     table = _newest("logs", "recorded logs table", "a trainers_*_logs.csv", run)
     record = "record logs.csv written by tools/integration/titan_suite.py."
     return _checked(table, "logs table columns", LOG_REQUIRED, record)
 
 
 def load_table(path: str | Path | None = None) -> "pd.DataFrame":
-    """The suite's table: ``path`` (a rows.csv from scripts/integration) or the newest recorded one."""
+    """The suite's table: ``path`` (a rows.csv from scripts/integration) or the newest recorded
+    one."""
     import pandas as pd
 
     if path is None:
@@ -135,7 +140,8 @@ def load_table(path: str | Path | None = None) -> "pd.DataFrame":
                 "trainer table",
                 found=str(path),
                 required="an existing rows.csv",
-                fix="run bash scripts/integration first, or call load_table() for the recorded run.",
+                fix="run bash scripts/integration first, or call load_table() for the recorded "
+                "run.",
             )
         table = pd.read_csv(path)
     fix = "pass a rows.csv written by tools/integration/run_suite.py."
@@ -143,7 +149,8 @@ def load_table(path: str | Path | None = None) -> "pd.DataFrame":
 
 
 def side_by_side(table: "pd.DataFrame") -> "pd.DataFrame":
-    """Receive bytes per stage: stock, Automodel's pool, pooltk, the live set (one row per stage)."""
+    """Receive bytes per stage: stock, Automodel's pool, pooltk, the live set (one row per
+    stage)."""
     rows = table[table["variant"].isin(SIDE_BY_SIDE) & (table["outcome"] == "ok")].copy()
     rows["column"] = rows["variant"].map({v: c for v, (c, _) in SIDE_BY_SIDE.items()})
     wide = rows.pivot_table(
@@ -153,7 +160,8 @@ def side_by_side(table: "pd.DataFrame") -> "pd.DataFrame":
 
 
 def claims(table: "pd.DataFrame") -> "pd.DataFrame":
-    """One row per (trainer, pp, variant): parity, outcome, worst step-time ratio, the suite's verdict."""
+    """One row per (trainer, pp, variant): parity, outcome, worst step-time ratio, the suite's
+    verdict."""
 
     def _all(s):
         vals = [v for v in s if v == v and v != ""]
@@ -212,7 +220,8 @@ def _draw_trainer_panel(ax: Any, trainer: str, pp: int, part: "pd.DataFrame") ->
 
 
 def bytes_figure(table: "pd.DataFrame") -> "Figure":
-    """Receive KiB per stage, one panel per (trainer, pp): stock, Automodel's pool, pooltk, the live set.
+    """Receive KiB per stage, one panel per (trainer, pp): stock, Automodel's pool, pooltk, the live
+    set.
 
     Every series has its one colour in every panel ([Note: one colour per series] in
     :mod:`pooltk.nb.style`); a panel leaves out what its trainer lacks (Automodel's pool has no

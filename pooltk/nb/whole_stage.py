@@ -1,4 +1,5 @@
-"""Notebook 01's "The whole stage": a named model replayed rank by rank on fake tensors, drawn and judged.
+"""Notebook 01's "The whole stage": a named model replayed rank by rank on fake tensors, drawn and
+judged.
 
 One call, :func:`whole_stage_estimate`, replays the chosen ranks of an estimate preset
 (:data:`pooltk.memory.replay.presets.ESTIMATE_PRESETS`) under every variant
@@ -65,7 +66,8 @@ VARIANT_TICKS: dict[str, str] = {
     "pooled": "pooltk\nrings",
     "live_set": "pooltk rings\nslack 0",
 }
-"""Short x tick of each replayed variant (the full titles: :data:`pooltk.memory.replay.estimate.VARIANT_TITLES`)."""
+"""Short x tick of each replayed variant (the full titles:
+:data:`pooltk.memory.replay.estimate.VARIANT_TITLES`)."""
 
 VARIANT_SERIES: dict[str, str] = {
     "stock": "stock",
@@ -73,7 +75,8 @@ VARIANT_SERIES: dict[str, str] = {
     "pooled": "tight",
     "live_set": "live_set",
 }
-"""The series (:data:`pooltk.nb.style.SERIES`) each replayed variant is drawn as: the pooled replay runs pooltk's tight rings."""
+"""The series (:data:`pooltk.nb.style.SERIES`) each replayed variant is drawn as: the pooled replay
+runs pooltk's tight rings."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -117,7 +120,8 @@ class WholeStage:
         }
 
     def peak_table(self) -> pd.DataFrame:
-        """One row per (rank, variant): what the rank holds, its peak (GiB) and where in the step it happens."""
+        """One row per (rank, variant): what the rank holds, its peak (GiB) and where in the step it
+        happens."""
         frame = self.estimate.peak_frame("gib")
         names = self.estimate.stage_names
         frame["holds"] = [
@@ -181,7 +185,8 @@ def whole_stage_estimate(
     microbatches: int | None = None,
     seq_len: int | None = None,
 ) -> WholeStage:
-    """Replay ``ranks`` (default: all) of the named ``preset`` under ``variants`` and judge them on ``device``.
+    """Replay ``ranks`` (default: all) of the named ``preset`` under ``variants`` and judge them on
+    ``device``.
 
     ``quick``: the suite's smaller step ([Note: the quick whole stage]); ``microbatches`` /
     ``seq_len`` override the preset's (after ``quick``). ``jobs`` replays that many (rank, variant)
@@ -200,8 +205,8 @@ def whole_stage_estimate(
                 "ranks",
                 found=repr(bad),
                 required=f"ranks in 0..{inputs.shape.pp - 1}",
-                fix=f"pick ranks of the {inputs.shape.pp}-stage pipeline, e.g. (0, {inputs.shape.pp // 2 - 1}, "
-                f"{inputs.shape.pp - 1}).",
+                fix=f"pick ranks of the {inputs.shape.pp}-stage pipeline, e.g. (0, "
+                f"{inputs.shape.pp // 2 - 1}, {inputs.shape.pp - 1}).",
             )
     tasks = (len(ranks) if ranks is not None else inputs.shape.pp) * len(variants)
     est = estimate_memory(
@@ -219,8 +224,9 @@ def whole_stage_estimate(
 
 
 def receive_source(preset: str | EstimatePreset) -> Preset:
-    """The receive-buffer view of an estimate preset (what the explorer models): its config.json read
-    by :func:`pooltk.memory.configs.load_config` at the preset's pipeline, no published figure."""
+    """The receive-buffer view of an estimate preset (what the explorer models): its config.json
+    read by :func:`pooltk.memory.configs.load_config` at the preset's pipeline, no published
+    figure."""
     from pooltk.memory.configs import Overrides, load_config
 
     p = _named(preset)
@@ -250,7 +256,8 @@ def _rank_title(est: MemoryEstimate, rank: int) -> str:
 
 
 def stacked_figure(whole: WholeStage) -> Figure:
-    """Per rank, one bar per variant, stacked by what holds the memory at the rank's peak (GiB, from zero).
+    """Per rank, one bar per variant, stacked by what holds the memory at the rank's peak (GiB, from
+    zero).
 
     Lines: the device's capacity and the capacity less the stated overhead (their sources in the
     legend; a bar above the lower line does not fit). Each bar's top carries its peak.
@@ -302,7 +309,8 @@ def stacked_figure(whole: WholeStage) -> Figure:
 def _timeline_rank(
     est: MemoryEstimate, rank: int | None, variants: Sequence[str]
 ) -> tuple[int, list[str]]:
-    """The rank to draw (default: the worst stock peak) and the variants of ``variants`` replayed."""
+    """The rank to draw (default: the worst stock peak) and the variants of ``variants``
+    replayed."""
     if rank is None:
         rank = est.worst("stock" if "stock" in est.variants else est.variants[0]).rank
     drawn = [v for v in variants if v in est.variants]
@@ -321,7 +329,8 @@ def _wide_of(frame: Any, variant: str) -> Any:
     import numpy as np
 
     part = frame[frame.variant == variant]
-    # one row per category per timeline point, in the step's order (two points may share a storage position)
+    # one row per category per timeline point, in the step's order (two points may share a storage
+    # position)
     part = part.assign(point=np.arange(len(part)) // len(CATEGORIES))
     return part.pivot(index="point", columns="category", values="gib")
 
@@ -394,11 +403,13 @@ def _draw_receive_panel(ax: Any, est: MemoryEstimate, frame: Any) -> list[Any]:
 def timeline_figure(
     whole: WholeStage, *, rank: int | None = None, variants: Sequence[str] = ("stock", "pooled")
 ) -> Figure:
-    """One rank through the measured step: bytes live after every action, stacked by category, one panel per variant
-    of ``variants``; below, the receive buffers alone (MiB), every replayed variant on one axis.
+    """One rank through the measured step: bytes live after every action, stacked by category, one
+    panel per variant of ``variants``; below, the receive buffers alone (MiB), every replayed
+    variant on one axis.
 
     ``rank`` defaults to the rank with the highest stock peak (the one that decides). Each panel's
-    title carries its peak (inside an action, so above the curve's highest point) and where it happens.
+    title carries its peak (inside an action, so above the curve's highest point) and where it
+    happens.
     """
     est = whole.estimate
     rank, drawn = _timeline_rank(est, rank, variants)

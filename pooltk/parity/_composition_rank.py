@@ -24,7 +24,8 @@ HIDDEN, SEQ, ROWS, RANK_LORA = 16, 8, 2, 4
 
 
 class _AddressRead(torch.autograd.Function):
-    """A kernel launcher's view of its tensors: it reads every argument's address, then runs the kernel.
+    """A kernel launcher's view of its tensors: it reads every argument's address, then runs the
+    kernel.
 
     Triton's launcher calls ``data_ptr()`` on each tensor argument from Python; so do ctypes/cffi
     extensions. Forward and backward both read the received input's address (backward through the
@@ -135,10 +136,11 @@ def _wrap(module: nn.Module, case: Composition, dp_mesh: Any) -> nn.Module:
 
 
 def _evidence(case: Composition, stages: list, reads: int) -> str:
-    """What shows this case ran as described (a composition silently not applied would read differently).
+    """What shows this case ran as described (a composition silently not applied would read
+    differently).
 
-    Compiled graphs and inductor kernels are counted over the process: variants after the first reuse
-    dynamo's cache for the same stage code.
+    Compiled graphs and inductor kernels are counted over the process: variants after the first
+    reuse dynamo's cache for the same stage code.
     """
     inner = [st.submod for st in stages]
     parts = [f"submod={'+'.join(sorted({type(m).__name__ for m in inner}))}"]
@@ -163,8 +165,9 @@ def _evidence(case: Composition, stages: list, reads: int) -> str:
 
 
 def _bounds(case: Composition, rank_stages: list[int], pp_rank: int) -> dict[str, int]:
-    """Per direction: the sets the analysis says the rank's rings hold (live set + slack); for an eval-only
-    case that ``schedule="auto"`` pools, those of the forward-only action order its rings are planned from."""
+    """Per direction: the sets the analysis says the rank's rings hold (live set + slack); for an
+    eval-only case that ``schedule="auto"`` pools, those of the forward-only action order its rings
+    are planned from."""
     from pooltk.analysis.lifetimes import ScheduleShape, analyse
     from pooltk.analysis.sharing import rank_rings
     from pooltk.pool.ring import ring_size
@@ -189,8 +192,8 @@ def _bounds(case: Composition, rank_stages: list[int], pp_rank: int) -> dict[str
 def _forward_only(
     case: Composition, schedule: Any, x: Any, y: Any, first: bool, last: bool
 ) -> list[str]:
-    """One ``schedule.eval`` step the way ``case.eval_mode`` says (autograd on, or under inference_mode);
-    the last stage's digests of the merged output and the losses."""
+    """One ``schedule.eval`` step the way ``case.eval_mode`` says (autograd on, or under
+    inference_mode); the last stage's digests of the merged output and the losses."""
     mode = {"grad": contextlib.nullcontext, "inference": torch.inference_mode}
     losses: list[torch.Tensor] = []
     with mode[case.eval_mode]():
@@ -214,7 +217,8 @@ def run_case(case: Composition, rank: int, mesh: Any) -> list[dict[str, Any]]:
     mine = stage_indices(case.pp, case.stages_per_rank, case.schedule, pp_rank)
     results: dict[str, dict[str, Any]] = {}
     if case.wrap and case.wrap.startswith("compile:"):
-        torch._dynamo.reset()  # another case's backend must not answer for this one's (same stage code)
+        # another case's backend must not answer for this one's (same stage code)
+        torch._dynamo.reset()
     for variant in VARIANTS:
         report = pooltk.install(schedule=case.install_schedule) if variant == "pooled" else None
         try:

@@ -72,8 +72,8 @@ def _shape_flags(g: argparse._ArgumentGroup) -> None:
         "--vpp",
         type=int,
         default=None,
-        help="stages per rank for multi-stage schedules (Interleaved1F1B, ZBVZeroBubble, ...; default 2 "
-        "for those, 1 for single-stage schedules)",
+        help="stages per rank for multi-stage schedules (Interleaved1F1B, ZBVZeroBubble, ...; "
+        "default 2 for those, 1 for single-stage schedules)",
     )
 
 
@@ -88,13 +88,14 @@ def _pool_flags(p: argparse._ArgumentGroup) -> None:
         "--policy",
         default="tight",
         choices=["tight", "automodel"],
-        help="ring sizing: pooltk's live set + slack, or Automodel's pool's formula (default tight)",
+        help="ring sizing: pooltk's live set + slack, or Automodel's pool's formula (default "
+        "tight)",
     )
     p.add_argument(
         "--schedule",
         default="1F1B",
-        help="torch schedule name, case-insensitive (default 1F1B; any other is kept stock unless --auto "
-        "or --force)",
+        help="torch schedule name, case-insensitive (default 1F1B; any other is kept stock unless "
+        "--auto or --force)",
     )
     p.add_argument(
         "--auto",
@@ -106,7 +107,8 @@ def _pool_flags(p: argparse._ArgumentGroup) -> None:
         "--sharing",
         default="rank",
         choices=["rank", "stage"],
-        help="multi-stage schedules: one ring per rank and direction, or one per stage (default rank)",
+        help="multi-stage schedules: one ring per rank and direction, or one per stage (default "
+        "rank)",
     )
     p.add_argument("--frontend", default="manual", choices=["manual", "tracing", "both"])
     p.add_argument(
@@ -137,11 +139,13 @@ FIELDS = {
     "PoolConfig.slack": "--slack",
     "PoolConfig.grad_slack": "--grad-slack",
 }
-"""Library fields these flags set, for re-wording an error that names a field ([Note: command-line errors])."""
+"""Library fields these flags set, for re-wording an error that names a field ([Note: command-line
+errors])."""
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """Check every flag before a library object is built, so the error names the flag and a fix in flag terms.
+    """Check every flag before a library object is built, so the error names the flag and a fix in
+    flag terms.
 
     Raises :class:`pooltk._validate.InputError` whose ``what`` is the flag (``--pp``).
     """
@@ -294,14 +298,17 @@ def spec_from_args(args: argparse.Namespace):
 
 
 def _import_before_group() -> None:
-    """Import every torch module the ranks use while no process group exists (see [Note: a rank's clean exit])."""
-    import torch.distributed.nn.functional  # noqa: F401  (binds group.WORLD as a default argument at import)
+    """Import every torch module the ranks use while no process group exists (see [Note: a rank's
+    clean exit])."""
+    # (binds group.WORLD as a default argument at import)
+    import torch.distributed.nn.functional  # noqa: F401
     import torch.distributed.pipelining  # noqa: F401
     import torch.distributed.pipelining.schedules  # noqa: F401
 
 
 def group_threads_left() -> list[str]:
-    """Names of gloo process-group threads still running in this process (``[]`` where ``/proc`` is absent)."""
+    """Names of gloo process-group threads still running in this process (``[]`` where ``/proc`` is
+    absent)."""
     import gc
 
     gc.collect()  # a work object in a reference cycle may still hold the group
@@ -326,8 +333,8 @@ def torchrun_main(argv: list[str] | None = None) -> int:
     _import_before_group()
     if "RANK" not in os.environ:
         print(
-            "pooltk.parity: RANK is not set; run under torchrun (torchrun --nproc-per-node N -m pooltk.parity), "
-            "or use `pooltk parity`, which spawns its own gloo ranks.",
+            "pooltk.parity: RANK is not set; run under torchrun (torchrun --nproc-per-node N -m "
+            "pooltk.parity), or use `pooltk parity`, which spawns its own gloo ranks.",
             file=sys.stderr,
         )
         return 2

@@ -1,4 +1,5 @@
-"""The pool in the compositions real stacks use, on gloo ranks: same bits, and the storages it holds.
+"""The pool in the compositions real stacks use, on gloo ranks: same bits, and the storages it
+holds.
 
 [Note: composition verdicts]
 A composition is one way real training code wraps or feeds a pipeline stage (DDP or FSDP2 per stage
@@ -8,13 +9,13 @@ address). Each runs three times in one launch, on fresh stages built from the sa
 (a new buffer per receive, torch 2.15's semantics), ``stock`` and ``pooled`` (``pooltk.install()``
 with the default config). A case holds when, on every rank:
 
-1. *bits*: pooled's final parameters, per-step losses and merged outputs are bitwise equal to stock's
-   (or to fresh's where stock's own numbers depend on its buffer reuse: ``explained``);
+1. *bits*: pooled's final parameters, per-step losses and merged outputs are bitwise equal to
+   stock's (or to fresh's where stock's own numbers depend on its buffer reuse: ``explained``);
 2. *storages*: the receive storages a stage holds at once and the storages it ever received into,
    counted outside pooltk ([Note: counting receive storages] in recv_counter.py) over every step,
-   are at most ``tensors per set x (live set + slack)`` per direction: the ring's own size, taken from
-   :mod:`pooltk.analysis` (per rank for a rank-shared ring). A pool that re-homes on an ordinary
-   pattern fails here even when its bits are right;
+   are at most ``tensors per set x (live set + slack)`` per direction: the ring's own size, taken
+   from :mod:`pooltk.analysis` (per rank for a rank-shared ring). A pool that re-homes on an
+   ordinary pattern fails here even when its bits are right;
 3. *no re-homes* where nothing holds a received tensor past its use (``expect_rehomes=False``).
 
 One case has a real holder: in a forward-only step torch waits for every forward send only at the
@@ -34,9 +35,9 @@ from pathlib import Path
 __all__ = ["CASES", "Composition", "CompositionRow", "run_compositions", "rows_frame"]
 
 FEATURES = ("passon", "launcher")
-"""Stage-model features: ``passon`` (int64 positions and a bool mask made by the first stage and passed on
-unchanged by every stage, used by each), ``launcher`` (the first op reads its input's ``data_ptr()`` in
-forward and backward, as a Triton launcher does)."""
+"""Stage-model features: ``passon`` (int64 positions and a bool mask made by the first stage and
+passed on unchanged by every stage, used by each), ``launcher`` (the first op reads its input's
+``data_ptr()`` in forward and backward, as a Triton launcher does)."""
 
 WRAPS = ("ddp", "fsdp2", "compile:aot_eager", "compile:inductor", "checkpoint")
 """How each stage module is wrapped (at most one)."""
@@ -109,8 +110,8 @@ FORWARD_ONLY: tuple[Composition, ...] = tuple(
     for name, spr in (("1F1B", 1), *AUTO_SCHEDULES)
     for kind, mode in (("eval", "grad"), ("eval", "inference"), ("train-eval", "grad"))
 )
-"""Forward-only steps (issue #36) for 1F1B and every schedule ``auto`` pools: eval steps with autograd on,
-under ``inference_mode``, and train/eval/train."""
+"""Forward-only steps (issue #36) for 1F1B and every schedule ``auto`` pools: eval steps with
+autograd on, under ``inference_mode``, and train/eval/train."""
 
 CASES: tuple[Composition, ...] = (
     Composition(name="1f1b-pp2", pp=2),
@@ -173,16 +174,17 @@ class CompositionRow:
     case: str
     rank: int
     stage: int | None
-    """None: the rank's row (every stage of the rank together; what a rank-shared ring is judged on)."""
+    """None: the rank's row (every stage of the rank together; what a rank-shared ring is judged
+    on)."""
     direction: str
     verdict: str
     """``equal``, ``explained`` (pooled == fresh, stock differs), ``different`` or ``error``."""
     tensors: int
     """Tensors one microbatch receives in this direction."""
     judged: str
-    """``ring``: ``bound`` is ``tensors x (live set + slack)``, the most storages the ring may hold, at
-    once and within any one step, with no re-home; ``fresh`` (a case whose model really holds what it
-    received): ``bound`` is what torch's own fresh-buffer semantics held at once."""
+    """``ring``: ``bound`` is ``tensors x (live set + slack)``, the most storages the ring may hold,
+    at once and within any one step, with no re-home; ``fresh`` (a case whose model really holds
+    what it received): ``bound`` is what torch's own fresh-buffer semantics held at once."""
     bound: int
     stock_peak: int
     stock_distinct: int
@@ -193,7 +195,8 @@ class CompositionRow:
     """Copy-on-conflict re-homes of the pooled run on this stage (from its report)."""
     within_bound: bool
     evidence: str
-    """What shows the composition ran as described (wrapper class, compiled graphs, address reads, dtypes)."""
+    """What shows the composition ran as described (wrapper class, compiled graphs, address reads,
+    dtypes)."""
     detail: str = ""
 
 

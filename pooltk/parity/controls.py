@@ -34,7 +34,8 @@ CONTROLS: dict[str, tuple[str, dict[str, Any]]] = {
     "ring one short": ("1F1B", dict(slack=0, forward_shortfall=1)),
     "GPipe forced": ("GPipe", dict(slack=0)),
 }
-"""The two negative controls: schedule and pool config (guard set per run), both with ``force=True``.
+"""The two negative controls: schedule and pool config (guard set per run), both with
+``force=True``.
 
 Ring one short: 1F1B with every forward ring one set below the live set (``W - 1``).
 GPipe forced: GPipe keeps all M activations live; the 1F1B-sized ring cannot hold them."""
@@ -101,7 +102,8 @@ class NegativeControls:
 
 
 def control_variants(*, guard: bool, controls: tuple[str, ...] = tuple(CONTROLS)) -> tuple:
-    """Stock plus the pooled control, ``force=True``, for each named control (keys of :data:`CONTROLS`)."""
+    """Stock plus the pooled control, ``force=True``, for each named control (keys of
+    :data:`CONTROLS`)."""
     out: tuple = ()
     for name in controls:
         schedule, fields = CONTROLS[name]
@@ -145,8 +147,8 @@ def run_negative_controls(
     """
     if pp < 3:
         raise ValueError(
-            f"negative controls pp: found {pp}; required >= 3 (with pp=2 the forward live set is 1, "
-            "so no ring is one short of it). Fix: pp=3 or more."
+            f"negative controls pp: found {pp}; required >= 3 (with pp=2 the forward live set is "
+            "1, so no ring is one short of it). Fix: pp=3 or more."
         )
     from pooltk.memory.model import PipelineShape
 

@@ -1,15 +1,17 @@
-"""The rings the proofs build, through the pool's one private seam: a user's config, or what no user chooses.
+"""The rings the proofs build, through the pool's one private seam: a user's config, or what no user
+chooses.
 
 [Note: the harness seam]
-A user chooses slack, grad slack and the release (:class:`pooltk.PoolConfig`), and the pool sizes every
-ring from it by the one slack rule (:func:`pooltk.pool.ring.ring_size`). The proofs also need rings no
-user should build: without the guard (negative controls), a set short of the live set, K = M to measure
-the live set a run really has, Automodel's single ring for A/B, one ring per stage where a rank would
-share. :class:`Harness` says which, and sizes them (:meth:`Harness.ring_size`); :func:`install` and
-:func:`pool_stage` hand it to the pool through ``pooltk.pool.install._install`` / ``_pool_stage``, the
-one place the pool takes it (the private install's ``harness``: the pool reads ``guard``, ``sharing``,
-``policy`` and ``ring_size``, nothing else). A :class:`Harness` a user's config builds exactly
-(:attr:`Harness.users`) is installed as that plain ``PoolConfig`` (no experiment at all).
+A user chooses slack, grad slack and the release (:class:`pooltk.PoolConfig`), and the pool sizes
+every ring from it by the one slack rule (:func:`pooltk.pool.ring.ring_size`). The proofs also need
+rings no user should build: without the guard (negative controls), a set short of the live set, K =
+M to measure the live set a run really has, Automodel's single ring for A/B, one ring per stage
+where a rank would share. :class:`Harness` says which, and sizes them (:meth:`Harness.ring_size`);
+:func:`install` and :func:`pool_stage` hand it to the pool through ``pooltk.pool.install._install``
+/ ``_pool_stage``, the one place the pool takes it (the private install's ``harness``: the pool
+reads ``guard``, ``sharing``, ``policy`` and ``ring_size``, nothing else). A :class:`Harness` a
+user's config builds exactly (:attr:`Harness.users`) is installed as that plain ``PoolConfig`` (no
+experiment at all).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from pooltk.config import PoolConfig
 __all__ = ["POLICIES", "SHARINGS", "Harness", "install", "pool_stage"]
 
 POLICIES: tuple[str, ...] = ("tight", "automodel", "measure")
-"""``tight``: the pool's rule; ``automodel``: Automodel's original single ring; ``measure``: K = M."""
+"""``tight``: the pool's rule; ``automodel``: Automodel's original single ring; ``measure``: K =
+M."""
 SHARINGS: tuple[str, ...] = ("rank", "stage")
-"""``rank``: a rank's stages with the same boundary tensors share one ring per direction; ``stage``: one
-ring per (stage, direction)."""
+"""``rank``: a rank's stages with the same boundary tensors share one ring per direction; ``stage``:
+one ring per (stage, direction)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -42,14 +45,15 @@ class Harness:
     guard: bool = True
     """False only for negative controls: no ownership, no holders' check, no version bump."""
     policy: str = "tight"
-    """``tight`` (the pool's, ``min(M, live + slack)`` per direction), ``automodel`` (the original single
-    ring ``max(2, min(M, max(1, N - i) + slack))`` for both directions, 1F1B) or ``measure`` (K = M, to
-    record the live set a run really has)."""
+    """``tight`` (the pool's, ``min(M, live + slack)`` per direction), ``automodel`` (the original
+    single ring ``max(2, min(M, max(1, N - i) + slack))`` for both directions, 1F1B) or ``measure``
+    (K = M, to record the live set a run really has)."""
     forward_shortfall: int = 0
-    """Negative controls: forward rings this many sets below the rule, never below 1 (needs ``force=True``)."""
+    """Negative controls: forward rings this many sets below the rule, never below 1 (needs
+    ``force=True``)."""
     sharing: str = "rank"
-    """``rank`` (the pool's, [Note: rank-shared rings]) or ``stage``: one ring per (stage, direction) where
-    a rank would share."""
+    """``rank`` (the pool's, [Note: rank-shared rings]) or ``stage``: one ring per (stage,
+    direction) where a rank would share."""
 
     def __post_init__(self) -> None:
         check_int(
@@ -81,8 +85,8 @@ class Harness:
 
     @property
     def users(self) -> bool:
-        """True when a user's PoolConfig builds exactly these rings (guard on, tight, no shortfall, rank
-        sharing)."""
+        """True when a user's PoolConfig builds exactly these rings (guard on, tight, no shortfall,
+        rank sharing)."""
         return (
             self.guard
             and self.policy == "tight"
@@ -99,13 +103,14 @@ class Harness:
         stage: int | None = None,
         num_stages: int | None = None,
     ) -> int:
-        """K for a ring whose live set is ``live`` (0 where ``live`` is 0: the direction stays stock).
+        """K for a ring whose live set is ``live`` (0 where ``live`` is 0: the direction stays
+        stock).
 
-        ``measure``: ``receives`` (K = M). ``automodel`` with ``stage`` and ``num_stages`` given (the 1F1B
-        closed form; a plan passes neither and gets the tight rule): Automodel's single ring
-        (:func:`pooltk.memory.model.automodel_ring`) in both directions. Otherwise the pool's rule
-        (:func:`pooltk.pool.ring.ring_size`). ``forward_shortfall`` then takes sets away forward, never
-        below 1.
+        ``measure``: ``receives`` (K = M). ``automodel`` with ``stage`` and ``num_stages`` given
+        (the 1F1B closed form; a plan passes neither and gets the tight rule): Automodel's single
+        ring (:func:`pooltk.memory.model.automodel_ring`) in both directions. Otherwise the pool's
+        rule (:func:`pooltk.pool.ring.ring_size`). ``forward_shortfall`` then takes sets away
+        forward, never below 1.
         """
         if live == 0:
             return 0
@@ -124,7 +129,8 @@ class Harness:
         return k
 
     def describe(self) -> str:
-        """One line such as ``tight slack=2 grad_slack=1`` (what differs from a user's rings added)."""
+        """One line such as ``tight slack=2 grad_slack=1`` (what differs from a user's rings
+        added)."""
         text = f"{self.policy} slack={self.slack}" + (
             f" grad_slack={self.grad_slack}" if self.policy == "tight" else ""
         )

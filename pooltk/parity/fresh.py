@@ -29,7 +29,8 @@ _TAG = "pooltk-fresh"
 
 
 class FreshError(RuntimeError):
-    """pooltk could not make this stage's receives land in fresh buffers (found / required / fix)."""
+    """pooltk could not make this stage's receives land in fresh buffers (found / required /
+    fix)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,16 +1,17 @@
-"""Randomized model fuzzing of the pool on real gloo ranks: pooled vs stock vs fresh, bitwise or loud.
+"""Randomized model fuzzing of the pool on real gloo ranks: pooled vs stock vs fresh, bitwise or
+loud.
 
 [Note: fuzz verdicts]
-Each case is one model (stage bodies drawn from :data:`pooltk.parity.models.BODIES`: some
-hand back or keep views of their received buffers, some keep what they received beyond its
-forward: hooks on it, the previous microbatch's input with or without its graph, the previous
-step's inputs, a cache keyed by its address, DLPack exports), one schedule, one shape and one
-mode (training steps, or forward-only ``schedule.eval`` steps), run three times in the same
-launch: fresh (a new buffer per receive), stock torch and pooled. Its verdict is the one of
-[Note: three-way verdicts] (pooltk/parity/summary.py): ``equal``, ``explained`` (pooled ==
-fresh while stock's own numbers depend on its buffer reuse), ``loud``, ``unnamed`` (an error
-that does not name pooltk), ``outside`` (a model outside the contract, such as an address-keyed cache,
-that differs), ``silent`` (must be zero), ``invalid`` (fresh or stock failed).
+Each case is one model (stage bodies drawn from :data:`pooltk.parity.models.BODIES`: some hand back
+or keep views of their received buffers, some keep what they received beyond its forward: hooks on
+it, the previous microbatch's input with or without its graph, the previous step's inputs, a cache
+keyed by its address, DLPack exports), one schedule, one shape and one mode (training steps, or
+forward-only ``schedule.eval`` steps), run three times in the same launch: fresh (a new buffer per
+receive), stock torch and pooled. Its verdict is the one of [Note: three-way verdicts]
+(pooltk/parity/summary.py): ``equal``, ``explained`` (pooled == fresh while stock's own numbers
+depend on its buffer reuse), ``loud``, ``unnamed`` (an error that does not name pooltk), ``outside``
+(a model outside the contract, such as an address-keyed cache, that differs), ``silent`` (must be
+zero), ``invalid`` (fresh or stock failed).
 
 Bodies are drawn so that torch accepts them and stock is reproducible: on the split-backward
 schedules (zero-bubble, V) training never draws a body whose output is a view, which torch's
@@ -94,7 +95,8 @@ class FuzzCase:
     def label(self) -> str:
         mode = "eval" if self.eval_only else "train"
         return (
-            f"c{self.case}-pp{self.pp}-{self.schedule}-m{self.microbatches}-{mode}-s{self.slack}g{self.grad_slack}"
+            f"c{self.case}-pp{self.pp}-{self.schedule}-m{self.microbatches}-{mode}"
+            f"-s{self.slack}g{self.grad_slack}"
             f"-{'.'.join(self.bodies)}" + (f"-aux{self.aux}" if self.aux else "")
         )
 
@@ -129,8 +131,8 @@ class FuzzResult:
     verdict: str
     """One of :data:`VERDICTS` (see [Note: fuzz verdicts])."""
     detail: str = ""
-    """Error type and message for ``loud``/``unnamed``/``invalid``; the differing quantities for ``silent``;
-    for ``explained``, why stock's numbers depend on buffer reuse."""
+    """Error type and message for ``loud``/``unnamed``/``invalid``; the differing quantities for
+    ``silent``; for ``explained``, why stock's numbers depend on buffer reuse."""
     equal_stock: bool | None = None
     """pooled == stock bitwise (None: the pooled run raised, or stock/fresh failed)."""
     equal_fresh: bool | None = None
@@ -169,7 +171,8 @@ class FuzzResult:
 
 
 def draw_cases(n: int, seed: int = 0, *, pp_choices: tuple[int, ...] = (2, 3, 4)) -> list[FuzzCase]:
-    """``n`` cases drawn from ``seed``: every schedule in turn, random pp, M, bodies, aux, mode and slack."""
+    """``n`` cases drawn from ``seed``: every schedule in turn, random pp, M, bodies, aux, mode and
+    slack."""
     check_int("fuzz cases", n, low=1)
     rng = random.Random(seed)
     out = []
@@ -180,7 +183,8 @@ def draw_cases(n: int, seed: int = 0, *, pp_choices: tuple[int, ...] = (2, 3, 4)
         m = pp * rng.choice((1, 2)) if spr == 1 else n_stages * rng.choice((1, 2))
         if sched == "1F1B":
             m = max(m, pp)
-        # torch 2.13 refuses forward-only steps on the V schedules (same-rank handoff needs backward)
+        # torch 2.13 refuses forward-only steps on the V schedules (same-rank handoff needs
+        # backward)
         eval_only = rng.random() < 0.35 and sched not in ("ZBVZeroBubble", "DualPipeV")
         pool = SPLIT_BACKWARD_BODIES if sched in SPLIT_BACKWARD and not eval_only else BODIES
         bodies = tuple(rng.choice(pool) for _ in range(n_stages))
@@ -215,7 +219,8 @@ def _bytes(case: FuzzCase, report: Any) -> dict[str, int]:
 
 
 def _verdict(case: FuzzCase, report: Any, followup: Any = None) -> FuzzResult:
-    """The three-way verdict of one case from its launch (and the pooled-vs-fresh follow-up, if run)."""
+    """The three-way verdict of one case from its launch (and the pooled-vs-fresh follow-up, if
+    run)."""
     name = case.variants()[2].name
     j = next(j for j in judge(report, followup, {name: case.bodies}) if j.variant == name)
     return FuzzResult(
@@ -254,7 +259,8 @@ def _failed(case: FuzzCase, exc: Exception, variant: int = 2) -> FuzzResult:
 
 
 def _followups(cases: list[FuzzCase], report: Any, steps: int, timeout_s: float) -> dict[int, Any]:
-    """Pooled vs fresh for the cases of ``report`` where both differ from stock: case -> follow-up report."""
+    """Pooled vs fresh for the cases of ``report`` where both differ from stock: case -> follow-up
+    report."""
     open_names = set(needs_fresh_comparison(report))
     todo = [c for c in cases if c.variants()[2].name in open_names]
     if not todo:
@@ -276,7 +282,8 @@ def _followups(cases: list[FuzzCase], report: Any, steps: int, timeout_s: float)
 
 
 def _run_one(case: FuzzCase, steps: int, timeout_s: float) -> FuzzResult:
-    """One case alone: fresh and stock first in their own launch (to tell invalid from loud), then all three."""
+    """One case alone: fresh and stock first in their own launch (to tell invalid from loud), then
+    all three."""
     fresh, stock, pooled = case.variants()
     try:
         run_parity(_spec(case.pp, (fresh, stock), steps, timeout_s))
@@ -293,7 +300,8 @@ def _run_one(case: FuzzCase, steps: int, timeout_s: float) -> FuzzResult:
 
 
 def _owner(exc: Exception, chunk: list[FuzzCase]) -> tuple[FuzzCase, int] | None:
-    """The case (and which of its variants: 0 fresh, 1 stock, 2 pooled) whose run made a launch fail."""
+    """The case (and which of its variants: 0 fresh, 1 stock, 2 pooled) whose run made a launch
+    fail."""
     name = failed_variant(getattr(exc, "traceback_text", "") or "")
     for c in chunk:
         for k, v in enumerate(c.variants()):
@@ -305,7 +313,8 @@ def _owner(exc: Exception, chunk: list[FuzzCase]) -> tuple[FuzzCase, int] | None
 def _run_chunk(
     chunk: list[FuzzCase], steps: int, timeout_s: float, results: dict[int, FuzzResult]
 ) -> None:
-    """One launch for ``chunk``; on a failure, the failing case is judged from its error and the rest rerun.
+    """One launch for ``chunk``; on a failure, the failing case is judged from its error and the
+    rest rerun.
 
     Variants run in order with a barrier between them, so the variant a failed rank names is
     the first that failed: a fresh or stock failure makes its case ``invalid``, a pooled one
@@ -373,7 +382,8 @@ class FuzzSummary:
     """pooled == fresh while stock differs (stock's numbers depend on its buffer reuse)."""
     loud: int
     outside: int
-    """pooled differs from fresh for a model outside the contract (an address-keyed cache): not a defect, not a pass."""
+    """pooled differs from fresh for a model outside the contract (an address-keyed cache): not a
+    defect, not a pass."""
     unnamed: int
     """The pooled run raised an error that does not name pooltk (a defect)."""
     silent: int

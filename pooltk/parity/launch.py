@@ -28,7 +28,8 @@ __all__ = [
 
 
 class ParityRankError(RuntimeError):
-    """A rank of a parity launch failed; ``rank``, ``error_type`` and ``message`` describe the root cause."""
+    """A rank of a parity launch failed; ``rank``, ``error_type`` and ``message`` describe the root
+    cause."""
 
     def __init__(self, *, rank: int, error_type: str, message: str, traceback_text: str) -> None:
         self.rank, self.error_type, self.message = rank, error_type, message
@@ -73,7 +74,8 @@ class VariantResult:
     """Per stage and direction: measured ``bytes``, ``sets``, ``storages``."""
     rings: dict[int, dict[str, int]]
     setup_alloc_bytes: dict[int, int | None]
-    """Per rank, bytes torch's stage module allocated from metadata during the first step (setup)."""
+    """Per rank, bytes torch's stage module allocated from metadata during the first step
+    (setup)."""
     params_bitwise_equal: bool | None
     params_max_abs_diff: float | None
     losses_bitwise_equal: bool | None
@@ -84,13 +86,16 @@ class VariantResult:
     the live set measured in this run."""
     stages_per_rank: int = 1
     rank_recv: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)
-    """Per rank and direction: distinct storages over all the rank's stages (a shared ring counted once)."""
+    """Per rank and direction: distinct storages over all the rank's stages (a shared ring counted
+    once)."""
     rank_rings: dict[int, dict[str, list]] = field(default_factory=dict)
     """Per rank and direction: the rings held (``stages`` and ``size``), each once."""
     rank_peak_live: dict[int, dict[str, int]] = field(default_factory=dict)
-    """Per rank and direction: the most buffers the guard saw owned at once, summed over its distinct rings."""
+    """Per rank and direction: the most buffers the guard saw owned at once, summed over its
+    distinct rings."""
     usage: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
-    """Per stage, what each of its rings held during the last step (``pooltk.pool.ring.RingUse`` fields)."""
+    """Per stage, what each of its rings held during the last step (``pooltk.pool.ring.RingUse``
+    fields)."""
     outputs_bitwise_equal: bool | None = None
     """Every step's merged output and every tensor a stage's hook kept, bitwise equal to the
     reference on every rank (None for a stock variant; records without digests count as equal)."""
@@ -245,7 +250,8 @@ def _raise_if_failed(ranks: RankLaunch, timeout_s: float) -> None:
 def gather_report(
     spec: ParitySpec, per_rank: list[list[dict[str, Any]]], wall_s: float
 ) -> ParityReport:
-    """Build the report from every rank's records (as the launcher or a torchrun rank 0 gathered them)."""
+    """Build the report from every rank's records (as the launcher or a torchrun rank 0 gathered
+    them)."""
     results = [
         _variant_result(v, [records[vi] for records in per_rank])
         for vi, v in enumerate(spec.variants)

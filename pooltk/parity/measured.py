@@ -21,14 +21,15 @@ behind the stage's receive buffers (the allocator-side count), which must equal 
 exactly.
 
 [Note: the claims of a measurement]
-``pooltk memory --measure`` calls :func:`check_measurement` on what it measured and writes ``--csv`` only
-when every claim holds (the comparison is printed either way, the broken claims on stderr, exit 1), so a
-file it wrote holds them; ``python -m pooltk.parity.measured --check CSV`` re-checks a written file. Claims:
-``covers_the_shapes`` (the shapes asked for, each with stock and pooled launches of one pooled config,
-every launch with every stage once), ``peaks_start_at_the_baseline`` (every rank's high-water mark was
-reset), ``pooled_launches_installed``, ``counted_equals_modelled`` (to the byte, every stage),
-``every_stage_within_goal`` and ``last_stage_within_goal`` (``|relative_difference| <= GOAL``; the last
-stage named apart: it is where the last-stage release shows).
+``pooltk memory --measure`` calls :func:`check_measurement` on what it measured and writes ``--csv``
+only when every claim holds (the comparison is printed either way, the broken claims on stderr, exit
+1), so a file it wrote holds them; ``python -m pooltk.parity.measured --check CSV`` re-checks a
+written file. Claims: ``covers_the_shapes`` (the shapes asked for, each with stock and pooled
+launches of one pooled config, every launch with every stage once), ``peaks_start_at_the_baseline``
+(every rank's high-water mark was reset), ``pooled_launches_installed``, ``counted_equals_modelled``
+(to the byte, every stage), ``every_stage_within_goal`` and ``last_stage_within_goal``
+(``|relative_difference| <= GOAL``; the last stage named apart: it is where the last-stage release
+shows).
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ RAW_COLUMNS: tuple[str, ...] = (
     "torch",
     "cpus",
 )
-"""Columns of the raw measurement CSV, one row per launch and rank (see data/validation/README.md)."""
+"""Columns of the raw measurement CSV, one row per launch and rank (see
+data/validation/README.md)."""
 
 
 def default_specs(*, steps: int = 2) -> list[RssSpec]:
@@ -117,7 +119,8 @@ def default_specs(*, steps: int = 2) -> list[RssSpec]:
 
 
 def launches_frame(launches: Sequence[RssLaunch]) -> pd.DataFrame:
-    """One row per launch and rank with :data:`RAW_COLUMNS`; ``rep`` counts launches of a shape and variant."""
+    """One row per launch and rank with :data:`RAW_COLUMNS`; ``rep`` counts launches of a shape and
+    variant."""
     import pandas as pd
     import torch
 
@@ -218,11 +221,11 @@ def _config_of(rows: pd.DataFrame) -> tuple[PoolConfig, str]:
 def measured_vs_modelled(raw: pd.DataFrame, *, goal: float = GOAL) -> pd.DataFrame:
     """Per shape and stage: modelled, counted and measured saving; see [Note: measured saving].
 
-    Columns: ``shape``, ``stage``, ``reps`` (pairs), ``modelled_stock_mib``, ``modelled_pooled_mib``,
-    ``modelled_saving_mib``, ``counted_saving_mib``, ``measured_stock_peak_mib``,
-    ``measured_pooled_peak_mib`` (medians of ``peak_delta``), ``measured_saving_mib``,
-    ``saving_min_mib`` / ``saving_max_mib`` (over pairs of the same repetition),
-    ``relative_difference``, ``within_goal``.
+    Columns: ``shape``, ``stage``, ``reps`` (pairs), ``modelled_stock_mib``,
+    ``modelled_pooled_mib``, ``modelled_saving_mib``, ``counted_saving_mib``,
+    ``measured_stock_peak_mib``, ``measured_pooled_peak_mib`` (medians of ``peak_delta``),
+    ``measured_saving_mib``, ``saving_min_mib`` / ``saving_max_mib`` (over pairs of the same
+    repetition), ``relative_difference``, ``within_goal``.
     """
     import pandas as pd
 
@@ -271,13 +274,16 @@ def _stage_record(shape: str, stage: int, rows: pd.DataFrame, model: Any, goal: 
 
 
 CLAIMS: dict[str, str] = {
-    "covers_the_shapes": "the shapes asked for, each with stock and pooled launches (one pooled config), every "
-    "launch with stages 0 .. pp - 1 once",
-    "peaks_start_at_the_baseline": "hwm_reset True on every rank (the high-water mark reset after the baseline)",
+    "covers_the_shapes": "the shapes asked for, each with stock and pooled launches (one pooled "
+    "config), every launch with stages 0 .. pp - 1 once",
+    "peaks_start_at_the_baseline": "hwm_reset True on every rank (the high-water mark reset after "
+    "the baseline)",
     "pooled_launches_installed": "installed True on every rank of a pooled launch",
     "counted_equals_modelled": "counted saving = modelled saving, to the byte, on every stage",
-    "every_stage_within_goal": f"|measured / modelled - 1| <= {GOAL:.0%} (GOAL) on every stage before the last",
-    "last_stage_within_goal": f"|measured / modelled - 1| <= {GOAL:.0%} (GOAL) on the last stage of every shape",
+    "every_stage_within_goal": f"|measured / modelled - 1| <= {GOAL:.0%} (GOAL) on every stage "
+    "before the last",
+    "last_stage_within_goal": f"|measured / modelled - 1| <= {GOAL:.0%} (GOAL) on the last stage "
+    "of every shape",
 }
 """Claim name -> what it requires. See [Note: the claims of a measurement]."""
 
@@ -288,7 +294,8 @@ def is_true(value: Any) -> bool:
 
 
 def claim_lines(claims: dict[str, str], found: dict[str, list[str]]) -> list[str]:
-    """One line per broken claim, in ``claims``' order: ``name: found ... (and N more); required ...``."""
+    """One line per broken claim, in ``claims``' order:
+    ``name: found ... (and N more); required ...``."""
     out = []
     for name, required in claims.items():
         if found.get(name):
@@ -298,7 +305,8 @@ def claim_lines(claims: dict[str, str], found: dict[str, list[str]]) -> list[str
 
 
 def _coverage(raw: pd.DataFrame, shapes: Sequence[str] | None) -> tuple[list[str], list[str]]:
-    """What breaks ``covers_the_shapes``, and the shapes complete enough to compare with the model."""
+    """What breaks ``covers_the_shapes``, and the shapes complete enough to compare with the
+    model."""
     found, comparable = [], []
     held = list(dict.fromkeys(raw["shape"]))
     if not held:
@@ -334,13 +342,14 @@ def check_measurement(
 ) -> list[str]:
     """The broken claims of a raw measurement, one line each (``name: found ...; required ...``).
 
-    ``shapes``: the shape labels asked for (``RssSpec.label()``); None checks the shapes the table holds.
-    See [Note: the claims of a measurement].
+    ``shapes``: the shape labels asked for (``RssSpec.label()``); None checks the shapes the table
+    holds. See [Note: the claims of a measurement].
     """
     missing = [c for c in RAW_COLUMNS if c not in raw.columns]
     if missing:
         return [
-            f"covers_the_shapes: found no column(s) {', '.join(missing)}; required the columns {', '.join(RAW_COLUMNS)}"
+            f"covers_the_shapes: found no column(s) {', '.join(missing)}; required the columns "
+            f"{', '.join(RAW_COLUMNS)}"
         ]
     cover, comparable = _coverage(raw, shapes)
     found: dict[str, list[str]] = {name: [] for name in CLAIMS}
@@ -367,8 +376,9 @@ def check_measurement(
                 )
             if not abs(r.relative_difference) <= goal:
                 found["last_stage_within_goal" if is_last else "every_stage_within_goal"].append(
-                    f"{where}: measured {r.measured_saving_mib:.1f} MiB of {r.modelled_saving_mib:.1f} modelled "
-                    f"({r.relative_difference:+.2%}, goal {goal:.0%})"
+                    f"{where}: measured {r.measured_saving_mib:.1f} MiB of "
+                    f"{r.modelled_saving_mib:.1f} modelled ({r.relative_difference:+.2%}, goal "
+                    f"{goal:.0%})"
                 )
     return claim_lines(CLAIMS, found)
 
@@ -387,7 +397,8 @@ def refusal(broken: Sequence[str], *, what: str, unwritten: Any = None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pooltk.parity.measured --check CSV``: check a written measurement; 0 holds, 1 breaks, 2 unreadable."""
+    """``python -m pooltk.parity.measured --check CSV``: check a written measurement; 0 holds, 1
+    breaks, 2 unreadable."""
     import argparse
     import sys
 
@@ -425,17 +436,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 def format_comparison(table: pd.DataFrame) -> str:
     """The comparison as the text table ``pooltk memory --measure`` prints (MiB = 2**20 bytes)."""
     lines = [
-        f"{'shape':44} {'stage':>5} {'modelled':>9} {'counted':>9} {'measured':>9} {'min..max':>15} {'diff':>7}  goal"
+        f"{'shape':44} {'stage':>5} {'modelled':>9} {'counted':>9} {'measured':>9} "
+        f"{'min..max':>15} {'diff':>7}  goal"
     ]
     for r in table.itertuples():
         lines.append(
-            f"{r.shape:44} {r.stage:>5} {r.modelled_saving_mib:9.1f} {r.counted_saving_mib:9.1f} {r.measured_saving_mib:9.1f} "
-            f"{f'{r.saving_min_mib:.1f}..{r.saving_max_mib:.1f}':>15} {r.relative_difference:+7.2%}  "
-            f"{'within 5%' if r.within_goal else 'MISSED'}"
+            f"{r.shape:44} {r.stage:>5} {r.modelled_saving_mib:9.1f} {r.counted_saving_mib:9.1f} "
+            f"{r.measured_saving_mib:9.1f} {f'{r.saving_min_mib:.1f}..{r.saving_max_mib:.1f}':>15} "
+            f"{r.relative_difference:+7.2%}  {'within 5%' if r.within_goal else 'MISSED'}"
         )
     lines.append(
-        "saving per stage in MiB (2**20 B): modelled = model stock - pooled receive buffers; counted = distinct "
-        "receive storages; measured = median stock - median pooled peak resident growth (VmHWM - VmRSS before setup)"
+        "saving per stage in MiB (2**20 B): modelled = model stock - pooled receive buffers; "
+        "counted = distinct receive storages; measured = median stock - median pooled peak "
+        "resident growth (VmHWM - VmRSS before setup)"
     )
     return "\n".join(lines)
 

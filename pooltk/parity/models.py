@@ -46,7 +46,8 @@ class Block(nn.Module):
 
 
 class ToyModel(nn.Module):
-    """A stack of blocks; ``first_layer`` offsets the seeds so a slice equals the whole model's slice."""
+    """A stack of blocks; ``first_layer`` offsets the seeds so a slice equals the whole model's
+    slice."""
 
     def __init__(self, hidden: int, n_layers: int, *, first_layer: int = 0, seed: int = 0) -> None:
         super().__init__()
@@ -112,22 +113,24 @@ split backward (``stage_backward_input``) detaches stage outputs in place, which
 so the zero-bubble and V schedules reject these in training; the fuzzer does not draw them there."""
 
 SPLIT_BACKWARD_RACY: tuple[str, ...] = ("keep_prev_graph", "keep_graph")
-"""Bodies whose backward adds into the *previous* microbatch's input gradient. torch's split backward
-accumulates that in place (``inp.grad += dinput``) while the previous gradient's send may still be in
-flight, so stock torch itself is not reproducible with them: measured on DualPipeV (pp3/pp4, seed 2026
-cases 41, 53, 455 of ``pooltk fuzz``), two stock runs of the same model differ by up to 4.2e-4."""
+"""Bodies whose backward adds into the *previous* microbatch's input gradient. torch's split
+backward accumulates that in place (``inp.grad += dinput``) while the previous gradient's send may
+still be in flight, so stock torch itself is not reproducible with them: measured on DualPipeV
+(pp3/pp4, seed 2026 cases 41, 53, 455 of ``pooltk fuzz``), two stock runs of the same model differ
+by up to 4.2e-4."""
 
 SPLIT_BACKWARD_BODIES: tuple[str, ...] = tuple(
     b for b in BODIES if b not in VIEW_OUTPUT_BODIES and b not in SPLIT_BACKWARD_RACY
 )
-"""Bodies the fuzzer draws for training on split-backward schedules: torch accepts them (checked against
-torch in ``tests/unit/test_fuzz_bodies.py``) and stock is reproducible with them."""
+"""Bodies the fuzzer draws for training on split-backward schedules: torch accepts them (checked
+against torch in ``tests/unit/test_fuzz_bodies.py``) and stock is reproducible with them."""
 
 STATEFUL_BODIES: dict[str, str] = {
     "grad_hook": "a gradient hook registered on the received input every forward",
     "keep_prev": "the previous microbatch's input kept without its graph (h.detach())",
     "keep_prev_graph": "the previous microbatch's input kept with its graph (self.prev = h)",
-    "keep_graph": "the previous microbatch's graph kept (a term over its input; only autograd holds the input)",
+    "keep_graph": "the previous microbatch's graph kept (a term over its input; only autograd "
+    "holds the input)",
     "keep_window": "the previous step's inputs kept in a list (a gradient-accumulation window)",
     "ptr_cache": "a cache keyed by the received input's x.data_ptr(), cleared every step",
     "dlpack": "a DLPack export of the previous microbatch's input kept (torch.from_dlpack)",
@@ -137,13 +140,14 @@ STATEFUL_BODIES: dict[str, str] = {
 
 OUTSIDE_CONTRACT: dict[str, str] = {
     "ptr_cache": (
-        "a cache keyed by the received input's x.data_ptr(): an address is not an identity (under torch "
-        "2.15's per-receive buffers a freed buffer's address goes to the next allocation, measured in "
-        "data/validation/address_reuse_2026-12-02.csv), so such a cache is outside what torch itself "
-        "promises and outside pooltk's contract (docs/safety.md)"
+        "a cache keyed by the received input's x.data_ptr(): an address is not an identity (under "
+        "torch 2.15's per-receive buffers a freed buffer's address goes to the next allocation, "
+        "measured in data/validation/address_reuse_2026-12-02.csv), so such a cache is outside "
+        "what torch itself promises and outside pooltk's contract (docs/safety.md)"
     ),
 }
-"""Bodies whose numbers depend on something neither torch nor pooltk promises, and why (verdict ``outside``)."""
+"""Bodies whose numbers depend on something neither torch nor pooltk promises, and why (verdict
+``outside``)."""
 
 AUX_MODES: tuple[str, ...] = ("pass", "mix")
 """``pass``: the aux tensor is handed on unchanged (an alias of its slot); ``mix``: recomputed."""
@@ -168,7 +172,8 @@ def _in_shape_inference() -> bool:
 
 
 class FuzzStage(nn.Module):
-    """One fuzz stage: a body (one of :data:`BODIES`) over ``h``, optionally an aux tensor of another dtype.
+    """One fuzz stage: a body (one of :data:`BODIES`) over ``h``, optionally an aux tensor of
+    another dtype.
 
     ``kept`` collects what the ``hook`` body's forward hook stored (a view of the received input);
     the harness digests and clears it after every step, then calls :meth:`step_end`.
@@ -197,7 +202,8 @@ class FuzzStage(nn.Module):
             )
 
     def step_end(self) -> None:
-        """Called by the harness after every step: the window moves on, the address cache is cleared."""
+        """Called by the harness after every step: the window moves on, the address cache is
+        cleared."""
         self.window, self.current = self.current, []
         self.cache.clear()
 

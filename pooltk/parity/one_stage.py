@@ -2,13 +2,14 @@
 
 [Note: one stage alone]
 torch's fake process group (``torch.testing._internal.distributed.fake_pg.FakeStore`` with backend
-``"fake"``) accepts every collective and point-to-point call and moves nothing. A stage whose shapes are
-all given (``input_args``, ``output_args``, ``input_grads``, ``output_grads``: torch's static inference)
-then runs torch's own schedule with no peers: its receives land in its receive buffers (pooled or not)
-with whatever those held, so numbers mean nothing, but every buffer, ring, re-home and host microsecond
-is real. The one thing peers are asked for is the schedule's warm-up vote on the inference mode, which a
-fake receive answers "dynamic"; :func:`static_schedule` answers it "static" for this rank's stages.
-Used by the host-cost benchmark, the GPU check and tests that need a pooled stage in one process.
+``"fake"``) accepts every collective and point-to-point call and moves nothing. A stage whose shapes
+are all given (``input_args``, ``output_args``, ``input_grads``, ``output_grads``: torch's static
+inference) then runs torch's own schedule with no peers: its receives land in its receive buffers
+(pooled or not) with whatever those held, so numbers mean nothing, but every buffer, ring, re-home
+and host microsecond is real. The one thing peers are asked for is the schedule's warm-up vote on
+the inference mode, which a fake receive answers "dynamic"; :func:`static_schedule` answers it
+"static" for this rank's stages. Used by the host-cost benchmark, the GPU check and tests that need
+a pooled stage in one process.
 """
 
 from __future__ import annotations
@@ -48,10 +49,11 @@ def static_stage(
     example: torch.Tensor,
     device: torch.device | str = "cpu",
 ) -> Any:
-    """A ``PipelineStage`` whose input, output and both gradients have ``example``'s shape (static inference).
+    """A ``PipelineStage`` whose input, output and both gradients have ``example``'s shape (static
+    inference).
 
-    The gradients' shapes are given where torch's ``PipelineStage`` takes them (2.13 on); before that, the
-    input and output shapes are all it asks for and it infers nothing across ranks.
+    The gradients' shapes are given where torch's ``PipelineStage`` takes them (2.13 on); before
+    that, the input and output shapes are all it asks for and it infers nothing across ranks.
     """
     import inspect
 
@@ -80,7 +82,8 @@ def static_stage(
 def static_schedule(
     stage: Any, n_microbatches: int, loss_fn: Callable, schedule_class: Any = None
 ) -> Any:
-    """torch's schedule over ``stage``, its warm-up vote answered "static" (see [Note: one stage alone])."""
+    """torch's schedule over ``stage``, its warm-up vote answered "static" (see [Note: one stage
+    alone])."""
     from torch.distributed.pipelining import Schedule1F1B
 
     schedule = (schedule_class or Schedule1F1B)(
@@ -92,7 +95,8 @@ def static_schedule(
 
 
 def run_steps(schedule: Any, stage: Any, batch: torch.Tensor, steps: int = 1) -> None:
-    """``steps`` schedule steps: ``batch`` is the first stage's input and the last stage's target."""
+    """``steps`` schedule steps: ``batch`` is the first stage's input and the last stage's
+    target."""
     for _ in range(steps):
         schedule.step(
             *((batch,) if stage.is_first else ()), **({"target": batch} if stage.is_last else {})

@@ -1,4 +1,5 @@
-"""Start rank processes, bound them in time, end them: the one launcher under parity, resident memory and trainers.
+"""Start rank processes, bound them in time, end them: the one launcher under parity, resident
+memory and trainers.
 
 [Note: one rank launcher]
 :func:`run_processes` starts one process per command (stdout and stderr into its log file, no
@@ -31,7 +32,8 @@ class Launch:
     """What became of the processes of one launch."""
 
     codes: list[int | None]
-    """Exit status per process, in order (negative: the signal); ``None`` where the launcher ended it."""
+    """Exit status per process, in order (negative: the signal); ``None`` where the launcher ended
+    it."""
     timed_out: bool
     """Some process was still running at the deadline."""
     failed: bool

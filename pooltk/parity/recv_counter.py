@@ -1,19 +1,20 @@
-"""Receive storages counted outside the pool: what each receive op of a stage lands in, by weak reference.
+"""Receive storages counted outside the pool: what each receive op of a stage lands in, by weak
+reference.
 
 [Note: counting receive storages]
-The proof that a pool saves memory must not ask the pool. :class:`RecvCounter` binds after-hooks
-on a stage *object*'s ``get_fwd_recv_ops`` / ``get_bwd_recv_ops`` (over whatever the class has,
-pooltk's wrappers included; pooltk.pool.torch_compat.bind) and looks at the ``P2POp`` objects torch builds: for every receive
-op, the untyped storage of its tensor. A storage is *live* from the first receive into it until it
-is freed, seen by ``weakref.finalize`` on the storage (torch keeps a storage's Python object for as
-long as the storage lives, so the finalizer runs exactly when the last holder lets go). Per
-direction it records the most storages live at once (``peak``: sampled at every receive, the only
-moment the count can rise), the storages received into within each step (``step_distinct``, its
-largest over the steps in ``max_step_distinct``: a ring that re-homes shows as churn there, a ring
-that does not receives into the same K sets every step) and every storage ever received into
-(``distinct``; a storage freed and a new one at the same address count twice). Steps are marked by
-:meth:`start_step`. Stock torch holds M sets per direction, a ring K, a fresh buffer per receive as
-many as are alive.
+The proof that a pool saves memory must not ask the pool. :class:`RecvCounter` binds after-hooks on
+a stage *object*'s ``get_fwd_recv_ops`` / ``get_bwd_recv_ops`` (over whatever the class has,
+pooltk's wrappers included; pooltk.pool.torch_compat.bind) and looks at the ``P2POp`` objects torch
+builds: for every receive op, the untyped storage of its tensor. A storage is *live* from the first
+receive into it until it is freed, seen by ``weakref.finalize`` on the storage (torch keeps a
+storage's Python object for as long as the storage lives, so the finalizer runs exactly when the
+last holder lets go). Per direction it records the most storages live at once (``peak``: sampled at
+every receive, the only moment the count can rise), the storages received into within each step
+(``step_distinct``, its largest over the steps in ``max_step_distinct``: a ring that re-homes shows
+as churn there, a ring that does not receives into the same K sets every step) and every storage
+ever received into (``distinct``; a storage freed and a new one at the same address count twice).
+Steps are marked by :meth:`start_step`. Stock torch holds M sets per direction, a ring K, a fresh
+buffer per receive as many as are alive.
 """
 
 from __future__ import annotations
@@ -67,17 +68,19 @@ class DirectionCount:
 
 @dataclass(slots=True)
 class RecvCounter:
-    """Counts the receive storages of the stages it watches, per direction, together (a rank's view).
+    """Counts the receive storages of the stages it watches, per direction, together (a rank's
+    view).
 
-    Watch one stage for per-stage counts, every stage of a rank for per-rank counts (a storage shared
-    by two stages, as in a rank-shared ring, is one storage).
+    Watch one stage for per-stage counts, every stage of a rank for per-rank counts (a storage
+    shared by two stages, as in a rank-shared ring, is one storage).
     """
 
     counts: dict[str, DirectionCount] = field(
         default_factory=lambda: {d: DirectionCount() for d in _METHODS}
     )
     _live: dict[int, list] = field(default_factory=dict)
-    """storage ``_cdata`` -> [direction, finalizer, step it was last received into] for storages alive now."""
+    """storage ``_cdata`` -> [direction, finalizer, step it was last received into] for storages
+    alive now."""
     _step: int = 0
     _bindings: list = field(default_factory=list)
 

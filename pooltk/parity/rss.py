@@ -57,7 +57,8 @@ _M_MMAP_THRESHOLD = -3  # glibc mallopt parameter number
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class RssSpec:
-    """The pipeline one launch trains: a 1F1B stack of residual blocks, float32, one stage per rank."""
+    """The pipeline one launch trains: a 1F1B stack of residual blocks, float32, one stage per
+    rank."""
 
     pp: int = 4
     """Stages = ranks."""
@@ -72,7 +73,8 @@ class RssSpec:
     layers_per_stage: int = 1
     """Residual blocks per stage."""
     steps: int = 2
-    """Optimizer steps; from step 1 on every stock buffer is resident (see [Note: what a rank measures])."""
+    """Optimizer steps; from step 1 on every stock buffer is resident (see [Note: what a rank
+    measures])."""
     seed: int = 0
     """Seed of weights, inputs and targets (the same in every variant)."""
     lr: float = 0.05
@@ -120,7 +122,8 @@ class RssSpec:
     def label(self) -> str:
         """e.g. ``pp4 M16 2x65536x64 fp32 (32 MiB/set)``."""
         return (
-            f"pp{self.pp} M{self.microbatches} {self.rows_per_microbatch}x{self.seq_len}x{self.hidden} fp32 "
+            f"pp{self.pp} M{self.microbatches} "
+            f"{self.rows_per_microbatch}x{self.seq_len}x{self.hidden} fp32 "
             f"({self.boundary_bytes / 2**20:g} MiB/set)"
         )
 
@@ -182,7 +185,8 @@ class RssLaunch:
 
 
 class RssLaunchError(RuntimeError):
-    """A measurement launch failed or ran out of time; the message carries the failing rank's output."""
+    """A measurement launch failed or ran out of time; the message carries the failing rank's
+    output."""
 
 
 def proc_status() -> dict[str, int]:
@@ -291,7 +295,8 @@ def _randn(shape: tuple[int, ...], seed: int) -> Any:
 def launch_rss(
     spec: RssSpec, config: PoolConfig | None = None, *, grace_s: float = 3.0
 ) -> RssLaunch:
-    """One launch of ``spec`` on ``spec.pp`` fresh processes: stock when ``config`` is None, else pooled.
+    """One launch of ``spec`` on ``spec.pp`` fresh processes: stock when ``config`` is None, else
+    pooled.
 
     Ranks are separate interpreters (each imports torch itself, so no rank inherits another
     variant's memory) started through the one rank entry ([Note: one rank entry]); on failure
@@ -329,7 +334,8 @@ def measure_rss(
     reps: int = 2,
     progress: Any = None,
 ) -> list[RssLaunch]:
-    """For each spec, ``reps`` x (stock launch, pooled launch), interleaved ABAB. Returns every launch in order."""
+    """For each spec, ``reps`` x (stock launch, pooled launch), interleaved ABAB. Returns every
+    launch in order."""
     check_int("reps", reps, low=1, fix="give the number of stock/pooled pairs per shape, e.g. 2.")
     config = config or PoolConfig()
     launches = []

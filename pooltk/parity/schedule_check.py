@@ -12,19 +12,22 @@ measured against the analysis, and the most buffers its guard saw owned against 
 live set.
 
 [Note: the claims of a validation]
-``pooltk schedules --validate`` writes ``--csv`` only when :meth:`ScheduleCheck.broken` is empty (the
-summary is printed either way, the broken claims on stderr, exit 1), so a table it wrote holds every
-claim; ``python -m pooltk.parity.schedule_check --check CSV`` re-checks a written table with
-:func:`check_rows` (the per-stage claims; the rank rows and guard results are not in the file). Claims:
+``pooltk schedules --validate`` writes ``--csv`` only when :meth:`ScheduleCheck.broken` is empty
+(the summary is printed either way, the broken claims on stderr, exit 1), so a table it wrote holds
+every claim; ``python -m pooltk.parity.schedule_check --check CSV`` re-checks a written table with
+:func:`check_rows` (the per-stage claims; the rank rows and guard results are not in the file).
+Claims:
 
 - ``covers_the_grid``: every (schedule, pp, M) launched (the grid asked for, less the shapes torch
   rejects), each with every stage and direction once;
-- ``every_pooled_run_bitwise_equal``: measure, slack-0 and rank-shared variants equal stock bit for bit;
-- ``measured_peaks_equal_the_analysis``: the most buffers the guard saw owned = the analysed live set
-  (and ``peak_matches`` says so);
+- ``every_pooled_run_bitwise_equal``: measure, slack-0 and rank-shared variants equal stock bit for
+  bit;
+- ``measured_peaks_equal_the_analysis``: the most buffers the guard saw owned = the analysed live
+  set (and ``peak_matches`` says so);
 - ``slack0_ring_is_the_analysed_minimum``: where a direction is pooled, the slack-0 ring holds the
   analysed minimum; ``pooled_never_holds_more_than_stock``;
-- ``analysed_columns_equal_the_analysis``: ``analysed_peak`` and ``analysed_min`` are this code's analysis;
+- ``analysed_columns_equal_the_analysis``: ``analysed_peak`` and ``analysed_min`` are this code's
+  analysis;
 - ``rank_rings_match_the_analysis``: a rank-shared ring's storages = the analysed rank rings and its
   guard saw exactly the rank's live set;
 - ``guard_catches_a_short_ring``: no guard check reads ``NOT caught``.
@@ -54,8 +57,9 @@ __all__ = [
 ]
 
 STAGES_PER_RANK: dict[str, int] = {name: entry.stages_per_rank for name, entry in CATALOG.items()}
-"""Stages per rank each schedule is validated with (from the one catalog, :data:`pooltk.analysis.programs.CATALOG`):
-single-stage schedules 1, the others 2 (V schedules require 2; the looped ones run interleaved)."""
+"""Stages per rank each schedule is validated with (from the one catalog,
+:data:`pooltk.analysis.programs.CATALOG`): single-stage schedules 1, the others 2 (V schedules
+require 2; the looped ones run interleaved)."""
 
 _POOLED: dict[str, Harness] = {
     "measure": Harness(policy="measure", sharing="stage"),
@@ -96,16 +100,17 @@ class ScheduleCheck:
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     rank_rows: list[dict[str, Any]] = field(default_factory=list)
-    """Per (schedule, pp, M, rank, direction) for multi-stage schedules: ``stock`` distinct sets on the
-    rank, ``per_stage`` with per-stage rings, ``rank_shared`` with the rank-shared ring (all slack 0,
-    measured), ``analysed`` the rank rings' sizes, ``rank_live`` the rank's live set, ``measured_peak``
-    the most buffers the shared ring's guard saw owned, ``parity``."""
+    """Per (schedule, pp, M, rank, direction) for multi-stage schedules: ``stock`` distinct sets on
+    the rank, ``per_stage`` with per-stage rings, ``rank_shared`` with the rank-shared ring (all
+    slack 0, measured), ``analysed`` the rank rings' sizes, ``rank_live`` the rank's live set,
+    ``measured_peak`` the most buffers the shared ring's guard saw owned, ``parity``."""
     guard: dict[str, str] = field(default_factory=dict)
     """schedule -> ``caught`` | ``NOT caught`` | ``n/a: ...``."""
     skipped: list[dict[str, Any]] = field(default_factory=list)
     """Shapes torch itself rejects for a schedule (schedule, pp, M, reason)."""
     shapes: list[tuple[str, int, int, int]] | None = None
-    """(schedule, pp, vpp, M) of every shape launched; None: not known (the rows are not checked against it)."""
+    """(schedule, pp, vpp, M) of every shape launched; None: not known (the rows are not checked
+    against it)."""
 
     def to_frame(self):  # -> pandas.DataFrame
         import pandas as pd
@@ -118,10 +123,11 @@ class ScheduleCheck:
         return pd.DataFrame(self.rank_rows)
 
     def summary(self):  # -> pandas.DataFrame
-        """One row per (schedule, pp, M): totals, parity, whether measured peaks equal the analysis, guard.
+        """One row per (schedule, pp, M): totals, parity, whether measured peaks equal the analysis,
+        guard.
 
-        ``rank_shared_buffers`` is the rank-shared rings' measured total (equal to ``pooltk_buffers``, the
-        per-stage rings, for single-stage schedules)."""
+        ``rank_shared_buffers`` is the rank-shared rings' measured total (equal to
+        ``pooltk_buffers``, the per-stage rings, for single-stage schedules)."""
         df = self.to_frame()
         g = df.groupby(["schedule", "pp", "vpp", "n_microbatches"], sort=False)
         out = g.agg(
@@ -145,15 +151,20 @@ class ScheduleCheck:
             int(shared.get((r.schedule, r.pp, r.n_microbatches), r.pooltk_buffers))
             for r in out.itertuples()
         ]
-        # a plain lookup: mapping through an empty dict gives float NaN, which pandas refuses to fill with text
+        # a plain lookup: mapping through an empty dict gives float NaN, which pandas refuses to
+        # fill with text
         out["guard"] = [self.guard.get(name, "not run") for name in out["schedule"]]
         return out
 
     def broken(self) -> list[str]:
-        """The broken claims of this validation, one line each; see [Note: the claims of a validation]."""
+        """The broken claims of this validation, one line each; see [Note: the claims of a
+        validation]."""
         found = _row_findings(self.to_frame(), self.shapes)
         for r in self.rank_rows:
-            where = f"{r['schedule']} pp{r['pp']} M{r['n_microbatches']} rank {r['rank']} {r['direction']}"
+            where = (
+                f"{r['schedule']} pp{r['pp']} M{r['n_microbatches']} rank {r['rank']} "
+                f"{r['direction']}"
+            )
             if not r["parity"]:
                 found["every_pooled_run_bitwise_equal"].append(
                     f"{where} (rank-shared): parity False"
@@ -164,8 +175,8 @@ class ScheduleCheck:
                 and r["measured_peak"] == r["rank_live"]
             ):
                 found["rank_rings_match_the_analysis"].append(
-                    f"{where}: {r['rank_shared']} storages (analysed {r['analysed']}), peak {r['measured_peak']} "
-                    f"(live {r['rank_live']})"
+                    f"{where}: {r['rank_shared']} storages (analysed {r['analysed']}), peak "
+                    f"{r['measured_peak']} (live {r['rank_live']})"
                 )
         found["guard_catches_a_short_ring"] = [
             f"{k}: {v}" for k, v in self.guard.items() if v.startswith("NOT")
@@ -181,13 +192,14 @@ class ScheduleCheck:
 CLAIMS: dict[str, str] = {
     "covers_the_grid": "every (schedule, pp, M) launched, each with every stage and direction once",
     "every_pooled_run_bitwise_equal": "parity True on every row",
-    "measured_peaks_equal_the_analysis": "measured_peak = analysed_peak and peak_matches True on every row",
+    "measured_peaks_equal_the_analysis": "measured_peak = analysed_peak and peak_matches True on "
+    "every row",
     "slack0_ring_is_the_analysed_minimum": "pooltk = analysed_min wherever analysed_min > 0",
     "pooled_never_holds_more_than_stock": "pooltk <= stock on every row",
-    "analysed_columns_equal_the_analysis": "analysed_peak = live_sets(...), analysed_min = min_safe_ring(...) of "
-    "pooltk.analysis.lifetimes",
-    "rank_rings_match_the_analysis": "rank-shared storages = the analysed rank rings, the guard's peak = the "
-    "rank's live set",
+    "analysed_columns_equal_the_analysis": "analysed_peak = live_sets(...), analysed_min = "
+    "min_safe_ring(...) of pooltk.analysis.lifetimes",
+    "rank_rings_match_the_analysis": "rank-shared storages = the analysed rank rings, the guard's "
+    "peak = the rank's live set",
     "guard_catches_a_short_ring": "no guard check NOT caught",
 }
 """Claim name -> what it requires. See [Note: the claims of a validation]."""
@@ -252,7 +264,8 @@ def _check_row(found: dict[str, list[str]], where: str, r: Any, spans: Any, live
         found["every_pooled_run_bitwise_equal"].append(f"{where}: parity {r.parity}")
     if r.measured_peak != r.analysed_peak or not is_true(r.peak_matches):
         found["measured_peaks_equal_the_analysis"].append(
-            f"{where}: measured {r.measured_peak}, analysed {r.analysed_peak}, peak_matches {r.peak_matches}"
+            f"{where}: measured {r.measured_peak}, analysed {r.analysed_peak}, peak_matches "
+            f"{r.peak_matches}"
         )
     if r.analysed_min > 0 and r.pooltk != r.analysed_min:
         found["slack0_ring_is_the_analysed_minimum"].append(
@@ -267,7 +280,8 @@ def _check_row(found: dict[str, list[str]], where: str, r: Any, spans: Any, live
         want_min = min_safe_ring(spans, r.stage, r.direction, int(r.n_microbatches))
         if (r.analysed_peak, r.analysed_min) != (want_peak, want_min):
             found["analysed_columns_equal_the_analysis"].append(
-                f"{where}: peak {r.analysed_peak}, minimum {r.analysed_min} (analysis {want_peak}, {want_min})"
+                f"{where}: peak {r.analysed_peak}, minimum {r.analysed_min} (analysis {want_peak}, "
+                f"{want_min})"
             )
 
 
@@ -277,9 +291,11 @@ def _shape(key: Any) -> str:
 
 
 def check_rows(frame: Any, shapes: Any = None) -> list[str]:
-    """The broken claims of a per-stage validation table (``ScheduleCheck.to_frame()`` or its CSV), one line each.
+    """The broken claims of a per-stage validation table (``ScheduleCheck.to_frame()`` or its CSV),
+    one line each.
 
-    ``shapes``: the (schedule, pp, vpp, M) the table must cover (:func:`planned_shapes`); None: those it holds.
+    ``shapes``: the (schedule, pp, vpp, M) the table must cover (:func:`planned_shapes`); None:
+    those it holds.
     """
     return claim_lines(CLAIMS, _row_findings(frame, shapes))
 
@@ -289,7 +305,8 @@ def planned_shapes(
     factors: tuple[int, ...],
     schedules: tuple[str, ...] | None = None,
 ) -> tuple[list[tuple[str, int, int, int]], list[dict[str, Any]]]:
-    """(schedule, pp, vpp, M) the grid launches, in launch order, and the shapes torch rejects (with the reason).
+    """(schedule, pp, vpp, M) the grid launches, in launch order, and the shapes torch rejects (with
+    the reason).
 
     ``M = factor x (pp x 2)``; see :func:`check_schedules`.
     """
@@ -394,7 +411,8 @@ def _stage_rows(name: str, pp: int, m: int, report: Any) -> list[dict[str, Any]]
 
 
 def _rank_rows(name: str, pp: int, m: int, report: Any) -> list[dict[str, Any]]:
-    """Per (rank, direction): the rank-shared ring measured against the analysis ([Note: rank-shared rings])."""
+    """Per (rank, direction): the rank-shared ring measured against the analysis ([Note: rank-shared
+    rings])."""
     from pooltk.analysis.lifetimes import ScheduleShape, analyse
     from pooltk.analysis.programs import resolve_schedule
     from pooltk.analysis.sharing import rank_rings
@@ -444,7 +462,8 @@ def _rank_rows(name: str, pp: int, m: int, report: Any) -> list[dict[str, Any]]:
 
 
 def guard_catch(schedule: str, *, timeout_s: float = 300.0) -> str:
-    """Run ``schedule`` with every forward ring one below the analysed minimum; the guard must stop it."""
+    """Run ``schedule`` with every forward ring one below the analysed minimum; the guard must stop
+    it."""
     from pooltk.analysis.lifetimes import lifetimes, min_safe_ring
 
     vpp = STAGES_PER_RANK[schedule]
@@ -514,7 +533,8 @@ def _parser() -> Any:
 
 
 def main(argv: Any = None) -> int:
-    """``python -m pooltk.parity.schedule_check --check CSV``: check a written validation; 0 holds, 1 breaks, 2 unreadable."""
+    """``python -m pooltk.parity.schedule_check --check CSV``: check a written validation; 0 holds,
+    1 breaks, 2 unreadable."""
     import sys
 
     import pandas as pd
@@ -525,8 +545,9 @@ def main(argv: Any = None) -> int:
         frame = pd.read_csv(a.check)
     except (FileNotFoundError, pd.errors.EmptyDataError) as exc:
         print(
-            f"{p.prog}: error: {a.check}: found {'no such file' if isinstance(exc, OSError) else 'an empty file'}; "
-            "required a CSV written by `pooltk schedules --validate --csv PATH`.",
+            f"{p.prog}: error: {a.check}: found "
+            f"{'no such file' if isinstance(exc, OSError) else 'an empty file'}; required a CSV "
+            "written by `pooltk schedules --validate --csv PATH`.",
             file=sys.stderr,
         )
         return 2

@@ -30,13 +30,15 @@ class Variant:
     name: str
     """Label in reports, e.g. ``stock/manual`` or ``tight-s2/manual``."""
     frontend: Frontend = "manual"
-    """``manual`` (``PipelineStage`` over a stage module) or ``tracing`` (``pipeline()`` + ``build_stage``)."""
+    """``manual`` (``PipelineStage`` over a stage module) or ``tracing`` (``pipeline()`` +
+    ``build_stage``)."""
     schedule: str = "1f1b"
     """torch schedule name as ``get_schedule_class`` takes it (``1F1B``, ``GPipe``)."""
     pooled: bool = False
     """False: stock torch (the reference). True: pooltk installed with ``config``."""
     config: Harness | None = None
-    """What the pooled variant pools with (a PoolConfig given is taken as the Harness a user's config builds)."""
+    """What the pooled variant pools with (a PoolConfig given is taken as the Harness a user's
+    config builds)."""
     force: bool = False
     """Pool even if the schedule is not allowlisted (negative controls)."""
     eval_between_steps: bool = False
@@ -51,9 +53,11 @@ class Variant:
     """``process``: ``pooltk.install`` before the stages are built; ``stage``:
     ``pooltk.pool_stage`` on each stage object after it is built (the per-stage form)."""
     bodies: tuple[str, ...] = ()
-    """Fuzz stage bodies, one per global stage (:data:`pooltk.parity.models.BODIES`); empty: the toy model."""
+    """Fuzz stage bodies, one per global stage (:data:`pooltk.parity.models.BODIES`); empty: the toy
+    model."""
     aux: str | None = None
-    """Fuzz models only: a float64 second boundary tensor, ``pass`` (aliased on) or ``mix``; None: none."""
+    """Fuzz models only: a float64 second boundary tensor, ``pass`` (aliased on) or ``mix``; None:
+    none."""
     microbatches: int | None = None
     """Microbatches for this variant (default: the spec's)."""
     eval_only: bool = False
@@ -135,7 +139,8 @@ class ParitySpec:
                 )
         if not self.variants:
             raise ValueError(
-                "ParitySpec.variants: found none; required at least one. Fix: use default_variants(...)."
+                "ParitySpec.variants: found none; required at least one. Fix: use "
+                "default_variants(...)."
             )
         for v in self.variants:
             self._check_shape(v)
@@ -185,12 +190,14 @@ class ParitySpec:
         for attr in ("buffers", "compare_to"):
             if getattr(v, attr) not in BUFFERS:
                 raise ValueError(
-                    f"Variant {v.name}: {attr} found {getattr(v, attr)!r}; required one of {BUFFERS}."
+                    f"Variant {v.name}: {attr} found {getattr(v, attr)!r}; required one of "
+                    f"{BUFFERS}."
                 )
         if v.pooled and v.buffers != "stock":
             raise ValueError(
                 f"Variant {v.name}: buffers found {v.buffers!r} on a pooled variant; required "
-                "'stock' (fresh is an unpooled reference). Fix: a separate Variant(buffers='fresh')."
+                "'stock' (fresh is an unpooled reference). Fix: a separate "
+                "Variant(buffers='fresh')."
             )
 
     @property
@@ -231,7 +238,8 @@ def _config_label(config: Harness) -> str:
 
 
 def _check_stage_kind(v: Variant) -> None:
-    """A multi-stage schedule needs ``stages_per_rank >= 2``, a single-stage one exactly 1 (else a rank fails in torch)."""
+    """A multi-stage schedule needs ``stages_per_rank >= 2``, a single-stage one exactly 1 (else a
+    rank fails in torch)."""
     from torch.distributed.pipelining.schedules import get_schedule_class
 
     from pooltk.analysis.catalog import is_single_stage

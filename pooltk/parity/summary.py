@@ -47,7 +47,8 @@ def _verdict_lines(report: ParityReport, w: int) -> list[str]:
     spec = report.spec
     lines = [
         f"parity pp{spec.pp} x {spec.microbatches} microbatches x {spec.steps} steps "
-        f"(boundary tensor {_fmt_bytes(report.boundary_bytes)} per microbatch), wall {report.wall_s:.1f} s",
+        f"(boundary tensor {_fmt_bytes(report.boundary_bytes)} per microbatch), wall "
+        f"{report.wall_s:.1f} s",
         f"{'variant':{w}} {'bitwise':>8} {'max|dparam|':>12} {'max|dloss|':>11} {'step ms':>8}",
     ]
     for v in report.variants:
@@ -68,7 +69,8 @@ def _buffer_lines(report: ParityReport, w: int) -> list[str]:
     multi = [v for v in report.variants if v.rank_recv and len(v.recv) > len(v.rank_recv)]
     if multi:
         lines.append(
-            "\nreceive buffers per rank (distinct storages over the rank's stages, sets fwd+grad, bytes):"
+            "\nreceive buffers per rank (distinct storages over the rank's stages, sets fwd+grad, "
+            "bytes):"
         )
         for v in multi:
             cells = [_sets_cell(f"r{r}", v.rank_recv[r]) for r in sorted(v.rank_recv)]
@@ -83,7 +85,8 @@ def _usage_lines(report: ParityReport, w: int) -> list[str]:
     if not used:
         return []
     lines = [
-        "\nsets held at once in the last step (pooled rings; fwd / grad: held of stock, live set + slack):"
+        "\nsets held at once in the last step (pooled rings; fwd / grad: held of stock, live set + "
+        "slack):"
     ]
     for v in used:
         cells = [f"s{s} " + _usage_cell(v.usage[s]) for s in sorted(v.usage)]
@@ -93,8 +96,8 @@ def _usage_lines(report: ParityReport, w: int) -> list[str]:
                 if u["held_sets"] >= u["stock"] and u["ring"] < u["stock"]:
                     lines.append(
                         f"  WARNING {v.name} stage {s} {u['direction']}: the ring saved nothing "
-                        f"({u['held_sets']} sets held, stock {u['stock']}; {u['rehomes']} re-homes); "
-                        "the pooltk log names the holder and the fix"
+                        f"({u['held_sets']} sets held, stock {u['stock']}; {u['rehomes']} "
+                        "re-homes); the pooltk log names the holder and the fix"
                     )
     return lines
 
@@ -120,8 +123,9 @@ def _notes(report: ParityReport) -> list[str]:
             lines.append(f"note: {v.name} held no ring on any stage (ran stock): {why}")
     if any(not v.pooled and v.reference is not None for v in report.variants):
         lines.append(
-            "note: fresh/... is stock torch with a new buffer per receive (torch 2.15's semantics); its "
-            "'bitwise' column compares it with stock (NO: stock's numbers depend on its buffer reuse)"
+            "note: fresh/... is stock torch with a new buffer per receive (torch 2.15's "
+            "semantics); its 'bitwise' column compares it with stock (NO: stock's numbers depend "
+            "on its buffer reuse)"
         )
     return lines
 
@@ -146,7 +150,8 @@ def _notes(report: ParityReport) -> list[str]:
 #   fresh ran (a defect: every error pooltk causes must name it);
 # - ``outside``: pooled differs from fresh with no error, for a model whose numbers hang on
 #   something neither torch nor pooltk promises (a cache keyed by a received tensor's address:
-#   ``pooltk.parity.models.OUTSIDE_CONTRACT`` names each such class and why). Not a pass, not a defect;
+#   ``pooltk.parity.models.OUTSIDE_CONTRACT`` names each such class and why). Not a pass, not a
+#   defect;
 # - ``silent``: pooled differs from fresh with no error (a defect; must never happen);
 # - ``invalid``: stock or fresh itself failed (the model, not the pool), never a pass.
 #
@@ -170,7 +175,10 @@ PASSING: tuple[str, ...] = ("equal", "explained", "loud")
 """Verdicts that keep the pool's promise (bitwise like fresh, or a loud error naming pooltk)."""
 _POOLTK_ERRORS = ("PoolOverrunError", "PoolSetupError", "FreshError")
 HOOKS_REASON = "hooks registered on a received input pile up across steps (pytorch issue #185331)"
-KEPT_REASON = "a tensor the model kept of a received input was overwritten by a later receive into the same buffer"
+KEPT_REASON = (
+    "a tensor the model kept of a received input was overwritten by a later receive "
+    "into the same buffer"
+)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -182,7 +190,8 @@ class Judgement:
     verdict: str
     """One of :data:`VERDICTS`."""
     reason: str = ""
-    """For ``explained``: why stock's numbers depend on buffer reuse; for failures, what differed or raised."""
+    """For ``explained``: why stock's numbers depend on buffer reuse; for failures, what differed or
+    raised."""
     stock: str | None = None
     """The stock variant compared with."""
     fresh: str | None = None
@@ -202,7 +211,8 @@ class Judgement:
 
 
 def same(v) -> bool:  # noqa: ANN001 - a VariantResult with a reference
-    """Bitwise equal to its reference: parameters, and every digest (outputs, losses, kept tensors)."""
+    """Bitwise equal to its reference: parameters, and every digest (outputs, losses, kept
+    tensors)."""
     return bool(v.params_bitwise_equal and v.outputs_bitwise_equal is not False)
 
 
@@ -247,7 +257,8 @@ def reuse_reason(report: ParityReport, stock_name: str, bodies: tuple[str, ...] 
 
 
 def needs_fresh_comparison(report: ParityReport) -> list[str]:
-    """Pooled variants whose comparison with fresh is still open: both pooled and fresh differ from stock."""
+    """Pooled variants whose comparison with fresh is still open: both pooled and fresh differ from
+    stock."""
     out = []
     for v in report.variants:
         if not v.pooled or v.reference is None or same(v):
@@ -259,7 +270,8 @@ def needs_fresh_comparison(report: ParityReport) -> list[str]:
 
 
 def fresh_followup(report: ParityReport, names: list[str]) -> tuple:
-    """Variants of the second launch for ``names``: each fresh reference, then its pooled variant vs fresh."""
+    """Variants of the second launch for ``names``: each fresh reference, then its pooled variant vs
+    fresh."""
     out: list = []
     spec_by_name = {v.name: v for v in report.spec.variants}
     for name in names:
@@ -276,7 +288,8 @@ def judge(
     followup: ParityReport | None = None,
     bodies: dict[str, tuple[str, ...]] | None = None,
 ) -> list[Judgement]:
-    """One :class:`Judgement` per pooled variant of ``report`` (``followup``: the second launch, if run)."""
+    """One :class:`Judgement` per pooled variant of ``report`` (``followup``: the second launch, if
+    run)."""
     out = []
     for v in report.variants:
         if not v.pooled or v.reference is None:
@@ -318,7 +331,8 @@ def judge(
 
 
 def _outside(j: Judgement, bodies: tuple[str, ...]) -> None:
-    """Re-judge a ``silent`` verdict as ``outside`` where the model's numbers hang on what nobody promises."""
+    """Re-judge a ``silent`` verdict as ``outside`` where the model's numbers hang on what nobody
+    promises."""
     from pooltk.parity.models import OUTSIDE_CONTRACT
 
     why = [OUTSIDE_CONTRACT[b] for b in dict.fromkeys(bodies) if b in OUTSIDE_CONTRACT]
@@ -328,13 +342,14 @@ def _outside(j: Judgement, bodies: tuple[str, ...]) -> None:
 
 def _difference(v, context: str) -> str:  # noqa: ANN001
     return (
-        f"{context}; pooled params_equal={v.params_bitwise_equal} (max diff {v.params_max_abs_diff}), "
-        f"outputs_equal={v.outputs_bitwise_equal}"
+        f"{context}; pooled params_equal={v.params_bitwise_equal} (max diff "
+        f"{v.params_max_abs_diff}), outputs_equal={v.outputs_bitwise_equal}"
     )
 
 
 def verdict_line(judgements: list[Judgement]) -> str:
-    """The one line ``pooltk parity`` prints under its table: the verdicts and, for ``explained``, why."""
+    """The one line ``pooltk parity`` prints under its table: the verdicts and, for ``explained``,
+    why."""
     if not judgements:
         return "verdict: no pooled variant was judged"
     counts = {k: sum(j.verdict == k for j in judgements) for k in VERDICTS}
@@ -343,8 +358,8 @@ def verdict_line(judgements: list[Judgement]) -> str:
     if explained:
         reasons = "; ".join(dict.fromkeys(j.reason for j in explained))
         head += (
-            f". explained: pooled equals fresh (a new buffer per receive, torch 2.15's semantics) bitwise; "
-            f"stock's numbers depend on buffer reuse: {reasons}"
+            ". explained: pooled equals fresh (a new buffer per receive, torch 2.15's semantics) "
+            f"bitwise; stock's numbers depend on buffer reuse: {reasons}"
         )
     bad = [j for j in judgements if j.verdict not in PASSING]
     if bad:
@@ -353,7 +368,8 @@ def verdict_line(judgements: list[Judgement]) -> str:
 
 
 def exit_code(judgements: list[Judgement]) -> int:
-    """0 when every pooled variant is ``equal`` or ``explained``, else 1 (what ``pooltk parity`` returns)."""
+    """0 when every pooled variant is ``equal`` or ``explained``, else 1 (what ``pooltk parity``
+    returns)."""
     return 0 if judgements and all(j.verdict in ("equal", "explained") for j in judgements) else 1
 
 
@@ -375,7 +391,8 @@ class ThreeWay:
 
 
 def run_three_way(spec) -> ThreeWay:  # noqa: ANN001 - a ParitySpec
-    """Run ``spec`` with a fresh reference beside each stock variant, then pooled vs fresh where needed.
+    """Run ``spec`` with a fresh reference beside each stock variant, then pooled vs fresh where
+    needed.
 
     Errors of the launch (``PoolOverrunError``, ``ParityRankError``, ``ParityTimeoutError``)
     propagate, as from :func:`pooltk.parity.run_parity`.

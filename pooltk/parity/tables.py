@@ -22,7 +22,8 @@ def stock_of(report: ParityReport, name: str):  # noqa: ANN201 - a VariantResult
 
 
 def bytes_frame(report: ParityReport) -> pd.DataFrame:
-    """Per stage and direction: measured stock and pooled sets/bytes, the model's pooled bytes, saved.
+    """Per stage and direction: measured stock and pooled sets/bytes, the model's pooled bytes,
+    saved.
 
     Uses the first pooled variant and its stock reference. ``model_pooled_bytes`` is
     :func:`pooltk.memory.model.expected_bytes` for the harness's boundary tensor;
@@ -36,7 +37,8 @@ def bytes_frame(report: ParityReport) -> pd.DataFrame:
     stock = stock_of(report, pooled.name)
     spec = report.spec
     harness = Harness(**pooled.config) if pooled.config else Harness()
-    model = expected_bytes(  # the model knows tight and automodel rings; measure is the tight rule's run
+    # the model knows tight and automodel rings; measure is the tight rule's run
+    model = expected_bytes(
         pp=spec.pp,
         n_microbatches=spec.microbatches,
         config=harness.config,

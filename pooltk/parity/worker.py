@@ -36,7 +36,8 @@ def measure_recv_storage(stage: Any) -> dict[str, dict[str, int]]:
 
 
 def measure_rank_recv_storage(stages: list[Any]) -> dict[str, dict[str, int]]:
-    """:func:`measure_recv_storage` over every stage a rank holds, storages deduplicated across them.
+    """:func:`measure_recv_storage` over every stage a rank holds, storages deduplicated across
+    them.
 
     A rank-shared ring ([Note: rank-shared rings]) is counted once here, where each stage's own
     count sees the slots its microbatches map to.
@@ -65,7 +66,8 @@ def measure_rank_recv_storage(stages: list[Any]) -> dict[str, dict[str, int]]:
 
 
 def stage_indices(pp: int, stages_per_rank: int, schedule: str, rank: int) -> list[int]:
-    """Stages rank ``rank`` runs, placed the way the schedule places them (loop, or v for V schedules)."""
+    """Stages rank ``rank`` runs, placed the way the schedule places them (loop, or v for V
+    schedules)."""
     if stages_per_rank == 1:
         return [rank]
     from torch.distributed.pipelining._utils import generate_stage_to_rank_mapping
@@ -166,7 +168,8 @@ def _train(
     device: torch.device,
     peak_owned: dict[int, dict[str, int]],
 ) -> dict[str, Any]:
-    """Run the variant's steps on ``stages``: the record's per-step series, final parameters, digests."""
+    """Run the variant's steps on ``stages``: the record's per-step series, final parameters,
+    digests."""
     from torch.distributed.pipelining.schedules import get_schedule_class
 
     params = [p for st in stages for p in st.submod.parameters()]
@@ -247,7 +250,8 @@ def _stage_record(
     posted: dict[int, list] | None,
     peak_owned: dict[int, dict[str, int]],
 ) -> dict[str, Any]:
-    """One stage's part of the record: receive storages, re-homes, hooks, fresh posts, rings, gate."""
+    """One stage's part of the record: receive storages, re-homes, hooks, fresh posts, rings,
+    gate."""
     import pooltk
 
     index = stage.stage_index
@@ -298,10 +302,12 @@ def _record_peaks(
 
 
 def max_hooks(stage: Any) -> dict[str, int]:
-    """Per direction: the most gradient hooks registered on any one receive buffer the stage holds now.
+    """Per direction: the most gradient hooks registered on any one receive buffer the stage holds
+    now.
 
     Stock torch hands microbatch c the same buffer every step, so hooks a model registers on its
-    received input pile up there (pytorch issue #185331); a fresh buffer or a pooled alias starts at 0.
+    received input pile up there (pytorch issue #185331); a fresh buffer or a pooled alias starts at
+    0.
     """
     out = {}
     for direction, attr in RECV_INFO_ATTRS.items():
@@ -327,7 +333,8 @@ def _distinct_rings(stages: list[Any]) -> dict[str, list[Any]]:
 
 
 def _compare(records: list[dict[str, Any]], variants: tuple[Variant, ...]) -> None:
-    """Attach bitwise / max-abs-diff of final params vs the stock variant of the same frontend+schedule."""
+    """Attach bitwise / max-abs-diff of final params vs the stock variant of the same
+    frontend+schedule."""
     by_name = {r["variant"]: r for r in records}
     for v in variants:
         rec = by_name[v.name]
@@ -368,7 +375,8 @@ def run_in_group(
     if world != spec.pp:
         raise ValueError(
             f"parity: world size {world} but spec.pp={spec.pp}; required one rank per stage. "
-            f"Fix: launch {spec.pp} ranks (torchrun --nproc-per-node {spec.pp}) or pass --pp {world}."
+            f"Fix: launch {spec.pp} ranks (torchrun --nproc-per-node {spec.pp}) or pass --pp "
+            f"{world}."
         )
     device = device or torch.device("cpu")
     torch.manual_seed(spec.seed)
