@@ -59,17 +59,36 @@ SLOW_MARKERS: dict[str, str] = {
 """Marker -> why a test carrying it is slow, wherever it lives."""
 
 SLOW_TESTS: dict[str, str] = {
-    "docs/test_documented_commands.py": "runs every documented pooltk command (parity launches included)",
+    "docs/test_documented_commands.py": (
+        "runs every documented pooltk command (parity launches included)"
+    ),
     "compat/test_real_torch.py": "runs against real torch releases",
-    "memory/test_measured.py::test_a_fresh_two_stage_measurement_matches_the_model_within_the_goal": "trains stock and pooled pipelines in fresh processes",
-    "unit/test_architecture.py::test_import_pooltk_and_plan_auto_rings_in_an_environment_with_torch_alone": "builds a venv holding torch alone",
+    (
+        "memory/test_measured.py::"
+        "test_a_fresh_two_stage_measurement_matches_the_model_within_the_goal"
+    ): "trains stock and pooled pipelines in fresh processes",
+    (
+        "unit/test_architecture.py::"
+        "test_import_pooltk_and_plan_auto_rings_in_an_environment_with_torch_alone"
+    ): "builds a venv holding torch alone",
     "unit/test_suite_collects_every_folder.py": "collects the whole suite in a second pytest",
-    "unit/test_slow_marker.py::test_a_run_names_each_test_as_it_starts_and_collect_only_stays_as_asked": "runs pytest twice in subprocesses",
-    "memory/test_cli_memory.py::test_installed_entry_point_runs_the_command": "runs the installed pooltk in a subprocess",
+    (
+        "unit/test_slow_marker.py::"
+        "test_a_run_names_each_test_as_it_starts_and_collect_only_stays_as_asked"
+    ): "runs pytest twice in subprocesses",
+    "memory/test_cli_memory.py::test_installed_entry_point_runs_the_command": (
+        "runs the installed pooltk in a subprocess"
+    ),
     "parity/test_gpu_check.py": "compiles a stage with inductor in a subprocess",
-    "memory/test_replay_real_equals_fake.py": "replays torch's schedule on real and fake tensors, stage by stage",
-    "memory/test_replay_workers_end_with_their_parent.py": "starts a replay's worker processes, kills their parent",
-    "memory/test_replay_estimate.py::test_each_category_holds_what_it_says_on_every_rank": "replays every rank of a pipeline on fake tensors",
+    "memory/test_replay_real_equals_fake.py": (
+        "replays torch's schedule on real and fake tensors, stage by stage"
+    ),
+    "memory/test_replay_workers_end_with_their_parent.py": (
+        "starts a replay's worker processes, kills their parent"
+    ),
+    "memory/test_replay_estimate.py::test_each_category_holds_what_it_says_on_every_rank": (
+        "replays every rank of a pipeline on fake tensors"
+    ),
 }
 """Path under tests/ (a file, or file::test-name, parametrized cases included) -> why it is slow."""
 

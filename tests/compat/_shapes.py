@@ -1,4 +1,5 @@
-"""Layout shapes of torch's pipelining modules: read from a wheel's sources, from a live torch, or built as fakes.
+"""Layout shapes of torch's pipelining modules: read from a wheel's sources, from a live torch, or
+built as fakes.
 
 A *shape* is what pooltk's feature detection can see of ``torch.distributed.pipelining``:
 per module, the classes (bases, and the methods each class body defines, with their
@@ -60,7 +61,8 @@ FAMILY_BY_MINOR: dict[tuple[int, int], str] = {
 
 
 def expected_family(version: str) -> str | None:
-    """Family measured for the release line of ``version`` ("2.14.1+cu130" -> setup-recv-info), or None."""
+    """Family measured for the release line of ``version`` ("2.14.1+cu130" -> setup-recv-info), or
+    None."""
     try:
         major, minor = (int(x) for x in version.split("+")[0].split(".")[:2])
     except ValueError:
@@ -172,7 +174,8 @@ def load_shape(release: str) -> dict[str, Any]:
 
 
 def relevant(shape: dict[str, Any]) -> dict[str, Any]:
-    """The part of a shape that detection can depend on (the matrix compares this with the live torch)."""
+    """The part of a shape that detection can depend on (the matrix compares this with the live
+    torch)."""
     out: dict[str, Any] = {}
     for mod, m in shape["modules"].items():
         classes = {

@@ -15,7 +15,8 @@ from _shapes import MODULES, build_fake_modules  # noqa: E402
 
 @pytest.fixture
 def fake_torch(monkeypatch) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """``fake_torch(shape)`` swaps torch.distributed.pipelining's stage modules for fakes of ``shape``.
+    """``fake_torch(shape)`` swaps torch.distributed.pipelining's stage modules for fakes of
+    ``shape``.
 
     Modules absent from the shape are made unimportable (as on a release without them).
     Everything is restored after the test; the real torch underneath is untouched.

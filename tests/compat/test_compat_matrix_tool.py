@@ -21,7 +21,11 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tools.compat_matrix import checks, cli, live_buffers, space  # noqa: E402
-from tools.compat_matrix.fetch import COMPLETE_STAMP, constraints_without_torch, pip_env  # noqa: E402
+from tools.compat_matrix.fetch import (  # noqa: E402
+    COMPLETE_STAMP,
+    constraints_without_torch,
+    pip_env,
+)
 from tools.compat_matrix.judge import judge  # noqa: E402
 from tools.compat_matrix.publish import matrix_doc, merge_rows, publish  # noqa: E402
 from tools.compat_matrix.spec import BEGIN, END  # noqa: E402
@@ -348,8 +352,8 @@ def test_envs_run_one_at_a_time_so_the_peak_is_the_largest_unless_they_are_kept(
 def test_the_ci_check_with_cached_wheels_fits_in_the_8_gb_a_ci_run_found_and_without_them_does_not(
     tmp_path,
 ):
-    # The CI run of 2026-12-01 found 8.3 GB free and was refused by a flat 12 GB floor, with 2.11.0's
-    # wheels in the cache: the env alone (4.8 GB measured) needs less than that.
+    # The CI run of 2026-12-01 found 8.3 GB free and was refused by a flat 12 GB floor, with
+    # 2.11.0's wheels in the cache: the env alone (4.8 GB measured) needs less than that.
     found = int(8.3e9)
     _cached(tmp_path, "2.11.0")
     assert (

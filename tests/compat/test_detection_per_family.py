@@ -1,4 +1,5 @@
-"""Detection per layout family, pinned on fakes shaped exactly like each real release's pipelining modules.
+"""Detection per layout family, pinned on fakes shaped exactly like each real release's pipelining
+modules.
 
 The shapes in ``layouts/torch-<release>.json`` were read from the real wheels (class and
 method names, parameters, module-level names; see ``_shapes.py``). Each test swaps them in

@@ -1,6 +1,6 @@
-"""Installing replaces only the stage methods the adapters name: nothing of torch.Tensor, torch's modules or
-other libraries changes (issue #26). Checked on a fake of every real release's pipelining modules, and on the
-real torch with a stage set up and stepped while installed.
+"""Installing replaces only the stage methods the adapters name: nothing of torch.Tensor, torch's
+modules or other libraries changes (issue #26). Checked on a fake of every real release's pipelining
+modules, and on the real torch with a stage set up and stepped while installed.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ RELEASES = sorted(p.stem.removeprefix("torch-") for p in LAYOUTS.glob("torch-*.j
 
 
 def _everything() -> dict[tuple[str, str], object]:
-    """Every attribute of every loaded module, and of every class those modules define, by identity."""
+    """Every attribute of every loaded module, and of every class those modules define, by
+    identity."""
     out: dict[tuple[str, str], object] = {}
     for name, mod in list(sys.modules.items()):
         if mod is None or name.startswith("pooltk"):
@@ -54,7 +55,8 @@ def _changed(before: dict, after: dict) -> set[tuple[str, str]]:
 
 
 def _named_sites() -> set[tuple[str, str]]:
-    """The layout's setup methods and every runtime method the adapters name, where their classes define them."""
+    """The layout's setup methods and every runtime method the adapters name, where their classes
+    define them."""
     from pooltk.pool.torch_compat.layouts import detect
     from pooltk.pool.torch_compat.stage_api import (
         HANDOFF_METHODS,
@@ -92,9 +94,9 @@ def test_install_changes_only_the_stage_methods_the_adapters_name_on_each_releas
 
 
 def test_a_pooled_step_on_the_real_torch_changes_nothing_but_the_stage_methods():
-    """A middle stage set up and stepped while installed, placeholders and ring included: still only the named
-    methods differ, also in the middle of its setup call. A stock stage runs the same steps first, so what
-    torch's own step changes (lazy imports, caches) is in the baseline."""
+    """A middle stage set up and stepped while installed, placeholders and ring included: still only
+    the named methods differ, also in the middle of its setup call. A stock stage runs the same
+    steps first, so what torch's own step changes (lazy imports, caches) is in the baseline."""
     import torch
 
     from pooltk.parity.one_stage import fake_group, run_steps, static_schedule, static_stage
@@ -111,7 +113,8 @@ def test_a_pooled_step_on_the_real_torch_changes_nothing_but_the_stage_methods()
         with pooltk.pooled() as report:
             stage = static_stage(torch.nn.Linear(4, 4), 1, 3, torch.zeros(2, 4))
             schedule = static_schedule(stage, 8, loss)
-            # the forward setup method this layout family wraps (torch 2.15's lazy layout wraps none)
+            # the forward setup method this layout family wraps (torch 2.15's lazy layout wraps
+            # none)
             from pooltk.pool.torch_compat.layouts import detect
 
             names = [

@@ -1,4 +1,5 @@
-"""The published compatibility matrix (docs/compat/matrix-DATE.json) parses, covers 2.11-2.15, and is green.
+"""The published compatibility matrix (docs/compat/matrix-DATE.json) parses, covers 2.11-2.15, and
+is green.
 
 Green means: every release either pooled with bitwise-equal parity and both negative
 controls caught; or, on the lazy layout, installed the last-stage release alone with every run

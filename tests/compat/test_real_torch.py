@@ -1,4 +1,5 @@
-"""The torch imported here: its shape matches its release's fixture, its family is detected, install is exact.
+"""The torch imported here: its shape matches its release's fixture, its family is detected, install
+is exact.
 
 These run on whatever torch the environment has (2.13.0 in the project's .venv; each
 release in turn under ``python -m tools.compat_matrix``), and are written per family so the same

@@ -21,7 +21,8 @@ RANK_MARKERS = ("pooltk.parity", "pooltk/parity")
 
 
 def processes_marked(token: str, markers: tuple[str, ...] = RANK_MARKERS) -> dict[int, str]:
-    """pid -> command line of live processes whose environment carries ``OWNER_VAR=token`` and that run a marker."""
+    """pid -> command line of live processes whose environment carries ``OWNER_VAR=token`` and that
+    run a marker."""
     needle = f"{OWNER_VAR}={token}".encode()
     found = {}
     for proc in Path("/proc").iterdir():

@@ -1,4 +1,5 @@
-"""Issue #11 classes 1-2 and issue #18 holders on real gloo ranks: what aliases or keeps a receive slot.
+"""Issue #11 classes 1-2 and issue #18 holders on real gloo ranks: what aliases or keeps a receive
+slot.
 
 Before the fix (a321c7a) the eval case differed silently from stock (merged outputs of early
 microbatches overwritten); now the slot is re-homed (copy on conflict) and the run is bitwise equal.
@@ -56,8 +57,9 @@ def test_class2_input_gradient_viewing_the_received_gradient_is_equal_with_grad_
     assert v.recv[1]["grad"].get("rehomes", 0) > 0  # stage 1 sends a view of its grad slot upstream
 
 
-# Issue #18: models that keep something of their received input, judged against fresh (a new buffer per
-# receive, torch 2.15's semantics). pp3 1F1B, slack 0: the middle stage's forward ring is 2 sets for 6 microbatches.
+# Issue #18: models that keep something of their received input, judged against fresh (a new buffer
+# per receive, torch 2.15's semantics). pp3 1F1B, slack 0: the middle stage's forward ring is 2 sets
+# for 6 microbatches.
 
 KEEPERS = {
     "hooks": ("block", "grad_hook", "block"),
@@ -152,8 +154,9 @@ def test_a_cache_keyed_by_the_received_inputs_data_ptr_is_judged_outside_the_con
 ):
     three = _three({"ptr": ("block", "ptr_cache", "block")})
     j = three.judgements[0]
-    # an address is not an identity: the pool no longer spends its saving on address reads, so the ring's reused
-    # address makes the cache answer for another microbatch; the verdict says so (never "silent")
+    # an address is not an identity: the pool no longer spends its saving on address reads, so the
+    # ring's reused address makes the cache answer for another microbatch; the verdict says so
+    # (never "silent")
     assert j.verdict == "outside", three.line
     assert "address_reuse" in j.reason and "not an identity" in j.reason
     v = three.report.variant("pooled/ptr")

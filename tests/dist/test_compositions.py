@@ -1,8 +1,10 @@
-"""The pool in the compositions real stacks use (issue #26): same bits as stock (or fresh), and the live set held.
+"""The pool in the compositions real stacks use (issue #26): same bits as stock (or fresh), and the
+live set held.
 
-Every case of ``pooltk.parity.compositions.CASES`` runs once for the module on gloo ranks (fresh, stock,
-pooled); each test reads its claim off the same rows. Storages are counted outside pooltk, at the P2P
-layer ([Note: counting receive storages]); the bound is ``tensors x (live set + slack)`` per direction.
+Every case of ``pooltk.parity.compositions.CASES`` runs once for the module on gloo ranks (fresh,
+stock, pooled); each test reads its claim off the same rows. Storages are counted outside pooltk, at
+the P2P layer ([Note: counting receive storages]); the bound is ``tensors x (live set + slack)`` per
+direction.
 """
 
 from __future__ import annotations
@@ -92,8 +94,8 @@ def test_a_tensor_passed_on_in_a_forward_only_step_is_held_by_its_send_and_costs
 def test_eval_and_inference_steps_hold_the_ring_without_a_rehome_for_1f1b_and_every_auto_schedule(
     rows,
 ):
-    """Issue #36: a forward-only step keeps every graph to its end (fwd_cache, the last stage's outputs
-    and losses); the pool drops them, so no slot is re-homed and the saving holds."""
+    """Issue #36: a forward-only step keeps every graph to its end (fwd_cache, the last stage's
+    outputs and losses); the pool drops them, so no slot is re-homed and the saving holds."""
     names = {c.name for c in FORWARD_ONLY}
     assert {c.schedule for c in FORWARD_ONLY} == {"1F1B", *(s for s, _ in AUTO_SCHEDULES)}
     assert {(c.eval_only, c.eval_mode) for c in FORWARD_ONLY} == {

@@ -193,7 +193,8 @@ def _torchrun(*args: str, timeout: float = 200) -> subprocess.CompletedProcess:
 
 
 def test_every_torchrun_rank_exits_cleanly_with_no_gloo_thread_left(tmp_path, no_leftover_ranks):
-    """[Note: a rank's clean exit]: exit status 0 on every rank, no abort, no gloo thread past destroy."""
+    """[Note: a rank's clean exit]: exit status 0 on every rank, no abort, no gloo thread past
+    destroy."""
     out = _torchrun(
         "--log-dir",
         str(tmp_path),
@@ -221,8 +222,9 @@ def test_every_torchrun_rank_exits_cleanly_with_no_gloo_thread_left(tmp_path, no
 
 
 def test_under_torchrun_the_pool_log_lines_say_what_happened_on_each_variant(tmp_path):
-    """[Note: pool log lines] under a launcher: a trainer's INFO logging shows the install, each stage's
-    rings on rank 0, the release, and at uninstall ``unpooled`` (the run WAS pooled), never ``kept stock``."""
+    """[Note: pool log lines] under a launcher: a trainer's INFO logging shows the install, each
+    stage's rings on rank 0, the release, and at uninstall ``unpooled`` (the run WAS pooled), never
+    ``kept stock``."""
     script = tmp_path / "logged_parity.py"
     script.write_text(
         textwrap.dedent("""
@@ -257,16 +259,19 @@ def test_under_torchrun_the_pool_log_lines_say_what_happened_on_each_variant(tmp
 
 
 def test_the_clean_exit_check_sees_a_process_group_something_still_holds(tmp_path):
-    """group_threads_left() names the gloo threads when a kept reference outlives destroy_process_group."""
+    """group_threads_left() names the gloo threads when a kept reference outlives
+    destroy_process_group."""
     script = tmp_path / "held_group.py"
     script.write_text(
-        textwrap.dedent("""
+        textwrap.dedent(
+            """
         import sys
         import torch.distributed as dist
         from pooltk.parity.command import group_threads_left
 
         dist.init_process_group("gloo")
-        held = dist.group.WORLD  # a reference of our own keeps the C++ group (and its threads) alive
+        held = dist.group.WORLD  # a reference of our own keeps the C++ group (and its threads) """
+            """alive
         dist.destroy_process_group()
         # one write per line: the ranks share one stdout, and print() writes the line and its
         # end separately, so two ranks' lines interleaved ("FREEDFREED  []")
@@ -275,7 +280,8 @@ def test_the_clean_exit_check_sees_a_process_group_something_still_holds(tmp_pat
         del held
         sys.stdout.write(f"FREED {group_threads_left()}\\n")
         sys.stdout.flush()
-    """)
+    """
+        )
     )
     out = _torchrun(str(script), timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]

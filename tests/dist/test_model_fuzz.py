@@ -1,8 +1,9 @@
-"""The fuzzer's seeded set on real gloo ranks: random models, pooled vs stock vs fresh, never silently different.
+"""The fuzzer's seeded set on real gloo ranks: random models, pooled vs stock vs fresh, never
+silently different.
 
-One seeded draw (pp2, every poolable schedule, every body class: views, hooks on received inputs, tensors kept
-across microbatches and steps with and without their graph, address-keyed caches, DLPack exports), run once
-for the module; each test reads its own claim off the same results.
+One seeded draw (pp2, every poolable schedule, every body class: views, hooks on received inputs,
+tensors kept across microbatches and steps with and without their graph, address-keyed caches,
+DLPack exports), run once for the module; each test reads its own claim off the same results.
 """
 
 import pytest
@@ -36,7 +37,8 @@ def test_seeded_random_models_are_never_silently_different_from_fresh(fuzzed):
     assert _bad(fuzzed, lambda r: True) == []
     s = summarize(fuzzed)
     assert s.cases == 30 and sum(getattr(s, k) for k in VERDICTS) == 30
-    # The draw exercised every poolable schedule, and the models that alias their buffers were re-homed.
+    # The draw exercised every poolable schedule, and the models that alias their buffers were
+    # re-homed.
     assert {r.case.schedule for r in fuzzed if r.verdict in ("equal", "explained")} == {
         n for n, _, _ in SCHEDULES
     }

@@ -17,7 +17,8 @@ CONFIGS = [Harness(slack=2), Harness(slack=0, grad_slack=0), Harness(policy="aut
 
 
 def _sets(n: int, s: int, m: int, h: Harness | None) -> tuple[int, int]:
-    """(forward, grad) sets stage ``s`` of a 1F1B pipeline keeps: the harness's rings, or stock (None)."""
+    """(forward, grad) sets stage ``s`` of a 1F1B pipeline keeps: the harness's rings, or stock
+    (None)."""
     if h is None:
         return stock_count(n, s, "forward", m), stock_count(n, s, "grad", m)
     return tuple(  # type: ignore[return-value]

@@ -1,8 +1,9 @@
-"""Issue #36: a ring's WARNING reaches the training log from the rank where it happens, naming the rank.
+"""Issue #36: a ring's WARNING reaches the training log from the rank where it happens, naming the
+rank.
 
-Four gloo ranks (1F1B pp4), the last stage keeping its previous microbatch's input (so its forward ring
-re-homes a slot). Every rank's ``logging`` writes into one file, as torchrun's ``--tee`` does with its
-``[rankN]:`` prefix; that file is the captured training log.
+Four gloo ranks (1F1B pp4), the last stage keeping its previous microbatch's input (so its forward
+ring re-homes a slot). Every rank's ``logging`` writes into one file, as torchrun's ``--tee`` does
+with its ``[rankN]:`` prefix; that file is the captured training log.
 """
 
 import os
@@ -21,11 +22,14 @@ pytestmark = [pytest.mark.dist, pytest.mark.timeout(300)]
 
 FIX = Path(__file__).resolve().parents[1] / "logs" / "fixtures"
 
-PRELUDE = """
+PRELUDE = (
+    """
 import logging, os, sys
 logging.basicConfig(filename=os.environ["POOLTK_TEST_LOG"], level=logging.INFO,
-                    format=f"[rank{sys.argv[1]}]:[titan] %(asctime)s - %(name)s - %(levelname)s - %(message)s")
+                    format=f"[rank{sys.argv[1]}]:[titan] %(asctime)s - %(name)s - """
+    """%(levelname)s - %(message)s")
 """
+)
 
 
 @pytest.fixture(scope="module")

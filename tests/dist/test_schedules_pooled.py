@@ -40,8 +40,9 @@ def test_every_schedule_pooled_auto_is_bitwise_equal_with_rings_per_stage_and_pe
         summary.loc["Interleaved1F1B", "pooltk_buffers"]
         < summary.loc["Interleaved1F1B", "stock_buffers"]
     )
-    # rank-shared rings: each rank's distinct receive storages are the analysed rank rings (its live set at
-    # slack 0), the shared ring's guard saw exactly the rank's live set owned, and the run is bitwise equal
+    # rank-shared rings: each rank's distinct receive storages are the analysed rank rings (its live
+    # set at slack 0), the shared ring's guard saw exactly the rank's live set owned, and the run is
+    # bitwise equal
     ranks = result.rank_frame()
     assert set(ranks.schedule) >= {
         "Interleaved1F1B",
@@ -59,7 +60,8 @@ def test_every_schedule_pooled_auto_is_bitwise_equal_with_rings_per_stage_and_pe
     assert (ranks.rank_shared <= ranks.per_stage).all()
     totals = ranks.groupby("schedule")[["rank_shared", "per_stage"]].sum()
     assert totals.loc["Interleaved1F1B", "rank_shared"] < totals.loc["Interleaved1F1B", "per_stage"]
-    # a V schedule's same-rank handoff allocates no receive buffers (stock keeps what each handoff gave it)
+    # a V schedule's same-rank handoff allocates no receive buffers (stock keeps what each handoff
+    # gave it)
     from pooltk.analysis.lifetimes import live_table
 
     for name in ("ZBVZeroBubble", "DualPipeV"):

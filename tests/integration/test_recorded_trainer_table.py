@@ -101,7 +101,8 @@ def test_the_hooked_model_is_explained_by_hooks_piling_up_on_stocks_buffers_in_b
                 .all()
             )
     stock = table[table["variant"] == "stock_input_hook"]
-    assert (stock["stock_equal_fresh"] == False).all()  # noqa: E712 - stock's own numbers depend on reuse
+    # E712: stock's own numbers depend on reuse
+    assert (stock["stock_equal_fresh"] == False).all()  # noqa: E712
 
 
 def test_every_fresh_run_received_into_a_new_storage_every_time_and_the_plain_models_match_stock(

@@ -1,4 +1,5 @@
-"""Automodel-style YAML configs: the example reads as the published shape; bad keys name themselves."""
+"""Automodel-style YAML configs: the example reads as the published shape; bad keys name
+themselves."""
 
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ def test_the_issue_spelling_of_pp_size_is_accepted_and_a_conflict_is_named(cfg):
 def test_a_missing_key_is_named_with_what_is_expected(cfg, key):
     with pytest.raises(
         ConfigKeyError,
-        match=rf"config key '{key}': found nothing \(missing\); required .*integer >= 1.*Fix: add `{key}: ",
+        match=rf"config key '{key}': found nothing \(missing\); required .*integer >= 1"
+        rf".*Fix: add `{key}: ",
     ):
         load_automodel_config(_without(cfg, key))
 

@@ -1,4 +1,5 @@
-"""`pooltk memory`: presets, explicit flags, YAML configs, JSON, and errors that name the problem."""
+"""`pooltk memory`: presets, explicit flags, YAML configs, JSON, and errors that name the
+problem."""
 
 from __future__ import annotations
 
@@ -245,7 +246,8 @@ def test_config_with_a_missing_key_names_it(capsys, tmp_path):
                 "--schedule",
                 "dualpipev",
             ],
-            "shape under DualPipeV: found pp=4 M=1 schedule=dualpipev vpp=2 (8 stages); required a shape torch's schedule accepts",
+            "shape under DualPipeV: found pp=4 M=1 schedule=dualpipev vpp=2 (8 stages); "
+            "required a shape torch's schedule accepts",
         ),
     ],
 )
@@ -314,7 +316,8 @@ def test_an_unknown_preset_names_the_flag(capsys):
     rc, out, err = _run(capsys, "--preset", "nope")
     assert rc == 2 and out == ""
     assert err.startswith(
-        "pooltk memory: error: --preset: found 'nope'; required one of 'kimi-k3-gb200-2k-calibrated'"
+        "pooltk memory: error: --preset: found 'nope'; "
+        "required one of 'kimi-k3-gb200-2k-calibrated'"
     )
     assert "Fix: run `pooltk memory --list-presets`" in err
 

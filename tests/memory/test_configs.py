@@ -1,4 +1,5 @@
-"""Real configs: Automodel YAML whose model comes from a `_target_` class, HF config.json, flags over files."""
+"""Real configs: Automodel YAML whose model comes from a `_target_` class, HF config.json, flags
+over files."""
 
 from __future__ import annotations
 
@@ -98,7 +99,8 @@ def test_a_yaml_with_neither_hidden_size_nor_class_asks_for_hidden():
 def test_zero_negative_or_bool_sizes_are_refused_naming_the_field(field, value):
     with pytest.raises(
         MemoryModelError,
-        match=rf"Overrides\.{field}: found .*required an integer >= 1.*Fix: give Overrides\.{field}",
+        match=rf"Overrides\.{field}: found .*required an integer >= 1"
+        rf".*Fix: give Overrides\.{field}",
     ):
         Overrides(**{field: value})
 
@@ -143,8 +145,8 @@ def test_the_k3_table_matches_the_class_when_it_is_importable():
 
 
 def test_the_library_names_override_fields_and_never_a_command_line_flag():
-    # Flags belong to the CLI (pooltk.cli.memory maps Overrides.<field> to --<field>); a notebook or a
-    # script calling the library is told the field it passed.
+    # Flags belong to the CLI (pooltk.cli.memory maps Overrides.<field> to --<field>); a notebook or
+    # a script calling the library is told the field it passed.
     from pooltk.memory.configs import load_overrides, pipeline_from_overrides
 
     for call in (

@@ -1,4 +1,5 @@
-"""The decoder from a config.json: the dense and MoE families' keys, the splits torchtitan and Automodel make, Llama-3-70B's size."""
+"""The decoder from a config.json: the dense and MoE families' keys, the splits torchtitan and
+Automodel make, Llama-3-70B's size."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ BASE = {
 
 
 def test_llama_3_70b_built_stage_by_stage_has_its_published_parameter_count():
-    # 70,553,706,496 = 2 x 128256 x 8192 (embedding, head) + 80 x 855,654,400 (a layer) + 8192 (final norm);
-    # the model card gives "70.6B". Built on fake tensors: no memory.
+    # 70,553,706,496 = 2 x 128256 x 8192 (embedding, head) + 80 x 855,654,400 (a layer) + 8192
+    # (final norm); the model card gives "70.6B". Built on fake tensors: no memory.
     builder = decoder_builder(decoder_config(LLAMA), rows=1, seq_len=16)
     total = 0
     with FakeTensorMode():

@@ -1,4 +1,5 @@
-"""What the estimate replays, from a config.json, an Automodel YAML, a torchtitan TOML, a named estimate or a builder."""
+"""What the estimate replays, from a config.json, an Automodel YAML, a torchtitan TOML, a named
+estimate or a builder."""
 
 from __future__ import annotations
 

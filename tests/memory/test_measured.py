@@ -1,9 +1,10 @@
 """The pool's saving shows in each rank's resident memory as the model says (real gloo processes).
 
-A measurement is checked where it is written ([Note: the claims of a measurement] in pooltk/parity/measured.py):
-``pooltk memory --measure`` writes ``--csv`` only when every claim holds, ``python -m pooltk.parity.measured
---check CSV`` re-checks a file. The tables here are built by the test from the memory model: a good one passes,
-each claim broken alone fails by its name. One live launch measures again.
+A measurement is checked where it is written ([Note: the claims of a measurement] in
+pooltk/parity/measured.py): ``pooltk memory --measure`` writes ``--csv`` only when every claim
+holds, ``python -m pooltk.parity.measured --check CSV`` re-checks a file. The tables here are built
+by the test from the memory model: a good one passes, each claim broken alone fails by its name. One
+live launch measures again.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ BASE = (
 
 
 def good_frame(specs=SMALL, *, reps: int = 2) -> pd.DataFrame:
-    """Raw rows as measure_rss would give them, each rank's peak = a base + the model's receive bytes."""
+    """Raw rows as measure_rss would give them, each rank's peak = a base + the model's receive
+    bytes."""
     rows, launch = [], 0
     for spec in specs:
         model = model_memory(
@@ -105,7 +107,8 @@ def _at(frame: pd.DataFrame, column: str, value, **where) -> pd.DataFrame:
 
 
 def _short(stage: int):
-    """The pooled peak of ``stage`` raised by 10 % of the modelled saving: the measured saving 10 % short."""
+    """The pooled peak of ``stage`` raised by 10 % of the modelled saving: the measured saving 10 %
+    short."""
 
     def change(frame: pd.DataFrame) -> pd.DataFrame:
         saving = (
@@ -250,7 +253,8 @@ def test_check_of_a_written_file_exits_0_when_it_holds_1_naming_the_claim_2_when
 
 @pytest.fixture
 def measured(monkeypatch):
-    """``pooltk memory --measure`` with its launches replaced by a frame built here (default shapes)."""
+    """``pooltk memory --measure`` with its launches replaced by a frame built here (default
+    shapes)."""
     import pooltk.parity.measured as measured_module
     import pooltk.parity.rss as rss
 

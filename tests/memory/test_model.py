@@ -68,7 +68,8 @@ def test_slack_zero_tight_ring_equals_the_live_set():
 
 
 def test_automodel_ring_matches_the_original_prs_unit_test_figures():
-    # The seed PR's tests: 8 stages, 64 microbatches: stage 0 slack 2 -> 10; stage 7 slack 0 -> 2; 4 microbatches -> 4.
+    # The seed PR's tests: 8 stages, 64 microbatches: stage 0 slack 2 -> 10; stage 7 slack 0 -> 2;
+    # 4 microbatches -> 4.
     b = Boundary.opaque(1)
     assert (
         model_memory(
@@ -284,7 +285,8 @@ def test_batch_sizes_give_microbatches_or_say_why_not():
     )  # 2 GA steps
     with pytest.raises(
         MemoryModelError,
-        match=r"found 4000 / \(32 \* 3\) = 41.6667; required a whole number.*multiple of dp \* micro_batch = 96",
+        match=r"found 4000 / \(32 \* 3\) = 41.6667; required a whole number"
+        r".*multiple of dp \* micro_batch = 96",
     ):
         microbatches_from_batch(global_batch=4000, micro_batch=3, dp=32)
     with pytest.raises(MemoryModelError, match=r"local_batch / micro_batch: found 100 / 3"):

@@ -1,4 +1,5 @@
-"""pooltk.nb.common: figures are saved only when a report folder is set; setup reports where it runs."""
+"""pooltk.nb.common: figures are saved only when a report folder is set; setup reports where it
+runs."""
 
 from __future__ import annotations
 

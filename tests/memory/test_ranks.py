@@ -50,7 +50,9 @@ def test_a_rank_shared_ring_is_the_ranks_live_set_plus_slack_and_never_more_than
         extra = config.slack if g.direction == "forward" else config.grad_slack
         if g.shared:
             assert g.size == min(g.receives, g.live + extra)
-        else:  # a ring of one stage is that stage's own ring, exactly what install(schedule="auto") keeps
+        else:
+            # a ring of one stage is that stage's own ring, exactly what install(schedule="auto")
+            # keeps
             (stage,) = g.stages
             assert g.size == model.row(stage, g.direction).pooled_sets
     for rank in range(4):
@@ -160,7 +162,8 @@ def test_expected_rank_bytes_are_what_a_per_rank_measurement_should_find():
                 == model.rank_bytes(rank, "stock")
                 == e.stock_sets * bounds.forward_bytes
             )
-    # slack 0, rank sharing: the pooled sets are the rank's live set (issue #21's done-when, modelled side)
+    # slack 0, rank sharing: the pooled sets are the rank's live set (issue #21's done-when,
+    # modelled side)
     model = _interleaved(8, 2, boundaries=bounds, config=PoolConfig(slack=0, grad_slack=0))
     all_shared = [r for r in range(4) if all(g.shared for g in model.rank_rings(r))]
     assert all_shared == [

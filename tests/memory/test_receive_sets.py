@@ -1,4 +1,5 @@
-"""One source of receive-buffer sets: the closed forms equal the walk, and the model's every column is read from it."""
+"""One source of receive-buffer sets: the closed forms equal the walk, and the model's every column
+is read from it."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def test_the_record_is_the_walk_the_pool_plans_from():
     assert [r.ring_min for r in rows] == [
         min_safe_ring(spans, r.stage, r.direction, 8) for r in rows
     ]
-    # torch 2.15 measured forward 8 8 6 4 4 4 8 on stages 1..7 (../shared/reference/torch-layouts.md)
+    # torch 2.15 measured forward 8 8 6 4 4 4 8 on stages 1..7
+    # (../shared/reference/torch-layouts.md)
     assert [r.stock_lazy for r in rows if r.direction == "forward"][1:] == [8, 8, 6, 4, 4, 4, 8]
     assert [r.rank for r in rows[::2]] == [0, 1, 2, 3, 0, 1, 2, 3]
 

@@ -1,4 +1,5 @@
-"""The whole-stage replay: what each category holds, where the peak is, what it refuses, and the analytic model beside it."""
+"""The whole-stage replay: what each category holds, where the peak is, what it refuses, and the
+analytic model beside it."""
 
 from __future__ import annotations
 
@@ -203,7 +204,8 @@ def test_a_process_that_already_has_a_process_group_is_refused_not_disturbed():
 
 
 def test_outputs_the_step_returns_are_kept_outputs_never_receive_buffers():
-    # torch merges the last stage's outputs after its last action: that copy is the caller's, not a receive buffer
+    # torch merges the last stage's outputs after its last action: that copy is the caller's, not a
+    # receive buffer
     builder, shape = decoder_builder(CFG, rows=1, seq_len=8), PipelineShape(pp=2, n_microbatches=4)
     kept = replay_rank(builder, shape, 1, training=Training(return_outputs=True))
     plain = replay_rank(builder, shape, 1)

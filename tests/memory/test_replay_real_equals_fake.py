@@ -1,9 +1,10 @@
-"""The replay on fake tensors allocates, byte for byte per category, what the same replay allocates on real CPU tensors.
+"""The replay on fake tensors allocates, byte for byte per category, what the same replay allocates
+on real CPU tensors.
 
-Small widths (real tensors must fit here), one decoder layer per stage, torch's own schedules on a fake
-process group; every rank, stock and pooled (and, on one shape, torch 2.15's per-receive buffers and the
-live set). Equal at the peak, for each category's own maximum, and between steps: the fake run is what
-vouches for the estimate at full widths.
+Small widths (real tensors must fit here), one decoder layer per stage, torch's own schedules on a
+fake process group; every rank, stock and pooled (and, on one shape, torch 2.15's per-receive
+buffers and the live set). Equal at the peak, for each category's own maximum, and between steps:
+the fake run is what vouches for the estimate at full widths.
 """
 
 from __future__ import annotations

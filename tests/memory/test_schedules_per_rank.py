@@ -1,8 +1,9 @@
-"""`pooltk schedules` per rank: each rank's stages summed, its rank-shared rings, its live set, and bytes.
+"""`pooltk schedules` per rank: each rank's stages summed, its rank-shared rings, its live set, and
+bytes.
 
-Checked against :func:`pooltk.analysis.lifetimes.shared_slots` (the per-rank-and-direction peak, counted
-without the rings) and against the memory model (:func:`pooltk.memory.model.model_memory`), which
-builds the same rings from its own path.
+Checked against :func:`pooltk.analysis.lifetimes.shared_slots` (the per-rank-and-direction peak,
+counted without the rings) and against the memory model (:func:`pooltk.memory.model.model_memory`),
+which builds the same rings from its own path.
 """
 
 from __future__ import annotations

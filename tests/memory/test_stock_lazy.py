@@ -1,4 +1,5 @@
-"""The stock-lazy column: what torch >= 2.15's lazy receive buffers hold, against 2.15.0's measured peaks.
+"""The stock-lazy column: what torch >= 2.15's lazy receive buffers hold, against 2.15.0's measured
+peaks.
 
 Measured figures (peak live receive buffers per stage and direction, stock torch 2.15.0, CPU gloo,
 small Linear stages, counted with weakrefs on every ``_RecvInfo.allocate_buffer`` result), from
@@ -67,11 +68,11 @@ def test_interleaved_stock_lazy_equals_torch_2_15_measured_on_every_stage():
 
 
 def test_the_gradient_direction_is_a_lower_bound_one_short_on_stages_0_and_1():
-    # The receive lifetime (post to the backward that reads it) has one gradient buffer live on every
-    # 1F1B stage; 2.15.0 measured 2, 2, 1. The model is exact on stage 2 and one short on stages 0 and 1,
-    # where torch's 1F1B step still holds the previous receive op while it allocates the next (see
-    # [Note: lazy receive buffers] in pooltk.analysis.stage_sets and tests/schedules/test_lazy_step_holder.py).
-    # This test fails if either side changes.
+    # The receive lifetime (post to the backward that reads it) has one gradient buffer live on
+    # every 1F1B stage; 2.15.0 measured 2, 2, 1. The model is exact on stage 2 and one short on
+    # stages 0 and 1, where torch's 1F1B step still holds the previous receive op while it allocates
+    # the next (see [Note: lazy receive buffers] in pooltk.analysis.stage_sets and
+    # tests/schedules/test_lazy_step_holder.py). This test fails if either side changes.
     model = _model(8)
     modelled = {i: model.row(i, "grad").sets("stock_lazy") for i in (0, 1, 2)}
     assert modelled == {0: 1, 1: 1, 2: 1}

@@ -17,7 +17,8 @@ _CACHE: dict[Path, Executed] = {}
 
 @pytest.fixture(scope="session")
 def executed(tmp_path_factory: pytest.TempPathFactory):
-    """``executed(path) -> Executed``: each notebook runs once per session, whichever test asks first."""
+    """``executed(path) -> Executed``: each notebook runs once per session, whichever test asks
+    first."""
     from test_notebooks_execute import PROBES
 
     def run(path: Path) -> Executed:

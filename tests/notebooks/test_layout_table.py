@@ -1,9 +1,11 @@
-"""The torch layout table (notebook 00, docs/torch-compat.md) holds against the recorded shapes of the real wheels.
+"""The torch layout table (notebook 00, docs/torch-compat.md) holds against the recorded shapes of
+the real wheels.
 
 ``tests/compat/layouts/torch-<release>.json`` are the class and method names read from each real
 release's wheel. Each family's cells must be defined in every release it lists, the methods that
 tell two families apart must be absent from the other family's releases, and the PR's statement
-about the 2.12 line is checked against 2.12.1's wheel: it makes its buffers in ``_setup_*_recv_info``.
+about the 2.12 line is checked against 2.12.1's wheel: it makes its buffers in
+``_setup_*_recv_info``.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def test_the_methods_that_tell_the_eager_families_apart_are_absent_where_the_oth
 
 
 def test_the_released_2_12_line_makes_its_buffers_in_the_setup_methods_not_prepare_infra() -> None:
-    """PR #3780: 'the 2.12 line in current NGC containers (_prepare_forward/backward_infra)'. The released 2.12.1 wheel."""
+    """PR #3780: 'the 2.12 line in current NGC containers (_prepare_forward/backward_infra)'. The
+    released 2.12.1 wheel."""
     prepare, setup, _ = FAMILIES
     assert "2.12.1" in setup.releases and all(_defined(m, "2.12.1") for m in setup.makes)
     assert "NGC" in prepare.note and "2.12" in prepare.note

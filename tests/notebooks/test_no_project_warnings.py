@@ -1,4 +1,5 @@
-"""No warning in a clean run comes from the project's own notebooks or code (issue #20): held with warnings as errors."""
+"""No warning in a clean run comes from the project's own notebooks or code (issue #20): held with
+warnings as errors."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_the_notebook_reads_and_validates_without_a_warning(path):
-    """Every cell has an id (nbformat 4.5), so nbformat's MissingIDFieldWarning never fires on reading it."""
+    """Every cell has an id (nbformat 4.5), so nbformat's MissingIDFieldWarning never fires on
+    reading it."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         nb = nbformat.read(path, as_version=4)

@@ -1,4 +1,5 @@
-"""docs/notebooks.md's tables match the notebooks/ folder; its --notebooks wording agrees with --help."""
+"""docs/notebooks.md's tables match the notebooks/ folder; its --notebooks wording agrees with
+--help."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 def _table(header_start: str) -> list[list[str]]:
-    """Rows (cells stripped) of the markdown table whose header line starts with ``header_start``."""
+    """Rows (cells stripped) of the markdown table whose header line starts with
+    ``header_start``."""
     lines = DOC.read_text().splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith(header_start))
     rows = []
@@ -24,7 +26,8 @@ def _table(header_start: str) -> list[list[str]]:
 
 
 def _title(path: Path) -> str:
-    """The notebook's opening heading without its number: ``# 00 — How the ring works`` -> ``How the ring works``."""
+    """The notebook's opening heading without its number: ``# 00 — How the ring works`` ->
+    ``How the ring works``."""
     first = json.loads(path.read_text())["cells"][0]
     heading = "".join(first["source"]).splitlines()[0]
     return re.sub(r"^#\s+\d+\s*(—|-)?\s*", "", heading).strip()

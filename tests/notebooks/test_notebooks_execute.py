@@ -34,7 +34,8 @@ NB_IMPORT = "from pooltk.nb import common as nb"
 """The one way a notebook imports the shared helpers (topic modules: ``from pooltk.nb import
 <topic> as <alias>``)."""
 TIMING = re.compile(
-    r"\b\d+(?:\.\d+)?(?:\s*[-–]\s*\d+(?:\.\d+)?)?\s*(?:s|secs?|seconds?|CPU-seconds|min|mins|minutes?)\b"
+    r"\b\d+(?:\.\d+)?(?:\s*[-–]\s*\d+(?:\.\d+)?)?\s*"
+    r"(?:s|secs?|seconds?|CPU-seconds|min|mins|minutes?)\b"
 )
 """A machine timing in prose (``25-60 s``, ``12 minutes``): the notebooks point to
 docs/notebooks.md instead."""
@@ -90,7 +91,8 @@ def _check_01(v: dict[str, Any]) -> None:
     ), v
     # The PR's OOM beside the verdict: the explorer's stock verdict on the K3 preset is an OOM too.
     assert v["explorer_stock_fits"] is False, v
-    # The whole stage ran quick under the suite, every replayed rank and variant judged, stock receive exact.
+    # The whole stage ran quick under the suite, every replayed rank and variant judged, stock
+    # receive exact.
     assert (
         v["whole_quick"] is True
         and v["whole_rows"] == 12
@@ -159,38 +161,47 @@ PROBES: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
         _check_00,
     ),
     "01_memory_vs_slack": (
-        "{'microbatches': state.last_inputs['microbatches'], 'stock_gib': state.figure_of_merit.stock_gib, "
+        "{'microbatches': state.last_inputs['microbatches'], "
+        "'stock_gib': state.figure_of_merit.stock_gib, "
         "'saved_gib': state.figure_of_merit.saved_gib, 'story_gib': story.device.gib, "
         "'story_agrees': [r.agrees for r in story.rows], 'story_sentence': story.sentence, "
         "'whole_gib': whole.verdict.device.gib, 'explorer_gib': state.fits.device.gib, "
         "'explorer_stock_fits': state.fits.worst('stock').fits, 'whole_quick': whole.quick, "
         "'whole_rows': len(whole.verdict.rows), 'whole_stock_recv_diff': "
-        "[int(d) for d in whole.estimate.receive_frame().query(\"variant == 'stock'\").difference_bytes]}",
+        "[int(d) for d in whole.estimate.receive_frame()"
+        ".query(\"variant == 'stock'\").difference_bytes]}",
         _check_01,
     ),
     "02_gloo_parity": (
         "{'bitwise_equal': bool(report is not None and report.bitwise_equal), "
         "'saved_bytes': panel.state.summary.saved_bytes if panel.state.summary else None, "
-        "'unguarded_diverged': {c: bool(d.param_sum_abs_diff.max() > 0) for c, d in div.groupby('control')}, "
+        "'unguarded_diverged': {c: bool(d.param_sum_abs_diff.max() > 0) "
+        "for c, d in div.groupby('control')}, "
         "'guarded_caught': {o.control: o.caught for o in controls.guarded}}",
         _check_02,
     ),
     "03_kimi_k3_gb200_1k_vs_2k": (
         "{'runs': [str(r.run) for r in summary.runs], 'drawn_beside_published': list(beside.runs), "
-        "'ledger_agrees': int((ledger.to_frame().agrees == 'yes').sum()), 'capacity_gib': DEVICE_CAPACITY.gib, "
-        "'story_gib': story.device.gib, 'story_published': ' '.join(r.published for r in story.rows), "
+        "'ledger_agrees': int((ledger.to_frame().agrees == 'yes').sum()), "
+        "'capacity_gib': DEVICE_CAPACITY.gib, "
+        "'story_gib': story.device.gib, "
+        "'story_published': ' '.join(r.published for r in story.rows), "
         "'story_agrees': [r.agrees for r in story.rows]}",
         _check_03,
     ),
     "04_beyond_1f1b": (
-        "{'all_bitwise_equal': bool(recorded.parity.all()), 'all_peaks_match': bool(recorded.peaks_match.all()), "
-        "'interleaved_rank_shared_vs_per_stage': (int(rank_totals.loc['Interleaved1F1B', 'rank_shared']), "
+        "{'all_bitwise_equal': bool(recorded.parity.all()), "
+        "'all_peaks_match': bool(recorded.peaks_match.all()), "
+        "'interleaved_rank_shared_vs_per_stage': "
+        "(int(rank_totals.loc['Interleaved1F1B', 'rank_shared']), "
         "int(rank_totals.loc['Interleaved1F1B', 'per_stage_rings'])), "
-        "'pr_default_short': list(needs[(needs.rule == 'PR #3780 ring') & ~needs.covered_by_pr_default].schedule), "
+        "'pr_default_short': list(needs[(needs.rule == 'PR #3780 ring') "
+        "& ~needs.covered_by_pr_default].schedule), "
         "'first_read_forward_one': list(needs[(needs.rule == 'first read to release') & "
         "(needs.direction == 'forward') & (needs.slack_needed == 1)].schedule), "
         "'first_read_grad_most': (lambda g: [g.loc[g.slack_needed.idxmax(), 'schedule'], "
-        "int(g.slack_needed.max())])(needs[(needs.rule == 'first read to release') & (needs.direction == 'grad')])}",
+        "int(g.slack_needed.max())])(needs[(needs.rule == 'first read to release') & "
+        "(needs.direction == 'grad')])}",
         _check_04,
     ),
     "05_trainers_side_by_side": (
@@ -221,7 +232,8 @@ def test_committed_notebook_has_no_outputs(path: Path) -> None:
         if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count"))
     ]
     assert not dirty, (
-        f"{path.name}: code cells {dirty} carry outputs or execution counts; required none (the no-outputs policy). "
+        f"{path.name}: code cells {dirty} carry outputs or execution counts; "
+        "required none (the no-outputs policy). "
         "Fix: jupyter nbconvert --clear-output --inplace " + str(path.relative_to(ROOT))
     )
     assert "widgets" not in nb.metadata, (

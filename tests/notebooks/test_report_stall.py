@@ -1,4 +1,5 @@
-"""[Note: no silent stall] in pooltk.nb.report: a missed wakeup costs one poll slice, a real stall fails loudly."""
+"""[Note: no silent stall] in pooltk.nb.report: a missed wakeup costs one poll slice, a real stall
+fails loudly."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from pooltk.nb.report import _poll_in_slices, describe, run_notebook  # noqa: E4
 
 
 class MissedWakeupChannel:
-    """Like pyzmq's asyncio poll when the loop misses a reply's wakeup: the reply is seen only when a poll ends."""
+    """Like pyzmq's asyncio poll when the loop misses a reply's wakeup: the reply is seen only when
+    a poll ends."""
 
     def __init__(self, arrives_after_s: float | None) -> None:
         self.arrives_at = None if arrives_after_s is None else time.monotonic() + arrives_after_s

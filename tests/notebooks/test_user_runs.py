@@ -1,9 +1,11 @@
-"""Notebook 03 on a folder of two users' runs draws them beside the published bars and judges their table.
+"""Notebook 03 on a folder of two users' runs draws them beside the published bars and judges their
+table.
 
 ``data/two_users`` holds real logs made with pooltk's own tooling (``python -m tools.cpu_runs``,
-then ``pooltk cpu-runs``; its README says how): alice's pooled run, bob's stock run, and bob's log again as ``kubectl logs --timestamps
---prefix`` prints it, plus their expected figures (``expected.csv``). The notebook runs as
-``pooltk report --logs DIR --expected FILE`` runs it (the same parameter injection).
+then ``pooltk cpu-runs``; its README says how): alice's pooled run, bob's stock run, and bob's log
+again as ``kubectl logs --timestamps --prefix`` prints it, plus their expected figures
+(``expected.csv``). The notebook runs as ``pooltk report --logs DIR --expected FILE`` runs it (the
+same parameter injection).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ PROBE = (
     "{'runs': [str(r.run) for r in summary.runs], 'beside': list(beside.runs), "
     "'judged': [(c.claim, c.agrees) for c in expected.judge(EXPECTED, summary).claims], "
     "'speed': logviews.speed_pairs(summary, summary.steps, {**logs.runs}).to_dict('records'), "
-    "'steps': {r: logs.steps[logs.steps.run.astype(str) == r][['step', 'loss', 'mem_gib']].values.tolist() "
+    "'steps': {r: logs.steps[logs.steps.run.astype(str) == r]"
+    "[['step', 'loss', 'mem_gib']].values.tolist() "
     "for r in ('cpu_seq8192_stock', 'cpu_seq8192_stock_kubectl')}, "
     "'expected_figures_inline': len(EXPECTED_FIGURES)}"
 )
@@ -150,7 +153,10 @@ def test_an_expected_figure_agrees_at_its_written_precision_approximately_or_wit
 def test_notebook_03_with_only_log_paths_changed_lists_the_example_figures_as_not_applicable(
     tmp_path,
 ) -> None:
-    probe = "[(c.claim, c.agrees, c.pooltk) for c in expected.judge(EXPECTED, summary, absent_runs=absent).claims]"
+    probe = (
+        "[(c.claim, c.agrees, c.pooltk) "
+        "for c in expected.judge(EXPECTED, summary, absent_runs=absent).claims]"
+    )
     run = execute_notebook(NOTEBOOK, tmp_path, probe, parameters={"LOG_PATHS": [str(FOLDER)]})
     assert run.error is None and not error_outputs(run.nb), run.error or error_outputs(run.nb)
     assert len(run.probe) == 3, (

@@ -1,8 +1,9 @@
-"""pooltk.parity.fresh: every receive lands in a newly allocated buffer, on each layout family's stage shape.
+"""pooltk.parity.fresh: every receive lands in a newly allocated buffer, on each layout family's
+stage shape.
 
 The stages here are stand-ins with the attributes and methods torch's stages have in each family (a
-``_RecvInfo`` with ``is_root_arg`` on 2.12-2.14, a ``_RootArgPlaceholder`` without a buffer on <= 2.11);
-the real torch 2.13 stage is covered on gloo ranks in tests/dist/test_parity_1f1b.py.
+``_RecvInfo`` with ``is_root_arg`` on 2.12-2.14, a ``_RootArgPlaceholder`` without a buffer on
+<= 2.11); the real torch 2.13 stage is covered on gloo ranks in tests/dist/test_parity_1f1b.py.
 """
 
 from types import SimpleNamespace

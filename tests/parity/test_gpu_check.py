@@ -1,6 +1,6 @@
-"""tools/gpu_check (issue #26's device check) runs on CPU here: the pooled stage re-homes nothing behind a
-launcher that reads its input's address and an inductor-compiled layer, and holds K forward sets where stock
-holds M."""
+"""tools/gpu_check (issue #26's device check) runs on CPU here: the pooled stage re-homes nothing
+behind a launcher that reads its input's address and an inductor-compiled layer, and holds K forward
+sets where stock holds M."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The fuzzer draws bodies torch accepts, and its stateful bodies keep nothing of torch's shape inference."""
+"""The fuzzer draws bodies torch accepts, and its stateful bodies keep nothing of torch's shape
+inference."""
 
 import pytest
 import torch
@@ -16,7 +17,8 @@ from pooltk.parity.models import (
 
 
 def _split_backward_accepts(body: str, aux: str | None) -> bool:
-    """Run torch's own split backward (input grads, then weight grads) over one non-first fuzz stage, twice."""
+    """Run torch's own split backward (input grads, then weight grads) over one non-first fuzz
+    stage, twice."""
     st = FuzzStage(body, hidden=8, seed=1, first=False, aux=aux)
     for _ in range(2):  # the second forward sees what the first kept
         x = torch.randn(2, 3, 8, requires_grad=True)
@@ -37,8 +39,9 @@ def _split_backward_accepts(body: str, aux: str | None) -> bool:
 @pytest.mark.parametrize("aux", [None, "pass", "mix"])
 def test_split_backward_bodies_are_those_torchs_split_backward_accepts_less_the_racy_ones(aux):
     accepted = {b for b in BODIES if _split_backward_accepts(b, aux)}
-    # Everything the fuzzer draws there is accepted by this torch; a newer torch may accept more (2.15's
-    # split backward takes the 3-D linear's view output, 'inplace'), never less than the drawn set.
+    # Everything the fuzzer draws there is accepted by this torch; a newer torch may accept more
+    # (2.15's split backward takes the 3-D linear's view output, 'inplace'), never less than the
+    # drawn set.
     assert set(SPLIT_BACKWARD_BODIES) | set(SPLIT_BACKWARD_RACY) <= accepted
     assert not set(SPLIT_BACKWARD_BODIES) & set(SPLIT_BACKWARD_RACY)
     assert set(BODIES) - accepted <= set(VIEW_OUTPUT_BODIES)

@@ -1,4 +1,5 @@
-"""[Note: one rank launcher] (pooltk.parity.procs): bounded, grace after a failure, whole groups ended, codes kept."""
+"""[Note: one rank launcher] (pooltk.parity.procs): bounded, grace after a failure, whole groups
+ended, codes kept."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""RecvCounter ([Note: counting receive storages]): what a stage's receives land in, counted by weak reference."""
+"""RecvCounter ([Note: counting receive storages]): what a stage's receives land in, counted by weak
+reference."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ class _Op:
 
 
 class _Stage:
-    """Hands each receive the buffer ``make(chunk)`` gives (stock, a ring, or a fresh one per receive)."""
+    """Hands each receive the buffer ``make(chunk)`` gives (stock, a ring, or a fresh one per
+    receive)."""
 
     def __init__(self, make) -> None:
         self.make = make

@@ -1,8 +1,9 @@
-"""``pooltk schedules --validate``: its claims refuse a bad table, and it writes only a table that holds them.
+"""``pooltk schedules --validate``: its claims refuse a bad table, and it writes only a table that
+holds them.
 
 The tables here are built by the test from the analysis ([Note: the claims of a validation] in
-pooltk/parity/schedule_check.py): a good one passes, each claim broken alone fails by its name. The live grid
-runs in tests/dist/test_schedules_pooled.py.
+pooltk/parity/schedule_check.py): a good one passes, each claim broken alone fails by its name. The
+live grid runs in tests/dist/test_schedules_pooled.py.
 """
 
 from __future__ import annotations
@@ -12,13 +13,20 @@ import pytest
 pd = pytest.importorskip("pandas")
 
 from pooltk.analysis.lifetimes import DIRECTIONS, lifetimes, live_sets, min_safe_ring  # noqa: E402
-from pooltk.parity.schedule_check import CLAIMS, ScheduleCheck, check_rows, main, planned_shapes  # noqa: E402
+from pooltk.parity.schedule_check import (  # noqa: E402
+    CLAIMS,
+    ScheduleCheck,
+    check_rows,
+    main,
+    planned_shapes,
+)
 
 SHAPES, _ = planned_shapes((2,), (1, 2), ("1F1B", "Interleaved1F1B"))
 
 
 def good_rows(shapes=SHAPES) -> list[dict]:
-    """Per-stage rows as the validation writes them: peaks and rings as analysed, stock M where a stage receives."""
+    """Per-stage rows as the validation writes them: peaks and rings as analysed, stock M where a
+    stage receives."""
     rows = []
     for name, pp, vpp, m in shapes:
         spans = lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=vpp)
@@ -141,7 +149,8 @@ CHECK_BREAKS = {
         {"Interleaved1F1B": "NOT caught (pp2 M4): the run finished"}
     ),
 }
-"""Claims only the writer holds (rank rows and guard results are not in the CSV): claim -> how to break it."""
+"""Claims only the writer holds (rank rows and guard results are not in the CSV): claim -> how to
+break it."""
 
 
 def _names(broken: list[str]) -> list[str]:

@@ -1,4 +1,5 @@
-"""Three-way verdicts (pooltk.parity.summary): pooled vs stock vs fresh, over reports built by hand."""
+"""Three-way verdicts (pooltk.parity.summary): pooled vs stock vs fresh, over reports built by
+hand."""
 
 from types import SimpleNamespace
 

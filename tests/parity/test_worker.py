@@ -1,4 +1,5 @@
-"""pooltk.parity.worker: a rank's overrun reaches the launcher as fields, found through the exception chain."""
+"""pooltk.parity.worker: a rank's overrun reaches the launcher as fields, found through the
+exception chain."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""pooltk.pool.install and the setup wrapper: one install path, exact undo, fail-open only on unknown layouts."""
+"""pooltk.pool.install and the setup wrapper: one install path, exact undo, fail-open only on
+unknown layouts."""
 
 from __future__ import annotations
 
@@ -135,7 +136,7 @@ def test_an_unknown_layout_fails_open_with_a_warning_and_touches_nothing(tmp_pat
     assert out.returncode == 0 and "FAIL-OPEN-OK" in out.stdout, out.stderr[-2000:]
 
 
-# --------------------------------------------------------------------- the setup wrapper on a stand-in stage
+# ------------------------------------------------------------ the setup wrapper on a stand-in stage
 
 
 class _Info:
@@ -144,7 +145,8 @@ class _Info:
 
 
 class _FakeStage:
-    """What the setup wrapper reads of a stage; its setup makes buffers through torch's own maker."""
+    """What the setup wrapper reads of a stage; its setup makes buffers through torch's own
+    maker."""
 
     def __init__(self, stage_index=1, num_stages=2):
         self.stage_index, self.num_stages, self.has_backward, self.is_last = (
@@ -325,8 +327,9 @@ def test_a_wrapper_around_torchs_buffer_maker_keeps_setup_at_the_ring_sets(
     monkeypatch, clean_install
 ):
     """A profiler's or an allocation counter's wrapper around torch's ``_make_tensor_from_meta`` (no
-    functools.wraps) leaves the placeholders on: setup makes the ring's K sets, not M ([Note: placeholders
-    without patching]). Before the maker was matched by torch's own frame, such a wrapper made all M."""
+    functools.wraps) leaves the placeholders on: setup makes the ring's K sets, not M
+    ([Note: placeholders without patching]). Before the maker was matched by torch's own frame, such
+    a wrapper made all M."""
     from torch.distributed.pipelining import stage as stage_mod
 
     from pooltk.parity.one_stage import fake_group, run_steps, static_schedule, static_stage

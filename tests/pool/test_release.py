@@ -1,7 +1,9 @@
-"""The last-stage release, single process: what it detaches, what it keeps, and that values never change.
+"""The last-stage release, single process: what it detaches, what it keeps, and that values never
+change.
 
-The multi-process claims (0 re-homes on the last stage, bitwise equality, 2.15's live buffers) are in
-tests/unit/test_last_stage_records.py (one live gloo launch; the recorded table's claims: tools/last_stage/claims.py), and the compat matrix (2.15).
+The multi-process claims (0 re-homes on the last stage, bitwise equality, 2.15's live buffers) are
+in tests/unit/test_last_stage_records.py (one live gloo launch; the recorded table's claims:
+tools/last_stage/claims.py), and the compat matrix (2.15).
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ def _ring(k=2, m=4, tensors=1, guard=True, **kw):
 
 
 def _use(ring, infos, chunk, training=True):
-    """Post the chunk's receive, then release its slot (its backward ran); a weak reference to what it got."""  # noqa: E501
+    """Post the chunk's receive, then release its slot (its backward ran); a weak reference to what
+    it got."""
     ring.post((1, chunk), infos[chunk], training=training)
     ring.release((1, chunk))
     return weakref.ref(infos[chunk][0].buffer)

@@ -41,8 +41,9 @@ def test_tight_1f1b_column_matches_the_pools_own_ring_sizes():
 
 
 def test_stock_lazy_is_the_live_set_but_all_m_forward_on_every_schedules_last_stage():
-    # torch >= 2.15 allocates per receive: stock holds the live set, except the last stage keeps all M forward
-    # (measured on 1F1B and Interleaved1F1B, see tests/memory/test_stock_lazy.py); pooltk auto beats it there.
+    # torch >= 2.15 allocates per receive: stock holds the live set, except the last stage keeps all
+    # M forward (measured on 1F1B and Interleaved1F1B, see tests/memory/test_stock_lazy.py); pooltk
+    # auto beats it there.
     from pooltk.analysis.lifetimes import live_sets
 
     t = allowlist_table(

@@ -28,7 +28,8 @@ def test_table_shows_stock_live_and_tight_per_stage(capsys: pytest.CaptureFixtur
     assert rc == 0
     assert "== Interleaved1F1B  pp=4 vpp=2 M=8" in out
     assert "stock  stock-lazy  live  tight" in out
-    # torch >= 2.15 (measured, tests/memory/test_stock_lazy.py): the live set, all 8 forward on the last stage 7
+    # torch >= 2.15 (measured, tests/memory/test_stock_lazy.py): the live set, all 8 forward on the
+    # last stage 7
     assert "sets: stock 112, stock-lazy (torch >= 2.15) 52," in out
     last = next(
         line.split() for line in out.splitlines() if line.split()[:3] == ["7", "3", "forward"]

@@ -168,7 +168,8 @@ def test_ring_min_equals_live_peak_for_every_schedule_at_pp4() -> None:
 
 
 def test_ring_min_is_larger_than_peak_when_releases_come_out_of_order() -> None:
-    # two overlapping buffers then one more: peak 2, but c mod 2 puts 0 and 2 together while 0 is still live
+    # two overlapping buffers then one more: peak 2, but c mod 2 puts 0 and 2 together while 0 is
+    # still live
     spans = [
         BufferLifetime(
             stage=1, rank=1, direction="forward", microbatch=0, post=0, consume=1, release=9

@@ -1,4 +1,5 @@
-"""One spelling of a schedule name: pooltk.analysis.catalog.schedule_key, used by the model and the analysis."""
+"""One spelling of a schedule name: pooltk.analysis.catalog.schedule_key, used by the model and the
+analysis."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""``python -m tools.last_stage``: its claims refuse a bad table, its writer writes only a table that holds them.
+"""``python -m tools.last_stage``: its claims refuse a bad table, its writer writes only a table
+that holds them.
 
-The tables here are built by the test ([Note: the claims of a last-stage table] in tools/last_stage/claims.py):
-a good one passes, and each claim, broken alone, fails by its name.
+The tables here are built by the test ([Note: the claims of a last-stage table] in
+tools/last_stage/claims.py): a good one passes, and each claim, broken alone, fails by its name.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def _row(
 
 
 def good_table(grid: Grid | None = None, *, code: str = "abc1234") -> list[Record]:
-    """A table as the claims describe it: the shape of the committed one, with re-home counts that obey them."""
+    """A table as the claims describe it: the shape of the committed one, with re-home counts that
+    obey them."""
     grid = grid or Grid()
     out = []
     for model in grid.models:
@@ -331,7 +333,8 @@ def test_check_on_a_written_file_exits_0_when_it_holds_and_1_naming_the_claim(tm
 
 @pytest.fixture
 def measured(monkeypatch):
-    """The tool's launches replaced by a table built here; returns what the launches return, to edit."""
+    """The tool's launches replaced by a table built here; returns what the launches return, to
+    edit."""
     table = {"rows": good_table(), "code": "abc1234", "launches": 0}
 
     def measure(model, m, *, slacks, steps, timeout_s):

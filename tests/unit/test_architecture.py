@@ -1,4 +1,5 @@
-"""The package's shape, checked over the source: arrows point down the declared layers, the pool needs torch alone.
+"""The package's shape, checked over the source: arrows point down the declared layers, the pool
+needs torch alone.
 
 These read every module under ``pooltk/`` with :mod:`ast` (imports inside functions count too),
 so a rule broken anywhere fails here with the module and line that broke it.
@@ -210,7 +211,8 @@ def _upward_arrows(modules: dict[str, list[Import]]) -> tuple[list[str], set[tup
                 used.add((name, imp.module))
                 continue
             bad.append(
-                f"{name}:{imp.line} ({my_home}, layer {mine}) imports {imp.module} ({their_home}, layer {theirs})"
+                f"{name}:{imp.line} ({my_home}, layer {mine}) imports {imp.module} "
+                f"({their_home}, layer {theirs})"
             )
     return bad, used
 
@@ -221,13 +223,14 @@ def test_no_import_runs_up_the_layers() -> None:
     bad, used = _upward_arrows(ALL)
     assert not bad, "arrows point down only (docs/architecture.md, the house):\n" + "\n".join(bad)
     assert used == KNOWN_UPWARD, (
-        f"these known upward arrows are gone: drop them from KNOWN_UPWARD: {sorted(KNOWN_UPWARD - used)}"
+        "these known upward arrows are gone: drop them from KNOWN_UPWARD: "
+        f"{sorted(KNOWN_UPWARD - used)}"
     )
 
 
 def test_the_layer_check_refuses_an_upward_and_a_sideways_import() -> None:
-    # The check itself can fail: the analysis importing the pool (the arrow issue 22 removed) runs up;
-    # logs and analysis are peers on one layer, so neither may import the other.
+    # The check itself can fail: the analysis importing the pool (the arrow issue 22 removed) runs
+    # up; logs and analysis are peers on one layer, so neither may import the other.
     fake = {
         "pooltk.analysis.lifetimes": [
             Import("pooltk.analysis.lifetimes", 1, "pooltk.pool.ring", ("ring_size",), False)
@@ -249,8 +252,8 @@ def test_the_layer_check_refuses_an_upward_and_a_sideways_import() -> None:
 
 def test_pool_config_is_the_one_config_type_and_the_ring_rule_lives_in_the_pool() -> None:
     # Issue #41: the rule and the harness's rings were three types; now a user's PoolConfig, the
-    # pool's ring_size, and the harness's private Harness. The old names are spelled in pieces here so
-    # that a search of the tree for them finds nothing.
+    # pool's ring_size, and the harness's private Harness. The old names are spelled in pieces here
+    # so that a search of the tree for them finds nothing.
     gone = ("Ring" + "Rule", "Ring" + "s(")
     assert not (PKG / "analysis" / "rings.py").exists()
     files = [
@@ -273,13 +276,15 @@ def test_pool_config_is_the_one_config_type_and_the_ring_rule_lives_in_the_pool(
 
 
 def _package_of(module: str) -> str:
-    """``pooltk.logs.reader`` -> ``pooltk.logs``; root modules (``pooltk._validate``) -> ``pooltk``."""
+    """``pooltk.logs.reader`` -> ``pooltk.logs``; root modules (``pooltk._validate``) ->
+    ``pooltk``."""
     parts = module.split(".")
     return ".".join(parts[:2]) if len(parts) > 2 or (PKG / parts[-1]).is_dir() else parts[0]
 
 
 SEAM = {("pooltk.parity.experiments", "pooltk.pool.install")}
-"""The one private door between packages: the harness's rings reach the pool there ([Note: the harness seam])."""
+"""The one private door between packages: the harness's rings reach the pool there
+([Note: the harness seam])."""
 
 
 def test_no_module_imports_a_private_name_of_another_package() -> None:
@@ -291,7 +296,9 @@ def test_no_module_imports_a_private_name_of_another_package() -> None:
                 continue
             theirs = _package_of(imp.module)
             if theirs == "pooltk" or theirs == mine:
-                continue  # root helpers (pooltk._validate) are every package's; a package's own privates are its own
+                # root helpers (pooltk._validate) are every package's; a package's own privates
+                # are its own
+                continue
             private_module = any(
                 p.startswith("_") and not p.startswith("__") for p in imp.module.split(".")
             )
@@ -342,16 +349,19 @@ def test_import_pooltk_and_plan_auto_rings_in_an_environment_with_torch_alone(
         src = origin.parent if origin.name == "__init__.py" else origin
         (site / src.name).symlink_to(src)
     (site / "pooltk").symlink_to(PKG)
-    program = textwrap.dedent("""
+    program = textwrap.dedent(
+        """
         import sys
         import pooltk
         from pooltk.analysis.lifetimes import ScheduleShape, analyse, min_safe_ring
-        _, spans = analyse(ScheduleShape(schedule="Interleaved1F1B", pp=2, n_microbatches=4, stages_per_rank=2))
+        _, spans = analyse(ScheduleShape(schedule="Interleaved1F1B", pp=2, n_microbatches=4, """
+        """stages_per_rank=2))
         assert min_safe_ring(spans, 1, "forward", 4) >= 1
         report = pooltk.probe()
         heavy = sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1:]))
         print("ok", report.layout, heavy)
-    """)
+    """
+    )
     # -I: isolated (no user site, no PYTHONPATH from outside); -S: no site-packages at all.
     out = subprocess.run(
         [
@@ -372,7 +382,8 @@ def test_import_pooltk_and_plan_auto_rings_in_an_environment_with_torch_alone(
 
 
 # Modules that still spell the two directions themselves (issue 22: "Direction defined 3 times and
-# ("forward", "grad") written 12 times"); each is to import DIRECTIONS from pooltk.analysis.lifetimes.
+# ("forward", "grad") written 12 times"); each is to import DIRECTIONS from
+# pooltk.analysis.lifetimes.
 DIRECTIONS_STILL_SPELLED: frozenset[str] = frozenset()
 
 
@@ -387,7 +398,8 @@ def test_the_two_directions_are_spelled_once_in_analysis_lifetimes() -> None:
     assert home in found, "Direction / DIRECTIONS live in pooltk.analysis.lifetimes"
     new = sorted(found - {home} - DIRECTIONS_STILL_SPELLED)
     assert not new, (
-        f"import DIRECTIONS (and Direction) from pooltk.analysis.lifetimes instead of spelling them: {new}"
+        "import DIRECTIONS (and Direction) from pooltk.analysis.lifetimes instead of spelling "
+        f"them: {new}"
     )
 
 
@@ -507,10 +519,10 @@ def _binder_breaches_at(path: Path) -> list[str]:
     ]
 
 
-# ------------------------------------------------- install loads the pool, not the analysis or the lab
+# ---------------------------------------------- install loads the pool, not the analysis or the lab
 
-NOT_LOADED_BY_INSTALL = ("pooltk.memory", "pooltk.parity", "pooltk.logs", "pooltk.nb", "pooltk.studies",
-       "pooltk.integrations", "pooltk.cli")  # fmt: skip
+NOT_LOADED_BY_INSTALL = ("pooltk.memory", "pooltk.parity", "pooltk.logs", "pooltk.nb",
+       "pooltk.studies", "pooltk.integrations", "pooltk.cli")  # fmt: skip
 
 
 def test_import_pooltk_and_install_load_no_analysis_beyond_the_catalog_and_no_lab_package() -> None:
@@ -531,7 +543,7 @@ def test_import_pooltk_and_install_load_no_analysis_beyond_the_catalog_and_no_la
     assert not [m for m in loaded if _within(m, NOT_LOADED_BY_INSTALL)], loaded
 
 
-# ------------------------------------------------------------ the pool a reviewer reads in a sitting
+# ----------------------------------------------------------- the pool a reviewer reads in a sitting
 
 MAX_FUNCTION_LINES = 50
 MAX_CLASS_ATTRIBUTES = 12
@@ -591,8 +603,9 @@ def test_no_pool_class_has_more_than_12_attributes() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef) and len(_attributes(node)) > MAX_CLASS_ATTRIBUTES:
                 big.append(
-                    f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {sorted(_attributes(node))}"
-                )  # noqa: E501
+                    f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: "
+                    f"{sorted(_attributes(node))}"
+                )
     assert not big, "\n".join(big)
 
 

@@ -1,4 +1,5 @@
-"""[Note: command-line errors]: every bad flag value is reported as the flag, the value found, the rule and a fix."""
+"""[Note: command-line errors]: every bad flag value is reported as the flag, the value found, the
+rule and a fix."""
 
 from __future__ import annotations
 
@@ -106,8 +107,10 @@ def test_torch_2_11s_v_schedule_warm_up_failure_on_gloo_is_named_and_nothing_els
     from pooltk.parity.rank import known_cause
 
     text = (
-        '  File ".../schedules.py", line 1526, in _initialize_stages\n    _wait_batch_p2p(_batch_p2p(all_ops))\n'
-        "RuntimeError: [enforce fail at pair.cc:789] state_ >= CONNECTED. 1 vs 4. Pair is not connected "
+        '  File ".../schedules.py", line 1526, in _initialize_stages\n'
+        "    _wait_batch_p2p(_batch_p2p(all_ops))\n"
+        "RuntimeError: [enforce fail at pair.cc:789] state_ >= CONNECTED. 1 vs 4. "
+        "Pair is not connected "
         "([127.0.0.1]:55202$1 <--> [none])\n"
     )
     assert "same rank (a V schedule)" in known_cause(text) and "NCCL" in known_cause(text)

@@ -1,4 +1,5 @@
-"""environment.yml lists exactly pyproject's dependencies (conda itself is not available to run it)."""
+"""environment.yml lists exactly pyproject's dependencies (conda itself is not available to run
+it)."""
 
 import tomllib
 

@@ -1,9 +1,10 @@
 """The last stage's re-homes, measured again on this torch (issue 17): one small live gloo launch.
 
-The recorded table (data/validation/last_stage_rehomes_2026-12-01.csv) is checked where it is written:
-``python -m tools.last_stage`` writes records only when every claim of tools/last_stage/claims.py holds, and
-``python -m tools.last_stage --check CSV`` re-checks a written file; tests/tools/test_last_stage.py tests those
-claims and the tool. This launch runs in the compat matrix (tests/unit) on every torch it covers.
+The recorded table (data/validation/last_stage_rehomes_2026-12-01.csv) is checked where it is
+written: ``python -m tools.last_stage`` writes records only when every claim of
+tools/last_stage/claims.py holds, and ``python -m tools.last_stage --check CSV`` re-checks a written
+file; tests/tools/test_last_stage.py tests those claims and the tool. This launch runs in the compat
+matrix (tests/unit) on every torch it covers.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def test_live_linear3d_last_stage_with_the_release_rehomes_nothing_and_stays_bit
     layout = detect().layout
     if layout is None or layout.per_receive:
         pytest.skip(
-            "no rings on this torch (lazy layout): the compat matrix counts its live receive buffers instead"
+            "no rings on this torch (lazy layout): the compat matrix counts its live receive "
+            "buffers instead"
         )
 
     rows = measure("linear3d", 8, slacks=(2,), steps=2, hidden=16, seq_len=4, timeout_s=120)

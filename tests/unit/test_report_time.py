@@ -1,10 +1,12 @@
-"""pooltk report's closing line tells its own work from imports and from what the process ran before pooltk."""
+"""pooltk report's closing line tells its own work from imports and from what the process ran before
+pooltk."""
 
 from pooltk.cli.report import finished_line, time_split
 
 
 def test_setup_before_pooltk_is_not_counted_as_the_reports_time():
-    # bash scripts/main: bootstrap ran 60 s in this process, then exec'd pooltk; 2 s of imports, 100 s of work
+    # bash scripts/main: bootstrap ran 60 s in this process, then exec'd pooltk; 2 s of imports,
+    # 100 s of work
     t = time_split(100.0, since_start=163.0, cli_s=102.0)
     assert (t["work"], t["imports"], t["before"]) == (100.0, 2.0, 61.0)
     assert all(

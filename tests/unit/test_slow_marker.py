@@ -1,4 +1,5 @@
-"""[Note: slow tests] in tests/conftest.py: the fast loop leaves out exactly what starts processes, by stated rules."""
+"""[Note: slow tests] in tests/conftest.py: the fast loop leaves out exactly what starts processes,
+by stated rules."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
 
-# tests/conftest.py, by path: in a whole-suite run the module name "conftest" may be another folder's.
+# tests/conftest.py, by path: in a whole-suite run the module name "conftest" may be another
+# folder's.
 _spec = importlib.util.spec_from_file_location("pooltk_tests_root_conftest", TESTS / "conftest.py")
 root_conftest = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(root_conftest)

@@ -7,7 +7,8 @@ A user's clone has no ../shared, CI always has it: a test whose cases came from 
 exists ran other cases in CI than a user runs (17 log tests failed only for users). The suite is
 collected twice, beside ../shared and with ``POOLTK_SHARED`` at a folder that does not exist, and
 must list the same test ids ([Note: cases never change with ../shared] in tests/logs/conftest.py).
-Within the suite's own run (``pytest tests``, nothing deselected) the first collection is that run's.
+Within the suite's own run (``pytest tests``, nothing deselected) the first collection is that
+run's.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def test_every_folder_with_tests_is_collected_by_the_suite_command(request) -> N
 
 
 def _this_session(config, session) -> list[str] | None:
-    """The ids this run collected, where it is ``pytest tests`` with nothing deselected (the suite's own
-    run: a second collection would list the same), else None."""
+    """The ids this run collected, where it is ``pytest tests`` with nothing deselected (the suite's
+    own run: a second collection would list the same), else None."""
     whole = [Path(a).resolve() for a in config.args] == [ROOT / "tests"] and config.rootpath == ROOT
     selected = (
         config.option.keyword
