@@ -1,13 +1,14 @@
-"""What the pool costs the host per receive, where the host dominates: one stage, tiny tensors, M 64.
+"""What the pool costs the host per receive, where the host dominates: one stage, tiny tensors, \
+M 64.
 
 Each stage of a pp4 and a pp8 1F1B pipeline is run alone in this process on a fake process group
-(``torch.testing._internal.distributed.fake_pg``: sends and receives cost nothing and move nothing), so a
-step is torch's schedule and the stage's Python work on (1, 1, 8) float32 boundaries: nothing but host
-time. Stock, unguarded and pooled steps alternate on three stages built from the same
-seed, so the machine's load hits all three alike. Per stage: the median step time of each, their ratio, and
-the host microseconds per receive the pool adds ((pooled - stock) / receives per step), and the same for
-the harness's unguarded ring (fresh aliases and wrappers without the guard), which splits the cost. Goal:
-pooled / stock <= 1.02.
+(``torch.testing._internal.distributed.fake_pg``: sends and receives cost nothing and move nothing),
+so a step is torch's schedule and the stage's Python work on (1, 1, 8) float32 boundaries: nothing
+but host time. Stock, unguarded and pooled steps alternate on three stages built from the same seed,
+so the machine's load hits all three alike. Per stage: the median step time of each, their ratio,
+and the host microseconds per receive the pool adds ((pooled - stock) / receives per step), and the
+same for the harness's unguarded ring (fresh aliases and wrappers without the guard), which splits
+the cost. Goal: pooled / stock <= 1.02.
 
     .venv/bin/python benchmarks/bench_host_cost.py [--steps 30] [--pp 4 8] [--microbatches 64]
         [--boundary 1x8 64x512] [--csv PATH]
@@ -31,7 +32,8 @@ def _stage(index: int, n: int, hidden: int, tokens: int):  # noqa: ANN202
     torch.manual_seed(index)
     module = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.Tanh())
     t = torch.zeros(1, tokens, hidden)
-    # every shape given (static inference; see _schedule for the vote): nothing is asked of the fake peers
+    # every shape given (static inference; see _schedule for the vote): nothing is asked of the fake
+    # peers
     return PipelineStage(
         module,
         index,
@@ -44,7 +46,9 @@ def _stage(index: int, n: int, hidden: int, tokens: int):  # noqa: ANN202
     )
 
 
-def _schedule(index: int, n: int, m: int, hidden: int, tokens: int, *, variant: str):  # noqa: ANN202
+def _schedule(  # noqa: ANN202
+    index: int, n: int, m: int, hidden: int, tokens: int, *, variant: str
+):
     import pooltk
     from pooltk.parity import experiments
     from torch.distributed.pipelining import Schedule1F1B
@@ -73,7 +77,8 @@ def _step(schedule, index: int, n: int, m: int, x: torch.Tensor) -> float:  # no
 
 
 def measure(pp: int, index: int, m: int, steps: int, *, hidden: int = 8, tokens: int = 1) -> dict:
-    """One stage, stock and pooled alternating; the first two steps of each (setup) are not counted."""
+    """One stage, stock and pooled alternating; the first two steps of each (setup) are not
+    counted."""
     import pooltk
     from pooltk.analysis.lifetimes import DIRECTIONS
 
@@ -143,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError
     except ValueError:
         ap.error(
-            f"--boundary: found {args.boundary}; required TOKENSxHIDDEN with positive integers, e.g. 1x8 64x512"
+            f"--boundary: found {args.boundary}; required TOKENSxHIDDEN with positive integers, "
+            "e.g. 1x8 64x512"
         )
     torch.set_num_threads(1)
     rows = [
@@ -153,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(pp)
     ]
     print(
-        f"{'tokens':>6} {'hidden':>6} {'pp':>3} {'stage':>5} {'stock ms':>9} {'pooled ms':>10} {'ratio':>6} "
-        f"{'us/recv':>8} {'unguarded':>9}  rings"
+        f"{'tokens':>6} {'hidden':>6} {'pp':>3} {'stage':>5} {'stock ms':>9} {'pooled ms':>10} "
+        f"{'ratio':>6} {'us/recv':>8} {'unguarded':>9}  rings"
     )
     for r in rows:
         print(
@@ -167,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             mine = [r for r in rows if r["pp"] == pp and (r["tokens"], r["hidden"]) == (t, h)]
             total = sum(r["pooled_ms"] for r in mine) / sum(r["stock_ms"] for r in mine)
             print(
-                f"boundary 1x{t}x{h} pp{pp}: pooled/stock over all stages {total:.3f} (goal <= 1.02)"
+                f"boundary 1x{t}x{h} pp{pp}: pooled/stock over all stages {total:.3f} "
+                "(goal <= 1.02)"
             )
     if args.csv is not None:
         import csv

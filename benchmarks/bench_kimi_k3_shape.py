@@ -1,17 +1,18 @@
-"""The Kimi-K3 schedule shape itself on CPU gloo: per-stage receive bytes counted vs the memory model.
+"""The Kimi-K3 schedule shape itself on CPU gloo: per-stage receive bytes counted vs the memory \
+model.
 
 The shape is the Kimi-K3 GB200 preset's pipeline (``pooltk.studies.kimi_k3``: pp 8, M 64, 1F1B, from
-global batch 4096 / (dp 32 x micro batch 2)) with small tensors (default one row x 1 token x hidden 16
-float32 per microbatch, one residual block per stage), so 8 ranks fit a 2-core machine. One gloo
+global batch 4096 / (dp 32 x micro batch 2)) with small tensors (default one row x 1 token x hidden
+16 float32 per microbatch, one residual block per stage), so 8 ranks fit a 2-core machine. One gloo
 launch runs stock, then pooltk with the tight policy at slack 2 and at slack 0 (release on, the
 default), one after another in the same process group; every pooled variant is compared with stock
 bit for bit (parameters, per-microbatch losses, merged outputs of every step).
 
 Per variant and stage the table gives:
 
-- ``counted``: bytes of the distinct storages behind the stage's receive buffers at the end of the run
-  (:func:`pooltk.parity.worker.measure_recv_storage`, both directions) plus every storage copy on
-  conflict allocated during the run (``rehomed_bytes``): all the receive storage the run made;
+- ``counted``: bytes of the distinct storages behind the stage's receive buffers at the end of the
+  run (:func:`pooltk.parity.worker.measure_recv_storage`, both directions) plus every storage copy
+  on conflict allocated during the run (``rehomed_bytes``): all the receive storage the run made;
 - ``model``: :func:`pooltk.memory.model.model_memory`'s bytes for the same shape and boundary
   (``stock`` for stock, ``pooled`` -- the config's policy -- for pooltk), summed over directions;
 - ``ratio`` = counted / model (1.000 when the run holds exactly what the model says), ``sets``
@@ -71,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     boundary = harness_boundary(rows=a.rows, seq_len=a.seq_len, hidden=a.hidden)
     print(
-        f"# Kimi-K3 schedule shape ({PRESET}): {shape.describe()}; boundary {a.rows} x {a.seq_len} x {a.hidden} "
-        f"float32 = {boundary.forward_bytes} B per set; {a.steps} steps; gloo on 127.0.0.1"
+        f"# Kimi-K3 schedule shape ({PRESET}): {shape.describe()}; "
+        f"boundary {a.rows} x {a.seq_len} x {a.hidden} float32 = "
+        f"{boundary.forward_bytes} B per set; {a.steps} steps; gloo on 127.0.0.1"
     )
     t0 = time.perf_counter()
     report = run_parity(spec)

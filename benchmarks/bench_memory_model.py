@@ -1,6 +1,7 @@
 """How fast is the memory model? One widget update and a full sweep, timed side by side.
 
-Run: ``.venv/bin/python benchmarks/bench_memory_model.py [--reps 20] [--sweep-live-source formula|schedule]``
+Run: ``.venv/bin/python benchmarks/bench_memory_model.py [--reps 20]
+[--sweep-live-source formula|schedule]``
 
 Rows:
 - one widget update at N=16, M=256 (``pooltk.nb.memory.explore``: the full per-stage model
@@ -85,7 +86,8 @@ def main() -> None:
         )
     )
 
-    import torch.distributed.pipelining  # noqa: F401 - imported once here, so the cold row times the walk, not the import
+    # imported once here, so the cold row times the walk, not the import
+    import torch.distributed.pipelining  # noqa: F401
 
     def cold() -> None:
         stage_sets.cache_clear()  # the receive records and the walker's own memo
@@ -114,7 +116,8 @@ def main() -> None:
     print()
     print(f"{'sweep':<46} {'models':>7} {'total s':>8} {'us/model':>9}")
     print(
-        f"{'N 2..16 x M N..256 x slack 0..4 (' + args.sweep_live_source + ')':<46} {n_models:>7} {total:>8.2f} {total / n_models * 1e6:>9.1f}"
+        f"{'N 2..16 x M N..256 x slack 0..4 (' + args.sweep_live_source + ')':<46} {n_models:>7} "
+        f"{total:>8.2f} {total / n_models * 1e6:>9.1f}"
     )
 
 

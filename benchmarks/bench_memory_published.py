@@ -1,12 +1,15 @@
-"""The whole-stage estimate against a published per-stage table: torchtitan, Llama-3-8B pruned to 16 layers, PP2.
+"""The whole-stage estimate against a published per-stage table: torchtitan, Llama-3-8B pruned to \
+16 layers, PP2.
 
-Run: ``.venv/bin/python benchmarks/bench_memory_published.py [--microbatches 2,4,8,16] [--ranks 0,1]``
+Run: ``.venv/bin/python benchmarks/bench_memory_published.py [--microbatches 2,4,8,16]
+[--ranks 0,1]``
 
-Published (discuss.pytorch.org/t/221886, "Question about GPU memory usage when using pipeline parallelism
-training under larger micro batch count", 2025): torchtitan v0.1.0 with FSDP2 + PP 1F1B, 4 GPUs as DP2 x PP2,
-llama3-8b pruned to 16 layers, ``--training.seq_len 4096 --activation_checkpoint.mode full
---training.local_batch_size 16``, torch 2.9.0.dev20250725; peak memory as torch's max reserved (GB as the log
-prints it; torchtitan's memory line prints GiB), rank 0 = stage 0 and rank 2 = stage 1:
+Published (discuss.pytorch.org/t/221886, "Question about GPU memory usage when using pipeline
+parallelism training under larger micro batch count", 2025): torchtitan v0.1.0 with FSDP2 + PP 1F1B,
+4 GPUs as DP2 x PP2, llama3-8b pruned to 16 layers,
+``--training.seq_len 4096 --activation_checkpoint.mode full --training.local_batch_size 16``, torch
+2.9.0.dev20250725; peak memory as torch's max reserved (GB as the log prints it; torchtitan's memory
+line prints GiB), rank 0 = stage 0 and rank 2 = stage 1:
 
     microbatches   stage 0   stage 1
                2     35.75     40.30
@@ -14,16 +17,17 @@ prints it; torchtitan's memory line prints GiB), rank 0 = stage 0 and rank 2 = s
                8     35.94     48.27
               16     36.20     65.47
 
-The poster found each microbatch's LM-head output (4096 x 128256) kept until the step ends (the schedule's
-output chunks: ``return_outputs`` was torch's default, True). Read here: microbatches of one 4096-token row
-(torchtitan's default ``pipeline_parallel_microbatch_size`` 1, and the output shape the poster names), so the
-microbatch count is the local batch (16 in the command shown). Replayed: the same decoder widths (hidden
-4096, 32 heads, 8 kv heads, FFN 14336, vocabulary 128256, bf16), 16 layers split 8 + 8, M microbatches of
-1 x 4096 tokens, full activation checkpointing, AdamW, outputs returned. Not replayed: FSDP2 over
-the DP pair. Its float32 master weights, gradients and Adam states sharded over 2 ranks hold the bytes that
-unsharded bf16 ones hold (4 / 2 = 2 bytes a parameter, 8 / 2 = 4 for the states), but its per-layer bf16
-all-gather copies and the allocator's reserve are not modelled. So the printed comparison is the change with
-M on each stage, where those terms cancel, beside the absolute figures.
+The poster found each microbatch's LM-head output (4096 x 128256) kept until the step ends (the
+schedule's output chunks: ``return_outputs`` was torch's default, True). Read here: microbatches of
+one 4096-token row (torchtitan's default ``pipeline_parallel_microbatch_size`` 1, and the output
+shape the poster names), so the microbatch count is the local batch (16 in the command shown).
+Replayed: the same decoder widths (hidden 4096, 32 heads, 8 kv heads, FFN 14336, vocabulary 128256,
+bf16), 16 layers split 8 + 8, M microbatches of 1 x 4096 tokens, full activation checkpointing,
+AdamW, outputs returned. Not replayed: FSDP2 over the DP pair. Its float32 master weights, gradients
+and Adam states sharded over 2 ranks hold the bytes that unsharded bf16 ones hold (4 / 2 = 2 bytes a
+parameter, 8 / 2 = 4 for the states), but its per-layer bf16 all-gather copies and the allocator's
+reserve are not modelled. So the printed comparison is the change with M on each stage, where those
+terms cancel, beside the absolute figures.
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ from pooltk.memory.model import PipelineShape
 from pooltk.memory.replay.run import Training, replay_rank
 
 PUBLISHED = {2: (35.75, 40.30), 4: (35.80, 42.27), 8: (35.94, 48.27), 16: (36.20, 65.47)}
-"""microbatches -> (stage 0, stage 1) max reserved, as the thread prints it (torchtitan prints GiB, labelled GB)."""
+"""microbatches -> (stage 0, stage 1) max reserved, as the thread prints it (torchtitan prints GiB,
+labelled GB)."""
 
 LLAMA3_8B_16 = {
     "model_type": "llama",
@@ -62,7 +67,8 @@ def main() -> None:
     ranks = [int(x) for x in args.ranks.split(",")]
     got: dict[tuple[int, int], float] = {}
     print(
-        f"{'M':>3} {'stage':>5} {'published GB':>12} {'replayed GiB':>12} {'kept outputs GiB':>16}  peak at"
+        f"{'M':>3} {'stage':>5} {'published GB':>12} {'replayed GiB':>12} "
+        f"{'kept outputs GiB':>16}  peak at"
     )
     for m in ms:
         builder = decoder_builder(cfg, rows=1, seq_len=4096, checkpointing=True, split="automodel")
@@ -86,7 +92,8 @@ def main() -> None:
     for rank in ranks:
         for m in ms[1:]:
             print(
-                f"  stage {rank}: M {first} -> {m}: published {PUBLISHED[m][rank] - PUBLISHED[first][rank]:+.2f}, "
+                f"  stage {rank}: M {first} -> {m}: "
+                f"published {PUBLISHED[m][rank] - PUBLISHED[first][rank]:+.2f}, "
                 f"replayed {got[(m, rank)] - got[(first, rank)]:+.2f}"
             )
 

@@ -10,7 +10,8 @@
   as *measured* on the ranks (distinct storages), not modelled.
 - wall time of the pp4 parity check (`pooltk parity` defaults). Goal: <= 10 s here.
 
-Usage: .venv/bin/python benchmarks/bench_pool.py [--rounds 5] [--steps 12] [--pp 4] [--microbatches 16]
+Usage: .venv/bin/python benchmarks/bench_pool.py [--rounds 5] [--steps 12] [--pp 4]
+[--microbatches 16]
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from pooltk.parity import ParitySpec, Variant, default_variants, run_parity
 
 
 def host_us_per_receive(guard: bool, *, k: int = 3, m: int = 16, reps: int = 2000) -> float:
-    """Median over 5 runs of microseconds per (post + release) on a ring of ``k`` over ``m`` microbatches."""
+    """Median over 5 runs of microseconds per (post + release) on a ring of ``k`` over ``m``
+    microbatches."""
     import torch
 
     from pooltk.pool.ring import Ring, Slot

@@ -1,7 +1,8 @@
-"""Receive bytes per rank for multi-stage schedules on CPU gloo: stock, per-stage rings, rank-shared rings, live set.
+"""Receive bytes per rank for multi-stage schedules on CPU gloo: stock, per-stage rings, \
+rank-shared rings, live set.
 
-Per (pp, M) one gloo launch runs every multi-stage schedule pooltk pools (Interleaved1F1B, LoopedBFS,
-InterleavedZeroBubble, ZBVZeroBubble, DualPipeV; two stages per rank) as
+Per (pp, M) one gloo launch runs every multi-stage schedule pooltk pools (Interleaved1F1B,
+LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV; two stages per rank) as
 
 - ``stock``: torch's own buffers;
 - ``per-stage``: ``schedule="auto"``, one ring per (stage, direction), ``sharing="stage"``;
@@ -12,9 +13,10 @@ each pooled variant compared bit for bit with stock. Per rank the table gives th
 distinct storages behind the rank's receive buffers at the end of the run, both directions
 (:func:`pooltk.parity.worker.measure_rank_recv_storage`: a ring shared by two stages counted once),
 and ``live``: the rank's live set from the schedule's action order (slack 0 rank rings, in bytes),
-``model``: what :func:`pooltk.memory.model.model_memory` says the rank-shared rings at the default slack
-hold (``expected_rank_bytes``, the memory model per rank). Ratios: ``rank/stock``, ``rank/per-stage``,
-``rank0/live`` (1.000 when slack 0 holds exactly the live set) and ``rank/model``.
+``model``: what :func:`pooltk.memory.model.model_memory` says the rank-shared rings at the default
+slack hold (``expected_rank_bytes``, the memory model per rank). Ratios: ``rank/stock``,
+``rank/per-stage``, ``rank0/live`` (1.000 when slack 0 holds exactly the live set) and
+``rank/model``.
 
 Stock's count on a V schedule includes what each same-rank handoff gave a microbatch: torch leaves
 those tensors in the recv infos until the next step; pooltk lets them go after the chunk's backward.
@@ -178,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(
         f"total | rank/stock {ratio(tot['rank_bytes'], tot['stock'])} | rank/per-stage "
-        f"{ratio(tot['rank_bytes'], tot['per_stage'])} | rank0/live {ratio(tot['rank0'], tot['live'])} | "
+        f"{ratio(tot['rank_bytes'], tot['per_stage'])} | "
+        f"rank0/live {ratio(tot['rank0'], tot['live'])} | "
         f"rank/model {ratio(tot['rank_bytes'], tot['model'])}"
     )
     if a.csv:

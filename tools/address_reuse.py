@@ -5,12 +5,13 @@
 Runs stock ``Schedule1F1B`` (no pooltk) at pp4 for a few stage models and records, for every receive
 a stage posts, the address of the tensor it receives into (``data_ptr()`` of the ``P2POp``'s tensor)
 and whether an earlier receive of the same step had that address and was already freed. Under torch
-2.15's per-receive buffers a freed buffer's block goes back to the allocator, which may hand it to the
-next receive of the step: then two microbatches of one step see one address, and a cache keyed by
-``data_ptr()`` answers the second with the first's entry. Under torch <= 2.14 stock keeps one buffer per
-microbatch for the whole run, so addresses repeat every step instead. ``--python`` runs the ranks under
-another interpreter (a torch 2.15 venv, e.g. one ``python -m tools.compat_matrix --keep-envs`` built).
-The record is ``data/validation/address_reuse_<date>.csv`` (docs/safety.md, "The contract").
+2.15's per-receive buffers a freed buffer's block goes back to the allocator, which may hand it to
+the next receive of the step: then two microbatches of one step see one address, and a cache keyed
+by ``data_ptr()`` answers the second with the first's entry. Under torch <= 2.14 stock keeps one
+buffer per microbatch for the whole run, so addresses repeat every step instead. ``--python`` runs
+the ranks under another interpreter (a torch 2.15 venv, e.g. one
+``python -m tools.compat_matrix --keep-envs`` built). The record is
+``data/validation/address_reuse_<date>.csv`` (docs/safety.md, "The contract").
 """
 
 from __future__ import annotations
@@ -162,7 +163,8 @@ def measure(python: str) -> list[dict[str, Any]]:
 
 
 def summary(rows: list[dict[str, Any]]):  # noqa: ANN201 - a pandas DataFrame
-    """Per model, stage, direction and step: receives, distinct addresses, receives into a reused address."""
+    """Per model, stage, direction and step: receives, distinct addresses, receives into a reused
+    address."""
     import pandas as pd
 
     df = pd.DataFrame(rows)

@@ -66,7 +66,8 @@ def _records(launch: RssLaunch) -> list[dict[str, Any]]:
                 "lr": spec.lr,
                 "mem": hwm / 2**30,
                 "tps": tps,
-                "tps_per_gpu": tps,  # tps / cp / dp with cp = dp = 1: Automodel's convention, ignores PP
+                # tps / cp / dp with cp = dp = 1: Automodel's convention, ignores PP
+                "tps_per_gpu": tps,
                 "mfu": None,
                 "num_tokens_per_step": tokens,
                 "num_label_tokens": tokens,
@@ -87,11 +88,12 @@ def write_cpu_runs(
     config: PoolConfig | None = None,
     progress: Any = None,
 ) -> list[Path]:
-    """Run stock then pooled (fresh processes each) at each row length; write ``cpu_seq{L}_{stock|pooled}_training.jsonl``.
+    """Run stock then pooled (fresh processes each) at each row length; write
+    ``cpu_seq{L}_{stock|pooled}_training.jsonl``.
 
     Each log gets a ``*.meta.json`` sidecar with the run's shape, the pool config, the
-    receive-buffer bytes and peak memory per stage, the torch version, this host, the command
-    and [Note: CPU log fields]. Refuses to write a pair whose losses differ. Returns the paths written.
+    receive-buffer bytes and peak memory per stage, the torch version, this host, the command and
+    [Note: CPU log fields]. Refuses to write a pair whose losses differ. Returns the paths written.
     """
     import torch
 
@@ -116,7 +118,8 @@ def write_cpu_runs(
         for name, cfg in (("stock", None), ("pooled", config)):
             if progress:
                 progress(
-                    f"seq_len {seq_len}: pp{pp} x {microbatches} microbatches x {steps} steps, {name}"
+                    f"seq_len {seq_len}: "
+                    f"pp{pp} x {microbatches} microbatches x {steps} steps, {name}"
                 )
             launches[name] = launch_rss(spec, cfg)
         equal = launches["stock"].ranks[-1].losses == launches["pooled"].ranks[-1].losses
@@ -128,8 +131,8 @@ def write_cpu_runs(
             stem = f"cpu_seq{seq_len}_{name}_training"
             path = write_training_jsonl(out / f"{stem}.jsonl", _records(launch))
             meta = {
-                "what": "pooltk's CPU pipeline on gloo ranks of one machine, each variant in fresh processes: "
-                "a real run, not a GPU measurement",
+                "what": "pooltk's CPU pipeline on gloo ranks of one machine, "
+                "each variant in fresh processes: a real run, not a GPU measurement",
                 "run": f"cpu_seq{seq_len}_{name}",
                 "pp": pp,
                 "tp": 1,
@@ -154,9 +157,10 @@ def write_cpu_runs(
                     str(r.rank): r.peak_delta for r in launch.ranks
                 },
                 "bitwise_equal_to_stock": equal,
-                "mem_basis": "peak resident set size (VmHWM, reset after import) of the middle stage's rank process, "
-                "GiB (not a GPU allocator figure)",
-                "tps_per_gpu_basis": "tps / cp / dp as Automodel computes it; ignores PP (pp x the per-process rate)",
+                "mem_basis": "peak resident set size (VmHWM, reset after import) "
+                "of the middle stage's rank process, GiB (not a GPU allocator figure)",
+                "tps_per_gpu_basis": "tps / cp / dp as Automodel computes it; "
+                "ignores PP (pp x the per-process rate)",
                 "torch": torch.__version__,
                 "python": platform.python_version(),
                 "host": {

@@ -1,18 +1,20 @@
-"""One pooled stage on one device with the kernels real stacks launch: re-homes and receive-buffer memory.
+"""One pooled stage on one device with the kernels real stacks launch: re-homes and receive-buffer \
+memory.
 
     python -m tools.gpu_check [--device cuda|cpu] [--microbatches 16] [--steps 3] [--json PATH]
 
 Stage 1 of a 4-stage 1F1B pipeline runs alone on a fake process group ([Note: one stage alone] in
-pooltk/parity/one_stage.py), twice: stock, then pooled (``pooltk.pool_stage``). Its first op is a kernel
-launched on the received input through a Python launcher that reads the input's address: a real
-``@triton.jit`` kernel on CUDA where Triton is installed, else the same launch done by hand
-(``data_ptr()`` read, then the op); then a layer compiled with inductor. Reported per variant: re-homes,
-receive storages held at once (counted at the P2P layer) and their bytes, and on CUDA the caching
-allocator's peak (``torch.cuda.max_memory_allocated``) over the run. The claim: the pooled stage re-homes
-nothing and holds the ring (K sets) where stock holds M. Exit status 1 when the claim fails.
+pooltk/parity/one_stage.py), twice: stock, then pooled (``pooltk.pool_stage``). Its first op is a
+kernel launched on the received input through a Python launcher that reads the input's address: a
+real ``@triton.jit`` kernel on CUDA where Triton is installed, else the same launch done by hand
+(``data_ptr()`` read, then the op); then a layer compiled with inductor. Reported per variant:
+re-homes, receive storages held at once (counted at the P2P layer) and their bytes, and on CUDA the
+caching allocator's peak (``torch.cuda.max_memory_allocated``) over the run. The claim: the pooled
+stage re-homes nothing and holds the ring (K sets) where stock holds M. Exit status 1 when the claim
+fails.
 
-On CPU it runs in the suite (tests/parity/test_gpu_check.py); on a GPU it is the one prepared device check
-of issue #26 (docs/safety.md says where it has and has not been run).
+On CPU it runs in the suite (tests/parity/test_gpu_check.py); on a GPU it is the one prepared device
+check of issue #26 (docs/safety.md says where it has and has not been run).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def _triton_scale():  # noqa: ANN202 - None where triton cannot run
 
 
 class _Scale(torch.autograd.Function):
-    """y = 2x through a kernel launched from Python on the received input (and on the gradient in backward)."""
+    """y = 2x through a kernel launched from Python on the received input (and on the gradient in
+    backward)."""
 
     launch: Any = None
     reads = 0

@@ -1,11 +1,12 @@
-"""pooltk's torch compatibility matrix: one throwaway venv per torch release, real checks, one table.
+"""pooltk's torch compatibility matrix: one throwaway venv per torch release, real checks, one \
+table.
 
 Run from the repository root::
 
     python -m tools.compat_matrix                              # all releases
     python -m tools.compat_matrix --releases 2.11.0 2.15.0     # a subset
     python -m tools.compat_matrix --keep-envs --cache-dir DIR  # keep venvs (DIR/envs) for poking
-    python -m tools.compat_matrix --record-shape WHEEL         # add tests/compat/layouts/torch-V.json
+    python -m tools.compat_matrix --record-shape WHEEL  # add tests/compat/layouts/torch-V.json
 
 For each release (default 2.11.0 2.12.1 2.13.0 2.14.1 2.15.0), one after another:
 

@@ -1,4 +1,5 @@
-"""``python -m tools.compat_matrix``: build the torch compatibility matrix (see the package docstring)."""
+"""``python -m tools.compat_matrix``: build the torch compatibility matrix (see the package
+docstring)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The checks of one release, run by its throwaway env's python: ``python -m tools.compat_matrix.checks OUT``.
+"""The checks of one release, run by its throwaway env's python:
+``python -m tools.compat_matrix.checks OUT``.
 
 Run with the repository as the working directory and on PYTHONPATH (the matrix does both),
 under the env built by :mod:`tools.compat_matrix.envs`; it refuses anywhere else (see
@@ -38,15 +39,17 @@ NOT_RELEASE_TESTS = (
 
 
 def refusal(prefix: str, environ: Mapping[str, str]) -> str | None:
-    """Why the checks must not run under the interpreter at ``prefix`` (None when it is the matrix's throwaway env)."""
+    """Why the checks must not run under the interpreter at ``prefix`` (None when it is the matrix's
+    throwaway env)."""
     env = environ.get(ENV_VAR)
     if not env:
         return (
-            f"tools.compat_matrix.checks: found ${ENV_VAR} unset (interpreter {prefix}); required: run under "
-            f"the throwaway venv that the matrix builds for one torch release, which sets it. "
-            f"Fix: {COMMAND} --releases X.Y.Z (add --keep-envs to keep that venv; to rerun the checks "
-            f"in a kept venv: {ENV_VAR}=CACHE/envs/torch-X.Y.Z CACHE/envs/torch-X.Y.Z/bin/python "
-            f"-m tools.compat_matrix.checks OUT.json)."
+            f"tools.compat_matrix.checks: found ${ENV_VAR} unset (interpreter {prefix}); "
+            "required: run under the throwaway venv that the matrix builds for one torch release, "
+            "which sets it. "
+            f"Fix: {COMMAND} --releases X.Y.Z (add --keep-envs to keep that venv; "
+            f"to rerun the checks in a kept venv: {ENV_VAR}=CACHE/envs/torch-X.Y.Z "
+            "CACHE/envs/torch-X.Y.Z/bin/python -m tools.compat_matrix.checks OUT.json)."
         )
     if Path(prefix).resolve() != Path(env).resolve():
         return (
@@ -201,7 +204,8 @@ def _negative(report: Any, schedule: str | None = None) -> dict[str, Any]:
 
 
 def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
-    """Positive: every policy, both frontends, an eval/train switch; one launch, live buffers counted in the ranks."""
+    """Positive: every policy, both frontends, an eval/train switch; one launch, live buffers
+    counted in the ranks."""
     from pooltk.parity.experiments import Harness
     from pooltk.analysis.lifetimes import DIRECTIONS
     from pooltk.parity import ParitySpec, default_variants
@@ -240,8 +244,9 @@ def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
     stock = next(f for f in facts if f["name"] == "stock/1f1b/manual")
     pooled = next(f for f in facts if f["name"].startswith("tight-s2g1/1f1b/manual"))
     if live:
-        # Per receive allocation: what stock holds is the peak of live buffers, not what is left after.
-        # Variants run one after another, one stage per rank each: the n-th stage built is variant n.
+        # Per receive allocation: what stock holds is the peak of live buffers, not what is left
+        # after. Variants run one after another, one stage per rank each: the n-th stage built is
+        # variant n.
         def peaks(gen: int) -> dict[str, list[int]]:
             return {
                 str(s): [
@@ -277,7 +282,8 @@ def _parity(res: dict[str, Any], tmp: Path, installed: bool) -> None:
 
 
 def _negative_controls() -> dict[str, Any]:
-    """Guard off: one launch, both controls, must diverge when pooled. Guard on: each must raise PoolOverrunError."""
+    """Guard off: one launch, both controls, must diverge when pooled. Guard on: each must raise
+    PoolOverrunError."""
     from pooltk.parity.experiments import Harness
     from pooltk.parity import ParitySpec, default_variants
 
@@ -352,10 +358,11 @@ def run_checks(out_path: Path) -> None:
         ignore = [arg for path in NOT_RELEASE_TESTS for arg in ("--ignore", path)]
         res["tests"] = {
             "compat": _pytest(["tests/compat"], tmp, "compat", ignore),
-            # test_environment_file needs the lab extra; test_slow_marker checks the suite's own pytest
-            # set-up (progress output of a nested pytest run), which says nothing about a torch release and
-            # did not reproduce its output inside the matrix's checks process; test_ruff checks the
-            # source's format and lint (the test extra's ruff), the same on every torch
+            # test_environment_file needs the lab extra; test_slow_marker checks the suite's own
+            # pytest set-up (progress output of a nested pytest run), which says nothing about a
+            # torch release and did not reproduce its output inside the matrix's checks process;
+            # test_ruff checks the source's format and lint (the test extra's ruff), the same on
+            # every torch
             "unit": _pytest(
                 ["tests/unit"],
                 tmp,

@@ -1,4 +1,5 @@
-"""Command line of ``python -m tools.compat_matrix``: flags and environment into :class:`Options`, then run."""
+"""Command line of ``python -m tools.compat_matrix``: flags and environment into :class:`Options`,
+then run."""
 
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def default_cache_dir(environ: Mapping[str, str]) -> Path:
-    """$POOLTK_COMPAT_CACHE, else $XDG_CACHE_HOME/pooltk-compat (when absolute), else ~/.cache/pooltk-compat."""
+    """$POOLTK_COMPAT_CACHE, else $XDG_CACHE_HOME/pooltk-compat (when absolute), else
+    ~/.cache/pooltk-compat."""
     if environ.get(CACHE_ENV):
         return Path(environ[CACHE_ENV])
     xdg = environ.get("XDG_CACHE_HOME", "")

@@ -1,4 +1,5 @@
-"""One throwaway venv per release: torch and the test tools from the cached wheels, pooltk from this tree."""
+"""One throwaway venv per release: torch and the test tools from the cached wheels, pooltk from this
+tree."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ class EnvResult:
     env_bytes: int
     """Bytes of the venv folder."""
     runtime_wheels: list[str]
-    """name==version of every nvidia-*, cuda-* and triton distribution installed (the CUDA runtime)."""
+    """name==version of every nvidia-*, cuda-* and triton distribution installed (the CUDA
+    runtime)."""
     python: Path
     """The venv's interpreter."""
 
@@ -34,7 +36,8 @@ def env_dir(cache: Path, release: str) -> Path:
 
 
 def build_env(release: str, cache: Path, env: Path, python: str) -> EnvResult:
-    """Create ``env`` afresh with ``python -m venv`` and install the release from the cache only (``--no-index``)."""
+    """Create ``env`` afresh with ``python -m venv`` and install the release from the cache only
+    (``--no-index``)."""
     t0 = time.perf_counter()
     if env.exists():
         shutil.rmtree(env)

@@ -49,7 +49,8 @@ def requirements(release: str) -> list[str]:
 
 
 COMPLETE_STAMP = ".complete"
-"""File in a release's wheel folder, written once every wheel is there (it holds the requirements' key)."""
+"""File in a release's wheel folder, written once every wheel is there (it holds the requirements'
+key)."""
 
 
 def wheel_dir(cache: Path, release: str) -> Path:
@@ -57,7 +58,8 @@ def wheel_dir(cache: Path, release: str) -> Path:
 
 
 def constraints_without_torch(tmp: Path) -> Path:
-    """requirements/constraints.txt without its torch pin (each env pins its own torch), written into ``tmp``."""
+    """requirements/constraints.txt without its torch pin (each env pins its own torch), written
+    into ``tmp``."""
     lines = [
         ln
         for ln in CONSTRAINTS.read_text().splitlines()

@@ -1,4 +1,5 @@
-"""Running commands and measuring folders on this host (progress lines, bounded subprocesses, sizes)."""
+"""Running commands and measuring folders on this host (progress lines, bounded subprocesses,
+sizes)."""
 
 from __future__ import annotations
 
@@ -28,10 +29,12 @@ def dir_bytes(path: Path) -> int:
 def run(
     cmd: list[str], *, timeout: float, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """Run ``cmd`` to completion; a non-zero exit raises RuntimeError with the command and its output tails."""
+    """Run ``cmd`` to completion; a non-zero exit raises RuntimeError with the command and its
+    output tails."""
     out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if out.returncode != 0:
         raise RuntimeError(
-            f"command failed ({out.returncode}): {' '.join(cmd)}\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
+            f"command failed ({out.returncode}): "
+            f"{' '.join(cmd)}\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
         )
     return out

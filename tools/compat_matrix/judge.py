@@ -1,4 +1,5 @@
-"""A release's verdict from its row: pooled-bitwise, released-bitwise, stands-down, or FAIL with every problem found.
+"""A release's verdict from its row: pooled-bitwise, released-bitwise, stands-down, or FAIL with
+every problem found.
 
 ``released-bitwise`` is the lazy layout (torch 2.15): no rings (torch allocates per receive), the
 last-stage release installed, every run bitwise equal to stock, and the last stage's peak of live
@@ -150,8 +151,9 @@ def _judge_release(
             )  # the stock run of the same frontend
             was = (own.get(twin) or {}).get("sets", stock)[last][0]
             peak = counted["sets"][last][0]
-            # an eval step between training steps computes losses whose graphs (no backward ever runs) keep
-            # that step's inputs: the bound is the training step's, checked on the training-only variants
+            # an eval step between training steps computes losses whose graphs (no backward ever
+            # runs) keep that step's inputs: the bound is the training step's, checked on the
+            # training-only variants
             bound = RELEASED_LAST_STAGE_PEAK if not name.endswith("+eval") else was - 1
             if not peak or peak > bound or peak >= was:
                 problems.append(

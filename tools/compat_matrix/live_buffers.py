@@ -1,4 +1,5 @@
-"""Count live receive buffers per stage in a parity rank, where torch allocates one per receive (2.15's layout).
+"""Count live receive buffers per stage in a parity rank, where torch allocates one per receive
+(2.15's layout).
 
 The matrix's checks name this module as the parity launch's prelude, so every rank imports it
 before it starts (``pooltk.parity.run_parity(..., prelude=...)``). On import it installs its

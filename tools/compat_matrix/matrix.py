@@ -18,7 +18,8 @@ from tools.compat_matrix.table import table
 
 
 def run_matrix(opts: Options) -> int:
-    """Run the matrix; exit status 0 only when no release run FAILed (2 when the cache has no room)."""
+    """Run the matrix; exit status 0 only when no release run FAILed (2 when the cache has no
+    room)."""
     opts.cache_dir.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(opts.cache_dir).free
     short = shortfall_message(

@@ -1,4 +1,5 @@
-"""The matrix document: same-day rows merged, written to docs/compat/matrix-DATE.json and into the docs page."""
+"""The matrix document: same-day rows merged, written to docs/compat/matrix-DATE.json and into the
+docs page."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def merge_rows(rows: list[dict[str, Any]], earlier: list[dict[str, Any]]) -> lis
 
 
 def matrix_doc(rows: list[dict[str, Any]], *, date: str, argv: list[str]) -> dict[str, Any]:
-    """The published JSON object for judged ``rows`` measured on this host on ``date`` by ``argv``."""
+    """The published JSON object for judged ``rows`` measured on this host on ``date`` by
+    ``argv``."""
     boundary = next(
         (r["parity"]["boundary_bytes"] for r in rows if "boundary_bytes" in r.get("parity", {})),
         None,
@@ -61,7 +63,8 @@ def _shown(path: Path) -> str:
 
 
 def replace_block(text: str, body: str) -> str | None:
-    """``text`` with what lies between BEGIN and END replaced by ``body``; None when a marker is missing."""
+    """``text`` with what lies between BEGIN and END replaced by ``body``; None when a marker is
+    missing."""
     if BEGIN not in text or END not in text:
         return None
     head, rest = text.split(BEGIN, 1)
@@ -82,8 +85,9 @@ def publish(doc: dict[str, Any], *, out_dir: Path = OUT_DIR, page: Path = DOC) -
         return path, False
     body = (
         f"\nMeasured {doc['date']} with `{COMMAND}` ({doc['host']}; parity pp{doc['spec']['pp']}, "
-        f"{doc['spec']['microbatches']} microbatches, {doc['spec']['steps']} steps, boundary tensor "
-        f"{doc['spec']['boundary_bytes']} bytes per microbatch). Source: `{_shown(path)}`.\n\n"
+        f"{doc['spec']['microbatches']} microbatches, {doc['spec']['steps']} steps, "
+        f"boundary tensor {doc['spec']['boundary_bytes']} bytes per microbatch). "
+        f"Source: `{_shown(path)}`.\n\n"
         f"{table(doc['releases'])}\n"
     )
     new = replace_block(page.read_text(), body)

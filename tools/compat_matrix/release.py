@@ -1,4 +1,5 @@
-"""One release end to end: fetch, env, checks, cleanup, verdict; a broken step is a row that says so."""
+"""One release end to end: fetch, env, checks, cleanup, verdict; a broken step is a row that says
+so."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from tools.compat_matrix.spec import REPO
 
 
 def checks_env(env: Path) -> dict[str, str]:
-    """Environment of the checks process: the repo on PYTHONPATH, no user site, and the env it may run in."""
+    """Environment of the checks process: the repo on PYTHONPATH, no user site, and the env it may
+    run in."""
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(REPO)]
     return dict(
         os.environ,

@@ -14,7 +14,8 @@ SHAPES_DIR = REPO / "tests" / "compat"
 
 
 def shapes_module() -> ModuleType:
-    """tests/compat/_shapes.py, the helper the compat tests share (importable before any torch exists)."""
+    """tests/compat/_shapes.py, the helper the compat tests share (importable before any torch
+    exists)."""
     if str(SHAPES_DIR) not in sys.path:
         sys.path.insert(0, str(SHAPES_DIR))
     return importlib.import_module("_shapes")
@@ -26,7 +27,8 @@ def expected_family(release: str) -> str | None:
 
 
 def record_shape(wheel: Path) -> int:
-    """Record a torch wheel's pipelining shape into tests/compat/layouts/torch-RELEASE.json; exit status."""
+    """Record a torch wheel's pipelining shape into tests/compat/layouts/torch-RELEASE.json; exit
+    status."""
     shapes = shapes_module()
     name = wheel.name
     if not name.startswith("torch-"):
@@ -41,6 +43,7 @@ def record_shape(wheel: Path) -> int:
     path.write_text(json.dumps(shape, indent=1, sort_keys=True) + "\n")
     fam = shapes.expected_family(release)
     print(
-        f"wrote {path.relative_to(REPO)} ({', '.join(shape['modules'])}); expected family: {fam or 'unknown'}"
+        f"wrote {path.relative_to(REPO)} ({', '.join(shape['modules'])}); expected family: "
+        f"{fam or 'unknown'}"
     )
     return 0

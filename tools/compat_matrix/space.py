@@ -35,7 +35,8 @@ class ReleaseNeed:
 
 
 def measured_sizes(out_dir: Path = OUT_DIR) -> dict[str, tuple[int, int]]:
-    """release -> (wheel folder bytes, venv bytes), from the newest published matrix holding that release."""
+    """release -> (wheel folder bytes, venv bytes), from the newest published matrix holding that
+    release."""
     sizes: dict[str, tuple[int, int]] = {}
     for path in sorted(out_dir.glob("matrix-*.json")):  # oldest first: newer rows overwrite
         for row in json.loads(path.read_text()).get("releases", []):
@@ -82,17 +83,21 @@ def required_bytes(needs: list[ReleaseNeed], *, keep_envs: bool) -> int:
 def shortfall_message(
     free: int, needs: list[ReleaseNeed], *, keep_envs: bool, cache: Path
 ) -> str | None:
-    """None when ``free`` covers the run; else what was found, what is required and why, and the fix."""
+    """None when ``free`` covers the run; else what was found, what is required and why, and the
+    fix."""
     need = required_bytes(needs, keep_envs=keep_envs)
     if free >= need:
         return None
     parts = ", ".join(
-        f"{n.release}: wheels {n.wheel_bytes / 1e9:.1f} GB{' (cached)' if n.wheel_bytes == 0 else ''}"
-        f" + env {n.env_bytes / 1e9:.1f} GB{'' if n.measured else ' (unmeasured: the largest measured)'}"
+        f"{n.release}: wheels {n.wheel_bytes / 1e9:.1f} GB"
+        f"{' (cached)' if n.wheel_bytes == 0 else ''}"
+        f" + env {n.env_bytes / 1e9:.1f} GB"
+        f"{'' if n.measured else ' (unmeasured: the largest measured)'}"
         for n in needs
     )
     envs = "every env kept (--keep-envs)" if keep_envs else "one env at a time"
     return (
-        f"compat_matrix: found {free / 1e9:.1f} GB free under {cache}; required {need / 1e9:.1f} GB "
-        f"({parts}; {envs}; 1 GB headroom). Fix: free space on that disk or pass --cache-dir elsewhere."
+        f"compat_matrix: found {free / 1e9:.1f} GB free under {cache}; "
+        f"required {need / 1e9:.1f} GB ({parts}; {envs}; 1 GB headroom). "
+        "Fix: free space on that disk or pass --cache-dir elsewhere."
     )

@@ -7,8 +7,8 @@ from typing import Any
 from tools.compat_matrix.judge import pooled_variants
 
 HEADER = (
-    "| release | torch build | layout | outcome | parity | receive buffers per stage, fwd+grad sets "
-    "(s0 s1 s2 s3), bytes | guard catches | tests | time |"
+    "| release | torch build | layout | outcome | parity | receive buffers per stage, fwd+grad "
+    "sets (s0 s1 s2 s3), bytes | guard catches | tests | time |"
 )
 
 
@@ -35,7 +35,10 @@ def bytes_cell(row: dict[str, Any]) -> str:
             f"released ({name}): {_sets_cell(first['sets'])} = {_kib(first['total'])} KiB"
         )
     if pooled is None:
-        return f"stock {b['stock_method']}: {_sets_cell(stock['sets'])} = {_kib(stock['total'])} KiB; pooled: none (stood down)"
+        return (
+            f"stock {b['stock_method']}: {_sets_cell(stock['sets'])} = {_kib(stock['total'])} KiB; "
+            "pooled: none (stood down)"
+        )
     return (
         f"stock {_sets_cell(stock['sets'])} = {_kib(stock['total'])} KiB; "
         f"pooled {_sets_cell(pooled['sets'])} = {_kib(pooled['total'])} KiB"
@@ -56,7 +59,10 @@ def guard_cell(row: dict[str, Any]) -> str:
         )
         return f"guard off: diverged {off.get('max_abs_diff', 0):.1e}; guard on: {caught}"
 
-    return f"short ring: {one('guard_off_short', 'guard_on_short')}. GPipe forced: {one('guard_off_gpipe', 'guard_on_gpipe')}"
+    return (
+        f"short ring: {one('guard_off_short', 'guard_on_short')}. GPipe forced: "
+        f"{one('guard_off_gpipe', 'guard_on_gpipe')}"
+    )
 
 
 def parity_cell(row: dict[str, Any]) -> str:
@@ -89,7 +95,8 @@ def timing_cell(row: dict[str, Any]) -> str:
     t = row["timings_s"]
     dl = t.get("download", 0)
     return (
-        f"{t['total_without_download']:.0f} s (env {t.get('env', 0):.0f}, checks {t.get('checks', 0):.0f}); "
+        f"{t['total_without_download']:.0f} s (env {t.get('env', 0):.0f}, "
+        f"checks {t.get('checks', 0):.0f}); "
         f"download {dl:.0f} s" + (" (cached)" if row.get("download", {}).get("cached") else "")
     )
 
@@ -116,7 +123,8 @@ def layout_cell(row: dict[str, Any]) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """The Markdown table of judged rows (each with ``outcome`` and ``problems``), in the given order."""
+    """The Markdown table of judged rows (each with ``outcome`` and ``problems``), in the given
+    order."""
     lines = [HEADER, "|" + "---|" * 9]
     for r in rows:
         outcome = r["outcome"] + (
@@ -125,6 +133,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         release = r["release"] + (f" (measured {r['measured']})" if r.get("measured") else "")
         lines.append(
             f"| {release} | {r.get('torch_version', '-')} | {layout_cell(r)} | {outcome} | "
-            f"{parity_cell(r)} | {bytes_cell(r)} | {guard_cell(r)} | {tests_cell(r)} | {timing_cell(r)} |"
+            f"{parity_cell(r)} | {bytes_cell(r)} | {guard_cell(r)} | {tests_cell(r)} | "
+            f"{timing_cell(r)} |"
         )
     return "\n".join(lines)

@@ -2,12 +2,12 @@
 
 Runs in the Automodel venv (.venvs/automodel). Per variant: a fresh tiny LlamaForCausalLM from a
 LlamaConfig (no weights, fixed seed), AutoPipeline.build with the variant's pool, ``--steps`` SGD
-steps on fixed random tokens, then one JSON line to ``--out``: losses (float.hex, bitwise), a
-sha256 of this rank's parameters, receive bytes per stage (pooltk.parity.measure_recv_storage),
-step times (``*_input_hook``: every stage but the first hooks its received input's gradient,
-``ranks.hook_received_inputs``), the most gradient hooks on one receive buffer per stage and direction, or the error
-that stopped it. A variant that raises ends the launch (its peers see the broken group); that is
-why such variants run last.
+steps on fixed random tokens, then one JSON line to ``--out``: losses (float.hex, bitwise), a sha256
+of this rank's parameters, receive bytes per stage (pooltk.parity.measure_recv_storage), step times
+(``*_input_hook``: every stage but the first hooks its received input's gradient,
+``ranks.hook_received_inputs``), the most gradient hooks on one receive buffer per stage and
+direction, or the error that stopped it. A variant that raises ends the launch (its peers see the
+broken group); that is why such variants run last.
 
 ``fresh*`` variants are stock torch with every receive landing in a newly allocated buffer
 (``pooltk.parity.fresh.fresh_stage`` on every stage AutoPipeline built, before the first step: the
@@ -42,7 +42,8 @@ def variant_spec(name: str) -> dict:
         "fresh_interleaved": dict(schedule="Interleaved1F1B", pool="fresh"),
         "fresh_gpipe": dict(schedule="gpipe", pool="fresh"),
         "fresh_alias_eval": dict(schedule="1f1b", pool="fresh", alias_eval=True),
-        # a model that hooks its received input's gradient (ranks.hook_received_inputs, pytorch issue #185331)
+        # a model that hooks its received input's gradient (ranks.hook_received_inputs, pytorch
+        # issue #185331)
         "stock_input_hook": dict(schedule="1f1b", pool="stock", input_hook=True),
         "fresh_input_hook": dict(schedule="1f1b", pool="fresh", input_hook=True),
         "pooltk_input_hook": dict(
@@ -52,7 +53,8 @@ def variant_spec(name: str) -> dict:
         "automodel_pool_s0": dict(schedule="1f1b", pool="automodel", slack=0),
         "pooltk_tight": dict(schedule="1f1b", pool="pooltk", slack=2, grad_slack=1),
         "pooltk_live": dict(schedule="1f1b", pool="pooltk", slack=0, grad_slack=0),
-        # Automodel's single ring built by pooltk for A/B: a ring no user chooses (the harness seam, below)
+        # Automodel's single ring built by pooltk for A/B: a ring no user chooses (the harness seam,
+        # below)
         "pooltk_automodel_policy": dict(
             schedule="1f1b", pool="pooltk", slack=2, rings={"policy": "automodel"}
         ),
@@ -140,8 +142,8 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
     from pooltk.parity import measure_recv_storage
     from pooltk.parity.worker import max_hooks, measure_rank_recv_storage
 
-    # a variant with harness rings replaces the integration's enable for itself only: every variant starts
-    # from the integration's own (one launch runs many variants in one process)
+    # a variant with harness rings replaces the integration's enable for itself only: every variant
+    # starts from the integration's own (one launch runs many variants in one process)
     am_integration.enable = _OWN_ENABLE.setdefault("enable", am_integration.enable)
     spec = variant_spec(name)
     rank = dist.get_rank()
@@ -292,7 +294,8 @@ def run_variant(name: str, args: argparse.Namespace, mesh) -> dict:
 
 
 def fresh_posts(report, posted: list) -> dict:
-    """What fresh_stage did on one stage, and the buffers it handed to receives: count and distinct storages."""
+    """What fresh_stage did on one stage, and the buffers it handed to receives: count and distinct
+    storages."""
     return {
         "layout": report.layout,
         "bound": report.bound,

@@ -1,7 +1,10 @@
-"""The trainers as log producers: Automodel's own LLM recipe and torchtitan's trainer, pooled and stock, on CPU.
+"""The trainers as log producers: Automodel's own LLM recipe and torchtitan's trainer, pooled and \
+stock, on CPU.
 
-    python tools/integration/producers.py --pp 2 --steps 3 --out reports/integration                # Automodel
-    python tools/integration/producers.py --trainer torchtitan --out reports/integration            # torchtitan
+    python tools/integration/producers.py --pp 2 --steps 3 \
+        --out reports/integration  # Automodel
+    python tools/integration/producers.py --trainer torchtitan \
+        --out reports/integration  # torchtitan
 
 What each wrote is read back with ``pooltk logs`` and checked against the run itself.
 
@@ -27,36 +30,36 @@ keeping per-rank files). Claims checked per variant
   printed decimals;
 - ``text_pool``: the text log's pool columns say what the variant is (:data:`EXPECTED_POOL`);
 - ``jsonl_pool``: the JSONL alone carries no pool facts, so its pool columns are empty;
-- ``folder``: the variant's folder (the text log and both JSONL files together) reads as one run with
-  those steps and the text log's pool columns;
-- ``val_steps``: the validation records ``pooltk logs`` reads (``read_logs(folder).steps``, kind ``val``)
-  are, from the text log and from ``validation.jsonl`` each, the steps and losses of the recipe's
-  ``validation.jsonl`` (read with ``json``; the text's to 4 decimals), and at least one;
-- ``losses_equal_stock``: the JSONL's training and validation losses (full precision) equal the stock
-  run's, bitwise;
-- ``logdir`` (``stock_logdir`` only: launched with ``--log-dir --redirects 3 --tee 3 --role rank``, so
-  train.log carries torchrun's ``[rankN]:`` prefixes): torchrun's per-rank file tree reads as one
+- ``folder``: the variant's folder (the text log and both JSONL files together) reads as one run
+  with those steps and the text log's pool columns;
+- ``val_steps``: the validation records ``pooltk logs`` reads (``read_logs(folder).steps``, kind
+  ``val``) are, from the text log and from ``validation.jsonl`` each, the steps and losses of the
+  recipe's ``validation.jsonl`` (read with ``json``; the text's to 4 decimals), and at least one;
+- ``losses_equal_stock``: the JSONL's training and validation losses (full precision) equal the
+  stock run's, bitwise;
+- ``logdir`` (``stock_logdir`` only: launched with ``--log-dir --redirects 3 --tee 3 --role rank``,
+  so train.log carries torchrun's ``[rankN]:`` prefixes): torchrun's per-rank file tree reads as one
   run of those steps (rank 1's files hold no record: Automodel logs on rank 0 only).
 
-``stock_relaunch`` is a second stock launch into a folder holding the stock launch's three logs (copied
-as written; Automodel appends to its JSONL files, the console is appended to train.log): its claims
-(:data:`RELAUNCH_CLAIMS`) are ``launch``, ``recipe_steps`` (the JSONL holds 0..STEPS-1 twice) and
-``relaunch_text`` / ``relaunch_jsonl`` / ``relaunch_folder``: the text log, the JSONL and the folder
-each read as two runs of steps 0..STEPS-1 with each launch's final loss.
+``stock_relaunch`` is a second stock launch into a folder holding the stock launch's three logs
+(copied as written; Automodel appends to its JSONL files, the console is appended to train.log): its
+claims (:data:`RELAUNCH_CLAIMS`) are ``launch``, ``recipe_steps`` (the JSONL holds 0..STEPS-1 twice)
+and ``relaunch_text`` / ``relaunch_jsonl`` / ``relaunch_folder``: the text log, the JSONL and the
+folder each read as two runs of steps 0..STEPS-1 with each launch's final loss.
 
-``--trainer torchtitan`` (run in .venvs/torchtitan) does the same for torchtitan's trainer: titan_suite.py's
-launch of ``torchtitan.train`` through ``pooltk.integrations.torchtitan`` (``stock``: ``--pooltk.enable
-false``; ``pooltk_tight``), PP ``--pp``, in a fresh dump folder. Its two logs: ``train.log`` (torchrun's
-``[rankN]:`` output of torchtitan's text log) and ``dump/structured_logs/*.jsonl`` (torchtitan's
-structured per-rank JSONL: step spans, no loss). Claims (:data:`TITAN_CLAIMS`, rows of
-``OUT/torchtitan_trainer/ppPP/claims.csv``): ``launch``; ``recipe_steps`` (every rank's ``step_end``
-records, read with ``json``, are steps 1..STEPS); ``text_steps`` (one ``torchtitan`` run, steps
-1..STEPS, final loss the last stage's logged loss to torchtitan's 5 printed decimals);
-``text_pool`` (:data:`TITAN_EXPECTED_POOL`); ``jsonl_steps`` (the structured_logs folder: one
-``torchtitan_jsonl`` run, steps 1..STEPS, no loss); ``jsonl_pool`` (empty); ``losses_equal_stock``;
-and once, on the last variant's rows, ``relaunch``: both launches' structured logs in one folder (what
-a second launch with the same ``--dump_folder`` leaves; each file name carries its process's start
-stamp) read as two runs of steps 1..STEPS.
+``--trainer torchtitan`` (run in .venvs/torchtitan) does the same for torchtitan's trainer:
+titan_suite.py's launch of ``torchtitan.train`` through ``pooltk.integrations.torchtitan``
+(``stock``: ``--pooltk.enable false``; ``pooltk_tight``), PP ``--pp``, in a fresh dump folder. Its
+two logs: ``train.log`` (torchrun's ``[rankN]:`` output of torchtitan's text log) and
+``dump/structured_logs/*.jsonl`` (torchtitan's structured per-rank JSONL: step spans, no loss).
+Claims (:data:`TITAN_CLAIMS`, rows of ``OUT/torchtitan_trainer/ppPP/claims.csv``): ``launch``;
+``recipe_steps`` (every rank's ``step_end`` records, read with ``json``, are steps 1..STEPS);
+``text_steps`` (one ``torchtitan`` run, steps 1..STEPS, final loss the last stage's logged loss to
+torchtitan's 5 printed decimals); ``text_pool`` (:data:`TITAN_EXPECTED_POOL`); ``jsonl_steps`` (the
+structured_logs folder: one ``torchtitan_jsonl`` run, steps 1..STEPS, no loss); ``jsonl_pool``
+(empty); ``losses_equal_stock``; and once, on the last variant's rows, ``relaunch``: both launches'
+structured logs in one folder (what a second launch with the same ``--dump_folder`` leaves; each
+file name carries its process's start stamp) read as two runs of steps 1..STEPS.
 
 Exit 1 when any claim fails; ``--logs-only`` re-reads what an earlier run left under ``--out``.
 """
@@ -93,21 +96,23 @@ VARIANTS: dict[str, dict] = {
     "stock": {"entry": "stock", "pool": "stock", "torchrun": []},
     "automodel_pool": {"entry": "stock", "pool": "automodel_pool", "torchrun": []},
     "pooltk": {"entry": "pooltk", "pool": "pooltk", "torchrun": []},
-    # stock again, launched the way a job keeps per-rank files: [rankN]: prefixes on the console, a --log-dir tree
+    # stock again, launched the way a job keeps per-rank files: [rankN]: prefixes on the console, a
+    # --log-dir tree
     "stock_logdir": {
         "entry": "stock",
         "pool": "stock",
         "torchrun": ["--log-dir", LOG_DIR, "--redirects", "3", "--tee", "3", "--role", "rank"],
     },
-    # a second launch into a folder holding stock's logs (copied): Automodel appends to its JSONL files, the
-    # console is appended (>>)
+    # a second launch into a folder holding stock's logs (copied): Automodel appends to its JSONL
+    # files, the console is appended (>>)
     "stock_relaunch": {"entry": "stock", "pool": "stock", "torchrun": [], "launches": 2},
 }
-"""Variant -> producers_rank.py ``--entry``, its pool keys (producers_assets.POOLS) and torchrun's own flags
-(``--log-dir`` goes to :func:`log_dir`)."""
+"""Variant -> producers_rank.py ``--entry``, its pool keys (producers_assets.POOLS) and torchrun's
+own flags (``--log-dir`` goes to :func:`log_dir`)."""
 
 EXPECTED_POOL: dict[str, dict] = {
-    # Automodel logs nothing about a pool it did not install, so a stock log is silent (unknown, not False).
+    # Automodel logs nothing about a pool it did not install, so a stock log is silent (unknown, not
+    # False).
     "stock": {"pooled": None, "pool_impl": None, "slack": None},
     "automodel_pool": {"pooled": True, "pool_impl": "automodel", "slack": 2},
     "pooltk": {"pooled": True, "pool_impl": "pooltk", "slack": 2},
@@ -128,7 +133,8 @@ CLAIMS = (
     "val_steps",
     "losses_equal_stock",
 )
-"""Every variant's claims; a variant launched with ``--log-dir`` adds ``logdir`` (:func:`claims_of`)."""
+"""Every variant's claims; a variant launched with ``--log-dir`` adds ``logdir``
+(:func:`claims_of`)."""
 
 
 RELAUNCH_CLAIMS = ("launch", "recipe_steps", "relaunch_text", "relaunch_jsonl", "relaunch_folder")
@@ -145,11 +151,13 @@ def claims_of(variant: str) -> tuple[str, ...]:
 COLUMNS = ["pp", "variant", "claim", "expected", "found", "ok"]
 
 TITAN_EXPECTED_POOL: dict[str, dict] = {
-    # the entry logs `pooltk: not installed (reason=--pooltk.enable false ...)`: a stock run reads as not pooled
+    # the entry logs `pooltk: not installed (reason=--pooltk.enable false ...)`: a stock run reads
+    # as not pooled
     "stock": {"pooled": False, "pool_impl": "pooltk", "slack": None},
     "pooltk_tight": {"pooled": True, "pool_impl": "pooltk", "slack": 2},
 }
-"""torchtitan variants (titan_suite.VARIANTS names) -> the pool columns their train.log must read as."""
+"""torchtitan variants (titan_suite.VARIANTS names) -> the pool columns their train.log must read
+as."""
 
 TITAN_MICROBATCHES = 8
 """Microbatches a step of the torchtitan runs (one 64-token row each, as titan_suite runs them)."""
@@ -176,9 +184,11 @@ def launch(
     timeout_s: float,
     again: bool = False,
 ) -> tuple[int | None, float]:
-    """torchrun one variant (stdout and stderr: ``run_dir/train.log``); exit code (None: timed out), wall s.
+    """torchrun one variant (stdout and stderr: ``run_dir/train.log``); exit code (None: timed out),
+    wall s.
 
-    ``again``: a further launch into the same folder: nothing is removed and train.log is appended to.
+    ``again``: a further launch into the same folder: nothing is removed and train.log is appended
+    to.
     """
     for stale in () if again else ("train.log", "training.jsonl", "validation.jsonl"):
         (run_dir / stale).unlink(missing_ok=True)
@@ -233,13 +243,15 @@ def recipe_record(run_dir: Path, name: str = "training.jsonl") -> list[dict]:
 
 _VAL_ROWS = (
     "import json, sys\nfrom pooltk.logs import read_logs\ns = read_logs([sys.argv[1]]).steps\n"
-    "v = s[s['kind'] == 'val']\nprint(json.dumps([{'file': str(f).rsplit('/', 1)[-1], 'step': int(t), "
+    "v = s[s['kind'] == 'val']\n"
+    "print(json.dumps([{'file': str(f).rsplit('/', 1)[-1], 'step': int(t), "
     "'loss': float(x)} for f, t, x in zip(v['source_file'], v['step'], v['loss'])]))"
 )
 
 
 def read_val(python: str, folder: Path) -> dict[str, list] | str:
-    """Validation rows ``pooltk.logs.read_logs`` reads in ``folder``: file name -> [[step, loss], ...], or an error."""
+    """Validation rows ``pooltk.logs.read_logs`` reads in ``folder``: file name ->
+    [[step, loss], ...], or an error."""
     proc = subprocess.run(
         [python, "-c", _VAL_ROWS, str(folder)],
         capture_output=True,
@@ -266,7 +278,8 @@ def val_claim(found: dict[str, list] | str, truth: list[dict]) -> tuple[dict, st
 
 
 def read(python: str, *paths: Path) -> dict:
-    """``pooltk logs PATHS --json`` (run with ``python``): {"runs": [...], "files": [...]} or {"error": text}."""
+    """``pooltk logs PATHS --json`` (run with ``python``): {"runs": [...], "files": [...]} or
+    {"error": text}."""
     proc = subprocess.run(
         [python, "-m", "pooltk", "logs", *map(str, paths), "--json"],
         capture_output=True,
@@ -290,7 +303,8 @@ def _one_run(found: dict) -> tuple[dict | None, str]:
 
 
 def run_claim(found: dict, expected: dict) -> tuple[dict, str, bool]:
-    """(expected, found, ok) for one read: exactly one run, whose fields named in ``expected`` are those values."""
+    """(expected, found, ok) for one read: exactly one run, whose fields named in ``expected`` are
+    those values."""
     run, why = _one_run(found)
     if run is None:
         return expected, why, False
@@ -301,7 +315,8 @@ def run_claim(found: dict, expected: dict) -> tuple[dict, str, bool]:
 def steps_claim(
     found: dict, fmt: str | None, steps: int, final_loss: float | None
 ) -> tuple[dict, str, bool]:
-    """One run of ``fmt`` (None: any) with steps 0..steps-1 and ``final_loss`` (None: the truth is unknown, fails)."""
+    """One run of ``fmt`` (None: any) with steps 0..steps-1 and ``final_loss`` (None: the truth is
+    unknown, fails)."""
     expected = {
         "format": fmt,
         "n_steps": steps,
@@ -336,9 +351,10 @@ def judge(
 ) -> list[dict]:
     """Every claim of :data:`CLAIMS` for one variant, as claims.csv rows.
 
-    ``record`` / ``stock_record``: training.jsonl's records of this variant and of stock; ``val``: the
-    validation rows pooltk read and this variant's validation.jsonl records; ``stock_val``: stock's;
-    ``logdir``: what ``pooltk logs`` read from torchrun's ``--log-dir`` tree (None: launched without one).
+    ``record`` / ``stock_record``: training.jsonl's records of this variant and of stock; ``val``:
+    the validation rows pooltk read and this variant's validation.jsonl records; ``stock_val``:
+    stock's; ``logdir``: what ``pooltk logs`` read from torchrun's ``--log-dir`` tree (None:
+    launched without one).
     """
     last = record[-1]["loss"] if record else None
     rows = [("launch", 0, code, code == 0)]
@@ -402,7 +418,8 @@ def judge_relaunch(
     jsonl: dict,
     folder: dict,
 ) -> list[dict]:
-    """:data:`RELAUNCH_CLAIMS` for a variant launched twice into one folder (``record``: both launches' JSONL)."""
+    """:data:`RELAUNCH_CLAIMS` for a variant launched twice into one folder (``record``: both
+    launches' JSONL)."""
     launches = VARIANTS[variant]["launches"]
     logged = [r.get("step") for r in record]
     lasts = (
@@ -450,7 +467,8 @@ def judge_relaunch(
 
 
 def step_ends(folder: Path) -> dict[int, list[int]]:
-    """Every rank's ``step_end`` steps in torchtitan's structured JSONL under ``folder`` (``json.loads``; no pooltk)."""
+    """Every rank's ``step_end`` steps in torchtitan's structured JSONL under ``folder``
+    (``json.loads``; no pooltk)."""
     out: dict[int, list[int]] = {}
     for path in sorted(folder.glob("*.jsonl")):
         for line in path.read_text().splitlines():
@@ -471,7 +489,8 @@ def judge_titan(
     text: dict,
     jsonl: dict,
 ) -> list[dict]:
-    """Every claim of :data:`TITAN_CLAIMS` for one torchtitan variant; ``losses``: the last stage's, float.hex."""
+    """Every claim of :data:`TITAN_CLAIMS` for one torchtitan variant; ``losses``: the last stage's,
+    float.hex."""
     want = {r: list(range(1, steps + 1)) for r in range(pp)}
     last = round(float.fromhex(losses[-1]), 5) if losses else None
     rows = [("launch", 0, code, code == 0), ("recipe_steps", want, ends, ends == want)]
@@ -520,7 +539,8 @@ def judge_titan(
 
 
 def run_titan(args) -> list[dict]:
-    """torchtitan's trainer, stock then pooltk_tight, through titan_suite's launch; the claims rows."""
+    """torchtitan's trainer, stock then pooltk_tight, through titan_suite's launch; the claims
+    rows."""
     import shutil
 
     import titan_suite
@@ -547,7 +567,8 @@ def run_titan(args) -> list[dict]:
                 args.timeout,
             )
             print(
-                f"[integration] torchtitan trainer pp{args.pp} {variant}: exit {code}, {wall:.1f} s",
+                f"[integration] torchtitan trainer pp{args.pp} {variant}: "
+                f"exit {code}, {wall:.1f} s",
                 flush=True,
             )
         last = [
@@ -632,7 +653,8 @@ def run_automodel(args) -> list[dict]:
             )
             codes[variant] = codes[variant] or code
             print(
-                f"[integration] automodel recipe pp{args.pp} {variant} launch {k + 1}: exit {code}, {wall:.1f} s",
+                f"[integration] automodel recipe pp{args.pp} {variant} launch {k + 1}: "
+                f"exit {code}, {wall:.1f} s",
                 flush=True,
             )
         text = read(args.reader_python, run_dir / "train.log")
@@ -725,13 +747,14 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in rows if not r["ok"]]
     for r in rows:
         print(
-            f"[integration] {'ok  ' if r['ok'] else 'FAIL'} pp{r['pp']} {r['variant']:<15} {r['claim']:<19} "
+            f"[integration] {'ok  ' if r['ok'] else 'FAIL'} pp{r['pp']} {r['variant']:<15} "
+            f"{r['claim']:<19} "
             f"found {r['found'][:160]}" + ("" if r["ok"] else f"  expected {r['expected'][:160]}"),
             flush=True,
         )
     print(
-        f"[integration] {args.trainer} producers: {len(rows) - len(failed)}/{len(rows)} claims hold; "
-        f"table {table}",
+        f"[integration] {args.trainer} producers: {len(rows) - len(failed)}/{len(rows)} "
+        f"claims hold; table {table}",
         flush=True,
     )
     return 1 if failed else 0

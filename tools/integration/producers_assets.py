@@ -1,7 +1,8 @@
-"""A tiny model folder, tokenizer, dataset and recipe YAML for NeMo Automodel's own LLM recipe (nothing downloaded).
+"""A tiny model folder, tokenizer, dataset and recipe YAML for NeMo Automodel's own LLM recipe
+(nothing downloaded).
 
-Automodel's fine-tuning recipe (``nemo_automodel.recipes.llm.train_ft``) reads a model name or folder
-for three things: the model config (``AutoConfig.from_pretrained``), the tokenizer
+Automodel's fine-tuning recipe (``nemo_automodel.recipes.llm.train_ft``) reads a model name or
+folder for three things: the model config (``AutoConfig.from_pretrained``), the tokenizer
 (``NeMoAutoTokenizer.from_pretrained``) and the pipeline's causal-mask collate wrapper. This writes,
 under one folder:
 
@@ -10,8 +11,8 @@ under one folder:
   tokenizer files (``tokenizer.json``: a word-level tokenizer trained with ``tokenizers`` on the
   generated text, wrapped by ``PreTrainedTokenizerFast`` so ``save_pretrained`` writes what
   ``from_pretrained`` reads);
-- ``data/train.jsonl``: ``ROWS`` lines ``{"question": ..., "answer": ...}`` of pseudo-words from a fixed
-  seed, each exactly ``WORDS_Q`` + ``WORDS_A`` words (one token each), read by Automodel's
+- ``data/train.jsonl``: ``ROWS`` lines ``{"question": ..., "answer": ...}`` of pseudo-words from a
+  fixed seed, each exactly ``WORDS_Q`` + ``WORDS_A`` words (one token each), read by Automodel's
   ``ColumnMappedTextInstructionDataset`` from a local path;
 - per run, by :func:`write_recipe`: the recipe's own YAML: PP ``pp``, 1F1B, one-row microbatches
   (``LOCAL_BATCH`` of them a step), gloo, SGD, ``steps`` steps, no checkpoints, validation every
@@ -50,8 +51,8 @@ LOCAL_BATCH = 8
 """Rows a step (one per microbatch: 8 microbatches over the pipeline)."""
 
 VAL_EVERY, VAL_ROWS = 2, 16
-"""Validation every this many steps (the recipe's ``val_every_steps``), on the first ``VAL_ROWS`` rows of the
-same file (its ``[val]`` log lines and ``validation.jsonl``)."""
+"""Validation every this many steps (the recipe's ``val_every_steps``), on the first ``VAL_ROWS``
+rows of the same file (its ``[val]`` log lines and ``validation.jsonl``)."""
 
 BOS, EOS, PAD, UNK = "<s>", "</s>", "<pad>", "<unk>"
 
@@ -122,7 +123,8 @@ def write_assets(out: Path) -> Path:
     )
     if tok.get_vocab_size() > VOCAB:
         raise RuntimeError(
-            f"producers_assets: tokenizer has {tok.get_vocab_size()} entries, more than VOCAB={VOCAB}"
+            f"producers_assets: tokenizer has {tok.get_vocab_size()} entries, "
+            f"more than VOCAB={VOCAB}"
         )
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK
@@ -146,7 +148,8 @@ def write_assets(out: Path) -> Path:
 
 
 def recipe(pool: str, assets: Path, run_dir: Path, *, pp: int, steps: int) -> dict:
-    """The recipe config with the pool keys of ``pool`` (a :data:`POOLS` name), as a dict (the YAML)."""
+    """The recipe config with the pool keys of ``pool`` (a :data:`POOLS` name), as a dict (the
+    YAML)."""
     dataset = {
         "_target_": "nemo_automodel.components.datasets.llm.column_mapped_text_instruction_dataset."
         "ColumnMappedTextInstructionDataset",
@@ -194,7 +197,8 @@ def recipe(pool: str, assets: Path, run_dir: Path, *, pp: int, steps: int) -> di
 
 
 def write_recipe(pool: str, assets: Path, run_dir: Path, *, pp: int, steps: int) -> Path:
-    """Write ``run_dir/recipe.yaml`` with the pool keys of ``pool`` (JSON text, which YAML reads); returns its path."""
+    """Write ``run_dir/recipe.yaml`` with the pool keys of ``pool`` (JSON text, which YAML reads);
+    returns its path."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "recipe.yaml"
     path.write_text(json.dumps(recipe(pool, assets, run_dir, pp=pp, steps=steps), indent=2) + "\n")

@@ -1,20 +1,21 @@
-"""One rank of NeMo Automodel's own LLM recipe on a CPU-only torch (run by producers.py under torchrun).
+"""One rank of NeMo Automodel's own LLM recipe on a CPU-only torch (run by producers.py under \
+torchrun).
 
     torchrun --nproc-per-node 2 tools/integration/producers_rank.py --entry pooltk -c recipe.yaml
     torchrun --nproc-per-node 2 tools/integration/producers_rank.py --entry stock -c recipe.yaml
 
 ``--entry stock`` runs ``nemo_automodel.recipes.llm.train_ft`` as ``__main__`` (Automodel's own
-command); ``--entry pooltk`` runs ``pooltk.integrations.automodel`` as ``__main__`` (the user's entry:
-the same recipe with pooltk installed from the YAML's ``distributed.pipeline`` block first). The
-other arguments go to the recipe unchanged.
+command); ``--entry pooltk`` runs ``pooltk.integrations.automodel`` as ``__main__`` (the user's
+entry: the same recipe with pooltk installed from the YAML's ``distributed.pipeline`` block first).
+The other arguments go to the recipe unchanged.
 
 [Note: what the CPU shim changes]
 Automodel 0.7.0's recipe assumes a CUDA device in four calls that a CPU-only torch cannot answer
 (nothing else in its path needs one; no installed file is changed):
 
 - ``torch.cuda.reset_peak_memory_stats()`` (train_ft.py setup and every log step) raises
-  ``AttributeError: module 'torch._C' has no attribute '_cuda_resetPeakMemoryStats'``: on CPU there is
-  no peak to reset, so it becomes a no-op;
+  ``AttributeError: module 'torch._C' has no attribute '_cuda_resetPeakMemoryStats'``: on CPU there
+  is no peak to reset, so it becomes a no-op;
 - ``torch.cuda.current_device()`` (auto_model.py ``_build_model`` and ``from_config``) raises
   ``AssertionError: Torch not compiled with CUDA enabled``: it answers 0, as on the first GPU;
 - the device built from it (``torch.device("cuda", 0)`` for ``instantiate_infrastructure``, index
@@ -62,7 +63,8 @@ def _on_cpu(fn):
 
 
 def cpu_shim() -> bool:
-    """Apply [Note: what the CPU shim changes]; returns False (and changes nothing) with a CUDA torch."""
+    """Apply [Note: what the CPU shim changes]; returns False (and changes nothing) with a CUDA
+    torch."""
     import torch
 
     if torch.cuda.is_available():
@@ -77,7 +79,8 @@ def cpu_shim() -> bool:
     }
     for name, fn in originals.items():
         setattr(infrastructure, name, _on_cpu(fn))
-    # modules that bound the originals at import (a module run later as __main__ binds the wrapped ones)
+    # modules that bound the originals at import (a module run later as __main__ binds the wrapped
+    # ones)
     import nemo_automodel._transformers.auto_model as auto_model
     import nemo_automodel.recipes.llm.train_ft as train_ft
 

@@ -35,7 +35,8 @@ def launch(
     env: dict[str, str] | None = None,
     python: str = sys.executable,
 ) -> tuple[list[int | None], float]:
-    """Run ``python argv...`` as ``world`` ranks; stdout+stderr of rank r go to ``log_dir/rank{r}.log``."""
+    """Run ``python argv...`` as ``world`` ranks; stdout+stderr of rank r go to
+    ``log_dir/rank{r}.log``."""
     log_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     envs = []
@@ -63,8 +64,11 @@ def launch(
     return done.codes, done.wall_s
 
 
-def hook_received_inputs(module) -> object:  # noqa: ANN001 - an nn.Module (torch is imported by the caller)
-    """Every forward of ``module`` registers a gradient hook (``g * 0.5``) on each received input that needs grad.
+def hook_received_inputs(
+    module,  # noqa: ANN001 - an nn.Module (torch is imported by the caller)
+) -> object:
+    """Every forward of ``module`` registers a gradient hook (``g * 0.5``) on each received input
+    that needs grad.
 
     The pattern of pytorch issue #185331: stock torch hands microbatch c the same receive buffer
     every step, so the hooks pile up there (step k's input gradient is scaled k + 1 times); with a

@@ -78,7 +78,8 @@ BASELINE = {"1f1b": "stock", "Interleaved1F1B": "stock_interleaved", "gpipe": "s
 FRESH = {"1f1b": "fresh", "Interleaved1F1B": "fresh_interleaved", "gpipe": "fresh_gpipe"}
 """The fresh run of each schedule: stock torch with every receive in a newly allocated buffer."""
 HOOKED = ("stock_input_hook", "fresh_input_hook")
-"""The stock and fresh runs of the model that hooks its received input (records with ``input_hook``)."""
+"""The stock and fresh runs of the model that hooks its received input (records with
+``input_hook``)."""
 EVAL_BASELINE = "stock_alias_eval"
 """The stock run of the forward-only step whose last stage returns a view of its input."""
 EVAL_FRESH = "fresh_alias_eval"
@@ -86,8 +87,10 @@ EVAL_FRESH = "fresh_alias_eval"
 REFERENCES = frozenset([*BASELINE.values(), *FRESH.values(), *HOOKED, EVAL_BASELINE, EVAL_FRESH])
 """Variants that are judged against, not judged (no verdict)."""
 EXPECT = {
-    # variant -> what a correct run shows (the claims the suite checks); every other variant: "bitwise"
-    "automodel_pool_gpipe_forced": "silent",  # the original, forced outside its gate: differs from fresh
+    # variant -> what a correct run shows (the claims the suite checks); every other variant:
+    # "bitwise"
+    # the original, forced outside its gate: differs from fresh
+    "automodel_pool_gpipe_forced": "silent",
     "pooltk_gpipe_forced": "PoolOverrunError",  # pooltk's guard stops it: loud
     "automodel_pool_alias_eval": "silent",  # the original hands out outputs it then overwrites
 }
@@ -145,7 +148,8 @@ def _steady(times: list[float]) -> float:
 def _refs(
     by: dict, pp: int, r: dict, rank: int
 ) -> tuple[dict | None, dict | None, dict | None, dict | None]:
-    """The stock and fresh runs ``r`` is judged against: (train stock, train fresh, eval stock, eval fresh)."""
+    """The stock and fresh runs ``r`` is judged against: (train stock, train fresh, eval stock, eval
+    fresh)."""
     schedule = r.get("schedule", "")
     stock, fresh = (
         HOOKED
@@ -210,7 +214,8 @@ def _differs(parts: dict) -> str:
 
 
 def judge(r: dict, stage: str, refs: tuple, steps: int) -> dict:
-    """One row's three-way comparison and verdict (see [Note: trainer verdicts]); errors are judged per case."""
+    """One row's three-way comparison and verdict (see [Note: trainer verdicts]); errors are judged
+    per case."""
     stock, fresh, eval_stock, eval_fresh = refs
     vs_stock, vs_fresh = equal(r, stock, eval_stock), equal(r, fresh, eval_fresh)
     stock_fresh = equal(fresh, stock, None)  # the two references' training runs
@@ -257,7 +262,8 @@ def judge(r: dict, stage: str, refs: tuple, steps: int) -> dict:
 
 
 def judge_failed(mine: list[dict]) -> tuple[str, str]:
-    """The verdict of a case some rank of which raised, and why: loud when some rank's error names pooltk."""
+    """The verdict of a case some rank of which raised, and why: loud when some rank's error names
+    pooltk."""
     failed = sorted((r for r in mine if not r.get("ok")), key=lambda r: r["rank"])
     named = [r for r in failed if names_pooltk(r.get("error_type", ""), r.get("error", ""))]
     first = (named or failed)[0]
@@ -313,7 +319,8 @@ def compare(
                         stock_rank_recv_bytes=_bytes(base["rank_recv"]),
                     )
                 rings = r.get("rings", {}).get(stage, {})
-                if rings:  # pooled: sets per ring and copy-on-conflict re-homes over the run (all directions)
+                # pooled: sets per ring and copy-on-conflict re-homes over the run (all directions)
+                if rings:
                     row["ring_sets"] = " ".join(
                         f"{d}:{v['size']}" for d, v in sorted(rings.items())
                     )
@@ -355,7 +362,8 @@ def compare(
 
 
 def claim(rows: list[dict], by: dict, steps: int) -> list[dict]:
-    """Per (pp, variant): a failed case's verdict, an explained case's reason, every row's ``claim_ok``.
+    """Per (pp, variant): a failed case's verdict, an explained case's reason, every row's
+    ``claim_ok``.
 
     See [Note: trainer verdicts].
     """
@@ -407,7 +415,8 @@ def claim(rows: list[dict], by: dict, steps: int) -> list[dict]:
 
 
 def _fresh_ok(record: dict) -> bool:
-    """Every stage of a fresh run had its receives in new storages (or torch is lazy: stock is fresh)."""
+    """Every stage of a fresh run had its receives in new storages (or torch is lazy: stock is
+    fresh)."""
     stages = record.get("fresh") or {}
     if not stages or set(stages) != set(record.get("recv", {})):
         return False
@@ -449,7 +458,8 @@ def run_trainer(
             codes, wall = launch(argv, world=pp, timeout_s=timeout_s, log_dir=ldir, python=python)
             expect_fail = any(EXPECT.get(v) == "PoolOverrunError" for v in variants)
             print(
-                f"[integration] {trainer} pp{pp} launch{i} ({','.join(variants)}): exit {codes}, {wall:.1f} s",
+                f"[integration] {trainer} pp{pp} launch{i} ({','.join(variants)}): "
+                f"exit {codes}, {wall:.1f} s",
                 flush=True,
             )
             if None in codes:
@@ -467,7 +477,8 @@ def run_trainer(
 
 
 def write_rows(out: Path, rows: list[dict], trainer: str) -> list[str]:
-    """Write ``out/rows.csv`` (the suite's table); return one problem per (pp, variant) whose claim failed."""
+    """Write ``out/rows.csv`` (the suite's table); return one problem per (pp, variant) whose claim
+    failed."""
     with open(out / "rows.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()

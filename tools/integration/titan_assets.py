@@ -1,4 +1,5 @@
-"""A local tokenizer and text dataset for torchtitan runs, generated at run time (nothing downloaded).
+"""A local tokenizer and text dataset for torchtitan runs, generated at run time (nothing
+downloaded).
 
 torchtitan's wheel ships no test assets (its ``llama3_debugmodel`` points at the source tree's
 ``tests/assets``). This writes, under one folder:

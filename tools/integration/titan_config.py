@@ -1,4 +1,5 @@
-"""torchtitan config registry for the CPU integration runs: ``--module tools.integration.titan_config``.
+"""torchtitan config registry for the CPU integration runs:
+``--module tools.integration.titan_config``.
 
 torchtitan resolves ``--module`` as a fully qualified module and ``--config`` as a function in it
 that returns a ``Trainer.Config``. ``llama3_cpu_sdpa`` is torchtitan's own ``llama3_debugmodel``

@@ -1,6 +1,8 @@
-"""One torchtitan rank for the suite: the user's entry, observed (run by titan_suite.py under torchrun).
+"""One torchtitan rank for the suite: the user's entry, observed (run by titan_suite.py under
+torchrun).
 
-    torchrun --nproc-per-node 2 tools/integration/titan_rank.py --record FILE [--fresh] [--input-hook] <entry arguments>
+    torchrun --nproc-per-node 2 tools/integration/titan_rank.py --record FILE [--fresh] \
+        [--input-hook] <entry arguments>
 
 Runs ``pooltk.integrations.torchtitan.main`` with ``<entry arguments>`` (``--pooltk.*`` and
 torchtitan's own), exactly the code path of ``-m pooltk.integrations.torchtitan``, and observes
@@ -19,8 +21,9 @@ per stage what ``fresh_stage`` found, how many buffers were posted to receives a
 distinct storages those were (all kept alive until the run ends, so a reused storage would show).
 ``--input-hook``: every stage but the first hooks its received input's gradient
 (``ranks.hook_received_inputs``, the pattern of pytorch issue #185331).
-``--rings JSON``: the entry installs pooltk with this ``pooltk.parity.experiments.Harness`` (a ring no user
-chooses, such as Automodel's single ring) through the harness seam, in place of its own config.
+``--rings JSON``: the entry installs pooltk with this ``pooltk.parity.experiments.Harness`` (a ring
+no user chooses, such as Automodel's single ring) through the harness seam, in place of its own
+config.
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ def _params_sha256(stages: list) -> str:
 
 
 def _fresh_posts(report, posted: list) -> dict:
-    """What fresh_stage did on one stage, and the buffers it handed to receives: count and distinct storages."""
+    """What fresh_stage did on one stage, and the buffers it handed to receives: count and distinct
+    storages."""
     return {
         "layout": report.layout,
         "bound": report.bound,

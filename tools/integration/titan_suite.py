@@ -43,7 +43,8 @@ VARIANTS: dict[str, dict] = {
     "fresh": dict(schedule="1f1b", pool="fresh", flags={"enable": "false"}),
     "pooltk_tight": dict(schedule="1f1b", pool="pooltk", flags={"slack": "2", "grad_slack": "1"}),
     "pooltk_live": dict(schedule="1f1b", pool="pooltk", flags={"slack": "0", "grad_slack": "0"}),
-    # Automodel's single ring, built by pooltk for A/B: a ring no user chooses, through the harness seam (--rings)
+    # Automodel's single ring, built by pooltk for A/B: a ring no user chooses, through the harness
+    # seam (--rings)
     "pooltk_automodel_policy": dict(
         schedule="1f1b",
         pool="pooltk",
@@ -71,8 +72,9 @@ VARIANTS: dict[str, dict] = {
         schedule="1f1b", pool="pooltk", input_hook=True, flags={"slack": "2", "grad_slack": "1"}
     ),
 }
-"""Every variant; ``fresh*``: stock with every receive in a new buffer (titan_rank.py ``--fresh``, the
-reference besides stock); pooltk_gated_gpipe: GPipe with the default 1f1b gate (pooltk must keep it stock)."""
+"""Every variant; ``fresh*``: stock with every receive in a new buffer (titan_rank.py ``--fresh``,
+the reference besides stock); pooltk_gated_gpipe: GPipe with the default 1f1b gate (pooltk must keep
+it stock)."""
 
 TITAN_SCHEDULE = {"1f1b": "1F1B", "Interleaved1F1B": "Interleaved1F1B", "gpipe": "GPipe"}
 LOG_COLUMNS = [
@@ -91,7 +93,8 @@ LOG_COLUMNS = [
 
 
 def with_references(names: list[str]) -> list[str]:
-    """``names`` in order, each preceded by the stock and fresh runs it is judged against (when not already there)."""
+    """``names`` in order, each preceded by the stock and fresh runs it is judged against (when not
+    already there)."""
     out: list[str] = []
     for name in names:
         spec = VARIANTS[name]
@@ -145,7 +148,8 @@ def titan_args(
 
 
 def rank_args(name: str, record: Path) -> list[str]:
-    """titan_rank.py and its own options for one variant (``--fresh``, ``--input-hook``), before the entry's."""
+    """titan_rank.py and its own options for one variant (``--fresh``, ``--input-hook``), before the
+    entry's."""
     spec = VARIANTS[name]
     return [
         str(ROOT / "tools/integration/titan_rank.py"),
@@ -167,7 +171,8 @@ def launch(
     microbatches: int,
     timeout_s: float,
 ) -> tuple[int | None, float, list[dict]]:
-    """torchrun one variant; returns exit code (None: timed out), wall seconds and the rank records."""
+    """torchrun one variant; returns exit code (None: timed out), wall seconds and the rank
+    records."""
     vdir = out / f"pp{pp}" / name
     vdir.mkdir(parents=True, exist_ok=True)
     record = vdir / "records.jsonl"
@@ -273,9 +278,11 @@ def pool_read(run: dict) -> str:
 
 
 def log_row(pp: int, name: str, log: Path, run: dict, steps: int, last_loss: str | None) -> dict:
-    """One logs.csv row; ``last_loss``: the last stage's final loss as torchtitan logged it (float.hex)."""
+    """One logs.csv row; ``last_loss``: the last stage's final loss as torchtitan logged it
+    (float.hex)."""
     spec = VARIANTS[name]
-    # Gated GPipe: installed, but every stage that reported kept stock, so the run reads as not pooled.
+    # Gated GPipe: installed, but every stage that reported kept stock, so the run reads as not
+    # pooled.
     pooled_expected = spec["pool"] == "pooltk" and name != "pooltk_gated_gpipe"
     if pooled_expected:
         expected = f"pooled=True pool_impl=pooltk slack={spec['flags'].get('slack', '2')}"
@@ -326,7 +333,8 @@ def main() -> int:
     p.add_argument(
         "--logs-only",
         action="store_true",
-        help="launch nothing: compare the records and re-read the train.log files already under --out",
+        help="launch nothing: compare the records and re-read the train.log files "
+        "already under --out",
     )
     args = p.parse_args()
     out = args.out / "torchtitan"
@@ -353,7 +361,8 @@ def main() -> int:
                 )
             if code != 0:
                 problems.append(
-                    f"torchtitan pp{pp} {name}: exit {code} (see {out / f'pp{pp}' / name / 'train.log'})"
+                    f"torchtitan pp{pp} {name}: exit {code} "
+                    f"(see {out / f'pp{pp}' / name / 'train.log'})"
                 )
             records += recs
             log = out / f"pp{pp}" / name / "train.log"
@@ -387,11 +396,13 @@ def main() -> int:
     for row in logs:
         if not row["claim_ok"]:
             problems.append(
-                f"torchtitan pp{row['pp']} {row['variant']}: pooltk logs read {row['n_steps']} steps, "
+                f"torchtitan pp{row['pp']} {row['variant']}: "
+                f"pooltk logs read {row['n_steps']} steps, "
                 f"pool {row['pool_read']!r}; expected {args.steps} steps, {row['pool_expected']!r}"
             )
     print(
-        f"[integration] torchtitan: {len(rows)} rows -> {out / 'rows.csv'}, {len(logs)} logs -> {out / 'logs.csv'}"
+        f"[integration] torchtitan: {len(rows)} rows -> {out / 'rows.csv'}, "
+        f"{len(logs)} logs -> {out / 'logs.csv'}"
     )
     return finish(problems)
 

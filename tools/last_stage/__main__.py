@@ -1,8 +1,10 @@
-"""``python -m tools.last_stage``: measure the last stage's re-homes, print a table, check it, optionally write the CSV.
+"""``python -m tools.last_stage``: measure the last stage's re-homes, print a table, check it,
+optionally write the CSV.
 
-The records are written only when every claim of :mod:`tools.last_stage.claims` holds (the table is printed
-either way); ``--check CSV`` checks a written file against the grid the flags describe (default: the committed
-table's). A record is written from committed code only (``--allow-dirty`` writes one that says ``+dirty``).
+The records are written only when every claim of :mod:`tools.last_stage.claims` holds (the table is
+printed either way); ``--check CSV`` checks a written file against the grid the flags describe
+(default: the committed table's). A record is written from committed code only (``--allow-dirty``
+writes one that says ``+dirty``).
 """
 
 from __future__ import annotations
@@ -116,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     code = code_version()
     if clean and (code == "unknown" or code.endswith("+dirty")):
         print(
-            f"{PROG}: error: --csv: found code {code} (uncommitted edits under pooltk/ or tools/last_stage/, or no "
-            "git); required a committed tree. Fix: commit, or measure an export (git archive COMMIT) with "
-            "POOLTK_CODE_VERSION=COMMIT, or pass --allow-dirty.",
+            f"{PROG}: error: --csv: found code {code} (uncommitted edits under pooltk/ or "
+            "tools/last_stage/, or no git); required a committed tree. Fix: commit, or measure an "
+            "export (git archive COMMIT) with POOLTK_CODE_VERSION=COMMIT, or pass --allow-dirty.",
             file=sys.stderr,
         )
         return 2

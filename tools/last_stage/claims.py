@@ -1,16 +1,19 @@
-"""What a table of last-stage records must show before it is written: :func:`check` names each broken claim.
+"""What a table of last-stage records must show before it is written: :func:`check` names each
+broken claim.
 
 [Note: the claims of a last-stage table]
-``python -m tools.last_stage`` measures, then calls :func:`check` on the records; a broken claim means
-nothing is written to ``--csv`` and the command exits 1 (the measured table is still printed), so a file
-written by the tool holds every claim. ``python -m tools.last_stage --check CSV`` runs the same check on
-a written file. ``K_f = min(M, 1 + slack)`` is the last stage's forward ring, ``K_g = min(M, 2)`` stage
-0's gradient ring (grad slack 1). The claims, each over every row it concerns:
+``python -m tools.last_stage`` measures, then calls :func:`check` on the records; a broken claim
+means nothing is written to ``--csv`` and the command exits 1 (the measured table is still printed),
+so a file written by the tool holds every claim. ``python -m tools.last_stage --check CSV`` runs the
+same check on a written file. ``K_f = min(M, 1 + slack)`` is the last stage's forward ring,
+``K_g = min(M, 2)`` stage 0's gradient ring (grad slack 1). The claims, each over every row it
+concerns:
 
-- ``covers_the_grid``: one row per (model, M, variant, slack, release, stage, direction that receives) of
-  the grid asked for, nothing else; every row of ``pp``, the schedule and the steps asked for;
-- ``one_code_version``: one pooltk code version and one torch version; ``clean_code`` (when writing a
-  record): that version a commit, neither ``+dirty`` nor ``unknown``;
+- ``covers_the_grid``: one row per (model, M, variant, slack, release, stage, direction that
+  receives) of the grid asked for, nothing else; every row of ``pp``, the schedule and the steps
+  asked for;
+- ``one_code_version``: one pooltk code version and one torch version; ``clean_code`` (when writing
+  a record): that version a commit, neither ``+dirty`` nor ``unknown``;
 - ``bytes_add_up``: ``set_bytes`` = rows x seq x hidden x 4, ``storage_bytes`` = storages x set,
   ``rehomed_bytes`` = re-homes x set, ``counted_bytes`` = storage + re-homed bytes;
 - ``stock_holds_one_storage_per_microbatch``: stock has M storages, no re-home, no ring, no config;
@@ -18,8 +21,9 @@ a written file. ``K_f = min(M, 1 + slack)`` is the last stage's forward ring, ``
 - ``first_stage_grad_ring_never_rehomes``: stage 0 receives gradients only, into ``K_g`` storages;
 - ``release_leaves_the_last_stage_no_rehome`` (slack >= 2): no re-home, ``K_f`` storages, counted
   bytes = the ring's;
-- ``without_release_the_last_stage_rehomes`` (slack >= 2): re-homes wherever ``M > K_f``, never fewer
-  at a larger M and more at the largest than at the smallest (the kept graphs hold the step's inputs);
+- ``without_release_the_last_stage_rehomes`` (slack >= 2): re-homes wherever ``M > K_f``, never
+  fewer at a larger M and more at the largest than at the smallest (the kept graphs hold the step's
+  inputs);
 - ``at_slack_0_only_a_view_output_rehomes``: with the release a ring of 1 re-homes nothing, except a
   stage output that is a view (``linear3d``): one per re-post, ``steps x (M - 1)``; without it at
   least ``steps x (M - 2)``.
@@ -140,7 +144,8 @@ def _bytes_add_up(records: Sequence[Record], grid: Grid) -> list[str]:
         found = []
         if r.set_bytes != r.rows_per_microbatch * r.seq_len * r.hidden * 4:
             found.append(
-                f"set_bytes {r.set_bytes} for {r.rows_per_microbatch}x{r.seq_len}x{r.hidden} float32"
+                f"set_bytes {r.set_bytes} "
+                f"for {r.rows_per_microbatch}x{r.seq_len}x{r.hidden} float32"
             )
         if r.storage_bytes != r.storages * r.set_bytes:
             found.append(f"storage_bytes {r.storage_bytes} for {r.storages} storages")
@@ -156,8 +161,8 @@ def _bytes_add_up(records: Sequence[Record], grid: Grid) -> list[str]:
 
 def _stock_holds_one_storage_per_microbatch(records: Sequence[Record], grid: Grid) -> list[str]:
     return [
-        f"{_label(r)}: {r.storages} storages, {r.rehomes} re-homes, ring {r.ring_sets}, peak {r.peak_live}, "
-        f"bitwise {r.bitwise_equal}"
+        f"{_label(r)}: {r.storages} storages, {r.rehomes} re-homes, ring {r.ring_sets}, "
+        f"peak {r.peak_live}, bitwise {r.bitwise_equal}"
         for r in records
         if r.variant == "stock"
         and (r.storages, r.rehomes, r.ring_sets, r.peak_live, r.bitwise_equal)
@@ -227,8 +232,8 @@ def _at_slack_0_only_a_view_output_rehomes(records: Sequence[Record], grid: Grid
             r.set_bytes * (1 + view),
         ):
             out.append(
-                f"{_label(r)}: ring {r.ring_sets}, {r.storages} storages, {r.rehomes} re-homes (view rule "
-                f"{view}), {r.counted_bytes} counted bytes"
+                f"{_label(r)}: ring {r.ring_sets}, {r.storages} storages, {r.rehomes} re-homes "
+                f"(view rule {view}), {r.counted_bytes} counted bytes"
             )
     for r in _last(records, grid, release=False, slack=lambda s: s == 0):
         if r.rehomes < r.steps * (r.microbatches - 2):
@@ -279,11 +284,13 @@ CLAIMS: dict[str, tuple[str, Callable[[Sequence[Record], Grid], list[str]]]] = {
         _at_slack_0_only_a_view_output_rehomes,
     ),
 }
-"""Claim name -> (what it requires, the rows that break it). See [Note: the claims of a last-stage table]."""
+"""Claim name -> (what it requires, the rows that break it). See
+[Note: the claims of a last-stage table]."""
 
 
 def check(records: Sequence[Record], grid: Grid | None = None, *, clean: bool = True) -> list[str]:
-    """The broken claims of ``records`` measured over ``grid`` (default: the committed table's), one line each.
+    """The broken claims of ``records`` measured over ``grid`` (default: the committed table's), one
+    line each.
 
     ``clean=False`` drops ``clean_code`` (a run not written as a record, or ``--allow-dirty``).
     """

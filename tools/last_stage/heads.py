@@ -1,4 +1,5 @@
-"""A plain ``nn.Linear`` last stage (MSE loss, torch's own), put into the parity harness by a prelude.
+"""A plain ``nn.Linear`` last stage (MSE loss, torch's own), put into the parity harness by a
+prelude.
 
 [Note: the linear head in the parity harness]
 The parity harness builds every stage with ``pooltk.parity.worker.make_stage_module`` and every
@@ -44,14 +45,15 @@ def _world() -> int:
         return int(sys.argv[2])
     except (IndexError, ValueError):
         raise RuntimeError(
-            "tools.last_stage.heads: found no world size in sys.argv[2]; required a rank started by "
-            "pooltk.parity.rank (argv = [prog, rank, world, out_dir, port]). Fix: launch through "
-            "pooltk.parity.run_parity(spec, prelude='tools.last_stage.prelude_linear3d')."
+            "tools.last_stage.heads: found no world size in sys.argv[2]; required a rank started "
+            "by pooltk.parity.rank (argv = [prog, rank, world, out_dir, port]). Fix: launch "
+            "through pooltk.parity.run_parity(spec, prelude='tools.last_stage.prelude_linear3d')."
         ) from None
 
 
 def patch(*, two_d: bool) -> None:
-    """Make this rank's last stage a :class:`LinearHead`; with ``two_d``, flatten every batch to 2-D."""
+    """Make this rank's last stage a :class:`LinearHead`; with ``two_d``, flatten every batch to
+    2-D."""
     from pooltk.parity import worker
 
     world = _world()

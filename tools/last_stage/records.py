@@ -51,7 +51,8 @@ MODELS: dict[str, str | None] = {
     "linear3d": "tools.last_stage.prelude_linear3d",
     "linear2d": "tools.last_stage.prelude_linear2d",
 }
-"""Model name -> the prelude module that builds its last stage (None: the parity model as shipped)."""
+"""Model name -> the prelude module that builds its last stage (None: the parity model as
+shipped)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -59,7 +60,8 @@ class Record:
     """One stage and direction of one variant of one launch. See [Note: what a record counts]."""
 
     model: str
-    """``parity`` (the harness's ToyModel), ``linear3d`` or ``linear2d`` (:mod:`tools.last_stage.heads`)."""
+    """``parity`` (the harness's ToyModel), ``linear3d`` or ``linear2d``
+    (:mod:`tools.last_stage.heads`)."""
     pp: int
     """Stages (= ranks)."""
     schedule: str
@@ -95,7 +97,8 @@ class Record:
     peak_live: int | None
     """Most slots the guard saw owned at once (None for stock)."""
     bitwise_equal: bool | None
-    """Pooled: params, losses and outputs bitwise equal to stock over every step (None for stock)."""
+    """Pooled: params, losses and outputs bitwise equal to stock over every step (None for
+    stock)."""
     hidden: int
     seq_len: int
     rows_per_microbatch: int
@@ -104,15 +107,17 @@ class Record:
     torch: str
     """torch version of the run."""
     code: str
-    """pooltk code the run used: the git commit (``+dirty`` when ``pooltk/`` or ``tools/last_stage/`` differ from
-    it), or ``POOLTK_CODE_VERSION`` where set (a run from an exported tree)."""
+    """pooltk code the run used: the git commit (``+dirty`` when ``pooltk/`` or
+    ``tools/last_stage/`` differ from it), or ``POOLTK_CODE_VERSION`` where set (a run from an
+    exported tree)."""
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Record))
 
 
 def code_version() -> str:
-    """``POOLTK_CODE_VERSION`` if set, else the repository's short commit (``+dirty`` if the measured code differs)."""
+    """``POOLTK_CODE_VERSION`` if set, else the repository's short commit (``+dirty`` if the
+    measured code differs)."""
     import subprocess
 
     given = os.environ.get("POOLTK_CODE_VERSION")
@@ -139,7 +144,8 @@ def code_version() -> str:
 
 
 def variants(slacks: Sequence[int], *, schedule: str = "1F1B") -> tuple[Variant, ...]:
-    """Stock, then for each slack the tight policy with the release on and off (names carry both)."""
+    """Stock, then for each slack the tight policy with the release on and off (names carry
+    both)."""
     out = [Variant(name="stock", schedule=schedule)]
     for slack in slacks:
         for release in (True, False):
@@ -155,7 +161,8 @@ def variants(slacks: Sequence[int], *, schedule: str = "1F1B") -> tuple[Variant,
 
 
 def _with_repo_on_path() -> dict[str, str | None]:
-    """Put the repository on the ranks' PYTHONPATH (the preludes live in ``tools``); returns what to restore."""
+    """Put the repository on the ranks' PYTHONPATH (the preludes live in ``tools``); returns what to
+    restore."""
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([old] if old else []))
     return {"PYTHONPATH": old}
@@ -181,7 +188,8 @@ def measure(
     rows_per_microbatch: int = 2,
     timeout_s: float = 300.0,
 ) -> list[Record]:
-    """One launch of ``model`` at ``microbatches``: stock and every pooled variant, one record per stage and direction."""
+    """One launch of ``model`` at ``microbatches``: stock and every pooled variant, one record per
+    stage and direction."""
     import torch
 
     from pooltk.parity import run_parity
@@ -212,7 +220,8 @@ def measure(
 
 
 def records_of(report: Any, *, model: str, torch_version: str, code: str) -> Iterable[Record]:
-    """The records of a :class:`~pooltk.parity.launch.ParityReport` (see [Note: what a record counts])."""
+    """The records of a :class:`~pooltk.parity.launch.ParityReport` (see
+    [Note: what a record counts])."""
     spec = report.spec
     by_name = {v.name: v for v in spec.variants}
     for res in report.variants:
@@ -307,7 +316,8 @@ def _parse(key: str, text: str) -> Any:
 
 
 def read_csv(path: str | Path) -> list[Record]:
-    """Records written by :func:`write_csv`; a missing file, a missing or extra column or a bad cell is an error naming it."""
+    """Records written by :func:`write_csv`; a missing file, a missing or extra column or a bad cell
+    is an error naming it."""
     try:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
@@ -318,7 +328,8 @@ def read_csv(path: str | Path) -> list[Record]:
         ) from None
     if rows and set(rows[0]) != set(FIELDS):
         raise ValueError(
-            f"tools.last_stage: {path}: columns found {sorted(rows[0])}; required {sorted(FIELDS)}. "
+            f"tools.last_stage: {path}: columns found {sorted(rows[0])}; "
+            f"required {sorted(FIELDS)}. "
             "Fix: regenerate it with python -m tools.last_stage --csv ..."
         )
     return [Record(**{k: _parse(k, row[k]) for k in FIELDS}) for row in rows]
