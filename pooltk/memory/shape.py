@@ -151,13 +151,11 @@ class PipelineShape:
         )
         fixed = 1 if entry.stages_per_rank == 1 else 2 if entry.style == "v" else None
         if fixed is not None and vpp != fixed:
+            kind = "a single-stage schedule" if fixed == 1 else "a V schedule: two stages per rank"
             raise MemoryModelError(
                 "stages_per_rank",
                 found=f"{vpp} under {_BY_KEY[canon]}",
-                required=f"{fixed} ("
-                f"""{
-                    "a single-stage schedule" if fixed == 1 else "a V schedule: two stages per rank"
-                })""",
+                required=f"{fixed} ({kind})",
                 fix="leave it out, or use a multi-stage schedule such as Interleaved1F1B for "
                 f"{vpp} stages per rank.",
             )

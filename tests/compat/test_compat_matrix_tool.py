@@ -68,7 +68,7 @@ def test_a_pooled_release_with_bitwise_parity_and_both_controls_caught_is_pooled
     )
 
 
-def test_the_lazy_release_with_the_release_installed_and_its_last_stage_down_from_m_is_released_bitwise(
+def test_the_lazy_release_installed_takes_its_last_stage_down_from_m_and_is_released_bitwise(
     recorded,
 ):
     v = judge(_row(recorded, "2.15.0"))

@@ -112,7 +112,7 @@ def test_hooks_on_received_inputs_pile_up_in_stock_and_pooled_equals_fresh_repor
     assert three.report.variant("fresh/hooks").recv[1]["forward"]["max_hooks"] == 1
 
 
-def test_inputs_kept_across_a_step_are_overwritten_in_stock_and_pooled_equals_fresh_reported_as_explained(
+def test_inputs_kept_across_a_step_are_overwritten_in_stock_and_pooled_equals_fresh_explained(
     keepers,
 ):
     j, _ = keepers
@@ -132,7 +132,7 @@ def test_the_previous_microbatchs_input_kept_without_its_graph_is_equal_in_all_t
     )  # seen and re-homed
 
 
-def test_the_previous_input_kept_with_its_graph_is_equal_to_fresh_or_stops_with_an_error_naming_pooltk(
+def test_the_previous_input_kept_with_its_graph_equals_fresh_or_stops_with_an_error_naming_pooltk(
     no_leftover_ranks,
 ):
     from pooltk.parity import ParityRankError
@@ -149,7 +149,7 @@ def test_the_previous_input_kept_with_its_graph_is_equal_to_fresh_or_stops_with_
     assert three.judgements[0].verdict in ("equal", "explained"), three.line
 
 
-def test_a_cache_keyed_by_the_received_inputs_data_ptr_is_judged_outside_the_contract_with_its_reason(
+def test_a_cache_keyed_by_the_received_inputs_data_ptr_is_outside_the_contract_with_its_reason(
     no_leftover_ranks,
 ):
     three = _three({"ptr": ("block", "ptr_cache", "block")})

@@ -77,7 +77,7 @@ def test_a_toml_the_estimate_cannot_honour_says_so(tmp_path):
         estimate_inputs(_toml(other, assets=False))
 
 
-def test_the_k3_automodel_yaml_gives_its_pipeline_checkpointing_and_experts_and_asks_for_a_head_width():
+def test_the_k3_automodel_yaml_gives_pipeline_checkpointing_and_experts_and_asks_for_a_head_width():
     with pytest.raises(
         MemoryModelError, match=r"^config key 'head_dim': found nothing, and hidden 7168 / 96 heads"
     ):

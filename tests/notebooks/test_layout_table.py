@@ -46,7 +46,7 @@ def test_every_cell_of_a_family_is_defined_in_every_release_it_lists(family) -> 
         assert not missing, f"{family.name}: {missing} not in torch {release}'s recorded shape"
 
 
-def test_the_methods_that_tell_the_eager_families_apart_are_absent_where_the_other_family_ships() -> (
+def test_the_methods_telling_the_eager_families_apart_are_absent_where_the_other_family_ships() -> (
     None
 ):
     prepare, setup, lazy = FAMILIES

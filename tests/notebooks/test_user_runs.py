@@ -125,9 +125,7 @@ def test_expected_figures_that_are_neither_a_file_nor_rows_are_refused_naming_th
         expected.load_expected(source)
 
 
-def test_an_expected_figure_agrees_at_its_written_precision_approximately_or_within_its_tolerance() -> (
-    None
-):
+def test_an_expected_figure_agrees_at_its_precision_approximately_or_within_its_tolerance() -> None:
     from pooltk.nb.expected import ExpectedFigure
 
     def allowed(value: str, tolerance: str = "") -> float:

@@ -53,7 +53,7 @@ def test_split_backward_bodies_are_those_torchs_split_backward_accepts_less_the_
         assert set(VIEW_OUTPUT_BODIES) == set(BODIES) - accepted
 
 
-def test_draws_on_split_backward_schedules_in_training_hold_no_view_output_body_and_every_body_is_drawn():
+def test_split_backward_training_draws_hold_no_view_output_body_and_every_body_is_drawn():
     cases = draw_cases(300, seed=3)
     split_train = [c for c in cases if c.schedule in SPLIT_BACKWARD and not c.eval_only]
     assert split_train
