@@ -19,10 +19,10 @@ import dataclasses
 import time
 
 from pooltk.memory.replay.estimate import estimate_memory
-from pooltk.memory.replay.presets import ESTIMATE_PRESETS, estimate_preset
-from pooltk.studies.kimi_k3 import ESTIMATE
+from pooltk.memory.replay.presets import estimate_preset
+from pooltk.studies.kimi_k3 import ESTIMATE, named_estimates
 
-NAMED = {**ESTIMATE_PRESETS, ESTIMATE.name: ESTIMATE}
+NAMED = named_estimates()
 
 
 def main() -> None:

@@ -273,13 +273,12 @@ def _inputs(args: argparse.Namespace) -> Any:
     """The estimate's inputs (a named estimate, or a file or builder under the flags), with the
     pool's slack from the flags."""
     from pooltk._validate import InputError
-    from pooltk.memory.replay.presets import ESTIMATE_PRESETS, estimate_preset
-    from pooltk.studies.kimi_k3 import ESTIMATE
+    from pooltk.memory.replay.presets import estimate_preset
+    from pooltk.studies.kimi_k3 import named_estimates
 
     if args.preset:
         _check_preset_alone(args)
-        named = {**ESTIMATE_PRESETS, ESTIMATE.name: ESTIMATE}
-        inputs = estimate_preset(args.preset, named).inputs()
+        inputs = estimate_preset(args.preset, named_estimates()).inputs()
     else:
         inputs = _file_inputs(args)
     if args.sharing not in (None, "rank"):

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.replay.estimate import VARIANT_TITLES, MemoryEstimate, estimate_memory
 from pooltk.memory.fits import Verdict, of_estimate
-from pooltk.memory.replay.presets import ESTIMATE_PRESETS, EstimatePreset, estimate_preset
+from pooltk.memory.replay.presets import EstimatePreset, estimate_preset
 from pooltk.memory.replay.run import REPLAY_VARIANTS
 from pooltk.memory.replay.tracker import CATEGORIES
 from pooltk.nb import canvas, style
 from pooltk.nb.fits import capacity_lines
-from pooltk.studies.kimi_k3 import ESTIMATE
+from pooltk.studies.kimi_k3 import named_estimates
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -171,7 +171,7 @@ def _named(preset: str | EstimatePreset) -> EstimatePreset:
     """A named estimate: a model of the explorer's, or Kimi-K3's widths (its study's)."""
     if isinstance(preset, EstimatePreset):
         return preset
-    return estimate_preset(preset, {**ESTIMATE_PRESETS, ESTIMATE.name: ESTIMATE})
+    return estimate_preset(preset, named_estimates())
 
 
 def whole_stage_estimate(

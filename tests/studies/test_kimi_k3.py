@@ -270,3 +270,12 @@ def test_the_estimate_at_k3s_widths_reads_the_published_shape():
     assert (e.pp, e.microbatches, e.rows, e.seq_len, e.ep, e.slack) == (8, 64, 2, 2048, 32, 2)
     assert e.checkpointing and e.config["hidden_size"] == 7168 and e.config["v_head_dim"] == 128
     assert "ep 32, 64 microbatches of 2 x 2048 tokens, activation checkpointing on" in e.source
+
+
+def test_the_named_estimates_are_the_replays_presets_and_the_studys_and_the_notebooks_take_them():
+    from pooltk.memory.replay.presets import ESTIMATE_PRESETS
+    from pooltk.nb.whole_stage import _named
+
+    named = k3.named_estimates()
+    assert named == {**ESTIMATE_PRESETS, k3.ESTIMATE.name: k3.ESTIMATE}
+    assert all(_named(name) is preset for name, preset in named.items())

@@ -121,6 +121,7 @@ __all__ = [
     "k3_widths_preset",
     "load_published",
     "mfu_by_shape",
+    "named_estimates",
     "published_figures",
     "published_table",
     "published_vs_model",
@@ -568,6 +569,15 @@ def _estimate() -> EstimatePreset:
         f"{shape.micro_batch} x {SEQ['2k']} tokens, activation checkpointing "
         f"{'on' if checkpointing else 'off'}, pool slack {_SLACK}",
     )
+
+
+def named_estimates() -> dict[str, EstimatePreset]:
+    """Every named whole-stage estimate: the replay's presets and this study's ``ESTIMATE`` (what
+    ``pooltk estimate --preset`` takes)."""
+    from pooltk.memory.replay.presets import ESTIMATE_PRESETS
+
+    estimate = _lazy()["ESTIMATE"]
+    return {**ESTIMATE_PRESETS, estimate.name: estimate}
 
 
 _LAZY = (
