@@ -649,9 +649,13 @@ def load_overrides(o: Overrides) -> Preset:
     bfloat16.
     """
     shape, rows = pipeline_from_overrides(o, what="explicit shape", needs=("hidden",))
-    boundary = Boundary.hidden_state(
-        rows=rows, seq_len=o.seq_len, hidden=o.hidden, dtype=o.dtype or "bfloat16"
-    )
+    dtype = o.dtype or "bfloat16"
+    try:
+        boundary = Boundary.hidden_state(rows=rows, seq_len=o.seq_len, hidden=o.hidden, dtype=dtype)
+    except MemoryModelError as exc:  # the sizes were checked above: the dtype given is unknown
+        raise MemoryModelError(
+            field("dtype"), found=repr(dtype), required=exc.required, fix=exc.fix
+        ) from None
     return Preset(
         name="flags",
         title=f"explicit flags: {shape.describe()}",

@@ -168,7 +168,7 @@ def test_config_with_a_missing_key_names_it(capsys, tmp_path):
                 "--dtype",
                 "bf17",
             ],
-            "dtype: found 'bf17'",
+            "error: --dtype: found 'bf17'",
         ),
         (
             [
