@@ -40,7 +40,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pooltk.cli.errors import FlagError, fail, from_lab, message
+from pooltk.cli.errors import FlagError, check_flag_int, fail, from_lab, message
 from pooltk.cli.tables import RULE, Column, render
 
 __all__ = [
@@ -778,7 +778,7 @@ def _measure(args: argparse.Namespace) -> int:
     try:
         measured = from_lab("pooltk.parity.measured", flag="--measure", needs=("pandas",))
         rss = from_lab("pooltk.parity.rss", flag="--measure")
-        specs, config = _measured_shapes(args, measured.default_specs, rss.RssSpec)
+        specs, config = _measured_shapes(args, measured, rss.RssSpec)
     except ValueError as exc:
         return print_error("memory", exc, FIELDS)
     try:
@@ -806,9 +806,10 @@ def _measure(args: argparse.Namespace) -> int:
 
 
 def _measured_shapes(
-    args: argparse.Namespace, default_specs: Any, spec_type: Any
+    args: argparse.Namespace, measured: Any, spec_type: Any
 ) -> tuple[list[Any], Any]:
-    """The shapes ``--measure`` launches (the flags' one, else the shipped ones) and the pool."""
+    """The shapes ``--measure`` launches (the flags' one, else the shipped ones) and the pool,
+    each shape one resident memory can judge (``measured``: :mod:`pooltk.parity.measured`)."""
     from pooltk.config import PoolConfig
     from pooltk.memory.model import MemoryModelError
 
@@ -831,5 +832,9 @@ def _measured_shapes(
         )
         specs = [spec]
     else:
-        specs = default_specs(steps=args.steps or 2)
-    return specs, pool_config(args, PoolConfig())
+        specs = measured.default_specs(steps=args.steps or 2)
+    check_flag_int("--reps", args.reps, low=1, fix="give the stock/pooled pairs per shape, e.g. 2.")
+    config = pool_config(args, PoolConfig())
+    for spec in specs:
+        measured.check_measurable(spec, config)
+    return specs, config

@@ -54,6 +54,7 @@ __all__ = [
     "GOAL",
     "MEASURED_CSV",
     "RAW_COLUMNS",
+    "check_measurable",
     "check_measurement",
     "default_specs",
     "format_comparison",
@@ -218,6 +219,48 @@ def _config_of(rows: pd.DataFrame) -> tuple[PoolConfig, str]:
     return PoolConfig(slack=int(first.slack), grad_slack=int(first.grad_slack)), str(first.policy)
 
 
+def _model(
+    pp: int,
+    microbatches: int,
+    rows: int,
+    seq_len: int,
+    hidden: int,
+    config: PoolConfig,
+    policy: str,
+) -> Any:
+    """The memory model of one measured shape: the harness's float32 boundary each way."""
+    shape = PipelineShape(pp=pp, n_microbatches=microbatches)
+    boundary = harness_boundary(rows=rows, seq_len=seq_len, hidden=hidden)
+    return model_memory(shape, boundary, config, policy=policy)
+
+
+def check_measurable(spec: RssSpec, config: PoolConfig) -> None:
+    """Refuse, before any launch, a shape whose saving resident memory cannot show: a buffer set
+    under glibc's mmap threshold stays in the heap when freed ([Note: what a rank measures] in
+    :mod:`pooltk.parity.rss`), and a stage the model saves nothing on has no ratio to judge."""
+    where = spec.label()
+    if spec.boundary_bytes < spec.mmap_threshold:
+        raise MemoryModelError(
+            "measured shape",
+            found=f"{where}: buffer sets of {spec.boundary_bytes:,} bytes, under glibc's mmap "
+            f"threshold of {spec.mmap_threshold:,}",
+            required="sets of at least the threshold (smaller ones stay in the heap when freed, "
+            "so resident memory does not show the saving)",
+            fix="raise --seq-len, --hidden or --micro-batch (the shipped shapes' sets are 32 MiB).",
+        )
+    dims = (spec.pp, spec.microbatches, spec.rows_per_microbatch, spec.seq_len, spec.hidden)
+    model = _model(*dims, config, "tight")
+    idle = [stage for stage in range(spec.pp) if model.saved_bytes(stage, "pooled") <= 0]
+    if idle:
+        raise MemoryModelError(
+            "measured shape",
+            found=f"{where}: the model saves nothing on stage(s) "
+            f"{', '.join(map(str, idle))} (their rings hold every microbatch)",
+            required="a modelled saving on every stage, to compare the measured one with",
+            fix="raise --microbatches (16 in the shipped shapes), or lower --slack / --grad-slack.",
+        )
+
+
 def measured_vs_modelled(raw: pd.DataFrame, *, goal: float = GOAL) -> pd.DataFrame:
     """Per shape and stage: modelled, counted and measured saving; see [Note: measured saving].
 
@@ -233,13 +276,14 @@ def measured_vs_modelled(raw: pd.DataFrame, *, goal: float = GOAL) -> pd.DataFra
     for shape_label, rows in raw.groupby("shape", sort=False):
         first = rows.iloc[0]
         config, policy = _config_of(rows)
-        shape = PipelineShape(pp=int(first.pp), n_microbatches=int(first.microbatches))
-        boundary = harness_boundary(
-            rows=int(first.rows_per_microbatch),
-            seq_len=int(first.seq_len),
-            hidden=int(first.hidden),
+        dims = (
+            first.pp,
+            first.microbatches,
+            first.rows_per_microbatch,
+            first.seq_len,
+            first.hidden,
         )
-        model = model_memory(shape, boundary, config, policy=policy)
+        model = _model(*map(int, dims), config, policy)
         for key, stage_rows in rows.groupby("stage"):
             records.append(_stage_record(shape_label, int(key), stage_rows, model, goal))
     return pd.DataFrame.from_records(records)

@@ -293,6 +293,30 @@ def test_measure_refuses_a_policy_the_pool_does_not_install_before_launching(mea
     assert "--policy" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (  # 128-byte sets stay in glibc's heap: freeing them shows in no resident figure
+            ["--pp", "2", "--microbatches", "8", "--seq-len", "4", "--hidden", "4"],
+            "buffer sets of 128 bytes, under glibc's mmap threshold of 1,048,576",
+        ),
+        (  # M = 2 on two stages: every ring holds every microbatch, so there is no ratio to judge
+            ["--pp", "2", "--microbatches", "2"],
+            "the model saves nothing on stage(s) 0, 1",
+        ),
+        (["--reps", "0"], "--reps: found 0; required an integer >= 1"),
+    ],
+)
+def test_measure_refuses_a_shape_resident_memory_cannot_judge_before_launching(
+    measured, capsys, flags, needle
+):
+    from pooltk.cli import main as pooltk
+
+    assert pooltk(["memory", "--measure", *flags]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Fix:" in err and "Traceback" not in err
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_a_fresh_two_stage_measurement_matches_the_model_within_the_goal():
     from pooltk.parity.measured import launches_frame
