@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pooltk.cli.errors import check_flag_int, fail
+from pooltk.cli.errors import FlagError, check_flag_int, check_output, fail, write_output
 from pooltk.cli.tables import Column, render
 
 
@@ -24,6 +24,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--pp", type=int, nargs="+", default=[2, 3, 4], help="rank counts to draw from"
     )
     parser.add_argument("--csv", type=Path, help="write one row per case to this CSV")
+
+
+def _write_rows(results: list[Any], path: Path) -> None:
+    rows = [r.row() for r in results]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
             check_flag_int(
                 "--pp", pp, low=2, fix="rank counts of 2 or more, e.g. --pp 2 3 4 (the default)."
             )
+        if args.csv is not None:
+            check_output("--csv", args.csv)
     except ValueError as exc:
         return fail("fuzz", exc)
     cases = draw_cases(args.cases, args.seed, pp_choices=tuple(args.pp))
@@ -50,13 +60,6 @@ def run(args: argparse.Namespace) -> int:
         batch=args.batch,
         progress=lambda done, total: print(f"[fuzz] {done}/{total}", file=sys.stderr, flush=True),
     )
-    if args.csv is not None:
-        rows = [r.row() for r in results]
-        args.csv.parent.mkdir(parents=True, exist_ok=True)
-        with args.csv.open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
     summary = summarize(results)
     print("\n".join(_verdict_table(summary)))
     print(
@@ -66,6 +69,11 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         if r.verdict in ("silent", "unnamed"):
             print(f"{r.verdict.upper()} {r.case.label}: {r.detail}")
+    if args.csv is not None:
+        try:
+            write_output("--csv", args.csv, lambda path: _write_rows(results, path))
+        except FlagError as exc:  # after the verdicts are printed: the cases ran
+            return fail("fuzz", exc, code=1)
     return 1 if summary.silent or summary.unnamed else 0
 
 

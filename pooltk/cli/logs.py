@@ -15,7 +15,7 @@ import math
 import warnings
 from typing import Any
 
-from pooltk.cli.errors import fail
+from pooltk.cli.errors import FlagError, check_output, fail, write_output
 from pooltk.cli.tables import Column, render
 
 __all__ = ["register", "run"]
@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         bases = _bases(args)
+        csv_path = check_output("--csv", args.csv) if args.csv else None
     except ValueError as err:
         return fail("logs", err)
     try:
@@ -138,8 +139,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(summary, frame, table, bases)
         return 0
-    if args.csv:
-        frame.to_csv(args.csv, index=False)
+    if csv_path is not None:
+        try:
+            write_output("--csv", csv_path, lambda path: frame.to_csv(path, index=False))
+        except FlagError as err:
+            return fail("logs", err, code=1)
         print(f"wrote {len(frame)} run(s) to {args.csv}")
         return 0
     _print_table(summary, frame, table)

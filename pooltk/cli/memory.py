@@ -40,7 +40,15 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pooltk.cli.errors import FlagError, check_flag_int, fail, from_lab, message
+from pooltk.cli.errors import (
+    FlagError,
+    check_flag_int,
+    check_output,
+    fail,
+    from_lab,
+    message,
+    write_output,
+)
 from pooltk.cli.tables import RULE, Column, render
 
 __all__ = [
@@ -779,6 +787,7 @@ def _measure(args: argparse.Namespace) -> int:
         measured = from_lab("pooltk.parity.measured", flag="--measure", needs=("pandas",))
         rss = from_lab("pooltk.parity.rss", flag="--measure")
         specs, config = _measured_shapes(args, measured, rss.RssSpec)
+        csv_path = check_output("--csv", args.csv) if args.csv else None
     except ValueError as exc:
         return print_error("memory", exc, FIELDS)
     try:
@@ -800,8 +809,11 @@ def _measure(args: argparse.Namespace) -> int:
     if broken:
         what = measured.refusal(broken, what="the measurement", unwritten=args.csv)
         return fail("memory", what, code=1)
-    if args.csv:
-        measured.write_measured(frame, args.csv)
+    if csv_path is not None:
+        try:
+            write_output("--csv", csv_path, lambda path: measured.write_measured(frame, path))
+        except FlagError as exc:
+            return fail("memory", exc, code=1)
     return 0
 
 

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from pooltk.cli import cli_started_s
-from pooltk.cli.errors import check_flag_int, check_flag_positive, fail
+from pooltk.cli.errors import check_flag_int, check_flag_positive, check_output, fail
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -111,6 +111,7 @@ def _check(args: argparse.Namespace) -> None:
             "--expected: found it without --logs; required --logs PATH (the runs the figures are "
             "about). Fix: pooltk report --logs DIR --expected FILE."
         )
+    check_output("--out", args.out, folder=True)  # last: it makes the folder
 
 
 def run(args: argparse.Namespace) -> int:

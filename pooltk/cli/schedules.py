@@ -24,9 +24,10 @@ import argparse
 import csv
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from pooltk.cli.errors import FlagError, fail, from_lab
+from pooltk.cli.errors import FlagError, check_output, fail, from_lab, write_output
 from pooltk.cli.tables import Column, render
 
 __all__ = ["register", "run"]
@@ -184,10 +185,14 @@ def run(args: argparse.Namespace) -> int:
     ignored = _ignored(args)
     if ignored is not None:
         return fail("schedules", ignored)
+    try:
+        csv_path = check_output("--csv", args.csv) if args.csv else None
+    except FlagError as exc:
+        return fail("schedules", exc)
     unset = {name: default for name, default in _DEFAULTS.items() if getattr(args, name) is None}
     args = argparse.Namespace(**{**vars(args), **unset})
     if args.validate:
-        return _validate(args)
+        return _validate(args, csv_path)
     from pooltk.analysis.lifetimes import ScheduleAnalysisError
     from pooltk.config import PoolConfig
 
@@ -208,8 +213,11 @@ def run(args: argparse.Namespace) -> int:
         return fail("schedules", "no schedule shape could be analysed (reasons above).")
     blocks = _blocks(rows)
     totals = [_totals(block, key, args.forward_only, config) for key, block in blocks.items()]
-    if args.csv:
-        _write_csv(rows, args.csv)
+    if csv_path is not None:
+        try:
+            write_output("--csv", csv_path, lambda path: _write_csv(rows, path))
+        except FlagError as exc:
+            return fail("schedules", exc, code=1)
     if args.json:
         _print_json(rows, totals, refused, config, args.set_mib)
         return 0
@@ -283,7 +291,7 @@ def _label(r: dict[str, Any]) -> str:
     return f"{r['schedule']} pp{r['pp']} vpp{r['vpp']} M{r['n_microbatches']}{defer}"
 
 
-def _write_csv(rows: list[dict[str, Any]], path: str) -> None:
+def _write_csv(rows: list[dict[str, Any]], path: Path) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
@@ -464,7 +472,7 @@ def _rings_text(rings: list[dict[str, Any]]) -> str:
 # ---- --validate (gloo runs; the lab extra) -----------------------------------------------------
 
 
-def _validate(args: argparse.Namespace) -> int:
+def _validate(args: argparse.Namespace, csv_path: Path | None) -> int:
     from pooltk.analysis.programs import ScheduleAnalysisError, resolve_schedule
 
     try:
@@ -496,8 +504,13 @@ def _validate(args: argparse.Namespace) -> int:
         heading = f"pooltk schedules: error: --validate breaks {len(broken)} claim(s){tail}:"
         print("\n".join([heading, *(f"  {b}" for b in broken)]), file=sys.stderr)
         return 1
-    if args.csv:
-        result.to_frame().to_csv(args.csv, index=False)
+    if csv_path is not None:
+        try:
+            write_output(
+                "--csv", csv_path, lambda path: result.to_frame().to_csv(path, index=False)
+            )
+        except FlagError as exc:
+            return fail("schedules", exc, code=1)
     return 0
 
 
