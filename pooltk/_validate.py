@@ -1,17 +1,20 @@
 """The one wording for bad input: ``<what>: found <value>; required <rule>. Fix: <how>``.
 
 Every integer, range and choice check in pooltk goes through :func:`check_int` or
-:func:`check_choice`, so a user sees the same three parts everywhere (found / required / fix)
-and a test can read them from the exception's fields instead of parsing its text.
+:func:`check_choice`, and every output path a user names through :func:`check_output`, so a user
+sees the same three parts everywhere (found / required / fix) and a test can read them from the
+exception's fields instead of parsing its text.
 Standard library only: :mod:`pooltk.pool` imports this.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
-__all__ = ["InputError", "check_choice", "check_int", "problem"]
+__all__ = ["InputError", "check_choice", "check_int", "check_output", "problem", "write_output"]
 
 
 def problem(what: str, *, found: str, required: str, fix: str | None = None) -> str:
@@ -100,3 +103,45 @@ def check_choice(
     if not isinstance(value, str) or value not in options:
         _fail(error, what, repr(value), "one of " + ", ".join(repr(c) for c in options), fix)
     return value
+
+
+def check_output(flag: str, path: str | Path, *, folder: bool = False) -> Path:
+    """``path`` if the command can write its output there (a file; with ``folder``, a folder,
+    made here), else :class:`InputError` naming ``flag``. Checked before the work, so a long run
+    never ends on a path it cannot write."""
+    path = Path(path)
+    if path.exists() and folder and not path.is_dir():
+        fix = "name a folder (made if missing)."
+        raise InputError(flag, found=f"{str(path)!r}, a file", required="a folder", fix=fix)
+    if path.is_dir() and not folder:
+        fix = f"name a file in it, e.g. {path / 'out.csv'}."
+        raise InputError(flag, found=f"{str(path)!r}, a folder", required="a file", fix=fix)
+    base = path if folder else path.parent
+    while not base.exists():  # missing folders are made under the nearest one that exists
+        base = base.parent
+    if not base.is_dir():
+        found = f"{str(path)!r} under {str(base)!r}, which is a file"
+        raise InputError(
+            flag, found=found, required="a path under a folder", fix="pick another path."
+        )
+    if not os.access(base, os.W_OK | os.X_OK) or (path.is_file() and not os.access(path, os.W_OK)):
+        found = f"{str(path)!r}, which this user cannot write"
+        raise InputError(flag, found=found, required="a writable path", fix="pick another path.")
+    if folder:
+        write_output(flag, path, lambda made: made.mkdir(parents=True, exist_ok=True))
+    return path
+
+
+def write_output(flag: str, path: Path, write: Callable[[Path], object]) -> None:
+    """``write(path)`` after making its folder; an OSError there (a full disk, a file system that
+    refuses) is a :class:`InputError` naming ``flag``, never a traceback."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path)
+    except OSError as exc:
+        raise InputError(
+            flag,
+            found=f"{str(path)!r} not written: {exc.strerror or exc}",
+            required="a path this user can write, on a disk with room",
+            fix="pick another path (or free space) and run again.",
+        ) from None

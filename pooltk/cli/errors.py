@@ -9,8 +9,8 @@ argparse prints its own), which also re-words a
 library :class:`~pooltk._validate.InputError` that names a field the command maps to a flag
 (``fields``: ``{"PoolConfig.slack": "--slack"}``), from the error's own fields, never its text.
 A path a flag names for output (``--csv``, ``--out``) is checked with the flags, before any work
-(:func:`check_output`), and written through :func:`write_output` (missing folders made; a write
-that fails names the flag and exits 1).
+(:func:`pooltk._validate.check_output`), and written through :func:`pooltk._validate.write_output`
+(missing folders made; a write that fails names the flag and exits 1).
 
 [Note: core and lab]
 ``pip install pooltk`` (torch, PyYAML, numpy) holds the core: the pool, ``PoolConfig``, the
@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -41,11 +39,9 @@ __all__ = [
     "FlagError",
     "check_flag_int",
     "check_flag_positive",
-    "check_output",
     "fail",
     "from_lab",
     "message",
-    "write_output",
 ]
 
 LAB_EXTRA = "pip install 'pooltk[lab]'"
@@ -121,45 +117,3 @@ def from_lab(module: str, *, flag: str, needs: Iterable[str] = ()) -> ModuleType
         required=f"the lab stack ({module} does this flag's work)",
         fix=f"{LAB_EXTRA}.",
     )
-
-
-def check_output(flag: str, path: str | Path, *, folder: bool = False) -> Path:
-    """``path`` if the command can write its output there (a file; with ``folder``, a folder,
-    made here), else :class:`FlagError` naming ``flag``. Checked before the work, so a long run
-    never ends on a path it cannot write."""
-    path = Path(path)
-    if path.exists() and folder and not path.is_dir():
-        fix = "name a folder (made if missing)."
-        raise FlagError(flag, found=f"{str(path)!r}, a file", required="a folder", fix=fix)
-    if path.is_dir() and not folder:
-        fix = f"name a file in it, e.g. {path / 'out.csv'}."
-        raise FlagError(flag, found=f"{str(path)!r}, a folder", required="a file", fix=fix)
-    base = path if folder else path.parent
-    while not base.exists():  # missing folders are made under the nearest one that exists
-        base = base.parent
-    if not base.is_dir():
-        found = f"{str(path)!r} under {str(base)!r}, which is a file"
-        raise FlagError(
-            flag, found=found, required="a path under a folder", fix="pick another path."
-        )
-    if not os.access(base, os.W_OK | os.X_OK) or (path.is_file() and not os.access(path, os.W_OK)):
-        found = f"{str(path)!r}, which this user cannot write"
-        raise FlagError(flag, found=found, required="a writable path", fix="pick another path.")
-    if folder:
-        write_output(flag, path, lambda made: made.mkdir(parents=True, exist_ok=True))
-    return path
-
-
-def write_output(flag: str, path: Path, write: Callable[[Path], object]) -> None:
-    """``write(path)`` after making its folder; an OSError there (a full disk, a file system that
-    refuses) is a :class:`FlagError` naming ``flag``, never a traceback."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write(path)
-    except OSError as exc:
-        raise FlagError(
-            flag,
-            found=f"{str(path)!r} not written: {exc.strerror or exc}",
-            required="a path this user can write, on a disk with room",
-            fix="pick another path (or free space) and run again.",
-        ) from None

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pooltk.cli.errors import FlagError, check_flag_int, check_output, fail, write_output
+from pooltk._validate import InputError, check_output, write_output
+from pooltk.cli.errors import check_flag_int, fail
 from pooltk.cli.tables import Column, render
 
 
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.csv is not None:
         try:
             write_output("--csv", args.csv, lambda path: _write_rows(results, path))
-        except FlagError as exc:  # after the verdicts are printed: the cases ran
+        except InputError as exc:  # after the verdicts are printed: the cases ran
             return fail("fuzz", exc, code=1)
     return 1 if summary.silent or summary.unnamed else 0
 

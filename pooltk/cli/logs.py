@@ -15,7 +15,8 @@ import math
 import warnings
 from typing import Any
 
-from pooltk.cli.errors import FlagError, check_output, fail, write_output
+from pooltk._validate import InputError, check_output, write_output
+from pooltk.cli.errors import fail
 from pooltk.cli.tables import Column, render
 
 __all__ = ["register", "run"]
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     if csv_path is not None:
         try:
             write_output("--csv", csv_path, lambda path: frame.to_csv(path, index=False))
-        except FlagError as err:
+        except InputError as err:
             return fail("logs", err, code=1)
         print(f"wrote {len(frame)} run(s) to {args.csv}")
         return 0

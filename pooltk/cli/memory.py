@@ -40,15 +40,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pooltk.cli.errors import (
-    FlagError,
-    check_flag_int,
-    check_output,
-    fail,
-    from_lab,
-    message,
-    write_output,
-)
+from pooltk._validate import InputError, check_output, write_output
+from pooltk.cli.errors import FlagError, check_flag_int, fail, from_lab, message
 from pooltk.cli.tables import RULE, Column, render
 
 __all__ = [
@@ -812,7 +805,7 @@ def _measure(args: argparse.Namespace) -> int:
     if csv_path is not None:
         try:
             write_output("--csv", csv_path, lambda path: measured.write_measured(frame, path))
-        except FlagError as exc:
+        except InputError as exc:
             return fail("memory", exc, code=1)
     return 0
 

@@ -10,7 +10,8 @@ import argparse
 from pathlib import Path
 
 from pooltk.cli import cli_started_s
-from pooltk.cli.errors import check_flag_int, check_flag_positive, check_output, fail
+from pooltk._validate import check_output
+from pooltk.cli.errors import check_flag_int, check_flag_positive, fail
 
 
 def register(parser: argparse.ArgumentParser) -> None:

@@ -27,7 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pooltk.cli.errors import FlagError, check_output, fail, from_lab, write_output
+from pooltk._validate import InputError, check_output, write_output
+from pooltk.cli.errors import FlagError, fail, from_lab
 from pooltk.cli.tables import Column, render
 
 __all__ = ["register", "run"]
@@ -187,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("schedules", ignored)
     try:
         csv_path = check_output("--csv", args.csv) if args.csv else None
-    except FlagError as exc:
+    except InputError as exc:
         return fail("schedules", exc)
     unset = {name: default for name, default in _DEFAULTS.items() if getattr(args, name) is None}
     args = argparse.Namespace(**{**vars(args), **unset})
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     if csv_path is not None:
         try:
             write_output("--csv", csv_path, lambda path: _write_csv(rows, path))
-        except FlagError as exc:
+        except InputError as exc:
             return fail("schedules", exc, code=1)
     if args.json:
         _print_json(rows, totals, refused, config, args.set_mib)
@@ -509,7 +510,7 @@ def _validate(args: argparse.Namespace, csv_path: Path | None) -> int:
             write_output(
                 "--csv", csv_path, lambda path: result.to_frame().to_csv(path, index=False)
             )
-        except FlagError as exc:
+        except InputError as exc:
             return fail("schedules", exc, code=1)
     return 0
 

@@ -32,6 +32,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pooltk._validate import InputError, check_output, write_output
+
 __all__ = ["CASES", "Composition", "CompositionRow", "run_compositions", "rows_frame"]
 
 FEATURES = ("passon", "launcher")
@@ -265,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.cases or ()) - names)
     if unknown:
         p.error(f"--cases: found {unknown}; required names from {sorted(names)}")
+    try:
+        if args.csv is not None:
+            check_output("--csv", args.csv)
+    except InputError as exc:
+        p.error(str(exc))
     cases = tuple(c for c in CASES if args.cases is None or c.name in args.cases)
     t0 = time.perf_counter()
     rows = run_compositions(cases, timeout_s=args.timeout)
@@ -272,7 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     with_rank = int(frame["stage"].isna().sum())
     print(frame.to_string(index=False))
     if args.csv is not None:
-        frame.to_csv(args.csv, index=False)
+        try:
+            write_output("--csv", args.csv, lambda path: frame.to_csv(path, index=False))
+        except InputError as exc:
+            print(f"{p.prog}: error: {exc}", file=sys.stderr)
+            return 1
     bad = frame[(frame["verdict"].isin(["different", "error"])) | (~frame["within_bound"])]
     print(
         f"\n{len(cases)} cases, {len(frame)} rows ({with_rank} per-rank), {len(bad)} failing; "

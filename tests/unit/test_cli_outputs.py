@@ -74,3 +74,12 @@ def test_a_write_that_fails_names_the_flag_and_the_cause_and_exits_1(argv, capsy
     rc, err = _error(capsys, argv)
     assert rc == 1
     assert "error: --csv: found '/dev/full' not written: No space left on device" in err
+
+
+def test_the_composition_records_output_is_checked_before_the_suite_runs(a_file, capsys):
+    from pooltk.parity.compositions import main as compositions
+
+    with pytest.raises(SystemExit) as exit_:
+        compositions(["--csv", str(a_file / "rows.csv")])
+    assert exit_.value.code == 2
+    assert f"--csv: found '{a_file / 'rows.csv'}' under '{a_file}'" in capsys.readouterr().err
