@@ -44,6 +44,14 @@ CONFIG_AND_FIELDS = (
     "Fix: pass PoolConfig(...) or keyword fields such as slack=2."
 )
 NOT_A_CONFIG = "pooltk: config found {kind}; required pooltk.PoolConfig."
+NOT_A_FIELD = (
+    "pooltk: found {fields}, which PoolConfig does not have; required some of {known}.\n"
+    "Fix: check the spelling, e.g. pooltk.install(slack=2)."
+)
+NOT_A_SCHEDULE = (
+    "pooltk: schedule found {kind}; required a schedule's name (such as '1f1b' or 'auto'), a "
+    "torch pipeline schedule class or instance, or None."
+)
 STAGE_UNDER_PROCESS = (
     "pooltk.pool_stage: found pooltk installed process-wide, which pools every stage.\n"
     "Fix: pooltk.uninstall() first, or rely on the process-wide install."

@@ -23,6 +23,7 @@ stream wait on side streams before the stage returns.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import warnings
 import weakref
@@ -48,7 +49,7 @@ from pooltk.pool.stage import (
 )
 from pooltk.pool.torch_compat.bind import Binding, bind, bound
 from pooltk.pool.torch_compat.layouts import Layout, detect
-from pooltk.pool.torch_compat.stage_api import signature_problems, stage_base
+from pooltk.pool.torch_compat.stage_api import schedule_base, signature_problems, stage_base
 
 _TAG = "pooltk"
 _UNINSTALLED = "found pooltk.uninstall(): the rings were replaced by stock buffers, one set per "
@@ -184,6 +185,7 @@ def _install(
 ) -> InstallReport:
     """``install`` with the harness's rings: the one private seam (pooltk.parity.experiments)."""
     global _current
+    _check_schedule(schedule)
     with _LOCK:
         if _current is not None:
             return _same_install(_current, _config(config, fields), schedule, force, harness)
@@ -259,7 +261,20 @@ def _config(config: PoolConfig | None, fields: dict) -> PoolConfig:
         raise ValueError(errors.CONFIG_AND_FIELDS.format(fields=sorted(fields)))
     if config is not None and not isinstance(config, PoolConfig):
         raise ValueError(errors.NOT_A_CONFIG.format(kind=type(config).__name__))
+    known = [f.name for f in dataclasses.fields(PoolConfig)]
+    unknown = sorted(set(fields) - set(known))
+    if unknown:
+        raise ValueError(errors.NOT_A_FIELD.format(fields=unknown, known=known))
     return config if config is not None else PoolConfig(**fields)
+
+
+def _check_schedule(schedule: Any) -> None:
+    """An install form's ``schedule``: a name, a torch schedule class or instance, or None."""
+    if schedule is None or isinstance(schedule, str):
+        return
+    kind = schedule if isinstance(schedule, type) else type(schedule)
+    if not issubclass(kind, schedule_base()):
+        raise ValueError(errors.NOT_A_SCHEDULE.format(kind=repr(schedule)))
 
 
 def _layout() -> tuple[Layout | None, str]:
@@ -353,6 +368,7 @@ def _pool_stage(
     force: bool,
     harness: Any,
 ) -> InstallReport:
+    _check_schedule(schedule)
     with _LOCK:
         if _current is not None:
             raise ValueError(errors.STAGE_UNDER_PROCESS)

@@ -63,6 +63,31 @@ def test_a_config_and_its_fields_together_are_refused(clean_install):
         pooltk.install(PoolConfig(), slack=1)
 
 
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"schedule": 5}, "schedule found 5; required a schedule's name"),
+        ({"schedule": PoolConfig}, "schedule found <class 'pooltk.config.PoolConfig'>"),
+        ({"slak": 2}, "found ['slak'], which PoolConfig does not have"),
+    ],
+)
+def test_a_schedule_of_no_known_kind_and_a_field_poolconfig_lacks_are_refused_by_every_form(
+    clean_install, kwargs, needle
+):
+    stage = object.__new__(_stage_classes()[1])
+    for form in (pooltk.install, lambda **kw: pooltk.pool_stage(stage, **kw)):
+        with pytest.raises(ValueError) as refused:
+            form(**kwargs)
+        assert needle in str(refused.value)
+        assert pooltk.installed() is None and "forward_one_chunk" not in vars(stage)
+
+
+def test_a_schedule_class_names_its_schedule(clean_install):
+    from torch.distributed.pipelining import ScheduleGPipe
+
+    assert pooltk.install(schedule=ScheduleGPipe).schedule == "gpipe"
+
+
 def test_pooled_uninstalls_on_exit_even_after_an_error(clean_install):
     before = _snapshot()
     with pytest.raises(KeyError), pooltk.pooled(slack=2) as report:
