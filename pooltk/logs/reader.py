@@ -13,12 +13,13 @@ that yields no row at all raises.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pooltk._validate import check_int
+from pooltk._validate import InputError, check_int
 from pooltk.logs import (
     automodel_bench,
     automodel_jsonl,
@@ -257,7 +258,8 @@ def read_log_file(
     damaged lines to); ``"auto"`` lets polars read the file's usual layout (the same values:
     tests/logs/test_engines.py compares them).
     """
-    p = Path(path)
+    (given,) = _log_paths([path], what="path", example="read_log_file('train.log')")
+    p = Path(given)
     table, problem = _read_one(
         p, format=format, run=run, strict=strict, max_bytes=max_bytes, engine=engine
     )
@@ -503,9 +505,9 @@ def read_logs(
     is two runs; rotated files (``train.log.1``) join their run in order. ``engine`` as in
     :func:`read_log_file`.
     """
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    paths = list(paths)
+    example = "read_logs('train.log') or read_logs(['logs/', 'rank1.log'])"
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else paths
+    paths = _log_paths(paths, what="paths", example=example)
     found = expand(paths)
     skip = left_out([f for f, explicit in found if not explicit])
     found = [(f, explicit) for f, explicit in found if f not in skip]
@@ -534,6 +536,24 @@ def read_logs(
         raise _none_readable(paths, unrecognised)
     _join_validation(tables)
     return _merged(tables, unrecognised, plan)
+
+
+def _log_paths(paths: Any, *, what: str, example: str) -> list[str | os.PathLike]:
+    """The paths a reader is given, each a ``str`` or ``os.PathLike``, at least one."""
+    try:
+        paths = list(paths)
+    except TypeError:
+        paths = [paths]  # neither a path nor a list of them: named below
+    wrong = [p for p in paths if not isinstance(p, (str, os.PathLike))]
+    if wrong or not paths:
+        found = f"{wrong[0]!r} ({type(wrong[0]).__name__})" if wrong else "no path"
+        raise InputError(
+            what,
+            found=found,
+            required="log files or folders, each a str or pathlib.Path",
+            fix=f"e.g. {example}.",
+        )
+    return paths
 
 
 def _none_readable(paths: list[str | Path], unrecognised: list[str]) -> LogFormatError:

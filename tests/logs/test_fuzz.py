@@ -21,7 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pooltk.logs import LogFormatError, read_log_file
+from pooltk._validate import InputError
+from pooltk.logs import LogFormatError, read_log_file, read_logs
 from tools.jsonl_writer import write_training_jsonl
 
 SETTINGS = settings(
@@ -230,6 +231,22 @@ def test_empty_and_blank_files_are_errors_naming_the_file():
     for text in ("", "\n\n\n", "   \n"):
         table, err, path = _read(text, ".log")
         assert table is None and "empty file" in str(err) and path in str(err)
+
+
+@pytest.mark.parametrize(
+    "call,needle",
+    [
+        (lambda: read_log_file(None), "path: found None (NoneType)"),
+        (lambda: read_log_file(3), "path: found 3 (int)"),
+        (lambda: read_logs([]), "paths: found no path"),
+        (lambda: read_logs(None), "paths: found None (NoneType)"),
+        (lambda: read_logs(["a.log", b"b.log"]), "paths: found b'b.log' (bytes)"),
+    ],
+)
+def test_what_is_not_a_path_is_named_before_any_file_is_read(call, needle):
+    with pytest.raises(InputError) as refused:
+        call()
+    assert needle in str(refused.value) and "Fix: e.g. read_log" in str(refused.value)
 
 
 @SETTINGS
