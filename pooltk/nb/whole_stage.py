@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.replay.estimate import VARIANT_TITLES, MemoryEstimate, estimate_memory
-from pooltk.memory.fits import Verdict, of_estimate
+from pooltk._validate import check_int
+from pooltk.memory.fits import Verdict, get_device, of_estimate
 from pooltk.memory.replay.presets import EstimatePreset, estimate_preset
 from pooltk.memory.replay.run import REPLAY_VARIANTS
 from pooltk.memory.replay.tracker import CATEGORIES
@@ -193,10 +194,15 @@ def whole_stage_estimate(
     pairs at once in fresh processes (1: in this one).
     """
     named = _named(preset)
+    device = get_device(device)  # a bad name is said before minutes of replay, not after
+    fix = "give how many replays run at once, e.g. 2 (1: this one)."
+    check_int("jobs", jobs, low=1, fix=fix, error=MemoryModelError)
     m, seq = named.microbatches, named.seq_len
     if quick:
         m, seq = min(m, max(named.pp, QUICK_MIN_MICROBATCHES)), min(seq, QUICK_MAX_SEQ)
-    replayed = dataclasses.replace(named, microbatches=microbatches or m, seq_len=seq_len or seq)
+    m = m if microbatches is None else microbatches  # 0 is a value to refuse, not "unset"
+    seq = seq if seq_len is None else seq_len
+    replayed = dataclasses.replace(named, microbatches=m, seq_len=seq)
     inputs = replayed.inputs()
     if ranks is not None:
         bad = [r for r in ranks if not (isinstance(r, int) and 0 <= r < inputs.shape.pp)]

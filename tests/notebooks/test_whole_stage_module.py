@@ -166,3 +166,22 @@ def test_notebook_03_judges_against_the_same_gb200_unless_given_a_capacity() -> 
     assert logviews.device_capacity(GB200).gib == GB200.gib
     mine = logviews.capacity_device(79.18)
     assert mine.gib == pytest.approx(79.18) and "DEVICE_CAPACITY_GIB" in mine.source
+
+
+@pytest.mark.parametrize(
+    "given,needle",
+    [
+        ({"microbatches": 0}, "n_microbatches: found 0"),  # 0 replayed the preset's 16
+        ({"seq_len": 0}, "seq_len: found 0"),  # 0 replayed the preset's tokens
+        ({"jobs": 0}, "jobs: found 0"),  # 0 replayed in this process
+        ({"device": "h1000"}, "capacity: found 'h1000'"),  # said after the replay
+    ],
+)
+def test_a_bad_value_is_refused_before_any_replay_never_read_as_unset(given, needle, monkeypatch):
+    def replayed(*args, **kwargs):
+        raise AssertionError("replayed before the value was checked")
+
+    monkeypatch.setattr(ws, "estimate_memory", replayed)
+    with pytest.raises(ws.MemoryModelError) as refused:
+        ws.whole_stage_estimate(TINY, ranks=(0,), variants=("stock",), **{"jobs": 1, **given})
+    assert needle in str(refused.value)
