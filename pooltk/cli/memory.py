@@ -235,6 +235,7 @@ def _add_output_flags(group: Any) -> None:
 # ---- errors ------------------------------------------------------------------------------------
 
 FIELDS = {
+    "RssSpec.microbatches": "--microbatches",
     "preset": "--preset",
     "capacity": "--capacity",
     "reference variant": "--reference-variant",
@@ -810,6 +811,17 @@ def _measure(args: argparse.Namespace) -> int:
     return 0
 
 
+_MEASURE_SHAPE = {
+    "pp": "pp",
+    "microbatches": "microbatches",
+    "seq_len": "seq_len",
+    "hidden": "hidden",
+    "micro_batch": "rows_per_microbatch",
+}
+"""The shape flags ``--measure`` takes: argparse name -> :class:`~pooltk.parity.rss.RssSpec`
+field (a flag left out keeps the spec's default)."""
+
+
 def _measured_shapes(
     args: argparse.Namespace, measured: Any, spec_type: Any
 ) -> tuple[list[Any], Any]:
@@ -825,19 +837,15 @@ def _measured_shapes(
             required="tight (what pooltk.install pools with)",
             fix="drop --policy.",
         )
-    flags = ("pp", "microbatches", "seq_len", "hidden", "micro_batch")
-    if any(getattr(args, f) is not None for f in flags):
-        spec = spec_type(
-            pp=args.pp or 4,
-            microbatches=args.microbatches or 16,
-            seq_len=args.seq_len or 65536,
-            hidden=args.hidden or 64,
-            rows_per_microbatch=args.micro_batch or 2,
-            steps=args.steps or 2,
-        )
-        specs = [spec]
-    else:
-        specs = measured.default_specs(steps=args.steps or 2)
+    given = {name: getattr(args, name) for name in (*_MEASURE_SHAPE, "steps")}
+    for name, value in given.items():  # a flag given is used as given: 0 is refused, not a default
+        if value is not None:
+            low = 2 if name == "pp" else 1
+            fix = f"{low} or more, or leave it out (the shipped shapes' value)."
+            check_flag_int(flag_of(name), value, low=low, fix=fix)
+    shape = {_MEASURE_SHAPE[n]: v for n, v in given.items() if n != "steps" and v is not None}
+    steps = {} if args.steps is None else {"steps": args.steps}
+    specs = [spec_type(**shape, **steps)] if shape else measured.default_specs(**steps)
     check_flag_int("--reps", args.reps, low=1, fix="give the stock/pooled pairs per shape, e.g. 2.")
     config = pool_config(args, PoolConfig())
     for spec in specs:

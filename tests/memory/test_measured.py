@@ -305,6 +305,12 @@ def test_measure_refuses_a_policy_the_pool_does_not_install_before_launching(mea
             "the model saves nothing on stage(s) 0, 1",
         ),
         (["--reps", "0"], "--reps: found 0; required an integer >= 1"),
+        # a flag given as 0 is refused, never replaced by the shipped shapes' value (it launched
+        # pp 4, 65536 tokens, 2 steps)
+        (["--pp", "0"], "--pp: found 0; required an integer >= 2"),
+        (["--seq-len", "0"], "--seq-len: found 0; required an integer >= 1"),
+        (["--steps", "0"], "--steps: found 0; required an integer >= 1"),
+        (["--pp", "4", "--microbatches", "2"], "--microbatches: found 2; required an integer >= 4"),
     ],
 )
 def test_measure_refuses_a_shape_resident_memory_cannot_judge_before_launching(
