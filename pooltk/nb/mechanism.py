@@ -50,6 +50,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pooltk._validate import check_int
 from pooltk.analysis.lifetimes import (
     DIRECTIONS,
     BufferLifetime,
@@ -266,6 +267,9 @@ def phases(rp: Replay) -> dict[int, dict[str, tuple[int, int]]]:
 def inflight_depth(pp: int, stage: int, n_microbatches: int) -> int:
     """``W = min(M, N - i)``: forwards stage ``i`` of ``N`` runs before its first backward under
     1F1B."""
+    check_int("pp", pp, low=1)
+    check_int("stage", stage, low=0, high=pp - 1)
+    check_int("n_microbatches", n_microbatches, low=1)
     return min(n_microbatches, pp - stage)
 
 

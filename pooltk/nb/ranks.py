@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from pooltk._validate import InputError
 from pooltk.config import PoolConfig
 from pooltk.memory.model import Boundary, MemoryModel, PipelineShape, model_memory
 from pooltk.nb import canvas, style
@@ -120,6 +121,13 @@ def schedule_ranks(
     rank's live set, from the memory model (one set counted as 1 byte)."""
     import pandas as pd
 
+    if isinstance(schedules, str) or not schedules:
+        raise InputError(
+            "schedules",
+            found=repr(schedules),
+            required="a list of schedule names",
+            fix="e.g. schedule_ranks(['1F1B', 'Interleaved1F1B'], pp=4, n_microbatches=8).",
+        )
     config = PoolConfig(slack=slack, grad_slack=grad_slack)
     frames = []
     for name in schedules:

@@ -10,6 +10,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pooltk._validate import check_choice
 from pooltk.analysis.lifetimes import DIRECTIONS
 from pooltk import PoolConfig
 from pooltk.nb import canvas, style
@@ -35,9 +36,11 @@ VALIDATION_CSV = files("pooltk.analysis").joinpath("data", "schedules_gloo_2026-
 
 
 def _stages_per_rank(schedule: str) -> int:
-    from pooltk.analysis.programs import CATALOG
+    """The catalog's stages per rank of ``schedule``, in any spelling torch's names take (an
+    unknown name is the catalog's error, naming the known ones)."""
+    from pooltk.analysis.programs import CATALOG, resolve_schedule
 
-    return CATALOG[schedule].stages_per_rank
+    return CATALOG[resolve_schedule(schedule)[0]].stages_per_rank
 
 
 def _peak_window(intervals: list[tuple[float, float]]) -> tuple[int, float, float]:
@@ -109,7 +112,8 @@ def lifetime_chart(
 
     from pooltk.nb.mechanism import RECEIVED, replay
 
-    vpp = stages_per_rank or _stages_per_rank(schedule)
+    check_choice("direction", direction, RECEIVED)
+    vpp = _stages_per_rank(schedule) if stages_per_rank is None else stages_per_rank
     rp = replay(schedule, pp=pp, n_microbatches=n_microbatches, stages_per_rank=vpp)
     spans = [b for b in rp.spans if b.direction == direction]
     stages = sorted({b.stage for b in spans})

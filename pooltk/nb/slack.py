@@ -39,7 +39,8 @@ from pooltk.analysis.lifetimes import (
     overwrites,
     peak_overlap,
 )
-from pooltk.analysis.programs import CATALOG, analysable_schedules
+from pooltk._validate import check_int
+from pooltk.analysis.programs import CATALOG, analysable_schedules, resolve_schedule
 from pooltk.nb import canvas, style
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,6 +66,10 @@ PR_DEFAULT_SLACK = 2
 def pr_ring_size(num_stages: int, stage: int, n_microbatches: int, slack: int) -> int:
     """The original pool's ring, both directions: ``max(2, min(M, max(1, N - i) + slack))`` (PR
     #3780)."""
+    check_int("num_stages", num_stages, low=1)
+    check_int("stage", stage, low=0, high=num_stages - 1)
+    check_int("n_microbatches", n_microbatches, low=1)
+    check_int("slack", slack, low=0)
     return max(2, min(n_microbatches, max(1, num_stages - stage) + slack))
 
 
@@ -104,6 +109,7 @@ def _stage_needs(
 
 def _schedule_needs(name: str, pp: int, m: int) -> list[dict]:
     """:func:`slack_needs`' rows of one schedule: per rule and direction, the most over stages."""
+    name, _ = resolve_schedule(name)  # any spelling; an unknown name is named, never a KeyError
     vpp = CATALOG[name].stages_per_rank
     spans = lifetimes(name, pp=pp, n_microbatches=m, stages_per_rank=vpp)
     n = pp * vpp

@@ -14,6 +14,10 @@ from pooltk import PoolConfig, PoolOverrunError
 
 mp = pytest.importorskip("pooltk.nb.mechanism")
 pytest.importorskip("pandas")
+pytest.importorskip("matplotlib").use("Agg")
+rk = pytest.importorskip("pooltk.nb.ranks")
+sc = pytest.importorskip("pooltk.nb.schedules")
+sl = pytest.importorskip("pooltk.nb.slack")
 
 
 @pytest.mark.parametrize(("pp", "m"), [(2, 2), (3, 5), (4, 8), (5, 7)])
@@ -367,3 +371,34 @@ def test_cpu_runs_never_share_an_axis_with_the_published_gb200_figures() -> None
         if labels:
             units["cpu" if labels <= cpu else "published"] = ax.get_xlabel()
     assert units["cpu"] != units["published"] and "per process" in units["cpu"], units
+
+
+def test_the_schedule_helpers_take_any_spelling_torch_takes():
+    assert sc.lifetime_chart("1f1b", pp=2, n_microbatches=4) is not None
+    assert set(sl.slack_needs(["interleaved1f1b"], pp=2, n_microbatches=4)["schedule"]) == {
+        "Interleaved1F1B"
+    }
+
+
+@pytest.mark.parametrize(
+    "call,needle",
+    [
+        (lambda: sc.lifetime_chart("nope", pp=2, n_microbatches=4), "schedule: found 'nope'"),
+        (
+            lambda: sc.lifetime_chart("1F1B", pp=2, n_microbatches=4, direction="sideways"),
+            "direction: found 'sideways'",
+        ),
+        (  # 0 was read as unset: the catalog's 2 stages per rank were drawn
+            lambda: sc.lifetime_chart("Interleaved1F1B", pp=2, n_microbatches=4, stages_per_rank=0),
+            "stages_per_rank: found 0",
+        ),
+        (lambda: sl.slack_needs(["nope"]), "schedule: found 'nope'"),
+        (lambda: rk.schedule_ranks([], pp=4, n_microbatches=8), "schedules: found []"),
+        (lambda: mp.inflight_depth(4, 9, 8), "stage: found 9"),  # was min(8, 4 - 9) = -5
+        (lambda: sl.pr_ring_size(4, 1, 8, -1), "slack: found -1"),
+    ],
+)
+def test_a_helpers_bad_value_is_named_never_a_key_error_or_a_number(call, needle):
+    with pytest.raises(ValueError) as refused:
+        call()
+    assert needle in str(refused.value)
