@@ -1,20 +1,29 @@
 """The one wording for bad input: ``<what>: found <value>; required <rule>. Fix: <how>``.
 
-Every integer, range and choice check in pooltk goes through :func:`check_int` or
-:func:`check_choice`, and every output path a user names through :func:`check_output`, so a user
-sees the same three parts everywhere (found / required / fix) and a test can read them from the
-exception's fields instead of parsing its text.
+Every integer, number, range and choice check in pooltk goes through :func:`check_int`,
+:func:`check_number` or :func:`check_choice`, and every output path a user names through
+:func:`check_output`, so a user sees the same three parts everywhere (found / required / fix) and
+a test can read them from the exception's fields instead of parsing its text.
 Standard library only: :mod:`pooltk.pool` imports this.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["InputError", "check_choice", "check_int", "check_output", "problem", "write_output"]
+__all__ = [
+    "InputError",
+    "check_choice",
+    "check_int",
+    "check_number",
+    "check_output",
+    "problem",
+    "write_output",
+]
 
 
 def problem(what: str, *, found: str, required: str, fix: str | None = None) -> str:
@@ -88,6 +97,24 @@ def check_int(
     ):
         _fail(error, what, _found(value), required, fix)
     return value
+
+
+def check_number(
+    what: str,
+    value: Any,
+    *,
+    zero: bool = False,
+    required: str | None = None,
+    fix: str | None = None,
+    error: type[Exception] = InputError,
+) -> float:
+    """``value`` as a float if it is a finite real number > 0 (``zero``: >= 0), else ``error``:
+    infinity and NaN are never a size or a time."""
+    real = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (real and math.isfinite(value) and (value >= 0 if zero else value > 0)):
+        rule = required or f"a finite number {'>=' if zero else '>'} 0"
+        _fail(error, what, repr(value), rule, fix)
+    return float(value)
 
 
 def check_choice(

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
-from pooltk._validate import InputError, check_int, problem
+from pooltk._validate import InputError, check_int, check_number, problem
 
 __all__ = [
     "LAB_EXTRA",
@@ -64,10 +64,9 @@ def check_flag_int(
 
 
 def check_flag_positive(flag: str, value: float, *, fix: str | None = None) -> float:
-    """``value`` if it is a number > 0 (seconds, sizes), else :class:`FlagError` naming ``flag``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise FlagError(flag, found=repr(value), required="a number > 0", fix=fix)
-    return value
+    """``value`` if it is a finite number > 0 (seconds, sizes), else :class:`FlagError` naming
+    ``flag``."""
+    return check_number(flag, value, fix=fix, error=FlagError)
 
 
 def message(exc: BaseException, fields: Mapping[str, str] | None = None) -> str:

@@ -20,6 +20,7 @@ import json
 import sys
 from typing import Any, NamedTuple
 
+from pooltk._validate import check_number
 from pooltk.cli.memory import (
     FIELDS,
     SHAPE_FLAGS,
@@ -364,13 +365,10 @@ def _judged_against(args: argparse.Namespace) -> _JudgedAgainst | None:
         return None
     overhead = DEFAULT_OVERHEAD
     if args.overhead_gib is not None:
-        if not args.overhead_gib >= 0:
-            raise MemoryModelError(
-                "--overhead-gib",
-                found=repr(args.overhead_gib),
-                required=">= 0",
-                fix="give GiB, e.g. 2.",
-            )
+        fix = "give GiB, e.g. 2."
+        check_number(
+            "--overhead-gib", args.overhead_gib, zero=True, fix=fix, error=MemoryModelError
+        )
         overhead = Overhead(
             cuda_context_bytes=0,
             nccl_bytes=0,

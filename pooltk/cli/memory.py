@@ -40,7 +40,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pooltk._validate import InputError, check_output, write_output
+from pooltk._validate import InputError, check_number, check_output, write_output
 from pooltk.cli.errors import FlagError, check_flag_int, fail, from_lab, message
 from pooltk.cli.tables import RULE, Column, render
 
@@ -423,13 +423,8 @@ def _boundaries(args: argparse.Namespace, preset: Any, shape: Any) -> Any:
 
     if args.boundary_mib is None:
         return preset.boundaries_for(shape)
-    if not args.boundary_mib > 0:
-        raise MemoryModelError(
-            "--boundary-mib",
-            found=repr(args.boundary_mib),
-            required="> 0",
-            fix="give MiB per buffer set, e.g. 416.",
-        )
+    fix = "give MiB per buffer set, e.g. 416."
+    check_number("--boundary-mib", args.boundary_mib, fix=fix, error=MemoryModelError)
     return Boundary.opaque(round(args.boundary_mib * 2**20), name="boundary_override")
 
 
@@ -704,13 +699,8 @@ def _reference(args: argparse.Namespace, preset: Any, model: Any) -> Any:
     if args.reference_variant is not None:
         kwargs["variant"] = args.reference_variant
     if args.weights_gib is not None:
-        if not args.weights_gib > 0:
-            raise MemoryModelError(
-                "--weights-gib",
-                found=repr(args.weights_gib),
-                required="> 0",
-                fix="give GiB per GPU, e.g. 60.",
-            )
+        fix = "give GiB per GPU, e.g. 60."
+        check_number("--weights-gib", args.weights_gib, fix=fix, error=MemoryModelError)
         kwargs["weights_bytes"] = round(args.weights_gib * 2**30)
     return ReferencePeak.from_gib(gib, stage=args.reference_stage, source=source, **kwargs)
 

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from pooltk._validate import check_number
 from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.model import VARIANTS, MemoryModel, model_memory
@@ -107,9 +108,7 @@ PUBLISHED_PEAK = "peak_memory_pooled_gib"
 
 
 def _positive_gib(what: str, gib: Any, required: str, fix: str) -> float:
-    if not (isinstance(gib, (int, float)) and not isinstance(gib, bool) and gib > 0):
-        raise MemoryModelError(what, found=repr(gib), required=required, fix=fix)
-    return float(gib)
+    return check_number(what, gib, required=required, fix=fix, error=MemoryModelError)
 
 
 # --------------------------------------------------------------------------- the capacity
@@ -135,7 +134,7 @@ class Device:
     def from_gib(cls, name: str, gib: float, source: str) -> Device:
         """From a GiB figure (what torch and torchtitan print)."""
         fix = "give a device name (gb200, h100) or a number of GiB, e.g. 79.18."
-        gib = _positive_gib("capacity", gib, "a capacity > 0 GiB", fix)
+        gib = _positive_gib("capacity", gib, "a finite capacity > 0 GiB", fix)
         return cls(name=name, capacity_bytes=round(gib * GIB), source=source)
 
 
@@ -581,7 +580,7 @@ class ReferencePeak:
     def from_gib(cls, gib: float, **kwargs: Any) -> ReferencePeak:
         """From GiB (2**30 bytes)."""
         fix = "give the measured or published peak in GiB, e.g. 139.6."
-        gib = _positive_gib("reference peak", gib, "a peak > 0 GiB", fix)
+        gib = _positive_gib("reference peak", gib, "a finite peak > 0 GiB", fix)
         return cls(peak_bytes=round(gib * GIB), **kwargs)
 
 

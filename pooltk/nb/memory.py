@@ -33,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pooltk._validate import check_number
 from pooltk.config import PoolConfig
 from pooltk.memory.configs import Overrides, load_config
 from pooltk.memory.fits import (
@@ -397,15 +398,12 @@ def _modelled(
     origin = _origin(state, preset, config_path, overrides)
     q = origin.resized(**dims)
     boundaries = list(q.boundaries_for(q.shape))
-    if boundary_mib is None or round(boundary_mib * 2**20) in (
-        origin.boundary.forward_bytes,
-        q.boundary.forward_bytes,
-    ):
+    if boundary_mib is None:
         return origin, q, boundaries, False
-    if not boundary_mib > 0:
-        raise MemoryModelError(
-            "boundary MiB", found=repr(boundary_mib), required="> 0", fix="pick a positive size."
-        )
+    fix = "pick a positive size."
+    check_number("boundary MiB", boundary_mib, fix=fix, error=MemoryModelError)
+    if round(boundary_mib * 2**20) in (origin.boundary.forward_bytes, q.boundary.forward_bytes):
+        return origin, q, boundaries, False
     opaque = Boundary.opaque(round(boundary_mib * 2**20), name="boundary_from_widget")
     return origin, q, [opaque] * (q.shape.num_stages - 1), True
 

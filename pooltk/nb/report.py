@@ -99,7 +99,7 @@ class ReportConfig:
     """A CSV of the figures expected of ``logs`` (see pooltk.nb.expected)."""
 
     def __post_init__(self) -> None:
-        from pooltk._validate import check_int
+        from pooltk._validate import check_int, check_number
 
         check_int("jobs", self.jobs, low=1, fix="--jobs 1 or 2", error=ValueError)
         for path in self.logs:
@@ -110,10 +110,7 @@ class ReportConfig:
                 )
         _require_file("--expected", self.expected, "a CSV of expected figures")
         _require_file("--run-info", self.run_info, "a JSON file of run facts")
-        if not self.notebook_timeout_s > 0:
-            raise ValueError(
-                f"notebook timeout: found {self.notebook_timeout_s!r}; required > 0 seconds."
-            )
+        check_number("notebook timeout", self.notebook_timeout_s, error=ValueError)
 
 
 @dataclass(kw_only=True, slots=True)

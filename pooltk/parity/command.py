@@ -149,7 +149,7 @@ def check_args(args: argparse.Namespace) -> None:
 
     Raises :class:`pooltk._validate.InputError` whose ``what`` is the flag (``--pp``).
     """
-    from pooltk._validate import InputError, check_int
+    from pooltk._validate import check_int, check_number
 
     check_int(
         "--pp",
@@ -184,13 +184,8 @@ def check_args(args: argparse.Namespace) -> None:
         ),
     ):
         check_int(flag, value, low=0, fix=fix)
-    if not args.timeout > 0:
-        raise InputError(
-            "--timeout",
-            found=repr(args.timeout),
-            required="a number of seconds > 0",
-            fix="--timeout 120 (the default) or more for big shapes.",
-        )
+    fix = "--timeout 120 (the default) or more for big shapes."
+    check_number("--timeout", args.timeout, required="a finite number of seconds > 0", fix=fix)
     _check_schedule(args)
 
 

@@ -39,7 +39,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pooltk._validate import InputError, check_int
+from pooltk._validate import InputError, check_int, check_number
 from pooltk.config import PoolConfig
 
 __all__ = [
@@ -101,13 +101,7 @@ class RssSpec:
             low=0,
             fix="1 MiB (2**20) is what the notes assume.",
         )
-        if not self.timeout_s > 0:
-            raise InputError(
-                "RssSpec.timeout_s",
-                found=repr(self.timeout_s),
-                required="> 0 seconds",
-                fix="e.g. 600.",
-            )
+        check_number("RssSpec.timeout_s", self.timeout_s, fix="e.g. 600 seconds.")
 
     @property
     def boundary_bytes(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from pooltk._validate import check_number
 from pooltk.config import PoolConfig
 from pooltk.parity.experiments import Harness
 
@@ -149,8 +150,7 @@ class ParitySpec:
             raise ValueError(f"ParitySpec.variants: names must be unique, found {names}.")
         for v in self.variants:
             self._check_fields(v)
-        if self.timeout_s <= 0:
-            raise ValueError(f"ParitySpec.timeout_s: found {self.timeout_s}; required > 0.")
+        check_number("ParitySpec.timeout_s", self.timeout_s, error=ValueError)
 
     def _check_shape(self, v: Variant) -> None:
         """``v``'s stages per rank suit its schedule, and 1F1B has a microbatch per stage."""

@@ -102,7 +102,7 @@ def test_the_estimate_as_json_carries_the_replays_the_receive_check_and_the_verd
         (["--variants", "stock,fresh"], "variants: found ['fresh']"),
         (["--ranks", "0,x"], "--ranks: found '0,x'"),
         (["--split", "1,x"], "--split: found '1,x'"),
-        (["--overhead-gib", "-1"], "--overhead-gib: found -1.0; required >= 0"),
+        (["--overhead-gib", "-1"], "--overhead-gib: found -1.0; required a finite number >= 0"),
         (["--sharing", "stage"], "--sharing: found 'stage'; required rank"),
         (["--preset", "kimi-k3-gb200-2k-calibrated"], "required one of llama3-70b-pp8"),
     ],
@@ -174,7 +174,7 @@ def _no_replay(*args, **kwargs):
     "argv,needle",
     [
         (["--steps", "0"], "--steps: found 0; required an integer >= 1"),
-        (["--overhead-gib", "-1"], "--overhead-gib: found -1.0; required >= 0"),
+        (["--overhead-gib", "-1"], "--overhead-gib: found -1.0; required a finite number >= 0"),
         (["--capacity", "nodevice"], "--capacity: found 'nodevice'"),
         (["--run-log", "/nonexistent/train.log"], "/nonexistent/train.log"),
         (["--preset", "llama3-70b-pp8"], "--preset: found --preset llama3-70b-pp8 with --config"),

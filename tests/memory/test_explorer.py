@@ -62,6 +62,15 @@ def test_rejected_inputs_are_recorded_not_raised():
     assert "boundary MiB" in state.last_error
 
 
+@pytest.mark.parametrize("size", [float("inf"), float("nan")])
+def test_a_size_that_is_no_finite_number_is_recorded_not_raised(size):
+    state = mp.ExplorerState()  # inf raised OverflowError out of the widget's callback
+    assert mp.explore(state, **{**BASE, "boundary_mib": size}) is None
+    assert f"boundary MiB: found {size}; required a finite number > 0" in state.last_error
+    assert mp.explore(state, **{**BASE, "device": "gb200", "reference_peak_gib": size}) is not None
+    assert f"reference peak: found {size}; required a finite peak > 0 GiB" in state.fits_note
+
+
 def test_render_prints_the_line_and_saves_the_figure(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("POOLTK_REPORT_DIR", str(tmp_path))
     state = mp.ExplorerState()

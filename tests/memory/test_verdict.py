@@ -213,7 +213,7 @@ def test_bad_capacities_and_references_are_named_by_their_fields():
     with pytest.raises(MemoryModelError, match=r"^capacity: found 'tpu9'.*Fix: e.g. gb200") as e:
         get_device("tpu9")
     assert "--" not in str(e.value)  # the library names its own field; the CLI names its flag
-    with pytest.raises(MemoryModelError, match=r"^capacity: found -1.*required a capacity > 0"):
+    with pytest.raises(MemoryModelError, match=r"^capacity: found -1.*required a finite capacity"):
         get_device(-1)
     heavy = ReferencePeak.from_gib(139.6, weights_bytes=100 * GIB)
     with pytest.raises(MemoryModelError, match=r"more than the model's weights per GPU \(100.00"):
@@ -303,7 +303,7 @@ def test_memory_capacity_as_json_is_the_one_verdicts_record(capsys):
         (["--capacity", "tpu9"], "pooltk memory: error: --capacity: found 'tpu9'; required one of"),
         (
             ["--capacity", "gb200", "--reference-peak-gib", "-1"],
-            "--reference-peak-gib: found -1.0; required a peak > 0 GiB",
+            "--reference-peak-gib: found -1.0; required a finite peak > 0 GiB",
         ),
         (
             ["--capacity", "gb200", "--reference-peak-gib", "1"],

@@ -39,6 +39,9 @@ CASES = [
     (["report", "--parity-steps", "0"], "--parity-steps", "0"),
     (["fuzz", "--pp", "2", "1"], "--pp", "1"),
     (["fuzz", "--cases", "0"], "--cases", "0"),
+    # infinity is a float argparse takes, and it is > 0 (parity's ranks failed on it)
+    (["parity", "--timeout", "inf"], "--timeout", "inf"),
+    (["report", "--timeout", "inf"], "--timeout", "inf"),
 ]
 
 
@@ -52,6 +55,27 @@ def test_a_bad_flag_value_names_the_flag_the_value_and_a_fix_and_exits_2(argv, f
         err
     )  # the fix speaks in flags, not library fields
     assert "Spec." not in err and "PoolConfig." not in err, err
+
+
+K3 = ["--preset", "kimi-k3-gb200-2k-hidden"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["memory", *K3, "--boundary-mib", "inf"],
+        ["memory", *K3, "--capacity", "inf"],
+        ["memory", *K3, "--capacity", "gb200", "--reference-peak-gib", "inf"],
+        ["memory", *K3, "--capacity", "gb200", "--weights-gib", "inf"],
+        ["estimate", "--preset", "llama3-70b-pp8", "--capacity", "inf"],
+        ["estimate", "--preset", "llama3-70b-pp8", "--overhead-gib", "inf"],
+    ],
+    ids=lambda argv: " ".join(argv[-2:]),
+)
+def test_an_infinite_size_is_refused_as_a_finite_number(argv, capsys):
+    assert main(argv) == 2  # was an OverflowError from round(inf * 2**30)
+    err = capsys.readouterr().err
+    assert f"error: {argv[-2]}: found inf; required a finite " in err and "Traceback" not in err
 
 
 def test_a_library_field_error_is_reworded_to_the_flag_from_its_fields():
