@@ -33,6 +33,7 @@ from pooltk.config import PoolConfig
 from pooltk.memory.errors import MemoryModelError, is_positive_int
 from pooltk.memory.known_models import KNOWN_MODEL_CONFIGS, known_model_config
 from pooltk.memory.model import Boundary, PipelineShape
+from pooltk.memory.tensors import dtype_name
 from pooltk.memory.source import Preset
 
 __all__ = [
@@ -649,13 +650,8 @@ def load_overrides(o: Overrides) -> Preset:
     bfloat16.
     """
     shape, rows = pipeline_from_overrides(o, what="explicit shape", needs=("hidden",))
-    dtype = o.dtype or "bfloat16"
-    try:
-        boundary = Boundary.hidden_state(rows=rows, seq_len=o.seq_len, hidden=o.hidden, dtype=dtype)
-    except MemoryModelError as exc:  # the sizes were checked above: the dtype given is unknown
-        raise MemoryModelError(
-            field("dtype"), found=repr(dtype), required=exc.required, fix=exc.fix
-        ) from None
+    dtype = "bfloat16" if o.dtype is None else dtype_name(o.dtype, field("dtype"))
+    boundary = Boundary.hidden_state(rows=rows, seq_len=o.seq_len, hidden=o.hidden, dtype=dtype)
     return Preset(
         name="flags",
         title=f"explicit flags: {shape.describe()}",

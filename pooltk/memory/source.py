@@ -37,6 +37,7 @@ from pooltk.memory.model import (
     TensorSpec,
     model_memory,
 )
+from pooltk.memory.tensors import dtype_name
 
 __all__ = ["HIDDEN_SIZED", "Figure", "Preset"]
 
@@ -181,6 +182,8 @@ class Preset:
             "hidden": hidden,
             "dtype": dtype,
         }
+        if dtype is not None:
+            asked["dtype"] = dtype = dtype_name(dtype)  # named before any tensor is built
         changes = self._changes(asked)
         if not changes:
             return self

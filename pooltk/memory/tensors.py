@@ -10,7 +10,22 @@ from typing import Any
 from pooltk.memory.errors import MemoryModelError, is_positive_int, positive_int
 from pooltk.memory.units import DTYPE_ALIASES, DTYPE_BYTES, to_unit
 
-__all__ = ["Boundary", "TensorSpec", "harness_boundary"]
+__all__ = ["Boundary", "TensorSpec", "dtype_name", "harness_boundary"]
+
+
+def dtype_name(dtype: Any, what: str = "dtype") -> str:
+    """torch's name of ``dtype`` (``torch.bfloat16``, ``"bf16"`` and ``"BFloat16"`` are
+    ``"bfloat16"``), else :class:`MemoryModelError` naming ``what``."""
+    lowered = str(dtype).removeprefix("torch.").strip().lower()
+    name = DTYPE_ALIASES.get(lowered, lowered)
+    if name not in DTYPE_BYTES:
+        raise MemoryModelError(
+            what,
+            found=repr(dtype),
+            required=f"one of {', '.join(DTYPE_BYTES)} (or an alias: {', '.join(DTYPE_ALIASES)})",
+            fix="use torch's dtype name, e.g. 'bfloat16' or 'float32'.",
+        )
+    return name
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -37,17 +52,7 @@ class TensorSpec:
                 "is never a buffer.",
             )
         object.__setattr__(self, "shape", shape)
-        dtype = str(self.dtype).removeprefix("torch.").strip().lower()
-        dtype = DTYPE_ALIASES.get(dtype, dtype)
-        if dtype not in DTYPE_BYTES:
-            raise MemoryModelError(
-                f"{label}.dtype",
-                found=repr(self.dtype),
-                required=f"one of {', '.join(DTYPE_BYTES)} (or an alias: "
-                f"{', '.join(DTYPE_ALIASES)})",
-                fix="use torch's dtype name, e.g. 'bfloat16' or 'float32'.",
-            )
-        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "dtype", dtype_name(self.dtype, f"{label}.dtype"))
 
     @property
     def numel(self) -> int:

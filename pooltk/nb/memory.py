@@ -27,6 +27,7 @@ The explorer models what the user chose, never another model's calibration or me
 
 from __future__ import annotations
 
+import re
 import dataclasses
 import functools
 from collections.abc import Iterable, Sequence
@@ -433,8 +434,11 @@ def _closed_form_model(
 
 
 def _record_rejection(state: ExplorerState, exc: ValueError) -> None:
-    """A rejected update: no result, no fits view, the error's message."""
-    state.last_result, state.last_error = None, str(exc)
+    """A rejected update: no result, no fits view, the error's message in the explorer's names (the
+    library names an override ``Overrides.micro_batch``; the explorer's field is ``rows``)."""
+    fields = {"micro_batch": "rows"}
+    text = re.sub(r"Overrides\.([a-z_]+)", lambda m: fields.get(m[1], m[1]), str(exc))
+    state.last_result, state.last_error = None, text
     state.fits = state.fits_basis = None
 
 

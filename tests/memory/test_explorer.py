@@ -142,7 +142,10 @@ def test_an_unknown_config_class_is_an_error_in_the_explorer_not_a_traceback(tmp
     )
     state = mp.ExplorerState()
     assert mp.explore(state, **{**BASE, "config_path": str(bad)}) is None
-    assert "model.config._target_" in state.last_error and "Overrides.hidden" in state.last_error
+    assert (
+        "model.config._target_" in state.last_error
+        and "give hidden (e.g. 7168)" in state.last_error
+    )
 
 
 def test_a_preset_whose_boundaries_differ_is_explored_boundary_by_boundary():
@@ -167,3 +170,17 @@ def test_a_preset_whose_boundaries_differ_is_explored_boundary_by_boundary():
     assert (
         len(fewer.boundaries) == 3
     )  # the widths follow where a 4-stage pipeline cuts the 93 layers
+
+
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("pp", 0, "pp: found 0; required an integer >= 1. Fix: give pp as"),
+        ("rows", 0, "rows: found 0; required an integer >= 1. Fix: give rows as"),
+        ("dtype", "float7", "dtype: found 'float7'"),  # was TensorSpec 'hidden_states'.dtype
+    ],
+)
+def test_a_rejected_field_is_named_as_the_explorer_names_it(field, value, needle):
+    state = mp.ExplorerState()
+    assert mp.explore(state, **{**BASE, field: value}) is None
+    assert state.last_error.startswith(needle) and "Overrides." not in state.last_error
