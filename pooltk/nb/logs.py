@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pooltk._validate import InputError
 from pooltk.nb import canvas, style
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,7 +71,9 @@ def device_capacity(device: Any) -> Any:
     """``device`` (a :class:`pooltk.memory.fits.Device`) as the log metrics'
     :class:`pooltk.logs.metrics.DeviceCapacity`."""
     from pooltk.logs.metrics import DeviceCapacity
+    from pooltk.memory.fits import get_device
 
+    device = get_device(device)  # a name or GiB too; an unknown one is named
     return DeviceCapacity(gib=device.gib, source=device.source)
 
 
@@ -144,6 +147,14 @@ def plot_steps(
     takeaway (the slowest and fastest run by median step time).
     """
     train = steps[steps["kind"] == "train"]
+    missing = [c for c in columns if c not in steps.columns]
+    if missing or train.empty:
+        raise InputError(
+            "steps",
+            found=f"no column {missing}" if missing else "no train row",
+            required=f"train rows with {', '.join(columns)}",
+            fix="plot summarize(...).steps (it adds tok_per_s_per_gpu), or name columns it has.",
+        )
     runs = [str(r) for r in dict.fromkeys(train["run"])]
     colours = style.run_colours(runs)
     basis = train.groupby(train["run"].astype(str))["mem_basis"].first().astype(str)

@@ -10,6 +10,7 @@ Notebook 03's capacity is the same GB200.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -26,6 +27,7 @@ from pooltk.nb import fits as fv  # noqa: E402
 from pooltk.nb import memory as mp  # noqa: E402
 from pooltk.nb import whole_stage as ws  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[2]
 TINY = dataclasses.replace(
     estimate_preset("llama3-70b-pp8"),
     name="tiny-llama",
@@ -185,3 +187,17 @@ def test_a_bad_value_is_refused_before_any_replay_never_read_as_unset(given, nee
     with pytest.raises(ws.MemoryModelError) as refused:
         ws.whole_stage_estimate(TINY, ranks=(0,), variants=("stock",), **{"jobs": 1, **given})
     assert needle in str(refused.value)
+
+
+def test_the_log_views_name_a_device_or_a_frame_they_cannot_use():
+    from pooltk.logs import read_logs
+    from pooltk.nb import logs as logviews
+
+    assert logviews.device_capacity("gb200").gib == GB200.gib  # a name, as the CLI takes it
+    with pytest.raises(ValueError, match="capacity: found 'h1000'"):  # was an AttributeError
+        logviews.device_capacity("h1000")
+    steps = read_logs(REPO / "tests" / "logs" / "fixtures" / "automodel_text_2025_07.log").steps
+    with pytest.raises(ValueError, match=r"steps: found no column \['tok_per_s_per_gpu'\]"):
+        logviews.plot_steps(steps)  # raw steps: pandas' KeyError before
+    with pytest.raises(ValueError, match="steps: found no train row"):
+        logviews.plot_steps(steps.iloc[0:0], columns=("step_time_s",))  # matplotlib's 0 rows
