@@ -230,3 +230,9 @@ def test_an_estimate_of_no_ranks_is_refused_naming_the_fix(jobs):
     builder, shape = decoder_builder(CFG, rows=1, seq_len=8), PipelineShape(pp=2, n_microbatches=2)
     with pytest.raises(MemoryModelError, match=r"^ranks: found \[\]; required at least one rank"):
         estimate_memory(builder, shape, variants=("stock",), ranks=[], jobs=jobs)
+
+
+def test_one_variant_named_alone_is_that_variant_not_its_letters():
+    builder, shape = decoder_builder(CFG, rows=1, seq_len=8), PipelineShape(pp=2, n_microbatches=2)
+    estimate = estimate_memory(builder, shape, variants="stock", ranks=[0], jobs=1)
+    assert estimate.variants == ("stock",)  # was refused as ['s', 't', 'o', 'c', 'k']

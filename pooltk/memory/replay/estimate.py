@@ -394,8 +394,8 @@ def _declared_inputs(
 
 def _variants(variants: Sequence[str], shape: PipelineShape) -> tuple[list[str], list[str]]:
     """The variants to replay, and a note for each left out (no pooled replay where pooltk leaves
-    the schedule stock)."""
-    wanted = list(dict.fromkeys(variants))
+    the schedule stock). One name is a list of one (not of its letters)."""
+    wanted = list(dict.fromkeys([variants] if isinstance(variants, str) else variants))
     bad = [v for v in wanted if v not in REPLAY_VARIANTS]
     if bad or not wanted:
         raise MemoryModelError(
