@@ -158,6 +158,8 @@ def slack_needs(
     """
     import pandas as pd
 
+    if isinstance(schedules, str):  # one name, not its letters
+        schedules = [schedules]
     rows = []
     for name in schedules or analysable_schedules():
         rows += _schedule_needs(name, pp, n_microbatches)

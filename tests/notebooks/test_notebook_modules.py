@@ -378,6 +378,7 @@ def test_the_schedule_helpers_take_any_spelling_torch_takes():
     assert set(sl.slack_needs(["interleaved1f1b"], pp=2, n_microbatches=4)["schedule"]) == {
         "Interleaved1F1B"
     }
+    assert set(sl.slack_needs("gpipe", pp=2, n_microbatches=4)["schedule"]) == {"GPipe"}
 
 
 @pytest.mark.parametrize(
