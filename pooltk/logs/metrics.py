@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pooltk._validate import check_int
 from pooltk.logs.runinfo import RunInfo
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -262,10 +263,12 @@ def steady_window(
             rule="no train step logged",
         )
     if warmup_steps is not None:
-        k, rule = (
-            min(warmup_steps, n - 1),
-            f"excluded the first {warmup_steps} logged step(s) (given)",
+        check_int(
+            "warmup_steps", warmup_steps, low=0, fix="give how many logged steps to leave out."
         )
+        k = min(warmup_steps, n - 1)
+        rule = f"excluded the first {k} logged step(s) (given"
+        rule += ")" if k == warmup_steps else f" {warmup_steps}; the run logged {n}: the last kept)"
     elif declared is not None:
         kept = [s for s in steps if s >= declared]
         k = n - len(kept) if kept else n - 1

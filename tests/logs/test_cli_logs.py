@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from pooltk.cli import main
 
@@ -118,6 +119,30 @@ def test_bad_flags_exit_2(capsys):
     assert main(["logs", str(FIX / "torchtitan_wps_2024.log"), "--format", "megatron"]) == 2
     assert "--format: found 'megatron'" in capsys.readouterr().err
     assert main(["logs", str(FIX / "torchtitan_wps_2024.log"), "--peak-tflops", "0"]) == 2
+
+
+@pytest.mark.parametrize(
+    "flags,found",
+    [
+        (["--world-size", "0"], "--world-size: found 0"),  # tok/s per GPU divided by 0
+        (["--pp", "0"], "--pp: found 0"),
+        (["--global-batch", "0"], "--global-batch: found 0"),
+        (["--warmup-steps", "-1"], "--warmup-steps: found -1"),  # 'excluded the first -1'
+        (["--flops-per-token", "nan"], "--flops-per-token: found nan"),
+        (["--active-params", "inf"], "--active-params: found inf"),  # named FlopsBasis.six_n
+        (["--device-capacity-gib", "inf"], "--device-capacity-gib: found inf"),
+    ],
+)
+def test_a_run_fact_or_basis_no_run_can_have_is_refused_naming_its_flag(flags, found, capsys):
+    assert main(["logs", str(FIX / "automodel_text_2025_07.log"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert f"pooltk logs: error: {found}; required " in err and "Fix: " in err
+
+
+def test_more_warmup_steps_than_the_run_logged_says_what_was_left_out(capsys):
+    assert main(["logs", str(FIX / "automodel_text_2025_07.log"), "--warmup-steps", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "excluded the first 2 logged step(s) (given 50; the run logged 3: the last kept)" in out
 
 
 def test_json_and_csv_carry_each_runs_pool_columns(tmp_path, capsys):
