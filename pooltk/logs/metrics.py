@@ -151,6 +151,8 @@ def per_gpu_rates(
 def _rate_for(fmt: str, rows: pd.DataFrame, info: RunInfo) -> tuple[Any, str]:
     """(per-physical-GPU rate per row or None, basis sentence)."""
     world, world_basis = info.derived_world_size()
+    if world == 0:  # facts that make no GPU: nothing is per GPU (it was inf)
+        return None, f"unknown: {world_basis} is 0 GPUs"
     if fmt == "torchtitan":
         basis = "torchtitan tps: tokens / (time x non-DP size), per device as logged"
         return rows["tok_per_s_logged"].to_numpy(dtype=float), basis
@@ -177,7 +179,7 @@ def _rate_for(fmt: str, rows: pd.DataFrame, info: RunInfo) -> tuple[Any, str]:
     if world is not None:
         return tps / world, f"tps / world size ({world}; {world_basis})"
     logged = rows["tok_per_s_per_gpu_logged"].to_numpy(dtype=float)
-    if info.pp is not None and info.tp is not None and not all(math.isnan(x) for x in logged):
+    if info.pp and info.tp and not all(math.isnan(x) for x in logged):
         basis = f"log's tps_per_gpu / (pp x tp) = / ({info.pp} x {info.tp})"
         return logged / (info.pp * info.tp), basis
     return None, "unknown: world size not known (give RunInfo(world_size=...) or a sidecar)"

@@ -137,6 +137,15 @@ def test_per_gpu_rate_from_logged_figure_when_only_pp_and_tp_are_known():
     assert rates.steps["tok_per_s_per_gpu"].iloc[0] == pytest.approx(500.0 / 4)
 
 
+@pytest.mark.parametrize("facts", [{"world_size": 0}, {"dp": 0, "pp": 4}])
+def test_a_run_of_0_gpus_has_no_per_gpu_rate_never_infinity(facts):
+    t = read_log_file(FIX / "automodel_text_current.log")  # a sidecar stating 0 made every rate inf
+    steps = t.steps.assign(run="x")
+    rates = per_gpu_rates(steps, {"x": RunInfo.from_facts(facts, source="sidecar")}, warn=False)
+    assert rates.steps["tok_per_s_per_gpu"].isna().all()
+    assert "is 0 GPUs" in rates.bases["x"]
+
+
 def test_steady_window_rules():
     frame = pd.DataFrame({"run": "r", "kind": "train", "step": range(12)})
     assert steady_window(frame, declared=3).first_step == 3
