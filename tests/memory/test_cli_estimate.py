@@ -178,6 +178,9 @@ def _no_replay(*args, **kwargs):
         (["--capacity", "nodevice"], "--capacity: found 'nodevice'"),
         (["--run-log", "/nonexistent/train.log"], "/nonexistent/train.log"),
         (["--preset", "llama3-70b-pp8"], "--preset: found --preset llama3-70b-pp8 with --config"),
+        (["--ep", "0"], "--ep: found 0; required an integer >= 1"),  # was the file's ep
+        (["--dtype", "nope"], "--dtype: found 'nope'"),  # was named DecoderConfig.dtype
+        (["--dtype", "int8"], "--dtype: found 'int8'; required a floating dtype"),
     ],
 )
 def test_a_bad_or_conflicting_flag_is_refused_before_the_replay_never_ignored(

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pooltk.memory.errors import MemoryModelError
-from pooltk.memory.units import DTYPE_ALIASES, DTYPE_BYTES
+from pooltk.memory.tensors import dtype_name
 
 __all__ = ["DecoderConfig", "MoeConfig", "decoder_config"]
 
@@ -44,6 +44,20 @@ _IGNORED_KEYS: dict[str, str] = {
     "hidden state)",
     "num_nextn_predict_layers": "multi-token prediction layers",
 }
+
+
+def floating_dtype(dtype: Any, what: str) -> str:
+    """torch's name of a floating ``dtype`` (a decoder's weights and activations), else
+    :class:`MemoryModelError` naming ``what``."""
+    name = dtype_name(dtype, what)
+    if not name.startswith(("float", "bfloat")):
+        raise MemoryModelError(
+            what,
+            found=repr(dtype),
+            required="a floating dtype (bfloat16, float16, float32)",
+            fix="give e.g. bfloat16.",
+        )
+    return name
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -130,17 +144,7 @@ class DecoderConfig:
                 required="a divisor of the attention heads (grouped-query attention)",
                 fix="check num_key_value_heads against num_attention_heads.",
             )
-        dtype = DTYPE_ALIASES.get(
-            str(self.dtype).removeprefix("torch."), str(self.dtype).removeprefix("torch.")
-        )
-        if dtype not in DTYPE_BYTES or not dtype.startswith(("float", "bfloat")):
-            raise MemoryModelError(
-                "DecoderConfig.dtype",
-                found=repr(self.dtype),
-                required="a floating dtype (bfloat16, float16, float32)",
-                fix="give torch_dtype as e.g. bfloat16.",
-            )
-        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "dtype", floating_dtype(self.dtype, "DecoderConfig.dtype"))
 
     def describe(self) -> str:
         """One line: family, widths, MoE."""

@@ -37,12 +37,13 @@ from pooltk.memory.configs import (
     ConfigKeyError,
     Overrides,
     config_json_pipeline,
+    field,
     load_automodel_config,
     lookup,
     read_file,
 )
 from pooltk.memory.decoder.builder import decoder_builder
-from pooltk.memory.decoder.config import DecoderConfig, decoder_config
+from pooltk.memory.decoder.config import DecoderConfig, decoder_config, floating_dtype
 from pooltk.memory.errors import MemoryModelError
 from pooltk.memory.known_models import known_model_config
 from pooltk.memory.replay.stages import StageBuilder, load_builder
@@ -305,6 +306,8 @@ def estimate_inputs(
             fix="e.g. --config config.json --pp 8 --microbatches 32 --seq-len 4096, or --builder "
             "pkg.mod:build --pp 4 --microbatches 8.",
         )
+    if o.dtype is not None:  # the override, named as one before any file is read
+        floating_dtype(o.dtype, field("dtype"))
     if builder is not None:
         return _builder_inputs(builder, o, vpp, config)
     path = Path(source) if source is not None else Path(model_config)  # type: ignore[arg-type]
@@ -322,7 +325,7 @@ def estimate_inputs(
         seq_len=read.seq_len,
         checkpointing=read.checkpointing,
         split=split,
-        ep=ep or read.ep,
+        ep=read.ep if ep is None else ep,  # 0 is refused, never read as unset
     )
     return EstimateInputs(
         builder=built,
