@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from pooltk._validate import check_choice
+from pooltk._validate import check_choice, check_int
 from pooltk.config import PoolConfig
 from pooltk.memory.model import (
     POLICIES,
@@ -182,6 +182,9 @@ class Preset:
             "hidden": hidden,
             "dtype": dtype,
         }
+        for name in ("rows", "seq_len", "hidden"):  # pp and microbatches: PipelineShape's checks
+            if asked[name] is not None:
+                check_int(name, asked[name], low=1, error=MemoryModelError)  # 0 is never "keep"
         if dtype is not None:
             asked["dtype"] = dtype = dtype_name(dtype)  # named before any tensor is built
         changes = self._changes(asked)

@@ -47,3 +47,11 @@ def test_a_boundary_with_nothing_hidden_sized_cannot_take_a_new_hidden_size():
         MemoryModelError, match=r"^preset 'opaque' resized: found no hidden-sized tensor"
     ):
         opaque.resized(hidden=4096)
+
+
+@pytest.mark.parametrize("dims", [{"rows": 0}, {"seq_len": 0}, {"hidden": 0}, {"dtype": "fp5"}])
+def test_a_dimension_no_tensor_can_have_is_refused_never_read_as_keep(dims):
+    # rows=0 and seq_len=0 returned the preset unchanged; hidden=0 dropped its calibration
+    (name,) = dims
+    with pytest.raises(MemoryModelError, match=rf"^{name}: found"):
+        CAL.resized(**dims)
