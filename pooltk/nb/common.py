@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pooltk._validate import check_choice, check_number
 from pooltk.nb.style import FIGURE_WIDTH_IN
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,6 +69,8 @@ def setup(*, context: str = "notebook", font_scale: float = 1.0) -> NotebookEnv:
     import pandas as pd
     import seaborn as sns
 
+    check_choice("context", context, ("paper", "notebook", "talk", "poster"))  # seaborn's
+    check_number("font_scale", font_scale, fix="e.g. 1.0 (1.2 for a talk).")
     sns.set_theme(style="whitegrid", context=context, font_scale=font_scale)
     mpl.rcParams.update(
         {

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pooltk._validate import check_int
 from pooltk.nb import canvas, style
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,6 +75,12 @@ class ReuseRow:
     """Autograd's error (first line) when it refused, else ``None``."""
     scale: float = 0.0
     """Largest |gradient| of a fresh buffer: the scale ``max_abs_diff`` is read against."""
+
+
+def _sizes(hidden: int, rows: int) -> None:
+    """The toy stage's sizes, each a whole number >= 1 (torch's own error is about max())."""
+    check_int("hidden", hidden, low=1, fix="e.g. hidden=8.")
+    check_int("rows", rows, low=1, fix="e.g. rows=4.")
 
 
 def _stage(hidden: int) -> object:
@@ -124,6 +131,7 @@ def reuse_point(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> list[ReuseR
     """
     import torch
 
+    _sizes(hidden, rows)
     torch.manual_seed(seed)
     stage = _stage(hidden)
     x_a, x_b, grad_out = (
@@ -238,6 +246,7 @@ def leaf_reuse(*, hidden: int = 8, rows: int = 4, seed: int = 0) -> LeafReuse:
     """
     import torch
 
+    _sizes(hidden, rows)
     try:
         from torch.distributed.pipelining._backward import stage_backward
     except ImportError as exc:  # pragma: no cover - a torch that moved it

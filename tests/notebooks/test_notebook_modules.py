@@ -18,6 +18,8 @@ pytest.importorskip("matplotlib").use("Agg")
 rk = pytest.importorskip("pooltk.nb.ranks")
 sc = pytest.importorskip("pooltk.nb.schedules")
 sl = pytest.importorskip("pooltk.nb.slack")
+lf = pytest.importorskip("pooltk.nb.lifetime_facts")
+common = pytest.importorskip("pooltk.nb.common")
 
 
 @pytest.mark.parametrize(("pp", "m"), [(2, 2), (3, 5), (4, 8), (5, 7)])
@@ -400,6 +402,21 @@ def test_the_schedule_helpers_take_any_spelling_torch_takes():
     ],
 )
 def test_a_helpers_bad_value_is_named_never_a_key_error_or_a_number(call, needle):
+    with pytest.raises(ValueError) as refused:
+        call()
+    assert needle in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "call,needle",
+    [
+        (lambda: lf.leaf_reuse(hidden=0), "hidden: found 0"),  # torch: max() of an empty tensor
+        (lambda: lf.reuse_point(rows=-1), "rows: found -1"),  # torch: a negative dimension
+        (lambda: common.setup(font_scale=-1), "font_scale: found -1"),  # was taken
+        (lambda: common.setup(context="slides"), "context: found 'slides'"),
+    ],
+)
+def test_a_lessons_helper_names_a_size_or_style_it_cannot_take(call, needle):
     with pytest.raises(ValueError) as refused:
         call()
     assert needle in str(refused.value)
