@@ -51,7 +51,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from pooltk._validate import check_int
+from pooltk._validate import check_choice, check_int
 from pooltk.analysis.programs import (
     Event,
     Program,
@@ -379,8 +379,13 @@ def min_safe_ring(
     spans: Sequence[BufferLifetime], stage: int, direction: Direction, n_microbatches: int
 ) -> int:
     """Smallest ``K`` for which the ``c mod K`` ring of (stage, direction) overwrites nothing (0: no
-    receives)."""
+    receives). ``n_microbatches`` below what the spans hold (K = M would no longer be safe) is an
+    :class:`InputError`, as is a direction that is not one of :data:`DIRECTIONS`."""
+    check_choice("min_safe_ring direction", direction, DIRECTIONS)
     group = [b for b in spans if b.stage == stage and b.direction == direction]
+    held = max((b.microbatch for b in group), default=0) + 1
+    fix = "the shape's microbatch count (the spans' n_microbatches)."
+    check_int("min_safe_ring n_microbatches", n_microbatches, low=held, fix=fix)
     if not group:
         return 0
     for k in range(max(1, peak_overlap((b.post, b.release) for b in group)), n_microbatches + 1):

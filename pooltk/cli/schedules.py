@@ -474,17 +474,19 @@ def _rings_text(rings: list[dict[str, Any]]) -> str:
 
 
 def _validate(args: argparse.Namespace, csv_path: Path | None) -> int:
-    from pooltk.analysis.programs import ScheduleAnalysisError, resolve_schedule
+    from pooltk.analysis.programs import ScheduleAnalysisError
 
     try:
         check = from_lab("pooltk.parity.schedule_check", flag="--validate", needs=("pandas",))
-        names = tuple(resolve_schedule(n)[0] for n in args.schedule) if args.schedule else None
+        check.planned_shapes(args.pp, args.factors, args.schedule)  # the flags, before any launch
     except (FlagError, ScheduleAnalysisError) as exc:
         return fail("schedules", exc)
+    except InputError as exc:
+        return fail("schedules", exc, fields=check.GRID_FLAGS)
     result = check.check_schedules(
         pps=tuple(args.pp),
         factors=tuple(args.factors),
-        schedules=names,
+        schedules=args.schedule,
         guard_checks=not args.no_guard_checks,
         progress=lambda msg: print(f"[validate] {msg}", file=sys.stderr, flush=True),
     )

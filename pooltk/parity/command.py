@@ -184,9 +184,24 @@ def check_args(args: argparse.Namespace) -> None:
         ),
     ):
         check_int(flag, value, low=0, fix=fix)
+    _check_shortfall(args)
     fix = "--timeout 120 (the default) or more for big shapes."
     check_number("--timeout", args.timeout, required="a finite number of seconds > 0", fix=fix)
     _check_schedule(args)
+
+
+def _check_shortfall(args: argparse.Namespace) -> None:
+    """``--shortfall`` builds a ring below the live set only with ``--force`` (every rank's install
+    refused it, naming ``force=True``)."""
+    from pooltk._validate import InputError
+
+    if args.shortfall and not args.force:
+        raise InputError(
+            "--shortfall",
+            found=f"{args.shortfall} without --force",
+            required="--force: a forward ring below the live set is a negative control",
+            fix="add --force, or leave --shortfall at 0.",
+        )
 
 
 def _check_schedule(args: argparse.Namespace) -> None:
@@ -216,8 +231,7 @@ def _check_stages_per_rank(args: argparse.Namespace, cls: type) -> None:
     shape torch refuses is named here, in flag terms, and not by a rank's traceback.
     """
     from pooltk._validate import InputError, check_int
-    from pooltk.analysis.catalog import ScheduleAnalysisError, is_single_stage
-    from pooltk.analysis.programs import program
+    from pooltk.analysis.catalog import is_single_stage, schedule_key, v_schedules
 
     single = is_single_stage(cls)
     if args.vpp is None:
@@ -230,11 +244,14 @@ def _check_stages_per_rank(args: argparse.Namespace, cls: type) -> None:
             required=f"1: {cls.__name__} runs one stage per rank",
             fix="leave --vpp out, or choose a multi-stage schedule (--schedule Interleaved1F1B).",
         )
-    if not single and args.vpp < 2:
+    v_shape = schedule_key(cls) in {schedule_key(name) for name in v_schedules()}
+    if not single and (args.vpp < 2 or (v_shape and args.vpp != 2)):
         raise InputError(
             "--vpp",
             found=f"{args.vpp} with --schedule {args.schedule}",
-            required=f"2 or more: {cls.__name__} runs several stages per rank",
+            required=f"exactly 2: {cls.__name__} runs two stages per rank, in a V"
+            if v_shape
+            else f"2 or more: {cls.__name__} runs several stages per rank",
             fix="--vpp 2 (the default for multi-stage schedules).",
         )
     if args.vpp > 1 and args.frontend != "manual":
@@ -244,6 +261,15 @@ def _check_stages_per_rank(args: argparse.Namespace, cls: type) -> None:
             required="'manual': the tracing frontend splits one model into one stage per rank",
             fix="--frontend manual (the default) for multi-stage schedules.",
         )
+    _check_shape_builds(args)
+
+
+def _check_shape_builds(args: argparse.Namespace) -> None:
+    """The whole shape against torch's own constructor, named as ``--microbatches``."""
+    from pooltk._validate import InputError
+    from pooltk.analysis.catalog import ScheduleAnalysisError
+    from pooltk.analysis.programs import program
+
     try:
         program(
             args.schedule, pp=args.pp, n_microbatches=args.microbatches, stages_per_rank=args.vpp

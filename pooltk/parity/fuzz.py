@@ -29,7 +29,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from pooltk._validate import check_int
+from pooltk._validate import InputError, check_int, check_number
 from pooltk.config import PoolConfig
 from pooltk.parity.launch import ParityRankError, ParityTimeoutError, run_parity
 from pooltk.parity.models import AUX_MODES, BODIES, SPLIT_BACKWARD_BODIES
@@ -174,6 +174,12 @@ def draw_cases(n: int, seed: int = 0, *, pp_choices: tuple[int, ...] = (2, 3, 4)
     """``n`` cases drawn from ``seed``: every schedule in turn, random pp, M, bodies, aux, mode and
     slack."""
     check_int("fuzz cases", n, low=1)
+    fix = "rank counts of 2 or more, e.g. pp_choices=(2, 3, 4) (the default)."
+    if isinstance(pp_choices, (str, int)) or not pp_choices:  # one count, its digits, or none
+        required = "a sequence of integers >= 2"
+        raise InputError("fuzz pp_choices", found=repr(pp_choices), required=required, fix=fix)
+    for pp in pp_choices:
+        check_int("fuzz pp_choices", pp, low=2, fix=fix)
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -360,6 +366,7 @@ def run_fuzz(
     """
     check_int("fuzz steps", steps, low=1)
     check_int("fuzz batch", batch, low=1)
+    check_number("fuzz timeout_s", timeout_s, fix="seconds per launch, e.g. 600 (the default).")
     results: dict[int, FuzzResult] = {}
     by_pp: dict[int, list[FuzzCase]] = {}
     for c in cases:

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from pooltk._validate import InputError
 from pooltk.config import PoolConfig
 from pooltk.memory.model import MemoryModelError, PipelineShape, harness_boundary, model_memory
 
@@ -60,6 +61,7 @@ __all__ = [
     "format_comparison",
     "launches_frame",
     "measured_vs_modelled",
+    "read_csv",
     "read_measured",
     "refusal",
     "shipped_measurement",
@@ -173,19 +175,38 @@ def write_measured(frame: pd.DataFrame, path: Any) -> None:
     frame.to_csv(path, index=False)
 
 
-def read_measured(source: Any) -> pd.DataFrame:
-    """The raw table from a CSV path or file object; a clear error when columns are missing."""
+def read_csv(source: Any, *, what: str, required: str, error: type[InputError]) -> pd.DataFrame:
+    """``source`` (a path or file object) read as CSV, else ``error`` saying why not: no such file,
+    a folder, unreadable, empty, not text or not CSV (never pandas' or the OS's traceback)."""
     import pandas as pd
 
     try:
-        frame = pd.read_csv(source)
-    except (FileNotFoundError, pd.errors.EmptyDataError) as exc:
-        raise MemoryModelError(
-            "measurement CSV",
-            found=f"{source}: {'no such file' if isinstance(exc, OSError) else 'empty'}",
-            required="a CSV written by `pooltk memory --measure --csv PATH`",
-            fix="give the path of such a file.",
-        ) from None
+        return pd.read_csv(source)
+    except FileNotFoundError:
+        why = "no such file"
+    except IsADirectoryError:
+        why = "a folder"
+    except OSError as exc:
+        why = f"unreadable ({exc.strerror or exc})"
+    except pd.errors.EmptyDataError:
+        why = "empty"
+    except UnicodeDecodeError:
+        why = "not UTF-8 text"
+    except pd.errors.ParserError as exc:
+        why = f"not a CSV ({str(exc).strip()})"
+    raise error(
+        what, found=f"{source}: {why}", required=required, fix="give the path of such a file."
+    )
+
+
+def read_measured(source: Any) -> pd.DataFrame:
+    """The raw table from a CSV path or file object; a clear error when columns are missing."""
+    frame = read_csv(
+        source,
+        what="measurement CSV",
+        required="a CSV written by `pooltk memory --measure --csv PATH`",
+        error=MemoryModelError,
+    )
     missing = [c for c in RAW_COLUMNS if c not in frame.columns]
     if missing:
         raise MemoryModelError(

@@ -43,11 +43,12 @@ from pooltk.analysis.programs import CATALOG
 from pooltk.parity.experiments import Harness
 from pooltk.pool.errors import PoolOverrunError
 from pooltk.parity.launch import ParityRankError, ParityTimeoutError, run_parity
-from pooltk.parity.measured import claim_lines, is_true
+from pooltk.parity.measured import claim_lines, is_true, read_csv
 from pooltk.parity.spec import ParitySpec, Variant
 
 __all__ = [
     "CLAIMS",
+    "GRID_FLAGS",
     "STAGES_PER_RANK",
     "ScheduleCheck",
     "check_rows",
@@ -308,12 +309,23 @@ def planned_shapes(
     """(schedule, pp, vpp, M) the grid launches, in launch order, and the shapes torch rejects (with
     the reason).
 
-    ``M = factor x (pp x 2)``; see :func:`check_schedules`.
+    ``M = factor x (pp x 2)``; see :func:`check_schedules`. ``schedules``: torch names in any case
+    (one name alone is one schedule); an unknown one is a :class:`ScheduleAnalysisError`.
     """
-    from pooltk.analysis.programs import ScheduleAnalysisError, analysable_schedules
+    from pooltk.analysis.programs import (
+        ScheduleAnalysisError,
+        analysable_schedules,
+        resolve_schedule,
+    )
     from pooltk.analysis.lifetimes import lifetimes
 
-    names = tuple(schedules or analysable_schedules())
+    fix = "rank counts of 2 or more (one gloo rank per stage), e.g. 2 4 (the default)."
+    _check_grid("pps", pps, low=2, fix=fix)
+    fix = "factors of 1 or more (M = factor x 2pp), e.g. 1 2 4 (the default)."
+    _check_grid("factors", factors, low=1, fix=fix)
+    if isinstance(schedules, str):
+        schedules = (schedules,)
+    names = tuple(resolve_schedule(n)[0] for n in schedules or analysable_schedules())
     shapes, skipped = [], []
     for pp in pps:
         for factor in factors:
@@ -327,6 +339,23 @@ def planned_shapes(
                         {"schedule": name, "pp": pp, "n_microbatches": m, "reason": str(exc)}
                     )
     return shapes, skipped
+
+
+GRID_FLAGS: dict[str, str] = {"pps": "--pp", "factors": "--factors"}
+"""The flag that sets each grid argument of :func:`planned_shapes`, for an error a command line
+prints (``pooltk schedules --validate``, ``python -m pooltk.parity.schedule_check``)."""
+
+
+def _check_grid(what: str, values: Any, *, low: int, fix: str) -> None:
+    """``values`` is a non-empty sequence of integers >= ``low``, else :class:`InputError` (a
+    command line maps ``what`` to its flag: :data:`GRID_FLAGS`)."""
+    from pooltk._validate import InputError, check_int
+
+    if isinstance(values, (str, int)) or not values:
+        required = f"a sequence of integers >= {low}"
+        raise InputError(what, found=repr(values), required=required, fix=fix)
+    for value in values:
+        check_int(what, value, low=low, fix=fix)
 
 
 def check_schedules(
@@ -537,28 +566,30 @@ def main(argv: Any = None) -> int:
     1 breaks, 2 unreadable."""
     import sys
 
-    import pandas as pd
-
     p = _parser()
     a = p.parse_args(argv)
-    try:
-        frame = pd.read_csv(a.check)
-    except (FileNotFoundError, pd.errors.EmptyDataError) as exc:
-        print(
-            f"{p.prog}: error: {a.check}: found "
-            f"{'no such file' if isinstance(exc, OSError) else 'an empty file'}; required a CSV "
-            "written by `pooltk schedules --validate --csv PATH`.",
-            file=sys.stderr,
-        )
-        return 2
-    from pooltk.analysis.programs import ScheduleAnalysisError, resolve_schedule
+    from pooltk._validate import InputError, problem
+    from pooltk.analysis.programs import ScheduleAnalysisError
 
     try:
-        names = tuple(resolve_schedule(n)[0] for n in a.schedule) if a.schedule else None
+        frame = read_csv(
+            a.check,
+            what="--check",
+            required="a CSV written by `pooltk schedules --validate --csv PATH`",
+            error=InputError,
+        )
+    except InputError as exc:
+        print(f"{p.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        shapes = None if a.any_shapes else planned_shapes(a.pp, a.factors, a.schedule)[0]
+    except InputError as exc:  # a grid flag: named as the flag
+        text = problem(GRID_FLAGS[exc.what], found=exc.found, required=exc.required, fix=exc.fix)
+        print(f"{p.prog}: error: {text}", file=sys.stderr)
+        return 2
     except ScheduleAnalysisError as exc:
         print(f"{p.prog}: error: {exc}", file=sys.stderr)
         return 2
-    shapes = None if a.any_shapes else planned_shapes(tuple(a.pp), tuple(a.factors), names)[0]
     broken = check_rows(frame, shapes)
     if broken:
         print(

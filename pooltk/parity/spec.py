@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from pooltk._validate import check_number
+from pooltk._validate import check_int, check_number
 from pooltk.config import PoolConfig
 from pooltk.parity.experiments import Harness
 
@@ -138,10 +138,19 @@ class ParitySpec:
                 raise ValueError(
                     f"ParitySpec.{name}: found {value!r}; required an integer >= {low}."
                 )
+        check_int("ParitySpec.seed", self.seed, error=ValueError)
+        check_number("ParitySpec.lr", self.lr, zero=True, error=ValueError)
         if not self.variants:
             raise ValueError(
                 "ParitySpec.variants: found none; required at least one. Fix: use "
                 "default_variants(...)."
+            )
+        if isinstance(self.variants, Variant) or not all(
+            isinstance(v, Variant) for v in self.variants
+        ):
+            raise ValueError(
+                f"ParitySpec.variants: found {self.variants!r}; required a tuple of Variant. "
+                "Fix: variants=(Variant(...), ...), e.g. default_variants(...)."
             )
         for v in self.variants:
             self._check_shape(v)
@@ -154,10 +163,14 @@ class ParitySpec:
 
     def _check_shape(self, v: Variant) -> None:
         """``v``'s stages per rank suit its schedule, and 1F1B has a microbatch per stage."""
-        if v.stages_per_rank < 1:
+        if not isinstance(v.schedule, str):
             raise ValueError(
-                f"Variant {v.name}: stages_per_rank found {v.stages_per_rank}; required >= 1."
+                f"Variant {v.name}: schedule found {v.schedule!r}; required a torch schedule name "
+                "(str), e.g. '1F1B'."
             )
+        check_int(f"Variant {v.name}: stages_per_rank", v.stages_per_rank, low=1, error=ValueError)
+        if v.microbatches is not None:
+            check_int(f"Variant {v.name}: microbatches", v.microbatches, low=1, error=ValueError)
         _check_stage_kind(v)
         m = v.microbatches or self.microbatches
         if v.schedule.lower() == "1f1b" and m < self.pp:  # one stage per rank (checked above)
@@ -167,15 +180,12 @@ class ParitySpec:
             )
 
     def _check_fields(self, v: Variant) -> None:
-        """``v``'s bodies, microbatches, frontend, scope, config and buffers."""
+        """``v``'s bodies, frontend, scope, config and buffers."""
+        _check_model(v)
         if v.bodies and (v.frontend != "manual" or len(v.bodies) != self.pp * v.stages_per_rank):
             raise ValueError(
                 f"Variant {v.name}: bodies found {len(v.bodies)} for frontend {v.frontend!r}; "
                 f"required one per stage ({self.pp * v.stages_per_rank}) with frontend='manual'."
-            )
-        if v.microbatches is not None and (isinstance(v.microbatches, bool) or v.microbatches < 1):
-            raise ValueError(
-                f"Variant {v.name}: microbatches found {v.microbatches!r}; required >= 1 or None."
             )
         if v.frontend not in FRONTENDS:
             raise ValueError(
@@ -185,20 +195,7 @@ class ParitySpec:
             raise ValueError(
                 f"Variant {v.name}: scope found {v.scope!r}; required 'process' or 'stage'."
             )
-        if v.pooled and v.config is None:
-            raise ValueError(f"Variant {v.name}: pooled=True needs a PoolConfig.")
-        for attr in ("buffers", "compare_to"):
-            if getattr(v, attr) not in BUFFERS:
-                raise ValueError(
-                    f"Variant {v.name}: {attr} found {getattr(v, attr)!r}; required one of "
-                    f"{BUFFERS}."
-                )
-        if v.pooled and v.buffers != "stock":
-            raise ValueError(
-                f"Variant {v.name}: buffers found {v.buffers!r} on a pooled variant; required "
-                "'stock' (fresh is an unpooled reference). Fix: a separate "
-                "Variant(buffers='fresh')."
-            )
+        _check_pool(v)
 
     @property
     def rows(self) -> int:
@@ -237,21 +234,71 @@ def _config_label(config: Harness) -> str:
     return label
 
 
+def _check_model(v: Variant) -> None:
+    """``v``'s fuzz bodies are names of :data:`pooltk.parity.models.BODIES` (a tuple, not one name's
+    letters) and its aux one of :data:`~pooltk.parity.models.AUX_MODES` or None (each rank failed
+    on a name it did not know)."""
+    from pooltk.parity.models import AUX_MODES, BODIES
+
+    bodies = v.bodies
+    if not isinstance(bodies, (tuple, list)) or set(bodies) - set(BODIES):  # a list: from JSON
+        raise ValueError(
+            f"Variant {v.name}: bodies found {bodies!r}; required a tuple of names of "
+            f"pooltk.parity.models.BODIES, one per stage. Fix: e.g. bodies=({BODIES[0]!r}, ...)."
+        )
+    if v.aux is not None and v.aux not in AUX_MODES:
+        raise ValueError(
+            f"Variant {v.name}: aux found {v.aux!r}; required None or one of {AUX_MODES}."
+        )
+
+
+def _check_pool(v: Variant) -> None:
+    """``v``'s config, the shortfall it may build, and its buffers and reference."""
+    if v.config is not None and not isinstance(v.config, Harness):
+        raise ValueError(
+            f"Variant {v.name}: config found {v.config!r}; required a PoolConfig or a Harness."
+        )
+    if v.pooled and v.config is None:
+        raise ValueError(f"Variant {v.name}: pooled=True needs a PoolConfig.")
+    if v.pooled and v.config.forward_shortfall and not v.force:  # each rank's install refused it
+        raise ValueError(
+            f"Variant {v.name}: found forward_shortfall={v.config.forward_shortfall} without "
+            "force=True; required force=True to build a ring below the live set. Fix: "
+            "force=True, or forward_shortfall=0."
+        )
+    for attr in ("buffers", "compare_to"):
+        if getattr(v, attr) not in BUFFERS:
+            raise ValueError(
+                f"Variant {v.name}: {attr} found {getattr(v, attr)!r}; required one of {BUFFERS}."
+            )
+    if v.pooled and v.buffers != "stock":
+        raise ValueError(
+            f"Variant {v.name}: buffers found {v.buffers!r} on a pooled variant; required "
+            "'stock' (fresh is an unpooled reference). Fix: a separate "
+            "Variant(buffers='fresh')."
+        )
+
+
 def _check_stage_kind(v: Variant) -> None:
     """A multi-stage schedule needs ``stages_per_rank >= 2``, a single-stage one exactly 1 (else a
     rank fails in torch)."""
     from torch.distributed.pipelining.schedules import get_schedule_class
 
-    from pooltk.analysis.catalog import is_single_stage
+    from pooltk.analysis.catalog import is_single_stage, schedule_key, v_schedules
 
     try:
         cls = get_schedule_class(v.schedule)
     except ValueError:
         return  # an unknown name: the rank's own error names it
     single = is_single_stage(cls)
-    if single != (v.stages_per_rank == 1):
+    v_shape = schedule_key(cls) in {schedule_key(name) for name in v_schedules()}
+    if single != (v.stages_per_rank == 1) or (v_shape and v.stages_per_rank != 2):
         need = (
-            "1 (it runs one stage per rank)" if single else ">= 2 (it runs several stages per rank)"
+            "1 (it runs one stage per rank)"
+            if single
+            else "exactly 2 (it runs two stages per rank, in a V)"
+            if v_shape
+            else ">= 2 (it runs several stages per rank)"
         )
         raise ValueError(
             f"Variant {v.name}: stages_per_rank found {v.stages_per_rank} for {cls.__name__}; "
@@ -269,7 +316,11 @@ def default_variants(
     stages_per_rank: int = 1,
     install_schedule: str | None = None,
 ) -> tuple[Variant, ...]:
-    """A stock reference plus one pooled variant per config, for each frontend."""
+    """A stock reference plus one pooled variant per config, for each frontend (one frontend or
+    config alone is taken as one, not iterated)."""
+    check_int("default_variants stages_per_rank", stages_per_rank, low=1)
+    frontends = (frontends,) if isinstance(frontends, str) else frontends
+    configs = (configs,) if isinstance(configs, (Harness, PoolConfig)) else configs
     out: list[Variant] = []
     sched = schedule.lower() + (f"x{stages_per_rank}" if stages_per_rank > 1 else "")
     suffix = "+eval" if eval_between_steps else ""

@@ -90,3 +90,25 @@ def test_a_data_ptr_cache_hits_on_a_repeated_address_within_a_step_and_is_cleare
     )  # the cached value is the old one: what a reused buffer gives
     st.step_end()
     assert torch.equal(st(buf).detach(), expect) and not torch.equal(first, expect)
+
+
+@pytest.mark.parametrize("pp_choices", [(), (1,), (2, 0), "234", 3, (2.5,)])
+def test_draw_cases_refuses_rank_counts_a_launch_cannot_run(pp_choices):
+    """() was random's IndexError, (1,) and (0,) drew cases of 1 or 0 ranks (refused by ParitySpec
+    only once run_fuzz launched), '234' and 3 were TypeErrors."""
+    from pooltk._validate import InputError
+
+    with pytest.raises(InputError, match=r"^fuzz pp_choices: found .*; required .*(>= 2)"):
+        draw_cases(3, pp_choices=pp_choices)
+
+
+@pytest.mark.parametrize("timeout_s", [0, -1, float("inf"), float("nan"), "600"])
+def test_run_fuzz_refuses_a_timeout_before_any_launch(timeout_s, monkeypatch):
+    """It was refused as ParitySpec.timeout_s from inside a launch attempt, after the chunk was
+    split down to one case."""
+    import pooltk.parity.fuzz as fuzz
+    from pooltk._validate import InputError
+
+    monkeypatch.setattr(fuzz, "run_parity", lambda spec: pytest.fail("it launched"))
+    with pytest.raises(InputError, match=r"^fuzz timeout_s: found .*; required a finite number"):
+        fuzz.run_fuzz(draw_cases(2), timeout_s=timeout_s)

@@ -285,3 +285,62 @@ def test_the_guard_is_checked_for_every_schedule_of_the_grid_not_only_the_last_s
     monkeypatch.setattr(schedule_check, "guard_catch", lambda name, **kw: f"caught {name}")
     check = schedule_check.check_schedules(pps=(2,), factors=(1, 2))
     assert check.guard == {"1F1B": "caught 1F1B", "GPipe": "caught GPipe"}
+
+
+@pytest.mark.parametrize("module", ["schedule_check", "measured"])
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        (None, "a folder"),
+        (b"\x00\x01\xff\xfe", "not UTF-8 text"),
+        (b'schedule,pp\n"unterminated\n', "not a CSV"),
+    ],
+)
+def test_a_check_file_that_is_a_folder_not_text_or_not_csv_exits_2_saying_why(
+    tmp_path, capsys, module, content, why
+):
+    """It was IsADirectoryError, UnicodeDecodeError or pandas' ParserError, a traceback."""
+    import importlib
+
+    path = tmp_path / "table.csv"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    main_of = importlib.import_module(f"pooltk.parity.{module}").main
+    assert main_of(["--check", str(path), "--any-shapes"]) == 2
+    err = capsys.readouterr().err
+    assert f"found {path}: {why}" in err and "required a CSV written by" in err
+
+
+@pytest.mark.parametrize("flag, value", [("--pp", "1"), ("--pp", "0"), ("--factors", "0")])
+def test_a_grid_flag_below_its_minimum_exits_2_naming_the_flag_before_any_launch(
+    tmp_path, capsys, validated, flag, value
+):
+    """--pp 1 was ParitySpec's traceback after the analysis, --pp 0 or --factors 0 pandas'
+    KeyError on an empty grid (or, with --check, every shape 'not asked for': exit 1)."""
+    from pooltk.cli import main as pooltk
+
+    good = tmp_path / "good.csv"
+    _frame().to_csv(good, index=False)
+    validated["check"] = None  # check_schedules must not run
+    assert pooltk(["schedules", "--validate", flag, value]) == 2
+    assert main(["--check", str(good), flag, value]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert len(errors) == 2
+    for err in errors:
+        assert f"error: {flag}: found {value}; required an integer >= " in err and "Fix:" in err
+
+
+def test_planned_shapes_reads_a_name_in_any_case_and_one_name_alone_as_one_schedule():
+    """'1f1b' was a KeyError and '1F1B' four schedules '1', 'F', '1', 'B' (a KeyError too)."""
+    assert planned_shapes((2,), (1,), ("1f1b",)) == planned_shapes((2,), (1,), ("1F1B",))
+    assert planned_shapes((2,), (1,), "1F1B") == planned_shapes((2,), (1,), ("1F1B",))
+
+
+@pytest.mark.parametrize("pps, factors", [((), (1,)), (2, (1,)), ((2,), "12"), ((2,), (1.5,))])
+def test_planned_shapes_refuses_a_grid_that_is_not_a_sequence_of_integers(pps, factors):
+    from pooltk._validate import InputError
+
+    with pytest.raises(InputError, match="found .*; required an integer >= |a sequence"):
+        planned_shapes(pps, factors)

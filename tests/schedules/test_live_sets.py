@@ -249,3 +249,27 @@ def test_lifetime_frame_has_one_row_per_buffer() -> None:
 def test_overwrites_unpack_as_stage_direction_microbatch_overwritten_by() -> None:
     found = overwrites(lifetimes("GPipe", pp=2, n_microbatches=3), 2)
     assert [tuple(o) for o in found] == [(1, "forward", 0, 2)]
+
+
+@pytest.mark.parametrize(
+    "direction, m, found",
+    [
+        ("forward", 2, "found 2; required an integer >= 4"),
+        ("forward", -1, "found -1"),
+        ("forward", 1.5, "found 1.5 (float)"),
+        ("x", 4, "found 'x'"),
+    ],
+)
+def test_min_safe_ring_refuses_a_direction_or_microbatch_count_the_spans_do_not_fit(
+    direction, m, found
+) -> None:
+    """M 2 for spans of 4 microbatches gave 2 (K = M is safe only for the spans' own M), -1 gave -1,
+    1.5 was range()'s TypeError and direction 'x' gave 0 ('no receives')."""
+    import re
+
+    from pooltk._validate import InputError
+
+    spans = lifetimes("1F1B", pp=2, n_microbatches=4)
+    where = "^min_safe_ring (n_microbatches|direction): "
+    with pytest.raises(InputError, match=where + re.escape(found)):
+        min_safe_ring(spans, 1, direction, m)

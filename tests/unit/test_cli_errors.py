@@ -34,6 +34,14 @@ CASES = [
         "--microbatches",
         "4 with --schedule DualPipeV --pp 4 --vpp 2",
     ),
+    # a V schedule at --vpp 3 was named --microbatches, with a fix (--microbatches 24) that could
+    # not fix it; --shortfall without --force launched every rank, each refused naming force=True
+    (
+        ["parity", "--schedule", "ZBVZeroBubble", "--vpp", "3"],
+        "--vpp",
+        "3 with --schedule ZBVZeroBubble",
+    ),
+    (["parity", "--shortfall", "1"], "--shortfall", "1 without --force"),
     (["report", "--jobs", "0"], "--jobs", "0"),
     (["report", "--timeout", "-5"], "--timeout", "-5.0"),
     (["report", "--parity-steps", "0"], "--parity-steps", "0"),
