@@ -52,6 +52,11 @@ NOT_A_SCHEDULE = (
     "pooltk: schedule found {kind}; required a schedule's name (such as '1f1b' or 'auto'), a "
     "torch pipeline schedule class or instance, or None."
 )
+NOT_INSTALLED = "pooltk: not installed: {reason}"
+INFOS_DIFFER = "recv infos differ in structure between microbatches"
+ALREADY_BOUND = "pooltk: found {tag!r} already bound on {target!r}; undo it first."
+ON_NO_CLASS = "pooltk: found {cls}.{name} on no class of its MRO"
+MISSING_ARGUMENT = "pooltk: {method}() was called without its {name!r} argument"
 STAGE_UNDER_PROCESS = (
     "pooltk.pool_stage: found pooltk installed process-wide, which pools every stage.\n"
     "Fix: pooltk.uninstall() first, or rely on the process-wide install."

@@ -250,7 +250,8 @@ def _prepare(
     report = InstallReport.of(layout, reason, cfg, installed=installed, schedule=sched, scope=scope)
     if not installed:
         events.emit(report.events, events.event("not-installed", reason=report.reason))
-        warnings.warn(f"pooltk: not installed: {reason}", errors.PoolWarning, stacklevel=4)
+        text = errors.NOT_INSTALLED.format(reason=reason)
+        warnings.warn(text, errors.PoolWarning, stacklevel=4)
         return report, None
     return report, _Install(cfg, harness, sched, bool(force), layout, report)
 

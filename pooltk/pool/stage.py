@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from pooltk.pool import events, handoff
-from pooltk.pool.errors import PoolSetupError, name_reuse
+from pooltk.pool.errors import INFOS_DIFFER, PoolSetupError, name_reuse
 from pooltk.pool.gating import Decision, decide, decide_lazy
 from pooltk.pool.release import forward_only, release_chunk, start_release
 from pooltk.pool.ring import Ring, RingUse, Slot, live_1f1b
@@ -138,7 +138,7 @@ def _build_ring(stage: Any, direction: str, state: StageState, factory: Any) -> 
     infos = recv_infos(stage, direction)
     positions = recv_positions(infos[0]) if infos else []
     if any(len(chunk_infos) != len(infos[0]) for chunk_infos in infos.values()):
-        raise RuntimeError("recv infos differ in structure between microbatches")
+        raise RuntimeError(INFOS_DIFFER)
     live, k = _live_and_size(stage, direction, state)
     if positions and k > 0:
         buffers = [infos[0][j].buffer for j in positions]  # what every slot's set is shaped like

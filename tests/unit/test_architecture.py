@@ -576,6 +576,23 @@ def test_no_pool_function_is_over_50_lines() -> None:
     assert not long, "\n".join(long)
 
 
+def test_every_pool_error_takes_its_text_from_errors_py() -> None:
+    """Pool errors live in one module with their texts as named constants: no raise or warning in
+    the pool outside ``errors.py`` writes its text where it raises."""
+    literal = []
+    for path in _pool_files():
+        if path.name == "errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            raised = node.exc if isinstance(node, ast.Raise) else None
+            warned = node if getattr(getattr(node, "func", None), "attr", "") == "warn" else None
+            call = raised if isinstance(raised, ast.Call) else warned
+            for arg in [*call.args, *(k.value for k in call.keywords)] if call else ():
+                if isinstance(arg, ast.JoinedStr) or isinstance(getattr(arg, "value", None), str):
+                    literal.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not literal, "texts written where they are raised: " + ", ".join(literal)
+
+
 def _attributes(cls: ast.ClassDef) -> set[str]:
     """A class's data attributes: its fields and slots, and what its methods set on ``self``."""
     names: set[str] = set()

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pooltk.pool.errors import ALREADY_BOUND, ON_NO_CLASS
 from pooltk.pool.torch_compat.stage_api import Call
 
 _ABSENT = object()
@@ -87,7 +88,7 @@ def bind(target: Any, hooks: Mapping[str, Hooks], *, tag: str) -> Binding:
         TypeError: a class's method is defined on no class of its MRO (nothing stays bound).
     """
     if bound(target, tag) is not None:
-        raise ValueError(f"pooltk: found {tag!r} already bound on {target!r}; undo it first.")
+        raise ValueError(ALREADY_BOUND.format(tag=tag, target=target))
     missing = tuple(n for n in hooks if not callable(getattr(target, n, None)))
     binding = Binding(tag=tag, target=target, missing=missing)
     _bindings(target)[tag] = binding
@@ -136,7 +137,7 @@ def _wrapped(target: Any, name: str) -> tuple[Any, Callable]:
     if isinstance(target, type):
         owner = next((k for k in target.__mro__ if name in vars(k)), None)
         if owner is None:
-            raise TypeError(f"pooltk: found {target.__name__}.{name} on no class of its MRO")
+            raise TypeError(ON_NO_CLASS.format(cls=target.__name__, name=name))
         return owner, vars(owner)[name]
     method = getattr(target, name)  # torch's method, or an earlier binding on this object
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from pooltk.pool.errors import MISSING_ARGUMENT
+
 POST_FORWARD_RECV = "get_fwd_recv_ops"  # after a chunk's buffers are in its recv infos
 POST_GRAD_RECV = "get_bwd_recv_ops"
 POST_FORWARD_SEND = "get_fwd_send_ops"
@@ -73,7 +75,7 @@ class Call:
             return self.args[position]
         if name in _DEFAULTS:
             return _DEFAULTS[name]
-        raise TypeError(f"pooltk: {self.method}() was called without its {name!r} argument")
+        raise TypeError(MISSING_ARGUMENT.format(method=self.method, name=name))
 
     @property
     def chunk(self) -> int | None:
