@@ -40,6 +40,7 @@ __all__ = [
     "check_flag_int",
     "check_flag_positive",
     "fail",
+    "flag_of",
     "from_lab",
     "message",
 ]
@@ -116,3 +117,9 @@ def from_lab(module: str, *, flag: str, needs: Iterable[str] = ()) -> ModuleType
         required=f"the lab stack ({module} does this flag's work)",
         fix=f"{LAB_EXTRA}.",
     )
+
+
+def flag_of(field: str) -> str:
+    """The flag of a library field or an argparse name: ``micro_batch`` ->
+    ``--micro-batch``."""
+    return "--" + field.replace("_", "-")

@@ -21,11 +21,11 @@ import sys
 from typing import Any, NamedTuple
 
 from pooltk._validate import check_number
+from pooltk.cli.errors import flag_of
 from pooltk.cli.memory import (
     FIELDS,
     SHAPE_FLAGS,
     add_pipeline_flags,
-    flag_of,
     add_schedule_flags,
     in_unit,
     pool_config,

@@ -16,7 +16,7 @@ import warnings
 from typing import Any
 
 from pooltk._validate import InputError, check_output, write_output
-from pooltk.cli.errors import check_flag_int, check_flag_positive, fail
+from pooltk.cli.errors import check_flag_int, check_flag_positive, fail, flag_of
 from pooltk.cli.tables import Column, render
 
 __all__ = ["register", "run"]
@@ -154,11 +154,10 @@ def run(args: argparse.Namespace) -> int:
 def _check_run_flags(args: argparse.Namespace) -> None:
     """The run facts and bases as flags, before any log is read: sizes are whole numbers >= 1,
     figures finite numbers > 0 (a size of 0 divided tokens by it)."""
-    flag = {name: "--" + name.replace("_", "-") for name in vars(args)}
     for name in ("world_size", "pp", "tp", "global_batch", "seq_len"):
         if getattr(args, name) is not None:
-            fix = f"e.g. {flag[name]} 8, or leave it out if unknown."
-            check_flag_int(flag[name], getattr(args, name), low=1, fix=fix)
+            fix = f"e.g. {flag_of(name)} 8, or leave it out if unknown."
+            check_flag_int(flag_of(name), getattr(args, name), low=1, fix=fix)
     if args.warmup_steps is not None:
         fix = "how many logged steps to leave out, e.g. --warmup-steps 10."
         check_flag_int("--warmup-steps", args.warmup_steps, low=0, fix=fix)
@@ -170,8 +169,8 @@ def _check_run_flags(args: argparse.Namespace) -> None:
     }
     for name, example in examples.items():
         if getattr(args, name) is not None:
-            fix = f"e.g. {flag[name]} {example}, or leave it out."
-            check_flag_positive(flag[name], getattr(args, name), fix=fix)
+            fix = f"e.g. {flag_of(name)} {example}, or leave it out."
+            check_flag_positive(flag_of(name), getattr(args, name), fix=fix)
     for tflops in args.peak_tflops:
         check_flag_positive("--peak-tflops", tflops, fix="the device's peak, e.g. 2250.")
 

@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pooltk._validate import InputError, check_number, check_output, write_output
-from pooltk.cli.errors import FlagError, check_flag_int, fail, from_lab, message
+from pooltk.cli.errors import FlagError, check_flag_int, fail, flag_of, from_lab, message
 from pooltk.cli.tables import RULE, Column, render
 
 __all__ = [
@@ -49,7 +49,6 @@ __all__ = [
     "SHAPE_FLAGS",
     "add_pipeline_flags",
     "add_schedule_flags",
-    "flag_of",
     "in_unit",
     "pool_config",
     "print_error",
@@ -254,12 +253,6 @@ FIELDS = {
 def print_error(command: str, exc: BaseException, fields: Mapping[str, str]) -> int:
     """Print ``pooltk <command>: error: <message>`` in flags, never library fields; return 2."""
     return fail(command, _flags_in(message(exc, fields)))
-
-
-def flag_of(field: str) -> str:
-    """The flag of an :class:`~pooltk.memory.configs.Overrides` field: ``micro_batch`` ->
-    ``--micro-batch``."""
-    return "--" + field.replace("_", "-")
 
 
 def _flags_in(message: str) -> str:
